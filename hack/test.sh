@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The one test command (README; .ci/run calls it): installs what the tests need, then runs
+# lint, type checks and every test tier. Unit tests need nothing else; integration tests
+# start a real etcd + kube-apiserver, Chroma server and an OpenAI-compatible HTTP server.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+export PATH="/usr/local/go/bin:$PATH"
+t0=$(date +%s)
+bash hack/install-system.sh
+SSO_TOOLS_BIN=$(bash hack/install-tools.sh | tail -n 1)
+export SSO_TOOLS_BIN
+venv=$(bash hack/install-python.sh | tail -n 1)
+echo "== setup took $(( $(date +%s) - t0 ))s; tools in $SSO_TOOLS_BIN"
+echo "== ruff"
+"$venv/bin/ruff" check controller tests bench
+"$venv/bin/ruff" format --check controller tests bench
+echo "== mypy"
+"$venv/bin/mypy"
+echo "== pytest"
+"$venv/bin/python" -m pytest "$@"

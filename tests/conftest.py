@@ -1,0 +1,71 @@
+"""Shared fixtures: the real control plane and a real Chroma server, one per test session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.localenv.chroma import ChromaServer, running_chroma
+from controller.localenv.controlplane import ControlPlane, running_control_plane
+
+_CONTROL_PLANE: ControlPlane | None = None
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver for the whole session; stopped even if tests fail."""
+    global _CONTROL_PLANE
+    with running_control_plane(tmp_path_factory.mktemp("controlplane")) as cp:
+        _CONTROL_PLANE = cp
+        try:
+            yield cp
+        finally:
+            _CONTROL_PLANE = None
+
+
+@pytest.fixture(scope="session")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChromaServer]:
+    with running_chroma(tmp_path_factory.mktemp("chroma")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def kube_env(control_plane: ControlPlane) -> dict[str, str]:
+    return control_plane.env()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """On a failure with the control plane up, attach the apiserver's last log lines."""
+    report = yield
+    if (
+        report.failed
+        and _CONTROL_PLANE is not None
+        and "control_plane" in getattr(item, "fixturenames", ())
+    ):
+        report.sections.append(("kube-apiserver log (tail)", _CONTROL_PLANE.log_tail(lines=30)))
+    return report
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "integration" in str(item.path):
+            item.add_marker(pytest.mark.integration)
+
+
+def docker_and_kind_available() -> str | None:
+    """None if kind e2e can run here, else the reason it cannot."""
+    if shutil.which("docker") is None:
+        return "docker CLI not found"
+    if os.system("docker info >/dev/null 2>&1") != 0:
+        return "no Docker engine answers `docker info`"
+    if shutil.which("kind") is None:
+        return "kind not found on PATH"
+    return None
+
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
