@@ -37,6 +37,11 @@ DEFAULT_STATE_DIR = REPO_ROOT / ".cluster"
 _PR_SET_PDEATHSIG = 1
 
 
+class KubectlError(subprocess.CalledProcessError):
+    def __str__(self) -> str:
+        return f"{' '.join(self.cmd)} exited {self.returncode}: {str(self.stderr).strip()}"
+
+
 class ControlPlaneError(RuntimeError):
     """The control plane could not be started; the message includes the server log tail."""
 
@@ -281,6 +286,7 @@ class ControlPlane:
                     "--service-cluster-ip-range",
                     "10.96.0.0/16",
                     "--allow-privileged=true",
+                    "--endpoint-reconciler-type=none",  # no routable address on loopback
                     "--cert-dir",
                     str(self.workdir / "apiserver-certs"),
                 ],
@@ -369,15 +375,18 @@ class ControlPlane:
         env = self.env()
         if kubeconfig is not None:
             env["KUBECONFIG"] = str(kubeconfig)
-        return subprocess.run(
+        result = subprocess.run(
             [str(self.kubectl), *args],
             input=input,
             env=env,
-            check=check,
+            check=False,
             capture_output=True,
             text=True,
             timeout=120,
         )
+        if check and result.returncode != 0:
+            raise KubectlError(result.returncode, ["kubectl", *args], result.stdout, result.stderr)
+        return result
 
     def service_account_kubeconfig(self, namespace: str, name: str, path: Path) -> Path:
         """A kubeconfig that authenticates as a ServiceAccount (a TokenRequest token)."""

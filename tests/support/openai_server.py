@@ -1,0 +1,228 @@
+"""An OpenAI-compatible server over real HTTP, for tests and benchmarks.
+
+Runs aiohttp on 127.0.0.1 (free port) in a background thread with its own event loop, so the
+client under test goes through real sockets, timeouts and status codes. Chat replies follow
+a FIFO script; embeddings are deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from aiohttp import web
+
+Embedder = Callable[[list[str]], Sequence[Sequence[float]]]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A 200 chat completion with this message content (a dict is sent as JSON text)."""
+
+    content: str | dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Status:
+    """An HTTP error response, e.g. ``Status(500)``."""
+
+    code: int
+    body: str = '{"error": {"message": "scripted failure"}}'
+
+
+@dataclass(frozen=True)
+class Delay:
+    """Wait before answering (longer than the client timeout to make it time out)."""
+
+    seconds: float
+    then: Reply | Status | None = None
+
+
+@dataclass(frozen=True)
+class Truncated:
+    """A 200 whose JSON body is cut off halfway (Content-Length matches the cut body)."""
+
+    content: str = "this reply never arrives whole"
+
+
+Step = str | Reply | Status | Delay | Truncated
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+def hash_embedding(text: str, dimension: int = 384) -> list[float]:
+    """A unit vector that depends only on the text: stable across runs, no model needed."""
+    seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+    vector = np.random.default_rng(seed).standard_normal(dimension)
+    return [float(x) for x in vector / np.linalg.norm(vector)]
+
+
+def _tokens(text: str) -> int:
+    return len(text.split())
+
+
+@dataclass
+class OpenAIServer:
+    """The handle tests hold: script replies, read recorded requests, tune behaviour."""
+
+    base_url: str = ""
+    default_reply: str | dict[str, Any] = "ok"
+    latency_seconds: float = 0.0
+    embedding_dimension: int = 384
+    embedder: Embedder | None = None
+    reverse_embedding_order: bool = False
+    chat_model: str = "test-chat"
+    embedding_model: str = "test-embedding"
+    requests: list[RecordedRequest] = field(default_factory=list)
+    _chat_script: deque[Step] = field(default_factory=deque)
+    _embedding_script: deque[Step] = field(default_factory=deque)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def script_chat(self, *steps: Step) -> None:
+        """Queue chat replies, served one per request; then ``default_reply``."""
+        with self._lock:
+            self._chat_script.extend(steps)
+
+    def script_embeddings(self, *steps: Status | Delay) -> None:
+        """Queue failures or delays for ``/embeddings``; then normal answers."""
+        with self._lock:
+            self._embedding_script.extend(steps)
+
+    def requests_to(self, path_suffix: str) -> list[RecordedRequest]:
+        with self._lock:
+            return [r for r in self.requests if r.path.endswith(path_suffix)]
+
+    async def _record(self, request: web.Request) -> Any:
+        raw = await request.read()
+        body = json.loads(raw) if raw else None
+        with self._lock:
+            self.requests.append(
+                RecordedRequest(request.method, request.path, dict(request.headers), body)
+            )
+        if self.latency_seconds:
+            await asyncio.sleep(self.latency_seconds)
+        return body
+
+    def _next(self, script: deque[Step]) -> Step | None:
+        with self._lock:
+            return script.popleft() if script else None
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        body = await self._record(request)
+        step = self._next(self._chat_script)
+        if isinstance(step, Delay):
+            await asyncio.sleep(step.seconds)
+            step = step.then
+        if isinstance(step, Status):
+            return web.Response(status=step.code, text=step.body, content_type="application/json")
+        if step is None:
+            step = Reply(self.default_reply)
+        elif isinstance(step, str):
+            step = Reply(step)
+        content = step.content if isinstance(step.content, str) else json.dumps(step.content)
+        prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+        completion = {
+            "id": f"chatcmpl-{len(self.requests)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", self.chat_model),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": _tokens(prompt),
+                "completion_tokens": _tokens(content),
+                "total_tokens": _tokens(prompt) + _tokens(content),
+            },
+        }
+        text = json.dumps(completion)
+        if isinstance(step, Truncated):
+            text = text[: len(text) // 2]
+        return web.Response(text=text, content_type="application/json")
+
+    async def embeddings(self, request: web.Request) -> web.StreamResponse:
+        body = await self._record(request)
+        step = self._next(self._embedding_script)
+        if isinstance(step, Delay):
+            await asyncio.sleep(step.seconds)
+            step = step.then
+        if isinstance(step, Status):
+            return web.Response(status=step.code, text=step.body, content_type="application/json")
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        if self.embedder is not None:
+            loop = asyncio.get_running_loop()
+            vectors = await loop.run_in_executor(None, self.embedder, texts)
+        else:
+            vectors = [hash_embedding(t, self.embedding_dimension) for t in texts]
+        data = [
+            {"object": "embedding", "index": i, "embedding": [float(x) for x in v]}
+            for i, v in enumerate(vectors)
+        ]
+        if self.reverse_embedding_order:
+            data.reverse()
+        tokens = sum(_tokens(t) for t in texts)
+        return web.json_response(
+            {
+                "object": "list",
+                "data": data,
+                "model": body.get("model", self.embedding_model),
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+            }
+        )
+
+    async def models(self, request: web.Request) -> web.StreamResponse:
+        await self._record(request)
+        ids = [self.chat_model, self.embedding_model]
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [{"id": i, "object": "model", "owned_by": "test"} for i in ids],
+            }
+        )
+
+
+@contextmanager
+def running_openai_server(**options: Any) -> Iterator[OpenAIServer]:
+    """Serve until the block exits; options are ``OpenAIServer`` fields (e.g. latency_seconds)."""
+    server = OpenAIServer(**options)
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", server.chat)
+    app.router.add_post("/v1/embeddings", server.embeddings)
+    app.router.add_get("/v1/models", server.models)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    loop = asyncio.new_event_loop()
+    # Cancel a scripted Delay when its client gives up, and do not wait for it on shutdown.
+    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.5, access_log=None)
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.SockSite(runner, sock).start())
+    thread = threading.Thread(target=loop.run_forever, name="openai-test-server", daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()

