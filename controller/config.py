@@ -1,0 +1,52 @@
+"""Operator process settings, read once from the environment (the chart sets these)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    return int(raw) if raw else default
+
+
+def _float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    return float(raw) if raw else default
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    replica_id: str
+    namespaces: tuple[str, ...]  # empty = cluster-wide
+    sweep_tick_seconds: float
+    metrics_port: int
+    health_port: int
+    retry_base_seconds: float
+    retry_max_seconds: float
+    # Progress/diff-base annotations kopf keeps on our objects use our group's prefix.
+    annotation_prefix: str = "memorycore.io"
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def load() -> OperatorConfig:
+    namespaces = tuple(n for n in os.environ.get("SSO_NAMESPACES", "").split(",") if n.strip())
+    return OperatorConfig(
+        replica_id=os.environ.get("SSO_REPLICA_ID") or f"{socket.gethostname()}-{os.getpid()}",
+        namespaces=tuple(n.strip() for n in namespaces),
+        sweep_tick_seconds=_float("SSO_SWEEP_TICK_SECONDS", 5.0),
+        metrics_port=_int("SSO_METRICS_PORT", 0),
+        health_port=_int("SSO_HEALTH_PORT", 0),
+        retry_base_seconds=_float("SSO_RETRY_BASE_SECONDS", 2.0),
+        retry_max_seconds=_float("SSO_RETRY_MAX_SECONDS", 300.0),
+    )
+
+
+CONFIG = load()
+
+
+def backoff_seconds(retry: int, cfg: OperatorConfig = CONFIG) -> float:
+    """Exponential backoff for the retry-th retry, capped."""
+    return float(min(cfg.retry_base_seconds * (2 ** max(retry, 0)), cfg.retry_max_seconds))

@@ -1,0 +1,215 @@
+"""SessionSummarizer handlers: validate the config, report store/model health, and run the
+periodic sweep from a kopf timer.
+
+kopf fixes a timer's interval when the handler is registered, so the timer ticks every
+SSO_SWEEP_TICK_SECONDS and the sweep runs when spec.sweep.intervalSeconds has passed since
+status.lastSweepAt (which survives restarts and failover).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from typing import Any
+
+import httpx
+import kopf
+from pydantic import ValidationError
+
+from controller import kube
+from controller.api import (
+    GROUP,
+    SUMMARIZER_PLURAL,
+    VERSION,
+    Condition,
+    SessionSummarizerSpec,
+    SessionSummarizerStatus,
+    now_rfc3339,
+    set_condition,
+)
+from controller.backends import backends_for, store_location
+from controller.config import CONFIG
+from controller.store import StoreUnavailable, forget_store, store_for
+from controller.sweeper import run_sweep
+
+
+def _status(body: kopf.Body) -> SessionSummarizerStatus:
+    return SessionSummarizerStatus.model_validate(dict(body.get("status") or {}))
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
+
+
+def _check_store(spec: SessionSummarizerSpec, namespace: str) -> Condition:
+    try:
+        location = store_location(spec, namespace)
+        store_for(location).heartbeat()
+    except kube.SecretError as exc:
+        return Condition(
+            type="StoreReachable", status="False", reason="SecretNotFound", message=str(exc)
+        )
+    except StoreUnavailable as exc:
+        forget_store(location)
+        return Condition(
+            type="StoreReachable", status="False", reason="StoreUnavailable", message=_one_line(exc)
+        )
+    return Condition(
+        type="StoreReachable",
+        status="True",
+        reason="HeartbeatOK",
+        message=f"Chroma at {spec.store.url} answers",
+    )
+
+
+def _check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
+    model = spec.model
+    if model.backend == "extractive":
+        return Condition(
+            type="ModelReady",
+            status="True",
+            reason="Extractive",
+            message="embedded extractive summarizer (no model)",
+        )
+    headers = {}
+    try:
+        if model.api_key_secret_ref is not None:
+            key = kube.read_secret_key(
+                namespace, model.api_key_secret_ref.name, model.api_key_secret_ref.key
+            )
+            headers["Authorization"] = f"Bearer {key}"
+        url = f"{(model.base_url or '').rstrip('/')}/models"
+        resp = httpx.get(url, headers=headers, timeout=min(model.timeout_seconds, 10))
+        if resp.status_code >= 400:
+            return Condition(
+                type="ModelReady",
+                status="False",
+                reason="ModelUnavailable",
+                message=f"GET {url} answered {resp.status_code}",
+            )
+    except kube.SecretError as exc:
+        return Condition(
+            type="ModelReady", status="False", reason="SecretNotFound", message=str(exc)
+        )
+    except httpx.HTTPError as exc:
+        return Condition(
+            type="ModelReady", status="False", reason="ModelUnavailable", message=_one_line(exc)
+        )
+    return Condition(
+        type="ModelReady", status="True", reason="EndpointOK", message=f"{model.base_url} answers"
+    )
+
+
+def _validate(body: kopf.Body) -> SessionSummarizerSpec:
+    try:
+        return SessionSummarizerSpec.model_validate(dict(body.get("spec") or {}))
+    except ValidationError as exc:
+        raise kopf.PermanentError(f"invalid spec: {_one_line(exc)}") from exc
+
+
+def health_conditions(spec: SessionSummarizerSpec, namespace: str) -> list[Condition]:
+    return [_check_store(spec, namespace), _check_model(spec, namespace)]
+
+
+@kopf.on.create(GROUP, VERSION, SUMMARIZER_PLURAL)
+@kopf.on.update(GROUP, VERSION, SUMMARIZER_PLURAL, field="spec")
+@kopf.on.resume(GROUP, VERSION, SUMMARIZER_PLURAL)
+async def check_config(body: kopf.Body, namespace: str | None, patch: kopf.Patch, **_: Any) -> None:
+    assert namespace is not None  # SessionSummarizer is namespaced
+    spec = _validate(body)
+    conditions = _status(body).conditions
+    for cond in await asyncio.to_thread(health_conditions, spec, namespace):
+        conditions = set_condition(conditions, cond)
+        if cond.status == "False":
+            kopf.event(body, type="Warning", reason=cond.reason, message=cond.message)
+    status = _status(body).model_copy(
+        update={"conditions": conditions, "observed_generation": body.metadata.get("generation")}
+    )
+    patch.status.update(status.to_api())
+
+
+def _sweep_due(spec: SessionSummarizerSpec, status: SessionSummarizerStatus) -> bool:
+    if not spec.sweep.enabled:
+        return False
+    if status.last_sweep_at is None:
+        return True
+    last = dt.datetime.fromisoformat(status.last_sweep_at.replace("Z", "+00:00"))
+    elapsed = (dt.datetime.now(dt.UTC) - last).total_seconds()
+    return elapsed >= spec.sweep.interval_seconds
+
+
+@kopf.timer(
+    GROUP, VERSION, SUMMARIZER_PLURAL, interval=CONFIG.sweep_tick_seconds, initial_delay=1.0
+)
+async def sweep(
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    patch: kopf.Patch,
+    logger: kopf.Logger,
+    **_: Any,
+) -> None:
+    assert namespace is not None
+    spec = _validate(body)
+    status = _status(body)
+    if not _sweep_due(spec, status):
+        return
+    try:
+        backends = await asyncio.to_thread(backends_for, spec, namespace)
+        result = await asyncio.to_thread(
+            run_sweep,
+            backends.store,
+            spec,
+            namespace=namespace,
+            summarizer_name=name,
+            watermark_ms=status.watermark,
+        )
+    except (StoreUnavailable, kube.SecretError) as exc:
+        reason = "StoreUnavailable" if isinstance(exc, StoreUnavailable) else "SecretNotFound"
+        cond = Condition(
+            type="StoreReachable", status="False", reason=reason, message=_one_line(exc)
+        )
+        kopf.event(body, type="Warning", reason=reason, message=cond.message)
+        patch.status.update(
+            status.model_copy(
+                update={
+                    "conditions": set_condition(status.conditions, cond),
+                    "last_sweep_at": now_rfc3339(),
+                    "active_replica": CONFIG.replica_id,
+                    "message": f"sweep failed: {cond.message}",
+                }
+            ).to_api()
+        )
+        return
+    plan = result.plan
+    message = (
+        f"scanned {result.scanned} new memories: {plan.found} stale, {len(plan.still_active)} "
+        f"still active, {len(plan.fresh)} fresh; created {result.created}, "
+        f"patched {result.patched}, deferred {len(plan.deferred)}"
+    )
+    logger.info("sweep by %s: %s", CONFIG.replica_id, message)
+    ok = Condition(
+        type="StoreReachable",
+        status="True",
+        reason="HeartbeatOK",
+        message=f"Chroma at {spec.store.url} answers",
+    )
+    patch.status.update(
+        status.model_copy(
+            update={
+                "conditions": set_condition(status.conditions, ok),
+                "active_replica": CONFIG.replica_id,
+                "last_sweep_at": now_rfc3339(),
+                "last_sweep_duration_seconds": round(result.duration_s, 3),
+                "candidates_found": plan.found,
+                "deferred": len(plan.deferred),
+                "created": result.created,
+                "patched": result.patched,
+                "scanned_memories": result.scanned,
+                "watermark": plan.next_watermark_ms,
+                "message": message,
+            }
+        ).to_api()
+    )
+    if result.created or result.patched:
+        kopf.event(body, type="Normal", reason="Swept", message=message)

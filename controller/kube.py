@@ -1,0 +1,125 @@
+"""Thin Kubernetes API calls shared by the operator and summaryctl (blocking; typed models)."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import os
+from typing import Any, cast
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from controller.api import (
+    API_VERSION,
+    GROUP,
+    SUMMARIZER_PLURAL,
+    SUMMARY_KIND,
+    SUMMARY_PLURAL,
+    VERSION,
+    SessionSummarizerSpec,
+    SessionSummarySpec,
+    now_rfc3339,
+)
+from controller.naming import summary_object_name
+
+
+class SecretError(RuntimeError):
+    """A Secret or key named in a spec is missing; the message says which."""
+
+
+@functools.lru_cache(maxsize=1)
+def api_client() -> client.ApiClient:
+    """In-cluster credentials when running in a pod, else the current kubeconfig context."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+        config.load_incluster_config()
+        return client.ApiClient()
+    return config.new_client_from_config(config_file=os.environ.get("KUBECONFIG"))
+
+
+def custom() -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client())
+
+
+def core() -> client.CoreV1Api:
+    return client.CoreV1Api(api_client())
+
+
+def get_summarizer(namespace: str, name: str) -> tuple[dict[str, Any], SessionSummarizerSpec]:
+    obj: dict[str, Any] = cast(
+        dict[str, Any],
+        custom().get_namespaced_custom_object(GROUP, VERSION, namespace, SUMMARIZER_PLURAL, name),
+    )
+    return obj, SessionSummarizerSpec.model_validate(obj.get("spec") or {})
+
+
+def read_secret_key(namespace: str, name: str, key: str) -> str:
+    try:
+        secret = core().read_namespaced_secret(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            raise SecretError(f"Secret {namespace}/{name} not found") from exc
+        if exc.status == 403:
+            raise SecretError(f"not allowed to read Secret {namespace}/{name}") from exc
+        raise
+    data = secret.data or {}
+    if key not in data:
+        raise SecretError(f"Secret {namespace}/{name} has no key {key!r}")
+    return base64.b64decode(data[key]).decode().strip()
+
+
+def get_summary(namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        obj = custom().get_namespaced_custom_object(GROUP, VERSION, namespace, SUMMARY_PLURAL, name)
+        return cast(dict[str, Any], obj)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def request_summary(
+    namespace: str,
+    session_id: str,
+    *,
+    trigger: str,
+    summarizer: str = "default",
+    requested_at: str | None = None,
+) -> tuple[str, str]:
+    """Creates the session's SessionSummary, or patches spec.requestedAt to force a new pass.
+
+    Returns (object name, "created" | "patched"). Safe to repeat: the name is derived
+    from the session id, and a create that loses a race becomes a patch.
+    """
+    name = summary_object_name(session_id)
+    spec = SessionSummarySpec(
+        session_id=session_id,
+        summarizer_ref=summarizer,
+        requested_at=requested_at or now_rfc3339(precise=True),
+        trigger=trigger,
+    )
+    body = {
+        "apiVersion": API_VERSION,
+        "kind": SUMMARY_KIND,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "session-summary-operator"},
+        },
+        "spec": spec.to_api(),
+    }
+    try:
+        custom().create_namespaced_custom_object(GROUP, VERSION, namespace, SUMMARY_PLURAL, body)
+        return name, "created"
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    patch = {"spec": {"requestedAt": spec.requested_at, "trigger": trigger}}
+    custom().patch_namespaced_custom_object(GROUP, VERSION, namespace, SUMMARY_PLURAL, name, patch)
+    return name, "patched"
+
+
+def patch_summarizer_status(namespace: str, name: str, status: dict[str, Any]) -> None:
+    custom().patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, SUMMARIZER_PLURAL, name, {"status": status}
+    )

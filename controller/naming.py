@@ -1,0 +1,32 @@
+"""Deterministic Kubernetes object names from arbitrary session ids.
+
+Any sessionId (UUIDs, uppercase, slashes, unicode, 300 characters) maps to one valid
+DNS-1123 name, so repeated sunsets of a session patch the same object. The readable part
+is a slug; the hash of the exact id keeps distinct ids (e.g. differing only in case)
+apart. The true id always lives in spec.sessionId.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+
+SLUG_MAX = 40
+HASH_LEN = 10
+_NOT_ALLOWED = re.compile(r"[^a-z0-9]+")
+
+
+def summary_object_name(session_id: str) -> str:
+    """A DNS-1123 subdomain (and label: at most 63 chars) for the session's SessionSummary."""
+    if not session_id:
+        raise ValueError("session id must not be empty")
+    ascii_id = unicodedata.normalize("NFKD", session_id).encode("ascii", "ignore").decode()
+    slug = _NOT_ALLOWED.sub("-", ascii_id.lower()).strip("-")[:SLUG_MAX].strip("-") or "session"
+    digest = hashlib.sha256(session_id.encode("utf-8")).hexdigest()[:HASH_LEN]
+    return f"{slug}-{digest}"
+
+
+def summary_row_id(session_id: str) -> str:
+    """The summary collection row id the existing readers use."""
+    return f"summary_{session_id}"

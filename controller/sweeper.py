@@ -1,0 +1,99 @@
+"""The periodic safety-net sweep's I/O: scan new memories, ask controller.sweep what is
+stale, and create or patch SessionSummary objects for it (trigger `sweep`).
+
+Idempotent when two replicas overlap: objects are created if absent (a lost create race is
+a patch), and an existing object is patched only when its last pass is done, so a sweep
+never re-triggers work already in flight.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from controller import kube
+from controller.api import SessionSummarizerSpec, now_rfc3339
+from controller.naming import summary_object_name
+from controller.store import MemoryStore
+from controller.sweep import SweepPlan, collect_activity, initial_watermark, plan_sweep
+
+IN_FLIGHT_PHASES = {None, "Pending", "Summarizing"}
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    plan: SweepPlan
+    scanned: int
+    created: int
+    patched: int
+    duration_s: float
+
+
+def _in_flight(obj: dict[str, object]) -> bool:
+    status = obj.get("status") or {}
+    meta = obj.get("metadata") or {}
+    assert isinstance(status, dict) and isinstance(meta, dict)
+    if status.get("observedGeneration") != meta.get("generation"):
+        return status.get("phase") != "Failed"
+    return status.get("phase") in IN_FLIGHT_PHASES
+
+
+def run_sweep(
+    store: MemoryStore,
+    spec: SessionSummarizerSpec,
+    *,
+    namespace: str,
+    summarizer_name: str,
+    watermark_ms: int | None,
+    now_ms: int | None = None,
+) -> SweepResult:
+    started = time.monotonic()
+    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    since = (
+        watermark_ms
+        if watermark_ms is not None
+        else initial_watermark(now, spec.sweep.lookback_days)
+    )
+    scanned = 0
+
+    def counted() -> Iterator[tuple[str, int]]:
+        nonlocal scanned
+        for row in store.scan_since(since):
+            scanned += 1
+            yield row
+
+    activity = collect_activity(counted())
+    stored = store.summary_states(list(activity))
+    # Count drift only matters where timestamps alone say "fresh".
+    live_counts = {
+        sid: store.count_session(sid)
+        for sid, act in activity.items()
+        if sid in stored and (stored[sid].timestamp_ms or 0) >= act.newest_ms
+    }
+    plan = plan_sweep(
+        activity,
+        dict(stored),
+        live_counts,
+        now_ms=now,
+        idle_ms=spec.sweep.idle_seconds * 1000,
+        max_sessions=spec.sweep.max_sessions_per_sweep,
+    )
+    created = patched = 0
+    requested_at = now_rfc3339(precise=True)
+    for candidate in plan.candidates:
+        existing = kube.get_summary(namespace, summary_object_name(candidate.session_id))
+        if existing is not None and _in_flight(existing):
+            continue
+        _, action = kube.request_summary(
+            namespace,
+            candidate.session_id,
+            trigger="sweep",
+            summarizer=summarizer_name,
+            requested_at=requested_at,
+        )
+        if action == "created":
+            created += 1
+        else:
+            patched += 1
+    return SweepResult(plan, scanned, created, patched, time.monotonic() - started)

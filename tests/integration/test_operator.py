@@ -1,0 +1,433 @@
+"""The operator end to end on the real control plane with a real Chroma server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.demo_data import SAMPLE_SESSIONS, memory_rows
+from controller.localenv.chroma import ChromaServer
+from controller.localenv.controlplane import REPO_ROOT, ControlPlane
+from controller.localenv.processes import spawn, stop, tail, wait_for
+from controller.memories import render_interaction_document
+from controller.naming import summary_object_name
+from controller.store import MemoryStore, StoreLocation, connect
+
+NS = "ops"
+
+
+@dataclass
+class Harness:
+    cp: ControlPlane
+    chroma: ChromaServer
+    log: Path
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        return self.cp.kubectl_run("-n", NS, *args, input=input, check=check).stdout
+
+    def store(
+        self, memory: str = "neo-agent-memory", summary: str = "neo-agent-sessions"
+    ) -> MemoryStore:
+        loc = StoreLocation(
+            url=self.chroma.url, memory_collection=memory, summary_collection=summary
+        )
+        return MemoryStore(connect(loc), loc)
+
+    def summaryctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "controller", *args],
+            env=self.cp.env(),
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def obj(self, session_id: str) -> dict[str, Any]:
+        out = self.kubectl("get", "ssum", summary_object_name(session_id), "-o", "json")
+        return json.loads(out)
+
+    def wait_phase(self, session_id: str, phase: str, timeout: float = 60) -> dict[str, Any]:
+        def done() -> dict[str, Any] | None:
+            o = self.obj(session_id)
+            st = o.get("status") or {}
+            if (
+                st.get("phase") == phase
+                and st.get("observedGeneration") == o["metadata"]["generation"]
+            ):
+                return o
+            return None
+
+        return wait_for(done, timeout, 0.2, message=f"{session_id} -> {phase}\n{tail(self.log)}")
+
+    def events(self, session_id: str) -> list[dict[str, Any]]:
+        name = summary_object_name(session_id)
+        out = self.kubectl(
+            "get", "events", "--field-selector", f"involvedObject.name={name}", "-o", "json"
+        )
+        return list(json.loads(out)["items"])
+
+
+def summarizer_yaml(
+    name: str,
+    url: str,
+    *,
+    memory: str = "neo-agent-memory",
+    summary: str = "neo-agent-sessions",
+    sweep: str = "enabled: false",
+) -> str:
+    return textwrap.dedent(f"""
+        apiVersion: memorycore.io/v1alpha1
+        kind: SessionSummarizer
+        metadata: {{name: {name}, namespace: {NS}}}
+        spec:
+          store: {{url: "{url}", memoryCollection: {memory}, summaryCollection: {summary}}}
+          sweep: {{{sweep}}}
+    """)
+
+
+@pytest.fixture(scope="module")
+def harness(
+    control_plane: ControlPlane,
+    chroma_server: ChromaServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Harness]:
+    cp = control_plane
+    cp.kubectl_run("apply", "-f", str(REPO_ROOT / "crds"))
+    cp.kubectl_run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    cp.kubectl_run("create", "namespace", NS, check=False)
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    h = Harness(cp, chroma_server, log)
+    h.kubectl("apply", "-f", "-", input=summarizer_yaml("default", chroma_server.url))
+    env = dict(
+        cp.env(),
+        SSO_REPLICA_ID="it-operator",
+        SSO_SWEEP_TICK_SECONDS="1",
+        SSO_RETRY_BASE_SECONDS="0.5",
+        SSO_RETRY_MAX_SECONDS="2",
+    )
+    proc = spawn(
+        [sys.executable, "-m", "controller", "run", "--standalone", "--namespace", NS],
+        log,
+        env=env,
+        cwd=REPO_ROOT,
+    )
+    try:
+        yield h
+    finally:
+        stop(proc)
+        print("operator log tail:\n" + tail(log, 60))
+
+
+def load(store: MemoryStore, rows: list[tuple[str, str, dict[str, Any]]]) -> None:
+    store.add_memories([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+
+
+def interaction(
+    sid: str, i: int, ts: int, prompt: str, type_: str = "agent-interaction"
+) -> tuple[str, str, dict[str, Any]]:
+    meta = {
+        "sessionId": sid,
+        "timestamp": ts,
+        "type": type_,
+        "prompt": prompt,
+        "thought": f"thinking about step {i}",
+        "response": f"Done with step {i}.",
+        "agent": "claude-code",
+        "model": "claude-sonnet",
+        "amountToolCalls": 1,
+        "toolsUsed": '["edit_file"]',
+    }
+    doc = render_interaction_document(prompt, f"thinking about step {i}", f"Done with step {i}.")
+    return (f"{sid}-{i:04d}", doc, meta)
+
+
+def test_sunset_writes_the_summary_row_readers_expect(harness: Harness) -> None:
+    session = SAMPLE_SESSIONS[0]
+    rows = memory_rows(session, start_ms=1_750_000_000_000)
+    load(harness.store(), rows)
+    res = harness.summaryctl("sunset", session.session_id, "-n", NS, "--wait", "60")
+    assert res.returncode == 0, res.stderr + res.stdout
+    obj = harness.wait_phase(session.session_id, "Summarized")
+    status = obj["status"]
+    assert status["memoryCount"] == len(rows)
+    assert status["triggerSource"] == "sunset"
+    assert status["writer"] == "it-operator"
+    cond = {c["type"]: c for c in status["conditions"]}["Summarized"]
+    assert cond["status"] == "True" and cond["reason"] == "Summarized"
+
+    got = (
+        harness.store()
+        .summaries()
+        .get(
+            ids=[f"summary_{session.session_id}"], include=["documents", "metadatas", "embeddings"]
+        )
+    )
+    assert got["ids"] == [f"summary_{session.session_id}"]
+    meta, doc = got["metadatas"][0], got["documents"][0]
+    assert meta["sessionId"] == session.session_id
+    assert meta["timestamp"] == max(r[2]["timestamp"] for r in rows)
+    assert meta["memoryCount"] == len(rows)
+    assert meta["category"] in {
+        "bugfix",
+        "feature",
+        "refactoring",
+        "documentation",
+        "new-app",
+        "analysis",
+        "other",
+    }
+    for key in (
+        "title",
+        "quality",
+        "productivity",
+        "impact",
+        "complexity",
+        "technologies",
+        "participatingAgents",
+        "models",
+        "toolsUsed",
+        "totalToolCalls",
+        "writer",
+    ):
+        assert key in meta, key
+    assert meta["participatingAgents"] == "claude-code"
+    assert meta["totalToolCalls"] == sum(r[2]["amountToolCalls"] for r in rows)
+    assert "login crash" in doc.lower()
+    assert len(got["embeddings"][0]) == 384
+    reasons = [e["reason"] for e in harness.events(session.session_id)]
+    assert "Summarized" in reasons
+
+
+def test_new_memories_and_a_patch_give_a_summary_that_covers_them(harness: Harness) -> None:
+    sid = "it-resummary-1"
+    store = harness.store()
+    load(
+        store,
+        [
+            interaction(sid, i, 1_760_000_000_000 + i, f"Implement part {i} of the exporter.")
+            for i in range(3)
+        ],
+    )
+    assert harness.summaryctl("sunset", sid, "-n", NS, "--wait", "60").returncode == 0
+    first = store.summaries().get(ids=[f"summary_{sid}"], include=["documents", "metadatas"])
+    assert first["metadatas"][0]["memoryCount"] == 3
+    load(
+        store,
+        [
+            interaction(
+                sid, 10, 1_760_000_100_000, "Add retries with exponential backoff to the exporter."
+            )
+        ],
+    )
+    assert harness.summaryctl("sunset", sid, "-n", NS, "--wait", "60").returncode == 0
+    second = store.summaries().get(ids=[f"summary_{sid}"], include=["documents", "metadatas"])
+    meta, doc = second["metadatas"][0], second["documents"][0]
+    assert meta["memoryCount"] == 4
+    assert meta["timestamp"] == 1_760_000_100_000
+    assert "exponential backoff" in doc
+    for i in range(3):  # nothing of the first pass is lost
+        assert f"part {i}" in doc
+    assert harness.obj(sid)["status"]["memoryCount"] == 4
+
+
+def test_unknown_session_is_reported_and_nothing_is_written(harness: Harness) -> None:
+    sid = "it-no-such-session"
+    harness.summaryctl("sunset", sid, "-n", NS)
+    obj = harness.wait_phase(sid, "NotFound")
+    cond = {c["type"]: c for c in obj["status"]["conditions"]}["Summarized"]
+    assert cond["status"] == "False" and cond["reason"] == "SessionNotFound"
+    assert harness.store().summaries().get(ids=[f"summary_{sid}"])["ids"] == []
+    assert "SessionNotFound" in [e["reason"] for e in harness.events(sid)]
+
+
+def test_session_with_only_excluded_memories_is_empty_and_nothing_is_written(
+    harness: Harness,
+) -> None:
+    sid = "it-only-ticks"
+    load(
+        harness.store(),
+        [interaction(sid, i, 1_760_000_000_000 + i, "tick", type_="tick") for i in range(2)],
+    )
+    harness.summaryctl("sunset", sid, "-n", NS)
+    obj = harness.wait_phase(sid, "Empty")
+    cond = {c["type"]: c for c in obj["status"]["conditions"]}["Summarized"]
+    assert cond["reason"] == "NoSummarizableMemories"
+    assert obj["status"]["memoryCount"] == 2
+    assert harness.store().summaries().get(ids=[f"summary_{sid}"])["ids"] == []
+
+
+@pytest.mark.parametrize(
+    ("manifest", "expected"),
+    [
+        ({"spec": {}}, "spec.sessionId: Required value"),
+        ({"spec": {"sessionId": 42}}, 'spec.sessionId: Invalid value: "integer"'),
+        ({"spec": {"sessionId": "x", "trigger": "whenever"}}, "spec.trigger: Unsupported value"),
+        ({"spec": {"sessionId": ""}}, "spec.sessionId: Invalid value"),
+    ],
+)
+def test_invalid_objects_are_rejected_by_the_apiserver(
+    harness: Harness, manifest: dict[str, Any], expected: str
+) -> None:
+    body = {
+        "apiVersion": "memorycore.io/v1alpha1",
+        "kind": "SessionSummary",
+        "metadata": {"name": "invalid-one", "namespace": NS},
+        **manifest,
+    }
+    res = harness.cp.kubectl_run("apply", "-f", "-", input=json.dumps(body), check=False)
+    assert res.returncode != 0
+    assert expected in res.stderr
+
+
+def test_session_id_cannot_be_changed(harness: Harness) -> None:
+    harness.summaryctl("sunset", "it-immutable", "-n", NS)
+    name = summary_object_name("it-immutable")
+    res = harness.cp.kubectl_run(
+        "-n",
+        NS,
+        "patch",
+        "ssum",
+        name,
+        "--type=merge",
+        "-p",
+        '{"spec":{"sessionId":"someone-else"}}',
+        check=False,
+    )
+    assert res.returncode != 0
+    assert "sessionId is immutable" in res.stderr
+
+
+def test_printer_columns_show_phase_session_and_memories(harness: Harness) -> None:
+    session = SAMPLE_SESSIONS[0]
+    harness.wait_phase(session.session_id, "Summarized")
+    for resource in ("sessionsummaries", "ssum", "memorycore"):
+        out = harness.kubectl("get", resource)
+        header = out.splitlines()[0].split()
+        assert header[:6] == ["NAME", "PHASE", "SESSION", "MEMORIES", "SUMMARIZED", "AGE"], resource
+        line = next(ln for ln in out.splitlines() if session.session_id in ln)
+        assert "Summarized" in line and f" {len(session.turns)} " in line
+
+
+def test_sweep_finds_unsummarized_and_stale_sessions_and_respects_idle_and_cap(
+    harness: Harness,
+) -> None:
+    now = int(time.time() * 1000)
+    hour = 3_600_000
+    store = harness.store("sweep-memory", "sweep-sessions")
+    # fresh: summarized by a sunset before the sweep exists; must be left alone
+    load(store, [interaction("sw-fresh", 0, now - 5 * hour, "Explain the retry policy.")])
+    harness.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=summarizer_yaml(
+            "sweeper-off", harness.chroma.url, memory="sweep-memory", summary="sweep-sessions"
+        ),
+    )
+    harness.summaryctl(
+        "sunset", "sw-fresh", "-n", NS, "--summarizer", "sweeper-off", "--wait", "60"
+    )
+    fresh_rv = harness.obj("sw-fresh")["metadata"]["resourceVersion"]
+    # stale: summarized, then a new memory arrived (idle now)
+    load(store, [interaction("sw-stale", 0, now - 4 * hour, "Add a metrics endpoint.")])
+    harness.summaryctl(
+        "sunset", "sw-stale", "-n", NS, "--summarizer", "sweeper-off", "--wait", "60"
+    )
+    load(store, [interaction("sw-stale", 1, now - 3 * hour, "Also export the queue depth gauge.")])
+    # never summarized, idle: three of them, newest first under a cap of 2
+    for k, age in (("a", 2), ("b", 2.5), ("c", 6)):
+        load(store, [interaction(f"sw-missing-{k}", 0, now - int(age * hour), f"Task {k}.")])
+    # active: newest memory a minute old, idle threshold 10 minutes
+    load(store, [interaction("sw-active", 0, now - 60_000, "Still typing...")])
+
+    harness.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=summarizer_yaml(
+            "sweeper",
+            harness.chroma.url,
+            memory="sweep-memory",
+            summary="sweep-sessions",
+            sweep="enabled: true, intervalSeconds: 5, idleSeconds: 600, maxSessionsPerSweep: 2",
+        ),
+    )
+
+    def swept() -> dict[str, Any] | None:
+        st = (
+            json.loads(harness.kubectl("get", "ssumr", "sweeper", "-o", "json")).get("status") or {}
+        )
+        return st if st.get("lastSweepAt") else None
+
+    status = wait_for(swept, 60, 0.5, message="first sweep\n" + tail(harness.log))
+    assert status["candidatesFound"] == 4  # stale + 3 missing
+    assert status["deferred"] == 2
+    assert status["activeReplica"] == "it-operator"
+    # Newest first under the cap: missing-a (2 h old) and missing-b (2.5 h).
+    harness.wait_phase("sw-missing-a", "Summarized")
+    harness.wait_phase("sw-missing-b", "Summarized")
+
+    # The next sweeps pick up the deferred ones: the stale session (3 h) and missing-c (6 h).
+    def resummarized_by_sweep() -> dict[str, Any] | None:
+        obj = harness.obj("sw-stale")
+        done = obj["status"].get("observedGeneration") == obj["metadata"]["generation"]
+        return obj if done and obj["spec"]["trigger"] == "sweep" else None
+
+    stale = wait_for(resummarized_by_sweep, 90, 0.3, message="sweep to re-summarize sw-stale")
+    assert stale["status"]["phase"] == "Summarized" and stale["status"]["memoryCount"] == 2
+    harness.wait_phase("sw-missing-c", "Summarized", timeout=90)
+    assert harness.kubectl("get", "ssum", summary_object_name("sw-active"), check=False) == ""
+    assert harness.obj("sw-fresh")["metadata"]["resourceVersion"] == fresh_rv
+    final = swept()
+    assert final is not None and final["watermark"] <= now - 600_000 + 60_000 * 10
+
+
+def test_chroma_outage_shows_on_the_object_and_recovers_without_intervention(
+    harness: Harness, tmp_path: Path
+) -> None:
+    from controller.localenv.chroma import ChromaServer
+    from controller.localenv.controlplane import free_port
+
+    server = ChromaServer(
+        port=free_port(), path=tmp_path / "data", log=tmp_path / "chroma.log"
+    ).start()
+    try:
+        url = server.url
+        loc = StoreLocation(url=url)
+        load(
+            MemoryStore(connect(loc), loc),
+            [interaction("it-outage", 0, 1_760_000_000_000, "Ship the release notes.")],
+        )
+        harness.kubectl("apply", "-f", "-", input=summarizer_yaml("flaky", url))
+        server.stop()
+        harness.summaryctl("sunset", "it-outage", "-n", NS, "--summarizer", "flaky")
+
+        def unavailable() -> bool:
+            st = harness.obj("it-outage").get("status") or {}
+            conds = {c["type"]: c for c in st.get("conditions") or []}
+            return conds.get("Summarized", {}).get("reason") == "StoreUnavailable"
+
+        wait_for(unavailable, 60, 0.3, message="StoreUnavailable condition\n" + tail(harness.log))
+        assert "StoreUnavailable" in [e["reason"] for e in harness.events("it-outage")]
+        assert harness.obj("it-outage")["status"]["phase"] == "Failed"
+        server.start()  # same port, same data: the operator retries by itself
+        obj = harness.wait_phase("it-outage", "Summarized", timeout=90)
+        assert obj["status"]["memoryCount"] == 1
+        got = (
+            MemoryStore(connect(loc), loc)
+            .summaries()
+            .get(ids=["summary_it-outage"], include=["metadatas"])
+        )
+        assert got["metadatas"][0]["memoryCount"] == 1
+    finally:
+        server.stop()

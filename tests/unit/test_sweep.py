@@ -1,0 +1,78 @@
+from controller.sweep import (
+    SessionActivity,
+    StoredSummaryState,
+    collect_activity,
+    initial_watermark,
+    plan_sweep,
+    stale_reason,
+)
+
+NOW = 10_000_000_000
+IDLE = 900_000
+
+
+def act(sid: str, newest: int) -> SessionActivity:
+    return SessionActivity(sid, newest)
+
+
+def test_newest_timestamp_per_session_is_kept() -> None:
+    rows = [("a", 5), ("b", 7), ("a", 9), ("a", 3)]
+    assert collect_activity(rows) == {"a": act("a", 9), "b": act("b", 7)}
+
+
+def test_session_without_a_summary_is_stale() -> None:
+    assert stale_reason(act("s", 1), None, 3) == "missing"
+
+
+def test_memories_newer_than_the_summary_make_it_stale() -> None:
+    assert stale_reason(act("s", 200), StoredSummaryState(3, 100), 4) == "newer-memories"
+
+
+def test_count_drift_makes_a_summary_stale() -> None:
+    assert stale_reason(act("s", 100), StoredSummaryState(3, 100), 5) == "count-drift"
+
+
+def test_summary_covering_every_memory_is_fresh() -> None:
+    assert stale_reason(act("s", 100), StoredSummaryState(3, 100), 3) is None
+
+
+def test_active_sessions_are_skipped_and_fresh_ones_left_alone() -> None:
+    activity = {
+        "idle-missing": act("idle-missing", NOW - IDLE - 1),
+        "active-missing": act("active-missing", NOW - 1_000),
+        "fresh": act("fresh", NOW - IDLE - 50),
+    }
+    stored = {"fresh": StoredSummaryState(2, NOW - IDLE - 50)}
+    plan = plan_sweep(activity, stored, {"fresh": 2}, now_ms=NOW, idle_ms=IDLE, max_sessions=10)
+    assert [c.session_id for c in plan.candidates] == ["idle-missing"]
+    assert plan.still_active == ["active-missing"]
+    assert plan.fresh == ["fresh"]
+
+
+def test_candidates_are_newest_first_and_capped() -> None:
+    activity = {f"s{i}": act(f"s{i}", NOW - IDLE - 1000 * i) for i in range(5)}
+    plan = plan_sweep(activity, {}, {}, now_ms=NOW, idle_ms=IDLE, max_sessions=2)
+    assert [c.session_id for c in plan.candidates] == ["s0", "s1"]
+    assert [c.session_id for c in plan.deferred] == ["s2", "s3", "s4"]
+    assert plan.found == 5
+
+
+def test_watermark_stays_behind_deferred_and_active_sessions() -> None:
+    activity = {f"s{i}": act(f"s{i}", NOW - IDLE - 1000 * i) for i in range(3)}
+    activity["busy"] = act("busy", NOW - 10)
+    plan = plan_sweep(activity, {}, {}, now_ms=NOW, idle_ms=IDLE, max_sessions=1)
+    # The deferred s1 and s2 must be rescanned: the watermark is below their newest memory.
+    assert plan.next_watermark_ms < activity["s2"].newest_ms
+    # The active session is rescanned too: the watermark never passes now - idle.
+    assert plan.next_watermark_ms <= NOW - IDLE < activity["busy"].newest_ms
+
+
+def test_watermark_advances_to_the_idle_horizon_when_nothing_is_left() -> None:
+    plan = plan_sweep(
+        {"a": act("a", NOW - IDLE - 5)}, {}, {}, now_ms=NOW, idle_ms=IDLE, max_sessions=10
+    )
+    assert plan.next_watermark_ms == NOW - IDLE
+
+
+def test_first_sweep_starts_at_the_lookback_window() -> None:
+    assert initial_watermark(NOW, 30) == NOW - 30 * 86_400_000
