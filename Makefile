@@ -42,5 +42,8 @@ cluster-status:
 e2e:
 	bash hack/e2e-kind.sh
 
+demo: venv tools
+	$(VENV)/bin/python -m controller demo
+
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
