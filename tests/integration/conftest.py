@@ -1,0 +1,3 @@
+from tests.integration.harness import harness
+
+__all__ = ["harness"]

@@ -1,0 +1,150 @@
+"""The operator under test: a real control plane, a real Chroma server, the operator as a
+local process (standalone) watching one namespace. Shared by the integration modules."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.localenv.chroma import ChromaServer
+from controller.localenv.controlplane import REPO_ROOT, ControlPlane
+from controller.localenv.processes import spawn, stop, tail, wait_for
+from controller.memories import render_interaction_document
+from controller.naming import summary_object_name
+from controller.store import MemoryStore, StoreLocation, connect
+
+NS = "ops"
+
+
+@dataclass
+class Harness:
+    cp: ControlPlane
+    chroma: ChromaServer
+    log: Path
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        return self.cp.kubectl_run("-n", NS, *args, input=input, check=check).stdout
+
+    def store(
+        self, memory: str = "neo-agent-memory", summary: str = "neo-agent-sessions"
+    ) -> MemoryStore:
+        loc = StoreLocation(
+            url=self.chroma.url, memory_collection=memory, summary_collection=summary
+        )
+        return MemoryStore(connect(loc), loc)
+
+    def summaryctl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "controller", *args],
+            env=self.cp.env(),
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def obj(self, session_id: str) -> dict[str, Any]:
+        out = self.kubectl("get", "ssum", summary_object_name(session_id), "-o", "json")
+        return json.loads(out)
+
+    def wait_phase(self, session_id: str, phase: str, timeout: float = 60) -> dict[str, Any]:
+        def done() -> dict[str, Any] | None:
+            o = self.obj(session_id)
+            st = o.get("status") or {}
+            if (
+                st.get("phase") == phase
+                and st.get("observedGeneration") == o["metadata"]["generation"]
+            ):
+                return o
+            return None
+
+        return wait_for(done, timeout, 0.2, message=f"{session_id} -> {phase}\n{tail(self.log)}")
+
+    def events(self, session_id: str) -> list[dict[str, Any]]:
+        name = summary_object_name(session_id)
+        out = self.kubectl(
+            "get", "events", "--field-selector", f"involvedObject.name={name}", "-o", "json"
+        )
+        return list(json.loads(out)["items"])
+
+
+def summarizer_yaml(
+    name: str,
+    url: str,
+    *,
+    memory: str = "neo-agent-memory",
+    summary: str = "neo-agent-sessions",
+    sweep: str = "enabled: false",
+) -> str:
+    return textwrap.dedent(f"""
+        apiVersion: memorycore.io/v1alpha1
+        kind: SessionSummarizer
+        metadata: {{name: {name}, namespace: {NS}}}
+        spec:
+          store: {{url: "{url}", memoryCollection: {memory}, summaryCollection: {summary}}}
+          sweep: {{{sweep}}}
+    """)
+
+
+@pytest.fixture(scope="session")
+def harness(
+    control_plane: ControlPlane,
+    chroma_server: ChromaServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Harness]:
+    cp = control_plane
+    cp.kubectl_run("apply", "-f", str(REPO_ROOT / "crds"))
+    cp.kubectl_run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    cp.kubectl_run("create", "namespace", NS, check=False)
+    log = tmp_path_factory.mktemp("operator") / "operator.log"
+    h = Harness(cp, chroma_server, log)
+    h.kubectl("apply", "-f", "-", input=summarizer_yaml("default", chroma_server.url))
+    env = dict(
+        cp.env(),
+        SSO_REPLICA_ID="it-operator",
+        SSO_SWEEP_TICK_SECONDS="1",
+        SSO_RETRY_BASE_SECONDS="0.5",
+        SSO_RETRY_MAX_SECONDS="2",
+    )
+    proc = spawn(
+        [sys.executable, "-m", "controller", "run", "--standalone", "--namespace", NS],
+        log,
+        env=env,
+        cwd=REPO_ROOT,
+    )
+    try:
+        yield h
+    finally:
+        stop(proc)
+        print("operator log tail:\n" + tail(log, 60))
+
+
+def load(store: MemoryStore, rows: list[tuple[str, str, dict[str, Any]]]) -> None:
+    store.add_memories([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+
+
+def interaction(
+    sid: str, i: int, ts: int, prompt: str, type_: str = "agent-interaction"
+) -> tuple[str, str, dict[str, Any]]:
+    meta = {
+        "sessionId": sid,
+        "timestamp": ts,
+        "type": type_,
+        "prompt": prompt,
+        "thought": f"thinking about step {i}",
+        "response": f"Done with step {i}.",
+        "agent": "claude-code",
+        "model": "claude-sonnet",
+        "amountToolCalls": 1,
+        "toolsUsed": '["edit_file"]',
+    }
+    doc = render_interaction_document(prompt, f"thinking about step {i}", f"Done with step {i}.")
+    return (f"{sid}-{i:04d}", doc, meta)

@@ -1,0 +1,128 @@
+"""Summaries embedded through an OpenAI-compatible /v1/embeddings endpoint over real HTTP,
+and the failures a user can cause with the embedding config: reported, never overwriting."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+
+import pytest
+
+from controller.localenv.processes import wait_for
+from tests.integration.harness import NS, Harness, interaction, load
+from tests.support.openai_server import OpenAIServer, Status, hash_embedding, running_openai_server
+
+
+@pytest.fixture
+def embed_server() -> Iterator[OpenAIServer]:
+    with running_openai_server(embedding_model="test-embedding") as server:
+        yield server
+
+
+def remote_summarizer(name: str, url: str, base_url: str, summary: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "memorycore.io/v1alpha1",
+            "kind": "SessionSummarizer",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {
+                "store": {"url": url, "summaryCollection": summary},
+                "embedding": {"provider": "openai", "model": "test-embedding", "baseUrl": base_url},
+                "sweep": {"enabled": False},
+            },
+        }
+    )
+
+
+def condition(harness: Harness, session_id: str) -> dict[str, str]:
+    st = harness.obj(session_id).get("status") or {}
+    return {c["type"]: c for c in st.get("conditions") or []}.get("Summarized", {})
+
+
+def test_summaries_are_embedded_by_the_configured_http_endpoint(
+    harness: Harness, embed_server: OpenAIServer
+) -> None:
+    sid = "it-remote-embed"
+    load(harness.store(), [interaction(sid, 0, 1_760_000_000_000, "Add a dark mode toggle.")])
+    manifest = remote_summarizer(
+        "remote", harness.chroma.url, embed_server.base_url, "remote-sessions"
+    )
+    harness.kubectl("apply", "-f", "-", input=manifest)
+    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "remote", "--wait", "60")
+    assert res.returncode == 0, res.stdout + res.stderr
+    calls = embed_server.requests_to("/embeddings")
+    assert calls and calls[-1].body["model"] == "test-embedding"
+    got = (
+        harness.store(summary="remote-sessions")
+        .summaries()
+        .get(ids=[f"summary_{sid}"], include=["documents", "embeddings"])
+    )
+    expected = hash_embedding(got["documents"][0])
+    stored = [float(x) for x in got["embeddings"][0]]
+    assert math.isclose(
+        sum(a * b for a, b in zip(stored, expected, strict=True)), 1.0, rel_tol=1e-4
+    )
+
+
+def test_embedding_endpoint_outage_is_reported_then_recovers(
+    harness: Harness, embed_server: OpenAIServer
+) -> None:
+    sid = "it-embed-outage"
+    load(harness.store(), [interaction(sid, 0, 1_760_000_000_000, "Write the changelog.")])
+    embed_server.script_embeddings(*[Status(500)] * 3)  # one failed attempt (client retries twice)
+    manifest = remote_summarizer(
+        "remote-flaky", harness.chroma.url, embed_server.base_url, "flaky-sessions"
+    )
+    harness.kubectl("apply", "-f", "-", input=manifest)
+    harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "remote-flaky")
+    wait_for(
+        lambda: condition(harness, sid).get("reason") == "EmbeddingUnavailable",
+        60,
+        0.2,
+        message="EmbeddingUnavailable",
+    )
+    assert "500" in condition(harness, sid)["message"]
+    assert (
+        harness.store(summary="flaky-sessions").summaries().get(ids=[f"summary_{sid}"])["ids"] == []
+    )
+    harness.wait_phase(sid, "Summarized", timeout=60)
+
+
+def test_dimension_mismatch_fails_and_keeps_the_good_summary(
+    harness: Harness, embed_server: OpenAIServer
+) -> None:
+    sid = "it-dim-mismatch"
+    store = harness.store(summary="mismatch-sessions")
+    load(store, [interaction(sid, 0, 1_760_000_000_000, "Plan the database migration.")])
+    local = json.loads(remote_summarizer("mismatch", harness.chroma.url, "", "mismatch-sessions"))
+    local["spec"]["embedding"] = {"provider": "local-minilm"}
+    harness.kubectl("apply", "-f", "-", input=json.dumps(local))
+    assert (
+        harness.summaryctl(
+            "sunset", sid, "-n", NS, "--summarizer", "mismatch", "--wait", "60"
+        ).returncode
+        == 0
+    )
+    good = store.summaries().get(ids=[f"summary_{sid}"], include=["documents", "metadatas"])
+
+    # The summarizer is switched to a model of another dimension; new memories arrive.
+    embed_server.embedding_dimension = 8
+    harness.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=remote_summarizer(
+            "mismatch", harness.chroma.url, embed_server.base_url, "mismatch-sessions"
+        ),
+    )
+    load(store, [interaction(sid, 1, 1_760_000_100_000, "Add a rollback step.")])
+    harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "mismatch")
+    obj = harness.wait_phase(sid, "Failed")
+    cond = condition(harness, sid)
+    assert cond["reason"] == "EmbeddingMismatch"
+    assert "384-d" in cond["message"] and "8-d" in cond["message"]
+    assert "EmbeddingMismatch" in [e["reason"] for e in harness.events(sid)]
+    assert obj["status"]["memoryCount"] == 1
+    after = store.summaries().get(ids=[f"summary_{sid}"], include=["documents", "metadatas"])
+    assert after == good
