@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 from dataclasses import dataclass, field
 
@@ -26,6 +27,12 @@ class OperatorConfig:
     health_port: int
     retry_base_seconds: float
     retry_max_seconds: float
+    peering_priority: int  # distinct per replica: equal priorities freeze every replica
+    peering_lifetime: int  # seconds; a dead leader is replaced after lastseen + lifetime
+    claim_ttl_seconds: float
+    claim_margin_seconds: float
+    failure_gate: int  # consecutive failures of one session before phase Failed
+    write_journal: str | None  # append a line per store write (chaos tests)
     # Progress/diff-base annotations kopf keeps on our objects use our group's prefix.
     annotation_prefix: str = "memorycore.io"
     extra: dict[str, str] = field(default_factory=dict)
@@ -41,6 +48,12 @@ def load() -> OperatorConfig:
         health_port=_int("SSO_HEALTH_PORT", 0),
         retry_base_seconds=_float("SSO_RETRY_BASE_SECONDS", 2.0),
         retry_max_seconds=_float("SSO_RETRY_MAX_SECONDS", 300.0),
+        peering_priority=_int("SSO_PEERING_PRIORITY", random.SystemRandom().randint(1, 2**31 - 1)),
+        peering_lifetime=_int("SSO_PEERING_LIFETIME", 15),
+        claim_ttl_seconds=_float("SSO_CLAIM_TTL_SECONDS", 60.0),
+        claim_margin_seconds=_float("SSO_CLAIM_MARGIN_SECONDS", 5.0),
+        failure_gate=_int("SSO_FAILURE_GATE", 5),
+        write_journal=os.environ.get("SSO_WRITE_JOURNAL") or None,
     )
 
 

@@ -3,13 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import os
 from typing import Any
 
 import kopf
 
 import controller.handlers  # noqa: F401  (registers the handlers)
 from controller.config import CONFIG
+from controller.peering import watch_leader
+
+PEERING_NAME = "session-summary-operator"
+_RUN: dict[str, Any] = {"standalone": True, "peering": PEERING_NAME, "namespaces": ()}
+_TASKS: set[asyncio.Task[None]] = set()
+log = logging.getLogger("controller.operator")
+
+
+def _leader_changed(leader: str | None, previous: str | None) -> None:
+    role = "this replica" if leader == CONFIG.replica_id else "another replica"
+    if leader is None:
+        log.warning("no active replica (peers share the top priority, or none is alive)")
+    else:
+        log.info("active replica is now %s (%s; was %s)", leader, role, previous)
 
 
 @kopf.on.startup()
@@ -23,7 +39,20 @@ def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: Any) ->
     settings.posting.level = logging.WARNING  # Events come from handlers, not kopf's log.
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 16
-    logger.info("replica %s starting", CONFIG.replica_id)
+    settings.peering.priority = CONFIG.peering_priority
+    settings.peering.lifetime = CONFIG.peering_lifetime
+    logger.info(
+        "replica %s starting (peering %s, priority %d, lifetime %ds)",
+        CONFIG.replica_id,
+        "off (standalone)" if _RUN["standalone"] else _RUN["peering"],
+        CONFIG.peering_priority,
+        CONFIG.peering_lifetime,
+    )
+    if not _RUN["standalone"]:
+        task = asyncio.get_running_loop().create_task(
+            watch_leader(CONFIG.replica_id, _RUN["peering"], _RUN["namespaces"], _leader_changed)
+        )
+        _TASKS.add(task)
 
 
 def run(argv: list[str] | None = None) -> None:
@@ -42,7 +71,7 @@ def run(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--peering",
-        default="session-summary-operator",
+        default=PEERING_NAME,
         help="kopf peering object name (dedicated, never kopf's 'default')",
     )
     parser.add_argument(
@@ -55,6 +84,8 @@ def run(argv: list[str] | None = None) -> None:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    _RUN.update(standalone=args.standalone, peering=args.peering, namespaces=tuple(namespaces))
+    os.environ["POD_ID"] = CONFIG.replica_id  # kopf's peering identity = ours
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Chroma call otherwise
     kopf.run(
         clusterwide=not namespaces,

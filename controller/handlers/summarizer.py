@@ -152,6 +152,10 @@ async def sweep(
     assert namespace is not None
     spec = _validate(body)
     status = _status(body)
+    if status.active_replica != CONFIG.replica_id:
+        # Timers tick only on the active replica: this one has just become it.
+        logger.info("replica %s is active (was %s)", CONFIG.replica_id, status.active_replica)
+        patch.status["activeReplica"] = CONFIG.replica_id
     if not _sweep_due(spec, status):
         return
     try:

@@ -7,7 +7,9 @@ the outcome or the failure into status, a condition and an Event.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import random
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import kopf
 from kubernetes.client.exceptions import ApiException
@@ -27,6 +29,7 @@ from controller.api import (
     set_condition,
 )
 from controller.backends import backends_for
+from controller.claiming import ClaimHandle, ClaimHeld, ClaimLost, ObjectGone
 from controller.config import CONFIG, backoff_seconds
 from controller.embeddings import EmbeddingError
 from controller.store import EmbeddingMismatch, StoreUnavailable, forget_store
@@ -38,9 +41,10 @@ DONE_PHASES = {"Summarized", "Empty", "NotFound"}
 
 
 class Failure(Exception):
-    """A failure to report on the object: reason (CamelCase), message, and whether to retry."""
+    """A failure to report on the object: reason (CamelCase), message, and whether to retry.
+    phase is what the object shows while retries continue below the failure gate."""
 
-    def __init__(self, reason: str, message: str, *, retry: bool, phase: Phase = "Failed") -> None:
+    def __init__(self, reason: str, message: str, *, retry: bool, phase: Phase = "Pending") -> None:
         super().__init__(message)
         self.reason, self.message, self.retry, self.phase = reason, message, retry, phase
 
@@ -116,7 +120,9 @@ def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())[:300]
 
 
-def summarize_blocking(namespace: str, spec: SessionSummarySpec) -> Outcome:
+def summarize_blocking(
+    namespace: str, spec: SessionSummarySpec, before_write: Callable[[], None] | None = None
+) -> Outcome:
     backends = _resolve(namespace, spec)
     try:
         return summarize_session(
@@ -126,6 +132,7 @@ def summarize_blocking(namespace: str, spec: SessionSummarySpec) -> Outcome:
             writer=CONFIG.replica_id,
             trigger=spec.trigger,
             excluded_types=backends.excluded_types,
+            before_write=before_write,
         )
     except StoreUnavailable as exc:
         forget_store(backends.store.location)
@@ -138,12 +145,26 @@ def summarize_blocking(namespace: str, spec: SessionSummarySpec) -> Outcome:
         raise Failure("InvalidSummary", _one_line(exc), retry=True) from exc
 
 
+def summarize_claimed(namespace: str, name: str, spec: SessionSummarySpec) -> Outcome:
+    """Takes the object's claim, summarizes with a claim re-check right before the write,
+    and releases the claim. Raises ClaimHeld when another live writer has it."""
+    handle = ClaimHandle(
+        namespace, name, CONFIG.replica_id, CONFIG.claim_ttl_seconds, CONFIG.claim_margin_seconds
+    )
+    handle.acquire()
+    try:
+        return summarize_blocking(namespace, spec, before_write=handle.verify)
+    finally:
+        handle.release()
+
+
 @kopf.on.create(GROUP, VERSION, SUMMARY_PLURAL)
 @kopf.on.update(GROUP, VERSION, SUMMARY_PLURAL, field="spec")
 @kopf.on.resume(GROUP, VERSION, SUMMARY_PLURAL, when=needs_pass_on_resume)
 async def summarize(
     body: kopf.Body,
     spec: kopf.Spec,
+    name: str,
     namespace: str | None,
     patch: kopf.Patch,
     retry: int,
@@ -153,25 +174,56 @@ async def summarize(
     assert namespace is not None  # SessionSummary is namespaced
     parsed = SessionSummarySpec.model_validate(dict(spec))
     try:
-        outcome = await asyncio.to_thread(summarize_blocking, namespace, parsed)
+        outcome = await asyncio.to_thread(summarize_claimed, namespace, name, parsed)
+    except ObjectGone:
+        return
+    except ClaimHeld as held:
+        # Not ours to report: the holder writes status. Retry once its claim lapses.
+        logger.info("session %s: %s", parsed.session_id, held)
+        raise kopf.TemporaryError(
+            str(held), delay=held.retry_after_s + random.uniform(0, 1)
+        ) from None
+    except ClaimLost as lost:
+        logger.warning("session %s: %s", parsed.session_id, lost)
+        raise kopf.TemporaryError(str(lost), delay=backoff_seconds(retry)) from None
     except Failure as failure:
-        previous = _status(body)
-        failures = (previous.consecutive_failures or 0) + 1
-        _record(
-            body,
-            patch,
-            phase=failure.phase,
-            reason=failure.reason,
-            message=failure.message,
-            ok=False,
-            consecutive_failures=failures,
-        )
-        kopf.event(body, type="Warning", reason=failure.reason, message=failure.message)
-        logger.warning("session %s: %s: %s", parsed.session_id, failure.reason, failure.message)
-        if failure.retry:
-            raise kopf.TemporaryError(failure.message, delay=backoff_seconds(retry)) from None
-        raise kopf.PermanentError(failure.message) from None
+        _record_failure(body, patch, failure, logger, parsed)
     _report(body, patch, parsed, outcome)
+
+
+def _record_failure(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    failure: Failure,
+    logger: kopf.Logger,
+    spec: SessionSummarySpec,
+) -> NoReturn:
+    """Condition + Event; retry with exponential backoff. Failures are counted per
+    generation (kopf keeps retrying an unfinished handler across spec changes), so the gate
+    resets on a spec change, and on success."""
+    previous = _status(body)
+    same_generation = previous.observed_generation == body.metadata.get("generation")
+    failures = (previous.consecutive_failures or 0) + 1 if same_generation else 1
+    gated = not failure.retry or failures >= CONFIG.failure_gate
+    delay = backoff_seconds(failures - 1)
+    phase: Phase = "Failed" if gated else failure.phase
+    message = failure.message
+    if failure.retry and gated:
+        message = f"{failures} consecutive failures, retrying in {delay:.0f}s: {failure.message}"
+    _record(
+        body,
+        patch,
+        phase=phase,
+        reason=failure.reason,
+        message=message,
+        ok=False,
+        consecutive_failures=failures,
+    )
+    kopf.event(body, type="Warning", reason=failure.reason, message=message)
+    logger.warning("session %s: %s: %s", spec.session_id, failure.reason, message)
+    if failure.retry:
+        raise kopf.TemporaryError(failure.message, delay=delay) from None
+    raise kopf.PermanentError(failure.message) from None
 
 
 def _report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcome: Outcome) -> None:

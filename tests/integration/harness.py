@@ -113,6 +113,7 @@ def harness(
         SSO_SWEEP_TICK_SECONDS="1",
         SSO_RETRY_BASE_SECONDS="0.5",
         SSO_RETRY_MAX_SECONDS="2",
+        SSO_FAILURE_GATE="3",
     )
     proc = spawn(
         [sys.executable, "-m", "controller", "run", "--standalone", "--namespace", NS],

@@ -284,7 +284,27 @@ def test_chroma_outage_shows_on_the_object_and_recovers_without_intervention(
 
         wait_for(unavailable, 60, 0.3, message="StoreUnavailable condition\n" + tail(harness.log))
         assert "StoreUnavailable" in [e["reason"] for e in harness.events("it-outage")]
-        assert harness.obj("it-outage")["status"]["phase"] == "Failed"
+        assert harness.obj("it-outage")["status"]["phase"] == "Pending"  # retrying
+
+        def gated() -> dict[str, Any] | None:
+            st = harness.obj("it-outage").get("status") or {}
+            return st if st.get("phase") == "Failed" else None
+
+        # After SSO_FAILURE_GATE (3 here) consecutive failures the gate trips: phase Failed.
+        status = wait_for(gated, 60, 0.3, message="the failure gate\n" + tail(harness.log))
+        assert status["consecutiveFailures"] >= 3
+        assert "consecutive failures, retrying in" in status["message"]
+        # A spec change (a new sunset) resets the gate.
+        harness.summaryctl("sunset", "it-outage", "-n", NS, "--summarizer", "flaky")
+
+        def reset() -> bool:
+            o = harness.obj("it-outage")
+            st = o.get("status") or {}
+            return st.get("observedGeneration") == o["metadata"]["generation"] and st.get(
+                "consecutiveFailures"
+            ) in (1, 2)
+
+        wait_for(reset, 60, 0.1, message="the gate to reset on a spec change")
         server.start()  # same port, same data: the operator retries by itself
         obj = harness.wait_phase("it-outage", "Summarized", timeout=90)
         assert obj["status"]["memoryCount"] == 1
