@@ -12,7 +12,7 @@ import kopf
 
 import controller.handlers  # noqa: F401  (registers the handlers)
 from controller.config import CONFIG
-from controller.peering import watch_leader
+from controller.peering import ensure_peering_object, watch_leader
 
 PEERING_NAME = "session-summary-operator"
 _RUN: dict[str, Any] = {"standalone": True, "peering": PEERING_NAME, "namespaces": ()}
@@ -29,7 +29,7 @@ def _leader_changed(leader: str | None, previous: str | None) -> None:
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: Any) -> None:
     prefix = CONFIG.annotation_prefix
     # Progress and diff-base annotations under our own group, not kopf's shared prefix.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
@@ -49,6 +49,7 @@ def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: Any) ->
         CONFIG.peering_lifetime,
     )
     if not _RUN["standalone"]:
+        await asyncio.to_thread(ensure_peering_object, _RUN["peering"], _RUN["namespaces"])
         task = asyncio.get_running_loop().create_task(
             watch_leader(CONFIG.replica_id, _RUN["peering"], _RUN["namespaces"], _leader_changed)
         )

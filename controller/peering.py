@@ -67,6 +67,30 @@ def read_peering(name: str, namespaces: tuple[str, ...]) -> Mapping[str, Any]:
     return dict(obj.get("status") or {})  # type: ignore[attr-defined]
 
 
+def ensure_peering_object(name: str, namespaces: tuple[str, ...]) -> None:
+    """kopf only patches the peering object; it must exist. Create-if-absent, idempotent."""
+    api = kube.custom()
+    version = f"{PEERING_GROUP}/{PEERING_VERSION}"
+
+    def create(fn: Any, *args: Any) -> None:
+        try:
+            fn(PEERING_GROUP, PEERING_VERSION, *args)
+        except ApiException as exc:
+            if exc.status != 409:  # 409: it exists already
+                raise
+
+    for ns in namespaces:
+        body = {
+            "apiVersion": version,
+            "kind": "KopfPeering",
+            "metadata": {"name": name, "namespace": ns},
+        }
+        create(api.create_namespaced_custom_object, ns, "kopfpeerings", body)
+    if not namespaces:
+        body = {"apiVersion": version, "kind": "ClusterKopfPeering", "metadata": {"name": name}}
+        create(api.create_cluster_custom_object, "clusterkopfpeerings", body)
+
+
 async def watch_leader(
     me: str, name: str, namespaces: tuple[str, ...], on_change: Any, interval: float = 2.0
 ) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from controller.extractive import summarize_extractive
-from controller.journal import record_write
+from controller.journal import write_begins, write_ends
 from controller.memories import Memory, is_excluded
 from controller.naming import summary_row_id
 from controller.store import MemoryStore
@@ -111,9 +111,12 @@ def summarize_session(
     )
     vector = embed([document])[0]
     store.check_embedding_dimension(len(vector))
-    write_started_ms = int(time.time() * 1000)
-    if before_write is not None:
-        before_write()
-    store.write_summary(session_id, document, metadata, vector)
-    record_write(session_id, writer, write_started_ms, int(time.time() * 1000))
+    began_ms = int(time.time() * 1000)
+    write_begins(session_id, writer, began_ms)
+    try:
+        if before_write is not None:
+            before_write()
+        store.write_summary(session_id, document, metadata, vector)
+    finally:  # ends whether written or refused (claim lost, store down)
+        write_ends(session_id, writer, began_ms, int(time.time() * 1000))
     return Outcome("summarized", session_id, rows.total, final, len(new), passes, last_ms)

@@ -1,0 +1,346 @@
+"""Exactly one writer: several operator processes on the real control plane and a real
+Chroma server, the active replica SIGKILLed repeatedly, every store write journaled."""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import json
+import random
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller import kube
+from controller.claiming import ClaimHandle
+from controller.localenv.controlplane import REPO_ROOT, ControlPlane
+from controller.localenv.processes import kill, spawn, stop, tail, wait_for
+from controller.naming import summary_object_name
+from controller.peering import leader_of, live_peers
+from controller.store import MemoryStore
+from tests.integration.harness import Harness, interaction, load
+
+
+@dataclass
+class Replicas:
+    """Operator processes watching one namespace, all journaling their store writes."""
+
+    cp: ControlPlane
+    namespace: str
+    workdir: Path
+    env: dict[str, str]
+    standalone: bool = False
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    counter: Iterator[int] = field(default_factory=itertools.count)
+    killed_at: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def journal(self) -> Path:
+        return self.workdir / "writes.jsonl"
+
+    def start(self, priority: int | None = None) -> str:
+        replica = f"{self.namespace}-r{next(self.counter)}"
+        env = dict(self.env, SSO_REPLICA_ID=replica, SSO_WRITE_JOURNAL=str(self.journal))
+        if priority is not None:
+            env["SSO_PEERING_PRIORITY"] = str(priority)
+        argv = [sys.executable, "-m", "controller", "run", "--namespace", self.namespace]
+        if self.standalone:
+            argv.append("--standalone")
+        self.procs[replica] = spawn(argv, self.workdir / f"{replica}.log", env=env, cwd=REPO_ROOT)
+        return replica
+
+    def leader(self) -> str | None:
+        out = self.cp.kubectl_run(
+            "-n",
+            self.namespace,
+            "get",
+            "kopfpeerings.kopf.dev",
+            "session-summary-operator",
+            "-o",
+            "json",
+            check=False,
+        )
+        if out.returncode != 0:
+            return None
+        status = json.loads(out.stdout).get("status") or {}
+        leader = leader_of(live_peers(status, dt.datetime.now(dt.UTC)))
+        return leader if leader in self.procs and self.procs[leader].poll() is None else None
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            stop(proc)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {r}\n{tail(self.workdir / f'{r}.log', 15)}" for r in self.procs)
+
+    def writes(self) -> list[dict[str, Any]]:
+        """Write intervals from the journal. A write begun by a replica that was then
+        SIGKILLed has no end line: it cannot have lasted past the kill."""
+        if not self.journal.exists():
+            return []
+        records = [json.loads(line) for line in self.journal.read_text().splitlines() if line]
+        ends = {
+            (r["holder"], r["session"], r["began"]): r["t"] for r in records if r["event"] == "end"
+        }
+        writes = []
+        for r in records:
+            if r["event"] != "begin":
+                continue
+            end = ends.get((r["holder"], r["session"], r["t"]))
+            if end is None:
+                end = self.killed_at.get(r["holder"], 2**62)  # still running: open-ended
+            writes.append(
+                {"session": r["session"], "holder": r["holder"], "start": r["t"], "end": end}
+            )
+        return writes
+
+    def kill(self, replica: str) -> None:
+        kill(self.procs[replica])  # SIGKILL: no shutdown, its claims stay until expiry
+        self.killed_at[replica] = int(time.time() * 1000)
+
+
+def overlapping_writes(writes: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Pairs of writes to one session by different holders whose intervals overlap."""
+    by_session: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for w in writes:
+        by_session[w["session"]].append(w)
+    overlaps = []
+    for items in by_session.values():
+        items.sort(key=lambda w: w["start"])
+        for i, a in enumerate(items):
+            for b in items[i + 1 :]:
+                if a["holder"] != b["holder"] and b["start"] < a["end"]:
+                    overlaps.append((a, b))
+    return overlaps
+
+
+def summarizer(namespace: str, url: str, memory: str, summary: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "memorycore.io/v1alpha1",
+            "kind": "SessionSummarizer",
+            "metadata": {"name": "default", "namespace": namespace},
+            "spec": {
+                "store": {"url": url, "memoryCollection": memory, "summaryCollection": summary},
+                "sweep": {"enabled": False},
+            },
+        }
+    )
+
+
+@pytest.fixture
+def replicas_factory(harness: Harness, tmp_path: Path) -> Iterator[Any]:
+    made: list[Replicas] = []
+
+    def make(namespace: str, standalone: bool = False, **env: str) -> tuple[Replicas, MemoryStore]:
+        cp = harness.cp
+        cp.kubectl_run("create", "namespace", namespace, check=False)
+        memory, summary = f"{namespace}-memory", f"{namespace}-sessions"
+        cp.kubectl_run(
+            "apply", "-f", "-", input=summarizer(namespace, harness.chroma.url, memory, summary)
+        )
+        base_env = dict(
+            cp.env(),
+            SSO_PEERING_LIFETIME="5",
+            SSO_CLAIM_TTL_SECONDS="8",
+            SSO_CLAIM_MARGIN_SECONDS="2",
+            SSO_RETRY_BASE_SECONDS="0.5",
+            SSO_RETRY_MAX_SECONDS="2",
+            SSO_SWEEP_TICK_SECONDS="1",
+            **env,
+        )
+        workdir = tmp_path / namespace
+        workdir.mkdir()
+        reps = Replicas(cp, namespace, workdir, base_env, standalone=standalone)
+        made.append(reps)
+        return reps, harness.store(memory, summary)
+
+    try:
+        yield make
+    finally:
+        for reps in made:
+            reps.stop_all()
+
+
+def phases(cp: ControlPlane, namespace: str) -> dict[str, dict[str, Any]]:
+    out = cp.kubectl_run("-n", namespace, "get", "ssum", "-o", "json").stdout
+    return {o["spec"]["sessionId"]: o for o in json.loads(out)["items"]}
+
+
+def all_covered(cp: ControlPlane, namespace: str, expected: dict[str, int]) -> bool:
+    objs = phases(cp, namespace)
+    for sid, count in expected.items():
+        st = (objs.get(sid) or {}).get("status") or {}
+        gen = (objs.get(sid) or {}).get("metadata", {}).get("generation")
+        if st.get("phase") != "Summarized" or st.get("memoryCount") != count:
+            return False
+        if st.get("observedGeneration") != gen:
+            return False
+    return True
+
+
+def test_chaos_every_session_summarized_once_at_a_time_while_leaders_die(
+    harness: Harness, replicas_factory: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ns = "chaos"
+    reps, store = replicas_factory(ns)
+    sessions = [f"chaos-{i:03d}" for i in range(200)]
+    resunset = set(sessions[::5])  # 40 sessions get new memories and a second sunset
+    base = 1_770_000_000_000
+    rows = [
+        interaction(sid, k, base + i * 10 + k, f"Fact {sid}-{k}: implement step {k}.")
+        for i, sid in enumerate(sessions)
+        for k in range(3)
+    ]
+    load(store, rows)
+    expected = dict.fromkeys(sessions, 3)
+    for _ in range(3):
+        reps.start()
+    wait_for(reps.leader, 60, 0.5, message="a leader among 3 replicas\n" + reps.logs())
+
+    kills = 0
+    sunsets = 0
+    random.seed(7)
+    next_kill = time.monotonic() + 4
+    queue = list(sessions) + sorted(resunset)
+    added: set[str] = set()
+    for n, sid in enumerate(queue):
+        if n >= len(sessions) and sid not in added:
+            load(
+                store,
+                [
+                    interaction(sid, k, base + 5_000_000 + k, f"Fact {sid}-{k}: follow-up {k}.")
+                    for k in (3, 4)
+                ],
+            )
+            expected[sid] = 5
+            added.add(sid)
+        kube.request_summary(ns, sid, trigger="sunset")
+        sunsets += 1
+        if time.monotonic() >= next_kill and kills < 4:
+            leader = reps.leader()
+            if leader is not None:
+                reps.kill(leader)
+                kills += 1
+                reps.start()
+                next_kill = time.monotonic() + 8
+        time.sleep(0.08)
+    while kills < 4:  # keep killing leaders until four failovers happened
+        leader = wait_for(reps.leader, 60, 0.5, message="a new leader\n" + reps.logs())
+        time.sleep(2)
+        reps.kill(leader)
+        kills += 1
+        reps.start()
+
+    wait_for(
+        lambda: all_covered(harness.cp, ns, expected),
+        240,
+        1.0,
+        message="every session Summarized covering all its memories\n" + reps.logs(),
+    )
+
+    got = store.summaries().get(
+        ids=[f"summary_{s}" for s in sessions], include=["documents", "metadatas"]
+    )
+    assert len(got["ids"]) == len(sessions)
+    for doc, meta in zip(got["documents"], got["metadatas"], strict=True):
+        sid = meta["sessionId"]
+        assert meta["memoryCount"] == expected[sid]
+        for k in range(expected[sid]):  # no summary ever lost an item it had
+            assert f"Fact {sid}-{k}" in doc, (sid, k)
+    writes = reps.writes()
+    overlaps = overlapping_writes(writes)
+    assert overlaps == []
+    assert {w["session"] for w in writes} == set(sessions)
+    writers = {w["holder"] for w in writes}
+    with capsys.disabled():
+        print(
+            f"\nchaos: sessions={len(sessions)} sunsets={sunsets} kills={kills} "
+            f"writes={len(writes)} writers={len(writers)} overlaps={len(overlaps)}"
+        )
+    assert kills == 4 and len(writers) >= 2
+
+
+def test_two_replicas_with_equal_priority_both_pause_and_never_write(
+    harness: Harness, replicas_factory: Any
+) -> None:
+    reps, store = replicas_factory("tie")
+    load(store, [interaction("tie-1", 0, 1_770_000_000_000, "Fix the flaky test.")])
+    first, second = reps.start(priority=100), reps.start(priority=100)
+
+    def both_paused() -> bool:
+        return all(
+            "conflicting operators with the same priority"
+            in (reps.workdir / f"{r}.log").read_text()
+            for r in (first, second)
+        )
+
+    # kopf pauses every peer that shares the top priority.
+    wait_for(both_paused, 60, 0.5, message="both replicas to pause\n" + reps.logs())
+    kube.request_summary("tie", "tie-1", trigger="sunset")
+    time.sleep(8)  # ample time to misbehave
+    assert reps.writes() == []
+    assert store.summaries().get(ids=["summary_tie-1"])["ids"] == []
+    assert "no active replica" in (reps.workdir / f"{first}.log").read_text()
+
+
+def test_two_active_replicas_never_write_one_session_concurrently(
+    harness: Harness, replicas_factory: Any
+) -> None:
+    # Peering entirely wrong: both replicas standalone, both handle every object.
+    reps, store = replicas_factory("split", standalone=True)
+    sessions = [f"split-{i:02d}" for i in range(30)]
+    load(
+        store,
+        [
+            interaction(s, k, 1_770_000_000_000 + k, f"Fact {s}-{k}.")
+            for s in sessions
+            for k in range(2)
+        ],
+    )
+    reps.start()
+    reps.start()
+    time.sleep(2)
+    for sid in sessions:
+        kube.request_summary("split", sid, trigger="sunset")
+    wait_for(
+        lambda: all_covered(harness.cp, "split", dict.fromkeys(sessions, 2)),
+        120,
+        1.0,
+        message="all Summarized\n" + reps.logs(),
+    )
+    writes = reps.writes()
+    assert overlapping_writes(writes) == []
+    assert {w["session"] for w in writes} == set(sessions)
+    logs = reps.logs() + "".join((reps.workdir / f"{r}.log").read_text() for r in reps.procs)
+    assert "claimed by" in logs  # the claim, not peering, kept them apart
+
+
+def test_a_replica_without_the_claim_cannot_write(harness: Harness, replicas_factory: Any) -> None:
+    # As a paused replica whose timer still ticks would: it runs, but the claim is elsewhere.
+    reps, store = replicas_factory("held", standalone=True)
+    load(store, [interaction("held-1", 0, 1_770_000_000_000, "Bump the version.")])
+    name = summary_object_name("held-1")
+    kube.request_summary("held", "held-1", trigger="manual")  # created before any replica runs
+    other = ClaimHandle("held", name, "some-other-replica", ttl_s=12, margin_s=1)
+    other.acquire()
+    reps.start()
+    time.sleep(6)
+    assert store.summaries().get(ids=["summary_held-1"])["ids"] == []
+    assert reps.writes() == []
+    assert "claimed by some-other-replica" in (reps.workdir / "held-r0.log").read_text()
+    other.release()
+    wait_for(
+        lambda: all_covered(harness.cp, "held", {"held-1": 1}),
+        60,
+        0.5,
+        message="written once the claim is released\n" + reps.logs(),
+    )
+    assert [w["holder"] for w in reps.writes()] == ["held-r0"]
