@@ -4,6 +4,7 @@ local process (standalone) watching one namespace. Shared by the integration mod
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from controller import kube
 from controller.localenv.chroma import ChromaServer
 from controller.localenv.controlplane import REPO_ROOT, ControlPlane
 from controller.localenv.processes import spawn, stop, tail, wait_for
@@ -106,6 +108,9 @@ def harness(
     cp.kubectl_run("create", "namespace", NS, check=False)
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     h = Harness(cp, chroma_server, log)
+    # In-process API calls (controller.kube) aim at this control plane too.
+    os.environ["KUBECONFIG"] = str(cp.kubeconfig)
+    kube.api_client.cache_clear()
     h.kubectl("apply", "-f", "-", input=summarizer_yaml("default", chroma_server.url))
     env = dict(
         cp.env(),
