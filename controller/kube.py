@@ -85,11 +85,13 @@ def request_summary(
     trigger: str,
     summarizer: str = "default",
     requested_at: str | None = None,
+    patch_if_exists: bool = True,
 ) -> tuple[str, str]:
     """Creates the session's SessionSummary, or patches spec.requestedAt to force a new pass.
 
-    Returns (object name, "created" | "patched"). Safe to repeat: the name is derived
-    from the session id, and a create that loses a race becomes a patch.
+    Returns (object name, "created" | "patched" | "exists"). Safe to repeat: the name is
+    derived from the session id, and a create that loses a race becomes a patch (or
+    nothing, with patch_if_exists=False: the winner's object already asks for a pass).
     """
     name = summary_object_name(session_id)
     spec = SessionSummarySpec(
@@ -114,6 +116,8 @@ def request_summary(
     except ApiException as exc:
         if exc.status != 409:
             raise
+    if not patch_if_exists:
+        return name, "exists"
     patch = {"spec": {"requestedAt": spec.requested_at, "trigger": trigger}}
     custom().patch_namespaced_custom_object(GROUP, VERSION, namespace, SUMMARY_PLURAL, name, patch)
     return name, "patched"

@@ -91,9 +91,9 @@ def run_sweep(
             trigger="sweep",
             summarizer=summarizer_name,
             requested_at=requested_at,
+            # Absent when we looked: if another sweep created it meanwhile, leave it be.
+            patch_if_exists=existing is not None,
         )
-        if action == "created":
-            created += 1
-        else:
-            patched += 1
+        created += action == "created"
+        patched += action == "patched"
     return SweepResult(plan, scanned, created, patched, time.monotonic() - started)

@@ -344,3 +344,38 @@ def test_a_replica_without_the_claim_cannot_write(harness: Harness, replicas_fac
         message="written once the claim is released\n" + reps.logs(),
     )
     assert [w["holder"] for w in reps.writes()] == ["held-r0"]
+
+
+def test_overlapping_sweeps_create_each_object_once(harness: Harness) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from controller.api import SessionSummarizerSpec
+    from controller.sweeper import run_sweep
+
+    ns = "sweeps"
+    harness.cp.kubectl_run("create", "namespace", ns, check=False)
+    store = harness.store("sweeps-memory", "sweeps-sessions")
+    now = int(time.time() * 1000)
+    sessions = [f"sweeps-{i}" for i in range(12)]
+    load(
+        store,
+        [interaction(s, 0, now - 3_600_000 - i, f"Task {s}.") for i, s in enumerate(sessions)],
+    )
+    spec = SessionSummarizerSpec.model_validate(
+        {"sweep": {"idleSeconds": 60, "maxSessionsPerSweep": 50}}
+    )
+
+    def sweep() -> Any:
+        return run_sweep(store, spec, namespace=ns, summarizer_name="default", watermark_ms=None)
+
+    with ThreadPoolExecutor(2) as pool:  # two replicas sweeping at the same moment
+        results = list(pool.map(lambda _: sweep(), range(2)))
+    assert all(r.plan.found == len(sessions) for r in results)
+    assert sum(r.created for r in results) == len(sessions)  # each object created once
+    assert sum(r.patched for r in results) == 0  # and the losing sweep patched nothing
+    objs = phases(harness.cp, ns)
+    assert sorted(objs) == sorted(sessions)
+    # A third sweep while nothing was summarized yet patches nothing: the work is in flight.
+    again = sweep()
+    assert again.created == 0 and again.patched == 0
+    assert all(o["spec"]["trigger"] == "sweep" for o in objs.values())
