@@ -1,0 +1,152 @@
+"""Failover: time from SIGKILL of the active replica to the next summary written by the new
+one, with kopf's default peering lifetime (60 s) and our tuned default (15 s), in one run.
+
+Real parts: local etcd + kube-apiserver, Chroma server, two operator processes per
+setting (distinct random priorities, peering on). Per trial: wait until a leader is
+active and has written a warm-up summary, SIGKILL it, sunset a new session at once, and
+time until its summary is in Chroma (written by the survivor).
+
+    .venv/bin/python -m bench.failover [--trials 2] [--tuned 15]
+
+Last line: failover default_s=<n> tuned_s=<n>   (medians)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from controller import kube
+from controller.localenv.chroma import running_chroma
+from controller.localenv.controlplane import REPO_ROOT, ControlPlane, running_control_plane
+from controller.localenv.processes import kill, spawn, stop, wait_for
+from controller.peering import leader_of, live_peers
+from controller.store import MemoryStore, StoreLocation, connect
+
+
+def leader(cp: ControlPlane, ns: str) -> str | None:
+    out = cp.kubectl_run(
+        "-n",
+        ns,
+        "get",
+        "kopfpeerings.kopf.dev",
+        "session-summary-operator",
+        "-o",
+        "json",
+        check=False,
+    )
+    if out.returncode != 0:
+        return None
+    status = json.loads(out.stdout).get("status") or {}
+    return leader_of(live_peers(status, dt.datetime.now(dt.UTC)))
+
+
+def load_session(store: MemoryStore, sid: str) -> None:
+    meta = {
+        "sessionId": sid,
+        "timestamp": 1_770_000_000_000,
+        "type": "agent-interaction",
+        "prompt": f"Deploy {sid}.",
+        "thought": "ok",
+        "response": "Deployed.",
+    }
+    store.add_memories([f"{sid}-0"], [f"User Prompt: Deploy {sid}."], [meta])
+
+
+def written_by(store: MemoryStore, sid: str) -> str | None:
+    got = store.summaries().get(ids=[f"summary_{sid}"], include=["metadatas"])
+    metas = got["metadatas"] or []
+    return str(metas[0].get("writer")) if metas else None
+
+
+def trial(
+    cp: ControlPlane, store: MemoryStore, url: str, work: Path, lifetime: int, n: int
+) -> float:
+    ns = f"fo-{lifetime}-{n}"
+    cp.kubectl_run("create", "namespace", ns)
+    cp.kubectl_run(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            {
+                "apiVersion": "memorycore.io/v1alpha1",
+                "kind": "SessionSummarizer",
+                "metadata": {"name": "default", "namespace": ns},
+                "spec": {"store": {"url": url}, "sweep": {"enabled": False}},
+            }
+        ),
+    )
+    procs = {}
+    for r in ("a", "b"):
+        rid = f"{ns}-{r}"
+        env = dict(cp.env(), SSO_REPLICA_ID=rid, SSO_PEERING_LIFETIME=str(lifetime))
+        procs[rid] = spawn(
+            [sys.executable, "-m", "controller", "run", "--namespace", ns],
+            work / f"{rid}.log",
+            env=env,
+            cwd=REPO_ROOT,
+        )
+    try:
+        active = wait_for(lambda: leader(cp, ns), 120, 0.5, message="a leader")
+        warm, probe = f"{ns}-warm", f"{ns}-probe"
+        load_session(store, warm)
+        load_session(store, probe)
+        kube.request_summary(ns, warm, trigger="sunset")
+        wait_for(lambda: written_by(store, warm), 120, 0.2, message="warm-up summary")
+        time.sleep(1 + (n % 3))  # kill at varying points of the keepalive cycle
+        t0 = time.monotonic()
+        kill(procs[active])
+        kube.request_summary(ns, probe, trigger="sunset")
+        writer = wait_for(
+            lambda: written_by(store, probe), 300, 0.1, message="summary after failover"
+        )
+        elapsed = time.monotonic() - t0
+        assert writer != active, (writer, active)
+        print(
+            f"  lifetime={lifetime}s trial={n}: {elapsed:.1f}s "
+            f"(killed {active}, new writer {writer})",
+            file=sys.stderr,
+        )
+        return elapsed
+    finally:
+        for proc in procs.values():
+            stop(proc)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=2)
+    parser.add_argument("--tuned", type=int, default=15, help="tuned peering lifetime (s)")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="sso-failover-"))
+    results: dict[int, list[float]] = {60: [], args.tuned: []}
+    with running_control_plane(work / "cp") as cp, running_chroma(work / "chroma") as chroma:
+        os.environ["KUBECONFIG"] = str(cp.kubeconfig)
+        cp.kubectl_run("apply", "-f", str(REPO_ROOT / "crds"))
+        cp.kubectl_run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        loc = StoreLocation(url=chroma.url)
+        store = MemoryStore(connect(loc), loc)
+        for n in range(args.trials):
+            for lifetime in results:
+                results[lifetime].append(trial(cp, store, chroma.url, work, lifetime, n))
+    default_s = statistics.median(results[60])
+    tuned_s = statistics.median(results[args.tuned])
+    print(
+        f"trials={args.trials} default_lifetime=60 tuned_lifetime={args.tuned} "
+        f"default_all={[round(x, 1) for x in results[60]]} "
+        f"tuned_all={[round(x, 1) for x in results[args.tuned]]}"
+    )
+    print(f"failover default_s={default_s:.1f} tuned_s={tuned_s:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
