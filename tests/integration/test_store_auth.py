@@ -1,0 +1,134 @@
+"""A Chroma server behind a bearer token: the token comes from a Secret, is sent on every
+request, and never shows on the object, in Events or in the operator log."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from controller.localenv.processes import wait_for
+from tests.integration.harness import NS, Harness, interaction, load
+
+TOKEN = "s3cret-chroma-token"
+
+
+@dataclass
+class AuthProxy:
+    """Forwards to the real Chroma server only requests bearing the expected token."""
+
+    upstream: str
+    url: str = ""
+    seen: list[str | None] = field(default_factory=list)
+
+
+@pytest.fixture
+def auth_proxy(harness: Harness) -> Iterator[AuthProxy]:
+    proxy = AuthProxy(upstream=harness.chroma.url)
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        auth = request.headers.get("Authorization")
+        proxy.seen.append(auth)
+        if auth != f"Bearer {TOKEN}":
+            return web.json_response({"error": "Unauthorized"}, status=401)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.request(
+                request.method,
+                proxy.upstream + request.path_qs,
+                data=await request.read(),
+                headers={"Content-Type": request.headers.get("Content-Type", "application/json")},
+            ) as resp,
+        ):
+            body = await resp.read()
+            return web.Response(status=resp.status, body=body, content_type=resp.content_type)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", forward)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    proxy.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app, access_log=None)
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.SockSite(runner, sock).start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield proxy
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def test_the_store_token_comes_from_a_secret_and_never_leaks(
+    harness: Harness, auth_proxy: AuthProxy
+) -> None:
+    sid = "it-token"
+    load(harness.store(), [interaction(sid, 0, 1_760_000_000_000, "Rotate the signing keys.")])
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "chroma-token", "namespace": NS},
+        "data": {"token": base64.b64encode(TOKEN.encode()).decode()},
+    }
+    harness.kubectl("apply", "-f", "-", input=json.dumps(secret))
+    summarizer = {
+        "apiVersion": "memorycore.io/v1alpha1",
+        "kind": "SessionSummarizer",
+        "metadata": {"name": "tokened", "namespace": NS},
+        "spec": {
+            "store": {"url": auth_proxy.url, "authSecretRef": {"name": "chroma-token"}},
+            "sweep": {"enabled": False},
+        },
+    }
+    harness.kubectl("apply", "-f", "-", input=json.dumps(summarizer))
+    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "tokened", "--wait", "60")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert auth_proxy.seen and set(auth_proxy.seen) == {f"Bearer {TOKEN}"}
+    shown = harness.kubectl("get", "ssum,ssumr,events", "-o", "json") + harness.log.read_text()
+    assert TOKEN not in shown
+
+
+def test_a_wrong_token_is_reported_on_the_summarizer(
+    harness: Harness, auth_proxy: AuthProxy
+) -> None:
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "wrong-token", "namespace": NS},
+        "data": {"token": base64.b64encode(b"nope").decode()},
+    }
+    harness.kubectl("apply", "-f", "-", input=json.dumps(secret))
+    summarizer = {
+        "apiVersion": "memorycore.io/v1alpha1",
+        "kind": "SessionSummarizer",
+        "metadata": {"name": "wrong-token", "namespace": NS},
+        "spec": {
+            "store": {"url": auth_proxy.url, "authSecretRef": {"name": "wrong-token"}},
+            "sweep": {"enabled": False},
+        },
+    }
+    harness.kubectl("apply", "-f", "-", input=json.dumps(summarizer))
+
+    def store_condition() -> dict[str, str] | None:
+        st = (
+            json.loads(harness.kubectl("get", "ssumr", "wrong-token", "-o", "json")).get("status")
+            or {}
+        )
+        conds = {c["type"]: c for c in st.get("conditions") or []}
+        return conds.get("StoreReachable")
+
+    cond = wait_for(store_condition, 60, 0.3, message="StoreReachable condition")
+    assert cond["status"] == "False" and cond["reason"] == "StoreUnavailable"
+    assert "nope" not in json.dumps(cond)
