@@ -11,7 +11,9 @@ from typing import Any
 import kopf
 
 import controller.handlers  # noqa: F401  (registers the handlers)
+from controller import metrics
 from controller.config import CONFIG
+from controller.metrics import start_metrics_server
 from controller.peering import ensure_peering_object, watch_leader
 
 PEERING_NAME = "session-summary-operator"
@@ -21,6 +23,7 @@ log = logging.getLogger("controller.operator")
 
 
 def _leader_changed(leader: str | None, previous: str | None) -> None:
+    metrics.set_active_replica(CONFIG.replica_id, leader == CONFIG.replica_id)
     role = "this replica" if leader == CONFIG.replica_id else "another replica"
     if leader is None:
         log.warning("no active replica (peers share the top priority, or none is alive)")
@@ -48,7 +51,11 @@ async def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: A
         CONFIG.peering_priority,
         CONFIG.peering_lifetime,
     )
-    if not _RUN["standalone"]:
+    if CONFIG.metrics_port > 0:
+        start_metrics_server(CONFIG.metrics_port)
+    if _RUN["standalone"]:
+        metrics.set_active_replica(CONFIG.replica_id, True)
+    else:
         await asyncio.to_thread(ensure_peering_object, _RUN["peering"], _RUN["namespaces"])
         task = asyncio.get_running_loop().create_task(
             watch_leader(CONFIG.replica_id, _RUN["peering"], _RUN["namespaces"], _leader_changed)

@@ -16,7 +16,7 @@ import httpx
 import kopf
 from pydantic import ValidationError
 
-from controller import kube
+from controller import kube, metrics
 from controller.api import (
     GROUP,
     SUMMARIZER_PLURAL,
@@ -186,6 +186,7 @@ async def sweep(
         )
         return
     plan = result.plan
+    metrics.observe_sweep(result.duration_s, plan.found)
     message = (
         f"scanned {result.scanned} new memories: {plan.found} stale, {len(plan.still_active)} "
         f"still active, {len(plan.fresh)} fresh; created {result.created}, "

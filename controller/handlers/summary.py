@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from controller import kube
+from controller import kube, metrics
 from controller.api import (
     GROUP,
     SUMMARY_PLURAL,
@@ -37,6 +39,9 @@ from controller.summarize import Outcome, summarize_session
 from controller.summary import SummaryValidationError
 
 CONDITION = "Summarized"
+# Summaries block on Chroma and the model: their own pool, sized for concurrency (asyncio's
+# default executor has only cpu_count + 4 threads).
+WORKERS = ThreadPoolExecutor(max_workers=CONFIG.workers, thread_name_prefix="summarize")
 DONE_PHASES = {"Summarized", "Empty", "NotFound"}
 
 
@@ -173,21 +178,28 @@ async def summarize(
 ) -> None:
     assert namespace is not None  # SessionSummary is namespaced
     parsed = SessionSummarySpec.model_validate(dict(spec))
+    started = time.monotonic()
     try:
-        outcome = await asyncio.to_thread(summarize_claimed, namespace, name, parsed)
+        outcome = await asyncio.get_running_loop().run_in_executor(
+            WORKERS, summarize_claimed, namespace, name, parsed
+        )
     except ObjectGone:
         return
     except ClaimHeld as held:
         # Not ours to report: the holder writes status. Retry once its claim lapses.
+        metrics.claim_conflict()
         logger.info("session %s: %s", parsed.session_id, held)
-        raise kopf.TemporaryError(
-            str(held), delay=held.retry_after_s + random.uniform(0, 1)
-        ) from None
+        delay = held.retry_after_s + random.uniform(0, 1)
+        raise kopf.TemporaryError(str(held), delay=delay) from None
     except ClaimLost as lost:
+        metrics.claim_conflict()
         logger.warning("session %s: %s", parsed.session_id, lost)
         raise kopf.TemporaryError(str(lost), delay=backoff_seconds(retry)) from None
     except Failure as failure:
+        metrics.observe_summary("failed", time.monotonic() - started)
+        metrics.observe_failure(failure.reason)
         _record_failure(body, patch, failure, logger, parsed)
+    metrics.observe_summary(outcome.kind, time.monotonic() - started)
     _report(body, patch, parsed, outcome)
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from controller import kube
 from controller.localenv.chroma import ChromaServer
-from controller.localenv.controlplane import REPO_ROOT, ControlPlane
+from controller.localenv.controlplane import REPO_ROOT, ControlPlane, free_port
 from controller.localenv.processes import spawn, stop, tail, wait_for
 from controller.memories import render_interaction_document
 from controller.naming import summary_object_name
@@ -31,6 +31,7 @@ class Harness:
     cp: ControlPlane
     chroma: ChromaServer
     log: Path
+    metrics_url: str = ""
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
         return self.cp.kubectl_run("-n", NS, *args, input=input, check=check).stdout
@@ -107,7 +108,8 @@ def harness(
     cp.kubectl_run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
     cp.kubectl_run("create", "namespace", NS, check=False)
     log = tmp_path_factory.mktemp("operator") / "operator.log"
-    h = Harness(cp, chroma_server, log)
+    metrics_port = free_port()
+    h = Harness(cp, chroma_server, log, metrics_url=f"http://127.0.0.1:{metrics_port}/metrics")
     # In-process API calls (controller.kube) aim at this control plane too.
     os.environ["KUBECONFIG"] = str(cp.kubeconfig)
     kube.api_client.cache_clear()
@@ -119,6 +121,7 @@ def harness(
         SSO_RETRY_BASE_SECONDS="0.5",
         SSO_RETRY_MAX_SECONDS="2",
         SSO_FAILURE_GATE="3",
+        SSO_METRICS_PORT=str(metrics_port),
     )
     proc = spawn(
         [sys.executable, "-m", "controller", "run", "--standalone", "--namespace", NS],

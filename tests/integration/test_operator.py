@@ -316,3 +316,19 @@ def test_chroma_outage_shows_on_the_object_and_recovers_without_intervention(
         assert got["metadatas"][0]["memoryCount"] == 1
     finally:
         server.stop()
+
+
+def test_metrics_count_summaries_sweeps_and_the_active_replica(harness: Harness) -> None:
+    import urllib.request
+
+    harness.wait_phase(SAMPLE_SESSIONS[0].session_id, "Summarized")
+    text = urllib.request.urlopen(harness.metrics_url, timeout=5).read().decode()
+    samples = {
+        line.split(" ")[0]: float(line.split(" ")[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+    assert samples['session_summary_summaries_total{result="summarized"}'] >= 1
+    assert samples["session_summary_summarize_duration_seconds_count"] >= 1
+    assert samples['session_summary_active_replica{replica="it-operator"}'] == 1
+    assert "session_summary_claim_conflicts_total" in samples

@@ -1,0 +1,119 @@
+"""Prometheus metrics of the operator, served on SSO_METRICS_PORT (the chart sets 9090).
+
+Every replica serves its own figures: counters and histograms count what *this* process
+did, and `session_summary_active_replica` is 1 only on the replica that peering made
+active, so `sum(session_summary_active_replica)` over the pods is 1 in a healthy install
+(0: nobody writes; 2: split brain). docs/operations.md lists the metrics and alerts.
+
+Handlers call the small helpers below rather than touching the collectors, so names and
+label values stay in one place.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+log = logging.getLogger("controller.metrics")
+
+# Outcome kinds of controller.summarize (summarized, up-to-date, not-found, empty), plus
+# "failed" for a pass that ended in a Failure (its reason goes to FAILURES).
+SUMMARY_RESULTS = ("summarized", "up-to-date", "not-found", "empty", "failed")
+
+SUMMARIES = Counter(
+    "session_summary_summaries_total",
+    "Summarization passes finished by this replica, by result "
+    "(summarized, up-to-date, not-found, empty, failed).",
+    ["result"],
+)
+FAILURES = Counter(
+    "session_summary_failures_total",
+    "Failed summarization passes by condition reason (StoreUnavailable, InvalidSummary, ...).",
+    ["reason"],
+)
+SUMMARIZE_SECONDS = Histogram(
+    "session_summary_summarize_duration_seconds",
+    "Wall time of one summarization pass: claim, read, summarize, embed, upsert.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+)
+SWEEPS = Counter(
+    "session_summary_sweeps_total",
+    "Sweeps run by this replica (only the active replica sweeps).",
+)
+SWEEP_SECONDS = Histogram(
+    "session_summary_sweep_duration_seconds",
+    "Wall time of one sweep over new memories.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+SWEEP_CANDIDATES = Gauge(
+    "session_summary_sweep_candidates",
+    "Sessions the last sweep of this replica found needing a summary (queue depth).",
+)
+SWEEP_CANDIDATES_FOUND = Counter(
+    "session_summary_sweep_candidates_found_total",
+    "Sessions found needing a summary, summed over all sweeps of this replica.",
+)
+CLAIM_CONFLICTS = Counter(
+    "session_summary_claim_conflicts_total",
+    "Per-object claims this replica could not take or keep (held by another writer, or a "
+    "resourceVersion conflict).",
+)
+ACTIVE_REPLICA = Gauge(
+    "session_summary_active_replica",
+    "1 if this replica is the active one (kopf peering), else 0.",
+    ["replica"],
+)
+MODEL_TOKENS = Counter(
+    "session_summary_model_tokens_total",
+    "Tokens used by the model backend (prompt + completion), as reported by the endpoint.",
+)
+
+_server_lock = threading.Lock()
+_server_port: int | None = None
+
+
+def observe_summary(result: str, seconds: float) -> None:
+    """One finished summarization pass: result is an outcome kind or "failed"."""
+    SUMMARIES.labels(result=result).inc()
+    SUMMARIZE_SECONDS.observe(max(seconds, 0.0))
+
+
+def observe_failure(reason: str) -> None:
+    """A failed pass, by its CamelCase condition reason (docs/troubleshooting.md)."""
+    FAILURES.labels(reason=reason).inc()
+
+
+def observe_sweep(seconds: float, candidates: int) -> None:
+    SWEEPS.inc()
+    SWEEP_SECONDS.observe(max(seconds, 0.0))
+    SWEEP_CANDIDATES.set(candidates)
+    SWEEP_CANDIDATES_FOUND.inc(max(candidates, 0))
+
+
+def claim_conflict() -> None:
+    CLAIM_CONFLICTS.inc()
+
+
+def set_active_replica(replica_id: str, active: bool) -> None:
+    ACTIVE_REPLICA.labels(replica=replica_id).set(1 if active else 0)
+
+
+def add_model_tokens(n: int) -> None:
+    if n > 0:
+        MODEL_TOKENS.inc(n)
+
+
+def start_metrics_server(port: int, addr: str = "0.0.0.0") -> int:
+    """Serves /metrics on port (0: a free port) in a daemon thread; idempotent per process.
+
+    Returns the port served."""
+    global _server_port
+    with _server_lock:
+        if _server_port is not None:
+            return _server_port
+        server, _thread = start_http_server(port, addr=addr)
+        _server_port = int(server.server_port)
+        log.info("metrics on http://%s:%d/metrics", addr, _server_port)
+        return _server_port
