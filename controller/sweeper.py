@@ -39,21 +39,14 @@ def _in_flight(obj: dict[str, object]) -> bool:
     return status.get("phase") in IN_FLIGHT_PHASES
 
 
-def run_sweep(
-    store: MemoryStore,
-    spec: SessionSummarizerSpec,
-    *,
-    namespace: str,
-    summarizer_name: str,
-    watermark_ms: int | None,
-    now_ms: int | None = None,
-) -> SweepResult:
-    started = time.monotonic()
-    now = now_ms if now_ms is not None else int(time.time() * 1000)
+def plan_from_store(
+    store: MemoryStore, spec: SessionSummarizerSpec, *, watermark_ms: int | None, now_ms: int
+) -> tuple[SweepPlan, int]:
+    """Reads only memories newer than the watermark and decides; returns (plan, rows read)."""
     since = (
         watermark_ms
         if watermark_ms is not None
-        else initial_watermark(now, spec.sweep.lookback_days)
+        else initial_watermark(now_ms, spec.sweep.lookback_days)
     )
     scanned = 0
 
@@ -75,10 +68,15 @@ def run_sweep(
         activity,
         dict(stored),
         live_counts,
-        now_ms=now,
+        now_ms=now_ms,
         idle_ms=spec.sweep.idle_seconds * 1000,
         max_sessions=spec.sweep.max_sessions_per_sweep,
     )
+    return plan, scanned
+
+
+def apply_plan(plan: SweepPlan, *, namespace: str, summarizer_name: str) -> tuple[int, int]:
+    """Creates/patches SessionSummary objects for the plan's candidates: (created, patched)."""
     created = patched = 0
     requested_at = now_rfc3339(precise=True)
     for candidate in plan.candidates:
@@ -96,4 +94,20 @@ def run_sweep(
         )
         created += action == "created"
         patched += action == "patched"
+    return created, patched
+
+
+def run_sweep(
+    store: MemoryStore,
+    spec: SessionSummarizerSpec,
+    *,
+    namespace: str,
+    summarizer_name: str,
+    watermark_ms: int | None,
+    now_ms: int | None = None,
+) -> SweepResult:
+    started = time.monotonic()
+    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    plan, scanned = plan_from_store(store, spec, watermark_ms=watermark_ms, now_ms=now)
+    created, patched = apply_plan(plan, namespace=namespace, summarizer_name=summarizer_name)
     return SweepResult(plan, scanned, created, patched, time.monotonic() - started)
