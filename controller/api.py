@@ -71,6 +71,10 @@ class SweepSpec(CamelModel):
     max_sessions_per_sweep: int = Field(default=50, ge=1)
 
 
+class RetentionSpec(CamelModel):
+    summarized_ttl_seconds: int = Field(default=604_800, ge=0, alias="summarizedTTLSeconds")
+
+
 DEFAULT_EXCLUDED_TYPES = ["context-injection", "context-refresh", "tick", "heartbeat"]
 
 
@@ -79,6 +83,7 @@ class SessionSummarizerSpec(CamelModel):
     embedding: EmbeddingConfig = EmbeddingConfig()
     model: ModelSpec = ModelSpec()
     sweep: SweepSpec = SweepSpec()
+    retention: RetentionSpec = RetentionSpec()
     excluded_memory_types: list[str] = Field(default_factory=lambda: list(DEFAULT_EXCLUDED_TYPES))
 
 
@@ -124,6 +129,7 @@ class SessionSummarizerStatus(CamelModel):
     created: int | None = None
     patched: int | None = None
     scanned_memories: int | None = None
+    deleted_by_retention: int | None = None
     watermark: int | None = None
     message: str | None = None
     conditions: list[Condition] | None = None

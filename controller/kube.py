@@ -127,3 +127,28 @@ def patch_summarizer_status(namespace: str, name: str, status: dict[str, Any]) -
     custom().patch_namespaced_custom_object_status(
         GROUP, VERSION, namespace, SUMMARIZER_PLURAL, name, {"status": status}
     )
+
+
+def list_summaries(namespace: str) -> list[dict[str, Any]]:
+    got = custom().list_namespaced_custom_object(GROUP, VERSION, namespace, SUMMARY_PLURAL)
+    return list(cast(dict[str, Any], got).get("items") or [])
+
+
+def delete_summary_if_unchanged(namespace: str, name: str, resource_version: str) -> bool:
+    """Deletes only the version we looked at (a sunset in between wins); True if deleted."""
+    try:
+        custom().delete_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            SUMMARY_PLURAL,
+            name,
+            body=client.V1DeleteOptions(
+                preconditions=client.V1Preconditions(resource_version=resource_version)
+            ),
+        )
+        return True
+    except ApiException as exc:
+        if exc.status in (404, 409):
+            return False
+        raise

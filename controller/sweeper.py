@@ -8,6 +8,7 @@ never re-triggers work already in flight.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from controller import kube
 from controller.api import SessionSummarizerSpec, now_rfc3339
 from controller.naming import summary_object_name
+from controller.retention import expired
 from controller.store import MemoryStore
 from controller.sweep import SweepPlan, collect_activity, initial_watermark, plan_sweep
 
@@ -111,3 +113,17 @@ def run_sweep(
     plan, scanned = plan_from_store(store, spec, watermark_ms=watermark_ms, now_ms=now)
     created, patched = apply_plan(plan, namespace=namespace, summarizer_name=summarizer_name)
     return SweepResult(plan, scanned, created, patched, time.monotonic() - started)
+
+
+def apply_retention(spec: SessionSummarizerSpec, *, namespace: str, summarizer_name: str) -> int:
+    """Deletes this summarizer's Summarized objects older than the TTL; returns how many."""
+    ttl = spec.retention.summarized_ttl_seconds
+    if ttl <= 0:
+        return 0
+    doomed = expired(
+        kube.list_summaries(namespace),
+        summarizer=summarizer_name,
+        now=dt.datetime.now(dt.UTC),
+        ttl_seconds=ttl,
+    )
+    return sum(kube.delete_summary_if_unchanged(namespace, n, rv) for n, rv in doomed)

@@ -30,7 +30,7 @@ from controller.api import (
 from controller.backends import backends_for, store_location
 from controller.config import CONFIG
 from controller.store import StoreUnavailable, forget_store, store_for
-from controller.sweeper import run_sweep
+from controller.sweeper import apply_retention, run_sweep
 
 
 def _status(body: kopf.Body) -> SessionSummarizerStatus:
@@ -168,6 +168,9 @@ async def sweep(
             summarizer_name=name,
             watermark_ms=status.watermark,
         )
+        deleted = await asyncio.to_thread(
+            apply_retention, spec, namespace=namespace, summarizer_name=name
+        )
     except (StoreUnavailable, kube.SecretError) as exc:
         reason = "StoreUnavailable" if isinstance(exc, StoreUnavailable) else "SecretNotFound"
         cond = Condition(
@@ -190,7 +193,8 @@ async def sweep(
     message = (
         f"scanned {result.scanned} new memories: {plan.found} stale, {len(plan.still_active)} "
         f"still active, {len(plan.fresh)} fresh; created {result.created}, "
-        f"patched {result.patched}, deferred {len(plan.deferred)}"
+        f"patched {result.patched}, deferred {len(plan.deferred)}; "
+        f"deleted {deleted} expired objects"
     )
     logger.info("sweep by %s: %s", CONFIG.replica_id, message)
     ok = Condition(
@@ -211,6 +215,7 @@ async def sweep(
                 "created": result.created,
                 "patched": result.patched,
                 "scanned_memories": result.scanned,
+                "deleted_by_retention": deleted,
                 "watermark": plan.next_watermark_ms,
                 "message": message,
             }

@@ -332,3 +332,43 @@ def test_metrics_count_summaries_sweeps_and_the_active_replica(harness: Harness)
     assert samples["session_summary_summarize_duration_seconds_count"] >= 1
     assert samples['session_summary_active_replica{replica="it-operator"}'] == 1
     assert "session_summary_claim_conflicts_total" in samples
+
+
+def test_retention_deletes_old_summarized_objects_and_keeps_the_summary(harness: Harness) -> None:
+    store = harness.store("retain-memory", "retain-sessions")
+    load(store, [interaction("ret-1", 0, 1_760_000_000_000, "Archive the logs.")])
+    harness.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=summarizer_yaml(
+            "retainer",
+            harness.chroma.url,
+            memory="retain-memory",
+            summary="retain-sessions",
+            sweep="enabled: true, intervalSeconds: 5, idleSeconds: 0",
+        ),
+    )
+    harness.kubectl(
+        "patch",
+        "ssumr",
+        "retainer",
+        "--type=merge",
+        "-p",
+        '{"spec":{"retention":{"summarizedTTLSeconds":2}}}',
+    )
+    harness.summaryctl("sunset", "ret-1", "-n", NS, "--summarizer", "retainer", "--wait", "60")
+    harness.summaryctl("sunset", "ret-unknown", "-n", NS, "--summarizer", "retainer")
+    name = summary_object_name("ret-1")
+
+    def gone() -> bool:
+        res = harness.cp.kubectl_run("-n", NS, "get", "ssum", name, check=False)
+        return res.returncode != 0 and "NotFound" in res.stderr
+
+    wait_for(
+        gone, 60, 0.5, message="retention to delete the Summarized object\n" + tail(harness.log)
+    )
+    assert store.summaries().get(ids=["summary_ret-1"])["ids"] == ["summary_ret-1"]
+    assert harness.obj("ret-unknown")["status"]["phase"] == "NotFound"  # not Summarized: kept
+    status = json.loads(harness.kubectl("get", "ssumr", "retainer", "-o", "json"))["status"]
+    assert "deletedByRetention" in status
