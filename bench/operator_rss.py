@@ -1,0 +1,153 @@
+"""Operator memory with N SessionSummary objects in the apiserver (default 10,000).
+
+Real parts: local etcd + kube-apiserver, a Chroma server, the operator as a local
+process. The objects are created through the API and first handled by one operator
+process (their sessions are unknown to Chroma, so each ends NotFound quickly); then a
+fresh operator process starts against the same objects, as after a restart or failover,
+and its resident set size is read from /proc after its initial list/watch settles and
+again after a sweep.
+
+    .venv/bin/python -m bench.operator_rss [--objects 10000]
+
+Last line: operator_rss objects=<n> rss_mb=<n>   (the larger of the two readings)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from controller.localenv.chroma import running_chroma
+from controller.localenv.controlplane import REPO_ROOT, ControlPlane, running_control_plane
+from controller.localenv.processes import spawn, stop, wait_for
+from controller.naming import summary_object_name
+
+NS = "rss"
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def create_objects(cp: ControlPlane, n: int) -> None:
+    for start in range(0, n, 1000):
+        items = [
+            {
+                "apiVersion": "memorycore.io/v1alpha1",
+                "kind": "SessionSummary",
+                "metadata": {"name": summary_object_name(f"rss-{i:05d}"), "namespace": NS},
+                "spec": {"sessionId": f"rss-{i:05d}", "trigger": "manual"},
+            }
+            for i in range(start, min(n, start + 1000))
+        ]
+        cp.kubectl_run(
+            "create",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+        )
+
+
+def count_phase(cp: ControlPlane, phase: str) -> int:
+    out = cp.kubectl_run("-n", NS, "get", "ssum", "-o", "jsonpath={.items[*].status.phase}").stdout
+    return out.split().count(phase)
+
+
+def settle(pid: int, seconds: float = 5.0) -> float:
+    """RSS once it stops growing by more than 1 MB over `seconds`."""
+    previous = rss_mb(pid)
+    while True:
+        time.sleep(seconds)
+        current = rss_mb(pid)
+        if current - previous < 1.0:
+            return current
+        previous = current
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--objects", type=int, default=10_000)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="sso-rss-"))
+    with running_control_plane(work / "cp") as cp, running_chroma(work / "chroma") as chroma:
+        cp.kubectl_run("apply", "-f", str(REPO_ROOT / "crds"))
+        cp.kubectl_run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        cp.kubectl_run("create", "namespace", NS)
+        cp.kubectl_run(
+            "apply",
+            "-f",
+            "-",
+            input=json.dumps(
+                {
+                    "apiVersion": "memorycore.io/v1alpha1",
+                    "kind": "SessionSummarizer",
+                    "metadata": {"name": "default", "namespace": NS},
+                    "spec": {
+                        "store": {"url": chroma.url},
+                        "sweep": {"enabled": True, "intervalSeconds": 30},
+                    },
+                }
+            ),
+        )
+        t = time.monotonic()
+        create_objects(cp, args.objects)
+        print(f"created {args.objects} objects in {time.monotonic() - t:.0f}s", file=sys.stderr)
+        argv = [sys.executable, "-m", "controller", "run", "--standalone", "--namespace", NS]
+        first = spawn(
+            argv, work / "first.log", env=dict(cp.env(), SSO_REPLICA_ID="first"), cwd=REPO_ROOT
+        )
+        try:
+            t = time.monotonic()
+            wait_for(
+                lambda: count_phase(cp, "NotFound") == args.objects,
+                3600,
+                5,
+                message="every object handled",
+            )
+            print(
+                f"first operator handled {args.objects} objects in {time.monotonic() - t:.0f}s, "
+                f"rss {rss_mb(first.pid):.0f} MB",
+                file=sys.stderr,
+            )
+        finally:
+            stop(first)
+        second = spawn(
+            argv, work / "second.log", env=dict(cp.env(), SSO_REPLICA_ID="second"), cwd=REPO_ROOT
+        )
+        try:
+            after_list = settle(second.pid)
+
+            def swept_by_second() -> bool:
+                out = cp.kubectl_run(
+                    "-n",
+                    NS,
+                    "get",
+                    "ssumr",
+                    "default",
+                    "-o",
+                    "jsonpath={.status.activeReplica} {.status.lastSweepAt}",
+                ).stdout
+                return out.startswith("second ") and len(out.split()) == 2
+
+            wait_for(swept_by_second, 300, 1, message="a sweep by the fresh operator")
+            time.sleep(35)  # and the next one
+            after_sweep = settle(second.pid)
+        finally:
+            stop(second)
+    print(
+        f"objects={args.objects} rss_after_list_watch_mb={after_list:.0f} "
+        f"rss_after_sweep_mb={after_sweep:.0f}"
+    )
+    print(f"operator_rss objects={args.objects} rss_mb={max(after_list, after_sweep):.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
