@@ -18,6 +18,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -41,8 +42,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=100)
     parser.add_argument("--memories", type=int, default=6, help="memories per session")
+    parser.add_argument(
+        "--under-load",
+        action="store_true",
+        help="measure while 100 other sessions are re-summarized continuously and a sweep "
+        "with a backlog of 500 unsummarized sessions runs every 5 s",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sso-bench-"))
+    sweep = "true" if args.under_load else "false"
     with running_control_plane(work / "cp") as cp, running_chroma(work / "chroma") as chroma:
         env = cp.env()
         cp.kubectl_run("apply", "-f", str(REPO_ROOT / "crds"))
@@ -55,7 +63,8 @@ def main() -> int:
             input=(
                 "apiVersion: memorycore.io/v1alpha1\nkind: SessionSummarizer\n"
                 f"metadata: {{name: default, namespace: {NS}}}\n"
-                f"spec: {{store: {{url: '{chroma.url}'}}, sweep: {{enabled: false}}}}\n"
+                f"spec: {{store: {{url: '{chroma.url}'}}, sweep: {{enabled: {sweep}, "
+                "intervalSeconds: 5, idleSeconds: 60, maxSessionsPerSweep: 50}}\n"
             ),
         )
         loc = StoreLocation(url=chroma.url)
@@ -73,6 +82,19 @@ def main() -> int:
                 metas.append(row[2])
         store.add_memories(ids, docs, metas)
         summaries = store.summaries()
+        others = [f"other-{i:03d}" for i in range(100)]
+        if args.under_load:
+            backlog = [f"backlog-{i:03d}" for i in range(500)]
+            rows = [
+                r
+                for i, sid in enumerate(backlog)
+                for r in memory_rows(
+                    SampleSession(sid, base.agent, base.model, tuple(turns[:2]), base.tools),
+                    start_ms + i,
+                )
+            ]
+            store.add_memories([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+            print("loaded a backlog of 500 unsummarized sessions for the sweep", file=sys.stderr)
         print(f"loaded {len(ids)} memories in {args.sessions} sessions", file=sys.stderr)
 
         log = work / "operator.log"
@@ -85,8 +107,39 @@ def main() -> int:
         )
         os.environ["KUBECONFIG"] = str(cp.kubeconfig)
         latencies: list[float] = []
+        stop_load = threading.Event()
+        load_rounds = [0]
+
+        def background_load() -> None:
+            """Keeps 100 other summaries in flight: a new memory each, then a sunset."""
+            while not stop_load.is_set():
+                n = load_rounds[0]
+                now_ms = int(time.time() * 1000) - 120_000
+                store.add_memories(
+                    [f"{o}-{n:04d}" for o in others],
+                    [f"User Prompt: round {n} of {o}" for o in others],
+                    [
+                        {
+                            "sessionId": o,
+                            "timestamp": now_ms + n,
+                            "type": "agent-interaction",
+                            "prompt": f"Round {n}: refine the exporter.",
+                            "response": "Done.",
+                        }
+                        for o in others
+                    ],
+                )
+                for o in others:
+                    kube.request_summary(NS, o, trigger="sunset")
+                load_rounds[0] += 1
+                stop_load.wait(1.0)
+
+        loader = threading.Thread(target=background_load, daemon=True)
         try:
             time.sleep(3)  # the operator's initial list/watch
+            if args.under_load:
+                loader.start()
+                time.sleep(5)
             for n, sid in enumerate(session_ids, 1):
                 t0 = time.monotonic()
                 wall0_ms = int(time.time() * 1000)
@@ -104,13 +157,20 @@ def main() -> int:
                 if n % 20 == 0:
                     print(f"  {n}/{len(session_ids)} sessions", file=sys.stderr)
         finally:
+            stop_load.set()
+            if loader.is_alive():
+                loader.join(30)
             stop(operator)
     p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
     print(
         f"sessions={len(latencies)} mean_ms={statistics.mean(latencies):.0f} "
         f"min_ms={min(latencies):.0f} max_ms={max(latencies):.0f}"
     )
-    print(f"sunset_latency p50_ms={p50:.0f} p99_ms={p99:.0f}")
+    if args.under_load:
+        print(f"background: {load_rounds[0]} rounds of 100 other sunsets, sweep every 5 s")
+        print(f"sunset_latency_under_load p50_ms={p50:.0f} p99_ms={p99:.0f}")
+    else:
+        print(f"sunset_latency p50_ms={p50:.0f} p99_ms={p99:.0f}")
     return 0
 
 
