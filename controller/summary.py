@@ -1,18 +1,20 @@
 """The structured summary and its row in the neo-agent-sessions collection. Pure.
 
-History sections are append-only (items carried forward verbatim, possibly marked
-superseded); the projection section (Current State) is replaced each pass. validate_summary
-is the guard that keeps a worse summary from replacing a good one.
+History sections are append-only: every item of the prior summary is carried forward
+verbatim (it may be marked superseded, never dropped). The projection section, Current
+State, is replaced each pass. `validate_summary` is the guard that keeps a failed or lossy
+pass from replacing a good summary; it holds whichever backend produced the summary.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from controller.memories import Watermark
 
@@ -30,11 +32,23 @@ SUMMARY_FORMAT = "structured-v1"
 Category = Literal[
     "bugfix", "feature", "refactoring", "documentation", "new-app", "analysis", "other"
 ]
-CATEGORIES: tuple[str, ...] = Category.__args__  # type: ignore[attr-defined]
+CATEGORIES: tuple[str, ...] = get_args(Category)
 
 ITEM_MAX = 500
+TITLE_MAX = 120
+
+# Error text a model or a failing pipeline returns instead of a summary. Narrow on purpose:
+# "Error handling cleanup" is a fine title, "Error: upstream returned 500" is not.
 _ERROR_TITLE = re.compile(
-    r"^\s*(error\b|i'?m sorry|i am sorry|as an ai|i cannot|sorry,)|traceback \(most recent", re.I
+    r"^\s*(?:(?:an? )?(?:error|exception)\s*(?:[:\d(\[]|occurred|was raised|while|during)"
+    r"|traceback\b|i'?m sorry|i am sorry|sorry,|as an ai\b|as a language model"
+    r"|i cannot\b|i can'?t\b|i'?m unable|i am unable)"
+    r"|traceback \(most recent call",
+    re.IGNORECASE,
+)
+_PLACEHOLDER_TITLES = frozenset(
+    {"untitled", "summary", "session summary", "title", "n/a", "na", "none", "null", "todo"}
+    | {"tbd", "placeholder", "...", "…", "-", "?"}
 )
 
 
@@ -42,16 +56,19 @@ class SummaryValidationError(ValueError):
     """The produced summary must not be stored; the message says why."""
 
 
-class SummaryItem(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class SummaryItem(BaseModel, frozen=True):
     text: str = Field(min_length=1, max_length=ITEM_MAX)
     superseded_by: str | None = None
 
-    @field_validator("text", mode="before")
+    @field_validator("text", "superseded_by", mode="before")
     @classmethod
     def _strip(cls, value: object) -> object:
         return value.strip() if isinstance(value, str) else value
+
+    @field_validator("superseded_by")
+    @classmethod
+    def _empty_reason_is_none(cls, value: str | None) -> str | None:
+        return value or None
 
 
 def _empty_sections() -> dict[str, list[SummaryItem]]:
@@ -60,7 +77,7 @@ def _empty_sections() -> dict[str, list[SummaryItem]]:
 
 class StructuredSummary(BaseModel):
     session_id: str
-    title: str = Field(min_length=1, max_length=120)
+    title: str = Field(min_length=1, max_length=TITLE_MAX)
     category: Category = "other"
     quality: int = Field(default=50, ge=0, le=100)
     productivity: int = Field(default=50, ge=0, le=100)
@@ -71,13 +88,18 @@ class StructuredSummary(BaseModel):
     participating_agents: list[str] = Field(default_factory=list)
     models: list[str] = Field(default_factory=list)
     tools_used: list[str] = Field(default_factory=list)
-    total_tool_calls: int = 0
-    memory_count: int = 0
+    total_tool_calls: int = Field(default=0, ge=0)
+    memory_count: int = Field(default=0, ge=0)
     first_memory_at_ms: int | None = None
     last_memory_at_ms: int | None = None
     watermark: Watermark | None = None
     user_id: str | None = None
     format_version: int = 1
+
+    @field_validator("title", mode="before")
+    @classmethod
+    def _strip_title(cls, value: object) -> object:
+        return " ".join(value.split()) if isinstance(value, str) else value
 
     @field_validator("sections")
     @classmethod
@@ -92,7 +114,10 @@ class StructuredSummary(BaseModel):
 
 
 class LegacySummary(BaseModel):
-    """A free-text summary written by the old system: prior context for the first pass."""
+    """A free-text summary written by the old system: prior context for the first pass.
+
+    It has no watermark, so the first structured pass covers the whole session.
+    """
 
     session_id: str
     text: str
@@ -104,35 +129,53 @@ class LegacySummary(BaseModel):
 PriorSummary = StructuredSummary | LegacySummary
 
 
+# -- the document ---------------------------------------------------------------------------
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 def render_document(summary: StructuredSummary) -> str:
-    """The document text: readable by a person and by the next agent."""
-    lines = [f"# {summary.title}"]
+    """The document text: readable by a person and by the next agent. Deterministic."""
+    lines = [f"# {_one_line(summary.title)}"]
     for title in SECTION_TITLES:
         items = summary.sections.get(title) or []
         if not items:
             continue
         lines += ["", f"## {title}"]
         for item in items:
+            text = _one_line(item.text)
             if item.superseded_by:
-                lines.append(f"- ~~{item.text}~~ (superseded: {item.superseded_by})")
+                lines.append(f"- ~~{text}~~ (superseded: {_one_line(item.superseded_by)})")
             else:
-                lines.append(f"- {item.text}")
+                lines.append(f"- {text}")
     return "\n".join(lines) + "\n"
 
 
+# -- the Chroma row -------------------------------------------------------------------------
+
+
 def _joined(values: list[str]) -> str:
-    return ",".join(v for v in values if v)
+    """Comma-joined, as neo readers expect; a comma inside a value would split it on reading."""
+    return ",".join(v.replace(",", " ").strip() for v in values if v.strip())
+
+
+def sections_json(summary: StructuredSummary) -> str:
+    sections = {
+        title: [item.model_dump(exclude_none=True) for item in items]
+        for title, items in summary.sections.items()
+    }
+    return json.dumps(sections, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def to_chroma_metadata(
     summary: StructuredSummary, *, writer: str, trigger: str, summarized_at_ms: int
 ) -> dict[str, str | int | float | bool]:
-    """The neo metadata readers use, plus our extras. Never a None value."""
-    sections = {
-        title: [item.model_dump(exclude_none=True) for item in items]
-        for title, items in summary.sections.items()
-    }
+    """The neo metadata readers use, plus our extras. A missing value is an omitted key."""
+    watermark = summary.watermark
     meta: dict[str, str | int | float | bool | None] = {
+        # neo memory-core keys
         "sessionId": summary.session_id,
         "timestamp": summary.last_memory_at_ms,
         "memoryCount": summary.memory_count,
@@ -147,75 +190,136 @@ def to_chroma_metadata(
         "models": _joined(summary.models),
         "toolsUsed": _joined(summary.tools_used),
         "totalToolCalls": summary.total_tool_calls,
-        "userId": summary.user_id,
+        "userId": summary.user_id or None,
+        # ours
         "summaryFormat": SUMMARY_FORMAT,
-        "sectionsJson": json.dumps(sections, sort_keys=True, separators=(",", ":")),
+        "formatVersion": summary.format_version,
+        "sectionsJson": sections_json(summary),
         "firstMemoryAt": summary.first_memory_at_ms,
-        "watermarkTimestamp": summary.watermark.timestamp_ms if summary.watermark else None,
-        "watermarkMemoryId": summary.watermark.memory_id if summary.watermark else None,
+        "watermarkTimestamp": watermark.timestamp_ms if watermark else None,
+        "watermarkMemoryId": watermark.memory_id if watermark else None,
         "writer": writer,
         "triggerSource": trigger,
         "summarizedAt": summarized_at_ms,
     }
-    return {k: v for k, v in meta.items() if v is not None and v != ""}
+    return {key: value for key, value in meta.items() if value is not None}
 
 
 def _split(value: object) -> list[str]:
-    return [v for v in str(value).split(",") if v] if isinstance(value, str) else []
+    return [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else []
 
 
-def _int_or(value: object, default: int | None) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
+def _number(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value) if math.isfinite(value) else None
+
+
+def _score(value: object) -> int:
+    number = _number(value)
+    return 50 if number is None else max(0, min(100, number))
+
+
+def _stored_items(raw: object) -> list[SummaryItem]:
+    """Items as we stored them; an over-long one is cut rather than the whole row refused."""
+    if not isinstance(raw, list):
+        raise ValueError("a section must be a list")
+    items = []
+    for entry in raw:
+        if isinstance(entry, str):
+            entry = {"text": entry}
+        if not isinstance(entry, dict) or not isinstance(entry.get("text"), str):
+            raise ValueError(f"unreadable section item {entry!r:.80}")
+        text = entry["text"].strip()[:ITEM_MAX]
+        if text:
+            reason = entry.get("superseded_by")
+            items.append(
+                SummaryItem(text=text, superseded_by=reason if isinstance(reason, str) else None)
+            )
+    return items
+
+
+def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> StructuredSummary:
+    raw_sections = json.loads(str(meta.get("sectionsJson")))
+    if not isinstance(raw_sections, dict):
+        raise ValueError("sectionsJson is not an object")
+    watermark = None
+    mark_ts, mark_id = _number(meta.get("watermarkTimestamp")), meta.get("watermarkMemoryId")
+    if mark_ts is not None and isinstance(mark_id, str):
+        watermark = Watermark(timestamp_ms=mark_ts, memory_id=mark_id)
+    category = meta.get("category")
+    title = meta.get("title")
+    if not isinstance(title, str) or not title.strip():
+        title = fallback_title(session_id)
+    user_id = meta.get("userId")
+    return StructuredSummary(
+        session_id=session_id,
+        title=title[:TITLE_MAX],
+        category=category if category in CATEGORIES else "other",
+        quality=_score(meta.get("quality")),
+        productivity=_score(meta.get("productivity")),
+        impact=_score(meta.get("impact")),
+        complexity=_score(meta.get("complexity")),
+        sections={str(k): _stored_items(v) for k, v in raw_sections.items()},
+        technologies=_split(meta.get("technologies")),
+        participating_agents=_split(meta.get("participatingAgents")),
+        models=_split(meta.get("models")),
+        tools_used=_split(meta.get("toolsUsed")),
+        total_tool_calls=max(0, _number(meta.get("totalToolCalls")) or 0),
+        memory_count=max(0, _number(meta.get("memoryCount")) or 0),
+        first_memory_at_ms=_number(meta.get("firstMemoryAt")),
+        last_memory_at_ms=_number(meta.get("timestamp")),
+        watermark=watermark,
+        user_id=user_id if isinstance(user_id, str) and user_id else None,
+        format_version=_number(meta.get("formatVersion")) or 1,
+    )
 
 
 def from_chroma_row(
     session_id: str, document: str | None, metadata: Mapping[str, Any] | None
 ) -> PriorSummary | None:
-    """The prior summary from its row: structured when we wrote it, else legacy free text."""
-    meta = dict(metadata or {})
+    """The prior summary of a session from its row, or None when there is nothing to build on.
+
+    Rows we wrote come back structured. Anything else with text, including a structured
+    row whose sections cannot be read, comes back as legacy free text: the next pass
+    carries that text forward instead of starting from nothing.
+    """
+    meta = metadata or {}
     if meta.get("summaryFormat") == SUMMARY_FORMAT:
         try:
-            sections = json.loads(str(meta.get("sectionsJson", "{}")))
-            watermark = None
-            if "watermarkTimestamp" in meta and "watermarkMemoryId" in meta:
-                watermark = Watermark(
-                    timestamp_ms=int(meta["watermarkTimestamp"]),
-                    memory_id=str(meta["watermarkMemoryId"]),
-                )
-            return StructuredSummary(
-                session_id=session_id,
-                title=str(meta.get("title") or f"Session {session_id[:12]}"),
-                category=meta.get("category", "other"),
-                quality=_int_or(meta.get("quality"), 50) or 0,
-                productivity=_int_or(meta.get("productivity"), 50) or 0,
-                impact=_int_or(meta.get("impact"), 50) or 0,
-                complexity=_int_or(meta.get("complexity"), 50) or 0,
-                sections=sections,
-                technologies=_split(meta.get("technologies")),
-                participating_agents=_split(meta.get("participatingAgents")),
-                models=_split(meta.get("models")),
-                tools_used=_split(meta.get("toolsUsed")),
-                total_tool_calls=_int_or(meta.get("totalToolCalls"), 0) or 0,
-                memory_count=_int_or(meta.get("memoryCount"), 0) or 0,
-                first_memory_at_ms=_int_or(meta.get("firstMemoryAt"), None),
-                last_memory_at_ms=_int_or(meta.get("timestamp"), None),
-                watermark=watermark,
-                user_id=meta.get("userId") if isinstance(meta.get("userId"), str) else None,
-            )
+            return _structured_from_metadata(session_id, meta)
         except (ValueError, TypeError, ValidationError):
-            pass  # unreadable structured row: fall back to its text, losing nothing
-    if not document or not document.strip():
+            pass
+    if not isinstance(document, str) or not document.strip():
         return None
+    title = meta.get("title")
     return LegacySummary(
         session_id=session_id,
         text=document.strip(),
-        memory_count=_int_or(meta.get("memoryCount"), None),
-        timestamp_ms=_int_or(meta.get("timestamp"), None),
-        title=meta.get("title") if isinstance(meta.get("title"), str) else None,
+        memory_count=_number(meta.get("memoryCount")),
+        timestamp_ms=_number(meta.get("timestamp")),
+        title=title.strip() or None if isinstance(title, str) else None,
     )
 
 
-def _norm(text: str) -> str:
+def fallback_title(session_id: str) -> str:
+    return f"Session {session_id[:12]}"
+
+
+# -- the guard ------------------------------------------------------------------------------
+
+
+def title_problem(title: str) -> str | None:
+    """Why a title must not be stored (error text or a placeholder), or None when it is fine."""
+    if _ERROR_TITLE.search(title):
+        return f"the title looks like error text: {title[:80]!r}"
+    if _one_line(title).lower().strip(" .:!") in _PLACEHOLDER_TITLES | {""}:
+        return f"the title is a placeholder: {title[:80]!r}"
+    return None
+
+
+def normalized(text: str) -> str:
+    """The form two item texts are compared in: case and whitespace do not matter."""
     return " ".join(text.lower().split())
 
 
@@ -225,24 +329,34 @@ def missing_history_items(
     """(section, text) of every prior history item the new summary does not carry."""
     missing = []
     for title in HISTORY_SECTIONS:
-        present = {_norm(item.text) for item in summary.sections.get(title, [])}
+        present = {normalized(item.text) for item in summary.sections.get(title, [])}
         for item in prior.sections.get(title, []):
-            if _norm(item.text) not in present:
+            if normalized(item.text) not in present:
                 missing.append((title, item.text))
     return missing
 
 
 def validate_summary(summary: StructuredSummary, prior: PriorSummary | None) -> None:
-    """Raises SummaryValidationError unless the summary may replace the prior one."""
+    """Raises SummaryValidationError unless the summary may replace the prior one.
+
+    Refused: a summary without a single item, error text or a placeholder as the title, a
+    summary of another session, and any loss of a prior history item (superseded items
+    count as present: marking is allowed, dropping is not).
+    """
     if summary.item_count() == 0:
         raise SummaryValidationError("the summary has no items in any section")
-    if _ERROR_TITLE.search(summary.title):
-        raise SummaryValidationError(f"the title looks like error text: {summary.title[:80]!r}")
+    problem = title_problem(summary.title)
+    if problem:
+        raise SummaryValidationError(problem)
+    if prior is not None and prior.session_id != summary.session_id:
+        raise SummaryValidationError(
+            f"the summary is of session {summary.session_id!r}, the prior of {prior.session_id!r}"
+        )
     if isinstance(prior, StructuredSummary):
         missing = missing_history_items(summary, prior)
         if missing:
             section, text = missing[0]
             raise SummaryValidationError(
-                f"{len(missing)} item(s) of the prior summary would be lost, e.g. "
-                f"{section}: {text[:80]!r}"
+                f"{len(missing)} item(s) of the prior summary would be lost, "
+                f"e.g. {section}: {text[:80]!r}"
             )

@@ -1,0 +1,450 @@
+import random
+import time
+
+import pytest
+
+from controller.extractive import sentences, summarize_extractive
+from controller.memories import Memory, Watermark
+from controller.summary import (
+    HISTORY_SECTIONS,
+    LegacySummary,
+    StructuredSummary,
+    SummaryItem,
+    from_chroma_row,
+    render_document,
+    to_chroma_metadata,
+    validate_summary,
+)
+
+T0 = 1_700_000_000_000
+
+
+def mem(
+    n: int,
+    prompt: str = "",
+    response: str = "",
+    thought: str = "",
+    *,
+    session: str = "s1",
+    **fields: object,
+) -> Memory:
+    return Memory.model_validate(
+        {
+            "id": f"m{n:05d}",
+            "session_id": session,
+            "timestamp_ms": T0 + n * 1000,
+            "prompt": prompt,
+            "thought": thought,
+            "response": response,
+            "document": "",
+            **fields,
+        }
+    )
+
+
+def texts(summary: StructuredSummary, section: str) -> list[str]:
+    return [item.text for item in summary.sections[section]]
+
+
+def through_the_store(summary: StructuredSummary) -> StructuredSummary:
+    """What the next pass reads back: the summary's row in neo-agent-sessions."""
+    meta = to_chroma_metadata(summary, writer="test", trigger="test", summarized_at_ms=1)
+    prior = from_chroma_row(summary.session_id, render_document(summary), meta)
+    assert isinstance(prior, StructuredSummary)
+    return prior
+
+
+SESSION = [
+    mem(
+        1,
+        "Add retries to the chroma client. Why does the first call time out?",
+        "We will use exponential backoff instead of a fixed sleep. The retry policy is "
+        "a pydantic schema.",
+        "The user wants resilience.",
+        agent="claude",
+        model="opus",
+        tools_used=("Edit", "Bash"),
+        tool_calls=4,
+        user_id="u1",
+    ),
+    mem(
+        2,
+        "No, don't retry on 4xx errors. Only retry timeouts.",
+        "Understood. Retries now skip client errors.",
+        agent="claude",
+        agent_identity="neo-1",
+        model="opus",
+        tools_used=("Edit",),
+        tool_calls=2,
+    ),
+    mem(3, "Write a pytest for the retry loop.", "Added tests/test_retry.py. All tests pass."),
+]
+
+
+# -- what goes where -----------------------------------------------------------------------
+
+
+def test_first_sentence_of_each_prompt_is_a_user_request() -> None:
+    s = summarize_extractive("s1", SESSION)
+    assert texts(s, "User Requests") == [
+        "Add retries to the chroma client.",
+        "Write a pytest for the retry loop.",
+    ]
+
+
+def test_questions_and_decisions_are_collected() -> None:
+    s = summarize_extractive("s1", SESSION)
+    assert texts(s, "Questions & Decisions") == [
+        "Why does the first call time out?",
+        "We will use exponential backoff instead of a fixed sleep.",
+    ]
+
+
+def test_design_choices_are_collected() -> None:
+    s = summarize_extractive("s1", SESSION)
+    assert texts(s, "Design Choices") == ["The retry policy is a pydantic schema."]
+
+
+def test_corrections_of_the_agent_are_feedback_not_requests() -> None:
+    s = summarize_extractive("s1", SESSION)
+    assert texts(s, "Corrections & Feedback") == ["No, don't retry on 4xx errors."]
+    assert "No, don't retry on 4xx errors." not in texts(s, "User Requests")
+
+
+def test_asking_for_a_fix_is_a_request_not_a_correction() -> None:
+    s = summarize_extractive("s1", [mem(1, "Fix the crash on empty sessions.")])
+    assert texts(s, "User Requests") == ["Fix the crash on empty sessions."]
+    assert texts(s, "Corrections & Feedback") == []
+
+
+def test_current_state_is_the_last_response_and_the_counts() -> None:
+    s = summarize_extractive("s1", SESSION)
+    assert texts(s, "Current State") == [
+        "Added tests/test_retry.py.",
+        "All tests pass.",
+        "3 memories so far, the latest at 2023-11-14T22:13:23Z.",
+    ]
+
+
+def test_now_ms_only_stamps_current_state() -> None:
+    plain = summarize_extractive("s1", SESSION)
+    stamped = summarize_extractive("s1", SESSION, now_ms=T0 + 3_600_000)
+    assert texts(stamped, "Current State")[-1].endswith("(summarized at 2023-11-14T23:13:20Z).")
+    for section in HISTORY_SECTIONS:
+        assert stamped.sections[section] == plain.sections[section]
+
+
+def test_neo_fields_are_filled_from_the_memories() -> None:
+    s = summarize_extractive("s1", SESSION)
+    assert s.participating_agents == ["claude", "neo-1"]
+    assert s.models == ["opus"]
+    assert s.tools_used == ["Bash", "Edit"]
+    assert s.total_tool_calls == 6
+    assert s.user_id == "u1"
+    assert (s.memory_count, s.first_memory_at_ms, s.last_memory_at_ms) == (3, T0 + 1000, T0 + 3000)
+    assert s.watermark == Watermark(timestamp_ms=T0 + 3000, memory_id="m00003")
+    assert {"chroma", "pydantic", "pytest", "python"} <= set(s.technologies)
+
+
+# -- incremental and superset ---------------------------------------------------------------
+
+
+def test_second_pass_keeps_every_fact_of_the_first() -> None:
+    first = summarize_extractive("s1", SESSION[:2])
+    second = summarize_extractive("s1", SESSION[2:], through_the_store(first))
+    for section in HISTORY_SECTIONS:
+        kept = second.sections[section][: len(first.sections[section])]
+        assert kept == first.sections[section], section
+    assert texts(second, "User Requests")[-1] == "Write a pytest for the retry loop."
+    validate_summary(second, first)
+
+
+def test_current_state_is_replaced_each_pass() -> None:
+    first = summarize_extractive("s1", SESSION[:2])
+    second = summarize_extractive("s1", SESSION[2:], first)
+    assert "Retries now skip client errors." in texts(first, "Current State")
+    assert "Retries now skip client errors." not in texts(second, "Current State")
+
+
+def test_incremental_passes_equal_one_pass_over_everything() -> None:
+    whole = summarize_extractive("s1", SESSION)
+    stepwise = None
+    for m in SESSION:
+        stepwise = summarize_extractive("s1", [m], stepwise)
+    assert stepwise is not None
+    for section in HISTORY_SECTIONS:
+        assert stepwise.sections[section] == whole.sections[section]
+    assert stepwise.memory_count == whole.memory_count == 3
+    assert stepwise.total_tool_calls == whole.total_tool_calls
+    assert stepwise.watermark == whole.watermark
+
+
+def test_memories_the_prior_already_covers_are_ignored() -> None:
+    first = summarize_extractive("s1", SESSION)
+    again = summarize_extractive("s1", SESSION, first)
+    assert again == first
+
+
+def test_a_pass_without_new_memories_changes_nothing() -> None:
+    first = summarize_extractive("s1", SESSION)
+    assert summarize_extractive("s1", [], first) == first
+
+
+def test_full_section_drops_new_items_never_prior_ones() -> None:
+    prior = summarize_extractive("s1", [mem(i, f"Request number {i}.") for i in range(3)])
+    later = [mem(10 + i, f"Later request {i}.") for i in range(5)]
+    s = summarize_extractive("s1", later, prior, max_items_per_section=4)
+    assert texts(s, "User Requests") == [
+        "Request number 0.",
+        "Request number 1.",
+        "Request number 2.",
+        "Later request 0.",
+    ]
+
+
+def test_prior_with_more_items_than_the_cap_keeps_them_all() -> None:
+    prior = summarize_extractive("s1", [mem(i, f"Request number {i}.") for i in range(6)])
+    s = summarize_extractive("s1", [mem(9, "One more request.")], prior, max_items_per_section=3)
+    assert texts(s, "User Requests") == texts(prior, "User Requests")
+    validate_summary(s, prior)
+
+
+def test_new_items_are_deduplicated_against_prior_items() -> None:
+    prior = summarize_extractive("s1", [mem(1, "Add retries to the client.")])
+    s = summarize_extractive("s1", [mem(2, "add retries to the client!")], prior)
+    assert texts(s, "User Requests") == ["Add retries to the client."]
+
+
+def test_prior_superseded_items_are_carried_with_their_marker() -> None:
+    prior = summarize_extractive("s1", SESSION[:1])
+    first_request = prior.sections["User Requests"][0]
+    prior.sections["User Requests"][0] = SummaryItem(
+        text=first_request.text, superseded_by="moved to the http layer"
+    )
+    s = summarize_extractive("s1", SESSION[1:], prior)
+    assert s.sections["User Requests"][0].superseded_by == "moved to the http layer"
+
+
+def test_ten_incremental_passes_keep_every_planted_fact() -> None:
+    facts = [f"Remember that service {name} listens on port {8000 + i}" for i, name in
+             enumerate(["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf",
+                        "hotel", "india", "juliet"])]  # fmt: skip
+    rng = random.Random(7)
+    summary: StructuredSummary | None = None
+    n = 0
+    for fact in facts:
+        chatter = []
+        for _ in range(rng.randint(3, 8)):
+            n += 1
+            chatter.append(mem(n, "", f"Ran the checks, pass {n} is green. Nothing else."))
+        n += 1
+        batch = [*chatter, mem(n, f"{fact}. Thanks!", "Noted.")]
+        rng.shuffle(batch)
+        new = summarize_extractive("s1", batch, summary)
+        validate_summary(new, summary)
+        summary = through_the_store(new)
+    assert summary is not None
+    document = render_document(summary)
+    for fact in facts:
+        assert f"- {fact}." in document
+    assert summary.memory_count == n
+
+
+# -- legacy prior --------------------------------------------------------------------------
+
+
+LEGACY = LegacySummary(
+    session_id="s1",
+    text="The user asked to migrate the store to Postgres. The agent wrote the schema and a "
+    "migration script.\n\n- Decided to keep Redis for caching.",
+    memory_count=40,
+    timestamp_ms=T0,
+    title="Postgres migration",
+)
+
+
+def test_legacy_free_text_summary_is_carried_into_first_structured_pass() -> None:
+    s = summarize_extractive("s1", SESSION[:1], LEGACY)
+    carried = texts(s, "Questions & Decisions")[0]
+    assert carried == (
+        "The user asked to migrate the store to Postgres. The agent wrote the schema and a "
+        "migration script. Decided to keep Redis for caching."
+    )
+    assert s.title == "Postgres migration"
+    assert s.memory_count == 1  # the first structured pass covers the whole session itself
+    validate_summary(s, LEGACY)
+
+
+def test_long_legacy_text_is_carried_in_bounded_items() -> None:
+    sentences_ = [f"Fact {i} is that component {i} was rewritten in Rust." for i in range(60)]
+    legacy = LegacySummary(session_id="s1", text=" ".join(sentences_))
+    carried = texts(summarize_extractive("s1", [], legacy), "Questions & Decisions")
+    assert 1 < len(carried) <= 10
+    assert all(len(item) <= 500 for item in carried)
+    joined = " ".join(carried)
+    for sentence in sentences_[:40]:
+        assert sentence in joined
+
+
+def test_legacy_failure_text_is_not_carried_and_its_title_not_reused() -> None:
+    legacy = LegacySummary(
+        session_id="s1",
+        text="Error: summarization failed (HTTP 500)",
+        title="Error: summarization failed",
+    )
+    s = summarize_extractive("s1", SESSION[:1], legacy)
+    assert texts(s, "Questions & Decisions") == [
+        "Why does the first call time out?",
+        "We will use exponential backoff instead of a fixed sleep.",
+    ]
+    assert s.title == "Add retries to the chroma client"
+
+
+# -- title, category, technologies, scores --------------------------------------------------
+
+
+def test_title_is_the_first_request_without_trailing_punctuation() -> None:
+    s = summarize_extractive("s1", [mem(1, "Please add a health endpoint!!")])
+    assert s.title == "Please add a health endpoint"
+
+
+def test_long_title_is_cut_at_a_word_within_80_characters() -> None:
+    prompt = "Make the sweeper " + "really " * 20 + "fast."
+    title = summarize_extractive("s1", [mem(1, prompt)]).title
+    assert len(title) <= 80
+    assert title.startswith("Make the sweeper really")
+    assert title.endswith("really")
+
+
+def test_request_that_reads_as_error_text_is_not_the_title() -> None:
+    memories = [mem(1, "Error: build fails on CI."), mem(2, "Make the build green again.")]
+    s = summarize_extractive("s1", memories)
+    assert s.title == "Make the build green again"
+    validate_summary(s, None)
+
+
+def test_title_falls_back_to_the_session_id() -> None:
+    s = summarize_extractive("0123456789abcdef", [mem(1, "", "Just a response.")])
+    assert s.title == "Session 0123456789ab"
+
+
+def test_prior_title_is_kept() -> None:
+    first = summarize_extractive("s1", SESSION[:1])
+    second = summarize_extractive("s1", [mem(5, "Rename the module.")], first)
+    assert second.title == first.title == "Add retries to the chroma client"
+
+
+@pytest.mark.parametrize(
+    ("prompt", "category"),
+    [
+        ("The sweep crashes with an error. Fix the bug.", "bugfix"),
+        ("Implement a new feature: add support for tenants.", "feature"),
+        ("Refactor the store and rename the helpers.", "refactoring"),
+        ("Update the README and the docs.", "documentation"),
+        ("Scaffold a new app from scratch.", "new-app"),
+        ("Investigate why the benchmark is slow and explain it.", "analysis"),
+        ("Hello there.", "other"),
+    ],
+)
+def test_category_is_a_keyword_vote(prompt: str, category: str) -> None:
+    assert summarize_extractive("s1", [mem(1, prompt)]).category == category
+
+
+def test_category_tie_keeps_the_prior_category() -> None:
+    prior = summarize_extractive("s1", [mem(1, "Refactor the store.")])
+    assert prior.category == "refactoring"
+    tie = summarize_extractive("s1", [mem(2, "Fix the bug. Add a feature.")], prior)
+    assert tie.category == "refactoring"
+
+
+def test_technologies_are_words_not_substrings() -> None:
+    prompt = "Let's go. That kind of docs helps. Update docker-compose and kopf handlers."
+    s = summarize_extractive("s1", [mem(1, prompt, "Edited controller/summary.py.")])
+    assert s.technologies == ["docker", "kopf", "python"]
+
+
+def test_technologies_accumulate_across_passes() -> None:
+    first = summarize_extractive("s1", [mem(1, "Deploy it with helm.")])
+    second = summarize_extractive("s1", [mem(2, "Then run go build ./...")], first)
+    assert second.technologies == ["go", "helm"]
+
+
+def test_scores_stay_in_range_and_corrections_lower_quality() -> None:
+    calm = summarize_extractive("s1", [mem(1, "Add a flag.", "Done.")])
+    corrected = summarize_extractive(
+        "s1", [mem(i, f"No, that's wrong again ({i}).", "Sorry.") for i in range(15)]
+    )
+    for s in (calm, corrected):
+        for score in (s.quality, s.productivity, s.impact, s.complexity):
+            assert 0 <= score <= 100
+    assert corrected.quality < calm.quality
+
+
+# -- robustness, determinism, speed ---------------------------------------------------------
+
+
+def test_sentences_skip_code_blocks_and_keep_urls_whole() -> None:
+    text = (
+        "See https://example.com/a.b?x=1 for details. Then run it.\n"
+        "```python\nx = 1. Y = 2\n```\n- Bullet item here\n## Heading here"
+    )
+    assert sentences(text) == [
+        "See https://example.com/a.b?x=1 for details.",
+        "Then run it.",
+        "Bullet item here",
+        "Heading here",
+    ]
+
+
+def test_unterminated_code_block_is_dropped() -> None:
+    assert sentences("Look at this.\n```\nsecret = 1. Another = 2") == ["Look at this."]
+
+
+def test_long_text_without_punctuation_is_cut_at_200_characters() -> None:
+    word_soup = " ".join(["token"] * 100)
+    no_spaces = "x" * 1000
+    for text in (word_soup, no_spaces):
+        (only,) = sentences(text)
+        assert len(only) <= 200
+        assert only.endswith("…")
+
+
+def test_cut_never_splits_a_character_and_control_characters_are_removed() -> None:
+    text = "Bell\x07 and\x00 lone\ud800 surrogate. " + "Emoji \U0001f600 " * 60
+    found = sentences(text)
+    assert found[0] == "Bell and lone surrogate."
+    assert len(found[1]) <= 200
+    for sentence in found:
+        sentence.encode("utf-8")  # raises on a lone surrogate
+    s = summarize_extractive("s1", [mem(1, text, text)])
+    render_document(s).encode("utf-8")
+
+
+def test_extractive_is_deterministic() -> None:
+    shuffled = list(reversed(SESSION))
+    a = summarize_extractive("s1", SESSION, LEGACY)
+    b = summarize_extractive("s1", shuffled, LEGACY)
+    assert a == b
+    assert render_document(a) == render_document(b)
+
+
+def test_ten_thousand_memories_take_under_two_seconds() -> None:
+    rng = random.Random(3)
+    words = ["the", "operator", "sweep", "writes", "summary", "session", "chroma", "memory",
+             "store", "claim", "lease", "watch", "event", "model", "backend", "embedding",
+             "vector", "token", "chunk", "retry", "timeout", "python", "kopf"]  # fmt: skip
+
+    def paragraph(n: int) -> str:
+        return " ".join(
+            " ".join(rng.choice(words) for _ in range(12)).capitalize() + "." for _ in range(n)
+        )
+
+    memories = [
+        mem(i, paragraph(2), paragraph(4), paragraph(2), tools_used=("Edit",), tool_calls=1)
+        for i in range(10_000)
+    ]
+    started = time.perf_counter()
+    s = summarize_extractive("s1", memories)
+    elapsed = time.perf_counter() - started
+    assert s.memory_count == 10_000
+    assert elapsed < 2.0, f"{elapsed:.2f}s"

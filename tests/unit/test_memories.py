@@ -1,0 +1,202 @@
+import math
+
+import pytest
+
+from controller.memories import (
+    DEFAULT_EXCLUDED_TYPES,
+    Memory,
+    Watermark,
+    is_excluded,
+    memory_from_row,
+    memory_sort_key,
+    parse_timestamp_ms,
+    render_interaction_document,
+)
+
+T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z in epoch milliseconds
+
+
+def row(**meta: object) -> dict[str, object]:
+    return {"sessionId": "s1", "timestamp": T0, **meta}
+
+
+def memory(memory_id: str, timestamp_ms: int, **fields: object) -> Memory:
+    return Memory(
+        id=memory_id,
+        session_id="s1",
+        timestamp_ms=timestamp_ms,
+        document="",
+        **fields,
+    )
+
+
+def test_interaction_document_has_the_neo_layout() -> None:
+    assert render_interaction_document("p", "t", "r") == (
+        "User Prompt: p\nAgent Thought: t\nAgent Response: r"
+    )
+
+
+def test_null_document_is_rebuilt_from_metadata() -> None:
+    meta = row(type="agent-interaction", prompt="Add retries", thought="hmm", response="Done")
+    m = memory_from_row("m1", None, meta)
+    assert m is not None
+    assert m.document == "User Prompt: Add retries\nAgent Thought: hmm\nAgent Response: Done"
+    assert (m.prompt, m.thought, m.response) == ("Add retries", "hmm", "Done")
+
+
+def test_stored_document_is_kept_as_written() -> None:
+    m = memory_from_row("m1", "the original text", row(prompt="p", response="r"))
+    assert m is not None and m.document == "the original text"
+
+
+def test_row_without_type_but_with_a_prompt_is_an_interaction() -> None:
+    m = memory_from_row("m1", None, row(prompt="Fix the sweep", response="Fixed"))
+    assert m is not None
+    assert m.type == "agent-interaction"
+    assert m.document.startswith("User Prompt: Fix the sweep\n")
+
+
+def test_document_is_not_invented_for_other_memory_types() -> None:
+    m = memory_from_row("m1", None, row(type="implementation_plan", prompt="plan"))
+    assert m is not None
+    assert m.type == "implementation_plan"
+    assert m.document == ""
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("2023-11-14T22:13:20Z", T0),
+        ("2023-11-14T22:13:20.001Z", T0 + 1),
+        ("2023-11-15T00:13:20+02:00", T0),
+        ("2023-11-14T22:13:20", T0),  # naive means UTC
+        ("2023-11-14 22:13:20.5", T0 + 500),
+    ],
+)
+def test_iso_string_timestamps_are_accepted(value: str, expected: int) -> None:
+    assert parse_timestamp_ms(value) == expected
+    m = memory_from_row("m1", "doc", row(timestamp=value))
+    assert m is not None and m.timestamp_ms == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (T0, T0),
+        (float(T0) + 0.7, T0),
+        (1_700_000_000, T0),  # epoch seconds
+        (1_700_000_000.123, T0 + 123),
+        (str(T0), T0),
+        ("1700000000", T0),
+        (" 1700000000.5 ", T0 + 500),
+    ],
+)
+def test_numbers_and_digit_strings_are_epoch_milliseconds_or_seconds(
+    value: object, expected: int
+) -> None:
+    assert parse_timestamp_ms(value) == expected
+
+
+@pytest.mark.parametrize(
+    "value", [None, True, "", "yesterday", "12:00", math.nan, math.inf, [T0], {"t": T0}]
+)
+def test_unusable_timestamps_are_none(value: object) -> None:
+    assert parse_timestamp_ms(value) is None
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        None,
+        {},
+        {"timestamp": T0},
+        {"sessionId": "", "timestamp": T0},
+        {"sessionId": 7, "timestamp": T0},
+        {"sessionId": "s1"},
+        {"sessionId": "s1", "timestamp": "not a time"},
+    ],
+)
+def test_row_without_session_or_usable_timestamp_is_skipped(meta: dict | None) -> None:
+    assert memory_from_row("m1", "doc", meta) is None
+
+
+@pytest.mark.parametrize(
+    ("stored", "expected"),
+    [
+        ('["Edit", "Bash"]', ("Edit", "Bash")),
+        ("Edit,Bash, Read", ("Edit", "Bash", "Read")),
+        ("[Edit, Bash]", ("Edit", "Bash")),
+        ("Edit,Edit,,Bash", ("Edit", "Bash")),
+        ("", ()),
+        (None, ()),
+        (["Edit", "Bash"], ("Edit", "Bash")),
+        (5, ()),
+    ],
+)
+def test_tools_used_may_be_json_text_a_comma_list_or_absent(
+    stored: object, expected: tuple[str, ...]
+) -> None:
+    m = memory_from_row("m1", "doc", row(toolsUsed=stored))
+    assert m is not None and m.tools_used == expected
+
+
+@pytest.mark.parametrize(
+    ("stored", "expected"),
+    [(3, 3), (3.0, 3), ("4", 4), ("4.0", 4), ("many", 0), (None, 0), (-2, 0), (math.nan, 0)],
+)
+def test_tool_call_count_may_be_int_float_or_text(stored: object, expected: int) -> None:
+    m = memory_from_row("m1", "doc", row(amountToolCalls=stored))
+    assert m is not None and m.tool_calls == expected
+
+
+def test_missing_optional_fields_are_empty() -> None:
+    m = memory_from_row("m1", "doc", row())
+    assert m is not None
+    assert (m.agent, m.model, m.user_id, m.agent_identity) == (None, None, None, None)
+    assert (m.prompt, m.thought, m.response, m.tool_calls, m.tools_used) == ("", "", "", 0, ())
+
+
+def test_optional_fields_are_read() -> None:
+    meta = row(agent="claude", model="opus", userId="u1", agentIdentity="neo-1", amountToolCalls=2)
+    m = memory_from_row("m1", "doc", meta)
+    assert m is not None
+    assert (m.agent, m.model, m.user_id, m.agent_identity) == ("claude", "opus", "u1", "neo-1")
+
+
+def test_memories_are_ordered_by_time_then_id() -> None:
+    a, b, c = memory("b", 5), memory("a", 5), memory("z", 4)
+    assert sorted([a, b, c], key=memory_sort_key) == [c, b, a]
+
+
+def test_watermark_covers_everything_up_to_and_including_its_memory() -> None:
+    mark = Watermark.of(memory("m5", 100))
+    assert (mark.timestamp_ms, mark.memory_id) == (100, "m5")
+    assert not mark.after(memory("m5", 100))
+    assert not mark.after(memory("m4", 100))
+    assert not mark.after(memory("zz", 99))
+    assert mark.after(memory("m6", 100))  # same millisecond, later id
+    assert mark.after(memory("a", 101))
+
+
+@pytest.mark.parametrize("kind", sorted(DEFAULT_EXCLUDED_TYPES))
+def test_default_excluded_types_are_left_out(kind: str) -> None:
+    assert is_excluded(memory("m", 1, type=kind), DEFAULT_EXCLUDED_TYPES)
+
+
+def test_configured_types_replace_the_defaults() -> None:
+    assert is_excluded(memory("m", 1, type="implementation_plan"), {"implementation_plan"})
+    assert not is_excluded(memory("m", 1, type="tick"), {"implementation_plan"})
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    ["<system-reminder>Remember the rules", "  <SYSTEM-REMINDER> x", "[Context Refresh] summary"],
+)
+def test_injected_context_is_left_out(prompt: str) -> None:
+    assert is_excluded(memory("m", 1, prompt=prompt), ())
+
+
+def test_user_who_mentions_a_marker_is_still_summarized() -> None:
+    prompt = "Why does the harness add <system-reminder> blocks?"
+    assert not is_excluded(memory("m", 1, prompt=prompt), DEFAULT_EXCLUDED_TYPES)
+    assert not is_excluded(memory("m", 1, prompt="Add retries"), DEFAULT_EXCLUDED_TYPES)

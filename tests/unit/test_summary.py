@@ -1,0 +1,313 @@
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from controller.memories import Watermark
+from controller.summary import (
+    HISTORY_SECTIONS,
+    PROJECTION_SECTIONS,
+    SECTION_TITLES,
+    LegacySummary,
+    StructuredSummary,
+    SummaryItem,
+    SummaryValidationError,
+    from_chroma_row,
+    render_document,
+    to_chroma_metadata,
+    validate_summary,
+)
+
+NEO_KEYS = {
+    "sessionId",
+    "timestamp",
+    "memoryCount",
+    "title",
+    "category",
+    "quality",
+    "productivity",
+    "impact",
+    "complexity",
+    "technologies",
+    "participatingAgents",
+    "models",
+    "toolsUsed",
+    "totalToolCalls",
+}
+
+
+def items(*texts: str) -> list[SummaryItem]:
+    return [SummaryItem(text=t) for t in texts]
+
+
+def full_summary() -> StructuredSummary:
+    return StructuredSummary(
+        session_id="s1",
+        title="Retry the fetcher",
+        category="feature",
+        quality=90,
+        productivity=70,
+        impact=60,
+        complexity=40,
+        sections={
+            "User Requests": items("Add retries to the fetcher.", "Add a CLI flag."),
+            "Questions & Decisions": [
+                SummaryItem(text="Use a fixed delay.", superseded_by="exponential backoff"),
+                SummaryItem(text="We will use exponential backoff."),
+            ],
+            "Design Choices": items("The retry policy is a pydantic model."),
+            "Corrections & Feedback": items("Don't sleep in the event loop."),
+            "Current State": items("Retries are merged.", "3 memories so far."),
+        },
+        technologies=["kopf", "python"],
+        participating_agents=["claude", "neo-1"],
+        models=["opus"],
+        tools_used=["Bash", "Edit"],
+        total_tool_calls=12,
+        memory_count=3,
+        first_memory_at_ms=1_000,
+        last_memory_at_ms=3_000,
+        watermark=Watermark(timestamp_ms=3_000, memory_id="m3"),
+        user_id="u1",
+    )
+
+
+def minimal_summary(**fields: object) -> StructuredSummary:
+    values: dict[str, object] = {
+        "session_id": "s1",
+        "title": "Retry the fetcher",
+        "sections": {"User Requests": items("Add retries.")},
+        **fields,
+    }
+    return StructuredSummary.model_validate(values)
+
+
+# -- the model ------------------------------------------------------------------------------
+
+
+def test_section_groups_are_history_then_projection() -> None:
+    assert HISTORY_SECTIONS + PROJECTION_SECTIONS == SECTION_TITLES
+    assert PROJECTION_SECTIONS == ("Current State",)
+
+
+def test_missing_sections_are_filled_with_empty_lists() -> None:
+    s = minimal_summary()
+    assert list(s.sections) == list(SECTION_TITLES)
+    assert s.sections["Design Choices"] == []
+
+
+def test_unknown_section_is_rejected() -> None:
+    with pytest.raises(ValidationError, match="unknown sections"):
+        minimal_summary(sections={"Random Thoughts": items("x")})
+
+
+def test_item_text_is_stripped_and_must_be_short_and_non_empty() -> None:
+    assert SummaryItem(text="  a fact \n").text == "a fact"
+    with pytest.raises(ValidationError):
+        SummaryItem(text="   ")
+    with pytest.raises(ValidationError):
+        SummaryItem(text="x" * 501)
+
+
+@pytest.mark.parametrize("field", ["quality", "productivity", "impact", "complexity"])
+def test_scores_are_bounded(field: str) -> None:
+    with pytest.raises(ValidationError):
+        minimal_summary(**{field: 101})
+    with pytest.raises(ValidationError):
+        minimal_summary(**{field: -1})
+
+
+def test_title_must_fit_and_category_must_be_known() -> None:
+    with pytest.raises(ValidationError):
+        minimal_summary(title="")
+    with pytest.raises(ValidationError):
+        minimal_summary(title="t" * 121)
+    with pytest.raises(ValidationError):
+        minimal_summary(category="chores")
+
+
+# -- the document ---------------------------------------------------------------------------
+
+
+def test_document_renders_title_sections_in_order_and_superseded_items() -> None:
+    assert render_document(full_summary()) == (
+        "# Retry the fetcher\n"
+        "\n## User Requests\n- Add retries to the fetcher.\n- Add a CLI flag.\n"
+        "\n## Questions & Decisions\n"
+        "- ~~Use a fixed delay.~~ (superseded: exponential backoff)\n"
+        "- We will use exponential backoff.\n"
+        "\n## Design Choices\n- The retry policy is a pydantic model.\n"
+        "\n## Corrections & Feedback\n- Don't sleep in the event loop.\n"
+        "\n## Current State\n- Retries are merged.\n- 3 memories so far.\n"
+    )
+
+
+def test_empty_sections_are_not_rendered() -> None:
+    document = render_document(minimal_summary())
+    assert "## User Requests" in document
+    assert "## Design Choices" not in document
+
+
+def test_an_item_with_line_breaks_stays_one_list_entry() -> None:
+    s = minimal_summary(sections={"User Requests": items("first line\n## not a heading")})
+    assert render_document(s).splitlines()[-1] == "- first line ## not a heading"
+
+
+# -- the Chroma row -------------------------------------------------------------------------
+
+
+def test_metadata_carries_every_neo_key_with_neo_types() -> None:
+    meta = to_chroma_metadata(full_summary(), writer="w", trigger="sweep", summarized_at_ms=9)
+    assert set(meta) >= NEO_KEYS
+    assert meta["timestamp"] == 3_000
+    assert meta["memoryCount"] == 3
+    assert meta["toolsUsed"] == "Bash,Edit"
+    assert meta["participatingAgents"] == "claude,neo-1"
+    assert meta["userId"] == "u1"
+    assert (meta["writer"], meta["triggerSource"], meta["summarizedAt"]) == ("w", "sweep", 9)
+    assert (meta["watermarkTimestamp"], meta["watermarkMemoryId"]) == (3_000, "m3")
+    assert meta["summaryFormat"] == "structured-v1"
+
+
+def test_metadata_never_contains_none() -> None:
+    bare = minimal_summary()  # no user, no watermark, no memory times
+    meta = to_chroma_metadata(bare, writer="w", trigger="sunset", summarized_at_ms=1)
+    assert None not in meta.values()
+    assert all(isinstance(v, str | int | float | bool) for v in meta.values())
+    for optional in ("userId", "timestamp", "watermarkTimestamp", "watermarkMemoryId"):
+        assert optional not in meta
+
+
+def test_sections_json_is_compact_sorted_and_keeps_superseded_markers() -> None:
+    meta = to_chroma_metadata(full_summary(), writer="w", trigger="t", summarized_at_ms=1)
+    text = str(meta["sectionsJson"])
+    assert ", " not in text and ": " not in text.replace("superseded_by", "")
+    sections = json.loads(text)
+    assert list(sections) == sorted(sections)
+    assert sections["Questions & Decisions"][0] == {
+        "text": "Use a fixed delay.",
+        "superseded_by": "exponential backoff",
+    }
+
+
+def test_round_trip_through_chroma_metadata_preserves_sections() -> None:
+    original = full_summary()
+    meta = to_chroma_metadata(original, writer="w", trigger="t", summarized_at_ms=1)
+    back = from_chroma_row("s1", render_document(original), meta)
+    assert back == original
+
+
+def test_free_text_row_of_the_old_system_reads_as_legacy_summary() -> None:
+    meta = {"sessionId": "s1", "timestamp": 5_000, "memoryCount": 40, "title": "Old title"}
+    prior = from_chroma_row("s1", "  The user asked for retries. They were added.  ", meta)
+    assert prior == LegacySummary(
+        session_id="s1",
+        text="The user asked for retries. They were added.",
+        memory_count=40,
+        timestamp_ms=5_000,
+        title="Old title",
+    )
+
+
+@pytest.mark.parametrize(("document", "meta"), [(None, None), ("", {}), ("   ", {"title": "x"})])
+def test_row_without_text_gives_no_prior(document: str | None, meta: dict | None) -> None:
+    assert from_chroma_row("s1", document, meta) is None
+
+
+def test_unreadable_structured_row_falls_back_to_its_text() -> None:
+    meta = {"summaryFormat": "structured-v1", "sectionsJson": "{not json", "memoryCount": 4}
+    prior = from_chroma_row("s1", "# Title\n- a fact", meta)
+    assert isinstance(prior, LegacySummary)
+    assert prior.text == "# Title\n- a fact"
+
+
+def test_stored_values_out_of_range_do_not_lose_the_structured_prior() -> None:
+    meta = to_chroma_metadata(full_summary(), writer="w", trigger="t", summarized_at_ms=1)
+    meta.update(category="chores", quality=250, impact=-3, title="")
+    prior = from_chroma_row("s1", "doc", meta)
+    assert isinstance(prior, StructuredSummary)
+    assert (prior.category, prior.quality, prior.impact) == ("other", 100, 0)
+    assert prior.title == "Session s1"
+    assert prior.sections == full_summary().sections
+
+
+# -- the guard ------------------------------------------------------------------------------
+
+
+def test_validation_accepts_a_superset_of_the_prior() -> None:
+    prior = full_summary()
+    grown = prior.model_copy(deep=True)
+    grown.sections["User Requests"].append(SummaryItem(text="Add metrics."))
+    grown.sections["Current State"] = items("Something else entirely.")
+    validate_summary(grown, prior)
+
+
+def test_validation_rejects_summary_that_drops_a_prior_item() -> None:
+    prior = full_summary()
+    lossy = prior.model_copy(deep=True)
+    del lossy.sections["Design Choices"][0]
+    with pytest.raises(SummaryValidationError, match="Design Choices"):
+        validate_summary(lossy, prior)
+
+
+def test_validation_rejects_a_prior_item_moved_to_another_section() -> None:
+    prior = full_summary()
+    moved = prior.model_copy(deep=True)
+    item = moved.sections["User Requests"].pop()
+    moved.sections["Design Choices"].append(item)
+    with pytest.raises(SummaryValidationError, match="User Requests"):
+        validate_summary(moved, prior)
+
+
+def test_validation_accepts_prior_items_marked_superseded_or_respaced() -> None:
+    prior = full_summary()
+    marked = prior.model_copy(deep=True)
+    marked.sections["User Requests"][0] = SummaryItem(
+        text="add retries  to the fetcher.", superseded_by="done differently"
+    )
+    validate_summary(marked, prior)
+
+
+@pytest.mark.parametrize(
+    "title",
+    [
+        "Error: the model returned status 500",
+        "ERROR 429 rate limited",
+        "An error occurred while summarizing",
+        "I'm sorry, but I cannot summarize this session",
+        "As an AI language model, I cannot",
+        "Traceback (most recent call last):",
+        "Summary failed. Traceback (most recent call last): File x",
+        "Untitled",
+        "Summary",
+        "N/A",
+    ],
+)
+def test_error_text_is_not_accepted_as_a_title(title: str) -> None:
+    with pytest.raises(SummaryValidationError, match="title"):
+        validate_summary(minimal_summary(title=title), None)
+
+
+@pytest.mark.parametrize(
+    "title",
+    ["Error handling cleanup in the sweeper", "Fix the crash on empty sessions", "Sorry page UX"],
+)
+def test_ordinary_titles_about_errors_are_accepted(title: str) -> None:
+    validate_summary(minimal_summary(title=title), None)
+
+
+def test_empty_summary_is_not_accepted() -> None:
+    with pytest.raises(SummaryValidationError, match="no items"):
+        validate_summary(minimal_summary(sections={}), None)
+
+
+def test_summary_of_another_session_is_not_accepted() -> None:
+    prior = full_summary()
+    other = prior.model_copy(update={"session_id": "s2"})
+    with pytest.raises(SummaryValidationError, match="session"):
+        validate_summary(other, prior)
+
+
+def test_legacy_prior_imposes_no_item_check() -> None:
+    legacy = LegacySummary(session_id="s1", text="Everything that happened.")
+    validate_summary(minimal_summary(), legacy)
