@@ -1,4 +1,4 @@
-"""Turns a SessionSummarizer spec into live parts: the store and the embedder.
+"""Turns a SessionSummarizer spec into live parts: the store, the embedder, the summarizer.
 
 Secrets are read here (and only here) so their values never reach a status, an Event or a
 log line. Built parts are cached per configuration, so a summary costs no reconnects.
@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controller import kube
-from controller.api import SessionSummarizerSpec
+from controller.api import ModelSpec, SessionSummarizerSpec
 from controller.embeddings import EmbeddingSpec, build_embedding_function
+from controller.model_backend import ChatModelConfig, ChatModelSummarizer
 from controller.store import MemoryStore, StoreLocation, store_for
-from controller.summarize import Embedder
+from controller.summarize import Embedder, Summarizer, extractive
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class Backends:
     store: MemoryStore
     embed: Embedder
     excluded_types: Sequence[str]
+    summarizer: Summarizer = extractive
 
 
 def store_location(spec: SessionSummarizerSpec, namespace: str) -> StoreLocation:
@@ -62,6 +64,39 @@ def embedder_for(spec: EmbeddingSpec) -> Embedder:
         return _EMBEDDERS[spec]
 
 
+def chat_model_config(model: ModelSpec, namespace: str) -> ChatModelConfig:
+    """The model endpoint of an openai backend; the API key from its Secret, if any."""
+    if not model.base_url or not model.model:
+        raise ValueError("model.baseUrl and model.model are required when backend is openai")
+    api_key = None
+    if model.api_key_secret_ref is not None:
+        ref = model.api_key_secret_ref
+        api_key = kube.read_secret_key(namespace, ref.name, ref.key)
+    return ChatModelConfig(
+        base_url=model.base_url,
+        model=model.model,
+        api_key=api_key,
+        timeout_seconds=model.timeout_seconds,
+        max_retries=model.max_retries,
+        max_concurrency=model.max_concurrency,
+        max_input_tokens=model.max_input_tokens,
+    )
+
+
+_SUMMARIZERS: dict[ChatModelConfig, ChatModelSummarizer] = {}
+
+
+def summarizer_for(model: ModelSpec, namespace: str) -> Summarizer:
+    """extractive (no model), or a cached chat-completions summarizer for the endpoint."""
+    if model.backend == "extractive":
+        return extractive
+    config = chat_model_config(model, namespace)
+    with _LOCK:
+        if config not in _SUMMARIZERS:
+            _SUMMARIZERS[config] = ChatModelSummarizer(config)
+        return _SUMMARIZERS[config]
+
+
 def backends_for(spec: SessionSummarizerSpec, namespace: str) -> Backends:
     """Blocking: may read Secrets and connect to Chroma."""
     location = store_location(spec, namespace)
@@ -69,4 +104,5 @@ def backends_for(spec: SessionSummarizerSpec, namespace: str) -> Backends:
         store=store_for(location),
         embed=embedder_for(embedding_spec(spec, namespace)),
         excluded_types=tuple(spec.excluded_memory_types),
+        summarizer=summarizer_for(spec.model, namespace),
     )

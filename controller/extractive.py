@@ -1,232 +1,481 @@
 """The embedded default summarizer: extractive, deterministic, no model. Pure.
 
-It picks sentences from the memories by cue words into the structured sections. It is
-incremental like the model backend: the prior summary's history items come first,
-verbatim; new items are appended (deduplicated); Current State is replaced. When a section
-reaches its cap, new items are dropped, never prior ones.
+It sorts sentences of the memories into the structured sections by cue words. It is
+incremental like the model backend: one pass = prior summary + the memories after its
+watermark. The prior's history items come first, verbatim and in order; new items follow,
+deduplicated against everything already there; Current State is replaced.
+
+Each section holds at most `max_items_per_section` items. When a section is full, *new*
+items are dropped, never prior ones: this summarizer cannot condense, and losing a recorded
+fact is worse than not recording a later one. (The model backend condenses by marking items
+superseded; a prior summary with more items than the cap keeps them all.)
+
+A legacy free-text prior (written by the old system) is carried forward as items of
+"Questions & Decisions" (what was asked and settled so far), packed into at most
+LEGACY_ITEMS_MAX items of up to ITEM_MAX characters each, so its whole text survives unless
+it is longer than that. A legacy text that is itself a failure message is not carried.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple, cast
 
-from controller.memories import Memory, Watermark, memory_sort_key
+from controller.memories import Memory, memory_sort_key
+from controller.merge import PassUpdate, merge_pass
 from controller.summary import (
     HISTORY_SECTIONS,
     ITEM_MAX,
+    TITLE_MAX,
+    Category,
     LegacySummary,
     StructuredSummary,
     SummaryItem,
+    fallback_title,
+    title_problem,
 )
 
 SENTENCE_MAX = 200
+TITLE_CHARS = 80
+STATE_SENTENCES = 3
 LEGACY_ITEMS_MAX = 10
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-_CODE_BLOCK = re.compile(r"```.*?```", re.S)
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])|\n+")
 
-_DECISION = (
-    "decided",
-    "we will",
-    "we'll",
-    "let's",
-    "going with",
-    "chose",
-    "instead of",
-    "will use",
+REQUESTS, QUESTIONS, DESIGN, CORRECTIONS, STATE = (
+    "User Requests",
+    "Questions & Decisions",
+    "Design Choices",
+    "Corrections & Feedback",
+    "Current State",
 )
-_DESIGN = (
-    "design",
-    "architecture",
-    "pattern",
-    "schema",
-    " api",
-    "interface",
-    "trade-off",
-    "tradeoff",
-    "watermark",
-    "idempotent",
-    "module",
-    "adapter",
-)
-_CORRECTION = (
-    "no,",
-    "no.",
-    "actually",
-    "wrong",
-    "instead",
-    "don't",
-    "do not",
-    "that's not",
-    "revert",
-    "should have",
-    "not what",
-)
-_CATEGORY_CUES: dict[str, tuple[str, ...]] = {
-    "bugfix": ("bug", "fix", "error", "crash", "fail", "broken", "regression"),
-    "feature": ("add", "implement", "feature", "support", "new endpoint", "introduce"),
-    "refactoring": ("refactor", "clean up", "cleanup", "rename", "extract", "simplify"),
-    "documentation": ("doc", "readme", "comment", "guide", "tutorial"),
-    "new-app": ("new app", "scaffold", "bootstrap", "from scratch", "new project"),
-    "analysis": ("analy", "investigate", "why", "explain", "benchmark", "measure"),
-}
-_TECHNOLOGIES = (
-    "python",
-    "typescript",
-    "javascript",
-    "go",
-    "golang",
-    "rust",
-    "java",
-    "kotlin",
-    "c++",
-    "kubernetes",
-    "helm",
-    "docker",
-    "kind",
-    "chroma",
-    "chromadb",
-    "postgres",
-    "postgresql",
-    "redis",
-    "react",
-    "vue",
-    "kopf",
-    "pytest",
-    "fastapi",
-    "django",
-    "flask",
-    "node",
-    "npm",
-    "terraform",
-    "prometheus",
-    "grafana",
-    "sql",
-    "sqlite",
-    "graphql",
-    "grpc",
-    "kafka",
-    "openai",
-    "ollama",
-    "vllm",
-    "numpy",
-    "pandas",
-    "pydantic",
-    "mypy",
-    "ruff",
-    "safari",
-)
-_WORD = re.compile(r"[a-z][a-z0-9+#.-]*")
+
+# -- text handling -------------------------------------------------------------------------
+
+# C0/C1 controls (tab and newline are kept as whitespace), lone surrogates (cannot be encoded
+# as UTF-8, so Chroma and the embedder would refuse them), zero-width characters.
+_UNWANTED = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\u200b-\u200d\ufeff]")
+_CODE_BLOCK = re.compile(r"```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)", re.DOTALL)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[`*_]?[A-Z0-9])")
+_LINE_MARKUP = re.compile(r"^(?:\s*(?:[-*+>]|#{1,6}|\d{1,3}[.)])\s+)+")
+_WORDY = re.compile(r"\w")
+_NOT_WORD = re.compile(r"[^\w\s]")
 
 
 def clean(text: str) -> str:
-    return " ".join(_CONTROL.sub(" ", text).split())
+    """One line of plain text: no control characters, whitespace collapsed."""
+    text = _UNWANTED.sub(" ", text).replace("\u2019", "'")
+    return " ".join(text.split())
 
 
-def sentences(text: str) -> list[str]:
-    """Sentences of a text, code blocks dropped, each cut to SENTENCE_MAX characters."""
-    text = _CODE_BLOCK.sub(" ", text or "")
+def _shorten(text: str, limit: int) -> str:
+    """At most `limit` characters, cut at a word boundary when one is near, marked by '…'."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if space >= limit * 3 // 5:
+        cut = cut[:space]
+    return cut.rstrip() + "…"
+
+
+def sentences(text: str, limit: int = SENTENCE_MAX, *, drop_code: bool = True) -> list[str]:
+    """Sentences of a text: code blocks and list markup dropped, each at most `limit` chars.
+
+    Lines are sentence boundaries; within a line a sentence ends at . ! or ? followed by
+    space and a capital or digit, so URLs, file names and "e.g. this" stay whole. Python
+    string slicing works on code points, so a cut never splits a character.
+    """
+    text = _UNWANTED.sub(" ", text or "")
+    if drop_code:
+        text = _CODE_BLOCK.sub("\n", text)
     out = []
-    for raw in _SENTENCE_END.split(text):
-        sentence = clean(raw)
-        if len(sentence) < 3:
-            continue
-        if len(sentence) > SENTENCE_MAX:
-            sentence = sentence[: SENTENCE_MAX - 1].rstrip() + "…"
-        out.append(sentence)
+    for line in text.splitlines():
+        line = _LINE_MARKUP.sub("", line)
+        for raw in _SENTENCE_END.split(line):
+            sentence = " ".join(raw.replace("\u2019", "'").split())
+            if len(sentence) >= 3 and _WORDY.search(sentence):
+                out.append(_shorten(sentence, limit))
     return out
 
 
-def _norm(text: str) -> str:
-    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+def _key(text: str) -> str:
+    """Dedup key: case, punctuation and spacing do not make two items different."""
+    return " ".join(_NOT_WORD.sub(" ", text.lower()).split())
 
 
-def _has(sentence: str, cues: Iterable[str]) -> bool:
-    low = f" {sentence.lower()}"
-    return any(cue in low for cue in cues)
+# -- cues ----------------------------------------------------------------------------------
+# Cues are matched in lower-cased text. Patterns have no leading \b where a cue is long enough
+# to be unambiguous: a pattern that starts with a literal is scanned much faster by `re`.
+
+_DECISION_CUES = re.compile(
+    r"decided|decide to|we will\b|we'll\b|let's\b|going with\b|go with\b|\bchose|opted\b|"
+    r"instead of\b|will use\b|settled on\b"
+)
+_DESIGN_CUES = re.compile(
+    r"design|architect|pattern|schema|\bapis?\b|interface|trade-?off|data model|abstraction|"
+    r"endpoint|protocol|\buse [\w.-]+ (?:for|as)\b"
+)
+# "fix" alone is a request ("fix the login crash"); only "fix that/this/it" corrects the agent.
+_CORRECTION_CUES = re.compile(
+    r"^(?:no|nope)\b|\b(?:actually|wrong|instead|don't|dont|do not|that's not|that is not|"
+    r"revert\w*|undo|should have|shouldn't have|not what i|fix (?:that|this|it))\b"
+)
+# Literals one of which every cue match contains: a cheap test before splitting a text.
+_DECISION_HINTS: tuple[str, ...] = ("decid", "we will", "we'll", "let's", "go with", "chose")
+_DECISION_HINTS += ("opted", "instead of", "will use", "settled on", "let\u2019s", "we\u2019ll")
+_DESIGN_HINTS: tuple[str, ...] = ("design", "architect", "pattern", "schema", "api", "trade")
+_DESIGN_HINTS += ("interface", "data model", "abstraction", "endpoint", "protocol", "use ")
+
+# Words are matched one token at a time (a token classification is cached), which keeps a
+# 10,000-memory pass fast: one simple regex over the text instead of one per cue.
+_TOKEN = re.compile(r"[a-z0-9][a-z0-9_.+#-]*")
+_CATEGORY_WORDS = re.compile(
+    r"(?P<bugfix>bugs?|buggy|fix\w*|errors?|crash\w*|fail\w*|broken|regressions?)"
+    r"|(?P<feature>add|adds|added|adding|implement\w*|features?|support\w*)"
+    r"|(?P<refactoring>refactor\w*|cleanups?|renam\w*|extract\w*|simplif\w*|restructur\w*)"
+    r"|(?P<documentation>docs?|documentation|document|readme|readme\.md|comments?|docstrings?"
+    r"|changelog)"
+    r"|(?P<new_app>scaffold\w*|bootstrap\w*)"
+    r"|(?P<analysis>analy\w*|investigat\w*|why|explain\w*|benchmark\w*|measur\w*|profil\w*)"
+)
+_CATEGORY_PHRASES: dict[Category, tuple[str, ...]] = {
+    "refactoring": ("clean up",),
+    "new-app": ("new app", "new application", "new project", "new service", "from scratch"),
+}
+_TECHNOLOGY_WORDS: dict[str, str] = {
+    **dict.fromkeys(("python", "python2", "python3"), "python"),
+    "typescript": "typescript",
+    "javascript": "javascript",
+    "golang": "go",
+    **dict.fromkeys(("rust", "cargo"), "rust"),
+    "java": "java",
+    "kotlin": "kotlin",
+    **dict.fromkeys(("kubernetes", "k8s", "kubectl"), "kubernetes"),
+    "helm": "helm",
+    **dict.fromkeys(("chroma", "chromadb"), "chroma"),
+    **dict.fromkeys(("postgres", "postgresql", "psql"), "postgres"),
+    "mysql": "mysql",
+    **dict.fromkeys(("sqlite", "sqlite3"), "sqlite"),
+    "redis": "redis",
+    **dict.fromkeys(("mongo", "mongodb"), "mongodb"),
+    **dict.fromkeys(("reactjs", "react.js", "react-dom"), "react"),
+    **dict.fromkeys(("node.js", "nodejs", "npm", "node_modules"), "node"),
+    **dict.fromkeys(("onnx", "onnxruntime"), "onnx"),
+    **{
+        name: name
+        for name in (
+            "kopf",
+            "pytest",
+            "pydantic",
+            "fastapi",
+            "django",
+            "flask",
+            "numpy",
+            "pandas",
+            "terraform",
+            "prometheus",
+            "grafana",
+            "graphql",
+            "grpc",
+            "kafka",
+            "nginx",
+            "openai",
+            "ollama",
+            "vllm",
+            "mypy",
+            "ruff",
+        )
+    },
+}
+_FILE_EXTENSIONS = {
+    "py": "python",
+    "ts": "typescript",
+    "tsx": "typescript",
+    "js": "javascript",
+    "jsx": "javascript",
+    "go": "go",
+    "rs": "rust",
+    "java": "java",
+    "kt": "kotlin",
+}
+# Ambiguous words count only in context: "go" as tooling, "kind" with cluster verbs, "react"
+# as a library. Each pattern starts with a literal, so scanning for it is cheap.
+_TECHNOLOGY_PHRASES: dict[str, re.Pattern[str]] = {
+    "go": re.compile(r"go (?:mod|build|test|run|vet|module|modules|toolchain)\b"),
+    "kind": re.compile(r"kind (?:cluster|create|load|delete|get)\b"),
+    "react": re.compile(r"react (?:native|components?|hooks?)\b"),
+}
 
 
-def _extract(memories: Sequence[Memory]) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {title: [] for title in HISTORY_SECTIONS}
-    for m in memories:
-        prompt_sentences = sentences(m.prompt)
-        if prompt_sentences:
-            first = prompt_sentences[0]
-            if _has(first, _CORRECTION):
-                found["Corrections & Feedback"].append(first)
-            else:
-                found["User Requests"].append(first)
-        for s in prompt_sentences:
-            if s.endswith("?"):
-                found["Questions & Decisions"].append(s)
-            elif s is not prompt_sentences[0] and _has(s, _CORRECTION):
-                found["Corrections & Feedback"].append(s)
-        for s in sentences(m.thought) + sentences(m.response):
-            if _has(s, _DECISION):
-                found["Questions & Decisions"].append(s)
-            elif _has(s, _DESIGN):
-                found["Design Choices"].append(s)
+@functools.lru_cache(maxsize=1 << 16)
+def _token_facts(token: str) -> tuple[str | None, Category | None]:
+    """(technology, category) a single lower-cased token points at, if any."""
+    word = token.rstrip(".-_+#")
+    technology = _TECHNOLOGY_WORDS.get(word)
+    if technology is None and word.startswith("docker"):
+        technology = "docker"
+    if technology is None and "." in word:
+        stem, _, extension = word.rpartition(".")
+        if stem and stem[-1].isalnum():
+            technology = _FILE_EXTENSIONS.get(extension)
+    match = _CATEGORY_WORDS.fullmatch(word)
+    category = (
+        cast(Category, match.lastgroup.replace("_", "-")) if match and match.lastgroup else None
+    )
+    return technology, category
+
+
+def _phrase_technologies(text: str) -> set[str]:
+    found = set()
+    for name, pattern in _TECHNOLOGY_PHRASES.items():
+        for match in pattern.finditer(text):
+            if match.start() == 0 or not text[match.start() - 1].isalnum():
+                found.add(name)
+                break
     return found
 
 
-def _merge_section(
-    prior: list[SummaryItem], new_texts: Iterable[str], cap: int
-) -> list[SummaryItem]:
-    """Prior items verbatim and in order, then new ones not already present, up to cap."""
-    items = list(prior)
-    seen = {_norm(i.text) for i in items}
-    for text in new_texts:
-        key = _norm(text)
-        if not key or key in seen or len(items) >= max(cap, len(prior)):
+# A legacy text that is a failure message, not a summary: not worth carrying forward.
+_LEGACY_FAILURE = re.compile(
+    r"^\s*(?:error\s*:|failed to (?:generate|summari[sz]e)|i'm sorry|i am sorry|as an ai\b)"
+    r"|traceback \(most recent call last\)",
+    re.IGNORECASE,
+)
+_COUNTS_LINE = re.compile(r"^\d+ memories so far\b")
+
+
+# -- extraction ----------------------------------------------------------------------------
+
+
+class _Section:
+    """A history section being filled: carried items first, then new ones up to the cap."""
+
+    def __init__(self, carried: Sequence[SummaryItem], cap: int) -> None:
+        self.items = list(carried)
+        self.cap = cap
+        self.keys = {_key(item.text) for item in self.items}
+
+    @property
+    def full(self) -> bool:
+        return len(self.items) >= self.cap
+
+    def offer(self, text: str) -> None:
+        key = _key(text)
+        if key and key not in self.keys and not self.full:
+            self.keys.add(key)
+            self.items.append(SummaryItem(text=_shorten(text, ITEM_MAX)))
+
+
+def _has_any(text: str, hints: Iterable[str]) -> bool:
+    return any(hint in text for hint in hints)
+
+
+def _extract_into(sections: dict[str, _Section], memory: Memory) -> None:
+    """Sorts one memory's sentences into the history sections.
+
+    A prompt's first sentence is the request (or, if it corrects the agent, feedback); later
+    prompt sentences are questions, corrections or design remarks; the agent's thoughts and
+    responses contribute decisions and design choices. Texts are split only when a section
+    they could add to still has room and a cue may be in them.
+    """
+    requests, questions = sections[REQUESTS], sections[QUESTIONS]
+    design, corrections = sections[DESIGN], sections[CORRECTIONS]
+    prompt_low = memory.prompt.lower()
+    if (
+        not requests.full
+        or (not corrections.full and _CORRECTION_CUES.search(prompt_low))
+        or (not questions.full and "?" in prompt_low)
+        or (not design.full and _has_any(prompt_low, _DESIGN_HINTS))
+    ):
+        for i, sentence in enumerate(sentences(memory.prompt)):
+            low = sentence.lower()
+            if i == 0:
+                is_correction = _CORRECTION_CUES.search(low)
+                (corrections if is_correction else requests).offer(sentence)
+            elif sentence.endswith("?"):
+                questions.offer(sentence)
+            elif _CORRECTION_CUES.search(low):
+                corrections.offer(sentence)
+            elif _DESIGN_CUES.search(low):
+                design.offer(sentence)
+    for text in (memory.thought, memory.response):
+        low = text.lower()
+        want_decisions = not questions.full and _has_any(low, _DECISION_HINTS)
+        want_design = not design.full and _has_any(low, _DESIGN_HINTS)
+        if not (want_decisions or want_design):
             continue
-        seen.add(key)
-        items.append(SummaryItem(text=text[:ITEM_MAX]))
-    return items
+        for sentence in sentences(text):
+            low = sentence.lower()
+            if _DECISION_CUES.search(low):
+                questions.offer(sentence)
+            elif _DESIGN_CUES.search(low):
+                design.offer(sentence)
 
 
-def _category(memories: Sequence[Memory], fallback: str) -> str:
-    votes = dict.fromkeys(_CATEGORY_CUES, 0)
-    for m in memories:
-        low = m.prompt.lower()
-        for category, cues in _CATEGORY_CUES.items():
-            votes[category] += sum(low.count(cue) for cue in cues)
+def _pieces(text: str, limit: int) -> list[str]:
+    """The text in consecutive pieces of at most `limit` characters, cut between words."""
+    pieces = []
+    while len(text) > limit:
+        cut = text.rfind(" ", 0, limit + 1)
+        cut = cut if cut > 0 else limit
+        pieces.append(text[:cut].rstrip())
+        text = text[cut:].lstrip()
+    return [*pieces, text] if text else pieces
+
+
+def _legacy_items(prior: LegacySummary) -> list[SummaryItem]:
+    """The legacy text, whole sentences packed into items of at most ITEM_MAX characters."""
+    if _LEGACY_FAILURE.search(prior.text):
+        return []
+    packed: list[str] = []
+    for sentence in sentences(prior.text, limit=len(prior.text) + 1, drop_code=False):
+        for piece in _pieces(sentence, ITEM_MAX):
+            if packed and len(packed[-1]) + 1 + len(piece) <= ITEM_MAX:
+                packed[-1] = f"{packed[-1]} {piece}"
+            else:
+                packed.append(piece)
+    if len(packed) > LEGACY_ITEMS_MAX:  # longer than the old system ever wrote: keep the head
+        rest = " ".join(packed[LEGACY_ITEMS_MAX - 1 :])
+        packed = [*packed[: LEGACY_ITEMS_MAX - 1], _shorten(rest, ITEM_MAX)]
+    return [SummaryItem(text=text) for text in packed]
+
+
+def _category(texts: Iterable[str], fallback: Category) -> Category:
+    """Keyword vote; no votes or a tie keeps the fallback (the prior's category or other)."""
+    low = "\n".join(texts).lower()
+    votes: dict[Category, int] = {
+        category: sum(low.count(phrase) for phrase in phrases)
+        for category, phrases in _CATEGORY_PHRASES.items()
+    }
+    for word, count in Counter(low.split()).items():  # tokenize each distinct word once
+        for token in _TOKEN.findall(word):
+            category = _token_facts(token)[1]
+            if category is not None:
+                votes[category] = votes.get(category, 0) + count
     best = max(votes.values(), default=0)
-    if best == 0:
-        return fallback
     winners = [c for c, v in votes.items() if v == best]
-    return winners[0] if len(winners) == 1 else (fallback if fallback in winners else winners[0])
+    return winners[0] if best > 0 and len(winners) == 1 else fallback
 
 
 def _technologies(memories: Sequence[Memory]) -> set[str]:
-    found: set[str] = set()
-    vocabulary = set(_TECHNOLOGIES)
-    for m in memories:
-        for word in _WORD.findall(f"{m.prompt} {m.thought} {m.response}".lower()):
-            word = word.rstrip(".-")
-            if word in vocabulary:
-                found.add(
-                    {"golang": "go", "chromadb": "chroma", "postgresql": "postgres"}.get(word, word)
-                )
+    text = "\n".join(f"{m.prompt}\n{m.thought}\n{m.response}" for m in memories).lower()
+    found = _phrase_technologies(text)
+    for word in set(text.split()):  # splitting on spaces first: tokenize each word once
+        for token in _TOKEN.findall(word):
+            technology = _token_facts(token)[0]
+            if technology is not None:
+                found.add(technology)
     return found
 
 
-def _title(first_request: str | None, session_id: str) -> str:
-    if not first_request:
-        return f"Session {session_id[:12]}"
-    title = first_request.rstrip(" .!?…:;")
-    if len(title) > 80:
-        title = title[:80].rsplit(" ", 1)[0] + "…"
-    return title or f"Session {session_id[:12]}"
+def _title(requests: Sequence[SummaryItem], session_id: str) -> str:
+    """The first request that reads as a title, at most TITLE_CHARS, no trailing punctuation."""
+    for item in requests:
+        title = item.text
+        if len(title) > TITLE_CHARS:
+            title = title[:TITLE_CHARS]
+            space = title.rfind(" ")
+            title = title[:space] if space >= TITLE_CHARS // 2 else title
+        title = title.rstrip(" .!?…:;,-")
+        if title and title_problem(title) is None:
+            return title
+    return fallback_title(session_id)
+
+
+def _iso(ms: int) -> str:
+    try:
+        when = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=ms)
+    except OverflowError:  # a nonsense timestamp is shown, not fatal
+        return f"{ms} ms after the epoch"
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _current_state(
+    new: Sequence[Memory],
+    prior_state: Sequence[SummaryItem],
+    memory_count: int,
+    last_ms: int | None,
+    now_ms: int | None,
+) -> list[SummaryItem]:
+    """The last response's first sentences and the counts; replaced each pass."""
+    if not new:
+        return list(prior_state)
+    last_response = next((m.response for m in reversed(new) if sentences(m.response)), None)
+    if last_response is not None:
+        state = [SummaryItem(text=s) for s in sentences(last_response)[:STATE_SENTENCES]]
+    else:  # nothing new was said: keep what was true, refresh the counts
+        state = [item for item in prior_state if not _COUNTS_LINE.match(item.text)]
+    counts = f"{memory_count} memories so far"
+    if last_ms is not None:
+        counts += f", the latest at {_iso(last_ms)}"
+    if now_ms is not None:
+        counts += f" (summarized at {_iso(now_ms)})"
+    return [*state, SummaryItem(text=counts + ".")]
+
+
+# -- scores (0..100, simple on purpose; the model backend may do better) --------------------
+
+_CATEGORY_IMPACT: dict[str, int] = {
+    "new-app": 25,
+    "feature": 20,
+    "bugfix": 15,
+    "refactoring": 10,
+    "documentation": 5,
+    "analysis": 5,
+    "other": 0,
+}
+
+
+def _known(*values: int | None) -> list[int]:
+    return [v for v in values if v is not None]
 
 
 def _clamp(value: float) -> int:
     return max(0, min(100, round(value)))
 
 
-def _legacy_items(prior: LegacySummary) -> list[str]:
-    """A legacy free-text summary is carried forward as items of Questions & Decisions."""
-    return sentences(prior.text)[:LEGACY_ITEMS_MAX]
+class _Scores(NamedTuple):
+    quality: int
+    productivity: int
+    impact: int
+    complexity: int
+
+
+def _scores(
+    sections: dict[str, list[SummaryItem]],
+    category: str,
+    new: Sequence[Memory],
+    base: StructuredSummary | None,
+    memory_count: int,
+    tools: Sequence[str],
+    tool_calls: int,
+) -> _Scores:
+    """quality: 100 - 10 per correction. productivity: share of prompts that got a response,
+    averaged over all passes by memory count. impact: requests made plus a category bonus.
+    complexity: distinct tools and session length."""
+    prompts = sum(1 for m in new if m.prompt.strip())
+    answered = sum(1 for m in new if m.prompt.strip() and m.response.strip())
+    pass_productivity = 100 * answered / prompts if prompts else 50
+    if base is not None and base.memory_count and memory_count:
+        weight = base.memory_count / memory_count
+        productivity = base.productivity * weight + pass_productivity * (1 - weight)
+    else:
+        productivity = base.productivity if base is not None and not new else pass_productivity
+    requests = len(sections[REQUESTS])
+    return _Scores(
+        quality=_clamp(100 - 10 * len(sections[CORRECTIONS])),
+        productivity=_clamp(productivity),
+        impact=_clamp(
+            20 + 5 * min(requests, 10) + _CATEGORY_IMPACT[category] + min(10, tool_calls // 10)
+        ),
+        complexity=_clamp(10 + 6 * min(len(tools), 8) + min(memory_count, 40)),
+    )
+
+
+# -- the pass ------------------------------------------------------------------------------
 
 
 def summarize_extractive(
@@ -235,72 +484,77 @@ def summarize_extractive(
     prior: StructuredSummary | LegacySummary | None = None,
     *,
     max_items_per_section: int = 12,
+    now_ms: int | None = None,
 ) -> StructuredSummary:
-    """One incremental pass: prior summary + the memories after its watermark."""
-    new = sorted(memories, key=memory_sort_key)
-    base = prior if isinstance(prior, StructuredSummary) else None
-    found = _extract(new)
-    if isinstance(prior, LegacySummary):
-        found["Questions & Decisions"] = _legacy_items(prior) + found["Questions & Decisions"]
-    sections = {
-        title: _merge_section(
-            base.sections[title] if base else [], found[title], max_items_per_section
-        )
-        for title in HISTORY_SECTIONS
-    }
-    last_response = next((m for m in reversed(new) if m.response.strip()), None)
-    if last_response is not None:
-        state = sentences(last_response.response)[:3]
-        sections["Current State"] = [SummaryItem(text=s) for s in state]
-    else:
-        sections["Current State"] = list(base.sections["Current State"]) if base else []
+    """One incremental pass: the prior summary plus the memories after its watermark.
 
-    all_memories_count = (base.memory_count if base else 0) + len(new)
+    Memories the prior already covers are ignored, so repeating a pass changes nothing.
+    memory_count adds the new memories to the prior's count; after a legacy prior it counts
+    only this pass's memories, because that pass covers the whole session (no watermark).
+    Deterministic: the wall clock is read nowhere; `now_ms` only stamps Current State.
+    """
+    base = prior if isinstance(prior, StructuredSummary) else None
+    legacy = prior if isinstance(prior, LegacySummary) else None
+    covered = base.watermark if base is not None else None
+    new = sorted((m for m in memories if covered is None or covered.after(m)), key=memory_sort_key)
+
+    carried = {title: list(base.sections[title]) if base else [] for title in HISTORY_SECTIONS}
+    if legacy is not None:
+        carried[QUESTIONS] = _legacy_items(legacy)
+    filling = {title: _Section(carried[title], max_items_per_section) for title in carried}
+    for memory in new:
+        _extract_into(filling, memory)
+    sections = {title: section.items for title, section in filling.items()}
+
+    memory_count = (base.memory_count if base else 0) + len(new)
+    last_ms = max(
+        _known(base.last_memory_at_ms if base else None, new[-1].timestamp_ms if new else None),
+        default=None,
+    )
+    sections[STATE] = _current_state(
+        new, base.sections[STATE] if base else [], memory_count, last_ms, now_ms
+    )
+
     tools = sorted({t for m in new for t in m.tools_used} | set(base.tools_used if base else []))
-    agents = sorted(
-        {a for m in new for a in (m.agent, m.agent_identity) if a}
-        | set(base.participating_agents if base else [])
-    )
-    models = sorted({m.model for m in new if m.model} | set(base.models if base else []))
-    technologies = sorted(_technologies(new) | set(base.technologies if base else []))
     tool_calls = (base.total_tool_calls if base else 0) + sum(m.tool_calls for m in new)
-    first_request = sections["User Requests"][0].text if sections["User Requests"] else None
-    title = (
-        base.title
-        if base
-        else (
-            prior.title
-            if isinstance(prior, LegacySummary) and prior.title
-            else _title(first_request, session_id)
-        )
-    )
-    category = _category(new, base.category if base else "other")
-    requests = max(1, len(sections["User Requests"]))
-    total_corrections = len(sections["Corrections & Feedback"])
-    first_ms = base.first_memory_at_ms if base and base.first_memory_at_ms else None
-    if new and (first_ms is None or new[0].timestamp_ms < first_ms):
-        first_ms = new[0].timestamp_ms
-    return StructuredSummary(
-        session_id=session_id,
+    fallback_category: Category = base.category if base else "other"
+    if new:  # the vote sees the requests so far and the new prompts
+        vote_texts = [i.text for i in carried[REQUESTS]] + [m.prompt for m in new]
+        category = _category(vote_texts, fallback_category)
+    else:
+        category = fallback_category
+
+    if legacy is not None and legacy.title and title_problem(legacy.title) is None:
+        title = _shorten(clean(legacy.title), TITLE_MAX)
+    else:
+        title = _title(sections[REQUESTS], session_id)
+
+    scores = _scores(sections, category, new, base, memory_count, tools, tool_calls)
+    # What this pass found, applied by the merge both backends share (controller.merge):
+    # carried items verbatim, new ones appended, Current State replaced, counts computed.
+    update = PassUpdate(
+        user_requests=_new_texts(sections[REQUESTS], carried[REQUESTS]),
+        questions_and_decisions=_new_texts(sections[QUESTIONS], carried[QUESTIONS]),
+        design_choices=_new_texts(sections[DESIGN], carried[DESIGN]),
+        corrections_and_feedback=_new_texts(sections[CORRECTIONS], carried[CORRECTIONS]),
+        current_state=[item.text for item in sections[STATE]] if new else None,
         title=title,
         category=category,
-        quality=_clamp(100 - 10 * total_corrections),
-        productivity=_clamp(
-            40 + 60 * min(1.0, len(sections["Design Choices"]) / requests) if requests else 40
-        ),
-        impact=_clamp(30 + 5 * requests + (20 if category in ("feature", "new-app") else 0)),
-        complexity=_clamp(10 + 8 * len(tools) + 2 * min(all_memories_count, 20)),
-        sections=sections,
-        technologies=technologies,
-        participating_agents=agents,
-        models=models,
-        tools_used=tools,
-        total_tool_calls=tool_calls,
-        memory_count=all_memories_count,
-        first_memory_at_ms=first_ms,
-        last_memory_at_ms=new[-1].timestamp_ms
-        if new
-        else (base.last_memory_at_ms if base else None),
-        watermark=Watermark.of(new[-1]) if new else (base.watermark if base else None),
-        user_id=next((m.user_id for m in new if m.user_id), base.user_id if base else None),
+        quality=scores.quality,
+        productivity=scores.productivity,
+        impact=scores.impact,
+        complexity=scores.complexity,
+        technologies=sorted(_technologies(new)),
     )
+    return merge_pass(
+        prior,
+        update,
+        new,
+        session_id=session_id,
+        max_new_items_per_section=max_items_per_section,
+        carry_legacy=_legacy_items,
+    )
+
+
+def _new_texts(items: Sequence[SummaryItem], carried: Sequence[SummaryItem]) -> list[str]:
+    return [item.text for item in items[len(carried) :]]

@@ -163,32 +163,45 @@ class MemoryStore:
     # -- memories ---------------------------------------------------------------------
 
     def session_rows(self, session_id: str, after: Watermark | None = None) -> SessionRows:
-        """The session's row count and newest row, and its parsed memories after `after`."""
+        """The session's row count and newest row, and its parsed memories after `after`.
+
+        The listing is paged: one unpaged get of a 50,000-row session exceeds SQLite's
+        variable limit inside Chroma ("too many SQL variables").
+        """
         coll = self.memories()
-        ids_and_meta = _guard(
-            "listing the session's memories",
-            lambda: coll.get(where={"sessionId": session_id}, include=["metadatas"]),
-        )
-        ids = ids_and_meta["ids"]
-        metas = ids_and_meta["metadatas"] or []
         newest: Watermark | None = None
-        wanted: list[str] = []
-        skipped = 0
-        for row_id, meta in zip(ids, metas, strict=False):
-            probe = memory_from_row(row_id, "", meta)
-            if probe is None:
-                skipped += 1
-                continue
-            mark = Watermark.of(probe)
-            if newest is None or (mark.timestamp_ms, mark.memory_id) > (
-                newest.timestamp_ms,
-                newest.memory_id,
-            ):
-                newest = mark
-            if after is None or after.after(probe):
-                wanted.append(row_id)
+        wanted: list[tuple[tuple[int, str], str]] = []
+        skipped = total = offset = 0
+        while True:
+            page = _guard(
+                "listing the session's memories",
+                lambda o=offset: coll.get(  # type: ignore[misc]
+                    where={"sessionId": session_id},
+                    include=["metadatas"],
+                    limit=SCAN_PAGE,
+                    offset=o,
+                ),
+            )
+            ids, metas = page["ids"], page["metadatas"] or []
+            total += len(ids)
+            for row_id, meta in zip(ids, metas, strict=False):
+                probe = memory_from_row(row_id, "", meta)
+                if probe is None:
+                    skipped += 1
+                    continue
+                mark = Watermark.of(probe)
+                if newest is None or (mark.timestamp_ms, mark.memory_id) > (
+                    newest.timestamp_ms,
+                    newest.memory_id,
+                ):
+                    newest = mark
+                if after is None or after.after(probe):
+                    wanted.append(((probe.timestamp_ms, probe.id), row_id))
+            if len(ids) < SCAN_PAGE:
+                break
+            offset += SCAN_PAGE
         memories: list[Memory] = []
-        for batch in _batches(wanted, GET_BATCH):
+        for batch in _batches([row_id for _, row_id in sorted(wanted)], GET_BATCH):
             got = _guard(
                 "reading memories",
                 lambda b=batch: coll.get(ids=list(b), include=["documents", "metadatas"]),  # type: ignore[misc]
@@ -199,7 +212,7 @@ class MemoryStore:
                 memory = memory_from_row(row_id, doc, meta)
                 if memory is not None:
                     memories.append(memory)
-        return SessionRows(total=len(ids), newest=newest, memories=memories, skipped=skipped)
+        return SessionRows(total=total, newest=newest, memories=memories, skipped=skipped)
 
     def count_session(self, session_id: str) -> int:
         coll = self.memories()

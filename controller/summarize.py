@@ -1,23 +1,30 @@
 """Where a summary is written: one session, prior summary + new memories -> the store.
 
-A pass reads the prior summary and only the memories after its watermark; a large backlog
-is processed as a sequence of such passes over bounded chunks. The result must validate
-(superset of the prior, no error text) before it is embedded and upserted, so a failed
-pass never replaces a good summary. Blocking I/O: handlers call it in a worker thread.
+A pass reads the prior summary and only the memories after its watermark. A large backlog
+is a sequence of such passes over chunks bounded by the summarizer's input token budget
+(controller.chunking), each pass building on the previous result. Every pass must validate
+(superset of the prior, no error text) before anything is embedded and upserted, so a
+failed pass never replaces a good summary. A long backlog is checkpointed: every
+CHECKPOINT_PASSES passes the summary so far (with the watermark of what it covers) is
+written, so a failure late in a huge session keeps the progress made before it.
+Blocking I/O: handlers call it in a worker thread.
 """
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from controller.chunking import chunk_memories
 from controller.extractive import summarize_extractive
 from controller.journal import write_begins, write_ends
-from controller.memories import Memory, is_excluded
+from controller.memories import Memory, Watermark, is_excluded, memory_sort_key
+from controller.merge import PassResult
 from controller.naming import summary_row_id
-from controller.store import MemoryStore
+from controller.store import MemoryStore, SessionRows
 from controller.summary import (
     LegacySummary,
     StructuredSummary,
@@ -27,12 +34,19 @@ from controller.summary import (
 )
 
 Embedder = Callable[[list[str]], Sequence[Any]]  # one vector (floats) per text
+# One pass: (session id, the chunk's memories, the summary so far) -> the next summary. A
+# model-backed summarizer returns a PassResult to report the tokens it used.
 Summarizer = Callable[
-    [str, Sequence[Memory], StructuredSummary | LegacySummary | None], StructuredSummary
+    [str, Sequence[Memory], StructuredSummary | LegacySummary | None],
+    StructuredSummary | PassResult,
 ]
 OutcomeKind = Literal["summarized", "up-to-date", "not-found", "empty"]
 
 CHUNK_MEMORIES = 400
+# Input budget of a pass for summarizers that declare none (the extractive one reads
+# everything it is given): large, only there to bound how much one pass holds.
+CHUNK_TOKENS = 100_000
+CHECKPOINT_PASSES = 20
 
 
 @dataclass(frozen=True)
@@ -44,6 +58,8 @@ class Outcome:
     new_memories: int = 0
     passes: int = 0
     last_memory_at_ms: int | None = None
+    tokens_used: int = 0  # model tokens (usage.total_tokens) spent by this summarization
+    checkpoints: int = 0  # intermediate writes of a long backlog
 
     @property
     def summary_id(self) -> str:
@@ -56,8 +72,38 @@ def extractive(
     return summarize_extractive(session_id, memories, prior)
 
 
-def chunks(memories: Sequence[Memory], size: int) -> list[Sequence[Memory]]:
-    return [memories[i : i + size] for i in range(0, len(memories), size)] or [[]]
+def input_budget(summarizer: Summarizer) -> int:
+    """Tokens of memories one pass may take: what the summarizer declares, else CHUNK_TOKENS."""
+    budget = getattr(summarizer, "memory_budget_tokens", None)
+    return budget if isinstance(budget, int) and budget > 0 else CHUNK_TOKENS
+
+
+def run_pass(
+    session_id: str,
+    memories: Sequence[Memory],
+    current: StructuredSummary | LegacySummary | None,
+    summarizer: Summarizer,
+) -> PassResult:
+    """One validated pass. Raises SummaryValidationError (nothing may be written) when the
+    result would lose a prior item, is empty, or carries error text as its title."""
+    result = summarizer(session_id, memories, current)
+    if isinstance(result, StructuredSummary):
+        result = PassResult(result)
+    validate_summary(result.summary, current)
+    return result
+
+
+class _Coverage:
+    """How many of the session's rows a watermark covers (for checkpoints' memoryCount)."""
+
+    def __init__(self, prior: StructuredSummary | LegacySummary | None, rows: SessionRows):
+        self.base = prior.memory_count if isinstance(prior, StructuredSummary) else 0
+        self.keys = sorted(memory_sort_key(m) for m in rows.memories)
+
+    def count(self, watermark: Watermark) -> int:
+        return self.base + bisect.bisect_right(
+            self.keys, (watermark.timestamp_ms, watermark.memory_id)
+        )
 
 
 def summarize_session(
@@ -70,12 +116,15 @@ def summarize_session(
     excluded_types: Sequence[str] = (),
     summarizer: Summarizer = extractive,
     chunk_size: int = CHUNK_MEMORIES,
+    chunk_tokens: int | None = None,
+    checkpoint_passes: int = CHECKPOINT_PASSES,
     before_write: Callable[[], None] | None = None,
 ) -> Outcome:
     """Brings the session's stored summary up to date with its memories.
 
-    before_write runs right before the upsert (the claim re-check); if it raises, nothing
-    is written.
+    Chunks hold at most chunk_size memories and chunk_tokens estimated tokens (default:
+    the summarizer's memory_budget_tokens). before_write runs right before every upsert
+    (the claim re-check); if it raises, nothing is written.
     """
     prior = store.read_summary(session_id)
     watermark = prior.watermark if isinstance(prior, StructuredSummary) else None
@@ -84,39 +133,61 @@ def summarize_session(
         return Outcome("not-found", session_id, 0)
     last_ms = rows.newest.timestamp_ms if rows.newest else None
     new = sorted(
-        (m for m in rows.memories if not is_excluded(m, excluded_types)),
-        key=lambda m: (m.timestamp_ms, m.id),
+        (m for m in rows.memories if not is_excluded(m, excluded_types)), key=memory_sort_key
     )
     if isinstance(prior, StructuredSummary) and not new and prior.memory_count == rows.total:
         return Outcome("up-to-date", session_id, rows.total, prior, 0, 0, last_ms)
     if prior is None and not new:
         return Outcome("empty", session_id, rows.total, last_memory_at_ms=last_ms)
 
+    def write(summary: StructuredSummary) -> None:
+        _write(store, summary, embed=embed, writer=writer, trigger=trigger, check=before_write)
+
+    coverage = _Coverage(prior, rows)
+    chunks = chunk_memories(
+        new, budget_tokens=chunk_tokens or input_budget(summarizer), max_memories=chunk_size
+    )
     current: StructuredSummary | LegacySummary | None = prior
-    passes = 0
-    for chunk in chunks(new, chunk_size):
-        result = summarizer(session_id, chunk, current)
-        validate_summary(result, current)
-        current = result
-        passes += 1
+    passes = tokens = checkpoints = 0
+    for chunk in chunks if new else iter([[]]):
+        if passes and checkpoint_passes and passes % checkpoint_passes == 0:
+            assert isinstance(current, StructuredSummary) and current.watermark is not None
+            write(current.model_copy(update={"memory_count": coverage.count(current.watermark)}))
+            checkpoints += 1
+        result = run_pass(session_id, chunk, current, summarizer)
+        current, passes, tokens = result.summary, passes + 1, tokens + result.tokens_used
     assert isinstance(current, StructuredSummary)
     # What the summary covers: every row of the session, including excluded types.
     final = current.model_copy(
         update={"memory_count": rows.total, "watermark": rows.newest, "last_memory_at_ms": last_ms}
     )
     validate_summary(final, prior)
-    document = render_document(final)
+    write(final)
+    return Outcome(
+        "summarized", session_id, rows.total, final, len(new), passes, last_ms, tokens, checkpoints
+    )
+
+
+def _write(
+    store: MemoryStore,
+    summary: StructuredSummary,
+    *,
+    embed: Embedder,
+    writer: str,
+    trigger: str,
+    check: Callable[[], None] | None,
+) -> None:
+    document = render_document(summary)
     metadata = to_chroma_metadata(
-        final, writer=writer, trigger=trigger, summarized_at_ms=int(time.time() * 1000)
+        summary, writer=writer, trigger=trigger, summarized_at_ms=int(time.time() * 1000)
     )
     vector = embed([document])[0]
     store.check_embedding_dimension(len(vector))
     began_ms = int(time.time() * 1000)
-    write_begins(session_id, writer, began_ms)
+    write_begins(summary.session_id, writer, began_ms)
     try:
-        if before_write is not None:
-            before_write()
-        store.write_summary(session_id, document, metadata, vector)
+        if check is not None:
+            check()
+        store.write_summary(summary.session_id, document, metadata, vector)
     finally:  # ends whether written or refused (claim lost, store down)
-        write_ends(session_id, writer, began_ms, int(time.time() * 1000))
-    return Outcome("summarized", session_id, rows.total, final, len(new), passes, last_ms)
+        write_ends(summary.session_id, writer, began_ms, int(time.time() * 1000))

@@ -34,6 +34,7 @@ from controller.backends import backends_for
 from controller.claiming import ClaimHandle, ClaimHeld, ClaimLost, ObjectGone
 from controller.config import CONFIG, backoff_seconds
 from controller.embeddings import EmbeddingError
+from controller.model_backend import InvalidModelOutput, ModelUnavailable
 from controller.store import EmbeddingMismatch, StoreUnavailable, forget_store
 from controller.summarize import Outcome, summarize_session
 from controller.summary import SummaryValidationError
@@ -137,6 +138,7 @@ def summarize_blocking(
             writer=CONFIG.replica_id,
             trigger=spec.trigger,
             excluded_types=backends.excluded_types,
+            summarizer=backends.summarizer,
             before_write=before_write,
         )
     except StoreUnavailable as exc:
@@ -146,6 +148,10 @@ def summarize_blocking(
         raise Failure("EmbeddingMismatch", _one_line(exc), retry=False) from exc
     except EmbeddingError as exc:
         raise Failure("EmbeddingUnavailable", _one_line(exc), retry=True) from exc
+    except ModelUnavailable as exc:
+        raise Failure("ModelUnavailable", _one_line(exc), retry=True) from exc
+    except InvalidModelOutput as exc:
+        raise Failure("InvalidModelOutput", _one_line(exc), retry=True) from exc
     except SummaryValidationError as exc:
         raise Failure("InvalidSummary", _one_line(exc), retry=True) from exc
 

@@ -1,0 +1,230 @@
+"""Fact retention: how many planted facts a session summary still holds after many passes.
+
+Real parts: a Chroma server and the whole write path (summarize_session: read the prior
+row, the memories after its watermark, one pass, validate, embed, upsert), the model backend
+against the OpenAI-compatible test server over real HTTP, and the extractive backend.
+
+Each session grows by one chunk of memories per pass (>= 10 passes), each chunk with two
+planted facts (a request and a decision, each with a unique number), and is summarized
+after every chunk: an incremental pass over the stored summary. The scripted model is lossy
+the way real ones are when asked to summarize what is in front of them: its reply holds
+only the facts of the newest chunk. In the same run, the naive baseline summarizes only the
+newest chunk (same model replies, same extractive code) and overwrites the summary.
+
+A fact counts as retained when its unique number is in the final stored document.
+
+    .venv/bin/python -m bench.fact_retention [--sessions 4] [--passes 12]
+
+Last line: fact_retention ours=<pct> naive=<pct> passes=<n>
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from controller.embeddings import OpenAICompatibleEmbedding
+from controller.extractive import summarize_extractive
+from controller.localenv.chroma import running_chroma
+from controller.memories import Memory, render_interaction_document
+from controller.merge import PassResult
+from controller.model_backend import ChatModelConfig, ChatModelSummarizer
+from controller.store import MemoryStore, StoreLocation, connect
+from controller.summarize import Summarizer, extractive, summarize_session
+from controller.summary import StructuredSummary, render_document
+from tests.support.openai_server import Reply, running_openai_server
+
+COMPONENTS = ("exporter", "scheduler", "gateway", "indexer", "cache", "router")
+
+
+@dataclass(frozen=True)
+class Fact:
+    marker: str  # unique in the whole run: the fact is retained iff this is in the summary
+    request: str | None = None  # what the user asked (a prompt)
+    decision: str | None = None  # what was decided (a response)
+
+
+def chunk_facts(session: int, step: int) -> list[Fact]:
+    component = COMPONENTS[(session + step) % len(COMPONENTS)]
+    port = 40_000 + session * 100 + step
+    timeout = 1_000 + session * 100 + step
+    return [
+        Fact(f"port {port}", request=f"Please make the {component} listen on port {port}."),
+        Fact(
+            f"{timeout} ms",
+            decision=f"We decided to set the {component} timeout to {timeout} ms.",
+        ),
+    ]
+
+
+def chunk_rows(sid: str, session: int, step: int) -> list[tuple[str, str, dict[str, Any]]]:
+    """The chunk's memories: the two fact-bearing turns and two turns of routine work."""
+    request, decision = chunk_facts(session, step)
+    turns = [
+        (request.request or "", "Checking the config.", "Updated the config."),
+        ("", "Reading the code.", decision.decision or ""),
+        ("", "Running the test suite.", "All tests pass."),
+        ("", "Looking at the logs.", "Nothing unusual in the logs."),
+    ]
+    rows = []
+    for i, (prompt, thought, response) in enumerate(turns):
+        n = step * 10 + i
+        meta = {
+            "sessionId": sid,
+            "timestamp": 1_760_000_000_000 + session * 10_000_000 + n * 1000,
+            "type": "agent-interaction",
+            "prompt": prompt,
+            "thought": thought,
+            "response": response,
+            "agent": "claude-code",
+            "model": "claude-sonnet",
+        }
+        doc = render_interaction_document(prompt, thought, response)
+        rows.append((f"{sid}-{n:05d}", doc, meta))
+    return rows
+
+
+def lossy_model_reply(session: int, step: int) -> dict[str, Any]:
+    """What a model that forgets everything before the newest chunk would answer."""
+    request, decision = chunk_facts(session, step)
+    return {
+        "title": f"Service configuration, session {session}",
+        "category": "feature",
+        "user_requests": [request.request],
+        "questions_and_decisions": [decision.decision],
+        "design_choices": [],
+        "corrections_and_feedback": [],
+        "current_state": [f"Pass {step} done; tests pass."],
+    }
+
+
+def retained(document: str, facts: list[Fact]) -> int:
+    return sum(1 for f in facts if f.marker in document)
+
+
+@dataclass
+class Tally:
+    facts: int = 0
+    ours: int = 0
+    naive: int = 0
+    tokens: int = 0
+
+
+def run_backend(
+    name: str,
+    store: MemoryStore,
+    summarizer: Summarizer,
+    naive_pass: Callable[[str, list[Memory]], StructuredSummary],
+    script: Callable[[int, int], None],
+    sessions: int,
+    passes: int,
+    embed: Callable[[list[str]], list[Any]],
+) -> Tally:
+    """Ours: one summarize_session per chunk. Naive: the newest chunk alone, overwriting."""
+    tally = Tally()
+    for session in range(sessions):
+        sid = f"facts-{name}-{session}"
+        facts: list[Fact] = []
+        naive_document = ""
+        for step in range(passes):
+            rows = chunk_rows(sid, session, step)
+            store.memories().add(  # memory vectors are never read here: placeholders
+                ids=[r[0] for r in rows],
+                documents=[r[1] for r in rows],
+                metadatas=[r[2] for r in rows],
+                embeddings=np.ones((len(rows), 2), dtype=np.float32),
+            )
+            facts += chunk_facts(session, step)
+            script(session, step)
+            outcome = summarize_session(
+                store, sid, embed=embed, writer="bench", trigger="manual", summarizer=summarizer
+            )
+            assert outcome.kind == "summarized" and outcome.passes == 1, outcome
+            tally.tokens += outcome.tokens_used
+            ids = {r[0] for r in rows}
+            newest = [m for m in store.session_rows(sid).memories if m.id in ids]
+            script(session, step)
+            naive_document = render_document(naive_pass(sid, newest))
+        got = store.summaries().get(ids=[f"summary_{sid}"], include=["documents"])
+        ours = retained((got["documents"] or [""])[0] or "", facts)
+        naive = retained(naive_document, facts)
+        tally.facts, tally.ours, tally.naive = (
+            tally.facts + len(facts),
+            tally.ours + ours,
+            tally.naive + naive,
+        )
+        print(f"backend={name} session={sid} facts={len(facts)} ours={ours} naive={naive}")
+    return tally
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=4)
+    parser.add_argument("--passes", type=int, default=12, help="incremental passes per session")
+    args = parser.parse_args()
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    work = Path(tempfile.mkdtemp(prefix="sso-bench-facts-"))
+    with running_chroma(work / "chroma") as chroma, running_openai_server() as server:
+        # Summaries are embedded through the test server's /embeddings (deterministic
+        # vectors): what they are embedded with does not change what they say.
+        encoder = OpenAICompatibleEmbedding(base_url=server.base_url, model="test-embedding")
+
+        def embed(texts: list[str]) -> list[Any]:
+            return list(encoder(texts))
+
+        model = ChatModelSummarizer(
+            ChatModelConfig(base_url=server.base_url, model="test-chat", backoff_seconds=0.1)
+        )
+
+        def naive_model(sid: str, newest: list[Memory]) -> StructuredSummary:
+            result = model(sid, newest, None)
+            return result.summary if isinstance(result, PassResult) else result
+
+        def naive_extractive(sid: str, newest: list[Memory]) -> StructuredSummary:
+            return summarize_extractive(sid, newest, None)
+
+        def script_model(session: int, step: int) -> None:
+            server.script_chat(Reply(lossy_model_reply(session, step)))
+
+        def script_nothing(session: int, step: int) -> None:
+            return None
+
+        backends: list[tuple[str, Summarizer, Any, Callable[[int, int], None]]] = [
+            ("model", model, naive_model, script_model),
+            ("extractive", extractive, naive_extractive, script_nothing),
+        ]
+        totals = []
+        for name, summarizer, naive, script in backends:
+            location = StoreLocation(
+                url=chroma.url,
+                memory_collection=f"bench-memory-{name}",
+                summary_collection=f"bench-sessions-{name}",
+            )
+            store = MemoryStore(connect(location), location)
+            tally = run_backend(
+                name, store, summarizer, naive, script, args.sessions, args.passes, embed
+            )
+            totals.append(tally)
+            print(
+                f"backend={name} facts={tally.facts} ours={100 * tally.ours / tally.facts:.1f} "
+                f"naive={100 * tally.naive / tally.facts:.1f} model_tokens={tally.tokens}"
+            )
+        chat_requests = len(server.requests_to("/chat/completions"))
+        expected = 2 * args.sessions * args.passes  # one per pass: ours and naive
+        assert chat_requests == expected, f"{chat_requests} model requests, expected {expected}"
+    facts = sum(t.facts for t in totals)
+    ours = 100 * sum(t.ours for t in totals) / facts
+    naive = 100 * sum(t.naive for t in totals) / facts
+    print(f"fact_retention ours={ours:.1f} naive={naive:.1f} passes={args.passes}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,412 @@
+"""One pass: prior summary + what a summarizer proposes -> the next summary. Pure.
+
+This is where "never lose a fact" is enforced, in code, whatever a summarizer (a model,
+possibly obeying an instruction injected into a memory) proposes:
+
+- History sections are append-only: every prior item is carried forward verbatim and in
+  order. A supersede mark may record on an existing item what superseded it; nothing
+  removes an item, and marks naming items that do not exist are ignored.
+- New items are appended, deduplicated (case and punctuation do not make a new item).
+- Current State, the projection, is replaced when the pass proposes one.
+- Counts, agents, models, tools, timestamps and the watermark are computed from the
+  memories, never taken from a summarizer.
+
+A legacy free-text prior (the old system's) is carried in whole, as items.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+
+from controller.memories import Memory, Watermark, memory_sort_key
+from controller.summary import (
+    CATEGORIES,
+    HISTORY_SECTIONS,
+    ITEM_MAX,
+    TITLE_MAX,
+    Category,
+    LegacySummary,
+    StructuredSummary,
+    SummaryItem,
+    fallback_title,
+    title_problem,
+)
+
+# The JSON keys a summarizer uses for the sections (a model is asked for these).
+SECTION_KEYS: dict[str, str] = {
+    "user_requests": "User Requests",
+    "questions_and_decisions": "Questions & Decisions",
+    "design_choices": "Design Choices",
+    "corrections_and_feedback": "Corrections & Feedback",
+    "current_state": "Current State",
+}
+HISTORY_KEYS = {title: key for key, title in SECTION_KEYS.items() if title in HISTORY_SECTIONS}
+LEGACY_SECTION = "Questions & Decisions"
+DERIVED_TITLE_MAX = 80
+TECHNOLOGY_MAX = 40
+TECHNOLOGIES_MAX = 30
+_BULLET = re.compile(r"^\s*(?:[-*•>]+|#+|\d+[.)])\s*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200d\ufeff]")
+_LEGACY_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])|\n+")
+
+
+def norm(text: str) -> str:
+    """The identity of an item for deduplication and supersede marks."""
+    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+def _item_text(value: Any) -> str | None:
+    """An item as proposed: a string, or an object with a "text" (models sometimes do that)."""
+    if isinstance(value, dict):
+        value = value.get("text")
+    if not isinstance(value, str):
+        return None
+    text = " ".join(value.split())
+    if not text:
+        return None
+    return text if len(text) <= ITEM_MAX else text[: ITEM_MAX - 1].rstrip() + "…"
+
+
+def _items(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str | dict):
+        value = [value]
+    if not isinstance(value, list):
+        raise ValueError("must be a list of strings")
+    return [t for t in (_item_text(v) for v in value) if t]
+
+
+def _score(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        return max(0, min(100, round(float(value))))
+    except ValueError:
+        return None
+
+
+class SupersedeMark(BaseModel):
+    """A prior item that this pass makes obsolete, and what replaced it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    section: str
+    item: str
+    superseded_by: str = Field(min_length=1)
+
+    @field_validator("superseded_by", mode="before")
+    @classmethod
+    def _short(cls, value: Any) -> Any:
+        return _item_text(value) or value
+
+
+class PassUpdate(BaseModel):
+    """What one pass proposes. The five section keys are required; [] means nothing new.
+
+    current_state None keeps the prior Current State; a list replaces it.
+    """
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    user_requests: list[str] = Field(
+        validation_alias=AliasChoices("user_requests", "User Requests")
+    )
+    questions_and_decisions: list[str] = Field(
+        validation_alias=AliasChoices("questions_and_decisions", "Questions & Decisions")
+    )
+    design_choices: list[str] = Field(
+        validation_alias=AliasChoices("design_choices", "Design Choices")
+    )
+    corrections_and_feedback: list[str] = Field(
+        validation_alias=AliasChoices("corrections_and_feedback", "Corrections & Feedback")
+    )
+    current_state: list[str] | None = Field(
+        validation_alias=AliasChoices("current_state", "Current State")
+    )
+    supersede: list[SupersedeMark] = Field(default_factory=list)
+    title: str | None = None
+    category: Category | None = None
+    quality: int | None = None
+    productivity: int | None = None
+    impact: int | None = None
+    complexity: int | None = None
+    technologies: list[str] = Field(default_factory=list)
+
+    @field_validator(
+        "user_requests",
+        "questions_and_decisions",
+        "design_choices",
+        "corrections_and_feedback",
+        mode="before",
+    )
+    @classmethod
+    def _section(cls, value: Any) -> list[str]:
+        return _items(value)
+
+    @field_validator("current_state", mode="before")
+    @classmethod
+    def _state(cls, value: Any) -> list[str] | None:
+        return None if value is None else _items(value)
+
+    @field_validator("supersede", mode="before")
+    @classmethod
+    def _marks(cls, value: Any) -> list[Any]:
+        # A malformed mark is dropped, not fatal: marks can only annotate, never remove.
+        if not isinstance(value, list):
+            return []
+        return [
+            v
+            for v in value
+            if isinstance(v, dict)
+            and all(isinstance(v.get(k), str) for k in ("section", "item", "superseded_by"))
+        ]
+
+    @field_validator("title", mode="before")
+    @classmethod
+    def _title(cls, value: Any) -> str | None:
+        if not isinstance(value, str):
+            return None
+        title = " ".join(_CONTROL.sub(" ", value).split())
+        if len(title) > TITLE_MAX:
+            title = title[: TITLE_MAX - 1].rstrip() + "…"
+        return title or None
+
+    @field_validator("category", mode="before")
+    @classmethod
+    def _category(cls, value: Any) -> str | None:
+        text = value.strip().lower() if isinstance(value, str) else None
+        return text if text in CATEGORIES else None
+
+    @field_validator("quality", "productivity", "impact", "complexity", mode="before")
+    @classmethod
+    def _scores(cls, value: Any) -> int | None:
+        return _score(value)
+
+    @field_validator("technologies", mode="before")
+    @classmethod
+    def _technologies(cls, value: Any) -> list[str]:
+        if not isinstance(value, list):
+            return []
+        names = [" ".join(v.split()) for v in value if isinstance(v, str)]
+        return [n for n in names if 0 < len(n) <= TECHNOLOGY_MAX][:TECHNOLOGIES_MAX]
+
+    def new_items(self) -> dict[str, list[str]]:
+        """History section title -> items proposed as new."""
+        return {title: list(getattr(self, key)) for title, key in HISTORY_KEYS.items()}
+
+    def is_empty(self) -> bool:
+        return not any(self.new_items().values()) and not self.current_state
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """A summarizer's answer for one pass: the merged summary and the model tokens it cost."""
+
+    summary: StructuredSummary
+    tokens_used: int = 0
+
+
+def legacy_items(prior: LegacySummary) -> list[SummaryItem]:
+    """The whole legacy text as items, in order: nothing of it is dropped or shortened.
+
+    Lines and sentences, packed into items of at most ITEM_MAX characters (a longer
+    sentence is split between words). A legacy text that is a failure message (error text
+    where the summary should be) is not carried: it holds no fact of the session.
+    """
+    if title_problem(prior.text.strip().split("\n", 1)[0][:200]) is not None:
+        return []
+    packed: list[str] = []
+    for raw in _LEGACY_SPLIT.split(prior.text):
+        text = " ".join(_BULLET.sub("", raw).split())
+        pieces = []
+        while len(text) > ITEM_MAX:
+            cut = text.rfind(" ", 0, ITEM_MAX + 1)
+            cut = cut if cut > ITEM_MAX // 2 else ITEM_MAX
+            pieces.append(text[:cut].rstrip())
+            text = text[cut:].lstrip()
+        for piece in [*pieces, text] if len(text) >= 3 else pieces:
+            if packed and len(packed[-1]) + 1 + len(piece) <= ITEM_MAX:
+                packed[-1] = f"{packed[-1]} {piece}"
+            else:
+                packed.append(piece)
+    return [SummaryItem(text=text) for text in packed]
+
+
+LegacyCarrier = Callable[[LegacySummary], Sequence[SummaryItem]]
+
+
+def _prior_sections(
+    prior: StructuredSummary | LegacySummary | None, carry_legacy: LegacyCarrier
+) -> dict[str, list[SummaryItem]]:
+    sections: dict[str, list[SummaryItem]] = {title: [] for title in HISTORY_SECTIONS}
+    if isinstance(prior, StructuredSummary):
+        for title in HISTORY_SECTIONS:
+            sections[title] = list(prior.sections.get(title, []))
+    elif isinstance(prior, LegacySummary):
+        sections[LEGACY_SECTION] = list(carry_legacy(prior))
+    return sections
+
+
+def _append_new(
+    items: list[SummaryItem], new_texts: Iterable[str], cap: int | None
+) -> list[SummaryItem]:
+    """Existing items verbatim and in order, then new ones not already present.
+
+    cap bounds how many items new ones may fill a section up to; it can only keep new items
+    out, never existing ones.
+    """
+    result = list(items)
+    seen = {norm(i.text) for i in result}
+    for text in new_texts:
+        key = norm(text)
+        if not key or key in seen or (cap is not None and len(result) >= cap):
+            continue
+        seen.add(key)
+        result.append(SummaryItem(text=text[:ITEM_MAX]))
+    return result
+
+
+def _section_title(name: str) -> str | None:
+    """A mark's section, given as a key ("design_choices") or a title ("Design Choices")."""
+    title = SECTION_KEYS.get(name.strip().lower().replace(" ", "_").replace("&", "and"))
+    title = title or next((t for t in HISTORY_SECTIONS if t.lower() == name.strip().lower()), None)
+    return title if title in HISTORY_SECTIONS else None
+
+
+def _apply_marks(
+    sections: dict[str, list[SummaryItem]], marks: Sequence[SupersedeMark]
+) -> dict[str, list[SummaryItem]]:
+    """Records superseded_by on named items; unknown sections or items change nothing, and an
+    item already marked keeps its first mark (history is not rewritten)."""
+    for mark in marks:
+        title = _section_title(mark.section)
+        if title is None:
+            continue
+        key = norm(mark.item)
+        items = sections[title]
+        for index, item in enumerate(items):
+            if norm(item.text) == key and item.superseded_by is None:
+                if norm(mark.superseded_by) != key:
+                    items[index] = item.model_copy(update={"superseded_by": mark.superseded_by})
+                break
+    return sections
+
+
+def _acceptable_title(title: str | None) -> str | None:
+    """A proposed title, unless it is error text or a placeholder (it would fail validation)."""
+    return title if title and title_problem(title) is None else None
+
+
+def _derived_title(first_request: str | None, session_id: str) -> str:
+    if not first_request:
+        return fallback_title(session_id)
+    title = first_request.rstrip(" .!?…:;")
+    if len(title) > DERIVED_TITLE_MAX:
+        title = title[:DERIVED_TITLE_MAX].rsplit(" ", 1)[0] + "…"
+    return _acceptable_title(title) or fallback_title(session_id)
+
+
+def _union_sorted(prior: Iterable[str], new: Iterable[str]) -> list[str]:
+    """Case-insensitive union, first spelling wins, sorted."""
+    found: dict[str, str] = {}
+    for name in [*prior, *new]:
+        found.setdefault(name.lower(), name)
+    return [found[k] for k in sorted(found)]
+
+
+def _clean_title(title: str | None) -> str | None:
+    text = " ".join(_CONTROL.sub(" ", title or "").split())
+    if len(text) > TITLE_MAX:
+        text = text[: TITLE_MAX - 1].rstrip() + "…"
+    return _acceptable_title(text)
+
+
+def merge_pass(
+    prior: StructuredSummary | LegacySummary | None,
+    update: PassUpdate,
+    new_memories: Sequence[Memory],
+    *,
+    session_id: str | None = None,
+    max_new_items_per_section: int | None = None,
+    carry_legacy: LegacyCarrier = legacy_items,
+) -> StructuredSummary:
+    """The next summary: a superset of the prior's history whatever the update says.
+
+    Memories the prior already covers (at or before its watermark) are not counted again.
+    The title, once a structured summary has one, stays; a first pass takes the proposed
+    title, else a legacy summary's, else one from the first request.
+    """
+    base = prior if isinstance(prior, StructuredSummary) else None
+    covered = base.watermark if base is not None else None
+    new = sorted(
+        (m for m in new_memories if covered is None or covered.after(m)), key=memory_sort_key
+    )
+    sid = session_id or (prior.session_id if prior is not None else None)
+    if sid is None:
+        sid = new[0].session_id if new else "unknown"
+
+    sections = _prior_sections(prior, carry_legacy)
+    for title, texts in update.new_items().items():
+        sections[title] = _append_new(sections[title], texts, max_new_items_per_section)
+    sections = _apply_marks(sections, update.supersede)
+    if update.current_state is not None:
+        state = [SummaryItem(text=t) for t in update.current_state]
+    else:
+        state = list(base.sections["Current State"]) if base else []
+    all_sections = {**sections, "Current State": state}
+
+    if base is not None:
+        title = base.title
+    else:
+        legacy_title = prior.title if isinstance(prior, LegacySummary) else None
+        requests = sections["User Requests"]
+        title = (
+            _acceptable_title(update.title)
+            or _clean_title(legacy_title)
+            or _derived_title(requests[0].text if requests else None, sid)
+        )
+
+    def keep(name: str) -> int:
+        proposed = getattr(update, name)
+        return int(proposed if proposed is not None else (getattr(base, name) if base else 50))
+
+    agents = {a for m in new for a in (m.agent, m.agent_identity) if a}
+    models = {m.model for m in new if m.model}
+    tools = {t for m in new for t in m.tools_used}
+    first = [base.first_memory_at_ms] if base and base.first_memory_at_ms is not None else []
+    last = [base.last_memory_at_ms] if base and base.last_memory_at_ms is not None else []
+    if base is not None:
+        agents |= set(base.participating_agents)
+        models |= set(base.models)
+        tools |= set(base.tools_used)
+    if new:
+        first.append(new[0].timestamp_ms)
+        last.append(new[-1].timestamp_ms)
+    return StructuredSummary(
+        session_id=sid,
+        title=title,
+        category=update.category or (base.category if base else "other"),
+        quality=keep("quality"),
+        productivity=keep("productivity"),
+        impact=keep("impact"),
+        complexity=keep("complexity"),
+        sections=all_sections,
+        technologies=_union_sorted(base.technologies if base else [], update.technologies),
+        participating_agents=sorted(agents),
+        models=sorted(models),
+        tools_used=sorted(tools),
+        total_tool_calls=(base.total_tool_calls if base else 0) + sum(m.tool_calls for m in new),
+        memory_count=(base.memory_count if base else 0) + len(new),
+        first_memory_at_ms=min(first, default=None),
+        last_memory_at_ms=max(last, default=None),
+        watermark=Watermark.of(new[-1]) if new else covered,
+        # The session's user, once known, stays.
+        user_id=(base.user_id if base else None)
+        or next((m.user_id for m in new if m.user_id), None),
+    )

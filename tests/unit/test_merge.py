@@ -1,0 +1,299 @@
+"""The merge: a superset of the prior history by construction, whatever a pass proposes."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from controller.memories import Memory, Watermark
+from controller.merge import PassUpdate, legacy_items, merge_pass
+from controller.summary import (
+    HISTORY_SECTIONS,
+    ITEM_MAX,
+    LegacySummary,
+    StructuredSummary,
+    SummaryItem,
+    validate_summary,
+)
+
+SID = "sess-merge"
+
+
+def update(**fields: Any) -> PassUpdate:
+    data: dict[str, Any] = {
+        "user_requests": [],
+        "questions_and_decisions": [],
+        "design_choices": [],
+        "corrections_and_feedback": [],
+        "current_state": None,
+    }
+    data.update(fields)
+    return PassUpdate.model_validate(data)
+
+
+def memory(i: int, **fields: Any) -> Memory:
+    return Memory(id=f"m{i:03d}", session_id=SID, timestamp_ms=1_000 * i, prompt=f"p{i}", **fields)
+
+
+def prior() -> StructuredSummary:
+    return StructuredSummary(
+        session_id=SID,
+        title="Fix the exporter",
+        category="bugfix",
+        quality=70,
+        sections={
+            "User Requests": [SummaryItem(text="Fix the exporter crash on empty batches.")],
+            "Questions & Decisions": [
+                SummaryItem(text="Decided: retry 3 times."),
+                SummaryItem(text="Why is the port 7103? Because ops said so."),
+            ],
+            "Design Choices": [
+                SummaryItem(text="Use a bounded queue of 1000.", superseded_by="queue of 5000")
+            ],
+            "Corrections & Feedback": [SummaryItem(text="Do not log the token.")],
+            "Current State": [SummaryItem(text="Tests green.")],
+        },
+        technologies=["python"],
+        participating_agents=["codex"],
+        tools_used=["edit_file"],
+        total_tool_calls=4,
+        memory_count=5,
+        first_memory_at_ms=500,
+        last_memory_at_ms=900,
+        watermark=Watermark(timestamp_ms=900, memory_id="m000"),
+    )
+
+
+def history(summary: StructuredSummary) -> dict[str, list[SummaryItem]]:
+    return {title: summary.sections[title] for title in HISTORY_SECTIONS}
+
+
+def test_an_update_proposing_nothing_keeps_every_prior_item_verbatim_and_in_order() -> None:
+    before = prior()
+    after = merge_pass(before, update(), [memory(1)])
+    assert history(after) == history(before)
+    assert after.sections["Current State"] == before.sections["Current State"]
+    validate_summary(after, before)
+
+
+def test_new_items_are_appended_after_the_prior_ones_without_duplicates() -> None:
+    after = merge_pass(
+        prior(),
+        update(
+            user_requests=["FIX the exporter crash on empty batches", "Add a --dry-run flag."],
+            design_choices=["Add a --dry-run flag.", "Use a bounded queue of 1000"],
+        ),
+        [memory(1)],
+    )
+    assert [i.text for i in after.sections["User Requests"]] == [
+        "Fix the exporter crash on empty batches.",
+        "Add a --dry-run flag.",
+    ]
+    design = after.sections["Design Choices"]
+    assert [i.text for i in design] == ["Use a bounded queue of 1000.", "Add a --dry-run flag."]
+    assert design[0].superseded_by == "queue of 5000"  # a repeat does not touch the original
+
+
+def test_a_supersede_mark_annotates_the_item_and_never_removes_it() -> None:
+    marks = [
+        {
+            "section": "questions_and_decisions",
+            "item": "decided: retry 3 times",
+            "superseded_by": "retry 5 times",
+        }
+    ]
+    after = merge_pass(prior(), update(supersede=marks), [memory(1)])
+    decisions = after.sections["Questions & Decisions"]
+    assert [i.text for i in decisions] == [
+        "Decided: retry 3 times.",
+        "Why is the port 7103? Because ops said so.",
+    ]
+    assert decisions[0].superseded_by == "retry 5 times"
+    assert decisions[1].superseded_by is None
+
+
+def test_marks_on_unknown_items_sections_or_already_superseded_items_change_nothing() -> None:
+    before = prior()
+    marks = [
+        {"section": "design_choices", "item": "no such item", "superseded_by": "x"},
+        {"section": "Nonexistent", "item": "Decided: retry 3 times.", "superseded_by": "x"},
+        {"section": "current_state", "item": "Tests green.", "superseded_by": "x"},
+        {"section": "Design Choices", "item": "Use a bounded queue of 1000.", "superseded_by": "y"},
+        {"section": "design_choices"},  # malformed: dropped, not fatal
+        "not a mark",
+    ]
+    after = merge_pass(before, update(supersede=marks), [memory(1)])
+    assert history(after) == history(before)
+
+
+def test_current_state_is_replaced_when_proposed_and_kept_when_not() -> None:
+    replaced = merge_pass(prior(), update(current_state=["Deployed to staging."]), [memory(1)])
+    assert [i.text for i in replaced.sections["Current State"]] == ["Deployed to staging."]
+    kept = merge_pass(prior(), update(current_state=None), [memory(1)])
+    assert [i.text for i in kept.sections["Current State"]] == ["Tests green."]
+
+
+def test_counts_agents_tools_and_watermark_come_from_the_memories_never_the_update() -> None:
+    lying = update(
+        memory_count=10**6,
+        participating_agents=["evil"],
+        watermark={"timestamp_ms": 1, "memory_id": "a"},
+        total_tool_calls=-5,
+    )
+    new = [
+        memory(3, agent="claude-code", model="sonnet", tool_calls=2, tools_used=("bash",)),
+        memory(2, agent_identity="helper", tool_calls=1, user_id="u1"),
+    ]
+    after = merge_pass(prior(), lying, new)
+    assert after.memory_count == 5 + 2
+    assert after.participating_agents == ["claude-code", "codex", "helper"]
+    assert after.models == ["sonnet"]
+    assert after.tools_used == ["bash", "edit_file"]
+    assert after.total_tool_calls == 4 + 3
+    assert after.first_memory_at_ms == 500
+    assert after.last_memory_at_ms == 3_000
+    assert after.watermark == Watermark(timestamp_ms=3_000, memory_id="m003")
+    assert after.user_id == "u1"
+
+
+def test_the_title_stays_once_set_and_error_text_is_never_taken_as_one() -> None:
+    assert merge_pass(prior(), update(title="Something else"), [memory(1)]).title == (
+        "Fix the exporter"
+    )
+    first = merge_pass(
+        None, update(title="Error: model overloaded", user_requests=["Add a CLI."]), [memory(1)]
+    )
+    assert first.title == "Add a CLI"
+    named = merge_pass(None, update(title="Exporter retries", user_requests=["x y z"]), [memory(1)])
+    assert named.title == "Exporter retries"
+
+
+def test_scores_category_and_technologies_are_proposals_kept_in_range() -> None:
+    after = merge_pass(
+        prior(),
+        update(quality=250, impact="40", category="FEATURE", technologies=["Kubernetes", "python"]),
+        [memory(1)],
+    )
+    assert after.quality == 100 and after.impact == 40 and after.complexity == 50
+    assert after.category == "feature"
+    assert after.technologies == ["Kubernetes", "python"]
+    unknown = merge_pass(prior(), update(category="poetry"), [memory(1)])
+    assert unknown.category == "bugfix"
+
+
+def test_a_cap_keeps_new_items_out_never_prior_ones() -> None:
+    before = prior()
+    after = merge_pass(
+        before,
+        update(questions_and_decisions=[f"Decision {i}." for i in range(10)]),
+        [memory(1)],
+        max_new_items_per_section=1,
+    )
+    assert after.sections["Questions & Decisions"] == before.sections["Questions & Decisions"]
+    roomy = merge_pass(
+        before, update(questions_and_decisions=["A.b", "C.d"]), [], max_new_items_per_section=3
+    )
+    assert len(roomy.sections["Questions & Decisions"]) == 3
+
+
+def test_a_legacy_free_text_prior_is_carried_in_whole() -> None:
+    long_sentence = "We measured the exporter " + "and the queue " * 60 + "at 4k rows per second."
+    text = (
+        "# Session summary\n- Fixed the login crash on Safari.\n- Decided to use Redis for "
+        f"sessions. The API now returns 400.\n\n{long_sentence}\n"
+        + "\n".join(f"Fact {i} holds." for i in range(30))
+    )
+    legacy = LegacySummary(session_id=SID, text=text, title="Login work")
+    after = merge_pass(legacy, update(), [memory(1)])
+    carried = " ".join(i.text for i in after.sections["Questions & Decisions"])
+    for i in range(30):
+        assert f"Fact {i} holds." in carried
+    assert "Decided to use Redis for sessions." in carried
+    assert "at 4k rows per second." in carried
+    assert all(len(i.text) <= ITEM_MAX for i in after.sections["Questions & Decisions"])
+    assert " ".join(carried.split()).count("and the queue") == 60
+    assert after.title == "Login work"
+    assert len(legacy_items(legacy)) < 30  # sentences are packed into items
+
+
+def test_a_legacy_text_that_is_a_failure_message_is_not_carried() -> None:
+    legacy = LegacySummary(session_id=SID, text="Error: summarization failed (HTTP 500)")
+    after = merge_pass(legacy, update(user_requests=["Add a CLI."]), [memory(1)])
+    assert after.sections["Questions & Decisions"] == []
+    assert after.title == "Add a CLI"
+
+
+def test_memories_the_prior_already_covers_are_not_counted_again() -> None:
+    before = prior()  # watermark (900, m000)
+    covered = Memory(id="m000", session_id=SID, timestamp_ms=900, tool_calls=7)
+    after = merge_pass(before, update(), [covered, memory(2, tool_calls=1)])
+    assert after.memory_count == before.memory_count + 1
+    assert after.total_tool_calls == before.total_tool_calls + 1
+    again = merge_pass(after, update(), [memory(2, tool_calls=1)])
+    assert again.memory_count == after.memory_count and again.watermark == after.watermark
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_whatever_a_pass_proposes_the_result_is_a_superset_of_the_prior(seed: int) -> None:
+    rnd = random.Random(seed)
+    before = prior()
+    current: StructuredSummary = before
+    vocabulary = [i.text for items in before.sections.values() for i in items] + ["new", ""]
+    for n in range(5):
+        proposal: dict[str, Any] = {
+            key: [rnd.choice(vocabulary) for _ in range(rnd.randint(0, 4))]
+            for key in (
+                "user_requests",
+                "questions_and_decisions",
+                "design_choices",
+                "corrections_and_feedback",
+            )
+        }
+        proposal["current_state"] = rnd.choice([None, [], ["state"]])
+        proposal["supersede"] = [
+            {
+                "section": rnd.choice([*HISTORY_SECTIONS, "design_choices"]),
+                "item": rnd.choice(vocabulary),
+                "superseded_by": "z",
+            }
+            for _ in range(rnd.randint(0, 3))
+        ]
+        proposal["title"] = rnd.choice([None, "", "I'm sorry, I cannot", "New title"])
+        nxt = merge_pass(current, PassUpdate.model_validate(proposal), [memory(10 + n)])
+        validate_summary(nxt, current)
+        validate_summary(nxt, before)
+        for title in HISTORY_SECTIONS:
+            assert [i.text for i in nxt.sections[title][: len(current.sections[title])]] == [
+                i.text for i in current.sections[title]
+            ]
+        current = nxt
+
+
+def test_an_update_missing_a_section_does_not_parse() -> None:
+    with pytest.raises(ValidationError, match="design_choices"):
+        PassUpdate.model_validate(
+            {
+                "user_requests": [],
+                "questions_and_decisions": [],
+                "corrections_and_feedback": [],
+                "current_state": [],
+            }
+        )
+
+
+def test_items_given_as_objects_or_titles_as_keys_are_understood() -> None:
+    parsed = PassUpdate.model_validate(
+        {
+            "User Requests": [{"text": "Add a flag."}, "  ", 42],
+            "questions_and_decisions": "Use retries.",
+            "design_choices": [],
+            "corrections_and_feedback": [],
+            "current_state": ["x" * (ITEM_MAX + 50)],
+        }
+    )
+    assert parsed.user_requests == ["Add a flag."]
+    assert parsed.questions_and_decisions == ["Use retries."]
+    assert parsed.current_state is not None and len(parsed.current_state[0]) == ITEM_MAX
