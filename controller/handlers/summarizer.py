@@ -128,6 +128,11 @@ async def check_config(body: kopf.Body, namespace: str | None, patch: kopf.Patch
     patch.status.update(status.to_api())
 
 
+def _store_condition_unchanged(status: SessionSummarizerStatus, new: Condition) -> bool:
+    current = {c.type: c for c in status.conditions or []}.get(new.type)
+    return current is not None and current.status == new.status and current.reason == new.reason
+
+
 def _sweep_due(spec: SessionSummarizerSpec, status: SessionSummarizerStatus) -> bool:
     if not spec.sweep.enabled:
         return False
@@ -203,23 +208,26 @@ async def sweep(
         reason="HeartbeatOK",
         message=f"Chroma at {spec.store.url} answers",
     )
-    patch.status.update(
-        status.model_copy(
-            update={
-                "conditions": set_condition(status.conditions, ok),
-                "active_replica": CONFIG.replica_id,
-                "last_sweep_at": now_rfc3339(),
-                "last_sweep_duration_seconds": round(result.duration_s, 3),
-                "candidates_found": plan.found,
-                "deferred": len(plan.deferred),
-                "created": result.created,
-                "patched": result.patched,
-                "scanned_memories": result.scanned,
-                "deleted_by_retention": deleted,
-                "watermark": plan.next_watermark_ms,
-                "message": message,
-            }
-        ).to_api()
-    )
+    swept = status.model_copy(
+        update={
+            "conditions": set_condition(status.conditions, ok),
+            "active_replica": CONFIG.replica_id,
+            "last_sweep_at": now_rfc3339(),
+            "last_sweep_duration_seconds": round(result.duration_s, 3),
+            "candidates_found": plan.found,
+            "deferred": len(plan.deferred),
+            "created": result.created,
+            "patched": result.patched,
+            "scanned_memories": result.scanned,
+            "deleted_by_retention": deleted,
+            "watermark": plan.next_watermark_ms,
+            "message": message,
+        }
+    ).to_api()
+    if _store_condition_unchanged(status, ok):
+        # A merge patch replaces the whole list: leave it alone unless StoreReachable
+        # changed, so a ModelReady written by check_config meanwhile is not lost.
+        swept.pop("conditions", None)
+    patch.status.update(swept)
     if result.created or result.patched:
         kopf.event(body, type="Normal", reason="Swept", message=message)

@@ -1,0 +1,173 @@
+{{/* Chart name, truncated to a DNS label. */}}
+{{- define "sso.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name: release-chart, unless the release name already has it. */}}
+{{- define "sso.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Cluster-scoped objects carry the namespace too: one release name may exist in two namespaces. */}}
+{{- define "sso.clusterName" -}}
+{{- printf "%s-%s" (include "sso.fullname" .) .Release.Namespace | trunc 253 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "sso.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "sso.labels" -}}
+helm.sh/chart: {{ include "sso.chart" . }}
+app.kubernetes.io/name: {{ include "sso.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: session-summary-operator
+{{- end }}
+
+{{/* Selector labels of the operator pods (immutable once installed). */}}
+{{- define "sso.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "sso.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "sso.chromaSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "sso.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: chroma
+{{- end }}
+
+{{- define "sso.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "sso.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "sso.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "sso.chromaImage" -}}
+{{- $img := .Values.chroma.bundled.image }}
+{{- if $img.repository }}
+{{- printf "%s:%s" $img.repository (required "chroma.bundled.image.tag is required with chroma.bundled.image.repository" $img.tag) }}
+{{- else }}
+{{- include "sso.image" . }}
+{{- end }}
+{{- end }}
+
+{{- define "sso.chromaFullname" -}}
+{{- printf "%s-chroma" (include "sso.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The Chroma URL the default SessionSummarizer uses. */}}
+{{- define "sso.chromaUrl" -}}
+{{- if .Values.chroma.bundled.enabled }}
+{{- printf "http://%s.%s.svc:%v" (include "sso.chromaFullname" .) .Release.Namespace .Values.chroma.bundled.port }}
+{{- else }}
+{{- required "chroma.url is required unless chroma.bundled.enabled" .Values.chroma.url }}
+{{- end }}
+{{- end }}
+
+{{- define "sso.summarizerNamespace" -}}
+{{- default .Release.Namespace .Values.summarizer.namespace }}
+{{- end }}
+
+{{/* The only Secrets the operator may read, as a JSON list: those the values name. */}}
+{{- define "sso.secretNames" -}}
+{{- $names := list }}
+{{- range (list .Values.chroma.authSecret.name .Values.summarizer.embedding.apiKeySecret.name .Values.summarizer.model.apiKeySecret.name) }}
+{{- if . }}{{ $names = append $names . }}{{ end }}
+{{- end }}
+{{- range .Values.rbac.extraSecretNames }}
+{{- if . }}{{ $names = append $names . }}{{ end }}
+{{- end }}
+{{- $names | uniq | sortAlpha | toJson }}
+{{- end }}
+
+{{/*
+What the operator needs in every namespace it serves: SessionSummaries are created and
+patched by the sweep, patched by claims and kopf, deleted by retention; SessionSummarizers
+only read and annotated (their spec is the user's; see admissionpolicy.yaml). The peering rules are separate
+(namespaced kopfpeerings, or clusterkopfpeerings cluster-wide). Secrets: only the named
+ones, and no rule at all when none is named (a rule with empty resourceNames would grant
+every Secret).
+*/}}
+{{- define "sso.operatorRules" -}}
+- apiGroups: [memorycore.io]
+  resources: [sessionsummaries]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [memorycore.io]
+  resources: [sessionsummarizers]
+  verbs: [get, list, watch, patch]
+- apiGroups: [memorycore.io]
+  resources: [sessionsummaries/status, sessionsummarizers/status]
+  verbs: [patch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- $secrets := include "sso.secretNames" . | fromJsonArray }}
+{{- if $secrets }}
+- apiGroups: [""]
+  resources: [secrets]
+  resourceNames: {{ toJson $secrets }}
+  verbs: [get]
+{{- end }}
+{{- end }}
+
+{{/* kopf watches every peering object of its kind and patches its own; the operator creates it if absent. */}}
+{{- define "sso.peeringRules" -}}
+{{- $resource := ternary "kopfpeerings" "clusterkopfpeerings" (gt (len .Values.watchNamespaces) 0) -}}
+- apiGroups: [kopf.dev]
+  resources: [{{ $resource }}]
+  verbs: [list, watch, create]
+- apiGroups: [kopf.dev]
+  resources: [{{ $resource }}]
+  resourceNames: [{{ .Values.peering.name | quote }}]
+  verbs: [get, patch]
+{{- end }}
+
+{{/*
+Cluster-scoped reads kopf needs in both modes: CRDs (to notice new or changed resource
+versions) and, when it serves a list of namespaces, namespaces (without list/watch it retries
+the listing nine times, logging errors, and serves nothing for about a minute at every start).
+*/}}
+{{- define "sso.observationRules" -}}
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [list, watch]
+{{- if .Values.watchNamespaces }}
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [list, watch]
+{{- end }}
+{{- end }}
+
+{{/* Checks that values agree with each other; fails the render with a message otherwise. */}}
+{{- define "sso.validate" -}}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.peering.enabled) }}
+{{- fail "replicaCount > 1 needs peering.enabled: without peering every replica would write" }}
+{{- end }}
+{{- if and .Values.summarizer.create .Values.watchNamespaces (not (has (include "sso.summarizerNamespace" .) .Values.watchNamespaces)) }}
+{{- fail (printf "summarizer.namespace %q is not in watchNamespaces %v: the operator would never see it" (include "sso.summarizerNamespace" .) .Values.watchNamespaces) }}
+{{- end }}
+{{- if and (eq .Values.summarizer.model.backend "openai") (or (not .Values.summarizer.model.baseUrl) (not .Values.summarizer.model.model)) }}
+{{- fail "summarizer.model.backend openai needs summarizer.model.baseUrl and summarizer.model.model" }}
+{{- end }}
+{{- if and (eq .Values.summarizer.embedding.provider "openai") (not .Values.summarizer.embedding.baseUrl) }}
+{{- fail "summarizer.embedding.provider openai needs summarizer.embedding.baseUrl" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,847 @@
+"""The Helm chart on the real control plane: lint, the rendered manifests validated by the
+apiserver, install and uninstall, the restricted Pod Security level, and least privilege:
+the operator run with the chart's ServiceAccount token does its whole job and is refused
+what it does not need."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import importlib.metadata as md
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from controller.localenv.chroma import ChromaServer
+from controller.localenv.controlplane import REPO_ROOT, ControlPlane, free_port, tools_bin_dir
+from controller.localenv.processes import spawn, stop, tail, wait_for
+from controller.naming import summary_object_name
+from controller.store import MemoryStore, StoreLocation, connect
+from tests.integration.harness import interaction, load
+
+CHART = REPO_ROOT / "charts" / "session-summary-operator"
+KIND_VALUES = CHART / "values-kind.yaml"
+INSTANCE = "app.kubernetes.io/instance"
+SCHEMA_ERROR = "values don't meet the specifications of the schema"
+
+
+def run(argv: list[Any], env: dict[str, str], input: str | None = None) -> Any:
+    return subprocess.run(
+        [str(a) for a in argv],
+        env=env,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def helm(cp: ControlPlane, *args: Any, check: bool = True) -> subprocess.CompletedProcess[str]:
+    res: subprocess.CompletedProcess[str] = run([cp.helm, *args], cp.env())
+    if check:
+        assert res.returncode == 0, f"helm {' '.join(map(str, args))}: {res.stderr}{res.stdout}"
+    return res
+
+
+def kubectl(
+    cp: ControlPlane, *args: str, input: str | None = None, kubeconfig: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return cp.kubectl_run(*args, input=input, check=False, kubeconfig=kubeconfig)
+
+
+def docs_of(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def render(cp: ControlPlane, release: str, namespace: str, *args: Any) -> list[dict[str, Any]]:
+    return docs_of(helm(cp, "template", release, CHART, "-n", namespace, *args).stdout)
+
+
+def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def values_file(tmp_path: Path, values: dict[str, Any], name: str = "values.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def ensure_namespace(cp: ControlPlane, name: str, labels: dict[str, str] | None = None) -> None:
+    kubectl(cp, "create", "namespace", name)  # may exist: namespaces are never finalized here
+    if labels:
+        pairs = [f"{k}={v}" for k, v in labels.items()]
+        cp.kubectl_run("label", "--overwrite", "namespace", name, *pairs)
+
+
+@pytest.fixture(scope="module")
+def chart_crds(control_plane: ControlPlane) -> Iterator[None]:
+    """The chart's CRDs, installed if absent and removed again at the end of the module if
+    this module installed them, so the session's control plane is left as found."""
+    cp = control_plane
+    created: list[str] = []
+    for path in sorted((CHART / "crds").glob("*.yaml")):
+        for doc in docs_of(path.read_text()):
+            name = doc["metadata"]["name"]
+            if kubectl(cp, "get", "crd", name).returncode != 0:
+                cp.kubectl_run("apply", "-f", "-", input=yaml.safe_dump(doc))
+                created.append(name)
+    cp.kubectl_run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+    yield
+    for name in created:
+        _release_finalizers(cp, name)
+        kubectl(cp, "delete", "crd", name, "--wait=true", "--timeout=90s")
+
+
+def _release_finalizers(cp: ControlPlane, resource: str, namespace: str | None = None) -> None:
+    """Objects whose operator is gone keep kopf's finalizer; drop it so they can be deleted."""
+    scope = ["-n", namespace] if namespace else ["-A"]
+    listed = kubectl(cp, "get", resource, *scope, "-o", "json")
+    for obj in json.loads(listed.stdout or "{}").get("items", []):
+        if obj["metadata"].get("finalizers"):
+            where = ["-n", obj["metadata"]["namespace"]] if "namespace" in obj["metadata"] else []
+            kubectl(
+                cp, "patch", resource, obj["metadata"]["name"], *where,
+                "--type", "merge", "-p", '{"metadata": {"finalizers": null}}',
+            )  # fmt: skip
+
+
+def dry_run_apply(cp: ControlPlane, docs: list[dict[str, Any]]) -> subprocess.CompletedProcess[str]:
+    return kubectl(
+        cp,
+        "apply",
+        "--dry-run=server",
+        "--validate=strict",
+        "-f",
+        "-",
+        input=yaml.safe_dump_all(docs),
+    )
+
+
+# --- the chart's files --------------------------------------------------------------------
+
+
+def test_chart_crds_are_exact_copies_of_the_top_level_crds() -> None:
+    top = {p.name: p.read_bytes() for p in (REPO_ROOT / "crds").glob("*.yaml")}
+    chart = {p.name: p.read_bytes() for p in (CHART / "crds").glob("*.yaml")}
+    assert sorted(chart) == sorted(top), "the chart's crds/ must hold exactly the CRDs of crds/"
+    drifted = [name for name in top if chart[name] != top[name]]
+    assert not drifted, f"copy crds/*.yaml to {CHART / 'crds'}: {drifted} differ"
+
+
+# Values passed through whole (Kubernetes objects): documented as one row each.
+OPAQUE_VALUES = {"resources", "podSecurityContext", "securityContext"}
+
+
+def _leaves(values: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted paths of every value; an empty map or a list is a value of its own."""
+    paths: list[str] = []
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value and key not in OPAQUE_VALUES:
+            paths += _leaves(value, path + ".")
+        else:
+            paths.append(path)
+    return paths
+
+
+def _schema_has(schema: dict[str, Any], path: str) -> bool:
+    node = schema
+    for part in path.split("."):
+        props = node.get("properties") or {}
+        if part not in props:
+            return False
+        node = props[part]
+    return True
+
+
+def test_every_value_has_a_schema_and_a_row_in_the_docs() -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    docs = (REPO_ROOT / "docs" / "configuration.md").read_text()
+    assert "## Helm values" in docs
+    table = docs.split("## Helm values", 1)[1]
+    paths = _leaves(values)
+    assert len(paths) > 60
+    assert [p for p in paths if not _schema_has(schema, p)] == []
+    assert [p for p in paths if f"`{p}`" not in table] == []
+
+
+def _runtime_closure() -> list[str]:
+    """name==version of everything pyproject's runtime dependencies pull in (no extras)."""
+    seen: set[tuple[str, frozenset[str]]] = set()
+    todo: list[tuple[str, frozenset[str]]] = []
+    for raw in md.distribution("session-summary-operator").requires or []:
+        req = Requirement(raw)
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            todo.append((canonicalize_name(req.name), frozenset(req.extras)))
+    while todo:
+        item = todo.pop()
+        if item in seen:
+            continue
+        seen.add(item)
+        name, extras = item
+        for raw in md.distribution(name).requires or []:
+            req = Requirement(raw)
+            envs = [{"extra": e} for e in ("", *extras)]
+            if req.marker is None or any(req.marker.evaluate(e) for e in envs):
+                todo.append((canonicalize_name(req.name), frozenset(req.extras)))
+    names = {name for name, _ in seen}
+    return sorted(f"{canonicalize_name(n)}=={md.version(n)}" for n in names)
+
+
+def test_requirements_lock_pins_the_runtime_dependencies_the_tests_ran_with() -> None:
+    lines = (REPO_ROOT / "requirements.lock").read_text().splitlines()
+    pinned = sorted(
+        canonicalize_name(line.split("==")[0]) + "==" + line.split("==")[1]
+        for line in lines
+        if line and not line.startswith("#")
+    )
+    expected = _runtime_closure()
+    assert "kopf==" + md.version("kopf") in expected
+    assert pinned == expected, "regenerate requirements.lock:\n" + "\n".join(expected)
+
+
+# --- lint, validation, schema -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tools() -> Path:
+    return tools_bin_dir()
+
+
+@pytest.mark.parametrize("extra", [[], ["-f", str(KIND_VALUES)]], ids=["default", "kind"])
+def test_helm_lint_strict_passes(tools: Path, extra: list[str]) -> None:
+    res = run([tools / "helm", "lint", "--strict", CHART, *extra], dict(os.environ))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "0 chart(s) failed" in res.stdout
+    assert "[WARNING]" not in res.stdout and "[ERROR]" not in res.stdout
+
+
+VALIDATION_CASES = {
+    "default": [],
+    "kind": ["-f", str(KIND_VALUES)],
+    "namespaced-with-secrets": [
+        "--set",
+        "watchNamespaces={chart-validate-a,chart-validate-b}",
+        "--set",
+        "summarizer.namespace=chart-validate-a",
+        "--set",
+        "chroma.authSecret.name=chroma-token",
+        "--set",
+        "summarizer.model.apiKeySecret.name=model-key",
+        "--set",
+        "summarizer.embedding.apiKeySecret.name=embedding-key",
+        "--set",
+        "podDisruptionBudget.minAvailable=1",
+    ],
+}
+
+
+@pytest.mark.usefixtures("chart_crds")
+@pytest.mark.parametrize("case", sorted(VALIDATION_CASES))
+def test_rendered_manifests_pass_the_apiservers_schema_validation(
+    control_plane: ControlPlane, case: str
+) -> None:
+    cp = control_plane
+    for ns in ("chart-validate", "chart-validate-a", "chart-validate-b"):
+        ensure_namespace(cp, ns)
+    docs = render(cp, "val", "chart-validate", *VALIDATION_CASES[case])
+    res = dry_run_apply(cp, docs)
+    assert res.returncode == 0, res.stderr
+    accepted = [line for line in res.stdout.splitlines() if line.endswith("(server dry run)")]
+    assert len(accepted) == len(docs), res.stdout
+    assert "Warning" not in res.stderr, res.stderr
+    kinds = {d["kind"] for d in docs}
+    assert {"Deployment", "ServiceAccount", "ClusterRole", "SessionSummarizer"} <= kinds
+    if case == "kind":
+        assert {"StatefulSet", "Service"} <= kinds
+    if case == "namespaced-with-secrets":
+        assert [r["metadata"]["namespace"] for r in of_kind(docs, "Role")] == [
+            "chart-validate-a",
+            "chart-validate-b",
+        ]
+
+
+@pytest.mark.usefixtures("chart_crds")
+def test_the_chart_crds_pass_strict_validation_as_an_upgrade(control_plane: ControlPlane) -> None:
+    docs = [d for p in sorted((CHART / "crds").glob("*.yaml")) for d in docs_of(p.read_text())]
+    res = dry_run_apply(control_plane, docs)
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.usefixtures("chart_crds")
+def test_the_apiserver_validation_step_rejects_an_invalid_manifest(
+    control_plane: ControlPlane,
+) -> None:
+    """The control for the test above: a field the schema does not know is refused."""
+    cp = control_plane
+    ensure_namespace(cp, "chart-validate")
+    docs = render(cp, "val", "chart-validate")
+    broken = copy.deepcopy(docs)
+    of_kind(broken, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["bogus"] = 1
+    res = dry_run_apply(cp, broken)
+    assert res.returncode != 0
+    assert 'unknown field "spec.template.spec.containers[0].bogus"' in res.stderr
+
+
+def test_service_monitor_renders_only_when_enabled(control_plane: ControlPlane) -> None:
+    cp = control_plane
+    assert of_kind(render(cp, "mon", "chart-validate"), "ServiceMonitor") == []
+    docs = render(
+        cp,
+        "mon",
+        "chart-validate",
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.serviceMonitor.labels.release=prometheus",
+    )
+    [monitor] = of_kind(docs, "ServiceMonitor")
+    [service] = [s for s in of_kind(docs, "Service") if s["metadata"]["name"].endswith("-metrics")]
+    [deployment] = of_kind(docs, "Deployment")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == ["chart-validate"]
+    [endpoint] = monitor["spec"]["endpoints"]
+    [port] = service["spec"]["ports"]
+    assert endpoint["port"] == port["name"] == "metrics"
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert port["targetPort"] == "metrics" and ports["metrics"] == 9090
+    assert service["spec"]["selector"].items() <= (
+        deployment["spec"]["template"]["metadata"]["labels"].items()
+    )
+    # Validated by the apiserver wherever prometheus-operator's CRD is installed.
+    served = kubectl(cp, "api-resources", "--api-group=monitoring.coreos.com", "-o", "name")
+    if "servicemonitors.monitoring.coreos.com" in served.stdout:
+        ensure_namespace(cp, "chart-validate")
+        res = dry_run_apply(cp, [monitor])
+        assert res.returncode == 0, res.stderr
+
+
+BAD_VALUES = {
+    "replicas-as-text": ({"replicaCount": "two"}, "at '/replicaCount': got string, want integer"),
+    "unknown-key": ({"replicas": 2}, "additional properties 'replicas' not allowed"),
+    "namespaces-not-a-list": ({"watchNamespaces": "team-a"}, "at '/watchNamespaces'"),
+    "namespace-not-a-name": ({"watchNamespaces": ["Team_A"]}, "at '/watchNamespaces/0'"),
+    "bool-as-text": ({"chroma": {"bundled": {"enabled": "yes"}}}, "/chroma/bundled/enabled"),
+    "port-out-of-range": ({"metrics": {"port": 70000}}, "at '/metrics/port'"),
+    "pull-policy": ({"image": {"pullPolicy": "Sometimes"}}, "at '/image/pullPolicy'"),
+    "backend": ({"summarizer": {"model": {"backend": "gpt"}}}, "/summarizer/model/backend"),
+    "url-without-scheme": ({"chroma": {"url": "chroma:8000"}}, "at '/chroma/url'"),
+    "sweep-too-often": ({"summarizer": {"sweep": {"intervalSeconds": 1}}}, "intervalSeconds"),
+    "env-not-a-list": ({"extraEnv": {"A": "b"}}, "at '/extraEnv'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_VALUES))
+def test_values_schema_rejects_wrong_values(tools: Path, tmp_path: Path, case: str) -> None:
+    values, expected = BAD_VALUES[case]
+    path = values_file(tmp_path, values)
+    res = run([tools / "helm", "template", "x", CHART, "-f", path], dict(os.environ))
+    assert res.returncode != 0
+    assert SCHEMA_ERROR in res.stderr and expected in res.stderr, res.stderr
+
+
+INCONSISTENT_VALUES = {
+    "replicas-without-peering": (
+        {"peering": {"enabled": False}},
+        "replicaCount > 1 needs peering.enabled",
+    ),
+    "summarizer-outside-watched": (
+        {"watchNamespaces": ["team-a"], "summarizer": {"namespace": "team-b"}},
+        'summarizer.namespace "team-b" is not in watchNamespaces',
+    ),
+    "openai-without-endpoint": (
+        {"summarizer": {"model": {"backend": "openai"}}},
+        "summarizer.model.backend openai needs summarizer.model.baseUrl",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INCONSISTENT_VALUES))
+def test_values_that_contradict_each_other_fail_with_a_message(
+    tools: Path, tmp_path: Path, case: str
+) -> None:
+    values, expected = INCONSISTENT_VALUES[case]
+    path = values_file(tmp_path, values)
+    res = run([tools / "helm", "template", "x", CHART, "-f", path], dict(os.environ))
+    assert res.returncode != 0
+    assert expected in res.stderr, res.stderr
+
+
+def test_no_secret_is_readable_unless_the_values_name_it(control_plane: ControlPlane) -> None:
+    """A secrets rule with empty resourceNames would grant every Secret: it must not exist."""
+    docs = render(control_plane, "sec", "chart-validate")
+    rules = [r for role in of_kind(docs, "ClusterRole") for r in role["rules"]]
+    assert [r for r in rules if "secrets" in r["resources"]] == []
+    docs = render(control_plane, "sec", "chart-validate", "--set", "chroma.authSecret.name=tok")
+    rules = [r for role in of_kind(docs, "ClusterRole") for r in role["rules"]]
+    [secrets] = [r for r in rules if "secrets" in r["resources"]]
+    assert secrets == {
+        "apiGroups": [""],
+        "resources": ["secrets"],
+        "resourceNames": ["tok"],
+        "verbs": ["get"],
+    }
+
+
+# --- install and uninstall ----------------------------------------------------------------
+
+
+def _labelled(cp: ControlPlane, release: str, namespace: str | None) -> list[str]:
+    """Every object of any listable kind labelled with the release, in namespace (or
+    cluster-scoped kinds when namespace is None)."""
+    scope = "--namespaced=true" if namespace else "--namespaced=false"
+    kinds = cp.kubectl_run("api-resources", "--verbs=list", scope, "-o", "name").stdout.split()
+    where = ["-n", namespace] if namespace else []
+    out = cp.kubectl_run(
+        "get", ",".join(kinds), *where, "-l", f"{INSTANCE}={release}", "-o", "name"
+    )
+    return out.stdout.split()
+
+
+INSTALL_CASES = {
+    "cluster-wide-with-bundled-chroma": ["-f", str(KIND_VALUES)],
+    "namespaced": ["--set", "watchNamespaces={chart-install-ns}", "--set", "replicaCount=1"],
+}
+
+
+@pytest.mark.usefixtures("chart_crds")
+@pytest.mark.parametrize("case", sorted(INSTALL_CASES))
+def test_install_succeeds_and_uninstall_leaves_only_the_crds(
+    control_plane: ControlPlane, case: str
+) -> None:
+    cp = control_plane
+    ns = "chart-install" if case.startswith("cluster") else "chart-install-ns"
+    release = "inst"
+    ensure_namespace(cp, ns)
+    helm(cp, "install", release, CHART, "-n", ns, *INSTALL_CASES[case])
+    try:
+        created = docs_of(helm(cp, "get", "manifest", release, "-n", ns).stdout)
+        kinds = {d["kind"] for d in created}
+        assert {"Deployment", "ServiceAccount", "ClusterRole", "PodDisruptionBudget"} <= kinds
+        assert {"SessionSummarizer", "ValidatingAdmissionPolicy"} <= kinds
+        if case.startswith("cluster"):
+            assert {"StatefulSet", "ClusterKopfPeering"} <= kinds
+        else:
+            assert {"Role", "RoleBinding", "KopfPeering"} <= kinds
+        for d in created:  # everything the chart rendered exists and carries the label
+            where = ["-n", d["metadata"]["namespace"]] if "namespace" in d["metadata"] else []
+            got = kubectl(cp, "get", d["kind"], d["metadata"]["name"], *where, "-o", "json")
+            assert got.returncode == 0, got.stderr
+            assert json.loads(got.stdout)["metadata"]["labels"][INSTANCE] == release
+        assert len(_labelled(cp, release, ns)) >= len([d for d in created if "namespace" in d])
+    finally:
+        helm(cp, "uninstall", release, "-n", ns, "--wait", "--timeout", "60s")
+    # What stays, as docs/install.md says: the default SessionSummarizer (helm.sh/resource-
+    # policy keep: it carries the operator's finalizer), and the CRDs.
+    kept = "sessionsummarizer.memorycore.io/default"
+    assert _labelled(cp, release, ns) == [kept]
+    assert _labelled(cp, release, None) == []
+    for d in created:
+        where = ["-n", d["metadata"]["namespace"]] if "namespace" in d["metadata"] else []
+        got = kubectl(cp, "get", d["kind"], d["metadata"]["name"], *where, "-o", "json")
+        if d["kind"] == "SessionSummarizer":
+            assert "deletionTimestamp" not in json.loads(got.stdout)["metadata"]
+            continue
+        assert got.returncode != 0 and "NotFound" in got.stderr, (d["kind"], got.stdout)
+    cp.kubectl_run("-n", ns, "delete", kept)  # no operator ran here: no finalizer to wait for
+    releases = kubectl(cp, "get", "secrets", "-n", ns, "-l", f"owner=helm,name={release}")
+    assert "No resources found" in releases.stderr
+    # What stays, as docs/install.md says: the CRDs (Helm never deletes them).
+    for crd in ("sessionsummaries.memorycore.io", "sessionsummarizers.memorycore.io"):
+        assert kubectl(cp, "get", "crd", crd).returncode == 0
+
+
+# --- Pod Security ---------------------------------------------------------------------------
+
+
+def _pod_from(workload: dict[str, Any], name: str, namespace: str) -> dict[str, Any]:
+    template = copy.deepcopy(workload["spec"]["template"])
+    spec = template["spec"]
+    for claim in workload["spec"].get("volumeClaimTemplates", []):
+        volume_name = claim["metadata"]["name"]
+        spec.setdefault("volumes", []).append(
+            {"name": volume_name, "persistentVolumeClaim": {"claimName": f"{volume_name}-{name}"}}
+        )
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": template["metadata"]["labels"],
+        },
+        "spec": spec,
+    }
+
+
+def test_pod_templates_are_admitted_at_the_restricted_pod_security_level(
+    control_plane: ControlPlane,
+) -> None:
+    cp = control_plane
+    ns = "chart-psa"
+    ensure_namespace(
+        cp,
+        ns,
+        {
+            "pod-security.kubernetes.io/enforce": "restricted",
+            "pod-security.kubernetes.io/enforce-version": "latest",
+        },
+    )
+    docs = render(cp, "psa", ns, "-f", KIND_VALUES)
+    # No controller-manager here: ServiceAccounts are not created for us.
+    for sa in ("default", of_kind(docs, "ServiceAccount")[0]["metadata"]["name"]):
+        kubectl(cp, "-n", ns, "create", "serviceaccount", sa)
+    workloads = of_kind(docs, "Deployment") + of_kind(docs, "StatefulSet")
+    assert len(workloads) == 2
+    for workload in workloads:
+        pod = _pod_from(workload, workload["metadata"]["name"] + "-0", ns)
+        res = kubectl(cp, "create", "--dry-run=server", "-f", "-", input=json.dumps(pod))
+        assert res.returncode == 0, f"{workload['kind']}: {res.stderr}"
+        assert "(server dry run)" in res.stdout and "violate" not in res.stderr
+
+    # The control: the same pod, privileged-escalation allowed, is refused in this namespace.
+    pod = _pod_from(of_kind(docs, "Deployment")[0], "escalating", ns)
+    pod["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True
+    res = kubectl(cp, "create", "--dry-run=server", "-f", "-", input=json.dumps(pod))
+    assert res.returncode != 0
+    assert 'violates PodSecurity "restricted:latest"' in res.stderr
+    assert "allowPrivilegeEscalation != false" in res.stderr
+
+
+# --- least privilege: the operator with the chart's ServiceAccount ------------------------
+
+LP_NS = "chart-rbac"
+LP_RELEASE = "lp"
+LP_REPLICA = "chart-rbac-0"
+LP_MEMORY, LP_SESSIONS = "chart-rbac-memory", "chart-rbac-sessions"
+
+
+@dataclass
+class ChartOperator:
+    """The chart installed namespaced; the operator as a local process with the chart's
+    ServiceAccount token, the args and environment of the chart's Deployment."""
+
+    cp: ControlPlane
+    chroma: ChromaServer
+    service_account: str
+    kubeconfig: Path
+    log: Path
+    metrics_port: int
+    health_port: int
+
+    def as_operator(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return kubectl(self.cp, *args, kubeconfig=self.kubeconfig)
+
+    def can_i(self, *args: str) -> str:
+        return self.as_operator("auth", "can-i", *args, "-n", LP_NS).stdout.strip()
+
+    def store(self) -> MemoryStore:
+        loc = StoreLocation(
+            url=self.chroma.url, memory_collection=LP_MEMORY, summary_collection=LP_SESSIONS
+        )
+        return MemoryStore(connect(loc), loc)
+
+    def summary_object(self, session_id: str) -> dict[str, Any] | None:
+        res = kubectl(
+            self.cp, "-n", LP_NS, "get", "ssum", summary_object_name(session_id), "-o", "json"
+        )
+        return json.loads(res.stdout) if res.returncode == 0 else None
+
+    def wait_summarized(self, session_id: str, timeout: float = 90) -> dict[str, Any]:
+        def done() -> dict[str, Any] | None:
+            obj = self.summary_object(session_id)
+            status = (obj or {}).get("status") or {}
+            ok = obj is not None and status.get("phase") == "Summarized"
+            return (
+                obj
+                if ok and status.get("observedGeneration") == obj["metadata"]["generation"]
+                else None
+            )
+
+        return wait_for(done, timeout, 0.3, message=f"{session_id} Summarized\n{tail(self.log)}")
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.read().decode()
+
+
+def _chart_container(cp: ControlPlane) -> dict[str, Any]:
+    manifest = docs_of(helm(cp, "get", "manifest", LP_RELEASE, "-n", LP_NS).stdout)
+    [deployment] = of_kind(manifest, "Deployment")
+    return dict(deployment["spec"]["template"]["spec"]["containers"][0])
+
+
+@pytest.fixture(scope="module")
+def chart_operator(
+    control_plane: ControlPlane,
+    chroma_server: ChromaServer,
+    chart_crds: None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[ChartOperator]:
+    cp = control_plane
+    workdir = tmp_path_factory.mktemp("chart-rbac")
+    ensure_namespace(cp, LP_NS)
+    for name, key in (("chroma-token", "token"), ("model-key", "api-key"), ("unrelated", "x")):
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": LP_NS},
+            "data": {key: base64.b64encode(f"{name}-value".encode()).decode()},
+        }
+        cp.kubectl_run("apply", "-f", "-", input=json.dumps(secret))
+    values = {
+        "watchNamespaces": [LP_NS],
+        "operator": {"sweepTickSeconds": 1, "retryBaseSeconds": 0.5, "retryMaxSeconds": 5},
+        # The test Chroma has no auth: the token is read (RBAC) and sent, and ignored.
+        "chroma": {"url": chroma_server.url, "authSecret": {"name": "chroma-token"}},
+        "summarizer": {
+            "store": {"memoryCollection": LP_MEMORY, "summaryCollection": LP_SESSIONS},
+            "model": {"apiKeySecret": {"name": "model-key"}},
+            "sweep": {"intervalSeconds": 5, "idleSeconds": 0},
+        },
+    }
+    helm(cp, "install", LP_RELEASE, CHART, "-n", LP_NS, "-f", values_file(workdir, values))
+    proc = None
+    log = workdir / "operator.log"
+    try:
+        container = _chart_container(cp)
+        service_account = f"{LP_RELEASE}-session-summary-operator"
+        kubeconfig = cp.service_account_kubeconfig(
+            LP_NS, service_account, workdir / "sa.kubeconfig"
+        )
+        metrics_port, health_port = free_port(), free_port()
+        env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+        assert env["SSO_NAMESPACES"] == LP_NS
+        env.update(SSO_REPLICA_ID=LP_REPLICA, SSO_METRICS_PORT=str(metrics_port), HOME=str(workdir))
+        args = list(container["args"])
+        args[args.index("--liveness") + 1] = f"http://127.0.0.1:{health_port}/healthz"
+        assert "--standalone" not in args and "--peering" in args
+        proc = spawn(
+            [sys.executable, "-m", "controller", "run", *args],
+            log,
+            env=dict(cp.env(), KUBECONFIG=str(kubeconfig), **env),
+            cwd=REPO_ROOT,
+        )
+        op = ChartOperator(
+            cp, chroma_server, service_account, kubeconfig, log, metrics_port, health_port
+        )
+        yield op
+    finally:
+        if proc is not None:
+            stop(proc)
+            print("operator (chart ServiceAccount) log tail:\n" + tail(log, 60))
+        helm(cp, "uninstall", LP_RELEASE, "-n", LP_NS, check=False)
+        _release_finalizers(cp, "sessionsummarizers.memorycore.io", LP_NS)
+        kubectl(cp, "-n", LP_NS, "delete", "sessionsummarizers.memorycore.io", "--all")
+
+
+def test_the_operator_with_the_chart_service_account_does_its_whole_job(
+    chart_operator: ChartOperator,
+) -> None:
+    op, cp = chart_operator, chart_operator.cp
+    now = int(time.time() * 1000)
+    swept, sunset = "chart-rbac-swept", "chart-rbac-sunset"
+    load(
+        op.store(), [interaction(swept, i, now - 600_000 + i, f"Swept step {i}") for i in range(3)]
+    )
+    load(
+        op.store(),
+        [interaction(sunset, i, now - 300_000 + i, f"Sunset step {i}") for i in range(4)],
+    )
+
+    # The agent's sunset step (its own credentials), then the operator's work as the SA.
+    res = subprocess.run(
+        [sys.executable, "-m", "controller", "sunset", sunset, "-n", LP_NS, "--wait", "90"],
+        env=cp.env(),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr + tail(op.log)
+    assert op.wait_summarized(sunset)["status"]["memoryCount"] == 4
+    by_sweep = op.wait_summarized(swept)  # created by the sweep: RBAC create
+    assert by_sweep["spec"]["trigger"] == "sweep" and by_sweep["status"]["writer"] == LP_REPLICA
+
+    rows = op.store().summaries().get(ids=[f"summary_{swept}", f"summary_{sunset}"])
+    assert sorted(rows["ids"]) == sorted([f"summary_{swept}", f"summary_{sunset}"])
+    assert {m["writer"] for m in rows["metadatas"]} == {LP_REPLICA}
+
+    summarizer = json.loads(
+        cp.kubectl_run("-n", LP_NS, "get", "ssumr", "default", "-o", "json").stdout
+    )
+    # The sweep timer's finalizer: why the chart keeps this object on helm uninstall.
+    assert "kopf.zalando.org/KopfFinalizerMarker" in summarizer["metadata"]["finalizers"]
+    status = summarizer["status"]
+    assert status["activeReplica"] == LP_REPLICA
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions["StoreReachable"] == "True"
+    peering = cp.kubectl_run(
+        "-n", LP_NS, "get", "kopfpeerings.kopf.dev", "session-summary-operator", "-o", "json"
+    )
+    assert LP_REPLICA in (json.loads(peering.stdout).get("status") or {})
+    events = json.loads(cp.kubectl_run("-n", LP_NS, "get", "events", "-o", "json").stdout)
+    reasons = {(e["involvedObject"]["name"], e["reason"]) for e in events["items"]}
+    assert (summary_object_name(sunset), "Summarized") in reasons
+
+    metrics = op.metrics()
+    summarized = re.search(
+        r'^session_summary_summaries_total\{result="summarized"\} (\S+)$', metrics, re.M
+    )
+    assert summarized and float(summarized.group(1)) >= 2
+    assert f'session_summary_active_replica{{replica="{LP_REPLICA}"}} 1.0' in metrics
+    with urllib.request.urlopen(f"http://127.0.0.1:{op.health_port}/healthz", timeout=5) as r:
+        assert r.status == 200
+
+    # What a user sees: printer columns by plural, short name and category.
+    for resource in ("sessionsummaries", "ssum"):
+        lines = cp.kubectl_run("-n", LP_NS, "get", resource).stdout.splitlines()
+        assert lines[0].split() == ["NAME", "PHASE", "SESSION", "MEMORIES", "SUMMARIZED", "AGE"]
+        row = next(line.split() for line in lines if line.startswith(summary_object_name(sunset)))
+        assert row[1:4] == ["Summarized", sunset, "4"]
+    wide = cp.kubectl_run("-n", LP_NS, "get", "ssum", "-o", "wide").stdout.splitlines()[0].split()
+    assert wide[-2:] == ["TITLE", "REASON"]
+    everything = cp.kubectl_run("-n", LP_NS, "get", "memorycore", "-o", "name").stdout.split()
+    assert f"sessionsummary.memorycore.io/{summary_object_name(sunset)}" in everything
+    assert "sessionsummarizer.memorycore.io/default" in everything
+
+    # Retention deletes the finished objects (RBAC delete); the summaries stay in Chroma.
+    cp.kubectl_run(
+        "-n", LP_NS, "patch", "ssumr", "default", "--type", "merge",
+        "-p", '{"spec": {"retention": {"summarizedTTLSeconds": 1}}}',
+    )  # fmt: skip
+    wait_for(
+        lambda: op.summary_object(sunset) is None and op.summary_object(swept) is None,
+        60,
+        0.5,
+        message=f"retention deleting the objects\n{tail(op.log)}",
+    )
+    assert (
+        len(op.store().summaries().get(ids=[f"summary_{swept}", f"summary_{sunset}"])["ids"]) == 2
+    )
+
+    log = op.log.read_text()
+    for refused in ("Forbidden", " 403", "Not enough permissions"):
+        assert refused not in log, f"{refused!r} in the operator log:\n{tail(op.log, 80)}"
+
+
+# The operator's needs, as `kubectl auth can-i` answers them for the chart's ServiceAccount.
+ALLOWED = [
+    ("get", "secret/chroma-token"),  # named in chroma.authSecret
+    ("get", "secret/model-key"),  # named in summarizer.model.apiKeySecret
+    ("create", "sessionsummaries.memorycore.io"),  # the sweep
+    ("patch", "sessionsummaries.memorycore.io"),  # claims, the sweep, kopf's annotations
+    ("delete", "sessionsummaries.memorycore.io"),  # retention
+    ("patch", "sessionsummaries.memorycore.io", "--subresource=status"),
+    ("watch", "sessionsummarizers.memorycore.io"),
+    ("patch", "sessionsummarizers.memorycore.io"),  # kopf's annotations; spec: see below
+    ("patch", "sessionsummarizers.memorycore.io", "--subresource=status"),
+    ("create", "events"),
+    ("create", "kopfpeerings.kopf.dev"),
+    ("patch", "kopfpeerings.kopf.dev/session-summary-operator"),
+]
+REFUSED = [
+    ("get", "secret/unrelated"),
+    ("list", "secrets"),
+    ("watch", "secrets"),
+    ("create", "secrets"),
+    ("get", "configmaps"),
+    ("list", "pods"),
+    ("create", "deployments.apps"),
+    ("create", "sessionsummarizers.memorycore.io"),
+    ("delete", "sessionsummarizers.memorycore.io"),
+    ("update", "sessionsummarizers.memorycore.io"),
+    ("patch", "kopfpeerings.kopf.dev/someone-elses"),
+    ("delete", "kopfpeerings.kopf.dev"),
+    ("create", "roles.rbac.authorization.k8s.io"),
+    ("patch", "clusterkopfpeerings.kopf.dev"),
+    ("*", "*"),
+]
+
+
+def test_the_chart_service_account_is_refused_what_the_operator_does_not_need(
+    chart_operator: ChartOperator,
+) -> None:
+    op, cp = chart_operator, chart_operator.cp
+    answers = {" ".join(q): op.can_i(*q) for q in ALLOWED + REFUSED}
+    print("\n".join(f"can-i {q}: {a}" for q, a in answers.items()))
+    assert {q: a for q, a in answers.items() if a != "yes"} == {" ".join(q): "no" for q in REFUSED}
+    assert (
+        op.as_operator("auth", "can-i", "list", "sessionsummaries", "-n", "default").stdout.strip()
+        == "no"
+    )
+
+    # Real calls, not only the authorizer's opinion: 403 from the apiserver.
+    got = op.as_operator("-n", LP_NS, "get", "secret", "unrelated")
+    assert got.returncode != 0
+    assert got.stderr.strip() == (
+        'Error from server (Forbidden): secrets "unrelated" is forbidden: User '
+        f'"system:serviceaccount:{LP_NS}:{op.service_account}" cannot get resource "secrets" '
+        f'in API group "" in the namespace "{LP_NS}"'
+    )
+    got = op.as_operator("-n", LP_NS, "create", "deployment", "x", "--image=busybox")
+    assert got.returncode != 0
+    assert 'cannot create resource "deployments" in API group "apps"' in got.stderr
+
+    # patch on SessionSummarizers exists for kopf's annotations; the spec stays the user's.
+    spec = op.as_operator(
+        "-n", LP_NS, "patch", "ssumr", "default", "--type", "merge",
+        "-p", '{"spec": {"sweep": {"enabled": false}}}',
+    )  # fmt: skip
+    print(spec.stderr)
+    assert spec.returncode != 0
+    assert "never its spec" in spec.stderr and "denied request" in spec.stderr, spec.stderr
+    sweep = json.loads(cp.kubectl_run("-n", LP_NS, "get", "ssumr", "default", "-o", "json").stdout)
+    assert sweep["spec"]["sweep"]["enabled"] is True
+    note = op.as_operator("-n", LP_NS, "annotate", "--overwrite", "ssumr", "default", "test/note=1")
+    assert note.returncode == 0, note.stderr
+
+
+@pytest.mark.usefixtures("chart_crds")
+def test_cluster_wide_rbac_reads_only_the_named_secrets_in_every_namespace(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    cp = control_plane
+    ns, release = "chart-rbac-cw", "cw"
+    ensure_namespace(cp, ns)
+    helm(cp, "install", release, CHART, "-n", ns, "--set", "chroma.authSecret.name=chroma-token")
+    try:
+        sa = f"{release}-session-summary-operator"
+        kubeconfig = cp.service_account_kubeconfig(ns, sa, tmp_path / "sa.kubeconfig")
+
+        def can_i(*args: str) -> str:
+            return kubectl(cp, "auth", "can-i", *args, kubeconfig=kubeconfig).stdout.strip()
+
+        assert can_i("list", "sessionsummaries.memorycore.io", "--all-namespaces") == "yes"
+        assert can_i("delete", "sessionsummaries.memorycore.io", "-n", "elsewhere") == "yes"
+        assert can_i("patch", "clusterkopfpeerings.kopf.dev/session-summary-operator") == "yes"
+        assert can_i("get", "secret/chroma-token", "-n", "elsewhere") == "yes"
+        assert can_i("get", "secret/other", "-n", "elsewhere") == "no"
+        assert can_i("list", "secrets", "--all-namespaces") == "no"
+        assert can_i("list", "namespaces") == "no"  # kopf lists them only for a namespace list
+        assert can_i("patch", "clusterkopfpeerings.kopf.dev/default") == "no"
+        assert can_i("delete", "sessionsummarizers.memorycore.io", "-n", "elsewhere") == "no"
+        assert can_i("create", "deployments.apps", "-n", ns) == "no"
+    finally:
+        helm(cp, "uninstall", release, "-n", ns, check=False)
