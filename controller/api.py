@@ -114,6 +114,7 @@ class SessionSummaryStatus(CamelModel):
     summary_id: str | None = None
     writer: str | None = None
     passes: int | None = None
+    model_tokens: int | None = None
     consecutive_failures: int | None = None
     message: str | None = None
     conditions: list[Condition] | None = None

@@ -206,6 +206,7 @@ async def summarize(
         metrics.observe_failure(failure.reason)
         _record_failure(body, patch, failure, logger, parsed)
     metrics.observe_summary(outcome.kind, time.monotonic() - started)
+    metrics.add_model_tokens(outcome.tokens_used)
     _report(body, patch, parsed, outcome)
 
 
@@ -313,6 +314,7 @@ def _report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcom
         summarized_at=now_rfc3339(),
         writer=CONFIG.replica_id,
         passes=outcome.passes,
+        model_tokens=outcome.tokens_used,
         **common,
     )
     kopf.event(body, type="Normal", reason="Summarized", message=message)

@@ -274,6 +274,7 @@ def test_the_operator_writes_the_summary_through_the_model_endpoint(
         if f"Step 0 of {sid}." in r.body["messages"][1]["content"]
     ]
     assert sent and "<memory n=" in sent[0]
+    assert harness.obj(sid)["status"]["modelTokens"] > 0  # token usage recorded
 
 
 @pytest.mark.parametrize("failure", ["invalid-output", "endpoint-down"])
