@@ -141,6 +141,10 @@ def fresh_operator_rss(
     replica = env["SSO_REPLICA_ID"]
     proc = spawn(argv, log, env=env, cwd=REPO_ROOT)
     try:
+        settle(proc.pid)
+        time.sleep(
+            35
+        )  # the operator returns freed heap to the OS every 30 s (SSO_HEAP_TRIM_SECONDS)
         after_list = settle(proc.pid)
 
         def swept() -> bool:

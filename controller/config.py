@@ -33,6 +33,7 @@ class OperatorConfig:
     claim_margin_seconds: float
     failure_gate: int  # consecutive failures of one session before phase Failed
     write_journal: str | None  # append a line per store write (chaos tests)
+    heap_trim_seconds: float  # how often freed heap memory is returned to the OS
     workers: int  # summarizations running at once (blocking store/model calls in threads)
     # Progress/diff-base annotations kopf keeps on our objects use our group's prefix.
     annotation_prefix: str = "memorycore.io"
@@ -55,6 +56,7 @@ def load() -> OperatorConfig:
         claim_margin_seconds=_float("SSO_CLAIM_MARGIN_SECONDS", 5.0),
         failure_gate=_int("SSO_FAILURE_GATE", 5),
         write_journal=os.environ.get("SSO_WRITE_JOURNAL") or None,
+        heap_trim_seconds=_float("SSO_HEAP_TRIM_SECONDS", 30.0),
         workers=_int("SSO_WORKERS", 16),
     )
 
