@@ -4,8 +4,8 @@ concurrency C in {1, 4, 16}, against the ideal C / L.
 Real parts: local etcd + kube-apiserver, a Chroma server, the operator as a local process
 (standalone), and the OpenAI-compatible test server over real HTTP answering every chat
 completion after exactly L seconds. Per C: a SessionSummarizer with
-`model.maxConcurrency: C`; 4*C sessions (one pass each) are sunset at once; the clock runs
-from the first sunset to the last object Summarized.
+`model.maxConcurrency: C`; rounds x C sessions (one pass each, --rounds, default 4) are
+sunset at once; the clock runs from the first sunset to the last object Summarized.
 
     .venv/bin/python -m bench.throughput [--latency 2.0]
 
@@ -46,7 +46,9 @@ def all_summarized(cp: ControlPlane, ns: str, n: int) -> bool:
     return out.split().count("Summarized") == n
 
 
-def run_level(cp: ControlPlane, chroma_url: str, base_url: str, c: int, work: Path) -> float:
+def run_level(
+    cp: ControlPlane, chroma_url: str, base_url: str, c: int, work: Path, rounds: int
+) -> float:
     ns = f"tp-{c}"
     cp.kubectl_run("create", "namespace", ns)
     cp.kubectl_run(
@@ -80,7 +82,7 @@ def run_level(cp: ControlPlane, chroma_url: str, base_url: str, c: int, work: Pa
         url=chroma_url, memory_collection=f"{ns}-memory", summary_collection=f"{ns}-sessions"
     )
     store = MemoryStore(connect(loc), loc)
-    sessions = [f"{ns}-s{i:03d}" for i in range(4 * c)]
+    sessions = [f"{ns}-s{i:03d}" for i in range(rounds * c)]
     store.add_memories(
         [f"{s}-0" for s in sessions],
         [f"User Prompt: Harden the exporter for {s}." for s in sessions],
@@ -123,6 +125,8 @@ def run_level(cp: ControlPlane, chroma_url: str, base_url: str, c: int, work: Pa
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency", type=float, default=2.0, help="model latency L (s)")
+    parser.add_argument("--rounds", type=int, default=4, help="sessions per level = rounds x C")
+    parser.add_argument("--levels", default="1,4,16")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sso-tp-"))
     efficiency: dict[int, float] = {}
@@ -136,8 +140,8 @@ def main() -> int:
         os.environ["KUBECONFIG"] = str(cp.kubeconfig)
         cp.kubectl_run("apply", "-f", str(REPO_ROOT / "crds"))
         cp.kubectl_run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        for c in (1, 4, 16):
-            rate = run_level(cp, chroma.url, model.base_url, c, work)
+        for c in (int(x) for x in args.levels.split(",")):
+            rate = run_level(cp, chroma.url, model.base_url, c, work, args.rounds)
             ideal = c / args.latency
             efficiency[c] = 100 * rate / ideal
             print(
@@ -145,7 +149,8 @@ def main() -> int:
                 f"ideal={ideal:.2f} efficiency={efficiency[c]:.0f}%",
                 flush=True,
             )
-    print(f"throughput efficiency_at_16={efficiency[16]:.0f}")
+    top = max(efficiency)
+    print(f"throughput efficiency_at_{top}={efficiency[top]:.0f}")
     return 0
 
 
