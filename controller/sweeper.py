@@ -21,15 +21,23 @@ from controller.store import MemoryStore
 from controller.sweep import SweepPlan, collect_activity, initial_watermark, plan_sweep
 
 IN_FLIGHT_PHASES = {None, "Pending", "Summarizing"}
+WALK_FACTOR = 4  # at most this many times the cap of stale sessions looked up per sweep
 
 
 @dataclass(frozen=True)
 class SweepResult:
     plan: SweepPlan
     scanned: int
-    created: int
-    patched: int
+    applied: Applied
     duration_s: float
+
+    @property
+    def created(self) -> int:
+        return self.applied.created
+
+    @property
+    def patched(self) -> int:
+        return self.applied.patched
 
 
 def _in_flight(obj: dict[str, object]) -> bool:
@@ -77,13 +85,29 @@ def plan_from_store(
     return plan, scanned
 
 
-def apply_plan(plan: SweepPlan, *, namespace: str, summarizer_name: str) -> tuple[int, int]:
-    """Creates/patches SessionSummary objects for the plan's candidates: (created, patched)."""
-    created = patched = 0
+@dataclass(frozen=True)
+class Applied:
+    created: int
+    patched: int
+    in_flight: int  # stale, but a pass for them is already under way
+    left: int  # stale and not acted on this sweep: the next sweep sees them again
+
+
+def apply_plan(plan: SweepPlan, *, namespace: str, summarizer_name: str) -> Applied:
+    """Creates/patches SessionSummary objects for the stale sessions, newest first, until
+    as many as the cap allowed were acted on. Sessions already in flight do not use up the
+    cap (else a few busy sessions would starve an old backlog); the walk is bounded."""
+    budget = len(plan.candidates)
+    stale = plan.candidates + plan.deferred
+    created = patched = in_flight = walked = 0
     requested_at = now_rfc3339(precise=True)
-    for candidate in plan.candidates:
+    for candidate in stale[: WALK_FACTOR * max(budget, 1)]:
+        if created + patched >= budget:
+            break
+        walked += 1
         existing = kube.get_summary(namespace, summary_object_name(candidate.session_id))
         if existing is not None and _in_flight(existing):
+            in_flight += 1
             continue
         _, action = kube.request_summary(
             namespace,
@@ -96,7 +120,7 @@ def apply_plan(plan: SweepPlan, *, namespace: str, summarizer_name: str) -> tupl
         )
         created += action == "created"
         patched += action == "patched"
-    return created, patched
+    return Applied(created, patched, in_flight, len(stale) - walked)
 
 
 def run_sweep(
@@ -111,8 +135,8 @@ def run_sweep(
     started = time.monotonic()
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     plan, scanned = plan_from_store(store, spec, watermark_ms=watermark_ms, now_ms=now)
-    created, patched = apply_plan(plan, namespace=namespace, summarizer_name=summarizer_name)
-    return SweepResult(plan, scanned, created, patched, time.monotonic() - started)
+    applied = apply_plan(plan, namespace=namespace, summarizer_name=summarizer_name)
+    return SweepResult(plan, scanned, applied, time.monotonic() - started)
 
 
 def apply_retention(spec: SessionSummarizerSpec, *, namespace: str, summarizer_name: str) -> int:

@@ -198,7 +198,8 @@ async def sweep(
     message = (
         f"scanned {result.scanned} new memories: {plan.found} stale, {len(plan.still_active)} "
         f"still active, {len(plan.fresh)} fresh; created {result.created}, "
-        f"patched {result.patched}, deferred {len(plan.deferred)}; "
+        f"patched {result.patched}, {result.applied.in_flight} already in flight, "
+        f"{result.applied.left} left for later; "
         f"deleted {deleted} expired objects"
     )
     logger.info("sweep by %s: %s", CONFIG.replica_id, message)
@@ -215,7 +216,7 @@ async def sweep(
             "last_sweep_at": now_rfc3339(),
             "last_sweep_duration_seconds": round(result.duration_s, 3),
             "candidates_found": plan.found,
-            "deferred": len(plan.deferred),
+            "deferred": result.applied.left,
             "created": result.created,
             "patched": result.patched,
             "scanned_memories": result.scanned,

@@ -379,3 +379,30 @@ def test_overlapping_sweeps_create_each_object_once(harness: Harness) -> None:
     again = sweep()
     assert again.created == 0 and again.patched == 0
     assert all(o["spec"]["trigger"] == "sweep" for o in objs.values())
+
+
+def test_sessions_in_flight_do_not_starve_an_older_backlog(harness: Harness) -> None:
+    from controller.api import SessionSummarizerSpec
+    from controller.sweeper import run_sweep
+
+    ns = "starve"
+    harness.cp.kubectl_run("create", "namespace", ns, check=False)
+    store = harness.store("starve-memory", "starve-sessions")
+    now = int(time.time() * 1000)
+    sessions = [f"starve-{i}" for i in range(6)]  # starve-0 is the newest
+    load(
+        store,
+        [
+            interaction(s, 0, now - 3_600_000 - 1000 * i, f"Task {s}.")
+            for i, s in enumerate(sessions)
+        ],
+    )
+    spec = SessionSummarizerSpec.model_validate(
+        {"sweep": {"idleSeconds": 60, "maxSessionsPerSweep": 2}}
+    )
+    acted = []
+    for _ in range(3):  # no operator runs here: whatever a sweep creates stays in flight
+        result = run_sweep(store, spec, namespace=ns, summarizer_name="default", watermark_ms=None)
+        acted.append((result.created, result.applied.in_flight, result.applied.left))
+    assert acted == [(2, 0, 4), (2, 2, 2), (2, 4, 0)]
+    assert sorted(phases(harness.cp, ns)) == sorted(sessions)
