@@ -240,7 +240,7 @@ def _phrase_technologies(text: str) -> set[str]:
 
 # A legacy text that is a failure message, not a summary: not worth carrying forward.
 _LEGACY_FAILURE = re.compile(
-    r"^\s*(?:error\s*:|failed to (?:generate|summari[sz]e)|i'm sorry|i am sorry|as an ai\b)"
+    r"^\s*(?:error\s*:|failed to (?:generate|summari[sz]e)|i['’]m sorry|i am sorry|as an ai\b)"
     r"|traceback \(most recent call last\)",
     re.IGNORECASE,
 )

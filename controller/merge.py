@@ -34,6 +34,7 @@ from controller.summary import (
     StructuredSummary,
     SummaryItem,
     fallback_title,
+    looks_like_error_text,
     title_problem,
 )
 
@@ -219,7 +220,8 @@ def legacy_items(prior: LegacySummary) -> list[SummaryItem]:
     sentence is split between words). A legacy text that is a failure message (error text
     where the summary should be) is not carried: it holds no fact of the session.
     """
-    if title_problem(prior.text.strip().split("\n", 1)[0][:200]) is not None:
+    first_line = prior.text.strip().split("\n", 1)[0][:200]
+    if looks_like_error_text(first_line):  # a heading such as "Summary:" is no reason
         return []
     packed: list[str] = []
     for raw in _LEGACY_SPLIT.split(prior.text):

@@ -39,10 +39,13 @@ TITLE_MAX = 120
 
 # Error text a model or a failing pipeline returns instead of a summary. Narrow on purpose:
 # "Error handling cleanup" is a fine title, "Error: upstream returned 500" is not.
+# Apostrophes may be typographic (’), as models often write them. An exception line such
+# as "ValueError: ..." (a traceback's last line) is matched case-sensitively on the name.
 _ERROR_TITLE = re.compile(
     r"^\s*(?:(?:an? )?(?:error|exception)\s*(?:[:\d(\[]|occurred|was raised|while|during)"
-    r"|traceback\b|i'?m sorry|i am sorry|sorry,|as an ai\b|as a language model"
-    r"|i cannot\b|i can'?t\b|i'?m unable|i am unable)"
+    r"|(?-i:(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))\s*:"
+    r"|traceback\b|i['’]?m sorry|i am sorry|sorry,|as an ai\b|as a language model"
+    r"|i cannot\b|i can['’]?t\b|i['’]?m unable|i am unable)"
     r"|traceback \(most recent call",
     re.IGNORECASE,
 )
@@ -307,6 +310,11 @@ def fallback_title(session_id: str) -> str:
 
 
 # -- the guard ------------------------------------------------------------------------------
+
+
+def looks_like_error_text(text: str) -> bool:
+    """Error text or a refusal where content should be (e.g. a failed model call)."""
+    return _ERROR_TITLE.search(text) is not None
 
 
 def title_problem(title: str) -> str | None:

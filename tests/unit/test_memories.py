@@ -200,3 +200,61 @@ def test_user_who_mentions_a_marker_is_still_summarized() -> None:
     prompt = "Why does the harness add <system-reminder> blocks?"
     assert not is_excluded(memory("m", 1, prompt=prompt), DEFAULT_EXCLUDED_TYPES)
     assert not is_excluded(memory("m", 1, prompt="Add retries"), DEFAULT_EXCLUDED_TYPES)
+
+
+def test_interaction_with_only_some_fields_still_gets_the_full_layout() -> None:
+    m = memory_from_row("m1", None, row(type="agent-interaction", prompt="Only a prompt"))
+    assert m is not None
+    assert m.document == "User Prompt: Only a prompt\nAgent Thought: \nAgent Response: "
+
+
+def test_empty_document_is_rebuilt_like_a_null_one() -> None:
+    meta = row(type="agent-interaction", prompt="Add retries", response="Done")
+    from_empty, from_null = memory_from_row("m1", "", meta), memory_from_row("m1", None, meta)
+    assert from_empty is not None and from_null is not None
+    assert from_empty.document == from_null.document
+    assert from_empty.document.startswith("User Prompt: Add retries\n")
+
+
+def test_epoch_seconds_and_milliseconds_rows_are_the_same_moment() -> None:
+    in_seconds = memory_from_row("m1", "doc", row(timestamp=1_700_000_000))
+    in_millis = memory_from_row("m1", "doc", row(timestamp=T0))
+    in_iso = memory_from_row("m1", "doc", row(timestamp="2023-11-14T22:13:20Z"))
+    assert in_seconds is not None and in_millis is not None and in_iso is not None
+    assert in_seconds.timestamp_ms == in_millis.timestamp_ms == in_iso.timestamp_ms == T0
+
+
+def test_seconds_and_milliseconds_are_told_apart_at_the_documented_limit() -> None:
+    # Below 10^11 a number is seconds (up to the year 5138), from 10^11 on milliseconds (1973+).
+    assert parse_timestamp_ms(99_999_999_999) == 99_999_999_999_000
+    assert parse_timestamp_ms(100_000_000_000) == 100_000_000_000
+
+
+def test_rows_with_unusable_timestamps_of_other_kinds_are_skipped() -> None:
+    for timestamp in (None, "", "soon", True, math.nan, [T0]):
+        assert memory_from_row("m1", "doc", row(timestamp=timestamp)) is None
+
+
+@pytest.mark.parametrize("kind", ["context-refresh", "context-injection"])
+def test_excluded_rows_are_left_out_with_the_default_configuration(kind: str) -> None:
+    m = memory_from_row("m1", "doc", row(type=kind, prompt="Refreshed context"))
+    assert m is not None
+    assert is_excluded(m)
+
+
+def test_injected_context_prompt_in_a_row_is_left_out_with_the_default_configuration() -> None:
+    meta = row(type="agent-interaction", prompt="<context-refresh>Here is what you know")
+    m = memory_from_row("m1", None, meta)
+    assert m is not None
+    assert is_excluded(m)
+
+
+def test_watermark_splits_a_session_with_many_equal_timestamps_exactly_once() -> None:
+    # Three memories share each millisecond; ids break the tie, whatever order they came in.
+    session = [memory(f"m{i:02d}", 100 + i // 3) for i in range(12)]
+    ordered = sorted(reversed(session), key=memory_sort_key)
+    assert ordered == session
+    for cut, covered_last in enumerate(ordered):
+        mark = Watermark.of(covered_last)
+        after = [m for m in reversed(session) if mark.after(m)]
+        assert sorted(after, key=memory_sort_key) == ordered[cut + 1 :]

@@ -297,3 +297,22 @@ def test_items_given_as_objects_or_titles_as_keys_are_understood() -> None:
     assert parsed.user_requests == ["Add a flag."]
     assert parsed.questions_and_decisions == ["Use retries."]
     assert parsed.current_state is not None and len(parsed.current_state[0]) == ITEM_MAX
+
+
+def test_a_legacy_summary_under_a_heading_line_is_carried_in_full() -> None:
+    from controller.merge import legacy_items
+    from controller.summary import LegacySummary
+
+    prior = LegacySummary(
+        session_id="s", text="Summary:\nThe user migrated the billing DB to Postgres 16."
+    )
+    texts = " ".join(item.text for item in legacy_items(prior))
+    assert "migrated the billing DB to Postgres 16" in texts
+
+
+def test_a_legacy_text_that_is_an_error_message_is_not_carried() -> None:
+    from controller.merge import legacy_items
+    from controller.summary import LegacySummary
+
+    prior = LegacySummary(session_id="s", text="Error: model call failed with 500")
+    assert legacy_items(prior) == []

@@ -5,6 +5,7 @@ from pydantic import ValidationError
 
 from controller.memories import Watermark
 from controller.summary import (
+    CATEGORIES,
     HISTORY_SECTIONS,
     PROJECTION_SECTIONS,
     SECTION_TITLES,
@@ -311,3 +312,171 @@ def test_summary_of_another_session_is_not_accepted() -> None:
 def test_legacy_prior_imposes_no_item_check() -> None:
     legacy = LegacySummary(session_id="s1", text="Everything that happened.")
     validate_summary(minimal_summary(), legacy)
+
+
+# -- added: neo types, round trips, guard edge cases ----------------------------------------
+
+SCORE_KEYS = ("quality", "productivity", "impact", "complexity")
+INT_KEYS = ("timestamp", "memoryCount", "totalToolCalls", *SCORE_KEYS)
+LIST_KEYS = ("technologies", "participatingAgents", "models", "toolsUsed")
+
+
+@pytest.mark.parametrize("summary", [full_summary(), minimal_summary(last_memory_at_ms=7)])
+def test_metadata_values_have_the_types_neo_readers_expect(summary: StructuredSummary) -> None:
+    meta = to_chroma_metadata(summary, writer="w", trigger="t", summarized_at_ms=1)
+    assert set(meta) >= NEO_KEYS - {"userId"}
+    for key in INT_KEYS:
+        assert type(meta[key]) is int, key
+    for key in SCORE_KEYS:
+        assert 0 <= int(meta[key]) <= 100, key
+    for key in LIST_KEYS:
+        assert isinstance(meta[key], str), key
+        assert ", " not in str(meta[key]), key
+    assert meta["category"] in CATEGORIES
+    assert isinstance(meta["sessionId"], str) and isinstance(meta["title"], str)
+
+
+def test_metadata_timestamp_is_the_last_memory_in_milliseconds() -> None:
+    summary = minimal_summary(
+        first_memory_at_ms=1_700_000_000_000, last_memory_at_ms=1_700_000_123_456
+    )
+    meta = to_chroma_metadata(summary, writer="w", trigger="t", summarized_at_ms=2_000_000_000_000)
+    assert meta["timestamp"] == 1_700_000_123_456
+    assert meta["firstMemoryAt"] == 1_700_000_000_000
+
+
+def test_empty_lists_are_empty_strings_never_none() -> None:
+    meta = to_chroma_metadata(minimal_summary(), writer="w", trigger="t", summarized_at_ms=1)
+    for key in LIST_KEYS:
+        assert meta[key] == ""
+
+
+def test_a_comma_inside_a_listed_value_does_not_add_a_value_on_reading() -> None:
+    summary = minimal_summary(technologies=["python", "a,b"], last_memory_at_ms=1)
+    meta = to_chroma_metadata(summary, writer="w", trigger="t", summarized_at_ms=1)
+    assert meta["technologies"] == "python,a b"
+    back = from_chroma_row("s1", "doc", meta)
+    assert isinstance(back, StructuredSummary)
+    assert back.technologies == ["python", "a b"]
+
+
+def test_round_trip_keeps_superseded_markers_and_the_watermark() -> None:
+    original = full_summary()
+    meta = to_chroma_metadata(original, writer="w", trigger="t", summarized_at_ms=1)
+    back = from_chroma_row("s1", None, meta)  # the document is not needed to read it back
+    assert isinstance(back, StructuredSummary)
+    assert back.sections["Questions & Decisions"][0].superseded_by == "exponential backoff"
+    assert back.watermark == Watermark(timestamp_ms=3_000, memory_id="m3")
+    assert render_document(back) == render_document(original)
+
+
+def test_round_trip_of_a_summary_without_optional_fields_is_exact() -> None:
+    original = minimal_summary()
+    meta = to_chroma_metadata(original, writer="w", trigger="t", summarized_at_ms=1)
+    assert from_chroma_row("s1", render_document(original), meta) == original
+
+
+def test_old_row_without_summary_format_is_legacy_even_with_neo_keys() -> None:
+    meta = {
+        "sessionId": "s1",
+        "timestamp": 5_000,
+        "memoryCount": 12,
+        "title": "Old",
+        "category": "feature",
+        "quality": 80,
+        "technologies": "python",
+    }
+    prior = from_chroma_row("s1", "Free text written by the old system.", meta)
+    assert isinstance(prior, LegacySummary)
+    assert prior.text == "Free text written by the old system."
+    assert (prior.memory_count, prior.timestamp_ms, prior.title) == (12, 5_000, "Old")
+
+
+def test_old_row_with_metadata_but_an_empty_document_gives_no_prior() -> None:
+    meta = {"sessionId": "s1", "timestamp": 5_000, "memoryCount": 12, "title": "Old"}
+    assert from_chroma_row("s1", "", meta) is None
+    assert from_chroma_row("s1", None, meta) is None
+
+
+@pytest.mark.parametrize(
+    "title",
+    [
+        "I\u2019m sorry, but I can\u2019t summarize this session",
+        "I can\u2019t help with that",
+        "As an AI, I do not have access to the session",
+        "ValueError: invalid literal for int() with base 10: 'x'",
+        "openai.APIError: upstream returned 500",
+        'Traceback (most recent call last):\n  File "run.py", line 3, in <module>',
+    ],
+)
+def test_typographic_apologies_and_traceback_lines_are_not_accepted_as_titles(
+    title: str,
+) -> None:
+    with pytest.raises(SummaryValidationError, match="error text"):
+        validate_summary(minimal_summary(title=title), None)
+
+
+@pytest.mark.parametrize(
+    "title",
+    [
+        "KeyError handling in the sweeper",
+        "Fix the ValueError: ints from strings",
+        "Terror: a review",
+    ],
+)
+def test_titles_that_mention_an_exception_are_accepted(title: str) -> None:
+    validate_summary(minimal_summary(title=title), None)
+
+
+def test_validation_accepts_a_replaced_current_state() -> None:
+    prior = full_summary()
+    moved_on = prior.model_copy(deep=True)
+    moved_on.sections["Current State"] = items("Deployed to staging.")
+    validate_summary(moved_on, prior)
+    moved_on.sections["Current State"] = []
+    validate_summary(moved_on, prior)
+
+
+def test_validation_rejects_dropping_an_item_the_prior_had_marked_superseded() -> None:
+    prior = full_summary()
+    lossy = prior.model_copy(deep=True)
+    del lossy.sections["Questions & Decisions"][0]  # the superseded "Use a fixed delay."
+    with pytest.raises(SummaryValidationError, match="Use a fixed delay"):
+        validate_summary(lossy, prior)
+
+
+def test_validation_counts_every_lost_item() -> None:
+    prior = full_summary()
+    only_state = prior.model_copy(deep=True)
+    for title in HISTORY_SECTIONS:
+        only_state.sections[title] = []
+    with pytest.raises(SummaryValidationError, match=r"^6 item"):
+        validate_summary(only_state, prior)
+
+
+def test_sections_given_in_any_order_render_in_the_fixed_order() -> None:
+    scrambled = minimal_summary(
+        sections={
+            "Current State": items("Done."),
+            "Corrections & Feedback": items("Not like that."),
+            "User Requests": items("Add retries."),
+            "Design Choices": items("A policy object."),
+            "Questions & Decisions": items("Why retry?"),
+        }
+    )
+    headings = [line for line in render_document(scrambled).splitlines() if line.startswith("## ")]
+    assert headings == [f"## {title}" for title in SECTION_TITLES]
+
+
+def test_superseded_item_is_struck_through_and_names_its_replacement() -> None:
+    marked = minimal_summary(
+        sections={
+            "Design Choices": [
+                SummaryItem(text="Store items as CSV.", superseded_by="JSON text"),
+                SummaryItem(text="Store items as JSON text."),
+            ]
+        }
+    )
+    lines = render_document(marked).splitlines()
+    assert "- ~~Store items as CSV.~~ (superseded: JSON text)" in lines
+    assert "- Store items as JSON text." in lines
