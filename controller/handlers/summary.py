@@ -40,9 +40,13 @@ from controller.summarize import Outcome, summarize_session
 from controller.summary import SummaryValidationError
 
 CONDITION = "Summarized"
-# Summaries block on Chroma and the model: their own pool, sized for concurrency (asyncio's
-# default executor has only cpu_count + 4 threads).
+# Summaries block on Chroma and the model: their own pools, sized for concurrency
+# (asyncio's default executor has only cpu_count + 4 threads). The sunset fast path has
+# its own pool, so a sweep's backlog never queues in front of a session that just ended.
 WORKERS = ThreadPoolExecutor(max_workers=CONFIG.workers, thread_name_prefix="summarize")
+SWEEP_WORKERS = ThreadPoolExecutor(
+    max_workers=max(2, CONFIG.workers // 4), thread_name_prefix="summarize-sweep"
+)
 DONE_PHASES = {"Summarized", "Empty", "NotFound"}
 
 
@@ -186,8 +190,9 @@ async def summarize(
     parsed = SessionSummarySpec.model_validate(dict(spec))
     started = time.monotonic()
     try:
+        pool = SWEEP_WORKERS if parsed.trigger == "sweep" else WORKERS
         outcome = await asyncio.get_running_loop().run_in_executor(
-            WORKERS, summarize_claimed, namespace, name, parsed
+            pool, summarize_claimed, namespace, name, parsed
         )
     except ObjectGone:
         return
