@@ -73,11 +73,15 @@ def main() -> int:
         base = SAMPLE_SESSIONS[1]
         turns = (base.turns * ((args.memories // len(base.turns)) + 1))[: args.memories]
         session_ids = [f"bench-{i:04d}" for i in range(args.sessions)]
-        start_ms = int(time.time() * 1000) - 86_400_000
+        now_ms = int(time.time() * 1000)
+        start_ms = now_ms - 86_400_000
         ids, docs, metas = [], [], []
         for i, sid in enumerate(session_ids):
             session = SampleSession(sid, base.agent, base.model, tuple(turns), base.tools)
-            for row in memory_rows(session, start_ms + i * 1000):
+            # Under load the measured sessions are just ending (their newest memory is
+            # seconds old), as at a real sunset: the sweep leaves active sessions alone.
+            first = now_ms - 30_000 if args.under_load else start_ms + i * 1000
+            for row in memory_rows(session, first, step_ms=1000):
                 ids.append(row[0])
                 docs.append(row[1])
                 metas.append(row[2])

@@ -710,7 +710,9 @@ def test_the_operator_with_the_chart_service_account_does_its_whole_job(
         r'^session_summary_summaries_total\{result="summarized"\} (\S+)$', metrics, re.M
     )
     assert summarized and float(summarized.group(1)) >= 2
-    assert f'session_summary_active_replica{{replica="{LP_REPLICA}"}} 1.0' in metrics
+    # The gauge follows the peering object, polled every few seconds: eventually 1 here.
+    active = f'session_summary_active_replica{{replica="{LP_REPLICA}"}} 1.0'
+    wait_for(lambda: active in op.metrics(), 30, 0.5, message=f"{active}\n{tail(op.log)}")
     with urllib.request.urlopen(f"http://127.0.0.1:{op.health_port}/healthz", timeout=5) as r:
         assert r.status == 200
 
