@@ -27,7 +27,7 @@ from controller.localenv.chroma import running_chroma
 from controller.localenv.controlplane import REPO_ROOT, ControlPlane, running_control_plane
 from controller.localenv.processes import spawn, stop, tail, wait_for
 from controller.store import MemoryStore, StoreLocation, connect
-from tests.support.openai_server import running_openai_server
+from tests.support.openai_server import OpenAIServer, running_openai_server
 
 REPLY = {
     "title": "Exporter hardening",
@@ -47,8 +47,15 @@ def all_summarized(cp: ControlPlane, ns: str, n: int) -> bool:
 
 
 def run_level(
-    cp: ControlPlane, chroma_url: str, base_url: str, c: int, work: Path, rounds: int
-) -> float:
+    cp: ControlPlane,
+    chroma_url: str,
+    model: OpenAIServer,
+    c: int,
+    work: Path,
+    rounds: int,
+    workers: int | None,
+) -> tuple[float, float]:
+    """Returns (sessions per second, share of the C model slots busy over the run)."""
     ns = f"tp-{c}"
     cp.kubectl_run("create", "namespace", ns)
     cp.kubectl_run(
@@ -68,7 +75,7 @@ def run_level(
                     },
                     "model": {
                         "backend": "openai",
-                        "baseUrl": base_url,
+                        "baseUrl": model.base_url,
                         "model": "test-chat",
                         "maxConcurrency": c,
                         "timeoutSeconds": 60,
@@ -97,7 +104,9 @@ def run_level(
             for s in sessions
         ],
     )
-    env = dict(cp.env(), SSO_REPLICA_ID=f"tp-{c}", SSO_WORKERS=str(max(16, c)))
+    env = dict(cp.env(), SSO_REPLICA_ID=f"tp-{c}")
+    if workers:
+        env["SSO_WORKERS"] = str(workers)
     log = work / f"operator-{c}.log"
     operator = spawn(
         [sys.executable, "-m", "controller", "run", "--standalone", "--namespace", ns],
@@ -107,6 +116,7 @@ def run_level(
     )
     try:
         time.sleep(3)  # initial list/watch
+        seen = len(model.requests_to("/chat/completions"))
         t0 = time.monotonic()
         for s in sessions:
             kube.request_summary(ns, s, trigger="sunset")
@@ -119,7 +129,11 @@ def run_level(
         elapsed = time.monotonic() - t0
     finally:
         stop(operator)
-    return len(sessions) / elapsed
+    calls = model.requests_to("/chat/completions")[seen:]
+    busy = sum(
+        min(r.received_at + model.latency_seconds, t0 + elapsed) - r.received_at for r in calls
+    )
+    return len(sessions) / elapsed, busy / (c * elapsed)
 
 
 def main() -> int:
@@ -127,6 +141,9 @@ def main() -> int:
     parser.add_argument("--latency", type=float, default=2.0, help="model latency L (s)")
     parser.add_argument("--rounds", type=int, default=4, help="sessions per level = rounds x C")
     parser.add_argument("--levels", default="1,4,16")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="SSO_WORKERS (default: the operator's)"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sso-tp-"))
     efficiency: dict[int, float] = {}
@@ -141,12 +158,13 @@ def main() -> int:
         cp.kubectl_run("apply", "-f", str(REPO_ROOT / "crds"))
         cp.kubectl_run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         for c in (int(x) for x in args.levels.split(",")):
-            rate = run_level(cp, chroma.url, model.base_url, c, work, args.rounds)
+            rate, busy = run_level(cp, chroma.url, model, c, work, args.rounds, args.workers)
             ideal = c / args.latency
             efficiency[c] = 100 * rate / ideal
             print(
                 f"concurrency={c} latency_s={args.latency} sessions_per_s={rate:.2f} "
-                f"ideal={ideal:.2f} efficiency={efficiency[c]:.0f}%",
+                f"ideal={ideal:.2f} efficiency={efficiency[c]:.0f}% "
+                f"model_slots_busy={100 * busy:.0f}%",
                 flush=True,
             )
     top = max(efficiency)

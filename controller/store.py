@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
 from chromadb.api.types import Where
 from chromadb.config import Settings
-from chromadb.errors import ChromaError, NotFoundError
+from chromadb.errors import ChromaError, InvalidArgumentError, NotFoundError
 
 from controller.memories import Memory, Watermark, memory_from_row
 from controller.naming import summary_row_id
@@ -43,6 +44,17 @@ class StoreUnavailable(RuntimeError):
 
 class EmbeddingMismatch(RuntimeError):
     """Our embeddings would not match the ones the summary collection already holds."""
+
+
+_DIMENSION_ERROR = re.compile(r"expecting embedding with dimension of (\d+), got (\d+)")
+
+
+def _mismatch(collection: str, existing: int, produced: int) -> EmbeddingMismatch:
+    return EmbeddingMismatch(
+        f"summary collection {collection!r} holds {existing}-d embeddings but the "
+        f"configured embedding model produces {produced}-d; configure spec.embedding to "
+        "the model the collection uses"
+    )
 
 
 @dataclass(frozen=True)
@@ -126,6 +138,7 @@ class MemoryStore:
         self.client = client
         self.location = location
         self._summaries: Collection | None = None
+        self._verified_dimension: int | None = None  # a collection's dimension never changes
         self._lock = threading.Lock()
 
     # -- health -----------------------------------------------------------------------
@@ -302,19 +315,30 @@ class MemoryStore:
         return states
 
     def check_embedding_dimension(self, dimension: int) -> None:
-        """Refuses to write vectors of another dimension than the collection holds."""
+        """Refuses to write vectors of another dimension than the collection holds.
+
+        Samples one stored vector, once per store: after a match the answer is kept. A
+        collection whose first rows are still being indexed can fail the sample ("Nothing
+        found on disk" from the HNSW reader); the write then relies on Chroma's own check,
+        which write_summary turns into the same EmbeddingMismatch.
+        """
+        if self._verified_dimension == dimension:
+            return
         coll = self.summaries()
-        got = _guard("sampling an embedding", lambda: coll.get(limit=1, include=["embeddings"]))
+        try:
+            got = _guard("sampling an embedding", lambda: coll.get(limit=1, include=["embeddings"]))
+        except StoreUnavailable as exc:
+            if isinstance(exc.__cause__, ChromaError) and "Nothing found on disk" in str(exc):
+                log.info("summary collection not indexed yet; Chroma checks the dimension")
+                return
+            raise
         embeddings = got.get("embeddings")
         if embeddings is None or len(embeddings) == 0:
             return
         existing = len(embeddings[0])
         if existing != dimension:
-            raise EmbeddingMismatch(
-                f"summary collection {self.location.summary_collection!r} holds {existing}-d "
-                f"embeddings but the configured embedding model produces {dimension}-d; "
-                "configure spec.embedding to the model the collection uses"
-            )
+            raise _mismatch(self.location.summary_collection, existing, dimension)
+        self._verified_dimension = dimension
 
     def write_summary(
         self,
@@ -325,15 +349,23 @@ class MemoryStore:
     ) -> None:
         """Upserts the one row of the session (id summary_<sessionId>)."""
         coll = self.summaries()
-        _guard(
-            "writing the summary",
-            lambda: coll.upsert(
-                ids=[summary_row_id(session_id)],
-                documents=[document],
-                metadatas=[metadata],
-                embeddings=cast(Any, [np.asarray(embedding, dtype=np.float32)]),
-            ),
-        )
+
+        def upsert() -> None:
+            try:
+                coll.upsert(
+                    ids=[summary_row_id(session_id)],
+                    documents=[document],
+                    metadatas=[metadata],
+                    embeddings=cast(Any, [np.asarray(embedding, dtype=np.float32)]),
+                )
+            except InvalidArgumentError as exc:
+                found = _DIMENSION_ERROR.search(str(exc))
+                if found:
+                    name = self.location.summary_collection
+                    raise _mismatch(name, int(found.group(1)), int(found.group(2))) from exc
+                raise
+
+        _guard("writing the summary", upsert)
 
     def latest_summaries(self, limit: int) -> list[tuple[str, str, dict[str, Any]]]:
         """(id, document, metadata) of the newest summaries, as agents read them at boot."""

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from controller.localenv.processes import wait_for
+from controller.store import EmbeddingMismatch
 from tests.integration.harness import NS, Harness, interaction, load
 from tests.support.openai_server import OpenAIServer, Status, hash_embedding, running_openai_server
 
@@ -126,3 +127,21 @@ def test_dimension_mismatch_fails_and_keeps_the_good_summary(
     assert obj["status"]["memoryCount"] == 1
     after = store.summaries().get(ids=[f"summary_{sid}"], include=["documents", "metadatas"])
     assert after == good
+
+
+def test_the_store_refuses_vectors_of_another_dimension_even_without_the_sample(
+    harness: Harness,
+) -> None:
+    """The pre-write sample is kept once it matched, and skipped while a new collection is
+    still being indexed; Chroma's own check on the upsert is then the guard, reported as
+    the same EmbeddingMismatch, and the stored row is untouched."""
+    store = harness.store(summary="dimension-guard-sessions")
+    store.write_summary("s1", "first", {"sessionId": "s1"}, [0.5] * 8)
+    store.check_embedding_dimension(8)
+    store.check_embedding_dimension(8)  # kept: no second sample needed
+    with pytest.raises(EmbeddingMismatch, match=r"holds 8-d .* produces 4-d"):
+        store.check_embedding_dimension(4)
+    with pytest.raises(EmbeddingMismatch, match=r"holds 8-d .* produces 4-d"):
+        store.write_summary("s1", "second", {"sessionId": "s1"}, [0.5] * 4)
+    row = store.summaries().get(ids=["summary_s1"], include=["documents", "embeddings"])
+    assert row["documents"] == ["first"] and len(row["embeddings"][0]) == 8

@@ -64,6 +64,7 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: Any
+    received_at: float = 0.0  # time.monotonic() on arrival (benchmarks measure slot use)
 
 
 def hash_embedding(text: str, dimension: int = 384) -> list[float]:
@@ -113,7 +114,9 @@ class OpenAIServer:
         body = json.loads(raw) if raw else None
         with self._lock:
             self.requests.append(
-                RecordedRequest(request.method, request.path, dict(request.headers), body)
+                RecordedRequest(
+                    request.method, request.path, dict(request.headers), body, time.monotonic()
+                )
             )
         if self.latency_seconds:
             await asyncio.sleep(self.latency_seconds)
