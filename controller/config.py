@@ -35,6 +35,7 @@ class OperatorConfig:
     write_journal: str | None  # append a line per store write (chaos tests)
     heap_trim_seconds: float  # how often freed heap memory is returned to the OS
     workers: int  # summarizations running at once (blocking store/model calls in threads)
+    embedding_reprobe_seconds: float  # how often a failed EmbeddingReady probe is retried
     # Progress/diff-base annotations kopf keeps on our objects use our group's prefix.
     annotation_prefix: str = "memorycore.io"
     extra: dict[str, str] = field(default_factory=dict)
@@ -58,6 +59,7 @@ def load() -> OperatorConfig:
         write_journal=os.environ.get("SSO_WRITE_JOURNAL") or None,
         heap_trim_seconds=_float("SSO_HEAP_TRIM_SECONDS", 30.0),
         workers=_int("SSO_WORKERS", 16),
+        embedding_reprobe_seconds=_float("SSO_EMBEDDING_REPROBE_SECONDS", 30.0),
     )
 
 

@@ -314,31 +314,33 @@ class MemoryStore:
                     )
         return states
 
-    def check_embedding_dimension(self, dimension: int) -> None:
+    def check_embedding_dimension(self, dimension: int) -> int | None:
         """Refuses to write vectors of another dimension than the collection holds.
 
         Samples one stored vector, once per store: after a match the answer is kept. A
         collection whose first rows are still being indexed can fail the sample ("Nothing
         found on disk" from the HNSW reader); the write then relies on Chroma's own check,
-        which write_summary turns into the same EmbeddingMismatch.
+        which write_summary turns into the same EmbeddingMismatch. Returns the collection's
+        dimension when it is known (None: empty or not indexed yet).
         """
         if self._verified_dimension == dimension:
-            return
+            return dimension
         coll = self.summaries()
         try:
             got = _guard("sampling an embedding", lambda: coll.get(limit=1, include=["embeddings"]))
         except StoreUnavailable as exc:
             if isinstance(exc.__cause__, ChromaError) and "Nothing found on disk" in str(exc):
                 log.info("summary collection not indexed yet; Chroma checks the dimension")
-                return
+                return None
             raise
         embeddings = got.get("embeddings")
         if embeddings is None or len(embeddings) == 0:
-            return
+            return None
         existing = len(embeddings[0])
         if existing != dimension:
             raise _mismatch(self.location.summary_collection, existing, dimension)
         self._verified_dimension = dimension
+        return dimension
 
     def write_summary(
         self,

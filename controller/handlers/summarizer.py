@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 from typing import Any
 
 import httpx
@@ -27,9 +28,10 @@ from controller.api import (
     now_rfc3339,
     set_condition,
 )
-from controller.backends import backends_for, store_location
+from controller.backends import backends_for, embedder_for, embedding_spec, store_location
 from controller.config import CONFIG
-from controller.store import StoreUnavailable, forget_store, store_for
+from controller.embeddings import EmbeddingError
+from controller.store import EmbeddingMismatch, StoreUnavailable, forget_store, store_for
 from controller.sweeper import apply_retention, run_sweep
 
 
@@ -107,8 +109,50 @@ def _validate(body: kopf.Body) -> SessionSummarizerSpec:
         raise kopf.PermanentError(f"invalid spec: {_one_line(exc)}") from exc
 
 
+def _check_embedding(spec: SessionSummarizerSpec, namespace: str) -> Condition:
+    """Embeds a probe text with the configured function (this also loads the local model,
+    so the first summary after a start or a failover does not pay for it) and compares its
+    dimension with the vectors the summary collection already holds."""
+
+    def failed(reason: str, message: str) -> Condition:
+        return Condition(type="EmbeddingReady", status="False", reason=reason, message=message)
+
+    provider = spec.embedding.provider
+    try:
+        vector = embedder_for(embedding_spec(spec, namespace))(["embedding check"])[0]
+    except kube.SecretError as exc:
+        return failed("SecretNotFound", str(exc))
+    except (EmbeddingError, ValueError) as exc:
+        return failed("EmbeddingUnavailable", _one_line(exc))
+    dimension = len(vector)
+    try:
+        held = store_for(store_location(spec, namespace)).check_embedding_dimension(dimension)
+    except EmbeddingMismatch as exc:
+        return failed("EmbeddingMismatch", _one_line(exc))
+    except (StoreUnavailable, kube.SecretError):
+        # StoreReachable reports it; the dimension is checked again before every write.
+        return Condition(
+            type="EmbeddingReady",
+            status="True",
+            reason="EmbeddingOK",
+            message=f"{provider} produces {dimension}-d vectors (collection not checked: "
+            "the store is unreachable)",
+        )
+    return Condition(
+        type="EmbeddingReady",
+        status="True",
+        reason="EmbeddingOK",
+        message=f"{provider} produces {dimension}-d vectors"
+        + (", as the summary collection holds" if held else "; the summary collection is empty"),
+    )
+
+
 def health_conditions(spec: SessionSummarizerSpec, namespace: str) -> list[Condition]:
-    return [_check_store(spec, namespace), _check_model(spec, namespace)]
+    return [
+        _check_store(spec, namespace),
+        _check_model(spec, namespace),
+        _check_embedding(spec, namespace),
+    ]
 
 
 @kopf.on.create(GROUP, VERSION, SUMMARIZER_PLURAL)
@@ -143,6 +187,35 @@ def _sweep_due(spec: SessionSummarizerSpec, status: SessionSummarizerStatus) -> 
     return elapsed >= spec.sweep.interval_seconds
 
 
+_LAST_PROBE: dict[tuple[str, str], float] = {}
+
+
+async def _reprobe_embedding(
+    body: kopf.Body,
+    spec: SessionSummarizerSpec,
+    namespace: str,
+    status: SessionSummarizerStatus,
+    patch: kopf.Patch,
+) -> None:
+    """While EmbeddingReady is False, probe again every SSO_EMBEDDING_REPROBE_SECONDS (30),
+    so the condition turns True once the endpoint or the collection is fixed, without a
+    spec change."""
+    current = {c.type: c for c in status.conditions or []}.get("EmbeddingReady")
+    if current is None or current.status != "False":
+        return
+    key = (namespace, str(body.metadata.get("name")))
+    now, last = time.monotonic(), _LAST_PROBE.get(key)
+    if last is not None and now - last < CONFIG.embedding_reprobe_seconds:
+        return
+    _LAST_PROBE[key] = now
+    cond = await asyncio.to_thread(_check_embedding, spec, namespace)
+    if cond.status == "True":
+        # Merge patches replace the whole list; the sweep below keeps this one.
+        status.conditions = set_condition(status.conditions, cond)
+        patch.status["conditions"] = [c.to_api() for c in status.conditions]
+        kopf.event(body, type="Normal", reason=cond.reason, message=cond.message)
+
+
 @kopf.timer(
     GROUP, VERSION, SUMMARIZER_PLURAL, interval=CONFIG.sweep_tick_seconds, initial_delay=1.0
 )
@@ -161,6 +234,7 @@ async def sweep(
         # Timers tick only on the active replica: this one has just become it.
         logger.info("replica %s is active (was %s)", CONFIG.replica_id, status.active_replica)
         patch.status["activeReplica"] = CONFIG.replica_id
+    await _reprobe_embedding(body, spec, namespace, status, patch)
     if not _sweep_due(spec, status):
         return
     try:

@@ -121,6 +121,7 @@ def harness(
         SSO_RETRY_BASE_SECONDS="0.5",
         SSO_RETRY_MAX_SECONDS="2",
         SSO_FAILURE_GATE="3",
+        SSO_EMBEDDING_REPROBE_SECONDS="2",
         SSO_METRICS_PORT=str(metrics_port),
     )
     proc = spawn(

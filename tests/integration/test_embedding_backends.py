@@ -54,6 +54,9 @@ def test_summaries_are_embedded_by_the_configured_http_endpoint(
     assert res.returncode == 0, res.stdout + res.stderr
     calls = embed_server.requests_to("/embeddings")
     assert calls and calls[-1].body["model"] == "test-embedding"
+    summarizer = json.loads(harness.kubectl("get", "ssumr", "remote", "-n", NS, "-o", "json"))
+    ready = {c["type"]: c for c in summarizer["status"]["conditions"]}["EmbeddingReady"]
+    assert ready["status"] == "True" and "openai produces 384-d vectors" in ready["message"]
     got = (
         harness.store(summary="remote-sessions")
         .summaries()
@@ -76,6 +79,26 @@ def test_embedding_endpoint_outage_is_reported_then_recovers(
         "remote-flaky", harness.chroma.url, embed_server.base_url, "flaky-sessions"
     )
     harness.kubectl("apply", "-f", "-", input=manifest)
+
+    # The summarizer's own probe meets the outage first and reports it.
+    def summarizer_condition() -> dict[str, str] | None:
+        got = json.loads(harness.kubectl("get", "ssumr", "remote-flaky", "-n", NS, "-o", "json"))
+        conds = {c["type"]: c for c in (got.get("status") or {}).get("conditions") or []}
+        return conds.get("EmbeddingReady")
+
+    probe = wait_for(summarizer_condition, 60, 0.3, message="EmbeddingReady on the summarizer")
+    assert probe["status"] == "False" and probe["reason"] == "EmbeddingUnavailable"
+    assert "500" in probe["message"]
+    # It probes again while False, and reports the recovery.
+    wait_for(
+        lambda: (summarizer_condition() or {}).get("status") == "True",
+        60,
+        0.3,
+        message="EmbeddingReady True again",
+    )
+
+    # A session pass that meets an outage fails, says why, and recovers by itself.
+    embed_server.script_embeddings(*[Status(500)] * 3)
     harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "remote-flaky")
     wait_for(
         lambda: condition(harness, sid).get("reason") == "EmbeddingUnavailable",
@@ -127,6 +150,16 @@ def test_dimension_mismatch_fails_and_keeps_the_good_summary(
     assert obj["status"]["memoryCount"] == 1
     after = store.summaries().get(ids=[f"summary_{sid}"], include=["documents", "metadatas"])
     assert after == good
+
+    # The summarizer itself says so, before any session is tried.
+    def embedding_condition() -> dict[str, str] | None:
+        got = json.loads(harness.kubectl("get", "ssumr", "mismatch", "-n", NS, "-o", "json"))
+        conds = {c["type"]: c for c in (got.get("status") or {}).get("conditions") or []}
+        cond = conds.get("EmbeddingReady")
+        return cond if cond and cond["status"] == "False" else None
+
+    ready = wait_for(embedding_condition, 60, 0.3, message="EmbeddingReady False")
+    assert ready["reason"] == "EmbeddingMismatch" and "8-d" in ready["message"]
 
 
 def test_the_store_refuses_vectors_of_another_dimension_even_without_the_sample(
