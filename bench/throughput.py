@@ -4,8 +4,11 @@ concurrency C in {1, 4, 16}, against the ideal C / L.
 Real parts: local etcd + kube-apiserver, a Chroma server, the operator as a local process
 (standalone), and the OpenAI-compatible test server over real HTTP answering every chat
 completion after exactly L seconds. Per C: a SessionSummarizer with
-`model.maxConcurrency: C`; rounds x C sessions (one pass each, --rounds, default 4) are
-sunset at once; the clock runs from the first sunset to the last object Summarized.
+`model.maxConcurrency: C`; rounds x C sessions (one pass each, --rounds, default 10) are
+sunset at once (from 8 threads); the clock runs from the first sunset to the last object
+Summarized (seen on a watch). Besides the rate, each level prints the share of model slots
+busy, the fill (first sunset -> first model call) and the drain (last model reply -> last
+object Summarized).
 
     .venv/bin/python -m bench.throughput [--latency 2.0]
 
@@ -20,12 +23,18 @@ import os
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
+
+from kubernetes import watch
+from kubernetes.client.exceptions import ApiException
 
 from controller import kube
+from controller.api import GROUP, SUMMARY_PLURAL, VERSION
 from controller.localenv.chroma import running_chroma
 from controller.localenv.controlplane import REPO_ROOT, ControlPlane, running_control_plane
-from controller.localenv.processes import spawn, stop, tail, wait_for
+from controller.localenv.processes import spawn, stop, tail
 from controller.store import MemoryStore, StoreLocation, connect
 from tests.support.openai_server import OpenAIServer, running_openai_server
 
@@ -41,9 +50,52 @@ REPLY = {
 }
 
 
-def all_summarized(cp: ControlPlane, ns: str, n: int) -> bool:
-    out = cp.kubectl_run("-n", ns, "get", "ssum", "-o", "jsonpath={.items[*].status.phase}").stdout
-    return out.split().count("Summarized") == n
+class Level(NamedTuple):
+    rate: float  # sessions Summarized per second
+    busy: float  # share of the C model slots busy over the run
+    fill_s: float  # first sunset -> first model call
+    drain_s: float  # last model reply -> last object Summarized
+
+
+def wait_all_summarized(ns: str, names: set[str], timeout_s: float) -> float:
+    """Blocks until every named SessionSummary shows Summarized; returns the monotonic time
+    the last one was seen. A watch, not polling: exact, and the bench does not take the
+    CPU (kubectl processes, repeated lists) that it measures."""
+    pending = set(names)
+    deadline = time.monotonic() + timeout_s
+    version = None
+    while pending and time.monotonic() < deadline:
+        if version is None:
+            listed = kube.custom().list_namespaced_custom_object(GROUP, VERSION, ns, SUMMARY_PLURAL)
+            version = listed["metadata"]["resourceVersion"]
+            for obj in listed["items"]:
+                if (obj.get("status") or {}).get("phase") == "Summarized":
+                    pending.discard(obj["metadata"]["name"])
+            continue
+        stream = watch.Watch().stream(
+            kube.custom().list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            ns,
+            SUMMARY_PLURAL,
+            resource_version=version,
+            timeout_seconds=max(1, int(deadline - time.monotonic())),
+        )
+        try:
+            for event in stream:
+                obj = event["object"]
+                version = obj["metadata"]["resourceVersion"]
+                if (obj.get("status") or {}).get("phase") == "Summarized":
+                    pending.discard(obj["metadata"]["name"])
+                if not pending:
+                    break
+        except ApiException as exc:
+            if exc.status != 410:  # expired resourceVersion: list again
+                raise
+            version = None
+    if pending:
+        raise TimeoutError(f"{len(pending)} of {len(names)} not Summarized in {timeout_s:.0f}s")
+    return time.monotonic()
 
 
 def run_level(
@@ -54,8 +106,7 @@ def run_level(
     work: Path,
     rounds: int,
     workers: int | None,
-) -> tuple[float, float]:
-    """Returns (sessions per second, share of the C model slots busy over the run)."""
+) -> Level:
     ns = f"tp-{c}"
     cp.kubectl_run("create", "namespace", ns)
     cp.kubectl_run(
@@ -118,28 +169,38 @@ def run_level(
         time.sleep(3)  # initial list/watch
         seen = len(model.requests_to("/chat/completions"))
         t0 = time.monotonic()
-        for s in sessions:
-            kube.request_summary(ns, s, trigger="sunset")
-        wait_for(
-            lambda: all_summarized(cp, ns, len(sessions)),
-            600,
-            0.1,
-            message=f"all {len(sessions)} Summarized\n{tail(log)}",
-        )
-        elapsed = time.monotonic() - t0
+        # Sessions end together: the sunsets are sent from a few threads at once.
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            names = {
+                name
+                for name, _ in pool.map(
+                    lambda s: kube.request_summary(ns, s, trigger="sunset"), sessions
+                )
+            }
+        try:
+            elapsed = wait_all_summarized(ns, names, 600) - t0
+        except TimeoutError as exc:
+            raise SystemExit(f"{exc}\n{tail(log)}") from None
     finally:
         stop(operator)
     calls = model.requests_to("/chat/completions")[seen:]
     busy = sum(
         min(r.received_at + model.latency_seconds, t0 + elapsed) - r.received_at for r in calls
     )
-    return len(sessions) / elapsed, busy / (c * elapsed)
+    fill = min(r.received_at for r in calls) - t0
+    drain = t0 + elapsed - (max(r.received_at for r in calls) + model.latency_seconds)
+    return Level(len(sessions) / elapsed, busy / (c * elapsed), fill, drain)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--latency", type=float, default=2.0, help="model latency L (s)")
-    parser.add_argument("--rounds", type=int, default=4, help="sessions per level = rounds x C")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=10,
+        help="sessions per level = rounds x C; fill and drain (printed) weigh less with more",
+    )
     parser.add_argument("--levels", default="1,4,16")
     parser.add_argument(
         "--workers", type=int, default=None, help="SSO_WORKERS (default: the operator's)"
@@ -158,13 +219,14 @@ def main() -> int:
         cp.kubectl_run("apply", "-f", str(REPO_ROOT / "crds"))
         cp.kubectl_run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         for c in (int(x) for x in args.levels.split(",")):
-            rate, busy = run_level(cp, chroma.url, model, c, work, args.rounds, args.workers)
+            level = run_level(cp, chroma.url, model, c, work, args.rounds, args.workers)
             ideal = c / args.latency
-            efficiency[c] = 100 * rate / ideal
+            efficiency[c] = 100 * level.rate / ideal
             print(
-                f"concurrency={c} latency_s={args.latency} sessions_per_s={rate:.2f} "
+                f"concurrency={c} latency_s={args.latency} sessions_per_s={level.rate:.2f} "
                 f"ideal={ideal:.2f} efficiency={efficiency[c]:.0f}% "
-                f"model_slots_busy={100 * busy:.0f}%",
+                f"model_slots_busy={100 * level.busy:.0f}% "
+                f"fill_s={level.fill_s:.2f} drain_s={level.drain_s:.2f}",
                 flush=True,
             )
     top = max(efficiency)

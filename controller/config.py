@@ -58,7 +58,7 @@ def load() -> OperatorConfig:
         failure_gate=_int("SSO_FAILURE_GATE", 5),
         write_journal=os.environ.get("SSO_WRITE_JOURNAL") or None,
         heap_trim_seconds=_float("SSO_HEAP_TRIM_SECONDS", 30.0),
-        workers=_int("SSO_WORKERS", 16),
+        workers=_int("SSO_WORKERS", 32),
         embedding_reprobe_seconds=_float("SSO_EMBEDDING_REPROBE_SECONDS", 30.0),
     )
 
