@@ -14,6 +14,7 @@ Last line: sunset_latency p50_ms=<n> p99_ms=<n>
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -65,7 +66,7 @@ def main() -> int:
                 "apiVersion: memorycore.io/v1alpha1\nkind: SessionSummarizer\n"
                 f"metadata: {{name: default, namespace: {NS}}}\n"
                 f"spec: {{store: {{url: '{chroma.url}'}}, sweep: {{enabled: {sweep}, "
-                "intervalSeconds: 5, idleSeconds: 60, maxSessionsPerSweep: 50}}\n"
+                "intervalSeconds: 5, idleSeconds: 900, maxSessionsPerSweep: 50}}\n"
             ),
         )
         loc = StoreLocation(url=chroma.url)
@@ -79,7 +80,9 @@ def main() -> int:
         for i, sid in enumerate(session_ids):
             session = SampleSession(sid, base.agent, base.model, tuple(turns), base.tools)
             # Under load the measured sessions are just ending (their newest memory is
-            # seconds old), as at a real sunset: the sweep leaves active sessions alone.
+            # seconds old), as at a real sunset: the sweep leaves active sessions alone
+            # (idleSeconds 900: loading takes minutes, and a session the sweep summarized
+            # first would make its sunset an up-to-date no-op that writes nothing).
             first = now_ms - 30_000 if args.under_load else start_ms + i * 1000
             for row in memory_rows(session, first, step_ms=1000):
                 ids.append(row[0])
@@ -159,7 +162,7 @@ def main() -> int:
             for n, sid in enumerate(session_ids, 1):
                 t0 = time.monotonic()
                 wall0_ms = int(time.time() * 1000)
-                kube.request_summary(NS, sid, trigger="sunset")
+                name, _ = kube.request_summary(NS, sid, trigger="sunset")
                 deadline = t0 + args.timeout
                 while True:
                     got = summaries.get(ids=[f"summary_{sid}"], include=["metadatas"])
@@ -167,7 +170,11 @@ def main() -> int:
                     if metas_ and int(metas_[0].get("summarizedAt", 0)) >= wall0_ms - 5:  # type: ignore[arg-type]
                         break
                     if time.monotonic() > deadline:
-                        raise SystemExit(f"{sid} not summarized in {args.timeout} s\n{tail(log)}")
+                        obj = kube.get_summary(NS, name) or {}
+                        raise SystemExit(
+                            f"{sid} not summarized in {args.timeout} s; its SessionSummary: "
+                            f"{json.dumps(obj.get('status'))}\n{tail(log)}"
+                        )
                     time.sleep(0.005)
                 latencies.append((time.monotonic() - t0) * 1000)
                 if n % 20 == 0:
