@@ -9,9 +9,11 @@ again after a sweep.
 
     .venv/bin/python -m bench.operator_rss [--objects 10000]
 
-Runs the fresh operator twice: default glibc malloc, and MALLOC_ARENA_MAX=2 (what the
-chart sets). Last line: operator_rss objects=<n> rss_mb=<n> (the better setting, the
-larger of its two readings)
+Runs the fresh operator three times: default glibc malloc, MALLOC_ARENA_MAX=2 (what the
+chart sets), and that plus PYTHONMALLOC=malloc. The fresh operator loads the local
+embedding model at start (the SessionSummarizer's EmbeddingReady probe), as any operator
+that has summarized once holds it. Last line: operator_rss objects=<n> rss_mb=<n> (the
+best setting, the larger of its two readings)
 """
 
 from __future__ import annotations
@@ -121,7 +123,14 @@ def main() -> int:
         finally:
             stop(first)
         readings = {}
-        for label, extra in (("default", {}), ("malloc_arena_max_2", {"MALLOC_ARENA_MAX": "2"})):
+        variants: tuple[tuple[str, dict[str, str]], ...] = (
+            ("default", {}),
+            ("malloc_arena_max_2", {"MALLOC_ARENA_MAX": "2"}),
+            # Python's small objects from glibc malloc too, so the periodic malloc_trim can
+            # return pages that pymalloc's 1 MiB arenas would keep for one live object.
+            ("pythonmalloc_malloc", {"MALLOC_ARENA_MAX": "2", "PYTHONMALLOC": "malloc"}),
+        )
+        for label, extra in variants:
             env = dict(cp.env(), SSO_REPLICA_ID=f"second-{label}", **extra)
             readings[label] = fresh_operator_rss(cp, argv, env, work / f"second-{label}.log")
     for label, (after_list, after_sweep) in readings.items():

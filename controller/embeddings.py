@@ -15,9 +15,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -28,7 +29,7 @@ import numpy.typing as npt
 from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Space
 from chromadb.utils.embedding_functions import register_embedding_function
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from safetensors.numpy import load_file
+from safetensors import safe_open
 from tokenizers import Tokenizer
 
 Array = npt.NDArray[np.float32]
@@ -176,12 +177,22 @@ class _MiniLM:
         config = json.loads((model_dir / "config.json").read_text())
         self.heads: int = config["num_attention_heads"]
         self.eps: float = config["layer_norm_eps"]
-        weights = load_file(str(model_dir / "model.safetensors"))
+        path = model_dir / "model.safetensors"
+        # The word-embedding table is 47 of the 90 MB and a text reads a few hundred of its
+        # 30,522 rows: mapped from the file, only those pages become resident.
+        self.word = _mapped_tensor(path, "embeddings.word_embeddings.weight")
+        with safe_open(str(path), framework="numpy") as tensors:
 
-        def w(name: str) -> Array:
-            return np.ascontiguousarray(weights[name], dtype=np.float32)
+            def w(name: str) -> Array:
+                return np.ascontiguousarray(tensors.get_tensor(name), dtype=np.float32)
 
-        self.word = w("embeddings.word_embeddings.weight")
+            self._load_layers(config, w)
+        self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        # tokenizer.json ships fixed 128 padding/truncation; sentence-transformers uses 256.
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(max_length=max_seq_length)
+
+    def _load_layers(self, config: dict[str, Any], w: Callable[[str], Array]) -> None:
         self.position = w("embeddings.position_embeddings.weight")
         self.token_type0 = w("embeddings.token_type_embeddings.weight")[0]
         self.emb_ln = (w("embeddings.LayerNorm.weight"), w("embeddings.LayerNorm.bias"))
@@ -207,10 +218,6 @@ class _MiniLM:
                     ln2_b=w(p + "output.LayerNorm.bias"),
                 )
             )
-        self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-        # tokenizer.json ships fixed 128 padding/truncation; sentence-transformers uses 256.
-        self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(max_length=max_seq_length)
 
     def encode(self, texts: list[str], batch_size: int) -> Array:
         """Unit vectors, one row per text, in input order."""
@@ -275,6 +282,20 @@ class _MiniLM:
         ffn += layer.ffn_out_b
         ffn += x
         return _layer_norm(ffn, layer.ln2_w, layer.ln2_b, self.eps)
+
+
+def _mapped_tensor(path: Path, name: str) -> Array:
+    """A read-only float32 view of one tensor of a safetensors file, backed by the page
+    cache (the format: an 8-byte header length, a JSON header, then the raw tensors)."""
+    with path.open("rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        info = json.loads(f.read(length))[name]
+    if info["dtype"] != "F32":
+        raise EmbeddingError(f"{path}: {name} is {info['dtype']}, expected F32")
+    start, _ = info["data_offsets"]
+    return np.memmap(
+        path, dtype=np.float32, mode="r", offset=8 + length + start, shape=tuple(info["shape"])
+    )
 
 
 def _row_blocks(total: int, size: int = 256) -> Iterator[slice]:
