@@ -205,7 +205,11 @@ async def _reprobe_embedding(
         return
     key = (namespace, str(body.metadata.get("name")))
     now, last = time.monotonic(), _LAST_PROBE.get(key)
-    if last is not None and now - last < CONFIG.embedding_reprobe_seconds:
+    if last is None:
+        # The create/update/resume handler has just probed: wait a full interval first.
+        _LAST_PROBE[key] = now
+        return
+    if now - last < CONFIG.embedding_reprobe_seconds:
         return
     _LAST_PROBE[key] = now
     cond = await asyncio.to_thread(_check_embedding, spec, namespace)

@@ -74,7 +74,8 @@ def test_embedding_endpoint_outage_is_reported_then_recovers(
 ) -> None:
     sid = "it-embed-outage"
     load(harness.store(), [interaction(sid, 0, 1_760_000_000_000, "Write the changelog.")])
-    embed_server.script_embeddings(*[Status(500)] * 3)  # one failed attempt (client retries twice)
+    # The outage lasts until the test has seen it (the probe is retried every 2 s here).
+    embed_server.script_embeddings(*[Status(500)] * 300)
     manifest = remote_summarizer(
         "remote-flaky", harness.chroma.url, embed_server.base_url, "flaky-sessions"
     )
@@ -89,7 +90,8 @@ def test_embedding_endpoint_outage_is_reported_then_recovers(
     probe = wait_for(summarizer_condition, 60, 0.3, message="EmbeddingReady on the summarizer")
     assert probe["status"] == "False" and probe["reason"] == "EmbeddingUnavailable"
     assert "500" in probe["message"]
-    # It probes again while False, and reports the recovery.
+    # It probes again while False, and reports the recovery once the endpoint answers.
+    embed_server.end_embedding_script()
     wait_for(
         lambda: (summarizer_condition() or {}).get("status") == "True",
         60,
@@ -98,7 +100,7 @@ def test_embedding_endpoint_outage_is_reported_then_recovers(
     )
 
     # A session pass that meets an outage fails, says why, and recovers by itself.
-    embed_server.script_embeddings(*[Status(500)] * 3)
+    embed_server.script_embeddings(*[Status(500)] * 3)  # one failed attempt (client retries twice)
     harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "remote-flaky")
     wait_for(
         lambda: condition(harness, sid).get("reason") == "EmbeddingUnavailable",

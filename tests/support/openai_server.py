@@ -105,6 +105,11 @@ class OpenAIServer:
         with self._lock:
             self._embedding_script.extend(steps)
 
+    def end_embedding_script(self) -> None:
+        """Drops the queued embedding steps: normal answers from the next request on."""
+        with self._lock:
+            self._embedding_script.clear()
+
     def requests_to(self, path_suffix: str) -> list[RecordedRequest]:
         with self._lock:
             return [r for r in self.requests if r.path.endswith(path_suffix)]
