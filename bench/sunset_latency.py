@@ -119,7 +119,7 @@ def main() -> int:
         load_rounds = [0]
 
         def others_done() -> bool:
-            items = kube.list_summaries(NS)
+            items = list(kube.iter_summaries(NS))
             done = {
                 o["spec"]["sessionId"]
                 for o in items

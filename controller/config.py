@@ -36,6 +36,8 @@ class OperatorConfig:
     heap_trim_seconds: float  # how often freed heap memory is returned to the OS
     workers: int  # summarizations running at once (blocking store/model calls in threads)
     embedding_reprobe_seconds: float  # how often a failed EmbeddingReady probe is retried
+    list_chunk_size: int  # objects per page when listing SessionSummaries (0: one page)
+    worker_idle_seconds: float  # how long kopf keeps an idle per-object worker (and its body)
     # Progress/diff-base annotations kopf keeps on our objects use our group's prefix.
     annotation_prefix: str = "memorycore.io"
     extra: dict[str, str] = field(default_factory=dict)
@@ -60,6 +62,8 @@ def load() -> OperatorConfig:
         heap_trim_seconds=_float("SSO_HEAP_TRIM_SECONDS", 30.0),
         workers=_int("SSO_WORKERS", 32),
         embedding_reprobe_seconds=_float("SSO_EMBEDDING_REPROBE_SECONDS", 30.0),
+        list_chunk_size=_int("SSO_LIST_CHUNK_SIZE", 500),
+        worker_idle_seconds=_float("SSO_WORKER_IDLE_SECONDS", 0.5),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import functools
 import os
+from collections.abc import Iterator
 from typing import Any, cast
 
 from kubernetes import client, config
@@ -139,9 +140,24 @@ def patch_summarizer_status(namespace: str, name: str, status: dict[str, Any]) -
     )
 
 
-def list_summaries(namespace: str) -> list[dict[str, Any]]:
-    got = custom().list_namespaced_custom_object(GROUP, VERSION, namespace, SUMMARY_PLURAL)
-    return list(cast(dict[str, Any], got).get("items") or [])
+def iter_summaries(namespace: str, page_size: int = 500) -> Iterator[dict[str, Any]]:
+    """Every SessionSummary in the namespace, fetched a page at a time (10k objects in one
+    response would be a ~100 MB spike in the operator, and the heap would keep it)."""
+    token: str | None = None
+    while True:
+        kwargs: dict[str, Any] = {"limit": page_size} if page_size > 0 else {}
+        if token:
+            kwargs["_continue"] = token
+        page = cast(
+            dict[str, Any],
+            custom().list_namespaced_custom_object(
+                GROUP, VERSION, namespace, SUMMARY_PLURAL, **kwargs
+            ),
+        )
+        yield from page.get("items") or []
+        token = (page.get("metadata") or {}).get("continue")
+        if not token:
+            return
 
 
 def delete_summary_if_unchanged(namespace: str, name: str, resource_version: str) -> bool:

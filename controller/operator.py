@@ -55,6 +55,13 @@ async def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: A
     settings.posting.level = logging.WARNING  # Events come from handlers, not kopf's log.
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 16
+    # Memory with many objects: the initial list comes in pages, not one 10k-object body,
+    # and a per-object worker (which holds the object's last body) exits soon after its
+    # event instead of 5 s later, so the bodies of a whole listing are never alive at once.
+    # Freed, they would leave the heap fragmented: RSS stays at the peak.
+    if CONFIG.list_chunk_size > 0:
+        settings.watching.chunk_size = CONFIG.list_chunk_size
+    settings.queueing.idle_timeout = CONFIG.worker_idle_seconds
     settings.peering.priority = CONFIG.peering_priority
     settings.peering.lifetime = CONFIG.peering_lifetime
     logger.info(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from controller import kube
 from controller.api import SessionSummarizerSpec, now_rfc3339
+from controller.config import CONFIG
 from controller.naming import summary_object_name
 from controller.retention import expired
 from controller.store import MemoryStore
@@ -145,7 +146,7 @@ def apply_retention(spec: SessionSummarizerSpec, *, namespace: str, summarizer_n
     if ttl <= 0:
         return 0
     doomed = expired(
-        kube.list_summaries(namespace),
+        kube.iter_summaries(namespace, CONFIG.list_chunk_size),
         summarizer=summarizer_name,
         now=dt.datetime.now(dt.UTC),
         ttl_seconds=ttl,
