@@ -134,12 +134,6 @@ def request_summary(
     return name, "patched"
 
 
-def patch_summarizer_status(namespace: str, name: str, status: dict[str, Any]) -> None:
-    custom().patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, SUMMARIZER_PLURAL, name, {"status": status}
-    )
-
-
 def iter_summaries(namespace: str, page_size: int = 500) -> Iterator[dict[str, Any]]:
     """Every SessionSummary in the namespace, fetched a page at a time (10k objects in one
     response would be a ~100 MB spike in the operator, and the heap would keep it)."""

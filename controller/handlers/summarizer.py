@@ -117,6 +117,11 @@ def _check_embedding(spec: SessionSummarizerSpec, namespace: str) -> Condition:
     def failed(reason: str, message: str) -> Condition:
         return Condition(type="EmbeddingReady", status="False", reason=reason, message=message)
 
+    def ok(message: str) -> Condition:
+        return Condition(
+            type="EmbeddingReady", status="True", reason="EmbeddingOK", message=message
+        )
+
     provider = spec.embedding.provider
     try:
         vector = embedder_for(embedding_spec(spec, namespace))(["embedding check"])[0]
@@ -131,19 +136,13 @@ def _check_embedding(spec: SessionSummarizerSpec, namespace: str) -> Condition:
         return failed("EmbeddingMismatch", _one_line(exc))
     except (StoreUnavailable, kube.SecretError):
         # StoreReachable reports it; the dimension is checked again before every write.
-        return Condition(
-            type="EmbeddingReady",
-            status="True",
-            reason="EmbeddingOK",
-            message=f"{provider} produces {dimension}-d vectors (collection not checked: "
-            "the store is unreachable)",
+        return ok(
+            f"{provider} produces {dimension}-d vectors (collection not checked: "
+            "the store is unreachable)"
         )
-    return Condition(
-        type="EmbeddingReady",
-        status="True",
-        reason="EmbeddingOK",
-        message=f"{provider} produces {dimension}-d vectors"
-        + (", as the summary collection holds" if held else "; the summary collection is empty"),
+    return ok(
+        f"{provider} produces {dimension}-d vectors"
+        + (", as the summary collection holds" if held else "; the summary collection is empty")
     )
 
 
