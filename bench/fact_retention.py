@@ -135,7 +135,7 @@ def run_backend(
         naive_document = ""
         for step in range(passes):
             rows = chunk_rows(sid, session, step)
-            store.memories().add(  # memory vectors are never read here: placeholders
+            store.create_memory_collection().add(  # memory vectors are never read: placeholders
                 ids=[r[0] for r in rows],
                 documents=[r[1] for r in rows],
                 metadatas=[r[2] for r in rows],

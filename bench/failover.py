@@ -57,11 +57,11 @@ def load_session(store: MemoryStore, sid: str) -> None:
         "thought": "ok",
         "response": "Deployed.",
     }
-    store.add_memories([f"{sid}-0"], [f"User Prompt: Deploy {sid}."], [meta])
+    store.add_memories([f"{sid}-0"], [f"User Prompt: Deploy {sid}."], [meta], create=True)
 
 
 def written_by(store: MemoryStore, sid: str) -> str | None:
-    got = store.summaries().get(ids=[f"summary_{sid}"], include=["metadatas"])
+    got = store.summaries(create=True).get(ids=[f"summary_{sid}"], include=["metadatas"])
     metas = got["metadatas"] or []
     return str(metas[0].get("writer")) if metas else None
 

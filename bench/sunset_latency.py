@@ -88,8 +88,8 @@ def main() -> int:
                 ids.append(row[0])
                 docs.append(row[1])
                 metas.append(row[2])
-        store.add_memories(ids, docs, metas)
-        summaries = store.summaries()
+        store.add_memories(ids, docs, metas, create=True)
+        summaries = store.summaries(create=True)
         others = [f"other-{i:03d}" for i in range(100)]
         if args.under_load:
             backlog = [f"backlog-{i:03d}" for i in range(500)]

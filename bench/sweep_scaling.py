@@ -57,7 +57,7 @@ def load(
 
 
 def populate(store: MemoryStore, sessions: int, now: int, rng: random.Random) -> None:
-    mem, summ = store.memories(), store.summaries()
+    mem, summ = store.create_memory_collection(), store.summaries(create=True)
     newest: dict[str, int] = {}
     ids, docs, metas = [], [], []
     for s in range(sessions):

@@ -154,6 +154,7 @@ def run_level(
             }
             for s in sessions
         ],
+        create=True,
     )
     env = dict(cp.env(), SSO_REPLICA_ID=f"tp-{c}")
     if workers:

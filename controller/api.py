@@ -8,9 +8,11 @@ the apiserver defaulted and one built here agree.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Literal
+import re
+from typing import ClassVar, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 GROUP = "memorycore.io"
@@ -18,6 +20,7 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 SUMMARY_KIND, SUMMARY_PLURAL = "SessionSummary", "sessionsummaries"
 SUMMARIZER_KIND, SUMMARIZER_PLURAL = "SessionSummarizer", "sessionsummarizers"
+CLAIM_KIND, CLAIM_PLURAL = "SessionClaim", "sessionclaims"  # cluster-scoped write claims
 
 Phase = Literal["Pending", "Summarizing", "Summarized", "Empty", "NotFound", "Failed"]
 Trigger = Literal["sunset", "sweep", "manual"]
@@ -36,6 +39,36 @@ class SecretKeyRef(CamelModel):
 
 
 class StoreSpec(CamelModel):
+    """Which Chroma and which collections. The URL and collection-name rules below are
+    stated once more in the CRD schema (same patterns, CEL for what a pattern cannot say),
+    so `kubectl apply` refuses a name Chroma would refuse, instead of the operator failing
+    later with an error that looks like an outage."""
+
+    # Chroma 1.5's collection-name rule (its Rust validators::validate_name): 3-512
+    # characters from [a-zA-Z0-9._-], a letter or digit at both ends, no "..", not an IPv4
+    # address. "a+b" names a topology: each half follows the rule, 512 characters in all.
+    COLLECTION_NAME_MAX: ClassVar[int] = 512
+    COLLECTION_NAME_PATTERN: ClassVar[str] = (
+        r"^[a-zA-Z0-9][a-zA-Z0-9._-]+[a-zA-Z0-9](\+[a-zA-Z0-9][a-zA-Z0-9._-]+[a-zA-Z0-9])?$"
+    )
+    # Rust's Ipv4Addr parser: four decimal octets 0-255, no leading zeros ("01.2.3.4" is
+    # a valid name). A name has no ':' so it is never an IPv6 address.
+    _OCTET: ClassVar[str] = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+    IPV4_PART_PATTERN: ClassVar[str] = rf"(^|[+]){_OCTET}([.]{_OCTET}){{3}}([+]|$)"
+    NAME_PATTERN_MESSAGE: ClassVar[str] = (
+        "must be 3-512 characters from [a-zA-Z0-9._-] starting and ending with a letter or digit"
+    )
+    DOUBLE_PERIOD_MESSAGE: ClassVar[str] = "must not contain two consecutive periods (..)"
+    IPV4_MESSAGE: ClassVar[str] = "must not be an IPv4 address"
+    # http or https, a host (name, IPv4 or [IPv6]), an optional port 1-65535, nothing else:
+    # Chroma's client uses only these, so a path or query would be silently ignored.
+    URL_PATTERN: ClassVar[str] = (
+        r"^https?://"
+        r"(\[[0-9A-Fa-f]{0,4}(:[0-9A-Fa-f]{0,4}){2,7}\]|[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)"
+        r"(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}))?"
+        r"/?$"
+    )
+
     url: str = "http://chroma:8000"
     tenant: str = "default_tenant"
     database: str = "default_database"
@@ -43,6 +76,46 @@ class StoreSpec(CamelModel):
     summary_collection: str = "neo-agent-sessions"
     auth_secret_ref: SecretKeyRef | None = None
     timeout_seconds: float = 10.0
+
+    @classmethod
+    def collection_name_problem(cls, name: str) -> str | None:
+        """Why Chroma 1.5 would refuse this collection name; None when it accepts it."""
+        if len(name) > cls.COLLECTION_NAME_MAX or not re.fullmatch(
+            cls.COLLECTION_NAME_PATTERN, name
+        ):
+            return cls.NAME_PATTERN_MESSAGE
+        if ".." in name:
+            return cls.DOUBLE_PERIOD_MESSAGE
+        if re.search(cls.IPV4_PART_PATTERN, name):
+            return cls.IPV4_MESSAGE
+        return None
+
+    @classmethod
+    def url_problem(cls, url: str) -> str | None:
+        if not re.fullmatch(cls.URL_PATTERN, url):
+            return "must be http(s)://host[:port] and nothing more, e.g. http://chroma:8000"
+        if "[" in url:  # the pattern only shapes an IPv6 literal; the parser checks it
+            try:
+                urlsplit(url).port  # noqa: B018 - raises on an invalid IPv6 address
+            except ValueError as exc:
+                return f"has an invalid IPv6 address ({exc})"
+        return None
+
+    @field_validator("memory_collection", "summary_collection")
+    @classmethod
+    def _chroma_collection_name(cls, value: str) -> str:
+        problem = cls.collection_name_problem(value)
+        if problem:
+            raise ValueError(f"{value!r} is not a valid Chroma collection name: it {problem}")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        problem = cls.url_problem(value)
+        if problem:
+            raise ValueError(f"{value!r} {problem}")
+        return value
 
 
 class EmbeddingConfig(CamelModel):
@@ -102,6 +175,13 @@ class SessionSummarySpec(CamelModel):
     requested_at: str | None = None
     trigger: Trigger = "manual"
 
+    @field_validator("session_id")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("sessionId must not be blank (memories never carry a blank sessionId)")
+        return value
+
 
 class SessionSummaryStatus(CamelModel):
     phase: Phase | None = None
@@ -116,6 +196,7 @@ class SessionSummaryStatus(CamelModel):
     passes: int | None = None
     model_tokens: int | None = None
     consecutive_failures: int | None = None
+    skipped_memories: int | None = None
     message: str | None = None
     conditions: list[Condition] | None = None
 

@@ -39,6 +39,8 @@ def store_location(spec: SessionSummarizerSpec, namespace: str) -> StoreLocation
         summary_collection=s.summary_collection,
         token=token,
         timeout_seconds=s.timeout_seconds,
+        # The summary collection records the embedding function it is created with.
+        embedding_provider=spec.embedding.provider,
     )
 
 

@@ -21,7 +21,7 @@ from controller.localenv.controlplane import REPO_ROOT, ControlPlane, free_port
 from controller.localenv.processes import spawn, stop, tail, wait_for
 from controller.memories import render_interaction_document
 from controller.naming import summary_object_name
-from controller.store import MemoryStore, StoreLocation, connect
+from controller.store import CollectionNotFound, MemoryStore, StoreLocation, connect
 
 NS = "ops"
 
@@ -137,8 +137,19 @@ def harness(
         print("operator log tail:\n" + tail(log, 60))
 
 
+def stored_summary_ids(store: MemoryStore, ids: list[str]) -> list[str]:
+    """Which of these summary rows exist; none when the summary collection does not exist
+    (reads never create it: only the first write does)."""
+    try:
+        return list(store.summaries().get(ids=ids)["ids"])
+    except CollectionNotFound:
+        return []
+
+
 def load(store: MemoryStore, rows: list[tuple[str, str, dict[str, Any]]]) -> None:
-    store.add_memories([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+    store.add_memories(
+        [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], create=True
+    )
 
 
 def interaction(

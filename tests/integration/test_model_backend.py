@@ -180,7 +180,7 @@ def test_no_scripted_reply_replaces_a_good_summary_with_a_worse_one(
 def test_a_50000_memory_session_completes_in_bounded_passes(store: MemoryStore) -> None:
     """LARGE (~60 s on 2 cores): 50,000 memories, real Chroma, the extractive backend."""
     sid, total = "huge-session", 50_000
-    coll = store.memories()
+    coll = store.create_memory_collection()
     for start in range(0, total, 5000):
         ids, docs, metas = [], [], []
         for i in range(start, min(total, start + 5000)):
