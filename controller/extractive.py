@@ -10,10 +10,10 @@ items are dropped, never prior ones: this summarizer cannot condense, and losing
 fact is worse than not recording a later one. (The model backend condenses by marking items
 superseded; a prior summary with more items than the cap keeps them all.)
 
-A legacy free-text prior (written by the old system) is carried forward as items of
-"Questions & Decisions" (what was asked and settled so far), packed into at most
-LEGACY_ITEMS_MAX items of up to ITEM_MAX characters each, so its whole text survives unless
-it is longer than that. A legacy text that is itself a failure message is not carried.
+This module only proposes (a PassUpdate); controller.merge applies it, as for the model
+backend: it carries a legacy free-text prior verbatim and marks new items that are error
+text or read as instructions as quoted. A Python traceback in a memory counts as one
+sentence (its first line and the exception), not as a sentence per frame.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import NamedTuple, cast
 
 from controller.memories import Memory, memory_sort_key
 from controller.merge import PassUpdate, merge_pass
+from controller.quoting import needs_quoting, quote_if_needed
 from controller.summary import (
     HISTORY_SECTIONS,
     ITEM_MAX,
@@ -42,7 +43,6 @@ from controller.summary import (
 SENTENCE_MAX = 200
 TITLE_CHARS = 80
 STATE_SENTENCES = 3
-LEGACY_ITEMS_MAX = 10
 
 REQUESTS, QUESTIONS, DESIGN, CORRECTIONS, STATE = (
     "User Requests",
@@ -58,6 +58,11 @@ REQUESTS, QUESTIONS, DESIGN, CORRECTIONS, STATE = (
 # as UTF-8, so Chroma and the embedder would refuse them), zero-width characters.
 _UNWANTED = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\u200b-\u200d\ufeff]")
 _CODE_BLOCK = re.compile(r"```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)", re.DOTALL)
+# A Python traceback: its header, the indented frame and code lines, the exception line.
+_TRACEBACK = re.compile(
+    r"Traceback \(most recent call last\):[ \t]*(?:\r?\n[ \t]+[^\n]*|\r?\n[ \t]*(?=\r?\n))*"
+    r"(?:\r?\n(?P<last>[^\n]*))?"
+)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[`*_]?[A-Z0-9])")
 _LINE_MARKUP = re.compile(r"^(?:\s*(?:[-*+>]|#{1,6}|\d{1,3}[.)])\s+)+")
 _WORDY = re.compile(r"\w")
@@ -81,16 +86,22 @@ def _shorten(text: str, limit: int) -> str:
     return cut.rstrip() + "…"
 
 
-def sentences(text: str, limit: int = SENTENCE_MAX, *, drop_code: bool = True) -> list[str]:
+def _one_line_traceback(match: re.Match[str]) -> str:
+    last = " ".join((match.group("last") or "").split())
+    return f"\nTraceback (most recent call last): {last}\n"
+
+
+def sentences(text: str, limit: int = SENTENCE_MAX) -> list[str]:
     """Sentences of a text: code blocks and list markup dropped, each at most `limit` chars.
 
     Lines are sentence boundaries; within a line a sentence ends at . ! or ? followed by
-    space and a capital or digit, so URLs, file names and "e.g. this" stay whole. Python
-    string slicing works on code points, so a cut never splits a character.
+    space and a capital or digit, so URLs, file names and "e.g. this" stay whole. A Python
+    traceback is one sentence: its first line and the exception. Python string slicing
+    works on code points, so a cut never splits a character.
     """
     text = _UNWANTED.sub(" ", text or "")
-    if drop_code:
-        text = _CODE_BLOCK.sub("\n", text)
+    text = _CODE_BLOCK.sub("\n", text)
+    text = _TRACEBACK.sub(_one_line_traceback, text)
     out = []
     for line in text.splitlines():
         line = _LINE_MARKUP.sub("", line)
@@ -238,12 +249,6 @@ def _phrase_technologies(text: str) -> set[str]:
     return found
 
 
-# A legacy text that is a failure message, not a summary: not worth carrying forward.
-_LEGACY_FAILURE = re.compile(
-    r"^\s*(?:error\s*:|failed to (?:generate|summari[sz]e)|i['’]m sorry|i am sorry|as an ai\b)"
-    r"|traceback \(most recent call last\)",
-    re.IGNORECASE,
-)
 _COUNTS_LINE = re.compile(r"^\d+ memories so far\b")
 
 
@@ -251,7 +256,10 @@ _COUNTS_LINE = re.compile(r"^\d+ memories so far\b")
 
 
 class _Section:
-    """A history section being filled: carried items first, then new ones up to the cap."""
+    """A history section being filled: carried items first, then new ones up to the cap.
+
+    A new item is compared in the form the merge will store it (quoted where needed), so
+    a repeat of a quoted prior item is recognised here and does not take a free slot."""
 
     def __init__(self, carried: Sequence[SummaryItem], cap: int) -> None:
         self.items = list(carried)
@@ -263,10 +271,11 @@ class _Section:
         return len(self.items) >= self.cap
 
     def offer(self, text: str) -> None:
-        key = _key(text)
+        item = _shorten(text, ITEM_MAX)
+        key = _key(quote_if_needed(item))
         if key and key not in self.keys and not self.full:
             self.keys.add(key)
-            self.items.append(SummaryItem(text=_shorten(text, ITEM_MAX)))
+            self.items.append(SummaryItem(text=item))
 
 
 def _has_any(text: str, hints: Iterable[str]) -> bool:
@@ -315,34 +324,6 @@ def _extract_into(sections: dict[str, _Section], memory: Memory) -> None:
                 design.offer(sentence)
 
 
-def _pieces(text: str, limit: int) -> list[str]:
-    """The text in consecutive pieces of at most `limit` characters, cut between words."""
-    pieces = []
-    while len(text) > limit:
-        cut = text.rfind(" ", 0, limit + 1)
-        cut = cut if cut > 0 else limit
-        pieces.append(text[:cut].rstrip())
-        text = text[cut:].lstrip()
-    return [*pieces, text] if text else pieces
-
-
-def _legacy_items(prior: LegacySummary) -> list[SummaryItem]:
-    """The legacy text, whole sentences packed into items of at most ITEM_MAX characters."""
-    if _LEGACY_FAILURE.search(prior.text):
-        return []
-    packed: list[str] = []
-    for sentence in sentences(prior.text, limit=len(prior.text) + 1, drop_code=False):
-        for piece in _pieces(sentence, ITEM_MAX):
-            if packed and len(packed[-1]) + 1 + len(piece) <= ITEM_MAX:
-                packed[-1] = f"{packed[-1]} {piece}"
-            else:
-                packed.append(piece)
-    if len(packed) > LEGACY_ITEMS_MAX:  # longer than the old system ever wrote: keep the head
-        rest = " ".join(packed[LEGACY_ITEMS_MAX - 1 :])
-        packed = [*packed[: LEGACY_ITEMS_MAX - 1], _shorten(rest, ITEM_MAX)]
-    return [SummaryItem(text=text) for text in packed]
-
-
 def _category(texts: Iterable[str], fallback: Category) -> Category:
     """Keyword vote; no votes or a tie keeps the fallback (the prior's category or other)."""
     low = "\n".join(texts).lower()
@@ -380,7 +361,7 @@ def _title(requests: Sequence[SummaryItem], session_id: str) -> str:
             space = title.rfind(" ")
             title = title[:space] if space >= TITLE_CHARS // 2 else title
         title = title.rstrip(" .!?…:;,-")
-        if title and title_problem(title) is None:
+        if title and title_problem(title) is None and not needs_quoting(item.text):
             return title
     return fallback_title(session_id)
 
@@ -498,9 +479,8 @@ def summarize_extractive(
     covered = base.watermark if base is not None else None
     new = sorted((m for m in memories if covered is None or covered.after(m)), key=memory_sort_key)
 
+    # A legacy prior has no items: merge_pass carries its text, verbatim, as legacy_text.
     carried = {title: list(base.sections[title]) if base else [] for title in HISTORY_SECTIONS}
-    if legacy is not None:
-        carried[QUESTIONS] = _legacy_items(legacy)
     filling = {title: _Section(carried[title], max_items_per_section) for title in carried}
     for memory in new:
         _extract_into(filling, memory)
@@ -525,6 +505,7 @@ def summarize_extractive(
         category = fallback_category
 
     if legacy is not None and legacy.title and title_problem(legacy.title) is None:
+        # merge_pass still refuses it if it reads as an instruction
         title = _shorten(clean(legacy.title), TITLE_MAX)
     else:
         title = _title(sections[REQUESTS], session_id)
@@ -552,7 +533,6 @@ def summarize_extractive(
         new,
         session_id=session_id,
         max_new_items_per_section=max_items_per_section,
-        carry_legacy=_legacy_items,
     )
 
 

@@ -7,23 +7,30 @@ possibly obeying an instruction injected into a memory) proposes:
   order. A supersede mark may record on an existing item what superseded it; nothing
   removes an item, and marks naming items that do not exist are ignored.
 - New items are appended, deduplicated (case and punctuation do not make a new item).
+- Every new item (and a new Current State) that is error text or reads as an instruction
+  is marked as quoted (controller.quoting): the next agent reads it as something the
+  session contained, not as a fact or a request. Prior items are never rewritten.
 - Current State, the projection, is replaced when the pass proposes one.
 - Counts, agents, models, tools, timestamps and the watermark are computed from the
   memories, never taken from a summarizer.
 
-A legacy free-text prior (the old system's) is carried in whole, as items.
+A legacy free-text prior (the old system's) is carried in whole and verbatim, whatever it
+contains (quoted tracebacks, "Error:" openings, markdown, any length), as the summary's
+legacy_text; every later pass carries it on unchanged. This is the only place that policy
+lives.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from controller.memories import Memory, Watermark, memory_sort_key
+from controller.quoting import ERROR_LABEL, INSTRUCTION_LABEL, needs_quoting, quote_if_needed
 from controller.summary import (
     CATEGORIES,
     HISTORY_SECTIONS,
@@ -33,8 +40,8 @@ from controller.summary import (
     LegacySummary,
     StructuredSummary,
     SummaryItem,
+    carried_legacy_text,
     fallback_title,
-    looks_like_error_text,
     title_problem,
 )
 
@@ -47,13 +54,10 @@ SECTION_KEYS: dict[str, str] = {
     "current_state": "Current State",
 }
 HISTORY_KEYS = {title: key for key, title in SECTION_KEYS.items() if title in HISTORY_SECTIONS}
-LEGACY_SECTION = "Questions & Decisions"
 DERIVED_TITLE_MAX = 80
 TECHNOLOGY_MAX = 40
 TECHNOLOGIES_MAX = 30
-_BULLET = re.compile(r"^\s*(?:[-*•>]+|#+|\d+[.)])\s*")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200d\ufeff]")
-_LEGACY_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])|\n+")
 
 
 def norm(text: str) -> str:
@@ -213,59 +217,30 @@ class PassResult:
     tokens_used: int = 0
 
 
-def legacy_items(prior: LegacySummary) -> list[SummaryItem]:
-    """The whole legacy text as items, in order: nothing of it is dropped or shortened.
-
-    Lines and sentences, packed into items of at most ITEM_MAX characters (a longer
-    sentence is split between words). A legacy text that is a failure message (error text
-    where the summary should be) is not carried: it holds no fact of the session.
-    """
-    first_line = prior.text.strip().split("\n", 1)[0][:200]
-    if looks_like_error_text(first_line):  # a heading such as "Summary:" is no reason
-        return []
-    packed: list[str] = []
-    for raw in _LEGACY_SPLIT.split(prior.text):
-        text = " ".join(_BULLET.sub("", raw).split())
-        pieces = []
-        while len(text) > ITEM_MAX:
-            cut = text.rfind(" ", 0, ITEM_MAX + 1)
-            cut = cut if cut > ITEM_MAX // 2 else ITEM_MAX
-            pieces.append(text[:cut].rstrip())
-            text = text[cut:].lstrip()
-        for piece in [*pieces, text] if len(text) >= 3 else pieces:
-            if packed and len(packed[-1]) + 1 + len(piece) <= ITEM_MAX:
-                packed[-1] = f"{packed[-1]} {piece}"
-            else:
-                packed.append(piece)
-    return [SummaryItem(text=text) for text in packed]
-
-
-LegacyCarrier = Callable[[LegacySummary], Sequence[SummaryItem]]
-
-
 def _prior_sections(
-    prior: StructuredSummary | LegacySummary | None, carry_legacy: LegacyCarrier
+    prior: StructuredSummary | LegacySummary | None,
 ) -> dict[str, list[SummaryItem]]:
+    """The prior's history items; a legacy prior has none (its text is carried whole)."""
     sections: dict[str, list[SummaryItem]] = {title: [] for title in HISTORY_SECTIONS}
     if isinstance(prior, StructuredSummary):
         for title in HISTORY_SECTIONS:
             sections[title] = list(prior.sections.get(title, []))
-    elif isinstance(prior, LegacySummary):
-        sections[LEGACY_SECTION] = list(carry_legacy(prior))
     return sections
 
 
 def _append_new(
     items: list[SummaryItem], new_texts: Iterable[str], cap: int | None
 ) -> list[SummaryItem]:
-    """Existing items verbatim and in order, then new ones not already present.
+    """Existing items verbatim and in order, then new ones (quoted where needed) not already
+    present.
 
     cap bounds how many items new ones may fill a section up to; it can only keep new items
     out, never existing ones.
     """
     result = list(items)
     seen = {norm(i.text) for i in result}
-    for text in new_texts:
+    for raw in new_texts:
+        text = quote_if_needed(raw[:ITEM_MAX])
         key = norm(text)
         if not key or key in seen or (cap is not None and len(result) >= cap):
             continue
@@ -295,14 +270,19 @@ def _apply_marks(
         for index, item in enumerate(items):
             if norm(item.text) == key and item.superseded_by is None:
                 if norm(mark.superseded_by) != key:
-                    items[index] = item.model_copy(update={"superseded_by": mark.superseded_by})
+                    reason = quote_if_needed(mark.superseded_by)
+                    items[index] = item.model_copy(update={"superseded_by": reason})
                 break
     return sections
 
 
 def _acceptable_title(title: str | None) -> str | None:
-    """A proposed title, unless it is error text or a placeholder (it would fail validation)."""
-    return title if title and title_problem(title) is None else None
+    """A proposed title, unless it is error text or a placeholder (it would fail validation),
+    or text that must be quoted (an instruction, error text) or already is."""
+    if not title or title_problem(title) is not None:
+        return None
+    marked = title.startswith((ERROR_LABEL, INSTRUCTION_LABEL))
+    return None if marked or needs_quoting(title) else title
 
 
 def _derived_title(first_request: str | None, session_id: str) -> str:
@@ -336,13 +316,13 @@ def merge_pass(
     *,
     session_id: str | None = None,
     max_new_items_per_section: int | None = None,
-    carry_legacy: LegacyCarrier = legacy_items,
 ) -> StructuredSummary:
     """The next summary: a superset of the prior's history whatever the update says.
 
     Memories the prior already covers (at or before its watermark) are not counted again.
     The title, once a structured summary has one, stays; a first pass takes the proposed
-    title, else a legacy summary's, else one from the first request.
+    title, else a legacy summary's, else one from the first request. A legacy prior's text,
+    or the one a structured prior carries, is carried verbatim as legacy_text.
     """
     base = prior if isinstance(prior, StructuredSummary) else None
     covered = base.watermark if base is not None else None
@@ -353,12 +333,12 @@ def merge_pass(
     if sid is None:
         sid = new[0].session_id if new else "unknown"
 
-    sections = _prior_sections(prior, carry_legacy)
+    sections = _prior_sections(prior)
     for title, texts in update.new_items().items():
         sections[title] = _append_new(sections[title], texts, max_new_items_per_section)
     sections = _apply_marks(sections, update.supersede)
     if update.current_state is not None:
-        state = [SummaryItem(text=t) for t in update.current_state]
+        state = [SummaryItem(text=quote_if_needed(t[:ITEM_MAX])) for t in update.current_state]
     else:
         state = list(base.sections["Current State"]) if base else []
     all_sections = {**sections, "Current State": state}
@@ -411,4 +391,5 @@ def merge_pass(
         # The session's user, once known, stays.
         user_id=(base.user_id if base else None)
         or next((m.user_id for m in new if m.user_id), None),
+        legacy_text=carried_legacy_text(prior),
     )

@@ -189,7 +189,10 @@ def render_memories(memories: Sequence[Memory], per_memory_tokens: int) -> str:
 
 def render_prior(prior: StructuredSummary | LegacySummary | None, budget_tokens: int) -> str:
     """The prior summary as data, within its budget. When it does not fit, the newest items
-    of each section are shown: the merge keeps the older ones whatever the model sees."""
+    of each section are shown: the merge keeps the older ones whatever the model sees.
+
+    A legacy text (the prior itself, or the one a structured prior carries) is shown cut to
+    what the budget leaves; the merge carries it whole and verbatim whatever is shown."""
     if prior is None:
         return "<prior_summary>\n(none: this is the first pass over the session)\n</prior_summary>"
     if isinstance(prior, LegacySummary):
@@ -222,6 +225,10 @@ def render_prior(prior: StructuredSummary | LegacySummary | None, budget_tokens:
     data: dict[str, Any] = {"title": prior.title, "category": prior.category, **shown}
     if omitted:
         data["omitted_older_items"] = omitted
+    # What is left of the budget, halved: JSON escaping (newlines, quotes) grows the text.
+    room = (budget_tokens - used - 16) * BYTES_PER_TOKEN // 2
+    if prior.legacy_text and room >= 64:
+        data["earlier_free_text_summary"] = truncate_utf8(prior.legacy_text, room)
     body = neutralise(json.dumps(data, ensure_ascii=False, indent=1))
     return f'<prior_summary format="json">\n{body}\n</prior_summary>'
 
@@ -413,7 +420,7 @@ class ChatModelSummarizer:
                 if not update.current_state:  # no state is not news: the last known one stays
                     update = update.model_copy(update={"current_state": None})
                 summary = merge_pass(prior, update, memories, session_id=session_id)
-                if summary.item_count() == 0:
+                if summary.is_empty():
                     raise _BadReply("the reply has no items in any section", corrective=True)
                 return summary, tokens
             except _Transient as exc:

@@ -2,8 +2,11 @@
 
 History sections are append-only: every item of the prior summary is carried forward
 verbatim (it may be marked superseded, never dropped). The projection section, Current
-State, is replaced each pass. `validate_summary` is the guard that keeps a failed or lossy
-pass from replacing a good summary; it holds whichever backend produced the summary.
+State, is replaced each pass. A free-text summary written before this operator (a
+LegacySummary) is carried by every later summary verbatim, whole, as `legacy_text`: it is
+rendered at the end of the document in a fenced block and stored in the row's metadata.
+`validate_summary` is the guard that keeps a failed or lossy pass from replacing a good
+summary; it holds whichever backend produced the summary.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ CATEGORIES: tuple[str, ...] = get_args(Category)
 
 ITEM_MAX = 500
 TITLE_MAX = 120
+LEGACY_HEADING = "## Earlier summary (written before this operator, kept verbatim)"
 
 # Error text a model or a failing pipeline returns instead of a summary. Narrow on purpose:
 # "Error handling cleanup" is a fine title, "Error: upstream returned 500" is not.
@@ -57,6 +61,12 @@ _PLACEHOLDER_TITLES = frozenset(
 
 class SummaryValidationError(ValueError):
     """The produced summary must not be stored; the message says why."""
+
+
+class UnreadablePriorSummary(ValueError):
+    """The session's stored summary exists but can be neither read nor carried forward (a
+    row of ours whose sections cannot be read, and without a document). Nothing may be
+    written over it; the message is one line naming what is wrong."""
 
 
 class SummaryItem(BaseModel, frozen=True):
@@ -98,6 +108,12 @@ class StructuredSummary(BaseModel):
     watermark: Watermark | None = None
     user_id: str | None = None
     format_version: int = 1
+    # The summary this session had before this operator, kept verbatim (never stripped,
+    # cut or split): set by the first pass over a LegacySummary, carried by every later one.
+    legacy_text: str | None = None
+    # When the row this summary was read from was written (its "summarizedAt"); None for a
+    # summary not read from the store.
+    summarized_at_ms: int | None = None
 
     @field_validator("title", mode="before")
     @classmethod
@@ -114,6 +130,10 @@ class StructuredSummary(BaseModel):
 
     def item_count(self) -> int:
         return sum(len(items) for items in self.sections.values())
+
+    def is_empty(self) -> bool:
+        """No item in any section and no earlier summary carried: nothing worth storing."""
+        return self.item_count() == 0 and not self.legacy_text
 
 
 class LegacySummary(BaseModel):
@@ -139,8 +159,18 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _fence(text: str) -> str:
+    """A code fence longer than any run of backticks or tildes in the text: nothing inside
+    can close it, so markdown in the text cannot change the document's structure."""
+    longest = max((len(run) for run in re.findall(r"`+|~+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
 def render_document(summary: StructuredSummary) -> str:
-    """The document text: readable by a person and by the next agent. Deterministic."""
+    """The document text: readable by a person and by the next agent. Deterministic.
+
+    A carried legacy text comes last, byte for byte, in a fenced block under LEGACY_HEADING.
+    """
     lines = [f"# {_one_line(summary.title)}"]
     for title in SECTION_TITLES:
         items = summary.sections.get(title) or []
@@ -153,6 +183,9 @@ def render_document(summary: StructuredSummary) -> str:
                 lines.append(f"- ~~{text}~~ (superseded: {_one_line(item.superseded_by)})")
             else:
                 lines.append(f"- {text}")
+    if summary.legacy_text is not None:
+        fence = _fence(summary.legacy_text)
+        lines += ["", LEGACY_HEADING, "", fence, summary.legacy_text, fence]
     return "\n".join(lines) + "\n"
 
 
@@ -204,6 +237,7 @@ def to_chroma_metadata(
         "writer": writer,
         "triggerSource": trigger,
         "summarizedAt": summarized_at_ms,
+        "legacySummary": summary.legacy_text or None,
     }
     return {key: value for key, value in meta.items() if value is not None}
 
@@ -224,7 +258,8 @@ def _score(value: object) -> int:
 
 
 def _stored_items(raw: object) -> list[SummaryItem]:
-    """Items as we stored them; an over-long one is cut rather than the whole row refused."""
+    """Items as we stored them. An item that does not fit (over ITEM_MAX) makes the row
+    unreadable as sections: it is then carried whole as the document, never cut."""
     if not isinstance(raw, list):
         raise ValueError("a section must be a list")
     items = []
@@ -233,7 +268,9 @@ def _stored_items(raw: object) -> list[SummaryItem]:
             entry = {"text": entry}
         if not isinstance(entry, dict) or not isinstance(entry.get("text"), str):
             raise ValueError(f"unreadable section item {entry!r:.80}")
-        text = entry["text"].strip()[:ITEM_MAX]
+        text = entry["text"].strip()
+        if len(text) > ITEM_MAX:
+            raise ValueError(f"a stored item is longer than {ITEM_MAX} characters")
         if text:
             reason = entry.get("superseded_by")
             items.append(
@@ -250,6 +287,9 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
     mark_ts, mark_id = _number(meta.get("watermarkTimestamp")), meta.get("watermarkMemoryId")
     if mark_ts is not None and isinstance(mark_id, str):
         watermark = Watermark(timestamp_ms=mark_ts, memory_id=mark_id)
+    legacy_text = meta.get("legacySummary")
+    if legacy_text is not None and not isinstance(legacy_text, str):
+        raise ValueError("legacySummary is not text")
     category = meta.get("category")
     title = meta.get("title")
     if not isinstance(title, str) or not title.strip():
@@ -275,6 +315,8 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
         watermark=watermark,
         user_id=user_id if isinstance(user_id, str) and user_id else None,
         format_version=_number(meta.get("formatVersion")) or 1,
+        legacy_text=legacy_text or None,
+        summarized_at_ms=_number(meta.get("summarizedAt")),
     )
 
 
@@ -285,15 +327,23 @@ def from_chroma_row(
 
     Rows we wrote come back structured. Anything else with text, including a structured
     row whose sections cannot be read, comes back as legacy free text: the next pass
-    carries that text forward instead of starting from nothing.
+    carries that text forward, verbatim, instead of starting from nothing. A row of ours
+    that can be neither read nor carried (no document) raises UnreadablePriorSummary: it is
+    not "no prior", and nothing may be written over it.
     """
     meta = metadata or {}
+    has_text = isinstance(document, str) and bool(document.strip())
     if meta.get("summaryFormat") == SUMMARY_FORMAT:
         try:
             return _structured_from_metadata(session_id, meta)
-        except (ValueError, TypeError, ValidationError):
-            pass
-    if not isinstance(document, str) or not document.strip():
+        except (ValueError, TypeError, ValidationError) as exc:
+            if not has_text:
+                reason = " ".join(str(exc).split())[:160]
+                raise UnreadablePriorSummary(
+                    f"the stored summary of session {session_id!r} cannot be read ({reason}) "
+                    "and has no document to carry forward; it is left in place"
+                ) from None
+    if not isinstance(document, str) or not has_text:
         return None
     title = meta.get("title")
     return LegacySummary(
@@ -344,14 +394,23 @@ def missing_history_items(
     return missing
 
 
+def carried_legacy_text(prior: PriorSummary | None) -> str | None:
+    """The legacy text a summary built on this prior must carry verbatim, if any."""
+    if isinstance(prior, LegacySummary):
+        return prior.text
+    return prior.legacy_text if prior is not None else None
+
+
 def validate_summary(summary: StructuredSummary, prior: PriorSummary | None) -> None:
     """Raises SummaryValidationError unless the summary may replace the prior one.
 
-    Refused: a summary without a single item, error text or a placeholder as the title, a
-    summary of another session, and any loss of a prior history item (superseded items
-    count as present: marking is allowed, dropping is not).
+    Refused: a summary without a single item (or carried legacy text), error text or a
+    placeholder as the title, a summary of another session, any loss of a prior history
+    item (superseded items count as present: marking is allowed, dropping is not), and a
+    legacy text of the prior (the LegacySummary's text, or the one a structured prior
+    carries) that is not carried exactly.
     """
-    if summary.item_count() == 0:
+    if summary.is_empty():
         raise SummaryValidationError("the summary has no items in any section")
     problem = title_problem(summary.title)
     if problem:
@@ -359,6 +418,13 @@ def validate_summary(summary: StructuredSummary, prior: PriorSummary | None) -> 
     if prior is not None and prior.session_id != summary.session_id:
         raise SummaryValidationError(
             f"the summary is of session {summary.session_id!r}, the prior of {prior.session_id!r}"
+        )
+    carried = carried_legacy_text(prior)
+    if carried is not None and summary.legacy_text != carried:
+        what = "drops" if summary.legacy_text is None else "alters"
+        raise SummaryValidationError(
+            f"the summary {what} the earlier summary of the session it must carry verbatim "
+            f"({len(carried)} characters, starting {carried[:60]!r})"
         )
     if isinstance(prior, StructuredSummary):
         missing = missing_history_items(summary, prior)

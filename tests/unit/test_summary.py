@@ -13,6 +13,7 @@ from controller.summary import (
     StructuredSummary,
     SummaryItem,
     SummaryValidationError,
+    UnreadablePriorSummary,
     from_chroma_row,
     render_document,
     to_chroma_metadata,
@@ -195,7 +196,7 @@ def test_round_trip_through_chroma_metadata_preserves_sections() -> None:
     original = full_summary()
     meta = to_chroma_metadata(original, writer="w", trigger="t", summarized_at_ms=1)
     back = from_chroma_row("s1", render_document(original), meta)
-    assert back == original
+    assert back == original.model_copy(update={"summarized_at_ms": 1})
 
 
 def test_free_text_row_of_the_old_system_reads_as_legacy_summary() -> None:
@@ -309,9 +310,13 @@ def test_summary_of_another_session_is_not_accepted() -> None:
         validate_summary(other, prior)
 
 
-def test_legacy_prior_imposes_no_item_check() -> None:
+def test_legacy_prior_imposes_no_item_check_but_must_be_carried_verbatim() -> None:
     legacy = LegacySummary(session_id="s1", text="Everything that happened.")
-    validate_summary(minimal_summary(), legacy)
+    validate_summary(minimal_summary(legacy_text="Everything that happened."), legacy)
+    with pytest.raises(SummaryValidationError, match="drops the earlier summary"):
+        validate_summary(minimal_summary(), legacy)
+    with pytest.raises(SummaryValidationError, match="alters the earlier summary"):
+        validate_summary(minimal_summary(legacy_text="Everything that happened"), legacy)
 
 
 # -- added: neo types, round trips, guard edge cases ----------------------------------------
@@ -373,7 +378,8 @@ def test_round_trip_keeps_superseded_markers_and_the_watermark() -> None:
 def test_round_trip_of_a_summary_without_optional_fields_is_exact() -> None:
     original = minimal_summary()
     meta = to_chroma_metadata(original, writer="w", trigger="t", summarized_at_ms=1)
-    assert from_chroma_row("s1", render_document(original), meta) == original
+    back = from_chroma_row("s1", render_document(original), meta)
+    assert back == original.model_copy(update={"summarized_at_ms": 1})
 
 
 def test_old_row_without_summary_format_is_legacy_even_with_neo_keys() -> None:
@@ -480,3 +486,87 @@ def test_superseded_item_is_struck_through_and_names_its_replacement() -> None:
     lines = render_document(marked).splitlines()
     assert "- ~~Store items as CSV.~~ (superseded: JSON text)" in lines
     assert "- Store items as JSON text." in lines
+
+
+# -- legacy text carried verbatim; rows that cannot be read ---------------------------------
+
+LEGACY_TEXT = (
+    "Error: the first attempt failed.\n\n## Notes\n- The user pasted this:\n"
+    '```python\nTraceback (most recent call last):\n  File "a.py", line 1\n'
+    "ValueError: bad\n```\n~~~~\ntilde fence\n~~~~\nAnd ````four```` backticks."
+)
+
+
+def test_a_carried_legacy_text_ends_the_document_verbatim_inside_a_longer_fence() -> None:
+    document = render_document(minimal_summary(legacy_text=LEGACY_TEXT))
+    assert LEGACY_TEXT in document
+    heading = "## Earlier summary (written before this operator, kept verbatim)"
+    assert document.endswith(f"{heading}\n\n`````\n{LEGACY_TEXT}\n`````\n")
+    # everything before the legacy section is the summary's own structure
+    assert document.index("## User Requests") < document.index(heading)
+
+
+def test_a_legacy_text_is_stored_in_the_row_and_read_back_exactly() -> None:
+    original = minimal_summary(legacy_text=LEGACY_TEXT + "\n  trailing spaces  ")
+    meta = to_chroma_metadata(original, writer="w", trigger="t", summarized_at_ms=1)
+    assert meta["legacySummary"] == original.legacy_text
+    back = from_chroma_row("s1", render_document(original), meta)
+    assert isinstance(back, StructuredSummary)
+    assert back.legacy_text == original.legacy_text
+    assert "legacySummary" not in to_chroma_metadata(
+        minimal_summary(), writer="w", trigger="t", summarized_at_ms=1
+    )
+
+
+def test_the_time_a_row_was_written_is_read_back() -> None:
+    meta = to_chroma_metadata(minimal_summary(), writer="w", trigger="t", summarized_at_ms=1234)
+    back = from_chroma_row("s1", None, meta)
+    assert isinstance(back, StructuredSummary) and back.summarized_at_ms == 1234
+
+
+def test_a_stored_item_too_long_to_read_carries_the_whole_document_instead_of_cutting() -> None:
+    meta = to_chroma_metadata(minimal_summary(), writer="w", trigger="t", summarized_at_ms=1)
+    long_item = "x" * 600 + " the end"
+    meta["sectionsJson"] = json.dumps({"User Requests": [{"text": long_item}]})
+    document = f"# Retry the fetcher\n\n## User Requests\n- {long_item}\n"
+    prior = from_chroma_row("s1", document, meta)
+    assert isinstance(prior, LegacySummary)
+    assert prior.text == document.strip()
+    assert long_item in prior.text
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"sectionsJson": "{not json"},
+        {"sectionsJson": json.dumps({"Random Thoughts": ["x"]})},
+        {"sectionsJson": json.dumps({"User Requests": ["y" * 501]})},
+        {"legacySummary": 42},
+    ],
+)
+@pytest.mark.parametrize("document", [None, "", "   "])
+def test_an_unreadable_row_of_ours_without_a_document_is_not_taken_for_no_summary(
+    broken: dict[str, object], document: str | None
+) -> None:
+    meta: dict[str, object] = {
+        **to_chroma_metadata(full_summary(), writer="w", trigger="t", summarized_at_ms=1),
+        **broken,
+    }
+    with pytest.raises(UnreadablePriorSummary, match="cannot be read") as caught:
+        from_chroma_row("s1", document, meta)
+    assert "\n" not in str(caught.value)
+
+
+def test_an_unreadable_row_of_ours_with_a_document_carries_it() -> None:
+    meta: dict[str, object] = {
+        **to_chroma_metadata(full_summary(), writer="w", trigger="t", summarized_at_ms=1),
+        "legacySummary": 42,
+    }
+    prior = from_chroma_row("s1", render_document(full_summary()), meta)
+    assert isinstance(prior, LegacySummary)
+    assert prior.text == render_document(full_summary()).strip()
+
+
+def test_a_summary_with_only_a_carried_legacy_text_is_not_empty() -> None:
+    only_legacy = minimal_summary(sections={}, legacy_text="The old summary.")
+    validate_summary(only_legacy, LegacySummary(session_id="s1", text="The old summary."))
