@@ -31,6 +31,7 @@ class OperatorConfig:
     peering_lifetime: int  # seconds; a dead leader is replaced after lastseen + lifetime
     claim_ttl_seconds: float
     claim_margin_seconds: float
+    claim_retry_seconds: float  # how soon a pass waiting for another writer's claim looks again
     failure_gate: int  # consecutive failures of one session before phase Failed
     write_journal: str | None  # append a line per store write (chaos tests)
     heap_trim_seconds: float  # how often freed heap memory is returned to the OS
@@ -57,6 +58,7 @@ def load() -> OperatorConfig:
         peering_lifetime=_int("SSO_PEERING_LIFETIME", 15),
         claim_ttl_seconds=_float("SSO_CLAIM_TTL_SECONDS", 60.0),
         claim_margin_seconds=_float("SSO_CLAIM_MARGIN_SECONDS", 5.0),
+        claim_retry_seconds=_float("SSO_CLAIM_RETRY_SECONDS", 1.0),
         failure_gate=_int("SSO_FAILURE_GATE", 5),
         write_journal=os.environ.get("SSO_WRITE_JOURNAL") or None,
         heap_trim_seconds=_float("SSO_HEAP_TRIM_SECONDS", 30.0),

@@ -47,6 +47,7 @@ CHUNK_MEMORIES = 400
 # everything it is given): large, only there to bound how much one pass holds.
 CHUNK_TOKENS = 100_000
 CHECKPOINT_PASSES = 20
+EMBED_CHARS = 8000
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class Outcome:
     last_memory_at_ms: int | None = None
     tokens_used: int = 0  # model tokens (usage.total_tokens) spent by this summarization
     checkpoints: int = 0  # intermediate writes of a long backlog
+    skipped_memories: int = 0  # rows of the session without a usable timestamp
 
     @property
     def summary_id(self) -> str:
@@ -119,6 +121,7 @@ def summarize_session(
     chunk_tokens: int | None = None,
     checkpoint_passes: int = CHECKPOINT_PASSES,
     before_write: Callable[[], None] | None = None,
+    writer_object: str = "",
 ) -> Outcome:
     """Brings the session's stored summary up to date with its memories.
 
@@ -131,17 +134,30 @@ def summarize_session(
     rows = store.session_rows(session_id, after=watermark)
     if rows.total == 0:
         return Outcome("not-found", session_id, 0)
+    skipped = rows.skipped
     last_ms = rows.newest.timestamp_ms if rows.newest else None
     new = sorted(
         (m for m in rows.memories if not is_excluded(m, excluded_types)), key=memory_sort_key
     )
     if isinstance(prior, StructuredSummary) and not new and prior.memory_count == rows.total:
-        return Outcome("up-to-date", session_id, rows.total, prior, 0, 0, last_ms)
+        return Outcome(
+            "up-to-date", session_id, rows.total, prior, 0, 0, last_ms, skipped_memories=skipped
+        )
     if prior is None and not new:
-        return Outcome("empty", session_id, rows.total, last_memory_at_ms=last_ms)
+        return Outcome(
+            "empty", session_id, rows.total, last_memory_at_ms=last_ms, skipped_memories=skipped
+        )
 
     def write(summary: StructuredSummary) -> None:
-        _write(store, summary, embed=embed, writer=writer, trigger=trigger, check=before_write)
+        _write(
+            store,
+            summary,
+            embed=embed,
+            writer=writer,
+            trigger=trigger,
+            check=before_write,
+            writer_object=writer_object,
+        )
 
     coverage = _Coverage(prior, rows)
     chunks = chunk_memories(
@@ -164,7 +180,16 @@ def summarize_session(
     validate_summary(final, prior)
     write(final)
     return Outcome(
-        "summarized", session_id, rows.total, final, len(new), passes, last_ms, tokens, checkpoints
+        "summarized",
+        session_id,
+        rows.total,
+        final,
+        len(new),
+        passes,
+        last_ms,
+        tokens,
+        checkpoints,
+        skipped,
     )
 
 
@@ -176,18 +201,21 @@ def _write(
     writer: str,
     trigger: str,
     check: Callable[[], None] | None,
+    writer_object: str = "",
 ) -> None:
     document = render_document(summary)
     metadata = to_chroma_metadata(
         summary, writer=writer, trigger=trigger, summarized_at_ms=int(time.time() * 1000)
     )
-    vector = embed([document])[0]
+    # The head of the document: a carried legacy text can make it longer than an
+    # embeddings endpoint accepts; MiniLM reads only its first 256 tokens anyway.
+    vector = embed([document[:EMBED_CHARS]])[0]
     store.check_embedding_dimension(len(vector))
     began_ms = int(time.time() * 1000)
-    write_begins(summary.session_id, writer, began_ms)
+    write_begins(summary.session_id, writer, began_ms, writer_object)
     try:
         if check is not None:
             check()
         store.write_summary(summary.session_id, document, metadata, vector)
     finally:  # ends whether written or refused (claim lost, store down)
-        write_ends(summary.session_id, writer, began_ms, int(time.time() * 1000))
+        write_ends(summary.session_id, writer, began_ms, int(time.time() * 1000), writer_object)

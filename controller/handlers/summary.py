@@ -30,14 +30,21 @@ from controller.api import (
     now_rfc3339,
     set_condition,
 )
-from controller.backends import backends_for
-from controller.claiming import ClaimHandle, ClaimHeld, ClaimLost, ObjectGone
+from controller.backends import Backends, backends_for
+from controller.claiming import ClaimHeld, ClaimLost, SessionClaimHandle
+from controller.claims import Writer
 from controller.config import CONFIG, backoff_seconds
 from controller.embeddings import EmbeddingError
 from controller.model_backend import InvalidModelOutput, ModelUnavailable
-from controller.store import EmbeddingMismatch, StoreUnavailable, forget_store
+from controller.store import (
+    CollectionNotFound,
+    EmbeddingMismatch,
+    InvalidStoreConfig,
+    StoreUnavailable,
+    forget_store,
+)
 from controller.summarize import Outcome, summarize_session
-from controller.summary import SummaryValidationError
+from controller.summary import SummaryValidationError, UnreadablePriorSummary
 
 CONDITION = "Summarized"
 # Summaries block on Chroma and the model: their own pools, sized for concurrency
@@ -101,7 +108,7 @@ def _record(
     patch.status.update(status.to_api())
 
 
-def _resolve(namespace: str, spec: SessionSummarySpec) -> Any:
+def _resolve(namespace: str, spec: SessionSummarySpec) -> Backends:
     try:
         _, summarizer = kube.get_summarizer(namespace, spec.summarizer_ref)
     except ApiException as exc:
@@ -122,6 +129,8 @@ def _resolve(namespace: str, spec: SessionSummarySpec) -> Any:
         raise Failure("SecretNotFound", str(exc), retry=True) from exc
     except StoreUnavailable as exc:
         raise Failure("StoreUnavailable", str(exc), retry=True) from exc
+    except InvalidStoreConfig as exc:  # a ValueError too: before the catch-all below
+        raise Failure("InvalidStoreConfig", _one_line(exc), retry=False) from exc
     except ValueError as exc:
         raise Failure("InvalidSummarizer", _one_line(exc), retry=True) from exc
 
@@ -131,9 +140,11 @@ def _one_line(exc: Exception) -> str:
 
 
 def summarize_blocking(
-    namespace: str, spec: SessionSummarySpec, before_write: Callable[[], None] | None = None
+    backends: Backends,
+    spec: SessionSummarySpec,
+    before_write: Callable[[], None] | None = None,
+    writer_object: str = "",
 ) -> Outcome:
-    backends = _resolve(namespace, spec)
     try:
         return summarize_session(
             backends.store,
@@ -144,10 +155,22 @@ def summarize_blocking(
             excluded_types=backends.excluded_types,
             summarizer=backends.summarizer,
             before_write=before_write,
+            writer_object=writer_object,
         )
     except StoreUnavailable as exc:
         forget_store(backends.store.location)
         raise Failure("StoreUnavailable", _one_line(exc), retry=True) from exc
+    except CollectionNotFound as exc:
+        reason = "MemoryCollectionNotFound" if exc.role == "memory" else "CollectionNotFound"
+        raise Failure(reason, _one_line(exc), retry=True) from exc
+    except InvalidStoreConfig as exc:
+        raise Failure("InvalidStoreConfig", _one_line(exc), retry=False) from exc
+    except UnreadablePriorSummary as exc:
+        raise Failure(
+            "UnreadablePriorSummary",
+            f"{_one_line(exc)}; the stored row was left as it is",
+            retry=False,
+        ) from exc
     except EmbeddingMismatch as exc:
         raise Failure("EmbeddingMismatch", _one_line(exc), retry=False) from exc
     except EmbeddingError as exc:
@@ -160,15 +183,42 @@ def summarize_blocking(
         raise Failure("InvalidSummary", _one_line(exc), retry=True) from exc
 
 
-def summarize_claimed(namespace: str, name: str, spec: SessionSummarySpec) -> Outcome:
-    """Takes the object's claim, summarizes with a claim re-check right before the write,
-    and releases the claim. Raises ClaimHeld when another live writer has it."""
-    handle = ClaimHandle(
-        namespace, name, CONFIG.replica_id, CONFIG.claim_ttl_seconds, CONFIG.claim_margin_seconds
+def _claim_scope(backends: Backends) -> str:
+    """Which store the session's claim is in: one store however it is addressed."""
+    try:
+        return backends.store.claim_scope()
+    except StoreUnavailable as exc:
+        forget_store(backends.store.location)
+        raise Failure("StoreUnavailable", _one_line(exc), retry=True) from exc
+    except CollectionNotFound as exc:
+        raise Failure("MemoryCollectionNotFound", _one_line(exc), retry=True) from exc
+    except InvalidStoreConfig as exc:
+        raise Failure("InvalidStoreConfig", _one_line(exc), retry=False) from exc
+
+
+def summarize_claimed(
+    namespace: str, name: str, uid: str, generation: int, spec: SessionSummarySpec
+) -> Outcome:
+    """Takes the session's claim in its store, summarizes with a claim check right before
+    every write, and releases the claim. Raises ClaimHeld when another live writer (another
+    replica, or another object naming the same session) has it."""
+    backends = _resolve(namespace, spec)
+    scope = _claim_scope(backends)
+    location = backends.store.location
+    handle = SessionClaimHandle(
+        session_id=spec.session_id,
+        collection_id=scope,
+        collection=f"{location.describe()} {location.summary_collection}",
+        writer=Writer(CONFIG.replica_id, uid, f"{namespace}/{name}"),
+        ttl_s=CONFIG.claim_ttl_seconds,
+        margin_s=CONFIG.claim_margin_seconds,
+        generation=generation,
     )
     handle.acquire()
     try:
-        return summarize_blocking(namespace, spec, before_write=handle.verify)
+        return summarize_blocking(
+            backends, spec, before_write=handle.verify, writer_object=f"{namespace}/{name}"
+        )
     finally:
         handle.release()
 
@@ -188,19 +238,24 @@ async def summarize(
 ) -> None:
     assert namespace is not None  # SessionSummary is namespaced
     parsed = SessionSummarySpec.model_validate(dict(spec))
+    uid = str(body.metadata.get("uid") or "")
+    generation = int(body.metadata.get("generation") or 0)
     started = time.monotonic()
     try:
         pool = SWEEP_WORKERS if parsed.trigger == "sweep" else WORKERS
         outcome = await asyncio.get_running_loop().run_in_executor(
-            pool, summarize_claimed, namespace, name, parsed
+            pool, summarize_claimed, namespace, name, uid, generation, parsed
         )
-    except ObjectGone:
-        return
     except ClaimHeld as held:
-        # Not ours to report: the holder writes status. Retry once its claim lapses.
         metrics.claim_conflict()
         logger.info("session %s: %s", parsed.session_id, held)
-        delay = held.retry_after_s + random.uniform(0, 1)
+        # A live writer releases its claim when done (usually well before expiry); a dead
+        # one's claim lapses at expiry. Look again soon, not later than the expiry.
+        delay = min(held.retry_after_s, CONFIG.claim_retry_seconds) + random.uniform(0, 0.5)
+        if held.claim.writer.owner_uid not in (uid, ""):
+            # Another object names the same session: say which one owns it for now.
+            _record_waiting(body, patch, held)
+        # Else another replica serves this very object: it writes the status.
         raise kopf.TemporaryError(str(held), delay=delay) from None
     except ClaimLost as lost:
         metrics.claim_conflict()
@@ -213,6 +268,19 @@ async def summarize(
     metrics.observe_summary(outcome.kind, time.monotonic() - started)
     metrics.add_model_tokens(outcome.tokens_used)
     _report(body, patch, parsed, outcome)
+
+
+def _record_waiting(body: kopf.Body, patch: kopf.Patch, held: ClaimHeld) -> None:
+    """Pending, with the object that owns the session's claim named; one Event per owner."""
+    owner = held.claim.writer.owner
+    message = (
+        f"waiting: SessionSummary {owner} (replica {held.claim.writer.replica}) is writing "
+        f"session {held.claim.session_id!r} in this store; this pass runs when it is done"
+    )
+    previous = {c.type: c for c in _status(body).conditions or []}.get(CONDITION)
+    _record(body, patch, phase="Pending", reason="SessionClaimed", message=message, ok=False)
+    if previous is None or previous.reason != "SessionClaimed" or owner not in previous.message:
+        kopf.event(body, type="Normal", reason="SessionClaimed", message=message)
 
 
 def _record_failure(
@@ -257,7 +325,15 @@ def _report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcom
         "last_memory_at": last_at,
         "trigger_source": spec.trigger,
         "consecutive_failures": 0,
+        "skipped_memories": outcome.skipped_memories,
     }
+    if outcome.skipped_memories:
+        warning = (
+            f"{outcome.skipped_memories} of the session's memories have no usable timestamp "
+            "and are not in the summary (their metadata 'timestamp' must be epoch milliseconds "
+            "or ISO-8601)"
+        )
+        kopf.event(body, type="Warning", reason="UnreadableMemories", message=warning)
     if outcome.kind == "not-found":
         message = f"no memory carries sessionId {spec.session_id!r}; nothing was written"
         _record(
@@ -291,6 +367,12 @@ def _report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcom
     assert summary is not None
     if outcome.kind == "up-to-date":
         message = f"summary already covers all {outcome.memory_count} memories"
+        written_ms = summary.summarized_at_ms
+        common["summarized_at"] = (
+            ms_to_rfc3339(written_ms)
+            if written_ms
+            else _status(body).summarized_at or now_rfc3339()
+        )
         _record(
             body,
             patch,

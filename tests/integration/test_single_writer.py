@@ -19,13 +19,14 @@ from typing import Any
 import pytest
 
 from controller import kube
-from controller.claiming import ClaimHandle
+from controller.claiming import SessionClaimHandle
+from controller.claims import Writer
 from controller.localenv.controlplane import REPO_ROOT, ControlPlane
 from controller.localenv.processes import kill, spawn, stop, tail, wait_for
 from controller.naming import summary_object_name
 from controller.peering import leader_of, live_peers
 from controller.store import MemoryStore
-from tests.integration.harness import Harness, interaction, load
+from tests.integration.harness import Harness, interaction, load, stored_summary_ids
 
 
 @dataclass
@@ -87,17 +88,25 @@ class Replicas:
             return []
         records = [json.loads(line) for line in self.journal.read_text().splitlines() if line]
         ends = {
-            (r["holder"], r["session"], r["began"]): r["t"] for r in records if r["event"] == "end"
+            (r["holder"], r.get("object", ""), r["session"], r["began"]): r["t"]
+            for r in records
+            if r["event"] == "end"
         }
         writes = []
         for r in records:
             if r["event"] != "begin":
                 continue
-            end = ends.get((r["holder"], r["session"], r["t"]))
+            end = ends.get((r["holder"], r.get("object", ""), r["session"], r["t"]))
             if end is None:
                 end = self.killed_at.get(r["holder"], 2**62)  # still running: open-ended
             writes.append(
-                {"session": r["session"], "holder": r["holder"], "start": r["t"], "end": end}
+                {
+                    "session": r["session"],
+                    "holder": r["holder"],
+                    "object": r.get("object", ""),
+                    "start": r["t"],
+                    "end": end,
+                }
             )
         return writes
 
@@ -107,7 +116,8 @@ class Replicas:
 
 
 def overlapping_writes(writes: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """Pairs of writes to one session by different holders whose intervals overlap."""
+    """Pairs of writes to one session by different writers whose intervals overlap. A writer
+    is a replica serving one object: one replica serving two objects is two writers."""
     by_session: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for w in writes:
         by_session[w["session"]].append(w)
@@ -116,7 +126,8 @@ def overlapping_writes(writes: list[dict[str, Any]]) -> list[tuple[dict[str, Any
         items.sort(key=lambda w: w["start"])
         for i, a in enumerate(items):
             for b in items[i + 1 :]:
-                if a["holder"] != b["holder"] and b["start"] < a["end"]:
+                writer_a, writer_b = (a["holder"], a["object"]), (b["holder"], b["object"])
+                if writer_a != writer_b and b["start"] < a["end"]:
                     overlaps.append((a, b))
     return overlaps
 
@@ -268,12 +279,30 @@ def test_chaos_every_session_summarized_once_at_a_time_while_leaders_die(
     assert kills == 4 and len(writers) >= 2
 
 
-def test_two_replicas_with_equal_priority_both_pause_and_never_write(
+def _summarizer_status(cp: ControlPlane, namespace: str) -> dict[str, Any]:
+    out = cp.kubectl_run("-n", namespace, "get", "ssumr", "default", "-o", "json").stdout
+    return dict(json.loads(out).get("status") or {})
+
+
+def _replica_condition(cp: ControlPlane, namespace: str) -> dict[str, Any]:
+    conds = _summarizer_status(cp, namespace).get("conditions") or []
+    return next((c for c in conds if c["type"] == "ReplicaActive"), {})
+
+
+def test_two_replicas_with_equal_priority_both_pause_and_say_so_on_the_summarizer(
     harness: Harness, replicas_factory: Any
 ) -> None:
     reps, store = replicas_factory("tie")
     load(store, [interaction("tie-1", 0, 1_770_000_000_000, "Fix the flaky test.")])
-    first, second = reps.start(priority=100), reps.start(priority=100)
+    first = reps.start(priority=100)
+    wait_for(
+        lambda: _summarizer_status(harness.cp, "tie").get("activeReplica") == first,
+        60,
+        0.5,
+        message="the first replica shown active\n" + reps.logs(),
+    )
+    assert _replica_condition(harness.cp, "tie")["reason"] == "Elected"
+    second = reps.start(priority=100)
 
     def both_paused() -> bool:
         return all(
@@ -284,10 +313,41 @@ def test_two_replicas_with_equal_priority_both_pause_and_never_write(
 
     # kopf pauses every peer that shares the top priority.
     wait_for(both_paused, 60, 0.5, message="both replicas to pause\n" + reps.logs())
+    # The second replica said at start that its configured priority was taken.
+    assert (
+        f"also the priority of live replica(s) {first}"
+        in (reps.workdir / f"{second}.log").read_text()
+    )
+    # Every SessionSummarizer says so, and no longer shows the old leader.
+    cond = wait_for(
+        lambda: (
+            (c := _replica_condition(harness.cp, "tie")).get("reason") == "PeeringPriorityTie" and c
+        ),
+        30,
+        0.5,
+        message="ReplicaActive PeeringPriorityTie\n" + reps.logs(),
+    )
+    assert cond["status"] == "False"
+    assert first in cond["message"] and second in cond["message"] and "100" in cond["message"]
+    assert "activeReplica" not in _summarizer_status(harness.cp, "tie")
+    events = json.loads(
+        harness.cp.kubectl_run(
+            "-n",
+            "tie",
+            "get",
+            "events",
+            "--field-selector",
+            "reason=PeeringPriorityTie",
+            "-o",
+            "json",
+        ).stdout
+    )["items"]
+    assert events and events[0]["type"] == "Warning"
     kube.request_summary("tie", "tie-1", trigger="sunset")
     time.sleep(8)  # ample time to misbehave
     assert reps.writes() == []
-    assert store.summaries().get(ids=["summary_tie-1"])["ids"] == []
+    # Nothing wrote: not even the summary collection was created.
+    assert "tie-sessions" not in [c.name for c in store.client.list_collections()]
     assert "no active replica" in (reps.workdir / f"{first}.log").read_text()
 
 
@@ -320,22 +380,35 @@ def test_two_active_replicas_never_write_one_session_concurrently(
     assert overlapping_writes(writes) == []
     assert {w["session"] for w in writes} == set(sessions)
     logs = reps.logs() + "".join((reps.workdir / f"{r}.log").read_text() for r in reps.procs)
-    assert "claimed by" in logs  # the claim, not peering, kept them apart
+    assert "is being summarized by" in logs  # the claim, not peering, kept them apart
 
 
 def test_a_replica_without_the_claim_cannot_write(harness: Harness, replicas_factory: Any) -> None:
     # As a paused replica whose timer still ticks would: it runs, but the claim is elsewhere.
     reps, store = replicas_factory("held", standalone=True)
     load(store, [interaction("held-1", 0, 1_770_000_000_000, "Bump the version.")])
-    name = summary_object_name("held-1")
     kube.request_summary("held", "held-1", trigger="manual")  # created before any replica runs
-    other = ClaimHandle("held", name, "some-other-replica", ttl_s=12, margin_s=1)
+    other = SessionClaimHandle(
+        session_id="held-1",
+        collection_id=store.claim_scope(),
+        collection="test",
+        writer=Writer("some-other-replica", "uid-of-another-object", "elsewhere/held-1"),
+        ttl_s=12,
+        margin_s=1,
+    )
     other.acquire()
     reps.start()
     time.sleep(6)
-    assert store.summaries().get(ids=["summary_held-1"])["ids"] == []
+    assert stored_summary_ids(store, ["summary_held-1"]) == []
     assert reps.writes() == []
-    assert "claimed by some-other-replica" in (reps.workdir / "held-r0.log").read_text()
+    assert "on replica some-other-replica" in (reps.workdir / "held-r0.log").read_text()
+    # The object says which object owns the session for now, and why it waits.
+    cond = next(
+        c
+        for c in phases(harness.cp, "held")["held-1"]["status"]["conditions"]
+        if c["type"] == "Summarized"
+    )
+    assert cond["reason"] == "SessionClaimed" and "elsewhere/held-1" in cond["message"]
     other.release()
     wait_for(
         lambda: all_covered(harness.cp, "held", {"held-1": 1}),
@@ -406,3 +479,136 @@ def test_sessions_in_flight_do_not_starve_an_older_backlog(harness: Harness) -> 
         acted.append((result.created, result.applied.in_flight, result.applied.left))
     assert acted == [(2, 0, 4), (2, 2, 2), (2, 4, 0)]
     assert sorted(phases(harness.cp, ns)) == sorted(sessions)
+
+
+def _hand_named(namespace: str, name: str, session_id: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "memorycore.io/v1alpha1",
+            "kind": "SessionSummary",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"sessionId": session_id, "trigger": "sunset"},
+        }
+    )
+
+
+def test_objects_in_several_namespaces_naming_one_session_never_write_it_at_once(
+    harness: Harness, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two objects per namespace (the derived name and a hand-named one) in three
+    namespaces whose summarizers reach one Chroma by two different addresses, served by two
+    replicas that both think they are active: one writer per session at any moment."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from controller.api import GROUP, SUMMARY_PLURAL, VERSION, now_rfc3339
+
+    cp, sid = harness.cp, "multi-1"
+    namespaces = ["multi-a", "multi-b", "multi-c"]
+    port = harness.chroma.url.rsplit(":", 1)[1]
+    addresses = [f"http://127.0.0.1:{port}", f"http://localhost:{port}"]
+    for i, ns in enumerate(namespaces):
+        cp.kubectl_run("create", "namespace", ns, check=False)
+        cp.kubectl_run(
+            "apply",
+            "-f",
+            "-",
+            input=summarizer(ns, addresses[i % 2], "multi-memory", "multi-sessions"),
+        )
+    store = harness.store("multi-memory", "multi-sessions")
+    base = 1_770_000_000_000
+    load(
+        store,
+        [interaction(sid, k, base + k, f"Fact {sid}-{k}: implement step {k}.") for k in (0, 1)],
+    )
+    journal = tmp_path / "writes.jsonl"
+    reps = Replicas(
+        cp,
+        "multi",
+        tmp_path,
+        dict(
+            cp.env(),
+            SSO_CLAIM_TTL_SECONDS="8",
+            SSO_CLAIM_MARGIN_SECONDS="2",
+            SSO_RETRY_BASE_SECONDS="0.5",
+            SSO_RETRY_MAX_SECONDS="2",
+        ),
+        standalone=True,
+    )
+    argv = [sys.executable, "-m", "controller", "run", "--standalone"]
+    for ns in namespaces:
+        argv += ["--namespace", ns]
+    for r in ("multi-r0", "multi-r1"):
+        env = dict(reps.env, SSO_REPLICA_ID=r, SSO_WRITE_JOURNAL=str(journal))
+        reps.procs[r] = spawn(argv, tmp_path / f"{r}.log", env=env, cwd=REPO_ROOT)
+    objects = [(ns, summary_object_name(sid)) for ns in namespaces] + [
+        (ns, "by-hand") for ns in namespaces
+    ]
+    try:
+        for ns in namespaces:
+            kube.request_summary(ns, sid, trigger="sunset")
+            cp.kubectl_run("apply", "-f", "-", input=_hand_named(ns, "by-hand", sid))
+        expected = 2
+
+        def all_done() -> bool:
+            for ns, name in objects:
+                obj = kube.get_summary(ns, name) or {}
+                st = obj.get("status") or {}
+                if st.get("observedGeneration") != obj["metadata"]["generation"]:
+                    return False
+                if st.get("phase") != "Summarized" or st.get("memoryCount") != expected:
+                    return False
+            return True
+
+        wait_for(all_done, 90, 0.5, message="first round Summarized\n" + reps.logs())
+        rounds = 5
+        for r in range(rounds):
+            k0 = 2 + 2 * r
+            load(
+                store,
+                [
+                    interaction(
+                        sid, k, base + 1000 * (r + 1) + k, f"Fact {sid}-{k}: follow-up {k}."
+                    )
+                    for k in (k0, k0 + 1)
+                ],
+            )
+            expected = k0 + 2
+            stamp = now_rfc3339(precise=True)
+
+            def sunset(target: tuple[str, str], stamp: str = stamp) -> None:
+                kube.custom().patch_namespaced_custom_object(
+                    GROUP,
+                    VERSION,
+                    target[0],
+                    SUMMARY_PLURAL,
+                    target[1],
+                    {"spec": {"requestedAt": stamp, "trigger": "sunset"}},
+                )
+
+            with ThreadPoolExecutor(len(objects)) as pool:  # all six at the same moment
+                list(pool.map(sunset, objects))
+            wait_for(all_done, 90, 0.5, message=f"round {r} Summarized\n" + reps.logs())
+    finally:
+        reps.stop_all()
+
+    writes = reps.writes()
+    overlaps = overlapping_writes(writes)
+    assert overlaps == [], overlaps[:3]
+    assert writes, "nothing was journaled"
+    doc = store.summaries().get(ids=[f"summary_{sid}"], include=["documents"])["documents"][0]
+    for k in range(expected):  # every round's facts, none lost to a concurrent writer
+        assert f"Fact {sid}-{k}" in doc, k
+    claimed = [
+        e
+        for ns in namespaces
+        for e in json.loads(cp.kubectl_run("-n", ns, "get", "events", "-o", "json").stdout)["items"]
+        if e["reason"] == "SessionClaimed"
+    ]
+    assert claimed, "no object was ever told another one owned the session"
+    assert all(" is writing session 'multi-1'" in e["message"] for e in claimed)
+    writers = {(w["holder"], w["object"]) for w in writes}
+    with capsys.disabled():
+        print(
+            f"\nmulti-object: objects={len(objects)} rounds={rounds + 1} writes={len(writes)} "
+            f"writers={len(writers)} overlaps={len(overlaps)} waits={len(claimed)}"
+        )

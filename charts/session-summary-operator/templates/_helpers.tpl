@@ -141,6 +141,16 @@ every Secret).
 {{- end }}
 
 {{/*
+The per-session write claims (cluster-scoped SessionClaim objects): in both modes, so that
+two installs or two namespaces writing one Chroma still get one writer per session.
+*/}}
+{{- define "sso.claimRules" -}}
+- apiGroups: [memorycore.io]
+  resources: [sessionclaims]
+  verbs: [get, list, create, update, delete]
+{{- end }}
+
+{{/*
 Cluster-scoped reads kopf needs in both modes: CRDs (to notice new or changed resource
 versions) and, when it serves a list of namespaces, namespaces (without list/watch it retries
 the listing nine times, logging errors, and serves nothing for about a minute at every start).
@@ -160,6 +170,13 @@ the listing nine times, logging errors, and serves nothing for about a minute at
 {{- define "sso.validate" -}}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.peering.enabled) }}
 {{- fail "replicaCount > 1 needs peering.enabled: without peering every replica would write" }}
+{{- end }}
+{{- if gt (int .Values.replicaCount) 1 }}
+{{- range .Values.extraEnv }}
+{{- if eq .name "SSO_PEERING_PRIORITY" }}
+{{- fail "SSO_PEERING_PRIORITY in extraEnv gives every replica the same peering priority: kopf pauses them all and nothing is summarized; leave it unset (each replica draws its own)" }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- if and .Values.summarizer.create .Values.watchNamespaces (not (has (include "sso.summarizerNamespace" .) .Values.watchNamespaces)) }}
 {{- fail (printf "summarizer.namespace %q is not in watchNamespaces %v: the operator would never see it" (include "sso.summarizerNamespace" .) .Values.watchNamespaces) }}
