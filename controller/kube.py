@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import functools
+import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -19,12 +22,14 @@ from controller.api import (
     SUMMARY_PLURAL,
     VERSION,
     SessionSummarizerSpec,
+    SessionSummarizerStatus,
     SessionSummarySpec,
     now_rfc3339,
 )
 from controller.naming import summary_object_name
 
 API_POOL_SIZE = 64
+log = logging.getLogger(__name__)
 
 
 class SecretError(RuntimeError):
@@ -94,20 +99,24 @@ def request_summary(
     session_id: str,
     *,
     trigger: str,
-    summarizer: str = "default",
+    summarizer: str | None = None,
     requested_at: str | None = None,
     patch_if_exists: bool = True,
+    set_summarizer_on_patch: bool = False,
 ) -> tuple[str, str]:
     """Creates the session's SessionSummary, or patches spec.requestedAt to force a new pass.
 
     Returns (object name, "created" | "patched" | "exists"). Safe to repeat: the name is
     derived from the session id, and a create that loses a race becomes a patch (or
     nothing, with patch_if_exists=False: the winner's object already asks for a pass).
+    `summarizer` is the new object's summarizerRef (None: "default"). An existing object
+    keeps its summarizerRef unless set_summarizer_on_patch (`summaryctl sunset
+    --summarizer`): the sweep patches objects it did not create and must not retarget them.
     """
     name = summary_object_name(session_id)
     spec = SessionSummarySpec(
         session_id=session_id,
-        summarizer_ref=summarizer,
+        summarizer_ref=summarizer or "default",
         requested_at=requested_at or now_rfc3339(precise=True),
         trigger=trigger,
     )
@@ -129,7 +138,9 @@ def request_summary(
             raise
     if not patch_if_exists:
         return name, "exists"
-    patch = {"spec": {"requestedAt": spec.requested_at, "trigger": trigger}}
+    patch: dict[str, Any] = {"spec": {"requestedAt": spec.requested_at, "trigger": trigger}}
+    if set_summarizer_on_patch and summarizer is not None:
+        patch["spec"]["summarizerRef"] = summarizer
     custom().patch_namespaced_custom_object(GROUP, VERSION, namespace, SUMMARY_PLURAL, name, patch)
     return name, "patched"
 
@@ -172,3 +183,101 @@ def delete_summary_if_unchanged(namespace: str, name: str, resource_version: str
         if exc.status in (404, 409):
             return False
         raise
+
+
+STATUS_CONFLICT_RETRIES = 8
+
+
+def update_summarizer_status(
+    namespace: str,
+    name: str,
+    mutate: Callable[[SessionSummarizerStatus], SessionSummarizerStatus],
+) -> tuple[SessionSummarizerStatus, SessionSummarizerStatus] | None:
+    """Read-modify-write of a SessionSummarizer's status with a resourceVersion
+    precondition, so a writer never drops what another wrote meanwhile (a merge patch of
+    a whole conditions list would). mutate gets the current status and returns the new
+    one; it changes only the fields and conditions its caller owns. Returns (before,
+    after), or None when the object is gone. Nothing is written when nothing changed."""
+    api = custom()
+    for _ in range(STATUS_CONFLICT_RETRIES):
+        try:
+            obj = cast(
+                dict[str, Any],
+                api.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, SUMMARIZER_PLURAL, name
+                ),
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        before = SessionSummarizerStatus.model_validate(obj.get("status") or {})
+        after = mutate(before.model_copy(deep=True))
+        old, new = before.to_api(), after.to_api()
+        if old == new:
+            return before, after
+        body: dict[str, Any] = {
+            "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+            # Fields the caller cleared are removed (null in a merge patch).
+            "status": {**dict.fromkeys(old), **new},
+        }
+        try:
+            api.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, SUMMARIZER_PLURAL, name, body
+            )
+            return before, after
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            if exc.status != 409:
+                raise
+    raise RuntimeError(
+        f"SessionSummarizer {namespace}/{name}: status kept changing under us "
+        f"({STATUS_CONFLICT_RETRIES} conflicts in a row)"
+    )
+
+
+def list_summarizers(namespaces: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Every SessionSummarizer in these namespaces (all namespaces when empty)."""
+    api = custom()
+    if not namespaces:
+        listing = api.list_cluster_custom_object(GROUP, VERSION, SUMMARIZER_PLURAL)
+        return list(cast(dict[str, Any], listing).get("items") or [])
+    items: list[dict[str, Any]] = []
+    for ns in namespaces:
+        listing = api.list_namespaced_custom_object(GROUP, VERSION, ns, SUMMARIZER_PLURAL)
+        items += cast(dict[str, Any], listing).get("items") or []
+    return items
+
+
+def post_event(obj: dict[str, Any], *, type_: str, reason: str, message: str) -> None:
+    """An Event on an object, from code that runs outside a kopf handler (kopf.event needs
+    a handler's context). Best effort, like kopf's own: a failure is logged, not raised."""
+    meta = obj.get("metadata") or {}
+    now = dt.datetime.now(dt.UTC)
+    event = client.CoreV1Event(
+        metadata=client.V1ObjectMeta(
+            generate_name=f"{meta.get('name', 'object')}.", namespace=meta.get("namespace")
+        ),
+        involved_object=client.V1ObjectReference(
+            api_version=obj.get("apiVersion"),
+            kind=obj.get("kind"),
+            name=meta.get("name"),
+            namespace=meta.get("namespace"),
+            uid=meta.get("uid"),
+            resource_version=meta.get("resourceVersion"),
+        ),
+        type=type_,
+        reason=reason,
+        message=message[:1024],
+        first_timestamp=now,
+        last_timestamp=now,
+        count=1,
+        source=client.V1EventSource(component="session-summary-operator"),
+        reporting_component="session-summary-operator",
+        reporting_instance=os.environ.get("SSO_REPLICA_ID", ""),
+    )
+    try:
+        core().create_namespaced_event(meta.get("namespace") or "default", event)
+    except (ApiException, urllib3.exceptions.HTTPError) as exc:
+        log.warning("could not post Event %s on %s: %s", reason, meta.get("name"), exc)

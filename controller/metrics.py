@@ -57,7 +57,7 @@ SWEEP_CANDIDATES_FOUND = Counter(
 )
 CLAIM_CONFLICTS = Counter(
     "session_summary_claim_conflicts_total",
-    "Per-object claims this replica could not take or keep (held by another writer, or a "
+    "Per-session claims this replica could not take or keep (held by another writer, or a "
     "resourceVersion conflict).",
 )
 ACTIVE_REPLICA = Gauge(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
+import datetime as dt
 import logging
 import os
 from typing import Any
@@ -15,7 +16,14 @@ import controller.handlers  # noqa: F401  (registers the handlers)
 from controller import metrics
 from controller.config import CONFIG
 from controller.metrics import start_metrics_server
-from controller.peering import ensure_peering_object, watch_leader
+from controller.peering import (
+    PeeringView,
+    ensure_peering_object,
+    live_peers,
+    priority_conflicts,
+    read_peering,
+    watch_leader,
+)
 
 PEERING_NAME = "session-summary-operator"
 _RUN: dict[str, Any] = {"standalone": True, "peering": PEERING_NAME, "namespaces": ()}
@@ -79,10 +87,41 @@ async def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: A
         metrics.set_active_replica(CONFIG.replica_id, True)
     else:
         await asyncio.to_thread(ensure_peering_object, _RUN["peering"], _RUN["namespaces"])
-        task = asyncio.get_running_loop().create_task(
-            watch_leader(CONFIG.replica_id, _RUN["peering"], _RUN["namespaces"], _leader_changed)
+        await asyncio.to_thread(_warn_priority_conflict)
+    task = asyncio.get_running_loop().create_task(
+        watch_leader(
+            CONFIG.replica_id,
+            _RUN["peering"],
+            _RUN["namespaces"],
+            _leader_changed,
+            standalone=bool(_RUN["standalone"]),
+            grace_s=2.0 * CONFIG.peering_lifetime,
         )
-        _TASKS.add(task)
+    )
+    _TASKS.add(task)
+
+
+def _warn_priority_conflict() -> None:
+    """An explicit SSO_PEERING_PRIORITY that a live replica already has: kopf will pause
+    both, and nothing will be summarized. Said loudly at start (the ReplicaActive condition
+    says it on every SessionSummarizer once kopf sees the tie)."""
+    if not os.environ.get("SSO_PEERING_PRIORITY"):
+        return
+    try:
+        status = read_peering(_RUN["peering"], _RUN["namespaces"])
+    except Exception as exc:  # the watcher reports later; this is only an early warning
+        log.debug("could not read the peering object at start: %s", exc)
+        return
+    view = PeeringView(live_peers(status, dt.datetime.now(dt.UTC)))
+    others = priority_conflicts(view, CONFIG.replica_id, CONFIG.peering_priority)
+    if others:
+        log.error(
+            "SSO_PEERING_PRIORITY=%d is also the priority of live replica(s) %s: kopf will "
+            "pause all of them and nothing will be summarized; give each replica its own "
+            "priority or leave SSO_PEERING_PRIORITY unset",
+            CONFIG.peering_priority,
+            ", ".join(others),
+        )
 
 
 def run(argv: list[str] | None = None) -> None:

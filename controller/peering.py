@@ -1,7 +1,9 @@
 """Who is the active replica, as kopf peering sees it: computed from the peering object, so
-every replica (active or paused) can log changes and export the active-replica gauge.
+every replica (active or paused) can log changes, export the active-replica gauge, and
+write it on every SessionSummarizer (status.activeReplica, condition ReplicaActive).
 
-Read-only on purpose: this runs from an on.startup task, and kopf never pauses those.
+This runs from an on.startup task, which kopf never pauses: when equal priorities pause
+every replica, it is the one thing left that can say so on the resources.
 """
 
 from __future__ import annotations
@@ -9,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from controller import kube
+from controller.api import Condition, SessionSummarizerStatus, set_condition
 
 log = logging.getLogger("controller.peering")
 PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
@@ -91,18 +96,155 @@ def ensure_peering_object(name: str, namespaces: tuple[str, ...]) -> None:
         create(api.create_cluster_custom_object, "clusterkopfpeerings", body)
 
 
+@dataclass(frozen=True)
+class PeeringView:
+    """What the peering object says now, as this replica reads it."""
+
+    live: dict[str, int]  # identity -> priority of live peers
+    standalone: bool = False
+
+    @property
+    def leader(self) -> str | None:
+        return leader_of(self.live)
+
+    @property
+    def tied(self) -> list[str]:
+        """The peers sharing the top priority, when more than one does (all paused)."""
+        if not self.live:
+            return []
+        top = max(self.live.values())
+        tied = sorted(i for i, p in self.live.items() if p == top)
+        return tied if len(tied) > 1 else []
+
+
+def replica_status(view: PeeringView, me: str) -> tuple[str | None, Condition]:
+    """status.activeReplica and the ReplicaActive condition of every SessionSummarizer."""
+    if view.standalone:
+        return me, Condition(
+            type="ReplicaActive",
+            status="True",
+            reason="Standalone",
+            message=f"replica {me} runs standalone (no peering): the only writer by configuration",
+        )
+    tied = view.tied
+    if tied:
+        priority = view.live[tied[0]]
+        return None, Condition(
+            type="ReplicaActive",
+            status="False",
+            reason="PeeringPriorityTie",
+            message=(
+                f"replicas {', '.join(tied)} share peering priority {priority}: kopf pauses "
+                "all of them and nothing is summarized; give each replica its own "
+                "SSO_PEERING_PRIORITY, or leave it unset for a random one"
+            ),
+        )
+    leader = view.leader
+    if leader is None:
+        return None, Condition(
+            type="ReplicaActive",
+            status="False",
+            reason="NoLiveReplica",
+            message="no operator replica is alive in the peering object: nothing is summarized",
+        )
+    return leader, Condition(
+        type="ReplicaActive",
+        status="True",
+        reason="Elected",
+        message=f"replica {leader} is active ({len(view.live)} live)",
+    )
+
+
+def priority_conflicts(view: PeeringView, me: str, priority: int) -> list[str]:
+    """Other live replicas with our priority: kopf would pause us all."""
+    return sorted(i for i, p in view.live.items() if p == priority and i != me)
+
+
+def _apply_replica_status(
+    status: SessionSummarizerStatus, active: str | None, cond: Condition, standalone: bool
+) -> SessionSummarizerStatus:
+    current = {c.type: c for c in status.conditions or []}.get("ReplicaActive")
+    if standalone and status.active_replica and current is not None:
+        return status  # stamped once: two standalone replicas must not flip it back and forth
+    return status.model_copy(
+        update={
+            "active_replica": active,
+            "conditions": set_condition(status.conditions, cond),
+        }
+    )
+
+
+def report_replica_status(view: PeeringView, me: str, namespaces: tuple[str, ...]) -> int:
+    """Writes activeReplica + ReplicaActive on every SessionSummarizer whose status differs;
+    an Event where the condition changes. Returns how many were written."""
+    active, cond = replica_status(view, me)
+    written = 0
+    for obj in kube.list_summarizers(namespaces):
+        meta = obj["metadata"]
+        listed = SessionSummarizerStatus.model_validate(obj.get("status") or {})
+        if _apply_replica_status(listed, active, cond, view.standalone) == listed:
+            continue  # as it should be: no read, no write
+        result = kube.update_summarizer_status(
+            meta["namespace"],
+            meta["name"],
+            lambda st: _apply_replica_status(st, active, cond, view.standalone),
+        )
+        if result is None or result[0] == result[1]:
+            continue
+        written += 1
+        before = {c.type: c for c in result[0].conditions or []}.get("ReplicaActive")
+        if before is None or (before.status, before.reason) != (cond.status, cond.reason):
+            kube.post_event(
+                obj,
+                type_="Normal" if cond.status == "True" else "Warning",
+                reason=cond.reason,
+                message=cond.message,
+            )
+    return written
+
+
 async def watch_leader(
-    me: str, name: str, namespaces: tuple[str, ...], on_change: Any, interval: float = 2.0
+    me: str,
+    name: str,
+    namespaces: tuple[str, ...],
+    on_change: Any,
+    interval: float = 2.0,
+    *,
+    standalone: bool = False,
+    grace_s: float = 15.0,
+    resync_s: float = 2.0,
 ) -> None:
-    """Polls the peering object and calls on_change(leader, previous) when it changes."""
+    """Polls the peering object; calls on_change(leader, previous) when the leader changes
+    and keeps every SessionSummarizer's activeReplica and ReplicaActive condition true to
+    it (at once on a change, else every resync_s for summarizers created meanwhile: one
+    list call, writes only where a status differs). Runs
+    on every replica, paused or not: when priorities tie, all of them are paused and only
+    this can say so. Until grace_s has passed, an empty peering (kopf not registered yet)
+    is not reported."""
     previous: str | None = "(unknown)"
+    reported: tuple[str | None, str] | None = None
+    last_error = ""
+    started = last_sync = time.monotonic()
     while True:
         try:
-            status = await asyncio.to_thread(read_peering, name, namespaces)
-            leader = leader_of(live_peers(status, dt.datetime.now(dt.UTC)))
+            if standalone:
+                view = PeeringView({me: 0}, standalone=True)
+            else:
+                status = await asyncio.to_thread(read_peering, name, namespaces)
+                view = PeeringView(live_peers(status, dt.datetime.now(dt.UTC)))
+            leader = me if standalone else view.leader
             if leader != previous:
                 on_change(leader, previous)
                 previous = leader
-        except Exception as exc:  # keep watching through API hiccups
-            log.debug("reading the peering object failed: %s", exc)
+            active, cond = replica_status(view, me)
+            settled = view.live or time.monotonic() - started > grace_s
+            due = (active, cond.reason) != reported or time.monotonic() - last_sync > resync_s
+            if settled and due:
+                await asyncio.to_thread(report_replica_status, view, me, namespaces)
+                reported, last_sync = (active, cond.reason), time.monotonic()
+        except Exception as exc:  # keep watching through API hiccups; say each new one once
+            said = f"{type(exc).__name__}: {exc}"[:300]
+            if said != last_error:
+                log.warning("reading or reporting the peering failed: %s", said)
+                last_error = said
         await asyncio.sleep(interval)

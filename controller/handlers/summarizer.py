@@ -26,12 +26,25 @@ from controller.api import (
     SessionSummarizerSpec,
     SessionSummarizerStatus,
     now_rfc3339,
-    set_condition,
 )
-from controller.backends import backends_for, embedder_for, embedding_spec, store_location
+from controller.backends import embedder_for, embedding_spec, store_location
+from controller.claiming import collect_abandoned_claims
 from controller.config import CONFIG
 from controller.embeddings import EmbeddingError
-from controller.store import EmbeddingMismatch, StoreUnavailable, forget_store, store_for
+from controller.store import (
+    CollectionNotFound,
+    EmbeddingMismatch,
+    InvalidStoreConfig,
+    StoreUnavailable,
+    forget_store,
+    store_for,
+)
+from controller.summarizer_status import (
+    SweepReport,
+    store_reachable,
+    sweep_failure,
+    with_conditions,
+)
 from controller.sweeper import apply_retention, run_sweep
 
 
@@ -44,24 +57,19 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _check_store(spec: SessionSummarizerSpec, namespace: str) -> Condition:
+    location = None
     try:
         location = store_location(spec, namespace)
         store_for(location).heartbeat()
     except kube.SecretError as exc:
-        return Condition(
-            type="StoreReachable", status="False", reason="SecretNotFound", message=str(exc)
-        )
+        return store_reachable(spec.store.url, reason="SecretNotFound", message=str(exc))
+    except InvalidStoreConfig as exc:
+        return store_reachable(spec.store.url, reason="InvalidStoreConfig", message=_one_line(exc))
     except StoreUnavailable as exc:
-        forget_store(location)
-        return Condition(
-            type="StoreReachable", status="False", reason="StoreUnavailable", message=_one_line(exc)
-        )
-    return Condition(
-        type="StoreReachable",
-        status="True",
-        reason="HeartbeatOK",
-        message=f"Chroma at {spec.store.url} answers",
-    )
+        if location is not None:
+            forget_store(location)
+        return store_reachable(spec.store.url, reason="StoreUnavailable", message=_one_line(exc))
+    return store_reachable(spec.store.url)
 
 
 def _check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
@@ -134,7 +142,7 @@ def _check_embedding(spec: SessionSummarizerSpec, namespace: str) -> Condition:
         held = store_for(store_location(spec, namespace)).check_embedding_dimension(dimension)
     except EmbeddingMismatch as exc:
         return failed("EmbeddingMismatch", _one_line(exc))
-    except (StoreUnavailable, kube.SecretError):
+    except (StoreUnavailable, kube.SecretError, InvalidStoreConfig):
         # StoreReachable reports it; the dimension is checked again before every write.
         return ok(
             f"{provider} produces {dimension}-d vectors (collection not checked: "
@@ -154,26 +162,44 @@ def health_conditions(spec: SessionSummarizerSpec, namespace: str) -> list[Condi
     ]
 
 
+def _write_status(
+    namespace: str, name: str, mutate: Any
+) -> tuple[SessionSummarizerStatus, SessionSummarizerStatus] | None:
+    return kube.update_summarizer_status(namespace, name, mutate)
+
+
+def _transitions(
+    before: SessionSummarizerStatus, conditions: list[Condition]
+) -> list[tuple[Condition, bool]]:
+    """(condition, changed) for each: changed when its status or reason differs from before."""
+    current = {c.type: c for c in before.conditions or []}
+    out = []
+    for cond in conditions:
+        old = current.get(cond.type)
+        out.append((cond, old is None or (old.status, old.reason) != (cond.status, cond.reason)))
+    return out
+
+
 @kopf.on.create(GROUP, VERSION, SUMMARIZER_PLURAL)
 @kopf.on.update(GROUP, VERSION, SUMMARIZER_PLURAL, field="spec")
 @kopf.on.resume(GROUP, VERSION, SUMMARIZER_PLURAL)
-async def check_config(body: kopf.Body, namespace: str | None, patch: kopf.Patch, **_: Any) -> None:
+async def check_config(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> None:
+    """The health probes own StoreReachable, ModelReady and EmbeddingReady."""
     assert namespace is not None  # SessionSummarizer is namespaced
     spec = _validate(body)
-    conditions = _status(body).conditions
-    for cond in await asyncio.to_thread(health_conditions, spec, namespace):
-        conditions = set_condition(conditions, cond)
+    conditions = await asyncio.to_thread(health_conditions, spec, namespace)
+    generation = body.metadata.get("generation")
+    for cond in conditions:
         if cond.status == "False":
             kopf.event(body, type="Warning", reason=cond.reason, message=cond.message)
-    status = _status(body).model_copy(
-        update={"conditions": conditions, "observed_generation": body.metadata.get("generation")}
+    await asyncio.to_thread(
+        _write_status,
+        namespace,
+        name,
+        lambda st: with_conditions(st, conditions).model_copy(
+            update={"observed_generation": generation}
+        ),
     )
-    patch.status.update(status.to_api())
-
-
-def _store_condition_unchanged(status: SessionSummarizerStatus, new: Condition) -> bool:
-    current = {c.type: c for c in status.conditions or []}.get(new.type)
-    return current is not None and current.status == new.status and current.reason == new.reason
 
 
 def _sweep_due(spec: SessionSummarizerSpec, status: SessionSummarizerStatus) -> bool:
@@ -190,11 +216,7 @@ _LAST_PROBE: dict[tuple[str, str], float] = {}
 
 
 async def _reprobe_embedding(
-    body: kopf.Body,
-    spec: SessionSummarizerSpec,
-    namespace: str,
-    status: SessionSummarizerStatus,
-    patch: kopf.Patch,
+    body: kopf.Body, spec: SessionSummarizerSpec, namespace: str, status: SessionSummarizerStatus
 ) -> None:
     """While EmbeddingReady is False, probe again every SSO_EMBEDDING_REPROBE_SECONDS (30),
     so the condition turns True once the endpoint or the collection is fixed, without a
@@ -202,7 +224,8 @@ async def _reprobe_embedding(
     current = {c.type: c for c in status.conditions or []}.get("EmbeddingReady")
     if current is None or current.status != "False":
         return
-    key = (namespace, str(body.metadata.get("name")))
+    name = str(body.metadata.get("name"))
+    key = (namespace, name)
     now, last = time.monotonic(), _LAST_PROBE.get(key)
     if last is None:
         # The create/update/resume handler has just probed: wait a full interval first.
@@ -213,9 +236,9 @@ async def _reprobe_embedding(
     _LAST_PROBE[key] = now
     cond = await asyncio.to_thread(_check_embedding, spec, namespace)
     if cond.status == "True":
-        # Merge patches replace the whole list; the sweep below keeps this one.
-        status.conditions = set_condition(status.conditions, cond)
-        patch.status["conditions"] = [c.to_api() for c in status.conditions]
+        await asyncio.to_thread(
+            _write_status, namespace, name, lambda st: with_conditions(st, [cond])
+        )
         kopf.event(body, type="Normal", reason=cond.reason, message=cond.message)
 
 
@@ -226,25 +249,22 @@ async def sweep(
     body: kopf.Body,
     name: str,
     namespace: str | None,
-    patch: kopf.Patch,
     logger: kopf.Logger,
     **_: Any,
 ) -> None:
+    """The sweep owns the sweep fields and the Swept condition (and reports a store it
+    could not reach through the store probe's StoreReachable)."""
     assert namespace is not None
     spec = _validate(body)
     status = _status(body)
-    if status.active_replica != CONFIG.replica_id:
-        # Timers tick only on the active replica: this one has just become it.
-        logger.info("replica %s is active (was %s)", CONFIG.replica_id, status.active_replica)
-        patch.status["activeReplica"] = CONFIG.replica_id
-    await _reprobe_embedding(body, spec, namespace, status, patch)
+    await _reprobe_embedding(body, spec, namespace, status)
     if not _sweep_due(spec, status):
         return
     try:
-        backends = await asyncio.to_thread(backends_for, spec, namespace)
+        store = await asyncio.to_thread(store_for, store_location(spec, namespace))
         result = await asyncio.to_thread(
             run_sweep,
-            backends.store,
+            store,
             spec,
             namespace=namespace,
             summarizer_name=name,
@@ -253,22 +273,20 @@ async def sweep(
         deleted = await asyncio.to_thread(
             apply_retention, spec, namespace=namespace, summarizer_name=name
         )
-    except (StoreUnavailable, kube.SecretError) as exc:
-        reason = "StoreUnavailable" if isinstance(exc, StoreUnavailable) else "SecretNotFound"
-        cond = Condition(
-            type="StoreReachable", status="False", reason=reason, message=_one_line(exc)
+        # Claims of writers that died long ago (a claim is deleted when its write is done).
+        collected = await asyncio.to_thread(collect_abandoned_claims, CONFIG.claim_ttl_seconds)
+    except (StoreUnavailable, kube.SecretError, CollectionNotFound, InvalidStoreConfig) as exc:
+        failure = sweep_failure(exc, spec.store.url)
+        if isinstance(exc, StoreUnavailable):
+            forget_store(store_location(spec, namespace))
+        written = await asyncio.to_thread(
+            _write_status, namespace, name, lambda st: failure.apply(st, now_rfc3339())
         )
-        kopf.event(body, type="Warning", reason=reason, message=cond.message)
-        patch.status.update(
-            status.model_copy(
-                update={
-                    "conditions": set_condition(status.conditions, cond),
-                    "last_sweep_at": now_rfc3339(),
-                    "active_replica": CONFIG.replica_id,
-                    "message": f"sweep failed: {cond.message}",
-                }
-            ).to_api()
-        )
+        if written is not None and any(
+            changed for _, changed in _transitions(written[0], failure.conditions)
+        ):
+            kopf.event(body, type="Warning", reason=failure.reason, message=failure.message)
+        logger.warning("sweep failed: %s: %s", failure.reason, failure.message)
         return
     plan = result.plan
     metrics.observe_sweep(result.duration_s, plan.found)
@@ -278,34 +296,22 @@ async def sweep(
         f"patched {result.patched}, {result.applied.in_flight} already in flight, "
         f"{result.applied.left} left for later; "
         f"deleted {deleted} expired objects"
+        + (f", {collected} abandoned claims" if collected else "")
     )
     logger.info("sweep by %s: %s", CONFIG.replica_id, message)
-    ok = Condition(
-        type="StoreReachable",
-        status="True",
-        reason="HeartbeatOK",
-        message=f"Chroma at {spec.store.url} answers",
+    swept = SweepReport(
+        at=now_rfc3339(),
+        duration_s=result.duration_s,
+        found=plan.found,
+        deferred=result.applied.left,
+        created=result.created,
+        patched=result.patched,
+        scanned=result.scanned,
+        deleted=deleted,
+        watermark=plan.next_watermark_ms,
+        message=message,
+        store_url=spec.store.url,
     )
-    swept = status.model_copy(
-        update={
-            "conditions": set_condition(status.conditions, ok),
-            "active_replica": CONFIG.replica_id,
-            "last_sweep_at": now_rfc3339(),
-            "last_sweep_duration_seconds": round(result.duration_s, 3),
-            "candidates_found": plan.found,
-            "deferred": result.applied.left,
-            "created": result.created,
-            "patched": result.patched,
-            "scanned_memories": result.scanned,
-            "deleted_by_retention": deleted,
-            "watermark": plan.next_watermark_ms,
-            "message": message,
-        }
-    ).to_api()
-    if _store_condition_unchanged(status, ok):
-        # A merge patch replaces the whole list: leave it alone unless StoreReachable
-        # changed, so a ModelReady written by check_config meanwhile is not lost.
-        swept.pop("conditions", None)
-    patch.status.update(swept)
+    await asyncio.to_thread(_write_status, namespace, name, swept.apply)
     if result.created or result.patched:
         kopf.event(body, type="Normal", reason="Swept", message=message)

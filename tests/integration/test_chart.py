@@ -688,9 +688,14 @@ def test_the_operator_with_the_chart_service_account_does_its_whole_job(
     assert sorted(rows["ids"]) == sorted([f"summary_{swept}", f"summary_{sunset}"])
     assert {m["writer"] for m in rows["metadatas"]} == {LP_REPLICA}
 
-    summarizer = json.loads(
-        cp.kubectl_run("-n", LP_NS, "get", "ssumr", "default", "-o", "json").stdout
-    )
+    def summarizer_with_leader() -> dict[str, Any] | None:
+        obj = json.loads(
+            cp.kubectl_run("-n", LP_NS, "get", "ssumr", "default", "-o", "json").stdout
+        )
+        # activeReplica is the peering reporter's: written a poll after kopf registers.
+        return obj if (obj.get("status") or {}).get("activeReplica") else None
+
+    summarizer = wait_for(summarizer_with_leader, 30, 0.3, message="activeReplica\n" + tail(op.log))
     # The sweep timer's finalizer: why the chart keeps this object on helm uninstall.
     assert "kopf.zalando.org/KopfFinalizerMarker" in summarizer["metadata"]["finalizers"]
     status = summarizer["status"]

@@ -11,7 +11,7 @@ import pytest
 
 from controller.localenv.processes import wait_for
 from controller.store import EmbeddingMismatch
-from tests.integration.harness import NS, Harness, interaction, load
+from tests.integration.harness import NS, Harness, interaction, load, stored_summary_ids
 from tests.support.openai_server import OpenAIServer, Status, hash_embedding, running_openai_server
 
 
@@ -109,9 +109,7 @@ def test_embedding_endpoint_outage_is_reported_then_recovers(
         message="EmbeddingUnavailable",
     )
     assert "500" in condition(harness, sid)["message"]
-    assert (
-        harness.store(summary="flaky-sessions").summaries().get(ids=[f"summary_{sid}"])["ids"] == []
-    )
+    assert stored_summary_ids(harness.store(summary="flaky-sessions"), [f"summary_{sid}"]) == []
     harness.wait_phase(sid, "Summarized", timeout=60)
 
 

@@ -26,3 +26,62 @@ def test_a_shared_top_priority_means_no_leader() -> None:
     # kopf pauses every peer with the same top priority: nobody is active.
     assert leader_of({"a": 7, "b": 7, "c": 1}) is None
     assert leader_of({}) is None
+
+
+# -- what every SessionSummarizer shows (controller.peering.replica_status) --------------
+
+from controller.api import SessionSummarizerStatus  # noqa: E402
+from controller.peering import (  # noqa: E402
+    PeeringView,
+    _apply_replica_status,
+    priority_conflicts,
+    replica_status,
+)
+
+
+def test_a_priority_tie_shows_no_active_replica_and_names_the_tied_replicas() -> None:
+    active, cond = replica_status(PeeringView({"r1": 100, "r2": 100, "r3": 5}), "r1")
+    assert active is None
+    assert (cond.type, cond.status, cond.reason) == ("ReplicaActive", "False", "PeeringPriorityTie")
+    assert "r1, r2" in cond.message and "100" in cond.message
+    assert "SSO_PEERING_PRIORITY" in cond.message
+
+
+def test_the_elected_leader_is_shown() -> None:
+    active, cond = replica_status(PeeringView({"r1": 1, "r2": 9}), "r1")
+    assert active == "r2"
+    assert (cond.status, cond.reason) == ("True", "Elected")
+
+
+def test_no_live_replica_is_said_so() -> None:
+    active, cond = replica_status(PeeringView({}), "r1")
+    assert active is None and (cond.status, cond.reason) == ("False", "NoLiveReplica")
+
+
+def test_a_standalone_replica_is_active_by_configuration() -> None:
+    active, cond = replica_status(PeeringView({}, standalone=True), "solo")
+    assert active == "solo" and cond.reason == "Standalone"
+
+
+def test_an_old_leader_is_cleared_when_priorities_tie() -> None:
+    before = SessionSummarizerStatus(active_replica="old-leader")
+    active, cond = replica_status(PeeringView({"a": 3, "b": 3}), "a")
+    after = _apply_replica_status(before, active, cond, standalone=False)
+    assert after.active_replica is None
+    assert [c.reason for c in after.conditions or []] == ["PeeringPriorityTie"]
+
+
+def test_two_standalone_replicas_do_not_flip_the_active_replica_back_and_forth() -> None:
+    first = _apply_replica_status(
+        SessionSummarizerStatus(), *replica_status(PeeringView({}, standalone=True), "a"), True
+    )
+    second = _apply_replica_status(
+        first, *replica_status(PeeringView({}, standalone=True), "b"), True
+    )
+    assert second == first
+
+
+def test_an_explicit_priority_another_live_replica_has_is_a_conflict() -> None:
+    view = PeeringView({"me": 7, "other": 7, "third": 2})
+    assert priority_conflicts(view, "me", 7) == ["other"]
+    assert priority_conflicts(view, "me", 8) == []

@@ -1,0 +1,120 @@
+"""A SessionSummarizer's status, computed from its inputs. Pure.
+
+Each condition has one owner, and every write goes through
+kube.update_summarizer_status (read, apply one of these functions, write with a
+resourceVersion precondition), so no writer drops what another wrote:
+
+| condition        | owner                                   | module                        |
+| ---------------- | --------------------------------------- | ----------------------------- |
+| StoreReachable   | the store probe (`store_reachable`)     | health check and sweep use it |
+| ModelReady       | the model probe                         | handlers/summarizer.py        |
+| EmbeddingReady   | the embedding probe                     | handlers/summarizer.py        |
+| Swept            | the sweep (`SweepReport`, `SweepFailure`) | handlers/summarizer.py      |
+| ReplicaActive    | the peering reporter (`replica_status`) | controller/peering.py         |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from controller.api import Condition, SessionSummarizerStatus, set_condition
+
+
+def with_conditions(
+    status: SessionSummarizerStatus, conditions: Iterable[Condition], now: str | None = None
+) -> SessionSummarizerStatus:
+    """The status with these conditions set (others kept; transition times move only on a
+    status change)."""
+    merged = status.conditions
+    for cond in conditions:
+        merged = set_condition(merged, cond, now=now)
+    return status.model_copy(update={"conditions": merged})
+
+
+def store_reachable(url: str, *, reason: str = "HeartbeatOK", message: str = "") -> Condition:
+    """StoreReachable: True with HeartbeatOK, else False with the failure's reason."""
+    if reason == "HeartbeatOK":
+        return Condition(
+            type="StoreReachable",
+            status="True",
+            reason=reason,
+            message=message or f"Chroma at {url} answers",
+        )
+    return Condition(type="StoreReachable", status="False", reason=reason, message=message)
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    """What a sweep that ran writes: its figures, Swept True, and a reachable store."""
+
+    at: str
+    duration_s: float
+    found: int
+    deferred: int
+    created: int
+    patched: int
+    scanned: int
+    deleted: int
+    watermark: int | None
+    message: str
+    store_url: str
+
+    def apply(self, status: SessionSummarizerStatus) -> SessionSummarizerStatus:
+        swept = Condition(type="Swept", status="True", reason="SweepOK", message=self.message)
+        return with_conditions(status, [swept, store_reachable(self.store_url)]).model_copy(
+            update={
+                "last_sweep_at": self.at,
+                "last_sweep_duration_seconds": round(self.duration_s, 3),
+                "candidates_found": self.found,
+                "deferred": self.deferred,
+                "created": self.created,
+                "patched": self.patched,
+                "scanned_memories": self.scanned,
+                "deleted_by_retention": self.deleted,
+                "watermark": self.watermark,
+                "message": self.message,
+            }
+        )
+
+
+@dataclass(frozen=True)
+class SweepFailure:
+    """A sweep that could not run: Swept False (and StoreReachable False when the store
+    itself failed); lastSweepAt moves so the next attempt waits a full interval."""
+
+    reason: str
+    message: str
+    store_failed: bool
+
+    @property
+    def conditions(self) -> list[Condition]:
+        swept = Condition(type="Swept", status="False", reason=self.reason, message=self.message)
+        if not self.store_failed:
+            return [swept]
+        return [swept, store_reachable("", reason=self.reason, message=self.message)]
+
+    def apply(self, status: SessionSummarizerStatus, at: str) -> SessionSummarizerStatus:
+        return with_conditions(status, self.conditions).model_copy(
+            update={"last_sweep_at": at, "message": f"sweep failed: {self.message}"}
+        )
+
+
+def one_line(text: object, limit: int = 300) -> str:
+    return " ".join(str(text).split())[:limit]
+
+
+def sweep_failure(exc: BaseException, url: str) -> SweepFailure:
+    """The reason a sweep failed, from the exception class (by name: this module does no
+    I/O and imports none of the modules that raise them)."""
+    kind = type(exc).__name__
+    message = one_line(exc) or kind
+    if kind == "SecretError":
+        return SweepFailure("SecretNotFound", message, store_failed=True)
+    if kind == "CollectionNotFound":
+        role = getattr(exc, "role", "memory")
+        reason = "MemoryCollectionNotFound" if role == "memory" else "CollectionNotFound"
+        return SweepFailure(reason, message, store_failed=False)
+    if kind == "InvalidStoreConfig":
+        return SweepFailure("InvalidStoreConfig", message, store_failed=False)
+    return SweepFailure("StoreUnavailable", message or f"Chroma at {url} failed", store_failed=True)
