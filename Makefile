@@ -9,7 +9,7 @@ help:
 	@echo "make demo          - summarize sample agent sessions end to end (local control plane + Chroma)"
 	@echo "make test          - install what is needed, then lint, type-check and run every test tier"
 	@echo "make unit          - unit tests only (no servers)"
-	@echo "make cluster-up    - start a local etcd + kube-apiserver; prints the KUBECONFIG to export"
+	@echo "make cluster-up    - start a local etcd + kube-apiserver; prints the exports (KUBECONFIG; PATH with kubectl, summaryctl)"
 	@echo "make cluster-down  - stop it"
 	@echo "make e2e           - end to end on kind (skips without Docker and kind)"
 

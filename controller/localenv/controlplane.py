@@ -449,11 +449,24 @@ def running_control_plane(workdir: Path | None = None) -> Iterator[ControlPlane]
             shutil.rmtree(path, ignore_errors=True)
 
 
+def _exports(state_dir: Path) -> str:
+    """The shell lines that put kubectl/helm (matching the server) and summaryctl (the
+    venv this runs in) on PATH and aim them at the cluster."""
+    venv_bin = Path(sys.prefix) / "bin"
+    state_dir = state_dir.resolve()
+    return (
+        f"export KUBECONFIG={state_dir / 'kubeconfig'}\n"
+        f'export PATH="{state_dir / "bin"}:{venv_bin}:$PATH"'
+        "   # kubectl and helm matching the server; summaryctl"
+    )
+
+
 def _cmd_up(state_dir: Path) -> int:
     if (state_dir / "state.json").exists():
         existing = ControlPlane.from_state(state_dir)
         if all(_alive(p) for p in existing.pids.values()):
-            print(f"already running; export KUBECONFIG={state_dir / 'kubeconfig'}")
+            print("already running")
+            print(_exports(state_dir))
             return 0
         existing.stop()
     shutil.rmtree(state_dir, ignore_errors=True)
@@ -464,8 +477,7 @@ def _cmd_up(state_dir: Path) -> int:
     (state_dir / "bin").symlink_to(cp.bin_dir)
     print(f"control plane ready in {time.monotonic() - started:.1f}s at {cp.server}")
     print(f"logs: {state_dir}/*.log   stop: make cluster-down")
-    print(f"export KUBECONFIG={cp.kubeconfig}")
-    print(f'export PATH="{cp.bin_dir}:$PATH"   # kubectl and helm matching the server')
+    print(_exports(state_dir))
     return 0
 
 

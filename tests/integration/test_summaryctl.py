@@ -1,16 +1,26 @@
-"""summaryctl against a real Chroma server: the recovery path and what agents read at boot."""
+"""summaryctl against a real Chroma server and a real control plane: the recovery path,
+what agents read at boot, the sunset step, the demo, and what every bad input says."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
 import subprocess
 import sys
+import uuid
 
+import pytest
+
+from controller.demo import NAMESPACE as DEMO_NAMESPACE
 from controller.demo_data import SAMPLE_SESSIONS, memory_rows
 from controller.localenv.chroma import ChromaServer
 from controller.localenv.controlplane import REPO_ROOT, free_port
+from controller.localenv.processes import wait_for
+from controller.naming import summary_object_name
 from controller.store import MemoryStore, StoreLocation, connect
-from tests.integration.harness import load
+from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
 
 
 def summaryctl(*args: str) -> subprocess.CompletedProcess[str]:
@@ -23,6 +33,14 @@ def summaryctl(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def one_error_line(stderr: str) -> str:
+    """The error a user reads: no traceback, and one `summaryctl...: error:` line at the end."""
+    assert "Traceback" not in stderr, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("summaryctl") and "error:" in last, stderr
+    return last
+
+
 def test_local_summarize_then_summaries_newest_first(chroma_server: ChromaServer) -> None:
     url = chroma_server.url
     cols = ["--memory-collection", "cli-memory", "--summary-collection", "cli-sessions"]
@@ -31,20 +49,12 @@ def test_local_summarize_then_summaries_newest_first(chroma_server: ChromaServer
     load(MemoryStore(connect(loc), loc), memory_rows(older, 1_700_000_000_000))
     load(MemoryStore(connect(loc), loc), memory_rows(newer, 1_700_000_900_000))
     res = summaryctl(
-        "summarize",
-        older.session_id,
-        newer.session_id,
-        "missing-session",
-        "--local",
-        "--chroma-url",
-        url,
-        *cols,
+        "summarize", older.session_id, newer.session_id, "--local", "--chroma-url", url, *cols
     )
     assert res.returncode == 0, res.stderr
-    assert f"[1/3] {older.session_id}: summarized" in res.stdout
-    assert "[3/3] missing-session: not-found" in res.stdout
+    assert f"[1/2] {older.session_id}: summarized" in res.stdout
     again = summaryctl("summarize", older.session_id, "--local", "--chroma-url", url, *cols)
-    assert "up-to-date" in again.stdout
+    assert again.returncode == 0 and "up-to-date" in again.stdout
 
     listed = summaryctl("summaries", "--limit", "2", "--json", "--chroma-url", url, *cols)
     rows = json.loads(listed.stdout)
@@ -52,6 +62,25 @@ def test_local_summarize_then_summaries_newest_first(chroma_server: ChromaServer
     assert rows[0]["metadata"]["writer"].startswith("summaryctl@")
     text = summaryctl("summaries", "--limit", "1", "--chroma-url", url, *cols).stdout
     assert text.startswith(f"== summary_{newer.session_id}") and "## User Requests" in text
+
+
+def test_local_summarize_of_an_unknown_session_fails_and_names_it(
+    chroma_server: ChromaServer,
+) -> None:
+    url = chroma_server.url
+    cols = ["--memory-collection", "cli-memory-nf", "--summary-collection", "cli-sessions-nf"]
+    loc = StoreLocation(
+        url=url, memory_collection="cli-memory-nf", summary_collection="cli-sessions-nf"
+    )
+    known = SAMPLE_SESSIONS[0]
+    load(MemoryStore(connect(loc), loc), memory_rows(known, 1_700_000_000_000))
+    missing = f"missing-{uuid.uuid4().hex[:8]}"
+    res = summaryctl("summarize", known.session_id, missing, "--local", "--chroma-url", url, *cols)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert f"[1/2] {known.session_id}: summarized" in res.stdout  # the others still are
+    assert f"[2/2] {missing}: not-found" in res.stdout
+    assert f"no memories found for 1 of 2 session(s): {missing}" in res.stderr
+    assert "Traceback" not in res.stderr
 
 
 def test_summarize_without_local_flag_explains_the_single_writer_rule() -> None:
@@ -65,10 +94,30 @@ def test_unreachable_chroma_is_a_one_line_error() -> None:
     url = f"http://127.0.0.1:{free_port()}"
     res = summaryctl("summaries", "--chroma-url", url)
     assert res.returncode == 2
-    assert (
-        "cannot connect to Chroma" in res.stderr and "is the Chroma server running?" in res.stderr
-    )
-    assert "Traceback" not in res.stderr
+    line = one_error_line(res.stderr)
+    assert "cannot connect to Chroma" in line and "is the Chroma server running?" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["sunset", ""], "session id must not be empty"),
+        (["sunset", "   "], "session id must not be empty"),
+        (["sunset", "x" * 1025], "at most 1024 characters"),
+        (["summarize", "", "--local", "--chroma-url", "http://127.0.0.1:9"], "session id"),
+        (["summaries", "--limit", "-3", "--chroma-url", "http://127.0.0.1:9"], "at least 1"),
+        (["summaries", "--chroma-url", "notaurl"], "invalid Chroma URL 'notaurl'"),
+        (["summaries", "--chroma-url", "ftp://x"], "invalid Chroma URL 'ftp://x'"),
+        (["summaries", "--chroma-url", "http://"], "invalid Chroma URL 'http://': no host"),
+        (["summaries", "--chroma-url", "http://host:99999"], "Port out of range"),
+        (["sunset", "abc", "--summarizer", "Not_A_Name"], "invalid object name"),
+        (["sunset", "abc", "--wait", "-1"], "0 or more seconds"),
+    ],
+)
+def test_a_bad_argument_is_one_line_and_exit_2(args: list[str], says: str) -> None:
+    res = summaryctl(*args)
+    assert res.returncode == 2, res.stderr
+    assert says in one_error_line(res.stderr)
 
 
 def test_sunset_without_a_cluster_says_how_to_get_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -82,3 +131,166 @@ def test_sunset_without_a_cluster_says_how_to_get_one(tmp_path) -> None:  # type
     )
     assert res.returncode == 2
     assert "make cluster-up" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_sunset_with_summarizer_on_an_existing_object_applies_it(harness: Harness) -> None:
+    sid = f"cli-retarget-{uuid.uuid4().hex[:8]}"
+    other_sessions = f"cli-other-{uuid.uuid4().hex[:8]}"
+    load(
+        harness.store(), [interaction(sid, i, 1_750_000_000_000 + i, f"step {i}") for i in range(3)]
+    )
+    harness.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=summarizer_yaml("cli-other", harness.chroma.url, summary=other_sessions),
+    )
+    try:
+        first = harness.summaryctl("sunset", sid, "-n", NS, "--wait", "60")
+        assert first.returncode == 0, first.stdout + first.stderr
+        assert "created" in first.stdout and "summarizerRef default" in first.stdout
+
+        moved = harness.summaryctl(
+            "sunset", sid, "-n", NS, "--summarizer", "cli-other", "--wait", "60"
+        )
+        assert moved.returncode == 0, moved.stdout + moved.stderr
+        assert "patched" in moved.stdout and "summarizerRef set to cli-other" in moved.stdout
+        assert harness.obj(sid)["spec"]["summarizerRef"] == "cli-other"
+        # The pass ran with cli-other's store settings: its summary collection has the row.
+        got = harness.store(summary=other_sessions).summaries().get(ids=[f"summary_{sid}"])
+        assert got["ids"] == [f"summary_{sid}"]
+
+        again = harness.summaryctl("sunset", sid, "-n", NS)
+        assert again.returncode == 0, again.stderr
+        assert "summarizerRef unchanged" in again.stdout
+        assert harness.obj(sid)["spec"]["summarizerRef"] == "cli-other"
+
+        generation = harness.obj(sid)["metadata"]["generation"]
+        typo = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "cli-othr")
+        assert typo.returncode == 2
+        assert f"SessionSummarizer {NS}/cli-othr does not exist" in one_error_line(typo.stderr)
+        assert harness.obj(sid)["metadata"]["generation"] == generation  # nothing changed
+    finally:
+        harness.kubectl("delete", "ssum", summary_object_name(sid), "--ignore-not-found")
+        harness.kubectl("delete", "ssumr", "cli-other", "--ignore-not-found", "--timeout=60s")
+
+
+def _demo(harness: Harness, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "controller", "demo", "--use-current-context", *args],
+        env=dict(harness.cp.env(), SSO_TOOLS_BIN=str(harness.cp.bin_dir), **env),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _namespace(harness: Harness) -> dict[str, object] | None:
+    out = harness.cp.kubectl_run(
+        "get", "namespace", DEMO_NAMESPACE, "--ignore-not-found", "-o", "json"
+    ).stdout
+    return json.loads(out) if out.strip() else None
+
+
+def test_demo_with_an_unreachable_store_fails_in_one_line_and_leaves_nothing(
+    harness: Harness,
+) -> None:
+    assert _namespace(harness) is None  # the state a user starts from
+    res = _demo(harness, "--chroma-url", f"http://127.0.0.1:{free_port()}")
+    assert res.returncode == 2, res.stdout + res.stderr
+    line = one_error_line(res.stderr)
+    assert "demo failed" in line and "cannot connect to Chroma" in line
+    assert _namespace(harness) is None
+
+
+def test_a_demo_that_fails_midway_removes_what_it_created(harness: Harness) -> None:
+    """The operator it starts dies (a bad setting in the user's environment) after the
+    namespace and the SessionSummarizer exist: both go, and the error says why."""
+    if _namespace(harness) is not None:
+        pytest.skip(f"namespace {DEMO_NAMESPACE} exists already")
+    # No --chroma-url: the demo's own Chroma gets the sample sessions, not the harness's.
+    res = _demo(harness, SSO_WORKERS="many")
+    try:
+        assert res.returncode == 2, res.stdout + res.stderr
+        line = one_error_line(res.stderr)
+        assert "the operator exited" in line and "many" in line
+        logs = re.search(r"\(logs: (/\S+)\)", line)
+        assert logs is not None  # the user is told where the operator's log is
+        shutil.rmtree(logs.group(1), ignore_errors=True)
+        assert "removing what the demo created" in res.stdout
+        left = harness.cp.kubectl_run(
+            "-n", DEMO_NAMESPACE, "get", "ssumr,ssum", "-o", "name"
+        ).stdout
+        assert left.strip() == ""
+        ns = _namespace(harness)
+        # Deleted: gone, or (this control plane has no namespace controller) Terminating.
+        assert ns is None or (ns.get("metadata") or {}).get("deletionTimestamp")  # type: ignore[union-attr]
+    finally:
+        _finalize_namespace(harness)
+
+
+def _finalize_namespace(harness: Harness) -> None:
+    """What the namespace controller of a real cluster does once the namespace is empty."""
+    ns = _namespace(harness)
+    if ns is None:
+        return
+    if not (ns.get("metadata") or {}).get("deletionTimestamp"):  # type: ignore[union-attr]
+        harness.cp.kubectl_run("delete", "namespace", DEMO_NAMESPACE, "--wait=false")
+        ns = _namespace(harness) or {}
+    ns["spec"] = {"finalizers": []}
+    harness.cp.kubectl_run(
+        "replace",
+        "--raw",
+        f"/api/v1/namespaces/{DEMO_NAMESPACE}/finalize",
+        "-f",
+        "-",
+        input=json.dumps(ns),
+    )
+    wait_for(lambda: _namespace(harness) is None, 30, 0.2, message="demo namespace gone")
+
+
+def test_cluster_up_prints_a_path_with_summaryctl(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    state = tmp_path / "cluster"
+    env = dict(os.environ)
+    up = subprocess.run(
+        [sys.executable, "-m", "controller.localenv.controlplane", "up", "--dir", str(state)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
+    try:
+        assert up.returncode == 0, up.stderr
+        exports = [line for line in up.stdout.splitlines() if line.startswith("export ")]
+        shell = "\n".join(exports) + "\ncommand -v summaryctl kubectl\n"
+        found = subprocess.run(
+            ["bash", "-c", shell], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}
+        ).stdout.split()
+        assert found == [
+            str(os.path.join(os.path.dirname(sys.executable), "summaryctl")),
+            str(state / "bin" / "kubectl"),
+        ]
+    finally:
+        subprocess.run(
+            [sys.executable, "-m", "controller.localenv.controlplane", "down", "--dir", str(state)],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            timeout=60,
+        )
+
+
+def test_the_manifests_in_the_docs_are_accepted_by_the_apiserver(harness: Harness) -> None:
+    """What docs/configuration.md and the README tell a user to apply, through the real
+    apiserver's validation (CEL rules included), in a dry run."""
+    from tests.unit.test_docs_examples import EXAMPLES
+
+    assert len(EXAMPLES) >= 5
+    for where, obj in EXAMPLES:
+        doc = json.loads(json.dumps(obj))
+        doc["metadata"]["namespace"] = NS
+        res = harness.cp.kubectl_run(
+            "apply", "--dry-run=server", "-f", "-", input=json.dumps(doc), check=False
+        )
+        assert res.returncode == 0, f"{where}: {res.stderr}"

@@ -1,0 +1,226 @@
+"""summaryctl's argument checks: every input ends in a result or one clear line, never a
+Python traceback, and nothing is called with an argument the API or the store would
+misread. Runs in-process with no cluster (KUBECONFIG names a missing file) and no store (a
+Chroma URL that refuses connections), so every call fails fast."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from controller import kube
+from controller.cli import chroma_url_problem, main
+
+REFUSED = "http://127.0.0.1:1"  # nothing listens on port 1: connections fail at once
+
+
+@contextlib.contextmanager
+def no_cluster(tmp: str) -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KUBECONFIG", f"{tmp}/no-such-kubeconfig")
+        mp.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+        for var in ("CHROMA_URL", "CHROMA_TOKEN", "SSO_NAMESPACE"):
+            mp.delenv(var, raising=False)
+        kube.api_client.cache_clear()
+        try:
+            yield
+        finally:
+            kube.api_client.cache_clear()
+
+
+def run(argv: list[str]) -> tuple[int, str, str]:
+    """main() as the console script runs it: stdout strict UTF-8, stderr backslashreplace
+    (Python's own settings), SystemExit from argparse turned into its exit code."""
+    out_bytes, err_bytes = io.BytesIO(), io.BytesIO()
+    out = io.TextIOWrapper(out_bytes, encoding="utf-8", errors="strict", write_through=True)
+    err = io.TextIOWrapper(err_bytes, encoding="utf-8", errors="backslashreplace")
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 2
+    err.flush()
+    return code, out_bytes.getvalue().decode(), err_bytes.getvalue().decode()
+
+
+ODD = [
+    "",
+    " ",
+    "\t\n ",
+    "-",
+    "--",
+    "-x",
+    "0",
+    "-3",
+    "-1",
+    "99999999999999999999999",
+    "1e309",
+    "nan",
+    "inf",
+    "-inf",
+    "0x10",
+    "é",
+    "会话-1",
+    "\u202eevil",
+    "\x00",
+    "a\x00b",
+    "\x1b[31mred",
+    "\udcff",  # an undecodable byte from the shell, as Python passes it on
+    "a" * 1024,
+    "a" * 1025,
+    "x" * 5000,
+    "../../etc/passwd",
+    "Default",
+    "default",
+    "my_summarizer",
+    "a.b",
+]
+BAD_URLS = [
+    "notaurl",
+    "ftp://x",
+    "http://",
+    "https://",
+    "http://host:99999",
+    "http://host:-1",
+    "http://host:abc",
+    "http://[::1",
+    "http:///path",
+    "http://user:pw@host:8000",
+    "http://host:8000/api/v2",
+    "http://host:8000?x=1",
+    "http://ho st:8000",
+    "//host:8000",
+    "localhost:8000",
+]
+odd = st.one_of(st.sampled_from(ODD), st.text(max_size=40), st.text(min_size=1020, max_size=1030))
+urls = st.one_of(st.sampled_from([*BAD_URLS, REFUSED]), st.text(max_size=30))
+numbers = st.one_of(st.sampled_from(ODD), st.integers(-(10**30), 10**30).map(str))
+
+
+@st.composite
+def argvs(draw: st.DrawFn) -> list[str]:
+    command = draw(st.sampled_from(["sunset", "summaries", "summarize", "demo", "other"]))
+    if command == "sunset":
+        argv = ["sunset", draw(odd)]
+        for flag, values in (("-n", odd), ("--summarizer", odd), ("--wait", numbers)):
+            if draw(st.booleans()):
+                argv += [flag, draw(values)]
+        return argv
+    if command in ("summaries", "summarize"):
+        argv = [command]
+        if command == "summarize":
+            argv += draw(st.lists(odd, min_size=1, max_size=3))
+            if draw(st.booleans()):
+                argv.append("--local")
+        else:
+            argv += ["--limit", draw(numbers)] if draw(st.booleans()) else []
+        argv += ["--chroma-url", draw(urls)]
+        for flag in ("--tenant", "--database", "--memory-collection", "--summary-collection"):
+            if draw(st.booleans()):
+                argv += [flag, draw(odd)]
+        return argv
+    if command == "demo":
+        # Only inputs that must fail before anything starts: a bad URL, or the current
+        # context (there is none here). A valid URL without --use-current-context would
+        # rightly start a whole control plane.
+        if draw(st.booleans()):
+            return ["demo", "--chroma-url", draw(st.sampled_from(BAD_URLS))]
+        return ["demo", "--use-current-context", "--chroma-url", REFUSED]
+    return draw(st.lists(odd, max_size=3))
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(argv=argvs())
+def test_no_input_ends_in_a_traceback(
+    argv: list[str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    with no_cluster(str(tmp_path_factory.getbasetemp())):
+        code, out, err = run(argv)
+    assert code in (0, 1, 2), (argv, code, err)
+    assert "Traceback" not in err and "Traceback" not in out, (argv, err)
+    if code != 0:
+        assert "error:" in err, (argv, err)
+        # One line that says it (argparse puts its usage lines before it).
+        assert err.strip().splitlines()[-1].startswith("summaryctl"), (argv, err)
+
+
+@pytest.mark.parametrize("session_id", ["", "   ", "\t\n", "a" * 1025])
+def test_sunset_refuses_a_session_id_no_memory_can_carry_before_any_api_call(
+    session_id: str, tmp_path: object
+) -> None:
+    with no_cluster(str(tmp_path)):
+        code, _, err = run(["sunset", session_id])
+    assert code == 2
+    assert "session id" in err
+    assert "Kubernetes" not in err  # it never got as far as looking for a cluster
+
+
+def test_sunset_accepts_the_longest_session_id_the_crd_allows(tmp_path: object) -> None:
+    with no_cluster(str(tmp_path)):
+        code, _, err = run(["sunset", "a" * 1024])
+    assert code == 2 and "no Kubernetes context" in err  # past the checks, at the API
+
+
+@pytest.mark.parametrize("limit", ["-3", "0", "x", "1.5"])
+def test_summaries_limit_must_be_a_positive_whole_number(limit: str, tmp_path: object) -> None:
+    with no_cluster(str(tmp_path)):
+        code, out, err = run(["summaries", "--limit", limit, "--chroma-url", REFUSED])
+    assert code == 2
+    assert "--limit" in err and out == ""
+    assert "cannot connect" not in err  # refused before the store is asked
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("notaurl", "scheme must be http or https"),
+        ("ftp://x", "scheme must be http or https"),
+        ("http://", "no host"),
+        ("http://host:99999", "out of range"),
+        ("http://host:abc", "integer"),
+        ("http://host:0", "port 0"),
+        ("http://host:8000/api/v2", "path"),
+        ("http://user:pw@host", "CHROMA_TOKEN"),
+    ],
+)
+def test_an_invalid_chroma_url_is_named_invalid_not_unreachable(
+    url: str, why: str, tmp_path: object
+) -> None:
+    with no_cluster(str(tmp_path)):
+        code, _, err = run(["summaries", "--chroma-url", url])
+    assert code == 2
+    assert f"invalid Chroma URL {url!r}" in err and why in err
+    assert "cannot connect" not in err and "running?" not in err
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://localhost:8000",
+        "https://chroma.example:443/",
+        "http://127.0.0.1",
+        "http://[::1]:8000",
+    ],
+)
+def test_a_server_address_is_a_valid_chroma_url(url: str) -> None:
+    assert chroma_url_problem(url) is None
+
+
+def test_an_unreachable_but_valid_url_still_reads_as_could_not_connect(tmp_path: object) -> None:
+    with no_cluster(str(tmp_path)):
+        code, _, err = run(["summaries", "--chroma-url", REFUSED])
+    assert code == 2 and "cannot connect to Chroma" in err and "invalid" not in err
+
+
+def test_demo_with_an_invalid_chroma_url_starts_nothing(tmp_path: object) -> None:
+    with no_cluster(str(tmp_path)):
+        code, out, err = run(["demo", "--chroma-url", "http://host:99999"])
+    assert code == 2 and "invalid Chroma URL" in err
+    assert "==>" not in out  # not one step of the demo ran
