@@ -9,7 +9,7 @@ if len(sys.argv) > 1 and sys.argv[1] == "run":
     # summaries: 91 ms per summary, against 169 ms with OpenBLAS's own threads on top.
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
-    from controller.operator import run
+    from controller.operator import run  # an invalid SSO_* variable exits here, in one line
 
     run(sys.argv[2:])
 else:

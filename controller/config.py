@@ -1,72 +1,84 @@
-"""Operator process settings, read once from the environment (the chart sets these)."""
+"""Operator process settings, read once from the environment (the chart sets these).
+
+Every variable is SSO_<FIELD> (docs/configuration.md lists them). A value that does not
+parse, or is out of range, stops the operator at start with a message naming the variable,
+instead of surfacing later as a traceback somewhere else.
+"""
 
 from __future__ import annotations
 
 import os
 import random
 import socket
-from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
-def _int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    return int(raw) if raw else default
+def _default_replica_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
 
 
-def _float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    return float(raw) if raw else default
+def _random_priority() -> int:
+    return random.SystemRandom().randint(1, 2**31 - 1)
 
 
-@dataclass(frozen=True)
-class OperatorConfig:
-    replica_id: str
-    namespaces: tuple[str, ...]  # empty = cluster-wide
-    sweep_tick_seconds: float
-    metrics_port: int
-    health_port: int
-    retry_base_seconds: float
-    retry_max_seconds: float
-    peering_priority: int  # distinct per replica: equal priorities freeze every replica
-    peering_lifetime: int  # seconds; a dead leader is replaced after lastseen + lifetime
-    claim_ttl_seconds: float
-    claim_margin_seconds: float
-    claim_retry_seconds: float  # how soon a pass waiting for another writer's claim looks again
-    failure_gate: int  # consecutive failures of one session before phase Failed
-    write_journal: str | None  # append a line per store write (chaos tests)
-    heap_trim_seconds: float  # how often freed heap memory is returned to the OS
-    workers: int  # summarizations running at once (blocking store/model calls in threads)
-    embedding_reprobe_seconds: float  # how often a failed EmbeddingReady probe is retried
-    list_chunk_size: int  # objects per page when listing SessionSummaries (0: one page)
-    worker_idle_seconds: float  # how long kopf keeps an idle per-object worker (and its body)
+class ConfigError(SystemExit):
+    """An SSO_* environment variable is invalid; the message names it and says why. A
+    SystemExit: the process stops with that one line (exit 1), not with a traceback."""
+
+
+class OperatorConfig(BaseSettings):
+    # An empty variable counts as unset, as before.
+    model_config = SettingsConfigDict(
+        env_prefix="SSO_", frozen=True, extra="ignore", env_ignore_empty=True
+    )
+
+    replica_id: str = Field(default_factory=_default_replica_id, min_length=1)
+    # Comma-separated; empty = cluster-wide.
+    namespaces: Annotated[tuple[str, ...], NoDecode] = ()
+    sweep_tick_seconds: float = Field(default=5.0, gt=0)
+    metrics_port: int = Field(default=0, ge=0, le=65535)  # 0: no metrics endpoint
+    retry_base_seconds: float = Field(default=2.0, gt=0)
+    retry_max_seconds: float = Field(default=300.0, gt=0)
+    # Distinct per replica: equal priorities freeze every replica (unset: a random one).
+    peering_priority: int = Field(default_factory=_random_priority)
+    # Seconds; a dead leader is replaced after lastseen + lifetime.
+    peering_lifetime: int = Field(default=15, ge=1)
+    claim_ttl_seconds: float = Field(default=60.0, gt=0)
+    # A claim must have more than this left right before a store write (else renewed).
+    claim_margin_seconds: float = Field(default=5.0, ge=0)
+    # How soon a pass waiting for another writer's claim looks again.
+    claim_retry_seconds: float = Field(default=1.0, gt=0)
+    failure_gate: int = Field(default=5, ge=1)  # consecutive failures before phase Failed
+    write_journal: str | None = None  # append a line per store write (chaos tests)
+    heap_trim_seconds: float = Field(default=30.0, gt=0)  # freed heap back to the OS
+    workers: int = Field(default=32, ge=1)  # summarizations at once (threads)
+    embedding_reprobe_seconds: float = Field(default=30.0, gt=0)  # failed EmbeddingReady
+    list_chunk_size: int = Field(default=500, ge=0)  # objects per list page (0: one page)
+    worker_idle_seconds: float = Field(default=0.5, ge=0)  # kopf keeps an idle worker
     # Progress/diff-base annotations kopf keeps on our objects use our group's prefix.
     annotation_prefix: str = "memorycore.io"
-    extra: dict[str, str] = field(default_factory=dict)
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(n.strip() for n in value.split(",") if n.strip())
+        return value
 
 
 def load() -> OperatorConfig:
-    namespaces = tuple(n for n in os.environ.get("SSO_NAMESPACES", "").split(",") if n.strip())
-    return OperatorConfig(
-        replica_id=os.environ.get("SSO_REPLICA_ID") or f"{socket.gethostname()}-{os.getpid()}",
-        namespaces=tuple(n.strip() for n in namespaces),
-        sweep_tick_seconds=_float("SSO_SWEEP_TICK_SECONDS", 5.0),
-        metrics_port=_int("SSO_METRICS_PORT", 0),
-        health_port=_int("SSO_HEALTH_PORT", 0),
-        retry_base_seconds=_float("SSO_RETRY_BASE_SECONDS", 2.0),
-        retry_max_seconds=_float("SSO_RETRY_MAX_SECONDS", 300.0),
-        peering_priority=_int("SSO_PEERING_PRIORITY", random.SystemRandom().randint(1, 2**31 - 1)),
-        peering_lifetime=_int("SSO_PEERING_LIFETIME", 15),
-        claim_ttl_seconds=_float("SSO_CLAIM_TTL_SECONDS", 60.0),
-        claim_margin_seconds=_float("SSO_CLAIM_MARGIN_SECONDS", 5.0),
-        claim_retry_seconds=_float("SSO_CLAIM_RETRY_SECONDS", 1.0),
-        failure_gate=_int("SSO_FAILURE_GATE", 5),
-        write_journal=os.environ.get("SSO_WRITE_JOURNAL") or None,
-        heap_trim_seconds=_float("SSO_HEAP_TRIM_SECONDS", 30.0),
-        workers=_int("SSO_WORKERS", 32),
-        embedding_reprobe_seconds=_float("SSO_EMBEDDING_REPROBE_SECONDS", 30.0),
-        list_chunk_size=_int("SSO_LIST_CHUNK_SIZE", 500),
-        worker_idle_seconds=_float("SSO_WORKER_IDLE_SECONDS", 0.5),
-    )
+    """The settings from the environment; ConfigError names every invalid variable."""
+    try:
+        return OperatorConfig()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"SSO_{'_'.join(str(p) for p in err['loc']).upper()}={err['input']!r}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"session-summary-operator: invalid settings: {problems}") from None
 
 
 CONFIG = load()

@@ -1,0 +1,65 @@
+"""Operator settings from the environment (controller/config.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from controller.config import OperatorConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> OperatorConfig:
+    for key in [k for k in os.environ if k.startswith("SSO_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return OperatorConfig()
+
+
+def test_defaults_and_an_empty_variable_counts_as_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = settings(monkeypatch, SSO_WORKERS="", SSO_REPLICA_ID="")
+    assert cfg.workers == 32 and cfg.claim_ttl_seconds == 60 and cfg.namespaces == ()
+    assert cfg.replica_id  # hostname-pid
+    assert 1 <= cfg.peering_priority < 2**31
+
+
+def test_namespaces_are_comma_separated(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert settings(monkeypatch, SSO_NAMESPACES=" agents, ops ,").namespaces == ("agents", "ops")
+
+
+def test_two_replicas_draw_different_priorities_when_none_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    drawn = {settings(monkeypatch).peering_priority for _ in range(20)}
+    assert len(drawn) > 1
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"SSO_WORKERS": "many"}, "SSO_WORKERS='many'"),
+        ({"SSO_PEERING_LIFETIME": "0"}, "SSO_PEERING_LIFETIME='0'"),
+        ({"SSO_CLAIM_TTL_SECONDS": "-1"}, "SSO_CLAIM_TTL_SECONDS='-1'"),
+        ({"SSO_METRICS_PORT": "70000"}, "SSO_METRICS_PORT='70000'"),
+    ],
+)
+def test_an_invalid_variable_stops_the_operator_in_one_line_naming_it(
+    env: dict[str, str], named: str
+) -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "controller", "run", "--help"],
+        env={**os.environ, **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr
+    assert run.stderr.strip().startswith("session-summary-operator: invalid settings:")
+    assert named in run.stderr and len(run.stderr.strip().splitlines()) == 1
