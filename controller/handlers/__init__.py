@@ -1,5 +1,6 @@
-"""kopf handlers, one module per resource. Importing this package registers them."""
+"""kopf handlers, one module per resource, and the indexes they look things up in.
+Importing this package registers them."""
 
-from controller.handlers import summarizer, summary
+from controller.handlers import indexes, summarizer, summary
 
-__all__ = ["summarizer", "summary"]
+__all__ = ["indexes", "summarizer", "summary"]

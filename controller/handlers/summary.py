@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NoReturn
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from controller import kube, metrics
@@ -24,6 +23,7 @@ from controller.api import (
     VERSION,
     Condition,
     Phase,
+    SessionSummarizerSpec,
     SessionSummarySpec,
     SessionSummaryStatus,
     ms_to_rfc3339,
@@ -35,6 +35,7 @@ from controller.claiming import ClaimHeld, ClaimLost, SessionClaimHandle
 from controller.claims import Writer
 from controller.config import CONFIG, backoff_seconds
 from controller.embeddings import EmbeddingError
+from controller.handlers.indexes import lookup_summarizer_spec
 from controller.model_backend import InvalidModelOutput, ModelUnavailable
 from controller.store import (
     CollectionNotFound,
@@ -108,19 +109,21 @@ def _record(
     patch.status.update(status.to_api())
 
 
-def _resolve(namespace: str, spec: SessionSummarySpec) -> Backends:
+def _resolve(
+    namespace: str, spec: SessionSummarySpec, summarizer_spec: dict[str, Any] | None
+) -> Backends:
+    """The live parts of the object's SessionSummarizer, whose spec comes from the
+    summarizer index (handlers/indexes.py), not from a GET per summary."""
+    if summarizer_spec is None:
+        raise Failure(
+            "SummarizerNotFound",
+            f"SessionSummarizer {namespace}/{spec.summarizer_ref} does not exist; create it "
+            "or set spec.summarizerRef",
+            retry=True,
+            phase="Pending",
+        )
     try:
-        _, summarizer = kube.get_summarizer(namespace, spec.summarizer_ref)
-    except ApiException as exc:
-        if exc.status == 404:
-            raise Failure(
-                "SummarizerNotFound",
-                f"SessionSummarizer {namespace}/{spec.summarizer_ref} does not exist; create it "
-                "or set spec.summarizerRef",
-                retry=True,
-                phase="Pending",
-            ) from exc
-        raise
+        summarizer = SessionSummarizerSpec.model_validate(summarizer_spec)
     except ValidationError as exc:
         raise Failure("InvalidSummarizer", _one_line(exc), retry=True) from exc
     try:
@@ -197,12 +200,17 @@ def _claim_scope(backends: Backends) -> str:
 
 
 def summarize_claimed(
-    namespace: str, name: str, uid: str, generation: int, spec: SessionSummarySpec
+    namespace: str,
+    name: str,
+    uid: str,
+    generation: int,
+    spec: SessionSummarySpec,
+    summarizer_spec: dict[str, Any] | None,
 ) -> Outcome:
     """Takes the session's claim in its store, summarizes with a claim check right before
     every write, and releases the claim. Raises ClaimHeld when another live writer (another
     replica, or another object naming the same session) has it."""
-    backends = _resolve(namespace, spec)
+    backends = _resolve(namespace, spec, summarizer_spec)
     scope = _claim_scope(backends)
     location = backends.store.location
     handle = SessionClaimHandle(
@@ -234,7 +242,7 @@ async def summarize(
     patch: kopf.Patch,
     retry: int,
     logger: kopf.Logger,
-    **_: Any,
+    **indexes: Any,  # kopf passes every index by name (handlers/indexes.py)
 ) -> None:
     assert namespace is not None  # SessionSummary is namespaced
     parsed = SessionSummarySpec.model_validate(dict(spec))
@@ -244,7 +252,14 @@ async def summarize(
     try:
         pool = SWEEP_WORKERS if parsed.trigger == "sweep" else WORKERS
         outcome = await asyncio.get_running_loop().run_in_executor(
-            pool, summarize_claimed, namespace, name, uid, generation, parsed
+            pool,
+            summarize_claimed,
+            namespace,
+            name,
+            uid,
+            generation,
+            parsed,
+            lookup_summarizer_spec(indexes["summarizer_specs"], namespace, parsed.summarizer_ref),
         )
     except ClaimHeld as held:
         metrics.claim_conflict()

@@ -1,0 +1,162 @@
+"""Kubernetes API calls per summary, counted on the real apiserver's audit log.
+
+Real parts: a local etcd + kube-apiserver (audit log on, controller/localenv), a Chroma
+server, and the operator as a local process running as its own ServiceAccount, so every
+request it makes is attributed to it. N sessions are sunset one at a time (each waited
+for), then the operator's requests in that window are counted by verb and resource. Lists
+and watches (the peering reporter's periodic list, kopf's watches) run on a clock, not per
+summary: they are shown but left out of the per-summary figure.
+
+    .venv/bin/python -m bench.api_calls [--sessions 20] [--operator-src DIR]
+
+--operator-src runs the operator from another checkout (e.g. `git worktree add /tmp/old
+REV`) against the same CRDs, for a before/after in one session.
+
+Last line: api_calls per_summary=<x> sessions=<n> operator=<src>
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python bench/api_calls.py` from the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from controller import kube
+from controller.localenv.chroma import running_chroma
+from controller.localenv.controlplane import REPO_ROOT, running_control_plane
+from controller.localenv.processes import spawn, stop, tail, wait_for
+from controller.memories import render_interaction_document
+from controller.naming import summary_object_name
+from controller.store import MemoryStore, StoreLocation, connect
+
+NS = "calls"
+SA = "sso-calls"
+PER_CLOCK = {"list", "watch"}
+
+
+def summarizer_yaml(url: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "memorycore.io/v1alpha1",
+            "kind": "SessionSummarizer",
+            "metadata": {"name": "default", "namespace": NS},
+            "spec": {"store": {"url": url}, "sweep": {"enabled": False}},
+        }
+    )
+
+
+def load_sessions(store: MemoryStore, sessions: list[str]) -> None:
+    ids, docs, metas = [], [], []
+    base = int(time.time() * 1000) - 3_600_000
+    for i, sid in enumerate(sessions):
+        for k in range(3):
+            prompt = f"Step {k} of {sid}: add the export button and test it."
+            ids.append(f"{sid}-{k}")
+            docs.append(render_interaction_document(prompt, "thinking", f"Done step {k}."))
+            metas.append(
+                {
+                    "sessionId": sid,
+                    "timestamp": base + 1000 * i + k,
+                    "type": "agent-interaction",
+                    "prompt": prompt,
+                    "response": f"Done step {k}.",
+                }
+            )
+    store.add_memories(ids, docs, metas, create=True)
+
+
+def count(audit: Path, user: str, start_ms: int, end_ms: int) -> Counter[tuple[str, str]]:
+    calls: Counter[tuple[str, str]] = Counter()
+    for line in audit.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("user", {}).get("username") != user:
+            continue
+        when = event.get("requestReceivedTimestamp", "")
+        stamp = time.mktime(time.strptime(when[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+        ms = int(stamp * 1000) + int(when[20:26] or 0) // 1000
+        if not start_ms <= ms <= end_ms:
+            continue
+        ref = event.get("objectRef") or {}
+        resource = ref.get("resource", "?") + (
+            f"/{ref['subresource']}" if ref.get("subresource") else ""
+        )
+        calls[(event.get("verb", "?"), resource)] += 1
+    return calls
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--sessions", type=int, default=20)
+    parser.add_argument("--operator-src", type=Path, default=REPO_ROOT)
+    args = parser.parse_args()
+    sessions = [f"calls-{i:03d}" for i in range(args.sessions)]
+    work = Path(tempfile.mkdtemp(prefix="sso-calls-"))
+    with running_control_plane(work / "cp") as cp, running_chroma(work / "chroma") as chroma:
+        import os
+
+        os.environ["KUBECONFIG"] = str(cp.kubeconfig)
+        kube.api_client.cache_clear()
+        cp.kubectl_run("apply", "-f", str(REPO_ROOT / "crds"))
+        cp.kubectl_run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        cp.kubectl_run("create", "namespace", NS)
+        cp.kubectl_run("-n", NS, "create", "serviceaccount", SA)
+        cp.kubectl_run(
+            "create",
+            "clusterrolebinding",
+            SA,
+            "--clusterrole=cluster-admin",
+            f"--serviceaccount={NS}:{SA}",
+        )
+        sa_config = cp.service_account_kubeconfig(NS, SA, work / "operator.kubeconfig")
+        cp.kubectl_run("apply", "-f", "-", input=summarizer_yaml(chroma.url))
+        location = StoreLocation(url=chroma.url)
+        load_sessions(MemoryStore(connect(location), location), sessions)
+        env = dict(cp.env(), KUBECONFIG=str(sa_config), SSO_REPLICA_ID="calls-operator")
+        log = work / "operator.log"
+        operator = spawn(
+            [sys.executable, "-m", "controller", "run", "--standalone", "--namespace", NS],
+            log,
+            env=env,
+            cwd=args.operator_src,
+        )
+        try:
+
+            def phase(sid: str) -> str | None:
+                obj = kube.get_summary(NS, summary_object_name(sid)) or {}
+                st = obj.get("status") or {}
+                done = st.get("observedGeneration") == (obj.get("metadata") or {}).get("generation")
+                return st.get("phase") if done else None
+
+            kube.request_summary(NS, "warm-up", trigger="sunset")  # NotFound: loads the model
+            wait_for(lambda: phase("warm-up"), 120, 0.2, message="warm-up\n" + tail(log))
+            time.sleep(1)
+            start = int(time.time() * 1000)
+            for sid in sessions:
+                kube.request_summary(NS, sid, trigger="sunset")
+                wait_for(lambda s=sid: phase(s) == "Summarized", 60, 0.05, message=tail(log))
+            time.sleep(1.5)  # the last status patch and Event land
+            end = int(time.time() * 1000)
+        finally:
+            stop(operator)
+        calls = count(cp.audit_log, f"system:serviceaccount:{NS}:{SA}", start, end)
+    per_summary = sum(n for (verb, _), n in calls.items() if verb not in PER_CLOCK)
+    print(f"{'verb':8} {'resource':40} {'calls':>6} {'per summary':>12}")
+    for (verb, resource), n in sorted(calls.items(), key=lambda kv: (-kv[1], kv[0])):
+        note = "  (on a clock)" if verb in PER_CLOCK else ""
+        print(f"{verb:8} {resource:40} {n:6d} {n / len(sessions):12.2f}{note}")
+    print(
+        f"api_calls per_summary={per_summary / len(sessions):.2f} sessions={len(sessions)} "
+        f"operator={args.operator_src}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
