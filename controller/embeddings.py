@@ -6,8 +6,9 @@ deployments we know: all-MiniLM-L6-v2 run locally (offline, no torch: the BERT f
 is written out in numpy over the safetensors weights) and any OpenAI-compatible
 ``/v1/embeddings`` endpoint (OpenAI, Ollama, vLLM, LM Studio).
 
-Both are chromadb ``EmbeddingFunction`` s with a name and a serializable config, so chromadb
-records them in the collection configuration instead of falling back to "legacy" handling.
+Both are plain callables (texts -> float32 vectors). They are never handed to chromadb:
+the operator passes vectors itself, and what a new summary collection records as its
+embedding function is decided in controller/store.py (agents must be able to open it).
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ from typing import Any, Literal
 import httpx
 import numpy as np
 import numpy.typing as npt
-from chromadb.api.types import Documents, EmbeddingFunction, Embeddings, Space
-from chromadb.utils.embedding_functions import register_embedding_function
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from safetensors import safe_open
 from tokenizers import Tokenizer
 
 Array = npt.NDArray[np.float32]
+Documents = list[str]
+Embeddings = list[Array]
+EmbeddingFunction = Callable[[Documents], Embeddings]
 
 MINILM_MODEL_NAME = "all-MiniLM-L6-v2"
 MINILM_DIMENSION = 384
@@ -45,22 +47,6 @@ class EmbeddingError(RuntimeError):
     """An embedding could not be produced; the message is one line and safe to show on a CR."""
 
 
-class EmbeddingDimensionMismatch(EmbeddingError):
-    """The model produces vectors of another length than the collection holds."""
-
-
-def check_dimension(collection_dimension: int | None, produced: int) -> None:
-    """Refuse to mix models in one collection: its first insert fixed the dimension.
-
-    ``collection_dimension`` is None for an empty collection, which accepts anything.
-    """
-    if collection_dimension is not None and collection_dimension != produced:
-        raise EmbeddingDimensionMismatch(
-            f"embedding dimension mismatch: collection has {collection_dimension}, "
-            f"the configured model produces {produced}"
-        )
-
-
 class EmbeddingSpec(BaseModel):
     """Which model embeds summaries; must be the model the collection was created with."""
 
@@ -71,23 +57,19 @@ class EmbeddingSpec(BaseModel):
     base_url: str | None = None
     api_key: str | None = Field(default=None, repr=False)
     timeout_seconds: float = Field(default=30.0, gt=0)
-    dimensions: int | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _consistent(self) -> EmbeddingSpec:
         if self.provider == "openai" and not self.base_url:
             raise ValueError("provider 'openai' needs base_url, e.g. http://host:11434/v1")
-        if self.provider == "local-minilm":
-            if self.model not in _MINILM_ALIASES:
-                raise ValueError(
-                    f"provider 'local-minilm' only runs {MINILM_MODEL_NAME}, not {self.model!r}"
-                )
-            if self.dimensions not in (None, MINILM_DIMENSION):
-                raise ValueError(f"{MINILM_MODEL_NAME} produces {MINILM_DIMENSION} dimensions")
+        if self.provider == "local-minilm" and self.model not in _MINILM_ALIASES:
+            raise ValueError(
+                f"provider 'local-minilm' only runs {MINILM_MODEL_NAME}, not {self.model!r}"
+            )
         return self
 
 
-def build_embedding_function(spec: EmbeddingSpec) -> EmbeddingFunction[Documents]:
+def build_embedding_function(spec: EmbeddingSpec) -> EmbeddingFunction:
     """The one place that turns configuration into an embedding function."""
     if spec.provider == "local-minilm":
         return LocalMiniLMEmbedding()
@@ -97,7 +79,6 @@ def build_embedding_function(spec: EmbeddingSpec) -> EmbeddingFunction[Documents
         model=spec.model,
         api_key=spec.api_key,
         timeout_seconds=spec.timeout_seconds,
-        dimensions=spec.dimensions,
     )
 
 
@@ -322,8 +303,7 @@ def _load_minilm(model_dir: Path, max_seq_length: int) -> _MiniLM:
         return model
 
 
-@register_embedding_function
-class LocalMiniLMEmbedding(EmbeddingFunction[Documents]):
+class LocalMiniLMEmbedding:
     """all-MiniLM-L6-v2 on the CPU, never touching the network.
 
     Produces the same vectors as ``SentenceTransformer("all-MiniLM-L6-v2")`` (and chromadb's
@@ -347,27 +327,6 @@ class LocalMiniLMEmbedding(EmbeddingFunction[Documents]):
         model = _load_minilm(self.model_dir, self.max_seq_length)
         return list(model.encode(list(input), self.batch_size))
 
-    @staticmethod
-    def name() -> str:
-        return "memorycore-local-minilm"
-
-    def default_space(self) -> Space:
-        return "cosine"
-
-    def get_config(self) -> dict[str, Any]:
-        # The directory is recorded only when chosen explicitly: the collection configuration
-        # is shared with other hosts, where the installed package may live elsewhere.
-        config: dict[str, Any] = {"model": MINILM_MODEL_NAME, "batch_size": self.batch_size}
-        if self._explicit_dir:
-            config["model_dir"] = self._explicit_dir
-        return config
-
-    @staticmethod
-    def build_from_config(config: dict[str, Any]) -> LocalMiniLMEmbedding:
-        return LocalMiniLMEmbedding(
-            model_dir=config.get("model_dir"), batch_size=int(config.get("batch_size", 32))
-        )
-
     def __repr__(self) -> str:
         return f"LocalMiniLMEmbedding(model_dir={self._explicit_dir!r})"
 
@@ -376,12 +335,11 @@ class LocalMiniLMEmbedding(EmbeddingFunction[Documents]):
 # OpenAI-compatible endpoint
 
 
-@register_embedding_function
-class OpenAICompatibleEmbedding(EmbeddingFunction[Documents]):
+class OpenAICompatibleEmbedding:
     """``POST {base_url}/embeddings`` with retries on 5xx, 429 and transport errors.
 
-    The API key is sent as a bearer token and kept out of repr, config and error messages:
-    those end up in logs, in the collection configuration and on the CR.
+    The API key is sent as a bearer token and kept out of repr and error messages: those
+    end up in logs and on the CR.
     """
 
     def __init__(
@@ -390,7 +348,6 @@ class OpenAICompatibleEmbedding(EmbeddingFunction[Documents]):
         model: str,
         api_key: str | None = None,
         timeout_seconds: float = 30.0,
-        dimensions: int | None = None,
         retries: int = 2,
         backoff_seconds: float = 0.5,
     ) -> None:
@@ -398,7 +355,6 @@ class OpenAICompatibleEmbedding(EmbeddingFunction[Documents]):
         self.model = model
         self._api_key = api_key
         self.timeout_seconds = timeout_seconds
-        self.dimensions = dimensions
         self.retries = retries
         self.backoff_seconds = backoff_seconds
 
@@ -410,10 +366,7 @@ class OpenAICompatibleEmbedding(EmbeddingFunction[Documents]):
         if not input:
             return []
         payload = self._post({"model": self.model, "input": list(input)})
-        vectors = self._parse(payload, expected=len(input))
-        if self.dimensions is not None:
-            check_dimension(self.dimensions, len(vectors[0]))
-        return vectors
+        return self._parse(payload, expected=len(input))
 
     def _post(self, body: dict[str, Any]) -> Any:
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
@@ -452,31 +405,6 @@ class OpenAICompatibleEmbedding(EmbeddingFunction[Documents]):
                 f"{self.url} returned {len(vectors)} embeddings for {expected} inputs"
             )
         return vectors
-
-    @staticmethod
-    def name() -> str:
-        return "memorycore-openai-compatible"
-
-    def default_space(self) -> Space:
-        return "cosine"
-
-    def get_config(self) -> dict[str, Any]:
-        return {
-            "base_url": self.base_url,
-            "model": self.model,
-            "timeout_seconds": self.timeout_seconds,
-            "dimensions": self.dimensions,
-        }
-
-    @staticmethod
-    def build_from_config(config: dict[str, Any]) -> OpenAICompatibleEmbedding:
-        """Rebuilt without a key (it is never persisted); the operator passes its own instance."""
-        return OpenAICompatibleEmbedding(
-            base_url=config["base_url"],
-            model=config["model"],
-            timeout_seconds=float(config.get("timeout_seconds", 30.0)),
-            dimensions=config.get("dimensions"),
-        )
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleEmbedding(url={self.url!r}, model={self.model!r})"

@@ -18,10 +18,9 @@ from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 log = logging.getLogger("controller.metrics")
 
-# Outcome kinds of controller.summarize (summarized, up-to-date, not-found, empty), plus
-# "failed" for a pass that ended in a Failure (its reason goes to FAILURES).
-SUMMARY_RESULTS = ("summarized", "up-to-date", "not-found", "empty", "failed")
-
+# SUMMARIES' result label: an Outcome kind of controller.summarize (summarized,
+# up-to-date, not-found, empty), or "failed" for a pass that ended in a Failure (its
+# reason goes to FAILURES).
 SUMMARIES = Counter(
     "session_summary_summaries_total",
     "Summarization passes finished by this replica, by result "
