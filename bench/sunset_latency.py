@@ -9,6 +9,15 @@ Sessions are sunset one at a time so each figure is the latency of an idle syste
     .venv/bin/python -m bench.sunset_latency [--sessions 100] [--memories 6]
 
 Last line: sunset_latency p50_ms=<n> p99_ms=<n>
+
+--marker: the sunset is a sunset marker memory written straight into Chroma (what an agent
+without Kubernetes credentials does: docs/agents.md), found by the sweep's marker scan.
+Operator and SessionSummarizer keep their defaults (the timer ticks every 5 s, the sweep
+every 300 s with a 900 s idle threshold, and the sessions' memories are seconds old, so only
+the marker can summarize them). Each marker is written at a random moment of the tick (a
+uniform pause first), as agents' markers are. SSO_SWEEP_TICK_SECONDS=1 in the environment
+measures a shorter tick. Last line:
+sunset_marker_latency p50_ms=<n> p99_ms=<n>
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -24,10 +34,14 @@ import time
 from pathlib import Path
 
 from controller import kube
+from controller.config import CONFIG
 from controller.demo_data import SAMPLE_SESSIONS, SampleSession, memory_rows
+from controller.embeddings import LocalMiniLMEmbedding
 from controller.localenv.chroma import running_chroma
 from controller.localenv.controlplane import REPO_ROOT, running_control_plane
-from controller.localenv.processes import spawn, stop, tail
+from controller.localenv.processes import spawn, stop, tail, wait_for
+from controller.memories import SUNSET_MARKER_TYPE
+from controller.naming import summary_object_name
 from controller.store import MemoryStore, StoreLocation, connect
 
 NS = "bench"
@@ -50,9 +64,23 @@ def main() -> int:
         help="measure while 100 other sessions are re-summarized continuously and a sweep "
         "with a backlog of 500 unsummarized sessions runs every 5 s",
     )
+    parser.add_argument(
+        "--marker",
+        action="store_true",
+        help="sunset by writing a sunset marker memory into Chroma (no Kubernetes call)",
+    )
     args = parser.parse_args()
+    if args.marker and args.under_load:
+        parser.error("--marker and --under-load measure different things; pick one")
     work = Path(tempfile.mkdtemp(prefix="sso-bench-"))
     sweep = "true" if args.under_load else "false"
+    # --marker: the summarizer's defaults (the sweep on, every 300 s, idle after 900 s).
+    sweep_spec = (
+        ""
+        if args.marker
+        else f", sweep: {{enabled: {sweep}, intervalSeconds: 5, idleSeconds: 900, "
+        "maxSessionsPerSweep: 50}"
+    )
     with running_control_plane(work / "cp") as cp, running_chroma(work / "chroma") as chroma:
         env = cp.env()
         cp.kubectl_run("apply", "-f", str(REPO_ROOT / "crds"))
@@ -65,8 +93,7 @@ def main() -> int:
             input=(
                 "apiVersion: memorycore.io/v1alpha1\nkind: SessionSummarizer\n"
                 f"metadata: {{name: default, namespace: {NS}}}\n"
-                f"spec: {{store: {{url: '{chroma.url}'}}, sweep: {{enabled: {sweep}, "
-                "intervalSeconds: 5, idleSeconds: 900, maxSessionsPerSweep: 50}}\n"
+                f"spec: {{store: {{url: '{chroma.url}'}}{sweep_spec}}}\n"
             ),
         )
         loc = StoreLocation(url=chroma.url)
@@ -83,7 +110,7 @@ def main() -> int:
             # seconds old), as at a real sunset: the sweep leaves active sessions alone
             # (idleSeconds 900: loading takes minutes, and a session the sweep summarized
             # first would make its sunset an up-to-date no-op that writes nothing).
-            first = now_ms - 30_000 if args.under_load else start_ms + i * 1000
+            first = now_ms - 30_000 if args.under_load or args.marker else start_ms + i * 1000
             for row in memory_rows(session, first, step_ms=1000):
                 ids.append(row[0])
                 docs.append(row[1])
@@ -153,16 +180,42 @@ def main() -> int:
                 while not stop_load.is_set() and not others_done():  # <= 100 in flight
                     stop_load.wait(0.2)
 
+        memories = store.memories()  # a plain Chroma collection: what an agent holds
+        marker_vector = LocalMiniLMEmbedding()(["session sunset"])[0]
+        jitter = random.Random(18)
+        tick = CONFIG.sweep_tick_seconds  # the operator's too: it inherits our environment
+
+        def write_marker(sid: str, at_ms: int) -> None:
+            memories.add(
+                ids=[f"sunset-{sid}-{at_ms}"],
+                documents=["session sunset"],
+                metadatas=[{"sessionId": sid, "timestamp": at_ms, "type": SUNSET_MARKER_TYPE}],
+                embeddings=[marker_vector],
+            )
+
+        def swept_once() -> bool:
+            obj, _ = kube.get_summarizer(NS, "default")
+            return (obj.get("status") or {}).get("watermark") is not None
+
         loader = threading.Thread(target=background_load, daemon=True)
         try:
             time.sleep(3)  # the operator's initial list/watch
             if args.under_load:
                 loader.start()
                 time.sleep(5)
+            if args.marker:
+                # The marker scan reads from the sweep's watermark, set by the first sweep.
+                wait_for(swept_once, 60, 0.2, message=f"the first sweep\n{tail(log)}")
             for n, sid in enumerate(session_ids, 1):
+                if args.marker:
+                    time.sleep(jitter.uniform(0, tick))  # a random moment of the tick
                 t0 = time.monotonic()
                 wall0_ms = int(time.time() * 1000)
-                name, _ = kube.request_summary(NS, sid, trigger="sunset")
+                if args.marker:
+                    write_marker(sid, wall0_ms)
+                    name = summary_object_name(sid)
+                else:
+                    name, _ = kube.request_summary(NS, sid, trigger="sunset")
                 deadline = t0 + args.timeout
                 while True:
                     got = summaries.get(ids=[f"summary_{sid}"], include=["metadatas"])
@@ -195,6 +248,8 @@ def main() -> int:
             "a sweep every 5 s over a backlog of 500 sessions"
         )
         print(f"sunset_latency_under_load p50_ms={p50:.0f} p99_ms={p99:.0f}")
+    elif args.marker:
+        print(f"sunset_marker_latency p50_ms={p50:.0f} p99_ms={p99:.0f}")
     else:
         print(f"sunset_latency p50_ms={p50:.0f} p99_ms={p99:.0f}")
     return 0

@@ -23,7 +23,8 @@ SUMMARIZER_KIND, SUMMARIZER_PLURAL = "SessionSummarizer", "sessionsummarizers"
 CLAIM_KIND, CLAIM_PLURAL = "SessionClaim", "sessionclaims"  # cluster-scoped write claims
 
 Phase = Literal["Pending", "Summarizing", "Summarized", "Empty", "NotFound", "Failed"]
-Trigger = Literal["sunset", "sweep", "manual"]
+# sunset-marker: the sweep found a sunset marker memory of the session (docs/agents.md).
+Trigger = Literal["sunset", "sweep", "manual", "sunset-marker"]
 
 
 class CamelModel(BaseModel):
@@ -36,6 +37,18 @@ class CamelModel(BaseModel):
 class SecretKeyRef(CamelModel):
     name: str
     key: str
+
+
+class TokenSecretRef(SecretKeyRef):
+    """A Secret key holding a Chroma token; the key defaults to "token"."""
+
+    key: str = "token"
+
+
+class ApiKeySecretRef(SecretKeyRef):
+    """A Secret key holding an API key; the key defaults to "api-key"."""
+
+    key: str = "api-key"
 
 
 class StoreSpec(CamelModel):
@@ -70,12 +83,12 @@ class StoreSpec(CamelModel):
     )
 
     url: str = "http://chroma:8000"
-    tenant: str = "default_tenant"
-    database: str = "default_database"
-    memory_collection: str = "neo-agent-memory"
-    summary_collection: str = "neo-agent-sessions"
-    auth_secret_ref: SecretKeyRef | None = None
-    timeout_seconds: float = 10.0
+    tenant: str = Field(default="default_tenant", min_length=1)
+    database: str = Field(default="default_database", min_length=1)
+    memory_collection: str = Field(default="neo-agent-memory", min_length=3, max_length=512)
+    summary_collection: str = Field(default="neo-agent-sessions", min_length=3, max_length=512)
+    auth_secret_ref: TokenSecretRef | None = None
+    timeout_seconds: float = Field(default=10.0, ge=1, le=300)
 
     @classmethod
     def collection_name_problem(cls, name: str) -> str | None:
@@ -101,9 +114,12 @@ class StoreSpec(CamelModel):
                 return f"has an invalid IPv6 address ({exc})"
         return None
 
-    @field_validator("memory_collection", "summary_collection")
+    @field_validator("memory_collection", "summary_collection", mode="before")
     @classmethod
-    def _chroma_collection_name(cls, value: str) -> str:
+    def _chroma_collection_name(cls, value: object) -> object:
+        # "before": Chroma's rule, in its words, ahead of the generic length message.
+        if not isinstance(value, str):
+            return value
         problem = cls.collection_name_problem(value)
         if problem:
             raise ValueError(f"{value!r} is not a valid Chroma collection name: it {problem}")
@@ -122,26 +138,26 @@ class EmbeddingConfig(CamelModel):
     provider: Literal["local-minilm", "openai"] = "local-minilm"
     model: str = "all-MiniLM-L6-v2"
     base_url: str | None = None
-    api_key_secret_ref: SecretKeyRef | None = None
+    api_key_secret_ref: ApiKeySecretRef | None = None
 
 
 class ModelSpec(CamelModel):
     backend: Literal["extractive", "openai"] = "extractive"
     base_url: str | None = None
     model: str | None = None
-    api_key_secret_ref: SecretKeyRef | None = None
-    timeout_seconds: float = 60.0
-    max_retries: int = 3
-    max_concurrency: int = 4
-    max_input_tokens: int = 6000
+    api_key_secret_ref: ApiKeySecretRef | None = None
+    timeout_seconds: float = Field(default=60.0, ge=1, le=600)
+    max_retries: int = Field(default=3, ge=0, le=10)
+    max_concurrency: int = Field(default=4, ge=1, le=64)
+    max_input_tokens: int = Field(default=6000, ge=256)
 
 
 class SweepSpec(CamelModel):
     enabled: bool = True
-    interval_seconds: int = Field(default=300, ge=5)
-    lookback_days: int = Field(default=30, ge=1)
+    interval_seconds: int = Field(default=300, ge=5, le=86_400)
+    lookback_days: int = Field(default=30, ge=1, le=3650)
     idle_seconds: int = Field(default=900, ge=0)
-    max_sessions_per_sweep: int = Field(default=50, ge=1)
+    max_sessions_per_sweep: int = Field(default=50, ge=1, le=10_000)
 
 
 class RetentionSpec(CamelModel):
@@ -157,7 +173,7 @@ class SessionSummarizerSpec(CamelModel):
     model: ModelSpec = ModelSpec()
     sweep: SweepSpec = SweepSpec()
     retention: RetentionSpec = RetentionSpec()
-    excluded_memory_types: list[str] = Field(default_factory=lambda: list(DEFAULT_EXCLUDED_TYPES))
+    excluded_memory_types: list[str] = list(DEFAULT_EXCLUDED_TYPES)  # pydantic copies it
 
 
 class Condition(CamelModel):
@@ -171,7 +187,7 @@ class Condition(CamelModel):
 
 class SessionSummarySpec(CamelModel):
     session_id: str = Field(min_length=1, max_length=1024)
-    summarizer_ref: str = "default"
+    summarizer_ref: str = Field(default="default", min_length=1, max_length=253)
     requested_at: str | None = None
     trigger: Trigger = "manual"
 

@@ -18,6 +18,10 @@ from typing import Any
 from pydantic import BaseModel
 
 DEFAULT_EXCLUDED_TYPES = frozenset({"context-injection", "context-refresh", "tick", "heartbeat"})
+# A memory of this type asks for its session to be summarized now, without Kubernetes
+# credentials (docs/agents.md): the sweep's marker scan finds it. It is a request, not
+# content, so it is never summarized, whatever a summarizer's excludedMemoryTypes says.
+SUNSET_MARKER_TYPE = "session-sunset"
 # Text the harness injects into a "prompt" (reminders, context refreshes) is not the user
 # speaking; a row whose prompt starts with one of these is left out of the summary.
 INJECTION_MARKERS = ("<system-reminder>", "[context refresh]", "<context-refresh>")
@@ -176,12 +180,13 @@ def memory_from_row(
 
 
 def is_excluded(memory: Memory, excluded_types: Collection[str] = DEFAULT_EXCLUDED_TYPES) -> bool:
-    """Whether a memory stays out of the summary: a configured type, or injected context.
+    """Whether a memory stays out of the summary: a sunset marker, a configured type, or
+    injected context.
 
     Injected context is recognised only by a marker at the very start of the prompt
     (case-insensitive), so a user who merely mentions a marker is still summarized.
     """
-    if memory.type in excluded_types:
+    if memory.type == SUNSET_MARKER_TYPE or memory.type in excluded_types:
         return True
     head = memory.prompt.lstrip()[:64].lower()
     return head.startswith(INJECTION_MARKERS)

@@ -551,6 +551,32 @@ class MemoryStore:
                 return
             offset += page
 
+    def scan_markers(
+        self, marker_type: str, watermark_ms: int, page: int = SCAN_PAGE
+    ) -> Iterator[tuple[str, object, int]]:
+        """(memory id, sessionId as stored, timestamp) of every memory of marker_type newer
+        than watermark_ms: the sweep's scan, narrowed by Chroma to the markers. The
+        sessionId is passed on as stored (maybe missing or blank) for the caller to judge."""
+        with self._memory_missing():
+            coll = self.memories()
+        where = {"$and": [{"type": marker_type}, {"timestamp": {"$gt": watermark_ms}}]}
+        offset = 0
+        while True:
+            with self._memory_missing():
+                got = _guard(
+                    "scanning for sunset markers",
+                    lambda o=offset: coll.get(  # type: ignore[misc]
+                        where=cast(Where, where), include=["metadatas"], limit=page, offset=o
+                    ),
+                )
+            for row_id, meta in zip(got["ids"], got["metadatas"] or [], strict=False):
+                ts = (meta or {}).get("timestamp")
+                if isinstance(ts, int | float) and not isinstance(ts, bool):
+                    yield row_id, (meta or {}).get("sessionId"), int(ts)
+            if len(got["ids"]) < page:
+                return
+            offset += page
+
     @contextlib.contextmanager
     def _memory_missing(self) -> Iterator[None]:
         """A memory collection deleted while it is read is missing, like one never made."""

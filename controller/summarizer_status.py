@@ -10,6 +10,7 @@ resourceVersion precondition), so no writer drops what another wrote:
 | ModelReady       | the model probe                         | handlers/summarizer.py        |
 | EmbeddingReady   | the embedding probe                     | handlers/summarizer.py        |
 | Swept            | the sweep (`SweepReport`, `SweepFailure`) | handlers/summarizer.py      |
+| SunsetMarkers    | the marker scan (`MarkerScanReport`)    | handlers/summarizer.py        |
 | ReplicaActive    | the peering reporter (`replica_status`) | controller/peering.py         |
 """
 
@@ -76,6 +77,59 @@ class SweepReport:
                 "message": self.message,
             }
         )
+
+
+@dataclass(frozen=True)
+class MarkerScanReport:
+    """What a marker scan that acted writes: the SunsetMarkers condition, False while the
+    last markers it found include some that name no session. Scans that did nothing write
+    nothing (they run every tick)."""
+
+    requested: tuple[str, ...]  # sessions whose summary was asked for
+    invalid: tuple[str, ...]  # one description per marker that names no session
+    SHOWN = 5
+
+    @classmethod
+    def of(cls, requested: Iterable[str], invalid: Iterable[str]) -> MarkerScanReport | None:
+        report = cls(tuple(requested), tuple(invalid))
+        return report if report.requested or report.invalid else None
+
+    @property
+    def reason(self) -> str:
+        return "InvalidSunsetMarker" if self.invalid else "SummaryRequested"
+
+    @property
+    def message(self) -> str:
+        parts = []
+        if self.invalid:
+            parts.append(
+                f"ignored {len(self.invalid)} sunset marker(s) that name no session: "
+                + self._listed(self.invalid)
+            )
+        if self.requested:
+            ids = [repr(s if len(s) <= 60 else s[:59] + "…") for s in self.requested]
+            parts.append(
+                f"requested summaries of {len(self.requested)} session(s) with a sunset "
+                "marker: " + self._listed(ids)
+            )
+        return one_line("; ".join(parts), 1000)
+
+    def _listed(self, items: tuple[str, ...] | list[str]) -> str:
+        shown = ", ".join(items[: self.SHOWN])
+        more = len(items) - self.SHOWN
+        return shown + (f" and {more} more" if more > 0 else "")
+
+    @property
+    def condition(self) -> Condition:
+        return Condition(
+            type="SunsetMarkers",
+            status="False" if self.invalid else "True",
+            reason=self.reason,
+            message=self.message,
+        )
+
+    def apply(self, status: SessionSummarizerStatus) -> SessionSummarizerStatus:
+        return with_conditions(status, [self.condition])
 
 
 @dataclass(frozen=True)

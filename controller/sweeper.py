@@ -1,5 +1,7 @@
 """The periodic safety-net sweep's I/O: scan new memories, ask controller.sweep what is
-stale, and create or patch SessionSummary objects for it (trigger `sweep`).
+stale, and create or patch SessionSummary objects for it (trigger `sweep`). And the marker
+scan: sunset marker memories newer than the sweep's watermark, acted on every timer tick
+(trigger `sunset-marker`).
 
 Idempotent when two replicas overlap: objects are created if absent (a lost create race is
 a patch), and an existing object is patched only when its last pass is done, so a sweep
@@ -11,15 +13,28 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from controller import kube
 from controller.api import SessionSummarizerSpec, now_rfc3339
 from controller.config import CONFIG
+from controller.memories import SUNSET_MARKER_TYPE, parse_timestamp_ms
 from controller.naming import summary_object_name
 from controller.retention import expired
 from controller.store import MemoryStore
-from controller.sweep import SweepPlan, collect_activity, initial_watermark, plan_sweep
+from controller.sweep import (
+    MARKER_TRIGGER,
+    InvalidMarker,
+    SummaryObjectState,
+    SweepPlan,
+    collect_activity,
+    collect_markers,
+    covered_by_summary,
+    initial_watermark,
+    marker_action,
+    not_acted_on,
+    plan_sweep,
+)
 
 IN_FLIGHT_PHASES = {None, "Pending", "Summarizing"}
 WALK_FACTOR = 4  # at most this many times the cap of stale sessions looked up per sweep
@@ -152,3 +167,100 @@ def apply_retention(spec: SessionSummarizerSpec, *, namespace: str, summarizer_n
         ttl_seconds=ttl,
     )
     return sum(kube.delete_summary_if_unchanged(namespace, n, rv) for n, rv in doomed)
+
+
+# -- sunset markers -------------------------------------------------------------------------
+
+
+@dataclass
+class _MarkerMemory:
+    """What this process already did about the markers in the window, so a marker costs one
+    request and every later tick only the scan. After a restart or a failover it is empty:
+    the stored summary and the SessionSummary's status tell what was done."""
+
+    acted: dict[str, int] = field(default_factory=dict)  # session -> newest marker handled
+    reported: set[str] = field(default_factory=set)  # memory ids of invalid markers reported
+
+
+_MARKERS: dict[tuple[str, str], _MarkerMemory] = {}
+
+
+@dataclass(frozen=True)
+class MarkerScanResult:
+    scanned: int  # marker rows read
+    requested: list[tuple[str, str]]  # (session id, "created" | "patched")
+    waiting: int  # a pass is under way; the next scan looks again
+    left: int  # over the cap; the next scan looks again
+    invalid: list[InvalidMarker]  # newly found markers that name no session
+    duration_s: float
+
+
+def _object_state(obj: dict[str, object] | None) -> SummaryObjectState | None:
+    if obj is None:
+        return None
+    status = obj.get("status") or {}
+    assert isinstance(status, dict)
+    return SummaryObjectState(
+        in_flight=_in_flight(obj), last_memory_at_ms=parse_timestamp_ms(status.get("lastMemoryAt"))
+    )
+
+
+def run_marker_scan(
+    store: MemoryStore,
+    spec: SessionSummarizerSpec,
+    *,
+    namespace: str,
+    summarizer_name: str,
+    watermark_ms: int,
+) -> MarkerScanResult:
+    """Reads the sunset markers newer than the sweep's watermark and creates/patches the
+    SessionSummary of every session whose marker is not handled yet, at most
+    maxSessionsPerSweep per scan, ignoring the idle threshold. Costs one filtered read per
+    tick; a summary lookup and a GET per session only for markers not acted on before."""
+    started = time.monotonic()
+    memory = _MARKERS.setdefault((namespace, summarizer_name), _MarkerMemory())
+    rows = list(store.scan_markers(SUNSET_MARKER_TYPE, watermark_ms))
+    markers, invalid = collect_markers(rows)
+    new_invalid = [m for m in invalid if m.memory_id not in memory.reported]
+    pending = not_acted_on(markers, memory.acted)
+    stored = store.summary_states([m.session_id for m in pending]) if pending else {}
+    uncovered = []
+    for marker in pending:
+        if covered_by_summary(marker, stored.get(marker.session_id)):
+            memory.acted[marker.session_id] = marker.timestamp_ms
+        else:
+            uncovered.append(marker)
+    budget = spec.sweep.max_sessions_per_sweep
+    requested: list[tuple[str, str]] = []
+    waiting = walked = 0
+    requested_at = now_rfc3339(precise=True)
+    for marker in uncovered[: WALK_FACTOR * budget]:
+        if len(requested) >= budget:
+            break
+        walked += 1
+        existing = kube.get_summary(namespace, summary_object_name(marker.session_id))
+        action = marker_action(marker, _object_state(existing))
+        if action == "wait":
+            waiting += 1
+            continue
+        if action == "request":
+            _, how = kube.request_summary(
+                namespace,
+                marker.session_id,
+                trigger=MARKER_TRIGGER,
+                summarizer=summarizer_name,
+                requested_at=requested_at,
+            )
+            requested.append((marker.session_id, how))
+        memory.acted[marker.session_id] = marker.timestamp_ms
+    # Forget what the window no longer holds: those markers are never read again.
+    memory.acted = {s: ts for s, ts in memory.acted.items() if s in markers}
+    memory.reported = {m.memory_id for m in invalid}
+    return MarkerScanResult(
+        scanned=len(rows),
+        requested=requested,
+        waiting=waiting,
+        left=len(uncovered) - walked,
+        invalid=new_invalid,
+        duration_s=time.monotonic() - started,
+    )

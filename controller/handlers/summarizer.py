@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import kopf
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from controller import kube, metrics
@@ -40,12 +41,13 @@ from controller.store import (
     store_for,
 )
 from controller.summarizer_status import (
+    MarkerScanReport,
     SweepReport,
     store_reachable,
     sweep_failure,
     with_conditions,
 )
-from controller.sweeper import apply_retention, run_sweep
+from controller.sweeper import apply_retention, run_marker_scan, run_sweep
 
 
 def _status(body: kopf.Body) -> SessionSummarizerStatus:
@@ -253,11 +255,48 @@ async def sweep(
     **_: Any,
 ) -> None:
     """The sweep owns the sweep fields and the Swept condition (and reports a store it
-    could not reach through the store probe's StoreReachable)."""
+    could not reach through the store probe's StoreReachable). The marker scan, every tick
+    once the sweep has a watermark, owns SunsetMarkers; the sweep reports its store errors."""
     assert namespace is not None
     spec = _validate(body)
     status = _status(body)
     await _reprobe_embedding(body, spec, namespace, status)
+    if spec.sweep.enabled and status.watermark is not None:
+        since = status.watermark
+        try:
+            markers = await asyncio.to_thread(
+                lambda: run_marker_scan(
+                    store_for(store_location(spec, namespace)),
+                    spec,
+                    namespace=namespace,
+                    summarizer_name=name,
+                    watermark_ms=since,
+                )
+            )
+        except (StoreUnavailable, kube.SecretError, CollectionNotFound, InvalidStoreConfig) as exc:
+            if isinstance(exc, StoreUnavailable):
+                forget_store(store_location(spec, namespace))
+            logger.debug("marker scan skipped: %s", _one_line(exc))
+        except ApiException as exc:  # never in the way of the sweep below
+            logger.warning("marker scan failed: API %s: %s", exc.status, _one_line(exc.reason))
+        else:
+            report = MarkerScanReport.of(
+                (sid for sid, _ in markers.requested), (m.describe() for m in markers.invalid)
+            )
+            if report is not None:
+                await asyncio.to_thread(_write_status, namespace, name, report.apply)
+                kind = "Warning" if report.invalid else "Normal"
+                kopf.event(body, type=kind, reason=report.reason, message=report.message)
+                logger.info(
+                    "marker scan by %s (%d markers read in %.0f ms, %d waiting for a pass "
+                    "under way, %d left for the next tick): %s",
+                    CONFIG.replica_id,
+                    markers.scanned,
+                    markers.duration_s * 1000,
+                    markers.waiting,
+                    markers.left,
+                    report.message,
+                )
     if not _sweep_due(spec, status):
         return
     try:

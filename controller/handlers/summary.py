@@ -365,7 +365,8 @@ def _report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcom
     if outcome.kind == "empty":
         message = (
             f"the session's {outcome.memory_count} memories are all excluded types "
-            "(spec.excludedMemoryTypes of the summarizer); nothing was written"
+            "(spec.excludedMemoryTypes of the summarizer, or sunset markers); nothing was "
+            "written"
         )
         _record(
             body,

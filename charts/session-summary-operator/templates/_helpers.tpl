@@ -22,6 +22,15 @@
 {{- printf "%s-%s" (include "sso.fullname" .) .Release.Namespace | trunc 253 | trimSuffix "-" }}
 {{- end }}
 
+{{/* The ClusterRoles agents and people bind (templates/agent-roles.yaml). */}}
+{{- define "sso.sunsetRoleName" -}}
+{{- printf "%s-sunset" (include "sso.clusterName" . | trunc 246 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "sso.viewRoleName" -}}
+{{- printf "%s-view" (include "sso.clusterName" . | trunc 248 | trimSuffix "-") }}
+{{- end }}
+
 {{- define "sso.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}

@@ -1,0 +1,441 @@
+"""How an agent gets its session summarized (docs/agents.md), on the real control plane and
+Chroma: the chart's sunset and view roles bound to a ServiceAccount (what they allow, and
+real 403s for the rest), and the sunset marker, a memory written by a process that holds no
+Kubernetes credentials at all."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from controller.localenv.controlplane import REPO_ROOT
+from controller.localenv.processes import tail, wait_for
+from controller.memories import SUNSET_MARKER_TYPE
+from controller.naming import summary_object_name
+from controller.store import MemoryStore
+from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
+
+CHART = REPO_ROOT / "charts" / "session-summary-operator"
+RELEASE = "agents-it"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def uid() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+# --- the roles ------------------------------------------------------------------------------
+
+
+def render_roles(h: Harness, *sets: str) -> dict[str, dict[str, Any]]:
+    """The chart's agent roles as `helm template` renders them, by role (sunset, view)."""
+    args = [str(h.cp.helm), "template", RELEASE, str(CHART), "-n", NS]
+    for s in sets:
+        args += ["--set", s]
+    out = subprocess.run(args, env=h.cp.env(), capture_output=True, text=True, check=True)
+    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    prefix = f"{RELEASE}-session-summary-operator-{NS}-"
+    return {
+        d["metadata"]["name"].removeprefix(prefix): d
+        for d in docs
+        if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith(("-sunset", "-view"))
+    }
+
+
+def documented_rolebinding() -> dict[str, Any]:
+    """The RoleBinding docs/agents.md tells users to apply."""
+    text = (REPO_ROOT / "docs" / "agents.md").read_text()
+    for block in re.findall(r"^```yaml\n(.*?)^```", text, re.S | re.M):
+        for doc in yaml.safe_load_all(block):
+            if doc and doc.get("kind") == "RoleBinding":
+                return dict(doc)
+    raise AssertionError("docs/agents.md has no RoleBinding example")
+
+
+def bind(h: Harness, role: str, service_account: str) -> None:
+    """A ServiceAccount bound to a ClusterRole in NS with the documented RoleBinding."""
+    h.kubectl("create", "serviceaccount", service_account, check=False)
+    binding = documented_rolebinding()
+    binding["metadata"] = {"name": service_account, "namespace": NS}
+    binding["roleRef"]["name"] = role
+    binding["subjects"] = [{"kind": "ServiceAccount", "name": service_account, "namespace": NS}]
+    h.kubectl("apply", "-f", "-", input=json.dumps(binding))
+
+
+@pytest.fixture(scope="module")
+def roles(harness: Harness) -> Iterator[dict[str, str]]:
+    """The chart's sunset and view ClusterRoles, applied; their names by role."""
+    rendered = render_roles(harness)
+    assert sorted(rendered) == ["sunset", "view"]
+    harness.cp.kubectl_run("apply", "-f", "-", input=yaml.safe_dump_all(rendered.values()))
+    yield {role: doc["metadata"]["name"] for role, doc in rendered.items()}
+    for doc in rendered.values():
+        harness.cp.kubectl_run("delete", "clusterrole", doc["metadata"]["name"], check=False)
+
+
+def as_identity(h: Harness, kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return h.cp.kubectl_run(*args, check=False, kubeconfig=kubeconfig)
+
+
+def summaryctl_as(h: Harness, kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "controller", *args],
+        env=dict(h.cp.env(), KUBECONFIG=str(kubeconfig)),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+SUNSET_ALLOWED = [
+    ("create", "sessionsummaries.memorycore.io"),
+    ("patch", "sessionsummaries.memorycore.io"),
+    ("get", "sessionsummaries.memorycore.io"),
+]
+SUNSET_REFUSED = [
+    ("list", "sessionsummaries.memorycore.io"),
+    ("watch", "sessionsummaries.memorycore.io"),
+    ("update", "sessionsummaries.memorycore.io"),
+    ("delete", "sessionsummaries.memorycore.io"),
+    ("patch", "sessionsummaries.memorycore.io", "--subresource=status"),
+    ("get", "sessionsummarizers.memorycore.io"),
+    ("patch", "sessionsummarizers.memorycore.io"),
+    ("create", "sessionsummarizers.memorycore.io"),
+    ("create", "sessionclaims.memorycore.io"),
+    ("get", "secrets"),
+    ("list", "pods"),
+    ("create", "events"),
+    ("*", "*"),
+]
+
+
+def test_a_service_account_bound_to_the_sunset_role_sunsets_a_session_and_nothing_more(
+    harness: Harness, roles: dict[str, str], tmp_path: Path
+) -> None:
+    h, sa = harness, f"agent-sunset-{uid()}"
+    bind(h, roles["sunset"], sa)
+    kubeconfig = h.cp.service_account_kubeconfig(NS, sa, tmp_path / "agent.kubeconfig")
+    sid = f"agent-rbac-{uid()}"
+    now = now_ms()
+    load(h.store(), [interaction(sid, i, now - 60_000 + i, f"Role step {i}") for i in range(3)])
+
+    # The agent's sunset step, with nothing but the role: a create, then a patch.
+    first = summaryctl_as(h, kubeconfig, "sunset", sid, "-n", NS, "--wait", "60")
+    assert first.returncode == 0, first.stdout + first.stderr + tail(h.log)
+    assert "created" in first.stdout and "Summarized:" in first.stdout
+    again = summaryctl_as(h, kubeconfig, "sunset", sid, "-n", NS, "--wait", "60")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "patched" in again.stdout
+    obj = h.wait_phase(sid, "Summarized")
+    assert obj["spec"]["trigger"] == "sunset" and obj["status"]["memoryCount"] == 3
+
+    def can_i(*q: str) -> str:
+        return as_identity(h, kubeconfig, "auth", "can-i", *q, "-n", NS).stdout.strip()
+
+    answers = {" ".join(q): can_i(*q) for q in SUNSET_ALLOWED + SUNSET_REFUSED}
+    print("\n".join(f"can-i {q}: {a}" for q, a in answers.items()))
+    assert answers == {" ".join(q): "yes" for q in SUNSET_ALLOWED} | {
+        " ".join(q): "no" for q in SUNSET_REFUSED
+    }
+    elsewhere = as_identity(
+        h, kubeconfig, "auth", "can-i", "create", "sessionsummaries.memorycore.io", "-n", "default"
+    )
+    assert elsewhere.stdout.strip() == "no"  # a RoleBinding grants it in its namespace only
+
+    # Real calls, refused by the apiserver.
+    user = f"system:serviceaccount:{NS}:{sa}"
+    name = summary_object_name(sid)
+    # fmt: off
+    refused = {
+        "list": as_identity(h, kubeconfig, "-n", NS, "get", "ssum"),
+        "delete": as_identity(h, kubeconfig, "-n", NS, "delete", "ssum", name),
+        "status": as_identity(
+            h, kubeconfig, "-n", NS, "patch", "ssum", name, "--subresource=status",
+            "--type", "merge", "-p", '{"status": {"phase": "Summarized"}}',
+        ),
+        "summarizer": as_identity(h, kubeconfig, "-n", NS, "get", "ssumr", "default"),
+        "secrets": as_identity(h, kubeconfig, "-n", NS, "get", "secrets"),
+    }
+    # fmt: on
+    for what, res in refused.items():
+        assert res.returncode != 0, what
+        assert "Error from server (Forbidden)" in res.stderr and user in res.stderr, res.stderr
+    assert 'cannot list resource "sessionsummaries"' in refused["list"].stderr
+    assert 'cannot delete resource "sessionsummaries"' in refused["delete"].stderr
+    # kubectl reads the status before it patches it: refused already.
+    assert 'cannot get resource "sessionsummaries/status"' in refused["status"].stderr
+    other = summaryctl_as(h, kubeconfig, "sunset", sid, "-n", "default")
+    assert other.returncode == 2
+    assert other.stderr.startswith("summaryctl: error: forbidden: ") and user in other.stderr
+    assert h.obj(sid)["metadata"]["generation"] == obj["metadata"]["generation"]
+
+
+def test_the_view_role_reads_summaries_and_summarizers_and_cannot_sunset(
+    harness: Harness, roles: dict[str, str], tmp_path: Path
+) -> None:
+    h, sa = harness, f"agent-reader-{uid()}"
+    bind(h, roles["view"], sa)
+    kubeconfig = h.cp.service_account_kubeconfig(NS, sa, tmp_path / "reader.kubeconfig")
+    listed = as_identity(h, kubeconfig, "-n", NS, "get", "ssum,ssumr", "-o", "name")
+    assert listed.returncode == 0, listed.stderr
+    assert "sessionsummarizer.memorycore.io/default" in listed.stdout.split()
+    watch = as_identity(h, kubeconfig, "auth", "can-i", "watch", "sessionsummaries", "-n", NS)
+    assert watch.stdout.strip() == "yes"
+    sunset = summaryctl_as(h, kubeconfig, "sunset", f"reader-{uid()}", "-n", NS)
+    assert sunset.returncode == 2
+    assert sunset.stderr.startswith("summaryctl: error: forbidden: ")
+    assert 'cannot create resource "sessionsummaries"' in sunset.stderr
+    for verb in ("create", "patch", "delete"):
+        for resource in ("sessionsummaries", "sessionsummarizers"):
+            answer = as_identity(h, kubeconfig, "auth", "can-i", verb, resource, "-n", NS)
+            assert answer.stdout.strip() == "no", (verb, resource)
+
+
+def _selected_by(role: dict[str, Any], builtin: dict[str, Any]) -> bool:
+    labels = role["metadata"].get("labels") or {}
+    selectors = (builtin.get("aggregationRule") or {}).get("clusterRoleSelectors") or []
+    return any(
+        all(labels.get(k) == v for k, v in (sel.get("matchLabels") or {}).items())
+        for sel in selectors
+    )
+
+
+def test_the_agent_roles_join_the_built_in_edit_and_view_roles_only_when_asked(
+    harness: Harness,
+) -> None:
+    """Aggregation itself is kube-controller-manager's work (not part of this control
+    plane); what is checked is that the real built-in roles select our labels."""
+    builtin = {
+        name: json.loads(harness.cp.kubectl_run("get", "clusterrole", name, "-o", "json").stdout)
+        for name in ("admin", "edit", "view")
+    }
+
+    def joined(*sets: str) -> dict[str, list[str]]:
+        rendered = render_roles(harness, *sets)
+        return {
+            role: sorted(n for n, b in builtin.items() if _selected_by(doc, b))
+            for role, doc in rendered.items()
+        }
+
+    assert joined() == {"sunset": [], "view": []}
+    assert joined("rbac.agentRoles.aggregateToEdit=true") == {
+        "sunset": ["admin", "edit"],
+        "view": [],
+    }
+    assert joined(
+        "rbac.agentRoles.aggregateToEdit=true", "rbac.agentRoles.aggregateToView=true"
+    ) == {"sunset": ["admin", "edit"], "view": ["admin", "edit", "view"]}
+    assert render_roles(harness, "rbac.agentRoles.create=false") == {}
+
+
+# --- the sunset marker ----------------------------------------------------------------------
+
+# An agent's memory service: chromadb's client and nothing else, no Kubernetes credentials
+# (no KUBECONFIG, an empty HOME, outside any Pod). It writes rows as agents write memories.
+WRITER = """
+import json, os, sys
+import chromadb
+from chromadb.config import Settings
+
+assert "KUBECONFIG" not in os.environ and "KUBERNETES_SERVICE_HOST" not in os.environ
+assert not os.path.exists(os.path.expanduser("~/.kube"))
+host, port, collection, rows = sys.argv[1], int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
+client = chromadb.HttpClient(host=host, port=port, settings=Settings(anonymized_telemetry=False))
+memories = client.get_collection(collection)
+memories.add(
+    ids=[r["id"] for r in rows],
+    documents=[r["document"] for r in rows],
+    metadatas=[r["metadata"] for r in rows],
+    embeddings=[[1.0] + [0.0] * 383 for _ in rows],
+)
+"""
+
+
+def write_without_credentials(
+    h: Harness, collection: str, rows: list[dict[str, Any]], home: Path
+) -> None:
+    url = urlsplit(h.chroma.url)
+    home.mkdir(exist_ok=True)
+    env = {"PATH": os.environ["PATH"], "HOME": str(home)}
+    argv = [sys.executable, "-c", WRITER, url.hostname or "127.0.0.1", str(url.port), collection]
+    res = subprocess.run(
+        [*argv, json.dumps(rows)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 0, res.stderr
+
+
+def marker(session_id: object, at_ms: int, memory_id: str, text: str = "") -> dict[str, Any]:
+    meta: dict[str, Any] = {"timestamp": at_ms, "type": SUNSET_MARKER_TYPE}
+    if session_id is not None:
+        meta["sessionId"] = session_id
+    if text:
+        meta["prompt"] = text
+    return {"id": memory_id, "document": text or "session sunset", "metadata": meta}
+
+
+def summarizer_status(h: Harness, name: str) -> dict[str, Any]:
+    return dict(json.loads(h.kubectl("get", "ssumr", name, "-o", "json")).get("status") or {})
+
+
+def start_marker_summarizer(h: Harness, name: str, memory: str, summary: str) -> None:
+    """A summarizer whose sweep runs every hour and calls a session idle after an hour:
+    only a marker can get a fresh session summarized. Waits for its first sweep (the
+    watermark the marker scan starts from)."""
+    sweep = "enabled: true, intervalSeconds: 3600, idleSeconds: 3600"
+    manifest = summarizer_yaml(name, h.chroma.url, memory=memory, summary=summary, sweep=sweep)
+    h.kubectl("apply", "-f", "-", input=manifest)
+    wait_for(
+        lambda: summarizer_status(h, name).get("watermark") is not None,
+        30,
+        0.2,
+        message=f"{name}'s first sweep\n{tail(h.log)}",
+    )
+
+
+@pytest.fixture
+def marker_summarizer(harness: Harness) -> Iterator[tuple[str, MemoryStore]]:
+    """(name, store) of a SessionSummarizer on fresh collections, deleted afterwards."""
+    u = uid()
+    name, memory, summary = f"markers-{u}", f"marker-mem-{u}", f"marker-sum-{u}"
+    store = harness.store(memory, summary)
+    store.create_memory_collection()
+    start_marker_summarizer(harness, name, memory, summary)
+    yield name, store
+    harness.kubectl("delete", "ssumr", name, "--wait=true", "--timeout=60s", check=False)
+
+
+def conditions(obj_status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in obj_status.get("conditions") or []}
+
+
+def test_a_marker_memory_written_without_cluster_credentials_summarizes_the_session(
+    harness: Harness, marker_summarizer: tuple[str, MemoryStore], tmp_path: Path
+) -> None:
+    h, (name, store) = harness, marker_summarizer
+    sid = f"marker-session-{uid()}"
+    start = now_ms() - 60_000
+    load(store, [interaction(sid, i, start + i * 1000, f"Marker step {i}") for i in range(3)])
+    time.sleep(2)  # two marker scans: without a marker, nothing happens
+    assert h.kubectl("get", "ssum", summary_object_name(sid), check=False) == ""
+
+    t0, written = time.monotonic(), now_ms()
+    text = f"SUNSET-MARKER-TEXT-{uid()}"
+    marker_id = f"sunset-{uid()}"
+    rows = [marker(sid, written, marker_id, text)]
+    write_without_credentials(h, store.location.memory_collection, rows, tmp_path / "home")
+    obj = h.wait_phase(sid, "Summarized", timeout=60)
+    print(f"marker write -> Summarized: {(time.monotonic() - t0) * 1000:.0f} ms")
+
+    assert obj["spec"]["trigger"] == "sunset-marker"
+    assert obj["spec"]["summarizerRef"] == name
+    assert obj["status"]["memoryCount"] == 4  # every row of the session, the marker too
+    got = store.summaries().get(ids=[f"summary_{sid}"], include=["documents", "metadatas"])
+    [doc], [meta] = got["documents"], got["metadatas"]
+    assert "Marker step 2" in doc
+    assert text not in doc and "sunset" not in doc.lower()
+    assert all(text not in str(v) for v in meta.values())
+    assert meta["triggerSource"] == "sunset-marker"
+    assert (meta["memoryCount"], meta["timestamp"]) == (4, written)
+    cond = conditions(summarizer_status(h, name))["SunsetMarkers"]
+    assert (cond["status"], cond["reason"]) == ("True", "SummaryRequested")
+    assert cond["message"] == f"requested summaries of 1 session(s) with a sunset marker: {sid!r}"
+
+    # Acted on once: neither the marker scan (every tick) nor a sweep that finds the
+    # session idle asks again, because the summary counts the marker as a row.
+    generation, summarized_at = obj["metadata"]["generation"], meta["summarizedAt"]
+    h.kubectl(
+        "patch", "ssumr", name, "--type", "merge",
+        "-p", '{"spec": {"sweep": {"intervalSeconds": 5, "idleSeconds": 0}}}',
+    )  # fmt: skip
+    fresh = "scanned 4 new memories: 0 stale, 0 still active, 1 fresh"
+    wait_for(
+        lambda: fresh in (summarizer_status(h, name).get("message") or ""),
+        30,
+        0.3,
+        message=f"a sweep finding the session fresh\n{tail(h.log)}",
+    )
+    time.sleep(3)  # three more marker scans
+    assert h.obj(sid)["metadata"]["generation"] == generation
+    again = store.summaries().get(ids=[f"summary_{sid}"], include=["metadatas"])["metadatas"]
+    assert again[0]["summarizedAt"] == summarized_at
+
+
+def test_a_marker_for_an_unknown_or_empty_session_ends_in_phase_empty_and_writes_nothing(
+    harness: Harness, marker_summarizer: tuple[str, MemoryStore], tmp_path: Path
+) -> None:
+    h, (_, store) = harness, marker_summarizer
+    unknown, empty = f"unknown-{uid()}", f"only-heartbeats-{uid()}"
+    now = now_ms()
+    pings = [interaction(empty, i, now - 30_000 + i, "ping", type_="heartbeat") for i in range(2)]
+    load(store, pings)
+    write_without_credentials(
+        h,
+        store.location.memory_collection,
+        [marker(unknown, now, f"sunset-{uid()}"), marker(empty, now, f"sunset-{uid()}")],
+        tmp_path / "home",
+    )
+    for sid, rows in ((unknown, 1), (empty, 3)):
+        obj = h.wait_phase(sid, "Empty", timeout=60)
+        status = obj["status"]
+        assert obj["spec"]["trigger"] == "sunset-marker"
+        assert status["memoryCount"] == rows
+        cond = conditions(status)["Summarized"]
+        assert (cond["status"], cond["reason"]) == ("False", "NoSummarizableMemories")
+        assert "nothing was written" in cond["message"]
+    summaries = store.summaries(create=True).get(ids=[f"summary_{unknown}", f"summary_{empty}"])
+    assert summaries["ids"] == []
+    # A marker is acted on once: the empty outcome is final until a newer marker.
+    generations = {sid: h.obj(sid)["metadata"]["generation"] for sid in (unknown, empty)}
+    time.sleep(3)
+    assert {sid: h.obj(sid)["metadata"]["generation"] for sid in (unknown, empty)} == generations
+
+
+def test_a_marker_that_names_no_session_is_reported_on_the_summarizer(
+    harness: Harness, marker_summarizer: tuple[str, MemoryStore], tmp_path: Path
+) -> None:
+    h, (name, store) = harness, marker_summarizer
+    missing, blank = f"no-session-{uid()}", f"blank-session-{uid()}"
+    write_without_credentials(
+        h,
+        store.location.memory_collection,
+        [marker(None, now_ms(), missing), marker("  ", now_ms(), blank)],
+        tmp_path / "home",
+    )
+
+    def reported() -> dict[str, Any] | None:
+        cond = conditions(summarizer_status(h, name)).get("SunsetMarkers")
+        return cond if cond and cond["reason"] == "InvalidSunsetMarker" else None
+
+    cond: dict[str, Any] = wait_for(
+        reported, 30, 0.3, message=f"InvalidSunsetMarker\n{tail(h.log)}"
+    )
+    assert cond["status"] == "False"
+    assert cond["message"] == (
+        "ignored 2 sunset marker(s) that name no session: "
+        f"memory {blank!r} has a blank sessionId, "
+        f"memory {missing!r} has no sessionId (metadata sessionId must be the session's id)"
+    )
+    events = json.loads(
+        h.kubectl("get", "events", "--field-selector", f"involvedObject.name={name}", "-o", "json")
+    )["items"]
+    assert any(e["type"] == "Warning" and e["reason"] == "InvalidSunsetMarker" for e in events), (
+        events
+    )
+    objects = json.loads(h.kubectl("get", "ssum", "-o", "json"))["items"]
+    assert [o for o in objects if o["spec"].get("summarizerRef") == name] == []

@@ -1,0 +1,138 @@
+"""One schema, stated twice: the pydantic models in controller/api.py and the CRDs the
+apiserver enforces must agree field by field (names, types, required, defaults, enums and
+bounds), in spec and status, so an object the apiserver accepted is one the operator can
+read and a default means the same on both sides. Patterns and CEL rules are compared where
+they are written (tests/unit/test_store_rules.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from controller.api import (
+    SessionSummarizerSpec,
+    SessionSummarizerStatus,
+    SessionSummarySpec,
+    SessionSummaryStatus,
+)
+from controller.claims import Claim, Writer
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPARED = ("type", "enum", "minimum", "maximum", "minLength", "maxLength")
+Schema = dict[str, Any]
+
+
+def from_pydantic(schema: Schema, defs: dict[str, Schema]) -> Schema:
+    """The comparable part of a pydantic JSON schema: refs resolved, Optional unwrapped."""
+    if "$ref" in schema:
+        target = defs[schema["$ref"].rsplit("/", 1)[-1]]
+        schema = {**target, **{k: v for k, v in schema.items() if k != "$ref"}}
+    if "anyOf" in schema:
+        branches = [b for b in schema["anyOf"] if b.get("type") != "null"]
+        assert len(branches) == 1, f"a union the CRD cannot state: {schema}"
+        rest = {k: v for k, v in schema.items() if k != "anyOf"}
+        schema = {**from_pydantic(branches[0], defs), **rest}
+    return _comparable(schema, lambda s: from_pydantic(s, defs), skip_default=None)
+
+
+def from_crd(schema: Schema) -> Schema:
+    return _comparable(schema, from_crd, skip_default=None)
+
+
+def _comparable(schema: Schema, recurse: Any, skip_default: Any) -> Schema:
+    out = {k: schema[k] for k in COMPARED if k in schema}
+    # An object's default is its fields' defaults (the CRD says {}; pydantic spells it out).
+    if schema.get("default", skip_default) is not skip_default and out.get("type") != "object":
+        out["default"] = schema["default"]
+    if "properties" in schema:
+        out["properties"] = {k: recurse(v) for k, v in schema["properties"].items()}
+        out["required"] = sorted(schema.get("required", []))
+    if "items" in schema:
+        out["items"] = recurse(schema["items"])
+    return out
+
+
+def differences(pyd: Schema, crd: Schema, path: str) -> list[str]:
+    found = []
+    for key in sorted(set(pyd) | set(crd)):
+        if key == "properties":
+            a, b = pyd.get(key, {}), crd.get(key, {})
+            for name in sorted(set(a) | set(b)):
+                if name not in a:
+                    found.append(f"{path}.{name}: in the CRD only")
+                elif name not in b:
+                    found.append(f"{path}.{name}: in the pydantic model only")
+                else:
+                    found += differences(a[name], b[name], f"{path}.{name}")
+        elif key == "items":
+            found += differences(pyd.get(key, {}), crd.get(key, {}), f"{path}[]")
+        elif pyd.get(key) != crd.get(key):
+            found.append(f"{path} {key}: pydantic {pyd.get(key)!r}, CRD {crd.get(key)!r}")
+    return found
+
+
+def crd_schema(path: Path) -> Schema:
+    doc = yaml.safe_load(path.read_text())
+    return dict(doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+
+
+CASES = [
+    ("sessionsummarizers.memorycore.io.yaml", "spec", SessionSummarizerSpec),
+    ("sessionsummarizers.memorycore.io.yaml", "status", SessionSummarizerStatus),
+    ("sessionsummaries.memorycore.io.yaml", "spec", SessionSummarySpec),
+    ("sessionsummaries.memorycore.io.yaml", "status", SessionSummaryStatus),
+]
+
+
+@pytest.mark.parametrize(("crd", "part", "model"), CASES, ids=[f"{c[0]}:{c[1]}" for c in CASES])
+@pytest.mark.parametrize("where", ["crds", "charts/session-summary-operator/crds"])
+def test_the_pydantic_model_and_the_crd_agree_field_by_field(
+    crd: str, part: str, model: type[BaseModel], where: str
+) -> None:
+    schema = model.model_json_schema(by_alias=True, mode="validation")
+    pyd = from_pydantic(schema, schema.get("$defs", {}))
+    declared = from_crd(crd_schema(ROOT / where / crd)["properties"][part])
+    assert differences(pyd, declared, part) == []
+
+
+def test_the_comparison_sees_a_drift() -> None:
+    """The checker itself: a default, a bound, an enum value or a field out of step."""
+    crd = {
+        "type": "object",
+        "required": ["a"],
+        "properties": {
+            "a": {"type": "integer", "default": 3, "minimum": 1},
+            "b": {"type": "string", "enum": ["x", "y"]},
+            "c": {"type": "string"},
+        },
+    }
+    pyd = {
+        "type": "object",
+        "required": [],
+        "properties": {
+            "a": {"type": "integer", "default": 4},
+            "b": {"type": "string", "enum": ["x"]},
+            "d": {"type": "string"},
+        },
+    }
+    found = differences(from_crd(pyd), from_crd(crd), "spec")
+    assert any("spec.a default" in f for f in found)
+    assert any("spec.a minimum" in f for f in found)
+    assert any("spec.b enum" in f for f in found)
+    assert any("spec.c: in the CRD only" in f for f in found)
+    assert any("spec.d: in the pydantic model only" in f for f in found)
+    assert any("spec required" in f for f in found)
+
+
+def test_the_claim_object_written_is_what_the_sessionclaim_crd_declares() -> None:
+    schema = crd_schema(ROOT / "crds/sessionclaims.memorycore.io.yaml")["properties"]["spec"]
+    written = Claim("s", "c", Writer("r", "u", "ns/n"), 1, generation=2, collection="x").spec()
+    assert sorted(written) == sorted(schema["properties"])
+    assert set(schema["required"]) <= set(written)
+    types = {"string": str, "integer": int}
+    for key, value in written.items():
+        assert isinstance(value, types[schema["properties"][key]["type"]]), key
