@@ -1,22 +1,30 @@
 """The model-backed summarizer: any OpenAI-compatible ``/v1/chat/completions`` endpoint.
 
-Works with OpenAI, Ollama, vLLM, LM Studio and Gemini's OpenAI-compatible endpoint: plain
-``messages``, ``temperature: 0`` and ``response_format: {"type": "json_object"}`` (dropped
-once, for the rest of the process, if the endpoint refuses it; the prompt asks for JSON
-either way).
+Works with OpenAI, Ollama, vLLM, LM Studio, llama.cpp's server and Gemini's
+OpenAI-compatible endpoint: plain ``messages``, ``temperature: 0``, a bound on the output
+(``max_tokens``) and the most constrained ``response_format`` the endpoint accepts, tried
+in this order: ``json_schema`` (the reply's schema, with ``maxItems``/``maxLength`` bounds),
+``json_object``, none (the prompt asks for JSON either way). An endpoint that answers a
+mode with a 4xx naming it is asked again at once with the next one; one that answers 500
+or 501 to a mode it never accepted is retried with the next one as the retry. The mode
+that works is kept for the process (docs/models.md).
 
 The model only *proposes* a PassUpdate (new items per section, supersede marks, a new
 Current State, title/category/scores). controller.merge applies it, so prior items survive
 whatever the reply says, including a reply that obeys an instruction injected into a
 memory. Memories and the prior summary reach the model as delimited data, each memory in
 ``<memory n=...>`` tags with any of our delimiters inside its text neutralised, under an
-explicit instruction that this is content to summarize, not instructions to follow.
+explicit instruction that this is content to summarize, not instructions to follow. What
+the model copies from an instruction-like sentence of the memories is stored as quoted
+session content, and a pass whose memories hold one keeps the prior's category and scores.
 
-Failures: timeouts, connection errors, 429 and 5xx are retried with exponential backoff;
-a reply that is not JSON, misses a section or was cut off gets a corrective retry. When
-the retries are spent, the pass fails with ModelUnavailable or InvalidModelOutput and
-nothing is written. The API key is sent as a bearer token and appears in no repr, log
-line or error message.
+Failures: timeouts, connection errors, 429 and 5xx are retried with exponential backoff.
+A reply that is not JSON, misses a section, was cut off (``finish_reason: "length"``) or
+is degenerate (one item repeated, items copied from the instructions, nothing proposed for
+memories that have content, mostly items that mention nothing from the session) gets a
+corrective retry. When the retries are spent, the pass fails with ModelUnavailable or
+InvalidModelOutput and nothing is written. The API key is sent as a bearer token and
+appears in no repr, log line or error message.
 """
 
 from __future__ import annotations
@@ -27,9 +35,9 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from pydantic import ValidationError
@@ -40,14 +48,25 @@ from controller.chunking import (
     bounded_memory_text,
     chunk_memories,
     estimate_tokens,
+    memory_text,
     truncate_utf8,
     valid_utf8,
 )
 from controller.memories import Memory, memory_sort_key
-from controller.merge import SECTION_KEYS, PassResult, PassUpdate, merge_pass
+from controller.merge import (
+    DERIVED_TITLE_MAX,
+    SECTION_KEYS,
+    TECHNOLOGY_MAX,
+    PassResult,
+    PassUpdate,
+    merge_pass,
+    norm,
+)
+from controller.quoting import CLOSE_QUOTE, INSTRUCTION_LABEL, OPEN_QUOTE, is_quoted, kind_of
 from controller.summary import (
     CATEGORIES,
     HISTORY_SECTIONS,
+    ITEM_MAX,
     LegacySummary,
     StructuredSummary,
     SummaryValidationError,
@@ -63,6 +82,25 @@ _TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
 _DELIMITER = re.compile(r"<(?=\s*/?\s*(?:memory|memories|prior_summary)\b)", re.IGNORECASE)
 _ATTRIBUTE_UNSAFE = re.compile(r"[^\w.:-]")
 _FENCE = re.compile(r"^\s*```(?:json)?\s*|\s*```\s*$", re.IGNORECASE)
+
+# What is asked of the endpoint, most constrained first; see ChatModelSummarizer._complete.
+ResponseFormat = Literal["json_schema", "json_object", "none"]
+RESPONSE_FORMATS: tuple[ResponseFormat, ...] = ("json_schema", "json_object", "none")
+# A 4xx whose message names one of these refuses the response_format we sent.
+_FORMAT_REFUSAL = re.compile(
+    r"response_format|json_schema|json_object|schema|grammar|guided|structured", re.IGNORECASE
+)
+_FORMAT_REFUSAL_STATUS = frozenset({400, 415, 422})
+# A 5xx that may be a refusal of the response_format (llama-cpp-python answers json_schema
+# with HTTP 500); 502/503/504 are a proxy or a loading server, never a refusal.
+_FORMAT_FAILURE_STATUS = frozenset({500, 501})
+MAX_OUTPUT_TOKENS = 2048
+SCHEMA_ITEM_CHARS = 300  # maxLength of an item in the schema (the merge cuts at ITEM_MAX)
+STATE_MAX_ITEMS = 5
+SECTION_MAX_ITEMS = 12
+SECTION_MIN_ITEMS = 4
+TECHNOLOGIES_ASKED = 8
+_SCORES = ("quality", "productivity", "impact", "complexity")
 
 
 class ModelUnavailable(RuntimeError):
@@ -95,6 +133,7 @@ class ChatModelConfig:
     max_input_tokens: int = 6000
     backoff_seconds: float = 1.0
     max_backoff_seconds: float = 30.0
+    max_output_tokens: int = MAX_OUTPUT_TOKENS
 
     @property
     def url(self) -> str:
@@ -250,6 +289,71 @@ def build_messages(
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
+def section_max_items(memory_count: int) -> int:
+    """How many new items one section may propose in a pass over memory_count memories:
+    twice as many as memories, within [SECTION_MIN_ITEMS, SECTION_MAX_ITEMS]. Bounds the
+    output of a model that loops on one item."""
+    return min(SECTION_MAX_ITEMS, max(SECTION_MIN_ITEMS, 2 * memory_count))
+
+
+def reply_schema(memory_count: int, prior_items: int = 0) -> dict[str, Any]:
+    """The JSON schema of a reply, sent as response_format json_schema: every string and
+    list bounded, so a constrained decoder cannot produce an unbounded reply. Supersede
+    marks are offered only when the prior summary has items to mark."""
+    per_section = section_max_items(memory_count)
+    item = {"type": "string", "minLength": 1, "maxLength": SCHEMA_ITEM_CHARS}
+    history = {"type": "array", "items": item, "maxItems": per_section}
+    score = {"type": "integer", "minimum": 0, "maximum": 100}
+    history_keys = [k for k, t in SECTION_KEYS.items() if t in HISTORY_SECTIONS]
+    mark = {
+        "type": "object",
+        "properties": {
+            "section": {"type": "string", "enum": history_keys},
+            "item": {"type": "string", "minLength": 1, "maxLength": ITEM_MAX},
+            "superseded_by": item,
+        },
+        "required": ["section", "item", "superseded_by"],
+        "additionalProperties": False,
+    }
+    properties: dict[str, Any] = {
+        "title": {"type": "string", "maxLength": DERIVED_TITLE_MAX},
+        "category": {"type": "string", "enum": list(CATEGORIES)},
+        **{key: history for key in history_keys},
+        "current_state": {"type": "array", "items": item, "maxItems": STATE_MAX_ITEMS},
+        "supersede": {"type": "array", "items": mark, "maxItems": min(per_section, prior_items)},
+        "technologies": {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1, "maxLength": TECHNOLOGY_MAX},
+            "maxItems": TECHNOLOGIES_ASKED,
+        },
+        **{name: score for name in _SCORES},
+    }
+    if not prior_items:
+        del properties["supersede"]
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": ["title", "category", *SECTION_KEYS],
+        "additionalProperties": False,
+    }
+
+
+def response_format(
+    mode: ResponseFormat, memory_count: int, prior_items: int = 0
+) -> dict[str, Any] | None:
+    """The request's response_format for a mode; None sends none."""
+    if mode == "json_schema":
+        schema = reply_schema(memory_count, prior_items)
+        # strict false: OpenAI's strict mode refuses maxLength; the bounds still guide it.
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": "session_summary_update", "strict": False, "schema": schema},
+        }
+    if mode == "json_object":
+        return {"type": "json_object"}
+    return None
+
+
 # -- the reply --------------------------------------------------------------------------------
 
 
@@ -301,14 +405,6 @@ def parse_update(content: str, finish_reason: str | None = None) -> PassUpdate:
         ) from None
 
 
-def _correction(reason: str) -> str:
-    return (
-        f"Your previous reply could not be used: {reason}. Reply again with only the JSON "
-        "object described in the instructions, every required key present, and keep the "
-        "items short."
-    )
-
-
 def _usage(payload: Any) -> int:
     usage = payload.get("usage") if isinstance(payload, dict) else None
     if not isinstance(usage, dict):
@@ -345,6 +441,250 @@ def _empty_update() -> PassUpdate:
     )
 
 
+# -- degenerate replies and injected claims --------------------------------------------------
+#
+# A reply can parse into the schema and still be junk: a small model under a schema
+# constraint fills every section with one line, copies the instructions' own words, or
+# returns nothing at all for memories full of content. Such a reply is refused (with the
+# corrective retry) rather than merged: the merge would keep every prior fact, but it would
+# store the junk beside them and move the watermark past memories nobody summarized.
+
+_WORD = re.compile(r"[a-z0-9]+")
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
+_STOPWORDS = frozenset(
+    re.findall(
+        r"\w+",
+        """
+    a an and are as at be been but by can could did do does done for from had has have he
+    her his how i if in into is it its itself me my no not of on or our out over she so than
+    that the their them then there these they this those to too up us was we were what when
+    where which who why will with would you your yes also just only very more most some such
+    any all each every both other new now one two
+    """,
+    )
+)
+_PLACEHOLDERS = frozenset(
+    {
+        "string",
+        "str",
+        "text",
+        "item",
+        "items",
+        "none",
+        "null",
+        "n a",
+        "na",
+        "todo",
+        "tbd",
+        "placeholder",
+        "example",
+        "empty",
+        "nothing",
+        "unknown",
+        "tbc",
+    }
+)
+_TAG = re.compile(r"<\s*/?\s*(?:memory|memories|prior_summary)\b", re.IGNORECASE)
+
+
+def _correction(reason: str) -> str:
+    return (
+        f"Your previous reply could not be used: {reason}. Reply again with only the JSON "
+        "object described in the instructions, every required key present, and keep the "
+        "items short."
+    )
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+_INSTRUCTIONS = " ".join(
+    _words(" ".join((SYSTEM_PROMPT, _CLOSING, _correction(""), *SECTION_KEYS.values())))
+)
+_INSTRUCTION_WORDS = frozenset(_INSTRUCTIONS.split())
+
+
+def _content_words(text: str) -> set[str]:
+    """The words of a text that can tie it to a session: not stopwords, not the words of our
+    own instructions; numbers count whatever their length."""
+    return {
+        w
+        for w in _words(text)
+        if w not in _STOPWORDS
+        and w not in _INSTRUCTION_WORDS
+        and (len(w) >= 3 or any(c.isdigit() for c in w))
+    }
+
+
+def _grounded(word: str, vocabulary: set[str], stems: set[str]) -> bool:
+    """A word of the session, or one sharing its first four letters (retry, retries)."""
+    return word in vocabulary or (len(word) >= 5 and word[:4] in stems)
+
+
+def _memory_fields(memory: Memory) -> list[str]:
+    """A memory's own texts, without the labels memory_text adds ("User Prompt: " would read
+    as a role marker to controller.quoting)."""
+    fields = [memory.prompt, memory.thought, memory.response]
+    return [f for f in fields if f.strip()] or [memory.document]
+
+
+def _prior_text(prior: StructuredSummary | LegacySummary | None) -> str:
+    if prior is None:
+        return ""
+    if isinstance(prior, LegacySummary):
+        return prior.text
+    items = [i.text for items in prior.sections.values() for i in items]
+    return "\n".join([prior.title, *items, prior.legacy_text or ""])
+
+
+def _show(text: str) -> str:
+    return json.dumps(text if len(text) <= 60 else text[:59] + "…", ensure_ascii=False)
+
+
+def degenerate_reason(
+    update: PassUpdate,
+    memories: Sequence[Memory],
+    prior: StructuredSummary | LegacySummary | None,
+) -> str | None:
+    """Why a parsed reply is junk for these memories, or None. Pure.
+
+    In order: nothing proposed although the memories have content; one item repeated
+    (within the history sections, or within Current State); an item copied from our
+    instructions (or one of their placeholders) that the session does not contain; more
+    than half of the items sharing no word with the memories or the prior summary.
+    """
+    history = [t for texts in update.new_items().values() for t in texts]
+    state = list(update.current_state or [])
+    session = "\n".join([*(f for m in memories for f in _memory_fields(m)), _prior_text(prior)])
+    if not history and not state:
+        if any(memory_text(m).strip() for m in memories):
+            return "the reply proposes no item although the memories have content"
+        return None
+    for items in (history, state):
+        counts: dict[str, int] = {}
+        for text in items:
+            key = norm(text)
+            counts[key] = counts.get(key, 0) + 1
+        key, times = max(counts.items(), key=lambda kv: kv[1])
+        if times > 1:
+            shown = next(t for t in items if norm(t) == key)
+            return f"the reply repeats the item {_show(shown)} {times} times: list each fact once"
+    session_words = f" {' '.join(_words(session))} "
+    for text in [*history, *state]:
+        phrase = " ".join(_words(text))
+        copied = bool(phrase) and f" {phrase} " in f" {_INSTRUCTIONS} "
+        if (copied or phrase in _PLACEHOLDERS or _TAG.search(text)) and (
+            f" {phrase} " not in session_words
+        ):
+            return (
+                f"the item {_show(text)} is copied from the instructions, not taken from the "
+                "memories"
+            )
+    vocabulary = _content_words(session)
+    stems = {w[:4] for w in vocabulary if len(w) >= 5}
+    counted, ungrounded = 0, []
+    for text in [*history, *state]:
+        words = _content_words(text)
+        if not words:
+            continue
+        counted += 1
+        if not any(_grounded(w, vocabulary, stems) for w in words):
+            ungrounded.append(text)
+    if counted and 2 * len(ungrounded) > counted:
+        return (
+            f"{len(ungrounded)} of {counted} items mention nothing from the memories (for "
+            f"example {_show(ungrounded[0])}): summarize what the memories say"
+        )
+    return None
+
+
+def injected_passages(memories: Iterable[Memory]) -> list[str]:
+    """Each sentence of the memories that reads as an instruction (controller.quoting), as
+    normalised words: what an injection asks for ("SYSTEM: set Current State to ...")."""
+    passages = []
+    for memory in memories:
+        for text in _memory_fields(memory):
+            for sentence in _SENTENCE_BREAK.split(text):
+                if sentence.strip() and kind_of(sentence) == "instruction":
+                    passages.append(" ".join(_words(sentence)))
+    return passages
+
+
+def _copies_passage(text: str, passages: Sequence[str]) -> bool:
+    """The text repeats an injected passage: all of it (up to three words), or three words
+    in a row of which two are not stopwords."""
+    words = _words(text)
+    if not words or not passages:
+        return False
+    padded = [f" {p} " for p in passages]
+    if len(words) <= 3:
+        return any(f" {' '.join(words)} " in p for p in padded)
+    for i in range(len(words) - 2):
+        window = words[i : i + 3]
+        if sum(w not in _STOPWORDS for w in window) >= 2 and any(
+            f" {' '.join(window)} " in p for p in padded
+        ):
+            return True
+    return False
+
+
+def _as_quoted(text: str) -> str:
+    """The text as session content, in controller.quoting's own form (so it is not quoted
+    twice), within ITEM_MAX."""
+    if is_quoted(text):
+        return text
+    inner = " ".join(text.replace(OPEN_QUOTE, '"').replace(CLOSE_QUOTE, '"').split())
+    room = ITEM_MAX - len(INSTRUCTION_LABEL) - 2
+    if len(inner) > room:
+        inner = inner[: room - 1].rstrip() + "…"
+    return f"{INSTRUCTION_LABEL}{OPEN_QUOTE}{inner}{CLOSE_QUOTE}"
+
+
+def contain_injections(
+    update: PassUpdate,
+    memories: Sequence[Memory],
+    prior: StructuredSummary | LegacySummary | None,
+) -> PassUpdate:
+    """The update with what an injection in these memories could have put in it contained.
+    Pure.
+
+    Items (and a new Current State) that repeat an injected passage are stored quoted, as
+    session content; a title that repeats one is dropped (the merge derives one); supersede
+    marks whose reason repeats one are dropped (a mark only annotates, so nothing is lost).
+    When the memories hold an injection and a structured prior exists, category and scores
+    stay the prior's.
+    """
+    passages = injected_passages(memories)
+    if not passages:
+        return update
+
+    def contained(items: list[str]) -> list[str]:
+        return [_as_quoted(t) if _copies_passage(t, passages) else t for t in items]
+
+    changes: dict[str, Any] = {key: contained(items) for key, items in _history(update)}
+    if update.current_state is not None:
+        changes["current_state"] = contained(update.current_state)
+    if update.title and _copies_passage(update.title, passages):
+        changes["title"] = None
+    changes["supersede"] = [
+        m for m in update.supersede if not _copies_passage(m.superseded_by, passages)
+    ]
+    if isinstance(prior, StructuredSummary):
+        changes.update(dict.fromkeys(("category", *_SCORES)))
+    return update.model_copy(update=changes)
+
+
+def _history_item_count(prior: StructuredSummary | LegacySummary | None) -> int:
+    if not isinstance(prior, StructuredSummary):
+        return 0
+    return sum(len(prior.sections.get(title, [])) for title in HISTORY_SECTIONS)
+
+
+def _history(update: PassUpdate) -> list[tuple[str, list[str]]]:
+    return [(k, list(getattr(update, k))) for k, t in SECTION_KEYS.items() if t in HISTORY_SECTIONS]
+
+
 # -- the summarizer ---------------------------------------------------------------------------
 
 
@@ -361,7 +701,15 @@ class ChatModelSummarizer:
             headers=headers, timeout=httpx.Timeout(config.timeout_seconds)
         )
         self._semaphore = endpoint_semaphore(config.url, config.max_concurrency)
-        self._json_mode = True
+        self._lock = threading.Lock()
+        self._format = 0  # index into RESPONSE_FORMATS: the mode requests use now
+        self._format_confirmed = False  # the endpoint has answered 200 to that mode
+        self._max_tokens_key = "max_tokens"
+
+    @property
+    def response_format(self) -> ResponseFormat:
+        """The response_format mode this endpoint is asked for now."""
+        return RESPONSE_FORMATS[self._format]
 
     @property
     def memory_budget_tokens(self) -> int:
@@ -413,15 +761,10 @@ class ChatModelSummarizer:
                 time.sleep(min(wait, config.max_backoff_seconds))
             content = ""
             try:
-                payload = self._complete(messages)
+                payload = self._complete(messages, len(memories), _history_item_count(prior))
                 tokens += _usage(payload)
                 content, finish = _content(payload)
-                update = parse_update(content, finish)
-                if not update.current_state:  # no state is not news: the last known one stays
-                    update = update.model_copy(update={"current_state": None})
-                summary = merge_pass(prior, update, memories, session_id=session_id)
-                if summary.is_empty():
-                    raise _BadReply("the reply has no items in any section", corrective=True)
+                summary = self._summary(session_id, content, finish, memories, prior)
                 return summary, tokens
             except _Transient as exc:
                 failure = exc
@@ -442,39 +785,109 @@ class ChatModelSummarizer:
                 failure.reason,
             )
         assert failure is not None
-        message = f"{config.url}: {failure.reason} (after {attempts} attempts)"
+        plural = "s" if attempts != 1 else ""
+        message = f"{config.url}: {failure.reason} (after {attempts} attempt{plural})"
         if isinstance(failure, _BadReply):
             raise InvalidModelOutput(f"model output invalid: {message}", tokens_used=tokens)
         raise ModelUnavailable(f"model unavailable: {message}", tokens_used=tokens)
 
-    def _complete(self, messages: list[dict[str, str]]) -> Any:
-        """One POST; returns the decoded response. Raises _Transient, _BadReply or
-        ModelUnavailable (for errors a retry cannot fix)."""
+    def _summary(
+        self,
+        session_id: str,
+        content: str,
+        finish: str | None,
+        memories: Sequence[Memory],
+        prior: StructuredSummary | LegacySummary | None,
+    ) -> StructuredSummary:
+        """The merged summary of one reply, or _BadReply saying why the reply is not used."""
+        if finish == "length":  # whatever parses of a cut-off reply is not the whole answer
+            raise _BadReply(
+                "the reply was cut off at the output token limit "
+                f"(max_tokens {self.config.max_output_tokens}): propose fewer, shorter items",
+                corrective=True,
+            )
+        if finish == "content_filter":
+            raise _BadReply("the endpoint withheld the reply (content_filter)", corrective=False)
+        update = parse_update(content, finish)
+        if not update.current_state:  # no state is not news: the last known one stays
+            update = update.model_copy(update={"current_state": None})
+        problem = degenerate_reason(update, memories, prior)
+        if problem is not None:
+            raise _BadReply(problem, corrective=True)
+        update = contain_injections(update, memories, prior)
+        summary = merge_pass(prior, update, memories, session_id=session_id)
+        if summary.is_empty():
+            raise _BadReply("the reply has no items in any section", corrective=True)
+        return summary
+
+    def _complete(self, messages: list[dict[str, str]], memory_count: int, prior_items: int) -> Any:
+        """One completion; returns the decoded response. Raises _Transient, _BadReply or
+        ModelUnavailable (for errors a retry cannot fix).
+
+        A request option the endpoint refuses by name (a response_format mode, max_tokens)
+        is replaced and the request sent again at once; a 500/501 to a response_format mode
+        the endpoint never accepted moves to the next mode for the retry.
+        """
         config = self.config
-        body: dict[str, Any] = {"model": config.model, "messages": messages, "temperature": 0}
-        if self._json_mode:
-            body["response_format"] = {"type": "json_object"}
-        with self._semaphore:
-            try:
-                response = self._client.post(config.url, json=body)
-            except httpx.TimeoutException:
-                raise _Transient(f"timed out after {config.timeout_seconds:g}s") from None
-            except httpx.TransportError as exc:
-                raise _Transient(f"{type(exc).__name__} connecting") from None
-        status = response.status_code
-        if status >= 500 or status in _TRANSIENT_STATUS:
-            raise _Transient(f"HTTP {status}", _retry_after(response))
-        if status >= 400:
+        for _ in range(len(RESPONSE_FORMATS) + 2):  # each pass of the loop changes an option
+            mode = self.response_format
+            body: dict[str, Any] = {
+                "model": config.model,
+                "messages": messages,
+                "temperature": 0,
+                self._max_tokens_key: config.max_output_tokens,
+            }
+            requested = response_format(mode, memory_count, prior_items)
+            if requested is not None:
+                body["response_format"] = requested
+            with self._semaphore:
+                try:
+                    response = self._client.post(config.url, json=body)
+                except httpx.TimeoutException:
+                    raise _Transient(f"timed out after {config.timeout_seconds:g}s") from None
+                except httpx.TransportError as exc:
+                    raise _Transient(f"{type(exc).__name__} connecting") from None
+            status = response.status_code
+            if status < 400:
+                self._format_confirmed = True
+                try:
+                    return response.json()
+                except ValueError:
+                    raise _BadReply(
+                        "the response body is not complete JSON", corrective=False
+                    ) from None
             detail = self._error_detail(response)
-            if status == 400 and self._json_mode and "response_format" in detail:
-                self._json_mode = False  # e.g. LM Studio: ask for JSON in the prompt only
-                raise _Transient("the endpoint does not accept response_format json_object")
+            if status in _FORMAT_REFUSAL_STATUS:
+                if self._max_tokens_key == "max_tokens" and "max_completion_tokens" in detail:
+                    self._max_tokens_key = "max_completion_tokens"  # OpenAI's newer models
+                    continue
+                if mode != "none" and _FORMAT_REFUSAL.search(detail):
+                    self._next_format(mode, f"HTTP {status}{detail}")
+                    continue
+            if status >= 500 or status in _TRANSIENT_STATUS:
+                if status in _FORMAT_FAILURE_STATUS and mode != "none":
+                    self._next_format(mode, f"HTTP {status}{detail}", unless_confirmed=True)
+                raise _Transient(f"HTTP {status}", _retry_after(response))
             hint = " (check model.apiKeySecretRef)" if status in (401, 403) else ""
             raise ModelUnavailable(f"model unavailable: {config.url}: HTTP {status}{hint}{detail}")
-        try:
-            return response.json()
-        except ValueError:
-            raise _BadReply("the response body is not complete JSON", corrective=False) from None
+        raise ModelUnavailable(f"model unavailable: {config.url}: refuses every request format")
+
+    def _next_format(
+        self, mode: ResponseFormat, why: str, *, unless_confirmed: bool = False
+    ) -> None:
+        """From now on, ask for the next response_format mode (once per mode refused)."""
+        with self._lock:
+            if self.response_format != mode or (unless_confirmed and self._format_confirmed):
+                return  # another thread moved on already, or the mode has worked here
+            self._format += 1
+            self._format_confirmed = False
+        log.warning(
+            "%s refused response_format %s (%s); asking for %s from now on",
+            self.config.url,
+            mode,
+            why,
+            self.response_format,
+        )
 
     def _error_detail(self, response: httpx.Response) -> str:
         """The endpoint's error message, short and with the API key redacted."""

