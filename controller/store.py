@@ -367,6 +367,7 @@ class MemoryStore:
         self.client = client
         self.location = location
         self._summaries: Collection | None = None
+        self._memories: Collection | None = None  # opened once; dropped if it disappears
         self._verified_dimension: int | None = None  # a collection's dimension never changes
         self._lock = threading.Lock()
 
@@ -408,8 +409,13 @@ class MemoryStore:
         return _guard(f"creating the {role} collection", create)
 
     def memories(self) -> Collection:
-        """The memory collection; CollectionNotFound if it does not exist (never created)."""
-        return self._open("memory", self.location.memory_collection)
+        """The memory collection, opened once and kept (a summary reads it for the claim's
+        scope and for the session's rows); CollectionNotFound if it does not exist (never
+        created)."""
+        with self._lock:
+            if self._memories is None:
+                self._memories = self._open("memory", self.location.memory_collection)
+            return self._memories
 
     def create_memory_collection(self) -> Collection:
         """Opens the memory collection, creating it if missing. For the demo and tests that
@@ -583,6 +589,8 @@ class MemoryStore:
         try:
             yield
         except NotFoundError:
+            with self._lock:
+                self._memories = None  # the next read opens it again (or finds it missing)
             raise CollectionNotFound(
                 self.location.memory_collection, "memory", self.location.describe()
             ) from None

@@ -137,6 +137,37 @@ def harness(
         print("operator log tail:\n" + tail(log, 60))
 
 
+def model_summarizer_yaml(
+    name: str,
+    harness: Harness,
+    base_url: str,
+    *,
+    model: str,
+    timeout_seconds: float,
+    max_retries: int,
+    max_concurrency: int | None = None,
+) -> str:
+    """A SessionSummarizer with the openai backend at base_url and its own collections."""
+    concurrency = f"\n            maxConcurrency: {max_concurrency}" if max_concurrency else ""
+    return textwrap.dedent(f"""
+        apiVersion: memorycore.io/v1alpha1
+        kind: SessionSummarizer
+        metadata: {{name: {name}, namespace: {NS}}}
+        spec:
+          store:
+            url: "{harness.chroma.url}"
+            memoryCollection: {name}-memory
+            summaryCollection: {name}-sessions
+          model:
+            backend: openai
+            baseUrl: "{base_url}"
+            model: {model}
+            timeoutSeconds: {timeout_seconds:g}
+            maxRetries: {max_retries}{concurrency}
+          sweep: {{enabled: false}}
+    """)
+
+
 def stored_summary_ids(store: MemoryStore, ids: list[str]) -> list[str]:
     """Which of these summary rows exist; none when the summary collection does not exist
     (reads never create it: only the first write does)."""

@@ -8,7 +8,6 @@ good summary before it, or it is byte-for-byte the good summary before it.
 from __future__ import annotations
 
 import json
-import textwrap
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -30,6 +29,7 @@ from controller.store import MemoryStore, StoreLocation, connect
 from controller.summarize import summarize_session
 from controller.summary import HISTORY_SECTIONS
 from tests.integration.harness import NS, Harness, interaction, load
+from tests.integration.harness import model_summarizer_yaml as harness_model_summarizer_yaml
 from tests.support.openai_server import (
     Delay,
     OpenAIServer,
@@ -234,23 +234,9 @@ def test_a_50000_memory_session_completes_in_bounded_passes(store: MemoryStore) 
 
 
 def model_summarizer_yaml(name: str, harness: Harness, base_url: str) -> str:
-    return textwrap.dedent(f"""
-        apiVersion: memorycore.io/v1alpha1
-        kind: SessionSummarizer
-        metadata: {{name: {name}, namespace: {NS}}}
-        spec:
-          store:
-            url: "{harness.chroma.url}"
-            memoryCollection: {name}-memory
-            summaryCollection: {name}-sessions
-          model:
-            backend: openai
-            baseUrl: "{base_url}"
-            model: test-chat
-            timeoutSeconds: 2
-            maxRetries: 1
-          sweep: {{enabled: false}}
-    """)
+    return harness_model_summarizer_yaml(
+        name, harness, base_url, model="test-chat", timeout_seconds=2, max_retries=1
+    )
 
 
 def summarized_condition(harness: Harness, sid: str) -> dict[str, Any] | None:

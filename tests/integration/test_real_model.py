@@ -11,7 +11,6 @@ the byte. One server serves the whole module (2 threads); prompts are short tran
 
 from __future__ import annotations
 
-import textwrap
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -31,7 +30,7 @@ from controller.naming import summary_object_name
 from controller.store import MemoryStore, StoreLocation, connect
 from controller.summarize import summarize_session
 from controller.summary import StructuredSummary
-from tests.integration.harness import NS, Harness, load, stored_summary_ids
+from tests.integration.harness import NS, Harness, load, model_summarizer_yaml, stored_summary_ids
 from tests.support import llama_server
 from tests.support.llama_server import LlamaServer, running_llama_server
 from tests.support.real_model_fixture import (
@@ -174,24 +173,15 @@ def test_a_server_that_is_gone_is_model_unavailable_and_the_prior_stays(
 
 
 def real_model_summarizer_yaml(name: str, harness: Harness, base_url: str) -> str:
-    return textwrap.dedent(f"""
-        apiVersion: memorycore.io/v1alpha1
-        kind: SessionSummarizer
-        metadata: {{name: {name}, namespace: {NS}}}
-        spec:
-          store:
-            url: "{harness.chroma.url}"
-            memoryCollection: {name}-memory
-            summaryCollection: {name}-sessions
-          model:
-            backend: openai
-            baseUrl: "{base_url}"
-            model: smollm2
-            timeoutSeconds: 240
-            maxRetries: 0
-            maxConcurrency: 1
-          sweep: {{enabled: false}}
-    """)
+    return model_summarizer_yaml(
+        name,
+        harness,
+        base_url,
+        model="smollm2",
+        timeout_seconds=240,
+        max_retries=0,
+        max_concurrency=1,
+    )
 
 
 def test_a_sunset_with_the_real_model_ends_summarized_or_with_a_clear_condition(
