@@ -550,14 +550,15 @@ def test_objects_in_several_namespaces_naming_one_session_never_write_it_at_once
         expected = 2
 
         def all_done() -> bool:
-            for ns, name in objects:
-                obj = kube.get_summary(ns, name) or {}
-                st = obj.get("status") or {}
-                if st.get("observedGeneration") != obj["metadata"]["generation"]:
-                    return False
-                if st.get("phase") != "Summarized" or st.get("memoryCount") != expected:
-                    return False
-            return True
+            # The stored row covers the round's memories. (Not every object's status: with
+            # two kopf instances serving one object, peering deliberately wrong, kopf's own
+            # progress annotations can conflict and leave one object's status behind; the
+            # write journal below is what this test is about.)
+            got = store.client.get_or_create_collection("multi-sessions").get(
+                ids=[f"summary_{sid}"], include=["metadatas"]
+            )
+            metas = got["metadatas"] or []
+            return bool(metas) and metas[0].get("memoryCount") == expected
 
         wait_for(all_done, 90, 0.5, message="first round Summarized\n" + reps.logs())
         rounds = 5
