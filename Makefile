@@ -26,24 +26,24 @@ unit: venv
 	$(VENV)/bin/python -m pytest tests/unit
 
 lint: venv
-	$(VENV)/bin/ruff check controller tests bench
-	$(VENV)/bin/ruff format --check controller tests bench
+	$(VENV)/bin/ruff check controller devenv tests bench
+	$(VENV)/bin/ruff format --check controller devenv tests bench
 	$(VENV)/bin/mypy
 
 cluster-up: venv tools
-	$(VENV)/bin/python -m controller.localenv.controlplane up
+	$(VENV)/bin/python -m devenv.controlplane up
 
 cluster-down:
-	$(VENV)/bin/python -m controller.localenv.controlplane down
+	$(VENV)/bin/python -m devenv.controlplane down
 
 cluster-status:
-	$(VENV)/bin/python -m controller.localenv.controlplane status
+	$(VENV)/bin/python -m devenv.controlplane status
 
 e2e:
 	bash hack/e2e-kind.sh
 
 demo: venv tools
-	$(VENV)/bin/python -m controller demo
+	$(VENV)/bin/python -m devenv.demo
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info

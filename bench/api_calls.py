@@ -1,6 +1,6 @@
 """Kubernetes API calls per summary, counted on the real apiserver's audit log.
 
-Real parts: a local etcd + kube-apiserver (audit log on, controller/localenv), a Chroma
+Real parts: a local etcd + kube-apiserver (audit log on, devenv/controlplane.py), a Chroma
 server, and the operator as a local process running as its own ServiceAccount, so every
 request it makes is attributed to it. N sessions are sunset one at a time (each waited
 for), then the operator's requests in that window are counted by verb and resource. Lists
@@ -29,12 +29,12 @@ if __package__ in (None, ""):  # `python bench/api_calls.py` from the repository
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controller import kube
-from controller.localenv.chroma import running_chroma
-from controller.localenv.controlplane import REPO_ROOT, running_control_plane
-from controller.localenv.processes import spawn, stop, tail, wait_for
 from controller.memories import render_interaction_document
 from controller.naming import summary_object_name
 from controller.store import MemoryStore, StoreLocation, connect
+from devenv.chroma import running_chroma
+from devenv.controlplane import REPO_ROOT, running_control_plane
+from devenv.processes import spawn, stop, tail, wait_for
 
 NS = "calls"
 SA = "sso-calls"

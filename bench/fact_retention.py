@@ -29,16 +29,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from controller.pipeline import Summarizer, extractive, summarize_session
 
 from controller.embeddings import OpenAICompatibleEmbedding
 from controller.extractive import summarize_extractive
-from controller.localenv.chroma import running_chroma
 from controller.memories import Memory, render_interaction_document
 from controller.merge import PassResult
 from controller.model_backend import ChatModelConfig, ChatModelSummarizer
 from controller.store import MemoryStore, StoreLocation, connect
-from controller.summarize import Summarizer, extractive, summarize_session
 from controller.summary import StructuredSummary, render_document
+from devenv.chroma import running_chroma
 from tests.support.openai_server import Reply, running_openai_server
 
 COMPONENTS = ("exporter", "scheduler", "gateway", "indexer", "cache", "router")

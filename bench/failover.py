@@ -24,11 +24,12 @@ import time
 from pathlib import Path
 
 from controller import kube
-from controller.localenv.chroma import running_chroma
-from controller.localenv.controlplane import REPO_ROOT, ControlPlane, running_control_plane
-from controller.localenv.processes import kill, spawn, stop, wait_for
 from controller.peering import leader_of, live_peers
 from controller.store import MemoryStore, StoreLocation, connect
+from devenv.chroma import running_chroma
+from devenv.controlplane import REPO_ROOT, ControlPlane, running_control_plane
+from devenv.operator import start_operator
+from devenv.processes import kill, stop, wait_for
 
 
 def leader(cp: ControlPlane, ns: str) -> str | None:
@@ -88,12 +89,7 @@ def trial(
     for r in ("a", "b"):
         rid = f"{ns}-{r}"
         env = dict(cp.env(), SSO_REPLICA_ID=rid, SSO_PEERING_LIFETIME=str(lifetime))
-        procs[rid] = spawn(
-            [sys.executable, "-m", "controller", "run", "--namespace", ns],
-            work / f"{rid}.log",
-            env=env,
-            cwd=REPO_ROOT,
-        )
+        procs[rid] = start_operator(work / f"{rid}.log", env, "--namespace", ns)
     try:
         active = wait_for(lambda: leader(cp, ns), 120, 0.5, message="a leader")
         warm, probe = f"{ns}-warm", f"{ns}-probe"

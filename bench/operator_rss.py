@@ -25,10 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from controller.localenv.chroma import running_chroma
-from controller.localenv.controlplane import REPO_ROOT, ControlPlane, running_control_plane
-from controller.localenv.processes import spawn, stop, wait_for
 from controller.naming import summary_object_name
+from devenv.chroma import running_chroma
+from devenv.controlplane import REPO_ROOT, ControlPlane, running_control_plane
+from devenv.operator import operator_argv
+from devenv.processes import spawn, stop, wait_for
 
 NS = "rss"
 
@@ -103,7 +104,7 @@ def main() -> int:
         t = time.monotonic()
         create_objects(cp, args.objects)
         print(f"created {args.objects} objects in {time.monotonic() - t:.0f}s", file=sys.stderr)
-        argv = [sys.executable, "-m", "controller", "run", "--standalone", "--namespace", NS]
+        argv = operator_argv("--standalone", "--namespace", NS)
         first = spawn(
             argv, work / "first.log", env=dict(cp.env(), SSO_REPLICA_ID="first"), cwd=REPO_ROOT
         )

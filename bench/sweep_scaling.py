@@ -28,9 +28,9 @@ from pathlib import Path
 from chromadb.api.models.Collection import Collection
 
 from controller.api import SessionSummarizerSpec
-from controller.localenv.chroma import running_chroma
 from controller.store import MemoryStore, StoreLocation, connect
 from controller.sweeper import plan_from_store
+from devenv.chroma import running_chroma
 
 PER_SESSION = 100
 BATCH = 5000

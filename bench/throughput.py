@@ -32,10 +32,11 @@ from kubernetes.client.exceptions import ApiException
 
 from controller import kube
 from controller.api import GROUP, SUMMARY_PLURAL, VERSION
-from controller.localenv.chroma import running_chroma
-from controller.localenv.controlplane import REPO_ROOT, ControlPlane, running_control_plane
-from controller.localenv.processes import spawn, stop, tail
 from controller.store import MemoryStore, StoreLocation, connect
+from devenv.chroma import running_chroma
+from devenv.controlplane import REPO_ROOT, ControlPlane, running_control_plane
+from devenv.operator import start_operator
+from devenv.processes import stop, tail
 from tests.support.openai_server import OpenAIServer, running_openai_server
 
 REPLY = {
@@ -160,12 +161,7 @@ def run_level(
     if workers:
         env["SSO_WORKERS"] = str(workers)
     log = work / f"operator-{c}.log"
-    operator = spawn(
-        [sys.executable, "-m", "controller", "run", "--standalone", "--namespace", ns],
-        log,
-        env=env,
-        cwd=REPO_ROOT,
-    )
+    operator = start_operator(log, env, "--standalone", "--namespace", ns)
     try:
         time.sleep(3)  # initial list/watch
         seen = len(model.requests_to("/chat/completions"))

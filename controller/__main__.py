@@ -3,16 +3,26 @@
 import os
 import sys
 
-if len(sys.argv) > 1 and sys.argv[1] == "run":
-    # The operator embeds summaries on many threads at once: one BLAS thread per call
-    # (set before numpy loads). Measured on 2 cores with 8 threads embedding 256-token
-    # summaries: 91 ms per summary, against 169 ms with OpenBLAS's own threads on top.
+
+def one_blas_thread() -> None:
+    """Set before numpy loads. The operator embeds summaries on many threads at once: one
+    BLAS thread per call. Measured on 2 cores with 8 threads embedding 256-token
+    summaries: 91 ms per summary, against 169 ms with OpenBLAS's own threads on top."""
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
+
+
+def run_operator(argv: list[str]) -> None:
+    one_blas_thread()
     from controller.operator import run  # an invalid SSO_* variable exits here, in one line
 
-    run(sys.argv[2:])
-else:
-    from controller.cli import main
+    run(argv)
 
-    sys.exit(main())
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "run":
+        run_operator(sys.argv[2:])
+    else:
+        from controller.cli import main
+
+        sys.exit(main())

@@ -15,7 +15,7 @@ from controller.api import ModelSpec, SessionSummarizerSpec
 from controller.embeddings import EmbeddingSpec, build_embedding_function
 from controller.model_backend import ChatModelConfig, ChatModelSummarizer
 from controller.store import MemoryStore, StoreLocation, store_for
-from controller.summarize import Embedder, Summarizer, extractive
+from controller.pipeline import Embedder, Summarizer, extractive
 
 
 @dataclass(frozen=True)

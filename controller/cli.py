@@ -3,7 +3,6 @@
 summaryctl sunset SESSION_ID        create/patch the session's SessionSummary (sunset step)
 summaryctl summaries --limit N      the newest summaries, as the next agent reads them at boot
 summaryctl summarize ID... --local  recovery path: summarize straight into Chroma, no cluster
-summaryctl demo                     sample sessions summarized end to end
 """
 
 from __future__ import annotations
@@ -357,7 +356,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
         InvalidStoreConfig,
         StoreUnavailable,
     )
-    from controller.summarize import summarize_session
+    from controller.pipeline import summarize_session
 
     if not args.local:
         raise CliError(
@@ -413,21 +412,6 @@ def cmd_summarize(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 1 if failures or not_found else 0
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from controller.demo import DemoError, run_demo
-
-    if args.chroma_url is not None:
-        check_chroma_url(args.chroma_url)
-    try:
-        return run_demo(
-            keep=args.keep,
-            use_current_context=args.use_current_context,
-            chroma_url=args.chroma_url,
-        )
-    except DemoError as exc:
-        raise CliError(f"demo failed: {exc}") from exc
 
 
 # -- the parser ----------------------------------------------------------------------------
@@ -503,15 +487,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_store_args(p)
     p.set_defaults(func=cmd_summarize)
 
-    p = sub.add_parser("demo", help="sample agent sessions summarized end to end")
-    p.add_argument("--keep", action="store_true", help="leave the servers running at the end")
-    p.add_argument(
-        "--use-current-context",
-        action="store_true",
-        help="use the current kube context instead of a local control plane",
-    )
-    p.add_argument("--chroma-url", help="use this Chroma server instead of starting one")
-    p.set_defaults(func=cmd_demo)
     return parser
 
 

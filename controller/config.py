@@ -52,7 +52,6 @@ class OperatorConfig(BaseSettings):
     # How soon a pass waiting for another writer's claim looks again.
     claim_retry_seconds: float = Field(default=1.0, gt=0)
     failure_gate: int = Field(default=5, ge=1)  # consecutive failures before phase Failed
-    write_journal: str | None = None  # append a line per store write (chaos tests)
     heap_trim_seconds: float = Field(default=30.0, gt=0)  # freed heap back to the OS
     workers: int = Field(default=32, ge=1)  # summarizations at once (threads)
     embedding_reprobe_seconds: float = Field(default=30.0, gt=0)  # failed EmbeddingReady

@@ -18,7 +18,7 @@ from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 log = logging.getLogger("controller.metrics")
 
-# SUMMARIES' result label: an Outcome kind of controller.summarize (summarized,
+# SUMMARIES' result label: an Outcome kind of controller.pipeline (summarized,
 # up-to-date, not-found, empty), or "failed" for a pass that ended in a Failure (its
 # reason goes to FAILURES).
 SUMMARIES = Counter(

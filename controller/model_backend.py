@@ -689,7 +689,7 @@ def _history(update: PassUpdate) -> list[tuple[str, list[str]]]:
 
 
 class ChatModelSummarizer:
-    """A Summarizer (see controller.summarize) backed by a chat-completions endpoint.
+    """A Summarizer (see controller.pipeline) backed by a chat-completions endpoint.
 
     Thread-safe; one instance per configuration is shared by all summaries of a process.
     """

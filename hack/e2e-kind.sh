@@ -79,13 +79,21 @@ say "loading one sample agent session into the bundled Chroma"
 chroma_url="http://$release-session-summary-operator-chroma.$namespace.svc:8000"
 k -n "$namespace" exec -i deploy/"$release"-session-summary-operator -- python - "$chroma_url" "$session" <<'PY'
 import sys, time
-from controller.demo_data import SAMPLE_SESSIONS, memory_rows
+from controller.memories import render_interaction_document
 from controller.store import MemoryStore, StoreLocation, connect
 url, session_id = sys.argv[1], sys.argv[2]
-sample = SAMPLE_SESSIONS[0]
+turns = [
+    ("Add retries with backoff to the exporter.", "The exporter fails on timeouts.",
+     "Added retries with exponential backoff; tests pass."),
+    ("Use httpx instead of requests.", "One client, pooled.",
+     "Switched to httpx with one pooled client."),
+]
+start = int(time.time() * 1000) - 3_600_000
 rows = [
-    (row_id.replace(sample.session_id, session_id), doc, {**meta, "sessionId": session_id})
-    for row_id, doc, meta in memory_rows(sample, int(time.time() * 1000) - 3_600_000)
+    (f"{session_id}-{i:04d}", render_interaction_document(p, t, r),
+     {"sessionId": session_id, "timestamp": start + i * 60_000, "type": "agent-interaction",
+      "prompt": p, "thought": t, "response": r, "agent": "e2e-agent"})
+    for i, (p, t, r) in enumerate(turns)
 ]
 loc = StoreLocation(url=url)
 MemoryStore(connect(loc), loc).add_memories(

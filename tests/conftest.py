@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.localenv.chroma import ChromaServer, running_chroma
-from controller.localenv.controlplane import ControlPlane, running_control_plane
+from devenv.chroma import ChromaServer, running_chroma
+from devenv.controlplane import ControlPlane, running_control_plane
 
 _CONTROL_PLANE: ControlPlane | None = None
 

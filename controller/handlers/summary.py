@@ -1,6 +1,6 @@
 """SessionSummary handlers: create, spec change and resume -> one summarization.
 
-Thin: resolve the SessionSummarizer, run controller.summarize in a worker thread, and turn
+Thin: resolve the SessionSummarizer, run controller.pipeline in a worker thread, and turn
 the outcome or the failure into status, a condition and an Event.
 """
 
@@ -44,7 +44,7 @@ from controller.store import (
     StoreUnavailable,
     forget_store,
 )
-from controller.summarize import Outcome, summarize_session
+from controller.pipeline import Outcome, summarize_session
 from controller.summary import SummaryValidationError, UnreadablePriorSummary
 
 CONDITION = "Summarized"
@@ -414,7 +414,10 @@ def _report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcom
         ok=True,
         title=summary.title,
         summary_id=outcome.summary_id,
-        summarized_at=now_rfc3339(),
+        # The time stored in the row, so a later up-to-date pass shows the same instant.
+        summarized_at=(
+            ms_to_rfc3339(summary.summarized_at_ms) if summary.summarized_at_ms else now_rfc3339()
+        ),
         writer=CONFIG.replica_id,
         passes=outcome.passes,
         model_tokens=outcome.tokens_used,

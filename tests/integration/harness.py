@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 
 from controller import kube
-from controller.localenv.chroma import ChromaServer
-from controller.localenv.controlplane import REPO_ROOT, ControlPlane, free_port
-from controller.localenv.processes import spawn, stop, tail, wait_for
 from controller.memories import render_interaction_document
 from controller.naming import summary_object_name
 from controller.store import CollectionNotFound, MemoryStore, StoreLocation, connect
+from devenv.chroma import ChromaServer
+from devenv.controlplane import REPO_ROOT, ControlPlane, free_port
+from devenv.operator import start_operator
+from devenv.processes import stop, tail, wait_for
 
 NS = "ops"
 
@@ -124,12 +125,7 @@ def harness(
         SSO_EMBEDDING_REPROBE_SECONDS="2",
         SSO_METRICS_PORT=str(metrics_port),
     )
-    proc = spawn(
-        [sys.executable, "-m", "controller", "run", "--standalone", "--namespace", NS],
-        log,
-        env=env,
-        cwd=REPO_ROOT,
-    )
+    proc = start_operator(log, env, "--standalone", "--namespace", NS)
     try:
         yield h
     finally:

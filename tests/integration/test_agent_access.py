@@ -20,11 +20,11 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from controller.localenv.controlplane import REPO_ROOT
-from controller.localenv.processes import tail, wait_for
 from controller.memories import SUNSET_MARKER_TYPE
 from controller.naming import summary_object_name
 from controller.store import MemoryStore
+from devenv.controlplane import REPO_ROOT
+from devenv.processes import tail, wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
 
 CHART = REPO_ROOT / "charts" / "session-summary-operator"

@@ -25,11 +25,11 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from controller.localenv.chroma import ChromaServer
-from controller.localenv.controlplane import REPO_ROOT, ControlPlane, free_port, tools_bin_dir
-from controller.localenv.processes import spawn, stop, tail, wait_for
 from controller.naming import summary_object_name
 from controller.store import MemoryStore, StoreLocation, connect
+from devenv.chroma import ChromaServer
+from devenv.controlplane import REPO_ROOT, ControlPlane, free_port, tools_bin_dir
+from devenv.processes import spawn, stop, tail, wait_for
 from tests.integration.harness import interaction, load
 
 CHART = REPO_ROOT / "charts" / "session-summary-operator"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config, watch
 
-from controller.localenv.controlplane import ControlPlane
-from controller.localenv.processes import spawn, stop, tail, wait_for
+from devenv.controlplane import ControlPlane
+from devenv.processes import spawn, stop, tail, wait_for
 
 WIDGET_CRD = textwrap.dedent(
     """

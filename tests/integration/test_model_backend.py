@@ -13,11 +13,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from controller.pipeline import summarize_session
 
 from controller.embeddings import LocalMiniLMEmbedding
-from controller.localenv.chroma import ChromaServer
-from controller.localenv.controlplane import free_port
-from controller.localenv.processes import wait_for
 from controller.memories import render_interaction_document
 from controller.model_backend import (
     ChatModelConfig,
@@ -26,8 +24,10 @@ from controller.model_backend import (
     ModelUnavailable,
 )
 from controller.store import MemoryStore, StoreLocation, connect
-from controller.summarize import summarize_session
 from controller.summary import HISTORY_SECTIONS
+from devenv.chroma import ChromaServer
+from devenv.controlplane import free_port
+from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, interaction, load
 from tests.integration.harness import model_summarizer_yaml as harness_model_summarizer_yaml
 from tests.support.openai_server import (

@@ -8,8 +8,8 @@ import json
 import textwrap
 from typing import Any
 
-from controller.localenv.processes import tail, wait_for
 from controller.naming import summary_object_name
+from devenv.processes import tail, wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
 
 TRACEBACK = textwrap.dedent("""\

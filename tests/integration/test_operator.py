@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from controller import kube
-from controller.demo_data import SAMPLE_SESSIONS, memory_rows
-from controller.localenv.processes import tail, wait_for
 from controller.naming import summary_object_name
 from controller.store import MemoryStore, StoreLocation, connect
+from devenv.demo_data import SAMPLE_SESSIONS, memory_rows
+from devenv.processes import tail, wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
 
 
@@ -267,8 +267,8 @@ def test_sweep_finds_unsummarized_and_stale_sessions_and_respects_idle_and_cap(
 def test_chroma_outage_shows_on_the_object_and_recovers_without_intervention(
     harness: Harness, tmp_path: Path
 ) -> None:
-    from controller.localenv.chroma import ChromaServer
-    from controller.localenv.controlplane import free_port
+    from devenv.chroma import ChromaServer
+    from devenv.controlplane import free_port
 
     server = ChromaServer(
         port=free_port(), path=tmp_path / "data", log=tmp_path / "chroma.log"

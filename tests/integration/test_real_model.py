@@ -16,10 +16,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from controller.pipeline import summarize_session
 
 from controller.embeddings import LocalMiniLMEmbedding
-from controller.localenv.chroma import ChromaServer
-from controller.localenv.processes import wait_for
 from controller.model_backend import (
     ChatModelConfig,
     ChatModelSummarizer,
@@ -28,8 +27,9 @@ from controller.model_backend import (
 )
 from controller.naming import summary_object_name
 from controller.store import MemoryStore, StoreLocation, connect
-from controller.summarize import summarize_session
 from controller.summary import StructuredSummary
+from devenv.chroma import ChromaServer
+from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, load, model_summarizer_yaml, stored_summary_ids
 from tests.support import llama_server
 from tests.support.llama_server import LlamaServer, running_llama_server

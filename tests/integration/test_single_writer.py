@@ -8,7 +8,6 @@ import itertools
 import json
 import random
 import subprocess
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -21,11 +20,12 @@ import pytest
 from controller import kube
 from controller.claiming import SessionClaimHandle
 from controller.claims import Writer
-from controller.localenv.controlplane import REPO_ROOT, ControlPlane
-from controller.localenv.processes import kill, spawn, stop, tail, wait_for
 from controller.naming import summary_object_name
 from controller.peering import leader_of, live_peers
 from controller.store import MemoryStore
+from devenv.controlplane import ControlPlane
+from devenv.operator import start_operator
+from devenv.processes import kill, stop, tail, wait_for
 from tests.integration.harness import Harness, interaction, load, stored_summary_ids
 
 
@@ -51,10 +51,8 @@ class Replicas:
         env = dict(self.env, SSO_REPLICA_ID=replica, SSO_WRITE_JOURNAL=str(self.journal))
         if priority is not None:
             env["SSO_PEERING_PRIORITY"] = str(priority)
-        argv = [sys.executable, "-m", "controller", "run", "--namespace", self.namespace]
-        if self.standalone:
-            argv.append("--standalone")
-        self.procs[replica] = spawn(argv, self.workdir / f"{replica}.log", env=env, cwd=REPO_ROOT)
+        args = ["--namespace", self.namespace] + (["--standalone"] if self.standalone else [])
+        self.procs[replica] = start_operator(self.workdir / f"{replica}.log", env, *args)
         return replica
 
     def leader(self) -> str | None:
@@ -534,12 +532,12 @@ def test_objects_in_several_namespaces_naming_one_session_never_write_it_at_once
         ),
         standalone=True,
     )
-    argv = [sys.executable, "-m", "controller", "run", "--standalone"]
+    args = ["--standalone"]
     for ns in namespaces:
-        argv += ["--namespace", ns]
+        args += ["--namespace", ns]
     for r in ("multi-r0", "multi-r1"):
         env = dict(reps.env, SSO_REPLICA_ID=r, SSO_WRITE_JOURNAL=str(journal))
-        reps.procs[r] = spawn(argv, tmp_path / f"{r}.log", env=env, cwd=REPO_ROOT)
+        reps.procs[r] = start_operator(tmp_path / f"{r}.log", env, *args)
     objects = [(ns, summary_object_name(sid)) for ns in namespaces] + [
         (ns, "by-hand") for ns in namespaces
     ]

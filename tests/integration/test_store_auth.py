@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from controller.localenv.processes import wait_for
+from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, interaction, load
 
 TOKEN = "s3cret-chroma-token"

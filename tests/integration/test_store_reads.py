@@ -15,7 +15,6 @@ import pytest
 from chromadb.api.types import DefaultEmbeddingFunction, Documents, EmbeddingFunction, Embeddings
 
 from controller.api import StoreSpec
-from controller.localenv.processes import tail, wait_for
 from controller.naming import summary_object_name
 from controller.store import (
     CollectionNotFound,
@@ -25,6 +24,7 @@ from controller.store import (
     StoreUnavailable,
     connect,
 )
+from devenv.processes import tail, wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
 
 

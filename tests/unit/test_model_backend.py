@@ -2,7 +2,7 @@
 
 Each scripted reply (valid, invalid JSON, a missing section, a truncated body, a timeout,
 HTTP errors, an obeyed prompt injection) is followed to what the pass returns or raises;
-controller.summarize writes only what a pass returns, so a raise means nothing is stored.
+controller.pipeline writes only what a pass returns, so a raise means nothing is stored.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from controller.model_backend import (
     endpoint_semaphore,
 )
 from controller.quoting import ERROR_LABEL, INSTRUCTION_LABEL
-from controller.summarize import run_pass
+from controller.pipeline import run_pass
 from controller.summary import (
     HISTORY_SECTIONS,
     LegacySummary,

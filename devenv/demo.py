@@ -1,4 +1,5 @@
-"""`summaryctl demo`: sample agent sessions summarized end to end on embedded defaults.
+"""`make demo` (`python -m devenv.demo`): sample agent sessions summarized end to end,
+on embedded defaults.
 
 A real control plane (local etcd + kube-apiserver, or the current kube context), a real
 Chroma server, the operator as a local process, the extractive summarizer. Three sessions
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.localenv.controlplane import REPO_ROOT, running_control_plane, tools_bin_dir
+from devenv.controlplane import REPO_ROOT, running_control_plane, tools_bin_dir
 
 NAMESPACE = "summaries-demo"
 SUMMARIZER = "default"
@@ -91,7 +92,7 @@ def _cluster(use_current: bool, workdir: Path) -> Iterator[dict[str, str]]:
         env["PATH"] = f"{_tools_bin()}{os.pathsep}{env['PATH']}"
         yield env
         return
-    from controller.localenv.controlplane import ControlPlaneError
+    from devenv.controlplane import ControlPlaneError
 
     say("starting a local control plane (etcd + kube-apiserver)")
     with contextlib.ExitStack() as stack:
@@ -108,7 +109,7 @@ def _chroma(url: str | None, workdir: Path) -> Iterator[str]:
     if url:
         yield url
         return
-    from controller.localenv.chroma import running_chroma
+    from devenv.chroma import running_chroma
 
     say("starting a Chroma server (chroma run)")
     with contextlib.ExitStack() as stack:
@@ -291,9 +292,10 @@ def run_demo(*, keep: bool, use_current_context: bool, chroma_url: str | None) -
 
 
 def _run(workdir: Path, *, keep: bool, use_current_context: bool, chroma_url: str | None) -> None:
-    from controller.demo_data import SAMPLE_SESSIONS, memory_rows
-    from controller.localenv.processes import spawn, stop
     from controller.store import MemoryStore, StoreLocation, StoreUnavailable, connect
+    from devenv.demo_data import SAMPLE_SESSIONS, memory_rows
+    from devenv.operator import start_operator
+    from devenv.processes import stop
 
     session_ids = [s.session_id for s in SAMPLE_SESSIONS]
     with _cluster(use_current_context, workdir) as env, _chroma(chroma_url, workdir) as url:
@@ -324,24 +326,11 @@ def _run(workdir: Path, *, keep: bool, use_current_context: bool, chroma_url: st
             except StoreUnavailable as exc:
                 raise DemoError(str(exc)) from exc
 
-            say("starting the operator (python -m controller run --standalone)")
+            say("starting the operator (python -m controller run --standalone, as a local process)")
             created.summaries = True  # from now on its sweep may create them
             op_env = dict(env, SSO_REPLICA_ID="demo-operator", SSO_SWEEP_TICK_SECONDS="2")
             log = workdir / "operator.log"
-            operator = spawn(
-                [
-                    sys.executable,
-                    "-m",
-                    "controller",
-                    "run",
-                    "--standalone",
-                    "--namespace",
-                    NAMESPACE,
-                ],
-                log,
-                env=op_env,
-                cwd=REPO_ROOT,
-            )
+            operator = start_operator(log, op_env, "--standalone", "--namespace", NAMESPACE)
             _wait(
                 "the operator's check of the SessionSummarizer",
                 lambda: _summarizer_checked(env),
@@ -377,3 +366,37 @@ def _run(workdir: Path, *, keep: bool, use_current_context: bool, chroma_url: st
                 _clean_up(env, created, session_ids, operator)
             if operator is not None:
                 stop(operator)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from controller.cli import check_chroma_url
+
+    parser = argparse.ArgumentParser(
+        prog="python -m devenv.demo",
+        description="Sample agent sessions summarized end to end, on embedded defaults.",
+    )
+    parser.add_argument("--keep", action="store_true", help="leave the servers running at the end")
+    parser.add_argument(
+        "--use-current-context",
+        action="store_true",
+        help="use the current kube context instead of a local control plane",
+    )
+    parser.add_argument("--chroma-url", help="use this Chroma server instead of starting one")
+    args = parser.parse_args(argv)
+    try:
+        if args.chroma_url is not None:
+            check_chroma_url(args.chroma_url)
+        return run_demo(
+            keep=args.keep,
+            use_current_context=args.use_current_context,
+            chroma_url=args.chroma_url,
+        )
+    except Exception as exc:  # DemoError, CliError: one line, never a traceback
+        print(f"demo: error: demo failed: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -20,7 +20,6 @@ from typing import Any, Literal
 
 from controller.chunking import chunk_memories
 from controller.extractive import summarize_extractive
-from controller.journal import write_begins, write_ends
 from controller.memories import Memory, Watermark, is_excluded, memory_sort_key
 from controller.merge import PassResult
 from controller.naming import summary_row_id
@@ -41,6 +40,31 @@ Summarizer = Callable[
     StructuredSummary | PassResult,
 ]
 OutcomeKind = Literal["summarized", "up-to-date", "not-found", "empty"]
+
+
+@dataclass(frozen=True)
+class WriteEvent:
+    """A store write of one session's row, as observers see it: "begin" before the claim's
+    last check, "end" once the upsert returned or failed (a writer killed in between never
+    ends). writer is the replica, writer_object the SessionSummary it serves."""
+
+    phase: Literal["begin", "end"]
+    session_id: str
+    writer: str
+    writer_object: str
+    at_ms: int
+    began_ms: int
+
+
+# Called with every WriteEvent of this process, in order; the chaos tests' write journal
+# (devenv.journal) is one. An observer must be quick and must not raise.
+WRITE_OBSERVERS: list[Callable[[WriteEvent], None]] = []
+
+
+def _observe(event: WriteEvent) -> None:
+    for observer in WRITE_OBSERVERS:
+        observer(event)
+
 
 CHUNK_MEMORIES = 400
 # Input budget of a pass for summarizers that declare none (the extractive one reads
@@ -148,8 +172,8 @@ def summarize_session(
             "empty", session_id, rows.total, last_memory_at_ms=last_ms, skipped_memories=skipped
         )
 
-    def write(summary: StructuredSummary) -> None:
-        _write(
+    def write(summary: StructuredSummary) -> int:
+        return _write(
             store,
             summary,
             embed=embed,
@@ -178,12 +202,12 @@ def summarize_session(
         update={"memory_count": rows.total, "watermark": rows.newest, "last_memory_at_ms": last_ms}
     )
     validate_summary(final, prior)
-    write(final)
+    written_ms = write(final)
     return Outcome(
         "summarized",
         session_id,
         rows.total,
-        final,
+        final.model_copy(update={"summarized_at_ms": written_ms}),
         len(new),
         passes,
         last_ms,
@@ -202,20 +226,25 @@ def _write(
     trigger: str,
     check: Callable[[], None] | None,
     writer_object: str = "",
-) -> None:
+) -> int:
+    """Writes the row; returns the summarizedAt it stored (ms), which the status shows."""
     document = render_document(summary)
+    summarized_at_ms = int(time.time() * 1000)
     metadata = to_chroma_metadata(
-        summary, writer=writer, trigger=trigger, summarized_at_ms=int(time.time() * 1000)
+        summary, writer=writer, trigger=trigger, summarized_at_ms=summarized_at_ms
     )
     # The head of the document: a carried legacy text can make it longer than an
     # embeddings endpoint accepts; MiniLM reads only its first 256 tokens anyway.
     vector = embed([document[:EMBED_CHARS]])[0]
     store.check_embedding_dimension(len(vector))
     began_ms = int(time.time() * 1000)
-    write_begins(summary.session_id, writer, began_ms, writer_object)
+    sid = summary.session_id
+    _observe(WriteEvent("begin", sid, writer, writer_object, began_ms, began_ms))
     try:
         if check is not None:
             check()
         store.write_summary(summary.session_id, document, metadata, vector)
     finally:  # ends whether written or refused (claim lost, store down)
-        write_ends(summary.session_id, writer, began_ms, int(time.time() * 1000), writer_object)
+        ended_ms = int(time.time() * 1000)
+        _observe(WriteEvent("end", sid, writer, writer_object, ended_ms, began_ms))
+    return summarized_at_ms

@@ -18,7 +18,7 @@ def spawn(
     argv: list[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.Popen[bytes]:
     """Starts argv in its own process group, output to log, killed if the test run dies."""
-    from controller.localenv.controlplane import _die_with_parent
+    from devenv.controlplane import _die_with_parent
 
     with log.open("ab") as fh:
         return subprocess.Popen(

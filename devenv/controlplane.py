@@ -6,9 +6,9 @@ RBAC, admission and resourceVersion conflicts are the real ones.
 
 Used by pytest (a session fixture in tests/conftest.py) and by hand:
 
-    python -m controller.localenv.controlplane up      # prints the KUBECONFIG to export
-    python -m controller.localenv.controlplane status
-    python -m controller.localenv.controlplane down
+    python -m devenv.controlplane up      # prints the KUBECONFIG to export
+    python -m devenv.controlplane status
+    python -m devenv.controlplane down
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]  # a source checkout
+REPO_ROOT = Path(__file__).resolve().parents[1]  # a source checkout
 DEFAULT_STATE_DIR = REPO_ROOT / ".cluster"
 _PR_SET_PDEATHSIG = 1
 
@@ -91,8 +91,11 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
 
-def make_pki(pki: Path) -> None:
-    """A CA, the apiserver's serving cert, an admin client cert and the SA signing key."""
+def make_pki(pki: Path, extra_sans: tuple[str, ...] = ()) -> None:
+    """A CA, the apiserver's serving cert, an admin client cert and the SA signing key.
+
+    extra_sans: more subjectAltNames of the serving cert ("IP:10.96.0.1", "DNS:..."), for
+    clients that reach the apiserver other than on loopback (Pods of the local node)."""
     pki.mkdir(parents=True, exist_ok=True)
     days = "3650"
     _openssl("genrsa", "-out", "ca.key", "2048", cwd=pki)
@@ -111,7 +114,9 @@ def make_pki(pki: Path) -> None:
         cwd=pki,
     )
     (pki / "serving.ext").write_text(
-        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n"
+        "subjectAltName="
+        + ",".join(("IP:127.0.0.1", "DNS:localhost", "DNS:kubernetes.default.svc", *extra_sans))
+        + "\n"
         "extendedKeyUsage=serverAuth\n"
     )
     (pki / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
@@ -191,6 +196,10 @@ class ControlPlane:
     etcd_port: int = 0
     api_port: int = 0
     pids: dict[str, int] = field(default_factory=dict)
+    # For the local node (devenv/node.py): serving-cert SANs and apiserver flags appended
+    # last (a repeated flag's last value wins), e.g. a non-loopback bind/advertise address.
+    extra_sans: tuple[str, ...] = ()
+    extra_apiserver_args: tuple[str, ...] = ()
     _procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
@@ -255,7 +264,7 @@ class ControlPlane:
 
     def start(self, timeout: float = 90.0) -> ControlPlane:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        make_pki(self.pki)
+        make_pki(self.pki, self.extra_sans)
         self.etcd_port, etcd_peer, self.api_port = free_port(), free_port(), free_port()
         try:
             self._spawn(
@@ -322,6 +331,7 @@ class ControlPlane:
                     "--audit-log-maxsize=64",
                     "--audit-log-maxbackup=1",
                     "--audit-log-format=json",
+                    *self.extra_apiserver_args,
                 ],
             )
             write_kubeconfig(

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from subprocess import Popen
 
-from controller.localenv.controlplane import free_port
-from controller.localenv.processes import spawn, stop, tail, wait_for
+from devenv.controlplane import free_port
+from devenv.processes import spawn, stop, tail, wait_for
 
 
 @dataclass
