@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:$(PATH)
 VENV ?= .venv
 
-.PHONY: help test unit lint tools venv cluster-up cluster-down cluster-status e2e demo clean
+.PHONY: help test unit lint tools venv cluster-up cluster-down cluster-status node-up node-down node-status e2e demo clean
 
 help:
 	@echo "make demo          - summarize sample agent sessions end to end (local control plane + Chroma)"
@@ -11,7 +11,9 @@ help:
 	@echo "make unit          - unit tests only (no servers)"
 	@echo "make cluster-up    - start a local etcd + kube-apiserver; prints the exports (KUBECONFIG; PATH with kubectl, summaryctl)"
 	@echo "make cluster-down  - stop it"
-	@echo "make e2e           - end to end on kind (skips without Docker and kind)"
+	@echo "make node-up       - a local single-node cluster (containerd, kubelet, ...; root); prints the KUBECONFIG"
+	@echo "make node-down     - stop it and undo its host changes"
+	@echo "make e2e           - end to end: the image in real Pods (kind with Docker, else the local node)"
 
 test:
 	bash hack/test.sh
@@ -39,8 +41,18 @@ cluster-down:
 cluster-status:
 	$(VENV)/bin/python -m devenv.controlplane status
 
-e2e:
-	bash hack/e2e-kind.sh
+node-up: venv tools
+	bash hack/install-node.sh >/dev/null
+	$(VENV)/bin/python -m devenv.node up
+
+node-down:
+	$(VENV)/bin/python -m devenv.node down
+
+node-status:
+	$(VENV)/bin/python -m devenv.node status
+
+e2e: venv tools
+	bash hack/e2e.sh
 
 demo: venv tools
 	$(VENV)/bin/python -m devenv.demo

@@ -28,10 +28,10 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python bench/api_calls.py` from the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller import kube
-from controller.memories import render_interaction_document
-from controller.naming import summary_object_name
-from controller.store import MemoryStore, StoreLocation, connect
+from controller.core.memories import render_interaction_document
+from controller.core.naming import summary_object_name
+from controller.kube import client as kube
+from controller.store.memory_store import MemoryStore, StoreLocation, connect
 from devenv.chroma import running_chroma
 from devenv.controlplane import REPO_ROOT, running_control_plane
 from devenv.processes import spawn, stop, tail, wait_for

@@ -29,15 +29,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from controller.pipeline import Summarizer, extractive, summarize_session
 
-from controller.embeddings import OpenAICompatibleEmbedding
-from controller.extractive import summarize_extractive
-from controller.memories import Memory, render_interaction_document
-from controller.merge import PassResult
-from controller.model_backend import ChatModelConfig, ChatModelSummarizer
-from controller.store import MemoryStore, StoreLocation, connect
-from controller.summary import StructuredSummary, render_document
+from controller.core.memories import Memory, render_interaction_document
+from controller.core.merge import PassResult
+from controller.core.summary import StructuredSummary, render_document
+from controller.embeddings.minilm import OpenAICompatibleEmbedding
+from controller.pipeline import Summarizer, extractive, summarize_session
+from controller.store.memory_store import MemoryStore, StoreLocation, connect
+from controller.summarizers.chat_model import ChatModelConfig, ChatModelSummarizer
+from controller.summarizers.extractive import summarize_extractive
 from devenv.chroma import running_chroma
 from tests.support.openai_server import Reply, running_openai_server
 

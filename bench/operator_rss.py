@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from controller.naming import summary_object_name
+from controller.core.naming import summary_object_name
 from devenv.chroma import running_chroma
 from devenv.controlplane import REPO_ROOT, ControlPlane, running_control_plane
 from devenv.operator import operator_argv

@@ -38,17 +38,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from controller.pipeline import summarize_session
 
-from controller.embeddings import LocalMiniLMEmbedding
-from controller.model_backend import (
+from controller.core.summary import StructuredSummary
+from controller.embeddings.minilm import LocalMiniLMEmbedding
+from controller.pipeline import summarize_session
+from controller.store.memory_store import MemoryStore, StoreLocation, connect
+from controller.summarizers.chat_model import (
     ChatModelConfig,
     ChatModelSummarizer,
     InvalidModelOutput,
     ModelUnavailable,
 )
-from controller.store import MemoryStore, StoreLocation, connect
-from controller.summary import StructuredSummary
 from devenv.chroma import running_chroma
 from tests.support.llama_server import MODEL_FILE, SERVER_VERSION, running_llama_server
 from tests.support.real_model_fixture import (
@@ -193,8 +193,8 @@ def main() -> int:
     args = parser.parse_args()
 
     failed = FailedAttempts()
-    logging.getLogger("controller.model_backend").addHandler(failed)
-    logging.getLogger("controller.model_backend").propagate = False
+    logging.getLogger("controller.summarizers.chat_model").addHandler(failed)
+    logging.getLogger("controller.summarizers.chat_model").propagate = False
     totals = Tally()
     rss_peak = 0
     with (

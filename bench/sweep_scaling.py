@@ -4,7 +4,7 @@ full scan of the 30-day window in 2000-row pages, at three collection sizes, sam
 Real parts: a Chroma server (`chroma run`) holding S sessions x 100 memories spread over
 the last 30 days, every session with an up-to-date summary; then 1,000 new memories land
 in 100 sessions. Both methods must find exactly those 100 stale sessions.
-- ours: controller.sweeper.plan_from_store (memories after the watermark, the summaries
+- ours: controller.sweep.plan_from_store (memories after the watermark, the summaries
   of the sessions seen, and per-session counts only where timestamps look fresh);
 - fullscan: page through every memory of the window (2000 rows a page), count per
   session, page through every summary, compare counts (how the old script selected).
@@ -28,8 +28,8 @@ from pathlib import Path
 from chromadb.api.models.Collection import Collection
 
 from controller.api import SessionSummarizerSpec
-from controller.store import MemoryStore, StoreLocation, connect
-from controller.sweeper import plan_from_store
+from controller.store.memory_store import MemoryStore, StoreLocation, connect
+from controller.sweep import plan_from_store
 from devenv.chroma import running_chroma
 
 PER_SESSION = 100

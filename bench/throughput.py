@@ -30,9 +30,9 @@ from typing import NamedTuple
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
-from controller import kube
 from controller.api import GROUP, SUMMARY_PLURAL, VERSION
-from controller.store import MemoryStore, StoreLocation, connect
+from controller.kube import client as kube
+from controller.store.memory_store import MemoryStore, StoreLocation, connect
 from devenv.chroma import running_chroma
 from devenv.controlplane import REPO_ROOT, ControlPlane, running_control_plane
 from devenv.operator import start_operator

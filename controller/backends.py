@@ -10,12 +10,12 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controller import kube
 from controller.api import ModelSpec, SessionSummarizerSpec
-from controller.embeddings import EmbeddingSpec, build_embedding_function
-from controller.model_backend import ChatModelConfig, ChatModelSummarizer
-from controller.store import MemoryStore, StoreLocation, store_for
+from controller.embeddings.minilm import EmbeddingSpec, build_embedding_function
+from controller.kube import client as kube
 from controller.pipeline import Embedder, Summarizer, extractive
+from controller.store.memory_store import MemoryStore, StoreLocation, store_for
+from controller.summarizers.chat_model import ChatModelConfig, ChatModelSummarizer
 
 
 @dataclass(frozen=True)

@@ -197,7 +197,7 @@ def _missing_collection(exc: Any) -> CliError:
 @contextlib.contextmanager
 def _store_errors() -> Iterator[None]:
     """Every way a store call fails, as a CliError naming what to fix."""
-    from controller.store import (
+    from controller.store.memory_store import (
         CollectionNotFound,
         EmbeddingMismatch,
         InvalidStoreConfig,
@@ -220,8 +220,8 @@ def _check_summarizer_exists(namespace: str, name: str) -> None:
     effort: an identity allowed to sunset may not be allowed to read SessionSummarizers."""
     from kubernetes.client.exceptions import ApiException
 
-    from controller import kube
     from controller.api import GROUP, SUMMARIZER_PLURAL, VERSION
+    from controller.kube import client as kube
 
     def exists() -> bool:
         try:
@@ -246,7 +246,7 @@ def _check_summarizer_exists(namespace: str, name: str) -> None:
 
 
 def cmd_sunset(args: argparse.Namespace) -> int:
-    from controller import kube
+    from controller.kube import client as kube
 
     if args.summarizer is not None:
         _check_summarizer_exists(args.namespace, args.summarizer)
@@ -288,7 +288,7 @@ def cmd_sunset(args: argparse.Namespace) -> int:
 
 
 def _location(args: argparse.Namespace) -> Any:
-    from controller.store import StoreLocation
+    from controller.store.memory_store import StoreLocation
 
     if not args.chroma_url and not args.path:
         raise CliError("say where Chroma is: --chroma-url http://HOST:8000 or --path DIR")
@@ -304,7 +304,12 @@ def _location(args: argparse.Namespace) -> Any:
 
 
 def _store(args: argparse.Namespace) -> Any:
-    from controller.store import InvalidStoreConfig, MemoryStore, StoreUnavailable, connect
+    from controller.store.memory_store import (
+        InvalidStoreConfig,
+        MemoryStore,
+        StoreUnavailable,
+        connect,
+    )
 
     location = _location(args)
     try:
@@ -349,14 +354,14 @@ _OUTCOME_DETAIL = {
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
-    from controller.embeddings import EmbeddingError, LocalMiniLMEmbedding
-    from controller.store import (
+    from controller.embeddings.minilm import EmbeddingError, LocalMiniLMEmbedding
+    from controller.pipeline import summarize_session
+    from controller.store.memory_store import (
         CollectionNotFound,
         EmbeddingMismatch,
         InvalidStoreConfig,
         StoreUnavailable,
     )
-    from controller.pipeline import summarize_session
 
     if not args.local:
         raise CliError(

@@ -15,8 +15,7 @@ import kopf
 import controller.handlers  # noqa: F401  (registers the handlers)
 from controller import metrics
 from controller.config import CONFIG
-from controller.metrics import start_metrics_server
-from controller.peering import (
+from controller.kube.peering import (
     PeeringView,
     ensure_peering_object,
     live_peers,
@@ -24,6 +23,7 @@ from controller.peering import (
     read_peering,
     watch_leader,
 )
+from controller.metrics import start_metrics_server
 
 PEERING_NAME = "session-summary-operator"
 _RUN: dict[str, Any] = {"standalone": True, "peering": PEERING_NAME, "namespaces": ()}

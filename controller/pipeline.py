@@ -2,7 +2,7 @@
 
 A pass reads the prior summary and only the memories after its watermark. A large backlog
 is a sequence of such passes over chunks bounded by the summarizer's input token budget
-(controller.chunking), each pass building on the previous result. Every pass must validate
+(controller.core.chunking), each pass building on the previous result. Every pass must validate
 (superset of the prior, no error text) before anything is embedded and upserted, so a
 failed pass never replaces a good summary. A long backlog is checkpointed: every
 CHECKPOINT_PASSES passes the summary so far (with the watermark of what it covers) is
@@ -18,19 +18,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from controller.chunking import chunk_memories
-from controller.extractive import summarize_extractive
-from controller.memories import Memory, Watermark, is_excluded, memory_sort_key
-from controller.merge import PassResult
-from controller.naming import summary_row_id
-from controller.store import MemoryStore, SessionRows
-from controller.summary import (
+from controller.core.chunking import chunk_memories
+from controller.core.memories import Memory, Watermark, is_excluded, memory_sort_key
+from controller.core.merge import PassResult
+from controller.core.naming import summary_row_id
+from controller.core.summary import (
     LegacySummary,
     StructuredSummary,
     render_document,
     to_chroma_metadata,
     validate_summary,
 )
+from controller.store.memory_store import MemoryStore, SessionRows
+from controller.summarizers.extractive import summarize_extractive
 
 Embedder = Callable[[list[str]], Sequence[Any]]  # one vector (floats) per text
 # One pass: (session id, the chunk's memories, the summary so far) -> the next summary. A

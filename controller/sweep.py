@@ -1,227 +1,266 @@
-"""Where the sweep decides which sessions need a summary. Pure: no store, no cluster.
+"""The periodic safety-net sweep's I/O: scan new memories, ask controller.core.sweep_plan what is
+stale, and create or patch SessionSummary objects for it (trigger `sweep`). And the marker
+scan: sunset marker memories newer than the sweep's watermark, acted on every timer tick
+(trigger `sunset-marker`).
 
-The scan behind it reads only memories newer than a watermark, so its cost follows new
-memories, not the size of the collection. The watermark stays behind every session that
-was skipped as still active or deferred by the per-sweep cap, so each of them is seen
-again by a later sweep; nothing is ever left behind by advancing it.
-
-Sunset markers (memories of type controller.memories.SUNSET_MARKER_TYPE) are an agent's
-request for a summary now, for agents without Kubernetes credentials (docs/agents.md). The
-marker scan reads only the markers newer than the same watermark, every timer tick, and
-asks for a pass whatever the idle threshold says. A marker is acted on once: it is done
-when the stored summary covers it (its timestamp reaches the marker's), or when the
-session's SessionSummary finished a pass that saw it; the summary's memoryCount counts the
-marker as a row of the session, so a summarized marker never reads as count drift.
+Idempotent when two replicas overlap: objects are created if absent (a lost create race is
+a patch), and an existing object is patched only when its last pass is done, so a sweep
+never re-triggers work already in flight.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import datetime as dt
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal
 
-StaleReason = Literal["missing", "newer-memories", "count-drift"]
-MarkerAction = Literal["request", "wait", "done"]
-MARKER_TRIGGER = "sunset-marker"
-MAX_SESSION_ID = 1024  # SessionSummary spec.sessionId maxLength
+from controller.api import SessionSummarizerSpec, now_rfc3339
+from controller.config import CONFIG
+from controller.core.memories import SUNSET_MARKER_TYPE, parse_timestamp_ms
+from controller.core.naming import summary_object_name
+from controller.core.retention import expired
+from controller.core.sweep_plan import (
+    MARKER_TRIGGER,
+    InvalidMarker,
+    SummaryObjectState,
+    SweepPlan,
+    collect_activity,
+    collect_markers,
+    covered_by_summary,
+    initial_watermark,
+    marker_action,
+    not_acted_on,
+    plan_sweep,
+)
+from controller.kube import client as kube
+from controller.store.memory_store import MemoryStore
+
+IN_FLIGHT_PHASES = {None, "Pending", "Summarizing"}
+WALK_FACTOR = 4  # at most this many times the cap of stale sessions looked up per sweep
 
 
 @dataclass(frozen=True)
-class SessionActivity:
-    """What the scan saw of one session: its newest memory timestamp (epoch ms)."""
-
-    session_id: str
-    newest_ms: int
-
-
-@dataclass(frozen=True)
-class StoredSummaryState:
-    """The parts of a stored summary that decide staleness (its neo metadata)."""
-
-    memory_count: int | None
-    timestamp_ms: int | None
-
-
-@dataclass(frozen=True)
-class Candidate:
-    session_id: str
-    newest_ms: int
-    reason: StaleReason
-
-
-@dataclass
-class SweepPlan:
-    candidates: list[Candidate] = field(default_factory=list)
-    deferred: list[Candidate] = field(default_factory=list)
-    still_active: list[str] = field(default_factory=list)
-    fresh: list[str] = field(default_factory=list)
-    next_watermark_ms: int = 0
+class SweepResult:
+    plan: SweepPlan
+    scanned: int
+    applied: Applied
+    duration_s: float
 
     @property
-    def found(self) -> int:
-        """Sessions that need a summary now (the queue depth)."""
-        return len(self.candidates) + len(self.deferred)
+    def created(self) -> int:
+        return self.applied.created
+
+    @property
+    def patched(self) -> int:
+        return self.applied.patched
 
 
-def collect_activity(rows: Iterable[tuple[str, int]]) -> dict[str, SessionActivity]:
-    """Folds scanned (sessionId, timestamp_ms) pairs into the newest timestamp per session.
-    A blank or over-long sessionId names no SessionSummary (the CRD refuses it): skipped."""
-    newest: dict[str, int] = {}
-    for session_id, ts in rows:
-        if not session_id.strip() or len(session_id) > MAX_SESSION_ID:
+def _in_flight(obj: dict[str, object]) -> bool:
+    status = obj.get("status") or {}
+    meta = obj.get("metadata") or {}
+    assert isinstance(status, dict) and isinstance(meta, dict)
+    if status.get("observedGeneration") != meta.get("generation"):
+        return status.get("phase") != "Failed"
+    return status.get("phase") in IN_FLIGHT_PHASES
+
+
+def plan_from_store(
+    store: MemoryStore, spec: SessionSummarizerSpec, *, watermark_ms: int | None, now_ms: int
+) -> tuple[SweepPlan, int]:
+    """Reads only memories newer than the watermark and decides; returns (plan, rows read)."""
+    since = (
+        watermark_ms
+        if watermark_ms is not None
+        else initial_watermark(now_ms, spec.sweep.lookback_days)
+    )
+    scanned = 0
+
+    def counted() -> Iterator[tuple[str, int]]:
+        nonlocal scanned
+        for row in store.scan_since(since):
+            scanned += 1
+            yield row
+
+    activity = collect_activity(counted())
+    stored = store.summary_states(list(activity))
+    # Count drift only matters where timestamps alone say "fresh".
+    live_counts = {
+        sid: store.count_session(sid)
+        for sid, act in activity.items()
+        if sid in stored and (stored[sid].timestamp_ms or 0) >= act.newest_ms
+    }
+    plan = plan_sweep(
+        activity,
+        dict(stored),
+        live_counts,
+        now_ms=now_ms,
+        idle_ms=spec.sweep.idle_seconds * 1000,
+        max_sessions=spec.sweep.max_sessions_per_sweep,
+    )
+    return plan, scanned
+
+
+@dataclass(frozen=True)
+class Applied:
+    created: int
+    patched: int
+    in_flight: int  # stale, but a pass for them is already under way
+    left: int  # stale and not acted on this sweep: the next sweep sees them again
+
+
+def apply_plan(plan: SweepPlan, *, namespace: str, summarizer_name: str) -> Applied:
+    """Creates/patches SessionSummary objects for the stale sessions, newest first, until
+    as many as the cap allowed were acted on. Sessions already in flight do not use up the
+    cap (else a few busy sessions would starve an old backlog); the walk is bounded."""
+    budget = len(plan.candidates)
+    stale = plan.candidates + plan.deferred
+    created = patched = in_flight = walked = 0
+    requested_at = now_rfc3339(precise=True)
+    for candidate in stale[: WALK_FACTOR * max(budget, 1)]:
+        if created + patched >= budget:
+            break
+        walked += 1
+        existing = kube.get_summary(namespace, summary_object_name(candidate.session_id))
+        if existing is not None and _in_flight(existing):
+            in_flight += 1
             continue
-        if ts > newest.get(session_id, -1):
-            newest[session_id] = ts
-    return {sid: SessionActivity(sid, ts) for sid, ts in newest.items()}
+        _, action = kube.request_summary(
+            namespace,
+            candidate.session_id,
+            trigger="sweep",
+            summarizer=summarizer_name,
+            requested_at=requested_at,
+            # Absent when we looked: if another sweep created it meanwhile, leave it be.
+            patch_if_exists=existing is not None,
+        )
+        created += action == "created"
+        patched += action == "patched"
+    return Applied(created, patched, in_flight, len(stale) - walked)
 
 
-def stale_reason(
-    activity: SessionActivity, stored: StoredSummaryState | None, live_count: int | None
-) -> StaleReason | None:
-    """Why a session's summary is stale, or None when it is fresh.
-
-    Staleness as the old system defined it (stored memoryCount differs from the live
-    count) plus memories newer than what the summary covers.
-    """
-    if stored is None:
-        return "missing"
-    if stored.timestamp_ms is None or stored.timestamp_ms < activity.newest_ms:
-        return "newer-memories"
-    if live_count is not None and stored.memory_count != live_count:
-        return "count-drift"
-    return None
-
-
-def plan_sweep(
-    activity: Mapping[str, SessionActivity],
-    stored: Mapping[str, StoredSummaryState | None],
-    live_counts: Mapping[str, int],
+def run_sweep(
+    store: MemoryStore,
+    spec: SessionSummarizerSpec,
     *,
-    now_ms: int,
-    idle_ms: int,
-    max_sessions: int,
-) -> SweepPlan:
-    """Picks the sessions to (re)summarize now: stale, idle, newest first, at most max_sessions."""
-    plan = SweepPlan()
-    idle_before = now_ms - idle_ms
-    stale: list[Candidate] = []
-    for sid, act in activity.items():
-        reason = stale_reason(act, stored.get(sid), live_counts.get(sid))
-        if reason is None:
-            plan.fresh.append(sid)
-        elif act.newest_ms > idle_before:
-            plan.still_active.append(sid)
-        else:
-            stale.append(Candidate(sid, act.newest_ms, reason))
-    stale.sort(key=lambda c: (-c.newest_ms, c.session_id))
-    plan.candidates, plan.deferred = stale[:max_sessions], stale[max_sessions:]
-    plan.still_active.sort()
-    plan.fresh.sort()
-    watermark = idle_before
-    if plan.deferred:
-        watermark = min(watermark, min(c.newest_ms for c in plan.deferred) - 1)
-    plan.next_watermark_ms = watermark
-    return plan
+    namespace: str,
+    summarizer_name: str,
+    watermark_ms: int | None,
+    now_ms: int | None = None,
+) -> SweepResult:
+    started = time.monotonic()
+    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    plan, scanned = plan_from_store(store, spec, watermark_ms=watermark_ms, now_ms=now)
+    applied = apply_plan(plan, namespace=namespace, summarizer_name=summarizer_name)
+    return SweepResult(plan, scanned, applied, time.monotonic() - started)
 
 
-def initial_watermark(now_ms: int, lookback_days: int) -> int:
-    """Where the first sweep starts: the lookback window."""
-    return now_ms - lookback_days * 86_400_000
+def apply_retention(spec: SessionSummarizerSpec, *, namespace: str, summarizer_name: str) -> int:
+    """Deletes this summarizer's Summarized objects older than the TTL; returns how many."""
+    ttl = spec.retention.summarized_ttl_seconds
+    if ttl <= 0:
+        return 0
+    doomed = expired(
+        kube.iter_summaries(namespace, CONFIG.list_chunk_size),
+        summarizer=summarizer_name,
+        now=dt.datetime.now(dt.UTC),
+        ttl_seconds=ttl,
+    )
+    return sum(kube.delete_summary_if_unchanged(namespace, n, rv) for n, rv in doomed)
 
 
 # -- sunset markers -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SunsetMarker:
-    """The newest sunset marker the scan saw of one session (its timestamp, epoch ms)."""
+@dataclass
+class _MarkerMemory:
+    """What this process already did about the markers in the window, so a marker costs one
+    request and every later tick only the scan. After a restart or a failover it is empty:
+    the stored summary and the SessionSummary's status tell what was done."""
 
-    session_id: str
-    timestamp_ms: int
+    acted: dict[str, int] = field(default_factory=dict)  # session -> newest marker handled
+    reported: set[str] = field(default_factory=set)  # memory ids of invalid markers reported
 
 
-@dataclass(frozen=True)
-class InvalidMarker:
-    """A marker that names no session the operator can summarize; reported, never acted on."""
-
-    memory_id: str
-    problem: str
-
-    def describe(self) -> str:
-        return f"memory {self.memory_id[:80]!r} {self.problem}"
+_MARKERS: dict[tuple[str, str], _MarkerMemory] = {}
 
 
 @dataclass(frozen=True)
-class SummaryObjectState:
-    """What a marker decision reads from the session's SessionSummary."""
-
-    in_flight: bool  # a pass is requested or running
-    last_memory_at_ms: int | None  # status.lastMemoryAt: the newest row its last pass saw
-
-
-def marker_problem(session_id: object) -> str | None:
-    """Why a marker's sessionId cannot name a SessionSummary; None when it can."""
-    if not isinstance(session_id, str):
-        return "has no sessionId (metadata sessionId must be the session's id)"
-    if not session_id.strip():
-        return "has a blank sessionId"
-    if len(session_id) > MAX_SESSION_ID:
-        return f"has a sessionId longer than {MAX_SESSION_ID} characters"
-    return None
+class MarkerScanResult:
+    scanned: int  # marker rows read
+    requested: list[tuple[str, str]]  # (session id, "created" | "patched")
+    waiting: int  # a pass is under way; the next scan looks again
+    left: int  # over the cap; the next scan looks again
+    invalid: list[InvalidMarker]  # newly found markers that name no session
+    duration_s: float
 
 
-def collect_markers(
-    rows: Iterable[tuple[str, object, int]],
-) -> tuple[dict[str, SunsetMarker], list[InvalidMarker]]:
-    """Folds scanned (memory id, sessionId, timestamp) markers into the newest marker per
-    session, and the markers that name no session."""
-    newest: dict[str, int] = {}
-    invalid: list[InvalidMarker] = []
-    for memory_id, session_id, ts in rows:
-        problem = marker_problem(session_id)
-        if problem is not None:
-            invalid.append(InvalidMarker(memory_id, problem))
-            continue
-        assert isinstance(session_id, str)
-        if ts > newest.get(session_id, -1):
-            newest[session_id] = ts
-    markers = {sid: SunsetMarker(sid, ts) for sid, ts in newest.items()}
-    return markers, sorted(invalid, key=lambda i: i.memory_id)
-
-
-def not_acted_on(
-    markers: Mapping[str, SunsetMarker], acted: Mapping[str, int]
-) -> list[SunsetMarker]:
-    """Markers newer than the last one acted on for their session, oldest first (the
-    longest waiting go first when a cap applies)."""
-    pending = [m for m in markers.values() if m.timestamp_ms > acted.get(m.session_id, -1)]
-    return sorted(pending, key=lambda m: (m.timestamp_ms, m.session_id))
-
-
-def covered_by_summary(marker: SunsetMarker, stored: StoredSummaryState | None) -> bool:
-    """True when the stored summary was written after a pass that read the marker: its
-    timestamp is the newest row of the session it covers, markers included."""
-    return (
-        stored is not None
-        and stored.timestamp_ms is not None
-        and stored.timestamp_ms >= marker.timestamp_ms
+def _object_state(obj: dict[str, object] | None) -> SummaryObjectState | None:
+    if obj is None:
+        return None
+    status = obj.get("status") or {}
+    assert isinstance(status, dict)
+    return SummaryObjectState(
+        in_flight=_in_flight(obj), last_memory_at_ms=parse_timestamp_ms(status.get("lastMemoryAt"))
     )
 
 
-def marker_action(marker: SunsetMarker, obj: SummaryObjectState | None) -> MarkerAction:
-    """What to do for a marker the stored summary does not cover.
-
-    request: no object, or its last finished pass ended before the marker (the session was
-    empty, say, or failed); wait: a pass is under way (if it missed the marker, a later
-    scan sees the marker again); done: the object's last pass saw the marker and wrote no
-    summary (an empty or unknown session), so asking again would change nothing.
-    lastMemoryAt has whole seconds, so it is compared with the marker's second.
-    """
-    if obj is None:
-        return "request"
-    if obj.in_flight:
-        return "wait"
-    seen = obj.last_memory_at_ms
-    if seen is not None and seen >= marker.timestamp_ms - marker.timestamp_ms % 1000:
-        return "done"
-    return "request"
+def run_marker_scan(
+    store: MemoryStore,
+    spec: SessionSummarizerSpec,
+    *,
+    namespace: str,
+    summarizer_name: str,
+    watermark_ms: int,
+) -> MarkerScanResult:
+    """Reads the sunset markers newer than the sweep's watermark and creates/patches the
+    SessionSummary of every session whose marker is not handled yet, at most
+    maxSessionsPerSweep per scan, ignoring the idle threshold. Costs one filtered read per
+    tick; a summary lookup and a GET per session only for markers not acted on before."""
+    started = time.monotonic()
+    memory = _MARKERS.setdefault((namespace, summarizer_name), _MarkerMemory())
+    rows = list(store.scan_markers(SUNSET_MARKER_TYPE, watermark_ms))
+    markers, invalid = collect_markers(rows)
+    new_invalid = [m for m in invalid if m.memory_id not in memory.reported]
+    pending = not_acted_on(markers, memory.acted)
+    stored = store.summary_states([m.session_id for m in pending]) if pending else {}
+    uncovered = []
+    for marker in pending:
+        if covered_by_summary(marker, stored.get(marker.session_id)):
+            memory.acted[marker.session_id] = marker.timestamp_ms
+        else:
+            uncovered.append(marker)
+    budget = spec.sweep.max_sessions_per_sweep
+    requested: list[tuple[str, str]] = []
+    waiting = walked = 0
+    requested_at = now_rfc3339(precise=True)
+    for marker in uncovered[: WALK_FACTOR * budget]:
+        if len(requested) >= budget:
+            break
+        walked += 1
+        existing = kube.get_summary(namespace, summary_object_name(marker.session_id))
+        action = marker_action(marker, _object_state(existing))
+        if action == "wait":
+            waiting += 1
+            continue
+        if action == "request":
+            _, how = kube.request_summary(
+                namespace,
+                marker.session_id,
+                trigger=MARKER_TRIGGER,
+                summarizer=summarizer_name,
+                requested_at=requested_at,
+            )
+            requested.append((marker.session_id, how))
+        memory.acted[marker.session_id] = marker.timestamp_ms
+    # Forget what the window no longer holds: those markers are never read again.
+    memory.acted = {s: ts for s, ts in memory.acted.items() if s in markers}
+    memory.reported = {m.memory_id for m in invalid}
+    return MarkerScanResult(
+        scanned=len(rows),
+        requested=requested,
+        waiting=waiting,
+        left=len(uncovered) - walked,
+        invalid=new_invalid,
+        duration_s=time.monotonic() - started,
+    )

@@ -65,7 +65,7 @@ def _check_current_context() -> None:
     from kubernetes.config.config_exception import ConfigException
     from urllib3.exceptions import HTTPError
 
-    from controller import kube
+    from controller.kube import client as kube
 
     try:
         client.VersionApi(kube.api_client()).get_code()
@@ -190,7 +190,7 @@ def _summarizer_checked(env: dict[str, str]) -> bool:
 
 
 def _all_summarized(env: dict[str, str], session_ids: list[str]) -> bool:
-    from controller.naming import summary_object_name
+    from controller.core.naming import summary_object_name
 
     listing = json.loads(_kubectl(env, "-n", NAMESPACE, "get", "ssum", "-o", "json"))
     phases = {
@@ -223,7 +223,7 @@ def _clean_up(
     """Deletes what this run created, while its operator still runs (it removes its own
     finalizer from the SessionSummarizer). Reports, never raises: the demo's own error
     (if any) is the one that matters."""
-    from controller.naming import summary_object_name
+    from controller.core.naming import summary_object_name
 
     steps: list[tuple[str, list[str]]] = []
     if created.summaries:
@@ -292,7 +292,7 @@ def run_demo(*, keep: bool, use_current_context: bool, chroma_url: str | None) -
 
 
 def _run(workdir: Path, *, keep: bool, use_current_context: bool, chroma_url: str | None) -> None:
-    from controller.store import MemoryStore, StoreLocation, StoreUnavailable, connect
+    from controller.store.memory_store import MemoryStore, StoreLocation, StoreUnavailable, connect
     from devenv.demo_data import SAMPLE_SESSIONS, memory_rows
     from devenv.operator import start_operator
     from devenv.processes import stop

@@ -79,8 +79,8 @@ say "loading one sample agent session into the bundled Chroma"
 chroma_url="http://$release-session-summary-operator-chroma.$namespace.svc:8000"
 k -n "$namespace" exec -i deploy/"$release"-session-summary-operator -- python - "$chroma_url" "$session" <<'PY'
 import sys, time
-from controller.memories import render_interaction_document
-from controller.store import MemoryStore, StoreLocation, connect
+from controller.core.memories import render_interaction_document
+from controller.store.memory_store import MemoryStore, StoreLocation, connect
 url, session_id = sys.argv[1], sys.argv[2]
 turns = [
     ("Add retries with backoff to the exporter.", "The exporter fails on timeouts.",

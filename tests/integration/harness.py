@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from controller import kube
-from controller.memories import render_interaction_document
-from controller.naming import summary_object_name
-from controller.store import CollectionNotFound, MemoryStore, StoreLocation, connect
+from controller.core.memories import render_interaction_document
+from controller.core.naming import summary_object_name
+from controller.kube import client as kube
+from controller.store.memory_store import CollectionNotFound, MemoryStore, StoreLocation, connect
 from devenv.chroma import ChromaServer
 from devenv.controlplane import REPO_ROOT, ControlPlane, free_port
 from devenv.operator import start_operator
@@ -111,7 +111,7 @@ def harness(
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     metrics_port = free_port()
     h = Harness(cp, chroma_server, log, metrics_url=f"http://127.0.0.1:{metrics_port}/metrics")
-    # In-process API calls (controller.kube) aim at this control plane too.
+    # In-process API calls (controller.kube.client) aim at this control plane too.
     os.environ["KUBECONFIG"] = str(cp.kubeconfig)
     kube.api_client.cache_clear()
     h.kubectl("apply", "-f", "-", input=summarizer_yaml("default", chroma_server.url))

@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from controller.memories import SUNSET_MARKER_TYPE
-from controller.naming import summary_object_name
-from controller.store import MemoryStore
+from controller.core.memories import SUNSET_MARKER_TYPE
+from controller.core.naming import summary_object_name
+from controller.store.memory_store import MemoryStore
 from devenv.controlplane import REPO_ROOT
 from devenv.processes import tail, wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml

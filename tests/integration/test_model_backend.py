@@ -13,18 +13,18 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from controller.pipeline import summarize_session
 
-from controller.embeddings import LocalMiniLMEmbedding
-from controller.memories import render_interaction_document
-from controller.model_backend import (
+from controller.core.memories import render_interaction_document
+from controller.core.summary import HISTORY_SECTIONS
+from controller.embeddings.minilm import LocalMiniLMEmbedding
+from controller.pipeline import summarize_session
+from controller.store.memory_store import MemoryStore, StoreLocation, connect
+from controller.summarizers.chat_model import (
     ChatModelConfig,
     ChatModelSummarizer,
     InvalidModelOutput,
     ModelUnavailable,
 )
-from controller.store import MemoryStore, StoreLocation, connect
-from controller.summary import HISTORY_SECTIONS
 from devenv.chroma import ChromaServer
 from devenv.controlplane import free_port
 from devenv.processes import wait_for

@@ -8,7 +8,7 @@ import json
 import textwrap
 from typing import Any
 
-from controller.naming import summary_object_name
+from controller.core.naming import summary_object_name
 from devenv.processes import tail, wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from controller import kube
-from controller.naming import summary_object_name
-from controller.store import MemoryStore, StoreLocation, connect
+from controller.core.naming import summary_object_name
+from controller.kube import client as kube
+from controller.store.memory_store import MemoryStore, StoreLocation, connect
 from devenv.demo_data import SAMPLE_SESSIONS, memory_rows
 from devenv.processes import tail, wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml

@@ -16,18 +16,18 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from controller.pipeline import summarize_session
 
-from controller.embeddings import LocalMiniLMEmbedding
-from controller.model_backend import (
+from controller.core.naming import summary_object_name
+from controller.core.summary import StructuredSummary
+from controller.embeddings.minilm import LocalMiniLMEmbedding
+from controller.pipeline import summarize_session
+from controller.store.memory_store import MemoryStore, StoreLocation, connect
+from controller.summarizers.chat_model import (
     ChatModelConfig,
     ChatModelSummarizer,
     InvalidModelOutput,
     ModelUnavailable,
 )
-from controller.naming import summary_object_name
-from controller.store import MemoryStore, StoreLocation, connect
-from controller.summary import StructuredSummary
 from devenv.chroma import ChromaServer
 from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, load, model_summarizer_yaml, stored_summary_ids

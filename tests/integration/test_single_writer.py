@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from controller import kube
-from controller.claiming import SessionClaimHandle
-from controller.claims import Writer
-from controller.naming import summary_object_name
-from controller.peering import leader_of, live_peers
-from controller.store import MemoryStore
+from controller.core.claim_rules import Writer
+from controller.core.naming import summary_object_name
+from controller.kube import client as kube
+from controller.kube.claims import SessionClaimHandle
+from controller.kube.peering import leader_of, live_peers
+from controller.store.memory_store import MemoryStore
 from devenv.controlplane import ControlPlane
 from devenv.operator import start_operator
 from devenv.processes import kill, stop, tail, wait_for
@@ -421,7 +421,7 @@ def test_overlapping_sweeps_create_each_object_once(harness: Harness) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     from controller.api import SessionSummarizerSpec
-    from controller.sweeper import run_sweep
+    from controller.sweep import run_sweep
 
     ns = "sweeps"
     harness.cp.kubectl_run("create", "namespace", ns, check=False)
@@ -454,7 +454,7 @@ def test_overlapping_sweeps_create_each_object_once(harness: Harness) -> None:
 
 def test_sessions_in_flight_do_not_starve_an_older_backlog(harness: Harness) -> None:
     from controller.api import SessionSummarizerSpec
-    from controller.sweeper import run_sweep
+    from controller.sweep import run_sweep
 
     ns = "starve"
     harness.cp.kubectl_run("create", "namespace", ns, check=False)
@@ -617,7 +617,7 @@ def test_a_free_claim_costs_one_create_and_one_delete_and_a_held_one_is_refused(
     harness: Harness,
 ) -> None:
     from controller.api import CLAIM_PLURAL, GROUP, VERSION
-    from controller.claiming import ClaimHeld, ClaimLost
+    from controller.kube.claims import ClaimHeld, ClaimLost
 
     store = harness.store("calls-memory", "calls-sessions")
     load(store, [interaction("calls-1", 0, 1_770_000_000_000, "Count the calls.")])

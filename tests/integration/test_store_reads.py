@@ -15,8 +15,8 @@ import pytest
 from chromadb.api.types import DefaultEmbeddingFunction, Documents, EmbeddingFunction, Embeddings
 
 from controller.api import StoreSpec
-from controller.naming import summary_object_name
-from controller.store import (
+from controller.core.naming import summary_object_name
+from controller.store.memory_store import (
     CollectionNotFound,
     InvalidStoreConfig,
     MemoryStore,

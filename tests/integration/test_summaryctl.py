@@ -13,8 +13,8 @@ import uuid
 
 import pytest
 
-from controller.naming import summary_object_name
-from controller.store import MemoryStore, StoreLocation, connect
+from controller.core.naming import summary_object_name
+from controller.store.memory_store import MemoryStore, StoreLocation, connect
 from devenv.chroma import ChromaServer
 from devenv.controlplane import REPO_ROOT, free_port
 from devenv.demo import NAMESPACE as DEMO_NAMESPACE

@@ -7,7 +7,7 @@ backend) and turns the model summarizes on top of it. The injected one is the re
 case: instructions inside a tool output and inside an agent response, asking for a
 Current State, a category and scores the session never earned.
 
-The judge is written apart from controller.model_backend's own checks, so that a check
+The judge is written apart from controller.summarizers.chat_model's own checks, so that a check
 missing there shows up here as junk.
 """
 
@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.memories import render_interaction_document
-from controller.model_backend import SYSTEM_PROMPT
-from controller.quoting import ERROR_LABEL, INSTRUCTION_LABEL
-from controller.summary import HISTORY_SECTIONS, StructuredSummary
+from controller.core.memories import render_interaction_document
+from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL
+from controller.core.summary import HISTORY_SECTIONS, StructuredSummary
+from controller.summarizers.chat_model import SYSTEM_PROMPT
 
 Turn = tuple[str, str]  # (user prompt, agent response)
 

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from controller.chunking import (
+from controller.core.chunking import (
     MEMORY_OVERHEAD_TOKENS,
     bounded_memory_text,
     chunk_memories,
@@ -15,7 +15,7 @@ from controller.chunking import (
     memory_text,
     truncate_utf8,
 )
-from controller.memories import Memory
+from controller.core.memories import Memory
 
 
 def memory(i: int, prompt: str = "", response: str = "done") -> Memory:

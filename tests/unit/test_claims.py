@@ -1,9 +1,9 @@
-"""The per-session claim decisions (controller/claims.py): pure, no cluster."""
+"""The per-session claim decisions (controller/core/claim_rules.py): pure, no cluster."""
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.claims import (
+from controller.core.claim_rules import (
     Claim,
     Writer,
     abandoned_long_ago,
@@ -12,7 +12,7 @@ from controller.claims import (
     parse_claim,
     still_mine,
 )
-from controller.naming import summary_object_name
+from controller.core.naming import summary_object_name
 
 NOW = 1_800_000_000_000
 ME = Writer("replica-a", "uid-1", "agents/s1")

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller import kube
 from controller.cli import chroma_url_problem, main
+from controller.kube import client as kube
 
 REFUSED = "http://127.0.0.1:1"  # nothing listens on port 1: connections fail at once
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from controller.embeddings import (
+from controller.embeddings.minilm import (
     EmbeddingError,
     EmbeddingSpec,
     LocalMiniLMEmbedding,

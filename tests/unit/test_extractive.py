@@ -3,10 +3,9 @@ import unicodedata
 
 import pytest
 
-from controller.extractive import sentences, summarize_extractive
-from controller.memories import Memory, Watermark
-from controller.quoting import ERROR_LABEL, INSTRUCTION_LABEL
-from controller.summary import (
+from controller.core.memories import Memory, Watermark
+from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL
+from controller.core.summary import (
     HISTORY_SECTIONS,
     LegacySummary,
     StructuredSummary,
@@ -16,6 +15,7 @@ from controller.summary import (
     to_chroma_metadata,
     validate_summary,
 )
+from controller.summarizers.extractive import sentences, summarize_extractive
 
 T0 = 1_700_000_000_000
 
@@ -386,7 +386,7 @@ def test_category_tie_keeps_the_prior_category() -> None:
 
 def test_technologies_are_words_not_substrings() -> None:
     prompt = "Let's go. That kind of docs helps. Update docker-compose and kopf handlers."
-    s = summarize_extractive("s1", [mem(1, prompt, "Edited controller/summary.py.")])
+    s = summarize_extractive("s1", [mem(1, prompt, "Edited controller/core/summary.py.")])
     assert s.technologies == ["docker", "kopf", "python"]
 
 

@@ -17,10 +17,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.extractive import summarize_extractive
-from controller.memories import Memory
-from controller.merge import PassUpdate, merge_pass
-from controller.summary import (
+from controller.core.memories import Memory
+from controller.core.merge import PassUpdate, merge_pass
+from controller.core.summary import (
     LegacySummary,
     StructuredSummary,
     from_chroma_row,
@@ -28,6 +27,7 @@ from controller.summary import (
     to_chroma_metadata,
     validate_summary,
 )
+from controller.summarizers.extractive import summarize_extractive
 
 SID = "sess-legacy-property"
 PASSES = 3

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from controller.memories import (
+from controller.core.memories import (
     DEFAULT_EXCLUDED_TYPES,
     Memory,
     Watermark,

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from controller.memories import Memory, Watermark
-from controller.merge import PassUpdate, merge_pass
-from controller.quoting import ERROR_LABEL, INSTRUCTION_LABEL
-from controller.summary import (
+from controller.core.memories import Memory, Watermark
+from controller.core.merge import PassUpdate, merge_pass
+from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL
+from controller.core.summary import (
     HISTORY_SECTIONS,
     ITEM_MAX,
     LegacySummary,

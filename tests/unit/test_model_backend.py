@@ -17,21 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from controller.chunking import estimate_tokens
-from controller.memories import Memory
-from controller.merge import PassResult
-from controller.model_backend import (
-    MAX_OUTPUT_TOKENS,
-    SYSTEM_PROMPT,
-    ChatModelConfig,
-    ChatModelSummarizer,
-    InvalidModelOutput,
-    ModelUnavailable,
-    endpoint_semaphore,
-)
-from controller.quoting import ERROR_LABEL, INSTRUCTION_LABEL
-from controller.pipeline import run_pass
-from controller.summary import (
+from controller.core.chunking import estimate_tokens
+from controller.core.memories import Memory
+from controller.core.merge import PassResult
+from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL
+from controller.core.summary import (
     HISTORY_SECTIONS,
     LegacySummary,
     StructuredSummary,
@@ -39,6 +29,16 @@ from controller.summary import (
     SummaryValidationError,
     render_document,
     validate_summary,
+)
+from controller.pipeline import run_pass
+from controller.summarizers.chat_model import (
+    MAX_OUTPUT_TOKENS,
+    SYSTEM_PROMPT,
+    ChatModelConfig,
+    ChatModelSummarizer,
+    InvalidModelOutput,
+    ModelUnavailable,
+    endpoint_semaphore,
 )
 from tests.support.openai_server import (
     Delay,

@@ -2,7 +2,7 @@ import re
 
 import pytest
 
-from controller.naming import summary_object_name, summary_row_id
+from controller.core.naming import summary_object_name, summary_row_id
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 

@@ -1,6 +1,6 @@
 import datetime as dt
 
-from controller.peering import leader_of, live_peers
+from controller.kube.peering import leader_of, live_peers
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 
@@ -28,10 +28,10 @@ def test_a_shared_top_priority_means_no_leader() -> None:
     assert leader_of({}) is None
 
 
-# -- what every SessionSummarizer shows (controller.peering.replica_status) --------------
+# -- what every SessionSummarizer shows (controller.kube.peering.replica_status) --------------
 
 from controller.api import SessionSummarizerStatus  # noqa: E402
-from controller.peering import (  # noqa: E402
+from controller.kube.peering import (  # noqa: E402
     PeeringView,
     _apply_replica_status,
     priority_conflicts,

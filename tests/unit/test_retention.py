@@ -1,6 +1,6 @@
 import datetime as dt
 
-from controller.retention import expired
+from controller.core.retention import expired
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 

@@ -19,7 +19,7 @@ from controller.api import (
     SessionSummarySpec,
     SessionSummaryStatus,
 )
-from controller.claims import Claim, Writer
+from controller.core.claim_rules import Claim, Writer
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPARED = ("type", "enum", "minimum", "maximum", "minLength", "maxLength")

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from controller.api import StoreSpec
-from controller.store import (
+from controller.store.memory_store import (
     MESSAGE_LIMIT,
     CollectionNotFound,
     InvalidStoreConfig,

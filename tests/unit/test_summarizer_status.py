@@ -1,16 +1,16 @@
-"""A SessionSummarizer's status from its inputs (controller/summarizer_status.py): each
+"""A SessionSummarizer's status from its inputs (controller/core/summarizer_status.py): each
 writer changes only its own conditions, whatever order the writes come in."""
 
 import itertools
 
 from controller.api import Condition, SessionSummarizerStatus
-from controller.store import StoreUnavailable
-from controller.summarizer_status import (
+from controller.core.summarizer_status import (
     SweepReport,
     store_reachable,
     sweep_failure,
     with_conditions,
 )
+from controller.store.memory_store import StoreUnavailable
 
 MODEL = Condition(type="ModelReady", status="True", reason="Extractive", message="")
 EMBED = Condition(type="EmbeddingReady", status="False", reason="EmbeddingMismatch", message="x")

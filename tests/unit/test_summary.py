@@ -3,8 +3,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from controller.memories import Watermark
-from controller.summary import (
+from controller.core.memories import Watermark
+from controller.core.summary import (
     CATEGORIES,
     HISTORY_SECTIONS,
     PROJECTION_SECTIONS,

@@ -1,4 +1,4 @@
-"""Sunset markers: the decisions of the marker scan (controller.sweep), the marker's
+"""Sunset markers: the decisions of the marker scan (controller.core.sweep_plan), the marker's
 exclusion from summaries, and what the scan reports on the SessionSummarizer."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from controller.api import Condition, SessionSummarizerStatus, SessionSummarySpec
-from controller.memories import SUNSET_MARKER_TYPE, Memory, is_excluded, memory_from_row
-from controller.summarizer_status import MarkerScanReport
-from controller.sweep import (
+from controller.core.memories import SUNSET_MARKER_TYPE, Memory, is_excluded, memory_from_row
+from controller.core.summarizer_status import MarkerScanReport
+from controller.core.sweep_plan import (
     SessionActivity,
     StoredSummaryState,
     SummaryObjectState,

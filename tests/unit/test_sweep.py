@@ -1,4 +1,4 @@
-from controller.sweep import (
+from controller.core.sweep_plan import (
     SessionActivity,
     StoredSummaryState,
     collect_activity,

@@ -33,10 +33,10 @@ from chromadb.config import Settings
 from chromadb.errors import ChromaError, InvalidArgumentError, NotFoundError
 
 from controller.api import StoreSpec
-from controller.memories import Memory, Watermark, memory_from_row
-from controller.naming import summary_row_id
-from controller.summary import PriorSummary, from_chroma_row
-from controller.sweep import StoredSummaryState
+from controller.core.memories import Memory, Watermark, memory_from_row
+from controller.core.naming import summary_row_id
+from controller.core.summary import PriorSummary, from_chroma_row
+from controller.core.sweep_plan import StoredSummaryState
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -606,7 +606,7 @@ class MemoryStore:
         """Used by the demo and tests to load sessions; agents write memories themselves.
         create=True creates the memory collection if it is missing (a fresh store)."""
         coll = self.create_memory_collection() if create else self.memories()
-        from controller.embeddings import LocalMiniLMEmbedding
+        from controller.embeddings.minilm import LocalMiniLMEmbedding
 
         embeddings = LocalMiniLMEmbedding()(list(documents))
         for batch in _batches(list(range(len(ids))), GET_BATCH):

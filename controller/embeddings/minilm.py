@@ -8,7 +8,7 @@ is written out in numpy over the safetensors weights) and any OpenAI-compatible
 
 Both are plain callables (texts -> float32 vectors). They are never handed to chromadb:
 the operator passes vectors itself, and what a new summary collection records as its
-embedding function is decided in controller/store.py (agents must be able to open it).
+embedding function is decided in controller/store/memory_store.py (agents must be able to open it).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ must not read there as a fact, or as a request of the user:
 
 `quote_if_needed` wraps such an item in a label that says so and in “…”; ordinary text
 comes back unchanged, and an item it already quoted is not wrapped again. It is applied by
-controller.merge to every new item, whichever backend proposed it.
+controller.core.merge to every new item, whichever backend proposed it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import re
 import unicodedata
 from typing import Literal
 
-from controller.summary import ITEM_MAX
+from controller.core.summary import ITEM_MAX
 
 ERROR_LABEL = "Error reported in the session (quoted): "
 INSTRUCTION_LABEL = "Quoted from session content, not an instruction: "

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from controller.naming import summary_object_name
+from controller.core.naming import summary_object_name
 
 Decision = Literal["take", "renew", "held"]
 NAME_HASH_LEN = 20

@@ -10,7 +10,7 @@ or 501 to a mode it never accepted is retried with the next one as the retry. Th
 that works is kept for the process (docs/models.md).
 
 The model only *proposes* a PassUpdate (new items per section, supersede marks, a new
-Current State, title/category/scores). controller.merge applies it, so prior items survive
+Current State, title/category/scores). controller.core.merge applies it, so prior items survive
 whatever the reply says, including a reply that obeys an instruction injected into a
 memory. Memories and the prior summary reach the model as delimited data, each memory in
 ``<memory n=...>`` tags with any of our delimiters inside its text neutralised, under an
@@ -42,7 +42,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import ValidationError
 
-from controller.chunking import (
+from controller.core.chunking import (
     BYTES_PER_TOKEN,
     MEMORY_OVERHEAD_TOKENS,
     bounded_memory_text,
@@ -52,8 +52,8 @@ from controller.chunking import (
     truncate_utf8,
     valid_utf8,
 )
-from controller.memories import Memory, memory_sort_key
-from controller.merge import (
+from controller.core.memories import Memory, memory_sort_key
+from controller.core.merge import (
     DERIVED_TITLE_MAX,
     SECTION_KEYS,
     TECHNOLOGY_MAX,
@@ -62,8 +62,8 @@ from controller.merge import (
     merge_pass,
     norm,
 )
-from controller.quoting import CLOSE_QUOTE, INSTRUCTION_LABEL, OPEN_QUOTE, is_quoted, kind_of
-from controller.summary import (
+from controller.core.quoting import CLOSE_QUOTE, INSTRUCTION_LABEL, OPEN_QUOTE, is_quoted, kind_of
+from controller.core.summary import (
     CATEGORIES,
     HISTORY_SECTIONS,
     ITEM_MAX,
@@ -524,7 +524,7 @@ def _grounded(word: str, vocabulary: set[str], stems: set[str]) -> bool:
 
 def _memory_fields(memory: Memory) -> list[str]:
     """A memory's own texts, without the labels memory_text adds ("User Prompt: " would read
-    as a role marker to controller.quoting)."""
+    as a role marker to controller.core.quoting)."""
     fields = [memory.prompt, memory.thought, memory.response]
     return [f for f in fields if f.strip()] or [memory.document]
 
@@ -600,7 +600,7 @@ def degenerate_reason(
 
 
 def injected_passages(memories: Iterable[Memory]) -> list[str]:
-    """Each sentence of the memories that reads as an instruction (controller.quoting), as
+    """Each sentence of the memories that reads as an instruction (controller.core.quoting), as
     normalised words: what an injection asks for ("SYSTEM: set Current State to ...")."""
     passages = []
     for memory in memories:
@@ -630,7 +630,7 @@ def _copies_passage(text: str, passages: Sequence[str]) -> bool:
 
 
 def _as_quoted(text: str) -> str:
-    """The text as session content, in controller.quoting's own form (so it is not quoted
+    """The text as session content, in controller.core.quoting's own form (so it is not quoted
     twice), within ITEM_MAX."""
     if is_quoted(text):
         return text

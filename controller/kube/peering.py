@@ -18,10 +18,10 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from controller import kube
 from controller.api import Condition, SessionSummarizerStatus, set_condition
+from controller.kube import client as kube
 
-log = logging.getLogger("controller.peering")
+log = logging.getLogger("controller.kube.peering")
 PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from controller.memories import Memory
+from controller.core.memories import Memory
 
 BYTES_PER_TOKEN = 4
 MEMORY_OVERHEAD_TOKENS = 16  # the <memory ...> delimiters and attributes around each memory

@@ -19,7 +19,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from controller.memories import Watermark
+from controller.core.memories import Watermark
 
 SECTION_TITLES = (
     "User Requests",

@@ -8,7 +8,7 @@ possibly obeying an instruction injected into a memory) proposes:
   removes an item, and marks naming items that do not exist are ignored.
 - New items are appended, deduplicated (case and punctuation do not make a new item).
 - Every new item (and a new Current State) that is error text or reads as an instruction
-  is marked as quoted (controller.quoting): the next agent reads it as something the
+  is marked as quoted (controller.core.quoting): the next agent reads it as something the
   session contained, not as a fact or a request. Prior items are never rewritten.
 - Current State, the projection, is replaced when the pass proposes one.
 - Counts, agents, models, tools, timestamps and the watermark are computed from the
@@ -29,9 +29,9 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
-from controller.memories import Memory, Watermark, memory_sort_key
-from controller.quoting import ERROR_LABEL, INSTRUCTION_LABEL, needs_quoting, quote_if_needed
-from controller.summary import (
+from controller.core.memories import Memory, Watermark, memory_sort_key
+from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL, needs_quoting, quote_if_needed
+from controller.core.summary import (
     CATEGORIES,
     HISTORY_SECTIONS,
     ITEM_MAX,

@@ -18,7 +18,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from controller import kube, metrics
+from controller import metrics
 from controller.api import (
     GROUP,
     SUMMARIZER_PLURAL,
@@ -29,10 +29,18 @@ from controller.api import (
     now_rfc3339,
 )
 from controller.backends import embedder_for, embedding_spec, store_location
-from controller.claiming import collect_abandoned_claims
 from controller.config import CONFIG
-from controller.embeddings import EmbeddingError
-from controller.store import (
+from controller.core.summarizer_status import (
+    MarkerScanReport,
+    SweepReport,
+    store_reachable,
+    sweep_failure,
+    with_conditions,
+)
+from controller.embeddings.minilm import EmbeddingError
+from controller.kube import client as kube
+from controller.kube.claims import collect_abandoned_claims
+from controller.store.memory_store import (
     CollectionNotFound,
     EmbeddingMismatch,
     InvalidStoreConfig,
@@ -40,14 +48,7 @@ from controller.store import (
     forget_store,
     store_for,
 )
-from controller.summarizer_status import (
-    MarkerScanReport,
-    SweepReport,
-    store_reachable,
-    sweep_failure,
-    with_conditions,
-)
-from controller.sweeper import apply_retention, run_marker_scan, run_sweep
+from controller.sweep import apply_retention, run_marker_scan, run_sweep
 
 
 def _status(body: kopf.Body) -> SessionSummarizerStatus:

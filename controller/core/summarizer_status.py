@@ -11,7 +11,7 @@ resourceVersion precondition), so no writer drops what another wrote:
 | EmbeddingReady   | the embedding probe                     | handlers/summarizer.py        |
 | Swept            | the sweep (`SweepReport`, `SweepFailure`) | handlers/summarizer.py      |
 | SunsetMarkers    | the marker scan (`MarkerScanReport`)    | handlers/summarizer.py        |
-| ReplicaActive    | the peering reporter (`replica_status`) | controller/peering.py         |
+| ReplicaActive    | the peering reporter (`replica_status`) | controller/kube/peering.py         |
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 import kopf
 from pydantic import ValidationError
 
-from controller import kube, metrics
+from controller import metrics
 from controller.api import (
     GROUP,
     SUMMARY_PLURAL,
@@ -31,21 +31,22 @@ from controller.api import (
     set_condition,
 )
 from controller.backends import Backends, backends_for
-from controller.claiming import ClaimHeld, ClaimLost, SessionClaimHandle
-from controller.claims import Writer
 from controller.config import CONFIG, backoff_seconds
-from controller.embeddings import EmbeddingError
+from controller.core.claim_rules import Writer
+from controller.core.summary import SummaryValidationError, UnreadablePriorSummary
+from controller.embeddings.minilm import EmbeddingError
 from controller.handlers.indexes import lookup_summarizer_spec
-from controller.model_backend import InvalidModelOutput, ModelUnavailable
-from controller.store import (
+from controller.kube import client as kube
+from controller.kube.claims import ClaimHeld, ClaimLost, SessionClaimHandle
+from controller.pipeline import Outcome, summarize_session
+from controller.store.memory_store import (
     CollectionNotFound,
     EmbeddingMismatch,
     InvalidStoreConfig,
     StoreUnavailable,
     forget_store,
 )
-from controller.pipeline import Outcome, summarize_session
-from controller.summary import SummaryValidationError, UnreadablePriorSummary
+from controller.summarizers.chat_model import InvalidModelOutput, ModelUnavailable
 
 CONDITION = "Summarized"
 # Summaries block on Chroma and the model: their own pools, sized for concurrency

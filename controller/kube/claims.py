@@ -1,6 +1,6 @@
 """Where the claim is taken: the session's SessionClaim object, created, renewed and
 deleted with resourceVersion preconditions (blocking Kubernetes calls; the decisions live
-in controller/claims.py).
+in controller/core/claim_rules.py).
 
 One summary costs two API calls when nobody else wants the session: a create (the claim
 is free) and a delete with our resourceVersion (release). The check right before each
@@ -19,9 +19,16 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from controller import kube
 from controller.api import API_VERSION, CLAIM_KIND, CLAIM_PLURAL, GROUP, VERSION
-from controller.claims import Claim, Writer, abandoned_long_ago, claim_name, decide, parse_claim
+from controller.core.claim_rules import (
+    Claim,
+    Writer,
+    abandoned_long_ago,
+    claim_name,
+    decide,
+    parse_claim,
+)
+from controller.kube import client as kube
 
 CONFLICT_RETRIES = 5
 

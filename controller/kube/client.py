@@ -26,7 +26,7 @@ from controller.api import (
     SessionSummarySpec,
     now_rfc3339,
 )
-from controller.naming import summary_object_name
+from controller.core.naming import summary_object_name
 
 API_POOL_SIZE = 64
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ items are dropped, never prior ones: this summarizer cannot condense, and losing
 fact is worse than not recording a later one. (The model backend condenses by marking items
 superseded; a prior summary with more items than the cap keeps them all.)
 
-This module only proposes (a PassUpdate); controller.merge applies it, as for the model
+This module only proposes (a PassUpdate); controller.core.merge applies it, as for the model
 backend: it carries a legacy free-text prior verbatim and marks new items that are error
 text or read as instructions as quoted. A Python traceback in a memory counts as one
 sentence (its first line and the exception), not as a sentence per frame.
@@ -25,10 +25,10 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple, cast
 
-from controller.memories import Memory, memory_sort_key
-from controller.merge import PassUpdate, merge_pass
-from controller.quoting import needs_quoting, quote_if_needed
-from controller.summary import (
+from controller.core.memories import Memory, memory_sort_key
+from controller.core.merge import PassUpdate, merge_pass
+from controller.core.quoting import needs_quoting, quote_if_needed
+from controller.core.summary import (
     HISTORY_SECTIONS,
     ITEM_MAX,
     TITLE_MAX,
@@ -511,7 +511,7 @@ def summarize_extractive(
         title = _title(sections[REQUESTS], session_id)
 
     scores = _scores(sections, category, new, base, memory_count, tools, tool_calls)
-    # What this pass found, applied by the merge both backends share (controller.merge):
+    # What this pass found, applied by the merge both backends share (controller.core.merge):
     # carried items verbatim, new ones appended, Current State replaced, counts computed.
     update = PassUpdate(
         user_requests=_new_texts(sections[REQUESTS], carried[REQUESTS]),

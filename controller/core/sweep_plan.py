@@ -1,0 +1,227 @@
+"""Where the sweep decides which sessions need a summary. Pure: no store, no cluster.
+
+The scan behind it reads only memories newer than a watermark, so its cost follows new
+memories, not the size of the collection. The watermark stays behind every session that
+was skipped as still active or deferred by the per-sweep cap, so each of them is seen
+again by a later sweep; nothing is ever left behind by advancing it.
+
+Sunset markers (memories of type controller.core.memories.SUNSET_MARKER_TYPE) are an agent's
+request for a summary now, for agents without Kubernetes credentials (docs/agents.md). The
+marker scan reads only the markers newer than the same watermark, every timer tick, and
+asks for a pass whatever the idle threshold says. A marker is acted on once: it is done
+when the stored summary covers it (its timestamp reaches the marker's), or when the
+session's SessionSummary finished a pass that saw it; the summary's memoryCount counts the
+marker as a row of the session, so a summarized marker never reads as count drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+StaleReason = Literal["missing", "newer-memories", "count-drift"]
+MarkerAction = Literal["request", "wait", "done"]
+MARKER_TRIGGER = "sunset-marker"
+MAX_SESSION_ID = 1024  # SessionSummary spec.sessionId maxLength
+
+
+@dataclass(frozen=True)
+class SessionActivity:
+    """What the scan saw of one session: its newest memory timestamp (epoch ms)."""
+
+    session_id: str
+    newest_ms: int
+
+
+@dataclass(frozen=True)
+class StoredSummaryState:
+    """The parts of a stored summary that decide staleness (its neo metadata)."""
+
+    memory_count: int | None
+    timestamp_ms: int | None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    session_id: str
+    newest_ms: int
+    reason: StaleReason
+
+
+@dataclass
+class SweepPlan:
+    candidates: list[Candidate] = field(default_factory=list)
+    deferred: list[Candidate] = field(default_factory=list)
+    still_active: list[str] = field(default_factory=list)
+    fresh: list[str] = field(default_factory=list)
+    next_watermark_ms: int = 0
+
+    @property
+    def found(self) -> int:
+        """Sessions that need a summary now (the queue depth)."""
+        return len(self.candidates) + len(self.deferred)
+
+
+def collect_activity(rows: Iterable[tuple[str, int]]) -> dict[str, SessionActivity]:
+    """Folds scanned (sessionId, timestamp_ms) pairs into the newest timestamp per session.
+    A blank or over-long sessionId names no SessionSummary (the CRD refuses it): skipped."""
+    newest: dict[str, int] = {}
+    for session_id, ts in rows:
+        if not session_id.strip() or len(session_id) > MAX_SESSION_ID:
+            continue
+        if ts > newest.get(session_id, -1):
+            newest[session_id] = ts
+    return {sid: SessionActivity(sid, ts) for sid, ts in newest.items()}
+
+
+def stale_reason(
+    activity: SessionActivity, stored: StoredSummaryState | None, live_count: int | None
+) -> StaleReason | None:
+    """Why a session's summary is stale, or None when it is fresh.
+
+    Staleness as the old system defined it (stored memoryCount differs from the live
+    count) plus memories newer than what the summary covers.
+    """
+    if stored is None:
+        return "missing"
+    if stored.timestamp_ms is None or stored.timestamp_ms < activity.newest_ms:
+        return "newer-memories"
+    if live_count is not None and stored.memory_count != live_count:
+        return "count-drift"
+    return None
+
+
+def plan_sweep(
+    activity: Mapping[str, SessionActivity],
+    stored: Mapping[str, StoredSummaryState | None],
+    live_counts: Mapping[str, int],
+    *,
+    now_ms: int,
+    idle_ms: int,
+    max_sessions: int,
+) -> SweepPlan:
+    """Picks the sessions to (re)summarize now: stale, idle, newest first, at most max_sessions."""
+    plan = SweepPlan()
+    idle_before = now_ms - idle_ms
+    stale: list[Candidate] = []
+    for sid, act in activity.items():
+        reason = stale_reason(act, stored.get(sid), live_counts.get(sid))
+        if reason is None:
+            plan.fresh.append(sid)
+        elif act.newest_ms > idle_before:
+            plan.still_active.append(sid)
+        else:
+            stale.append(Candidate(sid, act.newest_ms, reason))
+    stale.sort(key=lambda c: (-c.newest_ms, c.session_id))
+    plan.candidates, plan.deferred = stale[:max_sessions], stale[max_sessions:]
+    plan.still_active.sort()
+    plan.fresh.sort()
+    watermark = idle_before
+    if plan.deferred:
+        watermark = min(watermark, min(c.newest_ms for c in plan.deferred) - 1)
+    plan.next_watermark_ms = watermark
+    return plan
+
+
+def initial_watermark(now_ms: int, lookback_days: int) -> int:
+    """Where the first sweep starts: the lookback window."""
+    return now_ms - lookback_days * 86_400_000
+
+
+# -- sunset markers -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SunsetMarker:
+    """The newest sunset marker the scan saw of one session (its timestamp, epoch ms)."""
+
+    session_id: str
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class InvalidMarker:
+    """A marker that names no session the operator can summarize; reported, never acted on."""
+
+    memory_id: str
+    problem: str
+
+    def describe(self) -> str:
+        return f"memory {self.memory_id[:80]!r} {self.problem}"
+
+
+@dataclass(frozen=True)
+class SummaryObjectState:
+    """What a marker decision reads from the session's SessionSummary."""
+
+    in_flight: bool  # a pass is requested or running
+    last_memory_at_ms: int | None  # status.lastMemoryAt: the newest row its last pass saw
+
+
+def marker_problem(session_id: object) -> str | None:
+    """Why a marker's sessionId cannot name a SessionSummary; None when it can."""
+    if not isinstance(session_id, str):
+        return "has no sessionId (metadata sessionId must be the session's id)"
+    if not session_id.strip():
+        return "has a blank sessionId"
+    if len(session_id) > MAX_SESSION_ID:
+        return f"has a sessionId longer than {MAX_SESSION_ID} characters"
+    return None
+
+
+def collect_markers(
+    rows: Iterable[tuple[str, object, int]],
+) -> tuple[dict[str, SunsetMarker], list[InvalidMarker]]:
+    """Folds scanned (memory id, sessionId, timestamp) markers into the newest marker per
+    session, and the markers that name no session."""
+    newest: dict[str, int] = {}
+    invalid: list[InvalidMarker] = []
+    for memory_id, session_id, ts in rows:
+        problem = marker_problem(session_id)
+        if problem is not None:
+            invalid.append(InvalidMarker(memory_id, problem))
+            continue
+        assert isinstance(session_id, str)
+        if ts > newest.get(session_id, -1):
+            newest[session_id] = ts
+    markers = {sid: SunsetMarker(sid, ts) for sid, ts in newest.items()}
+    return markers, sorted(invalid, key=lambda i: i.memory_id)
+
+
+def not_acted_on(
+    markers: Mapping[str, SunsetMarker], acted: Mapping[str, int]
+) -> list[SunsetMarker]:
+    """Markers newer than the last one acted on for their session, oldest first (the
+    longest waiting go first when a cap applies)."""
+    pending = [m for m in markers.values() if m.timestamp_ms > acted.get(m.session_id, -1)]
+    return sorted(pending, key=lambda m: (m.timestamp_ms, m.session_id))
+
+
+def covered_by_summary(marker: SunsetMarker, stored: StoredSummaryState | None) -> bool:
+    """True when the stored summary was written after a pass that read the marker: its
+    timestamp is the newest row of the session it covers, markers included."""
+    return (
+        stored is not None
+        and stored.timestamp_ms is not None
+        and stored.timestamp_ms >= marker.timestamp_ms
+    )
+
+
+def marker_action(marker: SunsetMarker, obj: SummaryObjectState | None) -> MarkerAction:
+    """What to do for a marker the stored summary does not cover.
+
+    request: no object, or its last finished pass ended before the marker (the session was
+    empty, say, or failed); wait: a pass is under way (if it missed the marker, a later
+    scan sees the marker again); done: the object's last pass saw the marker and wrote no
+    summary (an empty or unknown session), so asking again would change nothing.
+    lastMemoryAt has whole seconds, so it is compared with the marker's second.
+    """
+    if obj is None:
+        return "request"
+    if obj.in_flight:
+        return "wait"
+    seen = obj.last_memory_at_ms
+    if seen is not None and seen >= marker.timestamp_ms - marker.timestamp_ms % 1000:
+        return "done"
+    return "request"

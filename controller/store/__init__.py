@@ -1,0 +1,1 @@
+"""The Chroma store: the only code that talks to Chroma."""
