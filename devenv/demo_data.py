@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from controller.memories import render_interaction_document
+from controller.core.memories import render_interaction_document
 
 Turn = tuple[str, str, str]  # prompt, thought, response
 
