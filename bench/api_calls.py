@@ -31,7 +31,8 @@ if __package__ in (None, ""):  # `python bench/api_calls.py` from the repository
 from controller.core.memories import render_interaction_document
 from controller.core.naming import summary_object_name
 from controller.kube import client as kube
-from controller.store.memory_store import MemoryStore, StoreLocation, connect
+from controller.store.connection import StoreLocation, connect
+from controller.store.memory_store import MemoryStore
 from devenv.chroma import running_chroma
 from devenv.controlplane import REPO_ROOT, running_control_plane
 from devenv.processes import spawn, stop, tail, wait_for

@@ -33,9 +33,10 @@ import numpy as np
 from controller.core.memories import Memory, render_interaction_document
 from controller.core.merge import PassResult
 from controller.core.summary import StructuredSummary, render_document
-from controller.embeddings.minilm import OpenAICompatibleEmbedding
+from controller.embeddings.remote import OpenAICompatibleEmbedding
 from controller.pipeline import Summarizer, extractive, summarize_session
-from controller.store.memory_store import MemoryStore, StoreLocation, connect
+from controller.store.connection import StoreLocation, connect
+from controller.store.memory_store import MemoryStore
 from controller.summarizers.chat_model import ChatModelConfig, ChatModelSummarizer
 from controller.summarizers.extractive import summarize_extractive
 from devenv.chroma import running_chroma

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from controller.kube import client as kube
 from controller.kube.peering import leader_of, live_peers
-from controller.store.memory_store import MemoryStore, StoreLocation, connect
+from controller.store.connection import StoreLocation, connect
+from controller.store.memory_store import MemoryStore
 from devenv.chroma import running_chroma
 from devenv.controlplane import REPO_ROOT, ControlPlane, running_control_plane
 from devenv.operator import start_operator

@@ -42,7 +42,8 @@ import httpx
 from controller.core.summary import StructuredSummary
 from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.pipeline import summarize_session
-from controller.store.memory_store import MemoryStore, StoreLocation, connect
+from controller.store.connection import StoreLocation, connect
+from controller.store.memory_store import MemoryStore
 from controller.summarizers.chat_model import (
     ChatModelConfig,
     ChatModelSummarizer,

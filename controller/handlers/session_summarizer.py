@@ -40,14 +40,13 @@ from controller.core.summarizer_status import (
 from controller.embeddings.minilm import EmbeddingError
 from controller.kube import client as kube
 from controller.kube.claims import collect_abandoned_claims
-from controller.store.memory_store import (
+from controller.store.errors import (
     CollectionNotFound,
     EmbeddingMismatch,
     InvalidStoreConfig,
     StoreUnavailable,
-    forget_store,
-    store_for,
 )
+from controller.store.memory_store import forget_store, store_for
 from controller.sweep import apply_retention, run_marker_scan, run_sweep
 
 

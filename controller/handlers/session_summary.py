@@ -39,13 +39,13 @@ from controller.handlers.indexes import lookup_summarizer_spec
 from controller.kube import client as kube
 from controller.kube.claims import ClaimHeld, ClaimLost, SessionClaimHandle
 from controller.pipeline import Outcome, summarize_session
-from controller.store.memory_store import (
+from controller.store.errors import (
     CollectionNotFound,
     EmbeddingMismatch,
     InvalidStoreConfig,
     StoreUnavailable,
-    forget_store,
 )
+from controller.store.memory_store import forget_store
 from controller.summarizers.chat_model import InvalidModelOutput, ModelUnavailable
 
 CONDITION = "Summarized"

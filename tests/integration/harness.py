@@ -18,7 +18,9 @@ import pytest
 from controller.core.memories import render_interaction_document
 from controller.core.naming import summary_object_name
 from controller.kube import client as kube
-from controller.store.memory_store import CollectionNotFound, MemoryStore, StoreLocation, connect
+from controller.store.connection import StoreLocation, connect
+from controller.store.errors import CollectionNotFound
+from controller.store.memory_store import MemoryStore
 from devenv.chroma import ChromaServer
 from devenv.controlplane import REPO_ROOT, ControlPlane, free_port
 from devenv.operator import start_operator

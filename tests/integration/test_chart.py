@@ -26,7 +26,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from controller.core.naming import summary_object_name
-from controller.store.memory_store import MemoryStore, StoreLocation, connect
+from controller.store.connection import StoreLocation, connect
+from controller.store.memory_store import MemoryStore
 from devenv.chroma import ChromaServer
 from devenv.controlplane import REPO_ROOT, ControlPlane, free_port, tools_bin_dir
 from devenv.processes import spawn, stop, tail, wait_for

@@ -18,7 +18,8 @@ from controller.core.memories import render_interaction_document
 from controller.core.summary import HISTORY_SECTIONS
 from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.pipeline import summarize_session
-from controller.store.memory_store import MemoryStore, StoreLocation, connect
+from controller.store.connection import StoreLocation, connect
+from controller.store.memory_store import MemoryStore
 from controller.summarizers.chat_model import (
     ChatModelConfig,
     ChatModelSummarizer,

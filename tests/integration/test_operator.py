@@ -11,7 +11,8 @@ import pytest
 
 from controller.core.naming import summary_object_name
 from controller.kube import client as kube
-from controller.store.memory_store import MemoryStore, StoreLocation, connect
+from controller.store.connection import StoreLocation, connect
+from controller.store.memory_store import MemoryStore
 from devenv.demo_data import SAMPLE_SESSIONS, memory_rows
 from devenv.processes import tail, wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml

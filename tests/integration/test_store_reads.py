@@ -16,14 +16,9 @@ from chromadb.api.types import DefaultEmbeddingFunction, Documents, EmbeddingFun
 
 from controller.api import StoreSpec
 from controller.core.naming import summary_object_name
-from controller.store.memory_store import (
-    CollectionNotFound,
-    InvalidStoreConfig,
-    MemoryStore,
-    StoreLocation,
-    StoreUnavailable,
-    connect,
-)
+from controller.store.connection import StoreLocation, connect
+from controller.store.errors import CollectionNotFound, InvalidStoreConfig, StoreUnavailable
+from controller.store.memory_store import MemoryStore
 from devenv.processes import tail, wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
 

@@ -14,7 +14,8 @@ import uuid
 import pytest
 
 from controller.core.naming import summary_object_name
-from controller.store.memory_store import MemoryStore, StoreLocation, connect
+from controller.store.connection import StoreLocation, connect
+from controller.store.memory_store import MemoryStore
 from devenv.chroma import ChromaServer
 from devenv.controlplane import REPO_ROOT, free_port
 from devenv.demo import NAMESPACE as DEMO_NAMESPACE

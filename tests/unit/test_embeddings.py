@@ -12,13 +12,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from controller.embeddings.minilm import (
-    EmbeddingError,
-    EmbeddingSpec,
-    LocalMiniLMEmbedding,
-    OpenAICompatibleEmbedding,
-    build_embedding_function,
-)
+from controller.embeddings.minilm import EmbeddingError, LocalMiniLMEmbedding
+from controller.embeddings.remote import OpenAICompatibleEmbedding
+from controller.embeddings.spec import EmbeddingSpec, build_embedding_function
 from tests.support.openai_server import Status, hash_embedding, running_openai_server
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "minilm_reference.json").read_text())

@@ -22,13 +22,12 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from controller.api import StoreSpec
-from controller.store.memory_store import (
+from controller.store.connection import StoreLocation, connect
+from controller.store.errors import (
     MESSAGE_LIMIT,
     CollectionNotFound,
     InvalidStoreConfig,
-    StoreLocation,
     StoreUnavailable,
-    connect,
     describe_error,
 )
 

@@ -10,7 +10,7 @@ from controller.core.summarizer_status import (
     sweep_failure,
     with_conditions,
 )
-from controller.store.memory_store import StoreUnavailable
+from controller.store.errors import StoreUnavailable
 
 MODEL = Condition(type="ModelReady", status="True", reason="Extractive", message="")
 EMBED = Condition(type="EmbeddingReady", status="False", reason="EmbeddingMismatch", message="x")

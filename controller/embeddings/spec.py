@@ -1,0 +1,64 @@
+"""Which model embeds summaries, and the one place that turns that into an embedding function.
+
+A Chroma collection's embedding model and dimension are fixed by its first insert, so the
+writer must embed with exactly the model the collection already uses. Two backends cover the
+deployments we know: all-MiniLM-L6-v2 run locally (controller.embeddings.minilm: offline,
+no torch) and any OpenAI-compatible ``/v1/embeddings`` endpoint (controller.embeddings.remote:
+OpenAI, Ollama, vLLM, LM Studio).
+
+Both are plain callables (texts -> float32 vectors). They are never handed to chromadb:
+the operator passes vectors itself, and what a new summary collection records as its
+embedding function is decided in controller/store (agents must be able to open it).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from controller.embeddings.minilm import (
+    MINILM_ALIASES,
+    MINILM_MODEL_NAME,
+    EmbeddingError,
+    EmbeddingFunction,
+    LocalMiniLMEmbedding,
+)
+from controller.embeddings.remote import OpenAICompatibleEmbedding
+
+__all__ = ["EmbeddingError", "EmbeddingFunction", "EmbeddingSpec", "build_embedding_function"]
+
+
+class EmbeddingSpec(BaseModel):
+    """Which model embeds summaries; must be the model the collection was created with."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    provider: Literal["local-minilm", "openai"] = "local-minilm"
+    model: str = MINILM_MODEL_NAME
+    base_url: str | None = None
+    api_key: str | None = Field(default=None, repr=False)
+    timeout_seconds: float = Field(default=30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EmbeddingSpec:
+        if self.provider == "openai" and not self.base_url:
+            raise ValueError("provider 'openai' needs base_url, e.g. http://host:11434/v1")
+        if self.provider == "local-minilm" and self.model not in MINILM_ALIASES:
+            raise ValueError(
+                f"provider 'local-minilm' only runs {MINILM_MODEL_NAME}, not {self.model!r}"
+            )
+        return self
+
+
+def build_embedding_function(spec: EmbeddingSpec) -> EmbeddingFunction:
+    """The one place that turns configuration into an embedding function."""
+    if spec.provider == "local-minilm":
+        return LocalMiniLMEmbedding()
+    assert spec.base_url is not None  # guaranteed by EmbeddingSpec validation
+    return OpenAICompatibleEmbedding(
+        base_url=spec.base_url,
+        model=spec.model,
+        api_key=spec.api_key,
+        timeout_seconds=spec.timeout_seconds,
+    )

@@ -1,0 +1,190 @@
+"""Opening the store's collections: the memory collection (read; never created by a read)
+and the summary collection (created only by the writer, recording an embedding function
+agents can rebuild), and the paged reads every scan uses."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar, cast
+
+from chromadb.api import ClientAPI
+from chromadb.api.models.Collection import Collection
+from chromadb.api.types import DefaultEmbeddingFunction, Where
+from chromadb.errors import NotFoundError
+
+from controller.api import StoreSpec
+from controller.store.connection import StoreLocation
+from controller.store.errors import (
+    CollectionNotFound,
+    CollectionRole,
+    InvalidStoreConfig,
+    describe_error,
+    guard,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def _creation_ef(provider: str) -> DefaultEmbeddingFunction | None:
+    """The embedding function the summary collection records when the writer creates it.
+
+    We always write explicit vectors, so the record is for the agents that read the
+    collection. chromadb 1.5 records a known function by name and, on every query_texts,
+    rebuilds it from that name: a collection created without one records "default" (its
+    ONNX all-MiniLM-L6-v2); ours would record "memorycore-local-minilm", which a process
+    without this package cannot rebuild ("Embedding function ... not found"), so agents
+    opening it with the default function (or none) would fail to query it.
+
+    - local-minilm: chromadb's default function. It is the same model (identical vectors),
+      and an agent opening the collection with the standard default function, or with
+      none, gets no "Embedding function conflict" and embeds its queries correctly.
+    - openai: nothing recorded. No function every agent can rebuild matches an arbitrary
+      endpoint; with none recorded, an agent passes the function for that model and
+      chromadb's conflict check has nothing to conflict with.
+    """
+    return DefaultEmbeddingFunction() if provider == "local-minilm" else None
+
+
+class Collections:
+    """The two collections of one Chroma database, each opened once per store: the agents'
+    memory collection (never created by a read) and the summary collection (created only by
+    the summary writer)."""
+
+    def __init__(self, client: ClientAPI, location: StoreLocation) -> None:
+        self.client = client
+        self.location = location
+        self._summaries: Collection | None = None
+        self._memories: Collection | None = None  # opened once; dropped if it disappears
+        self._verified_dimension: int | None = None  # a collection's dimension never changes
+        self._lock = threading.Lock()
+
+    # -- health -----------------------------------------------------------------------
+
+    def heartbeat(self) -> int:
+        return guard("checking the heartbeat", self.client.heartbeat)
+
+    # -- collections ------------------------------------------------------------------
+
+    def _collection_names(self) -> list[str] | None:
+        """Names in the database for a not-found message; None if they cannot be listed."""
+        try:
+            return [c.name for c in self.client.list_collections(limit=1000)]
+        except Exception as exc:
+            log.debug("cannot list collections: %s", describe_error(exc))
+            return None
+
+    def _open(
+        self, role: CollectionRole, name: str, create: Callable[[], Collection] | None = None
+    ) -> Collection:
+        """Gets a collection; if it is missing, creates it only when `create` is given."""
+        try:
+            # No embedding function: we only read or write explicit vectors, and passing
+            # one would be checked against (and could conflict with) the recorded one.
+            return guard(f"opening the {role} collection", lambda: self.client.get_collection(name))
+        except NotFoundError:
+            pass
+        problem = StoreSpec.collection_name_problem(name)
+        if problem:
+            raise InvalidStoreConfig(
+                f"{role} collection name {name!r} is not valid in Chroma: it {problem}"
+            )
+        if create is None:
+            raise CollectionNotFound(name, role, self.location.describe(), self._collection_names())
+        log.info("creating the %s collection %r", role, name)
+        return guard(f"creating the {role} collection", create)
+
+    def memories(self) -> Collection:
+        """The memory collection, opened once and kept (a summary reads it for the claim's
+        scope and for the session's rows); CollectionNotFound if it does not exist (never
+        created)."""
+        with self._lock:
+            if self._memories is None:
+                self._memories = self._open("memory", self.location.memory_collection)
+            return self._memories
+
+    def create_memory_collection(self) -> Collection:
+        """Opens the memory collection, creating it if missing. For the demo and tests that
+        load sessions into a fresh store; the operator never calls it (agents own it)."""
+        name = self.location.memory_collection
+        return self._open("memory", name, create=lambda: self.client.get_or_create_collection(name))
+
+    def summaries(self, *, create: bool = False) -> Collection:
+        """The summary collection, opened once and kept. Reads pass create=False and get
+        CollectionNotFound when it is missing; only the writer passes create=True."""
+        with self._lock:
+            if self._summaries is None:
+                name = self.location.summary_collection
+                ef = _creation_ef(self.location.embedding_provider)
+
+                def make() -> Collection:
+                    return self.client.get_or_create_collection(
+                        name, metadata={"hnsw:space": "cosine"}, embedding_function=cast(Any, ef)
+                    )
+
+                self._summaries = self._open("summary", name, make if create else None)
+            return self._summaries
+
+    def _on_summaries(self, what: str, op: Callable[[Collection], T], *, create: bool = False) -> T:
+        """Runs op on the summary collection. If it was deleted after it was opened, the
+        kept handle is dropped (the next writer recreates it) and it reads as missing."""
+        coll = self.summaries(create=create)
+        try:
+            return guard(what, lambda: op(coll))
+        except NotFoundError:
+            with self._lock:
+                self._summaries = None
+                self._verified_dimension = None
+            raise CollectionNotFound(
+                self.location.summary_collection, "summary", self.location.describe()
+            ) from None
+
+    def claim_scope(self) -> str:
+        """What makes two addresses of one store (a Service name and its IP, two
+        namespaces' summarizers) one store for the per-session claim: Chroma's id of the
+        memory collection (unique across tenants and databases) and the summary
+        collection's name. Reads only: CollectionNotFound when the memory collection is
+        missing, and the summary collection is not created before there is a summary."""
+        return f"{self.memories().id}/{self.location.summary_collection}"
+
+    # -- memories ---------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _memory_missing(self) -> Iterator[None]:
+        """A memory collection deleted while it is read is missing, like one never made."""
+        try:
+            yield
+        except NotFoundError:
+            with self._lock:
+                self._memories = None  # the next read opens it again (or finds it missing)
+            raise CollectionNotFound(
+                self.location.memory_collection, "memory", self.location.describe()
+            ) from None
+
+
+def pages(
+    coll: Collection, what: str, where: dict[str, Any], page: int
+) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(id, metadata) of every row matching where, read page by page: one unpaged get of a
+    50,000-row session exceeds SQLite's variable limit inside Chroma."""
+    offset = 0
+    while True:
+        got = guard(
+            what,
+            lambda o=offset: coll.get(  # type: ignore[misc]
+                where=cast(Where, where), include=["metadatas"], limit=page, offset=o
+            ),
+        )
+        for row_id, meta in zip(got["ids"], got["metadatas"] or [], strict=False):
+            yield row_id, meta or {}
+        if len(got["ids"]) < page:
+            return
+        offset += page
+
+
+def batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

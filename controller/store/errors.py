@@ -1,0 +1,241 @@
+"""What went wrong with Chroma, as one line a user can act on, and as the exception that says
+what to do: StoreUnavailable (retry), InvalidStoreConfig (fix the spec), CollectionNotFound
+(a name that does not exist: never created by a read), EmbeddingMismatch (a different
+embedding model than the collection's)."""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import Literal, TypeVar
+
+import httpx
+from chromadb.errors import ChromaError, InvalidArgumentError, NotFoundError
+
+T = TypeVar("T")
+CollectionRole = Literal["memory", "summary"]
+
+
+class StoreUnavailable(RuntimeError):
+    """Chroma could not be reached or answered with a server error. Nothing was written."""
+
+
+class EmbeddingMismatch(RuntimeError):
+    """Our embeddings would not match the ones the summary collection already holds."""
+
+
+class InvalidStoreConfig(ValueError):
+    """The store configuration can never work as written: a collection name Chroma refuses,
+    a URL that is not http(s)://host[:port], a tenant or database that does not exist.
+    Not a StoreUnavailable: it does not recover by itself."""
+
+
+class CollectionNotFound(RuntimeError):
+    """A collection the configuration names does not exist, and this read does not create
+    it: a typo would otherwise become a new, empty collection (for memories, one recorded
+    with Chroma's default embedding function, which the agents' own would then conflict
+    with). Not a StoreUnavailable: it does not recover by retrying soon."""
+
+    SHOWN = 10  # existing collection names listed in the message
+
+    def __init__(
+        self,
+        collection: str,
+        role: CollectionRole,
+        where: str = "",
+        existing: Sequence[str] | None = None,
+    ) -> None:
+        self.collection = collection
+        self.role: CollectionRole = role
+        self.where = where
+        self.existing = list(existing) if existing is not None else None
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        text = f"{self.role} collection {self.collection!r} does not exist"
+        if self.where:
+            text += f" in Chroma at {self.where}"
+        if self.existing is None:
+            return text
+        close = difflib.get_close_matches(self.collection, self.existing, n=1, cutoff=0.75)
+        if close:
+            text += f"; did you mean {close[0]!r}?"
+        if not self.existing:
+            return text + "; the database has no collections"
+        shown = sorted(self.existing)[: self.SHOWN]
+        more = len(self.existing) - len(shown)
+        return (
+            text
+            + "; existing collections: "
+            + ", ".join(shown)
+            + (f" (and {more} more)" if more > 0 else "")
+        )
+
+
+DIMENSION_ERROR = re.compile(r"expecting embedding with dimension of (\d+), got (\d+)")
+_NAME_ERROR = re.compile(r"Validation error: name|Expected a name")
+
+
+def mismatch(collection: str, existing: int, produced: int) -> EmbeddingMismatch:
+    return EmbeddingMismatch(
+        f"summary collection {collection!r} holds {existing}-d embeddings but the "
+        f"configured embedding model produces {produced}-d; configure spec.embedding to "
+        "the model the collection uses"
+    )
+
+
+# -- one-line failure messages -------------------------------------------------------------
+
+MESSAGE_LIMIT = 240
+_HTML = re.compile(r"<!doctype\s+html|<html[\s>]|<head[\s>]|<body[\s>]|<title[\s>]", re.I)
+_NOT_CHROMA = "not Chroma's API: is the URL a Chroma server?"
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """exc and the exceptions it was raised from or during, outermost first, once each."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(seen) < 32:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or (
+            None if current.__suppress_context__ else current.__context__
+        )
+
+
+def _str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # a broken __str__ must not hide the failure it describes
+        return ""
+
+
+def _clip(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+
+
+def _body_kind(body: str, content_type: str = "") -> str:
+    """What a non-Chroma answer held, said in a few words instead of pasted."""
+    if not body.strip():
+        return "an empty body"
+    if "html" in content_type.lower() or _HTML.search(body):
+        return "an HTML page"
+    lines = body.strip().splitlines()
+    if len(lines) > 1 or len(body) > 120:
+        return f"a {len(body)}-character, {len(lines)}-line body"
+    return f"the body {_clip(body, 120)!r}"
+
+
+def _http_answer(exc: BaseException) -> str | None:
+    """chromadb raises a non-Chroma HTTP answer (a proxy's error page, another web server)
+    as Exception(response text), raised while handling httpx's HTTPStatusError."""
+    status_error = next((e for e in _chain(exc) if isinstance(e, httpx.HTTPStatusError)), None)
+    if status_error is None:
+        return None
+    try:
+        response, request = status_error.response, status_error.request
+        body = response.text
+        status = response.status_code
+        origin = f"{request.url.scheme}://{request.url.netloc.decode(errors='replace')}"
+        target = f"{request.method} {request.url.path}"
+        content_type = response.headers.get("content-type", "")
+    except Exception:  # a response without a request, an undecodable body
+        return None
+    answered = f"the server at {origin} answered HTTP {status} to {target}"
+    detail = None
+    with contextlib.suppress(ValueError):
+        payload = json.loads(body)
+        if isinstance(payload, dict) and "error" in payload:  # Chroma's error shape
+            detail = " ".join(
+                str(part) for part in (payload.get("error"), payload.get("message")) if part
+            )
+            detail = _own_text(Exception(detail)) if detail else None
+    if status in (401, 403):
+        return f"{answered}{f' ({detail})' if detail else ''}: the token is missing or refused"
+    if detail:
+        return f"{answered}: {detail}"
+    hint = _NOT_CHROMA if status < 500 else _NOT_CHROMA[:-1] + ", and is it up behind any proxy?"
+    return f"{answered} with {_body_kind(body, content_type)}, {hint}"
+
+
+def _undecodable_answer(exc: BaseException) -> str | None:
+    """A 200 answer that is not JSON (a web server's index page for every path)."""
+    for e in _chain(exc):
+        doc = getattr(e, "doc", None)
+        if isinstance(e, json.JSONDecodeError) and isinstance(doc, str):
+            return f"the server answered with {_body_kind(doc)} instead of JSON, {_NOT_CHROMA}"
+    return None
+
+
+def _own_text(exc: BaseException) -> str | None:
+    """exc's own message on one line, or None when it has none worth showing (empty, or
+    no letter or digit at all)."""
+    text = _str(exc).strip().rstrip(":").strip()
+    if not any(c.isalnum() for c in text):
+        return None
+    if _HTML.search(text):
+        return f"{type(exc).__name__} carrying an HTML page, {_NOT_CHROMA}"
+    lines = text.splitlines()
+    if len(lines) > 3:  # a body or a traceback: its first line, and how much was left out
+        return _clip(lines[0], MESSAGE_LIMIT - 40) + f" (+{len(lines) - 1} more lines)"
+    return _clip(text)
+
+
+def describe_error(exc: BaseException) -> str:
+    """Why a store call failed, on one line: never empty, never a pasted page.
+
+    str() of some exceptions is empty (chromadb re-raises an empty error body as
+    Exception(''), timeouts may carry no text): then the type name and the chained cause
+    say it. An HTML page or a long body (a proxy, another web server at the URL) is
+    described in a few words instead of copied into a condition or an Event.
+    """
+    answer = _http_answer(exc) or _undecodable_answer(exc)
+    if answer:
+        return _clip(answer)
+    own = _own_text(exc)
+    chain = list(_chain(exc))
+    if own is None:
+        inner = next((e for e in chain[1:] if _own_text(e)), None)
+        name = type(exc).__name__
+        return _clip(f"{name} ({describe_error(inner)})" if inner is not None else name)
+    # The innermost cause names what really happened (refused, no such host, timed out).
+    root = next((t for e in reversed(chain[1:]) if (t := _own_text(e))), None)
+    if root and root not in own:
+        own = f"{own} ({root})"
+    return _clip(own)
+
+
+# -- connecting ----------------------------------------------------------------------------
+
+
+def guard(what: str, fn: Callable[[], T]) -> T:
+    """Runs a store call, turning transport and server failures into StoreUnavailable and a
+    name Chroma refuses into InvalidStoreConfig. NotFoundError passes: callers decide."""
+    try:
+        return fn()
+    except (httpx.TransportError, ConnectionError, TimeoutError) as exc:
+        raise StoreUnavailable(f"Chroma unreachable while {what}: {describe_error(exc)}") from exc
+    except NotFoundError:
+        raise
+    except InvalidArgumentError as exc:
+        if _NAME_ERROR.search(_str(exc)):
+            raise InvalidStoreConfig(
+                f"Chroma refused a name while {what}: {describe_error(exc)}"
+            ) from exc
+        raise StoreUnavailable(f"Chroma error while {what}: {describe_error(exc)}") from exc
+    except ChromaError as exc:
+        raise StoreUnavailable(f"Chroma error while {what}: {describe_error(exc)}") from exc
+    except Exception as exc:
+        # chromadb's HTTP client raises a non-Chroma answer (5xx, a proxy's page) as a plain
+        # Exception carrying the body, and connection trouble as a ValueError.
+        if any(isinstance(e, httpx.HTTPStatusError | json.JSONDecodeError) for e in _chain(exc)):
+            raise StoreUnavailable(f"Chroma error while {what}: {describe_error(exc)}") from exc
+        if "Could not connect" in _str(exc) or "Connection" in type(exc).__name__:
+            raise StoreUnavailable(
+                f"Chroma unreachable while {what}: {describe_error(exc)}"
+            ) from exc
+        raise

@@ -1,0 +1,339 @@
+"""What a user runs: the image from the Dockerfile, installed by `helm install`, in real Pods.
+
+One release goes through its life in order (each test builds on the one before): install
+into a namespace that enforces the restricted Pod Security level, a sunset summarized and
+stored, metrics through the Service, the leader Pod killed, a rolling upgrade, uninstall.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import CHART, IMAGE_TAG, NAMESPACE, RELEASE, RESULTS, Cluster
+
+pytestmark = pytest.mark.e2e
+
+FULLNAME = f"{RELEASE}-session-summary-operator"
+CHROMA_URL = f"http://{FULLNAME}-chroma.{NAMESPACE}.svc:8000"
+METRICS_SERVICE = f"{FULLNAME}-metrics"
+OPERATOR_SELECTOR = "app.kubernetes.io/component=operator"
+FAILOVER_SESSIONS = [f"e2e-failover-{i}" for i in range(5)]
+UPGRADE_SESSIONS = [f"e2e-upgrade-{i:02d}" for i in range(40)]
+SESSIONS = ["e2e-first", *FAILOVER_SESSIONS, *UPGRADE_SESSIONS]
+
+HELM_VALUES = [
+    "-f", str(CHART / "values-kind.yaml"),
+    "--set", f"image.tag={IMAGE_TAG}",
+    "--set", "replicaCount=2",
+    # Uninstall keeps the claim (the summaries) as the chart documents for its default.
+    "--set", "chroma.bundled.persistence.retainOnUninstall=true",
+]  # fmt: skip
+
+# Run inside an operator Pod with what the image contains (chromadb): agent memories of the
+# e2e sessions, written as agents write them (explicit vectors; the operator reads by
+# metadata). Arguments: chroma URL, then session ids.
+LOAD_MEMORIES = r"""
+import sys, time, urllib.parse, chromadb
+url = urllib.parse.urlsplit(sys.argv[1])
+client = chromadb.HttpClient(host=url.hostname, port=url.port)
+coll = client.get_or_create_collection("neo-agent-memory")
+start = int(time.time() * 1000) - 3_600_000
+turns = [("Add retries with backoff to the exporter.", "The exporter fails on timeouts.",
+          "Added retries with exponential backoff; tests pass."),
+         ("Use httpx instead of requests.", "One client, pooled.",
+          "Switched to httpx with one pooled client.")]
+ids, docs, metas, vecs = [], [], [], []
+for n, sid in enumerate(sys.argv[2:]):
+    for i, (p, t, r) in enumerate(turns):
+        ids.append(f"{sid}-{i:04d}")
+        docs.append(f"User Prompt: {p}\nAgent Thought: {t}\nAgent Response: {r}")
+        metas.append({"sessionId": sid, "timestamp": start + n * 1000 + i * 60_000,
+                      "type": "agent-interaction", "prompt": p, "thought": t, "response": r,
+                      "agent": "e2e-agent"})
+        v = [0.0] * 384
+        v[(n * 7 + i) % 384] = 1.0
+        vecs.append(v)
+coll.upsert(ids=ids, documents=docs, metadatas=metas, embeddings=vecs)
+print(coll.count())
+"""
+
+# Prints {summaryId: {"document": ..., "sessionId": ...}} for the given summary row ids.
+READ_SUMMARIES = r"""
+import json, sys, urllib.parse, chromadb
+url = urllib.parse.urlsplit(sys.argv[1])
+client = chromadb.HttpClient(host=url.hostname, port=url.port)
+got = client.get_collection("neo-agent-sessions").get(ids=sys.argv[2:])
+print(json.dumps({i: {"document": d, "sessionId": (m or {}).get("sessionId")}
+                  for i, d, m in zip(got["ids"], got["documents"], got["metadatas"])}))
+"""
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # the cluster may be mid-change
+            last = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last error: {last}")
+
+
+def operator_pods(cluster: Cluster, ready_only: bool = True) -> list[str]:
+    pods = cluster.json("-n", NAMESPACE, "get", "pods", "-l", OPERATOR_SELECTOR)["items"]
+    names = []
+    for p in pods:
+        if p["metadata"].get("deletionTimestamp"):
+            continue
+        ready = any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in p.get("status", {}).get("conditions", [])
+        )
+        if ready or not ready_only:
+            names.append(p["metadata"]["name"])
+    return sorted(names)
+
+
+def in_pod(cluster: Cluster, script: str, *args: str) -> str:
+    pod = operator_pods(cluster)[0]
+    return cluster.kubectl(
+        "-n", NAMESPACE, "exec", "-i", pod, "-c", "operator", "--", "python", "-", *args,
+        input=script, timeout=120,
+    ).stdout  # fmt: skip
+
+
+def pod_metrics(cluster: Cluster, pod: str) -> str:
+    """A Pod's /metrics through the apiserver's proxy (no host-to-Pod traffic needed)."""
+    return cluster.kubectl(
+        "get", "--raw", f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}:9090/proxy/metrics",
+        timeout=10,
+    ).stdout  # fmt: skip
+
+
+def metric(text: str, name: str) -> float:
+    """Sum of a metric's samples (all label sets)."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and re.match(rf"{name}(\{{.*\}})? ", line):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def active_pods(cluster: Cluster) -> list[str]:
+    active = []
+    for pod in operator_pods(cluster):
+        try:
+            if metric(pod_metrics(cluster, pod), "session_summary_active_replica") >= 1:
+                active.append(pod)
+        except AssertionError:
+            pass  # a Pod going away
+    return active
+
+
+def sunset(cluster: Cluster, session: str) -> None:
+    manifest = {
+        "apiVersion": "memorycore.io/v1alpha1",
+        "kind": "SessionSummary",
+        "metadata": {"name": session, "namespace": NAMESPACE},
+        "spec": {"sessionId": session, "trigger": "sunset"},
+    }
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+
+
+def status(cluster: Cluster, session: str) -> dict[str, Any]:
+    res = cluster.kubectl("-n", NAMESPACE, "get", "sessionsummary", session, "-o", "json")
+    return dict(json.loads(res.stdout).get("status") or {})
+
+
+def summarized(cluster: Cluster, session: str) -> dict[str, Any] | None:
+    st = status(cluster, session)
+    return st if st.get("phase") == "Summarized" else None
+
+
+def rows_in_chroma(cluster: Cluster, summary_ids: list[str]) -> dict[str, Any]:
+    return dict(json.loads(in_pod(cluster, READ_SUMMARIES, CHROMA_URL, *summary_ids)))
+
+
+# --- 1 -----------------------------------------------------------------------------------
+def test_helm_install_into_restricted_namespace_waits_for_two_replicas_and_chroma(
+    cluster: Cluster,
+) -> None:
+    cluster.kubectl("create", "namespace", NAMESPACE)
+    cluster.kubectl(
+        "label", "namespace", NAMESPACE,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/enforce-version=latest",
+    )  # fmt: skip
+    t0 = time.monotonic()
+    cluster.helm(
+        "install", RELEASE, str(CHART), "-n", NAMESPACE, *HELM_VALUES, "--wait", "--timeout", "8m"
+    )
+    RESULTS["install_s"] = round(time.monotonic() - t0, 1)
+
+    deploy = cluster.json("-n", NAMESPACE, "get", "deployment", FULLNAME)
+    assert deploy["status"].get("readyReplicas") == 2
+    sts = cluster.json("-n", NAMESPACE, "get", "statefulset", f"{FULLNAME}-chroma")
+    assert sts["status"].get("readyReplicas") == 1
+    # Every Pod of the release was admitted under "restricted" and runs as the image's user.
+    pods = cluster.json("-n", NAMESPACE, "get", "pods")["items"]
+    assert len(pods) == 3
+    for pod in pods:
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+        for c in pod["status"]["containerStatuses"]:
+            assert c["ready"] is True and c["restartCount"] == 0, (pod["metadata"]["name"], c)
+    # Exactly one replica is active (peering).
+    assert len(wait_for(lambda: active_pods(cluster), 60, "an active replica")) == 1
+
+
+# --- 2 -----------------------------------------------------------------------------------
+def test_a_kubectl_applied_sunset_is_summarized_and_its_row_is_in_chroma(cluster: Cluster) -> None:
+    count = in_pod(cluster, LOAD_MEMORIES, CHROMA_URL, *SESSIONS).strip()
+    assert int(count) >= 2 * len(SESSIONS)
+
+    sunset(cluster, "e2e-first")
+    st = wait_for(lambda: summarized(cluster, "e2e-first"), 180, "e2e-first Summarized")
+    summary_id = st["summaryId"]
+    rows = rows_in_chroma(cluster, [summary_id])
+    assert rows[summary_id]["sessionId"] == "e2e-first"
+    assert "httpx" in rows[summary_id]["document"]
+    RESULTS.setdefault("summary_ids", {})["e2e-first"] = summary_id
+    out = cluster.kubectl("-n", NAMESPACE, "get", "sessionsummaries").stdout
+    assert "e2e-first" in out and "Summarized" in out
+
+
+# --- 3 -----------------------------------------------------------------------------------
+def test_the_active_replicas_metrics_through_its_service_show_the_summary(
+    cluster: Cluster,
+) -> None:
+    path = f"/api/v1/namespaces/{NAMESPACE}/services/{METRICS_SERVICE}:metrics/proxy/metrics"
+
+    def active_scrape() -> str | None:
+        # The Service balances over both replicas; the active one counts the summary.
+        text = cluster.kubectl("get", "--raw", path, timeout=10).stdout
+        return text if metric(text, "session_summary_active_replica") >= 1 else None
+
+    text = wait_for(active_scrape, 60, "a scrape of the active replica through the Service")
+    assert metric(text, "session_summary_summaries_total") >= 1
+
+
+# --- 4 -----------------------------------------------------------------------------------
+def test_killing_the_leader_pod_without_grace_a_new_sunset_is_still_summarized(
+    cluster: Cluster,
+) -> None:
+    [leader] = wait_for(lambda: active_pods(cluster), 60, "one active replica")
+    killed = time.monotonic()
+    cluster.kubectl("-n", NAMESPACE, "delete", "pod", leader, "--grace-period=0", "--force")
+    # The API object is gone at once; the kubelet stops the container a moment later, and
+    # until then the old leader may still write. The measure is the time from the kill to
+    # the first summary written by another replica (status.writer is "<pod>-<pid>").
+    writers = []
+    for session in FAILOVER_SESSIONS:
+        sunset(cluster, session)
+        st = wait_for(lambda s=session: summarized(cluster, s), 120, f"{session} Summarized", 0.25)
+        writers.append(st["writer"])
+        if not st["writer"].startswith(f"{leader}-"):
+            break
+    failover = time.monotonic() - killed
+    RESULTS["failover_pod_s"] = round(failover, 1)
+    assert not writers[-1].startswith(f"{leader}-"), writers
+    new_active = wait_for(lambda: active_pods(cluster), 60, "a new active replica")
+    assert leader not in new_active
+    assert failover <= 20, f"{failover:.1f}s from the kill to the next summary ({writers})"
+
+
+# --- 5 -----------------------------------------------------------------------------------
+def test_helm_upgrade_rolls_the_deployment_and_summaries_continue(cluster: Cluster) -> None:
+    wait_for(lambda: len(operator_pods(cluster)) == 2, 120, "two ready replicas again")
+    before = set(operator_pods(cluster, ready_only=False))
+    stop = threading.Event()
+    samples: list[tuple[float, int]] = []  # (time, number of active replicas)
+    applied: dict[str, float] = {}
+
+    def watch_active() -> None:
+        while not stop.is_set():
+            # A listing racing the rollout may fail; the next sample counts.
+            with contextlib.suppress(Exception):
+                samples.append((time.monotonic(), len(active_pods(cluster))))
+            time.sleep(0.5)
+
+    def sunsets() -> None:
+        for session in UPGRADE_SESSIONS:
+            if stop.is_set():
+                return
+            sunset(cluster, session)
+            applied[session] = time.monotonic()
+            time.sleep(2)
+
+    threads = [threading.Thread(target=watch_active), threading.Thread(target=sunsets)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(3)
+        cluster.helm(
+            "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, *HELM_VALUES,
+            "--set-string", "podAnnotations.e2e-revision=2", "--wait", "--timeout", "8m",
+        )  # fmt: skip
+        time.sleep(10)  # summaries keep coming after the rollout too
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(120)
+
+    after = set(operator_pods(cluster))
+    assert len(after) == 2 and not (after & before), (before, after)
+    # Longest stretch of samples with no active replica (from the last active sample).
+    gap, last_active = 0.0, samples[0][0] if samples else time.monotonic()
+    for when, n in samples:
+        if n >= 1:
+            gap = max(gap, when - last_active)
+            last_active = when
+    RESULTS["upgrade_gap_s"] = round(gap, 1)
+    assert samples and samples[-1][1] == 1
+    # Every sunset made during the rollout is summarized.
+    for session in applied:
+        wait_for(lambda s=session: summarized(cluster, s), 120, f"{session} Summarized")
+    RESULTS["upgrade_sunsets"] = len(applied)
+    assert len(applied) >= 5
+
+
+# --- 6 -----------------------------------------------------------------------------------
+def test_helm_uninstall_keeps_the_crds_the_objects_and_the_summaries(cluster: Cluster) -> None:
+    objects = cluster.json("-n", NAMESPACE, "get", "sessionsummaries")["items"]
+    summary_ids = {
+        o["metadata"]["name"]: o["status"]["summaryId"]
+        for o in objects
+        if (o.get("status") or {}).get("phase") == "Summarized"
+    }
+    assert "e2e-first" in summary_ids
+    cluster.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "5m")
+
+    assert operator_pods(cluster, ready_only=False) == []
+    for crd in ("sessionsummaries.memorycore.io", "sessionsummarizers.memorycore.io"):
+        cluster.kubectl("get", "crd", crd)
+    left = {
+        o["metadata"]["name"]
+        for o in cluster.json("-n", NAMESPACE, "get", "sessionsummaries")["items"]
+    }
+    assert set(summary_ids) <= left
+    pvcs = cluster.json("-n", NAMESPACE, "get", "pvc")["items"]
+    assert [p["status"]["phase"] for p in pvcs] == ["Bound"]
+
+    # Installed again, the release finds every summary where the agents read them.
+    cluster.helm(
+        "install", RELEASE, str(CHART), "-n", NAMESPACE, *HELM_VALUES, "--wait", "--timeout", "8m"
+    )
+    rows = rows_in_chroma(cluster, list(summary_ids.values()))
+    missing = [s for s, sid in summary_ids.items() if sid not in rows]
+    assert not missing, missing
+    assert rows[summary_ids["e2e-first"]]["sessionId"] == "e2e-first"
