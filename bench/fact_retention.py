@@ -31,14 +31,15 @@ from typing import Any
 import numpy as np
 
 from controller.core.memories import Memory, render_interaction_document
-from controller.core.merge import PassResult
 from controller.core.summary import StructuredSummary, render_document
 from controller.embeddings.remote import OpenAICompatibleEmbedding
-from controller.pipeline import Summarizer, extractive, summarize_session
+from controller.pipeline import run_pass, summarize_session
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
-from controller.summarizers.chat_model import ChatModelConfig, ChatModelSummarizer
-from controller.summarizers.extractive import summarize_extractive
+from controller.summarizers.chat_model import ChatModelSummarizer
+from controller.summarizers.chat_prompt import ChatModelConfig
+from controller.summarizers.contract import Summarizer
+from controller.summarizers.extractive import EXTRACTIVE
 from devenv.chroma import running_chroma
 from tests.support.openai_server import Reply, running_openai_server
 
@@ -185,11 +186,10 @@ def main() -> int:
         )
 
         def naive_model(sid: str, newest: list[Memory]) -> StructuredSummary:
-            result = model(sid, newest, None)
-            return result.summary if isinstance(result, PassResult) else result
+            return run_pass(sid, newest, None, model).summary
 
         def naive_extractive(sid: str, newest: list[Memory]) -> StructuredSummary:
-            return summarize_extractive(sid, newest, None)
+            return run_pass(sid, newest, None, EXTRACTIVE).summary
 
         def script_model(session: int, step: int) -> None:
             server.script_chat(Reply(lossy_model_reply(session, step)))
@@ -199,7 +199,7 @@ def main() -> int:
 
         backends: list[tuple[str, Summarizer, Any, Callable[[int, int], None]]] = [
             ("model", model, naive_model, script_model),
-            ("extractive", extractive, naive_extractive, script_nothing),
+            ("extractive", EXTRACTIVE, naive_extractive, script_nothing),
         ]
         totals = []
         for name, summarizer, naive, script in backends:

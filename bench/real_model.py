@@ -44,12 +44,8 @@ from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.pipeline import summarize_session
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
-from controller.summarizers.chat_model import (
-    ChatModelConfig,
-    ChatModelSummarizer,
-    InvalidModelOutput,
-    ModelUnavailable,
-)
+from controller.summarizers.chat_model import ChatModelSummarizer
+from controller.summarizers.chat_prompt import ChatModelConfig, InvalidModelOutput, ModelUnavailable
 from devenv.chroma import running_chroma
 from tests.support.llama_server import MODEL_FILE, SERVER_VERSION, running_llama_server
 from tests.support.real_model_fixture import (

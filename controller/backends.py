@@ -13,10 +13,13 @@ from dataclasses import dataclass
 from controller.api import ModelSpec, SessionSummarizerSpec
 from controller.embeddings.spec import EmbeddingSpec, build_embedding_function
 from controller.kube import client as kube
-from controller.pipeline import Embedder, Summarizer, extractive
+from controller.pipeline import Embedder
 from controller.store.connection import StoreLocation
 from controller.store.memory_store import MemoryStore, store_for
-from controller.summarizers.chat_model import ChatModelConfig, ChatModelSummarizer
+from controller.summarizers.chat_model import ChatModelSummarizer
+from controller.summarizers.chat_prompt import ChatModelConfig
+from controller.summarizers.contract import Summarizer
+from controller.summarizers.extractive import EXTRACTIVE
 
 
 @dataclass(frozen=True)
@@ -24,7 +27,7 @@ class Backends:
     store: MemoryStore
     embed: Embedder
     excluded_types: Sequence[str]
-    summarizer: Summarizer = extractive
+    summarizer: Summarizer = EXTRACTIVE
 
 
 def store_location(spec: SessionSummarizerSpec, namespace: str) -> StoreLocation:
@@ -92,7 +95,7 @@ _SUMMARIZERS: dict[ChatModelConfig, ChatModelSummarizer] = {}
 def summarizer_for(model: ModelSpec, namespace: str) -> Summarizer:
     """extractive (no model), or a cached chat-completions summarizer for the endpoint."""
     if model.backend == "extractive":
-        return extractive
+        return EXTRACTIVE
     config = chat_model_config(model, namespace)
     with _LOCK:
         if config not in _SUMMARIZERS:

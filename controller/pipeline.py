@@ -14,31 +14,27 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from controller.core.chunking import chunk_memories
 from controller.core.memories import Memory, Watermark, is_excluded, memory_sort_key
-from controller.core.merge import PassResult
+from controller.core.merge import merge_pass
 from controller.core.naming import summary_row_id
 from controller.core.summary import (
     LegacySummary,
+    PriorSummary,
     StructuredSummary,
     render_document,
     to_chroma_metadata,
     validate_summary,
 )
 from controller.store.memory_store import MemoryStore, SessionRows
-from controller.summarizers.extractive import summarize_extractive
+from controller.summarizers.contract import Summarizer
+from controller.summarizers.extractive import EXTRACTIVE
 
 Embedder = Callable[[list[str]], Sequence[Any]]  # one vector (floats) per text
-# One pass: (session id, the chunk's memories, the summary so far) -> the next summary. A
-# model-backed summarizer returns a PassResult to report the tokens it used.
-Summarizer = Callable[
-    [str, Sequence[Memory], StructuredSummary | LegacySummary | None],
-    StructuredSummary | PassResult,
-]
 OutcomeKind = Literal["summarized", "up-to-date", "not-found", "empty"]
 
 
@@ -66,10 +62,6 @@ def _observe(event: WriteEvent) -> None:
         observer(event)
 
 
-CHUNK_MEMORIES = 400
-# Input budget of a pass for summarizers that declare none (the extractive one reads
-# everything it is given): large, only there to bound how much one pass holds.
-CHUNK_TOKENS = 100_000
 CHECKPOINT_PASSES = 20
 EMBED_CHARS = 8000
 
@@ -92,31 +84,43 @@ class Outcome:
         return summary_row_id(self.session_id)
 
 
-def extractive(
-    session_id: str, memories: Sequence[Memory], prior: StructuredSummary | LegacySummary | None
-) -> StructuredSummary:
-    return summarize_extractive(session_id, memories, prior)
+@dataclass(frozen=True)
+class PassResult:
+    """One validated pass: the merged summary and the model tokens it cost."""
 
-
-def input_budget(summarizer: Summarizer) -> int:
-    """Tokens of memories one pass may take: what the summarizer declares, else CHUNK_TOKENS."""
-    budget = getattr(summarizer, "memory_budget_tokens", None)
-    return budget if isinstance(budget, int) and budget > 0 else CHUNK_TOKENS
+    summary: StructuredSummary
+    tokens_used: int = 0
 
 
 def run_pass(
     session_id: str,
     memories: Sequence[Memory],
-    current: StructuredSummary | LegacySummary | None,
+    current: PriorSummary | None,
     summarizer: Summarizer,
 ) -> PassResult:
-    """One validated pass. Raises SummaryValidationError (nothing may be written) when the
-    result would lose a prior item, is empty, or carries error text as its title."""
-    result = summarizer(session_id, memories, current)
-    if isinstance(result, StructuredSummary):
-        result = PassResult(result)
-    validate_summary(result.summary, current)
-    return result
+    """One pass: the summarizer proposes, the merge applies (the only place that does), and
+    the result is validated. Raises SummaryValidationError (nothing may be written) when it
+    would lose a prior item, is empty, or carries error text as its title."""
+    proposal = summarizer.propose(session_id, memories, current)
+    summary = merge_pass(current, proposal.update, memories, session_id=session_id)
+    validate_summary(summary, current)
+    return PassResult(summary, proposal.tokens_used)
+
+
+def chunks_for(
+    summarizer: Summarizer,
+    memories: Sequence[Memory],
+    *,
+    chunk_tokens: int | None = None,
+    chunk_size: int | None = None,
+) -> Iterator[list[Memory]]:
+    """The chunks a backlog is summarized in, one pass each: bounded by the summarizer's
+    memory_budget_tokens and max_memories_per_pass unless given smaller bounds."""
+    return chunk_memories(
+        memories,
+        budget_tokens=chunk_tokens or summarizer.memory_budget_tokens,
+        max_memories=chunk_size or summarizer.max_memories_per_pass,
+    )
 
 
 class _Coverage:
@@ -140,8 +144,8 @@ def summarize_session(
     writer: str,
     trigger: str,
     excluded_types: Sequence[str] = (),
-    summarizer: Summarizer = extractive,
-    chunk_size: int = CHUNK_MEMORIES,
+    summarizer: Summarizer = EXTRACTIVE,
+    chunk_size: int | None = None,
     chunk_tokens: int | None = None,
     checkpoint_passes: int = CHECKPOINT_PASSES,
     before_write: Callable[[], None] | None = None,
@@ -184,9 +188,7 @@ def summarize_session(
         )
 
     coverage = _Coverage(prior, rows)
-    chunks = chunk_memories(
-        new, budget_tokens=chunk_tokens or input_budget(summarizer), max_memories=chunk_size
-    )
+    chunks = chunks_for(summarizer, new, chunk_tokens=chunk_tokens, chunk_size=chunk_size)
     current: StructuredSummary | LegacySummary | None = prior
     passes = tokens = checkpoints = 0
     for chunk in chunks if new else iter([[]]):

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
@@ -207,14 +206,6 @@ class PassUpdate(BaseModel):
 
     def is_empty(self) -> bool:
         return not any(self.new_items().values()) and not self.current_state
-
-
-@dataclass(frozen=True)
-class PassResult:
-    """A summarizer's answer for one pass: the merged summary and the model tokens it cost."""
-
-    summary: StructuredSummary
-    tokens_used: int = 0
 
 
 def _prior_sections(

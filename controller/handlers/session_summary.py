@@ -46,7 +46,7 @@ from controller.store.errors import (
     StoreUnavailable,
 )
 from controller.store.memory_store import forget_store
-from controller.summarizers.chat_model import InvalidModelOutput, ModelUnavailable
+from controller.summarizers.chat_prompt import InvalidModelOutput, ModelUnavailable
 
 CONDITION = "Summarized"
 # Summaries block on Chroma and the model: their own pools, sized for concurrency

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple, cast
 
 from controller.core.memories import Memory, memory_sort_key
-from controller.core.merge import PassUpdate, merge_pass
+from controller.core.merge import PassUpdate
 from controller.core.quoting import needs_quoting, quote_if_needed
 from controller.core.summary import (
     HISTORY_SECTIONS,
@@ -34,11 +34,13 @@ from controller.core.summary import (
     TITLE_MAX,
     Category,
     LegacySummary,
+    PriorSummary,
     StructuredSummary,
     SummaryItem,
     fallback_title,
     title_problem,
 )
+from controller.summarizers.contract import Proposal
 
 SENTENCE_MAX = 200
 TITLE_CHARS = 80
@@ -459,19 +461,51 @@ def _scores(
 # -- the pass ------------------------------------------------------------------------------
 
 
-def summarize_extractive(
+class ExtractiveSummarizer:
+    """The embedded default Summarizer (controller.summarizers.contract): no model, no
+    network, deterministic. It reads whatever it is given, so its chunk bounds only cap how
+    much one pass holds."""
+
+    memory_budget_tokens = 100_000
+    max_memories_per_pass = 400
+
+    def __init__(self, max_items_per_section: int = 12, *, now_ms: int | None = None) -> None:
+        self.max_items_per_section = max_items_per_section
+        self.now_ms = now_ms
+
+    def __repr__(self) -> str:
+        return f"ExtractiveSummarizer(max_items_per_section={self.max_items_per_section})"
+
+    def propose(
+        self, session_id: str, memories: Sequence[Memory], prior: PriorSummary | None
+    ) -> Proposal:
+        return Proposal(
+            propose_extractive(
+                session_id,
+                memories,
+                prior,
+                max_items_per_section=self.max_items_per_section,
+                now_ms=self.now_ms,
+            )
+        )
+
+
+EXTRACTIVE = ExtractiveSummarizer()
+
+
+def propose_extractive(
     session_id: str,
     memories: Sequence[Memory],
-    prior: StructuredSummary | LegacySummary | None = None,
+    prior: PriorSummary | None = None,
     *,
     max_items_per_section: int = 12,
     now_ms: int | None = None,
-) -> StructuredSummary:
-    """One incremental pass: the prior summary plus the memories after its watermark.
+) -> PassUpdate:
+    """What one incremental pass finds: the memories after the prior's watermark, sorted
+    into new items per section (at most max_items_per_section per section in all).
 
     Memories the prior already covers are ignored, so repeating a pass changes nothing.
-    memory_count adds the new memories to the prior's count; after a legacy prior it counts
-    only this pass's memories, because that pass covers the whole session (no watermark).
+    The scores weigh the prior's by memory count (the merge computes the counts it stores).
     Deterministic: the wall clock is read nowhere; `now_ms` only stamps Current State.
     """
     base = prior if isinstance(prior, StructuredSummary) else None
@@ -527,13 +561,7 @@ def summarize_extractive(
         complexity=scores.complexity,
         technologies=sorted(_technologies(new)),
     )
-    return merge_pass(
-        prior,
-        update,
-        new,
-        session_id=session_id,
-        max_new_items_per_section=max_items_per_section,
-    )
+    return update
 
 
 def _new_texts(items: Sequence[SummaryItem], carried: Sequence[SummaryItem]) -> list[str]:

@@ -15,7 +15,7 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ class Cluster:
 
     target: str  # "local-node" or "kind"
     env: dict[str, str]
-    notes: list[str] = field(default_factory=list)
+    node: Any = None  # the devenv.node.LocalNode on the local node; None on kind
 
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
@@ -111,7 +111,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         pytest.fail("SSO_E2E_IMAGE_ARCHIVE is not set (hack/e2e.sh builds the image)")
     before = HostSnapshot.take()
     started = time.monotonic()
-    with running_node(tmp_path_factory.mktemp("node")) as node:
+    # hack/e2e.sh names the directory, to tear the node down itself if this process dies.
+    node_dir = os.environ.get("SSO_E2E_NODE_DIR")
+    with running_node(Path(node_dir) if node_dir else tmp_path_factory.mktemp("node")) as node:
         RESULTS["node_ready_s"] = round(time.monotonic() - started, 1)
         t0 = time.monotonic()
         node.import_image(Path(archive), IMAGE_NAME)
@@ -119,7 +121,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         # No provisioner on the local node: a volume for the bundled Chroma's claim.
         node.make_host_path_pv("sso-e2e-chroma", size="1Gi")
         env["KUBECONFIG"] = str(node.kubeconfig)
-        _CLUSTER = Cluster("local-node", env)
+        _CLUSTER = Cluster("local-node", env, node)
         try:
             yield _CLUSTER
         finally:
@@ -143,7 +145,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
     if report.failed and _CLUSTER is not None and report.when == "call":
         report.sections.append(("cluster diagnostics", _diagnostics(_CLUSTER)))

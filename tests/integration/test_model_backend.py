@@ -20,12 +20,8 @@ from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.pipeline import summarize_session
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
-from controller.summarizers.chat_model import (
-    ChatModelConfig,
-    ChatModelSummarizer,
-    InvalidModelOutput,
-    ModelUnavailable,
-)
+from controller.summarizers.chat_model import ChatModelSummarizer
+from controller.summarizers.chat_prompt import ChatModelConfig, InvalidModelOutput, ModelUnavailable
 from devenv.chroma import ChromaServer
 from devenv.controlplane import free_port
 from devenv.processes import wait_for

@@ -21,7 +21,7 @@ from typing import Any
 from controller.core.memories import render_interaction_document
 from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL
 from controller.core.summary import HISTORY_SECTIONS, StructuredSummary
-from controller.summarizers.chat_model import SYSTEM_PROMPT
+from controller.summarizers.chat_prompt import SYSTEM_PROMPT
 
 Turn = tuple[str, str]  # (user prompt, agent response)
 

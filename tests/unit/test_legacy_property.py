@@ -27,7 +27,7 @@ from controller.core.summary import (
     to_chroma_metadata,
     validate_summary,
 )
-from controller.summarizers.extractive import summarize_extractive
+from tests.support.passes import summarize_extractive
 
 SID = "sess-legacy-property"
 PASSES = 3

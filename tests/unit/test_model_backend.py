@@ -19,7 +19,6 @@ import pytest
 
 from controller.core.chunking import estimate_tokens
 from controller.core.memories import Memory
-from controller.core.merge import PassResult
 from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL
 from controller.core.summary import (
     HISTORY_SECTIONS,
@@ -30,12 +29,12 @@ from controller.core.summary import (
     render_document,
     validate_summary,
 )
-from controller.pipeline import run_pass
-from controller.summarizers.chat_model import (
+from controller.pipeline import PassResult, run_pass
+from controller.summarizers.chat_model import ChatModelSummarizer
+from controller.summarizers.chat_prompt import (
     MAX_OUTPUT_TOKENS,
     SYSTEM_PROMPT,
     ChatModelConfig,
-    ChatModelSummarizer,
     InvalidModelOutput,
     ModelUnavailable,
     endpoint_semaphore,
@@ -48,6 +47,7 @@ from tests.support.openai_server import (
     Truncated,
     running_openai_server,
 )
+from tests.support.passes import Passes, passes_over
 
 SID = "sess-model"
 API_KEY = "sk-test-do-not-leak-4711"
@@ -122,7 +122,7 @@ def summarizer(server: OpenAIServer, **options: Any) -> ChatModelSummarizer:
         "backoff_seconds": 0.01,
     }
     config.update(options)
-    return ChatModelSummarizer(ChatModelConfig(**config))
+    return Passes(ChatModelSummarizer(ChatModelConfig(**config)))
 
 
 def chat_bodies(server: OpenAIServer) -> list[dict[str, Any]]:
@@ -466,7 +466,7 @@ def test_more_memories_than_the_cap_are_sent_as_several_requests_in_order(
 ) -> None:
     batch = memories(*[f"Request number {i} " + "detail " * 60 for i in range(30)])
     server.script_chat(*[Reply(valid_reply(user_requests=[f"R{i}"])) for i in range(30)])
-    result = summarizer(server, max_input_tokens=1500)(SID, batch, None)
+    result = passes_over(summarizer(server, max_input_tokens=1500).summarizer, SID, batch, None)
     assert isinstance(result, PassResult)
     bodies = chat_bodies(server)
     assert len(bodies) > 1
@@ -557,7 +557,8 @@ def test_a_legacy_prior_is_carried_verbatim_through_every_chunk_of_a_model_pass(
     assert len(LEGACY_TEXT) > 20_000
     batch = memories(*[f"Request number {i} " + "detail " * 60 for i in range(12)])
     server.script_chat(*[Reply(valid_reply(user_requests=[f"R{i}"])) for i in range(12)])
-    result = summarizer(server, max_input_tokens=1500)(SID, batch, legacy)
+    chat = summarizer(server, max_input_tokens=1500).summarizer
+    result = passes_over(chat, SID, batch, legacy)
     assert isinstance(result, PassResult)
     bodies = chat_bodies(server)
     assert len(bodies) > 1
@@ -628,7 +629,7 @@ def test_a_reply_cut_off_at_max_tokens_is_never_a_summary_even_when_it_parses() 
         (cut, "length"), (json.dumps(valid_reply()), "length"), (json.dumps(valid_reply()), "stop")
     )
     config = ChatModelConfig(base_url="http://model/v1", model="m", backoff_seconds=0.01)
-    result = ChatModelSummarizer(config, client=client)(SID, memories("Add retries."), None)
+    result = Passes(ChatModelSummarizer(config, client=client))(SID, memories("Add retries."), None)
     assert isinstance(result, PassResult)
     assert len(bodies) == 3
     correction = bodies[1]["messages"][-1]["content"]
@@ -639,7 +640,9 @@ def test_replies_cut_off_on_every_attempt_fail_the_pass() -> None:
     client, _ = finishing_client(*[(json.dumps(valid_reply()), "length")] * 2)
     config = ChatModelConfig(base_url="http://model/v1", model="m", max_retries=1)
     with pytest.raises(InvalidModelOutput, match="cut off at the output token limit"):
-        ChatModelSummarizer(config, client=client)(SID, memories("Add retries."), good_prior())
+        Passes(ChatModelSummarizer(config, client=client))(
+            SID, memories("Add retries."), good_prior()
+        )
 
 
 FILLER = "The new version of the app is available now!"

@@ -1,0 +1,361 @@
+"""What the chat model answered: the reply parsed into a PassUpdate, or refused (cut off,
+not JSON, degenerate: one item repeated, items copied from the instructions, nothing
+proposed, mostly filler), and instructions injected into memories contained. Pure."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pydantic import ValidationError
+
+from controller.core.chunking import (
+    memory_text,
+)
+from controller.core.memories import Memory
+from controller.core.merge import (
+    SECTION_KEYS,
+    PassUpdate,
+    norm,
+)
+from controller.core.quoting import CLOSE_QUOTE, INSTRUCTION_LABEL, OPEN_QUOTE, is_quoted, kind_of
+from controller.core.summary import (
+    HISTORY_SECTIONS,
+    ITEM_MAX,
+    LegacySummary,
+    StructuredSummary,
+)
+from controller.summarizers.chat_prompt import CLOSING, FENCE, SCORES, SYSTEM_PROMPT
+
+# -- the reply --------------------------------------------------------------------------------
+
+
+class BadReply(Exception):
+    """The reply cannot be used. corrective: tell the model what was wrong on the retry."""
+
+    def __init__(self, reason: str, *, corrective: bool) -> None:
+        super().__init__(reason)
+        self.reason, self.corrective = reason, corrective
+
+
+class Transient(Exception):
+    def __init__(self, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(reason)
+        self.reason, self.retry_after = reason, retry_after
+
+
+def _json_object(content: str) -> Any:
+    text = FENCE.sub("", content.strip())
+    try:
+        return json.loads(text)
+    except ValueError:
+        start, end = text.find("{"), text.rfind("}")
+        if 0 <= start < end:
+            return json.loads(text[start : end + 1])
+        raise
+
+
+def parse_update(content: str, finish_reason: str | None = None) -> PassUpdate:
+    """The model's message content as a PassUpdate, or BadReply saying what is wrong."""
+    try:
+        data = _json_object(content)
+    except ValueError as exc:
+        if finish_reason == "length":
+            raise BadReply(
+                "the reply was cut off at the output token limit", corrective=True
+            ) from None
+        raise BadReply(f"the reply is not valid JSON ({exc})", corrective=True) from None
+    if not isinstance(data, dict):
+        raise BadReply("the reply is JSON but not an object", corrective=True)
+    try:
+        return PassUpdate.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'reply'}: {e['msg']}" for e in exc.errors()[:5]
+        )
+        raise BadReply(
+            f"the reply does not match the schema ({problems})", corrective=True
+        ) from None
+
+
+def reply_tokens(payload: Any) -> int:
+    usage = payload.get("usage") if isinstance(payload, dict) else None
+    if not isinstance(usage, dict):
+        return 0
+    total = usage.get("total_tokens")
+    if isinstance(total, int):
+        return total
+    parts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
+    return sum(p for p in parts if isinstance(p, int))
+
+
+def reply_content(payload: Any) -> tuple[str, str | None]:
+    try:
+        choice = payload["choices"][0]
+        message = choice["message"]
+        content = message.get("content")
+    except (KeyError, IndexError, TypeError, AttributeError):
+        raise BadReply("the response has no choices[0].message", corrective=False) from None
+    if isinstance(content, list):  # content parts
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    if not isinstance(content, str) or not content.strip():
+        raise BadReply("the reply is empty", corrective=True)
+    finish = choice.get("finish_reason") if isinstance(choice, dict) else None
+    return content, finish if isinstance(finish, str) else None
+
+
+def empty_update() -> PassUpdate:
+    return PassUpdate(
+        user_requests=[],
+        questions_and_decisions=[],
+        design_choices=[],
+        corrections_and_feedback=[],
+        current_state=None,
+    )
+
+
+# -- degenerate replies and injected claims --------------------------------------------------
+#
+# A reply can parse into the schema and still be junk: a small model under a schema
+# constraint fills every section with one line, copies the instructions' own words, or
+# returns nothing at all for memories full of content. Such a reply is refused (with the
+# corrective retry) rather than merged: the merge would keep every prior fact, but it would
+# store the junk beside them and move the watermark past memories nobody summarized.
+
+_WORD = re.compile(r"[a-z0-9]+")
+_SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
+_STOPWORDS = frozenset(
+    re.findall(
+        r"\w+",
+        """
+    a an and are as at be been but by can could did do does done for from had has have he
+    her his how i if in into is it its itself me my no not of on or our out over she so than
+    that the their them then there these they this those to too up us was we were what when
+    where which who why will with would you your yes also just only very more most some such
+    any all each every both other new now one two
+    """,
+    )
+)
+_PLACEHOLDERS = frozenset(
+    {
+        "string",
+        "str",
+        "text",
+        "item",
+        "items",
+        "none",
+        "null",
+        "n a",
+        "na",
+        "todo",
+        "tbd",
+        "placeholder",
+        "example",
+        "empty",
+        "nothing",
+        "unknown",
+        "tbc",
+    }
+)
+_TAG = re.compile(r"<\s*/?\s*(?:memory|memories|prior_summary)\b", re.IGNORECASE)
+
+
+def correction(reason: str) -> str:
+    return (
+        f"Your previous reply could not be used: {reason}. Reply again with only the JSON "
+        "object described in the instructions, every required key present, and keep the "
+        "items short."
+    )
+
+
+def _words(text: str) -> list[str]:
+    return _WORD.findall(text.lower())
+
+
+_INSTRUCTIONS = " ".join(
+    _words(" ".join((SYSTEM_PROMPT, CLOSING, correction(""), *SECTION_KEYS.values())))
+)
+
+_INSTRUCTION_WORDS = frozenset(_INSTRUCTIONS.split())
+
+
+def _content_words(text: str) -> set[str]:
+    """The words of a text that can tie it to a session: not stopwords, not the words of our
+    own instructions; numbers count whatever their length."""
+    return {
+        w
+        for w in _words(text)
+        if w not in _STOPWORDS
+        and w not in _INSTRUCTION_WORDS
+        and (len(w) >= 3 or any(c.isdigit() for c in w))
+    }
+
+
+def _grounded(word: str, vocabulary: set[str], stems: set[str]) -> bool:
+    """A word of the session, or one sharing its first four letters (retry, retries)."""
+    return word in vocabulary or (len(word) >= 5 and word[:4] in stems)
+
+
+def _memory_fields(memory: Memory) -> list[str]:
+    """A memory's own texts, without the labels memory_text adds ("User Prompt: " would read
+    as a role marker to controller.core.quoting)."""
+    fields = [memory.prompt, memory.thought, memory.response]
+    return [f for f in fields if f.strip()] or [memory.document]
+
+
+def _prior_text(prior: StructuredSummary | LegacySummary | None) -> str:
+    if prior is None:
+        return ""
+    if isinstance(prior, LegacySummary):
+        return prior.text
+    items = [i.text for items in prior.sections.values() for i in items]
+    return "\n".join([prior.title, *items, prior.legacy_text or ""])
+
+
+def _show(text: str) -> str:
+    return json.dumps(text if len(text) <= 60 else text[:59] + "…", ensure_ascii=False)
+
+
+def degenerate_reason(
+    update: PassUpdate,
+    memories: Sequence[Memory],
+    prior: StructuredSummary | LegacySummary | None,
+) -> str | None:
+    """Why a parsed reply is junk for these memories, or None. Pure.
+
+    In order: nothing proposed although the memories have content; one item repeated
+    (within the history sections, or within Current State); an item copied from our
+    instructions (or one of their placeholders) that the session does not contain; more
+    than half of the items sharing no word with the memories or the prior summary.
+    """
+    history = [t for texts in update.new_items().values() for t in texts]
+    state = list(update.current_state or [])
+    session = "\n".join([*(f for m in memories for f in _memory_fields(m)), _prior_text(prior)])
+    if not history and not state:
+        if any(memory_text(m).strip() for m in memories):
+            return "the reply proposes no item although the memories have content"
+        return None
+    for items in (history, state):
+        counts: dict[str, int] = {}
+        for text in items:
+            key = norm(text)
+            counts[key] = counts.get(key, 0) + 1
+        key, times = max(counts.items(), key=lambda kv: kv[1])
+        if times > 1:
+            shown = next(t for t in items if norm(t) == key)
+            return f"the reply repeats the item {_show(shown)} {times} times: list each fact once"
+    session_words = f" {' '.join(_words(session))} "
+    for text in [*history, *state]:
+        phrase = " ".join(_words(text))
+        copied = bool(phrase) and f" {phrase} " in f" {_INSTRUCTIONS} "
+        if (copied or phrase in _PLACEHOLDERS or _TAG.search(text)) and (
+            f" {phrase} " not in session_words
+        ):
+            return (
+                f"the item {_show(text)} is copied from the instructions, not taken from the "
+                "memories"
+            )
+    vocabulary = _content_words(session)
+    stems = {w[:4] for w in vocabulary if len(w) >= 5}
+    counted, ungrounded = 0, []
+    for text in [*history, *state]:
+        words = _content_words(text)
+        if not words:
+            continue
+        counted += 1
+        if not any(_grounded(w, vocabulary, stems) for w in words):
+            ungrounded.append(text)
+    if counted and 2 * len(ungrounded) > counted:
+        return (
+            f"{len(ungrounded)} of {counted} items mention nothing from the memories (for "
+            f"example {_show(ungrounded[0])}): summarize what the memories say"
+        )
+    return None
+
+
+def injected_passages(memories: Iterable[Memory]) -> list[str]:
+    """Each sentence of the memories that reads as an instruction (controller.core.quoting), as
+    normalised words: what an injection asks for ("SYSTEM: set Current State to ...")."""
+    passages = []
+    for memory in memories:
+        for text in _memory_fields(memory):
+            for sentence in _SENTENCE_BREAK.split(text):
+                if sentence.strip() and kind_of(sentence) == "instruction":
+                    passages.append(" ".join(_words(sentence)))
+    return passages
+
+
+def _copies_passage(text: str, passages: Sequence[str]) -> bool:
+    """The text repeats an injected passage: all of it (up to three words), or three words
+    in a row of which two are not stopwords."""
+    words = _words(text)
+    if not words or not passages:
+        return False
+    padded = [f" {p} " for p in passages]
+    if len(words) <= 3:
+        return any(f" {' '.join(words)} " in p for p in padded)
+    for i in range(len(words) - 2):
+        window = words[i : i + 3]
+        if sum(w not in _STOPWORDS for w in window) >= 2 and any(
+            f" {' '.join(window)} " in p for p in padded
+        ):
+            return True
+    return False
+
+
+def _as_quoted(text: str) -> str:
+    """The text as session content, in controller.core.quoting's own form (so it is not quoted
+    twice), within ITEM_MAX."""
+    if is_quoted(text):
+        return text
+    inner = " ".join(text.replace(OPEN_QUOTE, '"').replace(CLOSE_QUOTE, '"').split())
+    room = ITEM_MAX - len(INSTRUCTION_LABEL) - 2
+    if len(inner) > room:
+        inner = inner[: room - 1].rstrip() + "…"
+    return f"{INSTRUCTION_LABEL}{OPEN_QUOTE}{inner}{CLOSE_QUOTE}"
+
+
+def contain_injections(
+    update: PassUpdate,
+    memories: Sequence[Memory],
+    prior: StructuredSummary | LegacySummary | None,
+) -> PassUpdate:
+    """The update with what an injection in these memories could have put in it contained.
+    Pure.
+
+    Items (and a new Current State) that repeat an injected passage are stored quoted, as
+    session content; a title that repeats one is dropped (the merge derives one); supersede
+    marks whose reason repeats one are dropped (a mark only annotates, so nothing is lost).
+    When the memories hold an injection and a structured prior exists, category and scores
+    stay the prior's.
+    """
+    passages = injected_passages(memories)
+    if not passages:
+        return update
+
+    def contained(items: list[str]) -> list[str]:
+        return [_as_quoted(t) if _copies_passage(t, passages) else t for t in items]
+
+    changes: dict[str, Any] = {key: contained(items) for key, items in _history(update)}
+    if update.current_state is not None:
+        changes["current_state"] = contained(update.current_state)
+    if update.title and _copies_passage(update.title, passages):
+        changes["title"] = None
+    changes["supersede"] = [
+        m for m in update.supersede if not _copies_passage(m.superseded_by, passages)
+    ]
+    if isinstance(prior, StructuredSummary):
+        changes.update(dict.fromkeys(("category", *SCORES)))
+    return update.model_copy(update=changes)
+
+
+def history_item_count(prior: StructuredSummary | LegacySummary | None) -> int:
+    if not isinstance(prior, StructuredSummary):
+        return 0
+    return sum(len(prior.sections.get(title, [])) for title in HISTORY_SECTIONS)
+
+
+def _history(update: PassUpdate) -> list[tuple[str, list[str]]]:
+    return [(k, list(getattr(update, k))) for k, t in SECTION_KEYS.items() if t in HISTORY_SECTIONS]

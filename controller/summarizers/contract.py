@@ -1,0 +1,42 @@
+"""The one contract every summarizer keeps.
+
+A summarizer is given one bounded chunk of a session's new memories (the pipeline chunks,
+by the budget the summarizer declares) and the summary so far, and *proposes* one
+PassUpdate: new items per history section, supersede marks, a new Current State, a title,
+category and scores. It never merges: controller.core.merge applies every proposal the same
+way (prior items carried verbatim, legacy text carried whole, new items de-duplicated and
+quoted where needed), and controller.pipeline validates the result before anything is
+written. So no summarizer, however wrong its proposal, can lose a fact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from controller.core.memories import Memory
+from controller.core.merge import PassUpdate
+from controller.core.summary import PriorSummary
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What one pass proposes, and the model tokens it cost (0 without a model)."""
+
+    update: PassUpdate
+    tokens_used: int = 0
+
+
+class Summarizer(Protocol):
+    # Tokens of memory text one pass may take, and how many memories at most: the
+    # pipeline's chunk bounds for this summarizer.
+    @property
+    def memory_budget_tokens(self) -> int: ...
+
+    @property
+    def max_memories_per_pass(self) -> int: ...
+
+    def propose(
+        self, session_id: str, memories: Sequence[Memory], prior: PriorSummary | None
+    ) -> Proposal: ...
