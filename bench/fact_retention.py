@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 
 from controller.core.memories import Memory, render_interaction_document
-from controller.core.summary import StructuredSummary, render_document
+from controller.core.summary import StructuredSummary
+from controller.core.summary_row import render_document
 from controller.embeddings.remote import OpenAICompatibleEmbedding
 from controller.pipeline import run_pass, summarize_session
 from controller.store.connection import StoreLocation, connect

@@ -23,6 +23,6 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "run":
         run_operator(sys.argv[2:])
     else:
-        from controller.cli import main
+        from controller.cli.main import main
 
         sys.exit(main())

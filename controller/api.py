@@ -246,10 +246,6 @@ def rfc3339(when: dt.datetime) -> str:
     return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def ms_to_rfc3339(ms: int) -> str:
-    return rfc3339(dt.datetime.fromtimestamp(ms / 1000, dt.UTC))
-
-
 def set_condition(
     conditions: list[Condition] | None, new: Condition, *, now: str | None = None
 ) -> list[Condition]:

@@ -22,14 +22,8 @@ from controller.core.chunking import chunk_memories
 from controller.core.memories import Memory, Watermark, is_excluded, memory_sort_key
 from controller.core.merge import merge_pass
 from controller.core.naming import summary_row_id
-from controller.core.summary import (
-    LegacySummary,
-    PriorSummary,
-    StructuredSummary,
-    render_document,
-    to_chroma_metadata,
-    validate_summary,
-)
+from controller.core.summary import LegacySummary, PriorSummary, StructuredSummary, validate_summary
+from controller.core.summary_row import render_document, to_chroma_metadata
 from controller.store.memory_store import MemoryStore, SessionRows
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE

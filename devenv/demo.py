@@ -292,7 +292,9 @@ def run_demo(*, keep: bool, use_current_context: bool, chroma_url: str | None) -
 
 
 def _run(workdir: Path, *, keep: bool, use_current_context: bool, chroma_url: str | None) -> None:
-    from controller.store.memory_store import MemoryStore, StoreLocation, StoreUnavailable, connect
+    from controller.store.connection import StoreLocation, connect
+    from controller.store.errors import StoreUnavailable
+    from controller.store.memory_store import MemoryStore
     from devenv.demo_data import SAMPLE_SESSIONS, memory_rows
     from devenv.operator import start_operator
     from devenv.processes import stop
@@ -371,7 +373,7 @@ def _run(workdir: Path, *, keep: bool, use_current_context: bool, chroma_url: st
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from controller.cli import check_chroma_url
+    from controller.cli.args import check_chroma_url
 
     parser = argparse.ArgumentParser(
         prog="python -m devenv.demo",

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from controller.api import Condition, SessionSummarizerStatus, set_condition
+from controller.core.text import one_line
 
 
 def with_conditions(
@@ -154,15 +155,11 @@ class SweepFailure:
         )
 
 
-def one_line(text: object, limit: int = 300) -> str:
-    return " ".join(str(text).split())[:limit]
-
-
 def sweep_failure(exc: BaseException, url: str) -> SweepFailure:
     """The reason a sweep failed, from the exception class (by name: this module does no
     I/O and imports none of the modules that raise them)."""
     kind = type(exc).__name__
-    message = one_line(exc) or kind
+    message = one_line(exc, 300) or kind
     if kind == "SecretError":
         return SweepFailure("SecretNotFound", message, store_failed=True)
     if kind == "CollectionNotFound":

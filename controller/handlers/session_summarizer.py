@@ -37,6 +37,7 @@ from controller.core.summarizer_status import (
     sweep_failure,
     with_conditions,
 )
+from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
 from controller.kube import client as kube
 from controller.kube.claims import collect_abandoned_claims
@@ -54,10 +55,6 @@ def _status(body: kopf.Body) -> SessionSummarizerStatus:
     return SessionSummarizerStatus.model_validate(dict(body.get("status") or {}))
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300]
-
-
 def _check_store(spec: SessionSummarizerSpec, namespace: str) -> Condition:
     location = None
     try:
@@ -66,11 +63,15 @@ def _check_store(spec: SessionSummarizerSpec, namespace: str) -> Condition:
     except kube.SecretError as exc:
         return store_reachable(spec.store.url, reason="SecretNotFound", message=str(exc))
     except InvalidStoreConfig as exc:
-        return store_reachable(spec.store.url, reason="InvalidStoreConfig", message=_one_line(exc))
+        return store_reachable(
+            spec.store.url, reason="InvalidStoreConfig", message=one_line(exc, 300)
+        )
     except StoreUnavailable as exc:
         if location is not None:
             forget_store(location)
-        return store_reachable(spec.store.url, reason="StoreUnavailable", message=_one_line(exc))
+        return store_reachable(
+            spec.store.url, reason="StoreUnavailable", message=one_line(exc, 300)
+        )
     return store_reachable(spec.store.url)
 
 
@@ -105,7 +106,7 @@ def _check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
         )
     except httpx.HTTPError as exc:
         return Condition(
-            type="ModelReady", status="False", reason="ModelUnavailable", message=_one_line(exc)
+            type="ModelReady", status="False", reason="ModelUnavailable", message=one_line(exc, 300)
         )
     return Condition(
         type="ModelReady", status="True", reason="EndpointOK", message=f"{model.base_url} answers"
@@ -116,7 +117,7 @@ def _validate(body: kopf.Body) -> SessionSummarizerSpec:
     try:
         return SessionSummarizerSpec.model_validate(dict(body.get("spec") or {}))
     except ValidationError as exc:
-        raise kopf.PermanentError(f"invalid spec: {_one_line(exc)}") from exc
+        raise kopf.PermanentError(f"invalid spec: {one_line(exc, 300)}") from exc
 
 
 def _check_embedding(spec: SessionSummarizerSpec, namespace: str) -> Condition:
@@ -138,12 +139,12 @@ def _check_embedding(spec: SessionSummarizerSpec, namespace: str) -> Condition:
     except kube.SecretError as exc:
         return failed("SecretNotFound", str(exc))
     except (EmbeddingError, ValueError) as exc:
-        return failed("EmbeddingUnavailable", _one_line(exc))
+        return failed("EmbeddingUnavailable", one_line(exc, 300))
     dimension = len(vector)
     try:
         held = store_for(store_location(spec, namespace)).check_embedding_dimension(dimension)
     except EmbeddingMismatch as exc:
-        return failed("EmbeddingMismatch", _one_line(exc))
+        return failed("EmbeddingMismatch", one_line(exc, 300))
     except (StoreUnavailable, kube.SecretError, InvalidStoreConfig):
         # StoreReachable reports it; the dimension is checked again before every write.
         return ok(
@@ -276,9 +277,9 @@ async def sweep(
         except (StoreUnavailable, kube.SecretError, CollectionNotFound, InvalidStoreConfig) as exc:
             if isinstance(exc, StoreUnavailable):
                 forget_store(store_location(spec, namespace))
-            logger.debug("marker scan skipped: %s", _one_line(exc))
+            logger.debug("marker scan skipped: %s", one_line(exc, 300))
         except ApiException as exc:  # never in the way of the sweep below
-            logger.warning("marker scan failed: API %s: %s", exc.status, _one_line(exc.reason))
+            logger.warning("marker scan failed: API %s: %s", exc.status, one_line(exc.reason, 300))
         else:
             report = MarkerScanReport.of(
                 (sid for sid, _ in markers.requested), (m.describe() for m in markers.invalid)

@@ -11,7 +11,7 @@ import random
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, NoReturn
+from typing import Any
 
 import kopf
 from pydantic import ValidationError
@@ -21,21 +21,23 @@ from controller.api import (
     GROUP,
     SUMMARY_PLURAL,
     VERSION,
-    Condition,
-    Phase,
     SessionSummarizerSpec,
     SessionSummarySpec,
-    SessionSummaryStatus,
-    ms_to_rfc3339,
-    now_rfc3339,
-    set_condition,
 )
 from controller.backends import Backends, backends_for
 from controller.config import CONFIG, backoff_seconds
 from controller.core.claim_rules import Writer
 from controller.core.summary import SummaryValidationError, UnreadablePriorSummary
+from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
 from controller.handlers.indexes import lookup_summarizer_spec
+from controller.handlers.summary_status import (
+    DONE_PHASES,
+    Failure,
+    record_failure,
+    record_waiting,
+    report,
+)
 from controller.kube import client as kube
 from controller.kube.claims import ClaimHeld, ClaimLost, SessionClaimHandle
 from controller.pipeline import Outcome, summarize_session
@@ -48,7 +50,6 @@ from controller.store.errors import (
 from controller.store.memory_store import forget_store
 from controller.summarizers.chat_prompt import InvalidModelOutput, ModelUnavailable
 
-CONDITION = "Summarized"
 # Summaries block on Chroma and the model: their own pools, sized for concurrency
 # (asyncio's default executor has only cpu_count + 4 threads). The sunset fast path has
 # its own pool, so a sweep's backlog never queues in front of a session that just ended.
@@ -56,16 +57,6 @@ WORKERS = ThreadPoolExecutor(max_workers=CONFIG.workers, thread_name_prefix="sum
 SWEEP_WORKERS = ThreadPoolExecutor(
     max_workers=max(2, CONFIG.workers // 4), thread_name_prefix="summarize-sweep"
 )
-DONE_PHASES = {"Summarized", "Empty", "NotFound"}
-
-
-class Failure(Exception):
-    """A failure to report on the object: reason (CamelCase), message, and whether to retry.
-    phase is what the object shows while retries continue below the failure gate."""
-
-    def __init__(self, reason: str, message: str, *, retry: bool, phase: Phase = "Pending") -> None:
-        super().__init__(message)
-        self.reason, self.message, self.retry, self.phase = reason, message, retry, phase
 
 
 def needs_pass_on_resume(body: kopf.Body, **_: Any) -> bool:
@@ -73,41 +64,6 @@ def needs_pass_on_resume(body: kopf.Body, **_: Any) -> bool:
     status = body.get("status") or {}
     done = status.get("phase") in DONE_PHASES
     return not done or status.get("observedGeneration") != body.metadata.get("generation")
-
-
-def _status(body: kopf.Body) -> SessionSummaryStatus:
-    return SessionSummaryStatus.model_validate(dict(body.get("status") or {}))
-
-
-def _record(
-    body: kopf.Body,
-    patch: kopf.Patch,
-    *,
-    phase: Phase,
-    reason: str,
-    message: str,
-    ok: bool,
-    **fields: Any,
-) -> None:
-    previous = _status(body)
-    generation = body.metadata.get("generation")
-    condition = Condition(
-        type=CONDITION,
-        status="True" if ok else "False",
-        reason=reason,
-        message=message,
-        observed_generation=generation,
-    )
-    status = previous.model_copy(
-        update={
-            "phase": phase,
-            "observed_generation": generation,
-            "message": message,
-            "conditions": set_condition(previous.conditions, condition),
-            **fields,
-        }
-    )
-    patch.status.update(status.to_api())
 
 
 def _resolve(
@@ -126,7 +82,7 @@ def _resolve(
     try:
         summarizer = SessionSummarizerSpec.model_validate(summarizer_spec)
     except ValidationError as exc:
-        raise Failure("InvalidSummarizer", _one_line(exc), retry=True) from exc
+        raise Failure("InvalidSummarizer", one_line(exc, 300), retry=True) from exc
     try:
         return backends_for(summarizer, namespace)
     except kube.SecretError as exc:
@@ -134,13 +90,9 @@ def _resolve(
     except StoreUnavailable as exc:
         raise Failure("StoreUnavailable", str(exc), retry=True) from exc
     except InvalidStoreConfig as exc:  # a ValueError too: before the catch-all below
-        raise Failure("InvalidStoreConfig", _one_line(exc), retry=False) from exc
+        raise Failure("InvalidStoreConfig", one_line(exc, 300), retry=False) from exc
     except ValueError as exc:
-        raise Failure("InvalidSummarizer", _one_line(exc), retry=True) from exc
-
-
-def _one_line(exc: Exception) -> str:
-    return " ".join(str(exc).split())[:300]
+        raise Failure("InvalidSummarizer", one_line(exc, 300), retry=True) from exc
 
 
 def summarize_blocking(
@@ -163,28 +115,28 @@ def summarize_blocking(
         )
     except StoreUnavailable as exc:
         forget_store(backends.store.location)
-        raise Failure("StoreUnavailable", _one_line(exc), retry=True) from exc
+        raise Failure("StoreUnavailable", one_line(exc, 300), retry=True) from exc
     except CollectionNotFound as exc:
         reason = "MemoryCollectionNotFound" if exc.role == "memory" else "CollectionNotFound"
-        raise Failure(reason, _one_line(exc), retry=True) from exc
+        raise Failure(reason, one_line(exc, 300), retry=True) from exc
     except InvalidStoreConfig as exc:
-        raise Failure("InvalidStoreConfig", _one_line(exc), retry=False) from exc
+        raise Failure("InvalidStoreConfig", one_line(exc, 300), retry=False) from exc
     except UnreadablePriorSummary as exc:
         raise Failure(
             "UnreadablePriorSummary",
-            f"{_one_line(exc)}; the stored row was left as it is",
+            f"{one_line(exc, 300)}; the stored row was left as it is",
             retry=False,
         ) from exc
     except EmbeddingMismatch as exc:
-        raise Failure("EmbeddingMismatch", _one_line(exc), retry=False) from exc
+        raise Failure("EmbeddingMismatch", one_line(exc, 300), retry=False) from exc
     except EmbeddingError as exc:
-        raise Failure("EmbeddingUnavailable", _one_line(exc), retry=True) from exc
+        raise Failure("EmbeddingUnavailable", one_line(exc, 300), retry=True) from exc
     except ModelUnavailable as exc:
-        raise Failure("ModelUnavailable", _one_line(exc), retry=True) from exc
+        raise Failure("ModelUnavailable", one_line(exc, 300), retry=True) from exc
     except InvalidModelOutput as exc:
-        raise Failure("InvalidModelOutput", _one_line(exc), retry=True) from exc
+        raise Failure("InvalidModelOutput", one_line(exc, 300), retry=True) from exc
     except SummaryValidationError as exc:
-        raise Failure("InvalidSummary", _one_line(exc), retry=True) from exc
+        raise Failure("InvalidSummary", one_line(exc, 300), retry=True) from exc
 
 
 def _claim_scope(backends: Backends) -> str:
@@ -193,11 +145,11 @@ def _claim_scope(backends: Backends) -> str:
         return backends.store.claim_scope()
     except StoreUnavailable as exc:
         forget_store(backends.store.location)
-        raise Failure("StoreUnavailable", _one_line(exc), retry=True) from exc
+        raise Failure("StoreUnavailable", one_line(exc, 300), retry=True) from exc
     except CollectionNotFound as exc:
-        raise Failure("MemoryCollectionNotFound", _one_line(exc), retry=True) from exc
+        raise Failure("MemoryCollectionNotFound", one_line(exc, 300), retry=True) from exc
     except InvalidStoreConfig as exc:
-        raise Failure("InvalidStoreConfig", _one_line(exc), retry=False) from exc
+        raise Failure("InvalidStoreConfig", one_line(exc, 300), retry=False) from exc
 
 
 def summarize_claimed(
@@ -270,7 +222,7 @@ async def summarize(
         delay = min(held.retry_after_s, CONFIG.claim_retry_seconds) + random.uniform(0, 0.5)
         if held.claim.writer.owner_uid not in (uid, ""):
             # Another object names the same session: say which one owns it for now.
-            _record_waiting(body, patch, held)
+            record_waiting(body, patch, held)
         # Else another replica serves this very object: it writes the status.
         raise kopf.TemporaryError(str(held), delay=delay) from None
     except ClaimLost as lost:
@@ -280,148 +232,7 @@ async def summarize(
     except Failure as failure:
         metrics.observe_summary("failed", time.monotonic() - started)
         metrics.observe_failure(failure.reason)
-        _record_failure(body, patch, failure, logger, parsed)
+        record_failure(body, patch, failure, logger, parsed)
     metrics.observe_summary(outcome.kind, time.monotonic() - started)
     metrics.add_model_tokens(outcome.tokens_used)
-    _report(body, patch, parsed, outcome)
-
-
-def _record_waiting(body: kopf.Body, patch: kopf.Patch, held: ClaimHeld) -> None:
-    """Pending, with the object that owns the session's claim named; one Event per owner."""
-    owner = held.claim.writer.owner
-    message = (
-        f"waiting: SessionSummary {owner} (replica {held.claim.writer.replica}) is writing "
-        f"session {held.claim.session_id!r} in this store; this pass runs when it is done"
-    )
-    previous = {c.type: c for c in _status(body).conditions or []}.get(CONDITION)
-    _record(body, patch, phase="Pending", reason="SessionClaimed", message=message, ok=False)
-    if previous is None or previous.reason != "SessionClaimed" or owner not in previous.message:
-        kopf.event(body, type="Normal", reason="SessionClaimed", message=message)
-
-
-def _record_failure(
-    body: kopf.Body,
-    patch: kopf.Patch,
-    failure: Failure,
-    logger: kopf.Logger,
-    spec: SessionSummarySpec,
-) -> NoReturn:
-    """Condition + Event; retry with exponential backoff. Failures are counted per
-    generation (kopf keeps retrying an unfinished handler across spec changes), so the gate
-    resets on a spec change, and on success."""
-    previous = _status(body)
-    same_generation = previous.observed_generation == body.metadata.get("generation")
-    failures = (previous.consecutive_failures or 0) + 1 if same_generation else 1
-    gated = not failure.retry or failures >= CONFIG.failure_gate
-    delay = backoff_seconds(failures - 1)
-    phase: Phase = "Failed" if gated else failure.phase
-    message = failure.message
-    if failure.retry and gated:
-        message = f"{failures} consecutive failures, retrying in {delay:.0f}s: {failure.message}"
-    _record(
-        body,
-        patch,
-        phase=phase,
-        reason=failure.reason,
-        message=message,
-        ok=False,
-        consecutive_failures=failures,
-    )
-    kopf.event(body, type="Warning", reason=failure.reason, message=message)
-    logger.warning("session %s: %s: %s", spec.session_id, failure.reason, message)
-    if failure.retry:
-        raise kopf.TemporaryError(failure.message, delay=delay) from None
-    raise kopf.PermanentError(failure.message) from None
-
-
-def _report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcome: Outcome) -> None:
-    last_at = ms_to_rfc3339(outcome.last_memory_at_ms) if outcome.last_memory_at_ms else None
-    common: dict[str, Any] = {
-        "memory_count": outcome.memory_count,
-        "last_memory_at": last_at,
-        "trigger_source": spec.trigger,
-        "consecutive_failures": 0,
-        "skipped_memories": outcome.skipped_memories,
-    }
-    if outcome.skipped_memories:
-        warning = (
-            f"{outcome.skipped_memories} of the session's memories have no usable timestamp "
-            "and are not in the summary (their metadata 'timestamp' must be epoch milliseconds "
-            "or ISO-8601)"
-        )
-        kopf.event(body, type="Warning", reason="UnreadableMemories", message=warning)
-    if outcome.kind == "not-found":
-        message = f"no memory carries sessionId {spec.session_id!r}; nothing was written"
-        _record(
-            body,
-            patch,
-            phase="NotFound",
-            reason="SessionNotFound",
-            message=message,
-            ok=False,
-            **common,
-        )
-        kopf.event(body, type="Warning", reason="SessionNotFound", message=message)
-        return
-    if outcome.kind == "empty":
-        message = (
-            f"the session's {outcome.memory_count} memories are all excluded types "
-            "(spec.excludedMemoryTypes of the summarizer, or sunset markers); nothing was "
-            "written"
-        )
-        _record(
-            body,
-            patch,
-            phase="Empty",
-            reason="NoSummarizableMemories",
-            message=message,
-            ok=False,
-            **common,
-        )
-        kopf.event(body, type="Normal", reason="NoSummarizableMemories", message=message)
-        return
-    summary = outcome.summary
-    assert summary is not None
-    if outcome.kind == "up-to-date":
-        message = f"summary already covers all {outcome.memory_count} memories"
-        written_ms = summary.summarized_at_ms
-        common["summarized_at"] = (
-            ms_to_rfc3339(written_ms)
-            if written_ms
-            else _status(body).summarized_at or now_rfc3339()
-        )
-        _record(
-            body,
-            patch,
-            phase="Summarized",
-            reason="UpToDate",
-            message=message,
-            ok=True,
-            title=summary.title,
-            summary_id=outcome.summary_id,
-            **common,
-        )
-        return
-    message = (
-        f"summarized {outcome.new_memories} new of {outcome.memory_count} memories "
-        f"in {outcome.passes} pass(es)"
-    )
-    _record(
-        body,
-        patch,
-        phase="Summarized",
-        reason="Summarized",
-        message=message,
-        ok=True,
-        title=summary.title,
-        summary_id=outcome.summary_id,
-        # The time stored in the row, so a later up-to-date pass shows the same instant.
-        summarized_at=(
-            ms_to_rfc3339(summary.summarized_at_ms) if summary.summarized_at_ms else now_rfc3339()
-        ),
-        writer=CONFIG.replica_id,
-        passes=outcome.passes,
-        model_tokens=outcome.tokens_used,
-        **common,
-    )
-    kopf.event(body, type="Normal", reason="Summarized", message=message)
+    report(body, patch, parsed, outcome)

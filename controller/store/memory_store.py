@@ -24,7 +24,8 @@ from chromadb.errors import ChromaError, InvalidArgumentError
 
 from controller.core.memories import Memory, Watermark, memory_from_row
 from controller.core.naming import summary_row_id
-from controller.core.summary import PriorSummary, from_chroma_row
+from controller.core.summary import PriorSummary
+from controller.core.summary_row import from_chroma_row
 from controller.core.sweep_plan import StoredSummaryState
 from controller.store.collections import Collections, batches, pages
 from controller.store.connection import StoreLocation, connect

@@ -4,7 +4,6 @@ modes. Pure."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import re
 import threading
@@ -34,6 +33,7 @@ from controller.core.summary import (
     StructuredSummary,
     SummaryValidationError,
 )
+from controller.core.text import ms_to_rfc3339
 
 MAX_MEMORIES_PER_PASS = 200
 PRIOR_SHARE = 3  # the prior summary gets at most 1/PRIOR_SHARE of maxInputTokens
@@ -172,16 +172,12 @@ def _attribute(value: str) -> str:
     return _ATTRIBUTE_UNSAFE.sub("_", value)[:64]
 
 
-def _iso(ms: int) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def render_memories(memories: Sequence[Memory], per_memory_tokens: int) -> str:
     blocks = []
     for n, memory in enumerate(memories, 1):
         text = neutralise(bounded_memory_text(memory, per_memory_tokens))
         blocks.append(
-            f'<memory n="{n}" time="{_iso(memory.timestamp_ms)}" '
+            f'<memory n="{n}" time="{ms_to_rfc3339(memory.timestamp_ms)}" '
             f'type="{_attribute(memory.type)}">\n{text}\n</memory>'
         )
     return f'<memories count="{len(memories)}">\n' + "\n".join(blocks) + "\n</memories>"

@@ -21,12 +21,7 @@ from controller.core.merge import (
     norm,
 )
 from controller.core.quoting import CLOSE_QUOTE, INSTRUCTION_LABEL, OPEN_QUOTE, is_quoted, kind_of
-from controller.core.summary import (
-    HISTORY_SECTIONS,
-    ITEM_MAX,
-    LegacySummary,
-    StructuredSummary,
-)
+from controller.core.summary import HISTORY_SECTIONS, ITEM_MAX, LegacySummary, StructuredSummary
 from controller.summarizers.chat_prompt import CLOSING, FENCE, SCORES, SYSTEM_PROMPT
 
 # -- the reply --------------------------------------------------------------------------------

@@ -18,12 +18,10 @@ sentence (its first line and the exception), not as a sentence per frame.
 
 from __future__ import annotations
 
-import datetime as dt
-import functools
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple, cast
+from typing import NamedTuple
 
 from controller.core.memories import Memory, memory_sort_key
 from controller.core.merge import PassUpdate
@@ -40,9 +38,21 @@ from controller.core.summary import (
     fallback_title,
     title_problem,
 )
+from controller.core.text import ms_to_rfc3339
 from controller.summarizers.contract import Proposal
+from controller.summarizers.extractive_cues import (
+    CATEGORY_PHRASES,
+    CORRECTION_CUES,
+    DECISION_CUES,
+    DECISION_HINTS,
+    DESIGN_CUES,
+    DESIGN_HINTS,
+    TOKEN,
+    phrase_technologies,
+    token_facts,
+)
+from controller.summarizers.extractive_text import clean, dedup_key, sentences, shorten
 
-SENTENCE_MAX = 200
 TITLE_CHARS = 80
 STATE_SENTENCES = 3
 
@@ -53,202 +63,6 @@ REQUESTS, QUESTIONS, DESIGN, CORRECTIONS, STATE = (
     "Corrections & Feedback",
     "Current State",
 )
-
-# -- text handling -------------------------------------------------------------------------
-
-# C0/C1 controls (tab and newline are kept as whitespace), lone surrogates (cannot be encoded
-# as UTF-8, so Chroma and the embedder would refuse them), zero-width characters.
-_UNWANTED = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\u200b-\u200d\ufeff]")
-_CODE_BLOCK = re.compile(r"```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)", re.DOTALL)
-# A Python traceback: its header, the indented frame and code lines, the exception line.
-_TRACEBACK = re.compile(
-    r"Traceback \(most recent call last\):[ \t]*(?:\r?\n[ \t]+[^\n]*|\r?\n[ \t]*(?=\r?\n))*"
-    r"(?:\r?\n(?P<last>[^\n]*))?"
-)
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[`*_]?[A-Z0-9])")
-_LINE_MARKUP = re.compile(r"^(?:\s*(?:[-*+>]|#{1,6}|\d{1,3}[.)])\s+)+")
-_WORDY = re.compile(r"\w")
-_NOT_WORD = re.compile(r"[^\w\s]")
-
-
-def clean(text: str) -> str:
-    """One line of plain text: no control characters, whitespace collapsed."""
-    text = _UNWANTED.sub(" ", text).replace("\u2019", "'")
-    return " ".join(text.split())
-
-
-def _shorten(text: str, limit: int) -> str:
-    """At most `limit` characters, cut at a word boundary when one is near, marked by '…'."""
-    if len(text) <= limit:
-        return text
-    cut = text[: limit - 1]
-    space = cut.rfind(" ")
-    if space >= limit * 3 // 5:
-        cut = cut[:space]
-    return cut.rstrip() + "…"
-
-
-def _one_line_traceback(match: re.Match[str]) -> str:
-    last = " ".join((match.group("last") or "").split())
-    return f"\nTraceback (most recent call last): {last}\n"
-
-
-def sentences(text: str, limit: int = SENTENCE_MAX) -> list[str]:
-    """Sentences of a text: code blocks and list markup dropped, each at most `limit` chars.
-
-    Lines are sentence boundaries; within a line a sentence ends at . ! or ? followed by
-    space and a capital or digit, so URLs, file names and "e.g. this" stay whole. A Python
-    traceback is one sentence: its first line and the exception. Python string slicing
-    works on code points, so a cut never splits a character.
-    """
-    text = _UNWANTED.sub(" ", text or "")
-    text = _CODE_BLOCK.sub("\n", text)
-    text = _TRACEBACK.sub(_one_line_traceback, text)
-    out = []
-    for line in text.splitlines():
-        line = _LINE_MARKUP.sub("", line)
-        for raw in _SENTENCE_END.split(line):
-            sentence = " ".join(raw.replace("\u2019", "'").split())
-            if len(sentence) >= 3 and _WORDY.search(sentence):
-                out.append(_shorten(sentence, limit))
-    return out
-
-
-def _key(text: str) -> str:
-    """Dedup key: case, punctuation and spacing do not make two items different."""
-    return " ".join(_NOT_WORD.sub(" ", text.lower()).split())
-
-
-# -- cues ----------------------------------------------------------------------------------
-# Cues are matched in lower-cased text. Patterns have no leading \b where a cue is long enough
-# to be unambiguous: a pattern that starts with a literal is scanned much faster by `re`.
-
-_DECISION_CUES = re.compile(
-    r"decided|decide to|we will\b|we'll\b|let's\b|going with\b|go with\b|\bchose|opted\b|"
-    r"instead of\b|will use\b|settled on\b"
-)
-_DESIGN_CUES = re.compile(
-    r"design|architect|pattern|schema|\bapis?\b|interface|trade-?off|data model|abstraction|"
-    r"endpoint|protocol|\buse [\w.-]+ (?:for|as)\b"
-)
-# "fix" alone is a request ("fix the login crash"); only "fix that/this/it" corrects the agent.
-_CORRECTION_CUES = re.compile(
-    r"^(?:no|nope)\b|\b(?:actually|wrong|instead|don't|dont|do not|that's not|that is not|"
-    r"revert\w*|undo|should have|shouldn't have|not what i|fix (?:that|this|it))\b"
-)
-# Literals one of which every cue match contains: a cheap test before splitting a text.
-_DECISION_HINTS: tuple[str, ...] = ("decid", "we will", "we'll", "let's", "go with", "chose")
-_DECISION_HINTS += ("opted", "instead of", "will use", "settled on", "let\u2019s", "we\u2019ll")
-_DESIGN_HINTS: tuple[str, ...] = ("design", "architect", "pattern", "schema", "api", "trade")
-_DESIGN_HINTS += ("interface", "data model", "abstraction", "endpoint", "protocol", "use ")
-
-# Words are matched one token at a time (a token classification is cached), which keeps a
-# 10,000-memory pass fast: one simple regex over the text instead of one per cue.
-_TOKEN = re.compile(r"[a-z0-9][a-z0-9_.+#-]*")
-_CATEGORY_WORDS = re.compile(
-    r"(?P<bugfix>bugs?|buggy|fix\w*|errors?|crash\w*|fail\w*|broken|regressions?)"
-    r"|(?P<feature>add|adds|added|adding|implement\w*|features?|support\w*)"
-    r"|(?P<refactoring>refactor\w*|cleanups?|renam\w*|extract\w*|simplif\w*|restructur\w*)"
-    r"|(?P<documentation>docs?|documentation|document|readme|readme\.md|comments?|docstrings?"
-    r"|changelog)"
-    r"|(?P<new_app>scaffold\w*|bootstrap\w*)"
-    r"|(?P<analysis>analy\w*|investigat\w*|why|explain\w*|benchmark\w*|measur\w*|profil\w*)"
-)
-_CATEGORY_PHRASES: dict[Category, tuple[str, ...]] = {
-    "refactoring": ("clean up",),
-    "new-app": ("new app", "new application", "new project", "new service", "from scratch"),
-}
-_TECHNOLOGY_WORDS: dict[str, str] = {
-    **dict.fromkeys(("python", "python2", "python3"), "python"),
-    "typescript": "typescript",
-    "javascript": "javascript",
-    "golang": "go",
-    **dict.fromkeys(("rust", "cargo"), "rust"),
-    "java": "java",
-    "kotlin": "kotlin",
-    **dict.fromkeys(("kubernetes", "k8s", "kubectl"), "kubernetes"),
-    "helm": "helm",
-    **dict.fromkeys(("chroma", "chromadb"), "chroma"),
-    **dict.fromkeys(("postgres", "postgresql", "psql"), "postgres"),
-    "mysql": "mysql",
-    **dict.fromkeys(("sqlite", "sqlite3"), "sqlite"),
-    "redis": "redis",
-    **dict.fromkeys(("mongo", "mongodb"), "mongodb"),
-    **dict.fromkeys(("reactjs", "react.js", "react-dom"), "react"),
-    **dict.fromkeys(("node.js", "nodejs", "npm", "node_modules"), "node"),
-    **dict.fromkeys(("onnx", "onnxruntime"), "onnx"),
-    **{
-        name: name
-        for name in (
-            "kopf",
-            "pytest",
-            "pydantic",
-            "fastapi",
-            "django",
-            "flask",
-            "numpy",
-            "pandas",
-            "terraform",
-            "prometheus",
-            "grafana",
-            "graphql",
-            "grpc",
-            "kafka",
-            "nginx",
-            "openai",
-            "ollama",
-            "vllm",
-            "mypy",
-            "ruff",
-        )
-    },
-}
-_FILE_EXTENSIONS = {
-    "py": "python",
-    "ts": "typescript",
-    "tsx": "typescript",
-    "js": "javascript",
-    "jsx": "javascript",
-    "go": "go",
-    "rs": "rust",
-    "java": "java",
-    "kt": "kotlin",
-}
-# Ambiguous words count only in context: "go" as tooling, "kind" with cluster verbs, "react"
-# as a library. Each pattern starts with a literal, so scanning for it is cheap.
-_TECHNOLOGY_PHRASES: dict[str, re.Pattern[str]] = {
-    "go": re.compile(r"go (?:mod|build|test|run|vet|module|modules|toolchain)\b"),
-    "kind": re.compile(r"kind (?:cluster|create|load|delete|get)\b"),
-    "react": re.compile(r"react (?:native|components?|hooks?)\b"),
-}
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _token_facts(token: str) -> tuple[str | None, Category | None]:
-    """(technology, category) a single lower-cased token points at, if any."""
-    word = token.rstrip(".-_+#")
-    technology = _TECHNOLOGY_WORDS.get(word)
-    if technology is None and word.startswith("docker"):
-        technology = "docker"
-    if technology is None and "." in word:
-        stem, _, extension = word.rpartition(".")
-        if stem and stem[-1].isalnum():
-            technology = _FILE_EXTENSIONS.get(extension)
-    match = _CATEGORY_WORDS.fullmatch(word)
-    category = (
-        cast(Category, match.lastgroup.replace("_", "-")) if match and match.lastgroup else None
-    )
-    return technology, category
-
-
-def _phrase_technologies(text: str) -> set[str]:
-    found = set()
-    for name, pattern in _TECHNOLOGY_PHRASES.items():
-        for match in pattern.finditer(text):
-            if match.start() == 0 or not text[match.start() - 1].isalnum():
-                found.add(name)
-                break
-    return found
 
 
 _COUNTS_LINE = re.compile(r"^\d+ memories so far\b")
@@ -266,15 +80,15 @@ class _Section:
     def __init__(self, carried: Sequence[SummaryItem], cap: int) -> None:
         self.items = list(carried)
         self.cap = cap
-        self.keys = {_key(item.text) for item in self.items}
+        self.keys = {dedup_key(item.text) for item in self.items}
 
     @property
     def full(self) -> bool:
         return len(self.items) >= self.cap
 
     def offer(self, text: str) -> None:
-        item = _shorten(text, ITEM_MAX)
-        key = _key(quote_if_needed(item))
+        item = shorten(text, ITEM_MAX)
+        key = dedup_key(quote_if_needed(item))
         if key and key not in self.keys and not self.full:
             self.keys.add(key)
             self.items.append(SummaryItem(text=item))
@@ -297,32 +111,32 @@ def _extract_into(sections: dict[str, _Section], memory: Memory) -> None:
     prompt_low = memory.prompt.lower()
     if (
         not requests.full
-        or (not corrections.full and _CORRECTION_CUES.search(prompt_low))
+        or (not corrections.full and CORRECTION_CUES.search(prompt_low))
         or (not questions.full and "?" in prompt_low)
-        or (not design.full and _has_any(prompt_low, _DESIGN_HINTS))
+        or (not design.full and _has_any(prompt_low, DESIGN_HINTS))
     ):
         for i, sentence in enumerate(sentences(memory.prompt)):
             low = sentence.lower()
             if i == 0:
-                is_correction = _CORRECTION_CUES.search(low)
+                is_correction = CORRECTION_CUES.search(low)
                 (corrections if is_correction else requests).offer(sentence)
             elif sentence.endswith("?"):
                 questions.offer(sentence)
-            elif _CORRECTION_CUES.search(low):
+            elif CORRECTION_CUES.search(low):
                 corrections.offer(sentence)
-            elif _DESIGN_CUES.search(low):
+            elif DESIGN_CUES.search(low):
                 design.offer(sentence)
     for text in (memory.thought, memory.response):
         low = text.lower()
-        want_decisions = not questions.full and _has_any(low, _DECISION_HINTS)
-        want_design = not design.full and _has_any(low, _DESIGN_HINTS)
+        want_decisions = not questions.full and _has_any(low, DECISION_HINTS)
+        want_design = not design.full and _has_any(low, DESIGN_HINTS)
         if not (want_decisions or want_design):
             continue
         for sentence in sentences(text):
             low = sentence.lower()
-            if _DECISION_CUES.search(low):
+            if DECISION_CUES.search(low):
                 questions.offer(sentence)
-            elif _DESIGN_CUES.search(low):
+            elif DESIGN_CUES.search(low):
                 design.offer(sentence)
 
 
@@ -331,11 +145,11 @@ def _category(texts: Iterable[str], fallback: Category) -> Category:
     low = "\n".join(texts).lower()
     votes: dict[Category, int] = {
         category: sum(low.count(phrase) for phrase in phrases)
-        for category, phrases in _CATEGORY_PHRASES.items()
+        for category, phrases in CATEGORY_PHRASES.items()
     }
     for word, count in Counter(low.split()).items():  # tokenize each distinct word once
-        for token in _TOKEN.findall(word):
-            category = _token_facts(token)[1]
+        for token in TOKEN.findall(word):
+            category = token_facts(token)[1]
             if category is not None:
                 votes[category] = votes.get(category, 0) + count
     best = max(votes.values(), default=0)
@@ -345,10 +159,10 @@ def _category(texts: Iterable[str], fallback: Category) -> Category:
 
 def _technologies(memories: Sequence[Memory]) -> set[str]:
     text = "\n".join(f"{m.prompt}\n{m.thought}\n{m.response}" for m in memories).lower()
-    found = _phrase_technologies(text)
+    found = phrase_technologies(text)
     for word in set(text.split()):  # splitting on spaces first: tokenize each word once
-        for token in _TOKEN.findall(word):
-            technology = _token_facts(token)[0]
+        for token in TOKEN.findall(word):
+            technology = token_facts(token)[0]
             if technology is not None:
                 found.add(technology)
     return found
@@ -368,14 +182,6 @@ def _title(requests: Sequence[SummaryItem], session_id: str) -> str:
     return fallback_title(session_id)
 
 
-def _iso(ms: int) -> str:
-    try:
-        when = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=ms)
-    except OverflowError:  # a nonsense timestamp is shown, not fatal
-        return f"{ms} ms after the epoch"
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _current_state(
     new: Sequence[Memory],
     prior_state: Sequence[SummaryItem],
@@ -393,15 +199,15 @@ def _current_state(
         state = [item for item in prior_state if not _COUNTS_LINE.match(item.text)]
     counts = f"{memory_count} memories so far"
     if last_ms is not None:
-        counts += f", the latest at {_iso(last_ms)}"
+        counts += f", the latest at {ms_to_rfc3339(last_ms)}"
     if now_ms is not None:
-        counts += f" (summarized at {_iso(now_ms)})"
+        counts += f" (summarized at {ms_to_rfc3339(now_ms)})"
     return [*state, SummaryItem(text=counts + ".")]
 
 
 # -- scores (0..100, simple on purpose; the model backend may do better) --------------------
 
-_CATEGORY_IMPACT: dict[str, int] = {
+CATEGORY_IMPACT: dict[str, int] = {
     "new-app": 25,
     "feature": 20,
     "bugfix": 15,
@@ -452,7 +258,7 @@ def _scores(
         quality=_clamp(100 - 10 * len(sections[CORRECTIONS])),
         productivity=_clamp(productivity),
         impact=_clamp(
-            20 + 5 * min(requests, 10) + _CATEGORY_IMPACT[category] + min(10, tool_calls // 10)
+            20 + 5 * min(requests, 10) + CATEGORY_IMPACT[category] + min(10, tool_calls // 10)
         ),
         complexity=_clamp(10 + 6 * min(len(tools), 8) + min(memory_count, 40)),
     )
@@ -540,7 +346,7 @@ def propose_extractive(
 
     if legacy is not None and legacy.title and title_problem(legacy.title) is None:
         # merge_pass still refuses it if it reads as an instruction
-        title = _shorten(clean(legacy.title), TITLE_MAX)
+        title = shorten(clean(legacy.title), TITLE_MAX)
     else:
         title = _title(sections[REQUESTS], session_id)
 

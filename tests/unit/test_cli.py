@@ -13,7 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.cli import chroma_url_problem, main
+from controller.cli.args import chroma_url_problem
+from controller.cli.main import main
 from controller.kube import client as kube
 
 REFUSED = "http://127.0.0.1:1"  # nothing listens on port 1: connections fail at once

@@ -10,12 +10,10 @@ from controller.core.summary import (
     LegacySummary,
     StructuredSummary,
     SummaryItem,
-    from_chroma_row,
-    render_document,
-    to_chroma_metadata,
     validate_summary,
 )
-from controller.summarizers.extractive import sentences
+from controller.core.summary_row import from_chroma_row, render_document, to_chroma_metadata
+from controller.summarizers.extractive_text import sentences
 from tests.support.passes import summarize_extractive
 
 T0 = 1_700_000_000_000

@@ -19,14 +19,8 @@ from hypothesis import strategies as st
 
 from controller.core.memories import Memory
 from controller.core.merge import PassUpdate, merge_pass
-from controller.core.summary import (
-    LegacySummary,
-    StructuredSummary,
-    from_chroma_row,
-    render_document,
-    to_chroma_metadata,
-    validate_summary,
-)
+from controller.core.summary import LegacySummary, StructuredSummary, validate_summary
+from controller.core.summary_row import from_chroma_row, render_document, to_chroma_metadata
 from tests.support.passes import summarize_extractive
 
 SID = "sess-legacy-property"

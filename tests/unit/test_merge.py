@@ -18,9 +18,9 @@ from controller.core.summary import (
     StructuredSummary,
     SummaryItem,
     SummaryValidationError,
-    render_document,
     validate_summary,
 )
+from controller.core.summary_row import render_document
 
 SID = "sess-merge"
 

@@ -26,9 +26,9 @@ from controller.core.summary import (
     StructuredSummary,
     SummaryItem,
     SummaryValidationError,
-    render_document,
     validate_summary,
 )
+from controller.core.summary_row import render_document
 from controller.pipeline import PassResult, run_pass
 from controller.summarizers.chat_model import ChatModelSummarizer
 from controller.summarizers.chat_prompt import (

@@ -14,11 +14,9 @@ from controller.core.summary import (
     SummaryItem,
     SummaryValidationError,
     UnreadablePriorSummary,
-    from_chroma_row,
-    render_document,
-    to_chroma_metadata,
     validate_summary,
 )
+from controller.core.summary_row import from_chroma_row, render_document, to_chroma_metadata
 
 NEO_KEYS = {
     "sessionId",

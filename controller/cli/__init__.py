@@ -1,0 +1,6 @@
+"""summaryctl: what agents and people call.
+
+summaryctl sunset SESSION_ID        create/patch the session's SessionSummary (sunset step)
+summaryctl summaries --limit N      the newest summaries, as the next agent reads them at boot
+summaryctl summarize ID... --local  recovery path: summarize straight into Chroma, no cluster
+"""

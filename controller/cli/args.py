@@ -1,0 +1,136 @@
+"""summaryctl's arguments, checked by argparse before any API or store call, and CliError:
+the one-line error every command ends with."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from urllib.parse import urlsplit
+
+MAX_SESSION_ID = 1024  # the CRD's spec.sessionId maxLength
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+class CliError(Exception):
+    """A failure with a message that says what to do; printed without a traceback."""
+
+
+# -- argument checks: run by argparse, before any API or store call ---------------------
+
+
+def _shown(value: str, limit: int = 60) -> str:
+    return repr(value if len(value) <= limit else value[:limit] + "...")
+
+
+def printable(text: object) -> str:
+    """text for one terminal line: control characters (a carriage return, an escape
+    sequence, a newline in an id) shown escaped instead of acting on the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
+def session_id_arg(value: str) -> str:
+    """A session id as memories carry it: the same rules as the CRD's spec.sessionId."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("a session id must not be empty or only whitespace")
+    if len(value) > MAX_SESSION_ID:
+        raise argparse.ArgumentTypeError(
+            f"a session id is at most {MAX_SESSION_ID} characters (got {len(value)})"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(
+            f"session id {_shown(value)} is not valid text (undecodable bytes)"
+        ) from None
+    return value
+
+
+def namespace_arg(value: str) -> str:
+    if len(value) > 63 or not _DNS_LABEL.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            f"invalid namespace {_shown(value)}: lowercase letters, digits and '-', "
+            "at most 63 characters"
+        )
+    return value
+
+
+def object_name_arg(value: str) -> str:
+    if len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            f"invalid object name {_shown(value)}: lowercase letters, digits, '-' and '.', "
+            "at most 253 characters"
+        )
+    return value
+
+
+def positive_int_arg(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {_shown(value)}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (got {number})")
+    return number
+
+
+def seconds_arg(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {_shown(value)}") from None
+    if not math.isfinite(number) or number < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more seconds (got {value})")
+    return number
+
+
+def nonblank_arg(value: str) -> str:
+    if not value.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    if not value.isprintable():
+        raise argparse.ArgumentTypeError(f"{_shown(value)} contains control characters")
+    return value
+
+
+def collection_arg(value: str) -> str:
+    from controller.api import StoreSpec
+
+    problem = StoreSpec.collection_name_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(
+            f"{_shown(value)} is not a Chroma collection name: it {problem}"
+        )
+    return value
+
+
+def chroma_url_problem(url: str) -> str | None:
+    """Why url cannot be a Chroma server address, or None. The client uses only scheme,
+    host and port: anything else would be silently ignored, so it is refused."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError when not a number or out of range
+    except ValueError as exc:
+        return str(exc)
+    if parts.scheme not in ("http", "https"):
+        return "the scheme must be http or https (e.g. http://localhost:8000)"
+    if not parts.hostname:
+        return "no host"
+    if any(c.isspace() or not c.isprintable() for c in parts.netloc):
+        return "the host contains whitespace or control characters"
+    if port == 0:
+        return "port 0 is not a server port"
+    if parts.username is not None or parts.password is not None:
+        return "credentials in the URL are not used; put a token in CHROMA_TOKEN"
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        return "only scheme, host and port are used; remove the path, query or fragment"
+    from controller.api import StoreSpec
+
+    return StoreSpec.url_problem(url)
+
+
+def check_chroma_url(url: str) -> str:
+    problem = chroma_url_problem(url)
+    if problem:
+        raise CliError(f"invalid Chroma URL {_shown(url)}: {problem}")
+    return url

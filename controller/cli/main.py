@@ -1,0 +1,124 @@
+"""summaryctl's parser and entry point (the console script and `python -m controller`)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from typing import NoReturn
+
+from controller import cli as cli_package
+from controller.cli.args import (
+    CliError,
+    collection_arg,
+    namespace_arg,
+    nonblank_arg,
+    object_name_arg,
+    positive_int_arg,
+    printable,
+    seconds_arg,
+    session_id_arg,
+)
+from controller.cli.commands import cmd_summaries, cmd_summarize, cmd_sunset
+
+# -- the parser ----------------------------------------------------------------------------
+
+
+def _add_store_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--chroma-url",
+        default=os.environ.get("CHROMA_URL"),
+        help="Chroma server URL, http(s)://HOST[:PORT] (env CHROMA_URL; token: env CHROMA_TOKEN)",
+    )
+    p.add_argument("--path", help="embedded Chroma directory (single process only)")
+    p.add_argument("--tenant", type=nonblank_arg, default="default_tenant")
+    p.add_argument("--database", type=nonblank_arg, default="default_database")
+    p.add_argument("--memory-collection", type=collection_arg, default="neo-agent-memory")
+    p.add_argument("--summary-collection", type=collection_arg, default="neo-agent-sessions")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with control characters in an echoed argument shown escaped: a stray
+    carriage return or escape sequence must not rewrite the error line on the terminal."""
+
+    def error(self, message: str) -> NoReturn:
+        super().error(printable(message))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="summaryctl",
+        description=cli_package.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser(
+        "sunset", help="force an immediate summary of a session (create/patch its SessionSummary)"
+    )
+    p.add_argument("session_id", type=session_id_arg, metavar="SESSION_ID")
+    p.add_argument(
+        "-n",
+        "--namespace",
+        type=namespace_arg,
+        default=os.environ.get("SSO_NAMESPACE") or "default",
+        help="namespace of the SessionSummary (env SSO_NAMESPACE; default: default)",
+    )
+    p.add_argument(
+        "--summarizer",
+        type=object_name_arg,
+        default=None,
+        help="SessionSummarizer name: for a new object (default: default), and written to an "
+        "existing one (without it, an existing object keeps its summarizer)",
+    )
+    p.add_argument(
+        "--wait",
+        type=seconds_arg,
+        default=0,
+        metavar="SECONDS",
+        help="wait until the summary is written (exit 1 unless Summarized)",
+    )
+    p.set_defaults(func=cmd_sunset)
+
+    p = sub.add_parser("summaries", help="the newest summaries, newest first")
+    p.add_argument("--limit", type=positive_int_arg, default=5, help="how many (at least 1)")
+    p.add_argument("--json", action="store_true")
+    _add_store_args(p)
+    p.set_defaults(func=cmd_summaries)
+
+    p = sub.add_parser("summarize", help="recovery path: summarize sessions directly, no cluster")
+    p.add_argument("session_ids", nargs="+", type=session_id_arg, metavar="SESSION_ID")
+    p.add_argument(
+        "--local",
+        action="store_true",
+        help="required: confirms no operator writes to this store meanwhile",
+    )
+    _add_store_args(p)
+    p.set_defaults(func=cmd_summarize)
+
+    return parser
+
+
+def _quiet_broken_pipe() -> None:
+    """`summaryctl summaries | head`: the reader left; no traceback at exit either."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CliError as exc:
+        print(f"summaryctl: error: {printable(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+        return 1
+    except Exception as exc:  # a failure nobody named: still one line, never a traceback
+        print(f"summaryctl: error: {type(exc).__name__}: {printable(exc)}", file=sys.stderr)
+        return 1

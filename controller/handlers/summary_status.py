@@ -1,0 +1,209 @@
+"""What a SessionSummary's status says: phase, message and the Summarized condition, from
+an Outcome or a Failure, written through kopf's patch; Events for what a user must see."""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+import kopf
+
+from controller.api import (
+    Condition,
+    Phase,
+    SessionSummarySpec,
+    SessionSummaryStatus,
+    now_rfc3339,
+    set_condition,
+)
+from controller.config import CONFIG, backoff_seconds
+from controller.core.text import ms_to_rfc3339
+from controller.kube.claims import ClaimHeld
+from controller.pipeline import Outcome
+
+CONDITION = "Summarized"
+DONE_PHASES = {"Summarized", "Empty", "NotFound"}
+
+
+class Failure(Exception):
+    """A failure to report on the object: reason (CamelCase), message, and whether to retry.
+    phase is what the object shows while retries continue below the failure gate."""
+
+    def __init__(self, reason: str, message: str, *, retry: bool, phase: Phase = "Pending") -> None:
+        super().__init__(message)
+        self.reason, self.message, self.retry, self.phase = reason, message, retry, phase
+
+
+def current_status(body: kopf.Body) -> SessionSummaryStatus:
+    return SessionSummaryStatus.model_validate(dict(body.get("status") or {}))
+
+
+def record(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    *,
+    phase: Phase,
+    reason: str,
+    message: str,
+    ok: bool,
+    **fields: Any,
+) -> None:
+    previous = current_status(body)
+    generation = body.metadata.get("generation")
+    condition = Condition(
+        type=CONDITION,
+        status="True" if ok else "False",
+        reason=reason,
+        message=message,
+        observed_generation=generation,
+    )
+    status = previous.model_copy(
+        update={
+            "phase": phase,
+            "observed_generation": generation,
+            "message": message,
+            "conditions": set_condition(previous.conditions, condition),
+            **fields,
+        }
+    )
+    patch.status.update(status.to_api())
+
+
+def record_waiting(body: kopf.Body, patch: kopf.Patch, held: ClaimHeld) -> None:
+    """Pending, with the object that owns the session's claim named; one Event per owner."""
+    owner = held.claim.writer.owner
+    message = (
+        f"waiting: SessionSummary {owner} (replica {held.claim.writer.replica}) is writing "
+        f"session {held.claim.session_id!r} in this store; this pass runs when it is done"
+    )
+    previous = {c.type: c for c in current_status(body).conditions or []}.get(CONDITION)
+    record(body, patch, phase="Pending", reason="SessionClaimed", message=message, ok=False)
+    if previous is None or previous.reason != "SessionClaimed" or owner not in previous.message:
+        kopf.event(body, type="Normal", reason="SessionClaimed", message=message)
+
+
+def record_failure(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    failure: Failure,
+    logger: kopf.Logger,
+    spec: SessionSummarySpec,
+) -> NoReturn:
+    """Condition + Event; retry with exponential backoff. Failures are counted per
+    generation (kopf keeps retrying an unfinished handler across spec changes), so the gate
+    resets on a spec change, and on success."""
+    previous = current_status(body)
+    same_generation = previous.observed_generation == body.metadata.get("generation")
+    failures = (previous.consecutive_failures or 0) + 1 if same_generation else 1
+    gated = not failure.retry or failures >= CONFIG.failure_gate
+    delay = backoff_seconds(failures - 1)
+    phase: Phase = "Failed" if gated else failure.phase
+    message = failure.message
+    if failure.retry and gated:
+        message = f"{failures} consecutive failures, retrying in {delay:.0f}s: {failure.message}"
+    record(
+        body,
+        patch,
+        phase=phase,
+        reason=failure.reason,
+        message=message,
+        ok=False,
+        consecutive_failures=failures,
+    )
+    kopf.event(body, type="Warning", reason=failure.reason, message=message)
+    logger.warning("session %s: %s: %s", spec.session_id, failure.reason, message)
+    if failure.retry:
+        raise kopf.TemporaryError(failure.message, delay=delay) from None
+    raise kopf.PermanentError(failure.message) from None
+
+
+def report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcome: Outcome) -> None:
+    last_at = ms_to_rfc3339(outcome.last_memory_at_ms) if outcome.last_memory_at_ms else None
+    common: dict[str, Any] = {
+        "memory_count": outcome.memory_count,
+        "last_memory_at": last_at,
+        "trigger_source": spec.trigger,
+        "consecutive_failures": 0,
+        "skipped_memories": outcome.skipped_memories,
+    }
+    if outcome.skipped_memories:
+        warning = (
+            f"{outcome.skipped_memories} of the session's memories have no usable timestamp "
+            "and are not in the summary (their metadata 'timestamp' must be epoch milliseconds "
+            "or ISO-8601)"
+        )
+        kopf.event(body, type="Warning", reason="UnreadableMemories", message=warning)
+    if outcome.kind == "not-found":
+        message = f"no memory carries sessionId {spec.session_id!r}; nothing was written"
+        record(
+            body,
+            patch,
+            phase="NotFound",
+            reason="SessionNotFound",
+            message=message,
+            ok=False,
+            **common,
+        )
+        kopf.event(body, type="Warning", reason="SessionNotFound", message=message)
+        return
+    if outcome.kind == "empty":
+        message = (
+            f"the session's {outcome.memory_count} memories are all excluded types "
+            "(spec.excludedMemoryTypes of the summarizer, or sunset markers); nothing was "
+            "written"
+        )
+        record(
+            body,
+            patch,
+            phase="Empty",
+            reason="NoSummarizableMemories",
+            message=message,
+            ok=False,
+            **common,
+        )
+        kopf.event(body, type="Normal", reason="NoSummarizableMemories", message=message)
+        return
+    summary = outcome.summary
+    assert summary is not None
+    if outcome.kind == "up-to-date":
+        message = f"summary already covers all {outcome.memory_count} memories"
+        written_ms = summary.summarized_at_ms
+        common["summarized_at"] = (
+            ms_to_rfc3339(written_ms)
+            if written_ms
+            else current_status(body).summarized_at or now_rfc3339()
+        )
+        record(
+            body,
+            patch,
+            phase="Summarized",
+            reason="UpToDate",
+            message=message,
+            ok=True,
+            title=summary.title,
+            summary_id=outcome.summary_id,
+            **common,
+        )
+        return
+    message = (
+        f"summarized {outcome.new_memories} new of {outcome.memory_count} memories "
+        f"in {outcome.passes} pass(es)"
+    )
+    record(
+        body,
+        patch,
+        phase="Summarized",
+        reason="Summarized",
+        message=message,
+        ok=True,
+        title=summary.title,
+        summary_id=outcome.summary_id,
+        # The time stored in the row, so a later up-to-date pass shows the same instant.
+        summarized_at=(
+            ms_to_rfc3339(summary.summarized_at_ms) if summary.summarized_at_ms else now_rfc3339()
+        ),
+        writer=CONFIG.replica_id,
+        passes=outcome.passes,
+        model_tokens=outcome.tokens_used,
+        **common,
+    )
+    kopf.event(body, type="Normal", reason="Summarized", message=message)

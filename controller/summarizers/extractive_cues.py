@@ -1,0 +1,143 @@
+"""The cue words of the extractive summarizer: what marks a decision, a design choice or a
+correction, and which words point at a technology or a session category. Pure data and
+cached token lookups."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import cast
+
+from controller.core.summary import (
+    Category,
+)
+
+# Cues are matched in lower-cased text. Patterns have no leading \b where a cue is long enough
+# to be unambiguous: a pattern that starts with a literal is scanned much faster by `re`.
+
+DECISION_CUES = re.compile(
+    r"decided|decide to|we will\b|we'll\b|let's\b|going with\b|go with\b|\bchose|opted\b|"
+    r"instead of\b|will use\b|settled on\b"
+)
+DESIGN_CUES = re.compile(
+    r"design|architect|pattern|schema|\bapis?\b|interface|trade-?off|data model|abstraction|"
+    r"endpoint|protocol|\buse [\w.-]+ (?:for|as)\b"
+)
+# "fix" alone is a request ("fix the login crash"); only "fix that/this/it" corrects the agent.
+CORRECTION_CUES = re.compile(
+    r"^(?:no|nope)\b|\b(?:actually|wrong|instead|don't|dont|do not|that's not|that is not|"
+    r"revert\w*|undo|should have|shouldn't have|not what i|fix (?:that|this|it))\b"
+)
+# Literals one of which every cue match contains: a cheap test before splitting a text.
+DECISION_HINTS: tuple[str, ...] = ("decid", "we will", "we'll", "let's", "go with", "chose")
+DECISION_HINTS += ("opted", "instead of", "will use", "settled on", "let\u2019s", "we\u2019ll")
+DESIGN_HINTS: tuple[str, ...] = ("design", "architect", "pattern", "schema", "api", "trade")
+DESIGN_HINTS += ("interface", "data model", "abstraction", "endpoint", "protocol", "use ")
+
+# Words are matched one token at a time (a token classification is cached), which keeps a
+# 10,000-memory pass fast: one simple regex over the text instead of one per cue.
+TOKEN = re.compile(r"[a-z0-9][a-z0-9_.+#-]*")
+CATEGORY_WORDS = re.compile(
+    r"(?P<bugfix>bugs?|buggy|fix\w*|errors?|crash\w*|fail\w*|broken|regressions?)"
+    r"|(?P<feature>add|adds|added|adding|implement\w*|features?|support\w*)"
+    r"|(?P<refactoring>refactor\w*|cleanups?|renam\w*|extract\w*|simplif\w*|restructur\w*)"
+    r"|(?P<documentation>docs?|documentation|document|readme|readme\.md|comments?|docstrings?"
+    r"|changelog)"
+    r"|(?P<new_app>scaffold\w*|bootstrap\w*)"
+    r"|(?P<analysis>analy\w*|investigat\w*|why|explain\w*|benchmark\w*|measur\w*|profil\w*)"
+)
+CATEGORY_PHRASES: dict[Category, tuple[str, ...]] = {
+    "refactoring": ("clean up",),
+    "new-app": ("new app", "new application", "new project", "new service", "from scratch"),
+}
+TECHNOLOGY_WORDS: dict[str, str] = {
+    **dict.fromkeys(("python", "python2", "python3"), "python"),
+    "typescript": "typescript",
+    "javascript": "javascript",
+    "golang": "go",
+    **dict.fromkeys(("rust", "cargo"), "rust"),
+    "java": "java",
+    "kotlin": "kotlin",
+    **dict.fromkeys(("kubernetes", "k8s", "kubectl"), "kubernetes"),
+    "helm": "helm",
+    **dict.fromkeys(("chroma", "chromadb"), "chroma"),
+    **dict.fromkeys(("postgres", "postgresql", "psql"), "postgres"),
+    "mysql": "mysql",
+    **dict.fromkeys(("sqlite", "sqlite3"), "sqlite"),
+    "redis": "redis",
+    **dict.fromkeys(("mongo", "mongodb"), "mongodb"),
+    **dict.fromkeys(("reactjs", "react.js", "react-dom"), "react"),
+    **dict.fromkeys(("node.js", "nodejs", "npm", "node_modules"), "node"),
+    **dict.fromkeys(("onnx", "onnxruntime"), "onnx"),
+    **{
+        name: name
+        for name in (
+            "kopf",
+            "pytest",
+            "pydantic",
+            "fastapi",
+            "django",
+            "flask",
+            "numpy",
+            "pandas",
+            "terraform",
+            "prometheus",
+            "grafana",
+            "graphql",
+            "grpc",
+            "kafka",
+            "nginx",
+            "openai",
+            "ollama",
+            "vllm",
+            "mypy",
+            "ruff",
+        )
+    },
+}
+_FILE_EXTENSIONS = {
+    "py": "python",
+    "ts": "typescript",
+    "tsx": "typescript",
+    "js": "javascript",
+    "jsx": "javascript",
+    "go": "go",
+    "rs": "rust",
+    "java": "java",
+    "kt": "kotlin",
+}
+# Ambiguous words count only in context: "go" as tooling, "kind" with cluster verbs, "react"
+# as a library. Each pattern starts with a literal, so scanning for it is cheap.
+_TECHNOLOGY_PHRASES: dict[str, re.Pattern[str]] = {
+    "go": re.compile(r"go (?:mod|build|test|run|vet|module|modules|toolchain)\b"),
+    "kind": re.compile(r"kind (?:cluster|create|load|delete|get)\b"),
+    "react": re.compile(r"react (?:native|components?|hooks?)\b"),
+}
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def token_facts(token: str) -> tuple[str | None, Category | None]:
+    """(technology, category) a single lower-cased token points at, if any."""
+    word = token.rstrip(".-_+#")
+    technology = TECHNOLOGY_WORDS.get(word)
+    if technology is None and word.startswith("docker"):
+        technology = "docker"
+    if technology is None and "." in word:
+        stem, _, extension = word.rpartition(".")
+        if stem and stem[-1].isalnum():
+            technology = _FILE_EXTENSIONS.get(extension)
+    match = CATEGORY_WORDS.fullmatch(word)
+    category = (
+        cast(Category, match.lastgroup.replace("_", "-")) if match and match.lastgroup else None
+    )
+    return technology, category
+
+
+def phrase_technologies(text: str) -> set[str]:
+    found = set()
+    for name, pattern in _TECHNOLOGY_PHRASES.items():
+        for match in pattern.finditer(text):
+            if match.start() == 0 or not text[match.start() - 1].isalnum():
+                found.add(name)
+                break
+    return found
