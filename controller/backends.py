@@ -30,22 +30,25 @@ class Backends:
     summarizer: Summarizer = EXTRACTIVE
 
 
+# The StoreSpec fields a StoreLocation takes as they are (the token is read from its Secret).
+_STORE_FIELDS = (
+    "url",
+    "tenant",
+    "database",
+    "memory_collection",
+    "summary_collection",
+    "timeout_seconds",
+)
+
+
 def store_location(spec: SessionSummarizerSpec, namespace: str) -> StoreLocation:
     s = spec.store
     token = None
     if s.auth_secret_ref is not None:
         token = kube.read_secret_key(namespace, s.auth_secret_ref.name, s.auth_secret_ref.key)
-    return StoreLocation(
-        url=s.url,
-        tenant=s.tenant,
-        database=s.database,
-        memory_collection=s.memory_collection,
-        summary_collection=s.summary_collection,
-        token=token,
-        timeout_seconds=s.timeout_seconds,
-        # The summary collection records the embedding function it is created with.
-        embedding_provider=spec.embedding.provider,
-    )
+    where = s.model_dump(include=set(_STORE_FIELDS))
+    # The summary collection records the embedding function it is created with.
+    return StoreLocation(**where, token=token, embedding_provider=spec.embedding.provider)
 
 
 def embedding_spec(spec: SessionSummarizerSpec, namespace: str) -> EmbeddingSpec:

@@ -47,22 +47,21 @@ def session_id_arg(value: str) -> str:
     return value
 
 
-def namespace_arg(value: str) -> str:
-    if len(value) > 63 or not _DNS_LABEL.fullmatch(value):
+def _dns_name(value: str, pattern: re.Pattern[str], limit: int, what: str, chars: str) -> str:
+    if len(value) > limit or not pattern.fullmatch(value):
         raise argparse.ArgumentTypeError(
-            f"invalid namespace {_shown(value)}: lowercase letters, digits and '-', "
-            "at most 63 characters"
+            f"invalid {what} {_shown(value)}: {chars}, at most {limit} characters"
         )
     return value
+
+
+def namespace_arg(value: str) -> str:
+    return _dns_name(value, _DNS_LABEL, 63, "namespace", "lowercase letters, digits and '-'")
 
 
 def object_name_arg(value: str) -> str:
-    if len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
-        raise argparse.ArgumentTypeError(
-            f"invalid object name {_shown(value)}: lowercase letters, digits, '-' and '.', "
-            "at most 253 characters"
-        )
-    return value
+    chars = "lowercase letters, digits, '-' and '.'"
+    return _dns_name(value, _DNS_SUBDOMAIN, 253, "object name", chars)
 
 
 def positive_int_arg(value: str) -> int:

@@ -38,10 +38,12 @@ class Memory(BaseModel, frozen=True):
     session_id: str
     timestamp_ms: int
     type: str = INTERACTION_TYPE
+    # What was said: an agent-interaction's three parts, else the row's document.
     prompt: str = ""
     thought: str = ""
     response: str = ""
     document: str = ""
+    # Who did it, and with which tools.
     agent: str | None = None
     model: str | None = None
     tool_calls: int = 0

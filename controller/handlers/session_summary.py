@@ -7,9 +7,10 @@ the outcome or the failure into status, a condition and an Event.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -83,16 +84,50 @@ def _resolve(
         summarizer = SessionSummarizerSpec.model_validate(summarizer_spec)
     except ValidationError as exc:
         raise Failure("InvalidSummarizer", one_line(exc, 300), retry=True) from exc
-    try:
+    with failures_shown(invalid_spec=True):
         return backends_for(summarizer, namespace)
-    except kube.SecretError as exc:
-        raise Failure("SecretNotFound", str(exc), retry=True) from exc
-    except StoreUnavailable as exc:
-        raise Failure("StoreUnavailable", str(exc), retry=True) from exc
-    except InvalidStoreConfig as exc:  # a ValueError too: before the catch-all below
-        raise Failure("InvalidStoreConfig", one_line(exc, 300), retry=False) from exc
-    except ValueError as exc:
-        raise Failure("InvalidSummarizer", one_line(exc, 300), retry=True) from exc
+
+
+# What a failure of each kind shows on the object (reason) and whether it is retried; the
+# first match wins, so a subclass comes before its base (InvalidModelOutput is a
+# SummaryValidationError; InvalidStoreConfig and UnreadablePriorSummary are ValueErrors).
+_FAILURES: tuple[tuple[type[Exception], str, bool], ...] = (
+    (kube.SecretError, "SecretNotFound", True),
+    (StoreUnavailable, "StoreUnavailable", True),
+    (InvalidStoreConfig, "InvalidStoreConfig", False),
+    (UnreadablePriorSummary, "UnreadablePriorSummary", False),
+    (EmbeddingMismatch, "EmbeddingMismatch", False),
+    (EmbeddingError, "EmbeddingUnavailable", True),
+    (ModelUnavailable, "ModelUnavailable", True),
+    (InvalidModelOutput, "InvalidModelOutput", True),
+    (SummaryValidationError, "InvalidSummary", True),
+)
+
+
+@contextlib.contextmanager
+def failures_shown(
+    backends: Backends | None = None, *, invalid_spec: bool = False
+) -> Iterator[None]:
+    """Turns what the work below raises into the Failure the object shows. An unreachable
+    store drops its cached client; with invalid_spec, any other ValueError is the
+    SessionSummarizer's spec (InvalidSummarizer)."""
+    try:
+        yield
+    except CollectionNotFound as exc:
+        reason = "MemoryCollectionNotFound" if exc.role == "memory" else "CollectionNotFound"
+        raise Failure(reason, one_line(exc, 300), retry=True) from exc
+    except Exception as exc:
+        for kind, reason, retry in _FAILURES:
+            if isinstance(exc, kind):
+                if isinstance(exc, StoreUnavailable) and backends is not None:
+                    forget_store(backends.store.location)
+                message = one_line(exc, 300)
+                if isinstance(exc, UnreadablePriorSummary):
+                    message += "; the stored row was left as it is"
+                raise Failure(reason, message, retry=retry) from exc
+        if invalid_spec and isinstance(exc, ValueError):
+            raise Failure("InvalidSummarizer", one_line(exc, 300), retry=True) from exc
+        raise
 
 
 def summarize_blocking(
@@ -101,7 +136,7 @@ def summarize_blocking(
     before_write: Callable[[], None] | None = None,
     writer_object: str = "",
 ) -> Outcome:
-    try:
+    with failures_shown(backends):
         return summarize_session(
             backends.store,
             spec.session_id,
@@ -113,43 +148,12 @@ def summarize_blocking(
             before_write=before_write,
             writer_object=writer_object,
         )
-    except StoreUnavailable as exc:
-        forget_store(backends.store.location)
-        raise Failure("StoreUnavailable", one_line(exc, 300), retry=True) from exc
-    except CollectionNotFound as exc:
-        reason = "MemoryCollectionNotFound" if exc.role == "memory" else "CollectionNotFound"
-        raise Failure(reason, one_line(exc, 300), retry=True) from exc
-    except InvalidStoreConfig as exc:
-        raise Failure("InvalidStoreConfig", one_line(exc, 300), retry=False) from exc
-    except UnreadablePriorSummary as exc:
-        raise Failure(
-            "UnreadablePriorSummary",
-            f"{one_line(exc, 300)}; the stored row was left as it is",
-            retry=False,
-        ) from exc
-    except EmbeddingMismatch as exc:
-        raise Failure("EmbeddingMismatch", one_line(exc, 300), retry=False) from exc
-    except EmbeddingError as exc:
-        raise Failure("EmbeddingUnavailable", one_line(exc, 300), retry=True) from exc
-    except ModelUnavailable as exc:
-        raise Failure("ModelUnavailable", one_line(exc, 300), retry=True) from exc
-    except InvalidModelOutput as exc:
-        raise Failure("InvalidModelOutput", one_line(exc, 300), retry=True) from exc
-    except SummaryValidationError as exc:
-        raise Failure("InvalidSummary", one_line(exc, 300), retry=True) from exc
 
 
 def _claim_scope(backends: Backends) -> str:
     """Which store the session's claim is in: one store however it is addressed."""
-    try:
+    with failures_shown(backends):
         return backends.store.claim_scope()
-    except StoreUnavailable as exc:
-        forget_store(backends.store.location)
-        raise Failure("StoreUnavailable", one_line(exc, 300), retry=True) from exc
-    except CollectionNotFound as exc:
-        raise Failure("MemoryCollectionNotFound", one_line(exc, 300), retry=True) from exc
-    except InvalidStoreConfig as exc:
-        raise Failure("InvalidStoreConfig", one_line(exc, 300), retry=False) from exc
 
 
 def summarize_claimed(

@@ -25,9 +25,9 @@ class StoreLocation:
     database: str = "default_database"
     memory_collection: str = "neo-agent-memory"
     summary_collection: str = "neo-agent-sessions"
-    path: str | None = None
-    token: str | None = None
     timeout_seconds: float = 10.0
+    path: str | None = None  # embedded PersistentClient (summaryctl summarize --local only)
+    token: str | None = None
     # The embedding provider (spec.embedding.provider): decides what embedding function
     # the summary collection records if the writer has to create it. See _creation_ef.
     embedding_provider: str = "local-minilm"
