@@ -13,9 +13,11 @@ export SSO_TOOLS_BIN
 venv=$(bash hack/install-python.sh | tail -n 1)
 echo "== setup took $(( $(date +%s) - t0 ))s; tools in $SSO_TOOLS_BIN"
 echo "== ruff"
-"$venv/bin/ruff" check controller tests bench
-"$venv/bin/ruff" format --check controller tests bench
+"$venv/bin/ruff" check controller devenv tests bench
+"$venv/bin/ruff" format --check controller devenv tests bench
 echo "== mypy"
 "$venv/bin/mypy"
 echo "== pytest"
 "$venv/bin/python" -m pytest "$@"
+echo "== e2e: the image in real Pods (hack/e2e.sh; kind with Docker, else the local node)"
+bash hack/e2e.sh
