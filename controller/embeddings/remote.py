@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
-import time
-from typing import Any
+from typing import TYPE_CHECKING
 
-import httpx
 import numpy as np
+from openai import APIConnectionError, APIStatusError, OpenAI, omit
 
 from controller.embeddings.minilm import Documents, EmbeddingError, Embeddings
 
+if TYPE_CHECKING:
+    import httpx2
+
+# The SDK refuses to build a client without a key; an endpoint without one gets this
+# placeholder, and every request omits the Authorization header, so it is never sent.
+NO_API_KEY = "no-api-key"
+
 
 class OpenAICompatibleEmbedding:
-    """``POST {base_url}/embeddings`` with retries on 5xx, 429 and transport errors.
+    """``POST {base_url}/embeddings`` through the ``openai`` SDK: one pooled client per
+    configuration, whose own retry loop retries timeouts, connection errors, 408, 409, 429
+    and 5xx ``retries`` times with exponential backoff (Retry-After honoured up to the
+    SDK's two minutes). Other 4xx fail at once.
 
-    The API key is sent as a bearer token and kept out of repr and error messages: those
-    end up in logs and on the CR.
+    The API key is sent as a bearer token (no Authorization header without one) and kept
+    out of repr and error messages: those end up in logs and on the CR.
     """
 
     def __init__(
@@ -25,14 +34,19 @@ class OpenAICompatibleEmbedding:
         api_key: str | None = None,
         timeout_seconds: float = 30.0,
         retries: int = 2,
-        backoff_seconds: float = 0.5,
+        *,
+        http_client: httpx2.Client | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
-        self._api_key = api_key
-        self.timeout_seconds = timeout_seconds
-        self.retries = retries
-        self.backoff_seconds = backoff_seconds
+        self._client = OpenAI(
+            base_url=self.base_url,
+            api_key=api_key or NO_API_KEY,
+            timeout=timeout_seconds,
+            max_retries=retries,
+            http_client=http_client,
+        )
+        self._headers = {} if api_key else {"Authorization": omit}
 
     @property
     def url(self) -> str:
@@ -41,46 +55,43 @@ class OpenAICompatibleEmbedding:
     def __call__(self, input: Documents) -> Embeddings:
         if not input:
             return []
-        payload = self._post({"model": self.model, "input": list(input)})
-        return self._parse(payload, expected=len(input))
-
-    def _post(self, body: dict[str, Any]) -> Any:
-        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        failure = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff_seconds * 2 ** (attempt - 1))
-            try:
-                response = httpx.post(
-                    self.url, json=body, headers=headers, timeout=self.timeout_seconds
-                )
-            except httpx.TransportError as exc:
-                failure = f"{type(exc).__name__} calling {self.url}"
-                continue
-            if response.status_code >= 500 or response.status_code == 429:
-                failure = f"HTTP {response.status_code} from {self.url}"
-                continue
-            if response.status_code >= 400:
-                raise EmbeddingError(f"HTTP {response.status_code} from {self.url}")
-            try:
-                return response.json()
-            except ValueError:
-                raise EmbeddingError(f"invalid JSON from {self.url}") from None
-        raise EmbeddingError(f"{failure} (after {self.retries + 1} attempts)")
-
-    def _parse(self, payload: Any, expected: int) -> Embeddings:
         try:
-            items = sorted(payload["data"], key=lambda item: item["index"])
-            vectors: Embeddings = [
-                np.asarray(item["embedding"], dtype=np.float32) for item in items
-            ]
-        except (KeyError, TypeError, ValueError):
-            raise EmbeddingError(f"unexpected response shape from {self.url}") from None
-        if len(vectors) != expected:
+            response = self._client.embeddings.create(
+                model=self.model,
+                input=list(input),
+                encoding_format="float",  # what every compatible server speaks
+                extra_headers=self._headers,
+            )
+        except APIStatusError as exc:
+            status = exc.status_code
+            hint = " (check embedding.apiKeySecretRef)" if status in (401, 403) else ""
             raise EmbeddingError(
-                f"{self.url} returned {len(vectors)} embeddings for {expected} inputs"
+                f"HTTP {status} from {self.url}{hint}{_attempts(exc.response.request)}"
+            ) from None
+        except APIConnectionError as exc:  # timeouts included
+            cause = type(exc.__cause__).__name__ if exc.__cause__ else "connection error"
+            raise EmbeddingError(f"{cause} calling {self.url}{_attempts(exc.request)}") from None
+        except ValueError:  # a 200 whose body does not decode
+            raise EmbeddingError(f"invalid JSON from {self.url}") from None
+        try:  # the SDK builds its model without validation: check what the vectors are
+            items = sorted(response.data, key=lambda item: item.index)
+            vectors: Embeddings = [np.asarray(item.embedding, dtype=np.float32) for item in items]
+            if any(v.ndim != 1 or not v.size for v in vectors):
+                raise ValueError("not a vector")
+        except (AttributeError, TypeError, ValueError):
+            raise EmbeddingError(f"unexpected response shape from {self.url}") from None
+        if len(vectors) != len(input):
+            raise EmbeddingError(
+                f"{self.url} returned {len(vectors)} embeddings for {len(input)} inputs"
             )
         return vectors
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleEmbedding(url={self.url!r}, model={self.model!r})"
+
+
+def _attempts(request: httpx2.Request) -> str:
+    """' (after N attempts)' when the SDK retried: it numbers each attempt's request."""
+    count = request.headers.get("x-stainless-retry-count", "0")
+    retries = int(count) if count.isdigit() else 0
+    return f" (after {retries + 1} attempts)" if retries else ""

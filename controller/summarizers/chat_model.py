@@ -18,13 +18,18 @@ explicit instruction that this is content to summarize, not instructions to foll
 the model copies from an instruction-like sentence of the memories is stored as quoted
 session content, and a pass whose memories hold one keeps the prior's category and scores.
 
-Failures: timeouts, connection errors, 429 and 5xx are retried with exponential backoff.
+Transport: the ``openai`` SDK (one pooled client per configuration: connections, the
+timeout, the bearer token, error classes), with its own retries off (``max_retries=0``).
+The retry loop here is domain logic that the SDK's cannot express: a retry may change the
+request (the next response_format mode after a 500, a correction after a bad reply), every
+attempt's tokens are counted, and Retry-After is capped at RETRY_AFTER_MAX_SECONDS.
+Timeouts, connection errors, 408/409/425/429 and 5xx are retried with exponential backoff.
 A reply that is not JSON, misses a section, was cut off (``finish_reason: "length"``) or
 is degenerate (one item repeated, items copied from the instructions, nothing proposed for
 memories that have content, mostly items that mention nothing from the session) gets a
 corrective retry. When the retries are spent, the pass fails with ModelUnavailable or
-InvalidModelOutput and nothing is written. The API key is sent as a bearer token and
-appears in no repr, log line or error message.
+InvalidModelOutput and nothing is written. The API key is sent as a bearer token (no
+Authorization header at all without one) and appears in no repr, log line or error message.
 """
 
 from __future__ import annotations
@@ -32,10 +37,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
-import httpx
+from openai import (
+    APIConnectionError,
+    APIStatusError,
+    APITimeoutError,
+    BaseModel,
+    OpenAI,
+    omit,
+)
 
 from controller.core.memories import Memory, memory_sort_key
 from controller.core.merge import PassUpdate
@@ -75,7 +87,14 @@ from controller.summarizers.chat_reply import (
 )
 from controller.summarizers.contract import Proposal
 
+if TYPE_CHECKING:
+    import httpx2
+    from openai.types.chat import ChatCompletionMessageParam
+
 log = logging.getLogger(__name__)
+# The SDK refuses to build a client without a key; an endpoint without one gets this
+# placeholder, and every request omits the Authorization header, so it is never sent.
+NO_API_KEY = "no-api-key"
 
 
 # -- the summarizer ---------------------------------------------------------------------------
@@ -87,12 +106,18 @@ class ChatModelSummarizer:
     Thread-safe; one instance per configuration is shared by all summaries of a process.
     """
 
-    def __init__(self, config: ChatModelConfig, *, client: httpx.Client | None = None) -> None:
+    def __init__(
+        self, config: ChatModelConfig, *, http_client: httpx2.Client | None = None
+    ) -> None:
         self.config = config
-        headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
-        self._client = client or httpx.Client(
-            headers=headers, timeout=httpx.Timeout(config.timeout_seconds)
+        self._client = OpenAI(
+            base_url=config.base_url,
+            api_key=config.api_key or NO_API_KEY,
+            timeout=config.timeout_seconds,
+            max_retries=0,  # the loop in _pass retries, see the module docstring
+            http_client=http_client,
         )
+        self._headers = {} if config.api_key else {"Authorization": omit}
         self._semaphore = endpoint_semaphore(config.url, config.max_concurrency)
         self._lock = threading.Lock()
         self._format = 0  # index into RESPONSE_FORMATS: the mode requests use now
@@ -218,32 +243,37 @@ class ChatModelSummarizer:
         config = self.config
         for _ in range(len(RESPONSE_FORMATS) + 2):  # each pass of the loop changes an option
             mode = self.response_format
-            body: dict[str, Any] = {
-                "model": config.model,
-                "messages": messages,
-                "temperature": 0,
-                self._max_tokens_key: config.max_output_tokens,
-            }
             requested = response_format(mode, memory_count, prior_items)
-            if requested is not None:
-                body["response_format"] = requested
+            tokens = config.max_output_tokens
             with self._semaphore:
                 try:
-                    response = self._client.post(config.url, json=body)
-                except httpx.TimeoutException:
+                    completion = self._client.chat.completions.create(
+                        model=config.model,
+                        messages=cast("list[ChatCompletionMessageParam]", messages),
+                        temperature=0,
+                        max_tokens=tokens if self._max_tokens_key == "max_tokens" else omit,
+                        max_completion_tokens=(
+                            tokens if self._max_tokens_key == "max_completion_tokens" else omit
+                        ),
+                        response_format=cast(Any, requested) if requested is not None else omit,
+                        extra_headers=self._headers,
+                    )
+                except APITimeoutError:
                     raise Transient(f"timed out after {config.timeout_seconds:g}s") from None
-                except httpx.TransportError as exc:
-                    raise Transient(f"{type(exc).__name__} connecting") from None
-            status = response.status_code
-            if status < 400:
-                self._format_confirmed = True
-                try:
-                    return response.json()
-                except ValueError:
+                except APIConnectionError as exc:
+                    cause = type(exc.__cause__).__name__ if exc.__cause__ else "error"
+                    raise Transient(f"{cause} connecting") from None
+                except APIStatusError as exc:
+                    error = exc
+                except ValueError:  # a 200 whose body does not decode
                     raise BadReply(
                         "the response body is not complete JSON", corrective=False
                     ) from None
-            detail = self._error_detail(response)
+                else:
+                    self._format_confirmed = True
+                    return _payload(completion)
+            status = error.status_code
+            detail = self._error_detail(error.body)
             if status in FORMAT_REFUSAL_STATUS:
                 if self._max_tokens_key == "max_tokens" and "max_completion_tokens" in detail:
                     self._max_tokens_key = "max_completion_tokens"  # OpenAI's newer models
@@ -254,7 +284,7 @@ class ChatModelSummarizer:
             if status >= 500 or status in TRANSIENT_STATUS:
                 if status in FORMAT_FAILURE_STATUS and mode != "none":
                     self._next_format(mode, f"HTTP {status}{detail}", unless_confirmed=True)
-                raise Transient(f"HTTP {status}", _retry_after(response))
+                raise Transient(f"HTTP {status}", _retry_after(error.response.headers))
             hint = " (check model.apiKeySecretRef)" if status in (401, 403) else ""
             raise ModelUnavailable(f"model unavailable: {config.url}: HTTP {status}{hint}{detail}")
         raise ModelUnavailable(f"model unavailable: {config.url}: refuses every request format")
@@ -276,21 +306,24 @@ class ChatModelSummarizer:
             self.response_format,
         )
 
-    def _error_detail(self, response: httpx.Response) -> str:
-        """The endpoint's error message, short and with the API key redacted."""
-        try:
-            error = response.json().get("error")
-            text = error.get("message") if isinstance(error, dict) else error
-        except (ValueError, AttributeError):
-            text = response.text
+    def _error_detail(self, body: object) -> str:
+        """The endpoint's error message (the SDK's error body: the ``error`` object of a JSON
+        body, or its text), short and with the API key redacted."""
+        text = body.get("message") if isinstance(body, dict) else body
         text = " ".join(str(text or "").split())[:200]
         if self.config.api_key:
             text = text.replace(self.config.api_key, "***")
         return f": {text}" if text else ""
 
 
-def _retry_after(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
+def _payload(completion: object) -> Any:
+    """The decoded response as sent: the SDK builds its model without validation, so an
+    endpoint's odd shapes (content parts, no usage) reach chat_reply as they came."""
+    return completion.to_dict(warnings=False) if isinstance(completion, BaseModel) else completion
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("retry-after")
     try:
         return min(float(value), RETRY_AFTER_MAX_SECONDS) if value is not None else None
     except ValueError:

@@ -8,6 +8,7 @@ import uuid
 from pathlib import Path
 
 import chromadb
+import httpx2
 import numpy as np
 import pytest
 from pydantic import ValidationError
@@ -102,7 +103,7 @@ def test_api_key_is_sent_as_bearer_token_and_never_shown() -> None:
         ef(["hello"])
         sent = server.requests_to("/embeddings")
     assert sent[0].headers["Authorization"] == "Bearer sk-secret"
-    assert sent[0].body == {"model": "m", "input": ["hello"]}
+    assert sent[0].body == {"model": "m", "input": ["hello"], "encoding_format": "float"}
     assert "sk-secret" not in repr(ef)
     assert "sk-secret" not in repr(
         EmbeddingSpec(provider="openai", base_url="u", api_key="sk-secret")
@@ -112,7 +113,7 @@ def test_api_key_is_sent_as_bearer_token_and_never_shown() -> None:
 def test_server_error_then_success_is_retried() -> None:
     with running_openai_server() as server:
         server.script_embeddings(Status(500), Status(503))
-        ef = OpenAICompatibleEmbedding(server.base_url, "m", backoff_seconds=0.01)
+        ef = OpenAICompatibleEmbedding(server.base_url, "m")
         vectors = ef(["retry me"])
         attempts = len(server.requests_to("/embeddings"))
     assert attempts == 3
@@ -122,29 +123,76 @@ def test_server_error_then_success_is_retried() -> None:
 def test_persistent_failure_raises_one_line_error_without_the_key() -> None:
     with running_openai_server() as server:
         server.script_embeddings(*[Status(500)] * 3)
-        ef = OpenAICompatibleEmbedding(server.base_url, "m", api_key="sk-secret", backoff_seconds=0)
+        ef = OpenAICompatibleEmbedding(server.base_url, "m", api_key="sk-secret")
         with pytest.raises(EmbeddingError) as failure:
             ef(["doomed"])
+        assert len(server.requests_to("/embeddings")) == 3
     message = str(failure.value)
-    assert "500" in message and f"{server.base_url}/embeddings" in message
+    assert "HTTP 500" in message and f"{server.base_url}/embeddings" in message
+    assert "after 3 attempts" in message
     assert "sk-secret" not in message and "\n" not in message
 
 
 def test_client_error_is_not_retried() -> None:
     with running_openai_server() as server:
-        server.script_embeddings(Status(401))
-        ef = OpenAICompatibleEmbedding(server.base_url, "m", backoff_seconds=0)
-        with pytest.raises(EmbeddingError, match="HTTP 401"):
+        server.script_embeddings(Status(401, '{"error": {"message": "bad key sk-secret"}}'))
+        ef = OpenAICompatibleEmbedding(server.base_url, "m", api_key="sk-secret")
+        with pytest.raises(EmbeddingError) as failure:
             ef(["unauthorized"])
         assert len(server.requests_to("/embeddings")) == 1
+    message = str(failure.value)
+    assert "HTTP 401" in message and "embedding.apiKeySecretRef" in message
+    assert "sk-secret" not in message and "attempts" not in message
+
+
+def test_an_endpoint_without_an_api_key_gets_no_authorization_header() -> None:
+    with running_openai_server() as server:
+        ef = OpenAICompatibleEmbedding(server.base_url, "m")
+        ef(["hello"])
+        ef(["again"])
+        sent = server.requests_to("/embeddings")
+    assert [{k.lower() for k in r.headers} & {"authorization"} for r in sent] == [set(), set()]
 
 
 def test_unreachable_endpoint_raises_embedding_error() -> None:
     with running_openai_server() as server:
         base_url = server.base_url
-    ef = OpenAICompatibleEmbedding(base_url, "m", retries=1, backoff_seconds=0)
-    with pytest.raises(EmbeddingError, match="ConnectError"):
+    ef = OpenAICompatibleEmbedding(base_url, "m", retries=1)
+    with pytest.raises(EmbeddingError, match=r"ConnectError calling .* \(after 2 attempts\)"):
         ef(["nobody listens"])
+
+
+def answering(*bodies: str) -> httpx2.Client:
+    """An HTTP client (for the SDK) whose endpoint answers 200 with these bodies in turn."""
+    script = list(bodies)
+    return httpx2.Client(
+        transport=httpx2.MockTransport(
+            lambda _: httpx2.Response(
+                200, text=script.pop(0), headers={"content-type": "application/json"}
+            )
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        ('{"data": [{"index": 0, "embedd', "invalid JSON from http://model/v1/embeddings"),
+        ('{"data": [{"index": 0}]}', "unexpected response shape from http://model/v1/embeddings"),
+        ('{"object": "list"}', "unexpected response shape"),
+        (
+            '{"data": [{"index": 0, "embedding": [1.0]}, {"index": 1, "embedding": [2.0]}]}',
+            "returned 2 embeddings for 1 inputs",
+        ),
+    ],
+    ids=["cut-off", "no-vector", "no-data", "too-many"],
+)
+def test_a_reply_that_is_not_one_vector_per_input_is_an_embedding_error(
+    body: str, error: str
+) -> None:
+    ef = OpenAICompatibleEmbedding("http://model/v1", "m", http_client=answering(body))
+    with pytest.raises(EmbeddingError, match=error):
+        ef(["one text"])
 
 
 def test_spec_rejects_configurations_that_cannot_work() -> None:

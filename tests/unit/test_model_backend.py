@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from controller.core.chunking import estimate_tokens
@@ -30,6 +30,7 @@ from controller.core.summary import (
 )
 from controller.core.summary_row import render_document
 from controller.pipeline import PassResult, run_pass
+from controller.summarizers import chat_model
 from controller.summarizers.chat_model import ChatModelSummarizer
 from controller.summarizers.chat_prompt import (
     MAX_OUTPUT_TOKENS,
@@ -290,6 +291,51 @@ def test_a_rejected_api_key_fails_at_once_without_showing_the_key(server: OpenAI
     assert "HTTP 401" in message and "apiKeySecretRef" in message
     assert API_KEY not in message and "***" in message
     assert len(chat_bodies(server)) == 1
+
+
+def test_an_endpoint_without_an_api_key_gets_no_authorization_header(
+    server: OpenAIServer,
+) -> None:
+    server.script_chat(Reply(valid_reply()), Reply(valid_reply()))
+    s = summarizer(server, api_key=None)
+    s(SID, memories("Add retries."), None)
+    s(SID, memories("Add retries."), None)
+    sent = server.requests_to("/chat/completions")
+    assert [{k.lower() for k in r.headers} & {"authorization"} for r in sent] == [set(), set()]
+
+
+def throttling_client(retry_after: str) -> tuple[httpx2.Client, list[float]]:
+    """An HTTP client (for the SDK) whose endpoint answers 429 with this Retry-After, then
+    a valid reply; records when each request arrived."""
+    arrivals: list[float] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        arrivals.append(time.monotonic())
+        if len(arrivals) == 1:
+            return httpx2.Response(429, headers={"Retry-After": retry_after}, json={})
+        return httpx2.Response(200, json=completion(json.dumps(valid_reply()), "stop"))
+
+    return httpx2.Client(transport=httpx2.MockTransport(answer)), arrivals
+
+
+def test_retry_after_is_honoured_over_a_shorter_backoff() -> None:
+    client, arrivals = throttling_client("1")
+    config = ChatModelConfig(base_url="http://model/v1", model="m", backoff_seconds=0.01)
+    result = Passes(ChatModelSummarizer(config, http_client=client))(SID, memories("Add."), None)
+    assert isinstance(result, PassResult)
+    assert len(arrivals) == 2 and arrivals[1] - arrivals[0] >= 1.0
+
+
+def test_a_retry_after_beyond_the_cap_is_waited_for_only_up_to_the_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An hour's Retry-After neither blocks the pass for an hour nor ends it at once."""
+    monkeypatch.setattr(chat_model, "RETRY_AFTER_MAX_SECONDS", 1.0)
+    client, arrivals = throttling_client("3600")
+    config = ChatModelConfig(base_url="http://model/v1", model="m", backoff_seconds=0.01)
+    result = Passes(ChatModelSummarizer(config, http_client=client))(SID, memories("Add."), None)
+    assert isinstance(result, PassResult)
+    assert len(arrivals) == 2 and 1.0 <= arrivals[1] - arrivals[0] < 3.0
 
 
 def test_json_schema_is_asked_first_with_every_list_and_string_bounded(
@@ -611,15 +657,15 @@ def completion(content: str, finish_reason: str) -> dict[str, Any]:
     }
 
 
-def finishing_client(*replies: tuple[str, str]) -> tuple[httpx.Client, list[dict[str, Any]]]:
-    """An HTTP client whose endpoint answers these (content, finish_reason) in turn."""
+def finishing_client(*replies: tuple[str, str]) -> tuple[httpx2.Client, list[dict[str, Any]]]:
+    """An HTTP client (for the SDK) whose endpoint answers these (content, finish_reason)."""
     script, bodies = list(replies), []
 
-    def answer(request: httpx.Request) -> httpx.Response:
+    def answer(request: httpx2.Request) -> httpx2.Response:
         bodies.append(json.loads(request.content))
-        return httpx.Response(200, json=completion(*script.pop(0)))
+        return httpx2.Response(200, json=completion(*script.pop(0)))
 
-    return httpx.Client(transport=httpx.MockTransport(answer)), bodies
+    return httpx2.Client(transport=httpx2.MockTransport(answer)), bodies
 
 
 def test_a_reply_cut_off_at_max_tokens_is_never_a_summary_even_when_it_parses() -> None:
@@ -629,7 +675,9 @@ def test_a_reply_cut_off_at_max_tokens_is_never_a_summary_even_when_it_parses() 
         (cut, "length"), (json.dumps(valid_reply()), "length"), (json.dumps(valid_reply()), "stop")
     )
     config = ChatModelConfig(base_url="http://model/v1", model="m", backoff_seconds=0.01)
-    result = Passes(ChatModelSummarizer(config, client=client))(SID, memories("Add retries."), None)
+    result = Passes(ChatModelSummarizer(config, http_client=client))(
+        SID, memories("Add retries."), None
+    )
     assert isinstance(result, PassResult)
     assert len(bodies) == 3
     correction = bodies[1]["messages"][-1]["content"]
@@ -640,7 +688,7 @@ def test_replies_cut_off_on_every_attempt_fail_the_pass() -> None:
     client, _ = finishing_client(*[(json.dumps(valid_reply()), "length")] * 2)
     config = ChatModelConfig(base_url="http://model/v1", model="m", max_retries=1)
     with pytest.raises(InvalidModelOutput, match="cut off at the output token limit"):
-        Passes(ChatModelSummarizer(config, client=client))(
+        Passes(ChatModelSummarizer(config, http_client=client))(
             SID, memories("Add retries."), good_prior()
         )
 
