@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+if __package__ in (None, ""):  # `python bench/fact_retention.py` from the repository root
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controller.core.memories import Memory, render_interaction_document
 from controller.core.summary import StructuredSummary

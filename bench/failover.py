@@ -13,15 +13,19 @@ Last line: failover default_s=<n> tuned_s=<n>   (medians)
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# The repo root on the path: the benches also run as `python bench/NAME.py`.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import datetime as dt
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 from controller.kube import client as kube
 from controller.kube.peering import leader_of, live_peers

@@ -18,12 +18,16 @@ best setting, the larger of its two readings)
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# The repo root on the path: the benches also run as `python bench/NAME.py`.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import json
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 from controller.core.naming import summary_object_name
 from devenv.chroma import running_chroma

@@ -24,17 +24,21 @@ Last line: real_model stored_valid_pct=<x> junk_stored=<n> prior_facts_lost=<n> 
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# The repo root on the path: the benches also run as `python bench/NAME.py`.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import contextlib
 import logging
 import re
-import sys
 import tempfile
 import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx

@@ -17,13 +17,17 @@ Last line: sweep_scaling memories=<n> ours_s=<n> fullscan_s=<n> ratio=<n> (large
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# The repo root on the path: the benches also run as `python bench/NAME.py`.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import random
-import sys
 import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 
 from chromadb.api.models.Collection import Collection
 

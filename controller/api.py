@@ -24,7 +24,8 @@ CLAIM_KIND, CLAIM_PLURAL = "SessionClaim", "sessionclaims"  # cluster-scoped wri
 
 Phase = Literal["Pending", "Summarizing", "Summarized", "Empty", "NotFound", "Failed"]
 # sunset-marker: the sweep found a sunset marker memory of the session (docs/agents.md).
-Trigger = Literal["sunset", "sweep", "manual", "sunset-marker"]
+# refresh: the sweep found an active session that grew past spec.sweep.refreshAfterTokens.
+Trigger = Literal["sunset", "sweep", "manual", "sunset-marker", "refresh"]
 
 
 class CamelModel(BaseModel):
@@ -158,6 +159,11 @@ class SweepSpec(CamelModel):
     lookback_days: int = Field(default=30, ge=1, le=3650)
     idle_seconds: int = Field(default=900, ge=0)
     max_sessions_per_sweep: int = Field(default=50, ge=1, le=10_000)
+    # Refresh by size (docs/summaries.md): an active session whose memories since its last
+    # summary exceed this many estimated tokens is summarized anyway; 0 turns it off.
+    refresh_after_tokens: int = Field(default=16_000, ge=0)
+    # ... at most once per this many seconds per session, so a busy session never churns.
+    min_refresh_seconds: int = Field(default=900, ge=0, le=86_400)
 
 
 class RetentionSpec(CamelModel):
@@ -199,6 +205,22 @@ class SessionSummarySpec(CamelModel):
         return value
 
 
+class SummaryProvenance(CamelModel):
+    """What the last written summary covers (the memory range and the watermark) and what
+    its passes cost: estimated tokens of memory read (in) vs. summary written (out)."""
+
+    first_memory_at: str | None = None
+    last_memory_at: str | None = None
+    memory_count: int | None = None
+    watermark_timestamp: int | None = None
+    watermark_memory_id: str | None = None
+    passes: int | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    document_tokens: int | None = None
+    compaction_ratio: float | None = None
+
+
 class SessionSummaryStatus(CamelModel):
     phase: Phase | None = None
     observed_generation: int | None = None
@@ -213,6 +235,7 @@ class SessionSummaryStatus(CamelModel):
     model_tokens: int | None = None
     consecutive_failures: int | None = None
     skipped_memories: int | None = None
+    provenance: SummaryProvenance | None = None
     message: str | None = None
     conditions: list[Condition] | None = None
 

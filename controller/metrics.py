@@ -69,6 +69,29 @@ MODEL_TOKENS = Counter(
     "Tokens used by the model backend (prompt + completion), as reported by the endpoint.",
 )
 
+WRITTEN_BY_TRIGGER = Counter(
+    "session_summary_written_total",
+    "Summaries written by this replica, by what asked for them "
+    "(sunset, sweep, refresh, manual, sunset-marker).",
+    ["trigger"],
+)
+REFRESH_REQUESTS = Counter(
+    "session_summary_refresh_requests_total",
+    "Active sessions the sweep of this replica asked to refresh (grown past "
+    "spec.sweep.refreshAfterTokens).",
+)
+PASS_TOKENS = Counter(
+    "session_summary_pass_tokens_total",
+    "Estimated tokens of written summarizations, by direction: in (memory text the passes "
+    "read), out (text the passes added to the summary).",
+    ["direction"],
+)
+COMPACTION_RATIO = Histogram(
+    "session_summary_compaction_ratio",
+    "Tokens in / tokens out of one written summarization (memory tokens per summary token).",
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
+)
+
 _server_lock = threading.Lock()
 _server_port: int | None = None
 
@@ -89,6 +112,20 @@ def observe_sweep(seconds: float, candidates: int) -> None:
     SWEEP_SECONDS.observe(max(seconds, 0.0))
     SWEEP_CANDIDATES.set(candidates)
     SWEEP_CANDIDATES_FOUND.inc(max(candidates, 0))
+
+
+def observe_written(trigger: str, tokens_in: int, tokens_out: int, ratio: float | None) -> None:
+    """A summary written: what asked for it, and its provenance figures."""
+    WRITTEN_BY_TRIGGER.labels(trigger=trigger).inc()
+    PASS_TOKENS.labels(direction="in").inc(max(tokens_in, 0))
+    PASS_TOKENS.labels(direction="out").inc(max(tokens_out, 0))
+    if ratio is not None:
+        COMPACTION_RATIO.observe(ratio)
+
+
+def refresh_requested(n: int) -> None:
+    if n > 0:
+        REFRESH_REQUESTS.inc(n)
 
 
 def claim_conflict() -> None:

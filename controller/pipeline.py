@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import bisect
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from controller.core.chunking import chunk_memories
-from controller.core.memories import Memory, Watermark, is_excluded, memory_sort_key
+from controller.core.memories import Memory, Watermark, is_excluded
 from controller.core.merge import merge_pass
 from controller.core.naming import summary_row_id
+from controller.core.provenance import PassTokens, Provenance, pass_tokens
 from controller.core.summary import LegacySummary, PriorSummary, StructuredSummary, validate_summary
 from controller.core.summary_row import render_document, to_chroma_metadata
 from controller.store.memory_store import MemoryStore, SessionRows
@@ -72,6 +73,7 @@ class Outcome:
     tokens_used: int = 0  # model tokens (usage.total_tokens) spent by this summarization
     checkpoints: int = 0  # intermediate writes of a long backlog
     skipped_memories: int = 0  # rows of the session without a usable timestamp
+    provenance: Provenance | None = None  # per pass tokens in/out of this summarization
 
     @property
     def summary_id(self) -> str:
@@ -103,7 +105,7 @@ def run_pass(
 
 def chunks_for(
     summarizer: Summarizer,
-    memories: Sequence[Memory],
+    memories: Iterable[Memory],
     *,
     chunk_tokens: int | None = None,
     chunk_size: int | None = None,
@@ -122,7 +124,7 @@ class _Coverage:
 
     def __init__(self, prior: StructuredSummary | LegacySummary | None, rows: SessionRows):
         self.base = prior.memory_count if isinstance(prior, StructuredSummary) else 0
-        self.keys = sorted(memory_sort_key(m) for m in rows.memories)
+        self.keys = rows.keys  # sorted (timestamp, id) of every row after the prior watermark
 
     def count(self, watermark: Watermark) -> int:
         return self.base + bisect.bisect_right(
@@ -153,14 +155,15 @@ def summarize_session(
     """
     prior = store.read_summary(session_id)
     watermark = prior.watermark if isinstance(prior, StructuredSummary) else None
-    rows = store.session_rows(session_id, after=watermark)
+    # The rows stream: the pass holds one chunk of memories at a time, never the session.
+    rows = store.session_rows(
+        session_id, after=watermark, exclude=lambda m: is_excluded(m, excluded_types)
+    )
     if rows.total == 0:
         return Outcome("not-found", session_id, 0)
     skipped = rows.skipped
     last_ms = rows.newest.timestamp_ms if rows.newest else None
-    new = sorted(
-        (m for m in rows.memories if not is_excluded(m, excluded_types)), key=memory_sort_key
-    )
+    new = rows.included  # memories to summarize, in (timestamp, id) order from rows.memories
     if isinstance(prior, StructuredSummary) and not new and prior.memory_count == rows.total:
         return Outcome(
             "up-to-date", session_id, rows.total, prior, 0, 0, last_ms, skipped_memories=skipped
@@ -169,6 +172,8 @@ def summarize_session(
         return Outcome(
             "empty", session_id, rows.total, last_memory_at_ms=last_ms, skipped_memories=skipped
         )
+
+    spent: list[PassTokens] = []
 
     def write(summary: StructuredSummary) -> int:
         return _write(
@@ -179,10 +184,11 @@ def summarize_session(
             trigger=trigger,
             check=before_write,
             writer_object=writer_object,
+            provenance=Provenance(list(spent)),
         )
 
     coverage = _Coverage(prior, rows)
-    chunks = chunks_for(summarizer, new, chunk_tokens=chunk_tokens, chunk_size=chunk_size)
+    chunks = chunks_for(summarizer, rows.memories, chunk_tokens=chunk_tokens, chunk_size=chunk_size)
     current: StructuredSummary | LegacySummary | None = prior
     passes = tokens = checkpoints = 0
     for chunk in chunks if new else iter([[]]):
@@ -190,7 +196,9 @@ def summarize_session(
             assert isinstance(current, StructuredSummary) and current.watermark is not None
             write(current.model_copy(update={"memory_count": coverage.count(current.watermark)}))
             checkpoints += 1
+        before = render_document(current) if isinstance(current, StructuredSummary) else ""
         result = run_pass(session_id, chunk, current, summarizer)
+        spent.append(pass_tokens(chunk, before, render_document(result.summary)))
         current, passes, tokens = result.summary, passes + 1, tokens + result.tokens_used
     assert isinstance(current, StructuredSummary)
     # What the summary covers: every row of the session, including excluded types.
@@ -204,12 +212,13 @@ def summarize_session(
         session_id,
         rows.total,
         final.model_copy(update={"summarized_at_ms": written_ms}),
-        len(new),
+        new,
         passes,
         last_ms,
         tokens,
         checkpoints,
         skipped,
+        Provenance(spent).with_document(render_document(final, store.location.memory_collection)),
     )
 
 
@@ -222,12 +231,17 @@ def _write(
     trigger: str,
     check: Callable[[], None] | None,
     writer_object: str = "",
+    provenance: Provenance | None = None,
 ) -> int:
     """Writes the row; returns the summarizedAt it stored (ms), which the status shows."""
-    document = render_document(summary)
+    document = render_document(summary, store.location.memory_collection)
     summarized_at_ms = int(time.time() * 1000)
     metadata = to_chroma_metadata(
-        summary, writer=writer, trigger=trigger, summarized_at_ms=summarized_at_ms
+        summary,
+        writer=writer,
+        trigger=trigger,
+        summarized_at_ms=summarized_at_ms,
+        provenance=(provenance or Provenance()).with_document(document),
     )
     # The head of the document: a carried legacy text can make it longer than an
     # embeddings endpoint accepts; MiniLM reads only its first 256 tokens anyway.

@@ -1,5 +1,7 @@
 """The periodic safety-net sweep's I/O: scan new memories, ask controller.core.sweep_plan what is
-stale, and create or patch SessionSummary objects for it (trigger `sweep`). And the marker
+stale, and create or patch SessionSummary objects for it (trigger `sweep`); measure the
+active sessions that grew since their summary and ask controller.core.refresh_plan which
+to refresh (trigger `refresh`). And the marker
 scan: sunset marker memories newer than the sweep's watermark, acted on every timer tick
 (trigger `sunset-marker`).
 
@@ -17,12 +19,17 @@ from dataclasses import dataclass, field
 
 from controller.api import SessionSummarizerSpec, now_rfc3339
 from controller.config import CONFIG
-from controller.core.memories import SUNSET_MARKER_TYPE, parse_timestamp_ms
+from controller.core.chunking import estimate_tokens, memory_text
+from controller.core.memories import SUNSET_MARKER_TYPE, is_excluded, parse_timestamp_ms
 from controller.core.naming import summary_object_name
+from controller.core.refresh_plan import Growth, RefreshPolicy, may_refresh, plan_refresh
 from controller.core.retention import expired
+from controller.core.summary import StructuredSummary, UnreadablePriorSummary
 from controller.core.sweep_plan import (
     MARKER_TRIGGER,
+    REFRESH_TRIGGER,
     InvalidMarker,
+    SessionActivity,
     SummaryObjectState,
     SweepPlan,
     collect_activity,
@@ -98,7 +105,42 @@ def plan_from_store(
         idle_ms=spec.sweep.idle_seconds * 1000,
         max_sessions=spec.sweep.max_sessions_per_sweep,
     )
+    policy = RefreshPolicy(spec.sweep.refresh_after_tokens, spec.sweep.min_refresh_seconds * 1000)
+    if policy.enabled and plan.still_active:
+        measured = plan.still_active[: WALK_FACTOR * spec.sweep.max_sessions_per_sweep]
+        growth = list(_growth(store, spec, measured, activity, policy, now_ms))
+        plan = plan_refresh(
+            plan, growth, policy, now_ms=now_ms, max_sessions=spec.sweep.max_sessions_per_sweep
+        )
     return plan, scanned
+
+
+def _growth(
+    store: MemoryStore,
+    spec: SessionSummarizerSpec,
+    session_ids: list[str],
+    activity: dict[str, SessionActivity],
+    policy: RefreshPolicy,
+    now_ms: int,
+) -> Iterator[Growth]:
+    """How much each active session grew since its summary: a summary read per session, and
+    a read of its new memories only where the minimum interval has passed."""
+    for sid in session_ids:
+        try:
+            prior = store.read_summary(sid)
+        except UnreadablePriorSummary:
+            continue  # its SessionSummary reports it when a pass runs
+        structured = prior if isinstance(prior, StructuredSummary) else None
+        summarized_at = structured.summarized_at_ms if structured else None
+        if not may_refresh(summarized_at, policy, now_ms):
+            continue
+        rows = store.session_rows(sid, after=structured.watermark if structured else None)
+        tokens = sum(
+            estimate_tokens(memory_text(m))
+            for m in rows.memories
+            if not is_excluded(m, spec.excluded_memory_types)
+        )
+        yield Growth(sid, activity[sid].newest_ms, tokens, summarized_at)
 
 
 @dataclass(frozen=True)
@@ -107,6 +149,7 @@ class Applied:
     patched: int
     in_flight: int  # stale, but a pass for them is already under way
     left: int  # stale and not acted on this sweep: the next sweep sees them again
+    refreshed: int = 0  # active sessions asked for a refresh (created or patched)
 
 
 def apply_plan(plan: SweepPlan, *, namespace: str, summarizer_name: str) -> Applied:
@@ -117,26 +160,37 @@ def apply_plan(plan: SweepPlan, *, namespace: str, summarizer_name: str) -> Appl
     stale = plan.candidates + plan.deferred
     created = patched = in_flight = walked = 0
     requested_at = now_rfc3339(precise=True)
-    for candidate in stale[: WALK_FACTOR * max(budget, 1)]:
-        if created + patched >= budget:
-            break
-        walked += 1
-        existing = kube.get_summary(namespace, summary_object_name(candidate.session_id))
+
+    def request(session_id: str, trigger: str) -> str | None:
+        """created or patched; None when the session's object is still in flight."""
+        existing = kube.get_summary(namespace, summary_object_name(session_id))
         if existing is not None and _in_flight(existing):
-            in_flight += 1
-            continue
+            return None
         _, action = kube.request_summary(
             namespace,
-            candidate.session_id,
-            trigger="sweep",
+            session_id,
+            trigger=trigger,
             summarizer=summarizer_name,
             requested_at=requested_at,
             # Absent when we looked: if another sweep created it meanwhile, leave it be.
             patch_if_exists=existing is not None,
         )
+        return action
+
+    for candidate in stale[: WALK_FACTOR * max(budget, 1)]:
+        if created + patched >= budget:
+            break
+        walked += 1
+        action = request(candidate.session_id, "sweep")
+        in_flight += action is None
         created += action == "created"
         patched += action == "patched"
-    return Applied(created, patched, in_flight, len(stale) - walked)
+    refreshed = 0
+    for candidate in plan.refresh:  # already within the cap (plan_refresh)
+        action = request(candidate.session_id, REFRESH_TRIGGER)
+        in_flight += action is None
+        refreshed += action in ("created", "patched")
+    return Applied(created, patched, in_flight, len(stale) - walked, refreshed)
 
 
 def run_sweep(

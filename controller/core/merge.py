@@ -11,8 +11,9 @@ possibly obeying an instruction injected into a memory) proposes:
   is marked as quoted (controller.core.quoting): the next agent reads it as something the
   session contained, not as a fact or a request. Prior items are never rewritten.
 - Current State, the projection, is replaced when the pass proposes one.
-- Counts, agents, models, tools, timestamps and the watermark are computed from the
-  memories, never taken from a summarizer.
+- Counts, agents, models, tools, timestamps, the watermark and the References section
+  (controller.core.references) are computed from the memories, never taken from a
+  summarizer.
 
 A legacy free-text prior (the old system's) is carried in whole and verbatim, whatever it
 contains (quoted tracebacks, "Error:" openings, markdown, any length), as the summary's
@@ -30,6 +31,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from controller.core.memories import Memory, Watermark, memory_sort_key
 from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL, needs_quoting, quote_if_needed
+from controller.core.references import ReferenceOverflow, memory_references, merge_references
 from controller.core.summary import (
     CATEGORIES,
     HISTORY_SECTIONS,
@@ -361,6 +363,9 @@ def merge_pass(
     if new:
         first.append(new[0].timestamp_ms)
         last.append(new[-1].timestamp_ms)
+    # References come from the memories, by code, whatever the summarizer proposed.
+    prior_refs = (base.references, base.references_overflow) if base else ([], ReferenceOverflow())
+    references, overflow = merge_references(*prior_refs, memory_references(new))
     return StructuredSummary(
         session_id=sid,
         title=title,
@@ -383,4 +388,6 @@ def merge_pass(
         user_id=(base.user_id if base else None)
         or next((m.user_id for m in new if m.user_id), None),
         legacy_text=carried_legacy_text(prior),
+        references=references,
+        references_overflow=overflow,
     )

@@ -17,6 +17,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, Field, field_validator
 
 from controller.core.memories import Watermark
+from controller.core.references import ReferenceOverflow
 from controller.core.text import one_line
 
 SECTION_TITLES = (
@@ -109,6 +110,10 @@ class StructuredSummary(BaseModel):
     # The summary this session had before this operator, kept verbatim (never stripped,
     # cut or split): set by the first pass over a LegacySummary, carried by every later one.
     legacy_text: str | None = None
+    # The References section: identifiers from the memories, verbatim, append-only
+    # (controller.core.references); those past its cap are counted, never dropped silently.
+    references: list[str] = Field(default_factory=list)
+    references_overflow: ReferenceOverflow = Field(default_factory=ReferenceOverflow)
     # When the row this summary was read from was written (its "summarizedAt"); None for a
     # summary not read from the store.
     summarized_at_ms: int | None = None
@@ -200,8 +205,8 @@ def validate_summary(summary: StructuredSummary, prior: PriorSummary | None) -> 
     """Raises SummaryValidationError unless the summary may replace the prior one.
 
     Refused: a summary without a single item (or carried legacy text), error text or a
-    placeholder as the title, a summary of another session, any loss of a prior history
-    item (superseded items count as present: marking is allowed, dropping is not), and a
+    placeholder as the title, a summary of another session, any loss of a prior reference
+    or history item (superseded items count as present: marking is allowed, dropping is not), and a
     legacy text of the prior (the LegacySummary's text, or the one a structured prior
     carries) that is not carried exactly.
     """
@@ -222,6 +227,12 @@ def validate_summary(summary: StructuredSummary, prior: PriorSummary | None) -> 
             f"({len(carried)} characters, starting {carried[:60]!r})"
         )
     if isinstance(prior, StructuredSummary):
+        kept = set(summary.references)
+        lost = [ref for ref in prior.references if ref not in kept]
+        if lost:
+            raise SummaryValidationError(
+                f"{len(lost)} reference(s) of the prior summary would be lost, e.g. {lost[0]!r:.80}"
+            )
         missing = missing_history_items(summary, prior)
         if missing:
             section, text = missing[0]

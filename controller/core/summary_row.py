@@ -14,6 +14,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from controller.core.memories import Watermark
+from controller.core.provenance import Provenance
+from controller.core.references import REFERENCES_MAX, ReferenceOverflow
 from controller.core.summary import (
     CATEGORIES,
     ITEM_MAX,
@@ -28,7 +30,9 @@ from controller.core.summary import (
     UnreadablePriorSummary,
     fallback_title,
 )
-from controller.core.text import one_line
+from controller.core.text import ms_to_rfc3339, one_line
+
+REFERENCES_HEADING = "## References"
 
 # -- the document ---------------------------------------------------------------------------
 
@@ -40,10 +44,32 @@ def _fence(text: str) -> str:
     return "`" * max(3, longest + 1)
 
 
-def render_document(summary: StructuredSummary) -> str:
+def _reference_line(ref: str) -> str:
+    return f"- {ref}" if "`" in ref else f"- `{ref}`"
+
+
+def overflow_note(summary: StructuredSummary, memory_collection: str | None = None) -> str | None:
+    """What the References section says when it is full: how many are left out and where
+    they are (the memory collection, the session, the time range of their memories)."""
+    over = summary.references_overflow
+    if over.count == 0:
+        return None
+    how_many = f"{over.count}" if over.exact else f"at least {over.count}"
+    where = f"collection `{memory_collection}`" if memory_collection else "the memory collection"
+    span = ""
+    if over.first_ms is not None and over.last_ms is not None:
+        span = f", memories from {ms_to_rfc3339(over.first_ms)} to {ms_to_rfc3339(over.last_ms)}"
+    return (
+        f"- ({how_many} more references are not listed: this section keeps {REFERENCES_MAX}. "
+        f"They are in {where}, sessionId `{summary.session_id}`{span}.)"
+    )
+
+
+def render_document(summary: StructuredSummary, memory_collection: str | None = None) -> str:
     """The document text: readable by a person and by the next agent. Deterministic.
 
-    A carried legacy text comes last, byte for byte, in a fenced block under LEGACY_HEADING.
+    References come after the sections, each verbatim. A carried legacy text comes last,
+    byte for byte, in a fenced block under LEGACY_HEADING.
     """
     lines = [f"# {one_line(summary.title)}"]
     for title in SECTION_TITLES:
@@ -57,6 +83,10 @@ def render_document(summary: StructuredSummary) -> str:
                 lines.append(f"- ~~{text}~~ (superseded: {one_line(item.superseded_by)})")
             else:
                 lines.append(f"- {text}")
+    note = overflow_note(summary, memory_collection)
+    if summary.references or note:
+        lines += ["", REFERENCES_HEADING, *map(_reference_line, summary.references)]
+        lines += [note] if note else []
     if summary.legacy_text is not None:
         fence = _fence(summary.legacy_text)
         lines += ["", LEGACY_HEADING, "", fence, summary.legacy_text, fence]
@@ -80,10 +110,16 @@ def sections_json(summary: StructuredSummary) -> str:
 
 
 def to_chroma_metadata(
-    summary: StructuredSummary, *, writer: str, trigger: str, summarized_at_ms: int
+    summary: StructuredSummary,
+    *,
+    writer: str,
+    trigger: str,
+    summarized_at_ms: int,
+    provenance: Provenance | None = None,
 ) -> dict[str, str | int | float | bool]:
     """The neo metadata readers use, plus our extras. A missing value is an omitted key."""
     watermark = summary.watermark
+    over = summary.references_overflow
     meta: dict[str, str | int | float | bool | None] = {
         # neo memory-core keys
         "sessionId": summary.session_id,
@@ -112,6 +148,12 @@ def to_chroma_metadata(
         "triggerSource": trigger,
         "summarizedAt": summarized_at_ms,
         "legacySummary": summary.legacy_text or None,
+        "referencesJson": json.dumps(summary.references, ensure_ascii=False),
+        "referencesOmitted": over.count or None,
+        "referencesOmittedFrom": over.first_ms,
+        "referencesOmittedTo": over.last_ms,
+        "referencesOmittedDigests": ",".join(over.digests) or None,
+        **(provenance.metadata() if provenance is not None else {}),
     }
     return {key: value for key, value in meta.items() if value is not None}
 
@@ -153,6 +195,22 @@ def _stored_items(raw: object) -> list[SummaryItem]:
     return items
 
 
+def _references(meta: Mapping[str, Any]) -> tuple[list[str], ReferenceOverflow]:
+    """The References section as stored; a row without one (written before it) has none."""
+    raw = meta.get("referencesJson")
+    references = json.loads(raw) if isinstance(raw, str) else []
+    if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
+        raise ValueError("referencesJson is not a list of strings")
+    digests = meta.get("referencesOmittedDigests")
+    overflow = ReferenceOverflow(
+        count=max(0, _number(meta.get("referencesOmitted")) or 0),
+        first_ms=_number(meta.get("referencesOmittedFrom")),
+        last_ms=_number(meta.get("referencesOmittedTo")),
+        digests=[d for d in digests.split(",") if d] if isinstance(digests, str) else [],
+    )
+    return references, overflow
+
+
 def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> StructuredSummary:
     raw_sections = json.loads(str(meta.get("sectionsJson")))
     if not isinstance(raw_sections, dict):
@@ -169,6 +227,7 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
     if not isinstance(title, str) or not title.strip():
         title = fallback_title(session_id)
     user_id = meta.get("userId")
+    references, overflow = _references(meta)
     return StructuredSummary(
         session_id=session_id,
         title=title[:TITLE_MAX],
@@ -191,6 +250,8 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
         format_version=_number(meta.get("formatVersion")) or 1,
         legacy_text=legacy_text or None,
         summarized_at_ms=_number(meta.get("summarizedAt")),
+        references=references,
+        references_overflow=overflow,
     )
 
 

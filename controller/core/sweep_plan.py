@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 StaleReason = Literal["missing", "newer-memories", "count-drift"]
+CandidateReason = StaleReason | Literal["refresh"]
 MarkerAction = Literal["request", "wait", "done"]
 MARKER_TRIGGER = "sunset-marker"
+REFRESH_TRIGGER = "refresh"
 MAX_SESSION_ID = 1024  # SessionSummary spec.sessionId maxLength
 
 
@@ -46,7 +48,7 @@ class StoredSummaryState:
 class Candidate:
     session_id: str
     newest_ms: int
-    reason: StaleReason
+    reason: CandidateReason
 
 
 @dataclass
@@ -56,11 +58,13 @@ class SweepPlan:
     still_active: list[str] = field(default_factory=list)
     fresh: list[str] = field(default_factory=list)
     next_watermark_ms: int = 0
+    # Active sessions grown past the refresh threshold (controller.core.refresh_plan).
+    refresh: list[Candidate] = field(default_factory=list)
 
     @property
     def found(self) -> int:
         """Sessions that need a summary now (the queue depth)."""
-        return len(self.candidates) + len(self.deferred)
+        return len(self.candidates) + len(self.deferred) + len(self.refresh)
 
 
 def collect_activity(rows: Iterable[tuple[str, int]]) -> dict[str, SessionActivity]:

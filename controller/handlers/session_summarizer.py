@@ -330,10 +330,12 @@ async def sweep(
         return
     plan = result.plan
     metrics.observe_sweep(result.duration_s, plan.found)
+    metrics.refresh_requested(result.applied.refreshed)
     message = (
         f"scanned {result.scanned} new memories: {plan.found} stale, {len(plan.still_active)} "
         f"still active, {len(plan.fresh)} fresh; created {result.created}, "
-        f"patched {result.patched}, {result.applied.in_flight} already in flight, "
+        f"patched {result.patched}, refreshed {result.applied.refreshed} grown active "
+        f"sessions, {result.applied.in_flight} already in flight, "
         f"{result.applied.left} left for later; "
         f"deleted {deleted} expired objects"
         + (f", {collected} abandoned claims" if collected else "")
@@ -353,5 +355,5 @@ async def sweep(
         store_url=spec.store.url,
     )
     await asyncio.to_thread(_write_status, namespace, name, swept.apply)
-    if result.created or result.patched:
+    if result.created or result.patched or result.applied.refreshed:
         kopf.event(body, type="Normal", reason="Swept", message=message)

@@ -29,6 +29,7 @@ from controller.backends import Backends, backends_for
 from controller.config import CONFIG, backoff_seconds
 from controller.core.claim_rules import Writer
 from controller.core.summary import SummaryValidationError, UnreadablePriorSummary
+from controller.core.sweep_plan import REFRESH_TRIGGER
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
 from controller.handlers.indexes import lookup_summarizer_spec
@@ -53,11 +54,14 @@ from controller.summarizers.chat_prompt import InvalidModelOutput, ModelUnavaila
 
 # Summaries block on Chroma and the model: their own pools, sized for concurrency
 # (asyncio's default executor has only cpu_count + 4 threads). The sunset fast path has
-# its own pool, so a sweep's backlog never queues in front of a session that just ended.
+# its own pool, so the background's backlog (the sweep's stale sessions, the refreshes of
+# active ones) never queues in front of a session that just ended (docs/operations.md,
+# "Scheduling").
 WORKERS = ThreadPoolExecutor(max_workers=CONFIG.workers, thread_name_prefix="summarize")
 SWEEP_WORKERS = ThreadPoolExecutor(
     max_workers=max(2, CONFIG.workers // 4), thread_name_prefix="summarize-sweep"
 )
+BACKGROUND_TRIGGERS = frozenset({"sweep", REFRESH_TRIGGER})
 
 
 def needs_pass_on_resume(body: kopf.Body, **_: Any) -> bool:
@@ -207,7 +211,7 @@ async def summarize(
     generation = int(body.metadata.get("generation") or 0)
     started = time.monotonic()
     try:
-        pool = SWEEP_WORKERS if parsed.trigger == "sweep" else WORKERS
+        pool = SWEEP_WORKERS if parsed.trigger in BACKGROUND_TRIGGERS else WORKERS
         outcome = await asyncio.get_running_loop().run_in_executor(
             pool,
             summarize_claimed,

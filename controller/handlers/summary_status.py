@@ -7,15 +7,18 @@ from typing import Any, NoReturn
 
 import kopf
 
+from controller import metrics
 from controller.api import (
     Condition,
     Phase,
     SessionSummarySpec,
     SessionSummaryStatus,
+    SummaryProvenance,
     now_rfc3339,
     set_condition,
 )
 from controller.config import CONFIG, backoff_seconds
+from controller.core.summary import StructuredSummary
 from controller.core.text import ms_to_rfc3339
 from controller.kube.claims import ClaimHeld
 from controller.pipeline import Outcome
@@ -116,6 +119,26 @@ def record_failure(
     raise kopf.PermanentError(failure.message) from None
 
 
+def provenance_status(summary: StructuredSummary, outcome: Outcome) -> SummaryProvenance:
+    """status.provenance: the memory range and watermark the written summary covers, and
+    the estimated tokens its passes read and added."""
+    spent = outcome.provenance
+    mark = summary.watermark
+    first, last = summary.first_memory_at_ms, summary.last_memory_at_ms
+    return SummaryProvenance(
+        first_memory_at=ms_to_rfc3339(first) if first is not None else None,
+        last_memory_at=ms_to_rfc3339(last) if last is not None else None,
+        memory_count=summary.memory_count,
+        watermark_timestamp=mark.timestamp_ms if mark else None,
+        watermark_memory_id=mark.memory_id if mark else None,
+        passes=outcome.passes,
+        tokens_in=spent.tokens_in if spent else None,
+        tokens_out=spent.tokens_out if spent else None,
+        document_tokens=spent.document_tokens if spent else None,
+        compaction_ratio=spent.ratio if spent else None,
+    )
+
+
 def report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcome: Outcome) -> None:
     last_at = ms_to_rfc3339(outcome.last_memory_at_ms) if outcome.last_memory_at_ms else None
     common: dict[str, Any] = {
@@ -132,35 +155,27 @@ def report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcome
             "or ISO-8601)"
         )
         kopf.event(body, type="Warning", reason="UnreadableMemories", message=warning)
-    if outcome.kind == "not-found":
-        message = f"no memory carries sessionId {spec.session_id!r}; nothing was written"
-        record(
-            body,
-            patch,
-            phase="NotFound",
-            reason="SessionNotFound",
-            message=message,
-            ok=False,
-            **common,
-        )
-        kopf.event(body, type="Warning", reason="SessionNotFound", message=message)
-        return
-    if outcome.kind == "empty":
-        message = (
+    # Nothing to write: (phase, reason, Event type, message) by outcome.
+    nothing: dict[str, tuple[Phase, str, str, str]] = {
+        "not-found": (
+            "NotFound",
+            "SessionNotFound",
+            "Warning",
+            f"no memory carries sessionId {spec.session_id!r}; nothing was written",
+        ),
+        "empty": (
+            "Empty",
+            "NoSummarizableMemories",
+            "Normal",
             f"the session's {outcome.memory_count} memories are all excluded types "
             "(spec.excludedMemoryTypes of the summarizer, or sunset markers); nothing was "
-            "written"
-        )
-        record(
-            body,
-            patch,
-            phase="Empty",
-            reason="NoSummarizableMemories",
-            message=message,
-            ok=False,
-            **common,
-        )
-        kopf.event(body, type="Normal", reason="NoSummarizableMemories", message=message)
+            "written",
+        ),
+    }
+    if outcome.kind in nothing:
+        phase, reason, event_type, message = nothing[outcome.kind]
+        record(body, patch, phase=phase, reason=reason, message=message, ok=False, **common)
+        kopf.event(body, type=event_type, reason=reason, message=message)
         return
     summary = outcome.summary
     assert summary is not None
@@ -172,22 +187,23 @@ def report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcome
             if written_ms
             else current_status(body).summarized_at or now_rfc3339()
         )
+        common.update(title=summary.title, summary_id=outcome.summary_id)
         record(
-            body,
-            patch,
-            phase="Summarized",
-            reason="UpToDate",
-            message=message,
-            ok=True,
-            title=summary.title,
-            summary_id=outcome.summary_id,
-            **common,
+            body, patch, phase="Summarized", reason="UpToDate", message=message, ok=True, **common
         )
         return
+    provenance = provenance_status(summary, outcome)
+    metrics.observe_written(
+        spec.trigger,
+        provenance.tokens_in or 0,
+        provenance.tokens_out or 0,
+        provenance.compaction_ratio,
+    )
     message = (
         f"summarized {outcome.new_memories} new of {outcome.memory_count} memories "
-        f"in {outcome.passes} pass(es)"
+        f"in {outcome.passes} pass(es) (trigger {spec.trigger})"
     )
+    common.update(title=summary.title, summary_id=outcome.summary_id)
     record(
         body,
         patch,
@@ -195,8 +211,6 @@ def report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcome
         reason="Summarized",
         message=message,
         ok=True,
-        title=summary.title,
-        summary_id=outcome.summary_id,
         # The time stored in the row, so a later up-to-date pass shows the same instant.
         summarized_at=(
             ms_to_rfc3339(summary.summarized_at_ms) if summary.summarized_at_ms else now_rfc3339()
@@ -204,6 +218,7 @@ def report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcome
         writer=CONFIG.replica_id,
         passes=outcome.passes,
         model_tokens=outcome.tokens_used,
+        provenance=provenance,
         **common,
     )
     kopf.event(body, type="Normal", reason="Summarized", message=message)

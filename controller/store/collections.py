@@ -170,16 +170,34 @@ def pages(
 ) -> Iterator[tuple[str, Mapping[str, Any]]]:
     """(id, metadata) of every row matching where, read page by page: one unpaged get of a
     50,000-row session exceeds SQLite's variable limit inside Chroma."""
+    for row_id, meta, _ in listing(coll, what, where, page):
+        yield row_id, meta
+
+
+def listing(
+    coll: Collection,
+    what: str,
+    where: dict[str, Any],
+    page: int,
+    *,
+    first_with_documents: bool = False,
+) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
+    """(id, metadata, document) of every row matching where, page by page. The document is
+    None except on the first page when first_with_documents: a small session is then read
+    in one round trip, a large one without carrying every document through the listing."""
     offset = 0
     while True:
+        with_documents = first_with_documents and not offset
+        include = ["metadatas", "documents"] if with_documents else ["metadatas"]
         got = guard(
             what,
-            lambda o=offset: coll.get(  # type: ignore[misc]
-                where=cast(Where, where), include=["metadatas"], limit=page, offset=o
+            lambda o=offset, i=include: coll.get(  # type: ignore[misc]
+                where=cast(Where, where), include=cast(Any, i), limit=page, offset=o
             ),
         )
-        for row_id, meta in zip(got["ids"], got["metadatas"] or [], strict=False):
-            yield row_id, meta or {}
+        docs: list[str | None] = list(got.get("documents") or [])
+        for n, (row_id, meta) in enumerate(zip(got["ids"], got["metadatas"] or [], strict=False)):
+            yield row_id, meta or {}, docs[n] if n < len(docs) else None
         if len(got["ids"]) < page:
             return
         offset += page

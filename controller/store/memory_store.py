@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -22,12 +22,12 @@ import numpy as np
 from chromadb.api.models.Collection import Collection
 from chromadb.errors import ChromaError, InvalidArgumentError
 
-from controller.core.memories import Memory, Watermark, memory_from_row
+from controller.core.memories import Memory, Watermark, memory_from_row, memory_sort_key
 from controller.core.naming import summary_row_id
 from controller.core.summary import PriorSummary
 from controller.core.summary_row import from_chroma_row
 from controller.core.sweep_plan import StoredSummaryState
-from controller.store.collections import Collections, batches, pages
+from controller.store.collections import Collections, batches, listing, pages
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import (
     DIMENSION_ERROR,
@@ -46,36 +46,62 @@ GET_BATCH = 500
 
 @dataclass(frozen=True)
 class SessionRows:
-    """A session's memories as read for one pass."""
+    """A session as listed for one pass: its counts and watermark, and its memories after
+    the asked-for watermark, read only as the pass consumes them (`memories`), so a pass
+    over a 50,000-memory session never holds the whole session."""
 
     total: int  # every row carrying the sessionId, whatever its type
     newest: Watermark | None  # the newest row of all, the pass's watermark
-    memories: list[Memory]  # parsed rows after the asked-for watermark
+    keys: list[tuple[int, str]]  # (timestamp, id) of every parsed row after the watermark, sorted
+    included: int  # how many of those the pass summarizes (not excluded)
     skipped: int  # rows without a usable timestamp
+    read: Callable[[], Iterator[Memory]]  # the included rows, in (timestamp, id) order
+
+    @property
+    def memories(self) -> Iterator[Memory]:
+        """The included memories after the watermark, in order, GET_BATCH rows per read."""
+        return self.read()
 
 
 class MemoryStore(Collections):
     """Reads memories and reads/writes summaries in one Chroma database."""
 
-    def session_rows(self, session_id: str, after: Watermark | None = None) -> SessionRows:
-        """The session's row count and newest row, and its parsed memories after `after`.
+    def session_rows(
+        self,
+        session_id: str,
+        after: Watermark | None = None,
+        exclude: Callable[[Memory], bool] | None = None,
+    ) -> SessionRows:
+        """The session's row count and newest row, and its parsed memories after `after`
+        (those `exclude` accepts left out of `memories`, still in `keys`).
 
-        The listing is paged: one unpaged get of a 50,000-row session exceeds SQLite's
-        variable limit inside Chroma ("too many SQL variables").
+        The listing is paged (one unpaged get of a 50,000-row session exceeds SQLite's
+        variable limit inside Chroma) and keeps only each row's (timestamp, id); the
+        memories' text is read afterwards, batch by batch, as the caller iterates. A session
+        that fits in the listing's first page (the usual case) is read in that one page.
         """
         with self._memory_missing():
-            return self._session_rows(self.memories(), session_id, after)
+            return self._session_rows(self.memories(), session_id, after, exclude)
 
     def _session_rows(
-        self, coll: Collection, session_id: str, after: Watermark | None
+        self,
+        coll: Collection,
+        session_id: str,
+        after: Watermark | None,
+        exclude: Callable[[Memory], bool] | None,
     ) -> SessionRows:
         newest: Watermark | None = None
-        wanted: list[tuple[tuple[int, str], str]] = []
+        keys: list[tuple[int, str]] = []
+        wanted: list[tuple[int, str]] = []
+        first_page: dict[str, Memory] = {}
         skipped = total = 0
         where = {"sessionId": session_id}
-        for row_id, meta in pages(coll, "listing the session's memories", where, SCAN_PAGE):
+        listed = listing(
+            coll, "listing the session's memories", where, SCAN_PAGE, first_with_documents=True
+        )
+        for row_id, meta, doc in listed:
             total += 1
-            probe = memory_from_row(row_id, "", meta)
+            probe = memory_from_row(row_id, doc, meta)
             if probe is None:
                 skipped += 1
                 continue
@@ -86,20 +112,43 @@ class MemoryStore(Collections):
             ):
                 newest = mark
             if after is None or after.after(probe):
-                wanted.append(((probe.timestamp_ms, probe.id), row_id))
-        memories: list[Memory] = []
-        for batch in batches([row_id for _, row_id in sorted(wanted)], GET_BATCH):
+                key = memory_sort_key(probe)
+                keys.append(key)
+                if exclude is None or not exclude(probe):
+                    wanted.append(key)
+                    if total <= SCAN_PAGE:  # the first page came with its documents
+                        first_page[row_id] = probe
+        keys.sort()
+        wanted.sort()
+        one_page = total <= SCAN_PAGE
+        if not one_page:
+            first_page.clear()  # more than one page: read in order, batch by batch
+
+        def read() -> Iterator[Memory]:
+            if one_page:
+                yield from (first_page[row_id] for _, row_id in wanted)
+                return
+            for batch in batches([row_id for _, row_id in wanted], GET_BATCH):
+                yield from self._read_batch(coll, batch)
+
+        return SessionRows(total, newest, keys, len(wanted), skipped, read)
+
+    def _read_batch(self, coll: Collection, ids: Sequence[str]) -> list[Memory]:
+        """The memories of these ids (consecutive in the session's order), in that order."""
+        with self._memory_missing():
             got = guard(
                 "reading memories",
-                lambda b=batch: coll.get(ids=list(b), include=["documents", "metadatas"]),  # type: ignore[misc]
+                lambda: coll.get(ids=list(ids), include=["documents", "metadatas"]),
             )
+        memories = [
+            memory
             for row_id, doc, meta in zip(
                 got["ids"], got["documents"] or [], got["metadatas"] or [], strict=False
-            ):
-                memory = memory_from_row(row_id, doc, meta)
-                if memory is not None:
-                    memories.append(memory)
-        return SessionRows(total=total, newest=newest, memories=memories, skipped=skipped)
+            )
+            if (memory := memory_from_row(row_id, doc, meta)) is not None
+        ]
+        memories.sort(key=memory_sort_key)
+        return memories
 
     def count_session(self, session_id: str) -> int:
         with self._memory_missing():
@@ -266,6 +315,9 @@ class MemoryStore(Collections):
                 raise
 
         self._on_summaries("writing the summary", upsert, create=True)
+        # Chroma accepted the vector, so the collection holds this dimension: later writes
+        # need no sample (one fewer round trip per summary once a first write succeeded).
+        self._verified_dimension = len(embedding)
 
     def latest_summaries(self, limit: int) -> list[tuple[str, str, dict[str, Any]]]:
         """(id, document, metadata) of the newest summaries, as agents read them at boot.

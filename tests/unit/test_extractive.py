@@ -652,7 +652,10 @@ def unquoted_lines(document: str, *needles: str) -> list[str]:
 
 def test_a_traceback_in_the_last_response_is_quoted_in_current_state() -> None:
     s = summarize_extractive("s1", [mem(1, "Run the importer.", TRACEBACK)])
-    document = render_document(s)
+    # The References section names the trace's places verbatim (identifiers, not claims);
+    # everything above it must quote the traceback.
+    document, references = render_document(s).split("\n## References\n")
+    assert "`app/api/schema.py`" in references
     needles = ("Traceback", "ValueError", "line 12", "run()", "int(value)", "schema.py")
     assert unquoted_lines(document, *needles) == []
     state = texts(s, "Current State")

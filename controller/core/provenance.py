@@ -1,0 +1,79 @@
+"""Provenance of a summary row: which memories it covers and what each pass cost. Pure.
+
+Every write records, beside the summary, the memory range it covers (first and last memory
+timestamp, memory count, the watermark) and, per pass of this summarization, tokens in (the
+estimated tokens of the memory text the pass read) against tokens out (the estimated tokens
+the pass added to the summary document). The compaction ratio is tokens in / tokens out:
+how many tokens of memory one token of summary stands for (higher is more compact). Token
+counts use the project's one estimate (controller.core.chunking.estimate_tokens), so they
+mean the same for every backend, with or without a model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from controller.core.chunking import estimate_tokens, memory_text
+from controller.core.memories import Memory
+
+PASS_TOKENS_KEPT = 100  # per-pass figures stored in the row (the sums cover every pass)
+
+
+@dataclass(frozen=True)
+class PassTokens:
+    tokens_in: int
+    tokens_out: int
+
+
+def pass_tokens(memories: Sequence[Memory], before: str, after: str) -> PassTokens:
+    """One pass's figures from its memories and the document before and after it."""
+    tokens_in = sum(estimate_tokens(memory_text(m)) for m in memories)
+    grown = estimate_tokens(after) - (estimate_tokens(before) if before else 0)
+    return PassTokens(tokens_in, max(0, grown))
+
+
+def compaction_ratio(tokens_in: int, tokens_out: int) -> float | None:
+    """Tokens of memory per token of summary; None when nothing was read or written."""
+    if tokens_in <= 0 or tokens_out <= 0:
+        return None
+    return round(tokens_in / tokens_out, 2)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """What one write of a summary covers and cost."""
+
+    passes: list[PassTokens] = field(default_factory=list)
+    document_tokens: int = 0
+
+    @property
+    def tokens_in(self) -> int:
+        return sum(p.tokens_in for p in self.passes)
+
+    @property
+    def tokens_out(self) -> int:
+        return sum(p.tokens_out for p in self.passes)
+
+    @property
+    def ratio(self) -> float | None:
+        return compaction_ratio(self.tokens_in, self.tokens_out)
+
+    def with_document(self, document: str) -> Provenance:
+        return Provenance(list(self.passes), estimate_tokens(document))
+
+    def metadata(self) -> dict[str, str | int | float]:
+        """The row's provenance keys (the memory range is in the summary's own keys:
+        firstMemoryAt, timestamp, memoryCount, watermarkTimestamp, watermarkMemoryId)."""
+        kept = [[p.tokens_in, p.tokens_out] for p in self.passes[:PASS_TOKENS_KEPT]]
+        meta: dict[str, str | int | float] = {
+            "passCount": len(self.passes),
+            "passTokensIn": self.tokens_in,
+            "passTokensOut": self.tokens_out,
+            "passTokensJson": json.dumps(kept, separators=(",", ":")),
+            "documentTokens": self.document_tokens,
+        }
+        if self.ratio is not None:
+            meta["compactionRatio"] = self.ratio
+        return meta

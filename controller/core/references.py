@@ -1,0 +1,200 @@
+"""The References section: the exact names a session used, extracted from its memories by
+code, never by a model. Pure.
+
+What the next agent needs most to continue work are the names, verbatim: file paths,
+URLs, issue and PR references, commit hashes, branch names, error names (not the built-in
+ones: KeyError names no place in the project) and codes, other
+identifiers (code spans, environment variables, dotted module names; inside fenced code
+only the places: URLs, paths, file names, issues, hashes). A model asked to keep
+them paraphrases some of them away; so both backends get them the same way: the merge
+extracts them from the pass's memories with the patterns below and appends them, in order
+of first appearance, de-duplicated, to the ones the summary already lists. Like the history
+sections it is append-only: a reference once listed is carried by every later summary.
+
+Bounded, never silently: past REFERENCES_MAX the new ones are counted instead of listed
+(ReferenceOverflow), with the time range of the memories they came from, and the document
+says how many were left out and where to find them. The count is exact while the digests of
+the left-out references fit (OVERFLOW_DIGESTS_MAX); past that it is a lower bound, and the
+document says "at least".
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+
+from pydantic import BaseModel, Field
+
+from controller.core.chunking import memory_text
+from controller.core.memories import Memory
+
+REFERENCES_MAX = 400
+REFERENCE_MAX_CHARS = 500
+OVERFLOW_DIGESTS_MAX = 4000
+_DIGEST_CHARS = 12
+
+_TRAILING = ".,;:!?'\"`>"
+_CLOSING = {")": "(", "]": "[", "}": "{"}
+# A bare name counts as a file only with a known extension (proposal.update is code).
+_EXTENSION = (
+    r"(?i:py|pyi|ipynb|js|mjs|cjs|jsx|ts|tsx|go|rs|java|kt|kts|scala|c|h|cc|cpp|hpp|cs|rb"
+    r"|php|swift|m|mm|dart|lua|r|jl|ex|exs|erl|hs|ml|nix|bzl|vue|svelte|sh|bash|zsh|ps1"
+    r"|md|rst|txt|adoc|json|jsonl|yaml|yml|toml|ini|cfg|conf|env|lock|mod|sum|xml|html?"
+    r"|css|scss|sql|proto|graphql|gradle|tf|tfvars|mk|cmake|csv|tsv|log|pem|crt|patch|diff"
+    r"|svg|png|jpe?g|gif|pdf|gz|tgz|zip|whl|so|dll|wasm)"
+)
+
+# Each pattern finds one kind of reference; where two overlap, the longest match wins (a
+# URL's path is not a second reference, nor a hash inside it). Kinds: "place" (URLs, paths,
+# files, issues, hashes: taken in fenced code too), "name" (code spans, constants, dotted
+# names), "error" (exception names; the built-in ones are left out), "path" (a place that
+# must also look like one: a/b).
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # URLs, and git remotes in scp form
+    ("place", re.compile(r"\b(?:https?|ftp|ssh|git|file)://[^\s<>\"'`]+")),
+    ("place", re.compile(r"\bgit@[\w.-]+:[\w./-]+")),
+    # code spans: `anything without whitespace or backticks`
+    ("name", re.compile(r"(?<=`)[^`\s]{2,200}(?=`)")),
+    # paths: /abs, ./rel, ../rel, ~/home, a/b; an optional :line[:col] stays part of the
+    # reference (it is how traces name a place)
+    (
+        "path",
+        re.compile(
+            r"(?<![\w/.~-])(?:(?:~|\.{1,2})?/)?(?:[\w@+-][\w.@+-]*/)*[\w@+-][\w.@+-]*"
+            r"(?::\d+(?::\d+)?)?"
+        ),
+    ),
+    # bare file names with a known extension: pipeline.py, values.schema.json
+    (
+        "place",
+        re.compile(
+            rf"(?<![\w/.-])[\w-]{{2,}}(?:\.[\w-]+)*\.{_EXTENSION}(?::\d+(?::\d+)?)?(?![\w/])"
+        ),
+    ),
+    # issues and PRs: #123, owner/repo#123, GH-123, PR #12, JIRA-style keys ABC-1234
+    ("place", re.compile(r"(?<![\w#&])(?:[\w.-]+/[\w.-]+)?#\d+\b")),
+    ("place", re.compile(r"\b(?:PR|pr|GH|gh)[- ]?#?\d+\b|\b[A-Z][A-Z0-9]{1,9}-\d+\b")),
+    # commit hashes: 7-40 hex digits with at least one digit and one letter
+    ("place", re.compile(r"\b(?=[0-9a-f]{0,39}[a-f])(?=[0-9a-f]{0,39}[0-9])[0-9a-f]{7,40}\b")),
+    # exception and error names; errno-style codes and CONSTANT_NAMES
+    ("error", re.compile(r"\b(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Warning)\b")),
+    ("name", re.compile(r"\bE[A-Z]{3,}\b|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")),
+    # dotted names: controller.core.merge, docs.example.org (at least two dots)
+    ("name", re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*){2,}(?![\w(])")),
+)
+# In fenced code only places are taken: the rest there is code, which the summary leaves
+# out (an injected statement, say).
+_IN_CODE = frozenset({"place", "path"})
+# A built-in exception (KeyError, ValueError) names no place in the project: not a reference.
+_BUILTIN_EXCEPTIONS = frozenset(
+    name for name in dir(builtins) if name.endswith(("Error", "Exception", "Warning"))
+)
+_CODE_BLOCK = re.compile(r"```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)", re.DOTALL)
+_PLAIN_WORDS = re.compile(r"^(?:[A-Za-z]+/[A-Za-z]+|[\d/]+)$")  # and/or, TCP/IP, 1/2
+
+
+def _trimmed(text: str) -> str:
+    """A match without the punctuation that ends the sentence around it; a closing bracket
+    stays only when the reference opened it (a URL with a parenthesis)."""
+    while text:
+        last = text[-1]
+        unopened = last in _CLOSING and text.count(last) > text.count(_CLOSING[last])
+        if last not in _TRAILING and not unopened:
+            break
+        text = text[:-1]
+    return text
+
+
+def _acceptable(text: str, kind: str) -> bool:
+    if len(text) < 2 or len(text) > REFERENCE_MAX_CHARS:
+        return False
+    if kind == "error" and text in _BUILTIN_EXCEPTIONS:
+        return False
+    if kind == "path":  # a path has a slash; a/b must look like one
+        if "/" not in text.rstrip("/") or len(text.strip("/.~")) < 2:
+            return False
+        if _PLAIN_WORDS.match(text):
+            return False
+    return True
+
+
+def extract_references(text: str) -> list[str]:
+    """The references in one text, verbatim, in order of appearance, each once."""
+    found: list[tuple[int, int, str]] = []
+    code = [m.span() for m in _CODE_BLOCK.finditer(text)]
+    for kind, pattern in _PATTERNS:
+        for match in pattern.finditer(text):
+            ref = _trimmed(match.group(0))
+            in_code = any(a <= match.start() < b for a, b in code)
+            if _acceptable(ref, kind) and (kind in _IN_CODE or not in_code):
+                found.append((match.start(), match.start() + len(ref), ref))
+    found.sort(key=lambda f: (f[0], -(f[1] - f[0])))
+    kept: list[str] = []
+    end = -1
+    for start, stop, ref in found:
+        if start >= end:  # an overlapping match is part of a longer one already kept
+            kept.append(ref)
+            end = stop
+    return list(dict.fromkeys(kept))
+
+
+def memory_references(memories: Iterable[Memory]) -> list[tuple[str, int]]:
+    """(reference, timestamp of the first memory naming it) in memory order, each once."""
+    seen: dict[str, int] = {}
+    for memory in memories:
+        for ref in extract_references(memory_text(memory)):
+            seen.setdefault(ref, memory.timestamp_ms)
+    return list(seen.items())
+
+
+class ReferenceOverflow(BaseModel):
+    """References found but not listed because the section is full: how many, the time
+    range of the memories they came from, and their digests (so a reference left out twice
+    is counted once)."""
+
+    count: int = Field(default=0, ge=0)
+    first_ms: int | None = None
+    last_ms: int | None = None
+    digests: list[str] = Field(default_factory=list)
+
+    @property
+    def exact(self) -> bool:
+        return self.count == len(self.digests)
+
+
+def digest(reference: str) -> str:
+    return hashlib.sha256(reference.encode("utf-8", "replace")).hexdigest()[:_DIGEST_CHARS]
+
+
+def merge_references(
+    prior: Sequence[str],
+    overflow: ReferenceOverflow,
+    new: Sequence[tuple[str, int]],
+    *,
+    cap: int = REFERENCES_MAX,
+) -> tuple[list[str], ReferenceOverflow]:
+    """The prior references verbatim and in order, then the new ones not already listed,
+    up to cap; the rest counted in the overflow. Never drops a prior reference."""
+    listed = list(prior)
+    present = set(listed)
+    counted = set(overflow.digests)
+    out = overflow.model_copy(deep=True)
+    for ref, at_ms in new:
+        if ref in present:
+            continue
+        if len(listed) < cap:
+            listed.append(ref)
+            present.add(ref)
+            continue
+        key = digest(ref)
+        if key in counted:
+            continue
+        if len(out.digests) < OVERFLOW_DIGESTS_MAX:
+            out.digests.append(key)
+            counted.add(key)
+        out.count += 1
+        out.first_ms = at_ms if out.first_ms is None else min(out.first_ms, at_ms)
+        out.last_ms = at_ms if out.last_ms is None else max(out.last_ms, at_ms)
+    return listed, out

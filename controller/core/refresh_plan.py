@@ -1,0 +1,78 @@
+"""Refresh by size: which *active* sessions the sweep summarizes anyway. Pure.
+
+The sweep leaves a session alone while its newest memory is younger than the idle
+threshold (the churn lesson: re-summarizing a session at every new memory burns the model
+budget and rewrites the row for nothing). A session that runs all day would then have no
+summary until it ends. So a session still active is summarized when the memories added
+since its last summary exceed `refreshAfterTokens` estimated tokens, and at most once per
+`minRefreshSeconds` since that summary was written: a busy session is refreshed in bounded
+steps, one per threshold, and never more often than the minimum interval. A session that
+stops growing below the threshold is left for the ordinary sweep once it is idle.
+
+Two steps, so the I/O is paid only where needed: `may_refresh` on the stored row's
+summarizedAt (no memory read), then `refresh_due` on the tokens the session grew by.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from controller.core.sweep_plan import Candidate, SweepPlan
+
+
+@dataclass(frozen=True)
+class RefreshPolicy:
+    after_tokens: int  # 0: refreshing is off
+    min_interval_ms: int
+
+    @property
+    def enabled(self) -> bool:
+        return self.after_tokens > 0
+
+
+@dataclass(frozen=True)
+class Growth:
+    """What an active session added since its stored summary."""
+
+    session_id: str
+    newest_ms: int
+    tokens: int  # estimated tokens of the summarizable memories after the summary's watermark
+    summarized_at_ms: int | None  # when its summary was written; None: it has none
+
+
+def may_refresh(summarized_at_ms: int | None, policy: RefreshPolicy, now_ms: int) -> bool:
+    """False while the minimum interval since the last summary has not passed."""
+    if not policy.enabled:
+        return False
+    return summarized_at_ms is None or now_ms - summarized_at_ms >= policy.min_interval_ms
+
+
+def refresh_due(growth: Growth, policy: RefreshPolicy, now_ms: int) -> bool:
+    """True when the session grew past the threshold and the interval has passed."""
+    return growth.tokens > policy.after_tokens and may_refresh(
+        growth.summarized_at_ms, policy, now_ms
+    )
+
+
+def plan_refresh(
+    plan: SweepPlan,
+    growth: Iterable[Growth],
+    policy: RefreshPolicy,
+    *,
+    now_ms: int,
+    max_sessions: int,
+) -> SweepPlan:
+    """Moves the due sessions from still_active to refresh, most grown first, within what
+    the per-sweep cap leaves after the idle stale sessions; the rest stay still_active (the
+    sweep's watermark stays behind them, so a later sweep measures them again)."""
+    due = sorted(
+        (g for g in growth if g.session_id in plan.still_active and refresh_due(g, policy, now_ms)),
+        key=lambda g: (-g.tokens, g.session_id),
+    )
+    room = max(0, max_sessions - len(plan.candidates))
+    chosen = due[:room]
+    plan.refresh = [Candidate(g.session_id, g.newest_ms, "refresh") for g in chosen]
+    picked = {g.session_id for g in chosen}
+    plan.still_active = [sid for sid in plan.still_active if sid not in picked]
+    return plan

@@ -1,0 +1,66 @@
+"""Provenance on every summary row: the memory range covered and, per pass, tokens in vs
+tokens out (the compaction ratio)."""
+
+from __future__ import annotations
+
+import json
+
+from controller.core.memories import Memory
+from controller.core.merge import PassUpdate, merge_pass
+from controller.core.provenance import PassTokens, Provenance, compaction_ratio, pass_tokens
+from controller.core.summary_row import render_document, to_chroma_metadata
+
+
+def memory(i: int, prompt: str) -> Memory:
+    return Memory(id=f"m{i}", session_id="s", timestamp_ms=1_000 * i, prompt=prompt)
+
+
+def update(request: str) -> PassUpdate:
+    return PassUpdate.model_validate(
+        {
+            "user_requests": [request],
+            "questions_and_decisions": [],
+            "design_choices": [],
+            "corrections_and_feedback": [],
+            "current_state": None,
+        }
+    )
+
+
+def test_a_pass_reads_its_memories_and_adds_what_the_document_grew_by() -> None:
+    memories = [memory(1, "x" * 4000), memory(2, "y" * 4000)]
+    summary = merge_pass(None, update("Do the thing."), memories)
+    spent = pass_tokens(memories, "", render_document(summary))
+    assert spent.tokens_in > 2000  # 8000 bytes of prompt, plus the labels
+    assert 0 < spent.tokens_out < 100
+    again = pass_tokens([memory(3, "z")], render_document(summary), render_document(summary))
+    assert again.tokens_out == 0
+
+
+def test_the_row_carries_the_memory_range_watermark_and_tokens_per_pass() -> None:
+    summary = merge_pass(None, update("Do it."), [memory(1, "a"), memory(7, "b")])
+    provenance = Provenance([PassTokens(900, 30), PassTokens(600, 20)]).with_document(
+        render_document(summary)
+    )
+    meta = to_chroma_metadata(
+        summary, writer="w", trigger="refresh", summarized_at_ms=5, provenance=provenance
+    )
+    assert (meta["firstMemoryAt"], meta["timestamp"], meta["memoryCount"]) == (1_000, 7_000, 2)
+    assert (meta["watermarkTimestamp"], meta["watermarkMemoryId"]) == (7_000, "m7")
+    assert meta["triggerSource"] == "refresh"
+    assert (meta["passCount"], meta["passTokensIn"], meta["passTokensOut"]) == (2, 1500, 50)
+    assert json.loads(str(meta["passTokensJson"])) == [[900, 30], [600, 20]]
+    assert meta["compactionRatio"] == 30.0
+    assert meta["documentTokens"] == provenance.document_tokens > 0
+
+
+def test_no_ratio_when_nothing_was_read_or_written() -> None:
+    assert compaction_ratio(0, 10) is None and compaction_ratio(10, 0) is None
+    meta = to_chroma_metadata(
+        merge_pass(None, update("x y"), [memory(1, "a")]),
+        writer="w",
+        trigger="sweep",
+        summarized_at_ms=5,
+        provenance=Provenance(),
+    )
+    assert "compactionRatio" not in meta and meta["passCount"] == 0
