@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 StaleReason = Literal["missing", "newer-memories", "count-drift"]
 CandidateReason = StaleReason | Literal["refresh"]
@@ -136,8 +136,7 @@ def initial_watermark(now_ms: int, lookback_days: int) -> int:
 # -- sunset markers -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SunsetMarker:
+class SunsetMarker(NamedTuple):
     """The newest sunset marker the scan saw of one session (its timestamp, epoch ms)."""
 
     session_id: str
