@@ -46,18 +46,24 @@ class ControlPlaneError(RuntimeError):
     """The control plane could not be started; the message includes the server log tail."""
 
 
-def tools_bin_dir() -> Path:
-    """Runs hack/install-tools.sh (a no-op when the cache is warm) and returns its bin dir."""
-    override = os.environ.get("SSO_TOOLS_BIN")
+def installed_bin_dir(script: str, override_var: str) -> Path:
+    """Runs hack/<script> (a no-op when its cache is warm) and returns the bin dir it prints
+    last; the environment variable override_var, when set, names the dir instead."""
+    override = os.environ.get(override_var)
     if override:
         return Path(override)
     out = subprocess.run(
-        ["bash", str(REPO_ROOT / "hack" / "install-tools.sh")],
+        ["bash", str(REPO_ROOT / "hack" / script)],
         check=True,
         stdout=subprocess.PIPE,
         text=True,
     )
     return Path(out.stdout.strip().splitlines()[-1])
+
+
+def tools_bin_dir() -> Path:
+    """kube-apiserver, etcd, kubectl and helm (hack/install-tools.sh, or SSO_TOOLS_BIN)."""
+    return installed_bin_dir("install-tools.sh", "SSO_TOOLS_BIN")
 
 
 AUDIT_POLICY = """\

@@ -43,6 +43,7 @@ from devenv.controlplane import (
     _die_with_parent,
     _reap,
     free_port,
+    installed_bin_dir,
     tools_bin_dir,
 )
 
@@ -77,17 +78,8 @@ class NodeError(RuntimeError):
 
 
 def node_bin_dir() -> Path:
-    """Runs hack/install-node.sh (a no-op when its cache is warm); returns its bin dir."""
-    override = os.environ.get("SSO_NODE_BIN")
-    if override:
-        return Path(override)
-    out = subprocess.run(
-        ["bash", str(REPO_ROOT / "hack" / "install-node.sh")],
-        check=True,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    return Path(out.stdout.strip().splitlines()[-1])
+    """kubelet and the node's other binaries (hack/install-node.sh, or SSO_NODE_BIN)."""
+    return installed_bin_dir("install-node.sh", "SSO_NODE_BIN")
 
 
 def detect_node_ip() -> str:

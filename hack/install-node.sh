@@ -55,17 +55,8 @@ install_packages() {
 }
 
 # --- Go builds -------------------------------------------------------------------------
-cached_ok() {
-  local name=$1 version=$2
-  [[ -x "$bin_dir/$name" && -f "$bin_dir/$name.sha256" ]] || return 1
-  [[ "$(cat "$bin_dir/$name.version" 2>/dev/null)" == "$version" ]] || return 1
-  (cd "$bin_dir" && sha256sum --quiet -c "$name.sha256") >/dev/null 2>&1
-}
-
-record_sum() {
-  local name=$1 version=$2
-  (cd "$bin_dir" && sha256sum "$name" >"$name.sha256" && printf '%s\n' "$version" >"$name.version")
-}
+# shellcheck source=lib-cache.sh
+source "$(dirname "$0")/lib-cache.sh"
 
 need_go() {
   command -v go >/dev/null || { log "Go is required to build the node's binaries (https://go.dev/doc/install)"; exit 1; }
