@@ -54,6 +54,9 @@ class OperatorConfig(BaseSettings):
     failure_gate: int = Field(default=5, ge=1)  # consecutive failures before phase Failed
     heap_trim_seconds: float = Field(default=30.0, gt=0)  # freed heap back to the OS
     workers: int = Field(default=32, ge=1)  # summarizations at once (threads)
+    # Local embeddings at once (0: one per usable core, a Pod's CPU limit included).
+    cpu_slots: int = Field(default=0, ge=0)
+    store_write_slots: int = Field(default=2, ge=1)  # summary upserts in flight at once
     embedding_reprobe_seconds: float = Field(default=30.0, gt=0)  # failed EmbeddingReady
     list_chunk_size: int = Field(default=500, ge=0)  # objects per list page (0: one page)
     worker_idle_seconds: float = Field(default=0.5, ge=0)  # kopf keeps an idle worker

@@ -37,6 +37,13 @@ SUMMARIZE_SECONDS = Histogram(
     "Wall time of one summarization pass: claim, read, summarize, embed, upsert.",
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
 )
+QUEUE_WAIT_SECONDS = Histogram(
+    "session_summary_queue_wait_seconds",
+    "Time a summarization waited for a worker thread, by scheduling class (first: a "
+    "first summary; again: a re-summary; background: sweep and refresh).",
+    ["class"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
 SWEEPS = Counter(
     "session_summary_sweeps_total",
     "Sweeps run by this replica (only the active replica sweeps).",
@@ -100,6 +107,11 @@ def observe_summary(result: str, seconds: float) -> None:
     """One finished summarization pass: result is an outcome kind or "failed"."""
     SUMMARIES.labels(result=result).inc()
     SUMMARIZE_SECONDS.observe(max(seconds, 0.0))
+
+
+def observe_queue_wait(klass: str, seconds: float) -> None:
+    """How long a summarization of this scheduling class waited for a worker thread."""
+    QUEUE_WAIT_SECONDS.labels(**{"class": klass}).observe(max(seconds, 0.0))
 
 
 def observe_failure(reason: str) -> None:

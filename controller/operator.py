@@ -15,6 +15,7 @@ import kopf
 import controller.handlers  # noqa: F401  (registers the handlers)
 from controller import metrics
 from controller.config import CONFIG
+from controller.handlers.session_summary import stop_workers
 from controller.kube.peering import (
     PeeringView,
     ensure_peering_object,
@@ -156,12 +157,15 @@ def run(argv: list[str] | None = None) -> None:
     _RUN.update(standalone=args.standalone, peering=args.peering, namespaces=tuple(namespaces))
     os.environ["POD_ID"] = CONFIG.replica_id  # kopf's peering identity = ours
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Chroma call otherwise
-    kopf.run(
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        standalone=args.standalone,
-        # A dedicated peering object (mandatory: without its CRD the operator waits rather
-        # than risk a second writer); none at all when standalone.
-        peering_name=None if args.standalone else args.peering,
-        liveness_endpoint=args.liveness,
-    )
+    try:
+        kopf.run(
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            standalone=args.standalone,
+            # A dedicated peering object (mandatory: without its CRD the operator waits
+            # rather than risk a second writer); none at all when standalone.
+            peering_name=None if args.standalone else args.peering,
+            liveness_endpoint=args.liveness,
+        )
+    finally:
+        stop_workers()

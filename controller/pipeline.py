@@ -25,6 +25,7 @@ from controller.core.naming import summary_row_id
 from controller.core.provenance import PassTokens, Provenance, pass_tokens
 from controller.core.summary import LegacySummary, PriorSummary, StructuredSummary, validate_summary
 from controller.core.summary_row import render_document, to_chroma_metadata
+from controller.scheduling import STORE_WRITES
 from controller.store.memory_store import MemoryStore, SessionRows
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
@@ -251,9 +252,12 @@ def _write(
     sid = summary.session_id
     _observe(WriteEvent("begin", sid, writer, writer_object, began_ms, began_ms))
     try:
-        if check is not None:
-            check()
-        store.write_summary(summary.session_id, document, metadata, vector)
+        # In deadline order, and the claim checked once the turn came: the wait is never
+        # between the check and the write.
+        with STORE_WRITES.slot():
+            if check is not None:
+                check()
+            store.write_summary(summary.session_id, document, metadata, vector)
     finally:  # ends whether written or refused (claim lost, store down)
         ended_ms = int(time.time() * 1000)
         _observe(WriteEvent("end", sid, writer, writer_object, ended_ms, began_ms))

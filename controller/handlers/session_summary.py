@@ -11,7 +11,6 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -29,7 +28,6 @@ from controller.backends import Backends, backends_for
 from controller.config import CONFIG, backoff_seconds
 from controller.core.claim_rules import Writer
 from controller.core.summary import SummaryValidationError, UnreadablePriorSummary
-from controller.core.sweep_plan import REFRESH_TRIGGER
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
 from controller.handlers.indexes import lookup_summarizer_spec
@@ -43,6 +41,7 @@ from controller.handlers.summary_status import (
 from controller.kube import client as kube
 from controller.kube.claims import ClaimHeld, ClaimLost, SessionClaimHandle
 from controller.pipeline import Outcome, summarize_session
+from controller.scheduling import BACKGROUND_TRIGGERS, DeadlineExecutor, slack_for
 from controller.store.errors import (
     CollectionNotFound,
     EmbeddingMismatch,
@@ -55,13 +54,18 @@ from controller.summarizers.chat_prompt import InvalidModelOutput, ModelUnavaila
 # Summaries block on Chroma and the model: their own pools, sized for concurrency
 # (asyncio's default executor has only cpu_count + 4 threads). The sunset fast path has
 # its own pool, so the background's backlog (the sweep's stale sessions, the refreshes of
-# active ones) never queues in front of a session that just ended (docs/operations.md,
-# "Scheduling").
-WORKERS = ThreadPoolExecutor(max_workers=CONFIG.workers, thread_name_prefix="summarize")
-SWEEP_WORKERS = ThreadPoolExecutor(
-    max_workers=max(2, CONFIG.workers // 4), thread_name_prefix="summarize-sweep"
-)
-BACKGROUND_TRIGGERS = frozenset({"sweep", REFRESH_TRIGGER})
+# active ones) never queues in front of a session that just ended; within a pool, the
+# earliest deadline goes first, so a first summary goes ahead of re-summaries
+# (controller/scheduling.py; docs/operations.md, "Scheduling").
+WORKERS = DeadlineExecutor(CONFIG.workers, thread_name_prefix="summarize")
+SWEEP_WORKERS = DeadlineExecutor(max(2, CONFIG.workers // 4), thread_name_prefix="summarize-sweep")
+
+
+def stop_workers() -> None:
+    """At operator exit: running summaries finish (and release their claims); queued ones
+    are dropped (their objects are resumed by the next replica or start)."""
+    for pool in (WORKERS, SWEEP_WORKERS):
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def needs_pass_on_resume(body: kopf.Body, **_: Any) -> bool:
@@ -210,18 +214,21 @@ async def summarize(
     uid = str(body.metadata.get("uid") or "")
     generation = int(body.metadata.get("generation") or 0)
     started = time.monotonic()
+    # Written a summary before: this pass is a re-summary (scheduling: it may wait a bit).
+    slack = slack_for(
+        parsed.trigger, has_summary=bool((body.get("status") or {}).get("summarizedAt"))
+    )
+    summarizer_spec = lookup_summarizer_spec(
+        indexes["summarizer_specs"], namespace, parsed.summarizer_ref
+    )
+
+    def job() -> Outcome:
+        metrics.observe_queue_wait(slack.name.lower(), time.monotonic() - started)
+        return summarize_claimed(namespace, name, uid, generation, parsed, summarizer_spec)
+
     try:
         pool = SWEEP_WORKERS if parsed.trigger in BACKGROUND_TRIGGERS else WORKERS
-        outcome = await asyncio.get_running_loop().run_in_executor(
-            pool,
-            summarize_claimed,
-            namespace,
-            name,
-            uid,
-            generation,
-            parsed,
-            lookup_summarizer_spec(indexes["summarizer_specs"], namespace, parsed.summarizer_ref),
-        )
+        outcome = await asyncio.wrap_future(pool.submit_by(started + slack, job))
     except ClaimHeld as held:
         metrics.claim_conflict()
         logger.info("session %s: %s", parsed.session_id, held)
