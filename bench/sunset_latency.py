@@ -257,8 +257,12 @@ def main() -> int:
     p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
     print(
         f"sessions={len(latencies)} mean_ms={statistics.mean(latencies):.0f} "
-        f"min_ms={min(latencies):.0f} max_ms={max(latencies):.0f}"
+        f"min_ms={min(latencies):.0f} p90_ms={percentile(latencies, 90):.0f} "
+        f"p95_ms={percentile(latencies, 95):.0f} max_ms={max(latencies):.0f}"
     )
+    # Which sunsets were slowest (1 = the first measured, right after the load started).
+    worst = sorted(range(len(latencies)), key=lambda i: -latencies[i])[:5]
+    print("slowest: " + " ".join(f"#{i + 1}={latencies[i]:.0f}ms" for i in worst))
     if args.under_load:
         print(
             f"background: {load_rounds[0]} rounds of 100 other summaries in flight, "
