@@ -16,7 +16,6 @@ from controller.kube import client as kube
 from controller.pipeline import Embedder
 from controller.store.connection import StoreLocation
 from controller.store.memory_store import MemoryStore, store_for
-from controller.summarizers.chat_model import ChatModelSummarizer
 from controller.summarizers.chat_prompt import ChatModelConfig
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
@@ -92,13 +91,17 @@ def chat_model_config(model: ModelSpec, namespace: str) -> ChatModelConfig:
     )
 
 
-_SUMMARIZERS: dict[ChatModelConfig, ChatModelSummarizer] = {}
+_SUMMARIZERS: dict[ChatModelConfig, Summarizer] = {}
 
 
 def summarizer_for(model: ModelSpec, namespace: str) -> Summarizer:
     """extractive (no model), or a cached chat-completions summarizer for the endpoint."""
     if model.backend == "extractive":
         return EXTRACTIVE
+    # Imported here: the openai SDK costs ~14 MB of RSS, which only an operator that uses
+    # a model should pay (bench/operator_rss.py).
+    from controller.summarizers.chat_model import ChatModelSummarizer
+
     config = chat_model_config(model, namespace)
     with _LOCK:
         if config not in _SUMMARIZERS:

@@ -24,7 +24,6 @@ from controller.embeddings.minilm import (
     EmbeddingFunction,
     LocalMiniLMEmbedding,
 )
-from controller.embeddings.remote import OpenAICompatibleEmbedding
 
 __all__ = ["EmbeddingError", "EmbeddingFunction", "EmbeddingSpec", "build_embedding_function"]
 
@@ -56,6 +55,10 @@ def build_embedding_function(spec: EmbeddingSpec) -> EmbeddingFunction:
     if spec.provider == "local-minilm":
         return LocalMiniLMEmbedding()
     assert spec.base_url is not None  # guaranteed by EmbeddingSpec validation
+    # Imported here: the openai SDK costs ~14 MB of RSS, which only an operator that uses
+    # an endpoint should pay (bench/operator_rss.py).
+    from controller.embeddings.remote import OpenAICompatibleEmbedding
+
     return OpenAICompatibleEmbedding(
         base_url=spec.base_url,
         model=spec.model,

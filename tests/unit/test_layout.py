@@ -70,3 +70,13 @@ def test_the_wheel_ships_the_operator_and_summaryctl_only(tmp_path: Path) -> Non
         "summaryctl = controller.cli.main:main"
         in zipfile.ZipFile(wheel).read(entry_points).decode()
     )
+
+
+def test_the_openai_sdk_is_loaded_only_by_an_operator_that_uses_an_endpoint() -> None:
+    """It costs ~14 MB of RSS (bench/operator_rss.py); the extractive backend and the local
+    embedding never need it."""
+    probe = "import sys, controller.operator; print('openai' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "False"
