@@ -25,7 +25,7 @@ from controller.core.naming import summary_row_id
 from controller.core.provenance import PassTokens, Provenance, pass_tokens
 from controller.core.summary import LegacySummary, PriorSummary, StructuredSummary, validate_summary
 from controller.core.summary_row import render_document, to_chroma_metadata
-from controller.scheduling import STORE_WRITES
+from controller.scheduling import store_write_slots
 from controller.store.memory_store import MemoryStore, SessionRows
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
@@ -254,7 +254,7 @@ def _write(
     try:
         # In deadline order, and the claim checked once the turn came: the wait is never
         # between the check and the write.
-        with STORE_WRITES.slot():
+        with store_write_slots(store.location.describe()).slot():
             if check is not None:
                 check()
             store.write_summary(summary.session_id, document, metadata, vector)

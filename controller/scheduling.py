@@ -202,7 +202,17 @@ def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
 # The local embedding's gate (controller/embeddings/minilm.py): CPU-bound work past the
 # cores only slows every holder down, and a slot goes to the earliest deadline.
 CPU_SLOTS = CpuSlots(CONFIG.cpu_slots or usable_cpus())
-# The store's summary writes (controller/pipeline.py): Chroma applies them one after the
-# other, so a queue of them there is first come, first served; a few at a time from here
-# keeps the store as busy and lets the earliest deadline write next.
-STORE_WRITES = CpuSlots(CONFIG.store_write_slots)
+_STORE_WRITES: dict[str, CpuSlots] = {}
+_STORE_WRITES_LOCK = threading.Lock()
+
+
+def store_write_slots(store: str) -> CpuSlots:
+    """The summary writes to one store (controller/pipeline.py). Chroma applies them one
+    after the other, so a queue of them there is first come, first served; a few at a time
+    from here keeps the store as busy and lets the earliest deadline write next. One gate
+    per store: a slow or hung store never holds up the writes to another."""
+    with _STORE_WRITES_LOCK:
+        slots = _STORE_WRITES.get(store)
+        if slots is None:
+            slots = _STORE_WRITES[store] = CpuSlots(CONFIG.store_write_slots)
+        return slots

@@ -17,6 +17,7 @@ from controller.scheduling import (
     Slack,
     current_deadline,
     slack_for,
+    store_write_slots,
     usable_cpus,
 )
 
@@ -195,3 +196,30 @@ def test_usable_cpus_follows_a_cgroup_cpu_limit(
         (tmp_path / "cpu.max").write_text(cpu_max)
     affinity = len(os.sched_getaffinity(0))
     assert usable_cpus(tmp_path) == (affinity if cap is None else min(affinity, cap))
+
+
+def test_a_full_store_write_gate_never_holds_up_another_store() -> None:
+    hung = store_write_slots("http://hung:8000 (t/db)")
+    assert store_write_slots("http://hung:8000 (t/db)") is hung
+    release = threading.Event()
+    holders = [threading.Thread(target=lambda: _hold(hung, release)) for _ in range(hung.slots)]
+    for t in holders:
+        t.start()
+    _wait_until(lambda: hung._free == 0)
+    other = store_write_slots("http://other:8000 (t/db)")
+    done = threading.Event()
+
+    def write() -> None:
+        with other.slot():
+            done.set()
+
+    threading.Thread(target=write).start()
+    assert done.wait(5)
+    release.set()
+    for t in holders:
+        t.join(5)
+
+
+def _hold(gate: CpuSlots, release: threading.Event) -> None:
+    with gate.slot():
+        release.wait(10)
