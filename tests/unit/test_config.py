@@ -46,6 +46,8 @@ def test_two_replicas_draw_different_priorities_when_none_is_set(
         ({"SSO_PEERING_LIFETIME": "0"}, "SSO_PEERING_LIFETIME='0'"),
         ({"SSO_CLAIM_TTL_SECONDS": "-1"}, "SSO_CLAIM_TTL_SECONDS='-1'"),
         ({"SSO_METRICS_PORT": "70000"}, "SSO_METRICS_PORT='70000'"),
+        ({"SSO_CPU_SLOTS": "-1"}, "SSO_CPU_SLOTS='-1'"),
+        ({"SSO_STORE_WRITE_SLOTS": "0"}, "SSO_STORE_WRITE_SLOTS='0'"),
     ],
 )
 def test_an_invalid_variable_stops_the_operator_in_one_line_naming_it(
