@@ -11,9 +11,9 @@ deadline is the moment it was queued plus the slack of its class (Slack):
 
 So a session that just ended goes ahead of a queue of re-summaries and of the sweep's
 backlog, and the order is still fair: a job is passed only by jobs whose deadline is
-earlier than its own, and every job queued later than its deadline has a later one, so
-nothing waits longer than its slack beyond what first come, first served would make it
-wait (docs/operations.md, "Scheduling").
+earlier than its own, and every job queued after that deadline has a later one, so a job
+can be passed only by jobs of an earlier class that arrive within its slack after it;
+none is starved (docs/operations.md, "Scheduling").
 """
 
 from __future__ import annotations
