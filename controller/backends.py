@@ -9,11 +9,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from controller.api import ModelSpec, SessionSummarizerSpec
 from controller.embeddings.spec import EmbeddingSpec, build_embedding_function
 from controller.kube import client as kube
 from controller.pipeline import Embedder
+from controller.scheduling import cpu_slots
 from controller.store.connection import StoreLocation
 from controller.store.memory_store import MemoryStore, store_for
 from controller.summarizers.chat_prompt import ChatModelConfig
@@ -65,10 +67,21 @@ _LOCK = threading.Lock()
 
 
 def embedder_for(spec: EmbeddingSpec) -> Embedder:
+    """The live embedder of a spec. The local model runs on this process's cores, so its
+    calls take a CPU slot, earliest deadline first (controller/scheduling.py); an endpoint
+    is only I/O here and is not gated."""
     with _LOCK:
         if spec not in _EMBEDDERS:
             ef = build_embedding_function(spec)
-            _EMBEDDERS[spec] = lambda texts: list(ef(texts))
+            if spec.provider == "local-minilm":
+
+                def gated(texts: list[str]) -> list[Any]:
+                    with cpu_slots().slot():
+                        return list(ef(texts))
+
+                _EMBEDDERS[spec] = gated
+            else:
+                _EMBEDDERS[spec] = lambda texts: list(ef(texts))
         return _EMBEDDERS[spec]
 
 

@@ -30,7 +30,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from controller.config import CONFIG
 from controller.core.sweep_plan import REFRESH_TRIGGER
 
 T = TypeVar("T")
@@ -199,11 +198,21 @@ def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
     return max(1, cpus)
 
 
-# The local embedding's gate (controller/embeddings/minilm.py): CPU-bound work past the
-# cores only slows every holder down, and a slot goes to the earliest deadline.
-CPU_SLOTS = CpuSlots(CONFIG.cpu_slots or usable_cpus())
+_CPU_SLOTS: list[CpuSlots] = []
 _STORE_WRITES: dict[str, CpuSlots] = {}
-_STORE_WRITES_LOCK = threading.Lock()
+_GATES_LOCK = threading.Lock()
+
+
+def cpu_slots() -> CpuSlots:
+    """The local embedding's gate (controller/backends.py): CPU-bound work past
+    the cores only slows every holder down, and a slot goes to the earliest deadline.
+    Made on first use: the settings are read then, not when a module is imported."""
+    from controller.config import CONFIG
+
+    with _GATES_LOCK:
+        if not _CPU_SLOTS:
+            _CPU_SLOTS.append(CpuSlots(CONFIG.cpu_slots or usable_cpus()))
+        return _CPU_SLOTS[0]
 
 
 def store_write_slots(store: str) -> CpuSlots:
@@ -211,7 +220,9 @@ def store_write_slots(store: str) -> CpuSlots:
     after the other, so a queue of them there is first come, first served; a few at a time
     from here keeps the store as busy and lets the earliest deadline write next. One gate
     per store: a slow or hung store never holds up the writes to another."""
-    with _STORE_WRITES_LOCK:
+    from controller.config import CONFIG
+
+    with _GATES_LOCK:
         slots = _STORE_WRITES.get(store)
         if slots is None:
             slots = _STORE_WRITES[store] = CpuSlots(CONFIG.store_write_slots)

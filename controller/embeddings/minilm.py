@@ -20,8 +20,6 @@ import numpy.typing as npt
 from safetensors import safe_open
 from tokenizers import Tokenizer
 
-from controller.scheduling import CPU_SLOTS
-
 Array = npt.NDArray[np.float32]
 Documents = list[str]
 Embeddings = list[Array]
@@ -277,8 +275,7 @@ class LocalMiniLMEmbedding:
         if not input:
             return []
         model = _load_minilm(self.model_dir, self.max_seq_length)
-        with CPU_SLOTS.slot():  # one core per embedding, earliest deadline first
-            return list(model.encode(list(input), self.batch_size))
+        return list(model.encode(list(input), self.batch_size))
 
     def __repr__(self) -> str:
         return f"LocalMiniLMEmbedding(model_dir={self._explicit_dir!r})"
