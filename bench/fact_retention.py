@@ -80,6 +80,14 @@ def chunk_rows(sid: str, session: int, step: int) -> list[tuple[str, str, dict[s
         ("", "Running the test suite.", "All tests pass."),
         ("", "Looking at the logs.", "Nothing unusual in the logs."),
     ]
+    return interaction_rows(sid, session, step, turns)
+
+
+def interaction_rows(
+    sid: str, session: int, step: int, turns: list[tuple[str, str, str]]
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """Chroma rows of one chunk's (prompt, thought, response) turns: ids and timestamps
+    ordered by session, step and turn (bench/references.py uses it too)."""
     rows = []
     for i, (prompt, thought, response) in enumerate(turns):
         n = step * 10 + i

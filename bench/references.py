@@ -41,7 +41,8 @@ import numpy as np
 if __package__ in (None, ""):  # `python bench/references.py` from the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from controller.core.memories import Memory, render_interaction_document
+from bench.fact_retention import interaction_rows
+from controller.core.memories import Memory
 from controller.core.summary_row import REFERENCES_HEADING, render_document
 from controller.pipeline import run_pass, summarize_session
 from controller.store.connection import StoreLocation, connect
@@ -140,22 +141,7 @@ def paraphrasing_reply(session: int, step: int) -> dict[str, Any]:
 
 
 def rows_of(sid: str, session: int, step: int) -> list[tuple[str, str, dict[str, Any]]]:
-    rows = []
-    for i, (prompt, thought, response) in enumerate(chunk(session, step).turns):
-        n = step * 10 + i
-        meta = {
-            "sessionId": sid,
-            "timestamp": 1_760_000_000_000 + session * 10_000_000 + n * 1000,
-            "type": "agent-interaction",
-            "prompt": prompt,
-            "thought": thought,
-            "response": response,
-            "agent": "claude-code",
-            "model": "claude-sonnet",
-        }
-        document = render_interaction_document(prompt, thought, response)
-        rows.append((f"{sid}-{n:05d}", document, meta))
-    return rows
+    return interaction_rows(sid, session, step, list(chunk(session, step).turns))
 
 
 def named(document: str, references: list[str]) -> int:
