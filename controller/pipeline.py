@@ -12,7 +12,6 @@ Blocking I/O: handlers call it in a worker thread.
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -128,9 +127,7 @@ class _Coverage:
         self.keys = rows.keys  # sorted (timestamp, id) of every row after the prior watermark
 
     def count(self, watermark: Watermark) -> int:
-        return self.base + bisect.bisect_right(
-            self.keys, (watermark.timestamp_ms, watermark.memory_id)
-        )
+        return self.base + self.keys.count_upto(watermark.timestamp_ms, watermark.memory_id)
 
 
 def summarize_session(
