@@ -4,7 +4,6 @@ cached token lookups."""
 
 from __future__ import annotations
 
-import functools
 import re
 from typing import cast
 
@@ -117,9 +116,12 @@ _TECHNOLOGY_PHRASES: dict[str, re.Pattern[str]] = {
 }
 
 
-@functools.lru_cache(maxsize=1 << 12)
 def token_facts(token: str) -> tuple[str | None, Category | None]:
-    """(technology, category) a single lower-cased token points at, if any."""
+    """(technology, category) a single lower-cased token points at, if any.
+
+    Not cached: it costs ~0.5 us, its callers already look each distinct word up once per
+    pass, and a process-wide cache filled during a long pass kept thousands of small
+    objects alive afterwards, each pinning a block of the interpreter's heap."""
     word = token.rstrip(".-_+#")
     technology = TECHNOLOGY_WORDS.get(word)
     if technology is None and word.startswith("docker"):
