@@ -6,7 +6,8 @@ and a fresh Python process that does what the operator does for that session:
 summarize_session with the extractive summarizer and the local MiniLM embedding, checkpoints
 included. The process reports its VmRSS once the libraries are imported and the model is
 loaded (fresh), and once it has summarized a small session (idle: an operator that has
-summarized once, its free heap returned); its peak (VmHWM) over the pass; its VmRSS after
+summarized once, its free heap returned); its peak (VmHWM, reset right before the pass so
+the model's loading is not counted) over the pass; its VmRSS after
 it; and its VmRSS once the outcome is dropped and glibc has returned its free heap
 (malloc_trim): what stays for good.
 
@@ -116,6 +117,9 @@ import ctypes, gc
 gc.collect()
 ctypes.CDLL("libc.so.6").malloc_trim(0)
 idle = rss_mb("VmRSS")
+# The peak of the pass itself, not of loading the model (which briefly holds the weights
+# twice): writing 5 to clear_refs resets VmHWM to the current RSS.
+Path("/proc/self/clear_refs").write_text("5")
 started = time.monotonic()
 outcome = summarize_session(store, sys.argv[2], embed=embed, writer="bench", trigger="bench")
 print(json.dumps({
