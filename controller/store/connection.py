@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 import chromadb
+import httpx
 from chromadb.api import ClientAPI
 from chromadb.config import Settings
 from chromadb.errors import NotFoundError
@@ -59,16 +60,22 @@ def connect(location: StoreLocation) -> ClientAPI:
                 database=location.database,
             )
         parsed = urlparse(location.url)
+        host = parsed.hostname or "localhost"
+        port = parsed.port or (443 if parsed.scheme == "https" else 8000)
         headers = {"Authorization": f"Bearer {location.token}"} if location.token else None
-        return chromadb.HttpClient(
-            host=parsed.hostname or "localhost",
-            port=parsed.port or (443 if parsed.scheme == "https" else 8000),
+        netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # IPv6 in brackets
+        _answers_in_time(f"{parsed.scheme}://{netloc}", headers, location.timeout_seconds)
+        client = chromadb.HttpClient(
+            host=host,
+            port=port,
             ssl=parsed.scheme == "https",
             headers=headers,
             tenant=location.tenant,
             database=location.database,
             settings=_settings(),
         )
+        _bound_requests(client, location.timeout_seconds)
+        return client
     except NotFoundError as exc:  # chromadb checks the tenant and database on connect
         raise InvalidStoreConfig(
             f"Chroma at {location.describe()}: {describe_error(exc)}; check spec.store.tenant "
@@ -78,3 +85,29 @@ def connect(location: StoreLocation) -> ClientAPI:
         raise StoreUnavailable(
             f"cannot connect to Chroma at {location.describe()}: {describe_error(exc)}"
         ) from exc
+
+
+# chromadb's HTTP client sends every request with no timeout (httpx timeout=None), and its
+# constructor already talks to the server. A Chroma that accepts connections but never
+# answers (a stopped process, a black-holed proxy) would hold the worker, and the claim it
+# took, for good. spec.store.timeoutSeconds bounds both.
+
+
+def _answers_in_time(base: str, headers: dict[str, str] | None, timeout: float) -> None:
+    """One bounded request before the constructor's unbounded ones. Any answer will do
+    (the constructor reports refusals); only silence is caught here."""
+    try:
+        httpx.get(f"{base}/api/v2/heartbeat", headers=headers, timeout=timeout)
+    except httpx.TimeoutException as exc:
+        raise TimeoutError(f"no answer within {timeout:g}s (spec.store.timeoutSeconds)") from exc
+    except httpx.HTTPError:
+        return  # refused, reset, bad TLS...: the constructor's attempt names it as before
+
+
+def _bound_requests(client: ClientAPI, timeout: float) -> None:
+    """Every later request of this client times out after `timeout` seconds (connect, read,
+    write and pool each): a StoreUnavailable naming the call, like any network failure."""
+    session = getattr(getattr(client, "_server", None), "_session", None)
+    if not isinstance(session, httpx.Client):  # a chromadb that moved its session
+        raise RuntimeError(f"chromadb {chromadb.__version__}: no HTTP session to bound")
+    session.timeout = httpx.Timeout(timeout)

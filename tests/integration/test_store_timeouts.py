@@ -1,0 +1,164 @@
+"""spec.store.timeoutSeconds bounds every Chroma request: a Chroma that accepts connections
+and never answers fails the call with StoreUnavailable instead of holding the worker (and
+its session claim) for good. chromadb's own HTTP client has no timeout at all.
+
+Real parts: a real Chroma server frozen with SIGSTOP (the kernel still accepts its
+connections; the process never answers) and resumed by PID even when a test fails, and a
+plain TCP listener that never answers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+
+from controller.core.memories import Watermark
+from controller.store.connection import StoreLocation, connect
+from controller.store.errors import StoreUnavailable
+from controller.store.memory_store import MemoryStore
+from devenv.chroma import ChromaServer, running_chroma
+
+TIMEOUT_S = 1.0
+# Without a bound the calls below never return; with it they return after about TIMEOUT_S.
+# A generous ceiling keeps a loaded machine from failing the test.
+GIVE_UP_S = 30.0
+
+
+def outcome_within(call: Callable[[], Any], seconds: float = GIVE_UP_S) -> BaseException | None:
+    """Runs call in a daemon thread: the exception it raised, None if it returned. Fails
+    the test if it is still blocked after `seconds`."""
+    result: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            result.append(None)
+        except BaseException as exc:
+            result.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"still blocked after {seconds:g}s: the request has no bound"
+    return result[0]
+
+
+@contextmanager
+def frozen(server: ChromaServer) -> Iterator[None]:
+    assert server.proc is not None
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+
+
+@contextmanager
+def silent_listener() -> Iterator[str]:
+    """A TCP port that accepts connections and never sends a byte."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        sock.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(sock.accept()[0])
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in held:
+            conn.close()
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def chroma() -> Iterator[ChromaServer]:
+    with running_chroma() as server:
+        yield server
+
+
+@pytest.fixture
+def store(chroma: ChromaServer) -> MemoryStore:
+    location = StoreLocation(
+        url=chroma.url,
+        memory_collection="timeouts-memory",
+        summary_collection="timeouts-sessions",
+        timeout_seconds=TIMEOUT_S,
+    )
+    client = connect(location)
+    client.get_or_create_collection(location.memory_collection).upsert(
+        ids=["m1"],
+        documents=["User Prompt: bound every request"],
+        metadatas=[{"sessionId": "s1", "timestamp": 1_770_000_000_000, "prompt": "bound"}],
+        embeddings=np.full((1, 384), 0.05, dtype=np.float32),
+    )
+    return MemoryStore(client, location)
+
+
+def test_connect_to_a_silent_server_fails_within_the_timeout() -> None:
+    with silent_listener() as url:
+        started = time.monotonic()
+        error = outcome_within(lambda: connect(StoreLocation(url=url, timeout_seconds=TIMEOUT_S)))
+        elapsed = time.monotonic() - started
+    assert isinstance(error, StoreUnavailable), error
+    assert "no answer within 1s" in str(error) and "timeoutSeconds" in str(error)
+    assert elapsed >= TIMEOUT_S * 0.9
+
+
+# Every kind of call the operator makes on a connected client: reads of memories and
+# summaries, the listing, the summary write. All go through the one bounded HTTP session.
+CALLS: dict[str, Callable[[MemoryStore], Any]] = {
+    "read_summary": lambda s: s.read_summary("s1"),
+    "session_rows": lambda s: s.session_rows("s1"),
+    "count_session": lambda s: s.count_session("s1"),
+    "summaries (create)": lambda s: s.summaries(create=True),
+    "session_rows after a watermark": lambda s: s.session_rows(
+        "s1", after=Watermark(timestamp_ms=0, memory_id="")
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_a_frozen_chroma_fails_each_call_within_the_timeout(
+    chroma: ChromaServer, store: MemoryStore, name: str
+) -> None:
+    with frozen(chroma):
+        error = outcome_within(lambda: CALLS[name](store))
+    assert isinstance(error, StoreUnavailable), error
+    assert "Timeout" in str(error) or "timed out" in str(error), str(error)
+    # The same client works again once Chroma answers: nothing was left half-done.
+    CALLS[name](store)
+
+
+def test_the_timeout_comes_from_the_location(chroma: ChromaServer) -> None:
+    """spec.store.timeoutSeconds reaches the client: a longer bound waits longer."""
+    location = StoreLocation(url=chroma.url, timeout_seconds=3.0)
+    store = MemoryStore(connect(location), location)
+    with frozen(chroma):
+        started = time.monotonic()
+        error = outcome_within(lambda: store.read_summary("s1"))
+        elapsed = time.monotonic() - started
+    assert isinstance(error, StoreUnavailable)
+    assert elapsed >= 3.0 * 0.9
