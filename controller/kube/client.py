@@ -29,7 +29,21 @@ from controller.api import (
 from controller.core.naming import summary_object_name
 
 API_POOL_SIZE = 64
+# (connect, read) seconds of every call that sets no timeout of its own. The client's
+# default is none at all: an apiserver that accepts the connection and never answers
+# (frozen, or behind a black-holed proxy) would hold a summarize thread, mid-claim, for good.
+# A read timeout is per read, so a long list that keeps streaming is not cut.
+REQUEST_TIMEOUT = (5.0, 30.0)
 log = logging.getLogger(__name__)
+
+
+class BoundedApiClient(client.ApiClient):
+    """An ApiClient whose calls time out after REQUEST_TIMEOUT unless told otherwise."""
+
+    def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("_request_timeout") is None:
+            kwargs["_request_timeout"] = REQUEST_TIMEOUT
+        return super().call_api(*args, **kwargs)
 
 
 class SecretError(RuntimeError):
@@ -50,7 +64,7 @@ def api_client() -> client.ApiClient:
             config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
         )
     configuration.connection_pool_maxsize = API_POOL_SIZE
-    return client.ApiClient(configuration)
+    return BoundedApiClient(configuration)
 
 
 def custom() -> client.CustomObjectsApi:

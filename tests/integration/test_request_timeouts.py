@@ -1,10 +1,12 @@
-"""spec.store.timeoutSeconds bounds every Chroma request: a Chroma that accepts connections
-and never answers fails the call with StoreUnavailable instead of holding the worker (and
-its session claim) for good. chromadb's own HTTP client has no timeout at all.
+"""Every request the operator makes is bounded. spec.store.timeoutSeconds bounds every
+Chroma request, and kube.REQUEST_TIMEOUT every Kubernetes API call: a server that accepts
+connections and never answers fails the call instead of holding the worker (and its
+session claim) for good. Neither chromadb's HTTP client nor the Kubernetes client has a
+timeout of its own.
 
 Real parts: a real Chroma server frozen with SIGSTOP (the kernel still accepts its
-connections; the process never answers) and resumed by PID even when a test fails, and a
-plain TCP listener that never answers.
+connections; the process never answers) and resumed by PID even when a test fails, a plain
+TCP listener that never answers, and the real Kubernetes client pointed at it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 import pytest
 
 from controller.core.memories import Watermark
+from controller.kube import client as kube
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable
 from controller.store.memory_store import MemoryStore
@@ -162,3 +165,30 @@ def test_the_timeout_comes_from_the_location(chroma: ChromaServer) -> None:
         elapsed = time.monotonic() - started
     assert isinstance(error, StoreUnavailable)
     assert elapsed >= 3.0 * 0.9
+
+
+def test_a_silent_apiserver_fails_a_kubernetes_call(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim, Secret, Event and status calls of a summarize thread all go through
+    kube.api_client(); pointed at a server that never answers, a call raises."""
+    with silent_listener() as url:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: silent\n"
+            f"clusters: [{{name: silent, cluster: {{server: '{url}'}}}}]\n"
+            "users: [{name: silent, user: {token: t}}]\n"
+            "contexts: [{name: silent, context: {cluster: silent, user: silent}}]\n"
+        )
+        monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        monkeypatch.setattr(kube, "REQUEST_TIMEOUT", (TIMEOUT_S, TIMEOUT_S))
+        kube.api_client.cache_clear()
+        try:
+            for call in (
+                lambda: kube.get_summarizer("default", "default"),
+                lambda: kube.read_secret_key("default", "model-key", "api-key"),
+            ):
+                error = outcome_within(call)
+                assert error is not None and "timed out" in str(error).lower(), error
+        finally:
+            kube.api_client.cache_clear()
