@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
 import json
+import math
 import os
 import random
 import statistics
@@ -54,9 +55,14 @@ NS = "bench"
 
 
 def percentile(values: list[float], pct: float) -> float:
+    """Nearest rank: the smallest value that at least pct% of the values are <= to, i.e.
+    the ceil(pct/100 * n)-th smallest (p99 of 100 values is the 99th, not the largest).
+
+    This used round(x + 0.5) for the ceiling, which Python rounds half to even: at
+    x = 99.0 it gave 100, so p99 of 100 sunsets was their maximum."""
     ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(pct / 100 * len(ordered) + 0.5) - 1))
-    return ordered[index]
+    rank = math.ceil(pct / 100 * len(ordered))
+    return ordered[min(len(ordered), max(1, rank)) - 1]
 
 
 def main() -> int:
