@@ -5,9 +5,11 @@ embedding function shares (texts -> float32 vectors) and EmbeddingError.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import math
+import os
 import struct
 import threading
 from collections.abc import Callable, Iterator
@@ -110,8 +112,8 @@ class _MiniLM:
         self.eps: float = config["layer_norm_eps"]
         path = model_dir / "model.safetensors"
         # The word-embedding table is 47 of the 90 MB and a text reads a few hundred of its
-        # 30,522 rows: mapped from the file, only those pages become resident.
-        self.word = _mapped_tensor(path, "embeddings.word_embeddings.weight")
+        # 30,522 rows: read from the file row by row, it never becomes resident.
+        self.word = _RowFile(path, "embeddings.word_embeddings.weight")
         with safe_open(str(path), framework="numpy") as tensors:
 
             def w(name: str) -> Array:
@@ -155,7 +157,7 @@ class _MiniLM:
         ids = [e.ids for e in self.tokenizer.encode_batch(texts)]
         # Similar lengths share a batch, so per-batch padding stays small.
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        out = np.empty((len(ids), self.word.shape[1]), dtype=np.float32)
+        out = np.empty((len(ids), self.word.width), dtype=np.float32)
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             out[chunk] = self._encode_padded([ids[i] for i in chunk])
@@ -168,7 +170,7 @@ class _MiniLM:
         for row, ids in enumerate(batch):
             input_ids[row, : len(ids)] = ids
             mask[row, : len(ids)] = 1.0
-        x = self.word[input_ids] + self.position[:length] + self.token_type0
+        x = self.word.rows(input_ids) + self.position[:length] + self.token_type0
         x = _layer_norm(x, *self.emb_ln, self.eps)
         # Padding keys get the most negative float, as in HF BERT: exp() makes them exactly 0.
         key_bias = ((1.0 - mask) * np.finfo(np.float32).min)[:, None, None, :]
@@ -215,18 +217,43 @@ class _MiniLM:
         return _layer_norm(ffn, layer.ln2_w, layer.ln2_b, self.eps)
 
 
-def _mapped_tensor(path: Path, name: str) -> Array:
-    """A read-only float32 view of one tensor of a safetensors file, backed by the page
-    cache (the format: an 8-byte header length, a JSON header, then the raw tensors)."""
-    with path.open("rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        info = json.loads(f.read(length))[name]
-    if info["dtype"] != "F32":
-        raise EmbeddingError(f"{path}: {name} is {info['dtype']}, expected F32")
-    start, _ = info["data_offsets"]
-    return np.memmap(
-        path, dtype=np.float32, mode="r", offset=8 + length + start, shape=tuple(info["shape"])
-    )
+class _RowFile:
+    """Rows of one float32 matrix of a safetensors file, read on demand with pread (the
+    format: an 8-byte header length, a JSON header, then the raw tensors).
+
+    Mapped instead, every row a text ever touched stayed in the process's RSS (file-backed,
+    up to the whole 47 MB table over a long run); read, the rows live in the page cache,
+    which the kernel shares and reclaims, and a text costs one pread per distinct token."""
+
+    def __init__(self, path: Path, name: str) -> None:
+        with path.open("rb") as f:
+            (length,) = struct.unpack("<Q", f.read(8))
+            info = json.loads(f.read(length))[name]
+        if info["dtype"] != "F32" or len(info["shape"]) != 2:
+            raise EmbeddingError(
+                f"{path}: {name} is {info['dtype']} {info['shape']}, expected F32 2-D"
+            )
+        self.count, self.width = (int(n) for n in info["shape"])
+        self._start = 8 + length + int(info["data_offsets"][0])
+        self._row_bytes = 4 * self.width
+        self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+
+    def rows(self, ids: npt.NDArray[np.int64]) -> Array:
+        """The rows of these ids, in the ids' shape plus one axis of width."""
+        distinct, where = np.unique(ids, return_inverse=True)
+        table = np.empty((len(distinct), self.width), dtype=np.float32)
+        for n, row in enumerate(distinct.tolist()):
+            if not 0 <= row < self.count:
+                raise EmbeddingError(f"token id {row} outside the vocabulary of {self.count}")
+            data = os.pread(self._fd, self._row_bytes, self._start + row * self._row_bytes)
+            if len(data) != self._row_bytes:
+                raise EmbeddingError(f"the model file ends inside row {row}")
+            table[n] = np.frombuffer(data, dtype=np.float32)
+        return table[where.reshape(ids.shape)]
+
+    def __del__(self) -> None:
+        with contextlib.suppress(AttributeError, OSError):
+            os.close(self._fd)
 
 
 def _row_blocks(total: int, size: int = 256) -> Iterator[slice]:

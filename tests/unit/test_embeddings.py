@@ -11,9 +11,17 @@ import chromadb
 import httpx2
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
+from safetensors import safe_open
 
-from controller.embeddings.minilm import EmbeddingError, LocalMiniLMEmbedding
+from controller.embeddings.minilm import (
+    EmbeddingError,
+    LocalMiniLMEmbedding,
+    _RowFile,
+    installed_minilm_dir,
+)
 from controller.embeddings.remote import OpenAICompatibleEmbedding
 from controller.embeddings.spec import EmbeddingSpec, build_embedding_function
 from tests.support.openai_server import Status, hash_embedding, running_openai_server
@@ -82,6 +90,43 @@ def test_unicode_and_empty_text_embed(minilm: LocalMiniLMEmbedding) -> None:
     vectors = embed(minilm, ["naïve café 日本語 🚀", ""])
     assert np.all(np.isfinite(vectors))
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(min_value=0, max_value=30_521), min_size=1, max_size=40), st.integers(1, 4)
+)
+def test_word_rows_read_from_the_file_equal_the_tensor(ids: list[int], rows: int) -> None:
+    """Any token ids, repeated or not, in a (batch, length) grid: the rows read with pread
+    are the safetensors tensor's rows."""
+    path = installed_minilm_dir() / "model.safetensors"
+    with safe_open(str(path), framework="numpy") as tensors:
+        table = tensors.get_tensor("embeddings.word_embeddings.weight")
+    grid = np.array(ids * rows, dtype=np.int64).reshape(rows, len(ids))
+    np.testing.assert_array_equal(
+        _RowFile(path, "embeddings.word_embeddings.weight").rows(grid), table[grid]
+    )
+
+
+def test_word_rows_outside_the_vocabulary_are_an_embedding_error() -> None:
+    words = _RowFile(
+        installed_minilm_dir() / "model.safetensors", "embeddings.word_embeddings.weight"
+    )
+    for bad in (-1, words.count):
+        with pytest.raises(EmbeddingError, match="outside the vocabulary"):
+            words.rows(np.array([[0, bad]], dtype=np.int64))
+
+
+def test_embedding_leaves_no_model_pages_in_the_process(minilm: LocalMiniLMEmbedding) -> None:
+    """The weights are copied in at load; the word table is read row by row, never mapped,
+    so texts with new tokens do not grow the process's RSS by the file's pages."""
+    minilm(["a text with tokens: zygote, quokka, xylophone, kubelet, etcd"])
+    mapped = [
+        line
+        for line in Path("/proc/self/maps").read_text().splitlines()
+        if "model.safetensors" in line
+    ]
+    assert mapped == []
 
 
 def test_missing_model_dir_names_the_install_command(tmp_path: Path) -> None:
