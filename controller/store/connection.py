@@ -6,13 +6,15 @@ one embedded path silently lose vectors."""
 
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
 import chromadb
 import httpx
 from chromadb.api import ClientAPI
-from chromadb.config import Settings
+from chromadb.api.fastapi import FastAPI
+from chromadb.config import Settings, System
 from chromadb.errors import NotFoundError
 
 from controller.api import StoreSpec
@@ -60,54 +62,61 @@ def connect(location: StoreLocation) -> ClientAPI:
                 database=location.database,
             )
         parsed = urlparse(location.url)
-        host = parsed.hostname or "localhost"
-        port = parsed.port or (443 if parsed.scheme == "https" else 8000)
         headers = {"Authorization": f"Bearer {location.token}"} if location.token else None
-        netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # IPv6 in brackets
-        _answers_in_time(f"{parsed.scheme}://{netloc}", headers, location.timeout_seconds)
-        client = chromadb.HttpClient(
-            host=host,
-            port=port,
-            ssl=parsed.scheme == "https",
-            headers=headers,
-            tenant=location.tenant,
-            database=location.database,
-            settings=_settings(),
-        )
-        _bound_requests(client, location.timeout_seconds)
-        return client
+        bound = _TIMEOUT.set(location.timeout_seconds)  # every request, see below
+        try:
+            return chromadb.HttpClient(
+                host=parsed.hostname or "localhost",
+                port=parsed.port or (443 if parsed.scheme == "https" else 8000),
+                ssl=parsed.scheme == "https",
+                headers=headers,
+                tenant=location.tenant,
+                database=location.database,
+                settings=_settings(),
+            )
+        finally:
+            _TIMEOUT.reset(bound)
     except NotFoundError as exc:  # chromadb checks the tenant and database on connect
         raise InvalidStoreConfig(
             f"Chroma at {location.describe()}: {describe_error(exc)}; check spec.store.tenant "
             "and spec.store.database"
         ) from exc
     except Exception as exc:  # chromadb raises ValueError/Exception for connection failures
-        raise StoreUnavailable(
-            f"cannot connect to Chroma at {location.describe()}: {describe_error(exc)}"
-        ) from exc
+        why = describe_error(exc)
+        if _timed_out(exc):
+            why = f"no answer within {location.timeout_seconds:g}s (spec.store.timeoutSeconds)"
+        raise StoreUnavailable(f"cannot connect to Chroma at {location.describe()}: {why}") from exc
+
+
+def _timed_out(exc: BaseException | None) -> bool:
+    """The failure is one of our timeouts, however chromadb wrapped it."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, httpx.TimeoutException):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 # chromadb's HTTP client sends every request with no timeout (httpx timeout=None), and its
-# constructor already talks to the server. A Chroma that accepts connections but never
-# answers (a stopped process, a black-holed proxy) would hold the worker, and the claim it
-# took, for good. spec.store.timeoutSeconds bounds both.
+# constructor already talks to the server: the identity, then the tenant and the database
+# through an admin client with an HTTP session of its own. A Chroma that accepts
+# connections but never answers (a stopped process, a black-holed proxy) would hold the
+# worker, and the claim it took, for good. chromadb accepts no other API class for HTTP
+# and takes no timeout, so its FastAPI's constructor is wrapped: a session made while
+# connect() runs gets connect()'s spec.store.timeoutSeconds (connect, read, write and pool
+# each). Sessions made elsewhere, with no timeout set, stay as chromadb makes them.
+# tests/integration/test_request_timeouts.py fails if a chromadb release changes this.
+_TIMEOUT: contextvars.ContextVar[float] = contextvars.ContextVar("chroma_timeout")
+_FASTAPI_INIT = FastAPI.__init__
 
 
-def _answers_in_time(base: str, headers: dict[str, str] | None, timeout: float) -> None:
-    """One bounded request before the constructor's unbounded ones. Any answer will do
-    (the constructor reports refusals); only silence is caught here."""
-    try:
-        httpx.get(f"{base}/api/v2/heartbeat", headers=headers, timeout=timeout)
-    except httpx.TimeoutException as exc:
-        raise TimeoutError(f"no answer within {timeout:g}s (spec.store.timeoutSeconds)") from exc
-    except httpx.HTTPError:
-        return  # refused, reset, bad TLS...: the constructor's attempt names it as before
+def _bounded_fastapi_init(self: FastAPI, system: System) -> None:
+    _FASTAPI_INIT(self, system)
+    timeout = _TIMEOUT.get(None)
+    if timeout is not None:
+        self._session.timeout = httpx.Timeout(timeout)
 
 
-def _bound_requests(client: ClientAPI, timeout: float) -> None:
-    """Every later request of this client times out after `timeout` seconds (connect, read,
-    write and pool each): a StoreUnavailable naming the call, like any network failure."""
-    session = getattr(getattr(client, "_server", None), "_session", None)
-    if not isinstance(session, httpx.Client):  # a chromadb that moved its session
-        raise RuntimeError(f"chromadb {chromadb.__version__}: no HTTP session to bound")
-    session.timeout = httpx.Timeout(timeout)
+FastAPI.__init__ = _bounded_fastapi_init  # type: ignore[method-assign]

@@ -42,9 +42,10 @@ from controller.store.row_keys import RowKeys, RowKeysBuilder
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# 1,000 rows of metadata per listing page: half the transient heap of 2,000 (measured: the
+SCAN_PAGE = 2000  # rows per page of the sweep's scans of the whole collection
+# Rows per page of a session's listing: half the transient heap of 2,000 (measured: the
 # pass over 50,000 memories kept 3 MB less afterwards), one round trip for most sessions.
-SCAN_PAGE = 1000
+LIST_PAGE = 1000
 GET_BATCH = 500
 
 
@@ -100,7 +101,7 @@ class MemoryStore(Collections):
         skipped = total = 0
         where = {"sessionId": session_id}
         listed = listing(
-            coll, "listing the session's memories", where, SCAN_PAGE, first_with_documents=True
+            coll, "listing the session's memories", where, LIST_PAGE, first_with_documents=True
         )
         for row_id, meta, doc in listed:
             total += 1
@@ -113,10 +114,10 @@ class MemoryStore(Collections):
             if after is None or after.after(probe):
                 wanted = exclude is None or not exclude(probe)
                 keys.add(probe.timestamp_ms, probe.id, included=wanted)
-                if wanted and total <= SCAN_PAGE:  # the first page came with its documents
+                if wanted and total <= LIST_PAGE:  # the first page came with its documents
                     first_page[row_id] = probe
         sorted_keys = keys.build()
-        one_page = total <= SCAN_PAGE
+        one_page = total <= LIST_PAGE
         if not one_page:
             first_page.clear()  # more than one page: read in order, batch by batch
 

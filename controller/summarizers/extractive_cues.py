@@ -1,6 +1,6 @@
 """The cue words of the extractive summarizer: what marks a decision, a design choice or a
 correction, and which words point at a technology or a session category. Pure data and
-cached token lookups."""
+token lookups."""
 
 from __future__ import annotations
 

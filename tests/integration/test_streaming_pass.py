@@ -85,7 +85,7 @@ def test_a_session_longer_than_a_page_gets_the_summary_of_a_single_page_read(
     loaded: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     whole = summarize(loaded, "one-page", chunk_size=25, checkpoint_passes=3)
-    monkeypatch.setattr(memory_store, "SCAN_PAGE", 50)
+    monkeypatch.setattr(memory_store, "LIST_PAGE", 50)
     monkeypatch.setattr(memory_store, "GET_BATCH", 20)
     streamed = summarize(loaded, "streamed", chunk_size=25, checkpoint_passes=3)
 
@@ -106,7 +106,7 @@ def test_a_session_longer_than_a_page_gets_the_summary_of_a_single_page_read(
 def test_a_second_pass_after_new_memories_counts_every_row_once(
     loaded: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(memory_store, "SCAN_PAGE", 50)
+    monkeypatch.setattr(memory_store, "LIST_PAGE", 50)
     monkeypatch.setattr(memory_store, "GET_BATCH", 20)
     first = summarize(loaded, "incremental", chunk_size=40)
     again = summarize(loaded, "incremental", chunk_size=40)
@@ -119,7 +119,7 @@ def test_memories_are_read_as_the_pass_consumes_them(
 ) -> None:
     """A row deleted after the pass started but before its batch was read is not seen: the
     batch was not read up front. (Rows of batches already read are.)"""
-    monkeypatch.setattr(memory_store, "SCAN_PAGE", 50)
+    monkeypatch.setattr(memory_store, "LIST_PAGE", 50)
     monkeypatch.setattr(memory_store, "GET_BATCH", 20)
     store = store_at(loaded, "unused-summaries")
     rows = store.session_rows(SESSION)

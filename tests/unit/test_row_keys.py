@@ -78,6 +78,7 @@ def test_fifty_thousand_rows_take_flat_buffers() -> None:
     for n in range(50_000):
         builder.add(1_700_000_000_000 + (n * 7919) % 40_000, f"row-{n:06d}", included=n % 3 > 0)
     keys = builder.build()
+    assert not keys._wide  # int64 timestamps, not the Python-list fallback
     assert keys.included() == sum(1 for n in range(50_000) if n % 3 > 0)
     ordered = [keys[i] for i in range(len(keys))]
     assert ordered == sorted(ordered)
