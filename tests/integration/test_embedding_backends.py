@@ -99,8 +99,10 @@ def test_embedding_endpoint_outage_is_reported_then_recovers(
         message="EmbeddingReady True again",
     )
 
-    # A session pass that meets an outage fails, says why, and recovers by itself.
-    embed_server.script_embeddings(*[Status(500)] * 3)  # one failed attempt (client retries twice)
+    # A session pass that meets an outage fails, says why, and recovers by itself. The
+    # outage lasts until the test has looked (a retry follows within 0.5 s here: an outage
+    # of one attempt could end before the store is read).
+    embed_server.script_embeddings(*[Status(500)] * 300)
     harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "remote-flaky")
     wait_for(
         lambda: condition(harness, sid).get("reason") == "EmbeddingUnavailable",
@@ -110,6 +112,7 @@ def test_embedding_endpoint_outage_is_reported_then_recovers(
     )
     assert "500" in condition(harness, sid)["message"]
     assert stored_summary_ids(harness.store(summary="flaky-sessions"), [f"summary_{sid}"]) == []
+    embed_server.end_embedding_script()
     harness.wait_phase(sid, "Summarized", timeout=60)
 
 
