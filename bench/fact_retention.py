@@ -34,9 +34,9 @@ import numpy as np
 if __package__ in (None, ""):  # `python bench/fact_retention.py` from the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from controller.core.document import render_document
 from controller.core.memories import Memory, render_interaction_document
 from controller.core.summary import StructuredSummary
-from controller.core.summary_row import render_document
 from controller.embeddings.remote import OpenAICompatibleEmbedding
 from controller.pipeline import run_pass, summarize_session
 from controller.store.connection import StoreLocation, connect

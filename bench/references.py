@@ -42,8 +42,8 @@ if __package__ in (None, ""):  # `python bench/references.py` from the repositor
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.fact_retention import interaction_rows
+from controller.core.document import REFERENCES_HEADING, render_document
 from controller.core.memories import Memory
-from controller.core.summary_row import REFERENCES_HEADING, render_document
 from controller.pipeline import run_pass, summarize_session
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore

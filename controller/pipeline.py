@@ -18,12 +18,25 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from controller.core.chunking import chunk_memories
+from controller.core.document import render_document
 from controller.core.memories import Memory, Watermark, is_excluded
 from controller.core.merge import merge_pass
 from controller.core.naming import summary_row_id
 from controller.core.provenance import PassTokens, Provenance, pass_tokens
-from controller.core.summary import LegacySummary, PriorSummary, StructuredSummary, validate_summary
-from controller.core.summary_row import render_document, to_chroma_metadata
+from controller.core.summary import (
+    LegacySummary,
+    OtherWriter,
+    PriorSummary,
+    StructuredSummary,
+    validate_summary,
+)
+from controller.core.summary_row import to_chroma_metadata
+from controller.core.visibility import (
+    DEFAULT_VISIBILITY,
+    RowVisibility,
+    VisibilityRules,
+    row_visibility,
+)
 from controller.scheduling import store_write_slots
 from controller.store.memory_store import MemoryStore, SessionRows
 from controller.summarizers.contract import Summarizer
@@ -61,6 +74,12 @@ CHECKPOINT_PASSES = 20
 EMBED_CHARS = 8000
 
 
+def full_document(summary: StructuredSummary) -> str:
+    """The document unbounded: what a pass adds is measured on it (provenance), so folding
+    a long document for its readers never reads as a pass that added nothing."""
+    return render_document(summary, max_chars=None)
+
+
 @dataclass(frozen=True)
 class Outcome:
     kind: OutcomeKind
@@ -74,6 +93,9 @@ class Outcome:
     checkpoints: int = 0  # intermediate writes of a long backlog
     skipped_memories: int = 0  # rows of the session without a usable timestamp
     provenance: Provenance | None = None  # per pass tokens in/out of this summarization
+    # Another writer had rewritten the session's row since our last write; its text is
+    # carried in this summary's legacy text (None: the row was as we left it).
+    other_writer: OtherWriter | None = None
 
     @property
     def summary_id(self) -> str:
@@ -144,14 +166,20 @@ def summarize_session(
     checkpoint_passes: int = CHECKPOINT_PASSES,
     before_write: Callable[[], None] | None = None,
     writer_object: str = "",
+    visibility: VisibilityRules = DEFAULT_VISIBILITY,
 ) -> Outcome:
     """Brings the session's stored summary up to date with its memories.
 
     Chunks hold at most chunk_size memories and chunk_tokens estimated tokens (default:
     the summarizer's memory_budget_tokens). before_write runs right before every upsert
-    (the claim re-check); if it raises, nothing is written.
+    (the claim re-check); if it raises, nothing is written. visibility: how the row is
+    tagged for neo's readers (core/visibility.py).
+
+    A row another writer rewrote since our last write is written again even with nothing
+    new to summarize: its text is then carried in ours, and the row is ours once more.
     """
     prior = store.read_summary(session_id)
+    other = prior.other_writer if isinstance(prior, StructuredSummary) else None
     watermark = prior.watermark if isinstance(prior, StructuredSummary) else None
     # The rows stream: the pass holds one chunk of memories at a time, never the session.
     rows = store.session_rows(
@@ -162,7 +190,8 @@ def summarize_session(
     skipped = rows.skipped
     last_ms = rows.newest.timestamp_ms if rows.newest else None
     new = rows.included  # memories to summarize, in (timestamp, id) order from rows.memories
-    if isinstance(prior, StructuredSummary) and not new and prior.memory_count == rows.total:
+    unchanged = isinstance(prior, StructuredSummary) and other is None and not new
+    if unchanged and isinstance(prior, StructuredSummary) and prior.memory_count == rows.total:
         return Outcome(
             "up-to-date", session_id, rows.total, prior, 0, 0, last_ms, skipped_memories=skipped
         )
@@ -172,6 +201,7 @@ def summarize_session(
         )
 
     spent: list[PassTokens] = []
+    seen_by = row_visibility(rows.sources, visibility)
 
     def write(summary: StructuredSummary) -> int:
         return _write(
@@ -183,6 +213,7 @@ def summarize_session(
             check=before_write,
             writer_object=writer_object,
             provenance=Provenance(list(spent)),
+            visibility=seen_by,
         )
 
     coverage = _Coverage(prior, rows)
@@ -194,9 +225,9 @@ def summarize_session(
             assert isinstance(current, StructuredSummary) and current.watermark is not None
             write(current.model_copy(update={"memory_count": coverage.count(current.watermark)}))
             checkpoints += 1
-        before = render_document(current) if isinstance(current, StructuredSummary) else ""
+        before = full_document(current) if isinstance(current, StructuredSummary) else ""
         result = run_pass(session_id, chunk, current, summarizer)
-        spent.append(pass_tokens(chunk, before, render_document(result.summary)))
+        spent.append(pass_tokens(chunk, before, full_document(result.summary)))
         current, passes, tokens = result.summary, passes + 1, tokens + result.tokens_used
     assert isinstance(current, StructuredSummary)
     # What the summary covers: every row of the session, including excluded types.
@@ -217,6 +248,7 @@ def summarize_session(
         checkpoints,
         skipped,
         Provenance(spent).with_document(render_document(final, store.location.memory_collection)),
+        other,
     )
 
 
@@ -230,6 +262,7 @@ def _write(
     check: Callable[[], None] | None,
     writer_object: str = "",
     provenance: Provenance | None = None,
+    visibility: RowVisibility | None = None,
 ) -> int:
     """Writes the row; returns the summarizedAt it stored (ms), which the status shows."""
     document = render_document(summary, store.location.memory_collection)
@@ -240,11 +273,13 @@ def _write(
         trigger=trigger,
         summarized_at_ms=summarized_at_ms,
         provenance=(provenance or Provenance()).with_document(document),
+        visibility=visibility,
+        document=document,
     )
-    # The head of the document: a carried legacy text can make it longer than an
-    # embeddings endpoint accepts; MiniLM reads only its first 256 tokens anyway.
+    # The document is bounded (summary_row.DOCUMENT_MAX_CHARS), so all of it is embedded;
+    # MiniLM reads only its first 256 tokens anyway.
     vector = embed([document[:EMBED_CHARS]])[0]
-    store.check_embedding_dimension(len(vector))
+    store.check_embedding(len(vector))
     began_ms = int(time.time() * 1000)
     sid = summary.session_id
     _observe(WriteEvent("begin", sid, writer, writer_object, began_ms, began_ms))

@@ -72,8 +72,19 @@ class Watermark(BaseModel, frozen=True):
         return memory_sort_key(memory) > (self.timestamp_ms, self.memory_id)
 
 
+# The times a JavaScript Date holds (+-8.64e15 ms, years -271821 to 275760): neo's readers
+# render every summary's time with new Date(timestamp).toISOString(), which throws past it.
+JS_DATE_MAX_MS = 8_640_000_000_000_000
+
+
 def parse_timestamp_ms(value: object) -> int | None:
-    """Epoch milliseconds from a number (ms, or seconds when small), digits, or ISO-8601."""
+    """Epoch milliseconds from a number (ms, or seconds when small), digits, or ISO-8601;
+    None for anything else, and for a time no JavaScript Date (so no neo reader) can hold."""
+    ms = _timestamp_ms(value)
+    return ms if ms is not None and abs(ms) <= JS_DATE_MAX_MS else None
+
+
+def _timestamp_ms(value: object) -> int | None:
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int | float):
@@ -85,7 +96,7 @@ def parse_timestamp_ms(value: object) -> int | None:
         return None
     text = value.strip()
     if _NUMBER.fullmatch(text):
-        return parse_timestamp_ms(float(text))
+        return _timestamp_ms(float(text))
     try:
         when = dt.datetime.fromisoformat(text)
     except ValueError:
@@ -111,36 +122,103 @@ def _optional_text(meta: Mapping[str, Any], key: str) -> str | None:
     return value.strip() or None if isinstance(value, str) else None
 
 
+TOOL_NAME_MAX = 50  # neo keeps the first 50 characters (UTF-16 code units) of a tool name
+_TOOL_KEYS = ("name", "toolAction", "toolSummary")
+_JS_INT = re.compile(r"[\s\ufeff]*([+-]?\d+)")
+
+
+def _js_string(value: object) -> str:
+    """JavaScript's String(value) for a value JSON can hold."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isfinite(value) and value.is_integer() and abs(value) < 1e21:
+            return str(int(value))
+        return (
+            repr(value).replace("e+0", "e+").replace("e-0", "e-")
+            if math.isfinite(value)
+            else ("NaN" if value != value else ("Infinity" if value > 0 else "-Infinity"))
+        )
+    if isinstance(value, list):
+        return ",".join("" if v is None else _js_string(v) for v in value)
+    if isinstance(value, dict):
+        return "[object Object]"
+    return str(value)
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _json_parse(text: str) -> object:
+    """JSON.parse: strict JSON (no NaN or Infinity, which Python's json would accept)."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def _js_truthy(value: object) -> bool:
+    return value not in (None, False, 0, "") and not (isinstance(value, float) and value != value)
+
+
+def _cut(text: str) -> str:
+    """text.substring(0, 50) as JavaScript counts (UTF-16 code units); a pair cut in half
+    becomes U+FFFD, as it does when JavaScript writes the string out."""
+    units = text.encode("utf-16-le", "surrogatepass")
+    if len(units) <= 2 * TOOL_NAME_MAX:
+        return text
+    return units[: 2 * TOOL_NAME_MAX].decode("utf-16-le", "replace")
+
+
+def _tool_identifier(item: object) -> str:
+    """One tool of a toolsUsed array, as neo reads it: an object's name, toolAction or
+    toolSummary (else "unknown_tool"); a string that is JSON text, the same of what it
+    parses to; any other string, itself."""
+    if isinstance(item, str):
+        text = item
+        try:
+            item = _json_parse(text)
+        except ValueError:
+            return _cut(text)
+        if item is None:  # JSON.parse("null").name throws: neo keeps the string
+            return "null"
+    if isinstance(item, dict):
+        found = next((item[k] for k in _TOOL_KEYS if _js_truthy(item.get(k))), "unknown_tool")
+        return _cut(_js_string(found))
+    return "unknown_tool"
+
+
 def _tool_names(value: object) -> tuple[str, ...]:
-    """toolsUsed as a list, JSON array text, or a comma-joined string; order kept, no repeats."""
-    if isinstance(value, str):
-        text = value.strip()
-        parsed: object = None
-        if text.startswith("["):
-            try:
-                parsed = json.loads(text)
-            except ValueError:
-                parsed = None
-        names = parsed if isinstance(parsed, list) else text.strip("[]").split(",")
-    elif isinstance(value, list | tuple):
-        names = list(value)
-    else:
+    """toolsUsed as neo's summary writer reads it (SessionService.summarizeSession in neo.mjs
+    13.1.0): JSON array text (of names, of objects with a name, or of JSON texts of those),
+    any other JSON value as its text, and text that is not JSON as one name; each name cut
+    to 50 characters; then split on commas, as neo's readers split the joined key. Order
+    kept, no repeats."""
+    if not _js_truthy(value) or not isinstance(value, str | int | float | bool):
         return ()
-    cleaned = (str(n).strip().strip("\"'").strip() for n in names if n is not None)
-    return tuple(dict.fromkeys(n for n in cleaned if n))
+    text = value if isinstance(value, str) else _js_string(value)
+    try:
+        parsed = _json_parse(text)
+    except ValueError:
+        names = [_cut(text)]
+    else:
+        if isinstance(parsed, list):
+            names = [_tool_identifier(item) for item in parsed if _js_truthy(item)]
+        else:
+            names = [_cut(_js_string(parsed))]
+    # neo joins the names with "," into the summary's toolsUsed, which its readers split on
+    # "," again: a name with commas is several names to every reader.
+    parts = (part.strip() for name in names for part in name.split(","))
+    return tuple(dict.fromkeys(p for p in parts if p))
 
 
 def _count(value: object) -> int:
-    """amountToolCalls as int, float or text; anything unreadable counts as 0."""
-    if isinstance(value, bool) or value is None:
+    """amountToolCalls as neo adds it up, parseInt(value, 10): the leading whole number of its
+    text ("3.7" is 3, "12 calls" is 12), else nothing; a negative count counts as 0."""
+    if not _js_truthy(value) or isinstance(value, bool):
         return 0
-    if isinstance(value, str):
-        if not _NUMBER.fullmatch(value.strip()):
-            return 0
-        value = float(value)
-    if isinstance(value, int | float) and math.isfinite(value):
-        return max(0, int(value))
-    return 0
+    found = _JS_INT.match(_js_string(value))
+    return max(0, int(found.group(1))) if found else 0
 
 
 def memory_from_row(

@@ -45,6 +45,7 @@ from controller.core.summary import (
     fallback_title,
     title_problem,
 )
+from controller.core.visibility import union_agents
 
 # The JSON keys a summarizer uses for the sections (a model is asked for these).
 SECTION_KEYS: dict[str, str] = {
@@ -351,13 +352,12 @@ def merge_pass(
         proposed = getattr(update, name)
         return int(proposed if proposed is not None else (getattr(base, name) if base else 50))
 
-    agents = {a for m in new for a in (m.agent, m.agent_identity) if a}
+    agents = [name for m in new if (name := m.agent or m.agent_identity)]
     models = {m.model for m in new if m.model}
     tools = {t for m in new for t in m.tools_used}
     first = [base.first_memory_at_ms] if base and base.first_memory_at_ms is not None else []
     last = [base.last_memory_at_ms] if base and base.last_memory_at_ms is not None else []
     if base is not None:
-        agents |= set(base.participating_agents)
         models |= set(base.models)
         tools |= set(base.tools_used)
     if new:
@@ -376,7 +376,7 @@ def merge_pass(
         complexity=keep("complexity"),
         sections=all_sections,
         technologies=_union_sorted(base.technologies if base else [], update.technologies),
-        participating_agents=sorted(agents),
+        participating_agents=union_agents(base.participating_agents if base else [], agents),
         models=sorted(models),
         tools_used=sorted(tools),
         total_tool_calls=(base.total_tool_calls if base else 0) + sum(m.tool_calls for m in new),
@@ -384,9 +384,6 @@ def merge_pass(
         first_memory_at_ms=min(first, default=None),
         last_memory_at_ms=max(last, default=None),
         watermark=Watermark.of(new[-1]) if new else covered,
-        # The session's user, once known, stays.
-        user_id=(base.user_id if base else None)
-        or next((m.user_id for m in new if m.user_id), None),
         legacy_text=carried_legacy_text(prior),
         references=references,
         references_overflow=overflow,

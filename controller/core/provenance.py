@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from controller.core.chunking import estimate_tokens, memory_text
 from controller.core.memories import Memory
@@ -45,6 +46,14 @@ def compaction_ratio(tokens_in: int, tokens_out: int) -> float | None:
 class Provenance:
     """What one write of a summary covers and cost."""
 
+    METADATA_KEYS: ClassVar[tuple[str, ...]] = (
+        "passCount",
+        "passTokensIn",
+        "passTokensOut",
+        "passTokensJson",
+        "documentTokens",
+        "compactionRatio",
+    )
     passes: list[PassTokens] = field(default_factory=list)
     document_tokens: int = 0
 

@@ -2,9 +2,10 @@
 
 History sections are append-only: every item of the prior summary is carried forward
 verbatim (it may be marked superseded, never dropped). The projection section, Current
-State, is replaced each pass. A free-text summary written before this operator (a
-LegacySummary) is carried by every later summary verbatim, whole, as `legacy_text`: it is
-rendered at the end of the document in a fenced block and stored in the row's metadata.
+State, is replaced each pass. A free-text summary not written by this operator (a
+LegacySummary: the old system's, or the text another writer put over one of ours) is
+carried by every later summary verbatim, whole, as `legacy_text`: it is rendered at the
+end of the document in a fenced block and stored in the row's metadata.
 `validate_summary` is the guard that keeps a failed or lossy pass from replacing a good
 summary; it holds whichever backend produced the summary.
 """
@@ -38,7 +39,7 @@ CATEGORIES: tuple[str, ...] = get_args(Category)
 
 ITEM_MAX = 500
 TITLE_MAX = 120
-LEGACY_HEADING = "## Earlier summary (written before this operator, kept verbatim)"
+LEGACY_HEADING = "## Earlier summary text (not written by this operator, kept verbatim)"
 
 # Error text a model or a failing pipeline returns instead of a summary. Narrow on purpose:
 # "Error handling cleanup" is a fine title, "Error: upstream returned 500" is not.
@@ -83,6 +84,14 @@ class SummaryItem(BaseModel, frozen=True):
         return value or None
 
 
+class OtherWriter(BaseModel, frozen=True):
+    """Another writer rewrote a row of ours: who (as far as the row tells) and how many
+    characters of its text the next summary carries verbatim."""
+
+    who: str
+    characters: int = 0
+
+
 def _empty_sections() -> dict[str, list[SummaryItem]]:
     return {title: [] for title in SECTION_TITLES}
 
@@ -105,7 +114,6 @@ class StructuredSummary(BaseModel):
     first_memory_at_ms: int | None = None
     last_memory_at_ms: int | None = None
     watermark: Watermark | None = None
-    user_id: str | None = None
     format_version: int = 1
     # The summary this session had before this operator, kept verbatim (never stripped,
     # cut or split): set by the first pass over a LegacySummary, carried by every later one.
@@ -117,6 +125,9 @@ class StructuredSummary(BaseModel):
     # When the row this summary was read from was written (its "summarizedAt"); None for a
     # summary not read from the store.
     summarized_at_ms: int | None = None
+    # Set when the row this summary was read from had been rewritten by another writer
+    # since our last write (its text is then in legacy_text); never stored.
+    other_writer: OtherWriter | None = None
 
     @field_validator("title", mode="before")
     @classmethod

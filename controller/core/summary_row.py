@@ -1,97 +1,42 @@
-"""A structured summary as its row in the neo-agent-sessions collection: the document agents
-read (markdown, legacy text fenced whole at the end) and the metadata (sections as JSON,
-counts, watermark), and back. Rows we cannot read become the prior they truthfully are:
+"""A structured summary as its row in the neo-agent-sessions collection: the metadata
+(sections as JSON, counts, watermark, the keys neo's readers use) beside the document
+(controller.core.document), and back. Rows we cannot read become the prior they truthfully are:
 legacy text, or UnreadablePriorSummary. Pure."""
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
 
-from controller.core.memories import Watermark
+from controller.core.document import FOLDED_MARK
+from controller.core.memories import JS_DATE_MAX_MS, Watermark
 from controller.core.provenance import Provenance
-from controller.core.references import REFERENCES_MAX, ReferenceOverflow
+from controller.core.references import ReferenceOverflow
+from controller.core.row_ownership import (
+    DIGEST_KEY,
+    NEO_DERIVED_KEYS,
+    document_digest,
+    rewritten_by,
+    with_text_of_other_writer,
+)
 from controller.core.summary import (
     CATEGORIES,
     ITEM_MAX,
-    LEGACY_HEADING,
-    SECTION_TITLES,
     SUMMARY_FORMAT,
     TITLE_MAX,
     LegacySummary,
+    OtherWriter,
     PriorSummary,
     StructuredSummary,
     SummaryItem,
     UnreadablePriorSummary,
     fallback_title,
 )
-from controller.core.text import ms_to_rfc3339, one_line
-
-REFERENCES_HEADING = "## References"
-
-# -- the document ---------------------------------------------------------------------------
-
-
-def _fence(text: str) -> str:
-    """A code fence longer than any run of backticks or tildes in the text: nothing inside
-    can close it, so markdown in the text cannot change the document's structure."""
-    longest = max((len(run) for run in re.findall(r"`+|~+", text)), default=0)
-    return "`" * max(3, longest + 1)
-
-
-def _reference_line(ref: str) -> str:
-    return f"- {ref}" if "`" in ref else f"- `{ref}`"
-
-
-def overflow_note(summary: StructuredSummary, memory_collection: str | None = None) -> str | None:
-    """What the References section says when it is full: how many are left out and where
-    they are (the memory collection, the session, the time range of their memories)."""
-    over = summary.references_overflow
-    if over.count == 0:
-        return None
-    how_many = f"{over.count}" if over.exact else f"at least {over.count}"
-    where = f"collection `{memory_collection}`" if memory_collection else "the memory collection"
-    span = ""
-    if over.first_ms is not None and over.last_ms is not None:
-        span = f", memories from {ms_to_rfc3339(over.first_ms)} to {ms_to_rfc3339(over.last_ms)}"
-    return (
-        f"- ({how_many} more references are not listed: this section keeps {REFERENCES_MAX}. "
-        f"They are in {where}, sessionId `{summary.session_id}`{span}.)"
-    )
-
-
-def render_document(summary: StructuredSummary, memory_collection: str | None = None) -> str:
-    """The document text: readable by a person and by the next agent. Deterministic.
-
-    References come after the sections, each verbatim. A carried legacy text comes last,
-    byte for byte, in a fenced block under LEGACY_HEADING.
-    """
-    lines = [f"# {one_line(summary.title)}"]
-    for title in SECTION_TITLES:
-        items = summary.sections.get(title) or []
-        if not items:
-            continue
-        lines += ["", f"## {title}"]
-        for item in items:
-            text = one_line(item.text)
-            if item.superseded_by:
-                lines.append(f"- ~~{text}~~ (superseded: {one_line(item.superseded_by)})")
-            else:
-                lines.append(f"- {text}")
-    note = overflow_note(summary, memory_collection)
-    if summary.references or note:
-        lines += ["", REFERENCES_HEADING, *map(_reference_line, summary.references)]
-        lines += [note] if note else []
-    if summary.legacy_text is not None:
-        fence = _fence(summary.legacy_text)
-        lines += ["", LEGACY_HEADING, "", fence, summary.legacy_text, fence]
-    return "\n".join(lines) + "\n"
-
+from controller.core.visibility import RowVisibility
 
 # -- the Chroma row -------------------------------------------------------------------------
 
@@ -109,6 +54,68 @@ def sections_json(summary: StructuredSummary) -> str:
     return json.dumps(sections, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+# Every key a write of ours may set. Chroma's upsert merges metadata, so a key we set once
+# stays until a write removes it (a None value removes a key in chromadb 1.5): each write
+# removes those it does not set now (upsert_metadata).
+ROW_KEYS = (
+    "sessionId",
+    "timestamp",
+    "memoryCount",
+    "title",
+    "category",
+    "quality",
+    "productivity",
+    "impact",
+    "complexity",
+    "technologies",
+    "participatingAgents",
+    "models",
+    "toolsUsed",
+    "totalToolCalls",
+    "userId",
+    "sourceAgentIdentities",
+    "sourceTrustTier",
+    "provenancePolicy",
+    "unclassifiedSourceCount",
+    "summaryFormat",
+    "formatVersion",
+    "sectionsJson",
+    "firstMemoryAt",
+    "timestampSource",
+    "watermarkTimestamp",
+    "watermarkMemoryId",
+    "writer",
+    "triggerSource",
+    "summarizedAt",
+    "legacySummary",
+    "referencesJson",
+    "referencesOmitted",
+    "referencesOmittedFrom",
+    "referencesOmittedTo",
+    "referencesOmittedDigests",
+    DIGEST_KEY,
+    *Provenance.METADATA_KEYS,
+)
+
+MetadataValue = str | int | float | bool
+
+
+def row_timestamp(summary: StructuredSummary, summarized_at_ms: int) -> int:
+    """neo's `timestamp`: the session's newest memory (ms). Every row needs a number here:
+    neo's boot read renders `new Date(timestamp).toISOString()` and fails its whole listing
+    on a row without one. Without a parsed memory time, the newest time the summary knows,
+    else the time of the write."""
+    for candidate in (summary.last_memory_at_ms, summary.first_memory_at_ms):
+        if candidate is not None and _js_date_ok(candidate):
+            return candidate
+    return summarized_at_ms
+
+
+def _js_date_ok(ms: int) -> bool:
+    """A JavaScript Date holds it: toISOString() throws past +-8.64e15 ms."""
+    return abs(ms) <= JS_DATE_MAX_MS
+
+
 def to_chroma_metadata(
     summary: StructuredSummary,
     *,
@@ -116,14 +123,22 @@ def to_chroma_metadata(
     trigger: str,
     summarized_at_ms: int,
     provenance: Provenance | None = None,
-) -> dict[str, str | int | float | bool]:
-    """The neo metadata readers use, plus our extras. A missing value is an omitted key."""
+    visibility: RowVisibility | None = None,
+    document: str | None = None,
+) -> dict[str, MetadataValue]:
+    """The neo metadata readers use, plus our extras. A missing value is an omitted key.
+
+    visibility: the reader-facing keys (userId and neo's provenance filters); without it
+    the row is untagged. document: the text written, whose digest the row records.
+    """
     watermark = summary.watermark
     over = summary.references_overflow
-    meta: dict[str, str | int | float | bool | None] = {
+    seen_by = (visibility or RowVisibility(None, (), "unclassified", 0)).metadata()
+    timestamp = row_timestamp(summary, summarized_at_ms)
+    meta: dict[str, MetadataValue | None] = {
         # neo memory-core keys
         "sessionId": summary.session_id,
-        "timestamp": summary.last_memory_at_ms,
+        "timestamp": timestamp,
         "memoryCount": summary.memory_count,
         "title": summary.title,
         "category": summary.category,
@@ -136,12 +151,14 @@ def to_chroma_metadata(
         "models": _joined(summary.models),
         "toolsUsed": _joined(summary.tools_used),
         "totalToolCalls": summary.total_tool_calls,
-        "userId": summary.user_id or None,
+        **seen_by,
         # ours
         "summaryFormat": SUMMARY_FORMAT,
         "formatVersion": summary.format_version,
         "sectionsJson": sections_json(summary),
         "firstMemoryAt": summary.first_memory_at_ms,
+        # `timestamp` is a number even when no memory time is known (row_timestamp): say so.
+        "timestampSource": None if timestamp == summary.last_memory_at_ms else "fallback",
         "watermarkTimestamp": watermark.timestamp_ms if watermark else None,
         "watermarkMemoryId": watermark.memory_id if watermark else None,
         "writer": writer,
@@ -153,9 +170,18 @@ def to_chroma_metadata(
         "referencesOmittedFrom": over.first_ms,
         "referencesOmittedTo": over.last_ms,
         "referencesOmittedDigests": ",".join(over.digests) or None,
+        DIGEST_KEY: document_digest(document) if document is not None else None,
         **(provenance.metadata() if provenance is not None else {}),
     }
     return {key: value for key, value in meta.items() if value is not None}
+
+
+def upsert_metadata(meta: Mapping[str, MetadataValue]) -> dict[str, MetadataValue | None]:
+    """What the upsert sends: the row's keys, and None (chromadb 1.5: remove the key) for
+    every key of ours it does not set this time and for neo's keys derived from the text it
+    replaces. Without the removals a key set once would outlive what it describes."""
+    removed = {key: None for key in (*ROW_KEYS, *NEO_DERIVED_KEYS) if key not in meta}
+    return {**meta, **removed}
 
 
 def _split(value: object) -> list[str]:
@@ -226,7 +252,6 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
     title = meta.get("title")
     if not isinstance(title, str) or not title.strip():
         title = fallback_title(session_id)
-    user_id = meta.get("userId")
     references, overflow = _references(meta)
     return StructuredSummary(
         session_id=session_id,
@@ -244,9 +269,10 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
         total_tool_calls=max(0, _number(meta.get("totalToolCalls")) or 0),
         memory_count=max(0, _number(meta.get("memoryCount")) or 0),
         first_memory_at_ms=_number(meta.get("firstMemoryAt")),
-        last_memory_at_ms=_number(meta.get("timestamp")),
+        last_memory_at_ms=None
+        if meta.get("timestampSource") == "fallback"
+        else _number(meta.get("timestamp")),
         watermark=watermark,
-        user_id=user_id if isinstance(user_id, str) and user_id else None,
         format_version=_number(meta.get("formatVersion")) or 1,
         legacy_text=legacy_text or None,
         summarized_at_ms=_number(meta.get("summarizedAt")),
@@ -255,22 +281,39 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
     )
 
 
+def _unreadable_row_text(document: str, meta: Mapping[str, Any]) -> str:
+    """What a row of ours that cannot be read as sections carries forward: its document,
+    and, when the document folded parts away, the stored texts of those parts verbatim."""
+    text = document.strip()
+    if FOLDED_MARK not in text:
+        return text
+    kept = [
+        f"[{key}, kept verbatim:]\n{meta[key]}"
+        for key in ("sectionsJson", "referencesJson", "legacySummary")
+        if isinstance(meta.get(key), str) and meta[key] not in text
+    ]
+    return "\n\n".join([text, *kept])
+
+
 def from_chroma_row(
     session_id: str, document: str | None, metadata: Mapping[str, Any] | None
 ) -> PriorSummary | None:
     """The prior summary of a session from its row, or None when there is nothing to build on.
 
-    Rows we wrote come back structured. Anything else with text, including a structured
-    row whose sections cannot be read, comes back as legacy free text: the next pass
-    carries that text forward, verbatim, instead of starting from nothing. A row of ours
-    that can be neither read nor carried (no document) raises UnreadablePriorSummary: it is
-    not "no prior", and nothing may be written over it.
+    Rows we wrote come back structured. One rewritten by another writer since (rewritten_by)
+    comes back structured too, from our keys, with that writer's document added to the
+    carried earlier text and `other_writer` set, so the next pass keeps both and says so.
+    Anything else with text, including a structured row whose sections cannot be read,
+    comes back as legacy free text: the next pass carries that text forward, verbatim,
+    instead of starting from nothing. A row of ours that can be neither read nor carried
+    (no document) raises UnreadablePriorSummary: it is not "no prior", and nothing may be
+    written over it.
     """
     meta = metadata or {}
     has_text = isinstance(document, str) and bool(document.strip())
     if meta.get("summaryFormat") == SUMMARY_FORMAT:
         try:
-            return _structured_from_metadata(session_id, meta)
+            summary = _structured_from_metadata(session_id, meta)
         except (ValueError, TypeError, ValidationError) as exc:
             if not has_text:
                 reason = " ".join(str(exc).split())[:160]
@@ -278,12 +321,30 @@ def from_chroma_row(
                     f"the stored summary of session {session_id!r} cannot be read ({reason}) "
                     "and has no document to carry forward; it is left in place"
                 ) from None
+        else:
+            who = rewritten_by(document, meta)
+            if who is None:
+                return summary
+            text = document.strip() if isinstance(document, str) else ""
+            return summary.model_copy(
+                update={
+                    "legacy_text": with_text_of_other_writer(
+                        summary.legacy_text, text, who, summary.summarized_at_ms
+                    ),
+                    "other_writer": OtherWriter(who=who, characters=len(text)),
+                }
+            )
     if not isinstance(document, str) or not has_text:
         return None
     title = meta.get("title")
+    text = (
+        _unreadable_row_text(document, meta)
+        if meta.get("summaryFormat") == SUMMARY_FORMAT
+        else document.strip()
+    )
     return LegacySummary(
         session_id=session_id,
-        text=document.strip(),
+        text=text,
         memory_count=_number(meta.get("memoryCount")),
         timestamp_ms=_number(meta.get("timestamp")),
         title=title.strip() or None if isinstance(title, str) else None,

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from controller.core.document import render_document
 from controller.core.memories import SUNSET_MARKER_TYPE, render_interaction_document
-from controller.core.summary_row import render_document
 from controller.pipeline import Outcome, summarize_session
 from controller.store import memory_store
 from controller.store.connection import StoreLocation, connect

@@ -3,6 +3,7 @@ import unicodedata
 
 import pytest
 
+from controller.core.document import DOCUMENT_MAX_CHARS, render_document
 from controller.core.memories import Memory, Watermark
 from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL
 from controller.core.summary import (
@@ -12,7 +13,7 @@ from controller.core.summary import (
     SummaryItem,
     validate_summary,
 )
-from controller.core.summary_row import from_chroma_row, render_document, to_chroma_metadata
+from controller.core.summary_row import from_chroma_row, to_chroma_metadata
 from controller.summarizers.extractive_text import sentences
 from tests.support.passes import summarize_extractive
 
@@ -142,11 +143,11 @@ def test_now_ms_only_stamps_current_state() -> None:
 
 def test_neo_fields_are_filled_from_the_memories() -> None:
     s = summarize_extractive("s1", SESSION)
-    assert s.participating_agents == ["claude", "neo-1"]
+    # neo lists the memories' `agent`; an agent identity only stands in for a missing one.
+    assert s.participating_agents == ["claude"]
     assert s.models == ["opus"]
     assert s.tools_used == ["Bash", "Edit"]
     assert s.total_tool_calls == 6
-    assert s.user_id == "u1"
     assert (s.memory_count, s.first_memory_at_ms, s.last_memory_at_ms) == (3, T0 + 1000, T0 + 3000)
     assert s.watermark == Watermark(timestamp_ms=T0 + 3000, memory_id="m00003")
     assert {"chroma", "pydantic", "pytest", "python"} <= set(s.technologies)
@@ -288,10 +289,16 @@ def test_long_legacy_text_is_carried_whole_however_long() -> None:
     assert len(legacy.text) > 20_000
     s = summarize_extractive("s1", [], legacy)
     validate_summary(s, legacy)
-    document = render_document(through_the_store(s))
+    back = through_the_store(s)
+    assert back.legacy_text == legacy.text  # the row's metadata keeps all of it
+    whole = render_document(back, max_chars=None)  # what `summaryctl summaries --full` shows
     for sentence in sentences_:
-        assert sentence in document
-    assert legacy.text in document
+        assert sentence in whole
+    assert legacy.text in whole
+    document = render_document(back)  # what agents read: bounded, says where the rest is
+    assert len(document) <= DOCUMENT_MAX_CHARS
+    assert sentences_[0] in document
+    assert "the whole text is in this row's metadata key `legacySummary`" in document
 
 
 def test_legacy_text_that_looks_like_a_failure_is_carried_but_its_title_not_reused() -> None:

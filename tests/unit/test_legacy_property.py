@@ -17,10 +17,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from controller.core.document import DOCUMENT_MAX_CHARS, render_document
 from controller.core.memories import Memory
 from controller.core.merge import PassUpdate, merge_pass
 from controller.core.summary import LegacySummary, StructuredSummary, validate_summary
-from controller.core.summary_row import from_chroma_row, render_document, to_chroma_metadata
+from controller.core.summary_row import from_chroma_row, to_chroma_metadata
 from tests.support.passes import summarize_extractive
 
 SID = "sess-legacy-property"
@@ -102,8 +103,15 @@ def normalized(text: str) -> str:
 
 
 def assert_carried(text: str, summary: StructuredSummary) -> None:
-    document = render_document(summary)
+    """The text is in the summary whole: in the row it becomes (the full rendering, what
+    `summaryctl summaries --full` prints) and, as far as the bound allows, in the document
+    agents read, which then names the metadata key that keeps the rest."""
+    document = render_document(summary, max_chars=None)
     assert text in document
+    bounded = render_document(summary)
+    assert len(bounded) <= DOCUMENT_MAX_CHARS
+    if bounded != document:
+        assert "legacySummary" in bounded or "sectionsJson" in bounded
     flat = normalized(document)
     for sentence in SENTENCE_SPLIT.split(text):
         assert normalized(sentence) in flat, sentence

@@ -124,13 +124,20 @@ def test_row_without_session_or_usable_timestamp_is_skipped(meta: dict | None) -
     ("stored", "expected"),
     [
         ('["Edit", "Bash"]', ("Edit", "Bash")),
+        (
+            '[{"name": "Edit"}, {"toolAction": "Bash"}, {"other": 1}]',
+            ("Edit", "Bash", "unknown_tool"),
+        ),
+        ('["{\\"name\\": \\"Grep\\"}", "Read"]', ("Grep", "Read")),
         ("Edit,Bash, Read", ("Edit", "Bash", "Read")),
-        ("[Edit, Bash]", ("Edit", "Bash")),
+        # not JSON: one name as neo reads it, split on commas as its readers split the key
+        ("[Edit, Bash]", ("[Edit", "Bash]")),
         ("Edit,Edit,,Bash", ("Edit", "Bash")),
+        ("x" * 60, ("x" * 50,)),
         ("", ()),
         (None, ()),
-        (["Edit", "Bash"], ("Edit", "Bash")),
-        (5, ()),
+        (["Edit", "Bash"], ()),  # Chroma metadata holds no lists
+        (5, ("5",)),
     ],
 )
 def test_tools_used_may_be_json_text_a_comma_list_or_absent(

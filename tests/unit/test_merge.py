@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from controller.core.document import render_document
 from controller.core.memories import Memory, Watermark
 from controller.core.merge import PassUpdate, merge_pass
 from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL
@@ -20,7 +21,6 @@ from controller.core.summary import (
     SummaryValidationError,
     validate_summary,
 )
-from controller.core.summary_row import render_document
 
 SID = "sess-merge"
 
@@ -159,7 +159,6 @@ def test_counts_agents_tools_and_watermark_come_from_the_memories_never_the_upda
     assert after.first_memory_at_ms == 500
     assert after.last_memory_at_ms == 3_000
     assert after.watermark == Watermark(timestamp_ms=3_000, memory_id="m003")
-    assert after.user_id == "u1"
 
 
 def test_the_title_stays_once_set_and_error_text_is_never_taken_as_one() -> None:

@@ -18,6 +18,7 @@ import httpx2
 import pytest
 
 from controller.core.chunking import estimate_tokens
+from controller.core.document import render_document
 from controller.core.memories import Memory
 from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL
 from controller.core.summary import (
@@ -28,7 +29,6 @@ from controller.core.summary import (
     SummaryValidationError,
     validate_summary,
 )
-from controller.core.summary_row import render_document
 from controller.pipeline import PassResult, run_pass
 from controller.summarizers import chat_model
 from controller.summarizers.chat_model import ChatModelSummarizer
@@ -609,7 +609,7 @@ def test_a_legacy_prior_is_carried_verbatim_through_every_chunk_of_a_model_pass(
     bodies = chat_bodies(server)
     assert len(bodies) > 1
     assert result.summary.legacy_text == LEGACY_TEXT
-    assert LEGACY_TEXT in render_document(result.summary)
+    assert LEGACY_TEXT in render_document(result.summary, max_chars=None)
     validate_summary(result.summary, legacy)
     # The model sees the legacy text within the prior's share on every request.
     first, later = (b["messages"][1]["content"] for b in (bodies[0], bodies[-1]))

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 
+from controller.core.document import render_document
 from controller.core.memories import Memory
 from controller.core.merge import PassUpdate, merge_pass
 from controller.core.provenance import PassTokens, Provenance, compaction_ratio, pass_tokens
-from controller.core.summary_row import render_document, to_chroma_metadata
+from controller.core.summary_row import to_chroma_metadata
 
 
 def memory(i: int, prompt: str) -> Memory:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from controller.core.document import render_document
 from controller.core.memories import Memory
 from controller.core.merge import PassUpdate, merge_pass
 from controller.core.references import (
@@ -20,7 +21,7 @@ from controller.core.summary import (
     SummaryValidationError,
     validate_summary,
 )
-from controller.core.summary_row import from_chroma_row, render_document, to_chroma_metadata
+from controller.core.summary_row import from_chroma_row, to_chroma_metadata
 from controller.summarizers.extractive import EXTRACTIVE
 
 SID = "sess-refs"

@@ -3,6 +3,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from controller.core.document import render_document
 from controller.core.memories import Watermark
 from controller.core.summary import (
     CATEGORIES,
@@ -16,7 +17,7 @@ from controller.core.summary import (
     UnreadablePriorSummary,
     validate_summary,
 )
-from controller.core.summary_row import from_chroma_row, render_document, to_chroma_metadata
+from controller.core.summary_row import from_chroma_row, to_chroma_metadata
 
 NEO_KEYS = {
     "sessionId",
@@ -68,7 +69,6 @@ def full_summary() -> StructuredSummary:
         first_memory_at_ms=1_000,
         last_memory_at_ms=3_000,
         watermark=Watermark(timestamp_ms=3_000, memory_id="m3"),
-        user_id="u1",
     )
 
 
@@ -163,7 +163,7 @@ def test_metadata_carries_every_neo_key_with_neo_types() -> None:
     assert meta["memoryCount"] == 3
     assert meta["toolsUsed"] == "Bash,Edit"
     assert meta["participatingAgents"] == "claude,neo-1"
-    assert meta["userId"] == "u1"
+    assert "userId" not in meta  # untagged: every reader sees it (neo's team policy)
     assert (meta["writer"], meta["triggerSource"], meta["summarizedAt"]) == ("w", "sweep", 9)
     assert (meta["watermarkTimestamp"], meta["watermarkMemoryId"]) == (3_000, "m3")
     assert meta["summaryFormat"] == "structured-v1"
@@ -174,8 +174,10 @@ def test_metadata_never_contains_none() -> None:
     meta = to_chroma_metadata(bare, writer="w", trigger="sunset", summarized_at_ms=1)
     assert None not in meta.values()
     assert all(isinstance(v, str | int | float | bool) for v in meta.values())
-    for optional in ("userId", "timestamp", "watermarkTimestamp", "watermarkMemoryId"):
+    for optional in ("userId", "watermarkTimestamp", "watermarkMemoryId"):
         assert optional not in meta
+    # neo's reader fails its whole listing on a row without a numeric timestamp.
+    assert (meta["timestamp"], meta["timestampSource"]) == (1, "fallback")
 
 
 def test_sections_json_is_compact_sorted_and_keeps_superseded_markers() -> None:
@@ -498,7 +500,7 @@ LEGACY_TEXT = (
 def test_a_carried_legacy_text_ends_the_document_verbatim_inside_a_longer_fence() -> None:
     document = render_document(minimal_summary(legacy_text=LEGACY_TEXT))
     assert LEGACY_TEXT in document
-    heading = "## Earlier summary (written before this operator, kept verbatim)"
+    heading = "## Earlier summary text (not written by this operator, kept verbatim)"
     assert document.endswith(f"{heading}\n\n`````\n{LEGACY_TEXT}\n`````\n")
     # everything before the legacy section is the summary's own structure
     assert document.index("## User Requests") < document.index(heading)

@@ -1,0 +1,79 @@
+"""Does our embedding model match the one a collection records? Pure.
+
+A summary row's vector must come from the model that embeds the agents' queries of the
+collection; a different model of the same dimension passes Chroma's dimension check and
+silently ruins every semantic search over summaries. Chroma 1.5 records, per collection,
+the embedding function it was created with ({"type": "known", "name": ..., "config": ...});
+where that record names a model, it is compared with ours before any write. The dimension
+is checked separately (controller/store), against the vectors the collection holds.
+
+What each record tells:
+- "default", "onnx_mini_lm_l6_v2": all-MiniLM-L6-v2 (Chroma's built-in default).
+- "dynamic_text_embedding_service": neo memory-core's function, which calls neo's
+  configured embedding endpoint (by default an OpenAI-compatible server with
+  text-embedding-qwen3-embedding-8b, 4096 dimensions). The record names no model, so only
+  the local MiniLM is known to be wrong for it.
+- another known function with a "model_name" (openai, ollama, sentence_transformer, ...):
+  that model.
+- nothing recorded, or a legacy function: nothing to compare.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+MINILM = "all-MiniLM-L6-v2"
+MINILM_FUNCTIONS = frozenset({"default", "onnx_mini_lm_l6_v2"})
+NEO_FUNCTION = "dynamic_text_embedding_service"
+NEO_DEFAULT_MODEL = "text-embedding-qwen3-embedding-8b"
+
+
+def _model_key(model: str) -> str:
+    """Models compare without case and without an organisation prefix
+    ("sentence-transformers/all-MiniLM-L6-v2" is all-MiniLM-L6-v2)."""
+    return model.strip().rsplit("/", 1)[-1].lower()
+
+
+def recorded_model(record: Mapping[str, Any] | None) -> tuple[str, str | None] | None:
+    """(function name, its model or None when the record names none), or None when the
+    collection records no known function."""
+    if not isinstance(record, Mapping) or record.get("type") != "known":
+        return None
+    name = record.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    if name in MINILM_FUNCTIONS:
+        return name, MINILM
+    config = record.get("config")
+    model = config.get("model_name") if isinstance(config, Mapping) else None
+    return name, model if isinstance(model, str) and model.strip() else None
+
+
+def embedding_function_problem(
+    record: Mapping[str, Any] | None, collection: str, provider: str, model: str
+) -> str | None:
+    """Why embedding with (provider, model) would not match what the collection records,
+    naming both; None when it matches or the record cannot tell."""
+    found = recorded_model(record)
+    if found is None:
+        return None
+    name, theirs = found
+    ours = MINILM if provider == "local-minilm" else model
+    described = f"{provider} model {ours!r}"
+    if name == NEO_FUNCTION:
+        if provider != "local-minilm":
+            return None  # neo's endpoint model is not recorded; the dimension check remains
+        return (
+            f"collection {collection!r} records neo memory-core's embedding function "
+            f"{NEO_FUNCTION!r} (neo's endpoint, by default {NEO_DEFAULT_MODEL}, 4096-d) but "
+            f"this summarizer embeds with the {described}; set spec.embedding to neo's "
+            "endpoint and model (docs/migrating-from-neo.md)"
+        )
+    if theirs is None or _model_key(theirs) == _model_key(ours):
+        return None
+    return (
+        f"collection {collection!r} records the embedding function {name!r} with model "
+        f"{theirs!r} but this summarizer embeds with the {described}; set spec.embedding to "
+        "the model the collection uses"
+    )

@@ -1,0 +1,79 @@
+"""One writer, detected: is a summary row as we left it? Pure.
+
+Chroma's upsert merges metadata: another writer's upsert of a row of ours (neo's own summary
+task, a restore script) replaces the document and the keys it knows, and leaves ours. Our
+keys alone would then describe a text that is no longer there, and the next pass would
+overwrite the other writer's text unseen. So every row we write records the digest of its
+document; a document that no longer matches was written by someone else, and its text is
+carried forward verbatim (with_text_of_other_writer) while the object says so.
+
+The keys neo derives from a text (its summarizer's build, its graph's digestion of it) are
+removed by every write of ours (summary_row.upsert_metadata): they describe the text we
+replace.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from controller.core.text import ms_to_rfc3339
+
+DIGEST_KEY = "documentDigest"
+
+# Keys of neo's own pipelines that describe the text they were computed from: neo's
+# summarizer's build (sourceTier, degraded, rawCanonical: which input its model read) and its
+# graph's digestion of the text (graphDigested, digestState, digestAttempts, deferReason;
+# dreamInputRevision in newer neo). A row we write has a new text, so each write removes them:
+# neo's DreamService then digests our text as a new one. Only neo's SessionService writes
+# the first three, so finding them on a row we wrote names neo as the other writer.
+NEO_WRITER_KEYS = ("sourceTier", "degraded", "rawCanonical")
+NEO_DERIVED_KEYS = (
+    *NEO_WRITER_KEYS,
+    "graphDigested",
+    "digestState",
+    "digestAttempts",
+    "deferReason",
+    "dreamInputRevision",
+)
+
+
+def document_digest(document: str) -> str:
+    """What the row's document was when we wrote it: another writer's upsert replaces the
+    document (and the keys it knows) but leaves our keys, so a digest that no longer
+    matches means the row was rewritten by someone else since."""
+    return hashlib.sha256(document.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def rewritten_by(document: str | None, meta: Mapping[str, Any]) -> str | None:
+    """Who rewrote a row of ours since our last write, or None when it is as we left it.
+
+    Our rows record the digest of the document we wrote; another writer's upsert replaces
+    the document but not our keys. A row of an earlier version of ours has no digest: then
+    only neo's own summary keys (which we never write) tell that neo wrote it since.
+    """
+    digest = meta.get(DIGEST_KEY)
+    neo = any(key in meta for key in NEO_WRITER_KEYS)
+    if isinstance(digest, str):
+        if isinstance(document, str) and document_digest(document) == digest:
+            return None
+    elif not neo:
+        return None
+    return NEO_WRITER if neo else UNKNOWN_WRITER
+
+
+NEO_WRITER = "neo memory-core's summary task (SessionService.summarizeSession)"
+UNKNOWN_WRITER = "another writer"
+
+
+def with_text_of_other_writer(
+    legacy_text: str | None, text: str, who: str, our_write_ms: int | None
+) -> str | None:
+    """The carried earlier text, with the text another writer put over ours appended
+    verbatim under a line that says whose it is. Nothing of either is dropped."""
+    if not text:
+        return legacy_text
+    when = f" of {ms_to_rfc3339(our_write_ms)}" if our_write_ms is not None else ""
+    block = f"[Written by {who} over this operator's summary{when}; kept verbatim:]\n\n{text}"
+    return f"{legacy_text}\n\n{block}" if legacy_text else block

@@ -1,0 +1,211 @@
+"""Who can see a summary row: the keys neo's readers filter on, computed from the session's
+memories as neo's own writer computes them. Pure.
+
+neo's memory-core reads summaries with a tenant filter and two provenance filters
+(SummaryService.listSummaries / querySummaries in neo.mjs 13.1.0):
+
+- `userId`: under the `team` (default) and `legacy` sharing policies a reader sees rows
+  tagged with its own userId, with `shared`, or untagged; under `private` only its own.
+  neo's writer tags a summary `shared` when a core-swarm agent took part, else with the
+  summarizing request's user, which is none for its background summary task (untagged).
+  So: `shared` when a shared agent took part; else, under `private`, the session owner's
+  userId (its earliest memory that carries one); else untagged.
+- `sourceAgentIdentities`, `sourceTrustTier`, `provenancePolicy`: `get_all_summaries
+  ({agentIdentity})` keeps rows whose identities include the caller, `query_summaries
+  ({minTrustTier})` rows whose tier is at least as trusted. A summary is derived content, so
+  its tier is the most restrictive tier of any of its memories' identities (unknown
+  identities are `unclassified`), as neo's `resolveSummarySourceProvenance` computes it.
+
+The defaults are neo 13.1.0's tables (its identity roster and core swarm); a
+SessionSummarizer's spec.visibility can replace them. tests/integration/test_neo_client.py
+checks these rules and defaults against neo's own code.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+MemorySharing = Literal["team", "legacy", "private"]
+TrustTier = Literal[
+    "system",
+    "repo-trusted",
+    "owner",
+    "self",
+    "peer-trusted",
+    "internal-authored",
+    "external",
+    "unclassified",
+]
+# Highest to lowest trust (neo's TRUST_TIER_ORDER): a larger index is more restrictive.
+TRUST_TIER_ORDER: tuple[TrustTier, ...] = (
+    "system",
+    "repo-trusted",
+    "owner",
+    "self",
+    "peer-trusted",
+    "internal-authored",
+    "external",
+    "unclassified",
+)
+UNCLASSIFIED: TrustTier = "unclassified"
+SHARED_USER_ID = "shared"
+PROVENANCE_POLICY = "most-restrictive-source"
+
+# neo 13.1.0: CORE_SWARM_USER_IDS (RequestContextService.mjs) and the trust tier of each
+# AgentIdentity root (graph/identityRoots.mjs).
+NEO_SHARED_AGENTS: tuple[str, ...] = (
+    "neo-opus-ada",
+    "neo-opus-grace",
+    "neo-opus-vega",
+    "neo-gemini-pro",
+    "neo-gpt",
+)
+NEO_IDENTITY_TRUST_TIERS: dict[str, TrustTier] = {
+    "@system": "system",
+    "@neo-opus-ada": "peer-trusted",
+    "@neo-opus-grace": "peer-trusted",
+    "@neo-opus-vega": "peer-trusted",
+    "@neo-fable": "peer-trusted",
+    "@neo-fable-clio": "peer-trusted",
+    "@neo-gemini-pro": "peer-trusted",
+    "@tobiu": "owner",
+    "@neo-gpt": "peer-trusted",
+    "AGENT:*": "unclassified",
+}
+
+_WRAPPER = re.compile(r"\s*\(.*?\)\s*")
+
+
+def normalize_user_id(value: str) -> str:
+    """neo's normalizeUserId: an AgentIdentity node id ("@alice") names user "alice"."""
+    return value[1:] if value.startswith("@") else value
+
+
+def canonical_agent(name: str) -> str:
+    """An agent name as neo compares it (parseAgentList): no " (Harness)" wrapper, lower
+    case, no leading "@". "Claude-Code (VS Code)", "claude-code" and "@claude-code" are one
+    agent."""
+    return normalize_user_id(_WRAPPER.sub("", name.strip()).lower())
+
+
+def union_agents(prior: Iterable[str], new: Iterable[str]) -> list[str]:
+    """A summary's participating agents: one entry per agent as neo compares names (so
+    "@claude-code" and "claude-code" are one), the first spelling kept without a leading
+    "@", sorted."""
+    found: dict[str, str] = {}
+    for name in [*prior, *new]:
+        key = canonical_agent(name)
+        if key:
+            found.setdefault(key, normalize_user_id(name.strip()))
+    return [found[k] for k in sorted(found)]
+
+
+@dataclass(frozen=True)
+class VisibilityRules:
+    """How rows are tagged for neo's readers (a SessionSummarizer's spec.visibility)."""
+
+    memory_sharing: MemorySharing = "team"
+    shared_agents: tuple[str, ...] = NEO_SHARED_AGENTS
+    identity_trust_tiers: Mapping[str, str] = field(
+        default_factory=lambda: dict(NEO_IDENTITY_TRUST_TIERS)
+    )
+
+    def __hash__(self) -> int:  # the mapping is read-only in use; hash its items
+        items = tuple(sorted(self.identity_trust_tiers.items()))
+        return hash((self.memory_sharing, self.shared_agents, items))
+
+
+DEFAULT_VISIBILITY = VisibilityRules()
+
+
+def tier_rank(tier: str) -> int:
+    """A tier's place in TRUST_TIER_ORDER; an unknown tier ranks as unclassified."""
+    order: tuple[str, ...] = TRUST_TIER_ORDER
+    return order.index(tier) if tier in order else order.index(UNCLASSIFIED)
+
+
+@dataclass
+class SessionSources:
+    """What the session's rows say about who wrote them, gathered row by row from their
+    metadata while a pass lists the session (every row, whatever its type). Which identities
+    are trusted how much is decided later, by the rules (row_visibility)."""
+
+    identities: dict[str, int] = field(default_factory=dict)  # identity -> rows, first seen first
+    anonymous: int = 0  # rows without an agentIdentity
+    agents: dict[str, None] = field(default_factory=dict)  # `agent` values, first seen first
+    owner: tuple[int, str, str] | None = None  # (timestamp, id, userId) of the earliest tagged
+
+    def add(self, row_id: str, meta: Mapping[str, Any], timestamp_ms: int | None) -> None:
+        identity = meta.get("agentIdentity")
+        if isinstance(identity, str) and identity:
+            self.identities[identity] = self.identities.get(identity, 0) + 1
+        else:
+            self.anonymous += 1
+        agent = meta.get("agent")
+        if isinstance(agent, str) and agent:
+            self.agents.setdefault(agent)
+        user = meta.get("userId")
+        if isinstance(user, str) and user.strip():
+            key = (timestamp_ms if timestamp_ms is not None else 2**63, row_id)
+            if self.owner is None or key < self.owner[:2]:
+                self.owner = (*key, normalize_user_id(user.strip()))
+
+    @property
+    def owner_user_id(self) -> str | None:
+        return self.owner[2] if self.owner is not None else None
+
+
+@dataclass(frozen=True)
+class RowVisibility:
+    """The row's reader-facing keys (None user_id: the row is left untagged)."""
+
+    user_id: str | None
+    source_agent_identities: tuple[str, ...]
+    source_trust_tier: str
+    unclassified_source_count: int
+
+    def metadata(self) -> dict[str, str | int | None]:
+        """The keys as written; None removes a key (neo sets these only when they apply)."""
+        return {
+            "userId": self.user_id,
+            "sourceAgentIdentities": ",".join(self.source_agent_identities),
+            "sourceTrustTier": self.source_trust_tier,
+            "provenancePolicy": PROVENANCE_POLICY,
+            "unclassifiedSourceCount": self.unclassified_source_count or None,
+        }
+
+
+def summary_user_id(
+    participants: Sequence[str], owner_user_id: str | None, rules: VisibilityRules
+) -> str | None:
+    """The row's userId tag: `shared` when a shared agent took part (neo's
+    resolveSummaryVisibilityUserId); the owner under `private`; else untagged."""
+    shared = {canonical_agent(a) for a in rules.shared_agents}
+    # neo joins the agents with "," and splits that list again before comparing.
+    names = {canonical_agent(part) for p in participants for part in p.split(",")}
+    if names & shared:
+        return SHARED_USER_ID
+    if rules.memory_sharing == "private":
+        return owner_user_id
+    return None
+
+
+def row_visibility(sources: SessionSources, rules: VisibilityRules) -> RowVisibility:
+    """The row's keys, as neo's resolveSummarySourceProvenance and
+    resolveSummaryVisibilityUserId compute them from the same rows."""
+    tiers = rules.identity_trust_tiers
+    unclassified = sources.anonymous + sum(
+        rows for identity, rows in sources.identities.items() if not tiers.get(identity)
+    )
+    found = [tiers.get(identity) or UNCLASSIFIED for identity in sources.identities]
+    if sources.anonymous:
+        found.append(UNCLASSIFIED)
+    return RowVisibility(
+        user_id=summary_user_id(list(sources.agents), sources.owner_user_id, rules),
+        source_agent_identities=tuple(sources.identities),
+        source_trust_tier=max(found, key=tier_rank, default=UNCLASSIFIED),
+        unclassified_source_count=unclassified,
+    )
