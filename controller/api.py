@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
+
+from controller.core.visibility import (
+    NEO_IDENTITY_TRUST_TIERS,
+    NEO_SHARED_AGENTS,
+    MemorySharing,
+    TrustTier,
+    VisibilityRules,
+)
 
 GROUP = "memorycore.io"
 VERSION = "v1alpha1"
@@ -153,6 +161,32 @@ class ModelSpec(CamelModel):
     max_input_tokens: int = Field(default=6000, ge=256)
 
 
+class VisibilitySpec(CamelModel):
+    """How summary rows are tagged for neo memory-core's readers (core/visibility.py). The
+    defaults are neo.mjs 13.1.0's: its default sharing policy, its core swarm and the trust
+    tier of each of its agent identities."""
+
+    # neo's NEO_MEMORY_SHARING_DEFAULT_POLICY: team (default) and legacy leave a summary
+    # untagged (every reader sees it); private tags it with the session owner's userId.
+    memory_sharing: MemorySharing = "team"
+    # A summary any of these agents took part in is tagged userId "shared" (neo's
+    # CORE_SWARM_USER_IDS): every reader sees it under every policy.
+    shared_agents: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(
+        default=list(NEO_SHARED_AGENTS), max_length=256
+    )
+    # agentIdentity -> trust tier; identities not listed are "unclassified".
+    identity_trust_tiers: dict[Annotated[str, Field(min_length=1, max_length=253)], TrustTier] = (
+        Field(default=dict(NEO_IDENTITY_TRUST_TIERS), max_length=256)
+    )
+
+    def rules(self) -> VisibilityRules:
+        return VisibilityRules(
+            memory_sharing=self.memory_sharing,
+            shared_agents=tuple(self.shared_agents),
+            identity_trust_tiers=dict(self.identity_trust_tiers),
+        )
+
+
 class SweepSpec(CamelModel):
     enabled: bool = True
     interval_seconds: int = Field(default=300, ge=5, le=86_400)
@@ -179,6 +213,7 @@ class SessionSummarizerSpec(CamelModel):
     model: ModelSpec = ModelSpec()
     sweep: SweepSpec = SweepSpec()
     retention: RetentionSpec = RetentionSpec()
+    visibility: VisibilitySpec = VisibilitySpec()
     excluded_memory_types: list[str] = list(DEFAULT_EXCLUDED_TYPES)  # pydantic copies it
 
 

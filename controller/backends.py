@@ -7,11 +7,12 @@ log line. Built parts are cached per configuration, so a summary costs no reconn
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from controller.api import ModelSpec, SessionSummarizerSpec
+from controller.core.visibility import DEFAULT_VISIBILITY, VisibilityRules
 from controller.embeddings.spec import EmbeddingSpec, build_embedding_function
 from controller.kube import client as kube
 from controller.pipeline import Embedder
@@ -29,6 +30,7 @@ class Backends:
     embed: Embedder
     excluded_types: Sequence[str]
     summarizer: Summarizer = EXTRACTIVE
+    visibility: VisibilityRules = DEFAULT_VISIBILITY
 
 
 # The StoreSpec fields a StoreLocation takes as they are (the token is read from its Secret).
@@ -42,23 +44,35 @@ _STORE_FIELDS = (
 )
 
 
-def store_location(spec: SessionSummarizerSpec, namespace: str) -> StoreLocation:
+# Reads one key of a Secret: (namespace, name, key) -> value. The operator reads the
+# cluster; summaryctl may read the environment first (cli/settings.py).
+SecretReader = Callable[[str, str, str], str]
+
+
+def store_location(
+    spec: SessionSummarizerSpec, namespace: str, read_secret: SecretReader = kube.read_secret_key
+) -> StoreLocation:
     s = spec.store
     token = None
     if s.auth_secret_ref is not None:
-        token = kube.read_secret_key(namespace, s.auth_secret_ref.name, s.auth_secret_ref.key)
+        token = read_secret(namespace, s.auth_secret_ref.name, s.auth_secret_ref.key)
     where = s.model_dump(include=set(_STORE_FIELDS))
     # The summary collection records the embedding function it is created with.
-    return StoreLocation(**where, token=token, embedding_provider=spec.embedding.provider)
+    return StoreLocation(
+        **where,
+        token=token,
+        embedding_provider=spec.embedding.provider,
+        embedding_model=spec.embedding.model,
+    )
 
 
-def embedding_spec(spec: SessionSummarizerSpec, namespace: str) -> EmbeddingSpec:
+def embedding_spec(
+    spec: SessionSummarizerSpec, namespace: str, read_secret: SecretReader = kube.read_secret_key
+) -> EmbeddingSpec:
     e = spec.embedding
     api_key = None
     if e.api_key_secret_ref is not None:
-        api_key = kube.read_secret_key(
-            namespace, e.api_key_secret_ref.name, e.api_key_secret_ref.key
-        )
+        api_key = read_secret(namespace, e.api_key_secret_ref.name, e.api_key_secret_ref.key)
     return EmbeddingSpec(provider=e.provider, model=e.model, base_url=e.base_url, api_key=api_key)
 
 
@@ -85,14 +99,16 @@ def embedder_for(spec: EmbeddingSpec) -> Embedder:
         return _EMBEDDERS[spec]
 
 
-def chat_model_config(model: ModelSpec, namespace: str) -> ChatModelConfig:
+def chat_model_config(
+    model: ModelSpec, namespace: str, read_secret: SecretReader = kube.read_secret_key
+) -> ChatModelConfig:
     """The model endpoint of an openai backend; the API key from its Secret, if any."""
     if not model.base_url or not model.model:
         raise ValueError("model.baseUrl and model.model are required when backend is openai")
     api_key = None
     if model.api_key_secret_ref is not None:
         ref = model.api_key_secret_ref
-        api_key = kube.read_secret_key(namespace, ref.name, ref.key)
+        api_key = read_secret(namespace, ref.name, ref.key)
     return ChatModelConfig(
         base_url=model.base_url,
         model=model.model,
@@ -130,4 +146,5 @@ def backends_for(spec: SessionSummarizerSpec, namespace: str) -> Backends:
         embed=embedder_for(embedding_spec(spec, namespace)),
         excluded_types=tuple(spec.excluded_memory_types),
         summarizer=summarizer_for(spec.model, namespace),
+        visibility=spec.visibility.rules(),
     )

@@ -44,6 +44,10 @@ QUEUE_WAIT_SECONDS = Histogram(
     ["class"],
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )
+OTHER_WRITERS = Counter(
+    "session_summary_other_writer_rewrites_total",
+    "Summary rows of ours found rewritten by another writer (their text was carried).",
+)
 SWEEPS = Counter(
     "session_summary_sweeps_total",
     "Sweeps run by this replica (only the active replica sweeps).",
@@ -138,6 +142,10 @@ def observe_written(trigger: str, tokens_in: int, tokens_out: int, ratio: float 
 def refresh_requested(n: int) -> None:
     if n > 0:
         REFRESH_REQUESTS.inc(n)
+
+
+def other_writer_found() -> None:
+    OTHER_WRITERS.inc()
 
 
 def claim_conflict() -> None:

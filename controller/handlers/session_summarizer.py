@@ -142,7 +142,7 @@ def _check_embedding(spec: SessionSummarizerSpec, namespace: str) -> Condition:
         return failed("EmbeddingUnavailable", one_line(exc, 300))
     dimension = len(vector)
     try:
-        held = store_for(store_location(spec, namespace)).check_embedding_dimension(dimension)
+        held = store_for(store_location(spec, namespace)).check_embedding(dimension)
     except EmbeddingMismatch as exc:
         return failed("EmbeddingMismatch", one_line(exc, 300))
     except (StoreUnavailable, kube.SecretError, InvalidStoreConfig):

@@ -155,6 +155,7 @@ def summarize_blocking(
             summarizer=backends.summarizer,
             before_write=before_write,
             writer_object=writer_object,
+            visibility=backends.visibility,
         )
 
 

@@ -24,6 +24,8 @@ from controller.kube.claims import ClaimHeld
 from controller.pipeline import Outcome
 
 CONDITION = "Summarized"
+# Whether the row was as this operator left it when the pass read it (row_ownership.py).
+SINGLE_WRITER = "SingleWriter"
 DONE_PHASES = {"Summarized", "Empty", "NotFound"}
 
 
@@ -48,6 +50,7 @@ def record(
     reason: str,
     message: str,
     ok: bool,
+    also: Condition | None = None,
     **fields: Any,
 ) -> None:
     previous = current_status(body)
@@ -59,12 +62,17 @@ def record(
         message=message,
         observed_generation=generation,
     )
+    conditions = set_condition(previous.conditions, condition)
+    if also is not None:
+        conditions = set_condition(
+            conditions, also.model_copy(update={"observed_generation": generation})
+        )
     status = previous.model_copy(
         update={
             "phase": phase,
             "observed_generation": generation,
             "message": message,
-            "conditions": set_condition(previous.conditions, condition),
+            "conditions": conditions,
             **fields,
         }
     )
@@ -139,6 +147,30 @@ def provenance_status(summary: StructuredSummary, outcome: Outcome) -> SummaryPr
     )
 
 
+def single_writer(body: kopf.Body, spec: SessionSummarySpec, outcome: Outcome) -> Condition:
+    """SingleWriter: False when this pass found the row rewritten by another writer since
+    our last write (a Warning Event says who and what to do), else True."""
+    other = outcome.other_writer
+    if other is None:
+        return Condition(
+            type=SINGLE_WRITER,
+            status="True",
+            reason="NoOtherWriter",
+            message="the summary row was as this operator last wrote it",
+        )
+    message = (
+        f"the row of session {spec.session_id!r} was rewritten by {other.who} after this "
+        f"operator's last write; its text ({other.characters} characters) is carried verbatim "
+        "in the summary's earlier text. Two writers on one row race: switch the other one off "
+        '(neo: docs/migrating-from-neo.md, "Switch neo\'s summary task off")'
+    )
+    metrics.other_writer_found()
+    kopf.event(body, type="Warning", reason="OtherWriterDetected", message=message)
+    return Condition(
+        type=SINGLE_WRITER, status="False", reason="OtherWriterDetected", message=message
+    )
+
+
 def report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcome: Outcome) -> None:
     last_at = ms_to_rfc3339(outcome.last_memory_at_ms) if outcome.last_memory_at_ms else None
     common: dict[str, Any] = {
@@ -189,7 +221,14 @@ def report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcome
         )
         common.update(title=summary.title, summary_id=outcome.summary_id)
         record(
-            body, patch, phase="Summarized", reason="UpToDate", message=message, ok=True, **common
+            body,
+            patch,
+            phase="Summarized",
+            reason="UpToDate",
+            message=message,
+            ok=True,
+            also=single_writer(body, spec, outcome),
+            **common,
         )
         return
     provenance = provenance_status(summary, outcome)
@@ -211,6 +250,7 @@ def report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcome
         reason="Summarized",
         message=message,
         ok=True,
+        also=single_writer(body, spec, outcome),
         # The time stored in the row, so a later up-to-date pass shows the same instant.
         summarized_at=(
             ms_to_rfc3339(summary.summarized_at_ms) if summary.summarized_at_ms else now_rfc3339()

@@ -8,14 +8,26 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
-from chromadb.api.types import DefaultEmbeddingFunction, Where
+from chromadb.api.types import (
+    DefaultEmbeddingFunction,
+    Documents,
+    EmbeddingFunction,
+    Embeddings,
+    Where,
+)
 from chromadb.errors import NotFoundError
+from chromadb.utils.embedding_functions import register_embedding_function
 
 from controller.api import StoreSpec
+from controller.core.embedding_match import (
+    MINILM_FUNCTIONS,
+    NEO_FUNCTION,
+    embedding_function_problem,
+)
 from controller.store.connection import StoreLocation
 from controller.store.errors import (
     CollectionNotFound,
@@ -30,14 +42,14 @@ T = TypeVar("T")
 
 
 def _creation_ef(provider: str) -> DefaultEmbeddingFunction | None:
-    """The embedding function the summary collection records when the writer creates it.
-
-    We always write explicit vectors, so the record is for the agents that read the
-    collection. chromadb 1.5 records a known function by name and, on every query_texts,
-    rebuilds it from that name: a collection created without one records "default" (its
-    ONNX all-MiniLM-L6-v2); ours would record "memorycore-local-minilm", which a process
-    without this package cannot rebuild ("Embedding function ... not found"), so agents
-    opening it with the default function (or none) would fail to query it.
+    """The embedding function a new summary collection records when the memory collection
+    records none (or does not exist). We always write explicit vectors, so the record is for
+    the agents that read the collection. chromadb 1.5 records a known function by name and,
+    on every query_texts, rebuilds it from that name: a collection created without one
+    records "default" (its ONNX all-MiniLM-L6-v2); ours would record
+    "memorycore-local-minilm", which a process without this package cannot rebuild
+    ("Embedding function ... not found"), so agents opening it with the default function (or
+    none) would fail to query it.
 
     - local-minilm: chromadb's default function. It is the same model (identical vectors),
       and an agent opening the collection with the standard default function, or with
@@ -47,6 +59,68 @@ def _creation_ef(provider: str) -> DefaultEmbeddingFunction | None:
       chromadb's conflict check has nothing to conflict with.
     """
     return DefaultEmbeddingFunction() if provider == "local-minilm" else None
+
+
+class _Recorded(EmbeddingFunction[Documents]):
+    """An embedding function Chroma records, never runs: the writer always passes vectors.
+    Subclasses name the function (name()) and carry the config recorded with it."""
+
+    recorded_config: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self) -> None:
+        pass
+
+    def __call__(self, input: Documents) -> Embeddings:
+        raise RuntimeError(f"{self.name()} is recorded, not run: the writer passes vectors")
+
+    @staticmethod
+    def name() -> str:
+        return "recorded"
+
+    def get_config(self) -> dict[str, Any]:
+        return dict(self.recorded_config)
+
+    @classmethod
+    def build_from_config(cls, config: dict[str, Any]) -> _Recorded:
+        return cls()
+
+    def is_legacy(self) -> bool:
+        return False
+
+
+@register_embedding_function
+class NeoDynamicTextEmbedding(_Recorded):
+    """neo memory-core's collections record its function as dynamic_text_embedding_service.
+    chromadb rebuilds the recorded function whenever it opens a collection and warns that it
+    cannot; registered here (in chromadb's registry of known functions, once, at import), a
+    neo collection opens quietly, and a summary collection we create records it."""
+
+    @staticmethod
+    def name() -> str:
+        return NEO_FUNCTION
+
+
+def recorded_function(record: Mapping[str, Any]) -> EmbeddingFunction[Documents]:
+    """A function Chroma records exactly as `record` (a known function's name and config),
+    for a new collection to record what the agents' collection records."""
+    name, config = str(record["name"]), dict(record.get("config") or {})
+    if name == NEO_FUNCTION:
+        return NeoDynamicTextEmbedding()
+    named = type(
+        "RecordedFunction",
+        (_Recorded,),
+        {"name": staticmethod(lambda: name), "recorded_config": config},
+    )
+    return cast(EmbeddingFunction[Documents], named())
+
+
+def collection_config(coll: Collection) -> Mapping[str, Any]:
+    """The configuration Chroma records on a collection ({} when it has none)."""
+    try:
+        config = coll.configuration_json
+    except Exception:  # an older server, or a configuration this client cannot read
+        return {}
+    return config if isinstance(config, Mapping) else {}
 
 
 class Collections:
@@ -118,15 +192,62 @@ class Collections:
         with self._lock:
             if self._summaries is None:
                 name = self.location.summary_collection
-                ef = _creation_ef(self.location.embedding_provider)
-
-                def make() -> Collection:
-                    return self.client.get_or_create_collection(
-                        name, metadata={"hnsw:space": "cosine"}, embedding_function=cast(Any, ef)
-                    )
-
-                self._summaries = self._open("summary", name, make if create else None)
+                make = self._make_summaries if create else None
+                self._summaries = self._open("summary", name, make)
             return self._summaries
+
+    def _make_summaries(self) -> Collection:
+        """Creates the summary collection as the agents created their memory collection, when
+        our model fits it: the embedding function it records (the one their readers rebuild:
+        neo memory-core's dynamic_text_embedding_service, chromadb's default, ...) and its
+        distance. Otherwise the function follows our provider (_creation_ef), with cosine
+        distance."""
+        record, space = self.agents_recipe()
+        loc = self.location
+        fits = record is not None and not embedding_function_problem(
+            record, loc.summary_collection, loc.embedding_provider, loc.embedding_model
+        )
+        ef = recorded_function(record) if fits and record else _creation_ef(loc.embedding_provider)
+        # The distance as metadata: a configuration without a function would record a
+        # "legacy" one, which agents passing their own function conflict with.
+        return self.client.get_or_create_collection(
+            loc.summary_collection,
+            metadata={"hnsw:space": (space if fits else None) or "cosine"},
+            embedding_function=cast(Any, ef),
+        )
+
+    def agents_recipe(self) -> tuple[Mapping[str, Any] | None, str | None]:
+        """(the known embedding function the memory collection records, its hnsw distance),
+        each None when it records none; (None, None) while the memory collection is missing.
+        Called with the lock held (from summaries())."""
+        try:
+            memories = self._memories or guard(
+                "opening the memory collection",
+                lambda: self.client.get_collection(self.location.memory_collection),
+            )
+        except (NotFoundError, CollectionNotFound):
+            return None, None
+        config = collection_config(memories)
+        record = config.get("embedding_function")
+        known = record if isinstance(record, Mapping) and record.get("type") == "known" else None
+        hnsw = config.get("hnsw")
+        space = hnsw.get("space") if isinstance(hnsw, Mapping) else None
+        return known, space if isinstance(space, str) else None
+
+    def summary_function_record(self) -> Mapping[str, Any] | None:
+        """The embedding function record our writes must match: the summary collection's;
+        before it exists, the memory collection's when the agents chose one (any known
+        function but chromadb's default, which it records for every collection created
+        without one): neo memory-core, say, embeds summaries with its memories' function."""
+        try:
+            coll = self.summaries()
+        except CollectionNotFound:
+            with self._lock:
+                record = self.agents_recipe()[0]
+            chosen = record is not None and record.get("name") not in MINILM_FUNCTIONS
+            return record if chosen else None
+        record = collection_config(coll).get("embedding_function")
+        return record if isinstance(record, Mapping) else None
 
     def _on_summaries(self, what: str, op: Callable[[Collection], T], *, create: bool = False) -> T:
         """Runs op on the summary collection. If it was deleted after it was opened, the

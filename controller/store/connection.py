@@ -31,9 +31,11 @@ class StoreLocation:
     timeout_seconds: float = 10.0
     path: str | None = None  # embedded PersistentClient (summaryctl summarize --local only)
     token: str | None = None
-    # The embedding provider (spec.embedding.provider): decides what embedding function
-    # the summary collection records if the writer has to create it. See _creation_ef.
+    # The embedding model (spec.embedding): checked against the embedding function the
+    # collections record, and, when the memory collection records none, what a new summary
+    # collection records (store/collections.py).
     embedding_provider: str = "local-minilm"
+    embedding_model: str = "all-MiniLM-L6-v2"
 
     def describe(self) -> str:
         where = self.url or f"embedded:{self.path}"

@@ -16,23 +16,26 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import numpy as np
 from chromadb.api.models.Collection import Collection
 from chromadb.errors import ChromaError, InvalidArgumentError
 
+from controller.core.embedding_match import embedding_function_problem
 from controller.core.memories import Memory, Watermark, memory_from_row, memory_sort_key
 from controller.core.naming import summary_row_id
 from controller.core.summary import PriorSummary
-from controller.core.summary_row import from_chroma_row
+from controller.core.summary_row import from_chroma_row, upsert_metadata
 from controller.core.sweep_plan import StoredSummaryState
+from controller.core.visibility import SessionSources
 from controller.store.collections import Collections, batches, listing, pages
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import (
     DIMENSION_ERROR,
     CollectionNotFound,
+    EmbeddingMismatch,
     StoreUnavailable,
     guard,
     mismatch,
@@ -61,6 +64,7 @@ class SessionRows:
     included: int  # how many of those the pass summarizes (not excluded)
     skipped: int  # rows without a usable timestamp
     read: Callable[[], Iterator[Memory]]  # the included rows, in (timestamp, id) order
+    sources: SessionSources = field(default_factory=SessionSources)  # who wrote the rows
 
     @property
     def memories(self) -> Iterator[Memory]:
@@ -96,6 +100,7 @@ class MemoryStore(Collections):
         exclude: Callable[[Memory], bool] | None,
     ) -> SessionRows:
         newest: Watermark | None = None
+        sources = SessionSources()
         keys = RowKeysBuilder()
         first_page: dict[str, Memory] = {}
         skipped = total = 0
@@ -106,6 +111,7 @@ class MemoryStore(Collections):
         for row_id, meta, doc in listed:
             total += 1
             probe = memory_from_row(row_id, doc, meta)
+            sources.add(row_id, meta, probe.timestamp_ms if probe is not None else None)
             if probe is None:
                 skipped += 1
                 continue
@@ -129,7 +135,9 @@ class MemoryStore(Collections):
             while batch := list(itertools.islice(ids, GET_BATCH)):
                 yield from self._read_batch(coll, batch)
 
-        return SessionRows(total, newest, sorted_keys, sorted_keys.included(), skipped, read)
+        return SessionRows(
+            total, newest, sorted_keys, sorted_keys.included(), skipped, read, sources
+        )
 
     def _read_batch(self, coll: Collection, ids: Sequence[str]) -> list[Memory]:
         """The memories of these ids (consecutive in the session's order), in that order."""
@@ -255,8 +263,12 @@ class MemoryStore(Collections):
                     )
         return states
 
-    def check_embedding_dimension(self, dimension: int) -> int | None:
-        """Refuses to write vectors of another dimension than the collection holds.
+    def check_embedding(self, dimension: int) -> int | None:
+        """Refuses to write vectors the collection's readers cannot use: of another dimension
+        than the collection holds, or from another model than the embedding function the
+        collection records (core/embedding_match.py; before the summary collection exists,
+        the function the agents chose for their memory collection: Collections.
+        summary_function_record).
 
         Samples one stored vector, once per store: after a match the answer is kept. A
         collection whose first rows are still being indexed can fail the sample ("Nothing
@@ -266,6 +278,26 @@ class MemoryStore(Collections):
         """
         if self._verified_dimension == dimension:
             return dimension
+        held = self._held_dimension()
+        problem = embedding_function_problem(
+            self.summary_function_record(),
+            self.location.summary_collection,
+            self.location.embedding_provider,
+            self.location.embedding_model,
+        )
+        if held is not None and held != dimension:
+            if problem:  # both: the models first (the more telling), then the sizes
+                raise EmbeddingMismatch(f"{problem} (it holds {held}-d, this model {dimension}-d)")
+            raise mismatch(self.location.summary_collection, held, dimension)
+        if problem:
+            raise EmbeddingMismatch(problem)
+        if held is not None:
+            self._verified_dimension = dimension
+        return held
+
+    def _held_dimension(self) -> int | None:
+        """The dimension of the vectors the summary collection holds (one sampled), or None
+        when it holds none yet, is not created yet, or is still being indexed."""
         try:
             got = self._on_summaries(
                 "sampling an embedding", lambda coll: coll.get(limit=1, include=["embeddings"])
@@ -281,28 +313,27 @@ class MemoryStore(Collections):
         embeddings = got.get("embeddings")
         if embeddings is None or len(embeddings) == 0:
             return None
-        existing = len(embeddings[0])
-        if existing != dimension:
-            raise mismatch(self.location.summary_collection, existing, dimension)
-        self._verified_dimension = dimension
-        return dimension
+        return len(embeddings[0])
 
     def write_summary(
         self,
         session_id: str,
         document: str,
-        metadata: dict[str, str | int | float | bool],
+        metadata: Mapping[str, str | int | float | bool],
         embedding: Sequence[float],
     ) -> None:
         """Upserts the one row of the session (id summary_<sessionId>); the writer, so the
-        one place that creates the summary collection when it is missing."""
+        one place that creates the summary collection when it is missing. Keys of ours the
+        metadata does not set, and neo's keys derived from the text it replaces, are removed
+        (summary_row.upsert_metadata): Chroma's upsert would otherwise keep them."""
+        sent = upsert_metadata(metadata)
 
         def upsert(coll: Collection) -> None:
             try:
                 coll.upsert(
                     ids=[summary_row_id(session_id)],
                     documents=[document],
-                    metadatas=[metadata],
+                    metadatas=[cast(Any, sent)],
                     embeddings=cast(Any, [np.asarray(embedding, dtype=np.float32)]),
                 )
             except InvalidArgumentError as exc:

@@ -35,6 +35,7 @@ from tests.integration.harness import interaction, load
 
 CHART = REPO_ROOT / "charts" / "session-summary-operator"
 KIND_VALUES = CHART / "values-kind.yaml"
+NEO_VALUES = CHART / "values-neo.yaml"
 INSTANCE = "app.kubernetes.io/instance"
 SCHEMA_ERROR = "values don't meet the specifications of the schema"
 
@@ -225,7 +226,11 @@ def tools() -> Path:
     return tools_bin_dir()
 
 
-@pytest.mark.parametrize("extra", [[], ["-f", str(KIND_VALUES)]], ids=["default", "kind"])
+@pytest.mark.parametrize(
+    "extra",
+    [[], ["-f", str(KIND_VALUES)], ["-f", str(NEO_VALUES)]],
+    ids=["default", "kind", "neo"],
+)
 def test_helm_lint_strict_passes(tools: Path, extra: list[str]) -> None:
     res = run([tools / "helm", "lint", "--strict", CHART, *extra], dict(os.environ))
     assert res.returncode == 0, res.stdout + res.stderr
@@ -236,6 +241,16 @@ def test_helm_lint_strict_passes(tools: Path, extra: list[str]) -> None:
 VALIDATION_CASES = {
     "default": [],
     "kind": ["-f", str(KIND_VALUES)],
+    "neo": [
+        "-f",
+        str(NEO_VALUES),
+        "--set",
+        "summarizer.visibility.memorySharing=private",
+        "--set",
+        "summarizer.visibility.sharedAgents={neo-gpt}",
+        "--set",
+        "summarizer.visibility.identityTrustTiers.@alice=owner",
+    ],
     "namespaced-with-secrets": [
         "--set",
         "watchNamespaces={chart-validate-a,chart-validate-b}",
@@ -271,6 +286,14 @@ def test_rendered_manifests_pass_the_apiservers_schema_validation(
     assert {"Deployment", "ServiceAccount", "ClusterRole", "SessionSummarizer"} <= kinds
     if case == "kind":
         assert {"StatefulSet", "Service"} <= kinds
+    if case == "neo":
+        spec = of_kind(docs, "SessionSummarizer")[0]["spec"]
+        assert spec["embedding"]["model"] == "text-embedding-qwen3-embedding-8b"
+        assert spec["visibility"] == {
+            "memorySharing": "private",
+            "sharedAgents": ["neo-gpt"],
+            "identityTrustTiers": {"@alice": "owner"},
+        }
     if case == "namespaced-with-secrets":
         assert [r["metadata"]["namespace"] for r in of_kind(docs, "Role")] == [
             "chart-validate-a",

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from controller.store.collections import recorded_function
 from controller.store.errors import EmbeddingMismatch
 from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, interaction, load, stored_summary_ids
@@ -173,11 +174,40 @@ def test_the_store_refuses_vectors_of_another_dimension_even_without_the_sample(
     the same EmbeddingMismatch, and the stored row is untouched."""
     store = harness.store(summary="dimension-guard-sessions")
     store.write_summary("s1", "first", {"sessionId": "s1"}, [0.5] * 8)
-    store.check_embedding_dimension(8)
-    store.check_embedding_dimension(8)  # kept: no second sample needed
+    store.check_embedding(8)
+    store.check_embedding(8)  # kept: no second sample needed
     with pytest.raises(EmbeddingMismatch, match=r"holds 8-d .* produces 4-d"):
-        store.check_embedding_dimension(4)
+        store.check_embedding(4)
     with pytest.raises(EmbeddingMismatch, match=r"holds 8-d .* produces 4-d"):
         store.write_summary("s1", "second", {"sessionId": "s1"}, [0.5] * 4)
     row = store.summaries().get(ids=["summary_s1"], include=["documents", "embeddings"])
     assert row["documents"] == ["first"] and len(row["embeddings"][0]) == 8
+
+
+def test_the_same_dimension_from_another_model_is_refused_naming_both_models(
+    harness: Harness, embed_server: OpenAIServer
+) -> None:
+    """A summary collection that records another model (here an `openai` function with
+    text-embedding-3-small, 384-d like ours) gets no vector of ours: Chroma's dimension
+    check would pass, and every agent's semantic search over it would be wrong."""
+    sid, summaries = "it-same-dim", "same-dim-sessions"
+    store = harness.store(summary=summaries)
+    load(store, [interaction(sid, 0, 1_760_000_000_000, "Tune the ranking weights.")])
+    agents_function = recorded_function(
+        {"name": "openai", "config": {"model_name": "text-embedding-3-small"}}
+    )
+    coll = store.client.create_collection(summaries, embedding_function=agents_function)
+    coll.add(ids=["summary_other"], documents=["x"], embeddings=[[0.1] * 384])
+    harness.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=remote_summarizer("same-dim", harness.chroma.url, embed_server.base_url, summaries),
+    )
+    harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "same-dim")
+    harness.wait_phase(sid, "Failed")
+    cond = condition(harness, sid)
+    assert cond["reason"] == "EmbeddingMismatch"
+    assert "text-embedding-3-small" in cond["message"] and "test-embedding" in cond["message"]
+    assert "EmbeddingMismatch" in [e["reason"] for e in harness.events(sid)]
+    assert stored_summary_ids(store, [f"summary_{sid}"]) == []

@@ -8,6 +8,7 @@ import json
 import textwrap
 from typing import Any
 
+from controller.core.document import DOCUMENT_MAX_CHARS
 from controller.core.naming import summary_object_name
 from devenv.processes import tail, wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
@@ -60,14 +61,37 @@ def test_a_legacy_summary_quoting_tracebacks_is_carried_in_full(harness: Harness
     )
     load(store, [interaction(sid, 0, 1_770_000_000_000, "Add a regression test for the login.")])
     sunset(harness, sid, "legacy")
-    doc = store.summaries().get(ids=[f"summary_{sid}"], include=["documents"])["documents"][0]
-    assert text in doc  # verbatim, every character of it
+
+    def row() -> tuple[str, dict[str, Any]]:
+        got = store.summaries().get(ids=[f"summary_{sid}"], include=["documents", "metadatas"])
+        return got["documents"][0], dict(got["metadatas"][0])
+
+    doc, meta = row()
+    assert meta["legacySummary"] == text  # verbatim, every character of it
     assert "Add a regression test for the login" in doc
+    # What agents read is bounded, shows its head and says where the rest is.
+    assert len(doc) <= DOCUMENT_MAX_CHARS and text[:1000] in doc
+    assert "`legacySummary`" in doc
+    # summaryctl summaries --full prints it whole.
+    full = harness.summaryctl(
+        "summaries",
+        "--full",
+        "--chroma-url",
+        harness.chroma.url,
+        "--memory-collection",
+        "legacy-memory",
+        "--summary-collection",
+        "legacy-sessions",
+        "--limit",
+        "50",
+    )
+    assert full.returncode == 0, full.stderr
+    assert text in full.stdout
     # A second pass (new memories) keeps it too.
     load(store, [interaction(sid, 1, 1_770_000_100_000, "Now document the fix.")])
     sunset(harness, sid, "legacy")
-    doc = store.summaries().get(ids=[f"summary_{sid}"], include=["documents"])["documents"][0]
-    assert text in doc and "Now document the fix" in doc
+    doc, meta = row()
+    assert meta["legacySummary"] == text and "Now document the fix" in doc
 
 
 def test_an_unreadable_structured_row_is_left_in_place_with_a_condition(harness: Harness) -> None:

@@ -8,7 +8,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytest
@@ -16,8 +16,14 @@ from chromadb.api.types import DefaultEmbeddingFunction, Documents, EmbeddingFun
 
 from controller.api import StoreSpec
 from controller.core.naming import summary_object_name
+from controller.store.collections import NeoDynamicTextEmbedding
 from controller.store.connection import StoreLocation, connect
-from controller.store.errors import CollectionNotFound, InvalidStoreConfig, StoreUnavailable
+from controller.store.errors import (
+    CollectionNotFound,
+    EmbeddingMismatch,
+    InvalidStoreConfig,
+    StoreUnavailable,
+)
 from controller.store.memory_store import MemoryStore
 from devenv.processes import tail, wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
@@ -65,7 +71,7 @@ def test_reading_a_missing_summary_collection_creates_nothing(harness: Harness) 
     store = store_at(harness.chroma.url, summary_collection=name)
     assert store.read_summary("s1") is None  # no prior summary yet
     assert store.summary_states(["s1", "s2"]) == {}  # nothing summarized yet
-    assert store.check_embedding_dimension(384) is None  # nothing stored yet
+    assert store.check_embedding(384) is None  # nothing stored yet
     with pytest.raises(CollectionNotFound) as caught:
         store.latest_summaries(5)  # a typo must not read as "no summaries yet"
     assert (caught.value.role, caught.value.collection) == ("summary", name)
@@ -76,7 +82,10 @@ def test_the_summary_write_creates_the_collection_that_default_function_agents_c
     harness: Harness,
 ) -> None:
     name = unique("reads-first-write")
-    store = store_at(harness.chroma.url, summary_collection=name)
+    # No memory collection to take the recipe from: chromadb's default function, cosine.
+    store = store_at(
+        harness.chroma.url, summary_collection=name, memory_collection=unique("reads-none")
+    )
     assert store.read_summary("s1") is None and name not in collections(harness)
     store.write_summary("s1", "first summary", {"sessionId": "s1"}, [0.1] * 384)
     assert name in collections(harness)
@@ -94,6 +103,40 @@ def test_the_summary_write_creates_the_collection_that_default_function_agents_c
         assert opened.get(ids=["summary_s1"])["documents"] == ["first summary"]
     again = store_at(harness.chroma.url, summary_collection=name)
     assert again.read_summary("s1") is not None
+
+
+def test_the_summary_collection_is_created_as_the_agents_created_their_memory_collection(
+    harness: Harness,
+) -> None:
+    """neo memory-core creates its collections recording its own function and Chroma's
+    default l2 distance: a summary collection the operator creates for it records the
+    same, so neo's readers open it as one of their own."""
+    memory, name = unique("reads-neo-memory"), unique("reads-neo-sessions")
+    client = harness.store().client
+    client.create_collection(memory, embedding_function=cast(Any, NeoDynamicTextEmbedding()))
+    location = StoreLocation(
+        url=harness.chroma.url,
+        memory_collection=memory,
+        summary_collection=name,
+        embedding_provider="openai",
+        embedding_model="text-embedding-qwen3-embedding-8b",
+    )
+    store = MemoryStore(connect(location), location)
+    assert store.check_embedding(8) is None  # neo's function, an endpoint model: fits
+    store.write_summary("s1", "first summary", {"sessionId": "s1"}, [0.1] * 8)
+    config = client.get_collection(name).configuration_json
+    assert config["embedding_function"] == {
+        "type": "known",
+        "name": "dynamic_text_embedding_service",
+        "config": {},
+    }
+    assert config["hnsw"]["space"] == "l2"
+    # The local model does not fit neo's function: refused before the collection exists.
+    local = StoreLocation(
+        url=harness.chroma.url, memory_collection=memory, summary_collection=unique("reads-x")
+    )
+    with pytest.raises(EmbeddingMismatch, match="dynamic_text_embedding_service"):
+        MemoryStore(connect(local), local).check_embedding(384)
 
 
 class AgentEmbedding(EmbeddingFunction[Documents]):
@@ -115,7 +158,10 @@ def test_with_an_openai_endpoint_the_summary_collection_records_no_function_to_c
 ) -> None:
     name = unique("reads-openai")
     location = StoreLocation(
-        url=harness.chroma.url, summary_collection=name, embedding_provider="openai"
+        url=harness.chroma.url,
+        summary_collection=name,
+        embedding_provider="openai",
+        embedding_model="text-embedding-3-small",
     )
     MemoryStore(connect(location), location).write_summary(
         "s1", "x", {"sessionId": "s1"}, [1.0] * 8
