@@ -2,5 +2,6 @@
 
 summaryctl sunset SESSION_ID        create/patch the session's SessionSummary (sunset step)
 summaryctl summaries --limit N      the newest summaries, as the next agent reads them at boot
-summaryctl summarize ID... --local  recovery path: summarize straight into Chroma, no cluster
+summaryctl summarize ID... --local  recovery path: summarize straight into Chroma, no operator
+                                    (--summarizer NAME / --summarizer-file FILE: its settings)
 """

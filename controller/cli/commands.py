@@ -12,8 +12,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from controller.api import DEFAULT_EXCLUDED_TYPES
-from controller.cli.args import CliError, check_chroma_url, printable
+from controller.cli.args import CliError, printable
 
 # -- Kubernetes and store errors as one line ------------------------------------------------
 
@@ -153,28 +152,13 @@ def cmd_sunset(args: argparse.Namespace) -> int:
     )
 
 
-def _location(args: argparse.Namespace) -> Any:
-    from controller.store.connection import StoreLocation
-
-    if not args.chroma_url and not args.path:
-        raise CliError("say where Chroma is: --chroma-url http://HOST:8000 or --path DIR")
-    return StoreLocation(
-        url=check_chroma_url(args.chroma_url) if args.chroma_url else None,
-        path=args.path,
-        tenant=args.tenant,
-        database=args.database,
-        memory_collection=args.memory_collection,
-        summary_collection=args.summary_collection,
-        token=os.environ.get("CHROMA_TOKEN") or None,
-    )
-
-
-def _store(args: argparse.Namespace) -> Any:
+def _store(args: argparse.Namespace, summarizer: Any = None) -> Any:
+    from controller.cli.settings import store_location
     from controller.store.connection import connect
     from controller.store.errors import InvalidStoreConfig, StoreUnavailable
     from controller.store.memory_store import MemoryStore
 
-    location = _location(args)
+    location = store_location(args, summarizer)
     try:
         return MemoryStore(connect(location), location)
     except StoreUnavailable as exc:
@@ -183,10 +167,30 @@ def _store(args: argparse.Namespace) -> Any:
         raise CliError(str(exc)) from exc
 
 
+def _full_document(session_id: Any, document: str, meta: dict[str, Any]) -> str:
+    """The whole summary, nothing folded: rebuilt from the row's metadata (a row we did not
+    write is its document)."""
+    from controller.core.document import render_document
+    from controller.core.summary import StructuredSummary
+    from controller.core.summary_row import from_chroma_row
+
+    try:
+        prior = from_chroma_row(str(session_id), document, meta)
+    except ValueError:
+        return document
+    if isinstance(prior, StructuredSummary):
+        return render_document(prior, max_chars=None)
+    return document
+
+
 def cmd_summaries(args: argparse.Namespace) -> int:
-    store = _store(args)
+    from controller.cli.settings import load_summarizer
+
+    store = _store(args, load_summarizer(args))
     with _store_errors():
         rows = store.latest_summaries(args.limit)
+    if args.full:
+        rows = [(i, _full_document(m.get("sessionId"), d, m), m) for i, d, m in rows]
     if args.json:
         print(json.dumps([{"id": i, "document": d, "metadata": m} for i, d, m in rows], indent=2))
         return 0
@@ -217,7 +221,8 @@ _OUTCOME_DETAIL = {
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
-    from controller.embeddings.minilm import EmbeddingError, LocalMiniLMEmbedding
+    from controller.cli.settings import load_summarizer, summarize_parts
+    from controller.embeddings.minilm import EmbeddingError
     from controller.pipeline import summarize_session
     from controller.store.errors import (
         CollectionNotFound,
@@ -232,11 +237,9 @@ def cmd_summarize(args: argparse.Namespace) -> int:
             "claim; pass --local to confirm that no operator is running against this store "
             "(otherwise use `summaryctl sunset`)"
         )
-    store = _store(args)
-    try:
-        embed = LocalMiniLMEmbedding()
-    except (EmbeddingError, ValueError) as exc:
-        raise CliError(f"the local embedding model cannot load: {exc}") from exc
+    summarizer = load_summarizer(args)
+    store = _store(args, summarizer)
+    parts = summarize_parts(summarizer)
     failures: list[str] = []
     not_found: list[str] = []
     total = len(args.session_ids)
@@ -245,10 +248,12 @@ def cmd_summarize(args: argparse.Namespace) -> int:
             outcome = summarize_session(
                 store,
                 session_id,
-                embed=lambda texts: list(embed(texts)),
+                embed=parts.embed,
                 writer=f"summaryctl@{os.uname().nodename}",
                 trigger="manual",
-                excluded_types=DEFAULT_EXCLUDED_TYPES,
+                excluded_types=parts.excluded_types,
+                summarizer=parts.summarizer,
+                visibility=parts.visibility,
             )
         except CollectionNotFound as exc:  # the same for every session: stop here
             raise _missing_collection(exc) from exc

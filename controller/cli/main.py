@@ -32,10 +32,31 @@ def _add_store_args(p: argparse.ArgumentParser) -> None:
         help="Chroma server URL, http(s)://HOST[:PORT] (env CHROMA_URL; token: env CHROMA_TOKEN)",
     )
     p.add_argument("--path", help="embedded Chroma directory (single process only)")
-    p.add_argument("--tenant", type=nonblank_arg, default="default_tenant")
-    p.add_argument("--database", type=nonblank_arg, default="default_database")
-    p.add_argument("--memory-collection", type=collection_arg, default="neo-agent-memory")
-    p.add_argument("--summary-collection", type=collection_arg, default="neo-agent-sessions")
+    p.add_argument("--tenant", type=nonblank_arg, help="default: default_tenant")
+    p.add_argument("--database", type=nonblank_arg, help="default: default_database")
+    p.add_argument("--memory-collection", type=collection_arg, help="default: neo-agent-memory")
+    p.add_argument("--summary-collection", type=collection_arg, help="default: neo-agent-sessions")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
+        "--summarizer",
+        type=object_name_arg,
+        metavar="NAME",
+        help="use this SessionSummarizer's settings, read from the cluster (-n); the store "
+        "flags above override its store",
+    )
+    which.add_argument(
+        "--summarizer-file",
+        metavar="FILE",
+        help="use the settings of the SessionSummarizer in this manifest (YAML)",
+    )
+    p.add_argument(
+        "-n",
+        "--namespace",
+        type=namespace_arg,
+        default=os.environ.get("SSO_NAMESPACE") or None,
+        help="the summarizer's namespace, where its Secrets are (env SSO_NAMESPACE; "
+        "default: the manifest's, else default)",
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -84,10 +105,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("summaries", help="the newest summaries, newest first")
     p.add_argument("--limit", type=positive_int_arg, default=5, help="how many (at least 1)")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="each summary whole, as its row's metadata keeps it (documents are bounded)",
+    )
     _add_store_args(p)
     p.set_defaults(func=cmd_summaries)
 
-    p = sub.add_parser("summarize", help="recovery path: summarize sessions directly, no cluster")
+    p = sub.add_parser(
+        "summarize",
+        help="recovery path: summarize sessions directly, no operator (with a summarizer's "
+        "settings: --summarizer or --summarizer-file)",
+    )
     p.add_argument("session_ids", nargs="+", type=session_id_arg, metavar="SESSION_ID")
     p.add_argument(
         "--local",

@@ -230,3 +230,63 @@ def test_the_demo_is_not_a_summaryctl_command(tmp_path: object) -> None:
     with no_cluster(str(tmp_path)):
         code, _, err = run(["demo"])
     assert code == 2 and "invalid choice" in err
+
+
+# -- a SessionSummarizer's settings for summaries / summarize ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ("kind: [unclosed", "is not YAML"),
+        ("kind: SessionSummary\nspec: {}\n", "is not a SessionSummarizer manifest"),
+        (
+            "kind: SessionSummarizer\nspec: {embedding: {provider: word2vec}}\n",
+            "invalid spec in",
+        ),
+        (
+            "kind: SessionSummarizer\nspec: {visibility: {memorySharing: everyone}}\n",
+            "invalid spec in",
+        ),
+    ],
+)
+def test_a_bad_summarizer_manifest_is_one_line_naming_the_file(
+    tmp_path: pytest.TempPathFactory, content: str, says: str
+) -> None:
+    manifest = tmp_path / "s.yaml"  # type: ignore[operator]
+    manifest.write_text(content)
+    with no_cluster(str(tmp_path)):
+        code, out, err = run(["summarize", "s1", "--local", "--summarizer-file", str(manifest)])
+    assert code == 2 and out == ""
+    assert says in err and str(manifest) in err and err.count("\n") == 1
+
+
+def test_a_missing_summarizer_manifest_says_so(tmp_path: pytest.TempPathFactory) -> None:
+    with no_cluster(str(tmp_path)):
+        code, _, err = run(["summaries", "--summarizer-file", f"{tmp_path}/nope.yaml"])
+    assert code == 2 and "cannot read" in err and "nope.yaml" in err
+
+
+def test_summarizer_and_summarizer_file_exclude_each_other(
+    tmp_path: pytest.TempPathFactory,
+) -> None:
+    with no_cluster(str(tmp_path)):
+        code, _, err = run(["summaries", "--summarizer", "a", "--summarizer-file", "b.yaml"])
+    assert code == 2 and "not allowed with argument" in err
+
+
+def test_a_manifests_store_is_used_and_a_flag_overrides_it(
+    tmp_path: pytest.TempPathFactory,
+) -> None:
+    manifest = tmp_path / "s.yaml"  # type: ignore[operator]
+    manifest.write_text(
+        "kind: SessionSummarizer\nmetadata: {name: x, namespace: agents}\n"
+        f"spec: {{store: {{url: '{REFUSED}', memoryCollection: their-memory}}}}\n"
+    )
+    with no_cluster(str(tmp_path)):
+        code, _, err = run(["summaries", "--summarizer-file", str(manifest)])
+        assert code == 2 and "127.0.0.1:1" in err
+        code, _, err = run(
+            ["summaries", "--summarizer-file", str(manifest), "--chroma-url", "http://127.0.0.1:2"]
+        )
+        assert code == 2 and "127.0.0.1:2" in err and "127.0.0.1:1" not in err
