@@ -6,6 +6,10 @@ command -v openssl >/dev/null || missing+=(openssl)
 command -v make >/dev/null || missing+=(make)
 command -v git >/dev/null || missing+=(git)
 command -v python3 >/dev/null || missing+=(python3 python3-venv)
+# neo's memory-core (the real-client tier) runs on Node.js; better-sqlite3 compiles with g++.
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
+command -v g++ >/dev/null || missing+=(g++)
 if ((${#missing[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "missing system packages: ${missing[*]} (install them, e.g. with apt-get)" >&2

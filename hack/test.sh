@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one test command (README; .ci/run calls it): installs what the tests need, then runs
 # lint, type checks and every test tier. Unit tests need nothing else; integration tests
-# start a real etcd + kube-apiserver, Chroma server and an OpenAI-compatible HTTP server.
+# start a real etcd + kube-apiserver, Chroma server and an OpenAI-compatible HTTP server,
+# and run neo's memory-core (installed from the npm registry) as the agents' client.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -11,6 +12,9 @@ bash hack/install-system.sh
 SSO_TOOLS_BIN=$(bash hack/install-tools.sh | tail -n 1)
 export SSO_TOOLS_BIN
 venv=$(bash hack/install-python.sh | tail -n 1)
+# neo's memory-core from the npm registry: the real client of tests/integration/test_neo_client.py.
+SSO_NEO_CLIENT_DIR=$(bash hack/install-neo.sh | tail -n 1)
+export SSO_NEO_CLIENT_DIR
 echo "== setup took $(( $(date +%s) - t0 ))s; tools in $SSO_TOOLS_BIN"
 echo "== ruff"
 "$venv/bin/ruff" check controller devenv tests bench
