@@ -28,10 +28,12 @@ _HEREDOC = re.compile(r"<<'YAML'\n(.*?)^YAML$", re.S | re.M)
 
 
 def examples() -> list[tuple[str, dict[str, Any]]]:
-    """(where, object) for every manifest in docs/configuration.md and the README."""
+    """(where, object) for every manifest in docs/configuration.md,
+    docs/migrating-from-neo.md and the README."""
     found: list[tuple[str, dict[str, Any]]] = []
     for path, pattern in (
         (REPO / "docs" / "configuration.md", _YAML_BLOCK),
+        (REPO / "docs" / "migrating-from-neo.md", _YAML_BLOCK),
         (REPO / "README.md", _HEREDOC),
     ):
         text = path.read_text()
