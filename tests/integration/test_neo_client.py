@@ -568,3 +568,28 @@ def test_the_recovery_path_writes_with_a_summarizers_settings_from_its_manifest(
     )
     assert res.returncode != 0
     assert "dynamic_text_embedding_service" in res.stderr
+
+
+def test_a_plan_row_neo_ingests_with_a_float_timestamp_is_counted_and_summarized(
+    neo_store: NeoStore, neo_model: OpenAIServer
+) -> None:
+    """neo's summary writer ingests an agent's implementation plan as a memory row of type
+    implementation_plan whose timestamp is the file's float mtimeMs: the operator counts it
+    as neo does and reads its text."""
+    neo, sid = neo_store.neo, f"planned-{uuid.uuid4().hex[:6]}"
+    neo.add_memories([turn(sid, "Plan the migration of the ledger service.")])
+    plan = neo.workdir / "home/.gemini/antigravity/brain/conv-ledger/implementation_plan.md"
+    plan.parent.mkdir(parents=True)
+    plan.write_text("# Plan\n\nMove `services/ledger/migrate.py` to batches of 500 rows.\n")
+    neo_model.script_chat(neo_summary_reply("neo's summary of the plan session"))
+    neo.summarize(sid)  # ingests the plan (ingestAntigravityArtifacts), then we take over
+    rows = neo_store.memories().get(where={"sessionId": sid}, include=["metadatas"])
+    plan_meta = [m for m in rows["metadatas"] if m.get("type") == "implementation_plan"]
+    assert len(plan_meta) == 1 and isinstance(plan_meta[0]["timestamp"], float)
+    apply_summarizer(neo_store, neo_model)
+    neo.add_memories([turn(sid, "Start with the ledger batches.")])
+    obj = neo_store.sunset(sid)
+    assert obj["status"]["memoryCount"] == 3  # two turns and the plan, as neo counts them
+    document, meta = neo_store.summary_row(sid)
+    assert meta["memoryCount"] == 3
+    assert "services/ledger/migrate.py" in document
