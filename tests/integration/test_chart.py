@@ -32,6 +32,7 @@ from devenv.chroma import ChromaServer
 from devenv.controlplane import REPO_ROOT, ControlPlane, free_port, tools_bin_dir
 from devenv.processes import spawn, stop, tail, wait_for
 from tests.integration.harness import interaction, load
+from tests.unit.test_supply_chain import locked
 
 CHART = REPO_ROOT / "charts" / "session-summary-operator"
 KIND_VALUES = CHART / "values-kind.yaml"
@@ -206,15 +207,15 @@ def _runtime_closure() -> list[str]:
 
 
 def test_requirements_lock_pins_the_runtime_dependencies_the_tests_ran_with() -> None:
-    lines = (REPO_ROOT / "requirements.lock").read_text().splitlines()
     pinned = sorted(
-        canonicalize_name(line.split("==")[0]) + "==" + line.split("==")[1]
-        for line in lines
-        if line and not line.startswith("#")
+        f"{name}=={version}"
+        for name, (version, _) in locked(REPO_ROOT / "requirements.lock").items()
     )
     expected = _runtime_closure()
     assert "kopf==" + md.version("kopf") in expected
-    assert pinned == expected, "regenerate requirements.lock:\n" + "\n".join(expected)
+    assert pinned == expected, "regenerate the locks: hack/update-locks.sh\n" + "\n".join(
+        sorted(set(expected) ^ set(pinned))
+    )
 
 
 # --- lint, validation, schema -------------------------------------------------------------
