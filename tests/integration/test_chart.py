@@ -608,7 +608,11 @@ def chart_operator(
         secret = {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": name, "namespace": LP_NS},
+            "metadata": {
+                "name": name,
+                "namespace": LP_NS,
+                "annotations": {"memorycore.io/allowed-urls": chroma_server.url},
+            },
             "data": {key: base64.b64encode(f"{name}-value".encode()).decode()},
         }
         cp.kubectl_run("apply", "-f", "-", input=json.dumps(secret))
