@@ -42,6 +42,9 @@ class OperatorConfig(BaseSettings):
     namespaces: Annotated[tuple[str, ...], NoDecode] = ()
     sweep_tick_seconds: float = Field(default=5.0, gt=0)
     metrics_port: int = Field(default=0, ge=0, le=65535)  # 0: no metrics endpoint
+    # The address metrics are served on: loopback for a local process; the chart sets the
+    # Pod's IP, so only the scrape path reaches them.
+    metrics_address: str = Field(default="127.0.0.1", min_length=1)
     retry_base_seconds: float = Field(default=2.0, gt=0)
     retry_max_seconds: float = Field(default=300.0, gt=0)
     # Distinct per replica: equal priorities freeze every replica (unset: a random one).

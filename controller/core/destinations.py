@@ -220,8 +220,8 @@ def judge_secret(
                 warning=(
                     f"{use.secret} ({use.field}) has no {ALLOWED_URLS_ANNOTATION} annotation; "
                     f"its value goes to {dest} only because unannotated Secrets are still "
-                    f"allowed (secrets.allowUnannotated), which ends with the next release: "
-                    f"its owner allows it with `{command}`"
+                    "allowed (chart value operator.allowUnannotatedSecrets), which ends with "
+                    f"the next release: its owner allows it with `{command}`"
                 ),
             )
         return SecretVerdict(
