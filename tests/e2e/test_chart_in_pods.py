@@ -296,12 +296,17 @@ def test_the_bundled_chroma_answers_401_without_its_token_and_the_operator_sends
     assert in_pod(cluster, HTTP_STATUS, url).strip() == "401"
     assert in_pod(cluster, HTTP_STATUS, url, "not-the-token").strip() == "401"
     assert in_pod(cluster, HTTP_STATUS, url, chroma_token(cluster)).strip() == "200"
+
     # The default SessionSummarizer's Secret allows the bundled Chroma: the operator wrote
-    # e2e-first's summary through the gate (test 2), and says why it may.
-    summarizer = cluster.json("-n", NAMESPACE, "get", "ssumr", "default")
-    conditions = {c["type"]: c for c in summarizer["status"]["conditions"]}
-    assert conditions["SecretsAllowed"]["reason"] == "AllowedBySecrets"
-    assert conditions["StoreReachable"]["status"] == "True"
+    # e2e-first's summary through the gate (test 2), and says why it may. (StoreReachable
+    # may still show the probe made before Chroma was up; the next sweep, 30 s, renews it.)
+    def conditions() -> dict[str, Any] | None:
+        summarizer = cluster.json("-n", NAMESPACE, "get", "ssumr", "default")
+        found = {c["type"]: c for c in summarizer["status"]["conditions"]}
+        return found if found["StoreReachable"]["status"] == "True" else None
+
+    found = wait_for(conditions, 90, "StoreReachable True")
+    assert found["SecretsAllowed"]["reason"] == "AllowedBySecrets"
 
 
 # --- 2c ----------------------------------------------------------------------------------
@@ -354,6 +359,10 @@ def start_pod(cluster: Cluster, namespace: str, name: str, command: list[str]) -
     return str(cluster.json("-n", namespace, "get", "pod", name)["status"]["podIP"])
 
 
+def pod_ip(cluster: Cluster, pod: str, namespace: str = NAMESPACE) -> str:
+    return str(cluster.json("-n", namespace, "get", "pod", pod)["status"]["podIP"])
+
+
 def connect(cluster: Cluster, pod: str, namespace: str, patience: float, *targets: str) -> Any:
     return json.loads(
         in_pod(cluster, CONNECT, str(patience), *targets, pod=pod, namespace=namespace)
@@ -383,14 +392,17 @@ def test_network_policies_let_only_the_operator_and_the_agents_reach_chroma(
             cluster, HTTP_STATUS, f"http://{chroma}{COLLECTIONS}", pod="agent", namespace=AGENTS_NS
         )
         assert status.strip() == "401"
-        # Refused: another namespace cannot reach Chroma at all.
-        outsider = connect(cluster, "outsider", OUTSIDER_NS, 10, chroma)
-        assert outsider[chroma] != "open", outsider
+        # Refused: another namespace cannot reach Chroma at all, nor the operator's metrics
+        # (only networkPolicy.metricsFrom may; test 3 scrapes through the API server).
+        metrics = f"{pod_ip(cluster, operator_pods(cluster)[0])}:9090"
+        outsider = connect(cluster, "outsider", OUTSIDER_NS, 10, chroma, metrics)
+        assert outsider[chroma] != "open" and outsider[metrics] != "open", outsider
         # The operator reaches Chroma, but not an in-cluster server it was not given
         # (networkPolicy.modelEgress admits public HTTPS only): no SSRF into the cluster.
         operator = connect(cluster, operator_pods(cluster)[0], NAMESPACE, 10, chroma, web)
         assert operator[chroma] == "open" and operator[web] != "open", operator
         RESULTS["netpol_refusals"] = {
+            "outsider->metrics": outsider[metrics],
             "outsider->chroma": outsider[chroma],
             "operator->web": operator[web],
         }
