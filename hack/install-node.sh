@@ -141,7 +141,8 @@ GO
 # a main of its own, without kube-router's BGP routing and service proxy (not needed: the node
 # has a bridge and kube-proxy). devenv/node.py runs it as `kube-router-netpol`.
 build_netpol() {
-  cached_ok kube-router-netpol "$KUBE_ROUTER_VERSION" && return 0
+  local key="$KUBE_ROUTER_VERSION+netpol-only"
+  cached_ok kube-router-netpol "$key" && return 0
   need_go
   local work="$gobuild_root/kube-router-$KUBE_ROUTER_VERSION"
   mkdir -p "$work"
@@ -222,11 +223,11 @@ func main() {
 	wg.Wait()
 }
 GO
-  (cd "$work" && GOFLAGS=-mod=mod go mod tidy >&2)
+  # No `go mod tidy`: the build resolves exactly the versions kube-router's go.mod requires.
   log "building kube-router-netpol $KUBE_ROUTER_VERSION"
   (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$bin_dir/kube-router-netpol.tmp" . >&2)
   mv "$bin_dir/kube-router-netpol.tmp" "$bin_dir/kube-router-netpol"
-  record_sum kube-router-netpol "$KUBE_ROUTER_VERSION"
+  record_sum kube-router-netpol "$key"
 }
 
 # The Pod sandbox's process: no pause image can be pulled here, so devenv/node.py packs this
