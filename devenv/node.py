@@ -877,7 +877,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     def stop(self) -> list[str]:
         """Stops everything by PID and undoes the host changes; returns what was undone."""
         done: list[str] = []
-        for name in ("netpol", "coredns", "kube-proxy", "kube-scheduler", "kube-controller-manager"):
+        daemons = ("netpol", "coredns", "kube-proxy", "kube-scheduler", "kube-controller-manager")
+        for name in daemons:
             self._kill(name)
         # The controller's own clean-up (its chains and ipsets); the host snapshot below
         # restores whatever is left.
