@@ -41,7 +41,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import httpx2
 
 from controller.core.summary import StructuredSummary
 from controller.embeddings.minilm import LocalMiniLMEmbedding
@@ -103,7 +103,7 @@ class Replies:
     def __init__(self) -> None:
         self.contents: list[str] = []
 
-    def __call__(self, response: httpx.Response) -> None:
+    def __call__(self, response: httpx2.Response) -> None:
         response.read()
         with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
             self.contents.append(str(response.json()["choices"][0]["message"]["content"]))
@@ -218,8 +218,8 @@ def main() -> int:
                 max_output_tokens=args.max_output_tokens,
                 max_concurrency=1,
             ),
-            client=httpx.Client(
-                timeout=httpx.Timeout(args.timeout), event_hooks={"response": [replies]}
+            http_client=httpx2.Client(
+                timeout=httpx2.Timeout(args.timeout), event_hooks={"response": [replies]}
             ),
         )
         for transcript in TRANSCRIPTS:
