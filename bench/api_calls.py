@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 if __package__ in (None, ""):  # `python bench/api_calls.py` from the repository root
@@ -135,13 +136,16 @@ def main() -> int:
                 done = st.get("observedGeneration") == (obj.get("metadata") or {}).get("generation")
                 return st.get("phase") if done else None
 
+            def summarized(sid: str) -> bool:
+                return phase(sid) == "Summarized"
+
             kube.request_summary(NS, "warm-up", trigger="sunset")  # NotFound: loads the model
             wait_for(lambda: phase("warm-up"), 120, 0.2, message="warm-up\n" + tail(log))
             time.sleep(1)
             start = int(time.time() * 1000)
             for sid in sessions:
                 kube.request_summary(NS, sid, trigger="sunset")
-                wait_for(lambda s=sid: phase(s) == "Summarized", 60, 0.05, message=tail(log))
+                wait_for(partial(summarized, sid), 60, 0.05, message=tail(log))
             time.sleep(1.5)  # the last status patch and Event land
             end = int(time.time() * 1000)
         finally:

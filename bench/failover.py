@@ -97,6 +97,7 @@ def trial(
         procs[rid] = start_operator(work / f"{rid}.log", env, "--namespace", ns)
     try:
         active = wait_for(lambda: leader(cp, ns), 120, 0.5, message="a leader")
+        assert active is not None  # wait_for returns a truthy value
         warm, probe = f"{ns}-warm", f"{ns}-probe"
         load_session(store, warm)
         load_session(store, probe)

@@ -38,6 +38,8 @@ import tempfile
 import threading
 import time
 
+import numpy as np
+
 from controller.config import CONFIG
 from controller.core.memories import SUNSET_MARKER_TYPE
 from controller.core.naming import summary_object_name
@@ -200,7 +202,7 @@ def main() -> int:
                 ids=[f"sunset-{sid}-{at_ms}"],
                 documents=["session sunset"],
                 metadatas=[{"sessionId": sid, "timestamp": at_ms, "type": SUNSET_MARKER_TYPE}],
-                embeddings=[marker_vector],
+                embeddings=np.asarray([marker_vector]),
             )
 
         def swept_once() -> bool:

@@ -28,8 +28,11 @@ import random
 import tempfile
 import time
 from collections import Counter
+from typing import cast
 
+import numpy as np
 from chromadb.api.models.Collection import Collection
+from chromadb.api.types import Metadata, Where
 
 from controller.api import SessionSummarizerSpec
 from controller.store.connection import StoreLocation, connect
@@ -45,26 +48,28 @@ NEW = 1000
 STALE = 100
 
 
-def vectors(n: int, rng: random.Random) -> list[list[float]]:
-    return [[rng.random() for _ in range(8)] for _ in range(n)]
+def vectors(n: int, rng: random.Random) -> np.ndarray:
+    return np.array([[rng.random() for _ in range(8)] for _ in range(n)], dtype=np.float32)
 
 
 def load(
-    coll: Collection, ids: list[str], docs: list[str], metas: list[dict], rng: random.Random
-) -> None:  # type: ignore[type-arg]
+    coll: Collection, ids: list[str], docs: list[str], metas: list[Metadata], rng: random.Random
+) -> None:
     for i in range(0, len(ids), BATCH):
         coll.add(
             ids=ids[i : i + BATCH],
             documents=docs[i : i + BATCH],
             metadatas=metas[i : i + BATCH],
             embeddings=vectors(len(ids[i : i + BATCH]), rng),
-        )  # type: ignore[arg-type]
+        )
 
 
 def populate(store: MemoryStore, sessions: int, now: int, rng: random.Random) -> None:
     mem, summ = store.create_memory_collection(), store.summaries(create=True)
     newest: dict[str, int] = {}
-    ids, docs, metas = [], [], []
+    ids: list[str] = []
+    docs: list[str] = []
+    metas: list[Metadata] = []
     for s in range(sessions):
         sid = f"s{s:05d}"
         start = now - 30 * DAY + rng.randrange(0, 29 * DAY)
@@ -79,18 +84,17 @@ def populate(store: MemoryStore, sessions: int, now: int, rng: random.Random) ->
             ids, docs, metas = [], [], []
     load(mem, ids, docs, metas, rng)
     sids = sorted(newest)
-    load(
-        summ,
-        [f"summary_{s}" for s in sids],
-        ["summary"] * len(sids),
-        [{"sessionId": s, "timestamp": newest[s], "memoryCount": PER_SESSION} for s in sids],
-        rng,
-    )
+    summary_metas: list[Metadata] = [
+        {"sessionId": s, "timestamp": newest[s], "memoryCount": PER_SESSION} for s in sids
+    ]
+    load(summ, [f"summary_{s}" for s in sids], ["summary"] * len(sids), summary_metas, rng)
 
 
 def add_new(store: MemoryStore, sessions: int, now: int, rng: random.Random) -> set[str]:
     stale = {f"s{s:05d}" for s in rng.sample(range(sessions), min(STALE, sessions))}
-    ids, docs, metas = [], [], []
+    ids: list[str] = []
+    docs: list[str] = []
+    metas: list[Metadata] = []
     per = NEW // len(stale)
     for sid in sorted(stale):
         for k in range(per):
@@ -109,7 +113,7 @@ def full_scan(store: MemoryStore, now: int) -> tuple[set[str], int]:
     read = offset = 0
     while True:
         got = mem.get(
-            where={"timestamp": {"$gte": now - 30 * DAY}},
+            where=cast(Where, {"timestamp": {"$gte": now - 30 * DAY}}),
             include=["metadatas"],
             limit=PAGE,
             offset=offset,

@@ -35,7 +35,7 @@ import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 from kubernetes import watch
@@ -79,7 +79,10 @@ def wait_all_summarized(ns: str, names: set[str], timeout_s: float) -> float:
     version = None
     while pending and time.monotonic() < deadline:
         if version is None:
-            listed = kube.custom().list_namespaced_custom_object(GROUP, VERSION, ns, SUMMARY_PLURAL)
+            listed = cast(
+                dict[str, Any],
+                kube.custom().list_namespaced_custom_object(GROUP, VERSION, ns, SUMMARY_PLURAL),
+            )
             version = listed["metadata"]["resourceVersion"]
             for obj in listed["items"]:
                 if (obj.get("status") or {}).get("phase") == "Summarized":
