@@ -10,7 +10,7 @@ in 100 sessions. Both methods must find exactly those 100 stale sessions.
   session, page through every summary, compare counts (how the old script selected).
 Vectors are 8-d random: the scan cost under test is metadata, not embedding.
 
-    .venv/bin/python -m bench.sweep_scaling [--sizes 100,1000,10000]
+    .venv/bin/python -m bench.sweep_scaling [--sizes 100,1000,10000] [--quick]
 
 Last line: sweep_scaling memories=<n> ours_s=<n> fullscan_s=<n> ratio=<n> (largest size)
 """
@@ -38,8 +38,11 @@ from controller.api import SessionSummarizerSpec
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from controller.sweep import plan_from_store
-from devenv.chroma import running_chroma
+from devenv.bench import QuickRuns, bench_chroma, parse_bench_args
 
+# The smoke tier (tests/bench) runs `--quick` plus each argument list and checks that the
+# last line has the format documented above (docs/benchmarks.md, "Quick mode").
+QUICK_RUNS: QuickRuns = [([], "sweep_scaling memories=<n> ours_s=<n> fullscan_s=<n> ratio=<n>")]
 PER_SESSION = 100
 BATCH = 5000
 PAGE = 2000
@@ -178,11 +181,11 @@ def main() -> int:
     parser.add_argument(
         "--sizes", default="100,1000,10000", help="sessions per size (x100 memories)"
     )
-    args = parser.parse_args()
+    args = parse_bench_args(parser, sizes="2,20")  # 20: the full scan reads two pages
     results = []
-    with running_chroma(Path(tempfile.mkdtemp(prefix="sso-scale-"))) as chroma:
+    with bench_chroma(Path(tempfile.mkdtemp(prefix="sso-scale-"))) as chroma_url:
         for sessions in (int(x) for x in args.sizes.split(",")):
-            memories, ours, full = measure(chroma.url, sessions)
+            memories, ours, full = measure(chroma_url, sessions)
             results.append((memories, ours, full))
             print(
                 f"sweep_scaling memories={memories} ours_s={ours:.3f} fullscan_s={full:.2f} "
