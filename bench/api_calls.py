@@ -7,12 +7,13 @@ for), then the operator's requests in that window are counted by verb and resour
 and watches (the peering reporter's periodic list, kopf's watches) run on a clock, not per
 summary: they are shown but left out of the per-summary figure.
 
-    .venv/bin/python -m bench.api_calls [--sessions 20] [--operator-src DIR]
+    .venv/bin/python -m bench.api_calls [--sessions 20] [--operator-src DIR] [--quick]
 
 --operator-src runs the operator from another checkout (e.g. `git worktree add /tmp/old
 REV`) against the same CRDs, for a before/after in one session.
 
-Last line: api_calls per_summary=<x> sessions=<n> operator=<src>
+Last line (operator: the source directory it ran from):
+api_calls per_summary=<x> sessions=<n> operator=<text>
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
 if __package__ in (None, ""):  # `python bench/api_calls.py` from the repository root
@@ -33,24 +35,22 @@ from controller.core.naming import summary_object_name
 from controller.kube import client as kube
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
-from devenv.chroma import running_chroma
-from devenv.controlplane import REPO_ROOT, running_control_plane
+from devenv.bench import (
+    QuickRuns,
+    bench_chroma,
+    bench_control_plane,
+    create_summarizer,
+    parse_bench_args,
+)
+from devenv.controlplane import REPO_ROOT
 from devenv.processes import spawn, stop, tail, wait_for
 
 NS = "calls"
 SA = "sso-calls"
 PER_CLOCK = {"list", "watch"}
-
-
-def summarizer_yaml(url: str) -> str:
-    return json.dumps(
-        {
-            "apiVersion": "memorycore.io/v1alpha1",
-            "kind": "SessionSummarizer",
-            "metadata": {"name": "default", "namespace": NS},
-            "spec": {"store": {"url": url}, "sweep": {"enabled": False}},
-        }
-    )
+# The smoke tier (tests/bench) runs `--quick` plus each argument list and checks that the
+# last line has the format documented above (docs/benchmarks.md, "Quick mode").
+QUICK_RUNS: QuickRuns = [([], "api_calls per_summary=<x> sessions=<n> operator=<text>")]
 
 
 def load_sessions(store: MemoryStore, sessions: list[str]) -> None:
@@ -96,17 +96,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--operator-src", type=Path, default=REPO_ROOT)
-    args = parser.parse_args()
+    args = parse_bench_args(parser, sessions=2)
     sessions = [f"calls-{i:03d}" for i in range(args.sessions)]
     work = Path(tempfile.mkdtemp(prefix="sso-calls-"))
-    with running_control_plane(work / "cp") as cp, running_chroma(work / "chroma") as chroma:
-        import os
-
-        os.environ["KUBECONFIG"] = str(cp.kubeconfig)
-        kube.api_client.cache_clear()
-        cp.kubectl_run("apply", "-f", str(REPO_ROOT / "crds"))
-        cp.kubectl_run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        cp.kubectl_run("create", "namespace", NS)
+    with bench_control_plane(work / "cp") as cp, bench_chroma(work / "chroma") as chroma_url:
+        create_summarizer(cp, NS, {"store": {"url": chroma_url}, "sweep": {"enabled": False}})
         cp.kubectl_run("-n", NS, "create", "serviceaccount", SA)
         cp.kubectl_run(
             "create",
@@ -116,8 +110,7 @@ def main() -> int:
             f"--serviceaccount={NS}:{SA}",
         )
         sa_config = cp.service_account_kubeconfig(NS, SA, work / "operator.kubeconfig")
-        cp.kubectl_run("apply", "-f", "-", input=summarizer_yaml(chroma.url))
-        location = StoreLocation(url=chroma.url)
+        location = StoreLocation(url=chroma_url)
         load_sessions(MemoryStore(connect(location), location), sessions)
         env = dict(cp.env(), KUBECONFIG=str(sa_config), SSO_REPLICA_ID="calls-operator")
         log = work / "operator.log"
@@ -135,13 +128,16 @@ def main() -> int:
                 done = st.get("observedGeneration") == (obj.get("metadata") or {}).get("generation")
                 return st.get("phase") if done else None
 
+            def summarized(sid: str) -> bool:
+                return phase(sid) == "Summarized"
+
             kube.request_summary(NS, "warm-up", trigger="sunset")  # NotFound: loads the model
             wait_for(lambda: phase("warm-up"), 120, 0.2, message="warm-up\n" + tail(log))
             time.sleep(1)
             start = int(time.time() * 1000)
             for sid in sessions:
                 kube.request_summary(NS, sid, trigger="sunset")
-                wait_for(lambda s=sid: phase(s) == "Summarized", 60, 0.05, message=tail(log))
+                wait_for(partial(summarized, sid), 60, 0.05, message=tail(log))
             time.sleep(1.5)  # the last status patch and Event land
             end = int(time.time() * 1000)
         finally:
