@@ -29,6 +29,8 @@ API_VERSION = f"{GROUP}/{VERSION}"
 SUMMARY_KIND, SUMMARY_PLURAL = "SessionSummary", "sessionsummaries"
 SUMMARIZER_KIND, SUMMARIZER_PLURAL = "SessionSummarizer", "sessionsummarizers"
 CLAIM_KIND, CLAIM_PLURAL = "SessionClaim", "sessionclaims"  # cluster-scoped write claims
+FINALIZER = f"{GROUP}/session-summary-operator"  # kopf's, on SessionSummarizers (timers)
+LEGACY_FINALIZERS = ("kopf.zalando.org/KopfFinalizerMarker",)  # kopf's default, used before
 
 Phase = Literal["Pending", "Summarizing", "Summarized", "Empty", "NotFound", "Failed"]
 # sunset-marker: the sweep found a sunset marker memory of the session (docs/agents.md).
@@ -109,6 +111,7 @@ def _endpoint_url(value: str | None) -> str | None:
 MODEL_NAME_MAX = 256
 MEMORY_TYPE_MAX = 256
 EXCLUDED_TYPES_MAX = 64
+TTLSeconds = Annotated[int, Field(ge=0, le=315_360_000)]  # at most 10 years
 
 
 class StoreSpec(CamelModel):
@@ -262,12 +265,17 @@ class SweepSpec(CamelModel):
     refresh_after_tokens: int = Field(default=16_000, ge=0, le=100_000_000)
     # ... at most once per this many seconds per session, so a busy session never churns.
     min_refresh_seconds: int = Field(default=900, ge=0, le=86_400)
+    # Sunset markers acted on per minute (a token bucket: core/rate_limit.py).
+    marker_requests_per_minute: int = Field(default=60, ge=1, le=6000)
 
 
 class RetentionSpec(CamelModel):
-    summarized_ttl_seconds: int = Field(
-        default=604_800, ge=0, le=315_360_000, alias="summarizedTTLSeconds"
-    )  # at most 10 years
+    """Seconds a finished SessionSummary stays, by phase (0: for ever; core/retention.py)."""
+
+    summarized_ttl_seconds: TTLSeconds = Field(default=604_800, alias="summarizedTTLSeconds")
+    empty_ttl_seconds: TTLSeconds = Field(default=86_400, alias="emptyTTLSeconds")
+    not_found_ttl_seconds: TTLSeconds = Field(default=86_400, alias="notFoundTTLSeconds")
+    failed_ttl_seconds: TTLSeconds = Field(default=604_800, alias="failedTTLSeconds")
 
 
 DEFAULT_EXCLUDED_TYPES = ["context-injection", "context-refresh", "tick", "heartbeat"]
@@ -326,6 +334,8 @@ class SummaryProvenance(CamelModel):
 
 class SessionSummaryStatus(CamelModel):
     phase: Phase | None = None
+    # When the phase began for the current request (retention of Empty/NotFound/Failed).
+    last_phase_transition_time: str | None = None
     observed_generation: int | None = None
     memory_count: int | None = None
     last_memory_at: str | None = None
@@ -354,6 +364,7 @@ class SessionSummarizerStatus(CamelModel):
     patched: int | None = None
     scanned_memories: int | None = None
     deleted_by_retention: int | None = None
+    last_retention_at: str | None = None
     watermark: int | None = None
     message: str | None = None
     conditions: list[Condition] | None = None
