@@ -74,6 +74,11 @@ CHECKPOINT_PASSES = 20
 EMBED_CHARS = 8000
 
 
+class PassInterrupted(Exception):
+    """The operator is stopping: the pass wrote what it had (a checkpoint) and stopped at
+    a chunk boundary; the object's next pass goes on from there."""
+
+
 def full_document(summary: StructuredSummary) -> str:
     """The document unbounded: what a pass adds is measured on it (provenance), so folding
     a long document for its readers never reads as a pass that added nothing."""
@@ -167,8 +172,12 @@ def summarize_session(
     before_write: Callable[[], None] | None = None,
     writer_object: str = "",
     visibility: VisibilityRules = DEFAULT_VISIBILITY,
+    stop: Callable[[], bool] | None = None,
 ) -> Outcome:
     """Brings the session's stored summary up to date with its memories.
+
+    stop: asked between chunk passes; once it says True (the operator is stopping), the
+    summary so far is written as a checkpoint and PassInterrupted raised.
 
     Chunks hold at most chunk_size memories and chunk_tokens estimated tokens (default:
     the summarizer's memory_budget_tokens). before_write runs right before every upsert
@@ -221,6 +230,13 @@ def summarize_session(
     current: StructuredSummary | LegacySummary | None = prior
     passes = tokens = checkpoints = 0
     for chunk in chunks if new else iter([[]]):
+        if passes and stop is not None and stop():
+            assert isinstance(current, StructuredSummary) and current.watermark is not None
+            write(current.model_copy(update={"memory_count": coverage.count(current.watermark)}))
+            raise PassInterrupted(
+                f"stopped after {passes} pass(es) of session {session_id!r}; what they "
+                "covered is written"
+            )
         if passes and checkpoint_passes and passes % checkpoint_passes == 0:
             assert isinstance(current, StructuredSummary) and current.watermark is not None
             write(current.model_copy(update={"memory_count": coverage.count(current.watermark)}))

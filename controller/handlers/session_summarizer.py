@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from controller import metrics
 from controller.api import (
     GROUP,
+    LEGACY_FINALIZERS,
     SUMMARIZER_PLURAL,
     VERSION,
     Condition,
@@ -30,8 +31,10 @@ from controller.api import (
 from controller.backends import store_location
 from controller.config import CONFIG
 from controller.core.destinations import DestinationRefused
+from controller.core.requeue import to_ask_again
 from controller.core.summarizer_status import (
     MarkerScanReport,
+    RetentionReport,
     SweepReport,
     sweep_failure,
     with_conditions,
@@ -39,14 +42,16 @@ from controller.core.summarizer_status import (
 from controller.core.text import one_line
 from controller.kube import client as kube
 from controller.kube.claims import collect_abandoned_claims
+from controller.kube.events import EventRecorder
 from controller.probes import check_embedding, check_secrets, health_conditions
+from controller.runtime import Runtime
 from controller.store.errors import (
     CollectionNotFound,
     InvalidStoreConfig,
     StoreUnavailable,
 )
 from controller.store.memory_store import forget_store, store_for
-from controller.sweep import apply_retention, run_marker_scan, run_sweep
+from controller.sweep import apply_retention, retention_policy, run_marker_scan, run_sweep
 
 
 def _status(body: kopf.Body) -> SessionSummarizerStatus:
@@ -78,36 +83,67 @@ def _transitions(
     return out
 
 
+def _ask_failed_again(namespace: str, summarizer: str) -> int:
+    """Asks every SessionSummary of this summarizer whose last pass failed for a new pass
+    (core/requeue.py); returns how many."""
+    requested_at = now_rfc3339(precise=True)
+    found = to_ask_again(kube.iter_summaries(namespace, CONFIG.list_chunk_size), summarizer)
+    return sum(kube.ask_again(namespace, n, rv, requested_at) for n, rv in found)
+
+
 @kopf.on.create(GROUP, VERSION, SUMMARIZER_PLURAL)
 @kopf.on.update(GROUP, VERSION, SUMMARIZER_PLURAL, field="spec")
 @kopf.on.resume(GROUP, VERSION, SUMMARIZER_PLURAL)
-async def check_config(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> None:
-    """The health probes own SecretsAllowed, StoreReachable, ModelReady and EmbeddingReady."""
+async def check_config(
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    reason: str,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
+) -> None:
+    """The health probes own SecretsAllowed, StoreReachable, ModelReady and EmbeddingReady.
+    A new or changed summarizer also asks its failed SessionSummaries again; at start, a
+    finalizer of the name kopf used before (LEGACY_FINALIZERS) is released."""
     assert namespace is not None  # SessionSummarizer is namespaced
+    runtime = Runtime.of(memo)
+    events = runtime.events
+    if reason == "create":
+        runtime.summarizers_changed.set()  # its activeReplica at the reporter's next poll
+    legacy = [f for f in body.metadata.get("finalizers") or [] if f in LEGACY_FINALIZERS]
+    if legacy:
+        finalizers = list(body.metadata.get("finalizers") or [])
+        await asyncio.to_thread(
+            kube.remove_finalizers, namespace, name, finalizers, LEGACY_FINALIZERS
+        )
     spec = _validate(body)
-    conditions = await asyncio.to_thread(health_conditions, spec, namespace)
     generation = body.metadata.get("generation")
+    conditions = await asyncio.to_thread(health_conditions, spec, namespace)
     for cond in conditions:
         if cond.status == "False":
-            kopf.event(body, type="Warning", reason=cond.reason, message=cond.message)
+            events.post(body, type_="Warning", reason=cond.reason, message=cond.message)
     await asyncio.to_thread(
         _write_status,
         namespace,
         name,
-        lambda st: with_conditions(st, conditions).model_copy(
+        lambda st: with_conditions(st, conditions, generation=generation).model_copy(
             update={"observed_generation": generation}
         ),
     )
+    if reason in ("create", "update"):
+        asked = await asyncio.to_thread(_ask_failed_again, namespace, name)
+        if asked:
+            message = (
+                f"asked {asked} SessionSummar{'y' if asked == 1 else 'ies'} whose last pass "
+                f"failed under this summarizer for a new pass (its spec {reason}d)"
+            )
+            logger.info(message)
+            events.post(body, type_="Normal", reason="FailedSummariesRequeued", message=message)
 
 
 def _sweep_due(spec: SessionSummarizerSpec, status: SessionSummarizerStatus) -> bool:
-    if not spec.sweep.enabled:
-        return False
-    if status.last_sweep_at is None:
-        return True
-    last = dt.datetime.fromisoformat(status.last_sweep_at.replace("Z", "+00:00"))
-    elapsed = (dt.datetime.now(dt.UTC) - last).total_seconds()
-    return elapsed >= spec.sweep.interval_seconds
+    return spec.sweep.enabled and _due(status.last_sweep_at, spec.sweep.interval_seconds)
 
 
 _LAST_PROBE: dict[tuple[str, str, str], float] = {}
@@ -125,7 +161,11 @@ def _probe_due(namespace: str, name: str, condition: str) -> bool:
 
 
 async def _reprobe(
-    body: kopf.Body, spec: SessionSummarizerSpec, namespace: str, status: SessionSummarizerStatus
+    body: kopf.Body,
+    spec: SessionSummarizerSpec,
+    namespace: str,
+    status: SessionSummarizerStatus,
+    events: EventRecorder,
 ) -> None:
     """While EmbeddingReady is False, or SecretsAllowed is not True, probe again every
     SSO_EMBEDDING_REPROBE_SECONDS (30), so the conditions turn True once the endpoint, the
@@ -133,24 +173,66 @@ async def _reprobe(
     come to allow their URLs, every probe runs again (they failed for want of them)."""
     current = {c.type: c for c in status.conditions or []}
     name = str(body.metadata.get("name"))
+    generation = body.metadata.get("generation")
     secrets = current.get("SecretsAllowed")
     if secrets is not None and secrets.status != "True" and _probe_due(namespace, name, "s"):
         cond = await asyncio.to_thread(check_secrets, spec, namespace)
         if cond.status == "True":
             conditions = await asyncio.to_thread(health_conditions, spec, namespace)
             await asyncio.to_thread(
-                _write_status, namespace, name, lambda st: with_conditions(st, conditions)
+                _write_status,
+                namespace,
+                name,
+                lambda st: with_conditions(st, conditions, generation=generation),
             )
-            kopf.event(body, type="Normal", reason=cond.reason, message=cond.message)
+            events.post(body, type_="Normal", reason=cond.reason, message=cond.message)
             return
     embedding = current.get("EmbeddingReady")
     if embedding is not None and embedding.status == "False" and _probe_due(namespace, name, "e"):
         cond = await asyncio.to_thread(check_embedding, spec, namespace)
         if cond.status == "True":
             await asyncio.to_thread(
-                _write_status, namespace, name, lambda st: with_conditions(st, [cond])
+                _write_status,
+                namespace,
+                name,
+                lambda st: with_conditions(st, [cond], generation=generation),
             )
-            kopf.event(body, type="Normal", reason=cond.reason, message=cond.message)
+            events.post(body, type_="Normal", reason=cond.reason, message=cond.message)
+
+
+def _due(last: str | None, interval_s: float) -> bool:
+    if last is None:
+        return True
+    then = dt.datetime.fromisoformat(last.replace("Z", "+00:00"))
+    return (dt.datetime.now(dt.UTC) - then).total_seconds() >= interval_s
+
+
+async def _retention(
+    spec: SessionSummarizerSpec,
+    namespace: str,
+    name: str,
+    status: SessionSummarizerStatus,
+    logger: kopf.Logger,
+) -> None:
+    """Deletes the summarizer's finished objects past their phase's TTL, once per
+    spec.sweep.intervalSeconds (also when sweeps are off: retention is not the sweep's)."""
+    if retention_policy(spec).keeps_everything:
+        return
+    if not _due(status.last_retention_at, spec.sweep.interval_seconds):
+        return
+    at = now_rfc3339()
+    try:
+        deleted = await asyncio.to_thread(
+            apply_retention, spec, namespace=namespace, summarizer_name=name
+        )
+    except ApiException as exc:
+        logger.warning("retention failed: API %s: %s", exc.status, one_line(exc.reason, 300))
+        return
+    if deleted:
+        logger.info(
+            "retention by %s: deleted %d expired SessionSummaries", CONFIG.replica_id, deleted
+        )
+    await asyncio.to_thread(_write_status, namespace, name, RetentionReport(at, deleted).apply)
 
 
 @kopf.timer(
@@ -161,15 +243,19 @@ async def sweep(
     name: str,
     namespace: str | None,
     logger: kopf.Logger,
+    memo: kopf.Memo,
     **_: Any,
 ) -> None:
     """The sweep owns the sweep fields and the Swept condition (and reports a store it
     could not reach through the store probe's StoreReachable). The marker scan, every tick
-    once the sweep has a watermark, owns SunsetMarkers; the sweep reports its store errors."""
+    once the sweep has a watermark, owns SunsetMarkers; the sweep reports its store errors.
+    Retention runs on the same timer, on its own clock."""
     assert namespace is not None
+    events = Runtime.of(memo).events
     spec = _validate(body)
     status = _status(body)
-    await _reprobe(body, spec, namespace, status)
+    generation = body.metadata.get("generation")
+    await _reprobe(body, spec, namespace, status, events)
     if spec.sweep.enabled and status.watermark is not None:
         since = status.watermark
         try:
@@ -196,12 +282,15 @@ async def sweep(
             logger.warning("marker scan failed: API %s: %s", exc.status, one_line(exc.reason, 300))
         else:
             report = MarkerScanReport.of(
-                (sid for sid, _ in markers.requested), (m.describe() for m in markers.invalid)
+                (sid for sid, _ in markers.requested),
+                (m.describe() for m in markers.invalid),
+                markers.markers_only,
+                generation,
             )
             if report is not None:
                 await asyncio.to_thread(_write_status, namespace, name, report.apply)
-                kind = "Warning" if report.invalid else "Normal"
-                kopf.event(body, type=kind, reason=report.reason, message=report.message)
+                kind = "Warning" if report.ignored else "Normal"
+                events.post(body, type_=kind, reason=report.reason, message=report.message)
                 logger.info(
                     "marker scan by %s (%d markers read in %.0f ms, %d waiting for a pass "
                     "under way, %d left for the next tick): %s",
@@ -212,6 +301,7 @@ async def sweep(
                     markers.left,
                     report.message,
                 )
+    await _retention(spec, namespace, name, status, logger)
     if not _sweep_due(spec, status):
         return
     try:
@@ -224,9 +314,6 @@ async def sweep(
             summarizer_name=name,
             watermark_ms=status.watermark,
         )
-        deleted = await asyncio.to_thread(
-            apply_retention, spec, namespace=namespace, summarizer_name=name
-        )
         # Claims of writers that died long ago (a claim is deleted when its write is done).
         collected = await asyncio.to_thread(collect_abandoned_claims, CONFIG.claim_ttl_seconds)
     except (
@@ -236,7 +323,7 @@ async def sweep(
         InvalidStoreConfig,
         DestinationRefused,
     ) as exc:
-        failure = sweep_failure(exc, spec.store.url)
+        failure = sweep_failure(exc, spec.store.url, generation)
         if isinstance(exc, StoreUnavailable):
             forget_store(store_location(spec, namespace))
         written = await asyncio.to_thread(
@@ -245,7 +332,7 @@ async def sweep(
         if written is not None and any(
             changed for _, changed in _transitions(written[0], failure.conditions)
         ):
-            kopf.event(body, type="Warning", reason=failure.reason, message=failure.message)
+            events.post(body, type_="Warning", reason=failure.reason, message=failure.message)
         logger.warning("sweep failed: %s: %s", failure.reason, failure.message)
         return
     plan = result.plan
@@ -256,9 +343,8 @@ async def sweep(
         f"still active, {len(plan.fresh)} fresh; created {result.created}, "
         f"patched {result.patched}, refreshed {result.applied.refreshed} grown active "
         f"sessions, {result.applied.in_flight} already in flight, "
-        f"{result.applied.left} left for later; "
-        f"deleted {deleted} expired objects"
-        + (f", {collected} abandoned claims" if collected else "")
+        f"{result.applied.left} left for later"
+        + (f"; deleted {collected} abandoned claims" if collected else "")
     )
     logger.info("sweep by %s: %s", CONFIG.replica_id, message)
     swept = SweepReport(
@@ -269,11 +355,11 @@ async def sweep(
         created=result.created,
         patched=result.patched,
         scanned=result.scanned,
-        deleted=deleted,
         watermark=plan.next_watermark_ms,
         message=message,
         store_url=spec.store.url,
+        generation=generation,
     )
     await asyncio.to_thread(_write_status, namespace, name, swept.apply)
     if result.created or result.patched or result.applied.refreshed:
-        kopf.event(body, type="Normal", reason="Swept", message=message)
+        events.post(body, type_="Normal", reason="Swept", message=message)

@@ -164,6 +164,18 @@ class MemoryStore(Collections):
             )
         return len(got["ids"])
 
+    def has_memories_besides(self, session_id: str, memory_type: str) -> bool:
+        """Whether the session has a memory of another type than memory_type (rows without
+        a type count as other): one read of at most one id."""
+        where = {"$and": [{"sessionId": session_id}, {"type": {"$ne": memory_type}}]}
+        with self._memory_missing():
+            coll = self.memories()
+            got = guard(
+                "looking for the session's memories",
+                lambda: coll.get(where=cast(Any, where), limit=1, include=[]),
+            )
+        return bool(got["ids"])
+
     def scan_since(self, watermark_ms: int, page: int = SCAN_PAGE) -> Iterator[tuple[str, int]]:
         """(sessionId, timestamp) of every memory newer than watermark_ms, page by page.
 
