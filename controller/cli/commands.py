@@ -133,23 +133,92 @@ def cmd_sunset(args: argparse.Namespace) -> int:
     if args.wait <= 0:
         return 0
     deadline = time.monotonic() + args.wait
+    last: dict[str, Any] = {}
     while time.monotonic() < deadline:
         obj = _kube_call(kube.get_summary, args.namespace, name) or {}
-        status = obj.get("status") or {}
-        generation = (obj.get("metadata") or {}).get("generation")
-        if status.get("observedGeneration") == generation and status.get("phase") in (
-            "Summarized",
-            "Empty",
-            "NotFound",
-            "Failed",
-        ):
-            print(f"{status['phase']}: {status.get('message', '')}")
-            return 0 if status["phase"] == "Summarized" else 1
+        last = obj
+        outcome = pass_outcome(obj)
+        if outcome is not None:
+            phase, reason, message = outcome
+            if phase == "Summarized":
+                print(f"{phase}: {message}")
+                return 0
+            print(printable(f"{phase}: {reason}: {message}"), file=sys.stderr)
+            if phase == "Pending":
+                print(
+                    f"summaryctl: the pass failed; the operator retries it with backoff "
+                    f"(kubectl -n {args.namespace} describe sessionsummary {name})",
+                    file=sys.stderr,
+                )
+            return 1
         time.sleep(0.2)
     raise CliError(
-        f"not summarized within {args.wait:g}s; check `kubectl -n {args.namespace} describe "
-        f"sessionsummary {name}` and that the operator runs"
+        f"not summarized within {args.wait:g}s ({_where(last)}); check `kubectl -n "
+        f"{args.namespace} describe sessionsummary {name}` and that the operator runs"
     )
+
+
+DONE = ("Summarized", "Empty", "NotFound", "Failed")
+NOT_YET = ("SessionClaimed", "Summarizing")
+
+
+def pass_outcome(obj: dict[str, Any]) -> tuple[str, str, str] | None:
+    """(phase, reason, message) once the pass for the object's current request has ended:
+    done, or failed (Pending between retries: reason and message say why, as soon as the
+    first pass fails); None while it is still to come, waiting or running."""
+    status = obj.get("status") or {}
+    generation = (obj.get("metadata") or {}).get("generation")
+    if status.get("observedGeneration") != generation:
+        return None
+    summarized: dict[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Summarized"), {}
+    )
+    current = summarized.get("observedGeneration") in (None, generation)
+    reason = str(summarized.get("reason", "")) if current else ""
+    message = str(status.get("message", ""))
+    phase = status.get("phase")
+    if phase in DONE:
+        return str(phase), reason, message
+    failed = current and summarized.get("status") == "False" and reason not in ("", *NOT_YET)
+    return ("Pending", reason, message) if phase == "Pending" and failed else None
+
+
+def _where(obj: dict[str, Any]) -> str:
+    status = obj.get("status") or {}
+    if not obj:
+        return "the object is gone"
+    if not status:
+        return "no pass has started: is the operator running, and does it watch this namespace?"
+    return f"phase {status.get('phase') or 'none yet'}: {status.get('message', '')}"
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Whether a SessionSummarizer is Ready: every condition, one line each."""
+    from controller.api import GROUP, SUMMARIZER_PLURAL, VERSION
+    from controller.kube import client as kube
+
+    deadline = time.monotonic() + args.wait
+
+    def read() -> Any:
+        return kube.custom().get_namespaced_custom_object(
+            GROUP, VERSION, args.namespace, SUMMARIZER_PLURAL, args.summarizer
+        )
+
+    while True:
+        obj = _kube_call(read)
+        conditions = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+        ready = conditions.get("Ready", {})
+        if ready.get("status") == "True" or time.monotonic() >= deadline:
+            break
+        time.sleep(1)
+    print(f"sessionsummarizer/{args.summarizer} (namespace {args.namespace}):")
+    for kind in sorted(conditions, key=lambda t: (t != "Ready", t)):
+        c = conditions[kind]
+        print(printable(f"  {kind}={c.get('status')} {c.get('reason')}: {c.get('message', '')}"))
+    if ready.get("status") != "True":
+        print(f"summaryctl: not Ready (waited {args.wait:g}s)", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _store(args: argparse.Namespace, summarizer: Any = None) -> Any:
