@@ -7,6 +7,11 @@ that found no summarizer (SummarizerNotFound) waits for it to exist. When the su
 created or its spec changes, each such object of it is asked again at once: its
 spec.requestedAt moves (a new generation, so its failure count starts again), as a sunset
 would. A pass still waiting for another writer's claim is not failing, and is left alone.
+
+kopf keeps a failed handler's retry, delayed by its backoff, across spec changes, in the
+object's progress annotations (kopf's progress storage, under our annotation prefix): the
+same patch removes them, so the new request runs at once instead of after that delay (what
+`kubectl annotate ... memorycore.io/summarize-` would do by hand).
 """
 
 from __future__ import annotations
@@ -39,6 +44,34 @@ def to_ask_again(objects: Iterable[Mapping[str, Any]], summarizer: str) -> list[
     """(name, resourceVersion) of the objects to ask again, as read."""
     return [
         (obj["metadata"]["name"], obj["metadata"]["resourceVersion"])
+        for obj in objects
+        if failed_on(obj, summarizer)
+    ]
+
+
+# kopf annotations under our prefix that are not a handler's progress.
+NOT_PROGRESS = ("last-handled-configuration", "kopf-managed")
+
+
+def progress_annotations(annotations: Mapping[str, str], prefix: str) -> list[str]:
+    """The keys of kopf's per-handler progress records among an object's annotations."""
+    return sorted(
+        key
+        for key in annotations
+        if key.startswith(f"{prefix}/") and key.split("/", 1)[1] not in NOT_PROGRESS
+    )
+
+
+def to_ask_again_with_progress(
+    objects: Iterable[Mapping[str, Any]], summarizer: str, prefix: str
+) -> list[tuple[str, str, list[str]]]:
+    """(name, resourceVersion, progress annotations to drop) of the objects to ask again."""
+    return [
+        (
+            obj["metadata"]["name"],
+            obj["metadata"]["resourceVersion"],
+            progress_annotations(obj["metadata"].get("annotations") or {}, prefix),
+        )
         for obj in objects
         if failed_on(obj, summarizer)
     ]

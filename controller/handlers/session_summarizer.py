@@ -31,7 +31,7 @@ from controller.api import (
 from controller.backends import store_location
 from controller.config import CONFIG
 from controller.core.destinations import DestinationRefused
-from controller.core.requeue import to_ask_again
+from controller.core.requeue import to_ask_again_with_progress
 from controller.core.summarizer_status import (
     MarkerScanReport,
     RetentionReport,
@@ -87,8 +87,12 @@ def _ask_failed_again(namespace: str, summarizer: str) -> int:
     """Asks every SessionSummary of this summarizer whose last pass failed for a new pass
     (core/requeue.py); returns how many."""
     requested_at = now_rfc3339(precise=True)
-    found = to_ask_again(kube.iter_summaries(namespace, CONFIG.list_chunk_size), summarizer)
-    return sum(kube.ask_again(namespace, n, rv, requested_at) for n, rv in found)
+    found = to_ask_again_with_progress(
+        kube.iter_summaries(namespace, CONFIG.list_chunk_size),
+        summarizer,
+        CONFIG.annotation_prefix,
+    )
+    return sum(kube.ask_again(namespace, n, rv, requested_at, keys) for n, rv, keys in found)
 
 
 @kopf.on.create(GROUP, VERSION, SUMMARIZER_PLURAL)

@@ -368,13 +368,20 @@ def release_finalizers(namespaces: tuple[str, ...], names: tuple[str, ...]) -> i
     return released
 
 
-def ask_again(namespace: str, name: str, resource_version: str, requested_at: str) -> bool:
+def ask_again(
+    namespace: str,
+    name: str,
+    resource_version: str,
+    requested_at: str,
+    drop_annotations: list[str] | tuple[str, ...] = (),
+) -> bool:
     """A new pass of a SessionSummary as it was read (spec.requestedAt moved, its trigger
-    kept; the resourceVersion a precondition): False when it changed or went since."""
-    patch = {
-        "metadata": {"resourceVersion": resource_version},
-        "spec": {"requestedAt": requested_at},
-    }
+    kept; these annotations removed: kopf's delayed retry, core/requeue.py; the
+    resourceVersion a precondition): False when it changed or went since."""
+    meta: dict[str, Any] = {"resourceVersion": resource_version}
+    if drop_annotations:
+        meta["annotations"] = dict.fromkeys(drop_annotations)
+    patch = {"metadata": meta, "spec": {"requestedAt": requested_at}}
     try:
         custom().patch_namespaced_custom_object(
             GROUP, VERSION, namespace, SUMMARY_PLURAL, name, patch
