@@ -48,6 +48,22 @@ OTHER_WRITERS = Counter(
     "session_summary_other_writer_rewrites_total",
     "Summary rows of ours found rewritten by another writer (their text was carried).",
 )
+RECONCILE_ROWS = Counter(
+    "session_summary_reconcile_rows_total",
+    "Memory rows the reconciliation walked (docs/summaries.md, every memory reaches its summary).",
+)
+UNCOVERED_FOUND = Counter(
+    "session_summary_uncovered_rows_found_total",
+    "Rows a finished reconciliation found that no summary accounted for.",
+)
+UNCOVERED = Gauge(
+    "session_summary_uncovered_rows",
+    "Rows the last finished reconciliation of this replica found no summary accounting for.",
+)
+LATE_MEMORIES = Counter(
+    "session_summary_late_memories_total",
+    "Memories a pass found behind its summary's watermark (landed late) and summarized.",
+)
 SWEEPS = Counter(
     "session_summary_sweeps_total",
     "Sweeps run by this replica (only the active replica sweeps).",
@@ -146,6 +162,18 @@ def refresh_requested(n: int) -> None:
 
 def other_writer_found() -> None:
     OTHER_WRITERS.inc()
+
+
+def observe_reconcile(rows: int, uncovered: int | None) -> None:
+    """Rows walked this step; uncovered: what a walk that finished found (None: unfinished)."""
+    RECONCILE_ROWS.inc(rows)
+    if uncovered is not None:
+        UNCOVERED_FOUND.inc(uncovered)
+        UNCOVERED.set(uncovered)
+
+
+def late_memories(n: int) -> None:
+    LATE_MEMORIES.inc(n)
 
 
 def claim_conflict() -> None:

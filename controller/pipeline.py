@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from controller.core.chunking import chunk_memories
+from controller.core.coverage import Coverage, PriorCoverage
+from controller.core.coverage import build as coverage_of
 from controller.core.document import render_document
-from controller.core.memories import Memory, Watermark, is_excluded
+from controller.core.memories import Memory, is_excluded
 from controller.core.merge import merge_pass
 from controller.core.naming import summary_row_id
 from controller.core.provenance import PassTokens, Provenance, pass_tokens
@@ -36,6 +38,7 @@ from controller.core.visibility import (
     RowVisibility,
     VisibilityRules,
     row_visibility,
+    union_agents,
 )
 from controller.scheduling import store_write_slots
 from controller.store.memory_store import MemoryStore, SessionRows
@@ -96,6 +99,8 @@ class Outcome:
     # Another writer had rewritten the session's row since our last write; its text is
     # carried in this summary's legacy text (None: the row was as we left it).
     other_writer: OtherWriter | None = None
+    # Memories that had landed behind the prior's watermark, found and summarized now.
+    late_memories: int = 0
 
     @property
     def summary_id(self) -> str:
@@ -141,15 +146,47 @@ def chunks_for(
     )
 
 
-class _Coverage:
-    """How many of the session's rows a watermark covers (for checkpoints' memoryCount)."""
+def _prior_coverage(prior: StructuredSummary | None) -> PriorCoverage:
+    if prior is None:
+        return PriorCoverage()
+    mark = prior.watermark
+    key = (mark.timestamp_ms, mark.memory_id) if mark is not None else None
+    return PriorCoverage(key, prior.coverage, prior.memory_count)
 
-    def __init__(self, prior: StructuredSummary | LegacySummary | None, rows: SessionRows):
-        self.base = prior.memory_count if isinstance(prior, StructuredSummary) else 0
-        self.keys = rows.keys  # sorted (timestamp, id) of every row after the prior watermark
 
-    def count(self, watermark: Watermark) -> int:
-        return self.base + self.keys.count_upto(watermark.timestamp_ms, watermark.memory_id)
+def _covered(rows: SessionRows, upto: tuple[int, str] | None = None) -> tuple[Coverage, int]:
+    """The coverage a write records, and how many rows it covers (its memoryCount at a
+    checkpoint): never a row the pass has not read or found covered."""
+    keys = list(rows.covered_keys(upto))
+    return coverage_of(keys), len(keys)
+
+
+def _with_session_facts(summary: StructuredSummary, rows: SessionRows) -> StructuredSummary:
+    """The counts and facts of every row of the session, from its listing (exact, however
+    often a pass re-read a row), as neo's writer computes them from all rows."""
+    sources = rows.sources
+    return summary.model_copy(
+        update={
+            "memory_count": rows.total,
+            "watermark": rows.newest,
+            "first_memory_at_ms": sources.first_ms,
+            "last_memory_at_ms": sources.last_ms,
+            "participating_agents": union_agents([], sources.names),
+            "models": sorted(sources.models),
+            "tools_used": sorted(sources.tools),
+            "total_tool_calls": sources.tool_calls,
+            "coverage": _covered(rows)[0],
+        }
+    )
+
+
+def _late_only(chunk: Sequence[Memory], prior_key: tuple[int, str] | None) -> bool:
+    """Every memory of the chunk is at or before the prior's watermark: it landed late."""
+    return (
+        bool(chunk)
+        and prior_key is not None
+        and all((m.timestamp_ms, m.id) <= prior_key for m in chunk)
+    )
 
 
 def summarize_session(
@@ -170,30 +207,43 @@ def summarize_session(
 ) -> Outcome:
     """Brings the session's stored summary up to date with its memories.
 
-    Chunks hold at most chunk_size memories and chunk_tokens estimated tokens (default:
-    the summarizer's memory_budget_tokens). before_write runs right before every upsert
-    (the claim re-check); if it raises, nothing is written. visibility: how the row is
-    tagged for neo's readers (core/visibility.py).
+    The pass reads the memories after the prior's watermark and, at or before it, those in
+    the ranges where the session's rows are not the ones the prior covers (memories that
+    landed late, whatever their timestamp: controller.core.coverage). Chunks hold at most
+    chunk_size memories and chunk_tokens estimated tokens (default: the summarizer's
+    memory_budget_tokens). before_write runs right before every upsert (the claim
+    re-check); if it raises, nothing is written. visibility: how the row is tagged for
+    neo's readers (core/visibility.py).
 
     A row another writer rewrote since our last write is written again even with nothing
     new to summarize: its text is then carried in ours, and the row is ours once more.
     """
     prior = store.read_summary(session_id)
-    other = prior.other_writer if isinstance(prior, StructuredSummary) else None
-    watermark = prior.watermark if isinstance(prior, StructuredSummary) else None
+    structured = prior if isinstance(prior, StructuredSummary) else None
+    other = structured.other_writer if structured else None
+    covered = _prior_coverage(structured)
     # The rows stream: the pass holds one chunk of memories at a time, never the session.
-    rows = store.session_rows(
-        session_id, after=watermark, exclude=lambda m: is_excluded(m, excluded_types)
-    )
+    rows = store.session_rows(session_id, covered, exclude=lambda m: is_excluded(m, excluded_types))
     if rows.total == 0:
         return Outcome("not-found", session_id, 0)
     skipped = rows.skipped
     last_ms = rows.newest.timestamp_ms if rows.newest else None
     new = rows.included  # memories to summarize, in (timestamp, id) order from rows.memories
-    unchanged = isinstance(prior, StructuredSummary) and other is None and not new
-    if unchanged and isinstance(prior, StructuredSummary) and prior.memory_count == rows.total:
+    if (
+        structured is not None
+        and other is None
+        and rows.selected == 0
+        and structured.memory_count == rows.total
+    ):
         return Outcome(
-            "up-to-date", session_id, rows.total, prior, 0, 0, last_ms, skipped_memories=skipped
+            "up-to-date",
+            session_id,
+            rows.total,
+            structured,
+            0,
+            0,
+            last_ms,
+            skipped_memories=skipped,
         )
     if prior is None and not new:
         return Outcome(
@@ -216,24 +266,30 @@ def summarize_session(
             visibility=seen_by,
         )
 
-    coverage = _Coverage(prior, rows)
     chunks = chunks_for(summarizer, rows.memories, chunk_tokens=chunk_tokens, chunk_size=chunk_size)
     current: StructuredSummary | LegacySummary | None = prior
     passes = tokens = checkpoints = 0
+    read_upto: tuple[int, str] | None = None
     for chunk in chunks if new else iter([[]]):
         if passes and checkpoint_passes and passes % checkpoint_passes == 0:
             assert isinstance(current, StructuredSummary) and current.watermark is not None
-            write(current.model_copy(update={"memory_count": coverage.count(current.watermark)}))
+            coverage, count = _covered(rows, read_upto)
+            write(current.model_copy(update={"memory_count": count, "coverage": coverage}))
             checkpoints += 1
         before = full_document(current) if isinstance(current, StructuredSummary) else ""
         result = run_pass(session_id, chunk, current, summarizer)
-        spent.append(pass_tokens(chunk, before, full_document(result.summary)))
-        current, passes, tokens = result.summary, passes + 1, tokens + result.tokens_used
+        summary = result.summary
+        if _late_only(chunk, rows.prior_key) and isinstance(current, StructuredSummary):
+            # Late memories are history: the latest state stays the latest memories'.
+            state = {"Current State": list(current.sections["Current State"])}
+            summary = summary.model_copy(update={"sections": {**summary.sections, **state}})
+        spent.append(pass_tokens(chunk, before, full_document(summary)))
+        current, passes, tokens = summary, passes + 1, tokens + result.tokens_used
+        if chunk:
+            read_upto = (chunk[-1].timestamp_ms, chunk[-1].id)
     assert isinstance(current, StructuredSummary)
     # What the summary covers: every row of the session, including excluded types.
-    final = current.model_copy(
-        update={"memory_count": rows.total, "watermark": rows.newest, "last_memory_at_ms": last_ms}
-    )
+    final = _with_session_facts(current, rows)
     validate_summary(final, prior)
     written_ms = write(final)
     return Outcome(
@@ -249,6 +305,7 @@ def summarize_session(
         skipped,
         Provenance(spent).with_document(render_document(final, store.location.memory_collection)),
         other,
+        rows.late,
     )
 
 

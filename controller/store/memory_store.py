@@ -12,25 +12,31 @@ refuses is InvalidStoreConfig. Neither is a StoreUnavailable: retrying soon fixe
 from __future__ import annotations
 
 import contextlib
-import itertools
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import numpy as np
 from chromadb.api.models.Collection import Collection
 from chromadb.errors import ChromaError, InvalidArgumentError
 
+from controller.core.coverage import PriorCoverage
 from controller.core.embedding_match import embedding_function_problem
-from controller.core.memories import Memory, Watermark, memory_from_row, memory_sort_key
+from controller.core.memories import (
+    SECONDS_LIMIT,
+    Memory,
+    memory_from_row,
+    memory_sort_key,
+    parse_timestamp_ms,
+)
 from controller.core.naming import summary_row_id
+from controller.core.reconcile_plan import RowCursor
 from controller.core.summary import PriorSummary
 from controller.core.summary_row import from_chroma_row, upsert_metadata
 from controller.core.sweep_plan import StoredSummaryState
-from controller.core.visibility import SessionSources
-from controller.store.collections import Collections, batches, listing, pages
+from controller.store.collections import Collections, batches, pages
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import (
     DIMENSION_ERROR,
@@ -40,36 +46,12 @@ from controller.store.errors import (
     guard,
     mismatch,
 )
-from controller.store.row_keys import RowKeys, RowKeysBuilder
+from controller.store.session_listing import GET_BATCH, SessionRows, list_session
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SCAN_PAGE = 2000  # rows per page of the sweep's scans of the whole collection
-# Rows per page of a session's listing: half the transient heap of 2,000 (measured: the
-# pass over 50,000 memories kept 3 MB less afterwards), one round trip for most sessions.
-LIST_PAGE = 1000
-GET_BATCH = 500
-
-
-@dataclass(frozen=True)
-class SessionRows:
-    """A session as listed for one pass: its counts and watermark, and its memories after
-    the asked-for watermark, read only as the pass consumes them (`memories`), so a pass
-    over a 50,000-memory session never holds the whole session."""
-
-    total: int  # every row carrying the sessionId, whatever its type
-    newest: Watermark | None  # the newest row of all, the pass's watermark
-    keys: RowKeys  # (timestamp, id) of every parsed row after the watermark, sorted
-    included: int  # how many of those the pass summarizes (not excluded)
-    skipped: int  # rows without a usable timestamp
-    read: Callable[[], Iterator[Memory]]  # the included rows, in (timestamp, id) order
-    sources: SessionSources = field(default_factory=SessionSources)  # who wrote the rows
-
-    @property
-    def memories(self) -> Iterator[Memory]:
-        """The included memories after the watermark, in order, GET_BATCH rows per read."""
-        return self.read()
 
 
 class MemoryStore(Collections):
@@ -78,11 +60,13 @@ class MemoryStore(Collections):
     def session_rows(
         self,
         session_id: str,
-        after: Watermark | None = None,
+        prior: PriorCoverage | None = None,
         exclude: Callable[[Memory], bool] | None = None,
     ) -> SessionRows:
-        """The session's row count and newest row, and its parsed memories after `after`
-        (those `exclude` accepts left out of `memories`, still in `keys`).
+        """The session's row count and newest row, and the parsed memories a pass reads:
+        those after the prior's watermark, and those at or before it in the ranges where the
+        rows are not the ones the prior covers (core/coverage.py); those `exclude` accepts
+        are left out of `memories` (still counted and covered).
 
         The listing is paged (one unpaged get of a 50,000-row session exceeds SQLite's
         variable limit inside Chroma) and keeps only each row's (timestamp, id); the
@@ -90,54 +74,9 @@ class MemoryStore(Collections):
         that fits in the listing's first page (the usual case) is read in that one page.
         """
         with self._memory_missing():
-            return self._session_rows(self.memories(), session_id, after, exclude)
-
-    def _session_rows(
-        self,
-        coll: Collection,
-        session_id: str,
-        after: Watermark | None,
-        exclude: Callable[[Memory], bool] | None,
-    ) -> SessionRows:
-        newest: Watermark | None = None
-        sources = SessionSources()
-        keys = RowKeysBuilder()
-        first_page: dict[str, Memory] = {}
-        skipped = total = 0
-        where = {"sessionId": session_id}
-        listed = listing(
-            coll, "listing the session's memories", where, LIST_PAGE, first_with_documents=True
-        )
-        for row_id, meta, doc in listed:
-            total += 1
-            probe = memory_from_row(row_id, doc, meta)
-            sources.add(row_id, meta, probe.timestamp_ms if probe is not None else None)
-            if probe is None:
-                skipped += 1
-                continue
-            if newest is None or newest.after(probe):
-                newest = Watermark.of(probe)
-            if after is None or after.after(probe):
-                wanted = exclude is None or not exclude(probe)
-                keys.add(probe.timestamp_ms, probe.id, included=wanted)
-                if wanted and total <= LIST_PAGE:  # the first page came with its documents
-                    first_page[row_id] = probe
-        sorted_keys = keys.build()
-        one_page = total <= LIST_PAGE
-        if not one_page:
-            first_page.clear()  # more than one page: read in order, batch by batch
-
-        def read() -> Iterator[Memory]:
-            ids = sorted_keys.included_ids()
-            if one_page:
-                yield from (first_page[row_id] for row_id in ids)
-                return
-            while batch := list(itertools.islice(ids, GET_BATCH)):
-                yield from self._read_batch(coll, batch)
-
-        return SessionRows(
-            total, newest, sorted_keys, sorted_keys.included(), skipped, read, sources
-        )
+            coll = self.memories()
+            read_batch = functools.partial(self._read_batch, coll)
+            return list_session(coll, session_id, prior or PriorCoverage(), exclude, read_batch)
 
     def _read_batch(self, coll: Collection, ids: Sequence[str]) -> list[Memory]:
         """The memories of these ids (consecutive in the session's order), in that order."""
@@ -165,16 +104,85 @@ class MemoryStore(Collections):
         return len(got["ids"])
 
     def scan_since(self, watermark_ms: int, page: int = SCAN_PAGE) -> Iterator[tuple[str, int]]:
-        """(sessionId, timestamp) of every memory newer than watermark_ms, page by page.
+        """(sessionId, timestamp in ms) of every memory with a numeric timestamp newer than
+        watermark_ms, page by page: epoch milliseconds (ints or floats, like plan rows'
+        mtimeMs) and epoch seconds (numbers below SECONDS_LIMIT, compared as seconds).
+        Chroma compares numbers only: rows with ISO-string timestamps, and rows that landed
+        with a timestamp older than the watermark, are found by scan_appended instead."""
+        wheres = (
+            {"timestamp": {"$gt": watermark_ms}},
+            {
+                "$and": [
+                    {"timestamp": {"$gt": watermark_ms / 1000}},
+                    {"timestamp": {"$lt": SECONDS_LIMIT}},
+                ]
+            },
+        )
+        for where in wheres:
+            for _, meta in self._scan("scanning new memories", where, page):
+                sid, ts = meta.get("sessionId"), parse_timestamp_ms(meta.get("timestamp"))
+                if isinstance(sid, str) and ts is not None and ts > watermark_ms:
+                    yield sid, ts
 
-        Only numeric timestamps match the range filter; legacy ISO-string rows are older
-        than any sweep window by definition of "legacy".
-        """
-        where = {"timestamp": {"$gt": watermark_ms}}
-        for _, meta in self._scan("scanning new memories", where, page):
-            sid, ts = meta.get("sessionId"), meta.get("timestamp")
-            if isinstance(sid, str) and isinstance(ts, int | float):
-                yield sid, int(ts)
+    def scan_appended(
+        self, cursor: RowCursor | None, page: int = SCAN_PAGE
+    ) -> tuple[list[tuple[str, int | None]], RowCursor, bool]:
+        """The rows added to the memory collection since `cursor`, whatever their timestamp:
+        ((sessionId, timestamp ms or None) of each, the new cursor, whether the cursor was
+        still aligned). Chroma lists a collection in the order its rows were added, so the
+        rows past the cursor's offset are the new ones. Rows deleted meanwhile shift the
+        offsets: the cursor then no longer points after the row it saw last (not aligned),
+        nothing is read, and the caller reconciles the whole collection instead
+        (sweep.py). No cursor yet: none is read; the cursor starts at the end."""
+        with self._memory_missing():
+            coll = self.memories()
+            total = guard("counting memories", coll.count)
+            aligned = cursor is not None and self._ends_with(coll, cursor)
+            found: list[tuple[str, int | None]] = []
+            if aligned and cursor is not None:
+                offset = cursor.offset
+                while offset < total:
+                    got = guard(
+                        "reading added memories",
+                        lambda o=offset: coll.get(  # type: ignore[misc]
+                            include=["metadatas"], limit=min(page, total - o), offset=o
+                        ),
+                    )
+                    if not got["ids"]:
+                        break
+                    for meta in got["metadatas"] or []:
+                        sid = (meta or {}).get("sessionId")
+                        if isinstance(sid, str):
+                            found.append((sid, parse_timestamp_ms((meta or {}).get("timestamp"))))
+                    offset += len(got["ids"])
+            return found, RowCursor(total, self._id_at(coll, total - 1)), aligned
+
+    def _ends_with(self, coll: Collection, cursor: RowCursor) -> bool:
+        """The row just before the cursor's offset is still the one the cursor saw last."""
+        if cursor.offset == 0:
+            return cursor.last_id is None
+        return self._id_at(coll, cursor.offset - 1) == cursor.last_id
+
+    def _id_at(self, coll: Collection, offset: int) -> str | None:
+        if offset < 0:
+            return None
+        got = guard("reading a memory id", lambda: coll.get(include=[], limit=1, offset=offset))
+        return got["ids"][0] if got["ids"] else None
+
+    def rows_from(self, offset: int, limit: int) -> list[tuple[str, int | None]]:
+        """(sessionId, timestamp ms or None) of `limit` rows from `offset`, in the order the
+        collection lists them: one step of the reconciliation's walk over the collection."""
+        with self._memory_missing():
+            coll = self.memories()
+            got = guard(
+                "reconciling memories",
+                lambda: coll.get(include=["metadatas"], limit=limit, offset=offset),
+            )
+        return [
+            (sid, parse_timestamp_ms(meta.get("timestamp")))
+            for meta in (m or {} for m in got["metadatas"] or [])
+            if isinstance(sid := meta.get("sessionId"), str)
+        ]
 
     def scan_markers(
         self, marker_type: str, watermark_ms: int, page: int = SCAN_PAGE
