@@ -262,6 +262,9 @@ class SweepSpec(CamelModel):
     refresh_after_tokens: int = Field(default=16_000, ge=0, le=100_000_000)
     # ... at most once per this many seconds per session, so a busy session never churns.
     min_refresh_seconds: int = Field(default=900, ge=0, le=86_400)
+    # The reconciliation's walk over the collection (core/reconcile_plan.py): how often, how fast.
+    reconcile_interval_seconds: int = Field(default=3600, ge=60, le=604_800)
+    reconcile_rows_per_second: int = Field(default=2000, ge=10, le=1_000_000)
 
 
 class RetentionSpec(CamelModel):
@@ -355,6 +358,13 @@ class SessionSummarizerStatus(CamelModel):
     scanned_memories: int | None = None
     deleted_by_retention: int | None = None
     watermark: int | None = None
+    # The appended-rows scan's cursor (core/reconcile_plan.py): rows listed, and the last.
+    appended_offset: int | None = None
+    appended_last_id: str | None = None
+    # The last finished reconciliation: when, rows checked, rows no summary accounted for.
+    reconciled_at: str | None = None
+    reconciled_rows: int | None = None
+    uncovered_found: int | None = None
     message: str | None = None
     conditions: list[Condition] | None = None
 

@@ -30,8 +30,10 @@ from controller.api import (
 from controller.backends import store_location
 from controller.config import CONFIG
 from controller.core.destinations import DestinationRefused
+from controller.core.reconcile_plan import RowCursor
 from controller.core.summarizer_status import (
     MarkerScanReport,
+    ReconcileReport,
     SweepReport,
     sweep_failure,
     with_conditions,
@@ -40,6 +42,7 @@ from controller.core.text import one_line
 from controller.kube import client as kube
 from controller.kube.claims import collect_abandoned_claims
 from controller.probes import check_embedding, check_secrets, health_conditions
+from controller.reconcile import reconcile_soon, reconcile_step
 from controller.store.errors import (
     CollectionNotFound,
     InvalidStoreConfig,
@@ -153,6 +156,51 @@ async def _reprobe(
             kopf.event(body, type="Normal", reason=cond.reason, message=cond.message)
 
 
+async def _reconcile(
+    body: kopf.Body, spec: SessionSummarizerSpec, namespace: str, name: str, logger: kopf.Logger
+) -> None:
+    """One step of the reconciliation (sweep.reconcile_step); a store it cannot reach is the
+    sweep's to report."""
+    try:
+        step = await asyncio.to_thread(
+            lambda: reconcile_step(
+                store_for(store_location(spec, namespace)),
+                spec,
+                namespace=namespace,
+                summarizer_name=name,
+                now_ms=int(time.time() * 1000),
+                monotonic=time.monotonic(),
+            )
+        )
+    except (
+        StoreUnavailable,
+        kube.SecretError,
+        CollectionNotFound,
+        InvalidStoreConfig,
+        DestinationRefused,
+    ) as exc:
+        logger.debug("reconciliation skipped: %s", one_line(exc, 300))
+        return
+    except ApiException as exc:  # never in the way of the sweep
+        logger.warning("reconciliation failed: API %s: %s", exc.status, one_line(exc.reason, 300))
+        return
+    done = step.finished
+    metrics.observe_reconcile(step.read, step.uncovered if done is not None else None)
+    if done is None:
+        return
+    report = ReconcileReport(
+        at=now_rfc3339(),
+        rows=done.rows,
+        uncovered=step.uncovered,
+        sessions=step.sessions,
+        seconds=(int(time.time() * 1000) - done.started_ms) / 1000,
+    )
+    await asyncio.to_thread(_write_status, namespace, name, report.apply)
+    logger.info("reconciliation by %s: %s", CONFIG.replica_id, report.message)
+    if step.uncovered:
+        kopf.event(body, type="Normal", reason="Reconciled", message=report.message)
+
+
 @kopf.timer(
     GROUP, VERSION, SUMMARIZER_PLURAL, interval=CONFIG.sweep_tick_seconds, initial_delay=1.0
 )
@@ -212,8 +260,15 @@ async def sweep(
                     markers.left,
                     report.message,
                 )
+    if spec.sweep.enabled and status.watermark is not None:
+        await _reconcile(body, spec, namespace, name, logger)
     if not _sweep_due(spec, status):
         return
+    cursor = (
+        RowCursor(status.appended_offset, status.appended_last_id)
+        if status.appended_offset is not None
+        else None
+    )
     try:
         store = await asyncio.to_thread(store_for, store_location(spec, namespace))
         result = await asyncio.to_thread(
@@ -223,6 +278,7 @@ async def sweep(
             namespace=namespace,
             summarizer_name=name,
             watermark_ms=status.watermark,
+            cursor=cursor,
         )
         deleted = await asyncio.to_thread(
             apply_retention, spec, namespace=namespace, summarizer_name=name
@@ -249,10 +305,13 @@ async def sweep(
         logger.warning("sweep failed: %s: %s", failure.reason, failure.message)
         return
     plan = result.plan
+    if not result.aligned:
+        reconcile_soon(namespace, name)
     metrics.observe_sweep(result.duration_s, plan.found)
     metrics.refresh_requested(result.applied.refreshed)
     message = (
-        f"scanned {result.scanned} new memories: {plan.found} stale, {len(plan.still_active)} "
+        f"scanned {result.scanned} new memories and {result.appended} added rows: "
+        f"{plan.found} stale, {len(plan.still_active)} "
         f"still active, {len(plan.fresh)} fresh; created {result.created}, "
         f"patched {result.patched}, refreshed {result.applied.refreshed} grown active "
         f"sessions, {result.applied.in_flight} already in flight, "
@@ -268,11 +327,12 @@ async def sweep(
         deferred=result.applied.left,
         created=result.created,
         patched=result.patched,
-        scanned=result.scanned,
+        scanned=result.scanned + result.appended,
         deleted=deleted,
         watermark=plan.next_watermark_ms,
         message=message,
         store_url=spec.store.url,
+        cursor=(result.cursor.offset, result.cursor.last_id) if result.cursor else None,
     )
     await asyncio.to_thread(_write_status, namespace, name, swept.apply)
     if result.created or result.patched or result.applied.refreshed:
