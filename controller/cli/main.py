@@ -20,7 +20,7 @@ from controller.cli.args import (
     seconds_arg,
     session_id_arg,
 )
-from controller.cli.commands import cmd_summaries, cmd_summarize, cmd_sunset
+from controller.cli.commands import cmd_summaries, cmd_summarize, cmd_sunset, cmd_verify
 
 # -- the parser ----------------------------------------------------------------------------
 
@@ -126,6 +126,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_store_args(p)
     p.set_defaults(func=cmd_summarize)
+
+    p = sub.add_parser(
+        "verify",
+        help="which memories of the sessions no summary covers (exit 1 when any)",
+    )
+    p.add_argument("session_ids", nargs="+", type=session_id_arg, metavar="SESSION_ID")
+    p.add_argument("--json", action="store_true")
+    _add_store_args(p)
+    p.set_defaults(func=cmd_verify)
 
     return parser
 
