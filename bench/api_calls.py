@@ -8,22 +8,33 @@ and watches (the peering reporter's periodic list, kopf's watches) run on a cloc
 summary: they are shown but left out of the per-summary figure.
 
     .venv/bin/python -m bench.api_calls [--sessions 20] [--operator-src DIR]
+    .venv/bin/python -m bench.api_calls --model-latency 0.5 --memories 30 --claim-ttl 6
 
 --operator-src runs the operator from another checkout (e.g. `git worktree add /tmp/old
 REV`) against the same CRDs, for a before/after in one session.
 
-Last line: api_calls per_summary=<x> sessions=<n> operator=<src>
+The renewer's cost: a pass renews its session claim (an `update sessionclaims`) once per
+renew period (a third of the claim's duration) while it runs, so a summary that ends
+within one period costs none. --model-latency S summarizes with an OpenAI-compatible
+model over HTTP that answers each pass after S seconds (tests/support/openai_server.py),
+each of --memories memories read in its own pass, and --claim-ttl sets the claim's
+duration: passes that outlast renew periods show what each costs.
+
+Last lines: api_calls per_summary=<x> sessions=<n> operator=<src>
+            claim_renewals per_summary=<r> pass_s=<mean> renew_period_s=<p>
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # `python bench/api_calls.py` from the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -36,24 +47,43 @@ from controller.store.memory_store import MemoryStore
 from devenv.chroma import running_chroma
 from devenv.controlplane import REPO_ROOT, running_control_plane
 from devenv.processes import spawn, stop, tail, wait_for
+from tests.support.fact_model import echo_facts, fact_memory
+from tests.support.openai_server import running_openai_server
 
 NS = "calls"
 SA = "sso-calls"
 PER_CLOCK = {"list", "watch"}
 
 
-def summarizer_yaml(url: str) -> str:
+def summarizer_yaml(url: str, model_url: str | None = None) -> str:
+    spec: dict[str, Any] = {"store": {"url": url}, "sweep": {"enabled": False}}
+    if model_url:
+        spec["model"] = {
+            "backend": "openai",
+            "baseUrl": model_url,
+            "model": "test-chat",
+            "maxInputTokens": 256,  # one memory per pass
+            "timeoutSeconds": 60,
+        }
     return json.dumps(
         {
             "apiVersion": "memorycore.io/v1alpha1",
             "kind": "SessionSummarizer",
             "metadata": {"name": "default", "namespace": NS},
-            "spec": {"store": {"url": url}, "sweep": {"enabled": False}},
+            "spec": spec,
         }
     )
 
 
-def load_sessions(store: MemoryStore, sessions: list[str]) -> None:
+def load_sessions(store: MemoryStore, sessions: list[str], memories: int | None = None) -> None:
+    if memories:  # one fact per memory, one memory per model pass (tests/support/fact_model.py)
+        base = int(time.time() * 1000) - 3_600_000
+        rows = [fact_memory(sid, k, base + 1000 * i + k) for i, sid in enumerate(sessions)
+                for k in range(memories)]  # fmt: skip
+        store.add_memories(
+            [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], create=True
+        )
+        return
     ids, docs, metas = [], [], []
     base = int(time.time() * 1000) - 3_600_000
     for i, sid in enumerate(sessions):
@@ -96,10 +126,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--operator-src", type=Path, default=REPO_ROOT)
+    parser.add_argument(
+        "--model-latency", type=float, default=0.0, help="summarize with a model this slow (s)"
+    )
+    parser.add_argument("--memories", type=int, default=3, help="per session (with a model)")
+    parser.add_argument("--claim-ttl", type=float, default=60.0, help="claim duration (s)")
     args = parser.parse_args()
     sessions = [f"calls-{i:03d}" for i in range(args.sessions)]
     work = Path(tempfile.mkdtemp(prefix="sso-calls-"))
-    with running_control_plane(work / "cp") as cp, running_chroma(work / "chroma") as chroma:
+    with contextlib.ExitStack() as stack:
+        cp = stack.enter_context(running_control_plane(work / "cp"))
+        chroma = stack.enter_context(running_chroma(work / "chroma"))
+        model = None
+        if args.model_latency > 0:
+            model = stack.enter_context(
+                running_openai_server(responder=echo_facts, latency_seconds=args.model_latency)
+            )
         import os
 
         os.environ["KUBECONFIG"] = str(cp.kubeconfig)
@@ -116,10 +158,18 @@ def main() -> int:
             f"--serviceaccount={NS}:{SA}",
         )
         sa_config = cp.service_account_kubeconfig(NS, SA, work / "operator.kubeconfig")
-        cp.kubectl_run("apply", "-f", "-", input=summarizer_yaml(chroma.url))
+        model_url = model.base_url if model else None
+        cp.kubectl_run("apply", "-f", "-", input=summarizer_yaml(chroma.url, model_url))
         location = StoreLocation(url=chroma.url)
-        load_sessions(MemoryStore(connect(location), location), sessions)
-        env = dict(cp.env(), KUBECONFIG=str(sa_config), SSO_REPLICA_ID="calls-operator")
+        store = MemoryStore(connect(location), location)
+        load_sessions(store, sessions, args.memories if model else None)
+        env = dict(
+            cp.env(),
+            KUBECONFIG=str(sa_config),
+            SSO_REPLICA_ID="calls-operator",
+            SSO_CLAIM_TTL_SECONDS=str(args.claim_ttl),
+            SSO_CLAIM_MARGIN_SECONDS=str(min(5.0, args.claim_ttl / 4)),
+        )
         log = work / "operator.log"
         operator = spawn(
             [sys.executable, "-m", "controller", "run", "--standalone", "--namespace", NS],
@@ -139,9 +189,12 @@ def main() -> int:
             wait_for(lambda: phase("warm-up"), 120, 0.2, message="warm-up\n" + tail(log))
             time.sleep(1)
             start = int(time.time() * 1000)
+            pass_s = []
             for sid in sessions:
+                began = time.monotonic()
                 kube.request_summary(NS, sid, trigger="sunset")
-                wait_for(lambda s=sid: phase(s) == "Summarized", 60, 0.05, message=tail(log))
+                wait_for(lambda s=sid: phase(s) == "Summarized", 600, 0.05, message=tail(log))
+                pass_s.append(time.monotonic() - began)
             time.sleep(1.5)  # the last status patch and Event land
             end = int(time.time() * 1000)
         finally:
@@ -155,6 +208,11 @@ def main() -> int:
     print(
         f"api_calls per_summary={per_summary / len(sessions):.2f} sessions={len(sessions)} "
         f"operator={args.operator_src}"
+    )
+    renewals = calls[("update", "sessionclaims")]
+    print(
+        f"claim_renewals per_summary={renewals / len(sessions):.2f} "
+        f"pass_s={sum(pass_s) / len(pass_s):.1f} renew_period_s={args.claim_ttl / 3:g}"
     )
     return 0
 
