@@ -7,7 +7,7 @@ for), then the operator's requests in that window are counted by verb and resour
 and watches (the peering reporter's periodic list, kopf's watches) run on a clock, not per
 summary: they are shown but left out of the per-summary figure.
 
-    .venv/bin/python -m bench.api_calls [--sessions 20] [--operator-src DIR]
+    .venv/bin/python -m bench.api_calls [--sessions 20] [--operator-src DIR] [--quick]
     .venv/bin/python -m bench.api_calls --model-latency 0.5 --memories 30 --claim-ttl 6
 
 --operator-src runs the operator from another checkout (e.g. `git worktree add /tmp/old
@@ -18,10 +18,11 @@ renew period (a third of the claim's duration) while it runs, so a summary that 
 within one period costs none. --model-latency S summarizes with an OpenAI-compatible
 model over HTTP that answers each pass after S seconds (tests/support/openai_server.py),
 each of --memories memories read in its own pass, and --claim-ttl sets the claim's
-duration: passes that outlast renew periods show what each costs.
+duration: passes that outlast renew periods show what each costs. The line before the
+last: claim_renewals per_summary=<r> pass_s=<mean> renew_period_s=<p>.
 
-Last lines: api_calls per_summary=<x> sessions=<n> operator=<src>
-            claim_renewals per_summary=<r> pass_s=<mean> renew_period_s=<p>
+Last line (operator: the source directory it ran from):
+api_calls per_summary=<x> sessions=<n> operator=<text>
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +46,14 @@ from controller.core.naming import summary_object_name
 from controller.kube import client as kube
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
-from devenv.chroma import running_chroma
-from devenv.controlplane import REPO_ROOT, running_control_plane
+from devenv.bench import (
+    QuickRuns,
+    bench_chroma,
+    bench_control_plane,
+    create_summarizer,
+    parse_bench_args,
+)
+from devenv.controlplane import REPO_ROOT
 from devenv.processes import spawn, stop, tail, wait_for
 from tests.support.fact_model import echo_facts, fact_memory
 from tests.support.openai_server import running_openai_server
@@ -53,26 +61,15 @@ from tests.support.openai_server import running_openai_server
 NS = "calls"
 SA = "sso-calls"
 PER_CLOCK = {"list", "watch"}
-
-
-def summarizer_yaml(url: str, model_url: str | None = None) -> str:
-    spec: dict[str, Any] = {"store": {"url": url}, "sweep": {"enabled": False}}
-    if model_url:
-        spec["model"] = {
-            "backend": "openai",
-            "baseUrl": model_url,
-            "model": "test-chat",
-            "maxInputTokens": 256,  # one memory per pass
-            "timeoutSeconds": 60,
-        }
-    return json.dumps(
-        {
-            "apiVersion": "memorycore.io/v1alpha1",
-            "kind": "SessionSummarizer",
-            "metadata": {"name": "default", "namespace": NS},
-            "spec": spec,
-        }
-    )
+# The smoke tier (tests/bench) runs `--quick` plus each argument list and checks that the
+# last line has the format documented above (docs/benchmarks.md, "Quick mode").
+QUICK_RUNS: QuickRuns = [
+    ([], "api_calls per_summary=<x> sessions=<n> operator=<text>"),
+    (  # passes outlasting the claim's renew period: the renewer runs
+        ["--model-latency", "0.1", "--memories", "4", "--claim-ttl", "1.2"],
+        "api_calls per_summary=<x> sessions=<n> operator=<text>",
+    ),
+]
 
 
 def load_sessions(store: MemoryStore, sessions: list[str], memories: int | None = None) -> None:
@@ -131,24 +128,25 @@ def main() -> int:
     )
     parser.add_argument("--memories", type=int, default=3, help="per session (with a model)")
     parser.add_argument("--claim-ttl", type=float, default=60.0, help="claim duration (s)")
-    args = parser.parse_args()
+    args = parse_bench_args(parser, sessions=2)
     sessions = [f"calls-{i:03d}" for i in range(args.sessions)]
     work = Path(tempfile.mkdtemp(prefix="sso-calls-"))
     with contextlib.ExitStack() as stack:
-        cp = stack.enter_context(running_control_plane(work / "cp"))
-        chroma = stack.enter_context(running_chroma(work / "chroma"))
-        model = None
+        cp = stack.enter_context(bench_control_plane(work / "cp"))
+        chroma_url = stack.enter_context(bench_chroma(work / "chroma"))
+        spec: dict[str, Any] = {"store": {"url": chroma_url}, "sweep": {"enabled": False}}
         if args.model_latency > 0:
             model = stack.enter_context(
                 running_openai_server(responder=echo_facts, latency_seconds=args.model_latency)
             )
-        import os
-
-        os.environ["KUBECONFIG"] = str(cp.kubeconfig)
-        kube.api_client.cache_clear()
-        cp.kubectl_run("apply", "-f", str(REPO_ROOT / "crds"))
-        cp.kubectl_run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        cp.kubectl_run("create", "namespace", NS)
+            spec["model"] = {
+                "backend": "openai",
+                "baseUrl": model.base_url,
+                "model": "test-chat",
+                "maxInputTokens": 256,  # one memory per pass
+                "timeoutSeconds": 60,
+            }
+        create_summarizer(cp, NS, spec)
         cp.kubectl_run("-n", NS, "create", "serviceaccount", SA)
         cp.kubectl_run(
             "create",
@@ -158,11 +156,9 @@ def main() -> int:
             f"--serviceaccount={NS}:{SA}",
         )
         sa_config = cp.service_account_kubeconfig(NS, SA, work / "operator.kubeconfig")
-        model_url = model.base_url if model else None
-        cp.kubectl_run("apply", "-f", "-", input=summarizer_yaml(chroma.url, model_url))
-        location = StoreLocation(url=chroma.url)
+        location = StoreLocation(url=chroma_url)
         store = MemoryStore(connect(location), location)
-        load_sessions(store, sessions, args.memories if model else None)
+        load_sessions(store, sessions, args.memories if args.model_latency > 0 else None)
         env = dict(
             cp.env(),
             KUBECONFIG=str(sa_config),
@@ -185,6 +181,9 @@ def main() -> int:
                 done = st.get("observedGeneration") == (obj.get("metadata") or {}).get("generation")
                 return st.get("phase") if done else None
 
+            def summarized(sid: str) -> bool:
+                return phase(sid) == "Summarized"
+
             kube.request_summary(NS, "warm-up", trigger="sunset")  # NotFound: loads the model
             wait_for(lambda: phase("warm-up"), 120, 0.2, message="warm-up\n" + tail(log))
             time.sleep(1)
@@ -193,7 +192,7 @@ def main() -> int:
             for sid in sessions:
                 began = time.monotonic()
                 kube.request_summary(NS, sid, trigger="sunset")
-                wait_for(lambda s=sid: phase(s) == "Summarized", 600, 0.05, message=tail(log))
+                wait_for(partial(summarized, sid), 600, 0.05, message=tail(log))
                 pass_s.append(time.monotonic() - began)
             time.sleep(1.5)  # the last status patch and Event land
             end = int(time.time() * 1000)
@@ -205,14 +204,14 @@ def main() -> int:
     for (verb, resource), n in sorted(calls.items(), key=lambda kv: (-kv[1], kv[0])):
         note = "  (on a clock)" if verb in PER_CLOCK else ""
         print(f"{verb:8} {resource:40} {n:6d} {n / len(sessions):12.2f}{note}")
-    print(
-        f"api_calls per_summary={per_summary / len(sessions):.2f} sessions={len(sessions)} "
-        f"operator={args.operator_src}"
-    )
     renewals = calls[("update", "sessionclaims")]
     print(
         f"claim_renewals per_summary={renewals / len(sessions):.2f} "
         f"pass_s={sum(pass_s) / len(pass_s):.1f} renew_period_s={args.claim_ttl / 3:g}"
+    )
+    print(
+        f"api_calls per_summary={per_summary / len(sessions):.2f} sessions={len(sessions)} "
+        f"operator={args.operator_src}"
     )
     return 0
 

@@ -13,7 +13,7 @@ newest chunk (same model replies, same extractive code) and overwrites the summa
 
 A fact counts as retained when its unique number is in the final stored document.
 
-    .venv/bin/python -m bench.fact_retention [--sessions 4] [--passes 12]
+    .venv/bin/python -m bench.fact_retention [--sessions 4] [--passes 12] [--quick]
 
 Last line: fact_retention ours=<pct> naive=<pct> passes=<n>
 """
@@ -45,9 +45,12 @@ from controller.summarizers.chat_model import ChatModelSummarizer
 from controller.summarizers.chat_prompt import ChatModelConfig
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
-from devenv.chroma import running_chroma
+from devenv.bench import QuickRuns, bench_chroma, parse_bench_args
 from tests.support.openai_server import Reply, running_openai_server
 
+# The smoke tier (tests/bench) runs `--quick` plus each argument list and checks that the
+# last line has the format documented above (docs/benchmarks.md, "Quick mode").
+QUICK_RUNS: QuickRuns = [([], "fact_retention ours=<pct> naive=<pct> passes=<n>")]
 COMPONENTS = ("exporter", "scheduler", "gateway", "indexer", "cache", "router")
 
 
@@ -183,10 +186,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=4)
     parser.add_argument("--passes", type=int, default=12, help="incremental passes per session")
-    args = parser.parse_args()
+    # Two passes: the second is incremental, over the first's stored summary.
+    args = parse_bench_args(parser, sessions=1, passes=2)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     work = Path(tempfile.mkdtemp(prefix="sso-bench-facts-"))
-    with running_chroma(work / "chroma") as chroma, running_openai_server() as server:
+    with bench_chroma(work / "chroma") as chroma_url, running_openai_server() as server:
         # Summaries are embedded through the test server's /embeddings (deterministic
         # vectors): what they are embedded with does not change what they say.
         encoder = OpenAICompatibleEmbedding(base_url=server.base_url, model="test-embedding")
@@ -217,7 +221,7 @@ def main() -> int:
         totals = []
         for name, summarizer, naive, script in backends:
             location = StoreLocation(
-                url=chroma.url,
+                url=chroma_url,
                 memory_collection=f"bench-memory-{name}",
                 summary_collection=f"bench-sessions-{name}",
             )

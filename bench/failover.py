@@ -6,7 +6,7 @@ setting (distinct random priorities, peering on). Per trial: wait until a leader
 active and has written a warm-up summary, SIGKILL it, sunset a new session at once, and
 time until its summary is in Chroma (written by the survivor).
 
-    .venv/bin/python -m bench.failover [--trials 2] [--tuned 15]
+    .venv/bin/python -m bench.failover [--trials 2] [--tuned 15] [--default 60] [--quick]
 
 Last line: failover default_s=<n> tuned_s=<n>   (medians)
 """
@@ -22,7 +22,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import argparse
 import datetime as dt
 import json
-import os
 import statistics
 import tempfile
 import time
@@ -31,10 +30,20 @@ from controller.kube import client as kube
 from controller.kube.peering import leader_of, live_peers
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
-from devenv.chroma import running_chroma
-from devenv.controlplane import REPO_ROOT, ControlPlane, running_control_plane
+from devenv.bench import (
+    QuickRuns,
+    bench_chroma,
+    bench_control_plane,
+    create_summarizer,
+    parse_bench_args,
+)
+from devenv.controlplane import ControlPlane
 from devenv.operator import start_operator
 from devenv.processes import kill, stop, wait_for
+
+# The smoke tier (tests/bench) runs `--quick` plus each argument list and checks that the
+# last line has the format documented above (docs/benchmarks.md, "Quick mode").
+QUICK_RUNS: QuickRuns = [([], "failover default_s=<n> tuned_s=<n>")]
 
 
 def leader(cp: ControlPlane, ns: str) -> str | None:
@@ -76,20 +85,7 @@ def trial(
     cp: ControlPlane, store: MemoryStore, url: str, work: Path, lifetime: int, n: int
 ) -> float:
     ns = f"fo-{lifetime}-{n}"
-    cp.kubectl_run("create", "namespace", ns)
-    cp.kubectl_run(
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps(
-            {
-                "apiVersion": "memorycore.io/v1alpha1",
-                "kind": "SessionSummarizer",
-                "metadata": {"name": "default", "namespace": ns},
-                "spec": {"store": {"url": url}, "sweep": {"enabled": False}},
-            }
-        ),
-    )
+    create_summarizer(cp, ns, {"store": {"url": url}, "sweep": {"enabled": False}})
     procs = {}
     for r in ("a", "b"):
         rid = f"{ns}-{r}"
@@ -97,6 +93,7 @@ def trial(
         procs[rid] = start_operator(work / f"{rid}.log", env, "--namespace", ns)
     try:
         active = wait_for(lambda: leader(cp, ns), 120, 0.5, message="a leader")
+        assert active is not None  # wait_for returns a truthy value
         warm, probe = f"{ns}-warm", f"{ns}-probe"
         load_session(store, warm)
         load_session(store, probe)
@@ -126,23 +123,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=2)
     parser.add_argument("--tuned", type=int, default=15, help="tuned peering lifetime (s)")
-    args = parser.parse_args()
+    parser.add_argument("--default", type=int, default=60, help="kopf's peering lifetime (s)")
+    args = parse_bench_args(parser, trials=1, tuned=3, default=5)
+    if args.default == args.tuned:
+        parser.error("--default and --tuned must differ")
     work = Path(tempfile.mkdtemp(prefix="sso-failover-"))
-    results: dict[int, list[float]] = {60: [], args.tuned: []}
-    with running_control_plane(work / "cp") as cp, running_chroma(work / "chroma") as chroma:
-        os.environ["KUBECONFIG"] = str(cp.kubeconfig)
-        cp.kubectl_run("apply", "-f", str(REPO_ROOT / "crds"))
-        cp.kubectl_run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        loc = StoreLocation(url=chroma.url)
+    results: dict[int, list[float]] = {args.default: [], args.tuned: []}
+    with bench_control_plane(work / "cp") as cp, bench_chroma(work / "chroma") as chroma_url:
+        loc = StoreLocation(url=chroma_url)
         store = MemoryStore(connect(loc), loc)
         for n in range(args.trials):
             for lifetime in results:
-                results[lifetime].append(trial(cp, store, chroma.url, work, lifetime, n))
-    default_s = statistics.median(results[60])
+                results[lifetime].append(trial(cp, store, chroma_url, work, lifetime, n))
+    default_s = statistics.median(results[args.default])
     tuned_s = statistics.median(results[args.tuned])
     print(
-        f"trials={args.trials} default_lifetime=60 tuned_lifetime={args.tuned} "
-        f"default_all={[round(x, 1) for x in results[60]]} "
+        f"trials={args.trials} default_lifetime={args.default} tuned_lifetime={args.tuned} "
+        f"default_all={[round(x, 1) for x in results[args.default]]} "
         f"tuned_all={[round(x, 1) for x in results[args.tuned]]}"
     )
     print(f"failover default_s={default_s:.1f} tuned_s={tuned_s:.1f}")

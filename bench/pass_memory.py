@@ -11,13 +11,17 @@ the model's loading is not counted) over the pass; its VmRSS after
 it; and its VmRSS once the outcome is dropped and glibc has returned its free heap
 (malloc_trim): what stays for good.
 
-    .venv/bin/python -m bench.pass_memory [--memories 50000]
+    .venv/bin/python -m bench.pass_memory [--memories 50000] [--before DIR] [--quick]
 
-Last line: pass_memory memories=<n> peak_rss_mb=<m> after_mb=<a>
+Last line:
+pass_memory memories=<n> peak_rss_mb=<n> after_mb=<n> idle_mb=<n> after_trim_mb=<n> fresh_mb=<n>
 
 --before DIR first runs the same pass with the `controller` package found in DIR (a copy
 of an older tree), then deletes the summary it wrote, then runs this tree's: a before/after
 pair measured in one session against the same store.
+
+--quick: the fewest memories that still make a checkpoint (CHECKPOINT_PASSES passes of
+the extractive backend's largest chunk, and one memory more).
 """
 
 from __future__ import annotations
@@ -37,10 +41,21 @@ import time
 import numpy as np
 
 from controller.core.naming import summary_row_id
+from controller.pipeline import CHECKPOINT_PASSES
 from controller.store.connection import StoreLocation, connect
-from devenv.chroma import running_chroma
+from controller.summarizers.extractive import EXTRACTIVE
+from devenv.bench import QuickRuns, bench_chroma, parse_bench_args
 from devenv.controlplane import REPO_ROOT
 
+# The smoke tier (tests/bench) runs `--quick` plus each argument list and checks that the
+# last line has the format documented above (docs/benchmarks.md, "Quick mode").
+QUICK_RUNS: QuickRuns = [
+    (
+        ["--before", "."],
+        "pass_memory memories=<n> peak_rss_mb=<n> after_mb=<n> idle_mb=<n> "
+        "after_trim_mb=<n> fresh_mb=<n>",
+    )
+]
 SESSION = "pass-memory-session"
 WARMUP = "pass-memory-warmup"  # a small session summarized first, as an operator has
 LOAD_BATCH = 2000
@@ -149,19 +164,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, default=50_000)
     parser.add_argument("--before", type=Path, help="an older tree holding controller/")
-    args = parser.parse_args()
-    with running_chroma() as chroma:
+    checkpointed = CHECKPOINT_PASSES * EXTRACTIVE.max_memories_per_pass + 1
+    args = parse_bench_args(parser, memories=checkpointed)
+    with bench_chroma() as chroma_url:
         started = time.monotonic()
-        load_session(chroma.url, args.memories)
-        load_session(chroma.url, 30, WARMUP)
+        load_session(chroma_url, args.memories)
+        load_session(chroma_url, 30, WARMUP)
         print(f"loaded {args.memories} memories in {time.monotonic() - started:.0f}s", flush=True)
         if args.before:
-            before = run_pass(chroma.url, args.before.resolve())
+            before = run_pass(chroma_url, args.before.resolve())
             print(f"before: {json.dumps(before)}", flush=True)
-            location = StoreLocation(url=chroma.url)
+            location = StoreLocation(url=chroma_url)
             summaries = connect(location).get_collection(location.summary_collection)
             summaries.delete(ids=[summary_row_id(SESSION), summary_row_id(WARMUP)])
-        got = run_pass(chroma.url, REPO_ROOT)
+        got = run_pass(chroma_url, REPO_ROOT)
     print(json.dumps(got), flush=True)
     print(
         f"pass_memory memories={got['memories']} peak_rss_mb={got['peak_mb']} "

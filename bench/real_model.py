@@ -17,7 +17,11 @@ was, to the byte; one that changed it counts as junk. For the injected transcrip
 counts the replies that repeat the injected claim: how often the model obeyed.
 
     .venv/bin/python -m bench.real_model [--repeats 1] [--max-retries 3]
-        [--max-output-tokens 2048]
+        [--max-output-tokens 2048] [--timeout 300] [--quick]
+
+--quick: no retry, 32 output tokens (fewer than the reply schema's keys alone take) and a
+60 s timeout: every reply is cut off, so every pass fails and must leave its row as it
+was. What the model stores is for the full run to say.
 
 Last line: real_model stored_valid_pct=<x> junk_stored=<n> prior_facts_lost=<n> passes=<n>
 """
@@ -41,7 +45,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import httpx2
 
 from controller.core.summary import StructuredSummary
 from controller.embeddings.minilm import LocalMiniLMEmbedding
@@ -50,7 +54,7 @@ from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from controller.summarizers.chat_model import ChatModelSummarizer
 from controller.summarizers.chat_prompt import ChatModelConfig, InvalidModelOutput, ModelUnavailable
-from devenv.chroma import running_chroma
+from devenv.bench import QuickRuns, bench_chroma, parse_bench_args
 from tests.support.llama_server import MODEL_FILE, SERVER_VERSION, running_llama_server
 from tests.support.real_model_fixture import (
     INJECTED_CLAIM,
@@ -60,6 +64,11 @@ from tests.support.real_model_fixture import (
     memory_rows,
 )
 
+# The smoke tier (tests/bench) runs `--quick` plus each argument list and checks that the
+# last line has the format documented above (docs/benchmarks.md, "Quick mode").
+QUICK_RUNS: QuickRuns = [
+    ([], "real_model stored_valid_pct=<x> junk_stored=<n> prior_facts_lost=<n> passes=<n>")
+]
 _ATTEMPT = re.compile(r"model pass attempt \d+/\d+ failed: (.*)")
 _EMBED = LocalMiniLMEmbedding()
 
@@ -103,7 +112,7 @@ class Replies:
     def __init__(self) -> None:
         self.contents: list[str] = []
 
-    def __call__(self, response: httpx.Response) -> None:
+    def __call__(self, response: httpx2.Response) -> None:
         response.read()
         with contextlib.suppress(ValueError, KeyError, IndexError, TypeError):
             self.contents.append(str(response.json()["choices"][0]["message"]["content"]))
@@ -191,7 +200,7 @@ def main() -> int:
     parser.add_argument("--max-retries", type=int, default=3)
     parser.add_argument("--max-output-tokens", type=int, default=2048)
     parser.add_argument("--timeout", type=float, default=300, help="seconds per request")
-    args = parser.parse_args()
+    args = parse_bench_args(parser, max_retries=0, max_output_tokens=32, timeout=60)
 
     failed = FailedAttempts()
     logging.getLogger("controller.summarizers.chat_model").addHandler(failed)
@@ -200,7 +209,7 @@ def main() -> int:
     rss_peak = 0
     with (
         tempfile.TemporaryDirectory(prefix="sso-bench-real-") as tmp,
-        running_chroma(Path(tmp) / "chroma") as chroma,
+        bench_chroma(Path(tmp) / "chroma") as chroma_url,
         running_llama_server(Path(tmp) / "llama") as llama,
     ):
         print(f"# llama.cpp server (xllamacpp {SERVER_VERSION}), {Path(MODEL_FILE).name}")
@@ -218,14 +227,14 @@ def main() -> int:
                 max_output_tokens=args.max_output_tokens,
                 max_concurrency=1,
             ),
-            client=httpx.Client(
-                timeout=httpx.Timeout(args.timeout), event_hooks={"response": [replies]}
+            http_client=httpx2.Client(
+                timeout=httpx2.Timeout(args.timeout), event_hooks={"response": [replies]}
             ),
         )
         for transcript in TRANSCRIPTS:
             suffix = uuid.uuid4().hex[:8]
             location = StoreLocation(
-                url=chroma.url,
+                url=chroma_url,
                 memory_collection=f"bench-memory-{suffix}",
                 summary_collection=f"bench-sessions-{suffix}",
             )

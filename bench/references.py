@@ -19,9 +19,10 @@ baseline summarizes only the newest chunk (same replies, same code) and overwrit
 "sections" counts what the document names outside its References section (what the
 summarizer alone kept).
 
-    .venv/bin/python -m bench.references [--sessions 3] [--passes 12]
+    .venv/bin/python -m bench.references [--sessions 3] [--passes 12] [--quick]
 
-Last line: references recall_pct=<lowest recall of any pass, both backends> passes=<n>
+Last line (recall_pct: the lowest recall after any pass, both backends):
+references recall_pct=<pct> passes=<n>
 """
 
 from __future__ import annotations
@@ -51,8 +52,12 @@ from controller.summarizers.chat_model import ChatModelSummarizer
 from controller.summarizers.chat_prompt import ChatModelConfig
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
-from devenv.chroma import running_chroma
+from devenv.bench import QuickRuns, bench_chroma, parse_bench_args
 from tests.support.openai_server import Reply, hash_embedding, running_openai_server
+
+# The smoke tier (tests/bench) runs `--quick` plus each argument list and checks that the
+# last line has the format documented above (docs/benchmarks.md, "Quick mode").
+QUICK_RUNS: QuickRuns = [([], "references recall_pct=<pct> passes=<n>")]
 
 COMPONENTS = ("exporter", "scheduler", "gateway", "indexer", "cache", "router")
 REPO = "https://github.com/acme/session-summary-operator"
@@ -214,10 +219,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=3)
     parser.add_argument("--passes", type=int, default=12, help="incremental passes per session")
-    args = parser.parse_args()
+    # Two passes: the second is incremental, over the first's stored summary.
+    args = parse_bench_args(parser, sessions=1, passes=2)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     work = Path(tempfile.mkdtemp(prefix="sso-bench-refs-"))
-    with running_chroma(work / "chroma") as chroma, running_openai_server() as server:
+    with bench_chroma(work / "chroma") as chroma_url, running_openai_server() as server:
 
         def embed(texts: list[str]) -> list[Any]:
             return [hash_embedding(t) for t in texts]
@@ -239,7 +245,7 @@ def main() -> int:
         totals = []
         for name, summarizer, script in backends:
             location = StoreLocation(
-                url=chroma.url,
+                url=chroma_url,
                 memory_collection=f"bench-refs-memory-{name}",
                 summary_collection=f"bench-refs-sessions-{name}",
             )

@@ -6,16 +6,21 @@ starts right before summaryctl's sunset call (create/patch of the SessionSummary
 when the row summary_<sessionId> in Chroma carries a summarizedAt after that start.
 Sessions are sunset one at a time so each figure is the latency of an idle system.
 
-    .venv/bin/python -m bench.sunset_latency [--sessions 100] [--memories 6]
+    .venv/bin/python -m bench.sunset_latency [--sessions 100] [--memories 6] [--quick]
 
 Last line: sunset_latency p50_ms=<n> p99_ms=<n>
+
+--under-load: the same while 100 other sessions (--others) are re-summarized continuously
+and a sweep every 5 s finds a backlog of 500 unsummarized sessions (--backlog); afterwards
+it waits for the whole backlog and prints its drain time. Last line:
+sunset_latency_under_load p50_ms=<n> p99_ms=<n>
 
 --marker: the sunset is a sunset marker memory written straight into Chroma (what an agent
 without Kubernetes credentials does: docs/agents.md), found by the sweep's marker scan.
 Operator and SessionSummarizer keep their defaults (the timer ticks every 5 s, the sweep
 every 300 s with a 900 s idle threshold, and the sessions' memories are seconds old, so only
 the marker can summarize them). Each marker is written at a random moment of the tick (a
-uniform pause first), as agents' markers are. SSO_SWEEP_TICK_SECONDS=1 in the environment
+uniform pause first), as agents' markers are. --sweep-tick 1 (SSO_SWEEP_TICK_SECONDS=1)
 measures a shorter tick. Last line:
 sunset_marker_latency p50_ms=<n> p99_ms=<n>
 """
@@ -31,12 +36,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import argparse
 import json
 import math
-import os
 import random
 import statistics
 import tempfile
 import threading
 import time
+from typing import Any
+
+import numpy as np
 
 from controller.config import CONFIG
 from controller.core.memories import SUNSET_MARKER_TYPE
@@ -45,13 +52,25 @@ from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.kube import client as kube
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
-from devenv.chroma import running_chroma
-from devenv.controlplane import REPO_ROOT, running_control_plane
+from devenv.bench import (
+    QuickRuns,
+    bench_chroma,
+    bench_control_plane,
+    create_summarizer,
+    parse_bench_args,
+)
 from devenv.demo_data import SAMPLE_SESSIONS, SampleSession, memory_rows
 from devenv.operator import start_operator
 from devenv.processes import stop, tail, wait_for
 
-NS = "bench"
+NS = "bench"  # and bench-load, bench-marker: each mode its own
+# The smoke tier (tests/bench) runs `--quick` plus each argument list and checks that the
+# last line has the format documented above (docs/benchmarks.md, "Quick mode").
+QUICK_RUNS: QuickRuns = [
+    ([], "sunset_latency p50_ms=<n> p99_ms=<n>"),
+    (["--under-load"], "sunset_latency_under_load p50_ms=<n> p99_ms=<n>"),
+    (["--marker"], "sunset_marker_latency p50_ms=<n> p99_ms=<n>"),
+]
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -73,43 +92,42 @@ def main() -> int:
     parser.add_argument(
         "--under-load",
         action="store_true",
-        help="measure while 100 other sessions are re-summarized continuously and a sweep "
-        "with a backlog of 500 unsummarized sessions runs every 5 s; afterwards waits for "
-        "the whole backlog and prints its drain time",
+        help="measure while --others sessions are re-summarized continuously and a sweep "
+        "with a backlog of --backlog unsummarized sessions runs every 5 s; afterwards waits "
+        "for the whole backlog and prints its drain time",
+    )
+    parser.add_argument("--others", type=int, default=100, help="re-summarized (--under-load)")
+    parser.add_argument("--backlog", type=int, default=500, help="for the sweep (--under-load)")
+    parser.add_argument(
+        "--sweep-tick",
+        type=float,
+        default=None,
+        help="SSO_SWEEP_TICK_SECONDS of the operator (default: its own, 5 s)",
     )
     parser.add_argument(
         "--marker",
         action="store_true",
         help="sunset by writing a sunset marker memory into Chroma (no Kubernetes call)",
     )
-    args = parser.parse_args()
+    args = parse_bench_args(
+        parser, sessions=3, memories=2, timeout=30, others=4, backlog=10, sweep_tick=1
+    )
     if args.marker and args.under_load:
         parser.error("--marker and --under-load measure different things; pick one")
+    ns = NS + ("-load" if args.under_load else "-marker" if args.marker else "")
     work = Path(tempfile.mkdtemp(prefix="sso-bench-"))
-    sweep = "true" if args.under_load else "false"
-    # --marker: the summarizer's defaults (the sweep on, every 300 s, idle after 900 s).
-    sweep_spec = (
-        ""
-        if args.marker
-        else f", sweep: {{enabled: {sweep}, intervalSeconds: 5, idleSeconds: 900, "
-        "maxSessionsPerSweep: 50}"
-    )
-    with running_control_plane(work / "cp") as cp, running_chroma(work / "chroma") as chroma:
+    with bench_control_plane(work / "cp") as cp, bench_chroma(work / "chroma") as chroma_url:
         env = cp.env()
-        cp.kubectl_run("apply", "-f", str(REPO_ROOT / "crds"))
-        cp.kubectl_run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        cp.kubectl_run("create", "namespace", NS)
-        cp.kubectl_run(
-            "apply",
-            "-f",
-            "-",
-            input=(
-                "apiVersion: memorycore.io/v1alpha1\nkind: SessionSummarizer\n"
-                f"metadata: {{name: default, namespace: {NS}}}\n"
-                f"spec: {{store: {{url: '{chroma.url}'}}{sweep_spec}}}\n"
-            ),
-        )
-        loc = StoreLocation(url=chroma.url)
+        spec: dict[str, Any] = {"store": {"url": chroma_url}}
+        if not args.marker:  # --marker: the defaults (on, every 300 s, idle after 900 s)
+            spec["sweep"] = {
+                "enabled": args.under_load,
+                "intervalSeconds": 5,
+                "idleSeconds": 900,
+                "maxSessionsPerSweep": 50,
+            }
+        create_summarizer(cp, ns, spec)
+        loc = StoreLocation(url=chroma_url)
         store = MemoryStore(connect(loc), loc)
         base = SAMPLE_SESSIONS[1]
         turns = (base.turns * ((args.memories // len(base.turns)) + 1))[: args.memories]
@@ -130,9 +148,9 @@ def main() -> int:
                 metas.append(row[2])
         store.add_memories(ids, docs, metas, create=True)
         summaries = store.summaries(create=True)
-        others = [f"other-{i:03d}" for i in range(100)]
+        others = [f"other-{i:03d}" for i in range(args.others)]
         if args.under_load:
-            backlog = [f"backlog-{i:03d}" for i in range(500)]
+            backlog = [f"backlog-{i:03d}" for i in range(args.backlog)]
             rows = [
                 r
                 for i, sid in enumerate(backlog)
@@ -142,21 +160,25 @@ def main() -> int:
                 )
             ]
             store.add_memories([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
-            print("loaded a backlog of 500 unsummarized sessions for the sweep", file=sys.stderr)
+            print(
+                f"loaded a backlog of {len(backlog)} unsummarized sessions for the sweep",
+                file=sys.stderr,
+            )
         print(f"loaded {len(ids)} memories in {args.sessions} sessions", file=sys.stderr)
 
         log = work / "operator.log"
         op_env = dict(env, SSO_REPLICA_ID="bench-operator")
-        operator = start_operator(log, op_env, "--standalone", "--namespace", NS)
+        if args.sweep_tick:
+            op_env["SSO_SWEEP_TICK_SECONDS"] = str(args.sweep_tick)
+        operator = start_operator(log, op_env, "--standalone", "--namespace", ns)
         operator_started = time.monotonic()
         drained: list[str] = []  # the backlog's line (under load)
-        os.environ["KUBECONFIG"] = str(cp.kubeconfig)
         latencies: list[float] = []
         stop_load = threading.Event()
         load_rounds = [0]
 
         def others_done() -> bool:
-            items = list(kube.iter_summaries(NS))
+            items = list(kube.iter_summaries(ns))
             done = {
                 o["spec"]["sessionId"]
                 for o in items
@@ -165,8 +187,8 @@ def main() -> int:
             return all(o in done for o in others)
 
         def background_load() -> None:
-            """Keeps 100 other summaries in flight: a new memory each, a sunset each, and the
-            next round as soon as all 100 are done."""
+            """Keeps the other summaries in flight: a new memory each, a sunset each, and the
+            next round as soon as all are done."""
             while not stop_load.is_set():
                 n = load_rounds[0]
                 now_ms = int(time.time() * 1000) - 120_000
@@ -185,26 +207,26 @@ def main() -> int:
                     ],
                 )
                 for o in others:
-                    kube.request_summary(NS, o, trigger="sunset")
+                    kube.request_summary(ns, o, trigger="sunset")
                 load_rounds[0] += 1
-                while not stop_load.is_set() and not others_done():  # <= 100 in flight
+                while not stop_load.is_set() and not others_done():  # <= others in flight
                     stop_load.wait(0.2)
 
         memories = store.memories()  # a plain Chroma collection: what an agent holds
         marker_vector = LocalMiniLMEmbedding()(["session sunset"])[0]
         jitter = random.Random(18)
-        tick = CONFIG.sweep_tick_seconds  # the operator's too: it inherits our environment
+        tick = float(op_env.get("SSO_SWEEP_TICK_SECONDS") or CONFIG.sweep_tick_seconds)
 
         def write_marker(sid: str, at_ms: int) -> None:
             memories.add(
                 ids=[f"sunset-{sid}-{at_ms}"],
                 documents=["session sunset"],
                 metadatas=[{"sessionId": sid, "timestamp": at_ms, "type": SUNSET_MARKER_TYPE}],
-                embeddings=[marker_vector],
+                embeddings=np.asarray([marker_vector]),
             )
 
         def swept_once() -> bool:
-            obj, _ = kube.get_summarizer(NS, "default")
+            obj, _ = kube.get_summarizer(ns, "default")
             return (obj.get("status") or {}).get("watermark") is not None
 
         loader = threading.Thread(target=background_load, daemon=True)
@@ -225,7 +247,7 @@ def main() -> int:
                     write_marker(sid, wall0_ms)
                     name = summary_object_name(sid)
                 else:
-                    name, _ = kube.request_summary(NS, sid, trigger="sunset")
+                    name, _ = kube.request_summary(ns, sid, trigger="sunset")
                 deadline = t0 + args.timeout
                 while True:
                     got = summaries.get(ids=[f"summary_{sid}"], include=["metadatas"])
@@ -233,7 +255,7 @@ def main() -> int:
                     if metas_ and int(metas_[0].get("summarizedAt", 0)) >= wall0_ms - 5:  # type: ignore[arg-type]
                         break
                     if time.monotonic() > deadline:
-                        obj = kube.get_summary(NS, name) or {}
+                        obj = kube.get_summary(ns, name) or {}
                         raise SystemExit(
                             f"{sid} not summarized in {args.timeout} s; its SessionSummary: "
                             f"{json.dumps(obj.get('status'))}\n{tail(log)}"
@@ -271,8 +293,8 @@ def main() -> int:
     print("slowest: " + " ".join(f"#{i + 1}={latencies[i]:.0f}ms" for i in worst))
     if args.under_load:
         print(
-            f"background: {load_rounds[0]} rounds of 100 other summaries in flight, "
-            "a sweep every 5 s over a backlog of 500 sessions"
+            f"background: {load_rounds[0]} rounds of {len(others)} other summaries in flight, "
+            f"a sweep every 5 s over a backlog of {args.backlog} sessions"
         )
         print(*drained, sep="\n")
         print(f"sunset_latency_under_load p50_ms={p50:.0f} p99_ms={p99:.0f}")

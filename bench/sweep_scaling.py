@@ -10,7 +10,7 @@ in 100 sessions. Both methods must find exactly those 100 stale sessions.
   session, page through every summary, compare counts (how the old script selected).
 Vectors are 8-d random: the scan cost under test is metadata, not embedding.
 
-    .venv/bin/python -m bench.sweep_scaling [--sizes 100,1000,10000]
+    .venv/bin/python -m bench.sweep_scaling [--sizes 100,1000,10000] [--quick]
 
 Last line: sweep_scaling memories=<n> ours_s=<n> fullscan_s=<n> ratio=<n> (largest size)
 """
@@ -28,15 +28,21 @@ import random
 import tempfile
 import time
 from collections import Counter
+from typing import cast
 
+import numpy as np
 from chromadb.api.models.Collection import Collection
+from chromadb.api.types import Metadata, Where
 
 from controller.api import SessionSummarizerSpec
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from controller.sweep import plan_from_store
-from devenv.chroma import running_chroma
+from devenv.bench import QuickRuns, bench_chroma, parse_bench_args
 
+# The smoke tier (tests/bench) runs `--quick` plus each argument list and checks that the
+# last line has the format documented above (docs/benchmarks.md, "Quick mode").
+QUICK_RUNS: QuickRuns = [([], "sweep_scaling memories=<n> ours_s=<n> fullscan_s=<n> ratio=<n>")]
 PER_SESSION = 100
 BATCH = 5000
 PAGE = 2000
@@ -45,26 +51,28 @@ NEW = 1000
 STALE = 100
 
 
-def vectors(n: int, rng: random.Random) -> list[list[float]]:
-    return [[rng.random() for _ in range(8)] for _ in range(n)]
+def vectors(n: int, rng: random.Random) -> np.ndarray:
+    return np.array([[rng.random() for _ in range(8)] for _ in range(n)], dtype=np.float32)
 
 
 def load(
-    coll: Collection, ids: list[str], docs: list[str], metas: list[dict], rng: random.Random
-) -> None:  # type: ignore[type-arg]
+    coll: Collection, ids: list[str], docs: list[str], metas: list[Metadata], rng: random.Random
+) -> None:
     for i in range(0, len(ids), BATCH):
         coll.add(
             ids=ids[i : i + BATCH],
             documents=docs[i : i + BATCH],
             metadatas=metas[i : i + BATCH],
             embeddings=vectors(len(ids[i : i + BATCH]), rng),
-        )  # type: ignore[arg-type]
+        )
 
 
 def populate(store: MemoryStore, sessions: int, now: int, rng: random.Random) -> None:
     mem, summ = store.create_memory_collection(), store.summaries(create=True)
     newest: dict[str, int] = {}
-    ids, docs, metas = [], [], []
+    ids: list[str] = []
+    docs: list[str] = []
+    metas: list[Metadata] = []
     for s in range(sessions):
         sid = f"s{s:05d}"
         start = now - 30 * DAY + rng.randrange(0, 29 * DAY)
@@ -79,18 +87,17 @@ def populate(store: MemoryStore, sessions: int, now: int, rng: random.Random) ->
             ids, docs, metas = [], [], []
     load(mem, ids, docs, metas, rng)
     sids = sorted(newest)
-    load(
-        summ,
-        [f"summary_{s}" for s in sids],
-        ["summary"] * len(sids),
-        [{"sessionId": s, "timestamp": newest[s], "memoryCount": PER_SESSION} for s in sids],
-        rng,
-    )
+    summary_metas: list[Metadata] = [
+        {"sessionId": s, "timestamp": newest[s], "memoryCount": PER_SESSION} for s in sids
+    ]
+    load(summ, [f"summary_{s}" for s in sids], ["summary"] * len(sids), summary_metas, rng)
 
 
 def add_new(store: MemoryStore, sessions: int, now: int, rng: random.Random) -> set[str]:
     stale = {f"s{s:05d}" for s in rng.sample(range(sessions), min(STALE, sessions))}
-    ids, docs, metas = [], [], []
+    ids: list[str] = []
+    docs: list[str] = []
+    metas: list[Metadata] = []
     per = NEW // len(stale)
     for sid in sorted(stale):
         for k in range(per):
@@ -109,7 +116,7 @@ def full_scan(store: MemoryStore, now: int) -> tuple[set[str], int]:
     read = offset = 0
     while True:
         got = mem.get(
-            where={"timestamp": {"$gte": now - 30 * DAY}},
+            where=cast(Where, {"timestamp": {"$gte": now - 30 * DAY}}),
             include=["metadatas"],
             limit=PAGE,
             offset=offset,
@@ -174,11 +181,11 @@ def main() -> int:
     parser.add_argument(
         "--sizes", default="100,1000,10000", help="sessions per size (x100 memories)"
     )
-    args = parser.parse_args()
+    args = parse_bench_args(parser, sizes="2,20")  # 20: the full scan reads two pages
     results = []
-    with running_chroma(Path(tempfile.mkdtemp(prefix="sso-scale-"))) as chroma:
+    with bench_chroma(Path(tempfile.mkdtemp(prefix="sso-scale-"))) as chroma_url:
         for sessions in (int(x) for x in args.sizes.split(",")):
-            memories, ours, full = measure(chroma.url, sessions)
+            memories, ours, full = measure(chroma_url, sessions)
             results.append((memories, ours, full))
             print(
                 f"sweep_scaling memories={memories} ours_s={ours:.3f} fullscan_s={full:.2f} "

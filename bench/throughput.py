@@ -10,7 +10,7 @@ Summarized (seen on a watch). Besides the rate, each level prints the share of m
 busy, the fill (first sunset -> first model call) and the drain (last model reply -> last
 object Summarized).
 
-    .venv/bin/python -m bench.throughput [--latency 2.0]
+    .venv/bin/python -m bench.throughput [--latency 2.0] [--quick]
 
 Last line: throughput efficiency_at_16=<pct>
 
@@ -31,11 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
 import json
-import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 from kubernetes import watch
@@ -45,12 +44,27 @@ from controller.api import GROUP, SUMMARY_PLURAL, VERSION
 from controller.kube import client as kube
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
-from devenv.chroma import running_chroma
-from devenv.controlplane import REPO_ROOT, ControlPlane, running_control_plane
+from devenv.bench import (
+    QuickRuns,
+    bench_chroma,
+    bench_control_plane,
+    create_summarizer,
+    parse_bench_args,
+)
+from devenv.controlplane import ControlPlane
 from devenv.operator import start_operator
 from devenv.processes import stop, tail
 from tests.support.openai_server import OpenAIServer, running_openai_server
 
+# The smoke tier (tests/bench) runs `--quick` plus each argument list and checks that the
+# last line has the format documented above (docs/benchmarks.md, "Quick mode").
+QUICK_RUNS: QuickRuns = [
+    ([], "throughput efficiency_at_16=<pct>"),
+    (
+        ["--backend", "extractive"],
+        "extractive_throughput summaries_per_s=<x> backlog=<n> drain_s=<s>",
+    ),
+]
 REPLY = {
     "title": "Exporter hardening",
     "category": "feature",
@@ -79,7 +93,10 @@ def wait_all_summarized(ns: str, names: set[str], timeout_s: float) -> float:
     version = None
     while pending and time.monotonic() < deadline:
         if version is None:
-            listed = kube.custom().list_namespaced_custom_object(GROUP, VERSION, ns, SUMMARY_PLURAL)
+            listed = cast(
+                dict[str, Any],
+                kube.custom().list_namespaced_custom_object(GROUP, VERSION, ns, SUMMARY_PLURAL),
+            )
             version = listed["metadata"]["resourceVersion"]
             for obj in listed["items"]:
                 if (obj.get("status") or {}).get("phase") == "Summarized":
@@ -121,33 +138,24 @@ def run_level(
     workers: int | None,
 ) -> Level:
     ns = f"tp-{c}"
-    cp.kubectl_run("create", "namespace", ns)
-    cp.kubectl_run(
-        "apply",
-        "-f",
-        "-",
-        input=json.dumps(
-            {
-                "apiVersion": "memorycore.io/v1alpha1",
-                "kind": "SessionSummarizer",
-                "metadata": {"name": "default", "namespace": ns},
-                "spec": {
-                    "store": {
-                        "url": chroma_url,
-                        "memoryCollection": f"{ns}-memory",
-                        "summaryCollection": f"{ns}-sessions",
-                    },
-                    "model": {
-                        "backend": "openai",
-                        "baseUrl": model.base_url,
-                        "model": "test-chat",
-                        "maxConcurrency": c,
-                        "timeoutSeconds": 60,
-                    },
-                    "sweep": {"enabled": False},
-                },
-            }
-        ),
+    create_summarizer(
+        cp,
+        ns,
+        {
+            "store": {
+                "url": chroma_url,
+                "memoryCollection": f"{ns}-memory",
+                "summaryCollection": f"{ns}-sessions",
+            },
+            "model": {
+                "backend": "openai",
+                "baseUrl": model.base_url,
+                "model": "test-chat",
+                "maxConcurrency": c,
+                "timeoutSeconds": 60,
+            },
+            "sweep": {"enabled": False},
+        },
     )
     loc = StoreLocation(
         url=chroma_url, memory_collection=f"{ns}-memory", summary_collection=f"{ns}-sessions"
@@ -207,19 +215,12 @@ def run_extractive(
     """(summaries per second, drain seconds) for a backlog summarized by the extractive
     backend with the local embedding."""
     ns = "tp-extractive"
-    cp.kubectl_run("create", "namespace", ns)
     store_spec = {
         "url": chroma_url,
         "memoryCollection": f"{ns}-memory",
         "summaryCollection": f"{ns}-sessions",
     }
-    summarizer = {
-        "apiVersion": "memorycore.io/v1alpha1",
-        "kind": "SessionSummarizer",
-        "metadata": {"name": "default", "namespace": ns},
-        "spec": {"store": store_spec, "sweep": {"enabled": False}},
-    }
-    cp.kubectl_run("apply", "-f", "-", input=json.dumps(summarizer))
+    create_summarizer(cp, ns, {"store": store_spec, "sweep": {"enabled": False}})
     loc = StoreLocation(
         url=chroma_url, memory_collection=f"{ns}-memory", summary_collection=f"{ns}-sessions"
     )
@@ -288,33 +289,28 @@ def main() -> int:
     parser.add_argument(
         "--workers", type=int, default=None, help="SSO_WORKERS (default: the operator's)"
     )
-    args = parser.parse_args()
+    # C = 16, the figure's level, for one round: 16 sessions, one model pass each.
+    args = parse_bench_args(parser, backlog=4, latency=0.2, rounds=1, levels="16")
     work = Path(tempfile.mkdtemp(prefix="sso-tp-"))
     if args.backend == "extractive":
         with (
-            running_control_plane(work / "cp") as cp,
-            running_chroma(work / "chroma") as chroma,
+            bench_control_plane(work / "cp") as cp,
+            bench_chroma(work / "chroma") as chroma_url,
         ):
-            os.environ["KUBECONFIG"] = str(cp.kubeconfig)
-            cp.kubectl_run("apply", "-f", str(REPO_ROOT / "crds"))
-            cp.kubectl_run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-            rate, drain = run_extractive(cp, chroma.url, work, args.backlog, args.trigger)
+            rate, drain = run_extractive(cp, chroma_url, work, args.backlog, args.trigger)
         figures = f"summaries_per_s={rate:.1f} backlog={args.backlog} drain_s={drain:.1f}"
         print(f"extractive_throughput {figures}")
         return 0
     efficiency: dict[int, float] = {}
     with (
-        running_control_plane(work / "cp") as cp,
-        running_chroma(work / "chroma") as chroma,
+        bench_control_plane(work / "cp") as cp,
+        bench_chroma(work / "chroma") as chroma_url,
         running_openai_server(
             default_reply=json.dumps(REPLY), latency_seconds=args.latency
         ) as model,
     ):
-        os.environ["KUBECONFIG"] = str(cp.kubeconfig)
-        cp.kubectl_run("apply", "-f", str(REPO_ROOT / "crds"))
-        cp.kubectl_run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         for c in (int(x) for x in args.levels.split(",")):
-            level = run_level(cp, chroma.url, model, c, work, args.rounds, args.workers)
+            level = run_level(cp, chroma_url, model, c, work, args.rounds, args.workers)
             ideal = c / args.latency
             efficiency[c] = 100 * level.rate / ideal
             print(

@@ -1,4 +1,5 @@
-"""`python -m controller run ...` starts the operator; anything else goes to summaryctl."""
+"""`python -m controller run ...` starts the operator, `python -m controller gate ...` the
+bundled Chroma's token gate; anything else goes to summaryctl."""
 
 import os
 import sys
@@ -22,6 +23,10 @@ def run_operator(argv: list[str]) -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "run":
         run_operator(sys.argv[2:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "gate":
+        from controller.chroma_gate import main as gate
+
+        sys.exit(gate(sys.argv[2:]))
     else:
         from controller.cli.main import main
 

@@ -12,7 +12,7 @@ import re
 from typing import Annotated, ClassVar, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 from pydantic.alias_generators import to_camel
 
 from controller.core.visibility import (
@@ -37,27 +37,78 @@ Trigger = Literal["sunset", "sweep", "manual", "sunset-marker", "refresh"]
 
 
 class CamelModel(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+    # hide_input_in_errors: a refused value (a URL with a password in it) is never repeated
+    # in the error, which ends up in a condition, an Event or a log line.
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", hide_input_in_errors=True
+    )
 
     def to_api(self) -> dict[str, object]:
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
+# Kubernetes' own rules: a Secret's name is a DNS subdomain, its keys [-._a-zA-Z0-9]+; both
+# at most 253 characters.
+SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+SecretName = Annotated[str, Field(min_length=1, max_length=253, pattern=SECRET_NAME_PATTERN)]
+SecretKey = Annotated[str, Field(min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN)]
+
+
 class SecretKeyRef(CamelModel):
-    name: str
-    key: str
+    name: SecretName
+    key: SecretKey
 
 
 class TokenSecretRef(SecretKeyRef):
     """A Secret key holding a Chroma token; the key defaults to "token"."""
 
-    key: str = "token"
+    key: SecretKey = "token"
 
 
 class ApiKeySecretRef(SecretKeyRef):
     """A Secret key holding an API key; the key defaults to "api-key"."""
 
-    key: str = "api-key"
+    key: SecretKey = "api-key"
+
+
+# An OpenAI-compatible endpoint: http(s), a host, no user:password@ (credentials belong in a
+# Secret: a URL is printed in conditions and Events), no whitespace. The same pattern is in
+# the CRD (model.baseUrl, embedding.baseUrl) and the chart's values schema.
+ENDPOINT_URL_MAX = 2048
+ENDPOINT_URL_PATTERN = r"^https?://[^\s/?#@]+([/?#]\S*)?$"
+ENDPOINT_URL_MESSAGE = (
+    "must be an http(s) URL with a host and no user:password@ (put the key in a Secret: "
+    "apiKeySecretRef)"
+)
+
+
+def endpoint_url_problem(url: str) -> str | None:
+    """Why an endpoint base URL is refused; None when accepted. Never repeats the URL."""
+    if len(url) > ENDPOINT_URL_MAX:
+        return f"must be at most {ENDPOINT_URL_MAX} characters"
+    if not re.fullmatch(ENDPOINT_URL_PATTERN, url):
+        return ENDPOINT_URL_MESSAGE
+    try:
+        parsed = urlsplit(url)
+        parsed.port  # noqa: B018 - raises on a port out of range or an invalid IPv6 address
+    except ValueError as exc:
+        return f"has an invalid host or port ({exc})"
+    if not parsed.hostname:
+        return ENDPOINT_URL_MESSAGE
+    return None
+
+
+def _endpoint_url(value: str | None) -> str | None:
+    if value is not None and (problem := endpoint_url_problem(value)):
+        raise ValueError(f"baseUrl {problem}")
+    return value
+
+
+# Bounds of the free-form strings and lists (the CRD states them too).
+MODEL_NAME_MAX = 256
+MEMORY_TYPE_MAX = 256
+EXCLUDED_TYPES_MAX = 64
 
 
 class StoreSpec(CamelModel):
@@ -91,9 +142,10 @@ class StoreSpec(CamelModel):
         r"/?$"
     )
 
-    url: str = "http://chroma:8000"
-    tenant: str = Field(default="default_tenant", min_length=1)
-    database: str = Field(default="default_database", min_length=1)
+    URL_MAX: ClassVar[int] = 300  # a 253-character host name, a port and the scheme fit
+    url: str = Field(default="http://chroma:8000", max_length=URL_MAX)
+    tenant: str = Field(default="default_tenant", min_length=1, max_length=256)
+    database: str = Field(default="default_database", min_length=1, max_length=256)
     memory_collection: str = Field(default="neo-agent-memory", min_length=3, max_length=512)
     summary_collection: str = Field(default="neo-agent-sessions", min_length=3, max_length=512)
     auth_secret_ref: TokenSecretRef | None = None
@@ -139,26 +191,38 @@ class StoreSpec(CamelModel):
     def _http_url(cls, value: str) -> str:
         problem = cls.url_problem(value)
         if problem:
-            raise ValueError(f"{value!r} {problem}")
+            # Never repeated when it may carry credentials (the pattern refuses userinfo).
+            raise ValueError(f"{'url' if '@' in value else repr(value)} {problem}")
         return value
 
 
 class EmbeddingConfig(CamelModel):
     provider: Literal["local-minilm", "openai"] = "local-minilm"
-    model: str = "all-MiniLM-L6-v2"
-    base_url: str | None = None
+    model: str = Field(default="all-MiniLM-L6-v2", min_length=1, max_length=MODEL_NAME_MAX)
+    base_url: str | None = Field(default=None, max_length=ENDPOINT_URL_MAX)
     api_key_secret_ref: ApiKeySecretRef | None = None
+
+    @field_validator("base_url")
+    @classmethod
+    def _no_credentials_in_url(cls, value: str | None) -> str | None:
+        return _endpoint_url(value)
 
 
 class ModelSpec(CamelModel):
     backend: Literal["extractive", "openai"] = "extractive"
-    base_url: str | None = None
-    model: str | None = None
+    base_url: str | None = Field(default=None, max_length=ENDPOINT_URL_MAX)
+    model: str | None = Field(default=None, min_length=1, max_length=MODEL_NAME_MAX)
     api_key_secret_ref: ApiKeySecretRef | None = None
     timeout_seconds: float = Field(default=60.0, ge=1, le=600)
     max_retries: int = Field(default=3, ge=0, le=10)
     max_concurrency: int = Field(default=4, ge=1, le=64)
-    max_input_tokens: int = Field(default=6000, ge=256)
+    # Up to the largest context windows offered (2M tokens); a chunk is read into memory.
+    max_input_tokens: int = Field(default=6000, ge=256, le=2_000_000)
+
+    @field_validator("base_url")
+    @classmethod
+    def _no_credentials_in_url(cls, value: str | None) -> str | None:
+        return _endpoint_url(value)
 
 
 class VisibilitySpec(CamelModel):
@@ -191,17 +255,19 @@ class SweepSpec(CamelModel):
     enabled: bool = True
     interval_seconds: int = Field(default=300, ge=5, le=86_400)
     lookback_days: int = Field(default=30, ge=1, le=3650)
-    idle_seconds: int = Field(default=900, ge=0)
+    idle_seconds: int = Field(default=900, ge=0, le=2_592_000)  # 30 days
     max_sessions_per_sweep: int = Field(default=50, ge=1, le=10_000)
     # Refresh by size (docs/summaries.md): an active session whose memories since its last
     # summary exceed this many estimated tokens is summarized anyway; 0 turns it off.
-    refresh_after_tokens: int = Field(default=16_000, ge=0)
+    refresh_after_tokens: int = Field(default=16_000, ge=0, le=100_000_000)
     # ... at most once per this many seconds per session, so a busy session never churns.
     min_refresh_seconds: int = Field(default=900, ge=0, le=86_400)
 
 
 class RetentionSpec(CamelModel):
-    summarized_ttl_seconds: int = Field(default=604_800, ge=0, alias="summarizedTTLSeconds")
+    summarized_ttl_seconds: int = Field(
+        default=604_800, ge=0, le=315_360_000, alias="summarizedTTLSeconds"
+    )  # at most 10 years
 
 
 DEFAULT_EXCLUDED_TYPES = ["context-injection", "context-refresh", "tick", "heartbeat"]
@@ -214,7 +280,9 @@ class SessionSummarizerSpec(CamelModel):
     sweep: SweepSpec = SweepSpec()
     retention: RetentionSpec = RetentionSpec()
     visibility: VisibilitySpec = VisibilitySpec()
-    excluded_memory_types: list[str] = list(DEFAULT_EXCLUDED_TYPES)  # pydantic copies it
+    excluded_memory_types: list[
+        Annotated[str, StringConstraints(min_length=1, max_length=MEMORY_TYPE_MAX)]
+    ] = Field(default=list(DEFAULT_EXCLUDED_TYPES), max_length=EXCLUDED_TYPES_MAX)
 
 
 class Condition(CamelModel):
@@ -229,7 +297,7 @@ class Condition(CamelModel):
 class SessionSummarySpec(CamelModel):
     session_id: str = Field(min_length=1, max_length=1024)
     summarizer_ref: str = Field(default="default", min_length=1, max_length=253)
-    requested_at: str | None = None
+    requested_at: str | None = Field(default=None, max_length=64)
     trigger: Trigger = "manual"
 
     @field_validator("session_id")

@@ -1,7 +1,10 @@
 """Turns a SessionSummarizer spec into live parts: the store, the embedder, the summarizer.
 
 Secrets are read here (and only here) so their values never reach a status, an Event or a
-log line. Built parts are cached per configuration, so a summary costs no reconnects.
+log line, and a value goes only to a URL its Secret allows (core/destinations.py): the
+SessionSummarizer's author chooses the URLs, the Secret's owner where the value may go.
+Every URL is checked against the operator's allowed endpoints before anything is sent.
+Built parts are cached per configuration, so a summary costs no reconnects.
 """
 
 from __future__ import annotations
@@ -11,7 +14,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller.api import ModelSpec, SessionSummarizerSpec
+from controller.api import ModelSpec, SecretKeyRef, SessionSummarizerSpec
+from controller.config import CONFIG
+from controller.core.destinations import (
+    ALLOWED_URLS_ANNOTATION,
+    EndpointNotAllowed,
+    SecretHostNotAllowed,
+    SecretUse,
+    SecretVerdict,
+    endpoint_refusal,
+    judge_secret,
+)
 from controller.core.visibility import DEFAULT_VISIBILITY, VisibilityRules
 from controller.embeddings.spec import EmbeddingSpec, build_embedding_function
 from controller.kube import client as kube
@@ -44,18 +57,67 @@ _STORE_FIELDS = (
 )
 
 
-# Reads one key of a Secret: (namespace, name, key) -> value. The operator reads the
-# cluster; summaryctl may read the environment first (cli/settings.py).
-SecretReader = Callable[[str, str, str], str]
+def check_endpoint(field: str, url: str) -> None:
+    """Raises EndpointNotAllowed when the operator's allowed endpoints exclude url."""
+    refusal = endpoint_refusal(field, url, CONFIG.allowed_endpoints)
+    if refusal is not None:
+        raise EndpointNotAllowed(refusal)
+
+
+def secret_verdict(use: SecretUse, annotations: dict[str, str]) -> SecretVerdict:
+    return judge_secret(
+        use,
+        annotations.get(ALLOWED_URLS_ANNOTATION),
+        allow_unannotated=CONFIG.allow_unannotated_secrets,
+    )
+
+
+def secret_for(field: str, namespace: str, ref: SecretKeyRef, url: str) -> str:
+    """The value of a Secret key that will be sent to url, if the Secret allows url (else
+    SecretHostNotAllowed, naming the Secret, the URL and the annotation, never the value)."""
+    annotations, data = kube.read_secret(namespace, ref.name)
+    verdict = secret_verdict(SecretUse(field, namespace, ref.name, url), annotations)
+    if not verdict.allowed:
+        raise SecretHostNotAllowed(verdict.refusal)
+    return kube.secret_value(data, namespace, ref.name, ref.key)
+
+
+def secret_uses(spec: SessionSummarizerSpec, namespace: str) -> list[SecretUse]:
+    """Every Secret this spec would send, and where to: only those actually used."""
+    uses = []
+    if spec.store.auth_secret_ref is not None:
+        uses.append(
+            SecretUse(
+                "store.authSecretRef", namespace, spec.store.auth_secret_ref.name, spec.store.url
+            )
+        )
+    e = spec.embedding
+    if e.provider == "openai" and e.api_key_secret_ref is not None and e.base_url:
+        uses.append(
+            SecretUse("embedding.apiKeySecretRef", namespace, e.api_key_secret_ref.name, e.base_url)
+        )
+    m = spec.model
+    if m.backend == "openai" and m.api_key_secret_ref is not None and m.base_url:
+        uses.append(
+            SecretUse("model.apiKeySecretRef", namespace, m.api_key_secret_ref.name, m.base_url)
+        )
+    return uses
+
+
+# Reads the value of a Secret key that will be sent to a URL: (field, namespace, ref, url) ->
+# value. The operator uses secret_for; summaryctl reads the environment first
+# (cli/settings.py), then secret_for, so a Secret's allow-list holds there too.
+SecretReader = Callable[[str, str, SecretKeyRef, str], str]
 
 
 def store_location(
-    spec: SessionSummarizerSpec, namespace: str, read_secret: SecretReader = kube.read_secret_key
+    spec: SessionSummarizerSpec, namespace: str, read_secret: SecretReader = secret_for
 ) -> StoreLocation:
     s = spec.store
+    check_endpoint("store.url", s.url)
     token = None
     if s.auth_secret_ref is not None:
-        token = read_secret(namespace, s.auth_secret_ref.name, s.auth_secret_ref.key)
+        token = read_secret("store.authSecretRef", namespace, s.auth_secret_ref, s.url)
     where = s.model_dump(include=set(_STORE_FIELDS))
     # The summary collection records the embedding function it is created with.
     return StoreLocation(
@@ -67,12 +129,16 @@ def store_location(
 
 
 def embedding_spec(
-    spec: SessionSummarizerSpec, namespace: str, read_secret: SecretReader = kube.read_secret_key
+    spec: SessionSummarizerSpec, namespace: str, read_secret: SecretReader = secret_for
 ) -> EmbeddingSpec:
     e = spec.embedding
     api_key = None
-    if e.api_key_secret_ref is not None:
-        api_key = read_secret(namespace, e.api_key_secret_ref.name, e.api_key_secret_ref.key)
+    if e.provider == "openai" and e.base_url:
+        check_endpoint("embedding.baseUrl", e.base_url)
+        if e.api_key_secret_ref is not None:
+            api_key = read_secret(
+                "embedding.apiKeySecretRef", namespace, e.api_key_secret_ref, e.base_url
+            )
     return EmbeddingSpec(provider=e.provider, model=e.model, base_url=e.base_url, api_key=api_key)
 
 
@@ -100,15 +166,16 @@ def embedder_for(spec: EmbeddingSpec) -> Embedder:
 
 
 def chat_model_config(
-    model: ModelSpec, namespace: str, read_secret: SecretReader = kube.read_secret_key
+    model: ModelSpec, namespace: str, read_secret: SecretReader = secret_for
 ) -> ChatModelConfig:
     """The model endpoint of an openai backend; the API key from its Secret, if any."""
     if not model.base_url or not model.model:
         raise ValueError("model.baseUrl and model.model are required when backend is openai")
+    check_endpoint("model.baseUrl", model.base_url)
     api_key = None
     if model.api_key_secret_ref is not None:
         ref = model.api_key_secret_ref
-        api_key = read_secret(namespace, ref.name, ref.key)
+        api_key = read_secret("model.apiKeySecretRef", namespace, ref, model.base_url)
     return ChatModelConfig(
         base_url=model.base_url,
         model=model.model,

@@ -15,6 +15,8 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from controller.core.destinations import UrlPrefix, parse_prefixes
+
 
 def _default_replica_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
@@ -40,6 +42,9 @@ class OperatorConfig(BaseSettings):
     namespaces: Annotated[tuple[str, ...], NoDecode] = ()
     sweep_tick_seconds: float = Field(default=5.0, gt=0)
     metrics_port: int = Field(default=0, ge=0, le=65535)  # 0: no metrics endpoint
+    # The address metrics are served on: loopback for a local process; the chart sets the
+    # Pod's IP, so only the scrape path reaches them.
+    metrics_address: str = Field(default="127.0.0.1", min_length=1)
     retry_base_seconds: float = Field(default=2.0, gt=0)
     retry_max_seconds: float = Field(default=300.0, gt=0)
     # Distinct per replica: equal priorities freeze every replica (unset: a random one).
@@ -70,6 +75,14 @@ class OperatorConfig(BaseSettings):
     worker_idle_seconds: float = Field(default=0.5, ge=0)  # kopf keeps an idle worker
     # Progress/diff-base annotations kopf keeps on our objects use our group's prefix.
     annotation_prefix: str = "memorycore.io"
+    # Where a Secret's value may go (docs/security.md): only to URLs its
+    # memorycore.io/allowed-urls annotation lists. true: a Secret without the annotation is
+    # still sent, with a warning condition (the previous release's behaviour; removed in the
+    # next release).
+    allow_unannotated_secrets: bool = False
+    # Comma-separated URL prefixes every store.url, model.baseUrl and embedding.baseUrl must
+    # be under; empty: any URL.
+    allowed_endpoints: Annotated[tuple[UrlPrefix, ...], NoDecode] = ()
 
     @property
     def claim_renew_period(self) -> float:
@@ -92,6 +105,19 @@ class OperatorConfig(BaseSettings):
         if isinstance(value, str):
             return tuple(n.strip() for n in value.split(",") if n.strip())
         return value
+
+    @field_validator("allowed_endpoints", mode="before")
+    @classmethod
+    def _url_prefixes(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        prefixes, invalid = parse_prefixes(value)
+        if invalid:
+            raise ValueError(
+                f"not http(s) URL prefixes: {', '.join(invalid)} "
+                "(e.g. https://api.openai.com/v1, http://chroma.memory.svc:8000)"
+            )
+        return tuple(prefixes)
 
 
 def load() -> OperatorConfig:

@@ -186,7 +186,7 @@ def add_model_tokens(n: int) -> None:
         MODEL_TOKENS.inc(n)
 
 
-def start_metrics_server(port: int, addr: str = "0.0.0.0") -> int:
+def start_metrics_server(port: int, addr: str = "127.0.0.1") -> int:
     """Serves /metrics on port (0: a free port) in a daemon thread; idempotent per process.
 
     Returns the port served."""

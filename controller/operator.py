@@ -99,7 +99,7 @@ async def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: A
         CONFIG.peering_lifetime,
     )
     if CONFIG.metrics_port > 0:
-        start_metrics_server(CONFIG.metrics_port)
+        start_metrics_server(CONFIG.metrics_port, CONFIG.metrics_address)
     trim = asyncio.get_running_loop().create_task(_trim_heap(CONFIG.heap_trim_seconds))
     _TASKS.add(trim)
     collect = asyncio.get_running_loop().create_task(

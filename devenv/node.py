@@ -1,12 +1,13 @@
 """A real single-node Kubernetes cluster as local processes: the control plane of
 devenv/controlplane.py plus containerd (Debian's, with runc), kubelet, kube-controller-manager,
-kube-scheduler, kube-proxy (iptables), CoreDNS and a CNI bridge, so the operator's own image
-runs in real Pods (tests/e2e, `make node-up`).
+kube-scheduler, kube-proxy (iptables), CoreDNS, a CNI bridge and kube-router's network
+policy controller (NetworkPolicy enforced with iptables and ipset), so the operator's own
+image runs in real Pods (tests/e2e, `make node-up`).
 
 Everything lives in one work directory (containerd's root and state, kubelet's root, CNI
 config and IPAM, logs). What cannot live there is recorded before it is touched and undone
-at teardown, even after a failure: processes (by PID), mounts, iptables rules, network
-interfaces and kernel settings (sysctls).
+at teardown, even after a failure: processes (by PID), mounts, iptables rules, ipsets,
+network interfaces and kernel settings (sysctls).
 
     python -m devenv.node up [--image ARCHIVE]   # prints the KUBECONFIG to export
     python -m devenv.node load-image ARCHIVE     # an OCI archive (hack/build-image.sh)
@@ -71,6 +72,7 @@ _VOLATILE = re.compile(
     r"|^net/ipv4/tcp_fastopen_key)"
 )
 IPTABLES = (("iptables-save", "iptables-restore"), ("ip6tables-save", "ip6tables-restore"))
+NETPOL_BINARY = "kube-router-netpol"  # hack/install-node.sh builds it
 
 
 class NodeError(RuntimeError):
@@ -148,6 +150,12 @@ def _links() -> set[str]:
     return {link["ifname"] for link in json.loads(_run(["ip", "-j", "link", "show"]) or "[]")}
 
 
+def _ipsets() -> list[str]:
+    if not shutil.which("ipset"):
+        return []
+    return sorted(_run(["ipset", "list", "-n"], check=False).split())
+
+
 def _mounts_under(prefixes: tuple[str, ...]) -> list[str]:
     found = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
@@ -188,6 +196,7 @@ class HostSnapshot:
     netns: list[str] = field(default_factory=list)
     created_paths: list[str] = field(default_factory=list)  # made by the node, removed after
     cgroups: list[str] = field(default_factory=list)  # the node's cgroup parents that existed
+    ipsets: list[str] = field(default_factory=list)  # the network policy controller's sets
 
     @classmethod
     def take(cls) -> HostSnapshot:
@@ -196,6 +205,7 @@ class HostSnapshot:
             if shutil.which(save):
                 snap.iptables[save] = _run([save])
         snap.cgroups = sorted(str(p) for p in _node_cgroups())
+        snap.ipsets = _ipsets()
         snap.netns = sorted(p.name for p in NETNS_DIR.glob("*")) if NETNS_DIR.exists() else []
         for path in ("/var/log/containers", "/var/run/netns", "/run/containerd"):
             if not Path(path).exists():
@@ -238,6 +248,10 @@ class HostSnapshot:
                 subprocess.run([cmd, "-t", table, "-X"], capture_output=True, check=False)
             subprocess.run([restore], input=before, text=True, capture_output=True, check=False)
             done.append(f"{save.replace('-save', '')} rules")
+        # ipsets the rules referenced (gone with the rules above, so they can be destroyed).
+        for name in sorted(set(_ipsets()) - set(self.ipsets)):
+            subprocess.run(["ipset", "destroy", name], capture_output=True, check=False)
+            done.append(f"ipset {name}")
         done += [f"sysctl {k}" for k in restore_sysctls(self.sysctls)]
         # cgroups containerd made for the Pods (empty once their tasks are gone).
         for parent in _node_cgroups():
@@ -465,6 +479,7 @@ class LocalNode:
             self._start_kube_proxy()
             self._start_coredns(timeout)
             self._wait("node Ready", self._node_ready, timeout)
+            self._start_network_policy(timeout)
             self._wait("default ServiceAccount", self._default_sa, timeout)
         except BaseException:
             self.stop()
@@ -490,6 +505,7 @@ class LocalNode:
         )
         try:
             self.cp.start(timeout)
+            self.ports["apiserver"] = self.cp.api_port
         finally:
             for name, pid in self.cp.pids.items():
                 self.pids[f"cp-{name}"] = pid
@@ -692,8 +708,32 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
         path.write_text(json.dumps(cfg, indent=2))
         self._spawn("kube-proxy", [str(self.node_bin / "kube-proxy"), f"--config={path}", "--v=1"])
 
+    def _start_network_policy(self, timeout: float) -> None:
+        """kube-router's network policy controller (built alone by hack/install-node.sh): it
+        reads the Node object, so it starts once the node is registered."""
+        binary = self.node_bin / NETPOL_BINARY
+        if not binary.exists():
+            raise NodeError(f"{binary} is missing (hack/install-node.sh builds it)")
+        self._spawn(
+            "netpol",
+            [
+                str(binary),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--hostname-override={NODE_NAME}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--v=1",
+            ],
+        )
+        # Its top-level chains exist once it has synced (Pods' chains follow their events).
+        self._wait(
+            "network policy controller",
+            lambda: "KUBE-ROUTER-FORWARD" in _run(["iptables-save", "-t", "filter"]),
+            timeout,
+        )
+
     def _start_coredns(self, timeout: float) -> None:
         port, health, ready = free_port(), free_port(), free_port()
+        self.ports["coredns"] = port
         corefile = self.workdir / "Corefile"
         corefile.write_text(
             f""".:{port} {{
@@ -837,8 +877,14 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     def stop(self) -> list[str]:
         """Stops everything by PID and undoes the host changes; returns what was undone."""
         done: list[str] = []
-        for name in ("coredns", "kube-proxy", "kube-scheduler", "kube-controller-manager"):
+        daemons = ("netpol", "coredns", "kube-proxy", "kube-scheduler", "kube-controller-manager")
+        for name in daemons:
             self._kill(name)
+        # The controller's own clean-up (its chains and ipsets); the host snapshot below
+        # restores whatever is left.
+        netpol = self.node_bin / NETPOL_BINARY
+        if netpol.exists() and self.host is not None:
+            subprocess.run([str(netpol), "--cleanup-config"], capture_output=True, check=False)
         self._kill("kubelet")
         if "containerd" in self.pids and _alive(self.pids["containerd"]):
             self._remove_containers()

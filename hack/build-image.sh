@@ -87,7 +87,7 @@ content_hash() {
     cd "$src"
     {
       printf 'base %s\n' "$base_ref"
-      find Dockerfile requirements.lock pyproject.toml README.md controller -type f \
+      find Dockerfile requirements.lock requirements pyproject.toml README.md controller -type f \
         ! -path '*/__pycache__/*' ! -name '*.pyc' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
     } | sha256sum | cut -c1-16
   )

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # What the local node (devenv/node.py, `make node-up`) needs, installed and verified:
 #   - Debian packages by name, via apt: containerd, runc, the CNI plugins (bridge, host-local,
-#     loopback, portmap), iptables, conntrack, nftables; buildah and debootstrap for hack/build-image.sh;
+#     loopback, portmap), iptables, ipset, conntrack, nftables; buildah and debootstrap for
+#     hack/build-image.sh;
 #   - kubelet, kube-controller-manager, kube-scheduler and kube-proxy at KUBE_VERSION, CoreDNS
-#     at COREDNS_VERSION (a main with only the plugins the node uses) and a static `pause`,
+#     at COREDNS_VERSION (a main with only the plugins the node uses), kube-router's network
+#     policy controller at KUBE_ROUTER_VERSION (a main with only that controller) and a static `pause`,
 #     built from their Go modules (checked against the Go checksum database by the go
 #     command) and cached under ~/.cache keyed by version, each with its sha256 recorded.
 #
@@ -30,6 +32,7 @@ packages_missing() {
   command -v runc >/dev/null || missing+=(runc)
   [[ -x /usr/lib/cni/bridge || -x /opt/cni/bin/bridge ]] || missing+=(containernetworking-plugins)
   command -v iptables >/dev/null || missing+=(iptables)
+  command -v ipset >/dev/null || missing+=(ipset) # the network policy controller's sets
   command -v conntrack >/dev/null || missing+=(conntrack)
   command -v nft >/dev/null || missing+=(nftables) # teardown removes the tables the node made
   command -v buildah >/dev/null || missing+=(buildah)
@@ -134,6 +137,99 @@ GO
   record_sum coredns "$key"
 }
 
+# NetworkPolicy enforcement: kube-router's network policy controller (iptables and ipset) with
+# a main of its own, without kube-router's BGP routing and service proxy (not needed: the node
+# has a bridge and kube-proxy). devenv/node.py runs it as `kube-router-netpol`.
+build_netpol() {
+  local key="$KUBE_ROUTER_VERSION+netpol-only"
+  cached_ok kube-router-netpol "$key" && return 0
+  need_go
+  local work="$gobuild_root/kube-router-$KUBE_ROUTER_VERSION"
+  mkdir -p "$work"
+  rm -f "$work/tools.go"
+  printf 'module sso/kuberouter\n\ngo 1.24.0\n\nrequire github.com/cloudnativelabs/kube-router %s\n' "$KUBE_ROUTER_VERSION" >"$work/go.mod"
+  cat >"$work/main.go" <<'GO'
+// kube-router's network policy controller alone (no BGP routing, no service proxy): it
+// enforces NetworkPolicy on the local node with iptables and ipset.
+package main
+
+import (
+	"flag"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cloudnativelabs/kube-router/pkg/controllers/netpol"
+	"github.com/cloudnativelabs/kube-router/pkg/healthcheck"
+	"github.com/cloudnativelabs/kube-router/pkg/options"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+)
+
+func main() {
+	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the cluster")
+	hostname := flag.String("hostname-override", "", "this node's name")
+	serviceRange := flag.String("service-cluster-ip-range", "10.96.0.0/12", "Service CIDR")
+	syncPeriod := flag.Duration("iptables-sync-period", 5*time.Minute, "full resync period")
+	cleanup := flag.Bool("cleanup-config", false, "remove the controller's rules and ipsets, then exit")
+	klog.InitFlags(nil)
+	flag.Parse()
+	if *cleanup {
+		npc := netpol.NetworkPolicyController{}
+		npc.Cleanup()
+		return
+	}
+	config := options.NewKubeRouterConfig()
+	config.RunFirewall = true
+	config.HostnameOverride = *hostname
+	config.ClusterIPCIDR = *serviceRange
+	config.IPTablesSyncPeriod = *syncPeriod
+	rest, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		klog.Fatalf("kubeconfig: %v", err)
+	}
+	client := kubernetes.NewForConfigOrDie(rest)
+	factory := informers.NewSharedInformerFactory(client, 0)
+	pods := factory.Core().V1().Pods().Informer()
+	namespaces := factory.Core().V1().Namespaces().Informer()
+	policies := factory.Networking().V1().NetworkPolicies().Informer()
+	var ipsetMutex sync.Mutex
+	npc, err := netpol.NewNetworkPolicyController(client, config, pods, policies, namespaces, &ipsetMutex)
+	if err != nil {
+		klog.Fatalf("network policy controller: %v", err)
+	}
+	pods.AddEventHandler(npc.PodEventHandler)
+	namespaces.AddEventHandler(npc.NamespaceEventHandler)
+	policies.AddEventHandler(npc.NetworkPolicyEventHandler)
+	stop := make(chan struct{})
+	factory.Start(stop)
+	factory.WaitForCacheSync(stop)
+	health := make(chan *healthcheck.ControllerHeartbeat, 16)
+	go func() {
+		for range health {
+		}
+	}()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go npc.Run(health, stop, &wg)
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM)
+	<-signals
+	close(stop)
+	wg.Wait()
+}
+GO
+  # No `go mod tidy`: the build resolves exactly the versions kube-router's go.mod requires.
+  log "building kube-router-netpol $KUBE_ROUTER_VERSION"
+  (cd "$work" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w" -o "$bin_dir/kube-router-netpol.tmp" . >&2)
+  mv "$bin_dir/kube-router-netpol.tmp" "$bin_dir/kube-router-netpol"
+  record_sum kube-router-netpol "$key"
+}
+
 # The Pod sandbox's process: no pause image can be pulled here, so devenv/node.py packs this
 # static binary as a local image and sets it as containerd's sandbox_image.
 PAUSE_VERSION=sso-pause-1
@@ -181,6 +277,7 @@ start=$(date +%s)
 install_packages
 build_pause
 build_coredns
+build_netpol
 build_kubernetes_node
 log "node binaries ready in $(($(date +%s) - start))s: $bin_dir"
 echo "$bin_dir"

@@ -55,6 +55,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "integration" in str(item.path):
             item.add_marker(pytest.mark.integration)
+        if item.path.parent.name == "bench":
+            item.add_marker(pytest.mark.bench)
 
 
 def docker_and_kind_available() -> str | None:

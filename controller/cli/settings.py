@@ -98,18 +98,23 @@ def load_summarizer(args: argparse.Namespace) -> Summarizer | None:
 
 
 def secret_reader(field: str) -> Any:
-    """Reads a Secret key a summarizer names: the env var of that field, else the cluster."""
+    """Reads a Secret key a summarizer names, for a backend: the env var of that field when
+    set (the value is yours to give), else the Secret from the cluster with your
+    credentials, refused unless the Secret allows the URL it goes to (its
+    memorycore.io/allowed-urls annotation, as for the operator: docs/security.md)."""
+    from controller import backends
 
-    def read(namespace: str, name: str, key: str) -> str:
+    def read(spec_field: str, namespace: str, ref: Any, url: str) -> str:
         value = os.environ.get(SECRET_ENV[field])
         if value:
             return value
         from controller.cli.commands import _kube_call
+        from controller.core.destinations import DestinationRefused
         from controller.kube import client as kube
 
         try:
-            return str(_kube_call(kube.read_secret_key, namespace, name, key))
-        except kube.SecretError as exc:
+            return str(_kube_call(backends.secret_for, spec_field, namespace, ref, url))
+        except (kube.SecretError, DestinationRefused) as exc:
             raise CliError(f"{exc} (or set {SECRET_ENV[field]})") from exc
 
     return read

@@ -9,6 +9,7 @@ resourceVersion precondition), so no writer drops what another wrote:
 | StoreReachable   | the store probe (`store_reachable`)     | health check and sweep use it |
 | ModelReady       | the model probe                         | handlers/summarizer.py        |
 | EmbeddingReady   | the embedding probe                     | handlers/summarizer.py        |
+| SecretsAllowed   | the Secret probe (`secrets_allowed`)    | handlers/summarizer.py        |
 | Swept            | the sweep (`SweepReport`, `SweepFailure`) | handlers/summarizer.py      |
 | SunsetMarkers    | the marker scan (`MarkerScanReport`)    | handlers/summarizer.py        |
 | ReplicaActive    | the peering reporter (`replica_status`) | controller/kube/peering.py         |
@@ -16,10 +17,11 @@ resourceVersion precondition), so no writer drops what another wrote:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from controller.api import Condition, SessionSummarizerStatus, set_condition
+from controller.core.destinations import SecretVerdict, shown
 from controller.core.text import one_line
 
 
@@ -44,6 +46,31 @@ def store_reachable(url: str, *, reason: str = "HeartbeatOK", message: str = "")
             message=message or f"Chroma at {url} answers",
         )
     return Condition(type="StoreReachable", status="False", reason=reason, message=message)
+
+
+def secrets_allowed(verdicts: Sequence[SecretVerdict], unread: Sequence[str] = ()) -> Condition:
+    """SecretsAllowed: True when every Secret the spec sends allows where it goes; False
+    with SecretHostNotAllowed when one does not (nothing is sent), or with
+    SecretNotAnnotated when one is sent only because unannotated Secrets are still allowed;
+    Unknown when a Secret could not be read (the probes say SecretNotFound)."""
+
+    def condition(status: str, reason: str, messages: Sequence[str]) -> Condition:
+        more = f" (and {len(messages) - 2} more)" if len(messages) > 2 else ""
+        text = one_line("; ".join(messages[:2]) + more, 1000)
+        return Condition(type="SecretsAllowed", status=status, reason=reason, message=text)
+
+    refused = [v.refusal for v in verdicts if not v.allowed]
+    if refused:
+        return condition("False", "SecretHostNotAllowed", refused)
+    if unread:
+        return condition("Unknown", "SecretNotFound", list(unread))
+    warned = [v.warning for v in verdicts if v.warning]
+    if warned:
+        return condition("False", "SecretNotAnnotated", warned)
+    if not verdicts:
+        return condition("True", "NoSecrets", ["no Secret is sent"])
+    sent = ", ".join(f"{v.use.secret} to {shown(v.use.url)}" for v in verdicts)
+    return condition("True", "AllowedBySecrets", [f"each Secret allows where it goes: {sent}"])
 
 
 @dataclass(frozen=True)
@@ -162,6 +189,8 @@ def sweep_failure(exc: BaseException, url: str) -> SweepFailure:
     message = one_line(exc, 300) or kind
     if kind == "SecretError":
         return SweepFailure("SecretNotFound", message, store_failed=True)
+    if kind in ("SecretHostNotAllowed", "EndpointNotAllowed"):
+        return SweepFailure(kind, one_line(exc, 1000), store_failed=True)
     if kind == "CollectionNotFound":
         role = getattr(exc, "role", "memory")
         reason = "MemoryCollectionNotFound" if role == "memory" else "CollectionNotFound"

@@ -13,7 +13,6 @@ import datetime as dt
 import time
 from typing import Any
 
-import httpx
 import kopf
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
@@ -28,21 +27,20 @@ from controller.api import (
     SessionSummarizerStatus,
     now_rfc3339,
 )
-from controller.backends import embedder_for, embedding_spec, store_location
+from controller.backends import store_location
 from controller.config import CONFIG
+from controller.core.destinations import DestinationRefused
 from controller.core.summarizer_status import (
     MarkerScanReport,
     SweepReport,
-    store_reachable,
     sweep_failure,
     with_conditions,
 )
 from controller.core.text import one_line
-from controller.embeddings.minilm import EmbeddingError
 from controller.kube import client as kube
+from controller.probes import check_embedding, check_secrets, health_conditions
 from controller.store.errors import (
     CollectionNotFound,
-    EmbeddingMismatch,
     InvalidStoreConfig,
     StoreUnavailable,
 )
@@ -54,114 +52,11 @@ def _status(body: kopf.Body) -> SessionSummarizerStatus:
     return SessionSummarizerStatus.model_validate(dict(body.get("status") or {}))
 
 
-def _check_store(spec: SessionSummarizerSpec, namespace: str) -> Condition:
-    location = None
-    try:
-        location = store_location(spec, namespace)
-        store_for(location).heartbeat()
-    except kube.SecretError as exc:
-        return store_reachable(spec.store.url, reason="SecretNotFound", message=str(exc))
-    except InvalidStoreConfig as exc:
-        return store_reachable(
-            spec.store.url, reason="InvalidStoreConfig", message=one_line(exc, 300)
-        )
-    except StoreUnavailable as exc:
-        if location is not None:
-            forget_store(location)
-        return store_reachable(
-            spec.store.url, reason="StoreUnavailable", message=one_line(exc, 300)
-        )
-    return store_reachable(spec.store.url)
-
-
-def _check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
-    model = spec.model
-    if model.backend == "extractive":
-        return Condition(
-            type="ModelReady",
-            status="True",
-            reason="Extractive",
-            message="embedded extractive summarizer (no model)",
-        )
-    headers = {}
-    try:
-        if model.api_key_secret_ref is not None:
-            key = kube.read_secret_key(
-                namespace, model.api_key_secret_ref.name, model.api_key_secret_ref.key
-            )
-            headers["Authorization"] = f"Bearer {key}"
-        url = f"{(model.base_url or '').rstrip('/')}/models"
-        resp = httpx.get(url, headers=headers, timeout=min(model.timeout_seconds, 10))
-        if resp.status_code >= 400:
-            return Condition(
-                type="ModelReady",
-                status="False",
-                reason="ModelUnavailable",
-                message=f"GET {url} answered {resp.status_code}",
-            )
-    except kube.SecretError as exc:
-        return Condition(
-            type="ModelReady", status="False", reason="SecretNotFound", message=str(exc)
-        )
-    except httpx.HTTPError as exc:
-        return Condition(
-            type="ModelReady", status="False", reason="ModelUnavailable", message=one_line(exc, 300)
-        )
-    return Condition(
-        type="ModelReady", status="True", reason="EndpointOK", message=f"{model.base_url} answers"
-    )
-
-
 def _validate(body: kopf.Body) -> SessionSummarizerSpec:
     try:
         return SessionSummarizerSpec.model_validate(dict(body.get("spec") or {}))
     except ValidationError as exc:
         raise kopf.PermanentError(f"invalid spec: {one_line(exc, 300)}") from exc
-
-
-def _check_embedding(spec: SessionSummarizerSpec, namespace: str) -> Condition:
-    """Embeds a probe text with the configured function (this also loads the local model,
-    so the first summary after a start or a failover does not pay for it) and compares its
-    dimension with the vectors the summary collection already holds."""
-
-    def failed(reason: str, message: str) -> Condition:
-        return Condition(type="EmbeddingReady", status="False", reason=reason, message=message)
-
-    def ok(message: str) -> Condition:
-        return Condition(
-            type="EmbeddingReady", status="True", reason="EmbeddingOK", message=message
-        )
-
-    provider = spec.embedding.provider
-    try:
-        vector = embedder_for(embedding_spec(spec, namespace))(["embedding check"])[0]
-    except kube.SecretError as exc:
-        return failed("SecretNotFound", str(exc))
-    except (EmbeddingError, ValueError) as exc:
-        return failed("EmbeddingUnavailable", one_line(exc, 300))
-    dimension = len(vector)
-    try:
-        held = store_for(store_location(spec, namespace)).check_embedding(dimension)
-    except EmbeddingMismatch as exc:
-        return failed("EmbeddingMismatch", one_line(exc, 300))
-    except (StoreUnavailable, kube.SecretError, InvalidStoreConfig):
-        # StoreReachable reports it; the dimension is checked again before every write.
-        return ok(
-            f"{provider} produces {dimension}-d vectors (collection not checked: "
-            "the store is unreachable)"
-        )
-    return ok(
-        f"{provider} produces {dimension}-d vectors"
-        + (", as the summary collection holds" if held else "; the summary collection is empty")
-    )
-
-
-def health_conditions(spec: SessionSummarizerSpec, namespace: str) -> list[Condition]:
-    return [
-        _check_store(spec, namespace),
-        _check_model(spec, namespace),
-        _check_embedding(spec, namespace),
-    ]
 
 
 def _write_status(
@@ -186,7 +81,7 @@ def _transitions(
 @kopf.on.update(GROUP, VERSION, SUMMARIZER_PLURAL, field="spec")
 @kopf.on.resume(GROUP, VERSION, SUMMARIZER_PLURAL)
 async def check_config(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> None:
-    """The health probes own StoreReachable, ModelReady and EmbeddingReady."""
+    """The health probes own SecretsAllowed, StoreReachable, ModelReady and EmbeddingReady."""
     assert namespace is not None  # SessionSummarizer is namespaced
     spec = _validate(body)
     conditions = await asyncio.to_thread(health_conditions, spec, namespace)
@@ -214,34 +109,47 @@ def _sweep_due(spec: SessionSummarizerSpec, status: SessionSummarizerStatus) -> 
     return elapsed >= spec.sweep.interval_seconds
 
 
-_LAST_PROBE: dict[tuple[str, str], float] = {}
+_LAST_PROBE: dict[tuple[str, str, str], float] = {}
 
 
-async def _reprobe_embedding(
+def _probe_due(namespace: str, name: str, condition: str) -> bool:
+    """At most once per SSO_EMBEDDING_REPROBE_SECONDS per object and condition; the first
+    call only starts the clock (the create/update/resume handler has just probed)."""
+    key = (namespace, name, condition)
+    now, last = time.monotonic(), _LAST_PROBE.get(key)
+    if last is not None and now - last < CONFIG.embedding_reprobe_seconds:
+        return False
+    _LAST_PROBE[key] = now
+    return last is not None
+
+
+async def _reprobe(
     body: kopf.Body, spec: SessionSummarizerSpec, namespace: str, status: SessionSummarizerStatus
 ) -> None:
-    """While EmbeddingReady is False, probe again every SSO_EMBEDDING_REPROBE_SECONDS (30),
-    so the condition turns True once the endpoint or the collection is fixed, without a
-    spec change."""
-    current = {c.type: c for c in status.conditions or []}.get("EmbeddingReady")
-    if current is None or current.status != "False":
-        return
+    """While EmbeddingReady is False, or SecretsAllowed is not True, probe again every
+    SSO_EMBEDDING_REPROBE_SECONDS (30), so the conditions turn True once the endpoint, the
+    collection or the Secret's annotation is fixed, without a spec change. When the Secrets
+    come to allow their URLs, every probe runs again (they failed for want of them)."""
+    current = {c.type: c for c in status.conditions or []}
     name = str(body.metadata.get("name"))
-    key = (namespace, name)
-    now, last = time.monotonic(), _LAST_PROBE.get(key)
-    if last is None:
-        # The create/update/resume handler has just probed: wait a full interval first.
-        _LAST_PROBE[key] = now
-        return
-    if now - last < CONFIG.embedding_reprobe_seconds:
-        return
-    _LAST_PROBE[key] = now
-    cond = await asyncio.to_thread(_check_embedding, spec, namespace)
-    if cond.status == "True":
-        await asyncio.to_thread(
-            _write_status, namespace, name, lambda st: with_conditions(st, [cond])
-        )
-        kopf.event(body, type="Normal", reason=cond.reason, message=cond.message)
+    secrets = current.get("SecretsAllowed")
+    if secrets is not None and secrets.status != "True" and _probe_due(namespace, name, "s"):
+        cond = await asyncio.to_thread(check_secrets, spec, namespace)
+        if cond.status == "True":
+            conditions = await asyncio.to_thread(health_conditions, spec, namespace)
+            await asyncio.to_thread(
+                _write_status, namespace, name, lambda st: with_conditions(st, conditions)
+            )
+            kopf.event(body, type="Normal", reason=cond.reason, message=cond.message)
+            return
+    embedding = current.get("EmbeddingReady")
+    if embedding is not None and embedding.status == "False" and _probe_due(namespace, name, "e"):
+        cond = await asyncio.to_thread(check_embedding, spec, namespace)
+        if cond.status == "True":
+            await asyncio.to_thread(
+                _write_status, namespace, name, lambda st: with_conditions(st, [cond])
+            )
+            kopf.event(body, type="Normal", reason=cond.reason, message=cond.message)
 
 
 @kopf.timer(
@@ -260,7 +168,7 @@ async def sweep(
     assert namespace is not None
     spec = _validate(body)
     status = _status(body)
-    await _reprobe_embedding(body, spec, namespace, status)
+    await _reprobe(body, spec, namespace, status)
     if spec.sweep.enabled and status.watermark is not None:
         since = status.watermark
         try:
@@ -273,7 +181,13 @@ async def sweep(
                     watermark_ms=since,
                 )
             )
-        except (StoreUnavailable, kube.SecretError, CollectionNotFound, InvalidStoreConfig) as exc:
+        except (
+            StoreUnavailable,
+            kube.SecretError,
+            CollectionNotFound,
+            InvalidStoreConfig,
+            DestinationRefused,
+        ) as exc:
             if isinstance(exc, StoreUnavailable):
                 forget_store(store_location(spec, namespace))
             logger.debug("marker scan skipped: %s", one_line(exc, 300))
@@ -312,7 +226,13 @@ async def sweep(
         deleted = await asyncio.to_thread(
             apply_retention, spec, namespace=namespace, summarizer_name=name
         )
-    except (StoreUnavailable, kube.SecretError, CollectionNotFound, InvalidStoreConfig) as exc:
+    except (
+        StoreUnavailable,
+        kube.SecretError,
+        CollectionNotFound,
+        InvalidStoreConfig,
+        DestinationRefused,
+    ) as exc:
         failure = sweep_failure(exc, spec.store.url)
         if isinstance(exc, StoreUnavailable):
             forget_store(store_location(spec, namespace))

@@ -28,6 +28,7 @@ from controller.api import (
 from controller.backends import Backends, backends_for
 from controller.config import CONFIG, backoff_seconds
 from controller.core.claim_rules import Sighting, Writer
+from controller.core.destinations import EndpointNotAllowed, SecretHostNotAllowed
 from controller.core.fencing import FenceUnavailable
 from controller.core.summary import SummaryValidationError, UnreadablePriorSummary
 from controller.core.text import one_line
@@ -104,6 +105,10 @@ def _resolve(
 _FAILURES: tuple[tuple[type[Exception], str, bool], ...] = (
     (kube.SecretError, "SecretNotFound", True),
     (FenceUnavailable, "FencingUnavailable", False),
+    # Nothing was sent; retried, so annotating the Secret (or allowing the endpoint) is
+    # enough, until the failure gate stops it.
+    (SecretHostNotAllowed, "SecretHostNotAllowed", True),
+    (EndpointNotAllowed, "EndpointNotAllowed", True),
     (StoreUnavailable, "StoreUnavailable", True),
     (InvalidStoreConfig, "InvalidStoreConfig", False),
     (UnreadablePriorSummary, "UnreadablePriorSummary", False),
@@ -132,7 +137,9 @@ def failures_shown(
             if isinstance(exc, kind):
                 if isinstance(exc, StoreUnavailable) and backends is not None:
                     forget_store(backends.store.location)
-                message = one_line(exc, 300)
+                # A refusal says what would allow it (a kubectl command): not cut at 300.
+                limit = 1000 if isinstance(exc, SecretHostNotAllowed | EndpointNotAllowed) else 300
+                message = one_line(exc, limit)
                 if isinstance(exc, UnreadablePriorSummary):
                     message += "; the stored row was left as it is"
                 raise Failure(reason, message, retry=retry) from exc

@@ -89,7 +89,9 @@ def get_summarizer(namespace: str, name: str) -> tuple[dict[str, Any], SessionSu
     return obj, SessionSummarizerSpec.model_validate(obj.get("spec") or {})
 
 
-def read_secret_key(namespace: str, name: str, key: str) -> str:
+def read_secret(namespace: str, name: str) -> tuple[dict[str, str], dict[str, str]]:
+    """A Secret's (annotations, data): its owner's say on where the values may go, and the
+    values base64-encoded, as the API returns them (secret_value decodes one)."""
     try:
         secret = core().read_namespaced_secret(name, namespace)
     except ApiException as exc:
@@ -98,7 +100,12 @@ def read_secret_key(namespace: str, name: str, key: str) -> str:
         if exc.status == 403:
             raise SecretError(f"not allowed to read Secret {namespace}/{name}") from exc
         raise
-    data = secret.data or {}
+    annotations = (secret.metadata.annotations if secret.metadata else None) or {}
+    data = {str(k): str(v) for k, v in (secret.data or {}).items()}
+    return dict(annotations), data
+
+
+def secret_value(data: dict[str, str], namespace: str, name: str, key: str) -> str:
     if key not in data:
         raise SecretError(f"Secret {namespace}/{name} has no key {key!r}")
     return base64.b64decode(data[key]).decode().strip()

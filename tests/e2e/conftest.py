@@ -135,6 +135,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             ("network namespaces", before.netns, after.netns),
             ("sysctls", before.sysctls, after.sysctls),
             ("cgroups", before.cgroups, after.cgroups),
+            ("ipsets", before.ipsets, after.ipsets),
             ("paths", before.created_paths, after.created_paths),
         )
         if a != b

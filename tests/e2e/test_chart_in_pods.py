@@ -2,11 +2,14 @@
 
 One release goes through its life in order (each test builds on the one before): install
 into a namespace that enforces the restricted Pod Security level, a sunset summarized and
-stored, metrics through the Service, the leader Pod killed, a rolling upgrade, uninstall.
+stored (the bundled Chroma behind its token, the NetworkPolicies enforced), the token and
+the policies tried from inside the cluster, metrics through the Service, the leader Pod
+killed, a rolling upgrade, uninstall.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -33,29 +36,51 @@ CRASH_SESSIONS = ["e2e-crash"]
 UPGRADE_SESSIONS = [f"e2e-upgrade-{i:02d}" for i in range(40)]
 SESSIONS = ["e2e-first", *UPGRADE_SESSIONS]
 
+AGENTS_NS = "sso-e2e-agents"  # networkPolicy.chromaClientNamespaces: may reach Chroma
+OUTSIDER_NS = "sso-e2e-outsider"  # may not
+TOKEN_SECRET = f"{FULLNAME}-chroma-token"
+COLLECTIONS = "/api/v2/tenants/default_tenant/databases/default_database/collections"
 HELM_VALUES = [
     "-f", str(CHART / "values-kind.yaml"),
     "--set", f"image.tag={IMAGE_TAG}",
     "--set", "replicaCount=2",
     # Uninstall keeps the claim (the summaries) as the chart documents for its default.
     "--set", "chroma.bundled.persistence.retainOnUninstall=true",
+    "--set", f"networkPolicy.chromaClientNamespaces={{{AGENTS_NS}}}",
 ]  # fmt: skip
+
+
+def helm_values(cluster: Cluster) -> list[str]:
+    """The release's values; on the local node its API server and CoreDNS are host
+    processes on free ports, which the operator's NetworkPolicy must name."""
+    if cluster.node is None:
+        return HELM_VALUES
+    node = cluster.node
+    return [
+        *HELM_VALUES,
+        "--set", f"networkPolicy.apiServer.ports={{{node.ports['apiserver']}}}",
+        "--set", f"networkPolicy.apiServer.cidrs={{{node.node_ip}/32}}",
+        "--set", f"networkPolicy.dnsPorts={{53,{node.ports['coredns']}}}",
+    ]  # fmt: skip
+
 
 # Run inside an operator Pod with what the image contains (chromadb): agent memories of the
 # e2e sessions, written as agents write them (explicit vectors; the operator reads by
-# metadata). Arguments: chroma URL, age of the oldest memory in seconds, then session ids.
+# metadata). Arguments: chroma URL, its token, age of the oldest memory in seconds, then
+# session ids.
 LOAD_MEMORIES = r"""
 import sys, time, urllib.parse, chromadb
 url = urllib.parse.urlsplit(sys.argv[1])
-client = chromadb.HttpClient(host=url.hostname, port=url.port)
+client = chromadb.HttpClient(host=url.hostname, port=url.port,
+                             headers={"Authorization": "Bearer " + sys.argv[2]})
 coll = client.get_or_create_collection("neo-agent-memory")
-start = int(time.time() * 1000) - int(sys.argv[2]) * 1000
+start = int(time.time() * 1000) - int(sys.argv[3]) * 1000
 turns = [("Add retries with backoff to the exporter.", "The exporter fails on timeouts.",
           "Added retries with exponential backoff; tests pass."),
          ("Use httpx instead of requests.", "One client, pooled.",
           "Switched to httpx with one pooled client.")]
 ids, docs, metas, vecs = [], [], [], []
-for n, sid in enumerate(sys.argv[3:]):
+for n, sid in enumerate(sys.argv[4:]):
     for i, (p, t, r) in enumerate(turns):
         ids.append(f"{sid}-{i:04d}")
         docs.append(f"User Prompt: {p}\nAgent Thought: {t}\nAgent Response: {r}")
@@ -73,8 +98,9 @@ print(coll.count())
 READ_SUMMARIES = r"""
 import json, sys, urllib.parse, chromadb
 url = urllib.parse.urlsplit(sys.argv[1])
-client = chromadb.HttpClient(host=url.hostname, port=url.port)
-got = client.get_collection("neo-agent-sessions").get(ids=sys.argv[2:])
+client = chromadb.HttpClient(host=url.hostname, port=url.port,
+                             headers={"Authorization": "Bearer " + sys.argv[2]})
+got = client.get_collection("neo-agent-sessions").get(ids=sys.argv[3:])
 print(json.dumps({i: {"document": d, "sessionId": (m or {}).get("sessionId")}
                   for i, d, m in zip(got["ids"], got["documents"], got["metadatas"])}))
 """
@@ -109,12 +135,27 @@ def operator_pods(cluster: Cluster, ready_only: bool = True) -> list[str]:
     return sorted(names)
 
 
-def in_pod(cluster: Cluster, script: str, *args: str) -> str:
-    pod = operator_pods(cluster)[0]
+def in_pod(
+    cluster: Cluster, script: str, *args: str, pod: str = "", namespace: str = NAMESPACE
+) -> str:
+    """Runs a Python script in a Pod (an operator Pod by default) with the image's Python."""
+    pod = pod or operator_pods(cluster)[0]
+    container = ["-c", "operator"] if namespace == NAMESPACE else []
     return cluster.kubectl(
-        "-n", NAMESPACE, "exec", "-i", pod, "-c", "operator", "--", "python", "-", *args,
-        input=script, timeout=120,
+        "-n", namespace, "exec", "-i", pod, *container, "--", "python", "-", *args,
+        input=script, timeout=180,
     ).stdout  # fmt: skip
+
+
+_TOKEN: list[str] = []
+
+
+def chroma_token(cluster: Cluster) -> str:
+    """The bundled Chroma's token, from the Secret the chart made (kept over the release)."""
+    if not _TOKEN:
+        secret = cluster.json("-n", NAMESPACE, "get", "secret", TOKEN_SECRET)
+        _TOKEN.append(base64.b64decode(secret["data"]["token"]).decode())
+    return _TOKEN[0]
 
 
 def pod_metrics(cluster: Cluster, pod: str) -> str:
@@ -166,7 +207,8 @@ def summarized(cluster: Cluster, session: str) -> dict[str, Any] | None:
 
 
 def rows_in_chroma(cluster: Cluster, summary_ids: list[str]) -> dict[str, Any]:
-    return dict(json.loads(in_pod(cluster, READ_SUMMARIES, CHROMA_URL, *summary_ids)))
+    token = chroma_token(cluster)
+    return dict(json.loads(in_pod(cluster, READ_SUMMARIES, CHROMA_URL, token, *summary_ids)))
 
 
 def by(pod: str, writer: str) -> bool:
@@ -186,7 +228,15 @@ def test_helm_install_into_restricted_namespace_waits_for_two_replicas_and_chrom
     )  # fmt: skip
     t0 = time.monotonic()
     cluster.helm(
-        "install", RELEASE, str(CHART), "-n", NAMESPACE, *HELM_VALUES, "--wait", "--timeout", "8m"
+        "install",
+        RELEASE,
+        str(CHART),
+        "-n",
+        NAMESPACE,
+        *helm_values(cluster),
+        "--wait",
+        "--timeout",
+        "8m",
     )
     RESULTS["install_s"] = round(time.monotonic() - t0, 1)
 
@@ -207,7 +257,8 @@ def test_helm_install_into_restricted_namespace_waits_for_two_replicas_and_chrom
 
 # --- 2 -----------------------------------------------------------------------------------
 def test_a_kubectl_applied_sunset_is_summarized_and_its_row_is_in_chroma(cluster: Cluster) -> None:
-    count = in_pod(cluster, LOAD_MEMORIES, CHROMA_URL, "3600", *SESSIONS).strip()
+    token = chroma_token(cluster)
+    count = in_pod(cluster, LOAD_MEMORIES, CHROMA_URL, token, "3600", *SESSIONS).strip()
     assert int(count) >= 2 * len(SESSIONS)
 
     sunset(cluster, "e2e-first")
@@ -219,6 +270,145 @@ def test_a_kubectl_applied_sunset_is_summarized_and_its_row_is_in_chroma(cluster
     RESULTS.setdefault("summary_ids", {})["e2e-first"] = summary_id
     out = cluster.kubectl("-n", NAMESPACE, "get", "sessionsummaries").stdout
     assert "e2e-first" in out and "Summarized" in out
+
+
+# --- 2b ----------------------------------------------------------------------------------
+# An HTTP request to the bundled Chroma from inside the cluster; prints the status (0: no
+# connection). Arguments: URL, then the token (optional).
+HTTP_STATUS = r"""
+import sys, urllib.error, urllib.request
+headers = {"Authorization": "Bearer " + sys.argv[2]} if len(sys.argv) > 2 else {}
+request = urllib.request.Request(sys.argv[1], headers=headers)
+try:
+    with urllib.request.urlopen(request, timeout=10) as r:
+        print(r.status)
+except urllib.error.HTTPError as exc:
+    print(exc.code)
+except OSError:
+    print(0)
+"""
+
+
+def test_the_bundled_chroma_answers_401_without_its_token_and_the_operator_sends_it(
+    cluster: Cluster,
+) -> None:
+    url = CHROMA_URL + COLLECTIONS
+    assert in_pod(cluster, HTTP_STATUS, url).strip() == "401"
+    assert in_pod(cluster, HTTP_STATUS, url, "not-the-token").strip() == "401"
+    assert in_pod(cluster, HTTP_STATUS, url, chroma_token(cluster)).strip() == "200"
+
+    # The default SessionSummarizer's Secret allows the bundled Chroma: the operator wrote
+    # e2e-first's summary through the gate (test 2), and says why it may. (StoreReachable
+    # may still show the probe made before Chroma was up; the next sweep, 30 s, renews it.)
+    def conditions() -> dict[str, Any] | None:
+        summarizer = cluster.json("-n", NAMESPACE, "get", "ssumr", "default")
+        found = {c["type"]: c for c in summarizer["status"]["conditions"]}
+        return found if found["StoreReachable"]["status"] == "True" else None
+
+    found = wait_for(conditions, 90, "StoreReachable True")
+    assert found["SecretsAllowed"]["reason"] == "AllowedBySecrets"
+
+
+# --- 2c ----------------------------------------------------------------------------------
+# TCP connections from inside a Pod. Arguments: seconds to keep trying each target, then
+# host:port targets; prints {target: "open" | the last error}.
+CONNECT = r"""
+import json, socket, sys, time
+patience, found = float(sys.argv[1]), {}
+for target in sys.argv[2:]:
+    host, port = target.rsplit(":", 1)
+    deadline, result = time.monotonic() + patience, "unknown"
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+            result = "open"
+            break
+        except OSError as exc:
+            result = type(exc).__name__
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    found[target] = result
+print(json.dumps(found))
+"""
+IMAGE = f"docker.io/library/session-summary-operator:{IMAGE_TAG}"
+
+
+def start_pod(cluster: Cluster, namespace: str, name: str, command: list[str]) -> str:
+    """A Pod of the operator's image running command; returns its IP once it is Ready."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"e2e": name}},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 10001,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "main", "image": IMAGE, "imagePullPolicy": "Never", "command": command,
+                "securityContext": {"allowPrivilegeEscalation": False,
+                                    "capabilities": {"drop": ["ALL"]}},
+            }],
+        },
+    }  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(pod))
+    cluster.kubectl(
+        "-n", namespace, "wait", "--for=condition=Ready", f"pod/{name}", "--timeout=120s"
+    )
+    return str(cluster.json("-n", namespace, "get", "pod", name)["status"]["podIP"])
+
+
+def pod_ip(cluster: Cluster, pod: str, namespace: str = NAMESPACE) -> str:
+    return str(cluster.json("-n", namespace, "get", "pod", pod)["status"]["podIP"])
+
+
+def connect(cluster: Cluster, pod: str, namespace: str, patience: float, *targets: str) -> Any:
+    return json.loads(
+        in_pod(cluster, CONNECT, str(patience), *targets, pod=pod, namespace=namespace)
+    )
+
+
+def test_network_policies_let_only_the_operator_and_the_agents_reach_chroma(
+    cluster: Cluster,
+) -> None:
+    """Enforced by the cluster's policy engine (on the local node kube-router's network
+    policy controller). Every refusal has a control: the same target open from elsewhere."""
+    for ns in (AGENTS_NS, OUTSIDER_NS):
+        cluster.kubectl("create", "namespace", ns)
+    try:
+        sleep = ["python", "-c", "import time; time.sleep(3600)"]
+        server = ["python", "-m", "http.server", "8080", "--bind", "0.0.0.0", "-d", "/tmp"]
+        server_ip = start_pod(cluster, OUTSIDER_NS, "web", server)
+        start_pod(cluster, AGENTS_NS, "agent", sleep)
+        start_pod(cluster, OUTSIDER_NS, "outsider", sleep)
+        chroma = f"{FULLNAME}-chroma.{NAMESPACE}.svc:8000"
+        web = f"{server_ip}:8080"
+
+        # Allowed: the agents' namespace reaches Chroma (and is then asked for the token).
+        agent = connect(cluster, "agent", AGENTS_NS, 60, chroma, web)
+        assert agent == {chroma: "open", web: "open"}, agent
+        status = in_pod(
+            cluster, HTTP_STATUS, f"http://{chroma}{COLLECTIONS}", pod="agent", namespace=AGENTS_NS
+        )
+        assert status.strip() == "401"
+        # Refused: another namespace cannot reach Chroma at all, nor the operator's metrics
+        # (only networkPolicy.metricsFrom may; test 3 scrapes through the API server).
+        metrics = f"{pod_ip(cluster, operator_pods(cluster)[0])}:9090"
+        outsider = connect(cluster, "outsider", OUTSIDER_NS, 10, chroma, metrics)
+        assert outsider[chroma] != "open" and outsider[metrics] != "open", outsider
+        # The operator reaches Chroma, but not an in-cluster server it was not given
+        # (networkPolicy.modelEgress admits public HTTPS only): no SSRF into the cluster.
+        operator = connect(cluster, operator_pods(cluster)[0], NAMESPACE, 10, chroma, web)
+        assert operator[chroma] == "open" and operator[web] != "open", operator
+        RESULTS["netpol_refusals"] = {
+            "outsider->metrics": outsider[metrics],
+            "outsider->chroma": outsider[chroma],
+            "operator->web": operator[web],
+        }
+    finally:
+        for ns in (AGENTS_NS, OUTSIDER_NS):
+            cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
 # --- 3 -----------------------------------------------------------------------------------
@@ -242,7 +432,7 @@ def test_killing_the_leader_pod_without_grace_a_new_sunset_is_still_summarized(
 ) -> None:
     # Sessions still active (last memory seconds ago): no sweep summarizes them; only the
     # sunsets below do.
-    in_pod(cluster, LOAD_MEMORIES, CHROMA_URL, "70", *FAILOVER_SESSIONS)
+    in_pod(cluster, LOAD_MEMORIES, CHROMA_URL, chroma_token(cluster), "70", *FAILOVER_SESSIONS)
     [leader] = wait_for(lambda: active_pods(cluster), 60, "one active replica")
     killed = time.monotonic()
     cluster.kubectl("-n", NAMESPACE, "delete", "pod", leader, "--grace-period=0", "--force")
@@ -276,7 +466,7 @@ def test_a_leader_killed_by_sigkill_is_replaced_within_the_peering_lifetime(
     if cluster.node is None:
         pytest.skip("on kind the containers' host PIDs are inside the kind node")
     wait_for(lambda: len(operator_pods(cluster)) == 2, 120, "two ready replicas again")
-    in_pod(cluster, LOAD_MEMORIES, CHROMA_URL, "70", *CRASH_SESSIONS)
+    in_pod(cluster, LOAD_MEMORIES, CHROMA_URL, chroma_token(cluster), "70", *CRASH_SESSIONS)
     [leader] = wait_for(lambda: active_pods(cluster), 60, "one active replica")
     pod = cluster.json("-n", NAMESPACE, "get", "pod", leader)
     [cid] = [
@@ -327,7 +517,7 @@ def test_helm_upgrade_rolls_the_deployment_and_summaries_continue(cluster: Clust
     try:
         time.sleep(3)
         cluster.helm(
-            "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, *HELM_VALUES,
+            "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, *helm_values(cluster),
             "--set-string", "podAnnotations.e2e-revision=2", "--wait", "--timeout", "8m",
         )  # fmt: skip
         time.sleep(10)  # summaries keep coming after the rollout too
@@ -377,7 +567,15 @@ def test_helm_uninstall_keeps_the_crds_the_objects_and_the_summaries(cluster: Cl
 
     # Installed again, the release finds every summary where the agents read them.
     cluster.helm(
-        "install", RELEASE, str(CHART), "-n", NAMESPACE, *HELM_VALUES, "--wait", "--timeout", "8m"
+        "install",
+        RELEASE,
+        str(CHART),
+        "-n",
+        NAMESPACE,
+        *helm_values(cluster),
+        "--wait",
+        "--timeout",
+        "8m",
     )
     rows = rows_in_chroma(cluster, sorted(set(summary_ids.values())))
     missing = [s for s, sid in summary_ids.items() if sid not in rows]

@@ -25,6 +25,7 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from controller.core.destinations import ALLOWED_URLS_ANNOTATION, SecretUse, judge_secret
 from controller.core.naming import summary_object_name
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
@@ -32,6 +33,7 @@ from devenv.chroma import ChromaServer
 from devenv.controlplane import REPO_ROOT, ControlPlane, free_port, tools_bin_dir
 from devenv.processes import spawn, stop, tail, wait_for
 from tests.integration.harness import interaction, load
+from tests.unit.test_supply_chain import locked
 
 CHART = REPO_ROOT / "charts" / "session-summary-operator"
 KIND_VALUES = CHART / "values-kind.yaml"
@@ -207,15 +209,15 @@ def _runtime_closure() -> list[str]:
 
 
 def test_requirements_lock_pins_the_runtime_dependencies_the_tests_ran_with() -> None:
-    lines = (REPO_ROOT / "requirements.lock").read_text().splitlines()
     pinned = sorted(
-        canonicalize_name(line.split("==")[0]) + "==" + line.split("==")[1]
-        for line in lines
-        if line and not line.startswith("#")
+        f"{name}=={version}"
+        for name, (version, _) in locked(REPO_ROOT / "requirements.lock").items()
     )
     expected = _runtime_closure()
     assert "kopf==" + md.version("kopf") in expected
-    assert pinned == expected, "regenerate requirements.lock:\n" + "\n".join(expected)
+    assert pinned == expected, "regenerate the locks: hack/update-locks.sh\n" + "\n".join(
+        sorted(set(expected) ^ set(pinned))
+    )
 
 
 # --- lint, validation, schema -------------------------------------------------------------
@@ -265,6 +267,30 @@ VALIDATION_CASES = {
         "--set",
         "podDisruptionBudget.minAvailable=1",
     ],
+    "perimeter-options": [
+        "-f",
+        str(KIND_VALUES),
+        "--set",
+        "networkPolicy.chromaClientNamespaces={agents-a,agents-b}",
+        "--set",
+        "networkPolicy.apiServer.cidrs={10.0.0.1/32}",
+        "--set-json",
+        'networkPolicy.extraEgress=[{"to":[{"ipBlock":{"cidr":"192.0.2.0/24"}}]}]',
+        "--set",
+        "operator.allowedEndpoints={http://chroma.memory.svc:8000,https://api.openai.com/v1}",
+        "--set",
+        "operator.allowUnannotatedSecrets=true",
+        "--set",
+        "chroma.bundled.auth.existingSecret=my-chroma-token",
+    ],
+    "no-perimeter": [
+        "-f",
+        str(KIND_VALUES),
+        "--set",
+        "networkPolicy.enabled=false",
+        "--set",
+        "chroma.bundled.auth.enabled=false",
+    ],
 }
 
 
@@ -284,8 +310,10 @@ def test_rendered_manifests_pass_the_apiservers_schema_validation(
     assert "Warning" not in res.stderr, res.stderr
     kinds = {d["kind"] for d in docs}
     assert {"Deployment", "ServiceAccount", "ClusterRole", "SessionSummarizer"} <= kinds
-    if case == "kind":
-        assert {"StatefulSet", "Service"} <= kinds
+    if case in ("kind", "perimeter-options"):
+        assert {"StatefulSet", "Service", "NetworkPolicy"} <= kinds
+    if case == "no-perimeter":
+        assert not {"NetworkPolicy", "Secret"} & kinds
     if case == "neo":
         spec = of_kind(docs, "SessionSummarizer")[0]["spec"]
         assert spec["embedding"]["model"] == "text-embedding-qwen3-embedding-8b"
@@ -372,6 +400,15 @@ BAD_VALUES = {
     "url-without-scheme": ({"chroma": {"url": "chroma:8000"}}, "at '/chroma/url'"),
     "sweep-too-often": ({"summarizer": {"sweep": {"intervalSeconds": 1}}}, "intervalSeconds"),
     "env-not-a-list": ({"extraEnv": {"A": "b"}}, "at '/extraEnv'"),
+    "endpoint-with-credentials": (
+        {"operator": {"allowedEndpoints": ["https://u:p@api.openai.com/v1"]}},
+        "at '/operator/allowedEndpoints/0'",
+    ),
+    "model-url-with-credentials": (
+        {"summarizer": {"model": {"baseUrl": "https://k@api.openai.com/v1"}}},
+        "at '/summarizer/model/baseUrl'",
+    ),
+    "network-policy-typo": ({"networkPolicy": {"enable": False}}, "'enable' not allowed"),
 }
 
 
@@ -464,7 +501,7 @@ def test_install_succeeds_and_uninstall_leaves_only_the_crds(
         assert {"Deployment", "ServiceAccount", "ClusterRole", "PodDisruptionBudget"} <= kinds
         assert {"SessionSummarizer", "ValidatingAdmissionPolicy"} <= kinds
         if case.startswith("cluster"):
-            assert {"StatefulSet", "ClusterKopfPeering"} <= kinds
+            assert {"StatefulSet", "ClusterKopfPeering", "NetworkPolicy", "Secret"} <= kinds
         else:
             assert {"Role", "RoleBinding", "KopfPeering"} <= kinds
         for d in created:  # everything the chart rendered exists and carries the label
@@ -476,23 +513,136 @@ def test_install_succeeds_and_uninstall_leaves_only_the_crds(
     finally:
         helm(cp, "uninstall", release, "-n", ns, "--wait", "--timeout", "60s")
     # What stays, as docs/install.md says: the default SessionSummarizer (helm.sh/resource-
-    # policy keep: it carries the operator's finalizer), and the CRDs.
-    kept = "sessionsummarizer.memorycore.io/default"
-    assert _labelled(cp, release, ns) == [kept]
+    # policy keep: it carries the operator's finalizer), the bundled Chroma's token (kept, so
+    # agents keep theirs across a reinstall), and the CRDs.
+    kept = ["sessionsummarizer.memorycore.io/default"]
+    if case.startswith("cluster"):
+        kept.insert(0, f"secret/{release}-session-summary-operator-chroma-token")
+    assert sorted(_labelled(cp, release, ns)) == sorted(kept)
     assert _labelled(cp, release, None) == []
     for d in created:
         where = ["-n", d["metadata"]["namespace"]] if "namespace" in d["metadata"] else []
         got = kubectl(cp, "get", d["kind"], d["metadata"]["name"], *where, "-o", "json")
-        if d["kind"] == "SessionSummarizer":
+        if d["kind"] in ("SessionSummarizer", "Secret"):
             assert "deletionTimestamp" not in json.loads(got.stdout)["metadata"]
             continue
         assert got.returncode != 0 and "NotFound" in got.stderr, (d["kind"], got.stdout)
-    cp.kubectl_run("-n", ns, "delete", kept)  # no operator ran here: no finalizer to wait for
+    for obj in kept:  # no operator ran here: no finalizer to wait for
+        cp.kubectl_run("-n", ns, "delete", obj)
     releases = kubectl(cp, "get", "secrets", "-n", ns, "-l", f"owner=helm,name={release}")
     assert "No resources found" in releases.stderr
     # What stays, as docs/install.md says: the CRDs (Helm never deletes them).
     for crd in ("sessionsummaries.memorycore.io", "sessionsummarizers.memorycore.io"):
         assert kubectl(cp, "get", "crd", crd).returncode == 0
+
+
+@pytest.mark.usefixtures("chart_crds")
+def test_the_bundled_chromas_token_is_generated_once_kept_and_allowed_only_there(
+    control_plane: ControlPlane,
+) -> None:
+    cp, ns, release = control_plane, "chart-token", "tok"
+    ensure_namespace(cp, ns)
+    secret_name = f"{release}-session-summary-operator-chroma-token"
+
+    def token_secret() -> dict[str, Any]:
+        return dict(
+            json.loads(cp.kubectl_run("-n", ns, "get", "secret", secret_name, "-o", "json").stdout)
+        )
+
+    helm(cp, "install", release, CHART, "-n", ns, "-f", KIND_VALUES)
+    try:
+        first = token_secret()
+        token = base64.b64decode(first["data"]["token"]).decode()
+        assert len(token) == 48 and token.isalnum()
+        helm(
+            cp,
+            "upgrade",
+            release,
+            CHART,
+            "-n",
+            ns,
+            "-f",
+            KIND_VALUES,
+            "--set-string",
+            "podAnnotations.x=1",
+        )
+        assert token_secret()["data"] == first["data"]  # an upgrade keeps it
+        summarizer = json.loads(
+            cp.kubectl_run("-n", ns, "get", "ssumr", "default", "-o", "json").stdout
+        )["spec"]
+        assert summarizer["store"]["authSecretRef"] == {"name": secret_name, "key": "token"}
+        # Its owner (the chart) allows exactly the bundled Chroma's URL.
+        annotations = first["metadata"]["annotations"]
+        use = SecretUse("store.authSecretRef", ns, secret_name, summarizer["store"]["url"])
+        assert judge_secret(use, annotations[ALLOWED_URLS_ANNOTATION]).allowed
+        elsewhere = SecretUse("store.authSecretRef", ns, secret_name, "http://evil.example:8000")
+        assert not judge_secret(elsewhere, annotations[ALLOWED_URLS_ANNOTATION]).allowed
+        manifest = docs_of(helm(cp, "get", "manifest", release, "-n", ns).stdout)
+        [sts] = of_kind(manifest, "StatefulSet")
+        containers = {c["name"]: c for c in sts["spec"]["template"]["spec"]["containers"]}
+        assert "127.0.0.1" in containers["chroma"]["args"]  # only the gate reaches Chroma
+        assert "ports" not in containers["chroma"]
+        assert containers["gate"]["ports"][0]["containerPort"] == 8000
+    finally:
+        helm(cp, "uninstall", release, "-n", ns, "--wait", "--timeout", "60s")
+    assert token_secret()["data"] == first["data"]  # kept on uninstall for a reinstall
+    helm(cp, "install", release, CHART, "-n", ns, "-f", KIND_VALUES)
+    try:
+        assert token_secret()["data"] == first["data"]  # adopted, same token
+    finally:
+        helm(cp, "uninstall", release, "-n", ns, "--wait", "--timeout", "60s")
+        cp.kubectl_run("-n", ns, "delete", f"secret/{secret_name}", "ssumr/default")
+
+
+def _peers(rule: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    peers = rule.get(key)
+    assert peers, f"a rule without {key!r} admits everyone: {rule}"
+    return list(peers)
+
+
+def test_the_network_policies_admit_only_what_the_values_name(control_plane: ControlPlane) -> None:
+    docs = render(
+        control_plane, "np", "chart-validate", "-f", KIND_VALUES,
+        "--set", "networkPolicy.chromaClientNamespaces={agents}",
+    )  # fmt: skip
+    policies = {p["metadata"]["name"]: p["spec"] for p in of_kind(docs, "NetworkPolicy")}
+    operator, chroma = (
+        policies["np-session-summary-operator"],
+        policies["np-session-summary-operator-chroma"],
+    )
+    [deployment] = of_kind(docs, "Deployment")
+    operator_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert operator["podSelector"]["matchLabels"].items() <= operator_labels.items()
+    assert sorted(operator["policyTypes"]) == sorted(chroma["policyTypes"]) == ["Egress", "Ingress"]
+    # The operator: ingress only to the metrics port from the scrape path.
+    [metrics] = operator["ingress"]
+    assert metrics["ports"] == [{"port": 9090, "protocol": "TCP"}]
+    assert _peers(metrics, "from")[0]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "prometheus"
+    }
+    # Chroma: only the operator's Pods and the agents' namespace, on the gate's port; no egress.
+    [ingress] = chroma["ingress"]
+    peers = _peers(ingress, "from")
+    assert peers[0] == {"podSelector": {"matchLabels": operator["podSelector"]["matchLabels"]}}
+    assert peers[1]["namespaceSelector"]["matchExpressions"][0]["values"] == ["agents"]
+    assert len(peers) == 2 and ingress["ports"] == [{"port": 8000, "protocol": "TCP"}]
+    assert chroma["egress"] == []
+    # The operator's egress: API server, DNS, the bundled Chroma's Pods, public HTTPS.
+    egress = operator["egress"]
+    assert egress[0]["ports"] == [
+        {"port": 443, "protocol": "TCP"},
+        {"port": 6443, "protocol": "TCP"},
+    ]
+    assert {p["port"] for p in egress[1]["ports"]} == {53}
+    assert (
+        _peers(egress[2], "to")[0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+        == "chroma"
+    )
+    public = _peers(egress[3], "to")[0]["ipBlock"]
+    assert public["cidr"] == "0.0.0.0/0" and "169.254.0.0/16" in public["except"]
+    assert "10.0.0.0/8" in public["except"] and egress[3]["ports"] == [
+        {"port": 443, "protocol": "TCP"}
+    ]
 
 
 # --- Pod Security ---------------------------------------------------------------------------
@@ -630,7 +780,11 @@ def chart_operator(
         secret = {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": name, "namespace": LP_NS},
+            "metadata": {
+                "name": name,
+                "namespace": LP_NS,
+                "annotations": {"memorycore.io/allowed-urls": chroma_server.url},
+            },
             "data": {key: base64.b64encode(f"{name}-value".encode()).decode()},
         }
         cp.kubectl_run("apply", "-f", "-", input=json.dumps(secret))
@@ -657,7 +811,14 @@ def chart_operator(
         metrics_port, health_port = free_port(), free_port()
         env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
         assert env["SSO_NAMESPACES"] == LP_NS
-        env.update(SSO_REPLICA_ID=LP_REPLICA, SSO_METRICS_PORT=str(metrics_port), HOME=str(workdir))
+        # The kubelet expands $(POD_IP); the local process serves on loopback instead.
+        assert env["SSO_METRICS_ADDRESS"] == "$(POD_IP)"
+        env.update(
+            SSO_REPLICA_ID=LP_REPLICA,
+            SSO_METRICS_PORT=str(metrics_port),
+            SSO_METRICS_ADDRESS="127.0.0.1",
+            HOME=str(workdir),
+        )
         args = list(container["args"])
         args[args.index("--liveness") + 1] = f"http://127.0.0.1:{health_port}/healthz"
         assert "--standalone" not in args and "--peering" in args

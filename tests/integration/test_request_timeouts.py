@@ -230,7 +230,7 @@ def test_a_silent_apiserver_fails_a_kubernetes_call(
         try:
             for call in (
                 lambda: kube.get_summarizer("default", "default"),
-                lambda: kube.read_secret_key("default", "model-key", "api-key"),
+                lambda: kube.read_secret("default", "model-key"),
             ):
                 started = time.monotonic()
                 error = outcome_within(call)

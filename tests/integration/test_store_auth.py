@@ -79,7 +79,12 @@ def test_the_store_token_comes_from_a_secret_and_never_leaks(
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": "chroma-token", "namespace": NS},
+        "metadata": {
+            "name": "chroma-token",
+            "namespace": NS,
+            # The Secret's owner allows its value to go to this Chroma, and nowhere else.
+            "annotations": {"memorycore.io/allowed-urls": auth_proxy.url},
+        },
         "data": {"token": base64.b64encode(TOKEN.encode()).decode()},
     }
     harness.kubectl("apply", "-f", "-", input=json.dumps(secret))
@@ -106,14 +111,22 @@ def test_a_wrong_token_is_reported_on_the_summarizer(
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": "wrong-token", "namespace": NS},
+        "metadata": {
+            "name": "wrong-token",
+            "namespace": NS,
+            "annotations": {"memorycore.io/allowed-urls": auth_proxy.url},
+        },
         "data": {"token": base64.b64encode(b"nope").decode()},
     }
     harness.kubectl("apply", "-f", "-", input=json.dumps(secret))
     summarizer = {
         "apiVersion": "memorycore.io/v1alpha1",
         "kind": "SessionSummarizer",
-        "metadata": {"name": "wrong-token", "namespace": NS},
+        "metadata": {
+            "name": "wrong-token",
+            "namespace": NS,
+            "annotations": {"memorycore.io/allowed-urls": auth_proxy.url},
+        },
         "spec": {
             "store": {"url": auth_proxy.url, "authSecretRef": {"name": "wrong-token"}},
             "sweep": {"enabled": False},

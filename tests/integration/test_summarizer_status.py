@@ -10,7 +10,14 @@ from typing import Any
 from devenv.processes import tail, wait_for
 from tests.integration.harness import NS, Harness, summarizer_yaml
 
-OWNED = {"StoreReachable", "ModelReady", "EmbeddingReady", "Swept", "ReplicaActive"}
+OWNED = {
+    "SecretsAllowed",
+    "StoreReachable",
+    "ModelReady",
+    "EmbeddingReady",
+    "Swept",
+    "ReplicaActive",
+}
 
 
 def status(harness: Harness, name: str) -> dict[str, Any]:
@@ -55,7 +62,7 @@ def test_several_summarizers_each_keep_every_condition_across_sweeps(harness: Ha
         swept_twice_with_all_conditions,
         90,
         0.5,
-        message="two sweeps per summarizer with all five conditions\n" + tail(harness.log),
+        message="two sweeps per summarizer with all six conditions\n" + tail(harness.log),
     )
     for name in names:
         conds = conditions(harness, name)

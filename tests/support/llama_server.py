@@ -173,7 +173,7 @@ def running_llama_server(workdir: Path | None = None) -> Iterator[LlamaServer]:
 
 def serve(model: Path, port: int) -> None:
     """The server process: llama.cpp's HTTP server on 127.0.0.1:port until SIGTERM."""
-    import xllamacpp  # type: ignore[import-not-found]
+    import xllamacpp
 
     params = xllamacpp.CommonParams()
     params.model.path = str(model)

@@ -95,7 +95,7 @@ class NeoClient:
         return [r["value"] for r in results]
 
     def one(self, operation: dict[str, Any], **env: str) -> Any:
-        return self.run(operation, **env)[0]
+        return self.run(operation, timeout=180, **env)[0]
 
     # -- what an agent does -----------------------------------------------------------------
 

@@ -53,7 +53,18 @@ def test_the_domain_core_imports_no_io(path: Path) -> None:
 
 def test_the_wheel_ships_the_operator_and_summaryctl_only(tmp_path: Path) -> None:
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q", "-w", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(ROOT),
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+        ],
         check=True,
         capture_output=True,
     )

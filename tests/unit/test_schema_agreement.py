@@ -22,7 +22,7 @@ from controller.api import (
 from controller.core.claim_rules import Claim, Writer
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPARED = ("type", "enum", "minimum", "maximum", "minLength", "maxLength")
+COMPARED = ("type", "enum", "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems")
 Schema = dict[str, Any]
 
 

@@ -91,6 +91,38 @@ app.kubernetes.io/component: chroma
 {{- end }}
 {{- end }}
 
+{{/* The Secret holding the bundled Chroma's token: an existing one, or the chart's own. */}}
+{{- define "sso.chromaTokenSecret" -}}
+{{- default (printf "%s-token" (include "sso.chromaFullname" .)) .Values.chroma.bundled.auth.existingSecret }}
+{{- end }}
+
+{{- define "sso.chromaAuth" -}}
+{{- if and .Values.chroma.bundled.enabled .Values.chroma.bundled.auth.enabled }}true{{ end }}
+{{- end }}
+
+{{/* The bundled Chroma's own port: behind the gate (loopback, port + 1) or the Service's. */}}
+{{- define "sso.chromaServerPort" -}}
+{{- if include "sso.chromaAuth" . }}{{ add1 .Values.chroma.bundled.port }}{{ else }}{{ .Values.chroma.bundled.port }}{{ end }}
+{{- end }}
+
+{{/* The token the default SessionSummarizer sends, as JSON {name, key}; {} for none. */}}
+{{- define "sso.storeAuthSecret" -}}
+{{- if include "sso.chromaAuth" . }}
+{{- dict "name" (include "sso.chromaTokenSecret" .) "key" "token" | toJson }}
+{{- else if .Values.chroma.authSecret.name }}
+{{- dict "name" .Values.chroma.authSecret.name "key" .Values.chroma.authSecret.key | toJson }}
+{{- else }}
+{{- dict | toJson }}
+{{- end }}
+{{- end }}
+
+{{/* The TCP port of an external chroma.url (its scheme's default when it names none). */}}
+{{- define "sso.externalChromaPort" -}}
+{{- $u := urlParse .Values.chroma.url }}
+{{- $hostport := regexReplaceAll "^\\[[^]]*\\]" $u.host "h" }}
+{{- if contains ":" $hostport }}{{ last (splitList ":" $hostport) }}{{ else if eq $u.scheme "https" }}443{{ else }}80{{ end }}
+{{- end }}
+
 {{- define "sso.summarizerNamespace" -}}
 {{- default .Release.Namespace .Values.summarizer.namespace }}
 {{- end }}
@@ -98,7 +130,8 @@ app.kubernetes.io/component: chroma
 {{/* The only Secrets the operator may read, as a JSON list: those the values name. */}}
 {{- define "sso.secretNames" -}}
 {{- $names := list }}
-{{- range (list .Values.chroma.authSecret.name .Values.summarizer.embedding.apiKeySecret.name .Values.summarizer.model.apiKeySecret.name) }}
+{{- $store := include "sso.storeAuthSecret" . | fromJson }}
+{{- range (list (get $store "name") .Values.summarizer.embedding.apiKeySecret.name .Values.summarizer.model.apiKeySecret.name) }}
 {{- if . }}{{ $names = append $names . }}{{ end }}
 {{- end }}
 {{- range .Values.rbac.extraSecretNames }}

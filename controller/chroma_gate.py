@@ -1,0 +1,132 @@
+"""The bundled Chroma's token gate: `python -m controller gate`.
+
+Chroma's own server (`chroma run`, 1.x) authenticates nobody, so the chart runs it on the
+Pod's loopback and puts this gate in front of it, on the Pod's port: a request reaches
+Chroma only with the token (`Authorization: Bearer <token>` or `X-Chroma-Token: <token>`,
+the two ways Chroma's clients send one); anything else is answered 401 and never
+forwarded. The token is read once from a file (the chart mounts its Secret); the upstream
+never sees it. /healthz answers while the gate runs, /readyz while Chroma answers its
+heartbeat: the kubelet's probes, which carry no token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+
+log = logging.getLogger("controller.chroma_gate")
+
+# Not forwarded either way (RFC 9110 hop-by-hop), nor the credential.
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+}
+CREDENTIALS = {"authorization", "x-chroma-token"}
+UNAUTHORIZED = {
+    "error": "AuthError",
+    "message": "Unauthorized: this Chroma needs a token (Authorization: Bearer <token>)",
+}
+
+
+def presented_token(request: web.Request) -> str | None:
+    auth = request.headers.get("Authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip()
+    token = request.headers.get("X-Chroma-Token")
+    return token.strip() if token else None
+
+
+def authorized(presented: str | None, token: str) -> bool:
+    return presented is not None and hmac.compare_digest(presented.encode(), token.encode())
+
+
+def make_app(token: str, upstream: str) -> web.Application:
+    if not token:
+        raise ValueError("the token is empty")
+    upstream = upstream.rstrip("/")
+
+    async def session_ctx(app: web.Application) -> AsyncIterator[None]:
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
+        app["session"] = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
+        yield
+        await app["session"].close()
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def readyz(request: web.Request) -> web.Response:
+        try:
+            async with request.app["session"].get(
+                f"{upstream}/api/v2/heartbeat", timeout=aiohttp.ClientTimeout(total=5)
+            ) as resp:
+                ok = resp.status == 200
+        except (TimeoutError, aiohttp.ClientError):
+            ok = False
+        return web.Response(status=200 if ok else 503, text="ok" if ok else "chroma not ready")
+
+    async def forward(request: web.Request) -> web.StreamResponse:
+        if not authorized(presented_token(request), token):
+            return web.json_response(UNAUTHORIZED, status=401)
+        headers = {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() not in HOP_BY_HOP and k.lower() not in CREDENTIALS
+        }
+        # Read whole (Chroma's requests are bounded by its own limits), so the upstream
+        # gets a Content-Length as the client sent it.
+        body = await request.read() if request.body_exists else None
+        async with request.app["session"].request(
+            request.method, upstream + request.rel_url.raw_path_qs, headers=headers, data=body
+        ) as resp:
+            out = web.StreamResponse(status=resp.status, reason=resp.reason)
+            for k, v in resp.headers.items():
+                if k.lower() not in HOP_BY_HOP:
+                    out.headers.add(k, v)
+            await out.prepare(request)
+            async for chunk in resp.content.iter_chunked(65536):
+                await out.write(chunk)
+            await out.write_eof()
+            return out
+
+    app = web.Application(client_max_size=0)  # no limit of the gate's own: Chroma's apply
+    app.cleanup_ctx.append(session_ctx)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_route("*", "/{tail:.*}", forward)
+    return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m controller gate", description=__doc__)
+    parser.add_argument("--listen", default="0.0.0.0:8000", help="host:port to serve")
+    parser.add_argument("--upstream", default="http://127.0.0.1:8001", help="Chroma's URL")
+    parser.add_argument("--token-file", type=Path, required=True, help="holds the token")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    token = args.token_file.read_text().strip()
+    host, _, port = args.listen.rpartition(":")
+    log.info(
+        "chroma gate on %s, forwarding authenticated requests to %s", args.listen, args.upstream
+    )
+    web.run_app(
+        make_app(token, args.upstream),
+        host=host.strip("[]") or None,
+        port=int(port),
+        access_log=None,
+        print=None,
+    )
+    return 0

@@ -1,0 +1,261 @@
+"""Where a credential may be sent. Pure.
+
+Whoever may edit a SessionSummarizer chooses its URLs, but not every Secret it names is
+theirs: a Secret's value goes only to URLs its owner listed in the Secret's
+`memorycore.io/allowed-urls` annotation (URL prefixes). A cluster may also limit every
+store and model URL to an operator-wide list (SSO_ALLOWED_ENDPOINTS). Both use one rule,
+`within`: same scheme, host and port (the scheme's default when absent), and the URL's path
+inside the prefix's path, segment by segment, after dot segments and percent escapes are
+resolved. A host `*.example.com` stands for any host under example.com, not example.com
+itself.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit
+
+ALLOWED_URLS_ANNOTATION = "memorycore.io/allowed-urls"
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+@dataclass(frozen=True)
+class UrlPrefix:
+    """One allowed URL prefix; `text` is how it was written."""
+
+    scheme: str
+    host: str  # lower case, no trailing dot; "*.example.com" for any host under it
+    port: int
+    path: str  # normalized, no trailing "/"; "" is every path
+    text: str
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a URL sends a request: what `within` compares, and what a message shows."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str
+
+    @property
+    def origin(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        default = DEFAULT_PORTS[self.scheme] == self.port
+        return f"{self.scheme}://{host}" + ("" if default else f":{self.port}")
+
+    @property
+    def shown(self) -> str:
+        """The URL without credentials, query or fragment: safe in a condition."""
+        return self.origin + self.path
+
+
+def _normal_path(path: str) -> str | None:
+    """The path a server resolves: percent escapes decoded once, backslashes read as
+    slashes, dot segments applied. None when an escape is left after decoding (a server
+    that decodes twice could read it otherwise)."""
+    decoded = unquote(path).replace("\\", "/")
+    if "%" in decoded:
+        return None
+    normal = posixpath.normpath("/" + decoded.lstrip("/"))
+    return "" if normal == "/" else normal
+
+
+def target(url: str) -> Target | None:
+    """The scheme, host, port and path a URL reaches; None for anything but a plain
+    http(s) URL with a host (credentials in it included: such a URL is never allowed)."""
+    if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in url):
+        return None
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS or not parts.hostname or "@" in parts.netloc:
+        return None
+    path = _normal_path(parts.path)
+    if path is None:
+        return None
+    host = parts.hostname.lower().rstrip(".")
+    return Target(scheme, host, port or DEFAULT_PORTS[scheme], path)
+
+
+def shown(url: str) -> str:
+    """A URL as a message may show it: never its user:password@, query or fragment."""
+    t = target(url)
+    if t is not None:
+        return t.shown
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return "an invalid URL"
+    if not host or not parts.scheme.isascii() or not parts.scheme.isalnum():
+        return "an invalid URL"
+    host = f"[{host}]" if ":" in host else host
+    path = _normal_path(parts.path) if url.isprintable() and " " not in url else None
+    return f"{parts.scheme.lower()}://{host}" + (f":{port}" if port else "") + (path or "")
+
+
+_HOST = re.compile(r"^(\*\.)?[a-z0-9]([a-z0-9.-]*[a-z0-9])?$|^[0-9a-f:.]+$")
+
+
+def parse_prefix(text: str) -> UrlPrefix | None:
+    """A prefix as written in an annotation or SSO_ALLOWED_ENDPOINTS; None when invalid
+    (no scheme or host, credentials, a query or a fragment)."""
+    raw = text
+    wildcard = "://*." in raw
+    probe = raw.replace("://*.", "://wildcard.", 1) if wildcard else raw
+    t = target(probe)
+    if t is None:
+        return None
+    parts = urlsplit(probe)
+    if parts.query or parts.fragment or raw.endswith(("?", "#")):
+        return None
+    host = "*." + t.host.removeprefix("wildcard.") if wildcard else t.host
+    if not _HOST.match(host):
+        return None
+    return UrlPrefix(t.scheme, host, t.port, t.path, raw)
+
+
+def parse_prefixes(text: str) -> tuple[list[UrlPrefix], list[str]]:
+    """(valid prefixes, invalid entries) of a list separated by commas or whitespace."""
+    valid, invalid = [], []
+    for entry in re.split(r"[,\s]+", text.strip()):
+        if not entry:
+            continue
+        prefix = parse_prefix(entry)
+        if prefix is None:
+            invalid.append(entry)
+        else:
+            valid.append(prefix)
+    return valid, invalid
+
+
+def _host_matches(host: str, pattern: str) -> bool:
+    if pattern.startswith("*."):
+        return host.endswith(pattern[1:]) and len(host) > len(pattern) - 1
+    return host == pattern
+
+
+def within(url: str, prefix: UrlPrefix) -> bool:
+    t = target(url)
+    if t is None:
+        return False
+    if (t.scheme, t.port) != (prefix.scheme, prefix.port) or not _host_matches(t.host, prefix.host):
+        return False
+    return not prefix.path or t.path == prefix.path or t.path.startswith(prefix.path + "/")
+
+
+def allowed(url: str, prefixes: Iterable[UrlPrefix]) -> bool:
+    return any(within(url, p) for p in prefixes)
+
+
+# --- the verdicts ---------------------------------------------------------------------------
+
+
+class DestinationRefused(Exception):
+    """A request the operator will not make; the message says why and what would allow
+    it, and never holds a credential. `reason` is the condition reason."""
+
+    reason = "DestinationRefused"
+
+
+class SecretHostNotAllowed(DestinationRefused):
+    reason = "SecretHostNotAllowed"
+
+
+class EndpointNotAllowed(DestinationRefused):
+    reason = "EndpointNotAllowed"
+
+
+@dataclass(frozen=True)
+class SecretUse:
+    """A Secret key that a SessionSummarizer field would send to a URL."""
+
+    field: str  # e.g. "store.authSecretRef"
+    namespace: str
+    name: str
+    url: str
+
+    @property
+    def secret(self) -> str:
+        return f"Secret {self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class SecretVerdict:
+    use: SecretUse
+    allowed: bool
+    warning: str = ""  # allowed only because unannotated Secrets are still allowed
+    refusal: str = ""
+
+
+def _suggestion(use: SecretUse) -> str:
+    t = target(use.url)
+    return t.shown if t is not None else shown(use.url)
+
+
+def judge_secret(
+    use: SecretUse, annotation: str | None, *, allow_unannotated: bool = False
+) -> SecretVerdict:
+    """May this Secret's value go to use.url? Its owner's annotation decides; with no
+    annotation, only while allow_unannotated (the previous release's behaviour), with a
+    warning."""
+    dest = shown(use.url)
+    command = (
+        f"kubectl annotate secret -n {use.namespace} {use.name} "
+        f"{ALLOWED_URLS_ANNOTATION}={_suggestion(use)}"
+    )
+    if annotation is None:
+        if allow_unannotated:
+            return SecretVerdict(
+                use,
+                True,
+                warning=(
+                    f"{use.secret} ({use.field}) has no {ALLOWED_URLS_ANNOTATION} annotation; "
+                    f"its value goes to {dest} only because unannotated Secrets are still "
+                    "allowed (chart value operator.allowUnannotatedSecrets), which ends with "
+                    f"the next release: its owner allows it with `{command}`"
+                ),
+            )
+        return SecretVerdict(
+            use,
+            False,
+            refusal=(
+                f"{use.secret} ({use.field}) does not allow sending its value to {dest}: it "
+                f"has no {ALLOWED_URLS_ANNOTATION} annotation; its owner allows it with "
+                f"`{command}`"
+            ),
+        )
+    prefixes, invalid = parse_prefixes(annotation)
+    if allowed(use.url, prefixes):
+        return SecretVerdict(use, True)
+    listed = ", ".join(p.text for p in prefixes) or "nothing valid"
+    bad = f"; ignored invalid entries: {', '.join(invalid)}" if invalid else ""
+    return SecretVerdict(
+        use,
+        False,
+        refusal=(
+            f"{use.secret} ({use.field}) does not allow sending its value to {dest}: its "
+            f"{ALLOWED_URLS_ANNOTATION} annotation allows {listed}{bad}; its owner may add "
+            f"{_suggestion(use)} to it"
+        ),
+    )
+
+
+def endpoint_refusal(field: str, url: str, allowed_endpoints: Sequence[UrlPrefix]) -> str | None:
+    """Why the operator-wide list (SSO_ALLOWED_ENDPOINTS) refuses a URL; None when it
+    allows it (an empty list allows every URL)."""
+    if not allowed_endpoints or allowed(url, allowed_endpoints):
+        return None
+    listed = ", ".join(p.text for p in allowed_endpoints)
+    return (
+        f"{field} {shown(url)} is not among the operator's allowed endpoints ({listed}); "
+        "a cluster admin may add it (chart value operator.allowedEndpoints)"
+    )

@@ -1,0 +1,142 @@
+"""The SessionSummarizer's health probes: each reads what it checks (Secrets, Chroma, the
+model and embedding endpoints) and returns the one condition it owns
+(core/summarizer_status.py has the owner table). Blocking: handlers run them in a thread."""
+
+from __future__ import annotations
+
+import httpx
+
+from controller.api import Condition, SessionSummarizerSpec
+from controller.backends import (
+    chat_model_config,
+    embedder_for,
+    embedding_spec,
+    secret_uses,
+    secret_verdict,
+    store_location,
+)
+from controller.core.destinations import DestinationRefused, SecretVerdict, shown
+from controller.core.summarizer_status import secrets_allowed, store_reachable
+from controller.core.text import one_line
+from controller.embeddings.minilm import EmbeddingError
+from controller.kube import client as kube
+from controller.store.errors import EmbeddingMismatch, InvalidStoreConfig, StoreUnavailable
+from controller.store.memory_store import forget_store, store_for
+
+
+def check_store(spec: SessionSummarizerSpec, namespace: str) -> Condition:
+    location = None
+    try:
+        location = store_location(spec, namespace)
+        store_for(location).heartbeat()
+    except kube.SecretError as exc:
+        return store_reachable(spec.store.url, reason="SecretNotFound", message=str(exc))
+    except DestinationRefused as exc:
+        return store_reachable(spec.store.url, reason=exc.reason, message=one_line(exc, 1000))
+    except InvalidStoreConfig as exc:
+        return store_reachable(
+            spec.store.url, reason="InvalidStoreConfig", message=one_line(exc, 300)
+        )
+    except StoreUnavailable as exc:
+        if location is not None:
+            forget_store(location)
+        return store_reachable(
+            spec.store.url, reason="StoreUnavailable", message=one_line(exc, 300)
+        )
+    return store_reachable(spec.store.url)
+
+
+def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
+    model = spec.model
+    if model.backend == "extractive":
+        return Condition(
+            type="ModelReady",
+            status="True",
+            reason="Extractive",
+            message="embedded extractive summarizer (no model)",
+        )
+
+    def unavailable(reason: str, message: str) -> Condition:
+        return Condition(type="ModelReady", status="False", reason=reason, message=message)
+
+    try:
+        config = chat_model_config(model, namespace)
+        headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        url = f"{config.base_url.rstrip('/')}/models"
+        resp = httpx.get(url, headers=headers, timeout=min(model.timeout_seconds, 10))
+        if resp.status_code >= 400:
+            return unavailable("ModelUnavailable", f"GET {shown(url)} answered {resp.status_code}")
+    except kube.SecretError as exc:
+        return unavailable("SecretNotFound", str(exc))
+    except DestinationRefused as exc:
+        return unavailable(exc.reason, one_line(exc, 1000))
+    except httpx.HTTPError as exc:
+        return unavailable("ModelUnavailable", one_line(exc, 300))
+    return Condition(
+        type="ModelReady",
+        status="True",
+        reason="EndpointOK",
+        message=f"{shown(config.base_url)} answers",
+    )
+
+
+def check_embedding(spec: SessionSummarizerSpec, namespace: str) -> Condition:
+    """Embeds a probe text with the configured function (this also loads the local model,
+    so the first summary after a start or a failover does not pay for it) and compares its
+    dimension with the vectors the summary collection already holds."""
+
+    def failed(reason: str, message: str) -> Condition:
+        return Condition(type="EmbeddingReady", status="False", reason=reason, message=message)
+
+    def ok(message: str) -> Condition:
+        return Condition(
+            type="EmbeddingReady", status="True", reason="EmbeddingOK", message=message
+        )
+
+    provider = spec.embedding.provider
+    try:
+        vector = embedder_for(embedding_spec(spec, namespace))(["embedding check"])[0]
+    except kube.SecretError as exc:
+        return failed("SecretNotFound", str(exc))
+    except DestinationRefused as exc:
+        return failed(exc.reason, one_line(exc, 1000))
+    except (EmbeddingError, ValueError) as exc:
+        return failed("EmbeddingUnavailable", one_line(exc, 300))
+    dimension = len(vector)
+    try:
+        held = store_for(store_location(spec, namespace)).check_embedding(dimension)
+    except EmbeddingMismatch as exc:
+        return failed("EmbeddingMismatch", one_line(exc, 300))
+    except (StoreUnavailable, kube.SecretError, InvalidStoreConfig, DestinationRefused):
+        # StoreReachable reports it; the dimension is checked again before every write.
+        return ok(
+            f"{provider} produces {dimension}-d vectors (collection not checked: "
+            "the store is unreachable)"
+        )
+    return ok(
+        f"{provider} produces {dimension}-d vectors"
+        + (", as the summary collection holds" if held else "; the summary collection is empty")
+    )
+
+
+def check_secrets(spec: SessionSummarizerSpec, namespace: str) -> Condition:
+    """Reads the annotations of every Secret the spec would send (nothing is sent here)."""
+    verdicts: list[SecretVerdict] = []
+    unread: list[str] = []
+    for use in secret_uses(spec, namespace):
+        try:
+            annotations, _ = kube.read_secret(use.namespace, use.name)
+        except kube.SecretError as exc:
+            unread.append(str(exc))
+            continue
+        verdicts.append(secret_verdict(use, annotations))
+    return secrets_allowed(verdicts, unread)
+
+
+def health_conditions(spec: SessionSummarizerSpec, namespace: str) -> list[Condition]:
+    return [
+        check_secrets(spec, namespace),
+        check_store(spec, namespace),
+        check_model(spec, namespace),
+        check_embedding(spec, namespace),
+    ]

@@ -1,0 +1,96 @@
+"""What the scripts in bench/ share: their command line (the --quick smoke mode), the
+control plane and Chroma server they run against, and a namespace with a SessionSummarizer.
+
+--quick is a smoke run, not a measurement: the smallest sizes, budgets, lifetimes and
+timeouts that still go through every code path the bench measures, so that the smoke tier
+(tests/bench, in `make test`) notices a bench that no longer runs. Its figures mean nothing.
+
+A bench run by hand starts its own control plane and Chroma server. The smoke tier starts
+one of each for all the benches and names them in SSO_BENCH_CONTROL_PLANE (the directory
+of a running control plane: its state.json, kubeconfig and audit log) and
+SSO_BENCH_CHROMA_URL; a bench never stops what it did not start. Benches that share them
+must use namespaces of their own (a second `create namespace` of one name fails).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from devenv.chroma import running_chroma
+from devenv.controlplane import REPO_ROOT, ControlPlane, running_control_plane, tools_bin_dir
+
+# A bench's QUICK_RUNS: (the arguments after --quick, the format of the last line it prints).
+QuickRuns = list[tuple[list[str], str]]
+SHARED_CONTROL_PLANE = "SSO_BENCH_CONTROL_PLANE"
+SHARED_CHROMA_URL = "SSO_BENCH_CHROMA_URL"
+
+
+def parse_bench_args(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None = None, **quick: Any
+) -> argparse.Namespace:
+    """The parser's arguments plus --quick, which makes `quick` (option dests) the defaults:
+    an option given on the command line still wins. --help lists the quick values."""
+    dests = {action.dest for action in parser._actions}
+    unknown = sorted(set(quick) - dests)
+    if unknown:  # a typo would silently leave the full-size value in the smoke run
+        raise ValueError(f"quick values for options the parser does not have: {unknown}")
+    shown = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in quick.items())
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a smoke run, not a measurement (docs/benchmarks.md): {shown}".replace("%", "%%"),
+    )
+    if parser.parse_known_args(argv)[0].quick:
+        parser.set_defaults(**quick)
+    return parser.parse_args(argv)
+
+
+@contextlib.contextmanager
+def bench_chroma(workdir: Path | None = None) -> Iterator[str]:
+    """The URL of the Chroma server to use: the shared one, else one of its own until the
+    block exits (data and log under workdir; without one, in a directory removed after)."""
+    shared = os.environ.get(SHARED_CHROMA_URL)
+    if shared:
+        yield shared
+        return
+    with running_chroma(workdir) as chroma:
+        yield chroma.url
+
+
+@contextlib.contextmanager
+def bench_control_plane(workdir: Path) -> Iterator[ControlPlane]:
+    """A control plane with the CRDs established, and KUBECONFIG aimed at it in this
+    process too (controller.kube.client): the shared one, else one of its own until the
+    block exits."""
+    from controller.kube import client as kube
+
+    with contextlib.ExitStack() as stack:
+        shared = os.environ.get(SHARED_CONTROL_PLANE)
+        if shared:
+            cp = ControlPlane.from_state(Path(shared))
+            cp.bin_dir = tools_bin_dir()
+        else:
+            cp = stack.enter_context(running_control_plane(workdir))
+        cp.kubectl_run("apply", "-f", str(REPO_ROOT / "crds"))
+        cp.kubectl_run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        os.environ["KUBECONFIG"] = str(cp.kubeconfig)
+        kube.api_client.cache_clear()
+        yield cp
+
+
+def create_summarizer(cp: ControlPlane, namespace: str, spec: dict[str, Any]) -> None:
+    """A new namespace holding the SessionSummarizer `default` with this spec."""
+    cp.kubectl_run("create", "namespace", namespace)
+    summarizer = {
+        "apiVersion": "memorycore.io/v1alpha1",
+        "kind": "SessionSummarizer",
+        "metadata": {"name": "default", "namespace": namespace},
+        "spec": spec,
+    }
+    cp.kubectl_run("apply", "-f", "-", input=json.dumps(summarizer))

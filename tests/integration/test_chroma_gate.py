@@ -1,0 +1,158 @@
+"""The bundled Chroma's token gate (`python -m controller gate`) in front of a real Chroma
+server: without the token nothing reaches Chroma; with it, Chroma's own client and the
+operator's store work through it as if it were Chroma."""
+
+from __future__ import annotations
+
+import json
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import chromadb
+import pytest
+from chromadb.config import Settings
+from chromadb.errors import ChromaAuthError
+
+from controller.store.connection import StoreLocation, connect
+from controller.store.errors import StoreUnavailable
+from controller.store.memory_store import MemoryStore
+from devenv.chroma import ChromaServer
+from devenv.controlplane import REPO_ROOT, free_port
+from devenv.processes import spawn, stop, tail, wait_for
+
+TOKEN = "gate-token-Zq81"
+
+
+@dataclass
+class Gate:
+    url: str
+    log: Path
+
+
+@pytest.fixture(scope="module")
+def gate(chroma_server: ChromaServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gate]:
+    workdir = tmp_path_factory.mktemp("gate")
+    token_file = workdir / "token"
+    token_file.write_text(TOKEN + "\n")
+    port = free_port()
+    log = workdir / "gate.log"
+    proc = spawn(
+        [
+            sys.executable, "-m", "controller", "gate", "--listen", f"127.0.0.1:{port}",
+            "--upstream", chroma_server.url, "--token-file", str(token_file),
+        ],
+        log,
+        cwd=REPO_ROOT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: status(url + "/readyz") == 200, 30, 0.2, message=tail(log))
+        yield Gate(url, log)
+    finally:
+        stop(proc)
+
+
+def status(url: str, headers: dict[str, str] | None = None) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers or {}), timeout=10):
+            return 200
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return 0
+
+
+COLLECTIONS = "/api/v2/tenants/default_tenant/databases/default_database/collections"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer wrong"},
+        {"Authorization": f"Basic {TOKEN}"},
+        {"X-Chroma-Token": TOKEN[:-1]},
+        {"Authorization": "Bearer "},
+    ],
+    ids=["none", "wrong", "basic", "truncated", "empty"],
+)
+def test_a_request_without_the_token_is_refused_with_401(
+    gate: Gate, headers: dict[str, str]
+) -> None:
+    for path in (COLLECTIONS, "/api/v2/heartbeat", "/api/v2/version", "/"):
+        assert status(gate.url + path, headers) == 401, path
+
+
+def test_the_token_either_way_chroma_clients_send_it_reaches_chroma(gate: Gate) -> None:
+    for headers in ({"Authorization": f"Bearer {TOKEN}"}, {"X-Chroma-Token": TOKEN}):
+        assert status(gate.url + COLLECTIONS, headers) == 200
+    assert status(gate.url + "/healthz") == 200  # the kubelet's probes carry no token
+
+
+def test_chromas_client_reads_and_writes_through_the_gate_with_large_bodies(gate: Gate) -> None:
+    host, port = gate.url.removeprefix("http://").split(":")
+    client = chromadb.HttpClient(
+        host=host,
+        port=int(port),
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        settings=Settings(anonymized_telemetry=False),
+    )
+    coll = client.get_or_create_collection("gate-check", embedding_function=None)
+    n = 300  # 300 x 1024 floats: a body of several MB
+    coll.upsert(
+        ids=[f"id-{i}" for i in range(n)],
+        embeddings=[[float(i % 7)] * 1024 for i in range(n)],
+        documents=[f"document {i} " + "x" * 200 for i in range(n)],
+    )
+    got = coll.get(ids=["id-0", f"id-{n - 1}"], include=["documents"])
+    assert sorted(got["ids"]) == ["id-0", f"id-{n - 1}"]
+    assert coll.count() == n
+    client.delete_collection("gate-check")
+
+    with pytest.raises(ChromaAuthError, match="needs a token"):
+        chromadb.HttpClient(
+            host=host, port=int(port), settings=Settings(anonymized_telemetry=False)
+        ).list_collections()
+
+
+def test_the_operators_store_works_through_the_gate_only_with_the_token(gate: Gate) -> None:
+    location = StoreLocation(url=gate.url, token=TOKEN, summary_collection="gate-sessions")
+    store = MemoryStore(connect(location), location)
+    store.heartbeat()
+    with pytest.raises(StoreUnavailable, match=r"(?i)token|401|unauthori"):
+        bad = StoreLocation(url=gate.url, token="nope", summary_collection="gate-sessions")
+        MemoryStore(connect(bad), bad).heartbeat()
+    assert TOKEN not in gate.log.read_text()
+
+
+def test_readiness_follows_chroma(chroma_server: ChromaServer, tmp_path: Path) -> None:
+    """A gate whose Chroma does not answer is alive but not ready."""
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    port, dead = free_port(), free_port()
+    log = tmp_path / "gate.log"
+    proc = spawn(
+        [
+            sys.executable, "-m", "controller", "gate", "--listen", f"127.0.0.1:{port}",
+            "--upstream", f"http://127.0.0.1:{dead}", "--token-file", str(token_file),
+        ],
+        log,
+        cwd=REPO_ROOT,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: status(url + "/healthz") == 200, 30, 0.2, message=tail(log))
+        assert status(url + "/readyz") == 503
+        body = json.dumps({"name": "x"}).encode()
+        req = urllib.request.Request(
+            url + COLLECTIONS, data=body, headers={"Authorization": f"Bearer {TOKEN}"}
+        )
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=10)
+        assert err.value.code in (500, 502)
+    finally:
+        stop(proc)

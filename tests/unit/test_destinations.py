@@ -1,0 +1,208 @@
+"""Where a credential may go (core/destinations.py), without a cluster: a URL prefix allows
+exactly the URLs under it, whatever the URL's spelling, and what the refusals say names the
+Secret, the refused URL and the annotation to add, never a credential."""
+
+from __future__ import annotations
+
+import posixpath
+from urllib.parse import unquote, urlsplit
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.core.destinations import (
+    ALLOWED_URLS_ANNOTATION,
+    SecretUse,
+    allowed,
+    endpoint_refusal,
+    judge_secret,
+    parse_prefix,
+    parse_prefixes,
+    shown,
+    target,
+    within,
+)
+from controller.core.summarizer_status import secrets_allowed
+
+label = st.text(alphabet=st.sampled_from("abcxyz019-"), min_size=1, max_size=6).filter(
+    lambda s: s[0] != "-" and s[-1] != "-"
+)
+host = st.lists(label, min_size=1, max_size=3).map(".".join)
+segment = st.one_of(
+    label,
+    st.sampled_from(["..", ".", "%2e%2e", "%2E.", "%2f", "a%2fb", "\\..", "", "v1", "v10"]),
+)
+path = st.lists(segment, max_size=4).map(lambda segs: "".join("/" + s for s in segs))
+port = st.one_of(st.none(), st.sampled_from([80, 443, 8000, 11434]))
+scheme = st.sampled_from(["http", "https", "HTTP", "Https"])
+userinfo = st.one_of(st.just(""), st.sampled_from(["u:p4ssw0rd@", "p4ssw0rd@", ":p4ssw0rd@"]))
+
+
+@st.composite
+def urls(draw: st.DrawFn) -> str:
+    p = draw(port)
+    h = draw(st.one_of(host, host.map(str.upper), host.map(lambda h: h + ".")))
+    return f"{draw(scheme)}://{draw(userinfo)}{h}{'' if p is None else f':{p}'}{draw(path)}"
+
+
+@st.composite
+def prefixes(draw: st.DrawFn) -> str:
+    p = draw(port)
+    h = draw(st.one_of(host, host.map(lambda h: "*." + h)))
+    tail = draw(st.lists(label, max_size=2).map(lambda segs: "".join("/" + s for s in segs)))
+    return f"{draw(st.sampled_from(['http', 'https']))}://{h}{'' if p is None else f':{p}'}{tail}"
+
+
+def served_path(url: str) -> str:
+    """The path a server resolves (what the operator's request reaches)."""
+    decoded = unquote(urlsplit(url).path).replace("\\", "/")
+    normal = posixpath.normpath("/" + decoded.lstrip("/"))
+    return "" if normal == "/" else normal
+
+
+@settings(max_examples=500, deadline=None)
+@given(url=urls(), text=prefixes())
+def test_a_prefix_allows_only_its_scheme_host_port_and_the_paths_under_it(
+    url: str, text: str
+) -> None:
+    prefix = parse_prefix(text)
+    assert prefix is not None, text
+    if not within(url, prefix):
+        return
+    parts = urlsplit(url)
+    assert parts.username is None and parts.password is None
+    assert parts.scheme.lower() == prefix.scheme
+    host = (parts.hostname or "").rstrip(".")
+    if prefix.host.startswith("*."):
+        assert host.endswith(prefix.host[1:]) and host != prefix.host[2:]
+    else:
+        assert host == prefix.host
+    assert (parts.port or {"http": 80, "https": 443}[prefix.scheme]) == prefix.port
+    served = served_path(url)
+    assert served == prefix.path or served.startswith(prefix.path + "/") or not prefix.path
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=prefixes(), suffix=path)
+def test_a_prefix_allows_what_it_names_and_the_paths_below_it(text: str, suffix: str) -> None:
+    prefix = parse_prefix(text)
+    assert prefix is not None
+    url = text.replace("*.", "any.") + suffix
+    served = served_path(url)
+    inside = served.startswith(prefix.path) and served[len(prefix.path) :][:1] in ("", "/")
+    if "%" not in unquote(urlsplit(url).path):
+        assert within(url, prefix) == inside, (url, served)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.openai.com.evil.example/v1",
+        "https://evil.example/api.openai.com/v1",
+        "https://api.openai.com/v10",
+        "https://api.openai.com/v1/../admin",
+        "https://api.openai.com/v1/%2e%2e/admin",
+        "https://api.openai.com/v1%2f..%2fadmin",
+        "https://api.openai.com/v1/%252e%252e/admin",
+        "http://api.openai.com/v1",
+        "https://api.openai.com:8443/v1",
+        "https://key@api.openai.com/v1",
+        "https://api.openai.com/v1\r\nHost: evil",
+    ],
+)
+def test_near_misses_are_not_allowed(url: str) -> None:
+    assert not allowed(url, parse_prefixes("https://api.openai.com/v1")[0])
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://api.openai.com/v1",
+        "https://api.openai.com/v1/",
+        "https://API.OpenAI.com:443/v1/chat/completions",
+        "https://api.openai.com./v1",
+        "https://api.openai.com/v1/x/../models",
+    ],
+)
+def test_spellings_of_an_allowed_url_are_allowed(url: str) -> None:
+    assert allowed(url, parse_prefixes("https://api.openai.com/v1")[0])
+
+
+def test_a_wildcard_host_is_any_host_under_it_but_not_itself() -> None:
+    prefixes_ = parse_prefixes("http://*.svc.cluster.local:8000")[0]
+    assert allowed("http://chroma.memory.svc.cluster.local:8000", prefixes_)
+    assert not allowed("http://svc.cluster.local:8000", prefixes_)
+    assert not allowed("http://chroma.svc.cluster.local.evil:8000", prefixes_)
+
+
+def test_an_annotation_lists_prefixes_separated_by_commas_or_spaces_and_names_bad_ones() -> None:
+    valid, invalid = parse_prefixes(
+        " https://a.example/v1,http://chroma:8000\n  ftp://x https://u:p@h https://h/?q https://b "
+    )
+    assert [p.text for p in valid] == ["https://a.example/v1", "http://chroma:8000", "https://b"]
+    assert invalid == ["ftp://x", "https://u:p@h", "https://h/?q"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(url=urls())
+def test_a_shown_url_never_carries_its_credentials(url: str) -> None:
+    assert "p4ssw0rd" not in shown(url)
+    t = target(url)
+    assert t is None or "@" not in t.shown
+
+
+USE = SecretUse(
+    "model.apiKeySecretRef", "agents", "openai-key", "https://u:p4ssw0rd@evil.example/v1"
+)
+
+
+@pytest.mark.parametrize(
+    ("annotation", "allow_unannotated"),
+    [(None, False), ("https://api.openai.com/v1", False), ("ftp://nope", True)],
+)
+def test_a_refusal_names_the_secret_the_url_and_the_annotation_never_a_credential(
+    annotation: str | None, allow_unannotated: bool
+) -> None:
+    verdict = judge_secret(USE, annotation, allow_unannotated=allow_unannotated)
+    assert not verdict.allowed and not verdict.warning
+    for part in ("Secret agents/openai-key", "https://evil.example/v1", ALLOWED_URLS_ANNOTATION):
+        assert part in verdict.refusal
+    assert "p4ssw0rd" not in verdict.refusal and "u:" not in verdict.refusal
+    condition = secrets_allowed([verdict])
+    assert (condition.status, condition.reason) == ("False", "SecretHostNotAllowed")
+
+
+def test_an_unannotated_secret_goes_only_while_allowed_and_then_with_a_warning() -> None:
+    use = SecretUse("store.authSecretRef", "agents", "chroma-token", "http://chroma:8000")
+    refused = judge_secret(use, None)
+    assert not refused.allowed
+    assert f"kubectl annotate secret -n agents chroma-token {ALLOWED_URLS_ANNOTATION}=" in (
+        refused.refusal
+    )
+    warned = judge_secret(use, None, allow_unannotated=True)
+    assert warned.allowed and "next release" in warned.warning
+    condition = secrets_allowed([warned])
+    assert (condition.status, condition.reason) == ("False", "SecretNotAnnotated")
+    # An annotation, once there, is the owner's word, whatever the operator allows.
+    assert not judge_secret(use, "http://other:8000", allow_unannotated=True).allowed
+    assert judge_secret(use, "http://chroma:8000", allow_unannotated=False).allowed
+
+
+def test_the_secrets_condition_is_true_only_when_every_secret_allows_its_url() -> None:
+    use = SecretUse("model.apiKeySecretRef", "agents", "openai-key", "https://api.example/v1")
+    ok = judge_secret(use, "https://api.example/v1")
+    assert ok.allowed
+    assert secrets_allowed([ok]).status == "True"
+    assert secrets_allowed([]).reason == "NoSecrets"
+    assert secrets_allowed([ok], ["Secret agents/x not found"]).status == "Unknown"
+
+
+def test_the_operator_wide_list_refuses_what_it_does_not_name_and_an_empty_list_nothing() -> None:
+    assert endpoint_refusal("store.url", "http://anywhere:1", []) is None
+    listed = parse_prefixes("http://chroma.memory.svc:8000, https://api.openai.com/v1")[0]
+    assert endpoint_refusal("store.url", "http://chroma.memory.svc:8000", listed) is None
+    refusal = endpoint_refusal("model.baseUrl", "http://169.254.169.254/latest", listed)
+    assert refusal is not None
+    assert "model.baseUrl http://169.254.169.254/latest" in refusal
+    assert "operator.allowedEndpoints" in refusal
