@@ -58,8 +58,8 @@ from devenv.processes import spawn, stop, tail, wait_for
 from tests.support.fact_model import echo_facts, fact_memory
 from tests.support.openai_server import running_openai_server
 
-NS = "calls"
-SA = "sso-calls"
+NS = "calls"  # with --model-latency: calls-renew, its own collections too (the smoke tier
+SA = "sso-calls"  # runs both modes on one shared control plane and Chroma)
 PER_CLOCK = {"list", "watch"}
 # The smoke tier (tests/bench) runs `--quick` plus each argument list and checks that the
 # last line has the format documented above (docs/benchmarks.md, "Quick mode").
@@ -129,13 +129,21 @@ def main() -> int:
     parser.add_argument("--memories", type=int, default=3, help="per session (with a model)")
     parser.add_argument("--claim-ttl", type=float, default=60.0, help="claim duration (s)")
     args = parse_bench_args(parser, sessions=2)
-    sessions = [f"calls-{i:03d}" for i in range(args.sessions)]
+    renew = args.model_latency > 0
+    ns, sa = (f"{NS}-renew", f"{SA}-renew") if renew else (NS, SA)
+    sessions = [f"{ns}-{i:03d}" for i in range(args.sessions)]
     work = Path(tempfile.mkdtemp(prefix="sso-calls-"))
     with contextlib.ExitStack() as stack:
         cp = stack.enter_context(bench_control_plane(work / "cp"))
         chroma_url = stack.enter_context(bench_chroma(work / "chroma"))
-        spec: dict[str, Any] = {"store": {"url": chroma_url}, "sweep": {"enabled": False}}
-        if args.model_latency > 0:
+        store_spec = {"url": chroma_url}
+        if renew:
+            store_spec |= {
+                "memoryCollection": f"{ns}-memory",
+                "summaryCollection": f"{ns}-sessions",
+            }
+        spec: dict[str, Any] = {"store": store_spec, "sweep": {"enabled": False}}
+        if renew:
             model = stack.enter_context(
                 running_openai_server(responder=echo_facts, latency_seconds=args.model_latency)
             )
@@ -146,19 +154,23 @@ def main() -> int:
                 "maxInputTokens": 256,  # one memory per pass
                 "timeoutSeconds": 60,
             }
-        create_summarizer(cp, NS, spec)
-        cp.kubectl_run("-n", NS, "create", "serviceaccount", SA)
+        create_summarizer(cp, ns, spec)
+        cp.kubectl_run("-n", ns, "create", "serviceaccount", sa)
         cp.kubectl_run(
             "create",
             "clusterrolebinding",
-            SA,
+            sa,
             "--clusterrole=cluster-admin",
-            f"--serviceaccount={NS}:{SA}",
+            f"--serviceaccount={ns}:{sa}",
         )
-        sa_config = cp.service_account_kubeconfig(NS, SA, work / "operator.kubeconfig")
-        location = StoreLocation(url=chroma_url)
+        sa_config = cp.service_account_kubeconfig(ns, sa, work / "operator.kubeconfig")
+        location = StoreLocation(
+            url=chroma_url,
+            memory_collection=store_spec.get("memoryCollection", "neo-agent-memory"),
+            summary_collection=store_spec.get("summaryCollection", "neo-agent-sessions"),
+        )
         store = MemoryStore(connect(location), location)
-        load_sessions(store, sessions, args.memories if args.model_latency > 0 else None)
+        load_sessions(store, sessions, args.memories if renew else None)
         env = dict(
             cp.env(),
             KUBECONFIG=str(sa_config),
@@ -168,7 +180,7 @@ def main() -> int:
         )
         log = work / "operator.log"
         operator = spawn(
-            [sys.executable, "-m", "controller", "run", "--standalone", "--namespace", NS],
+            [sys.executable, "-m", "controller", "run", "--standalone", "--namespace", ns],
             log,
             env=env,
             cwd=args.operator_src,
@@ -176,7 +188,7 @@ def main() -> int:
         try:
 
             def phase(sid: str) -> str | None:
-                obj = kube.get_summary(NS, summary_object_name(sid)) or {}
+                obj = kube.get_summary(ns, summary_object_name(sid)) or {}
                 st = obj.get("status") or {}
                 done = st.get("observedGeneration") == (obj.get("metadata") or {}).get("generation")
                 return st.get("phase") if done else None
@@ -184,21 +196,21 @@ def main() -> int:
             def summarized(sid: str) -> bool:
                 return phase(sid) == "Summarized"
 
-            kube.request_summary(NS, "warm-up", trigger="sunset")  # NotFound: loads the model
+            kube.request_summary(ns, "warm-up", trigger="sunset")  # NotFound: loads the model
             wait_for(lambda: phase("warm-up"), 120, 0.2, message="warm-up\n" + tail(log))
             time.sleep(1)
             start = int(time.time() * 1000)
             pass_s = []
             for sid in sessions:
                 began = time.monotonic()
-                kube.request_summary(NS, sid, trigger="sunset")
+                kube.request_summary(ns, sid, trigger="sunset")
                 wait_for(partial(summarized, sid), 600, 0.05, message=tail(log))
                 pass_s.append(time.monotonic() - began)
             time.sleep(1.5)  # the last status patch and Event land
             end = int(time.time() * 1000)
         finally:
             stop(operator)
-        calls = count(cp.audit_log, f"system:serviceaccount:{NS}:{SA}", start, end)
+        calls = count(cp.audit_log, f"system:serviceaccount:{ns}:{sa}", start, end)
     per_summary = sum(n for (verb, _), n in calls.items() if verb not in PER_CLOCK)
     print(f"{'verb':8} {'resource':40} {'calls':>6} {'per summary':>12}")
     for (verb, resource), n in sorted(calls.items(), key=lambda kv: (-kv[1], kv[0])):
