@@ -86,6 +86,19 @@ CLAIM_CONFLICTS = Counter(
     "Per-session claims this replica could not take or keep (held by another writer, or a "
     "resourceVersion conflict).",
 )
+CLAIM_RENEWALS = Counter(
+    "session_summary_claim_renewals_total",
+    "Per-session claims renewed by this replica during a pass (one per renew period of a "
+    "pass that outlasts it).",
+)
+CLAIM_RELEASE_FAILURES = Counter(
+    "session_summary_claim_release_failures_total",
+    "Claims this replica could not delete when its pass ended (they lapse by themselves).",
+)
+CLAIMS_COLLECTED = Counter(
+    "session_summary_claims_collected_total",
+    "Abandoned per-session claims (their writer died) deleted by this replica's collector.",
+)
 ACTIVE_REPLICA = Gauge(
     "session_summary_active_replica",
     "1 if this replica is the active one (kopf peering), else 0.",
@@ -178,6 +191,18 @@ def late_memories(n: int) -> None:
 
 def claim_conflict() -> None:
     CLAIM_CONFLICTS.inc()
+
+
+def claim_renewed() -> None:
+    CLAIM_RENEWALS.inc()
+
+
+def claim_release_failed() -> None:
+    CLAIM_RELEASE_FAILURES.inc()
+
+
+def claims_collected(n: int) -> None:
+    CLAIMS_COLLECTED.inc(n)
 
 
 def set_active_replica(replica_id: str, active: bool) -> None:

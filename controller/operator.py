@@ -16,6 +16,7 @@ import controller.handlers  # noqa: F401  (registers the handlers)
 from controller import metrics
 from controller.config import CONFIG
 from controller.handlers.session_summary import stop_workers
+from controller.kube.claim_collector import ClaimCollector
 from controller.kube.peering import (
     PeeringView,
     ensure_peering_object,
@@ -53,6 +54,23 @@ async def _trim_heap(interval: float = 30.0) -> None:
         await asyncio.to_thread(libc.malloc_trim, 0)
 
 
+async def _collect_abandoned_claims(interval: float) -> None:
+    """Deletes the claims of writers that died (kube/claims.py:ClaimCollector), on its own
+    timer: also when every sweep is off. What it has seen lives in this task only."""
+    collector = ClaimCollector(
+        default_duration_s=CONFIG.claim_ttl_seconds, grace_s=CONFIG.claim_ttl_seconds
+    )
+    while True:
+        try:
+            deleted = await asyncio.to_thread(collector.collect)
+        except Exception as exc:  # the API server may be away for a while: next round
+            log.warning("collecting abandoned claims failed: %s", exc)
+        else:
+            if deleted:
+                log.info("deleted %d abandoned session claims", deleted)
+        await asyncio.sleep(interval)
+
+
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: Any) -> None:
     prefix = CONFIG.annotation_prefix
@@ -84,6 +102,10 @@ async def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: A
         start_metrics_server(CONFIG.metrics_port, CONFIG.metrics_address)
     trim = asyncio.get_running_loop().create_task(_trim_heap(CONFIG.heap_trim_seconds))
     _TASKS.add(trim)
+    collect = asyncio.get_running_loop().create_task(
+        _collect_abandoned_claims(CONFIG.claim_collect_seconds)
+    )
+    _TASKS.add(collect)
     if _RUN["standalone"]:
         metrics.set_active_replica(CONFIG.replica_id, True)
     else:

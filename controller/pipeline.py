@@ -13,9 +13,9 @@ Blocking I/O: handlers call it in a worker thread.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from controller.core.chunking import chunk_memories
 from controller.core.coverage import Coverage, PriorCoverage
@@ -49,18 +49,38 @@ Embedder = Callable[[list[str]], Sequence[Any]]  # one vector (floats) per text
 OutcomeKind = Literal["summarized", "up-to-date", "not-found", "empty"]
 
 
+class WriteGuard(Protocol):
+    """The writer's side of the session's claim, as the pipeline asks it
+    (kube/claims.py:SessionClaimHandle): with a guard, nothing is written once it says no."""
+
+    @property
+    def fence(self) -> int | None:
+        """The fencing number of the claim's grant (core/fencing.py)."""
+
+    def check(self) -> None:
+        """Raises once this writer may no longer write (between chunk passes; no I/O)."""
+
+    def admit(self, found_fence: int | None) -> Mapping[str, int]:
+        """Right before an upsert, given the fencing number the row carries now: raises if
+        this writer may not write it; else the keys the row records (its fence)."""
+
+
 @dataclass(frozen=True)
 class WriteEvent:
     """A store write of one session's row, as observers see it: "begin" before the claim's
-    last check, "end" once the upsert returned or failed (a writer killed in between never
-    ends). writer is the replica, writer_object the SessionSummary it serves."""
+    last check, "admitted" once the checks passed (the upsert is next), "end" once the
+    upsert returned or the write was refused or failed (outcome: written, refused, failed);
+    a writer killed in between never ends. writer is the replica, writer_object the
+    SessionSummary it serves, fence its claim's fencing number (the pass's grant)."""
 
-    phase: Literal["begin", "end"]
+    phase: Literal["begin", "admitted", "end"]
     session_id: str
     writer: str
     writer_object: str
     at_ms: int
     began_ms: int
+    fence: int | None = None
+    outcome: Literal["", "written", "refused", "failed"] = ""
 
 
 # Called with every WriteEvent of this process, in order; the chaos tests' write journal
@@ -201,7 +221,7 @@ def summarize_session(
     chunk_size: int | None = None,
     chunk_tokens: int | None = None,
     checkpoint_passes: int = CHECKPOINT_PASSES,
-    before_write: Callable[[], None] | None = None,
+    guard: WriteGuard | None = None,
     writer_object: str = "",
     visibility: VisibilityRules = DEFAULT_VISIBILITY,
 ) -> Outcome:
@@ -211,9 +231,10 @@ def summarize_session(
     the ranges where the session's rows are not the ones the prior covers (memories that
     landed late, whatever their timestamp: controller.core.coverage). Chunks hold at most
     chunk_size memories and chunk_tokens estimated tokens (default: the summarizer's
-    memory_budget_tokens). before_write runs right before every upsert (the claim
-    re-check); if it raises, nothing is written. visibility: how the row is tagged for
-    neo's readers (core/visibility.py).
+    memory_budget_tokens). guard (the session's claim) is checked between passes and right
+    before every upsert, with the fencing number the row carries then; if it raises,
+    nothing more is written. visibility: how the row is tagged for neo's readers
+    (core/visibility.py).
 
     A row another writer rewrote since our last write is written again even with nothing
     new to summarize: its text is then carried in ours, and the row is ours once more.
@@ -260,7 +281,7 @@ def summarize_session(
             embed=embed,
             writer=writer,
             trigger=trigger,
-            check=before_write,
+            guard=guard,
             writer_object=writer_object,
             provenance=Provenance(list(spent)),
             visibility=seen_by,
@@ -271,6 +292,8 @@ def summarize_session(
     passes = tokens = checkpoints = 0
     read_upto: tuple[int, str] | None = None
     for chunk in chunks if new else iter([[]]):
+        if guard is not None:
+            guard.check()  # a writer that lost its claim stops spending model calls
         if passes and checkpoint_passes and passes % checkpoint_passes == 0:
             assert isinstance(current, StructuredSummary) and current.watermark is not None
             coverage, count = _covered(rows, read_upto)
@@ -316,7 +339,7 @@ def _write(
     embed: Embedder,
     writer: str,
     trigger: str,
-    check: Callable[[], None] | None,
+    guard: WriteGuard | None,
     writer_object: str = "",
     provenance: Provenance | None = None,
     visibility: RowVisibility | None = None,
@@ -339,15 +362,23 @@ def _write(
     store.check_embedding(len(vector))
     began_ms = int(time.time() * 1000)
     sid = summary.session_id
-    _observe(WriteEvent("begin", sid, writer, writer_object, began_ms, began_ms))
+    fence = guard.fence if guard is not None else None
+    _observe(WriteEvent("begin", sid, writer, writer_object, began_ms, began_ms, fence))
+    outcome: Literal["written", "refused", "failed"] = "failed"
     try:
         # In deadline order, and the claim checked once the turn came: the wait is never
-        # between the check and the write.
+        # between the check and the write. The row's fence is read right before the upsert.
         with store_write_slots(store.location.describe()).slot():
-            if check is not None:
-                check()
+            if guard is not None:
+                found = store.read_row_fence(sid)
+                outcome = "refused"
+                metadata = {**metadata, **guard.admit(found)}
+                outcome = "failed"
+            now_ms = int(time.time() * 1000)
+            _observe(WriteEvent("admitted", sid, writer, writer_object, now_ms, began_ms, fence))
             store.write_summary(summary.session_id, document, metadata, vector)
+            outcome = "written"
     finally:  # ends whether written or refused (claim lost, store down)
         ended_ms = int(time.time() * 1000)
-        _observe(WriteEvent("end", sid, writer, writer_object, ended_ms, began_ms))
+        _observe(WriteEvent("end", sid, writer, writer_object, ended_ms, began_ms, fence, outcome))
     return summarized_at_ms

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from controller.core.coverage import Coverage
 from controller.core.document import FOLDED_MARK
+from controller.core.fencing import FENCE_KEY
 from controller.core.memories import JS_DATE_MAX_MS, Watermark
 from controller.core.provenance import Provenance
 from controller.core.references import ReferenceOverflow
@@ -96,6 +97,7 @@ ROW_KEYS = (
     "referencesOmittedTo",
     "referencesOmittedDigests",
     DIGEST_KEY,
+    FENCE_KEY,  # the claim grant that wrote the row (core/fencing.py); set by the writer
     *Provenance.METADATA_KEYS,
 )
 

@@ -40,7 +40,6 @@ from controller.core.summarizer_status import (
 )
 from controller.core.text import one_line
 from controller.kube import client as kube
-from controller.kube.claims import collect_abandoned_claims
 from controller.probes import check_embedding, check_secrets, health_conditions
 from controller.reconcile import reconcile_soon, reconcile_step
 from controller.store.errors import (
@@ -283,8 +282,6 @@ async def sweep(
         deleted = await asyncio.to_thread(
             apply_retention, spec, namespace=namespace, summarizer_name=name
         )
-        # Claims of writers that died long ago (a claim is deleted when its write is done).
-        collected = await asyncio.to_thread(collect_abandoned_claims, CONFIG.claim_ttl_seconds)
     except (
         StoreUnavailable,
         kube.SecretError,
@@ -317,7 +314,6 @@ async def sweep(
         f"sessions, {result.applied.in_flight} already in flight, "
         f"{result.applied.left} left for later; "
         f"deleted {deleted} expired objects"
-        + (f", {collected} abandoned claims" if collected else "")
     )
     logger.info("sweep by %s: %s", CONFIG.replica_id, message)
     swept = SweepReport(

@@ -10,7 +10,8 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -26,8 +27,9 @@ from controller.api import (
 )
 from controller.backends import Backends, backends_for
 from controller.config import CONFIG, backoff_seconds
-from controller.core.claim_rules import Writer
+from controller.core.claim_rules import Sighting, Writer
 from controller.core.destinations import EndpointNotAllowed, SecretHostNotAllowed
+from controller.core.fencing import FenceUnavailable
 from controller.core.summary import SummaryValidationError, UnreadablePriorSummary
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
@@ -41,7 +43,7 @@ from controller.handlers.summary_status import (
 )
 from controller.kube import client as kube
 from controller.kube.claims import ClaimHeld, ClaimLost, SessionClaimHandle
-from controller.pipeline import Outcome, summarize_session
+from controller.pipeline import Outcome, WriteGuard, summarize_session
 from controller.scheduling import BACKGROUND_TRIGGERS, DeadlineExecutor, slack_for
 from controller.store.errors import (
     CollectionNotFound,
@@ -102,6 +104,7 @@ def _resolve(
 # SummaryValidationError; InvalidStoreConfig and UnreadablePriorSummary are ValueErrors).
 _FAILURES: tuple[tuple[type[Exception], str, bool], ...] = (
     (kube.SecretError, "SecretNotFound", True),
+    (FenceUnavailable, "FencingUnavailable", False),
     # Nothing was sent; retried, so annotating the Secret (or allowing the endpoint) is
     # enough, until the failure gate stops it.
     (SecretHostNotAllowed, "SecretHostNotAllowed", True),
@@ -148,7 +151,7 @@ def failures_shown(
 def summarize_blocking(
     backends: Backends,
     spec: SessionSummarySpec,
-    before_write: Callable[[], None] | None = None,
+    guard: WriteGuard | None = None,
     writer_object: str = "",
 ) -> Outcome:
     with failures_shown(backends):
@@ -160,7 +163,7 @@ def summarize_blocking(
             trigger=spec.trigger,
             excluded_types=backends.excluded_types,
             summarizer=backends.summarizer,
-            before_write=before_write,
+            guard=guard,
             writer_object=writer_object,
             visibility=backends.visibility,
         )
@@ -172,6 +175,15 @@ def _claim_scope(backends: Backends) -> str:
         return backends.store.claim_scope()
 
 
+@dataclass
+class ClaimMemory:
+    """What one SessionSummary's passes remember of the session's claim between attempts
+    (kept in kopf's per-object memo, forgotten with the object): when we first saw another
+    writer's claim as it is now, on our own clock."""
+
+    sighting: Sighting | None = None
+
+
 def summarize_claimed(
     namespace: str,
     name: str,
@@ -179,9 +191,11 @@ def summarize_claimed(
     generation: int,
     spec: SessionSummarySpec,
     summarizer_spec: dict[str, Any] | None,
+    seen: ClaimMemory | None = None,
 ) -> Outcome:
-    """Takes the session's claim in its store, summarizes with a claim check right before
-    every write, and releases the claim. Raises ClaimHeld when another live writer (another
+    """Takes the session's claim in its store, summarizes while a thread renews it (the
+    claim checked between passes and, with the row's fencing number, right before every
+    write), and releases the claim. Raises ClaimHeld when another live writer (another
     replica, or another object naming the same session) has it."""
     backends = _resolve(namespace, spec, summarizer_spec)
     scope = _claim_scope(backends)
@@ -191,17 +205,22 @@ def summarize_claimed(
         collection_id=scope,
         collection=f"{location.describe()} {location.summary_collection}",
         writer=Writer(CONFIG.replica_id, uid, f"{namespace}/{name}"),
-        ttl_s=CONFIG.claim_ttl_seconds,
+        duration_s=CONFIG.claim_ttl_seconds,
         margin_s=CONFIG.claim_margin_seconds,
+        renew_s=CONFIG.claim_renew_period,
         generation=generation,
+        sighting=seen.sighting if seen else None,
     )
-    handle.acquire()
     try:
-        return summarize_blocking(
-            backends, spec, before_write=handle.verify, writer_object=f"{namespace}/{name}"
-        )
+        with failures_shown(backends):
+            handle.acquire()
     finally:
-        handle.release()
+        if seen is not None:
+            seen.sighting = handle.sighting
+    try:
+        return summarize_blocking(backends, spec, guard=handle, writer_object=f"{namespace}/{name}")
+    finally:
+        handle.release()  # best effort: never raises
 
 
 @kopf.on.create(GROUP, VERSION, SUMMARY_PLURAL)
@@ -215,6 +234,7 @@ async def summarize(
     patch: kopf.Patch,
     retry: int,
     logger: kopf.Logger,
+    memo: kopf.Memo,
     **indexes: Any,  # kopf passes every index by name (handlers/indexes.py)
 ) -> None:
     assert namespace is not None  # SessionSummary is namespaced
@@ -230,9 +250,12 @@ async def summarize(
         indexes["summarizer_specs"], namespace, parsed.summarizer_ref
     )
 
+    # kopf's memo of this object (kept between attempts, dropped with the object).
+    seen = memo.setdefault("claim", ClaimMemory())
+
     def job() -> Outcome:
         metrics.observe_queue_wait(slack.name.lower(), time.monotonic() - started)
-        return summarize_claimed(namespace, name, uid, generation, parsed, summarizer_spec)
+        return summarize_claimed(namespace, name, uid, generation, parsed, summarizer_spec, seen)
 
     try:
         pool = SWEEP_WORKERS if parsed.trigger in BACKGROUND_TRIGGERS else WORKERS

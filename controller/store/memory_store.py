@@ -24,6 +24,7 @@ from chromadb.errors import ChromaError, InvalidArgumentError
 
 from controller.core.coverage import PriorCoverage
 from controller.core.embedding_match import embedding_function_problem
+from controller.core.fencing import row_fence
 from controller.core.memories import (
     SECONDS_LIMIT,
     Memory,
@@ -246,6 +247,19 @@ class MemoryStore(Collections):
             return None
         docs, metas = got["documents"] or [], got["metadatas"] or []
         return from_chroma_row(session_id, docs[0] if docs else None, metas[0] if metas else None)
+
+    def read_row_fence(self, session_id: str) -> int | None:
+        """The fencing number of the claim that last wrote the session's row (core/fencing.py),
+        read right before an upsert; None when the row or the collection does not exist."""
+        try:
+            got = self._on_summaries(
+                "reading the summary's fence",
+                lambda coll: coll.get(ids=[summary_row_id(session_id)], include=["metadatas"]),
+            )
+        except CollectionNotFound:
+            return None
+        metas = got["metadatas"] or []
+        return row_fence(metas[0]) if metas else None
 
     def summary_states(self, session_ids: Sequence[str]) -> dict[str, StoredSummaryState]:
         """memoryCount and timestamp of the stored summaries of these sessions; none when
