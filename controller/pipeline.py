@@ -12,10 +12,9 @@ Blocking I/O: handlers call it in a worker thread.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal
 
 from controller.core.chunking import chunk_memories
 from controller.core.coverage import Coverage, PriorCoverage
@@ -32,69 +31,21 @@ from controller.core.summary import (
     StructuredSummary,
     validate_summary,
 )
-from controller.core.summary_row import to_chroma_metadata
 from controller.core.visibility import (
     DEFAULT_VISIBILITY,
-    RowVisibility,
     VisibilityRules,
     row_visibility,
     union_agents,
 )
-from controller.scheduling import store_write_slots
 from controller.store.memory_store import MemoryStore, SessionRows
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
+from controller.upsert import Embedder, RowSeen, WriteGuard, write_row
 
-Embedder = Callable[[list[str]], Sequence[Any]]  # one vector (floats) per text
 OutcomeKind = Literal["summarized", "up-to-date", "not-found", "empty"]
 
 
-class WriteGuard(Protocol):
-    """The writer's side of the session's claim, as the pipeline asks it
-    (kube/claims.py:SessionClaimHandle): with a guard, nothing is written once it says no."""
-
-    @property
-    def fence(self) -> int | None:
-        """The fencing number of the claim's grant (core/fencing.py)."""
-
-    def check(self) -> None:
-        """Raises once this writer may no longer write (between chunk passes; no I/O)."""
-
-    def admit(self, found_fence: int | None) -> Mapping[str, int]:
-        """Right before an upsert, given the fencing number the row carries now: raises if
-        this writer may not write it; else the keys the row records (its fence)."""
-
-
-@dataclass(frozen=True)
-class WriteEvent:
-    """A store write of one session's row, as observers see it: "begin" before the claim's
-    last check, "admitted" once the checks passed (the upsert is next), "end" once the
-    upsert returned or the write was refused or failed (outcome: written, refused, failed);
-    a writer killed in between never ends. writer is the replica, writer_object the
-    SessionSummary it serves, fence its claim's fencing number (the pass's grant)."""
-
-    phase: Literal["begin", "admitted", "end"]
-    session_id: str
-    writer: str
-    writer_object: str
-    at_ms: int
-    began_ms: int
-    fence: int | None = None
-    outcome: Literal["", "written", "refused", "failed"] = ""
-
-
-# Called with every WriteEvent of this process, in order; the chaos tests' write journal
-# (devenv.journal) is one. An observer must be quick and must not raise.
-WRITE_OBSERVERS: list[Callable[[WriteEvent], None]] = []
-
-
-def _observe(event: WriteEvent) -> None:
-    for observer in WRITE_OBSERVERS:
-        observer(event)
-
-
 CHECKPOINT_PASSES = 20
-EMBED_CHARS = 8000
 
 
 def full_document(summary: StructuredSummary) -> str:
@@ -239,7 +190,10 @@ def summarize_session(
     A row another writer rewrote since our last write is written again even with nothing
     new to summarize: its text is then carried in ours, and the row is ours once more.
     """
-    prior = store.read_summary(session_id)
+    prior, row_digest = store.read_prior(session_id)
+    # The row as this pass last saw it (read here, then each document it writes): another
+    # writer's upsert meanwhile changes it, and then nothing is written over it.
+    seen = RowSeen(row_digest)
     structured = prior if isinstance(prior, StructuredSummary) else None
     other = structured.other_writer if structured else None
     covered = _prior_coverage(structured)
@@ -275,7 +229,7 @@ def summarize_session(
     seen_by = row_visibility(rows.sources, visibility)
 
     def write(summary: StructuredSummary) -> int:
-        return _write(
+        return write_row(
             store,
             summary,
             embed=embed,
@@ -285,6 +239,7 @@ def summarize_session(
             writer_object=writer_object,
             provenance=Provenance(list(spent)),
             visibility=seen_by,
+            seen=seen,
         )
 
     chunks = chunks_for(summarizer, rows.memories, chunk_tokens=chunk_tokens, chunk_size=chunk_size)
@@ -330,55 +285,3 @@ def summarize_session(
         other,
         rows.late,
     )
-
-
-def _write(
-    store: MemoryStore,
-    summary: StructuredSummary,
-    *,
-    embed: Embedder,
-    writer: str,
-    trigger: str,
-    guard: WriteGuard | None,
-    writer_object: str = "",
-    provenance: Provenance | None = None,
-    visibility: RowVisibility | None = None,
-) -> int:
-    """Writes the row; returns the summarizedAt it stored (ms), which the status shows."""
-    document = render_document(summary, store.location.memory_collection)
-    summarized_at_ms = int(time.time() * 1000)
-    metadata = to_chroma_metadata(
-        summary,
-        writer=writer,
-        trigger=trigger,
-        summarized_at_ms=summarized_at_ms,
-        provenance=(provenance or Provenance()).with_document(document),
-        visibility=visibility,
-        document=document,
-    )
-    # The document is bounded (summary_row.DOCUMENT_MAX_CHARS), so all of it is embedded;
-    # MiniLM reads only its first 256 tokens anyway.
-    vector = embed([document[:EMBED_CHARS]])[0]
-    store.check_embedding(len(vector))
-    began_ms = int(time.time() * 1000)
-    sid = summary.session_id
-    fence = guard.fence if guard is not None else None
-    _observe(WriteEvent("begin", sid, writer, writer_object, began_ms, began_ms, fence))
-    outcome: Literal["written", "refused", "failed"] = "failed"
-    try:
-        # In deadline order, and the claim checked once the turn came: the wait is never
-        # between the check and the write. The row's fence is read right before the upsert.
-        with store_write_slots(store.location.describe()).slot():
-            if guard is not None:
-                found = store.read_row_fence(sid)
-                outcome = "refused"
-                metadata = {**metadata, **guard.admit(found)}
-                outcome = "failed"
-            now_ms = int(time.time() * 1000)
-            _observe(WriteEvent("admitted", sid, writer, writer_object, now_ms, began_ms, fence))
-            store.write_summary(summary.session_id, document, metadata, vector)
-            outcome = "written"
-    finally:  # ends whether written or refused (claim lost, store down)
-        ended_ms = int(time.time() * 1000)
-        _observe(WriteEvent("end", sid, writer, writer_object, ended_ms, began_ms, fence, outcome))
-    return summarized_at_ms

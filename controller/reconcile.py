@@ -13,7 +13,8 @@ from controller.api import SessionSummarizerSpec
 from controller.config import CONFIG
 from controller.core.reconcile_plan import ReconcileCycle, reconcile, uncovered_rows
 from controller.core.sweep_plan import Candidate, SweepPlan
-from controller.store.memory_store import SCAN_PAGE, MemoryStore
+from controller.store.memory_store import MemoryStore
+from controller.store.scans import SCAN_PAGE
 from controller.sweep import apply_plan
 
 

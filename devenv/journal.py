@@ -19,7 +19,7 @@ import os
 import signal
 from pathlib import Path
 
-from controller.pipeline import WriteEvent
+from controller.upsert import WriteEvent
 
 
 class Journal:

@@ -65,16 +65,16 @@ def main(argv: list[str]) -> None:
     one_blas_thread()
     journal = os.environ.get("SSO_WRITE_JOURNAL")
     if journal:
-        from controller import pipeline
+        from controller import upsert
         from devenv.journal import Journal
 
-        pipeline.WRITE_OBSERVERS.append(Journal(Path(journal)))
+        upsert.WRITE_OBSERVERS.append(Journal(Path(journal)))
     pause = os.environ.get("SSO_TEST_PAUSE_BEFORE_UPSERT")
     if pause:
-        from controller import pipeline
+        from controller import upsert
         from devenv.journal import PauseBeforeUpsert
 
-        pipeline.WRITE_OBSERVERS.append(PauseBeforeUpsert(pause))
+        upsert.WRITE_OBSERVERS.append(PauseBeforeUpsert(pause))
     run_operator(argv)
 
 

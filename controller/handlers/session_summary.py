@@ -30,6 +30,7 @@ from controller.config import CONFIG, backoff_seconds
 from controller.core.claim_rules import Sighting, Writer
 from controller.core.destinations import EndpointNotAllowed, SecretHostNotAllowed
 from controller.core.fencing import FenceUnavailable
+from controller.core.row_ownership import RowChangedDuringPass
 from controller.core.summary import SummaryValidationError, UnreadablePriorSummary
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
@@ -43,7 +44,7 @@ from controller.handlers.summary_status import (
 )
 from controller.kube import client as kube
 from controller.kube.claims import ClaimHeld, ClaimLost, SessionClaimHandle
-from controller.pipeline import Outcome, WriteGuard, summarize_session
+from controller.pipeline import Outcome, summarize_session
 from controller.scheduling import BACKGROUND_TRIGGERS, DeadlineExecutor, slack_for
 from controller.store.errors import (
     CollectionNotFound,
@@ -53,6 +54,7 @@ from controller.store.errors import (
 )
 from controller.store.memory_store import forget_store
 from controller.summarizers.chat_prompt import InvalidModelOutput, ModelUnavailable
+from controller.upsert import WriteGuard
 
 # Summaries block on Chroma and the model: their own pools, sized for concurrency
 # (asyncio's default executor has only cpu_count + 4 threads). The sunset fast path has
@@ -117,6 +119,9 @@ _FAILURES: tuple[tuple[type[Exception], str, bool], ...] = (
     (ModelUnavailable, "ModelUnavailable", True),
     (InvalidModelOutput, "InvalidModelOutput", True),
     (SummaryValidationError, "InvalidSummary", True),
+    # Another writer rewrote the row during the pass: nothing was written; the retry carries
+    # its text (and sets SingleWriter False).
+    (RowChangedDuringPass, "OtherWriterDetected", True),
 )
 
 

@@ -15,7 +15,7 @@ import contextlib
 import functools
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import numpy as np
@@ -26,18 +26,16 @@ from controller.core.coverage import PriorCoverage
 from controller.core.embedding_match import embedding_function_problem
 from controller.core.fencing import row_fence
 from controller.core.memories import (
-    SECONDS_LIMIT,
     Memory,
     memory_from_row,
     memory_sort_key,
-    parse_timestamp_ms,
 )
 from controller.core.naming import summary_row_id
-from controller.core.reconcile_plan import RowCursor
+from controller.core.row_ownership import document_digest
 from controller.core.summary import PriorSummary
 from controller.core.summary_row import from_chroma_row, upsert_metadata
 from controller.core.sweep_plan import StoredSummaryState
-from controller.store.collections import Collections, batches, pages
+from controller.store.collections import batches
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import (
     DIMENSION_ERROR,
@@ -47,15 +45,14 @@ from controller.store.errors import (
     guard,
     mismatch,
 )
+from controller.store.scans import Scans
 from controller.store.session_listing import GET_BATCH, SessionRows, list_session
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-SCAN_PAGE = 2000  # rows per page of the sweep's scans of the whole collection
 
-
-class MemoryStore(Collections):
+class MemoryStore(Scans):
     """Reads memories and reads/writes summaries in one Chroma database."""
 
     def session_rows(
@@ -104,106 +101,6 @@ class MemoryStore(Collections):
             )
         return len(got["ids"])
 
-    def scan_since(self, watermark_ms: int, page: int = SCAN_PAGE) -> Iterator[tuple[str, int]]:
-        """(sessionId, timestamp in ms) of every memory with a numeric timestamp newer than
-        watermark_ms, page by page: epoch milliseconds (ints or floats, like plan rows'
-        mtimeMs) and epoch seconds (numbers below SECONDS_LIMIT, compared as seconds).
-        Chroma compares numbers only: rows with ISO-string timestamps, and rows that landed
-        with a timestamp older than the watermark, are found by scan_appended instead."""
-        wheres = (
-            {"timestamp": {"$gt": watermark_ms}},
-            {
-                "$and": [
-                    {"timestamp": {"$gt": watermark_ms / 1000}},
-                    {"timestamp": {"$lt": SECONDS_LIMIT}},
-                ]
-            },
-        )
-        for where in wheres:
-            for _, meta in self._scan("scanning new memories", where, page):
-                sid, ts = meta.get("sessionId"), parse_timestamp_ms(meta.get("timestamp"))
-                if isinstance(sid, str) and ts is not None and ts > watermark_ms:
-                    yield sid, ts
-
-    def scan_appended(
-        self, cursor: RowCursor | None, page: int = SCAN_PAGE
-    ) -> tuple[list[tuple[str, int | None]], RowCursor, bool]:
-        """The rows added to the memory collection since `cursor`, whatever their timestamp:
-        ((sessionId, timestamp ms or None) of each, the new cursor, whether the cursor was
-        still aligned). Chroma lists a collection in the order its rows were added, so the
-        rows past the cursor's offset are the new ones. Rows deleted meanwhile shift the
-        offsets: the cursor then no longer points after the row it saw last (not aligned),
-        nothing is read, and the caller reconciles the whole collection instead
-        (sweep.py). No cursor yet: none is read; the cursor starts at the end."""
-        with self._memory_missing():
-            coll = self.memories()
-            total = guard("counting memories", coll.count)
-            aligned = cursor is not None and self._ends_with(coll, cursor)
-            found: list[tuple[str, int | None]] = []
-            if aligned and cursor is not None:
-                offset = cursor.offset
-                while offset < total:
-                    got = guard(
-                        "reading added memories",
-                        lambda o=offset: coll.get(  # type: ignore[misc]
-                            include=["metadatas"], limit=min(page, total - o), offset=o
-                        ),
-                    )
-                    if not got["ids"]:
-                        break
-                    for meta in got["metadatas"] or []:
-                        sid = (meta or {}).get("sessionId")
-                        if isinstance(sid, str):
-                            found.append((sid, parse_timestamp_ms((meta or {}).get("timestamp"))))
-                    offset += len(got["ids"])
-            return found, RowCursor(total, self._id_at(coll, total - 1)), aligned
-
-    def _ends_with(self, coll: Collection, cursor: RowCursor) -> bool:
-        """The row just before the cursor's offset is still the one the cursor saw last."""
-        if cursor.offset == 0:
-            return cursor.last_id is None
-        return self._id_at(coll, cursor.offset - 1) == cursor.last_id
-
-    def _id_at(self, coll: Collection, offset: int) -> str | None:
-        if offset < 0:
-            return None
-        got = guard("reading a memory id", lambda: coll.get(include=[], limit=1, offset=offset))
-        return got["ids"][0] if got["ids"] else None
-
-    def rows_from(self, offset: int, limit: int) -> list[tuple[str, int | None]]:
-        """(sessionId, timestamp ms or None) of `limit` rows from `offset`, in the order the
-        collection lists them: one step of the reconciliation's walk over the collection."""
-        with self._memory_missing():
-            coll = self.memories()
-            got = guard(
-                "reconciling memories",
-                lambda: coll.get(include=["metadatas"], limit=limit, offset=offset),
-            )
-        return [
-            (sid, parse_timestamp_ms(meta.get("timestamp")))
-            for meta in (m or {} for m in got["metadatas"] or [])
-            if isinstance(sid := meta.get("sessionId"), str)
-        ]
-
-    def scan_markers(
-        self, marker_type: str, watermark_ms: int, page: int = SCAN_PAGE
-    ) -> Iterator[tuple[str, object, int]]:
-        """(memory id, sessionId as stored, timestamp) of every memory of marker_type newer
-        than watermark_ms: the sweep's scan, narrowed by Chroma to the markers. The
-        sessionId is passed on as stored (maybe missing or blank) for the caller to judge."""
-        where = {"$and": [{"type": marker_type}, {"timestamp": {"$gt": watermark_ms}}]}
-        for row_id, meta in self._scan("scanning for sunset markers", where, page):
-            ts = meta.get("timestamp")
-            if isinstance(ts, int | float) and not isinstance(ts, bool):
-                yield row_id, meta.get("sessionId"), int(ts)
-
-    def _scan(
-        self, what: str, where: dict[str, Any], page: int
-    ) -> Iterator[tuple[str, Mapping[str, Any]]]:
-        with self._memory_missing():
-            coll = self.memories()
-            yield from pages(coll, what, where, page)
-
     def add_memories(
         self,
         ids: Sequence[str],
@@ -234,6 +131,11 @@ class MemoryStore(Collections):
     def read_summary(self, session_id: str) -> PriorSummary | None:
         """The session's stored summary; None when there is none yet, including when the
         summary collection does not exist yet (the first write creates it)."""
+        return self.read_prior(session_id)[0]
+
+    def read_prior(self, session_id: str) -> tuple[PriorSummary | None, str | None]:
+        """The stored summary, and the digest of the row's document as read (None: no row):
+        what a writer compares with right before its upsert (read_row_state)."""
         try:
             got = self._on_summaries(
                 "reading the prior summary",
@@ -242,24 +144,32 @@ class MemoryStore(Collections):
                 ),
             )
         except CollectionNotFound:
-            return None
+            return None, None
         if not got["ids"]:
-            return None
+            return None, None
         docs, metas = got["documents"] or [], got["metadatas"] or []
-        return from_chroma_row(session_id, docs[0] if docs else None, metas[0] if metas else None)
+        document = docs[0] if docs else None
+        prior = from_chroma_row(session_id, document, metas[0] if metas else None)
+        return prior, document_digest(document or "")
 
-    def read_row_fence(self, session_id: str) -> int | None:
-        """The fencing number of the claim that last wrote the session's row (core/fencing.py),
-        read right before an upsert; None when the row or the collection does not exist."""
+    def read_row_state(self, session_id: str) -> tuple[int | None, str | None]:
+        """(the fencing number of the claim that last wrote the session's row, core/fencing.py;
+        the digest of its document), read right before an upsert; (None, None) when the row
+        or the collection does not exist."""
         try:
             got = self._on_summaries(
                 "reading the summary's fence",
-                lambda coll: coll.get(ids=[summary_row_id(session_id)], include=["metadatas"]),
+                lambda coll: coll.get(
+                    ids=[summary_row_id(session_id)], include=["metadatas", "documents"]
+                ),
             )
         except CollectionNotFound:
-            return None
-        metas = got["metadatas"] or []
-        return row_fence(metas[0]) if metas else None
+            return None, None
+        if not got["ids"]:
+            return None, None
+        metas, docs = got["metadatas"] or [], got["documents"] or []
+        fence = row_fence(metas[0]) if metas else None
+        return fence, document_digest((docs[0] if docs else None) or "")
 
     def summary_states(self, session_ids: Sequence[str]) -> dict[str, StoredSummaryState]:
         """memoryCount and timestamp of the stored summaries of these sessions; none when

@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.core.memories import Memory, render_interaction_document
+from controller.core.row_ownership import RowChangedDuringPass
 from controller.core.summary import PriorSummary
 from controller.pipeline import summarize_session
 from controller.store.memory_store import MemoryStore
@@ -307,3 +308,63 @@ def test_after_a_deletion_the_reconciliation_finds_what_the_cursor_cannot(
     assert status["reconciledAt"] and status["reconciledRows"] >= 2
     assert status["uncoveredFound"] >= 1  # the walk, not the cursor, found it
     assert verify(harness, sid, memory, summary)["uncovered"] == 0
+
+
+def test_a_row_another_writer_rewrites_during_a_pass_is_not_overwritten(
+    harness: Harness,
+) -> None:
+    """Another writer (neo's own summary task, say) upserts the row while our pass runs:
+    the write right after is refused (the row is not the one the pass started from), and
+    the next pass carries the other writer's text and says so."""
+    memory, summary = "rewritten-memory", "rewritten-sessions"
+    store = harness.store(memory, summary)
+    sid = f"rewritten-{uuid.uuid4().hex[:8]}"
+    facts = [fact() for _ in range(2)]
+    load(store, [row(sid, NOW - 60_000 + i * 1000, f) for i, f in enumerate(facts)])
+    embed = _embedder()
+    assert summarize_session(store, sid, embed=embed, writer="t", trigger="manual").kind == (
+        "summarized"
+    )
+    theirs = "THEIR-TEXT: written by another writer during the pass."
+
+    class RewrittenMeanwhile:
+        memory_budget_tokens = EXTRACTIVE.memory_budget_tokens
+        max_memories_per_pass = EXTRACTIVE.max_memories_per_pass
+
+        def propose(
+            self, session_id: str, memories: Sequence[Memory], prior: PriorSummary | None
+        ) -> Proposal:
+            store.summaries().upsert(
+                ids=[f"summary_{sid}"],
+                documents=[theirs],
+                metadatas=[{"sessionId": sid, "timestamp": NOW, "memoryCount": 3}],
+                embeddings=[[0.1] * 384],
+            )
+            return EXTRACTIVE.propose(session_id, memories, prior)
+
+    load(store, [row(sid, NOW - 1000, late := fact())])
+    try:
+        summarize_session(
+            store, sid, embed=embed, writer="t", trigger="manual", summarizer=RewrittenMeanwhile()
+        )
+    except RowChangedDuringPass:
+        pass
+    else:
+        raise AssertionError("the pass wrote over the other writer's row")
+    assert stored_row(store, sid)[0] == theirs  # left as the other writer wrote it
+    again = summarize_session(store, sid, embed=embed, writer="t", trigger="manual")
+    assert again.other_writer is not None and again.kind == "summarized"
+    document, _ = stored_row(store, sid)
+    assert theirs in render_document_of(store, sid)
+    assert_every_fact_kept(store, sid, [*facts, late])
+    assert document.startswith("# ")
+
+
+def render_document_of(store: MemoryStore, sid: str) -> str:
+    """The summary whole, as its row keeps it (summaryctl summaries --full)."""
+    from controller.core.document import render_document
+    from controller.core.summary import StructuredSummary
+
+    prior = store.read_summary(sid)
+    assert isinstance(prior, StructuredSummary)
+    return render_document(prior, max_chars=None)
