@@ -8,9 +8,18 @@ and watches (the peering reporter's periodic list, kopf's watches) run on a cloc
 summary: they are shown but left out of the per-summary figure.
 
     .venv/bin/python -m bench.api_calls [--sessions 20] [--operator-src DIR] [--quick]
+    .venv/bin/python -m bench.api_calls --model-latency 0.5 --memories 30 --claim-ttl 6
 
 --operator-src runs the operator from another checkout (e.g. `git worktree add /tmp/old
 REV`) against the same CRDs, for a before/after in one session.
+
+The renewer's cost: a pass renews its session claim (an `update sessionclaims`) once per
+renew period (a third of the claim's duration) while it runs, so a summary that ends
+within one period costs none. --model-latency S summarizes with an OpenAI-compatible
+model over HTTP that answers each pass after S seconds (tests/support/openai_server.py),
+each of --memories memories read in its own pass, and --claim-ttl sets the claim's
+duration: passes that outlast renew periods show what each costs. The line before the
+last: claim_renewals per_summary=<r> pass_s=<mean> renew_period_s=<p>.
 
 Last line (operator: the source directory it ran from):
 api_calls per_summary=<x> sessions=<n> operator=<text>
@@ -19,6 +28,7 @@ api_calls per_summary=<x> sessions=<n> operator=<text>
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import tempfile
@@ -26,6 +36,7 @@ import time
 from collections import Counter
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # `python bench/api_calls.py` from the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -44,16 +55,32 @@ from devenv.bench import (
 )
 from devenv.controlplane import REPO_ROOT
 from devenv.processes import spawn, stop, tail, wait_for
+from tests.support.fact_model import echo_facts, fact_memory
+from tests.support.openai_server import running_openai_server
 
-NS = "calls"
-SA = "sso-calls"
+NS = "calls"  # with --model-latency: calls-renew, its own collections too (the smoke tier
+SA = "sso-calls"  # runs both modes on one shared control plane and Chroma)
 PER_CLOCK = {"list", "watch"}
 # The smoke tier (tests/bench) runs `--quick` plus each argument list and checks that the
 # last line has the format documented above (docs/benchmarks.md, "Quick mode").
-QUICK_RUNS: QuickRuns = [([], "api_calls per_summary=<x> sessions=<n> operator=<text>")]
+QUICK_RUNS: QuickRuns = [
+    ([], "api_calls per_summary=<x> sessions=<n> operator=<text>"),
+    (  # passes outlasting the claim's renew period: the renewer runs
+        ["--model-latency", "0.1", "--memories", "4", "--claim-ttl", "1.2"],
+        "api_calls per_summary=<x> sessions=<n> operator=<text>",
+    ),
+]
 
 
-def load_sessions(store: MemoryStore, sessions: list[str]) -> None:
+def load_sessions(store: MemoryStore, sessions: list[str], memories: int | None = None) -> None:
+    if memories:  # one fact per memory, one memory per model pass (tests/support/fact_model.py)
+        base = int(time.time() * 1000) - 3_600_000
+        rows = [fact_memory(sid, k, base + 1000 * i + k) for i, sid in enumerate(sessions)
+                for k in range(memories)]  # fmt: skip
+        store.add_memories(
+            [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], create=True
+        )
+        return
     ids, docs, metas = [], [], []
     base = int(time.time() * 1000) - 3_600_000
     for i, sid in enumerate(sessions):
@@ -96,26 +123,64 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--operator-src", type=Path, default=REPO_ROOT)
+    parser.add_argument(
+        "--model-latency", type=float, default=0.0, help="summarize with a model this slow (s)"
+    )
+    parser.add_argument("--memories", type=int, default=3, help="per session (with a model)")
+    parser.add_argument("--claim-ttl", type=float, default=60.0, help="claim duration (s)")
     args = parse_bench_args(parser, sessions=2)
-    sessions = [f"calls-{i:03d}" for i in range(args.sessions)]
+    renew = args.model_latency > 0
+    ns, sa = (f"{NS}-renew", f"{SA}-renew") if renew else (NS, SA)
+    sessions = [f"{ns}-{i:03d}" for i in range(args.sessions)]
     work = Path(tempfile.mkdtemp(prefix="sso-calls-"))
-    with bench_control_plane(work / "cp") as cp, bench_chroma(work / "chroma") as chroma_url:
-        create_summarizer(cp, NS, {"store": {"url": chroma_url}, "sweep": {"enabled": False}})
-        cp.kubectl_run("-n", NS, "create", "serviceaccount", SA)
+    with contextlib.ExitStack() as stack:
+        cp = stack.enter_context(bench_control_plane(work / "cp"))
+        chroma_url = stack.enter_context(bench_chroma(work / "chroma"))
+        store_spec = {"url": chroma_url}
+        if renew:
+            store_spec |= {
+                "memoryCollection": f"{ns}-memory",
+                "summaryCollection": f"{ns}-sessions",
+            }
+        spec: dict[str, Any] = {"store": store_spec, "sweep": {"enabled": False}}
+        if renew:
+            model = stack.enter_context(
+                running_openai_server(responder=echo_facts, latency_seconds=args.model_latency)
+            )
+            spec["model"] = {
+                "backend": "openai",
+                "baseUrl": model.base_url,
+                "model": "test-chat",
+                "maxInputTokens": 256,  # one memory per pass
+                "timeoutSeconds": 60,
+            }
+        create_summarizer(cp, ns, spec)
+        cp.kubectl_run("-n", ns, "create", "serviceaccount", sa)
         cp.kubectl_run(
             "create",
             "clusterrolebinding",
-            SA,
+            sa,
             "--clusterrole=cluster-admin",
-            f"--serviceaccount={NS}:{SA}",
+            f"--serviceaccount={ns}:{sa}",
         )
-        sa_config = cp.service_account_kubeconfig(NS, SA, work / "operator.kubeconfig")
-        location = StoreLocation(url=chroma_url)
-        load_sessions(MemoryStore(connect(location), location), sessions)
-        env = dict(cp.env(), KUBECONFIG=str(sa_config), SSO_REPLICA_ID="calls-operator")
+        sa_config = cp.service_account_kubeconfig(ns, sa, work / "operator.kubeconfig")
+        location = StoreLocation(
+            url=chroma_url,
+            memory_collection=store_spec.get("memoryCollection", "neo-agent-memory"),
+            summary_collection=store_spec.get("summaryCollection", "neo-agent-sessions"),
+        )
+        store = MemoryStore(connect(location), location)
+        load_sessions(store, sessions, args.memories if renew else None)
+        env = dict(
+            cp.env(),
+            KUBECONFIG=str(sa_config),
+            SSO_REPLICA_ID="calls-operator",
+            SSO_CLAIM_TTL_SECONDS=str(args.claim_ttl),
+            SSO_CLAIM_MARGIN_SECONDS=str(min(5.0, args.claim_ttl / 4)),
+        )
         log = work / "operator.log"
         operator = spawn(
-            [sys.executable, "-m", "controller", "run", "--standalone", "--namespace", NS],
+            [sys.executable, "-m", "controller", "run", "--standalone", "--namespace", ns],
             log,
             env=env,
             cwd=args.operator_src,
@@ -123,7 +188,7 @@ def main() -> int:
         try:
 
             def phase(sid: str) -> str | None:
-                obj = kube.get_summary(NS, summary_object_name(sid)) or {}
+                obj = kube.get_summary(ns, summary_object_name(sid)) or {}
                 st = obj.get("status") or {}
                 done = st.get("observedGeneration") == (obj.get("metadata") or {}).get("generation")
                 return st.get("phase") if done else None
@@ -131,23 +196,31 @@ def main() -> int:
             def summarized(sid: str) -> bool:
                 return phase(sid) == "Summarized"
 
-            kube.request_summary(NS, "warm-up", trigger="sunset")  # NotFound: loads the model
+            kube.request_summary(ns, "warm-up", trigger="sunset")  # NotFound: loads the model
             wait_for(lambda: phase("warm-up"), 120, 0.2, message="warm-up\n" + tail(log))
             time.sleep(1)
             start = int(time.time() * 1000)
+            pass_s = []
             for sid in sessions:
-                kube.request_summary(NS, sid, trigger="sunset")
-                wait_for(partial(summarized, sid), 60, 0.05, message=tail(log))
+                began = time.monotonic()
+                kube.request_summary(ns, sid, trigger="sunset")
+                wait_for(partial(summarized, sid), 600, 0.05, message=tail(log))
+                pass_s.append(time.monotonic() - began)
             time.sleep(1.5)  # the last status patch and Event land
             end = int(time.time() * 1000)
         finally:
             stop(operator)
-        calls = count(cp.audit_log, f"system:serviceaccount:{NS}:{SA}", start, end)
+        calls = count(cp.audit_log, f"system:serviceaccount:{ns}:{sa}", start, end)
     per_summary = sum(n for (verb, _), n in calls.items() if verb not in PER_CLOCK)
     print(f"{'verb':8} {'resource':40} {'calls':>6} {'per summary':>12}")
     for (verb, resource), n in sorted(calls.items(), key=lambda kv: (-kv[1], kv[0])):
         note = "  (on a clock)" if verb in PER_CLOCK else ""
         print(f"{verb:8} {resource:40} {n:6d} {n / len(sessions):12.2f}{note}")
+    renewals = calls[("update", "sessionclaims")]
+    print(
+        f"claim_renewals per_summary={renewals / len(sessions):.2f} "
+        f"pass_s={sum(pass_s) / len(pass_s):.1f} renew_period_s={args.claim_ttl / 3:g}"
+    )
     print(
         f"api_calls per_summary={per_summary / len(sessions):.2f} sessions={len(sessions)} "
         f"operator={args.operator_src}"

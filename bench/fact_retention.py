@@ -16,6 +16,14 @@ A fact counts as retained when its unique number is in the final stored document
     .venv/bin/python -m bench.fact_retention [--sessions 4] [--passes 12] [--quick]
 
 Last line: fact_retention ours=<pct> naive=<pct> passes=<n>
+
+--long: one long session with the extractive backend: `--requests` requests (200) over
+`--passes` passes (40), each request a unique instruction, summarized after every pass
+through the whole write path. The share of requests the stored row keeps (its
+sectionsJson: kept), and the size of the document (chars) agents read against its bound, for today's
+summarizer (every item kept) and, in the same run, the one with the per-section cap of 12
+it had before (capped) (new requests dropped once a section was full). Last line:
+fact_retention_long requests=<n> passes=<n> kept=<pct> capped=<pct> chars=<n> bound=<n>
 """
 
 from __future__ import annotations
@@ -50,7 +58,13 @@ from tests.support.openai_server import Reply, running_openai_server
 
 # The smoke tier (tests/bench) runs `--quick` plus each argument list and checks that the
 # last line has the format documented above (docs/benchmarks.md, "Quick mode").
-QUICK_RUNS: QuickRuns = [([], "fact_retention ours=<pct> naive=<pct> passes=<n>")]
+QUICK_RUNS: QuickRuns = [
+    ([], "fact_retention ours=<pct> naive=<pct> passes=<n>"),
+    (
+        ["--long"],
+        "fact_retention_long requests=<n> passes=<n> kept=<pct> capped=<pct> chars=<n> bound=<n>",
+    ),
+]
 COMPONENTS = ("exporter", "scheduler", "gateway", "indexer", "cache", "router")
 
 
@@ -182,12 +196,87 @@ def run_backend(
     return tally
 
 
+def long_session(
+    store: MemoryStore,
+    summarizer: Summarizer,
+    sid: str,
+    requests: int,
+    passes: int,
+    embed: Callable[[list[str]], list[Any]],
+) -> tuple[float, int]:
+    """(share of the requests the stored row keeps, its document's length)."""
+    per_pass = -(-requests // passes)
+    asked = [
+        f"Please record outcome number {7_000 + n} in the release notes." for n in range(requests)
+    ]
+    for step in range(passes):
+        turns = [(a, "Noted.", "Recorded.") for a in asked[step * per_pass : (step + 1) * per_pass]]
+        if not turns:
+            break
+        rows = interaction_rows(sid, 0, step * 20, turns)
+        store.create_memory_collection().add(
+            ids=[r[0] for r in rows],
+            documents=[r[1] for r in rows],
+            metadatas=[r[2] for r in rows],
+            embeddings=np.ones((len(rows), 2), dtype=np.float32),
+        )
+        outcome = summarize_session(
+            store, sid, embed=embed, writer="bench", trigger="manual", summarizer=summarizer
+        )
+        assert outcome.kind == "summarized", outcome
+    got = store.summaries().get(ids=[f"summary_{sid}"], include=["documents", "metadatas"])
+    sections = str((got["metadatas"] or [{}])[0]["sectionsJson"])
+    kept = sum(1 for n in range(requests) if f"number {7_000 + n} " in sections)
+    return 100 * kept / requests, len((got["documents"] or [""])[0] or "")
+
+
+def main_long(args: argparse.Namespace) -> int:
+    from controller.core.document import DOCUMENT_MAX_CHARS
+    from controller.summarizers.extractive import ExtractiveSummarizer
+
+    work = Path(tempfile.mkdtemp(prefix="sso-bench-facts-long-"))
+    with bench_chroma(work / "chroma") as chroma_url, running_openai_server() as server:
+        encoder = OpenAICompatibleEmbedding(base_url=server.base_url, model="test-embedding")
+
+        def embed(texts: list[str]) -> list[Any]:
+            return list(encoder(texts))
+
+        results = {}
+        for name, summarizer in (
+            ("kept", ExtractiveSummarizer()),
+            ("capped", ExtractiveSummarizer(max_items_per_section=12)),
+        ):
+            location = StoreLocation(
+                url=chroma_url,
+                memory_collection=f"bench-long-memory-{name}",
+                summary_collection=f"bench-long-sessions-{name}",
+            )
+            store = MemoryStore(connect(location), location)
+            results[name] = long_session(
+                store, summarizer, f"long-{name}", args.requests, args.passes, embed
+            )
+            pct, chars = results[name]
+            print(f"summarizer={name} kept={pct:.1f} chars={chars}")
+    kept, chars = results["kept"]
+    print(
+        f"fact_retention_long requests={args.requests} passes={args.passes} kept={kept:.1f} "
+        f"capped={results['capped'][0]:.1f} chars={chars} bound={DOCUMENT_MAX_CHARS}"
+    )
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=4)
     parser.add_argument("--passes", type=int, default=12, help="incremental passes per session")
+    parser.add_argument("--long", action="store_true", help="the long session (see above)")
+    parser.add_argument("--requests", type=int, default=200, help="requests (--long)")
     # Two passes: the second is incremental, over the first's stored summary.
-    args = parse_bench_args(parser, sessions=1, passes=2)
+    args = parse_bench_args(parser, sessions=1, passes=2, requests=30)
+    if args.long:
+        if "--passes" not in sys.argv and not args.quick:
+            args.passes = 40
+        return main_long(args)
     logging.getLogger("httpx").setLevel(logging.WARNING)
     work = Path(tempfile.mkdtemp(prefix="sso-bench-facts-"))
     with bench_chroma(work / "chroma") as chroma_url, running_openai_server() as server:

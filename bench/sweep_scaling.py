@@ -155,12 +155,17 @@ def measure(url: str, sessions: int) -> tuple[int, float, float]:
         file=sys.stderr,
     )
     watermark = now - 60_000  # the previous sweep ran a minute ago
+    _, cursor, _ = store.scan_appended(None)  # where that sweep's appended-rows scan stopped
     stale = add_new(store, sessions, now, rng)
     spec = SessionSummarizerSpec.model_validate(
         {"sweep": {"idleSeconds": 0, "maxSessionsPerSweep": 10_000}}
     )
     t = time.monotonic()
-    plan, scanned = plan_from_store(store, spec, watermark_ms=watermark, now_ms=now + 1)
+    plan, (scanned, appended), _, aligned = plan_from_store(
+        store, spec, watermark_ms=watermark, now_ms=now + 1, cursor=cursor
+    )
+    assert aligned, "the appended-rows cursor lost its place"
+    scanned += appended
     ours = time.monotonic() - t
     assert {c.session_id for c in plan.candidates} == stale, "watermark scan missed sessions"
     t = time.monotonic()

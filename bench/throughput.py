@@ -19,6 +19,13 @@ server: a backlog of N sessions (--backlog, default 500, 6 memories each) reques
 (trigger sweep, as the sweep requests a backlog); the clock runs from the first request to
 the last object Summarized. Last line:
 extractive_throughput summaries_per_s=<x> backlog=<n> drain_s=<s>
+
+--backend extractive --remote-embedding: the same backlog twice in one run, first with the
+local MiniLM embedding (its line as above), then embedded by an OpenAI-compatible endpoint
+at neo's 4096 dimensions (the test server on loopback, model
+text-embedding-qwen3-embedding-8b: the configuration neo memory-core users run,
+docs/migrating-from-neo.md). Last line:
+extractive_throughput embedding=<text> dim=<n> summaries_per_s=<x> backlog=<n> drain_s=<s>
 """
 
 from __future__ import annotations
@@ -64,7 +71,14 @@ QUICK_RUNS: QuickRuns = [
         ["--backend", "extractive"],
         "extractive_throughput summaries_per_s=<x> backlog=<n> drain_s=<s>",
     ),
+    (
+        ["--backend", "extractive", "--remote-embedding"],
+        "extractive_throughput embedding=<text> dim=<n> summaries_per_s=<x> backlog=<n> "
+        "drain_s=<s>",
+    ),
 ]
+NEO_DIMENSION = 4096
+NEO_EMBEDDING_MODEL = "text-embedding-qwen3-embedding-8b"
 REPLY = {
     "title": "Exporter hardening",
     "category": "feature",
@@ -210,17 +224,26 @@ def run_level(
 
 
 def run_extractive(
-    cp: ControlPlane, chroma_url: str, work: Path, backlog: int, trigger: str
+    cp: ControlPlane,
+    chroma_url: str,
+    work: Path,
+    backlog: int,
+    trigger: str,
+    embedding: dict[str, str] | None = None,
+    ns: str = "tp-extractive",
 ) -> tuple[float, float]:
     """(summaries per second, drain seconds) for a backlog summarized by the extractive
-    backend with the local embedding."""
-    ns = "tp-extractive"
+    backend with the local embedding, or with `embedding` (a spec.embedding), in a
+    namespace of its own (ns: benches may share a control plane)."""
     store_spec = {
         "url": chroma_url,
         "memoryCollection": f"{ns}-memory",
         "summaryCollection": f"{ns}-sessions",
     }
-    create_summarizer(cp, ns, {"store": store_spec, "sweep": {"enabled": False}})
+    spec: dict[str, Any] = {"store": store_spec, "sweep": {"enabled": False}}
+    if embedding:
+        spec["embedding"] = embedding
+    create_summarizer(cp, ns, spec)
     loc = StoreLocation(
         url=chroma_url, memory_collection=f"{ns}-memory", summary_collection=f"{ns}-sessions"
     )
@@ -250,7 +273,7 @@ def run_extractive(
             metadatas=metas[start:end],  # type: ignore[arg-type]
             embeddings=np.full((len(ids[start:end]), 384), 0.05, dtype=np.float32),
         )
-    log = work / "operator-extractive.log"
+    log = work / f"operator-{ns}.log"
     operator = start_operator(log, dict(cp.env()), "--standalone", "--namespace", ns)
     try:
         time.sleep(3)  # initial list/watch
@@ -278,6 +301,11 @@ def main() -> int:
     parser.add_argument("--backend", choices=("openai", "extractive"), default="openai")
     parser.add_argument("--backlog", type=int, default=500, help="sessions (extractive)")
     parser.add_argument("--trigger", default="sweep", help="the backlog's trigger (extractive)")
+    parser.add_argument(
+        "--remote-embedding",
+        action="store_true",
+        help="extractive: also the same backlog embedded by an endpoint at 4096 dimensions",
+    )
     parser.add_argument("--latency", type=float, default=2.0, help="model latency L (s)")
     parser.add_argument(
         "--rounds",
@@ -297,9 +325,32 @@ def main() -> int:
             bench_control_plane(work / "cp") as cp,
             bench_chroma(work / "chroma") as chroma_url,
         ):
-            rate, drain = run_extractive(cp, chroma_url, work, args.backlog, args.trigger)
-        figures = f"summaries_per_s={rate:.1f} backlog={args.backlog} drain_s={drain:.1f}"
-        print(f"extractive_throughput {figures}")
+            both = "-local" if args.remote_embedding else ""
+            rate, drain = run_extractive(
+                cp, chroma_url, work, args.backlog, args.trigger, ns=f"tp-extractive{both}"
+            )
+            figures = f"summaries_per_s={rate:.1f} backlog={args.backlog} drain_s={drain:.1f}"
+            print(f"extractive_throughput {figures}", flush=True)
+            if args.remote_embedding:
+                with running_openai_server(
+                    embedding_dimension=NEO_DIMENSION, embedding_model=NEO_EMBEDDING_MODEL
+                ) as endpoint:
+                    remote = {
+                        "provider": "openai",
+                        "baseUrl": endpoint.base_url,
+                        "model": NEO_EMBEDDING_MODEL,
+                    }
+                    rate, drain = run_extractive(
+                        cp,
+                        chroma_url,
+                        work,
+                        args.backlog,
+                        args.trigger,
+                        remote,
+                        ns="tp-extractive-remote",
+                    )
+                figures = f"summaries_per_s={rate:.1f} backlog={args.backlog} drain_s={drain:.1f}"
+                print(f"extractive_throughput embedding=remote dim={NEO_DIMENSION} {figures}")
         return 0
     efficiency: dict[int, float] = {}
     with (

@@ -14,7 +14,8 @@ process running as its own ServiceAccount.
 Prints a table of the requests per (verb, resource), the wait's own share (calls on the
 waiting object, its Events and claims), then one line per operator run with that share per
 minute; the last line is this checkout's:
-waiting calls_per_min=<x> claim_looks_per_min=<y> events_per_min=<z> operator=<text>
+
+Last line: waiting calls_per_min=<x> claim_looks_per_min=<x> events_per_min=<x> operator=<text>
 (events: the Events about the waiting object, each counted as many times as it was posted)
 """
 

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 from pydantic.alias_generators import to_camel
 
+from controller.core.endpoint_url import ENDPOINT_URL_MAX, checked_endpoint_url
 from controller.core.visibility import (
     NEO_IDENTITY_TRUST_TIERS,
     NEO_SHARED_AGENTS,
@@ -72,39 +73,6 @@ class ApiKeySecretRef(SecretKeyRef):
     """A Secret key holding an API key; the key defaults to "api-key"."""
 
     key: SecretKey = "api-key"
-
-
-# An OpenAI-compatible endpoint: http(s), a host, no user:password@ (credentials belong in a
-# Secret: a URL is printed in conditions and Events), no whitespace. The same pattern is in
-# the CRD (model.baseUrl, embedding.baseUrl) and the chart's values schema.
-ENDPOINT_URL_MAX = 2048
-ENDPOINT_URL_PATTERN = r"^https?://[^\s/?#@]+([/?#]\S*)?$"
-ENDPOINT_URL_MESSAGE = (
-    "must be an http(s) URL with a host and no user:password@ (put the key in a Secret: "
-    "apiKeySecretRef)"
-)
-
-
-def endpoint_url_problem(url: str) -> str | None:
-    """Why an endpoint base URL is refused; None when accepted. Never repeats the URL."""
-    if len(url) > ENDPOINT_URL_MAX:
-        return f"must be at most {ENDPOINT_URL_MAX} characters"
-    if not re.fullmatch(ENDPOINT_URL_PATTERN, url):
-        return ENDPOINT_URL_MESSAGE
-    try:
-        parsed = urlsplit(url)
-        parsed.port  # noqa: B018 - raises on a port out of range or an invalid IPv6 address
-    except ValueError as exc:
-        return f"has an invalid host or port ({exc})"
-    if not parsed.hostname:
-        return ENDPOINT_URL_MESSAGE
-    return None
-
-
-def _endpoint_url(value: str | None) -> str | None:
-    if value is not None and (problem := endpoint_url_problem(value)):
-        raise ValueError(f"baseUrl {problem}")
-    return value
 
 
 # Bounds of the free-form strings and lists (the CRD states them too).
@@ -208,7 +176,7 @@ class EmbeddingConfig(CamelModel):
     @field_validator("base_url")
     @classmethod
     def _no_credentials_in_url(cls, value: str | None) -> str | None:
-        return _endpoint_url(value)
+        return checked_endpoint_url(value)
 
 
 class ModelSpec(CamelModel):
@@ -225,7 +193,7 @@ class ModelSpec(CamelModel):
     @field_validator("base_url")
     @classmethod
     def _no_credentials_in_url(cls, value: str | None) -> str | None:
-        return _endpoint_url(value)
+        return checked_endpoint_url(value)
 
 
 class VisibilitySpec(CamelModel):
@@ -267,6 +235,9 @@ class SweepSpec(CamelModel):
     min_refresh_seconds: int = Field(default=900, ge=0, le=86_400)
     # Sunset markers acted on per minute (a token bucket: core/rate_limit.py).
     marker_requests_per_minute: int = Field(default=60, ge=1, le=6000)
+    # The reconciliation's walk over the collection (core/reconcile_plan.py): how often, how fast.
+    reconcile_interval_seconds: int = Field(default=3600, ge=60, le=604_800)
+    reconcile_rows_per_second: int = Field(default=2000, ge=10, le=1_000_000)
 
 
 class RetentionSpec(CamelModel):
@@ -366,6 +337,13 @@ class SessionSummarizerStatus(CamelModel):
     deleted_by_retention: int | None = None
     last_retention_at: str | None = None
     watermark: int | None = None
+    # The appended-rows scan's cursor (core/reconcile_plan.py): rows listed, and the last.
+    appended_offset: int | None = None
+    appended_last_id: str | None = None
+    # The last finished reconciliation: when, rows checked, rows no summary accounted for.
+    reconciled_at: str | None = None
+    reconciled_rows: int | None = None
+    uncovered_found: int | None = None
     message: str | None = None
     conditions: list[Condition] | None = None
 

@@ -11,7 +11,7 @@ import os
 import socket
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from controller.core.destinations import UrlPrefix, parse_prefixes
@@ -47,9 +47,17 @@ class OperatorConfig(BaseSettings):
     peering_priority: int | None = None
     # Seconds; a dead leader is replaced after lastseen + lifetime.
     peering_lifetime: int = Field(default=15, ge=1)
+    # A claim's duration (a Lease's leaseDurationSeconds): another writer takes it over once
+    # it has not changed for this long on that writer's own clock.
     claim_ttl_seconds: float = Field(default=60.0, gt=0)
-    # A claim must have more than this left right before a store write (else renewed).
+    # The holder stops writing once it has not renewed its claim for duration - margin on
+    # its own clock: the margin absorbs clocks that run at different rates.
     claim_margin_seconds: float = Field(default=5.0, ge=0)
+    # How often a pass renews its claim (unset: a third of the duration). A pass that ends
+    # sooner never renews.
+    claim_renew_seconds: float | None = Field(default=None, gt=0)
+    # How often abandoned claims (their writer died) are looked for and deleted.
+    claim_collect_seconds: float = Field(default=60.0, gt=0)
     # How soon a pass waiting for another writer's claim looks again: the first look after
     # claim_retry_seconds, each next one twice as late, at most claim_retry_max_seconds
     # apart (plus up to 25 % jitter): core/waiting.py.
@@ -82,6 +90,21 @@ class OperatorConfig(BaseSettings):
     # be under; empty: any URL.
     allowed_endpoints: Annotated[tuple[UrlPrefix, ...], NoDecode] = ()
 
+    @property
+    def claim_renew_period(self) -> float:
+        return self.claim_renew_seconds or self.claim_ttl_seconds / 3
+
+    @model_validator(mode="after")
+    def _claim_renewed_in_time(self) -> OperatorConfig:
+        if self.claim_renew_period >= self.claim_ttl_seconds - self.claim_margin_seconds:
+            raise ValueError(
+                f"the claim renew period ({self.claim_renew_period:g}s) must be shorter than "
+                f"SSO_CLAIM_TTL_SECONDS - SSO_CLAIM_MARGIN_SECONDS "
+                f"({self.claim_ttl_seconds - self.claim_margin_seconds:g}s), or a pass would "
+                "stop writing before its first renewal"
+            )
+        return self
+
     @field_validator("namespaces", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
@@ -110,6 +133,8 @@ def load() -> OperatorConfig:
     except ValidationError as exc:
         problems = "; ".join(
             f"SSO_{'_'.join(str(p) for p in err['loc']).upper()}={err['input']!r}: {err['msg']}"
+            if err["loc"]
+            else str(err["msg"]).removeprefix("Value error, ")
             for err in exc.errors()
         )
         raise ConfigError(f"session-summary-operator: invalid settings: {problems}") from None

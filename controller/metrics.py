@@ -52,6 +52,22 @@ OTHER_WRITERS = Counter(
     "session_summary_other_writer_rewrites_total",
     "Summary rows of ours found rewritten by another writer (their text was carried).",
 )
+RECONCILE_ROWS = Counter(
+    "session_summary_reconcile_rows_total",
+    "Memory rows the reconciliation walked (docs/summaries.md, every memory reaches its summary).",
+)
+UNCOVERED_FOUND = Counter(
+    "session_summary_uncovered_rows_found_total",
+    "Rows a finished reconciliation found that no summary accounted for.",
+)
+UNCOVERED = Gauge(
+    "session_summary_uncovered_rows",
+    "Rows the last finished reconciliation of this replica found no summary accounting for.",
+)
+LATE_MEMORIES = Counter(
+    "session_summary_late_memories_total",
+    "Memories a pass found behind its summary's watermark (landed late) and summarized.",
+)
 SWEEPS = Counter(
     "session_summary_sweeps_total",
     "Sweeps run by this replica (only the active replica sweeps).",
@@ -73,6 +89,19 @@ CLAIM_CONFLICTS = Counter(
     "session_summary_claim_conflicts_total",
     "Per-session claims this replica could not take or keep (held by another writer, or a "
     "resourceVersion conflict).",
+)
+CLAIM_RENEWALS = Counter(
+    "session_summary_claim_renewals_total",
+    "Per-session claims renewed by this replica during a pass (one per renew period of a "
+    "pass that outlasts it).",
+)
+CLAIM_RELEASE_FAILURES = Counter(
+    "session_summary_claim_release_failures_total",
+    "Claims this replica could not delete when its pass ended (they lapse by themselves).",
+)
+CLAIMS_COLLECTED = Counter(
+    "session_summary_claims_collected_total",
+    "Abandoned per-session claims (their writer died) deleted by this replica's collector.",
 )
 ACTIVE_REPLICA = Gauge(
     "session_summary_active_replica",
@@ -181,8 +210,32 @@ def other_writer_found() -> None:
     OTHER_WRITERS.inc()
 
 
+def observe_reconcile(rows: int, uncovered: int | None) -> None:
+    """Rows walked this step; uncovered: what a walk that finished found (None: unfinished)."""
+    RECONCILE_ROWS.inc(rows)
+    if uncovered is not None:
+        UNCOVERED_FOUND.inc(uncovered)
+        UNCOVERED.set(uncovered)
+
+
+def late_memories(n: int) -> None:
+    LATE_MEMORIES.inc(n)
+
+
 def claim_conflict() -> None:
     CLAIM_CONFLICTS.inc()
+
+
+def claim_renewed() -> None:
+    CLAIM_RENEWALS.inc()
+
+
+def claim_release_failed() -> None:
+    CLAIM_RELEASE_FAILURES.inc()
+
+
+def claims_collected(n: int) -> None:
+    CLAIMS_COLLECTED.inc(n)
 
 
 def claim_wait() -> None:

@@ -20,6 +20,7 @@ from controller import metrics
 from controller.api import FINALIZER, LEGACY_FINALIZERS
 from controller.config import CONFIG
 from controller.handlers.session_summary import POOLS, stop_workers
+from controller.kube.claim_collector import ClaimCollector
 from controller.kube.client import release_finalizers
 from controller.kube.events import EventRecorder
 from controller.kube.peering import (
@@ -83,6 +84,23 @@ def _choose_priority() -> int:
     return joining_priority(live, CONFIG.replica_id, draw)
 
 
+async def _collect_abandoned_claims(interval: float) -> None:
+    """Deletes the claims of writers that died (kube/claims.py:ClaimCollector), on its own
+    timer: also when every sweep is off. What it has seen lives in this task only."""
+    collector = ClaimCollector(
+        default_duration_s=CONFIG.claim_ttl_seconds, grace_s=CONFIG.claim_ttl_seconds
+    )
+    while True:
+        try:
+            deleted = await asyncio.to_thread(collector.collect)
+        except Exception as exc:  # the API server may be away for a while: next round
+            log.warning("collecting abandoned claims failed: %s", exc)
+        else:
+            if deleted:
+                log.info("deleted %d abandoned session claims", deleted)
+        await asyncio.sleep(interval)
+
+
 @kopf.on.startup()
 async def configure(
     settings: kopf.OperatorSettings, logger: kopf.Logger, memo: kopf.Memo, **_: Any
@@ -113,6 +131,10 @@ async def configure(
     metrics.watch_pools(POOLS)
     trim = asyncio.get_running_loop().create_task(_trim_heap(CONFIG.heap_trim_seconds))
     _TASKS.add(trim)
+    collect = asyncio.get_running_loop().create_task(
+        _collect_abandoned_claims(CONFIG.claim_collect_seconds)
+    )
+    _TASKS.add(collect)
     if _RUN["standalone"]:
         metrics.set_active_replica(CONFIG.replica_id, True)
     else:

@@ -12,14 +12,15 @@ Blocking I/O: handlers call it in a worker thread.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from controller.core.chunking import chunk_memories
+from controller.core.coverage import Coverage, PriorCoverage
+from controller.core.coverage import build as coverage_of
 from controller.core.document import render_document
-from controller.core.memories import Memory, Watermark, is_excluded
+from controller.core.memories import Memory, is_excluded
 from controller.core.merge import merge_pass
 from controller.core.naming import summary_row_id
 from controller.core.provenance import PassTokens, Provenance, pass_tokens
@@ -30,48 +31,21 @@ from controller.core.summary import (
     StructuredSummary,
     validate_summary,
 )
-from controller.core.summary_row import to_chroma_metadata
 from controller.core.visibility import (
     DEFAULT_VISIBILITY,
-    RowVisibility,
     VisibilityRules,
     row_visibility,
+    union_agents,
 )
-from controller.scheduling import store_write_slots
 from controller.store.memory_store import MemoryStore, SessionRows
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
+from controller.upsert import Embedder, RowSeen, WriteGuard, write_row
 
-Embedder = Callable[[list[str]], Sequence[Any]]  # one vector (floats) per text
 OutcomeKind = Literal["summarized", "up-to-date", "not-found", "empty"]
 
 
-@dataclass(frozen=True)
-class WriteEvent:
-    """A store write of one session's row, as observers see it: "begin" before the claim's
-    last check, "end" once the upsert returned or failed (a writer killed in between never
-    ends). writer is the replica, writer_object the SessionSummary it serves."""
-
-    phase: Literal["begin", "end"]
-    session_id: str
-    writer: str
-    writer_object: str
-    at_ms: int
-    began_ms: int
-
-
-# Called with every WriteEvent of this process, in order; the chaos tests' write journal
-# (devenv.journal) is one. An observer must be quick and must not raise.
-WRITE_OBSERVERS: list[Callable[[WriteEvent], None]] = []
-
-
-def _observe(event: WriteEvent) -> None:
-    for observer in WRITE_OBSERVERS:
-        observer(event)
-
-
 CHECKPOINT_PASSES = 20
-EMBED_CHARS = 8000
 
 
 class PassInterrupted(Exception):
@@ -101,6 +75,8 @@ class Outcome:
     # Another writer had rewritten the session's row since our last write; its text is
     # carried in this summary's legacy text (None: the row was as we left it).
     other_writer: OtherWriter | None = None
+    # Memories that had landed behind the prior's watermark, found and summarized now.
+    late_memories: int = 0
 
     @property
     def summary_id(self) -> str:
@@ -146,15 +122,47 @@ def chunks_for(
     )
 
 
-class _Coverage:
-    """How many of the session's rows a watermark covers (for checkpoints' memoryCount)."""
+def _prior_coverage(prior: StructuredSummary | None) -> PriorCoverage:
+    if prior is None:
+        return PriorCoverage()
+    mark = prior.watermark
+    key = (mark.timestamp_ms, mark.memory_id) if mark is not None else None
+    return PriorCoverage(key, prior.coverage, prior.memory_count)
 
-    def __init__(self, prior: StructuredSummary | LegacySummary | None, rows: SessionRows):
-        self.base = prior.memory_count if isinstance(prior, StructuredSummary) else 0
-        self.keys = rows.keys  # sorted (timestamp, id) of every row after the prior watermark
 
-    def count(self, watermark: Watermark) -> int:
-        return self.base + self.keys.count_upto(watermark.timestamp_ms, watermark.memory_id)
+def _covered(rows: SessionRows, upto: tuple[int, str] | None = None) -> tuple[Coverage, int]:
+    """The coverage a write records, and how many rows it covers (its memoryCount at a
+    checkpoint): never a row the pass has not read or found covered."""
+    keys = list(rows.covered_keys(upto))
+    return coverage_of(keys), len(keys)
+
+
+def _with_session_facts(summary: StructuredSummary, rows: SessionRows) -> StructuredSummary:
+    """The counts and facts of every row of the session, from its listing (exact, however
+    often a pass re-read a row), as neo's writer computes them from all rows."""
+    sources = rows.sources
+    return summary.model_copy(
+        update={
+            "memory_count": rows.total,
+            "watermark": rows.newest,
+            "first_memory_at_ms": sources.first_ms,
+            "last_memory_at_ms": sources.last_ms,
+            "participating_agents": union_agents([], sources.names),
+            "models": sorted(sources.models),
+            "tools_used": sorted(sources.tools),
+            "total_tool_calls": sources.tool_calls,
+            "coverage": _covered(rows)[0],
+        }
+    )
+
+
+def _late_only(chunk: Sequence[Memory], prior_key: tuple[int, str] | None) -> bool:
+    """Every memory of the chunk is at or before the prior's watermark: it landed late."""
+    return (
+        bool(chunk)
+        and prior_key is not None
+        and all((m.timestamp_ms, m.id) <= prior_key for m in chunk)
+    )
 
 
 def summarize_session(
@@ -169,40 +177,56 @@ def summarize_session(
     chunk_size: int | None = None,
     chunk_tokens: int | None = None,
     checkpoint_passes: int = CHECKPOINT_PASSES,
-    before_write: Callable[[], None] | None = None,
+    guard: WriteGuard | None = None,
     writer_object: str = "",
     visibility: VisibilityRules = DEFAULT_VISIBILITY,
     stop: Callable[[], bool] | None = None,
 ) -> Outcome:
     """Brings the session's stored summary up to date with its memories.
 
-    stop: asked between chunk passes; once it says True (the operator is stopping), the
-    summary so far is written as a checkpoint and PassInterrupted raised.
-
-    Chunks hold at most chunk_size memories and chunk_tokens estimated tokens (default:
-    the summarizer's memory_budget_tokens). before_write runs right before every upsert
-    (the claim re-check); if it raises, nothing is written. visibility: how the row is
-    tagged for neo's readers (core/visibility.py).
+    The pass reads the memories after the prior's watermark and, at or before it, those in
+    the ranges where the session's rows are not the ones the prior covers (memories that
+    landed late, whatever their timestamp: controller.core.coverage). Chunks hold at most
+    chunk_size memories and chunk_tokens estimated tokens (default: the summarizer's
+    memory_budget_tokens). guard (the session's claim) is checked between passes and right
+    before every upsert, with the fencing number the row carries then; if it raises,
+    nothing more is written. visibility: how the row is tagged for neo's readers
+    (core/visibility.py). stop: asked between chunk passes; once it says True (the
+    operator is stopping), the summary so far is written as a checkpoint and
+    PassInterrupted raised.
 
     A row another writer rewrote since our last write is written again even with nothing
     new to summarize: its text is then carried in ours, and the row is ours once more.
     """
-    prior = store.read_summary(session_id)
-    other = prior.other_writer if isinstance(prior, StructuredSummary) else None
-    watermark = prior.watermark if isinstance(prior, StructuredSummary) else None
+    prior, row_digest = store.read_prior(session_id)
+    # The row as this pass last saw it (read here, then each document it writes): another
+    # writer's upsert meanwhile changes it, and then nothing is written over it.
+    seen = RowSeen(row_digest)
+    structured = prior if isinstance(prior, StructuredSummary) else None
+    other = structured.other_writer if structured else None
+    covered = _prior_coverage(structured)
     # The rows stream: the pass holds one chunk of memories at a time, never the session.
-    rows = store.session_rows(
-        session_id, after=watermark, exclude=lambda m: is_excluded(m, excluded_types)
-    )
+    rows = store.session_rows(session_id, covered, exclude=lambda m: is_excluded(m, excluded_types))
     if rows.total == 0:
         return Outcome("not-found", session_id, 0)
     skipped = rows.skipped
     last_ms = rows.newest.timestamp_ms if rows.newest else None
     new = rows.included  # memories to summarize, in (timestamp, id) order from rows.memories
-    unchanged = isinstance(prior, StructuredSummary) and other is None and not new
-    if unchanged and isinstance(prior, StructuredSummary) and prior.memory_count == rows.total:
+    if (
+        structured is not None
+        and other is None
+        and rows.selected == 0
+        and structured.memory_count == rows.total
+    ):
         return Outcome(
-            "up-to-date", session_id, rows.total, prior, 0, 0, last_ms, skipped_memories=skipped
+            "up-to-date",
+            session_id,
+            rows.total,
+            structured,
+            0,
+            0,
+            last_ms,
+            skipped_memories=skipped,
         )
     if prior is None and not new:
         return Outcome(
@@ -213,43 +237,53 @@ def summarize_session(
     seen_by = row_visibility(rows.sources, visibility)
 
     def write(summary: StructuredSummary) -> int:
-        return _write(
+        return write_row(
             store,
             summary,
             embed=embed,
             writer=writer,
             trigger=trigger,
-            check=before_write,
+            guard=guard,
             writer_object=writer_object,
             provenance=Provenance(list(spent)),
             visibility=seen_by,
+            seen=seen,
         )
 
-    coverage = _Coverage(prior, rows)
     chunks = chunks_for(summarizer, rows.memories, chunk_tokens=chunk_tokens, chunk_size=chunk_size)
     current: StructuredSummary | LegacySummary | None = prior
     passes = tokens = checkpoints = 0
+    read_upto: tuple[int, str] | None = None
     for chunk in chunks if new else iter([[]]):
+        if guard is not None:
+            guard.check()  # a writer that lost its claim stops spending model calls
         if passes and stop is not None and stop():
             assert isinstance(current, StructuredSummary) and current.watermark is not None
-            write(current.model_copy(update={"memory_count": coverage.count(current.watermark)}))
+            coverage, count = _covered(rows, read_upto)
+            write(current.model_copy(update={"memory_count": count, "coverage": coverage}))
             raise PassInterrupted(
                 f"stopped after {passes} pass(es) of session {session_id!r}; what they "
                 "covered is written"
             )
         if passes and checkpoint_passes and passes % checkpoint_passes == 0:
             assert isinstance(current, StructuredSummary) and current.watermark is not None
-            write(current.model_copy(update={"memory_count": coverage.count(current.watermark)}))
+            coverage, count = _covered(rows, read_upto)
+            write(current.model_copy(update={"memory_count": count, "coverage": coverage}))
             checkpoints += 1
         before = full_document(current) if isinstance(current, StructuredSummary) else ""
         result = run_pass(session_id, chunk, current, summarizer)
-        spent.append(pass_tokens(chunk, before, full_document(result.summary)))
-        current, passes, tokens = result.summary, passes + 1, tokens + result.tokens_used
+        summary = result.summary
+        if _late_only(chunk, rows.prior_key) and isinstance(current, StructuredSummary):
+            # Late memories are history: the latest state stays the latest memories'.
+            state = {"Current State": list(current.sections["Current State"])}
+            summary = summary.model_copy(update={"sections": {**summary.sections, **state}})
+        spent.append(pass_tokens(chunk, before, full_document(summary)))
+        current, passes, tokens = summary, passes + 1, tokens + result.tokens_used
+        if chunk:
+            read_upto = (chunk[-1].timestamp_ms, chunk[-1].id)
     assert isinstance(current, StructuredSummary)
     # What the summary covers: every row of the session, including excluded types.
-    final = current.model_copy(
-        update={"memory_count": rows.total, "watermark": rows.newest, "last_memory_at_ms": last_ms}
-    )
+    final = _with_session_facts(current, rows)
     validate_summary(final, prior)
     written_ms = write(final)
     return Outcome(
@@ -265,48 +299,5 @@ def summarize_session(
         skipped,
         Provenance(spent).with_document(render_document(final, store.location.memory_collection)),
         other,
+        rows.late,
     )
-
-
-def _write(
-    store: MemoryStore,
-    summary: StructuredSummary,
-    *,
-    embed: Embedder,
-    writer: str,
-    trigger: str,
-    check: Callable[[], None] | None,
-    writer_object: str = "",
-    provenance: Provenance | None = None,
-    visibility: RowVisibility | None = None,
-) -> int:
-    """Writes the row; returns the summarizedAt it stored (ms), which the status shows."""
-    document = render_document(summary, store.location.memory_collection)
-    summarized_at_ms = int(time.time() * 1000)
-    metadata = to_chroma_metadata(
-        summary,
-        writer=writer,
-        trigger=trigger,
-        summarized_at_ms=summarized_at_ms,
-        provenance=(provenance or Provenance()).with_document(document),
-        visibility=visibility,
-        document=document,
-    )
-    # The document is bounded (summary_row.DOCUMENT_MAX_CHARS), so all of it is embedded;
-    # MiniLM reads only its first 256 tokens anyway.
-    vector = embed([document[:EMBED_CHARS]])[0]
-    store.check_embedding(len(vector))
-    began_ms = int(time.time() * 1000)
-    sid = summary.session_id
-    _observe(WriteEvent("begin", sid, writer, writer_object, began_ms, began_ms))
-    try:
-        # In deadline order, and the claim checked once the turn came: the wait is never
-        # between the check and the write.
-        with store_write_slots(store.location.describe()).slot():
-            if check is not None:
-                check()
-            store.write_summary(summary.session_id, document, metadata, vector)
-    finally:  # ends whether written or refused (claim lost, store down)
-        ended_ms = int(time.time() * 1000)
-        _observe(WriteEvent("end", sid, writer, writer_object, ended_ms, began_ms))
-    return summarized_at_ms

@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from controller.api import SessionSummarizerSpec, now_rfc3339
 from controller.config import CONFIG
 from controller.core.chunking import estimate_tokens, memory_text
+from controller.core.coverage import PriorCoverage
 from controller.core.memories import SUNSET_MARKER_TYPE, is_excluded, parse_timestamp_ms
 from controller.core.naming import summary_object_name
 from controller.core.rate_limit import TokenBucket
+from controller.core.reconcile_plan import RowCursor
 from controller.core.refresh_plan import Growth, RefreshPolicy, may_refresh, plan_refresh
 from controller.core.retention import RetentionPolicy, expired
 from controller.core.summary import StructuredSummary, UnreadablePriorSummary
@@ -51,9 +53,14 @@ WALK_FACTOR = 4  # at most this many times the cap of stale sessions looked up p
 @dataclass(frozen=True)
 class SweepResult:
     plan: SweepPlan
-    scanned: int
+    scanned: int  # rows newer than the watermark (the range scan: active sessions again)
     applied: Applied
     duration_s: float
+    cursor: RowCursor | None = None  # where the appended-rows scan stopped
+    # False when rows were deleted since the last sweep: the cursor lost its place, and the
+    # collection is reconciled at once (controller/reconcile.py).
+    aligned: bool = True
+    appended: int = 0  # rows added since the last sweep (the appended-rows scan)
 
     @property
     def created(self) -> int:
@@ -81,14 +88,23 @@ def _version(obj: dict[str, object] | None) -> str | None:
 
 
 def plan_from_store(
-    store: MemoryStore, spec: SessionSummarizerSpec, *, watermark_ms: int | None, now_ms: int
-) -> tuple[SweepPlan, int]:
-    """Reads only memories newer than the watermark and decides; returns (plan, rows read)."""
+    store: MemoryStore,
+    spec: SessionSummarizerSpec,
+    *,
+    watermark_ms: int | None,
+    now_ms: int,
+    cursor: RowCursor | None = None,
+) -> tuple[SweepPlan, tuple[int, int], RowCursor, bool]:
+    """Reads only new memories and decides: those newer than the watermark, and those added
+    since the cursor whatever their timestamps (reconcile_plan.py). Returns (plan, (rows
+    newer than the watermark, rows added since the cursor), the new cursor, whether the old
+    one was still aligned)."""
     since = (
         watermark_ms
         if watermark_ms is not None
         else initial_watermark(now_ms, spec.sweep.lookback_days)
     )
+    appended, new_cursor, aligned = store.scan_appended(cursor)
     scanned = 0
 
     def counted() -> Iterator[tuple[str, int]]:
@@ -96,6 +112,8 @@ def plan_from_store(
         for row in store.scan_since(since):
             scanned += 1
             yield row
+        # An added row that dates nothing (no usable timestamp) still changes its count.
+        yield from ((sid, ts if ts is not None else 0) for sid, ts in appended)
 
     activity = collect_activity(counted())
     stored = store.summary_states(list(activity))
@@ -120,7 +138,7 @@ def plan_from_store(
         plan = plan_refresh(
             plan, growth, policy, now_ms=now_ms, max_sessions=spec.sweep.max_sessions_per_sweep
         )
-    return plan, scanned
+    return plan, (scanned, len(appended)), new_cursor, aligned or cursor is None
 
 
 def _growth(
@@ -142,7 +160,9 @@ def _growth(
         summarized_at = structured.summarized_at_ms if structured else None
         if not may_refresh(summarized_at, policy, now_ms):
             continue
-        rows = store.session_rows(sid, after=structured.watermark if structured else None)
+        mark = structured.watermark if structured else None
+        key = (mark.timestamp_ms, mark.memory_id) if mark else None
+        rows = store.session_rows(sid, PriorCoverage(key))  # the memories after the watermark
         tokens = sum(
             estimate_tokens(memory_text(m))
             for m in rows.memories
@@ -211,12 +231,16 @@ def run_sweep(
     summarizer_name: str,
     watermark_ms: int | None,
     now_ms: int | None = None,
+    cursor: RowCursor | None = None,
 ) -> SweepResult:
     started = time.monotonic()
     now = now_ms if now_ms is not None else int(time.time() * 1000)
-    plan, scanned = plan_from_store(store, spec, watermark_ms=watermark_ms, now_ms=now)
+    plan, (scanned, appended), new_cursor, aligned = plan_from_store(
+        store, spec, watermark_ms=watermark_ms, now_ms=now, cursor=cursor
+    )
     applied = apply_plan(plan, namespace=namespace, summarizer_name=summarizer_name)
-    return SweepResult(plan, scanned, applied, time.monotonic() - started)
+    seconds = time.monotonic() - started
+    return SweepResult(plan, scanned, applied, seconds, new_cursor, aligned, appended)
 
 
 def retention_policy(spec: SessionSummarizerSpec) -> RetentionPolicy:

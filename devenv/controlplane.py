@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import datetime as dt
 import json
 import os
 import shutil
@@ -97,35 +98,72 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
 
+# Certificates are valid from a day before they were made: a process whose clock runs
+# behind (the clock-skew tests run one under libfaketime) still accepts them, as kubeadm
+# backdates its certificates for skewed nodes.
+CERT_BACKDATE = dt.timedelta(days=1)
+CERT_LIFETIME = dt.timedelta(days=3650)
+_CA_CONFIG = """\
+[ ca ]
+default_ca = sso_ca
+[ sso_ca ]
+dir = .
+database = index.txt
+new_certs_dir = .
+serial = serial
+default_md = sha256
+policy = any_name
+unique_subject = no
+copy_extensions = none
+[ any_name ]
+commonName = supplied
+organizationName = optional
+"""
+_CA_EXT = """\
+basicConstraints = critical,CA:true
+keyUsage = critical,keyCertSign,cRLSign,digitalSignature
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid:always
+"""
+_LEAF_EXT = """\
+basicConstraints = CA:false
+keyUsage = critical,digitalSignature,keyEncipherment
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid
+"""
+
+
 def make_pki(pki: Path, extra_sans: tuple[str, ...] = ()) -> None:
-    """A CA, the apiserver's serving cert, an admin client cert and the SA signing key.
+    """A CA, the apiserver's serving cert, an admin client cert and the SA signing key, all
+    valid from CERT_BACKDATE before now (`openssl ca`: `openssl x509 -req` cannot backdate).
 
     extra_sans: more subjectAltNames of the serving cert ("IP:10.96.0.1", "DNS:..."), for
     clients that reach the apiserver other than on loopback (Pods of the local node)."""
     pki.mkdir(parents=True, exist_ok=True)
-    days = "3650"
-    _openssl("genrsa", "-out", "ca.key", "2048", cwd=pki)
-    _openssl(
-        "req",
-        "-x509",
-        "-new",
-        "-key",
-        "ca.key",
-        "-subj",
-        "/CN=sso-test-ca",
-        "-days",
-        days,
-        "-out",
-        "ca.crt",
-        cwd=pki,
+    now = dt.datetime.now(dt.UTC)
+    dates = (
+        "-startdate",
+        (now - CERT_BACKDATE).strftime("%Y%m%d%H%M%SZ"),
+        "-enddate",
+        (now + CERT_LIFETIME).strftime("%Y%m%d%H%M%SZ"),
     )
+    (pki / "ca.cnf").write_text(_CA_CONFIG)
+    (pki / "index.txt").write_text("")
+    (pki / "serial").write_text("1000\n")
+    (pki / "ca.ext").write_text(_CA_EXT)
+    _openssl("genrsa", "-out", "ca.key", "2048", cwd=pki)
+    _openssl("req", "-new", "-key", "ca.key", "-subj", "/CN=sso-test-ca", "-out", "ca.csr", cwd=pki)
+    ca = ("ca", "-batch", "-config", "ca.cnf", "-notext", *dates)
+    _openssl(*ca, "-selfsign", "-keyfile", "ca.key", "-in", "ca.csr", "-out", "ca.crt",
+             "-extfile", "ca.ext", cwd=pki)  # fmt: skip
     (pki / "serving.ext").write_text(
-        "subjectAltName="
+        _LEAF_EXT
+        + "subjectAltName="
         + ",".join(("IP:127.0.0.1", "DNS:localhost", "DNS:kubernetes.default.svc", *extra_sans))
         + "\n"
         "extendedKeyUsage=serverAuth\n"
     )
-    (pki / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+    (pki / "client.ext").write_text(_LEAF_EXT + "extendedKeyUsage=clientAuth\n")
     for name, subj, ext in (
         ("serving", "/CN=kube-apiserver", "serving.ext"),
         ("admin", "/O=system:masters/CN=sso-admin", "client.ext"),
@@ -134,24 +172,8 @@ def make_pki(pki: Path, extra_sans: tuple[str, ...] = ()) -> None:
         _openssl(
             "req", "-new", "-key", f"{name}.key", "-subj", subj, "-out", f"{name}.csr", cwd=pki
         )
-        _openssl(
-            "x509",
-            "-req",
-            "-in",
-            f"{name}.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-days",
-            days,
-            "-extfile",
-            ext,
-            "-out",
-            f"{name}.crt",
-            cwd=pki,
-        )
+        _openssl(*ca, "-cert", "ca.crt", "-keyfile", "ca.key", "-in", f"{name}.csr",
+                 "-out", f"{name}.crt", "-extfile", ext, cwd=pki)  # fmt: skip
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
 

@@ -1,17 +1,25 @@
 """An append-only journal of store writes, for the chaos tests. Each write logs a "begin"
-line before the claim re-check and an "end" line after the upsert returns, so a writer
-killed in between still shows its write as begun. A writer is a replica (holder) serving
-one object: the same replica serving two objects of one session is two writers. The tests
-read it to prove no two writers wrote one session at overlapping times. Installed by
-devenv.operator as an observer of controller.pipeline's writes; never in the product."""
+line before the claim's checks, an "admitted" line once they passed (the upsert is next)
+and an "end" line with its outcome (written, refused, failed) after the upsert returns, so
+a writer killed in between still shows its write as begun. Each line carries the writer's
+fencing number (its pass's claim grant). A writer is a replica (holder) serving one
+object: the same replica serving two objects of one session is two writers. The lines are
+in the order they happened, across processes (one O_APPEND write each): the tests read
+that order, not the processes' clocks, which the clock-skew test sets apart. Installed by
+devenv.operator as an observer of controller.pipeline's writes; never in the product.
+
+PauseBeforeUpsert (SSO_TEST_PAUSE_BEFORE_UPSERT=SESSION:N) stops the whole process with
+SIGSTOP at the N-th admitted write of SESSION: a pause between the fence check and the
+upsert, the window fencing cannot close, for the test that shows it harmless."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
-from controller.pipeline import WriteEvent
+from controller.upsert import WriteEvent
 
 
 class Journal:
@@ -26,8 +34,12 @@ class Journal:
             "object": event.writer_object,
             "t": event.at_ms,
         }
-        if event.phase == "end":
+        if event.fence is not None:
+            record["fence"] = event.fence
+        if event.phase != "begin":
             record["began"] = event.began_ms
+        if event.phase == "end":
+            record["outcome"] = event.outcome
         line = json.dumps(record, separators=(",", ":")) + "\n"
         # One short O_APPEND write per record: atomic with respect to other processes.
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -35,3 +47,19 @@ class Journal:
             os.write(fd, line.encode())
         finally:
             os.close(fd)
+
+
+class PauseBeforeUpsert:
+    """Stops this process (SIGSTOP, every thread) at the nth admitted write of a session;
+    whoever sent the test's SIGCONT resumes it right before its upsert."""
+
+    def __init__(self, spec: str) -> None:
+        session, _, nth = spec.rpartition(":")
+        self.session, self.nth, self.seen = session, int(nth), 0
+
+    def __call__(self, event: WriteEvent) -> None:
+        if event.phase != "admitted" or event.session_id != self.session:
+            return
+        self.seen += 1
+        if self.seen == self.nth:
+            os.kill(os.getpid(), signal.SIGSTOP)

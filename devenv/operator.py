@@ -8,6 +8,7 @@ chaos tests read to prove no two writers overlapped.
 
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 import sys
@@ -23,10 +24,39 @@ def operator_argv(*args: str) -> list[str]:
 
 
 def start_operator(
-    log: Path, env: dict[str, str], *args: str, cwd: Path | None = None
+    log: Path,
+    env: dict[str, str],
+    *args: str,
+    cwd: Path | None = None,
+    clock_offset_s: int | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Starts the operator (stopped with devenv.processes.stop, by PID); output to log."""
+    """Starts the operator (stopped with devenv.processes.stop, by PID); output to log.
+
+    clock_offset_s: the process's wall clock runs this far ahead (negative: behind), under
+    Debian's libfaketime; its monotonic clock stays the host's, as on a host whose clock is
+    set wrong."""
+    if clock_offset_s is not None:
+        env = dict(env, **skewed_clock_env(clock_offset_s))
     return spawn(operator_argv(*args), log, env=env, cwd=cwd or REPO_ROOT)
+
+
+LIBFAKETIME_GLOB = "/usr/lib/*/faketime/libfaketimeMT.so.1"
+
+
+def skewed_clock_env(offset_s: int) -> dict[str, str]:
+    """The environment that sets a process's wall clock offset_s seconds off (libfaketime,
+    the thread-safe build; hack/install-system.sh installs Debian's package)."""
+    found = sorted(glob.glob(LIBFAKETIME_GLOB))
+    if not found:
+        raise RuntimeError(
+            f"libfaketime not found ({LIBFAKETIME_GLOB}): install Debian's libfaketime "
+            "(hack/install-system.sh does)"
+        )
+    return {
+        "LD_PRELOAD": found[0],
+        "FAKETIME": f"{offset_s:+d}",
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+    }
 
 
 def main(argv: list[str]) -> None:
@@ -35,10 +65,16 @@ def main(argv: list[str]) -> None:
     one_blas_thread()
     journal = os.environ.get("SSO_WRITE_JOURNAL")
     if journal:
-        from controller import pipeline
+        from controller import upsert
         from devenv.journal import Journal
 
-        pipeline.WRITE_OBSERVERS.append(Journal(Path(journal)))
+        upsert.WRITE_OBSERVERS.append(Journal(Path(journal)))
+    pause = os.environ.get("SSO_TEST_PAUSE_BEFORE_UPSERT")
+    if pause:
+        from controller import upsert
+        from devenv.journal import PauseBeforeUpsert
+
+        upsert.WRITE_OBSERVERS.append(PauseBeforeUpsert(pause))
     run_operator(argv)
 
 

@@ -10,6 +10,8 @@ command -v python3 >/dev/null || missing+=(python3 python3-venv)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 command -v g++ >/dev/null || missing+=(g++)
+# The clock-skew test runs one operator process under libfaketime (Debian's package).
+compgen -G "/usr/lib/*/faketime/libfaketimeMT.so.1" >/dev/null || missing+=(libfaketime)
 if ((${#missing[@]})); then
   if [[ $(id -u) -ne 0 ]]; then
     echo "missing system packages: ${missing[*]} (install them, e.g. with apt-get)" >&2

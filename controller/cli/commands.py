@@ -1,4 +1,4 @@
-"""summaryctl's commands: sunset (the cluster), summaries and summarize (the store), with
+"""summaryctl's commands: sunset and check (the cluster), summaries and summarize (the store), with
 Kubernetes and store errors turned into one line."""
 
 from __future__ import annotations

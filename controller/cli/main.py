@@ -21,6 +21,7 @@ from controller.cli.args import (
     session_id_arg,
 )
 from controller.cli.commands import cmd_check, cmd_summaries, cmd_summarize, cmd_sunset
+from controller.cli.verify import cmd_verify
 
 # -- the parser ----------------------------------------------------------------------------
 
@@ -150,6 +151,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_store_args(p)
     p.set_defaults(func=cmd_summarize)
+
+    p = sub.add_parser(
+        "verify",
+        help="which memories of the sessions no summary covers (exit 1 when any)",
+    )
+    p.add_argument("session_ids", nargs="+", type=session_id_arg, metavar="SESSION_ID")
+    p.add_argument("--json", action="store_true")
+    _add_store_args(p)
+    p.set_defaults(func=cmd_verify)
 
     return parser
 

@@ -9,9 +9,20 @@ store's identity (Chroma's id of the memory collection and the summary collectio
 MemoryStore.claim_scope) and the session id.
 
 A writer is a replica serving one object: the same replica serving two objects of one
-session is two writers. The claim is a cluster-scoped SessionClaim object, created or
-replaced with a resourceVersion precondition and deleted when the write is done; a claim
-left by a killed writer is abandoned at its expiry and taken over.
+session is two writers. The claim is a cluster-scoped SessionClaim object with the
+semantics of client-go's leader-election Lease, never comparing two hosts' wall clocks:
+
+- the holder renews it every renew period for the whole pass (a write to the object, so its
+  resourceVersion changes), and writes only while less than duration - margin has passed,
+  on its own monotonic clock, since it *sent* its last successful renewal (holder_may_write);
+- a contender treats it as abandoned only once the duration has passed on *its own* clock
+  since it last saw the object change (Sighting: client-go's observedRecord/observedTime);
+  a claim seen for the first time is given a whole duration, however old it is (decide).
+
+The one assumption left is client-go's: the clocks' *rates* agree within margin/(2*duration
+- margin) (the proof is in docs/architecture.md, "Exactly one writer"); their readings may
+differ by anything. Each grant also carries a fencing number (core/fencing.py) that the rows
+record.
 """
 
 from __future__ import annotations
@@ -22,8 +33,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from controller.core.naming import summary_object_name
+from controller.core.text import ms_to_rfc3339
 
-Decision = Literal["take", "renew", "held"]
+Decision = Literal["take", "held"]
 NAME_HASH_LEN = 20
 
 
@@ -38,18 +50,18 @@ class Writer:
 
 @dataclass(frozen=True)
 class Claim:
+    """A SessionClaim's spec. The times are the holder's wall clock, for people (and
+    expiresAt for replicas of earlier versions, which compare it): no decision here reads
+    them."""
+
     session_id: str
     collection_id: str
     writer: Writer
-    expires_at_ms: int
+    duration_s: float
     generation: int = 0
     collection: str = ""  # where the row is, for people
-
-    def expired(self, now_ms: int) -> bool:
-        return self.expires_at_ms <= now_ms
-
-    def remaining_s(self, now_ms: int) -> float:
-        return max(0.0, (self.expires_at_ms - now_ms) / 1000)
+    acquired_at_ms: int = 0
+    renewed_at_ms: int = 0
 
     def spec(self) -> dict[str, Any]:
         return {
@@ -60,7 +72,10 @@ class Claim:
             "ownerUid": self.writer.owner_uid,
             "ownerDisplay": self.writer.owner,
             "generation": self.generation,
-            "expiresAt": self.expires_at_ms,
+            "leaseDurationSeconds": self.duration_s,
+            "acquireTime": ms_to_rfc3339(self.acquired_at_ms),
+            "renewTime": ms_to_rfc3339(self.renewed_at_ms),
+            "expiresAt": self.renewed_at_ms + int(self.duration_s * 1000),
         }
 
 
@@ -71,18 +86,23 @@ def claim_name(collection_id: str, session_id: str) -> str:
     return f"{slug}-{digest[:NAME_HASH_LEN]}"
 
 
-def parse_claim(spec: Mapping[str, Any] | None) -> Claim | None:
-    """The claim an object holds; an unreadable one counts as no claim (free to take)."""
+def parse_claim(spec: Mapping[str, Any] | None, default_duration_s: float) -> Claim | None:
+    """The claim an object holds; an unreadable one counts as no claim (free to take). A
+    claim written by an earlier version has no leaseDurationSeconds: it is given ours."""
     if not spec:
         return None
     try:
+        duration = spec.get("leaseDurationSeconds")
+        duration_s = float(duration) if duration is not None else default_duration_s
+        if not duration_s > 0:
+            return None
         return Claim(
             session_id=str(spec["sessionId"]),
             collection_id=str(spec["collectionId"]),
             writer=Writer(
                 str(spec["holder"]), str(spec["ownerUid"]), str(spec.get("ownerDisplay", ""))
             ),
-            expires_at_ms=int(spec["expiresAt"]),
+            duration_s=duration_s,
             generation=int(spec.get("generation") or 0),
             collection=str(spec.get("collection") or ""),
         )
@@ -90,25 +110,49 @@ def parse_claim(spec: Mapping[str, Any] | None) -> Claim | None:
         return None
 
 
-def decide(existing: Claim | None, me: Writer, now_ms: int) -> Decision:
-    """take: free or abandoned (expired); renew: already mine; held: another live writer."""
-    if existing is None or existing.expired(now_ms):
+@dataclass(frozen=True)
+class Sighting:
+    """When this contender first saw a claim object as it is now (its resourceVersion), on
+    its own monotonic clock: client-go's observedTime. Never another host's time."""
+
+    name: str
+    version: str
+    seen_at_s: float
+
+
+def sighted(previous: Sighting | None, name: str, version: str, now_s: float) -> Sighting:
+    """The sighting after looking at the object again: unchanged, the first sighting
+    stands; changed (renewed, taken, re-created) or new, the clock starts now."""
+    if previous is not None and previous.name == name and previous.version == version:
+        return previous
+    return Sighting(name, version, now_s)
+
+
+def decide(existing: Claim | None, sighting: Sighting, me: Writer, now_s: float) -> Decision:
+    """take: free, unreadable, ours already (a pass of ours that ended), or unchanged for its
+    whole duration on our clock since we saw it (its holder stopped renewing); held: another
+    writer's, and live as far as our clock can tell."""
+    if existing is None or existing.writer == me:
         return "take"
-    if existing.writer == me:
-        return "renew"
+    if now_s - sighting.seen_at_s >= existing.duration_s:
+        return "take"
     return "held"
 
 
-def still_mine(existing: Claim | None, me: Writer, now_ms: int, margin_ms: int) -> bool:
-    """Right before a write: mine, and not expiring within margin (clock skew, slow write)."""
-    return (
-        existing is not None
-        and existing.writer == me
-        and existing.expires_at_ms - now_ms > margin_ms
-    )
+def held_for_s(existing: Claim, sighting: Sighting, now_s: float) -> float:
+    """How long, on our clock, a held claim stays held if its holder stops renewing now."""
+    return max(0.0, sighting.seen_at_s + existing.duration_s - now_s)
 
 
-def abandoned_long_ago(existing: Claim | None, now_ms: int, grace_ms: int) -> bool:
-    """A claim that may be garbage-collected: expired more than grace ago (a live writer's
-    clock may run behind ours; grace covers the skew), or unreadable."""
-    return existing is None or existing.expires_at_ms + grace_ms < now_ms
+def holder_may_write(renewed_at_s: float, now_s: float, duration_s: float, margin_s: float) -> bool:
+    """The holder's side: writes only while less than duration - margin has passed on its
+    own clock since it sent its last successful renewal (or the grant). A contender waits
+    the whole duration from a moment after that renewal was applied, so the holder stops
+    first unless the two clocks' rates differ by more than margin/(2*duration - margin)."""
+    return now_s - renewed_at_s < duration_s - margin_s
+
+
+def abandoned(sighting: Sighting, duration_s: float, grace_s: float, now_s: float) -> bool:
+    """A claim the collector may delete: unchanged on our clock for its duration and a grace
+    more since we first saw it as it is (a live holder renews it every renew period)."""
+    return now_s - sighting.seen_at_s >= duration_s + grace_s

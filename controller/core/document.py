@@ -51,7 +51,7 @@ def overflow_note(summary: StructuredSummary, memory_collection: str | None = No
 # many characters the oldest items of long history sections, references past the first
 # ones and the tail of a carried earlier text are folded into a line that says how many
 # and where they are (the row's metadata keeps everything; `summaryctl summaries --full`
-# prints it whole). 8,000 characters is also what is embedded (pipeline.EMBED_CHARS).
+# prints it whole). 8,000 characters is also what is embedded (upsert.EMBED_CHARS).
 DOCUMENT_MAX_CHARS = 8000
 FOLDED_MARK = "not shown here"
 

@@ -28,7 +28,7 @@ INJECTION_MARKERS = ("<system-reminder>", "[context refresh]", "<context-refresh
 INTERACTION_TYPE = "agent-interaction"
 # Numbers below this are epoch seconds: as milliseconds they would be before March 1973,
 # as seconds they reach to the year 5138.
-_SECONDS_LIMIT = 100_000_000_000
+SECONDS_LIMIT = 100_000_000_000
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _NUMBER = re.compile(r"[+-]?\d+(\.\d+)?")
 
@@ -91,7 +91,7 @@ def _timestamp_ms(value: object) -> int | None:
         number = float(value)
         if not math.isfinite(number):
             return None
-        return round(number * 1000) if abs(number) < _SECONDS_LIMIT else int(number)
+        return round(number * 1000) if abs(number) < SECONDS_LIMIT else int(number)
     if not isinstance(value, str):
         return None
     text = value.strip()
@@ -188,7 +188,7 @@ def _tool_identifier(item: object) -> str:
     return "unknown_tool"
 
 
-def _tool_names(value: object) -> tuple[str, ...]:
+def tool_names(value: object) -> tuple[str, ...]:
     """toolsUsed as neo's summary writer reads it (SessionService.summarizeSession in neo.mjs
     13.1.0): JSON array text (of names, of objects with a name, or of JSON texts of those),
     any other JSON value as its text, and text that is not JSON as one name; each name cut
@@ -212,7 +212,7 @@ def _tool_names(value: object) -> tuple[str, ...]:
     return tuple(dict.fromkeys(p for p in parts if p))
 
 
-def _count(value: object) -> int:
+def tool_call_count(value: object) -> int:
     """amountToolCalls as neo adds it up, parseInt(value, 10): the leading whole number of its
     text ("3.7" is 3, "12 calls" is 12), else nothing; a negative count counts as 0."""
     if not _js_truthy(value) or isinstance(value, bool):
@@ -252,8 +252,8 @@ def memory_from_row(
         document=document,
         agent=_optional_text(meta, "agent"),
         model=_optional_text(meta, "model"),
-        tool_calls=_count(meta.get("amountToolCalls")),
-        tools_used=_tool_names(meta.get("toolsUsed")),
+        tool_calls=tool_call_count(meta.get("amountToolCalls")),
+        tools_used=tool_names(meta.get("toolsUsed")),
         user_id=_optional_text(meta, "userId"),
         agent_identity=_optional_text(meta, "agentIdentity"),
     )

@@ -313,19 +313,21 @@ def merge_pass(
 ) -> StructuredSummary:
     """The next summary: a superset of the prior's history whatever the update says.
 
-    Memories the prior already covers (at or before its watermark) are not counted again.
-    The title, once a structured summary has one, stays; a first pass takes the proposed
+    Every given memory's facts are merged, also one at or before the prior's watermark (a
+    memory that landed late: controller.core.coverage finds it); what repeats an item is not
+    added twice. Counts count only memories after the watermark, so a re-read is not counted
+    again (the pipeline stores the counts of the whole session, from its listing). The
+    title, once a structured summary has one, stays; a first pass takes the proposed
     title, else a legacy summary's, else one from the first request. A legacy prior's text,
     or the one a structured prior carries, is carried verbatim as legacy_text.
     """
     base = prior if isinstance(prior, StructuredSummary) else None
     covered = base.watermark if base is not None else None
-    new = sorted(
-        (m for m in new_memories if covered is None or covered.after(m)), key=memory_sort_key
-    )
+    given = sorted(new_memories, key=memory_sort_key)
+    new = [m for m in given if covered is None or covered.after(m)]
     sid = session_id or (prior.session_id if prior is not None else None)
     if sid is None:
-        sid = new[0].session_id if new else "unknown"
+        sid = given[0].session_id if given else "unknown"
 
     sections = _prior_sections(prior)
     for title, texts in update.new_items().items():
@@ -365,7 +367,7 @@ def merge_pass(
         last.append(new[-1].timestamp_ms)
     # References come from the memories, by code, whatever the summarizer proposed.
     prior_refs = (base.references, base.references_overflow) if base else ([], ReferenceOverflow())
-    references, overflow = merge_references(*prior_refs, memory_references(new))
+    references, overflow = merge_references(*prior_refs, memory_references(given))
     return StructuredSummary(
         session_id=sid,
         title=title,

@@ -77,3 +77,9 @@ def with_text_of_other_writer(
     when = f" of {ms_to_rfc3339(our_write_ms)}" if our_write_ms is not None else ""
     block = f"[Written by {who} over this operator's summary{when}; kept verbatim:]\n\n{text}"
     return f"{legacy_text}\n\n{block}" if legacy_text else block
+
+
+class RowChangedDuringPass(Exception):
+    """The session's row is not the one the pass started from (or last wrote): another
+    writer rewrote it meanwhile. Nothing is written over it; the next pass reads its text
+    as another writer's and carries it (from_chroma_row)."""

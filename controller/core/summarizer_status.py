@@ -128,10 +128,16 @@ class SweepReport:
     message: str
     store_url: str
     generation: int | None = None  # of the spec the sweep ran with
+    cursor: tuple[int, str | None] | None = None  # the appended-rows scan's (offset, last id)
 
     def apply(self, status: SessionSummarizerStatus) -> SessionSummarizerStatus:
         swept = Condition(type="Swept", status="True", reason="SweepOK", message=self.message)
         conditions = [swept, store_reachable(self.store_url)]
+        cursor = (
+            {"appended_offset": self.cursor[0], "appended_last_id": self.cursor[1]}
+            if self.cursor is not None
+            else {}
+        )
         return with_conditions(status, conditions, generation=self.generation).model_copy(
             update={
                 "last_sweep_at": self.at,
@@ -143,6 +149,36 @@ class SweepReport:
                 "scanned_memories": self.scanned,
                 "watermark": self.watermark,
                 "message": self.message,
+                **cursor,
+            }
+        )
+
+
+@dataclass(frozen=True)
+class ReconcileReport:
+    """What a finished walk of the reconciliation writes (reconcile_plan.py): when, how many
+    rows it checked, how many rows no summary accounted for, and for how many sessions it
+    asked for a pass."""
+
+    at: str
+    rows: int
+    uncovered: int
+    sessions: int
+    seconds: float
+
+    @property
+    def message(self) -> str:
+        return (
+            f"reconciled {self.rows} memories in {self.seconds:.0f}s: {self.uncovered} not "
+            f"accounted for by a summary, in {self.sessions} sessions to summarize"
+        )
+
+    def apply(self, status: SessionSummarizerStatus) -> SessionSummarizerStatus:
+        return status.model_copy(
+            update={
+                "reconciled_at": self.at,
+                "reconciled_rows": self.rows,
+                "uncovered_found": self.uncovered,
             }
         )
 

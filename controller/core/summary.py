@@ -17,6 +17,7 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, Field, field_validator
 
+from controller.core.coverage import Coverage
 from controller.core.memories import Watermark
 from controller.core.references import ReferenceOverflow
 from controller.core.text import one_line
@@ -114,6 +115,9 @@ class StructuredSummary(BaseModel):
     first_memory_at_ms: int | None = None
     last_memory_at_ms: int | None = None
     watermark: Watermark | None = None
+    # Exactly which rows the summary covers (controller.core.coverage): with the watermark,
+    # how a pass finds memories that landed behind it. None: not recorded (an earlier version).
+    coverage: Coverage | None = None
     format_version: int = 1
     # The summary this session had before this operator, kept verbatim (never stripped,
     # cut or split): set by the first pass over a LegacySummary, carried by every later one.

@@ -12,7 +12,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from controller.core.coverage import Coverage
 from controller.core.document import FOLDED_MARK
+from controller.core.fencing import FENCE_KEY
 from controller.core.memories import JS_DATE_MAX_MS, Watermark
 from controller.core.provenance import Provenance
 from controller.core.references import ReferenceOverflow
@@ -84,6 +86,7 @@ ROW_KEYS = (
     "timestampSource",
     "watermarkTimestamp",
     "watermarkMemoryId",
+    "coverageJson",
     "writer",
     "triggerSource",
     "summarizedAt",
@@ -94,6 +97,7 @@ ROW_KEYS = (
     "referencesOmittedTo",
     "referencesOmittedDigests",
     DIGEST_KEY,
+    FENCE_KEY,  # the claim grant that wrote the row (core/fencing.py); set by the writer
     *Provenance.METADATA_KEYS,
 )
 
@@ -161,6 +165,7 @@ def to_chroma_metadata(
         "timestampSource": None if timestamp == summary.last_memory_at_ms else "fallback",
         "watermarkTimestamp": watermark.timestamp_ms if watermark else None,
         "watermarkMemoryId": watermark.memory_id if watermark else None,
+        "coverageJson": summary.coverage.to_json() if summary.coverage is not None else None,
         "writer": writer,
         "triggerSource": trigger,
         "summarizedAt": summarized_at_ms,
@@ -221,6 +226,18 @@ def _stored_items(raw: object) -> list[SummaryItem]:
     return items
 
 
+def _coverage(raw: object) -> Coverage | None:
+    """The coverage as stored. One that cannot be read is no coverage: the next pass then
+    reads again every row at or before the watermark that the stored memoryCount does not
+    account for (coverage.to_reread), and records a new one; nothing is lost."""
+    if not isinstance(raw, str):
+        return None
+    try:
+        return Coverage.from_json(raw)
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
 def _references(meta: Mapping[str, Any]) -> tuple[list[str], ReferenceOverflow]:
     """The References section as stored; a row without one (written before it) has none."""
     raw = meta.get("referencesJson")
@@ -248,6 +265,7 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
     legacy_text = meta.get("legacySummary")
     if legacy_text is not None and not isinstance(legacy_text, str):
         raise ValueError("legacySummary is not text")
+    coverage = _coverage(meta.get("coverageJson"))
     category = meta.get("category")
     title = meta.get("title")
     if not isinstance(title, str) or not title.strip():
@@ -273,6 +291,7 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
         if meta.get("timestampSource") == "fallback"
         else _number(meta.get("timestamp")),
         watermark=watermark,
+        coverage=coverage,
         format_version=_number(meta.get("formatVersion")) or 1,
         legacy_text=legacy_text or None,
         summarized_at_ms=_number(meta.get("summarizedAt")),

@@ -28,6 +28,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from controller.core.memories import tool_call_count, tool_names
+
 MemorySharing = Literal["team", "legacy", "private"]
 TrustTier = Literal[
     "system",
@@ -129,14 +131,21 @@ def tier_rank(tier: str) -> int:
 
 @dataclass
 class SessionSources:
-    """What the session's rows say about who wrote them, gathered row by row from their
-    metadata while a pass lists the session (every row, whatever its type). Which identities
+    """What the session's rows say about who wrote them and with what, gathered row by row
+    from their metadata while a pass lists the session (every row, whatever its type, as
+    neo's writer counts them): exact however often a pass re-reads a row. Which identities
     are trusted how much is decided later, by the rules (row_visibility)."""
 
     identities: dict[str, int] = field(default_factory=dict)  # identity -> rows, first seen first
     anonymous: int = 0  # rows without an agentIdentity
     agents: dict[str, None] = field(default_factory=dict)  # `agent` values, first seen first
     owner: tuple[int, str, str] | None = None  # (timestamp, id, userId) of the earliest tagged
+    names: dict[str, None] = field(default_factory=dict)  # agent, else identity: who took part
+    models: dict[str, None] = field(default_factory=dict)
+    tools: dict[str, None] = field(default_factory=dict)
+    tool_calls: int = 0
+    first_ms: int | None = None
+    last_ms: int | None = None
 
     def add(self, row_id: str, meta: Mapping[str, Any], timestamp_ms: int | None) -> None:
         identity = meta.get("agentIdentity")
@@ -147,6 +156,22 @@ class SessionSources:
         agent = meta.get("agent")
         if isinstance(agent, str) and agent:
             self.agents.setdefault(agent)
+        name = _text(agent) or _text(identity)
+        if name:
+            self.names.setdefault(name)
+        model = _text(meta.get("model"))
+        if model:
+            self.models.setdefault(model)
+        for tool in tool_names(meta.get("toolsUsed")):
+            self.tools.setdefault(tool)
+        self.tool_calls += tool_call_count(meta.get("amountToolCalls"))
+        if timestamp_ms is not None:
+            self.first_ms = min(
+                self.first_ms if self.first_ms is not None else timestamp_ms, timestamp_ms
+            )
+            self.last_ms = max(
+                self.last_ms if self.last_ms is not None else timestamp_ms, timestamp_ms
+            )
         user = meta.get("userId")
         if isinstance(user, str) and user.strip():
             key = (timestamp_ms if timestamp_ms is not None else 2**63, row_id)
@@ -156,6 +181,10 @@ class SessionSources:
     @property
     def owner_user_id(self) -> str | None:
         return self.owner[2] if self.owner is not None else None
+
+
+def _text(value: object) -> str | None:
+    return value.strip() or None if isinstance(value, str) else None
 
 
 @dataclass(frozen=True)

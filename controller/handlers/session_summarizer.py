@@ -9,12 +9,10 @@ status.lastSweepAt (which survives restarts and failover).
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import time
 from typing import Any
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from controller import metrics
@@ -31,19 +29,19 @@ from controller.api import (
 from controller.backends import store_location
 from controller.config import CONFIG
 from controller.core.destinations import DestinationRefused
+from controller.core.reconcile_plan import RowCursor
 from controller.core.requeue import to_ask_again_with_progress
 from controller.core.summarizer_status import (
-    MarkerScanReport,
-    RetentionReport,
     SweepReport,
     sweep_failure,
     with_conditions,
 )
 from controller.core.text import one_line
+from controller.handlers import summarizer_upkeep as upkeep
 from controller.kube import client as kube
-from controller.kube.claims import collect_abandoned_claims
 from controller.kube.events import EventRecorder
 from controller.probes import check_embedding, check_secrets, health_conditions
+from controller.reconcile import reconcile_soon
 from controller.runtime import Runtime
 from controller.store.errors import (
     CollectionNotFound,
@@ -51,7 +49,7 @@ from controller.store.errors import (
     StoreUnavailable,
 )
 from controller.store.memory_store import forget_store, store_for
-from controller.sweep import apply_retention, retention_policy, run_marker_scan, run_sweep
+from controller.sweep import run_sweep
 
 
 def _status(body: kopf.Body) -> SessionSummarizerStatus:
@@ -147,7 +145,7 @@ async def check_config(
 
 
 def _sweep_due(spec: SessionSummarizerSpec, status: SessionSummarizerStatus) -> bool:
-    return spec.sweep.enabled and _due(status.last_sweep_at, spec.sweep.interval_seconds)
+    return spec.sweep.enabled and upkeep.due(status.last_sweep_at, spec.sweep.interval_seconds)
 
 
 _LAST_PROBE: dict[tuple[str, str, str], float] = {}
@@ -204,41 +202,6 @@ async def _reprobe(
             events.post(body, type_="Normal", reason=cond.reason, message=cond.message)
 
 
-def _due(last: str | None, interval_s: float) -> bool:
-    if last is None:
-        return True
-    then = dt.datetime.fromisoformat(last.replace("Z", "+00:00"))
-    return (dt.datetime.now(dt.UTC) - then).total_seconds() >= interval_s
-
-
-async def _retention(
-    spec: SessionSummarizerSpec,
-    namespace: str,
-    name: str,
-    status: SessionSummarizerStatus,
-    logger: kopf.Logger,
-) -> None:
-    """Deletes the summarizer's finished objects past their phase's TTL, once per
-    spec.sweep.intervalSeconds (also when sweeps are off: retention is not the sweep's)."""
-    if retention_policy(spec).keeps_everything:
-        return
-    if not _due(status.last_retention_at, spec.sweep.interval_seconds):
-        return
-    at = now_rfc3339()
-    try:
-        deleted = await asyncio.to_thread(
-            apply_retention, spec, namespace=namespace, summarizer_name=name
-        )
-    except ApiException as exc:
-        logger.warning("retention failed: API %s: %s", exc.status, one_line(exc.reason, 300))
-        return
-    if deleted:
-        logger.info(
-            "retention by %s: deleted %d expired SessionSummaries", CONFIG.replica_id, deleted
-        )
-    await asyncio.to_thread(_write_status, namespace, name, RetentionReport(at, deleted).apply)
-
-
 @kopf.timer(
     GROUP, VERSION, SUMMARIZER_PLURAL, interval=CONFIG.sweep_tick_seconds, initial_delay=1.0
 )
@@ -261,53 +224,17 @@ async def sweep(
     generation = body.metadata.get("generation")
     await _reprobe(body, spec, namespace, status, events)
     if spec.sweep.enabled and status.watermark is not None:
-        since = status.watermark
-        try:
-            markers = await asyncio.to_thread(
-                lambda: run_marker_scan(
-                    store_for(store_location(spec, namespace)),
-                    spec,
-                    namespace=namespace,
-                    summarizer_name=name,
-                    watermark_ms=since,
-                )
-            )
-        except (
-            StoreUnavailable,
-            kube.SecretError,
-            CollectionNotFound,
-            InvalidStoreConfig,
-            DestinationRefused,
-        ) as exc:
-            if isinstance(exc, StoreUnavailable):
-                forget_store(store_location(spec, namespace))
-            logger.debug("marker scan skipped: %s", one_line(exc, 300))
-        except ApiException as exc:  # never in the way of the sweep below
-            logger.warning("marker scan failed: API %s: %s", exc.status, one_line(exc.reason, 300))
-        else:
-            report = MarkerScanReport.of(
-                (sid for sid, _ in markers.requested),
-                (m.describe() for m in markers.invalid),
-                markers.markers_only,
-                generation,
-            )
-            if report is not None:
-                await asyncio.to_thread(_write_status, namespace, name, report.apply)
-                kind = "Warning" if report.ignored else "Normal"
-                events.post(body, type_=kind, reason=report.reason, message=report.message)
-                logger.info(
-                    "marker scan by %s (%d markers read in %.0f ms, %d waiting for a pass "
-                    "under way, %d left for the next tick): %s",
-                    CONFIG.replica_id,
-                    markers.scanned,
-                    markers.duration_s * 1000,
-                    markers.waiting,
-                    markers.left,
-                    report.message,
-                )
-    await _retention(spec, namespace, name, status, logger)
+        await upkeep.marker_scan(body, spec, namespace, name, status.watermark, logger, events)
+    await upkeep.retention(spec, namespace, name, status, logger)
+    if spec.sweep.enabled and status.watermark is not None:
+        await upkeep.reconcile(body, spec, namespace, name, logger, events)
     if not _sweep_due(spec, status):
         return
+    cursor = (
+        RowCursor(status.appended_offset, status.appended_last_id)
+        if status.appended_offset is not None
+        else None
+    )
     try:
         store = await asyncio.to_thread(store_for, store_location(spec, namespace))
         result = await asyncio.to_thread(
@@ -317,9 +244,8 @@ async def sweep(
             namespace=namespace,
             summarizer_name=name,
             watermark_ms=status.watermark,
+            cursor=cursor,
         )
-        # Claims of writers that died long ago (a claim is deleted when its write is done).
-        collected = await asyncio.to_thread(collect_abandoned_claims, CONFIG.claim_ttl_seconds)
     except (
         StoreUnavailable,
         kube.SecretError,
@@ -340,15 +266,17 @@ async def sweep(
         logger.warning("sweep failed: %s: %s", failure.reason, failure.message)
         return
     plan = result.plan
+    if not result.aligned:
+        reconcile_soon(namespace, name)
     metrics.observe_sweep(result.duration_s, plan.found)
     metrics.refresh_requested(result.applied.refreshed)
     message = (
-        f"scanned {result.scanned} new memories: {plan.found} stale, {len(plan.still_active)} "
+        f"scanned {result.scanned} new memories and {result.appended} added rows: "
+        f"{plan.found} stale, {len(plan.still_active)} "
         f"still active, {len(plan.fresh)} fresh; created {result.created}, "
         f"patched {result.patched}, refreshed {result.applied.refreshed} grown active "
         f"sessions, {result.applied.in_flight} already in flight, "
         f"{result.applied.left} left for later"
-        + (f"; deleted {collected} abandoned claims" if collected else "")
     )
     logger.info("sweep by %s: %s", CONFIG.replica_id, message)
     swept = SweepReport(
@@ -358,11 +286,12 @@ async def sweep(
         deferred=result.applied.left,
         created=result.created,
         patched=result.patched,
-        scanned=result.scanned,
+        scanned=result.scanned + result.appended,
         watermark=plan.next_watermark_ms,
         message=message,
         store_url=spec.store.url,
         generation=generation,
+        cursor=(result.cursor.offset, result.cursor.last_id) if result.cursor else None,
     )
     await asyncio.to_thread(_write_status, namespace, name, swept.apply)
     if result.created or result.patched or result.applied.refreshed:

@@ -13,6 +13,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -30,8 +31,10 @@ from controller.api import (
 )
 from controller.backends import Backends, backends_for
 from controller.config import CONFIG, backoff_seconds
-from controller.core.claim_rules import Writer
+from controller.core.claim_rules import Sighting, Writer
 from controller.core.destinations import EndpointNotAllowed, SecretHostNotAllowed
+from controller.core.fencing import FenceUnavailable
+from controller.core.row_ownership import RowChangedDuringPass
 from controller.core.summary import SummaryValidationError, UnreadablePriorSummary
 from controller.core.text import one_line
 from controller.core.waiting import wait_delay
@@ -58,6 +61,7 @@ from controller.store.errors import (
 )
 from controller.store.memory_store import forget_store
 from controller.summarizers.chat_prompt import InvalidModelOutput, ModelUnavailable
+from controller.upsert import WriteGuard
 
 # Summaries block on Chroma and the model: their own pools, sized for concurrency
 # (asyncio's default executor has only cpu_count + 4 threads). The sunset fast path has
@@ -118,6 +122,7 @@ def _resolve(
 # SummaryValidationError; InvalidStoreConfig and UnreadablePriorSummary are ValueErrors).
 _FAILURES: tuple[tuple[type[Exception], str, bool], ...] = (
     (kube.SecretError, "SecretNotFound", True),
+    (FenceUnavailable, "FencingUnavailable", False),
     # Nothing was sent; retried, so annotating the Secret (or allowing the endpoint) is
     # enough, until the failure gate stops it.
     (SecretHostNotAllowed, "SecretHostNotAllowed", True),
@@ -130,6 +135,9 @@ _FAILURES: tuple[tuple[type[Exception], str, bool], ...] = (
     (ModelUnavailable, "ModelUnavailable", True),
     (InvalidModelOutput, "InvalidModelOutput", True),
     (SummaryValidationError, "InvalidSummary", True),
+    # Another writer rewrote the row during the pass: nothing was written; the retry carries
+    # its text (and sets SingleWriter False).
+    (RowChangedDuringPass, "OtherWriterDetected", True),
 )
 
 
@@ -164,7 +172,7 @@ def failures_shown(
 def summarize_blocking(
     backends: Backends,
     spec: SessionSummarySpec,
-    before_write: Callable[[], None] | None = None,
+    guard: WriteGuard | None = None,
     writer_object: str = "",
     stop: Callable[[], bool] | None = None,
 ) -> Outcome:
@@ -177,7 +185,7 @@ def summarize_blocking(
             trigger=spec.trigger,
             excluded_types=backends.excluded_types,
             summarizer=backends.summarizer,
-            before_write=before_write,
+            guard=guard,
             writer_object=writer_object,
             visibility=backends.visibility,
             stop=stop,
@@ -190,6 +198,15 @@ def _claim_scope(backends: Backends) -> str:
         return backends.store.claim_scope()
 
 
+@dataclass
+class ClaimMemory:
+    """What one SessionSummary's passes remember of the session's claim between attempts
+    (kept in kopf's per-object memo, forgotten with the object): when we first saw another
+    writer's claim as it is now, on our own clock."""
+
+    sighting: Sighting | None = None
+
+
 def summarize_claimed(
     namespace: str,
     name: str,
@@ -197,13 +214,15 @@ def summarize_claimed(
     generation: int,
     spec: SessionSummarySpec,
     summarizer_spec: dict[str, Any] | None,
+    seen: ClaimMemory | None = None,
     started: Callable[[], None] | None = None,
     stop: threading.Event | None = None,
 ) -> Outcome:
     """Takes the session's claim in its store, says the pass started (`started`: phase
-    Summarizing), summarizes with a claim check right before every write, and releases the
-    claim. Raises ClaimHeld when another live writer (another replica, or another object
-    naming the same session) has it; PassInterrupted when `stop` is set (the operator is
+    Summarizing), summarizes while a thread renews the claim (checked between passes and,
+    with the row's fencing number, right before every write), and releases the claim.
+    Raises ClaimHeld when another live writer (another replica, or another object naming
+    the same session) has it; PassInterrupted when `stop` is set (the operator is
     stopping), before the claim is taken or at the pass's next chunk boundary."""
     if stop is not None and stop.is_set():
         raise PassInterrupted("the operator is stopping; the next replica resumes this pass")
@@ -215,23 +234,30 @@ def summarize_claimed(
         collection_id=scope,
         collection=f"{location.describe()} {location.summary_collection}",
         writer=Writer(CONFIG.replica_id, uid, f"{namespace}/{name}"),
-        ttl_s=CONFIG.claim_ttl_seconds,
+        duration_s=CONFIG.claim_ttl_seconds,
         margin_s=CONFIG.claim_margin_seconds,
+        renew_s=CONFIG.claim_renew_period,
         generation=generation,
+        sighting=seen.sighting if seen else None,
     )
-    handle.acquire()
+    try:
+        with failures_shown(backends):
+            handle.acquire()
+    finally:
+        if seen is not None:
+            seen.sighting = handle.sighting
     try:
         if started is not None:
             started()
         return summarize_blocking(
             backends,
             spec,
-            before_write=handle.verify,
+            guard=handle,
             writer_object=f"{namespace}/{name}",
             stop=stop.is_set if stop is not None else None,
         )
     finally:
-        handle.release()
+        handle.release()  # best effort: never raises
 
 
 def _say_started(namespace: str, name: str, body: kopf.Body, trigger: str) -> Callable[[], None]:
@@ -276,6 +302,9 @@ async def summarize(
     )
     on_start = _say_started(namespace, name, body, parsed.trigger)
 
+    # kopf's memo of this object (kept between attempts, dropped with the object).
+    seen = memo.setdefault("claim", ClaimMemory())
+
     def job() -> Outcome:
         metrics.observe_queue_wait(slack.name.lower(), time.monotonic() - started)
         return summarize_claimed(
@@ -285,6 +314,7 @@ async def summarize(
             generation,
             parsed,
             summarizer_spec,
+            seen,
             started=on_start,
             stop=runtime.stopping,
         )
@@ -295,15 +325,18 @@ async def summarize(
     except ClaimHeld as held:
         metrics.claim_conflict()
         metrics.claim_wait()
-        # Backed off by this object's own count of looks (core/waiting.py), never by
-        # reading the other writer's expiry against our clock.
-        delay = wait_delay(
+        # Backed off by this object's own count of looks (core/waiting.py), and never later
+        # than the claim could lapse as this replica has watched it (its own clock, never
+        # the other writer's expiry against ours): a dead writer's session is taken over
+        # as soon as the lease rules allow.
+        backoff = wait_delay(
             retry,
             first_s=CONFIG.claim_retry_seconds,
             max_s=CONFIG.claim_retry_max_seconds,
             jitter=WAIT_JITTER,
             rand=random.random(),
         )
+        delay = min(backoff, held.retry_after_s + random.uniform(0, 0.5))
         logger.info("session %s: %s; looking again in %.1fs", parsed.session_id, held, delay)
         if held.claim.writer.owner_uid not in (uid, ""):
             # Another object names the same session: say which one owns it for now.

@@ -303,10 +303,16 @@ def report(
         provenance.tokens_out or 0,
         provenance.compaction_ratio,
     )
+    late = (
+        f", {outcome.late_memories} of them landed behind the last summary"
+        if outcome.late_memories
+        else ""
+    )
     message = (
         f"summarized {outcome.new_memories} new of {outcome.memory_count} memories "
-        f"in {outcome.passes} pass(es) (trigger {spec.trigger})"
+        f"in {outcome.passes} pass(es) (trigger {spec.trigger}){late}"
     )
+    metrics.late_memories(outcome.late_memories)
     common.update(title=summary.title, summary_id=outcome.summary_id)
     record(
         body,

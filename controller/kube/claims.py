@@ -1,17 +1,20 @@
-"""Where the claim is taken: the session's SessionClaim object, created, renewed and
-deleted with resourceVersion preconditions (blocking Kubernetes calls; the decisions live
-in controller/core/claim_rules.py).
+"""Where the claim is taken: the session's SessionClaim object, granted, renewed for the
+whole pass, fenced and released (blocking Kubernetes calls; the decisions live in
+controller/core/claim_rules.py and controller/core/fencing.py).
 
-One summary costs two API calls when nobody else wants the session: a create (the claim
-is free) and a delete with our resourceVersion (release). The check right before each
-store write reads nothing: while our claim has more than the margin left by our clock,
-no other writer can have taken it (takeover needs it expired by theirs; the margin covers
-clock skew). When it runs short it is renewed with our resourceVersion as precondition,
-which fails if anyone else wrote it since.
+A summary that ends within one renew period costs two API calls when nobody else wants the
+session: a create (the claim is free) and a delete with our resourceVersion (release). A
+longer pass costs one more call per renew period: a background thread renews the claim
+(a replace with our resourceVersion as precondition), so a pass may outlast the claim's
+duration many times over, and a deleted or changed claim is noticed within one period.
+Before each store write the pipeline asks the handle (a WriteGuard): no API call, only our
+own clock and the fencing number the row carries.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -19,38 +22,45 @@ from typing import Any, cast
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from controller import metrics
 from controller.api import API_VERSION, CLAIM_KIND, CLAIM_PLURAL, GROUP, VERSION
 from controller.core.claim_rules import (
     Claim,
+    Sighting,
     Writer,
-    abandoned_long_ago,
     claim_name,
     decide,
+    held_for_s,
+    holder_may_write,
     parse_claim,
+    sighted,
 )
+from controller.core.fencing import FENCE_KEY, admits, fence_of
 from controller.kube import client as kube
 
 CONFLICT_RETRIES = 5
+log = logging.getLogger(__name__)
 
 
 class ClaimHeld(Exception):
-    """Another live writer holds the session's claim; retry after it expires."""
+    """Another live writer holds the session's claim; retry after retry_after_s."""
 
-    def __init__(self, claim: Claim, now_ms: int) -> None:
+    def __init__(self, claim: Claim, retry_after_s: float) -> None:
         self.claim = claim
-        self.retry_after_s = max(0.5, claim.remaining_s(now_ms))
+        self.retry_after_s = max(0.5, retry_after_s)
         w = claim.writer
         super().__init__(
             f"session {claim.session_id!r} is being summarized by SessionSummary {w.owner} "
-            f"on replica {w.replica} (claim expires in {self.retry_after_s:.0f}s)"
+            f"on replica {w.replica} (its claim lapses {self.retry_after_s:.0f}s after it "
+            "stops renewing it)"
         )
 
 
 class ClaimLost(Exception):
-    """Our claim expired or was taken before the write; nothing was written."""
+    """Our claim lapsed, was taken, or a newer grant wrote the row: nothing was written."""
 
 
-def _now_ms() -> int:
+def _wall_ms() -> int:
     return int(time.time() * 1000)
 
 
@@ -58,34 +68,55 @@ def _api() -> client.CustomObjectsApi:
     return kube.custom()
 
 
+def _status(exc: BaseException) -> int | None:
+    return exc.status if isinstance(exc, ApiException) else None
+
+
 @dataclass
 class SessionClaimHandle:
-    """The claim of one writer on one session's summary row, for one summarization."""
+    """The claim of one writer on one session's summary row, for one summarization.
+
+    acquire() grants it (or raises ClaimHeld), a thread renews it every renew_s until
+    release(); check() and admit() are the pipeline's WriteGuard. sighting carries what this
+    writer saw of another's claim from one attempt to the next (the caller keeps it).
+    """
 
     session_id: str
     collection_id: str
     collection: str  # for people: where the row is
     writer: Writer
-    ttl_s: float
+    duration_s: float
     margin_s: float
+    renew_s: float
     generation: int = 0
-    conflicts: int = 0
+    sighting: Sighting | None = None
+    fence: int | None = None  # the grant's fencing number (core/fencing.py)
     api_calls: int = 0
-    _resource_version: str | None = field(default=None, repr=False)
+    renewals: int = 0
+    conflicts: int = 0
     _claim: Claim | None = field(default=None, repr=False)
+    _version: str | None = field(default=None, repr=False)
+    _renewed_at_s: float = field(default=0.0, repr=False)
+    _lost: str | None = field(default=None, repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _renewer: threading.Thread | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def name(self) -> str:
         return claim_name(self.collection_id, self.session_id)
 
-    def _new_claim(self, now_ms: int) -> Claim:
+    def _new_claim(self, acquired_at_ms: int | None = None) -> Claim:
+        now = _wall_ms()
         return Claim(
             session_id=self.session_id,
             collection_id=self.collection_id,
             writer=self.writer,
-            expires_at_ms=now_ms + int(self.ttl_s * 1000),
+            duration_s=self.duration_s,
             generation=self.generation,
             collection=self.collection,
+            acquired_at_ms=now if acquired_at_ms is None else acquired_at_ms,
+            renewed_at_ms=now,
         )
 
     def _body(self, claim: Claim, resource_version: str | None) -> dict[str, Any]:
@@ -102,34 +133,44 @@ class SessionClaimHandle:
             "spec": claim.spec(),
         }
 
-    def _create(self, claim: Claim) -> bool:
-        """False when a claim object exists already."""
+    def _create(self, claim: Claim) -> dict[str, Any] | None:
+        """The object made, or None when a claim object exists already."""
         self.api_calls += 1
         try:
-            made = _api().create_cluster_custom_object(
-                GROUP, VERSION, CLAIM_PLURAL, self._body(claim, None)
+            return cast(
+                dict[str, Any],
+                _api().create_cluster_custom_object(
+                    GROUP, VERSION, CLAIM_PLURAL, self._body(claim, None)
+                ),
             )
         except ApiException as exc:
             if exc.status == 409:
-                return False
+                return None
             raise
-        self._took(claim, made)
-        return True
 
-    def _replace(self, claim: Claim, resource_version: str) -> bool:
-        """False on a resourceVersion conflict (someone wrote it since) or if it is gone."""
+    def _replace(
+        self, claim: Claim, resource_version: str, timeout: tuple[float, float] | None = None
+    ) -> dict[str, Any] | None:
+        """The object written, or None on a resourceVersion conflict (someone wrote it
+        since) or if it is gone."""
         self.api_calls += 1
         try:
-            made = _api().replace_cluster_custom_object(
-                GROUP, VERSION, CLAIM_PLURAL, self.name, self._body(claim, resource_version)
+            return cast(
+                dict[str, Any],
+                _api().replace_cluster_custom_object(
+                    GROUP,
+                    VERSION,
+                    CLAIM_PLURAL,
+                    self.name,
+                    self._body(claim, resource_version),
+                    _request_timeout=timeout,
+                ),
             )
         except ApiException as exc:
             if exc.status in (404, 409):
                 self.conflicts += 1
-                return False
+                return None
             raise
-        self._took(claim, made)
-        return True
 
     def _get(self) -> dict[str, Any] | None:
         self.api_calls += 1
@@ -143,57 +184,149 @@ class SessionClaimHandle:
                 return None
             raise
 
-    def _took(self, claim: Claim, made: Any) -> None:
-        self._claim = claim
-        self._resource_version = str(made["metadata"]["resourceVersion"])
+    def _granted(self, claim: Claim, made: dict[str, Any], sent_s: float) -> None:
+        """Ours from sent_s on (when the request left, on our clock: the server applied it
+        later, so a contender's wait starts later still). Starts the renewer."""
+        version = str(made["metadata"]["resourceVersion"])
+        with self._lock:
+            self._claim, self._version, self._renewed_at_s = claim, version, sent_s
+            self._lost = None
+        try:
+            self.fence = fence_of(version)
+        except ValueError:
+            self.release()
+            raise
+        self._stop.clear()
+        self._renewer = threading.Thread(
+            target=self._renew_loop, name=f"claim-renewer-{self.session_id[:40]}", daemon=True
+        )
+        self._renewer.start()
 
     def acquire(self) -> Claim:
-        """Takes the session's claim, or renews our own; raises ClaimHeld if another live
-        writer has it."""
+        """Takes the session's claim, or raises ClaimHeld if another writer's claim is live
+        as far as our own clock can tell (self.sighting remembers when we first saw it as
+        it is, for the next attempt)."""
         for _ in range(CONFLICT_RETRIES):
-            if self._create(self._new_claim(_now_ms())):
-                assert self._claim is not None
-                return self._claim
+            claim, sent = self._new_claim(), time.monotonic()
+            made = self._create(claim)
+            if made is not None:
+                self._granted(claim, made, sent)
+                return claim
             obj = self._get()
             if obj is None:
                 continue  # released between our create and our read: create again
-            now = _now_ms()
-            existing = parse_claim(obj.get("spec"))
-            if decide(existing, self.writer, now) == "held":
+            version = str(obj["metadata"]["resourceVersion"])
+            now = time.monotonic()
+            self.sighting = sighted(self.sighting, self.name, version, now)
+            existing = parse_claim(obj.get("spec"), self.duration_s)
+            if decide(existing, self.sighting, self.writer, now) == "held":
                 assert existing is not None
-                raise ClaimHeld(existing, now)
-            if self._replace(self._new_claim(now), obj["metadata"]["resourceVersion"]):
-                assert self._claim is not None
-                return self._claim
-        now = _now_ms()
+                raise ClaimHeld(existing, held_for_s(existing, self.sighting, now))
+            claim, sent = self._new_claim(), time.monotonic()
+            made = self._replace(claim, version)
+            if made is not None:
+                self._granted(claim, made, sent)
+                return claim
         contended = Claim(
             self.session_id,
             self.collection_id,
             Writer("(contended)", "", "(contended)"),
-            now + 1000,
+            self.duration_s,
         )
-        raise ClaimHeld(contended, now)
+        raise ClaimHeld(contended, 1.0)
 
-    def verify(self) -> None:
-        """Right before a store write: ours with more than the margin left, else renewed
-        with our resourceVersion as precondition; raises ClaimLost (nothing may be written)."""
-        if self._claim is None or self._resource_version is None:
+    # -- the holder ----------------------------------------------------------------------
+
+    def _renew_loop(self) -> None:
+        wait = self.renew_s
+        while not self._stop.wait(wait):
+            sent = time.monotonic()
+            if not self._valid(sent):
+                self._lose(
+                    f"the claim on session {self.session_id!r} was not renewed within "
+                    f"{self.duration_s - self.margin_s:.0f}s (API server unreachable or this "
+                    "process paused); nothing more is written"
+                )
+                return
+            with self._lock:
+                claim, version = self._claim, self._version
+            if claim is None or version is None:
+                return
+            renewed = self._new_claim(claim.acquired_at_ms)
+            try:
+                # A renewal that outlives the period is useless: bounded by it.
+                made = self._replace(renewed, version, timeout=(5.0, max(1.0, self.renew_s)))
+            except Exception as exc:  # transient (API down, timeout): retry until too late
+                log.info("session %s: claim renewal failed, retrying: %s", self.session_id, exc)
+                wait = min(self.renew_s, 2.0)
+                continue
+            if made is None:
+                self._lose(
+                    f"the claim on session {self.session_id!r} was deleted or taken by another "
+                    "writer; nothing more is written"
+                )
+                return
+            with self._lock:
+                if self._stop.is_set():
+                    return
+                self._claim, self._version = renewed, str(made["metadata"]["resourceVersion"])
+                self._renewed_at_s = sent
+            self.renewals += 1
+            metrics.claim_renewed()
+            wait = self.renew_s
+
+    def _lose(self, why: str) -> None:
+        with self._lock:
+            if self._lost is None:
+                self._lost = why
+        log.warning("session %s: %s", self.session_id, why)
+
+    def _valid(self, now_s: float) -> bool:
+        return holder_may_write(self._renewed_at_s, now_s, self.duration_s, self.margin_s)
+
+    def check(self) -> None:
+        """Raises ClaimLost once we may no longer write: the renewer saw the claim deleted
+        or taken, or it has not been renewed within duration - margin by our clock (a
+        pause, an unreachable API server). No I/O."""
+        with self._lock:
+            lost, granted, renewed_at = self._lost, self._claim is not None, self._renewed_at_s
+        if lost is not None:
+            raise ClaimLost(lost)
+        if not granted:
             raise ClaimLost("no claim taken; nothing written")
-        now = _now_ms()
-        if self._claim.expires_at_ms - now > self.margin_s * 1000:
-            return
-        if not self._replace(self._new_claim(now), self._resource_version):
-            self._claim = None
-            raise ClaimLost(
-                f"the claim on session {self.session_id!r} changed while it was being renewed; "
-                "nothing written"
+        if not holder_may_write(renewed_at, time.monotonic(), self.duration_s, self.margin_s):
+            self._lose(
+                f"the claim on session {self.session_id!r} was last renewed more than "
+                f"{self.duration_s - self.margin_s:.0f}s ago by our clock; nothing written"
             )
+            raise ClaimLost(self._lost or "claim lapsed")
+
+    def admit(self, found_fence: int | None) -> dict[str, int]:
+        """Right before an upsert, with the fencing number the row carries now: raises
+        ClaimLost if our claim lapsed or a newer grant wrote the row; else the keys the row
+        records (our grant's number)."""
+        self.check()
+        assert self.fence is not None
+        if not admits(found_fence, self.fence):
+            self._lose(
+                f"the row of session {self.session_id!r} was written under a newer claim "
+                f"(fence {found_fence} > ours {self.fence}); nothing written"
+            )
+            raise ClaimLost(self._lost or "fenced")
+        return {FENCE_KEY: self.fence}
 
     def release(self) -> None:
-        """Deletes the claim if it is still the version we wrote (best effort: expiry covers
-        a failure)."""
-        if self._resource_version is None:
-            return
+        """Stops the renewer and deletes the claim if it is still the version we wrote.
+        Best effort, never raises: the claim lapses by itself after its duration."""
+        self._stop.set()
+        renewer = self._renewer
+        if renewer is not None and renewer is not threading.current_thread():
+            renewer.join(timeout=kube.REQUEST_TIMEOUT[0] + max(1.0, self.renew_s) + 1)
+        with self._lock:
+            version = self._version
+            self._claim = self._version = None
+        if version is None:
+            return  # never taken
         self.api_calls += 1
         try:
             _api().delete_cluster_custom_object(
@@ -202,39 +335,17 @@ class SessionClaimHandle:
                 CLAIM_PLURAL,
                 self.name,
                 body=client.V1DeleteOptions(
-                    preconditions=client.V1Preconditions(resource_version=self._resource_version)
+                    preconditions=client.V1Preconditions(resource_version=version)
                 ),
             )
-        except ApiException as exc:
-            if exc.status not in (404, 409):
-                raise
-        finally:
-            self._claim = self._resource_version = None
-
-
-def collect_abandoned_claims(grace_s: float, now_ms: int | None = None) -> int:
-    """Deletes claims whose writer died long ago (expired by more than grace); returns how
-    many. Each delete is conditional on the version read, so a claim taken over meanwhile
-    stays."""
-    now = now_ms if now_ms is not None else _now_ms()
-    listing = cast(dict[str, Any], _api().list_cluster_custom_object(GROUP, VERSION, CLAIM_PLURAL))
-    deleted = 0
-    for obj in listing.get("items") or []:
-        if not abandoned_long_ago(parse_claim(obj.get("spec")), now, int(grace_s * 1000)):
-            continue
-        meta = obj["metadata"]
-        try:
-            _api().delete_cluster_custom_object(
-                GROUP,
-                VERSION,
-                CLAIM_PLURAL,
-                meta["name"],
-                body=client.V1DeleteOptions(
-                    preconditions=client.V1Preconditions(resource_version=meta["resourceVersion"])
-                ),
+        except Exception as exc:
+            if _status(exc) in (404, 409):
+                return  # gone, or changed: not ours to delete any more
+            metrics.claim_release_failed()
+            log.warning(
+                "session %s: could not release the claim %s (it lapses after %.0fs): %s",
+                self.session_id,
+                self.name,
+                self.duration_s,
+                exc,
             )
-            deleted += 1
-        except ApiException as exc:
-            if exc.status not in (404, 409):
-                raise
-    return deleted

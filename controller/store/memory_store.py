@@ -12,25 +12,30 @@ refuses is InvalidStoreConfig. Neither is a StoreUnavailable: retrying soon fixe
 from __future__ import annotations
 
 import contextlib
-import itertools
+import functools
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import numpy as np
 from chromadb.api.models.Collection import Collection
 from chromadb.errors import ChromaError, InvalidArgumentError
 
+from controller.core.coverage import PriorCoverage
 from controller.core.embedding_match import embedding_function_problem
-from controller.core.memories import Memory, Watermark, memory_from_row, memory_sort_key
+from controller.core.fencing import row_fence
+from controller.core.memories import (
+    Memory,
+    memory_from_row,
+    memory_sort_key,
+)
 from controller.core.naming import summary_row_id
+from controller.core.row_ownership import document_digest
 from controller.core.summary import PriorSummary
 from controller.core.summary_row import from_chroma_row, upsert_metadata
 from controller.core.sweep_plan import StoredSummaryState
-from controller.core.visibility import SessionSources
-from controller.store.collections import Collections, batches, listing, pages
+from controller.store.collections import batches
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import (
     DIMENSION_ERROR,
@@ -40,49 +45,26 @@ from controller.store.errors import (
     guard,
     mismatch,
 )
-from controller.store.row_keys import RowKeys, RowKeysBuilder
+from controller.store.scans import Scans
+from controller.store.session_listing import GET_BATCH, SessionRows, list_session
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-SCAN_PAGE = 2000  # rows per page of the sweep's scans of the whole collection
-# Rows per page of a session's listing: half the transient heap of 2,000 (measured: the
-# pass over 50,000 memories kept 3 MB less afterwards), one round trip for most sessions.
-LIST_PAGE = 1000
-GET_BATCH = 500
 
-
-@dataclass(frozen=True)
-class SessionRows:
-    """A session as listed for one pass: its counts and watermark, and its memories after
-    the asked-for watermark, read only as the pass consumes them (`memories`), so a pass
-    over a 50,000-memory session never holds the whole session."""
-
-    total: int  # every row carrying the sessionId, whatever its type
-    newest: Watermark | None  # the newest row of all, the pass's watermark
-    keys: RowKeys  # (timestamp, id) of every parsed row after the watermark, sorted
-    included: int  # how many of those the pass summarizes (not excluded)
-    skipped: int  # rows without a usable timestamp
-    read: Callable[[], Iterator[Memory]]  # the included rows, in (timestamp, id) order
-    sources: SessionSources = field(default_factory=SessionSources)  # who wrote the rows
-
-    @property
-    def memories(self) -> Iterator[Memory]:
-        """The included memories after the watermark, in order, GET_BATCH rows per read."""
-        return self.read()
-
-
-class MemoryStore(Collections):
+class MemoryStore(Scans):
     """Reads memories and reads/writes summaries in one Chroma database."""
 
     def session_rows(
         self,
         session_id: str,
-        after: Watermark | None = None,
+        prior: PriorCoverage | None = None,
         exclude: Callable[[Memory], bool] | None = None,
     ) -> SessionRows:
-        """The session's row count and newest row, and its parsed memories after `after`
-        (those `exclude` accepts left out of `memories`, still in `keys`).
+        """The session's row count and newest row, and the parsed memories a pass reads:
+        those after the prior's watermark, and those at or before it in the ranges where the
+        rows are not the ones the prior covers (core/coverage.py); those `exclude` accepts
+        are left out of `memories` (still counted and covered).
 
         The listing is paged (one unpaged get of a 50,000-row session exceeds SQLite's
         variable limit inside Chroma) and keeps only each row's (timestamp, id); the
@@ -90,54 +72,9 @@ class MemoryStore(Collections):
         that fits in the listing's first page (the usual case) is read in that one page.
         """
         with self._memory_missing():
-            return self._session_rows(self.memories(), session_id, after, exclude)
-
-    def _session_rows(
-        self,
-        coll: Collection,
-        session_id: str,
-        after: Watermark | None,
-        exclude: Callable[[Memory], bool] | None,
-    ) -> SessionRows:
-        newest: Watermark | None = None
-        sources = SessionSources()
-        keys = RowKeysBuilder()
-        first_page: dict[str, Memory] = {}
-        skipped = total = 0
-        where = {"sessionId": session_id}
-        listed = listing(
-            coll, "listing the session's memories", where, LIST_PAGE, first_with_documents=True
-        )
-        for row_id, meta, doc in listed:
-            total += 1
-            probe = memory_from_row(row_id, doc, meta)
-            sources.add(row_id, meta, probe.timestamp_ms if probe is not None else None)
-            if probe is None:
-                skipped += 1
-                continue
-            if newest is None or newest.after(probe):
-                newest = Watermark.of(probe)
-            if after is None or after.after(probe):
-                wanted = exclude is None or not exclude(probe)
-                keys.add(probe.timestamp_ms, probe.id, included=wanted)
-                if wanted and total <= LIST_PAGE:  # the first page came with its documents
-                    first_page[row_id] = probe
-        sorted_keys = keys.build()
-        one_page = total <= LIST_PAGE
-        if not one_page:
-            first_page.clear()  # more than one page: read in order, batch by batch
-
-        def read() -> Iterator[Memory]:
-            ids = sorted_keys.included_ids()
-            if one_page:
-                yield from (first_page[row_id] for row_id in ids)
-                return
-            while batch := list(itertools.islice(ids, GET_BATCH)):
-                yield from self._read_batch(coll, batch)
-
-        return SessionRows(
-            total, newest, sorted_keys, sorted_keys.included(), skipped, read, sources
-        )
+            coll = self.memories()
+            read_batch = functools.partial(self._read_batch, coll)
+            return list_session(coll, session_id, prior or PriorCoverage(), exclude, read_batch)
 
     def _read_batch(self, coll: Collection, ids: Sequence[str]) -> list[Memory]:
         """The memories of these ids (consecutive in the session's order), in that order."""
@@ -163,49 +100,6 @@ class MemoryStore(Collections):
                 "counting memories", lambda: coll.get(where={"sessionId": session_id}, include=[])
             )
         return len(got["ids"])
-
-    def has_memories_besides(self, session_id: str, memory_type: str) -> bool:
-        """Whether the session has a memory of another type than memory_type (rows without
-        a type count as other): one read of at most one id."""
-        where = {"$and": [{"sessionId": session_id}, {"type": {"$ne": memory_type}}]}
-        with self._memory_missing():
-            coll = self.memories()
-            got = guard(
-                "looking for the session's memories",
-                lambda: coll.get(where=cast(Any, where), limit=1, include=[]),
-            )
-        return bool(got["ids"])
-
-    def scan_since(self, watermark_ms: int, page: int = SCAN_PAGE) -> Iterator[tuple[str, int]]:
-        """(sessionId, timestamp) of every memory newer than watermark_ms, page by page.
-
-        Only numeric timestamps match the range filter; legacy ISO-string rows are older
-        than any sweep window by definition of "legacy".
-        """
-        where = {"timestamp": {"$gt": watermark_ms}}
-        for _, meta in self._scan("scanning new memories", where, page):
-            sid, ts = meta.get("sessionId"), meta.get("timestamp")
-            if isinstance(sid, str) and isinstance(ts, int | float):
-                yield sid, int(ts)
-
-    def scan_markers(
-        self, marker_type: str, watermark_ms: int, page: int = SCAN_PAGE
-    ) -> Iterator[tuple[str, object, int]]:
-        """(memory id, sessionId as stored, timestamp) of every memory of marker_type newer
-        than watermark_ms: the sweep's scan, narrowed by Chroma to the markers. The
-        sessionId is passed on as stored (maybe missing or blank) for the caller to judge."""
-        where = {"$and": [{"type": marker_type}, {"timestamp": {"$gt": watermark_ms}}]}
-        for row_id, meta in self._scan("scanning for sunset markers", where, page):
-            ts = meta.get("timestamp")
-            if isinstance(ts, int | float) and not isinstance(ts, bool):
-                yield row_id, meta.get("sessionId"), int(ts)
-
-    def _scan(
-        self, what: str, where: dict[str, Any], page: int
-    ) -> Iterator[tuple[str, Mapping[str, Any]]]:
-        with self._memory_missing():
-            coll = self.memories()
-            yield from pages(coll, what, where, page)
 
     def add_memories(
         self,
@@ -237,6 +131,11 @@ class MemoryStore(Collections):
     def read_summary(self, session_id: str) -> PriorSummary | None:
         """The session's stored summary; None when there is none yet, including when the
         summary collection does not exist yet (the first write creates it)."""
+        return self.read_prior(session_id)[0]
+
+    def read_prior(self, session_id: str) -> tuple[PriorSummary | None, str | None]:
+        """The stored summary, and the digest of the row's document as read (None: no row):
+        what a writer compares with right before its upsert (read_row_state)."""
         try:
             got = self._on_summaries(
                 "reading the prior summary",
@@ -245,11 +144,32 @@ class MemoryStore(Collections):
                 ),
             )
         except CollectionNotFound:
-            return None
+            return None, None
         if not got["ids"]:
-            return None
+            return None, None
         docs, metas = got["documents"] or [], got["metadatas"] or []
-        return from_chroma_row(session_id, docs[0] if docs else None, metas[0] if metas else None)
+        document = docs[0] if docs else None
+        prior = from_chroma_row(session_id, document, metas[0] if metas else None)
+        return prior, document_digest(document or "")
+
+    def read_row_state(self, session_id: str) -> tuple[int | None, str | None]:
+        """(the fencing number of the claim that last wrote the session's row, core/fencing.py;
+        the digest of its document), read right before an upsert; (None, None) when the row
+        or the collection does not exist."""
+        try:
+            got = self._on_summaries(
+                "reading the summary's fence",
+                lambda coll: coll.get(
+                    ids=[summary_row_id(session_id)], include=["metadatas", "documents"]
+                ),
+            )
+        except CollectionNotFound:
+            return None, None
+        if not got["ids"]:
+            return None, None
+        metas, docs = got["metadatas"] or [], got["documents"] or []
+        fence = row_fence(metas[0]) if metas else None
+        return fence, document_digest((docs[0] if docs else None) or "")
 
     def summary_states(self, session_ids: Sequence[str]) -> dict[str, StoredSummaryState]:
         """memoryCount and timestamp of the stored summaries of these sessions; none when

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import overload
 
 import numpy as np
@@ -56,7 +56,8 @@ class RowKeysBuilder:
 
 
 class RowKeys(Sequence[tuple[int, str]]):
-    """Sorted (timestamp, id) keys; `included` marks the rows a pass summarizes."""
+    """Sorted (timestamp, id) keys; `included` marks the rows a pass may summarize (not an
+    excluded type) and `selected` (select()) the rows it reads: all, until narrowed."""
 
     def __init__(
         self,
@@ -68,6 +69,7 @@ class RowKeys(Sequence[tuple[int, str]]):
         self._ends = np.frombuffer(ends, dtype=np.int64)
         self._ids = ids
         self._included = included
+        self._selected = bytearray(b"\x01" * len(included))
         stamps: npt.NDArray[np.int64] | npt.NDArray[np.object_]
         if isinstance(timestamps, array):
             stamps = np.frombuffer(timestamps, dtype=np.int64)
@@ -114,13 +116,30 @@ class RowKeys(Sequence[tuple[int, str]]):
         return int(self._sorted_stamps[position]), self._id_of(row)
 
     def included(self) -> int:
-        return self._included.count(1)
+        """Rows the pass summarizes: selected and not of an excluded type."""
+        return sum(1 for row in self._order if self._included[row] and self._selected[row])
 
     def included_ids(self) -> Iterator[str]:
-        """The ids of the included rows, in key order."""
+        """The ids of the rows the pass summarizes, in key order."""
         for row in self._order:
-            if self._included[row]:
+            if self._included[row] and self._selected[row]:
                 yield self._id_of(int(row))
+
+    def select(self, keep: Callable[[int, str], bool]) -> int:
+        """Narrows the rows a pass reads to those `keep(timestamp, id)` accepts; returns how
+        many are selected."""
+        selected = 0
+        for position, row in enumerate(self._order):
+            chosen = keep(int(self._sorted_stamps[position]), self._id_of(int(row)))
+            self._selected[int(row)] = 1 if chosen else 0
+            selected += chosen
+        return selected
+
+    def with_selection(self) -> Iterator[tuple[int, str, bool]]:
+        """(timestamp, id, selected) of every row, in key order."""
+        for position, row in enumerate(self._order):
+            key = (int(self._sorted_stamps[position]), self._id_of(int(row)))
+            yield (*key, bool(self._selected[int(row)]))
 
     def count_upto(self, timestamp_ms: int, memory_id: str) -> int:
         """How many keys are <= (timestamp_ms, memory_id)."""

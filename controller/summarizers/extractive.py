@@ -5,10 +5,11 @@ incremental like the model backend: one pass = prior summary + the memories afte
 watermark. The prior's history items come first, verbatim and in order; new items follow,
 deduplicated against everything already there; Current State is replaced.
 
-Each section holds at most `max_items_per_section` items. When a section is full, *new*
-items are dropped, never prior ones: this summarizer cannot condense, and losing a recorded
-fact is worse than not recording a later one. (The model backend condenses by marking items
-superseded; a prior summary with more items than the cap keeps them all.)
+Every new item is kept: a history section grows as long as the session (the row keeps all
+of it; the document agents read shows the newest items of a long section and folds the
+older ones into a count, controller/core/document.py). A cap would drop the newest facts,
+which the next agent needs most. `max_items_per_section` remains for benchmarks that
+measure what a cap loses.
 
 This module only proposes (a PassUpdate); controller.core.merge applies it, as for the model
 backend: it carries a legacy free-text prior verbatim and marks new items that are error
@@ -77,14 +78,14 @@ class _Section:
     A new item is compared in the form the merge will store it (quoted where needed), so
     a repeat of a quoted prior item is recognised here and does not take a free slot."""
 
-    def __init__(self, carried: Sequence[SummaryItem], cap: int) -> None:
+    def __init__(self, carried: Sequence[SummaryItem], cap: int | None) -> None:
         self.items = list(carried)
         self.cap = cap
         self.keys = {dedup_key(item.text) for item in self.items}
 
     @property
     def full(self) -> bool:
-        return len(self.items) >= self.cap
+        return self.cap is not None and len(self.items) >= self.cap
 
     def offer(self, text: str) -> None:
         item = shorten(text, ITEM_MAX)
@@ -275,7 +276,9 @@ class ExtractiveSummarizer:
     memory_budget_tokens = 100_000
     max_memories_per_pass = 400
 
-    def __init__(self, max_items_per_section: int = 12, *, now_ms: int | None = None) -> None:
+    def __init__(
+        self, max_items_per_section: int | None = None, *, now_ms: int | None = None
+    ) -> None:
         self.max_items_per_section = max_items_per_section
         self.now_ms = now_ms
 
@@ -304,25 +307,29 @@ def propose_extractive(
     memories: Sequence[Memory],
     prior: PriorSummary | None = None,
     *,
-    max_items_per_section: int = 12,
+    max_items_per_section: int | None = None,
     now_ms: int | None = None,
 ) -> PassUpdate:
-    """What one incremental pass finds: the memories after the prior's watermark, sorted
-    into new items per section (at most max_items_per_section per section in all).
+    """What one incremental pass finds: the given memories sorted into new items per
+    section (all of them; at most max_items_per_section per section in all when given).
 
-    Memories the prior already covers are ignored, so repeating a pass changes nothing.
-    The scores weigh the prior's by memory count (the merge computes the counts it stores).
-    Deterministic: the wall clock is read nowhere; `now_ms` only stamps Current State.
+    A memory at or before the prior's watermark (one that landed late) adds its facts like
+    any other; what repeats an item adds nothing, so repeating a pass changes nothing.
+    Current State and the counts follow only the memories after the watermark: a late
+    memory is history, not the session's latest state. The scores weigh the prior's by
+    memory count (the merge computes the counts it stores). Deterministic: the wall clock is
+    read nowhere; `now_ms` only stamps Current State.
     """
     base = prior if isinstance(prior, StructuredSummary) else None
     legacy = prior if isinstance(prior, LegacySummary) else None
     covered = base.watermark if base is not None else None
-    new = sorted((m for m in memories if covered is None or covered.after(m)), key=memory_sort_key)
+    given = sorted(memories, key=memory_sort_key)
+    new = [m for m in given if covered is None or covered.after(m)]
 
     # A legacy prior has no items: merge_pass carries its text, verbatim, as legacy_text.
     carried = {title: list(base.sections[title]) if base else [] for title in HISTORY_SECTIONS}
     filling = {title: _Section(carried[title], max_items_per_section) for title in carried}
-    for memory in new:
+    for memory in given:
         _extract_into(filling, memory)
     sections = {title: section.items for title, section in filling.items()}
 

@@ -363,7 +363,7 @@ def test_a_marker_memory_written_without_cluster_credentials_summarizes_the_sess
         "patch", "ssumr", name, "--type", "merge",
         "-p", '{"spec": {"sweep": {"intervalSeconds": 5, "idleSeconds": 0}}}',
     )  # fmt: skip
-    fresh = "scanned 4 new memories: 0 stale, 0 still active, 1 fresh"
+    fresh = "scanned 4 new memories and 4 added rows: 0 stale, 0 still active, 1 fresh"
     wait_for(
         lambda: fresh in (summarizer_status(h, name).get("message") or ""),
         30,

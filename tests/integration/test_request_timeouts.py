@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from controller.core.memories import Watermark
+from controller.core.coverage import PriorCoverage
 from controller.kube import client as kube
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable
@@ -177,9 +177,7 @@ CALLS: dict[str, Callable[[MemoryStore], Any]] = {
     "session_rows": lambda s: s.session_rows("s1"),
     "count_session": lambda s: s.count_session("s1"),
     "summaries (create)": lambda s: s.summaries(create=True),
-    "session_rows after a watermark": lambda s: s.session_rows(
-        "s1", after=Watermark(timestamp_ms=0, memory_id="")
-    ),
+    "session_rows after a watermark": lambda s: s.session_rows("s1", PriorCoverage((0, ""))),
 }
 
 

@@ -13,7 +13,7 @@ import pytest
 from controller.core.document import render_document
 from controller.core.memories import SUNSET_MARKER_TYPE, render_interaction_document
 from controller.pipeline import Outcome, summarize_session
-from controller.store import memory_store
+from controller.store import session_listing
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from devenv.chroma import running_chroma
@@ -85,8 +85,8 @@ def test_a_session_longer_than_a_page_gets_the_summary_of_a_single_page_read(
     loaded: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     whole = summarize(loaded, "one-page", chunk_size=25, checkpoint_passes=3)
-    monkeypatch.setattr(memory_store, "LIST_PAGE", 50)
-    monkeypatch.setattr(memory_store, "GET_BATCH", 20)
+    monkeypatch.setattr(session_listing, "LIST_PAGE", 50)
+    monkeypatch.setattr(session_listing, "GET_BATCH", 20)
     streamed = summarize(loaded, "streamed", chunk_size=25, checkpoint_passes=3)
 
     markers = sum(1 for i in range(ROWS) if i % 7 == 3)
@@ -106,8 +106,8 @@ def test_a_session_longer_than_a_page_gets_the_summary_of_a_single_page_read(
 def test_a_second_pass_after_new_memories_counts_every_row_once(
     loaded: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(memory_store, "LIST_PAGE", 50)
-    monkeypatch.setattr(memory_store, "GET_BATCH", 20)
+    monkeypatch.setattr(session_listing, "LIST_PAGE", 50)
+    monkeypatch.setattr(session_listing, "GET_BATCH", 20)
     first = summarize(loaded, "incremental", chunk_size=40)
     again = summarize(loaded, "incremental", chunk_size=40)
     assert (first.kind, again.kind) == ("summarized", "up-to-date")
@@ -119,8 +119,8 @@ def test_memories_are_read_as_the_pass_consumes_them(
 ) -> None:
     """A row deleted after the pass started but before its batch was read is not seen: the
     batch was not read up front. (Rows of batches already read are.)"""
-    monkeypatch.setattr(memory_store, "LIST_PAGE", 50)
-    monkeypatch.setattr(memory_store, "GET_BATCH", 20)
+    monkeypatch.setattr(session_listing, "LIST_PAGE", 50)
+    monkeypatch.setattr(session_listing, "GET_BATCH", 20)
     store = store_at(loaded, "unused-summaries")
     rows = store.session_rows(SESSION)
     assert rows.total == ROWS and rows.included == ROWS and len(rows.keys) == ROWS

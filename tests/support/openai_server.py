@@ -90,6 +90,9 @@ class OpenAIServer:
     reverse_embedding_order: bool = False
     chat_model: str = "test-chat"
     embedding_model: str = "test-embedding"
+    # Builds the reply from the request body when no scripted step is queued (instead of
+    # default_reply): a model whose answer depends on what it was asked.
+    responder: Callable[[Any], str | dict[str, Any]] | None = None
     requests: list[RecordedRequest] = field(default_factory=list)
     _chat_script: deque[Step] = field(default_factory=deque)
     _embedding_script: deque[Step] = field(default_factory=deque)
@@ -140,7 +143,7 @@ class OpenAIServer:
         if isinstance(step, Status):
             return web.Response(status=step.code, text=step.body, content_type="application/json")
         if step is None:
-            step = Reply(self.default_reply)
+            step = Reply(self.responder(body) if self.responder else self.default_reply)
         elif isinstance(step, str):
             step = Reply(step)
         content = step.content if isinstance(step.content, str) else json.dumps(step.content)

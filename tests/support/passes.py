@@ -18,7 +18,7 @@ def summarize_extractive(
     memories: Sequence[Memory],
     prior: PriorSummary | None = None,
     *,
-    max_items_per_section: int = 12,
+    max_items_per_section: int | None = None,
     now_ms: int | None = None,
 ) -> StructuredSummary:
     summarizer = ExtractiveSummarizer(max_items_per_section, now_ms=now_ms)

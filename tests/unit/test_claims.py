@@ -1,72 +1,250 @@
-"""The per-session claim decisions (controller/core/claim_rules.py): pure, no cluster."""
+"""The per-session claim decisions (controller/core/claim_rules.py) and the fencing rules
+(controller/core/fencing.py): pure, no cluster.
 
-from hypothesis import given
+The lease property is checked on a simulated cluster: writers whose monotonic clocks have
+arbitrary offsets and rates within the documented drift bound take, renew, lose and release
+one claim in any order hypothesis finds, and at no moment may two of them write."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.core.claim_rules import (
     Claim,
+    Sighting,
     Writer,
-    abandoned_long_ago,
+    abandoned,
     claim_name,
     decide,
+    held_for_s,
+    holder_may_write,
     parse_claim,
-    still_mine,
+    sighted,
 )
+from controller.core.fencing import FENCE_KEY, FenceUnavailable, admits, fence_of, row_fence
 from controller.core.naming import summary_object_name
 
-NOW = 1_800_000_000_000
 ME = Writer("replica-a", "uid-1", "agents/s1")
 SAME_REPLICA_OTHER_OBJECT = Writer("replica-a", "uid-2", "other-ns/s1-by-hand")
 OTHER_REPLICA_SAME_OBJECT = Writer("replica-b", "uid-1", "agents/s1")
+D = 60.0
 
 
-def claim(writer: Writer, expires: int) -> Claim:
-    return Claim("s1", "coll-uuid", writer, expires, generation=3, collection="chroma")
+def claim(writer: Writer, duration_s: float = D) -> Claim:
+    return Claim("s1", "coll-uuid", writer, duration_s, generation=3, collection="chroma")
 
 
 def test_claim_round_trips_through_its_spec() -> None:
-    c = claim(ME, NOW + 60_000)
-    assert parse_claim(c.spec()) == c
+    c = claim(ME)
+    assert parse_claim(c.spec(), default_duration_s=1.0) == c
+
+
+def test_a_claim_of_an_earlier_version_gets_our_duration() -> None:
+    old = {k: v for k, v in claim(ME).spec().items() if k != "leaseDurationSeconds"}
+    parsed = parse_claim(old, default_duration_s=42.0)
+    assert parsed is not None and parsed.duration_s == 42.0
 
 
 def test_unreadable_or_missing_claim_counts_as_free() -> None:
-    assert parse_claim(None) is None
-    assert parse_claim({}) is None
-    assert parse_claim({"holder": "x"}) is None
-    assert parse_claim({**claim(ME, NOW).spec(), "expiresAt": "soon"}) is None
-    assert decide(None, ME, NOW) == "take"
+    assert parse_claim(None, D) is None
+    assert parse_claim({}, D) is None
+    assert parse_claim({"holder": "x"}, D) is None
+    assert parse_claim({**claim(ME).spec(), "leaseDurationSeconds": "soon"}, D) is None
+    assert parse_claim({**claim(ME).spec(), "leaseDurationSeconds": 0}, D) is None
+    assert decide(None, Sighting("n", "1", 0.0), ME, 0.0) == "take"
 
 
-def test_a_live_claim_of_another_writer_is_held() -> None:
-    assert decide(claim(OTHER_REPLICA_SAME_OBJECT, NOW + 1), ME, NOW) == "held"
+def test_a_live_claim_of_another_writer_is_held_for_its_duration_from_our_first_sighting() -> None:
+    seen = sighted(None, "n", "7", now_s=100.0)
+    for other in (OTHER_REPLICA_SAME_OBJECT, SAME_REPLICA_OTHER_OBJECT):
+        assert decide(claim(other), seen, ME, 100.0) == "held"
+        assert decide(claim(other), seen, ME, 159.9) == "held"
+        assert held_for_s(claim(other), seen, 130.0) == pytest.approx(30.0)
+        assert decide(claim(other), seen, ME, 160.0) == "take"
 
 
-def test_the_same_replica_serving_another_object_of_the_session_is_another_writer() -> None:
-    # Two objects naming one session, handled by one replica in two threads: one writer.
-    assert decide(claim(SAME_REPLICA_OTHER_OBJECT, NOW + 10_000), ME, NOW) == "held"
-    assert not still_mine(claim(SAME_REPLICA_OTHER_OBJECT, NOW + 60_000), ME, NOW, 5_000)
+def test_a_claim_seen_for_the_first_time_gets_a_whole_duration_however_old_it_is() -> None:
+    # Whatever times the object carries (another host's clock), we wait from our sighting.
+    ancient = {**claim(OTHER_REPLICA_SAME_OBJECT).spec(), "expiresAt": 0, "renewTime": "1970"}
+    parsed = parse_claim(ancient, D)
+    seen = sighted(None, "n", "7", now_s=5.0)
+    assert decide(parsed, seen, ME, 5.0) == "held"
+    assert decide(parsed, seen, ME, 64.9) == "held"
 
 
-def test_an_expired_claim_is_abandoned_and_can_be_taken() -> None:
-    assert decide(claim(OTHER_REPLICA_SAME_OBJECT, NOW), ME, NOW) == "take"
-    assert decide(claim(OTHER_REPLICA_SAME_OBJECT, NOW - 5_000), ME, NOW) == "take"
+def test_every_change_of_the_claim_restarts_the_contenders_wait() -> None:
+    first = sighted(None, "n", "7", now_s=0.0)
+    assert sighted(first, "n", "7", now_s=50.0) is first  # unchanged: the wait goes on
+    renewed = sighted(first, "n", "8", now_s=50.0)  # the holder renewed it
+    assert renewed.seen_at_s == 50.0
+    assert decide(claim(OTHER_REPLICA_SAME_OBJECT), renewed, ME, 100.0) == "held"
+    assert sighted(renewed, "other-claim", "8", now_s=60.0).seen_at_s == 60.0
 
 
-def test_my_own_live_claim_is_renewed() -> None:
-    assert decide(claim(ME, NOW + 10_000), ME, NOW) == "renew"
+def test_our_own_claim_is_taken_again_at_once() -> None:
+    assert decide(claim(ME), sighted(None, "n", "1", 0.0), ME, 0.0) == "take"
 
 
-def test_before_a_write_the_claim_must_be_mine_with_margin() -> None:
-    assert still_mine(claim(ME, NOW + 10_000), ME, NOW, margin_ms=5_000)
-    assert not still_mine(claim(ME, NOW + 4_000), ME, NOW, margin_ms=5_000)
-    assert not still_mine(claim(OTHER_REPLICA_SAME_OBJECT, NOW + 60_000), ME, NOW, 5_000)
-    assert not still_mine(None, ME, NOW, margin_ms=5_000)
+def test_the_holder_stops_writing_before_the_duration_less_the_margin() -> None:
+    assert holder_may_write(renewed_at_s=10.0, now_s=64.9, duration_s=D, margin_s=5.0)
+    assert not holder_may_write(renewed_at_s=10.0, now_s=65.0, duration_s=D, margin_s=5.0)
 
 
-def test_only_claims_expired_longer_than_the_grace_are_collected() -> None:
-    assert not abandoned_long_ago(claim(ME, NOW + 1), NOW, grace_ms=60_000)
-    assert not abandoned_long_ago(claim(ME, NOW - 59_000), NOW, grace_ms=60_000)
-    assert abandoned_long_ago(claim(ME, NOW - 61_000), NOW, grace_ms=60_000)
+def test_only_claims_unchanged_for_their_duration_and_a_grace_are_collected() -> None:
+    seen = Sighting("n", "1", 100.0)
+    assert not abandoned(seen, D, grace_s=D, now_s=100.0 + D)
+    assert not abandoned(seen, D, grace_s=D, now_s=219.0)
+    assert abandoned(seen, D, grace_s=D, now_s=220.0)
+
+
+# -- the lease on a simulated cluster ----------------------------------------------------------
+
+MARGIN = 5.0
+# The drift bound the docs state: rates may differ by up to margin / (2 * duration - margin).
+DRIFT = MARGIN / (2 * D - MARGIN)
+
+
+@dataclass
+class SimWriter:
+    writer: Writer
+    offset: float  # monotonic clocks of different hosts share no origin
+    rate: float  # and tick at slightly different rates
+    sighting: Sighting | None = None
+    version: int | None = None  # of the claim as we last wrote it; None: not holding
+    renewed_at: float = 0.0  # our clock, when we sent the last successful write
+    lost: bool = False
+
+    def clock(self, t: float) -> float:
+        return self.offset + self.rate * t
+
+
+class SimCluster:
+    """One claim object on an API server: create/replace with a resourceVersion precondition."""
+
+    def __init__(self) -> None:
+        self.holder: int | None = None
+        self.version = 0
+        self.duration = D
+
+    def write(self, holder: int | None) -> int:
+        self.version += 1
+        self.holder = holder
+        return self.version
+
+
+def step(cluster: SimCluster, writers: list[SimWriter], i: int, action: str, t: float) -> None:
+    w = writers[i]
+    now = w.clock(t)
+    if action == "acquire" and w.version is None:
+        if cluster.holder is None:
+            w.version, w.renewed_at, w.lost = cluster.write(i), now, False
+            return
+        w.sighting = sighted(w.sighting, "c", str(cluster.version), now)
+        existing = claim(writers[cluster.holder].writer)
+        if decide(existing, w.sighting, w.writer, now) == "take":
+            w.version, w.renewed_at, w.lost = cluster.write(i), now, False
+    elif action == "renew" and w.version is not None and not w.lost:
+        if not holder_may_write(w.renewed_at, now, D, MARGIN):
+            w.lost = True  # the renewer gives up
+        elif cluster.holder == i and cluster.version == w.version:
+            w.version, w.renewed_at = cluster.write(i), now
+        else:
+            w.lost = True  # 409: taken or deleted
+    elif action == "release" and w.version is not None:
+        if cluster.holder == i and cluster.version == w.version:
+            cluster.write(None)  # deleted
+        w.version, w.lost = None, False
+
+
+def may_write(w: SimWriter, t: float) -> bool:
+    return (
+        w.version is not None
+        and not w.lost
+        and holder_may_write(w.renewed_at, w.clock(t), D, MARGIN)
+    )
+
+
+events = st.lists(
+    st.tuples(
+        st.floats(min_value=0, max_value=3 * D, allow_nan=False),  # real time passing first
+        st.integers(min_value=0, max_value=2),
+        st.sampled_from(["acquire", "acquire", "renew", "renew", "release"]),
+    ),
+    min_size=1,
+    max_size=60,
+)
+clocks = st.tuples(
+    st.floats(min_value=-1e9, max_value=1e9, allow_nan=False),
+    st.floats(min_value=1 - DRIFT / 2, max_value=1 + DRIFT / 2),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(events, st.lists(clocks, min_size=3, max_size=3))
+def test_no_two_writers_may_write_at_once_whatever_their_clocks_read(
+    schedule: list[tuple[float, int, str]], clock_of: list[tuple[float, float]]
+) -> None:
+    names = [ME, OTHER_REPLICA_SAME_OBJECT, SAME_REPLICA_OTHER_OBJECT]
+    writers = [SimWriter(n, off, rate) for n, (off, rate) in zip(names, clock_of, strict=True)]
+    cluster, t = SimCluster(), 0.0
+    for dt, i, action in schedule:
+        t += dt
+        step(cluster, writers, i, action, t)
+        # Validity only decays between events, so checking right after each is enough.
+        assert sum(may_write(w, t) for w in writers) <= 1
+
+
+def test_clocks_drifting_apart_beyond_the_bound_can_break_the_lease() -> None:
+    # The one assumption left, shown: a holder whose clock runs 10% slow keeps writing
+    # after a contender whose clock runs 10% fast has taken over.
+    slow, fast = SimWriter(ME, 0.0, 0.9), SimWriter(OTHER_REPLICA_SAME_OBJECT, 0.0, 1.1)
+    writers, cluster = [slow, fast], SimCluster()
+    step(cluster, writers, 0, "acquire", 0.0)
+    step(cluster, writers, 1, "acquire", 0.0)  # first sighting
+    step(cluster, writers, 1, "acquire", 55.0)  # 60.5 s on its clock: taken
+    assert may_write(fast, 55.0) and may_write(slow, 55.0)
+
+
+# -- fencing -----------------------------------------------------------------------------------
+
+
+@given(st.integers(min_value=1, max_value=10**30))
+def test_a_grant_is_fenced_by_its_resource_version(version: int) -> None:
+    assert fence_of(str(version)) == version
+
+
+@pytest.mark.parametrize("version", ["", "0", "007", "12a", "-3", "1.5", " 12", "abc"])
+def test_a_resource_version_that_is_not_a_comparable_integer_cannot_fence(version: str) -> None:
+    with pytest.raises(FenceUnavailable, match="comparable integer"):
+        fence_of(version)
+
+
+@given(st.one_of(st.none(), st.integers(min_value=1, max_value=2**62)), st.integers(1, 2**62))
+def test_a_writer_writes_over_its_own_or_older_grants_never_a_newer_one(
+    found: int | None, mine: int
+) -> None:
+    assert admits(found, mine) == (found is None or found <= mine)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        (None, None),
+        ({}, None),
+        ({FENCE_KEY: 42}, 42),
+        ({FENCE_KEY: True}, None),
+        ({FENCE_KEY: 4.2}, None),
+        ({FENCE_KEY: "42"}, None),
+    ],
+)
+def test_the_rows_fence_is_read_only_when_it_is_one(
+    metadata: dict[str, object] | None, expected: int | None
+) -> None:
+    assert row_fence(metadata) == expected
 
 
 session_ids = st.text(min_size=1, max_size=300).filter(lambda s: s.strip())

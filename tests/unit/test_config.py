@@ -63,3 +63,26 @@ def test_an_invalid_variable_stops_the_operator_in_one_line_naming_it(
     assert "Traceback" not in run.stderr
     assert run.stderr.strip().startswith("session-summary-operator: invalid settings:")
     assert named in run.stderr and len(run.stderr.strip().splitlines()) == 1
+
+
+def test_a_claim_is_renewed_three_times_per_duration_unless_told(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert settings(monkeypatch, SSO_CLAIM_TTL_SECONDS="30").claim_renew_period == 10
+    cfg = settings(monkeypatch, SSO_CLAIM_TTL_SECONDS="30", SSO_CLAIM_RENEW_SECONDS="4")
+    assert cfg.claim_renew_period == 4
+
+
+def test_a_renew_period_a_pass_cannot_keep_its_claim_with_stops_the_operator() -> None:
+    env = {"SSO_CLAIM_TTL_SECONDS": "10", "SSO_CLAIM_RENEW_SECONDS": "8"}
+    run = subprocess.run(
+        [sys.executable, "-m", "controller", "run", "--help"],
+        env={**os.environ, **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 1
+    assert "claim renew period (8s) must be shorter than" in run.stderr
+    assert "Traceback" not in run.stderr

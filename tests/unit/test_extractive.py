@@ -14,8 +14,9 @@ from controller.core.summary import (
     validate_summary,
 )
 from controller.core.summary_row import from_chroma_row, to_chroma_metadata
+from controller.summarizers.extractive import EXTRACTIVE
 from controller.summarizers.extractive_text import sentences
-from tests.support.passes import summarize_extractive
+from tests.support.passes import passes_over, summarize_extractive
 
 T0 = 1_700_000_000_000
 
@@ -480,9 +481,12 @@ def test_ten_thousand_memories_summarize_without_error() -> None:
     assert s.memory_count == 10_000
     assert s.total_tool_calls == 10_000
     assert s.watermark == Watermark(timestamp_ms=T0 + 9_999_000, memory_id="m09999")
-    assert all(len(s.sections[title]) <= 12 for title in HISTORY_SECTIONS)
+    # No cap: every distinct request is kept (the document folds the older ones).
+    firsts = {" ".join(m.prompt.split(".")[0].split()).lower() for m in memories}
+    assert len(s.sections["User Requests"]) == len(firsts)
     validate_summary(s, None)
     assert render_document(through_the_store(s)) == render_document(s)
+    assert len(render_document(s)) <= DOCUMENT_MAX_CHARS
 
 
 # -- added: determinism, pass arithmetic, legacy, hostile text ------------------------------
@@ -717,3 +721,22 @@ def test_a_traceback_is_one_sentence_its_header_and_exception() -> None:
         "10: 'x'",
         "I will fix the parser.",
     ]
+
+
+def test_the_newest_request_of_a_very_long_session_is_kept() -> None:
+    """The issue's case: 20,001 memories whose newest asks to record an outcome. With a cap
+    per section the request was dropped once the sections were full; every request is
+    kept now, in the row, and the document shows the newest ones."""
+    memories = [
+        mem(i, f"Rename module number {i} to its new name.", "Done.") for i in range(20_000)
+    ]
+    memories.append(
+        mem(20_000, "Record the outcome of the canary rollout in the changelog.", "OK.")
+    )
+    summary = passes_over(EXTRACTIVE, "s1", memories, None).summary
+    requests = [item.text for item in summary.sections["User Requests"]]
+    assert requests[-1] == "Record the outcome of the canary rollout in the changelog."
+    assert len(requests) == 20_001
+    document = render_document(through_the_store(summary))
+    assert "Record the outcome of the canary rollout" in document
+    assert len(document) <= DOCUMENT_MAX_CHARS

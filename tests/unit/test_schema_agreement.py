@@ -130,9 +130,9 @@ def test_the_comparison_sees_a_drift() -> None:
 
 def test_the_claim_object_written_is_what_the_sessionclaim_crd_declares() -> None:
     schema = crd_schema(ROOT / "crds/sessionclaims.memorycore.io.yaml")["properties"]["spec"]
-    written = Claim("s", "c", Writer("r", "u", "ns/n"), 1, generation=2, collection="x").spec()
+    written = Claim("s", "c", Writer("r", "u", "ns/n"), 60.0, generation=2, collection="x").spec()
     assert sorted(written) == sorted(schema["properties"])
     assert set(schema["required"]) <= set(written)
-    types = {"string": str, "integer": int}
+    types = {"string": str, "integer": int, "number": (int, float)}
     for key, value in written.items():
         assert isinstance(value, types[schema["properties"][key]["type"]]), key

@@ -1,0 +1,241 @@
+"""Which memories a summary covers, precisely enough that a pass finds every memory it has
+not read, whatever its timestamp and whenever it landed. Pure.
+
+A watermark (the newest memory covered) finds memories newer than it; a memory that lands
+later with an older timestamp (a skewed host, a retried writer, an import, a second agent
+of the session) falls behind it. So a summary row also records its *coverage*: the rows it
+covers, partitioned into at most MAX_BUCKETS time buckets of about equal row counts, each
+bucket with its row count and two sums over its rows' id hashes (mod a prime p: the hashes
+and their squares). A pass lists the session's (timestamp, id) keys anyway: it partitions
+the rows at or before the watermark by the stored bucket boundaries, and re-reads only the
+buckets whose count or sums differ (dirty_buckets); everything newer than the watermark is
+read as always. The merge de-duplicates what a re-read repeats.
+
+Bounded: the encoding holds at most MAX_BUCKETS buckets whatever the session's size (about
+60 characters each). Exact where it matters: when the rows of a bucket are the stored ones
+plus one or two more, the sums name those rows (missing_rows: their hash is the
+difference of the sums, or the roots of the quadratic the two sums define), so
+`summaryctl verify` lists them by id; past two, it names the bucket and how many.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+MAX_BUCKETS = 128
+P = (1 << 61) - 1  # the sums are taken mod this prime (a Mersenne prime)
+_INVERSE_TWO = (P + 1) // 2
+COVERAGE_FORMAT = 1
+
+
+def id_hash(row_id: str) -> int:
+    """A row id's hash in [1, p): what the sums add up."""
+    digest = hashlib.blake2b(row_id.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % (P - 1) + 1
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Rows with a timestamp from `start` (inclusive) to the next bucket's start."""
+
+    start: int
+    count: int = 0
+    sum1: int = 0  # sum of the id hashes, mod p
+    sum2: int = 0  # sum of their squares, mod p
+
+    def add(self, h: int) -> Bucket:
+        return Bucket(self.start, self.count + 1, (self.sum1 + h) % P, (self.sum2 + h * h) % P)
+
+    def same_rows(self, other: Bucket) -> bool:
+        return (self.count, self.sum1, self.sum2) == (other.count, other.sum1, other.sum2)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """The rows a summary covers, in buckets ordered by start. A row older than the first
+    bucket's start belongs to no bucket of this coverage (so it is not covered)."""
+
+    buckets: tuple[Bucket, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return sum(b.count for b in self.buckets)
+
+    @property
+    def starts(self) -> list[int]:
+        return [b.start for b in self.buckets]
+
+    def to_json(self) -> str:
+        rows = [[b.start, b.count, f"{b.sum1:x}", f"{b.sum2:x}"] for b in self.buckets]
+        return json.dumps({"v": COVERAGE_FORMAT, "b": rows}, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Coverage:
+        """Raises ValueError when the text is not a coverage this version can read."""
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("v") != COVERAGE_FORMAT:
+            raise ValueError("not a coverage of format 1")
+        buckets = []
+        for row in data["b"]:
+            start, count, s1, s2 = row
+            if not isinstance(start, int) or not isinstance(count, int) or count < 0:
+                raise ValueError(f"bad coverage bucket {row!r:.80}")
+            buckets.append(Bucket(start, count, int(s1, 16) % P, int(s2, 16) % P))
+        starts = [b.start for b in buckets]
+        if starts != sorted(set(starts)):
+            raise ValueError("coverage buckets out of order")
+        return cls(tuple(buckets))
+
+
+def build(keys: Iterable[tuple[int, str]], max_buckets: int = MAX_BUCKETS) -> Coverage:
+    """The coverage of these (timestamp, id) rows: buckets of about equal counts, split only
+    where the timestamp changes (rows of one timestamp share a bucket). Every bucket but the
+    last holds at least ceil(n / max_buckets) rows, so there are at most max_buckets."""
+    rows = sorted((ts, id_hash(row_id)) for ts, row_id in keys)
+    if not rows:
+        return Coverage()
+    per_bucket = -(-len(rows) // max_buckets)
+    buckets: list[Bucket] = []
+    current, previous = Bucket(rows[0][0]), rows[0][0]
+    for ts, h in rows:
+        if current.count >= per_bucket and ts != previous:
+            buckets.append(current)
+            current = Bucket(ts)
+        current, previous = current.add(h), ts
+    buckets.append(current)
+    return Coverage(tuple(buckets))
+
+
+def partition(keys: Iterable[tuple[int, str]], starts: Sequence[int]) -> list[Bucket]:
+    """These rows in the buckets these starts define: one bucket per start, plus, first, a
+    bucket (start None's place, index 0) for rows older than every start."""
+    found = [Bucket(starts[0] - 1 if starts else 0)] + [Bucket(s) for s in starts]
+    for ts, row_id in keys:
+        index = bisect.bisect_right(starts, ts)  # 0: older than every bucket
+        found[index] = found[index].add(id_hash(row_id))
+    return found
+
+
+@dataclass(frozen=True)
+class Dirty:
+    """A time range whose rows differ from what the summary covers."""
+
+    start: int | None  # None: from the beginning of time
+    end: int | None  # exclusive; None: to the watermark
+    stored: Bucket | None  # what the summary covers there (None: nothing)
+    current: Bucket
+
+    def holds(self, ts: int) -> bool:
+        return (self.start is None or ts >= self.start) and (self.end is None or ts < self.end)
+
+    @property
+    def uncovered(self) -> int:
+        """Rows here no summary covers, if none was deleted meanwhile."""
+        return max(0, self.current.count - (self.stored.count if self.stored else 0))
+
+
+def dirty_buckets(stored: Coverage, covered_keys: Iterable[tuple[int, str]]) -> list[Dirty]:
+    """The ranges where the rows that should be covered (the session's rows at or before the
+    summary's watermark) are not exactly the rows the summary covers."""
+    starts = stored.starts
+    current = partition(covered_keys, starts)
+    dirty: list[Dirty] = []
+    if current[0].count:  # older than every bucket: covered by nothing
+        dirty.append(Dirty(None, starts[0] if starts else None, None, current[0]))
+    for i, bucket in enumerate(stored.buckets):
+        now = current[i + 1]
+        if not now.same_rows(bucket):
+            end = starts[i + 1] if i + 1 < len(starts) else None
+            dirty.append(Dirty(bucket.start, end, bucket, now))
+    return dirty
+
+
+def missing_rows(dirty: Dirty, candidates: Iterable[tuple[int, str]]) -> list[str] | None:
+    """The ids of the rows a dirty bucket has beyond the stored ones, when they are one or
+    two and none was removed (the sums then determine their hashes); None when the sums
+    cannot tell (more, or rows removed too)."""
+    k = dirty.uncovered
+    base = dirty.stored or Bucket(0)
+    if k == 0 or k > 2 or dirty.current.count - base.count != k:
+        return None
+    d1 = (dirty.current.sum1 - base.sum1) % P
+    d2 = (dirty.current.sum2 - base.sum2) % P
+    if k == 1:
+        if d1 * d1 % P != d2:
+            return None
+        found = [row_id for ts, row_id in candidates if dirty.holds(ts) and id_hash(row_id) == d1]
+    else:  # x^2 - e1 x + e2 has the two missing hashes as roots
+        e1, e2 = d1, (d1 * d1 - d2) * _INVERSE_TWO % P
+        found = [
+            row_id
+            for ts, row_id in candidates
+            if dirty.holds(ts) and ((h := id_hash(row_id)) * h - e1 * h + e2) % P == 0
+        ]
+    return found if len(found) == k else None
+
+
+@dataclass(frozen=True)
+class PriorCoverage:
+    """What a pass knows of what the prior summary covers."""
+
+    watermark_key: tuple[int, str] | None = None  # the newest memory covered
+    coverage: Coverage | None = None  # None: a row of an earlier version (or a watermark only)
+    memory_count: int | None = None  # the prior's memoryCount, for a row without coverage
+
+
+def to_reread(
+    prior: PriorCoverage, covered_keys: Iterable[tuple[int, str]], count: int
+) -> list[Dirty]:
+    """The ranges, at or before the prior's watermark, whose rows a pass must read again.
+
+    covered_keys are the session's rows now at or before the watermark (count of them;
+    read once, as they stream from the listing's keys). With a coverage:
+    its dirty buckets. A row of an earlier version recorded only the watermark and its
+    memoryCount: if more rows are at or before the watermark than it counted, some landed
+    behind it, and all of them are read again once (the next row has a coverage)."""
+    if prior.watermark_key is None:
+        return []
+    if prior.coverage is not None:
+        return dirty_buckets(prior.coverage, covered_keys)
+    if prior.memory_count is not None and prior.memory_count < count:
+        everything = partition(covered_keys, [])[0]
+        return [Dirty(None, None, None, everything)]
+    return []
+
+
+@dataclass(frozen=True)
+class Uncovered:
+    """What `summaryctl verify` reports of one session: the memories no summary covers."""
+
+    rows: tuple[tuple[int, str, str], ...]  # (timestamp, id, why) of each one named
+    unnamed: tuple[tuple[Dirty, tuple[tuple[int, str], ...]], ...]  # ranges: how many, of which
+
+    @property
+    def count(self) -> int:
+        return len(self.rows) + sum(d.uncovered for d, _ in self.unnamed)
+
+
+def uncovered(keys: Sequence[tuple[int, str]], prior: PriorCoverage) -> Uncovered:
+    """Every memory of the session (keys: its sorted (timestamp, id)) that the summary does
+    not cover: after its watermark, or behind it where the rows differ from its coverage
+    (named when the sums can tell which, else the range, how many, and its rows)."""
+    mark = prior.watermark_key
+    if mark is None:
+        return Uncovered(tuple((ts, i, "no summary covers it") for ts, i in keys), ())
+    behind = [k for k in keys if k <= mark]
+    after = tuple((ts, i, "newer than the summary") for ts, i in keys if (ts, i) > mark)
+    named: list[tuple[int, str, str]] = []
+    unnamed: list[tuple[Dirty, tuple[tuple[int, str], ...]]] = []
+    for dirty in to_reread(prior, behind, len(behind)):
+        if dirty.uncovered == 0:
+            continue  # rows were removed there: nothing is missing from the summary
+        ids = missing_rows(dirty, behind)
+        if ids is not None:
+            named += [(ts, i, "landed behind the summary") for ts, i in behind if i in ids]
+        else:
+            unnamed.append((dirty, tuple(k for k in behind if dirty.holds(k[0]))))
+    return Uncovered(tuple(named) + after, tuple(unnamed))

@@ -1,0 +1,108 @@
+"""Finding memories the sweep's scans cannot see, and the paced reconciliation. Pure.
+
+The sweep's timestamp scan finds memories newer than its watermark with a numeric
+timestamp (milliseconds or seconds). Two kinds escape it: a memory whose timestamp is older
+than the watermark (a skewed host, a retried or batch writer), and one whose timestamp is
+an ISO string, which Chroma cannot compare. Both are found by:
+
+- the appended-rows cursor (RowCursor): Chroma lists a collection in the order its rows
+  were added, so every sweep reads the rows past the offset it stopped at, whatever their
+  timestamps; its cost follows new memories. A deletion shifts the offsets: the cursor
+  notices (the row before its offset is not the one it saw last) and starts a
+  reconciliation at once;
+- the reconciliation (ReconcileCycle), a resync as informers do: a walk over the whole
+  collection, `reconcileRowsPerSecond` rows at a time on the sweep's timer, every
+  `reconcileIntervalSeconds`, that counts each session's rows and compares the counts with
+  the summaries' memoryCount. A session whose count differs (or that has no summary) gets a
+  pass, which reads exactly the rows its summary does not cover (controller.core.coverage).
+  It is the backstop for what the cursor cannot see (rows deleted and added between two
+  sweeps, an operator that was down). It never holds up a sunset: it reads a bounded
+  number of rows per tick, on the sweep's timer, while sunsets run on their own workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from controller.core.sweep_plan import (
+    MAX_SESSION_ID,
+    SessionActivity,
+    StoredSummaryState,
+    SweepPlan,
+    plan_sweep,
+)
+
+
+@dataclass(frozen=True)
+class RowCursor:
+    """Where the appended-rows scan stopped: the collection's row count then, and the id of
+    its last row (None for an empty collection)."""
+
+    offset: int
+    last_id: str | None
+
+
+@dataclass
+class ReconcileCycle:
+    """One walk over the collection, counting each session's rows."""
+
+    started_ms: int
+    offset: int = 0
+    rows: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    newest: dict[str, int] = field(default_factory=dict)
+
+    def fold(self, rows: Iterable[tuple[str, int | None]]) -> int:
+        """Counts a page of (sessionId, timestamp ms or None); returns its length. A row
+        without a usable timestamp counts (neo's memoryCount does) but dates nothing."""
+        n = 0
+        for session_id, ts in rows:
+            n += 1
+            self.counts[session_id] = self.counts.get(session_id, 0) + 1
+            if ts is not None and ts > self.newest.get(session_id, -(2**63)):
+                self.newest[session_id] = ts
+            elif session_id not in self.newest:
+                self.newest[session_id] = -(2**63) if ts is None else ts
+        self.rows += n
+        self.offset += n
+        return n
+
+
+def uncovered_rows(
+    counts: Mapping[str, int], stored: Mapping[str, StoredSummaryState | None]
+) -> int:
+    """Rows no summary accounts for: a session's rows beyond its summary's memoryCount (all
+    of them without a summary)."""
+    total = 0
+    for session_id, count in counts.items():
+        state = stored.get(session_id)
+        counted = state.memory_count if state is not None and state.memory_count else 0
+        total += max(0, count - counted)
+    return total
+
+
+def reconcile(
+    cycle: ReconcileCycle,
+    stored: Mapping[str, StoredSummaryState | None],
+    *,
+    now_ms: int,
+    idle_ms: int,
+    max_sessions: int,
+) -> SweepPlan:
+    """What a finished walk asks for: every idle session whose row count differs from its
+    summary's memoryCount, or that has rows and no summary, newest first (the sweep's own
+    rules, controller.core.sweep_plan, with the walk's counts as the live counts)."""
+    activity = {
+        sid: SessionActivity(sid, max(ts, 0))
+        for sid, ts in cycle.newest.items()
+        if sid.strip() and len(sid) <= MAX_SESSION_ID  # else it names no SessionSummary
+    }
+    return plan_sweep(
+        activity,
+        dict(stored),
+        dict(cycle.counts),
+        now_ms=now_ms,
+        idle_ms=idle_ms,
+        max_sessions=max_sessions,
+    )

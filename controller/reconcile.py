@@ -1,0 +1,117 @@
+"""The reconciliation's I/O (controller.core.reconcile_plan decides): a paced walk over the
+whole memory collection on the sweep's timer, counting each session's rows against its
+summary, and asking for a pass where they differ. The backstop for what the sweep's scans
+cannot see; it reads a bounded number of rows per tick and never holds up a sunset.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from controller.api import SessionSummarizerSpec
+from controller.config import CONFIG
+from controller.core.reconcile_plan import ReconcileCycle, reconcile, uncovered_rows
+from controller.core.sweep_plan import Candidate, SweepPlan
+from controller.store.memory_store import MemoryStore
+from controller.store.scans import SCAN_PAGE
+from controller.sweep import apply_plan
+
+
+@dataclass
+class _Reconciler:
+    """The walk of one summarizer's collection in this process (the active replica's): a
+    new replica starts one afresh."""
+
+    cycle: ReconcileCycle | None = None
+    last_done_ms: int | None = None
+    last_step: float = 0.0  # monotonic
+    due_now: bool = False  # the appended-rows cursor lost its place
+    pending: list[Candidate] = field(default_factory=list)
+
+
+_RECONCILERS: dict[tuple[str, str], _Reconciler] = {}
+
+
+def _reconciler(namespace: str, name: str) -> _Reconciler:
+    return _RECONCILERS.setdefault((namespace, name), _Reconciler())
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    read: int  # rows walked this step
+    requested: int  # sessions asked for a pass this step
+    finished: ReconcileCycle | None  # the walk this step completed, if any
+    uncovered: int  # rows no summary accounts for, found by the finished walk
+    seconds: float
+    sessions: int = 0  # sessions the finished walk found needing a pass
+
+
+def reconcile_step(
+    store: MemoryStore,
+    spec: SessionSummarizerSpec,
+    *,
+    namespace: str,
+    summarizer_name: str,
+    now_ms: int,
+    monotonic: float,
+) -> ReconcileResult:
+    """One tick of the reconciliation: ask for passes the last walk found (at most
+    maxSessionsPerSweep per tick), start a walk when one is due, and read the rows this
+    tick's budget allows (reconcileRowsPerSecond times the time since the last step, at most
+    what two ticks allow). A walk that reaches the end compares every session's count with
+    its summary."""
+    started = time.monotonic()
+    state = _reconciler(namespace, summarizer_name)
+    sweep = spec.sweep
+    requested = 0
+    if state.pending:
+        batch, state.pending = state.pending, []
+        plan = SweepPlan(candidates=batch[: sweep.max_sessions_per_sweep])
+        plan.deferred = batch[sweep.max_sessions_per_sweep :]
+        applied = apply_plan(plan, namespace=namespace, summarizer_name=summarizer_name)
+        requested = applied.created + applied.patched
+        walked = len(batch) - applied.left
+        state.pending = batch[walked:]
+    interval_ms = sweep.reconcile_interval_seconds * 1000
+    if state.cycle is None and (
+        state.due_now or state.last_done_ms is None or now_ms - state.last_done_ms >= interval_ms
+    ):
+        state.cycle, state.due_now, state.last_step = ReconcileCycle(now_ms), False, monotonic
+    cycle = state.cycle
+    if cycle is None:
+        return ReconcileResult(0, requested, None, 0, time.monotonic() - started)
+    rate = sweep.reconcile_rows_per_second
+    elapsed = min(max(monotonic - state.last_step, 0.0), 2 * CONFIG.sweep_tick_seconds)
+    budget = max(1, int(rate * elapsed)) if cycle.rows else min(rate, SCAN_PAGE)
+    state.last_step = monotonic
+    read = 0
+    while read < budget:
+        ask = min(SCAN_PAGE, budget - read)
+        got = cycle.fold(store.rows_from(cycle.offset, ask))
+        read += got
+        if got < ask:  # the end of the collection: compare
+            stored = store.summary_states(list(cycle.counts))
+            plan = reconcile(
+                cycle,
+                stored,
+                now_ms=now_ms,
+                idle_ms=sweep.idle_seconds * 1000,
+                max_sessions=sweep.max_sessions_per_sweep,
+            )
+            state.pending = plan.candidates + plan.deferred
+            state.cycle, state.last_done_ms = None, now_ms
+            return ReconcileResult(
+                read,
+                requested,
+                cycle,
+                uncovered_rows(cycle.counts, stored),
+                time.monotonic() - started,
+                len(state.pending),
+            )
+    return ReconcileResult(read, requested, None, 0, time.monotonic() - started)
+
+
+def reconcile_soon(namespace: str, name: str) -> None:
+    """The sweep's appended-rows cursor lost its place (rows were deleted): walk now."""
+    _reconciler(namespace, name).due_now = True

@@ -1,0 +1,133 @@
+"""The scans of the whole memory collection the sweep and the reconciliation make: memories
+newer than a watermark, the rows added since a cursor, sunset markers, and a walk's pages.
+Mixed into MemoryStore."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, cast
+
+from chromadb.api.models.Collection import Collection
+
+from controller.core.memories import SECONDS_LIMIT, parse_timestamp_ms
+from controller.core.reconcile_plan import RowCursor
+from controller.store.collections import Collections, pages
+from controller.store.errors import guard
+
+SCAN_PAGE = 2000  # rows per page of the sweep's scans of the whole collection
+
+
+class Scans(Collections):
+    """Reads of the memory collection that look at every session at once."""
+
+    def scan_since(self, watermark_ms: int, page: int = SCAN_PAGE) -> Iterator[tuple[str, int]]:
+        """(sessionId, timestamp in ms) of every memory with a numeric timestamp newer than
+        watermark_ms, page by page: epoch milliseconds (ints or floats, like plan rows'
+        mtimeMs) and epoch seconds (numbers below SECONDS_LIMIT, compared as seconds).
+        Chroma compares numbers only: rows with ISO-string timestamps, and rows that landed
+        with a timestamp older than the watermark, are found by scan_appended instead."""
+        wheres = (
+            {"timestamp": {"$gt": watermark_ms}},
+            {
+                "$and": [
+                    {"timestamp": {"$gt": watermark_ms / 1000}},
+                    {"timestamp": {"$lt": SECONDS_LIMIT}},
+                ]
+            },
+        )
+        for where in wheres:
+            for _, meta in self._scan("scanning new memories", where, page):
+                sid, ts = meta.get("sessionId"), parse_timestamp_ms(meta.get("timestamp"))
+                if isinstance(sid, str) and ts is not None and ts > watermark_ms:
+                    yield sid, ts
+
+    def scan_appended(
+        self, cursor: RowCursor | None, page: int = SCAN_PAGE
+    ) -> tuple[list[tuple[str, int | None]], RowCursor, bool]:
+        """The rows added to the memory collection since `cursor`, whatever their timestamp:
+        ((sessionId, timestamp ms or None) of each, the new cursor, whether the cursor was
+        still aligned). Chroma lists a collection in the order its rows were added, so the
+        rows past the cursor's offset are the new ones. Rows deleted meanwhile shift the
+        offsets: the cursor then no longer points after the row it saw last (not aligned),
+        nothing is read, and the caller reconciles the whole collection instead
+        (sweep.py). No cursor yet: none is read; the cursor starts at the end."""
+        with self._memory_missing():
+            coll = self.memories()
+            total = guard("counting memories", coll.count)
+            aligned = cursor is not None and self._ends_with(coll, cursor)
+            found: list[tuple[str, int | None]] = []
+            if aligned and cursor is not None:
+                offset = cursor.offset
+                while offset < total:
+                    got = guard(
+                        "reading added memories",
+                        lambda o=offset: coll.get(  # type: ignore[misc]
+                            include=["metadatas"], limit=min(page, total - o), offset=o
+                        ),
+                    )
+                    if not got["ids"]:
+                        break
+                    for meta in got["metadatas"] or []:
+                        sid = (meta or {}).get("sessionId")
+                        if isinstance(sid, str):
+                            found.append((sid, parse_timestamp_ms((meta or {}).get("timestamp"))))
+                    offset += len(got["ids"])
+            return found, RowCursor(total, self._id_at(coll, total - 1)), aligned
+
+    def _ends_with(self, coll: Collection, cursor: RowCursor) -> bool:
+        """The row just before the cursor's offset is still the one the cursor saw last."""
+        if cursor.offset == 0:
+            return cursor.last_id is None
+        return self._id_at(coll, cursor.offset - 1) == cursor.last_id
+
+    def _id_at(self, coll: Collection, offset: int) -> str | None:
+        if offset < 0:
+            return None
+        got = guard("reading a memory id", lambda: coll.get(include=[], limit=1, offset=offset))
+        return got["ids"][0] if got["ids"] else None
+
+    def rows_from(self, offset: int, limit: int) -> list[tuple[str, int | None]]:
+        """(sessionId, timestamp ms or None) of `limit` rows from `offset`, in the order the
+        collection lists them: one step of the reconciliation's walk over the collection."""
+        with self._memory_missing():
+            coll = self.memories()
+            got = guard(
+                "reconciling memories",
+                lambda: coll.get(include=["metadatas"], limit=limit, offset=offset),
+            )
+        return [
+            (sid, parse_timestamp_ms(meta.get("timestamp")))
+            for meta in (m or {} for m in got["metadatas"] or [])
+            if isinstance(sid := meta.get("sessionId"), str)
+        ]
+
+    def has_memories_besides(self, session_id: str, memory_type: str) -> bool:
+        """Whether the session has a memory of another type than memory_type (rows without
+        a type count as other): one read of at most one id."""
+        where = {"$and": [{"sessionId": session_id}, {"type": {"$ne": memory_type}}]}
+        with self._memory_missing():
+            coll = self.memories()
+            got = guard(
+                "looking for the session's memories",
+                lambda: coll.get(where=cast(Any, where), limit=1, include=[]),
+            )
+        return bool(got["ids"])
+
+    def scan_markers(
+        self, marker_type: str, watermark_ms: int, page: int = SCAN_PAGE
+    ) -> Iterator[tuple[str, object, int]]:
+        """(memory id, sessionId as stored, timestamp) of every memory of marker_type newer
+        than watermark_ms: the sweep's scan, narrowed by Chroma to the markers. The
+        sessionId is passed on as stored (maybe missing or blank) for the caller to judge."""
+        where = {"$and": [{"type": marker_type}, {"timestamp": {"$gt": watermark_ms}}]}
+        for row_id, meta in self._scan("scanning for sunset markers", where, page):
+            ts = meta.get("timestamp")
+            if isinstance(ts, int | float) and not isinstance(ts, bool):
+                yield row_id, meta.get("sessionId"), int(ts)
+
+    def _scan(
+        self, what: str, where: dict[str, Any], page: int
+    ) -> Iterator[tuple[str, Mapping[str, Any]]]:
+        with self._memory_missing():
+            coll = self.memories()
+            yield from pages(coll, what, where, page)

@@ -1,0 +1,141 @@
+"""The one upsert of a summary row: render, embed (checking the collection's embedding),
+read the row again right before the upsert (a newer fence of another claim, or another
+writer's document, refuses the write), upsert, and announce each step to the observers.
+controller/pipeline.py decides what to write; this writes it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from controller.core.document import render_document
+from controller.core.provenance import Provenance
+from controller.core.row_ownership import RowChangedDuringPass, document_digest
+from controller.core.summary import StructuredSummary
+from controller.core.summary_row import to_chroma_metadata
+from controller.core.visibility import RowVisibility
+from controller.scheduling import store_write_slots
+from controller.store.memory_store import MemoryStore
+
+Embedder = Callable[[list[str]], Sequence[Any]]  # one vector (floats) per text
+EMBED_CHARS = 8000
+
+
+class WriteGuard(Protocol):
+    """The writer's side of the session's claim, as the pipeline asks it
+    (kube/claims.py:SessionClaimHandle): with a guard, nothing is written once it says no."""
+
+    @property
+    def fence(self) -> int | None:
+        """The fencing number of the claim's grant (core/fencing.py)."""
+
+    def check(self) -> None:
+        """Raises once this writer may no longer write (between chunk passes; no I/O)."""
+
+    def admit(self, found_fence: int | None) -> Mapping[str, int]:
+        """Right before an upsert, given the fencing number the row carries now: raises if
+        this writer may not write it; else the keys the row records (its fence)."""
+
+
+@dataclass(frozen=True)
+class WriteEvent:
+    """A store write of one session's row, as observers see it: "begin" before the claim's
+    last check, "admitted" once the checks passed (the upsert is next), "end" once the
+    upsert returned or the write was refused or failed (outcome: written, refused, failed);
+    a writer killed in between never ends. writer is the replica, writer_object the
+    SessionSummary it serves, fence its claim's fencing number (the pass's grant)."""
+
+    phase: Literal["begin", "admitted", "end"]
+    session_id: str
+    writer: str
+    writer_object: str
+    at_ms: int
+    began_ms: int
+    fence: int | None = None
+    outcome: Literal["", "written", "refused", "failed"] = ""
+
+
+# Called with every WriteEvent of this process, in order; the chaos tests' write journal
+# (devenv.journal) is one. An observer must be quick and must not raise.
+WRITE_OBSERVERS: list[Callable[[WriteEvent], None]] = []
+
+
+def _observe(event: WriteEvent) -> None:
+    for observer in WRITE_OBSERVERS:
+        observer(event)
+
+
+@dataclass
+class RowSeen:
+    """The digest of the row's document as this pass last saw it (None: no row)."""
+
+    digest: str | None
+
+
+def write_row(
+    store: MemoryStore,
+    summary: StructuredSummary,
+    *,
+    embed: Embedder,
+    writer: str,
+    trigger: str,
+    guard: WriteGuard | None,
+    writer_object: str = "",
+    provenance: Provenance | None = None,
+    visibility: RowVisibility | None = None,
+    seen: RowSeen | None = None,
+) -> int:
+    """Writes the row; returns the summarizedAt it stored (ms), which the status shows.
+
+    Right before the upsert the row is read again: a newer fence refuses the write (the
+    guard), and so does a document other than the one the pass last saw (seen): another
+    writer rewrote the row during the pass (RowChangedDuringPass; the next pass carries its
+    text). Chroma has no conditional write: what remains is the moment between that read
+    and the upsert."""
+    document = render_document(summary, store.location.memory_collection)
+    summarized_at_ms = int(time.time() * 1000)
+    metadata = to_chroma_metadata(
+        summary,
+        writer=writer,
+        trigger=trigger,
+        summarized_at_ms=summarized_at_ms,
+        provenance=(provenance or Provenance()).with_document(document),
+        visibility=visibility,
+        document=document,
+    )
+    # The document is bounded (summary_row.DOCUMENT_MAX_CHARS), so all of it is embedded;
+    # MiniLM reads only its first 256 tokens anyway.
+    vector = embed([document[:EMBED_CHARS]])[0]
+    store.check_embedding(len(vector))
+    began_ms = int(time.time() * 1000)
+    sid = summary.session_id
+    fence = guard.fence if guard is not None else None
+    _observe(WriteEvent("begin", sid, writer, writer_object, began_ms, began_ms, fence))
+    outcome: Literal["written", "refused", "failed"] = "failed"
+    try:
+        # In deadline order, and the claim checked once the turn came: the wait is never
+        # between the check and the write. The row's fence is read right before the upsert.
+        with store_write_slots(store.location.describe()).slot():
+            found, digest = store.read_row_state(sid)
+            if seen is not None and digest != seen.digest:
+                outcome = "refused"
+                raise RowChangedDuringPass(
+                    f"the row of session {sid!r} was rewritten by another writer during this "
+                    "pass; nothing was written over it, and the next pass carries its text"
+                )
+            if guard is not None:
+                outcome = "refused"
+                metadata = {**metadata, **guard.admit(found)}
+                outcome = "failed"
+            now_ms = int(time.time() * 1000)
+            _observe(WriteEvent("admitted", sid, writer, writer_object, now_ms, began_ms, fence))
+            store.write_summary(summary.session_id, document, metadata, vector)
+            outcome = "written"
+            if seen is not None:
+                seen.digest = document_digest(document)
+    finally:  # ends whether written or refused (claim lost, store down)
+        ended_ms = int(time.time() * 1000)
+        _observe(WriteEvent("end", sid, writer, writer_object, ended_ms, began_ms, fence, outcome))
+    return summarized_at_ms

@@ -1,0 +1,198 @@
+"""The SessionClaim as a lease, on the real apiserver: what a pass costs, renewals for a pass
+longer than the claim's duration, a deleted or taken claim noticed within one renew
+period, a release that never raises, and abandoned claims collected page by page."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from controller.api import CLAIM_PLURAL, GROUP, VERSION
+from controller.core.claim_rules import Writer
+from controller.kube import claims as claims_module
+from controller.kube import client as kube
+from controller.kube.claim_collector import ClaimCollector
+from controller.kube.claims import ClaimHeld, ClaimLost, SessionClaimHandle
+from devenv.processes import wait_for
+from tests.integration.harness import Harness
+
+
+def handle(
+    session: str,
+    replica: str,
+    uid: str,
+    *,
+    duration_s: float = 30,
+    margin_s: float = 5,
+    renew_s: float = 10,
+) -> SessionClaimHandle:
+    return SessionClaimHandle(
+        session_id=session,
+        collection_id="claims-test-store",
+        collection="claims-test",
+        writer=Writer(replica, uid, f"ns/{uid}"),
+        duration_s=duration_s,
+        margin_s=margin_s,
+        renew_s=renew_s,
+    )
+
+
+def claim_objects(session: str) -> list[dict[str, Any]]:
+    items = kube.custom().list_cluster_custom_object(GROUP, VERSION, CLAIM_PLURAL)["items"]
+    return [o for o in items if o["spec"]["sessionId"] == session]
+
+
+@pytest.fixture
+def released() -> Iterator[list[SessionClaimHandle]]:
+    """Handles to release (their renewer threads stopped) even when a test fails."""
+    made: list[SessionClaimHandle] = []
+    try:
+        yield made
+    finally:
+        for h in made:
+            h.release()
+
+
+def test_a_free_claim_costs_one_create_and_one_delete_and_a_held_one_is_refused(
+    harness: Harness, released: list[SessionClaimHandle]
+) -> None:
+    mine = handle("calls-1", "r1", "uid-a")
+    released.append(mine)
+    mine.acquire()
+    mine.check()  # no call
+    assert mine.admit(None) == {"claimFence": mine.fence}  # no call either
+    other = handle("calls-1", "r1", "uid-b")  # the same replica serving another object
+    with pytest.raises(ClaimHeld) as held:
+        other.acquire()
+    assert "ns/uid-a" in str(held.value)
+    mine.release()
+    assert mine.api_calls == 2 and mine.renewals == 0  # create + delete
+    assert claim_objects("calls-1") == []
+
+
+def test_a_pass_longer_than_the_duration_keeps_its_claim_by_renewing_it(
+    harness: Harness, released: list[SessionClaimHandle]
+) -> None:
+    mine = handle("renew-1", "r1", "uid-a", duration_s=2, margin_s=0.5, renew_s=0.4)
+    contender = handle("renew-1", "r2", "uid-b", duration_s=2, margin_s=0.5, renew_s=0.4)
+    released += [mine, contender]
+    mine.acquire()
+    deadline = time.monotonic() + 5  # two and a half durations
+    attempts = 0
+    while time.monotonic() < deadline:
+        with pytest.raises(ClaimHeld):
+            contender.acquire()
+        attempts += 1
+        time.sleep(0.3)
+    mine.check()  # still ours: renewed all along
+    assert mine.renewals >= 8, mine.renewals
+    assert attempts >= 10
+    assert claim_objects("renew-1")[0]["spec"]["holder"] == "r1"
+
+
+def test_a_deleted_or_taken_claim_is_noticed_within_one_renew_period(
+    harness: Harness, released: list[SessionClaimHandle]
+) -> None:
+    deleted = handle("noticed-1", "r1", "uid-a", duration_s=30, renew_s=0.5)
+    released.append(deleted)
+    deleted.acquire()
+    kube.custom().delete_cluster_custom_object(GROUP, VERSION, CLAIM_PLURAL, deleted.name)
+    wait_for(lambda: _lost(deleted), 2.0, 0.05, message="the deletion noticed")
+    with pytest.raises(ClaimLost, match="deleted or taken"):
+        deleted.admit(None)
+
+    # Taken: an object of another writer where ours was (as after a takeover).
+    taken = handle("noticed-2", "r1", "uid-a", duration_s=30, renew_s=0.5)
+    released.append(taken)
+    taken.acquire()
+    kube.custom().delete_cluster_custom_object(GROUP, VERSION, CLAIM_PLURAL, taken.name)
+    thief = handle("noticed-2", "r9", "uid-z", duration_s=30, renew_s=0.5)
+    released.append(thief)
+    thief.acquire()
+    wait_for(lambda: _lost(taken), 2.0, 0.05, message="the takeover noticed")
+    # The new grant's fencing number is larger: a row it wrote refuses the old writer.
+    assert thief.fence is not None and taken.fence is not None and thief.fence > taken.fence
+    thief.check()
+    # Releasing the lost claim leaves the thief's alone.
+    taken.release()
+    assert [o["spec"]["holder"] for o in claim_objects("noticed-2")] == ["r9"]
+
+
+def _lost(h: SessionClaimHandle) -> bool:
+    try:
+        h.check()
+    except ClaimLost:
+        return True
+    return False
+
+
+def test_a_newer_grants_row_refuses_the_older_writer(
+    harness: Harness, released: list[SessionClaimHandle]
+) -> None:
+    first = handle("fence-1", "r1", "uid-a", duration_s=30)
+    released.append(first)
+    first.acquire()
+    assert first.fence is not None
+    first.release()
+    second = handle("fence-1", "r2", "uid-b", duration_s=30)
+    released.append(second)
+    second.acquire()
+    assert second.fence is not None and second.fence > first.fence  # across delete + create
+    assert second.admit(first.fence) == {"claimFence": second.fence}
+    assert second.admit(second.fence) == {"claimFence": second.fence}  # its own checkpoint
+    with pytest.raises(ClaimLost, match="newer claim"):
+        second.admit(second.fence + 1)
+
+
+class _FailingApi:
+    """An API client whose delete fails as an unreachable or unwell API server does."""
+
+    def __init__(self, exc: Exception) -> None:
+        self.exc = exc
+
+    def delete_cluster_custom_object(self, *args: Any, **kwargs: Any) -> None:
+        raise self.exc
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [ApiException(status=500, reason="etcdserver: leader changed"), ConnectionResetError(104)],
+    ids=["api-error", "connection-reset"],
+)
+def test_release_never_raises_and_counts_the_failure(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, exc: Exception
+) -> None:
+    from controller import metrics
+
+    h = handle(f"release-{type(exc).__name__.lower()}", "r1", "uid-a")
+    h.acquire()
+    before = metrics.CLAIM_RELEASE_FAILURES._value.get()
+    monkeypatch.setattr(claims_module, "_api", lambda: _FailingApi(exc))
+    h.release()  # the pass's real outcome is never hidden by this
+    assert metrics.CLAIM_RELEASE_FAILURES._value.get() == before + 1
+    monkeypatch.undo()
+    assert len(claim_objects(h.session_id)) == 1  # left to lapse; collected later
+    kube.custom().delete_cluster_custom_object(GROUP, VERSION, CLAIM_PLURAL, h.name)
+
+
+def test_abandoned_claims_are_collected_page_by_page_and_live_ones_stay(
+    harness: Harness, released: list[SessionClaimHandle]
+) -> None:
+    dead = [handle(f"dead-{i}", "gone", f"uid-{i}", duration_s=1, renew_s=0.3) for i in range(5)]
+    for h in dead:
+        h.acquire()
+        h._stop.set()  # the writer died: nobody renews or releases its claim
+    live = handle("alive-1", "r1", "uid-live", duration_s=1, margin_s=0.2, renew_s=0.3)
+    released.append(live)
+    live.acquire()
+    collector = ClaimCollector(default_duration_s=1, grace_s=1, page_size=2)
+    assert collector.collect() == 0  # first sighting: a whole duration and grace to wait
+    time.sleep(2.2)
+    assert collector.collect() >= 5  # and any other test's leftovers
+    assert all(claim_objects(h.session_id) == [] for h in dead)
+    assert len(claim_objects("alive-1")) == 1  # renewed all along
+    live.check()
