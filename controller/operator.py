@@ -159,6 +159,7 @@ async def configure(
             grace_s=2.0 * CONFIG.peering_lifetime,
             resync_s=CONFIG.replica_resync_seconds,
             nudged=runtime.summarizers_changed,
+            priority=settings.peering.priority,
         )
     )
     _TASKS.add(task)

@@ -73,6 +73,16 @@ def joining_priority(live: Mapping[str, int], me: str, draw: int) -> int:
     return ceiling - max(1, min(draw, PRIORITY_STEP))
 
 
+def with_own_priority(peers: Mapping[str, int], me: str, priority: int | None) -> dict[str, int]:
+    """The live peers with our record at this process's priority: the record read under our
+    identity may be a previous process's (a container restarted in the same Pod keeps its
+    replica id, and its predecessor's higher priority) until kopf's first keep-alive."""
+    out = dict(peers)
+    if priority is not None and me in out:
+        out[me] = priority
+    return out
+
+
 def read_peering(name: str, namespaces: tuple[str, ...]) -> Mapping[str, Any]:
     api = kube.custom()
     try:
@@ -236,6 +246,7 @@ async def watch_leader(
     grace_s: float = 15.0,
     resync_s: float = 60.0,
     nudged: threading.Event | None = None,
+    priority: int | None = None,
 ) -> None:
     """Polls the peering object (one GET every interval); calls on_change(leader,
     previous) when the leader changes and keeps every SessionSummarizer's activeReplica and
@@ -245,7 +256,9 @@ async def watch_leader(
     created: handlers/session_summarizer.py). Runs
     on every replica, paused or not: when priorities tie, all of them are paused and only
     this can say so. Until grace_s has passed, an empty peering (kopf not registered yet)
-    is not reported."""
+    is not reported. `priority` is this process's own: the record under our identity may
+    be a previous process's (a container restarted in the same Pod keeps its replica id)
+    until kopf's first keep-alive replaces it, and must not make us the leader meanwhile."""
     previous: str | None = "(unknown)"
     reported: tuple[str | None, str] | None = None
     last_error = ""
@@ -256,7 +269,8 @@ async def watch_leader(
                 view = PeeringView({me: 0}, standalone=True)
             else:
                 status = await asyncio.to_thread(read_peering, name, namespaces)
-                view = PeeringView(live_peers(status, dt.datetime.now(dt.UTC)))
+                peers = live_peers(status, dt.datetime.now(dt.UTC))
+                view = PeeringView(with_own_priority(peers, me, priority))
             leader = me if standalone else view.leader
             if leader != previous:
                 on_change(leader, previous)

@@ -16,7 +16,13 @@ from controller.core.rate_limit import TokenBucket
 from controller.core.readiness import summary_readiness, with_derived
 from controller.core.requeue import to_ask_again
 from controller.core.waiting import looks_within, wait_delay
-from controller.kube.peering import PRIORITY_STEP, TOP_PRIORITY, joining_priority, leader_of
+from controller.kube.peering import (
+    PRIORITY_STEP,
+    TOP_PRIORITY,
+    joining_priority,
+    leader_of,
+    with_own_priority,
+)
 
 PHASES = ["Pending", "Summarizing", "Summarized", "Empty", "NotFound", "Failed", None]
 
@@ -221,6 +227,16 @@ def test_a_rollout_moves_leadership_only_when_the_leader_goes() -> None:
             moves.append((leader, now, going))
             leader = now
     assert all(going == before for before, _, going in moves) and len(moves) == 1
+
+
+def test_a_restarted_container_is_not_the_leader_by_its_predecessors_record() -> None:
+    # The leader's container was killed and restarted in the same Pod (the same replica
+    # id): until kopf's keep-alive, the peering still holds the dead process's top priority.
+    read = {"pod-a": 1_000, "pod-b": 900}
+    mine = joining_priority(read, "pod-a", 5)
+    assert leader_of(read) == "pod-a"  # what the record alone says
+    assert leader_of(with_own_priority(read, "pod-a", mine)) == "pod-b"
+    assert with_own_priority(read, "pod-c", 1) == read  # not registered yet: not added
 
 
 def test_set_condition_is_what_with_derived_builds_on() -> None:
