@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 from pydantic.alias_generators import to_camel
 
+from controller.core.endpoint_url import ENDPOINT_URL_MAX, checked_endpoint_url
 from controller.core.visibility import (
     NEO_IDENTITY_TRUST_TIERS,
     NEO_SHARED_AGENTS,
@@ -29,6 +30,8 @@ API_VERSION = f"{GROUP}/{VERSION}"
 SUMMARY_KIND, SUMMARY_PLURAL = "SessionSummary", "sessionsummaries"
 SUMMARIZER_KIND, SUMMARIZER_PLURAL = "SessionSummarizer", "sessionsummarizers"
 CLAIM_KIND, CLAIM_PLURAL = "SessionClaim", "sessionclaims"  # cluster-scoped write claims
+FINALIZER = f"{GROUP}/session-summary-operator"  # kopf's, on SessionSummarizers (timers)
+LEGACY_FINALIZERS = ("kopf.zalando.org/KopfFinalizerMarker",)  # kopf's default, used before
 
 Phase = Literal["Pending", "Summarizing", "Summarized", "Empty", "NotFound", "Failed"]
 # sunset-marker: the sweep found a sunset marker memory of the session (docs/agents.md).
@@ -72,43 +75,11 @@ class ApiKeySecretRef(SecretKeyRef):
     key: SecretKey = "api-key"
 
 
-# An OpenAI-compatible endpoint: http(s), a host, no user:password@ (credentials belong in a
-# Secret: a URL is printed in conditions and Events), no whitespace. The same pattern is in
-# the CRD (model.baseUrl, embedding.baseUrl) and the chart's values schema.
-ENDPOINT_URL_MAX = 2048
-ENDPOINT_URL_PATTERN = r"^https?://[^\s/?#@]+([/?#]\S*)?$"
-ENDPOINT_URL_MESSAGE = (
-    "must be an http(s) URL with a host and no user:password@ (put the key in a Secret: "
-    "apiKeySecretRef)"
-)
-
-
-def endpoint_url_problem(url: str) -> str | None:
-    """Why an endpoint base URL is refused; None when accepted. Never repeats the URL."""
-    if len(url) > ENDPOINT_URL_MAX:
-        return f"must be at most {ENDPOINT_URL_MAX} characters"
-    if not re.fullmatch(ENDPOINT_URL_PATTERN, url):
-        return ENDPOINT_URL_MESSAGE
-    try:
-        parsed = urlsplit(url)
-        parsed.port  # noqa: B018 - raises on a port out of range or an invalid IPv6 address
-    except ValueError as exc:
-        return f"has an invalid host or port ({exc})"
-    if not parsed.hostname:
-        return ENDPOINT_URL_MESSAGE
-    return None
-
-
-def _endpoint_url(value: str | None) -> str | None:
-    if value is not None and (problem := endpoint_url_problem(value)):
-        raise ValueError(f"baseUrl {problem}")
-    return value
-
-
 # Bounds of the free-form strings and lists (the CRD states them too).
 MODEL_NAME_MAX = 256
 MEMORY_TYPE_MAX = 256
 EXCLUDED_TYPES_MAX = 64
+TTLSeconds = Annotated[int, Field(ge=0, le=315_360_000)]  # at most 10 years
 
 
 class StoreSpec(CamelModel):
@@ -205,7 +176,7 @@ class EmbeddingConfig(CamelModel):
     @field_validator("base_url")
     @classmethod
     def _no_credentials_in_url(cls, value: str | None) -> str | None:
-        return _endpoint_url(value)
+        return checked_endpoint_url(value)
 
 
 class ModelSpec(CamelModel):
@@ -222,7 +193,7 @@ class ModelSpec(CamelModel):
     @field_validator("base_url")
     @classmethod
     def _no_credentials_in_url(cls, value: str | None) -> str | None:
-        return _endpoint_url(value)
+        return checked_endpoint_url(value)
 
 
 class VisibilitySpec(CamelModel):
@@ -262,15 +233,20 @@ class SweepSpec(CamelModel):
     refresh_after_tokens: int = Field(default=16_000, ge=0, le=100_000_000)
     # ... at most once per this many seconds per session, so a busy session never churns.
     min_refresh_seconds: int = Field(default=900, ge=0, le=86_400)
+    # Sunset markers acted on per minute (a token bucket: core/rate_limit.py).
+    marker_requests_per_minute: int = Field(default=60, ge=1, le=6000)
     # The reconciliation's walk over the collection (core/reconcile_plan.py): how often, how fast.
     reconcile_interval_seconds: int = Field(default=3600, ge=60, le=604_800)
     reconcile_rows_per_second: int = Field(default=2000, ge=10, le=1_000_000)
 
 
 class RetentionSpec(CamelModel):
-    summarized_ttl_seconds: int = Field(
-        default=604_800, ge=0, le=315_360_000, alias="summarizedTTLSeconds"
-    )  # at most 10 years
+    """Seconds a finished SessionSummary stays, by phase (0: for ever; core/retention.py)."""
+
+    summarized_ttl_seconds: TTLSeconds = Field(default=604_800, alias="summarizedTTLSeconds")
+    empty_ttl_seconds: TTLSeconds = Field(default=86_400, alias="emptyTTLSeconds")
+    not_found_ttl_seconds: TTLSeconds = Field(default=86_400, alias="notFoundTTLSeconds")
+    failed_ttl_seconds: TTLSeconds = Field(default=604_800, alias="failedTTLSeconds")
 
 
 DEFAULT_EXCLUDED_TYPES = ["context-injection", "context-refresh", "tick", "heartbeat"]
@@ -329,6 +305,8 @@ class SummaryProvenance(CamelModel):
 
 class SessionSummaryStatus(CamelModel):
     phase: Phase | None = None
+    # When the phase began for the current request (retention of Empty/NotFound/Failed).
+    last_phase_transition_time: str | None = None
     observed_generation: int | None = None
     memory_count: int | None = None
     last_memory_at: str | None = None
@@ -357,6 +335,7 @@ class SessionSummarizerStatus(CamelModel):
     patched: int | None = None
     scanned_memories: int | None = None
     deleted_by_retention: int | None = None
+    last_retention_at: str | None = None
     watermark: int | None = None
     # The appended-rows scan's cursor (core/reconcile_plan.py): rows listed, and the last.
     appended_offset: int | None = None

@@ -8,7 +8,6 @@ instead of surfacing later as a traceback somewhere else.
 from __future__ import annotations
 
 import os
-import random
 import socket
 from typing import Annotated, Any
 
@@ -20,10 +19,6 @@ from controller.core.destinations import UrlPrefix, parse_prefixes
 
 def _default_replica_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
-
-
-def _random_priority() -> int:
-    return random.SystemRandom().randint(1, 2**31 - 1)
 
 
 class ConfigError(SystemExit):
@@ -47,8 +42,9 @@ class OperatorConfig(BaseSettings):
     metrics_address: str = Field(default="127.0.0.1", min_length=1)
     retry_base_seconds: float = Field(default=2.0, gt=0)
     retry_max_seconds: float = Field(default=300.0, gt=0)
-    # Distinct per replica: equal priorities freeze every replica (unset: a random one).
-    peering_priority: int = Field(default_factory=_random_priority)
+    # Unset (the default): chosen at start below every live replica's, so a new replica
+    # never preempts a live leader (kube/peering.py:joining_priority). Pinned: that value.
+    peering_priority: int | None = None
     # Seconds; a dead leader is replaced after lastseen + lifetime.
     peering_lifetime: int = Field(default=15, ge=1)
     # A claim's duration (a Lease's leaseDurationSeconds): another writer takes it over once
@@ -62,8 +58,18 @@ class OperatorConfig(BaseSettings):
     claim_renew_seconds: float | None = Field(default=None, gt=0)
     # How often abandoned claims (their writer died) are looked for and deleted.
     claim_collect_seconds: float = Field(default=60.0, gt=0)
-    # How soon a pass waiting for another writer's claim looks again.
+    # How soon a pass waiting for another writer's claim looks again: the first look after
+    # claim_retry_seconds, each next one twice as late, at most claim_retry_max_seconds
+    # apart (plus up to 25 % jitter): core/waiting.py.
     claim_retry_seconds: float = Field(default=1.0, gt=0)
+    claim_retry_max_seconds: float = Field(default=30.0, gt=0)
+    # SIGTERM: running passes write a checkpoint at their next chunk boundary and release
+    # their claims; the process waits at most this long for them (the chart's
+    # terminationGracePeriodSeconds is this plus 10).
+    shutdown_seconds: float = Field(default=20.0, ge=0)
+    # How often every replica re-lists the SessionSummarizers to write activeReplica and
+    # ReplicaActive on ones created meanwhile (at once on a change of the active replica).
+    replica_resync_seconds: float = Field(default=60.0, gt=0)
     failure_gate: int = Field(default=5, ge=1)  # consecutive failures before phase Failed
     heap_trim_seconds: float = Field(default=30.0, gt=0)  # freed heap back to the OS
     workers: int = Field(default=32, ge=1)  # summarizations at once (threads)

@@ -11,8 +11,12 @@ label values stay in one place.
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
+import platform
 import threading
+from collections.abc import Mapping
+from typing import Protocol
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
@@ -132,6 +136,35 @@ COMPACTION_RATIO = Histogram(
     buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
 )
 
+QUEUE_DEPTH = Gauge(
+    "session_summary_queue_depth",
+    "Summarizations waiting for a worker thread now, by pool (foreground: sunsets, markers, "
+    "manual; background: sweep and refresh).",
+    ["pool"],
+)
+IN_FLIGHT = Gauge(
+    "session_summary_in_flight",
+    "Summarization passes running on a worker thread now, by pool.",
+    ["pool"],
+)
+BUILD_INFO = Gauge(
+    "session_summary_build_info",
+    "Always 1; its labels say which operator version runs, on which Python and kopf.",
+    ["version", "python", "kopf"],
+)
+WAITS = Counter(
+    "session_summary_claim_waits_total",
+    "Looks at a session claim held by another writer (each is followed by a backed-off "
+    'wait: docs/operations.md, "Waiting for another writer").',
+)
+
+
+class Pool(Protocol):
+    def queued(self) -> int: ...
+
+    def running(self) -> int: ...
+
+
 _server_lock = threading.Lock()
 _server_port: int | None = None
 
@@ -203,6 +236,31 @@ def claim_release_failed() -> None:
 
 def claims_collected(n: int) -> None:
     CLAIMS_COLLECTED.inc(n)
+
+
+def claim_wait() -> None:
+    WAITS.inc()
+
+
+def watch_pools(pools: Mapping[str, Pool]) -> None:
+    """Queue depth and passes in flight of each worker pool, read at every scrape."""
+    for name, pool in pools.items():
+        QUEUE_DEPTH.labels(pool=name).set_function(pool.queued)
+        IN_FLIGHT.labels(pool=name).set_function(pool.running)
+
+
+def set_build_info() -> None:
+    def version(dist: str) -> str:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return "unknown"
+
+    BUILD_INFO.labels(
+        version=version("session-summary-operator"),
+        python=platform.python_version(),
+        kopf=version("kopf"),
+    ).set(1)
 
 
 def set_active_replica(replica_id: str, active: bool) -> None:

@@ -8,24 +8,33 @@ import ctypes
 import datetime as dt
 import logging
 import os
+import random
+import sys
+import time
 from typing import Any
 
 import kopf
 
 import controller.handlers  # noqa: F401  (registers the handlers)
 from controller import metrics
+from controller.api import FINALIZER, LEGACY_FINALIZERS
 from controller.config import CONFIG
-from controller.handlers.session_summary import stop_workers
+from controller.handlers.session_summary import POOLS, stop_workers
 from controller.kube.claim_collector import ClaimCollector
+from controller.kube.client import release_finalizers
+from controller.kube.events import EventRecorder
 from controller.kube.peering import (
+    PRIORITY_STEP,
     PeeringView,
     ensure_peering_object,
+    joining_priority,
     live_peers,
     priority_conflicts,
     read_peering,
     watch_leader,
 )
 from controller.metrics import start_metrics_server
+from controller.runtime import Runtime
 
 PEERING_NAME = "session-summary-operator"
 _RUN: dict[str, Any] = {"standalone": True, "peering": PEERING_NAME, "namespaces": ()}
@@ -33,13 +42,17 @@ _TASKS: set[asyncio.Task[None]] = set()
 log = logging.getLogger("controller.operator")
 
 
-def _leader_changed(leader: str | None, previous: str | None) -> None:
-    metrics.set_active_replica(CONFIG.replica_id, leader == CONFIG.replica_id)
-    role = "this replica" if leader == CONFIG.replica_id else "another replica"
-    if leader is None:
-        log.warning("no active replica (peers share the top priority, or none is alive)")
-    else:
-        log.info("active replica is now %s (%s; was %s)", leader, role, previous)
+def _leader_watcher(runtime: Runtime) -> Any:
+    def changed(leader: str | None, previous: str | None) -> None:
+        runtime.leader = leader
+        metrics.set_active_replica(CONFIG.replica_id, leader == CONFIG.replica_id)
+        role = "this replica" if leader == CONFIG.replica_id else "another replica"
+        if leader is None:
+            log.warning("no active replica (peers share the top priority, or none is alive)")
+        else:
+            log.info("active replica is now %s (%s; was %s)", leader, role, previous)
+
+    return changed
 
 
 async def _trim_heap(interval: float = 30.0) -> None:
@@ -52,6 +65,23 @@ async def _trim_heap(interval: float = 30.0) -> None:
     while True:
         await asyncio.sleep(interval)
         await asyncio.to_thread(libc.malloc_trim, 0)
+
+
+def _choose_priority() -> int:
+    """SSO_PEERING_PRIORITY when set; else below every live replica's (joining_priority),
+    so this replica never preempts a live leader."""
+    if CONFIG.peering_priority is not None:
+        return CONFIG.peering_priority
+    if _RUN["standalone"]:
+        return 0
+    try:
+        status = read_peering(_RUN["peering"], _RUN["namespaces"])
+    except Exception as exc:  # nobody to rank below that we can see: the top
+        log.warning("could not read the peering object to choose a priority: %s", exc)
+        status = {}
+    live = live_peers(status, dt.datetime.now(dt.UTC))
+    draw = random.SystemRandom().randint(1, PRIORITY_STEP)
+    return joining_priority(live, CONFIG.replica_id, draw)
 
 
 async def _collect_abandoned_claims(interval: float) -> None:
@@ -72,14 +102,19 @@ async def _collect_abandoned_claims(interval: float) -> None:
 
 
 @kopf.on.startup()
-async def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: Any) -> None:
+async def configure(
+    settings: kopf.OperatorSettings, logger: kopf.Logger, memo: kopf.Memo, **_: Any
+) -> None:
+    runtime = Runtime.of(memo)
     prefix = CONFIG.annotation_prefix
     # Progress and diff-base annotations under our own group, not kopf's shared prefix.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=prefix, key="last-handled-configuration"
     )
-    settings.posting.level = logging.WARNING  # Events come from handlers, not kopf's log.
+    settings.persistence.finalizer = FINALIZER
+    # Events go through the EventRecorder (one per state change, repeats counted).
+    settings.posting.enabled = False
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 16
     # Memory with many objects: the initial list comes in pages, not one 10k-object body,
@@ -89,17 +124,11 @@ async def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: A
     if CONFIG.list_chunk_size > 0:
         settings.watching.chunk_size = CONFIG.list_chunk_size
     settings.queueing.idle_timeout = CONFIG.worker_idle_seconds
-    settings.peering.priority = CONFIG.peering_priority
     settings.peering.lifetime = CONFIG.peering_lifetime
-    logger.info(
-        "replica %s starting (peering %s, priority %d, lifetime %ds)",
-        CONFIG.replica_id,
-        "off (standalone)" if _RUN["standalone"] else _RUN["peering"],
-        CONFIG.peering_priority,
-        CONFIG.peering_lifetime,
-    )
     if CONFIG.metrics_port > 0:
         start_metrics_server(CONFIG.metrics_port, CONFIG.metrics_address)
+    metrics.set_build_info()
+    metrics.watch_pools(POOLS)
     trim = asyncio.get_running_loop().create_task(_trim_heap(CONFIG.heap_trim_seconds))
     _TASKS.add(trim)
     collect = asyncio.get_running_loop().create_task(
@@ -111,17 +140,41 @@ async def configure(settings: kopf.OperatorSettings, logger: kopf.Logger, **_: A
     else:
         await asyncio.to_thread(ensure_peering_object, _RUN["peering"], _RUN["namespaces"])
         await asyncio.to_thread(_warn_priority_conflict)
+    settings.peering.priority = await asyncio.to_thread(_choose_priority)
+    logger.info(
+        "replica %s starting (peering %s, priority %d, lifetime %ds)",
+        CONFIG.replica_id,
+        "off (standalone)" if _RUN["standalone"] else _RUN["peering"],
+        settings.peering.priority,
+        CONFIG.peering_lifetime,
+    )
     task = asyncio.get_running_loop().create_task(
         watch_leader(
             CONFIG.replica_id,
             _RUN["peering"],
             _RUN["namespaces"],
-            _leader_changed,
+            _leader_watcher(runtime),
+            runtime.events,
             standalone=bool(_RUN["standalone"]),
             grace_s=2.0 * CONFIG.peering_lifetime,
+            resync_s=CONFIG.replica_resync_seconds,
+            nudged=runtime.summarizers_changed,
+            priority=settings.peering.priority,
         )
     )
     _TASKS.add(task)
+
+
+@kopf.on.cleanup()
+async def begin_stopping(memo: kopf.Memo, **_: Any) -> None:
+    """kopf stops (SIGTERM): queued passes are cancelled with their handlers; running ones
+    are told to stop at their next chunk boundary (a checkpoint, then the claim released).
+    Our own tasks end now (kopf would give them 5 s before cancelling them)."""
+    Runtime.of(memo).stopping.set()
+    for task in list(_TASKS):
+        task.cancel()
+    await asyncio.gather(*_TASKS, return_exceptions=True)
+    _TASKS.clear()
 
 
 def _warn_priority_conflict() -> None:
@@ -136,6 +189,7 @@ def _warn_priority_conflict() -> None:
         log.debug("could not read the peering object at start: %s", exc)
         return
     view = PeeringView(live_peers(status, dt.datetime.now(dt.UTC)))
+    assert CONFIG.peering_priority is not None
     others = priority_conflicts(view, CONFIG.replica_id, CONFIG.peering_priority)
     if others:
         log.error(
@@ -179,6 +233,8 @@ def run(argv: list[str] | None = None) -> None:
     _RUN.update(standalone=args.standalone, peering=args.peering, namespaces=tuple(namespaces))
     os.environ["POD_ID"] = CONFIG.replica_id  # kopf's peering identity = ours
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Chroma call otherwise
+    runtime = Runtime(events=EventRecorder(instance=CONFIG.replica_id).start())
+    loop = asyncio.new_event_loop()
     try:
         kopf.run(
             clusterwide=not namespaces,
@@ -188,6 +244,44 @@ def run(argv: list[str] | None = None) -> None:
             # rather than risk a second writer); none at all when standalone.
             peering_name=None if args.standalone else args.peering,
             liveness_endpoint=args.liveness,
+            memo=kopf.Memo(runtime=runtime),
+            loop=loop,
         )
     finally:
-        stop_workers()
+        shut_down(runtime, standalone=args.standalone, namespaces=tuple(namespaces))
+        loop.close()  # does not wait for threads still in a call (asyncio.run would)
+    # A thread still blocked in a call (a health probe, a Chroma request, an abandoned
+    # pass) would hold the interpreter's exit until the call times out: the stop is
+    # bounded by SSO_SHUTDOWN_SECONDS, so the process ends here.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def shut_down(runtime: Runtime, *, standalone: bool, namespaces: tuple[str, ...]) -> None:
+    """The end of a stop, after kopf has stopped (docs/operations.md, "Shutdown"): running
+    passes get SSO_SHUTDOWN_SECONDS to write their checkpoint and release their claims (a
+    pass still running then is abandoned: its claim lapses), then, on the replica that led,
+    our finalizer is released from every SessionSummarizer it served (the next leader puts
+    it back at once; after an uninstall, nothing is left to block their deletion), then the
+    queued Events are posted."""
+    started = time.monotonic()
+    runtime.stopping.set()
+    left = stop_workers(CONFIG.shutdown_seconds)
+    if left:
+        log.warning(
+            "%d summarization(s) still running after %.0fs: abandoned; their session claims "
+            "lapse and the next replica resumes them",
+            left,
+            CONFIG.shutdown_seconds,
+        )
+    if standalone or runtime.leader == CONFIG.replica_id:
+        try:
+            released = release_finalizers(namespaces, (FINALIZER, *LEGACY_FINALIZERS))
+            if released:
+                log.info("released the finalizer of %d SessionSummarizer(s)", released)
+        except Exception as exc:  # the API server may be gone too: say it, still exit
+            log.warning("could not release the SessionSummarizers' finalizer: %s", exc)
+    runtime.events.close(timeout=2.0)
+    log.info("stopped in %.1fs", time.monotonic() - started)

@@ -12,7 +12,7 @@ Blocking I/O: handlers call it in a worker thread.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -46,6 +46,11 @@ OutcomeKind = Literal["summarized", "up-to-date", "not-found", "empty"]
 
 
 CHECKPOINT_PASSES = 20
+
+
+class PassInterrupted(Exception):
+    """The operator is stopping: the pass wrote what it had (a checkpoint) and stopped at
+    a chunk boundary; the object's next pass goes on from there."""
 
 
 def full_document(summary: StructuredSummary) -> str:
@@ -175,6 +180,7 @@ def summarize_session(
     guard: WriteGuard | None = None,
     writer_object: str = "",
     visibility: VisibilityRules = DEFAULT_VISIBILITY,
+    stop: Callable[[], bool] | None = None,
 ) -> Outcome:
     """Brings the session's stored summary up to date with its memories.
 
@@ -185,7 +191,9 @@ def summarize_session(
     memory_budget_tokens). guard (the session's claim) is checked between passes and right
     before every upsert, with the fencing number the row carries then; if it raises,
     nothing more is written. visibility: how the row is tagged for neo's readers
-    (core/visibility.py).
+    (core/visibility.py). stop: asked between chunk passes; once it says True (the
+    operator is stopping), the summary so far is written as a checkpoint and
+    PassInterrupted raised.
 
     A row another writer rewrote since our last write is written again even with nothing
     new to summarize: its text is then carried in ours, and the row is ours once more.
@@ -249,6 +257,14 @@ def summarize_session(
     for chunk in chunks if new else iter([[]]):
         if guard is not None:
             guard.check()  # a writer that lost its claim stops spending model calls
+        if passes and stop is not None and stop():
+            assert isinstance(current, StructuredSummary) and current.watermark is not None
+            coverage, count = _covered(rows, read_upto)
+            write(current.model_copy(update={"memory_count": count, "coverage": coverage}))
+            raise PassInterrupted(
+                f"stopped after {passes} pass(es) of session {session_id!r}; what they "
+                "covered is written"
+            )
         if passes and checkpoint_passes and passes % checkpoint_passes == 0:
             assert isinstance(current, StructuredSummary) and current.watermark is not None
             coverage, count = _covered(rows, read_upto)

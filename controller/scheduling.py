@@ -132,6 +132,20 @@ class DeadlineExecutor(Executor):
             finally:
                 _RUNNING.deadline = None
 
+    def running(self) -> int:
+        """Jobs running on a worker thread now."""
+        with self._cond:
+            return max(0, sum(t.is_alive() for t in self._threads) - self._idle)
+
+    def join(self, timeout_s: float) -> int:
+        """After shutdown(): waits at most timeout_s for the threads to finish their jobs;
+        returns how many are still running one."""
+        deadline = time.monotonic() + timeout_s
+        for thread in list(self._threads):
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+        return sum(t.is_alive() for t in self._threads if t is not threading.current_thread())
+
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._cond:
             self._shutdown = True

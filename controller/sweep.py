@@ -23,9 +23,10 @@ from controller.core.chunking import estimate_tokens, memory_text
 from controller.core.coverage import PriorCoverage
 from controller.core.memories import SUNSET_MARKER_TYPE, is_excluded, parse_timestamp_ms
 from controller.core.naming import summary_object_name
+from controller.core.rate_limit import TokenBucket
 from controller.core.reconcile_plan import RowCursor
 from controller.core.refresh_plan import Growth, RefreshPolicy, may_refresh, plan_refresh
-from controller.core.retention import expired
+from controller.core.retention import RetentionPolicy, expired
 from controller.core.summary import StructuredSummary, UnreadablePriorSummary
 from controller.core.sweep_plan import (
     MARKER_TRIGGER,
@@ -77,6 +78,13 @@ def _in_flight(obj: dict[str, object]) -> bool:
     if status.get("observedGeneration") != meta.get("generation"):
         return status.get("phase") != "Failed"
     return status.get("phase") in IN_FLIGHT_PHASES
+
+
+def _version(obj: dict[str, object] | None) -> str | None:
+    meta = (obj or {}).get("metadata") or {}
+    assert isinstance(meta, dict)
+    version = meta.get("resourceVersion")
+    return str(version) if obj is not None and version is not None else None
 
 
 def plan_from_store(
@@ -193,9 +201,11 @@ def apply_plan(plan: SweepPlan, *, namespace: str, summarizer_name: str) -> Appl
             summarizer=summarizer_name,
             requested_at=requested_at,
             # Absent when we looked: if another sweep created it meanwhile, leave it be.
-            patch_if_exists=existing is not None,
+            patch_if_exists=False,
+            # Present: patched only as we read it, never over a sunset that came since.
+            resource_version=_version(existing),
         )
-        return action
+        return action if action in ("created", "patched") else None
 
     for candidate in stale[: WALK_FACTOR * max(budget, 1)]:
         if created + patched >= budget:
@@ -233,16 +243,27 @@ def run_sweep(
     return SweepResult(plan, scanned, applied, seconds, new_cursor, aligned, appended)
 
 
+def retention_policy(spec: SessionSummarizerSpec) -> RetentionPolicy:
+    r = spec.retention
+    return RetentionPolicy(
+        summarized_s=r.summarized_ttl_seconds,
+        empty_s=r.empty_ttl_seconds,
+        not_found_s=r.not_found_ttl_seconds,
+        failed_s=r.failed_ttl_seconds,
+    )
+
+
 def apply_retention(spec: SessionSummarizerSpec, *, namespace: str, summarizer_name: str) -> int:
-    """Deletes this summarizer's Summarized objects older than the TTL; returns how many."""
-    ttl = spec.retention.summarized_ttl_seconds
-    if ttl <= 0:
+    """Deletes this summarizer's finished objects older than their phase's TTL (each delete
+    conditional on the version read, so a sunset in between wins); returns how many."""
+    policy = retention_policy(spec)
+    if policy.keeps_everything:
         return 0
     doomed = expired(
         kube.iter_summaries(namespace, CONFIG.list_chunk_size),
         summarizer=summarizer_name,
         now=dt.datetime.now(dt.UTC),
-        ttl_seconds=ttl,
+        policy=policy,
     )
     return sum(kube.delete_summary_if_unchanged(namespace, n, rv) for n, rv in doomed)
 
@@ -258,6 +279,8 @@ class _MarkerMemory:
 
     acted: dict[str, int] = field(default_factory=dict)  # session -> newest marker handled
     reported: set[str] = field(default_factory=set)  # memory ids of invalid markers reported
+    # spec.sweep.markerRequestsPerMinute, as a token bucket (core/rate_limit.py).
+    bucket: TokenBucket = field(default_factory=lambda: TokenBucket(60))
 
 
 _MARKERS: dict[tuple[str, str], _MarkerMemory] = {}
@@ -268,9 +291,11 @@ class MarkerScanResult:
     scanned: int  # marker rows read
     requested: list[tuple[str, str]]  # (session id, "created" | "patched")
     waiting: int  # a pass is under way; the next scan looks again
-    left: int  # over the cap; the next scan looks again
+    left: int  # over the cap or the rate; the next scan looks again
     invalid: list[InvalidMarker]  # newly found markers that name no session
     duration_s: float
+    # Sessions whose only memories are sunset markers: nothing to summarize, no object made.
+    markers_only: list[str] = field(default_factory=list)
 
 
 def _object_state(obj: dict[str, object] | None) -> SummaryObjectState | None:
@@ -292,11 +317,14 @@ def run_marker_scan(
     watermark_ms: int,
 ) -> MarkerScanResult:
     """Reads the sunset markers newer than the sweep's watermark and creates/patches the
-    SessionSummary of every session whose marker is not handled yet, at most
-    maxSessionsPerSweep per scan, ignoring the idle threshold. Costs one filtered read per
-    tick; a summary lookup and a GET per session only for markers not acted on before."""
+    SessionSummary of every session whose marker is not handled yet, ignoring the idle
+    threshold: only for sessions with memories besides markers (a marker alone makes no
+    object), at most maxSessionsPerSweep per scan and markerRequestsPerMinute a minute.
+    Costs one filtered read per tick; a summary lookup, a read of one other memory and a
+    GET per session only for markers not acted on before."""
     started = time.monotonic()
     memory = _MARKERS.setdefault((namespace, summarizer_name), _MarkerMemory())
+    memory.bucket.per_minute = spec.sweep.marker_requests_per_minute
     rows = list(store.scan_markers(SUNSET_MARKER_TYPE, watermark_ms))
     markers, invalid = collect_markers(rows)
     new_invalid = [m for m in invalid if m.memory_id not in memory.reported]
@@ -310,25 +338,37 @@ def run_marker_scan(
             uncovered.append(marker)
     budget = spec.sweep.max_sessions_per_sweep
     requested: list[tuple[str, str]] = []
+    markers_only: list[str] = []
     waiting = walked = 0
     requested_at = now_rfc3339(precise=True)
     for marker in uncovered[: WALK_FACTOR * budget]:
-        if len(requested) >= budget:
+        if len(requested) >= budget or memory.bucket.available(time.monotonic()) < 1:
             break
         walked += 1
+        if not store.has_memories_besides(marker.session_id, SUNSET_MARKER_TYPE):
+            markers_only.append(marker.session_id)  # a later marker is looked at again
+            memory.acted[marker.session_id] = marker.timestamp_ms
+            continue
         existing = kube.get_summary(namespace, summary_object_name(marker.session_id))
         action = marker_action(marker, _object_state(existing))
         if action == "wait":
             waiting += 1
             continue
         if action == "request":
+            memory.bucket.take(1, time.monotonic())
             _, how = kube.request_summary(
                 namespace,
                 marker.session_id,
                 trigger=MARKER_TRIGGER,
                 summarizer=summarizer_name,
                 requested_at=requested_at,
+                patch_if_exists=False,
+                resource_version=_version(existing),
             )
+            if how not in ("created", "patched"):
+                memory.bucket.give_back(1)
+                waiting += 1  # changed since read: a sunset or a pass; looked at again
+                continue
             requested.append((marker.session_id, how))
         memory.acted[marker.session_id] = marker.timestamp_ms
     # Forget what the window no longer holds: those markers are never read again.
@@ -341,4 +381,5 @@ def run_marker_scan(
         left=len(uncovered) - walked,
         invalid=new_invalid,
         duration_s=time.monotonic() - started,
+        markers_only=markers_only,
     )

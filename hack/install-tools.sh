@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Obtain the real Kubernetes binaries this project tests against: kube-apiserver,
-# kubectl, etcd and helm, built from their Go modules (checked against the Go checksum
-# database by the go command) and cached under ~/.cache keyed by version.
+# Obtain the real binaries this project tests against: kube-apiserver, kubectl, etcd, helm
+# and Prometheus's promtool (the chart's alert rules), built from their Go modules (checked
+# against the Go checksum database by the go command) and cached under ~/.cache keyed by
+# version, each with its sha256 recorded.
 #
 # Usage: hack/install-tools.sh [--print-bin-dir]
 # Prints the directory holding the binaries on its last line.
@@ -84,9 +85,22 @@ build_helm() {
     go_build_into_bin "helm-$HELM_VERSION" "$gomod" "$HELM_VERSION" helm=helm.sh/helm/v3/cmd/helm
 }
 
+# promtool (`promtool check rules`, `promtool test rules`: tests/integration/test_alerts.py).
+# Prometheus publishes its Go module as v0.<major*100+minor>.<patch>: v0.305.0 is 3.5.0.
+build_promtool() {
+  cached_ok promtool "$PROMETHEUS_VERSION" && return 0
+  need_go
+  local gomod
+  gomod=$(printf 'module sso/promtools\n\ngo 1.24.0\n\nrequire github.com/prometheus/prometheus %s\n' "$PROMETHEUS_VERSION")
+  LDFLAGS_EXTRA="-X github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION" \
+    go_build_into_bin "prometheus-$PROMETHEUS_VERSION" "$gomod" "$PROMETHEUS_VERSION" \
+    promtool=github.com/prometheus/prometheus/cmd/promtool
+}
+
 start=$(date +%s)
 build_etcd
 build_helm
 build_kubernetes
+build_promtool
 log "tools ready in $(( $(date +%s) - start ))s: $bin_dir"
 echo "$bin_dir"

@@ -1,4 +1,4 @@
-"""summaryctl's commands: sunset (the cluster), summaries and summarize (the store), with
+"""summaryctl's commands: sunset and check (the cluster), summaries and summarize (the store), with
 Kubernetes and store errors turned into one line."""
 
 from __future__ import annotations
@@ -133,23 +133,92 @@ def cmd_sunset(args: argparse.Namespace) -> int:
     if args.wait <= 0:
         return 0
     deadline = time.monotonic() + args.wait
+    last: dict[str, Any] = {}
     while time.monotonic() < deadline:
         obj = _kube_call(kube.get_summary, args.namespace, name) or {}
-        status = obj.get("status") or {}
-        generation = (obj.get("metadata") or {}).get("generation")
-        if status.get("observedGeneration") == generation and status.get("phase") in (
-            "Summarized",
-            "Empty",
-            "NotFound",
-            "Failed",
-        ):
-            print(f"{status['phase']}: {status.get('message', '')}")
-            return 0 if status["phase"] == "Summarized" else 1
+        last = obj
+        outcome = pass_outcome(obj)
+        if outcome is not None:
+            phase, reason, message = outcome
+            if phase == "Summarized":
+                print(f"{phase}: {message}")
+                return 0
+            print(printable(f"{phase}: {reason}: {message}"), file=sys.stderr)
+            if phase == "Pending":
+                print(
+                    f"summaryctl: the pass failed; the operator retries it with backoff "
+                    f"(kubectl -n {args.namespace} describe sessionsummary {name})",
+                    file=sys.stderr,
+                )
+            return 1
         time.sleep(0.2)
     raise CliError(
-        f"not summarized within {args.wait:g}s; check `kubectl -n {args.namespace} describe "
-        f"sessionsummary {name}` and that the operator runs"
+        f"not summarized within {args.wait:g}s ({_where(last)}); check `kubectl -n "
+        f"{args.namespace} describe sessionsummary {name}` and that the operator runs"
     )
+
+
+DONE = ("Summarized", "Empty", "NotFound", "Failed")
+NOT_YET = ("SessionClaimed", "Summarizing")
+
+
+def pass_outcome(obj: dict[str, Any]) -> tuple[str, str, str] | None:
+    """(phase, reason, message) once the pass for the object's current request has ended:
+    done, or failed (Pending between retries: reason and message say why, as soon as the
+    first pass fails); None while it is still to come, waiting or running."""
+    status = obj.get("status") or {}
+    generation = (obj.get("metadata") or {}).get("generation")
+    if status.get("observedGeneration") != generation:
+        return None
+    summarized: dict[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Summarized"), {}
+    )
+    current = summarized.get("observedGeneration") in (None, generation)
+    reason = str(summarized.get("reason", "")) if current else ""
+    message = str(status.get("message", ""))
+    phase = status.get("phase")
+    if phase in DONE:
+        return str(phase), reason, message
+    failed = current and summarized.get("status") == "False" and reason not in ("", *NOT_YET)
+    return ("Pending", reason, message) if phase == "Pending" and failed else None
+
+
+def _where(obj: dict[str, Any]) -> str:
+    status = obj.get("status") or {}
+    if not obj:
+        return "the object is gone"
+    if not status:
+        return "no pass has started: is the operator running, and does it watch this namespace?"
+    return f"phase {status.get('phase') or 'none yet'}: {status.get('message', '')}"
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Whether a SessionSummarizer is Ready: every condition, one line each."""
+    from controller.api import GROUP, SUMMARIZER_PLURAL, VERSION
+    from controller.kube import client as kube
+
+    deadline = time.monotonic() + args.wait
+
+    def read() -> Any:
+        return kube.custom().get_namespaced_custom_object(
+            GROUP, VERSION, args.namespace, SUMMARIZER_PLURAL, args.summarizer
+        )
+
+    while True:
+        obj = _kube_call(read)
+        conditions = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+        ready = conditions.get("Ready", {})
+        if ready.get("status") == "True" or time.monotonic() >= deadline:
+            break
+        time.sleep(1)
+    print(f"sessionsummarizer/{args.summarizer} (namespace {args.namespace}):")
+    for kind in sorted(conditions, key=lambda t: (t != "Ready", t)):
+        c = conditions[kind]
+        print(printable(f"  {kind}={c.get('status')} {c.get('reason')}: {c.get('message', '')}"))
+    if ready.get("status") != "True":
+        print(f"summaryctl: not Ready (waited {args.wait:g}s)", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _store(args: argparse.Namespace, summarizer: Any = None) -> Any:
@@ -285,74 +354,3 @@ def cmd_summarize(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 1 if failures or not_found else 0
-
-
-def cmd_verify(args: argparse.Namespace) -> int:
-    """Which memories of each session no summary covers (exit 1 when any)."""
-    from controller.cli.settings import load_summarizer
-    from controller.core.coverage import PriorCoverage, uncovered
-    from controller.core.summary import StructuredSummary, UnreadablePriorSummary
-    from controller.core.text import ms_to_rfc3339
-
-    store = _store(args, load_summarizer(args))
-    reports = []
-    for session_id in args.session_ids:
-        with _store_errors():
-            try:
-                prior = store.read_summary(session_id)
-            except UnreadablePriorSummary as exc:
-                raise CliError(str(exc)) from exc
-            keys = list(store.session_rows(session_id).keys)
-        mark = prior.watermark if isinstance(prior, StructuredSummary) else None
-        covered = (
-            PriorCoverage((mark.timestamp_ms, mark.memory_id), prior.coverage, prior.memory_count)
-            if isinstance(prior, StructuredSummary) and mark is not None
-            else PriorCoverage()
-        )
-        found = uncovered(keys, covered)
-        reports.append(
-            {
-                "sessionId": session_id,
-                "memories": len(keys),
-                "summary": "structured"
-                if isinstance(prior, StructuredSummary)
-                else ("earlier text only" if prior is not None else "none"),
-                "uncovered": found.count,
-                "rows": [
-                    {"id": i, "timestamp": ms_to_rfc3339(ts), "why": why}
-                    for ts, i, why in found.rows
-                ],
-                "ranges": [
-                    {
-                        "from": ms_to_rfc3339(d.start) if d.start is not None else None,
-                        "to": ms_to_rfc3339(d.end) if d.end is not None else None,
-                        "uncovered": d.uncovered,
-                        "candidates": [i for _, i in rows],
-                    }
-                    for d, rows in found.unnamed
-                ],
-            }
-        )
-    if args.json:
-        print(json.dumps(reports, indent=2))
-    for report in [] if args.json else reports:
-        sid = printable(report["sessionId"])
-        if not report["uncovered"]:
-            print(
-                f"{sid}: every one of its {report['memories']} memories is covered by its summary"
-            )
-            continue
-        print(
-            f"{sid}: {report['uncovered']} of its {report['memories']} memories are not covered "
-            f"by its summary ({report['summary']}):"
-        )
-        for row in report["rows"]:
-            print(f"  {printable(row['id'])}  {row['timestamp']}  ({row['why']})")
-        for rng in report["ranges"]:
-            print(
-                f"  {rng['uncovered']} of the {len(rng['candidates'])} memories from "
-                f"{rng['from'] or 'the beginning'} to {rng['to'] or 'the watermark'} "
-                "(the coverage cannot name which): "
-                + ", ".join(map(printable, rng["candidates"][:20]))
-            )
-    return 1 if any(r["uncovered"] for r in reports) else 0

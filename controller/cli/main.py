@@ -20,7 +20,8 @@ from controller.cli.args import (
     seconds_arg,
     session_id_arg,
 )
-from controller.cli.commands import cmd_summaries, cmd_summarize, cmd_sunset, cmd_verify
+from controller.cli.commands import cmd_check, cmd_summaries, cmd_summarize, cmd_sunset
+from controller.cli.verify import cmd_verify
 
 # -- the parser ----------------------------------------------------------------------------
 
@@ -98,9 +99,33 @@ def build_parser() -> argparse.ArgumentParser:
         type=seconds_arg,
         default=0,
         metavar="SECONDS",
-        help="wait until the summary is written (exit 1 unless Summarized)",
+        help="wait until the pass ends: exit 0 when Summarized, 1 as soon as it fails (its "
+        "reason and message printed) or ends otherwise",
     )
     p.set_defaults(func=cmd_sunset)
+
+    p = sub.add_parser(
+        "check",
+        help="is a SessionSummarizer Ready? prints every condition; exit 1 unless Ready",
+    )
+    p.add_argument(
+        "-n",
+        "--namespace",
+        type=namespace_arg,
+        default=os.environ.get("SSO_NAMESPACE") or "default",
+        help="namespace of the SessionSummarizer (env SSO_NAMESPACE; default: default)",
+    )
+    p.add_argument(
+        "--summarizer", type=object_name_arg, default="default", help="its name (default: default)"
+    )
+    p.add_argument(
+        "--wait",
+        type=seconds_arg,
+        default=0,
+        metavar="SECONDS",
+        help="wait up to this long for Ready",
+    )
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("summaries", help="the newest summaries, newest first")
     p.add_argument("--limit", type=positive_int_arg, default=5, help="how many (at least 1)")

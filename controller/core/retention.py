@@ -1,43 +1,103 @@
-"""Which finished SessionSummary objects have outlived the retention TTL. Pure.
+"""Which finished SessionSummary objects have outlived their retention TTL. Pure.
 
-etcd should hold recent work, not one object per session forever: Summarized objects are
-deleted once status.summarizedAt is older than spec.retention.summarizedTTLSeconds. The
-summary itself stays in Chroma, and a later sunset simply creates the object again.
+etcd should hold recent work, not one object per session forever: every terminal phase has
+a TTL (spec.retention of the object's SessionSummarizer; 0 keeps that phase for ever), as
+a Job has ttlSecondsAfterFinished:
+
+| phase        | TTL field              | measured from                         | default |
+| ------------ | ---------------------- | ------------------------------------- | ------- |
+| `Summarized` | `summarizedTTLSeconds` | `status.summarizedAt` (the row's time) | 7 days  |
+| `Empty`      | `emptyTTLSeconds`      | `status.lastPhaseTransitionTime`      | 1 day   |
+| `NotFound`   | `notFoundTTLSeconds`   | `status.lastPhaseTransitionTime`      | 1 day   |
+| `Failed`     | `failedTTLSeconds`     | `status.lastPhaseTransitionTime`      | 7 days  |
+
+An object written before `lastPhaseTransitionTime` existed is measured from its
+`Summarized` condition's `lastTransitionTime`, else from its creation. Only objects whose
+current request was handled (observedGeneration == generation) are candidates: a newer
+pass asked for is never deleted. The summary itself stays in Chroma, and a later sunset or
+sweep simply creates the object again.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+TERMINAL_PHASES = ("Summarized", "Empty", "NotFound", "Failed")
 
-def _parse(when: object) -> dt.datetime | None:
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """Seconds each terminal phase is kept (0: for ever)."""
+
+    summarized_s: int
+    empty_s: int = 0
+    not_found_s: int = 0
+    failed_s: int = 0
+
+    def ttl(self, phase: object) -> int:
+        return {
+            "Summarized": self.summarized_s,
+            "Empty": self.empty_s,
+            "NotFound": self.not_found_s,
+            "Failed": self.failed_s,
+        }.get(str(phase), 0)
+
+    @property
+    def keeps_everything(self) -> bool:
+        return not any((self.summarized_s, self.empty_s, self.not_found_s, self.failed_s))
+
+
+def parse_time(when: object) -> dt.datetime | None:
     if not isinstance(when, str):
         return None
     try:
-        return dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
+        parsed = dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
     except ValueError:
         return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def finished_at(obj: Mapping[str, Any]) -> dt.datetime | None:
+    """When the object's current phase began, as retention measures it."""
+    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+    if status.get("phase") == "Summarized":
+        summarized = parse_time(status.get("summarizedAt"))
+        if summarized is not None:
+            return summarized
+    since = parse_time(status.get("lastPhaseTransitionTime"))
+    if since is not None:
+        return since
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == "Summarized":
+            since = parse_time(cond.get("lastTransitionTime"))
+            if since is not None:
+                return since
+    return parse_time(meta.get("creationTimestamp"))
 
 
 def expired(
-    objects: Iterable[Mapping[str, Any]], *, summarizer: str, now: dt.datetime, ttl_seconds: int
+    objects: Iterable[Mapping[str, Any]],
+    *,
+    summarizer: str,
+    now: dt.datetime,
+    policy: RetentionPolicy,
 ) -> list[tuple[str, str]]:
-    """(name, resourceVersion) of this summarizer's objects to delete; none when ttl is 0."""
-    if ttl_seconds <= 0:
-        return []
-    horizon = now - dt.timedelta(seconds=ttl_seconds)
+    """(name, resourceVersion) of this summarizer's objects to delete."""
     doomed = []
     for obj in objects:
         meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}), obj.get("status") or {}
         if spec.get("summarizerRef", "default") != summarizer:
             continue
-        if status.get("phase") != "Summarized":
+        phase = status.get("phase")
+        ttl = policy.ttl(phase) if phase in TERMINAL_PHASES else 0
+        if ttl <= 0:
             continue
         if status.get("observedGeneration") != meta.get("generation"):
             continue  # a newer pass was asked for
-        summarized = _parse(status.get("summarizedAt"))
-        if summarized is not None and summarized < horizon:
+        since = finished_at(obj)
+        if since is not None and since < now - dt.timedelta(seconds=ttl):
             doomed.append((meta["name"], meta["resourceVersion"]))
     return doomed

@@ -13,6 +13,16 @@ resourceVersion precondition), so no writer drops what another wrote:
 | Swept            | the sweep (`SweepReport`, `SweepFailure`) | handlers/summarizer.py      |
 | SunsetMarkers    | the marker scan (`MarkerScanReport`)    | handlers/summarizer.py        |
 | ReplicaActive    | the peering reporter (`replica_status`) | controller/kube/peering.py         |
+| Ready, Reconciling, Stalled | derived (`settled`, core/readiness.py) on every write |   |
+
+Fields have one owner too: the sweep's figures (`lastSweepAt`, `watermark`, ...) the
+sweep, `lastRetentionAt` and `deletedByRetention` retention (`RetentionReport`),
+`activeReplica` the peering reporter, `observedGeneration` the health check.
+
+Every condition carries the generation of the spec it was computed from
+(observedGeneration): the probes, the sweep and the marker scan stamp the generation they
+read; the peering reporter's ReplicaActive does not depend on the spec and is stamped with
+the object's generation at each write.
 """
 
 from __future__ import annotations
@@ -22,18 +32,48 @@ from dataclasses import dataclass
 
 from controller.api import Condition, SessionSummarizerStatus, set_condition
 from controller.core.destinations import SecretVerdict, shown
+from controller.core.readiness import summarizer_readiness, with_derived
 from controller.core.text import one_line
+
+# Conditions that say nothing about the spec: stamped with the current generation.
+SPEC_INDEPENDENT = frozenset({"ReplicaActive"})
+
+
+def stamped(conditions: Iterable[Condition], generation: int | None) -> list[Condition]:
+    """The conditions marked as computed from this generation of the spec."""
+    if generation is None:
+        return list(conditions)
+    return [c.model_copy(update={"observed_generation": generation}) for c in conditions]
 
 
 def with_conditions(
-    status: SessionSummarizerStatus, conditions: Iterable[Condition], now: str | None = None
+    status: SessionSummarizerStatus,
+    conditions: Iterable[Condition],
+    now: str | None = None,
+    *,
+    generation: int | None = None,
 ) -> SessionSummarizerStatus:
     """The status with these conditions set (others kept; transition times move only on a
-    status change)."""
+    status change), stamped with the generation they were computed from when given."""
     merged = status.conditions
-    for cond in conditions:
+    for cond in stamped(conditions, generation):
         merged = set_condition(merged, cond, now=now)
     return status.model_copy(update={"conditions": merged})
+
+
+def settled(status: SessionSummarizerStatus, generation: int | None) -> SessionSummarizerStatus:
+    """What every write of a SessionSummarizer's status stores (kube.update_summarizer_status
+    applies it after the writer's change): each condition with the generation it was
+    computed for (spec-independent ones, and any without one, with the object's current
+    generation), and Ready, Reconciling and Stalled derived from them."""
+    conditions = [
+        c.model_copy(update={"observed_generation": generation})
+        if c.type in SPEC_INDEPENDENT or c.observed_generation is None
+        else c
+        for c in status.conditions or []
+    ]
+    derived = summarizer_readiness(conditions, generation)
+    return status.model_copy(update={"conditions": with_derived(conditions, derived)})
 
 
 def store_reachable(url: str, *, reason: str = "HeartbeatOK", message: str = "") -> Condition:
@@ -84,20 +124,21 @@ class SweepReport:
     created: int
     patched: int
     scanned: int
-    deleted: int
     watermark: int | None
     message: str
     store_url: str
+    generation: int | None = None  # of the spec the sweep ran with
     cursor: tuple[int, str | None] | None = None  # the appended-rows scan's (offset, last id)
 
     def apply(self, status: SessionSummarizerStatus) -> SessionSummarizerStatus:
         swept = Condition(type="Swept", status="True", reason="SweepOK", message=self.message)
+        conditions = [swept, store_reachable(self.store_url)]
         cursor = (
             {"appended_offset": self.cursor[0], "appended_last_id": self.cursor[1]}
             if self.cursor is not None
             else {}
         )
-        return with_conditions(status, [swept, store_reachable(self.store_url)]).model_copy(
+        return with_conditions(status, conditions, generation=self.generation).model_copy(
             update={
                 "last_sweep_at": self.at,
                 "last_sweep_duration_seconds": round(self.duration_s, 3),
@@ -106,7 +147,6 @@ class SweepReport:
                 "created": self.created,
                 "patched": self.patched,
                 "scanned_memories": self.scanned,
-                "deleted_by_retention": self.deleted,
                 "watermark": self.watermark,
                 "message": self.message,
                 **cursor,
@@ -146,21 +186,35 @@ class ReconcileReport:
 @dataclass(frozen=True)
 class MarkerScanReport:
     """What a marker scan that acted writes: the SunsetMarkers condition, False while the
-    last markers it found include some that name no session. Scans that did nothing write
-    nothing (they run every tick)."""
+    last markers it found include some that name no session, or only sessions with no
+    other memories. Scans that did nothing write nothing (they run every tick)."""
 
     requested: tuple[str, ...]  # sessions whose summary was asked for
     invalid: tuple[str, ...]  # one description per marker that names no session
+    markers_only: tuple[str, ...] = ()  # sessions with no memories besides markers
+    generation: int | None = None  # of the spec the scan ran with
     SHOWN = 5
 
     @classmethod
-    def of(cls, requested: Iterable[str], invalid: Iterable[str]) -> MarkerScanReport | None:
-        report = cls(tuple(requested), tuple(invalid))
-        return report if report.requested or report.invalid else None
+    def of(
+        cls,
+        requested: Iterable[str],
+        invalid: Iterable[str],
+        markers_only: Iterable[str] = (),
+        generation: int | None = None,
+    ) -> MarkerScanReport | None:
+        report = cls(tuple(requested), tuple(invalid), tuple(markers_only), generation)
+        return report if report.requested or report.invalid or report.markers_only else None
+
+    @property
+    def ignored(self) -> bool:
+        return bool(self.invalid or self.markers_only)
 
     @property
     def reason(self) -> str:
-        return "InvalidSunsetMarker" if self.invalid else "SummaryRequested"
+        if self.invalid:
+            return "InvalidSunsetMarker"
+        return "MarkerWithoutMemories" if self.markers_only else "SummaryRequested"
 
     @property
     def message(self) -> str:
@@ -169,6 +223,13 @@ class MarkerScanReport:
             parts.append(
                 f"ignored {len(self.invalid)} sunset marker(s) that name no session: "
                 + self._listed(self.invalid)
+            )
+        if self.markers_only:
+            ids = [repr(s if len(s) <= 60 else s[:59] + "…") for s in self.markers_only]
+            parts.append(
+                f"ignored the sunset markers of {len(self.markers_only)} session(s) with no "
+                "other memories (nothing to summarize; no SessionSummary made): "
+                + self._listed(ids)
             )
         if self.requested:
             ids = [repr(s if len(s) <= 60 else s[:59] + "…") for s in self.requested]
@@ -187,13 +248,13 @@ class MarkerScanReport:
     def condition(self) -> Condition:
         return Condition(
             type="SunsetMarkers",
-            status="False" if self.invalid else "True",
+            status="False" if self.ignored else "True",
             reason=self.reason,
             message=self.message,
         )
 
     def apply(self, status: SessionSummarizerStatus) -> SessionSummarizerStatus:
-        return with_conditions(status, [self.condition])
+        return with_conditions(status, [self.condition], generation=self.generation)
 
 
 @dataclass(frozen=True)
@@ -204,6 +265,7 @@ class SweepFailure:
     reason: str
     message: str
     store_failed: bool
+    generation: int | None = None  # of the spec the sweep ran with
 
     @property
     def conditions(self) -> list[Condition]:
@@ -213,24 +275,37 @@ class SweepFailure:
         return [swept, store_reachable("", reason=self.reason, message=self.message)]
 
     def apply(self, status: SessionSummarizerStatus, at: str) -> SessionSummarizerStatus:
-        return with_conditions(status, self.conditions).model_copy(
+        return with_conditions(status, self.conditions, generation=self.generation).model_copy(
             update={"last_sweep_at": at, "message": f"sweep failed: {self.message}"}
         )
 
 
-def sweep_failure(exc: BaseException, url: str) -> SweepFailure:
+def sweep_failure(exc: BaseException, url: str, generation: int | None = None) -> SweepFailure:
     """The reason a sweep failed, from the exception class (by name: this module does no
     I/O and imports none of the modules that raise them)."""
     kind = type(exc).__name__
     message = one_line(exc, 300) or kind
     if kind == "SecretError":
-        return SweepFailure("SecretNotFound", message, store_failed=True)
+        return SweepFailure("SecretNotFound", message, True, generation)
     if kind in ("SecretHostNotAllowed", "EndpointNotAllowed"):
-        return SweepFailure(kind, one_line(exc, 1000), store_failed=True)
+        return SweepFailure(kind, one_line(exc, 1000), True, generation)
     if kind == "CollectionNotFound":
         role = getattr(exc, "role", "memory")
         reason = "MemoryCollectionNotFound" if role == "memory" else "CollectionNotFound"
-        return SweepFailure(reason, message, store_failed=False)
+        return SweepFailure(reason, message, False, generation)
     if kind == "InvalidStoreConfig":
-        return SweepFailure("InvalidStoreConfig", message, store_failed=False)
-    return SweepFailure("StoreUnavailable", message or f"Chroma at {url} failed", store_failed=True)
+        return SweepFailure("InvalidStoreConfig", message, False, generation)
+    return SweepFailure("StoreUnavailable", message or f"Chroma at {url} failed", True, generation)
+
+
+@dataclass(frozen=True)
+class RetentionReport:
+    """What a retention run writes: when it ran and how many objects it deleted."""
+
+    at: str
+    deleted: int
+
+    def apply(self, status: SessionSummarizerStatus) -> SessionSummarizerStatus:
+        return status.model_copy(
+            update={"last_retention_at": self.at, "deleted_by_retention": self.deleted}
+        )

@@ -9,17 +9,16 @@ status.lastSweepAt (which survives restarts and failover).
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import time
 from typing import Any
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from controller import metrics
 from controller.api import (
     GROUP,
+    LEGACY_FINALIZERS,
     SUMMARIZER_PLURAL,
     VERSION,
     Condition,
@@ -31,24 +30,26 @@ from controller.backends import store_location
 from controller.config import CONFIG
 from controller.core.destinations import DestinationRefused
 from controller.core.reconcile_plan import RowCursor
+from controller.core.requeue import to_ask_again_with_progress
 from controller.core.summarizer_status import (
-    MarkerScanReport,
-    ReconcileReport,
     SweepReport,
     sweep_failure,
     with_conditions,
 )
 from controller.core.text import one_line
+from controller.handlers import summarizer_upkeep as upkeep
 from controller.kube import client as kube
+from controller.kube.events import EventRecorder
 from controller.probes import check_embedding, check_secrets, health_conditions
-from controller.reconcile import reconcile_soon, reconcile_step
+from controller.reconcile import reconcile_soon
+from controller.runtime import Runtime
 from controller.store.errors import (
     CollectionNotFound,
     InvalidStoreConfig,
     StoreUnavailable,
 )
 from controller.store.memory_store import forget_store, store_for
-from controller.sweep import apply_retention, run_marker_scan, run_sweep
+from controller.sweep import run_sweep
 
 
 def _status(body: kopf.Body) -> SessionSummarizerStatus:
@@ -80,36 +81,71 @@ def _transitions(
     return out
 
 
+def _ask_failed_again(namespace: str, summarizer: str) -> int:
+    """Asks every SessionSummary of this summarizer whose last pass failed for a new pass
+    (core/requeue.py); returns how many."""
+    requested_at = now_rfc3339(precise=True)
+    found = to_ask_again_with_progress(
+        kube.iter_summaries(namespace, CONFIG.list_chunk_size),
+        summarizer,
+        CONFIG.annotation_prefix,
+    )
+    return sum(kube.ask_again(namespace, n, rv, requested_at, keys) for n, rv, keys in found)
+
+
 @kopf.on.create(GROUP, VERSION, SUMMARIZER_PLURAL)
 @kopf.on.update(GROUP, VERSION, SUMMARIZER_PLURAL, field="spec")
 @kopf.on.resume(GROUP, VERSION, SUMMARIZER_PLURAL)
-async def check_config(body: kopf.Body, name: str, namespace: str | None, **_: Any) -> None:
-    """The health probes own SecretsAllowed, StoreReachable, ModelReady and EmbeddingReady."""
+async def check_config(
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    reason: str,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
+) -> None:
+    """The health probes own SecretsAllowed, StoreReachable, ModelReady and EmbeddingReady.
+    A new or changed summarizer also asks its failed SessionSummaries again; at start, a
+    finalizer of the name kopf used before (LEGACY_FINALIZERS) is released."""
     assert namespace is not None  # SessionSummarizer is namespaced
+    runtime = Runtime.of(memo)
+    events = runtime.events
+    if reason == "create":
+        runtime.summarizers_changed.set()  # its activeReplica at the reporter's next poll
+    legacy = [f for f in body.metadata.get("finalizers") or [] if f in LEGACY_FINALIZERS]
+    if legacy:
+        finalizers = list(body.metadata.get("finalizers") or [])
+        await asyncio.to_thread(
+            kube.remove_finalizers, namespace, name, finalizers, LEGACY_FINALIZERS
+        )
     spec = _validate(body)
-    conditions = await asyncio.to_thread(health_conditions, spec, namespace)
     generation = body.metadata.get("generation")
+    conditions = await asyncio.to_thread(health_conditions, spec, namespace)
     for cond in conditions:
         if cond.status == "False":
-            kopf.event(body, type="Warning", reason=cond.reason, message=cond.message)
+            events.post(body, type_="Warning", reason=cond.reason, message=cond.message)
     await asyncio.to_thread(
         _write_status,
         namespace,
         name,
-        lambda st: with_conditions(st, conditions).model_copy(
+        lambda st: with_conditions(st, conditions, generation=generation).model_copy(
             update={"observed_generation": generation}
         ),
     )
+    if reason in ("create", "update"):
+        asked = await asyncio.to_thread(_ask_failed_again, namespace, name)
+        if asked:
+            message = (
+                f"asked {asked} SessionSummar{'y' if asked == 1 else 'ies'} whose last pass "
+                f"failed under this summarizer for a new pass (its spec {reason}d)"
+            )
+            logger.info(message)
+            events.post(body, type_="Normal", reason="FailedSummariesRequeued", message=message)
 
 
 def _sweep_due(spec: SessionSummarizerSpec, status: SessionSummarizerStatus) -> bool:
-    if not spec.sweep.enabled:
-        return False
-    if status.last_sweep_at is None:
-        return True
-    last = dt.datetime.fromisoformat(status.last_sweep_at.replace("Z", "+00:00"))
-    elapsed = (dt.datetime.now(dt.UTC) - last).total_seconds()
-    return elapsed >= spec.sweep.interval_seconds
+    return spec.sweep.enabled and upkeep.due(status.last_sweep_at, spec.sweep.interval_seconds)
 
 
 _LAST_PROBE: dict[tuple[str, str, str], float] = {}
@@ -127,7 +163,11 @@ def _probe_due(namespace: str, name: str, condition: str) -> bool:
 
 
 async def _reprobe(
-    body: kopf.Body, spec: SessionSummarizerSpec, namespace: str, status: SessionSummarizerStatus
+    body: kopf.Body,
+    spec: SessionSummarizerSpec,
+    namespace: str,
+    status: SessionSummarizerStatus,
+    events: EventRecorder,
 ) -> None:
     """While EmbeddingReady is False, or SecretsAllowed is not True, probe again every
     SSO_EMBEDDING_REPROBE_SECONDS (30), so the conditions turn True once the endpoint, the
@@ -135,69 +175,31 @@ async def _reprobe(
     come to allow their URLs, every probe runs again (they failed for want of them)."""
     current = {c.type: c for c in status.conditions or []}
     name = str(body.metadata.get("name"))
+    generation = body.metadata.get("generation")
     secrets = current.get("SecretsAllowed")
     if secrets is not None and secrets.status != "True" and _probe_due(namespace, name, "s"):
         cond = await asyncio.to_thread(check_secrets, spec, namespace)
         if cond.status == "True":
             conditions = await asyncio.to_thread(health_conditions, spec, namespace)
             await asyncio.to_thread(
-                _write_status, namespace, name, lambda st: with_conditions(st, conditions)
+                _write_status,
+                namespace,
+                name,
+                lambda st: with_conditions(st, conditions, generation=generation),
             )
-            kopf.event(body, type="Normal", reason=cond.reason, message=cond.message)
+            events.post(body, type_="Normal", reason=cond.reason, message=cond.message)
             return
     embedding = current.get("EmbeddingReady")
     if embedding is not None and embedding.status == "False" and _probe_due(namespace, name, "e"):
         cond = await asyncio.to_thread(check_embedding, spec, namespace)
         if cond.status == "True":
             await asyncio.to_thread(
-                _write_status, namespace, name, lambda st: with_conditions(st, [cond])
+                _write_status,
+                namespace,
+                name,
+                lambda st: with_conditions(st, [cond], generation=generation),
             )
-            kopf.event(body, type="Normal", reason=cond.reason, message=cond.message)
-
-
-async def _reconcile(
-    body: kopf.Body, spec: SessionSummarizerSpec, namespace: str, name: str, logger: kopf.Logger
-) -> None:
-    """One step of the reconciliation (sweep.reconcile_step); a store it cannot reach is the
-    sweep's to report."""
-    try:
-        step = await asyncio.to_thread(
-            lambda: reconcile_step(
-                store_for(store_location(spec, namespace)),
-                spec,
-                namespace=namespace,
-                summarizer_name=name,
-                now_ms=int(time.time() * 1000),
-                monotonic=time.monotonic(),
-            )
-        )
-    except (
-        StoreUnavailable,
-        kube.SecretError,
-        CollectionNotFound,
-        InvalidStoreConfig,
-        DestinationRefused,
-    ) as exc:
-        logger.debug("reconciliation skipped: %s", one_line(exc, 300))
-        return
-    except ApiException as exc:  # never in the way of the sweep
-        logger.warning("reconciliation failed: API %s: %s", exc.status, one_line(exc.reason, 300))
-        return
-    done = step.finished
-    metrics.observe_reconcile(step.read, step.uncovered if done is not None else None)
-    if done is None:
-        return
-    report = ReconcileReport(
-        at=now_rfc3339(),
-        rows=done.rows,
-        uncovered=step.uncovered,
-        sessions=step.sessions,
-        seconds=(int(time.time() * 1000) - done.started_ms) / 1000,
-    )
-    await asyncio.to_thread(_write_status, namespace, name, report.apply)
-    logger.info("reconciliation by %s: %s", CONFIG.replica_id, report.message)
-    if step.uncovered:
-        kopf.event(body, type="Normal", reason="Reconciled", message=report.message)
+            events.post(body, type_="Normal", reason=cond.reason, message=cond.message)
 
 
 @kopf.timer(
@@ -208,59 +210,24 @@ async def sweep(
     name: str,
     namespace: str | None,
     logger: kopf.Logger,
+    memo: kopf.Memo,
     **_: Any,
 ) -> None:
     """The sweep owns the sweep fields and the Swept condition (and reports a store it
     could not reach through the store probe's StoreReachable). The marker scan, every tick
-    once the sweep has a watermark, owns SunsetMarkers; the sweep reports its store errors."""
+    once the sweep has a watermark, owns SunsetMarkers; the sweep reports its store errors.
+    Retention runs on the same timer, on its own clock."""
     assert namespace is not None
+    events = Runtime.of(memo).events
     spec = _validate(body)
     status = _status(body)
-    await _reprobe(body, spec, namespace, status)
+    generation = body.metadata.get("generation")
+    await _reprobe(body, spec, namespace, status, events)
     if spec.sweep.enabled and status.watermark is not None:
-        since = status.watermark
-        try:
-            markers = await asyncio.to_thread(
-                lambda: run_marker_scan(
-                    store_for(store_location(spec, namespace)),
-                    spec,
-                    namespace=namespace,
-                    summarizer_name=name,
-                    watermark_ms=since,
-                )
-            )
-        except (
-            StoreUnavailable,
-            kube.SecretError,
-            CollectionNotFound,
-            InvalidStoreConfig,
-            DestinationRefused,
-        ) as exc:
-            if isinstance(exc, StoreUnavailable):
-                forget_store(store_location(spec, namespace))
-            logger.debug("marker scan skipped: %s", one_line(exc, 300))
-        except ApiException as exc:  # never in the way of the sweep below
-            logger.warning("marker scan failed: API %s: %s", exc.status, one_line(exc.reason, 300))
-        else:
-            report = MarkerScanReport.of(
-                (sid for sid, _ in markers.requested), (m.describe() for m in markers.invalid)
-            )
-            if report is not None:
-                await asyncio.to_thread(_write_status, namespace, name, report.apply)
-                kind = "Warning" if report.invalid else "Normal"
-                kopf.event(body, type=kind, reason=report.reason, message=report.message)
-                logger.info(
-                    "marker scan by %s (%d markers read in %.0f ms, %d waiting for a pass "
-                    "under way, %d left for the next tick): %s",
-                    CONFIG.replica_id,
-                    markers.scanned,
-                    markers.duration_s * 1000,
-                    markers.waiting,
-                    markers.left,
-                    report.message,
-                )
+        await upkeep.marker_scan(body, spec, namespace, name, status.watermark, logger, events)
+    await upkeep.retention(spec, namespace, name, status, logger)
     if spec.sweep.enabled and status.watermark is not None:
-        await _reconcile(body, spec, namespace, name, logger)
+        await upkeep.reconcile(body, spec, namespace, name, logger, events)
     if not _sweep_due(spec, status):
         return
     cursor = (
@@ -279,9 +246,6 @@ async def sweep(
             watermark_ms=status.watermark,
             cursor=cursor,
         )
-        deleted = await asyncio.to_thread(
-            apply_retention, spec, namespace=namespace, summarizer_name=name
-        )
     except (
         StoreUnavailable,
         kube.SecretError,
@@ -289,7 +253,7 @@ async def sweep(
         InvalidStoreConfig,
         DestinationRefused,
     ) as exc:
-        failure = sweep_failure(exc, spec.store.url)
+        failure = sweep_failure(exc, spec.store.url, generation)
         if isinstance(exc, StoreUnavailable):
             forget_store(store_location(spec, namespace))
         written = await asyncio.to_thread(
@@ -298,7 +262,7 @@ async def sweep(
         if written is not None and any(
             changed for _, changed in _transitions(written[0], failure.conditions)
         ):
-            kopf.event(body, type="Warning", reason=failure.reason, message=failure.message)
+            events.post(body, type_="Warning", reason=failure.reason, message=failure.message)
         logger.warning("sweep failed: %s: %s", failure.reason, failure.message)
         return
     plan = result.plan
@@ -312,8 +276,7 @@ async def sweep(
         f"still active, {len(plan.fresh)} fresh; created {result.created}, "
         f"patched {result.patched}, refreshed {result.applied.refreshed} grown active "
         f"sessions, {result.applied.in_flight} already in flight, "
-        f"{result.applied.left} left for later; "
-        f"deleted {deleted} expired objects"
+        f"{result.applied.left} left for later"
     )
     logger.info("sweep by %s: %s", CONFIG.replica_id, message)
     swept = SweepReport(
@@ -324,12 +287,12 @@ async def sweep(
         created=result.created,
         patched=result.patched,
         scanned=result.scanned + result.appended,
-        deleted=deleted,
         watermark=plan.next_watermark_ms,
         message=message,
         store_url=spec.store.url,
+        generation=generation,
         cursor=(result.cursor.offset, result.cursor.last_id) if result.cursor else None,
     )
     await asyncio.to_thread(_write_status, namespace, name, swept.apply)
     if result.created or result.patched or result.applied.refreshed:
-        kopf.event(body, type="Normal", reason="Swept", message=message)
+        events.post(body, type_="Normal", reason="Swept", message=message)

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import kopf
+import urllib3
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from controller import metrics
@@ -33,6 +37,7 @@ from controller.core.fencing import FenceUnavailable
 from controller.core.row_ownership import RowChangedDuringPass
 from controller.core.summary import SummaryValidationError, UnreadablePriorSummary
 from controller.core.text import one_line
+from controller.core.waiting import wait_delay
 from controller.embeddings.minilm import EmbeddingError
 from controller.handlers.indexes import lookup_summarizer_spec
 from controller.handlers.summary_status import (
@@ -41,10 +46,12 @@ from controller.handlers.summary_status import (
     record_failure,
     record_waiting,
     report,
+    summarizing_status,
 )
 from controller.kube import client as kube
 from controller.kube.claims import ClaimHeld, ClaimLost, SessionClaimHandle
-from controller.pipeline import Outcome, summarize_session
+from controller.pipeline import Outcome, PassInterrupted, summarize_session
+from controller.runtime import Runtime
 from controller.scheduling import BACKGROUND_TRIGGERS, DeadlineExecutor, slack_for
 from controller.store.errors import (
     CollectionNotFound,
@@ -64,13 +71,22 @@ from controller.upsert import WriteGuard
 # (controller/scheduling.py; docs/operations.md, "Scheduling").
 WORKERS = DeadlineExecutor(CONFIG.workers, thread_name_prefix="summarize")
 SWEEP_WORKERS = DeadlineExecutor(max(2, CONFIG.workers // 4), thread_name_prefix="summarize-sweep")
+WAIT_JITTER = 0.25  # of each wait for another writer's claim, added at random
+log = logging.getLogger("controller.handlers.session_summary")
 
 
-def stop_workers() -> None:
-    """At operator exit: running summaries finish (and release their claims); queued ones
-    are dropped (their objects are resumed by the next replica or start)."""
-    for pool in (WORKERS, SWEEP_WORKERS):
-        pool.shutdown(wait=True, cancel_futures=True)
+POOLS = {"foreground": WORKERS, "background": SWEEP_WORKERS}
+
+
+def stop_workers(timeout_s: float) -> int:
+    """At operator exit: queued summaries are dropped (their objects are resumed by the next
+    replica or start); running ones, told to stop by the shutdown flag, write a checkpoint
+    at their next chunk boundary and release their claims. Waits at most timeout_s for
+    them; returns how many were still running then (abandoned: their claims lapse)."""
+    deadline = time.monotonic() + timeout_s
+    for pool in POOLS.values():
+        pool.shutdown(wait=False, cancel_futures=True)
+    return sum(pool.join(max(0.0, deadline - time.monotonic())) for pool in POOLS.values())
 
 
 def needs_pass_on_resume(body: kopf.Body, **_: Any) -> bool:
@@ -158,6 +174,7 @@ def summarize_blocking(
     spec: SessionSummarySpec,
     guard: WriteGuard | None = None,
     writer_object: str = "",
+    stop: Callable[[], bool] | None = None,
 ) -> Outcome:
     with failures_shown(backends):
         return summarize_session(
@@ -171,6 +188,7 @@ def summarize_blocking(
             guard=guard,
             writer_object=writer_object,
             visibility=backends.visibility,
+            stop=stop,
         )
 
 
@@ -197,11 +215,17 @@ def summarize_claimed(
     spec: SessionSummarySpec,
     summarizer_spec: dict[str, Any] | None,
     seen: ClaimMemory | None = None,
+    started: Callable[[], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> Outcome:
-    """Takes the session's claim in its store, summarizes while a thread renews it (the
-    claim checked between passes and, with the row's fencing number, right before every
-    write), and releases the claim. Raises ClaimHeld when another live writer (another
-    replica, or another object naming the same session) has it."""
+    """Takes the session's claim in its store, says the pass started (`started`: phase
+    Summarizing), summarizes while a thread renews the claim (checked between passes and,
+    with the row's fencing number, right before every write), and releases the claim.
+    Raises ClaimHeld when another live writer (another replica, or another object naming
+    the same session) has it; PassInterrupted when `stop` is set (the operator is
+    stopping), before the claim is taken or at the pass's next chunk boundary."""
+    if stop is not None and stop.is_set():
+        raise PassInterrupted("the operator is stopping; the next replica resumes this pass")
     backends = _resolve(namespace, spec, summarizer_spec)
     scope = _claim_scope(backends)
     location = backends.store.location
@@ -223,9 +247,30 @@ def summarize_claimed(
         if seen is not None:
             seen.sighting = handle.sighting
     try:
-        return summarize_blocking(backends, spec, guard=handle, writer_object=f"{namespace}/{name}")
+        if started is not None:
+            started()
+        return summarize_blocking(
+            backends,
+            spec,
+            guard=handle,
+            writer_object=f"{namespace}/{name}",
+            stop=stop.is_set if stop is not None else None,
+        )
     finally:
         handle.release()  # best effort: never raises
+
+
+def _say_started(namespace: str, name: str, body: kopf.Body, trigger: str) -> Callable[[], None]:
+    """Writes phase Summarizing once a pass has its claim (a pass that only waits for one
+    stays Pending). Best effort: the pass's outcome is written anyway."""
+
+    def started() -> None:
+        try:
+            kube.patch_summary_status(namespace, name, summarizing_status(body, trigger))
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            log.warning("could not mark %s/%s Summarizing: %s", namespace, name, exc)
+
+    return started
 
 
 @kopf.on.create(GROUP, VERSION, SUMMARY_PLURAL)
@@ -243,6 +288,7 @@ async def summarize(
     **indexes: Any,  # kopf passes every index by name (handlers/indexes.py)
 ) -> None:
     assert namespace is not None  # SessionSummary is namespaced
+    runtime = Runtime.of(memo)
     parsed = SessionSummarySpec.model_validate(dict(spec))
     uid = str(body.metadata.get("uid") or "")
     generation = int(body.metadata.get("generation") or 0)
@@ -254,36 +300,60 @@ async def summarize(
     summarizer_spec = lookup_summarizer_spec(
         indexes["summarizer_specs"], namespace, parsed.summarizer_ref
     )
+    on_start = _say_started(namespace, name, body, parsed.trigger)
 
     # kopf's memo of this object (kept between attempts, dropped with the object).
     seen = memo.setdefault("claim", ClaimMemory())
 
     def job() -> Outcome:
         metrics.observe_queue_wait(slack.name.lower(), time.monotonic() - started)
-        return summarize_claimed(namespace, name, uid, generation, parsed, summarizer_spec, seen)
+        return summarize_claimed(
+            namespace,
+            name,
+            uid,
+            generation,
+            parsed,
+            summarizer_spec,
+            seen,
+            started=on_start,
+            stop=runtime.stopping,
+        )
 
     try:
         pool = SWEEP_WORKERS if parsed.trigger in BACKGROUND_TRIGGERS else WORKERS
         outcome = await asyncio.wrap_future(pool.submit_by(started + slack, job))
     except ClaimHeld as held:
         metrics.claim_conflict()
-        logger.info("session %s: %s", parsed.session_id, held)
-        # A live writer releases its claim when done (usually well before expiry); a dead
-        # one's claim lapses at expiry. Look again soon, not later than the expiry.
-        delay = min(held.retry_after_s, CONFIG.claim_retry_seconds) + random.uniform(0, 0.5)
+        metrics.claim_wait()
+        # Backed off by this object's own count of looks (core/waiting.py), and never later
+        # than the claim could lapse as this replica has watched it (its own clock, never
+        # the other writer's expiry against ours): a dead writer's session is taken over
+        # as soon as the lease rules allow.
+        backoff = wait_delay(
+            retry,
+            first_s=CONFIG.claim_retry_seconds,
+            max_s=CONFIG.claim_retry_max_seconds,
+            jitter=WAIT_JITTER,
+            rand=random.random(),
+        )
+        delay = min(backoff, held.retry_after_s + random.uniform(0, 0.5))
+        logger.info("session %s: %s; looking again in %.1fs", parsed.session_id, held, delay)
         if held.claim.writer.owner_uid not in (uid, ""):
             # Another object names the same session: say which one owns it for now.
-            record_waiting(body, patch, held)
+            record_waiting(body, patch, held, runtime.events)
         # Else another replica serves this very object: it writes the status.
         raise kopf.TemporaryError(str(held), delay=delay) from None
     except ClaimLost as lost:
         metrics.claim_conflict()
         logger.warning("session %s: %s", parsed.session_id, lost)
         raise kopf.TemporaryError(str(lost), delay=backoff_seconds(retry)) from None
+    except PassInterrupted as stopped:
+        logger.info("session %s: %s", parsed.session_id, stopped)
+        raise kopf.TemporaryError(str(stopped), delay=backoff_seconds(retry)) from None
     except Failure as failure:
         metrics.observe_summary("failed", time.monotonic() - started)
         metrics.observe_failure(failure.reason)
-        record_failure(body, patch, failure, logger, parsed)
+        record_failure(body, patch, failure, logger, parsed, runtime.events)
     metrics.observe_summary(outcome.kind, time.monotonic() - started)
     metrics.add_model_tokens(outcome.tokens_used)
-    report(body, patch, parsed, outcome)
+    report(body, patch, parsed, outcome, runtime.events)

@@ -1,5 +1,8 @@
-"""What a SessionSummary's status says: phase, message and the Summarized condition, from
-an Outcome or a Failure, written through kopf's patch; Events for what a user must see."""
+"""What a SessionSummary's status says: phase, message, the Summarized condition and the
+derived Ready, Reconciling and Stalled (core/readiness.py), from an Outcome or a Failure,
+written through kopf's patch (a pass's start, Summarizing, by the handler directly); Events
+for what a user must see, through the EventRecorder (one per state change, repeats
+counted on it)."""
 
 from __future__ import annotations
 
@@ -18,9 +21,11 @@ from controller.api import (
     set_condition,
 )
 from controller.config import CONFIG, backoff_seconds
+from controller.core.readiness import summary_readiness, with_derived
 from controller.core.summary import StructuredSummary
 from controller.core.text import ms_to_rfc3339
 from controller.kube.claims import ClaimHeld
+from controller.kube.events import EventRecorder
 from controller.pipeline import Outcome
 
 CONDITION = "Summarized"
@@ -42,6 +47,56 @@ def current_status(body: kopf.Body) -> SessionSummaryStatus:
     return SessionSummaryStatus.model_validate(dict(body.get("status") or {}))
 
 
+def _phase_since(previous: SessionSummaryStatus, phase: Phase, generation: Any) -> str:
+    """lastPhaseTransitionTime: now when the phase, or the request it answers, changed."""
+    same = previous.phase == phase and previous.observed_generation == generation
+    if same and previous.last_phase_transition_time:
+        return previous.last_phase_transition_time
+    return now_rfc3339()
+
+
+def status_with(
+    body: kopf.Body,
+    *,
+    phase: Phase,
+    reason: str,
+    message: str,
+    ok: bool | None,
+    also: Condition | None = None,
+    **fields: Any,
+) -> SessionSummaryStatus:
+    """The object's status in this phase: the Summarized condition (unless ok is None: a
+    pass under way leaves the last outcome's), the derived Ready, Reconciling and Stalled
+    (core/readiness.py), every condition with the generation it answers."""
+    previous = current_status(body)
+    generation = body.metadata.get("generation")
+    conditions = previous.conditions
+    if ok is not None:
+        condition = Condition(
+            type=CONDITION,
+            status="True" if ok else "False",
+            reason=reason,
+            message=message,
+            observed_generation=generation,
+        )
+        conditions = set_condition(conditions, condition)
+    if also is not None:
+        conditions = set_condition(
+            conditions, also.model_copy(update={"observed_generation": generation})
+        )
+    conditions = with_derived(conditions, summary_readiness(phase, reason, message, generation))
+    return previous.model_copy(
+        update={
+            "phase": phase,
+            "last_phase_transition_time": _phase_since(previous, phase, generation),
+            "observed_generation": generation,
+            "message": message,
+            "conditions": conditions,
+            **fields,
+        }
+    )
+
+
 def record(
     body: kopf.Body,
     patch: kopf.Patch,
@@ -53,43 +108,43 @@ def record(
     also: Condition | None = None,
     **fields: Any,
 ) -> None:
-    previous = current_status(body)
-    generation = body.metadata.get("generation")
-    condition = Condition(
-        type=CONDITION,
-        status="True" if ok else "False",
-        reason=reason,
-        message=message,
-        observed_generation=generation,
-    )
-    conditions = set_condition(previous.conditions, condition)
-    if also is not None:
-        conditions = set_condition(
-            conditions, also.model_copy(update={"observed_generation": generation})
-        )
-    status = previous.model_copy(
-        update={
-            "phase": phase,
-            "observed_generation": generation,
-            "message": message,
-            "conditions": conditions,
-            **fields,
-        }
+    status = status_with(
+        body, phase=phase, reason=reason, message=message, ok=ok, also=also, **fields
     )
     patch.status.update(status.to_api())
 
 
-def record_waiting(body: kopf.Body, patch: kopf.Patch, held: ClaimHeld) -> None:
-    """Pending, with the object that owns the session's claim named; one Event per owner."""
+def summarizing_status(body: kopf.Body, trigger: str) -> dict[str, object]:
+    """The status a pass writes when it starts (its claim taken): phase Summarizing, Ready
+    False and Reconciling True; the Summarized condition keeps the last outcome."""
+    message = f"summarizing (trigger {trigger})"
+    status = status_with(body, phase="Summarizing", reason="Summarizing", message=message, ok=None)
+    return status.to_api()
+
+
+def record_waiting(
+    body: kopf.Body, patch: kopf.Patch, held: ClaimHeld, events: EventRecorder
+) -> None:
+    """Pending, with the object that owns the session's claim named. Written, and one
+    Normal Event posted, only when the owner changes: a wait that lasts writes nothing."""
     owner = held.claim.writer.owner
     message = (
         f"waiting: SessionSummary {owner} (replica {held.claim.writer.replica}) is writing "
         f"session {held.claim.session_id!r} in this store; this pass runs when it is done"
     )
-    previous = {c.type: c for c in current_status(body).conditions or []}.get(CONDITION)
+    previous = current_status(body)
+    summarized = {c.type: c for c in previous.conditions or []}.get(CONDITION)
+    unchanged = (
+        summarized is not None
+        and summarized.reason == "SessionClaimed"
+        and summarized.message == message
+        and previous.phase == "Pending"
+        and previous.observed_generation == body.metadata.get("generation")
+    )
+    if unchanged:
+        return
     record(body, patch, phase="Pending", reason="SessionClaimed", message=message, ok=False)
-    if previous is None or previous.reason != "SessionClaimed" or owner not in previous.message:
-        kopf.event(body, type="Normal", reason="SessionClaimed", message=message)
+    events.post(body, type_="Normal", reason="SessionClaimed", message=message)
 
 
 def record_failure(
@@ -98,10 +153,12 @@ def record_failure(
     failure: Failure,
     logger: kopf.Logger,
     spec: SessionSummarySpec,
+    events: EventRecorder,
 ) -> NoReturn:
     """Condition + Event; retry with exponential backoff. Failures are counted per
     generation (kopf keeps retrying an unfinished handler across spec changes), so the gate
-    resets on a spec change, and on success."""
+    resets on a spec change, and on success. The Event carries the failure's own message,
+    so the same failure again is counted on the same Event (EventRecorder)."""
     previous = current_status(body)
     same_generation = previous.observed_generation == body.metadata.get("generation")
     failures = (previous.consecutive_failures or 0) + 1 if same_generation else 1
@@ -120,7 +177,7 @@ def record_failure(
         ok=False,
         consecutive_failures=failures,
     )
-    kopf.event(body, type="Warning", reason=failure.reason, message=message)
+    events.post(body, type_="Warning", reason=failure.reason, message=failure.message)
     logger.warning("session %s: %s: %s", spec.session_id, failure.reason, message)
     if failure.retry:
         raise kopf.TemporaryError(failure.message, delay=delay) from None
@@ -147,7 +204,9 @@ def provenance_status(summary: StructuredSummary, outcome: Outcome) -> SummaryPr
     )
 
 
-def single_writer(body: kopf.Body, spec: SessionSummarySpec, outcome: Outcome) -> Condition:
+def single_writer(
+    body: kopf.Body, spec: SessionSummarySpec, outcome: Outcome, events: EventRecorder
+) -> Condition:
     """SingleWriter: False when this pass found the row rewritten by another writer since
     our last write (a Warning Event says who and what to do), else True."""
     other = outcome.other_writer
@@ -165,13 +224,19 @@ def single_writer(body: kopf.Body, spec: SessionSummarySpec, outcome: Outcome) -
         '(neo: docs/migrating-from-neo.md, "Switch neo\'s summary task off")'
     )
     metrics.other_writer_found()
-    kopf.event(body, type="Warning", reason="OtherWriterDetected", message=message)
+    events.post(body, type_="Warning", reason="OtherWriterDetected", message=message)
     return Condition(
         type=SINGLE_WRITER, status="False", reason="OtherWriterDetected", message=message
     )
 
 
-def report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcome: Outcome) -> None:
+def report(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    spec: SessionSummarySpec,
+    outcome: Outcome,
+    events: EventRecorder,
+) -> None:
     last_at = ms_to_rfc3339(outcome.last_memory_at_ms) if outcome.last_memory_at_ms else None
     common: dict[str, Any] = {
         "memory_count": outcome.memory_count,
@@ -186,7 +251,7 @@ def report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcome
             "and are not in the summary (their metadata 'timestamp' must be epoch milliseconds "
             "or ISO-8601)"
         )
-        kopf.event(body, type="Warning", reason="UnreadableMemories", message=warning)
+        events.post(body, type_="Warning", reason="UnreadableMemories", message=warning)
     # Nothing to write: (phase, reason, Event type, message) by outcome.
     nothing: dict[str, tuple[Phase, str, str, str]] = {
         "not-found": (
@@ -207,7 +272,7 @@ def report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcome
     if outcome.kind in nothing:
         phase, reason, event_type, message = nothing[outcome.kind]
         record(body, patch, phase=phase, reason=reason, message=message, ok=False, **common)
-        kopf.event(body, type=event_type, reason=reason, message=message)
+        events.post(body, type_=event_type, reason=reason, message=message)
         return
     summary = outcome.summary
     assert summary is not None
@@ -227,7 +292,7 @@ def report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcome
             reason="UpToDate",
             message=message,
             ok=True,
-            also=single_writer(body, spec, outcome),
+            also=single_writer(body, spec, outcome, events),
             **common,
         )
         return
@@ -256,7 +321,7 @@ def report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcome
         reason="Summarized",
         message=message,
         ok=True,
-        also=single_writer(body, spec, outcome),
+        also=single_writer(body, spec, outcome, events),
         # The time stored in the row, so a later up-to-date pass shows the same instant.
         summarized_at=(
             ms_to_rfc3339(summary.summarized_at_ms) if summary.summarized_at_ms else now_rfc3339()
@@ -267,4 +332,4 @@ def report(body: kopf.Body, patch: kopf.Patch, spec: SessionSummarySpec, outcome
         provenance=provenance,
         **common,
     )
-    kopf.event(body, type="Normal", reason="Summarized", message=message)
+    events.post(body, type_="Normal", reason="Summarized", message=message)

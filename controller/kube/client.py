@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import functools
 import logging
 import os
@@ -27,6 +26,7 @@ from controller.api import (
     now_rfc3339,
 )
 from controller.core.naming import summary_object_name
+from controller.core.summarizer_status import settled
 
 API_POOL_SIZE = 64
 # (connect, read) seconds of every call that sets no timeout of its own. The client's
@@ -130,15 +130,21 @@ def request_summary(
     requested_at: str | None = None,
     patch_if_exists: bool = True,
     set_summarizer_on_patch: bool = False,
+    resource_version: str | None = None,
 ) -> tuple[str, str]:
     """Creates the session's SessionSummary, or patches spec.requestedAt to force a new pass.
 
-    Returns (object name, "created" | "patched" | "exists"). Safe to repeat: the name is
-    derived from the session id, and a create that loses a race becomes a patch (or
+    Returns (object name, "created" | "patched" | "exists" | "changed"). Safe to repeat: the
+    name is derived from the session id, and a create that loses a race becomes a patch (or
     nothing, with patch_if_exists=False: the winner's object already asks for a pass).
     `summarizer` is the new object's summarizerRef (None: "default"). An existing object
     keeps its summarizerRef unless set_summarizer_on_patch (`summaryctl sunset
     --summarizer`): the sweep patches objects it did not create and must not retarget them.
+
+    resource_version: the object was read at this version and the caller decided on that
+    reading (the sweep, the marker scan): the patch carries it as a precondition, so a
+    sunset or a pass that changed the object since is never overwritten ("changed": nothing
+    was written; the object already has newer news).
     """
     name = summary_object_name(session_id)
     spec = SessionSummarySpec(
@@ -157,19 +163,55 @@ def request_summary(
         },
         "spec": spec.to_api(),
     }
-    try:
-        custom().create_namespaced_custom_object(GROUP, VERSION, namespace, SUMMARY_PLURAL, body)
-        return name, "created"
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-    if not patch_if_exists:
-        return name, "exists"
+    if resource_version is None:
+        try:
+            custom().create_namespaced_custom_object(
+                GROUP, VERSION, namespace, SUMMARY_PLURAL, body
+            )
+            return name, "created"
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        if not patch_if_exists:
+            return name, "exists"
     patch: dict[str, Any] = {"spec": {"requestedAt": spec.requested_at, "trigger": trigger}}
     if set_summarizer_on_patch and summarizer is not None:
         patch["spec"]["summarizerRef"] = summarizer
-    custom().patch_namespaced_custom_object(GROUP, VERSION, namespace, SUMMARY_PLURAL, name, patch)
+    if resource_version is not None:
+        patch["metadata"] = {"resourceVersion": resource_version}
+    try:
+        custom().patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, SUMMARY_PLURAL, name, patch
+        )
+    except ApiException as exc:
+        if resource_version is None or exc.status not in (404, 409):
+            raise
+        if exc.status == 409:
+            return name, "changed"
+        # Deleted since it was read (retention): made again, unless someone else was faster.
+        return request_summary(
+            namespace,
+            session_id,
+            trigger=trigger,
+            summarizer=summarizer,
+            requested_at=spec.requested_at,
+            patch_if_exists=False,
+        )
     return name, "patched"
+
+
+def patch_summary_status(namespace: str, name: str, status: dict[str, Any]) -> bool:
+    """A merge patch of a SessionSummary's status (the fields given; a list such as
+    conditions is replaced whole); False when the object is gone."""
+    try:
+        custom().patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, SUMMARY_PLURAL, name, {"status": status}
+        )
+        return True
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
 
 
 def iter_summaries(namespace: str, page_size: int = 500) -> Iterator[dict[str, Any]]:
@@ -239,7 +281,9 @@ def update_summarizer_status(
                 return None
             raise
         before = SessionSummarizerStatus.model_validate(obj.get("status") or {})
-        after = mutate(before.model_copy(deep=True))
+        # Every write: the writer's change, then what no writer owns (generations of
+        # spec-independent conditions; Ready, Reconciling, Stalled derived from the rest).
+        after = settled(mutate(before.model_copy(deep=True)), obj["metadata"].get("generation"))
         old, new = before.to_api(), after.to_api()
         if old == new:
             return before, after
@@ -264,47 +308,86 @@ def update_summarizer_status(
     )
 
 
-def list_summarizers(namespaces: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Every SessionSummarizer in these namespaces (all namespaces when empty)."""
+def list_summarizers(namespaces: tuple[str, ...], *, cached: bool = False) -> list[dict[str, Any]]:
+    """Every SessionSummarizer in these namespaces (all namespaces when empty). cached:
+    served from the apiserver's watch cache (resourceVersion 0), not a quorum read of etcd;
+    for a reader that only decides which objects to read-modify-write."""
     api = custom()
+    kwargs: dict[str, Any] = {"resource_version": "0"} if cached else {}
     if not namespaces:
-        listing = api.list_cluster_custom_object(GROUP, VERSION, SUMMARIZER_PLURAL)
+        listing = api.list_cluster_custom_object(GROUP, VERSION, SUMMARIZER_PLURAL, **kwargs)
         return list(cast(dict[str, Any], listing).get("items") or [])
     items: list[dict[str, Any]] = []
     for ns in namespaces:
-        listing = api.list_namespaced_custom_object(GROUP, VERSION, ns, SUMMARIZER_PLURAL)
+        listing = api.list_namespaced_custom_object(GROUP, VERSION, ns, SUMMARIZER_PLURAL, **kwargs)
         items += cast(dict[str, Any], listing).get("items") or []
     return items
 
 
-def post_event(obj: dict[str, Any], *, type_: str, reason: str, message: str) -> None:
-    """An Event on an object, from code that runs outside a kopf handler (kopf.event needs
-    a handler's context). Best effort, like kopf's own: a failure is logged, not raised."""
-    meta = obj.get("metadata") or {}
-    now = dt.datetime.now(dt.UTC)
-    event = client.CoreV1Event(
-        metadata=client.V1ObjectMeta(
-            generate_name=f"{meta.get('name', 'object')}.", namespace=meta.get("namespace")
-        ),
-        involved_object=client.V1ObjectReference(
-            api_version=obj.get("apiVersion"),
-            kind=obj.get("kind"),
-            name=meta.get("name"),
-            namespace=meta.get("namespace"),
-            uid=meta.get("uid"),
-            resource_version=meta.get("resourceVersion"),
-        ),
-        type=type_,
-        reason=reason,
-        message=message[:1024],
-        first_timestamp=now,
-        last_timestamp=now,
-        count=1,
-        source=client.V1EventSource(component="session-summary-operator"),
-        reporting_component="session-summary-operator",
-        reporting_instance=os.environ.get("SSO_REPLICA_ID", ""),
-    )
+def remove_finalizers(
+    namespace: str, name: str, present: list[str], names: tuple[str, ...]
+) -> bool:
+    """Removes these finalizers from a SessionSummarizer whose metadata.finalizers is
+    `present` (as read): a JSON patch that tests each entry it removes, so a list changed
+    since it was read is left alone (False). True when something was removed."""
+    ops: list[dict[str, Any]] = []
+    for index in sorted((i for i, f in enumerate(present) if f in names), reverse=True):
+        path = f"/metadata/finalizers/{index}"
+        ops += [
+            {"op": "test", "path": path, "value": present[index]},
+            {"op": "remove", "path": path},
+        ]
+    if not ops:
+        return False
     try:
-        core().create_namespaced_event(meta.get("namespace") or "default", event)
-    except (ApiException, urllib3.exceptions.HTTPError) as exc:
-        log.warning("could not post Event %s on %s: %s", reason, meta.get("name"), exc)
+        custom().patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            namespace,
+            SUMMARIZER_PLURAL,
+            name,
+            ops,
+            _content_type="application/json-patch+json",
+        )
+    except ApiException as exc:
+        if exc.status in (404, 409, 422):  # gone, or the list changed: nothing to do here
+            return False
+        raise
+    return True
+
+
+def release_finalizers(namespaces: tuple[str, ...], names: tuple[str, ...]) -> int:
+    """Removes these finalizers from every SessionSummarizer in the namespaces (all when
+    empty); returns from how many."""
+    released = 0
+    for obj in list_summarizers(namespaces):
+        meta = obj.get("metadata") or {}
+        present = list(meta.get("finalizers") or [])
+        if any(f in names for f in present):
+            released += remove_finalizers(meta["namespace"], meta["name"], present, names)
+    return released
+
+
+def ask_again(
+    namespace: str,
+    name: str,
+    resource_version: str,
+    requested_at: str,
+    drop_annotations: list[str] | tuple[str, ...] = (),
+) -> bool:
+    """A new pass of a SessionSummary as it was read (spec.requestedAt moved, its trigger
+    kept; these annotations removed: kopf's delayed retry, core/requeue.py; the
+    resourceVersion a precondition): False when it changed or went since."""
+    meta: dict[str, Any] = {"resourceVersion": resource_version}
+    if drop_annotations:
+        meta["annotations"] = dict.fromkeys(drop_annotations)
+    patch = {"metadata": meta, "spec": {"requestedAt": requested_at}}
+    try:
+        custom().patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, SUMMARY_PLURAL, name, patch
+        )
+    except ApiException as exc:
+        if exc.status in (404, 409):
+            return False
+        raise
+    return True

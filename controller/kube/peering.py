@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from controller.api import Condition, SessionSummarizerStatus, set_condition
 from controller.kube import client as kube
+from controller.kube.events import EventRecorder
 
 log = logging.getLogger("controller.kube.peering")
 PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
@@ -52,6 +54,33 @@ def leader_of(peers: Mapping[str, int]) -> str | None:
     top = max(peers.values())
     leaders = [identity for identity, prio in peers.items() if prio == top]
     return leaders[0] if len(leaders) == 1 else None
+
+
+# A joining replica's priority: just below every live replica's, by a random step so that
+# two replicas joining at once (an install) do not tie.
+TOP_PRIORITY = 2**31 - 1
+PRIORITY_STEP = 2**20
+
+
+def joining_priority(live: Mapping[str, int], me: str, draw: int) -> int:
+    """The peering priority of a replica that joins while `live` replicas run: below all of
+    them (draw in [1, PRIORITY_STEP]), so it never preempts a live leader (kopf makes the
+    highest priority active). A rollout then moves leadership only when the leader stops,
+    once, to the longest-running replica; a killed leader's place goes the same way. Our
+    own record (a restarted container keeps its replica id) does not count."""
+    others = [priority for identity, priority in live.items() if identity != me]
+    ceiling = min(others) if others else TOP_PRIORITY + 1
+    return ceiling - max(1, min(draw, PRIORITY_STEP))
+
+
+def with_own_priority(peers: Mapping[str, int], me: str, priority: int | None) -> dict[str, int]:
+    """The live peers with our record at this process's priority: the record read under our
+    identity may be a previous process's (a container restarted in the same Pod keeps its
+    replica id, and its predecessor's higher priority) until kopf's first keep-alive."""
+    out = dict(peers)
+    if priority is not None and me in out:
+        out[me] = priority
+    return out
 
 
 def read_peering(name: str, namespaces: tuple[str, ...]) -> Mapping[str, Any]:
@@ -174,12 +203,14 @@ def _apply_replica_status(
     )
 
 
-def report_replica_status(view: PeeringView, me: str, namespaces: tuple[str, ...]) -> int:
+def report_replica_status(
+    view: PeeringView, me: str, namespaces: tuple[str, ...], events: EventRecorder
+) -> int:
     """Writes activeReplica + ReplicaActive on every SessionSummarizer whose status differs;
     an Event where the condition changes. Returns how many were written."""
     active, cond = replica_status(view, me)
     written = 0
-    for obj in kube.list_summarizers(namespaces):
+    for obj in kube.list_summarizers(namespaces, cached=True):
         meta = obj["metadata"]
         listed = SessionSummarizerStatus.model_validate(obj.get("status") or {})
         if _apply_replica_status(listed, active, cond, view.standalone) == listed:
@@ -194,7 +225,7 @@ def report_replica_status(view: PeeringView, me: str, namespaces: tuple[str, ...
         written += 1
         before = {c.type: c for c in result[0].conditions or []}.get("ReplicaActive")
         if before is None or (before.status, before.reason) != (cond.status, cond.reason):
-            kube.post_event(
+            events.post(
                 obj,
                 type_="Normal" if cond.status == "True" else "Warning",
                 reason=cond.reason,
@@ -208,19 +239,26 @@ async def watch_leader(
     name: str,
     namespaces: tuple[str, ...],
     on_change: Any,
+    events: EventRecorder,
     interval: float = 2.0,
     *,
     standalone: bool = False,
     grace_s: float = 15.0,
-    resync_s: float = 2.0,
+    resync_s: float = 60.0,
+    nudged: threading.Event | None = None,
+    priority: int | None = None,
 ) -> None:
-    """Polls the peering object; calls on_change(leader, previous) when the leader changes
-    and keeps every SessionSummarizer's activeReplica and ReplicaActive condition true to
-    it (at once on a change, else every resync_s for summarizers created meanwhile: one
-    list call, writes only where a status differs). Runs
+    """Polls the peering object (one GET every interval); calls on_change(leader,
+    previous) when the leader changes and keeps every SessionSummarizer's activeReplica and
+    ReplicaActive condition true to it: at once on a change, else every resync_s for
+    summarizers created meanwhile (one list, from the apiserver's watch cache; writes only
+    where a status differs), or at the next poll once `nudged` is set (a summarizer was
+    created: handlers/session_summarizer.py). Runs
     on every replica, paused or not: when priorities tie, all of them are paused and only
     this can say so. Until grace_s has passed, an empty peering (kopf not registered yet)
-    is not reported."""
+    is not reported. `priority` is this process's own: the record under our identity may
+    be a previous process's (a container restarted in the same Pod keeps its replica id)
+    until kopf's first keep-alive replaces it, and must not make us the leader meanwhile."""
     previous: str | None = "(unknown)"
     reported: tuple[str | None, str] | None = None
     last_error = ""
@@ -231,16 +269,23 @@ async def watch_leader(
                 view = PeeringView({me: 0}, standalone=True)
             else:
                 status = await asyncio.to_thread(read_peering, name, namespaces)
-                view = PeeringView(live_peers(status, dt.datetime.now(dt.UTC)))
+                peers = live_peers(status, dt.datetime.now(dt.UTC))
+                view = PeeringView(with_own_priority(peers, me, priority))
             leader = me if standalone else view.leader
             if leader != previous:
                 on_change(leader, previous)
                 previous = leader
             active, cond = replica_status(view, me)
             settled = view.live or time.monotonic() - started > grace_s
-            due = (active, cond.reason) != reported or time.monotonic() - last_sync > resync_s
+            due = (
+                (active, cond.reason) != reported
+                or time.monotonic() - last_sync > resync_s
+                or (nudged is not None and nudged.is_set())
+            )
             if settled and due:
-                await asyncio.to_thread(report_replica_status, view, me, namespaces)
+                if nudged is not None:
+                    nudged.clear()
+                await asyncio.to_thread(report_replica_status, view, me, namespaces, events)
                 reported, last_sync = (active, cond.reason), time.monotonic()
         except Exception as exc:  # keep watching through API hiccups; say each new one once
             said = f"{type(exc).__name__}: {exc}"[:300]

@@ -5,7 +5,7 @@ Mixed into MemoryStore."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 from chromadb.api.models.Collection import Collection
 
@@ -100,6 +100,18 @@ class Scans(Collections):
             for meta in (m or {} for m in got["metadatas"] or [])
             if isinstance(sid := meta.get("sessionId"), str)
         ]
+
+    def has_memories_besides(self, session_id: str, memory_type: str) -> bool:
+        """Whether the session has a memory of another type than memory_type (rows without
+        a type count as other): one read of at most one id."""
+        where = {"$and": [{"sessionId": session_id}, {"type": {"$ne": memory_type}}]}
+        with self._memory_missing():
+            coll = self.memories()
+            got = guard(
+                "looking for the session's memories",
+                lambda: coll.get(where=cast(Any, where), limit=1, include=[]),
+            )
+        return bool(got["ids"])
 
     def scan_markers(
         self, marker_type: str, watermark_ms: int, page: int = SCAN_PAGE

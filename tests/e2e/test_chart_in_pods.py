@@ -2,9 +2,10 @@
 
 One release goes through its life in order (each test builds on the one before): install
 into a namespace that enforces the restricted Pod Security level, a sunset summarized and
-stored (the bundled Chroma behind its token, the NetworkPolicies enforced), the token and
-the policies tried from inside the cluster, metrics through the Service, the leader Pod
-killed, a rolling upgrade, uninstall.
+stored (the bundled Chroma behind its token, the NetworkPolicies enforced), `helm test` and
+Ready on both kinds, the token and the policies tried from inside the cluster, metrics
+through the Service, the leader Pod killed, a rolling upgrade that moves leadership only as
+old leaders stop, uninstall.
 """
 
 from __future__ import annotations
@@ -272,6 +273,35 @@ def test_a_kubectl_applied_sunset_is_summarized_and_its_row_is_in_chroma(cluster
     assert "e2e-first" in out and "Summarized" in out
 
 
+# --- 2a ----------------------------------------------------------------------------------
+def test_helm_test_passes_and_both_kinds_are_ready_for_kubectl_wait(cluster: Cluster) -> None:
+    # helm test: a Pod of the image runs `summaryctl check` against the chart's
+    # SessionSummarizer with a ServiceAccount that may only read it.
+    res = cluster.helm("test", RELEASE, "-n", NAMESPACE, "--timeout", "5m")
+    assert "Succeeded" in res.stdout, res.stdout
+    # Ready on both kinds, as GitOps tools (kstatus) and `kubectl wait` read it.
+    cluster.kubectl(
+        "-n", NAMESPACE, "wait", "--for=condition=Ready", "--timeout=60s",
+        "sessionsummarizer/default", "sessionsummary/e2e-first",
+    )  # fmt: skip
+    for kind, name in (("sessionsummarizer", "default"), ("sessionsummary", "e2e-first")):
+        obj = cluster.json("-n", NAMESPACE, "get", kind, name)
+        conditions = {c["type"]: c for c in obj["status"]["conditions"]}
+        assert conditions["Ready"]["status"] == "True", conditions
+        assert conditions["Ready"]["observedGeneration"] == obj["metadata"]["generation"]
+        for kstatus in ("Reconciling", "Stalled"):  # absent or False (kstatus reads both)
+            assert conditions.get(kstatus, {"status": "False"})["status"] == "False", conditions
+    # `kubectl get memorycore`: one table per kind, each with a READY column.
+    output = cluster.kubectl("-n", NAMESPACE, "get", "memorycore").stdout
+    tables = [t.splitlines() for t in output.strip().split("\n\n")]
+    assert len(tables) == 2, output
+    for header, *rows in tables:
+        column = header.split().index("READY")
+        # Names print kind-qualified ("sessionsummary.memorycore.io/e2e-first").
+        ready = {row.split()[0].rsplit("/", 1)[-1]: row.split()[column] for row in rows}
+        assert ready.get("default", ready.get("e2e-first")) == "True", output
+
+
 # --- 2b ----------------------------------------------------------------------------------
 # An HTTP request to the bundled Chroma from inside the cluster; prints the status (0: no
 # connection). Arguments: URL, then the token (optional).
@@ -488,12 +518,41 @@ def test_a_leader_killed_by_sigkill_is_replaced_within_the_peering_lifetime(
     assert crash <= 35, f"{crash:.1f}s from SIGKILL of the leader to the next summary"
 
 
+def leader_sample(cluster: Cluster) -> tuple[list[str], set[str]]:
+    """The operator Pods that say they are active, terminating ones included, and the
+    Pods alive and not terminating."""
+    pods = cluster.json("-n", NAMESPACE, "get", "pods", "-l", OPERATOR_SELECTOR)["items"]
+    live = {p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")}
+    active = []
+    for p in pods:
+        name = p["metadata"]["name"]
+        with contextlib.suppress(Exception):  # not serving metrics (yet, or any more)
+            if metric(pod_metrics(cluster, name), "session_summary_active_replica") >= 1:
+                active.append(name)
+    return active, live
+
+
+def leadership_moves(samples: list[tuple[list[str], set[str]]]) -> list[tuple[str, str, bool]]:
+    """(from, to, whether `from` was still alive and not terminating when `to` was seen
+    leading) for every change of the one active replica."""
+    moves, leader = [], None
+    for active, live in samples:
+        if len(active) != 1:
+            continue  # none, or a moment of overlap: the next sample settles it
+        if leader is not None and active[0] != leader:
+            moves.append((leader, active[0], leader in live))
+        leader = active[0]
+    return moves
+
+
 # --- 5 -----------------------------------------------------------------------------------
 def test_helm_upgrade_rolls_the_deployment_and_summaries_continue(cluster: Cluster) -> None:
     wait_for(lambda: len(operator_pods(cluster)) == 2, 120, "two ready replicas again")
     before = set(operator_pods(cluster, ready_only=False))
     stop = threading.Event()
     samples: list[tuple[float, int]] = []  # (time, number of active replicas)
+    # (active Pods, terminating ones included; Pods alive and not terminating)
+    leaders: list[tuple[list[str], set[str]]] = []
     applied: dict[str, float] = {}
 
     def watch_active() -> None:
@@ -501,6 +560,12 @@ def test_helm_upgrade_rolls_the_deployment_and_summaries_continue(cluster: Clust
             # A listing racing the rollout may fail; the next sample counts.
             with contextlib.suppress(Exception):
                 samples.append((time.monotonic(), len(active_pods(cluster))))
+            time.sleep(0.5)
+
+    def watch_leader() -> None:  # its own thread: it must not slow the samples above
+        while not stop.is_set():
+            with contextlib.suppress(Exception):
+                leaders.append(leader_sample(cluster))
             time.sleep(0.5)
 
     def sunsets() -> None:
@@ -511,7 +576,7 @@ def test_helm_upgrade_rolls_the_deployment_and_summaries_continue(cluster: Clust
             applied[session] = time.monotonic()
             time.sleep(2)
 
-    threads = [threading.Thread(target=watch_active), threading.Thread(target=sunsets)]
+    threads = [threading.Thread(target=f) for f in (watch_active, watch_leader, sunsets)]
     for t in threads:
         t.start()
     try:
@@ -536,6 +601,12 @@ def test_helm_upgrade_rolls_the_deployment_and_summaries_continue(cluster: Clust
             last_active = when
     RESULTS["upgrade_gap_s"] = round(gap, 1)
     assert samples and samples[-1][1] == 1
+    # Leadership moved only when the leader was going: no new Pod preempted a healthy one
+    # (a joining replica's peering priority is below every live one's).
+    moves = leadership_moves(leaders)
+    RESULTS["upgrade_leadership_moves"] = [f"{a} -> {b}" for a, b, _ in moves]
+    assert [m for m in moves if m[2]] == [], moves
+    assert 1 <= len(moves) <= 2, moves  # once per old leader stopped
     # Every sunset made during the rollout is summarized.
     for session in applied:
         wait_for(partial(summarized, cluster, session), 120, f"{session} Summarized")

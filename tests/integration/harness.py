@@ -3,6 +3,7 @@ local process (standalone) watching one namespace. Shared by the integration mod
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -198,3 +199,39 @@ def interaction(
     }
     doc = render_interaction_document(prompt, f"thinking about step {i}", f"Done with step {i}.")
     return (f"{sid}-{i:04d}", doc, meta)
+
+
+@contextlib.contextmanager
+def own_operator(
+    cp: ControlPlane,
+    namespace: str,
+    log: Path,
+    *,
+    standalone: bool = True,
+    replica: str | None = None,
+    **settings: str,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """An operator process of its own (standalone unless told) watching one namespace (made
+    if absent), with these SSO_* settings; stopped (SIGTERM, by PID) on exit."""
+    cp.kubectl_run("create", "namespace", namespace, check=False)
+    env = dict(
+        cp.env(),
+        SSO_REPLICA_ID=replica or f"{namespace}-operator",
+        **{f"SSO_{k.upper()}": v for k, v in settings.items()},
+    )
+    args = ["--namespace", namespace] + (["--standalone"] if standalone else [])
+    proc = start_operator(log, env, *args)
+    try:
+        yield proc
+    finally:
+        stop(proc, grace=30)
+        print(f"{namespace} operator log tail:\n" + tail(log, 40))
+
+
+def summaries_in(namespace: str) -> dict[str, dict[str, Any]]:
+    """Every SessionSummary of the namespace by name."""
+    return {o["metadata"]["name"]: o for o in kube.iter_summaries(namespace)}
+
+
+def conditions_of(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}

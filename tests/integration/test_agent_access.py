@@ -376,10 +376,16 @@ def test_a_marker_memory_written_without_cluster_credentials_summarizes_the_sess
     assert again[0]["summarizedAt"] == summarized_at
 
 
-def test_a_marker_for_an_unknown_or_empty_session_ends_in_phase_empty_and_writes_nothing(
+def printed_object(h: Harness, session_id: str) -> str:
+    """The SessionSummary of the session as `kubectl get` prints it; empty when there is none."""
+    return h.kubectl("get", "ssum", summary_object_name(session_id), "--ignore-not-found",
+                     check=False).strip()  # fmt: skip
+
+
+def test_a_marker_for_an_empty_session_ends_in_phase_empty_and_an_unknown_one_makes_no_object(
     harness: Harness, marker_summarizer: tuple[str, MemoryStore], tmp_path: Path
 ) -> None:
-    h, (_, store) = harness, marker_summarizer
+    h, (name, store) = harness, marker_summarizer
     unknown, empty = f"unknown-{uid()}", f"only-heartbeats-{uid()}"
     now = now_ms()
     pings = [interaction(empty, i, now - 30_000 + i, "ping", type_="heartbeat") for i in range(2)]
@@ -390,20 +396,30 @@ def test_a_marker_for_an_unknown_or_empty_session_ends_in_phase_empty_and_writes
         [marker(unknown, now, f"sunset-{uid()}"), marker(empty, now, f"sunset-{uid()}")],
         tmp_path / "home",
     )
-    for sid, rows in ((unknown, 1), (empty, 3)):
-        obj = h.wait_phase(sid, "Empty", timeout=60)
-        status = obj["status"]
-        assert obj["spec"]["trigger"] == "sunset-marker"
-        assert status["memoryCount"] == rows
-        cond = conditions(status)["Summarized"]
-        assert (cond["status"], cond["reason"]) == ("False", "NoSummarizableMemories")
-        assert "nothing was written" in cond["message"]
+    # Only heartbeats besides the marker: an object, phase Empty, nothing written.
+    obj = h.wait_phase(empty, "Empty", timeout=60)
+    status = obj["status"]
+    assert obj["spec"]["trigger"] == "sunset-marker"
+    assert status["memoryCount"] == 3
+    cond = conditions(status)["Summarized"]
+    assert (cond["status"], cond["reason"]) == ("False", "NoSummarizableMemories")
+    assert "nothing was written" in cond["message"]
+    # Nothing but the marker: no object at all, the summarizer says so.
+
+    def reported() -> dict[str, Any] | None:
+        cond = conditions(summarizer_status(h, name)).get("SunsetMarkers")
+        return cond if cond and cond["reason"] == "MarkerWithoutMemories" else None
+
+    said = wait_for(reported, 30, 0.3, message=f"MarkerWithoutMemories\n{tail(h.log)}")
+    assert unknown in said["message"]
+    assert printed_object(h, unknown) == ""
     summaries = store.summaries(create=True).get(ids=[f"summary_{unknown}", f"summary_{empty}"])
     assert summaries["ids"] == []
     # A marker is acted on once: the empty outcome is final until a newer marker.
-    generations = {sid: h.obj(sid)["metadata"]["generation"] for sid in (unknown, empty)}
+    generation = h.obj(empty)["metadata"]["generation"]
     time.sleep(3)
-    assert {sid: h.obj(sid)["metadata"]["generation"] for sid in (unknown, empty)} == generations
+    assert h.obj(empty)["metadata"]["generation"] == generation
+    assert printed_object(h, unknown) == ""
 
 
 def test_a_marker_that_names_no_session_is_reported_on_the_summarizer(

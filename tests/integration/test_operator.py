@@ -174,15 +174,16 @@ def test_session_id_cannot_be_changed(harness: Harness) -> None:
     assert "sessionId is immutable" in res.stderr
 
 
-def test_printer_columns_show_phase_session_and_memories(harness: Harness) -> None:
+def test_printer_columns_show_phase_ready_session_and_memories(harness: Harness) -> None:
     session = SAMPLE_SESSIONS[0]
     harness.wait_phase(session.session_id, "Summarized")
     for resource in ("sessionsummaries", "ssum", "memorycore"):
         out = harness.kubectl("get", resource)
         header = out.splitlines()[0].split()
-        assert header[:6] == ["NAME", "PHASE", "SESSION", "MEMORIES", "SUMMARIZED", "AGE"], resource
+        expected = ["NAME", "PHASE", "READY", "SESSION", "MEMORIES", "SUMMARIZED", "AGE"]
+        assert header[:7] == expected, resource
         line = next(ln for ln in out.splitlines() if session.session_id in ln)
-        assert "Summarized" in line and f" {len(session.turns)} " in line
+        assert "Summarized True" in " ".join(line.split()) and f" {len(session.turns)} " in line
 
 
 def test_sweep_finds_unsummarized_and_stale_sessions_and_respects_idle_and_cap(

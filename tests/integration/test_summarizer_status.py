@@ -24,6 +24,12 @@ def status(harness: Harness, name: str) -> dict[str, Any]:
     return dict(json.loads(harness.kubectl("get", "ssumr", name, "-o", "json")).get("status") or {})
 
 
+def harness_generation(harness: Harness, name: str) -> int:
+    return int(
+        json.loads(harness.kubectl("get", "ssumr", name, "-o", "json"))["metadata"]["generation"]
+    )
+
+
 def conditions(harness: Harness, name: str) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in status(harness, name).get("conditions") or []}
 
@@ -54,7 +60,7 @@ def test_several_summarizers_each_keep_every_condition_across_sweeps(harness: Ha
             if not at:
                 return False
             first.setdefault(name, at)
-            if at == first[name] or set(conditions(harness, name)) != OWNED:
+            if at == first[name] or set(conditions(harness, name)) != OWNED | {"Ready"}:
                 return False
         return True
 
@@ -66,8 +72,13 @@ def test_several_summarizers_each_keep_every_condition_across_sweeps(harness: Ha
     )
     for name in names:
         conds = conditions(harness, name)
-        assert {t: c["status"] for t, c in conds.items()} == dict.fromkeys(OWNED, "True"), name
+        assert {t: c["status"] for t, c in conds.items()} == dict.fromkeys(
+            OWNED | {"Ready"}, "True"
+        ), name
         assert conds["Swept"]["reason"] == "SweepOK"
+        assert conds["Ready"]["reason"] == "Healthy"
+        generation = harness_generation(harness, name)
+        assert all(c["observedGeneration"] == generation for c in conds.values()), conds
 
 
 def test_a_memory_collection_typo_fails_the_sweep_with_a_condition_naming_it(

@@ -25,18 +25,16 @@ def test_defaults_and_an_empty_variable_counts_as_unset(monkeypatch: pytest.Monk
     cfg = settings(monkeypatch, SSO_WORKERS="", SSO_REPLICA_ID="")
     assert cfg.workers == 32 and cfg.claim_ttl_seconds == 60 and cfg.namespaces == ()
     assert cfg.replica_id  # hostname-pid
-    assert 1 <= cfg.peering_priority < 2**31
+    assert cfg.peering_priority is None  # chosen at start: kube/peering.py:joining_priority
+    assert cfg.claim_retry_max_seconds == 30 and cfg.shutdown_seconds == 20
 
 
 def test_namespaces_are_comma_separated(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings(monkeypatch, SSO_NAMESPACES=" agents, ops ,").namespaces == ("agents", "ops")
 
 
-def test_two_replicas_draw_different_priorities_when_none_is_set(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    drawn = {settings(monkeypatch).peering_priority for _ in range(20)}
-    assert len(drawn) > 1
+def test_a_pinned_priority_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert settings(monkeypatch, SSO_PEERING_PRIORITY="7").peering_priority == 7
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,19 @@
+"""Which finished SessionSummaries retention deletes (controller/core/retention.py): every
+terminal phase has its TTL, measured from when the phase began for the current request."""
+
 import datetime as dt
 
-from controller.core.retention import expired
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controller.core.retention import TERMINAL_PHASES, RetentionPolicy, expired
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
+POLICY = RetentionPolicy(summarized_s=60, empty_s=30, not_found_s=20, failed_s=90)
+
+
+def at(age_s: int) -> str:
+    return (NOW - dt.timedelta(seconds=age_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def obj(
@@ -14,29 +25,87 @@ def obj(
     generation: int = 1,
     observed: int = 1,
 ) -> dict:  # type: ignore[type-arg]
-    at = (NOW - dt.timedelta(seconds=age_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status = {"phase": phase, "observedGeneration": observed, "lastPhaseTransitionTime": at(age_s)}
+    if phase == "Summarized":
+        status["summarizedAt"] = at(age_s)
     return {
         "metadata": {"name": name, "resourceVersion": f"rv-{name}", "generation": generation},
         "spec": {"sessionId": name, "summarizerRef": ref},
-        "status": {"phase": phase, "summarizedAt": at, "observedGeneration": observed},
+        "status": status,
     }
 
 
 def test_summarized_objects_older_than_the_ttl_expire() -> None:
     objs = [obj("old", age_s=100), obj("young", age_s=10)]
-    assert expired(objs, summarizer="default", now=NOW, ttl_seconds=60) == [("old", "rv-old")]
+    assert expired(objs, summarizer="default", now=NOW, policy=POLICY) == [("old", "rv-old")]
 
 
-def test_unfinished_failed_or_foreign_objects_are_kept() -> None:
+def test_every_terminal_phase_expires_after_its_own_ttl() -> None:
     objs = [
-        obj("failed", phase="Failed"),
-        obj("pending", phase="Pending"),
-        obj("rerequested", generation=2, observed=1),
-        obj("other-summarizer", ref="other"),
+        obj("empty", phase="Empty", age_s=31),
+        obj("empty-young", phase="Empty", age_s=29),
+        obj("notfound", phase="NotFound", age_s=21),
+        obj("failed", phase="Failed", age_s=91),
+        obj("failed-young", phase="Failed", age_s=89),
+    ]
+    names = [n for n, _ in expired(objs, summarizer="default", now=NOW, policy=POLICY)]
+    assert names == ["empty", "notfound", "failed"]
+
+
+def test_unfinished_rerequested_or_foreign_objects_are_kept() -> None:
+    objs = [
+        obj("pending", phase="Pending", age_s=10**6),
+        obj("summarizing", phase="Summarizing", age_s=10**6),
+        obj("rerequested", generation=2, observed=1, age_s=10**6),
+        obj("other-summarizer", ref="other", age_s=10**6),
         {"metadata": {"name": "fresh", "resourceVersion": "1", "generation": 1}, "spec": {}},
     ]
-    assert expired(objs, summarizer="default", now=NOW, ttl_seconds=60) == []
+    assert expired(objs, summarizer="default", now=NOW, policy=POLICY) == []
 
 
-def test_a_zero_ttl_keeps_everything() -> None:
-    assert expired([obj("old", age_s=10**6)], summarizer="default", now=NOW, ttl_seconds=0) == []
+def test_objects_written_before_phase_times_are_measured_from_the_condition_or_creation() -> None:
+    by_condition = obj("cond", phase="Empty")
+    del by_condition["status"]["lastPhaseTransitionTime"]
+    by_condition["status"]["conditions"] = [
+        {"type": "Summarized", "status": "False", "reason": "X", "lastTransitionTime": at(40)}
+    ]
+    by_creation = obj("created", phase="NotFound")
+    del by_creation["status"]["lastPhaseTransitionTime"]
+    by_creation["metadata"]["creationTimestamp"] = at(25)
+    names = [
+        n
+        for n, _ in expired(
+            [by_condition, by_creation], summarizer="default", now=NOW, policy=POLICY
+        )
+    ]
+    assert names == ["cond", "created"]
+
+
+def test_a_zero_ttl_keeps_that_phase_forever() -> None:
+    keep = RetentionPolicy(summarized_s=0, empty_s=0, not_found_s=0, failed_s=0)
+    assert keep.keeps_everything
+    assert expired([obj("old", age_s=10**6)], summarizer="default", now=NOW, policy=keep) == []
+
+
+phases = st.sampled_from([*TERMINAL_PHASES, "Pending", "Summarizing", None])
+
+
+@given(
+    st.lists(
+        st.tuples(phases, st.integers(0, 200), st.integers(1, 3), st.integers(1, 3)), max_size=30
+    ),
+    st.tuples(*[st.integers(0, 150)] * 4),
+)
+def test_an_object_is_deleted_exactly_when_its_finished_phase_outlived_its_ttl(
+    rows: list[tuple[str | None, int, int, int]], ttls: tuple[int, int, int, int]
+) -> None:
+    policy = RetentionPolicy(*ttls)
+    objs = [
+        obj(f"o{i}", phase=str(phase), age_s=age, generation=gen, observed=seen)
+        for i, (phase, age, gen, seen) in enumerate(rows)
+    ]
+    doomed = {n for n, _ in expired(objs, summarizer="default", now=NOW, policy=policy)}
+    for i, (phase, age, gen, seen) in enumerate(rows):
+        ttl = policy.ttl(phase)
+        should = phase in TERMINAL_PHASES and ttl > 0 and gen == seen and age > ttl
+        assert (f"o{i}" in doomed) == should, (phase, age, ttl, gen, seen)

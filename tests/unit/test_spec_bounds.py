@@ -16,15 +16,14 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from controller.api import (
-    ENDPOINT_URL_PATTERN,
     SECRET_KEY_PATTERN,
     SECRET_NAME_PATTERN,
     EmbeddingConfig,
     ModelSpec,
     SessionSummarizerSpec,
     StoreSpec,
-    endpoint_url_problem,
 )
+from controller.core.endpoint_url import ENDPOINT_URL_PATTERN, endpoint_url_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = [ROOT / "crds", ROOT / "charts" / "session-summary-operator" / "crds"]

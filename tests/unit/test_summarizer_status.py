@@ -25,7 +25,6 @@ def report() -> SweepReport:
         created=2,
         patched=1,
         scanned=40,
-        deleted=0,
         watermark=123,
         message="scanned 40",
         store_url="http://chroma:8000",
@@ -75,3 +74,86 @@ def test_a_missing_memory_collection_fails_the_sweep_but_not_the_store_probe() -
 def test_a_failure_with_an_empty_message_still_says_what_failed() -> None:
     failure = sweep_failure(StoreUnavailable(""), "http://chroma:8000")
     assert failure.message and failure.reason == "StoreUnavailable"
+
+
+# -- Ready, Reconciling and Stalled: derived on every write (settled) ----------------------
+
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from controller.core.readiness import REQUIRED  # noqa: E402
+from controller.core.summarizer_status import MarkerScanReport, settled  # noqa: E402
+
+OWNED = [*REQUIRED, "Swept", "SunsetMarkers"]
+conditions = st.lists(
+    st.builds(
+        Condition,
+        type=st.sampled_from(OWNED),
+        status=st.sampled_from(["True", "False", "Unknown"]),
+        reason=st.sampled_from(["Ok", "StoreUnavailable", "SecretNotAnnotated", "X"]),
+        message=st.text(max_size=20),
+        observed_generation=st.one_of(st.none(), st.integers(1, 9)),
+    ),
+    unique_by=lambda c: c.type,
+)
+
+
+@given(conditions, st.integers(1, 9))
+def test_every_write_leaves_ready_true_exactly_when_every_required_condition_holds(
+    owned: list[Condition], generation: int
+) -> None:
+    after = settled(SessionSummarizerStatus(conditions=owned), generation)
+    found = {c.type: c for c in after.conditions or []}
+    blocking = [
+        c
+        for c in owned
+        if c.type in (*REQUIRED, "Swept")
+        and c.status == "False"
+        and (c.type, c.reason) != ("SecretsAllowed", "SecretNotAnnotated")
+    ]
+    reported = {c.type for c in owned if c.status != "Unknown"}
+    ready = found["Ready"]
+    if blocking:
+        assert ready.status == "False" and found["Stalled"].status == "True"
+        assert ready.reason == blocking[0].reason or ready.reason in {c.reason for c in blocking}
+        assert "Reconciling" not in found
+    elif set(REQUIRED) <= reported:
+        assert ready.status == "True" and "Stalled" not in found and "Reconciling" not in found
+    else:
+        assert ready.status == "Unknown" and found["Reconciling"].status == "True"
+    # Every condition says which generation it answers; Ready the oldest of its inputs.
+    assert all(c.observed_generation is not None for c in after.conditions or [])
+    inputs = [found[t] for t in (*REQUIRED, "Swept") if t in found]
+    if inputs:
+        assert ready.observed_generation == min(c.observed_generation or 0 for c in inputs)
+
+
+def test_replica_active_says_nothing_about_the_spec_and_follows_the_generation() -> None:
+    cond = Condition(type="ReplicaActive", status="True", reason="Elected", message="r1")
+    status = settled(SessionSummarizerStatus(conditions=[cond]), 3)
+    assert {c.type: c for c in status.conditions or []}["ReplicaActive"].observed_generation == 3
+    status = settled(status, 4)
+    assert {c.type: c for c in status.conditions or []}["ReplicaActive"].observed_generation == 4
+
+
+def test_a_healthy_summarizer_is_ready_and_a_stuck_store_stalls_it() -> None:
+    healthy = [
+        Condition(type=t, status="True", reason="Ok", message="", observed_generation=2)
+        for t in REQUIRED
+    ]
+    status = settled(SessionSummarizerStatus(conditions=healthy), 2)
+    assert types(status)["Ready"] == "Healthy"
+    down = sweep_failure(StoreUnavailable("Chroma at u is down"), "u", generation=2)
+    status = settled(down.apply(status, "t"), 2)
+    found = {c.type: c for c in status.conditions or []}
+    assert (found["Ready"].status, found["Ready"].reason) == ("False", "StoreUnavailable")
+    assert found["Stalled"].status == "True" and "StoreReachable" in found["Ready"].message
+
+
+def test_markers_of_sessions_without_memories_are_reported_not_requested() -> None:
+    report = MarkerScanReport.of([], [], ["s1", "s2"], generation=5)
+    assert report is not None and report.ignored
+    assert report.reason == "MarkerWithoutMemories" and "2 session(s)" in report.message
+    cond = report.condition
+    assert cond.status == "False"
+    assert MarkerScanReport.of([], [], []) is None

@@ -160,7 +160,7 @@ every Secret).
   verbs: [patch]
 - apiGroups: [""]
   resources: [events]
-  verbs: [create]
+  verbs: [create, get, patch]
 {{- $secrets := include "sso.secretNames" . | fromJsonArray }}
 {{- if $secrets }}
 - apiGroups: [""]

@@ -1,0 +1,105 @@
+"""Whether an Event is new, or a repeat to be counted on one already posted. Pure.
+
+client-go's recorder (tools/record's EventCorrelator) posts an Event once and counts its
+repeats on it: the same source, object, type, reason and message PATCH the existing
+Event's `count` and `lastTimestamp` instead of creating another, so `kubectl describe`
+shows one line "x5 over 2m" rather than five. This module is that decision; the I/O is in
+controller/kube/events.py.
+
+Two differences, both so that a restart or a failover continues a count instead of
+starting a second Event: the Event's name is derived from its key (client-go names it by
+the time of the first one), and a create that finds the name taken counts on the Event it
+found. What this process posted is remembered in an LRU of 4,096 keys, as client-go's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+
+CACHE_SIZE = 4096
+NAME_MAX = 253
+DIGEST_LEN = 16
+
+
+@dataclass(frozen=True)
+class EventKey:
+    """What makes two Events the same one (client-go's getEventKey, without the host)."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    type: str
+    reason: str
+    message: str
+    component: str
+
+
+def event_name(key: EventKey) -> str:
+    """The Event's name: the object's, a dot and 16 hex digits of the key's hash (a valid
+    DNS subdomain whatever the object's name)."""
+    parts = (key.api_version, key.kind, key.namespace, key.name, key.uid, key.type)
+    text = "\0".join((*parts, key.reason, key.message, key.component))
+    digest = hashlib.sha256(text.encode()).hexdigest()[:DIGEST_LEN]
+    base = key.name.lower()[: NAME_MAX - DIGEST_LEN - 1].rstrip("-.")
+    return f"{base}.{digest}" if base else digest
+
+
+@dataclass(frozen=True)
+class Seen:
+    name: str
+    count: int
+    first_timestamp: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Create the Event (count 1), or patch it to this count (first_timestamp kept)."""
+
+    name: str
+    count: int
+    first_timestamp: str
+
+    @property
+    def create(self) -> bool:
+        return self.count == 1
+
+
+class EventLog:
+    """The keys this process posted recently, least recently used first out."""
+
+    def __init__(self, size: int = CACHE_SIZE) -> None:
+        if size < 1:
+            raise ValueError("size must be at least 1")
+        self._size = size
+        self._seen: OrderedDict[EventKey, Seen] = OrderedDict()
+
+    def observe(self, key: EventKey, now: str) -> Decision:
+        """What to do for one more occurrence of key at now, and remember it."""
+        seen = self._seen.get(key)
+        if seen is None:
+            seen = Seen(event_name(key), 1, now)
+        else:
+            seen = Seen(seen.name, seen.count + 1, seen.first_timestamp)
+        self._remember(key, seen)
+        return Decision(seen.name, seen.count, seen.first_timestamp)
+
+    def learned(self, key: EventKey, count: int, first_timestamp: str) -> None:
+        """The Event already existed (another process, or before a restart): its count."""
+        self._remember(key, Seen(event_name(key), count, first_timestamp))
+
+    def forget(self, key: EventKey) -> None:
+        """The Event is gone (expired by the apiserver's event TTL): the next is new."""
+        self._seen.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def _remember(self, key: EventKey, seen: Seen) -> None:
+        self._seen[key] = seen
+        self._seen.move_to_end(key)
+        while len(self._seen) > self._size:
+            self._seen.popitem(last=False)

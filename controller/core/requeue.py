@@ -1,0 +1,77 @@
+"""Which SessionSummaries a change of their SessionSummarizer asks again. Pure.
+
+A pass that failed on its summarizer's settings (an unreachable store, a wrong collection,
+a Secret, a model endpoint: phase Failed, or Pending between retries) would otherwise wait
+for its next backoff (up to SSO_RETRY_MAX_SECONDS), a restart, a sweep or a sunset; one
+that found no summarizer (SummarizerNotFound) waits for it to exist. When the summarizer is
+created or its spec changes, each such object of it is asked again at once: its
+spec.requestedAt moves (a new generation, so its failure count starts again), as a sunset
+would. A pass still waiting for another writer's claim is not failing, and is left alone.
+
+kopf keeps a failed handler's retry, delayed by its backoff, across spec changes, in the
+object's progress annotations (kopf's progress storage, under our annotation prefix): the
+same patch removes them, so the new request runs at once instead of after that delay (what
+`kubectl annotate ... memorycore.io/summarize-` would do by hand).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+NOT_FAILURES = frozenset({"SessionClaimed", "Summarizing"})
+
+
+def failed_on(obj: Mapping[str, Any], summarizer: str) -> bool:
+    """Whether the object's last pass, for its current request, failed under this
+    summarizer."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    if spec.get("summarizerRef", "default") != summarizer:
+        return False
+    if status.get("observedGeneration") != meta.get("generation"):
+        return False  # a newer request is on its way anyway
+    if status.get("phase") == "Failed":
+        return True
+    if status.get("phase") != "Pending":
+        return False
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == "Summarized":
+            return cond.get("status") == "False" and cond.get("reason") not in NOT_FAILURES
+    return False
+
+
+def to_ask_again(objects: Iterable[Mapping[str, Any]], summarizer: str) -> list[tuple[str, str]]:
+    """(name, resourceVersion) of the objects to ask again, as read."""
+    return [
+        (obj["metadata"]["name"], obj["metadata"]["resourceVersion"])
+        for obj in objects
+        if failed_on(obj, summarizer)
+    ]
+
+
+# kopf annotations under our prefix that are not a handler's progress.
+NOT_PROGRESS = ("last-handled-configuration", "kopf-managed")
+
+
+def progress_annotations(annotations: Mapping[str, str], prefix: str) -> list[str]:
+    """The keys of kopf's per-handler progress records among an object's annotations."""
+    return sorted(
+        key
+        for key in annotations
+        if key.startswith(f"{prefix}/") and key.split("/", 1)[1] not in NOT_PROGRESS
+    )
+
+
+def to_ask_again_with_progress(
+    objects: Iterable[Mapping[str, Any]], summarizer: str, prefix: str
+) -> list[tuple[str, str, list[str]]]:
+    """(name, resourceVersion, progress annotations to drop) of the objects to ask again."""
+    return [
+        (
+            obj["metadata"]["name"],
+            obj["metadata"]["resourceVersion"],
+            progress_annotations(obj["metadata"].get("annotations") or {}, prefix),
+        )
+        for obj in objects
+        if failed_on(obj, summarizer)
+    ]

@@ -1,0 +1,35 @@
+"""How soon a SessionSummary that waits for another writer's claim looks again. Pure.
+
+A wait costs API calls each time it looks (a claim create that fails, a read of the claim,
+kopf's record of the retry), so it backs off as client-go's workqueue does for a key that
+keeps failing: the first look after `first_s`, each next one twice as late, never later
+than `max_s`, each with up to `jitter` of itself added at random so that many waiters do
+not look in step. It counts only its own attempts and reads only its own clock: when the
+other writer's claim lapses is the claim's business (controller/core/claim_rules.py), never
+a comparison with the clock of the host that wrote it.
+
+With the defaults (1 s, 30 s, 25 %) an object looks at about 1, 3, 7, 15, 31, 61 s and then
+every 30-37 s: at most 6 looks in its first waiting minute and 2 in each later one.
+"""
+
+from __future__ import annotations
+
+MAX_DOUBLINGS = 32
+
+
+def wait_delay(attempt: int, *, first_s: float, max_s: float, jitter: float, rand: float) -> float:
+    """Seconds until the next look, after `attempt` looks that found the claim held (0 for
+    the first); rand is a uniform draw in [0, 1)."""
+    base = min(first_s * 2 ** min(max(attempt, 0), MAX_DOUBLINGS), max(max_s, first_s))
+    return base * (1 + jitter * min(max(rand, 0.0), 1.0))
+
+
+def looks_within(seconds: float, *, first_s: float, max_s: float) -> int:
+    """How many looks a wait of `seconds` takes at most (every draw of jitter 0): what the
+    docs state and the tests hold the operator to."""
+    looks, elapsed, attempt = 0, 0.0, 0
+    while True:
+        elapsed += wait_delay(attempt, first_s=first_s, max_s=max_s, jitter=0.0, rand=0.0)
+        if elapsed > seconds:
+            return looks
+        looks, attempt = looks + 1, attempt + 1

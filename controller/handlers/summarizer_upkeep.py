@@ -1,0 +1,172 @@
+"""What the SessionSummarizer's timer runs besides the sweep, each on its own terms: the
+sunset-marker scan, retention (on its own clock, also with sweeps off) and a step of the
+reconciliation. Each reports on the SessionSummarizer's status; none is in the sweep's way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from controller import metrics
+from controller.api import SessionSummarizerSpec, SessionSummarizerStatus, now_rfc3339
+from controller.backends import store_location
+from controller.config import CONFIG
+from controller.core.destinations import DestinationRefused
+from controller.core.summarizer_status import MarkerScanReport, ReconcileReport, RetentionReport
+from controller.core.text import one_line
+from controller.kube import client as kube
+from controller.kube.events import EventRecorder
+from controller.reconcile import reconcile_step
+from controller.store.errors import CollectionNotFound, InvalidStoreConfig, StoreUnavailable
+from controller.store.memory_store import forget_store, store_for
+from controller.sweep import apply_retention, retention_policy, run_marker_scan
+
+
+def due(last: str | None, interval_s: float) -> bool:
+    """Whether interval_s has passed since the RFC 3339 time last (never: due)."""
+    if last is None:
+        return True
+    then = dt.datetime.fromisoformat(last.replace("Z", "+00:00"))
+    return (dt.datetime.now(dt.UTC) - then).total_seconds() >= interval_s
+
+
+async def marker_scan(
+    body: kopf.Body,
+    spec: SessionSummarizerSpec,
+    namespace: str,
+    name: str,
+    since: int,
+    logger: kopf.Logger,
+    events: EventRecorder,
+) -> None:
+    """The sunset-marker scan (sweep.run_marker_scan) after the sweep's watermark; it owns
+    the SunsetMarkers condition and leaves store errors to the sweep to report."""
+    generation = body.metadata.get("generation")
+    try:
+        markers = await asyncio.to_thread(
+            lambda: run_marker_scan(
+                store_for(store_location(spec, namespace)),
+                spec,
+                namespace=namespace,
+                summarizer_name=name,
+                watermark_ms=since,
+            )
+        )
+    except (
+        StoreUnavailable,
+        kube.SecretError,
+        CollectionNotFound,
+        InvalidStoreConfig,
+        DestinationRefused,
+    ) as exc:
+        if isinstance(exc, StoreUnavailable):
+            forget_store(store_location(spec, namespace))
+        logger.debug("marker scan skipped: %s", one_line(exc, 300))
+    except ApiException as exc:  # never in the way of the sweep below
+        logger.warning("marker scan failed: API %s: %s", exc.status, one_line(exc.reason, 300))
+    else:
+        report = MarkerScanReport.of(
+            (sid for sid, _ in markers.requested),
+            (m.describe() for m in markers.invalid),
+            markers.markers_only,
+            generation,
+        )
+        if report is not None:
+            await asyncio.to_thread(kube.update_summarizer_status, namespace, name, report.apply)
+            kind = "Warning" if report.ignored else "Normal"
+            events.post(body, type_=kind, reason=report.reason, message=report.message)
+            logger.info(
+                "marker scan by %s (%d markers read in %.0f ms, %d waiting for a pass "
+                "under way, %d left for the next tick): %s",
+                CONFIG.replica_id,
+                markers.scanned,
+                markers.duration_s * 1000,
+                markers.waiting,
+                markers.left,
+                report.message,
+            )
+
+
+async def retention(
+    spec: SessionSummarizerSpec,
+    namespace: str,
+    name: str,
+    status: SessionSummarizerStatus,
+    logger: kopf.Logger,
+) -> None:
+    """Deletes the summarizer's finished objects past their phase's TTL, once per
+    spec.sweep.intervalSeconds (also when sweeps are off: retention is not the sweep's)."""
+    if retention_policy(spec).keeps_everything:
+        return
+    if not due(status.last_retention_at, spec.sweep.interval_seconds):
+        return
+    at = now_rfc3339()
+    try:
+        deleted = await asyncio.to_thread(
+            apply_retention, spec, namespace=namespace, summarizer_name=name
+        )
+    except ApiException as exc:
+        logger.warning("retention failed: API %s: %s", exc.status, one_line(exc.reason, 300))
+        return
+    if deleted:
+        logger.info(
+            "retention by %s: deleted %d expired SessionSummaries", CONFIG.replica_id, deleted
+        )
+    await asyncio.to_thread(
+        kube.update_summarizer_status, namespace, name, RetentionReport(at, deleted).apply
+    )
+
+
+async def reconcile(
+    body: kopf.Body,
+    spec: SessionSummarizerSpec,
+    namespace: str,
+    name: str,
+    logger: kopf.Logger,
+    events: EventRecorder,
+) -> None:
+    """One step of the reconciliation (sweep.reconcile_step); a store it cannot reach is the
+    sweep's to report."""
+    try:
+        step = await asyncio.to_thread(
+            lambda: reconcile_step(
+                store_for(store_location(spec, namespace)),
+                spec,
+                namespace=namespace,
+                summarizer_name=name,
+                now_ms=int(time.time() * 1000),
+                monotonic=time.monotonic(),
+            )
+        )
+    except (
+        StoreUnavailable,
+        kube.SecretError,
+        CollectionNotFound,
+        InvalidStoreConfig,
+        DestinationRefused,
+    ) as exc:
+        logger.debug("reconciliation skipped: %s", one_line(exc, 300))
+        return
+    except ApiException as exc:  # never in the way of the sweep
+        logger.warning("reconciliation failed: API %s: %s", exc.status, one_line(exc.reason, 300))
+        return
+    done = step.finished
+    metrics.observe_reconcile(step.read, step.uncovered if done is not None else None)
+    if done is None:
+        return
+    report = ReconcileReport(
+        at=now_rfc3339(),
+        rows=done.rows,
+        uncovered=step.uncovered,
+        sessions=step.sessions,
+        seconds=(int(time.time() * 1000) - done.started_ms) / 1000,
+    )
+    await asyncio.to_thread(kube.update_summarizer_status, namespace, name, report.apply)
+    logger.info("reconciliation by %s: %s", CONFIG.replica_id, report.message)
+    if step.uncovered:
+        events.post(body, type_="Normal", reason="Reconciled", message=report.message)

@@ -1,0 +1,178 @@
+"""Where Events are posted: one Event per state change, its repeats counted on it.
+
+The operator's handlers and its peering reporter post through one EventRecorder (made at
+start, kept in kopf's memo, closed at exit). Like client-go's recorder it never blocks and
+never fails its caller: Events go out from one background thread in the order posted, and
+a repeat of an Event already posted (same object, type, reason and message:
+core/event_aggregation.py) is a PATCH of that Event's count and lastTimestamp, not a new
+Event. A full queue drops the newest Events with a log line, as client-go does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import queue
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from controller.core.event_aggregation import EventKey, EventLog
+from controller.kube import client as kube
+
+log = logging.getLogger("controller.kube.events")
+COMPONENT = "session-summary-operator"
+MESSAGE_MAX = 1024
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class _Pending:
+    ref: dict[str, Any]
+    key: EventKey
+
+
+def object_reference(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The involvedObject of an Event on obj (a kopf body or an API dict)."""
+    meta = obj.get("metadata") or {}
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "name": meta.get("name"),
+        "namespace": meta.get("namespace"),
+        "uid": meta.get("uid"),
+        "resourceVersion": meta.get("resourceVersion"),
+    }
+
+
+class EventRecorder:
+    """Posts Events in the background, aggregated as client-go's recorder does."""
+
+    def __init__(
+        self, component: str = COMPONENT, instance: str = "", queue_size: int = 1000
+    ) -> None:
+        self.component, self.instance = component, instance
+        self._log = EventLog()
+        self._queue: queue.Queue[_Pending | None] = queue.Queue(queue_size)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.created = self.counted = self.dropped = 0
+
+    def start(self) -> EventRecorder:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="events", daemon=True)
+                self._thread.start()
+        return self
+
+    def post(self, obj: Mapping[str, Any], *, type_: str, reason: str, message: str) -> None:
+        """An Event on obj, or one more count on the same Event posted before."""
+        ref = object_reference(obj)
+        key = EventKey(
+            api_version=str(ref["apiVersion"] or ""),
+            kind=str(ref["kind"] or ""),
+            namespace=str(ref["namespace"] or "default"),
+            name=str(ref["name"] or "object"),
+            uid=str(ref["uid"] or ""),
+            type=type_,
+            reason=reason,
+            message=message[:MESSAGE_MAX],
+            component=self.component,
+        )
+        self.start()
+        try:
+            self._queue.put_nowait(_Pending(ref, key))
+        except queue.Full:
+            self.dropped += 1
+            log.warning("event queue full: dropped %s %s on %s", type_, reason, key.name)
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Posts what is queued (for at most timeout seconds) and stops."""
+        thread = self._thread
+        if thread is None:
+            return
+        try:
+            self._queue.put(None, timeout=timeout)
+        except queue.Full:
+            return
+        thread.join(timeout)
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            try:
+                self._send(item)
+            except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+                log.warning(
+                    "could not post Event %s on %s: %s", item.key.reason, item.key.name, exc
+                )
+            except Exception:  # never let one Event stop the others
+                log.exception("could not post Event %s on %s", item.key.reason, item.key.name)
+
+    def _send(self, item: _Pending) -> None:
+        key, now = item.key, _now()
+        decision = self._log.observe(key, now)
+        if not decision.create:
+            try:
+                self._patch(key, decision.name, decision.count, now)
+                return
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+            self._log.forget(key)  # expired by the apiserver's event TTL: a new one
+            self._log.observe(key, now)
+        try:
+            self._create(item, decision.name, now)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            # Posted before by another replica or before a restart: count on it.
+            existing = kube.core().read_namespaced_event(decision.name, key.namespace)
+            count = int(existing.count or 1) + 1
+            first = existing.first_timestamp
+            first_s = first.strftime("%Y-%m-%dT%H:%M:%SZ") if first else now
+            self._patch(key, decision.name, count, now)
+            self._log.learned(key, count, first_s)
+
+    def _create(self, item: _Pending, name: str, now: str) -> None:
+        key = item.key
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(name=name, namespace=key.namespace),
+            involved_object=client.V1ObjectReference(**_snake(item.ref)),
+            type=key.type,
+            reason=key.reason,
+            message=key.message,
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+            source=client.V1EventSource(component=self.component),
+            reporting_component=self.component,
+            reporting_instance=self.instance,
+        )
+        kube.core().create_namespaced_event(key.namespace, event)
+        self.created += 1
+
+    def _patch(self, key: EventKey, name: str, count: int, now: str) -> None:
+        body = {"count": count, "lastTimestamp": now}
+        kube.core().patch_namespaced_event(
+            name, key.namespace, body, _content_type="application/merge-patch+json"
+        )
+        self.counted += 1
+
+
+def _snake(ref: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "api_version": ref.get("apiVersion"),
+        "kind": ref.get("kind"),
+        "name": ref.get("name"),
+        "namespace": ref.get("namespace"),
+        "uid": ref.get("uid"),
+        "resource_version": ref.get("resourceVersion"),
+    }

@@ -1,0 +1,319 @@
+"""SessionSummary objects over months, on the real control plane and Chroma: retention of
+every finished phase (also with sweeps off), sunset markers that make objects only for
+sessions with memories besides them and at the stated rate, failed objects asked again when
+their summarizer is fixed, and sweep patches that never overwrite a sunset that came after
+the sweep read the object."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from controller.api import SessionSummarizerSpec
+from controller.core.memories import SUNSET_MARKER_TYPE, render_interaction_document
+from controller.core.naming import summary_object_name
+from controller.core.sweep_plan import Candidate, SweepPlan
+from controller.kube import client as kube
+from controller.store.memory_store import MemoryStore
+from controller.sweep import apply_plan, run_marker_scan
+from devenv.processes import tail, wait_for
+from tests.integration.harness import (
+    Harness,
+    conditions_of,
+    interaction,
+    load,
+    own_operator,
+    summaries_in,
+)
+
+NS = "lifecycle"
+
+
+def summarizer(name: str, url: str, memory: str, **spec: Any) -> str:
+    body = {
+        "apiVersion": "memorycore.io/v1alpha1",
+        "kind": "SessionSummarizer",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "store": {"url": url, "memoryCollection": memory, "summaryCollection": f"{memory}-s"},
+            **spec,
+        },
+    }
+    return json.dumps(body)
+
+
+@pytest.fixture(scope="module")
+def lifecycle(harness: Harness, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    """An operator of its own: a 1 s tick, one failure makes an object Failed, and its
+    retries wait 5 minutes (so only a summarizer change can ask a failed object again)."""
+    log = tmp_path_factory.mktemp("lifecycle") / "operator.log"
+    with own_operator(
+        harness.cp,
+        NS,
+        log,
+        sweep_tick_seconds="1",
+        failure_gate="1",
+        retry_base_seconds="300",
+        retry_max_seconds="600",
+    ):
+        yield Harness(harness.cp, harness.chroma, log)
+
+
+def apply(h: Harness, manifest: str) -> None:
+    h.cp.kubectl_run("apply", "-f", "-", input=manifest)
+
+
+def phase_of(name: str) -> str | None:
+    obj = kube.get_summary(NS, name) or {}
+    st = obj.get("status") or {}
+    return (
+        st.get("phase") if st.get("observedGeneration") == obj["metadata"]["generation"] else None
+    )
+
+
+def test_every_finished_phase_is_deleted_after_its_ttl_also_with_sweeps_off(
+    lifecycle: Harness,
+) -> None:
+    store = lifecycle.store("ret-memory", "ret-memory-s")
+    now = int(time.time() * 1000)
+    load(
+        store,
+        [
+            interaction("ret-done", 0, now - 5000, "Add the retention test."),
+            interaction("ret-empty", 0, now - 5000, "tick", type_="tick"),
+        ],
+    )
+    short = {"summarizedTTLSeconds": 4, "emptyTTLSeconds": 4, "notFoundTTLSeconds": 4,
+             "failedTTLSeconds": 4}  # fmt: skip
+    sweep_off = {"enabled": False, "intervalSeconds": 5}
+    apply(lifecycle, summarizer("ret", lifecycle.chroma.url, "ret-memory",
+                                sweep=sweep_off, retention=short))  # fmt: skip
+    apply(lifecycle, summarizer("ret-broken", lifecycle.chroma.url, "ret-no-such-memory",
+                                sweep=sweep_off, retention=short))  # fmt: skip
+    apply(lifecycle, summarizer("ret-keep", lifecycle.chroma.url, "ret-memory", sweep=sweep_off,
+                                retention={"emptyTTLSeconds": 0}))  # fmt: skip
+    cases = {
+        "ret-done": ("ret", "Summarized"),
+        "ret-empty": ("ret", "Empty"),
+        "ret-unknown": ("ret", "NotFound"),
+        "ret-failing": ("ret-broken", "Failed"),
+    }
+    for session, (ref, _) in cases.items():
+        kube.request_summary(NS, session, trigger="sunset", summarizer=ref)
+    load(store, [interaction("ret-empty-kept", 0, now - 5000, "tick", type_="tick")])
+    kept = kube.request_summary(NS, "ret-empty-kept", trigger="sunset", summarizer="ret-keep")[0]
+    for session, (_, phase) in cases.items():
+        name = summary_object_name(session)
+        wait_for(lambda n=name, p=phase: phase_of(n) == p, 60, 0.2,  # type: ignore[misc]
+                 message=f"{session} {phase}\n{tail(lifecycle.log)}")  # fmt: skip
+    wait_for(lambda: phase_of(kept) == "Empty", 60, 0.2, message="kept Empty")
+    # Each is deleted once its phase is older than 4 s; the sweep never runs (enabled: false).
+    gone = [summary_object_name(s) for s in cases]
+    wait_for(
+        lambda: not set(gone) & set(summaries_in(NS)),
+        60,
+        0.5,
+        message=f"retention of {gone}\n{tail(lifecycle.log)}",
+    )
+    assert phase_of(kept) == "Empty"  # emptyTTLSeconds 0: kept
+    status = json.loads(lifecycle.cp.kubectl_run("-n", NS, "get", "ssumr", "ret", "-o",
+                                                 "json").stdout)["status"]  # fmt: skip
+    assert status["lastRetentionAt"] and "lastSweepAt" not in status
+
+
+def test_a_fixed_summarizer_asks_its_failed_objects_again_at_once(lifecycle: Harness) -> None:
+    store = lifecycle.store("fix-memory", "fix-memory-s")
+    load(store, [interaction("fix-me", 0, int(time.time() * 1000) - 5000, "Fix the summarizer.")])
+    off = {"enabled": False}
+    apply(lifecycle, summarizer("fixable", lifecycle.chroma.url, "fix-memory-typo", sweep=off))
+    broken = kube.request_summary(NS, "fix-me", trigger="sunset", summarizer="fixable")[0]
+    waiting = kube.request_summary(NS, "fix-later", trigger="sunset", summarizer="later")[0]
+    load(store, [interaction("fix-later", 0, int(time.time() * 1000) - 5000, "Later.")])
+    wait_for(lambda: phase_of(broken) == "Failed", 60, 0.2, message=tail(lifecycle.log))
+    reasons = conditions_of(kube.get_summary(NS, broken) or {})
+    assert reasons["Summarized"]["reason"] == "MemoryCollectionNotFound"
+    assert reasons["Stalled"]["status"] == "True"
+    wait_for(
+        lambda: (
+            conditions_of(kube.get_summary(NS, waiting) or {}).get("Summarized", {}).get("reason")
+            == "SummarizerNotFound"
+        ),
+        60,
+        0.2,
+    )
+    # Retries wait 5 minutes here: only the summarizer's change can bring these on now.
+    fixed = time.monotonic()
+    apply(lifecycle, summarizer("fixable", lifecycle.chroma.url, "fix-memory", sweep=off))
+    apply(lifecycle, summarizer("later", lifecycle.chroma.url, "fix-memory", sweep=off))
+    for name in (broken, waiting):
+        wait_for(lambda n=name: phase_of(n) == "Summarized", 60, 0.2,  # type: ignore[misc]
+                 message=f"{name}\n{tail(lifecycle.log)}")  # fmt: skip
+    assert time.monotonic() - fixed < 60
+    events = json.loads(lifecycle.cp.kubectl_run(
+        "-n", NS, "get", "events", "--field-selector", "involvedObject.name=fixable", "-o", "json"
+    ).stdout)["items"]  # fmt: skip
+    assert any(e["reason"] == "FailedSummariesRequeued" for e in events), events
+
+
+# -- sunset markers -------------------------------------------------------------------------
+
+MARKER_ONLY = 1000
+WITH_MEMORIES = 60
+RATE = 30  # markerRequestsPerMinute
+
+
+def marker(session: str, ts: int, i: int) -> tuple[str, str, dict[str, Any]]:
+    return (f"marker-{i:05d}", "sunset", {"sessionId": session, "timestamp": ts,
+                                          "type": SUNSET_MARKER_TYPE})  # fmt: skip
+
+
+def load_fast(store: MemoryStore, rows: list[tuple[str, str, dict[str, Any]]]) -> None:
+    """Rows with one constant vector each (the operator reads markers by metadata only)."""
+    coll = store.create_memory_collection()
+    for start in range(0, len(rows), 500):
+        part = rows[start : start + 500]
+        coll.upsert(
+            ids=[r[0] for r in part],
+            documents=[r[1] for r in part],
+            metadatas=[r[2] for r in part],
+            embeddings=np.full((len(part), 384), 1 / np.sqrt(384), dtype=np.float32),
+        )
+
+
+def ignored_sessions(h: Harness) -> int:
+    """Sessions the marker scan reported as having no memories besides markers (summed over
+    its Events, each of which names the sessions of one scan)."""
+    events = json.loads(h.cp.kubectl_run(
+        "-n", NS, "get", "events", "--field-selector", "involvedObject.name=markers", "-o", "json"
+    ).stdout)["items"]  # fmt: skip
+    total = 0
+    for e in events:
+        if e["reason"] == "MarkerWithoutMemories":
+            part = e["message"].split("sunset markers of ", 1)[1]
+            total += int(part.split(" ", 1)[0])
+    return total
+
+
+def test_markers_alone_make_no_object_and_markers_with_memories_at_most_the_stated_rate(
+    lifecycle: Harness,
+) -> None:
+    store = lifecycle.store("mark-memory", "mark-memory-s")
+    now = int(time.time() * 1000)
+    load(store, [interaction("mark-seed", 0, now - 60_000, "seed")])
+    sweep = {"enabled": True, "intervalSeconds": 5, "idleSeconds": 3600,
+             "markerRequestsPerMinute": RATE}  # fmt: skip
+    apply(lifecycle, summarizer("markers", lifecycle.chroma.url, "mark-memory", sweep=sweep))
+    # The marker scan starts once the first sweep has a watermark.
+    wait_for(lambda: sweeps_done(lifecycle), 60, 0.5, message=tail(lifecycle.log))
+    ts = int(time.time() * 1000)
+    rows = [marker(f"only-markers-{i:04d}", ts + i, i) for i in range(MARKER_ONLY)]
+    load_fast(store, rows)
+    wait_for(lambda: ignored_sessions(lifecycle) >= MARKER_ONLY, 120, 1,
+             message=f"{ignored_sessions(lifecycle)} reported\n{tail(lifecycle.log)}")  # fmt: skip
+    assert ignored_sessions(lifecycle) == MARKER_ONLY
+    made = [o for o in summaries_in(NS).values() if o["spec"]["summarizerRef"] == "markers"]
+    assert made == [], [o["metadata"]["name"] for o in made]
+
+    # Sessions with memories besides their marker: objects at most RATE a minute (a burst
+    # of RATE, then one every 60/RATE s).
+    ts = int(time.time() * 1000)
+    sessions = [f"with-memories-{i:03d}" for i in range(WITH_MEMORIES)]
+    load_fast(store, [interaction(s, 0, ts, f"Work of {s}.") for s in sessions])
+    started = dt.datetime.now(dt.UTC)
+    load_fast(store, [marker(s, ts + 10 + i, MARKER_ONLY + i) for i, s in enumerate(sessions)])
+    time.sleep(25)
+    made = [o for o in summaries_in(NS).values() if o["spec"]["sessionId"] in sessions]
+    created = sorted(
+        dt.datetime.fromisoformat(o["metadata"]["creationTimestamp"].replace("Z", "+00:00"))
+        for o in made
+    )
+    assert len(created) >= RATE, f"{len(created)} made: the burst was not used"
+    for i, first in enumerate(created):
+        for j in range(i, len(created)):
+            window = (created[j] - first).total_seconds() + 1  # whole seconds
+            assert j - i + 1 <= RATE + RATE * window / 60 + 1, (i, j, window)
+    elapsed = (dt.datetime.now(dt.UTC) - started).total_seconds()
+    assert len(created) <= RATE + RATE * elapsed / 60 + 1
+    assert all(o["spec"]["trigger"] == "sunset-marker" for o in made)
+
+
+def sweeps_done(h: Harness) -> bool:
+    out = h.cp.kubectl_run("-n", NS, "get", "ssumr", "markers", "-o", "json").stdout
+    return (json.loads(out).get("status") or {}).get("watermark") is not None
+
+
+# -- the sweep's and the marker scan's patches -------------------------------------------
+
+RACE = "sweep-race"  # no operator watches it: only this test changes its objects
+
+
+def _done_object(session: str, last_memory_at: str) -> str:
+    """A SessionSummary whose last pass is finished (what the sweep may patch)."""
+    name, _ = kube.request_summary(RACE, session, trigger="sweep")
+    obj = kube.get_summary(RACE, name)
+    assert obj is not None
+    status = {"phase": "Summarized", "observedGeneration": obj["metadata"]["generation"],
+              "lastMemoryAt": last_memory_at}  # fmt: skip
+    assert kube.patch_summary_status(RACE, name, status)
+    return name
+
+
+def _sunset_between_read_and_patch(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The sweep's read of the object returns what it read, but a sunset lands right after."""
+    read = kube.get_summary
+    landed: list[str] = []
+
+    def racing(namespace: str, name: str) -> dict[str, Any] | None:
+        obj = read(namespace, name)
+        if obj is not None:
+            kube.request_summary(namespace, obj["spec"]["sessionId"], trigger="sunset")
+            landed.append(name)
+        return obj
+
+    monkeypatch.setattr(kube, "get_summary", racing)
+    return landed
+
+
+def test_a_sweep_never_overwrites_a_sunset_that_came_after_its_read(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.cp.kubectl_run("create", "namespace", RACE, check=False)
+    stale = _done_object("race-stale", "2020-01-01T00:00:00Z")
+    refresh = _done_object("race-refresh", "2020-01-01T00:00:00Z")
+    landed = _sunset_between_read_and_patch(monkeypatch)
+    plan = SweepPlan(
+        candidates=[Candidate("race-stale", 1, "newer-memories")],
+        refresh=[Candidate("race-refresh", 1, "refresh")],
+    )
+    applied = apply_plan(plan, namespace=RACE, summarizer_name="default")
+    assert landed == [stale, refresh]
+    assert (applied.created, applied.patched, applied.refreshed) == (0, 0, 0)
+    assert applied.in_flight == 2
+    for name in (stale, refresh):
+        spec = (kube.get_summary(RACE, name) or {})["spec"]
+        assert spec["trigger"] == "sunset", spec
+
+
+def test_a_marker_scan_never_overwrites_a_sunset_that_came_after_its_read(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    harness.cp.kubectl_run("create", "namespace", RACE, check=False)
+    store = harness.store("race-memory", "race-memory-s")
+    ts = int(time.time() * 1000)
+    doc = render_interaction_document("Work.", "thinking", "Done.")
+    load(store, [("race-mem-0", doc, {"sessionId": "race-marker", "timestamp": ts - 1000,
+                                      "type": "agent-interaction", "prompt": "Work."}),
+                 marker("race-marker", ts, 99_999)])  # fmt: skip
+    name = _done_object("race-marker", "2020-01-01T00:00:00Z")
+    landed = _sunset_between_read_and_patch(monkeypatch)
+    spec = SessionSummarizerSpec.model_validate({"sweep": {"markerRequestsPerMinute": 10}})
+    result = run_marker_scan(store, spec, namespace=RACE, summarizer_name="race",
+                             watermark_ms=ts - 60_000)  # fmt: skip
+    assert landed == [name] and result.requested == [] and result.waiting == 1
+    assert (kube.get_summary(RACE, name) or {})["spec"]["trigger"] == "sunset"
