@@ -28,7 +28,6 @@ from controller.api import (
 )
 from controller.backends import store_location
 from controller.config import CONFIG
-from controller.core.destinations import DestinationRefused
 from controller.core.reconcile_plan import RowCursor
 from controller.core.requeue import to_ask_again_with_progress
 from controller.core.summarizer_status import (
@@ -44,8 +43,6 @@ from controller.probes import check_embedding, check_secrets, health_conditions
 from controller.reconcile import reconcile_soon
 from controller.runtime import Runtime
 from controller.store.errors import (
-    CollectionNotFound,
-    InvalidStoreConfig,
     StoreUnavailable,
 )
 from controller.store.memory_store import forget_store, store_for
@@ -246,13 +243,7 @@ async def sweep(
             watermark_ms=status.watermark,
             cursor=cursor,
         )
-    except (
-        StoreUnavailable,
-        kube.SecretError,
-        CollectionNotFound,
-        InvalidStoreConfig,
-        DestinationRefused,
-    ) as exc:
+    except upkeep.STORE_ERRORS as exc:
         failure = sweep_failure(exc, spec.store.url, generation)
         if isinstance(exc, StoreUnavailable):
             forget_store(store_location(spec, namespace))

@@ -26,6 +26,16 @@ from controller.store.errors import CollectionNotFound, InvalidStoreConfig, Stor
 from controller.store.memory_store import forget_store, store_for
 from controller.sweep import apply_retention, retention_policy, run_marker_scan
 
+# What a store or its settings can raise: the sweep reports these on the SessionSummarizer;
+# the marker scan and the reconciliation leave them to it.
+STORE_ERRORS = (
+    StoreUnavailable,
+    kube.SecretError,
+    CollectionNotFound,
+    InvalidStoreConfig,
+    DestinationRefused,
+)
+
 
 def due(last: str | None, interval_s: float) -> bool:
     """Whether interval_s has passed since the RFC 3339 time last (never: due)."""
@@ -57,13 +67,7 @@ async def marker_scan(
                 watermark_ms=since,
             )
         )
-    except (
-        StoreUnavailable,
-        kube.SecretError,
-        CollectionNotFound,
-        InvalidStoreConfig,
-        DestinationRefused,
-    ) as exc:
+    except STORE_ERRORS as exc:
         if isinstance(exc, StoreUnavailable):
             forget_store(store_location(spec, namespace))
         logger.debug("marker scan skipped: %s", one_line(exc, 300))
@@ -143,13 +147,7 @@ async def reconcile(
                 monotonic=time.monotonic(),
             )
         )
-    except (
-        StoreUnavailable,
-        kube.SecretError,
-        CollectionNotFound,
-        InvalidStoreConfig,
-        DestinationRefused,
-    ) as exc:
+    except STORE_ERRORS as exc:
         logger.debug("reconciliation skipped: %s", one_line(exc, 300))
         return
     except ApiException as exc:  # never in the way of the sweep

@@ -254,7 +254,12 @@ def test_sweep_finds_unsummarized_and_stale_sessions_and_respects_idle_and_cap(
     # The next sweeps pick up the deferred ones: the stale session (3 h) and missing-c (6 h).
     def resummarized_by_sweep() -> dict[str, Any] | None:
         obj = harness.obj("sw-stale")
-        done = obj["status"].get("observedGeneration") == obj["metadata"]["generation"]
+        # observedGeneration is the pass's own from its start (phase Summarizing): done is
+        # the phase it ends in.
+        done = (
+            obj["status"].get("observedGeneration") == obj["metadata"]["generation"]
+            and obj["status"].get("phase") == "Summarized"
+        )
         return obj if done and obj["spec"]["trigger"] == "sweep" else None
 
     stale = wait_for(resummarized_by_sweep, 90, 0.3, message="sweep to re-summarize sw-stale")
