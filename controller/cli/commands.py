@@ -300,11 +300,11 @@ def cmd_summarize(args: argparse.Namespace) -> int:
         StoreUnavailable,
     )
 
-    if not args.local:
+    if not args.bypass_claim:
         raise CliError(
             "summarize writes to Chroma directly, bypassing the operator's single-writer "
-            "claim; pass --local to confirm that no operator is running against this store "
-            "(otherwise use `summaryctl sunset`)"
+            "claim; pass --bypass-claim to confirm that no operator is running against this "
+            "store (otherwise use `summaryctl sunset`)"
         )
     summarizer = load_summarizer(args)
     store = _store(args, summarizer)
