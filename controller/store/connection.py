@@ -6,15 +6,16 @@ one embedded path silently lose vectors."""
 
 from __future__ import annotations
 
-import contextvars
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
 import chromadb
 import httpx
-from chromadb.api import ClientAPI
+from chromadb.api import ClientAPI, ServerAPI
+from chromadb.api.client import AdminClient, Client
 from chromadb.api.fastapi import FastAPI
-from chromadb.config import Settings, System
+from chromadb.auth import UserIdentity
+from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
 from controller.api import StoreSpec
@@ -63,21 +64,7 @@ def connect(location: StoreLocation) -> ClientAPI:
                 tenant=location.tenant,
                 database=location.database,
             )
-        parsed = urlparse(location.url)
-        headers = {"Authorization": f"Bearer {location.token}"} if location.token else None
-        bound = _TIMEOUT.set(location.timeout_seconds)  # every request, see below
-        try:
-            return chromadb.HttpClient(
-                host=parsed.hostname or "localhost",
-                port=parsed.port or (443 if parsed.scheme == "https" else 8000),
-                ssl=parsed.scheme == "https",
-                headers=headers,
-                tenant=location.tenant,
-                database=location.database,
-                settings=_settings(),
-            )
-        finally:
-            _TIMEOUT.reset(bound)
+        return _BoundedHttpClient(location)
     except NotFoundError as exc:  # chromadb checks the tenant and database on connect
         raise InvalidStoreConfig(
             f"Chroma at {location.describe()}: {describe_error(exc)}; check spec.store.tenant "
@@ -101,24 +88,49 @@ def _timed_out(exc: BaseException | None) -> bool:
     return False
 
 
-# chromadb's HTTP client sends every request with no timeout (httpx timeout=None), and its
-# constructor already talks to the server: the identity, then the tenant and the database
-# through an admin client with an HTTP session of its own. A Chroma that accepts
-# connections but never answers (a stopped process, a black-holed proxy) would hold the
-# worker, and the claim it took, for good. chromadb accepts no other API class for HTTP
-# and takes no timeout, so its FastAPI's constructor is wrapped: a session made while
-# connect() runs gets connect()'s spec.store.timeoutSeconds (connect, read, write and pool
-# each). Sessions made elsewhere, with no timeout set, stay as chromadb makes them.
-# tests/integration/test_request_timeouts.py fails if a chromadb release changes this.
-_TIMEOUT: contextvars.ContextVar[float] = contextvars.ContextVar("chroma_timeout")
-_FASTAPI_INIT = FastAPI.__init__
+class _BoundedHttpClient(Client):
+    """chromadb.HttpClient for the location, with every request bounded by
+    spec.store.timeoutSeconds (connect, read, write and pool each).
+
+    chromadb's HTTP API sends every request with no timeout (httpx timeout=None), and its
+    client's constructor already talks to the server: the identity, then the tenant and
+    the database through an admin client with an HTTP session of its own. A Chroma that
+    accepts connections but never answers (a stopped process, a black-holed proxy) would
+    hold the worker, and the claim it took, for good. chromadb's Settings take no timeout
+    and it refuses a chroma_api_impl of ours, so this subclass of its Client bounds each
+    session just before that session's first request: its own before the identity, the
+    admin client's before the tenant and database checks. It reaches into chromadb's
+    private `_server`, `_admin_client` and `_session`, but only of this client: clients
+    made elsewhere keep chromadb's sessions as they are.
+    tests/integration/test_request_timeouts.py fails if a chromadb release changes this."""
+
+    def __init__(self, location: StoreLocation) -> None:
+        assert location.url is not None
+        self._timeout = httpx.Timeout(location.timeout_seconds)
+        parsed = urlparse(location.url)
+        settings = _settings()
+        # What chromadb.HttpClient sets, which builds a Client with no way to choose it.
+        settings.chroma_api_impl = "chromadb.api.fastapi.FastAPI"
+        settings.chroma_server_host = parsed.hostname or "localhost"
+        settings.chroma_server_http_port = parsed.port or (
+            443 if parsed.scheme == "https" else 8000
+        )
+        settings.chroma_server_ssl_enabled = parsed.scheme == "https"
+        if location.token:
+            settings.chroma_server_headers = {"Authorization": f"Bearer {location.token}"}
+        super().__init__(tenant=location.tenant, database=location.database, settings=settings)
+
+    def get_user_identity(self) -> UserIdentity:
+        _bound(self._server, self._timeout)  # the constructor's first request
+        return super().get_user_identity()
+
+    def _validate_tenant_database(self, tenant: str, database: str) -> None:
+        assert isinstance(self._admin_client, AdminClient)
+        _bound(self._admin_client._server, self._timeout)
+        super()._validate_tenant_database(tenant=tenant, database=database)
 
 
-def _bounded_fastapi_init(self: FastAPI, system: System) -> None:
-    _FASTAPI_INIT(self, system)
-    timeout = _TIMEOUT.get(None)
-    if timeout is not None:
-        self._session.timeout = httpx.Timeout(timeout)
-
-
-FastAPI.__init__ = _bounded_fastapi_init  # type: ignore[method-assign]
+def _bound(server: ServerAPI, timeout: httpx.Timeout) -> None:
+    if not isinstance(server, FastAPI):
+        raise TypeError(f"expected chromadb's HTTP API, got {type(server).__name__}")
+    server._session.timeout = timeout
