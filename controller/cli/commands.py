@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from types import MappingProxyType
 from typing import Any
 
 from controller.cli.args import CliError, printable
@@ -281,12 +282,14 @@ def cmd_summaries(args: argparse.Namespace) -> int:
     return 0
 
 
-_OUTCOME_DETAIL = {
-    "summarized": "{new} new memories, {passes} pass(es)",
-    "up-to-date": "already up to date",
-    "not-found": "no memories with this sessionId; nothing written",
-    "empty": "only excluded memory types; nothing written",
-}
+_OUTCOME_DETAIL = MappingProxyType(
+    {
+        "summarized": "{new} new memories, {passes} pass(es)",
+        "up-to-date": "already up to date",
+        "not-found": "no memories with this sessionId; nothing written",
+        "empty": "only excluded memory types; nothing written",
+    }
+)
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
