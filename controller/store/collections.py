@@ -12,6 +12,7 @@ from typing import Any, ClassVar, TypeVar, cast
 
 from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
+from chromadb.api.shared_system_client import SharedSystemClient
 from chromadb.api.types import (
     DefaultEmbeddingFunction,
     Documents,
@@ -123,6 +124,21 @@ def collection_config(coll: Collection) -> Mapping[str, Any]:
     return config if isinstance(config, Mapping) else {}
 
 
+def forget_system(system: object) -> None:
+    """chromadb 1.5.9 keeps a closed HTTP client's System in its class-level registry: the
+    client's admin client registers the System once more under an identifier of its own
+    (AdminClient.from_system), which close() never releases, so every client made and
+    closed would stay in memory (measured: 0.8 MB each, tests/integration/
+    test_runtime_lifecycle.py). Once the client is closed, nothing may use its System:
+    the registry's entries for it are dropped. Only that System's entries are touched."""
+    if system is None:
+        return
+    registry = SharedSystemClient._identifier_to_system
+    for identifier, held in list(registry.items()):
+        if held is system:
+            registry.pop(identifier, None)
+
+
 class Collections:
     """The two collections of one Chroma database, each opened once per store: the agents'
     memory collection (never created by a read) and the summary collection (created only by
@@ -135,6 +151,17 @@ class Collections:
         self._memories: Collection | None = None  # opened once; dropped if it disappears
         self._verified_dimension: int | None = None  # a collection's dimension never changes
         self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Releases the client: chromadb keeps a client's system (its HTTP sessions, or an
+        embedded database) alive until the last client of it is closed."""
+        with self._lock:
+            self._summaries = self._memories = None
+        system = getattr(self.client, "_system", None)
+        close = getattr(self.client, "close", None)
+        if close is not None:
+            close()
+        forget_system(system)
 
     # -- health -----------------------------------------------------------------------
 

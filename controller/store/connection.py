@@ -1,8 +1,8 @@
 """Where the store is and how to reach it: StoreLocation and connect().
 
 Server mode (HttpClient) is what the operator uses; embedded PersistentClient is for
-single-process local use only (`summaryctl summarize --local --path`): two processes on
-one embedded path silently lose vectors."""
+single-process local use only (`summaryctl summarize --bypass-claim --path`): two
+processes on one embedded path silently lose vectors."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class StoreLocation:
     memory_collection: str = "neo-agent-memory"
     summary_collection: str = "neo-agent-sessions"
     timeout_seconds: float = 10.0
-    path: str | None = None  # embedded PersistentClient (summaryctl summarize --local only)
+    path: str | None = None  # embedded PersistentClient (summaryctl summarize --path only)
     token: str | None = None
     # The embedding model (spec.embedding): checked against the embedding function the
     # collections record, and, when the memory collection records none, what a new summary
