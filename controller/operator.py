@@ -121,14 +121,17 @@ async def configure(
         settings.watching.chunk_size = CONFIG.list_chunk_size
     settings.queueing.idle_timeout = CONFIG.worker_idle_seconds
     settings.peering.lifetime = CONFIG.peering_lifetime
-    if CONFIG.metrics_port > 0:
+    # kopf retries a startup handler that raised (the peering object below, say): what
+    # this process starts is started once.
+    if CONFIG.metrics_port > 0 and runtime.metrics_server is None:
         runtime.metrics_server = start_metrics_server(CONFIG.metrics_port, CONFIG.metrics_address)
     metrics.set_build_info()
     metrics.watch_pools(runtime.scheduler.pools)
     metrics.watch_runtime_parts(runtime.parts.count)
     loop = asyncio.get_running_loop()
-    tasks.add(loop.create_task(_trim_heap(CONFIG.heap_trim_seconds)))
-    tasks.add(loop.create_task(_collect_abandoned_claims(CONFIG.claim_collect_seconds)))
+    if not tasks:
+        tasks.add(loop.create_task(_trim_heap(CONFIG.heap_trim_seconds)))
+        tasks.add(loop.create_task(_collect_abandoned_claims(CONFIG.claim_collect_seconds)))
     if run.standalone:
         metrics.set_active_replica(CONFIG.replica_id, True)
     else:

@@ -110,8 +110,15 @@ class Runtime:
             raise RuntimeError("the operator's runtime is missing from kopf's memo (see run())")
         return runtime
 
+    def summarizer_seen(self, namespace: str, name: str, generation: int | None) -> None:
+        """A SessionSummarizer's spec, new, changed or seen at start: what was built from
+        an older generation is closed. Blocking (closes clients): call it in a thread."""
+        self.upkeep.seen(namespace, name)
+        self.parts.spec_changed(namespace, name, generation)
+
     def summarizer_gone(self, namespace: str, name: str) -> None:
-        """A SessionSummarizer was deleted: what was kept for it is closed and dropped."""
+        """A SessionSummarizer was deleted: what was kept for it is closed and dropped.
+        Blocking (closes clients): call it in a thread."""
         self.parts.forget(namespace, name)
         self.upkeep.forget(namespace, name)
 

@@ -74,6 +74,8 @@ class DeadlineQueue(Generic[Item]):
         self._heap: list[tuple[float, int, Item | None]] = []
         self._order = itertools.count()
         self._closed = False
+        self._takers = 0  # threads waiting in take()
+        self._tickets = 0  # threads waiting in turn()
 
     @contextlib.contextmanager
     def turn(self, deadline: float) -> Iterator[None]:
@@ -81,8 +83,12 @@ class DeadlineQueue(Generic[Item]):
         ticket = (deadline, next(self._order), None)
         with self._cond:
             heapq.heappush(self._heap, ticket)
-            while self._free == 0 or self._heap[0] is not ticket:
-                self._cond.wait()
+            self._tickets += 1
+            try:
+                while self._free == 0 or self._heap[0] is not ticket:
+                    self._cond.wait()
+            finally:
+                self._tickets -= 1
             heapq.heappop(self._heap)
             self._free -= 1
             if self._free and self._heap:
@@ -92,19 +98,26 @@ class DeadlineQueue(Generic[Item]):
         finally:
             self.release()
 
-    def put(self, deadline: float, item: Item) -> None:
+    def put(self, deadline: float, item: Item) -> bool:
+        """Queues the item; True when more items wait than threads wait in take() (a pool
+        should start a thread, if it may)."""
         with self._cond:
             if self._closed:
                 raise QueueClosed("cannot schedule new work after the queue was closed")
             heapq.heappush(self._heap, (deadline, next(self._order), item))
-            self._cond.notify_all()
+            self._wake()
+            return len(self._heap) > self._takers
 
     def take(self) -> tuple[float, Item] | None:
         """The earliest queued item, once a slot is free (the caller release()s it after);
         None once the queue is closed (close() dropped what was queued)."""
         with self._cond:
-            while not (self._heap and self._free) and not self._closed:
-                self._cond.wait()
+            self._takers += 1
+            try:
+                while not (self._heap and self._free) and not self._closed:
+                    self._cond.wait()
+            finally:
+                self._takers -= 1
             if self._closed:
                 return None
             deadline, _, item = heapq.heappop(self._heap)
@@ -115,7 +128,16 @@ class DeadlineQueue(Generic[Item]):
     def release(self) -> None:
         with self._cond:
             self._free += 1
+            self._wake()
+
+    def _wake(self) -> None:
+        """Under the condition. A thread waiting in turn() waits for its own ticket, so all
+        of them are woken to see whose turn it is; of the threads waiting in take(), any
+        one can take the next item, so one is (not a pool's every idle thread)."""
+        if self._tickets:
             self._cond.notify_all()
+        else:
+            self._cond.notify()
 
     def close(self) -> list[Item]:
         """Serves nothing new; returns the items still queued (dropped)."""
@@ -156,11 +178,10 @@ class _WorkerPool:
 
     def submit(self, deadline: float, fn: Callable[[], T]) -> Future[T]:
         future: Future[T] = Future()
-        self.queue.put(deadline, _Job(future, fn))
+        more_than_waiting_threads = self.queue.put(deadline, _Job(future, fn))
         with self._lock:
             alive = sum(t.is_alive() for t in self._threads)
-            idle = alive - self.queue.holding()
-            if alive < self.queue.slots and self.queue.waiting() > idle:
+            if more_than_waiting_threads and alive < self.queue.slots:
                 thread = threading.Thread(
                     target=self._work, name=f"{self.name}_{len(self._threads)}", daemon=True
                 )
@@ -209,6 +230,12 @@ class _WorkerPool:
         return sum(t.is_alive() for t in self._threads if t is not me)
 
 
+@dataclass
+class _StoreQueue:
+    queue: DeadlineQueue[None]
+    users: int = 0  # writes waiting in it or holding it
+
+
 @dataclass(frozen=True)
 class SchedulerLimits:
     workers: int  # passes at once in the foreground (sunset, manual, marker)
@@ -238,7 +265,7 @@ class PassScheduler:
             "background": _WorkerPool("summarize-sweep", limits.background_workers, self._running),
         }
         self._cores: DeadlineQueue[None] = DeadlineQueue(limits.cores)
-        self._store_writes: dict[str, DeadlineQueue[None]] = {}
+        self._store_writes: dict[str, _StoreQueue] = {}
         self._lock = threading.Lock()
 
     def submit(self, deadline: float, fn: Callable[[], T], *, background: bool) -> Future[T]:
@@ -254,19 +281,29 @@ class PassScheduler:
     def core(self) -> contextlib.AbstractContextManager[None]:
         return self._cores.turn(self.deadline())
 
-    def store_write(self, store: str) -> contextlib.AbstractContextManager[None]:
+    @contextlib.contextmanager
+    def store_write(self, store: str) -> Iterator[None]:
+        deadline = self.deadline()
         with self._lock:
-            queue = self._store_writes.get(store)
-            if queue is None:
-                queue = self._store_writes[store] = DeadlineQueue(self.limits.store_writes)
-        return queue.turn(self.deadline())
+            entry = self._store_writes.get(store)
+            if entry is None:
+                entry = self._store_writes[store] = _StoreQueue(
+                    DeadlineQueue(self.limits.store_writes)
+                )
+            entry.users += 1
+        try:
+            with entry.queue.turn(deadline):
+                yield
+        finally:
+            with self._lock:
+                entry.users -= 1
 
     def forget_store(self, store: str) -> None:
-        """The store's queue, once nothing waits in it or holds it (a store no summarizer
-        names any more)."""
+        """The store's queue, once no write waits in it or holds it (a store no
+        SessionSummarizer names any more)."""
         with self._lock:
-            queue = self._store_writes.get(store)
-            if queue is not None and not queue.waiting() and not queue.holding():
+            entry = self._store_writes.get(store)
+            if entry is not None and entry.users == 0:
                 del self._store_writes[store]
 
     def store_queues(self) -> int:

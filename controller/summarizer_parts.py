@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -37,6 +38,9 @@ from controller.summarizers.chat_prompt import ChatModelConfig
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
 
+# How many deleted SessionSummarizers are remembered as deleted (the newest): enough for
+# every pass or tick still under way for one when it went.
+GONE_REMEMBERED = 4096
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -99,6 +103,13 @@ class SummarizerParts:
         self._weights = weights
         self._by_summarizer: dict[tuple[str, str], _SummarizerParts] = {}
         self._in_use: set[_Part[Any, Any]] = set()
+        # SessionSummarizers deleted (forget) and not seen again (spec_changed): a pass or a
+        # timer tick still under way for one gets parts of its own, closed when it is done,
+        # and nothing is kept for it.
+        self._gone: OrderedDict[tuple[str, str], None] = OrderedDict()
+        # Bumped by spec_changed and forget: a part built meanwhile is of an older spec (or
+        # of a deleted SessionSummarizer) and is not kept.
+        self._epoch: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self._closed = False
 
@@ -115,6 +126,8 @@ class SummarizerParts:
         config = (
             None if spec.model.backend == "extractive" else chat_model_config(spec.model, namespace)
         )
+        if config is None:  # extractive: a model client built for an older spec goes now
+            self._retire_now(namespace, name, lambda p: p.summarizer)
         with self._held(namespace, name) as hold:
             store = hold(lambda p: p.store, location, self._connect)
             embed = hold(lambda p: p.embedder, embedding, self._embedder)
@@ -151,20 +164,30 @@ class SummarizerParts:
     # -- lifecycle ------------------------------------------------------------------------
 
     def spec_changed(self, namespace: str, name: str, generation: int | None) -> None:
-        """The SessionSummarizer's spec is of a new generation: what was built from the old
-        one is closed (once no pass uses it)."""
+        """The SessionSummarizer's spec is seen (created, changed, or at start): what was
+        built from an older generation is closed (once no pass uses it)."""
+        who = (namespace, name)
         with self._lock:
-            parts = self._by_summarizer.get((namespace, name))
-            if parts is None or parts.generation == generation:
+            self._gone.pop(who, None)
+            parts = self._by_summarizer.setdefault(who, _SummarizerParts(generation))
+            if parts.generation == generation:
                 return
             parts.generation = generation
+            self._bump(who)
             closing = [self._retire(slot) for slot in parts.slots()]
         self._close_now(closing)
 
     def forget(self, namespace: str, name: str) -> None:
         """The SessionSummarizer is gone: everything built for it is closed."""
+        who = (namespace, name)
         with self._lock:
-            parts = self._by_summarizer.pop((namespace, name), None)
+            self._gone[who] = None
+            while len(self._gone) > GONE_REMEMBERED:
+                self._gone.popitem(last=False)
+            # Dropped, not bumped: a build under way captured a number this one cannot
+            # equal any more unless it was 0, and then the name is in _gone.
+            self._epoch.pop(who, None)
+            parts = self._by_summarizer.pop(who, None)
             closing = [self._retire(slot) for slot in parts.slots()] if parts else []
         self._close_now(closing)
 
@@ -233,25 +256,42 @@ class SummarizerParts:
         key: K,
         build: Callable[[K], V],
     ) -> _Part[K, V]:
+        who = (namespace, name)
         with self._lock:
             if self._closed:
                 raise RuntimeError("the operator is stopping: its summarizer parts are closed")
-            slot = which(self._by_summarizer.setdefault((namespace, name), _SummarizerParts()))
-            part = slot.current
+            parts = self._by_summarizer.get(who)
+            part = which(parts).current if parts is not None else None
             if part is not None and part.key == key:
                 part.users += 1
                 self._in_use.add(part)
                 return part
+            epoch = self._epoch.get(who, 0)
         value = build(key)  # outside the lock: may connect (seconds, or a timeout)
         fresh: _Part[K, V] = _Part(key, value, _closer(value), users=1)
+        closing: list[_Part[Any, Any] | None] = []
         with self._lock:
-            parts = self._by_summarizer.setdefault((namespace, name), _SummarizerParts())
-            slot = which(parts)
-            closing = [self._retire(slot)]
-            slot.current = fresh
             self._in_use.add(fresh)
+            if self._closed or who in self._gone or self._epoch.get(who, 0) != epoch:
+                fresh.retired = True  # this use only: closed when it is given back
+            else:
+                slot = which(self._by_summarizer.setdefault(who, _SummarizerParts()))
+                closing.append(self._retire(slot))
+                slot.current = fresh
         self._close_now(closing)
         return fresh
+
+    def _bump(self, who: tuple[str, str]) -> None:
+        """Under the lock."""
+        self._epoch[who] = self._epoch.get(who, 0) + 1
+
+    def _retire_now(
+        self, namespace: str, name: str, which: Callable[[_SummarizerParts], _Slot[Any, Any]]
+    ) -> None:
+        with self._lock:
+            parts = self._by_summarizer.get((namespace, name))
+            closing = [self._retire(which(parts))] if parts is not None else []
+        self._close_now(closing)
 
     def _give_back(self, taken: list[_Part[Any, Any]]) -> None:
         closing = []

@@ -7,11 +7,14 @@ objects' status tell what was done."""
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from controller.core.rate_limit import TokenBucket
 from controller.core.reconcile_plan import ReconcileCycle
 from controller.core.sweep_plan import Candidate
+
+GONE_REMEMBERED = 4096  # deleted SessionSummarizers remembered as deleted (the newest)
 
 
 @dataclass
@@ -46,11 +49,21 @@ class _Upkeep:
 class UpkeepState:
     def __init__(self) -> None:
         self._by_summarizer: dict[tuple[str, str], _Upkeep] = {}
+        # Deleted and not seen again: a tick still under way for one gets a memory of its
+        # own, kept by nobody (the newest GONE_REMEMBERED).
+        self._gone: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._lock = threading.Lock()
 
     def _of(self, namespace: str, name: str) -> _Upkeep:
         with self._lock:
+            if (namespace, name) in self._gone:
+                return _Upkeep()
             return self._by_summarizer.setdefault((namespace, name), _Upkeep())
+
+    def seen(self, namespace: str, name: str) -> None:
+        """The SessionSummarizer exists (created again after a deletion, say)."""
+        with self._lock:
+            self._gone.pop((namespace, name), None)
 
     def markers(self, namespace: str, name: str) -> MarkerMemory:
         return self._of(namespace, name).markers
@@ -73,6 +86,9 @@ class UpkeepState:
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
             self._by_summarizer.pop((namespace, name), None)
+            self._gone[(namespace, name)] = None
+            while len(self._gone) > GONE_REMEMBERED:
+                self._gone.popitem(last=False)
 
     def count(self) -> int:
         with self._lock:

@@ -104,7 +104,7 @@ async def take_summarizer_spec(
     runtime = Runtime.of(memo)
     events = runtime.events
     generation = body.metadata.get("generation")
-    runtime.parts.spec_changed(namespace, name, generation)
+    await asyncio.to_thread(runtime.summarizer_seen, namespace, name, generation)
     if reason == "create":
         runtime.summarizers_changed.set()  # its activeReplica at the reporter's next poll
     legacy = [f for f in body.metadata.get("finalizers") or [] if f in LEGACY_FINALIZERS]
@@ -147,7 +147,7 @@ async def summarizer_deleted(name: str, namespace: str | None, memo: kopf.Memo, 
     upkeep's memory) is closed and dropped. optional: no finalizer waits for it (an
     operator that is not running has nothing to drop)."""
     assert namespace is not None
-    Runtime.of(memo).summarizer_gone(namespace, name)
+    await asyncio.to_thread(Runtime.of(memo).summarizer_gone, namespace, name)
 
 
 async def _reprobe(

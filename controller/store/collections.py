@@ -12,7 +12,6 @@ from typing import Any, ClassVar, TypeVar, cast
 
 from chromadb.api import ClientAPI
 from chromadb.api.models.Collection import Collection
-from chromadb.api.shared_system_client import SharedSystemClient
 from chromadb.api.types import (
     DefaultEmbeddingFunction,
     Documents,
@@ -124,21 +123,6 @@ def collection_config(coll: Collection) -> Mapping[str, Any]:
     return config if isinstance(config, Mapping) else {}
 
 
-def forget_system(system: object) -> None:
-    """chromadb 1.5.9 keeps a closed HTTP client's System in its class-level registry: the
-    client's admin client registers the System once more under an identifier of its own
-    (AdminClient.from_system), which close() never releases, so every client made and
-    closed would stay in memory (measured: 0.8 MB each, tests/integration/
-    test_runtime_lifecycle.py). Once the client is closed, nothing may use its System:
-    the registry's entries for it are dropped. Only that System's entries are touched."""
-    if system is None:
-        return
-    registry = SharedSystemClient._identifier_to_system
-    for identifier, held in list(registry.items()):
-        if held is system:
-            registry.pop(identifier, None)
-
-
 class Collections:
     """The two collections of one Chroma database, each opened once per store: the agents'
     memory collection (never created by a read) and the summary collection (created only by
@@ -157,11 +141,9 @@ class Collections:
         embedded database) alive until the last client of it is closed."""
         with self._lock:
             self._summaries = self._memories = None
-        system = getattr(self.client, "_system", None)
         close = getattr(self.client, "close", None)
         if close is not None:
             close()
-        forget_system(system)
 
     # -- health -----------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ import httpx
 from chromadb.api import ClientAPI, ServerAPI
 from chromadb.api.client import AdminClient, Client
 from chromadb.api.fastapi import FastAPI
+from chromadb.api.shared_system_client import SharedSystemClient
 from chromadb.auth import UserIdentity
 from chromadb.config import Settings
 from chromadb.errors import NotFoundError
@@ -118,16 +119,43 @@ class _BoundedHttpClient(Client):
         settings.chroma_server_ssl_enabled = parsed.scheme == "https"
         if location.token:
             settings.chroma_server_headers = {"Authorization": f"Bearer {location.token}"}
-        super().__init__(tenant=location.tenant, database=location.database, settings=settings)
+        self._own_system: object = None
+        try:
+            super().__init__(tenant=location.tenant, database=location.database, settings=settings)
+        except BaseException:
+            _forget_system(self._own_system)  # a tenant, database or timeout failure
+            raise
 
     def get_user_identity(self) -> UserIdentity:
+        self._own_system = self._system
         _bound(self._server, self._timeout)  # the constructor's first request
         return super().get_user_identity()
+
+    def close(self) -> None:
+        system = self._own_system
+        super().close()
+        _forget_system(system)
 
     def _validate_tenant_database(self, tenant: str, database: str) -> None:
         assert isinstance(self._admin_client, AdminClient)
         _bound(self._admin_client._server, self._timeout)
         super()._validate_tenant_database(tenant=tenant, database=database)
+
+
+def _forget_system(system: object) -> None:
+    """chromadb 1.5.9 keeps the System of an HTTP client in its class-level registry after
+    the client is closed, or after its constructor failed: the client's admin client
+    registers the System once more under an identifier of its own
+    (AdminClient.from_system), which nothing releases. Every client made and closed stayed
+    in memory (measured: 0.8 MB each; tests/integration/test_runtime_lifecycle.py). Once
+    our client is closed nothing uses its System (each HTTP client has a System of its
+    own): its entries are dropped, and only its."""
+    if system is None:
+        return
+    registry = SharedSystemClient._identifier_to_system
+    for identifier, held in list(registry.items()):
+        if held is system:
+            registry.pop(identifier, None)
 
 
 def _bound(server: ServerAPI, timeout: httpx.Timeout) -> None:

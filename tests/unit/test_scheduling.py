@@ -250,7 +250,7 @@ def test_a_full_store_write_queue_never_holds_up_another_store() -> None:
     holders = [threading.Thread(target=hold) for _ in range(2)]
     for t in holders:
         t.start()
-    _wait_until(lambda: sched._store_writes["http://hung:8000 (t/db)"].holding() == 2)
+    _wait_until(lambda: sched._store_writes["http://hung:8000 (t/db)"].queue.holding() == 2)
     done = threading.Event()
 
     def write() -> None:
@@ -294,11 +294,11 @@ def test_a_pass_keeps_its_deadline_at_the_store_write_queue(marks: list[float]) 
 
     try:
         first = sched.submit(-1.0, holder, background=False)
-        _wait_until(lambda: sched._store_writes[queue_key].holding() == 1)
+        _wait_until(lambda: sched._store_writes[queue_key].queue.holding() == 1)
         futures = []
         for i, mark in enumerate(marks):
             futures.append(sched.submit(mark, lambda i=i: write(i), background=False))
-            _wait_until(lambda n=i + 1: sched._store_writes[queue_key].waiting() == n)
+            _wait_until(lambda n=i + 1: sched._store_writes[queue_key].queue.waiting() == n)
         release.set()
         for f in [first, *futures]:
             f.result(10)
@@ -306,3 +306,21 @@ def test_a_pass_keeps_its_deadline_at_the_store_write_queue(marks: list[float]) 
         release.set()
         sched.stop(5)
     assert order == sorted(range(len(marks)), key=lambda i: (marks[i], i))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(min_value=2, max_value=4))
+def test_jobs_queued_while_threads_are_idle_use_every_free_slot(slots: int) -> None:
+    """Jobs submitted back to back, with threads idle or just waking up, all run at once
+    when there are slots for them: none waits behind another for a thread."""
+    pool = Pool(slots)
+    release = threading.Event()
+    try:
+        pool.submit(lambda: None).result(5)  # one thread started, now idle in take()
+        futures = [pool.submit(release.wait, 10) for _ in range(slots)]
+        _wait_until(lambda: pool.pool.running() == slots)
+        assert len(pool.pool._threads) == slots
+    finally:
+        release.set()
+        pool.shutdown()
+    assert all(f.result(5) for f in futures)
