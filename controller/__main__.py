@@ -3,6 +3,7 @@ bundled Chroma's token gate; anything else goes to summaryctl."""
 
 import os
 import sys
+from typing import Any
 
 
 def one_blas_thread() -> None:
@@ -13,11 +14,13 @@ def one_blas_thread() -> None:
         os.environ.setdefault(var, "1")
 
 
-def run_operator(argv: list[str]) -> None:
+def run_operator(argv: list[str], watch_writes: Any = None) -> None:
+    """watch_writes: sees every store write (devenv.operator's journal for the chaos
+    tests; controller.runtime.WriteWatcher)."""
     one_blas_thread()
     from controller.operator import run  # an invalid SSO_* variable exits here, in one line
 
-    run(argv)
+    run(argv, watch_writes=watch_writes)
 
 
 if __name__ == "__main__":

@@ -249,7 +249,7 @@ class RetentionSpec(CamelModel):
     failed_ttl_seconds: TTLSeconds = Field(default=604_800, alias="failedTTLSeconds")
 
 
-DEFAULT_EXCLUDED_TYPES = ["context-injection", "context-refresh", "tick", "heartbeat"]
+DEFAULT_EXCLUDED_TYPES = ("context-injection", "context-refresh", "tick", "heartbeat")
 
 
 class SessionSummarizerSpec(CamelModel):

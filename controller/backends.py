@@ -4,15 +4,14 @@ Secrets are read here (and only here) so their values never reach a status, an E
 log line, and a value goes only to a URL its Secret allows (core/destinations.py): the
 SessionSummarizer's author chooses the URLs, the Secret's owner where the value may go.
 Every URL is checked against the operator's allowed endpoints before anything is sent.
-Built parts are cached per configuration, so a summary costs no reconnects.
+The parts built from them are kept per SessionSummarizer by the operator's runtime
+(controller/summarizer_parts.py), so a summary costs no reconnects.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from controller.api import ModelSpec, SecretKeyRef, SessionSummarizerSpec
 from controller.config import CONFIG
@@ -26,12 +25,11 @@ from controller.core.destinations import (
     judge_secret,
 )
 from controller.core.visibility import DEFAULT_VISIBILITY, VisibilityRules
-from controller.embeddings.spec import EmbeddingSpec, build_embedding_function
+from controller.embeddings.spec import EmbeddingSpec
 from controller.kube import client as kube
 from controller.pipeline import Embedder
-from controller.scheduling import cpu_slots
 from controller.store.connection import StoreLocation
-from controller.store.memory_store import MemoryStore, store_for
+from controller.store.memory_store import MemoryStore
 from controller.summarizers.chat_prompt import ChatModelConfig
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
@@ -142,29 +140,6 @@ def embedding_spec(
     return EmbeddingSpec(provider=e.provider, model=e.model, base_url=e.base_url, api_key=api_key)
 
 
-_EMBEDDERS: dict[EmbeddingSpec, Embedder] = {}
-_LOCK = threading.Lock()
-
-
-def embedder_for(spec: EmbeddingSpec) -> Embedder:
-    """The live embedder of a spec. The local model runs on this process's cores, so its
-    calls take a CPU slot, earliest deadline first (controller/scheduling.py); an endpoint
-    is only I/O here and is not gated."""
-    with _LOCK:
-        if spec not in _EMBEDDERS:
-            ef = build_embedding_function(spec)
-            if spec.provider == "local-minilm":
-
-                def gated(texts: list[str]) -> list[Any]:
-                    with cpu_slots().slot():
-                        return list(ef(texts))
-
-                _EMBEDDERS[spec] = gated
-            else:
-                _EMBEDDERS[spec] = lambda texts: list(ef(texts))
-        return _EMBEDDERS[spec]
-
-
 def chat_model_config(
     model: ModelSpec, namespace: str, read_secret: SecretReader = secret_for
 ) -> ChatModelConfig:
@@ -184,34 +159,4 @@ def chat_model_config(
         max_retries=model.max_retries,
         max_concurrency=model.max_concurrency,
         max_input_tokens=model.max_input_tokens,
-    )
-
-
-_SUMMARIZERS: dict[ChatModelConfig, Summarizer] = {}
-
-
-def summarizer_for(model: ModelSpec, namespace: str) -> Summarizer:
-    """extractive (no model), or a cached chat-completions summarizer for the endpoint."""
-    if model.backend == "extractive":
-        return EXTRACTIVE
-    # Imported here: the openai SDK costs ~14 MB of RSS, which only an operator that uses
-    # a model should pay (bench/operator_rss.py).
-    from controller.summarizers.chat_model import ChatModelSummarizer
-
-    config = chat_model_config(model, namespace)
-    with _LOCK:
-        if config not in _SUMMARIZERS:
-            _SUMMARIZERS[config] = ChatModelSummarizer(config)
-        return _SUMMARIZERS[config]
-
-
-def backends_for(spec: SessionSummarizerSpec, namespace: str) -> Backends:
-    """Blocking: may read Secrets and connect to Chroma."""
-    location = store_location(spec, namespace)
-    return Backends(
-        store=store_for(location),
-        embed=embedder_for(embedding_spec(spec, namespace)),
-        excluded_types=tuple(spec.excluded_memory_types),
-        summarizer=summarizer_for(spec.model, namespace),
-        visibility=spec.visibility.rules(),
     )

@@ -16,6 +16,7 @@ import hmac
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import MappingProxyType
 
 import aiohttp
 from aiohttp import web
@@ -23,23 +24,27 @@ from aiohttp import web
 log = logging.getLogger("controller.chroma_gate")
 
 # Not forwarded either way (RFC 9110 hop-by-hop), nor the credential.
-HOP_BY_HOP = {
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
-}
-CREDENTIALS = {"authorization", "x-chroma-token"}
-UNAUTHORIZED = {
-    "error": "AuthError",
-    "message": "Unauthorized: this Chroma needs a token (Authorization: Bearer <token>)",
-}
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+CREDENTIALS = frozenset({"authorization", "x-chroma-token"})
+UNAUTHORIZED = MappingProxyType(
+    {
+        "error": "AuthError",
+        "message": "Unauthorized: this Chroma needs a token (Authorization: Bearer <token>)",
+    }
+)
 
 
 def presented_token(request: web.Request) -> str | None:

@@ -15,8 +15,8 @@ import importlib.metadata
 import logging
 import platform
 import threading
-from collections.abc import Mapping
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
@@ -159,14 +159,19 @@ WAITS = Counter(
 )
 
 
+RUNTIME_PARTS = Gauge(
+    "session_summary_runtime_parts",
+    "What the operator holds for SessionSummarizers now, by part (controller/runtime.py): "
+    "summarizers, clients (Chroma), embedders, model_clients, semaphores, secret_values, "
+    "store_queues.",
+    ["part"],
+)
+
+
 class Pool(Protocol):
     def queued(self) -> int: ...
 
     def running(self) -> int: ...
-
-
-_server_lock = threading.Lock()
-_server_port: int | None = None
 
 
 def observe_summary(result: str, seconds: float) -> None:
@@ -249,6 +254,17 @@ def watch_pools(pools: Mapping[str, Pool]) -> None:
         IN_FLIGHT.labels(pool=name).set_function(pool.running)
 
 
+def watch_runtime_parts(count: Callable[[], Any]) -> None:
+    """The runtime's parts (summarizer_parts.PartsCount), read at every scrape: a count
+    that only grows is a leak."""
+
+    def reader(part: str) -> Callable[[], float]:
+        return lambda: float(getattr(count(), part))
+
+    for part in count().__dataclass_fields__:
+        RUNTIME_PARTS.labels(part=part).set_function(reader(part))
+
+
 def set_build_info() -> None:
     def version(dist: str) -> str:
         try:
@@ -272,15 +288,19 @@ def add_model_tokens(n: int) -> None:
         MODEL_TOKENS.inc(n)
 
 
-def start_metrics_server(port: int, addr: str = "127.0.0.1") -> int:
-    """Serves /metrics on port (0: a free port) in a daemon thread; idempotent per process.
+def start_metrics_server(port: int, addr: str = "127.0.0.1") -> MetricsServer:
+    """Serves /metrics on port (0: a free port) in a daemon thread, until stop()."""
+    server, thread = start_http_server(port, addr=addr)
+    log.info("metrics on http://%s:%d/metrics", addr, server.server_port)
+    return MetricsServer(server, thread)
 
-    Returns the port served."""
-    global _server_port
-    with _server_lock:
-        if _server_port is not None:
-            return _server_port
-        server, _thread = start_http_server(port, addr=addr)
-        _server_port = int(server.server_port)
-        log.info("metrics on http://%s:%d/metrics", addr, _server_port)
-        return _server_port
+
+class MetricsServer:
+    def __init__(self, server: Any, thread: threading.Thread) -> None:
+        self.port = int(server.server_port)
+        self._server, self._thread = server, thread
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=2.0)

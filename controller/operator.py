@@ -19,10 +19,8 @@ import controller.handlers  # noqa: F401  (registers the handlers)
 from controller import metrics
 from controller.api import FINALIZER, LEGACY_FINALIZERS
 from controller.config import CONFIG
-from controller.handlers.session_summary import POOLS, stop_workers
 from controller.kube.claim_collector import ClaimCollector
 from controller.kube.client import release_finalizers
-from controller.kube.events import EventRecorder
 from controller.kube.peering import (
     PRIORITY_STEP,
     PeeringView,
@@ -34,11 +32,8 @@ from controller.kube.peering import (
     watch_leader,
 )
 from controller.metrics import start_metrics_server
-from controller.runtime import Runtime
+from controller.runtime import PEERING_NAME, RunOptions, Runtime, WriteWatcher
 
-PEERING_NAME = "session-summary-operator"
-_RUN: dict[str, Any] = {"standalone": True, "peering": PEERING_NAME, "namespaces": ()}
-_TASKS: set[asyncio.Task[None]] = set()
 log = logging.getLogger("controller.operator")
 
 
@@ -67,15 +62,15 @@ async def _trim_heap(interval: float = 30.0) -> None:
         await asyncio.to_thread(libc.malloc_trim, 0)
 
 
-def _choose_priority() -> int:
+def _choose_priority(run: RunOptions) -> int:
     """SSO_PEERING_PRIORITY when set; else below every live replica's (joining_priority),
     so this replica never preempts a live leader."""
     if CONFIG.peering_priority is not None:
         return CONFIG.peering_priority
-    if _RUN["standalone"]:
+    if run.standalone:
         return 0
     try:
-        status = read_peering(_RUN["peering"], _RUN["namespaces"])
+        status = read_peering(run.peering, run.namespaces)
     except Exception as exc:  # nobody to rank below that we can see: the top
         log.warning("could not read the peering object to choose a priority: %s", exc)
         status = {}
@@ -106,6 +101,7 @@ async def configure(
     settings: kopf.OperatorSettings, logger: kopf.Logger, memo: kopf.Memo, **_: Any
 ) -> None:
     runtime = Runtime.of(memo)
+    run, tasks = runtime.options, runtime.tasks
     prefix = CONFIG.annotation_prefix
     # Progress and diff-base annotations under our own group, not kopf's shared prefix.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
@@ -125,44 +121,45 @@ async def configure(
         settings.watching.chunk_size = CONFIG.list_chunk_size
     settings.queueing.idle_timeout = CONFIG.worker_idle_seconds
     settings.peering.lifetime = CONFIG.peering_lifetime
-    if CONFIG.metrics_port > 0:
-        start_metrics_server(CONFIG.metrics_port, CONFIG.metrics_address)
+    # kopf retries a startup handler that raised (the peering object below, say): what
+    # this process starts is started once.
+    if CONFIG.metrics_port > 0 and runtime.metrics_server is None:
+        runtime.metrics_server = start_metrics_server(CONFIG.metrics_port, CONFIG.metrics_address)
     metrics.set_build_info()
-    metrics.watch_pools(POOLS)
-    trim = asyncio.get_running_loop().create_task(_trim_heap(CONFIG.heap_trim_seconds))
-    _TASKS.add(trim)
-    collect = asyncio.get_running_loop().create_task(
-        _collect_abandoned_claims(CONFIG.claim_collect_seconds)
-    )
-    _TASKS.add(collect)
-    if _RUN["standalone"]:
+    metrics.watch_pools(runtime.scheduler.pools)
+    metrics.watch_runtime_parts(runtime.parts.count)
+    loop = asyncio.get_running_loop()
+    if not tasks:
+        tasks.add(loop.create_task(_trim_heap(CONFIG.heap_trim_seconds)))
+        tasks.add(loop.create_task(_collect_abandoned_claims(CONFIG.claim_collect_seconds)))
+    if run.standalone:
         metrics.set_active_replica(CONFIG.replica_id, True)
     else:
-        await asyncio.to_thread(ensure_peering_object, _RUN["peering"], _RUN["namespaces"])
-        await asyncio.to_thread(_warn_priority_conflict)
-    settings.peering.priority = await asyncio.to_thread(_choose_priority)
+        await asyncio.to_thread(ensure_peering_object, run.peering, run.namespaces)
+        await asyncio.to_thread(_warn_priority_conflict, run)
+    settings.peering.priority = await asyncio.to_thread(_choose_priority, run)
     logger.info(
         "replica %s starting (peering %s, priority %d, lifetime %ds)",
         CONFIG.replica_id,
-        "off (standalone)" if _RUN["standalone"] else _RUN["peering"],
+        "off (standalone)" if run.standalone else run.peering,
         settings.peering.priority,
         CONFIG.peering_lifetime,
     )
-    task = asyncio.get_running_loop().create_task(
+    task = loop.create_task(
         watch_leader(
             CONFIG.replica_id,
-            _RUN["peering"],
-            _RUN["namespaces"],
+            run.peering,
+            run.namespaces,
             _leader_watcher(runtime),
             runtime.events,
-            standalone=bool(_RUN["standalone"]),
+            standalone=run.standalone,
             grace_s=2.0 * CONFIG.peering_lifetime,
             resync_s=CONFIG.replica_resync_seconds,
             nudged=runtime.summarizers_changed,
             priority=settings.peering.priority,
         )
     )
-    _TASKS.add(task)
+    tasks.add(task)
 
 
 @kopf.on.cleanup()
@@ -170,21 +167,22 @@ async def begin_stopping(memo: kopf.Memo, **_: Any) -> None:
     """kopf stops (SIGTERM): queued passes are cancelled with their handlers; running ones
     are told to stop at their next chunk boundary (a checkpoint, then the claim released).
     Our own tasks end now (kopf would give them 5 s before cancelling them)."""
-    Runtime.of(memo).stopping.set()
-    for task in list(_TASKS):
+    runtime = Runtime.of(memo)
+    runtime.stopping.set()
+    for task in list(runtime.tasks):
         task.cancel()
-    await asyncio.gather(*_TASKS, return_exceptions=True)
-    _TASKS.clear()
+    await asyncio.gather(*runtime.tasks, return_exceptions=True)
+    runtime.tasks.clear()
 
 
-def _warn_priority_conflict() -> None:
+def _warn_priority_conflict(run: RunOptions) -> None:
     """An explicit SSO_PEERING_PRIORITY that a live replica already has: kopf will pause
     both, and nothing will be summarized. Said loudly at start (the ReplicaActive condition
     says it on every SessionSummarizer once kopf sees the tie)."""
     if not os.environ.get("SSO_PEERING_PRIORITY"):
         return
     try:
-        status = read_peering(_RUN["peering"], _RUN["namespaces"])
+        status = read_peering(run.peering, run.namespaces)
     except Exception as exc:  # the watcher reports later; this is only an early warning
         log.debug("could not read the peering object at start: %s", exc)
         return
@@ -201,7 +199,9 @@ def _warn_priority_conflict() -> None:
         )
 
 
-def run(argv: list[str] | None = None) -> None:
+def run(argv: list[str] | None = None, *, watch_writes: WriteWatcher | None = None) -> None:
+    """The operator process. watch_writes: sees every store write (upsert.WriteEvent); the
+    chaos tests' journal (devenv.operator), nobody in the product."""
     parser = argparse.ArgumentParser(prog="session-summary-operator")
     parser.add_argument(
         "--namespace",
@@ -230,10 +230,12 @@ def run(argv: list[str] | None = None) -> None:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    _RUN.update(standalone=args.standalone, peering=args.peering, namespaces=tuple(namespaces))
+    options = RunOptions(
+        standalone=args.standalone, peering=args.peering, namespaces=tuple(namespaces)
+    )
     os.environ["POD_ID"] = CONFIG.replica_id  # kopf's peering identity = ours
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Chroma call otherwise
-    runtime = Runtime(events=EventRecorder(instance=CONFIG.replica_id).start())
+    runtime = Runtime.start(CONFIG, options=options, watch_writes=watch_writes)
     loop = asyncio.new_event_loop()
     try:
         kopf.run(
@@ -248,7 +250,7 @@ def run(argv: list[str] | None = None) -> None:
             loop=loop,
         )
     finally:
-        shut_down(runtime, standalone=args.standalone, namespaces=tuple(namespaces))
+        shut_down(runtime)
         loop.close()  # does not wait for threads still in a call (asyncio.run would)
     # A thread still blocked in a call (a health probe, a Chroma request, an abandoned
     # pass) would hold the interpreter's exit until the call times out: the stop is
@@ -259,7 +261,7 @@ def run(argv: list[str] | None = None) -> None:
     os._exit(0)
 
 
-def shut_down(runtime: Runtime, *, standalone: bool, namespaces: tuple[str, ...]) -> None:
+def shut_down(runtime: Runtime) -> None:
     """The end of a stop, after kopf has stopped (docs/operations.md, "Shutdown"): running
     passes get SSO_SHUTDOWN_SECONDS to write their checkpoint and release their claims (a
     pass still running then is abandoned: its claim lapses), then, on the replica that led,
@@ -267,8 +269,7 @@ def shut_down(runtime: Runtime, *, standalone: bool, namespaces: tuple[str, ...]
     it back at once; after an uninstall, nothing is left to block their deletion), then the
     queued Events are posted."""
     started = time.monotonic()
-    runtime.stopping.set()
-    left = stop_workers(CONFIG.shutdown_seconds)
+    left = runtime.stop_passes(CONFIG.shutdown_seconds)
     if left:
         log.warning(
             "%d summarization(s) still running after %.0fs: abandoned; their session claims "
@@ -276,12 +277,14 @@ def shut_down(runtime: Runtime, *, standalone: bool, namespaces: tuple[str, ...]
             left,
             CONFIG.shutdown_seconds,
         )
-    if standalone or runtime.leader == CONFIG.replica_id:
+    if runtime.options.standalone or runtime.leader == CONFIG.replica_id:
         try:
-            released = release_finalizers(namespaces, (FINALIZER, *LEGACY_FINALIZERS))
+            released = release_finalizers(
+                runtime.options.namespaces, (FINALIZER, *LEGACY_FINALIZERS)
+            )
             if released:
                 log.info("released the finalizer of %d SessionSummarizer(s)", released)
         except Exception as exc:  # the API server may be gone too: say it, still exit
             log.warning("could not release the SessionSummarizers' finalizer: %s", exc)
-    runtime.events.close(timeout=2.0)
+    runtime.close(events_timeout_s=2.0)
     log.info("stopped in %.1fs", time.monotonic() - started)

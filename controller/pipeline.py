@@ -40,7 +40,15 @@ from controller.core.visibility import (
 from controller.store.memory_store import MemoryStore, SessionRows
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
-from controller.upsert import Embedder, RowSeen, WriteGuard, write_row
+from controller.upsert import (
+    Embedder,
+    RowSeen,
+    WriteGuard,
+    WriteTurn,
+    WriteWatcher,
+    no_queue,
+    write_row,
+)
 
 OutcomeKind = Literal["summarized", "up-to-date", "not-found", "empty"]
 
@@ -181,6 +189,8 @@ def summarize_session(
     writer_object: str = "",
     visibility: VisibilityRules = DEFAULT_VISIBILITY,
     stop: Callable[[], bool] | None = None,
+    turn: WriteTurn = no_queue,
+    watch: WriteWatcher | None = None,
 ) -> Outcome:
     """Brings the session's stored summary up to date with its memories.
 
@@ -193,7 +203,8 @@ def summarize_session(
     nothing more is written. visibility: how the row is tagged for neo's readers
     (core/visibility.py). stop: asked between chunk passes; once it says True (the
     operator is stopping), the summary so far is written as a checkpoint and
-    PassInterrupted raised.
+    PassInterrupted raised. turn: each write's turn among the process's writes to the
+    store (the operator's scheduler); watch: sees each step of each write (upsert.WriteEvent).
 
     A row another writer rewrote since our last write is written again even with nothing
     new to summarize: its text is then carried in ours, and the row is ours once more.
@@ -248,6 +259,8 @@ def summarize_session(
             provenance=Provenance(list(spent)),
             visibility=seen_by,
             seen=seen,
+            turn=turn,
+            watch=watch,
         )
 
     chunks = chunks_for(summarizer, rows.memories, chunk_tokens=chunk_tokens, chunk_size=chunk_size)

@@ -1,34 +1,31 @@
 """The SessionSummarizer's health probes: each reads what it checks (Secrets, Chroma, the
 model and embedding endpoints) and returns the one condition it owns
-(core/summarizer_status.py has the owner table). Blocking: handlers run them in a thread."""
+(core/summarizer_status.py has the owner table). The store and the embedder probed are the
+ones the SessionSummarizer's passes use (the runtime's parts: a probe that loads the local
+model or connects spares the first pass the wait). Blocking: handlers run them in a
+thread."""
 
 from __future__ import annotations
 
 import httpx
 
 from controller.api import Condition, SessionSummarizerSpec
-from controller.backends import (
-    chat_model_config,
-    embedder_for,
-    embedding_spec,
-    secret_uses,
-    secret_verdict,
-    store_location,
-)
+from controller.backends import chat_model_config, secret_uses, secret_verdict
 from controller.core.destinations import DestinationRefused, SecretVerdict, shown
 from controller.core.summarizer_status import secrets_allowed, store_reachable
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
 from controller.kube import client as kube
 from controller.store.errors import EmbeddingMismatch, InvalidStoreConfig, StoreUnavailable
-from controller.store.memory_store import forget_store, store_for
+from controller.summarizer_parts import SummarizerParts
 
 
-def check_store(spec: SessionSummarizerSpec, namespace: str) -> Condition:
-    location = None
+def check_store(
+    parts: SummarizerParts, spec: SessionSummarizerSpec, namespace: str, name: str
+) -> Condition:
     try:
-        location = store_location(spec, namespace)
-        store_for(location).heartbeat()
+        with parts.store(namespace, name, spec) as store:
+            store.heartbeat()
     except kube.SecretError as exc:
         return store_reachable(spec.store.url, reason="SecretNotFound", message=str(exc))
     except DestinationRefused as exc:
@@ -37,9 +34,7 @@ def check_store(spec: SessionSummarizerSpec, namespace: str) -> Condition:
         return store_reachable(
             spec.store.url, reason="InvalidStoreConfig", message=one_line(exc, 300)
         )
-    except StoreUnavailable as exc:
-        if location is not None:
-            forget_store(location)
+    except StoreUnavailable as exc:  # the parts reconnect at the next use
         return store_reachable(
             spec.store.url, reason="StoreUnavailable", message=one_line(exc, 300)
         )
@@ -80,7 +75,9 @@ def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
     )
 
 
-def check_embedding(spec: SessionSummarizerSpec, namespace: str) -> Condition:
+def check_embedding(
+    parts: SummarizerParts, spec: SessionSummarizerSpec, namespace: str, name: str
+) -> Condition:
     """Embeds a probe text with the configured function (this also loads the local model,
     so the first summary after a start or a failover does not pay for it) and compares its
     dimension with the vectors the summary collection already holds."""
@@ -95,7 +92,8 @@ def check_embedding(spec: SessionSummarizerSpec, namespace: str) -> Condition:
 
     provider = spec.embedding.provider
     try:
-        vector = embedder_for(embedding_spec(spec, namespace))(["embedding check"])[0]
+        with parts.embedder(namespace, name, spec) as embed:
+            vector = embed(["embedding check"])[0]
     except kube.SecretError as exc:
         return failed("SecretNotFound", str(exc))
     except DestinationRefused as exc:
@@ -104,7 +102,8 @@ def check_embedding(spec: SessionSummarizerSpec, namespace: str) -> Condition:
         return failed("EmbeddingUnavailable", one_line(exc, 300))
     dimension = len(vector)
     try:
-        held = store_for(store_location(spec, namespace)).check_embedding(dimension)
+        with parts.store(namespace, name, spec) as store:
+            held = store.check_embedding(dimension)
     except EmbeddingMismatch as exc:
         return failed("EmbeddingMismatch", one_line(exc, 300))
     except (StoreUnavailable, kube.SecretError, InvalidStoreConfig, DestinationRefused):
@@ -133,10 +132,12 @@ def check_secrets(spec: SessionSummarizerSpec, namespace: str) -> Condition:
     return secrets_allowed(verdicts, unread)
 
 
-def health_conditions(spec: SessionSummarizerSpec, namespace: str) -> list[Condition]:
+def health_conditions(
+    parts: SummarizerParts, spec: SessionSummarizerSpec, namespace: str, name: str
+) -> list[Condition]:
     return [
         check_secrets(spec, namespace),
-        check_store(spec, namespace),
+        check_store(parts, spec, namespace, name),
         check_model(spec, namespace),
-        check_embedding(spec, namespace),
+        check_embedding(parts, spec, namespace, name),
     ]

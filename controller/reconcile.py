@@ -7,34 +7,16 @@ cannot see; it reads a bounded number of rows per tick and never holds up a suns
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from controller.api import SessionSummarizerSpec
 from controller.config import CONFIG
 from controller.core.reconcile_plan import ReconcileCycle, reconcile, uncovered_rows
-from controller.core.sweep_plan import Candidate, SweepPlan
+from controller.core.sweep_plan import SweepPlan
 from controller.store.memory_store import MemoryStore
 from controller.store.scans import SCAN_PAGE
 from controller.sweep import apply_plan
-
-
-@dataclass
-class _Reconciler:
-    """The walk of one summarizer's collection in this process (the active replica's): a
-    new replica starts one afresh."""
-
-    cycle: ReconcileCycle | None = None
-    last_done_ms: int | None = None
-    last_step: float = 0.0  # monotonic
-    due_now: bool = False  # the appended-rows cursor lost its place
-    pending: list[Candidate] = field(default_factory=list)
-
-
-_RECONCILERS: dict[tuple[str, str], _Reconciler] = {}
-
-
-def _reconciler(namespace: str, name: str) -> _Reconciler:
-    return _RECONCILERS.setdefault((namespace, name), _Reconciler())
+from controller.upkeep_state import Reconciler
 
 
 @dataclass(frozen=True)
@@ -55,14 +37,14 @@ def reconcile_step(
     summarizer_name: str,
     now_ms: int,
     monotonic: float,
+    state: Reconciler,
 ) -> ReconcileResult:
     """One tick of the reconciliation: ask for passes the last walk found (at most
     maxSessionsPerSweep per tick), start a walk when one is due, and read the rows this
     tick's budget allows (reconcileRowsPerSecond times the time since the last step, at most
     what two ticks allow). A walk that reaches the end compares every session's count with
-    its summary."""
+    its summary. state: the walk so far (the runtime's upkeep keeps it between ticks)."""
     started = time.monotonic()
-    state = _reconciler(namespace, summarizer_name)
     sweep = spec.sweep
     requested = 0
     if state.pending:
@@ -110,8 +92,3 @@ def reconcile_step(
                 len(state.pending),
             )
     return ReconcileResult(read, requested, None, 0, time.monotonic() - started)
-
-
-def reconcile_soon(namespace: str, name: str) -> None:
-    """The sweep's appended-rows cursor lost its place (rows were deleted): walk now."""
-    _reconciler(namespace, name).due_now = True

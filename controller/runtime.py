@@ -1,31 +1,107 @@
-"""What the operator process holds while it runs, made once by `controller.operator.run`
-and handed to every handler in kopf's memo (memo.runtime), so no module keeps it.
+"""Everything the operator process holds while it runs, in one place: made by
+`Runtime.start` when the operator starts (controller.operator.run), handed to every
+handler in kopf's memo (memo.runtime), and closed by `Runtime.close` when it stops. No
+module of the product keeps state of its own (tests/unit/test_layout.py fails if one does).
 
-- events: the EventRecorder every Event goes through (one per state change, repeats
-  counted on it: controller/kube/events.py);
-- stopping: set when the operator begins to stop (SIGTERM); a running pass writes a
-  checkpoint at its next chunk boundary and releases its claim (controller/pipeline.py);
-- leader: the active replica as this replica last saw it (controller/kube/peering.py);
-  the process stops with its finalizers released only when it led;
-- summarizers_changed: set when a SessionSummarizer is created, so the peering reporter
-  writes its activeReplica at its next poll rather than at its next resync.
+What it holds, and who makes and closes each part:
+
+- scheduler (controller/scheduling.py): the worker pools, the CPU cores for the local
+  embedding and the store write queues, earliest deadline first. Made by start; stopped by
+  stop_passes (queued passes dropped, running ones given SSO_SHUTDOWN_SECONDS).
+- parts (controller/summarizer_parts.py): per SessionSummarizer, its Chroma client,
+  embedder and model summarizer, and the Secret values they were built with. Built on
+  first use; a SessionSummarizer's closed on its spec change and its deletion
+  (handlers/session_summarizer.py), all of them by close.
+- weights: the local MiniLM's weights, shared by every local embedder. Loaded on first
+  use; dropped by close.
+- upkeep (controller/upkeep_state.py): per SessionSummarizer, what the marker scan acted
+  on, the reconciliation's walk, when its probes last ran. Dropped on its deletion.
+- events (controller/kube/events.py): the EventRecorder every Event goes through. Started
+  by start; close posts what is queued.
+- metrics_server: /metrics (SSO_METRICS_PORT). Started by the startup handler, stopped
+  by close.
+- tasks: the process's own asyncio tasks (heap trim, claim collector, peering reporter).
+  Made by the startup handler, cancelled by the cleanup handler (controller/operator.py).
+- watch_writes: who else sees every store write (upsert.WriteEvent): nobody in the
+  product; devenv.operator gives the chaos tests' journal to start.
+- stopping, leader, summarizers_changed: the stop flag, the active replica as last seen,
+  and a nudge for the peering reporter.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.config import OperatorConfig
+from controller.embeddings.minilm import MiniLMWeights
 from controller.kube.events import EventRecorder
+from controller.metrics import MetricsServer
+from controller.scheduling import PassScheduler, SchedulerLimits, usable_cpus
+from controller.summarizer_parts import SummarizerParts
+from controller.upkeep_state import UpkeepState
+from controller.upsert import WriteEvent
+
+WriteWatcher = Callable[[WriteEvent], None]
+PEERING_NAME = "session-summary-operator"  # kopf's peering object (never kopf's "default")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How this process was started (`controller run`'s flags)."""
+
+    standalone: bool = True
+    peering: str = PEERING_NAME
+    namespaces: tuple[str, ...] = ()
 
 
 @dataclass
 class Runtime:
+    config: OperatorConfig
     events: EventRecorder
+    scheduler: PassScheduler
+    weights: MiniLMWeights
+    parts: SummarizerParts
+    upkeep: UpkeepState
+    options: RunOptions = RunOptions()
+    watch_writes: WriteWatcher | None = None
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    metrics_server: MetricsServer | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
     leader: str | None = None
     summarizers_changed: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def start(
+        cls,
+        config: OperatorConfig,
+        *,
+        options: RunOptions | None = None,
+        watch_writes: WriteWatcher | None = None,
+        events: EventRecorder | None = None,
+    ) -> Runtime:
+        scheduler = PassScheduler(
+            SchedulerLimits(
+                workers=config.workers,
+                background_workers=max(2, config.workers // 4),
+                cores=config.cpu_slots or usable_cpus(),
+                store_writes=config.store_write_slots,
+            )
+        )
+        weights = MiniLMWeights()
+        return cls(
+            config=config,
+            events=events or EventRecorder(instance=config.replica_id).start(),
+            scheduler=scheduler,
+            weights=weights,
+            parts=SummarizerParts(scheduler, weights),
+            upkeep=UpkeepState(),
+            options=options or RunOptions(),
+            watch_writes=watch_writes,
+        )
 
     @classmethod
     def of(cls, memo: Any) -> Runtime:
@@ -33,3 +109,30 @@ class Runtime:
         if not isinstance(runtime, Runtime):
             raise RuntimeError("the operator's runtime is missing from kopf's memo (see run())")
         return runtime
+
+    def summarizer_seen(self, namespace: str, name: str, generation: int | None) -> None:
+        """A SessionSummarizer's spec, new, changed or seen at start: what was built from
+        an older generation is closed. Blocking (closes clients): call it in a thread."""
+        self.upkeep.seen(namespace, name)
+        self.parts.spec_changed(namespace, name, generation)
+
+    def summarizer_gone(self, namespace: str, name: str) -> None:
+        """A SessionSummarizer was deleted: what was kept for it is closed and dropped.
+        Blocking (closes clients): call it in a thread."""
+        self.parts.forget(namespace, name)
+        self.upkeep.forget(namespace, name)
+
+    def stop_passes(self, timeout_s: float) -> int:
+        """Tells running passes to stop (a checkpoint at their next chunk boundary, then
+        the claim released), drops the queued ones, and waits at most timeout_s; returns
+        how many were still running then (abandoned: their claims lapse)."""
+        self.stopping.set()
+        return self.scheduler.stop(timeout_s)
+
+    def close(self, *, events_timeout_s: float = 2.0) -> None:
+        """After stop_passes: closes the clients and posts the queued Events."""
+        self.parts.close()
+        self.weights.close()
+        self.events.close(timeout=events_timeout_s)
+        if self.metrics_server is not None:
+            self.metrics_server.stop()

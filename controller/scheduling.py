@@ -1,9 +1,10 @@
-"""The order summaries run in, and how many may use a CPU core for the embedding at once.
+"""The order a summarization pass gets what it needs of this process: a worker thread, a
+CPU core for the local embedding, a turn to write to its store.
 
-Two queues decide it: which queued summarization a free worker thread takes next
-(DeadlineExecutor), and which running one may embed next (CpuSlots, as many slots as the
-process has usable cores). Both serve the earliest *deadline* first, where a job's
-deadline is the moment it was queued plus the slack of its class (Slack):
+One scheduler (PassScheduler, made by the operator's runtime and closed with it) serves
+all three, and each is the same queue (DeadlineQueue): a free slot goes to the waiter
+with the earliest *deadline*, where a pass's deadline is the moment it was queued plus
+the slack of its class (Slack):
 
 - a first summary (sunset, manual or marker, of an object that has never written one): 0 s;
 - a re-summary (the same triggers, for an object that has written one): 10 s;
@@ -13,7 +14,8 @@ So a session that just ended goes ahead of a queue of re-summaries and of the sw
 backlog, and the order is still fair: a job is passed only by jobs whose deadline is
 earlier than its own, and every job queued after that deadline has a later one, so a job
 can be passed only by jobs of an earlier class that arrive within its slack after it;
-none is starved (docs/operations.md, "Scheduling").
+none is starved (docs/operations.md, "Scheduling"). A pass keeps its deadline at every
+queue: the core and the store write go to the pass queued first for a worker.
 """
 
 from __future__ import annotations
@@ -25,14 +27,16 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, Future
+from concurrent.futures import Future
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from controller.core.sweep_plan import REFRESH_TRIGGER
 
 T = TypeVar("T")
+Item = TypeVar("Item")
 
 BACKGROUND_TRIGGERS = frozenset({"sweep", REFRESH_TRIGGER})
 
@@ -51,118 +55,15 @@ def slack_for(trigger: str, *, has_summary: bool) -> Slack:
     return Slack.AGAIN if has_summary else Slack.FIRST
 
 
-_RUNNING = threading.local()  # the deadline of the job this worker thread runs
+class QueueClosed(RuntimeError):
+    """The queue was closed (the process is stopping): nothing new is served."""
 
 
-def current_deadline() -> float:
-    """The deadline of the job running on this thread; now for work outside any job (the
-    CLI, tests), which then ranks as a first summary queued this instant."""
-    deadline = getattr(_RUNNING, "deadline", None)
-    return time.monotonic() if deadline is None else float(deadline)
-
-
-class DeadlineExecutor(Executor):
-    """A thread pool that runs the queued job with the earliest deadline first (ties: the
-    one queued first). Threads start as needed, up to max_workers, and stay. They are
-    daemon threads: the process calls shutdown() when it stops (controller.operator), which
-    lets running jobs finish (and release their claims) and cancels the queued ones."""
-
-    def __init__(self, max_workers: int, thread_name_prefix: str = "worker") -> None:
-        if max_workers < 1:
-            raise ValueError("max_workers must be at least 1")
-        self._max_workers = max_workers
-        self._prefix = thread_name_prefix
-        self._cond = threading.Condition()
-        self._queue: list[tuple[float, int, Future[Any], Callable[[], Any]]] = []
-        self._order = itertools.count()
-        self._threads: list[threading.Thread] = []
-        self._idle = 0
-        self._shutdown = False
-
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
-        """Queued with the deadline now (first come, first served among such jobs)."""
-        return self.submit_by(time.monotonic(), fn, *args, **kwargs)
-
-    def submit_by(
-        self, deadline: float, fn: Callable[..., T], /, *args: Any, **kwargs: Any
-    ) -> Future[T]:
-        future: Future[T] = Future()
-        with self._cond:
-            if self._shutdown:
-                raise RuntimeError("cannot schedule new work after shutdown")
-            heapq.heappush(
-                self._queue, (deadline, next(self._order), future, lambda: fn(*args, **kwargs))
-            )
-            if self._idle == 0 and len(self._threads) < self._max_workers:
-                thread = threading.Thread(
-                    target=self._work,
-                    name=f"{self._prefix}_{len(self._threads)}",
-                    daemon=True,
-                )
-                self._threads.append(thread)
-                thread.start()
-            else:
-                self._cond.notify()
-        return future
-
-    def queued(self) -> int:
-        """Jobs waiting for a worker thread."""
-        with self._cond:
-            return len(self._queue)
-
-    def _work(self) -> None:
-        while True:
-            with self._cond:
-                self._idle += 1
-                while not self._queue and not self._shutdown:
-                    self._cond.wait()
-                self._idle -= 1
-                if not self._queue:
-                    return  # shut down and nothing left
-                deadline, _, future, job = heapq.heappop(self._queue)
-            if not future.set_running_or_notify_cancel():
-                continue
-            _RUNNING.deadline = deadline
-            try:
-                result = job()
-            except BaseException as exc:  # the caller sees it on the future
-                future.set_exception(exc)
-            else:
-                future.set_result(result)
-            finally:
-                _RUNNING.deadline = None
-
-    def running(self) -> int:
-        """Jobs running on a worker thread now."""
-        with self._cond:
-            return max(0, sum(t.is_alive() for t in self._threads) - self._idle)
-
-    def join(self, timeout_s: float) -> int:
-        """After shutdown(): waits at most timeout_s for the threads to finish their jobs;
-        returns how many are still running one."""
-        deadline = time.monotonic() + timeout_s
-        for thread in list(self._threads):
-            if thread is not threading.current_thread():
-                thread.join(max(0.0, deadline - time.monotonic()))
-        return sum(t.is_alive() for t in self._threads if t is not threading.current_thread())
-
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        with self._cond:
-            self._shutdown = True
-            if cancel_futures:
-                for _, _, future, _ in self._queue:
-                    future.cancel()
-                self._queue.clear()
-            self._cond.notify_all()
-        if wait:
-            for thread in list(self._threads):
-                if thread is not threading.current_thread():
-                    thread.join()
-
-
-class CpuSlots:
-    """At most `slots` holders at once; a free slot goes to the waiter with the earliest
-    deadline (ties: the one that asked first)."""
+class DeadlineQueue(Generic[Item]):
+    """At most `slots` served at once; a free slot goes to the waiter with the earliest
+    deadline (ties: the one queued first). Two doors: a thread waits for its own turn
+    (turn(), a gate around a blocking call), or queues an item that a worker thread takes
+    later (put() and take(), a thread pool's queue)."""
 
     def __init__(self, slots: int) -> None:
         if slots < 1:
@@ -170,30 +71,254 @@ class CpuSlots:
         self.slots = slots
         self._free = slots
         self._cond = threading.Condition()
-        self._waiting: list[tuple[float, int]] = []
+        self._heap: list[tuple[float, int, Item | None]] = []
         self._order = itertools.count()
+        self._closed = False
+        self._takers = 0  # threads waiting in take()
+        self._tickets = 0  # threads waiting in turn()
 
     @contextlib.contextmanager
-    def slot(self, deadline: float | None = None) -> Iterator[None]:
-        ticket = (current_deadline() if deadline is None else deadline, next(self._order))
+    def turn(self, deadline: float) -> Iterator[None]:
+        """Blocks until this caller's turn, holds a slot while the block runs."""
+        ticket = (deadline, next(self._order), None)
         with self._cond:
-            heapq.heappush(self._waiting, ticket)
-            while self._free == 0 or self._waiting[0] != ticket:
-                self._cond.wait()
-            heapq.heappop(self._waiting)
+            heapq.heappush(self._heap, ticket)
+            self._tickets += 1
+            try:
+                while self._free == 0 or self._heap[0] is not ticket:
+                    self._cond.wait()
+            finally:
+                self._tickets -= 1
+            heapq.heappop(self._heap)
             self._free -= 1
-            if self._free and self._waiting:
+            if self._free and self._heap:
                 self._cond.notify_all()  # the next in line may take another free slot
         try:
             yield
         finally:
-            with self._cond:
-                self._free += 1
-                self._cond.notify_all()
+            self.release()
+
+    def put(self, deadline: float, item: Item) -> bool:
+        """Queues the item; True when more items wait than threads wait in take() (a pool
+        should start a thread, if it may)."""
+        with self._cond:
+            if self._closed:
+                raise QueueClosed("cannot schedule new work after the queue was closed")
+            heapq.heappush(self._heap, (deadline, next(self._order), item))
+            self._wake()
+            return len(self._heap) > self._takers
+
+    def take(self) -> tuple[float, Item] | None:
+        """The earliest queued item, once a slot is free (the caller release()s it after);
+        None once the queue is closed (close() dropped what was queued)."""
+        with self._cond:
+            self._takers += 1
+            try:
+                while not (self._heap and self._free) and not self._closed:
+                    self._cond.wait()
+            finally:
+                self._takers -= 1
+            if self._closed:
+                return None
+            deadline, _, item = heapq.heappop(self._heap)
+            self._free -= 1
+            assert item is not None
+            return deadline, item
+
+    def release(self) -> None:
+        with self._cond:
+            self._free += 1
+            self._wake()
+
+    def _wake(self) -> None:
+        """Under the condition. A thread waiting in turn() waits for its own ticket, so all
+        of them are woken to see whose turn it is; of the threads waiting in take(), any
+        one can take the next item, so one is (not a pool's every idle thread)."""
+        if self._tickets:
+            self._cond.notify_all()
+        else:
+            self._cond.notify()
+
+    def close(self) -> list[Item]:
+        """Serves nothing new; returns the items still queued (dropped)."""
+        with self._cond:
+            self._closed = True
+            dropped = [item for _, _, item in self._heap if item is not None]
+            self._heap = [entry for entry in self._heap if entry[2] is None]
+            heapq.heapify(self._heap)
+            self._cond.notify_all()
+            return dropped
 
     def waiting(self) -> int:
         with self._cond:
-            return len(self._waiting)
+            return len(self._heap)
+
+    def holding(self) -> int:
+        with self._cond:
+            return self.slots - self._free
+
+
+@dataclass
+class _Job:
+    future: Future[Any]
+    run: Callable[[], Any]
+
+
+class _WorkerPool:
+    """Threads that run queued passes, the earliest deadline first (a DeadlineQueue with a
+    slot per thread). Threads start as needed, up to the queue's slots, and stay; they are
+    daemon threads: stop() cancels what is queued and join() waits for the running ones."""
+
+    def __init__(self, name: str, threads: int, running: threading.local) -> None:
+        self.name = name
+        self.queue: DeadlineQueue[_Job] = DeadlineQueue(threads)
+        self._running = running
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def submit(self, deadline: float, fn: Callable[[], T]) -> Future[T]:
+        future: Future[T] = Future()
+        more_than_waiting_threads = self.queue.put(deadline, _Job(future, fn))
+        with self._lock:
+            alive = sum(t.is_alive() for t in self._threads)
+            if more_than_waiting_threads and alive < self.queue.slots:
+                thread = threading.Thread(
+                    target=self._work, name=f"{self.name}_{len(self._threads)}", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
+        return future
+
+    def _work(self) -> None:
+        while (got := self.queue.take()) is not None:
+            deadline, job = got
+            try:
+                if not job.future.set_running_or_notify_cancel():
+                    continue
+                self._running.deadline = deadline
+                try:
+                    result = job.run()
+                except BaseException as exc:  # the caller sees it on the future
+                    job.future.set_exception(exc)
+                else:
+                    job.future.set_result(result)
+                finally:
+                    self._running.deadline = None
+            finally:
+                self.queue.release()
+
+    def queued(self) -> int:
+        """Jobs waiting for a worker thread."""
+        return self.queue.waiting()
+
+    def running(self) -> int:
+        """Jobs running on a worker thread now."""
+        return self.queue.holding()
+
+    def stop(self) -> None:
+        for job in self.queue.close():
+            job.future.cancel()
+
+    def join(self, timeout_s: float) -> int:
+        """After stop(): waits at most timeout_s for the threads to finish their jobs;
+        returns how many are still running one."""
+        deadline = time.monotonic() + timeout_s
+        me = threading.current_thread()
+        for thread in list(self._threads):
+            if thread is not me:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        return sum(t.is_alive() for t in self._threads if t is not me)
+
+
+@dataclass
+class _StoreQueue:
+    queue: DeadlineQueue[None]
+    users: int = 0  # writes waiting in it or holding it
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    workers: int  # passes at once in the foreground (sunset, manual, marker)
+    background_workers: int  # passes at once for the sweep and the refreshes
+    cores: int  # local embeddings at once
+    store_writes: int  # summary upserts in flight at once, per store
+
+
+class PassScheduler:
+    """Schedules a pass's use of the process, earliest deadline first at every step:
+
+    - a worker thread: two pools, so the background's backlog (the sweep's stale sessions,
+      the refreshes of active ones) never queues in front of a session that just ended;
+    - a CPU core for the local embedding (core()): CPU-bound work past the cores only slows
+      every holder down;
+    - a turn to write to its store (store_write()): Chroma applies writes one after the
+      other, so a queue of them there is first come, first served; a few at a time from
+      here keeps the store busy and lets the earliest deadline write next. One queue per
+      store: a slow or hung store never holds up the writes to another.
+    """
+
+    def __init__(self, limits: SchedulerLimits) -> None:
+        self.limits = limits
+        self._running = threading.local()  # the deadline of the pass this thread runs
+        self.pools = {
+            "foreground": _WorkerPool("summarize", limits.workers, self._running),
+            "background": _WorkerPool("summarize-sweep", limits.background_workers, self._running),
+        }
+        self._cores: DeadlineQueue[None] = DeadlineQueue(limits.cores)
+        self._store_writes: dict[str, _StoreQueue] = {}
+        self._lock = threading.Lock()
+
+    def submit(self, deadline: float, fn: Callable[[], T], *, background: bool) -> Future[T]:
+        """Runs fn on a worker thread of its pool once its deadline comes first there."""
+        return self.pools["background" if background else "foreground"].submit(deadline, fn)
+
+    def deadline(self) -> float:
+        """The deadline of the pass running on this thread; now for work outside any pass
+        (a probe, the CLI, tests), which then ranks as a first summary queued this instant."""
+        deadline = getattr(self._running, "deadline", None)
+        return time.monotonic() if deadline is None else float(deadline)
+
+    def core(self) -> contextlib.AbstractContextManager[None]:
+        return self._cores.turn(self.deadline())
+
+    @contextlib.contextmanager
+    def store_write(self, store: str) -> Iterator[None]:
+        deadline = self.deadline()
+        with self._lock:
+            entry = self._store_writes.get(store)
+            if entry is None:
+                entry = self._store_writes[store] = _StoreQueue(
+                    DeadlineQueue(self.limits.store_writes)
+                )
+            entry.users += 1
+        try:
+            with entry.queue.turn(deadline):
+                yield
+        finally:
+            with self._lock:
+                entry.users -= 1
+
+    def forget_store(self, store: str) -> None:
+        """The store's queue, once no write waits in it or holds it (a store no
+        SessionSummarizer names any more)."""
+        with self._lock:
+            entry = self._store_writes.get(store)
+            if entry is not None and entry.users == 0:
+                del self._store_writes[store]
+
+    def store_queues(self) -> int:
+        with self._lock:
+            return len(self._store_writes)
+
+    def stop(self, timeout_s: float) -> int:
+        """Queued passes are dropped (their objects are resumed by the next replica or
+        start); running ones, told to stop by the runtime's stopping flag, write a
+        checkpoint at their next chunk boundary and release their claims. Waits at most
+        timeout_s for them; returns how many were still running then."""
+        deadline = time.monotonic() + timeout_s
+        for pool in self.pools.values():
+            pool.stop()
+        return sum(pool.join(max(0.0, deadline - time.monotonic())) for pool in self.pools.values())
 
 
 def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
@@ -210,34 +335,3 @@ def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
     except (OSError, ValueError):
         pass
     return max(1, cpus)
-
-
-_CPU_SLOTS: list[CpuSlots] = []
-_STORE_WRITES: dict[str, CpuSlots] = {}
-_GATES_LOCK = threading.Lock()
-
-
-def cpu_slots() -> CpuSlots:
-    """The local embedding's gate (controller/backends.py): CPU-bound work past
-    the cores only slows every holder down, and a slot goes to the earliest deadline.
-    Made on first use: the settings are read then, not when a module is imported."""
-    from controller.config import CONFIG
-
-    with _GATES_LOCK:
-        if not _CPU_SLOTS:
-            _CPU_SLOTS.append(CpuSlots(CONFIG.cpu_slots or usable_cpus()))
-        return _CPU_SLOTS[0]
-
-
-def store_write_slots(store: str) -> CpuSlots:
-    """The summary writes to one store (controller/pipeline.py). Chroma applies them one
-    after the other, so a queue of them there is first come, first served; a few at a time
-    from here keeps the store as busy and lets the earliest deadline write next. One gate
-    per store: a slow or hung store never holds up the writes to another."""
-    from controller.config import CONFIG
-
-    with _GATES_LOCK:
-        slots = _STORE_WRITES.get(store)
-        if slots is None:
-            slots = _STORE_WRITES[store] = CpuSlots(CONFIG.store_write_slots)
-        return slots

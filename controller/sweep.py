@@ -23,7 +23,6 @@ from controller.core.chunking import estimate_tokens, memory_text
 from controller.core.coverage import PriorCoverage
 from controller.core.memories import SUNSET_MARKER_TYPE, is_excluded, parse_timestamp_ms
 from controller.core.naming import summary_object_name
-from controller.core.rate_limit import TokenBucket
 from controller.core.reconcile_plan import RowCursor
 from controller.core.refresh_plan import Growth, RefreshPolicy, may_refresh, plan_refresh
 from controller.core.retention import RetentionPolicy, expired
@@ -45,8 +44,9 @@ from controller.core.sweep_plan import (
 )
 from controller.kube import client as kube
 from controller.store.memory_store import MemoryStore
+from controller.upkeep_state import MarkerMemory
 
-IN_FLIGHT_PHASES = {None, "Pending", "Summarizing"}
+IN_FLIGHT_PHASES = frozenset({None, "Pending", "Summarizing"})
 WALK_FACTOR = 4  # at most this many times the cap of stale sessions looked up per sweep
 
 
@@ -271,21 +271,6 @@ def apply_retention(spec: SessionSummarizerSpec, *, namespace: str, summarizer_n
 # -- sunset markers -------------------------------------------------------------------------
 
 
-@dataclass
-class _MarkerMemory:
-    """What this process already did about the markers in the window, so a marker costs one
-    request and every later tick only the scan. After a restart or a failover it is empty:
-    the stored summary and the SessionSummary's status tell what was done."""
-
-    acted: dict[str, int] = field(default_factory=dict)  # session -> newest marker handled
-    reported: set[str] = field(default_factory=set)  # memory ids of invalid markers reported
-    # spec.sweep.markerRequestsPerMinute, as a token bucket (core/rate_limit.py).
-    bucket: TokenBucket = field(default_factory=lambda: TokenBucket(60))
-
-
-_MARKERS: dict[tuple[str, str], _MarkerMemory] = {}
-
-
 @dataclass(frozen=True)
 class MarkerScanResult:
     scanned: int  # marker rows read
@@ -315,15 +300,16 @@ def run_marker_scan(
     namespace: str,
     summarizer_name: str,
     watermark_ms: int,
+    memory: MarkerMemory,
 ) -> MarkerScanResult:
     """Reads the sunset markers newer than the sweep's watermark and creates/patches the
     SessionSummary of every session whose marker is not handled yet, ignoring the idle
     threshold: only for sessions with memories besides markers (a marker alone makes no
     object), at most maxSessionsPerSweep per scan and markerRequestsPerMinute a minute.
     Costs one filtered read per tick; a summary lookup, a read of one other memory and a
-    GET per session only for markers not acted on before."""
+    GET per session only for markers not acted on before (memory: what this process did
+    about the window's markers, kept by the runtime's upkeep)."""
     started = time.monotonic()
-    memory = _MARKERS.setdefault((namespace, summarizer_name), _MarkerMemory())
     memory.bucket.per_minute = spec.sweep.marker_requests_per_minute
     rows = list(store.scan_markers(SUNSET_MARKER_TYPE, watermark_ms))
     markers, invalid = collect_markers(rows)

@@ -1,12 +1,14 @@
 """The one upsert of a summary row: render, embed (checking the collection's embedding),
 read the row again right before the upsert (a newer fence of another claim, or another
-writer's document, refuses the write), upsert, and announce each step to the observers.
-controller/pipeline.py decides what to write; this writes it."""
+writer's document, refuses the write), upsert. controller/pipeline.py decides what to
+write; this writes it, in its turn among the process's writes to the store (`turn`), and
+tells whoever the caller names (`watch`) each step as it happens."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -16,7 +18,6 @@ from controller.core.row_ownership import RowChangedDuringPass, document_digest
 from controller.core.summary import StructuredSummary
 from controller.core.summary_row import to_chroma_metadata
 from controller.core.visibility import RowVisibility
-from controller.scheduling import store_write_slots
 from controller.store.memory_store import MemoryStore
 
 Embedder = Callable[[list[str]], Sequence[Any]]  # one vector (floats) per text
@@ -41,7 +42,7 @@ class WriteGuard(Protocol):
 
 @dataclass(frozen=True)
 class WriteEvent:
-    """A store write of one session's row, as observers see it: "begin" before the claim's
+    """A store write of one session's row, as its watcher sees it: "begin" before the claim's
     last check, "admitted" once the checks passed (the upsert is next), "end" once the
     upsert returned or the write was refused or failed (outcome: written, refused, failed);
     a writer killed in between never ends. writer is the replica, writer_object the
@@ -57,14 +58,18 @@ class WriteEvent:
     outcome: Literal["", "written", "refused", "failed"] = ""
 
 
-# Called with every WriteEvent of this process, in order; the chaos tests' write journal
-# (devenv.journal) is one. An observer must be quick and must not raise.
-WRITE_OBSERVERS: list[Callable[[WriteEvent], None]] = []
+# Sees each WriteEvent of a write, in order (nobody in the product; the chaos tests'
+# write journal, devenv.journal, given to the operator's runtime by devenv.operator). It
+# must be quick and must not raise.
+WriteWatcher = Callable[[WriteEvent], None]
+# A write's turn among the process's writes to a store (scheduling.PassScheduler.
+# store_write), given the store's description.
+WriteTurn = Callable[[str], AbstractContextManager[None]]
 
 
-def _observe(event: WriteEvent) -> None:
-    for observer in WRITE_OBSERVERS:
-        observer(event)
+def no_queue(store: str) -> AbstractContextManager[None]:
+    """No turn to wait for: the CLI and tests, which write alone."""
+    return nullcontext()
 
 
 @dataclass
@@ -86,6 +91,8 @@ def write_row(
     provenance: Provenance | None = None,
     visibility: RowVisibility | None = None,
     seen: RowSeen | None = None,
+    turn: WriteTurn = no_queue,
+    watch: WriteWatcher | None = None,
 ) -> int:
     """Writes the row; returns the summarizedAt it stored (ms), which the status shows.
 
@@ -112,12 +119,17 @@ def write_row(
     began_ms = int(time.time() * 1000)
     sid = summary.session_id
     fence = guard.fence if guard is not None else None
-    _observe(WriteEvent("begin", sid, writer, writer_object, began_ms, began_ms, fence))
+
+    def tell(event: WriteEvent) -> None:
+        if watch is not None:
+            watch(event)
+
+    tell(WriteEvent("begin", sid, writer, writer_object, began_ms, began_ms, fence))
     outcome: Literal["written", "refused", "failed"] = "failed"
     try:
         # In deadline order, and the claim checked once the turn came: the wait is never
         # between the check and the write. The row's fence is read right before the upsert.
-        with store_write_slots(store.location.describe()).slot():
+        with turn(store.location.describe()):
             found, digest = store.read_row_state(sid)
             if seen is not None and digest != seen.digest:
                 outcome = "refused"
@@ -130,12 +142,12 @@ def write_row(
                 metadata = {**metadata, **guard.admit(found)}
                 outcome = "failed"
             now_ms = int(time.time() * 1000)
-            _observe(WriteEvent("admitted", sid, writer, writer_object, now_ms, began_ms, fence))
+            tell(WriteEvent("admitted", sid, writer, writer_object, now_ms, began_ms, fence))
             store.write_summary(summary.session_id, document, metadata, vector)
             outcome = "written"
             if seen is not None:
                 seen.digest = document_digest(document)
     finally:  # ends whether written or refused (claim lost, store down)
         ended_ms = int(time.time() * 1000)
-        _observe(WriteEvent("end", sid, writer, writer_object, ended_ms, began_ms, fence, outcome))
+        tell(WriteEvent("end", sid, writer, writer_object, ended_ms, began_ms, fence, outcome))
     return summarized_at_ms

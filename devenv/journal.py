@@ -5,8 +5,9 @@ a writer killed in between still shows its write as begun. Each line carries the
 fencing number (its pass's claim grant). A writer is a replica (holder) serving one
 object: the same replica serving two objects of one session is two writers. The lines are
 in the order they happened, across processes (one O_APPEND write each): the tests read
-that order, not the processes' clocks, which the clock-skew test sets apart. Installed by
-devenv.operator as an observer of controller.pipeline's writes; never in the product.
+that order, not the processes' clocks, which the clock-skew test sets apart. Given by
+devenv.operator to the operator's runtime as the watcher of its store writes
+(controller.upsert.WriteEvent); never in the product.
 
 PauseBeforeUpsert (SSO_TEST_PAUSE_BEFORE_UPSERT=SESSION:N) stops the whole process with
 SIGSTOP at the N-th admitted write of SESSION: a pause between the fence check and the
@@ -17,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 from controller.upsert import WriteEvent
@@ -63,3 +65,21 @@ class PauseBeforeUpsert:
         self.seen += 1
         if self.seen == self.nth:
             os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def watchers(journal: str | None, pause: str | None) -> Callable[[WriteEvent], None] | None:
+    """The watcher of a test operator's store writes: the journal (SSO_WRITE_JOURNAL) and
+    the pause (SSO_TEST_PAUSE_BEFORE_UPSERT), in that order; None when neither is set."""
+    chain: list[Callable[[WriteEvent], None]] = []
+    if journal:
+        chain.append(Journal(Path(journal)))
+    if pause:
+        chain.append(PauseBeforeUpsert(pause))
+    if not chain:
+        return None
+
+    def watch(event: WriteEvent) -> None:
+        for each in chain:
+            each(event)
+
+    return watch

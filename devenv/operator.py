@@ -1,7 +1,8 @@
 """The one way the demo, the integration tests and the benches start the operator: a local
 process, `python -m devenv.operator ARGS...`, which is `python -m controller run ARGS...`
 plus, when SSO_WRITE_JOURNAL names a file, the write journal (devenv.journal) that the
-chaos tests read to prove no two writers overlapped.
+chaos tests read to prove no two writers overlapped, given to the operator as the
+watcher of its store writes (controller.runtime: watch_writes).
 
     proc = start_operator(log, env, "--standalone", "--namespace", "ops")
 """
@@ -63,19 +64,15 @@ def main(argv: list[str]) -> None:
     from controller.__main__ import one_blas_thread, run_operator
 
     one_blas_thread()
-    journal = os.environ.get("SSO_WRITE_JOURNAL")
-    if journal:
-        from controller import upsert
-        from devenv.journal import Journal
+    from devenv.journal import watchers
 
-        upsert.WRITE_OBSERVERS.append(Journal(Path(journal)))
-    pause = os.environ.get("SSO_TEST_PAUSE_BEFORE_UPSERT")
-    if pause:
-        from controller import upsert
-        from devenv.journal import PauseBeforeUpsert
-
-        upsert.WRITE_OBSERVERS.append(PauseBeforeUpsert(pause))
-    run_operator(argv)
+    # Given to the operator's runtime, which hands them to every pass's writes.
+    run_operator(
+        argv,
+        watch_writes=watchers(
+            os.environ.get("SSO_WRITE_JOURNAL"), os.environ.get("SSO_TEST_PAUSE_BEFORE_UPSERT")
+        ),
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from types import MappingProxyType
 from typing import Any
 
 from controller.cli.args import CliError, printable
@@ -281,12 +282,14 @@ def cmd_summaries(args: argparse.Namespace) -> int:
     return 0
 
 
-_OUTCOME_DETAIL = {
-    "summarized": "{new} new memories, {passes} pass(es)",
-    "up-to-date": "already up to date",
-    "not-found": "no memories with this sessionId; nothing written",
-    "empty": "only excluded memory types; nothing written",
-}
+_OUTCOME_DETAIL = MappingProxyType(
+    {
+        "summarized": "{new} new memories, {passes} pass(es)",
+        "up-to-date": "already up to date",
+        "not-found": "no memories with this sessionId; nothing written",
+        "empty": "only excluded memory types; nothing written",
+    }
+)
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
@@ -300,11 +303,11 @@ def cmd_summarize(args: argparse.Namespace) -> int:
         StoreUnavailable,
     )
 
-    if not args.local:
+    if not args.bypass_claim:
         raise CliError(
             "summarize writes to Chroma directly, bypassing the operator's single-writer "
-            "claim; pass --local to confirm that no operator is running against this store "
-            "(otherwise use `summaryctl sunset`)"
+            "claim; pass --bypass-claim to confirm that no operator is running against this "
+            "store (otherwise use `summaryctl sunset`)"
         )
     summarizer = load_summarizer(args)
     store = _store(args, summarizer)

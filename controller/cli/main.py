@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import os
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from controller import cli as cli_package
 from controller.cli.args import (
@@ -66,6 +66,29 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         super().error(printable(message))
+
+
+class _DeprecatedFlag(argparse.Action):
+    """A flag's old name, kept for one release: it still works, and says its new name on
+    stderr each time it is used (hidden from --help)."""
+
+    def __init__(self, option_strings: list[str], dest: str, new_flag: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)
+        self.new_flag = new_flag
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(
+            f"summaryctl: warning: {option_string} is deprecated and will be removed in the "
+            f"next release; use {self.new_flag}",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -145,9 +168,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("session_ids", nargs="+", type=session_id_arg, metavar="SESSION_ID")
     p.add_argument(
-        "--local",
+        "--bypass-claim",
         action="store_true",
-        help="required: confirms no operator writes to this store meanwhile",
+        help="required: write without the operator's session claim, confirming that no "
+        "operator writes to this store meanwhile (was --local)",
+    )
+    p.add_argument(
+        "--local",
+        dest="bypass_claim",
+        action=_DeprecatedFlag,
+        new_flag="--bypass-claim",
+        help=argparse.SUPPRESS,
     )
     _add_store_args(p)
     p.set_defaults(func=cmd_summarize)

@@ -18,6 +18,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -36,7 +37,9 @@ from controller.core.visibility import DEFAULT_VISIBILITY, VisibilityRules
 from controller.store.connection import StoreLocation
 
 # The Secret each env var stands in for (by the spec field that names the Secret).
-SECRET_ENV = {"store": "CHROMA_TOKEN", "embedding": "EMBEDDING_API_KEY", "model": "MODEL_API_KEY"}
+SECRET_ENV = MappingProxyType(
+    {"store": "CHROMA_TOKEN", "embedding": "EMBEDDING_API_KEY", "model": "MODEL_API_KEY"}
+)
 STORE_FLAGS = ("tenant", "database", "memory_collection", "summary_collection")
 
 

@@ -16,10 +16,11 @@ import posixpath
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from urllib.parse import unquote, urlsplit
 
 ALLOWED_URLS_ANNOTATION = "memorycore.io/allowed-urls"
-DEFAULT_PORTS = {"http": 80, "https": 443}
+DEFAULT_PORTS = MappingProxyType({"http": 80, "https": 443})
 
 
 @dataclass(frozen=True)

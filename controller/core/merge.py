@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
@@ -48,14 +49,18 @@ from controller.core.summary import (
 from controller.core.visibility import union_agents
 
 # The JSON keys a summarizer uses for the sections (a model is asked for these).
-SECTION_KEYS: dict[str, str] = {
-    "user_requests": "User Requests",
-    "questions_and_decisions": "Questions & Decisions",
-    "design_choices": "Design Choices",
-    "corrections_and_feedback": "Corrections & Feedback",
-    "current_state": "Current State",
-}
-HISTORY_KEYS = {title: key for key, title in SECTION_KEYS.items() if title in HISTORY_SECTIONS}
+SECTION_KEYS: MappingProxyType[str, str] = MappingProxyType(
+    {
+        "user_requests": "User Requests",
+        "questions_and_decisions": "Questions & Decisions",
+        "design_choices": "Design Choices",
+        "corrections_and_feedback": "Corrections & Feedback",
+        "current_state": "Current State",
+    }
+)
+HISTORY_KEYS = MappingProxyType(
+    {title: key for key, title in SECTION_KEYS.items() if title in HISTORY_SECTIONS}
+)
 DERIVED_TITLE_MAX = 80
 TECHNOLOGY_MAX = 40
 TECHNOLOGIES_MAX = 30

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from types import MappingProxyType
 from typing import Literal
 
 from controller.core.summary import ITEM_MAX
@@ -35,7 +36,9 @@ _QUOTED = re.compile(
 )
 # Characters that hide a word from a pattern without showing: zero-width and format marks.
 _INVISIBLE = re.compile(r"[\u00ad\u034f\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
-_TYPOGRAPHIC_QUOTES = str.maketrans({"‘": "'", "’": "'", "‚": "'", "“": '"', "”": '"', "„": '"'})
+_TYPOGRAPHIC_QUOTES = MappingProxyType(
+    str.maketrans({"‘": "'", "’": "'", "‚": "'", "“": '"', "”": '"', "„": '"'})
+)
 
 # Where a role marker counts: the start of the text or right after punctuation ("...: SYSTEM:"),
 # not inside a phrase such as "the file system: ext4".

@@ -39,7 +39,7 @@ DERIVED = (READY, RECONCILING, STALLED)
 REQUIRED = ("SecretsAllowed", "StoreReachable", "EmbeddingReady", "ModelReady", "ReplicaActive")
 # Counted only when present (no sweep has run, or sweeps are off).
 WHEN_PRESENT = ("Swept",)
-NOT_BLOCKING = {("SecretsAllowed", "SecretNotAnnotated")}
+NOT_BLOCKING = frozenset({("SecretsAllowed", "SecretNotAnnotated")})
 
 
 def _cond(type_: str, status: str, reason: str, message: str, generation: int | None) -> Condition:

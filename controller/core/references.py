@@ -24,6 +24,7 @@ import builtins
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
+from types import MappingProxyType
 
 from pydantic import BaseModel, Field
 
@@ -36,7 +37,7 @@ OVERFLOW_DIGESTS_MAX = 4000
 _DIGEST_CHARS = 12
 
 _TRAILING = ".,;:!?'\"`>"
-_CLOSING = {")": "(", "]": "[", "}": "{"}
+_CLOSING = MappingProxyType({")": "(", "]": "[", "}": "{"})
 # A bare name counts as a file only with a known extension (proposal.update is code).
 _EXTENSION = (
     r"(?i:py|pyi|ipynb|js|mjs|cjs|jsx|ts|tsx|go|rs|java|kt|kts|scala|c|h|cc|cpp|hpp|cs|rb"

@@ -30,7 +30,6 @@ SECTION_TITLES = (
     "Current State",
 )
 HISTORY_SECTIONS = SECTION_TITLES[:4]
-PROJECTION_SECTIONS = ("Current State",)
 SUMMARY_FORMAT = "structured-v1"
 
 Category = Literal[
@@ -175,11 +174,6 @@ def fallback_title(session_id: str) -> str:
 
 
 # -- the guard ------------------------------------------------------------------------------
-
-
-def looks_like_error_text(text: str) -> bool:
-    """Error text or a refusal where content should be (e.g. a failed model call)."""
-    return _ERROR_TITLE.search(text) is not None
 
 
 def title_problem(title: str) -> str | None:

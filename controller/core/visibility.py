@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Literal
 
 from controller.core.memories import tool_call_count, tool_names
@@ -65,18 +66,20 @@ NEO_SHARED_AGENTS: tuple[str, ...] = (
     "neo-gemini-pro",
     "neo-gpt",
 )
-NEO_IDENTITY_TRUST_TIERS: dict[str, TrustTier] = {
-    "@system": "system",
-    "@neo-opus-ada": "peer-trusted",
-    "@neo-opus-grace": "peer-trusted",
-    "@neo-opus-vega": "peer-trusted",
-    "@neo-fable": "peer-trusted",
-    "@neo-fable-clio": "peer-trusted",
-    "@neo-gemini-pro": "peer-trusted",
-    "@tobiu": "owner",
-    "@neo-gpt": "peer-trusted",
-    "AGENT:*": "unclassified",
-}
+NEO_IDENTITY_TRUST_TIERS: MappingProxyType[str, TrustTier] = MappingProxyType(
+    {
+        "@system": "system",
+        "@neo-opus-ada": "peer-trusted",
+        "@neo-opus-grace": "peer-trusted",
+        "@neo-opus-vega": "peer-trusted",
+        "@neo-fable": "peer-trusted",
+        "@neo-fable-clio": "peer-trusted",
+        "@neo-gemini-pro": "peer-trusted",
+        "@tobiu": "owner",
+        "@neo-gpt": "peer-trusted",
+        "AGENT:*": "unclassified",
+    }
+)
 
 _WRAPPER = re.compile(r"\s*\(.*?\)\s*")
 
@@ -112,7 +115,7 @@ class VisibilityRules:
     memory_sharing: MemorySharing = "team"
     shared_agents: tuple[str, ...] = NEO_SHARED_AGENTS
     identity_trust_tiers: Mapping[str, str] = field(
-        default_factory=lambda: dict(NEO_IDENTITY_TRUST_TIERS)
+        default_factory=lambda: NEO_IDENTITY_TRUST_TIERS
     )
 
     def __hash__(self) -> int:  # the mapping is read-only in use; hash its items

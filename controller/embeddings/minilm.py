@@ -262,22 +262,37 @@ def _row_blocks(total: int, size: int = 256) -> Iterator[slice]:
         yield slice(start, min(start + size, total))
 
 
-_MODELS: dict[Path, _MiniLM] = {}
-_MODELS_LOCK = threading.Lock()
+class MiniLMWeights:
+    """The loaded weights, once per directory for whoever holds this (the operator's
+    runtime: every local embedder of every SessionSummarizer shares them). They are 90 MB
+    and take a second to load."""
 
+    def __init__(self) -> None:
+        self._models: dict[Path, _MiniLM] = {}
+        self._lock = threading.Lock()
 
-def _load_minilm(model_dir: Path, max_seq_length: int) -> _MiniLM:
-    """Once per process and directory: the weights are 90 MB and take a second to load."""
-    key = model_dir.resolve()
-    with _MODELS_LOCK:
-        model = _MODELS.get(key)
-        if model is None:
-            if not (key / "model.safetensors").is_file() or not (key / "tokenizer.json").is_file():
-                raise EmbeddingError(
-                    f"no {MINILM_MODEL_NAME} weights in {key}: {MINILM_INSTALL_HINT}"
-                )
-            model = _MODELS[key] = _MiniLM(key, max_seq_length)
-        return model
+    def load(self, model_dir: Path, max_seq_length: int) -> _MiniLM:
+        key = model_dir.resolve()
+        with self._lock:
+            model = self._models.get(key)
+            if model is None:
+                if (
+                    not (key / "model.safetensors").is_file()
+                    or not (key / "tokenizer.json").is_file()
+                ):
+                    raise EmbeddingError(
+                        f"no {MINILM_MODEL_NAME} weights in {key}: {MINILM_INSTALL_HINT}"
+                    )
+                model = self._models[key] = _MiniLM(key, max_seq_length)
+            return model
+
+    def loaded(self) -> int:
+        with self._lock:
+            return len(self._models)
+
+    def close(self) -> None:
+        with self._lock:
+            self._models.clear()
 
 
 class LocalMiniLMEmbedding:
@@ -290,9 +305,18 @@ class LocalMiniLMEmbedding:
 
     max_seq_length = 256
 
-    def __init__(self, model_dir: str | Path | None = None, batch_size: int = 32) -> None:
+    def __init__(
+        self,
+        model_dir: str | Path | None = None,
+        batch_size: int = 32,
+        *,
+        weights: MiniLMWeights | None = None,
+    ) -> None:
         self._explicit_dir = str(model_dir) if model_dir is not None else None
         self.batch_size = batch_size
+        # Shared weights (the operator's runtime), else this instance's own, loaded on
+        # its first call.
+        self._weights = weights if weights is not None else MiniLMWeights()
 
     @property
     def model_dir(self) -> Path:
@@ -301,7 +325,7 @@ class LocalMiniLMEmbedding:
     def __call__(self, input: Documents) -> Embeddings:
         if not input:
             return []
-        model = _load_minilm(self.model_dir, self.max_seq_length)
+        model = self._weights.load(self.model_dir, self.max_seq_length)
         return list(model.encode(list(input), self.batch_size))
 
     def __repr__(self) -> str:

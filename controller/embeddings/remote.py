@@ -48,6 +48,10 @@ class OpenAICompatibleEmbedding:
         )
         self._headers = {} if api_key else {"Authorization": omit}
 
+    def close(self) -> None:
+        """Closes the HTTP connections it keeps open."""
+        self._client.close()
+
     @property
     def url(self) -> str:
         return f"{self.base_url}/embeddings"

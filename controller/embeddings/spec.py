@@ -23,6 +23,7 @@ from controller.embeddings.minilm import (
     EmbeddingError,
     EmbeddingFunction,
     LocalMiniLMEmbedding,
+    MiniLMWeights,
 )
 
 __all__ = ["EmbeddingError", "EmbeddingFunction", "EmbeddingSpec", "build_embedding_function"]
@@ -50,10 +51,13 @@ class EmbeddingSpec(BaseModel):
         return self
 
 
-def build_embedding_function(spec: EmbeddingSpec) -> EmbeddingFunction:
-    """The one place that turns configuration into an embedding function."""
+def build_embedding_function(
+    spec: EmbeddingSpec, weights: MiniLMWeights | None = None
+) -> EmbeddingFunction:
+    """The one place that turns configuration into an embedding function. weights: the
+    local model's, shared (the operator's runtime); else the function loads its own."""
     if spec.provider == "local-minilm":
-        return LocalMiniLMEmbedding()
+        return LocalMiniLMEmbedding(weights=weights)
     assert spec.base_url is not None  # guaranteed by EmbeddingSpec validation
     # Imported here: the openai SDK costs ~14 MB of RSS, which only an operator that uses
     # an endpoint should pay (bench/operator_rss.py).

@@ -26,7 +26,6 @@ from controller.api import (
     SessionSummarizerStatus,
     now_rfc3339,
 )
-from controller.backends import store_location
 from controller.config import CONFIG
 from controller.core.reconcile_plan import RowCursor
 from controller.core.requeue import to_ask_again_with_progress
@@ -38,14 +37,8 @@ from controller.core.summarizer_status import (
 from controller.core.text import one_line
 from controller.handlers import summarizer_upkeep as upkeep
 from controller.kube import client as kube
-from controller.kube.events import EventRecorder
 from controller.probes import check_embedding, check_secrets, health_conditions
-from controller.reconcile import reconcile_soon
 from controller.runtime import Runtime
-from controller.store.errors import (
-    StoreUnavailable,
-)
-from controller.store.memory_store import forget_store, store_for
 from controller.sweep import run_sweep
 
 
@@ -93,7 +86,7 @@ def _ask_failed_again(namespace: str, summarizer: str) -> int:
 @kopf.on.create(GROUP, VERSION, SUMMARIZER_PLURAL)
 @kopf.on.update(GROUP, VERSION, SUMMARIZER_PLURAL, field="spec")
 @kopf.on.resume(GROUP, VERSION, SUMMARIZER_PLURAL)
-async def check_config(
+async def take_summarizer_spec(
     body: kopf.Body,
     name: str,
     namespace: str | None,
@@ -102,12 +95,16 @@ async def check_config(
     logger: kopf.Logger,
     **_: Any,
 ) -> None:
-    """The health probes own SecretsAllowed, StoreReachable, ModelReady and EmbeddingReady.
-    A new or changed summarizer also asks its failed SessionSummaries again; at start, a
-    finalizer of the name kopf used before (LEGACY_FINALIZERS) is released."""
+    """A SessionSummarizer's spec, new, changed or seen at start: the parts built from its
+    previous spec are closed; the health probes run and write SecretsAllowed,
+    StoreReachable, ModelReady and EmbeddingReady; a new or changed summarizer asks its
+    failed SessionSummaries again; at start, a finalizer of the name kopf used before
+    (LEGACY_FINALIZERS) is released."""
     assert namespace is not None  # SessionSummarizer is namespaced
     runtime = Runtime.of(memo)
     events = runtime.events
+    generation = body.metadata.get("generation")
+    await asyncio.to_thread(runtime.summarizer_seen, namespace, name, generation)
     if reason == "create":
         runtime.summarizers_changed.set()  # its activeReplica at the reporter's next poll
     legacy = [f for f in body.metadata.get("finalizers") or [] if f in LEGACY_FINALIZERS]
@@ -117,8 +114,7 @@ async def check_config(
             kube.remove_finalizers, namespace, name, finalizers, LEGACY_FINALIZERS
         )
     spec = _validate(body)
-    generation = body.metadata.get("generation")
-    conditions = await asyncio.to_thread(health_conditions, spec, namespace)
+    conditions = await asyncio.to_thread(health_conditions, runtime.parts, spec, namespace, name)
     for cond in conditions:
         if cond.status == "False":
             events.post(body, type_="Warning", reason=cond.reason, message=cond.message)
@@ -145,18 +141,13 @@ def _sweep_due(spec: SessionSummarizerSpec, status: SessionSummarizerStatus) -> 
     return spec.sweep.enabled and upkeep.due(status.last_sweep_at, spec.sweep.interval_seconds)
 
 
-_LAST_PROBE: dict[tuple[str, str, str], float] = {}
-
-
-def _probe_due(namespace: str, name: str, condition: str) -> bool:
-    """At most once per SSO_EMBEDDING_REPROBE_SECONDS per object and condition; the first
-    call only starts the clock (the create/update/resume handler has just probed)."""
-    key = (namespace, name, condition)
-    now, last = time.monotonic(), _LAST_PROBE.get(key)
-    if last is not None and now - last < CONFIG.embedding_reprobe_seconds:
-        return False
-    _LAST_PROBE[key] = now
-    return last is not None
+@kopf.on.delete(GROUP, VERSION, SUMMARIZER_PLURAL, optional=True)
+async def summarizer_deleted(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
+    """What this process kept for the SessionSummarizer (its clients, Secret values, the
+    upkeep's memory) is closed and dropped. optional: no finalizer waits for it (an
+    operator that is not running has nothing to drop)."""
+    assert namespace is not None
+    await asyncio.to_thread(Runtime.of(memo).summarizer_gone, namespace, name)
 
 
 async def _reprobe(
@@ -164,7 +155,7 @@ async def _reprobe(
     spec: SessionSummarizerSpec,
     namespace: str,
     status: SessionSummarizerStatus,
-    events: EventRecorder,
+    runtime: Runtime,
 ) -> None:
     """While EmbeddingReady is False, or SecretsAllowed is not True, probe again every
     SSO_EMBEDDING_REPROBE_SECONDS (30), so the conditions turn True once the endpoint, the
@@ -173,11 +164,17 @@ async def _reprobe(
     current = {c.type: c for c in status.conditions or []}
     name = str(body.metadata.get("name"))
     generation = body.metadata.get("generation")
+    events, parts = runtime.events, runtime.parts
+
+    def due(condition: str) -> bool:
+        every = runtime.config.embedding_reprobe_seconds
+        return runtime.upkeep.probe_due(namespace, name, condition, every, time.monotonic())
+
     secrets = current.get("SecretsAllowed")
-    if secrets is not None and secrets.status != "True" and _probe_due(namespace, name, "s"):
+    if secrets is not None and secrets.status != "True" and due("SecretsAllowed"):
         cond = await asyncio.to_thread(check_secrets, spec, namespace)
         if cond.status == "True":
-            conditions = await asyncio.to_thread(health_conditions, spec, namespace)
+            conditions = await asyncio.to_thread(health_conditions, parts, spec, namespace, name)
             await asyncio.to_thread(
                 _write_status,
                 namespace,
@@ -187,8 +184,8 @@ async def _reprobe(
             events.post(body, type_="Normal", reason=cond.reason, message=cond.message)
             return
     embedding = current.get("EmbeddingReady")
-    if embedding is not None and embedding.status == "False" and _probe_due(namespace, name, "e"):
-        cond = await asyncio.to_thread(check_embedding, spec, namespace)
+    if embedding is not None and embedding.status == "False" and due("EmbeddingReady"):
+        cond = await asyncio.to_thread(check_embedding, parts, spec, namespace, name)
         if cond.status == "True":
             await asyncio.to_thread(
                 _write_status,
@@ -215,16 +212,17 @@ async def sweep(
     once the sweep has a watermark, owns SunsetMarkers; the sweep reports its store errors.
     Retention runs on the same timer, on its own clock."""
     assert namespace is not None
-    events = Runtime.of(memo).events
+    runtime = Runtime.of(memo)
+    events = runtime.events
     spec = _validate(body)
     status = _status(body)
     generation = body.metadata.get("generation")
-    await _reprobe(body, spec, namespace, status, events)
+    await _reprobe(body, spec, namespace, status, runtime)
     if spec.sweep.enabled and status.watermark is not None:
-        await upkeep.marker_scan(body, spec, namespace, name, status.watermark, logger, events)
+        await upkeep.marker_scan(body, spec, namespace, name, status.watermark, logger, runtime)
     await upkeep.retention(spec, namespace, name, status, logger)
     if spec.sweep.enabled and status.watermark is not None:
-        await upkeep.reconcile(body, spec, namespace, name, logger, events)
+        await upkeep.reconcile(body, spec, namespace, name, logger, runtime)
     if not _sweep_due(spec, status):
         return
     cursor = (
@@ -232,21 +230,22 @@ async def sweep(
         if status.appended_offset is not None
         else None
     )
+
+    def sweep_store() -> Any:
+        with runtime.parts.store(namespace, name, spec) as store:
+            return run_sweep(
+                store,
+                spec,
+                namespace=namespace,
+                summarizer_name=name,
+                watermark_ms=status.watermark,
+                cursor=cursor,
+            )
+
     try:
-        store = await asyncio.to_thread(store_for, store_location(spec, namespace))
-        result = await asyncio.to_thread(
-            run_sweep,
-            store,
-            spec,
-            namespace=namespace,
-            summarizer_name=name,
-            watermark_ms=status.watermark,
-            cursor=cursor,
-        )
+        result = await asyncio.to_thread(sweep_store)
     except upkeep.STORE_ERRORS as exc:
         failure = sweep_failure(exc, spec.store.url, generation)
-        if isinstance(exc, StoreUnavailable):
-            forget_store(store_location(spec, namespace))
         written = await asyncio.to_thread(
             _write_status, namespace, name, lambda st: failure.apply(st, now_rfc3339())
         )
@@ -257,8 +256,8 @@ async def sweep(
         logger.warning("sweep failed: %s: %s", failure.reason, failure.message)
         return
     plan = result.plan
-    if not result.aligned:
-        reconcile_soon(namespace, name)
+    if not result.aligned:  # the appended-rows cursor lost its place: walk now
+        runtime.upkeep.reconciler(namespace, name).due_now = True
     metrics.observe_sweep(result.duration_s, plan.found)
     metrics.refresh_requested(result.applied.refreshed)
     message = (

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from controller.api import (
     SessionSummarizerSpec,
     SessionSummarySpec,
 )
-from controller.backends import Backends, backends_for
+from controller.backends import Backends
 from controller.config import CONFIG, backoff_seconds
 from controller.core.claim_rules import Sighting, Writer
 from controller.core.destinations import EndpointNotAllowed, SecretHostNotAllowed
@@ -49,44 +48,33 @@ from controller.handlers.summary_status import (
     summarizing_status,
 )
 from controller.kube import client as kube
-from controller.kube.claims import ClaimHeld, ClaimLost, SessionClaimHandle
+from controller.kube.claims import ClaimContended, ClaimHeld, ClaimLost, SessionClaimHandle
 from controller.pipeline import Outcome, PassInterrupted, summarize_session
 from controller.runtime import Runtime
-from controller.scheduling import BACKGROUND_TRIGGERS, DeadlineExecutor, slack_for
+from controller.scheduling import BACKGROUND_TRIGGERS, slack_for
 from controller.store.errors import (
     CollectionNotFound,
     EmbeddingMismatch,
     InvalidStoreConfig,
     StoreUnavailable,
 )
-from controller.store.memory_store import forget_store
 from controller.summarizers.chat_prompt import InvalidModelOutput, ModelUnavailable
 from controller.upsert import WriteGuard
 
-# Summaries block on Chroma and the model: their own pools, sized for concurrency
-# (asyncio's default executor has only cpu_count + 4 threads). The sunset fast path has
-# its own pool, so the background's backlog (the sweep's stale sessions, the refreshes of
-# active ones) never queues in front of a session that just ended; within a pool, the
-# earliest deadline goes first, so a first summary goes ahead of re-summaries
-# (controller/scheduling.py; docs/operations.md, "Scheduling").
-WORKERS = DeadlineExecutor(CONFIG.workers, thread_name_prefix="summarize")
-SWEEP_WORKERS = DeadlineExecutor(max(2, CONFIG.workers // 4), thread_name_prefix="summarize-sweep")
 WAIT_JITTER = 0.25  # of each wait for another writer's claim, added at random
 log = logging.getLogger("controller.handlers.session_summary")
 
 
-POOLS = {"foreground": WORKERS, "background": SWEEP_WORKERS}
-
-
-def stop_workers(timeout_s: float) -> int:
-    """At operator exit: queued summaries are dropped (their objects are resumed by the next
-    replica or start); running ones, told to stop by the shutdown flag, write a checkpoint
-    at their next chunk boundary and release their claims. Waits at most timeout_s for
-    them; returns how many were still running then (abandoned: their claims lapse)."""
-    deadline = time.monotonic() + timeout_s
-    for pool in POOLS.values():
-        pool.shutdown(wait=False, cancel_futures=True)
-    return sum(pool.join(max(0.0, deadline - time.monotonic())) for pool in POOLS.values())
+def _claim_wait(retry: int) -> float:
+    """How long a pass waits before it looks at a session's claim again: backed off by this
+    object's own count of looks (core/waiting.py)."""
+    return wait_delay(
+        retry,
+        first_s=CONFIG.claim_retry_seconds,
+        max_s=CONFIG.claim_retry_max_seconds,
+        jitter=WAIT_JITTER,
+        rand=random.random(),
+    )
 
 
 def needs_pass_on_resume(body: kopf.Body, **_: Any) -> bool:
@@ -96,11 +84,11 @@ def needs_pass_on_resume(body: kopf.Body, **_: Any) -> bool:
     return not done or status.get("observedGeneration") != body.metadata.get("generation")
 
 
-def _resolve(
+def _summarizer(
     namespace: str, spec: SessionSummarySpec, summarizer_spec: dict[str, Any] | None
-) -> Backends:
-    """The live parts of the object's SessionSummarizer, whose spec comes from the
-    summarizer index (handlers/indexes.py), not from a GET per summary."""
+) -> SessionSummarizerSpec:
+    """The object's SessionSummarizer's spec, from the summarizer index
+    (handlers/indexes.py), not from a GET per summary."""
     if summarizer_spec is None:
         raise Failure(
             "SummarizerNotFound",
@@ -110,11 +98,9 @@ def _resolve(
             phase="Pending",
         )
     try:
-        summarizer = SessionSummarizerSpec.model_validate(summarizer_spec)
+        return SessionSummarizerSpec.model_validate(summarizer_spec)
     except ValidationError as exc:
         raise Failure("InvalidSummarizer", one_line(exc, 300), retry=True) from exc
-    with failures_shown(invalid_spec=True):
-        return backends_for(summarizer, namespace)
 
 
 # What a failure of each kind shows on the object (reason) and whether it is retried; the
@@ -142,12 +128,9 @@ _FAILURES: tuple[tuple[type[Exception], str, bool], ...] = (
 
 
 @contextlib.contextmanager
-def failures_shown(
-    backends: Backends | None = None, *, invalid_spec: bool = False
-) -> Iterator[None]:
-    """Turns what the work below raises into the Failure the object shows. An unreachable
-    store drops its cached client; with invalid_spec, any other ValueError is the
-    SessionSummarizer's spec (InvalidSummarizer)."""
+def failures_shown(*, invalid_spec: bool = False) -> Iterator[None]:
+    """Turns what the work below raises into the Failure the object shows; with
+    invalid_spec, any other ValueError is the SessionSummarizer's spec (InvalidSummarizer)."""
     try:
         yield
     except CollectionNotFound as exc:
@@ -156,8 +139,6 @@ def failures_shown(
     except Exception as exc:
         for kind, reason, retry in _FAILURES:
             if isinstance(exc, kind):
-                if isinstance(exc, StoreUnavailable) and backends is not None:
-                    forget_store(backends.store.location)
                 # A refusal says what would allow it (a kubectl command): not cut at 300.
                 limit = 1000 if isinstance(exc, SecretHostNotAllowed | EndpointNotAllowed) else 300
                 message = one_line(exc, limit)
@@ -170,31 +151,33 @@ def failures_shown(
 
 
 def summarize_blocking(
+    runtime: Runtime,
     backends: Backends,
     spec: SessionSummarySpec,
     guard: WriteGuard | None = None,
     writer_object: str = "",
-    stop: Callable[[], bool] | None = None,
 ) -> Outcome:
-    with failures_shown(backends):
+    with failures_shown():
         return summarize_session(
             backends.store,
             spec.session_id,
             embed=backends.embed,
-            writer=CONFIG.replica_id,
+            writer=runtime.config.replica_id,
             trigger=spec.trigger,
             excluded_types=backends.excluded_types,
             summarizer=backends.summarizer,
             guard=guard,
             writer_object=writer_object,
             visibility=backends.visibility,
-            stop=stop,
+            stop=runtime.stopping.is_set,
+            turn=runtime.scheduler.store_write,
+            watch=runtime.watch_writes,
         )
 
 
 def _claim_scope(backends: Backends) -> str:
     """Which store the session's claim is in: one store however it is addressed."""
-    with failures_shown(backends):
+    with failures_shown():
         return backends.store.claim_scope()
 
 
@@ -208,6 +191,7 @@ class ClaimMemory:
 
 
 def summarize_claimed(
+    runtime: Runtime,
     namespace: str,
     name: str,
     uid: str,
@@ -216,32 +200,55 @@ def summarize_claimed(
     summarizer_spec: dict[str, Any] | None,
     seen: ClaimMemory | None = None,
     started: Callable[[], None] | None = None,
-    stop: threading.Event | None = None,
 ) -> Outcome:
     """Takes the session's claim in its store, says the pass started (`started`: phase
     Summarizing), summarizes while a thread renews the claim (checked between passes and,
     with the row's fencing number, right before every write), and releases the claim.
     Raises ClaimHeld when another live writer (another replica, or another object naming
-    the same session) has it; PassInterrupted when `stop` is set (the operator is
-    stopping), before the claim is taken or at the pass's next chunk boundary."""
-    if stop is not None and stop.is_set():
+    the same session) has it; PassInterrupted when the operator is stopping (the
+    runtime's flag), before the claim is taken or at the pass's next chunk boundary."""
+    if runtime.stopping.is_set():
         raise PassInterrupted("the operator is stopping; the next replica resumes this pass")
-    backends = _resolve(namespace, spec, summarizer_spec)
+    summarizer = _summarizer(namespace, spec, summarizer_spec)
+    with contextlib.ExitStack() as held:
+        # The SessionSummarizer's live parts (the runtime's, built on first use), held for
+        # the pass; a store found unreachable on the way out is reconnected next time.
+        with failures_shown(invalid_spec=True):
+            backends = held.enter_context(
+                runtime.parts.backends(namespace, spec.summarizer_ref, summarizer)
+            )
+        return _claimed_pass(
+            runtime, backends, namespace, name, uid, generation, spec, seen, started
+        )
+
+
+def _claimed_pass(
+    runtime: Runtime,
+    backends: Backends,
+    namespace: str,
+    name: str,
+    uid: str,
+    generation: int,
+    spec: SessionSummarySpec,
+    seen: ClaimMemory | None,
+    started: Callable[[], None] | None,
+) -> Outcome:
+    config = runtime.config
     scope = _claim_scope(backends)
     location = backends.store.location
     handle = SessionClaimHandle(
         session_id=spec.session_id,
         collection_id=scope,
         collection=f"{location.describe()} {location.summary_collection}",
-        writer=Writer(CONFIG.replica_id, uid, f"{namespace}/{name}"),
-        duration_s=CONFIG.claim_ttl_seconds,
-        margin_s=CONFIG.claim_margin_seconds,
-        renew_s=CONFIG.claim_renew_period,
+        writer=Writer(config.replica_id, uid, f"{namespace}/{name}"),
+        duration_s=config.claim_ttl_seconds,
+        margin_s=config.claim_margin_seconds,
+        renew_s=config.claim_renew_period,
         generation=generation,
         sighting=seen.sighting if seen else None,
     )
     try:
-        with failures_shown(backends):
+        with failures_shown():
             handle.acquire()
     finally:
         if seen is not None:
@@ -249,13 +256,7 @@ def summarize_claimed(
     try:
         if started is not None:
             started()
-        return summarize_blocking(
-            backends,
-            spec,
-            guard=handle,
-            writer_object=f"{namespace}/{name}",
-            stop=stop.is_set if stop is not None else None,
-        )
+        return summarize_blocking(runtime, backends, spec, handle, f"{namespace}/{name}")
     finally:
         handle.release()  # best effort: never raises
 
@@ -308,6 +309,7 @@ async def summarize(
     def job() -> Outcome:
         metrics.observe_queue_wait(slack.name.lower(), time.monotonic() - started)
         return summarize_claimed(
+            runtime,
             namespace,
             name,
             uid,
@@ -316,12 +318,13 @@ async def summarize(
             summarizer_spec,
             seen,
             started=on_start,
-            stop=runtime.stopping,
         )
 
     try:
-        pool = SWEEP_WORKERS if parsed.trigger in BACKGROUND_TRIGGERS else WORKERS
-        outcome = await asyncio.wrap_future(pool.submit_by(started + slack, job))
+        background = parsed.trigger in BACKGROUND_TRIGGERS
+        outcome = await asyncio.wrap_future(
+            runtime.scheduler.submit(started + slack, job, background=background)
+        )
     except ClaimHeld as held:
         metrics.claim_conflict()
         metrics.claim_wait()
@@ -329,13 +332,7 @@ async def summarize(
         # than the claim could lapse as this replica has watched it (its own clock, never
         # the other writer's expiry against ours): a dead writer's session is taken over
         # as soon as the lease rules allow.
-        backoff = wait_delay(
-            retry,
-            first_s=CONFIG.claim_retry_seconds,
-            max_s=CONFIG.claim_retry_max_seconds,
-            jitter=WAIT_JITTER,
-            rand=random.random(),
-        )
+        backoff = _claim_wait(retry)
         delay = min(backoff, held.retry_after_s + random.uniform(0, 0.5))
         logger.info("session %s: %s; looking again in %.1fs", parsed.session_id, held, delay)
         if held.claim.writer.owner_uid not in (uid, ""):
@@ -343,6 +340,14 @@ async def summarize(
             record_waiting(body, patch, held, runtime.events)
         # Else another replica serves this very object: it writes the status.
         raise kopf.TemporaryError(str(held), delay=delay) from None
+    except ClaimContended as contended:
+        # The claim changed under us on every try and nobody holds it now: look again as
+        # soon as a wait for another writer would (core/waiting.py), not after a failure's
+        # backoff.
+        metrics.claim_conflict()
+        delay = _claim_wait(retry)
+        logger.info("session %s: %s; looking again in %.1fs", parsed.session_id, contended, delay)
+        raise kopf.TemporaryError(str(contended), delay=delay) from None
     except ClaimLost as lost:
         metrics.claim_conflict()
         logger.warning("session %s: %s", parsed.session_id, lost)

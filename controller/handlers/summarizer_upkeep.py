@@ -14,17 +14,20 @@ from kubernetes.client.exceptions import ApiException
 
 from controller import metrics
 from controller.api import SessionSummarizerSpec, SessionSummarizerStatus, now_rfc3339
-from controller.backends import store_location
 from controller.config import CONFIG
 from controller.core.destinations import DestinationRefused
 from controller.core.summarizer_status import MarkerScanReport, ReconcileReport, RetentionReport
 from controller.core.text import one_line
 from controller.kube import client as kube
-from controller.kube.events import EventRecorder
-from controller.reconcile import reconcile_step
+from controller.reconcile import ReconcileResult, reconcile_step
+from controller.runtime import Runtime
 from controller.store.errors import CollectionNotFound, InvalidStoreConfig, StoreUnavailable
-from controller.store.memory_store import forget_store, store_for
-from controller.sweep import apply_retention, retention_policy, run_marker_scan
+from controller.sweep import (
+    MarkerScanResult,
+    apply_retention,
+    retention_policy,
+    run_marker_scan,
+)
 
 # What a store or its settings can raise: the sweep reports these on the SessionSummarizer;
 # the marker scan and the reconciliation leave them to it.
@@ -52,24 +55,27 @@ async def marker_scan(
     name: str,
     since: int,
     logger: kopf.Logger,
-    events: EventRecorder,
+    runtime: Runtime,
 ) -> None:
     """The sunset-marker scan (sweep.run_marker_scan) after the sweep's watermark; it owns
     the SunsetMarkers condition and leaves store errors to the sweep to report."""
     generation = body.metadata.get("generation")
-    try:
-        markers = await asyncio.to_thread(
-            lambda: run_marker_scan(
-                store_for(store_location(spec, namespace)),
+    events = runtime.events
+
+    def scan() -> MarkerScanResult:
+        with runtime.parts.store(namespace, name, spec) as store:
+            return run_marker_scan(
+                store,
                 spec,
                 namespace=namespace,
                 summarizer_name=name,
                 watermark_ms=since,
+                memory=runtime.upkeep.markers(namespace, name),
             )
-        )
+
+    try:
+        markers = await asyncio.to_thread(scan)
     except STORE_ERRORS as exc:
-        if isinstance(exc, StoreUnavailable):
-            forget_store(store_location(spec, namespace))
         logger.debug("marker scan skipped: %s", one_line(exc, 300))
     except ApiException as exc:  # never in the way of the sweep below
         logger.warning("marker scan failed: API %s: %s", exc.status, one_line(exc.reason, 300))
@@ -132,21 +138,26 @@ async def reconcile(
     namespace: str,
     name: str,
     logger: kopf.Logger,
-    events: EventRecorder,
+    runtime: Runtime,
 ) -> None:
     """One step of the reconciliation (sweep.reconcile_step); a store it cannot reach is the
     sweep's to report."""
-    try:
-        step = await asyncio.to_thread(
-            lambda: reconcile_step(
-                store_for(store_location(spec, namespace)),
+    events = runtime.events
+
+    def step_once() -> ReconcileResult:
+        with runtime.parts.store(namespace, name, spec) as store:
+            return reconcile_step(
+                store,
                 spec,
                 namespace=namespace,
                 summarizer_name=name,
                 now_ms=int(time.time() * 1000),
                 monotonic=time.monotonic(),
+                state=runtime.upkeep.reconciler(namespace, name),
             )
-        )
+
+    try:
+        step = await asyncio.to_thread(step_once)
     except STORE_ERRORS as exc:
         logger.debug("reconciliation skipped: %s", one_line(exc, 300))
         return

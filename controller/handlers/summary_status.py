@@ -31,7 +31,7 @@ from controller.pipeline import Outcome
 CONDITION = "Summarized"
 # Whether the row was as this operator left it when the pass read it (row_ownership.py).
 SINGLE_WRITER = "SingleWriter"
-DONE_PHASES = {"Summarized", "Empty", "NotFound"}
+DONE_PHASES = frozenset({"Summarized", "Empty", "NotFound"})
 
 
 class Failure(Exception):

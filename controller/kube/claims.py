@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -43,21 +43,33 @@ log = logging.getLogger(__name__)
 
 
 class ClaimHeld(Exception):
-    """Another live writer holds the session's claim; retry after retry_after_s."""
+    """Another live writer holds the session's claim (`claim`, as read from the API);
+    retry after retry_after_s. lost_races: how many times the claim changed under us
+    before we read this holder (0: it held the claim when we first looked)."""
 
-    def __init__(self, claim: Claim, retry_after_s: float) -> None:
+    def __init__(self, claim: Claim, retry_after_s: float, lost_races: int = 0) -> None:
         self.claim = claim
         self.retry_after_s = max(0.5, retry_after_s)
+        self.lost_races = lost_races
         w = claim.writer
+        times = f"{lost_races} time{'s' if lost_races != 1 else ''}"
+        raced = f"; the claim changed under us {times} first" if lost_races else ""
         super().__init__(
             f"session {claim.session_id!r} is being summarized by SessionSummary {w.owner} "
             f"on replica {w.replica} (its claim lapses {self.retry_after_s:.0f}s after it "
-            "stops renewing it)"
+            f"stops renewing it{raced})"
         )
 
 
 class ClaimLost(Exception):
-    """Our claim lapsed, was taken, or a newer grant wrote the row: nothing was written."""
+    """Our claim lapsed, was taken, or a newer grant wrote the row; or (ClaimContended) we
+    never got it: nothing was written."""
+
+
+class ClaimContended(ClaimLost):
+    """The claim changed under us on every attempt to take it, and no live holder was left
+    to wait for when we last read it (released, or lapsed): nothing was written, and there
+    is no writer to name; the pass is retried."""
 
 
 def _wall_ms() -> int:
@@ -206,7 +218,7 @@ class SessionClaimHandle:
         """Takes the session's claim, or raises ClaimHeld if another writer's claim is live
         as far as our own clock can tell (self.sighting remembers when we first saw it as
         it is, for the next attempt)."""
-        for _ in range(CONFLICT_RETRIES):
+        for lost_races in range(CONFLICT_RETRIES):
             claim, sent = self._new_claim(), time.monotonic()
             made = self._create(claim)
             if made is not None:
@@ -221,19 +233,32 @@ class SessionClaimHandle:
             existing = parse_claim(obj.get("spec"), self.duration_s)
             if decide(existing, self.sighting, self.writer, now) == "held":
                 assert existing is not None
-                raise ClaimHeld(existing, held_for_s(existing, self.sighting, now))
+                wait = held_for_s(existing, self.sighting, now)
+                raise ClaimHeld(existing, wait, lost_races=lost_races)
             claim, sent = self._new_claim(), time.monotonic()
             made = self._replace(claim, version)
             if made is not None:
                 self._granted(claim, made, sent)
                 return claim
-        contended = Claim(
-            self.session_id,
-            self.collection_id,
-            Writer("(contended)", "", "(contended)"),
-            self.duration_s,
+        self._raise_contended()
+
+    def _raise_contended(self) -> NoReturn:
+        """After CONFLICT_RETRIES lost races: reads the claim once more, to name the writer
+        that holds it now (ClaimHeld) or, if none is live, to say so (ClaimContended)."""
+        obj = self._get()
+        if obj is not None:
+            now = time.monotonic()
+            version = str(obj["metadata"]["resourceVersion"])
+            self.sighting = sighted(self.sighting, self.name, version, now)
+            holder = parse_claim(obj.get("spec"), self.duration_s)
+            if holder is not None and decide(holder, self.sighting, self.writer, now) == "held":
+                wait = held_for_s(holder, self.sighting, now)
+                raise ClaimHeld(holder, wait, lost_races=CONFLICT_RETRIES)
+        raise ClaimContended(
+            f"the claim on session {self.session_id!r} changed under us {CONFLICT_RETRIES} "
+            "times while we tried to take it, and no other live writer held it when we last "
+            "read it; nothing written"
         )
-        raise ClaimHeld(contended, 1.0)
 
     # -- the holder ----------------------------------------------------------------------
 

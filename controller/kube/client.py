@@ -34,11 +34,6 @@ API_POOL_SIZE = 64
 # (frozen, or behind a black-holed proxy) would hold a summarize thread, mid-claim, for good.
 # A read timeout is per read, so a long list that keeps streaming is not cut.
 REQUEST_TIMEOUT = (5.0, 30.0)
-# urllib3's default resends a request whose answer timed out (3 times for GET, PUT and
-# DELETE): a call would take 4x the read timeout, and a claim's PUT that the apiserver did
-# apply would be sent again and fail on its resourceVersion. Only failed connections, which
-# sent nothing, are retried.
-RETRIES = urllib3.Retry(total=3, read=0)
 log = logging.getLogger(__name__)
 
 
@@ -69,7 +64,11 @@ def api_client() -> client.ApiClient:
             config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
         )
     configuration.connection_pool_maxsize = API_POOL_SIZE
-    configuration.retries = RETRIES
+    # urllib3's default resends a request whose answer timed out (3 times for GET, PUT and
+    # DELETE): a call would take 4x the read timeout, and a claim's PUT that the apiserver
+    # did apply would be sent again and fail on its resourceVersion. Only failed
+    # connections, which sent nothing, are retried.
+    configuration.retries = urllib3.Retry(total=3, read=0)
     return BoundedApiClient(configuration)
 
 

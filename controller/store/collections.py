@@ -136,6 +136,15 @@ class Collections:
         self._verified_dimension: int | None = None  # a collection's dimension never changes
         self._lock = threading.Lock()
 
+    def close(self) -> None:
+        """Releases the client: chromadb keeps a client's system (its HTTP sessions, or an
+        embedded database) alive until the last client of it is closed."""
+        with self._lock:
+            self._summaries = self._memories = None
+        close = getattr(self.client, "close", None)
+        if close is not None:
+            close()
+
     # -- health -----------------------------------------------------------------------
 
     def heartbeat(self) -> int:

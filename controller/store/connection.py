@@ -1,20 +1,22 @@
 """Where the store is and how to reach it: StoreLocation and connect().
 
 Server mode (HttpClient) is what the operator uses; embedded PersistentClient is for
-single-process local use only (`summaryctl summarize --local --path`): two processes on
-one embedded path silently lose vectors."""
+single-process local use only (`summaryctl summarize --bypass-claim --path`): two
+processes on one embedded path silently lose vectors."""
 
 from __future__ import annotations
 
-import contextvars
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
 import chromadb
 import httpx
-from chromadb.api import ClientAPI
+from chromadb.api import ClientAPI, ServerAPI
+from chromadb.api.client import AdminClient, Client
 from chromadb.api.fastapi import FastAPI
-from chromadb.config import Settings, System
+from chromadb.api.shared_system_client import SharedSystemClient
+from chromadb.auth import UserIdentity
+from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
 from controller.api import StoreSpec
@@ -29,7 +31,7 @@ class StoreLocation:
     memory_collection: str = "neo-agent-memory"
     summary_collection: str = "neo-agent-sessions"
     timeout_seconds: float = 10.0
-    path: str | None = None  # embedded PersistentClient (summaryctl summarize --local only)
+    path: str | None = None  # embedded PersistentClient (summaryctl summarize --path only)
     token: str | None = None
     # The embedding model (spec.embedding): checked against the embedding function the
     # collections record, and, when the memory collection records none, what a new summary
@@ -63,21 +65,7 @@ def connect(location: StoreLocation) -> ClientAPI:
                 tenant=location.tenant,
                 database=location.database,
             )
-        parsed = urlparse(location.url)
-        headers = {"Authorization": f"Bearer {location.token}"} if location.token else None
-        bound = _TIMEOUT.set(location.timeout_seconds)  # every request, see below
-        try:
-            return chromadb.HttpClient(
-                host=parsed.hostname or "localhost",
-                port=parsed.port or (443 if parsed.scheme == "https" else 8000),
-                ssl=parsed.scheme == "https",
-                headers=headers,
-                tenant=location.tenant,
-                database=location.database,
-                settings=_settings(),
-            )
-        finally:
-            _TIMEOUT.reset(bound)
+        return _BoundedHttpClient(location)
     except NotFoundError as exc:  # chromadb checks the tenant and database on connect
         raise InvalidStoreConfig(
             f"Chroma at {location.describe()}: {describe_error(exc)}; check spec.store.tenant "
@@ -101,24 +89,76 @@ def _timed_out(exc: BaseException | None) -> bool:
     return False
 
 
-# chromadb's HTTP client sends every request with no timeout (httpx timeout=None), and its
-# constructor already talks to the server: the identity, then the tenant and the database
-# through an admin client with an HTTP session of its own. A Chroma that accepts
-# connections but never answers (a stopped process, a black-holed proxy) would hold the
-# worker, and the claim it took, for good. chromadb accepts no other API class for HTTP
-# and takes no timeout, so its FastAPI's constructor is wrapped: a session made while
-# connect() runs gets connect()'s spec.store.timeoutSeconds (connect, read, write and pool
-# each). Sessions made elsewhere, with no timeout set, stay as chromadb makes them.
-# tests/integration/test_request_timeouts.py fails if a chromadb release changes this.
-_TIMEOUT: contextvars.ContextVar[float] = contextvars.ContextVar("chroma_timeout")
-_FASTAPI_INIT = FastAPI.__init__
+class _BoundedHttpClient(Client):
+    """chromadb.HttpClient for the location, with every request bounded by
+    spec.store.timeoutSeconds (connect, read, write and pool each).
+
+    chromadb's HTTP API sends every request with no timeout (httpx timeout=None), and its
+    client's constructor already talks to the server: the identity, then the tenant and
+    the database through an admin client with an HTTP session of its own. A Chroma that
+    accepts connections but never answers (a stopped process, a black-holed proxy) would
+    hold the worker, and the claim it took, for good. chromadb's Settings take no timeout
+    and it refuses a chroma_api_impl of ours, so this subclass of its Client bounds each
+    session just before that session's first request: its own before the identity, the
+    admin client's before the tenant and database checks. It reaches into chromadb's
+    private `_server`, `_admin_client` and `_session`, but only of this client: clients
+    made elsewhere keep chromadb's sessions as they are.
+    tests/integration/test_request_timeouts.py fails if a chromadb release changes this."""
+
+    def __init__(self, location: StoreLocation) -> None:
+        assert location.url is not None
+        self._timeout = httpx.Timeout(location.timeout_seconds)
+        parsed = urlparse(location.url)
+        settings = _settings()
+        # What chromadb.HttpClient sets, which builds a Client with no way to choose it.
+        settings.chroma_api_impl = "chromadb.api.fastapi.FastAPI"
+        settings.chroma_server_host = parsed.hostname or "localhost"
+        settings.chroma_server_http_port = parsed.port or (
+            443 if parsed.scheme == "https" else 8000
+        )
+        settings.chroma_server_ssl_enabled = parsed.scheme == "https"
+        if location.token:
+            settings.chroma_server_headers = {"Authorization": f"Bearer {location.token}"}
+        self._own_system: object = None
+        try:
+            super().__init__(tenant=location.tenant, database=location.database, settings=settings)
+        except BaseException:
+            _forget_system(self._own_system)  # a tenant, database or timeout failure
+            raise
+
+    def get_user_identity(self) -> UserIdentity:
+        self._own_system = self._system
+        _bound(self._server, self._timeout)  # the constructor's first request
+        return super().get_user_identity()
+
+    def close(self) -> None:
+        system = self._own_system
+        super().close()
+        _forget_system(system)
+
+    def _validate_tenant_database(self, tenant: str, database: str) -> None:
+        assert isinstance(self._admin_client, AdminClient)
+        _bound(self._admin_client._server, self._timeout)
+        super()._validate_tenant_database(tenant=tenant, database=database)
 
 
-def _bounded_fastapi_init(self: FastAPI, system: System) -> None:
-    _FASTAPI_INIT(self, system)
-    timeout = _TIMEOUT.get(None)
-    if timeout is not None:
-        self._session.timeout = httpx.Timeout(timeout)
+def _forget_system(system: object) -> None:
+    """chromadb 1.5.9 keeps the System of an HTTP client in its class-level registry after
+    the client is closed, or after its constructor failed: the client's admin client
+    registers the System once more under an identifier of its own
+    (AdminClient.from_system), which nothing releases. Every client made and closed stayed
+    in memory (measured: 0.8 MB each; tests/integration/test_runtime_lifecycle.py). Once
+    our client is closed nothing uses its System (each HTTP client has a System of its
+    own): its entries are dropped, and only its."""
+    if system is None:
+        return
+    registry = SharedSystemClient._identifier_to_system
+    for identifier, held in list(registry.items()):
+        if held is system:
+            registry.pop(identifier, None)
 
 
-FastAPI.__init__ = _bounded_fastapi_init  # type: ignore[method-assign]
+def _bound(server: ServerAPI, timeout: httpx.Timeout) -> None:
+    if not isinstance(server, FastAPI):
+        raise TypeError(f"expected chromadb's HTTP API, got {type(server).__name__}")
+    server._session.timeout = timeout

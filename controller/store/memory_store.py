@@ -11,10 +11,8 @@ refuses is InvalidStoreConfig. Neither is a StoreUnavailable: retrying soon fixe
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
@@ -36,7 +34,6 @@ from controller.core.summary import PriorSummary
 from controller.core.summary_row import from_chroma_row, upsert_metadata
 from controller.core.sweep_plan import StoredSummaryState
 from controller.store.collections import batches
-from controller.store.connection import StoreLocation, connect
 from controller.store.errors import (
     DIMENSION_ERROR,
     CollectionNotFound,
@@ -112,9 +109,7 @@ class MemoryStore(Scans):
         """Used by the demo and tests to load sessions; agents write memories themselves.
         create=True creates the memory collection if it is missing (a fresh store)."""
         coll = self.create_memory_collection() if create else self.memories()
-        from controller.embeddings.minilm import LocalMiniLMEmbedding
-
-        embeddings = LocalMiniLMEmbedding()(list(documents))
+        embeddings = self._memory_embedding(list(documents))
         for batch in batches(list(range(len(ids))), GET_BATCH):
             guard(
                 "adding memories",
@@ -125,6 +120,12 @@ class MemoryStore(Scans):
                     embeddings=[embeddings[i] for i in b],
                 ),
             )
+
+    @functools.cached_property
+    def _memory_embedding(self) -> Callable[[list[str]], Any]:
+        from controller.embeddings.minilm import LocalMiniLMEmbedding
+
+        return LocalMiniLMEmbedding()
 
     # -- summaries --------------------------------------------------------------------
 
@@ -295,23 +296,3 @@ class MemoryStore(Scans):
 
         rows.sort(key=ts, reverse=True)
         return [(i, d or "", dict(m or {})) for i, d, m in rows[:limit]]
-
-
-_CLIENTS: dict[StoreLocation, MemoryStore] = {}
-_CLIENTS_LOCK = threading.Lock()
-
-
-def store_for(location: StoreLocation) -> MemoryStore:
-    """One client per location per process (the operator reuses it across summaries)."""
-    with _CLIENTS_LOCK:
-        store = _CLIENTS.get(location)
-        if store is None:
-            store = MemoryStore(connect(location), location)
-            _CLIENTS[location] = store
-        return store
-
-
-def forget_store(location: StoreLocation) -> None:
-    """Drops a cached client, e.g. after the store was unreachable, so the next call reconnects."""
-    with _CLIENTS_LOCK, contextlib.suppress(KeyError):
-        del _CLIENTS[location]

@@ -70,7 +70,6 @@ from controller.summarizers.chat_prompt import (
     ModelUnavailable,
     ResponseFormat,
     build_messages,
-    endpoint_semaphore,
     response_format,
 )
 from controller.summarizers.chat_reply import (
@@ -103,7 +102,8 @@ NO_API_KEY = "no-api-key"
 class ChatModelSummarizer:
     """A Summarizer (see controller.pipeline) backed by a chat-completions endpoint.
 
-    Thread-safe; one instance per configuration is shared by all summaries of a process.
+    Thread-safe; the operator's runtime keeps one per SessionSummarizer (its passes share
+    it) and closes it when the SessionSummarizer changes or is deleted.
     """
 
     def __init__(
@@ -118,11 +118,16 @@ class ChatModelSummarizer:
             http_client=http_client,
         )
         self._headers = {} if config.api_key else {"Authorization": omit}
-        self._semaphore = endpoint_semaphore(config.url, config.max_concurrency)
+        # spec.model.maxConcurrency: requests in flight at once from this summarizer.
+        self._semaphore = threading.BoundedSemaphore(max(1, config.max_concurrency))
         self._lock = threading.Lock()
         self._format = 0  # index into RESPONSE_FORMATS: the mode requests use now
         self._format_confirmed = False  # the endpoint has answered 200 to that mode
         self._max_tokens_key = "max_tokens"
+
+    def close(self) -> None:
+        """Closes the HTTP connections it keeps open."""
+        self._client.close()
 
     @property
     def response_format(self) -> ResponseFormat:

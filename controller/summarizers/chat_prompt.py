@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -108,19 +107,6 @@ class ChatModelConfig:
     def memory_budget_tokens(self) -> int:
         """What the memories of one pass may take: the cap minus the prior summary's share."""
         return self.max_input_tokens - self.prior_budget_tokens
-
-
-_SEMAPHORES: dict[tuple[str, int], threading.BoundedSemaphore] = {}
-_SEMAPHORES_LOCK = threading.Lock()
-
-
-def endpoint_semaphore(url: str, limit: int) -> threading.BoundedSemaphore:
-    """Process-wide: every summarizer calling this endpoint with this limit shares it."""
-    with _SEMAPHORES_LOCK:
-        key = (url, max(1, limit))
-        if key not in _SEMAPHORES:
-            _SEMAPHORES[key] = threading.BoundedSemaphore(key[1])
-        return _SEMAPHORES[key]
 
 
 # -- the prompt -------------------------------------------------------------------------------

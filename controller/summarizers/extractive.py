@@ -22,7 +22,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from dataclasses import KW_ONLY, dataclass
+from types import MappingProxyType
+from typing import ClassVar, NamedTuple
 
 from controller.core.memories import Memory, memory_sort_key
 from controller.core.merge import PassUpdate
@@ -208,15 +210,17 @@ def _current_state(
 
 # -- scores (0..100, simple on purpose; the model backend may do better) --------------------
 
-CATEGORY_IMPACT: dict[str, int] = {
-    "new-app": 25,
-    "feature": 20,
-    "bugfix": 15,
-    "refactoring": 10,
-    "documentation": 5,
-    "analysis": 5,
-    "other": 0,
-}
+CATEGORY_IMPACT: MappingProxyType[str, int] = MappingProxyType(
+    {
+        "new-app": 25,
+        "feature": 20,
+        "bugfix": 15,
+        "refactoring": 10,
+        "documentation": 5,
+        "analysis": 5,
+        "other": 0,
+    }
+)
 
 
 def _known(*values: int | None) -> list[int]:
@@ -268,19 +272,17 @@ def _scores(
 # -- the pass ------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
 class ExtractiveSummarizer:
     """The embedded default Summarizer (controller.summarizers.contract): no model, no
     network, deterministic. It reads whatever it is given, so its chunk bounds only cap how
     much one pass holds."""
 
-    memory_budget_tokens = 100_000
-    max_memories_per_pass = 400
-
-    def __init__(
-        self, max_items_per_section: int | None = None, *, now_ms: int | None = None
-    ) -> None:
-        self.max_items_per_section = max_items_per_section
-        self.now_ms = now_ms
+    max_items_per_section: int | None = None
+    _: KW_ONLY
+    now_ms: int | None = None
+    memory_budget_tokens: ClassVar[int] = 100_000
+    max_memories_per_pass: ClassVar[int] = 400
 
     def __repr__(self) -> str:
         return f"ExtractiveSummarizer(max_items_per_section={self.max_items_per_section})"

@@ -5,6 +5,7 @@ token lookups."""
 from __future__ import annotations
 
 import re
+from types import MappingProxyType
 from typing import cast
 
 from controller.core.summary import (
@@ -47,73 +48,81 @@ CATEGORY_WORDS = re.compile(
     r"|(?P<new_app>scaffold\w*|bootstrap\w*)"
     r"|(?P<analysis>analy\w*|investigat\w*|why|explain\w*|benchmark\w*|measur\w*|profil\w*)"
 )
-CATEGORY_PHRASES: dict[Category, tuple[str, ...]] = {
-    "refactoring": ("clean up",),
-    "new-app": ("new app", "new application", "new project", "new service", "from scratch"),
-}
-TECHNOLOGY_WORDS: dict[str, str] = {
-    **dict.fromkeys(("python", "python2", "python3"), "python"),
-    "typescript": "typescript",
-    "javascript": "javascript",
-    "golang": "go",
-    **dict.fromkeys(("rust", "cargo"), "rust"),
-    "java": "java",
-    "kotlin": "kotlin",
-    **dict.fromkeys(("kubernetes", "k8s", "kubectl"), "kubernetes"),
-    "helm": "helm",
-    **dict.fromkeys(("chroma", "chromadb"), "chroma"),
-    **dict.fromkeys(("postgres", "postgresql", "psql"), "postgres"),
-    "mysql": "mysql",
-    **dict.fromkeys(("sqlite", "sqlite3"), "sqlite"),
-    "redis": "redis",
-    **dict.fromkeys(("mongo", "mongodb"), "mongodb"),
-    **dict.fromkeys(("reactjs", "react.js", "react-dom"), "react"),
-    **dict.fromkeys(("node.js", "nodejs", "npm", "node_modules"), "node"),
-    **dict.fromkeys(("onnx", "onnxruntime"), "onnx"),
-    **{
-        name: name
-        for name in (
-            "kopf",
-            "pytest",
-            "pydantic",
-            "fastapi",
-            "django",
-            "flask",
-            "numpy",
-            "pandas",
-            "terraform",
-            "prometheus",
-            "grafana",
-            "graphql",
-            "grpc",
-            "kafka",
-            "nginx",
-            "openai",
-            "ollama",
-            "vllm",
-            "mypy",
-            "ruff",
-        )
-    },
-}
-_FILE_EXTENSIONS = {
-    "py": "python",
-    "ts": "typescript",
-    "tsx": "typescript",
-    "js": "javascript",
-    "jsx": "javascript",
-    "go": "go",
-    "rs": "rust",
-    "java": "java",
-    "kt": "kotlin",
-}
+CATEGORY_PHRASES: MappingProxyType[Category, tuple[str, ...]] = MappingProxyType(
+    {
+        "refactoring": ("clean up",),
+        "new-app": ("new app", "new application", "new project", "new service", "from scratch"),
+    }
+)
+TECHNOLOGY_WORDS: MappingProxyType[str, str] = MappingProxyType(
+    {
+        **dict.fromkeys(("python", "python2", "python3"), "python"),
+        "typescript": "typescript",
+        "javascript": "javascript",
+        "golang": "go",
+        **dict.fromkeys(("rust", "cargo"), "rust"),
+        "java": "java",
+        "kotlin": "kotlin",
+        **dict.fromkeys(("kubernetes", "k8s", "kubectl"), "kubernetes"),
+        "helm": "helm",
+        **dict.fromkeys(("chroma", "chromadb"), "chroma"),
+        **dict.fromkeys(("postgres", "postgresql", "psql"), "postgres"),
+        "mysql": "mysql",
+        **dict.fromkeys(("sqlite", "sqlite3"), "sqlite"),
+        "redis": "redis",
+        **dict.fromkeys(("mongo", "mongodb"), "mongodb"),
+        **dict.fromkeys(("reactjs", "react.js", "react-dom"), "react"),
+        **dict.fromkeys(("node.js", "nodejs", "npm", "node_modules"), "node"),
+        **dict.fromkeys(("onnx", "onnxruntime"), "onnx"),
+        **{
+            name: name
+            for name in (
+                "kopf",
+                "pytest",
+                "pydantic",
+                "fastapi",
+                "django",
+                "flask",
+                "numpy",
+                "pandas",
+                "terraform",
+                "prometheus",
+                "grafana",
+                "graphql",
+                "grpc",
+                "kafka",
+                "nginx",
+                "openai",
+                "ollama",
+                "vllm",
+                "mypy",
+                "ruff",
+            )
+        },
+    }
+)
+_FILE_EXTENSIONS = MappingProxyType(
+    {
+        "py": "python",
+        "ts": "typescript",
+        "tsx": "typescript",
+        "js": "javascript",
+        "jsx": "javascript",
+        "go": "go",
+        "rs": "rust",
+        "java": "java",
+        "kt": "kotlin",
+    }
+)
 # Ambiguous words count only in context: "go" as tooling, "kind" with cluster verbs, "react"
 # as a library. Each pattern starts with a literal, so scanning for it is cheap.
-_TECHNOLOGY_PHRASES: dict[str, re.Pattern[str]] = {
-    "go": re.compile(r"go (?:mod|build|test|run|vet|module|modules|toolchain)\b"),
-    "kind": re.compile(r"kind (?:cluster|create|load|delete|get)\b"),
-    "react": re.compile(r"react (?:native|components?|hooks?)\b"),
-}
+_TECHNOLOGY_PHRASES: MappingProxyType[str, re.Pattern[str]] = MappingProxyType(
+    {
+        "go": re.compile(r"go (?:mod|build|test|run|vet|module|modules|toolchain)\b"),
+        "kind": re.compile(r"kind (?:cluster|create|load|delete|get)\b"),
+        "react": re.compile(r"react (?:native|components?|hooks?)\b"),
+    }
+)
 
 
 def token_facts(token: str) -> tuple[str | None, Category | None]:

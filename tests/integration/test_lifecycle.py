@@ -22,6 +22,7 @@ from controller.core.sweep_plan import Candidate, SweepPlan
 from controller.kube import client as kube
 from controller.store.memory_store import MemoryStore
 from controller.sweep import apply_plan, run_marker_scan
+from controller.upkeep_state import MarkerMemory
 from devenv.processes import tail, wait_for
 from tests.integration.harness import (
     Harness,
@@ -314,6 +315,6 @@ def test_a_marker_scan_never_overwrites_a_sunset_that_came_after_its_read(
     landed = _sunset_between_read_and_patch(monkeypatch)
     spec = SessionSummarizerSpec.model_validate({"sweep": {"markerRequestsPerMinute": 10}})
     result = run_marker_scan(store, spec, namespace=RACE, summarizer_name="race",
-                             watermark_ms=ts - 60_000)  # fmt: skip
+                             watermark_ms=ts - 60_000, memory=MarkerMemory())  # fmt: skip
     assert landed == [name] and result.requested == [] and result.waiting == 1
     assert (kube.get_summary(RACE, name) or {})["spec"]["trigger"] == "sunset"

@@ -545,7 +545,7 @@ def test_the_recovery_path_writes_with_a_summarizers_settings_from_its_manifest(
         summarizer_manifest(neo_store.summarizer, neo_store.harness, neo, neo_model)
     )
     res = neo_store.harness.summaryctl(
-        "summarize", sid, "--local", "--summarizer-file", str(manifest)
+        "summarize", sid, "--bypass-claim", "--summarizer-file", str(manifest)
     )
     assert res.returncode == 0, res.stdout + res.stderr
     assert "summarized" in res.stdout
@@ -558,7 +558,7 @@ def test_the_recovery_path_writes_with_a_summarizers_settings_from_its_manifest(
     res = neo_store.harness.summaryctl(
         "summarize",
         sid,
-        "--local",
+        "--bypass-claim",
         "--chroma-url",
         neo_store.harness.chroma.url,
         "--memory-collection",

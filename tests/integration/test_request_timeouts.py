@@ -20,7 +20,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlparse
 
+import chromadb
 import numpy as np
 import pytest
 
@@ -178,6 +180,9 @@ CALLS: dict[str, Callable[[MemoryStore], Any]] = {
     "count_session": lambda s: s.count_session("s1"),
     "summaries (create)": lambda s: s.summaries(create=True),
     "session_rows after a watermark": lambda s: s.session_rows("s1", PriorCoverage((0, ""))),
+    "write_summary (upsert)": lambda s: s.write_summary(
+        "s1", "Summary: bound every request", {"sessionId": "s1"}, [0.05] * 384
+    ),
 }
 
 
@@ -206,6 +211,21 @@ def test_the_timeout_comes_from_the_location(chroma: ChromaServer) -> None:
         elapsed = time.monotonic() - started
     assert isinstance(error, StoreUnavailable)
     assert 3.0 * 0.9 <= elapsed < 3.0 * 3  # this location's bound, not the default 10 s
+
+
+def test_a_client_made_elsewhere_keeps_chromadbs_own_sessions(chroma: ChromaServer) -> None:
+    """Only connect()'s clients are bounded: a chromadb client made beside them, after
+    them, still waits for a frozen Chroma as chromadb makes it wait."""
+    connect(StoreLocation(url=chroma.url, timeout_seconds=TIMEOUT_S))
+    where = urlparse(chroma.url)
+    other = chromadb.HttpClient(host=str(where.hostname), port=int(where.port or 8000))
+    with frozen(chroma):
+        waiting = threading.Thread(target=other.heartbeat, daemon=True)
+        waiting.start()
+        waiting.join(TIMEOUT_S * 3)
+        assert waiting.is_alive(), "a client connect() did not make gave up: it was bounded"
+    waiting.join(GIVE_UP_S)  # answered once Chroma runs again
+    assert not waiting.is_alive()
 
 
 def test_a_silent_apiserver_fails_a_kubernetes_call(

@@ -43,7 +43,9 @@ def one_error_line(stderr: str) -> str:
     return last
 
 
-def test_local_summarize_then_summaries_newest_first(chroma_server: ChromaServer) -> None:
+def test_summarize_bypassing_the_claim_then_summaries_newest_first(
+    chroma_server: ChromaServer,
+) -> None:
     url = chroma_server.url
     cols = ["--memory-collection", "cli-memory", "--summary-collection", "cli-sessions"]
     loc = StoreLocation(url=url, memory_collection="cli-memory", summary_collection="cli-sessions")
@@ -51,11 +53,17 @@ def test_local_summarize_then_summaries_newest_first(chroma_server: ChromaServer
     load(MemoryStore(connect(loc), loc), memory_rows(older, 1_700_000_000_000))
     load(MemoryStore(connect(loc), loc), memory_rows(newer, 1_700_000_900_000))
     res = summaryctl(
-        "summarize", older.session_id, newer.session_id, "--local", "--chroma-url", url, *cols
+        "summarize",
+        older.session_id,
+        newer.session_id,
+        "--bypass-claim",
+        "--chroma-url",
+        url,
+        *cols,
     )
     assert res.returncode == 0, res.stderr
     assert f"[1/2] {older.session_id}: summarized" in res.stdout
-    again = summaryctl("summarize", older.session_id, "--local", "--chroma-url", url, *cols)
+    again = summaryctl("summarize", older.session_id, "--bypass-claim", "--chroma-url", url, *cols)
     assert again.returncode == 0 and "up-to-date" in again.stdout
 
     listed = summaryctl("summaries", "--limit", "2", "--json", "--chroma-url", url, *cols)
@@ -66,7 +74,7 @@ def test_local_summarize_then_summaries_newest_first(chroma_server: ChromaServer
     assert text.startswith(f"== summary_{newer.session_id}") and "## User Requests" in text
 
 
-def test_local_summarize_of_an_unknown_session_fails_and_names_it(
+def test_summarize_of_an_unknown_session_fails_and_names_it(
     chroma_server: ChromaServer,
 ) -> None:
     url = chroma_server.url
@@ -77,7 +85,9 @@ def test_local_summarize_of_an_unknown_session_fails_and_names_it(
     known = SAMPLE_SESSIONS[0]
     load(MemoryStore(connect(loc), loc), memory_rows(known, 1_700_000_000_000))
     missing = f"missing-{uuid.uuid4().hex[:8]}"
-    res = summaryctl("summarize", known.session_id, missing, "--local", "--chroma-url", url, *cols)
+    res = summaryctl(
+        "summarize", known.session_id, missing, "--bypass-claim", "--chroma-url", url, *cols
+    )
     assert res.returncode == 1, res.stdout + res.stderr
     assert f"[1/2] {known.session_id}: summarized" in res.stdout  # the others still are
     assert f"[2/2] {missing}: not-found" in res.stdout
@@ -85,10 +95,30 @@ def test_local_summarize_of_an_unknown_session_fails_and_names_it(
     assert "Traceback" not in res.stderr
 
 
-def test_summarize_without_local_flag_explains_the_single_writer_rule() -> None:
+def test_the_old_local_flag_still_summarizes_and_warns_naming_the_new_one(
+    chroma_server: ChromaServer,
+) -> None:
+    """--local, the flag's name before --bypass-claim, works for one more release."""
+    url = chroma_server.url
+    cols = ["--memory-collection", "cli-memory-old", "--summary-collection", "cli-sessions-old"]
+    loc = StoreLocation(
+        url=url, memory_collection="cli-memory-old", summary_collection="cli-sessions-old"
+    )
+    session = SAMPLE_SESSIONS[1]
+    load(MemoryStore(connect(loc), loc), memory_rows(session, 1_700_000_000_000))
+    res = summaryctl("summarize", session.session_id, "--local", "--chroma-url", url, *cols)
+    assert res.returncode == 0, res.stderr
+    assert f"[1/1] {session.session_id}: summarized" in res.stdout
+    assert res.stderr.strip() == (
+        "summaryctl: warning: --local is deprecated and will be removed in the next release; "
+        "use --bypass-claim"
+    )
+
+
+def test_summarize_without_bypass_claim_explains_the_single_writer_rule() -> None:
     res = summaryctl("summarize", "abc", "--chroma-url", "http://127.0.0.1:9")
     assert res.returncode == 2
-    assert "--local" in res.stderr and "summaryctl sunset" in res.stderr
+    assert "--bypass-claim" in res.stderr and "summaryctl sunset" in res.stderr
     assert "Traceback" not in res.stderr
 
 
@@ -106,7 +136,7 @@ def test_unreachable_chroma_is_a_one_line_error() -> None:
         (["sunset", ""], "session id must not be empty"),
         (["sunset", "   "], "session id must not be empty"),
         (["sunset", "x" * 1025], "at most 1024 characters"),
-        (["summarize", "", "--local", "--chroma-url", "http://127.0.0.1:9"], "session id"),
+        (["summarize", "", "--bypass-claim", "--chroma-url", "http://127.0.0.1:9"], "session id"),
         (["summaries", "--limit", "-3", "--chroma-url", "http://127.0.0.1:9"], "at least 1"),
         (["summaries", "--chroma-url", "notaurl"], "invalid Chroma URL 'notaurl'"),
         (["summaries", "--chroma-url", "ftp://x"], "invalid Chroma URL 'ftp://x'"),

@@ -117,7 +117,7 @@ def argvs(draw: st.DrawFn) -> list[str]:
         if command == "summarize":
             argv += draw(st.lists(odd, min_size=1, max_size=3))
             if draw(st.booleans()):
-                argv.append("--local")
+                argv.append("--bypass-claim")
         else:
             argv += ["--limit", draw(numbers)] if draw(st.booleans()) else []
         argv += ["--chroma-url", draw(urls)]
@@ -160,6 +160,44 @@ def test_sunset_accepts_the_longest_session_id_the_crd_allows(tmp_path: object) 
     with no_cluster(str(tmp_path)):
         code, _, err = run(["sunset", "a" * 1024])
     assert code == 2 and "no Kubernetes context" in err  # past the checks, at the API
+
+
+def test_summarize_writes_nothing_without_bypass_claim_and_says_what_it_confirms(
+    tmp_path: object,
+) -> None:
+    with no_cluster(str(tmp_path)):
+        code, out, err = run(["summarize", "s1", "--chroma-url", REFUSED])
+    assert code == 2 and out == ""
+    assert "pass --bypass-claim" in err and "summaryctl sunset" in err
+    assert "cannot connect" not in err  # refused before the store is asked
+
+
+def test_summarize_with_bypass_claim_goes_on_to_the_store(tmp_path: object) -> None:
+    with no_cluster(str(tmp_path)):
+        code, _, err = run(["summarize", "s1", "--bypass-claim", "--chroma-url", REFUSED])
+    assert code == 2 and "cannot connect to Chroma" in err
+    assert "deprecated" not in err
+
+
+def test_the_old_local_flag_still_bypasses_the_claim_and_warns_naming_the_new_one(
+    tmp_path: object,
+) -> None:
+    with no_cluster(str(tmp_path)):
+        code, _, err = run(["summarize", "s1", "--local", "--chroma-url", REFUSED])
+    warning, error = err.strip().splitlines()
+    assert warning == (
+        "summaryctl: warning: --local is deprecated and will be removed in the next release; "
+        "use --bypass-claim"
+    )
+    assert code == 2 and "cannot connect to Chroma" in error  # past the claim check
+
+
+def test_summarize_help_names_bypass_claim_not_the_old_local(tmp_path: object) -> None:
+    with no_cluster(str(tmp_path)):
+        code, out, _ = run(["summarize", "--help"])
+    assert code == 0
+    assert "--bypass-claim" in out and "without the operator's session claim" in out
+    assert "[--local]" not in out and "  --local" not in out
 
 
 @pytest.mark.parametrize("limit", ["-3", "0", "x", "1.5"])
@@ -256,7 +294,9 @@ def test_a_bad_summarizer_manifest_is_one_line_naming_the_file(
     manifest = tmp_path / "s.yaml"  # type: ignore[operator]
     manifest.write_text(content)
     with no_cluster(str(tmp_path)):
-        code, out, err = run(["summarize", "s1", "--local", "--summarizer-file", str(manifest)])
+        code, out, err = run(
+            ["summarize", "s1", "--bypass-claim", "--summarizer-file", str(manifest)]
+        )
     assert code == 2 and out == ""
     assert says in err and str(manifest) in err and err.count("\n") == 1
 

@@ -91,3 +91,138 @@ def test_the_openai_sdk_is_loaded_only_by_an_operator_that_uses_an_endpoint() ->
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "False"
+
+
+# -- no module keeps state: the process's state is the runtime's (controller/runtime.py) --
+
+# Exempt, by design: the Prometheus metric objects (registered at import, as the client
+# library intends), loggers (the logging module's own registry), and what kopf registers
+# (its handlers are registered by decorators, not kept in our modules); `__all__`.
+_EXEMPT_NAMES = {"__all__"}
+# A function that caches what it returns keeps it at module level too. One is left, and
+# said so: the Kubernetes API client, one per process as the kubernetes library's own
+# default client is, which every kube/ function reaches through api_client(); handing it
+# through the runtime instead would change every call into the API (issue 27's note).
+_EXEMPT_CACHES = {("controller.kube.client", "api_client")}
+
+
+def _immutable(value: object, seen: frozenset[int] = frozenset()) -> bool:
+    """A value no code can change in place: constants, and containers of them."""
+    import dataclasses
+    import enum
+    import logging
+    import re
+    import types
+    import typing
+
+    import numpy as np
+    import prometheus_client.metrics
+    import pydantic
+
+    if id(value) in seen or isinstance(value, type):
+        return True  # a class (as in a tuple of exception types) is a constant here
+    seen = seen | {id(value)}
+    if value is None or isinstance(value, str | bytes | int | float | complex | bool):
+        return True
+    if isinstance(value, tuple | frozenset):
+        return all(_immutable(v, seen) for v in value)
+    if isinstance(value, types.MappingProxyType):
+        return all(_immutable(k, seen) and _immutable(v, seen) for k, v in value.items())
+    if isinstance(value, re.Pattern | typing.TypeVar | enum.Enum | np.generic | range):
+        return True
+    if isinstance(value, dt_types()):
+        return True
+    if isinstance(value, prometheus_client.metrics.MetricWrapperBase | logging.Logger):
+        return True  # exempt: see above
+    if isinstance(value, pydantic.BaseModel):
+        return bool(value.model_config.get("frozen")) and all(
+            _immutable(getattr(value, f), seen) for f in type(value).model_fields
+        )
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        params = getattr(type(value), "__dataclass_params__", None)
+        return bool(params and params.frozen) and all(
+            _immutable(getattr(value, f.name), seen) for f in dataclasses.fields(value)
+        )
+    return False
+
+
+def dt_types() -> tuple[type, ...]:
+    import datetime as dt
+
+    return (dt.datetime, dt.date, dt.timedelta, dt.timezone)
+
+
+def _module_names() -> list[str]:
+    return [
+        ".".join(p.relative_to(ROOT).with_suffix("").parts)
+        for p in _modules(PACKAGE)
+        if p.name not in ("__main__.py",)
+    ]
+
+
+@pytest.mark.parametrize("module", _module_names())
+def test_no_product_module_keeps_mutable_state(module: str) -> None:
+    """A module-level container, executor, lock, client or any other object whose state can
+    change is process state: it belongs to the runtime (made at start-up, closed at
+    shutdown), where a reader sees it and a deleted SessionSummarizer's share is dropped.
+    Constants are fine; so are frozen dataclasses and frozen pydantic models of constants."""
+    import importlib
+    import inspect
+    import typing
+
+    mod = importlib.import_module(module.removesuffix(".__init__"))
+    assert mod.__file__ is not None
+    found = []
+    for name, value in vars(mod).items():
+        cached = hasattr(value, "cache_info") and getattr(value, "__module__", "") == mod.__name__
+        if cached and (mod.__name__, name) not in _EXEMPT_CACHES:
+            found.append(f"{name}: a cached function")
+    for name in _assigned_at_module_level(Path(mod.__file__)):
+        value = getattr(mod, name)
+        if name in _EXEMPT_NAMES or inspect.isclass(value) or inspect.isroutine(value):
+            continue  # a class, or a function given a second name
+        if typing.get_origin(value) is not None or getattr(value, "__module__", "") == "typing":
+            continue  # a type alias
+        if not _immutable(value):
+            found.append(f"{name}: {type(value).__name__}")
+    assert not found, f"{module} keeps mutable state at module level: {found}"
+
+
+def _assigned_at_module_level(path: Path) -> list[str]:
+    names = []
+    for node in ast.parse(path.read_text()).body:
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign) and node.value is not None
+            else []
+        )
+        for target in targets:
+            for leaf in ast.walk(target):
+                if isinstance(leaf, ast.Name):
+                    names.append(leaf.id)
+    return names
+
+
+def test_the_state_check_catches_what_it_is_for() -> None:
+    import threading
+    import types
+    from concurrent.futures import ThreadPoolExecutor
+
+    from controller.scheduling import DeadlineQueue
+
+    for bad in (
+        {},
+        [],
+        set(),
+        threading.Lock(),
+        threading.local(),
+        ThreadPoolExecutor(1),
+        DeadlineQueue(1),
+        types.MappingProxyType({"a": []}),
+        ("x", ["y"]),
+    ):
+        assert not _immutable(bad), bad
+    for ok in ((), frozenset({"a"}), types.MappingProxyType({"a": ("b",)}), "s", 1, None):
+        assert _immutable(ok), ok

@@ -38,7 +38,6 @@ from controller.summarizers.chat_prompt import (
     ChatModelConfig,
     InvalidModelOutput,
     ModelUnavailable,
-    endpoint_semaphore,
 )
 from tests.support.openai_server import (
     Delay,
@@ -576,7 +575,6 @@ def test_concurrent_passes_to_one_endpoint_stay_within_max_concurrency(
     assert len(results) == 6 and len(chat_bodies(server)) == 6
     # Six 0.5 s requests, two at a time, take three rounds; unbounded they would take one.
     assert elapsed >= 1.5
-    assert endpoint_semaphore(s.config.url, 2) is endpoint_semaphore(s.config.url, 2)
 
 
 def test_a_pass_without_memories_does_not_call_the_model(server: OpenAIServer) -> None:

@@ -1,4 +1,5 @@
-"""controller.scheduling: earliest deadline first, for worker threads and for CPU slots."""
+"""controller.scheduling: earliest deadline first, for worker threads, CPU cores and store
+writes (one PassScheduler, one DeadlineQueue under each)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,41 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.scheduling import (
-    CpuSlots,
-    DeadlineExecutor,
+    DeadlineQueue,
+    PassScheduler,
+    QueueClosed,
+    SchedulerLimits,
     Slack,
-    current_deadline,
     slack_for,
-    store_write_slots,
     usable_cpus,
 )
+
+
+def scheduler(workers: int = 1, store_writes: int = 2) -> PassScheduler:
+    return PassScheduler(
+        SchedulerLimits(workers=workers, background_workers=2, cores=1, store_writes=store_writes)
+    )
+
+
+class Pool:
+    """The foreground pool of a scheduler of its own, as the tests below use it."""
+
+    def __init__(self, workers: int) -> None:
+        self.scheduler = scheduler(workers)
+        self.pool = self.scheduler.pools["foreground"]
+
+    def submit(self, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return self.submit_by(time.monotonic(), fn, *args, **kwargs)
+
+    def submit_by(self, deadline, fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return self.scheduler.submit(deadline, lambda: fn(*args, **kwargs), background=False)
+
+    def queued(self) -> int:
+        return self.pool.queued()
+
+    def shutdown(self) -> None:
+        self.scheduler.stop(10)
+
 
 deadlines = st.lists(st.floats(min_value=0, max_value=1000, allow_nan=False), max_size=25)
 
@@ -34,7 +62,7 @@ def _wait_until(predicate, timeout: float = 5.0) -> None:
 @settings(max_examples=40, deadline=None)
 @given(deadlines)
 def test_queued_jobs_run_earliest_deadline_first_ties_in_queue_order(marks: list[float]) -> None:
-    pool = DeadlineExecutor(1, thread_name_prefix="t")
+    pool = Pool(1)
     gate = threading.Event()
     ran: list[int] = []
     try:
@@ -52,9 +80,9 @@ def test_queued_jobs_run_earliest_deadline_first_ties_in_queue_order(marks: list
 
 
 def test_a_job_sees_its_deadline_results_and_errors_reach_the_caller() -> None:
-    pool = DeadlineExecutor(2)
+    pool = Pool(2)
     try:
-        assert pool.submit_by(123.5, current_deadline).result(5) == 123.5
+        assert pool.submit_by(123.5, pool.scheduler.deadline).result(5) == 123.5
 
         def boom() -> None:
             raise ValueError("no")
@@ -66,16 +94,16 @@ def test_a_job_sees_its_deadline_results_and_errors_reach_the_caller() -> None:
         pool.shutdown()
     # Outside any job the deadline is now: such work ranks as if queued this instant.
     before = time.monotonic()
-    assert before <= current_deadline() <= time.monotonic()
+    assert before <= pool.scheduler.deadline() <= time.monotonic()
 
 
 def test_threads_start_as_needed_up_to_the_limit() -> None:
-    pool = DeadlineExecutor(3)
+    pool = Pool(3)
     gate = threading.Event()
     try:
         running = [pool.submit(gate.wait) for _ in range(5)]
         _wait_until(lambda: pool.queued() == 2)
-        assert len(pool._threads) == 3
+        assert len(pool.pool._threads) == 3
         gate.set()
         assert all(f.result(5) for f in running)
     finally:
@@ -83,21 +111,34 @@ def test_threads_start_as_needed_up_to_the_limit() -> None:
         pool.shutdown()
 
 
-def test_shutdown_lets_the_running_job_finish_and_drops_the_queued_ones() -> None:
-    pool = DeadlineExecutor(1)
+def test_stop_lets_the_running_job_finish_and_drops_the_queued_ones() -> None:
+    pool = Pool(1)
     gate = threading.Event()
     running = pool.submit(lambda: gate.wait(5) and "finished")
     _wait_until(lambda: pool.queued() == 0)
     queued = [pool.submit(lambda: "never") for _ in range(3)]
-    stopper = threading.Thread(target=pool.shutdown, kwargs={"cancel_futures": True})
+    left: list[int] = []
+    stopper = threading.Thread(target=lambda: left.append(pool.scheduler.stop(5)))
     stopper.start()
     _wait_until(lambda: all(f.cancelled() for f in queued))
     assert stopper.is_alive()  # waiting for the running job
     gate.set()
     stopper.join(5)
-    assert running.result(5) == "finished"
-    with pytest.raises(RuntimeError):
+    assert running.result(5) == "finished" and left == [0]
+    with pytest.raises(QueueClosed):
         pool.submit(lambda: None)
+
+
+def test_stop_says_how_many_passes_were_still_running() -> None:
+    pool = Pool(2)
+    gate = threading.Event()
+    try:
+        for _ in range(2):
+            pool.submit(gate.wait, 10)
+        _wait_until(lambda: pool.pool.running() == 2)
+        assert pool.scheduler.stop(0.05) == 2
+    finally:
+        gate.set()
 
 
 @settings(max_examples=25, deadline=None)
@@ -106,13 +147,13 @@ def test_shutdown_lets_the_running_job_finish_and_drops_the_queued_ones() -> Non
     holds=st.lists(st.floats(min_value=0, max_value=0.003), min_size=1, max_size=12),
 )
 def test_never_more_holders_than_slots(slots: int, holds: list[float]) -> None:
-    gate = CpuSlots(slots)
+    gate: DeadlineQueue[None] = DeadlineQueue(slots)
     lock = threading.Lock()
     inside = [0]
     most = [0]
 
     def hold(seconds: float) -> None:
-        with gate.slot():
+        with gate.turn(time.monotonic()):
             with lock:
                 inside[0] += 1
                 most[0] = max(most[0], inside[0])
@@ -132,16 +173,16 @@ def test_never_more_holders_than_slots(slots: int, holds: list[float]) -> None:
 @settings(max_examples=30, deadline=None)
 @given(deadlines)
 def test_a_free_slot_goes_to_the_earliest_deadline(marks: list[float]) -> None:
-    gate = CpuSlots(1)
+    gate: DeadlineQueue[None] = DeadlineQueue(1)
     order: list[int] = []
     release = threading.Event()
 
     def holder() -> None:
-        with gate.slot(deadline=-1):
+        with gate.turn(-1):
             release.wait(10)
 
     def waiter(i: int) -> None:
-        with gate.slot(deadline=marks[i]):
+        with gate.turn(marks[i]):
             order.append(i)
 
     first = threading.Thread(target=holder)
@@ -198,19 +239,22 @@ def test_usable_cpus_follows_a_cgroup_cpu_limit(
     assert usable_cpus(tmp_path) == (affinity if cap is None else min(affinity, cap))
 
 
-def test_a_full_store_write_gate_never_holds_up_another_store() -> None:
-    hung = store_write_slots("http://hung:8000 (t/db)")
-    assert store_write_slots("http://hung:8000 (t/db)") is hung
+def test_a_full_store_write_queue_never_holds_up_another_store() -> None:
+    sched = scheduler(store_writes=2)
     release = threading.Event()
-    holders = [threading.Thread(target=lambda: _hold(hung, release)) for _ in range(hung.slots)]
+
+    def hold() -> None:
+        with sched.store_write("http://hung:8000 (t/db)"):
+            release.wait(10)
+
+    holders = [threading.Thread(target=hold) for _ in range(2)]
     for t in holders:
         t.start()
-    _wait_until(lambda: hung._free == 0)
-    other = store_write_slots("http://other:8000 (t/db)")
+    _wait_until(lambda: sched._store_writes["http://hung:8000 (t/db)"].queue.holding() == 2)
     done = threading.Event()
 
     def write() -> None:
-        with other.slot():
+        with sched.store_write("http://other:8000 (t/db)"):
             done.set()
 
     threading.Thread(target=write).start()
@@ -220,6 +264,63 @@ def test_a_full_store_write_gate_never_holds_up_another_store() -> None:
         t.join(5)
 
 
-def _hold(gate: CpuSlots, release: threading.Event) -> None:
-    with gate.slot():
-        release.wait(10)
+def test_a_store_queue_is_dropped_once_nobody_waits_in_it() -> None:
+    sched = scheduler()
+    with sched.store_write("http://a:8000 (t/db)"):
+        sched.forget_store("http://a:8000 (t/db)")  # in use: kept
+        assert sched.store_queues() == 1
+    sched.forget_store("http://a:8000 (t/db)")
+    assert sched.store_queues() == 0
+
+
+@settings(max_examples=20, deadline=None)
+@given(deadlines)
+def test_a_pass_keeps_its_deadline_at_the_store_write_queue(marks: list[float]) -> None:
+    """The store write goes to the pass queued first for a worker, not to the first to ask."""
+    sched = PassScheduler(
+        SchedulerLimits(workers=len(marks) + 1, background_workers=2, cores=1, store_writes=1)
+    )
+    queue_key = "http://s:8000 (t/db)"
+    release = threading.Event()
+    order: list[int] = []
+
+    def holder() -> None:
+        with sched.store_write(queue_key):
+            release.wait(10)
+
+    def write(i: int) -> None:
+        with sched.store_write(queue_key):
+            order.append(i)
+
+    try:
+        first = sched.submit(-1.0, holder, background=False)
+        _wait_until(lambda: sched._store_writes[queue_key].queue.holding() == 1)
+        futures = []
+        for i, mark in enumerate(marks):
+            futures.append(sched.submit(mark, lambda i=i: write(i), background=False))
+            _wait_until(lambda n=i + 1: sched._store_writes[queue_key].queue.waiting() == n)
+        release.set()
+        for f in [first, *futures]:
+            f.result(10)
+    finally:
+        release.set()
+        sched.stop(5)
+    assert order == sorted(range(len(marks)), key=lambda i: (marks[i], i))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(min_value=2, max_value=4))
+def test_jobs_queued_while_threads_are_idle_use_every_free_slot(slots: int) -> None:
+    """Jobs submitted back to back, with threads idle or just waking up, all run at once
+    when there are slots for them: none waits behind another for a thread."""
+    pool = Pool(slots)
+    release = threading.Event()
+    try:
+        pool.submit(lambda: None).result(5)  # one thread started, now idle in take()
+        futures = [pool.submit(release.wait, 10) for _ in range(slots)]
+        _wait_until(lambda: pool.pool.running() == slots)
+        assert len(pool.pool._threads) == slots
+    finally:
+        release.set()
+        pool.shutdown()
+    assert all(f.result(5) for f in futures)

@@ -8,7 +8,6 @@ from controller.core.memories import Watermark
 from controller.core.summary import (
     CATEGORIES,
     HISTORY_SECTIONS,
-    PROJECTION_SECTIONS,
     SECTION_TITLES,
     LegacySummary,
     StructuredSummary,
@@ -85,9 +84,9 @@ def minimal_summary(**fields: object) -> StructuredSummary:
 # -- the model ------------------------------------------------------------------------------
 
 
-def test_section_groups_are_history_then_projection() -> None:
-    assert HISTORY_SECTIONS + PROJECTION_SECTIONS == SECTION_TITLES
-    assert PROJECTION_SECTIONS == ("Current State",)
+def test_every_section_but_current_state_is_append_only_history() -> None:
+    assert [title for title in SECTION_TITLES if title not in HISTORY_SECTIONS] == ["Current State"]
+    assert SECTION_TITLES[: len(HISTORY_SECTIONS)] == HISTORY_SECTIONS
 
 
 def test_missing_sections_are_filled_with_empty_lists() -> None:

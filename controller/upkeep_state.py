@@ -1,0 +1,95 @@
+"""What a SessionSummarizer's timer remembers between ticks in this process (the active
+replica's): the sunset markers it acted on, the reconciliation's walk, and when its
+probes last ran. Held by the operator's runtime, dropped when the SessionSummarizer is
+deleted; after a restart or a failover it starts empty, and the stored summaries and the
+objects' status tell what was done."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from controller.core.rate_limit import TokenBucket
+from controller.core.reconcile_plan import ReconcileCycle
+from controller.core.sweep_plan import Candidate
+
+GONE_REMEMBERED = 4096  # deleted SessionSummarizers remembered as deleted (the newest)
+
+
+@dataclass
+class MarkerMemory:
+    """What the marker scan already did about the markers in the window, so a marker costs
+    one request and every later tick only the scan."""
+
+    acted: dict[str, int] = field(default_factory=dict)  # session -> newest marker handled
+    reported: set[str] = field(default_factory=set)  # memory ids of invalid markers reported
+    # spec.sweep.markerRequestsPerMinute, as a token bucket (core/rate_limit.py).
+    bucket: TokenBucket = field(default_factory=lambda: TokenBucket(60))
+
+
+@dataclass
+class Reconciler:
+    """The walk of one summarizer's collection (controller/reconcile.py)."""
+
+    cycle: ReconcileCycle | None = None
+    last_done_ms: int | None = None
+    last_step: float = 0.0  # monotonic
+    due_now: bool = False  # the appended-rows cursor lost its place
+    pending: list[Candidate] = field(default_factory=list)
+
+
+@dataclass
+class _Upkeep:
+    markers: MarkerMemory = field(default_factory=MarkerMemory)
+    reconciler: Reconciler = field(default_factory=Reconciler)
+    probed: dict[str, float] = field(default_factory=dict)  # condition -> monotonic
+
+
+class UpkeepState:
+    def __init__(self) -> None:
+        self._by_summarizer: dict[tuple[str, str], _Upkeep] = {}
+        # Deleted and not seen again: a tick still under way for one gets a memory of its
+        # own, kept by nobody (the newest GONE_REMEMBERED).
+        self._gone: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _of(self, namespace: str, name: str) -> _Upkeep:
+        with self._lock:
+            if (namespace, name) in self._gone:
+                return _Upkeep()
+            return self._by_summarizer.setdefault((namespace, name), _Upkeep())
+
+    def seen(self, namespace: str, name: str) -> None:
+        """The SessionSummarizer exists (created again after a deletion, say)."""
+        with self._lock:
+            self._gone.pop((namespace, name), None)
+
+    def markers(self, namespace: str, name: str) -> MarkerMemory:
+        return self._of(namespace, name).markers
+
+    def reconciler(self, namespace: str, name: str) -> Reconciler:
+        return self._of(namespace, name).reconciler
+
+    def probe_due(
+        self, namespace: str, name: str, condition: str, every_s: float, now: float
+    ) -> bool:
+        """At most once per every_s per object and condition; the first call only starts
+        the clock (the create/update/resume handler has just probed)."""
+        probed = self._of(namespace, name).probed
+        last = probed.get(condition)
+        if last is not None and now - last < every_s:
+            return False
+        probed[condition] = now
+        return last is not None
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._by_summarizer.pop((namespace, name), None)
+            self._gone[(namespace, name)] = None
+            while len(self._gone) > GONE_REMEMBERED:
+                self._gone.popitem(last=False)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._by_summarizer)
