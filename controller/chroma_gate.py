@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import hmac
+import json
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
-from types import MappingProxyType
 
 import aiohttp
 from aiohttp import web
@@ -39,7 +39,8 @@ HOP_BY_HOP = frozenset(
     }
 )
 CREDENTIALS = frozenset({"authorization", "x-chroma-token"})
-UNAUTHORIZED = MappingProxyType(
+# The 401's body, serialized once: a str is immutable, and a read-only mapping is not JSON.
+UNAUTHORIZED = json.dumps(
     {
         "error": "AuthError",
         "message": "Unauthorized: this Chroma needs a token (Authorization: Bearer <token>)",
@@ -85,7 +86,7 @@ def make_app(token: str, upstream: str) -> web.Application:
 
     async def forward(request: web.Request) -> web.StreamResponse:
         if not authorized(presented_token(request), token):
-            return web.json_response(UNAUTHORIZED, status=401)
+            return web.json_response(text=UNAUTHORIZED, status=401)
         headers = {
             k: v
             for k, v in request.headers.items()

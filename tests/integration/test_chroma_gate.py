@@ -11,11 +11,14 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import chromadb
 import pytest
 from chromadb.config import Settings
 from chromadb.errors import ChromaAuthError
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable
@@ -85,6 +88,66 @@ def test_a_request_without_the_token_is_refused_with_401(
 ) -> None:
     for path in (COLLECTIONS, "/api/v2/heartbeat", "/api/v2/version", "/"):
         assert status(gate.url + path, headers) == 401, path
+
+
+def refusal(url: str, method: str, headers: dict[str, str], body: bytes | None) -> tuple[int, Any]:
+    request = urllib.request.Request(url, data=body, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+_HEADER_VALUE = st.text(
+    st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=0, max_size=40
+)
+_NOT_THE_TOKEN = _HEADER_VALUE.filter(lambda v: v.strip() != TOKEN)
+
+
+@st.composite
+def tokenless_headers(draw: st.DrawFn) -> dict[str, str]:
+    """Any headers a caller without the token could send: none, a wrong or mangled bearer
+    or X-Chroma-Token, another scheme carrying the right token, or unrelated headers."""
+    headers: dict[str, str] = {}
+    for _ in range(draw(st.integers(0, 3))):
+        name, value = draw(
+            st.one_of(
+                st.tuples(st.just("Authorization"), _NOT_THE_TOKEN.map("Bearer {}".format)),
+                st.tuples(st.just("X-Chroma-Token"), _NOT_THE_TOKEN),
+                st.tuples(
+                    st.just("Authorization"),
+                    st.sampled_from(["Basic ", "Token ", "Bearer", "bearer:", ""]).map(
+                        lambda scheme: scheme + TOKEN
+                    ),
+                ),
+                st.tuples(st.sampled_from(["X-Api-Key", "Cookie", "X-Token"]), _HEADER_VALUE),
+            )
+        )
+        headers.setdefault(name, value)
+    return headers
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    method=st.sampled_from(["GET", "POST", "PUT", "DELETE", "PATCH"]),
+    path=st.sampled_from([COLLECTIONS, "/api/v2/heartbeat", "/api/v2/version", "/", "/x/../y"]),
+    headers=tokenless_headers(),
+)
+def test_every_request_without_the_token_gets_a_json_401_and_reaches_nothing(
+    gate: Gate, method: str, path: str, headers: dict[str, str]
+) -> None:
+    """The class behind the fixed cases above: whatever the method, path and headers, a
+    request that does not carry the token gets 401 with Chroma's error shape, and a
+    create sent that way leaves no collection behind."""
+    body = json.dumps({"name": "gate-probe"}).encode() if method in ("POST", "PUT") else None
+    code, answer = refusal(gate.url + path, method, headers, body)
+    assert code == 401, (method, path, headers)
+    assert answer["error"] == "AuthError" and "needs a token" in answer["message"]
+    listed = refusal(gate.url + COLLECTIONS, "GET", {"X-Chroma-Token": TOKEN}, None)
+    assert listed[0] == 200 and "gate-probe" not in listed[1].decode()
 
 
 def test_the_token_either_way_chroma_clients_send_it_reaches_chroma(gate: Gate) -> None:
