@@ -30,7 +30,7 @@ from tests.integration.harness import interaction, load, own_operator
 from tests.integration.test_model_backend import FIRST, step
 from tests.support.openai_server import running_openai_server
 
-NS = "lifecycle"
+NS = "runtime-life"
 ROUNDS = 100
 # RSS goes up and down by about 40 MiB as the rounds go (the allocator and the garbage
 # collector, measured: 228 -> 265 -> 238 -> 268 MiB over 100 rounds), so what is compared is
@@ -129,6 +129,10 @@ def test_reconfiguring_and_deleting_a_summarizer_100_times_lets_go_of_what_it_he
     cp.kubectl_run("create", "namespace", NS, check=False)
     monkeypatch.setenv("KUBECONFIG", str(cp.kubeconfig))  # in-process API calls, too
     kube.api_client.cache_clear()
+    # The counts are the whole process's: its namespace must be this test's alone.
+    others = [o["metadata"]["name"] for o in kube.list_summarizers((NS,))]
+    others += [o["metadata"]["name"] for o in kube.iter_summaries(NS)]
+    assert others == [], f"namespace {NS} already holds {others}: another test's objects"
     where = StoreLocation(
         url=chroma_server.url, memory_collection="life-memory", summary_collection="life-sessions"
     )
