@@ -37,6 +37,7 @@ from tests.integration.harness import Harness, load
 from tests.support.fact_model import echo_facts, fact, fact_memory
 from tests.support.openai_server import OpenAIServer, running_openai_server
 from tests.support.write_journal import (
+    OPEN,
     Write,
     interleaved_passes,
     overlapping_writes,
@@ -291,9 +292,21 @@ def test_a_writer_frozen_past_its_claim_is_taken_over_and_its_late_write_loses_n
     wait_for(b_wrote_all, 180, 0.2, message="B took over and wrote\n" + operators.logs())
     assert stopped(a), "A must still be frozen while B writes"
     resume(a)
+
     # A resumes: its admitted upsert lands late; its passes find the claim lapsed (not
     # renewed within the duration on its own clock) and write nothing more under it; kopf
-    # retries them under new claims, which read the rows as they now are.
+    # retries them under new claims, which read the rows as they now are. B's statuses may
+    # all read Summarized already, so wait for the late upserts themselves: a pass that read
+    # a row before its late upsert landed leaves that row in place until the pass after
+    # (delayed, not lost), and "the next pass" below must come after them.
+    def a_frozen_writes_ended() -> bool:
+        return all(
+            w.ended != OPEN
+            for w in read_writes(operators.journal)
+            if w.holder == "pause-a" and w.begun < frozen_line
+        )
+
+    wait_for(a_frozen_writes_ended, 60, 0.1, message="A's late writes\n" + operators.logs())
     wait_for(
         lambda: all(status_done(ns, s, n) for s in sessions),
         180,
@@ -334,7 +347,7 @@ def test_a_writer_frozen_past_its_claim_is_taken_over_and_its_late_write_loses_n
     assert {w.holder for w in landed} == {"pause-a", "pause-b"}
     assert overlaps == []
     assert "pause-0" in {w.session for w in stale} and {w.session for w in stale} <= frozen_in
-    assert lost == []
+    assert lost == [], f"{lost}\n{_rows_summary(store, sessions)}\n{_writes_summary(writes)}"
     with capsys.disabled():
         print(
             f"\npause: sessions={len(sessions)} pauses=1 writes={len(landed)} "
@@ -344,7 +357,20 @@ def test_a_writer_frozen_past_its_claim_is_taken_over_and_its_late_write_loses_n
 
 
 def _writes_summary(writes: list[Write]) -> str:
-    return "\n".join(f"{w.session} {w.holder} fence={w.fence} {w.outcome}" for w in writes[-30:])
+    return "\n".join(
+        f"{w.session} {w.holder} fence={w.fence} begun={w.begun} admitted={w.admitted} "
+        f"ended={w.ended if w.ended != OPEN else '-'} {w.outcome}"
+        for w in writes[-30:]
+    )
+
+
+def _rows_summary(store: MemoryStore, sessions: list[str]) -> str:
+    """Each row's bookkeeping, for a failure's message."""
+    keys = ("writer", "memoryCount", "claimFence", "triggerSource", "watermarkMemoryId")
+    return "\n".join(
+        f"{sid}: " + " ".join(f"{k}={row.get(k)}" for k in keys)
+        for sid, row in sorted(rows(store, sessions).items())
+    )
 
 
 def test_replicas_with_clocks_two_minutes_apart_never_run_a_pass_of_one_session_at_once(
