@@ -85,6 +85,9 @@ class Outcome:
     other_writer: OtherWriter | None = None
     # Memories that had landed behind the prior's watermark, found and summarized now.
     late_memories: int = 0
+    # The write took the row over from a claim history our fences do not order (another
+    # cluster, an etcd restored from a backup): what the object says (None: it did not).
+    taken_over: str | None = None
 
     @property
     def summary_id(self) -> str:

@@ -31,13 +31,18 @@ What it holds, and who makes and closes each part:
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import urllib3
+from kubernetes.client.exceptions import ApiException
+
 from controller.config import OperatorConfig
 from controller.embeddings.minilm import MiniLMWeights
+from controller.kube import client as kube
 from controller.kube.events import EventRecorder
 from controller.metrics import MetricsServer
 from controller.scheduling import PassScheduler, SchedulerLimits, usable_cpus
@@ -58,6 +63,9 @@ class RunOptions:
     namespaces: tuple[str, ...] = ()
 
 
+log = logging.getLogger(__name__)
+
+
 @dataclass
 class Runtime:
     config: OperatorConfig
@@ -73,6 +81,8 @@ class Runtime:
     stopping: threading.Event = field(default_factory=threading.Event)
     leader: str | None = None
     summarizers_changed: threading.Event = field(default_factory=threading.Event)
+    # The cluster that issues our claims' fences (kube.client.cluster_authority), read once.
+    authority: str | None = None
 
     @classmethod
     def start(
@@ -109,6 +119,19 @@ class Runtime:
         if not isinstance(runtime, Runtime):
             raise RuntimeError("the operator's runtime is missing from kopf's memo (see run())")
         return runtime
+
+    def fence_authority(self) -> str:
+        """The cluster's identity, which issues the claims' fences (core/fencing.py): its
+        kube-system namespace's UID, read on first use; "" (unknown) while it cannot be
+        read (RBAC, API down), read again next time. Blocking: a pass's thread calls it."""
+        if not self.authority:
+            try:
+                meta = kube.core().read_namespace("kube-system").metadata
+            except (ApiException, urllib3.exceptions.HTTPError) as exc:
+                log.warning("cannot read kube-system's UID (the fences' authority): %s", exc)
+                return ""
+            self.authority = str(meta.uid or "") if meta is not None else ""
+        return self.authority
 
     def summarizer_seen(self, namespace: str, name: str, generation: int | None) -> None:
         """A SessionSummarizer's spec, new, changed or seen at start: what was built from

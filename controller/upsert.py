@@ -1,6 +1,7 @@
-"""The one upsert of a summary row: render, embed (checking the collection's embedding),
-read the row again right before the upsert (a newer fence of another claim, or another
-writer's document, refuses the write), upsert. controller/pipeline.py decides what to
+"""The one write of a summary: render, embed (checking the collection's embedding), read
+the row's fence (its ledger entry) and document again right before the write (a newer
+fence of another claim, or another writer's document, refuses it), write the ledger entry
+and the row. controller/pipeline.py decides what to
 write; this writes it, in its turn among the process's writes to the store (`turn`), and
 tells whoever the caller names (`watch`) each step as it happens."""
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from controller.core.document import render_document
+from controller.core.fencing import Fence
 from controller.core.provenance import Provenance
 from controller.core.row_ownership import RowChangedDuringPass, document_digest
 from controller.core.summary import StructuredSummary
@@ -29,15 +31,16 @@ class WriteGuard(Protocol):
     (kube/claims.py:SessionClaimHandle): with a guard, nothing is written once it says no."""
 
     @property
-    def fence(self) -> int | None:
-        """The fencing number of the claim's grant (core/fencing.py)."""
+    def fence(self) -> Fence | None:
+        """The fence of the claim's grant (core/fencing.py)."""
 
     def check(self) -> None:
         """Raises once this writer may no longer write (between chunk passes; no I/O)."""
 
-    def admit(self, found_fence: int | None) -> Mapping[str, int]:
-        """Right before an upsert, given the fencing number the row carries now: raises if
-        this writer may not write it; else the keys the row records (its fence)."""
+    def admit(self, found: Fence | None) -> Mapping[str, int | str]:
+        """Right before an upsert, given the fence the row's ledger entry carries now:
+        raises if this writer may not write it; else the keys the entry records (our
+        fence)."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +121,8 @@ def write_row(
     store.check_embedding(len(vector))
     began_ms = int(time.time() * 1000)
     sid = summary.session_id
-    fence = guard.fence if guard is not None else None
+    granted = guard.fence if guard is not None else None
+    fence = granted.number if granted is not None else None
 
     def tell(event: WriteEvent) -> None:
         if watch is not None:
@@ -137,13 +141,14 @@ def write_row(
                     f"the row of session {sid!r} was rewritten by another writer during this "
                     "pass; nothing was written over it, and the next pass carries its text"
                 )
+            fence_keys: Mapping[str, int | str] = {}
             if guard is not None:
                 outcome = "refused"
-                metadata = {**metadata, **guard.admit(found)}
+                fence_keys = guard.admit(found)
                 outcome = "failed"
             now_ms = int(time.time() * 1000)
             tell(WriteEvent("admitted", sid, writer, writer_object, now_ms, began_ms, fence))
-            store.write_summary(summary.session_id, document, metadata, vector)
+            store.write_summary(summary.session_id, document, metadata, vector, fence_keys)
             outcome = "written"
             if seen is not None:
                 seen.digest = document_digest(document)

@@ -1,7 +1,17 @@
-"""A structured summary as its row in the neo-agent-sessions collection: the metadata
-(sections as JSON, counts, watermark, the keys neo's readers use) beside the document
-(controller.core.document), and back. Rows we cannot read become the prior they truthfully are:
-legacy text, or UnreadablePriorSummary. Pure."""
+"""A structured summary as the two records it is stored in, and back. Pure.
+
+- The **reader's row** (neo-agent-sessions, `summary_<sessionId>`): the document
+  (controller.core.document) and only the keys neo's readers use, plus three small ones of
+  ours (READER_ROW_KEYS). Every agent reads the metadata of every row at boot, so a row is
+  about as small as neo's own whatever the session's length.
+- The **ledger entry** (the operator's own collection, same id: controller/store/ledger.py):
+  everything else the writer needs (sections, coverage, references, watermark, legacy text,
+  provenance, who wrote it), as one JSON object only the operator reads.
+
+Both are one mapping of keys when built and when read (to_chroma_metadata, then
+split_row_and_ledger; combined_state, then from_chroma_row), so a row of the previous
+release, which carried every key itself, reads the same way. Rows we cannot read become the
+prior they truthfully are: legacy text, or UnreadablePriorSummary."""
 
 from __future__ import annotations
 
@@ -14,7 +24,7 @@ from pydantic import ValidationError
 
 from controller.core.coverage import Coverage
 from controller.core.document import FOLDED_MARK
-from controller.core.fencing import FENCE_KEY
+from controller.core.fencing import LEGACY_FENCE_KEY
 from controller.core.memories import JS_DATE_MAX_MS, Watermark
 from controller.core.provenance import Provenance
 from controller.core.references import ReferenceOverflow
@@ -56,9 +66,25 @@ def sections_json(summary: StructuredSummary) -> str:
     return json.dumps(sections, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-# Every key a write of ours may set. Chroma's upsert merges metadata, so a key we set once
-# stays until a write removes it (a None value removes a key in chromadb 1.5): each write
-# removes those it does not set now (upsert_metadata).
+# The keys of the reader's row: neo's (its boot listing, queries and tenancy filters read
+# them) and three small ones of ours: whose format the row is in, the digest of the
+# document we wrote (row_ownership) and where `timestamp` came from when no memory time was
+# known. Everything else a write produces goes to the ledger (split_row_and_ledger).
+READER_ROW_KEYS = frozenset(
+    (
+        *("sessionId", "timestamp", "memoryCount", "title", "category", "quality"),
+        *("productivity", "impact", "complexity", "technologies", "participatingAgents"),
+        *("models", "toolsUsed", "totalToolCalls", "userId", "sourceAgentIdentities"),
+        *("sourceTrustTier", "provenancePolicy", "unclassifiedSourceCount"),
+        *("summaryFormat", DIGEST_KEY, "timestampSource"),
+    )
+)
+
+# Every key a write of ours has ever set on the row (this release's and the previous
+# release's, which kept its whole state there). Chroma's upsert merges metadata, so a key
+# set once stays until a write removes it (a None value removes a key in chromadb 1.5):
+# each write removes those it does not set now (upsert_metadata), which is also how the
+# first write of this release slims a row of the previous one.
 ROW_KEYS = (
     "sessionId",
     "timestamp",
@@ -97,7 +123,7 @@ ROW_KEYS = (
     "referencesOmittedTo",
     "referencesOmittedDigests",
     DIGEST_KEY,
-    FENCE_KEY,  # the claim grant that wrote the row (core/fencing.py); set by the writer
+    LEGACY_FENCE_KEY,  # the previous release's fence on the row (now in the ledger)
     *Provenance.METADATA_KEYS,
 )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import time
@@ -175,12 +176,6 @@ def summarize_blocking(
         )
 
 
-def _claim_scope(backends: Backends) -> str:
-    """Which store the session's claim is in: one store however it is addressed."""
-    with failures_shown():
-        return backends.store.claim_scope()
-
-
 @dataclass
 class ClaimMemory:
     """What one SessionSummary's passes remember of the session's claim between attempts
@@ -234,11 +229,10 @@ def _claimed_pass(
     started: Callable[[], None] | None,
 ) -> Outcome:
     config = runtime.config
-    scope = _claim_scope(backends)
     location = backends.store.location
     handle = SessionClaimHandle(
         session_id=spec.session_id,
-        collection_id=scope,
+        collection_id=location.row_scope,
         collection=f"{location.describe()} {location.summary_collection}",
         writer=Writer(config.replica_id, uid, f"{namespace}/{name}"),
         duration_s=config.claim_ttl_seconds,
@@ -246,6 +240,7 @@ def _claimed_pass(
         renew_s=config.claim_renew_period,
         generation=generation,
         sighting=seen.sighting if seen else None,
+        authority=runtime.fence_authority(),
     )
     try:
         with failures_shown():
@@ -256,7 +251,8 @@ def _claimed_pass(
     try:
         if started is not None:
             started()
-        return summarize_blocking(runtime, backends, spec, handle, f"{namespace}/{name}")
+        outcome = summarize_blocking(runtime, backends, spec, handle, f"{namespace}/{name}")
+        return dataclasses.replace(outcome, taken_over=handle.took_over)
     finally:
         handle.release()  # best effort: never raises
 

@@ -210,6 +210,16 @@ def single_writer(
     """SingleWriter: False when this pass found the row rewritten by another writer since
     our last write (a Warning Event says who and what to do), else True."""
     other = outcome.other_writer
+    if other is None and outcome.taken_over is not None:
+        events.post(
+            body, type_="Warning", reason="HistoryFromOtherAuthority", message=outcome.taken_over
+        )
+        return Condition(
+            type=SINGLE_WRITER,
+            status="True",
+            reason="HistoryFromOtherAuthority",
+            message=outcome.taken_over,
+        )
     if other is None:
         return Condition(
             type=SINGLE_WRITER,

@@ -35,7 +35,7 @@ from controller.core.claim_rules import (
     parse_claim,
     sighted,
 )
-from controller.core.fencing import FENCE_KEY, admits, fence_of
+from controller.core.fencing import Fence, admission, fence_of, takeover_message
 from controller.kube import client as kube
 
 CONFLICT_RETRIES = 5
@@ -94,7 +94,7 @@ class SessionClaimHandle:
     """
 
     session_id: str
-    collection_id: str
+    collection_id: str  # the row's place (StoreLocation.row_scope): with the session, its identity
     collection: str  # for people: where the row is
     writer: Writer
     duration_s: float
@@ -102,7 +102,11 @@ class SessionClaimHandle:
     renew_s: float
     generation: int = 0
     sighting: Sighting | None = None
-    fence: int | None = None  # the grant's fencing number (core/fencing.py)
+    authority: str = ""  # the cluster that issues our fences (kube.client.cluster_authority)
+    fence: Fence | None = None  # the grant's fence (core/fencing.py)
+    # Set when a write took the row over from a history our fences do not order (another
+    # cluster, or this one before an etcd restore): what the object says about it.
+    took_over: str | None = None
     api_calls: int = 0
     renewals: int = 0
     conflicts: int = 0
@@ -204,7 +208,7 @@ class SessionClaimHandle:
             self._claim, self._version, self._renewed_at_s = claim, version, sent_s
             self._lost = None
         try:
-            self.fence = fence_of(version)
+            self.fence = Fence(fence_of(version), self.authority)
         except ValueError:
             self.release()
             raise
@@ -326,19 +330,34 @@ class SessionClaimHandle:
             )
             raise ClaimLost(self._lost or "claim lapsed")
 
-    def admit(self, found_fence: int | None) -> dict[str, int]:
-        """Right before an upsert, with the fencing number the row carries now: raises
-        ClaimLost if our claim lapsed or a newer grant wrote the row; else the keys the row
-        records (our grant's number)."""
+    def admit(self, found: Fence | None) -> dict[str, int | str]:
+        """Right before an upsert, with the fence the row's ledger entry carries now:
+        raises ClaimLost if our claim lapsed or a newer grant wrote the row; else the keys
+        the entry records (our fence). A fence another authority issued, or one ahead of
+        every grant since ours (our claim object unchanged: an etcd restored from a backup),
+        is history: the row is taken over and `took_over` says so."""
         self.check()
         assert self.fence is not None
-        if not admits(found_fence, self.fence):
+        mine = self.fence
+        verdict = admission(found, mine, grant_is_current=False)
+        if verdict == "newer-grant":
+            verdict = admission(found, mine, grant_is_current=self._still_current())
+        if verdict == "newer-grant":
             self._lose(
                 f"the row of session {self.session_id!r} was written under a newer claim "
-                f"(fence {found_fence} > ours {self.fence}); nothing written"
+                f"(fence {found.number if found else '?'} > ours {mine.number}); nothing written"
             )
             raise ClaimLost(self._lost or "fenced")
-        return {FENCE_KEY: self.fence}
+        if verdict != "write" and found is not None:
+            self.took_over = takeover_message(self.session_id, found, mine, verdict)
+        return dict(mine.metadata())
+
+    def _still_current(self) -> bool:
+        """Is the claim object still ours (no grant to another writer came after ours: a
+        grant changes the holder)? One read, only when a row's fence is ahead of ours."""
+        obj = self._get()
+        held = parse_claim(obj.get("spec"), self.duration_s) if obj is not None else None
+        return held is not None and held.writer == self.writer
 
     def release(self) -> None:
         """Stops the renewer and deletes the claim if it is still the version we wrote.

@@ -132,6 +132,7 @@ class Collections:
         self.client = client
         self.location = location
         self._summaries: Collection | None = None
+        self._ledger: Collection | None = None
         self._memories: Collection | None = None  # opened once; dropped if it disappears
         self._verified_dimension: int | None = None  # a collection's dimension never changes
         self._lock = threading.Lock()
@@ -140,7 +141,7 @@ class Collections:
         """Releases the client: chromadb keeps a client's system (its HTTP sessions, or an
         embedded database) alive until the last client of it is closed."""
         with self._lock:
-            self._summaries = self._memories = None
+            self._summaries = self._ledger = self._memories = None
         close = getattr(self.client, "close", None)
         if close is not None:
             close()
@@ -258,27 +259,54 @@ class Collections:
         record = collection_config(coll).get("embedding_function")
         return record if isinstance(record, Mapping) else None
 
+    def ledger(self, *, create: bool = False) -> Collection:
+        """The operator's ledger (store/ledger.py), opened once and kept; created, like the
+        summary collection, only by the writer. Its vectors are a constant: nobody queries
+        it by meaning."""
+        with self._lock:
+            if self._ledger is None:
+                name = self.location.ledger_collection
+
+                def make() -> Collection:
+                    meta = {"memorycore.io/ledger-of": self.location.summary_collection}
+                    return self.client.get_or_create_collection(name, metadata=meta)
+
+                self._ledger = self._open("ledger", name, make if create else None)
+            return self._ledger
+
     def _on_summaries(self, what: str, op: Callable[[Collection], T], *, create: bool = False) -> T:
-        """Runs op on the summary collection. If it was deleted after it was opened, the
-        kept handle is dropped (the next writer recreates it) and it reads as missing."""
-        coll = self.summaries(create=create)
+        """Runs op on the summary collection (see _on)."""
+        return self._on("summary", what, op, create=create)
+
+    def _on_ledger(self, what: str, op: Callable[[Collection], T], *, create: bool = False) -> T:
+        """Runs op on the ledger collection (see _on)."""
+        return self._on("ledger", what, op, create=create)
+
+    def _on(
+        self,
+        role: CollectionRole,
+        what: str,
+        op: Callable[[Collection], T],
+        *,
+        create: bool = False,
+    ) -> T:
+        """Runs op on the summary or ledger collection. If it was deleted after it was
+        opened, the kept handle is dropped (the next writer recreates it) and it reads as
+        missing."""
+        opened = self.summaries if role == "summary" else self.ledger
+        coll = opened(create=create)
         try:
             return guard(what, lambda: op(coll))
         except NotFoundError:
             with self._lock:
-                self._summaries = None
-                self._verified_dimension = None
-            raise CollectionNotFound(
-                self.location.summary_collection, "summary", self.location.describe()
-            ) from None
-
-    def claim_scope(self) -> str:
-        """What makes two addresses of one store (a Service name and its IP, two
-        namespaces' summarizers) one store for the per-session claim: Chroma's id of the
-        memory collection (unique across tenants and databases) and the summary
-        collection's name. Reads only: CollectionNotFound when the memory collection is
-        missing, and the summary collection is not created before there is a summary."""
-        return f"{self.memories().id}/{self.location.summary_collection}"
+                if role == "summary":
+                    self._summaries = None
+                    self._verified_dimension = None
+                else:
+                    self._ledger = None
+            loc = self.location
+            name = loc.summary_collection if role == "summary" else loc.ledger_collection
+            raise CollectionNotFound(name, role, loc.describe()) from None
 
     # -- memories ---------------------------------------------------------------------
 

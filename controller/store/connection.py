@@ -22,6 +22,8 @@ from chromadb.errors import NotFoundError
 from controller.api import StoreSpec
 from controller.store.errors import InvalidStoreConfig, StoreUnavailable, describe_error
 
+LEDGER_SUFFIX = "-ledger"
+
 
 @dataclass(frozen=True)
 class StoreLocation:
@@ -38,6 +40,17 @@ class StoreLocation:
     # collection records (store/collections.py).
     embedding_provider: str = "local-minilm"
     embedding_model: str = "all-MiniLM-L6-v2"
+
+    @property
+    def ledger_collection(self) -> str:
+        """The operator's ledger beside the summary collection (store/ledger.py)."""
+        return f"{self.summary_collection}{LEDGER_SUFFIX}"
+
+    @property
+    def row_scope(self) -> str:
+        """The identity of the summary rows' place, whatever address reaches the store: the
+        session's claim and its ledger entry are keyed by it and the row id."""
+        return f"{self.tenant}/{self.database}/{self.summary_collection}"
 
     def describe(self) -> str:
         where = self.url or f"embedded:{self.path}"

@@ -16,7 +16,7 @@ import httpx
 from chromadb.errors import ChromaError, InvalidArgumentError, NotFoundError
 
 T = TypeVar("T")
-CollectionRole = Literal["memory", "summary"]
+CollectionRole = Literal["memory", "summary", "ledger"]
 
 
 class StoreUnavailable(RuntimeError):

@@ -22,15 +22,24 @@ from chromadb.errors import ChromaError, InvalidArgumentError
 
 from controller.core.coverage import PriorCoverage
 from controller.core.embedding_match import embedding_function_problem
-from controller.core.fencing import row_fence
+from controller.core.fencing import Fence, recorded_fence
+from controller.core.ledger import (
+    LEDGER_VECTOR,
+    UnreadableLedgerEntry,
+    combined_state,
+    ledger_document,
+    ledger_metadata,
+    ledger_state,
+    split_row_and_ledger,
+)
 from controller.core.memories import (
     Memory,
     memory_from_row,
     memory_sort_key,
 )
 from controller.core.naming import summary_row_id
-from controller.core.row_ownership import document_digest
-from controller.core.summary import PriorSummary
+from controller.core.row_ownership import DIGEST_KEY, document_digest
+from controller.core.summary import SUMMARY_FORMAT, PriorSummary, UnreadablePriorSummary
 from controller.core.summary_row import from_chroma_row, upsert_metadata
 from controller.core.sweep_plan import StoredSummaryState
 from controller.store.collections import batches
@@ -134,43 +143,70 @@ class MemoryStore(Scans):
         summary collection does not exist yet (the first write creates it)."""
         return self.read_prior(session_id)[0]
 
-    def read_prior(self, session_id: str) -> tuple[PriorSummary | None, str | None]:
-        """The stored summary, and the digest of the row's document as read (None: no row):
-        what a writer compares with right before its upsert (read_row_state)."""
+    def _get_one(self, role: str, session_id: str, include: list[str]) -> dict[str, Any] | None:
+        """The summary row's (role "summary") or its ledger entry's ("ledger") id, document
+        and metadata as included; None when it or its collection does not exist."""
+        on = self._on_summaries if role == "summary" else self._on_ledger
         try:
-            got = self._on_summaries(
-                "reading the prior summary",
-                lambda coll: coll.get(
-                    ids=[summary_row_id(session_id)], include=["documents", "metadatas"]
-                ),
+            got = on(
+                f"reading the {role} of the session",
+                lambda coll: coll.get(ids=[summary_row_id(session_id)], include=cast(Any, include)),
             )
         except CollectionNotFound:
-            return None, None
+            return None
         if not got["ids"]:
+            return None
+        docs, metas = got.get("documents") or [], got.get("metadatas") or []
+        return {
+            "document": docs[0] if docs else None,
+            "metadata": dict(metas[0] or {}) if metas else {},
+        }
+
+    def read_ledger(self, session_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """(the ledger entry's small keys, its state) of the session's row; None without
+        one. Raises UnreadablePriorSummary for an entry this version cannot read."""
+        entry = self._get_one("ledger", session_id, ["documents", "metadatas"])
+        if entry is None:
+            return None
+        try:
+            state = ledger_state(entry["document"])
+        except UnreadableLedgerEntry as exc:
+            raise UnreadablePriorSummary(
+                f"the ledger entry of session {session_id!r} in "
+                f"{self.location.ledger_collection!r} cannot be read ({exc}); it and the row "
+                "are left in place"
+            ) from None
+        return entry["metadata"], state or {}
+
+    def read_prior(self, session_id: str) -> tuple[PriorSummary | None, str | None]:
+        """The stored summary (the row and its ledger entry), and the digest of the row's
+        document as read (None: no row): what a writer compares with right before its upsert
+        (read_row_state)."""
+        row = self._get_one("summary", session_id, ["documents", "metadatas"])
+        ledger = self.read_ledger(session_id)
+        if row is None and ledger is None:
             return None, None
-        docs, metas = got["documents"] or [], got["metadatas"] or []
-        document = docs[0] if docs else None
-        prior = from_chroma_row(session_id, document, metas[0] if metas else None)
+        state = ledger[1] if ledger is not None else None
+        if row is None:
+            # The row was deleted and its ledger entry kept: the facts are the ledger's,
+            # and the next write puts the row back.
+            ours = {"summaryFormat": SUMMARY_FORMAT}
+            return from_chroma_row(session_id, None, combined_state(ours, state)), None
+        document = row["document"]
+        prior = from_chroma_row(session_id, document, combined_state(row["metadata"], state))
         return prior, document_digest(document or "")
 
-    def read_row_state(self, session_id: str) -> tuple[int | None, str | None]:
-        """(the fencing number of the claim that last wrote the session's row, core/fencing.py;
-        the digest of its document), read right before an upsert; (None, None) when the row
-        or the collection does not exist."""
-        try:
-            got = self._on_summaries(
-                "reading the summary's fence",
-                lambda coll: coll.get(
-                    ids=[summary_row_id(session_id)], include=["metadatas", "documents"]
-                ),
-            )
-        except CollectionNotFound:
-            return None, None
-        if not got["ids"]:
-            return None, None
-        metas, docs = got["metadatas"] or [], got["documents"] or []
-        fence = row_fence(metas[0]) if metas else None
-        return fence, document_digest((docs[0] if docs else None) or "")
+    def read_row_state(self, session_id: str) -> tuple[Fence | None, str | None]:
+        """(the fence of the claim grant that last wrote the session's row, core/fencing.py,
+        from its ledger entry or, for a row of the previous release, the row itself; the
+        digest of the row's document), read right before an upsert; (None, None) when
+        neither exists."""
+        entry = self._get_one("ledger", session_id, ["metadatas"])
+        row = self._get_one("summary", session_id, ["documents", "metadatas"])
+        fence = recorded_fence(
+            entry["metadata"] if entry else None, row["metadata"] if row else None
+        )
+        return fence, document_digest(row["document"] or "") if row is not None else None
 
     def summary_states(self, session_ids: Sequence[str]) -> dict[str, StoredSummaryState]:
         """memoryCount and timestamp of the stored summaries of these sessions; none when
@@ -254,12 +290,31 @@ class MemoryStore(Scans):
         document: str,
         metadata: Mapping[str, str | int | float | bool],
         embedding: Sequence[float],
+        fence: Mapping[str, int | str] | None = None,
     ) -> None:
-        """Upserts the one row of the session (id summary_<sessionId>); the writer, so the
-        one place that creates the summary collection when it is missing. Keys of ours the
-        metadata does not set, and neo's keys derived from the text it replaces, are removed
+        """Writes the session's ledger entry (the writer's state and the fence of its grant),
+        then its row (id summary_<sessionId>: the document and the keys readers use); the
+        writer, so the one place that creates the summary and ledger collections. Keys of
+        ours the row does not set now (the previous release's whole state among them), and
+        neo's keys derived from the text it replaces, are removed from the row
         (summary_row.upsert_metadata): Chroma's upsert would otherwise keep them."""
-        sent = upsert_metadata(metadata)
+        row, state = split_row_and_ledger(metadata)
+        digest = row.get(DIGEST_KEY)
+        self._on_ledger(
+            "writing the ledger entry",
+            lambda coll: coll.upsert(
+                ids=[summary_row_id(session_id)],
+                documents=[ledger_document(state)],
+                metadatas=[
+                    ledger_metadata(
+                        session_id, state, fence or {}, digest if isinstance(digest, str) else None
+                    )
+                ],
+                embeddings=cast(Any, [np.asarray(LEDGER_VECTOR, dtype=np.float32)]),
+            ),
+            create=True,
+        )
+        sent = upsert_metadata(row)
 
         def upsert(coll: Collection) -> None:
             try:

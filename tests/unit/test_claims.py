@@ -25,7 +25,16 @@ from controller.core.claim_rules import (
     parse_claim,
     sighted,
 )
-from controller.core.fencing import FENCE_KEY, FenceUnavailable, admits, fence_of, row_fence
+from controller.core.fencing import (
+    AUTHORITY_KEY,
+    FENCE_KEY,
+    LEGACY_FENCE_KEY,
+    Fence,
+    FenceUnavailable,
+    admission,
+    fence_of,
+    recorded_fence,
+)
 from controller.core.naming import summary_object_name
 
 ME = Writer("replica-a", "uid-1", "agents/s1")
@@ -223,28 +232,57 @@ def test_a_resource_version_that_is_not_a_comparable_integer_cannot_fence(versio
         fence_of(version)
 
 
-@given(st.one_of(st.none(), st.integers(min_value=1, max_value=2**62)), st.integers(1, 2**62))
+authorities = st.sampled_from(["", "cluster-a", "cluster-b"])
+
+
+@given(
+    st.one_of(st.none(), st.integers(min_value=1, max_value=2**62)),
+    st.integers(1, 2**62),
+    authorities,
+    st.booleans(),
+)
 def test_a_writer_writes_over_its_own_or_older_grants_never_a_newer_one(
-    found: int | None, mine: int
+    found: int | None, mine: int, authority: str, current: bool
 ) -> None:
-    assert admits(found, mine) == (found is None or found <= mine)
+    """Within one authority (or against a fence of unknown authority, the previous
+    release's), a newer grant's row is refused unless our grant is still the current one."""
+    seen = Fence(found, authority) if found is not None else None
+    verdict = admission(seen, Fence(mine, "cluster-a" if authority else ""), current)
+    if found is not None and authority == "cluster-b":
+        assert verdict == "other-authority"
+    elif found is None or found <= mine:
+        assert verdict == "write"
+    else:
+        assert verdict == ("ahead-of-authority" if current else "newer-grant")
+
+
+@given(st.integers(1, 2**62), st.integers(1, 2**62), st.booleans())
+def test_a_fence_of_another_cluster_is_history_whatever_its_number(
+    found: int, mine: int, current: bool
+) -> None:
+    """A new cluster over the same store is never refused by the old cluster's numbers."""
+    verdict = admission(Fence(found, "old-cluster"), Fence(mine, "new-cluster"), current)
+    assert verdict == "other-authority"
 
 
 @pytest.mark.parametrize(
-    ("metadata", "expected"),
+    ("ledger", "row", "expected"),
     [
-        (None, None),
-        ({}, None),
-        ({FENCE_KEY: 42}, 42),
-        ({FENCE_KEY: True}, None),
-        ({FENCE_KEY: 4.2}, None),
-        ({FENCE_KEY: "42"}, None),
+        (None, None, None),
+        ({}, {}, None),
+        ({FENCE_KEY: 42, AUTHORITY_KEY: "a"}, None, Fence(42, "a")),
+        ({FENCE_KEY: 42}, None, Fence(42, "")),
+        ({FENCE_KEY: True}, None, None),
+        ({FENCE_KEY: 4.2}, None, None),
+        ({FENCE_KEY: "42"}, None, None),
+        (None, {LEGACY_FENCE_KEY: 7}, Fence(7, "")),
+        ({FENCE_KEY: 9, AUTHORITY_KEY: "a"}, {LEGACY_FENCE_KEY: 7}, Fence(9, "a")),
     ],
 )
 def test_the_rows_fence_is_read_only_when_it_is_one(
-    metadata: dict[str, object] | None, expected: int | None
+    ledger: dict[str, object] | None, row: dict[str, object] | None, expected: Fence | None
 ) -> None:
-    assert row_fence(metadata) == expected
+    assert recorded_fence(ledger, row) == expected
 
 
 session_ids = st.text(min_size=1, max_size=300).filter(lambda s: s.strip())

@@ -190,6 +190,12 @@ two installs or two namespaces writing one Chroma still get one writer per sessi
 - apiGroups: [memorycore.io]
   resources: [sessionclaims]
   verbs: [get, list, create, update, delete]
+# The cluster's identity, which issues the claims' fences (docs/architecture.md): the UID of
+# kube-system, read once per process.
+- apiGroups: [""]
+  resources: [namespaces]
+  resourceNames: [kube-system]
+  verbs: [get]
 {{- end }}
 
 {{/*
