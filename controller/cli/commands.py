@@ -237,15 +237,14 @@ def _store(args: argparse.Namespace, summarizer: Any = None) -> Any:
         raise CliError(str(exc)) from exc
 
 
-def _full_document(session_id: Any, document: str, meta: dict[str, Any]) -> str:
-    """The whole summary, nothing folded: rebuilt from the row's metadata (a row we did not
-    write is its document)."""
+def _full_document(store: Any, session_id: Any, document: str) -> str:
+    """The whole summary, nothing folded: rebuilt from the row and its ledger entry (a row
+    we did not write is its document)."""
     from controller.core.document import render_document
     from controller.core.summary import StructuredSummary
-    from controller.core.summary_row import from_chroma_row
 
     try:
-        prior = from_chroma_row(str(session_id), document, meta)
+        prior = store.read_summary(str(session_id))
     except ValueError:
         return document
     if isinstance(prior, StructuredSummary):
@@ -260,7 +259,8 @@ def cmd_summaries(args: argparse.Namespace) -> int:
     with _store_errors():
         rows = store.latest_summaries(args.limit)
     if args.full:
-        rows = [(i, _full_document(m.get("sessionId"), d, m), m) for i, d, m in rows]
+        with _store_errors():
+            rows = [(i, _full_document(store, m.get("sessionId"), d), m) for i, d, m in rows]
     if args.json:
         print(json.dumps([{"id": i, "document": d, "metadata": m} for i, d, m in rows], indent=2))
         return 0

@@ -21,6 +21,7 @@ from controller.cli.args import (
     session_id_arg,
 )
 from controller.cli.commands import cmd_check, cmd_summaries, cmd_summarize, cmd_sunset
+from controller.cli.ledger import cmd_ledger
 from controller.cli.verify import cmd_verify
 
 # -- the parser ----------------------------------------------------------------------------
@@ -156,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--full",
         action="store_true",
-        help="each summary whole, as its row's metadata keeps it (documents are bounded)",
+        help="each summary whole, as its row and ledger keep it (documents are bounded)",
     )
     _add_store_args(p)
     p.set_defaults(func=cmd_summaries)
@@ -182,6 +183,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_store_args(p)
     p.set_defaults(func=cmd_summarize)
+
+    p = sub.add_parser(
+        "ledger",
+        help="a session's ledger entry: the operator's state beside its row (sections, "
+        "coverage, references, fence)",
+    )
+    p.add_argument("session_id", type=session_id_arg, metavar="SESSION_ID")
+    p.add_argument("--json", action="store_true", help="every key, and the row's document")
+    _add_store_args(p)
+    p.set_defaults(func=cmd_ledger)
 
     p = sub.add_parser(
         "verify",

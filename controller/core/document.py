@@ -84,7 +84,7 @@ def _section_lines(title: str, items: list[SummaryItem], keep: int | None) -> li
     if len(shown) < len(items):
         lines.append(
             f"- ({len(items) - len(shown)} earlier items of this section are {FOLDED_MARK}; "
-            "all are in this row's metadata key `sectionsJson`)"
+            "all are in the operator's ledger, key `sectionsJson`: summaryctl ledger)"
         )
     for item in shown:
         text = one_line(item.text)
@@ -109,7 +109,7 @@ def _render(summary: StructuredSummary, memory_collection: str | None, fold: _Fo
         if len(shown) < len(refs):
             lines.append(
                 f"- ({len(refs) - len(shown)} more references are {FOLDED_MARK}; all are in "
-                "this row's metadata key `referencesJson`)"
+                "the operator's ledger, key `referencesJson`: summaryctl ledger)"
             )
         lines += [note] if note else []
     legacy = summary.legacy_text
@@ -122,7 +122,8 @@ def _render(summary: StructuredSummary, memory_collection: str | None, fold: _Fo
         if len(shown_text) < len(legacy):
             lines.append(
                 f"({len(legacy) - len(shown_text)} more characters of this text are "
-                f"{FOLDED_MARK}; the whole text is in this row's metadata key `legacySummary`)"
+                f"{FOLDED_MARK}; the whole text is in the operator's ledger, key "
+                "`legacySummary`: summaryctl ledger)"
             )
     return "\n".join(lines) + "\n"
 
@@ -148,7 +149,7 @@ def render_document(
     assert max_chars is not None
     # Still too long (a very long Current State or title-level content): cut at a line.
     tail = (
-        f"\n(the rest of this summary is {FOLDED_MARK}; it is in this row's metadata keys "
+        f"\n(the rest of this summary is {FOLDED_MARK}; it is in the operator's ledger, keys "
         "`sectionsJson`, `referencesJson` and `legacySummary`)\n"
     )
     head = document[: max(0, max_chars - len(tail))]

@@ -178,6 +178,18 @@ class MemoryStore(Scans):
             ) from None
         return entry["metadata"], state or {}
 
+    def stored_summary(self, session_id: str) -> tuple[str, dict[str, Any]] | None:
+        """(the row's document, every key written for it: the row's and its ledger
+        entry's state), as a person or `summaryctl ledger` reads them; None without either."""
+        row = self._get_one("summary", session_id, ["documents", "metadatas"])
+        ledger = self.read_ledger(session_id)
+        if row is None and ledger is None:
+            return None
+        keys = combined_state(row["metadata"] if row else {}, ledger[1] if ledger else None)
+        if ledger is not None:
+            keys.update({f"ledger.{k}": v for k, v in ledger[0].items()})
+        return (row["document"] or "") if row else "", keys
+
     def read_prior(self, session_id: str) -> tuple[PriorSummary | None, str | None]:
         """The stored summary (the row and its ledger entry), and the digest of the row's
         document as read (None: no row): what a writer compares with right before its upsert

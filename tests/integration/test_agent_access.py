@@ -345,8 +345,9 @@ def test_a_marker_memory_written_without_cluster_credentials_summarizes_the_sess
     assert obj["spec"]["trigger"] == "sunset-marker"
     assert obj["spec"]["summarizerRef"] == name
     assert obj["status"]["memoryCount"] == 4  # every row of the session, the marker too
-    got = store.summaries().get(ids=[f"summary_{sid}"], include=["documents", "metadatas"])
-    [doc], [meta] = got["documents"], got["metadatas"]
+    stored = store.stored_summary(sid)  # the row, and its ledger entry's keys
+    assert stored is not None
+    doc, meta = stored
     assert "Marker step 2" in doc
     assert text not in doc and "sunset" not in doc.lower()
     assert all(text not in str(v) for v in meta.values())
@@ -372,8 +373,8 @@ def test_a_marker_memory_written_without_cluster_credentials_summarizes_the_sess
     )
     time.sleep(3)  # three more marker scans
     assert h.obj(sid)["metadata"]["generation"] == generation
-    again = store.summaries().get(ids=[f"summary_{sid}"], include=["metadatas"])["metadatas"]
-    assert again[0]["summarizedAt"] == summarized_at
+    again = store.stored_summary(sid)
+    assert again is not None and again[1]["summarizedAt"] == summarized_at
 
 
 def printed_object(h: Harness, session_id: str) -> str:

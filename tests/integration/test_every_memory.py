@@ -85,9 +85,9 @@ def load(store: MemoryStore, rows: Sequence[tuple[str, str, dict]]) -> None:
 
 
 def stored_row(store: MemoryStore, sid: str) -> tuple[str, dict[str, Any]]:
-    got = store.summaries().get(ids=[f"summary_{sid}"], include=["documents", "metadatas"])
-    assert got["ids"], f"no summary of {sid}"
-    return got["documents"][0], dict(got["metadatas"][0])
+    stored = store.stored_summary(sid)  # the row, and its ledger entry's keys
+    assert stored is not None, f"no summary of {sid}"
+    return stored
 
 
 def assert_every_fact_kept(store: MemoryStore, sid: str, facts: Sequence[str]) -> None:

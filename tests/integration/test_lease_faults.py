@@ -156,13 +156,9 @@ def resume(proc: subprocess.Popen[bytes]) -> None:
 
 
 def rows(store: MemoryStore, sessions: list[str]) -> dict[str, dict[str, Any]]:
-    got = store.summaries().get(
-        ids=[f"summary_{s}" for s in sessions], include=["documents", "metadatas"]
-    )
-    return {
-        str(meta["sessionId"]): {**meta, "document": doc}
-        for doc, meta in zip(got["documents"] or [], got["metadatas"] or [], strict=True)
-    }
+    """Each session's row and its ledger entry's keys, with the row's document."""
+    found = {s: store.stored_summary(s) for s in sessions}
+    return {s: {**got[1], "document": got[0]} for s, got in found.items() if got is not None}
 
 
 def covered(store: MemoryStore, expected: dict[str, int]) -> bool:
@@ -366,7 +362,7 @@ def _writes_summary(writes: list[Write]) -> str:
 
 def _rows_summary(store: MemoryStore, sessions: list[str]) -> str:
     """Each row's bookkeeping, for a failure's message."""
-    keys = ("writer", "memoryCount", "claimFence", "triggerSource", "watermarkMemoryId")
+    keys = ("writer", "memoryCount", "ledger.fence", "triggerSource", "watermarkMemoryId")
     return "\n".join(
         f"{sid}: " + " ".join(f"{k}={row.get(k)}" for k in keys)
         for sid, row in sorted(rows(store, sessions).items())

@@ -117,9 +117,9 @@ def summarizer(server: OpenAIServer) -> ChatModelSummarizer:
 
 
 def row(store: MemoryStore, sid: str) -> tuple[str, dict[str, Any]]:
-    got = store.summaries().get(ids=[f"summary_{sid}"], include=["documents", "metadatas"])
-    assert got["ids"] == [f"summary_{sid}"]
-    return got["documents"][0], dict(got["metadatas"][0])
+    stored = store.stored_summary(sid)  # the row, and its ledger entry's keys
+    assert stored is not None, f"no summary of {sid}"
+    return stored
 
 
 def history_items(meta: dict[str, Any]) -> dict[str, list[str]]:

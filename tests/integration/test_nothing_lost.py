@@ -63,8 +63,9 @@ def test_a_legacy_summary_quoting_tracebacks_is_carried_in_full(harness: Harness
     sunset(harness, sid, "legacy")
 
     def row() -> tuple[str, dict[str, Any]]:
-        got = store.summaries().get(ids=[f"summary_{sid}"], include=["documents", "metadatas"])
-        return got["documents"][0], dict(got["metadatas"][0])
+        stored = store.stored_summary(sid)  # the row, and its ledger entry's keys
+        assert stored is not None
+        return stored
 
     doc, meta = row()
     assert meta["legacySummary"] == text  # verbatim, every character of it

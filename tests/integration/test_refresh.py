@@ -10,7 +10,7 @@ import time
 import urllib.request
 from typing import Any
 
-from controller.core.naming import summary_object_name, summary_row_id
+from controller.core.naming import summary_object_name
 from devenv.processes import tail, wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
 
@@ -33,14 +33,8 @@ def grow(harness: Harness, sid: str, first: int, count: int) -> None:
 
 
 def row(harness: Harness, sid: str) -> tuple[str, dict[str, Any]] | None:
-    got = (
-        harness.store(MEMORY, SESSIONS)
-        .summaries()
-        .get(ids=[summary_row_id(sid)], include=["documents", "metadatas"])
-    )
-    if not got["ids"]:
-        return None
-    return (got["documents"] or [""])[0] or "", dict((got["metadatas"] or [{}])[0] or {})
+    # The row and its ledger entry's keys (the writer's state is in the ledger).
+    return harness.store(MEMORY, SESSIONS).stored_summary(sid)
 
 
 def exists(harness: Harness, sid: str) -> bool:

@@ -13,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from controller.api import CLAIM_PLURAL, GROUP, VERSION
 from controller.core.claim_rules import Writer
+from controller.core.fencing import Fence
 from controller.kube import claims as claims_module
 from controller.kube import client as kube
 from controller.kube.claim_collector import ClaimCollector
@@ -64,7 +65,8 @@ def test_a_free_claim_costs_one_create_and_one_delete_and_a_held_one_is_refused(
     released.append(mine)
     mine.acquire()
     mine.check()  # no call
-    assert mine.admit(None) == {"claimFence": mine.fence}  # no call either
+    assert mine.fence is not None
+    assert mine.admit(None) == mine.fence.metadata()  # no call either
     other = handle("calls-1", "r1", "uid-b")  # the same replica serving another object
     with pytest.raises(ClaimHeld) as held:
         other.acquire()
@@ -115,7 +117,8 @@ def test_a_deleted_or_taken_claim_is_noticed_within_one_renew_period(
     thief.acquire()
     wait_for(lambda: _lost(taken), 2.0, 0.05, message="the takeover noticed")
     # The new grant's fencing number is larger: a row it wrote refuses the old writer.
-    assert thief.fence is not None and taken.fence is not None and thief.fence > taken.fence
+    assert thief.fence is not None and taken.fence is not None
+    assert thief.fence.number > taken.fence.number
     thief.check()
     # Releasing the lost claim leaves the thief's alone.
     taken.release()
@@ -141,11 +144,39 @@ def test_a_newer_grants_row_refuses_the_older_writer(
     second = handle("fence-1", "r2", "uid-b", duration_s=30)
     released.append(second)
     second.acquire()
-    assert second.fence is not None and second.fence > first.fence  # across delete + create
-    assert second.admit(first.fence) == {"claimFence": second.fence}
-    assert second.admit(second.fence) == {"claimFence": second.fence}  # its own checkpoint
+    assert second.fence is not None and second.fence.number > first.fence.number  # re-create
+    assert second.admit(first.fence) == second.fence.metadata()
+    assert second.admit(second.fence) == second.fence.metadata()  # its own checkpoint
+    assert second.took_over is None
+    # A third writer takes the claim over: its row refuses the second writer, whose renewer
+    # may not have noticed yet (the admission reads the claim once to tell).
+    kube.custom().delete_cluster_custom_object(GROUP, VERSION, CLAIM_PLURAL, second.name)
+    third = handle("fence-1", "r3", "uid-c", duration_s=30)
+    released.append(third)
+    third.acquire()
+    assert third.fence is not None and third.fence.number > second.fence.number
     with pytest.raises(ClaimLost, match="newer claim"):
-        second.admit(second.fence + 1)
+        second.admit(third.fence)
+
+
+def test_a_fence_of_another_history_is_taken_over_and_said_so(
+    harness: Harness, released: list[SessionClaimHandle]
+) -> None:
+    """A row written under another cluster's claims, or under numbers ahead of every grant
+    this cluster made since ours (an etcd restored from a backup), is history: the current
+    holder writes over it and says so, never refused forever."""
+    mine = handle("history-1", "r1", "uid-a", duration_s=30)
+    mine.authority = "this-cluster-uid"
+    released.append(mine)
+    mine.acquire()
+    assert mine.fence is not None
+    other_cluster = Fence(mine.fence.number + 10**9, "another-cluster-uid")
+    assert mine.admit(other_cluster) == mine.fence.metadata()
+    assert mine.took_over is not None and "another cluster" in mine.took_over
+    mine.took_over = None
+    restored = Fence(mine.fence.number + 10**9, mine.fence.authority)  # ahead of the etcd
+    assert mine.admit(restored) == mine.fence.metadata()
+    assert mine.took_over is not None and "etcd restored" in mine.took_over
 
 
 class _FailingApi:

@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from controller.core.fencing import FENCE_KEY, admits
+from controller.core.fencing import Fence, admission
 from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.kube.claims import ClaimLost
 from controller.pipeline import summarize_session
@@ -41,7 +41,7 @@ class Guard:
     paused past its duration) and writes nothing more."""
 
     def __init__(self, fence: int, hold_at: int | None = None) -> None:
-        self.fence: int | None = fence
+        self.fence: Fence | None = Fence(fence, "test-cluster")
         self.hold_at = hold_at
         self.admitted = 0
         self.held = threading.Event()
@@ -52,17 +52,17 @@ class Guard:
         if self.lapsed:
             raise ClaimLost("claim lapsed while paused")
 
-    def admit(self, found: int | None) -> Mapping[str, int]:
+    def admit(self, found: Fence | None) -> Mapping[str, int | str]:
         self.check()
         assert self.fence is not None
-        if not admits(found, self.fence):
+        if admission(found, self.fence, grant_is_current=False) != "write":
             raise ClaimLost(f"fenced: the row carries {found} > {self.fence}")
         self.admitted += 1
         if self.admitted == self.hold_at:
             self.held.set()
             assert self.resume.wait(120), "never resumed"
             self.lapsed = True
-        return {FENCE_KEY: self.fence}
+        return self.fence.metadata()
 
 
 def fact(sid: str, k: int) -> str:
@@ -70,9 +70,8 @@ def fact(sid: str, k: int) -> str:
 
 
 def row_text(store: MemoryStore, sid: str) -> str:
-    got = store.summaries().get(ids=[f"summary_{sid}"], include=["documents", "metadatas"])
-    meta = (got["metadatas"] or [{}])[0]
-    parts = [(got["documents"] or [""])[0], meta.get("sectionsJson"), meta.get("legacySummary")]
+    document, meta = store.stored_summary(sid) or ("", {})
+    parts = [document, meta.get("sectionsJson"), meta.get("legacySummary")]
     return " ".join(str(p or "") for p in parts)
 
 
@@ -81,7 +80,7 @@ def run(store: MemoryStore, sid: str, guard: Guard, checkpoint_passes: int) -> N
         store,
         sid,
         embed=embed,
-        writer=f"fence-{guard.fence}",
+        writer=f"fence-{guard.fence.number if guard.fence else None}",
         trigger="test",
         chunk_size=1,
         checkpoint_passes=checkpoint_passes,

@@ -1,0 +1,58 @@
+"""summaryctl ledger: a session's ledger entry, the operator's state beside its row
+(core/ledger.py), for a person or, with --json, whole."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from controller.cli.args import CliError, printable
+from controller.cli.commands import _store, _store_errors
+
+
+def _ledger_lines(session_id: str, document: str, keys: dict[str, Any]) -> list[str]:
+    """A session's ledger entry for a person: what it records, and how big each part is."""
+    sections = json.loads(keys["sectionsJson"]) if isinstance(keys.get("sectionsJson"), str) else {}
+    refs = json.loads(keys["referencesJson"]) if isinstance(keys.get("referencesJson"), str) else []
+    coverage = json.loads(keys["coverageJson"]) if isinstance(keys.get("coverageJson"), str) else {}
+    state = {k: v for k, v in keys.items() if not k.startswith("ledger.")}
+    fence, authority = keys.get("ledger.fence"), keys.get("ledger.fenceAuthority")
+    lines = [
+        f"session:        {session_id}",
+        f"written:        {keys.get('summarizedAt', '?')} by {keys.get('writer', '?')} "
+        f"({keys.get('triggerSource', '?')})",
+        f"fence:          {fence if fence is not None else '(none)'}"
+        f" issued by {authority or '(unknown authority)'}",
+        f"row digest:     {keys.get('ledger.rowDigest', '(none)')}",
+        f"memories:       {keys.get('memoryCount', '?')}, watermark "
+        f"{keys.get('watermarkTimestamp', '-')}/{keys.get('watermarkMemoryId', '-')}",
+        f"coverage:       {len(coverage.get('b') or [])} buckets",
+        f"references:     {len(refs)} kept, {keys.get('referencesOmitted', 0)} left out",
+        f"legacy text:    {len(keys.get('legacySummary') or '')} characters",
+        f"document:       {len(document)} characters (the row agents read)",
+        f"state:          {len(json.dumps(state, ensure_ascii=False))} bytes",
+    ]
+    for title, items in sections.items():
+        lines.append(f"  {title}: {len(items)} items")
+    return lines
+
+
+def cmd_ledger(args: argparse.Namespace) -> int:
+    """A session's ledger entry: the writer's state that the row no longer carries."""
+    from controller.cli.settings import load_summarizer
+
+    store = _store(args, load_summarizer(args))
+    with _store_errors():
+        stored = store.stored_summary(args.session_id)
+    if stored is None:
+        raise CliError(
+            f"no summary or ledger entry of session {printable(args.session_id)!r} in "
+            f"{store.location.summary_collection!r} / {store.location.ledger_collection!r}"
+        )
+    document, keys = stored
+    if args.json:
+        print(json.dumps({"document": document, "keys": keys}, indent=2, ensure_ascii=False))
+    else:
+        print("\n".join(_ledger_lines(args.session_id, document, keys)))
+    return 0
