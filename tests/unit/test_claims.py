@@ -36,6 +36,7 @@ from controller.core.fencing import (
     recorded_fence,
 )
 from controller.core.naming import summary_object_name
+from controller.store.connection import StoreLocation
 
 ME = Writer("replica-a", "uid-1", "agents/s1")
 SAME_REPLICA_OTHER_OBJECT = Writer("replica-a", "uid-2", "other-ns/s1-by-hand")
@@ -310,3 +311,23 @@ def test_one_claim_per_session_and_store_and_distinct_otherwise(
 def test_the_claim_name_is_readable_as_the_session() -> None:
     slug = summary_object_name("Fix-Login-42").rsplit("-", 1)[0]
     assert claim_name("coll", "Fix-Login-42").startswith(slug + "-")
+
+
+@given(
+    st.sampled_from(["neo-agent-memory", "team-a-memory", "imported-memory"]),
+    st.sampled_from(["neo-agent-memory", "team-b-memory"]),
+    st.sampled_from(["http://chroma:8000", "http://10.0.0.7:8000"]),
+    session_ids,
+)
+def test_one_row_has_one_claim_whatever_memory_collection_or_address_names_it(
+    memory_a: str, memory_b: str, url: str, session_id: str
+) -> None:
+    """Two SessionSummarizers reading different memory collections (or one store by two
+    addresses) that write one summary row share its claim; another row has another."""
+    a = StoreLocation(url="http://chroma:8000", memory_collection=memory_a)
+    b = StoreLocation(url=url, memory_collection=memory_b)
+    assert claim_name(a.row_scope, session_id) == claim_name(b.row_scope, session_id)
+    elsewhere = StoreLocation(url=url, summary_collection="other-sessions")
+    assert claim_name(elsewhere.row_scope, session_id) != claim_name(a.row_scope, session_id)
+    other_db = StoreLocation(url=url, database="team-b")
+    assert claim_name(other_db.row_scope, session_id) != claim_name(a.row_scope, session_id)
