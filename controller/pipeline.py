@@ -17,8 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from controller.core.chunking import chunk_memories
-from controller.core.coverage import Coverage, PriorCoverage
-from controller.core.coverage import build as coverage_of
+from controller.core.coverage import PriorCoverage, digest_of_text, digest_text
 from controller.core.document import render_document
 from controller.core.memories import Memory, is_excluded
 from controller.core.merge import merge_pass
@@ -138,14 +137,24 @@ def _prior_coverage(prior: StructuredSummary | None) -> PriorCoverage:
         return PriorCoverage()
     mark = prior.watermark
     key = (mark.timestamp_ms, mark.memory_id) if mark is not None else None
-    return PriorCoverage(key, prior.coverage, prior.memory_count)
+    return PriorCoverage(
+        key,
+        prior.coverage,
+        prior.memory_count,
+        digest_of_text(prior.rows_digest) if prior.rows_digest else None,
+        prior.sources_json,
+        prior.skipped_rows,
+    )
 
 
-def _covered(rows: SessionRows, upto: tuple[int, str] | None = None) -> tuple[Coverage, int]:
-    """The coverage a write records, and how many rows it covers (its memoryCount at a
-    checkpoint): never a row the pass has not read or found covered."""
-    keys = list(rows.covered_keys(upto))
-    return coverage_of(keys), len(keys)
+def _checkpoint(
+    current: StructuredSummary, rows: SessionRows, upto: tuple[int, str] | None
+) -> StructuredSummary:
+    """The summary so far as a checkpoint writes it: what it covers up to `upto`, and no
+    digest of the session's rows (it does not account for all of them yet)."""
+    coverage, count = rows.coverage(upto)
+    update = {"memory_count": count, "coverage": coverage, "rows_digest": None}
+    return current.model_copy(update=update)
 
 
 def _with_session_facts(summary: StructuredSummary, rows: SessionRows) -> StructuredSummary:
@@ -162,7 +171,10 @@ def _with_session_facts(summary: StructuredSummary, rows: SessionRows) -> Struct
             "models": sorted(sources.models),
             "tools_used": sorted(sources.tools),
             "total_tool_calls": sources.tool_calls,
-            "coverage": _covered(rows)[0],
+            "coverage": rows.coverage()[0],
+            "rows_digest": digest_text(rows.digest),
+            "sources_json": sources.to_json(),
+            "skipped_rows": rows.skipped,
         }
     )
 
@@ -275,16 +287,14 @@ def summarize_session(
             guard.check()  # a writer that lost its claim stops spending model calls
         if passes and stop is not None and stop():
             assert isinstance(current, StructuredSummary) and current.watermark is not None
-            coverage, count = _covered(rows, read_upto)
-            write(current.model_copy(update={"memory_count": count, "coverage": coverage}))
+            write(_checkpoint(current, rows, read_upto))
             raise PassInterrupted(
                 f"stopped after {passes} pass(es) of session {session_id!r}; what they "
                 "covered is written"
             )
         if passes and checkpoint_passes and passes % checkpoint_passes == 0:
             assert isinstance(current, StructuredSummary) and current.watermark is not None
-            coverage, count = _covered(rows, read_upto)
-            write(current.model_copy(update={"memory_count": count, "coverage": coverage}))
+            write(_checkpoint(current, rows, read_upto))
             checkpoints += 1
         before = full_document(current) if isinstance(current, StructuredSummary) else ""
         result = run_pass(session_id, chunk, current, summarizer)

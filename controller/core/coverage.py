@@ -110,6 +110,57 @@ def build(keys: Iterable[tuple[int, str]], max_buckets: int = MAX_BUCKETS) -> Co
     return Coverage(tuple(buckets))
 
 
+def extend(
+    coverage: Coverage,
+    keys: Iterable[tuple[int, str]],
+    covered_upto_ms: int,
+    max_buckets: int = MAX_BUCKETS,
+) -> Coverage:
+    """The coverage with these rows added, costing what is new: rows after every row it
+    covers (a pass's new rows; covered_upto_ms is its watermark's time). Rows of that very
+    time join the last bucket; later ones start one new bucket (no covered row is at or after
+    its start, so no bucket's rows change); then the adjacent pair holding the fewest rows
+    is merged (their counts and sums add) until at most max_buckets remain."""
+    buckets = list(coverage.buckets)
+    fresh: Bucket | None = None
+    for ts, row_id in sorted(keys):
+        h = id_hash(row_id)
+        if buckets and ts <= covered_upto_ms:
+            buckets[-1] = buckets[-1].add(h)
+        else:
+            fresh = (fresh or Bucket(ts)).add(h)
+    if fresh is not None:
+        buckets.append(fresh)
+    while len(buckets) > max_buckets:
+        i = min(range(len(buckets) - 1), key=lambda j: buckets[j].count + buckets[j + 1].count)
+        a, b = buckets[i], buckets[i + 1]
+        joined = Bucket(a.start, a.count + b.count, (a.sum1 + b.sum1) % P, (a.sum2 + b.sum2) % P)
+        buckets[i : i + 2] = [joined]
+    return Coverage(tuple(buckets))
+
+
+def digest(row_ids: Iterable[str]) -> Bucket:
+    """Every row of a session, as a count and two sums of id hashes: what a pass compares
+    (with the ids alone) to tell that no row was deleted or landed behind the watermark."""
+    total = Bucket(0)
+    for row_id in row_ids:
+        total = total.add(id_hash(row_id))
+    return total
+
+
+def digest_text(bucket: Bucket) -> str:
+    return f"{bucket.count}:{bucket.sum1:x}:{bucket.sum2:x}"
+
+
+def digest_of_text(text: object) -> Bucket | None:
+    """A digest as stored; None for anything else."""
+    try:
+        count, s1, s2 = str(text).split(":")
+        return Bucket(0, int(count), int(s1, 16) % P, int(s2, 16) % P)
+    except ValueError:
+        return None
+
+
 def partition(keys: Iterable[tuple[int, str]], starts: Sequence[int]) -> list[Bucket]:
     """These rows in the buckets these starts define: one bucket per start, plus, first, a
     bucket (start None's place, index 0) for rows older than every start."""
@@ -185,6 +236,11 @@ class PriorCoverage:
     watermark_key: tuple[int, str] | None = None  # the newest memory covered
     coverage: Coverage | None = None  # None: a row of an earlier version (or a watermark only)
     memory_count: int | None = None  # the prior's memoryCount, for a row without coverage
+    # Every row the prior accounted for (coverage.digest), with who wrote them and how many
+    # had no usable time: what lets a pass read only the rows added since.
+    digest: Bucket | None = None
+    sources_json: str | None = None
+    skipped: int = 0
 
 
 def to_reread(

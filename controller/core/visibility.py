@@ -23,6 +23,8 @@ checks these rules and defaults against neo's own code.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -184,6 +186,31 @@ class SessionSources:
     @property
     def owner_user_id(self) -> str | None:
         return self.owner[2] if self.owner is not None else None
+
+    def to_json(self) -> str:
+        """What the ledger keeps, so a pass that reads only new rows adds them to it."""
+        return json.dumps(dataclasses.asdict(self), separators=(",", ":"), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: object) -> SessionSources | None:
+        """The sources as kept; None for anything this version cannot read."""
+        try:
+            data = json.loads(str(text))
+            owner = data.get("owner")
+            return cls(
+                identities={str(k): int(v) for k, v in data["identities"].items()},
+                anonymous=int(data["anonymous"]),
+                agents=dict.fromkeys(map(str, data["agents"])),
+                owner=(int(owner[0]), str(owner[1]), str(owner[2])) if owner else None,
+                names=dict.fromkeys(map(str, data["names"])),
+                models=dict.fromkeys(map(str, data["models"])),
+                tools=dict.fromkeys(map(str, data["tools"])),
+                tool_calls=int(data["tool_calls"]),
+                first_ms=None if data["first_ms"] is None else int(data["first_ms"]),
+                last_ms=None if data["last_ms"] is None else int(data["last_ms"]),
+            )
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError):
+            return None
 
 
 def _text(value: object) -> str | None:

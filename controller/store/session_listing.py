@@ -12,16 +12,28 @@ from dataclasses import dataclass, field
 
 from chromadb.api.models.Collection import Collection
 
-from controller.core.coverage import Dirty, PriorCoverage, to_reread
+from controller.core.coverage import (
+    Bucket,
+    Coverage,
+    Dirty,
+    PriorCoverage,
+    digest,
+    extend,
+    id_hash,
+    to_reread,
+)
+from controller.core.coverage import build as coverage_of
 from controller.core.memories import Memory, Watermark, memory_from_row
 from controller.core.visibility import SessionSources
 from controller.store.collections import listing
+from controller.store.errors import guard
 from controller.store.row_keys import RowKeys, RowKeysBuilder
 
 # Rows per page of a session's listing: half the transient heap of 2,000 (measured: the
 # pass over 50,000 memories kept 3 MB less afterwards), one round trip for most sessions.
 LIST_PAGE = 1000
 GET_BATCH = 500
+ID_PAGE = 5000  # ids only: a few bytes a row
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,10 @@ class SessionRows:
     selected: int = 0  # rows read this pass, excluded types too
     reread: tuple[Dirty, ...] = ()  # ranges at or before the prior's watermark read again
     prior_key: tuple[int, str] | None = None  # the prior's watermark
+    digest: Bucket = field(default_factory=lambda: Bucket(0))  # every row's id (coverage.digest)
+    # Listed only the rows after the prior's watermark (every other row was the prior's,
+    # unchanged): `keys` holds those, and the coverage grows from the prior's.
+    base: Coverage | None = None
 
     @property
     def memories(self) -> Iterator[Memory]:
@@ -51,6 +67,15 @@ class SessionRows:
     def late(self) -> int:
         """Rows at or before the prior's watermark that it does not cover (landed late)."""
         return sum(d.uncovered for d in self.reread)
+
+    def coverage(self, upto: tuple[int, str] | None = None) -> tuple[Coverage, int]:
+        """The coverage a write records and how many rows it covers (its memoryCount at a
+        checkpoint): never a row the pass has not read or found covered."""
+        keys = list(self.covered_keys(upto))
+        if self.base is None:
+            return coverage_of(keys), len(keys)
+        assert self.prior_key is not None
+        return extend(self.base, keys, self.prior_key[0]), self.base.count + len(keys)
 
     def covered_keys(self, upto: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
         """The rows a summary covers once the pass has read every selected row up to `upto`
@@ -71,8 +96,97 @@ def list_session(
     exclude: Callable[[Memory], bool] | None,
     read_batch: Callable[[Sequence[str]], list[Memory]],
 ) -> SessionRows:
-    """Lists the session and decides what the pass reads (MemoryStore.session_rows)."""
+    """Lists the session and decides what the pass reads (MemoryStore.session_rows): only
+    the rows added since the prior when nothing else changed (list_appended), else all."""
+    appended = list_appended(coll, session_id, prior, exclude)
+    if appended is not None:
+        return appended
+    return _list_all(coll, session_id, prior, exclude, read_batch)
+
+
+def list_appended(
+    coll: Collection,
+    session_id: str,
+    prior: PriorCoverage,
+    exclude: Callable[[Memory], bool] | None,
+) -> SessionRows | None:
+    """The session as one pass lists it when nothing but new rows changed since the prior:
+    every row's id (no metadata), and the rows at or after the prior's watermark time whole.
+    The ids of the rows not newer than the watermark must be exactly the rows the prior
+    accounted for (their digest: same count and sums), so no row was deleted and none
+    landed behind the watermark (with an older time, or one the filter does not compare:
+    ISO text, seconds); else None, and the caller lists everything. Costs the ids and what
+    is new, at most one page of it."""
+    mark, sources = prior.watermark_key, SessionSources.from_json(prior.sources_json)
+    if mark is None or prior.coverage is None or prior.digest is None or sources is None:
+        return None
+    ids = list(_ids_only(coll, session_id))
+    where = {"$and": [{"sessionId": session_id}, {"timestamp": {"$gte": mark[0]}}]}
+    newer = list(listing(coll, "listing the session's new memories", where, LIST_PAGE + 1))
+    if len(newer) > LIST_PAGE:
+        return None  # a long backlog: read in order, batch by batch
+    added: list[Memory] = []
+    for row_id, meta, doc in newer:
+        memory = memory_from_row(row_id, doc, meta)
+        if memory is not None and (memory.timestamp_ms, memory.id) > mark:
+            added.append(memory)
+    new_ids = {m.id for m in added}
+    if digest(i for i in ids if i not in new_ids) != prior.digest:
+        return None
+    added.sort(key=lambda m: (m.timestamp_ms, m.id))
+    keys = RowKeysBuilder()
+    by_id = {row_id: meta for row_id, meta, _ in newer}
+    wanted: dict[str, Memory] = {}
+    newest = Watermark(timestamp_ms=mark[0], memory_id=mark[1])
+    for memory in added:
+        sources.add(memory.id, by_id[memory.id], memory.timestamp_ms)
+        include = exclude is None or not exclude(memory)
+        keys.add(memory.timestamp_ms, memory.id, included=include)
+        if include:
+            wanted[memory.id] = memory
+        newest = Watermark.of(memory)
+    sorted_keys = keys.build()
+    return SessionRows(
+        total=len(ids),
+        newest=newest,
+        keys=sorted_keys,
+        included=len(wanted),
+        skipped=prior.skipped,
+        read=lambda: (wanted[row_id] for row_id in sorted_keys.included_ids()),
+        sources=sources,
+        selected=len(added),
+        prior_key=mark,
+        digest=digest(ids),
+        base=prior.coverage,
+    )
+
+
+def _ids_only(coll: Collection, session_id: str) -> Iterator[str]:
+    """Every row id of the session, without metadata (a few bytes each), page by page."""
+    offset = 0
+    while True:
+        got = guard(
+            "listing the session's row ids",
+            lambda o=offset: coll.get(  # type: ignore[misc]
+                where={"sessionId": session_id}, include=[], limit=ID_PAGE, offset=o
+            ),
+        )
+        yield from got["ids"]
+        if len(got["ids"]) < ID_PAGE:
+            return
+        offset += ID_PAGE
+
+
+def _list_all(
+    coll: Collection,
+    session_id: str,
+    prior: PriorCoverage,
+    exclude: Callable[[Memory], bool] | None,
+    read_batch: Callable[[Sequence[str]], list[Memory]],
+) -> SessionRows:
+    """Lists every row of the session, and decides what the pass reads."""
     newest: Watermark | None = None
+    every_id = Bucket(0)  # the digest of every row's id (coverage.digest)
     sources = SessionSources()
     keys = RowKeysBuilder()
     first_page: dict[str, Memory] = {}
@@ -83,6 +197,7 @@ def list_session(
     )
     for row_id, meta, doc in listed:
         total += 1
+        every_id = every_id.add(id_hash(row_id))
         probe = memory_from_row(row_id, doc, meta)
         sources.add(row_id, meta, probe.timestamp_ms if probe is not None else None)
         if probe is None:
@@ -132,4 +247,5 @@ def list_session(
         selected,
         tuple(reread),
         mark,
+        every_id,
     )

@@ -14,7 +14,7 @@ import itertools
 import json
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from controller.core.fencing import LEGACY_FENCE_KEY
@@ -64,6 +64,7 @@ def everything(store: MemoryStore, sid: str) -> str:
     max_examples=4,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # each example is a real pass
 )
 @given(
     memories=st.integers(min_value=1, max_value=240), step=st.integers(min_value=1, max_value=60)
@@ -112,6 +113,7 @@ def write_previous_release_row(store: MemoryStore, sid: str, fence: int) -> None
     max_examples=4,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],  # each example is a real pass
 )
 @given(before=st.integers(min_value=1, max_value=30), after=st.integers(min_value=0, max_value=10))
 def test_a_previous_release_row_is_slimmed_on_the_first_write_and_keeps_every_fact(

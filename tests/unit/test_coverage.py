@@ -13,7 +13,9 @@ from controller.core.coverage import (
     Coverage,
     PriorCoverage,
     build,
+    digest,
     dirty_buckets,
+    extend,
     missing_rows,
     to_reread,
 )
@@ -154,3 +156,37 @@ def test_a_walk_leaves_active_sessions_to_the_sweep() -> None:
     cycle.fold([("busy", 9_999_000)])
     plan = reconcile(cycle, {}, now_ms=10_000_000, idle_ms=60_000, max_sessions=10)
     assert plan.candidates == [] and plan.still_active == ["busy"]
+
+
+# -- a pass that reads only what is new ----------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 50), st.text(min_size=1, max_size=6)), unique_by=lambda k: k[1]
+    ),
+    st.lists(st.integers(1, 400), max_size=12),
+    st.integers(1, 16),
+)
+def test_a_coverage_grown_pass_by_pass_covers_exactly_the_rows_a_full_listing_would(
+    first: list[tuple[int, str]], steps: list[int], max_buckets: int
+) -> None:
+    """Rows added after the watermark, pass after pass, grow the coverage (extend) to one
+    that a full listing finds clean, that counts every row and stays bounded; and the
+    digest of the ids alone tells the rows apart from a set with one deleted."""
+    keys = sorted(first)
+    coverage = build(keys, max_buckets)
+    for n, step in enumerate(steps):
+        mark = max(keys) if keys else (0, "")
+        new = [(mark[0] + step % 3, f"new-{n}-{i}") for i in range(step % 7 + 1)]
+        new = [k for k in new if k > mark]
+        coverage = extend(coverage, new, mark[0], max_buckets) if keys else build(new, max_buckets)
+        keys = sorted(keys + new)
+    assert coverage.count == len(keys) and len(coverage.buckets) <= max_buckets
+    assert dirty_buckets(coverage, keys) == []
+    ids = [row_id for _, row_id in keys]
+    assert digest(ids) == digest(reversed(ids))
+    if ids:
+        assert digest(ids[1:]) != digest(ids)
+        assert digest([*ids[1:], "late-one"]) != digest(ids)  # a deletion and an arrival
