@@ -291,7 +291,7 @@ def test_long_legacy_text_is_carried_whole_however_long() -> None:
     s = summarize_extractive("s1", [], legacy)
     validate_summary(s, legacy)
     back = through_the_store(s)
-    assert back.legacy_text == legacy.text  # the row's metadata keeps all of it
+    assert back.legacy_text == legacy.text  # the ledger keeps all of it
     whole = render_document(back, max_chars=None)  # what `summaryctl summaries --full` shows
     for sentence in sentences_:
         assert sentence in whole
@@ -299,7 +299,7 @@ def test_long_legacy_text_is_carried_whole_however_long() -> None:
     document = render_document(back)  # what agents read: bounded, says where the rest is
     assert len(document) <= DOCUMENT_MAX_CHARS
     assert sentences_[0] in document
-    assert "the whole text is in this row's metadata key `legacySummary`" in document
+    assert "the whole text is in the operator's ledger, key `legacySummary`" in document
 
 
 def test_legacy_text_that_looks_like_a_failure_is_carried_but_its_title_not_reused() -> None:

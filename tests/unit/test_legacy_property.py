@@ -105,7 +105,7 @@ def normalized(text: str) -> str:
 def assert_carried(text: str, summary: StructuredSummary) -> None:
     """The text is in the summary whole: in the row it becomes (the full rendering, what
     `summaryctl summaries --full` prints) and, as far as the bound allows, in the document
-    agents read, which then names the metadata key that keeps the rest."""
+    agents read, which then names the ledger key that keeps the rest."""
     document = render_document(summary, max_chars=None)
     assert text in document
     bounded = render_document(summary)
