@@ -134,8 +134,8 @@ def write_row(
         # In deadline order, and the claim checked once the turn came: the wait is never
         # between the check and the write. The row's fence is read right before the upsert.
         with turn(store.location.describe()):
-            found, digest = store.read_row_state(sid)
-            if seen is not None and digest != seen.digest:
+            found = store.read_row_state(sid)
+            if seen is not None and found.digest != seen.digest:
                 outcome = "refused"
                 raise RowChangedDuringPass(
                     f"the row of session {sid!r} was rewritten by another writer during this "
@@ -144,11 +144,11 @@ def write_row(
             fence_keys: Mapping[str, int | str] = {}
             if guard is not None:
                 outcome = "refused"
-                fence_keys = guard.admit(found)
+                fence_keys = guard.admit(found.fence)
                 outcome = "failed"
             now_ms = int(time.time() * 1000)
             tell(WriteEvent("admitted", sid, writer, writer_object, now_ms, began_ms, fence))
-            store.write_summary(summary.session_id, document, metadata, vector, fence_keys)
+            store.write_summary(summary.session_id, document, metadata, vector, fence_keys, found)
             outcome = "written"
             if seen is not None:
                 seen.digest = document_digest(document)

@@ -22,14 +22,14 @@ from chromadb.errors import ChromaError, InvalidArgumentError
 
 from controller.core.coverage import PriorCoverage
 from controller.core.embedding_match import embedding_function_problem
-from controller.core.fencing import Fence, recorded_fence
+from controller.core.fencing import recorded_fence
 from controller.core.ledger import (
     LEDGER_VECTOR,
+    RowState,
     UnreadableLedgerEntry,
     combined_state,
-    ledger_document,
-    ledger_metadata,
-    ledger_state,
+    plan_write,
+    read_entry,
     split_row_and_ledger,
 )
 from controller.core.memories import (
@@ -163,20 +163,29 @@ class MemoryStore(Scans):
         }
 
     def read_ledger(self, session_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """(the ledger entry's small keys, its state) of the session's row; None without
-        one. Raises UnreadablePriorSummary for an entry this version cannot read."""
-        entry = self._get_one("ledger", session_id, ["documents", "metadatas"])
-        if entry is None:
-            return None
+        """(the ledger entry's head keys, its state) of the session's row, in one read of
+        its head and segments; None without one. Raises UnreadablePriorSummary for an
+        entry this version cannot read."""
         try:
-            state = ledger_state(entry["document"])
+            got = self._on_ledger(
+                "reading the session's ledger entry",
+                lambda coll: coll.get(
+                    where={"sessionId": session_id}, include=["documents", "metadatas"]
+                ),
+            )
+        except CollectionNotFound:
+            return None
+        records = list(
+            zip(got["ids"], got["documents"] or [], got["metadatas"] or [], strict=False)
+        )
+        try:
+            return read_entry(session_id, [(i, d, dict(m or {})) for i, d, m in records])
         except UnreadableLedgerEntry as exc:
             raise UnreadablePriorSummary(
                 f"the ledger entry of session {session_id!r} in "
                 f"{self.location.ledger_collection!r} cannot be read ({exc}); it and the row "
                 "are left in place"
             ) from None
-        return entry["metadata"], state or {}
 
     def stored_summary(self, session_id: str) -> tuple[str, dict[str, Any]] | None:
         """(the row's document, every key written for it: the row's and its ledger
@@ -208,17 +217,17 @@ class MemoryStore(Scans):
         prior = from_chroma_row(session_id, document, combined_state(row["metadata"], state))
         return prior, document_digest(document or "")
 
-    def read_row_state(self, session_id: str) -> tuple[Fence | None, str | None]:
-        """(the fence of the claim grant that last wrote the session's row, core/fencing.py,
-        from its ledger entry or, for a row of the previous release, the row itself; the
-        digest of the row's document), read right before an upsert; (None, None) when
-        neither exists."""
+    def read_row_state(self, session_id: str) -> RowState:
+        """The row as a write finds it right before it writes: the fence of the claim grant
+        that last wrote it (core/fencing.py: from its ledger entry or, for a row of the
+        previous release, the row itself), the digest of its document (None: no row) and
+        its ledger entry's head (what the write appends to)."""
         entry = self._get_one("ledger", session_id, ["metadatas"])
         row = self._get_one("summary", session_id, ["documents", "metadatas"])
-        fence = recorded_fence(
-            entry["metadata"] if entry else None, row["metadata"] if row else None
-        )
-        return fence, document_digest(row["document"] or "") if row is not None else None
+        head = entry["metadata"] if entry else None
+        fence = recorded_fence(head, row["metadata"] if row else None)
+        digest = document_digest(row["document"] or "") if row is not None else None
+        return RowState(fence, digest, head)
 
     def summary_states(self, session_ids: Sequence[str]) -> dict[str, StoredSummaryState]:
         """memoryCount and timestamp of the stored summaries of these sessions; none when
@@ -303,6 +312,7 @@ class MemoryStore(Scans):
         metadata: Mapping[str, str | int | float | bool],
         embedding: Sequence[float],
         fence: Mapping[str, int | str] | None = None,
+        found: RowState | None = None,
     ) -> None:
         """Writes the session's ledger entry (the writer's state and the fence of its grant),
         then its row (id summary_<sessionId>: the document and the keys readers use); the
@@ -312,20 +322,25 @@ class MemoryStore(Scans):
         (summary_row.upsert_metadata): Chroma's upsert would otherwise keep them."""
         row, state = split_row_and_ledger(metadata)
         digest = row.get(DIGEST_KEY)
+        head = (
+            found.ledger_head if found is not None else self.read_row_state(session_id).ledger_head
+        )
+        plan = plan_write(
+            session_id, state, head, fence or {}, digest if isinstance(digest, str) else None
+        )
+        records = plan.records
         self._on_ledger(
             "writing the ledger entry",
             lambda coll: coll.upsert(
-                ids=[summary_row_id(session_id)],
-                documents=[ledger_document(state)],
-                metadatas=[
-                    ledger_metadata(
-                        session_id, state, fence or {}, digest if isinstance(digest, str) else None
-                    )
-                ],
-                embeddings=cast(Any, [np.asarray(LEDGER_VECTOR, dtype=np.float32)]),
+                ids=[r.record_id for r in records],
+                documents=[r.document for r in records],
+                metadatas=[r.metadata for r in records],
+                embeddings=cast(Any, [np.asarray(LEDGER_VECTOR, dtype=np.float32)] * len(records)),
             ),
             create=True,
         )
+        if plan.superseded:
+            self._drop_generations_below(session_id, plan.generation)
         sent = upsert_metadata(row)
 
         def upsert(coll: Collection) -> None:
@@ -347,6 +362,18 @@ class MemoryStore(Scans):
         # Chroma accepted the vector, so the collection holds this dimension: later writes
         # need no sample (one fewer round trip per summary once a first write succeeded).
         self._verified_dimension = len(embedding)
+
+    def _drop_generations_below(self, session_id: str, generation: int) -> None:
+        """Deletes the entry's segments of earlier generations (replaced whole by the one
+        just written). Best effort: a leftover segment is never read (read_entry)."""
+        where = {"$and": [{"sessionId": session_id}, {"generation": {"$lt": generation}}]}
+        try:
+            self._on_ledger(
+                "dropping replaced ledger segments",
+                lambda coll: coll.delete(where=cast(Any, where)),
+            )
+        except (StoreUnavailable, CollectionNotFound) as exc:
+            log.info("session %s: replaced ledger segments left: %s", session_id, exc)
 
     def latest_summaries(self, limit: int) -> list[tuple[str, str, dict[str, Any]]]:
         """(id, document, metadata) of the newest summaries, as agents read them at boot.
