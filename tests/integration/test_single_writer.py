@@ -495,8 +495,10 @@ def test_objects_in_several_namespaces_naming_one_session_never_write_it_at_once
     harness: Harness, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Two objects per namespace (the derived name and a hand-named one) in three
-    namespaces whose summarizers reach one Chroma by two different addresses, served by two
-    replicas that both think they are active: one writer per session at any moment."""
+    namespaces whose summarizers reach one Chroma by two different addresses, one of them
+    reading another memory collection (a copy of the same rows) into the same summary
+    collection, served by two replicas that both think they are active: one writer per
+    summary row at any moment (the claim is the row's, not the memory collection's)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from controller.api import GROUP, SUMMARY_PLURAL, VERSION, now_rfc3339
@@ -505,20 +507,23 @@ def test_objects_in_several_namespaces_naming_one_session_never_write_it_at_once
     namespaces = ["multi-a", "multi-b", "multi-c"]
     port = harness.chroma.url.rsplit(":", 1)[1]
     addresses = [f"http://127.0.0.1:{port}", f"http://localhost:{port}"]
+    memories = ["multi-memory", "multi-memory", "multi-memory-copy"]
     for i, ns in enumerate(namespaces):
         cp.kubectl_run("create", "namespace", ns, check=False)
         cp.kubectl_run(
             "apply",
             "-f",
             "-",
-            input=summarizer(ns, addresses[i % 2], "multi-memory", "multi-sessions"),
+            input=summarizer(ns, addresses[i % 2], memories[i], "multi-sessions"),
         )
     store = harness.store("multi-memory", "multi-sessions")
+    stores = [store, harness.store("multi-memory-copy", "multi-sessions")]
     base = 1_770_000_000_000
-    load(
-        store,
-        [interaction(sid, k, base + k, f"Fact {sid}-{k}: implement step {k}.") for k in (0, 1)],
-    )
+    for each in stores:
+        load(
+            each,
+            [interaction(sid, k, base + k, f"Fact {sid}-{k}: implement step {k}.") for k in (0, 1)],
+        )
     journal = tmp_path / "writes.jsonl"
     reps = Replicas(
         cp,
@@ -563,15 +568,16 @@ def test_objects_in_several_namespaces_naming_one_session_never_write_it_at_once
         rounds = 5
         for r in range(rounds):
             k0 = 2 + 2 * r
-            load(
-                store,
-                [
-                    interaction(
-                        sid, k, base + 1000 * (r + 1) + k, f"Fact {sid}-{k}: follow-up {k}."
-                    )
-                    for k in (k0, k0 + 1)
-                ],
-            )
+            for each in stores:
+                load(
+                    each,
+                    [
+                        interaction(
+                            sid, k, base + 1000 * (r + 1) + k, f"Fact {sid}-{k}: follow-up {k}."
+                        )
+                        for k in (k0, k0 + 1)
+                    ],
+                )
             expected = k0 + 2
             stamp = now_rfc3339(precise=True)
 
