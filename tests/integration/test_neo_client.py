@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from controller.core.naming import summary_row_id
 from controller.core.row_ownership import NEO_DERIVED_KEYS
+from controller.core.summary_row import READER_ROW_KEYS
 from controller.core.visibility import (
     DEFAULT_VISIBILITY,
     NEO_IDENTITY_TRUST_TIERS,
@@ -593,3 +594,47 @@ def test_a_plan_row_neo_ingests_with_a_float_timestamp_is_counted_and_summarized
     document, meta = neo_store.summary_row(sid)
     assert meta["memoryCount"] == 3
     assert "services/ledger/migrate.py" in document
+
+
+# -- the previous release's rows ---------------------------------------------------------------
+
+
+def test_a_previous_release_row_is_listed_by_neo_before_and_after_its_first_write_slims_it(
+    neo_store: NeoStore, neo_model: OpenAIServer
+) -> None:
+    """A row as the previous release wrote it (the writer's whole state on the row, its
+    fence as claimFence, no ledger entry) is listed by neo's reader; the next sunset moves
+    the state into the ledger and leaves a row of neo's keys that neo still lists, with
+    every fact kept and no other writer reported."""
+    neo, store = (
+        neo_store.neo,
+        neo_store.harness.store(neo_store.neo.memory_collection, neo_store.neo.summary_collection),
+    )
+    sid = f"upgraded-{uuid.uuid4().hex[:6]}"
+    neo.add_memories([turn(sid, "Pin the exporter to port 7443."), turn(sid, "Use gzip level 6.")])
+    apply_summarizer(neo_store, neo_model)
+    neo_store.sunset(sid)
+    stored = store.stored_summary(sid)
+    assert stored is not None
+    document, keys = stored
+    heavy = {k: v for k, v in keys.items() if not k.startswith("ledger.")}
+    heavy["claimFence"] = 1
+    coll = store.client.get_collection(neo.summary_collection)
+    vector = coll.get(ids=[summary_row_id(sid)], include=["embeddings"])["embeddings"][0]
+    store.ledger().delete(where={"sessionId": sid})
+    row_id = summary_row_id(sid)
+    coll.upsert(ids=[row_id], documents=[document], metadatas=[heavy], embeddings=[list(vector)])
+    assert sid in listed(neo.list_summaries(limit=50))
+
+    neo.add_memories([turn(sid, "Record the outcome: the exporter now retries 3 times.")])
+    obj = neo_store.sunset(sid)
+    assert conditions(obj)["SingleWriter"]["reason"] == "NoOtherWriter"
+    row = coll.get(ids=[summary_row_id(sid)], include=["metadatas"])["metadatas"][0]
+    assert set(row) <= READER_ROW_KEYS, sorted(set(row) - READER_ROW_KEYS)
+    boot = neo.list_summaries(limit=50)
+    mine = next(s for s in boot["summaries"] if s["sessionId"] == sid)
+    assert mine["memoryCount"] == 3
+    kept = store.stored_summary(sid)
+    assert kept is not None
+    text = kept[0] + json.dumps(kept[1])
+    assert all(f in text for f in ("port 7443", "gzip level 6", "retries 3 times"))
