@@ -249,6 +249,25 @@ class RetentionSpec(CamelModel):
     failed_ttl_seconds: TTLSeconds = Field(default=604_800, alias="failedTTLSeconds")
 
 
+class RedactionPattern(CamelModel):
+    """A secret of one's own shape: a Python regex, its first group (if any) the secret."""
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+    pattern: str = Field(min_length=1, max_length=1000)
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            return re.compile(value).pattern
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from exc
+
+
+class RedactionSpec(CamelModel):  # masked before a summary is made: core/redaction.py
+    extra_patterns: list[RedactionPattern] = Field(default=[], max_length=64)
+
+
 DEFAULT_EXCLUDED_TYPES = ("context-injection", "context-refresh", "tick", "heartbeat")
 
 
@@ -259,6 +278,7 @@ class SessionSummarizerSpec(CamelModel):
     sweep: SweepSpec = SweepSpec()
     retention: RetentionSpec = RetentionSpec()
     visibility: VisibilitySpec = VisibilitySpec()
+    redaction: RedactionSpec = RedactionSpec()
     excluded_memory_types: list[
         Annotated[str, StringConstraints(min_length=1, max_length=MEMORY_TYPE_MAX)]
     ] = Field(default=list(DEFAULT_EXCLUDED_TYPES), max_length=EXCLUDED_TYPES_MAX)
@@ -319,6 +339,7 @@ class SessionSummaryStatus(CamelModel):
     model_tokens: int | None = None
     consecutive_failures: int | None = None
     skipped_memories: int | None = None
+    redactions: int | None = None
     provenance: SummaryProvenance | None = None
     message: str | None = None
     conditions: list[Condition] | None = None

@@ -24,6 +24,7 @@ from controller.core.destinations import (
     endpoint_refusal,
     judge_secret,
 )
+from controller.core.redaction import DEFAULT_REDACTION, Redaction
 from controller.core.visibility import DEFAULT_VISIBILITY, VisibilityRules
 from controller.embeddings.spec import EmbeddingSpec
 from controller.kube import client as kube
@@ -42,6 +43,7 @@ class Backends:
     excluded_types: Sequence[str]
     summarizer: Summarizer = EXTRACTIVE
     visibility: VisibilityRules = DEFAULT_VISIBILITY
+    redaction: Redaction = DEFAULT_REDACTION
 
 
 # The StoreSpec fields a StoreLocation takes as they are (the token is read from its Secret).
@@ -53,6 +55,11 @@ _STORE_FIELDS = (
     "summary_collection",
     "timeout_seconds",
 )
+
+
+def redaction_of(spec: SessionSummarizerSpec) -> Redaction:
+    """detect-secrets' rules and the summarizer's own patterns (docs/privacy.md)."""
+    return Redaction(tuple((p.name, p.pattern) for p in spec.redaction.extra_patterns))
 
 
 def check_endpoint(field: str, url: str) -> None:

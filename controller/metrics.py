@@ -68,6 +68,11 @@ LATE_MEMORIES = Counter(
     "session_summary_late_memories_total",
     "Memories a pass found behind its summary's watermark (landed late) and summarized.",
 )
+REDACTIONS = Counter(
+    "session_summary_redactions_total",
+    "Secrets masked before summarizing (memories read, prior summaries carried), by kind.",
+    ["kind"],
+)
 SWEEPS = Counter(
     "session_summary_sweeps_total",
     "Sweeps run by this replica (only the active replica sweeps).",
@@ -225,6 +230,11 @@ def observe_reconcile(rows: int, uncovered: int | None) -> None:
 
 def late_memories(n: int) -> None:
     LATE_MEMORIES.inc(n)
+
+
+def redactions(by_kind: Mapping[str, int]) -> None:
+    for kind, n in by_kind.items():
+        REDACTIONS.labels(kind=kind).inc(n)
 
 
 def claim_conflict() -> None:

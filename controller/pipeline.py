@@ -12,8 +12,9 @@ Blocking I/O: handlers call it in a worker thread.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from controller.core.chunking import chunk_memories
@@ -23,6 +24,7 @@ from controller.core.memories import Memory, is_excluded
 from controller.core.merge import merge_pass
 from controller.core.naming import summary_row_id
 from controller.core.provenance import PassTokens, Provenance, pass_tokens
+from controller.core.redaction import DEFAULT_REDACTION, PassRedaction, Redaction
 from controller.core.summary import (
     LegacySummary,
     OtherWriter,
@@ -87,6 +89,9 @@ class Outcome:
     # The write took the row over from a claim history our fences do not order (another
     # cluster, an etcd restored from a backup): what the object says (None: it did not).
     taken_over: str | None = None
+    # Secrets masked by this pass (core/redaction.py), by kind: in the memories it read and
+    # in the prior summary it carried. Counts, never the secrets.
+    redactions: dict[str, int] = field(default_factory=dict)
 
     @property
     def summary_id(self) -> str:
@@ -206,6 +211,7 @@ def summarize_session(
     stop: Callable[[], bool] | None = None,
     turn: WriteTurn = no_queue,
     watch: WriteWatcher | None = None,
+    redaction: Redaction = DEFAULT_REDACTION,
 ) -> Outcome:
     """Brings the session's stored summary up to date with its memories.
 
@@ -223,8 +229,12 @@ def summarize_session(
 
     A row another writer rewrote since our last write is written again even with nothing
     new to summarize: its text is then carried in ours, and the row is ours once more.
+    redaction: the secrets masked in every memory read and in the prior summary (one an
+    earlier release stored unmasked is written again, masked, even with nothing new).
     """
-    prior, row_digest = store.read_prior(session_id)
+    mask = PassRedaction(redaction)
+    stored, row_digest = store.read_prior(session_id)
+    prior = mask.prior(stored)
     # The row as this pass last saw it (read here, then each document it writes): another
     # writer's upsert meanwhile changes it, and then nothing is written over it.
     seen = RowSeen(row_digest)
@@ -232,7 +242,8 @@ def summarize_session(
     other = structured.other_writer if structured else None
     covered = _prior_coverage(structured)
     # The rows stream: the pass holds one chunk of memories at a time, never the session.
-    rows = store.session_rows(session_id, covered, exclude=lambda m: is_excluded(m, excluded_types))
+    excluded = functools.partial(is_excluded, excluded_types=excluded_types)
+    rows = store.session_rows(session_id, covered, exclude=excluded, mask=mask)
     if rows.total == 0:
         return Outcome("not-found", session_id, 0)
     skipped = rows.skipped
@@ -241,6 +252,7 @@ def summarize_session(
     if (
         structured is not None
         and other is None
+        and prior is stored
         and rows.selected == 0
         and structured.memory_count == rows.total
     ):
@@ -326,4 +338,5 @@ def summarize_session(
         Provenance(spent).with_document(render_document(final, store.location.memory_collection)),
         other,
         rows.late,
+        redactions=mask.counts(),
     )

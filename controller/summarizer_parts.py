@@ -26,6 +26,7 @@ from controller.backends import (
     Embedder,
     chat_model_config,
     embedding_spec,
+    redaction_of,
     store_location,
 )
 from controller.embeddings.minilm import MiniLMWeights
@@ -142,6 +143,7 @@ class SummarizerParts:
                 excluded_types=tuple(spec.excluded_memory_types),
                 summarizer=summarizer,
                 visibility=spec.visibility.rules(),
+                redaction=redaction_of(spec),
             )
 
     @contextlib.contextmanager

@@ -326,6 +326,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
                 excluded_types=parts.excluded_types,
                 summarizer=parts.summarizer,
                 visibility=parts.visibility,
+                redaction=parts.redaction,
             )
         except CollectionNotFound as exc:  # the same for every session: stop here
             raise _missing_collection(exc) from exc

@@ -32,6 +32,7 @@ from controller.api import (
     StoreSpec,
 )
 from controller.cli.args import CliError, check_chroma_url
+from controller.core.redaction import DEFAULT_REDACTION, Redaction
 from controller.core.text import one_line
 from controller.core.visibility import DEFAULT_VISIBILITY, VisibilityRules
 from controller.store.connection import StoreLocation
@@ -160,6 +161,7 @@ class SummarizeParts:
     summarizer: Any
     excluded_types: Sequence[str]
     visibility: VisibilityRules
+    redaction: Redaction = DEFAULT_REDACTION
 
 
 def summarize_parts(summarizer: Summarizer | None) -> SummarizeParts:
@@ -193,4 +195,5 @@ def summarize_parts(summarizer: Summarizer | None) -> SummarizeParts:
         summarizer=chosen,
         excluded_types=tuple(spec.excluded_memory_types) if spec else DEFAULT_EXCLUDED_TYPES,
         visibility=spec.visibility.rules() if spec else DEFAULT_VISIBILITY,
+        redaction=backends.redaction_of(spec) if spec else DEFAULT_REDACTION,
     )

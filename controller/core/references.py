@@ -121,8 +121,26 @@ def _acceptable(text: str, kind: str) -> bool:
     return True
 
 
+# A masked secret (core/redaction.py) stays inside the reference it was part of: a URL
+# keeps its shape, `postgres://admin:[redacted: basic-auth-credentials]@db/app`.
+_PLACEHOLDER = re.compile(r"\[redacted: [a-z0-9-]+\]")
+_STANDIN = "Redacted{}X"
+
+
 def extract_references(text: str) -> list[str]:
     """The references in one text, verbatim, in order of appearance, each once."""
+    masked = list(dict.fromkeys(_PLACEHOLDER.findall(text)))
+    if masked:
+        for i, placeholder in enumerate(masked):
+            text = text.replace(placeholder, _STANDIN.format(i))
+        refs = _references(text)
+        for i, placeholder in enumerate(masked):
+            refs = [ref.replace(_STANDIN.format(i), placeholder) for ref in refs]
+        return list(dict.fromkeys(r for r in refs if not _PLACEHOLDER.fullmatch(r)))
+    return _references(text)
+
+
+def _references(text: str) -> list[str]:
     found: list[tuple[int, int, str]] = []
     code = [m.span() for m in _CODE_BLOCK.finditer(text)]
     for kind, pattern in _PATTERNS:

@@ -170,6 +170,7 @@ def summarize_blocking(
             guard=guard,
             writer_object=writer_object,
             visibility=backends.visibility,
+            redaction=backends.redaction,
             stop=runtime.stopping.is_set,
             turn=runtime.scheduler.store_write,
             watch=runtime.watch_writes,

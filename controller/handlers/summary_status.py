@@ -254,6 +254,7 @@ def report(
         "trigger_source": spec.trigger,
         "consecutive_failures": 0,
         "skipped_memories": outcome.skipped_memories,
+        "redactions": sum(outcome.redactions.values()),
     }
     if outcome.skipped_memories:
         warning = (
@@ -323,6 +324,7 @@ def report(
         f"in {outcome.passes} pass(es) (trigger {spec.trigger}){late}"
     )
     metrics.late_memories(outcome.late_memories)
+    metrics.redactions(outcome.redactions)
     common.update(title=summary.title, summary_id=outcome.summary_id)
     record(
         body,

@@ -38,6 +38,7 @@ from controller.core.memories import (
     memory_sort_key,
 )
 from controller.core.naming import summary_row_id
+from controller.core.redaction import PassRedaction
 from controller.core.row_ownership import DIGEST_KEY, document_digest
 from controller.core.summary import SUMMARY_FORMAT, PriorSummary, UnreadablePriorSummary
 from controller.core.summary_row import from_chroma_row, upsert_metadata
@@ -66,6 +67,7 @@ class MemoryStore(Scans):
         session_id: str,
         prior: PriorCoverage | None = None,
         exclude: Callable[[Memory], bool] | None = None,
+        mask: PassRedaction | None = None,
     ) -> SessionRows:
         """The session's row count and newest row, and the parsed memories a pass reads:
         those after the prior's watermark, and those at or before it in the ranges where the
@@ -76,11 +78,14 @@ class MemoryStore(Scans):
         variable limit inside Chroma) and keeps only each row's (timestamp, id); the
         memories' text is read afterwards, batch by batch, as the caller iterates. A session
         that fits in the listing's first page (the usual case) is read in that one page.
+        Every memory and source it returns is masked by `mask` (core/redaction.py; default:
+        the detector rules) before anything else sees it.
         """
+        mask = mask or PassRedaction()
         with self._memory_missing():
             coll = self.memories()
-            read_batch = functools.partial(self._read_batch, coll)
-            return list_session(coll, session_id, prior or PriorCoverage(), exclude, read_batch)
+            read = lambda ids: [mask.memory(m) for m in self._read_batch(coll, ids)]  # noqa: E731
+            return list_session(coll, session_id, prior or PriorCoverage(), exclude, read, mask)
 
     def _read_batch(self, coll: Collection, ids: Sequence[str]) -> list[Memory]:
         """The memories of these ids (consecutive in the session's order), in that order."""

@@ -24,6 +24,7 @@ from controller.core.coverage import (
 )
 from controller.core.coverage import build as coverage_of
 from controller.core.memories import Memory, Watermark, memory_from_row
+from controller.core.redaction import PassRedaction
 from controller.core.visibility import SessionSources
 from controller.store.collections import listing
 from controller.store.errors import guard
@@ -95,13 +96,14 @@ def list_session(
     prior: PriorCoverage,
     exclude: Callable[[Memory], bool] | None,
     read_batch: Callable[[Sequence[str]], list[Memory]],
+    mask: PassRedaction,
 ) -> SessionRows:
     """Lists the session and decides what the pass reads (MemoryStore.session_rows): only
     the rows added since the prior when nothing else changed (list_appended), else all."""
-    appended = list_appended(coll, session_id, prior, exclude)
+    appended = list_appended(coll, session_id, prior, exclude, mask)
     if appended is not None:
         return appended
-    return _list_all(coll, session_id, prior, exclude, read_batch)
+    return _list_all(coll, session_id, prior, exclude, read_batch, mask)
 
 
 def list_appended(
@@ -109,6 +111,7 @@ def list_appended(
     session_id: str,
     prior: PriorCoverage,
     exclude: Callable[[Memory], bool] | None,
+    mask: PassRedaction,
 ) -> SessionRows | None:
     """The session as one pass lists it when nothing but new rows changed since the prior:
     every row's id (no metadata), and the rows at or after the prior's watermark time whole.
@@ -139,11 +142,11 @@ def list_appended(
     wanted: dict[str, Memory] = {}
     newest = Watermark(timestamp_ms=mark[0], memory_id=mark[1])
     for memory in added:
-        sources.add(memory.id, by_id[memory.id], memory.timestamp_ms)
+        sources.add(memory.id, mask.meta(by_id[memory.id]), memory.timestamp_ms)
         include = exclude is None or not exclude(memory)
         keys.add(memory.timestamp_ms, memory.id, included=include)
         if include:
-            wanted[memory.id] = memory
+            wanted[memory.id] = mask.memory(memory)
         newest = Watermark.of(memory)
     sorted_keys = keys.build()
     return SessionRows(
@@ -183,6 +186,7 @@ def _list_all(
     prior: PriorCoverage,
     exclude: Callable[[Memory], bool] | None,
     read_batch: Callable[[Sequence[str]], list[Memory]],
+    mask: PassRedaction,
 ) -> SessionRows:
     """Lists every row of the session, and decides what the pass reads."""
     newest: Watermark | None = None
@@ -199,7 +203,7 @@ def _list_all(
         total += 1
         every_id = every_id.add(id_hash(row_id))
         probe = memory_from_row(row_id, doc, meta)
-        sources.add(row_id, meta, probe.timestamp_ms if probe is not None else None)
+        sources.add(row_id, mask.meta(meta), probe.timestamp_ms if probe is not None else None)
         if probe is None:
             skipped += 1
             continue
@@ -208,7 +212,7 @@ def _list_all(
         wanted = exclude is None or not exclude(probe)
         keys.add(probe.timestamp_ms, probe.id, included=wanted)
         if wanted and total <= LIST_PAGE:  # the first page came with its documents
-            first_page[row_id] = probe
+            first_page[row_id] = mask.memory(probe)
     sorted_keys = keys.build()
     mark = prior.watermark_key
     reread = []

@@ -1,0 +1,108 @@
+"""Credentials are masked by kind, whatever surrounds them, and nothing else is touched."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.core.memories import Memory
+from controller.core.redaction import DEFAULT_REDACTION, PassRedaction, Redaction
+from controller.core.references import extract_references
+from controller.core.summary import StructuredSummary, SummaryItem
+from tests.support.credentials import generated
+
+KINDS = list(generated(0))
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_detector_kind_is_masked_with_its_placeholder(kind: str, seed: int) -> None:
+    secret, sentence = generated(seed)[kind]
+    masked = DEFAULT_REDACTION.text(sentence)
+    assert secret not in masked
+    assert f"[redacted: {kind}]" in masked
+    assert masked.split()[0] == sentence.split()[0]  # the words around it stay
+
+
+def test_a_password_in_a_url_keeps_the_url_readable() -> None:
+    secret, sentence = generated(1)["basic-auth-credentials"]
+    masked = DEFAULT_REDACTION.text(sentence)
+    assert secret not in masked
+    assert "postgres://admin:[redacted: basic-auth-credentials]@db.internal.example" in masked
+
+
+def test_a_reference_keeps_its_shape_with_the_secret_masked() -> None:
+    secret, _ = generated(2)["github-token"]
+    text = DEFAULT_REDACTION.text(f"cloned https://bot:{secret}@github.com/acme/api.git today")
+    assert extract_references(text) == [
+        "https://bot:[redacted: basic-auth-credentials]@github.com/acme/api.git"
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Decided: the exporter listens on port 7103; see docs/ledger.md and #36.",
+        "the password: is wrong, fix controller/core/merge.py at commit 2a093a7",
+        'run `pytest tests/unit -k "test_merge_keeps_items"` now',
+        "The API key rotation happens monthly, the secret store holds them.",
+    ],
+)
+def test_ordinary_text_is_left_as_it_is(text: str) -> None:
+    assert DEFAULT_REDACTION.text(text) == text
+
+
+def test_masking_twice_changes_nothing_more() -> None:
+    once = DEFAULT_REDACTION.text(" ".join(s for _, s in generated(3).values()))
+    assert DEFAULT_REDACTION.text(once) == once
+
+
+def test_a_summarizers_own_pattern_masks_its_first_group() -> None:
+    own = Redaction((("acme-license", r"ACME-LIC-(\d{12})"),))
+    assert (
+        own.text("license ACME-LIC-123456789012 ok")
+        == "license ACME-LIC-[redacted: acme-license] ok"
+    )
+    assert (
+        DEFAULT_REDACTION.text("license ACME-LIC-123456789012") == "license ACME-LIC-123456789012"
+    )
+
+
+def test_a_memory_is_masked_in_every_field_and_counted_per_row() -> None:
+    creds = generated(4)
+    memory = Memory(
+        id="m1",
+        session_id="s",
+        timestamp_ms=1,
+        prompt=creds["aws-access-key"][1],
+        thought=creds["json-web-token"][1],
+        response=creds["slack-token"][1],
+        document=creds["github-token"][1],
+        tools_used=(f"curl -H 'Authorization: Bearer {creds['github-token'][0]}'",),
+    )
+    mask = PassRedaction()
+    masked = mask.memory(memory)
+    mask.memory(memory)  # read twice: counted once
+    text = masked.model_dump_json()
+    assert all(creds[k][0] not in text for k in creds)
+    assert mask.counts() == {
+        "aws-access-key": 1,
+        "github-token": 2,
+        "json-web-token": 1,
+        "slack-token": 1,
+    }
+
+
+def test_a_prior_summary_stored_with_a_secret_is_masked_and_counted() -> None:
+    secret, sentence = generated(5)["aws-access-key"]
+    prior = StructuredSummary(
+        session_id="s",
+        title="t",
+        sections={"User Requests": [SummaryItem(text=sentence)]},
+        references=[f"s3://{secret}/x"],
+    )
+    mask = PassRedaction()
+    masked = mask.prior(prior)
+    assert masked is not None and secret not in masked.model_dump_json()
+    assert mask.counts() == {"aws-access-key": 2}
+    clean = prior.model_copy(update={"sections": {}, "references": []})
+    assert PassRedaction().prior(clean) is clean  # nothing to mask: the same object
