@@ -84,10 +84,12 @@ class MemoryStore(Scans):
         mask = mask or PassRedaction()
         with self._memory_missing():
             coll = self.memories()
-            read = lambda ids: [mask.memory(m) for m in self._read_batch(coll, ids)]  # noqa: E731
+            read = lambda ids: [mask.memory(m) for m in self._read_batch(coll, ids, mask)]  # noqa: E731
             return list_session(coll, session_id, prior or PriorCoverage(), exclude, read, mask)
 
-    def _read_batch(self, coll: Collection, ids: Sequence[str]) -> list[Memory]:
+    def _read_batch(
+        self, coll: Collection, ids: Sequence[str], mask: PassRedaction
+    ) -> list[Memory]:
         """The memories of these ids (consecutive in the session's order), in that order."""
         with self._memory_missing():
             got = guard(
@@ -99,7 +101,7 @@ class MemoryStore(Scans):
             for row_id, doc, meta in zip(
                 got["ids"], got["documents"] or [], got["metadatas"] or [], strict=False
             )
-            if (memory := memory_from_row(row_id, doc, meta)) is not None
+            if (memory := memory_from_row(row_id, doc, mask.meta(meta))) is not None
         ]
         memories.sort(key=memory_sort_key)
         return memories

@@ -129,6 +129,7 @@ def list_appended(
     if len(newer) > LIST_PAGE:
         return None  # a long backlog: read in order, batch by batch
     added: list[Memory] = []
+    newer = [(row_id, mask.meta(meta), doc) for row_id, meta, doc in newer]
     for row_id, meta, doc in newer:
         memory = memory_from_row(row_id, doc, meta)
         if memory is not None and (memory.timestamp_ms, memory.id) > mark:
@@ -142,7 +143,7 @@ def list_appended(
     wanted: dict[str, Memory] = {}
     newest = Watermark(timestamp_ms=mark[0], memory_id=mark[1])
     for memory in added:
-        sources.add(memory.id, mask.meta(by_id[memory.id]), memory.timestamp_ms)
+        sources.add(memory.id, by_id[memory.id], memory.timestamp_ms)
         include = exclude is None or not exclude(memory)
         keys.add(memory.timestamp_ms, memory.id, included=include)
         if include:
@@ -202,8 +203,9 @@ def _list_all(
     for row_id, meta, doc in listed:
         total += 1
         every_id = every_id.add(id_hash(row_id))
+        meta = mask.meta(meta)  # tool names are cut to 50 characters: masked before
         probe = memory_from_row(row_id, doc, meta)
-        sources.add(row_id, mask.meta(meta), probe.timestamp_ms if probe is not None else None)
+        sources.add(row_id, meta, probe.timestamp_ms if probe is not None else None)
         if probe is None:
             skipped += 1
             continue
