@@ -264,7 +264,7 @@ class RedactionPattern(CamelModel):
             raise ValueError(f"not a regular expression: {exc}") from exc
 
 
-class RedactionSpec(CamelModel):  # masked before a summary is made: core/redaction.py
+class RedactionSpec(CamelModel):  # masked before a summary is made: redaction.py
     extra_patterns: list[RedactionPattern] = Field(default=[], max_length=64)
 
 

@@ -24,11 +24,11 @@ from controller.core.destinations import (
     endpoint_refusal,
     judge_secret,
 )
-from controller.core.redaction import DEFAULT_REDACTION, Redaction
 from controller.core.visibility import DEFAULT_VISIBILITY, VisibilityRules
 from controller.embeddings.spec import EmbeddingSpec
 from controller.kube import client as kube
 from controller.pipeline import Embedder
+from controller.redaction import DEFAULT_REDACTION, Redaction
 from controller.store.connection import StoreLocation
 from controller.store.memory_store import MemoryStore
 from controller.summarizers.chat_prompt import ChatModelConfig

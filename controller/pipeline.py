@@ -24,7 +24,6 @@ from controller.core.memories import Memory, is_excluded
 from controller.core.merge import merge_pass
 from controller.core.naming import summary_row_id
 from controller.core.provenance import PassTokens, Provenance, pass_tokens
-from controller.core.redaction import DEFAULT_REDACTION, PassRedaction, Redaction
 from controller.core.summary import (
     LegacySummary,
     OtherWriter,
@@ -38,6 +37,7 @@ from controller.core.visibility import (
     row_visibility,
     union_agents,
 )
+from controller.redaction import DEFAULT_REDACTION, PassRedaction, Redaction
 from controller.store.memory_store import MemoryStore, SessionRows
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
@@ -89,7 +89,7 @@ class Outcome:
     # The write took the row over from a claim history our fences do not order (another
     # cluster, an etcd restored from a backup): what the object says (None: it did not).
     taken_over: str | None = None
-    # Secrets masked by this pass (core/redaction.py), by kind: in the memories it read and
+    # Secrets masked by this pass (redaction.py), by kind: in the memories it read and
     # in the prior summary it carried. Counts, never the secrets.
     redactions: dict[str, int] = field(default_factory=dict)
 

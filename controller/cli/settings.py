@@ -32,9 +32,9 @@ from controller.api import (
     StoreSpec,
 )
 from controller.cli.args import CliError, check_chroma_url
-from controller.core.redaction import DEFAULT_REDACTION, Redaction
 from controller.core.text import one_line
 from controller.core.visibility import DEFAULT_VISIBILITY, VisibilityRules
+from controller.redaction import DEFAULT_REDACTION, Redaction
 from controller.store.connection import StoreLocation
 
 # The Secret each env var stands in for (by the spec field that names the Secret).

@@ -121,7 +121,7 @@ def _acceptable(text: str, kind: str) -> bool:
     return True
 
 
-# A masked secret (core/redaction.py) stays inside the reference it was part of: a URL
+# A masked secret (redaction.py) stays inside the reference it was part of: a URL
 # keeps its shape, `postgres://admin:[redacted: basic-auth-credentials]@db/app`.
 _PLACEHOLDER = re.compile(r"\[redacted: [a-z0-9-]+\]")
 _STANDIN = "Redacted{}X"

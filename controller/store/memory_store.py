@@ -38,11 +38,11 @@ from controller.core.memories import (
     memory_sort_key,
 )
 from controller.core.naming import summary_row_id
-from controller.core.redaction import PassRedaction
 from controller.core.row_ownership import DIGEST_KEY, document_digest
 from controller.core.summary import SUMMARY_FORMAT, PriorSummary, UnreadablePriorSummary
 from controller.core.summary_row import from_chroma_row, upsert_metadata
 from controller.core.sweep_plan import StoredSummaryState
+from controller.redaction import PassRedaction
 from controller.store.collections import batches
 from controller.store.errors import (
     DIMENSION_ERROR,
@@ -78,7 +78,7 @@ class MemoryStore(Scans):
         variable limit inside Chroma) and keeps only each row's (timestamp, id); the
         memories' text is read afterwards, batch by batch, as the caller iterates. A session
         that fits in the listing's first page (the usual case) is read in that one page.
-        Every memory and source it returns is masked by `mask` (core/redaction.py; default:
+        Every memory and source it returns is masked by `mask` (redaction.py; default:
         the detector rules) before anything else sees it.
         """
         mask = mask or PassRedaction()

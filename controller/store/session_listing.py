@@ -24,8 +24,8 @@ from controller.core.coverage import (
 )
 from controller.core.coverage import build as coverage_of
 from controller.core.memories import Memory, Watermark, memory_from_row
-from controller.core.redaction import PassRedaction
 from controller.core.visibility import SessionSources
+from controller.redaction import PassRedaction
 from controller.store.collections import listing
 from controller.store.errors import guard
 from controller.store.row_keys import RowKeys, RowKeysBuilder

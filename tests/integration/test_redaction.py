@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from controller.core.memories import render_interaction_document
-from controller.core.redaction import Redaction
 from controller.pipeline import summarize_session
+from controller.redaction import Redaction
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from controller.summarizers.chat_model import ChatModelSummarizer

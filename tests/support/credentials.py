@@ -1,4 +1,4 @@
-"""Generated credentials, one of each kind the redaction rules know (core/redaction.py),
+"""Generated credentials, one of each kind the redaction rules know (redaction.py),
 each fresh per call, so a test never passes because a fixed example string was allowed."""
 
 from __future__ import annotations

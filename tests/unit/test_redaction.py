@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from controller.core.memories import Memory
-from controller.core.redaction import DEFAULT_REDACTION, PassRedaction, Redaction
 from controller.core.references import extract_references
 from controller.core.summary import StructuredSummary, SummaryItem
+from controller.redaction import DEFAULT_REDACTION, PassRedaction, Redaction
 from tests.support.credentials import generated
 
 KINDS = list(generated(0))

@@ -1,4 +1,5 @@
-"""Credentials out of everything a summary is made of, before it is made. Pure.
+"""Credentials out of everything a summary is made of, before it is made. Pure, but
+outside core/: its rules come from detect-secrets, a library core/ does not import.
 
 A summary is read by every agent of the fleet, and with a model backend its input goes to
 the model endpoint; so secrets are masked where memories are read (store/session_listing.py)
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
+import types
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -58,7 +60,7 @@ class Rule:
     group: int = 0  # the part of a match that is the secret
     min_entropy: float = 0.0  # 0: every match; else only values at least this random
     whole_token: bool = True  # extend over the rest of the token (a JWT's signature)
-    measure: HighEntropyStringsPlugin | None = None  # the entropy's charset (default base64)
+    charset: str | None = None  # what the entropy counts (None: base64's)
     keyword: bool = False  # only in a text naming a secret (password, api_key, ...)
 
 
@@ -79,22 +81,23 @@ def _detector_rules() -> tuple[Rule, ...]:
         rules.append(Rule(kw, pattern, group, UNQUOTED_MIN_ENTROPY, False, keyword=True))
     for entropy in (Base64HighEntropyString(), HexHighEntropyString()):
         kind = kind_of(entropy.secret_type)
-        rules.append(Rule(kind, entropy.regex, 2, entropy.entropy_limit, False, entropy))
+        rules.append(Rule(kind, entropy.regex, 2, entropy.entropy_limit, False, entropy.charset))
     return tuple(rules)
 
 
 DETECTOR_RULES = _detector_rules()
 _PRIVATE_KEY = kind_of(PrivateKeyDetector.secret_type)
-_BASE64 = Base64HighEntropyString()
+_BASE64 = Base64HighEntropyString().charset
 
 
 def _random_enough(rule: Rule, value: str) -> bool:
     if not rule.min_entropy:
         return True
-    if rule.measure is None and len(value) < UNQUOTED_MIN_CHARS:  # keyword values
+    if rule.charset is None and len(value) < UNQUOTED_MIN_CHARS:  # keyword values
         return False
-    measure = rule.measure or _BASE64
-    return bool(measure.calculate_shannon_entropy(value) > rule.min_entropy)
+    measure = types.SimpleNamespace(charset=rule.charset or _BASE64)
+    entropy = HighEntropyStringsPlugin.calculate_shannon_entropy(measure, value)  # type: ignore[arg-type]
+    return bool(entropy > rule.min_entropy)
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,7 @@ class Redaction:
             for match in rule.pattern.finditer(text):
                 start, end = match.span(rule.group)
                 value = match.group(rule.group)
-                if rule.min_entropy and rule.measure is None:  # unquoted: one token
+                if rule.min_entropy and rule.charset is None:  # unquoted: one token
                     value = value.split(maxsplit=1)[0].rstrip(",;.)'\"") if value.strip() else ""
                     end = start + len(value)
                 if start < 0 or not value.strip() or not _random_enough(rule, value):
