@@ -123,6 +123,7 @@ def store_location(
         token=token,
         embedding_provider=spec.embedding.provider,
         embedding_model=spec.embedding.model,
+        document_max_chars=spec.document.max_chars,
     )
 
 

@@ -323,7 +323,13 @@ def summarize_session(
         tokens,
         checkpoints,
         skipped,
-        Provenance(spent).with_document(render_document(final, store.location.memory_collection)),
+        Provenance(spent).with_document(
+            render_document(
+                final,
+                store.location.memory_collection,
+                max_chars=store.location.document_max_chars,
+            )
+        ),
         other,
         rows.late,
     )

@@ -20,6 +20,7 @@ from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
 from controller.api import StoreSpec
+from controller.core.document import DOCUMENT_MAX_CHARS
 from controller.store.errors import InvalidStoreConfig, StoreUnavailable, describe_error
 
 LEDGER_SUFFIX = "-ledger"
@@ -40,6 +41,8 @@ class StoreLocation:
     # collection records (store/collections.py).
     embedding_provider: str = "local-minilm"
     embedding_model: str = "all-MiniLM-L6-v2"
+    # The bound of each summary row's document (spec.document.maxChars), what agents read.
+    document_max_chars: int = DOCUMENT_MAX_CHARS
 
     @property
     def ledger_collection(self) -> str:
