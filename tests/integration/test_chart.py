@@ -118,6 +118,33 @@ def chart_crds(control_plane: ControlPlane) -> Iterator[None]:
         kubectl(cp, "delete", "crd", name, "--wait=true", "--timeout=90s")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def api_server_endpoints(control_plane: ControlPlane) -> Iterator[None]:
+    """The `kubernetes` EndpointSlice a cluster's API server keeps of itself (this one runs
+    with --endpoint-reconciler-type=none, on loopback, which a slice may not name: a
+    documentation address stands in): `helm install` discovers the API server's address
+    and port for the NetworkPolicy from it."""
+    cp = control_plane
+    slice_ = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "kubernetes",
+            "namespace": "default",
+            "labels": {"kubernetes.io/service-name": "kubernetes"},
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["192.0.2.10"]}],  # loopback is refused here
+        "ports": [{"name": "https", "port": cp.api_port, "protocol": "TCP"}],
+    }
+    made = kubectl(cp, "-n", "default", "get", "endpointslice", "kubernetes").returncode != 0
+    if made:
+        cp.kubectl_run("apply", "-f", "-", input=json.dumps(slice_))
+    yield
+    if made:
+        kubectl(cp, "-n", "default", "delete", "endpointslice", "kubernetes")
+
+
 def _release_finalizers(cp: ControlPlane, resource: str, namespace: str | None = None) -> None:
     """Objects whose operator is gone keep kopf's finalizer; drop it so they can be deleted."""
     scope = ["-n", namespace] if namespace else ["-A"]
@@ -524,6 +551,12 @@ def test_install_succeeds_and_uninstall_leaves_only_the_crds(
         assert {"SessionSummarizer", "ValidatingAdmissionPolicy"} <= kinds
         if case.startswith("cluster"):
             assert {"StatefulSet", "ClusterKopfPeering", "NetworkPolicy", "Secret"} <= kinds
+            # The API server's address and port, discovered at install.
+            [policy] = [d for d in created if d["metadata"]["name"] == f"{release}-{CHART.name}"
+                        and d["kind"] == "NetworkPolicy"]  # fmt: skip
+            api = policy["spec"]["egress"][0]
+            assert api["to"] == [{"ipBlock": {"cidr": "192.0.2.10/32"}}]
+            assert {"port": cp.api_port, "protocol": "TCP"} in api["ports"]
         else:
             assert {"Role", "RoleBinding", "KopfPeering"} <= kinds
         for d in created:  # everything the chart rendered exists and carries the label
@@ -690,7 +723,7 @@ def test_no_egress_rule_lacks_a_destination_in_any_documented_values(
     cases = documented_values(tmp_path)
     assert {"default+install-0", "neo+security-0"} <= cases.keys(), sorted(cases)
     for case, args in cases.items():
-        policies = of_kind(render(control_plane, "np", "chart-validate", *args), "NetworkPolicy")
+        policies = of_kind(render(control_plane, "np", "agents", *args), "NetworkPolicy")
         operator = [p for p in policies if p["metadata"]["name"] == "np-session-summary-operator"]
         assert len(operator) == (0 if "networkPolicy.enabled=false" in args else 1), case
         for policy in policies:
