@@ -476,6 +476,10 @@ INCONSISTENT_VALUES = {
         {"watchNamespaces": ["team-a"], "summarizer": {"namespace": "team-b"}},
         'summarizer.namespace "team-b" is not in watchNamespaces',
     ),
+    "gate-timeout-not-below-the-stores": (
+        {"chroma": {"bundled": {"enabled": True}}, "summarizer": {"store": {"timeoutSeconds": 8}}},
+        "must be longer than chroma.bundled.auth.forwardTimeoutSeconds",
+    ),
     "openai-without-endpoint": (
         {"summarizer": {"model": {"backend": "openai"}}},
         "summarizer.model.backend openai needs summarizer.model.baseUrl",
