@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from controller.core.facts import fact_count, fact_density
+from controller.core.facts import fact_count
 from controller.core.references import REFERENCES_MAX
 from controller.core.summary import (
     HISTORY_SECTIONS,
@@ -110,11 +110,14 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(re.findall(r"\w+", text.lower()))
 
 
+CANDIDATES = 200  # per section: more than fit in any document (DOCUMENT_MAX_CHARS)
+
+
 def choose_items(summary: StructuredSummary, room: int) -> Shown:
     """Which history items fill `room` characters: the newest item of each section, then
     the items with the most facts per character (controller.core.facts), newer first among
-    equals, while they fit. An item whose words all appear in an item already chosen adds
-    nothing and is skipped. A fact-free item is taken only once no fact-bearing one that
+    equals, while they fit; of each section's newest CANDIDATES items. An item whose words
+    all appear in an item already chosen adds nothing and is skipped. A fact-free item is taken only once no fact-bearing one that
     fits is left, so it never takes the place of a fact of its length. Only the document
     chooses: the ledger keeps every item."""
     candidates = []
@@ -122,10 +125,13 @@ def choose_items(summary: StructuredSummary, room: int) -> Shown:
     for title in HISTORY_SECTIONS:
         items = summary.sections.get(title) or []
         shown[title] = set()
-        for n, item in enumerate(items):
-            line = _item_line(item)
+        # The newest CANDIDATES items only: more never fit, and a pass then costs the same
+        # however long the session's history is.
+        for n in range(max(0, len(items) - CANDIDATES), len(items)):
+            line = _item_line(items[n])
+            facts = fact_count(line)
             pinned = n == len(items) - 1
-            rank = (not pinned, fact_count(line) == 0, -round(fact_density(line)), -n)
+            rank = (not pinned, facts == 0, -round(100 * facts / max(1, len(line))), -n)
             candidates.append((rank, title, n, line))
     chosen: list[frozenset[str]] = []
     for _, title, n, line in sorted(candidates, key=lambda c: c[0]):

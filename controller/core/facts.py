@@ -30,8 +30,3 @@ def fact_count(text: str) -> int:
             continue
         found += 1
     return found + len(_QUOTED.findall(text))
-
-
-def fact_density(text: str) -> float:
-    """Facts per 100 characters: what an item is worth per unit of document space."""
-    return 100 * fact_count(text) / max(1, len(text))
