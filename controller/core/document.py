@@ -117,8 +117,9 @@ def choose_items(summary: StructuredSummary, room: int) -> Shown:
     """Which history items fill `room` characters: the newest item of each section, then
     the items with the most facts per character (controller.core.facts), newer first among
     equals, while they fit; of each section's newest CANDIDATES items. An item whose words
-    all appear in an item already chosen adds nothing and is skipped. A fact-free item is taken only once no fact-bearing one that
-    fits is left, so it never takes the place of a fact of its length. Only the document
+    all appear in an item already chosen adds nothing and is skipped. A fact-free item is
+    taken only once no fact-bearing one that fits is left, so it never takes the place of a
+    fact of its length. Only the document
     chooses: the ledger keeps every item."""
     candidates = []
     shown: Shown = {}
