@@ -1,5 +1,5 @@
 """What a SessionSummary's status says: phase, message, the Summarized condition and the
-derived Ready, Reconciling and Stalled (core/readiness.py), from an Outcome or a Failure,
+derived Ready, Reconciling and Stalled (status/readiness.py), from an Outcome or a Failure,
 written through kopf's patch (a pass's start, Summarizing, by the handler directly); Events
 for what a user must see, through the EventRecorder (one per state change, repeats
 counted on it)."""
@@ -21,12 +21,12 @@ from controller.api import (
     set_condition,
 )
 from controller.config import CONFIG, backoff_seconds
-from controller.core.readiness import summary_readiness, with_derived
 from controller.core.summary import StructuredSummary
 from controller.core.text import ms_to_rfc3339
 from controller.kube.claims import ClaimHeld
 from controller.kube.events import EventRecorder
 from controller.pipeline import Outcome
+from controller.status.readiness import summary_readiness, with_derived
 
 CONDITION = "Summarized"
 # Whether the row was as this operator left it when the pass read it (row_ownership.py).
@@ -67,7 +67,7 @@ def status_with(
 ) -> SessionSummaryStatus:
     """The object's status in this phase: the Summarized condition (unless ok is None: a
     pass under way leaves the last outcome's), the derived Ready, Reconciling and Stalled
-    (core/readiness.py), every condition with the generation it answers."""
+    (status/readiness.py), every condition with the generation it answers."""
     previous = current_status(body)
     generation = body.metadata.get("generation")
     conditions = previous.conditions

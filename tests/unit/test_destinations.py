@@ -23,7 +23,7 @@ from controller.core.destinations import (
     target,
     within,
 )
-from controller.core.summarizer_status import secrets_allowed
+from controller.status.summarizer_status import secrets_allowed
 
 label = st.text(alphabet=st.sampled_from("abcxyz019-"), min_size=1, max_size=6).filter(
     lambda s: s[0] != "-" and s[-1] != "-"

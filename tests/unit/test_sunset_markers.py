@@ -10,7 +10,6 @@ import yaml
 
 from controller.api import Condition, SessionSummarizerStatus, SessionSummarySpec
 from controller.core.memories import SUNSET_MARKER_TYPE, Memory, is_excluded, memory_from_row
-from controller.core.summarizer_status import MarkerScanReport
 from controller.core.sweep_plan import (
     SessionActivity,
     StoredSummaryState,
@@ -23,6 +22,7 @@ from controller.core.sweep_plan import (
     not_acted_on,
     stale_reason,
 )
+from controller.status.summarizer_status import MarkerScanReport
 
 REPO = Path(__file__).resolve().parents[2]
 T = 1_760_000_000_123  # a marker's timestamp (ms)
