@@ -70,7 +70,7 @@ def reconcile_step(
     read = 0
     while read < budget:
         ask = min(SCAN_PAGE, budget - read)
-        got = cycle.fold(store.rows_from(cycle.offset, ask))
+        got = cycle.fold(store.rows_from(cycle.offset, ask), now_ms)
         read += got
         if got < ask:  # the end of the collection: compare
             stored = store.summary_states(list(cycle.counts))

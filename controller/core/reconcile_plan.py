@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from controller.core.memories import FUTURE_TOLERANCE_MS
 from controller.core.sweep_plan import (
     MAX_SESSION_ID,
     SessionActivity,
@@ -53,12 +54,14 @@ class ReconcileCycle:
     counts: dict[str, int] = field(default_factory=dict)
     newest: dict[str, int] = field(default_factory=dict)
 
-    def fold(self, rows: Iterable[tuple[str, int | None]]) -> int:
+    def fold(self, rows: Iterable[tuple[str, int | None]], now_ms: int) -> int:
         """Counts a page of (sessionId, timestamp ms or None); returns its length. A row
-        without a usable timestamp counts (neo's memoryCount does) but dates nothing."""
+        without a usable timestamp counts (neo's memoryCount does) but dates nothing; so
+        does one too far ahead of now_ms (a bad clock must not keep a session active)."""
         n = 0
-        for session_id, ts in rows:
+        for session_id, stamp in rows:
             n += 1
+            ts = None if stamp is not None and stamp > now_ms + FUTURE_TOLERANCE_MS else stamp
             self.counts[session_id] = self.counts.get(session_id, 0) + 1
             if ts is not None and ts > self.newest.get(session_id, -(2**63)):
                 self.newest[session_id] = ts

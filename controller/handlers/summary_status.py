@@ -21,6 +21,7 @@ from controller.api import (
     set_condition,
 )
 from controller.config import CONFIG, backoff_seconds
+from controller.core.memories import FUTURE_TOLERANCE_MS
 from controller.core.summary import StructuredSummary
 from controller.core.text import ms_to_rfc3339
 from controller.kube.claims import ClaimHeld
@@ -262,6 +263,14 @@ def report(
             "or ISO-8601)"
         )
         events.post(body, type_="Warning", reason="UnreadableMemories", message=warning)
+    if outcome.untrusted_times:
+        named = ", ".join(outcome.untrusted_times)
+        warning = (
+            f"memories {named} have a time no clock could have given (more than "
+            f"{FUTURE_TOLERANCE_MS // 60_000} minutes ahead, or before 2000): they count as "
+            "now, so they neither keep the session active nor sort its summary first"
+        )
+        events.post(body, type_="Warning", reason="UntrustedMemoryTime", message=warning)
     # Nothing to write: (phase, reason, Event type, message) by outcome.
     nothing: dict[str, tuple[Phase, str, str, str]] = {
         "not-found": (

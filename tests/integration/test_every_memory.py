@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.core.memories import Memory, render_interaction_document
+from controller.core.naming import summary_object_name
 from controller.core.row_ownership import RowChangedDuringPass
 from controller.core.summary import PriorSummary
 from controller.pipeline import summarize_session
@@ -38,6 +39,10 @@ SHAPES = (
     "iso_z",
     "iso_offset",
     "iso_naive",
+    "micros",  # time.time_ns() // 1000
+    "micros_digits",
+    "nanos",
+    "nanos_digits",
 )
 NOW = int(time.time() * 1000)
 
@@ -54,6 +59,10 @@ def shaped(ts_ms: int, shape: str) -> object:
         "iso_z": when.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
         "iso_offset": when.astimezone(dt.timezone(dt.timedelta(hours=2))).isoformat(),
         "iso_naive": when.replace(tzinfo=None).isoformat(),
+        "micros": ts_ms * 1000 + 123,
+        "micros_digits": str(ts_ms * 1000 + 456),
+        "nanos": ts_ms * 1_000_000 + 789_012,
+        "nanos_digits": str(ts_ms * 1_000_000 + 345_678),
     }[shape]
 
 
@@ -269,6 +278,48 @@ def test_with_no_sunset_the_sweeps_find_late_and_iso_stamped_memories(harness: H
     wait_for(lambda: summarized_count() == 3 + len(late), 30, 0.5, message="late rows swept")
     assert_every_fact_kept(store, sid, facts + late)
     assert verify(harness, sid, memory, summary)["uncovered"] == 0
+
+
+def test_a_bad_clock_neither_keeps_a_session_active_nor_sorts_its_summary_first(
+    harness: Harness,
+) -> None:
+    """Sunsets off: a session idle for two hours but for one row stamped a year ahead (and
+    one in 1990) is summarized by the sweep; its row's timestamp is the write's time, not
+    the bad clock's, and a Warning Event names the row."""
+    memory, summary = "clock-memory", "clock-sessions"
+    harness.kubectl(
+        "apply", "-f", "-",
+        input=summarizer(
+            "clock", harness, memory, summary,
+            "enabled: true, intervalSeconds: 5, idleSeconds: 60, lookbackDays: 3",
+        ),
+    )  # fmt: skip
+    store = harness.store(memory, summary)
+    sid = f"clock-{uuid.uuid4().hex[:8]}"
+    facts = [fact() for _ in range(4)]
+    ahead = row(sid, int(time.time() * 1000) + 365 * 86_400_000, facts[2], "m-future")
+    past = row(sid, 631_152_000_000, facts[3], "m-1990")
+    rows = [row(sid, NOW - 7_200_000 + i, f) for i, f in enumerate(facts[:2])]
+    load(store, [*rows, ahead, past])
+
+    def written() -> dict[str, Any] | None:
+        try:
+            return stored_row(store, sid)[1]
+        except AssertionError:
+            return None
+
+    meta = wait_for(written, 45, 0.5, message="the sweep's summary despite a bad clock")
+    assert meta["memoryCount"] == 4
+    assert meta["timestamp"] <= time.time() * 1000 and meta["timestamp"] >= NOW
+    assert_every_fact_kept(store, sid, facts)
+    field = f"involvedObject.name={summary_object_name(sid)},reason=UntrustedMemoryTime"
+
+    def warned() -> list[str]:
+        out = harness.kubectl("get", "events", "--field-selector", field, "-o", "json")
+        return [e["message"] for e in json.loads(out)["items"]]
+
+    messages = wait_for(warned, 15, 0.5, message="UntrustedMemoryTime Event")
+    assert "m-future" in messages[0] and "m-1990" in messages[0], messages
 
 
 def test_after_a_deletion_the_reconciliation_finds_what_the_cursor_cannot(

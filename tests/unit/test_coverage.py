@@ -135,8 +135,8 @@ def test_an_earlier_versions_row_rereads_all_behind_its_watermark_once_it_miscou
 
 def test_a_walk_counts_every_row_and_asks_for_sessions_whose_count_differs() -> None:
     cycle = ReconcileCycle(started_ms=0)
-    assert cycle.fold([("a", 1_000), ("a", 5_000), ("b", None), ("c", 2_000)]) == 4
-    assert cycle.fold([("a", 3_000), ("d", 4_000)]) == 2
+    assert cycle.fold([("a", 1_000), ("a", 5_000), ("b", None), ("c", 2_000)], 10**9) == 4
+    assert cycle.fold([("a", 3_000), ("d", 4_000)], 10**9) == 2
     assert (cycle.rows, cycle.offset) == (6, 6)
     assert cycle.counts == {"a": 3, "b": 1, "c": 1, "d": 1}
     stored = {
@@ -153,7 +153,7 @@ def test_a_walk_counts_every_row_and_asks_for_sessions_whose_count_differs() -> 
 
 def test_a_walk_leaves_active_sessions_to_the_sweep() -> None:
     cycle = ReconcileCycle(started_ms=0)
-    cycle.fold([("busy", 9_999_000)])
+    cycle.fold([("busy", 9_999_000)], 10_000_000)
     plan = reconcile(cycle, {}, now_ms=10_000_000, idle_ms=60_000, max_sessions=10)
     assert plan.candidates == [] and plan.still_active == ["busy"]
 
