@@ -24,7 +24,7 @@ from controller.config import CONFIG, backoff_seconds
 from controller.core.memories import FUTURE_TOLERANCE_MS
 from controller.core.summary import StructuredSummary
 from controller.core.text import ms_to_rfc3339
-from controller.kube.claims import ClaimHeld
+from controller.kube.claim_errors import ClaimHeld
 from controller.kube.events import EventRecorder
 from controller.pipeline import Outcome
 from controller.status.readiness import summary_readiness, with_derived
