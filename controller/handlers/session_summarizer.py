@@ -221,7 +221,7 @@ async def sweep(
     if spec.sweep.enabled and status.watermark is not None:
         await upkeep.marker_scan(body, spec, namespace, name, status.watermark, logger, runtime)
     await upkeep.retention(spec, namespace, name, status, logger)
-    if spec.sweep.enabled and status.watermark is not None:
+    if spec.reconcile.enabled:  # whether or not sweeps are: the backstop of every pass
         await upkeep.reconcile(body, spec, namespace, name, logger, runtime)
     if not _sweep_due(spec, status):
         return

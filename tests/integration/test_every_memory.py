@@ -361,6 +361,53 @@ def test_after_a_deletion_the_reconciliation_finds_what_the_cursor_cannot(
     assert verify(harness, sid, memory, summary)["uncovered"] == 0
 
 
+def test_with_sweeps_off_the_reconciliation_finds_a_late_row_after_a_deletion(
+    harness: Harness,
+) -> None:
+    """Sweeps off, the reconciliation on (its own setting): one memory of a summarized
+    session is deleted and another lands behind the summary, so the session's count is
+    what the summary says; the next walk (reconcileIntervalSeconds, 60 s) tells the ids
+    apart by the ledger's digest and asks for the pass that summarizes the late row."""
+    memory, summary = "idwalk-memory", "idwalk-sessions"
+    manifest = summarizer(
+        "idwalk", harness, memory, summary,
+        "enabled: false, idleSeconds: 1, reconcileIntervalSeconds: 60",
+    )  # fmt: skip
+    harness.kubectl("apply", "-f", "-", input=manifest + "  reconcile: {enabled: true}\n")
+    store = harness.store(memory, summary)
+    sid = f"idwalk-{uuid.uuid4().hex[:8]}"
+    base = NOW - 7_200_000
+    facts = [fact() for _ in range(3)]
+    rows = [row(sid, base + i * 1000, f) for i, f in enumerate(facts)]
+    load(store, rows)
+    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "idwalk", "--wait", "60")
+    assert res.returncode == 0, res.stdout + res.stderr
+
+    def reconciled_at() -> str | None:
+        status = json.loads(harness.kubectl("get", "ssumr", "idwalk", "-o", "json"))["status"]
+        return status.get("reconciledAt")
+
+    # The first walk (at once, sweeps off) and the pass it may ask for are over before the
+    # rows change: only the next walk, 60 s after it, can find the late row.
+    wait_for(reconciled_at, 30, 0.5, message="the first walk, with sweeps off")
+    time.sleep(3)
+    store.memories().delete(ids=[rows[1][0]])
+    late = fact()
+    load(store, [row(sid, base - 600_000, late)])
+    assert stored_row(store, sid)[1]["memoryCount"] == 3 == store.count_session(sid)
+
+    def summarized_late() -> bool:
+        try:
+            assert_every_fact_kept(store, sid, [late])
+        except AssertionError:
+            return False
+        return True
+
+    wait_for(summarized_late, 150, 1.0, message="the late row, found by the walk's ids")
+    assert_every_fact_kept(store, sid, [facts[0], facts[2], late])
+    assert verify(harness, sid, memory, summary)["uncovered"] == 0
+
+
 def test_a_row_another_writer_rewrites_during_a_pass_is_not_overwritten(
     harness: Harness,
 ) -> None:
