@@ -135,6 +135,12 @@ def trusted_time(timestamp_ms: int, now_ms: int) -> bool:
     return PAST_FLOOR_MS <= timestamp_ms <= now_ms + FUTURE_TOLERANCE_MS
 
 
+def as_observed(timestamp_ms: int, now_ms: int) -> int:
+    """A memory time as a report states it: one further ahead of `now_ms` than the tolerance
+    counts as now (status.lastMemoryAt must not say "seen" of every later sunset marker)."""
+    return now_ms if timestamp_ms > now_ms + FUTURE_TOLERANCE_MS else timestamp_ms
+
+
 def render_interaction_document(prompt: str, thought: str, response: str) -> str:
     """The document text agents write for an agent-interaction memory."""
     return f"User Prompt: {prompt}\nAgent Thought: {thought}\nAgent Response: {response}"

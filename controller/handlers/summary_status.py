@@ -6,6 +6,7 @@ counted on it)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, NoReturn
 
 import kopf
@@ -21,7 +22,7 @@ from controller.api import (
     set_condition,
 )
 from controller.config import CONFIG, backoff_seconds
-from controller.core.memories import FUTURE_TOLERANCE_MS
+from controller.core.memories import FUTURE_TOLERANCE_MS, as_observed
 from controller.core.summary import StructuredSummary
 from controller.core.text import ms_to_rfc3339
 from controller.kube.claim_errors import ClaimHeld
@@ -248,7 +249,9 @@ def report(
     outcome: Outcome,
     events: EventRecorder,
 ) -> None:
-    last_at = ms_to_rfc3339(outcome.last_memory_at_ms) if outcome.last_memory_at_ms else None
+    last_ms = outcome.last_memory_at_ms
+    now_ms = int(time.time() * 1000)
+    last_at = ms_to_rfc3339(as_observed(last_ms, now_ms)) if last_ms else None
     common: dict[str, Any] = {
         "memory_count": outcome.memory_count,
         "last_memory_at": last_at,

@@ -320,6 +320,11 @@ def test_a_bad_clock_neither_keeps_a_session_active_nor_sorts_its_summary_first(
 
     messages = wait_for(warned, 15, 0.5, message="UntrustedMemoryTime Event")
     assert "m-future" in messages[0] and "m-1990" in messages[0], messages
+    # The object's lastMemoryAt states the bad clock as now: a later sunset marker is not
+    # taken for one its last pass saw.
+    obj = json.loads(harness.kubectl("get", "ssum", summary_object_name(sid), "-o", "json"))
+    seen = dt.datetime.fromisoformat(obj["status"]["lastMemoryAt"].replace("Z", "+00:00"))
+    assert seen.timestamp() <= time.time() + 1
 
 
 def test_after_a_deletion_the_reconciliation_finds_what_the_cursor_cannot(

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from controller.core.memories import (
     FUTURE_TOLERANCE_MS,
     PAST_FLOOR_MS,
+    as_observed,
     memory_from_row,
     parse_timestamp_ms,
     trusted_time,
@@ -18,7 +19,13 @@ from controller.core.memories import (
 from controller.core.reconcile_plan import ReconcileCycle, reconcile
 from controller.core.summary import StructuredSummary
 from controller.core.summary_row import row_timestamp
-from controller.core.sweep_plan import collect_activity, plan_sweep
+from controller.core.sweep_plan import (
+    SummaryObjectState,
+    SunsetMarker,
+    collect_activity,
+    marker_action,
+    plan_sweep,
+)
 
 NOW = 1_764_000_000_000  # 2025-11-24, epoch ms
 HOUR = 3_600_000
@@ -124,3 +131,14 @@ def test_a_bad_clock_never_pins_the_summary_first_or_last_in_neos_listing(
         session_id="s", title="t", first_memory_at_ms=NOW - HOUR, last_memory_at_ms=bad
     )
     assert row_timestamp(summary, written) == written
+
+
+def test_a_future_time_in_the_status_never_marks_a_later_sunset_marker_as_seen() -> None:
+    """status.lastMemoryAt states a bad clock's time as now: a marker written later is
+    still asked for."""
+    bad = NOW + 365 * 24 * HOUR
+    seen = as_observed(bad, NOW)
+    assert seen == NOW and as_observed(NOW + FUTURE_TOLERANCE_MS, NOW) == NOW + FUTURE_TOLERANCE_MS
+    marker = SunsetMarker("s", NOW + HOUR)
+    obj = SummaryObjectState(in_flight=False, last_memory_at_ms=seen)
+    assert marker_action(marker, obj) == "request"
