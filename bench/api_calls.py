@@ -54,6 +54,7 @@ from devenv.bench import (
     parse_bench_args,
 )
 from devenv.controlplane import REPO_ROOT
+from devenv.operator import LOOPBACK_MODELS
 from devenv.processes import spawn, stop, tail, wait_for
 from tests.support.fact_model import echo_facts, fact_memory
 from tests.support.openai_server import running_openai_server
@@ -181,6 +182,9 @@ def main() -> int:
             SSO_REPLICA_ID="calls-operator",
             SSO_CLAIM_TTL_SECONDS=str(args.claim_ttl),
             SSO_CLAIM_MARGIN_SECONDS=str(min(5.0, args.claim_ttl / 4)),
+            # The scripted model is on loopback: the operator sends memories only where the
+            # install's list allows (docs/security.md).
+            SSO_ALLOWED_MODEL_URLS=LOOPBACK_MODELS,
         )
         log = work / "operator.log"
         operator = spawn(

@@ -76,9 +76,8 @@ def load_session(store: MemoryStore, sid: str) -> None:
 
 
 def written_by(store: MemoryStore, sid: str) -> str | None:
-    got = store.summaries(create=True).get(ids=[f"summary_{sid}"], include=["metadatas"])
-    metas = got["metadatas"] or []
-    return str(metas[0].get("writer")) if metas else None
+    stored = store.stored_summary(sid)  # who wrote it is in the row's ledger entry
+    return str(stored[1].get("writer")) if stored else None
 
 
 def trial(

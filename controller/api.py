@@ -259,6 +259,12 @@ class RetentionSpec(CamelModel):
 DEFAULT_EXCLUDED_TYPES = ("context-injection", "context-refresh", "tick", "heartbeat")
 
 
+class DocumentSpec(CamelModel):
+    """The summary document agents read at boot (controller/core/document.py)."""
+
+    max_chars: int = Field(default=8000, ge=500, le=32_000)
+
+
 class SessionSummarizerSpec(CamelModel):
     store: StoreSpec = StoreSpec()
     embedding: EmbeddingConfig = EmbeddingConfig()
@@ -267,6 +273,7 @@ class SessionSummarizerSpec(CamelModel):
     reconcile: ReconcileSpec = ReconcileSpec()
     retention: RetentionSpec = RetentionSpec()
     visibility: VisibilitySpec = VisibilitySpec()
+    document: DocumentSpec = DocumentSpec()
     excluded_memory_types: list[
         Annotated[str, StringConstraints(min_length=1, max_length=MEMORY_TYPE_MAX)]
     ] = Field(default=list(DEFAULT_EXCLUDED_TYPES), max_length=EXCLUDED_TYPES_MAX)

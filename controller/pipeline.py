@@ -22,7 +22,7 @@ from controller.core.document import render_document
 from controller.core.memories import Memory, is_excluded
 from controller.core.merge import merge_pass
 from controller.core.naming import summary_row_id
-from controller.core.provenance import PassTokens, Provenance, pass_tokens
+from controller.core.provenance import PassTokens, Provenance, added_text, pass_tokens
 from controller.core.summary import (
     LegacySummary,
     OtherWriter,
@@ -58,12 +58,6 @@ CHECKPOINT_PASSES = 20
 class PassInterrupted(Exception):
     """The operator is stopping: the pass wrote what it had (a checkpoint) and stopped at
     a chunk boundary; the object's next pass goes on from there."""
-
-
-def full_document(summary: StructuredSummary) -> str:
-    """The document unbounded: what a pass adds is measured on it (provenance), so folding
-    a long document for its readers never reads as a pass that added nothing."""
-    return render_document(summary, max_chars=None)
 
 
 @dataclass(frozen=True)
@@ -298,14 +292,14 @@ def summarize_session(
             assert isinstance(current, StructuredSummary) and current.watermark is not None
             write(_checkpoint(current, rows, read_upto))
             checkpoints += 1
-        before = full_document(current) if isinstance(current, StructuredSummary) else ""
         result = run_pass(session_id, chunk, current, summarizer)
         summary = result.summary
         if _late_only(chunk, rows.prior_key) and isinstance(current, StructuredSummary):
             # Late memories are history: the latest state stays the latest memories'.
             state = {"Current State": list(current.sections["Current State"])}
             summary = summary.model_copy(update={"sections": {**summary.sections, **state}})
-        spent.append(pass_tokens(chunk, before, full_document(summary)))
+        prior = current if isinstance(current, StructuredSummary) else None
+        spent.append(pass_tokens(chunk, "", added_text(prior, summary)))
         current, passes, tokens = summary, passes + 1, tokens + result.tokens_used
         if chunk:
             read_upto = (chunk[-1].timestamp_ms, chunk[-1].id)
@@ -325,7 +319,13 @@ def summarize_session(
         tokens,
         checkpoints,
         skipped,
-        Provenance(spent).with_document(render_document(final, store.location.memory_collection)),
+        Provenance(spent).with_document(
+            render_document(
+                final,
+                store.location.memory_collection,
+                max_chars=store.location.document_max_chars,
+            )
+        ),
         other,
         rows.late,
         untrusted_times=rows.untrusted,

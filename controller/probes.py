@@ -10,8 +10,19 @@ from __future__ import annotations
 import httpx
 
 from controller.api import Condition, SessionSummarizerSpec
-from controller.backends import chat_model_config, secret_uses, secret_verdict
-from controller.core.destinations import DestinationRefused, SecretVerdict, shown
+from controller.backends import (
+    chat_model_config,
+    check_memory_destinations,
+    secret_uses,
+    secret_verdict,
+)
+from controller.core.destinations import (
+    DestinationRefused,
+    SecretVerdict,
+    redirect_refusal,
+    shown,
+)
+from controller.status.summarizer_status import secrets_allowed, store_reachable
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
 from controller.kube import client as kube
@@ -55,10 +66,14 @@ def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
         return Condition(type="ModelReady", status="False", reason=reason, message=message)
 
     try:
+        check_memory_destinations(spec, namespace, "model.baseUrl")
         config = chat_model_config(model, namespace)
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         url = f"{config.base_url.rstrip('/')}/models"
         resp = httpx.get(url, headers=headers, timeout=min(model.timeout_seconds, 10))
+        if resp.is_redirect:  # httpx follows none unless asked
+            where = resp.headers.get("location")
+            return unavailable("ModelUnavailable", redirect_refusal(url, resp.status_code, where))
         if resp.status_code >= 400:
             return unavailable("ModelUnavailable", f"GET {shown(url)} answered {resp.status_code}")
     except kube.SecretError as exc:

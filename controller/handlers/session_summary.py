@@ -32,7 +32,12 @@ from controller.api import (
 from controller.backends import Backends
 from controller.config import CONFIG, backoff_seconds
 from controller.core.claim_rules import Sighting, Writer
-from controller.core.destinations import EndpointNotAllowed, SecretHostNotAllowed
+from controller.core.destinations import (
+    DestinationRefused,
+    EndpointNotAllowed,
+    MemoryDestinationNotAllowed,
+    SecretHostNotAllowed,
+)
 from controller.core.fencing import FenceUnavailable
 from controller.core.row_ownership import RowChangedDuringPass
 from controller.core.summary import SummaryValidationError, UnreadablePriorSummary
@@ -115,6 +120,7 @@ _FAILURES: tuple[tuple[type[Exception], str, bool], ...] = (
     # enough, until the failure gate stops it.
     (SecretHostNotAllowed, "SecretHostNotAllowed", True),
     (EndpointNotAllowed, "EndpointNotAllowed", True),
+    (MemoryDestinationNotAllowed, "MemoryDestinationNotAllowed", True),
     (StoreUnavailable, "StoreUnavailable", True),
     (InvalidStoreConfig, "InvalidStoreConfig", False),
     (UnreadablePriorSummary, "UnreadablePriorSummary", False),
@@ -142,7 +148,7 @@ def failures_shown(*, invalid_spec: bool = False) -> Iterator[None]:
         for kind, reason, retry in _FAILURES:
             if isinstance(exc, kind):
                 # A refusal says what would allow it (a kubectl command): not cut at 300.
-                limit = 1000 if isinstance(exc, SecretHostNotAllowed | EndpointNotAllowed) else 300
+                limit = 1000 if isinstance(exc, DestinationRefused) else 300
                 message = one_line(exc, limit)
                 if isinstance(exc, UnreadablePriorSummary):
                     message += "; the stored row was left as it is"

@@ -143,8 +143,12 @@ def list_appended(
         if memory is not None and (memory.timestamp_ms, memory.id) > mark:
             added.append(memory)
     new_ids = {m.id for m in added}
-    if digest(i for i in ids if i not in new_ids) != prior.digest:
+    behind = digest(i for i in ids if i not in new_ids)
+    if behind != prior.digest:
         return None
+    every_id = behind
+    for memory in added:
+        every_id = every_id.add(id_hash(memory.id))
     added.sort(key=lambda m: (m.timestamp_ms, m.id))
     keys = RowKeysBuilder()
     by_id = {row_id: meta for row_id, meta, _ in newer}
@@ -159,7 +163,7 @@ def list_appended(
         newest = Watermark.of(memory)
     sorted_keys = keys.build()
     return SessionRows(
-        total=len(ids),
+        total=every_id.count,  # a row landing between the two reads is counted once
         newest=newest,
         keys=sorted_keys,
         included=len(wanted),
@@ -168,7 +172,7 @@ def list_appended(
         sources=sources,
         selected=len(added),
         prior_key=mark,
-        digest=digest(ids),
+        digest=every_id,
         base=prior.coverage,
         untrusted=_untrusted(added),
     )

@@ -28,6 +28,14 @@ from devenv.operator import start_operator
 from devenv.processes import stop, tail, wait_for
 
 NS = "ops"
+# What `helm install` finds in the cluster and `helm template` cannot: the API server's
+# address and an external Chroma's destination (the NetworkPolicy names both).
+CHART_OFFLINE = (
+    "--set-json",
+    'networkPolicy.apiServer.cidrs=["10.96.0.1/32"]',
+    "--set-json",
+    'networkPolicy.chromaTo=[{"ipBlock":{"cidr":"10.0.0.7/32"}}]',
+)
 
 
 @dataclass

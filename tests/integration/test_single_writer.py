@@ -408,7 +408,7 @@ def test_a_replica_without_the_claim_cannot_write(harness: Harness, replicas_fac
     kube.request_summary("held", "held-1", trigger="manual")  # created before any replica runs
     other = SessionClaimHandle(
         session_id="held-1",
-        collection_id=store.claim_scope(),
+        collection_id=store.location.row_scope,
         collection="test",
         writer=Writer("some-other-replica", "uid-of-another-object", "elsewhere/held-1"),
         duration_s=4,

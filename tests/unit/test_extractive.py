@@ -14,7 +14,7 @@ from controller.core.summary import (
     validate_summary,
 )
 from controller.core.summary_row import from_chroma_row, to_chroma_metadata
-from controller.summarizers.extractive import EXTRACTIVE
+from controller.summarizers.extractive import EXTRACTIVE, propose_extractive
 from controller.summarizers.extractive_text import sentences
 from tests.support.passes import passes_over, summarize_extractive
 
@@ -741,3 +741,12 @@ def test_the_newest_request_of_a_very_long_session_is_kept() -> None:
     document = render_document(through_the_store(summary))
     assert "Record the outcome of the canary rollout" in document
     assert len(document) <= DOCUMENT_MAX_CHARS
+
+
+def test_a_fact_the_user_states_after_the_request_is_recorded() -> None:
+    said = "Can you suggest a gift? I redeemed a $5 coupon at Target last week. Thanks so much."
+    update = propose_extractive(
+        "s", [Memory(id="m1", session_id="s", timestamp_ms=1, prompt=said, response="")]
+    )
+    assert "I redeemed a $5 coupon at Target last week." in update.user_requests
+    assert "Thanks so much." not in update.user_requests  # no fact: chatter

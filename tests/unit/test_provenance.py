@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from controller.core.document import render_document
 from controller.core.memories import Memory
 from controller.core.merge import PassUpdate, merge_pass
 from controller.core.provenance import PassTokens, Provenance, compaction_ratio, pass_tokens
+from controller.core.summary import StructuredSummary
 from controller.core.summary_row import to_chroma_metadata
 
 T0 = 1_700_000_000_000  # memory times a clock could give (memories.trusted_time)
@@ -69,3 +73,31 @@ def test_no_ratio_when_nothing_was_read_or_written() -> None:
         provenance=Provenance(),
     )
     assert "compactionRatio" not in meta and meta["passCount"] == 0
+
+
+@given(
+    st.lists(st.text(min_size=1, max_size=30).filter(str.strip), max_size=6),
+    st.lists(st.text(min_size=1, max_size=30).filter(str.strip), max_size=6),
+)
+def test_what_a_pass_added_is_its_new_items_whatever_the_history_before(
+    old: list[str], new: list[str]
+) -> None:
+    """The text a pass added is its new items (and a changed Current State), measured the
+    same over a short or a long history: counting it never renders the history."""
+    from controller.core.provenance import added_text
+    from controller.core.summary import SummaryItem
+
+    def summary(requests: list[str], state: str) -> StructuredSummary:
+        items = [SummaryItem(text=t) for t in requests]
+        return StructuredSummary(
+            session_id="s",
+            title="t",
+            sections={"User Requests": items, "Current State": [SummaryItem(text=state)]},
+        )
+
+    before, after = summary(old, "now"), summary(old + new, "now")
+    assert added_text(before, after) == "\n".join(t.strip() for t in new)
+    longer = summary(old * 50, "now")
+    assert added_text(longer, summary(old * 50 + new, "now")) == added_text(before, after)
+    assert added_text(before, summary(old, "changed")) == "changed"
+    assert added_text(None, after).startswith("\n".join(t.strip() for t in old))
