@@ -22,7 +22,6 @@ from controller.core.destinations import (
     redirect_refusal,
     shown,
 )
-from controller.status.summarizer_status import secrets_allowed, store_reachable
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
 from controller.kube import client as kube
