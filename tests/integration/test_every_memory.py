@@ -308,7 +308,7 @@ def test_a_bad_clock_neither_keeps_a_session_active_nor_sorts_its_summary_first(
         except AssertionError:
             return None
 
-    meta = wait_for(written, 45, 0.5, message="the sweep's summary despite a bad clock")
+    meta = wait_for(written, 120, 0.5, message="the sweep's summary despite a bad clock")
     assert meta["memoryCount"] == 4
     assert meta["timestamp"] <= time.time() * 1000 and meta["timestamp"] >= NOW
     assert_every_fact_kept(store, sid, facts)
@@ -318,7 +318,7 @@ def test_a_bad_clock_neither_keeps_a_session_active_nor_sorts_its_summary_first(
         out = harness.kubectl("get", "events", "--field-selector", field, "-o", "json")
         return [e["message"] for e in json.loads(out)["items"]]
 
-    messages = wait_for(warned, 15, 0.5, message="UntrustedMemoryTime Event")
+    messages = wait_for(warned, 60, 0.5, message="UntrustedMemoryTime Event")
     assert "m-future" in messages[0] and "m-1990" in messages[0], messages
     # The object's lastMemoryAt states the bad clock as now: a later sunset marker is not
     # taken for one its last pass saw.
