@@ -143,7 +143,11 @@ def main() -> int:
                 "memoryCollection": f"{ns}-memory",
                 "summaryCollection": f"{ns}-sessions",
             }
-        spec: dict[str, Any] = {"store": store_spec, "sweep": {"enabled": False}}
+        spec: dict[str, Any] = {
+            "store": store_spec,
+            "sweep": {"enabled": False},
+            "reconcile": {"enabled": False},
+        }
         if renew:
             model = stack.enter_context(
                 running_openai_server(responder=echo_facts, latency_seconds=args.model_latency)

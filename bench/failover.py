@@ -84,7 +84,11 @@ def trial(
     cp: ControlPlane, store: MemoryStore, url: str, work: Path, lifetime: int, n: int
 ) -> float:
     ns = f"fo-{lifetime}-{n}"
-    create_summarizer(cp, ns, {"store": {"url": url}, "sweep": {"enabled": False}})
+    create_summarizer(
+        cp,
+        ns,
+        {"store": {"url": url}, "sweep": {"enabled": False}, "reconcile": {"enabled": False}},
+    )
     procs = {}
     for r in ("a", "b"):
         rid = f"{ns}-{r}"

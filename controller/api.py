@@ -240,6 +240,13 @@ class SweepSpec(CamelModel):
     reconcile_rows_per_second: int = Field(default=2000, ge=10, le=1_000_000)
 
 
+class ReconcileSpec(CamelModel):
+    """The reconciliation (core/reconcile_plan.py), on or off whatever the sweep is: its
+    pace is spec.sweep.reconcileIntervalSeconds and reconcileRowsPerSecond."""
+
+    enabled: bool = True
+
+
 class RetentionSpec(CamelModel):
     """Seconds a finished SessionSummary stays, by phase (0: for ever; core/retention.py)."""
 
@@ -263,6 +270,7 @@ class SessionSummarizerSpec(CamelModel):
     embedding: EmbeddingConfig = EmbeddingConfig()
     model: ModelSpec = ModelSpec()
     sweep: SweepSpec = SweepSpec()
+    reconcile: ReconcileSpec = ReconcileSpec()
     retention: RetentionSpec = RetentionSpec()
     visibility: VisibilitySpec = VisibilitySpec()
     document: DocumentSpec = DocumentSpec()

@@ -81,6 +81,8 @@ class Outcome:
     # The write took the row over from a claim history our fences do not order (another
     # cluster, an etcd restored from a backup): what the object says (None: it did not).
     taken_over: str | None = None
+    # Rows whose time no clock could have given (a Warning Event names them).
+    untrusted_times: tuple[str, ...] = ()
 
     @property
     def summary_id(self) -> str:
@@ -326,4 +328,5 @@ def summarize_session(
         ),
         other,
         rows.late,
+        untrusted_times=rows.untrusted,
     )

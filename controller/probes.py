@@ -1,6 +1,6 @@
 """The SessionSummarizer's health probes: each reads what it checks (Secrets, Chroma, the
 model and embedding endpoints) and returns the one condition it owns
-(core/summarizer_status.py has the owner table). The store and the embedder probed are the
+(status/summarizer_status.py has the owner table). The store and the embedder probed are the
 ones the SessionSummarizer's passes use (the runtime's parts: a probe that loads the local
 model or connects spares the first pass the wait). Blocking: handlers run them in a
 thread."""
@@ -22,10 +22,10 @@ from controller.core.destinations import (
     redirect_refusal,
     shown,
 )
-from controller.core.summarizer_status import secrets_allowed, store_reachable
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
 from controller.kube import client as kube
+from controller.status.summarizer_status import secrets_allowed, store_reachable
 from controller.store.errors import EmbeddingMismatch, InvalidStoreConfig, StoreUnavailable
 from controller.summarizer_parts import SummarizerParts
 

@@ -115,7 +115,7 @@ def plan_from_store(
         # An added row that dates nothing (no usable timestamp) still changes its count.
         yield from ((sid, ts if ts is not None else 0) for sid, ts in appended)
 
-    activity = collect_activity(counted())
+    activity = collect_activity(counted(), now_ms=now_ms)
     stored = store.summary_states(list(activity))
     # Count drift only matters where timestamps alone say "fresh".
     live_counts = {

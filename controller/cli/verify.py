@@ -6,7 +6,8 @@ import argparse
 import json
 
 from controller.cli.args import CliError, printable
-from controller.cli.commands import _store, _store_errors
+from controller.cli.commands import _store
+from controller.cli.failures import store_errors
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -19,7 +20,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     store = _store(args, load_summarizer(args))
     reports = []
     for session_id in args.session_ids:
-        with _store_errors():
+        with store_errors():
             try:
                 prior = store.read_summary(session_id)
             except UnreadablePriorSummary as exc:

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from controller.core.coverage import Coverage
 from controller.core.document import FOLDED_MARK
 from controller.core.fencing import LEGACY_FENCE_KEY
-from controller.core.memories import JS_DATE_MAX_MS, Watermark
+from controller.core.memories import Watermark, trusted_time
 from controller.core.provenance import Provenance
 from controller.core.references import ReferenceOverflow
 from controller.core.row_ownership import (
@@ -101,17 +101,12 @@ MetadataValue = str | int | float | bool
 def row_timestamp(summary: StructuredSummary, summarized_at_ms: int) -> int:
     """neo's `timestamp`: the session's newest memory (ms). Every row needs a number here:
     neo's boot read renders `new Date(timestamp).toISOString()` and fails its whole listing
-    on a row without one. Without a parsed memory time, the newest time the summary knows,
-    else the time of the write."""
-    for candidate in (summary.last_memory_at_ms, summary.first_memory_at_ms):
-        if candidate is not None and _js_date_ok(candidate):
-            return candidate
-    return summarized_at_ms
-
-
-def _js_date_ok(ms: int) -> bool:
-    """A JavaScript Date holds it: toISOString() throws past +-8.64e15 ms."""
-    return abs(ms) <= JS_DATE_MAX_MS
+    on a row without one. Without a parsed memory time, the newest time the summary knows;
+    else, or for a bad clock's time (memories.trusted_time: it must not pin the row first or
+    last in neo's newest-first listing), the time of the write."""
+    known = summary.last_memory_at_ms
+    known = summary.first_memory_at_ms if known is None else known
+    return summarized_at_ms if known is None or not trusted_time(known, summarized_at_ms) else known
 
 
 def to_chroma_metadata(

@@ -54,7 +54,8 @@ from controller.handlers.summary_status import (
     summarizing_status,
 )
 from controller.kube import client as kube
-from controller.kube.claims import ClaimContended, ClaimHeld, ClaimLost, SessionClaimHandle
+from controller.kube.claim_errors import ClaimContended, ClaimHeld, ClaimLost
+from controller.kube.claims import SessionClaimHandle
 from controller.pipeline import Outcome, PassInterrupted, summarize_session
 from controller.runtime import Runtime
 from controller.scheduling import BACKGROUND_TRIGGERS, slack_for

@@ -1,11 +1,12 @@
 """What a SessionSummary's status says: phase, message, the Summarized condition and the
-derived Ready, Reconciling and Stalled (core/readiness.py), from an Outcome or a Failure,
+derived Ready, Reconciling and Stalled (status/readiness.py), from an Outcome or a Failure,
 written through kopf's patch (a pass's start, Summarizing, by the handler directly); Events
 for what a user must see, through the EventRecorder (one per state change, repeats
 counted on it)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, NoReturn
 
 import kopf
@@ -21,12 +22,13 @@ from controller.api import (
     set_condition,
 )
 from controller.config import CONFIG, backoff_seconds
-from controller.core.readiness import summary_readiness, with_derived
+from controller.core.memories import FUTURE_TOLERANCE_MS, as_observed
 from controller.core.summary import StructuredSummary
 from controller.core.text import ms_to_rfc3339
-from controller.kube.claims import ClaimHeld
+from controller.kube.claim_errors import ClaimHeld
 from controller.kube.events import EventRecorder
 from controller.pipeline import Outcome
+from controller.status.readiness import summary_readiness, with_derived
 
 CONDITION = "Summarized"
 # Whether the row was as this operator left it when the pass read it (row_ownership.py).
@@ -67,7 +69,7 @@ def status_with(
 ) -> SessionSummaryStatus:
     """The object's status in this phase: the Summarized condition (unless ok is None: a
     pass under way leaves the last outcome's), the derived Ready, Reconciling and Stalled
-    (core/readiness.py), every condition with the generation it answers."""
+    (status/readiness.py), every condition with the generation it answers."""
     previous = current_status(body)
     generation = body.metadata.get("generation")
     conditions = previous.conditions
@@ -247,7 +249,9 @@ def report(
     outcome: Outcome,
     events: EventRecorder,
 ) -> None:
-    last_at = ms_to_rfc3339(outcome.last_memory_at_ms) if outcome.last_memory_at_ms else None
+    last_ms = outcome.last_memory_at_ms
+    now_ms = int(time.time() * 1000)
+    last_at = ms_to_rfc3339(as_observed(last_ms, now_ms)) if last_ms else None
     common: dict[str, Any] = {
         "memory_count": outcome.memory_count,
         "last_memory_at": last_at,
@@ -262,6 +266,14 @@ def report(
             "or ISO-8601)"
         )
         events.post(body, type_="Warning", reason="UnreadableMemories", message=warning)
+    if outcome.untrusted_times:
+        named = ", ".join(outcome.untrusted_times)
+        warning = (
+            f"memories {named} have a time no clock could have given (more than "
+            f"{FUTURE_TOLERANCE_MS // 60_000} minutes ahead, or before 2000): they count as "
+            "now, so they neither keep the session active nor sort its summary first"
+        )
+        events.post(body, type_="Warning", reason="UntrustedMemoryTime", message=warning)
     # Nothing to write: (phase, reason, Event type, message) by outcome.
     nothing: dict[str, tuple[Phase, str, str, str]] = {
         "not-found": (

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from chromadb.api.models.Collection import Collection
@@ -23,7 +24,7 @@ from controller.core.coverage import (
     to_reread,
 )
 from controller.core.coverage import build as coverage_of
-from controller.core.memories import Memory, Watermark, memory_from_row
+from controller.core.memories import Memory, Watermark, memory_from_row, trusted_time
 from controller.core.visibility import SessionSources
 from controller.store.collections import listing
 from controller.store.errors import guard
@@ -34,6 +35,14 @@ from controller.store.row_keys import RowKeys, RowKeysBuilder
 LIST_PAGE = 1000
 GET_BATCH = 500
 ID_PAGE = 5000  # ids only: a few bytes a row
+NAMED_UNTRUSTED = 10
+
+
+def _untrusted(memories: Iterable[Memory]) -> tuple[str, ...]:
+    """The first NAMED_UNTRUSTED rows whose time is a bad clock's, by this host's clock."""
+    now_ms = int(time.time() * 1000)
+    bad = (m.id for m in memories if not trusted_time(m.timestamp_ms, now_ms))
+    return tuple(itertools.islice(bad, NAMED_UNTRUSTED))
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,9 @@ class SessionRows:
     # Listed only the rows after the prior's watermark (every other row was the prior's,
     # unchanged): `keys` holds those, and the coverage grows from the prior's.
     base: Coverage | None = None
+    # Rows read whose time no clock could have given (memories.trusted_time), at most
+    # NAMED_UNTRUSTED of them: a Warning Event names them.
+    untrusted: tuple[str, ...] = ()
 
     @property
     def memories(self) -> Iterator[Memory]:
@@ -162,6 +174,7 @@ def list_appended(
         prior_key=mark,
         digest=every_id,
         base=prior.coverage,
+        untrusted=_untrusted(added),
     )
 
 
@@ -194,6 +207,7 @@ def _list_all(
     sources = SessionSources()
     keys = RowKeysBuilder()
     first_page: dict[str, Memory] = {}
+    now_ms, untrusted = int(time.time() * 1000), list[str]()
     skipped = total = 0
     where = {"sessionId": session_id}
     listed = listing(
@@ -209,6 +223,8 @@ def _list_all(
             continue
         if newest is None or newest.after(probe):
             newest = Watermark.of(probe)
+        if len(untrusted) < NAMED_UNTRUSTED and not trusted_time(probe.timestamp_ms, now_ms):
+            untrusted.append(row_id)
         wanted = exclude is None or not exclude(probe)
         keys.add(probe.timestamp_ms, probe.id, included=wanted)
         if wanted and total <= LIST_PAGE:  # the first page came with its documents
@@ -252,4 +268,5 @@ def _list_all(
         tuple(reread),
         mark,
         every_id,
+        untrusted=tuple(untrusted),
     )

@@ -99,6 +99,9 @@ def summarizer_yaml(
     summary: str = "neo-agent-sessions",
     sweep: str = "enabled: false",
 ) -> str:
+    # The reconciliation runs whatever the sweep says: off with the sweep here, as before
+    # it had a setting of its own, so a quiet summarizer stays quiet.
+    reconcile = "true" if "enabled: true" in sweep else "false"
     return textwrap.dedent(f"""
         apiVersion: memorycore.io/v1alpha1
         kind: SessionSummarizer
@@ -106,6 +109,7 @@ def summarizer_yaml(
         spec:
           store: {{url: "{url}", memoryCollection: {memory}, summaryCollection: {summary}}}
           sweep: {{{sweep}}}
+          reconcile: {{enabled: {reconcile}}}
     """)
 
 
@@ -172,6 +176,7 @@ def model_summarizer_yaml(
             timeoutSeconds: {timeout_seconds:g}
             maxRetries: {max_retries}{concurrency}
           sweep: {{enabled: false}}
+          reconcile: {{enabled: false}}
     """)
 
 

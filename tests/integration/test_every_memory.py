@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.core.memories import Memory, render_interaction_document
+from controller.core.naming import summary_object_name
 from controller.core.row_ownership import RowChangedDuringPass
 from controller.core.summary import PriorSummary
 from controller.pipeline import summarize_session
@@ -38,6 +39,10 @@ SHAPES = (
     "iso_z",
     "iso_offset",
     "iso_naive",
+    "micros",  # time.time_ns() // 1000
+    "micros_digits",
+    "nanos",
+    "nanos_digits",
 )
 NOW = int(time.time() * 1000)
 
@@ -54,6 +59,10 @@ def shaped(ts_ms: int, shape: str) -> object:
         "iso_z": when.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
         "iso_offset": when.astimezone(dt.timezone(dt.timedelta(hours=2))).isoformat(),
         "iso_naive": when.replace(tzinfo=None).isoformat(),
+        "micros": ts_ms * 1000 + 123,
+        "micros_digits": str(ts_ms * 1000 + 456),
+        "nanos": ts_ms * 1_000_000 + 789_012,
+        "nanos_digits": str(ts_ms * 1_000_000 + 345_678),
     }[shape]
 
 
@@ -271,6 +280,53 @@ def test_with_no_sunset_the_sweeps_find_late_and_iso_stamped_memories(harness: H
     assert verify(harness, sid, memory, summary)["uncovered"] == 0
 
 
+def test_a_bad_clock_neither_keeps_a_session_active_nor_sorts_its_summary_first(
+    harness: Harness,
+) -> None:
+    """Sunsets off: a session idle for two hours but for one row stamped a year ahead (and
+    one in 1990) is summarized by the sweep; its row's timestamp is the write's time, not
+    the bad clock's, and a Warning Event names the row."""
+    memory, summary = "clock-memory", "clock-sessions"
+    harness.kubectl(
+        "apply", "-f", "-",
+        input=summarizer(
+            "clock", harness, memory, summary,
+            "enabled: true, intervalSeconds: 5, idleSeconds: 60, lookbackDays: 3",
+        ),
+    )  # fmt: skip
+    store = harness.store(memory, summary)
+    sid = f"clock-{uuid.uuid4().hex[:8]}"
+    facts = [fact() for _ in range(4)]
+    ahead = row(sid, int(time.time() * 1000) + 365 * 86_400_000, facts[2], "m-future")
+    past = row(sid, 631_152_000_000, facts[3], "m-1990")
+    rows = [row(sid, NOW - 7_200_000 + i, f) for i, f in enumerate(facts[:2])]
+    load(store, [*rows, ahead, past])
+
+    def written() -> dict[str, Any] | None:
+        try:
+            return stored_row(store, sid)[1]
+        except AssertionError:
+            return None
+
+    meta = wait_for(written, 120, 0.5, message="the sweep's summary despite a bad clock")
+    assert meta["memoryCount"] == 4
+    assert meta["timestamp"] <= time.time() * 1000 and meta["timestamp"] >= NOW
+    assert_every_fact_kept(store, sid, facts)
+    field = f"involvedObject.name={summary_object_name(sid)},reason=UntrustedMemoryTime"
+
+    def warned() -> list[str]:
+        out = harness.kubectl("get", "events", "--field-selector", field, "-o", "json")
+        return [e["message"] for e in json.loads(out)["items"]]
+
+    messages = wait_for(warned, 60, 0.5, message="UntrustedMemoryTime Event")
+    assert "m-future" in messages[0] and "m-1990" in messages[0], messages
+    # The object's lastMemoryAt states the bad clock as now: a later sunset marker is not
+    # taken for one its last pass saw.
+    obj = json.loads(harness.kubectl("get", "ssum", summary_object_name(sid), "-o", "json"))
+    seen = dt.datetime.fromisoformat(obj["status"]["lastMemoryAt"].replace("Z", "+00:00"))
+    assert seen.timestamp() <= time.time() + 1
+
+
 def test_after_a_deletion_the_reconciliation_finds_what_the_cursor_cannot(
     harness: Harness,
 ) -> None:
@@ -307,6 +363,53 @@ def test_after_a_deletion_the_reconciliation_finds_what_the_cursor_cannot(
     status = json.loads(harness.kubectl("get", "ssumr", "reconcile", "-o", "json"))["status"]
     assert status["reconciledAt"] and status["reconciledRows"] >= 2
     assert status["uncoveredFound"] >= 1  # the walk, not the cursor, found it
+    assert verify(harness, sid, memory, summary)["uncovered"] == 0
+
+
+def test_with_sweeps_off_the_reconciliation_finds_a_late_row_after_a_deletion(
+    harness: Harness,
+) -> None:
+    """Sweeps off, the reconciliation on (its own setting): one memory of a summarized
+    session is deleted and another lands behind the summary, so the session's count is
+    what the summary says; the next walk (reconcileIntervalSeconds, 60 s) tells the ids
+    apart by the ledger's digest and asks for the pass that summarizes the late row."""
+    memory, summary = "idwalk-memory", "idwalk-sessions"
+    manifest = summarizer(
+        "idwalk", harness, memory, summary,
+        "enabled: false, idleSeconds: 1, reconcileIntervalSeconds: 60",
+    )  # fmt: skip
+    harness.kubectl("apply", "-f", "-", input=manifest + "  reconcile: {enabled: true}\n")
+    store = harness.store(memory, summary)
+    sid = f"idwalk-{uuid.uuid4().hex[:8]}"
+    base = NOW - 7_200_000
+    facts = [fact() for _ in range(3)]
+    rows = [row(sid, base + i * 1000, f) for i, f in enumerate(facts)]
+    load(store, rows)
+    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "idwalk", "--wait", "60")
+    assert res.returncode == 0, res.stdout + res.stderr
+
+    def reconciled_at() -> str | None:
+        status = json.loads(harness.kubectl("get", "ssumr", "idwalk", "-o", "json"))["status"]
+        return status.get("reconciledAt")
+
+    # The first walk (at once, sweeps off) and the pass it may ask for are over before the
+    # rows change: only the next walk, 60 s after it, can find the late row.
+    wait_for(reconciled_at, 30, 0.5, message="the first walk, with sweeps off")
+    time.sleep(3)
+    store.memories().delete(ids=[rows[1][0]])
+    late = fact()
+    load(store, [row(sid, base - 600_000, late)])
+    assert stored_row(store, sid)[1]["memoryCount"] == 3 == store.count_session(sid)
+
+    def summarized_late() -> bool:
+        try:
+            assert_every_fact_kept(store, sid, [late])
+        except AssertionError:
+            return False
+        return True
+
+    wait_for(summarized_late, 150, 1.0, message="the late row, found by the walk's ids")
+    assert_every_fact_kept(store, sid, [facts[0], facts[2], late])
     assert verify(harness, sid, memory, summary)["uncovered"] == 0
 
 

@@ -84,6 +84,7 @@ def summarizer(namespace: str, chroma_url: str, model_url: str, collections: str
                     "timeoutSeconds": 30,
                 },
                 "sweep": {"enabled": False},
+                "reconcile": {"enabled": False},
             },
         }
     )

@@ -138,7 +138,9 @@ def store_secret(name: str, store_url: str, model_urls: str | None) -> dict[str,
 def spec(store_url: str, secret: str | None, model_url: str, **store: Any) -> dict[str, Any]:
     ref = {"authSecretRef": {"name": secret}} if secret else {}
     return {
+        # Nothing in the background reads the memories: only a pass would (and is refused).
         "sweep": {"enabled": False},
+        "reconcile": {"enabled": False},
         "store": {"url": store_url, **ref, **store},
         "model": {"backend": "openai", "baseUrl": model_url, "model": "m", "timeoutSeconds": 2},
     }

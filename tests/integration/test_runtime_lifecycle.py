@@ -99,6 +99,7 @@ def _summarizer(name: str, chroma: str, model_url: str, timeout_s: int) -> str:
             maxRetries: 1
             apiKeySecretRef: {{name: life-model, key: apiKey}}
           sweep: {{enabled: false}}
+          reconcile: {{enabled: false}}
     """)
 
 

@@ -139,6 +139,7 @@ def summarizer(namespace: str, url: str, memory: str, summary: str) -> str:
             "spec": {
                 "store": {"url": url, "memoryCollection": memory, "summaryCollection": summary},
                 "sweep": {"enabled": False},
+                "reconcile": {"enabled": False},
             },
         }
     )
@@ -341,6 +342,25 @@ def test_two_replicas_with_equal_priority_both_pause_and_say_so_on_the_summarize
         ).stdout
     )["items"]
     assert events and events[0]["type"] == "Warning"
+    # A SessionSummarizer created while both are paused says so within seconds (no
+    # handler runs to nudge the reporter; its resync is a minute).
+    late = json.loads(summarizer("tie", harness.chroma.url, "tie-memory", "tie-late-sessions"))
+    late["metadata"]["name"] = "late"
+    harness.cp.kubectl_run("apply", "-f", "-", input=json.dumps(late))
+    created = time.monotonic()
+
+    def late_condition() -> dict[str, Any]:
+        out = harness.cp.kubectl_run("-n", "tie", "get", "ssumr", "late", "-o", "json").stdout
+        conds = (json.loads(out).get("status") or {}).get("conditions") or []
+        return next((c for c in conds if c["type"] == "ReplicaActive"), {})
+
+    wait_for(
+        lambda: late_condition().get("reason") == "PeeringPriorityTie",
+        8,
+        0.25,
+        message="the new summarizer's ReplicaActive\n" + reps.logs(),
+    )
+    assert late_condition()["status"] == "False" and time.monotonic() - created < 8
     kube.request_summary("tie", "tie-1", trigger="sunset")
     time.sleep(8)  # ample time to misbehave
     assert reps.writes() == []

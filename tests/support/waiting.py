@@ -112,6 +112,7 @@ def measure_waiting(
                 "model": {"backend": "openai", "baseUrl": model.base_url, "model": "test-chat",
                           "timeoutSeconds": model_latency_s + 60, "maxRetries": 0},
                 "sweep": {"enabled": False},
+                "reconcile": {"enabled": False},
                 "retention": {"summarizedTTLSeconds": 0, "emptyTTLSeconds": 0,
                               "notFoundTTLSeconds": 0, "failedTTLSeconds": 0},
             },

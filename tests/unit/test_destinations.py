@@ -27,7 +27,7 @@ from controller.core.destinations import (
     target,
     within,
 )
-from controller.core.summarizer_status import secrets_allowed
+from controller.status.summarizer_status import secrets_allowed
 from tests.support.url_spellings import spellings
 
 label = st.text(alphabet=st.sampled_from("abcxyz019-"), min_size=1, max_size=6).filter(

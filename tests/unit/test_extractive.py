@@ -19,6 +19,7 @@ from controller.summarizers.extractive_text import sentences
 from tests.support.passes import passes_over, summarize_extractive
 
 T0 = 1_700_000_000_000
+WRITTEN = T0 + 10**9  # a write after every memory here (a time before them is a bad clock)
 
 
 def mem(
@@ -50,10 +51,10 @@ def texts(summary: StructuredSummary, section: str) -> list[str]:
 
 def through_the_store(summary: StructuredSummary) -> StructuredSummary:
     """What the next pass reads back: the summary's row in neo-agent-sessions."""
-    meta = to_chroma_metadata(summary, writer="test", trigger="test", summarized_at_ms=1)
+    meta = to_chroma_metadata(summary, writer="test", trigger="test", summarized_at_ms=WRITTEN)
     prior = from_chroma_row(summary.session_id, render_document(summary), meta)
     assert isinstance(prior, StructuredSummary)
-    assert prior.summarized_at_ms == 1
+    assert prior.summarized_at_ms == WRITTEN
     return prior
 
 
@@ -546,7 +547,7 @@ def test_counts_watermark_times_and_tool_calls_add_up_across_passes() -> None:
     assert (summary.first_memory_at_ms, summary.last_memory_at_ms) == (T0 + 10, T0 + 30)
     assert summary.watermark == Watermark(timestamp_ms=T0 + 30, memory_id="e")
     assert texts(summary, "User Requests") == [f"Request {x}." for x in "abcde"]
-    meta = to_chroma_metadata(summary, writer="w", trigger="t", summarized_at_ms=1)
+    meta = to_chroma_metadata(summary, writer="w", trigger="t", summarized_at_ms=WRITTEN)
     assert (meta["memoryCount"], meta["totalToolCalls"], meta["timestamp"]) == (5, 10, T0 + 30)
 
 

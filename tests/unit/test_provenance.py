@@ -15,9 +15,12 @@ from controller.core.provenance import PassTokens, Provenance, compaction_ratio,
 from controller.core.summary import StructuredSummary
 from controller.core.summary_row import to_chroma_metadata
 
+T0 = 1_700_000_000_000  # memory times a clock could give (memories.trusted_time)
+WRITTEN = T0 + 60_000  # the write, after them
+
 
 def memory(i: int, prompt: str) -> Memory:
-    return Memory(id=f"m{i}", session_id="s", timestamp_ms=1_000 * i, prompt=prompt)
+    return Memory(id=f"m{i}", session_id="s", timestamp_ms=T0 + 1_000 * i, prompt=prompt)
 
 
 def update(request: str) -> PassUpdate:
@@ -48,10 +51,11 @@ def test_the_row_carries_the_memory_range_watermark_and_tokens_per_pass() -> Non
         render_document(summary)
     )
     meta = to_chroma_metadata(
-        summary, writer="w", trigger="refresh", summarized_at_ms=5, provenance=provenance
+        summary, writer="w", trigger="refresh", summarized_at_ms=WRITTEN, provenance=provenance
     )
-    assert (meta["firstMemoryAt"], meta["timestamp"], meta["memoryCount"]) == (1_000, 7_000, 2)
-    assert (meta["watermarkTimestamp"], meta["watermarkMemoryId"]) == (7_000, "m7")
+    first, last = meta["firstMemoryAt"], meta["timestamp"]
+    assert (first, last, meta["memoryCount"]) == (T0 + 1_000, T0 + 7_000, 2)
+    assert (meta["watermarkTimestamp"], meta["watermarkMemoryId"]) == (T0 + 7_000, "m7")
     assert meta["triggerSource"] == "refresh"
     assert (meta["passCount"], meta["passTokensIn"], meta["passTokensOut"]) == (2, 1500, 50)
     assert json.loads(str(meta["passTokensJson"])) == [[900, 30], [600, 20]]
@@ -65,7 +69,7 @@ def test_no_ratio_when_nothing_was_read_or_written() -> None:
         merge_pass(None, update("x y"), [memory(1, "a")]),
         writer="w",
         trigger="sweep",
-        summarized_at_ms=5,
+        summarized_at_ms=WRITTEN,
         provenance=Provenance(),
     )
     assert "compactionRatio" not in meta and meta["passCount"] == 0
