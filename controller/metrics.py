@@ -64,6 +64,11 @@ UNCOVERED = Gauge(
     "session_summary_uncovered_rows",
     "Rows the last finished reconciliation of this replica found no summary accounting for.",
 )
+UNTIMED_MEMORIES = Counter(
+    "session_summary_untimed_memories_total",
+    "Memories whose time could not be read, summarized at the end of their session's order "
+    "and left out of memoryCount (summaryctl verify names them).",
+)
 LATE_MEMORIES = Counter(
     "session_summary_late_memories_total",
     "Memories a pass found behind its summary's watermark (landed late) and summarized.",
@@ -225,6 +230,10 @@ def observe_reconcile(rows: int, uncovered: int | None) -> None:
 
 def late_memories(n: int) -> None:
     LATE_MEMORIES.inc(n)
+
+
+def untimed_memories(n: int) -> None:
+    UNTIMED_MEMORIES.inc(n)
 
 
 def claim_conflict() -> None:

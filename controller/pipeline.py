@@ -71,7 +71,8 @@ class Outcome:
     last_memory_at_ms: int | None = None
     tokens_used: int = 0  # model tokens (usage.total_tokens) spent by this summarization
     checkpoints: int = 0  # intermediate writes of a long backlog
-    skipped_memories: int = 0  # rows of the session without a usable timestamp
+    # Rows of the session whose time cannot be read (summarized, not in memory_count).
+    skipped_memories: int = 0
     provenance: Provenance | None = None  # per pass tokens in/out of this summarization
     # Another writer had rewritten the session's row since our last write; its text is
     # carried in this summary's legacy text (None: the row was as we left it).
@@ -83,6 +84,8 @@ class Outcome:
     taken_over: str | None = None
     # Rows whose time no clock could have given (a Warning Event names them).
     untrusted_times: tuple[str, ...] = ()
+    # Of skipped_memories, those this pass summarized for the first time.
+    new_untimed: int = 0
 
     @property
     def summary_id(self) -> str:
@@ -139,7 +142,7 @@ def _prior_coverage(prior: StructuredSummary | None) -> PriorCoverage:
         prior.memory_count,
         digest_of_text(prior.rows_digest) if prior.rows_digest else None,
         prior.sources_json,
-        prior.skipped_rows,
+        frozenset(prior.untimed_ids),
     )
 
 
@@ -170,7 +173,7 @@ def _with_session_facts(summary: StructuredSummary, rows: SessionRows) -> Struct
             "coverage": rows.coverage()[0],
             "rows_digest": digest_text(rows.digest),
             "sources_json": sources.to_json(),
-            "skipped_rows": rows.skipped,
+            "untimed_ids": rows.untimed,
         }
     )
 
@@ -229,9 +232,9 @@ def summarize_session(
     covered = _prior_coverage(structured)
     # The rows stream: the pass holds one chunk of memories at a time, never the session.
     rows = store.session_rows(session_id, covered, exclude=lambda m: is_excluded(m, excluded_types))
-    if rows.total == 0:
+    if rows.total == 0 and not rows.untimed:
         return Outcome("not-found", session_id, 0)
-    skipped = rows.skipped
+    skipped = len(rows.untimed)
     last_ms = rows.newest.timestamp_ms if rows.newest else None
     new = rows.included  # memories to summarize, in (timestamp, id) order from rows.memories
     if (
@@ -329,4 +332,5 @@ def summarize_session(
         other,
         rows.late,
         untrusted_times=rows.untrusted,
+        new_untimed=len(set(rows.untimed) - set(structured.untimed_ids if structured else ())),
     )

@@ -89,7 +89,14 @@ ROW_KEYS = (
     *sorted(READER_ROW_KEYS),
     *("formatVersion", "sectionsJson", "firstMemoryAt", "watermarkTimestamp", "watermarkMemoryId"),
     *("coverageJson", "writer", "triggerSource", "summarizedAt", "legacySummary", "rowsDigest"),
-    *("sourcesJson", "skippedRows", "referencesJson", "referencesOmitted", "referencesOmittedFrom"),
+    *(
+        "sourcesJson",
+        "untimedJson",
+        "skippedRows",
+        "referencesJson",
+        "referencesOmitted",
+        "referencesOmittedFrom",
+    ),
     *("referencesOmittedTo", "referencesOmittedDigests"),
     LEGACY_FENCE_KEY,  # the previous release's fence on the row (now in the ledger)
     *Provenance.METADATA_KEYS,
@@ -161,7 +168,7 @@ def to_chroma_metadata(
         "legacySummary": summary.legacy_text or None,
         "rowsDigest": summary.rows_digest,
         "sourcesJson": summary.sources_json,
-        "skippedRows": summary.skipped_rows or None,
+        "untimedJson": json.dumps(list(summary.untimed_ids)) if summary.untimed_ids else None,
         "referencesJson": json.dumps(summary.references, ensure_ascii=False),
         "referencesOmitted": over.count or None,
         "referencesOmittedFrom": over.first_ms,
@@ -189,6 +196,15 @@ def _number(value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return int(value) if math.isfinite(value) else None
+
+
+def _ids(raw: object) -> tuple[str, ...]:
+    """A JSON list of row ids; () for anything else."""
+    try:
+        ids = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return ()
+    return tuple(i for i in ids if isinstance(i, str)) if isinstance(ids, list) else ()
 
 
 def _score(value: object) -> int:
@@ -289,7 +305,9 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
         summarized_at_ms=_number(meta.get("summarizedAt")),
         rows_digest=meta.get("rowsDigest") if isinstance(meta.get("rowsDigest"), str) else None,
         sources_json=meta["sourcesJson"] if isinstance(meta.get("sourcesJson"), str) else None,
-        skipped_rows=max(0, _number(meta.get("skippedRows")) or 0),
+        # skippedRows (a count, written before untimedJson) names none: those rows were
+        # never summarized, so the next pass summarizes them.
+        untimed_ids=_ids(meta.get("untimedJson")),
         references=references,
         references_overflow=overflow,
     )

@@ -33,6 +33,7 @@ from controller.status.readiness import summary_readiness, with_derived
 CONDITION = "Summarized"
 # Whether the row was as this operator left it when the pass read it (row_ownership.py).
 SINGLE_WRITER = "SingleWriter"
+MEMORY_TIMES = "MemoryTimesReadable"
 DONE_PHASES = frozenset({"Summarized", "Empty", "NotFound"})
 
 
@@ -64,7 +65,7 @@ def status_with(
     reason: str,
     message: str,
     ok: bool | None,
-    also: Condition | None = None,
+    also: tuple[Condition | None, ...] = (),
     **fields: Any,
 ) -> SessionSummaryStatus:
     """The object's status in this phase: the Summarized condition (unless ok is None: a
@@ -82,9 +83,9 @@ def status_with(
             observed_generation=generation,
         )
         conditions = set_condition(conditions, condition)
-    if also is not None:
+    for extra in (c for c in also if c is not None):
         conditions = set_condition(
-            conditions, also.model_copy(update={"observed_generation": generation})
+            conditions, extra.model_copy(update={"observed_generation": generation})
         )
     conditions = with_derived(conditions, summary_readiness(phase, reason, message, generation))
     return previous.model_copy(
@@ -107,7 +108,7 @@ def record(
     reason: str,
     message: str,
     ok: bool,
-    also: Condition | None = None,
+    also: tuple[Condition | None, ...] = (),
     **fields: Any,
 ) -> None:
     status = status_with(
@@ -242,6 +243,29 @@ def single_writer(
     )
 
 
+def memory_times(body: kopf.Body, outcome: Outcome, events: EventRecorder) -> Condition:
+    """The MemoryTimesReadable condition; a Warning Event and the metric when a pass
+    summarized rows whose time it cannot read."""
+    metrics.untimed_memories(outcome.new_untimed)
+    if not outcome.skipped_memories:
+        return Condition(
+            type=MEMORY_TIMES,
+            status="True",
+            reason="AllReadable",
+            message="every memory of the session has a time the operator can read",
+        )
+    message = (
+        f"{outcome.skipped_memories} of the session's memories have a 'timestamp' the operator "
+        "cannot read (epoch seconds, ms, µs or ns, or ISO-8601): they are summarized at the "
+        "end of the session's order and left out of memoryCount; `summaryctl verify` names them"
+    )
+    if outcome.new_untimed:
+        events.post(body, type_="Warning", reason="UnreadableMemories", message=message)
+    return Condition(
+        type=MEMORY_TIMES, status="False", reason="UnreadableMemories", message=message
+    )
+
+
 def report(
     body: kopf.Body,
     patch: kopf.Patch,
@@ -259,13 +283,7 @@ def report(
         "consecutive_failures": 0,
         "skipped_memories": outcome.skipped_memories,
     }
-    if outcome.skipped_memories:
-        warning = (
-            f"{outcome.skipped_memories} of the session's memories have no usable timestamp "
-            "and are not in the summary (their metadata 'timestamp' must be epoch milliseconds "
-            "or ISO-8601)"
-        )
-        events.post(body, type_="Warning", reason="UnreadableMemories", message=warning)
+    times = memory_times(body, outcome, events)
     if outcome.untrusted_times:
         named = ", ".join(outcome.untrusted_times)
         warning = (
@@ -293,7 +311,16 @@ def report(
     }
     if outcome.kind in nothing:
         phase, reason, event_type, message = nothing[outcome.kind]
-        record(body, patch, phase=phase, reason=reason, message=message, ok=False, **common)
+        record(
+            body,
+            patch,
+            phase=phase,
+            reason=reason,
+            message=message,
+            ok=False,
+            also=(times,),
+            **common,
+        )
         events.post(body, type_=event_type, reason=reason, message=message)
         return
     summary = outcome.summary
@@ -314,7 +341,7 @@ def report(
             reason="UpToDate",
             message=message,
             ok=True,
-            also=single_writer(body, spec, outcome, events),
+            also=(single_writer(body, spec, outcome, events), times),
             **common,
         )
         return
@@ -343,7 +370,7 @@ def report(
         reason="Summarized",
         message=message,
         ok=True,
-        also=single_writer(body, spec, outcome, events),
+        also=(single_writer(body, spec, outcome, events), times),
         # The time stored in the row, so a later up-to-date pass shows the same instant.
         summarized_at=(
             ms_to_rfc3339(summary.summarized_at_ms) if summary.summarized_at_ms else now_rfc3339()

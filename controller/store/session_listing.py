@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from chromadb.api.models.Collection import Collection
@@ -52,12 +52,12 @@ class SessionRows:
     cover exactly: `reread`), and those memories, read only as the pass consumes them
     (`memories`), so a pass over a 50,000-memory session never holds the whole session."""
 
-    total: int  # every row carrying the sessionId, whatever its type
+    total: int  # every row carrying the sessionId whose time is readable, whatever its type
     newest: Watermark | None  # the newest row of all, the pass's watermark
     keys: RowKeys  # (timestamp, id) of every parsed row, sorted; `selected`: read this pass
     included: int  # how many of the selected rows the pass summarizes (not excluded)
-    skipped: int  # rows without a usable timestamp
-    read: Callable[[], Iterator[Memory]]  # the included rows, in (timestamp, id) order
+    # The included rows, in (timestamp, id) order, then the untimed rows not summarized yet.
+    read: Callable[[], Iterator[Memory]]
     sources: SessionSources = field(default_factory=SessionSources)  # who wrote the rows
     selected: int = 0  # rows read this pass, excluded types too
     reread: tuple[Dirty, ...] = ()  # ranges at or before the prior's watermark read again
@@ -69,6 +69,11 @@ class SessionRows:
     # Rows read whose time no clock could have given (memories.trusted_time), at most
     # NAMED_UNTRUSTED of them: a Warning Event names them.
     untrusted: tuple[str, ...] = ()
+    # Rows whose time this version cannot read (no timestamp, RFC 2822 text, "1.7e12"):
+    # every one's id, sorted. Not in `total` or the coverage; each is summarized once, by the
+    # first pass that lists it, at the end of the session's order (the newest row's time).
+    untimed: tuple[str, ...] = ()
+    untimed_values: Mapping[str, str] = field(default_factory=dict)  # id: its timestamp, shown
 
     @property
     def memories(self) -> Iterator[Memory]:
@@ -163,11 +168,12 @@ def list_appended(
         newest = Watermark.of(memory)
     sorted_keys = keys.build()
     return SessionRows(
-        total=every_id.count,  # a row landing between the two reads is counted once
+        # A row landing between the two reads is counted once; the untimed rows, unchanged
+        # (the digest says so), are the prior's.
+        total=every_id.count - len(prior.untimed),
         newest=newest,
         keys=sorted_keys,
         included=len(wanted),
-        skipped=prior.skipped,
         read=lambda: (wanted[row_id] for row_id in sorted_keys.included_ids()),
         sources=sources,
         selected=len(added),
@@ -175,6 +181,7 @@ def list_appended(
         digest=every_id,
         base=prior.coverage,
         untrusted=_untrusted(added),
+        untimed=tuple(sorted(prior.untimed)),
     )
 
 
@@ -208,7 +215,8 @@ def _list_all(
     keys = RowKeysBuilder()
     first_page: dict[str, Memory] = {}
     now_ms, untrusted = int(time.time() * 1000), list[str]()
-    skipped = total = 0
+    untimed: dict[str, str] = {}
+    total = 0
     where = {"sessionId": session_id}
     listed = listing(
         coll, "listing the session's memories", where, LIST_PAGE, first_with_documents=True
@@ -219,7 +227,7 @@ def _list_all(
         probe = memory_from_row(row_id, doc, meta)
         sources.add(row_id, meta, probe.timestamp_ms if probe is not None else None)
         if probe is None:
-            skipped += 1
+            untimed[row_id] = repr((meta or {}).get("timestamp"))[:60]
             continue
         if newest is None or newest.after(probe):
             newest = Watermark.of(probe)
@@ -248,25 +256,51 @@ def _list_all(
     if not one_page:
         first_page.clear()  # more than one page: read in order, batch by batch
 
+    fresh = [row_id for row_id in sorted(untimed) if row_id not in prior.untimed]
+    end_ms = newest.timestamp_ms if newest is not None else now_ms
+    untimed_now = _read_untimed(coll, fresh, end_ms, exclude)
+
     def read() -> Iterator[Memory]:
         ids = sorted_keys.included_ids()
         if one_page:
             yield from (first_page[row_id] for row_id in ids)
-            return
-        while batch := list(itertools.islice(ids, GET_BATCH)):
-            yield from read_batch(batch)
+        else:
+            while batch := list(itertools.islice(ids, GET_BATCH)):
+                yield from read_batch(batch)
+        yield from untimed_now
 
     return SessionRows(
-        total,
-        newest,
-        sorted_keys,
-        sorted_keys.included(),
-        skipped,
-        read,
-        sources,
-        selected,
-        tuple(reread),
-        mark,
-        every_id,
+        total=total - len(untimed),
+        newest=newest,
+        keys=sorted_keys,
+        included=sorted_keys.included() + len(untimed_now),
+        read=read,
+        sources=sources,
+        selected=selected + len(fresh),
+        reread=tuple(reread),
+        prior_key=mark,
+        digest=every_id,
         untrusted=tuple(untrusted),
+        untimed=tuple(sorted(untimed)),
+        untimed_values=untimed,
     )
+
+
+def _read_untimed(
+    coll: Collection, ids: Sequence[str], end_ms: int, exclude: Callable[[Memory], bool] | None
+) -> list[Memory]:
+    """The rows whose time cannot be read, as memories at `end_ms` (the end of the
+    session's order: they carry facts), excluded types left out. Rare, so read whole."""
+    found: list[Memory] = []
+    for batch in (ids[i : i + GET_BATCH] for i in range(0, len(ids), GET_BATCH)):
+        got = guard(
+            "reading the session's memories without a readable time",
+            lambda b=batch: coll.get(ids=list(b), include=["documents", "metadatas"]),  # type: ignore[misc]
+        )
+        docs, metas = got.get("documents") or [], got.get("metadatas") or []
+        for row_id, doc, meta in zip(got["ids"], docs, metas, strict=False):
+            memory = memory_from_row(row_id, doc, {**(meta or {}), "timestamp": end_ms})
+            if memory is not None and (exclude is None or not exclude(memory)):
+                found.append(memory)
+    found.sort(key=lambda m: m.id)
+    return found

@@ -44,6 +44,16 @@ SHAPES = (
     "nanos",
     "nanos_digits",
 )
+# Times no parser reads (a missing one is UNTIMED's None): Date.toUTCString(), a number as
+# scientific text, words. Such a row is summarized at the end of the session's order, left
+# out of memoryCount, and named by `summaryctl verify`.
+UNTIMED = (
+    "Thu, 26 Nov 2026 10:00:00 GMT",
+    "1.7e12",
+    "yesterday",
+    "",
+    None,
+)
 NOW = int(time.time() * 1000)
 
 
@@ -80,6 +90,8 @@ def row(sid: str, ts: object, fact_token: str, row_id: str | None = None) -> tup
         "thought": "noted",
         "response": "Kept.",
     }
+    if ts is None:
+        del meta["timestamp"]
     return (
         row_id or str(uuid.uuid4()),
         render_interaction_document(prompt, "noted", "Kept."),
@@ -112,7 +124,9 @@ def verify(harness: Harness, sid: str, memory: str, summary: str) -> dict[str, A
         "--memory-collection", memory, "--summary-collection", summary,
     )  # fmt: skip
     report = json.loads(res.stdout)[0]
-    assert res.returncode == (1 if report["uncovered"] else 0), res.stderr
+    assert res.returncode == (1 if report["uncovered"] or report["unreadableTimes"] else 0), (
+        res.stderr
+    )
     return dict(report)
 
 
@@ -131,7 +145,7 @@ def summarizer(name: str, harness: Harness, memory: str, summary: str, sweep: st
 
 
 ARRIVAL = st.tuples(
-    st.sampled_from(("late", "late", "tie", "newer")),
+    st.sampled_from(("late", "late", "tie", "newer", "untimed")),
     st.sampled_from(SHAPES),
     st.integers(1, 6 * 3600),  # skew in seconds: one second to six hours
 )
@@ -167,8 +181,13 @@ def test_every_memory_reaches_the_summary_after_a_sunset_whatever_its_arrival(
     mark_ts = base + (first - 1) * 60_000
     assert rounds[0][-1][0] > "a-"  # a tie's id ("a-...") sorts before the watermark's
     later: list[tuple[str, str, dict]] = []
+    untimed: list[str] = []
     for kind, shape, skew in arrivals:
         facts.append(fact())
+        if kind == "untimed":
+            later.append(row(sid, UNTIMED[skew % len(UNTIMED)], facts[-1]))
+            untimed.append(later[-1][0])
+            continue
         if kind == "tie":  # the watermark's own time, an id that sorts before it
             later.append(row(sid, mark_ts, facts[-1], f"a-{uuid.uuid4().hex[:8]}"))
             continue
@@ -185,8 +204,15 @@ def test_every_memory_reaches_the_summary_after_a_sunset_whatever_its_arrival(
     assert_every_fact_kept(store, sid, facts)
     report = verify(harness, sid, memory, summary)
     assert report["uncovered"] == 0, report
+    assert sorted(r["id"] for r in report["unreadableTimes"]) == sorted(untimed), report
     _, meta = stored_row(store, sid)
-    assert meta["memoryCount"] == sum(len(b) for b in rounds)
+    assert meta["memoryCount"] == sum(len(b) for b in rounds) - len(untimed)
+    status = json.loads(
+        harness.kubectl("get", "sessionsummary", summary_object_name(sid), "-n", NS, "-o", "json")
+    )
+    assert status["status"].get("skippedMemories", 0) == len(untimed), status["status"]
+    times = {c["type"]: c for c in status["status"]["conditions"]}["MemoryTimesReadable"]
+    assert times["status"] == ("False" if untimed else "True"), times
 
 
 def test_a_memory_that_lands_while_a_pass_runs_is_covered_by_the_next_pass(
@@ -274,10 +300,21 @@ def test_with_no_sunset_the_sweeps_find_late_and_iso_stamped_memories(harness: H
             for i, (shape, f) in enumerate(zip(SHAPES, late, strict=True))
         ],
     )
-    # One sweep interval (5 s) after the rows landed, plus the pass: well within 30 s.
+    untimed = [fact() for _ in UNTIMED]
+    load(store, [row(sid, ts, f) for ts, f in zip(UNTIMED, untimed, strict=True)])
+    # One sweep interval (5 s) after the rows landed, plus the pass: well within 30 s. The
+    # untimed rows are summarized but not counted.
     wait_for(lambda: summarized_count() == 3 + len(late), 30, 0.5, message="late rows swept")
-    assert_every_fact_kept(store, sid, facts + late)
-    assert verify(harness, sid, memory, summary)["uncovered"] == 0
+    wait_for(
+        lambda: all(f in stored_row(store, sid)[1]["sectionsJson"] for f in untimed),
+        30,
+        0.5,
+        message="the untimed rows summarized",
+    )
+    assert_every_fact_kept(store, sid, facts + late + untimed)
+    report = verify(harness, sid, memory, summary)
+    assert report["uncovered"] == 0
+    assert len(report["unreadableTimes"]) == len(UNTIMED), report
 
 
 def test_a_bad_clock_neither_keeps_a_session_active_nor_sorts_its_summary_first(
