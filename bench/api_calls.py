@@ -54,6 +54,7 @@ from devenv.bench import (
     parse_bench_args,
 )
 from devenv.controlplane import REPO_ROOT
+from devenv.operator import LOOPBACK_MODELS
 from devenv.processes import spawn, stop, tail, wait_for
 from tests.support.fact_model import echo_facts, fact_memory
 from tests.support.openai_server import running_openai_server
@@ -142,7 +143,11 @@ def main() -> int:
                 "memoryCollection": f"{ns}-memory",
                 "summaryCollection": f"{ns}-sessions",
             }
-        spec: dict[str, Any] = {"store": store_spec, "sweep": {"enabled": False}}
+        spec: dict[str, Any] = {
+            "store": store_spec,
+            "sweep": {"enabled": False},
+            "reconcile": {"enabled": False},
+        }
         if renew:
             model = stack.enter_context(
                 running_openai_server(responder=echo_facts, latency_seconds=args.model_latency)
@@ -177,6 +182,9 @@ def main() -> int:
             SSO_REPLICA_ID="calls-operator",
             SSO_CLAIM_TTL_SECONDS=str(args.claim_ttl),
             SSO_CLAIM_MARGIN_SECONDS=str(min(5.0, args.claim_ttl / 4)),
+            # The scripted model is on loopback: the operator sends memories only where the
+            # install's list allows (docs/security.md).
+            SSO_ALLOWED_MODEL_URLS=LOOPBACK_MODELS,
         )
         log = work / "operator.log"
         operator = spawn(

@@ -19,8 +19,9 @@ Last line: fact_retention ours=<pct> naive=<pct> passes=<n>
 
 --long: one long session with the extractive backend: `--requests` requests (200) over
 `--passes` passes (40), each request a unique instruction, summarized after every pass
-through the whole write path. The share of requests the stored row keeps (its
-sectionsJson: kept), and the size of the document (chars) agents read against its bound, for today's
+through the whole write path. The share of requests the stored summary keeps (its
+ledger's sectionsJson: kept), and the size of the document (chars) agents read against
+its bound, for today's
 summarizer (every item kept) and, in the same run, the one with the per-section cap of 12
 it had before (capped) (new requests dropped once a section was full). Last line:
 fact_retention_long requests=<n> passes=<n> kept=<pct> capped=<pct> chars=<n> bound=<n>
@@ -224,10 +225,12 @@ def long_session(
             store, sid, embed=embed, writer="bench", trigger="manual", summarizer=summarizer
         )
         assert outcome.kind == "summarized", outcome
-    got = store.summaries().get(ids=[f"summary_{sid}"], include=["documents", "metadatas"])
-    sections = str((got["metadatas"] or [{}])[0]["sectionsJson"])
+    stored = store.stored_summary(sid)  # the row's document, and the ledger's sections
+    assert stored is not None
+    document, keys = stored
+    sections = str(keys["sectionsJson"])
     kept = sum(1 for n in range(requests) if f"number {7_000 + n} " in sections)
-    return 100 * kept / requests, len((got["documents"] or [""])[0] or "")
+    return 100 * kept / requests, len(document)
 
 
 def main_long(args: argparse.Namespace) -> int:

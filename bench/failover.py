@@ -76,16 +76,19 @@ def load_session(store: MemoryStore, sid: str) -> None:
 
 
 def written_by(store: MemoryStore, sid: str) -> str | None:
-    got = store.summaries(create=True).get(ids=[f"summary_{sid}"], include=["metadatas"])
-    metas = got["metadatas"] or []
-    return str(metas[0].get("writer")) if metas else None
+    stored = store.stored_summary(sid)  # who wrote it is in the row's ledger entry
+    return str(stored[1].get("writer")) if stored else None
 
 
 def trial(
     cp: ControlPlane, store: MemoryStore, url: str, work: Path, lifetime: int, n: int
 ) -> float:
     ns = f"fo-{lifetime}-{n}"
-    create_summarizer(cp, ns, {"store": {"url": url}, "sweep": {"enabled": False}})
+    create_summarizer(
+        cp,
+        ns,
+        {"store": {"url": url}, "sweep": {"enabled": False}, "reconcile": {"enabled": False}},
+    )
     procs = {}
     for r in ("a", "b"):
         rid = f"{ns}-{r}"

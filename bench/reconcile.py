@@ -47,6 +47,7 @@ from devenv.bench import (
     bench_control_plane,
     create_summarizer,
     parse_bench_args,
+    summary_written_at,
 )
 from devenv.demo_data import SAMPLE_SESSIONS, SampleSession, memory_rows
 from devenv.operator import start_operator
@@ -108,14 +109,12 @@ def load_collection(store: MemoryStore, rows: int, sessions: int, now_ms: int) -
 def sunsets(
     ns: str, store: MemoryStore, session_ids: list[str], timeout: float, log: Path
 ) -> list[float]:
-    summaries = store.summaries()
     latencies = []
     for sid in session_ids:
         t0, wall0_ms = time.monotonic(), int(time.time() * 1000)
         kube.request_summary(ns, sid, trigger="sunset")
         while True:
-            metas = summaries.get(ids=[f"summary_{sid}"], include=["metadatas"])["metadatas"]
-            if metas and int(metas[0].get("summarizedAt", 0)) >= wall0_ms - 5:  # type: ignore[arg-type]
+            if summary_written_at(store, sid) >= wall0_ms - 5:
                 break
             if time.monotonic() - t0 > timeout:
                 raise SystemExit(f"{sid} not summarized in {timeout} s\n{tail(log)}")

@@ -3,7 +3,8 @@
 Real parts: a local etcd + kube-apiserver, a Chroma server, the operator as a local
 process (standalone, extractive backend). For each of N sessions (default 100), the clock
 starts right before summaryctl's sunset call (create/patch of the SessionSummary) and stops
-when the row summary_<sessionId> in Chroma carries a summarizedAt after that start.
+when the row summary_<sessionId> in Chroma and its ledger entry carry a write after that
+start (devenv.bench.summary_written_at).
 Sessions are sunset one at a time so each figure is the latency of an idle system.
 
     .venv/bin/python -m bench.sunset_latency [--sessions 100] [--memories 6] [--quick]
@@ -58,6 +59,7 @@ from devenv.bench import (
     bench_control_plane,
     create_summarizer,
     parse_bench_args,
+    summary_written_at,
 )
 from devenv.demo_data import SAMPLE_SESSIONS, SampleSession, memory_rows
 from devenv.operator import start_operator
@@ -147,7 +149,7 @@ def main() -> int:
                 docs.append(row[1])
                 metas.append(row[2])
         store.add_memories(ids, docs, metas, create=True)
-        summaries = store.summaries(create=True)
+        store.summaries(create=True)
         others = [f"other-{i:03d}" for i in range(args.others)]
         if args.under_load:
             backlog = [f"backlog-{i:03d}" for i in range(args.backlog)]
@@ -250,9 +252,7 @@ def main() -> int:
                     name, _ = kube.request_summary(ns, sid, trigger="sunset")
                 deadline = t0 + args.timeout
                 while True:
-                    got = summaries.get(ids=[f"summary_{sid}"], include=["metadatas"])
-                    metas_ = got["metadatas"] or []
-                    if metas_ and int(metas_[0].get("summarizedAt", 0)) >= wall0_ms - 5:  # type: ignore[arg-type]
+                    if summary_written_at(store, sid) >= wall0_ms - 5:
                         break
                     if time.monotonic() > deadline:
                         obj = kube.get_summary(ns, name) or {}

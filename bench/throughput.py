@@ -169,6 +169,7 @@ def run_level(
                 "timeoutSeconds": 60,
             },
             "sweep": {"enabled": False},
+            "reconcile": {"enabled": False},
         },
     )
     loc = StoreLocation(
@@ -240,7 +241,11 @@ def run_extractive(
         "memoryCollection": f"{ns}-memory",
         "summaryCollection": f"{ns}-sessions",
     }
-    spec: dict[str, Any] = {"store": store_spec, "sweep": {"enabled": False}}
+    spec: dict[str, Any] = {
+        "store": store_spec,
+        "sweep": {"enabled": False},
+        "reconcile": {"enabled": False},
+    }
     if embedding:
         spec["embedding"] = embedding
     create_summarizer(cp, ns, spec)

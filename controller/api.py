@@ -7,7 +7,6 @@ the apiserver defaulted and one built here agree.
 
 from __future__ import annotations
 
-import datetime as dt
 import re
 from typing import Annotated, ClassVar, Literal
 from urllib.parse import urlsplit
@@ -240,6 +239,13 @@ class SweepSpec(CamelModel):
     reconcile_rows_per_second: int = Field(default=2000, ge=10, le=1_000_000)
 
 
+class ReconcileSpec(CamelModel):
+    """The reconciliation (core/reconcile_plan.py), on or off whatever the sweep is: its
+    pace is spec.sweep.reconcileIntervalSeconds and reconcileRowsPerSecond."""
+
+    enabled: bool = True
+
+
 class RetentionSpec(CamelModel):
     """Seconds a finished SessionSummary stays, by phase (0: for ever; core/retention.py)."""
 
@@ -271,14 +277,22 @@ class RedactionSpec(CamelModel):  # masked before a summary is made: redaction.p
 DEFAULT_EXCLUDED_TYPES = ("context-injection", "context-refresh", "tick", "heartbeat")
 
 
+class DocumentSpec(CamelModel):
+    """The summary document agents read at boot (controller/core/document.py)."""
+
+    max_chars: int = Field(default=8000, ge=500, le=32_000)
+
+
 class SessionSummarizerSpec(CamelModel):
     store: StoreSpec = StoreSpec()
     embedding: EmbeddingConfig = EmbeddingConfig()
     model: ModelSpec = ModelSpec()
     sweep: SweepSpec = SweepSpec()
+    reconcile: ReconcileSpec = ReconcileSpec()
     retention: RetentionSpec = RetentionSpec()
     visibility: VisibilitySpec = VisibilitySpec()
     redaction: RedactionSpec = RedactionSpec()
+    document: DocumentSpec = DocumentSpec()
     excluded_memory_types: list[
         Annotated[str, StringConstraints(min_length=1, max_length=MEMORY_TYPE_MAX)]
     ] = Field(default=list(DEFAULT_EXCLUDED_TYPES), max_length=EXCLUDED_TYPES_MAX)
@@ -367,33 +381,3 @@ class SessionSummarizerStatus(CamelModel):
     uncovered_found: int | None = None
     message: str | None = None
     conditions: list[Condition] | None = None
-
-
-def now_rfc3339(*, precise: bool = False) -> str:
-    """Seconds for status fields; milliseconds (precise) where a new value must differ from
-    the previous one, as spec.requestedAt must for two sunsets in the same second."""
-    now = dt.datetime.now(dt.UTC)
-    if precise:
-        return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
-    return rfc3339(now)
-
-
-def rfc3339(when: dt.datetime) -> str:
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def set_condition(
-    conditions: list[Condition] | None, new: Condition, *, now: str | None = None
-) -> list[Condition]:
-    """Replaces the condition of new.type; lastTransitionTime moves only when status changes."""
-    result: list[Condition] = []
-    previous = None
-    for cond in conditions or []:
-        if cond.type == new.type:
-            previous = cond
-        else:
-            result.append(cond)
-    changed = previous is None or previous.status != new.status
-    transition = (now or now_rfc3339()) if changed else previous.last_transition_time  # type: ignore[union-attr]
-    result.append(new.model_copy(update={"last_transition_time": transition}))
-    return sorted(result, key=lambda c: c.type)

@@ -3,7 +3,9 @@
 Secrets are read here (and only here) so their values never reach a status, an Event or a
 log line, and a value goes only to a URL its Secret allows (core/destinations.py): the
 SessionSummarizer's author chooses the URLs, the Secret's owner where the value may go.
-Every URL is checked against the operator's allowed endpoints before anything is sent.
+Every URL is checked against the operator's allowed endpoints before anything is sent, and
+the model and embedding endpoints against the store credential owner's list before any
+memory is read (check_memory_destinations).
 The parts built from them are kept per SessionSummarizer by the operator's runtime
 (controller/summarizer_parts.py), so a summary costs no reconnects.
 """
@@ -16,13 +18,17 @@ from dataclasses import dataclass
 from controller.api import ModelSpec, SecretKeyRef, SessionSummarizerSpec
 from controller.config import CONFIG
 from controller.core.destinations import (
+    ALLOWED_MODEL_URLS_ANNOTATION,
     ALLOWED_URLS_ANNOTATION,
     EndpointNotAllowed,
+    MemoryDestinationNotAllowed,
     SecretHostNotAllowed,
     SecretUse,
     SecretVerdict,
+    StoreCredential,
     endpoint_refusal,
     judge_secret,
+    memory_destination_refusal,
 )
 from controller.core.visibility import DEFAULT_VISIBILITY, VisibilityRules
 from controller.embeddings.spec import EmbeddingSpec
@@ -67,6 +73,39 @@ def check_endpoint(field: str, url: str) -> None:
     refusal = endpoint_refusal(field, url, CONFIG.allowed_endpoints)
     if refusal is not None:
         raise EndpointNotAllowed(refusal)
+
+
+def memory_destinations(spec: SessionSummarizerSpec) -> list[tuple[str, str]]:
+    """(field, URL) of each endpoint that receives memories or summaries made of them."""
+    found = []
+    if spec.model.backend == "openai" and spec.model.base_url:
+        found.append(("model.baseUrl", spec.model.base_url))
+    e = spec.embedding
+    if e.provider == "openai" and e.base_url:
+        found.append(("embedding.baseUrl", e.base_url))
+    return found
+
+
+def check_memory_destinations(
+    spec: SessionSummarizerSpec, namespace: str, field: str | None = None
+) -> None:
+    """Raises MemoryDestinationNotAllowed unless the owner of the store's credential (or the
+    install, for a store without one) allows every endpoint the memories would go to (only
+    `field`'s, when given). Reads the Secret's annotations, never the store."""
+    destinations = [d for d in memory_destinations(spec) if field in (None, d[0])]
+    if not destinations:
+        return
+    credential = None
+    if spec.store.auth_secret_ref is not None:
+        name = spec.store.auth_secret_ref.name
+        annotations, _ = kube.read_secret(namespace, name)
+        credential = StoreCredential(
+            namespace, name, annotations.get(ALLOWED_MODEL_URLS_ANNOTATION)
+        )
+    for where, url in destinations:
+        refusal = memory_destination_refusal(where, url, credential, CONFIG.allowed_model_urls)
+        if refusal is not None:
+            raise MemoryDestinationNotAllowed(refusal)
 
 
 def secret_verdict(use: SecretUse, annotations: dict[str, str]) -> SecretVerdict:
@@ -130,6 +169,7 @@ def store_location(
         token=token,
         embedding_provider=spec.embedding.provider,
         embedding_model=spec.embedding.model,
+        document_max_chars=spec.document.max_chars,
     )
 
 

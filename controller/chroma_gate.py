@@ -7,6 +7,12 @@ the two ways Chroma's clients send one); anything else is answered 401 and never
 forwarded. The token is read once from a file (the chart mounts its Secret); the upstream
 never sees it. /healthz answers while the gate runs, /readyz while Chroma answers its
 heartbeat: the kubelet's probes, which carry no token.
+
+Forwarding is bounded (--timeout-seconds, whole request and answer): a request Chroma has
+not answered by then is answered 504 and its upstream connection closed. The operator's
+store client waits longer than this (the chart requires summarizer.store.timeoutSeconds
+above it), so it hears the gate's answer instead of giving up on a write the gate still
+carries.
 """
 
 from __future__ import annotations
@@ -60,13 +66,20 @@ def authorized(presented: str | None, token: str) -> bool:
     return presented is not None and hmac.compare_digest(presented.encode(), token.encode())
 
 
-def make_app(token: str, upstream: str) -> web.Application:
+FORWARD_TIMEOUT_SECONDS = 8.0
+
+
+def make_app(
+    token: str, upstream: str, timeout_seconds: float = FORWARD_TIMEOUT_SECONDS
+) -> web.Application:
     if not token:
         raise ValueError("the token is empty")
+    if timeout_seconds <= 0:
+        raise ValueError("the forwarding timeout must be positive")
     upstream = upstream.rstrip("/")
 
     async def session_ctx(app: web.Application) -> AsyncIterator[None]:
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
+        timeout = aiohttp.ClientTimeout(total=timeout_seconds, sock_connect=5)
         app["session"] = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
         yield
         await app["session"].close()
@@ -95,18 +108,25 @@ def make_app(token: str, upstream: str) -> web.Application:
         # Read whole (Chroma's requests are bounded by its own limits), so the upstream
         # gets a Content-Length as the client sent it.
         body = await request.read() if request.body_exists else None
-        async with request.app["session"].request(
-            request.method, upstream + request.rel_url.raw_path_qs, headers=headers, data=body
-        ) as resp:
-            out = web.StreamResponse(status=resp.status, reason=resp.reason)
-            for k, v in resp.headers.items():
-                if k.lower() not in HOP_BY_HOP:
-                    out.headers.add(k, v)
-            await out.prepare(request)
-            async for chunk in resp.content.iter_chunked(65536):
-                await out.write(chunk)
-            await out.write_eof()
-            return out
+        try:
+            async with request.app["session"].request(
+                request.method, upstream + request.rel_url.raw_path_qs, headers=headers, data=body
+            ) as resp:
+                return await relay(request, resp)
+        except TimeoutError:
+            message = f"Chroma did not answer within the gate's {timeout_seconds:g}s"
+            return web.json_response({"error": "GatewayTimeout", "message": message}, status=504)
+
+    async def relay(request: web.Request, resp: aiohttp.ClientResponse) -> web.StreamResponse:
+        out = web.StreamResponse(status=resp.status, reason=resp.reason)
+        for k, v in resp.headers.items():
+            if k.lower() not in HOP_BY_HOP:
+                out.headers.add(k, v)
+        await out.prepare(request)
+        async for chunk in resp.content.iter_chunked(65536):
+            await out.write(chunk)
+        await out.write_eof()
+        return out
 
     app = web.Application(client_max_size=0)  # no limit of the gate's own: Chroma's apply
     app.cleanup_ctx.append(session_ctx)
@@ -121,6 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", default="0.0.0.0:8000", help="host:port to serve")
     parser.add_argument("--upstream", default="http://127.0.0.1:8001", help="Chroma's URL")
     parser.add_argument("--token-file", type=Path, required=True, help="holds the token")
+    parser.add_argument(
+        "--timeout-seconds",
+        type=float,
+        default=FORWARD_TIMEOUT_SECONDS,
+        help="longest a forwarded request may take (then 504)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     token = args.token_file.read_text().strip()
@@ -129,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         "chroma gate on %s, forwarding authenticated requests to %s", args.listen, args.upstream
     )
     web.run_app(
-        make_app(token, args.upstream),
+        make_app(token, args.upstream, args.timeout_seconds),
         host=host.strip("[]") or None,
         port=int(port),
         access_log=None,

@@ -89,6 +89,10 @@ class OperatorConfig(BaseSettings):
     # Comma-separated URL prefixes every store.url, model.baseUrl and embedding.baseUrl must
     # be under; empty: any URL.
     allowed_endpoints: Annotated[tuple[UrlPrefix, ...], NoDecode] = ()
+    # Comma-separated URL prefixes of the model and embedding endpoints that may receive the
+    # memories of a store read without a credential, or with a Secret that lacks the
+    # memorycore.io/allowed-model-urls annotation; empty: none (docs/security.md).
+    allowed_model_urls: Annotated[tuple[UrlPrefix, ...], NoDecode] = ()
 
     @property
     def claim_renew_period(self) -> float:
@@ -112,7 +116,7 @@ class OperatorConfig(BaseSettings):
             return tuple(n.strip() for n in value.split(",") if n.strip())
         return value
 
-    @field_validator("allowed_endpoints", mode="before")
+    @field_validator("allowed_endpoints", "allowed_model_urls", mode="before")
     @classmethod
     def _url_prefixes(cls, value: Any) -> Any:
         if not isinstance(value, str):

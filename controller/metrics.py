@@ -64,6 +64,11 @@ UNCOVERED = Gauge(
     "session_summary_uncovered_rows",
     "Rows the last finished reconciliation of this replica found no summary accounting for.",
 )
+UNTIMED_MEMORIES = Counter(
+    "session_summary_untimed_memories_total",
+    "Memories whose time could not be read, summarized at the end of their session's order "
+    "and left out of memoryCount (summaryctl verify names them).",
+)
 LATE_MEMORIES = Counter(
     "session_summary_late_memories_total",
     "Memories a pass found behind its summary's watermark (landed late) and summarized.",
@@ -235,6 +240,10 @@ def late_memories(n: int) -> None:
 def redactions(by_kind: Mapping[str, int]) -> None:
     for kind, n in by_kind.items():
         REDACTIONS.labels(kind=kind).inc(n)
+
+
+def untimed_memories(n: int) -> None:
+    UNTIMED_MEMORIES.inc(n)
 
 
 def claim_conflict() -> None:

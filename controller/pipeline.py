@@ -23,7 +23,7 @@ from controller.core.document import render_document
 from controller.core.memories import Memory, is_excluded
 from controller.core.merge import merge_pass
 from controller.core.naming import summary_row_id
-from controller.core.provenance import PassTokens, Provenance, pass_tokens
+from controller.core.provenance import PassTokens, Provenance, added_text, pass_tokens
 from controller.core.summary import (
     LegacySummary,
     OtherWriter,
@@ -62,12 +62,6 @@ class PassInterrupted(Exception):
     a chunk boundary; the object's next pass goes on from there."""
 
 
-def full_document(summary: StructuredSummary) -> str:
-    """The document unbounded: what a pass adds is measured on it (provenance), so folding
-    a long document for its readers never reads as a pass that added nothing."""
-    return render_document(summary, max_chars=None)
-
-
 @dataclass(frozen=True)
 class Outcome:
     kind: OutcomeKind
@@ -79,7 +73,8 @@ class Outcome:
     last_memory_at_ms: int | None = None
     tokens_used: int = 0  # model tokens (usage.total_tokens) spent by this summarization
     checkpoints: int = 0  # intermediate writes of a long backlog
-    skipped_memories: int = 0  # rows of the session without a usable timestamp
+    # Rows of the session whose time cannot be read (summarized, not in memory_count).
+    skipped_memories: int = 0
     provenance: Provenance | None = None  # per pass tokens in/out of this summarization
     # Another writer had rewritten the session's row since our last write; its text is
     # carried in this summary's legacy text (None: the row was as we left it).
@@ -89,6 +84,10 @@ class Outcome:
     # The write took the row over from a claim history our fences do not order (another
     # cluster, an etcd restored from a backup): what the object says (None: it did not).
     taken_over: str | None = None
+    # Rows whose time no clock could have given (a Warning Event names them).
+    untrusted_times: tuple[str, ...] = ()
+    # Of skipped_memories, those this pass summarized for the first time.
+    new_untimed: int = 0
     # Secrets masked by this pass (redaction.py), by kind: in the memories it read and
     # in the prior summary it carried. Counts, never the secrets.
     redactions: dict[str, int] = field(default_factory=dict)
@@ -148,7 +147,7 @@ def _prior_coverage(prior: StructuredSummary | None) -> PriorCoverage:
         prior.memory_count,
         digest_of_text(prior.rows_digest) if prior.rows_digest else None,
         prior.sources_json,
-        prior.skipped_rows,
+        frozenset(prior.untimed_ids),
     )
 
 
@@ -179,7 +178,7 @@ def _with_session_facts(summary: StructuredSummary, rows: SessionRows) -> Struct
             "coverage": rows.coverage()[0],
             "rows_digest": digest_text(rows.digest),
             "sources_json": sources.to_json(),
-            "skipped_rows": rows.skipped,
+            "untimed_ids": rows.untimed,
         }
     )
 
@@ -244,9 +243,9 @@ def summarize_session(
     # The rows stream: the pass holds one chunk of memories at a time, never the session.
     excluded = functools.partial(is_excluded, excluded_types=excluded_types)
     rows = store.session_rows(session_id, covered, exclude=excluded, mask=mask)
-    if rows.total == 0:
+    if rows.total == 0 and not rows.untimed:
         return Outcome("not-found", session_id, 0)
-    skipped = rows.skipped
+    skipped = len(rows.untimed)
     last_ms = rows.newest.timestamp_ms if rows.newest else None
     new = rows.included  # memories to summarize, in (timestamp, id) order from rows.memories
     if (
@@ -308,14 +307,14 @@ def summarize_session(
             assert isinstance(current, StructuredSummary) and current.watermark is not None
             write(_checkpoint(current, rows, read_upto))
             checkpoints += 1
-        before = full_document(current) if isinstance(current, StructuredSummary) else ""
         result = run_pass(session_id, chunk, current, summarizer)
         summary = result.summary
         if _late_only(chunk, rows.prior_key) and isinstance(current, StructuredSummary):
             # Late memories are history: the latest state stays the latest memories'.
             state = {"Current State": list(current.sections["Current State"])}
             summary = summary.model_copy(update={"sections": {**summary.sections, **state}})
-        spent.append(pass_tokens(chunk, before, full_document(summary)))
+        prior = current if isinstance(current, StructuredSummary) else None
+        spent.append(pass_tokens(chunk, "", added_text(prior, summary)))
         current, passes, tokens = summary, passes + 1, tokens + result.tokens_used
         if chunk:
             read_upto = (chunk[-1].timestamp_ms, chunk[-1].id)
@@ -335,8 +334,16 @@ def summarize_session(
         tokens,
         checkpoints,
         skipped,
-        Provenance(spent).with_document(render_document(final, store.location.memory_collection)),
+        Provenance(spent).with_document(
+            render_document(
+                final,
+                store.location.memory_collection,
+                max_chars=store.location.document_max_chars,
+            )
+        ),
         other,
         rows.late,
+        untrusted_times=rows.untrusted,
+        new_untimed=len(set(rows.untimed) - set(structured.untimed_ids if structured else ())),
         redactions=mask.counts(),
     )

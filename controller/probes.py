@@ -1,6 +1,6 @@
 """The SessionSummarizer's health probes: each reads what it checks (Secrets, Chroma, the
 model and embedding endpoints) and returns the one condition it owns
-(core/summarizer_status.py has the owner table). The store and the embedder probed are the
+(status/summarizer_status.py has the owner table). The store and the embedder probed are the
 ones the SessionSummarizer's passes use (the runtime's parts: a probe that loads the local
 model or connects spares the first pass the wait). Blocking: handlers run them in a
 thread."""
@@ -10,12 +10,22 @@ from __future__ import annotations
 import httpx
 
 from controller.api import Condition, SessionSummarizerSpec
-from controller.backends import chat_model_config, secret_uses, secret_verdict
-from controller.core.destinations import DestinationRefused, SecretVerdict, shown
-from controller.core.summarizer_status import secrets_allowed, store_reachable
+from controller.backends import (
+    chat_model_config,
+    check_memory_destinations,
+    secret_uses,
+    secret_verdict,
+)
+from controller.core.destinations import (
+    DestinationRefused,
+    SecretVerdict,
+    redirect_refusal,
+    shown,
+)
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
 from controller.kube import client as kube
+from controller.status.summarizer_status import secrets_allowed, store_reachable
 from controller.store.errors import EmbeddingMismatch, InvalidStoreConfig, StoreUnavailable
 from controller.summarizer_parts import SummarizerParts
 
@@ -55,10 +65,14 @@ def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
         return Condition(type="ModelReady", status="False", reason=reason, message=message)
 
     try:
+        check_memory_destinations(spec, namespace, "model.baseUrl")
         config = chat_model_config(model, namespace)
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         url = f"{config.base_url.rstrip('/')}/models"
         resp = httpx.get(url, headers=headers, timeout=min(model.timeout_seconds, 10))
+        if resp.is_redirect:  # httpx follows none unless asked
+            where = resp.headers.get("location")
+            return unavailable("ModelUnavailable", redirect_refusal(url, resp.status_code, where))
         if resp.status_code >= 400:
             return unavailable("ModelUnavailable", f"GET {shown(url)} answered {resp.status_code}")
     except kube.SecretError as exc:

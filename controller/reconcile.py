@@ -70,16 +70,21 @@ def reconcile_step(
     read = 0
     while read < budget:
         ask = min(SCAN_PAGE, budget - read)
-        got = cycle.fold(store.rows_from(cycle.offset, ask))
+        got = cycle.fold(store.rows_from(cycle.offset, ask), now_ms)
         read += got
         if got < ask:  # the end of the collection: compare
             stored = store.summary_states(list(cycle.counts))
+            # Where the counts agree, the ids may not (a deletion, then a late arrival).
+            agree = [
+                s for s, n in cycle.counts.items() if (st := stored.get(s)) and st.memory_count == n
+            ]
             plan = reconcile(
                 cycle,
                 stored,
                 now_ms=now_ms,
                 idle_ms=sweep.idle_seconds * 1000,
                 max_sessions=sweep.max_sessions_per_sweep,
+                rows_digests=store.rows_digests(agree),
             )
             state.pending = plan.candidates + plan.deferred
             state.cycle, state.last_done_ms = None, now_ms

@@ -25,6 +25,7 @@ from controller.backends import (
     Backends,
     Embedder,
     chat_model_config,
+    check_memory_destinations,
     embedding_spec,
     redaction_of,
     store_location,
@@ -121,7 +122,9 @@ class SummarizerParts:
         self, namespace: str, name: str, spec: SessionSummarizerSpec
     ) -> Iterator[Backends]:
         """Everything a pass needs, held for the pass (blocking: may read Secrets and
-        connect to Chroma). A StoreUnavailable out of the block drops the store's client."""
+        connect to Chroma). A StoreUnavailable out of the block drops the store's client.
+        Where the memories would go is checked first: a refusal reads no memory."""
+        check_memory_destinations(spec, namespace)
         location = store_location(spec, namespace)
         embedding = embedding_spec(spec, namespace)
         config = (
@@ -159,6 +162,7 @@ class SummarizerParts:
     def embedder(
         self, namespace: str, name: str, spec: SessionSummarizerSpec
     ) -> Iterator[Embedder]:
+        check_memory_destinations(spec, namespace, "embedding.baseUrl")
         embedding = embedding_spec(spec, namespace)
         with self._held(namespace, name) as hold:
             yield hold(lambda p: p.embedder, embedding, self._embedder)

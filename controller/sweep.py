@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from controller.api import SessionSummarizerSpec, now_rfc3339
+from controller.api import SessionSummarizerSpec
 from controller.config import CONFIG
 from controller.core.chunking import estimate_tokens, memory_text
 from controller.core.coverage import PriorCoverage
@@ -43,6 +43,7 @@ from controller.core.sweep_plan import (
     plan_sweep,
 )
 from controller.kube import client as kube
+from controller.status.conditions import now_rfc3339
 from controller.store.memory_store import MemoryStore
 from controller.upkeep_state import MarkerMemory
 
@@ -115,7 +116,7 @@ def plan_from_store(
         # An added row that dates nothing (no usable timestamp) still changes its count.
         yield from ((sid, ts if ts is not None else 0) for sid, ts in appended)
 
-    activity = collect_activity(counted())
+    activity = collect_activity(counted(), now_ms=now_ms)
     stored = store.summary_states(list(activity))
     # Count drift only matters where timestamps alone say "fresh".
     live_counts = {

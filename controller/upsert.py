@@ -104,7 +104,9 @@ def write_row(
     writer rewrote the row during the pass (RowChangedDuringPass; the next pass carries its
     text). Chroma has no conditional write: what remains is the moment between that read
     and the upsert."""
-    document = render_document(summary, store.location.memory_collection)
+    document = render_document(
+        summary, store.location.memory_collection, max_chars=store.location.document_max_chars
+    )
     summarized_at_ms = int(time.time() * 1000)
     metadata = to_chroma_metadata(
         summary,

@@ -24,6 +24,9 @@ def operator_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "devenv.operator", *args]
 
 
+LOOPBACK_MODELS = "http://127.0.0.1:*, http://localhost:*"
+
+
 def start_operator(
     log: Path,
     env: dict[str, str],
@@ -35,7 +38,11 @@ def start_operator(
 
     clock_offset_s: the process's wall clock runs this far ahead (negative: behind), under
     Debian's libfaketime; its monotonic clock stays the host's, as on a host whose clock is
-    set wrong."""
+    set wrong.
+
+    The test model and embedding servers listen on loopback, on free ports: the memories
+    may go there (SSO_ALLOWED_MODEL_URLS) unless env says otherwise."""
+    env = {"SSO_ALLOWED_MODEL_URLS": LOOPBACK_MODELS, **env}
     if clock_offset_s is not None:
         env = dict(env, **skewed_clock_env(clock_offset_s))
     return spawn(operator_argv(*args), log, env=env, cwd=cwd or REPO_ROOT)

@@ -4,79 +4,15 @@ Kubernetes and store errors turned into one line."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
 import time
-from collections.abc import Iterator
 from types import MappingProxyType
 from typing import Any
 
 from controller.cli.args import CliError, printable
-
-# -- Kubernetes and store errors as one line ------------------------------------------------
-
-
-def _kube_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.config.config_exception import ConfigException
-    from urllib3.exceptions import HTTPError
-
-    try:
-        return fn(*args, **kwargs)
-    except ConfigException as exc:
-        raise CliError(
-            f"no Kubernetes context ({exc}); set KUBECONFIG, or run `make cluster-up` for a "
-            "local control plane"
-        ) from exc
-    except HTTPError as exc:
-        raise CliError(f"cannot reach the Kubernetes API: {exc}") from exc
-    except ApiException as exc:
-        if exc.status == 404 and "the server could not find the requested resource" in (
-            exc.body or ""
-        ):
-            raise CliError(
-                "the SessionSummary CRD is not installed in this cluster: "
-                "kubectl apply -f crds/ (or helm install the chart)"
-            ) from exc
-        if exc.status == 404:
-            raise CliError(f"not found: {_api_message(exc)}") from exc
-        if exc.status == 403:
-            raise CliError(f"forbidden: {_api_message(exc)}") from exc
-        if exc.status == 422:
-            raise CliError(f"rejected by the API server: {_api_message(exc)}") from exc
-        raise CliError(f"Kubernetes API error {exc.status}: {_api_message(exc)}") from exc
-
-
-def _api_message(exc: Any) -> str:
-    try:
-        return str(json.loads(exc.body).get("message"))
-    except (TypeError, ValueError, AttributeError):
-        return str(exc.reason)
-
-
-def _missing_collection(exc: Any) -> CliError:
-    return CliError(f"{exc} (--{exc.role}-collection; reading never creates a collection)")
-
-
-@contextlib.contextmanager
-def _store_errors() -> Iterator[None]:
-    """Every way a store call fails, as a CliError naming what to fix."""
-    from controller.store.errors import (
-        CollectionNotFound,
-        EmbeddingMismatch,
-        InvalidStoreConfig,
-        StoreUnavailable,
-    )
-
-    try:
-        yield
-    except CollectionNotFound as exc:
-        raise _missing_collection(exc) from exc
-    except (StoreUnavailable, EmbeddingMismatch, InvalidStoreConfig) as exc:
-        raise CliError(str(exc)) from exc
-
+from controller.cli.failures import kube_call, missing_collection, store_errors
 
 # -- commands ------------------------------------------------------------------------------
 
@@ -104,7 +40,7 @@ def _check_summarizer_exists(namespace: str, name: str) -> None:
             raise
         return True
 
-    if not _kube_call(exists):
+    if not kube_call(exists):
         raise CliError(
             f"SessionSummarizer {namespace}/{name} does not exist "
             f"(kubectl -n {namespace} get sessionsummarizers); nothing was changed"
@@ -116,7 +52,7 @@ def cmd_sunset(args: argparse.Namespace) -> int:
 
     if args.summarizer is not None:
         _check_summarizer_exists(args.namespace, args.summarizer)
-    name, action = _kube_call(
+    name, action = kube_call(
         kube.request_summary,
         args.namespace,
         args.session_id,
@@ -136,7 +72,7 @@ def cmd_sunset(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.wait
     last: dict[str, Any] = {}
     while time.monotonic() < deadline:
-        obj = _kube_call(kube.get_summary, args.namespace, name) or {}
+        obj = kube_call(kube.get_summary, args.namespace, name) or {}
         last = obj
         outcome = pass_outcome(obj)
         if outcome is not None:
@@ -206,7 +142,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
 
     while True:
-        obj = _kube_call(read)
+        obj = kube_call(read)
         conditions = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
         ready = conditions.get("Ready", {})
         if ready.get("status") == "True" or time.monotonic() >= deadline:
@@ -256,10 +192,10 @@ def cmd_summaries(args: argparse.Namespace) -> int:
     from controller.cli.settings import load_summarizer
 
     store = _store(args, load_summarizer(args))
-    with _store_errors():
+    with store_errors():
         rows = store.latest_summaries(args.limit)
     if args.full:
-        with _store_errors():
+        with store_errors():
             rows = [(i, _full_document(store, m.get("sessionId"), d), m) for i, d, m in rows]
     if args.json:
         print(json.dumps([{"id": i, "document": d, "metadata": m} for i, d, m in rows], indent=2))
@@ -329,7 +265,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
                 redaction=parts.redaction,
             )
         except CollectionNotFound as exc:  # the same for every session: stop here
-            raise _missing_collection(exc) from exc
+            raise missing_collection(exc) from exc
         except InvalidStoreConfig as exc:
             raise CliError(str(exc)) from exc
         except (StoreUnavailable, EmbeddingMismatch, EmbeddingError, ValueError) as exc:

@@ -8,7 +8,8 @@ import json
 from typing import Any
 
 from controller.cli.args import CliError, printable
-from controller.cli.commands import _store, _store_errors
+from controller.cli.commands import _store
+from controller.cli.failures import store_errors
 
 
 def _ledger_lines(session_id: str, document: str, keys: dict[str, Any]) -> list[str]:
@@ -43,7 +44,7 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     from controller.cli.settings import load_summarizer
 
     store = _store(args, load_summarizer(args))
-    with _store_errors():
+    with store_errors():
         stored = store.stored_summary(args.session_id)
     if stored is None:
         raise CliError(

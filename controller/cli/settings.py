@@ -32,6 +32,7 @@ from controller.api import (
     StoreSpec,
 )
 from controller.cli.args import CliError, check_chroma_url
+from controller.cli.failures import kube_call
 from controller.core.text import one_line
 from controller.core.visibility import DEFAULT_VISIBILITY, VisibilityRules
 from controller.redaction import DEFAULT_REDACTION, Redaction
@@ -69,10 +70,9 @@ def _from_manifest(path: str, namespace: str | None) -> Summarizer:
 
 def _from_cluster(name: str, namespace: str) -> Summarizer:
     from controller.api import GROUP, SUMMARIZER_PLURAL, VERSION
-    from controller.cli.commands import _kube_call
     from controller.kube import client as kube
 
-    obj = _kube_call(
+    obj = kube_call(
         kube.custom().get_namespaced_custom_object,
         GROUP,
         VERSION,
@@ -112,12 +112,11 @@ def secret_reader(field: str) -> Any:
         value = os.environ.get(SECRET_ENV[field])
         if value:
             return value
-        from controller.cli.commands import _kube_call
         from controller.core.destinations import DestinationRefused
         from controller.kube import client as kube
 
         try:
-            return str(_kube_call(backends.secret_for, spec_field, namespace, ref, url))
+            return str(kube_call(backends.secret_for, spec_field, namespace, ref, url))
         except (kube.SecretError, DestinationRefused) as exc:
             raise CliError(f"{exc} (or set {SECRET_ENV[field]})") from exc
 

@@ -6,11 +6,13 @@ import argparse
 import json
 
 from controller.cli.args import CliError, printable
-from controller.cli.commands import _store, _store_errors
+from controller.cli.commands import _store
+from controller.cli.failures import store_errors
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    """Which memories of each session no summary covers (exit 1 when any)."""
+    """Which memories of each session no summary covers, and which have a time the operator
+    cannot read (exit 1 when any)."""
     from controller.cli.settings import load_summarizer
     from controller.core.coverage import PriorCoverage, uncovered
     from controller.core.summary import StructuredSummary, UnreadablePriorSummary
@@ -19,12 +21,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     store = _store(args, load_summarizer(args))
     reports = []
     for session_id in args.session_ids:
-        with _store_errors():
+        with store_errors():
             try:
                 prior = store.read_summary(session_id)
             except UnreadablePriorSummary as exc:
                 raise CliError(str(exc)) from exc
-            keys = list(store.session_rows(session_id).keys)
+            rows = store.session_rows(session_id)
+        keys = list(rows.keys)
         mark = prior.watermark if isinstance(prior, StructuredSummary) else None
         covered = (
             PriorCoverage((mark.timestamp_ms, mark.memory_id), prior.coverage, prior.memory_count)
@@ -44,6 +47,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
                     {"id": i, "timestamp": ms_to_rfc3339(ts), "why": why}
                     for ts, i, why in found.rows
                 ],
+                "unreadableTimes": [
+                    {"id": i, "timestamp": rows.untimed_values.get(i, "")} for i in rows.untimed
+                ],
                 "ranges": [
                     {
                         "from": ms_to_rfc3339(d.start) if d.start is not None else None,
@@ -59,6 +65,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(json.dumps(reports, indent=2))
     for report in [] if args.json else reports:
         sid = printable(report["sessionId"])
+        unreadable = report["unreadableTimes"]
+        if unreadable:
+            print(
+                f"{sid}: {len(unreadable)} of its memories have a timestamp the operator cannot "
+                "read (summarized at the end of the session, not counted in memoryCount):"
+            )
+            for row in unreadable:
+                print(f"  {printable(row['id'])}  timestamp {printable(row['timestamp'])}")
         if not report["uncovered"]:
             print(
                 f"{sid}: every one of its {report['memories']} memories is covered by its summary"
@@ -77,4 +91,4 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 "(the coverage cannot name which): "
                 + ", ".join(map(printable, rng["candidates"][:20]))
             )
-    return 1 if any(r["uncovered"] for r in reports) else 0
+    return 1 if any(r["uncovered"] or r["unreadableTimes"] for r in reports) else 0

@@ -2,11 +2,11 @@
 
 kopf peering is advisory (a paused replica can still tick for a moment; equal priorities
 freeze everyone; takeover waits for lastseen + lifetime), so every store write is guarded
-by a claim per *session in a store*, not per object: two SessionSummary objects (a
-hand-named one beside the derived name, or two namespaces' summarizers on one Chroma)
-that name one session share one claim, because the claim's name is derived from the
-store's identity (Chroma's id of the memory collection and the summary collection's name,
-MemoryStore.claim_scope) and the session id.
+by a claim per *summary row*, not per object: two SessionSummary objects (a hand-named
+one beside the derived name, two namespaces' summarizers on one Chroma, two summarizers
+reading different memory collections into one summary collection) that write one row
+share one claim, because the claim's name is derived from the row's identity (tenant,
+database and summary collection: StoreLocation.row_scope; and the session id).
 
 A writer is a replica serving one object: the same replica serving two objects of one
 session is two writers. The claim is a cluster-scoped SessionClaim object with the

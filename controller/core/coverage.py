@@ -236,11 +236,11 @@ class PriorCoverage:
     watermark_key: tuple[int, str] | None = None  # the newest memory covered
     coverage: Coverage | None = None  # None: a row of an earlier version (or a watermark only)
     memory_count: int | None = None  # the prior's memoryCount, for a row without coverage
-    # Every row the prior accounted for (coverage.digest), with who wrote them and how many
-    # had no usable time: what lets a pass read only the rows added since.
+    # Every row the prior accounted for (coverage.digest), with who wrote them and which had
+    # no readable time (summarized already): what lets a pass read only the rows added since.
     digest: Bucket | None = None
     sources_json: str | None = None
-    skipped: int = 0
+    untimed: frozenset[str] = frozenset()
 
 
 def to_reread(

@@ -3,23 +3,28 @@
 Whoever may edit a SessionSummarizer chooses its URLs, but not every Secret it names is
 theirs: a Secret's value goes only to URLs its owner listed in the Secret's
 `memorycore.io/allowed-urls` annotation (URL prefixes). A cluster may also limit every
-store and model URL to an operator-wide list (SSO_ALLOWED_ENDPOINTS). Both use one rule,
-`within`: same scheme, host and port (the scheme's default when absent), and the URL's path
-inside the prefix's path, segment by segment, after dot segments and percent escapes are
-resolved. A host `*.example.com` stands for any host under example.com, not example.com
-itself.
+store and model URL to an operator-wide list (SSO_ALLOWED_ENDPOINTS). What a store credential
+unlocks follows its owner too: the memories read with it go only to the model and embedding
+endpoints its Secret's `memorycore.io/allowed-model-urls` annotation lists, or, without that
+annotation or without a credential, those the install lists (SSO_ALLOWED_MODEL_URLS). All use
+one rule, `within`: same scheme, host and port (the scheme's default when absent; `:*` in a
+prefix is any port), and the URL's path inside the prefix's path, segment by segment, after
+dot segments and percent escapes are resolved. A host `*.example.com` stands for any host
+under example.com, not example.com itself.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import posixpath
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 ALLOWED_URLS_ANNOTATION = "memorycore.io/allowed-urls"
+ALLOWED_MODEL_URLS_ANNOTATION = "memorycore.io/allowed-model-urls"
 DEFAULT_PORTS = MappingProxyType({"http": 80, "https": 443})
 
 
@@ -29,7 +34,7 @@ class UrlPrefix:
 
     scheme: str
     host: str  # lower case, no trailing dot; "*.example.com" for any host under it
-    port: int
+    port: int | None  # None: any port (written `:*`)
     path: str  # normalized, no trailing "/"; "" is every path
     text: str
 
@@ -83,6 +88,11 @@ def target(url: str) -> Target | None:
     if path is None:
         return None
     host = parts.hostname.lower().rstrip(".")
+    if ":" in host:  # one spelling per IPv6 address ("::1", "0:0:0:0:0:0:0:1")
+        try:
+            host = ipaddress.IPv6Address(host).compressed
+        except ValueError:
+            return None
     return Target(scheme, host, port or DEFAULT_PORTS[scheme], path)
 
 
@@ -110,6 +120,9 @@ def parse_prefix(text: str) -> UrlPrefix | None:
     """A prefix as written in an annotation or SSO_ALLOWED_ENDPOINTS; None when invalid
     (no scheme or host, credentials, a query or a fragment)."""
     raw = text
+    any_port = re.match(r"([^:/?#]+://[^/?#]*?):\*(?=[/?#]|$)", raw)
+    if any_port:
+        raw = any_port.group(1) + raw[any_port.end() :]
     wildcard = "://*." in raw
     probe = raw.replace("://*.", "://wildcard.", 1) if wildcard else raw
     t = target(probe)
@@ -121,7 +134,7 @@ def parse_prefix(text: str) -> UrlPrefix | None:
     host = "*." + t.host.removeprefix("wildcard.") if wildcard else t.host
     if not _HOST.match(host):
         return None
-    return UrlPrefix(t.scheme, host, t.port, t.path, raw)
+    return UrlPrefix(t.scheme, host, None if any_port else t.port, t.path, text)
 
 
 def parse_prefixes(text: str) -> tuple[list[UrlPrefix], list[str]]:
@@ -148,7 +161,9 @@ def within(url: str, prefix: UrlPrefix) -> bool:
     t = target(url)
     if t is None:
         return False
-    if (t.scheme, t.port) != (prefix.scheme, prefix.port) or not _host_matches(t.host, prefix.host):
+    if t.scheme != prefix.scheme or prefix.port not in (None, t.port):
+        return False
+    if not _host_matches(t.host, prefix.host):
         return False
     return not prefix.path or t.path == prefix.path or t.path.startswith(prefix.path + "/")
 
@@ -173,6 +188,10 @@ class SecretHostNotAllowed(DestinationRefused):
 
 class EndpointNotAllowed(DestinationRefused):
     reason = "EndpointNotAllowed"
+
+
+class MemoryDestinationNotAllowed(DestinationRefused):
+    reason = "MemoryDestinationNotAllowed"
 
 
 @dataclass(frozen=True)
@@ -259,4 +278,68 @@ def endpoint_refusal(field: str, url: str, allowed_endpoints: Sequence[UrlPrefix
     return (
         f"{field} {shown(url)} is not among the operator's allowed endpoints ({listed}); "
         "a cluster admin may add it (chart value operator.allowedEndpoints)"
+    )
+
+
+@dataclass(frozen=True)
+class StoreCredential:
+    """The Secret a store is read with (store.authSecretRef), and its owner's word on where
+    what it unlocks may go (the allowed-model-urls annotation; None when absent)."""
+
+    namespace: str
+    name: str
+    annotation: str | None
+
+
+def memory_destination_refusal(
+    field: str,
+    url: str,
+    credential: StoreCredential | None,
+    install_list: Sequence[UrlPrefix],
+) -> str | None:
+    """Why memories (and the summaries made of them) may not go to url; None when they may.
+    The store credential's owner decides with the annotation; without one, or for a store
+    read without a credential, the install's list (chart value operator.allowedModelUrls);
+    an empty list allows nothing."""
+    annotation = credential.annotation if credential is not None else None
+    if annotation is not None:
+        prefixes, invalid = parse_prefixes(annotation)
+    else:
+        prefixes, invalid = list(install_list), []
+    if allowed(url, prefixes):
+        return None
+    dest = add = shown(url)
+    listed = ", ".join(p.text for p in prefixes) or "nothing"
+    head = f"{field} {dest} may not receive the memories"
+    admin = f"a cluster admin may add {add} to the chart value operator.allowedModelUrls"
+    if credential is None:
+        return (
+            f"{head}: the store has no credential (store.authSecretRef), so the operator's "
+            f"allowed model URLs decide, and they allow {listed}; {admin}"
+        )
+    secret = f"Secret {credential.namespace}/{credential.name} (store.authSecretRef)"
+    if annotation is None:
+        command = (
+            f"kubectl annotate secret -n {credential.namespace} {credential.name} "
+            f"{ALLOWED_MODEL_URLS_ANNOTATION}={add}"
+        )
+        return (
+            f"{head} read with {secret}: it has no {ALLOWED_MODEL_URLS_ANNOTATION} annotation "
+            f"and the operator's allowed model URLs allow {listed}; the Secret's owner allows "
+            f"it with `{command}`, or {admin}"
+        )
+    bad = f"; ignored invalid entries: {', '.join(invalid)}" if invalid else ""
+    return (
+        f"{head} read with {secret}: its {ALLOWED_MODEL_URLS_ANNOTATION} annotation allows "
+        f"{listed}{bad}; the Secret's owner may add {add} to it"
+    )
+
+
+def redirect_refusal(url: str, status: int, location: str | None) -> str:
+    """A redirect is never followed (it could send what an allowed endpoint receives to any
+    address): the error names where it pointed, without credentials."""
+    where = shown(urljoin(url, location)) if location else "nowhere (no Location)"
+    return (
+        f"{shown(url)} answered HTTP {status}, a redirect to {where}: redirects are not "
+        "followed; point the URL at the endpoint itself"
     )

@@ -1,9 +1,11 @@
 """The document agents read: a structured summary rendered as markdown, bounded. Pure.
 
 Sections in their fixed order, then References verbatim, then a carried earlier text
-fenced whole at the end. At most DOCUMENT_MAX_CHARS characters: long parts are folded,
-oldest items first, into a line that says how many are not shown and which metadata key
-of the row keeps them (controller.core.summary_row writes those keys).
+fenced whole at the end. At most max_chars characters (DOCUMENT_MAX_CHARS unless the
+SessionSummarizer's spec.document.maxChars says otherwise): long parts are folded into a
+line that says how many are not shown and where they are kept (the operator's ledger).
+What the history sections show is chosen to fill the space: the newest item of each, then
+the items that carry most facts per character (choose_items).
 """
 
 from __future__ import annotations
@@ -11,8 +13,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from controller.core.facts import fact_count
 from controller.core.references import REFERENCES_MAX
-from controller.core.summary import LEGACY_HEADING, SECTION_TITLES, StructuredSummary, SummaryItem
+from controller.core.summary import (
+    HISTORY_SECTIONS,
+    LEGACY_HEADING,
+    SECTION_TITLES,
+    StructuredSummary,
+    SummaryItem,
+)
 from controller.core.text import ms_to_rfc3339, one_line
 
 REFERENCES_HEADING = "## References"
@@ -48,8 +57,8 @@ def overflow_note(summary: StructuredSummary, memory_collection: str | None = No
 
 # The rendered document's bound. neo's agents read the 5 newest documents whole at boot
 # (get_all_summaries({limit: 5})), so a summary must never grow without bound: past this
-# many characters the oldest items of long history sections, references past the first
-# ones and the tail of a carried earlier text are folded into a line that says how many
+# many characters the tail of a carried earlier text, references past the first ones and
+# the history items choose_items leaves out are folded into a line that says how many
 # and where they are (the row's metadata keeps everything; `summaryctl summaries --full`
 # prints it whole). 8,000 characters is also what is embedded (upsert.EMBED_CHARS).
 DOCUMENT_MAX_CHARS = 8000
@@ -58,58 +67,101 @@ FOLDED_MARK = "not shown here"
 
 @dataclass(frozen=True)
 class _Fold:
-    """How much of each long part a rendering shows (None: all of it)."""
+    """How much of the references and of a carried earlier text a rendering shows (None:
+    all of it)."""
 
-    items: int | None = None  # newest items per section
     references: int | None = None
     legacy_chars: int | None = None
 
 
-# Tried in order; the first rendering within the bound is the document.
+# Tried in order; from the _CHOOSE_FROM-th on, the history items are chosen to fill what
+# is left (choose_items).
 _FOLDS = (
     _Fold(),
     _Fold(legacy_chars=2000),
     _Fold(references=50, legacy_chars=2000),
-    _Fold(items=20, references=50, legacy_chars=2000),
-    _Fold(items=10, references=20, legacy_chars=1000),
-    _Fold(items=5, references=10, legacy_chars=500),
-    _Fold(items=3, references=5, legacy_chars=200),
-    _Fold(items=1, references=0, legacy_chars=0),
+    _Fold(references=20, legacy_chars=1000),
+    _Fold(references=10, legacy_chars=500),
+    _Fold(references=5, legacy_chars=200),
+    _Fold(references=0, legacy_chars=0),
 )
+_CHOOSE_FROM = 2
+Shown = dict[str, set[int]]  # per history section, the indexes of the items shown
 
 
-def _section_lines(title: str, items: list[SummaryItem], keep: int | None) -> list[str]:
-    shown = items if keep is None or len(items) <= keep else items[len(items) - keep :]
+def _item_line(item: SummaryItem) -> str:
+    text = one_line(item.text)
+    if item.superseded_by:
+        return f"- ~~{text}~~ (superseded: {one_line(item.superseded_by)})"
+    return f"- {text}"
+
+
+def _section_lines(title: str, items: list[SummaryItem], shown: set[int] | None) -> list[str]:
     lines = ["", f"## {title}"]
-    if len(shown) < len(items):
+    if shown is not None and len(shown) < len(items):
         lines.append(
-            f"- ({len(items) - len(shown)} earlier items of this section are {FOLDED_MARK}; "
+            f"- ({len(items) - len(shown)} other items of this section are {FOLDED_MARK}; "
             "all are in the operator's ledger, key `sectionsJson`: summaryctl ledger)"
         )
-    for item in shown:
-        text = one_line(item.text)
-        if item.superseded_by:
-            lines.append(f"- ~~{text}~~ (superseded: {one_line(item.superseded_by)})")
-        else:
-            lines.append(f"- {text}")
-    return lines
+    return lines + [_item_line(i) for n, i in enumerate(items) if shown is None or n in shown]
 
 
-def _render(summary: StructuredSummary, memory_collection: str | None, fold: _Fold) -> str:
+def _words(text: str) -> frozenset[str]:
+    return frozenset(re.findall(r"\w+", text.lower()))
+
+
+CANDIDATES = 200  # per section: more than fit in any document (DOCUMENT_MAX_CHARS)
+
+
+def choose_items(summary: StructuredSummary, room: int) -> Shown:
+    """Which history items fill `room` characters: the newest item of each section, then
+    the items with the most facts per character (controller.core.facts), newer first among
+    equals, while they fit; of each section's newest CANDIDATES items. An item whose words
+    all appear in an item already chosen adds nothing and is skipped. A fact-free item is
+    taken only once no fact-bearing one that fits is left, so it never takes the place of a
+    fact of its length. Only the document
+    chooses: the ledger keeps every item."""
+    candidates = []
+    shown: Shown = {}
+    for title in HISTORY_SECTIONS:
+        items = summary.sections.get(title) or []
+        shown[title] = set()
+        # The newest CANDIDATES items only: more never fit, and a pass then costs the same
+        # however long the session's history is.
+        for n in range(max(0, len(items) - CANDIDATES), len(items)):
+            line = _item_line(items[n])
+            facts = fact_count(line)
+            pinned = n == len(items) - 1
+            rank = (not pinned, facts == 0, -round(100 * facts / max(1, len(line))), -n)
+            candidates.append((rank, title, n, line))
+    chosen: list[frozenset[str]] = []
+    for _, title, n, line in sorted(candidates, key=lambda c: c[0]):
+        words = _words(line)
+        if len(line) + 1 > room or any(words <= other for other in chosen):
+            continue
+        shown[title].add(n)
+        chosen.append(words)
+        room -= len(line) + 1
+    return shown
+
+
+def _render(
+    summary: StructuredSummary, memory_collection: str | None, fold: _Fold, shown: Shown | None
+) -> str:
     lines = [f"# {one_line(summary.title)}"]
     for title in SECTION_TITLES:
         items = summary.sections.get(title) or []
         if items:
-            lines += _section_lines(title, items, fold.items)
+            lines += _section_lines(title, items, None if shown is None else shown.get(title))
     note = overflow_note(summary, memory_collection)
     refs = summary.references
     if refs or note:
-        shown = refs if fold.references is None else refs[: fold.references]
-        lines += ["", REFERENCES_HEADING, *map(_reference_line, shown)]
-        if len(shown) < len(refs):
+        shown_refs = refs if fold.references is None else refs[: fold.references]
+        lines += ["", REFERENCES_HEADING, *map(_reference_line, shown_refs)]
+        if len(shown_refs) < len(refs):
             lines.append(
-                f"- ({len(refs) - len(shown)} more references are {FOLDED_MARK}; all are in "
-                "the operator's ledger, key `referencesJson`: summaryctl ledger)"
+                f"- ({len(refs) - len(shown_refs)} more references are {FOLDED_MARK}; all are "
+                "in the operator's ledger, key `referencesJson`: summaryctl ledger)"
             )
         lines += [note] if note else []
     legacy = summary.legacy_text
@@ -138,13 +190,25 @@ def render_document(
 
     References come after the sections, each verbatim. A carried legacy text comes last,
     byte for byte, in a fenced block under LEGACY_HEADING. At most max_chars characters
-    (None: unbounded, as `summaryctl summaries --full` shows it): long parts are folded,
-    oldest items first, into a line naming the metadata key that keeps them.
+    (None: unbounded, as `summaryctl summaries --full` shows it): long parts are folded
+    into a line naming the ledger key that keeps them; the history items shown are chosen
+    to fill what is left (choose_items).
     """
-    document = ""
-    for fold in _FOLDS if max_chars is not None else _FOLDS[:1]:
-        document = _render(summary, memory_collection, fold)
-        if max_chars is None or len(document) <= max_chars:
+    document = _render(summary, memory_collection, _FOLDS[0], None)
+    if max_chars is None or len(document) <= max_chars:
+        return document
+    for step, fold in enumerate(_FOLDS):
+        document = _render(summary, memory_collection, fold, None)
+        if len(document) <= max_chars:
+            return document
+        if step < _CHOOSE_FROM:  # an earlier text and references fold first, as before
+            continue
+        none_shown: Shown = {title: set() for title in HISTORY_SECTIONS}
+        room = max_chars - len(_render(summary, memory_collection, fold, none_shown))
+        if room < 0:
+            continue
+        document = _render(summary, memory_collection, fold, choose_items(summary, room))
+        if len(document) <= max_chars:
             return document
     assert max_chars is not None
     # Still too long (a very long Current State or title-level content): cut at a line.

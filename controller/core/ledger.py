@@ -176,6 +176,9 @@ def plan_write(
         **fence,
         ROW_DIGEST_KEY: row_digest,
         "summarizedAt": state.get("summarizedAt"),
+        # Every row id of the session the write accounted for (coverage.digest_text): the
+        # reconciliation's walk compares it with the ids it counts (reconcile_plan.py).
+        "rowsDigest": state.get("rowsDigest"),
     }
     head_meta = {k: v for k, v in head_meta.items() if v is not None}
     head_record = LedgerRecord(summary_row_id(session_id), ledger_document(rest), head_meta)

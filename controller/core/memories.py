@@ -26,11 +26,20 @@ SUNSET_MARKER_TYPE = "session-sunset"
 # speaking; a row whose prompt starts with one of these is left out of the summary.
 INJECTION_MARKERS = ("<system-reminder>", "[context refresh]", "<context-refresh>")
 INTERACTION_TYPE = "agent-interaction"
-# Numbers below this are epoch seconds: as milliseconds they would be before March 1973,
-# as seconds they reach to the year 5138.
+# Epoch numbers are told apart by magnitude (docs/summaries.md, "Memory times"): below
+# SECONDS_LIMIT seconds, then milliseconds, microseconds and nanoseconds, each band three
+# digits wider; each unit reads times from March 1973 to the year 5138 (seconds: from 1970).
 SECONDS_LIMIT = 100_000_000_000
+_UNIT_LIMITS = ((SECONDS_LIMIT, -1000), (10**14, 1), (10**17, 1000), (10**20, 1_000_000))
+# A time further ahead of the reader's clock than this is a bad clock, not a memory from the
+# future: it counts as "now" (core.clocks), so it neither keeps its session active until that
+# date nor sorts its summary first in neo's newest-first listing.
+FUTURE_TOLERANCE_MS = 10 * 60 * 1000
+# A time before this (2000-01-01) is a bad clock too: no agent wrote memories then.
+PAST_FLOOR_MS = 946_684_800_000
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _NUMBER = re.compile(r"[+-]?\d+(\.\d+)?")
+_INTEGER = re.compile(r"[+-]?\d+")
 
 
 class Memory(BaseModel, frozen=True):
@@ -78,23 +87,36 @@ JS_DATE_MAX_MS = 8_640_000_000_000_000
 
 
 def parse_timestamp_ms(value: object) -> int | None:
-    """Epoch milliseconds from a number (ms, or seconds when small), digits, or ISO-8601;
-    None for anything else, and for a time no JavaScript Date (so no neo reader) can hold."""
+    """Epoch milliseconds from a number or digit string in seconds, ms, µs or ns (told apart
+    by magnitude), or ISO-8601; None for anything else, and for a time no JavaScript Date
+    (so no neo reader) can hold."""
     ms = _timestamp_ms(value)
     return ms if ms is not None and abs(ms) <= JS_DATE_MAX_MS else None
+
+
+def _epoch_ms(number: int | float) -> int | None:
+    """The number in the unit its magnitude says, as milliseconds; None past nanoseconds."""
+    for limit, scale in _UNIT_LIMITS:
+        if abs(number) < limit:
+            if scale < 0:
+                return round(number * -scale)
+            # Integers divide exactly (a nanosecond count is past a float's 53 bits).
+            return number // scale if isinstance(number, int) else math.floor(number / scale)
+    return None
 
 
 def _timestamp_ms(value: object) -> int | None:
     if value is None or isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
-        number = float(value)
-        if not math.isfinite(number):
-            return None
-        return round(number * 1000) if abs(number) < SECONDS_LIMIT else int(number)
+    if isinstance(value, int):
+        return _epoch_ms(value)
+    if isinstance(value, float):
+        return _epoch_ms(value) if math.isfinite(value) else None
     if not isinstance(value, str):
         return None
     text = value.strip()
+    if _INTEGER.fullmatch(text):
+        return _epoch_ms(int(text))
     if _NUMBER.fullmatch(text):
         return _timestamp_ms(float(text))
     try:
@@ -105,6 +127,18 @@ def _timestamp_ms(value: object) -> int | None:
         when = when.replace(tzinfo=dt.UTC)  # naive = UTC, as the old writers meant it
     # Integer arithmetic: float timestamps turn .001 into .000999...
     return (when - _EPOCH) // dt.timedelta(milliseconds=1)
+
+
+def trusted_time(timestamp_ms: int, now_ms: int) -> bool:
+    """Whether a parsed memory time is one a clock could have given: not before 2000, and
+    not more than FUTURE_TOLERANCE_MS ahead of `now_ms` (the reader's clock)."""
+    return PAST_FLOOR_MS <= timestamp_ms <= now_ms + FUTURE_TOLERANCE_MS
+
+
+def as_observed(timestamp_ms: int, now_ms: int) -> int:
+    """A memory time as a report states it: one further ahead of `now_ms` than the tolerance
+    counts as now (status.lastMemoryAt must not say "seen" of every later sunset marker)."""
+    return now_ms if timestamp_ms > now_ms + FUTURE_TOLERANCE_MS else timestamp_ms
 
 
 def render_interaction_document(prompt: str, thought: str, response: str) -> str:

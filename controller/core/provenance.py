@@ -18,6 +18,7 @@ from typing import ClassVar
 
 from controller.core.chunking import estimate_tokens, memory_text
 from controller.core.memories import Memory
+from controller.core.summary import HISTORY_SECTIONS, StructuredSummary
 
 PASS_TOKENS_KEPT = 100  # per-pass figures stored in the row (the sums cover every pass)
 
@@ -33,6 +34,22 @@ def pass_tokens(memories: Sequence[Memory], before: str, after: str) -> PassToke
     tokens_in = sum(estimate_tokens(memory_text(m)) for m in memories)
     grown = estimate_tokens(after) - (estimate_tokens(before) if before else 0)
     return PassTokens(tokens_in, max(0, grown))
+
+
+def added_text(before: StructuredSummary | None, after: StructuredSummary) -> str:
+    """What a pass added to the summary: the history items and references past the prior's
+    (those lists only grow), and Current State when it changed. Measured on the items, not
+    on the document, so folding a long document for its readers never reads as a pass that
+    added nothing, and counting costs what is new."""
+    parts: list[str] = []
+    for title, items in after.sections.items():
+        old = before.sections.get(title, []) if before is not None else []
+        if title not in HISTORY_SECTIONS:
+            parts += [item.text for item in items] if items != old else []
+        else:
+            parts += [item.text for item in items[len(old) :]]
+    parts += after.references[len(before.references) if before is not None else 0 :]
+    return "\n".join(parts)
 
 
 def compaction_ratio(tokens_in: int, tokens_out: int) -> float | None:

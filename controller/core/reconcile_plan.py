@@ -12,8 +12,11 @@ an ISO string, which Chroma cannot compare. Both are found by:
   reconciliation at once;
 - the reconciliation (ReconcileCycle), a resync as informers do: a walk over the whole
   collection, `reconcileRowsPerSecond` rows at a time on the sweep's timer, every
-  `reconcileIntervalSeconds`, that counts each session's rows and compares the counts with
-  the summaries' memoryCount. A session whose count differs (or that has no summary) gets a
+  `reconcileIntervalSeconds` (`spec.reconcile.enabled`, whether or not sweeps are), that
+  counts each session's rows and digests their ids (coverage.digest), and compares both
+  with the summaries': memoryCount, and the digest of the ids the last write accounted
+  for (its ledger head's rowsDigest). A session whose count or ids differ (a deletion and
+  a late arrival leave the count as it was, not the ids), or that has no summary, gets a
   pass, which reads exactly the rows its summary does not cover (controller.core.coverage).
   It is the backstop for what the cursor cannot see (rows deleted and added between two
   sweeps, an operator that was down). It never holds up a sunset: it reads a bounded
@@ -23,8 +26,10 @@ an ISO string, which Chroma cannot compare. Both are found by:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from controller.core.coverage import Bucket, digest_text, id_hash
+from controller.core.memories import FUTURE_TOLERANCE_MS
 from controller.core.sweep_plan import (
     MAX_SESSION_ID,
     SessionActivity,
@@ -32,6 +37,9 @@ from controller.core.sweep_plan import (
     SweepPlan,
     plan_sweep,
 )
+
+# A row as the walk reads it: (sessionId, timestamp ms or None, row id).
+WalkedRow = tuple[str, int | None, str]
 
 
 @dataclass(frozen=True)
@@ -52,14 +60,20 @@ class ReconcileCycle:
     rows: int = 0
     counts: dict[str, int] = field(default_factory=dict)
     newest: dict[str, int] = field(default_factory=dict)
+    digests: dict[str, Bucket] = field(default_factory=dict)  # each session's row ids
 
-    def fold(self, rows: Iterable[tuple[str, int | None]]) -> int:
+    def fold(self, rows: Iterable[WalkedRow], now_ms: int) -> int:
         """Counts a page of (sessionId, timestamp ms or None); returns its length. A row
-        without a usable timestamp counts (neo's memoryCount does) but dates nothing."""
+        without a usable timestamp is in the session's id digest (a new one changes it) but
+        neither counts (memoryCount leaves it out) nor dates anything; one too far ahead of
+        now_ms counts but dates nothing (a bad clock must not keep a session active)."""
         n = 0
-        for session_id, ts in rows:
+        for session_id, stamp, row_id in rows:
             n += 1
-            self.counts[session_id] = self.counts.get(session_id, 0) + 1
+            ids = self.digests.get(session_id) or Bucket(0)
+            self.digests[session_id] = ids.add(id_hash(row_id))
+            ts = None if stamp is not None and stamp > now_ms + FUTURE_TOLERANCE_MS else stamp
+            self.counts[session_id] = self.counts.get(session_id, 0) + (stamp is not None)
             if ts is not None and ts > self.newest.get(session_id, -(2**63)):
                 self.newest[session_id] = ts
             elif session_id not in self.newest:
@@ -89,10 +103,23 @@ def reconcile(
     now_ms: int,
     idle_ms: int,
     max_sessions: int,
+    rows_digests: Mapping[str, str] | None = None,
 ) -> SweepPlan:
     """What a finished walk asks for: every idle session whose row count differs from its
-    summary's memoryCount, or that has rows and no summary, newest first (the sweep's own
-    rules, controller.core.sweep_plan, with the walk's counts as the live counts)."""
+    summary's memoryCount, or whose row ids differ from those its last write accounted for
+    (`rows_digests`: the ledger's rowsDigest; a session without one is judged by its count),
+    or that has rows and no summary, newest first (the sweep's own rules,
+    controller.core.sweep_plan, with the walk's counts as the live counts: rows that
+    changed count as a count drift)."""
+    changed = {
+        sid
+        for sid, written in (rows_digests or {}).items()
+        if sid in cycle.digests and digest_text(cycle.digests[sid]) != written
+    }
+    stored = {
+        sid: replace(state, memory_count=None) if state is not None and sid in changed else state
+        for sid, state in stored.items()
+    }
     activity = {
         sid: SessionActivity(sid, max(ts, 0))
         for sid, ts in cycle.newest.items()

@@ -126,12 +126,13 @@ class StructuredSummary(BaseModel):
     references: list[str] = Field(default_factory=list)
     references_overflow: ReferenceOverflow = Field(default_factory=ReferenceOverflow)
     # What the pass that wrote it listed: every row of the session (a digest of their ids:
-    # coverage.digest), who wrote them (visibility.SessionSources, as JSON) and how many had
-    # no usable time. With them a later pass reads only the rows added since
+    # coverage.digest), who wrote them (visibility.SessionSources, as JSON) and which had no
+    # time this version can read (summarized once, at the end of the session's order, and
+    # not in memory_count). With them a later pass reads only the rows added since
     # (store/session_listing.py); None: read the whole session.
     rows_digest: str | None = None
     sources_json: str | None = None
-    skipped_rows: int = 0
+    untimed_ids: tuple[str, ...] = ()
     # When the row this summary was read from was written (its "summarizedAt"); None for a
     # summary not read from the store.
     summarized_at_ms: int | None = None

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from controller.core.coverage import Coverage
 from controller.core.document import FOLDED_MARK
 from controller.core.fencing import LEGACY_FENCE_KEY
-from controller.core.memories import JS_DATE_MAX_MS, Watermark
+from controller.core.memories import Watermark, trusted_time
 from controller.core.provenance import Provenance
 from controller.core.references import ReferenceOverflow
 from controller.core.row_ownership import (
@@ -86,46 +86,18 @@ READER_ROW_KEYS = frozenset(
 # each write removes those it does not set now (upsert_metadata), which is also how the
 # first write of this release slims a row of the previous one.
 ROW_KEYS = (
-    "sessionId",
-    "timestamp",
-    "memoryCount",
-    "title",
-    "category",
-    "quality",
-    "productivity",
-    "impact",
-    "complexity",
-    "technologies",
-    "participatingAgents",
-    "models",
-    "toolsUsed",
-    "totalToolCalls",
-    "userId",
-    "sourceAgentIdentities",
-    "sourceTrustTier",
-    "provenancePolicy",
-    "unclassifiedSourceCount",
-    "summaryFormat",
-    "formatVersion",
-    "sectionsJson",
-    "firstMemoryAt",
-    "timestampSource",
-    "watermarkTimestamp",
-    "watermarkMemoryId",
-    "coverageJson",
-    "writer",
-    "triggerSource",
-    "summarizedAt",
-    "legacySummary",
-    "rowsDigest",
-    "sourcesJson",
-    "skippedRows",
-    "referencesJson",
-    "referencesOmitted",
-    "referencesOmittedFrom",
-    "referencesOmittedTo",
-    "referencesOmittedDigests",
-    DIGEST_KEY,
+    *sorted(READER_ROW_KEYS),
+    *("formatVersion", "sectionsJson", "firstMemoryAt", "watermarkTimestamp", "watermarkMemoryId"),
+    *("coverageJson", "writer", "triggerSource", "summarizedAt", "legacySummary", "rowsDigest"),
+    *(
+        "sourcesJson",
+        "untimedJson",
+        "skippedRows",
+        "referencesJson",
+        "referencesOmitted",
+        "referencesOmittedFrom",
+    ),
+    *("referencesOmittedTo", "referencesOmittedDigests"),
     LEGACY_FENCE_KEY,  # the previous release's fence on the row (now in the ledger)
     *Provenance.METADATA_KEYS,
 )
@@ -136,17 +108,12 @@ MetadataValue = str | int | float | bool
 def row_timestamp(summary: StructuredSummary, summarized_at_ms: int) -> int:
     """neo's `timestamp`: the session's newest memory (ms). Every row needs a number here:
     neo's boot read renders `new Date(timestamp).toISOString()` and fails its whole listing
-    on a row without one. Without a parsed memory time, the newest time the summary knows,
-    else the time of the write."""
-    for candidate in (summary.last_memory_at_ms, summary.first_memory_at_ms):
-        if candidate is not None and _js_date_ok(candidate):
-            return candidate
-    return summarized_at_ms
-
-
-def _js_date_ok(ms: int) -> bool:
-    """A JavaScript Date holds it: toISOString() throws past +-8.64e15 ms."""
-    return abs(ms) <= JS_DATE_MAX_MS
+    on a row without one. Without a parsed memory time, the newest time the summary knows;
+    else, or for a bad clock's time (memories.trusted_time: it must not pin the row first or
+    last in neo's newest-first listing), the time of the write."""
+    known = summary.last_memory_at_ms
+    known = summary.first_memory_at_ms if known is None else known
+    return summarized_at_ms if known is None or not trusted_time(known, summarized_at_ms) else known
 
 
 def to_chroma_metadata(
@@ -201,7 +168,7 @@ def to_chroma_metadata(
         "legacySummary": summary.legacy_text or None,
         "rowsDigest": summary.rows_digest,
         "sourcesJson": summary.sources_json,
-        "skippedRows": summary.skipped_rows or None,
+        "untimedJson": json.dumps(list(summary.untimed_ids)) if summary.untimed_ids else None,
         "referencesJson": json.dumps(summary.references, ensure_ascii=False),
         "referencesOmitted": over.count or None,
         "referencesOmittedFrom": over.first_ms,
@@ -229,6 +196,15 @@ def _number(value: object) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return int(value) if math.isfinite(value) else None
+
+
+def _ids(raw: object) -> tuple[str, ...]:
+    """A JSON list of row ids; () for anything else."""
+    try:
+        ids = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return ()
+    return tuple(i for i in ids if isinstance(i, str)) if isinstance(ids, list) else ()
 
 
 def _score(value: object) -> int:
@@ -329,7 +305,9 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
         summarized_at_ms=_number(meta.get("summarizedAt")),
         rows_digest=meta.get("rowsDigest") if isinstance(meta.get("rowsDigest"), str) else None,
         sources_json=meta["sourcesJson"] if isinstance(meta.get("sourcesJson"), str) else None,
-        skipped_rows=max(0, _number(meta.get("skippedRows")) or 0),
+        # skippedRows (a count, written before untimedJson) names none: those rows were
+        # never summarized, so the next pass summarizes them.
+        untimed_ids=_ids(meta.get("untimedJson")),
         references=references,
         references_overflow=overflow,
     )

@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
+from controller.core.memories import FUTURE_TOLERANCE_MS
+
 StaleReason = Literal["missing", "newer-memories", "count-drift"]
 CandidateReason = StaleReason | Literal["refresh"]
 MarkerAction = Literal["request", "wait", "done"]
@@ -67,13 +69,16 @@ class SweepPlan:
         return len(self.candidates) + len(self.deferred) + len(self.refresh)
 
 
-def collect_activity(rows: Iterable[tuple[str, int]]) -> dict[str, SessionActivity]:
+def collect_activity(rows: Iterable[tuple[str, int]], *, now_ms: int) -> dict[str, SessionActivity]:
     """Folds scanned (sessionId, timestamp_ms) pairs into the newest timestamp per session.
-    A blank or over-long sessionId names no SessionSummary (the CRD refuses it): skipped."""
+    A blank or over-long sessionId names no SessionSummary (the CRD refuses it): skipped.
+    A time too far ahead of now_ms is a bad clock: its row dates nothing (it is still the
+    session's activity, for the count check), so it never keeps the session "active"."""
     newest: dict[str, int] = {}
-    for session_id, ts in rows:
+    for session_id, stamp in rows:
         if not session_id.strip() or len(session_id) > MAX_SESSION_ID:
             continue
+        ts = 0 if stamp > now_ms + FUTURE_TOLERANCE_MS else stamp
         if ts > newest.get(session_id, -1):
             newest[session_id] = ts
     return {sid: SessionActivity(sid, ts) for sid, ts in newest.items()}

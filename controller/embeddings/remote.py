@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-from openai import APIConnectionError, APIStatusError, OpenAI, omit
+from openai import APIConnectionError, APIStatusError, DefaultHttpxClient, OpenAI, omit
 
+from controller.core.destinations import redirect_refusal
 from controller.embeddings.minilm import Documents, EmbeddingError, Embeddings
 
 if TYPE_CHECKING:
@@ -21,7 +22,8 @@ class OpenAICompatibleEmbedding:
     """``POST {base_url}/embeddings`` through the ``openai`` SDK: one pooled client per
     configuration, whose own retry loop retries timeouts, connection errors, 408, 409, 429
     and 5xx ``retries`` times with exponential backoff (Retry-After honoured up to the
-    SDK's two minutes). Other 4xx fail at once.
+    SDK's two minutes). Other 4xx fail at once. Redirects are not followed: one is an
+    error naming where it pointed.
 
     The API key is sent as a bearer token (no Authorization header without one) and kept
     out of repr and error messages: those end up in logs and on the CR.
@@ -44,7 +46,7 @@ class OpenAICompatibleEmbedding:
             api_key=api_key or NO_API_KEY,
             timeout=timeout_seconds,
             max_retries=retries,
-            http_client=http_client,
+            http_client=http_client or DefaultHttpxClient(follow_redirects=False),
         )
         self._headers = {} if api_key else {"Authorization": omit}
 
@@ -68,6 +70,9 @@ class OpenAICompatibleEmbedding:
             )
         except APIStatusError as exc:
             status = exc.status_code
+            if exc.response.is_redirect:
+                where = exc.response.headers.get("location")
+                raise EmbeddingError(redirect_refusal(self.url, status, where)) from None
             hint = " (check embedding.apiKeySecretRef)" if status in (401, 403) else ""
             raise EmbeddingError(
                 f"HTTP {status} from {self.url}{hint}{_attempts(exc.response.request)}"

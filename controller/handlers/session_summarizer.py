@@ -24,21 +24,21 @@ from controller.api import (
     Condition,
     SessionSummarizerSpec,
     SessionSummarizerStatus,
-    now_rfc3339,
 )
 from controller.config import CONFIG
 from controller.core.reconcile_plan import RowCursor
 from controller.core.requeue import to_ask_again_with_progress
-from controller.core.summarizer_status import (
-    SweepReport,
-    sweep_failure,
-    with_conditions,
-)
 from controller.core.text import one_line
 from controller.handlers import summarizer_upkeep as upkeep
 from controller.kube import client as kube
 from controller.probes import check_embedding, check_secrets, health_conditions
 from controller.runtime import Runtime
+from controller.status.conditions import now_rfc3339
+from controller.status.summarizer_status import (
+    SweepReport,
+    sweep_failure,
+    with_conditions,
+)
 from controller.sweep import run_sweep
 
 
@@ -221,7 +221,7 @@ async def sweep(
     if spec.sweep.enabled and status.watermark is not None:
         await upkeep.marker_scan(body, spec, namespace, name, status.watermark, logger, runtime)
     await upkeep.retention(spec, namespace, name, status, logger)
-    if spec.sweep.enabled and status.watermark is not None:
+    if spec.reconcile.enabled:  # whether or not sweeps are: the backstop of every pass
         await upkeep.reconcile(body, spec, namespace, name, logger, runtime)
     if not _sweep_due(spec, status):
         return

@@ -32,7 +32,12 @@ from controller.api import (
 from controller.backends import Backends
 from controller.config import CONFIG, backoff_seconds
 from controller.core.claim_rules import Sighting, Writer
-from controller.core.destinations import EndpointNotAllowed, SecretHostNotAllowed
+from controller.core.destinations import (
+    DestinationRefused,
+    EndpointNotAllowed,
+    MemoryDestinationNotAllowed,
+    SecretHostNotAllowed,
+)
 from controller.core.fencing import FenceUnavailable
 from controller.core.row_ownership import RowChangedDuringPass
 from controller.core.summary import SummaryValidationError, UnreadablePriorSummary
@@ -49,7 +54,8 @@ from controller.handlers.summary_status import (
     summarizing_status,
 )
 from controller.kube import client as kube
-from controller.kube.claims import ClaimContended, ClaimHeld, ClaimLost, SessionClaimHandle
+from controller.kube.claim_errors import ClaimContended, ClaimHeld, ClaimLost
+from controller.kube.claims import SessionClaimHandle
 from controller.pipeline import Outcome, PassInterrupted, summarize_session
 from controller.runtime import Runtime
 from controller.scheduling import BACKGROUND_TRIGGERS, slack_for
@@ -114,6 +120,7 @@ _FAILURES: tuple[tuple[type[Exception], str, bool], ...] = (
     # enough, until the failure gate stops it.
     (SecretHostNotAllowed, "SecretHostNotAllowed", True),
     (EndpointNotAllowed, "EndpointNotAllowed", True),
+    (MemoryDestinationNotAllowed, "MemoryDestinationNotAllowed", True),
     (StoreUnavailable, "StoreUnavailable", True),
     (InvalidStoreConfig, "InvalidStoreConfig", False),
     (UnreadablePriorSummary, "UnreadablePriorSummary", False),
@@ -141,7 +148,7 @@ def failures_shown(*, invalid_spec: bool = False) -> Iterator[None]:
         for kind, reason, retry in _FAILURES:
             if isinstance(exc, kind):
                 # A refusal says what would allow it (a kubectl command): not cut at 300.
-                limit = 1000 if isinstance(exc, SecretHostNotAllowed | EndpointNotAllowed) else 300
+                limit = 1000 if isinstance(exc, DestinationRefused) else 300
                 message = one_line(exc, limit)
                 if isinstance(exc, UnreadablePriorSummary):
                     message += "; the stored row was left as it is"

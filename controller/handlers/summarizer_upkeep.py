@@ -13,14 +13,15 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from controller import metrics
-from controller.api import SessionSummarizerSpec, SessionSummarizerStatus, now_rfc3339
+from controller.api import SessionSummarizerSpec, SessionSummarizerStatus
 from controller.config import CONFIG
 from controller.core.destinations import DestinationRefused
-from controller.core.summarizer_status import MarkerScanReport, ReconcileReport, RetentionReport
 from controller.core.text import one_line
 from controller.kube import client as kube
 from controller.reconcile import ReconcileResult, reconcile_step
 from controller.runtime import Runtime
+from controller.status.conditions import now_rfc3339
+from controller.status.summarizer_status import MarkerScanReport, ReconcileReport, RetentionReport
 from controller.store.errors import CollectionNotFound, InvalidStoreConfig, StoreUnavailable
 from controller.sweep import (
     MarkerScanResult,

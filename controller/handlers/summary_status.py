@@ -1,11 +1,12 @@
 """What a SessionSummary's status says: phase, message, the Summarized condition and the
-derived Ready, Reconciling and Stalled (core/readiness.py), from an Outcome or a Failure,
+derived Ready, Reconciling and Stalled (status/readiness.py), from an Outcome or a Failure,
 written through kopf's patch (a pass's start, Summarizing, by the handler directly); Events
 for what a user must see, through the EventRecorder (one per state change, repeats
 counted on it)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, NoReturn
 
 import kopf
@@ -17,20 +18,21 @@ from controller.api import (
     SessionSummarySpec,
     SessionSummaryStatus,
     SummaryProvenance,
-    now_rfc3339,
-    set_condition,
 )
 from controller.config import CONFIG, backoff_seconds
-from controller.core.readiness import summary_readiness, with_derived
+from controller.core.memories import FUTURE_TOLERANCE_MS, as_observed
 from controller.core.summary import StructuredSummary
 from controller.core.text import ms_to_rfc3339
-from controller.kube.claims import ClaimHeld
+from controller.kube.claim_errors import ClaimHeld
 from controller.kube.events import EventRecorder
 from controller.pipeline import Outcome
+from controller.status.conditions import now_rfc3339, set_condition
+from controller.status.readiness import summary_readiness, with_derived
 
 CONDITION = "Summarized"
 # Whether the row was as this operator left it when the pass read it (row_ownership.py).
 SINGLE_WRITER = "SingleWriter"
+MEMORY_TIMES = "MemoryTimesReadable"
 DONE_PHASES = frozenset({"Summarized", "Empty", "NotFound"})
 
 
@@ -62,12 +64,12 @@ def status_with(
     reason: str,
     message: str,
     ok: bool | None,
-    also: Condition | None = None,
+    also: tuple[Condition | None, ...] = (),
     **fields: Any,
 ) -> SessionSummaryStatus:
     """The object's status in this phase: the Summarized condition (unless ok is None: a
     pass under way leaves the last outcome's), the derived Ready, Reconciling and Stalled
-    (core/readiness.py), every condition with the generation it answers."""
+    (status/readiness.py), every condition with the generation it answers."""
     previous = current_status(body)
     generation = body.metadata.get("generation")
     conditions = previous.conditions
@@ -80,9 +82,9 @@ def status_with(
             observed_generation=generation,
         )
         conditions = set_condition(conditions, condition)
-    if also is not None:
+    for extra in (c for c in also if c is not None):
         conditions = set_condition(
-            conditions, also.model_copy(update={"observed_generation": generation})
+            conditions, extra.model_copy(update={"observed_generation": generation})
         )
     conditions = with_derived(conditions, summary_readiness(phase, reason, message, generation))
     return previous.model_copy(
@@ -105,7 +107,7 @@ def record(
     reason: str,
     message: str,
     ok: bool,
-    also: Condition | None = None,
+    also: tuple[Condition | None, ...] = (),
     **fields: Any,
 ) -> None:
     status = status_with(
@@ -240,6 +242,29 @@ def single_writer(
     )
 
 
+def memory_times(body: kopf.Body, outcome: Outcome, events: EventRecorder) -> Condition:
+    """The MemoryTimesReadable condition; a Warning Event and the metric when a pass
+    summarized rows whose time it cannot read."""
+    metrics.untimed_memories(outcome.new_untimed)
+    if not outcome.skipped_memories:
+        return Condition(
+            type=MEMORY_TIMES,
+            status="True",
+            reason="AllReadable",
+            message="every memory of the session has a time the operator can read",
+        )
+    message = (
+        f"{outcome.skipped_memories} of the session's memories have a 'timestamp' the operator "
+        "cannot read (epoch seconds, ms, µs or ns, or ISO-8601): they are summarized at the "
+        "end of the session's order and left out of memoryCount; `summaryctl verify` names them"
+    )
+    if outcome.new_untimed:
+        events.post(body, type_="Warning", reason="UnreadableMemories", message=message)
+    return Condition(
+        type=MEMORY_TIMES, status="False", reason="UnreadableMemories", message=message
+    )
+
+
 def report(
     body: kopf.Body,
     patch: kopf.Patch,
@@ -247,7 +272,9 @@ def report(
     outcome: Outcome,
     events: EventRecorder,
 ) -> None:
-    last_at = ms_to_rfc3339(outcome.last_memory_at_ms) if outcome.last_memory_at_ms else None
+    last_ms = outcome.last_memory_at_ms
+    now_ms = int(time.time() * 1000)
+    last_at = ms_to_rfc3339(as_observed(last_ms, now_ms)) if last_ms else None
     common: dict[str, Any] = {
         "memory_count": outcome.memory_count,
         "last_memory_at": last_at,
@@ -256,13 +283,15 @@ def report(
         "skipped_memories": outcome.skipped_memories,
         "redactions": sum(outcome.redactions.values()),
     }
-    if outcome.skipped_memories:
+    times = memory_times(body, outcome, events)
+    if outcome.untrusted_times:
+        named = ", ".join(outcome.untrusted_times)
         warning = (
-            f"{outcome.skipped_memories} of the session's memories have no usable timestamp "
-            "and are not in the summary (their metadata 'timestamp' must be epoch milliseconds "
-            "or ISO-8601)"
+            f"memories {named} have a time no clock could have given (more than "
+            f"{FUTURE_TOLERANCE_MS // 60_000} minutes ahead, or before 2000): they count as "
+            "now, so they neither keep the session active nor sort its summary first"
         )
-        events.post(body, type_="Warning", reason="UnreadableMemories", message=warning)
+        events.post(body, type_="Warning", reason="UntrustedMemoryTime", message=warning)
     # Nothing to write: (phase, reason, Event type, message) by outcome.
     nothing: dict[str, tuple[Phase, str, str, str]] = {
         "not-found": (
@@ -282,7 +311,16 @@ def report(
     }
     if outcome.kind in nothing:
         phase, reason, event_type, message = nothing[outcome.kind]
-        record(body, patch, phase=phase, reason=reason, message=message, ok=False, **common)
+        record(
+            body,
+            patch,
+            phase=phase,
+            reason=reason,
+            message=message,
+            ok=False,
+            also=(times,),
+            **common,
+        )
         events.post(body, type_=event_type, reason=reason, message=message)
         return
     summary = outcome.summary
@@ -303,7 +341,7 @@ def report(
             reason="UpToDate",
             message=message,
             ok=True,
-            also=single_writer(body, spec, outcome, events),
+            also=(single_writer(body, spec, outcome, events), times),
             **common,
         )
         return
@@ -333,7 +371,7 @@ def report(
         reason="Summarized",
         message=message,
         ok=True,
-        also=single_writer(body, spec, outcome, events),
+        also=(single_writer(body, spec, outcome, events), times),
         # The time stored in the row, so a later up-to-date pass shows the same instant.
         summarized_at=(
             ms_to_rfc3339(summary.summarized_at_ms) if summary.summarized_at_ms else now_rfc3339()

@@ -37,39 +37,10 @@ from controller.core.claim_rules import (
 )
 from controller.core.fencing import Fence, admission, fence_of, takeover_message
 from controller.kube import client as kube
+from controller.kube.claim_errors import ClaimContended, ClaimHeld, ClaimLost
 
 CONFLICT_RETRIES = 5
 log = logging.getLogger(__name__)
-
-
-class ClaimHeld(Exception):
-    """Another live writer holds the session's claim (`claim`, as read from the API);
-    retry after retry_after_s. lost_races: how many times the claim changed under us
-    before we read this holder (0: it held the claim when we first looked)."""
-
-    def __init__(self, claim: Claim, retry_after_s: float, lost_races: int = 0) -> None:
-        self.claim = claim
-        self.retry_after_s = max(0.5, retry_after_s)
-        self.lost_races = lost_races
-        w = claim.writer
-        times = f"{lost_races} time{'s' if lost_races != 1 else ''}"
-        raced = f"; the claim changed under us {times} first" if lost_races else ""
-        super().__init__(
-            f"session {claim.session_id!r} is being summarized by SessionSummary {w.owner} "
-            f"on replica {w.replica} (its claim lapses {self.retry_after_s:.0f}s after it "
-            f"stops renewing it{raced})"
-        )
-
-
-class ClaimLost(Exception):
-    """Our claim lapsed, was taken, or a newer grant wrote the row; or (ClaimContended) we
-    never got it: nothing was written."""
-
-
-class ClaimContended(ClaimLost):
-    """The claim changed under us on every attempt to take it, and no live holder was left
-    to wait for when we last read it (released, or lapsed): nothing was written, and there
-    is no writer to name; the pass is retried."""
 
 
 def _wall_ms() -> int:
@@ -112,6 +83,7 @@ class SessionClaimHandle:
     conflicts: int = 0
     _claim: Claim | None = field(default=None, repr=False)
     _version: str | None = field(default=None, repr=False)
+    _uid: str | None = field(default=None, repr=False)  # the claim object's, as granted
     _renewed_at_s: float = field(default=0.0, repr=False)
     _lost: str | None = field(default=None, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
@@ -206,7 +178,7 @@ class SessionClaimHandle:
         version = str(made["metadata"]["resourceVersion"])
         with self._lock:
             self._claim, self._version, self._renewed_at_s = claim, version, sent_s
-            self._lost = None
+            self._lost, self._uid = None, made["metadata"].get("uid")
         try:
             self.fence = Fence(fence_of(version), self.authority)
         except ValueError:
@@ -289,6 +261,14 @@ class SessionClaimHandle:
                 log.info("session %s: claim renewal failed, retrying: %s", self.session_id, exc)
                 wait = min(self.renew_s, 2.0)
                 continue
+            if made is None and (current := self._still_ours(claim)) is not None:
+                # Our own renewal was applied and its answer lost (a timeout, a dropped
+                # connection): the claim moved on under our name. Renew it again at once
+                # from where it is; our clock still counts from the last renewal we know.
+                with self._lock:
+                    self._version = current
+                wait = 0.0
+                continue
             if made is None:
                 self._lose(
                     f"the claim on session {self.session_id!r} was deleted or taken by another "
@@ -341,7 +321,8 @@ class SessionClaimHandle:
         mine = self.fence
         verdict = admission(found, mine, grant_is_current=False)
         if verdict == "newer-grant":
-            verdict = admission(found, mine, grant_is_current=self._still_current())
+            current = self._still_ours(self._claim) is not None
+            verdict = admission(found, mine, grant_is_current=current)
         if verdict == "newer-grant":
             self._lose(
                 f"the row of session {self.session_id!r} was written under a newer claim "
@@ -352,12 +333,17 @@ class SessionClaimHandle:
             self.took_over = takeover_message(self.session_id, found, mine, verdict)
         return dict(mine.metadata())
 
-    def _still_current(self) -> bool:
-        """Is the claim object still ours (no grant to another writer came after ours: a
-        grant changes the holder)? One read, only when a row's fence is ahead of ours."""
-        obj = self._get()
-        held = parse_claim(obj.get("spec"), self.duration_s) if obj is not None else None
-        return held is not None and held.writer == self.writer
+    def _still_ours(self, claim: Claim | None) -> str | None:
+        """The claim object's resourceVersion when it is still our grant of `claim` (the
+        same object, holder and acquisition: no grant to another writer came after ours,
+        which changes the holder, and none of ours since, which changes the acquisition);
+        else None. One read: after a conflict on our own version, or a fence ahead of ours."""
+        obj = self._get() if claim is not None else None
+        if obj is None or claim is None or obj["metadata"].get("uid") != self._uid:
+            return None
+        spec, mine = obj.get("spec") or {}, claim.spec()
+        same = all(spec.get(key) == mine[key] for key in ("holder", "ownerUid", "acquireTime"))
+        return str(obj["metadata"]["resourceVersion"]) if same else None
 
     def release(self) -> None:
         """Stops the renewer and deletes the claim if it is still the version we wrote.
@@ -367,29 +353,40 @@ class SessionClaimHandle:
         if renewer is not None and renewer is not threading.current_thread():
             renewer.join(timeout=kube.REQUEST_TIMEOUT[0] + max(1.0, self.renew_s) + 1)
         with self._lock:
-            version = self._version
+            version, claim = self._version, self._claim
             self._claim = self._version = None
-        if version is None:
-            return  # never taken
-        self.api_calls += 1
-        try:
-            _api().delete_cluster_custom_object(
-                GROUP,
-                VERSION,
-                CLAIM_PLURAL,
-                self.name,
-                body=client.V1DeleteOptions(
-                    preconditions=client.V1Preconditions(resource_version=version)
-                ),
-            )
-        except Exception as exc:
-            if _status(exc) in (404, 409):
-                return  # gone, or changed: not ours to delete any more
-            metrics.claim_release_failed()
-            log.warning(
-                "session %s: could not release the claim %s (it lapses after %.0fs): %s",
-                self.session_id,
-                self.name,
-                self.duration_s,
-                exc,
-            )
+        failure: Exception | None = None
+        for _ in range(CONFLICT_RETRIES):
+            if version is None:
+                return  # never taken, gone, or no longer ours
+            self.api_calls += 1
+            try:
+                _api().delete_cluster_custom_object(
+                    GROUP,
+                    VERSION,
+                    CLAIM_PLURAL,
+                    self.name,
+                    body=client.V1DeleteOptions(
+                        preconditions=client.V1Preconditions(resource_version=version)
+                    ),
+                )
+                return
+            except Exception as exc:
+                if _status(exc) == 404:
+                    return
+                failure = exc
+            # A conflict, or no answer: the claim may have moved on under our name (our own
+            # renewal applied, its answer lost) or be gone (this delete applied). Read it.
+            try:
+                version = self._still_ours(claim)
+            except Exception as exc:
+                failure = exc
+                break
+        metrics.claim_release_failed()
+        log.warning(
+            "session %s: could not release the claim %s (it lapses after %.0fs): %s",
+            self.session_id,
+            self.name,
+            self.duration_s,
+            failure,
+        )

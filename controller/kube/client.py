@@ -23,10 +23,10 @@ from controller.api import (
     SessionSummarizerSpec,
     SessionSummarizerStatus,
     SessionSummarySpec,
-    now_rfc3339,
 )
 from controller.core.naming import summary_object_name
-from controller.core.summarizer_status import settled
+from controller.status.conditions import now_rfc3339
+from controller.status.summarizer_status import settled
 
 API_POOL_SIZE = 64
 # (connect, read) seconds of every call that sets no timeout of its own. The client's

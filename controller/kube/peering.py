@@ -19,9 +19,10 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from controller.api import Condition, SessionSummarizerStatus, set_condition
+from controller.api import Condition, SessionSummarizerStatus
 from controller.kube import client as kube
 from controller.kube.events import EventRecorder
+from controller.status.conditions import set_condition
 
 log = logging.getLogger("controller.kube.peering")
 PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
@@ -184,6 +185,24 @@ def replica_status(view: PeeringView, me: str) -> tuple[str | None, Condition]:
     )
 
 
+def report_due(
+    now: tuple[str | None, Condition],
+    reported: tuple[str | None, str] | None,
+    since_sync_s: float,
+    resync_s: float,
+    nudged: bool,
+) -> bool:
+    """Whether to write the replica status on every SessionSummarizer at this poll: when it
+    changed, when a summarizer was created (nudged, by a handler of the active replica), or
+    every resync_s for summarizers created meanwhile. While no replica is active (a tie, no
+    live replica) at every poll: no handler runs to nudge then, and a summarizer created
+    meanwhile must say so within seconds (a list from the watch cache; writes only where a
+    status differs)."""
+    active, cond = now
+    changed = (active, cond.reason) != reported
+    return changed or nudged or cond.status == "False" or since_sync_s > resync_s
+
+
 def priority_conflicts(view: PeeringView, me: str, priority: int) -> list[str]:
     """Other live replicas with our priority: kopf would pause us all."""
     return sorted(i for i, p in view.live.items() if p == priority and i != me)
@@ -253,7 +272,8 @@ async def watch_leader(
     ReplicaActive condition true to it: at once on a change, else every resync_s for
     summarizers created meanwhile (one list, from the apiserver's watch cache; writes only
     where a status differs), or at the next poll once `nudged` is set (a summarizer was
-    created: handlers/session_summarizer.py). Runs
+    created: handlers/session_summarizer.py), and at every poll while no replica is active
+    (report_due). Runs
     on every replica, paused or not: when priorities tie, all of them are paused and only
     this can say so. Until grace_s has passed, an empty peering (kopf not registered yet)
     is not reported. `priority` is this process's own: the record under our identity may
@@ -277,12 +297,9 @@ async def watch_leader(
                 previous = leader
             active, cond = replica_status(view, me)
             settled = view.live or time.monotonic() - started > grace_s
-            due = (
-                (active, cond.reason) != reported
-                or time.monotonic() - last_sync > resync_s
-                or (nudged is not None and nudged.is_set())
-            )
-            if settled and due:
+            since_sync = time.monotonic() - last_sync
+            poked = nudged is not None and nudged.is_set()
+            if settled and report_due((active, cond), reported, since_sync, resync_s, poked):
                 if nudged is not None:
                     nudged.clear()
                 await asyncio.to_thread(report_replica_status, view, me, namespaces, events)

@@ -20,6 +20,7 @@ from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
 from controller.api import StoreSpec
+from controller.core.document import DOCUMENT_MAX_CHARS
 from controller.store.errors import InvalidStoreConfig, StoreUnavailable, describe_error
 
 LEDGER_SUFFIX = "-ledger"
@@ -40,6 +41,8 @@ class StoreLocation:
     # collection records (store/collections.py).
     embedding_provider: str = "local-minilm"
     embedding_model: str = "all-MiniLM-L6-v2"
+    # The bound of each summary row's document (spec.document.maxChars), what agents read.
+    document_max_chars: int = DOCUMENT_MAX_CHARS
 
     @property
     def ledger_collection(self) -> str:
@@ -104,7 +107,8 @@ def _timed_out(exc: BaseException | None) -> bool:
 
 class _BoundedHttpClient(Client):
     """chromadb.HttpClient for the location, with every request bounded by
-    spec.store.timeoutSeconds (connect, read, write and pool each).
+    spec.store.timeoutSeconds (connect, read, write and pool each), and no redirect
+    followed (it would carry the token's requests and the memories elsewhere).
 
     chromadb's HTTP API sends every request with no timeout (httpx timeout=None), and its
     client's constructor already talks to the server: the identity, then the tenant and
@@ -175,3 +179,4 @@ def _bound(server: ServerAPI, timeout: httpx.Timeout) -> None:
     if not isinstance(server, FastAPI):
         raise TypeError(f"expected chromadb's HTTP API, got {type(server).__name__}")
     server._session.timeout = timeout
+    server._session.follow_redirects = False  # a redirect is an error (store/errors.py)

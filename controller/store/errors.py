@@ -15,6 +15,8 @@ from typing import Literal, TypeVar
 import httpx
 from chromadb.errors import ChromaError, InvalidArgumentError, NotFoundError
 
+from controller.core.destinations import redirect_refusal
+
 T = TypeVar("T")
 CollectionRole = Literal["memory", "summary", "ledger"]
 
@@ -146,6 +148,8 @@ def _http_answer(exc: BaseException) -> str | None:
     except Exception:  # a response without a request, an undecodable body
         return None
     answered = f"the server at {origin} answered HTTP {status} to {target}"
+    if response.is_redirect:
+        return redirect_refusal(str(request.url), status, response.headers.get("location"))
     detail = None
     with contextlib.suppress(ValueError):
         payload = json.loads(body)

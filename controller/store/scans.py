@@ -4,15 +4,16 @@ Mixed into MemoryStore."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
 from chromadb.api.models.Collection import Collection
 
 from controller.core.memories import SECONDS_LIMIT, parse_timestamp_ms
-from controller.core.reconcile_plan import RowCursor
-from controller.store.collections import Collections, pages
-from controller.store.errors import guard
+from controller.core.naming import summary_row_id
+from controller.core.reconcile_plan import RowCursor, WalkedRow
+from controller.store.collections import Collections, batches, pages
+from controller.store.errors import CollectionNotFound, guard
 
 SCAN_PAGE = 2000  # rows per page of the sweep's scans of the whole collection
 
@@ -86,9 +87,9 @@ class Scans(Collections):
         got = guard("reading a memory id", lambda: coll.get(include=[], limit=1, offset=offset))
         return got["ids"][0] if got["ids"] else None
 
-    def rows_from(self, offset: int, limit: int) -> list[tuple[str, int | None]]:
-        """(sessionId, timestamp ms or None) of `limit` rows from `offset`, in the order the
-        collection lists them: one step of the reconciliation's walk over the collection."""
+    def rows_from(self, offset: int, limit: int) -> list[WalkedRow]:
+        """(sessionId, timestamp ms or None, row id) of `limit` rows from `offset`, in the
+        order the collection lists them: one step of the reconciliation's walk."""
         with self._memory_missing():
             coll = self.memories()
             got = guard(
@@ -96,10 +97,32 @@ class Scans(Collections):
                 lambda: coll.get(include=["metadatas"], limit=limit, offset=offset),
             )
         return [
-            (sid, parse_timestamp_ms(meta.get("timestamp")))
-            for meta in (m or {} for m in got["metadatas"] or [])
+            (sid, parse_timestamp_ms(meta.get("timestamp")), row_id)
+            for row_id, meta in zip(
+                got["ids"], [m or {} for m in got["metadatas"] or []], strict=True
+            )
             if isinstance(sid := meta.get("sessionId"), str)
         ]
+
+    def rows_digests(self, session_ids: Sequence[str]) -> dict[str, str]:
+        """The digest of every row id the last complete write of each session accounted
+        for (its ledger head's rowsDigest); sessions without one are left out."""
+        found: dict[str, str] = {}
+        for batch in batches(list(session_ids), SCAN_PAGE):
+            try:
+                got = self._on_ledger(
+                    "reading the ledger's row digests",
+                    lambda coll, b=batch: coll.get(  # type: ignore[misc]
+                        ids=[summary_row_id(s) for s in b], include=["metadatas"]
+                    ),
+                )
+            except CollectionNotFound:
+                return {}
+            for meta in got["metadatas"] or []:
+                sid, digest = (meta or {}).get("sessionId"), (meta or {}).get("rowsDigest")
+                if isinstance(sid, str) and isinstance(digest, str):
+                    found[sid] = digest
+        return found
 
     def has_memories_besides(self, session_id: str, memory_type: str) -> bool:
         """Whether the session has a memory of another type than memory_type (rows without

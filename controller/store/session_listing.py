@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from chromadb.api.models.Collection import Collection
@@ -23,7 +24,7 @@ from controller.core.coverage import (
     to_reread,
 )
 from controller.core.coverage import build as coverage_of
-from controller.core.memories import Memory, Watermark, memory_from_row
+from controller.core.memories import Memory, Watermark, memory_from_row, trusted_time
 from controller.core.visibility import SessionSources
 from controller.redaction import PassRedaction
 from controller.store.collections import listing
@@ -35,6 +36,14 @@ from controller.store.row_keys import RowKeys, RowKeysBuilder
 LIST_PAGE = 1000
 GET_BATCH = 500
 ID_PAGE = 5000  # ids only: a few bytes a row
+NAMED_UNTRUSTED = 10
+
+
+def _untrusted(memories: Iterable[Memory]) -> tuple[str, ...]:
+    """The first NAMED_UNTRUSTED rows whose time is a bad clock's, by this host's clock."""
+    now_ms = int(time.time() * 1000)
+    bad = (m.id for m in memories if not trusted_time(m.timestamp_ms, now_ms))
+    return tuple(itertools.islice(bad, NAMED_UNTRUSTED))
 
 
 @dataclass(frozen=True)
@@ -44,12 +53,12 @@ class SessionRows:
     cover exactly: `reread`), and those memories, read only as the pass consumes them
     (`memories`), so a pass over a 50,000-memory session never holds the whole session."""
 
-    total: int  # every row carrying the sessionId, whatever its type
+    total: int  # every row carrying the sessionId whose time is readable, whatever its type
     newest: Watermark | None  # the newest row of all, the pass's watermark
     keys: RowKeys  # (timestamp, id) of every parsed row, sorted; `selected`: read this pass
     included: int  # how many of the selected rows the pass summarizes (not excluded)
-    skipped: int  # rows without a usable timestamp
-    read: Callable[[], Iterator[Memory]]  # the included rows, in (timestamp, id) order
+    # The included rows, in (timestamp, id) order, then the untimed rows not summarized yet.
+    read: Callable[[], Iterator[Memory]]
     sources: SessionSources = field(default_factory=SessionSources)  # who wrote the rows
     selected: int = 0  # rows read this pass, excluded types too
     reread: tuple[Dirty, ...] = ()  # ranges at or before the prior's watermark read again
@@ -58,6 +67,14 @@ class SessionRows:
     # Listed only the rows after the prior's watermark (every other row was the prior's,
     # unchanged): `keys` holds those, and the coverage grows from the prior's.
     base: Coverage | None = None
+    # Rows read whose time no clock could have given (memories.trusted_time), at most
+    # NAMED_UNTRUSTED of them: a Warning Event names them.
+    untrusted: tuple[str, ...] = ()
+    # Rows whose time this version cannot read (no timestamp, RFC 2822 text, "1.7e12"):
+    # every one's id, sorted. Not in `total` or the coverage; each is summarized once, by the
+    # first pass that lists it, at the end of the session's order (the newest row's time).
+    untimed: tuple[str, ...] = ()
+    untimed_values: Mapping[str, str] = field(default_factory=dict)  # id: its timestamp, shown
 
     @property
     def memories(self) -> Iterator[Memory]:
@@ -135,8 +152,12 @@ def list_appended(
         if memory is not None and (memory.timestamp_ms, memory.id) > mark:
             added.append(memory)
     new_ids = {m.id for m in added}
-    if digest(i for i in ids if i not in new_ids) != prior.digest:
+    behind = digest(i for i in ids if i not in new_ids)
+    if behind != prior.digest:
         return None
+    every_id = behind
+    for memory in added:
+        every_id = every_id.add(id_hash(memory.id))
     added.sort(key=lambda m: (m.timestamp_ms, m.id))
     keys = RowKeysBuilder()
     by_id = {row_id: meta for row_id, meta, _ in newer}
@@ -151,17 +172,20 @@ def list_appended(
         newest = Watermark.of(memory)
     sorted_keys = keys.build()
     return SessionRows(
-        total=len(ids),
+        # A row landing between the two reads is counted once; the untimed rows, unchanged
+        # (the digest says so), are the prior's.
+        total=every_id.count - len(prior.untimed),
         newest=newest,
         keys=sorted_keys,
         included=len(wanted),
-        skipped=prior.skipped,
         read=lambda: (wanted[row_id] for row_id in sorted_keys.included_ids()),
         sources=sources,
         selected=len(added),
         prior_key=mark,
-        digest=digest(ids),
+        digest=every_id,
         base=prior.coverage,
+        untrusted=_untrusted(added),
+        untimed=tuple(sorted(prior.untimed)),
     )
 
 
@@ -195,7 +219,9 @@ def _list_all(
     sources = SessionSources()
     keys = RowKeysBuilder()
     first_page: dict[str, Memory] = {}
-    skipped = total = 0
+    now_ms, untrusted = int(time.time() * 1000), list[str]()
+    untimed: dict[str, str] = {}
+    total = 0
     where = {"sessionId": session_id}
     listed = listing(
         coll, "listing the session's memories", where, LIST_PAGE, first_with_documents=True
@@ -207,10 +233,12 @@ def _list_all(
         probe = memory_from_row(row_id, doc, meta)
         sources.add(row_id, meta, probe.timestamp_ms if probe is not None else None)
         if probe is None:
-            skipped += 1
+            untimed[row_id] = repr((meta or {}).get("timestamp"))[:60]
             continue
         if newest is None or newest.after(probe):
             newest = Watermark.of(probe)
+        if len(untrusted) < NAMED_UNTRUSTED and not trusted_time(probe.timestamp_ms, now_ms):
+            untrusted.append(row_id)
         wanted = exclude is None or not exclude(probe)
         keys.add(probe.timestamp_ms, probe.id, included=wanted)
         if wanted and total <= LIST_PAGE:  # the first page came with its documents
@@ -234,24 +262,55 @@ def _list_all(
     if not one_page:
         first_page.clear()  # more than one page: read in order, batch by batch
 
+    fresh = [row_id for row_id in sorted(untimed) if row_id not in prior.untimed]
+    end_ms = newest.timestamp_ms if newest is not None else now_ms
+    untimed_now = _read_untimed(coll, fresh, end_ms, exclude, mask)
+
     def read() -> Iterator[Memory]:
         ids = sorted_keys.included_ids()
         if one_page:
             yield from (first_page[row_id] for row_id in ids)
-            return
-        while batch := list(itertools.islice(ids, GET_BATCH)):
-            yield from read_batch(batch)
+        else:
+            while batch := list(itertools.islice(ids, GET_BATCH)):
+                yield from read_batch(batch)
+        yield from untimed_now
 
     return SessionRows(
-        total,
-        newest,
-        sorted_keys,
-        sorted_keys.included(),
-        skipped,
-        read,
-        sources,
-        selected,
-        tuple(reread),
-        mark,
-        every_id,
+        total=total - len(untimed),
+        newest=newest,
+        keys=sorted_keys,
+        included=sorted_keys.included() + len(untimed_now),
+        read=read,
+        sources=sources,
+        selected=selected + len(fresh),
+        reread=tuple(reread),
+        prior_key=mark,
+        digest=every_id,
+        untrusted=tuple(untrusted),
+        untimed=tuple(sorted(untimed)),
+        untimed_values=untimed,
     )
+
+
+def _read_untimed(
+    coll: Collection,
+    ids: Sequence[str],
+    end_ms: int,
+    exclude: Callable[[Memory], bool] | None,
+    mask: PassRedaction,
+) -> list[Memory]:
+    """The rows whose time cannot be read, as memories at `end_ms` (the end of the
+    session's order: they carry facts), excluded types left out. Rare, so read whole."""
+    found: list[Memory] = []
+    for batch in (ids[i : i + GET_BATCH] for i in range(0, len(ids), GET_BATCH)):
+        got = guard(
+            "reading the session's memories without a readable time",
+            lambda b=batch: coll.get(ids=list(b), include=["documents", "metadatas"]),  # type: ignore[misc]
+        )
+        docs, metas = got.get("documents") or [], got.get("metadatas") or []
+        for row_id, doc, meta in zip(got["ids"], docs, metas, strict=False):
+            memory = memory_from_row(row_id, doc, mask.meta({**(meta or {}), "timestamp": end_ms}))
+            if memory is not None and (exclude is None or not exclude(memory)):
+                found.append(mask.memory(memory))
+    found.sort(key=lambda m: m.id)
+    return found

@@ -19,7 +19,9 @@ the model copies from an instruction-like sentence of the memories is stored as 
 session content, and a pass whose memories hold one keeps the prior's category and scores.
 
 Transport: the ``openai`` SDK (one pooled client per configuration: connections, the
-timeout, the bearer token, error classes), with its own retries off (``max_retries=0``).
+timeout, the bearer token, error classes), with its own retries off (``max_retries=0``) and
+no redirects followed (the SDK's client follows them: a 307 would re-post the memories
+anywhere); a redirect is ModelUnavailable naming where it pointed.
 The retry loop here is domain logic that the SDK's cannot express: a retry may change the
 request (the next response_format mode after a 500, a correction after a bad reply), every
 attempt's tokens are counted, and Retry-After is capped at RETRY_AFTER_MAX_SECONDS.
@@ -45,10 +47,12 @@ from openai import (
     APIStatusError,
     APITimeoutError,
     BaseModel,
+    DefaultHttpxClient,
     OpenAI,
     omit,
 )
 
+from controller.core.destinations import redirect_refusal
 from controller.core.memories import Memory, memory_sort_key
 from controller.core.merge import PassUpdate
 from controller.core.summary import (
@@ -115,7 +119,7 @@ class ChatModelSummarizer:
             api_key=config.api_key or NO_API_KEY,
             timeout=config.timeout_seconds,
             max_retries=0,  # the loop in _pass retries, see the module docstring
-            http_client=http_client,
+            http_client=http_client or DefaultHttpxClient(follow_redirects=False),
         )
         self._headers = {} if config.api_key else {"Authorization": omit}
         # spec.model.maxConcurrency: requests in flight at once from this summarizer.
@@ -278,6 +282,9 @@ class ChatModelSummarizer:
                     self._format_confirmed = True
                     return _payload(completion)
             status = error.status_code
+            if error.response.is_redirect:
+                where = error.response.headers.get("location")
+                raise ModelUnavailable(redirect_refusal(str(error.request.url), status, where))
             detail = self._error_detail(error.body)
             if status in FORMAT_REFUSAL_STATUS:
                 if self._max_tokens_key == "max_tokens" and "max_completion_tokens" in detail:

@@ -35,6 +35,7 @@ from controller.core.summary import (
 from controller.core.text import ms_to_rfc3339
 
 MAX_MEMORIES_PER_PASS = 200
+FACTS_RULE = "Keep facts, not impressions"  # the prompt's rule that asks for them
 PRIOR_SHARE = 3  # the prior summary gets at most 1/PRIOR_SHARE of maxInputTokens
 RETRY_AFTER_MAX_SECONDS = 30.0
 BAD_REPLY_ECHO_CHARS = 2000
@@ -139,7 +140,13 @@ obsolete (they stay in the summary, marked)
 
 Rules: list only what is new in these memories. The prior summary's items are kept \
 automatically; do not repeat them. Each item is one short, self-contained sentence with the \
-concrete names, numbers, paths and values. Use [] for a section with nothing new. The keys \
+concrete names, numbers, paths and values. Use [] for a section with nothing new.
+
+Keep facts, not impressions: the next agent will ask which name, number, date, place, file \
+path, identifier, version, port or flag, what failed and what the user refused. Copy each \
+such fact verbatim into an item (in user_requests when the user stated it), one fact per \
+item; never paraphrase it away ("the file", "a port", "recently"). Prefer an item with a fact \
+to one without; leave out chatter, greetings and generic advice. The keys \
 "user_requests", "questions_and_decisions", "design_choices", "corrections_and_feedback" and \
 "current_state" must always be present."""
 

@@ -26,6 +26,7 @@ from dataclasses import KW_ONLY, dataclass
 from types import MappingProxyType
 from typing import ClassVar, NamedTuple
 
+from controller.core.facts import fact_count
 from controller.core.memories import Memory, memory_sort_key
 from controller.core.merge import PassUpdate
 from controller.core.quoting import needs_quoting, quote_if_needed
@@ -105,9 +106,10 @@ def _extract_into(sections: dict[str, _Section], memory: Memory) -> None:
     """Sorts one memory's sentences into the history sections.
 
     A prompt's first sentence is the request (or, if it corrects the agent, feedback); later
-    prompt sentences are questions, corrections or design remarks; the agent's thoughts and
-    responses contribute decisions and design choices. Texts are split only when a section
-    they could add to still has room and a cue may be in them.
+    prompt sentences are questions, corrections or design remarks, or, when they carry a
+    fact (controller.core.facts), recorded with the requests as what the user stated; the
+    agent's thoughts and responses contribute decisions and design choices. Texts are split
+    only when a section they could add to still has room and a cue may be in them.
     """
     requests, questions = sections[REQUESTS], sections[QUESTIONS]
     design, corrections = sections[DESIGN], sections[CORRECTIONS]
@@ -129,6 +131,8 @@ def _extract_into(sections: dict[str, _Section], memory: Memory) -> None:
                 corrections.offer(sentence)
             elif DESIGN_CUES.search(low):
                 design.offer(sentence)
+            elif fact_count(sentence):  # what the user stated: a name, number, date, path
+                requests.offer(sentence)
     for text in (memory.thought, memory.response):
         low = text.lower()
         want_decisions = not questions.full and _has_any(low, DECISION_HINTS)

@@ -62,6 +62,8 @@ def helm_values(cluster: Cluster) -> list[str]:
         "--set", f"networkPolicy.apiServer.ports={{{node.ports['apiserver']}}}",
         "--set", f"networkPolicy.apiServer.cidrs={{{node.node_ip}/32}}",
         "--set", f"networkPolicy.dnsPorts={{53,{node.ports['coredns']}}}",
+        # CoreDNS is a host process on the node's address, not kube-system's Pods.
+        "--set-json", f'networkPolicy.dnsTo=[{{"ipBlock":{{"cidr":"{node.node_ip}/32"}}}}]',
     ]  # fmt: skip
 
 
@@ -439,6 +441,72 @@ def test_network_policies_let_only_the_operator_and_the_agents_reach_chroma(
     finally:
         for ns in (AGENTS_NS, OUTSIDER_NS):
             cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+# --- 2d ----------------------------------------------------------------------------------
+MODELS_NS = "sso-e2e-models"  # a namespace with a web server nobody allowed as a model
+
+
+def test_a_model_endpoint_inside_the_cluster_is_refused_before_any_connection(
+    cluster: Cluster,
+) -> None:
+    """SessionSummarizers on the bundled Chroma naming a model endpoint at another Pod's IP
+    and at the API server's address: the store's owner allowed neither (the chart's token
+    Secret has no memorycore.io/allowed-model-urls, operator.allowedModelUrls is empty), so
+    ModelReady shows the refusal, not a status code, and the web Pod is never contacted.
+    Beneath that, the NetworkPolicy (enforced by the cluster's policy engine) drops the
+    operator Pod's own connection to that Pod, while the API server and Chroma stay open."""
+    cluster.kubectl("create", "namespace", MODELS_NS)
+    names = ("model-at-pod", "model-at-apiserver")
+    try:
+        server = ["python", "-m", "http.server", "8080", "--bind", "0.0.0.0", "-d", "/tmp"]
+        web_ip = start_pod(cluster, MODELS_NS, "web", server)
+        api = cluster.json("-n", "default", "get", "endpointslice", "kubernetes")
+        api_target = f"{api['endpoints'][0]['addresses'][0]}:{api['ports'][0]['port']}"
+        token_secret = {"name": TOKEN_SECRET, "key": "token"}
+        for name, url in zip(
+            names, (f"http://{web_ip}:8080/v1", f"https://{api_target}/v1"), strict=True
+        ):
+            summarizer = {
+                "apiVersion": "memorycore.io/v1alpha1",
+                "kind": "SessionSummarizer",
+                "metadata": {"name": name, "namespace": NAMESPACE},
+                "spec": {
+                    "store": {"url": CHROMA_URL, "authSecretRef": token_secret},
+                    "model": {"backend": "openai", "baseUrl": url, "model": "m"},
+                    "sweep": {"enabled": False},
+                },
+            }
+            cluster.kubectl("apply", "-f", "-", input=json.dumps(summarizer))
+
+        def refused(name: str) -> dict[str, Any] | None:
+            obj = cluster.json("-n", NAMESPACE, "get", "ssumr", name)
+            found = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+            ready = found.get("ModelReady")
+            return ready if ready and ready["reason"] == "MemoryDestinationNotAllowed" else None
+
+        for name, where in zip(names, (f"{web_ip}:8080", api_target), strict=True):
+            ready = wait_for(partial(refused, name), 90, f"{name} ModelReady refused")
+            assert ready["status"] == "False" and where in ready["message"], ready
+            assert "answered" not in ready["message"]  # no status code came back
+            assert TOKEN_SECRET in ready["message"] and "allowed-model-urls" in ready["message"]
+        log = cluster.kubectl("-n", MODELS_NS, "logs", "web").stdout
+        assert "GET" not in log and "POST" not in log, log  # never contacted
+        # The policy beneath: from the operator's Pod, that Pod's server is closed; the API
+        # server and Chroma are open.
+        chroma = f"{FULLNAME}-chroma.{NAMESPACE}.svc:8000"
+        seen = connect(
+            cluster, operator_pods(cluster)[0], NAMESPACE, 5, f"{web_ip}:8080", api_target, chroma
+        )
+        assert seen[api_target] == "open" and seen[chroma] == "open", seen
+        assert seen[f"{web_ip}:8080"] != "open", seen
+        outside = connect(cluster, "web", MODELS_NS, 30, f"{web_ip}:8080")  # the control
+        assert outside[f"{web_ip}:8080"] == "open", outside
+        RESULTS["model_egress_refusals"] = {"operator->pod": seen[f"{web_ip}:8080"]}
+    finally:
+        for name in names:
+            cluster.kubectl("-n", NAMESPACE, "delete", "ssumr", name, check=False)
+        cluster.kubectl("delete", "namespace", MODELS_NS, "--wait=false", check=False)
 
 
 # --- 3 -----------------------------------------------------------------------------------

@@ -28,6 +28,14 @@ from devenv.operator import start_operator
 from devenv.processes import stop, tail, wait_for
 
 NS = "ops"
+# What `helm install` finds in the cluster and `helm template` cannot: the API server's
+# address and an external Chroma's destination (the NetworkPolicy names both).
+CHART_OFFLINE = (
+    "--set-json",
+    'networkPolicy.apiServer.cidrs=["10.96.0.1/32"]',
+    "--set-json",
+    'networkPolicy.chromaTo=[{"ipBlock":{"cidr":"10.0.0.7/32"}}]',
+)
 
 
 @dataclass
@@ -91,6 +99,9 @@ def summarizer_yaml(
     summary: str = "neo-agent-sessions",
     sweep: str = "enabled: false",
 ) -> str:
+    # The reconciliation runs whatever the sweep says: off with the sweep here, as before
+    # it had a setting of its own, so a quiet summarizer stays quiet.
+    reconcile = "true" if "enabled: true" in sweep else "false"
     return textwrap.dedent(f"""
         apiVersion: memorycore.io/v1alpha1
         kind: SessionSummarizer
@@ -98,6 +109,7 @@ def summarizer_yaml(
         spec:
           store: {{url: "{url}", memoryCollection: {memory}, summaryCollection: {summary}}}
           sweep: {{{sweep}}}
+          reconcile: {{enabled: {reconcile}}}
     """)
 
 
@@ -164,6 +176,7 @@ def model_summarizer_yaml(
             timeoutSeconds: {timeout_seconds:g}
             maxRetries: {max_retries}{concurrency}
           sweep: {{enabled: false}}
+          reconcile: {{enabled: false}}
     """)
 
 

@@ -25,7 +25,7 @@ from controller.core.naming import summary_object_name
 from controller.store.memory_store import MemoryStore
 from devenv.controlplane import REPO_ROOT
 from devenv.processes import tail, wait_for
-from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
+from tests.integration.harness import CHART_OFFLINE, NS, Harness, interaction, load, summarizer_yaml
 
 CHART = REPO_ROOT / "charts" / "session-summary-operator"
 RELEASE = "agents-it"
@@ -44,7 +44,7 @@ def uid() -> str:
 
 def render_roles(h: Harness, *sets: str) -> dict[str, dict[str, Any]]:
     """The chart's agent roles as `helm template` renders them, by role (sunset, view)."""
-    args = [str(h.cp.helm), "template", RELEASE, str(CHART), "-n", NS]
+    args = [str(h.cp.helm), "template", RELEASE, str(CHART), "-n", NS, *CHART_OFFLINE]
     for s in sets:
         args += ["--set", s]
     out = subprocess.run(args, env=h.cp.env(), capture_output=True, text=True, check=True)

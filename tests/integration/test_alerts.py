@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from devenv.controlplane import REPO_ROOT, tools_bin_dir
+from tests.integration.harness import CHART_OFFLINE
 from tests.support.promql import exported_names, grafana_to_promql, metric_names
 
 CHART = REPO_ROOT / "charts" / "session-summary-operator"
@@ -33,7 +34,10 @@ def run(*argv: Any, cwd: Path | None = None) -> subprocess.CompletedProcess[str]
 
 
 def render(*values: str, show: str) -> dict[str, Any]:
-    res = run(tool("helm"), "template", "sso", CHART, "-n", "agents", *values, "--show-only", show)
+    res = run(
+        tool("helm"), "template", "sso", CHART, "-n", "agents", *CHART_OFFLINE, *values,
+        "--show-only", show,
+    )  # fmt: skip
     assert res.returncode == 0, res.stderr
     return dict(yaml.safe_load(res.stdout))
 

@@ -6,6 +6,7 @@ what it does not need."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import importlib.metadata as md
 import json
@@ -40,6 +41,12 @@ KIND_VALUES = CHART / "values-kind.yaml"
 NEO_VALUES = CHART / "values-neo.yaml"
 INSTANCE = "app.kubernetes.io/instance"
 SCHEMA_ERROR = "values don't meet the specifications of the schema"
+# What `helm install` finds in the cluster and `helm template` cannot: the API server's
+# address and an external Chroma's destination (the NetworkPolicy names both).
+OFFLINE = [
+    "--set-json", 'networkPolicy.apiServer.cidrs=["10.96.0.1/32"]',
+    "--set-json", 'networkPolicy.chromaTo=[{"ipBlock":{"cidr":"10.0.0.7/32"}}]',
+]  # fmt: skip
 
 
 def run(argv: list[Any], env: dict[str, str], input: str | None = None) -> Any:
@@ -72,7 +79,7 @@ def docs_of(text: str) -> list[dict[str, Any]]:
 
 
 def render(cp: ControlPlane, release: str, namespace: str, *args: Any) -> list[dict[str, Any]]:
-    return docs_of(helm(cp, "template", release, CHART, "-n", namespace, *args).stdout)
+    return docs_of(helm(cp, "template", release, CHART, "-n", namespace, *OFFLINE, *args).stdout)
 
 
 def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -109,6 +116,33 @@ def chart_crds(control_plane: ControlPlane) -> Iterator[None]:
     for name in created:
         _release_finalizers(cp, name)
         kubectl(cp, "delete", "crd", name, "--wait=true", "--timeout=90s")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def api_server_endpoints(control_plane: ControlPlane) -> Iterator[None]:
+    """The `kubernetes` EndpointSlice a cluster's API server keeps of itself (this one runs
+    with --endpoint-reconciler-type=none, on loopback, which a slice may not name: a
+    documentation address stands in): `helm install` discovers the API server's address
+    and port for the NetworkPolicy from it."""
+    cp = control_plane
+    slice_ = {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "kubernetes",
+            "namespace": "default",
+            "labels": {"kubernetes.io/service-name": "kubernetes"},
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["192.0.2.10"]}],  # loopback is refused here
+        "ports": [{"name": "https", "port": cp.api_port, "protocol": "TCP"}],
+    }
+    made = kubectl(cp, "-n", "default", "get", "endpointslice", "kubernetes").returncode != 0
+    if made:
+        cp.kubectl_run("apply", "-f", "-", input=json.dumps(slice_))
+    yield
+    if made:
+        kubectl(cp, "-n", "default", "delete", "endpointslice", "kubernetes")
 
 
 def _release_finalizers(cp: ControlPlane, resource: str, namespace: str | None = None) -> None:
@@ -234,7 +268,7 @@ def tools() -> Path:
     ids=["default", "kind", "neo"],
 )
 def test_helm_lint_strict_passes(tools: Path, extra: list[str]) -> None:
-    res = run([tools / "helm", "lint", "--strict", CHART, *extra], dict(os.environ))
+    res = run([tools / "helm", "lint", "--strict", CHART, *OFFLINE, *extra], dict(os.environ))
     assert res.returncode == 0, res.stdout + res.stderr
     assert "0 chart(s) failed" in res.stdout
     assert "[WARNING]" not in res.stdout and "[ERROR]" not in res.stdout
@@ -428,7 +462,7 @@ BAD_VALUES = {
 def test_values_schema_rejects_wrong_values(tools: Path, tmp_path: Path, case: str) -> None:
     values, expected = BAD_VALUES[case]
     path = values_file(tmp_path, values)
-    res = run([tools / "helm", "template", "x", CHART, "-f", path], dict(os.environ))
+    res = run([tools / "helm", "template", "x", CHART, *OFFLINE, "-f", path], dict(os.environ))
     assert res.returncode != 0
     assert SCHEMA_ERROR in res.stderr and expected in res.stderr, res.stderr
 
@@ -441,6 +475,10 @@ INCONSISTENT_VALUES = {
     "summarizer-outside-watched": (
         {"watchNamespaces": ["team-a"], "summarizer": {"namespace": "team-b"}},
         'summarizer.namespace "team-b" is not in watchNamespaces',
+    ),
+    "gate-timeout-not-below-the-stores": (
+        {"chroma": {"bundled": {"enabled": True}}, "summarizer": {"store": {"timeoutSeconds": 8}}},
+        "must be longer than chroma.bundled.auth.forwardTimeoutSeconds",
     ),
     "openai-without-endpoint": (
         {"summarizer": {"model": {"backend": "openai"}}},
@@ -455,7 +493,7 @@ def test_values_that_contradict_each_other_fail_with_a_message(
 ) -> None:
     values, expected = INCONSISTENT_VALUES[case]
     path = values_file(tmp_path, values)
-    res = run([tools / "helm", "template", "x", CHART, "-f", path], dict(os.environ))
+    res = run([tools / "helm", "template", "x", CHART, *OFFLINE, "-f", path], dict(os.environ))
     assert res.returncode != 0
     assert expected in res.stderr, res.stderr
 
@@ -493,7 +531,10 @@ def _labelled(cp: ControlPlane, release: str, namespace: str | None) -> list[str
 
 INSTALL_CASES = {
     "cluster-wide-with-bundled-chroma": ["-f", str(KIND_VALUES)],
-    "namespaced": ["--set", "watchNamespaces={chart-install-ns}", "--set", "replicaCount=1"],
+    "namespaced": [
+        *("--set", "watchNamespaces={chart-install-ns}", "--set", "replicaCount=1"),
+        *("--set-json", 'networkPolicy.chromaTo=[{"ipBlock":{"cidr":"10.0.0.7/32"}}]'),
+    ],
 }
 
 
@@ -514,6 +555,12 @@ def test_install_succeeds_and_uninstall_leaves_only_the_crds(
         assert {"SessionSummarizer", "ValidatingAdmissionPolicy"} <= kinds
         if case.startswith("cluster"):
             assert {"StatefulSet", "ClusterKopfPeering", "NetworkPolicy", "Secret"} <= kinds
+            # The API server's address and port, discovered at install.
+            [policy] = [d for d in created if d["metadata"]["name"] == f"{release}-{CHART.name}"
+                        and d["kind"] == "NetworkPolicy"]  # fmt: skip
+            api = policy["spec"]["egress"][0]
+            assert api["to"] == [{"ipBlock": {"cidr": "192.0.2.10/32"}}]
+            assert {"port": cp.api_port, "protocol": "TCP"} in api["ports"]
         else:
             assert {"Role", "RoleBinding", "KopfPeering"} <= kinds
         for d in created:  # everything the chart rendered exists and carries the label
@@ -639,22 +686,79 @@ def test_the_network_policies_admit_only_what_the_values_name(control_plane: Con
     assert peers[1]["namespaceSelector"]["matchExpressions"][0]["values"] == ["agents"]
     assert len(peers) == 2 and ingress["ports"] == [{"port": 8000, "protocol": "TCP"}]
     assert chroma["egress"] == []
-    # The operator's egress: API server, DNS, the bundled Chroma's Pods, public HTTPS.
-    egress = operator["egress"]
-    assert egress[0]["ports"] == [
-        {"port": 443, "protocol": "TCP"},
-        {"port": 6443, "protocol": "TCP"},
-    ]
-    assert {p["port"] for p in egress[1]["ports"]} == {53}
+    # The operator's egress: the API server, the cluster DNS's Pods, the bundled Chroma's
+    # Pods; no model egress unless listed.
+    api, dns, to_chroma = operator["egress"]
+    assert api == {
+        "to": [{"ipBlock": {"cidr": "10.96.0.1/32"}}],
+        "ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}],
+    }
+    assert _peers(dns, "to")[0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+    assert {p["port"] for p in dns["ports"]} == {53}
     assert (
-        _peers(egress[2], "to")[0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
-        == "chroma"
+        _peers(to_chroma, "to")[0]["podSelector"]["matchLabels"]
+        == chroma["podSelector"]["matchLabels"]
     )
-    public = _peers(egress[3], "to")[0]["ipBlock"]
-    assert public["cidr"] == "0.0.0.0/0" and "169.254.0.0/16" in public["except"]
-    assert "10.0.0.0/8" in public["except"] and egress[3]["ports"] == [
-        {"port": 443, "protocol": "TCP"}
-    ]
+
+
+def documented_values(tmp_path: Path) -> dict[str, list[str]]:
+    """Every combination of values the docs show: each YAML block of docs/ made only of
+    chart values (docs/install.md's my-values.yaml, docs/security.md's examples), alone and
+    with each of the chart's values files, and the chart tests' own cases."""
+    top = set(yaml.safe_load((CHART / "values.yaml").read_text()))
+    blocks = {}
+    for doc in sorted((REPO_ROOT / "docs").glob("*.md")):
+        for n, match in enumerate(re.finditer(r"```yaml\n(.*?)```", doc.read_text(), re.S)):
+            with contextlib.suppress(yaml.YAMLError):
+                values = yaml.safe_load(match.group(1))
+                if isinstance(values, dict) and values and set(values) <= top:
+                    name = f"{doc.stem}-{n}"
+                    blocks[name] = ["-f", str(values_file(tmp_path, values, f"{name}.yaml"))]
+    files = {"default": [], "kind": ["-f", str(KIND_VALUES)], "neo": ["-f", str(NEO_VALUES)]}
+    combos = {f"{f}+{b}": [*fa, *ba] for f, fa in files.items() for b, ba in blocks.items()}
+    return {**files, **combos, **VALIDATION_CASES}
+
+
+def test_no_egress_rule_lacks_a_destination_in_any_documented_values(
+    control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """A rule without `to` admits every address on its ports (docs/security.md): the chart
+    renders none, nor an empty peer, nor a rule to every address."""
+    cases = documented_values(tmp_path)
+    assert {"default+install-0", "neo+security-0"} <= cases.keys(), sorted(cases)
+    for case, args in cases.items():
+        policies = of_kind(render(control_plane, "np", "agents", *args), "NetworkPolicy")
+        operator = [p for p in policies if p["metadata"]["name"] == "np-session-summary-operator"]
+        assert len(operator) == (0 if "networkPolicy.enabled=false" in args else 1), case
+        for policy in policies:
+            for rule in policy["spec"].get("egress") or []:
+                peers = _peers(rule, "to")
+                assert all(peers), (case, rule)
+                anywhere = {p.get("ipBlock", {}).get("cidr") for p in peers}
+                assert not anywhere & {"0.0.0.0/0", "::/0"}, (case, rule)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ([], "networkPolicy.apiServer.cidrs is required"),
+        (
+            ["--set-json", 'networkPolicy.apiServer.cidrs=["10.96.0.1/32"]',
+             "--set", "chroma.url=https://chroma.example.com"],
+            "networkPolicy.chromaTo is required",
+        ),
+        (
+            [*OFFLINE, "--set-json", 'networkPolicy.modelEgress=[{"ports":[{"port":443}]}]'],
+            "missing property 'to'",
+        ),
+    ],
+    ids=["api-server", "external-chroma", "model-rule"],
+)  # fmt: skip
+def test_without_a_destination_helm_template_fails_and_says_which_value(
+    tools: Path, values: list[str], message: str
+) -> None:
+    res = run([tools / "helm", "template", "x", CHART, *values], dict(os.environ))
+    assert res.returncode != 0 and message in res.stderr, res.stderr
 
 
 # --- Pod Security ---------------------------------------------------------------------------
@@ -883,7 +987,9 @@ def test_the_operator_with_the_chart_service_account_does_its_whole_job(
 
     rows = op.store().summaries().get(ids=[f"summary_{swept}", f"summary_{sunset}"])
     assert sorted(rows["ids"]) == sorted([f"summary_{swept}", f"summary_{sunset}"])
-    assert {m["writer"] for m in rows["metadatas"]} == {LP_REPLICA}
+    # Who wrote each is in its ledger entry (the row carries only what readers use).
+    stored = [op.store().stored_summary(s) for s in (swept, sunset)]
+    assert {kept[1]["writer"] for kept in stored if kept} == {LP_REPLICA}
 
     def summarizer_with_leader() -> dict[str, Any] | None:
         obj = json.loads(
@@ -1031,7 +1137,10 @@ def test_cluster_wide_rbac_reads_only_the_named_secrets_in_every_namespace(
     cp = control_plane
     ns, release = "chart-rbac-cw", "cw"
     ensure_namespace(cp, ns)
-    helm(cp, "install", release, CHART, "-n", ns, "--set", "chroma.authSecret.name=chroma-token")
+    helm(
+        cp, "install", release, CHART, "-n", ns, "--set", "chroma.authSecret.name=chroma-token",
+        "--set-json", 'networkPolicy.chromaTo=[{"ipBlock":{"cidr":"10.0.0.7/32"}}]',
+    )  # fmt: skip
     try:
         sa = f"{release}-session-summary-operator"
         kubeconfig = cp.service_account_kubeconfig(ns, sa, tmp_path / "sa.kubeconfig")

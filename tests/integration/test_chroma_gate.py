@@ -4,12 +4,16 @@ operator's store work through it as if it were Chroma."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -219,3 +223,54 @@ def test_readiness_follows_chroma(chroma_server: ChromaServer, tmp_path: Path) -
         assert err.value.code in (500, 502)
     finally:
         stop(proc)
+
+
+def test_forwarding_is_bounded_and_the_store_client_hears_the_gates_answer(
+    tmp_path: Path,
+) -> None:
+    """Chroma (here a server that answers after 4 s) is given up on after the gate's
+    --timeout-seconds: the client gets a 504 naming the gate's bound before its own, longer
+    timeout, so the operator never abandons a write that the gate still carries."""
+    slow_seen: list[float] = []
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            slow_seen.append(time.monotonic())
+            time.sleep(4)
+            with contextlib.suppress(OSError):  # the gate has hung up by now
+                self.send_response(200)
+                self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    upstream.daemon_threads = True
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    port = free_port()
+    log = tmp_path / "gate.log"
+    proc = spawn(
+        [
+            sys.executable, "-m", "controller", "gate", "--listen", f"127.0.0.1:{port}",
+            "--upstream", f"http://127.0.0.1:{upstream.server_address[1]}",
+            "--token-file", str(token_file), "--timeout-seconds", "1",
+        ],
+        log,
+        cwd=REPO_ROOT,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: status(url + "/healthz") == 200, 30, 0.2, message=tail(log))
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable) as refused:
+            connect(StoreLocation(url=url, token=TOKEN, timeout_seconds=3))
+        took = time.monotonic() - started
+        assert "HTTP 504" in str(refused.value) and "the gate's 1s" in str(refused.value)
+        assert took < 2.5, took  # the gate's answer, not the client's own 3 s timeout
+        assert slow_seen  # it was forwarded, then given up on
+    finally:
+        stop(proc)
+        upstream.shutdown()
+        upstream.server_close()

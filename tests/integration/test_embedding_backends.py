@@ -32,6 +32,7 @@ def remote_summarizer(name: str, url: str, base_url: str, summary: str) -> str:
                 "store": {"url": url, "summaryCollection": summary},
                 "embedding": {"provider": "openai", "model": "test-embedding", "baseUrl": base_url},
                 "sweep": {"enabled": False},
+                "reconcile": {"enabled": False},
             },
         }
     )

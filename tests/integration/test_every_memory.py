@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.core.memories import Memory, render_interaction_document
+from controller.core.naming import summary_object_name
 from controller.core.row_ownership import RowChangedDuringPass
 from controller.core.summary import PriorSummary
 from controller.pipeline import summarize_session
@@ -38,6 +39,20 @@ SHAPES = (
     "iso_z",
     "iso_offset",
     "iso_naive",
+    "micros",  # time.time_ns() // 1000
+    "micros_digits",
+    "nanos",
+    "nanos_digits",
+)
+# Times no parser reads (a missing one is UNTIMED's None): Date.toUTCString(), a number as
+# scientific text, words. Such a row is summarized at the end of the session's order, left
+# out of memoryCount, and named by `summaryctl verify`.
+UNTIMED = (
+    "Thu, 26 Nov 2026 10:00:00 GMT",
+    "1.7e12",
+    "yesterday",
+    "",
+    None,
 )
 NOW = int(time.time() * 1000)
 
@@ -54,6 +69,10 @@ def shaped(ts_ms: int, shape: str) -> object:
         "iso_z": when.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
         "iso_offset": when.astimezone(dt.timezone(dt.timedelta(hours=2))).isoformat(),
         "iso_naive": when.replace(tzinfo=None).isoformat(),
+        "micros": ts_ms * 1000 + 123,
+        "micros_digits": str(ts_ms * 1000 + 456),
+        "nanos": ts_ms * 1_000_000 + 789_012,
+        "nanos_digits": str(ts_ms * 1_000_000 + 345_678),
     }[shape]
 
 
@@ -71,6 +90,8 @@ def row(sid: str, ts: object, fact_token: str, row_id: str | None = None) -> tup
         "thought": "noted",
         "response": "Kept.",
     }
+    if ts is None:
+        del meta["timestamp"]
     return (
         row_id or str(uuid.uuid4()),
         render_interaction_document(prompt, "noted", "Kept."),
@@ -103,7 +124,9 @@ def verify(harness: Harness, sid: str, memory: str, summary: str) -> dict[str, A
         "--memory-collection", memory, "--summary-collection", summary,
     )  # fmt: skip
     report = json.loads(res.stdout)[0]
-    assert res.returncode == (1 if report["uncovered"] else 0), res.stderr
+    assert res.returncode == (1 if report["uncovered"] or report["unreadableTimes"] else 0), (
+        res.stderr
+    )
     return dict(report)
 
 
@@ -122,7 +145,7 @@ def summarizer(name: str, harness: Harness, memory: str, summary: str, sweep: st
 
 
 ARRIVAL = st.tuples(
-    st.sampled_from(("late", "late", "tie", "newer")),
+    st.sampled_from(("late", "late", "tie", "newer", "untimed")),
     st.sampled_from(SHAPES),
     st.integers(1, 6 * 3600),  # skew in seconds: one second to six hours
 )
@@ -158,8 +181,13 @@ def test_every_memory_reaches_the_summary_after_a_sunset_whatever_its_arrival(
     mark_ts = base + (first - 1) * 60_000
     assert rounds[0][-1][0] > "a-"  # a tie's id ("a-...") sorts before the watermark's
     later: list[tuple[str, str, dict]] = []
+    untimed: list[str] = []
     for kind, shape, skew in arrivals:
         facts.append(fact())
+        if kind == "untimed":
+            later.append(row(sid, UNTIMED[skew % len(UNTIMED)], facts[-1]))
+            untimed.append(later[-1][0])
+            continue
         if kind == "tie":  # the watermark's own time, an id that sorts before it
             later.append(row(sid, mark_ts, facts[-1], f"a-{uuid.uuid4().hex[:8]}"))
             continue
@@ -176,8 +204,15 @@ def test_every_memory_reaches_the_summary_after_a_sunset_whatever_its_arrival(
     assert_every_fact_kept(store, sid, facts)
     report = verify(harness, sid, memory, summary)
     assert report["uncovered"] == 0, report
+    assert sorted(r["id"] for r in report["unreadableTimes"]) == sorted(untimed), report
     _, meta = stored_row(store, sid)
-    assert meta["memoryCount"] == sum(len(b) for b in rounds)
+    assert meta["memoryCount"] == sum(len(b) for b in rounds) - len(untimed)
+    status = json.loads(
+        harness.kubectl("get", "sessionsummary", summary_object_name(sid), "-n", NS, "-o", "json")
+    )
+    assert status["status"].get("skippedMemories", 0) == len(untimed), status["status"]
+    times = {c["type"]: c for c in status["status"]["conditions"]}["MemoryTimesReadable"]
+    assert times["status"] == ("False" if untimed else "True"), times
 
 
 def test_a_memory_that_lands_while_a_pass_runs_is_covered_by_the_next_pass(
@@ -265,10 +300,68 @@ def test_with_no_sunset_the_sweeps_find_late_and_iso_stamped_memories(harness: H
             for i, (shape, f) in enumerate(zip(SHAPES, late, strict=True))
         ],
     )
-    # One sweep interval (5 s) after the rows landed, plus the pass: well within 30 s.
+    untimed = [fact() for _ in UNTIMED]
+    load(store, [row(sid, ts, f) for ts, f in zip(UNTIMED, untimed, strict=True)])
+    # One sweep interval (5 s) after the rows landed, plus the pass: well within 30 s. The
+    # untimed rows are summarized but not counted.
     wait_for(lambda: summarized_count() == 3 + len(late), 30, 0.5, message="late rows swept")
-    assert_every_fact_kept(store, sid, facts + late)
-    assert verify(harness, sid, memory, summary)["uncovered"] == 0
+    wait_for(
+        lambda: all(f in stored_row(store, sid)[1]["sectionsJson"] for f in untimed),
+        30,
+        0.5,
+        message="the untimed rows summarized",
+    )
+    assert_every_fact_kept(store, sid, facts + late + untimed)
+    report = verify(harness, sid, memory, summary)
+    assert report["uncovered"] == 0
+    assert len(report["unreadableTimes"]) == len(UNTIMED), report
+
+
+def test_a_bad_clock_neither_keeps_a_session_active_nor_sorts_its_summary_first(
+    harness: Harness,
+) -> None:
+    """Sunsets off: a session idle for two hours but for one row stamped a year ahead (and
+    one in 1990) is summarized by the sweep; its row's timestamp is the write's time, not
+    the bad clock's, and a Warning Event names the row."""
+    memory, summary = "clock-memory", "clock-sessions"
+    harness.kubectl(
+        "apply", "-f", "-",
+        input=summarizer(
+            "clock", harness, memory, summary,
+            "enabled: true, intervalSeconds: 5, idleSeconds: 60, lookbackDays: 3",
+        ),
+    )  # fmt: skip
+    store = harness.store(memory, summary)
+    sid = f"clock-{uuid.uuid4().hex[:8]}"
+    facts = [fact() for _ in range(4)]
+    ahead = row(sid, int(time.time() * 1000) + 365 * 86_400_000, facts[2], "m-future")
+    past = row(sid, 631_152_000_000, facts[3], "m-1990")
+    rows = [row(sid, NOW - 7_200_000 + i, f) for i, f in enumerate(facts[:2])]
+    load(store, [*rows, ahead, past])
+
+    def written() -> dict[str, Any] | None:
+        try:
+            return stored_row(store, sid)[1]
+        except AssertionError:
+            return None
+
+    meta = wait_for(written, 120, 0.5, message="the sweep's summary despite a bad clock")
+    assert meta["memoryCount"] == 4
+    assert meta["timestamp"] <= time.time() * 1000 and meta["timestamp"] >= NOW
+    assert_every_fact_kept(store, sid, facts)
+    field = f"involvedObject.name={summary_object_name(sid)},reason=UntrustedMemoryTime"
+
+    def warned() -> list[str]:
+        out = harness.kubectl("get", "events", "--field-selector", field, "-o", "json")
+        return [e["message"] for e in json.loads(out)["items"]]
+
+    messages = wait_for(warned, 60, 0.5, message="UntrustedMemoryTime Event")
+    assert "m-future" in messages[0] and "m-1990" in messages[0], messages
+    # The object's lastMemoryAt states the bad clock as now: a later sunset marker is not
+    # taken for one its last pass saw.
+    obj = json.loads(harness.kubectl("get", "ssum", summary_object_name(sid), "-o", "json"))
+    seen = dt.datetime.fromisoformat(obj["status"]["lastMemoryAt"].replace("Z", "+00:00"))
+    assert seen.timestamp() <= time.time() + 1
 
 
 def test_after_a_deletion_the_reconciliation_finds_what_the_cursor_cannot(
@@ -307,6 +400,53 @@ def test_after_a_deletion_the_reconciliation_finds_what_the_cursor_cannot(
     status = json.loads(harness.kubectl("get", "ssumr", "reconcile", "-o", "json"))["status"]
     assert status["reconciledAt"] and status["reconciledRows"] >= 2
     assert status["uncoveredFound"] >= 1  # the walk, not the cursor, found it
+    assert verify(harness, sid, memory, summary)["uncovered"] == 0
+
+
+def test_with_sweeps_off_the_reconciliation_finds_a_late_row_after_a_deletion(
+    harness: Harness,
+) -> None:
+    """Sweeps off, the reconciliation on (its own setting): one memory of a summarized
+    session is deleted and another lands behind the summary, so the session's count is
+    what the summary says; the next walk (reconcileIntervalSeconds, 60 s) tells the ids
+    apart by the ledger's digest and asks for the pass that summarizes the late row."""
+    memory, summary = "idwalk-memory", "idwalk-sessions"
+    manifest = summarizer(
+        "idwalk", harness, memory, summary,
+        "enabled: false, idleSeconds: 1, reconcileIntervalSeconds: 60",
+    )  # fmt: skip
+    harness.kubectl("apply", "-f", "-", input=manifest + "  reconcile: {enabled: true}\n")
+    store = harness.store(memory, summary)
+    sid = f"idwalk-{uuid.uuid4().hex[:8]}"
+    base = NOW - 7_200_000
+    facts = [fact() for _ in range(3)]
+    rows = [row(sid, base + i * 1000, f) for i, f in enumerate(facts)]
+    load(store, rows)
+    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "idwalk", "--wait", "60")
+    assert res.returncode == 0, res.stdout + res.stderr
+
+    def reconciled_at() -> str | None:
+        status = json.loads(harness.kubectl("get", "ssumr", "idwalk", "-o", "json"))["status"]
+        return status.get("reconciledAt")
+
+    # The first walk (at once, sweeps off) and the pass it may ask for are over before the
+    # rows change: only the next walk, 60 s after it, can find the late row.
+    wait_for(reconciled_at, 30, 0.5, message="the first walk, with sweeps off")
+    time.sleep(3)
+    store.memories().delete(ids=[rows[1][0]])
+    late = fact()
+    load(store, [row(sid, base - 600_000, late)])
+    assert stored_row(store, sid)[1]["memoryCount"] == 3 == store.count_session(sid)
+
+    def summarized_late() -> bool:
+        try:
+            assert_every_fact_kept(store, sid, [late])
+        except AssertionError:
+            return False
+        return True
+
+    wait_for(summarized_late, 150, 1.0, message="the late row, found by the walk's ids")
+    assert_every_fact_kept(store, sid, [facts[0], facts[2], late])
     assert verify(harness, sid, memory, summary)["uncovered"] == 0
 
 

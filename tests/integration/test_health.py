@@ -54,6 +54,7 @@ def missing_collection_summarizer(name: str, url: str) -> str:
         spec:
           store: {{url: "{url}", memoryCollection: no-such-memory, summaryCollection: x-sessions}}
           sweep: {{enabled: false}}
+          reconcile: {{enabled: false}}
     """)
 
 
@@ -122,6 +123,7 @@ def test_a_pass_shows_summarizing_while_it_runs(harness: Harness, slow_model: Op
           model: {{backend: openai, baseUrl: "{slow_model.base_url}", model: test-chat,
                    timeoutSeconds: 30, maxRetries: 0}}
           sweep: {{enabled: false}}
+          reconcile: {{enabled: false}}
     """)
     harness.kubectl("apply", "-f", "-", input=manifest)
     store = harness.store("slow-memory", "slow-sessions")
@@ -157,6 +159,7 @@ def test_summaryctl_check_and_kubectl_get_show_ready(harness: Harness) -> None:
         spec:
           store: {{url: "http://127.0.0.1:9", timeoutSeconds: 1}}
           sweep: {{enabled: false}}
+          reconcile: {{enabled: false}}
     """)
     harness.kubectl("apply", "-f", "-", input=down)
     wait_for(

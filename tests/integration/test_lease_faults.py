@@ -84,6 +84,7 @@ def summarizer(namespace: str, chroma_url: str, model_url: str, collections: str
                     "timeoutSeconds": 30,
                 },
                 "sweep": {"enabled": False},
+                "reconcile": {"enabled": False},
             },
         }
     )
@@ -243,7 +244,7 @@ def test_a_pass_lasting_several_claim_durations_completes_with_one_writer(
     assert writes and {w.outcome for w in writes} == {"written"}
     assert len({w.fence for w in writes}) == 1  # one claim grant: one pass, never taken over
     assert {w.holder for w in writes} == {"slow-r0"}
-    renewals = claim_renewals(harness.cp, claim_name(store.claim_scope(), sid))
+    renewals = claim_renewals(harness.cp, claim_name(store.location.row_scope, sid))
     assert renewals >= 3  # the pass outlasted the claim's duration several times over
     log = operators.log("slow-r0").read_text()
     assert "nothing written" not in log and "nothing more is written" not in log

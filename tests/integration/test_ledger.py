@@ -267,3 +267,26 @@ def test_a_fresh_control_plane_over_the_same_store_takes_the_rows_over_at_once(
     assert after[1]["ledger.fenceAuthority"] == new_authority != old_authority["metadata"]["uid"]
     kept = everything(store, sid)
     assert all(fact(sid, k) in kept for k in range(4))
+
+
+def test_summaryctl_ledger_shows_a_sessions_entry_and_says_when_there_is_none(
+    harness: Harness,
+) -> None:
+    sid = f"shown-{next(_RUNS)}"
+    store = harness.store(MEMORY, SESSIONS)
+    load(store, [interaction(sid, k, BASE + k, fact(sid, k)) for k in range(5)])
+    summarize(store, sid)
+    where = ["--chroma-url", harness.chroma.url, "--memory-collection", MEMORY]
+    where += ["--summary-collection", SESSIONS]
+    shown = harness.summaryctl("ledger", sid, *where)
+    assert shown.returncode == 0, shown.stderr
+    assert f"session:        {sid}" in shown.stdout
+    assert "memories:       5," in shown.stdout and "User Requests: " in shown.stdout
+    as_json = harness.summaryctl("ledger", sid, "--json", *where)
+    assert as_json.returncode == 0, as_json.stderr
+    keys = json.loads(as_json.stdout)["keys"]
+    assert keys["memoryCount"] == 5 and fact(sid, 4) in keys["sectionsJson"]
+    assert keys["ledger.segments"] >= 1 and "ledger.lists" in keys
+    missing = harness.summaryctl("ledger", "no-such-session", *where)
+    assert missing.returncode == 2
+    assert "no summary or ledger entry of session 'no-such-session'" in missing.stderr

@@ -43,6 +43,8 @@ def summarizer(name: str, url: str, memory: str, **spec: Any) -> str:
         "metadata": {"name": name, "namespace": NS},
         "spec": {
             "store": {"url": url, "memoryCollection": memory, "summaryCollection": f"{memory}-s"},
+            # The reconciliation runs whatever the sweep says: off with it here.
+            "reconcile": {"enabled": bool(spec.get("sweep", {}).get("enabled", True))},
             **spec,
         },
     }

@@ -21,7 +21,12 @@ from controller.pipeline import summarize_session
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from controller.summarizers.chat_model import ChatModelSummarizer
-from controller.summarizers.chat_prompt import ChatModelConfig, InvalidModelOutput, ModelUnavailable
+from controller.summarizers.chat_prompt import (
+    FACTS_RULE,
+    ChatModelConfig,
+    InvalidModelOutput,
+    ModelUnavailable,
+)
 from devenv.chroma import ChromaServer
 from devenv.controlplane import free_port
 from devenv.processes import wait_for
@@ -269,6 +274,9 @@ def test_the_operator_writes_the_summary_through_the_model_endpoint(
         if f"Step 0 of {sid}." in r.body["messages"][1]["content"]
     ]
     assert sent and "<memory n=" in sent[0]
+    system = model_server.requests_to("/chat/completions")[-1].body["messages"][0]["content"]
+    for asked in (FACTS_RULE, "name, number, date, place, file path", "verbatim"):
+        assert asked in system  # the model is asked to keep facts, as the extractive does
     assert harness.obj(sid)["status"]["modelTokens"] > 0  # token usage recorded
 
 

@@ -105,6 +105,7 @@ def summarizer_manifest(
                     "model": NEO_EMBEDDING_MODEL,
                 },
                 "sweep": {"enabled": False},
+                "reconcile": {"enabled": False},
                 **spec,
             },
         }

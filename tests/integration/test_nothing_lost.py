@@ -139,12 +139,18 @@ def test_memories_with_unreadable_timestamps_are_reported(harness: Harness) -> N
     store = harness.store("skipped-memory", "skipped-sessions")
     sid = "odd-timestamps"
     good = interaction(sid, 0, 1_770_000_000_000, "Add the export button.")
-    bad = interaction(sid, 1, 0, "This row has no usable timestamp.")
+    bad = interaction(sid, 1, 0, "Keep FACTUNTIMED01 in the notes.")
     bad[2]["timestamp"] = "yesterday afternoon"
     load(store, [good, bad])
     obj = sunset(harness, sid, "skipped")
-    assert obj["status"]["memoryCount"] == 2
+    # Summarized (its facts are in the summary), not counted: memoryCount claims only rows
+    # whose place in the session's order was read.
+    assert obj["status"]["memoryCount"] == 1
     assert obj["status"]["skippedMemories"] == 1
+    cond = {c["type"]: c for c in obj["status"]["conditions"]}["MemoryTimesReadable"]
+    assert (cond["status"], cond["reason"]) == ("False", "UnreadableMemories"), cond
+    stored = store.stored_summary(sid)
+    assert stored is not None and "FACTUNTIMED01" in stored[1]["sectionsJson"]
 
     def warned() -> list[dict[str, Any]]:
         out = harness.kubectl(

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from controller.core.naming import summary_object_name
+from controller.core.summary_row import READER_ROW_KEYS
 from controller.kube import client as kube
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
@@ -64,9 +65,11 @@ def test_sunset_writes_the_summary_row_readers_expect(harness: Harness) -> None:
         "models",
         "toolsUsed",
         "totalToolCalls",
-        "writer",
     ):
         assert key in meta, key
+    assert set(meta) <= READER_ROW_KEYS, sorted(set(meta) - READER_ROW_KEYS)  # nothing more
+    stored = harness.store().stored_summary(session.session_id)
+    assert stored is not None and stored[1]["writer"] == "it-operator"  # in the ledger
     assert meta["participatingAgents"] == "claude-code"
     assert meta["totalToolCalls"] == sum(r[2]["amountToolCalls"] for r in rows)
     assert "login crash" in doc.lower()

@@ -105,7 +105,7 @@ def secret(namespace: str, name: str, key: str, allowed: str | None) -> dict[str
 
 
 def summarizer(namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    spec = {"sweep": {"enabled": False}, **spec}
+    spec = {"sweep": {"enabled": False}, "reconcile": {"enabled": False}, **spec}
     return {
         "apiVersion": "memorycore.io/v1alpha1",
         "kind": "SessionSummarizer",

@@ -32,14 +32,14 @@ from tests.support.openai_server import running_openai_server
 
 NS = "runtime-life"
 ROUNDS = 100
-# RSS goes up and down by about 40 MiB as the rounds go (the allocator and the garbage
-# collector, measured: 228 -> 265 -> 238 -> 268 MiB over 100 rounds), so what is compared is
-# the highest RSS of each half, after round 10 (everything loaded once: MiniLM, the openai
-# SDK, chromadb's client): the second half's may exceed the first's by at most this. A
-# leak of the parts of a round (chromadb 1.5.9's closed client stayed in memory: 3.5 MiB a
-# round, tests/integration/test_runtime_lifecycle.py before store/collections.py:
-# forget_system) moves the peak by far more.
-RSS_GROWTH_BOUND_MIB = 25
+# What is compared is the highest RSS of each half, after round 10 (everything loaded once:
+# MiniLM, the openai SDK, chromadb's client): the second half's may exceed the first's by at
+# most this. Measured with the operator's full collection at each heap trim: 210 -> 214 MiB
+# over 100 rounds. Without it a round's retired clients (reference cycles) waited for
+# Python's own full collection: +0.9 MiB a round, 87 MiB over 100 rounds on a loaded machine
+# before one came; chromadb 1.5.9's closed client kept in memory (before
+# store/collections.py: forget_system) was 3.5 MiB a round.
+RSS_GROWTH_BOUND_MIB = 12
 PARTS = ("summarizers", "clients", "embedders", "model_clients", "semaphores", "secret_values")
 
 
@@ -99,6 +99,7 @@ def _summarizer(name: str, chroma: str, model_url: str, timeout_s: int) -> str:
             maxRetries: 1
             apiKeySecretRef: {{name: life-model, key: apiKey}}
           sweep: {{enabled: false}}
+          reconcile: {{enabled: false}}
     """)
 
 
@@ -168,8 +169,11 @@ def test_reconfiguring_and_deleting_a_summarizer_100_times_lets_go_of_what_it_he
                     cp.kubectl_run("apply", "-f", "-", input=manifest)
                     _pass("life-session", name, generation)
                     held = _parts(metrics_url)
-                    # One set, the current spec's: the previous generation's was closed.
-                    assert held["clients"] == 1 and held["model_clients"] == 1, (i, held)
+                    # At most one set, the current spec's: the previous generation's was
+                    # closed. (None when the spec handler's retirement of the old generation
+                    # ran after this pass, which had built from the new spec already: the
+                    # handlers of one change run in either order.)
+                    assert held["clients"] <= 1 and held["model_clients"] <= 1, (i, held)
                     most = {p: max(most[p], held[p]) for p in PARTS}
                 cp.kubectl_run("delete", "sessionsummarizer", name, "-n", NS, "--wait=true")
                 cp.kubectl_run("delete", "sessionsummaries", "--all", "-n", NS, "--wait=true")

@@ -31,6 +31,7 @@ def _summarizer(url: str) -> str:
         spec:
           store: {{url: "{url}", memoryCollection: sched-memory, summaryCollection: sched-sessions}}
           sweep: {{enabled: false}}
+          reconcile: {{enabled: false}}
     """)
 
 

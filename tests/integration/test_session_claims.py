@@ -17,9 +17,11 @@ from controller.core.fencing import Fence
 from controller.kube import claims as claims_module
 from controller.kube import client as kube
 from controller.kube.claim_collector import ClaimCollector
-from controller.kube.claims import ClaimHeld, ClaimLost, SessionClaimHandle
+from controller.kube.claim_errors import ClaimHeld, ClaimLost
+from controller.kube.claims import SessionClaimHandle
 from devenv.processes import wait_for
 from tests.integration.harness import Harness
+from tests.support.dropping_proxy import dropping_proxy
 
 
 def handle(
@@ -227,3 +229,37 @@ def test_abandoned_claims_are_collected_page_by_page_and_live_ones_stay(
     assert all(claim_objects(h.session_id) == [] for h in dead)
     assert len(claim_objects("alive-1")) == 1  # renewed all along
     live.check()
+
+
+def test_a_renewal_and_a_release_whose_answers_are_lost_keep_the_pass_and_free_the_claim(
+    harness: Harness, released: list[SessionClaimHandle], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over real HTTP to the real apiserver, through a proxy that applies a request and
+    drops its answer: the holder's renewal moved the claim on under its name, so its next
+    renewal conflicts; it reads the claim, finds it still its own (same object, holder and
+    acquisition) and goes on. A release after such a renewal, and a release whose own
+    answer is lost, delete the claim instead of leaving it to lapse."""
+    with dropping_proxy() as proxy:
+        monkeypatch.setattr(claims_module, "_api", proxy.api)
+        mine = handle("lost-answer-1", "r1", "uid-a", duration_s=30, renew_s=0.3)
+        released.append(mine)
+        mine.acquire()
+        proxy.drop = 1
+        wait_for(lambda: proxy.dropped == 1, 5.0, 0.02, message="a renewal's answer dropped")
+        after_drop = mine.renewals
+        wait_for(lambda: mine.renewals >= after_drop + 2, 10.0, 0.05, message="renewed on")
+        mine.check()  # the pass goes on
+        assert [o["spec"]["holder"] for o in claim_objects("lost-answer-1")] == ["r1"]
+
+        mine.renew_s = 3600.0  # the renewer's next attempt comes 2 s after a failure
+        proxy.drop = 1
+        wait_for(lambda: proxy.dropped == 2, 5.0, 0.02, message="another answer dropped")
+        mine.release()  # holds the version before the applied renewal
+        assert claim_objects("lost-answer-1") == []
+
+        again = handle("lost-answer-2", "r1", "uid-a", duration_s=30, renew_s=10)
+        released.append(again)
+        again.acquire()
+        proxy.drop = 1  # the delete itself is applied, its answer lost
+        again.release()
+        assert proxy.dropped == 3 and claim_objects("lost-answer-2") == []

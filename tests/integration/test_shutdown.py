@@ -51,6 +51,7 @@ def model_summarizer(name: str, h: Harness, server: OpenAIServer, memory: str) -
           model: {{backend: openai, baseUrl: "{server.base_url}", model: test-chat,
                    timeoutSeconds: 60, maxRetries: 0, maxInputTokens: 256}}
           sweep: {{enabled: false}}
+          reconcile: {{enabled: false}}
     """)
 
 
@@ -151,7 +152,11 @@ def test_the_leader_releases_its_finalizer_when_it_stops_and_kopfs_old_one_goes_
         "apiVersion": "memorycore.io/v1alpha1",
         "kind": "SessionSummarizer",
         "metadata": {"name": "final", "namespace": NS, "finalizers": [*LEGACY_FINALIZERS]},
-        "spec": {"store": {"url": harness.chroma.url}, "sweep": {"enabled": False}},
+        "spec": {
+            "store": {"url": harness.chroma.url},
+            "sweep": {"enabled": False},
+            "reconcile": {"enabled": False},
+        },
     }
     harness.cp.kubectl_run("apply", "-f", "-", input=json.dumps(manifest))
     log = tmp_path / "operator.log"
@@ -190,7 +195,8 @@ def test_a_replica_that_joins_never_preempts_the_live_leader(
     harness.cp.kubectl_run("apply", "-f", "-", input=json.dumps({
         "apiVersion": "memorycore.io/v1alpha1", "kind": "SessionSummarizer",
         "metadata": {"name": "default", "namespace": PEERING_NS},
-        "spec": {"store": {"url": harness.chroma.url}, "sweep": {"enabled": False}},
+        "spec": {"store": {"url": harness.chroma.url}, "sweep": {"enabled": False},
+                 "reconcile": {"enabled": False}},
     }))  # fmt: skip
     procs: dict[str, subprocess.Popen[bytes]] = {}
 

@@ -139,6 +139,7 @@ def summarizer(namespace: str, url: str, memory: str, summary: str) -> str:
             "spec": {
                 "store": {"url": url, "memoryCollection": memory, "summaryCollection": summary},
                 "sweep": {"enabled": False},
+                "reconcile": {"enabled": False},
             },
         }
     )
@@ -341,6 +342,25 @@ def test_two_replicas_with_equal_priority_both_pause_and_say_so_on_the_summarize
         ).stdout
     )["items"]
     assert events and events[0]["type"] == "Warning"
+    # A SessionSummarizer created while both are paused says so within seconds (no
+    # handler runs to nudge the reporter; its resync is a minute).
+    late = json.loads(summarizer("tie", harness.chroma.url, "tie-memory", "tie-late-sessions"))
+    late["metadata"]["name"] = "late"
+    harness.cp.kubectl_run("apply", "-f", "-", input=json.dumps(late))
+    created = time.monotonic()
+
+    def late_condition() -> dict[str, Any]:
+        out = harness.cp.kubectl_run("-n", "tie", "get", "ssumr", "late", "-o", "json").stdout
+        conds = (json.loads(out).get("status") or {}).get("conditions") or []
+        return next((c for c in conds if c["type"] == "ReplicaActive"), {})
+
+    wait_for(
+        lambda: late_condition().get("reason") == "PeeringPriorityTie",
+        8,
+        0.25,
+        message="the new summarizer's ReplicaActive\n" + reps.logs(),
+    )
+    assert late_condition()["status"] == "False" and time.monotonic() - created < 8
     kube.request_summary("tie", "tie-1", trigger="sunset")
     time.sleep(8)  # ample time to misbehave
     assert reps.writes() == []
@@ -388,7 +408,7 @@ def test_a_replica_without_the_claim_cannot_write(harness: Harness, replicas_fac
     kube.request_summary("held", "held-1", trigger="manual")  # created before any replica runs
     other = SessionClaimHandle(
         session_id="held-1",
-        collection_id=store.claim_scope(),
+        collection_id=store.location.row_scope,
         collection="test",
         writer=Writer("some-other-replica", "uid-of-another-object", "elsewhere/held-1"),
         duration_s=4,
@@ -501,7 +521,8 @@ def test_objects_in_several_namespaces_naming_one_session_never_write_it_at_once
     summary row at any moment (the claim is the row's, not the memory collection's)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from controller.api import GROUP, SUMMARY_PLURAL, VERSION, now_rfc3339
+    from controller.api import GROUP, SUMMARY_PLURAL, VERSION
+    from controller.status.conditions import now_rfc3339
 
     cp, sid = harness.cp, "multi-1"
     namespaces = ["multi-a", "multi-b", "multi-c"]

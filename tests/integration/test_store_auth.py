@@ -95,6 +95,7 @@ def test_the_store_token_comes_from_a_secret_and_never_leaks(
         "spec": {
             "store": {"url": auth_proxy.url, "authSecretRef": {"name": "chroma-token"}},
             "sweep": {"enabled": False},
+            "reconcile": {"enabled": False},
         },
     }
     harness.kubectl("apply", "-f", "-", input=json.dumps(summarizer))
@@ -130,6 +131,7 @@ def test_a_wrong_token_is_reported_on_the_summarizer(
         "spec": {
             "store": {"url": auth_proxy.url, "authSecretRef": {"name": "wrong-token"}},
             "sweep": {"enabled": False},
+            "reconcile": {"enabled": False},
         },
     }
     harness.kubectl("apply", "-f", "-", input=json.dumps(summarizer))

@@ -413,7 +413,11 @@ def manifests(cases: dict[str, list[str]], prefix: str) -> tuple[str, dict[str, 
                         "apiVersion": "memorycore.io/v1alpha1",
                         "kind": "SessionSummarizer",
                         "metadata": {"name": name, "namespace": NS},
-                        "spec": {"store": {field: value}, "sweep": {"enabled": False}},
+                        "spec": {
+                            "store": {field: value},
+                            "sweep": {"enabled": False},
+                            "reconcile": {"enabled": False},
+                        },
                     }
                 )
             )

@@ -69,7 +69,10 @@ def test_summarize_bypassing_the_claim_then_summaries_newest_first(
     listed = summaryctl("summaries", "--limit", "2", "--json", "--chroma-url", url, *cols)
     rows = json.loads(listed.stdout)
     assert [r["metadata"]["sessionId"] for r in rows] == [newer.session_id, older.session_id]
-    assert rows[0]["metadata"]["writer"].startswith("summaryctl@")
+    ledger = json.loads(
+        summaryctl("ledger", newer.session_id, "--json", "--chroma-url", url, *cols).stdout
+    )
+    assert ledger["keys"]["writer"].startswith("summaryctl@")  # who wrote it: the ledger
     text = summaryctl("summaries", "--limit", "1", "--chroma-url", url, *cols).stdout
     assert text.startswith(f"== summary_{newer.session_id}") and "## User Requests" in text
 

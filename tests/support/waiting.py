@@ -24,6 +24,7 @@ from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from devenv.audit import ON_A_CLOCK, by_call, requests
 from devenv.controlplane import ControlPlane
+from devenv.operator import LOOPBACK_MODELS
 from devenv.processes import spawn, stop, tail, wait_for
 from tests.support.openai_server import running_openai_server
 
@@ -111,13 +112,20 @@ def measure_waiting(
                 "model": {"backend": "openai", "baseUrl": model.base_url, "model": "test-chat",
                           "timeoutSeconds": model_latency_s + 60, "maxRetries": 0},
                 "sweep": {"enabled": False},
+                "reconcile": {"enabled": False},
                 "retention": {"summarizedTTLSeconds": 0, "emptyTTLSeconds": 0,
                               "notFoundTTLSeconds": 0, "failedTTLSeconds": 0},
             },
         }  # fmt: skip
         cp.kubectl_run("apply", "-f", "-", input=json.dumps(summarizer))
         config = cp.service_account_kubeconfig(namespace, sa, workdir / f"{sa}.kubeconfig")
-        env = dict(cp.env(), KUBECONFIG=str(config), SSO_REPLICA_ID=sa)
+        # The scripted model is on loopback: the install's list allows it (docs/security.md).
+        env = dict(
+            cp.env(),
+            KUBECONFIG=str(config),
+            SSO_REPLICA_ID=sa,
+            SSO_ALLOWED_MODEL_URLS=LOOPBACK_MODELS,
+        )
         log = workdir / f"{namespace}-operator.log"
         operator = spawn(
             [sys.executable, "-m", "controller", "run", "--standalone", "--namespace", namespace],

@@ -1,24 +1,21 @@
 """Taking the session's claim when other writers keep winning the race for it
 (controller/kube/claims.py): what the pass is told is what the API server last showed,
-never a made-up writer. No cluster: a stand-in for the API on which every create finds an
-object and every replace finds it changed."""
+never a made-up writer; and keeping it when the API server applied a renewal or a release
+but its answer was lost. No cluster: stand-ins for the API."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import ProtocolError
 
 from controller.core.claim_rules import Claim, Writer
 from controller.kube import claims as claims_module
-from controller.kube.claims import (
-    CONFLICT_RETRIES,
-    ClaimContended,
-    ClaimHeld,
-    ClaimLost,
-    SessionClaimHandle,
-)
+from controller.kube.claim_errors import ClaimContended, ClaimHeld, ClaimLost
+from controller.kube.claims import CONFLICT_RETRIES, SessionClaimHandle
 
 ME = Writer("replica-a", "uid-1", "agents/s1")
 RIVAL = Writer("replica-b", "uid-2", "agents/s1-by-hand")
@@ -105,3 +102,118 @@ def test_a_holder_found_after_one_lost_race_is_held_and_the_race_counted(
         acquire_against(monkeypatch, api)
     assert held.value.claim.writer == RIVAL and held.value.lost_races == 1
     assert "changed under us 1 time first" in str(held.value)
+
+
+# -- answers lost on the way back --------------------------------------------------------------
+
+
+class OneObjectServer:
+    """One claim object with resourceVersion preconditions, that can apply a request and
+    lose its answer (`drop`: how many of the next replaces and deletes to answer with a
+    dropped connection, after applying them)."""
+
+    def __init__(self) -> None:
+        self.obj: dict[str, Any] | None = None
+        self.version, self.drop = 0, 0
+
+    def _apply(self, body: dict[str, Any] | None, expected: str | None) -> dict[str, Any]:
+        if self.obj is None or (expected and expected != self.obj["metadata"]["resourceVersion"]):
+            raise ApiException(status=404 if self.obj is None else 409, reason="Conflict")
+        self.version += 1
+        if body is None:
+            self.obj = None
+            return {}
+        self.obj = {**body, "metadata": {"resourceVersion": str(self.version), "uid": "u1"}}
+        if self.drop:
+            self.drop -= 1
+            raise ProtocolError("Connection aborted.", "RemoteDisconnected")
+        return self.obj
+
+    def create_cluster_custom_object(self, *args: Any, **_: Any) -> Any:
+        if self.obj is not None:
+            raise ApiException(status=409, reason="AlreadyExists")
+        self.version += 1
+        self.obj = {**args[3], "metadata": {"resourceVersion": str(self.version), "uid": "u1"}}
+        return self.obj
+
+    def replace_cluster_custom_object(self, *args: Any, **_: Any) -> Any:
+        return self._apply(args[4], args[4]["metadata"]["resourceVersion"])
+
+    def get_cluster_custom_object(self, *_: Any, **__: Any) -> Any:
+        if self.obj is None:
+            raise ApiException(status=404, reason="NotFound")
+        return self.obj
+
+    def delete_cluster_custom_object(self, *_: Any, body: Any, **__: Any) -> Any:
+        dropped, self.drop = self.drop, max(0, self.drop - 1)
+        self._apply(None, body.preconditions.resource_version)
+        if dropped:
+            raise ProtocolError("Connection aborted.", "RemoteDisconnected")
+
+
+def renewing(monkeypatch: pytest.MonkeyPatch, server: OneObjectServer) -> SessionClaimHandle:
+    monkeypatch.setattr(claims_module, "_api", lambda: server)
+    handle = SessionClaimHandle("s1", "store-1", "chroma", ME, 30.0, 5.0, 0.05)
+    handle.acquire()
+    return handle
+
+
+def test_a_renewal_applied_with_its_answer_lost_keeps_the_claim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = OneObjectServer()
+    handle = renewing(monkeypatch, server)
+    server.drop = 1  # the next renewal is applied, its answer lost
+    wait_until(lambda: handle.renewals >= 3)
+    handle.check()  # still ours: no ClaimLost
+    handle.release()
+    assert server.obj is None  # released at once, not left to lapse
+
+
+def test_a_release_after_a_lost_answer_deletes_the_claim_and_never_raises(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = OneObjectServer()
+    handle = renewing(monkeypatch, server)
+    handle.renew_s = 3600.0  # no renewal of its own after this one
+    server.drop = 1
+    wait_until(lambda: server.drop == 0)  # applied; the handle holds the older version
+    handle.release()
+    assert server.obj is None
+    handle = renewing(monkeypatch, server)
+    server.drop = 1  # the delete itself is applied and its answer lost
+    handle.release()
+    assert server.obj is None
+
+
+def test_a_claim_taken_by_another_writer_is_still_lost_whatever_answers_were_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = OneObjectServer()
+    handle = renewing(monkeypatch, server)
+    assert server.obj is not None
+    server.obj["spec"] = {
+        **server.obj["spec"],
+        "holder": RIVAL.replica,
+        "ownerUid": RIVAL.owner_uid,
+    }
+    server.version += 1
+    server.obj["metadata"] = {"resourceVersion": str(server.version), "uid": "u1"}
+    wait_until(lambda: _lost(handle))
+    handle.release()
+    assert server.obj is not None and server.obj["spec"]["holder"] == RIVAL.replica
+
+
+def wait_until(predicate: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def _lost(handle: SessionClaimHandle) -> bool:
+    try:
+        handle.check()
+    except ClaimLost:
+        return True
+    return False

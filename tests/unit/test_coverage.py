@@ -14,6 +14,7 @@ from controller.core.coverage import (
     PriorCoverage,
     build,
     digest,
+    digest_text,
     dirty_buckets,
     extend,
     missing_rows,
@@ -135,13 +136,19 @@ def test_an_earlier_versions_row_rereads_all_behind_its_watermark_once_it_miscou
 
 def test_a_walk_counts_every_row_and_asks_for_sessions_whose_count_differs() -> None:
     cycle = ReconcileCycle(started_ms=0)
-    assert cycle.fold([("a", 1_000), ("a", 5_000), ("b", None), ("c", 2_000)]) == 4
-    assert cycle.fold([("a", 3_000), ("d", 4_000)]) == 2
+    assert (
+        cycle.fold(
+            [("a", 1_000, "a1"), ("a", 5_000, "a2"), ("b", None, "b1"), ("c", 2_000, "c1")], 10**9
+        )
+        == 4
+    )
+    assert cycle.fold([("a", 3_000, "a3"), ("d", 4_000, "d1")], 10**9) == 2
     assert (cycle.rows, cycle.offset) == (6, 6)
-    assert cycle.counts == {"a": 3, "b": 1, "c": 1, "d": 1}
+    # b's row has no time: summarized, not counted (memoryCount leaves it out).
+    assert cycle.counts == {"a": 3, "b": 0, "c": 1, "d": 1}
     stored = {
         "a": StoredSummaryState(memory_count=2, timestamp_ms=5_000),  # one landed late
-        "b": StoredSummaryState(memory_count=1, timestamp_ms=1),  # as summarized
+        "b": StoredSummaryState(memory_count=0, timestamp_ms=1),  # as summarized
         "c": StoredSummaryState(memory_count=1, timestamp_ms=2_000),
         # d: never summarized
     }
@@ -153,7 +160,7 @@ def test_a_walk_counts_every_row_and_asks_for_sessions_whose_count_differs() -> 
 
 def test_a_walk_leaves_active_sessions_to_the_sweep() -> None:
     cycle = ReconcileCycle(started_ms=0)
-    cycle.fold([("busy", 9_999_000)])
+    cycle.fold([("busy", 9_999_000, "b1")], 10_000_000)
     plan = reconcile(cycle, {}, now_ms=10_000_000, idle_ms=60_000, max_sessions=10)
     assert plan.candidates == [] and plan.still_active == ["busy"]
 
@@ -190,3 +197,23 @@ def test_a_coverage_grown_pass_by_pass_covers_exactly_the_rows_a_full_listing_wo
     if ids:
         assert digest(ids[1:]) != digest(ids)
         assert digest([*ids[1:], "late-one"]) != digest(ids)  # a deletion and an arrival
+
+
+def test_a_walk_finds_a_deletion_then_a_late_arrival_that_leave_the_count_as_it_was() -> None:
+    """The count agrees with memoryCount; the ids do not (one deleted, one landed late):
+    the ledger's rowsDigest of the last write tells them apart."""
+    written = digest_text(digest(["m1", "m2", "m3"]))
+    now = digest_text(digest(["m1", "m3", "late"]))
+    stored = {"s": StoredSummaryState(memory_count=3, timestamp_ms=5_000)}
+    for ids, expected in ((["m1", "m2", "m3"], []), (["m1", "m3", "late"], ["s"])):
+        cycle = ReconcileCycle(started_ms=0)
+        cycle.fold([("s", 1_000 * (i + 1), row_id) for i, row_id in enumerate(ids)], 10**9)
+        plan = reconcile(
+            cycle, stored, now_ms=10**9, idle_ms=1_000, max_sessions=5,
+            rows_digests={"s": written},
+        )  # fmt: skip
+        assert [c.session_id for c in plan.candidates] == expected, ids
+    assert now != written
+    # Without a digest (a write of an earlier version), the count alone decides.
+    plan = reconcile(cycle, stored, now_ms=10**9, idle_ms=1_000, max_sessions=5)
+    assert plan.candidates == []

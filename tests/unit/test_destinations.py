@@ -12,18 +12,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.core.destinations import (
+    ALLOWED_MODEL_URLS_ANNOTATION,
     ALLOWED_URLS_ANNOTATION,
     SecretUse,
+    StoreCredential,
     allowed,
     endpoint_refusal,
     judge_secret,
+    memory_destination_refusal,
     parse_prefix,
     parse_prefixes,
+    redirect_refusal,
     shown,
     target,
     within,
 )
-from controller.core.summarizer_status import secrets_allowed
+from controller.status.summarizer_status import secrets_allowed
+from tests.support.url_spellings import spellings
 
 label = st.text(alphabet=st.sampled_from("abcxyz019-"), min_size=1, max_size=6).filter(
     lambda s: s[0] != "-" and s[-1] != "-"
@@ -206,3 +211,67 @@ def test_the_operator_wide_list_refuses_what_it_does_not_name_and_an_empty_list_
     assert refusal is not None
     assert "model.baseUrl http://169.254.169.254/latest" in refusal
     assert "operator.allowedEndpoints" in refusal
+
+
+# --- where the memories may go ----------------------------------------------------------------
+
+OWNER = StoreCredential("agents", "team-chroma", "https://api.openai.com/v1, http://[::1]:8080/v1")
+
+
+@settings(max_examples=200)
+@given(st.data())
+def test_memories_go_to_what_the_store_owner_allows_in_any_spelling(data: st.DataObject) -> None:
+    allowed_url = data.draw(
+        st.one_of(spellings("https", "api.openai.com", 443), spellings("http", "::1", 8080))
+    )
+    assert memory_destination_refusal("model.baseUrl", allowed_url, OWNER, []) is None
+    refused_url = data.draw(
+        st.one_of(
+            spellings("https", "api.openai.com", 8443),
+            spellings("http", "api.openai.com", 80),
+            spellings("https", "api.openai.com.evil.example", 443),
+            spellings("http", "::2", 8080),
+            spellings("http", "127.0.0.1", 8080),
+            spellings("https", "api.openai.com", 443, "/v2"),
+        )
+    )
+    refusal = memory_destination_refusal("embedding.baseUrl", refused_url, OWNER, [])
+    assert refusal is not None
+    assert "embedding.baseUrl" in refusal and "Secret agents/team-chroma" in refusal
+    assert f"{ALLOWED_MODEL_URLS_ANNOTATION} annotation allows https://api.openai.com/v1" in refusal
+
+
+def test_without_the_owners_word_the_install_list_decides_and_empty_allows_nothing() -> None:
+    install = parse_prefixes("http://vllm.models.svc:8000/v1")[0]
+    unannotated = StoreCredential("agents", "team-chroma", None)
+    ok = "http://vllm.models.svc:8000/v1"
+    assert memory_destination_refusal("model.baseUrl", ok, None, install) is None
+    assert memory_destination_refusal("model.baseUrl", ok, unannotated, install) is None
+    bare = memory_destination_refusal("model.baseUrl", "https://x.example/v1", None, [])
+    assert bare is not None and "store has no credential" in bare
+    assert "allow nothing" in bare and "operator.allowedModelUrls" in bare
+    owned = memory_destination_refusal("model.baseUrl", "https://x.example/v1", unannotated, [])
+    assert owned is not None
+    assert (
+        "`kubectl annotate secret -n agents team-chroma "
+        f"{ALLOWED_MODEL_URLS_ANNOTATION}=https://x.example/v1`"
+    ) in owned
+    # The owner's annotation is their word even against the install's list.
+    strict = StoreCredential("agents", "team-chroma", "")
+    assert memory_destination_refusal("model.baseUrl", ok, strict, install) is not None
+
+
+def test_a_prefix_with_port_star_allows_any_port_of_its_host_only() -> None:
+    [any_port] = parse_prefixes("http://127.0.0.1:*/v1")[0]
+    assert within("http://127.0.0.1:1/v1/chat", any_port)
+    assert within("http://127.0.0.1/v1", any_port)
+    assert not within("https://127.0.0.1:1/v1", any_port)
+    assert not within("http://127.0.0.2:1/v1", any_port)
+    assert not within("http://127.0.0.1:1/v2", any_port)
+    assert parse_prefix("http://h:*x") is None
+
+
+def test_a_redirect_is_named_without_its_credentials() -> None:
+    text = redirect_refusal("http://a:1/v1/chat/completions", 307, "http://u:pw@b:2/in?k=v")
+    assert "http://b:2/in" in text and "pw" not in text and "307" in text
+    assert "http://a:1/v1/x" in redirect_refusal("http://a:1/v1/y", 302, "x")

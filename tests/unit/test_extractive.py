@@ -14,11 +14,12 @@ from controller.core.summary import (
     validate_summary,
 )
 from controller.core.summary_row import from_chroma_row, to_chroma_metadata
-from controller.summarizers.extractive import EXTRACTIVE
+from controller.summarizers.extractive import EXTRACTIVE, propose_extractive
 from controller.summarizers.extractive_text import sentences
 from tests.support.passes import passes_over, summarize_extractive
 
 T0 = 1_700_000_000_000
+WRITTEN = T0 + 10**9  # a write after every memory here (a time before them is a bad clock)
 
 
 def mem(
@@ -50,10 +51,10 @@ def texts(summary: StructuredSummary, section: str) -> list[str]:
 
 def through_the_store(summary: StructuredSummary) -> StructuredSummary:
     """What the next pass reads back: the summary's row in neo-agent-sessions."""
-    meta = to_chroma_metadata(summary, writer="test", trigger="test", summarized_at_ms=1)
+    meta = to_chroma_metadata(summary, writer="test", trigger="test", summarized_at_ms=WRITTEN)
     prior = from_chroma_row(summary.session_id, render_document(summary), meta)
     assert isinstance(prior, StructuredSummary)
-    assert prior.summarized_at_ms == 1
+    assert prior.summarized_at_ms == WRITTEN
     return prior
 
 
@@ -546,7 +547,7 @@ def test_counts_watermark_times_and_tool_calls_add_up_across_passes() -> None:
     assert (summary.first_memory_at_ms, summary.last_memory_at_ms) == (T0 + 10, T0 + 30)
     assert summary.watermark == Watermark(timestamp_ms=T0 + 30, memory_id="e")
     assert texts(summary, "User Requests") == [f"Request {x}." for x in "abcde"]
-    meta = to_chroma_metadata(summary, writer="w", trigger="t", summarized_at_ms=1)
+    meta = to_chroma_metadata(summary, writer="w", trigger="t", summarized_at_ms=WRITTEN)
     assert (meta["memoryCount"], meta["totalToolCalls"], meta["timestamp"]) == (5, 10, T0 + 30)
 
 
@@ -740,3 +741,12 @@ def test_the_newest_request_of_a_very_long_session_is_kept() -> None:
     document = render_document(through_the_store(summary))
     assert "Record the outcome of the canary rollout" in document
     assert len(document) <= DOCUMENT_MAX_CHARS
+
+
+def test_a_fact_the_user_states_after_the_request_is_recorded() -> None:
+    said = "Can you suggest a gift? I redeemed a $5 coupon at Target last week. Thanks so much."
+    update = propose_extractive(
+        "s", [Memory(id="m1", session_id="s", timestamp_ms=1, prompt=said, response="")]
+    )
+    assert "I redeemed a $5 coupon at Target last week." in update.user_requests
+    assert "Thanks so much." not in update.user_requests  # no fact: chatter

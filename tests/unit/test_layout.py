@@ -14,9 +14,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "controller"
 MAX_LINES = 400
-# What the pure core may import: the standard library, pydantic, and itself (plus the typed
-# API's constants). No cluster, no Chroma, no network, no numpy.
-CORE_MAY_IMPORT = {"pydantic", "controller.core", "controller.api"}
+# What the pure core may import: the standard library, pydantic, and itself. No cluster, no
+# Chroma, no network, no numpy, and not the API (the API imports the core, never back).
+CORE_MAY_IMPORT = {"pydantic", "controller.core"}
 
 
 def _modules(under: Path) -> list[Path]:
@@ -49,6 +49,69 @@ def test_the_domain_core_imports_no_io(path: Path) -> None:
         and not any(name == ok or name.startswith(ok + ".") for ok in CORE_MAY_IMPORT)
     }
     assert not foreign, f"{path.relative_to(ROOT)} imports {sorted(foreign)}"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Which product module imports which, counting imports inside functions too (a
+    deferred import is still an arrow); `from package import module` points at the module."""
+    paths = {_module_name(p): p for p in _modules(PACKAGE)}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                subs = {f"{node.module}.{a.name}" for a in node.names} & paths.keys()
+                found |= subs or ({node.module} & paths.keys())
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names} & paths.keys()
+        graph[name] = found - {name}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of the graph, as the modules along it, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        state[node] = 2
+        path.pop()
+        return None
+
+    return next((c for n in sorted(graph) if n not in state and (c := visit(n))), None)
+
+
+def test_no_product_module_imports_itself_in_a_circle() -> None:
+    assert _cycle(_import_graph()) is None, " -> ".join(_cycle(_import_graph()) or [])
+
+
+def test_the_cycle_check_sees_a_deferred_import() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycle(graph) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_domain_core_imports_nothing_of_the_product_outside_itself() -> None:
+    outside = {
+        (name, dep)
+        for name, deps in _import_graph().items()
+        if name.startswith("controller.core")
+        for dep in deps
+        if not dep.startswith("controller.core")
+    }
+    assert not outside, sorted(outside)
 
 
 def test_the_wheel_ships_the_operator_and_summaryctl_only(tmp_path: Path) -> None:

@@ -10,10 +10,9 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.api import Condition, set_condition
+from controller.api import Condition
 from controller.core.event_aggregation import EventKey, EventLog, event_name
 from controller.core.rate_limit import TokenBucket
-from controller.core.readiness import summary_readiness, with_derived
 from controller.core.requeue import to_ask_again
 from controller.core.waiting import looks_within, wait_delay
 from controller.kube.peering import (
@@ -23,6 +22,8 @@ from controller.kube.peering import (
     leader_of,
     with_own_priority,
 )
+from controller.status.conditions import set_condition
+from controller.status.readiness import summary_readiness, with_derived
 
 PHASES = ["Pending", "Summarizing", "Summarized", "Empty", "NotFound", "Failed", None]
 

@@ -36,6 +36,7 @@ from controller.kube.peering import (  # noqa: E402
     _apply_replica_status,
     priority_conflicts,
     replica_status,
+    report_due,
 )
 
 
@@ -85,3 +86,18 @@ def test_an_explicit_priority_another_live_replica_has_is_a_conflict() -> None:
     view = PeeringView({"me": 7, "other": 7, "third": 2})
     assert priority_conflicts(view, "me", 7) == ["other"]
     assert priority_conflicts(view, "me", 8) == []
+
+
+def test_while_no_replica_is_active_every_poll_reports_on_every_summarizer() -> None:
+    """A summarizer created while replicas are paused (a tie) or none is alive says so
+    within one poll: no handler runs then to nudge the reporter."""
+    for view in (PeeringView({"r1": 5, "r2": 5}), PeeringView({})):
+        now = replica_status(view, "r1")
+        reported = (now[0], now[1].reason)
+        assert report_due(now, reported, since_sync_s=2.0, resync_s=60.0, nudged=False)
+    elected = replica_status(PeeringView({"r1": 9, "r2": 5}), "r1")
+    reported = (elected[0], elected[1].reason)
+    assert not report_due(elected, reported, since_sync_s=2.0, resync_s=60.0, nudged=False)
+    assert report_due(elected, reported, since_sync_s=2.0, resync_s=60.0, nudged=True)
+    assert report_due(elected, reported, since_sync_s=61.0, resync_s=60.0, nudged=False)
+    assert report_due(elected, None, since_sync_s=0.0, resync_s=60.0, nudged=False)

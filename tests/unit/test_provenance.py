@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from controller.core.document import render_document
 from controller.core.memories import Memory
 from controller.core.merge import PassUpdate, merge_pass
 from controller.core.provenance import PassTokens, Provenance, compaction_ratio, pass_tokens
+from controller.core.summary import StructuredSummary
 from controller.core.summary_row import to_chroma_metadata
+
+T0 = 1_700_000_000_000  # memory times a clock could give (memories.trusted_time)
+WRITTEN = T0 + 60_000  # the write, after them
 
 
 def memory(i: int, prompt: str) -> Memory:
-    return Memory(id=f"m{i}", session_id="s", timestamp_ms=1_000 * i, prompt=prompt)
+    return Memory(id=f"m{i}", session_id="s", timestamp_ms=T0 + 1_000 * i, prompt=prompt)
 
 
 def update(request: str) -> PassUpdate:
@@ -44,10 +51,11 @@ def test_the_row_carries_the_memory_range_watermark_and_tokens_per_pass() -> Non
         render_document(summary)
     )
     meta = to_chroma_metadata(
-        summary, writer="w", trigger="refresh", summarized_at_ms=5, provenance=provenance
+        summary, writer="w", trigger="refresh", summarized_at_ms=WRITTEN, provenance=provenance
     )
-    assert (meta["firstMemoryAt"], meta["timestamp"], meta["memoryCount"]) == (1_000, 7_000, 2)
-    assert (meta["watermarkTimestamp"], meta["watermarkMemoryId"]) == (7_000, "m7")
+    first, last = meta["firstMemoryAt"], meta["timestamp"]
+    assert (first, last, meta["memoryCount"]) == (T0 + 1_000, T0 + 7_000, 2)
+    assert (meta["watermarkTimestamp"], meta["watermarkMemoryId"]) == (T0 + 7_000, "m7")
     assert meta["triggerSource"] == "refresh"
     assert (meta["passCount"], meta["passTokensIn"], meta["passTokensOut"]) == (2, 1500, 50)
     assert json.loads(str(meta["passTokensJson"])) == [[900, 30], [600, 20]]
@@ -61,7 +69,35 @@ def test_no_ratio_when_nothing_was_read_or_written() -> None:
         merge_pass(None, update("x y"), [memory(1, "a")]),
         writer="w",
         trigger="sweep",
-        summarized_at_ms=5,
+        summarized_at_ms=WRITTEN,
         provenance=Provenance(),
     )
     assert "compactionRatio" not in meta and meta["passCount"] == 0
+
+
+@given(
+    st.lists(st.text(min_size=1, max_size=30).filter(str.strip), max_size=6),
+    st.lists(st.text(min_size=1, max_size=30).filter(str.strip), max_size=6),
+)
+def test_what_a_pass_added_is_its_new_items_whatever_the_history_before(
+    old: list[str], new: list[str]
+) -> None:
+    """The text a pass added is its new items (and a changed Current State), measured the
+    same over a short or a long history: counting it never renders the history."""
+    from controller.core.provenance import added_text
+    from controller.core.summary import SummaryItem
+
+    def summary(requests: list[str], state: str) -> StructuredSummary:
+        items = [SummaryItem(text=t) for t in requests]
+        return StructuredSummary(
+            session_id="s",
+            title="t",
+            sections={"User Requests": items, "Current State": [SummaryItem(text=state)]},
+        )
+
+    before, after = summary(old, "now"), summary(old + new, "now")
+    assert added_text(before, after) == "\n".join(t.strip() for t in new)
+    longer = summary(old * 50, "now")
+    assert added_text(longer, summary(old * 50 + new, "now")) == added_text(before, after)
+    assert added_text(before, summary(old, "changed")) == "changed"
+    assert added_text(None, after).startswith("\n".join(t.strip() for t in old))

@@ -1,10 +1,10 @@
-"""A SessionSummarizer's status from its inputs (controller/core/summarizer_status.py): each
+"""A SessionSummarizer's status from its inputs (controller/status/summarizer_status.py): each
 writer changes only its own conditions, whatever order the writes come in."""
 
 import itertools
 
 from controller.api import Condition, SessionSummarizerStatus
-from controller.core.summarizer_status import (
+from controller.status.summarizer_status import (
     SweepReport,
     store_reachable,
     sweep_failure,
@@ -81,8 +81,8 @@ def test_a_failure_with_an_empty_message_still_says_what_failed() -> None:
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from controller.core.readiness import REQUIRED  # noqa: E402
-from controller.core.summarizer_status import MarkerScanReport, settled  # noqa: E402
+from controller.status.readiness import REQUIRED  # noqa: E402
+from controller.status.summarizer_status import MarkerScanReport, settled  # noqa: E402
 
 OWNED = [*REQUIRED, "Swept", "SunsetMarkers"]
 conditions = st.lists(

@@ -36,6 +36,10 @@ NEO_KEYS = {
 }
 
 
+T0 = 1_700_000_000_000  # memory times a clock could give (memories.trusted_time)
+WRITTEN = T0 + 60_000  # the write, after them
+
+
 def items(*texts: str) -> list[SummaryItem]:
     return [SummaryItem(text=t) for t in texts]
 
@@ -65,9 +69,9 @@ def full_summary() -> StructuredSummary:
         tools_used=["Bash", "Edit"],
         total_tool_calls=12,
         memory_count=3,
-        first_memory_at_ms=1_000,
-        last_memory_at_ms=3_000,
-        watermark=Watermark(timestamp_ms=3_000, memory_id="m3"),
+        first_memory_at_ms=T0 + 1_000,
+        last_memory_at_ms=T0 + 3_000,
+        watermark=Watermark(timestamp_ms=T0 + 3_000, memory_id="m3"),
     )
 
 
@@ -156,15 +160,15 @@ def test_an_item_with_line_breaks_stays_one_list_entry() -> None:
 
 
 def test_metadata_carries_every_neo_key_with_neo_types() -> None:
-    meta = to_chroma_metadata(full_summary(), writer="w", trigger="sweep", summarized_at_ms=9)
+    meta = to_chroma_metadata(full_summary(), writer="w", trigger="sweep", summarized_at_ms=WRITTEN)
     assert set(meta) >= NEO_KEYS
-    assert meta["timestamp"] == 3_000
+    assert meta["timestamp"] == T0 + 3_000
     assert meta["memoryCount"] == 3
     assert meta["toolsUsed"] == "Bash,Edit"
     assert meta["participatingAgents"] == "claude,neo-1"
     assert "userId" not in meta  # untagged: every reader sees it (neo's team policy)
-    assert (meta["writer"], meta["triggerSource"], meta["summarizedAt"]) == ("w", "sweep", 9)
-    assert (meta["watermarkTimestamp"], meta["watermarkMemoryId"]) == (3_000, "m3")
+    assert (meta["writer"], meta["triggerSource"], meta["summarizedAt"]) == ("w", "sweep", WRITTEN)
+    assert (meta["watermarkTimestamp"], meta["watermarkMemoryId"]) == (T0 + 3_000, "m3")
     assert meta["summaryFormat"] == "structured-v1"
 
 
@@ -193,9 +197,9 @@ def test_sections_json_is_compact_sorted_and_keeps_superseded_markers() -> None:
 
 def test_round_trip_through_chroma_metadata_preserves_sections() -> None:
     original = full_summary()
-    meta = to_chroma_metadata(original, writer="w", trigger="t", summarized_at_ms=1)
+    meta = to_chroma_metadata(original, writer="w", trigger="t", summarized_at_ms=WRITTEN)
     back = from_chroma_row("s1", render_document(original), meta)
-    assert back == original.model_copy(update={"summarized_at_ms": 1})
+    assert back == original.model_copy(update={"summarized_at_ms": WRITTEN})
 
 
 def test_free_text_row_of_the_old_system_reads_as_legacy_summary() -> None:
@@ -370,15 +374,15 @@ def test_round_trip_keeps_superseded_markers_and_the_watermark() -> None:
     back = from_chroma_row("s1", None, meta)  # the document is not needed to read it back
     assert isinstance(back, StructuredSummary)
     assert back.sections["Questions & Decisions"][0].superseded_by == "exponential backoff"
-    assert back.watermark == Watermark(timestamp_ms=3_000, memory_id="m3")
+    assert back.watermark == Watermark(timestamp_ms=T0 + 3_000, memory_id="m3")
     assert render_document(back) == render_document(original)
 
 
 def test_round_trip_of_a_summary_without_optional_fields_is_exact() -> None:
     original = minimal_summary()
-    meta = to_chroma_metadata(original, writer="w", trigger="t", summarized_at_ms=1)
+    meta = to_chroma_metadata(original, writer="w", trigger="t", summarized_at_ms=WRITTEN)
     back = from_chroma_row("s1", render_document(original), meta)
-    assert back == original.model_copy(update={"summarized_at_ms": 1})
+    assert back == original.model_copy(update={"summarized_at_ms": WRITTEN})
 
 
 def test_old_row_without_summary_format_is_legacy_even_with_neo_keys() -> None:

@@ -123,6 +123,63 @@ app.kubernetes.io/component: chroma
 {{- if contains ":" $hostport }}{{ last (splitList ":" $hostport) }}{{ else if eq $u.scheme "https" }}443{{ else }}80{{ end }}
 {{- end }}
 
+{{/* The API server as an egress rule (JSON): networkPolicy.apiServer.cidrs, else the
+addresses and ports of the `kubernetes` EndpointSlice found at install; `helm template` has
+no cluster to ask, so there the cidrs are required. */}}
+{{- define "sso.apiServerEgress" -}}
+{{- $np := .Values.networkPolicy }}
+{{- $to := list }}
+{{- $ports := list }}
+{{- range $np.apiServer.ports }}{{ $ports = append $ports (dict "port" (int .) "protocol" "TCP") }}{{ end }}
+{{- range $np.apiServer.cidrs }}{{ $to = append $to (dict "ipBlock" (dict "cidr" .)) }}{{ end }}
+{{- if not $to }}
+{{- $slice := lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "kubernetes" }}
+{{- range ($slice.endpoints | default list) }}
+{{- range .addresses }}
+{{- $to = append $to (dict "ipBlock" (dict "cidr" (printf "%s/%s" . (ternary "128" "32" (contains ":" .))))) }}
+{{- end }}
+{{- end }}
+{{- range ($slice.ports | default list) }}
+{{- $port := dict "port" (int .port) "protocol" "TCP" }}
+{{- if not (has $port $ports) }}{{ $ports = append $ports $port }}{{ end }}
+{{- end }}
+{{- end }}
+{{- if not $to }}
+{{- fail "networkPolicy.apiServer.cidrs is required: the API server's addresses could not be discovered (helm template asks no cluster); set them, e.g. from `kubectl get endpointslice -n default kubernetes`" }}
+{{- end }}
+{{- dict "to" $to "ports" $ports | toJson }}
+{{- end }}
+
+{{/* An external chroma.url's destination (NetworkPolicyPeers, JSON): networkPolicy.chromaTo,
+else its address when the URL's host is an IP, else the Pods of the in-cluster Service it
+names (found at install); anything else must be given. */}}
+{{- define "sso.externalChromaPeers" -}}
+{{- $peers := .Values.networkPolicy.chromaTo | default list }}
+{{- if not $peers }}
+{{- $host := (urlParse .Values.chroma.url).host }}
+{{- $host = ternary (regexReplaceAll "^\\[([^]]*)\\].*$" $host "${1}") (first (splitList ":" $host)) (hasPrefix "[" $host) }}
+{{- if contains ":" $host }}
+{{- $peers = list (dict "ipBlock" (dict "cidr" (printf "%s/128" $host))) }}
+{{- else if regexMatch "^[0-9]+(\\.[0-9]+){3}$" $host }}
+{{- $peers = list (dict "ipBlock" (dict "cidr" (printf "%s/32" $host))) }}
+{{- else }}
+{{- $parts := splitList "." $host }}
+{{- $ns := .Release.Namespace }}
+{{- if gt (len $parts) 1 }}{{ $ns = index $parts 1 }}{{ end }}
+{{- if or (lt (len $parts) 3) (eq (index (concat $parts (list "" "" "")) 2) "svc") }}
+{{- $svc := lookup "v1" "Service" $ns (first $parts) }}
+{{- with ($svc.spec | default dict).selector }}
+{{- $peers = list (dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" $ns)) "podSelector" (dict "matchLabels" .)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if not $peers }}
+{{- fail (printf "networkPolicy.chromaTo is required: the destination of chroma.url %s could not be found (not an IP, nor an in-cluster Service with a selector seen at install; helm template asks no cluster)" .Values.chroma.url) }}
+{{- end }}
+{{- toJson $peers }}
+{{- end }}
+
 {{- define "sso.summarizerNamespace" -}}
 {{- default .Release.Namespace .Values.summarizer.namespace }}
 {{- end }}
@@ -231,6 +288,9 @@ the listing nine times, logging errors, and serves nothing for about a minute at
 {{- end }}
 {{- if and (eq .Values.summarizer.model.backend "openai") (or (not .Values.summarizer.model.baseUrl) (not .Values.summarizer.model.model)) }}
 {{- fail "summarizer.model.backend openai needs summarizer.model.baseUrl and summarizer.model.model" }}
+{{- end }}
+{{- if and .Values.summarizer.create (include "sso.chromaAuth" .) (le (float64 .Values.summarizer.store.timeoutSeconds) (float64 .Values.chroma.bundled.auth.forwardTimeoutSeconds)) }}
+{{- fail (printf "summarizer.store.timeoutSeconds (%v) must be longer than chroma.bundled.auth.forwardTimeoutSeconds (%v): the operator would give up on a write the gate still forwards" .Values.summarizer.store.timeoutSeconds .Values.chroma.bundled.auth.forwardTimeoutSeconds) }}
 {{- end }}
 {{- if and (eq .Values.summarizer.embedding.provider "openai") (not .Values.summarizer.embedding.baseUrl) }}
 {{- fail "summarizer.embedding.provider openai needs summarizer.embedding.baseUrl" }}

@@ -13,7 +13,7 @@ resourceVersion precondition), so no writer drops what another wrote:
 | Swept            | the sweep (`SweepReport`, `SweepFailure`) | handlers/summarizer.py      |
 | SunsetMarkers    | the marker scan (`MarkerScanReport`)    | handlers/summarizer.py        |
 | ReplicaActive    | the peering reporter (`replica_status`) | controller/kube/peering.py         |
-| Ready, Reconciling, Stalled | derived (`settled`, core/readiness.py) on every write |   |
+| Ready, Reconciling, Stalled | derived (`settled`, status/readiness.py) on every write |   |
 
 Fields have one owner too: the sweep's figures (`lastSweepAt`, `watermark`, ...) the
 sweep, `lastRetentionAt` and `deletedByRetention` retention (`RetentionReport`),
@@ -30,10 +30,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from controller.api import Condition, SessionSummarizerStatus, set_condition
+from controller.api import Condition, SessionSummarizerStatus
 from controller.core.destinations import SecretVerdict, shown
-from controller.core.readiness import summarizer_readiness, with_derived
 from controller.core.text import one_line
+from controller.status.conditions import set_condition
+from controller.status.readiness import summarizer_readiness, with_derived
 
 # Conditions that say nothing about the spec: stamped with the current generation.
 SPEC_INDEPENDENT = frozenset({"ReplicaActive"})

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from controller.api import Condition, Phase, set_condition
+from controller.api import Condition, Phase
+from controller.status.conditions import set_condition
 
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 DERIVED = (READY, RECONCILING, STALLED)

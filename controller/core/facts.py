@@ -1,0 +1,32 @@
+"""How many facts a sentence carries: what the next agent asks about (names, numbers, dates,
+places, paths, identifiers, versions, amounts). Pure; a cheap count, not a parser.
+
+The extractive summarizer records a sentence the user said when it carries one, and the
+rendered document, when it must choose, shows the items that carry most per character
+(controller/core/document.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+# Each pattern is one kind of fact; a token counts once, for the first kind it is.
+_FACT = re.compile(
+    r"(?P<number>[$€£]?\d[\d,.:/%-]*\w*)"  # 45, $400,000, 25:50, 3.11, 2023/05/20, 8080
+    r"|(?P<path>[\w.~-]*[/\\][\w./\\-]+|\b\w+\.(?:py|ts|js|go|rs|md|json|ya?ml|toml|sh)\b)"
+    r"|(?P<ident>\b[A-Za-z]+_[\w]+\b|\b[a-z]+[A-Z]\w*\b|--[a-z][\w-]+|`[^`]+`)"
+    r"|(?P<name>(?<=[\w,;:)] )[A-Z][\w'&.-]*(?: [A-Z][\w'&.-]*)*)"  # a name not opening it
+)
+_QUOTED = re.compile(r"\"[^\"]{2,80}\"|“[^”]{2,80}”")
+
+
+def fact_count(text: str) -> int:
+    """Facts in a text: numbers, amounts and dates, paths and file names, code
+    identifiers, quoted titles, and capitalised names (a month too) inside a sentence: its
+    first word is capitalised anyway, so it does not count, nor does 'I'."""
+    found = 0
+    for match in _FACT.finditer(text):
+        if match.lastgroup == "name" and match.group() == "I":
+            continue
+        found += 1
+    return found + len(_QUOTED.findall(text))

@@ -1,0 +1,31 @@
+"""Generated spellings of one endpoint URL (hypothesis): the ways a SessionSummarizer's
+author may write the same scheme, host, port and path (the CRD refuses user:password@ and
+an upper-case scheme): host case, a trailing dot, the default port written or not, an IPv6
+address compressed, expanded or upper case, the path's tail."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from hypothesis import strategies as st
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _mixed_case(draw: st.DrawFn, text: str) -> str:
+    flips = draw(st.lists(st.booleans(), min_size=len(text), max_size=len(text)))
+    return "".join(c.upper() if flip else c for c, flip in zip(text, flips, strict=True))
+
+
+@st.composite
+def spellings(draw: st.DrawFn, scheme: str, host: str, port: int, path: str = "/v1") -> str:
+    """A URL that reaches scheme://host:port{path}/..., spelled one of many ways."""
+    if ":" in host:
+        address = ipaddress.IPv6Address(host)
+        form = draw(st.sampled_from([address.compressed, address.exploded]))
+        written_host = f"[{_mixed_case(draw, form)}]"
+    else:
+        written_host = _mixed_case(draw, host) + draw(st.sampled_from(["", "."]))
+    ports = [f":{port}"] + ([""] if DEFAULT_PORTS[scheme] == port else [])
+    tail = draw(st.sampled_from(["", "/", "/chat/completions", "/./", "/x/../"]))
+    return f"{scheme}://{written_host}{draw(st.sampled_from(ports))}{path}{tail}"

@@ -1,0 +1,71 @@
+"""What the bounded document shows when the summary does not fit: the newest item of each
+history section, then the items carrying most facts, never a fact-free item in place of a
+fact of its length, never more than the budget; the ledger (sectionsJson) keeps every
+item whatever the document shows."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.core.document import render_document
+from controller.core.facts import fact_count
+from controller.core.summary import StructuredSummary, SummaryItem
+from controller.core.summary_row import from_chroma_row, to_chroma_metadata
+
+FACTS = ["port 8080", "config/app.yaml", "Business Administration", "$400,000", "7 May 2023"]
+CHATTER = ["that sounds good", "thanks a lot", "sure thing", "happy to help", "great idea"]
+
+
+def _summary(requests: list[str]) -> StructuredSummary:
+    items = [SummaryItem(text=t) for t in requests]
+    return StructuredSummary(session_id="s", title="T", sections={"User Requests": items})
+
+
+def test_a_fact_survives_the_fold_where_chatter_of_its_length_does_not() -> None:
+    chatter = [f"{w} and so on and so forth number" for w in CHATTER * 8]
+    facts = ["We moved the exporter to port 9123 in deploy/values.yaml."]
+    document = render_document(_summary(facts + chatter + ["Latest item."]), max_chars=700)
+    assert len(document) <= 700
+    assert "port 9123" in document and "Latest item." in document
+    assert "other items of this section are not shown here" in document
+
+
+def test_a_repeated_item_is_not_shown_twice_when_space_is_short() -> None:
+    texts = ["Business Administration in 2019.", "filler " * 30]
+    texts += ["I graduated with a degree in Business Administration in 2019."]  # the newest
+    document = render_document(_summary(texts), max_chars=330)
+    assert document.count("Business Administration") == 1
+
+
+sentence = st.builds(
+    lambda words, fact: " ".join(words) + (f" {fact}" if fact else "") + ".",
+    st.lists(st.sampled_from(["we", "then", "talked", "about", "it", "later"]), min_size=1),
+    st.sampled_from([None, *FACTS]),
+)
+
+
+@given(texts=st.lists(sentence, min_size=1, max_size=60), budget=st.integers(300, 4000))
+@settings(max_examples=150, deadline=None)
+def test_the_document_keeps_its_budget_its_facts_first_and_the_ledger_keeps_all(
+    texts: list[str], budget: int
+) -> None:
+    summary = _summary(texts)
+    document = render_document(summary, max_chars=budget)
+    assert len(document) <= budget
+    shown = [line[2:] for line in document.splitlines() if line.startswith("- ")]
+    words_shown = [set(t.lower().split()) for t in shown]
+    for text in set(texts) - set(shown):
+        if fact_count(text) == 0 or any(set(text.lower().split()) <= w for w in words_shown):
+            continue  # fact-free, or its words are all in an item shown
+        # A fact left out: no fact-free item as long or longer took its place (but the
+        # newest item, which is shown first: the latest state).
+        chatter = [s for s in shown if fact_count(s) == 0 and s != texts[-1]]
+        assert not [s for s in chatter if len(s) >= len(text)]
+    # Every item survives in the ledger, whatever the document shows.
+    meta = to_chroma_metadata(summary, writer="w", trigger="t", summarized_at_ms=1)
+    back = from_chroma_row("s", document, meta)
+    assert isinstance(back, StructuredSummary)
+    assert [i.text for i in back.sections["User Requests"]] == [
+        i.text for i in summary.sections["User Requests"]
+    ]
