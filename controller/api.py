@@ -32,7 +32,9 @@ CLAIM_KIND, CLAIM_PLURAL = "SessionClaim", "sessionclaims"  # cluster-scoped wri
 FINALIZER = f"{GROUP}/session-summary-operator"  # kopf's, on SessionSummarizers (timers)
 LEGACY_FINALIZERS = ("kopf.zalando.org/KopfFinalizerMarker",)  # kopf's default, used before
 
-Phase = Literal["Pending", "Summarizing", "Summarized", "Empty", "NotFound", "Failed"]
+Phase = Literal["Pending", "Summarizing", "Summarized", "Empty", "NotFound", "Failed", "Forgotten"]
+# What a SessionSummary asks of its pass (docs/privacy.md, "Forget and rebuild").
+Action = Literal["Summarize", "Rebuild", "Forget"]
 # sunset-marker: the sweep found a sunset marker memory of the session (docs/agents.md).
 # refresh: the sweep found an active session that grew past spec.sweep.refreshAfterTokens.
 Trigger = Literal["sunset", "sweep", "manual", "sunset-marker", "refresh"]
@@ -312,6 +314,8 @@ class SessionSummarySpec(CamelModel):
     summarizer_ref: str = Field(default="default", min_length=1, max_length=253)
     requested_at: str | None = Field(default=None, max_length=64)
     trigger: Trigger = "manual"
+    action: Action = "Summarize"
+    forget_memories: bool = False  # with action Forget: the session's memories too
 
     @field_validator("session_id")
     @classmethod

@@ -38,6 +38,7 @@ from controller.core.visibility import (
     union_agents,
 )
 from controller.redaction import DEFAULT_REDACTION, PassRedaction, Redaction
+from controller.store.forgetting import Forgotten
 from controller.store.memory_store import MemoryStore, SessionRows
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
@@ -51,7 +52,7 @@ from controller.upsert import (
     write_row,
 )
 
-OutcomeKind = Literal["summarized", "up-to-date", "not-found", "empty"]
+OutcomeKind = Literal["summarized", "up-to-date", "not-found", "empty", "forgotten"]
 
 
 CHECKPOINT_PASSES = 20
@@ -91,6 +92,8 @@ class Outcome:
     # Secrets masked by this pass (redaction.py), by kind: in the memories it read and
     # in the prior summary it carried. Counts, never the secrets.
     redactions: dict[str, int] = field(default_factory=dict)
+    rebuilt: bool = False  # written from the memories alone, the prior's text replaced
+    forgotten: Forgotten | None = None  # what a forget removed (controller/erasure.py)
 
     @property
     def summary_id(self) -> str:
@@ -211,6 +214,7 @@ def summarize_session(
     turn: WriteTurn = no_queue,
     watch: WriteWatcher | None = None,
     redaction: Redaction = DEFAULT_REDACTION,
+    rebuild: bool = False,
 ) -> Outcome:
     """Brings the session's stored summary up to date with its memories.
 
@@ -230,10 +234,12 @@ def summarize_session(
     new to summarize: its text is then carried in ours, and the row is ours once more.
     redaction: the secrets masked in every memory read and in the prior summary (one an
     earlier release stored unmasked is written again, masked, even with nothing new).
+    rebuild: the prior is set aside (not carried, not checked against): the summary is made
+    from the living memories alone and replaces the stored one (spec.action Rebuild).
     """
     mask = PassRedaction(redaction)
     stored, row_digest = store.read_prior(session_id)
-    prior = mask.prior(stored)
+    prior = None if rebuild else mask.prior(stored)
     # The row as this pass last saw it (read here, then each document it writes): another
     # writer's upsert meanwhile changes it, and then nothing is written over it.
     seen = RowSeen(row_digest)
@@ -346,4 +352,5 @@ def summarize_session(
         untrusted_times=rows.untrusted,
         new_untimed=len(set(rows.untimed) - set(structured.untimed_ids if structured else ())),
         redactions=mask.counts(),
+        rebuilt=rebuild,
     )

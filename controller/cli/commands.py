@@ -48,25 +48,42 @@ def _check_summarizer_exists(namespace: str, name: str) -> None:
 
 
 def cmd_sunset(args: argparse.Namespace) -> int:
+    return request_pass(args, trigger="sunset")
+
+
+def request_pass(
+    args: argparse.Namespace,
+    *,
+    trigger: str,
+    action: str = "Summarize",
+    done: str = "Summarized",
+    **asked: Any,
+) -> int:
+    """Creates or patches the session's SessionSummary to ask for a pass of `action` and,
+    with --wait, waits for its end: exit 0 once the object reaches `done`."""
     from controller.kube import client as kube
 
     if args.summarizer is not None:
         _check_summarizer_exists(args.namespace, args.summarizer)
-    name, action = kube_call(
+    name, made = kube_call(
         kube.request_summary,
         args.namespace,
         args.session_id,
-        trigger="sunset",
+        trigger=trigger,
         summarizer=args.summarizer,
         set_summarizer_on_patch=args.summarizer is not None,
+        action=action,
+        **asked,
     )
-    if action == "created":
+    if made == "created":
         applied = f"summarizerRef {args.summarizer or 'default'}"
     elif args.summarizer is not None:
         applied = f"new pass requested, summarizerRef set to {args.summarizer}"
     else:
         applied = "new pass requested, summarizerRef unchanged"
-    print(f"sessionsummary/{name} {action} (namespace {args.namespace}; {applied})")
+    if action != "Summarize":
+        applied += f", action {action}"
+    print(f"sessionsummary/{name} {made} (namespace {args.namespace}; {applied})")
     if args.wait <= 0:
         return 0
     deadline = time.monotonic() + args.wait
@@ -77,7 +94,7 @@ def cmd_sunset(args: argparse.Namespace) -> int:
         outcome = pass_outcome(obj)
         if outcome is not None:
             phase, reason, message = outcome
-            if phase == "Summarized":
+            if phase == done:
                 print(f"{phase}: {message}")
                 return 0
             print(printable(f"{phase}: {reason}: {message}"), file=sys.stderr)
@@ -90,12 +107,12 @@ def cmd_sunset(args: argparse.Namespace) -> int:
             return 1
         time.sleep(0.2)
     raise CliError(
-        f"not summarized within {args.wait:g}s ({_where(last)}); check `kubectl -n "
+        f"not {done.lower()} within {args.wait:g}s ({_where(last)}); check `kubectl -n "
         f"{args.namespace} describe sessionsummary {name}` and that the operator runs"
     )
 
 
-DONE = ("Summarized", "Empty", "NotFound", "Failed")
+DONE = ("Summarized", "Empty", "NotFound", "Failed", "Forgotten")
 NOT_YET = ("SessionClaimed", "Summarizing")
 
 

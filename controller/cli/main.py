@@ -21,6 +21,7 @@ from controller.cli.args import (
     session_id_arg,
 )
 from controller.cli.commands import cmd_check, cmd_summaries, cmd_summarize, cmd_sunset
+from controller.cli.erase import cmd_forget, cmd_rebuild
 from controller.cli.ledger import cmd_ledger
 from controller.cli.verify import cmd_verify
 
@@ -92,17 +93,8 @@ class _DeprecatedFlag(argparse.Action):
         setattr(namespace, self.dest, True)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="summaryctl",
-        description=cli_package.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser(
-        "sunset", help="force an immediate summary of a session (create/patch its SessionSummary)"
-    )
+def _add_request_args(p: argparse.ArgumentParser, done: str) -> None:
+    """SESSION_ID, -n, --summarizer and --wait: a request for a pass of the session."""
     p.add_argument("session_id", type=session_id_arg, metavar="SESSION_ID")
     p.add_argument(
         "-n",
@@ -123,10 +115,46 @@ def build_parser() -> argparse.ArgumentParser:
         type=seconds_arg,
         default=0,
         metavar="SECONDS",
-        help="wait until the pass ends: exit 0 when Summarized, 1 as soon as it fails (its "
+        help=f"wait until the pass ends: exit 0 when {done}, 1 as soon as it fails (its "
         "reason and message printed) or ends otherwise",
     )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="summaryctl",
+        description=cli_package.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser(
+        "sunset", help="force an immediate summary of a session (create/patch its SessionSummary)"
+    )
+    _add_request_args(p, "Summarized")
     p.set_defaults(func=cmd_sunset)
+
+    p = sub.add_parser(
+        "rebuild",
+        help="regenerate a session's summary from its living memories with the current "
+        "backend, replacing the old text (spec.action Rebuild)",
+    )
+    _add_request_args(p, "Summarized")
+    p.set_defaults(func=cmd_rebuild)
+
+    p = sub.add_parser(
+        "forget",
+        help="delete a session's summary and everything the operator keeps for it "
+        "(spec.action Forget); the sweep does not bring it back until new memories arrive",
+    )
+    _add_request_args(p, "Forgotten")
+    p.add_argument(
+        "--memories",
+        action="store_true",
+        help="delete the session's memories from the memory collection too (needs --yes)",
+    )
+    p.add_argument("--yes", action="store_true", help="confirm --memories")
+    p.set_defaults(func=cmd_forget)
 
     p = sub.add_parser(
         "check",

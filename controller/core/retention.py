@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-TERMINAL_PHASES = ("Summarized", "Empty", "NotFound", "Failed")
+TERMINAL_PHASES = ("Summarized", "Empty", "NotFound", "Failed", "Forgotten")
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class RetentionPolicy:
     def ttl(self, phase: object) -> int:
         return {
             "Summarized": self.summarized_s,
+            "Forgotten": self.summarized_s,  # what was asked is done, as for Summarized
             "Empty": self.empty_s,
             "NotFound": self.not_found_s,
             "Failed": self.failed_s,

@@ -44,6 +44,8 @@ from controller.core.summary import SummaryValidationError, UnreadablePriorSumma
 from controller.core.text import one_line
 from controller.core.waiting import wait_delay
 from controller.embeddings.minilm import EmbeddingError
+from controller.erasure import forget_session
+from controller.handlers.forget_status import report_forgotten
 from controller.handlers.indexes import lookup_summarizer_spec
 from controller.handlers.summary_status import (
     DONE_PHASES,
@@ -166,6 +168,14 @@ def summarize_blocking(
     writer_object: str = "",
 ) -> Outcome:
     with failures_shown():
+        if spec.action == "Forget":
+            return forget_session(
+                backends.store,
+                spec.session_id,
+                memories=spec.forget_memories,
+                guard=guard,
+                turn=runtime.scheduler.store_write,
+            )
         return summarize_session(
             backends.store,
             spec.session_id,
@@ -181,6 +191,7 @@ def summarize_blocking(
             stop=runtime.stopping.is_set,
             turn=runtime.scheduler.store_write,
             watch=runtime.watch_writes,
+            rebuild=spec.action == "Rebuild",
         )
 
 
@@ -365,4 +376,7 @@ async def summarize(
         record_failure(body, patch, failure, logger, parsed, runtime.events)
     metrics.observe_summary(outcome.kind, time.monotonic() - started)
     metrics.add_model_tokens(outcome.tokens_used)
-    report(body, patch, parsed, outcome, runtime.events)
+    if outcome.kind == "forgotten":
+        report_forgotten(body, patch, parsed, outcome, runtime.events)
+    else:
+        report(body, patch, parsed, outcome, runtime.events)

@@ -28,12 +28,13 @@ from controller.kube.events import EventRecorder
 from controller.pipeline import Outcome
 from controller.status.conditions import now_rfc3339, set_condition
 from controller.status.readiness import summary_readiness, with_derived
+from controller.status.requests import asked_by
 
 CONDITION = "Summarized"
 # Whether the row was as this operator left it when the pass read it (row_ownership.py).
 SINGLE_WRITER = "SingleWriter"
 MEMORY_TIMES = "MemoryTimesReadable"
-DONE_PHASES = frozenset({"Summarized", "Empty", "NotFound"})
+DONE_PHASES = frozenset({"Summarized", "Empty", "NotFound", "Forgotten"})
 
 
 class Failure(Exception):
@@ -361,6 +362,12 @@ def report(
         f"summarized {outcome.new_memories} new of {outcome.memory_count} memories "
         f"in {outcome.passes} pass(es) (trigger {spec.trigger}){late}"
     )
+    if outcome.rebuilt:  # the superset rule waived, on request: said so
+        message = (
+            f"rebuilt from the session's {outcome.memory_count} living memories in "
+            f"{outcome.passes} pass(es), asked by {asked_by(body)}: the previous summary's "
+            "text was replaced (spec.action Rebuild)"
+        )
     metrics.late_memories(outcome.late_memories)
     metrics.redactions(outcome.redactions)
     common.update(title=summary.title, summary_id=outcome.summary_id)
@@ -382,4 +389,5 @@ def report(
         provenance=provenance,
         **common,
     )
-    events.post(body, type_="Normal", reason="Summarized", message=message)
+    reason = "Rebuilt" if outcome.rebuilt else "Summarized"
+    events.post(body, type_="Normal", reason=reason, message=message)

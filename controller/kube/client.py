@@ -20,12 +20,14 @@ from controller.api import (
     SUMMARY_KIND,
     SUMMARY_PLURAL,
     VERSION,
+    Action,
     SessionSummarizerSpec,
     SessionSummarizerStatus,
     SessionSummarySpec,
 )
 from controller.core.naming import summary_object_name
 from controller.status.conditions import now_rfc3339
+from controller.status.requests import REQUESTED_BY
 from controller.status.summarizer_status import settled
 
 API_POOL_SIZE = 64
@@ -130,27 +132,27 @@ def request_summary(
     patch_if_exists: bool = True,
     set_summarizer_on_patch: bool = False,
     resource_version: str | None = None,
+    action: Action = "Summarize",
+    forget_memories: bool = False,
+    requested_by: str | None = None,
 ) -> tuple[str, str]:
-    """Creates the session's SessionSummary, or patches spec.requestedAt to force a new pass.
-
-    Returns (object name, "created" | "patched" | "exists" | "changed"). Safe to repeat: the
-    name is derived from the session id, and a create that loses a race becomes a patch (or
-    nothing, with patch_if_exists=False: the winner's object already asks for a pass).
-    `summarizer` is the new object's summarizerRef (None: "default"). An existing object
-    keeps its summarizerRef unless set_summarizer_on_patch (`summaryctl sunset
-    --summarizer`): the sweep patches objects it did not create and must not retarget them.
-
-    resource_version: the object was read at this version and the caller decided on that
-    reading (the sweep, the marker scan): the patch carries it as a precondition, so a
-    sunset or a pass that changed the object since is never overwritten ("changed": nothing
-    was written; the object already has newer news).
-    """
+    """Creates the session's SessionSummary, or patches spec.requestedAt to force a new pass
+    of `action` (requested_by: who asked, the object's annotation). Returns (object name,
+    "created" | "patched" | "exists" | "changed"). Safe to repeat: the name is derived from
+    the session id; a create that loses a race becomes a patch (or nothing, with
+    patch_if_exists=False). An existing object keeps its summarizerRef unless
+    set_summarizer_on_patch (`summaryctl sunset --summarizer`): the sweep must not retarget
+    objects it did not create. resource_version: the object was read at this version and the
+    caller decided on that reading (the sweep, the marker scan): a precondition, so a sunset
+    or a pass that changed it since is never overwritten ("changed": nothing was written)."""
     name = summary_object_name(session_id)
     spec = SessionSummarySpec(
         session_id=session_id,
         summarizer_ref=summarizer or "default",
         requested_at=requested_at or now_rfc3339(precise=True),
         trigger=trigger,
+        action=action,
+        forget_memories=forget_memories,
     )
     body = {
         "apiVersion": API_VERSION,
@@ -159,6 +161,7 @@ def request_summary(
             "name": name,
             "namespace": namespace,
             "labels": {"app.kubernetes.io/managed-by": "session-summary-operator"},
+            "annotations": {REQUESTED_BY: requested_by} if requested_by else {},
         },
         "spec": spec.to_api(),
     }
@@ -173,11 +176,15 @@ def request_summary(
                 raise
         if not patch_if_exists:
             return name, "exists"
-    patch: dict[str, Any] = {"spec": {"requestedAt": spec.requested_at, "trigger": trigger}}
+    asked = {k: v for k, v in spec.to_api().items() if k not in ("sessionId", "summarizerRef")}
+    patch: dict[str, Any] = {
+        "spec": asked,
+        "metadata": {"annotations": {REQUESTED_BY: requested_by}},
+    }
     if set_summarizer_on_patch and summarizer is not None:
         patch["spec"]["summarizerRef"] = summarizer
     if resource_version is not None:
-        patch["metadata"] = {"resourceVersion": resource_version}
+        patch["metadata"]["resourceVersion"] = resource_version
     try:
         custom().patch_namespaced_custom_object(
             GROUP, VERSION, namespace, SUMMARY_PLURAL, name, patch

@@ -16,6 +16,7 @@ SessionSummary, from its phase:
 | ------------------------ | -------------------------------- | ----------- | ------- |
 | Summarized               | True (the Summarized reason)     |             |         |
 | Empty                    | True, NoSummarizableMemories     |             |         |
+| Forgotten                | True, Forgotten                  |             |         |
 | Pending, Summarizing     | False (why: waiting, retrying)   | True        |         |
 | NotFound                 | False, SessionNotFound           |             | True    |
 | Failed                   | False (the failure's reason)     |             | True    |
@@ -57,7 +58,7 @@ def summary_readiness(
     phase: Phase | None, reason: str, message: str, generation: int | None
 ) -> list[Condition]:
     """The derived conditions of a SessionSummary in this phase (those that hold)."""
-    if phase in ("Summarized", "Empty"):
+    if phase in ("Summarized", "Empty", "Forgotten"):
         return [_cond(READY, "True", reason, message, generation)]
     if phase in ("NotFound", "Failed"):
         return [

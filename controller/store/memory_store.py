@@ -41,7 +41,6 @@ from controller.core.naming import summary_row_id
 from controller.core.row_ownership import DIGEST_KEY, document_digest
 from controller.core.summary import SUMMARY_FORMAT, PriorSummary, UnreadablePriorSummary
 from controller.core.summary_row import from_chroma_row, upsert_metadata
-from controller.core.sweep_plan import StoredSummaryState
 from controller.redaction import PassRedaction
 from controller.store.collections import batches
 from controller.store.errors import (
@@ -52,14 +51,14 @@ from controller.store.errors import (
     guard,
     mismatch,
 )
-from controller.store.scans import Scans
+from controller.store.forgetting import Forgetting, is_tombstone
 from controller.store.session_listing import GET_BATCH, SessionRows, list_session
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class MemoryStore(Scans):
+class MemoryStore(Forgetting):
     """Reads memories and reads/writes summaries in one Chroma database."""
 
     def session_rows(
@@ -172,7 +171,7 @@ class MemoryStore(Scans):
     def read_ledger(self, session_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """(the ledger entry's head keys, its state) of the session's row, in one read of
         its head and segments; None without one. Raises UnreadablePriorSummary for an
-        entry this version cannot read."""
+        entry this version cannot read; None for a forgotten session's tombstone."""
         try:
             got = self._on_ledger(
                 "reading the session's ledger entry",
@@ -185,6 +184,8 @@ class MemoryStore(Scans):
         records = list(
             zip(got["ids"], got["documents"] or [], got["metadatas"] or [], strict=False)
         )
+        if any(i == summary_row_id(session_id) and is_tombstone(m) for i, _, m in records):
+            return None  # forgotten (store/forgetting.py): no state to carry
         try:
             return read_entry(session_id, [(i, d, dict(m or {})) for i, d, m in records])
         except UnreadableLedgerEntry as exc:
@@ -235,30 +236,6 @@ class MemoryStore(Scans):
         fence = recorded_fence(head, row["metadata"] if row else None)
         digest = document_digest(row["document"] or "") if row is not None else None
         return RowState(fence, digest, head)
-
-    def summary_states(self, session_ids: Sequence[str]) -> dict[str, StoredSummaryState]:
-        """memoryCount and timestamp of the stored summaries of these sessions; none when
-        the summary collection does not exist yet (nothing has been summarized)."""
-        states: dict[str, StoredSummaryState] = {}
-        for batch in batches(list(session_ids), GET_BATCH):
-            try:
-                got = self._on_summaries(
-                    "reading summary metadata",
-                    lambda coll, b=batch: coll.get(  # type: ignore[misc]
-                        ids=[summary_row_id(s) for s in b], include=["metadatas"]
-                    ),
-                )
-            except CollectionNotFound:
-                return {}
-            for meta in got["metadatas"] or []:
-                sid = meta.get("sessionId")
-                if isinstance(sid, str):
-                    count, ts = meta.get("memoryCount"), meta.get("timestamp")
-                    states[sid] = StoredSummaryState(
-                        memory_count=int(count) if isinstance(count, int | float) else None,
-                        timestamp_ms=int(ts) if isinstance(ts, int | float) else None,
-                    )
-        return states
 
     def check_embedding(self, dimension: int) -> int | None:
         """Refuses to write vectors the collection's readers cannot use: of another dimension

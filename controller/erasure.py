@@ -1,0 +1,27 @@
+"""Forgetting a session (spec.action Forget; docs/privacy.md, "Forget and rebuild"): under
+the session's claim, like any write, and admitted by the same fence check, so a deposed
+writer cannot forget a session its successor writes, nor write over a forget."""
+
+from __future__ import annotations
+
+from controller.pipeline import Outcome
+from controller.store.memory_store import MemoryStore
+from controller.upsert import WriteGuard, WriteTurn, no_queue
+
+
+def forget_session(
+    store: MemoryStore,
+    session_id: str,
+    *,
+    memories: bool,
+    guard: WriteGuard | None = None,
+    turn: WriteTurn = no_queue,
+) -> Outcome:
+    """Deletes the session's summary row and everything the operator keeps for it (its
+    ledger entry, replaced by a tombstone of ids and counts only) and, with memories, the
+    session's memories; the fence of the claim's grant is checked right before, as for an
+    upsert, and recorded on the tombstone."""
+    with turn(store.location.describe()):
+        fence = guard.admit(store.read_row_state(session_id).fence) if guard is not None else {}
+        forgotten = store.forget_state(session_id, fence, memories=memories)
+    return Outcome("forgotten", session_id, forgotten.remaining, forgotten=forgotten)

@@ -1,0 +1,26 @@
+"""Who asked for a SessionSummary's current spec, as its status and Events say it (a
+forget or a rebuild is audited: docs/privacy.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# summaryctl forget records who ran it here; else the field manager of the last change.
+REQUESTED_BY = "memorycore.io/requested-by"
+
+
+def asked_by(body: Mapping[str, Any]) -> str:
+    """Who asked for the object's current spec: summaryctl's annotation, else the field
+    manager (kubectl, a controller) of its last change of the spec."""
+    meta = body.get("metadata") or {}
+    named = (meta.get("annotations") or {}).get(REQUESTED_BY)
+    if named:
+        return str(named)[:200]
+    changes = [
+        m
+        for m in meta.get("managedFields") or []
+        if isinstance(m, Mapping) and "f:spec" in (m.get("fieldsV1") or {})
+    ]
+    changes.sort(key=lambda m: str(m.get("time") or ""))
+    return f"field manager {changes[-1].get('manager')}" if changes else "unknown"

@@ -1,0 +1,159 @@
+"""Forgotten sessions in the store (docs/privacy.md, "Forget and rebuild"): the forget itself
+(the ledger entry replaced by a tombstone, the summary row and the entry's segments deleted
+and, when asked, the session's memories), and the stored state the sweep, the marker scan
+and the reconciliation judge staleness by, tombstones included: a forgotten session is not
+summarized again until its memories change. Mixed into MemoryStore."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+
+from controller.core.coverage import digest, digest_text
+from controller.core.ledger import LEDGER_FORMAT, LEDGER_VECTOR
+from controller.core.naming import summary_row_id
+from controller.core.sweep_plan import StoredSummaryState
+from controller.store.collections import batches
+from controller.store.errors import CollectionNotFound, guard
+from controller.store.scans import SCAN_PAGE, Scans
+
+# A ledger head with this key is a tombstone: the session was forgotten at that time (ms).
+FORGOTTEN_KEY = "forgottenAt"
+DELETE_BATCH = 500
+
+
+@dataclass(frozen=True)
+class Forgotten:
+    """What one forget removed (counts and ids' digest only: never the text)."""
+
+    row: bool  # the summary row existed and was deleted
+    ledger_records: int  # the entry's head and segments replaced or deleted
+    memories: int  # the session's memories deleted (0 unless asked)
+    remaining: int  # the session's memories left in the memory collection
+
+
+def is_tombstone(head: Mapping[str, Any] | None) -> bool:
+    return head is not None and FORGOTTEN_KEY in head
+
+
+class Forgetting(Scans):
+    """The forget of one session, and the stored state of many."""
+
+    def summary_states(self, session_ids: Sequence[str]) -> dict[str, StoredSummaryState]:
+        """memoryCount and timestamp of the stored summaries of these sessions, and of the
+        tombstones of those forgotten (their memory count then, their time the forget's);
+        none when the summary collection does not exist yet (nothing has been summarized)."""
+        states: dict[str, StoredSummaryState] = {}
+        for batch in batches(list(session_ids), SCAN_PAGE):
+            try:
+                got = self._on_summaries(
+                    "reading summary metadata",
+                    lambda coll, b=batch: coll.get(  # type: ignore[misc]
+                        ids=[summary_row_id(s) for s in b], include=["metadatas"]
+                    ),
+                )
+            except CollectionNotFound:
+                return {}
+            for meta in got["metadatas"] or []:
+                sid = meta.get("sessionId")
+                if isinstance(sid, str):
+                    states[sid] = _state(meta.get("memoryCount"), meta.get("timestamp"))
+        missing = [s for s in session_ids if s not in states]
+        for batch in batches(missing, SCAN_PAGE):
+            for head in self._heads(batch):
+                sid = head.get("sessionId")
+                if isinstance(sid, str) and is_tombstone(head):
+                    states[sid] = _state(head.get("memoryCount"), head.get(FORGOTTEN_KEY))
+        return states
+
+    def _heads(self, session_ids: Sequence[str]) -> list[dict[str, Any]]:
+        try:
+            got = self._on_ledger(
+                "reading the ledger's heads",
+                lambda coll: coll.get(
+                    ids=[summary_row_id(s) for s in session_ids], include=["metadatas"]
+                ),
+            )
+        except CollectionNotFound:
+            return []
+        return [dict(m or {}) for m in got["metadatas"] or []]
+
+    def forget_state(
+        self, session_id: str, fence: Mapping[str, int | str], *, memories: bool
+    ) -> Forgotten:
+        """Forgets the session: its ledger head becomes a tombstone (the fence of the grant
+        that forgot it, the digest and count of the memories left, the time), then its
+        summary row and the entry's segments are deleted and, with memories, the session's
+        memories. In that order, so a forget cut short leaves no state a pass would carry
+        (the head is replaced first); the SessionSummary retries it until it is complete."""
+        ids = self._memory_ids(session_id)
+        left = [] if memories else ids
+        tombstone = {
+            "sessionId": session_id,
+            "ledgerFormat": LEDGER_FORMAT,
+            FORGOTTEN_KEY: int(time.time() * 1000),
+            "rowsDigest": digest_text(digest(left)),
+            "memoryCount": len(left),
+            **fence,
+        }
+        self._on_ledger(
+            "writing the session's tombstone",
+            lambda coll: coll.upsert(
+                ids=[summary_row_id(session_id)],
+                documents=["{}"],
+                metadatas=[cast(Any, tombstone)],
+                embeddings=cast(Any, [np.asarray(LEDGER_VECTOR, dtype=np.float32)]),
+            ),
+            create=True,
+        )
+        row = self._delete_row(session_id)
+        segments = self._on_ledger(
+            "deleting the session's ledger segments",
+            lambda coll: coll.get(
+                where=cast(Any, {"$and": [{"sessionId": session_id}, {"segment": {"$gte": 0}}]}),
+                include=[],
+            ),
+        )["ids"]
+        for batch in batches(list(segments), DELETE_BATCH):
+            self._on_ledger("deleting ledger segments", lambda coll, b=batch: coll.delete(ids=b))  # type: ignore[misc]
+        deleted = 0
+        if memories and ids:
+            coll = self.memories()
+            for batch in batches(ids, DELETE_BATCH):
+                guard("deleting the session's memories", lambda b=batch: coll.delete(ids=b))  # type: ignore[misc]
+                deleted += len(batch)
+        return Forgotten(row, 1 + len(segments), deleted, len(left))
+
+    def _memory_ids(self, session_id: str) -> list[str]:
+        try:
+            coll = self.memories()
+        except CollectionNotFound:
+            return []
+        got = guard(
+            "listing the session's memories",
+            lambda: coll.get(where={"sessionId": session_id}, include=[]),
+        )
+        return list(got["ids"])
+
+    def _delete_row(self, session_id: str) -> bool:
+        row_id = summary_row_id(session_id)
+        try:
+            found = self._on_summaries(
+                "reading the summary row", lambda coll: coll.get(ids=[row_id], include=[])
+            )["ids"]
+            if found:
+                self._on_summaries("deleting the summary row", lambda c: c.delete(ids=[row_id]))
+        except CollectionNotFound:
+            return False
+        return bool(found)
+
+
+def _state(count: object, ts: object) -> StoredSummaryState:
+    return StoredSummaryState(
+        memory_count=int(count) if isinstance(count, int | float) else None,
+        timestamp_ms=int(ts) if isinstance(ts, int | float) else None,
+    )

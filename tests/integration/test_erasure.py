@@ -1,0 +1,156 @@
+"""Forget and rebuild on the real control plane, a real Chroma and the operator process
+(docs/privacy.md, "Forget and rebuild"): `summaryctl forget` and a `kubectl apply` asking
+for spec.action Forget delete the row and the operator's state (a tombstone of ids and
+counts stays), say who asked in an Event, and the sweep does not bring the session back
+until a new memory arrives; a rebuild replaces the old text with one made from the living
+memories alone."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+import uuid
+from typing import Any
+
+from controller.core.naming import summary_object_name, summary_row_id
+from devenv.processes import tail, wait_for
+from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
+
+
+def fact() -> str:
+    return f"FACT{uuid.uuid4().hex[:10].upper()}"
+
+
+def events(harness: Harness, sid: str, reason: str) -> list[dict[str, Any]]:
+    out = harness.kubectl(
+        "get", "events", "-o", "json", "--field-selector",
+        f"involvedObject.name={summary_object_name(sid)},reason={reason}",
+    )  # fmt: skip
+    return list(json.loads(out)["items"])
+
+
+def ledger_records(harness: Harness, summary: str, sid: str) -> list[tuple[str, dict[str, Any]]]:
+    coll = harness.store().client.get_collection(f"{summary}-ledger")
+    got = coll.get(where={"sessionId": sid}, include=["metadatas"])
+    return list(zip(got["ids"], [dict(m or {}) for m in got["metadatas"] or []], strict=True))
+
+
+def summary_row(harness: Harness, summary: str, sid: str) -> tuple[str, dict[str, Any]] | None:
+    got = (
+        harness.store()
+        .client.get_collection(summary)
+        .get(ids=[summary_row_id(sid)], include=["documents", "metadatas"])
+    )
+    if not got["ids"]:
+        return None
+    return (got["documents"] or [""])[0] or "", dict((got["metadatas"] or [{}])[0] or {})
+
+
+def test_a_forgotten_session_is_gone_audited_and_not_swept_back_until_it_changes(
+    harness: Harness,
+) -> None:
+    memory, summary = "erase-memory", "erase-sessions"
+    sweep = "enabled: true, intervalSeconds: 5, idleSeconds: 1, lookbackDays: 3"
+    harness.kubectl(
+        "apply", "-f", "-",
+        input=summarizer_yaml("erase", harness.chroma.url, memory=memory, summary=summary,
+                              sweep=sweep),
+    )  # fmt: skip
+    store = harness.store(memory, summary)
+    sid, address = f"forget-{uuid.uuid4().hex[:6]}", "Keep 221B Baker Street as the address."
+    now = int(time.time() * 1000) - 60_000
+    load(store, [interaction(sid, 0, now, address), interaction(sid, 1, now + 1, "Ship it.")])
+    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "erase", "--wait", "60")
+    assert res.returncode == 0, res.stdout + res.stderr
+    row = summary_row(harness, summary, sid)
+    assert row is not None and "Baker Street" in row[0]
+
+    res = harness.summaryctl("forget", sid, "-n", NS, "--summarizer", "erase", "--wait", "60")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "Forgotten" in res.stdout
+    assert summary_row(harness, summary, sid) is None
+    # Only the tombstone: ids' digest, counts, the fence and the time; no text.
+    records = ledger_records(harness, summary, sid)
+    assert [i for i, _ in records] == [summary_row_id(sid)], records
+    tombstone = records[0][1]
+    assert tombstone["memoryCount"] == 2 and "forgottenAt" in tombstone
+    assert "Baker" not in json.dumps(tombstone)
+    assert store.stored_summary(sid) is None
+    said = wait_for(lambda: events(harness, sid, "Forgotten"), 30, 0.3, message="Forgotten Event")
+    assert "via summaryctl" in said[0]["message"] and "the summary row" in said[0]["message"]
+
+    # Sweeps (every 5 s) come and go: the session is idle, has memories and no row, and
+    # stays forgotten.
+    time.sleep(12)
+    assert summary_row(harness, summary, sid) is None, tail(harness.log)
+    obj = harness.obj(sid)
+    assert obj["status"]["phase"] == "Forgotten", obj["status"]
+
+    # A new memory is news: the sweep summarizes the session again, from its memories.
+    load(store, [interaction(sid, 2, int(time.time() * 1000) - 5_000, "Add the retry flag.")])
+    wait_for(lambda: summary_row(harness, summary, sid), 60, 0.5, message="the sweep's new summary")
+    row = summary_row(harness, summary, sid)
+    assert row is not None and "retry flag" in row[0]
+
+
+def test_forget_with_memories_deletes_them_and_needs_a_confirmation(harness: Harness) -> None:
+    memory, summary = "erase2-memory", "erase2-sessions"
+    harness.kubectl(
+        "apply", "-f", "-",
+        input=summarizer_yaml("erase2", harness.chroma.url, memory=memory, summary=summary),
+    )  # fmt: skip
+    store = harness.store(memory, summary)
+    sid = f"forget-all-{uuid.uuid4().hex[:6]}"
+    load(store, [interaction(sid, i, 1_770_000_000_000 + i, f"Step {i}.") for i in range(3)])
+    refused = harness.summaryctl("forget", sid, "-n", NS, "--summarizer", "erase2", "--memories")
+    assert refused.returncode == 2 and "--yes" in refused.stderr
+    assert store.count_session(sid) == 3
+    res = harness.summaryctl(
+        "forget", sid, "-n", NS, "--summarizer", "erase2", "--memories", "--yes", "--wait", "60"
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert store.count_session(sid) == 0
+    assert "3 memorie(s) of the session" in harness.obj(sid)["status"]["message"]
+
+
+def test_a_rebuild_applied_with_kubectl_replaces_the_text_of_deleted_memories(
+    harness: Harness,
+) -> None:
+    memory, summary = "rebuild-memory", "rebuild-sessions"
+    harness.kubectl(
+        "apply", "-f", "-",
+        input=summarizer_yaml("rebuild", harness.chroma.url, memory=memory, summary=summary),
+    )  # fmt: skip
+    store = harness.store(memory, summary)
+    sid = f"rebuild-{uuid.uuid4().hex[:6]}"
+    gone, kept = fact(), fact()
+    rows = [
+        interaction(sid, 0, 1_770_000_000_000, f"Keep {gone} in the notes."),
+        interaction(sid, 1, 1_770_000_001_000, f"Keep {kept} in the notes."),
+    ]
+    load(store, rows)
+    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "rebuild", "--wait", "60")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert gone in json.dumps(store.stored_summary(sid))
+    store.memories().delete(ids=[rows[0][0]])
+    # The superset rule keeps an item whose memory is gone; a rebuild, asked declaratively,
+    # does not.
+    manifest = textwrap.dedent(f"""
+        apiVersion: memorycore.io/v1alpha1
+        kind: SessionSummary
+        metadata: {{name: {summary_object_name(sid)}, namespace: {NS}}}
+        spec:
+          sessionId: {sid}
+          summarizerRef: rebuild
+          action: Rebuild
+          requestedAt: "2026-11-26T23:00:00.000Z"
+    """)
+    harness.kubectl("apply", "-f", "-", input=manifest)
+    rebuilt = wait_for(
+        lambda: events(harness, sid, "Rebuilt"), 60, 0.3, message="Rebuilt\n" + tail(harness.log)
+    )
+    assert "field manager kubectl" in rebuilt[0]["message"], rebuilt[0]["message"]
+    stored = json.dumps(store.stored_summary(sid))
+    assert gone not in stored and kept in stored
+    assert harness.obj(sid)["status"]["memoryCount"] == 1
