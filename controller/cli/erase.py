@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import argparse
 import getpass
+from typing import Any
 
-from controller.cli.args import CliError
+from controller.cli.args import CliError, printable
 from controller.cli.commands import request_pass
+from controller.cli.failures import kube_call, store_errors
 
 
 def requester() -> str:
@@ -46,5 +48,63 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
-    """Regenerates the session's summary from its living memories, replacing the old text."""
-    return request_pass(args, trigger="manual", action="Rebuild", requested_by=requester())
+    """Regenerates the session's summary from its living memories, replacing the old text;
+    with --all-with-secrets, asks that of every session whose stored state holds a secret."""
+    if not args.all_with_secrets:
+        if args.session_id is None:
+            raise CliError("name the session to rebuild (SESSION_ID), or --all-with-secrets")
+        return request_pass(args, trigger="manual", action="Rebuild", requested_by=requester())
+    if args.session_id is not None or args.summarizer is None:
+        raise CliError(
+            "--all-with-secrets takes no SESSION_ID and needs --summarizer NAME: the store it "
+            "writes and the redaction patterns it adds"
+        )
+    found = _with_secrets(args)
+    for session_id in found:
+        kube_call(
+            kube_client().request_summary,
+            args.namespace,
+            session_id,
+            trigger="manual",
+            summarizer=args.summarizer,
+            action="Rebuild",
+            requested_by=requester(),
+        )
+        print(f"rebuild asked: {printable(session_id)}")
+    print(
+        f"{len(found)} session(s) with a secret stored; `kubectl -n {args.namespace} get "
+        "sessionsummaries` follows them"
+        if found
+        else "no stored summary holds a secret the redaction rules recognise"
+    )
+    return 0
+
+
+def kube_client() -> Any:
+    from controller.kube import client
+
+    return client
+
+
+def _with_secrets(args: argparse.Namespace) -> list[str]:
+    """The sessions whose row or ledger entry, as stored, holds a secret the summarizer's
+    redaction rules recognise (one read of every row, and of each row's entry)."""
+    from controller import backends
+    from controller.cli.commands import _store
+    from controller.cli.settings import load_summarizer
+
+    summarizer = load_summarizer(args)
+    assert summarizer is not None
+    store = _store(args, summarizer)
+    rules = backends.redaction_of(summarizer.spec)
+    found: list[str] = []
+    with store_errors():
+        for _, _, meta in store.latest_summaries(limit=2**62):
+            session_id = meta.get("sessionId")
+            stored = store.stored_summary(session_id) if isinstance(session_id, str) else None
+            if stored is None:
+                continue
+            texts = [stored[0], *(v for v in stored[1].values() if isinstance(v, str))]
+            if any(rules.spans(text) for text in texts):
+                found.append(str(session_id))
+    return found

@@ -93,9 +93,21 @@ class _DeprecatedFlag(argparse.Action):
         setattr(namespace, self.dest, True)
 
 
-def _add_request_args(p: argparse.ArgumentParser, done: str) -> None:
+# The store flags' values when only a SessionSummarizer names the store (rebuild --all-...).
+STORE_DEFAULTS: tuple[str, ...] = ("chroma_url", "path", "tenant", "database")
+STORE_DEFAULTS += ("memory_collection", "summary_collection", "summarizer_file")
+
+
+def _add_request_args(
+    p: argparse.ArgumentParser, done: str, *, session_optional: bool = False
+) -> None:
     """SESSION_ID, -n, --summarizer and --wait: a request for a pass of the session."""
-    p.add_argument("session_id", type=session_id_arg, metavar="SESSION_ID")
+    p.add_argument(
+        "session_id",
+        type=session_id_arg,
+        metavar="SESSION_ID",
+        nargs="?" if session_optional else None,
+    )
     p.add_argument(
         "-n",
         "--namespace",
@@ -139,8 +151,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="regenerate a session's summary from its living memories with the current "
         "backend, replacing the old text (spec.action Rebuild)",
     )
-    _add_request_args(p, "Summarized")
-    p.set_defaults(func=cmd_rebuild)
+    _add_request_args(p, "Summarized", session_optional=True)
+    p.add_argument(
+        "--all-with-secrets",
+        action="store_true",
+        help="instead of SESSION_ID: every session whose stored summary or ledger entry holds "
+        "a secret the redaction rules recognise (written before redaction); needs --summarizer",
+    )
+    # --all-with-secrets reads the store the SessionSummarizer names (its Secrets in -n).
+    p.set_defaults(func=cmd_rebuild, **dict.fromkeys(STORE_DEFAULTS))
 
     p = sub.add_parser(
         "forget",

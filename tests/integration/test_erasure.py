@@ -154,3 +154,43 @@ def test_a_rebuild_applied_with_kubectl_replaces_the_text_of_deleted_memories(
     stored = json.dumps(store.stored_summary(sid))
     assert gone not in stored and kept in stored
     assert harness.obj(sid)["status"]["memoryCount"] == 1
+
+
+def test_rebuild_all_with_secrets_finds_the_rows_an_earlier_release_stored_them_in(
+    harness: Harness,
+) -> None:
+    memory, summary = "secrets-memory", "secrets-sessions"
+    harness.kubectl(
+        "apply", "-f", "-",
+        input=summarizer_yaml("secrets", harness.chroma.url, memory=memory, summary=summary),
+    )  # fmt: skip
+    store = harness.store(memory, summary)
+    leaky, clean = f"leaky-{uuid.uuid4().hex[:6]}", f"clean-{uuid.uuid4().hex[:6]}"
+    key = "AKIA" + uuid.uuid4().hex[:16].upper()
+    load(
+        store,
+        [
+            interaction(leaky, 0, 1_770_000_000_000, "Rotate the deploy credentials."),
+            interaction(clean, 0, 1_770_000_000_000, "Rename the billing module."),
+        ],
+    )
+    # Rows as an earlier release (or neo) left them: free text, one with a key in it.
+    store.client.get_or_create_collection(summary).upsert(
+        ids=[summary_row_id(leaky), summary_row_id(clean)],
+        documents=[f"Deployed with {key} as the access key.", "Renamed the billing module."],
+        metadatas=[
+            {"sessionId": sid, "timestamp": 1_770_000_000_000, "memoryCount": 1}
+            for sid in (leaky, clean)
+        ],
+        embeddings=[[0.1] * 384, [0.2] * 384],
+    )
+    res = harness.summaryctl("rebuild", "--all-with-secrets", "--summarizer", "secrets", "-n", NS)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"rebuild asked: {leaky}" in res.stdout and clean not in res.stdout, res.stdout
+    wait_for(lambda: events(harness, leaky, "Rebuilt"), 60, 0.3, message="Rebuilt")
+    row = summary_row(harness, summary, leaky)
+    assert row is not None and key not in json.dumps(store.stored_summary(leaky))
+    assert "deploy credentials" in row[0]
+    # The clean row was not touched.
+    untouched = summary_row(harness, summary, clean)
+    assert untouched is not None and untouched[0] == "Renamed the billing module."
