@@ -13,6 +13,7 @@ Blocking I/O: handlers call it in a worker thread.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -20,8 +21,9 @@ from typing import Literal
 from controller.core.chunking import chunk_memories
 from controller.core.coverage import PriorCoverage, digest_of_text, digest_text
 from controller.core.document import render_document
+from controller.core.item_sources import forget_gone
 from controller.core.memories import Memory, is_excluded
-from controller.core.merge import merge_pass
+from controller.core.merge import derived_title, merge_pass
 from controller.core.naming import summary_row_id
 from controller.core.provenance import PassTokens, Provenance, added_text, pass_tokens
 from controller.core.summary import (
@@ -93,6 +95,7 @@ class Outcome:
     # in the prior summary it carried. Counts, never the secrets.
     redactions: dict[str, int] = field(default_factory=dict)
     rebuilt: bool = False  # written from the memories alone, the prior's text replaced
+    dropped_items: int = 0  # items whose memories were all deleted (core/item_sources.py)
     forgotten: Forgotten | None = None  # what a forget removed (controller/erasure.py)
 
     @property
@@ -251,6 +254,12 @@ def summarize_session(
     rows = store.session_rows(session_id, covered, exclude=excluded, mask=mask)
     if rows.total == 0 and not rows.untimed:
         return Outcome("not-found", session_id, 0)
+    dropped = 0
+    if structured is not None and rows.base is None:  # every row listed: who is gone?
+        living = itertools.chain((row_id for _, row_id in rows.keys), rows.untimed)
+        retitle = functools.partial(derived_title, session_id=session_id)
+        structured, dropped = forget_gone(structured, living, retitle)
+        prior = structured  # the same object when nothing went: the pass may be up to date
     skipped = len(rows.untimed)
     last_ms = rows.newest.timestamp_ms if rows.newest else None
     new = rows.included  # memories to summarize, in (timestamp, id) order from rows.memories
@@ -353,4 +362,5 @@ def summarize_session(
         new_untimed=len(set(rows.untimed) - set(structured.untimed_ids if structured else ())),
         redactions=mask.counts(),
         rebuilt=rebuild,
+        dropped_items=dropped,
     )

@@ -49,6 +49,9 @@ def reconcile_step(
     requested = 0
     if state.pending:
         batch, state.pending = state.pending, []
+        if state.last_done_ms is not None:  # written or forgotten since the walk: not stale
+            since = store.written_since([c.session_id for c in batch], state.last_done_ms)
+            batch = [c for c in batch if c.session_id not in since]
         plan = SweepPlan(candidates=batch[: sweep.max_sessions_per_sweep])
         plan.deferred = batch[sweep.max_sessions_per_sweep :]
         applied = apply_plan(plan, namespace=namespace, summarizer_name=summarizer_name)

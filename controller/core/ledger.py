@@ -81,7 +81,7 @@ def _ms(value: object) -> float:
 # rest (Current State, coverage, watermark, sources, legacy text, provenance) and says which
 # segments are the entry's. A write that changes what was there (a supersede mark) or that
 # finds SEGMENTS_MAX segments writes the lists whole as segment 0 of a new generation.
-GROWING = (*HISTORY_SECTIONS, "References")
+GROWING = (*HISTORY_SECTIONS, "References", "Sources")
 SEGMENTS_MAX = 64
 
 
@@ -118,7 +118,9 @@ def _lists(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any
     refs = json.loads(str(state.get("referencesJson") or "[]"))
     lists = {title: list(sections.pop(title, [])) for title in HISTORY_SECTIONS}
     lists["References"] = list(refs)
-    rest = {k: v for k, v in state.items() if k not in ("sectionsJson", "referencesJson")}
+    lists["Sources"] = list(json.loads(str(state.get("itemSourcesJson") or "[]")))
+    lifted = ("sectionsJson", "referencesJson", "itemSourcesJson")
+    rest = {k: v for k, v in state.items() if k not in lifted}
     rest["sectionsJson"] = _dump(sections)
     return rest, lists
 
@@ -194,6 +196,7 @@ def _shape(head: Mapping[str, Any] | None) -> dict[str, tuple[int, str]] | None:
     """What each list held at the head's write: (length, digest); None when unknown."""
     try:
         shape = json.loads(str((head or {})["lists"]))
+        shape.setdefault("Sources", [0, _digest([])])  # a head written before item sources
         found = {n: (int(shape[n][0]), str(shape[n][1])) for n in GROWING}
     except (KeyError, ValueError, TypeError, IndexError):
         return None
@@ -231,6 +234,7 @@ def read_entry(
     sections.update({title: lists[title] for title in HISTORY_SECTIONS})
     rest["sectionsJson"] = _dump(sections)
     rest["referencesJson"] = json.dumps(lists["References"], ensure_ascii=False)
+    rest["itemSourcesJson"] = json.dumps(lists["Sources"])
     return head, rest
 
 

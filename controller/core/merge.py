@@ -4,9 +4,10 @@ This is where "never lose a fact" is enforced, in code, whatever a summarizer (a
 possibly obeying an instruction injected into a memory) proposes:
 
 - History sections are append-only: every prior item is carried forward verbatim and in
-  order. A supersede mark may record on an existing item what superseded it; nothing
-  removes an item, and marks naming items that do not exist are ignored.
-- New items are appended, deduplicated (case and punctuation do not make a new item).
+  order (only a deletion of all its memories removes one: core/item_sources.py, in the
+  pipeline). A supersede mark may record what superseded an item; marks naming items that
+  do not exist are ignored. New items are appended, deduplicated (case and punctuation do
+  not make a new item), and which memories said each is recorded.
 - Every new item (and a new Current State) that is error text or reads as an instruction
   is marked as quoted (controller.core.quoting): the next agent reads it as something the
   session contained, not as a fact or a request. Prior items are never rewritten.
@@ -17,8 +18,7 @@ possibly obeying an instruction injected into a memory) proposes:
 
 A legacy free-text prior (the old system's) is carried in whole and verbatim, whatever it
 contains (quoted tracebacks, "Error:" openings, markdown, any length), as the summary's
-legacy_text; every later pass carries it on unchanged. This is the only place that policy
-lives.
+legacy_text; every later pass carries it on unchanged (this is the only place that says so).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
+from controller.core.item_sources import REFERENCES, TITLE, norm, record
 from controller.core.memories import Memory, Watermark, memory_sort_key
 from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL, needs_quoting, quote_if_needed
 from controller.core.references import ReferenceOverflow, memory_references, merge_references
@@ -65,11 +66,6 @@ DERIVED_TITLE_MAX = 80
 TECHNOLOGY_MAX = 40
 TECHNOLOGIES_MAX = 30
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200d\ufeff]")
-
-
-def norm(text: str) -> str:
-    """The identity of an item for deduplication and supersede marks."""
-    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
 
 
 def _item_text(value: Any) -> str | None:
@@ -284,7 +280,7 @@ def _acceptable_title(title: str | None) -> str | None:
     return None if marked or needs_quoting(title) else title
 
 
-def _derived_title(first_request: str | None, session_id: str) -> str:
+def derived_title(first_request: str | None, session_id: str) -> str:
     if not first_request:
         return fallback_title(session_id)
     title = first_request.rstrip(" .!?…:;")
@@ -352,7 +348,7 @@ def merge_pass(
         title = (
             _acceptable_title(update.title)
             or _clean_title(legacy_title)
-            or _derived_title(requests[0].text if requests else None, sid)
+            or derived_title(requests[0].text if requests else None, sid)
         )
 
     def keep(name: str) -> int:
@@ -372,7 +368,13 @@ def merge_pass(
         last.append(new[-1].timestamp_ms)
     # References come from the memories, by code, whatever the summarizer proposed.
     prior_refs = (base.references, base.references_overflow) if base else ([], ReferenceOverflow())
-    references, overflow = merge_references(*prior_refs, memory_references(given))
+    references, overflow = merge_references(*prior_refs, found_refs := memory_references(given))
+    proposed = {**update.new_items(), "Current State": update.current_state or []}
+    proposed[TITLE], proposed[REFERENCES] = (
+        [title] if base is None else [],
+        [r for r, _ in found_refs],
+    )
+    item_sources = record(base, proposed, given)
     return StructuredSummary(
         session_id=sid,
         title=title,
@@ -394,4 +396,5 @@ def merge_pass(
         legacy_text=carried_legacy_text(prior),
         references=references,
         references_overflow=overflow,
+        item_sources=item_sources,
     )

@@ -133,6 +133,8 @@ class StructuredSummary(BaseModel):
     rows_digest: str | None = None
     sources_json: str | None = None
     untimed_ids: tuple[str, ...] = ()
+    # "ITEM:SOURCE" entries: which memories said each item (core/item_sources.py).
+    item_sources: list[str] = Field(default_factory=list)
     # When the row this summary was read from was written (its "summarizedAt"); None for a
     # summary not read from the store.
     summarized_at_ms: int | None = None

@@ -89,15 +89,9 @@ ROW_KEYS = (
     *sorted(READER_ROW_KEYS),
     *("formatVersion", "sectionsJson", "firstMemoryAt", "watermarkTimestamp", "watermarkMemoryId"),
     *("coverageJson", "writer", "triggerSource", "summarizedAt", "legacySummary", "rowsDigest"),
-    *(
-        "sourcesJson",
-        "untimedJson",
-        "skippedRows",
-        "referencesJson",
-        "referencesOmitted",
-        "referencesOmittedFrom",
-    ),
-    *("referencesOmittedTo", "referencesOmittedDigests"),
+    *("sourcesJson", "untimedJson", "itemSourcesJson", "skippedRows", "referencesJson"),
+    *("referencesOmitted", "referencesOmittedFrom", "referencesOmittedTo"),
+    *("referencesOmittedDigests",),
     LEGACY_FENCE_KEY,  # the previous release's fence on the row (now in the ledger)
     *Provenance.METADATA_KEYS,
 )
@@ -169,6 +163,7 @@ def to_chroma_metadata(
         "rowsDigest": summary.rows_digest,
         "sourcesJson": summary.sources_json,
         "untimedJson": json.dumps(list(summary.untimed_ids)) if summary.untimed_ids else None,
+        "itemSourcesJson": json.dumps(summary.item_sources) if summary.item_sources else None,
         "referencesJson": json.dumps(summary.references, ensure_ascii=False),
         "referencesOmitted": over.count or None,
         "referencesOmittedFrom": over.first_ms,
@@ -308,6 +303,7 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
         # skippedRows (a count, written before untimedJson) names none: those rows were
         # never summarized, so the next pass summarizes them.
         untimed_ids=_ids(meta.get("untimedJson")),
+        item_sources=list(_ids(meta.get("itemSourcesJson"))),
         references=references,
         references_overflow=overflow,
     )

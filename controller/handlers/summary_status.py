@@ -362,6 +362,8 @@ def report(
         f"summarized {outcome.new_memories} new of {outcome.memory_count} memories "
         f"in {outcome.passes} pass(es) (trigger {spec.trigger}){late}"
     )
+    if outcome.dropped_items:
+        message += f"; {outcome.dropped_items} item(s) whose memories are all deleted dropped"
     if outcome.rebuilt:  # the superset rule waived, on request: said so
         message = (
             f"rebuilt from the session's {outcome.memory_count} living memories in "

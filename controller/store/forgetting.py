@@ -70,6 +70,18 @@ class Forgetting(Scans):
                     states[sid] = _state(head.get("memoryCount"), head.get(FORGOTTEN_KEY))
         return states
 
+    def written_since(self, session_ids: Sequence[str], since_ms: int) -> set[str]:
+        """The sessions whose ledger head a write or a forget replaced at or after since_ms:
+        what a reconciliation walk that ended then found stale is not stale any more."""
+        found: set[str] = set()
+        for batch in batches(list(session_ids), SCAN_PAGE):
+            for head in self._heads(batch):
+                at = max(_ms(head.get("summarizedAt")), _ms(head.get(FORGOTTEN_KEY)))
+                sid = head.get("sessionId")
+                if isinstance(sid, str) and at >= since_ms:
+                    found.add(sid)
+        return found
+
     def _heads(self, session_ids: Sequence[str]) -> list[dict[str, Any]]:
         try:
             got = self._on_ledger(
@@ -150,6 +162,10 @@ class Forgetting(Scans):
         except CollectionNotFound:
             return False
         return bool(found)
+
+
+def _ms(value: object) -> int:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
 
 
 def _state(count: object, ts: object) -> StoredSummaryState:

@@ -13,6 +13,9 @@ import time
 import uuid
 from typing import Any
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from controller.core.naming import summary_object_name, summary_row_id
 from devenv.processes import tail, wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
@@ -194,3 +197,50 @@ def test_rebuild_all_with_secrets_finds_the_rows_an_earlier_release_stored_them_
     # The clean row was not touched.
     untouched = summary_row(harness, summary, clean)
     assert untouched is not None and untouched[0] == "Renamed the billing module."
+
+
+DELETIONS = st.integers(3, 10).flatmap(
+    lambda n: st.tuples(
+        st.lists(st.integers(0, n - 1), min_size=n, max_size=n),  # the fact each memory says
+        st.sets(st.integers(0, n - 1), min_size=1, max_size=n - 1),  # deleted after a pass
+        st.booleans(),  # a new memory arrives with the deletion
+    )
+)
+
+
+@given(case=DELETIONS)
+@settings(
+    max_examples=6,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+def test_after_a_deletion_the_next_sunset_keeps_exactly_the_facts_of_living_memories(
+    harness: Harness, case: tuple[list[int], set[int], bool]
+) -> None:
+    says, deleted, arrival = case
+    memory, summary = "gone-memory", "gone-sessions"
+    harness.kubectl(
+        "apply", "-f", "-",
+        input=summarizer_yaml("gone", harness.chroma.url, memory=memory, summary=summary),
+    )  # fmt: skip
+    store = harness.store(memory, summary)
+    sid = f"gone-{uuid.uuid4().hex[:6]}"
+    facts = [fact() for _ in says]
+    rows = [
+        interaction(sid, i, 1_770_000_000_000 + i * 1000, f"Keep {facts[k]} in the notes.")
+        for i, k in enumerate(says)
+    ]
+    load(store, rows)
+    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "gone", "--wait", "60")
+    assert res.returncode == 0, res.stdout + res.stderr
+    store.memories().delete(ids=[rows[i][0] for i in deleted])
+    if arrival:
+        load(store, [interaction(sid, 99, 1_770_000_100_000, "Add the retry flag.")])
+    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "gone", "--wait", "60")
+    assert res.returncode == 0, res.stdout + res.stderr
+    stored = json.dumps(store.stored_summary(sid))
+    living = {says[i] for i in range(len(says)) if i not in deleted}
+    for k in set(says):
+        assert (facts[k] in stored) == (k in living), (k, says, deleted, stored[:2000])
+    assert ("retry flag" in stored) == arrival

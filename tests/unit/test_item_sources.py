@@ -1,0 +1,108 @@
+"""Which memories each item came from, and what goes when they are deleted
+(core/item_sources.py), through the real extractive summarizer and merge, on generated
+sessions: facts said by one memory or repeated by several, in passes of generated sizes,
+then a generated subset of the memories deleted."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.core.document import render_document
+from controller.core.item_sources import attribute, forget_gone, record, source_key
+from controller.core.memories import Memory, render_interaction_document
+from controller.core.merge import derived_title
+from controller.core.summary import StructuredSummary, validate_summary
+from controller.pipeline import chunks_for, run_pass
+from controller.summarizers.extractive import EXTRACTIVE
+
+SID = "sources-session"
+
+
+def memory(i: int, fact: str) -> Memory:
+    prompt, response = f"Keep {fact} in the notes.", "Kept."
+    return Memory(
+        id=f"m-{i:04d}",
+        session_id=SID,
+        timestamp_ms=1_770_000_000_000 + i * 1000,
+        prompt=prompt,
+        response=response,
+        document=render_interaction_document(prompt, "", response),
+    )
+
+
+def everything(summary: StructuredSummary) -> str:
+    """All the text a summary holds, as stored (items, title, references) and rendered."""
+    return json.dumps(summary.model_dump(mode="json")) + render_document(summary)
+
+
+def summarized(memories: list[Memory], chunk: int) -> StructuredSummary:
+    current = None
+    for part in chunks_for(EXTRACTIVE, memories, chunk_size=chunk):
+        current = run_pass(SID, part, current, EXTRACTIVE).summary
+    assert isinstance(current, StructuredSummary)
+    return current
+
+
+SESSIONS = st.integers(2, 14).flatmap(
+    lambda n: st.tuples(
+        # Which fact each memory says: fact k; small k repeat (a fact two memories said).
+        st.lists(st.integers(0, n - 1), min_size=n, max_size=n),
+        st.integers(1, 5),  # memories per pass
+        st.sets(st.integers(0, n - 1), min_size=1, max_size=n - 1),  # deleted memories
+    )
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(SESSIONS)
+def test_an_item_goes_with_its_last_memory_and_stays_while_one_lives(
+    case: tuple[list[int], int, set[int]],
+) -> None:
+    says, chunk, deleted = case
+    facts = [f"FACT{k:02d}X{k * 7919 % 1000:03d}" for k in range(len(says))]
+    memories = [memory(i, facts[k]) for i, k in enumerate(says)]
+    summary = summarized(memories, chunk)
+    for k in set(says):
+        assert facts[k] in everything(summary)
+
+    living = [m.id for i, m in enumerate(memories) if i not in deleted]
+    kept, gone = forget_gone(summary, living, lambda first: derived_title(first, SID))
+    text = everything(kept)
+    for k in set(says):
+        said_by_living = any(says[i] == k for i in range(len(says)) if i not in deleted)
+        assert (facts[k] in text) == said_by_living, (k, facts[k], deleted)
+    # The superset rule holds against the memories that exist: the next pass may carry the
+    # kept summary, and the entries left name only living memories.
+    validate_summary(kept, kept)
+    assert {e.split(":")[1] for e in kept.item_sources} <= {source_key(i) for i in living}
+    fully_deleted = {says[i] for i in deleted} - {
+        says[i] for i in range(len(says)) if i not in deleted
+    }
+    assert gone >= len(fully_deleted) > 0 or not fully_deleted
+
+
+def test_a_repeat_records_its_new_source_without_adding_the_item_twice() -> None:
+    first, again = memory(0, "FACTREPEAT"), memory(1, "FACTREPEAT")
+    one = run_pass(SID, [first], None, EXTRACTIVE).summary
+    two = run_pass(SID, [again], one, EXTRACTIVE).summary
+    assert everything(two).count("FACTREPEAT in the notes") == everything(one).count(
+        "FACTREPEAT in the notes"
+    )
+    sources = {e.split(":")[1] for e in two.item_sources}
+    assert {source_key(first.id), source_key(again.id)} <= sources
+    only_first_left, _ = forget_gone(two, [first.id], lambda f: derived_title(f, SID))
+    assert "FACTREPEAT" in everything(only_first_left)
+
+
+def test_attribution_prefers_the_memory_that_says_it_then_shared_words_then_the_chunk() -> None:
+    a, b = memory(0, "FACTALPHA"), memory(1, "FACTBETA")
+    assert attribute("Keep FACTALPHA in the notes", [a, b]) == [a.id]
+    assert attribute("notes about FACTBETA kept", [a, b]) == [b.id]
+    assert attribute("something else entirely", [a, b]) == [a.id, b.id]
+    many = [memory(i, f"F{i}") for i in range(40)]
+    assert attribute("something else entirely", many) == []  # never dropped
+    once = record(None, {"User Requests": ["Keep FACTALPHA in the notes."]}, [a, b])
+    assert len(once) == 1  # the one memory that says it
