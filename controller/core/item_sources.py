@@ -3,18 +3,18 @@
 
 A summary's `item_sources` is an append-only list of entries "ITEM:SOURCE": ITEM names an
 item (8 hex digits of a hash of its section and its normalised text), SOURCE a memory (8 hex
-digits of a hash of its id). A pass records an entry for every item it proposes, new or a
-repeat of one already kept, for each memory of its chunk that says it (attribute), so a fact
-two memories said lives while either does. The list only grows between deletions, so the
-ledger appends it like the history (core/ledger.py). When a pass lists every row of the
-session (a deletion always makes it: the id digest changes), `forget_gone` drops each item
-whose recorded sources are all gone, and the entries of gone memories with it. Items with no
-entry (written before this release, or said by no memory of its chunk that the attribution
-could find) are never dropped: a rebuild (spec.action Rebuild) records theirs."""
+digits of a hash of its id). A pass records an entry for every item it proposes, and for
+every item already kept that a memory of its chunk repeats as a sentence, for each memory
+that says it, so a fact two memories said lives while either does. The list only grows
+between deletions, so the ledger appends it like the history (core/ledger.py). When a pass
+lists every row of the session (a deletion always makes it: the id digest changes),
+`forget_gone` drops each item whose recorded sources are all gone, and the entries of gone
+memories with it. Items with no entry (written before this release, or said by no memory of
+its chunk that the attribution could find) are never dropped: a rebuild (spec.action
+Rebuild) records theirs."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -117,14 +117,17 @@ def record(
 ) -> list[str]:
     """The prior's entries with those of this pass appended, none twice: for each proposed
     item (section -> texts), one per memory of the chunk that says it (attribute); for each
-    item the prior holds already, one per memory of the chunk that says it word for word (a
-    summarizer does not propose what the summary holds: a repeat is found here)."""
+    item with sources the prior holds already, one per memory of the chunk that has it as a
+    sentence or a whole field (a summarizer does not propose what the summary holds: a
+    repeat is found here)."""
     result = list(prior.item_sources) if prior is not None else []
     have = set(result)
     chunk = _Chunk(memories)
 
     def add(section: str, text: str, memory_ids: Iterable[str]) -> None:
-        item = item_key(section, text)
+        add_key(item_key(section, text), memory_ids)
+
+    def add_key(item: str, memory_ids: Iterable[str]) -> None:
         for memory_id in memory_ids:
             entry = f"{item}:{source_key(memory_id)}"
             if entry not in have:
@@ -135,22 +138,16 @@ def record(
         for text in texts:
             add(section, text, chunk.attribute(text))
     if prior is not None and memories:
-        held = [(s, i.text) for s, items in prior.sections.items() for i in items]
-        held += [(REFERENCES, r) for r in prior.references] + [(TITLE, prior.title)]
-        for section, text in held:
-            longest, key = _held_key(text)
-            if longest in chunk.by_word:  # else no memory of the chunk holds the item whole
-                add(section, text, chunk.holding(key))
+        # A repeat: a sentence (or a whole field) of a memory that is an item with sources
+        # already, in any section; looked up by key, so a pass costs its chunk, not its items.
+        recorded = {entry.partition(":")[0] for entry in result}
+        sections = (*prior.sections, REFERENCES, TITLE)
+        for sentence, indices in chunk.by_sentence.items():
+            for section in sections:
+                item = _hex(f"{section}\0{sentence}")
+                if sentence and item in recorded:
+                    add_key(item, (chunk.ids[i] for i in sorted(indices)))
     return result
-
-
-@functools.lru_cache(maxsize=65_536)
-def _held_key(text: str) -> tuple[str, str]:
-    """An item's normalised text and its longest word: a pass looks for every held item
-    in its chunk, so this is computed once per item text per process, not once per pass
-    (measured: 126 ms of a pass over 10,000 items without it)."""
-    key = norm(text)
-    return max(key.split(), key=len, default=""), key
 
 
 def forget_gone(

@@ -244,3 +244,38 @@ def test_after_a_deletion_the_next_sunset_keeps_exactly_the_facts_of_living_memo
     for k in set(says):
         assert (facts[k] in stored) == (k in living), (k, says, deleted, stored[:2000])
     assert ("retry flag" in stored) == arrival
+
+
+def test_with_no_sunset_the_reconciliation_drops_the_facts_of_deleted_memories(
+    harness: Harness,
+) -> None:
+    """Sunsets off: a deletion alone (no new memory) is found by the reconciliation's next
+    walk (reconcileIntervalSeconds, at least 60 s), whose pass drops what only the deleted
+    memories said."""
+    memory, summary = "recon-gone-memory", "recon-gone-sessions"
+    sweep = "enabled: true, intervalSeconds: 5, idleSeconds: 1, reconcileIntervalSeconds: 60"
+    harness.kubectl(
+        "apply", "-f", "-",
+        input=summarizer_yaml("recon-gone", harness.chroma.url, memory=memory, summary=summary,
+                              sweep=sweep),
+    )  # fmt: skip
+    store = harness.store(memory, summary)
+    sid = f"recon-gone-{uuid.uuid4().hex[:6]}"
+    gone, kept = fact(), fact()
+    now = int(time.time() * 1000) - 60_000
+    rows = [
+        interaction(sid, 0, now, f"Keep {gone} in the notes."),
+        interaction(sid, 1, now + 1000, f"Keep {kept} in the notes."),
+    ]
+    load(store, rows)
+
+    def stored() -> str:
+        return json.dumps(store.stored_summary(sid))
+
+    wait_for(lambda: kept in stored(), 60, 0.5, message="the sweep's summary\n" + tail(harness.log))
+    assert gone in stored()
+    store.memories().delete(ids=[rows[0][0]])
+    # The next walk starts at most 60 s after the last one ended, reads 2 rows, and asks for
+    # a pass: within 60 s + a few sweep ticks + the pass.
+    wait_for(lambda: gone not in stored(), 100, 1, message="the walk's pass\n" + tail(harness.log))
+    assert kept in stored()

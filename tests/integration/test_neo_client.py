@@ -199,6 +199,27 @@ def test_neo_agents_boot_read_lists_a_sunset_session_first_with_its_title_time_a
     assert all(len(r["embedding"]) == NEO_DIMENSION for r in embeddings_of(neo_store, new))
 
 
+def test_neos_boot_read_and_search_no_longer_find_a_forgotten_session(
+    neo_store: NeoStore, neo_model: OpenAIServer
+) -> None:
+    neo = neo_store.neo
+    kept, gone = f"kept-{uuid.uuid4().hex[:6]}", f"gone-{uuid.uuid4().hex[:6]}"
+    neo.add_memories([turn(kept, "Rename the billing module.")])
+    neo.add_memories([turn(gone, "Store the customer's home address in the CRM notes.")])
+    apply_summarizer(neo_store, neo_model)
+    neo_store.sunset(kept)
+    neo_store.sunset(gone)
+    assert set(listed(neo.list_summaries(limit=5))) == {kept, gone}
+    res = neo_store.harness.summaryctl(
+        "forget", gone, "-n", NS, "--summarizer", neo_store.summarizer, "--wait", "90"
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    # neo's own readers: the boot read and the semantic search.
+    assert listed(neo.list_summaries(limit=5)) == [kept]
+    found = neo.query_summaries(query="customer home address CRM", nResults=5)
+    assert gone not in [r["sessionId"] for r in found.get("results", [])]
+
+
 def embeddings_of(store: NeoStore, session_id: str) -> list[dict[str, Any]]:
     coll = store.harness.store().client.get_collection(store.neo.summary_collection)
     got = coll.get(ids=[summary_row_id(session_id)], include=["embeddings"])
