@@ -128,6 +128,10 @@ def main() -> int:
                 "idleSeconds": 900,
                 "maxSessionsPerSweep": 50,
             }
+            # Idle, nothing in the background: the reconciliation (on by default, whatever
+            # the sweep says) would summarize the day-old sessions before their sunsets,
+            # which would then be up-to-date no-ops that write nothing.
+            spec["reconcile"] = {"enabled": args.under_load}
         create_summarizer(cp, ns, spec)
         loc = StoreLocation(url=chroma_url)
         store = MemoryStore(connect(loc), loc)

@@ -33,8 +33,11 @@ def grow(harness: Harness, sid: str, first: int, count: int) -> None:
 
 
 def row(harness: Harness, sid: str) -> tuple[str, dict[str, Any]] | None:
-    # The row and its ledger entry's keys (the writer's state is in the ledger).
-    return harness.store(MEMORY, SESSIONS).stored_summary(sid)
+    # The row and its ledger entry's keys (the writer's state is in the ledger); None until
+    # the row itself is written (the ledger entry is written first: its keys alone lack
+    # the row's, memoryCount among them).
+    stored = harness.store(MEMORY, SESSIONS).stored_summary(sid)
+    return stored if stored is not None and "memoryCount" in stored[1] else None
 
 
 def exists(harness: Harness, sid: str) -> bool:
