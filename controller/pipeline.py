@@ -21,7 +21,7 @@ from typing import Literal
 from controller.core.chunking import chunk_memories
 from controller.core.coverage import PriorCoverage, digest_of_text, digest_text
 from controller.core.document import render_document
-from controller.core.item_sources import forget_gone
+from controller.core.item_sources import forget_gone, partly_gone
 from controller.core.memories import Memory, is_excluded
 from controller.core.merge import derived_title, merge_pass
 from controller.core.naming import summary_row_id
@@ -43,7 +43,7 @@ from controller.redaction import DEFAULT_REDACTION, PassRedaction, Redaction
 from controller.store.forgetting import Forgotten
 from controller.store.memory_store import MemoryStore, SessionRows
 from controller.summarizers.contract import Summarizer
-from controller.summarizers.extractive import EXTRACTIVE
+from controller.summarizers.extractive import EXTRACTIVE, ExtractiveSummarizer
 from controller.upsert import (
     Embedder,
     RowSeen,
@@ -254,12 +254,16 @@ def summarize_session(
     rows = store.session_rows(session_id, covered, exclude=excluded, mask=mask)
     if rows.total == 0 and not rows.untimed:
         return Outcome("not-found", session_id, 0)
-    dropped = 0
+    dropped, again = 0, list[Memory]()
     if structured is not None and rows.base is None:  # every row listed: who is gone?
-        living = itertools.chain((row_id for _, row_id in rows.keys), rows.untimed)
+        living = [*(row_id for _, row_id in rows.keys), *rows.untimed]
+        if not isinstance(summarizer, ExtractiveSummarizer):  # a model's item blends memories
+            structured, ids, dropped = partly_gone(structured, living)
+            again = [m for m in store.memories_by_id(ids, mask) if not excluded(m)]
         retitle = functools.partial(derived_title, session_id=session_id)
-        structured, dropped = forget_gone(structured, living, retitle)
-        prior = structured  # the same object when nothing went: the pass may be up to date
+        kept, gone = forget_gone(structured, living, retitle)
+        dropped += gone
+        prior = structured = kept  # the same object when nothing went: may be up to date
     skipped = len(rows.untimed)
     last_ms = rows.newest.timestamp_ms if rows.newest else None
     new = rows.included  # memories to summarize, in (timestamp, id) order from rows.memories
@@ -304,11 +308,13 @@ def summarize_session(
             watch=watch,
         )
 
-    chunks = chunks_for(summarizer, rows.memories, chunk_tokens=chunk_tokens, chunk_size=chunk_size)
+    # Memories whose items went with a deleted one's are summarized again first (partly_gone).
+    stream = itertools.chain(again, rows.memories)
+    chunks = chunks_for(summarizer, stream, chunk_tokens=chunk_tokens, chunk_size=chunk_size)
     current: StructuredSummary | LegacySummary | None = prior
     passes = tokens = checkpoints = 0
     read_upto: tuple[int, str] | None = None
-    for chunk in chunks if new else iter([[]]):
+    for chunk in chunks if new or again else iter([[]]):
         if guard is not None:
             guard.check()  # a writer that lost its claim stops spending model calls
         if passes and stop is not None and stop():

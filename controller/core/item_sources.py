@@ -194,3 +194,38 @@ def forget_gone(
         update["title"] = retitle(requests[0].text if requests else None)
         gone += 1
     return summary.model_copy(update=update), gone
+
+
+def partly_gone(
+    summary: StructuredSummary, living_ids: Iterable[str]
+) -> tuple[StructuredSummary, list[str], int]:
+    """For a summarizer whose items blend what several memories said (a model): the
+    summary without the items some of whose recorded memories are gone and some living,
+    the ids of those living memories, to be summarized again so the items are made anew
+    from them alone, and how many items went. The title is left as it is (forget_gone
+    retitles when all of its memories are gone)."""
+    by_key = {source_key(i): i for i in living_ids}
+    living_of: dict[str, set[str]] = {}
+    gone: set[str] = set()
+    for entry in summary.item_sources:
+        item, _, source = entry.partition(":")
+        if source in by_key:
+            living_of.setdefault(item, set()).add(by_key[source])
+        else:
+            gone.add(item)
+    partial = {item for item in gone if item in living_of} - {item_key(TITLE, summary.title)}
+    if not partial:
+        return summary, [], 0
+    sections = {
+        title: [i for i in items if item_key(title, i.text) not in partial]
+        for title, items in summary.sections.items()
+    }
+    update = {
+        "sections": sections,
+        "references": [r for r in summary.references if item_key(REFERENCES, r) not in partial],
+        "item_sources": [e for e in summary.item_sources if e.partition(":")[0] not in partial],
+    }
+    went = sum(map(len, summary.sections.values())) - sum(map(len, sections.values()))
+    went += len(summary.references) - len(update["references"])
+    again = sorted({m for i in partial for m in living_of[i]})
+    return summary.model_copy(update=update), again, went

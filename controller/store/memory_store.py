@@ -86,6 +86,17 @@ class MemoryStore(Forgetting):
             read = lambda ids: [mask.memory(m) for m in self._read_batch(coll, ids, mask)]  # noqa: E731
             return list_session(coll, session_id, prior or PriorCoverage(), exclude, read, mask)
 
+    def memories_by_id(self, ids: Sequence[str], mask: PassRedaction) -> list[Memory]:
+        """These memories (masked), in the session's order; those gone since are left out."""
+        with self._memory_missing():
+            coll = self.memories()
+        found = [
+            mask.memory(m)
+            for batch in batches(list(ids), GET_BATCH)
+            for m in self._read_batch(coll, batch, mask)
+        ]
+        return sorted(found, key=memory_sort_key)
+
     def _read_batch(
         self, coll: Collection, ids: Sequence[str], mask: PassRedaction
     ) -> list[Memory]:

@@ -71,6 +71,7 @@ def test_a_forgotten_session_is_gone_audited_and_not_swept_back_until_it_changes
 
     res = harness.summaryctl("forget", sid, "-n", NS, "--summarizer", "erase", "--wait", "60")
     assert res.returncode == 0, res.stdout + res.stderr
+    print(f"$ summaryctl forget {sid} -n {NS} --summarizer erase --wait 60\n{res.stdout}")
     assert "Forgotten" in res.stdout
     assert summary_row(harness, summary, sid) is None
     # Only the tombstone: ids' digest, counts, the fence and the time; no text.
@@ -82,6 +83,7 @@ def test_a_forgotten_session_is_gone_audited_and_not_swept_back_until_it_changes
     assert store.stored_summary(sid) is None
     said = wait_for(lambda: events(harness, sid, "Forgotten"), 30, 0.3, message="Forgotten Event")
     assert "via summaryctl" in said[0]["message"] and "the summary row" in said[0]["message"]
+    print(f"Event Forgotten: {said[0]['message']}")
 
     # Sweeps (every 5 s) come and go: the session is idle, has memories and no row, and
     # stays forgotten.
@@ -108,6 +110,7 @@ def test_forget_with_memories_deletes_them_and_needs_a_confirmation(harness: Har
     load(store, [interaction(sid, i, 1_770_000_000_000 + i, f"Step {i}.") for i in range(3)])
     refused = harness.summaryctl("forget", sid, "-n", NS, "--summarizer", "erase2", "--memories")
     assert refused.returncode == 2 and "--yes" in refused.stderr
+    print(f"$ summaryctl forget {sid} ... --memories\n{refused.stderr}")
     assert store.count_session(sid) == 3
     res = harness.summaryctl(
         "forget", sid, "-n", NS, "--summarizer", "erase2", "--memories", "--yes", "--wait", "60"
@@ -154,6 +157,7 @@ def test_a_rebuild_applied_with_kubectl_replaces_the_text_of_deleted_memories(
         lambda: events(harness, sid, "Rebuilt"), 60, 0.3, message="Rebuilt\n" + tail(harness.log)
     )
     assert "field manager kubectl" in rebuilt[0]["message"], rebuilt[0]["message"]
+    print(f"Event Rebuilt: {rebuilt[0]['message']}")
     stored = json.dumps(store.stored_summary(sid))
     assert gone not in stored and kept in stored
     assert harness.obj(sid)["status"]["memoryCount"] == 1
@@ -189,6 +193,7 @@ def test_rebuild_all_with_secrets_finds_the_rows_an_earlier_release_stored_them_
     )
     res = harness.summaryctl("rebuild", "--all-with-secrets", "--summarizer", "secrets", "-n", NS)
     assert res.returncode == 0, res.stdout + res.stderr
+    print(f"$ summaryctl rebuild --all-with-secrets --summarizer secrets -n {NS}\n{res.stdout}")
     assert f"rebuild asked: {leaky}" in res.stdout and clean not in res.stdout, res.stdout
     wait_for(lambda: events(harness, leaky, "Rebuilt"), 60, 0.3, message="Rebuilt")
     row = summary_row(harness, summary, leaky)

@@ -106,3 +106,27 @@ def test_attribution_prefers_the_memory_that_says_it_then_shared_words_then_the_
     assert attribute("something else entirely", many) == []  # never dropped
     once = record(None, {"User Requests": ["Keep FACTALPHA in the notes."]}, [a, b])
     assert len(once) == 1  # the one memory that says it
+
+
+def test_an_item_a_model_blended_from_a_deleted_and_a_living_memory_is_made_again() -> None:
+    from controller.core.item_sources import partly_gone
+    from controller.core.merge import PassUpdate, merge_pass
+
+    a, b = memory(0, "FACTALPHA"), memory(1, "FACTBETA")
+    blended = "The notes now keep both facts"  # no memory says it: the chunk is its source
+    update = PassUpdate(
+        title="Notes",
+        user_requests=[blended],
+        questions_and_decisions=[],
+        design_choices=[],
+        corrections_and_feedback=[],
+        current_state=["Kept."],
+    )
+    summary = merge_pass(None, update, [a, b], session_id=SID)
+    assert blended in everything(summary)
+    kept, again, went = partly_gone(summary, [b.id])  # a is deleted, b lives
+    assert blended not in json.dumps(kept.model_dump(mode="json")["sections"])
+    assert again == [b.id] and went >= 1
+    # Nothing partly gone: the same object, nothing to read again.
+    same, none, zero = partly_gone(summary, [a.id, b.id])
+    assert same is summary and none == [] and zero == 0
