@@ -28,11 +28,11 @@ def report_forgotten(
         "change)",
     ]
     if spec.forget_memories:
-        removed.append(f"{gone.memories} memorie(s) of the session")
+        removed.append(f"{_memories(gone.memories)} of the session")
     message = (
         f"forgot session {spec.session_id!r}, asked by {asked_by(body)}: removed "
         + "; ".join(removed)
-        + f"; {gone.remaining} memorie(s) of it remain"
+        + f"; {_memories(gone.remaining)} of it remain"
     )
     record(
         body,
@@ -50,3 +50,7 @@ def report_forgotten(
         provenance=None,
     )
     events.post(body, type_="Normal", reason="Forgotten", message=message)
+
+
+def _memories(n: int) -> str:
+    return f"{n} memory" if n == 1 else f"{n} memories"

@@ -117,7 +117,7 @@ def test_forget_with_memories_deletes_them_and_needs_a_confirmation(harness: Har
     )
     assert res.returncode == 0, res.stdout + res.stderr
     assert store.count_session(sid) == 0
-    assert "3 memorie(s) of the session" in harness.obj(sid)["status"]["message"]
+    assert "3 memories of the session" in harness.obj(sid)["status"]["message"]
 
 
 def test_a_rebuild_applied_with_kubectl_replaces_the_text_of_deleted_memories(
