@@ -82,18 +82,6 @@ class Forgetting(Scans):
                     found.add(sid)
         return found
 
-    def _heads(self, session_ids: Sequence[str]) -> list[dict[str, Any]]:
-        try:
-            got = self._on_ledger(
-                "reading the ledger's heads",
-                lambda coll: coll.get(
-                    ids=[summary_row_id(s) for s in session_ids], include=["metadatas"]
-                ),
-            )
-        except CollectionNotFound:
-            return []
-        return [dict(m or {}) for m in got["metadatas"] or []]
-
     def forget_state(
         self, session_id: str, fence: Mapping[str, int | str], *, memories: bool
     ) -> Forgotten:

@@ -109,20 +109,24 @@ class Scans(Collections):
         for (its ledger head's rowsDigest); sessions without one are left out."""
         found: dict[str, str] = {}
         for batch in batches(list(session_ids), SCAN_PAGE):
-            try:
-                got = self._on_ledger(
-                    "reading the ledger's row digests",
-                    lambda coll, b=batch: coll.get(  # type: ignore[misc]
-                        ids=[summary_row_id(s) for s in b], include=["metadatas"]
-                    ),
-                )
-            except CollectionNotFound:
-                return {}
-            for meta in got["metadatas"] or []:
-                sid, digest = (meta or {}).get("sessionId"), (meta or {}).get("rowsDigest")
+            for head in self._heads(batch):
+                sid, digest = head.get("sessionId"), head.get("rowsDigest")
                 if isinstance(sid, str) and isinstance(digest, str):
                     found[sid] = digest
         return found
+
+    def _heads(self, session_ids: Sequence[str]) -> list[dict[str, Any]]:
+        """The metadata of these sessions' ledger heads (none without a ledger)."""
+        try:
+            got = self._on_ledger(
+                "reading the ledger's heads",
+                lambda coll: coll.get(
+                    ids=[summary_row_id(s) for s in session_ids], include=["metadatas"]
+                ),
+            )
+        except CollectionNotFound:
+            return []
+        return [dict(m or {}) for m in got["metadatas"] or []]
 
     def has_memories_besides(self, session_id: str, memory_type: str) -> bool:
         """Whether the session has a memory of another type than memory_type (rows without
