@@ -106,8 +106,10 @@ def load(store: MemoryStore, rows: Sequence[tuple[str, str, dict]]) -> None:
 
 
 def stored_row(store: MemoryStore, sid: str) -> tuple[str, dict[str, Any]]:
-    stored = store.stored_summary(sid)  # the row, and its ledger entry's keys
-    assert stored is not None, f"no summary of {sid}"
+    # The row and its ledger entry's keys. The ledger entry is written first, and its keys
+    # alone lack the row's (memoryCount among them): the row is there when memoryCount is.
+    stored = store.stored_summary(sid)
+    assert stored is not None and "memoryCount" in stored[1], f"no summary row of {sid}"
     return stored
 
 

@@ -313,36 +313,43 @@ def test_a_failing_endpoint_leaves_the_prior_summary_and_the_object_says_why(
         assert "\n" not in cond["message"] and len(cond["message"]) < 400
         assert any(e["reason"] == cond["reason"] for e in harness.events(sid))
         assert row(store, sid) == good  # the good summary is untouched
-    finally:  # let the object recover, so it does not retry for the rest of the run
+    finally:  # the object recovers before the next test: no retry of it outlives this one
         model_server.default_reply = json.dumps(FIRST)
         harness.kubectl("apply", "-f", "-", input=good_yaml)
+        wait_for(
+            lambda: (summarized_condition(harness, sid) or {}).get("status") == "True",
+            90, 0.5, message=f"{sid}: recovered (Summarized=True)",
+        )  # fmt: skip
 
 
 def test_an_item_blended_from_a_deleted_memory_is_made_again_from_the_living_one(
-    store: MemoryStore, model_server: OpenAIServer
+    store: MemoryStore,
 ) -> None:
     """Issue 36: a model's item may blend what several memories said; when one of them is
-    deleted, the item goes and the model summarizes the living ones again."""
+    deleted, the item goes and the model summarizes the living ones again. The test has a
+    model server of its own: the operator's background passes over the shared one would take
+    its scripted replies."""
     sid = f"model-blend-{uuid.uuid4().hex[:6]}"
-    s = summarizer(model_server)
     rows = [
         interaction(sid, 0, 1_760_000_000_000, "The customer lives at 221B Baker Street."),
         interaction(sid, 1, 1_760_000_001_000, "Ship the invoice export on Friday."),
     ]
     load(store, rows)
     blended = "Model saw: ship the invoice to 221B Baker Street on Friday."
-    model_server.script_chat(Reply(json.dumps(reply(request=blended, decision="-", state="-"))))
-    summarize_session(store, sid, embed=embed, writer="it", trigger="manual", summarizer=s)
-    assert "221B Baker Street" in json.dumps(store.stored_summary(sid))
-    store.memories().delete(ids=[rows[0][0]])
     remade = "Model saw: ship the invoice export on Friday."
-    model_server.script_chat(Reply(json.dumps(reply(request=remade, decision="-", state="-"))))
-    outcome = summarize_session(
-        store, sid, embed=embed, writer="it", trigger="manual", summarizer=s
-    )
+    with running_openai_server(default_reply=json.dumps(FIRST)) as own:
+        s = summarizer(own)
+        own.script_chat(Reply(json.dumps(reply(request=blended, decision="-", state="-"))))
+        summarize_session(store, sid, embed=embed, writer="it", trigger="manual", summarizer=s)
+        assert "221B Baker Street" in json.dumps(store.stored_summary(sid))
+        store.memories().delete(ids=[rows[0][0]])
+        own.script_chat(Reply(json.dumps(reply(request=remade, decision="-", state="-"))))
+        outcome = summarize_session(
+            store, sid, embed=embed, writer="it", trigger="manual", summarizer=s
+        )
+        asked = own.requests_to("/chat/completions")[-1].body["messages"][1]["content"]
     assert outcome.kind == "summarized" and outcome.dropped_items >= 1
     stored = json.dumps(store.stored_summary(sid))
     assert "Baker Street" not in stored and remade in stored
     # The model was asked about the living memory only.
-    asked = model_server.requests_to("/chat/completions")[-1].body["messages"][1]["content"]
     assert "invoice export" in asked and "Baker Street" not in asked
