@@ -63,6 +63,7 @@ from devenv.bench import (
 )
 from devenv.demo_data import SAMPLE_SESSIONS, SampleSession, memory_rows
 from devenv.operator import start_operator
+from devenv.otlp import Receiver, running_receiver
 from devenv.processes import stop, tail, wait_for
 
 NS = "bench"  # and bench-load, bench-marker: each mode its own
@@ -84,6 +85,40 @@ def percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     rank = math.ceil(pct / 100 * len(ordered))
     return ordered[min(len(ordered), max(1, rank)) - 1]
+
+
+PHASE_ORDER = ("delivered", "queued", "claimed", "read", "summarized", "embedded", "written")
+
+
+def phase_lines(
+    otlp: Receiver, sessions: list[str], started_ns: list[int], latencies: list[float]
+) -> list[str]:
+    """The phase breakdown (controller/tracing.py, from the operator's traces) of the p50 and
+    p99 sunsets and the mean of all; `other`: the latency no phase accounts for (the bench's
+    poll, and for a retried pass the wait between attempts). The status phase comes after
+    the row is visible, so it is not in the latency: shown after the bar."""
+
+    def line(label: str, phases: dict[str, float], latency: float) -> str:
+        timed = sum(phases.get(p, 0.0) for p in PHASE_ORDER)
+        parts = " ".join(f"{p}={phases.get(p, 0.0):.0f}" for p in PHASE_ORDER)
+        return (
+            f"phases_ms {label} total={latency:.0f} {parts} other={latency - timed:.0f} "
+            f"| status={phases.get('status', 0.0):.0f}"
+        )
+
+    # spec.requestedAt, the trace's start, is in ms: up to 1 ms before the sunset's start.
+    per = [otlp.phases_ms(s, t - 10**6) for s, t in zip(sessions, started_ns, strict=False)]
+    if not any(per):
+        return ["phases_ms: no traces received"]
+    order = sorted(range(len(latencies)), key=lambda i: latencies[i])
+    lines = []
+    for pct in (50, 99):
+        i = order[min(len(order), max(1, math.ceil(pct / 100 * len(order)))) - 1]
+        lines.append(line(f"p{pct}(#{i + 1})", per[i], latencies[i]))
+    names = {*PHASE_ORDER, "status"}
+    mean = {p: statistics.mean(d.get(p, 0.0) for d in per) for p in names}
+    lines.append(line("mean", mean, statistics.mean(latencies)))
+    return lines
 
 
 def main() -> int:
@@ -118,7 +153,11 @@ def main() -> int:
         parser.error("--marker and --under-load measure different things; pick one")
     ns = NS + ("-load" if args.under_load else "-marker" if args.marker else "")
     work = Path(tempfile.mkdtemp(prefix="sso-bench-"))
-    with bench_control_plane(work / "cp") as cp, bench_chroma(work / "chroma") as chroma_url:
+    with (
+        bench_control_plane(work / "cp") as cp,
+        bench_chroma(work / "chroma") as chroma_url,
+        running_receiver() as otlp,
+    ):
         env = cp.env()
         spec: dict[str, Any] = {"store": {"url": chroma_url}}
         if not args.marker:  # --marker: the defaults (on, every 300 s, idle after 900 s)
@@ -173,13 +212,20 @@ def main() -> int:
         print(f"loaded {len(ids)} memories in {args.sessions} sessions", file=sys.stderr)
 
         log = work / "operator.log"
-        op_env = dict(env, SSO_REPLICA_ID="bench-operator")
+        # Each pass's trace goes to the receiver: the phases of the p50 and p99 sunsets.
+        op_env = dict(
+            env,
+            SSO_REPLICA_ID="bench-operator",
+            OTEL_EXPORTER_OTLP_ENDPOINT=otlp.url,
+            OTEL_BSP_SCHEDULE_DELAY="200",
+        )
         if args.sweep_tick:
             op_env["SSO_SWEEP_TICK_SECONDS"] = str(args.sweep_tick)
         operator = start_operator(log, op_env, "--standalone", "--namespace", ns)
         operator_started = time.monotonic()
         drained: list[str] = []  # the backlog's line (under load)
         latencies: list[float] = []
+        started_ns: list[int] = []  # each sunset's start, on the wall clock
         stop_load = threading.Event()
         load_rounds = [0]
 
@@ -249,6 +295,7 @@ def main() -> int:
                     time.sleep(jitter.uniform(0, tick))  # a random moment of the tick
                 t0 = time.monotonic()
                 wall0_ms = int(time.time() * 1000)
+                started_ns.append(time.time_ns())
                 if args.marker:
                     write_marker(sid, wall0_ms)
                     name = summary_object_name(sid)
@@ -285,7 +332,8 @@ def main() -> int:
             stop_load.set()
             if loader.is_alive():
                 loader.join(30)
-            stop(operator)
+            stop(operator)  # sends the traces still batched
+        breakdown = phase_lines(otlp, session_ids, started_ns, latencies)
     p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
     print(
         f"sessions={len(latencies)} mean_ms={statistics.mean(latencies):.0f} "
@@ -295,6 +343,7 @@ def main() -> int:
     # Which sunsets were slowest (1 = the first measured, right after the load started).
     worst = sorted(range(len(latencies)), key=lambda i: -latencies[i])[:5]
     print("slowest: " + " ".join(f"#{i + 1}={latencies[i]:.0f}ms" for i in worst))
+    print(*breakdown, sep="\n")
     if args.under_load:
         print(
             f"background: {load_rounds[0]} rounds of {len(others)} other summaries in flight, "

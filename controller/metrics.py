@@ -48,6 +48,13 @@ QUEUE_WAIT_SECONDS = Histogram(
     ["class"],
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )
+PHASE_SECONDS = Histogram(
+    "session_summary_pass_phase_seconds",
+    "Each phase of a pass's own time (controller/tracing.py): delivered, queued, claimed, "
+    "read, summarized, embedded, written, status.",
+    ["phase"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
 OTHER_WRITERS = Counter(
     "session_summary_other_writer_rewrites_total",
     "Summary rows of ours found rewritten by another writer (their text was carried).",
@@ -193,6 +200,10 @@ def observe_summary(result: str, seconds: float) -> None:
 def observe_queue_wait(klass: str, seconds: float) -> None:
     """How long a summarization of this scheduling class waited for a worker thread."""
     QUEUE_WAIT_SECONDS.labels(**{"class": klass}).observe(max(seconds, 0.0))
+
+
+def observe_phase(phase: str, seconds: float) -> None:
+    PHASE_SECONDS.labels(phase).observe(seconds)
 
 
 def observe_failure(reason: str) -> None:

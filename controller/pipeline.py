@@ -46,11 +46,13 @@ from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE, ExtractiveSummarizer
 from controller.upsert import (
     Embedder,
+    PhaseTimer,
     RowSeen,
     WriteGuard,
     WriteTurn,
     WriteWatcher,
     no_queue,
+    untimed,
     write_row,
 )
 
@@ -189,6 +191,18 @@ def _with_session_facts(summary: StructuredSummary, rows: SessionRows) -> Struct
     )
 
 
+def _timed(chunks: Iterable[list[Memory]], phase: PhaseTimer) -> Iterator[list[Memory]]:
+    """The chunks, each one's reading timed as phase read (a long session's memories are
+    read batch by batch as the pass takes its chunks)."""
+    it = iter(chunks)
+    while True:
+        with phase("read"):
+            chunk = next(it, None)
+        if chunk is None:
+            return
+        yield chunk
+
+
 def _late_only(chunk: Sequence[Memory], prior_key: tuple[int, str] | None) -> bool:
     """Every memory of the chunk is at or before the prior's watermark: it landed late."""
     return (
@@ -218,6 +232,7 @@ def summarize_session(
     watch: WriteWatcher | None = None,
     redaction: Redaction = DEFAULT_REDACTION,
     rebuild: bool = False,
+    phase: PhaseTimer = untimed,
 ) -> Outcome:
     """Brings the session's stored summary up to date with its memories.
 
@@ -239,9 +254,11 @@ def summarize_session(
     earlier release stored unmasked is written again, masked, even with nothing new).
     rebuild: the prior is set aside (not carried, not checked against): the summary is made
     from the living memories alone and replaces the stored one (spec.action Rebuild).
+    phase: times the pass's steps (read, summarized, embedded, written: tracing.py).
     """
     mask = PassRedaction(redaction)
-    stored, row_digest = store.read_prior(session_id)
+    with phase("read"):
+        stored, row_digest = store.read_prior(session_id)
     prior = None if rebuild else mask.prior(stored)
     # The row as this pass last saw it (read here, then each document it writes): another
     # writer's upsert meanwhile changes it, and then nothing is written over it.
@@ -251,7 +268,8 @@ def summarize_session(
     covered = _prior_coverage(structured)
     # The rows stream: the pass holds one chunk of memories at a time, never the session.
     excluded = functools.partial(is_excluded, excluded_types=excluded_types)
-    rows = store.session_rows(session_id, covered, exclude=excluded, mask=mask)
+    with phase("read"):
+        rows = store.session_rows(session_id, covered, exclude=excluded, mask=mask)
     if rows.total == 0 and not rows.untimed:
         return Outcome("not-found", session_id, 0)
     dropped, again = 0, list[Memory]()
@@ -259,7 +277,8 @@ def summarize_session(
         living = [*(row_id for _, row_id in rows.keys), *rows.untimed]
         if not isinstance(summarizer, ExtractiveSummarizer):  # a model's item blends memories
             structured, ids, dropped = partly_gone(structured, living)
-            again = [m for m in store.memories_by_id(ids, mask) if not excluded(m)]
+            with phase("read"):
+                again = [m for m in store.memories_by_id(ids, mask) if not excluded(m)]
         retitle = functools.partial(derived_title, session_id=session_id)
         kept, gone = forget_gone(structured, living, retitle)
         dropped += gone
@@ -306,6 +325,7 @@ def summarize_session(
             seen=seen,
             turn=turn,
             watch=watch,
+            phase=phase,
         )
 
     # Memories whose items went with a deleted one's are summarized again first (partly_gone).
@@ -314,7 +334,7 @@ def summarize_session(
     current: StructuredSummary | LegacySummary | None = prior
     passes = tokens = checkpoints = 0
     read_upto: tuple[int, str] | None = None
-    for chunk in chunks if new or again else iter([[]]):
+    for chunk in _timed(chunks, phase) if new or again else iter([[]]):
         if guard is not None:
             guard.check()  # a writer that lost its claim stops spending model calls
         if passes and stop is not None and stop():
@@ -328,7 +348,8 @@ def summarize_session(
             assert isinstance(current, StructuredSummary) and current.watermark is not None
             write(_checkpoint(current, rows, read_upto))
             checkpoints += 1
-        result = run_pass(session_id, chunk, current, summarizer)
+        with phase("summarized"):
+            result = run_pass(session_id, chunk, current, summarizer)
         summary = result.summary
         if _late_only(chunk, rows.prior_key) and isinstance(current, StructuredSummary):
             # Late memories are history: the latest state stays the latest memories'.
@@ -341,8 +362,9 @@ def summarize_session(
             read_upto = (chunk[-1].timestamp_ms, chunk[-1].id)
     assert isinstance(current, StructuredSummary)
     # What the summary covers: every row of the session, including excluded types.
-    final = _with_session_facts(current, rows)
-    validate_summary(final, prior)
+    with phase("summarized"):
+        final = _with_session_facts(current, rows)
+        validate_summary(final, prior)
     written_ms = write(final)
     return Outcome(
         "summarized",

@@ -22,6 +22,9 @@ What it holds, and who makes and closes each part:
   by close.
 - tasks: the process's own asyncio tasks (heap trim, claim collector, peering reporter).
   Made by the startup handler, cancelled by the cleanup handler (controller/operator.py).
+- tracer (controller/tracing.py): ends every pass's trace (the phase histograms; spans when
+  an OTLP endpoint is configured). Made by start from the environment; close sends what is
+  batched.
 - watch_writes: who else sees every store write (upsert.WriteEvent): nobody in the
   product; devenv.operator gives the chaos tests' journal to start.
 - stopping, leader, summarizers_changed: the stop flag, the active replica as last seen,
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +51,7 @@ from controller.kube.events import EventRecorder
 from controller.metrics import MetricsServer
 from controller.scheduling import PassScheduler, SchedulerLimits, usable_cpus
 from controller.summarizer_parts import SummarizerParts
+from controller.tracing import Tracer
 from controller.upkeep_state import UpkeepState
 from controller.upsert import WriteEvent
 
@@ -75,6 +80,7 @@ class Runtime:
     parts: SummarizerParts
     upkeep: UpkeepState
     options: RunOptions = RunOptions()
+    tracer: Tracer = field(default_factory=Tracer)
     watch_writes: WriteWatcher | None = None
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     metrics_server: MetricsServer | None = None
@@ -110,6 +116,7 @@ class Runtime:
             parts=SummarizerParts(scheduler, weights),
             upkeep=UpkeepState(),
             options=options or RunOptions(),
+            tracer=Tracer.from_env(os.environ),
             watch_writes=watch_writes,
         )
 
@@ -157,5 +164,6 @@ class Runtime:
         self.parts.close()
         self.weights.close()
         self.events.close(timeout=events_timeout_s)
+        self.tracer.close()
         if self.metrics_server is not None:
             self.metrics_server.stop()

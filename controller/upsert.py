@@ -75,6 +75,15 @@ def no_queue(store: str) -> AbstractContextManager[None]:
     return nullcontext()
 
 
+# Times a step of a pass as the named phase (tracing.PassTrace.phase).
+PhaseTimer = Callable[[str], AbstractContextManager[None]]
+
+
+def untimed(phase: str) -> AbstractContextManager[None]:
+    """No trace: the CLI and tests."""
+    return nullcontext()
+
+
 @dataclass
 class RowSeen:
     """The digest of the row's document as this pass last saw it (None: no row)."""
@@ -96,6 +105,7 @@ def write_row(
     seen: RowSeen | None = None,
     turn: WriteTurn = no_queue,
     watch: WriteWatcher | None = None,
+    phase: PhaseTimer = untimed,
 ) -> int:
     """Writes the row; returns the summarizedAt it stored (ms), which the status shows.
 
@@ -104,22 +114,24 @@ def write_row(
     writer rewrote the row during the pass (RowChangedDuringPass; the next pass carries its
     text). Chroma has no conditional write: what remains is the moment between that read
     and the upsert."""
-    document = render_document(
-        summary, store.location.memory_collection, max_chars=store.location.document_max_chars
-    )
-    summarized_at_ms = int(time.time() * 1000)
-    metadata = to_chroma_metadata(
-        summary,
-        writer=writer,
-        trigger=trigger,
-        summarized_at_ms=summarized_at_ms,
-        provenance=(provenance or Provenance()).with_document(document),
-        visibility=visibility,
-        document=document,
-    )
+    with phase("summarized"):  # the document is the summary as agents read it
+        document = render_document(
+            summary, store.location.memory_collection, max_chars=store.location.document_max_chars
+        )
+        summarized_at_ms = int(time.time() * 1000)
+        metadata = to_chroma_metadata(
+            summary,
+            writer=writer,
+            trigger=trigger,
+            summarized_at_ms=summarized_at_ms,
+            provenance=(provenance or Provenance()).with_document(document),
+            visibility=visibility,
+            document=document,
+        )
     # The document is bounded (summary_row.DOCUMENT_MAX_CHARS), so all of it is embedded;
     # MiniLM reads only its first 256 tokens anyway.
-    vector = embed([document[:EMBED_CHARS]])[0]
+    with phase("embedded"):
+        vector = embed([document[:EMBED_CHARS]])[0]
     store.check_embedding(len(vector))
     began_ms = int(time.time() * 1000)
     sid = summary.session_id
@@ -135,7 +147,7 @@ def write_row(
     try:
         # In deadline order, and the claim checked once the turn came: the wait is never
         # between the check and the write. The row's fence is read right before the upsert.
-        with turn(store.location.describe()):
+        with phase("written"), turn(store.location.describe()):
             found = store.read_row_state(sid)
             if seen is not None and found.digest != seen.digest:
                 outcome = "refused"

@@ -68,6 +68,7 @@ from controller.store.errors import (
     StoreUnavailable,
 )
 from controller.summarizers.chat_prompt import InvalidModelOutput, ModelUnavailable
+from controller.tracing import PassTrace
 from controller.upsert import WriteGuard
 
 WAIT_JITTER = 0.25  # of each wait for another writer's claim, added at random
@@ -166,7 +167,9 @@ def summarize_blocking(
     spec: SessionSummarySpec,
     guard: WriteGuard | None = None,
     writer_object: str = "",
+    trace: PassTrace | None = None,
 ) -> Outcome:
+    phase = (trace or PassTrace(spec.session_id)).phase
     with failures_shown():
         if spec.action == "Forget":
             return forget_session(
@@ -192,6 +195,7 @@ def summarize_blocking(
             turn=runtime.scheduler.store_write,
             watch=runtime.watch_writes,
             rebuild=spec.action == "Rebuild",
+            phase=phase,
         )
 
 
@@ -214,6 +218,7 @@ def summarize_claimed(
     summarizer_spec: dict[str, Any] | None,
     seen: ClaimMemory | None = None,
     started: Callable[[], None] | None = None,
+    trace: PassTrace | None = None,
 ) -> Outcome:
     """Takes the session's claim in its store, says the pass started (`started`: phase
     Summarizing), summarizes while a thread renews the claim (checked between passes and,
@@ -232,8 +237,9 @@ def summarize_claimed(
                 runtime.parts.backends(namespace, spec.summarizer_ref, summarizer)
             )
         return _claimed_pass(
-            runtime, backends, namespace, name, uid, generation, spec, seen, started
-        )
+            runtime, backends, namespace, name, uid, generation, spec, seen, started,
+            trace or PassTrace(spec.session_id),
+        )  # fmt: skip
 
 
 def _claimed_pass(
@@ -246,6 +252,7 @@ def _claimed_pass(
     spec: SessionSummarySpec,
     seen: ClaimMemory | None,
     started: Callable[[], None] | None,
+    trace: PassTrace,
 ) -> Outcome:
     config = runtime.config
     location = backends.store.location
@@ -261,16 +268,18 @@ def _claimed_pass(
         sighting=seen.sighting if seen else None,
         authority=runtime.fence_authority(),
     )
-    try:
-        with failures_shown():
-            handle.acquire()
-    finally:
-        if seen is not None:
-            seen.sighting = handle.sighting
+    with trace.phase("claimed"):
+        try:
+            with failures_shown():
+                handle.acquire()
+        finally:
+            if seen is not None:
+                seen.sighting = handle.sighting
     try:
         if started is not None:
-            started()
-        outcome = summarize_blocking(runtime, backends, spec, handle, f"{namespace}/{name}")
+            with trace.phase("claimed"):  # phase Summarizing, said once the claim is ours
+                started()
+        outcome = summarize_blocking(runtime, backends, spec, handle, f"{namespace}/{name}", trace)
         return dataclasses.replace(outcome, taken_over=handle.took_over)
     finally:
         handle.release()  # best effort: never raises
@@ -317,66 +326,70 @@ async def summarize(
         indexes["summarizer_specs"], namespace, parsed.summarizer_ref
     )
     on_start = _say_started(namespace, name, body, parsed.trigger)
+    trace = runtime.tracer.begin(
+        parsed.session_id, parsed.trigger, f"{namespace}/{name}",
+        parsed.requested_at if retry == 0 else None,
+    )  # fmt: skip
 
     # kopf's memo of this object (kept between attempts, dropped with the object).
     seen = memo.setdefault("claim", ClaimMemory())
 
     def job() -> Outcome:
         metrics.observe_queue_wait(slack.name.lower(), time.monotonic() - started)
+        trace.add("queued", trace.begun_ns, time.time_ns())
         return summarize_claimed(
-            runtime,
-            namespace,
-            name,
-            uid,
-            generation,
-            parsed,
-            summarizer_spec,
-            seen,
-            started=on_start,
-        )
+            runtime, namespace, name, uid, generation, parsed, summarizer_spec, seen,
+            started=on_start, trace=trace,
+        )  # fmt: skip
 
-    try:
-        background = parsed.trigger in BACKGROUND_TRIGGERS
-        outcome = await asyncio.wrap_future(
-            runtime.scheduler.submit(started + slack, job, background=background)
-        )
-    except ClaimHeld as held:
-        metrics.claim_conflict()
-        metrics.claim_wait()
-        # Backed off by this object's own count of looks (core/waiting.py), and never later
-        # than the claim could lapse as this replica has watched it (its own clock, never
-        # the other writer's expiry against ours): a dead writer's session is taken over
-        # as soon as the lease rules allow.
-        backoff = _claim_wait(retry)
-        delay = min(backoff, held.retry_after_s + random.uniform(0, 0.5))
-        logger.info("session %s: %s; looking again in %.1fs", parsed.session_id, held, delay)
-        if held.claim.writer.owner_uid not in (uid, ""):
-            # Another object names the same session: say which one owns it for now.
-            record_waiting(body, patch, held, runtime.events)
-        # Else another replica serves this very object: it writes the status.
-        raise kopf.TemporaryError(str(held), delay=delay) from None
-    except ClaimContended as contended:
-        # The claim changed under us on every try and nobody holds it now: look again as
-        # soon as a wait for another writer would (core/waiting.py), not after a failure's
-        # backoff.
-        metrics.claim_conflict()
-        delay = _claim_wait(retry)
-        logger.info("session %s: %s; looking again in %.1fs", parsed.session_id, contended, delay)
-        raise kopf.TemporaryError(str(contended), delay=delay) from None
-    except ClaimLost as lost:
-        metrics.claim_conflict()
-        logger.warning("session %s: %s", parsed.session_id, lost)
-        raise kopf.TemporaryError(str(lost), delay=backoff_seconds(retry)) from None
-    except PassInterrupted as stopped:
-        logger.info("session %s: %s", parsed.session_id, stopped)
-        raise kopf.TemporaryError(str(stopped), delay=backoff_seconds(retry)) from None
-    except Failure as failure:
-        metrics.observe_summary("failed", time.monotonic() - started)
-        metrics.observe_failure(failure.reason)
-        record_failure(body, patch, failure, logger, parsed, runtime.events)
-    metrics.observe_summary(outcome.kind, time.monotonic() - started)
-    metrics.add_model_tokens(outcome.tokens_used)
-    if outcome.kind == "forgotten":
-        report_forgotten(body, patch, parsed, outcome, runtime.events)
-    else:
-        report(body, patch, parsed, outcome, runtime.events)
+    with runtime.tracer.ending(trace):  # every attempt's trace ends, however it ends
+        try:
+            background = parsed.trigger in BACKGROUND_TRIGGERS
+            outcome = await asyncio.wrap_future(
+                runtime.scheduler.submit(started + slack, job, background=background)
+            )
+        except ClaimHeld as held:
+            metrics.claim_conflict()
+            metrics.claim_wait()
+            # Backed off by this object's own count of looks (core/waiting.py), and never later
+            # than the claim could lapse as this replica has watched it (its own clock, never
+            # the other writer's expiry against ours): a dead writer's session is taken over
+            # as soon as the lease rules allow.
+            backoff = _claim_wait(retry)
+            delay = min(backoff, held.retry_after_s + random.uniform(0, 0.5))
+            logger.info("session %s: %s; looking again in %.1fs", parsed.session_id, held, delay)
+            if held.claim.writer.owner_uid not in (uid, ""):
+                # Another object names the same session: say which one owns it for now.
+                record_waiting(body, patch, held, runtime.events)
+            # Else another replica serves this very object: it writes the status.
+            raise kopf.TemporaryError(str(held), delay=delay) from None
+        except ClaimContended as contended:
+            # The claim changed under us on every try and nobody holds it now: look again as
+            # soon as a wait for another writer would (core/waiting.py), not after a failure's
+            # backoff.
+            metrics.claim_conflict()
+            delay = _claim_wait(retry)
+            logger.info(
+                "session %s: %s; looking again in %.1fs", parsed.session_id, contended, delay
+            )
+            raise kopf.TemporaryError(str(contended), delay=delay) from None
+        except ClaimLost as lost:
+            metrics.claim_conflict()
+            logger.warning("session %s: %s", parsed.session_id, lost)
+            raise kopf.TemporaryError(str(lost), delay=backoff_seconds(retry)) from None
+        except PassInterrupted as stopped:
+            logger.info("session %s: %s", parsed.session_id, stopped)
+            raise kopf.TemporaryError(str(stopped), delay=backoff_seconds(retry)) from None
+        except Failure as failure:
+            trace.outcome = "failed"
+            metrics.observe_summary("failed", time.monotonic() - started)
+            metrics.observe_failure(failure.reason)
+            record_failure(body, patch, failure, logger, parsed, runtime.events)
+        trace.outcome = outcome.kind
+        metrics.observe_summary(outcome.kind, time.monotonic() - started)
+        metrics.add_model_tokens(outcome.tokens_used)
+        with trace.phase("status"):
+            if outcome.kind == "forgotten":
+                report_forgotten(body, patch, parsed, outcome, runtime.events)
+            else:
+                report(body, patch, parsed, outcome, runtime.events)

@@ -25,6 +25,7 @@ from controller.store.memory_store import MemoryStore
 from devenv.chroma import ChromaServer
 from devenv.controlplane import REPO_ROOT, ControlPlane, free_port
 from devenv.operator import start_operator
+from devenv.otlp import Receiver, running_receiver
 from devenv.processes import stop, tail, wait_for
 
 NS = "ops"
@@ -44,6 +45,8 @@ class Harness:
     chroma: ChromaServer
     log: Path
     metrics_url: str = ""
+    # The OTLP/HTTP receiver the operator exports its pass traces to (controller/tracing.py).
+    otlp: Receiver | None = None
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
         return self.cp.kubectl_run("-n", NS, *args, input=input, check=check).stdout
@@ -125,7 +128,9 @@ def harness(
     cp.kubectl_run("create", "namespace", NS, check=False)
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     metrics_port = free_port()
-    h = Harness(cp, chroma_server, log, metrics_url=f"http://127.0.0.1:{metrics_port}/metrics")
+    otlp = contextlib.ExitStack()
+    receiver = otlp.enter_context(running_receiver())
+    h = Harness(cp, chroma_server, log, f"http://127.0.0.1:{metrics_port}/metrics", otlp=receiver)
     # In-process API calls (controller.kube.client) aim at this control plane too.
     os.environ["KUBECONFIG"] = str(cp.kubeconfig)
     kube.api_client.cache_clear()
@@ -139,12 +144,15 @@ def harness(
         SSO_FAILURE_GATE="3",
         SSO_EMBEDDING_REPROBE_SECONDS="2",
         SSO_METRICS_PORT=str(metrics_port),
+        OTEL_EXPORTER_OTLP_ENDPOINT=receiver.url,
+        OTEL_BSP_SCHEDULE_DELAY="200",  # ms: the spans reach the receiver soon after a pass
     )
     proc = start_operator(log, env, "--standalone", "--namespace", NS)
     try:
         yield h
     finally:
         stop(proc)
+        otlp.close()
         print("operator log tail:\n" + tail(log, 60))
 
 
