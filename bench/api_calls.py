@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 import tempfile
 import time
-from collections import Counter
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -48,9 +46,11 @@ from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from devenv.bench import (
     QuickRuns,
+    audit_calls,
     bench_chroma,
     bench_control_plane,
     create_summarizer,
+    operator_kubeconfig,
     parse_bench_args,
 )
 from devenv.controlplane import REPO_ROOT
@@ -101,25 +101,6 @@ def load_sessions(store: MemoryStore, sessions: list[str], memories: int | None 
     store.add_memories(ids, docs, metas, create=True)
 
 
-def count(audit: Path, user: str, start_ms: int, end_ms: int) -> Counter[tuple[str, str]]:
-    calls: Counter[tuple[str, str]] = Counter()
-    for line in audit.read_text().splitlines():
-        event = json.loads(line)
-        if event.get("user", {}).get("username") != user:
-            continue
-        when = event.get("requestReceivedTimestamp", "")
-        stamp = time.mktime(time.strptime(when[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
-        ms = int(stamp * 1000) + int(when[20:26] or 0) // 1000
-        if not start_ms <= ms <= end_ms:
-            continue
-        ref = event.get("objectRef") or {}
-        resource = ref.get("resource", "?") + (
-            f"/{ref['subresource']}" if ref.get("subresource") else ""
-        )
-        calls[(event.get("verb", "?"), resource)] += 1
-    return calls
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sessions", type=int, default=20)
@@ -160,15 +141,7 @@ def main() -> int:
                 "timeoutSeconds": 60,
             }
         create_summarizer(cp, ns, spec)
-        cp.kubectl_run("-n", ns, "create", "serviceaccount", sa)
-        cp.kubectl_run(
-            "create",
-            "clusterrolebinding",
-            sa,
-            "--clusterrole=cluster-admin",
-            f"--serviceaccount={ns}:{sa}",
-        )
-        sa_config = cp.service_account_kubeconfig(ns, sa, work / "operator.kubeconfig")
+        sa_config = operator_kubeconfig(cp, ns, sa, work / "operator.kubeconfig")
         location = StoreLocation(
             url=chroma_url,
             memory_collection=store_spec.get("memoryCollection", "neo-agent-memory"),
@@ -218,7 +191,7 @@ def main() -> int:
             end = int(time.time() * 1000)
         finally:
             stop(operator)
-        calls = count(cp.audit_log, f"system:serviceaccount:{ns}:{sa}", start, end)
+        calls = audit_calls(cp.audit_log, f"system:serviceaccount:{ns}:{sa}", start, end)
     per_summary = sum(n for (verb, _), n in calls.items() if verb not in PER_CLOCK)
     print(f"{'verb':8} {'resource':40} {'calls':>6} {'per summary':>12}")
     for (verb, resource), n in sorted(calls.items(), key=lambda kv: (-kv[1], kv[0])):

@@ -30,7 +30,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
 import json
-import os
 import tempfile
 import time
 from typing import Any, cast
@@ -51,7 +50,7 @@ from devenv.bench import (
 )
 from devenv.demo_data import SAMPLE_SESSIONS, SampleSession, memory_rows
 from devenv.operator import start_operator
-from devenv.processes import stop, tail, wait_for
+from devenv.processes import cpu_seconds, stop, tail, wait_for
 
 NS = "bench-reconcile"
 QUICK_RUNS: QuickRuns = [
@@ -60,12 +59,6 @@ QUICK_RUNS: QuickRuns = [
         "reconcile rows=<n> rows_per_s=<x> cpu_pct=<x> sunset_p99_ms=<n> idle_sunset_p99_ms=<n>",
     )
 ]
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
 
 
 def load_collection(store: MemoryStore, rows: int, sessions: int, now_ms: int) -> None:

@@ -61,6 +61,7 @@ from devenv.bench import (
     parse_bench_args,
     summary_written_at,
 )
+from devenv.controlplane import REPO_ROOT
 from devenv.demo_data import SAMPLE_SESSIONS, SampleSession, memory_rows
 from devenv.operator import start_operator
 from devenv.otlp import Receiver, running_receiver
@@ -107,7 +108,9 @@ def phase_lines(
         )
 
     # spec.requestedAt, the trace's start, is in ms: up to 1 ms before the sunset's start.
-    per = [otlp.phases_ms(s, t - 10**6) for s, t in zip(sessions, started_ns, strict=False)]
+    since = {s: t - 10**6 for s, t in zip(sessions, started_ns, strict=False)}
+    found = otlp.phases_ms(since)
+    per = [found[s] for s in sessions[: len(latencies)]]
     if not any(per):
         return ["phases_ms: no traces received"]
     order = sorted(range(len(latencies)), key=lambda i: latencies[i])
@@ -145,6 +148,13 @@ def main() -> int:
         "--marker",
         action="store_true",
         help="sunset by writing a sunset marker memory into Chroma (no Kubernetes call)",
+    )
+    parser.add_argument(
+        "--operator-src",
+        type=Path,
+        default=REPO_ROOT,
+        help="run the operator from this checkout (a git worktree of an earlier commit: "
+        "a before/after on the same machine)",
     )
     args = parse_bench_args(
         parser, sessions=3, memories=2, timeout=30, others=4, backlog=10, sweep_tick=1
@@ -221,7 +231,9 @@ def main() -> int:
         )
         if args.sweep_tick:
             op_env["SSO_SWEEP_TICK_SECONDS"] = str(args.sweep_tick)
-        operator = start_operator(log, op_env, "--standalone", "--namespace", ns)
+        operator = start_operator(
+            log, op_env, "--standalone", "--namespace", ns, cwd=args.operator_src
+        )
         operator_started = time.monotonic()
         drained: list[str] = []  # the backlog's line (under load)
         latencies: list[float] = []

@@ -26,6 +26,15 @@ at neo's 4096 dimensions (the test server on loopback, model
 text-embedding-qwen3-embedding-8b: the configuration neo memory-core users run,
 docs/migrating-from-neo.md). Last line:
 extractive_throughput embedding=<text> dim=<n> summaries_per_s=<x> backlog=<n> drain_s=<s>
+operator_cost embedding=<text> cpu_ms_per_summary=<n> api_calls_per_summary=<x>
+
+The last line is the operator's own cost with the embedding remote: its process's CPU over
+the drain per summary (the operator's path alone: no model, no embedding), and its
+Kubernetes API calls per summary, counted on the apiserver's audit log (the operator runs
+as a ServiceAccount of its own; lists and watches, on a clock, left out). Each drain's
+figures, the local one's too, are printed on the line after it.
+--before-src DIR measures the same first with the operator of another checkout (a git
+worktree of an earlier commit) and prints after/before ratios: a before/after in one run.
 """
 
 from __future__ import annotations
@@ -53,14 +62,16 @@ from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from devenv.bench import (
     QuickRuns,
+    audit_calls,
     bench_chroma,
     bench_control_plane,
     create_summarizer,
+    operator_kubeconfig,
     parse_bench_args,
 )
-from devenv.controlplane import ControlPlane
+from devenv.controlplane import REPO_ROOT, ControlPlane
 from devenv.operator import start_operator
-from devenv.processes import stop, tail
+from devenv.processes import cpu_seconds, stop, tail
 from tests.support.openai_server import OpenAIServer, running_openai_server
 
 # The smoke tier (tests/bench) runs `--quick` plus each argument list and checks that the
@@ -73,8 +84,7 @@ QUICK_RUNS: QuickRuns = [
     ),
     (
         ["--backend", "extractive", "--remote-embedding"],
-        "extractive_throughput embedding=<text> dim=<n> summaries_per_s=<x> backlog=<n> "
-        "drain_s=<s>",
+        "operator_cost embedding=<text> cpu_ms_per_summary=<n> api_calls_per_summary=<x>",
     ),
 ]
 NEO_DIMENSION = 4096
@@ -232,10 +242,13 @@ def run_extractive(
     trigger: str,
     embedding: dict[str, str] | None = None,
     ns: str = "tp-extractive",
-) -> tuple[float, float]:
-    """(summaries per second, drain seconds) for a backlog summarized by the extractive
-    backend with the local embedding, or with `embedding` (a spec.embedding), in a
-    namespace of its own (ns: benches may share a control plane)."""
+    operator_src: Path = REPO_ROOT,
+) -> Drain:
+    """A backlog summarized by the extractive backend with the local embedding, or with
+    `embedding` (a spec.embedding), in a namespace of its own (ns: benches may share a
+    control plane), by the operator of operator_src. The operator runs as a ServiceAccount
+    of its own: its API calls in the drain's window are counted on the audit log; its CPU
+    (/proc) over the same window."""
     store_spec = {
         "url": chroma_url,
         "memoryCollection": f"{ns}-memory",
@@ -279,10 +292,12 @@ def run_extractive(
             embeddings=np.full((len(ids[start:end]), 384), 0.05, dtype=np.float32),
         )
     log = work / f"operator-{ns}.log"
-    operator = start_operator(log, dict(cp.env()), "--standalone", "--namespace", ns)
+    kubeconfig = operator_kubeconfig(cp, ns, "sso-tp", work / f"{ns}.kubeconfig")
+    env = dict(cp.env(), KUBECONFIG=str(kubeconfig))
+    operator = start_operator(log, env, "--standalone", "--namespace", ns, cwd=operator_src)
     try:
         time.sleep(3)  # initial list/watch
-        t0 = time.monotonic()
+        t0, cpu0, start_ms = time.monotonic(), cpu_seconds(operator.pid), int(time.time() * 1000)
         with ThreadPoolExecutor(max_workers=8) as pool:
             names = {
                 name
@@ -295,10 +310,38 @@ def run_extractive(
             done = wait_all_summarized(ns, names, 1800)
         except TimeoutError as exc:
             raise SystemExit(f"{exc}\n{tail(log)}") from None
+        cpu = cpu_seconds(operator.pid) - cpu0
+        end_ms = int(time.time() * 1000)
     finally:
         stop(operator)
-    print(f"requests sent in {requested - t0:.1f}s", flush=True)
-    return backlog / (done - t0), done - t0
+    time.sleep(1)  # the audit log's last lines
+    calls = audit_calls(cp.audit_log, f"system:serviceaccount:{ns}:sso-tp", start_ms, end_ms)
+    per_summary = {k: n for k, n in calls.items() if k[0] not in ("list", "watch")}
+    print(
+        f"requests sent in {requested - t0:.1f}s; the operator's calls: "
+        + " ".join(f"{v} {r}={n}" for (v, r), n in sorted(calls.items())),
+        flush=True,
+    )
+    return Drain(
+        backlog / (done - t0),
+        done - t0,
+        1000 * cpu / backlog,
+        sum(per_summary.values()) / backlog,
+    )
+
+
+class Drain(NamedTuple):
+    summaries_per_s: float
+    drain_s: float
+    cpu_ms_per_summary: float  # the operator process's CPU (utime + stime) over the drain
+    api_calls_per_summary: float  # lists and watches (on a clock) left out
+
+    def figures(self, backlog: int) -> str:
+        return (
+            f"summaries_per_s={self.summaries_per_s:.1f} backlog={backlog} "
+            f"drain_s={self.drain_s:.1f} cpu_ms_per_summary={self.cpu_ms_per_summary:.0f} "
+            f"api_calls_per_summary={self.api_calls_per_summary:.2f}"
+        )
 
 
 def main() -> int:
@@ -320,42 +363,71 @@ def main() -> int:
     )
     parser.add_argument("--levels", default="1,4,16")
     parser.add_argument(
+        "--operator-src", type=Path, default=REPO_ROOT, help="run the operator from this checkout"
+    )
+    parser.add_argument(
+        "--before-src",
+        type=Path,
+        default=None,
+        help="extractive: first the same with the operator of this checkout (e.g. a git "
+        "worktree of an earlier commit), then after/before ratios",
+    )
+    parser.add_argument(
         "--workers", type=int, default=None, help="SSO_WORKERS (default: the operator's)"
     )
     # C = 16, the figure's level, for one round: 16 sessions, one model pass each.
     args = parse_bench_args(parser, backlog=4, latency=0.2, rounds=1, levels="16")
     work = Path(tempfile.mkdtemp(prefix="sso-tp-"))
     if args.backend == "extractive":
+        runs = [("before", args.before_src)] if args.before_src else []
+        runs.append(("after" if args.before_src else "", args.operator_src))
+        results: dict[tuple[str, str], Drain] = {}
         with (
             bench_control_plane(work / "cp") as cp,
             bench_chroma(work / "chroma") as chroma_url,
+            running_openai_server(
+                embedding_dimension=NEO_DIMENSION, embedding_model=NEO_EMBEDDING_MODEL
+            ) as endpoint,
         ):
-            both = "-local" if args.remote_embedding else ""
-            rate, drain = run_extractive(
-                cp, chroma_url, work, args.backlog, args.trigger, ns=f"tp-extractive{both}"
-            )
-            figures = f"summaries_per_s={rate:.1f} backlog={args.backlog} drain_s={drain:.1f}"
-            print(f"extractive_throughput {figures}", flush=True)
-            if args.remote_embedding:
-                with running_openai_server(
-                    embedding_dimension=NEO_DIMENSION, embedding_model=NEO_EMBEDDING_MODEL
-                ) as endpoint:
-                    remote = {
-                        "provider": "openai",
-                        "baseUrl": endpoint.base_url,
-                        "model": NEO_EMBEDDING_MODEL,
-                    }
-                    rate, drain = run_extractive(
-                        cp,
-                        chroma_url,
-                        work,
-                        args.backlog,
-                        args.trigger,
-                        remote,
-                        ns="tp-extractive-remote",
+            remote = {
+                "provider": "openai",
+                "baseUrl": endpoint.base_url,
+                "model": NEO_EMBEDDING_MODEL,
+            }
+            embeddings = [("local", None)] + ([("remote", remote)] if args.remote_embedding else [])
+            for label, src in runs:
+                for kind, embedding in embeddings:
+                    ns = "-".join(p for p in ("tp-extractive", kind, label) if p)
+                    drain = run_extractive(
+                        cp, chroma_url, work, args.backlog, args.trigger, embedding, ns, src
                     )
-                figures = f"summaries_per_s={rate:.1f} backlog={args.backlog} drain_s={drain:.1f}"
-                print(f"extractive_throughput embedding=remote dim={NEO_DIMENSION} {figures}")
+                    results[(label, kind)] = drain
+                    print(f"{label or 'this'} {kind}: {drain.figures(args.backlog)}", flush=True)
+        if args.before_src:
+            for kind, _ in embeddings:
+                before, after = results[("before", kind)], results[("after", kind)]
+                print(
+                    f"after/before {kind}: summaries_per_s x"
+                    f"{after.summaries_per_s / before.summaries_per_s:.2f} cpu_ms_per_summary "
+                    f"x{after.cpu_ms_per_summary / before.cpu_ms_per_summary:.2f} "
+                    f"api_calls_per_summary x"
+                    f"{after.api_calls_per_summary / before.api_calls_per_summary:.2f}"
+                )
+        label = "after" if args.before_src else ""
+        for kind, _ in embeddings:
+            got = results[(label, kind)]
+            remote_only = f"embedding=remote dim={NEO_DIMENSION} " if kind == "remote" else ""
+            print(
+                f"extractive_throughput {remote_only}summaries_per_s={got.summaries_per_s:.1f} "
+                f"backlog={args.backlog} drain_s={got.drain_s:.1f}",
+                flush=True,
+            )
+        if args.remote_embedding:
+            got = results[(label, "remote")]
+            print(
+                f"operator_cost embedding=remote cpu_ms_per_summary={got.cpu_ms_per_summary:.0f} "
+                f"api_calls_per_summary={got.api_calls_per_summary:.2f}"
+            )
         return 0
     efficiency: dict[int, float] = {}
     with (

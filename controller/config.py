@@ -56,6 +56,9 @@ class OperatorConfig(BaseSettings):
     # How often a pass renews its claim (unset: a third of the duration). A pass that ends
     # sooner never renews.
     claim_renew_seconds: float | None = Field(default=None, gt=0)
+    # A pass still running this long after it took its claim says so (phase Summarizing);
+    # a shorter one goes from its request straight to its outcome: one status write, not two.
+    summarizing_after_seconds: float = Field(default=2.0, ge=0)
     # How often abandoned claims (their writer died) are looked for and deleted.
     claim_collect_seconds: float = Field(default=60.0, gt=0)
     # How soon a pass waiting for another writer's claim looks again: the first look after

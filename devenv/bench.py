@@ -18,6 +18,8 @@ import argparse
 import contextlib
 import json
 import os
+import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -113,3 +115,35 @@ def summary_written_at(store: Any, session_id: str) -> int:
     if head[0].get("rowDigest") != row[0].get("documentDigest"):
         return 0
     return int(head[0].get("summarizedAt") or 0)
+
+
+def operator_kubeconfig(cp: ControlPlane, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig of a ServiceAccount of its own (cluster-admin) for the operator under
+    bench: every API request it makes is then its own in the audit log (audit_calls)."""
+    cp.kubectl_run("-n", namespace, "create", "serviceaccount", account)
+    cp.kubectl_run(
+        "create", "clusterrolebinding", f"{namespace}-{account}", "--clusterrole=cluster-admin",
+        f"--serviceaccount={namespace}:{account}",
+    )  # fmt: skip
+    return cp.service_account_kubeconfig(namespace, account, path)
+
+
+def audit_calls(audit: Path, user: str, start_ms: int, end_ms: int) -> Counter[tuple[str, str]]:
+    """The requests `user` made between start_ms and end_ms, by (verb, resource), from the
+    apiserver's audit log."""
+    calls: Counter[tuple[str, str]] = Counter()
+    for line in audit.read_text().splitlines():
+        event = json.loads(line)
+        if event.get("user", {}).get("username") != user:
+            continue
+        when = event.get("requestReceivedTimestamp", "")
+        stamp = time.mktime(time.strptime(when[:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone
+        ms = int(stamp * 1000) + int(when[20:26] or 0) // 1000
+        if not start_ms <= ms <= end_ms:
+            continue
+        ref = event.get("objectRef") or {}
+        resource = ref.get("resource", "?") + (
+            f"/{ref['subresource']}" if ref.get("subresource") else ""
+        )
+        calls[(event.get("verb", "?"), resource)] += 1
+    return calls

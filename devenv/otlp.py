@@ -83,22 +83,25 @@ class Receiver:
 
     def passes(self) -> dict[str, tuple[Span, list[Span]]]:
         """Each pass's root span and its phase spans, by trace id."""
-        spans = self.received()
-        roots = {s.trace_id: s for s in spans if not s.parent_id}
-        return {
-            tid: (root, [s for s in spans if s.trace_id == tid and s.parent_id])
-            for tid, root in roots.items()
-        }
+        roots: dict[str, Span] = {}
+        children: dict[str, list[Span]] = {}
+        for span in self.received():
+            if span.parent_id:
+                children.setdefault(span.trace_id, []).append(span)
+            else:
+                roots[span.trace_id] = span
+        return {tid: (root, children.get(tid, [])) for tid, root in roots.items()}
 
-    def phases_ms(self, session_id: str, since_ns: int = 0) -> dict[str, float]:
-        """The session's passes that began at or after since_ns (a retried attempt's too):
-        each phase's time in ms, summed over them."""
-        out: dict[str, float] = {}
+    def phases_ms(self, since_ns: dict[str, int]) -> dict[str, dict[str, float]]:
+        """For each session of since_ns, its passes that began at or after its time there
+        (a retried attempt's too): each phase's time in ms, summed over them."""
+        out: dict[str, dict[str, float]] = {sid: {} for sid in since_ns}
         for root, phases in self.passes().values():
-            if root.attributes.get("session.id") != session_id or root.start_ns < since_ns:
+            sid = str(root.attributes.get("session.id"))
+            if sid not in since_ns or root.start_ns < since_ns[sid]:
                 continue
             for span in phases:
-                out[span.name] = out.get(span.name, 0.0) + span.seconds * 1000
+                out[sid][span.name] = out[sid].get(span.name, 0.0) + span.seconds * 1000
         return out
 
 

@@ -77,3 +77,9 @@ def tail(path: Path, lines: int = 40) -> str:
     if not path.exists():
         return f"({path} missing)"
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def cpu_seconds(pid: int) -> float:
+    """The process's CPU time so far (utime + stime of /proc/<pid>/stat), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

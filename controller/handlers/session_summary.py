@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -275,19 +276,23 @@ def _claimed_pass(
         finally:
             if seen is not None:
                 seen.sighting = handle.sighting
+    # Phase Summarizing only for a pass still running after a while (a timer's thread); the
+    # outcome's status waits for that patch, so it never lands over the outcome.
+    saying = threading.Timer(config.summarizing_after_seconds, started or (lambda: None))
+    saying.daemon = True
+    saying.start()
     try:
-        if started is not None:
-            with trace.phase("claimed"):  # phase Summarizing, said once the claim is ours
-                started()
         outcome = summarize_blocking(runtime, backends, spec, handle, f"{namespace}/{name}", trace)
         return dataclasses.replace(outcome, taken_over=handle.took_over)
     finally:
+        saying.cancel()
+        saying.join()  # at once when cancelled in time; else until its patch is done
         handle.release()  # best effort: never raises
 
 
 def _say_started(namespace: str, name: str, body: kopf.Body, trigger: str) -> Callable[[], None]:
-    """Writes phase Summarizing once a pass has its claim (a pass that only waits for one
-    stays Pending). Best effort: the pass's outcome is written anyway."""
+    """Writes phase Summarizing for a pass holding its claim after SSO_SUMMARIZING_AFTER_
+    SECONDS (one waiting for a claim stays Pending). Best effort, the outcome is written."""
 
     def started() -> None:
         try:

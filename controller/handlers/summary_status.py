@@ -391,5 +391,8 @@ def report(
         provenance=provenance,
         **common,
     )
-    reason = "Rebuilt" if outcome.rebuilt else "Summarized"
-    events.post(body, type_="Normal", reason=reason, message=message)
+    # An Event says what changed: a first summary, a recovery, a rebuild; a summary brought
+    # up to date once more is in the status (summarizedAt, memoryCount), not in an Event.
+    if outcome.rebuilt or (body.get("status") or {}).get("phase") != "Summarized":
+        reason = "Rebuilt" if outcome.rebuilt else "Summarized"
+        events.post(body, type_="Normal", reason=reason, message=message)

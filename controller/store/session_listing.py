@@ -36,6 +36,7 @@ from controller.store.row_keys import RowKeys, RowKeysBuilder
 LIST_PAGE = 1000
 GET_BATCH = 500
 ID_PAGE = 5000  # ids only: a few bytes a row
+SMALL_SESSION = 50  # rows: listed whole in one request (list_session)
 NAMED_UNTRUSTED = 10
 
 
@@ -116,8 +117,11 @@ def list_session(
     mask: PassRedaction,
 ) -> SessionRows:
     """Lists the session and decides what the pass reads (MemoryStore.session_rows): only
-    the rows added since the prior when nothing else changed (list_appended), else all."""
-    appended = list_appended(coll, session_id, prior, exclude, mask)
+    the rows added since the prior when nothing else changed (list_appended), else all. A
+    session the prior counted at most SMALL_SESSION rows of is listed whole: one request
+    (its rows and their text) costs the store less than list_appended's two."""
+    small = prior.digest is not None and prior.digest.count <= SMALL_SESSION
+    appended = None if small else list_appended(coll, session_id, prior, exclude, mask)
     if appended is not None:
         return appended
     return _list_all(coll, session_id, prior, exclude, read_batch, mask)
