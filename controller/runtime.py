@@ -103,6 +103,7 @@ class Runtime:
             SchedulerLimits(
                 workers=config.workers,
                 background_workers=max(2, config.workers // 4),
+                first_workers=max(2, config.workers // 4),
                 cores=config.cpu_slots or usable_cpus(),
                 store_writes=config.store_write_slots,
             )

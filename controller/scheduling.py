@@ -14,8 +14,10 @@ So a session that just ended goes ahead of a queue of re-summaries and of the sw
 backlog, and the order is still fair: a job is passed only by jobs whose deadline is
 earlier than its own, and every job queued after that deadline has a later one, so a job
 can be passed only by jobs of an earlier class that arrive within its slack after it;
-none is starved (docs/operations.md, "Scheduling"). A pass keeps its deadline at every
-queue: the core and the store write go to the pass queued first for a worker.
+none is starved (docs/operations.md, "Scheduling"). At the core and store-write queues a
+pass's deadline counts from the moment it got its worker (plus its slack): the time it
+waited for a worker does not make a backlog's pass outrank, there, a session that just
+ended; it is passed only by passes that got a worker within its slack after it.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -157,11 +159,17 @@ class DeadlineQueue(Generic[Item]):
         with self._cond:
             return self.slots - self._free
 
+    def free(self) -> int:
+        """Slots no one holds and no queued item is about to take."""
+        with self._cond:
+            return max(0, self._free - len(self._heap))
+
 
 @dataclass
 class _Job:
     future: Future[Any]
     run: Callable[[], Any]
+    submitted: float = field(default_factory=time.monotonic)
 
 
 class _WorkerPool:
@@ -195,7 +203,8 @@ class _WorkerPool:
             try:
                 if not job.future.set_running_or_notify_cancel():
                     continue
-                self._running.deadline = deadline
+                # Its deadline at the shared queues: its slack from now, not from its queueing.
+                self._running.deadline = deadline + (time.monotonic() - job.submitted)
                 try:
                     result = job.run()
                 except BaseException as exc:  # the caller sees it on the future
@@ -242,6 +251,8 @@ class SchedulerLimits:
     background_workers: int  # passes at once for the sweep and the refreshes
     cores: int  # local embeddings at once
     store_writes: int  # summary upserts in flight at once, per store
+    # Threads only first summaries use when the foreground's are all taken (0: none).
+    first_workers: int = 0
 
 
 class PassScheduler:
@@ -264,13 +275,27 @@ class PassScheduler:
             "foreground": _WorkerPool("summarize", limits.workers, self._running),
             "background": _WorkerPool("summarize-sweep", limits.background_workers, self._running),
         }
+        if limits.first_workers:
+            self.pools["first"] = _WorkerPool(
+                "summarize-first", limits.first_workers, self._running
+            )
         self._cores: DeadlineQueue[None] = DeadlineQueue(limits.cores)
         self._store_writes: dict[str, _StoreQueue] = {}
         self._lock = threading.Lock()
 
-    def submit(self, deadline: float, fn: Callable[[], T], *, background: bool) -> Future[T]:
-        """Runs fn on a worker thread of its pool once its deadline comes first there."""
-        return self.pools["background" if background else "foreground"].submit(deadline, fn)
+    def submit(
+        self, deadline: float, fn: Callable[[], T], *, background: bool, first: bool = False
+    ) -> Future[T]:
+        """Runs fn on a worker thread of its pool once its deadline comes first there. A first
+        summary runs on a foreground thread if one is free, else on one of the first pool's:
+        it never waits for a worker behind re-summaries whose deadline came before its own."""
+        foreground = self.pools["foreground"]
+        extra = self.pools.get("first")
+        if background:
+            return self.pools["background"].submit(deadline, fn)
+        if first and extra is not None and foreground.queue.free() == 0:
+            return extra.submit(deadline, fn)
+        return foreground.submit(deadline, fn)
 
     def deadline(self) -> float:
         """The deadline of the pass running on this thread; now for work outside any pass

@@ -61,7 +61,7 @@ from controller.kube.claim_errors import ClaimContended, ClaimHeld, ClaimLost
 from controller.kube.claims import SessionClaimHandle
 from controller.pipeline import Outcome, PassInterrupted, summarize_session
 from controller.runtime import Runtime
-from controller.scheduling import BACKGROUND_TRIGGERS, slack_for
+from controller.scheduling import BACKGROUND_TRIGGERS, Slack, slack_for
 from controller.store.errors import (
     CollectionNotFound,
     EmbeddingMismatch,
@@ -349,10 +349,9 @@ async def summarize(
 
     with runtime.tracer.ending(trace):  # every attempt's trace ends, however it ends
         try:
-            background = parsed.trigger in BACKGROUND_TRIGGERS
-            outcome = await asyncio.wrap_future(
-                runtime.scheduler.submit(started + slack, job, background=background)
-            )
+            bg, first = parsed.trigger in BACKGROUND_TRIGGERS, slack is Slack.FIRST
+            done = runtime.scheduler.submit(started + slack, job, background=bg, first=first)
+            outcome = await asyncio.wrap_future(done)
         except ClaimHeld as held:
             metrics.claim_conflict()
             metrics.claim_wait()

@@ -82,7 +82,8 @@ def test_queued_jobs_run_earliest_deadline_first_ties_in_queue_order(marks: list
 def test_a_job_sees_its_deadline_results_and_errors_reach_the_caller() -> None:
     pool = Pool(2)
     try:
-        assert pool.submit_by(123.5, pool.scheduler.deadline).result(5) == 123.5
+        # Its deadline, counted from when it got its worker (at once here: within 1 s).
+        assert 123.5 <= pool.submit_by(123.5, pool.scheduler.deadline).result(5) < 124.5
 
         def boom() -> None:
             raise ValueError("no")
@@ -274,11 +275,13 @@ def test_a_store_queue_is_dropped_once_nobody_waits_in_it() -> None:
 
 
 @settings(max_examples=20, deadline=None)
-@given(deadlines)
-def test_a_pass_keeps_its_deadline_at_the_store_write_queue(marks: list[float]) -> None:
-    """The store write goes to the pass queued first for a worker, not to the first to ask."""
+@given(st.lists(st.sampled_from([0, 10, 30]), max_size=25))
+def test_at_the_store_write_queue_a_pass_s_slack_counts_from_its_worker(slacks: list[int]) -> None:
+    """The store write goes to the pass whose slack (counted from when it got its worker)
+    ends first, not to the first to ask; equal slacks: the one that got its worker first.
+    (Each pass is queued, and gets its worker, well within 10 s of the others.)"""
     sched = PassScheduler(
-        SchedulerLimits(workers=len(marks) + 1, background_workers=2, cores=1, store_writes=1)
+        SchedulerLimits(workers=len(slacks) + 1, background_workers=2, cores=1, store_writes=1)
     )
     queue_key = "http://s:8000 (t/db)"
     release = threading.Event()
@@ -296,8 +299,9 @@ def test_a_pass_keeps_its_deadline_at_the_store_write_queue(marks: list[float]) 
         first = sched.submit(-1.0, holder, background=False)
         _wait_until(lambda: sched._store_writes[queue_key].queue.holding() == 1)
         futures = []
-        for i, mark in enumerate(marks):
-            futures.append(sched.submit(mark, lambda i=i: write(i), background=False))
+        for i, slack in enumerate(slacks):
+            deadline = time.monotonic() + slack  # as the handler queues a pass
+            futures.append(sched.submit(deadline, lambda i=i: write(i), background=False))
             _wait_until(lambda n=i + 1: sched._store_writes[queue_key].queue.waiting() == n)
         release.set()
         for f in [first, *futures]:
@@ -305,7 +309,27 @@ def test_a_pass_keeps_its_deadline_at_the_store_write_queue(marks: list[float]) 
     finally:
         release.set()
         sched.stop(5)
-    assert order == sorted(range(len(marks)), key=lambda i: (marks[i], i))
+    assert order == sorted(range(len(slacks)), key=lambda i: (slacks[i], i))
+
+
+def test_a_pass_that_waited_for_a_worker_does_not_outrank_a_new_one_at_the_shared_queues() -> None:
+    """A pass queued behind a busy pool keeps its place there, but its deadline at the core
+    and store-write queues is its slack from the moment it got a worker."""
+    sched = PassScheduler(SchedulerLimits(workers=1, background_workers=2, cores=1, store_writes=1))
+    release = threading.Event()
+    try:
+        sched.submit(time.monotonic(), lambda: release.wait(10), background=False)
+        queued_at = time.monotonic()
+        waited = sched.submit(queued_at + 1.0, sched.deadline, background=False)
+        time.sleep(1.5)  # its deadline passes while it waits for the worker
+        release.set()
+        running_deadline = waited.result(10)
+        fresh = sched.submit(time.monotonic(), sched.deadline, background=False).result(10)
+    finally:
+        release.set()
+        sched.stop(5)
+    assert running_deadline >= queued_at + 1.0 + 1.5  # its 1 s of slack, from its worker
+    assert fresh <= running_deadline  # a new first summary goes ahead of it there
 
 
 @settings(max_examples=30, deadline=None)
@@ -324,3 +348,47 @@ def test_jobs_queued_while_threads_are_idle_use_every_free_slot(slots: int) -> N
         release.set()
         pool.shutdown()
     assert all(f.result(5) for f in futures)
+
+
+def test_a_first_summary_never_waits_for_a_worker_behind_re_summaries() -> None:
+    """Every foreground thread taken and re-summaries queued (their deadlines long past): a
+    first summary starts at once on the first pool's thread; the re-summaries keep their
+    order and all run."""
+    sched = PassScheduler(
+        SchedulerLimits(workers=1, background_workers=2, cores=1, store_writes=1, first_workers=1)
+    )
+    release = threading.Event()
+    ran: list[str] = []
+    try:
+        sched.submit(time.monotonic(), lambda: release.wait(10), background=False)
+        agains = [
+            sched.submit(time.monotonic() - 100, lambda i=i: ran.append(f"again-{i}"),
+                         background=False)
+            for i in range(3)
+        ]  # fmt: skip
+        first = sched.submit(
+            time.monotonic(), lambda: ran.append("first"), background=False, first=True
+        )
+        first.result(5)  # while the foreground's one thread is still taken
+        assert ran == ["first"]
+        release.set()
+        for f in agains:
+            f.result(5)
+    finally:
+        release.set()
+        sched.stop(5)
+    assert ran == ["first", "again-0", "again-1", "again-2"]
+
+
+def test_a_first_summary_takes_a_free_foreground_thread_before_the_first_pool() -> None:
+    sched = PassScheduler(
+        SchedulerLimits(workers=2, background_workers=2, cores=1, store_writes=1, first_workers=1)
+    )
+    try:
+        name = sched.submit(
+            time.monotonic(), lambda: threading.current_thread().name, background=False,
+            first=True,
+        ).result(5)  # fmt: skip
+    finally:
+        sched.stop(5)
+    assert name.startswith("summarize_")
