@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -62,12 +63,15 @@ class OpenAICompatibleEmbedding:
         if not input:
             return []
         try:
-            response = self._client.embeddings.create(
+            # The raw answer: the SDK would build a model object per float of every vector
+            # (most of the operator's CPU per summary with a 4096-dimension endpoint).
+            response = self._client.embeddings.with_raw_response.create(
                 model=self.model,
                 input=list(input),
                 encoding_format="float",  # what every compatible server speaks
                 extra_headers=self._headers,
             )
+            body = json.loads(response.content)
         except APIStatusError as exc:
             status = exc.status_code
             if exc.response.is_redirect:
@@ -82,12 +86,14 @@ class OpenAICompatibleEmbedding:
             raise EmbeddingError(f"{cause} calling {self.url}{_attempts(exc.request)}") from None
         except ValueError:  # a 200 whose body does not decode
             raise EmbeddingError(f"invalid JSON from {self.url}") from None
-        try:  # the SDK builds its model without validation: check what the vectors are
-            items = sorted(response.data, key=lambda item: item.index)
-            vectors: Embeddings = [np.asarray(item.embedding, dtype=np.float32) for item in items]
+        try:  # check what the vectors are
+            items = sorted(body["data"], key=lambda item: int(item.get("index", 0)))
+            vectors: Embeddings = [
+                np.asarray(item["embedding"], dtype=np.float32) for item in items
+            ]
             if any(v.ndim != 1 or not v.size for v in vectors):
                 raise ValueError("not a vector")
-        except (AttributeError, TypeError, ValueError):
+        except (AttributeError, KeyError, TypeError, ValueError):
             raise EmbeddingError(f"unexpected response shape from {self.url}") from None
         if len(vectors) != len(input):
             raise EmbeddingError(
