@@ -165,11 +165,25 @@ class DeadlineQueue(Generic[Item]):
             return max(0, self._free - len(self._heap))
 
 
+class _Once:
+    """A job queued in two pools: the first thread to take it runs it, the other skips it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._taken = False
+
+    def take(self) -> bool:
+        with self._lock:
+            taken, self._taken = self._taken, True
+            return not taken
+
+
 @dataclass
 class _Job:
     future: Future[Any]
     run: Callable[[], Any]
     submitted: float = field(default_factory=time.monotonic)
+    once: _Once | None = None  # queued in two pools (PassScheduler.submit)
 
 
 class _WorkerPool:
@@ -184,9 +198,9 @@ class _WorkerPool:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
-    def submit(self, deadline: float, fn: Callable[[], T]) -> Future[T]:
-        future: Future[T] = Future()
-        more_than_waiting_threads = self.queue.put(deadline, _Job(future, fn))
+    def submit(self, deadline: float, fn: Callable[[], T], job: _Job | None = None) -> Future[T]:
+        job = job or _Job(Future(), fn)
+        more_than_waiting_threads = self.queue.put(deadline, job)
         with self._lock:
             alive = sum(t.is_alive() for t in self._threads)
             if more_than_waiting_threads and alive < self.queue.slots:
@@ -195,12 +209,14 @@ class _WorkerPool:
                 )
                 self._threads.append(thread)
                 thread.start()
-        return future
+        return job.future
 
     def _work(self) -> None:
         while (got := self.queue.take()) is not None:
             deadline, job = got
             try:
+                if job.once is not None and not job.once.take():
+                    continue  # the other pool's thread took it
                 if not job.future.set_running_or_notify_cancel():
                     continue
                 # Its deadline at the shared queues: its slack from now, not from its queueing.
@@ -287,14 +303,18 @@ class PassScheduler:
         self, deadline: float, fn: Callable[[], T], *, background: bool, first: bool = False
     ) -> Future[T]:
         """Runs fn on a worker thread of its pool once its deadline comes first there. A first
-        summary runs on a foreground thread if one is free, else on one of the first pool's:
-        it never waits for a worker behind re-summaries whose deadline came before its own."""
+        summary that finds no foreground thread free is queued in the first pool too, and
+        runs on whichever thread takes it first: it never waits for a worker behind
+        re-summaries whose deadline came before its own, and a burst of first summaries
+        still has every foreground thread as they free up."""
         foreground = self.pools["foreground"]
         extra = self.pools.get("first")
         if background:
             return self.pools["background"].submit(deadline, fn)
         if first and extra is not None and foreground.queue.free() == 0:
-            return extra.submit(deadline, fn)
+            job = _Job(Future(), fn, once=_Once())
+            foreground.submit(deadline, fn, job)
+            return extra.submit(deadline, fn, job)
         return foreground.submit(deadline, fn)
 
     def deadline(self) -> float:

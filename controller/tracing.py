@@ -16,8 +16,9 @@ The phases of a pass, in order (docs/operations.md, "Tracing"):
 - written: the write's turn, the fence's read and the upsert.
 - status: the outcome reported (status, Events).
 
-A phase entered inside another (a checkpoint's embedded and written inside summarized) is
-not counted in the outer one too: every phase's figure is its own time.
+A phase entered inside another is not counted in the outer one too: every phase's figure
+is its own time (the pipeline's phases follow one another; the rule keeps it so if they
+ever nest).
 
 Spans are exported only with OTEL_EXPORTER_OTLP_ENDPOINT or
 OTEL_EXPORTER_OTLP_TRACES_ENDPOINT set (the OpenTelemetry SDK's own variables, OTLP over
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -87,7 +89,8 @@ class PassTrace:
             self.own[name] = self.own.get(name, 0) + total - frame.nested_ns
 
     def seconds(self) -> dict[str, float]:
-        return {name: ns / 1e9 for name, ns in self.own.items()}
+        # A copy first: a cancelled handler ends the trace while its pass may still run.
+        return {name: ns / 1e9 for name, ns in dict(self.own).items()}
 
 
 class Tracer:
@@ -141,27 +144,31 @@ class Tracer:
         """Observes the trace's phases, and exports it as spans when configured."""
         for name, seconds in trace.seconds().items():
             metrics.observe_phase(name, seconds)
-        if self._tracer is None or not trace.spans:
+        spans = list(trace.spans)
+        if self._tracer is None or not spans:
             return
         from opentelemetry import trace as otel
 
         attributes = {"session.id": trace.session_id, "outcome": trace.outcome, **trace.attributes}
-        start = min(s for _, s, _ in trace.spans)
-        end = max(e for _, _, e in trace.spans)
+        start = min(s for _, s, _ in spans)
+        end = max(e for _, _, e in spans)
         root = self._tracer.start_span("session-summary.pass", start_time=start)
         root.set_attributes(attributes)
         parent = otel.set_span_in_context(root)
-        for name, s, e in trace.spans:
+        for name, s, e in spans:
             child = self._tracer.start_span(name, context=parent, start_time=s)
             child.set_attribute("session.id", trace.session_id)
             child.end(end_time=e)
         root.end(end_time=end)
 
-    def close(self) -> None:
-        """Sends what is batched (at most a few seconds), then stops the exporter."""
-        if self._provider is not None:
-            self._provider.force_flush(5000)
-            self._provider.shutdown()
+    def close(self, timeout_s: float = 3.0) -> None:
+        """Sends what is batched and stops the exporter, waiting at most timeout_s (the SDK's
+        own flush may wait on an unreachable collector far longer than a Pod's grace)."""
+        if self._provider is None:
+            return
+        closing = threading.Thread(target=self._provider.shutdown, daemon=True)
+        closing.start()
+        closing.join(timeout_s)
 
 
 def _endpoint(env: Mapping[str, str]) -> str:

@@ -280,13 +280,14 @@ def _claimed_pass(
     # outcome's status waits for that patch, so it never lands over the outcome.
     saying = threading.Timer(config.summarizing_after_seconds, started or (lambda: None))
     saying.daemon = True
-    saying.start()
     try:
+        saying.start()
         outcome = summarize_blocking(runtime, backends, spec, handle, f"{namespace}/{name}", trace)
         return dataclasses.replace(outcome, taken_over=handle.took_over)
     finally:
         saying.cancel()
-        saying.join()  # at once when cancelled in time; else until its patch is done
+        if saying.is_alive():  # its patch under way: the outcome's status comes after it
+            saying.join()
         handle.release()  # best effort: never raises
 
 

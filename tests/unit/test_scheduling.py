@@ -392,3 +392,31 @@ def test_a_first_summary_takes_a_free_foreground_thread_before_the_first_pool() 
     finally:
         sched.stop(5)
     assert name.startswith("summarize_")
+
+
+def test_a_burst_of_first_summaries_also_takes_foreground_threads_as_they_free_up() -> None:
+    """First summaries beyond the first pool's threads are queued in the foreground too: a
+    foreground thread that frees up takes the next one (each runs once)."""
+    sched = PassScheduler(
+        SchedulerLimits(workers=1, background_workers=2, cores=1, store_writes=1, first_workers=1)
+    )
+    busy, hold_first = threading.Event(), threading.Event()
+    runs: list[str] = []
+    try:
+        sched.submit(time.monotonic(), lambda: busy.wait(10), background=False)
+        f1 = sched.submit(
+            time.monotonic(), lambda: (runs.append("f1"), hold_first.wait(10)), background=False,
+            first=True,
+        )  # fmt: skip
+        _wait_until(lambda: runs == ["f1"])  # on the first pool's one thread, held there
+        f2 = sched.submit(time.monotonic(), lambda: runs.append("f2"), background=False, first=True)
+        busy.set()  # the foreground's thread frees up: it takes f2 (f1's copy is skipped)
+        f2.result(5)
+        assert not f1.done()
+        hold_first.set()
+        f1.result(5)
+    finally:
+        busy.set()
+        hold_first.set()
+        sched.stop(5)
+    assert runs == ["f1", "f2"]
