@@ -397,7 +397,9 @@ def main() -> int:
             embeddings = [("local", None)] + ([("remote", remote)] if args.remote_embedding else [])
             for label, src in runs:
                 for kind, embedding in embeddings:
-                    ns = "-".join(p for p in ("tp-extractive", kind, label) if p)
+                    # Each mode its own namespaces: the smoke tier runs both on one cluster.
+                    named = kind if args.remote_embedding else ""
+                    ns = "-".join(p for p in ("tp-extractive", named, label) if p)
                     drain = run_extractive(
                         cp, chroma_url, work, args.backlog, args.trigger, embedding, ns, src
                     )
