@@ -20,6 +20,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from devenv.serving import serving
+
 
 @dataclass(frozen=True)
 class Span:
@@ -134,11 +136,5 @@ def running_receiver() -> Iterator[Receiver]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     receiver.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield receiver
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)

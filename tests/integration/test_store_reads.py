@@ -4,7 +4,6 @@ on the real Chroma server, the real apiserver and the operator (harness)."""
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,6 +25,7 @@ from controller.store.errors import (
 )
 from controller.store.memory_store import MemoryStore
 from devenv.processes import tail, wait_for
+from devenv.serving import serving
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
 
 
@@ -282,13 +282,8 @@ class NotChromaHandler(BaseHTTPRequestHandler):
 @pytest.fixture
 def not_chroma() -> Iterator[NotChroma]:
     server = NotChroma(("127.0.0.1", 0), NotChromaHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(server):
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def url_of(server: NotChroma) -> str:

@@ -5,7 +5,6 @@ connection does it."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,6 +13,7 @@ import urllib3
 from kubernetes import client
 
 from controller.kube import client as kube
+from devenv.serving import serving
 
 
 class DroppingProxy(ThreadingHTTPServer):
@@ -70,10 +70,5 @@ class _Forward(BaseHTTPRequestHandler):
 @contextmanager
 def dropping_proxy() -> Iterator[DroppingProxy]:
     proxy = DroppingProxy(("127.0.0.1", 0), _Forward)
-    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(proxy):
         yield proxy
-    finally:
-        proxy.shutdown()
-        proxy.server_close()
