@@ -20,7 +20,6 @@ from typing import Literal
 
 from controller.core.chunking import chunk_memories
 from controller.core.coverage import PriorCoverage, digest_of_text, digest_text
-from controller.core.document import render_document
 from controller.core.item_sources import forget_gone, partly_gone
 from controller.core.memories import Memory, is_excluded
 from controller.core.merge import derived_title, merge_pass
@@ -51,6 +50,7 @@ from controller.upsert import (
     WriteGuard,
     WriteTurn,
     WriteWatcher,
+    Written,
     no_queue,
     untimed,
     write_row,
@@ -311,10 +311,10 @@ def summarize_session(
     spent: list[PassTokens] = []
     seen_by = row_visibility(rows.sources, visibility)
 
-    def write(summary: StructuredSummary) -> int:
+    def write(summary: StructuredSummary) -> Written:
         return write_row(
             store,
-            summary,
+            summary.model_copy(update={"masked_with": redaction.fingerprint}),
             embed=embed,
             writer=writer,
             trigger=trigger,
@@ -365,25 +365,19 @@ def summarize_session(
     with phase("summarized"):
         final = _with_session_facts(current, rows)
         validate_summary(final, prior)
-    written_ms = write(final)
+    written = write(final)
     return Outcome(
         "summarized",
         session_id,
         rows.total,
-        final.model_copy(update={"summarized_at_ms": written_ms}),
+        final.model_copy(update={"summarized_at_ms": written.at_ms}),
         new,
         passes,
         last_ms,
         tokens,
         checkpoints,
         skipped,
-        Provenance(spent).with_document(
-            render_document(
-                final,
-                store.location.memory_collection,
-                max_chars=store.location.document_max_chars,
-            )
-        ),
+        Provenance(spent).with_document(written.document),
         other,
         rows.late,
         untrusted_times=rows.untrusted,

@@ -13,7 +13,9 @@ it (a URL's host, the variable's name) stays readable.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 import re
 import types
 from collections import Counter
@@ -34,7 +36,7 @@ from detect_secrets.plugins.ip_public import IPPublicDetector
 from detect_secrets.plugins.private_key import PrivateKeyDetector
 
 from controller.core.memories import Memory
-from controller.core.summary import LegacySummary, PriorSummary, SummaryItem
+from controller.core.summary import LegacySummary, PriorSummary, StructuredSummary, SummaryItem
 
 PLACEHOLDER = re.compile(r"\[redacted: [a-z0-9-]+\]")
 # Unquoted `NAME=value` counts when the value is at least this long and this random (bits
@@ -46,6 +48,9 @@ SOURCE_KEYS = ("agent", "agentIdentity", "model", "toolsUsed")
 _TOKEN_TAIL = re.compile(r"[\w\-+/=]*")  # a token's rest after what a detector matched
 _KEYWORD = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
+# Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
+# masked by an earlier way is then masked again (Redaction.fingerprint).
+MASKING_VERSION = 1
 
 
 def kind_of(secret_type: str) -> str:
@@ -106,6 +111,10 @@ class Redaction:
 
     extra: tuple[tuple[str, str], ...] = ()
     rules: tuple[Rule, ...] = field(init=False, repr=False, compare=False)
+    # Which masking a text went through: the rules (detect-secrets' and the extra ones), the
+    # thresholds and MASKING_VERSION. A summary written under the same fingerprint needs no
+    # second look at what it carries (PassRedaction.prior).
+    fingerprint: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         own = tuple(
@@ -113,7 +122,20 @@ class Redaction:
             for name, pattern in self.extra
             for compiled in (re.compile(pattern),)
         )
-        object.__setattr__(self, "rules", DETECTOR_RULES + own)
+        rules = DETECTOR_RULES + own
+        object.__setattr__(self, "rules", rules)
+        described = repr(
+            (
+                MASKING_VERSION,
+                UNQUOTED_MIN_CHARS,
+                UNQUOTED_MIN_ENTROPY,
+                PLACEHOLDER.pattern,
+                _KEYWORD.pattern,
+                [(r.pattern.pattern, r.pattern.flags, dataclasses.astuple(r)[2:]) for r in rules],
+                [r.kind for r in rules],
+            )
+        )
+        object.__setattr__(self, "fingerprint", hashlib.sha256(described.encode()).hexdigest()[:16])
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
         """(start, end, kind) of each secret, in order, not overlapping a placeholder."""
@@ -210,9 +232,18 @@ class PassRedaction:
         return self.redaction.source_meta(meta)
 
     def prior(self, prior: PriorSummary | None) -> PriorSummary | None:
-        """The prior summary with what earlier releases stored unmasked masked now."""
+        """The prior summary with what earlier releases stored unmasked masked now. A summary
+        this masking wrote (its fingerprint, and no other writer's text in it) is returned
+        as it is: what it holds was masked when it came in, so a pass does not re-read the
+        whole history."""
         if prior is None:
             return None
+        if (
+            isinstance(prior, StructuredSummary)
+            and prior.other_writer is None
+            and prior.masked_with == self.redaction.fingerprint
+        ):
+            return prior
         text = functools.partial(self.redaction.text, found=self.prior_found)
         if isinstance(prior, LegacySummary):
             title = text(prior.title) if prior.title else prior.title

@@ -91,6 +91,14 @@ class RowSeen:
     digest: str | None
 
 
+@dataclass(frozen=True)
+class Written:
+    """What a write stored: its summarizedAt (ms) and the document."""
+
+    at_ms: int
+    document: str
+
+
 def write_row(
     store: MemoryStore,
     summary: StructuredSummary,
@@ -106,8 +114,9 @@ def write_row(
     turn: WriteTurn = no_queue,
     watch: WriteWatcher | None = None,
     phase: PhaseTimer = untimed,
-) -> int:
-    """Writes the row; returns the summarizedAt it stored (ms), which the status shows.
+) -> Written:
+    """Writes the row; returns the summarizedAt it stored (ms), which the status shows, and
+    the document.
 
     Right before the upsert the row is read again: a newer fence refuses the write (the
     guard), and so does a document other than the one the pass last saw (seen): another
@@ -169,4 +178,4 @@ def write_row(
     finally:  # ends whether written or refused (claim lost, store down)
         ended_ms = int(time.time() * 1000)
         tell(WriteEvent("end", sid, writer, writer_object, ended_ms, began_ms, fence, outcome))
-    return summarized_at_ms
+    return Written(summarized_at_ms, document)

@@ -180,6 +180,16 @@ def _render(
     return "\n".join(lines) + "\n"
 
 
+def _history_fits(summary: StructuredSummary, max_chars: int) -> bool:
+    total = 0
+    for title in HISTORY_SECTIONS:
+        for item in summary.sections.get(title) or []:
+            total += len(_item_line(item)) + 1
+            if total > max_chars:
+                return False
+    return True
+
+
 def render_document(
     summary: StructuredSummary,
     memory_collection: str | None = None,
@@ -194,13 +204,17 @@ def render_document(
     into a line naming the ledger key that keeps them; the history items shown are chosen
     to fill what is left (choose_items).
     """
-    document = _render(summary, memory_collection, _FOLDS[0], None)
-    if max_chars is None or len(document) <= max_chars:
+    # Every history item shown can fit only if their lines alone do: counted until they do
+    # not, so a long history costs what fits, not what it holds.
+    whole = max_chars is None or _history_fits(summary, max_chars)
+    document = _render(summary, memory_collection, _FOLDS[0], None) if whole else ""
+    if max_chars is None or (whole and len(document) <= max_chars):
         return document
     for step, fold in enumerate(_FOLDS):
-        document = _render(summary, memory_collection, fold, None)
-        if len(document) <= max_chars:
-            return document
+        if whole:
+            document = _render(summary, memory_collection, fold, None)
+            if len(document) <= max_chars:
+                return document
         if step < _CHOOSE_FROM:  # an earlier text and references fold first, as before
             continue
         none_shown: Shown = {title: set() for title in HISTORY_SECTIONS}
@@ -210,7 +224,7 @@ def render_document(
         document = _render(summary, memory_collection, fold, choose_items(summary, room))
         if len(document) <= max_chars:
             return document
-    assert max_chars is not None
+    document = document or _render(summary, memory_collection, _FOLDS[-1], None)
     # Still too long (a very long Current State or title-level content): cut at a line.
     tail = (
         f"\n(the rest of this summary is {FOLDED_MARK}; it is in the operator's ledger, keys "

@@ -67,8 +67,8 @@ def combined_state(
     """The keys a summary is read from: the row's, and the ledger's for everything else.
     Of two whole states (a previous-release row beside a ledger entry) the newer wins."""
     row = row or {}
-    if ledger_is_behind(row, state):
-        return {**(state or {}), **row}
+    if ledger_is_behind(row, state):  # the ledger's masking says nothing of the row's text
+        return {**{k: v for k, v in (state or {}).items() if k != "maskedWith"}, **row}
     return {**row, **(state or {})}
 
 

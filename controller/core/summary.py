@@ -138,6 +138,9 @@ class StructuredSummary(BaseModel):
     # When the row this summary was read from was written (its "summarizedAt"); None for a
     # summary not read from the store.
     summarized_at_ms: int | None = None
+    # Which masking of secrets (redaction.Redaction.fingerprint) the text it carries went
+    # through; None: unknown (an earlier release, or a row another release rewrote).
+    masked_with: str | None = None
     # Set when the row this summary was read from had been rewritten by another writer
     # since our last write (its text is then in legacy_text); never stored.
     other_writer: OtherWriter | None = None
@@ -206,8 +209,11 @@ def missing_history_items(
     """(section, text) of every prior history item the new summary does not carry."""
     missing = []
     for title in HISTORY_SECTIONS:
-        present = {normalized(item.text) for item in summary.sections.get(title, [])}
-        for item in prior.sections.get(title, []):
+        old, new = prior.sections.get(title, []), summary.sections.get(title, [])
+        if len(new) >= len(old) and all(a is b for a, b in zip(old, new, strict=False)):
+            continue  # the prior's own items lead the section: none can be missing
+        present = {normalized(item.text) for item in new}
+        for item in old:
             if normalized(item.text) not in present:
                 missing.append((title, item.text))
     return missing

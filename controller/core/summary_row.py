@@ -170,6 +170,7 @@ def to_chroma_metadata(
         "referencesOmittedTo": over.last_ms,
         "referencesOmittedDigests": ",".join(over.digests) or None,
         DIGEST_KEY: document_digest(document) if document is not None else None,
+        "maskedWith": summary.masked_with,
         **(provenance.metadata() if provenance is not None else {}),
     }
     return {key: value for key, value in meta.items() if value is not None}
@@ -304,6 +305,7 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
         # never summarized, so the next pass summarizes them.
         untimed_ids=_ids(meta.get("untimedJson")),
         item_sources=list(_ids(meta.get("itemSourcesJson"))),
+        masked_with=meta["maskedWith"] if isinstance(meta.get("maskedWith"), str) else None,
         references=references,
         references_overflow=overflow,
     )

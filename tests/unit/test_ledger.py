@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from controller.core.ledger import (
     SEGMENTS_MAX,
     UnreadableLedgerEntry,
+    combined_state,
     plan_write,
     read_entry,
     segment_id,
@@ -93,3 +94,12 @@ def test_segments_no_head_names_are_ignored_and_a_missing_one_is_an_error() -> N
     with pytest.raises(UnreadableLedgerEntry, match="missing"):
         read_entry(SID, [(f"summary_{SID}", head[0], head[1])])
     assert read_entry(SID, []) is None
+
+
+def test_a_row_newer_than_its_ledger_entry_keeps_none_of_the_entrys_masking() -> None:
+    """After a rollback the previous release may rewrite a row (its whole state on the row,
+    never masked by this one): the ledger's maskedWith then says nothing of that text."""
+    entry = {**state({}, [], 1), "maskedWith": "f00d"}
+    newer_row = {**state({}, ["r"], 2), "sessionId": SID}
+    assert "maskedWith" not in combined_state(newer_row, entry)
+    assert combined_state({"sessionId": SID, "summarizedAt": 3}, entry)["maskedWith"] == "f00d"

@@ -6,7 +6,7 @@ import pytest
 
 from controller.core.memories import Memory
 from controller.core.references import extract_references
-from controller.core.summary import StructuredSummary, SummaryItem
+from controller.core.summary import OtherWriter, StructuredSummary, SummaryItem
 from controller.redaction import DEFAULT_REDACTION, PassRedaction, Redaction
 from tests.support.credentials import generated
 
@@ -106,3 +106,36 @@ def test_a_prior_summary_stored_with_a_secret_is_masked_and_counted() -> None:
     assert mask.counts() == {"aws-access-key": 2}
     clean = prior.model_copy(update={"sections": {}, "references": []})
     assert PassRedaction().prior(clean) is clean  # nothing to mask: the same object
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_prior_this_masking_wrote_is_carried_as_it_is_and_any_other_is_looked_at(
+    kind: str,
+) -> None:
+    """A pass does not re-read a history the same masking wrote (its fingerprint); a prior
+    written by an earlier masking, by none, or carrying another writer's text is masked."""
+    secret, sentence = generated(7)[kind]
+    redaction = Redaction((("ticket", r"TCK-(\d{6})"),))
+    prior = StructuredSummary(
+        session_id="s", title="t", sections={"User Requests": [SummaryItem(text=sentence)]}
+    )
+    own = prior.model_copy(update={"masked_with": redaction.fingerprint})
+    assert PassRedaction(redaction).prior(own) is own
+    others = (
+        prior,  # no fingerprint: an earlier release, or a row rewritten by one
+        prior.model_copy(update={"masked_with": DEFAULT_REDACTION.fingerprint}),
+        own.model_copy(update={"other_writer": OtherWriter(who="w")}),
+    )
+    for other in others:
+        masked = PassRedaction(redaction).prior(other)
+        assert masked is not None and secret not in masked.model_dump_json(), other
+
+
+def test_the_fingerprint_names_the_rules_and_nothing_else() -> None:
+    same = [Redaction((("a", "x+"),)), Redaction((("a", "x+"),))]
+    assert same[0].fingerprint == same[1].fingerprint
+    fingerprints = {
+        r.fingerprint
+        for r in (DEFAULT_REDACTION, same[0], Redaction((("a", "y+"),)), Redaction((("b", "x+"),)))
+    }
+    assert len(fingerprints) == 4

@@ -1,6 +1,8 @@
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from controller.core.document import render_document
@@ -573,3 +575,37 @@ def test_an_unreadable_row_of_ours_with_a_document_carries_it() -> None:
 def test_a_summary_with_only_a_carried_legacy_text_is_not_empty() -> None:
     only_legacy = minimal_summary(sections={}, legacy_text="The old summary.")
     validate_summary(only_legacy, LegacySummary(session_id="s1", text="The old summary."))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.text(alphabet="ab c", min_size=1, max_size=6).filter(str.strip), min_size=1, max_size=8
+    ),
+    st.lists(st.text(alphabet="xyz", min_size=1, max_size=4), max_size=3),
+    st.data(),
+)
+def test_the_superset_check_sees_the_same_loss_whether_items_are_carried_or_copied(
+    texts: list[str], added: list[str], data: st.DataObject
+) -> None:
+    """The check skips a section whose items start with the prior's own objects; one made
+    of copies (a masked or reread prior), or missing any item, is compared by text."""
+    prior_items = [SummaryItem(text=t) for t in texts]
+    prior = StructuredSummary(session_id="s", title="t", sections={"Design Choices": prior_items})
+    copied = data.draw(st.booleans())
+    kept = [SummaryItem(text=i.text) if copied else i for i in prior_items]
+    dropped = data.draw(st.sampled_from([None, *range(len(kept))]))
+    if dropped is not None:
+        kept = [i for n, i in enumerate(kept) if n != dropped]
+    after = prior.model_copy(
+        update={"sections": {"Design Choices": [*kept, *(SummaryItem(text=t) for t in added)]}}
+    )
+    lost = dropped is not None and all(
+        " ".join(texts[dropped].lower().split()) != " ".join(t.lower().split())
+        for t in [i.text for i in kept] + added
+    )
+    if lost:
+        with pytest.raises(SummaryValidationError):
+            validate_summary(after, prior)
+    else:
+        validate_summary(after, prior)
