@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 
 from controller.core.fencing import LEGACY_FENCE_KEY
 from controller.core.naming import summary_object_name
-from controller.core.row_ownership import document_digest
 from controller.core.summary_row import READER_ROW_KEYS
 from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.pipeline import summarize_session
@@ -31,6 +30,7 @@ from devenv.controlplane import REPO_ROOT, running_control_plane
 from devenv.operator import start_operator
 from devenv.processes import stop, tail
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
+from tests.support.previous_release import rewrite_as_previous_release
 
 _EMBED = LocalMiniLMEmbedding()
 _RUNS = itertools.count()
@@ -98,22 +98,8 @@ def test_the_row_stays_as_small_as_neos_whatever_the_sessions_length(
 
 
 def write_previous_release_row(store: MemoryStore, sid: str, fence: int) -> None:
-    """A row exactly as the previous release wrote it: the whole state on the row, the
-    digest of its document, and its grant's fence as claimFence; no ledger entry."""
     summarize(store, sid)
-    stored = store.stored_summary(sid)
-    assert stored is not None
-    document, keys = stored
-    heavy = {k: v for k, v in keys.items() if not k.startswith("ledger.")}
-    heavy[LEGACY_FENCE_KEY] = fence
-    assert heavy["documentDigest"] == document_digest(document)
-    store.ledger().delete(ids=[f"summary_{sid}"])
-    store.summaries().upsert(
-        ids=[f"summary_{sid}"],
-        documents=[document],
-        metadatas=[heavy],
-        embeddings=[embed([document])[0]],
-    )
+    rewrite_as_previous_release(store, sid, fence)
 
 
 @settings(

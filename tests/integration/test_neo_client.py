@@ -39,6 +39,7 @@ from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness
 from tests.support.neo import NEO_DIMENSION, NEO_EMBEDDING_MODEL, NeoClient, neo_client_dir
 from tests.support.openai_server import OpenAIServer, Reply, running_openai_server
+from tests.support.previous_release import rewrite_as_previous_release
 
 
 @pytest.fixture(scope="module")
@@ -636,16 +637,8 @@ def test_a_previous_release_row_is_listed_by_neo_before_and_after_its_first_writ
     neo.add_memories([turn(sid, "Pin the exporter to port 7443."), turn(sid, "Use gzip level 6.")])
     apply_summarizer(neo_store, neo_model)
     neo_store.sunset(sid)
-    stored = store.stored_summary(sid)
-    assert stored is not None
-    document, keys = stored
-    heavy = {k: v for k, v in keys.items() if not k.startswith("ledger.")}
-    heavy["claimFence"] = 1
+    rewrite_as_previous_release(store, sid, fence=1)
     coll = store.client.get_collection(neo.summary_collection)
-    vector = coll.get(ids=[summary_row_id(sid)], include=["embeddings"])["embeddings"][0]
-    store.ledger().delete(where={"sessionId": sid})
-    row_id = summary_row_id(sid)
-    coll.upsert(ids=[row_id], documents=[document], metadatas=[heavy], embeddings=[list(vector)])
     assert sid in listed(neo.list_summaries(limit=50))
 
     neo.add_memories([turn(sid, "Record the outcome: the exporter now retries 3 times.")])

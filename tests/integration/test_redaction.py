@@ -124,7 +124,12 @@ def test_no_credential_reaches_the_model_the_row_or_the_ledger(
 
 
 class _Unmasked(Redaction):
-    """What a release before redaction stored: everything verbatim."""
+    """What a release before redaction stored: everything verbatim (and no masking of its
+    own to name: its fingerprint is not the rules')."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "fingerprint", "unmasked")
 
     def text(self, text: str, found: Any = None) -> str:
         return text
