@@ -13,6 +13,10 @@ import re
 # Each pattern is one kind of fact; a token counts once, for the first kind it is.
 _FACT = re.compile(
     r"(?P<number>[$€£]?\d[\d,.:/%-]*\w*)"  # 45, $400,000, 25:50, 3.11, 2023/05/20, 8080
+    # a count in words ("four", "twice"); not "one", which is mostly a pronoun
+    r"|(?P<count>\b(?i:two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty"
+    r"|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|thousand|million|dozen|twice"
+    r"|thrice|half)\b)"
     r"|(?P<path>[\w.~-]*[/\\][\w./\\-]+|\b\w+\.(?:py|ts|js|go|rs|md|json|ya?ml|toml|sh)\b)"
     r"|(?P<ident>\b[A-Za-z]+_[\w]+\b|\b[a-z]+[A-Z]\w*\b|--[a-z][\w-]+|`[^`]+`)"
     r"|(?P<name>(?<=[\w,;:)] )[A-Z][\w'&.-]*(?: [A-Z][\w'&.-]*)*)"  # a name not opening it
@@ -21,7 +25,7 @@ _QUOTED = re.compile(r"\"[^\"]{2,80}\"|“[^”]{2,80}”")
 
 
 def fact_count(text: str) -> int:
-    """Facts in a text: numbers, amounts and dates, paths and file names, code
+    """Facts in a text: numbers (in digits or words), amounts and dates, paths and file names, code
     identifiers, quoted titles, and capitalised names (a month too) inside a sentence: its
     first word is capitalised anyway, so it does not count, nor does 'I'."""
     found = 0

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+from controller.core.facts import fact_count
+
 SENTENCE_MAX = 200
 
 # C0/C1 controls (tab and newline are kept as whitespace), lone surrogates (cannot be encoded
@@ -40,13 +42,50 @@ def shorten(text: str, limit: int) -> str:
     return cut.rstrip() + "…"
 
 
+# Where a long sentence may be cut into clauses: after a comma, semicolon or colon, and
+# before a dash between spaces.
+_CLAUSE_END = re.compile(r"(?<=[,;:])\s+|\s+(?=[-\u2013\u2014]\s)")
+_GAP = " …"
+
+
+def cut_keeping_facts(text: str, limit: int) -> str:
+    """At most `limit` characters of a sentence. A sentence that does not fit keeps its
+    clauses that carry the most facts (controller.core.facts: the names, numbers and paths
+    the next agent asks about), in their order, a gap marked by '…'; the first clause when
+    room is left. Not the head alone: the amount at the end of a long aside is what is asked
+    about. One clause too long is cut at a word (shorten)."""
+    if len(text) <= limit:
+        return text
+    clauses = [c for c in _CLAUSE_END.split(text) if c]
+    if len(clauses) < 2:
+        return shorten(text, limit)
+    ranked = sorted(range(len(clauses)), key=lambda n: (-fact_count(clauses[n]), n))
+    chosen: set[int] = set()
+    for n in ranked:
+        trial = _joined(clauses, chosen | {n})
+        if len(trial) <= limit:
+            chosen.add(n)
+    return _joined(clauses, chosen) if chosen else shorten(text, limit)
+
+
+def _joined(clauses: list[str], chosen: set[int]) -> str:
+    parts: list[str] = []
+    for n in sorted(chosen):
+        if parts and n - 1 not in chosen:
+            parts.append(_GAP.strip())
+        parts.append(clauses[n])
+    text = " ".join(parts)
+    return text if max(chosen) == len(clauses) - 1 else text.rstrip(" ,;:") + _GAP
+
+
 def _one_line_traceback(match: re.Match[str]) -> str:
     last = " ".join((match.group("last") or "").split())
     return f"\nTraceback (most recent call last): {last}\n"
 
 
 def sentences(text: str, limit: int = SENTENCE_MAX) -> list[str]:
-    """Sentences of a text: code blocks and list markup dropped, each at most `limit` chars.
+    """Sentences of a text: code blocks and list markup dropped, each at most `limit` chars
+    (cut_keeping_facts).
 
     Lines are sentence boundaries; within a line a sentence ends at . ! or ? followed by
     space and a capital or digit, so URLs, file names and "e.g. this" stay whole. A Python
@@ -62,7 +101,7 @@ def sentences(text: str, limit: int = SENTENCE_MAX) -> list[str]:
         for raw in _SENTENCE_END.split(line):
             sentence = " ".join(raw.replace("\u2019", "'").split())
             if len(sentence) >= 3 and _WORDY.search(sentence):
-                out.append(shorten(sentence, limit))
+                out.append(cut_keeping_facts(sentence, limit))
     return out
 
 

@@ -1,0 +1,81 @@
+"""A sentence too long for an item keeps the clauses that carry facts, not its head alone
+(controller/summarizers/extractive_text.py: cut_keeping_facts); and counts in words are
+facts (controller/core/facts.py). Pure, generated inputs."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.core.facts import fact_count
+from controller.summarizers.extractive_text import _CLAUSE_END, cut_keeping_facts, sentences
+
+FACTS = ["$400,000", "port 8080", "config/app.yaml", "Wells Fargo", "four", "25:50", "v3.11"]
+WORDS = ("and", "so", "it", "was", "very", "nice", "really", "well")
+chatter = st.lists(st.sampled_from(WORDS), min_size=1)
+clause = st.builds(" ".join, chatter)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=600), st.integers(min_value=20, max_value=300))
+def test_the_cut_never_exceeds_its_limit_and_leaves_a_short_text_alone(
+    text: str, limit: int
+) -> None:
+    cut = cut_keeping_facts(text, limit)
+    assert len(cut) <= limit
+    if len(text) <= limit:
+        assert cut == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(clause, min_size=2, max_size=12),
+    st.sampled_from(FACTS),
+    st.data(),
+)
+def test_a_fact_anywhere_in_a_long_sentence_survives_its_cut(
+    clauses: list[str], fact: str, data: st.DataObject
+) -> None:
+    """Wherever the one fact-bearing clause sits (often past the cut the head alone would
+    make), the fact is in the item when its clause fits."""
+    at = data.draw(st.integers(min_value=0, max_value=len(clauses)))
+    holder = f"the user said {fact} then"
+    parts = [*clauses[:at], holder, *clauses[at:]]
+    joined = ", ".join(parts)
+    sentence = joined[0].upper() + joined[1:] + "."
+    limit = data.draw(st.integers(min_value=len(holder) + 4, max_value=len(sentence) + 5))
+    cut = cut_keeping_facts(sentence, limit)
+    assert len(cut) <= limit
+    assert fact.lower() in cut.lower(), (sentence, limit, cut)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(clause, st.sampled_from(FACTS).map(lambda f: f"at {f} ok")), min_size=2))
+def test_a_fact_bearing_clause_is_never_dropped_for_a_fact_free_one_as_long(
+    parts: list[str],
+) -> None:
+    sentence = ", ".join(parts) + "."
+    limit = max(20, len(sentence) // 2)
+    cut = cut_keeping_facts(sentence, limit)
+    clauses = [c for c in _CLAUSE_END.split(sentence) if c]
+    kept = [c for c in clauses if c.strip(" ,.") and c.rstrip(",.") in cut]
+    dropped = [c for c in clauses if c not in kept]
+    for lost in (c for c in dropped if fact_count(c)):
+        for other in (c for c in kept if not fact_count(c)):
+            assert len(lost) > len(other) - 6, (sentence, cut)
+
+
+def test_the_head_of_an_aside_is_not_what_is_kept_when_the_amount_is_at_its_end() -> None:
+    said = (
+        "By the way, I'm really looking forward to finally owning a home, it's been a long "
+        "process, but it'll be worth it to have a backyard like the one I'll have - remember "
+        "when I got pre-approved for $400,000 from Wells Fargo?"
+    )
+    (item,) = sentences(said)
+    assert "$400,000 from Wells Fargo?" in item and "…" in item and len(item) <= 200
+
+
+def test_counts_in_words_are_facts_but_one_is_not() -> None:
+    assert fact_count("I've tried four different ones so far") == 1
+    assert fact_count("we went there twice, with a dozen friends") == 2
+    assert fact_count("the one I liked") == 0
