@@ -106,6 +106,7 @@ class Runtime:
                 first_workers=max(2, config.workers // 4),
                 cores=config.cpu_slots or usable_cpus(),
                 store_writes=config.store_write_slots,
+                give_way_s=config.give_way_seconds,
             )
         )
         weights = MiniLMWeights()

@@ -23,8 +23,6 @@ ended; it is passed only by passes that got a worker within its slack after it.
 from __future__ import annotations
 
 import contextlib
-import heapq
-import itertools
 import os
 import threading
 import time
@@ -33,9 +31,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from controller.core.sweep_plan import REFRESH_TRIGGER
+from controller.deadline_queue import DeadlineQueue
 
 T = TypeVar("T")
 Item = TypeVar("Item")
@@ -55,114 +54,6 @@ def slack_for(trigger: str, *, has_summary: bool) -> Slack:
     if trigger in BACKGROUND_TRIGGERS:
         return Slack.BACKGROUND
     return Slack.AGAIN if has_summary else Slack.FIRST
-
-
-class QueueClosed(RuntimeError):
-    """The queue was closed (the process is stopping): nothing new is served."""
-
-
-class DeadlineQueue(Generic[Item]):
-    """At most `slots` served at once; a free slot goes to the waiter with the earliest
-    deadline (ties: the one queued first). Two doors: a thread waits for its own turn
-    (turn(), a gate around a blocking call), or queues an item that a worker thread takes
-    later (put() and take(), a thread pool's queue)."""
-
-    def __init__(self, slots: int) -> None:
-        if slots < 1:
-            raise ValueError("slots must be at least 1")
-        self.slots = slots
-        self._free = slots
-        self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, Item | None]] = []
-        self._order = itertools.count()
-        self._closed = False
-        self._takers = 0  # threads waiting in take()
-        self._tickets = 0  # threads waiting in turn()
-
-    @contextlib.contextmanager
-    def turn(self, deadline: float) -> Iterator[None]:
-        """Blocks until this caller's turn, holds a slot while the block runs."""
-        ticket = (deadline, next(self._order), None)
-        with self._cond:
-            heapq.heappush(self._heap, ticket)
-            self._tickets += 1
-            try:
-                while self._free == 0 or self._heap[0] is not ticket:
-                    self._cond.wait()
-            finally:
-                self._tickets -= 1
-            heapq.heappop(self._heap)
-            self._free -= 1
-            if self._free and self._heap:
-                self._cond.notify_all()  # the next in line may take another free slot
-        try:
-            yield
-        finally:
-            self.release()
-
-    def put(self, deadline: float, item: Item) -> bool:
-        """Queues the item; True when more items wait than threads wait in take() (a pool
-        should start a thread, if it may)."""
-        with self._cond:
-            if self._closed:
-                raise QueueClosed("cannot schedule new work after the queue was closed")
-            heapq.heappush(self._heap, (deadline, next(self._order), item))
-            self._wake()
-            return len(self._heap) > self._takers
-
-    def take(self) -> tuple[float, Item] | None:
-        """The earliest queued item, once a slot is free (the caller release()s it after);
-        None once the queue is closed (close() dropped what was queued)."""
-        with self._cond:
-            self._takers += 1
-            try:
-                while not (self._heap and self._free) and not self._closed:
-                    self._cond.wait()
-            finally:
-                self._takers -= 1
-            if self._closed:
-                return None
-            deadline, _, item = heapq.heappop(self._heap)
-            self._free -= 1
-            assert item is not None
-            return deadline, item
-
-    def release(self) -> None:
-        with self._cond:
-            self._free += 1
-            self._wake()
-
-    def _wake(self) -> None:
-        """Under the condition. A thread waiting in turn() waits for its own ticket, so all
-        of them are woken to see whose turn it is; of the threads waiting in take(), any
-        one can take the next item, so one is (not a pool's every idle thread)."""
-        if self._tickets:
-            self._cond.notify_all()
-        else:
-            self._cond.notify()
-
-    def close(self) -> list[Item]:
-        """Serves nothing new; returns the items still queued (dropped)."""
-        with self._cond:
-            self._closed = True
-            dropped = [item for _, _, item in self._heap if item is not None]
-            self._heap = [entry for entry in self._heap if entry[2] is None]
-            heapq.heapify(self._heap)
-            self._cond.notify_all()
-            return dropped
-
-    def waiting(self) -> int:
-        with self._cond:
-            return len(self._heap)
-
-    def holding(self) -> int:
-        with self._cond:
-            return self.slots - self._free
-
-    def free(self) -> int:
-        """Slots no one holds and no queued item is about to take."""
-        with self._cond:
-            return max(0, self._free - len(self._heap))
 
 
 class _Once:
@@ -221,6 +112,7 @@ class _WorkerPool:
                     continue
                 # Its deadline at the shared queues: its slack from now, not from its queueing.
                 self._running.deadline = deadline + (time.monotonic() - job.submitted)
+                self._running.first = False  # until the job says it is one (_as_first)
                 try:
                     result = job.run()
                 except BaseException as exc:  # the caller sees it on the future
@@ -229,6 +121,7 @@ class _WorkerPool:
                     job.future.set_result(result)
                 finally:
                     self._running.deadline = None
+                    self._running.first = None
             finally:
                 self.queue.release()
 
@@ -269,6 +162,9 @@ class SchedulerLimits:
     store_writes: int  # summary upserts in flight at once, per store
     # Threads only first summaries use when the foreground's are all taken (0: none).
     first_workers: int = 0
+    # Longest a later pass waits, before each of its steps, while a first summary runs
+    # (give_way); 0: never.
+    give_way_s: float = 0.0
 
 
 class PassScheduler:
@@ -298,6 +194,8 @@ class PassScheduler:
         self._cores: DeadlineQueue[None] = DeadlineQueue(limits.cores)
         self._store_writes: dict[str, _StoreQueue] = {}
         self._lock = threading.Lock()
+        self._firsts = 0  # first summaries running now
+        self._firsts_changed = threading.Condition()
 
     def submit(
         self, deadline: float, fn: Callable[[], T], *, background: bool, first: bool = False
@@ -309,6 +207,8 @@ class PassScheduler:
         still has every foreground thread as they free up."""
         foreground = self.pools["foreground"]
         extra = self.pools.get("first")
+        if first:
+            fn = self._as_first(fn)
         if background:
             return self.pools["background"].submit(deadline, fn)
         if first and extra is not None and foreground.queue.free() == 0:
@@ -316,6 +216,37 @@ class PassScheduler:
             foreground.submit(deadline, fn, job)
             return extra.submit(deadline, fn, job)
         return foreground.submit(deadline, fn)
+
+    def _as_first(self, fn: Callable[[], T]) -> Callable[[], T]:
+        def run() -> T:
+            self._running.first = True
+            with self._firsts_changed:
+                self._firsts += 1
+            try:
+                return fn()
+            finally:
+                self._running.first = False
+                with self._firsts_changed:
+                    self._firsts -= 1
+                    self._firsts_changed.notify_all()
+
+        return run
+
+    def give_way(self) -> float:
+        """Called by a pass before each of its steps (reading, summarizing, embedding,
+        writing): a pass that is not a first summary waits while one runs, at most
+        give_way_s a step, so the session that just ended has the cores and the store to
+        itself and a burst of them holds the rest back by a bounded time. The queues above
+        order who goes next; this keeps work already under way from starting its next step
+        beside a first summary. Returns the seconds waited."""
+        limit = self.limits.give_way_s
+        # None (or unset): not on a pass's thread (a probe, the CLI): no wait.
+        if not limit or not self._firsts or getattr(self._running, "first", None) is not False:
+            return 0.0
+        began = time.monotonic()
+        with self._firsts_changed:
+            self._firsts_changed.wait_for(lambda: self._firsts == 0, timeout=limit)
+        return time.monotonic() - began
 
     def deadline(self) -> float:
         """The deadline of the pass running on this thread; now for work outside any pass

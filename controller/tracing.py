@@ -8,7 +8,8 @@ The phases of a pass, in order (docs/operations.md, "Tracing"):
   watch and its per-object queue. Only on a pass's first attempt (a retry's wait is its
   backoff, not a delivery), and only for a requestedAt within 10 minutes of the start (one
   written by hand may say anything).
-- queued: the handler's start to a worker thread (scheduling.PassScheduler).
+- queued: the handler's start to a worker thread (scheduling.PassScheduler), and a later
+  pass's waits between its steps while a first summary runs (PassScheduler.give_way).
 - claimed: taking the session's claim and saying Summarizing.
 - read: the prior summary and the session's rows.
 - summarized: the summarizer's passes over the chunks, and the row's document rendered.
@@ -32,7 +33,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +72,21 @@ class PassTrace:
         end_ns = max(start_ns, end_ns)
         self.spans.append((phase, start_ns, end_ns))
         self.own[phase] = self.own.get(phase, 0) + end_ns - start_ns
+        if self._open:
+            self._open[-1].nested_ns += end_ns - start_ns
+
+    def giving_way(self, give_way: Callable[[], float]) -> Callable[[str], Any]:
+        """This trace's phase(), each phase entered after give_way() (scheduling.
+        PassScheduler.give_way: a later pass waits while a first summary runs); a wait
+        counts as queued."""
+
+        def phase(name: str) -> contextlib.AbstractContextManager[None]:
+            began = time.time_ns()
+            if give_way() > 0:
+                self.add("queued", began, time.time_ns())
+            return self.phase(name)
+
+        return phase
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:

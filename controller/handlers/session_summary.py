@@ -170,7 +170,7 @@ def summarize_blocking(
     writer_object: str = "",
     trace: PassTrace | None = None,
 ) -> Outcome:
-    phase = (trace or PassTrace(spec.session_id)).phase
+    phase = (trace or PassTrace(spec.session_id)).giving_way(runtime.scheduler.give_way)
     with failures_shown():
         if spec.action == "Forget":
             return forget_session(

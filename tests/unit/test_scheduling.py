@@ -1,5 +1,5 @@
 """controller.scheduling: earliest deadline first, for worker threads, CPU cores and store
-writes (one PassScheduler, one DeadlineQueue under each)."""
+writes (one PassScheduler, one DeadlineQueue under each: controller/deadline_queue.py)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from controller.deadline_queue import DeadlineQueue, QueueClosed
 from controller.scheduling import (
-    DeadlineQueue,
     PassScheduler,
-    QueueClosed,
     SchedulerLimits,
     Slack,
     slack_for,
@@ -420,3 +419,56 @@ def test_a_burst_of_first_summaries_also_takes_foreground_threads_as_they_free_u
         hold_first.set()
         sched.stop(5)
     assert runs == ["f1", "f2"]
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_a_later_pass_gives_way_between_its_steps_while_a_first_summary_runs(
+    background: bool,
+) -> None:
+    """A sweep's pass or a re-summary waits before its next step while a first summary
+    runs, and goes on as soon as it ends; a first summary and code outside any pass never
+    wait."""
+    sched = PassScheduler(
+        SchedulerLimits(
+            workers=2, background_workers=2, cores=1, store_writes=1, first_workers=1,
+            give_way_s=10,
+        )
+    )  # fmt: skip
+    first_running, first_done = threading.Event(), threading.Event()
+    try:
+        first = sched.submit(
+            time.monotonic(),
+            lambda: (first_running.set(), first_done.wait(10), sched.give_way())[2],
+            background=False,
+            first=True,
+        )
+        first_running.wait(5)
+        later = sched.submit(time.monotonic() + 30, sched.give_way, background=background)
+        time.sleep(0.3)
+        assert not later.done()  # it waits while the first summary runs
+        assert sched.give_way() == 0.0  # not a pass's thread: no wait
+        first_done.set()
+        assert first.result(5) == 0.0  # the first summary itself never waited
+        assert 0.2 < later.result(5) < 5  # it went on when the first summary ended
+        assert sched.submit(time.monotonic(), sched.give_way, background=True).result(5) == 0.0
+    finally:
+        first_done.set()
+        sched.stop(5)
+
+
+@pytest.mark.parametrize(("limit", "least", "most"), [(0.3, 0.25, 3.0), (0.0, 0.0, 0.0)])
+def test_giving_way_is_bounded_per_step_and_off_at_zero(
+    limit: float, least: float, most: float
+) -> None:
+    sched = PassScheduler(
+        SchedulerLimits(workers=1, background_workers=1, cores=1, store_writes=1, give_way_s=limit)
+    )
+    hold = threading.Event()
+    try:
+        sched.submit(time.monotonic(), lambda: hold.wait(10), background=False, first=True)
+        _wait_until(lambda: sched._firsts == 1)
+        waited = sched.submit(time.monotonic(), sched.give_way, background=True).result(5)
+    finally:
+        hold.set()
+        sched.stop(5)
+    assert least <= waited <= most

@@ -81,3 +81,24 @@ def test_without_an_endpoint_nothing_is_exported() -> None:
         assert tracer.exporting
     finally:
         tracer.close()
+
+
+def test_a_wait_to_give_way_is_queued_time_and_not_the_phase_around_it() -> None:
+    """phase() after giving_way: a step's wait for a first summary is its own queued span,
+    taken out of the phase it happened inside; no wait, no span."""
+    trace = PassTrace("s")
+    waits = iter([0.0, 0.05])
+
+    def give_way() -> float:
+        wait = next(waits)
+        time.sleep(wait)
+        return wait
+
+    phase = trace.giving_way(give_way)
+    # embedded gives way for 50 ms first, inside summarized
+    with phase("summarized"), phase("embedded"):
+        pass
+    names = [name for name, _, _ in trace.spans]
+    assert names.count("queued") == 1 and sorted(names) == ["embedded", "queued", "summarized"]
+    assert trace.own["queued"] >= 50 * 10**6
+    assert trace.own["summarized"] < 50 * 10**6  # the wait is not counted twice

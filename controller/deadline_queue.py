@@ -1,0 +1,121 @@
+"""The queue every step of a pass waits in (controller/scheduling.py): at most `slots`
+served at once, the earliest deadline first."""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import threading
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+Item = TypeVar("Item")
+
+
+class QueueClosed(RuntimeError):
+    """The queue was closed (the process is stopping): nothing new is served."""
+
+
+class DeadlineQueue(Generic[Item]):
+    """At most `slots` served at once; a free slot goes to the waiter with the earliest
+    deadline (ties: the one queued first). Two doors: a thread waits for its own turn
+    (turn(), a gate around a blocking call), or queues an item that a worker thread takes
+    later (put() and take(), a thread pool's queue)."""
+
+    def __init__(self, slots: int) -> None:
+        if slots < 1:
+            raise ValueError("slots must be at least 1")
+        self.slots = slots
+        self._free = slots
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, Item | None]] = []
+        self._order = itertools.count()
+        self._closed = False
+        self._takers = 0  # threads waiting in take()
+        self._tickets = 0  # threads waiting in turn()
+
+    @contextlib.contextmanager
+    def turn(self, deadline: float) -> Iterator[None]:
+        """Blocks until this caller's turn, holds a slot while the block runs."""
+        ticket = (deadline, next(self._order), None)
+        with self._cond:
+            heapq.heappush(self._heap, ticket)
+            self._tickets += 1
+            try:
+                while self._free == 0 or self._heap[0] is not ticket:
+                    self._cond.wait()
+            finally:
+                self._tickets -= 1
+            heapq.heappop(self._heap)
+            self._free -= 1
+            if self._free and self._heap:
+                self._cond.notify_all()  # the next in line may take another free slot
+        try:
+            yield
+        finally:
+            self.release()
+
+    def put(self, deadline: float, item: Item) -> bool:
+        """Queues the item; True when more items wait than threads wait in take() (a pool
+        should start a thread, if it may)."""
+        with self._cond:
+            if self._closed:
+                raise QueueClosed("cannot schedule new work after the queue was closed")
+            heapq.heappush(self._heap, (deadline, next(self._order), item))
+            self._wake()
+            return len(self._heap) > self._takers
+
+    def take(self) -> tuple[float, Item] | None:
+        """The earliest queued item, once a slot is free (the caller release()s it after);
+        None once the queue is closed (close() dropped what was queued)."""
+        with self._cond:
+            self._takers += 1
+            try:
+                while not (self._heap and self._free) and not self._closed:
+                    self._cond.wait()
+            finally:
+                self._takers -= 1
+            if self._closed:
+                return None
+            deadline, _, item = heapq.heappop(self._heap)
+            self._free -= 1
+            assert item is not None
+            return deadline, item
+
+    def release(self) -> None:
+        with self._cond:
+            self._free += 1
+            self._wake()
+
+    def _wake(self) -> None:
+        """Under the condition. A thread waiting in turn() waits for its own ticket, so all
+        of them are woken to see whose turn it is; of the threads waiting in take(), any
+        one can take the next item, so one is (not a pool's every idle thread)."""
+        if self._tickets:
+            self._cond.notify_all()
+        else:
+            self._cond.notify()
+
+    def close(self) -> list[Item]:
+        """Serves nothing new; returns the items still queued (dropped)."""
+        with self._cond:
+            self._closed = True
+            dropped = [item for _, _, item in self._heap if item is not None]
+            self._heap = [entry for entry in self._heap if entry[2] is None]
+            heapq.heapify(self._heap)
+            self._cond.notify_all()
+            return dropped
+
+    def waiting(self) -> int:
+        with self._cond:
+            return len(self._heap)
+
+    def holding(self) -> int:
+        with self._cond:
+            return self.slots - self._free
+
+    def free(self) -> int:
+        """Slots no one holds and no queued item is about to take."""
+        with self._cond:
+            return max(0, self._free - len(self._heap))
