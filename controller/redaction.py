@@ -13,7 +13,6 @@ it (a URL's host, the variable's name) stays readable.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import re
@@ -124,6 +123,11 @@ class Redaction:
         )
         rules = DETECTOR_RULES + own
         object.__setattr__(self, "rules", rules)
+        settings = [
+            (r.kind, r.pattern.pattern, r.pattern.flags, r.group, r.min_entropy, r.whole_token,
+             r.charset, r.keyword)
+            for r in rules
+        ]  # fmt: skip
         described = repr(
             (
                 MASKING_VERSION,
@@ -131,8 +135,7 @@ class Redaction:
                 UNQUOTED_MIN_ENTROPY,
                 PLACEHOLDER.pattern,
                 _KEYWORD.pattern,
-                [(r.pattern.pattern, r.pattern.flags, dataclasses.astuple(r)[2:]) for r in rules],
-                [r.kind for r in rules],
+                settings,
             )
         )
         object.__setattr__(self, "fingerprint", hashlib.sha256(described.encode()).hexdigest()[:16])

@@ -37,7 +37,6 @@ from controller.core.sweep_plan import REFRESH_TRIGGER
 from controller.deadline_queue import DeadlineQueue
 
 T = TypeVar("T")
-Item = TypeVar("Item")
 
 BACKGROUND_TRIGGERS = frozenset({"sweep", REFRESH_TRIGGER})
 
@@ -112,7 +111,6 @@ class _WorkerPool:
                     continue
                 # Its deadline at the shared queues: its slack from now, not from its queueing.
                 self._running.deadline = deadline + (time.monotonic() - job.submitted)
-                self._running.first = False  # until the job says it is one (_as_first)
                 try:
                     result = job.run()
                 except BaseException as exc:  # the caller sees it on the future
@@ -121,7 +119,6 @@ class _WorkerPool:
                     job.future.set_result(result)
                 finally:
                     self._running.deadline = None
-                    self._running.first = None
             finally:
                 self.queue.release()
 
@@ -240,8 +237,10 @@ class PassScheduler:
         order who goes next; this keeps work already under way from starting its next step
         beside a first summary. Returns the seconds waited."""
         limit = self.limits.give_way_s
-        # None (or unset): not on a pass's thread (a probe, the CLI): no wait.
-        if not limit or not self._firsts or getattr(self._running, "first", None) is not False:
+        mine = self._running
+        if not limit or not self._firsts or getattr(mine, "first", False):
+            return 0.0
+        if getattr(mine, "deadline", None) is None:  # not on a pass's thread: a probe, the CLI
             return 0.0
         began = time.monotonic()
         with self._firsts_changed:

@@ -75,7 +75,9 @@ class PassTrace:
         if self._open:
             self._open[-1].nested_ns += end_ns - start_ns
 
-    def giving_way(self, give_way: Callable[[], float]) -> Callable[[str], Any]:
+    def giving_way(
+        self, give_way: Callable[[], float]
+    ) -> Callable[[str], contextlib.AbstractContextManager[None]]:
         """This trace's phase(), each phase entered after give_way() (scheduling.
         PassScheduler.give_way: a later pass waits while a first summary runs); a wait
         counts as queued."""

@@ -26,16 +26,23 @@ def pass_of(harness: Harness, sid: str) -> tuple[Span, list[Span]] | None:
     return None
 
 
+def sunset_traced(harness: Harness, prefix: str, steps: int) -> tuple[str, Span, list[Span]]:
+    """A new session of `steps` memories, sunset by summaryctl: its id and its pass's trace."""
+    sid = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    now = int(time.time() * 1000)
+    load(
+        harness.store(), [interaction(sid, i, now - 60_000 + i, f"Step {i}.") for i in range(steps)]
+    )
+    res = harness.summaryctl("sunset", sid, "-n", NS, "--wait", "60")
+    assert res.returncode == 0, res.stderr + res.stdout
+    root, phases = wait_for(lambda: pass_of(harness, sid), 30, 0.2, message=f"{sid}'s trace")
+    return sid, root, phases
+
+
 def test_a_sunset_s_pass_arrives_at_the_collector_with_one_span_per_phase(
     harness: Harness,
 ) -> None:
-    sid = f"traced-{uuid.uuid4().hex[:8]}"
-    now = int(time.time() * 1000)
-    load(harness.store(), [interaction(sid, i, now - 60_000 + i, f"Step {i}.") for i in range(3)])
-    res = harness.summaryctl("sunset", sid, "-n", NS, "--wait", "60")
-    assert res.returncode == 0, res.stderr + res.stdout
-
-    root, phases = wait_for(lambda: pass_of(harness, sid), 30, 0.2, message=f"{sid}'s trace")
+    sid, root, phases = sunset_traced(harness, "traced", 3)
     assert root.name == "session-summary.pass" and root.service == "session-summary-operator"
     assert root.attributes["outcome"] == "summarized"
     assert root.attributes["trigger"] == "sunset"
@@ -64,11 +71,7 @@ def test_a_sunset_s_pass_arrives_at_the_collector_with_one_span_per_phase(
 def test_an_up_to_date_pass_has_no_write_phases(harness: Harness) -> None:
     """A sunset with nothing new reads and reports; its trace says so (no embedded, no
     written span): what a pass did is in its trace, not only how long it took."""
-    sid = f"traced-again-{uuid.uuid4().hex[:8]}"
-    now = int(time.time() * 1000)
-    load(harness.store(), [interaction(sid, 0, now - 60_000, "Only step.")])
-    assert harness.summaryctl("sunset", sid, "-n", NS, "--wait", "60").returncode == 0
-    wait_for(lambda: pass_of(harness, sid), 30, 0.2, message=f"{sid}'s first trace")
+    sid, _, _ = sunset_traced(harness, "traced-again", 1)
     assert harness.summaryctl("sunset", sid, "-n", NS, "--wait", "60").returncode == 0
 
     def second() -> list[tuple[Span, list[Span]]] | None:
@@ -109,12 +112,7 @@ def test_a_short_pass_writes_its_status_once(harness: Harness) -> None:
     request straight to its outcome: one status write (no Summarizing patch before it), and
     its phase is never seen as Summarizing. (A slow pass still says Summarizing:
     test_health.py.)"""
-    sid = f"one-write-{uuid.uuid4().hex[:8]}"
-    now = int(time.time() * 1000)
-    load(harness.store(), [interaction(sid, i, now - 60_000 + i, f"Step {i}.") for i in range(2)])
-    res = harness.summaryctl("sunset", sid, "-n", NS, "--wait", "60")
-    assert res.returncode == 0, res.stderr + res.stdout
-    root, phases = wait_for(lambda: pass_of(harness, sid), 30, 0.2, message=f"{sid}'s trace")
+    sid, root, phases = sunset_traced(harness, "one-write", 2)
     claimed = min(s.end_ns for s in phases if s.name == "claimed")
     took = (root.end_ns - claimed) / 1e9  # the Summarizing timer starts with the claim
     if took >= 2:  # a loaded machine: the pass outlasted the delay, and said so
