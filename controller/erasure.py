@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from controller.pipeline import Outcome
 from controller.store.memory_store import MemoryStore
-from controller.upsert import WriteGuard, WriteTurn, no_queue
+from controller.upsert import WriteGuard
 
 
 def forget_session(
@@ -15,13 +15,11 @@ def forget_session(
     *,
     memories: bool,
     guard: WriteGuard | None = None,
-    turn: WriteTurn = no_queue,
 ) -> Outcome:
     """Deletes the session's summary row and everything the operator keeps for it (its
     ledger entry, replaced by a tombstone of ids and counts only) and, with memories, the
     session's memories; the fence of the claim's grant is checked right before, as for an
     upsert, and recorded on the tombstone."""
-    with turn(store.location.describe()):
-        fence = guard.admit(store.read_row_state(session_id).fence) if guard is not None else {}
-        forgotten = store.forget_state(session_id, fence, memories=memories)
+    fence = guard.admit(store.read_row_state(session_id).fence) if guard is not None else {}
+    forgotten = store.forget_state(session_id, fence, memories=memories)
     return Outcome("forgotten", session_id, forgotten.remaining, forgotten=forgotten)

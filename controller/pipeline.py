@@ -45,14 +45,14 @@ from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE, ExtractiveSummarizer
 from controller.upsert import (
     Embedder,
+    GroupWrite,
     PhaseTimer,
     RowSeen,
     WriteGuard,
-    WriteTurn,
     WriteWatcher,
     Written,
-    no_queue,
     untimed,
+    write_alone,
     write_row,
 )
 
@@ -228,7 +228,7 @@ def summarize_session(
     writer_object: str = "",
     visibility: VisibilityRules = DEFAULT_VISIBILITY,
     stop: Callable[[], bool] | None = None,
-    turn: WriteTurn = no_queue,
+    group: GroupWrite = write_alone,
     watch: WriteWatcher | None = None,
     redaction: Redaction = DEFAULT_REDACTION,
     rebuild: bool = False,
@@ -245,8 +245,9 @@ def summarize_session(
     nothing more is written. visibility: how the row is tagged for neo's readers
     (core/visibility.py). stop: asked between chunk passes; once it says True (the
     operator is stopping), the summary so far is written as a checkpoint and
-    PassInterrupted raised. turn: each write's turn among the process's writes to the
-    store (the operator's scheduler); watch: sees each step of each write (upsert.WriteEvent).
+    PassInterrupted raised. group: writes each row with the other passes' rows waiting to
+    write to the collection (the operator's scheduler); watch: sees each step of each
+    write (upsert.WriteEvent).
 
     A row another writer rewrote since our last write is written again even with nothing
     new to summarize: its text is then carried in ours, and the row is ours once more.
@@ -323,7 +324,7 @@ def summarize_session(
             provenance=Provenance(list(spent)),
             visibility=seen_by,
             seen=seen,
-            turn=turn,
+            group=group,
             watch=watch,
             phase=phase,
         )

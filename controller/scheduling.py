@@ -1,10 +1,10 @@
 """The order a summarization pass gets what it needs of this process: a worker thread, a
-CPU core for the local embedding, a turn to write to its store.
+CPU core for the local embedding, a place in a group write to its summary collection.
 
 One scheduler (PassScheduler, made by the operator's runtime and closed with it) serves
-all three, and each is the same queue (DeadlineQueue): a free slot goes to the waiter
-with the earliest *deadline*, where a pass's deadline is the moment it was queued plus
-the slack of its class (Slack):
+all three, and each is ordered the same way (DeadlineQueue, and the group writes of
+store/row_writes.py): a free slot goes to the waiter with the earliest *deadline*, where a
+pass's deadline is the moment it was queued plus the slack of its class (Slack):
 
 - a first summary (sunset, manual or marker, of an object that has never written one): 0 s;
 - a re-summary (the same triggers, for an object that has written one): 10 s;
@@ -14,7 +14,7 @@ So a session that just ended goes ahead of a queue of re-summaries and of the sw
 backlog, and the order is still fair: a job is passed only by jobs whose deadline is
 earlier than its own, and every job queued after that deadline has a later one, so a job
 can be passed only by jobs of an earlier class that arrive within its slack after it;
-none is starved (docs/operations.md, "Scheduling"). At the core and store-write queues a
+none is starved (docs/operations.md, "Scheduling"). At the core queue and the group writes a
 pass's deadline counts from the moment it got its worker (plus its slack): the time it
 waited for a worker does not make a backlog's pass outrank, there, a session that just
 ended; it is passed only by passes that got a worker within its slack after it.
@@ -26,15 +26,20 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from controller.core.sweep_plan import REFRESH_TRIGGER
 from controller.deadline_queue import DeadlineQueue
+from controller.store.row_writes import GroupWriter, RowWrite
+
+if TYPE_CHECKING:
+    from controller.store.connection import StoreLocation
+    from controller.store.memory_store import MemoryStore
 
 T = TypeVar("T")
 
@@ -145,18 +150,12 @@ class _WorkerPool:
         return sum(t.is_alive() for t in self._threads if t is not me)
 
 
-@dataclass
-class _StoreQueue:
-    queue: DeadlineQueue[None]
-    users: int = 0  # writes waiting in it or holding it
-
-
 @dataclass(frozen=True)
 class SchedulerLimits:
     workers: int  # passes at once in the foreground (sunset, manual, marker)
     background_workers: int  # passes at once for the sweep and the refreshes
     cores: int  # local embeddings at once
-    store_writes: int  # summary upserts in flight at once, per store
+    store_writes: int  # groups of summary rows in flight at once, per summary collection
     # Threads only first summaries use when the foreground's are all taken (0: none).
     first_workers: int = 0
     # Longest a later pass waits, before each of its steps, while a first summary runs
@@ -171,10 +170,11 @@ class PassScheduler:
       the refreshes of active ones) never queues in front of a session that just ended;
     - a CPU core for the local embedding (core()): CPU-bound work past the cores only slows
       every holder down;
-    - a turn to write to its store (store_write()): Chroma applies writes one after the
-      other, so a queue of them there is first come, first served; a few at a time from
-      here keeps the store busy and lets the earliest deadline write next. One queue per
-      store: a slow or hung store never holds up the writes to another.
+    - a place in a group write to its summary collection (store_write()): Chroma applies
+      writes one after the other at about the same cost for one row as for sixteen, so the
+      rows waiting are written together, the earliest deadlines first, a group or two at a
+      time. One group writer per collection: a slow or hung store never holds up the
+      writes to another.
     """
 
     def __init__(self, limits: SchedulerLimits) -> None:
@@ -189,7 +189,7 @@ class PassScheduler:
                 "summarize-first", limits.first_workers, self._running
             )
         self._cores: DeadlineQueue[None] = DeadlineQueue(limits.cores)
-        self._store_writes: dict[str, _StoreQueue] = {}
+        self._store_writes: dict[str, GroupWriter] = {}  # by _group_key
         self._lock = threading.Lock()
         self._firsts = 0  # first summaries running now
         self._firsts_changed = threading.Condition()
@@ -256,30 +256,26 @@ class PassScheduler:
     def core(self) -> contextlib.AbstractContextManager[None]:
         return self._cores.turn(self.deadline())
 
-    @contextlib.contextmanager
-    def store_write(self, store: str) -> Iterator[None]:
-        deadline = self.deadline()
+    def store_write(self, store: MemoryStore, write: RowWrite) -> None:
+        """Writes the row with the others waiting to write to its summary collection
+        (store/row_writes.py: GroupWriter), earliest deadline first; raises what refused or
+        failed it."""
+        write.deadline = self.deadline()
+        key = _group_key(store.location)
         with self._lock:
-            entry = self._store_writes.get(store)
-            if entry is None:
-                entry = self._store_writes[store] = _StoreQueue(
-                    DeadlineQueue(self.limits.store_writes)
-                )
-            entry.users += 1
-        try:
-            with entry.queue.turn(deadline):
-                yield
-        finally:
-            with self._lock:
-                entry.users -= 1
+            group = self._store_writes.get(key)
+            if group is None:
+                group = self._store_writes[key] = GroupWriter(self.limits.store_writes)
+        group.write(store, write)
 
-    def forget_store(self, store: str) -> None:
-        """The store's queue, once no write waits in it or holds it (a store no
+    def forget_store(self, location: StoreLocation) -> None:
+        """The collection's group, once no write waits in it or is written by it (a store no
         SessionSummarizer names any more)."""
+        key = _group_key(location)
         with self._lock:
-            entry = self._store_writes.get(store)
-            if entry is not None and entry.users == 0:
-                del self._store_writes[store]
+            group = self._store_writes.get(key)
+            if group is not None and group.idle():
+                del self._store_writes[key]
 
     def store_queues(self) -> int:
         with self._lock:
@@ -294,6 +290,11 @@ class PassScheduler:
         for pool in self.pools.values():
             pool.stop()
         return sum(pool.join(max(0.0, deadline - time.monotonic())) for pool in self.pools.values())
+
+
+def _group_key(location: StoreLocation) -> str:
+    """The summary collection a group writes to (a store may hold several)."""
+    return f"{location.describe()} {location.summary_collection}"
 
 
 def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:

@@ -332,7 +332,7 @@ class SummarizerParts:
             with contextlib.suppress(Exception):  # closing is best effort
                 part.close()
             if isinstance(part.value, MemoryStore):
-                self._scheduler.forget_store(part.value.location.describe())
+                self._scheduler.forget_store(part.value.location)
 
     # -- builders -------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ The phases of a pass, in order (docs/operations.md, "Tracing"):
 - read: the prior summary and the session's rows.
 - summarized: the summarizer's passes over the chunks, and the row's document rendered.
 - embedded: the document's vector.
-- written: the write's turn, the fence's read and the upsert.
+- written: the wait for its group write, the fence's read and the upserts.
 - status: the outcome reported (status, Events).
 
 A phase entered inside another is not counted in the outer one too: every phase's figure

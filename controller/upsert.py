@@ -2,7 +2,7 @@
 the row's fence (its ledger entry) and document again right before the write (a newer
 fence of another claim, or another writer's document, refuses it), write the ledger entry
 and the row. controller/pipeline.py decides what to
-write; this writes it, in its turn among the process's writes to the store (`turn`), and
+write; this writes it, with the other passes' writes to the collection (`group`), and
 tells whoever the caller names (`watch`) each step as it happens."""
 
 from __future__ import annotations
@@ -15,12 +15,14 @@ from typing import Any, Literal, Protocol
 
 from controller.core.document import render_document
 from controller.core.fencing import Fence
+from controller.core.ledger import RowState
 from controller.core.provenance import Provenance
 from controller.core.row_ownership import RowChangedDuringPass, document_digest
 from controller.core.summary import StructuredSummary
 from controller.core.summary_row import to_chroma_metadata
 from controller.core.visibility import RowVisibility
 from controller.store.memory_store import MemoryStore
+from controller.store.row_writes import RowWrite
 
 Embedder = Callable[[list[str]], Sequence[Any]]  # one vector (floats) per text
 EMBED_CHARS = 8000
@@ -65,14 +67,16 @@ class WriteEvent:
 # write journal, devenv.journal, given to the operator's runtime by devenv.operator). It
 # must be quick and must not raise.
 WriteWatcher = Callable[[WriteEvent], None]
-# A write's turn among the process's writes to a store (scheduling.PassScheduler.
-# store_write), given the store's description.
-WriteTurn = Callable[[str], AbstractContextManager[None]]
+# Writes a row with the other passes' rows waiting to write to the same collection
+# (scheduling.PassScheduler.store_write, store/row_writes.py), or raises what refused or
+# failed it.
+GroupWrite = Callable[[MemoryStore, RowWrite], None]
 
 
-def no_queue(store: str) -> AbstractContextManager[None]:
-    """No turn to wait for: the CLI and tests, which write alone."""
-    return nullcontext()
+def write_alone(store: MemoryStore, write: RowWrite) -> None:
+    """No group: the CLI and tests, which write alone."""
+    store.write_rows([write])
+    write.result()
 
 
 # Times a step of a pass as the named phase (tracing.PassTrace.phase).
@@ -111,18 +115,18 @@ def write_row(
     provenance: Provenance | None = None,
     visibility: RowVisibility | None = None,
     seen: RowSeen | None = None,
-    turn: WriteTurn = no_queue,
+    group: GroupWrite = write_alone,
     watch: WriteWatcher | None = None,
     phase: PhaseTimer = untimed,
 ) -> Written:
     """Writes the row; returns the summarizedAt it stored (ms), which the status shows, and
     the document.
 
-    Right before the upsert the row is read again: a newer fence refuses the write (the
-    guard), and so does a document other than the one the pass last saw (seen): another
-    writer rewrote the row during the pass (RowChangedDuringPass; the next pass carries its
-    text). Chroma has no conditional write: what remains is the moment between that read
-    and the upsert."""
+    Right before the upsert the row is read again (with the group's): a newer fence refuses
+    the write (the guard), and so does a document other than the one the pass last saw
+    (seen): another writer rewrote the row during the pass (RowChangedDuringPass; the next
+    pass carries its text). Chroma has no conditional write: what remains is the moment
+    between that read and the upsert."""
     with phase("summarized"):  # the document is the summary as agents read it
         document = render_document(
             summary, store.location.memory_collection, max_chars=store.location.document_max_chars
@@ -153,28 +157,34 @@ def write_row(
 
     tell(WriteEvent("begin", sid, writer, writer_object, began_ms, began_ms, fence))
     outcome: Literal["written", "refused", "failed"] = "failed"
+
+    def admit(found: RowState) -> Mapping[str, int | str]:
+        """Right before the group's upserts, on the row as read then (row_writes.py)."""
+        nonlocal outcome
+        if seen is not None and found.digest != seen.digest:
+            outcome = "refused"
+            raise RowChangedDuringPass(
+                f"the row of session {sid!r} was rewritten by another writer during this "
+                "pass; nothing was written over it, and the next pass carries its text"
+            )
+        fence_keys: Mapping[str, int | str] = {}
+        if guard is not None:
+            outcome = "refused"
+            fence_keys = guard.admit(found.fence)
+            outcome = "failed"
+        now_ms = int(time.time() * 1000)
+        tell(WriteEvent("admitted", sid, writer, writer_object, now_ms, began_ms, fence))
+        return fence_keys
+
     try:
-        # In deadline order, and the claim checked once the turn came: the wait is never
-        # between the check and the write. The row's fence is read right before the upsert.
-        with phase("written"), turn(store.location.describe()):
-            found = store.read_row_state(sid)
-            if seen is not None and found.digest != seen.digest:
-                outcome = "refused"
-                raise RowChangedDuringPass(
-                    f"the row of session {sid!r} was rewritten by another writer during this "
-                    "pass; nothing was written over it, and the next pass carries its text"
-                )
-            fence_keys: Mapping[str, int | str] = {}
-            if guard is not None:
-                outcome = "refused"
-                fence_keys = guard.admit(found.fence)
-                outcome = "failed"
-            now_ms = int(time.time() * 1000)
-            tell(WriteEvent("admitted", sid, writer, writer_object, now_ms, began_ms, fence))
-            store.write_summary(summary.session_id, document, metadata, vector, fence_keys, found)
-            outcome = "written"
-            if seen is not None:
-                seen.digest = document_digest(document)
+        # With the others waiting to write to the collection, earliest deadline first; the
+        # claim is checked once the group is formed: the wait is never between the check
+        # and the write.
+        with phase("written"):
+            group(store, RowWrite(sid, document, metadata, vector, admit))
+        outcome = "written"
+        if seen is not None:
+            seen.digest = document_digest(document)
     finally:  # ends whether written or refused (claim lost, store down)
         ended_ms = int(time.time() * 1000)
         tell(WriteEvent("end", sid, writer, writer_object, ended_ms, began_ms, fence, outcome))

@@ -184,7 +184,8 @@ def plan_write(
     }
     head_meta = {k: v for k, v in head_meta.items() if v is not None}
     head_record = LedgerRecord(summary_row_id(session_id), ledger_document(rest), head_meta)
-    return LedgerWrite((*segments, head_record), generation, superseded=not grown)
+    # Without a head there is no earlier generation to drop (a first write: no request).
+    return LedgerWrite((*segments, head_record), generation, superseded=not grown and bool(head))
 
 
 def _number(head: Mapping[str, Any] | None, key: str) -> int:

@@ -178,7 +178,6 @@ def summarize_blocking(
                 spec.session_id,
                 memories=spec.forget_memories,
                 guard=guard,
-                turn=runtime.scheduler.store_write,
             )
         return summarize_session(
             backends.store,
@@ -193,7 +192,7 @@ def summarize_blocking(
             visibility=backends.visibility,
             redaction=backends.redaction,
             stop=runtime.stopping.is_set,
-            turn=runtime.scheduler.store_write,
+            group=runtime.scheduler.store_write,
             watch=runtime.watch_writes,
             rebuild=spec.action == "Rebuild",
             phase=phase,

@@ -13,24 +13,18 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
-import numpy as np
 from chromadb.api.models.Collection import Collection
-from chromadb.errors import ChromaError, InvalidArgumentError
+from chromadb.errors import ChromaError
 
 from controller.core.coverage import PriorCoverage
 from controller.core.embedding_match import embedding_function_problem
-from controller.core.fencing import recorded_fence
 from controller.core.ledger import (
-    LEDGER_VECTOR,
-    RowState,
     UnreadableLedgerEntry,
     combined_state,
-    plan_write,
     read_entry,
-    split_row_and_ledger,
 )
 from controller.core.memories import (
     Memory,
@@ -38,13 +32,12 @@ from controller.core.memories import (
     memory_sort_key,
 )
 from controller.core.naming import summary_row_id
-from controller.core.row_ownership import DIGEST_KEY, document_digest
+from controller.core.row_ownership import document_digest
 from controller.core.summary import SUMMARY_FORMAT, PriorSummary, UnreadablePriorSummary
-from controller.core.summary_row import from_chroma_row, upsert_metadata
+from controller.core.summary_row import from_chroma_row
 from controller.redaction import PassRedaction
 from controller.store.collections import batches
 from controller.store.errors import (
-    DIMENSION_ERROR,
     CollectionNotFound,
     EmbeddingMismatch,
     StoreUnavailable,
@@ -52,13 +45,14 @@ from controller.store.errors import (
     mismatch,
 )
 from controller.store.forgetting import Forgetting, is_tombstone
+from controller.store.row_writes import RowWrites
 from controller.store.session_listing import GET_BATCH, SessionRows, list_session
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class MemoryStore(Forgetting):
+class MemoryStore(RowWrites, Forgetting):
     """Reads memories and reads/writes summaries in one Chroma database."""
 
     def session_rows(
@@ -236,18 +230,6 @@ class MemoryStore(Forgetting):
         prior = from_chroma_row(session_id, document, combined_state(row["metadata"], state))
         return prior, document_digest(document or "")
 
-    def read_row_state(self, session_id: str) -> RowState:
-        """The row as a write finds it right before it writes: the fence of the claim grant
-        that last wrote it (core/fencing.py: from its ledger entry or, for a row of the
-        previous release, the row itself), the digest of its document (None: no row) and
-        its ledger entry's head (what the write appends to)."""
-        entry = self._get_one("ledger", session_id, ["metadatas"])
-        row = self._get_one("summary", session_id, ["documents", "metadatas"])
-        head = entry["metadata"] if entry else None
-        fence = recorded_fence(head, row["metadata"] if row else None)
-        digest = document_digest(row["document"] or "") if row is not None else None
-        return RowState(fence, digest, head)
-
     def check_embedding(self, dimension: int) -> int | None:
         """Refuses to write vectors the collection's readers cannot use: of another dimension
         than the collection holds, or from another model than the embedding function the
@@ -299,76 +281,6 @@ class MemoryStore(Forgetting):
         if embeddings is None or len(embeddings) == 0:
             return None
         return len(embeddings[0])
-
-    def write_summary(
-        self,
-        session_id: str,
-        document: str,
-        metadata: Mapping[str, str | int | float | bool],
-        embedding: Sequence[float],
-        fence: Mapping[str, int | str] | None = None,
-        found: RowState | None = None,
-    ) -> None:
-        """Writes the session's ledger entry (the writer's state and the fence of its grant),
-        then its row (id summary_<sessionId>: the document and the keys readers use); the
-        writer, so the one place that creates the summary and ledger collections. Keys of
-        ours the row does not set now (the previous release's whole state among them), and
-        neo's keys derived from the text it replaces, are removed from the row
-        (summary_row.upsert_metadata): Chroma's upsert would otherwise keep them."""
-        row, state = split_row_and_ledger(metadata)
-        digest = row.get(DIGEST_KEY)
-        head = (
-            found.ledger_head if found is not None else self.read_row_state(session_id).ledger_head
-        )
-        plan = plan_write(
-            session_id, state, head, fence or {}, digest if isinstance(digest, str) else None
-        )
-        records = plan.records
-        self._on_ledger(
-            "writing the ledger entry",
-            lambda coll: coll.upsert(
-                ids=[r.record_id for r in records],
-                documents=[r.document for r in records],
-                metadatas=[r.metadata for r in records],
-                embeddings=cast(Any, [np.asarray(LEDGER_VECTOR, dtype=np.float32)] * len(records)),
-            ),
-            create=True,
-        )
-        if plan.superseded:
-            self._drop_generations_below(session_id, plan.generation)
-        sent = upsert_metadata(row)
-
-        def upsert(coll: Collection) -> None:
-            try:
-                coll.upsert(
-                    ids=[summary_row_id(session_id)],
-                    documents=[document],
-                    metadatas=[cast(Any, sent)],
-                    embeddings=cast(Any, [np.asarray(embedding, dtype=np.float32)]),
-                )
-            except InvalidArgumentError as exc:
-                found = DIMENSION_ERROR.search(str(exc))
-                if found:
-                    name = self.location.summary_collection
-                    raise mismatch(name, int(found.group(1)), int(found.group(2))) from exc
-                raise
-
-        self._on_summaries("writing the summary", upsert, create=True)
-        # Chroma accepted the vector, so the collection holds this dimension: later writes
-        # need no sample (one fewer round trip per summary once a first write succeeded).
-        self._verified_dimension = len(embedding)
-
-    def _drop_generations_below(self, session_id: str, generation: int) -> None:
-        """Deletes the entry's segments of earlier generations (replaced whole by the one
-        just written). Best effort: a leftover segment is never read (read_entry)."""
-        where = {"$and": [{"sessionId": session_id}, {"generation": {"$lt": generation}}]}
-        try:
-            self._on_ledger(
-                "dropping replaced ledger segments",
-                lambda coll: coll.delete(where=cast(Any, where)),
-            )
-        except (StoreUnavailable, CollectionNotFound) as exc:
-            log.info("session %s: replaced ledger segments left: %s", session_id, exc)
 
     def latest_summaries(self, limit: int) -> list[tuple[str, str, dict[str, Any]]]:
         """(id, document, metadata) of the newest summaries, as agents read them at boot.

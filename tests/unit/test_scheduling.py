@@ -1,5 +1,6 @@
-"""controller.scheduling: earliest deadline first, for worker threads, CPU cores and store
-writes (one PassScheduler, one DeadlineQueue under each: controller/deadline_queue.py)."""
+"""controller.scheduling: earliest deadline first, for worker threads, CPU cores (one
+PassScheduler, one DeadlineQueue under each: controller/deadline_queue.py) and the group
+writes to a summary collection (controller/store/row_writes.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from controller.scheduling import (
     slack_for,
     usable_cpus,
 )
+from controller.store.connection import StoreLocation
+from controller.store.row_writes import GroupWriter, RowWrite
 
 
 def scheduler(workers: int = 1, store_writes: int = 2) -> PassScheduler:
@@ -239,76 +242,163 @@ def test_usable_cpus_follows_a_cgroup_cpu_limit(
     assert usable_cpus(tmp_path) == (affinity if cap is None else min(affinity, cap))
 
 
-def test_a_full_store_write_queue_never_holds_up_another_store() -> None:
+class FakeStore:
+    """A summary collection as the group writer sees it: write_rows records each group, and
+    waits while `hold` is clear; a write whose session is in `refuse` gets an error."""
+
+    def __init__(self, summary_collection: str = "sessions", url: str = "http://s:8000") -> None:
+        self.location = StoreLocation(
+            url=url, memory_collection="memories", summary_collection=summary_collection
+        )
+        self.groups: list[list[RowWrite]] = []
+        self.hold = threading.Event()
+        self.hold.set()
+        self.refuse: set[str] = set()
+        self.lock = threading.Lock()
+
+    def write_rows(self, writes: list[RowWrite]) -> None:
+        with self.lock:
+            self.groups.append(list(writes))
+        self.hold.wait(10)
+        for write in writes:
+            if write.session_id in self.refuse:
+                write.error = RuntimeError(f"refused {write.session_id}")
+
+
+def row(session_id: str, dimension: int = 2) -> RowWrite:
+    return RowWrite(session_id, "doc", {}, [0.0] * dimension)
+
+
+def test_a_hung_collection_never_holds_up_the_writes_to_another() -> None:
     sched = scheduler(store_writes=2)
-    release = threading.Event()
-
-    def hold() -> None:
-        with sched.store_write("http://hung:8000 (t/db)"):
-            release.wait(10)
-
-    holders = [threading.Thread(target=hold) for _ in range(2)]
+    hung, other = FakeStore("hung"), FakeStore("other")
+    hung.hold.clear()
+    holders = [
+        threading.Thread(target=sched.store_write, args=(hung, row(f"h{i}"))) for i in range(3)
+    ]
     for t in holders:
         t.start()
-    _wait_until(lambda: sched._store_writes["http://hung:8000 (t/db)"].queue.holding() == 2)
-    done = threading.Event()
-
-    def write() -> None:
-        with sched.store_write("http://other:8000 (t/db)"):
-            done.set()
-
-    threading.Thread(target=write).start()
-    assert done.wait(5)
-    release.set()
+    _wait_until(lambda: len(hung.groups) == 2)  # two groups in flight, one write waiting
+    done = threading.Thread(target=sched.store_write, args=(other, row("o")))
+    done.start()
+    done.join(5)
+    assert not done.is_alive() and [w.session_id for g in other.groups for w in g] == ["o"]
+    hung.hold.set()
     for t in holders:
         t.join(5)
+    assert sorted(w.session_id for g in hung.groups for w in g) == ["h0", "h1", "h2"]
 
 
-def test_a_store_queue_is_dropped_once_nobody_waits_in_it() -> None:
+def test_a_row_waits_in_its_group_by_the_deadline_of_the_pass_that_writes_it() -> None:
     sched = scheduler()
-    with sched.store_write("http://a:8000 (t/db)"):
-        sched.forget_store("http://a:8000 (t/db)")  # in use: kept
-        assert sched.store_queues() == 1
-    sched.forget_store("http://a:8000 (t/db)")
+    store = FakeStore()
+    try:
+        deadline = sched.submit(time.monotonic() + 10, sched.deadline, background=False)
+        written = sched.submit(
+            time.monotonic() + 10, lambda: sched.store_write(store, row("a")), background=False
+        )
+        written.result(10)
+        running = deadline.result(10)
+    finally:
+        sched.stop(5)
+    assert store.groups[0][0].deadline >= running  # its pass's, not the moment it asked
+
+
+def test_a_group_writer_is_dropped_once_nobody_writes_with_it() -> None:
+    sched = scheduler()
+    store = FakeStore()
+    store.hold.clear()
+    writing = threading.Thread(target=sched.store_write, args=(store, row("a")))
+    writing.start()
+    _wait_until(lambda: len(store.groups) == 1)
+    sched.forget_store(store.location)  # in use: kept
+    assert sched.store_queues() == 1
+    store.hold.set()
+    writing.join(5)
+    sched.forget_store(store.location)
     assert sched.store_queues() == 0
 
 
-@settings(max_examples=20, deadline=None)
-@given(st.lists(st.sampled_from([0, 10, 30]), max_size=25))
-def test_at_the_store_write_queue_a_pass_s_slack_counts_from_its_worker(slacks: list[int]) -> None:
-    """The store write goes to the pass whose slack (counted from when it got its worker)
-    ends first, not to the first to ask; equal slacks: the one that got its worker first.
-    (Each pass is queued, and gets its worker, well within 10 s of the others.)"""
-    sched = PassScheduler(
-        SchedulerLimits(workers=len(slacks) + 1, background_workers=2, cores=1, store_writes=1)
-    )
-    queue_key = "http://s:8000 (t/db)"
-    release = threading.Event()
-    order: list[int] = []
+def test_a_write_raises_its_own_error_and_the_rest_of_its_group_is_written() -> None:
+    writer, store = GroupWriter(1), FakeStore()
+    store.hold.clear()
+    store.refuse = {"bad"}
+    first = threading.Thread(target=writer.write, args=(store, row("first")))
+    first.start()
+    _wait_until(lambda: len(store.groups) == 1)
+    errors: dict[str, BaseException | None] = {}
 
-    def holder() -> None:
-        with sched.store_write(queue_key):
-            release.wait(10)
+    def write(session_id: str) -> None:
+        try:
+            writer.write(store, row(session_id))
+            errors[session_id] = None
+        except RuntimeError as exc:
+            errors[session_id] = exc
 
-    def write(i: int) -> None:
-        with sched.store_write(queue_key):
-            order.append(i)
+    others = [threading.Thread(target=write, args=(s,)) for s in ("good", "bad", "fine")]
+    for t in others:
+        t.start()
+    _wait_until(lambda: len(writer._waiting) == 3)
+    store.hold.set()
+    for t in [first, *others]:
+        t.join(5)
+    assert [sorted(w.session_id for w in g) for g in store.groups] == [
+        ["first"],
+        ["bad", "fine", "good"],
+    ]
+    assert errors["good"] is None and errors["fine"] is None
+    assert str(errors["bad"]) == "refused bad"
 
-    try:
-        first = sched.submit(-1.0, holder, background=False)
-        _wait_until(lambda: sched._store_writes[queue_key].queue.holding() == 1)
-        futures = []
-        for i, slack in enumerate(slacks):
-            deadline = time.monotonic() + slack  # as the handler queues a pass
-            futures.append(sched.submit(deadline, lambda i=i: write(i), background=False))
-            _wait_until(lambda n=i + 1: sched._store_writes[queue_key].queue.waiting() == n)
-        release.set()
-        for f in [first, *futures]:
-            f.result(10)
-    finally:
-        release.set()
-        sched.stop(5)
-    assert order == sorted(range(len(slacks)), key=lambda i: (slacks[i], i))
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("abcdef"), st.sampled_from([0, 10, 30]), st.sampled_from([2, 3])),
+        min_size=1,
+        max_size=20,
+    ),
+    st.integers(1, 4),
+)
+def test_a_group_takes_the_earliest_deadlines_one_row_per_session_and_one_vector_size(
+    writes: list[tuple[str, int, int]], rows: int
+) -> None:
+    """Every row is written once; a group holds at most `rows` rows, no session twice and
+    one vector size; and a row is left for a later group while one with a later deadline
+    is written only when its session or size differs from the group's (no starvation:
+    deadlines order the rest)."""
+    writer, store = GroupWriter(1, rows=rows), FakeStore()
+    store.hold.clear()
+    blocker = threading.Thread(target=writer.write, args=(store, row("blocker")))
+    blocker.start()
+    _wait_until(lambda: len(store.groups) == 1)
+    queued = []
+    for i, (session, slack, dimension) in enumerate(writes):
+        write = row(session, dimension)
+        write.deadline = slack + i * 1e-3  # queued in order: ties go to the first
+        queued.append(write)
+    threads = [threading.Thread(target=writer.write, args=(store, w)) for w in queued]
+    for t in threads:
+        t.start()
+    _wait_until(lambda: len(writer._waiting) == len(queued))
+    store.hold.set()
+    for t in [blocker, *threads]:
+        t.join(5)
+    groups = store.groups[1:]
+    assert sorted(id(w) for g in groups for w in g) == sorted(id(w) for w in queued)
+    for n, group in enumerate(groups):
+        assert len(group) <= rows
+        assert len({w.session_id for w in group}) == len(group)
+        assert len({len(w.embedding) for w in group}) == 1
+        latest = max(w.deadline for w in group)
+        first = min(group, key=lambda w: w.deadline)
+        for later in (w for g in groups[n + 1 :] for w in g):
+            if later.deadline < latest:
+                assert later.session_id in {w.session_id for w in group} or len(
+                    later.embedding
+                ) != len(first.embedding), (later, group)
+        # the group's first row is the earliest deadline of all rows not written yet
+        rest = [w for g in groups[n:] for w in g]
+        assert first.deadline == min(w.deadline for w in rest)
 
 
 def test_a_pass_that_waited_for_a_worker_does_not_outrank_a_new_one_at_the_shared_queues() -> None:

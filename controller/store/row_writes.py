@@ -1,0 +1,260 @@
+"""Writing summary rows: each pass's row checked on its own, several passes' rows written
+together.
+
+Chroma applies the writes to a database one after the other, and an upsert costs it about
+the same whether it carries one record or sixteen (bench/store_writes.py: on this project's
+2-core machine 24 rows/s one at a time, 81 rows/s eight at a time). So the passes of this
+process that wait to write to the same summary collection write as a group (GroupWriter):
+one read of their ledger heads and rows right before, each pass's own checks against what
+was read (the fence of its claim, the document it last saw), then one upsert of the
+admitted passes' ledger records and one of their rows. A pass refused by its checks is
+left out of the group; one failure of a request fails every pass in it, as it would have
+failed each of them alone. Between the read that checks a row and its upsert there is
+what there was for a write alone, plus the other rows' checks (no I/O unless a fence is
+ahead of the claim's): Chroma has no conditional write either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+from chromadb.api.models.Collection import Collection
+from chromadb.errors import InvalidArgumentError
+
+from controller.core.fencing import recorded_fence
+from controller.core.ledger import LEDGER_VECTOR, RowState, plan_write, split_row_and_ledger
+from controller.core.naming import summary_row_id
+from controller.core.row_ownership import DIGEST_KEY, document_digest
+from controller.core.summary_row import upsert_metadata
+from controller.store.collections import Collections
+from controller.store.errors import DIMENSION_ERROR, CollectionNotFound, StoreUnavailable, mismatch
+
+log = logging.getLogger(__name__)
+GROUP_ROWS = 16  # rows a group writes at most: a request of a few MiB with 4,096-d vectors
+
+
+def _no_checks(found: RowState) -> Mapping[str, int | str]:
+    return {}
+
+
+@dataclass(eq=False)
+class RowWrite:
+    """One session's row waiting to be written. `admit` is the pass's check right before the
+    upsert, given the row as found then: it raises to refuse the write, else returns the keys
+    the ledger entry records (the claim's fence). After the write, `error` is what refused or
+    failed it (None: written)."""
+
+    session_id: str
+    document: str
+    metadata: Mapping[str, str | int | float | bool]
+    embedding: Sequence[float]
+    admit: Callable[[RowState], Mapping[str, int | str]] = _no_checks
+    deadline: float = 0.0  # the pass's (scheduling.py): a group takes the earliest first
+    error: BaseException | None = None
+    done: bool = False
+
+    def result(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+class RowWrites(Collections):
+    """Reads a row as a write finds it and writes rows, one or several sessions at once."""
+
+    def read_row_state(self, session_id: str) -> RowState:
+        return self.read_row_states([session_id])[session_id]
+
+    def read_row_states(self, session_ids: Sequence[str]) -> dict[str, RowState]:
+        """Each session's row as a write finds it right before it writes: the fence of the
+        claim grant that last wrote it (core/fencing.py: from its ledger entry or, for a row
+        of the previous release, the row itself), the digest of its document (None: no row)
+        and its ledger entry's head (what the write appends to). Two reads for all."""
+        ids = [summary_row_id(s) for s in session_ids]
+        heads = self._by_id(self._on_ledger, "reading the ledger entries", ids, ["metadatas"])
+        rows = self._by_id(self._on_summaries, "reading the rows", ids, ["documents", "metadatas"])
+        states = {}
+        for sid, row_id in zip(session_ids, ids, strict=True):
+            head, row = heads.get(row_id), rows.get(row_id)
+            fence = recorded_fence(head[1] if head else None, row[1] if row else None)
+            digest = document_digest(row[0] or "") if row is not None else None
+            states[sid] = RowState(fence, digest, head[1] if head else None)
+        return states
+
+    @staticmethod
+    def _by_id(
+        on: Callable[..., Any], what: str, ids: list[str], include: list[str]
+    ) -> dict[str, tuple[str | None, dict[str, Any]]]:
+        try:
+            got = on(what, lambda coll: coll.get(ids=ids, include=cast(Any, include)))
+        except CollectionNotFound:
+            return {}
+        docs = got.get("documents") or [None] * len(got["ids"])
+        metas = got.get("metadatas") or [None] * len(got["ids"])
+        return {i: (d, dict(m or {})) for i, d, m in zip(got["ids"], docs, metas, strict=False)}
+
+    def write_summary(
+        self,
+        session_id: str,
+        document: str,
+        metadata: Mapping[str, str | int | float | bool],
+        embedding: Sequence[float],
+        fence: Mapping[str, int | str] | None = None,
+    ) -> None:
+        """Writes one session's ledger entry (with these fence keys) and row, unchecked."""
+        keys = dict(fence or {})
+        write = RowWrite(session_id, document, metadata, embedding, admit=lambda _: keys)
+        self.write_rows([write])
+        write.result()
+
+    def write_rows(self, writes: Sequence[RowWrite]) -> None:
+        """Writes these sessions' ledger entries (the writer's state and the fence of its
+        grant), then their rows (id summary_<sessionId>: the document and the keys readers
+        use); each write's `error` says what refused or failed it. The one place that
+        creates the summary and ledger collections. Keys of ours a row does not set now (the
+        previous release's whole state among them), and neo's keys derived from the text it
+        replaces, are removed from the row (summary_row.upsert_metadata): Chroma's upsert
+        would otherwise keep them."""
+        try:
+            found = self.read_row_states([w.session_id for w in writes])
+        except Exception as exc:
+            for write in writes:
+                write.error = exc
+            return
+        admitted, plans = [], []
+        for write in writes:
+            try:
+                fence = write.admit(found[write.session_id])
+            except Exception as exc:
+                write.error = exc
+                continue
+            row, state = split_row_and_ledger(write.metadata)
+            digest = row.get(DIGEST_KEY)
+            head = found[write.session_id].ledger_head
+            plan = plan_write(
+                write.session_id, state, head, fence, digest if isinstance(digest, str) else None
+            )
+            admitted.append((write, upsert_metadata(row)))
+            plans.append(plan)
+        if not admitted:
+            return
+        try:
+            self._upsert(admitted, plans)
+        except Exception as exc:
+            for write, _ in admitted:
+                write.error = exc
+
+    def _upsert(self, admitted: list[tuple[RowWrite, dict[str, Any]]], plans: list[Any]) -> None:
+        records = [r for plan in plans for r in plan.records]
+        self._on_ledger(
+            "writing the ledger entries",
+            lambda coll: coll.upsert(
+                ids=[r.record_id for r in records],
+                documents=[r.document for r in records],
+                metadatas=[r.metadata for r in records],
+                embeddings=cast(Any, [np.asarray(LEDGER_VECTOR, dtype=np.float32)] * len(records)),
+            ),
+            create=True,
+        )
+        for (write, _), plan in zip(admitted, plans, strict=True):
+            if plan.superseded:
+                self._drop_generations_below(write.session_id, plan.generation)
+
+        def upsert(coll: Collection) -> None:
+            try:
+                coll.upsert(
+                    ids=[summary_row_id(w.session_id) for w, _ in admitted],
+                    documents=[w.document for w, _ in admitted],
+                    metadatas=[cast(Any, sent) for _, sent in admitted],
+                    embeddings=cast(
+                        Any, [np.asarray(w.embedding, dtype=np.float32) for w, _ in admitted]
+                    ),
+                )
+            except InvalidArgumentError as exc:
+                found = DIMENSION_ERROR.search(str(exc))
+                if found:
+                    name = self.location.summary_collection
+                    raise mismatch(name, int(found.group(1)), int(found.group(2))) from exc
+                raise
+
+        self._on_summaries("writing the summaries", upsert, create=True)
+        # Chroma accepted the vectors, so the collection holds this dimension: later writes
+        # need no sample (one fewer round trip per summary once a first write succeeded).
+        self._verified_dimension = len(admitted[0][0].embedding)
+
+    def _drop_generations_below(self, session_id: str, generation: int) -> None:
+        """Deletes the entry's segments of earlier generations (replaced whole by the one
+        just written). Best effort: a leftover segment is never read (read_entry)."""
+        where = {"$and": [{"sessionId": session_id}, {"generation": {"$lt": generation}}]}
+        try:
+            self._on_ledger(
+                "dropping replaced ledger segments",
+                lambda coll: coll.delete(where=cast(Any, where)),
+            )
+        except (StoreUnavailable, CollectionNotFound) as exc:
+            log.info("session %s: replaced ledger segments left: %s", session_id, exc)
+
+
+class GroupWriter:
+    """The rows of the passes waiting to write to one summary collection: whichever pass
+    finds a group free writes the waiting rows (RowWrites.write_rows), earliest deadline
+    first, at most GROUP_ROWS at a time, one per session and of one vector size; the others
+    wait for their row's group, then return or raise its error. At most `groups` groups
+    are in flight at once (what a store write slot was before)."""
+
+    def __init__(self, groups: int = 1, rows: int = GROUP_ROWS) -> None:
+        self._groups, self._rows = groups, rows
+        self._changed = threading.Condition()
+        self._waiting: list[RowWrite] = []
+        self._writing: set[str] = set()  # sessions of the groups in flight
+        self._leading = 0
+
+    def write(self, store: RowWrites, write: RowWrite) -> None:
+        with self._changed:
+            self._waiting.append(write)
+            while not write.done:
+                group = self._take() if self._leading < self._groups else []
+                if not group:
+                    self._changed.wait()
+                    continue
+                self._leading += 1
+                self._changed.release()
+                try:
+                    store.write_rows(group)  # sets each write's error; raises only on a bug
+                except BaseException as exc:
+                    for member in group:
+                        member.error = member.error or exc
+                    raise
+                finally:
+                    self._changed.acquire()
+                    self._leading -= 1
+                    self._writing.difference_update(w.session_id for w in group)
+                    for member in group:
+                        member.done = True
+                    self._changed.notify_all()
+        write.result()
+
+    def _take(self) -> list[RowWrite]:
+        """Under the lock: the next group, out of the waiting rows."""
+        group: list[RowWrite] = []
+        sessions = set(self._writing)
+        for write in sorted(self._waiting, key=lambda w: w.deadline):
+            if len(group) == self._rows:
+                break
+            size = len(group[0].embedding) if group else len(write.embedding)
+            if write.session_id in sessions or len(write.embedding) != size:
+                continue
+            group.append(write)
+            sessions.add(write.session_id)
+        for write in group:
+            self._waiting.remove(write)
+        self._writing.update(w.session_id for w in group)
+        return group
+
+    def idle(self) -> bool:
+        with self._changed:
+            return not self._waiting and not self._leading

@@ -1,0 +1,136 @@
+"""Passes written as groups (controller/store/row_writes.py) on the real Chroma server: many
+passes of this process writing at once share upserts, each row is still the one its pass
+wrote, and a pass its own checks refuse leaves its row as it was while the rest of its
+group is written."""
+
+from __future__ import annotations
+
+import random
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from controller.core.fencing import Fence
+from controller.core.summary import StructuredSummary
+from controller.kube.claims import ClaimLost
+from controller.pipeline import summarize_session
+from controller.scheduling import PassScheduler, SchedulerLimits
+from controller.store.connection import StoreLocation, connect
+from controller.store.memory_store import MemoryStore
+from controller.store.row_writes import RowWrite
+from devenv.chroma import ChromaServer
+from tests.integration.harness import interaction, load
+
+SESSIONS = 24
+
+
+class GroupCountingStore(MemoryStore):
+    """The real store, recording the size of each group it writes."""
+
+    def __init__(self, location: StoreLocation) -> None:
+        super().__init__(connect(location), location)
+        self.groups: list[int] = []
+        self._sizes = threading.Lock()
+
+    def write_rows(self, writes: Sequence[RowWrite]) -> None:
+        with self._sizes:
+            self.groups.append(len(writes))
+        super().write_rows(writes)
+
+
+class Guard:
+    """A claim's side of a write (upsert.WriteGuard) with a fence of its own; `lost` says
+    no right before the upsert, as a claim taken over by another writer does."""
+
+    def __init__(self, number: int, lost: bool = False) -> None:
+        self.fence = Fence(number, "test-authority")
+        self.lost = lost
+
+    def check(self) -> None:
+        pass
+
+    def admit(self, found: Fence | None) -> Mapping[str, int | str]:
+        if self.lost:
+            raise ClaimLost("taken over")
+        return self.fence.metadata()
+
+
+def _embed(texts: list[str]) -> list[list[float]]:
+    return [[float(len(t) % 7), 1.0, 0.5, float(len(t) % 3)] for t in texts]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_passes_writing_at_once_share_upserts_and_each_row_is_its_own_pass_s(
+    chroma_server: ChromaServer, seed: int
+) -> None:
+    rng = random.Random(seed)
+    tag = uuid.uuid4().hex[:8]
+    location = StoreLocation(
+        url=chroma_server.url, memory_collection=f"gw-mem-{tag}", summary_collection=f"gw-{tag}"
+    )
+    store = GroupCountingStore(location)
+    sessions = [f"gw-{tag}-{i:02d}" for i in range(SESSIONS)]
+    turns = {s: rng.randint(1, 12) for s in sessions}
+    base = 1_770_000_000_000
+    load(
+        store,
+        [
+            interaction(s, n, base + n * 1000, f"Change port {8000 + n} in src/{s}/m{n}.py")
+            for s in sessions
+            for n in range(turns[s])
+        ],
+    )
+    refused = set(rng.sample(sessions, 3))
+    # One earlier write of a refused session: its row must stay as it was.
+    summarize_session(store, sorted(refused)[0], embed=_embed, writer="before", trigger="manual")
+    kept = store.summaries().get(ids=[f"summary_{sorted(refused)[0]}"], include=["documents"])
+    late = sorted(refused)[0]
+    load(store, [interaction(late, 99, base + 99_000, "A later turn: nothing is up to date")])
+    sched = PassScheduler(
+        SchedulerLimits(workers=SESSIONS, background_workers=1, cores=1, store_writes=1)
+    )
+    errors: dict[str, BaseException] = {}
+
+    def run(sid: str) -> None:
+        try:
+            summarize_session(
+                store,
+                sid,
+                embed=_embed,
+                writer="group",
+                trigger="manual",
+                guard=Guard(100 + sessions.index(sid), lost=sid in refused),
+                group=sched.store_write,
+            )
+        except ClaimLost as exc:
+            errors[sid] = exc
+
+    try:
+        with ThreadPoolExecutor(SESSIONS) as pool:
+            list(pool.map(run, sessions))
+    finally:
+        sched.stop(5)
+
+    assert set(errors) == refused
+    assert (
+        store.summaries().get(ids=[f"summary_{sorted(refused)[0]}"], include=["documents"]) == kept
+    )
+    for sid in sorted(refused)[1:]:
+        assert store.read_summary(sid) is None
+    for sid in sessions:
+        if sid in refused:
+            continue
+        summary = store.read_summary(sid)
+        assert isinstance(summary, StructuredSummary), sid
+        assert summary.memory_count == turns[sid]
+        assert summary.session_id == sid
+        state = store.read_row_state(sid)
+        assert state.fence == Fence(100 + sessions.index(sid), "test-authority")
+        texts = [i.text for items in summary.sections.values() for i in items]
+        assert any(f"src/{sid}/m0.py" in t for t in texts + summary.references), sid
+    groups = store.groups[1:]  # after the refused session's earlier write
+    assert sum(groups) == SESSIONS  # every pass's row went in exactly one group
+    assert len(groups) < SESSIONS  # and some of them shared one
