@@ -224,11 +224,52 @@ def render_document(
         document = _render(summary, memory_collection, fold, choose_items(summary, room))
         if len(document) <= max_chars:
             return document
-    document = document or _render(summary, memory_collection, _FOLDS[-1], None)
-    # Still too long (a very long Current State or title-level content): cut at a line.
-    tail = (
-        f"\n(the rest of this summary is {FOLDED_MARK}; it is in the operator's ledger, keys "
-        "`sectionsJson`, `referencesJson` and `legacySummary`)\n"
-    )
-    head = document[: max(0, max_chars - len(tail))]
-    return (head.rsplit("\n", 1)[0] if "\n" in head else head) + tail
+    # Still too long (a small budget, a long Current State): the lines with the most facts.
+    return _fit_lines(summary, max_chars)
+
+
+LAST_RESORT_NOTE = f"(the rest is {FOLDED_MARK}: summaryctl ledger)"
+
+
+def _fit_lines(summary: StructuredSummary, max_chars: int) -> str:
+    """The last resort, when the sections do not fit even with the history chosen: the
+    title, then of every section's lines (the history's newest CANDIDATES each, Current
+    State, References) those with the most facts per character, fact-free ones last, newer
+    first among equals, while they fit; shown in the document's order under their headings,
+    and a line saying where the rest is. A line whose words a chosen one already holds is
+    skipped. Whatever the budget, the space goes to facts, not to the first lines."""
+    title = f"# {one_line(summary.title)}"
+    if max_chars < len(LAST_RESORT_NOTE) + 4:  # not even a line of the title and the note
+        return title[: max(0, max_chars - 1)] + "\n"
+    blocks = [
+        (name, [_item_line(i) for i in (summary.sections.get(name) or [])[-CANDIDATES:]])
+        for name in SECTION_TITLES
+    ]
+    blocks.append((REFERENCES_HEADING[3:], [_reference_line(r) for r in summary.references]))
+    candidates = []
+    for order, (name, lines_of_block) in enumerate(blocks):
+        for n, line in enumerate(lines_of_block):
+            facts = fact_count(line)
+            rank = (facts == 0, -round(100 * facts / max(1, len(line))), -n)
+            candidates.append((rank, order, n, name, line))
+    room = max_chars - len(title) - len(LAST_RESORT_NOTE) - 3  # three newlines
+    opened: set[str] = set()
+    chosen: list[tuple[int, int, str, str]] = []
+    held: list[frozenset[str]] = []
+    for _, order, n, name, line in sorted(candidates, key=lambda c: c[0]):
+        cost = len(line) + 1 + (0 if name in opened else len(name) + 5)  # "\n## name\n"
+        words = _words(line)
+        if cost > room or any(words <= other for other in held):
+            continue
+        room -= cost
+        opened.add(name)
+        held.append(words)
+        chosen.append((order, n, name, line))
+    lines = [title[: max(0, max_chars - len(LAST_RESORT_NOTE) - 2)]]
+    heading = None
+    for _, _, name, line in sorted(chosen):
+        if name != heading:
+            lines += ["", f"## {name}"]
+            heading = name
+        lines.append(line)
+    return "\n".join([*lines, LAST_RESORT_NOTE]) + "\n"

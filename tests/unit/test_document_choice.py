@@ -69,3 +69,62 @@ def test_the_document_keeps_its_budget_its_facts_first_and_the_ledger_keeps_all(
     assert [i.text for i in back.sections["User Requests"]] == [
         i.text for i in summary.sections["User Requests"]
     ]
+
+
+SECTION_NAMES = ["User Requests", "Questions & Decisions", "Corrections & Feedback"]
+SECTION_NAMES += ["Current State"]
+
+
+@given(
+    sections=st.fixed_dictionaries(
+        {name: st.lists(sentence, max_size=12) for name in SECTION_NAMES}
+    ),
+    references=st.lists(st.sampled_from(["src/app.py", "9f3c2a1", "docs/a.md", "make test"])),
+    budget=st.integers(0, 700),
+)
+@settings(max_examples=200, deadline=None)
+def test_a_small_budget_goes_to_the_lines_with_facts_not_to_the_first_lines(
+    sections: dict[str, list[str]], references: list[str], budget: int
+) -> None:
+    """When nothing but a choice of lines fits (a small budget; a long Current State): the
+    document keeps its budget, starts with the title, shows each line under its own heading,
+    and never shows a fact-free line in place of a fact-bearing one as long or longer."""
+    summary = StructuredSummary(
+        session_id="s",
+        title="A session about a port",
+        sections={n: [SummaryItem(text=t) for t in texts] for n, texts in sections.items()},
+        references=list(dict.fromkeys(references)),
+    )
+    document = render_document(summary, max_chars=budget)
+    assert len(document) <= max(budget, 1)
+    if budget >= 60:
+        assert document.startswith("# A session")
+    heading, shown = None, []
+    for line in document.splitlines():
+        if line.startswith("## "):
+            heading = line[3:]
+        elif line.startswith("- ") and heading in sections and "not shown here" not in line:
+            assert line[2:] in sections[heading], (heading, line)
+            shown.append(line[2:])
+    words_shown = [set(t.lower().split()) for t in shown]
+    for name, texts in sections.items():
+        for text in set(texts) - set(shown):
+            if fact_count(text) == 0 or any(set(text.lower().split()) <= w for w in words_shown):
+                continue
+            newest = {t[-1] for t in sections.values() if t and t is not texts}
+            chatter = [s for s in shown if fact_count(s) == 0 and s not in newest]
+            assert not [s for s in chatter if len(s) >= len(text)], (name, text)
+
+
+def test_a_current_state_longer_than_the_budget_leaves_room_for_the_references() -> None:
+    state = [SummaryItem(text=f"Step {w} went fine and everyone was happy.") for w in CHATTER * 6]
+    summary = StructuredSummary(
+        session_id="s",
+        title="Exporter work",
+        sections={"Current State": state},
+        references=["deploy/values.yaml", "4f9e2c1"],
+    )
+    document = render_document(summary, max_chars=500)
+    assert len(document) <= 500
+    assert "`deploy/values.yaml`" in document and "`4f9e2c1`" in document
+    assert document.rstrip().endswith("(the rest is not shown here: summaryctl ledger)")
