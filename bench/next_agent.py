@@ -20,14 +20,22 @@ the raw session cut to the document's length from its start (head) and from its 
 budget of half the session's text, at most 8,000 characters: the issue's goal is
 exact >= 1.5x the better of head and tail, and recall >= 80 % of the raw session's, there.
 
+`--backend model` summarizes with the chat-model backend instead, against the real model
+tier's model: llama.cpp's server with SmolLM2-135M-Instruct (tests/support/llama_server.py,
+2 threads), at the backend's defaults but `--max-retries` and `--max-output-tokens`. That
+model is tiny and poor at the task: its lines are labelled `backend=model` and say how many
+passes stored a summary (a refused reply stores nothing, so its case counts as not found).
+
 `--before REF` runs the same cases in the same run with `controller/` as it was at REF
 (git archive into a temporary directory, in a subprocess), whose document has no budget
 setting (its own length, at most 8,000): the figures before this summarizer.
 
     .venv/bin/python -m bench.next_agent [--budgets half,1000,2000,4000,8000] [--quick]
+    .venv/bin/python -m bench.next_agent --backend model --budgets half --limit 4 --before ''
 
 A line per budget, data set, split (and question type); then the goal's figures (budget
-half, reported split), the coding sessions' and, last, the conversations':
+half, reported split), the coding sessions' and, last, the conversations' (with
+`--backend model`, first a `next_agent_model stored=<n>/<m>` line):
 next_agent_coding exact_ratio=<x> recall_share=<pct> length_share=<pct>
 next_agent exact_ratio=<x> recall_share=<pct> length_share=<pct> before_exact_ratio=<x>
 """
@@ -35,6 +43,7 @@ next_agent exact_ratio=<x> recall_share=<pct> length_share=<pct> before_exact_ra
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import io
 import os
@@ -44,6 +53,7 @@ import sys
 import tarfile
 import tempfile
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -58,6 +68,7 @@ from controller.core.memories import render_interaction_document
 from controller.pipeline import summarize_session
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
+from controller.summarizers.contract import Summarizer
 from devenv.bench import SHARED_CHROMA_URL, QuickRuns, bench_chroma, parse_bench_args
 
 QUICK_RUNS: QuickRuns = [
@@ -117,10 +128,25 @@ def budget_for(budget: str, raw: str) -> int | None:
     return min(DOCUMENT_BOUND, len(raw) // 2) if budget == "half" else int(budget)
 
 
+@dataclass
+class Backend:
+    """What summarizes (None: the extractive default) and how many of its passes stored."""
+
+    summarizer: Summarizer | None = None
+    passes: int = 0
+    stored: int = 0
+
+
 def summarize_all(
-    chroma_url: str, sessions: dict[str, dict[str, Any]], sids: list[str], budget: str, tag: str
+    chroma_url: str,
+    sessions: dict[str, dict[str, Any]],
+    sids: list[str],
+    budget: str,
+    tag: str,
+    backend: Backend,
 ) -> dict[str, str]:
-    """Each session through summarize_session with this budget: the stored documents."""
+    """Each session through summarize_session with this budget: the stored documents ("" when
+    the backend's pass stored nothing)."""
     has_budget = "document_max_chars" in {f.name for f in fields(StoreLocation)}
     documents = {}
     for sid in sids:
@@ -144,11 +170,56 @@ def summarize_all(
                 metadatas=[r[2] for r in rows],
                 embeddings=np.ones((len(rows), 2), dtype=np.float32),
             )
-        outcome = summarize_session(store, sid, embed=_embed, writer="bench", trigger="manual")
-        assert outcome.kind == "summarized", outcome
+        backend.passes += 1
+        if not _summarize(store, sid, backend.summarizer):
+            documents[sid] = ""
+            continue
+        backend.stored += 1
         got = store.summaries().get(ids=[f"summary_{sid}"], include=["documents"])
         documents[sid] = (got["documents"] or [""])[0] or ""
     return documents
+
+
+def _summarize(store: MemoryStore, sid: str, summarizer: Summarizer | None) -> bool:
+    """One pass; False when the model backend refused its replies or was unavailable."""
+    if summarizer is None:
+        outcome = summarize_session(store, sid, embed=_embed, writer="bench", trigger="manual")
+        assert outcome.kind == "summarized", outcome
+        return True
+    from controller.summarizers.chat_prompt import InvalidModelOutput, ModelUnavailable
+
+    try:
+        outcome = summarize_session(
+            store, sid, embed=_embed, writer="bench", trigger="manual", summarizer=summarizer
+        )
+    except (InvalidModelOutput, ModelUnavailable) as failed:
+        print(f"# {sid}: nothing stored: {str(failed)[:160]}", flush=True)
+        return False
+    return outcome.kind == "summarized"
+
+
+@contextlib.contextmanager
+def model_backend(args: argparse.Namespace, work: Path) -> Iterator[Backend]:
+    """The extractive default, or the chat-model backend against the real model tier's
+    llama.cpp server (started here, stopped by PID when the block exits)."""
+    if args.backend != "model":
+        yield Backend()
+        return
+    from controller.summarizers.chat_model import ChatModelSummarizer
+    from controller.summarizers.chat_prompt import ChatModelConfig
+    from tests.support.llama_server import MODEL_NAME, SERVER_VERSION, running_llama_server
+
+    with running_llama_server(work / "llama") as llama:
+        print(f"# backend=model: llama.cpp server (xllamacpp {SERVER_VERSION}), {MODEL_NAME}")
+        config = ChatModelConfig(
+            base_url=llama.base_url,
+            model=MODEL_NAME,
+            timeout_seconds=args.timeout,
+            max_retries=args.max_retries,
+            max_output_tokens=args.max_output_tokens,
+            max_concurrency=1,
+        )
+        yield Backend(ChatModelSummarizer(config))
 
 
 def _embed(texts: list[str]) -> list[Any]:
@@ -170,7 +241,8 @@ class Tally:
         self.exact = self.exact or defaultdict(int)
         self.recall = self.recall or defaultdict(float)
         length = len(document)
-        texts = {"doc": document, "head": raw[:length], "tail": raw[-length:], "raw": raw}
+        tail = raw[len(raw) - length :]  # raw[-0:] would be all of it
+        texts = {"doc": document, "head": raw[:length], "tail": tail, "raw": raw}
         for name, text in texts.items():
             exact, recall = score(case.answer, text)
             self.exact[name] += exact
@@ -200,13 +272,18 @@ class Tally:
 
 
 def measure(
-    chroma_url: str, cases: list[Case], sessions: dict[str, Any], budgets: list[str], tag: str
+    chroma_url: str,
+    cases: list[Case],
+    sessions: dict[str, Any],
+    budgets: list[str],
+    tag: str,
+    backend: Backend,
 ) -> dict[str, Tally]:
     """Tallies per (budget, split, question type) and per (budget, split)."""
     tallies: dict[str, Tally] = defaultdict(Tally)
     sids = sorted({c.session_id for c in cases})
     for budget in budgets:
-        documents = summarize_all(chroma_url, sessions, sids, budget, tag)
+        documents = summarize_all(chroma_url, sessions, sids, budget, tag, backend)
         for case in cases:
             raw = raw_text(sessions[case.session_id])
             where = f"{budget} {case.dataset} {case.split}"
@@ -251,6 +328,10 @@ def main() -> int:
     parser.add_argument("--before", default=BASE_REF, help="git ref of the 'before' (''=skip)")
     parser.add_argument("--limit", type=int, default=0, help="at most this many cases (0=all)")
     parser.add_argument("--cache", default=str(Path.home() / ".cache" / "sso-bench"))
+    parser.add_argument("--backend", choices=("extractive", "model"), default="extractive")
+    parser.add_argument("--max-retries", type=int, default=1, help="model backend only")
+    parser.add_argument("--max-output-tokens", type=int, default=2048, help="model backend only")
+    parser.add_argument("--timeout", type=float, default=600, help="model: seconds a request")
     parser.add_argument("--only-own", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tag", default="after", help=argparse.SUPPRESS)
     args = parse_bench_args(parser, budgets="half", limit=4)
@@ -265,7 +346,7 @@ def main() -> int:
         sessions.update(more)
     budgets = ["own"] if args.only_own else args.budgets.split(",")
     work = Path(tempfile.mkdtemp(prefix="sso-bench-next-agent-"))
-    with bench_chroma(work / "chroma") as chroma_url:
+    with bench_chroma(work / "chroma") as chroma_url, model_backend(args, work) as backend:
         before = (
             run_before(args.before, args, chroma_url, work)
             if args.before and not args.only_own
@@ -273,9 +354,10 @@ def main() -> int:
         )
         for line in before:
             print(f"before {line}")
-        tallies = measure(chroma_url, cases, sessions, budgets, args.tag)
+        tallies = measure(chroma_url, cases, sessions, budgets, args.tag, backend)
+    prefix = "backend=model " if backend.summarizer else ""
     for key in sorted(tallies, key=lambda k: (k.split()[0] != "half", k)):
-        print(tallies[key].line(label(key)))
+        print(prefix + tallies[key].line(label(key)))
 
     def goal(budget: str, dataset: str) -> Tally:
         found = tallies.get(f"{budget} {dataset} report") or tallies.get(f"{budget} {dataset} tune")
@@ -285,6 +367,8 @@ def main() -> int:
         ratio = goal("own", "longmemeval")
         print(f"before_exact_ratio={ratio.ratios()[0]:.2f}" if ratio.n else "before_exact_ratio=0")
         return 0
+    if backend.summarizer:
+        print(f"next_agent_model stored={backend.stored}/{backend.passes}")
     coding = goal(budgets[0], "aider").ratios()
     print(
         f"next_agent_coding exact_ratio={coding[0]:.2f} recall_share={coding[1]:.1f} "
