@@ -81,7 +81,7 @@ class OperatorConfig(BaseSettings):
     workers: int = Field(default=32, ge=1)  # summarizations at once (threads)
     # Local embeddings at once (0: one per usable core, a Pod's CPU limit included).
     cpu_slots: int = Field(default=0, ge=0)
-    store_write_slots: int = Field(default=2, ge=1)  # summary upserts in flight at once
+    store_write_slots: int = Field(default=1, ge=1)  # groups of summary rows written at once
     embedding_reprobe_seconds: float = Field(default=30.0, gt=0)  # failed EmbeddingReady
     list_chunk_size: int = Field(default=500, ge=0)  # objects per list page (0: one page)
     worker_idle_seconds: float = Field(default=0.5, ge=0)  # kopf keeps an idle worker
