@@ -189,7 +189,7 @@ class PassScheduler:
                 "summarize-first", limits.first_workers, self._running
             )
         self._cores: DeadlineQueue[None] = DeadlineQueue(limits.cores)
-        self._store_writes: dict[str, GroupWriter] = {}  # by _group_key
+        self._store_writes: dict[StoreLocation, GroupWriter] = {}
         self._lock = threading.Lock()
         self._firsts = 0  # first summaries running now
         self._firsts_changed = threading.Condition()
@@ -257,11 +257,12 @@ class PassScheduler:
         return self._cores.turn(self.deadline())
 
     def store_write(self, store: MemoryStore, write: RowWrite) -> None:
-        """Writes the row with the others waiting to write to its summary collection
-        (store/row_writes.py: GroupWriter), earliest deadline first; raises what refused or
-        failed it."""
+        """Writes the row with the others waiting to write to its summary collection through
+        the same location, credentials and settings included (store/row_writes.py:
+        GroupWriter; a group is written with one of its passes' clients), earliest deadline
+        first; raises what refused or failed it."""
         write.deadline = self.deadline()
-        key = _group_key(store.location)
+        key = store.location
         with self._lock:
             group = self._store_writes.get(key)
             if group is None:
@@ -271,11 +272,10 @@ class PassScheduler:
     def forget_store(self, location: StoreLocation) -> None:
         """The collection's group, once no write waits in it or is written by it (a store no
         SessionSummarizer names any more)."""
-        key = _group_key(location)
         with self._lock:
-            group = self._store_writes.get(key)
+            group = self._store_writes.get(location)
             if group is not None and group.idle():
-                del self._store_writes[key]
+                del self._store_writes[location]
 
     def store_queues(self) -> int:
         with self._lock:
@@ -290,11 +290,6 @@ class PassScheduler:
         for pool in self.pools.values():
             pool.stop()
         return sum(pool.join(max(0.0, deadline - time.monotonic())) for pool in self.pools.values())
-
-
-def _group_key(location: StoreLocation) -> str:
-    """The summary collection a group writes to (a store may hold several)."""
-    return f"{location.describe()} {location.summary_collection}"
 
 
 def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:

@@ -246,9 +246,12 @@ class FakeStore:
     """A summary collection as the group writer sees it: write_rows records each group, and
     waits while `hold` is clear; a write whose session is in `refuse` gets an error."""
 
-    def __init__(self, summary_collection: str = "sessions", url: str = "http://s:8000") -> None:
+    def __init__(self, summary_collection: str = "sessions", token: str | None = None) -> None:
         self.location = StoreLocation(
-            url=url, memory_collection="memories", summary_collection=summary_collection
+            url="http://s:8000",
+            memory_collection="memories",
+            summary_collection=summary_collection,
+            token=token,
         )
         self.groups: list[list[RowWrite]] = []
         self.hold = threading.Event()
@@ -287,6 +290,25 @@ def test_a_hung_collection_never_holds_up_the_writes_to_another() -> None:
     for t in holders:
         t.join(5)
     assert sorted(w.session_id for g in hung.groups for w in g) == ["h0", "h1", "h2"]
+
+
+def test_rows_written_with_other_credentials_never_share_a_group() -> None:
+    """Two SessionSummarizers naming one summary collection with different tokens: each
+    row goes with its own store's client."""
+    sched = scheduler()
+    mine, theirs = FakeStore(token="a"), FakeStore(token="b")
+    mine.hold.clear()
+    first = threading.Thread(target=sched.store_write, args=(mine, row("m1")))
+    first.start()
+    _wait_until(lambda: len(mine.groups) == 1)
+    other = threading.Thread(target=sched.store_write, args=(theirs, row("t1")))
+    other.start()
+    other.join(5)  # not held behind mine: its own group writer
+    assert not other.is_alive()
+    mine.hold.set()
+    first.join(5)
+    assert [[w.session_id for w in g] for g in mine.groups] == [["m1"]]
+    assert [[w.session_id for w in g] for g in theirs.groups] == [["t1"]]
 
 
 def test_a_row_waits_in_its_group_by_the_deadline_of_the_pass_that_writes_it() -> None:
