@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -204,7 +205,7 @@ class GroupWriter:
     finds a group free writes the waiting rows (RowWrites.write_rows), earliest deadline
     first, at most GROUP_ROWS at a time, one per session and of one vector size; the others
     wait for their row's group, then return or raise its error. At most `groups` groups
-    are in flight at once (what a store write slot was before)."""
+    are in flight at once, and one more of rows already due (_next)."""
 
     def __init__(self, groups: int = 1, rows: int = GROUP_ROWS) -> None:
         self._groups, self._rows = groups, rows
@@ -217,7 +218,7 @@ class GroupWriter:
         with self._changed:
             self._waiting.append(write)
             while not write.done:
-                group = self._take() if self._leading < self._groups else []
+                group = self._next()
                 if not group:
                     self._changed.wait()
                     continue
@@ -238,12 +239,22 @@ class GroupWriter:
                     self._changed.notify_all()
         write.result()
 
-    def _take(self) -> list[RowWrite]:
-        """Under the lock: the next group, out of the waiting rows."""
+    def _next(self) -> list[RowWrite]:
+        """Under the lock: the next group, if one may start now. Besides the `groups` in
+        flight, one more of the rows whose deadline has passed (a session that just ended:
+        its deadline is the moment its pass got a worker), so such a row waits for a group
+        of the backlog's rows only inside Chroma, one request at most, not for all of it."""
+        if self._leading < self._groups:
+            return self._take(None)
+        return self._take(time.monotonic()) if self._leading == self._groups else []
+
+    def _take(self, due: float | None) -> list[RowWrite]:
+        """Under the lock: the next group, out of the waiting rows (with due: only those
+        whose deadline is at or before it)."""
         group: list[RowWrite] = []
         sessions = set(self._writing)
         for write in sorted(self._waiting, key=lambda w: w.deadline):
-            if len(group) == self._rows:
+            if len(group) == self._rows or (due is not None and write.deadline > due):
                 break
             size = len(group[0].embedding) if group else len(write.embedding)
             if write.session_id in sessions or len(write.embedding) != size:

@@ -268,8 +268,10 @@ class FakeStore:
                 write.error = RuntimeError(f"refused {write.session_id}")
 
 
-def row(session_id: str, dimension: int = 2) -> RowWrite:
-    return RowWrite(session_id, "doc", {}, [0.0] * dimension)
+def row(session_id: str, dimension: int = 2, due: bool = False) -> RowWrite:
+    """A row; its deadline far ahead unless it is due (a session that just ended)."""
+    deadline = time.monotonic() + (0 if due else 1000)
+    return RowWrite(session_id, "doc", {}, [0.0] * dimension, deadline=deadline)
 
 
 def test_a_hung_collection_never_holds_up_the_writes_to_another() -> None:
@@ -277,11 +279,12 @@ def test_a_hung_collection_never_holds_up_the_writes_to_another() -> None:
     hung, other = FakeStore("hung"), FakeStore("other")
     hung.hold.clear()
     holders = [
-        threading.Thread(target=sched.store_write, args=(hung, row(f"h{i}"))) for i in range(3)
+        threading.Thread(target=sched.store_write, args=(hung, row(f"h{i}"))) for i in range(4)
     ]
     for t in holders:
         t.start()
-    _wait_until(lambda: len(hung.groups) == 2)  # two groups in flight, one write waiting
+    # two groups in flight and one more of rows due (store_write's: now), one write waiting
+    _wait_until(lambda: len(hung.groups) == 3)
     done = threading.Thread(target=sched.store_write, args=(other, row("o")))
     done.start()
     done.join(5)
@@ -289,7 +292,7 @@ def test_a_hung_collection_never_holds_up_the_writes_to_another() -> None:
     hung.hold.set()
     for t in holders:
         t.join(5)
-    assert sorted(w.session_id for g in hung.groups for w in g) == ["h0", "h1", "h2"]
+    assert sorted(w.session_id for g in hung.groups for w in g) == ["h0", "h1", "h2", "h3"]
 
 
 def test_rows_written_with_other_credentials_never_share_a_group() -> None:
@@ -309,6 +312,32 @@ def test_rows_written_with_other_credentials_never_share_a_group() -> None:
     first.join(5)
     assert [[w.session_id for w in g] for g in mine.groups] == [["m1"]]
     assert [[w.session_id for w in g] for g in theirs.groups] == [["t1"]]
+
+
+def test_a_row_already_due_never_waits_for_a_group_of_rows_that_are_not() -> None:
+    """One group at a time, and one more of the rows whose deadline has passed: a session
+    that just ended is written while the backlog's group is still being written; a second
+    group of due rows waits for one of them."""
+    writer, store = GroupWriter(1), FakeStore()
+    store.hold.clear()
+    backlog = threading.Thread(target=writer.write, args=(store, row("backlog")))
+    backlog.start()
+    _wait_until(lambda: len(store.groups) == 1)
+    sunset = threading.Thread(target=writer.write, args=(store, row("sunset", due=True)))
+    sunset.start()
+    _wait_until(lambda: len(store.groups) == 2)  # taken while the backlog's is in flight
+    later = threading.Thread(target=writer.write, args=(store, row("later", due=True)))
+    later.start()
+    _wait_until(lambda: len(writer._waiting) == 1)
+    assert len(store.groups) == 2  # two in flight: the due row waits
+    store.hold.set()
+    for t in (backlog, sunset, later):
+        t.join(5)
+    assert [[w.session_id for w in g] for g in store.groups] == [
+        ["backlog"],
+        ["sunset"],
+        ["later"],
+    ]
 
 
 def test_a_row_waits_in_its_group_by_the_deadline_of_the_pass_that_writes_it() -> None:
@@ -396,7 +425,7 @@ def test_a_group_takes_the_earliest_deadlines_one_row_per_session_and_one_vector
     queued = []
     for i, (session, slack, dimension) in enumerate(writes):
         write = row(session, dimension)
-        write.deadline = slack + i * 1e-3  # queued in order: ties go to the first
+        write.deadline += slack + i * 1e-3  # queued in order: ties go to the first
         queued.append(write)
     threads = [threading.Thread(target=writer.write, args=(store, w)) for w in queued]
     for t in threads:
