@@ -1,9 +1,9 @@
 """Writing summary rows: each pass's row checked on its own, several passes' rows written
 together.
 
-Chroma applies the writes to a database one after the other, and an upsert costs it about
-the same whether it carries one record or sixteen (bench/store_writes.py: on this project's
-2-core machine 24 rows/s one at a time, 81 rows/s eight at a time). So the passes of this
+Chroma applies the writes to a database one after the other, and an upsert costs it
+little more for sixteen records than for one (bench/store_writes.py, on this project's
+2-core machine: 101 rows/s one a request, 624 rows/s sixteen a request). So the passes of this
 process that wait to write to the same summary collection write as a group (GroupWriter):
 one read of their ledger heads and rows right before, each pass's own checks against what
 was read (the fence of its claim, the document it last saw), then one upsert of the
