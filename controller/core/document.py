@@ -2,16 +2,15 @@
 
 Sections in their fixed order, then References verbatim, then a carried earlier text
 fenced whole at the end. At most max_chars characters (DOCUMENT_MAX_CHARS unless the
-SessionSummarizer's spec.document.maxChars says otherwise): long parts are folded into a
-line that says how many are not shown and where they are kept (the operator's ledger).
-What the history sections show is chosen to fill the space: the newest item of each, then
-the items that carry most facts per character (choose_items).
+SessionSummarizer's spec.document.maxChars says otherwise): when the whole does not fit,
+one choice fills the space (choose_lines): the newest item of each history section, then
+of every section's lines those that carry most facts per character; a line at the end
+says how many are not shown and where all are kept (the operator's ledger).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from controller.core.facts import fact_count
 from controller.core.references import REFERENCES_MAX
@@ -57,36 +56,14 @@ def overflow_note(summary: StructuredSummary, memory_collection: str | None = No
 
 # The rendered document's bound. neo's agents read the 5 newest documents whole at boot
 # (get_all_summaries({limit: 5})), so a summary must never grow without bound: past this
-# many characters the tail of a carried earlier text, references past the first ones and
-# the history items choose_items leaves out are folded into a line that says how many
-# and where they are (the row's metadata keeps everything; `summaryctl summaries --full`
-# prints it whole). 8,000 characters is also what is embedded (upsert.EMBED_CHARS).
+# many characters the lines choose_lines leaves out (and the tail of a carried earlier
+# text) are folded into a line that says how many and where they are (the operator's
+# ledger keeps everything; `summaryctl summaries --full` prints it whole). 8,000
+# characters is also what is embedded (upsert.EMBED_CHARS).
 DOCUMENT_MAX_CHARS = 8000
 FOLDED_MARK = "not shown here"
-
-
-@dataclass(frozen=True)
-class _Fold:
-    """How much of the references and of a carried earlier text a rendering shows (None:
-    all of it)."""
-
-    references: int | None = None
-    legacy_chars: int | None = None
-
-
-# Tried in order; from the _CHOOSE_FROM-th on, the history items are chosen to fill what
-# is left (choose_items).
-_FOLDS = (
-    _Fold(),
-    _Fold(legacy_chars=2000),
-    _Fold(references=50, legacy_chars=2000),
-    _Fold(references=20, legacy_chars=1000),
-    _Fold(references=10, legacy_chars=500),
-    _Fold(references=5, legacy_chars=200),
-    _Fold(references=0, legacy_chars=0),
-)
-_CHOOSE_FROM = 2
-Shown = dict[str, set[int]]  # per history section, the indexes of the items shown
+LEGACY_SHOWN = 2000  # a carried earlier text shows at most this much, and a quarter at most
+CANDIDATES = 200  # per section: more than fit in any document (DOCUMENT_MAX_CHARS)
 
 
 def _item_line(item: SummaryItem) -> str:
@@ -96,87 +73,37 @@ def _item_line(item: SummaryItem) -> str:
     return f"- {text}"
 
 
-def _section_lines(title: str, items: list[SummaryItem], shown: set[int] | None) -> list[str]:
-    lines = ["", f"## {title}"]
-    if shown is not None and len(shown) < len(items):
-        lines.append(
-            f"- ({len(items) - len(shown)} other items of this section are {FOLDED_MARK}; "
-            "all are in the operator's ledger, key `sectionsJson`: summaryctl ledger)"
-        )
-    return lines + [_item_line(i) for n, i in enumerate(items) if shown is None or n in shown]
-
-
 def _words(text: str) -> frozenset[str]:
     return frozenset(re.findall(r"\w+", text.lower()))
 
 
-CANDIDATES = 200  # per section: more than fit in any document (DOCUMENT_MAX_CHARS)
+def _legacy_lines(legacy: str, shown_chars: int) -> list[str]:
+    shown = legacy[:shown_chars]
+    lines = ["", LEGACY_HEADING, ""]
+    if shown:
+        fence = _fence(shown)
+        lines += [fence, shown, fence]
+    if len(shown) < len(legacy):
+        lines.append(
+            f"({len(legacy) - len(shown)} more characters of this text are {FOLDED_MARK}; "
+            "the whole text is in the operator's ledger, key `legacySummary`: summaryctl ledger)"
+        )
+    return lines
 
 
-def choose_items(summary: StructuredSummary, room: int) -> Shown:
-    """Which history items fill `room` characters: the newest item of each section, then
-    the items with the most facts per character (controller.core.facts), newer first among
-    equals, while they fit; of each section's newest CANDIDATES items. An item whose words
-    all appear in an item already chosen adds nothing and is skipped. A fact-free item is
-    taken only once no fact-bearing one that fits is left, so it never takes the place of a
-    fact of its length. Only the document
-    chooses: the ledger keeps every item."""
-    candidates = []
-    shown: Shown = {}
-    for title in HISTORY_SECTIONS:
-        items = summary.sections.get(title) or []
-        shown[title] = set()
-        # The newest CANDIDATES items only: more never fit, and a pass then costs the same
-        # however long the session's history is.
-        for n in range(max(0, len(items) - CANDIDATES), len(items)):
-            line = _item_line(items[n])
-            facts = fact_count(line)
-            pinned = n == len(items) - 1
-            rank = (not pinned, facts == 0, -round(100 * facts / max(1, len(line))), -n)
-            candidates.append((rank, title, n, line))
-    chosen: list[frozenset[str]] = []
-    for _, title, n, line in sorted(candidates, key=lambda c: c[0]):
-        words = _words(line)
-        if len(line) + 1 > room or any(words <= other for other in chosen):
-            continue
-        shown[title].add(n)
-        chosen.append(words)
-        room -= len(line) + 1
-    return shown
-
-
-def _render(
-    summary: StructuredSummary, memory_collection: str | None, fold: _Fold, shown: Shown | None
-) -> str:
+def _render(summary: StructuredSummary, memory_collection: str | None) -> str:
+    """The whole summary."""
     lines = [f"# {one_line(summary.title)}"]
     for title in SECTION_TITLES:
         items = summary.sections.get(title) or []
         if items:
-            lines += _section_lines(title, items, None if shown is None else shown.get(title))
+            lines += ["", f"## {title}", *map(_item_line, items)]
     note = overflow_note(summary, memory_collection)
-    refs = summary.references
-    if refs or note:
-        shown_refs = refs if fold.references is None else refs[: fold.references]
-        lines += ["", REFERENCES_HEADING, *map(_reference_line, shown_refs)]
-        if len(shown_refs) < len(refs):
-            lines.append(
-                f"- ({len(refs) - len(shown_refs)} more references are {FOLDED_MARK}; all are "
-                "in the operator's ledger, key `referencesJson`: summaryctl ledger)"
-            )
+    if summary.references or note:
+        lines += ["", REFERENCES_HEADING, *map(_reference_line, summary.references)]
         lines += [note] if note else []
-    legacy = summary.legacy_text
-    if legacy is not None:
-        shown_text = legacy if fold.legacy_chars is None else legacy[: fold.legacy_chars]
-        lines += ["", LEGACY_HEADING, ""]
-        if shown_text:
-            fence = _fence(shown_text)
-            lines += [fence, shown_text, fence]
-        if len(shown_text) < len(legacy):
-            lines.append(
-                f"({len(legacy) - len(shown_text)} more characters of this text are "
-                f"{FOLDED_MARK}; the whole text is in the operator's ledger, key "
-                "`legacySummary`: summaryctl ledger)"
-            )
+    if summary.legacy_text is not None:
+        lines += _legacy_lines(summary.legacy_text, len(summary.legacy_text))
     return "\n".join(lines) + "\n"
 
 
@@ -200,59 +127,57 @@ def render_document(
 
     References come after the sections, each verbatim. A carried legacy text comes last,
     byte for byte, in a fenced block under LEGACY_HEADING. At most max_chars characters
-    (None: unbounded, as `summaryctl summaries --full` shows it): long parts are folded
-    into a line naming the ledger key that keeps them; the history items shown are chosen
-    to fill what is left (choose_items).
+    (None: unbounded, as `summaryctl summaries --full` shows it): when the whole does not
+    fit, the lines shown are chosen to fill the space (choose_lines) and a carried text
+    shows its head; a line names the ledger that keeps the rest.
     """
-    # Every history item shown can fit only if their lines alone do: counted until they do
-    # not, so a long history costs what fits, not what it holds.
-    whole = max_chars is None or _history_fits(summary, max_chars)
-    document = _render(summary, memory_collection, _FOLDS[0], None) if whole else ""
-    if max_chars is None or (whole and len(document) <= max_chars):
-        return document
-    for step, fold in enumerate(_FOLDS):
-        if whole:
-            document = _render(summary, memory_collection, fold, None)
-            if len(document) <= max_chars:
-                return document
-        if step < _CHOOSE_FROM:  # an earlier text and references fold first, as before
-            continue
-        none_shown: Shown = {title: set() for title in HISTORY_SECTIONS}
-        room = max_chars - len(_render(summary, memory_collection, fold, none_shown))
-        if room < 0:
-            continue
-        document = _render(summary, memory_collection, fold, choose_items(summary, room))
-        if len(document) <= max_chars:
+    # The whole can fit only if the history's lines alone do: counted until they do not,
+    # so a long history costs what fits, not what it holds.
+    if max_chars is None or _history_fits(summary, max_chars):
+        document = _render(summary, memory_collection)
+        if max_chars is None or len(document) <= max_chars:
             return document
-    # Still too long (a small budget, a long Current State): the lines with the most facts.
-    return _fit_lines(summary, max_chars)
+    legacy: list[str] = []
+    if summary.legacy_text is not None:
+        keep = min(LEGACY_SHOWN, max_chars // 4)
+        legacy = _legacy_lines(summary.legacy_text, keep)
+        if len("\n".join(legacy)) + 1 > max_chars // 2:  # not even the heading and the note
+            legacy = []
+    tail = "\n".join(legacy) + "\n" if legacy else ""
+    return choose_lines(summary, memory_collection, max_chars - len(tail)) + tail
 
 
-LAST_RESORT_NOTE = f"(the rest is {FOLDED_MARK}: summaryctl ledger)"
-
-
-def _fit_lines(summary: StructuredSummary, max_chars: int) -> str:
-    """The last resort, when the sections do not fit even with the history chosen: the
-    title, then of every section's lines (the history's newest CANDIDATES each, Current
-    State, References) those with the most facts per character, fact-free ones last, newer
-    first among equals, while they fit; shown in the document's order under their headings,
-    and a line saying where the rest is. A line whose words a chosen one already holds is
-    skipped. Whatever the budget, the space goes to facts, not to the first lines."""
+def choose_lines(summary: StructuredSummary, memory_collection: str | None, max_chars: int) -> str:
+    """The title, then of every section's lines (the newest CANDIDATES of each, Current
+    State and References included) those that fill max_chars: the newest item of each
+    history section first (the latest state), then the lines with the most facts per
+    character (controller.core.facts), newer first among equals; a fact-free line only
+    once no fact-bearing one that fits is left, so it never takes the place of a fact of
+    its length. A line whose words all appear in one already chosen adds nothing and is
+    skipped. Shown in the document's order under their headings, then one line saying how
+    many are not shown and where all are (the operator's ledger). Only the document
+    chooses: the ledger keeps every item."""
     title = f"# {one_line(summary.title)}"
-    if max_chars < len(LAST_RESORT_NOTE) + 4:  # not even a line of the title and the note
-        return title[: max(0, max_chars - 1)] + "\n"
     blocks = [
         (name, [_item_line(i) for i in (summary.sections.get(name) or [])[-CANDIDATES:]])
         for name in SECTION_TITLES
     ]
-    blocks.append((REFERENCES_HEADING[3:], [_reference_line(r) for r in summary.references]))
+    note = overflow_note(summary, memory_collection)
+    references = [_reference_line(r) for r in summary.references] + ([note] if note else [])
+    blocks.append((REFERENCES_HEADING[3:], references))
+    total = sum(len(summary.sections.get(n) or []) for n in SECTION_TITLES) + len(references)
+    room = max_chars - len(title) - len(_folded_note(total)) - 3  # three newlines
+    newest = [(name, lines[-1]) for name, lines in blocks if lines and name in HISTORY_SECTIONS]
+    # The newest item of each history section goes first while they take at most half the
+    # space: a small budget goes to facts, not to the latest chatter.
+    pin = sum(len(line) + len(name) + 6 for name, line in newest) * 2
     candidates = []
     for order, (name, lines_of_block) in enumerate(blocks):
         for n, line in enumerate(lines_of_block):
             facts = fact_count(line)
-            rank = (facts == 0, -round(100 * facts / max(1, len(line))), -n)
+            pinned = pin <= room and name in HISTORY_SECTIONS and n == len(lines_of_block) - 1
+            rank = (not pinned, facts == 0, -round(100 * facts / max(1, len(line))), -n)
             candidates.append((rank, order, n, name, line))
-    room = max_chars - len(title) - len(LAST_RESORT_NOTE) - 3  # three newlines
     opened: set[str] = set()
     chosen: list[tuple[int, int, str, str]] = []
     held: list[frozenset[str]] = []
@@ -265,11 +190,18 @@ def _fit_lines(summary: StructuredSummary, max_chars: int) -> str:
         opened.add(name)
         held.append(words)
         chosen.append((order, n, name, line))
-    lines = [title[: max(0, max_chars - len(LAST_RESORT_NOTE) - 2)]]
+    note_line = _folded_note(total - len(chosen))
+    if max_chars < len(note_line) + 4:  # not even a line of the title and the note
+        return title[: max(0, max_chars - 1)] + "\n"
+    lines = [title[: max(0, max_chars - len(note_line) - 3)]]
     heading = None
     for _, _, name, line in sorted(chosen):
         if name != heading:
             lines += ["", f"## {name}"]
             heading = name
         lines.append(line)
-    return "\n".join([*lines, LAST_RESORT_NOTE]) + "\n"
+    return "\n".join([*lines, "", note_line]) + "\n"
+
+
+def _folded_note(lines: int) -> str:
+    return f"({lines} more lines {FOLDED_MARK}: summaryctl ledger)"

@@ -1,16 +1,19 @@
-"""What the bounded document shows when the summary does not fit: the newest item of each
-history section, then the items carrying most facts, never a fact-free item in place of a
-fact of its length, never more than the budget; the ledger (sectionsJson) keeps every
-item whatever the document shows."""
+"""What the bounded document shows when the summary does not fit (choose_lines): the newest
+item of each history section while they take at most half the space, then the lines of
+every section carrying most facts, never a fact-free line in place of a fact of its
+length, never more than the budget; the ledger (sectionsJson) keeps every item whatever
+the document shows."""
 
 from __future__ import annotations
+
+import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.core.document import render_document
 from controller.core.facts import fact_count
-from controller.core.summary import StructuredSummary, SummaryItem
+from controller.core.summary import LEGACY_HEADING, StructuredSummary, SummaryItem
 from controller.core.summary_row import from_chroma_row, to_chroma_metadata
 
 FACTS = ["port 8080", "config/app.yaml", "Business Administration", "$400,000", "7 May 2023"]
@@ -28,7 +31,7 @@ def test_a_fact_survives_the_fold_where_chatter_of_its_length_does_not() -> None
     document = render_document(_summary(facts + chatter + ["Latest item."]), max_chars=700)
     assert len(document) <= 700
     assert "port 9123" in document and "Latest item." in document
-    assert "other items of this section are not shown here" in document
+    assert re.search(r"\(\d+ more lines not shown here: summaryctl ledger\)", document)
 
 
 def test_a_repeated_item_is_not_shown_twice_when_space_is_short() -> None:
@@ -97,8 +100,8 @@ def test_a_small_budget_goes_to_the_lines_with_facts_not_to_the_first_lines(
     )
     document = render_document(summary, max_chars=budget)
     assert len(document) <= max(budget, 1)
-    if budget >= 60:
-        assert document.startswith("# A session")
+    if budget >= 80:  # the title and the note fit
+        assert document.startswith("# A session about")
     heading, shown = None, []
     for line in document.splitlines():
         if line.startswith("## "):
@@ -111,7 +114,8 @@ def test_a_small_budget_goes_to_the_lines_with_facts_not_to_the_first_lines(
         for text in set(texts) - set(shown):
             if fact_count(text) == 0 or any(set(text.lower().split()) <= w for w in words_shown):
                 continue
-            newest = {t[-1] for t in sections.values() if t and t is not texts}
+            # (the newest item of a history section may be shown first: the latest state)
+            newest = {t[-1] for n, t in sections.items() if t and n != "Current State"}
             chatter = [s for s in shown if fact_count(s) == 0 and s not in newest]
             assert not [s for s in chatter if len(s) >= len(text)], (name, text)
 
@@ -127,4 +131,29 @@ def test_a_current_state_longer_than_the_budget_leaves_room_for_the_references()
     document = render_document(summary, max_chars=500)
     assert len(document) <= 500
     assert "`deploy/values.yaml`" in document and "`4f9e2c1`" in document
-    assert document.rstrip().endswith("(the rest is not shown here: summaryctl ledger)")
+    assert re.search(r"\(\d+ more lines not shown here: summaryctl ledger\)\n$", document)
+
+
+@given(budget=st.integers(500, 9000), legacy_chars=st.integers(1, 12000))
+@settings(max_examples=60, deadline=None)
+def test_a_carried_earlier_text_shows_its_head_last_within_the_budget(
+    budget: int, legacy_chars: int
+) -> None:
+    legacy = ("An earlier summary line about config/app.yaml. " * 300)[:legacy_chars]
+    items = [SummaryItem(text=f"Moved port {8000 + n} to deploy/values.yaml.") for n in range(80)]
+    summary = StructuredSummary(
+        session_id="s", title="T", sections={"User Requests": items}, legacy_text=legacy
+    )
+    document = render_document(summary, max_chars=budget)
+    assert len(document) <= budget
+    whole = render_document(summary, max_chars=None)
+    if whole == document:
+        return
+    if LEGACY_HEADING in document:  # last, its head verbatim, and the rest named
+        after = document.split(LEGACY_HEADING, 1)[1]
+        assert legacy[: min(len(legacy), 40)] in after
+        assert "## " not in after
+        if legacy not in after:
+            assert "more characters of this text are not shown here" in after
+    else:
+        assert budget < 1000  # only a small budget leaves it out
