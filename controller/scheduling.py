@@ -150,6 +150,12 @@ class _WorkerPool:
         return sum(t.is_alive() for t in self._threads if t is not me)
 
 
+@dataclass
+class _StoreGroup:
+    writer: GroupWriter
+    users: int = 0  # writes waiting in it or written by it
+
+
 @dataclass(frozen=True)
 class SchedulerLimits:
     workers: int  # passes at once in the foreground (sunset, manual, marker)
@@ -189,7 +195,7 @@ class PassScheduler:
                 "summarize-first", limits.first_workers, self._running
             )
         self._cores: DeadlineQueue[None] = DeadlineQueue(limits.cores)
-        self._store_writes: dict[StoreLocation, GroupWriter] = {}
+        self._store_writes: dict[StoreLocation, _StoreGroup] = {}
         self._lock = threading.Lock()
         self._firsts = 0  # first summaries running now
         self._firsts_changed = threading.Condition()
@@ -262,19 +268,24 @@ class PassScheduler:
         GroupWriter; a group is written with one of its passes' clients), earliest deadline
         first; raises what refused or failed it."""
         write.deadline = self.deadline()
-        key = store.location
         with self._lock:
-            group = self._store_writes.get(key)
-            if group is None:
-                group = self._store_writes[key] = GroupWriter(self.limits.store_writes)
-        group.write(store, write)
+            entry = self._store_writes.get(store.location)
+            if entry is None:
+                entry = _StoreGroup(GroupWriter(self.limits.store_writes))
+                self._store_writes[store.location] = entry
+            entry.users += 1
+        try:
+            entry.writer.write(store, write)
+        finally:
+            with self._lock:
+                entry.users -= 1
 
     def forget_store(self, location: StoreLocation) -> None:
-        """The collection's group, once no write waits in it or is written by it (a store no
-        SessionSummarizer names any more)."""
+        """The collection's group writer, once no write waits in it or is written by it (a
+        store no SessionSummarizer names any more)."""
         with self._lock:
-            group = self._store_writes.get(location)
-            if group is not None and group.idle():
+            entry = self._store_writes.get(location)
+            if entry is not None and entry.users == 0:
                 del self._store_writes[location]
 
     def store_queues(self) -> int:

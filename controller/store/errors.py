@@ -25,6 +25,10 @@ class StoreUnavailable(RuntimeError):
     """Chroma could not be reached or answered with a server error. Nothing was written."""
 
 
+class StoreUnreachable(StoreUnavailable):
+    """Chroma did not answer at all (a connection refused or cut, a timeout)."""
+
+
 class EmbeddingMismatch(RuntimeError):
     """Our embeddings would not match the ones the summary collection already holds."""
 
@@ -222,7 +226,7 @@ def guard(what: str, fn: Callable[[], T]) -> T:
     try:
         return fn()
     except (httpx.TransportError, ConnectionError, TimeoutError) as exc:
-        raise StoreUnavailable(f"Chroma unreachable while {what}: {describe_error(exc)}") from exc
+        raise StoreUnreachable(f"Chroma unreachable while {what}: {describe_error(exc)}") from exc
     except NotFoundError:
         raise
     except InvalidArgumentError as exc:
@@ -239,7 +243,7 @@ def guard(what: str, fn: Callable[[], T]) -> T:
         if any(isinstance(e, httpx.HTTPStatusError | json.JSONDecodeError) for e in _chain(exc)):
             raise StoreUnavailable(f"Chroma error while {what}: {describe_error(exc)}") from exc
         if "Could not connect" in _str(exc) or "Connection" in type(exc).__name__:
-            raise StoreUnavailable(
+            raise StoreUnreachable(
                 f"Chroma unreachable while {what}: {describe_error(exc)}"
             ) from exc
         raise

@@ -8,10 +8,12 @@ process that wait to write to the same summary collection write as a group (Grou
 one read of their ledger heads and rows right before, each pass's own checks against what
 was read (the fence of its claim, the document it last saw), then one upsert of the
 admitted passes' ledger records and one of their rows. A pass refused by its checks is
-left out of the group; one failure of a request fails every pass in it, as it would have
-failed each of them alone. Between the read that checks a row and its upsert there is
-what there was for a write alone, plus the other rows' checks (no I/O unless a fence is
-ahead of the claim's): Chroma has no conditional write either way.
+left out of the group. A request the store does not answer fails every pass in it, as it
+would have failed each alone; one the store answers with a refusal is sent again row by
+row, so a row Chroma refuses fails alone. Between the read that checks a row and its
+upsert there is what there was for a write alone, plus the other rows' checks (no I/O
+unless a fence is ahead of the claim's): Chroma has no conditional write either way.
+Replaced ledger segments are deleted after the rows are written.
 """
 
 from __future__ import annotations
@@ -28,12 +30,24 @@ from chromadb.api.models.Collection import Collection
 from chromadb.errors import InvalidArgumentError
 
 from controller.core.fencing import recorded_fence
-from controller.core.ledger import LEDGER_VECTOR, RowState, plan_write, split_row_and_ledger
+from controller.core.ledger import (
+    LEDGER_VECTOR,
+    LedgerWrite,
+    RowState,
+    plan_write,
+    split_row_and_ledger,
+)
 from controller.core.naming import summary_row_id
 from controller.core.row_ownership import DIGEST_KEY, document_digest
 from controller.core.summary_row import upsert_metadata
 from controller.store.collections import Collections
-from controller.store.errors import DIMENSION_ERROR, CollectionNotFound, StoreUnavailable, mismatch
+from controller.store.errors import (
+    DIMENSION_ERROR,
+    CollectionNotFound,
+    StoreUnavailable,
+    StoreUnreachable,
+    mismatch,
+)
 
 log = logging.getLogger(__name__)
 GROUP_ROWS = 16  # rows a group writes at most: a request of a few MiB with 4,096-d vectors
@@ -62,6 +76,15 @@ class RowWrite:
     def result(self) -> None:
         if self.error is not None:
             raise self.error
+
+
+@dataclass(frozen=True)
+class _Admitted:
+    """A write its checks admitted: the row's keys as sent, and its ledger entry's records."""
+
+    write: RowWrite
+    row: dict[str, Any]
+    plan: LedgerWrite
 
 
 class RowWrites(Collections):
@@ -126,31 +149,52 @@ class RowWrites(Collections):
             for write in writes:
                 write.error = exc
             return
-        admitted, plans = [], []
+        admitted: list[_Admitted] = []
         for write in writes:
-            try:
+            try:  # the write's own checks, then its own records: a failure is its alone
                 fence = write.admit(found[write.session_id])
+                row, state = split_row_and_ledger(write.metadata)
+                digest = row.get(DIGEST_KEY)
+                head = found[write.session_id].ledger_head
+                plan = plan_write(
+                    write.session_id,
+                    state,
+                    head,
+                    fence,
+                    digest if isinstance(digest, str) else None,
+                )
+                admitted.append(_Admitted(write, upsert_metadata(row), plan))
             except Exception as exc:
                 write.error = exc
-                continue
-            row, state = split_row_and_ledger(write.metadata)
-            digest = row.get(DIGEST_KEY)
-            head = found[write.session_id].ledger_head
-            plan = plan_write(
-                write.session_id, state, head, fence, digest if isinstance(digest, str) else None
-            )
-            admitted.append((write, upsert_metadata(row)))
-            plans.append(plan)
         if not admitted:
             return
         try:
-            self._upsert(admitted, plans)
+            self._upsert(admitted)
+        except StoreUnreachable as exc:  # the store, not a row: each alone would fail too
+            for one in admitted:
+                one.write.error = exc
         except Exception as exc:
-            for write, _ in admitted:
-                write.error = exc
+            if len(admitted) == 1:
+                admitted[0].write.error = exc
+                return
+            # Chroma answered and refused: a row it refuses (a size limit, another vector
+            # size) fails alone, not its whole group.
+            log.info(
+                "a group write of %d rows failed (%s); writing them one by one", len(admitted), exc
+            )
+            for one in admitted:
+                try:
+                    self._upsert([one])
+                except Exception as alone:
+                    one.write.error = alone
+        # Older generations' segments are garbage once the head is written (never read:
+        # read_entry), so they go after the rows, never between a row's check and its write.
+        for one in admitted:
+            if one.write.error is None and one.plan.superseded:
+                self._drop_generations_below(one.write.session_id, one.plan.generation)
 
-    def _upsert(self, admitted: list[tuple[RowWrite, dict[str, Any]]], plans: list[Any]) -> None:
-        records = [r for plan in plans for r in plan.records]
+    def _upsert(self, admitted: list[_Admitted]) -> None:
+        records = [r for one in admitted for r in one.plan.records]
         self._on_ledger(
             "writing the ledger entries",
             lambda coll: coll.upsert(
@@ -161,18 +205,15 @@ class RowWrites(Collections):
             ),
             create=True,
         )
-        for (write, _), plan in zip(admitted, plans, strict=True):
-            if plan.superseded:
-                self._drop_generations_below(write.session_id, plan.generation)
 
         def upsert(coll: Collection) -> None:
             try:
                 coll.upsert(
-                    ids=[summary_row_id(w.session_id) for w, _ in admitted],
-                    documents=[w.document for w, _ in admitted],
-                    metadatas=[cast(Any, sent) for _, sent in admitted],
+                    ids=[summary_row_id(one.write.session_id) for one in admitted],
+                    documents=[one.write.document for one in admitted],
+                    metadatas=[cast(Any, one.row) for one in admitted],
                     embeddings=cast(
-                        Any, [np.asarray(w.embedding, dtype=np.float32) for w, _ in admitted]
+                        Any, [np.asarray(one.write.embedding, dtype=np.float32) for one in admitted]
                     ),
                 )
             except InvalidArgumentError as exc:
@@ -185,7 +226,7 @@ class RowWrites(Collections):
         self._on_summaries("writing the summaries", upsert, create=True)
         # Chroma accepted the vectors, so the collection holds this dimension: later writes
         # need no sample (one fewer round trip per summary once a first write succeeded).
-        self._verified_dimension = len(admitted[0][0].embedding)
+        self._verified_dimension = len(admitted[0].write.embedding)
 
     def _drop_generations_below(self, session_id: str, generation: int) -> None:
         """Deletes the entry's segments of earlier generations (replaced whole by the one
@@ -226,10 +267,10 @@ class GroupWriter:
                 self._changed.release()
                 try:
                     store.write_rows(group)  # sets each write's error; raises only on a bug
-                except BaseException as exc:
+                except Exception as exc:  # each member raises it; this write may be elsewhere
+                    log.exception("a group write failed")
                     for member in group:
                         member.error = member.error or exc
-                    raise
                 finally:
                     self._changed.acquire()
                     self._leading -= 1
@@ -265,7 +306,3 @@ class GroupWriter:
             self._waiting.remove(write)
         self._writing.update(w.session_id for w in group)
         return group
-
-    def idle(self) -> bool:
-        with self._changed:
-            return not self._waiting and not self._leading

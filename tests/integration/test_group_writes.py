@@ -19,6 +19,7 @@ from controller.kube.claims import ClaimLost
 from controller.pipeline import summarize_session
 from controller.scheduling import PassScheduler, SchedulerLimits
 from controller.store.connection import StoreLocation, connect
+from controller.store.errors import EmbeddingMismatch
 from controller.store.memory_store import MemoryStore
 from controller.store.row_writes import RowWrite
 from devenv.chroma import ChromaServer
@@ -134,3 +135,21 @@ def test_passes_writing_at_once_share_upserts_and_each_row_is_its_own_pass_s(
     groups = store.groups[1:]  # after the refused session's earlier write
     assert sum(groups) == SESSIONS  # every pass's row went in exactly one group
     assert len(groups) < SESSIONS  # and some of them shared one
+
+
+def test_a_row_chroma_refuses_fails_alone_and_the_rest_of_its_group_is_written(
+    chroma_server: ChromaServer,
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    location = StoreLocation(url=chroma_server.url, summary_collection=f"gw-refused-{tag}")
+    store = MemoryStore(connect(location), location)
+    good = [
+        RowWrite(f"ok-{n}", f"summary {n}", {"sessionId": f"ok-{n}"}, [0.1] * 4) for n in (1, 2)
+    ]
+    # A vector of another size: Chroma refuses the request that carries it.
+    bad = RowWrite("bad", "summary", {"sessionId": "bad"}, [0.1] * 3)
+    store.write_rows([good[0], bad, good[1]])
+    assert good[0].error is None and good[1].error is None
+    assert isinstance(bad.error, EmbeddingMismatch), bad.error
+    got = store.summaries().get(ids=["summary_ok-1", "summary_ok-2", "summary_bad"])
+    assert sorted(got["ids"]) == ["summary_ok-1", "summary_ok-2"]

@@ -314,6 +314,41 @@ def test_rows_written_with_other_credentials_never_share_a_group() -> None:
     assert [[w.session_id for w in g] for g in theirs.groups] == [["t1"]]
 
 
+def test_a_group_that_fails_on_a_bug_fails_its_own_rows_and_its_leader_goes_on() -> None:
+    """write_rows raising (a bug: it sets each write's error otherwise) fails the rows of
+    that group only; the thread that led it still writes its own row in a later group."""
+    writer = GroupWriter(1, rows=1)
+
+    class Buggy(FakeStore):
+        def write_rows(self, writes: list[RowWrite]) -> None:
+            super().write_rows(writes)
+            if any(w.session_id == "boom" for w in writes):
+                raise RuntimeError("a bug")
+
+    store = Buggy()
+    store.hold.clear()
+    outcomes: dict[str, str] = {}
+
+    def write(session_id: str, due: bool) -> None:
+        try:
+            writer.write(store, row(session_id, due=due))
+            outcomes[session_id] = "written"
+        except RuntimeError as exc:
+            outcomes[session_id] = str(exc)
+
+    first = threading.Thread(target=write, args=("first", False))
+    first.start()
+    _wait_until(lambda: len(store.groups) == 1)
+    later = [threading.Thread(target=write, args=(s, True)) for s in ("boom", "mine")]
+    for t in later:
+        t.start()
+    _wait_until(lambda: len(store.groups) == 2)  # one of them, due, in the extra group
+    store.hold.set()
+    for t in [first, *later]:
+        t.join(5)
+    assert outcomes == {"first": "written", "boom": "a bug", "mine": "written"}
+
+
 def test_a_row_already_due_never_waits_for_a_group_of_rows_that_are_not() -> None:
     """One group at a time, and one more of the rows whose deadline has passed: a session
     that just ended is written while the backlog's group is still being written; a second
