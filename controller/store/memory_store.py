@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from chromadb.api.models.Collection import Collection
 from chromadb.errors import ChromaError
@@ -155,23 +155,15 @@ class MemoryStore(RowWrites, Forgetting):
         return self.read_prior(session_id)[0]
 
     def _get_one(self, role: str, session_id: str, include: list[str]) -> dict[str, Any] | None:
-        """The summary row's (role "summary") or its ledger entry's ("ledger") id, document
-        and metadata as included; None when it or its collection does not exist."""
+        """The summary row's (role "summary") or its ledger entry's ("ledger") document and
+        metadata as included; None when it or its collection does not exist."""
         on = self._on_summaries if role == "summary" else self._on_ledger
-        try:
-            got = on(
-                f"reading the {role} of the session",
-                lambda coll: coll.get(ids=[summary_row_id(session_id)], include=cast(Any, include)),
-            )
-        except CollectionNotFound:
+        row_id = summary_row_id(session_id)
+        found = self._by_id(on, f"reading the {role} of the session", [row_id], include)
+        if row_id not in found:
             return None
-        if not got["ids"]:
-            return None
-        docs, metas = got.get("documents") or [], got.get("metadatas") or []
-        return {
-            "document": docs[0] if docs else None,
-            "metadata": dict(metas[0] or {}) if metas else {},
-        }
+        document, metadata = found[row_id]
+        return {"document": document, "metadata": metadata}
 
     def read_ledger(self, session_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """(the ledger entry's head keys, its state) of the session's row, in one read of
