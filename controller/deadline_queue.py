@@ -7,10 +7,17 @@ import contextlib
 import heapq
 import itertools
 import threading
-from collections.abc import Iterator
-from typing import Generic, TypeVar
+import time
+from collections.abc import Callable, Iterator
+from typing import Generic, Protocol, TypeVar
 
 Item = TypeVar("Item")
+
+
+class Slot(Protocol):
+    """Called by a slot's holder between pieces of its work (DeadlineQueue.turn)."""
+
+    def __call__(self, pause: Callable[[], object] | None = None) -> float: ...
 
 
 class QueueClosed(RuntimeError):
@@ -36,25 +43,50 @@ class DeadlineQueue(Generic[Item]):
         self._tickets = 0  # threads waiting in turn()
 
     @contextlib.contextmanager
-    def turn(self, deadline: float) -> Iterator[None]:
-        """Blocks until this caller's turn, holds a slot while the block runs."""
+    def turn(self, deadline: float) -> Iterator[Slot]:
+        """Blocks until this caller's turn, holds a slot while the block runs. The block
+        gets a function to call between pieces of its work (_yield_slot): it gives the slot
+        up to an earlier deadline waiting for one (or while a pause runs), and takes it back
+        in its own turn."""
         ticket = (deadline, next(self._order), None)
         with self._cond:
-            heapq.heappush(self._heap, ticket)
-            self._tickets += 1
-            try:
-                while self._free == 0 or self._heap[0] is not ticket:
-                    self._cond.wait()
-            finally:
-                self._tickets -= 1
-            heapq.heappop(self._heap)
-            self._free -= 1
-            if self._free and self._heap:
-                self._cond.notify_all()  # the next in line may take another free slot
+            self._acquire(ticket)
         try:
-            yield
+            yield lambda pause=None: self._yield_slot(ticket, pause)
         finally:
             self.release()
+
+    def _acquire(self, ticket: tuple[float, int, Item | None]) -> None:
+        """Under the condition: waits for the ticket's turn and takes a slot."""
+        heapq.heappush(self._heap, ticket)
+        self._tickets += 1
+        try:
+            while self._free == 0 or self._heap[0] is not ticket:
+                self._cond.wait()
+        finally:
+            self._tickets -= 1
+        heapq.heappop(self._heap)
+        self._free -= 1
+        if self._free and self._heap:
+            self._cond.notify_all()  # the next in line may take another free slot
+
+    def _yield_slot(
+        self, ticket: tuple[float, int, Item | None], pause: Callable[[], object] | None
+    ) -> float:
+        """Gives the holder's slot to a waiter with an earlier deadline, when no slot is
+        free, or, with pause, for as long as pause() runs; the holder then queues again with
+        its own ticket (ahead of every later one). Returns the seconds it waited."""
+        with self._cond:
+            if pause is None and (self._free or not self._heap or self._heap[0][:2] >= ticket[:2]):
+                return 0.0
+            began = time.monotonic()
+            self._free += 1
+            self._wake()
+        if pause is not None:
+            pause()
+        with self._cond:
+            self._acquire(ticket)
+        return time.monotonic() - began
 
     def put(self, deadline: float, item: Item) -> bool:
         """Queues the item; True when more items wait than threads wait in take() (a pool

@@ -26,7 +26,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import Enum
@@ -235,23 +235,37 @@ class PassScheduler:
 
         return run
 
-    def give_way(self) -> float:
+    def give_way(self, *, within_step: bool = False) -> float:
         """Called by a pass before each of its steps (reading, summarizing, embedding,
-        writing): a pass that is not a first summary waits while one runs, at most
-        give_way_s a step, so the session that just ended has the cores and the store to
-        itself and a burst of them holds the rest back by a bounded time. The queues above
-        order who goes next; this keeps work already under way from starting its next step
-        beside a first summary. Returns the seconds waited."""
-        limit = self.limits.give_way_s
+        writing), and by the local embedding after each layer (within_step): a pass that is
+        not a first summary waits while one runs, at most give_way_s a step in all, so the
+        session that just ended has the cores and the store to itself and a burst of them
+        holds the rest back by a bounded time. The queues above order who goes next; this
+        keeps work already under way from going on beside a first summary. Returns the
+        seconds waited."""
         mine = self._running
-        if not limit or not self._firsts or getattr(mine, "first", False):
-            return 0.0
-        if getattr(mine, "deadline", None) is None:  # not on a pass's thread: a probe, the CLI
+        if not within_step:
+            mine.give_way_left = self.limits.give_way_s
+        left = getattr(mine, "give_way_left", 0.0)
+        if left <= 0 or not self.must_give_way():
             return 0.0
         began = time.monotonic()
         with self._firsts_changed:
-            self._firsts_changed.wait_for(lambda: self._firsts == 0, timeout=limit)
-        return time.monotonic() - began
+            self._firsts_changed.wait_for(lambda: self._firsts == 0, timeout=left)
+        waited = time.monotonic() - began
+        mine.give_way_left = left - waited
+        return waited
+
+    def must_give_way(self) -> bool:
+        """A first summary runs, and this thread runs a pass that is not one (not a probe or
+        the CLI either)."""
+        mine = self._running
+        return bool(
+            self.limits.give_way_s
+            and self._firsts
+            and not getattr(mine, "first", False)
+            and getattr(mine, "deadline", None) is not None
+        )
 
     def deadline(self) -> float:
         """The deadline of the pass running on this thread; now for work outside any pass
@@ -259,8 +273,19 @@ class PassScheduler:
         deadline = getattr(self._running, "deadline", None)
         return time.monotonic() if deadline is None else float(deadline)
 
-    def core(self) -> contextlib.AbstractContextManager[None]:
-        return self._cores.turn(self.deadline())
+    @contextlib.contextmanager
+    def core(self) -> Iterator[Callable[[], float]]:
+        """A CPU core for the local embedding, which calls the function it gets after each
+        layer: the core goes to a pass with an earlier deadline waiting for one, and a later
+        pass gives it up while a first summary runs (give_way), then waits for its turn."""
+        with self._cores.turn(self.deadline()) as slot:
+
+            def between() -> float:
+                if self.must_give_way():
+                    return slot(lambda: self.give_way(within_step=True))
+                return slot()
+
+            yield between
 
     def store_write(self, store: MemoryStore, write: RowWrite) -> None:
         """Writes the row with the others waiting to write to its summary collection through

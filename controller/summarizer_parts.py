@@ -30,7 +30,7 @@ from controller.backends import (
     redaction_of,
     store_location,
 )
-from controller.embeddings.minilm import MiniLMWeights
+from controller.embeddings.minilm import LocalMiniLMEmbedding, MiniLMWeights
 from controller.embeddings.spec import EmbeddingSpec, build_embedding_function
 from controller.scheduling import PassScheduler
 from controller.store.connection import StoreLocation, connect
@@ -345,11 +345,13 @@ class SummarizerParts:
         ef = build_embedding_function(spec, self._weights)
         scheduler = self._scheduler
 
-        if spec.provider == "local-minilm":
+        if isinstance(ef, LocalMiniLMEmbedding):
 
             def gated(texts: list[str]) -> list[Any]:
-                with scheduler.core():
-                    return list(ef(texts))
+                # Between layers, the core goes to a pass that needs it sooner (a session
+                # that just ended) and comes back in this pass's turn.
+                with scheduler.core() as between:
+                    return list(ef(texts, between))
 
             return _Closing(gated, _closer(ef))
         return _Closing(lambda texts: list(ef(texts)), _closer(ef))

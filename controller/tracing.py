@@ -13,7 +13,8 @@ The phases of a pass, in order (docs/operations.md, "Tracing"):
 - claimed: taking the session's claim and saying Summarizing.
 - read: the prior summary and the session's rows.
 - summarized: the summarizer's passes over the chunks, and the row's document rendered.
-- embedded: the document's vector.
+- embedded: the document's vector; with the local model, also the waits for a core,
+  which a later pass gives up between layers to a first summary (PassScheduler.core).
 - written: the wait for its group write, the fence's read and the upserts.
 - status: the outcome reported (status, Events).
 

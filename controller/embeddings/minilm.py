@@ -152,18 +152,23 @@ class _MiniLM:
                 )
             )
 
-    def encode(self, texts: list[str], batch_size: int) -> Array:
-        """Unit vectors, one row per text, in input order."""
+    def encode(
+        self, texts: list[str], batch_size: int, between: Callable[[], object] | None = None
+    ) -> Array:
+        """Unit vectors, one row per text, in input order. between: called after each
+        layer (a holder of a CPU core gives it up there to a pass that needs it sooner)."""
         ids = [e.ids for e in self.tokenizer.encode_batch(texts)]
         # Similar lengths share a batch, so per-batch padding stays small.
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         out = np.empty((len(ids), self.word.width), dtype=np.float32)
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
-            out[chunk] = self._encode_padded([ids[i] for i in chunk])
+            out[chunk] = self._encode_padded([ids[i] for i in chunk], between)
         return out
 
-    def _encode_padded(self, batch: list[list[int]]) -> Array:
+    def _encode_padded(
+        self, batch: list[list[int]], between: Callable[[], object] | None = None
+    ) -> Array:
         length = max(len(ids) for ids in batch)
         input_ids = np.zeros((len(batch), length), dtype=np.int64)
         mask = np.zeros((len(batch), length), dtype=np.float32)
@@ -176,6 +181,8 @@ class _MiniLM:
         key_bias = ((1.0 - mask) * np.finfo(np.float32).min)[:, None, None, :]
         for layer in self.layers:
             x = self._layer(x, layer, key_bias)
+            if between is not None:
+                between()
         summed = (x * mask[:, :, None]).sum(axis=1)
         mean = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
         norm = np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)
@@ -322,11 +329,12 @@ class LocalMiniLMEmbedding:
     def model_dir(self) -> Path:
         return Path(self._explicit_dir) if self._explicit_dir else installed_minilm_dir()
 
-    def __call__(self, input: Documents) -> Embeddings:
+    def __call__(self, input: Documents, between: Callable[[], object] | None = None) -> Embeddings:
+        """between: called after each layer of each batch (MiniLM.encode)."""
         if not input:
             return []
         model = self._weights.load(self.model_dir, self.max_seq_length)
-        return list(model.encode(list(input), self.batch_size))
+        return list(model.encode(list(input), self.batch_size, between))
 
     def __repr__(self) -> str:
         return f"LocalMiniLMEmbedding(model_dir={self._explicit_dir!r})"

@@ -79,6 +79,15 @@ def test_batching_and_padding_do_not_change_vectors() -> None:
     np.testing.assert_allclose(batched, one_by_one, atol=1e-5)
 
 
+def test_between_is_called_after_every_layer_of_every_batch_and_changes_nothing() -> None:
+    texts = ["one short text", "a second, somewhat longer text to embed", "three", "four"]
+    calls: list[int] = []
+    ef = LocalMiniLMEmbedding(batch_size=3)
+    with_pauses = np.stack(ef(texts, lambda: calls.append(1)))
+    assert len(calls) == 6 * 2  # six layers, two batches
+    assert np.array_equal(with_pauses, embed(ef, texts))
+
+
 def test_text_beyond_256_tokens_is_truncated_not_rejected(minilm: LocalMiniLMEmbedding) -> None:
     head = " ".join(f"token{i}" for i in range(300))
     longer = embed(minilm, [head, head + " and a tail the model never sees " * 50])

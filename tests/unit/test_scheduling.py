@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -173,6 +174,28 @@ def test_never_more_holders_than_slots(slots: int, holds: list[float]) -> None:
     assert gate.waiting() == 0 and inside[0] == 0
 
 
+def _run_holder_then_waiters(
+    gate: DeadlineQueue[None],
+    holder: Callable[[], None],
+    waiter: Callable[[int], None],
+    waiters: int,
+    go: threading.Event,
+) -> None:
+    """The holder takes the one slot; the waiters queue one at a time (so ties keep the
+    order of asking); then go is set, and all of them end."""
+    first = threading.Thread(target=holder)
+    first.start()
+    _wait_until(lambda: gate._free == 0)
+    threads = []
+    for i in range(waiters):
+        threads.append(threading.Thread(target=waiter, args=(i,)))
+        threads[-1].start()
+        _wait_until(lambda n=i + 1: gate.waiting() == n)
+    go.set()
+    for t in [first, *threads]:
+        t.join(10)
+
+
 @settings(max_examples=30, deadline=None)
 @given(deadlines)
 def test_a_free_slot_goes_to_the_earliest_deadline(marks: list[float]) -> None:
@@ -188,18 +211,40 @@ def test_a_free_slot_goes_to_the_earliest_deadline(marks: list[float]) -> None:
         with gate.turn(marks[i]):
             order.append(i)
 
-    first = threading.Thread(target=holder)
-    first.start()
-    _wait_until(lambda: gate._free == 0)
-    threads = []
-    for i in range(len(marks)):  # one at a time, so ties keep the order of asking
-        threads.append(threading.Thread(target=waiter, args=(i,)))
-        threads[-1].start()
-        _wait_until(lambda n=i + 1: gate.waiting() == n)
-    release.set()
-    for t in [first, *threads]:
-        t.join(10)
+    _run_holder_then_waiters(gate, holder, waiter, len(marks), release)
     assert order == sorted(range(len(marks)), key=lambda i: (marks[i], i))
+
+
+@settings(max_examples=30, deadline=None)
+@given(marks=deadlines, mine=st.floats(min_value=0, max_value=1000, allow_nan=False))
+def test_a_holder_gives_its_slot_between_pieces_only_to_earlier_deadlines(
+    marks: list[float], mine: float
+) -> None:
+    """The local embedding calls between() after each layer: a session that just ended gets
+    the core at the next layer, and the holder takes it back before any later deadline."""
+    gate: DeadlineQueue[None] = DeadlineQueue(1)
+    log: list[object] = []
+    queued = threading.Event()
+    waited: list[float] = []
+
+    def holder() -> None:
+        with gate.turn(mine) as between:
+            queued.wait(10)
+            for _ in range(3):
+                log.append("piece")
+                waited.append(between())
+
+    def waiter(i: int) -> None:
+        with gate.turn(marks[i]):
+            log.append(i)
+
+    _run_holder_then_waiters(gate, holder, waiter, len(marks), queued)
+    by_deadline = sorted(range(len(marks)), key=lambda i: (marks[i], i))
+    earlier = [i for i in by_deadline if marks[i] < mine]  # a tie stays with the holder
+    later = [i for i in by_deadline if marks[i] >= mine]
+    assert log == ["piece", *earlier, "piece", "piece", *later]
+    assert (waited[0] > 0) == bool(earlier) and waited[1:] == [0.0, 0.0]
+    assert gate.waiting() == 0 and gate.holding() == 0
 
 
 @pytest.mark.parametrize(
@@ -648,3 +693,64 @@ def test_giving_way_is_bounded_per_step_and_off_at_zero(
         hold.set()
         sched.stop(5)
     assert least <= waited <= most
+
+
+def test_a_later_pass_gives_its_core_up_while_a_first_summary_runs_within_its_step_budget() -> None:
+    """The local embedding calls the core's function after each layer: a sweep's pass
+    holding the core gives it up while a first summary runs and takes it back after it; its
+    waits in one step add up to at most give_way_s."""
+    sched = PassScheduler(
+        SchedulerLimits(workers=1, background_workers=1, cores=1, store_writes=1, give_way_s=10)
+    )
+    log: list[str] = []
+    holding, go_on = threading.Event(), threading.Event()
+
+    def background() -> list[float]:
+        sched.give_way()  # a step begins: nothing runs yet
+        with sched.core() as between:
+            log.append("later holds the core")
+            holding.set()
+            go_on.wait(10)
+            waits = [float(between()) for _ in range(3)]
+            log.append("later has the core again")
+            return waits
+
+    def first() -> None:
+        with sched.core():
+            log.append("first has the core")
+            time.sleep(0.2)
+
+    try:
+        later = sched.submit(time.monotonic(), background, background=True)
+        holding.wait(5)
+        done = sched.submit(time.monotonic(), first, background=False, first=True)
+        _wait_until(lambda: sched._firsts == 1)
+        go_on.set()
+        done.result(5)
+        waits = later.result(5)
+    finally:
+        go_on.set()
+        sched.stop(5)
+    assert log == ["later holds the core", "first has the core", "later has the core again"]
+    assert waits[0] >= 0.15 and waits[1:] == [0.0, 0.0]
+
+    # The budget is the step's: spent by waiting before it, nothing is left inside it.
+    sched = PassScheduler(
+        SchedulerLimits(workers=1, background_workers=1, cores=1, store_writes=1, give_way_s=0.2)
+    )
+    hold = threading.Event()
+
+    def spent() -> list[float]:
+        waits = [sched.give_way()]
+        with sched.core() as between:
+            waits += [float(between()) for _ in range(3)]
+        return waits
+
+    try:
+        sched.submit(time.monotonic(), lambda: hold.wait(10), background=False, first=True)
+        _wait_until(lambda: sched._firsts == 1)
+        waits = sched.submit(time.monotonic(), spent, background=True).result(5)
+    finally:
+        hold.set()
+        sched.stop(5)
+    assert 0.15 <= waits[0] <= 3 and all(w < 0.1 for w in waits[1:])
