@@ -59,8 +59,9 @@ class OperatorConfig(BaseSettings):
     # A pass still running this long after it took its claim says so (phase Summarizing);
     # a shorter one goes from its request straight to its outcome: one status write, not two.
     summarizing_after_seconds: float = Field(default=2.0, ge=0)
-    # The longest a pass that is not a first summary waits in all, before and during each of
-    # its steps, while a first summary runs (scheduling.PassScheduler.give_way); 0: never.
+    # The longest a pass that is not a first summary pauses in all, before and during each
+    # of its steps, while a first summary runs (scheduling.PassScheduler.give_way; its waits
+    # for a core come on top, by deadline); 0: never.
     give_way_seconds: float = Field(default=1.0, ge=0)
     # How often abandoned claims (their writer died) are looked for and deleted.
     claim_collect_seconds: float = Field(default=60.0, gt=0)

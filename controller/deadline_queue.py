@@ -46,23 +46,31 @@ class DeadlineQueue(Generic[Item]):
     def turn(self, deadline: float) -> Iterator[Slot]:
         """Blocks until this caller's turn, holds a slot while the block runs. The block
         gets a function to call between pieces of its work (_yield_slot): it gives the slot
-        up to an earlier deadline waiting for one (or while a pause runs), and takes it back
-        in its own turn."""
+        up to an earlier deadline waiting for one, or for as long as a pause runs, and
+        takes it back in its own turn."""
         ticket = (deadline, next(self._order), None)
         with self._cond:
             self._acquire(ticket)
+        holding = [True]  # False while a yield gave the slot up and has not taken it back
         try:
-            yield lambda pause=None: self._yield_slot(ticket, pause)
+            yield lambda pause=None: self._yield_slot(ticket, holding, pause)
         finally:
-            self.release()
+            if holding[0]:
+                self.release()
 
     def _acquire(self, ticket: tuple[float, int, Item | None]) -> None:
-        """Under the condition: waits for the ticket's turn and takes a slot."""
+        """Under the condition: waits for the ticket's turn and takes a slot; a wait that
+        raises takes its ticket out of the line."""
         heapq.heappush(self._heap, ticket)
         self._tickets += 1
         try:
             while self._free == 0 or self._heap[0] is not ticket:
                 self._cond.wait()
+        except BaseException:
+            self._heap.remove(ticket)
+            heapq.heapify(self._heap)
+            self._wake()
+            raise
         finally:
             self._tickets -= 1
         heapq.heappop(self._heap)
@@ -71,21 +79,30 @@ class DeadlineQueue(Generic[Item]):
             self._cond.notify_all()  # the next in line may take another free slot
 
     def _yield_slot(
-        self, ticket: tuple[float, int, Item | None], pause: Callable[[], object] | None
+        self,
+        ticket: tuple[float, int, Item | None],
+        holding: list[bool],
+        pause: Callable[[], object] | None,
     ) -> float:
         """Gives the holder's slot to a waiter with an earlier deadline, when no slot is
-        free, or, with pause, for as long as pause() runs; the holder then queues again with
-        its own ticket (ahead of every later one). Returns the seconds it waited."""
+        free; or, with pause, to whoever is next in line (an earlier or a later deadline)
+        for as long as pause() runs. The holder then queues again with its own ticket,
+        ahead of every later one still waiting, also when pause() raises. Returns the
+        seconds it waited."""
         with self._cond:
             if pause is None and (self._free or not self._heap or self._heap[0][:2] >= ticket[:2]):
                 return 0.0
             began = time.monotonic()
+            holding[0] = False
             self._free += 1
             self._wake()
-        if pause is not None:
-            pause()
-        with self._cond:
-            self._acquire(ticket)
+        try:
+            if pause is not None:
+                pause()
+        finally:
+            with self._cond:
+                self._acquire(ticket)
+                holding[0] = True
         return time.monotonic() - began
 
     def put(self, deadline: float, item: Item) -> bool:

@@ -124,6 +124,7 @@ class _WorkerPool:
                     job.future.set_result(result)
                 finally:
                     self._running.deadline = None
+                    self._running.give_way_left = 0.0  # a step's budget is the pass's own
             finally:
                 self.queue.release()
 
@@ -276,14 +277,16 @@ class PassScheduler:
     @contextlib.contextmanager
     def core(self) -> Iterator[Callable[[], float]]:
         """A CPU core for the local embedding, which calls the function it gets after each
-        layer: the core goes to a pass with an earlier deadline waiting for one, and a later
-        pass gives it up while a first summary runs (give_way), then waits for its turn."""
+        layer: the core goes to a pass with an earlier deadline waiting for one, and a pass
+        that is not a first summary gives it up while one runs (give_way, within its step's
+        budget), then waits for its turn. The waits for the core are not part of that
+        budget: they are the queue's, by deadline."""
         with self._cores.turn(self.deadline()) as slot:
 
             def between() -> float:
-                if self.must_give_way():
+                if getattr(self._running, "give_way_left", 0.0) > 0 and self.must_give_way():
                     return slot(lambda: self.give_way(within_step=True))
-                return slot()
+                return slot()  # the step's budget spent, or no first summary: by deadline
 
             yield between
 

@@ -156,7 +156,8 @@ class _MiniLM:
         self, texts: list[str], batch_size: int, between: Callable[[], object] | None = None
     ) -> Array:
         """Unit vectors, one row per text, in input order. between: called after each
-        layer (a holder of a CPU core gives it up there to a pass that needs it sooner)."""
+        layer but a batch's last (a holder of a CPU core gives it up there to a pass that
+        needs it sooner)."""
         ids = [e.ids for e in self.tokenizer.encode_batch(texts)]
         # Similar lengths share a batch, so per-batch padding stays small.
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
@@ -179,9 +180,9 @@ class _MiniLM:
         x = _layer_norm(x, *self.emb_ln, self.eps)
         # Padding keys get the most negative float, as in HF BERT: exp() makes them exactly 0.
         key_bias = ((1.0 - mask) * np.finfo(np.float32).min)[:, None, None, :]
-        for layer in self.layers:
+        for n, layer in enumerate(self.layers, 1):
             x = self._layer(x, layer, key_bias)
-            if between is not None:
+            if between is not None and n < len(self.layers):  # not for the pooling's bit
                 between()
         summed = (x * mask[:, :, None]).sum(axis=1)
         mean = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
@@ -330,7 +331,7 @@ class LocalMiniLMEmbedding:
         return Path(self._explicit_dir) if self._explicit_dir else installed_minilm_dir()
 
     def __call__(self, input: Documents, between: Callable[[], object] | None = None) -> Embeddings:
-        """between: called after each layer of each batch (MiniLM.encode)."""
+        """between: called after each layer of each batch but its last (_MiniLM.encode)."""
         if not input:
             return []
         model = self._weights.load(self.model_dir, self.max_seq_length)

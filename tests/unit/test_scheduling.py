@@ -753,4 +753,57 @@ def test_a_later_pass_gives_its_core_up_while_a_first_summary_runs_within_its_st
     finally:
         hold.set()
         sched.stop(5)
-    assert 0.15 <= waits[0] <= 3 and all(w < 0.1 for w in waits[1:])
+    assert 0.15 <= waits[0] <= 3 and waits[1:] == [0.0, 0.0, 0.0]
+
+
+def test_with_its_budget_spent_a_pass_keeps_its_core_from_later_deadlines() -> None:
+    """A first summary runs on and on: the pass that gave way for its whole budget goes on
+    by deadline, and a later pass waiting for the core does not get it between layers."""
+    sched = PassScheduler(
+        SchedulerLimits(workers=1, background_workers=2, cores=1, store_writes=1, give_way_s=0.2)
+    )
+    hold, holding, go_on = threading.Event(), threading.Event(), threading.Event()
+    log: list[str] = []
+
+    def earlier() -> None:
+        sched.give_way()  # spends the step's budget: the first summary runs throughout
+        with sched.core() as between:
+            holding.set()
+            go_on.wait(10)
+            for _ in range(3):
+                log.append("earlier")
+                between()
+
+    def later() -> None:
+        with sched.core():
+            log.append("later")
+
+    try:
+        sched.submit(time.monotonic(), lambda: hold.wait(10), background=False, first=True)
+        _wait_until(lambda: sched._firsts == 1)
+        done = sched.submit(time.monotonic(), earlier, background=True)
+        holding.wait(5)
+        other = sched.submit(time.monotonic() + 30, later, background=True)
+        _wait_until(lambda: sched._cores.waiting() == 1)
+        go_on.set()
+        done.result(5)
+        other.result(5)
+    finally:
+        hold.set()
+        go_on.set()
+        sched.stop(5)
+    assert log == ["earlier", "earlier", "earlier", "later"]
+
+
+def test_a_pause_that_raises_leaves_the_slots_as_they_were() -> None:
+    gate: DeadlineQueue[None] = DeadlineQueue(2)
+
+    def boom() -> None:
+        raise RuntimeError("pause failed")
+
+    with pytest.raises(RuntimeError, match="pause failed"), gate.turn(1.0) as slot:
+        assert gate.holding() == 1
+        slot(boom)
+    assert gate.holding() == 0 and gate.free() == 2 and gate.waiting() == 0
+    with gate.turn(1.0), gate.turn(2.0):  # both slots are there to take
+        assert gate.holding() == 2
