@@ -247,9 +247,9 @@ class PassScheduler:
         mine = self._running
         if not within_step:
             mine.give_way_left = self.limits.give_way_s
-        left = getattr(mine, "give_way_left", 0.0)
-        if left <= 0 or not self.must_give_way():
+        if not self.must_give_way():
             return 0.0
+        left = mine.give_way_left
         began = time.monotonic()
         with self._firsts_changed:
             self._firsts_changed.wait_for(lambda: self._firsts == 0, timeout=left)
@@ -258,11 +258,11 @@ class PassScheduler:
         return waited
 
     def must_give_way(self) -> bool:
-        """A first summary runs, and this thread runs a pass that is not one (not a probe or
-        the CLI either)."""
+        """A first summary runs, this thread runs a pass that is not one (not a probe or the
+        CLI either), and the pass's step has some of its give-way budget left."""
         mine = self._running
         return bool(
-            self.limits.give_way_s
+            getattr(mine, "give_way_left", 0.0) > 0
             and self._firsts
             and not getattr(mine, "first", False)
             and getattr(mine, "deadline", None) is not None
@@ -284,7 +284,7 @@ class PassScheduler:
         with self._cores.turn(self.deadline()) as slot:
 
             def between() -> float:
-                if getattr(self._running, "give_way_left", 0.0) > 0 and self.must_give_way():
+                if self.must_give_way():
                     return slot(lambda: self.give_way(within_step=True))
                 return slot()  # the step's budget spent, or no first summary: by deadline
 
