@@ -107,7 +107,7 @@ def sunsets(
         t0, wall0_ms = time.monotonic(), int(time.time() * 1000)
         kube.request_summary(ns, sid, trigger="sunset")
         while True:
-            if summary_written_at(store, sid) >= wall0_ms - 5:
+            if summary_written_at(store, sid, wall0_ms - 5) >= wall0_ms - 5:
                 break
             if time.monotonic() - t0 > timeout:
                 raise SystemExit(f"{sid} not summarized in {timeout} s\n{tail(log)}")
