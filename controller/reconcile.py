@@ -15,7 +15,7 @@ from controller.core.reconcile_plan import ReconcileCycle, reconcile, uncovered_
 from controller.core.sweep_plan import SweepPlan
 from controller.store.memory_store import MemoryStore
 from controller.store.scans import SCAN_PAGE
-from controller.sweep import apply_plan
+from controller.sweep import Pause, apply_plan, no_pause
 from controller.upkeep_state import Reconciler
 
 
@@ -38,23 +38,28 @@ def reconcile_step(
     now_ms: int,
     monotonic: float,
     state: Reconciler,
+    pause: Pause = no_pause,
 ) -> ReconcileResult:
     """One tick of the reconciliation: ask for passes the last walk found (at most
     maxSessionsPerSweep per tick), start a walk when one is due, and read the rows this
     tick's budget allows (reconcileRowsPerSecond times the time since the last step, at most
     what two ticks allow). A walk that reaches the end compares every session's count with
-    its summary. state: the walk so far (the runtime's upkeep keeps it between ticks)."""
+    its summary. state: the walk so far (the runtime's upkeep keeps it between ticks).
+    pause: called before each read and each session's lookup (the scheduler's give_way)."""
     started = time.monotonic()
     sweep = spec.sweep
     requested = 0
     if state.pending:
         batch, state.pending = state.pending, []
         if state.last_done_ms is not None:  # written or forgotten since the walk: not stale
+            pause()
             since = store.written_since([c.session_id for c in batch], state.last_done_ms)
             batch = [c for c in batch if c.session_id not in since]
         plan = SweepPlan(candidates=batch[: sweep.max_sessions_per_sweep])
         plan.deferred = batch[sweep.max_sessions_per_sweep :]
-        applied = apply_plan(plan, namespace=namespace, summarizer_name=summarizer_name)
+        applied = apply_plan(
+            plan, namespace=namespace, summarizer_name=summarizer_name, pause=pause
+        )
         requested = applied.created + applied.patched
         walked = len(batch) - applied.left
         state.pending = batch[walked:]
@@ -73,6 +78,7 @@ def reconcile_step(
     read = 0
     while read < budget:
         ask = min(SCAN_PAGE, budget - read)
+        pause()
         got = cycle.fold(store.rows_from(cycle.offset, ask), now_ms)
         read += got
         if got < ask:  # the end of the collection: compare

@@ -237,8 +237,9 @@ class PassScheduler:
         return run
 
     def give_way(self, *, within_step: bool = False) -> float:
-        """Called by a pass before each of its steps (reading, summarizing, embedding,
-        writing), and by the local embedding after each layer (within_step): a pass that is
+        """Called by a pass before each of its steps (its claim, reading, summarizing,
+        embedding, writing), and within a step by the local embedding after each layer and
+        by the leader of a group of rows none of which is due (within_step): a pass that is
         not a first summary waits while one runs, at most give_way_s a step in all, so the
         session that just ended has the cores and the store to itself and a burst of them
         holds the rest back by a bounded time. The queues above order who goes next; this
@@ -267,6 +268,21 @@ class PassScheduler:
             and not getattr(mine, "first", False)
             and getattr(mine, "deadline", None) is not None
         )
+
+    @contextlib.contextmanager
+    def background(self) -> Iterator[Callable[[], float]]:
+        """Background work of this thread outside a pass (the sweep, the reconciliation,
+        retention: their reads and requests, a session at a time): ranked as a background
+        pass queued now, and the function it yields is give_way, to call before each unit
+        of the work: while a first summary runs, the work waits, at most give_way_s a unit."""
+        mine = self._running
+        before = getattr(mine, "deadline", None)
+        mine.deadline = time.monotonic() + Slack.BACKGROUND
+        try:
+            yield self.give_way
+        finally:
+            mine.deadline = before
+            mine.give_way_left = 0.0
 
     def deadline(self) -> float:
         """The deadline of the pass running on this thread; now for work outside any pass
@@ -303,7 +319,7 @@ class PassScheduler:
                 self._store_writes[store.location] = entry
             entry.users += 1
         try:
-            entry.writer.write(store, write)
+            entry.writer.write(store, write, lambda: self.give_way(within_step=True))
         finally:
             with self._lock:
                 entry.users -= 1

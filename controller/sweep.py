@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from controller.api import SessionSummarizerSpec
@@ -49,6 +49,11 @@ from controller.upkeep_state import MarkerMemory
 
 IN_FLIGHT_PHASES = frozenset({None, "Pending", "Summarizing"})
 WALK_FACTOR = 4  # at most this many times the cap of stale sessions looked up per sweep
+Pause = Callable[[], object]  # the scheduler's give_way (PassScheduler.background)
+
+
+def no_pause() -> None:
+    pass
 
 
 @dataclass(frozen=True)
@@ -95,21 +100,25 @@ def plan_from_store(
     watermark_ms: int | None,
     now_ms: int,
     cursor: RowCursor | None = None,
+    pause: Pause = no_pause,
 ) -> tuple[SweepPlan, tuple[int, int], RowCursor, bool]:
     """Reads only new memories and decides: those newer than the watermark, and those added
     since the cursor whatever their timestamps (reconcile_plan.py). Returns (plan, (rows
     newer than the watermark, rows added since the cursor), the new cursor, whether the old
-    one was still aligned)."""
+    one was still aligned). pause: called before each scan and each session's own reads
+    (the scheduler's give_way: the sweep is background work)."""
     since = (
         watermark_ms
         if watermark_ms is not None
         else initial_watermark(now_ms, spec.sweep.lookback_days)
     )
+    pause()
     appended, new_cursor, aligned = store.scan_appended(cursor)
     scanned = 0
 
     def counted() -> Iterator[tuple[str, int]]:
         nonlocal scanned
+        pause()
         for row in store.scan_since(since):
             scanned += 1
             yield row
@@ -117,13 +126,14 @@ def plan_from_store(
         yield from ((sid, ts if ts is not None else 0) for sid, ts in appended)
 
     activity = collect_activity(counted(), now_ms=now_ms)
+    pause()
     stored = store.summary_states(list(activity))
     # Count drift only matters where timestamps alone say "fresh".
-    live_counts = {
-        sid: store.count_session(sid)
-        for sid, act in activity.items()
-        if sid in stored and (stored[sid].timestamp_ms or 0) >= act.newest_ms
-    }
+    live_counts = {}
+    for sid, act in activity.items():
+        if sid in stored and (stored[sid].timestamp_ms or 0) >= act.newest_ms:
+            pause()
+            live_counts[sid] = store.count_session(sid)
     plan = plan_sweep(
         activity,
         dict(stored),
@@ -135,7 +145,7 @@ def plan_from_store(
     policy = RefreshPolicy(spec.sweep.refresh_after_tokens, spec.sweep.min_refresh_seconds * 1000)
     if policy.enabled and plan.still_active:
         measured = plan.still_active[: WALK_FACTOR * spec.sweep.max_sessions_per_sweep]
-        growth = list(_growth(store, spec, measured, activity, policy, now_ms))
+        growth = list(_growth(store, spec, measured, activity, policy, now_ms, pause))
         plan = plan_refresh(
             plan, growth, policy, now_ms=now_ms, max_sessions=spec.sweep.max_sessions_per_sweep
         )
@@ -149,10 +159,12 @@ def _growth(
     activity: dict[str, SessionActivity],
     policy: RefreshPolicy,
     now_ms: int,
+    pause: Pause = no_pause,
 ) -> Iterator[Growth]:
     """How much each active session grew since its summary: a summary read per session, and
     a read of its new memories only where the minimum interval has passed."""
     for sid in session_ids:
+        pause()
         try:
             prior = store.read_summary(sid)
         except UnreadablePriorSummary:
@@ -181,7 +193,9 @@ class Applied:
     refreshed: int = 0  # active sessions asked for a refresh (created or patched)
 
 
-def apply_plan(plan: SweepPlan, *, namespace: str, summarizer_name: str) -> Applied:
+def apply_plan(
+    plan: SweepPlan, *, namespace: str, summarizer_name: str, pause: Pause = no_pause
+) -> Applied:
     """Creates/patches SessionSummary objects for the stale sessions, newest first, until
     as many as the cap allowed were acted on. Sessions already in flight do not use up the
     cap (else a few busy sessions would starve an old backlog); the walk is bounded."""
@@ -192,6 +206,7 @@ def apply_plan(plan: SweepPlan, *, namespace: str, summarizer_name: str) -> Appl
 
     def request(session_id: str, trigger: str) -> str | None:
         """created or patched; None when the session's object is still in flight."""
+        pause()
         existing = kube.get_summary(namespace, summary_object_name(session_id))
         if existing is not None and _in_flight(existing):
             return None
@@ -233,13 +248,16 @@ def run_sweep(
     watermark_ms: int | None,
     now_ms: int | None = None,
     cursor: RowCursor | None = None,
+    pause: Pause = no_pause,
 ) -> SweepResult:
+    """pause: called before each session's reads and requests (the scheduler's give_way:
+    a session that just ended goes first)."""
     started = time.monotonic()
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     plan, (scanned, appended), new_cursor, aligned = plan_from_store(
-        store, spec, watermark_ms=watermark_ms, now_ms=now, cursor=cursor
+        store, spec, watermark_ms=watermark_ms, now_ms=now, cursor=cursor, pause=pause
     )
-    applied = apply_plan(plan, namespace=namespace, summarizer_name=summarizer_name)
+    applied = apply_plan(plan, namespace=namespace, summarizer_name=summarizer_name, pause=pause)
     seconds = time.monotonic() - started
     return SweepResult(plan, scanned, applied, seconds, new_cursor, aligned, appended)
 
@@ -254,19 +272,27 @@ def retention_policy(spec: SessionSummarizerSpec) -> RetentionPolicy:
     )
 
 
-def apply_retention(spec: SessionSummarizerSpec, *, namespace: str, summarizer_name: str) -> int:
+def apply_retention(
+    spec: SessionSummarizerSpec, *, namespace: str, summarizer_name: str, pause: Pause = no_pause
+) -> int:
     """Deletes this summarizer's finished objects older than their phase's TTL (each delete
-    conditional on the version read, so a sunset in between wins); returns how many."""
+    conditional on the version read, so a sunset in between wins); returns how many. pause:
+    called before the list of every object and before each delete."""
     policy = retention_policy(spec)
     if policy.keeps_everything:
         return 0
+    pause()
     doomed = expired(
         kube.iter_summaries(namespace, CONFIG.list_chunk_size),
         summarizer=summarizer_name,
         now=dt.datetime.now(dt.UTC),
         policy=policy,
     )
-    return sum(kube.delete_summary_if_unchanged(namespace, n, rv) for n, rv in doomed)
+    deleted = 0
+    for name, version in doomed:
+        pause()
+        deleted += kube.delete_summary_if_unchanged(namespace, name, version)
+    return deleted
 
 
 # -- sunset markers -------------------------------------------------------------------------

@@ -220,7 +220,7 @@ async def sweep(
     await _reprobe(body, spec, namespace, status, runtime)
     if spec.sweep.enabled and status.watermark is not None:
         await upkeep.marker_scan(body, spec, namespace, name, status.watermark, logger, runtime)
-    await upkeep.retention(spec, namespace, name, status, logger)
+    await upkeep.retention(spec, namespace, name, status, logger, runtime)
     if spec.reconcile.enabled:  # whether or not sweeps are: the backstop of every pass
         await upkeep.reconcile(body, spec, namespace, name, logger, runtime)
     if not _sweep_due(spec, status):
@@ -232,7 +232,10 @@ async def sweep(
     )
 
     def sweep_store() -> Any:
-        with runtime.parts.store(namespace, name, spec) as store:
+        with (
+            runtime.parts.store(namespace, name, spec) as store,
+            runtime.scheduler.background() as pause,
+        ):
             return run_sweep(
                 store,
                 spec,
@@ -240,6 +243,7 @@ async def sweep(
                 summarizer_name=name,
                 watermark_ms=status.watermark,
                 cursor=cursor,
+                pause=pause,
             )
 
     try:

@@ -268,7 +268,8 @@ def _claimed_pass(
         sighting=seen.sighting if seen else None,
         authority=runtime.fence_authority(),
     )
-    with trace.phase("claimed"):
+    # Like every step of a pass, the claim's API calls wait while a first summary runs.
+    with trace.giving_way(runtime.scheduler.give_way)("claimed"):
         try:
             with failures_shown():
                 handle.acquire()

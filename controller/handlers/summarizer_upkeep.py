@@ -109,6 +109,7 @@ async def retention(
     name: str,
     status: SessionSummarizerStatus,
     logger: kopf.Logger,
+    runtime: Runtime,
 ) -> None:
     """Deletes the summarizer's finished objects past their phase's TTL, once per
     spec.sweep.intervalSeconds (also when sweeps are off: retention is not the sweep's)."""
@@ -117,10 +118,13 @@ async def retention(
     if not due(status.last_retention_at, spec.sweep.interval_seconds):
         return
     at = now_rfc3339()
+
+    def retain() -> int:
+        with runtime.scheduler.background() as pause:
+            return apply_retention(spec, namespace=namespace, summarizer_name=name, pause=pause)
+
     try:
-        deleted = await asyncio.to_thread(
-            apply_retention, spec, namespace=namespace, summarizer_name=name
-        )
+        deleted = await asyncio.to_thread(retain)
     except ApiException as exc:
         logger.warning("retention failed: API %s: %s", exc.status, one_line(exc.reason, 300))
         return
@@ -146,7 +150,10 @@ async def reconcile(
     events = runtime.events
 
     def step_once() -> ReconcileResult:
-        with runtime.parts.store(namespace, name, spec) as store:
+        with (
+            runtime.parts.store(namespace, name, spec) as store,
+            runtime.scheduler.background() as pause,
+        ):
             return reconcile_step(
                 store,
                 spec,
@@ -155,6 +162,7 @@ async def reconcile(
                 now_ms=int(time.time() * 1000),
                 monotonic=time.monotonic(),
                 state=runtime.upkeep.reconciler(namespace, name),
+                pause=pause,
             )
 
     try:

@@ -255,7 +255,12 @@ class GroupWriter:
         self._writing: set[str] = set()  # sessions of the groups in flight
         self._leading = 0
 
-    def write(self, store: RowWrites, write: RowWrite) -> None:
+    def write(
+        self, store: RowWrites, write: RowWrite, pause: Callable[[], object] | None = None
+    ) -> None:
+        """pause: called by this write's thread before it sends a group of rows none of
+        which is due (the scheduler's give_way: the background's rows wait while a session
+        that just ended is summarized; its row goes by the group for due rows meanwhile)."""
         with self._changed:
             self._waiting.append(write)
             while not write.done:
@@ -266,6 +271,8 @@ class GroupWriter:
                 self._leading += 1
                 self._changed.release()
                 try:
+                    if pause is not None and all(w.deadline > time.monotonic() for w in group):
+                        pause()
                     store.write_rows(group)  # sets each write's error; raises only on a bug
                 except Exception as exc:  # each member raises it; this write may be elsewhere
                     log.exception("a group write failed")

@@ -10,7 +10,7 @@ import random
 import subprocess
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -471,8 +471,10 @@ def test_overlapping_sweeps_create_each_object_once(harness: Harness) -> None:
         {"sweep": {"idleSeconds": 60, "maxSessionsPerSweep": 50}}
     )
 
-    def sweep() -> Any:
-        return run_sweep(store, spec, namespace=ns, summarizer_name="default", watermark_ms=None)
+    def sweep(pause: Callable[[], object] = lambda: None) -> Any:
+        return run_sweep(
+            store, spec, namespace=ns, summarizer_name="default", watermark_ms=None, pause=pause
+        )
 
     with ThreadPoolExecutor(2) as pool:  # two replicas sweeping at the same moment
         results = list(pool.map(lambda _: sweep(), range(2)))
@@ -482,8 +484,12 @@ def test_overlapping_sweeps_create_each_object_once(harness: Harness) -> None:
     objs = phases(harness.cp, ns)
     assert sorted(objs) == sorted(sessions)
     # A third sweep while nothing was summarized yet patches nothing: the work is in flight.
-    again = sweep()
+    # It gives way (the scheduler's give_way) before each of its three reads (the rows
+    # appended, the rows since the watermark, the summaries) and each session's lookup.
+    paused: list[int] = []
+    again = sweep(lambda: paused.append(1))
     assert again.created == 0 and again.patched == 0
+    assert len(paused) == 3 + len(sessions)
     assert all(o["spec"]["trigger"] == "sweep" for o in objs.values())
 
 

@@ -807,3 +807,58 @@ def test_a_pause_that_raises_leaves_the_slots_as_they_were() -> None:
     assert gate.holding() == 0 and gate.free() == 2 and gate.waiting() == 0
     with gate.turn(1.0), gate.turn(2.0):  # both slots are there to take
         assert gate.holding() == 2
+
+
+def test_a_group_of_rows_none_of_them_due_waits_for_its_pause_a_due_one_never_does() -> None:
+    """The leader of a group pauses (the scheduler's give_way) before it sends a group of
+    the background's rows; meanwhile a row already due is written by the group for due
+    rows, and a group holding a due row is sent at once."""
+    writer, store = GroupWriter(1), FakeStore()
+    paused, go_on, pauses = threading.Event(), threading.Event(), []
+
+    def pause() -> None:
+        pauses.append(threading.current_thread().name)
+        paused.set()
+        go_on.wait(10)
+
+    backlog = threading.Thread(target=writer.write, args=(store, row("backlog"), pause))
+    backlog.start()
+    paused.wait(5)
+    assert store.groups == []  # the backlog's group waits, unsent
+    writer.write(store, row("sunset", due=True), pause)  # returns: written meanwhile
+    assert [[w.session_id for w in g] for g in store.groups] == [["sunset"]]
+    go_on.set()
+    backlog.join(5)
+    assert [[w.session_id for w in g] for g in store.groups] == [["sunset"], ["backlog"]]
+    assert pauses == [backlog.name]  # the due row's own group never paused
+
+
+def test_background_work_outside_a_pass_gives_way_like_a_pass_and_only_inside() -> None:
+    """The sweep's thread is no pass's: inside scheduler.background() its give_way waits
+    while a first summary runs (at most give_way_s a call); after it, the thread is code
+    outside any pass again and never waits."""
+    sched = PassScheduler(
+        SchedulerLimits(workers=1, background_workers=1, cores=1, store_writes=1, give_way_s=10)
+    )
+    hold = threading.Event()
+    waited: list[float] = []
+
+    def sweep() -> None:
+        with sched.background() as pause:
+            waited.append(pause())
+        waited.append(sched.give_way())
+
+    try:
+        sched.submit(time.monotonic(), lambda: hold.wait(10), background=False, first=True)
+        _wait_until(lambda: sched._firsts == 1)
+        thread = threading.Thread(target=sweep)
+        thread.start()
+        time.sleep(0.3)
+        assert waited == []  # waiting while the first summary runs
+        hold.set()
+        thread.join(5)
+    finally:
+        hold.set()
+        sched.stop(5)
+    assert 0.2 < waited[0] < 5
+    assert waited[1] == 0.0
