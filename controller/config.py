@@ -60,9 +60,9 @@ class OperatorConfig(BaseSettings):
     # a shorter one goes from its request straight to its outcome: one status write, not two.
     summarizing_after_seconds: float = Field(default=2.0, ge=0)
     # The longest a pass that is not a first summary pauses in all, before and during each
-    # of its steps, and the sweep, the reconciliation and retention before each request,
-    # while a first summary runs (scheduling.PassScheduler.give_way; waits for a core come
-    # on top); 0: never.
+    # of its steps, and the sweep, the reconciliation and retention before each scan and
+    # each session's lookups, while a first summary runs (scheduling.PassScheduler.give_way;
+    # waits for a core come on top); 0: never.
     give_way_seconds: float = Field(default=1.0, ge=0)
     # How often abandoned claims (their writer died) are looked for and deleted.
     claim_collect_seconds: float = Field(default=60.0, gt=0)

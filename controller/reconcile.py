@@ -45,7 +45,8 @@ def reconcile_step(
     tick's budget allows (reconcileRowsPerSecond times the time since the last step, at most
     what two ticks allow). A walk that reaches the end compares every session's count with
     its summary. state: the walk so far (the runtime's upkeep keeps it between ticks).
-    pause: called before each read and each session's lookup (the scheduler's give_way)."""
+    pause: called before each page of the walk, the check of the pending sessions and each
+    session's lookup (the scheduler's give_way)."""
     started = time.monotonic()
     sweep = spec.sweep
     requested = 0

@@ -202,11 +202,13 @@ def apply_plan(
     budget = len(plan.candidates)
     stale = plan.candidates + plan.deferred
     created = patched = in_flight = walked = 0
-    requested_at = now_rfc3339(precise=True)
 
     def request(session_id: str, trigger: str) -> str | None:
-        """created or patched; None when the session's object is still in flight."""
+        """created or patched; None when the session's object is still in flight. Its
+        requestedAt is the moment of the request, after any pause (a pass's trace counts
+        its `delivered` phase from it)."""
         pause()
+        requested_at = now_rfc3339(precise=True)
         existing = kube.get_summary(namespace, summary_object_name(session_id))
         if existing is not None and _in_flight(existing):
             return None
