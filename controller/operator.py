@@ -109,6 +109,31 @@ async def _collect_abandoned_claims(interval: float) -> None:
         await asyncio.sleep(interval)
 
 
+class StatusDiffBase(kopf.MultiDiffBaseStorage):
+    """kopf's record of the last handled spec, in `status.lastHandledConfiguration`: it goes
+    with the status a pass writes anyway, one patch and one watch event per pass, not a
+    second patch of an annotation. Read from that annotation when the status holds none
+    (objects written before): an upgrade starts no pass."""
+
+    def __init__(self, prefix: str) -> None:
+        self.status = kopf.StatusDiffBaseStorage(field="status.lastHandledConfiguration")
+        legacy = kopf.AnnotationsDiffBaseStorage(prefix=prefix, key="last-handled-configuration")
+        super().__init__([self.status, legacy])
+
+    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
+        self.status.store(body=body, patch=patch, essence=essence)
+
+
+class UnmarkedProgress(kopf.AnnotationsProgressStorage):
+    """kopf's progress of a retried handler, in annotations under our prefix, without kopf's
+    `<prefix>/kopf-managed` marker: it costs each new object a patch of its own, to tell
+    other kopf operators to leave our annotations out of their diffs (ours leave out every
+    annotation under our prefix, marker or not: kopf's `clear`)."""
+
+    def _store_marker(self, prefix: str, patch: Any, body: Any) -> None:  # kopf's hook
+        return None
+
+
 @kopf.on.startup()
 async def configure(
     settings: kopf.OperatorSettings, logger: kopf.Logger, memo: kopf.Memo, **_: Any
@@ -116,11 +141,10 @@ async def configure(
     runtime = Runtime.of(memo)
     run, tasks = runtime.options, runtime.tasks
     prefix = CONFIG.annotation_prefix
-    # Progress and diff-base annotations under our own group, not kopf's shared prefix.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=prefix, key="last-handled-configuration"
-    )
+    # Progress annotations under our own group, not kopf's shared prefix; the diff base in
+    # the status.
+    settings.persistence.progress_storage = UnmarkedProgress(prefix=prefix)
+    settings.persistence.diffbase_storage = StatusDiffBase(prefix)
     settings.persistence.finalizer = FINALIZER
     # Events go through the EventRecorder (one per state change, repeats counted).
     settings.posting.enabled = False

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import kopf
 import pytest
 
 from controller.core.naming import summary_object_name
@@ -16,7 +17,14 @@ from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from devenv.demo_data import SAMPLE_SESSIONS, memory_rows
 from devenv.processes import tail, wait_for
-from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
+from tests.integration.harness import (
+    NS,
+    Harness,
+    interaction,
+    load,
+    own_operator,
+    summarizer_yaml,
+)
 
 
 def test_sunset_writes_the_summary_row_readers_expect(harness: Harness) -> None:
@@ -118,6 +126,62 @@ def test_unknown_session_is_reported_and_nothing_is_written(harness: Harness) ->
     assert cond["status"] == "False" and cond["reason"] == "SessionNotFound"
     assert harness.store().summaries().get(ids=[f"summary_{sid}"])["ids"] == []
     assert "SessionNotFound" in [e["reason"] for e in harness.events(sid)]
+
+
+def test_objects_an_earlier_release_handled_start_no_pass_until_their_spec_changes(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """An earlier release kept kopf's record of the handled spec in an annotation; this one
+    keeps it in the status (one patch per pass). After the upgrade (an operator started
+    over objects the old one handled), a handled object is not summarized again; a change
+    of its spec is, its record goes to the status and the annotation stays as it was."""
+    ns = "upgraded"
+    sid, other = "it-handled-before-upgrade", "it-new-after-upgrade"
+    harness.cp.kubectl_run("create", "namespace", ns)
+    harness.cp.kubectl_run(
+        "apply", "-f", "-", input=summarizer_yaml("default", harness.chroma.url).replace(NS, ns)
+    )
+    manifest: dict[str, Any] = {
+        "apiVersion": "memorycore.io/v1alpha1",
+        "kind": "SessionSummary",
+        "metadata": {"name": summary_object_name(sid), "namespace": ns},
+        "spec": {"sessionId": sid, "trigger": "manual"},
+    }
+    # What the earlier release left: the object as stored (the CRD's defaults in), kopf's
+    # annotation for it, and the status of its pass.
+    dry = harness.cp.kubectl_run(
+        "create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(manifest)
+    ).stdout
+    legacy = kopf.AnnotationsDiffBaseStorage(
+        prefix="memorycore.io", key="last-handled-configuration"
+    )
+    body = kopf.Body(json.loads(dry))
+    recorded = kopf.Patch()
+    legacy.store(body=body, patch=recorded, essence=legacy.build(body=body))
+    annotations = dict(recorded["metadata"]["annotations"])
+    manifest["metadata"]["annotations"] = annotations
+    harness.cp.kubectl_run("create", "-f", "-", input=json.dumps(manifest))
+    done = {"phase": "NotFound", "observedGeneration": 1, "message": "before the upgrade"}
+    harness.cp.kubectl_run(
+        "-n", ns, "patch", "ssum", summary_object_name(sid), "--subresource=status",
+        "--type=merge", "-p", json.dumps({"status": done}),
+    )  # fmt: skip
+    load(harness.store(), [interaction(s, 0, 1_750_000_000_000, "Go.") for s in (sid, other)])
+
+    with own_operator(harness.cp, ns, tmp_path / "operator.log"):
+        # The operator has listed the namespace: an object sunset after its start is done.
+        assert harness.summaryctl("sunset", other, "-n", ns, "--wait", "60").returncode == 0
+        time.sleep(2)
+        obj = kube.get_summary(ns, summary_object_name(sid)) or {}
+        assert obj["status"] == done, "an object handled before the upgrade was summarized again"
+        assert obj["metadata"]["annotations"] == annotations
+
+        res = harness.summaryctl("sunset", sid, "-n", ns, "--wait", "60")  # a new spec
+        assert res.returncode == 0, res.stdout + res.stderr
+        obj = kube.get_summary(ns, summary_object_name(sid)) or {}
+        assert obj["status"]["observedGeneration"] == 2 == obj["metadata"]["generation"]
+        assert json.loads(obj["status"]["lastHandledConfiguration"])["spec"] == obj["spec"]
+        assert obj["metadata"]["annotations"] == annotations
 
 
 def test_session_with_only_excluded_memories_is_empty_and_nothing_is_written(

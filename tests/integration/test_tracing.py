@@ -90,8 +90,9 @@ def test_an_up_to_date_pass_has_no_write_phases(harness: Harness) -> None:
     assert not names & {"summarized", "embedded", "written"}
 
 
-def status_writes(harness: Harness, name: str) -> list[dict[str, Any]]:
-    """The status patches of one SessionSummary on the apiserver's audit log."""
+def status_writes(harness: Harness, name: str, subresource: str | None = "status") -> list[Any]:
+    """The status patches (subresource None: the object's own) of one SessionSummary on the
+    apiserver's audit log."""
     found = []
     for line in harness.cp.audit_log.read_text().splitlines():
         event = json.loads(line)
@@ -100,7 +101,7 @@ def status_writes(harness: Harness, name: str) -> list[dict[str, Any]]:
             event.get("stage") == "ResponseComplete"
             and event.get("verb") == "patch"
             and ref.get("resource") == "sessionsummaries"
-            and ref.get("subresource") == "status"
+            and ref.get("subresource") == subresource
             and ref.get("name") == name
         ):
             found.append(event)
@@ -111,7 +112,8 @@ def test_a_short_pass_writes_its_status_once(harness: Harness) -> None:
     """Issue 37: a pass that ends within SSO_SUMMARIZING_AFTER_SECONDS (2 s) goes from its
     request straight to its outcome: one status write (no Summarizing patch before it), and
     its phase is never seen as Summarizing. (A slow pass still says Summarizing:
-    test_health.py.)"""
+    test_health.py.) kopf's record of the handled spec goes with that write: the object
+    itself is not patched (no annotation), one watch event per pass."""
     sid, root, phases = sunset_traced(harness, "one-write", 2)
     claimed = min(s.end_ns for s in phases if s.name == "claimed")
     took = (root.end_ns - claimed) / 1e9  # the Summarizing timer starts with the claim
@@ -122,4 +124,8 @@ def test_a_short_pass_writes_its_status_once(harness: Harness) -> None:
     time.sleep(1)  # the audit log's last lines
     writes = status_writes(harness, name)
     assert len(writes) == 1, writes
-    assert harness.obj(sid)["status"]["phase"] == "Summarized"
+    assert status_writes(harness, name, subresource=None) == []
+    obj = harness.obj(sid)
+    assert obj["status"]["phase"] == "Summarized"
+    assert json.loads(obj["status"]["lastHandledConfiguration"])["spec"] == obj["spec"]
+    assert not [k for k in obj["metadata"].get("annotations") or {} if "memorycore.io/" in k]

@@ -96,6 +96,8 @@ def test_the_pydantic_model_and_the_crd_agree_field_by_field(
     schema = model.model_json_schema(by_alias=True, mode="validation")
     pyd = from_pydantic(schema, schema.get("$defs", {}))
     declared = from_crd(crd_schema(ROOT / where / crd)["properties"][part])
+    if part == "status":  # kopf's record of what it handled: kopf alone reads and writes it
+        declared["properties"].pop("lastHandledConfiguration")
     assert differences(pyd, declared, part) == []
 
 

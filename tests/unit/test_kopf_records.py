@@ -1,0 +1,127 @@
+"""Where kopf keeps what it handled (controller/operator.py): the diff base in the status, so
+a pass sends one patch (its status), not a second one of the object's annotations; the diff
+base an earlier release wrote in an annotation still read, so an upgrade starts no pass; and
+no `kopf-managed` marker patched onto each new object. Real kopf storages, real bodies."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import kopf
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controller.operator import StatusDiffBase, UnmarkedProgress
+
+PREFIX = "memorycore.io"
+LEGACY_KEY = f"{PREFIX}/last-handled-configuration"
+FIELD = "lastHandledConfiguration"
+
+words = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
+label_keys = st.from_regex(r"[a-z]([a-z0-9.-]{0,10}[a-z0-9])?", fullmatch=True)
+specs = st.fixed_dictionaries(
+    {"sessionId": words, "trigger": st.sampled_from(["sunset", "sweep", "manual"])},
+    optional={"requestedAt": words, "summarizerRef": words, "action": words},
+)
+
+
+@st.composite
+def bodies(draw: st.DrawFn) -> dict[str, Any]:
+    """A SessionSummary as the apiserver returns it: users' labels and annotations, kopf's
+    progress annotations under our prefix, and whatever status a pass left."""
+    annotations = draw(st.dictionaries(label_keys.map(lambda k: f"example.com/{k}"), words))
+    if draw(st.booleans()):
+        annotations[f"{PREFIX}/summarize"] = '{"retries":1}'
+    status = draw(st.sampled_from([{}, {"phase": "Summarized", "observedGeneration": 3}]))
+    return {
+        "apiVersion": "memorycore.io/v1alpha1",
+        "kind": "SessionSummary",
+        "metadata": {
+            "name": "s",
+            "namespace": "ns",
+            "uid": "u",
+            "generation": 3,
+            "resourceVersion": "42",
+            "labels": draw(st.dictionaries(label_keys, words, max_size=3)),
+            "annotations": annotations,
+        },
+        "spec": draw(specs),
+        "status": status,
+    }
+
+
+def applied(raw: dict[str, Any], patch: kopf.Patch) -> dict[str, Any]:
+    """The body after the apiserver merged the patch's status (the one part a pass sends)."""
+    out = copy.deepcopy(raw)
+    out["status"] = {**out.get("status", {}), **dict(patch.get("status", {}))}
+    return out
+
+
+def essence(storage: Any, raw: dict[str, Any]) -> Any:
+    """What kopf compares: its diff base's build, with our progress annotations cleared."""
+    progress = UnmarkedProgress(prefix=PREFIX)
+    return progress.clear(essence=storage.build(body=kopf.Body(raw)))
+
+
+@given(bodies())
+def test_a_handled_change_is_stored_in_the_status_alone_and_read_back(raw: dict[str, Any]) -> None:
+    storage = StatusDiffBase(PREFIX)
+    patch = kopf.Patch()
+    storage.store(body=kopf.Body(raw), patch=patch, essence=essence(storage, raw))
+    assert set(patch) == {"status"} and set(patch["status"]) == {FIELD}  # no annotation
+    after = applied(raw, patch)
+    # The next event of the same object: nothing changed, so kopf starts no handler.
+    assert storage.fetch(body=kopf.Body(after)) == essence(storage, after)
+    # The status field never counts as a change of the object (nor would it loop).
+    assert essence(storage, after) == essence(storage, raw)
+
+
+@given(bodies(), specs)
+def test_an_object_an_earlier_release_handled_starts_no_pass_until_its_spec_changes(
+    raw: dict[str, Any], new_spec: dict[str, str]
+) -> None:
+    """The diff base an earlier release kept in an annotation is read when the status holds
+    none: the same object is no change; a changed spec is one; once handled, the status's
+    record wins over the annotation left behind."""
+    legacy = kopf.AnnotationsDiffBaseStorage(prefix=PREFIX, key="last-handled-configuration")
+    old = kopf.Patch()
+    legacy.store(body=kopf.Body(raw), patch=old, essence=essence(legacy, raw))
+    upgraded = copy.deepcopy(raw)
+    upgraded["metadata"]["annotations"].update(old["metadata"]["annotations"])
+    assert LEGACY_KEY in upgraded["metadata"]["annotations"]
+
+    storage = StatusDiffBase(PREFIX)
+    assert storage.fetch(body=kopf.Body(upgraded)) == essence(storage, upgraded)
+
+    changed = copy.deepcopy(upgraded)
+    changed["spec"] = new_spec
+    stored = storage.fetch(body=kopf.Body(changed))
+    assert (stored == essence(storage, changed)) == (new_spec == raw["spec"])
+
+    patch = kopf.Patch()
+    storage.store(body=kopf.Body(changed), patch=patch, essence=essence(storage, changed))
+    handled = applied(changed, patch)
+    assert (
+        handled["metadata"]["annotations"][LEGACY_KEY]
+        == upgraded["metadata"]["annotations"][LEGACY_KEY]
+    )  # left as it was: nobody patches the object for it
+    assert storage.fetch(body=kopf.Body(handled)) == essence(storage, handled)
+    assert json.loads(handled["status"][FIELD])["spec"] == new_spec
+
+
+def test_a_retried_handler_s_progress_adds_no_kopf_managed_marker() -> None:
+    raw = {"metadata": {"name": "s", "namespace": "ns", "annotations": {}}, "spec": {}}
+    progress = UnmarkedProgress(prefix=PREFIX)
+    patch = kopf.Patch()
+    record: Any = {"started": "2026-11-27T00:00:00Z", "retries": 1, "success": False}
+    progress.store(key=kopf.HandlerId("summarize"), record=record, body=kopf.Body(raw), patch=patch)
+    assert list(patch["metadata"]["annotations"]) == [f"{PREFIX}/summarize"]
+    # kopf's own storage would have added it: the override still reaches kopf's hook.
+    stock = kopf.AnnotationsProgressStorage(prefix=PREFIX)
+    stock_patch = kopf.Patch()
+    stock.store(
+        key=kopf.HandlerId("summarize"), record=record, body=kopf.Body(raw), patch=stock_patch
+    )
+    assert f"{PREFIX}/kopf-managed" in stock_patch["metadata"]["annotations"]
