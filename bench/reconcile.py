@@ -41,6 +41,7 @@ from controller.kube import client as kube
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from devenv.bench import (
+    POLL_S,
     QuickRuns,
     bench_chroma,
     bench_control_plane,
@@ -111,7 +112,7 @@ def sunsets(
                 break
             if time.monotonic() - t0 > timeout:
                 raise SystemExit(f"{sid} not summarized in {timeout} s\n{tail(log)}")
-            time.sleep(0.005)
+            time.sleep(POLL_S)
         latencies.append((time.monotonic() - t0) * 1000)
     return latencies
 

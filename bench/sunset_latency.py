@@ -4,7 +4,8 @@ Real parts: a local etcd + kube-apiserver, a Chroma server, the operator as a lo
 process (standalone, extractive backend). For each of N sessions (default 100), the clock
 starts right before summaryctl's sunset call (create/patch of the SessionSummary) and stops
 when the row summary_<sessionId> in Chroma and its ledger entry carry a write after that
-start (devenv.bench.summary_written_at).
+start (devenv.bench.summary_written_at), looked for every 20 ms (devenv.bench.POLL_S: each
+figure is late by up to that much).
 Sessions are sunset one at a time so each figure is the latency of an idle system.
 
     .venv/bin/python -m bench.sunset_latency [--sessions 100] [--memories 6] [--quick]
@@ -54,12 +55,14 @@ from controller.kube import client as kube
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from devenv.bench import (
+    POLL_S,
     QuickRuns,
     bench_chroma,
     bench_control_plane,
     create_summarizer,
     parse_bench_args,
     summary_written_at,
+    written_since,
 )
 from devenv.controlplane import REPO_ROOT
 from devenv.demo_data import SAMPLE_SESSIONS, SampleSession, memory_rows
@@ -246,14 +249,8 @@ def main() -> int:
         stop_load = threading.Event()
         load_rounds = [0]
 
-        def others_done() -> bool:
-            items = list(kube.iter_summaries(ns))
-            done = {
-                o["spec"]["sessionId"]
-                for o in items
-                if (o.get("status") or {}).get("observedGeneration") == o["metadata"]["generation"]
-            }
-            return all(o in done for o in others)
+        def others_done(since_ms: int) -> bool:
+            return len(written_since(store, others, since_ms)) == len(others)
 
         def background_load() -> None:
             """Keeps the other summaries in flight: a new memory each, a sunset each, and the
@@ -264,7 +261,8 @@ def main() -> int:
             machines, not load on the operator's node."""
             while not stop_load.is_set():
                 n = load_rounds[0]
-                now_ms = int(time.time() * 1000) - 120_000
+                round_ms = int(time.time() * 1000)
+                now_ms = round_ms - 120_000
                 memories.add(
                     ids=[f"{o}-{n:04d}" for o in others],
                     documents=[f"User Prompt: round {n} of {o}" for o in others],
@@ -283,9 +281,10 @@ def main() -> int:
                 for o in others:
                     kube.request_summary(ns, o, trigger="sunset")
                 load_rounds[0] += 1
-                # <= others in flight. Once a second: a list of every object each time, which
-                # at 5 a second cost the API server and this process 0.1-0.2 of a core.
-                while not stop_load.is_set() and not others_done():
+                # <= others in flight. Once a second, one read of their ledger entries (a
+                # list of every SessionSummary, about 700 of them, cost the API server and
+                # this process a share of the cores under test).
+                while not stop_load.is_set() and not others_done(round_ms):
                     stop_load.wait(1.0)
 
         memories = store.memories()  # a plain Chroma collection: what an agent holds
@@ -335,7 +334,7 @@ def main() -> int:
                             f"{sid} not summarized in {args.timeout} s; its SessionSummary: "
                             f"{json.dumps(obj.get('status'))}\n{tail(log)}"
                         )
-                    time.sleep(0.005)
+                    time.sleep(POLL_S)
                 latencies.append((time.monotonic() - t0) * 1000)
                 if n % 20 == 0:
                     print(f"  {n}/{len(session_ids)} sessions", file=sys.stderr)
