@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from controller.api import SessionSummarizerSpec
@@ -42,6 +42,7 @@ from controller.core.sweep_plan import (
     not_acted_on,
     plan_sweep,
 )
+from controller.core.waiting import Pause, no_pause
 from controller.kube import client as kube
 from controller.status.conditions import now_rfc3339
 from controller.store.memory_store import MemoryStore
@@ -49,11 +50,6 @@ from controller.upkeep_state import MarkerMemory
 
 IN_FLIGHT_PHASES = frozenset({None, "Pending", "Summarizing"})
 WALK_FACTOR = 4  # at most this many times the cap of stale sessions looked up per sweep
-Pause = Callable[[], object]  # the scheduler's give_way (PassScheduler.background)
-
-
-def no_pause() -> None:
-    pass
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,23 @@ a comparison with the clock of the host that wrote it.
 
 With the defaults (1 s, 30 s, 25 %) an object looks at about 1, 3, 7, 15, 31, 61 s and then
 every 30-37 s: at most 6 looks in its first waiting minute and 2 in each later one.
+
+Also the pause of background work, which gives way to a session that just ended.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 MAX_DOUBLINGS = 32
+# What background work calls before each unit of it (a read, a request, a group of rows
+# none of which is due): the scheduler's give_way (controller/scheduling.py), which waits
+# while a first summary runs; no_pause where nothing is to wait for.
+Pause = Callable[[], object]
+
+
+def no_pause() -> None:
+    pass
 
 
 def wait_delay(attempt: int, *, first_s: float, max_s: float, jitter: float, rand: float) -> float:

@@ -40,6 +40,7 @@ from controller.core.ledger import (
 from controller.core.naming import summary_row_id
 from controller.core.row_ownership import DIGEST_KEY, document_digest
 from controller.core.summary_row import upsert_metadata
+from controller.core.waiting import Pause, no_pause
 from controller.store.collections import Collections
 from controller.store.errors import (
     DIMENSION_ERROR,
@@ -255,9 +256,7 @@ class GroupWriter:
         self._writing: set[str] = set()  # sessions of the groups in flight
         self._leading = 0
 
-    def write(
-        self, store: RowWrites, write: RowWrite, pause: Callable[[], object] | None = None
-    ) -> None:
+    def write(self, store: RowWrites, write: RowWrite, pause: Pause = no_pause) -> None:
         """pause: called by this write's thread before it sends a group of rows none of
         which is due (the scheduler's give_way: the background's rows wait while a session
         that just ended is summarized; its row goes by the group for due rows meanwhile)."""
@@ -271,7 +270,7 @@ class GroupWriter:
                 self._leading += 1
                 self._changed.release()
                 try:
-                    if pause is not None and all(w.deadline > time.monotonic() for w in group):
+                    if all(w.deadline > time.monotonic() for w in group):
                         pause()
                     store.write_rows(group)  # sets each write's error; raises only on a bug
                 except Exception as exc:  # each member raises it; this write may be elsewhere

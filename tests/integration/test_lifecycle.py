@@ -21,7 +21,7 @@ from controller.core.naming import summary_object_name
 from controller.core.sweep_plan import Candidate, SweepPlan
 from controller.kube import client as kube
 from controller.store.memory_store import MemoryStore
-from controller.sweep import apply_plan, run_marker_scan
+from controller.sweep import apply_plan, apply_retention, run_marker_scan
 from controller.upkeep_state import MarkerMemory
 from devenv.processes import tail, wait_for
 from tests.integration.harness import (
@@ -78,6 +78,30 @@ def phase_of(name: str) -> str | None:
     return (
         st.get("phase") if st.get("observedGeneration") == obj["metadata"]["generation"] else None
     )
+
+
+def test_retention_gives_way_before_its_list_and_before_each_delete(harness: Harness) -> None:
+    """Retention is background work (PassScheduler.background): it calls its pause before
+    it lists the objects and before each delete, and deletes only what expired."""
+    ns = "retention-pauses"
+    harness.cp.kubectl_run("create", "namespace", ns)
+    hour_ago = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for sid, phase in [("old-a", "NotFound"), ("old-b", "Empty"), ("kept", "Pending")]:
+        kube.request_summary(ns, sid, trigger="sweep")
+        status = {"phase": phase, "observedGeneration": 1, "lastPhaseTransitionTime": hour_ago}
+        harness.cp.kubectl_run(
+            "-n", ns, "patch", "ssum", summary_object_name(sid), "--subresource=status",
+            "--type=merge", "-p", json.dumps({"status": status}),
+        )  # fmt: skip
+    spec = SessionSummarizerSpec.model_validate(
+        {"retention": {"emptyTTLSeconds": 60, "notFoundTTLSeconds": 60}}
+    )
+    paused: list[int] = []
+    deleted = apply_retention(
+        spec, namespace=ns, summarizer_name="default", pause=lambda: paused.append(1)
+    )
+    assert deleted == 2 and len(paused) == 1 + 2
+    assert [o["spec"]["sessionId"] for o in summaries_in(ns).values()] == ["kept"]
 
 
 def test_every_finished_phase_is_deleted_after_its_ttl_also_with_sweeps_off(
