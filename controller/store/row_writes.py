@@ -273,10 +273,12 @@ class GroupWriter:
                     if all(w.deadline > time.monotonic() for w in group):
                         pause()
                     store.write_rows(group)  # sets each write's error; raises only on a bug
-                except Exception as exc:  # each member raises it; this write may be elsewhere
+                except BaseException as exc:  # each member raises it; this write may be elsewhere
                     log.exception("a group write failed")
-                    for member in group:
+                    for member in group:  # never "done" with no error and no row written
                         member.error = member.error or exc
+                    if not isinstance(exc, Exception):
+                        raise
                 finally:
                     self._changed.acquire()
                     self._leading -= 1

@@ -863,3 +863,50 @@ def test_background_work_outside_a_pass_gives_way_like_a_pass_and_only_inside() 
         sched.stop(5)
     assert 0.2 < waited[0] < 5
     assert waited[1] == 1.0  # the thread's deadline is restored (none)
+
+
+def test_a_group_write_that_dies_leaves_no_row_of_it_done_without_an_error() -> None:
+    """A group write that ends in an exception, of any kind, is every member's failure: a
+    row that rode along in the group never reads as written when it was not."""
+
+    class Dies(BaseException):
+        pass
+
+    class DyingStore(FakeStore):
+        def write_rows(self, writes: list[RowWrite]) -> None:
+            super().write_rows(writes)
+            raise Dies("the thread is going away")
+
+    writer, store = GroupWriter(1), DyingStore()
+    outcomes: dict[str, BaseException | None] = {}
+
+    def ride(write: RowWrite) -> None:
+        try:
+            writer.write(store, write)
+        except BaseException as exc:
+            outcomes[write.session_id] = exc
+        else:
+            outcomes[write.session_id] = None
+
+    store.hold.clear()  # the first group waits: the next two rows gather into one group
+    writes = [row("a"), row("b"), row("c")]
+    threads = [threading.Thread(target=ride, args=(w,)) for w in writes]
+    threads[0].start()
+    wait_until(lambda: len(store.groups) == 1)
+    for t in threads[1:]:
+        t.start()
+    wait_until(lambda: len(writer._waiting) == 2)  # b and c, queued behind a's group
+    store.hold.set()
+    for t in threads:
+        t.join(5)
+    assert [[w.session_id for w in g] for g in store.groups] == [["a"], ["b", "c"]]
+    assert sorted(outcomes) == ["a", "b", "c"]
+    assert all(isinstance(o, Dies) for o in outcomes.values()), outcomes
+    assert all(w.done and isinstance(w.error, Dies) for w in writes)
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
