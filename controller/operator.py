@@ -120,7 +120,7 @@ class StatusDiffBase(kopf.MultiDiffBaseStorage):
         legacy = kopf.AnnotationsDiffBaseStorage(prefix=prefix, key="last-handled-configuration")
         super().__init__([self.status, legacy])
 
-    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
         self.status.store(body=body, patch=patch, essence=essence)
 
 
@@ -128,9 +128,10 @@ class UnmarkedProgress(kopf.AnnotationsProgressStorage):
     """kopf's progress of a retried handler, in annotations under our prefix, without kopf's
     `<prefix>/kopf-managed` marker: it costs each new object a patch of its own, to tell
     other kopf operators to leave our annotations out of their diffs (ours leave out every
-    annotation under our prefix, marker or not: kopf's `clear`)."""
+    annotation under our prefix, marker or not: kopf's `clear`). `_store_marker` is kopf's own
+    hook for it (tests/unit/test_kopf_records.py fails if kopf renames it)."""
 
-    def _store_marker(self, prefix: str, patch: Any, body: Any) -> None:  # kopf's hook
+    def _store_marker(self, prefix: str, patch: kopf.Patch, body: kopf.Body) -> None:
         return None
 
 
