@@ -1,0 +1,55 @@
+"""What the operator freezes at its start (operator.py:freeze_startup_objects): what was alive
+then leaves the collector's generations, garbage of before and after is still collected."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from controller.operator import freeze_startup_objects
+
+
+class Node:
+    def __init__(self) -> None:
+        self.other: Node | None = None
+
+
+def cycle() -> tuple[Node, weakref.ref[Node]]:
+    a, b = Node(), Node()
+    a.other, b.other = b, a
+    return a, weakref.ref(a)
+
+
+@pytest.fixture
+def frozen() -> Iterator[None]:
+    yield
+    gc.unfreeze()  # the test process's objects back in the generations
+
+
+def tracked(obj: object) -> bool:
+    return any(o is obj for o in gc.get_objects())
+
+
+def test_what_lives_at_the_start_leaves_every_generation(frozen: None) -> None:
+    kept, _ = cycle()
+    assert tracked(kept)
+    count = freeze_startup_objects()
+    assert count >= 1 and count == gc.get_freeze_count()
+    assert not tracked(kept)  # a full collection no longer walks it
+    gc.collect()
+    assert kept.other is not None and kept.other.other is kept
+
+
+def test_garbage_of_before_and_after_the_freeze_is_still_collected(frozen: None) -> None:
+    before, dead_before = cycle()
+    del before  # a cycle: refcounting alone does not free it
+    assert dead_before() is not None
+    freeze_startup_objects()
+    assert dead_before() is None  # collected, not frozen
+    after, dead_after = cycle()
+    del after
+    gc.collect()
+    assert dead_after() is None  # built after the start: in the generations as before
