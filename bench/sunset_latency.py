@@ -13,7 +13,9 @@ Sessions are sunset one at a time so each figure is the latency of an idle syste
 Last line: sunset_latency p50_ms=<n> p99_ms=<n>
 
 --under-load: the same while 100 other sessions (--others) are re-summarized continuously
-and a sweep every 5 s finds a backlog of 500 unsummarized sessions (--backlog); afterwards
+(the sunsets start once the others' first summaries are written: the first round is 100
+first summaries at once, a burst of sunsets, not a backlog) and a sweep every 5 s finds a
+backlog of 500 unsummarized sessions (--backlog); afterwards
 it waits for the whole backlog and prints its drain time. Last line:
 sunset_latency_under_load p50_ms=<n> p99_ms=<n>
 
@@ -309,7 +311,14 @@ def main() -> int:
             time.sleep(3)  # the operator's initial list/watch
             if args.under_load:
                 loader.start()
-                time.sleep(5)
+                # The others' first round is 100 first summaries at once, ranked with a
+                # sunset: the sunsets start once it is done, beside re-summaries as documented.
+                wait_for(
+                    lambda: load_rounds[0] >= 2,
+                    args.timeout * 10,
+                    0.2,
+                    message=f"the others' first summaries\n{tail(log)}",
+                )
             if args.marker:
                 # The marker scan reads from the sweep's watermark, set by the first sweep.
                 wait_for(swept_once, 60, 0.2, message=f"the first sweep\n{tail(log)}")
