@@ -219,9 +219,9 @@ def freeze_startup_objects() -> int:
     them, kopf's and the runtime's parts), after a last collection of what is garbage
     already. None of it is ever garbage, yet every full collection walked all of it with the
     interpreter held: every thread stopped for it, a sunset's pass too. Measured under the
-    sunset bench's load: full collections every 6 to 13 s of 110 to 200 ms each, and the two
-    slowest sunsets of a run began within 0.5 s before one (docs/benchmarks.md). Returns how
-    many objects are frozen."""
+    sunset bench's load: full collections every 6 to 13 s of 110 to 200 ms each, and the
+    slowest sunsets after the first began within 0.5 s before one (docs/benchmarks.md).
+    Returns how many objects are frozen."""
     for name in FIRST_CALLS_IMPORT:
         with contextlib.suppress(ImportError):  # renamed by a later release: less frozen
             importlib.import_module(name)
