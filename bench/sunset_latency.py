@@ -64,7 +64,6 @@ from devenv.bench import (
     create_summarizer,
     parse_bench_args,
     summary_written_at,
-    written_since,
 )
 from devenv.controlplane import REPO_ROOT
 from devenv.demo_data import SAMPLE_SESSIONS, SampleSession, memory_rows
@@ -252,7 +251,7 @@ def main() -> int:
         load_rounds = [0]
 
         def others_done(since_ms: int) -> bool:
-            return len(written_since(store, others, since_ms)) == len(others)
+            return len(store.written_since(others, since_ms)) == len(others)
 
         def background_load() -> None:
             """Keeps the other summaries in flight: a new memory each, a sunset each, and the

@@ -64,6 +64,10 @@ class OperatorConfig(BaseSettings):
     # each session's lookups, while a first summary runs (scheduling.PassScheduler.give_way;
     # waits for a core come on top); 0: never.
     give_way_seconds: float = Field(default=1.0, ge=0)
+    # ... and for this long after the last first summary ended: a burst of sunsets one
+    # after the other is one stretch of giving way, not a release of every paused step in
+    # each gap between two of them (scheduling.PassScheduler.give_way); 0: only while one runs.
+    give_way_gap_seconds: float = Field(default=0.25, ge=0)
     # How often abandoned claims (their writer died) are looked for and deleted.
     claim_collect_seconds: float = Field(default=60.0, gt=0)
     # How soon a pass waiting for another writer's claim looks again: the first look after

@@ -56,12 +56,12 @@ def _leader_watcher(runtime: Runtime) -> Any:
 async def _trim_heap(interval: float = 30.0) -> None:
     """Frees what is unreachable and hands freed heap pages back to the OS. A retired
     SessionSummarizer's clients (chromadb's, openai's) are reference cycles, which only a
-    full collection frees, and with MiniLM's objects long-lived Python's own trigger for one
-    comes after hundreds of retirements (measured: RSS +87 MiB over 100 reconfigured and
-    deleted SessionSummarizers with no full collection, tests/integration/
-    test_runtime_lifecycle.py). kopf's initial list of every object leaves the heap
-    fragmented, and glibc keeps the freed memory unless asked (malloc_trim). The collection
-    walks only what was built after the start (freeze_startup_objects), once an interval."""
+    full collection frees (measured before the start was frozen: RSS +87 MiB over 100
+    reconfigured and deleted SessionSummarizers with no full collection, tests/integration/
+    test_runtime_lifecycle.py); this one comes once an interval, whenever Python's own
+    trigger does (it counts the survivors of the last full collection), and walks only what
+    was built after the start (freeze_startup_objects). kopf's initial list of every object
+    leaves the heap fragmented, and glibc keeps the freed memory unless asked (malloc_trim)."""
     try:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:

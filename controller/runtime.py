@@ -107,6 +107,7 @@ class Runtime:
                 cores=config.cpu_slots or usable_cpus(),
                 store_writes=config.store_write_slots,
                 give_way_s=config.give_way_seconds,
+                give_way_gap_s=config.give_way_gap_seconds,
             )
         )
         weights = MiniLMWeights()

@@ -23,6 +23,7 @@ ended; it is passed only by passes that got a worker within its slack after it.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
@@ -168,6 +169,8 @@ class SchedulerLimits:
     # Longest a later pass waits, before each of its steps, while a first summary runs
     # (give_way); 0: never.
     give_way_s: float = 0.0
+    # ... or ended less than this long ago (the gap between two sunsets of a burst).
+    give_way_gap_s: float = 0.0
 
 
 class PassScheduler:
@@ -199,6 +202,7 @@ class PassScheduler:
         self._store_writes: dict[StoreLocation, _StoreGroup] = {}
         self._lock = threading.Lock()
         self._firsts = 0  # first summaries running now
+        self._first_ended = -math.inf  # when the last one ended (monotonic)
         self._firsts_changed = threading.Condition()
 
     def submit(
@@ -232,6 +236,7 @@ class PassScheduler:
                 self._running.first = False
                 with self._firsts_changed:
                     self._firsts -= 1
+                    self._first_ended = time.monotonic()
                     self._firsts_changed.notify_all()
 
         return run
@@ -242,29 +247,42 @@ class PassScheduler:
         by the leader of a group of rows none of which is due (within_step): a pass that is
         not a first summary waits while one runs, at most give_way_s a step in all, so the
         session that just ended has the cores and the store to itself and a burst of them
-        holds the rest back by a bounded time. The queues above order who goes next; this
-        keeps work already under way from going on beside a first summary. Returns the
-        seconds waited."""
+        holds the rest back by a bounded time. It waits for give_way_gap_s after the last
+        one ended too: in a burst of sunsets one after the other, every step paused would
+        otherwise go on at once in the gap between two, and run on into the next one. The
+        queues above order who goes next; this keeps work already under way from going on
+        beside a first summary. Returns the seconds waited."""
         mine = self._running
         if not within_step:
             mine.give_way_left = self.limits.give_way_s
         if not self.must_give_way():
             return 0.0
-        left = mine.give_way_left
+        budget = mine.give_way_left
         began = time.monotonic()
         with self._firsts_changed:
-            self._firsts_changed.wait_for(lambda: self._firsts == 0, timeout=left)
+            while (left := budget - (time.monotonic() - began)) > 0 and (
+                burst := self._burst_left()
+            ) > 0:
+                self._firsts_changed.wait(min(left, burst))
         waited = time.monotonic() - began
-        mine.give_way_left = left - waited
+        mine.give_way_left = budget - waited
         return waited
 
+    def _burst_left(self) -> float:
+        """Seconds until the burst of first summaries is over: forever while one runs, then
+        what is left of the gap after the last one ended (a next one may follow), then 0."""
+        if self._firsts:
+            return math.inf
+        return self.limits.give_way_gap_s - (time.monotonic() - self._first_ended)
+
     def must_give_way(self) -> bool:
-        """A first summary runs, this thread runs a pass that is not one (not a probe or the
-        CLI either), and the pass's step has some of its give-way budget left."""
+        """A first summary runs or has just ended (give_way_gap_s), this thread runs a pass
+        that is not one (not a probe or the CLI either), and the pass's step has some of
+        its give-way budget left."""
         mine = self._running
         return bool(
             getattr(mine, "give_way_left", 0.0) > 0
-            and self._firsts
+            and self._burst_left() > 0
             and not getattr(mine, "first", False)
             and getattr(mine, "deadline", None) is not None
         )

@@ -104,22 +104,6 @@ def create_summarizer(cp: ControlPlane, namespace: str, spec: dict[str, Any]) ->
 POLL_S = 0.02
 
 
-def written_since(store: Any, session_ids: list[str], after_ms: int) -> set[str]:
-    """The sessions whose ledger entry records a write at or after after_ms: one request."""
-    from controller.store.errors import CollectionNotFound
-
-    ids = [f"summary_{sid}" for sid in session_ids]
-    try:
-        heads = store.ledger().get(ids=ids, include=["metadatas"])
-    except CollectionNotFound:  # no summary written yet
-        return set()
-    return {
-        i.removeprefix("summary_")
-        for i, meta in zip(heads["ids"], heads["metadatas"] or [], strict=False)
-        if int((meta or {}).get("summarizedAt") or 0) >= after_ms
-    }
-
-
 def summary_written_at(store: Any, session_id: str, after_ms: int = 0) -> int:
     """When the session's summary now in place was written (ms; 0 for none): its ledger
     entry's summarizedAt, once the row it goes with is written too (the row's document

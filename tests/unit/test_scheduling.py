@@ -677,6 +677,75 @@ def test_a_later_pass_gives_way_between_its_steps_while_a_first_summary_runs(
         sched.stop(5)
 
 
+@pytest.mark.parametrize(
+    ("gap", "pause", "between"),
+    [
+        (0.6, 0.1, False),  # the next first summary comes within the gap: one burst
+        (0.1, 0.6, True),  # it comes after the gap: the later pass goes on in between
+        (0.0, 0.3, True),  # no gap: it goes on as soon as the first one ends
+    ],
+)
+def test_a_later_pass_gives_way_through_a_gap_between_first_summaries_shorter_than_the_gap(
+    gap: float, pause: float, between: bool
+) -> None:
+    """Two first summaries, `pause` apart: a later pass paused by the first goes on before
+    the second only if the pause is longer than give_way_gap_s; else it waits on through
+    the second one and then the gap, within its step's budget."""
+    sched = PassScheduler(
+        SchedulerLimits(
+            workers=2, background_workers=1, cores=1, store_writes=1, first_workers=1,
+            give_way_s=10, give_way_gap_s=gap,
+        )
+    )  # fmt: skip
+    go = [threading.Event(), threading.Event()]
+    ended: list[float] = []
+
+    def first(n: int) -> None:
+        go[n].wait(10)
+        ended.append(time.monotonic())
+
+    try:
+        sched.submit(time.monotonic(), lambda: first(0), background=False, first=True)
+        _wait_until(lambda: sched._firsts == 1)
+        later = sched.submit(
+            time.monotonic() + 30,
+            lambda: (sched.give_way(), time.monotonic())[1],
+            background=True,
+        )
+        time.sleep(0.1)
+        go[0].set()
+        _wait_until(lambda: sched._firsts == 0)
+        time.sleep(pause)
+        went_on_in_between = later.done()
+        second = sched.submit(time.monotonic(), lambda: first(1), background=False, first=True)
+        time.sleep(0.1)
+        go[1].set()
+        second.result(5)
+        resumed = later.result(5)
+    finally:
+        for event in go:
+            event.set()
+        sched.stop(5)
+    assert went_on_in_between == between
+    if between:
+        assert ended[0] + gap * 0.9 <= resumed < ended[1]
+    else:
+        assert resumed >= ended[1] + gap * 0.9  # the gap counts from the last one's end
+
+
+def test_with_no_first_summary_ever_no_pass_gives_way_whatever_the_gap() -> None:
+    sched = PassScheduler(
+        SchedulerLimits(
+            workers=1, background_workers=1, cores=1, store_writes=1, give_way_s=10,
+            give_way_gap_s=1e9,
+        )
+    )  # fmt: skip
+    try:
+        assert sched.submit(time.monotonic(), sched.give_way, background=True).result(5) == 0.0
+    finally:
+        sched.stop(5)
+
+
 @pytest.mark.parametrize(("limit", "least", "most"), [(0.3, 0.25, 3.0), (0.0, 0.0, 0.0)])
 def test_giving_way_is_bounded_per_step_and_off_at_zero(
     limit: float, least: float, most: float
