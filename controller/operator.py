@@ -58,7 +58,7 @@ async def _trim_heap(interval: float = 30.0) -> None:
     SessionSummarizer's clients (chromadb's, openai's) are reference cycles, which only a
     full collection frees (measured before the start was frozen: RSS +87 MiB over 100
     reconfigured and deleted SessionSummarizers with no full collection, tests/integration/
-    test_runtime_lifecycle.py); this one comes once an interval, whenever Python's own
+    test_runtime_lifecycle.py); this one comes once an interval, whatever Python's own
     trigger does (it counts the survivors of the last full collection), and walks only what
     was built after the start (freeze_startup_objects). kopf's initial list of every object
     leaves the heap fragmented, and glibc keeps the freed memory unless asked (malloc_trim)."""

@@ -230,13 +230,16 @@ class PassScheduler:
             self._running.first = True
             with self._firsts_changed:
                 self._firsts += 1
+            ended = -math.inf  # one that raised (another writer's claim, say) leaves no gap
             try:
-                return fn()
+                result = fn()
+                ended = time.monotonic()
+                return result
             finally:
                 self._running.first = False
                 with self._firsts_changed:
+                    self._first_ended = max(self._first_ended, ended)
                     self._firsts -= 1
-                    self._first_ended = time.monotonic()
                     self._firsts_changed.notify_all()
 
         return run
@@ -270,7 +273,8 @@ class PassScheduler:
 
     def _burst_left(self) -> float:
         """Seconds until the burst of first summaries is over: forever while one runs, then
-        what is left of the gap after the last one ended (a next one may follow), then 0."""
+        what is left of the gap after the last one that ended with an outcome (a next one
+        may follow), then 0 or less."""
         if self._firsts:
             return math.inf
         return self.limits.give_way_gap_s - (time.monotonic() - self._first_ended)
@@ -292,7 +296,8 @@ class PassScheduler:
         """Background work of this thread outside a pass (the sweep, the reconciliation,
         retention: their reads and requests, a session at a time): ranked as a background
         pass queued now, and the function it yields is give_way, to call before each unit
-        of the work: while a first summary runs, the work waits, at most give_way_s a unit."""
+        of the work: while a first summary runs or has just ended, the work waits, at most
+        give_way_s a unit."""
         mine = self._running
         before = getattr(mine, "deadline", None)
         mine.deadline = time.monotonic() + Slack.BACKGROUND
@@ -312,9 +317,9 @@ class PassScheduler:
     def core(self) -> Iterator[Callable[[], float]]:
         """A CPU core for the local embedding, which calls the function it gets after each
         layer: the core goes to a pass with an earlier deadline waiting for one, and a pass
-        that is not a first summary gives it up while one runs (give_way, within its step's
-        budget), then waits for its turn. The waits for the core are not part of that
-        budget: they are the queue's, by deadline."""
+        that is not a first summary gives it up while one runs or has just ended (give_way,
+        within its step's budget), then waits for its turn. The waits for the core are not
+        part of that budget: they are the queue's, by deadline."""
         with self._cores.turn(self.deadline()) as slot:
 
             def between() -> float:

@@ -4,6 +4,7 @@ writes to a summary collection (controller/store/row_writes.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -680,12 +681,12 @@ def test_a_later_pass_gives_way_between_its_steps_while_a_first_summary_runs(
 @pytest.mark.parametrize(
     ("gap", "pause", "between"),
     [
-        (0.6, 0.1, False),  # the next first summary comes within the gap: one burst
+        (1.0, 0.1, False),  # the next first summary comes within the gap: one burst
         (0.1, 0.6, True),  # it comes after the gap: the later pass goes on in between
         (0.0, 0.3, True),  # no gap: it goes on as soon as the first one ends
     ],
 )
-def test_a_later_pass_gives_way_through_a_gap_between_first_summaries_shorter_than_the_gap(
+def test_a_later_pass_gives_way_through_a_gap_between_first_summaries_up_to_the_gap(
     gap: float, pause: float, between: bool
 ) -> None:
     """Two first summaries, `pause` apart: a later pass paused by the first goes on before
@@ -731,6 +732,37 @@ def test_a_later_pass_gives_way_through_a_gap_between_first_summaries_shorter_th
         assert ended[0] + gap * 0.9 <= resumed < ended[1]
     else:
         assert resumed >= ended[1] + gap * 0.9  # the gap counts from the last one's end
+
+
+@pytest.mark.parametrize("outcome", ["returned", "raised"])
+def test_only_a_first_summary_with_an_outcome_leaves_a_gap_and_the_step_budget_caps_it(
+    outcome: str,
+) -> None:
+    """After a first summary that returned, a later step waits out the gap, at most its
+    budget (give_way_s); one that raised (another writer's claim, a failure) leaves none."""
+    sched = PassScheduler(
+        SchedulerLimits(
+            workers=1, background_workers=1, cores=1, store_writes=1, give_way_s=0.3,
+            give_way_gap_s=60,
+        )
+    )  # fmt: skip
+
+    def first() -> None:
+        if outcome == "raised":
+            raise RuntimeError("claim held elsewhere")
+
+    try:
+        done = sched.submit(time.monotonic(), first, background=False, first=True)
+        with contextlib.suppress(RuntimeError):
+            done.result(5)
+        _wait_until(lambda: sched._firsts == 0)
+        waited = sched.submit(time.monotonic(), sched.give_way, background=True).result(5)
+    finally:
+        sched.stop(5)
+    if outcome == "returned":
+        assert 0.25 <= waited <= 3.0
+    else:
+        assert waited == 0.0
 
 
 def test_with_no_first_summary_ever_no_pass_gives_way_whatever_the_gap() -> None:
