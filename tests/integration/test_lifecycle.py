@@ -72,6 +72,22 @@ def apply(h: Harness, manifest: str) -> None:
     h.cp.kubectl_run("apply", "-f", "-", input=manifest)
 
 
+def apply_seen(h: Harness, manifest: str, name: str) -> None:
+    """apply, then wait until the operator has taken this spec of the summarizer (its
+    status.observedGeneration): a SessionSummary created before that may find no summarizer
+    in the operator's index yet (SummarizerNotFound, asked again once it is seen)."""
+    apply(h, manifest)
+
+    def seen() -> bool:
+        out = h.cp.kubectl_run("-n", NS, "get", "ssumr", name, "-o", "json").stdout
+        obj = json.loads(out)
+        return bool(
+            (obj.get("status") or {}).get("observedGeneration") == obj["metadata"]["generation"]
+        )
+
+    wait_for(seen, 60, 0.2, message=f"summarizer {name} seen\n{tail(h.log)}")
+
+
 def phase_of(name: str) -> str | None:
     obj = kube.get_summary(NS, name) or {}
     st = obj.get("status") or {}
@@ -158,7 +174,8 @@ def test_a_fixed_summarizer_asks_its_failed_objects_again_at_once(lifecycle: Har
     store = lifecycle.store("fix-memory", "fix-memory-s")
     load(store, [interaction("fix-me", 0, int(time.time() * 1000) - 5000, "Fix the summarizer.")])
     off = {"enabled": False}
-    apply(lifecycle, summarizer("fixable", lifecycle.chroma.url, "fix-memory-typo", sweep=off))
+    typo = summarizer("fixable", lifecycle.chroma.url, "fix-memory-typo", sweep=off)
+    apply_seen(lifecycle, typo, "fixable")
     broken = kube.request_summary(NS, "fix-me", trigger="sunset", summarizer="fixable")[0]
     waiting = kube.request_summary(NS, "fix-later", trigger="sunset", summarizer="later")[0]
     load(store, [interaction("fix-later", 0, int(time.time() * 1000) - 5000, "Later.")])
