@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -86,3 +87,15 @@ def test_a_renew_period_a_pass_cannot_keep_its_claim_with_stops_the_operator() -
     assert run.returncode == 1
     assert "claim renew period (8s) must be shorter than" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_every_setting_has_a_row_in_the_configuration_docs() -> None:
+    """docs/configuration.md is where a user looks a variable up: a setting without a row
+    there is one nobody can find (SSO_ANNOTATION_PREFIX went without one)."""
+    with open(os.path.join(ROOT, "docs", "configuration.md")) as f:
+        rows = [line for line in f if line.startswith("| `SSO_")]
+    documented = {
+        name for row in rows for name in re.findall(r"`(SSO_[A-Z0-9_]+)`", row.split("|")[1])
+    }
+    settings_ = {f"SSO_{name.upper()}" for name in OperatorConfig.model_fields}
+    assert sorted(settings_ - documented) == []
