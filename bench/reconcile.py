@@ -171,7 +171,7 @@ def main() -> int:
         env = dict(cp.env(), SSO_REPLICA_ID="bench-reconcile", SSO_SWEEP_TICK_SECONDS="1")
 
         def walked() -> dict[str, Any] | None:
-            obj, _ = kube.get_summarizer(NS, "default")
+            obj = kube.get_summarizer(NS, "default") or {}
             status = obj.get("status") or {}
             return status if status.get("reconciledAt") else None
 
@@ -182,7 +182,7 @@ def main() -> int:
             try:
                 # The first sweep sets the watermark; the first walk starts on the tick after.
                 wait_for(
-                    lambda: (kube.get_summarizer(NS, "default")[0].get("status") or {}).get(
+                    lambda: ((kube.get_summarizer(NS, "default") or {}).get("status") or {}).get(
                         "watermark"
                     ),
                     120,

@@ -302,7 +302,7 @@ def main() -> int:
             )
 
         def swept_once() -> bool:
-            obj, _ = kube.get_summarizer(ns, "default")
+            obj = kube.get_summarizer(ns, "default") or {}
             return (obj.get("status") or {}).get("watermark") is not None
 
         loader = threading.Thread(target=background_load, daemon=True)

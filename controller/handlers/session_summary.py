@@ -98,16 +98,15 @@ def needs_pass_on_resume(body: kopf.Body, **_: Any) -> bool:
 def _summarizer(
     namespace: str, spec: SessionSummarySpec, summarizer_spec: dict[str, Any] | None
 ) -> SessionSummarizerSpec:
-    """The object's SessionSummarizer's spec, from the summarizer index
-    (handlers/indexes.py), not from a GET per summary."""
+    """The object's SessionSummarizer's spec, from the summarizer index (handlers/
+    indexes.py), not from a GET per summary; but the index follows a watch and lags a
+    summarizer created just before (one manifest with both): a miss is asked of the API."""
+    if summarizer_spec is None and (found := kube.get_summarizer(namespace, spec.summarizer_ref)):
+        summarizer_spec = dict(found.get("spec") or {})
     if summarizer_spec is None:
-        raise Failure(
-            "SummarizerNotFound",
-            f"SessionSummarizer {namespace}/{spec.summarizer_ref} does not exist; create it "
-            "or set spec.summarizerRef",
-            retry=True,
-            phase="Pending",
-        )
+        ref = f"{namespace}/{spec.summarizer_ref}"
+        message = f"SessionSummarizer {ref} does not exist; create it or set spec.summarizerRef"
+        raise Failure("SummarizerNotFound", message, retry=True)  # phase Pending below the gate
     try:
         return SessionSummarizerSpec.model_validate(summarizer_spec)
     except ValidationError as exc:

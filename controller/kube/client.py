@@ -21,7 +21,6 @@ from controller.api import (
     SUMMARY_PLURAL,
     VERSION,
     Action,
-    SessionSummarizerSpec,
     SessionSummarizerStatus,
     SessionSummarySpec,
 )
@@ -82,12 +81,8 @@ def core() -> client.CoreV1Api:
     return client.CoreV1Api(api_client())
 
 
-def get_summarizer(namespace: str, name: str) -> tuple[dict[str, Any], SessionSummarizerSpec]:
-    obj: dict[str, Any] = cast(
-        dict[str, Any],
-        custom().get_namespaced_custom_object(GROUP, VERSION, namespace, SUMMARIZER_PLURAL, name),
-    )
-    return obj, SessionSummarizerSpec.model_validate(obj.get("spec") or {})
+def get_summarizer(namespace: str, name: str) -> dict[str, Any] | None:
+    return get_object(SUMMARIZER_PLURAL, namespace, name)
 
 
 def read_secret(namespace: str, name: str) -> tuple[dict[str, str], dict[str, str]]:
@@ -112,14 +107,19 @@ def secret_value(data: dict[str, str], namespace: str, name: str, key: str) -> s
     return base64.b64decode(data[key]).decode().strip()
 
 
-def get_summary(namespace: str, name: str) -> dict[str, Any] | None:
+def get_object(plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+    """One of our objects, or None when there is none."""
     try:
-        obj = custom().get_namespaced_custom_object(GROUP, VERSION, namespace, SUMMARY_PLURAL, name)
+        obj = custom().get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
         return cast(dict[str, Any], obj)
     except ApiException as exc:
         if exc.status == 404:
             return None
         raise
+
+
+def get_summary(namespace: str, name: str) -> dict[str, Any] | None:
+    return get_object(SUMMARY_PLURAL, namespace, name)
 
 
 def request_summary(

@@ -1,7 +1,8 @@
 """SessionSummary objects over months, on the real control plane and Chroma: retention of
 every finished phase (also with sweeps off), sunset markers that make objects only for
 sessions with memories besides them and at the stated rate, failed objects asked again when
-their summarizer is fixed, and sweep patches that never overwrite a sunset that came after
+their summarizer is fixed, a summary applied together with its new summarizer that never
+finds none, and sweep patches that never overwrite a sunset that came after
 the sweep read the object."""
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from controller.api import SessionSummarizerSpec
+from controller.api import SessionSummarizerSpec, SessionSummarySpec
 from controller.core.memories import SUNSET_MARKER_TYPE, render_interaction_document
 from controller.core.naming import summary_object_name
 from controller.core.sweep_plan import Candidate, SweepPlan
+from controller.handlers.session_summary import _summarizer
+from controller.handlers.summary_status import Failure
 from controller.kube import client as kube
 from controller.store.memory_store import MemoryStore
 from controller.sweep import apply_plan, apply_retention, run_marker_scan
@@ -70,22 +73,6 @@ def lifecycle(harness: Harness, tmp_path_factory: pytest.TempPathFactory) -> Ite
 
 def apply(h: Harness, manifest: str) -> None:
     h.cp.kubectl_run("apply", "-f", "-", input=manifest)
-
-
-def apply_seen(h: Harness, manifest: str, name: str) -> None:
-    """apply, then wait until the operator has taken this spec of the summarizer (its
-    status.observedGeneration): a SessionSummary created before that may find no summarizer
-    in the operator's index yet (SummarizerNotFound, asked again once it is seen)."""
-    apply(h, manifest)
-
-    def seen() -> bool:
-        out = h.cp.kubectl_run("-n", NS, "get", "ssumr", name, "-o", "json").stdout
-        obj = json.loads(out)
-        return bool(
-            (obj.get("status") or {}).get("observedGeneration") == obj["metadata"]["generation"]
-        )
-
-    wait_for(seen, 60, 0.2, message=f"summarizer {name} seen\n{tail(h.log)}")
 
 
 def phase_of(name: str) -> str | None:
@@ -174,8 +161,7 @@ def test_a_fixed_summarizer_asks_its_failed_objects_again_at_once(lifecycle: Har
     store = lifecycle.store("fix-memory", "fix-memory-s")
     load(store, [interaction("fix-me", 0, int(time.time() * 1000) - 5000, "Fix the summarizer.")])
     off = {"enabled": False}
-    typo = summarizer("fixable", lifecycle.chroma.url, "fix-memory-typo", sweep=off)
-    apply_seen(lifecycle, typo, "fixable")
+    apply(lifecycle, summarizer("fixable", lifecycle.chroma.url, "fix-memory-typo", sweep=off))
     broken = kube.request_summary(NS, "fix-me", trigger="sunset", summarizer="fixable")[0]
     waiting = kube.request_summary(NS, "fix-later", trigger="sunset", summarizer="later")[0]
     load(store, [interaction("fix-later", 0, int(time.time() * 1000) - 5000, "Later.")])
@@ -203,6 +189,46 @@ def test_a_fixed_summarizer_asks_its_failed_objects_again_at_once(lifecycle: Har
         "-n", NS, "get", "events", "--field-selector", "involvedObject.name=fixable", "-o", "json"
     ).stdout)["items"]  # fmt: skip
     assert any(e["reason"] == "FailedSummariesRequeued" for e in events), events
+
+
+def test_a_summary_applied_with_its_new_summarizer_never_finds_none(lifecycle: Harness) -> None:
+    """One manifest with a new SessionSummarizer and then a SessionSummary naming it (what
+    `summaryctl sunset --summarizer` also does, after it checked the summarizer exists): the
+    operator's index of summarizers follows a watch and may not hold it yet, so a miss is
+    looked up in the API, and the object never says SummarizerNotFound (here one failure
+    makes it Failed, and its retry would wait 5 minutes)."""
+    store = lifecycle.store("pair-memory", "pair-memory-s")
+    now = int(time.time() * 1000)
+    sessions = [f"pair-{i}" for i in range(8)]
+    load(store, [interaction(s, 0, now - 5000, f"Pair {s}.") for s in sessions])
+    names = [summary_object_name(s) for s in sessions]
+    for session, name in zip(sessions, names, strict=True):
+        summary = {
+            "apiVersion": "memorycore.io/v1alpha1",
+            "kind": "SessionSummary",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"sessionId": session, "summarizerRef": session, "trigger": "manual"},
+        }
+        pair = summarizer(session, lifecycle.chroma.url, "pair-memory", sweep={"enabled": False})
+        apply(lifecycle, f"{pair}\n---\n{json.dumps(summary)}")
+    for name in names:
+        wait_for(lambda n=name: phase_of(n) == "Summarized", 60, 0.2,  # type: ignore[misc]
+                 message=f"{name}\n{tail(lifecycle.log)}")  # fmt: skip
+    out = lifecycle.cp.kubectl_run("-n", NS, "get", "events", "-o", "json").stdout
+    events = json.loads(out)["items"]
+    missed = [
+        e["involvedObject"]["name"]
+        for e in events
+        if e["reason"] == "SummarizerNotFound" and e["involvedObject"]["name"] in names
+    ]
+    assert missed == []
+    # The race itself, without waiting for it: an index that has no entry yet.
+    spec = SessionSummarySpec.model_validate({"sessionId": "pair-0", "summarizerRef": "pair-0"})
+    assert _summarizer(NS, spec, None).store.memory_collection == "pair-memory"
+    absent = spec.model_copy(update={"summarizer_ref": "pair-none"})
+    with pytest.raises(Failure) as failure:
+        _summarizer(NS, absent, None)
+    assert failure.value.reason == "SummarizerNotFound" and "pair-none" in failure.value.message
 
 
 # -- sunset markers -------------------------------------------------------------------------
