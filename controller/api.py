@@ -22,6 +22,7 @@ from controller.core.visibility import (
     TrustTier,
     VisibilityRules,
 )
+from controller.redaction import own_pattern
 
 GROUP = "memorycore.io"
 VERSION = "v1alpha1"
@@ -258,7 +259,7 @@ class RetentionSpec(CamelModel):
 
 
 class RedactionPattern(CamelModel):
-    """A secret of one's own shape: a Python regex, its first group (if any) the secret."""
+    """A secret of one's own shape: an RE2 pattern, its first group (if any) the secret."""
 
     name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
     pattern: str = Field(min_length=1, max_length=1000)
@@ -266,10 +267,8 @@ class RedactionPattern(CamelModel):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        try:
-            return re.compile(value).pattern
-        except re.error as exc:
-            raise ValueError(f"not a regular expression: {exc}") from exc
+        own_pattern(value)  # ValueError: RE2 refuses it
+        return value
 
 
 class RedactionSpec(CamelModel):  # masked before a summary is made: redaction.py

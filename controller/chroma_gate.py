@@ -30,28 +30,15 @@ from aiohttp import web
 log = logging.getLogger("controller.chroma_gate")
 
 # Not forwarded either way (RFC 9110 hop-by-hop), nor the credential.
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-    }
-)
+HOP_BY_HOP = frozenset((
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+    "transfer-encoding", "upgrade", "host", "content-length"))  # fmt: skip
 CREDENTIALS = frozenset({"authorization", "x-chroma-token"})
 # The 401's body, serialized once: a str is immutable, and a read-only mapping is not JSON.
 UNAUTHORIZED = json.dumps(
-    {
-        "error": "AuthError",
-        "message": "Unauthorized: this Chroma needs a token (Authorization: Bearer <token>)",
-    }
-)
+    {"error": "AuthError", "message": "Unauthorized: this Chroma needs a token (Authorization: "
+     "Bearer <token>)"}
+)  # fmt: skip
 
 
 def presented_token(request: web.Request) -> str | None:
@@ -67,6 +54,8 @@ def authorized(presented: str | None, token: str) -> bool:
 
 
 FORWARD_TIMEOUT_SECONDS = 8.0
+# Chroma's own bound on a request body (its max_payload_size_bytes): no more is held.
+MAX_BODY_BYTES = 40 * 1024 * 1024
 
 
 def make_app(
@@ -105,9 +94,12 @@ def make_app(
             for k, v in request.headers.items()
             if k.lower() not in HOP_BY_HOP and k.lower() not in CREDENTIALS
         }
-        # Read whole (Chroma's requests are bounded by its own limits), so the upstream
-        # gets a Content-Length as the client sent it.
-        body = await request.read() if request.body_exists else None
+        # Read whole, at most Chroma's own limit, so the upstream gets a Content-Length.
+        try:
+            body = await request.read() if request.body_exists else None
+        except web.HTTPRequestEntityTooLarge:
+            message = f"the request body is over {MAX_BODY_BYTES} bytes, Chroma's own limit"
+            return web.json_response({"error": "PayloadTooLarge", "message": message}, status=413)
         try:
             async with request.app["session"].request(
                 request.method, upstream + request.rel_url.raw_path_qs, headers=headers, data=body
@@ -128,7 +120,7 @@ def make_app(
         await out.write_eof()
         return out
 
-    app = web.Application(client_max_size=0)  # no limit of the gate's own: Chroma's apply
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.cleanup_ctx.append(session_ctx)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -3,12 +3,12 @@ outside core/: its rules come from detect-secrets, a library core/ does not impo
 
 A summary is read by every agent of the fleet, and with a model backend its input goes to
 the model endpoint; so secrets are masked where memories are read (store/session_listing.py)
-and in the prior summary a pass carries, never later. The rules are detect-secrets' (pinned
-in requirements.lock): its regex plugins (cloud keys, tokens, private keys, passwords in
-URLs, JWTs, ...), its keyword assignments (quoted values always; unquoted ones when they
-look random, by its Shannon entropy) and its quoted high-entropy strings; plus a
-SessionSummarizer's own patterns. A secret becomes `[redacted: <kind>]`, so what is around
-it (a URL's host, the variable's name) stays readable.
+and in the prior summary a pass carries, never later. The rules: detect-secrets' regex
+plugins (cloud keys, tokens, private keys, passwords in URLs, JWTs, ...), keyword
+assignments (quoted values always, unquoted ones when random) and quoted base64 strings of
+high entropy (not its hex rule: a bare hex string is a commit or a digest); CONTEXT_RULES, a
+credential by where it stands; a SessionSummarizer's own patterns, run by RE2 in linear time.
+A secret becomes `[redacted: <kind>]`: what is around it (a URL's host, a name) stays.
 """
 
 from __future__ import annotations
@@ -18,24 +18,24 @@ import hashlib
 import re
 import types
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import re2
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 from detect_secrets.plugins import keyword
 from detect_secrets.plugins.base import RegexBasedDetector
 from detect_secrets.plugins.basic_auth import BasicAuthDetector
 from detect_secrets.plugins.high_entropy_strings import (
     Base64HighEntropyString,
-    HexHighEntropyString,
     HighEntropyStringsPlugin,
 )
 from detect_secrets.plugins.ip_public import IPPublicDetector
 from detect_secrets.plugins.private_key import PrivateKeyDetector
 
 from controller.core.memories import Memory
-from controller.core.summary import LegacySummary, PriorSummary, StructuredSummary, SummaryItem
+from controller.core.summary import PriorSummary, StructuredSummary, SummaryItem
 
 PLACEHOLDER = re.compile(r"\[redacted: [a-z0-9-]+\]")
 # Unquoted `NAME=value` counts when the value is at least this long and this random (bits
@@ -49,7 +49,9 @@ _KEYWORD = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
-MASKING_VERSION = 1
+MASKING_VERSION = 2
+# A quoted random-looking string that names its hash (`"sha512-..."`, SRI): a content hash.
+_DIGEST = re.compile(r"(?:sha\d+|md5)-", re.IGNORECASE)
 
 
 def kind_of(secret_type: str) -> str:
@@ -60,7 +62,7 @@ def kind_of(secret_type: str) -> str:
 @dataclass(frozen=True)
 class Rule:
     kind: str
-    pattern: re.Pattern[str]
+    pattern: re.Pattern[str] = field(repr=False)  # its text and flags are in a fingerprint
     group: int = 0  # the part of a match that is the secret
     min_entropy: float = 0.0  # 0: every match; else only values at least this random
     whole_token: bool = True  # extend over the rest of the token (a JWT's signature)
@@ -83,13 +85,28 @@ def _detector_rules() -> tuple[Rule, ...]:
         rules.append(Rule(kw, pattern, group, 0.0, False, keyword=True))
     for pattern, group in keyword.CONFIG_DENYLIST_REGEX_TO_GROUP.items():
         rules.append(Rule(kw, pattern, group, UNQUOTED_MIN_ENTROPY, False, keyword=True))
-    for entropy in (Base64HighEntropyString(), HexHighEntropyString()):
-        kind = kind_of(entropy.secret_type)
-        rules.append(Rule(kind, entropy.regex, 2, entropy.entropy_limit, False, entropy.charset))
+    e = Base64HighEntropyString()
+    rules.append(Rule(kind_of(e.secret_type), e.regex, 2, e.entropy_limit, False, e.charset))
     return tuple(rules)
 
 
-DETECTOR_RULES = _detector_rules()
+# A value, quoted (all of it) or not (one token; Authorization's with its scheme): group 2.
+_VALUE = r"""(["'])?((?(1)[^"'\n]+|%s[^\s"'`,;]+))"""
+# Credentials by where they stand: a header that carries one (Authorization, with any scheme;
+# any *-Token, *-Key, *-Secret, *-Password header), an env-style NAME that names one (any
+# value), a command-line flag that passes one (--password x, --token=x, mysql's -pSECRET).
+CONTEXT_RULES = tuple(Rule(kind, re.compile(pattern), 2, 0.0, False) for kind, pattern in (
+    ("credential-header", r"(?i)\b(?:proxy-)?authorization[\"']?[ \t]*:[ \t]*"
+     + _VALUE % r"(?:[a-z]+\d?(?:-[a-z0-9]+)*[ \t]+)?"),  # with its scheme
+    ("credential-header", r"(?i)\b(?:(?:[a-z0-9]+-)+(?:token|key|secret|passw(?:or)?d)|api-?key)"
+     r"[\"']?[ \t]*:[ \t]*" + _VALUE % ""),
+    ("credential-variable", r"\b[A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|APIKEY|_KEY"
+     r"|_PWD|_PASS)\b[\"']?[ \t]*[:=][ \t]*" + _VALUE % ""),
+    ("credential-flag", r"(?i:(?<![\w-])--?(?:[a-z0-9]+-)*(?:token|secret|passw(?:or)?d|passphrase"
+     r"|api-?key)(?:=|[ \t]+)(?!-)|\b(?:mysql|mariadb)[\w-]*\b[^\n|;&]*?[ \t]-p(?!\s))"
+     + _VALUE % ""),
+))  # fmt: skip
+DETECTOR_RULES = _detector_rules() + CONTEXT_RULES
 _PRIVATE_KEY = kind_of(PrivateKeyDetector.secret_type)
 _BASE64 = Base64HighEntropyString().charset
 
@@ -102,6 +119,19 @@ def _random_enough(rule: Rule, value: str) -> bool:
     measure = types.SimpleNamespace(charset=rule.charset or _BASE64)
     entropy = HighEntropyStringsPlugin.calculate_shannon_entropy(measure, value)  # type: ignore[arg-type]
     return bool(entropy > rule.min_entropy)
+
+
+def own_pattern(pattern: str) -> Any:
+    """A SessionSummarizer's pattern, compiled by RE2: it matches in time linear in the text
+    whatever the pattern (no backtracking), so no tenant's pattern can stall the process.
+    ValueError for one RE2 refuses (a backreference, lookaround, a program over its bound)."""
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:  # its message is bytes
+        why = b"".join(a for a in exc.args if isinstance(a, bytes)).decode(errors="replace")
+        raise ValueError(f"not a pattern RE2 accepts: {why}") from exc
 
 
 @dataclass(frozen=True)
@@ -119,26 +149,15 @@ class Redaction:
         own = tuple(
             Rule(kind_of(name), compiled, 1 if compiled.groups else 0, 0.0, False)
             for name, pattern in self.extra
-            for compiled in (re.compile(pattern),)
+            for compiled in (own_pattern(pattern),)
         )
         rules = DETECTOR_RULES + own
         object.__setattr__(self, "rules", rules)
-        settings = [
-            (r.kind, r.pattern.pattern, r.pattern.flags, r.group, r.min_entropy, r.whole_token,
-             r.charset, r.keyword)
-            for r in rules
-        ]  # fmt: skip
-        described = repr(
-            (
-                MASKING_VERSION,
-                UNQUOTED_MIN_CHARS,
-                UNQUOTED_MIN_ENTROPY,
-                PLACEHOLDER.pattern,
-                _KEYWORD.pattern,
-                settings,
-            )
-        )
-        object.__setattr__(self, "fingerprint", hashlib.sha256(described.encode()).hexdigest()[:16])
+        settings = [(r.pattern.pattern, getattr(r.pattern, "flags", 0), r) for r in rules]
+        described = (MASKING_VERSION, UNQUOTED_MIN_CHARS, UNQUOTED_MIN_ENTROPY,
+                     PLACEHOLDER.pattern, _KEYWORD.pattern, settings)  # fmt: skip
+        fingerprint = hashlib.sha256(repr(described).encode()).hexdigest()[:16]
+        object.__setattr__(self, "fingerprint", fingerprint)
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
         """(start, end, kind) of each secret, in order, not overlapping a placeholder."""
@@ -151,9 +170,11 @@ class Redaction:
                 start, end = match.span(rule.group)
                 value = match.group(rule.group)
                 if rule.min_entropy and rule.charset is None:  # unquoted: one token
-                    value = value.split(maxsplit=1)[0].rstrip(",;.)'\"") if value.strip() else ""
+                    value = value.split(maxsplit=1)[0].rstrip(",;.)'\"`") if value.strip() else ""
                     end = start + len(value)
                 if start < 0 or not value.strip() or not _random_enough(rule, value):
+                    continue
+                if rule.charset and _DIGEST.match(value):
                     continue
                 if rule.kind == _PRIVATE_KEY:
                     start = text.rfind("-----", 0, start) if "-----" in text[:start] else start
@@ -175,43 +196,35 @@ class Redaction:
         return [s for s in out if s[2]]
 
     def text(self, text: str, found: Counter[str] | None = None) -> str:
-        if not text:
-            return text
-        spans = self.spans(text)
-        if not spans:
-            return text
-        parts: list[str] = []
-        at = 0
-        for start, end, kind in spans:
+        parts, at = [], 0
+        for start, end, kind in self.spans(text) if text else ():
             parts += [text[at:start], f"[redacted: {kind}]"]
             at = end
             if found is not None:
                 found[kind] += 1
-        parts.append(text[at:])
-        return "".join(parts)
-
-    def texts(self, texts: Iterable[str], found: Counter[str] | None = None) -> list[str]:
-        return [self.text(t, found) for t in texts]
-
-    def memory(self, memory: Memory, found: Counter[str] | None = None) -> Memory:
-        """The memory with every text a summary could take from it masked."""
-        update: dict[str, Any] = {
-            name: self.text(getattr(memory, name), found)
-            for name in ("prompt", "thought", "response", "document")
-        }
-        update["tools_used"] = tuple(self.texts(memory.tools_used, found))
-        for name in ("agent", "model", "agent_identity"):
-            value = getattr(memory, name)
-            update[name] = self.text(value, found) if value else value
-        return memory.model_copy(update=update)
-
-    def source_meta(self, meta: Mapping[str, Any]) -> Mapping[str, Any]:
-        """A row's metadata with SOURCE_KEYS masked (who wrote it, with what tools)."""
-        masked = {k: self.text(meta[k]) for k in SOURCE_KEYS if isinstance(meta.get(k), str)}
-        return {**meta, **masked} if any(masked[k] != meta[k] for k in masked) else meta
+        return "".join(parts) + text[at:] if parts else text
 
 
 DEFAULT_REDACTION = Redaction()
+# What a summary is made of and shows or carries: masked; nothing else of a memory or of a
+# stored summary (ids, times, coverage, digests) is text a secret can be in.
+MEMORY_TEXT = ("prompt", "thought", "response", "document", "tools_used", "agent", "model",
+               "agent_identity")  # fmt: skip
+SUMMARY_TEXT = ("text", "title", "sections", "references", "legacy_text", "sources_json",
+                "technologies", "participating_agents", "models", "tools_used")  # fmt: skip
+
+
+def _masked(value: Any, text: Callable[[str], str]) -> Any:
+    """Each string in value masked: lists, tuples, dicts and summary items walked."""
+    if isinstance(value, str):
+        return text(value)
+    if isinstance(value, list | tuple):
+        return type(value)(_masked(v, text) for v in value)
+    if isinstance(value, dict):
+        return {k: _masked(v, text) for k, v in value.items()}
+    if isinstance(value, SummaryItem):
+        return SummaryItem.model_validate(_masked(value.model_dump(), text))
+    return value
 
 
 @dataclass
@@ -225,55 +238,36 @@ class PassRedaction:
     prior_found: Counter[str] = field(default_factory=Counter)
 
     def memory(self, memory: Memory) -> Memory:
+        """The memory with every text a summary could take from it masked."""
         found: Counter[str] = Counter()
-        masked = self.redaction.memory(memory, found)
+        text = functools.partial(self.redaction.text, found=found)
+        masked = memory.model_copy(
+            update={n: _masked(getattr(memory, n), text) for n in MEMORY_TEXT}
+        )
         if found:
             self.by_row[memory.id] = found
         return masked
 
     def meta(self, meta: Mapping[str, Any]) -> Mapping[str, Any]:
-        return self.redaction.source_meta(meta)
+        """A row's metadata with SOURCE_KEYS masked (who wrote it, with what tools)."""
+        masked = {k: _masked(meta[k], self.redaction.text) for k in SOURCE_KEYS if k in meta}
+        return {**meta, **masked} if any(masked[k] != meta[k] for k in masked) else meta
 
     def prior(self, prior: PriorSummary | None) -> PriorSummary | None:
         """The prior summary with what earlier releases stored unmasked masked now. A summary
         this masking wrote (its fingerprint, and no other writer's text in it) is returned
         as it is: what it holds was masked when it came in, so a pass does not re-read the
         whole history."""
-        if prior is None:
-            return None
-        if (
+        if prior is None or (
             isinstance(prior, StructuredSummary)
             and prior.other_writer is None
             and prior.masked_with == self.redaction.fingerprint
         ):
             return prior
         text = functools.partial(self.redaction.text, found=self.prior_found)
-        if isinstance(prior, LegacySummary):
-            title = text(prior.title) if prior.title else prior.title
-            return prior.model_copy(update={"text": text(prior.text), "title": title})
-        sections = {
-            name: [
-                SummaryItem(
-                    text=text(item.text),
-                    superseded_by=text(item.superseded_by) if item.superseded_by else None,
-                )
-                for item in items
-            ]
-            for name, items in prior.sections.items()
-        }
-        update: dict[str, Any] = {
-            "sections": sections,
-            "title": text(prior.title),
-            "references": [text(r) for r in prior.references],
-            "legacy_text": text(prior.legacy_text) if prior.legacy_text else prior.legacy_text,
-            "sources_json": text(prior.sources_json) if prior.sources_json else None,
-        }
-        for name in ("technologies", "participating_agents", "models", "tools_used"):
-            update[name] = [text(v) for v in getattr(prior, name)]
+        fields = [n for n in SUMMARY_TEXT if n in type(prior).model_fields]
+        update = {n: _masked(getattr(prior, n), text) for n in fields}
         return prior.model_copy(update=update) if self.prior_found else prior
 
     def counts(self) -> dict[str, int]:
-        total = Counter(self.prior_found)
-        for found in self.by_row.values():
-            total.update(found)
-        return dict(sorted(total.items()))
+        return dict(sorted(sum(self.by_row.values(), Counter(self.prior_found)).items()))

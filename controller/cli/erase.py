@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
-from typing import Any
+import sys
 
 from controller.cli.args import CliError, printable
 from controller.cli.commands import request_pass
@@ -59,17 +59,11 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             "--all-with-secrets takes no SESSION_ID and needs --summarizer NAME: the store it "
             "writes and the redaction patterns it adds"
         )
-    found = _with_secrets(args)
-    for session_id in found:
-        kube_call(
-            kube_client().request_summary,
-            args.namespace,
-            session_id,
-            trigger="manual",
-            summarizer=args.summarizer,
-            action="Rebuild",
-            requested_by=requester(),
-        )
+    from controller.kube import client as kube
+
+    asked = {"summarizer": args.summarizer, "action": "Rebuild", "requested_by": requester()}
+    for session_id in (found := _with_secrets(args)):
+        kube_call(kube.request_summary, args.namespace, session_id, trigger="manual", **asked)
         print(f"rebuild asked: {printable(session_id)}")
     print(
         f"{len(found)} session(s) with a secret stored; `kubectl -n {args.namespace} get "
@@ -80,18 +74,14 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
-def kube_client() -> Any:
-    from controller.kube import client
-
-    return client
-
-
 def _with_secrets(args: argparse.Namespace) -> list[str]:
-    """The sessions whose row or ledger entry, as stored, holds a secret the summarizer's
-    redaction rules recognise (one read of every row, and of each row's entry)."""
+    """The sessions whose stored summary holds a secret the summarizer's rules recognise in
+    the text it shows or carries: what the next pass would mask (PassRedaction.prior)."""
     from controller import backends
     from controller.cli.commands import _store
     from controller.cli.settings import load_summarizer
+    from controller.core.summary import UnreadablePriorSummary
+    from controller.redaction import PassRedaction
 
     summarizer = load_summarizer(args)
     assert summarizer is not None
@@ -101,10 +91,11 @@ def _with_secrets(args: argparse.Namespace) -> list[str]:
     with store_errors():
         for _, _, meta in store.latest_summaries(limit=2**62):
             session_id = meta.get("sessionId")
-            stored = store.stored_summary(session_id) if isinstance(session_id, str) else None
-            if stored is None:
-                continue
-            texts = [stored[0], *(v for v in stored[1].values() if isinstance(v, str))]
-            if any(rules.spans(text) for text in texts):
+            mask = PassRedaction(rules)
+            try:
+                mask.prior(store.read_prior(session_id)[0] if isinstance(session_id, str) else None)
+            except UnreadablePriorSummary as exc:  # the message names the session
+                print(f"not asked: {printable(str(exc))}", file=sys.stderr)
+            if mask.prior_found:
                 found.append(str(session_id))
     return found

@@ -36,6 +36,7 @@ from controller.runtime import Runtime
 from controller.status.conditions import now_rfc3339
 from controller.status.summarizer_status import (
     SweepReport,
+    spec_valid,
     sweep_failure,
     with_conditions,
 )
@@ -96,8 +97,9 @@ async def take_summarizer_spec(
     **_: Any,
 ) -> None:
     """A SessionSummarizer's spec, new, changed or seen at start: the parts built from its
-    previous spec are closed; the health probes run and write SecretsAllowed,
-    StoreReachable, ModelReady and EmbeddingReady; a new or changed summarizer asks its
+    previous spec are closed; SpecValid says whether the operator can use it, and then the
+    health probes run and write SecretsAllowed, StoreReachable, ModelReady and
+    EmbeddingReady; a new or changed summarizer asks its
     failed SessionSummaries again; at start, a finalizer of the name kopf used before
     (LEGACY_FINALIZERS) is released."""
     assert namespace is not None  # SessionSummarizer is namespaced
@@ -113,8 +115,14 @@ async def take_summarizer_spec(
         await asyncio.to_thread(
             kube.remove_finalizers, namespace, name, finalizers, LEGACY_FINALIZERS
         )
-    spec = _validate(body)
-    conditions = await asyncio.to_thread(health_conditions, runtime.parts, spec, namespace, name)
+    spec: SessionSummarizerSpec | None = None
+    try:
+        spec = SessionSummarizerSpec.model_validate(dict(body.get("spec") or {}))
+    except ValidationError as exc:  # one the CRD lets through: a pattern over RE2's bound
+        conditions = [spec_valid(exc)]
+    else:
+        health = await asyncio.to_thread(health_conditions, runtime.parts, spec, namespace, name)
+        conditions = [spec_valid(None), *health]
     for cond in conditions:
         if cond.status == "False":
             events.post(body, type_="Warning", reason=cond.reason, message=cond.message)
@@ -126,7 +134,7 @@ async def take_summarizer_spec(
             update={"observed_generation": generation}
         ),
     )
-    if reason in ("create", "update"):
+    if spec is not None and reason in ("create", "update"):
         asked = await asyncio.to_thread(_ask_failed_again, namespace, name)
         if asked:
             message = (

@@ -39,8 +39,8 @@ READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 DERIVED = (READY, RECONCILING, STALLED)
 # What a SessionSummarizer needs to do its work, in the order a failure is named.
 REQUIRED = ("SecretsAllowed", "StoreReachable", "EmbeddingReady", "ModelReady", "ReplicaActive")
-# Counted only when present (no sweep has run, or sweeps are off).
-WHEN_PRESENT = ("Swept",)
+# Counted only when present (no sweep has run, or sweeps are off; no spec check yet).
+WHEN_PRESENT = ("Swept", "SpecValid")
 NOT_BLOCKING = frozenset({("SecretsAllowed", "SecretNotAnnotated")})
 
 

@@ -10,6 +10,7 @@ resourceVersion precondition), so no writer drops what another wrote:
 | ModelReady       | the model probe                         | handlers/summarizer.py        |
 | EmbeddingReady   | the embedding probe                     | handlers/summarizer.py        |
 | SecretsAllowed   | the Secret probe (`secrets_allowed`)    | handlers/summarizer.py        |
+| SpecValid        | the spec check (`spec_valid`)           | handlers/summarizer.py        |
 | Swept            | the sweep (`SweepReport`, `SweepFailure`) | handlers/summarizer.py      |
 | SunsetMarkers    | the marker scan (`MarkerScanReport`)    | handlers/summarizer.py        |
 | ReplicaActive    | the peering reporter (`replica_status`) | controller/kube/peering.py         |
@@ -29,6 +30,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from pydantic import ValidationError
 
 from controller.api import Condition, SessionSummarizerStatus
 from controller.core.destinations import SecretVerdict, shown
@@ -75,6 +78,16 @@ def settled(status: SessionSummarizerStatus, generation: int | None) -> SessionS
     ]
     derived = summarizer_readiness(conditions, generation)
     return status.model_copy(update={"conditions": with_derived(conditions, derived)})
+
+
+def spec_valid(invalid: ValidationError | None) -> Condition:
+    """SpecValid: False with InvalidSpec naming each field the operator cannot use."""
+    errors = invalid.errors() if invalid else []
+    message = "; ".join(f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors)
+    reason, status = ("InvalidSpec", "False") if errors else ("SpecAccepted", "True")
+    return Condition(
+        type="SpecValid", status=status, reason=reason, message=one_line(message, 1000)
+    )
 
 
 def store_reachable(url: str, *, reason: str = "HeartbeatOK", message: str = "") -> Condition:

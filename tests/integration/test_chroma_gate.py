@@ -5,6 +5,7 @@ operator's store work through it as if it were Chroma."""
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import sys
 import threading
@@ -24,6 +25,7 @@ from chromadb.errors import ChromaAuthError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from controller.chroma_gate import MAX_BODY_BYTES
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable
 from controller.store.memory_store import MemoryStore
@@ -274,3 +276,33 @@ def test_forwarding_is_bounded_and_the_store_client_hears_the_gates_answer(
         stop(proc)
         upstream.shutdown()
         upstream.server_close()
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_body_over_chromas_own_limit_gets_a_json_413_and_reaches_nothing(
+    gate: Gate, chunked: bool
+) -> None:
+    """The gate holds at most MAX_BODY_BYTES of a request (Chroma's own limit), whether the
+    client says the size up front or streams it; one byte under still reaches Chroma."""
+    host, port = gate.url.removeprefix("http://").split(":")
+    name = f"gate-large-{int(chunked)}"
+    headers = {"X-Chroma-Token": TOKEN, "Content-Type": "application/json"}
+    envelope = json.dumps({"name": name, "metadata": {"pad": ""}}).encode()
+    for size, expected in ((MAX_BODY_BYTES + 1, 413), (MAX_BODY_BYTES, 200)):
+        body = envelope.replace(b'""', b'"' + b"x" * (size - len(envelope)) + b'"')
+        assert len(body) == size
+        conn = http.client.HTTPConnection(host, int(port), timeout=60)
+        pieces = (body[i : i + 2**20] for i in range(0, size, 2**20))
+        conn.request(
+            "POST", COLLECTIONS, pieces if chunked else body, headers, encode_chunked=chunked
+        )
+        resp = conn.getresponse()
+        answer = json.loads(resp.read() or b"null")
+        conn.close()
+        if expected == 413:
+            assert resp.status == 413, answer
+            assert answer["error"] == "PayloadTooLarge" and str(MAX_BODY_BYTES) in answer["message"]
+            listed = refusal(gate.url + COLLECTIONS, "GET", {"X-Chroma-Token": TOKEN}, None)
+            assert listed[0] == 200 and name not in listed[1].decode()
+        else:
+            assert resp.status != 413, answer  # Chroma's own answer, whatever it is

@@ -11,6 +11,7 @@ from devenv.processes import tail, wait_for
 from tests.integration.harness import NS, Harness, summarizer_yaml
 
 OWNED = {
+    "SpecValid",
     "SecretsAllowed",
     "StoreReachable",
     "ModelReady",
@@ -68,7 +69,7 @@ def test_several_summarizers_each_keep_every_condition_across_sweeps(harness: Ha
         swept_twice_with_all_conditions,
         90,
         0.5,
-        message="two sweeps per summarizer with all six conditions\n" + tail(harness.log),
+        message="two sweeps per summarizer with all seven conditions\n" + tail(harness.log),
     )
     for name in names:
         conds = conditions(harness, name)

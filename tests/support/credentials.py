@@ -8,6 +8,8 @@ import json
 import random
 import string
 
+from hypothesis import strategies as st
+
 _ALNUM = string.ascii_letters + string.digits
 
 
@@ -37,7 +39,10 @@ def generated(seed: int) -> dict[str, tuple[str, str]]:
     )
     password = _pick(rng, _ALNUM, 18)
     api_key = "sk-proj-" + _pick(rng, _ALNUM, 40)
-    hex_secret = _pick(rng, "0123456789abcdef", 40)
+    opaque = [_pick(rng, _ALNUM, rng.randint(12, 40)) for _ in range(3)]
+    header = rng.choice(["Authorization: Bearer", "X-Chroma-Token:", "X-Api-Key:"])
+    variable = rng.choice(["CHROMA_TOKEN", "HF_TOKEN", "VAULT_TOKEN"])
+    flag = rng.choice(["--password ", "--token=", "--api-key ", "-p"])
     body = "\n".join(_pick(rng, _ALNUM + "+/", 64) for _ in range(4))
     private_key = f"-----BEGIN RSA PRIVATE KEY-----\n{body}\n-----END RSA PRIVATE KEY-----"
     return {
@@ -51,6 +56,125 @@ def generated(seed: int) -> dict[str, tuple[str, str]]:
             f"Connected to postgres://admin:{password}@db.internal.example:5432/orders fine.",
         ),
         "secret-keyword": (api_key, f"Set OPENAI_API_KEY={api_key} in the shell first."),
-        "hex-high-entropy-string": (hex_secret, f'The signing salt is "{hex_secret}" for now.'),
+        "credential-header": (opaque[0], f"Sent -H '{header} {opaque[0]}' to the store."),
+        "credential-variable": (opaque[1], f"Ran {variable}={opaque[1]} make test there."),
+        "credential-flag": (opaque[2], f"Loaded it with mysql -u app {flag}{opaque[2]} orders."),
         "private-key": (body.splitlines()[1], f"Deploy key:\n{private_key}\nthen restart."),
     }
+
+
+# Generated shapes of the credentials masked for where they stand (redaction.CONTEXT_RULES):
+# (the secret, a spelling with spaces as people write it, a compact one that is a single
+# token, a code span's or a URL's reference, or None where the shape has none).
+Shape = tuple[str, str, str | None]
+# With a digit: a word of letters after `Authorization:` may be its scheme, and is then
+# masked with the word after it (the safe side); and no digit-free placeholder contains it.
+SECRET = st.text(_ALNUM + "._~+/=-", min_size=12, max_size=40).filter(
+    lambda s: (
+        len(set(s)) >= 4
+        and any(c.isdigit() for c in s)
+        and not s.startswith(("-", "/", "="))
+        and not s.endswith("=")
+    )
+)
+_WORD = st.text(string.ascii_lowercase, min_size=1, max_size=7)
+
+
+def _cased(name: str, how: int) -> str:
+    return (name.lower(), name.upper(), name.title())[how]
+
+
+@st.composite
+def header_shapes(draw: st.DrawFn) -> Shape:
+    """Authorization with any scheme or none, or any *-Token/-Key/-Secret/-Password header."""
+    secret = draw(SECRET)
+    if draw(st.booleans()):
+        name = draw(st.sampled_from(["Authorization", "Proxy-Authorization"]))
+        scheme = draw(
+            st.sampled_from(["Bearer ", "Basic ", "token ", "Digest ", ""])
+            | _WORD.map(lambda w: w.title() + " ")
+        )
+    else:
+        word = draw(st.sampled_from(["token", "key", "secret", "password", "api-key"]))
+        words = [*draw(st.lists(_WORD, min_size=1, max_size=2)), word]
+        name, scheme = "-".join(["x", *words] if draw(st.booleans()) else words), ""
+    name = _cased(name, draw(st.integers(0, 2)))
+    quote = draw(st.sampled_from(["'", '"']))
+    spaced = f"curl -H {quote}{name}: {scheme}{secret}{quote} https://api.example.test/v1"
+    return secret, spaced, None if scheme else f"{name}:{secret}"
+
+
+@st.composite
+def variable_shapes(draw: st.DrawFn) -> Shape:
+    """An env-style NAME that says it holds a credential, with any value, quoted or not."""
+    secret = draw(SECRET)
+    word = draw(st.sampled_from(["TOKEN", "SECRET", "PASSWORD", "PASSWD", "API_KEY", "KEY"]))
+    prefix = draw(st.lists(_WORD.map(str.upper), min_size=0 if word != "KEY" else 1, max_size=2))
+    name = "_".join([*prefix, word])
+    quote = draw(st.sampled_from(["", "'", '"']))
+    spaced = draw(
+        st.sampled_from(
+            [
+                f"export {name}={quote}{secret}{quote}",
+                f"{name}={quote}{secret}{quote} make test",
+                f'{{"{name}": "{secret}"}}',
+                f"{name}: {quote}{secret}{quote}",
+            ]
+        )
+    )
+    return secret, spaced, f"{name}={secret}"
+
+
+@st.composite
+def flag_shapes(draw: st.DrawFn) -> Shape:
+    """A command-line flag that passes a credential: --password x, --token=x, mysql's -pX."""
+    secret = draw(SECRET)
+    if draw(st.booleans()):
+        tool = draw(st.sampled_from(["mysql", "mysqldump", "mysqladmin", "mariadb"]))
+        return secret, f"{tool} -u app -h db.internal -p{secret} orders", None
+    words = draw(st.lists(_WORD, max_size=2))
+    word = draw(st.sampled_from(["password", "passwd", "token", "secret", "api-key", "apikey"]))
+    flag = "--" + "-".join([*words, word])
+    joined = draw(st.sampled_from(["=", " "]))
+    return secret, f"deploy {flag}{joined}{secret} --verbose", f"{flag}={secret}"
+
+
+CONTEXT_SHAPES = header_shapes() | variable_shapes() | flag_shapes()
+
+
+# References that look random and are not secrets: commits (short or full), UUIDs, digests
+# (hex, `sha256:`, SRI), the ledger's own 24-hex digests; each with where it stands.
+_HEX = "0123456789abcdef"
+COMMIT = st.text(_HEX, min_size=7, max_size=40).filter(
+    lambda s: any(c.isdigit() for c in s) and any(c.isalpha() for c in s) and len(set(s)) > 3
+)
+UUID = st.uuids().map(str) | st.uuids().map(lambda u: str(u).upper())
+DIGEST = (
+    st.text(_HEX, min_size=64, max_size=64).map(lambda h: f"sha256:{h}")
+    | st.text(_HEX, min_size=64, max_size=64)
+    | st.binary(min_size=32, max_size=64).map(
+        lambda b: f"sha{len(b) * 8}-{base64.b64encode(b).decode()}"
+    )
+)
+LEDGER_DIGESTS = st.lists(st.text(_HEX, min_size=24, max_size=24), min_size=1, max_size=4).map(
+    json.dumps
+)
+REFERENCE_LIKE = COMMIT | UUID | DIGEST
+
+
+@st.composite
+def reference_sentences(draw: st.DrawFn) -> tuple[str, str]:
+    """(the identifier, a sentence naming it: bare, quoted, in a code span or a JSON key)."""
+    ref = draw(REFERENCE_LIKE)
+    template = draw(
+        st.sampled_from(
+            [
+                "Reverted {} in the billing module.",
+                "Pinned the base image to '{}' after the review.",
+                'The lockfile says "{}" for it.',
+                "Checked out `{}` and reran it.",
+                '{{"commit": "{}", "ok": true}}',
+            ]
+        )
+    )
+    return ref, template.format(ref)

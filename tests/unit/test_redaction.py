@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controller.core.memories import Memory
 from controller.core.references import extract_references
 from controller.core.summary import OtherWriter, StructuredSummary, SummaryItem
 from controller.redaction import DEFAULT_REDACTION, PassRedaction, Redaction
-from tests.support.credentials import generated
+from tests.support.credentials import (
+    CONTEXT_SHAPES,
+    LEDGER_DIGESTS,
+    Shape,
+    generated,
+    reference_sentences,
+)
 
 KINDS = list(generated(0))
 
@@ -45,6 +53,10 @@ def test_a_reference_keeps_its_shape_with_the_secret_masked() -> None:
         "the password: is wrong, fix controller/core/merge.py at commit 2a093a7",
         'run `pytest tests/unit -k "test_merge_keeps_items"` now',
         "The API key rotation happens monthly, the secret store holds them.",
+        # names a credential without holding one
+        "Set MAX_TOKENS=4096 and TOKEN_FILE=/run/secrets/token; read $HF_TOKEN from the env.",
+        "docker login --password-stdin < f; ssh -p 2222 host; mkdir -p a/b; docker run -p 8080:80",
+        "The gate reads the `X-Chroma-Token` header (or Authorization) and drops both.",
     ],
 )
 def test_ordinary_text_is_left_as_it_is(text: str) -> None:
@@ -86,7 +98,8 @@ def test_a_memory_is_masked_in_every_field_and_counted_per_row() -> None:
     assert all(creds[k][0] not in text for k in creds)
     assert mask.counts() == {
         "aws-access-key": 1,
-        "github-token": 2,
+        "credential-header": 1,  # the header's value, its scheme and the token in one
+        "github-token": 1,
         "json-web-token": 1,
         "slack-token": 1,
     }
@@ -139,3 +152,33 @@ def test_the_fingerprint_names_the_rules_and_nothing_else() -> None:
         for r in (DEFAULT_REDACTION, same[0], Redaction((("a", "y+"),)), Redaction((("b", "x+"),)))
     }
     assert len(fingerprints) == 4
+
+
+@given(shape=CONTEXT_SHAPES, around=st.sampled_from(["{}", "Ran {} twice.", "`{}`", "a\n{}\nb"]))
+@settings(max_examples=400, deadline=None)
+def test_a_credential_is_masked_for_where_it_stands_whatever_its_shape(
+    shape: Shape, around: str
+) -> None:
+    """Headers that carry one, env-style names that name one, flags that pass one."""
+    secret, spaced, compact = shape
+    before, after = around.split("{}")
+    for text in (spaced, compact):
+        if text is not None:
+            masked = DEFAULT_REDACTION.text(around.format(text))
+            assert secret not in masked and "[redacted: " in masked, masked
+            assert masked.startswith(before) and masked.endswith(after), masked  # a code span
+
+
+@given(found=reference_sentences())
+@settings(max_examples=400, deadline=None)
+def test_an_identifier_that_looks_random_is_a_reference_not_a_secret(
+    found: tuple[str, str],
+) -> None:
+    """Commits (short, full, quoted or not), UUIDs, digests: kept verbatim."""
+    _, sentence = found
+    assert DEFAULT_REDACTION.text(sentence) == sentence
+
+
+@given(digests=LEDGER_DIGESTS)
+def test_the_ledgers_own_digest_lists_are_not_secrets(digests: str) -> None:
+    assert DEFAULT_REDACTION.spans(digests) == []

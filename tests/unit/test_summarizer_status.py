@@ -3,9 +3,14 @@ writer changes only its own conditions, whatever order the writes come in."""
 
 import itertools
 
-from controller.api import Condition, SessionSummarizerStatus
+import pytest
+from pydantic import ValidationError
+
+from controller.api import Condition, SessionSummarizerSpec, SessionSummarizerStatus
+from controller.status.readiness import REQUIRED, summarizer_readiness
 from controller.status.summarizer_status import (
     SweepReport,
+    spec_valid,
     store_reachable,
     sweep_failure,
     with_conditions,
@@ -81,7 +86,6 @@ def test_a_failure_with_an_empty_message_still_says_what_failed() -> None:
 from hypothesis import given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from controller.status.readiness import REQUIRED  # noqa: E402
 from controller.status.summarizer_status import MarkerScanReport, settled  # noqa: E402
 
 OWNED = [*REQUIRED, "Swept", "SunsetMarkers"]
@@ -157,3 +161,33 @@ def test_markers_of_sessions_without_memories_are_reported_not_requested() -> No
     cond = report.condition
     assert cond.status == "False"
     assert MarkerScanReport.of([], [], []) is None
+
+
+@pytest.mark.parametrize("pattern", [r"\pL{1000}", r"(?=x)", r"(a)\1", r"a\Z"])
+def test_a_spec_the_operator_cannot_use_stalls_its_summarizer_naming_the_field(
+    pattern: str,
+) -> None:
+    """A redaction pattern RE2 refuses (or one over its bound): SpecValid False, and Ready
+    False with InvalidSpec even when every probe had passed under the previous spec."""
+    spec = {"redaction": {"extraPatterns": [{"name": "mine", "pattern": pattern}]}}
+    with pytest.raises(ValidationError) as refused:
+        SessionSummarizerSpec.model_validate(spec)
+    cond = spec_valid(refused.value)
+    assert (cond.type, cond.status, cond.reason) == ("SpecValid", "False", "InvalidSpec")
+    assert cond.message.startswith("spec.redaction.extraPatterns.0.pattern: ")
+    assert "not a pattern RE2 accepts" in cond.message
+    healthy = [
+        Condition(type=t, status="True", reason="OK")
+        for t in (
+            "SecretsAllowed",
+            "StoreReachable",
+            "EmbeddingReady",
+            "ModelReady",
+            "ReplicaActive",
+        )
+    ]
+    ready = {c.type: c for c in summarizer_readiness([*healthy, cond])}
+    assert (ready["Ready"].status, ready["Ready"].reason) == ("False", "InvalidSpec")
+    assert ready["Stalled"].status == "True"
+    accepted = {c.type: c for c in summarizer_readiness([*healthy, spec_valid(None)])}
+    assert accepted["Ready"].reason == "Healthy"
