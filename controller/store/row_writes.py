@@ -10,9 +10,10 @@ was read (the fence of its claim, the document it last saw), then one upsert of 
 admitted passes' ledger records and one of their rows. A pass refused by its checks is
 left out of the group. A request the store does not answer fails every pass in it, as it
 would have failed each alone; one the store answers with a refusal is sent again row by
-row, so a row Chroma refuses fails alone. Between the read that checks a row and its
-upsert there is what there was for a write alone, plus the other rows' checks (no I/O
-unless a fence is ahead of the claim's): Chroma has no conditional write either way.
+row, each read and checked again as if alone, so a row Chroma refuses fails alone.
+Between the read that checks a row and its upsert there is what there was for a write
+alone, plus the other rows' checks (no I/O unless a fence is ahead of the claim's or
+another cluster's): Chroma has no conditional write either way.
 Replaced ledger segments are deleted after the rows are written.
 """
 
@@ -184,10 +185,8 @@ class RowWrites(Collections):
                 "a group write of %d rows failed (%s); writing them one by one", len(admitted), exc
             )
             for one in admitted:
-                try:
-                    self._upsert([one])
-                except Exception as alone:
-                    one.write.error = alone
+                self.write_rows([one.write])
+            return
         # Older generations' segments are garbage once the head is written (never read:
         # read_entry), so they go after the rows, never between a row's check and its write.
         for one in admitted:
