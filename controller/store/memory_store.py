@@ -232,7 +232,7 @@ class MemoryStore(RowWrites, Forgetting):
         Samples one stored vector, once per store: after a match the answer is kept. A
         collection whose first rows are still being indexed can fail the sample ("Nothing
         found on disk" from the HNSW reader); the write then relies on Chroma's own check,
-        which write_summary turns into the same EmbeddingMismatch. Returns the collection's
+        which write_rows turns into the same EmbeddingMismatch. Returns the collection's
         dimension when it is known (None: empty, not indexed yet, or not created yet).
         """
         if self._verified_dimension == dimension:

@@ -123,20 +123,6 @@ class RowWrites(Collections):
         metas = got.get("metadatas") or [None] * len(got["ids"])
         return {i: (d, dict(m or {})) for i, d, m in zip(got["ids"], docs, metas, strict=False)}
 
-    def write_summary(
-        self,
-        session_id: str,
-        document: str,
-        metadata: Mapping[str, str | int | float | bool],
-        embedding: Sequence[float],
-        fence: Mapping[str, int | str] | None = None,
-    ) -> None:
-        """Writes one session's ledger entry (with these fence keys) and row, unchecked."""
-        keys = dict(fence or {})
-        write = RowWrite(session_id, document, metadata, embedding, admit=lambda _: keys)
-        self.write_rows([write])
-        write.result()
-
     def write_rows(self, writes: Sequence[RowWrite]) -> None:
         """Writes these sessions' ledger entries (the writer's state and the fence of its
         grant), then their rows (id summary_<sessionId>: the document and the keys readers
