@@ -34,7 +34,6 @@ What it holds, and who makes and closes each part:
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import threading
 from collections.abc import Callable
@@ -45,6 +44,8 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from controller.config import OperatorConfig
+from controller.core.fencing import FenceUnavailable
+from controller.core.text import one_line
 from controller.embeddings.minilm import MiniLMWeights
 from controller.kube import client as kube
 from controller.kube.events import EventRecorder
@@ -66,9 +67,6 @@ class RunOptions:
     standalone: bool = True
     peering: str = PEERING_NAME
     namespaces: tuple[str, ...] = ()
-
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -132,14 +130,16 @@ class Runtime:
 
     def fence_authority(self) -> str:
         """The cluster's identity, which issues the claims' fences (core/fencing.py): its
-        kube-system namespace's UID, read on first use; "" (unknown) while it cannot be
-        read (RBAC, API down), read again next time. Blocking: a pass's thread calls it."""
+        kube-system namespace's UID, read on first use. Raises FenceUnavailable while it
+        cannot be read (RBAC, API down): no fence, nothing written. Blocking."""
         if not self.authority:
             try:
                 meta = kube.core().read_namespace("kube-system").metadata
             except (ApiException, urllib3.exceptions.HTTPError) as exc:
-                log.warning("cannot read kube-system's UID (the fences' authority): %s", exc)
-                return ""
+                raise FenceUnavailable(
+                    "cannot read the UID of namespace kube-system, this cluster's identity in "
+                    f"the store's fences (the operator needs get on it): {one_line(exc, 200)}"
+                ) from None
             self.authority = str(meta.uid or "") if meta is not None else ""
         return self.authority
 

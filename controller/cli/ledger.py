@@ -1,5 +1,6 @@
 """summaryctl ledger: a session's ledger entry, the operator's state beside its row
-(core/ledger.py), for a person or, with --json, whole."""
+(core/ledger.py), for a person or, with --json, whole; summaryctl handover: the store's
+ledger made this cluster's (core/fencing.py, "authority")."""
 
 from __future__ import annotations
 
@@ -56,4 +57,25 @@ def cmd_ledger(args: argparse.Namespace) -> int:
         print(json.dumps({"document": document, "keys": keys}, indent=2, ensure_ascii=False))
     else:
         print("\n".join(_ledger_lines(args.session_id, document, keys)))
+    return 0
+
+
+def cmd_handover(args: argparse.Namespace) -> int:
+    """Hands the store to this cluster (the current kube context's): removes every other
+    cluster's authority record, so this cluster's operator takes their rows over at its
+    next write of each. A cluster whose operator still runs writes its record again."""
+    from controller.cli.settings import load_summarizer
+    from controller.core.text import ms_to_rfc3339
+    from controller.kube.client import core
+
+    store = _store(args, load_summarizer(args))
+    mine = str(getattr(core().read_namespace("kube-system").metadata, "uid", ""))
+    with store_errors():
+        others = [r for r in store.authorities() if r.uid != mine]
+        if others:
+            store.remove_authorities([r.uid for r in others])
+    for r in others:
+        renewed = ms_to_rfc3339(r.renewed_ms)
+        print(f"removed cluster {r.uid} (last renewed by {r.holder} at {renewed}, its clock)")
+    print(f"{store.location.ledger_collection} is cluster {mine}'s ({len(others)} removed)")
     return 0

@@ -36,6 +36,7 @@ from controller.core.row_ownership import document_digest
 from controller.core.summary import SUMMARY_FORMAT, PriorSummary, UnreadablePriorSummary
 from controller.core.summary_row import from_chroma_row
 from controller.redaction import PassRedaction
+from controller.store.authorities import Authorities
 from controller.store.collections import batches
 from controller.store.errors import (
     CollectionNotFound,
@@ -52,7 +53,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class MemoryStore(RowWrites, Forgetting):
+class MemoryStore(RowWrites, Forgetting, Authorities):
     """Reads memories and reads/writes summaries in one Chroma database."""
 
     def session_rows(

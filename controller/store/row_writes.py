@@ -97,16 +97,16 @@ class RowWrites(Collections):
 
     def read_row_states(self, session_ids: Sequence[str]) -> dict[str, RowState]:
         """Each session's row as a write finds it right before it writes: the fence of the
-        claim grant that last wrote it (core/fencing.py: from its ledger entry or, for a row
-        of the previous release, the row itself), the digest of its document (None: no row)
-        and its ledger entry's head (what the write appends to). Two reads for all."""
+        claim grant that last wrote it (core/fencing.py: from its ledger entry), the digest
+        of its document (None: no row) and its ledger entry's head (what the write appends
+        to). Two reads for all."""
         ids = [summary_row_id(s) for s in session_ids]
         heads = self._by_id(self._on_ledger, "reading the ledger entries", ids, ["metadatas"])
         rows = self._by_id(self._on_summaries, "reading the rows", ids, ["documents", "metadatas"])
         states = {}
         for sid, row_id in zip(session_ids, ids, strict=True):
             head, row = heads.get(row_id), rows.get(row_id)
-            fence = recorded_fence(head[1] if head else None, row[1] if row else None)
+            fence = recorded_fence(head[1] if head else None)
             digest = document_digest(row[0] or "") if row is not None else None
             states[sid] = RowState(fence, digest, head[1] if head else None)
         return states
