@@ -107,12 +107,10 @@ class OperatorConfig(BaseSettings):
     allowed_model_urls: Annotated[tuple[UrlPrefix, ...], NoDecode] = ()
 
     def setting(self, field: str) -> str:
-        """Where whoever reads a message changes this setting: the chart value in a Pod,
-        the environment variable for a local process."""
-        if in_pod():
-            head, *rest = field.split("_")
-            return f"the chart value operator.{head}{''.join(w.title() for w in rest)}"
-        return f"SSO_{field.upper()} in the operator process's environment"
+        """Where a message's reader changes a setting: the chart value in a Pod, else SSO_*."""
+        head, *rest = field.split("_")
+        chart = f"the chart value operator.{head}{''.join(w.title() for w in rest)}"
+        return chart if in_pod() else f"SSO_{field.upper()} in the operator process's environment"
 
     @property
     def claim_renew_period(self) -> float:

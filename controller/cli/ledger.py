@@ -1,6 +1,5 @@
 """summaryctl ledger: a session's ledger entry, the operator's state beside its row
-(core/ledger.py), for a person or, with --json, whole; summaryctl handover: the store's
-ledger made this cluster's (core/fencing.py, "authority")."""
+(core/ledger.py), for a person or, with --json, whole; and summaryctl handover."""
 
 from __future__ import annotations
 
@@ -61,9 +60,9 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 
 def cmd_handover(args: argparse.Namespace) -> int:
-    """Hands the store to this cluster (the current kube context's): removes every other
-    cluster's authority record, so this cluster's operator takes their rows over at its
-    next write of each. A cluster whose operator still runs writes its record again."""
+    """Hands the store to this cluster (the current kube context's): every other cluster's
+    authority record goes, so this cluster's operator takes their rows over at its next
+    write of each (core/fencing.py). A cluster whose operator still runs renews its own."""
     from controller.cli.settings import load_summarizer
     from controller.core.text import ms_to_rfc3339
     from controller.kube.client import core
@@ -72,10 +71,8 @@ def cmd_handover(args: argparse.Namespace) -> int:
     mine = str(getattr(core().read_namespace("kube-system").metadata, "uid", ""))
     with store_errors():
         others = [r for r in store.authorities() if r.uid != mine]
-        if others:
-            store.remove_authorities([r.uid for r in others])
+        store.remove_authorities([r.uid for r in others])
     for r in others:
-        renewed = ms_to_rfc3339(r.renewed_ms)
-        print(f"removed cluster {r.uid} (last renewed by {r.holder} at {renewed}, its clock)")
-    print(f"{store.location.ledger_collection} is cluster {mine}'s ({len(others)} removed)")
+        print(f"removed cluster {r.uid} (renewed by {r.holder}, {ms_to_rfc3339(r.renewed_ms)})")
+    print(f"{store.location.ledger_collection} is cluster {mine}'s")
     return 0

@@ -1,13 +1,7 @@
-"""Fencing: may a write land over the row's? Pure (docs/ledger.md, "Fences and the authority
-that issued them").
-
-A fence is a claim grant's resourceVersion, which only grows within one etcd history, and
-the authority that issued it (the cluster: its kube-system UID). Each row's ledger entry
-records the fence that wrote it. A newer grant of our authority refuses the write; a number
-ahead of every grant since ours is our own history gone back (an etcd restore), taken over.
-Another authority's fence is history too, unless that cluster's operator still renews its
-record in the store (AuthorityRecord): two live clusters never alternate writes.
-"""
+"""Fencing: may a write land over the row's? Pure. A fence is a claim grant's resourceVersion
+(it only grows within one etcd history) and the cluster that issued it; another cluster's
+is history unless that cluster still renews its record in the store, so two live clusters
+never alternate writes (docs/ledger.md, "Fences and the authority that issued them")."""
 
 from __future__ import annotations
 
@@ -125,7 +119,6 @@ def still_writing(
 
 
 def conflict_message(session_id: str, found: Fence, mine: Fence, record: AuthorityRecord) -> str:
-    """Why a live cluster's row is refused, both clusters named."""
     return (
         f"the row of session {session_id!r} was written by cluster {found.authority} (fence "
         f"{found.number}), whose operator ({record.holder}) still renews its authority in "
@@ -136,14 +129,11 @@ def conflict_message(session_id: str, found: Fence, mine: Fence, record: Authori
 
 
 def takeover_message(session_id: str, found: Fence, mine: Fence, verdict: Admission) -> str:
-    """What the object says when a write took a row over from another history."""
     where = (
         f"another cluster ({found.authority or 'unknown'}), whose operator no longer writes "
-        "this store"
-        if verdict == "other-authority"
-        else "a history of this cluster that its own no longer orders (an etcd restored "
-        "from a backup?)"
-    )
+        "this store" if verdict == "other-authority" else "a history of this cluster that "
+        "its own no longer orders (an etcd restored from a backup?)"
+    )  # fmt: skip
     return (
         f"the row of session {session_id!r} was last written under a claim of {where}, fence "
         f"{found.number}; this cluster's claim (fence {mine.number}) took it over, keeping "

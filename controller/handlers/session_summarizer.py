@@ -209,7 +209,7 @@ async def renew_authority(
     runtime, spec, now_ms = Runtime.of(memo), _validate(body), int(time.time() * 1000)
 
     def renew() -> None:
-        mine = (runtime.fence_authority(), CONFIG.replica_id, now_ms, CONFIG.claim_ttl_seconds)
+        mine = (runtime.fence_authority, CONFIG.replica_id, now_ms, CONFIG.claim_ttl_seconds)
         with runtime.parts.store(namespace, name, spec) as store:
             store.renew_authority(AuthorityRecord(*mine))
 

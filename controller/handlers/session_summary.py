@@ -260,7 +260,7 @@ def _claimed_pass(
     )
     # Like every step of a pass, the claim's API calls wait while a first summary runs.
     with trace.giving_way(runtime.scheduler.give_way)("claimed"), failures_shown():
-        handle.authority = runtime.fence_authority()
+        handle.authority = runtime.fence_authority
         handle.acquire()
     # Phase Summarizing only for a pass still running after a while (a timer's thread); the
     # outcome's status waits for that patch, so it never lands over the outcome.

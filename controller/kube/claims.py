@@ -7,7 +7,6 @@ another cluster's (docs/architecture.md, "Exactly one writer")."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -56,10 +55,6 @@ def _api() -> client.CustomObjectsApi:
     return kube.custom()
 
 
-def _status(exc: BaseException) -> int | None:
-    return exc.status if isinstance(exc, ApiException) else None
-
-
 @dataclass
 class Sightings:
     """What a writer remembers between attempts (its caller keeps it: kopf's per-object
@@ -94,7 +89,6 @@ class SessionClaimHandle:
     took_over: str | None = None  # what the object says of a row taken over from a history
     api_calls: int = 0
     renewals: int = 0
-    conflicts: int = 0
     _claim: Claim | None = field(default=None, repr=False)
     _version: str | None = field(default=None, repr=False)
     _uid: str | None = field(default=None, repr=False)  # the claim object's, as granted
@@ -135,11 +129,13 @@ class SessionClaimHandle:
             "spec": claim.spec(),
         }
 
-    def _call(self, missing: tuple[int, ...], call: Callable[..., Any], *args: Any) -> Any:
+    def _call(
+        self, missing: tuple[int, ...], call: Callable[..., Any], *args: Any, **kw: Any
+    ) -> Any:
         """One API call on the claim; None when it answers one of these statuses."""
         self.api_calls += 1
         try:
-            return call(GROUP, VERSION, CLAIM_PLURAL, *args)
+            return call(GROUP, VERSION, CLAIM_PLURAL, *args, **kw)
         except ApiException as exc:
             if exc.status in missing:
                 return None
@@ -157,9 +153,9 @@ class SessionClaimHandle:
     ) -> dict[str, Any] | None:
         """The object written, or None on a resourceVersion conflict (someone wrote it
         since) or if it is gone."""
-        replace = functools.partial(_api().replace_cluster_custom_object, _request_timeout=timeout)
-        made = self._call((404, 409), replace, self.name, self._body(claim, resource_version))
-        self.conflicts += made is None
+        body = self._body(claim, resource_version)
+        made = self._call((404, 409), _api().replace_cluster_custom_object, self.name, body,
+                          _request_timeout=timeout)  # fmt: skip
         return cast(dict[str, Any] | None, made)
 
     def _get(self) -> dict[str, Any] | None:
@@ -196,14 +192,7 @@ class SessionClaimHandle:
             obj = self._get()
             if obj is None:
                 continue  # released between our create and our read: create again
-            version = str(obj["metadata"]["resourceVersion"])
-            now = time.monotonic()
-            self.seen.claim = sighted(self.seen.claim, self.name, version, now)
-            existing = parse_claim(obj.get("spec"), self.duration_s)
-            if decide(existing, self.seen.claim, self.writer, now) == "held":
-                assert existing is not None
-                wait = held_for_s(existing, self.seen.claim, now)
-                raise ClaimHeld(existing, wait, lost_races=lost_races)
+            version = self._unless_held(obj, lost_races)
             claim, sent = self._new_claim(), time.monotonic()
             made = self._replace(claim, version)
             if made is not None:
@@ -216,18 +205,23 @@ class SessionClaimHandle:
         that holds it now (ClaimHeld) or, if none is live, to say so (ClaimContended)."""
         obj = self._get()
         if obj is not None:
-            now = time.monotonic()
-            version = str(obj["metadata"]["resourceVersion"])
-            self.seen.claim = sighted(self.seen.claim, self.name, version, now)
-            holder = parse_claim(obj.get("spec"), self.duration_s)
-            if holder is not None and decide(holder, self.seen.claim, self.writer, now) == "held":
-                wait = held_for_s(holder, self.seen.claim, now)
-                raise ClaimHeld(holder, wait, lost_races=CONFLICT_RETRIES)
+            self._unless_held(obj, CONFLICT_RETRIES)
         raise ClaimContended(
             f"the claim on session {self.session_id!r} changed under us {CONFLICT_RETRIES} "
             "times while we tried to take it, and no other live writer held it when we last "
             "read it; nothing written"
         )
+
+    def _unless_held(self, obj: dict[str, Any], lost_races: int) -> str:
+        """The claim object's resourceVersion, seen now; raises ClaimHeld while another
+        writer's claim in it is live as far as our own clock can tell."""
+        version, now = str(obj["metadata"]["resourceVersion"]), time.monotonic()
+        self.seen.claim = sighted(self.seen.claim, self.name, version, now)
+        holder = parse_claim(obj.get("spec"), self.duration_s)
+        if holder is not None and decide(holder, self.seen.claim, self.writer, now) == "held":
+            wait = held_for_s(holder, self.seen.claim, now)
+            raise ClaimHeld(holder, wait, lost_races=lost_races)
+        return version
 
     # -- the holder ----------------------------------------------------------------------
 
@@ -357,15 +351,13 @@ class SessionClaimHandle:
         for _ in range(CONFLICT_RETRIES):
             if version is None:
                 return  # never taken, gone, or no longer ours
-            self.api_calls += 1
-            try:
-                pre = client.V1Preconditions(resource_version=version)
-                b = client.V1DeleteOptions(preconditions=pre)
-                _api().delete_cluster_custom_object(GROUP, VERSION, CLAIM_PLURAL, self.name, body=b)
+            pre = client.V1DeleteOptions(
+                preconditions=client.V1Preconditions(resource_version=version)
+            )
+            try:  # at our version; gone (404) is released too
+                self._call((404,), _api().delete_cluster_custom_object, self.name, body=pre)
                 return
             except Exception as exc:
-                if _status(exc) == 404:
-                    return
                 failure = exc
             # A conflict, or no answer: the claim may have moved on under our name (our own
             # renewal applied, its answer lost) or be gone (this delete applied). Read it.

@@ -44,4 +44,5 @@ class Authorities(Collections):
 
     def remove_authorities(self, uids: Sequence[str]) -> None:
         ids = [authority_record_id(uid) for uid in uids]
-        self._on_ledger("removing authority records", lambda coll: coll.delete(ids=ids))
+        if ids:
+            self._on_ledger("removing authority records", lambda coll: coll.delete(ids=ids))
