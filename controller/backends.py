@@ -70,7 +70,9 @@ def redaction_of(spec: SessionSummarizerSpec) -> Redaction:
 
 def check_endpoint(field: str, url: str) -> None:
     """Raises EndpointNotAllowed when the operator's allowed endpoints exclude url."""
-    refusal = endpoint_refusal(field, url, CONFIG.allowed_endpoints)
+    refusal = endpoint_refusal(
+        field, url, CONFIG.allowed_endpoints, CONFIG.setting("allowed_endpoints")
+    )
     if refusal is not None:
         raise EndpointNotAllowed(refusal)
 
@@ -103,7 +105,8 @@ def check_memory_destinations(
             namespace, name, annotations.get(ALLOWED_MODEL_URLS_ANNOTATION)
         )
     for where, url in destinations:
-        refusal = memory_destination_refusal(where, url, credential, CONFIG.allowed_model_urls)
+        allow = CONFIG.allowed_model_urls, CONFIG.setting("allowed_model_urls")
+        refusal = memory_destination_refusal(where, url, credential, *allow)
         if refusal is not None:
             raise MemoryDestinationNotAllowed(refusal)
 

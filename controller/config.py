@@ -106,6 +106,12 @@ class OperatorConfig(BaseSettings):
     # memorycore.io/allowed-model-urls annotation; empty: none (docs/security.md).
     allowed_model_urls: Annotated[tuple[UrlPrefix, ...], NoDecode] = ()
 
+    def setting(self, field: str) -> str:
+        """Where a message's reader changes a setting: the chart value in a Pod, else SSO_*."""
+        head, *rest = field.split("_")
+        chart = f"the chart value operator.{head}{''.join(w.title() for w in rest)}"
+        return chart if in_pod() else f"SSO_{field.upper()} in the operator process's environment"
+
     @property
     def claim_renew_period(self) -> float:
         return self.claim_renew_seconds or self.claim_ttl_seconds / 3
@@ -140,6 +146,11 @@ class OperatorConfig(BaseSettings):
                 "(e.g. https://api.openai.com/v1, http://chroma.memory.svc:8000)"
             )
         return tuple(prefixes)
+
+
+def in_pod() -> bool:
+    """Running in a Pod (its service account), not as a local process with a kubeconfig."""
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not os.environ.get("KUBECONFIG")
 
 
 def load() -> OperatorConfig:

@@ -34,7 +34,7 @@ What it holds, and who makes and closes each part:
 from __future__ import annotations
 
 import asyncio
-import logging
+import functools
 import os
 import threading
 from collections.abc import Callable
@@ -45,6 +45,8 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from controller.config import OperatorConfig
+from controller.core.fencing import FenceUnavailable
+from controller.core.text import one_line
 from controller.embeddings.minilm import MiniLMWeights
 from controller.kube import client as kube
 from controller.kube.events import EventRecorder
@@ -68,9 +70,6 @@ class RunOptions:
     namespaces: tuple[str, ...] = ()
 
 
-log = logging.getLogger(__name__)
-
-
 @dataclass
 class Runtime:
     config: OperatorConfig
@@ -87,8 +86,6 @@ class Runtime:
     stopping: threading.Event = field(default_factory=threading.Event)
     leader: str | None = None
     summarizers_changed: threading.Event = field(default_factory=threading.Event)
-    # The cluster that issues our claims' fences (kube.client.cluster_authority), read once.
-    authority: str | None = None
 
     @classmethod
     def start(
@@ -130,18 +127,19 @@ class Runtime:
             raise RuntimeError("the operator's runtime is missing from kopf's memo (see run())")
         return runtime
 
+    @functools.cached_property
     def fence_authority(self) -> str:
         """The cluster's identity, which issues the claims' fences (core/fencing.py): its
-        kube-system namespace's UID, read on first use; "" (unknown) while it cannot be
-        read (RBAC, API down), read again next time. Blocking: a pass's thread calls it."""
-        if not self.authority:
-            try:
-                meta = kube.core().read_namespace("kube-system").metadata
-            except (ApiException, urllib3.exceptions.HTTPError) as exc:
-                log.warning("cannot read kube-system's UID (the fences' authority): %s", exc)
-                return ""
-            self.authority = str(meta.uid or "") if meta is not None else ""
-        return self.authority
+        kube-system namespace's UID, read on first use. Raises FenceUnavailable while it
+        cannot be read (RBAC, API down): no fence, nothing written. Blocking."""
+        try:
+            meta = kube.core().read_namespace("kube-system").metadata
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            raise FenceUnavailable(
+                "cannot read the UID of namespace kube-system, this cluster's identity in the "
+                f"store's fences (the operator needs get on it): {one_line(exc, 200)}"
+            ) from None
+        return str(meta.uid or "") if meta is not None else ""
 
     def summarizer_seen(self, namespace: str, name: str, generation: int | None) -> None:
         """A SessionSummarizer's spec, new, changed or seen at start: what was built from

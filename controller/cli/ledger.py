@@ -1,5 +1,5 @@
 """summaryctl ledger: a session's ledger entry, the operator's state beside its row
-(core/ledger.py), for a person or, with --json, whole."""
+(core/ledger.py), for a person or, with --json, whole; and summaryctl handover."""
 
 from __future__ import annotations
 
@@ -56,4 +56,23 @@ def cmd_ledger(args: argparse.Namespace) -> int:
         print(json.dumps({"document": document, "keys": keys}, indent=2, ensure_ascii=False))
     else:
         print("\n".join(_ledger_lines(args.session_id, document, keys)))
+    return 0
+
+
+def cmd_handover(args: argparse.Namespace) -> int:
+    """Hands the store to this cluster (the current kube context's): every other cluster's
+    authority record goes, so this cluster's operator takes their rows over at its next
+    write of each (core/fencing.py). A cluster whose operator still runs renews its own."""
+    from controller.cli.settings import load_summarizer
+    from controller.core.text import ms_to_rfc3339
+    from controller.kube.client import core
+
+    store = _store(args, load_summarizer(args))
+    mine = str(getattr(core().read_namespace("kube-system").metadata, "uid", ""))
+    with store_errors():
+        others = [r for r in store.authorities() if r.uid != mine]
+        store.remove_authorities([r.uid for r in others])
+    for r in others:
+        print(f"removed cluster {r.uid} (renewed by {r.holder}, {ms_to_rfc3339(r.renewed_ms)})")
+    print(f"{store.location.ledger_collection} is cluster {mine}'s")
     return 0

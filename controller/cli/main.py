@@ -22,7 +22,7 @@ from controller.cli.args import (
 )
 from controller.cli.commands import cmd_check, cmd_summaries, cmd_summarize, cmd_sunset
 from controller.cli.erase import cmd_forget, cmd_rebuild
-from controller.cli.ledger import cmd_ledger
+from controller.cli.ledger import cmd_handover, cmd_ledger
 from controller.cli.verify import cmd_verify
 
 # -- the parser ----------------------------------------------------------------------------
@@ -240,6 +240,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="every key, and the row's document")
     _add_store_args(p)
     p.set_defaults(func=cmd_ledger)
+
+    p = sub.add_parser(
+        "handover",
+        help="hand the store to this cluster: other clusters' rows are taken over at once "
+        "(stop their operators first; docs/operations.md)",
+    )
+    _add_store_args(p)
+    p.set_defaults(func=cmd_handover)
 
     p = sub.add_parser(
         "verify",

@@ -269,15 +269,20 @@ def judge_secret(
     )
 
 
-def endpoint_refusal(field: str, url: str, allowed_endpoints: Sequence[UrlPrefix]) -> str | None:
-    """Why the operator-wide list (SSO_ALLOWED_ENDPOINTS) refuses a URL; None when it
-    allows it (an empty list allows every URL)."""
+def endpoint_refusal(
+    field: str,
+    url: str,
+    allowed_endpoints: Sequence[UrlPrefix],
+    setting: str = "the chart value operator.allowedEndpoints",
+) -> str | None:
+    """Why the operator-wide list (SSO_ALLOWED_ENDPOINTS, set where `setting` says) refuses
+    a URL; None when it allows it (an empty list allows every URL)."""
     if not allowed_endpoints or allowed(url, allowed_endpoints):
         return None
     listed = ", ".join(p.text for p in allowed_endpoints)
     return (
         f"{field} {shown(url)} is not among the operator's allowed endpoints ({listed}); "
-        "a cluster admin may add it (chart value operator.allowedEndpoints)"
+        f"add it to {setting}"
     )
 
 
@@ -296,11 +301,12 @@ def memory_destination_refusal(
     url: str,
     credential: StoreCredential | None,
     install_list: Sequence[UrlPrefix],
+    setting: str = "the chart value operator.allowedModelUrls",
 ) -> str | None:
     """Why memories (and the summaries made of them) may not go to url; None when they may.
     The store credential's owner decides with the annotation; without one, or for a store
-    read without a credential, the install's list (chart value operator.allowedModelUrls);
-    an empty list allows nothing."""
+    read without a credential, the install's list (SSO_ALLOWED_MODEL_URLS, set where
+    `setting` says); an empty list allows nothing."""
     annotation = credential.annotation if credential is not None else None
     if annotation is not None:
         prefixes, invalid = parse_prefixes(annotation)
@@ -311,7 +317,7 @@ def memory_destination_refusal(
     dest = add = shown(url)
     listed = ", ".join(p.text for p in prefixes) or "nothing"
     head = f"{field} {dest} may not receive the memories"
-    admin = f"a cluster admin may add {add} to the chart value operator.allowedModelUrls"
+    admin = f"whoever runs the operator may add {add} to {setting}"
     if credential is None:
         return (
             f"{head}: the store has no credential (store.authSecretRef), so the operator's "

@@ -1,25 +1,7 @@
-"""Fencing: a deposed writer's late write is refused, or at worst only delays facts. Pure.
-
-Each grant of a row's claim carries a number that only grows: the resourceVersion the API
-server gave the claim object when it was granted (created, or taken over). Resource
-versions of one resource type are comparable integers (guaranteed since Kubernetes 1.35,
-KEP-5504; etcd's revision on every etcd-backed server before), and they grow across a
-delete and re-create of the object, so a released or collected claim never hands out a
-smaller number again.
-
-A number means something only within the history that issued it, so a fence is the pair
-(authority, number): the authority is the cluster's identity (the UID of its kube-system
-namespace). The ledger entry of each row records the fence of the grant that wrote it
-(FENCE_KEY, AUTHORITY_KEY). Right before an upsert the writer reads it and writes nothing
-if a newer grant of the same authority wrote it (admits). A fence of another authority (a
-new cluster over the same store), or a number ahead of every grant this authority can have
-made since ours (an etcd restored from a backup: its revisions went back), is history, not
-a newer writer: the row is taken over and the object says so (takeover). Chroma has no
-conditional write, so a writer paused between that read and its upsert can still land a
-row older than the one there: docs/architecture.md ("Exactly one writer") shows why that
-only delays facts, which the next pass restores, and tests/integration/
-test_stale_writes.py checks it.
-"""
+"""Fencing: may a write land over the row's? Pure. A fence is a claim grant's resourceVersion
+(it only grows within one etcd history) and the cluster that issued it; another cluster's
+is history unless that cluster still renews its record in the store, so two live clusters
+never alternate writes (docs/ledger.md, "Fences and the authority that issued them")."""
 
 from __future__ import annotations
 
@@ -28,17 +10,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from controller.core.claim_rules import Sighting, sighted
+
 FENCE_KEY = "fence"
 AUTHORITY_KEY = "fenceAuthority"
-LEGACY_FENCE_KEY = "claimFence"  # the previous release's fence, on the row itself
-UNKNOWN_AUTHORITY = ""  # a fence recorded without one (the previous release's)
+AUTHORITY_RECORD = "authority"  # the `record` key of a cluster's record in the ledger
 _INTEGER = re.compile(r"[1-9][0-9]*")
 
 Admission = Literal["write", "newer-grant", "other-authority", "ahead-of-authority"]
 
 
 class FenceUnavailable(ValueError):
-    """The API server's resourceVersion is not a comparable integer: no fencing number."""
+    """No fence: the resourceVersion is not a comparable integer, or the cluster's identity
+    cannot be read."""
+
+
+class AuthorityConflict(RuntimeError):
+    """The row was written by another cluster whose operator still writes the store."""
 
 
 @dataclass(frozen=True)
@@ -46,15 +34,15 @@ class Fence:
     """A grant's fencing number and the authority (cluster) that issued it."""
 
     number: int
-    authority: str = UNKNOWN_AUTHORITY
+    authority: str
 
     def metadata(self) -> dict[str, int | str]:
         return {FENCE_KEY: self.number, AUTHORITY_KEY: self.authority}
 
 
 def fence_of(resource_version: str) -> int:
-    """The fencing number of a grant: its resourceVersion, which must be a positive integer
-    without leading zeros (KEP-5504's comparable form)."""
+    """A grant's fencing number: its resourceVersion, a positive integer without leading
+    zeros (KEP-5504's comparable form; etcd's revision on every etcd-backed server)."""
     if not _INTEGER.fullmatch(resource_version):
         raise FenceUnavailable(
             f"the API server gave the SessionClaim resourceVersion {resource_version!r}, not a "
@@ -64,54 +52,88 @@ def fence_of(resource_version: str) -> int:
     return int(resource_version)
 
 
-def _integer(value: object) -> int | None:
-    return None if isinstance(value, bool) or not isinstance(value, int) else value
-
-
-def recorded_fence(
-    ledger: Mapping[str, Any] | None, row: Mapping[str, Any] | None = None
-) -> Fence | None:
-    """The fence of the grant that last wrote the row: the ledger entry's, else the one the
-    previous release kept on the row itself (its authority unknown); None for a row without
-    one (written before fencing, by hand, or by another program)."""
-    number = _integer((ledger or {}).get(FENCE_KEY))
-    if number is not None:
-        authority = (ledger or {}).get(AUTHORITY_KEY)
-        return Fence(number, authority if isinstance(authority, str) else UNKNOWN_AUTHORITY)
-    legacy = _integer((row or {}).get(LEGACY_FENCE_KEY))
-    return Fence(legacy) if legacy is not None else None
+def recorded_fence(ledger: Mapping[str, Any] | None) -> Fence | None:
+    """The fence in a ledger entry's head; None without one. A fence recorded without an
+    authority is an unknown cluster's."""
+    number, authority = (ledger or {}).get(FENCE_KEY), (ledger or {}).get(AUTHORITY_KEY)
+    if isinstance(number, bool) or not isinstance(number, int):
+        return None
+    return Fence(number, authority if isinstance(authority, str) else "")
 
 
 def admission(found: Fence | None, mine: Fence, grant_is_current: bool) -> Admission:
     """May a writer holding grant `mine` write over a row whose ledger carries `found`?
-
-    - write: no fence, ours or older, of the same authority (or of an unknown one);
-    - other-authority: issued by another cluster, whose numbers do not compare with ours;
-    - newer-grant: a newer grant of our authority wrote it: its holder took over from us;
-    - ahead-of-authority: a larger number, while our grant is still the current one
-      (grant_is_current: the claim object is unchanged since our grant or last renewal, so
-      no grant came after ours): our authority's history went back (an etcd restore).
-    A fence of unknown authority (the previous release's) compares as ours.
-    """
+    write: none, or ours or older; other-authority: another cluster's (its numbers do not
+    compare with ours); newer-grant: a newer grant of ours took over; ahead-of-authority: a
+    larger number while our grant is still the current one (grant_is_current: no grant came
+    after ours), so our authority's history went back (an etcd restore)."""
     if found is None:
         return "write"
-    if UNKNOWN_AUTHORITY not in (found.authority, mine.authority) and (
-        found.authority != mine.authority
-    ):
+    if found.authority != mine.authority:
         return "other-authority"
     if found.number <= mine.number:
         return "write"
     return "ahead-of-authority" if grant_is_current else "newer-grant"
 
 
-def takeover_message(session_id: str, found: Fence, mine: Fence, verdict: Admission) -> str:
-    """What the object says when a write took a row over from another history."""
-    where = (
-        f"another cluster (authority {found.authority})"
-        if verdict == "other-authority"
-        else "a history of this cluster that its own no longer orders (an etcd restored "
-        "from a backup?)"
+@dataclass(frozen=True)
+class AuthorityRecord:
+    """A cluster's record in a store's ledger, renewed by its operator while it runs.
+    renewed_ms is the renewer's clock: for people, and compared only for change."""
+
+    uid: str
+    holder: str
+    renewed_ms: int
+    duration_s: float
+
+    def metadata(self) -> dict[str, str | int | float]:
+        return {"record": AUTHORITY_RECORD, "authority": self.uid, "holder": self.holder,
+                "renewTime": self.renewed_ms, "leaseDurationSeconds": self.duration_s}  # fmt: skip
+
+    @classmethod
+    def parse(cls, meta: Mapping[str, Any]) -> AuthorityRecord | None:
+        keys = ("authority", "holder", "renewTime", "leaseDurationSeconds")
+        try:
+            record = cls(*(f(meta[k]) for f, k in zip((str, str, int, float), keys, strict=True)))
+        except (KeyError, TypeError, ValueError):
+            return None
+        return record if record.duration_s > 0 else None
+
+
+def authority_record_id(uid: str) -> str:
+    """Its id in the ledger, apart from the entries' (summary_<sessionId>...)."""
+    return f"authority:{uid}"
+
+
+def still_writing(
+    record: AuthorityRecord | None, sighting: Sighting | None, now_s: float
+) -> tuple[Sighting | None, bool]:
+    """(our sighting after this look, whether the cluster of `record` still writes the
+    store). As a claim's holder (claim_rules.decide), it is live until its record has not
+    changed for its lease on our own clock since we first saw it as it is. No record (never
+    renewed, or removed by summaryctl handover): history."""
+    if record is None:
+        return sighting, False
+    seen = sighted(sighting, record.uid, f"{record.holder}@{record.renewed_ms}", now_s)
+    return seen, now_s - seen.seen_at_s < record.duration_s
+
+
+def conflict_message(session_id: str, found: Fence, mine: Fence, record: AuthorityRecord) -> str:
+    return (
+        f"the row of session {session_id!r} was written by cluster {found.authority} (fence "
+        f"{found.number}), whose operator ({record.holder}) still renews its authority in "
+        f"this store; this cluster ({mine.authority}) writes nothing over it. Two clusters "
+        "write one store: stop one's operator, then run `summaryctl handover` in the other "
+        '(docs/operations.md, "Moving a store to another cluster")'
     )
+
+
+def takeover_message(session_id: str, found: Fence, mine: Fence, verdict: Admission) -> str:
+    where = (
+        f"another cluster ({found.authority or 'unknown'}), whose operator no longer writes "
+        "this store" if verdict == "other-authority" else "a history of this cluster that "
+        "its own no longer orders (an etcd restored from a backup?)"
+    )  # fmt: skip
     return (
         f"the row of session {session_id!r} was last written under a claim of {where}, fence "
         f"{found.number}; this cluster's claim (fence {mine.number}) took it over, keeping "

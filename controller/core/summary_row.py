@@ -24,7 +24,6 @@ from pydantic import ValidationError
 
 from controller.core.coverage import Coverage
 from controller.core.document import FOLDED_MARK
-from controller.core.fencing import LEGACY_FENCE_KEY
 from controller.core.memories import Watermark, trusted_time
 from controller.core.provenance import Provenance
 from controller.core.references import ReferenceOverflow
@@ -92,7 +91,7 @@ ROW_KEYS = (
     *("sourcesJson", "untimedJson", "itemSourcesJson", "skippedRows", "referencesJson"),
     *("referencesOmitted", "referencesOmittedFrom", "referencesOmittedTo"),
     *("referencesOmittedDigests",),
-    LEGACY_FENCE_KEY,  # the previous release's fence on the row (now in the ledger)
+    "claimFence",  # the previous release's fence on the row (now in the ledger)
     *Provenance.METADATA_KEYS,
 )
 

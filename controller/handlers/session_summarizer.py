@@ -26,6 +26,7 @@ from controller.api import (
     SessionSummarizerStatus,
 )
 from controller.config import CONFIG
+from controller.core.fencing import AuthorityRecord, FenceUnavailable
 from controller.core.reconcile_plan import RowCursor
 from controller.core.requeue import to_ask_again_with_progress
 from controller.core.text import one_line
@@ -202,6 +203,28 @@ async def _reprobe(
                 lambda st: with_conditions(st, [cond], generation=generation),
             )
             events.post(body, type_="Normal", reason=cond.reason, message=cond.message)
+
+
+@kopf.timer(GROUP, VERSION, SUMMARIZER_PLURAL, interval=CONFIG.claim_renew_period)
+async def renew_authority(
+    body: kopf.Body, name: str, namespace: str | None, logger: kopf.Logger, memo: kopf.Memo,
+    **_: Any,
+) -> None:  # fmt: skip
+    """This cluster's record in the summarizer's store, renewed while the operator runs, so
+    another cluster's operator over the store can tell it still writes there (core/
+    fencing.py); a timer of its own, which no sweep delays."""
+    assert namespace is not None
+    runtime, spec, now_ms = Runtime.of(memo), _validate(body), int(time.time() * 1000)
+
+    def renew() -> None:
+        mine = (runtime.fence_authority, CONFIG.replica_id, now_ms, CONFIG.claim_ttl_seconds)
+        with runtime.parts.store(namespace, name, spec) as store:
+            store.renew_authority(AuthorityRecord(*mine))
+
+    try:
+        await asyncio.to_thread(renew)
+    except (*upkeep.STORE_ERRORS, FenceUnavailable) as exc:  # the sweep and passes report them
+        logger.debug("authority record not renewed: %s", one_line(exc, 300))
 
 
 @kopf.timer(

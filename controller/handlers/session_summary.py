@@ -14,7 +14,6 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -32,14 +31,14 @@ from controller.api import (
 )
 from controller.backends import Backends
 from controller.config import CONFIG, backoff_seconds
-from controller.core.claim_rules import Sighting, Writer
+from controller.core.claim_rules import Writer
 from controller.core.destinations import (
     DestinationRefused,
     EndpointNotAllowed,
     MemoryDestinationNotAllowed,
     SecretHostNotAllowed,
 )
-from controller.core.fencing import FenceUnavailable
+from controller.core.fencing import AuthorityConflict, FenceUnavailable
 from controller.core.row_ownership import RowChangedDuringPass
 from controller.core.summary import SummaryValidationError, UnreadablePriorSummary
 from controller.core.text import one_line
@@ -58,7 +57,7 @@ from controller.handlers.summary_status import (
 )
 from controller.kube import client as kube
 from controller.kube.claim_errors import ClaimContended, ClaimHeld, ClaimLost
-from controller.kube.claims import SessionClaimHandle
+from controller.kube.claims import SessionClaimHandle, Sightings
 from controller.pipeline import Outcome, PassInterrupted, summarize_session
 from controller.runtime import Runtime
 from controller.scheduling import BACKGROUND_TRIGGERS, Slack, slack_for
@@ -118,7 +117,8 @@ def _summarizer(
 # SummaryValidationError; InvalidStoreConfig and UnreadablePriorSummary are ValueErrors).
 _FAILURES: tuple[tuple[type[Exception], str, bool], ...] = (
     (kube.SecretError, "SecretNotFound", True),
-    (FenceUnavailable, "FencingUnavailable", False),
+    (FenceUnavailable, "FencingUnavailable", True),
+    (AuthorityConflict, "AuthorityConflict", True),
     # Nothing was sent; retried, so annotating the Secret (or allowing the endpoint) is
     # enough, until the failure gate stops it.
     (SecretHostNotAllowed, "SecretHostNotAllowed", True),
@@ -150,8 +150,8 @@ def failures_shown(*, invalid_spec: bool = False) -> Iterator[None]:
     except Exception as exc:
         for kind, reason, retry in _FAILURES:
             if isinstance(exc, kind):
-                # A refusal says what would allow it (a kubectl command): not cut at 300.
-                limit = 1000 if isinstance(exc, DestinationRefused) else 300
+                # A refusal says what would allow it (a command): not cut at 300.
+                limit = 1000 if isinstance(exc, DestinationRefused | AuthorityConflict) else 300
                 message = one_line(exc, limit)
                 if isinstance(exc, UnreadablePriorSummary):
                     message += "; the stored row was left as it is"
@@ -198,15 +198,6 @@ def summarize_blocking(
         )
 
 
-@dataclass
-class ClaimMemory:
-    """What one SessionSummary's passes remember of the session's claim between attempts
-    (kept in kopf's per-object memo, forgotten with the object): when we first saw another
-    writer's claim as it is now, on our own clock."""
-
-    sighting: Sighting | None = None
-
-
 def summarize_claimed(
     runtime: Runtime,
     namespace: str,
@@ -215,7 +206,7 @@ def summarize_claimed(
     generation: int,
     spec: SessionSummarySpec,
     summarizer_spec: dict[str, Any] | None,
-    seen: ClaimMemory | None = None,
+    seen: Sightings | None = None,
     started: Callable[[], None] | None = None,
     trace: PassTrace | None = None,
 ) -> Outcome:
@@ -249,7 +240,7 @@ def _claimed_pass(
     uid: str,
     generation: int,
     spec: SessionSummarySpec,
-    seen: ClaimMemory | None,
+    seen: Sightings | None,
     started: Callable[[], None] | None,
     trace: PassTrace,
 ) -> Outcome:
@@ -264,17 +255,13 @@ def _claimed_pass(
         margin_s=config.claim_margin_seconds,
         renew_s=config.claim_renew_period,
         generation=generation,
-        sighting=seen.sighting if seen else None,
-        authority=runtime.fence_authority(),
+        seen=seen or Sightings(),
+        authorities=backends.store.read_authority,
     )
     # Like every step of a pass, the claim's API calls wait while a first summary runs.
-    with trace.giving_way(runtime.scheduler.give_way)("claimed"):
-        try:
-            with failures_shown():
-                handle.acquire()
-        finally:
-            if seen is not None:
-                seen.sighting = handle.sighting
+    with trace.giving_way(runtime.scheduler.give_way)("claimed"), failures_shown():
+        handle.authority = runtime.fence_authority
+        handle.acquire()
     # Phase Summarizing only for a pass still running after a while (a timer's thread); the
     # outcome's status waits for that patch, so it never lands over the outcome.
     saying = threading.Timer(config.summarizing_after_seconds, started or (lambda: None))
@@ -337,7 +324,7 @@ async def summarize(
     )  # fmt: skip
 
     # kopf's memo of this object (kept between attempts, dropped with the object).
-    seen = memo.setdefault("claim", ClaimMemory())
+    seen = memo.setdefault("claim", Sightings())
 
     def job() -> Outcome:
         metrics.observe_queue_wait(slack.name.lower(), time.monotonic() - started)

@@ -1,21 +1,16 @@
 """Where the claim is taken: the session's SessionClaim object, granted, renewed for the
-whole pass, fenced and released (blocking Kubernetes calls; the decisions live in
-controller/core/claim_rules.py and controller/core/fencing.py).
-
-A summary that ends within one renew period costs two API calls when nobody else wants the
-session: a create (the claim is free) and a delete with our resourceVersion (release). A
-longer pass costs one more call per renew period: a background thread renews the claim
-(a replace with our resourceVersion as precondition), so a pass may outlast the claim's
-duration many times over, and a deleted or changed claim is noticed within one period.
-Before each store write the pipeline asks the handle (a WriteGuard): no API call, only our
-own clock and the fencing number the row carries.
-"""
+whole pass by a thread, fenced and released (blocking Kubernetes calls; the decisions live
+in core/claim_rules.py and core/fencing.py). A pass that ends within one renew period costs
+a create and a delete; before each store write the pipeline asks the handle (a WriteGuard),
+with our own clock and the row's fence: no API call unless the fence is ahead of ours or
+another cluster's (docs/architecture.md, "Exactly one writer")."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, cast
 
@@ -35,7 +30,16 @@ from controller.core.claim_rules import (
     parse_claim,
     sighted,
 )
-from controller.core.fencing import Fence, admission, fence_of, takeover_message
+from controller.core.fencing import (
+    AuthorityConflict,
+    AuthorityRecord,
+    Fence,
+    admission,
+    conflict_message,
+    fence_of,
+    still_writing,
+    takeover_message,
+)
 from controller.kube import client as kube
 from controller.kube.claim_errors import ClaimContended, ClaimHeld, ClaimLost
 
@@ -51,8 +55,14 @@ def _api() -> client.CustomObjectsApi:
     return kube.custom()
 
 
-def _status(exc: BaseException) -> int | None:
-    return exc.status if isinstance(exc, ApiException) else None
+@dataclass
+class Sightings:
+    """What a writer remembers between attempts (its caller keeps it: kopf's per-object
+    memo), on its own clock: when it first saw another writer's claim as it is, and
+    another cluster's record found on the row (core/fencing.py: still_writing)."""
+
+    claim: Sighting | None = None
+    authority: Sighting | None = None
 
 
 @dataclass
@@ -60,8 +70,8 @@ class SessionClaimHandle:
     """The claim of one writer on one session's summary row, for one summarization.
 
     acquire() grants it (or raises ClaimHeld), a thread renews it every renew_s until
-    release(); check() and admit() are the pipeline's WriteGuard. sighting carries what this
-    writer saw of another's claim from one attempt to the next (the caller keeps it).
+    release(); check() and admit() are the pipeline's WriteGuard; `seen` is what this
+    writer saw from one attempt to the next.
     """
 
     session_id: str
@@ -72,15 +82,13 @@ class SessionClaimHandle:
     margin_s: float
     renew_s: float
     generation: int = 0
-    sighting: Sighting | None = None
-    authority: str = ""  # the cluster that issues our fences (kube.client.cluster_authority)
+    seen: Sightings = field(default_factory=Sightings)
+    authority: str = ""  # the cluster that issues our fences (Runtime.fence_authority)
     fence: Fence | None = None  # the grant's fence (core/fencing.py)
-    # Set when a write took the row over from a history our fences do not order (another
-    # cluster, or this one before an etcd restore): what the object says about it.
-    took_over: str | None = None
+    authorities: Callable[[str], AuthorityRecord | None] = lambda uid: None  # in the store
+    took_over: str | None = None  # what the object says of a row taken over from a history
     api_calls: int = 0
     renewals: int = 0
-    conflicts: int = 0
     _claim: Claim | None = field(default=None, repr=False)
     _version: str | None = field(default=None, repr=False)
     _uid: str | None = field(default=None, repr=False)  # the claim object's, as granted
@@ -121,56 +129,38 @@ class SessionClaimHandle:
             "spec": claim.spec(),
         }
 
-    def _create(self, claim: Claim) -> dict[str, Any] | None:
-        """The object made, or None when a claim object exists already."""
+    def _call(
+        self, missing: tuple[int, ...], call: Callable[..., Any], *args: Any, **kw: Any
+    ) -> Any:
+        """One API call on the claim; None when it answers one of these statuses."""
         self.api_calls += 1
         try:
-            return cast(
-                dict[str, Any],
-                _api().create_cluster_custom_object(
-                    GROUP, VERSION, CLAIM_PLURAL, self._body(claim, None)
-                ),
-            )
+            return call(GROUP, VERSION, CLAIM_PLURAL, *args, **kw)
         except ApiException as exc:
-            if exc.status == 409:
+            if exc.status in missing:
                 return None
             raise
+
+    def _create(self, claim: Claim) -> dict[str, Any] | None:
+        """The object made, or None when a claim object exists already."""
+        body = self._body(claim, None)
+        return cast(
+            dict[str, Any] | None, self._call((409,), _api().create_cluster_custom_object, body)
+        )
 
     def _replace(
         self, claim: Claim, resource_version: str, timeout: tuple[float, float] | None = None
     ) -> dict[str, Any] | None:
         """The object written, or None on a resourceVersion conflict (someone wrote it
         since) or if it is gone."""
-        self.api_calls += 1
-        try:
-            return cast(
-                dict[str, Any],
-                _api().replace_cluster_custom_object(
-                    GROUP,
-                    VERSION,
-                    CLAIM_PLURAL,
-                    self.name,
-                    self._body(claim, resource_version),
-                    _request_timeout=timeout,
-                ),
-            )
-        except ApiException as exc:
-            if exc.status in (404, 409):
-                self.conflicts += 1
-                return None
-            raise
+        body = self._body(claim, resource_version)
+        made = self._call((404, 409), _api().replace_cluster_custom_object, self.name, body,
+                          _request_timeout=timeout)  # fmt: skip
+        return cast(dict[str, Any] | None, made)
 
     def _get(self) -> dict[str, Any] | None:
-        self.api_calls += 1
-        try:
-            return cast(
-                dict[str, Any],
-                _api().get_cluster_custom_object(GROUP, VERSION, CLAIM_PLURAL, self.name),
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        got = self._call((404,), _api().get_cluster_custom_object, self.name)
+        return cast(dict[str, Any] | None, got)
 
     def _granted(self, claim: Claim, made: dict[str, Any], sent_s: float) -> None:
         """Ours from sent_s on (when the request left, on our clock: the server applied it
@@ -192,8 +182,7 @@ class SessionClaimHandle:
 
     def acquire(self) -> Claim:
         """Takes the session's claim, or raises ClaimHeld if another writer's claim is live
-        as far as our own clock can tell (self.sighting remembers when we first saw it as
-        it is, for the next attempt)."""
+        as far as our own clock can tell (self.seen.claim: since we first saw it as it is)."""
         for lost_races in range(CONFLICT_RETRIES):
             claim, sent = self._new_claim(), time.monotonic()
             made = self._create(claim)
@@ -203,14 +192,7 @@ class SessionClaimHandle:
             obj = self._get()
             if obj is None:
                 continue  # released between our create and our read: create again
-            version = str(obj["metadata"]["resourceVersion"])
-            now = time.monotonic()
-            self.sighting = sighted(self.sighting, self.name, version, now)
-            existing = parse_claim(obj.get("spec"), self.duration_s)
-            if decide(existing, self.sighting, self.writer, now) == "held":
-                assert existing is not None
-                wait = held_for_s(existing, self.sighting, now)
-                raise ClaimHeld(existing, wait, lost_races=lost_races)
+            version = self._unless_held(obj, lost_races)
             claim, sent = self._new_claim(), time.monotonic()
             made = self._replace(claim, version)
             if made is not None:
@@ -223,18 +205,23 @@ class SessionClaimHandle:
         that holds it now (ClaimHeld) or, if none is live, to say so (ClaimContended)."""
         obj = self._get()
         if obj is not None:
-            now = time.monotonic()
-            version = str(obj["metadata"]["resourceVersion"])
-            self.sighting = sighted(self.sighting, self.name, version, now)
-            holder = parse_claim(obj.get("spec"), self.duration_s)
-            if holder is not None and decide(holder, self.sighting, self.writer, now) == "held":
-                wait = held_for_s(holder, self.sighting, now)
-                raise ClaimHeld(holder, wait, lost_races=CONFLICT_RETRIES)
+            self._unless_held(obj, CONFLICT_RETRIES)
         raise ClaimContended(
             f"the claim on session {self.session_id!r} changed under us {CONFLICT_RETRIES} "
             "times while we tried to take it, and no other live writer held it when we last "
             "read it; nothing written"
         )
+
+    def _unless_held(self, obj: dict[str, Any], lost_races: int) -> str:
+        """The claim object's resourceVersion, seen now; raises ClaimHeld while another
+        writer's claim in it is live as far as our own clock can tell."""
+        version, now = str(obj["metadata"]["resourceVersion"]), time.monotonic()
+        self.seen.claim = sighted(self.seen.claim, self.name, version, now)
+        holder = parse_claim(obj.get("spec"), self.duration_s)
+        if holder is not None and decide(holder, self.seen.claim, self.writer, now) == "held":
+            wait = held_for_s(holder, self.seen.claim, now)
+            raise ClaimHeld(holder, wait, lost_races=lost_races)
+        return version
 
     # -- the holder ----------------------------------------------------------------------
 
@@ -312,14 +299,19 @@ class SessionClaimHandle:
 
     def admit(self, found: Fence | None) -> dict[str, int | str]:
         """Right before an upsert, with the fence the row's ledger entry carries now:
-        raises ClaimLost if our claim lapsed or a newer grant wrote the row; else the keys
-        the entry records (our fence). A fence another authority issued, or one ahead of
-        every grant since ours (our claim object unchanged: an etcd restored from a backup),
-        is history: the row is taken over and `took_over` says so."""
+        raises ClaimLost if our claim lapsed or a newer grant wrote the row, and
+        AuthorityConflict if a cluster that still writes the store did; else the keys the
+        entry records (our fence). Another history (a cluster gone, an etcd restored from
+        a backup) is taken over and `took_over` says so."""
         self.check()
         assert self.fence is not None
         mine = self.fence
         verdict = admission(found, mine, grant_is_current=False)
+        if verdict == "other-authority" and found is not None:
+            record = self.authorities(found.authority)
+            self.seen.authority, live = still_writing(record, self.seen.authority, time.monotonic())
+            if live and record is not None:
+                raise AuthorityConflict(conflict_message(self.session_id, found, mine, record))
         if verdict == "newer-grant":
             current = self._still_ours(self._claim) is not None
             verdict = admission(found, mine, grant_is_current=current)
@@ -359,21 +351,13 @@ class SessionClaimHandle:
         for _ in range(CONFLICT_RETRIES):
             if version is None:
                 return  # never taken, gone, or no longer ours
-            self.api_calls += 1
-            try:
-                _api().delete_cluster_custom_object(
-                    GROUP,
-                    VERSION,
-                    CLAIM_PLURAL,
-                    self.name,
-                    body=client.V1DeleteOptions(
-                        preconditions=client.V1Preconditions(resource_version=version)
-                    ),
-                )
+            pre = client.V1DeleteOptions(
+                preconditions=client.V1Preconditions(resource_version=version)
+            )
+            try:  # at our version; gone (404) is released too
+                self._call((404,), _api().delete_cluster_custom_object, self.name, body=pre)
                 return
             except Exception as exc:
-                if _status(exc) == 404:
-                    return
                 failure = exc
             # A conflict, or no answer: the claim may have moved on under our name (our own
             # renewal applied, its answer lost) or be gone (this delete applied). Read it.
@@ -385,8 +369,5 @@ class SessionClaimHandle:
         metrics.claim_release_failed()
         log.warning(
             "session %s: could not release the claim %s (it lapses after %.0fs): %s",
-            self.session_id,
-            self.name,
-            self.duration_s,
-            failure,
-        )
+            self.session_id, self.name, self.duration_s, failure,
+        )  # fmt: skip

@@ -24,6 +24,7 @@ from controller.api import (
     SessionSummarizerStatus,
     SessionSummarySpec,
 )
+from controller.config import in_pod
 from controller.core.naming import summary_object_name
 from controller.status.conditions import now_rfc3339
 from controller.status.requests import REQUESTED_BY
@@ -58,7 +59,7 @@ def api_client() -> client.ApiClient:
     The connection pool is sized for the summarize threads: with urllib3's default of 10,
     busy threads discard connections and pay a new TLS handshake per API call."""
     configuration = client.Configuration()
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
+    if in_pod():
         config.load_incluster_config(client_configuration=configuration)
     else:
         config.load_kube_config(

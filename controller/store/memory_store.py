@@ -36,6 +36,7 @@ from controller.core.row_ownership import document_digest
 from controller.core.summary import SUMMARY_FORMAT, PriorSummary, UnreadablePriorSummary
 from controller.core.summary_row import from_chroma_row
 from controller.redaction import PassRedaction
+from controller.store.authorities import Authorities
 from controller.store.collections import batches
 from controller.store.errors import (
     CollectionNotFound,
@@ -52,7 +53,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class MemoryStore(RowWrites, Forgetting):
+class MemoryStore(RowWrites, Forgetting, Authorities):
     """Reads memories and reads/writes summaries in one Chroma database."""
 
     def session_rows(
@@ -232,7 +233,7 @@ class MemoryStore(RowWrites, Forgetting):
         Samples one stored vector, once per store: after a match the answer is kept. A
         collection whose first rows are still being indexed can fail the sample ("Nothing
         found on disk" from the HNSW reader); the write then relies on Chroma's own check,
-        which write_summary turns into the same EmbeddingMismatch. Returns the collection's
+        which write_rows turns into the same EmbeddingMismatch. Returns the collection's
         dimension when it is known (None: empty, not indexed yet, or not created yet).
         """
         if self._verified_dimension == dimension:

@@ -10,9 +10,10 @@ was read (the fence of its claim, the document it last saw), then one upsert of 
 admitted passes' ledger records and one of their rows. A pass refused by its checks is
 left out of the group. A request the store does not answer fails every pass in it, as it
 would have failed each alone; one the store answers with a refusal is sent again row by
-row, so a row Chroma refuses fails alone. Between the read that checks a row and its
-upsert there is what there was for a write alone, plus the other rows' checks (no I/O
-unless a fence is ahead of the claim's): Chroma has no conditional write either way.
+row, each read and checked again as if alone, so a row Chroma refuses fails alone.
+Between the read that checks a row and its upsert there is what there was for a write
+alone, plus the other rows' checks (no I/O unless a fence is ahead of the claim's or
+another cluster's): Chroma has no conditional write either way.
 Replaced ledger segments are deleted after the rows are written.
 """
 
@@ -96,16 +97,16 @@ class RowWrites(Collections):
 
     def read_row_states(self, session_ids: Sequence[str]) -> dict[str, RowState]:
         """Each session's row as a write finds it right before it writes: the fence of the
-        claim grant that last wrote it (core/fencing.py: from its ledger entry or, for a row
-        of the previous release, the row itself), the digest of its document (None: no row)
-        and its ledger entry's head (what the write appends to). Two reads for all."""
+        claim grant that last wrote it (core/fencing.py: from its ledger entry), the digest
+        of its document (None: no row) and its ledger entry's head (what the write appends
+        to). Two reads for all."""
         ids = [summary_row_id(s) for s in session_ids]
         heads = self._by_id(self._on_ledger, "reading the ledger entries", ids, ["metadatas"])
         rows = self._by_id(self._on_summaries, "reading the rows", ids, ["documents", "metadatas"])
         states = {}
         for sid, row_id in zip(session_ids, ids, strict=True):
             head, row = heads.get(row_id), rows.get(row_id)
-            fence = recorded_fence(head[1] if head else None, row[1] if row else None)
+            fence = recorded_fence(head[1] if head else None)
             digest = document_digest(row[0] or "") if row is not None else None
             states[sid] = RowState(fence, digest, head[1] if head else None)
         return states
@@ -121,20 +122,6 @@ class RowWrites(Collections):
         docs = got.get("documents") or [None] * len(got["ids"])
         metas = got.get("metadatas") or [None] * len(got["ids"])
         return {i: (d, dict(m or {})) for i, d, m in zip(got["ids"], docs, metas, strict=False)}
-
-    def write_summary(
-        self,
-        session_id: str,
-        document: str,
-        metadata: Mapping[str, str | int | float | bool],
-        embedding: Sequence[float],
-        fence: Mapping[str, int | str] | None = None,
-    ) -> None:
-        """Writes one session's ledger entry (with these fence keys) and row, unchecked."""
-        keys = dict(fence or {})
-        write = RowWrite(session_id, document, metadata, embedding, admit=lambda _: keys)
-        self.write_rows([write])
-        write.result()
 
     def write_rows(self, writes: Sequence[RowWrite]) -> None:
         """Writes these sessions' ledger entries (the writer's state and the fence of its
@@ -184,10 +171,8 @@ class RowWrites(Collections):
                 "a group write of %d rows failed (%s); writing them one by one", len(admitted), exc
             )
             for one in admitted:
-                try:
-                    self._upsert([one])
-                except Exception as alone:
-                    one.write.error = alone
+                self.write_rows([one.write])
+            return
         # Older generations' segments are garbage once the head is written (never read:
         # read_entry), so they go after the rows, never between a row's check and its write.
         for one in admitted:

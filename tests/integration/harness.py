@@ -60,14 +60,7 @@ class Harness:
         return MemoryStore(connect(loc), loc)
 
     def summaryctl(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "controller", *args],
-            env=self.cp.env(),
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        return summaryctl_on(self.cp, *args)
 
     def obj(self, session_id: str) -> dict[str, Any]:
         out = self.kubectl("get", "ssum", summary_object_name(session_id), "-o", "json")
@@ -92,6 +85,18 @@ class Harness:
             "get", "events", "--field-selector", f"involvedObject.name={name}", "-o", "json"
         )
         return list(json.loads(out)["items"])
+
+
+def summaryctl_on(cp: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
+    """summaryctl, as a process, against this control plane."""
+    return subprocess.run(
+        [sys.executable, "-m", "controller", *args],
+        env=cp.env(),
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def summarizer_yaml(

@@ -484,7 +484,25 @@ INCONSISTENT_VALUES = {
         {"summarizer": {"model": {"backend": "openai"}}},
         "summarizer.model.backend openai needs summarizer.model.baseUrl",
     ),
-}
+    # values-neo.yaml with only the endpoint changed (neo's default host): every pass would
+    # be refused with MemoryDestinationNotAllowed, so the chart says so first.
+    "embedding-endpoint-not-allowed": (
+        {"summarizer": {"embedding": {"provider": "openai", "baseUrl": "http://ollama:11434/v1"}},
+         "operator": {"allowedModelUrls": ["http://lmstudio.models.svc:1234/v1"]}},
+        "summarizer.embedding.baseUrl http://ollama:11434/v1 may not receive the memories: "
+        "add it to operator.allowedModelUrls",
+    ),
+    "model-endpoint-not-allowed": (
+        {"summarizer": {"model": {"backend": "openai", "model": "m",
+                                  "baseUrl": "http://vllm.models.svc:8000/v1"}}},
+        "summarizer.model.baseUrl http://vllm.models.svc:8000/v1 may not receive the memories",
+    ),
+    "endpoint-allowed-only-by-a-longer-prefix": (
+        {"summarizer": {"model": {"backend": "openai", "model": "m", "baseUrl": "http://v:8000"}},
+         "operator": {"allowedModelUrls": ["http://v:8000/v1"]}},
+        "summarizer.model.baseUrl http://v:8000 may not receive the memories",
+    ),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", sorted(INCONSISTENT_VALUES))

@@ -11,6 +11,8 @@ import pytest
 
 from controller.store.collections import recorded_function
 from controller.store.errors import EmbeddingMismatch
+from controller.store.row_writes import RowWrite
+from controller.upsert import write_alone
 from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, interaction, load, stored_summary_ids
 from tests.support.openai_server import OpenAIServer, Status, hash_embedding, running_openai_server
@@ -174,13 +176,13 @@ def test_the_store_refuses_vectors_of_another_dimension_even_without_the_sample(
     still being indexed; Chroma's own check on the upsert is then the guard, reported as
     the same EmbeddingMismatch, and the stored row is untouched."""
     store = harness.store(summary="dimension-guard-sessions")
-    store.write_summary("s1", "first", {"sessionId": "s1"}, [0.5] * 8)
+    write_alone(store, RowWrite("s1", "first", {"sessionId": "s1"}, [0.5] * 8))
     store.check_embedding(8)
     store.check_embedding(8)  # kept: no second sample needed
     with pytest.raises(EmbeddingMismatch, match=r"holds 8-d .* produces 4-d"):
         store.check_embedding(4)
     with pytest.raises(EmbeddingMismatch, match=r"holds 8-d .* produces 4-d"):
-        store.write_summary("s1", "second", {"sessionId": "s1"}, [0.5] * 4)
+        write_alone(store, RowWrite("s1", "second", {"sessionId": "s1"}, [0.5] * 4))
     row = store.summaries().get(ids=["summary_s1"], include=["documents", "embeddings"])
     assert row["documents"] == ["first"] and len(row["embeddings"][0]) == 8
 

@@ -7,23 +7,29 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from hypothesis import HealthCheck, Phase, example, given, settings
+from hypothesis import strategies as st
 
+from controller.core.claim_rules import Writer
 from controller.core.fencing import Fence
+from controller.core.ledger import RowState
 from controller.core.summary import StructuredSummary
-from controller.kube.claims import ClaimLost
+from controller.kube.claims import ClaimLost, SessionClaimHandle
 from controller.pipeline import summarize_session
 from controller.scheduling import PassScheduler, SchedulerLimits
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import EmbeddingMismatch
 from controller.store.memory_store import MemoryStore
 from controller.store.row_writes import RowWrite
+from controller.upsert import write_alone
 from devenv.chroma import ChromaServer
-from tests.integration.harness import interaction, load
+from tests.integration.harness import Harness, interaction, load
 
 SESSIONS = 24
 
@@ -153,3 +159,66 @@ def test_a_row_chroma_refuses_fails_alone_and_the_rest_of_its_group_is_written(
     assert isinstance(bad.error, EmbeddingMismatch), bad.error
     got = store.summaries().get(ids=["summary_ok-1", "summary_ok-2", "summary_bad"])
     assert sorted(got["ids"]) == ["summary_ok-1", "summary_ok-2"]
+
+
+@settings(
+    max_examples=4,
+    deadline=None,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(lapses=st.lists(st.booleans(), min_size=2, max_size=4).filter(any))
+@example(lapses=[True, True])
+@example(lapses=[False, True])
+def test_rows_written_one_by_one_after_a_refused_group_are_checked_again(
+    harness: Harness, lapses: list[bool]
+) -> None:
+    """A group Chroma refuses (a row of another vector size) is written row by row, each
+    row read and admitted again as if alone: a pass whose claim lapsed while the group was
+    admitted and refused writes nothing; the others are written."""
+    tag = uuid.uuid4().hex[:8]
+    location = StoreLocation(url=harness.chroma.url, summary_collection=f"gw-again-{tag}")
+    store = MemoryStore(connect(location), location)
+    # The collection holds 4-d vectors already, so Chroma refuses the 3-d row however many
+    # of the others are refused before it.
+    write_alone(store, RowWrite(f"again-{tag}-seed", "seed", {"sessionId": "seed"}, [0.1] * 4))
+    handles = [
+        SessionClaimHandle(
+            session_id=f"again-{tag}-{n}",
+            collection_id=location.row_scope,
+            collection=location.summary_collection,
+            writer=Writer("group-test", f"uid-{tag}-{n}", f"ns/again-{n}"),
+            duration_s=2.2 if lapses_ else 60,  # lapses 2 s after the grant (no renewal)
+            margin_s=0.2 if lapses_ else 5,
+            renew_s=100,
+            authority="group-test-cluster",
+        )
+        for n, lapses_ in enumerate(lapses)
+    ]
+    writes = [
+        RowWrite(h.session_id, f"summary {n}", {"sessionId": h.session_id}, [0.1] * 4,
+                 admit=lambda found, h=h: h.admit(found.fence))
+        for n, h in enumerate(handles)
+    ]  # fmt: skip
+
+    def slow_admission(found: RowState) -> Mapping[str, int | str]:
+        time.sleep(2.5)  # a check with I/O (a claim read, another cluster's record)
+        return {}
+
+    bad = RowWrite("again-bad", "summary", {"sessionId": "again-bad"}, [0.1] * 3, slow_admission)
+    try:
+        for h in sorted(handles, key=lambda h: h.duration_s, reverse=True):
+            h.acquire()  # the ones that lapse last: each is admitted once before it lapses
+        store.write_rows([*writes, bad])
+    finally:
+        for h in handles:
+            h.release()
+    assert isinstance(bad.error, EmbeddingMismatch), bad.error
+    got = set(store.summaries().get(ids=[f"summary_{w.session_id}" for w in writes])["ids"])
+    for write, lapsed in zip(writes, lapses, strict=True):
+        if lapsed:
+            assert isinstance(write.error, ClaimLost), write.error
+            assert f"summary_{write.session_id}" not in got
+        else:
+            assert write.error is None, write.error
+            assert f"summary_{write.session_id}" in got

@@ -12,25 +12,17 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from controller.core.fencing import LEGACY_FENCE_KEY
-from controller.core.naming import summary_object_name
 from controller.core.summary_row import READER_ROW_KEYS
 from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.pipeline import summarize_session
 from controller.store.memory_store import MemoryStore
-from devenv.controlplane import REPO_ROOT, running_control_plane
-from devenv.operator import start_operator
-from devenv.processes import stop, tail
-from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
-from tests.support.previous_release import rewrite_as_previous_release
+from tests.integration.harness import Harness, interaction, load
+from tests.support.previous_release import LEGACY_FENCE_KEY, rewrite_as_previous_release
 
 _EMBED = LocalMiniLMEmbedding()
 _RUNS = itertools.count()
@@ -173,86 +165,6 @@ def test_an_unreadable_ledger_entry_stops_the_pass_and_leaves_both_in_place(
     assert row(store, sid) == before
     got = store.ledger().get(ids=[f"summary_{sid}"], include=["documents"])
     assert got["documents"] == ["{not json"]
-
-
-def test_a_fresh_control_plane_over_the_same_store_takes_the_rows_over_at_once(
-    harness: Harness, tmp_path: Path
-) -> None:
-    """A new cluster (its own etcd: its claims' numbers start low) over the Chroma an old
-    cluster's operator wrote: the next sunset summarizes at once, says the history came
-    from another authority (condition + Event), and keeps every fact."""
-    memory, summary, sid = "authority-memory", "authority-sessions", "authority-1"
-    harness.kubectl(
-        "apply",
-        "-f",
-        "-",
-        input=summarizer_yaml("authority", harness.chroma.url, memory=memory, summary=summary),
-    )
-    store = harness.store(memory, summary)
-    load(store, [interaction(sid, k, BASE + k, fact(sid, k)) for k in range(3)])
-    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "authority")
-    assert res.returncode == 0, res.stderr
-    harness.wait_phase(sid, "Summarized", timeout=90)
-    first = store.stored_summary(sid)
-    assert first is not None
-    old_authority = json.loads(harness.kubectl("get", "namespace", "kube-system", "-o", "json"))
-    assert first[1]["ledger.fenceAuthority"] == old_authority["metadata"]["uid"]
-
-    load(store, [interaction(sid, 3, BASE + 3, fact(sid, 3))])
-    with running_control_plane(tmp_path / "cluster-b") as other:
-        other.kubectl_run("apply", "-f", str(REPO_ROOT / "crds"))
-        other.kubectl_run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
-        other.kubectl_run("create", "namespace", NS)
-        yaml = summarizer_yaml("authority", harness.chroma.url, memory=memory, summary=summary)
-        other.kubectl_run("apply", "-f", "-", input=yaml)
-        env = dict(other.env(), SSO_REPLICA_ID="cluster-b-operator", SSO_METRICS_PORT="0")
-        proc = start_operator(tmp_path / "operator-b.log", env, "--standalone", "--namespace", NS)
-        try:
-            sunset = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "controller",
-                    "sunset",
-                    sid,
-                    "-n",
-                    NS,
-                    "--summarizer",
-                    "authority",
-                    "--wait",
-                    "90",
-                ],
-                env=other.env(),
-                cwd=REPO_ROOT,
-                capture_output=True,
-                text=True,
-                timeout=150,
-            )
-            assert sunset.returncode == 0, (
-                sunset.stdout + sunset.stderr + tail(tmp_path / "operator-b.log", 40)
-            )
-            obj = json.loads(
-                other.kubectl_run(
-                    "get", "ssum", summary_object_name(sid), "-n", NS, "-o", "json"
-                ).stdout
-            )
-            conditions = {c["type"]: c for c in obj["status"]["conditions"]}
-            taken = conditions["SingleWriter"]
-            assert (taken["status"], taken["reason"]) == ("True", "HistoryFromOtherAuthority")
-            assert "another cluster" in taken["message"]
-            events = other.kubectl_run("get", "events", "-n", NS, "-o", "json").stdout
-            reasons = [e["reason"] for e in json.loads(events)["items"]]
-            assert "HistoryFromOtherAuthority" in reasons, reasons
-            new_authority = json.loads(
-                other.kubectl_run("get", "namespace", "kube-system", "-o", "json").stdout
-            )["metadata"]["uid"]
-        finally:
-            stop(proc)
-    after = store.stored_summary(sid)
-    assert after is not None
-    assert after[1]["ledger.fenceAuthority"] == new_authority != old_authority["metadata"]["uid"]
-    kept = everything(store, sid)
-    assert all(fact(sid, k) in kept for k in range(4))
 
 
 def test_summaryctl_ledger_shows_a_sessions_entry_and_says_when_there_is_none(

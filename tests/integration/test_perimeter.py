@@ -372,7 +372,8 @@ def test_a_url_outside_the_operators_allowed_endpoints_is_never_contacted(
     cond = wait_condition(
         op.kubectl, "ssumr", "elsewhere", "StoreReachable", "EndpointNotAllowed", op.log
     )
-    assert listener.url in cond["message"] and "operator.allowedEndpoints" in cond["message"]
+    # A local process: the variable it reads, not the chart value that sets it in a Pod.
+    assert listener.url in cond["message"] and "SSO_ALLOWED_ENDPOINTS" in cond["message"]
     model_spec = {
         "store": {"url": harness.chroma.url},
         "model": model_part(listener.url + "/v1"),

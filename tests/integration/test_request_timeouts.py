@@ -31,6 +31,8 @@ from controller.kube import client as kube
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable
 from controller.store.memory_store import MemoryStore
+from controller.store.row_writes import RowWrite
+from controller.upsert import write_alone
 from devenv.chroma import ChromaServer, running_chroma
 
 TIMEOUT_S = 1.0
@@ -180,8 +182,8 @@ CALLS: dict[str, Callable[[MemoryStore], Any]] = {
     "count_session": lambda s: s.count_session("s1"),
     "summaries (create)": lambda s: s.summaries(create=True),
     "session_rows after a watermark": lambda s: s.session_rows("s1", PriorCoverage((0, ""))),
-    "write_summary (upsert)": lambda s: s.write_summary(
-        "s1", "Summary: bound every request", {"sessionId": "s1"}, [0.05] * 384
+    "write_rows (upsert)": lambda s: write_alone(
+        s, RowWrite("s1", "Summary: bound every request", {"sessionId": "s1"}, [0.05] * 384)
     ),
 }
 

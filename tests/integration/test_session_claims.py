@@ -5,6 +5,7 @@ period, a release that never raises, and abandoned claims collected page by page
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from controller.api import CLAIM_PLURAL, GROUP, VERSION
 from controller.core.claim_rules import Writer
-from controller.core.fencing import Fence
+from controller.core.fencing import AuthorityConflict, AuthorityRecord, Fence
 from controller.kube import claims as claims_module
 from controller.kube import client as kube
 from controller.kube.claim_collector import ClaimCollector
@@ -179,6 +180,33 @@ def test_a_fence_of_another_history_is_taken_over_and_said_so(
     restored = Fence(mine.fence.number + 10**9, mine.fence.authority)  # ahead of the etcd
     assert mine.admit(restored) == mine.fence.metadata()
     assert mine.took_over is not None and "etcd restored" in mine.took_over
+
+
+def test_a_fence_of_a_cluster_still_writing_the_store_is_refused_until_it_is_retired(
+    harness: Harness, released: list[SessionClaimHandle]
+) -> None:
+    """Another cluster's fence is history only once that cluster's operator no longer
+    renews its record in the store: while it does, the write is refused, both clusters
+    named, whatever the fence's number; once an admin removed its record (summaryctl
+    handover), the row is taken over at the next look."""
+    store = harness.store("claims-memory", f"claims-authority-{uuid.uuid4().hex[:8]}")
+    store.renew_authority(AuthorityRecord("other-cluster-uid", "other-operator-0", 1, 60))
+    mine = handle("history-2", "r1", "uid-a", duration_s=30)
+    mine.authority, mine.authorities = "this-cluster-uid", store.read_authority
+    released.append(mine)
+    mine.acquire()
+    assert mine.fence is not None
+    for number in (1, mine.fence.number, mine.fence.number + 10**9):
+        with pytest.raises(AuthorityConflict) as refused:
+            mine.admit(Fence(number, "other-cluster-uid"))
+        assert "other-cluster-uid" in str(refused.value) and "this-cluster-uid" in str(
+            refused.value
+        )
+        store.renew_authority(AuthorityRecord("other-cluster-uid", "other-operator-0", number, 60))
+    assert mine.took_over is None
+    store.remove_authorities(["other-cluster-uid"])
+    assert mine.admit(Fence(7, "other-cluster-uid")) == mine.fence.metadata()
+    assert mine.took_over is not None and "other-cluster-uid" in mine.took_over
 
 
 class _FailingApi:

@@ -24,6 +24,8 @@ from controller.store.errors import (
     StoreUnavailable,
 )
 from controller.store.memory_store import MemoryStore
+from controller.store.row_writes import RowWrite
+from controller.upsert import write_alone
 from devenv.processes import tail, wait_for
 from devenv.serving import serving
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
@@ -87,7 +89,7 @@ def test_the_summary_write_creates_the_collection_that_default_function_agents_c
         harness.chroma.url, summary_collection=name, memory_collection=unique("reads-none")
     )
     assert store.read_summary("s1") is None and name not in collections(harness)
-    store.write_summary("s1", "first summary", {"sessionId": "s1"}, [0.1] * 384)
+    write_alone(store, RowWrite("s1", "first summary", {"sessionId": "s1"}, [0.1] * 384))
     assert name in collections(harness)
     client = harness.store().client
     config = client.get_collection(name).configuration_json
@@ -123,7 +125,7 @@ def test_the_summary_collection_is_created_as_the_agents_created_their_memory_co
     )
     store = MemoryStore(connect(location), location)
     assert store.check_embedding(8) is None  # neo's function, an endpoint model: fits
-    store.write_summary("s1", "first summary", {"sessionId": "s1"}, [0.1] * 8)
+    write_alone(store, RowWrite("s1", "first summary", {"sessionId": "s1"}, [0.1] * 8))
     config = client.get_collection(name).configuration_json
     assert config["embedding_function"] == {
         "type": "known",
@@ -163,9 +165,8 @@ def test_with_an_openai_endpoint_the_summary_collection_records_no_function_to_c
         embedding_provider="openai",
         embedding_model="text-embedding-3-small",
     )
-    MemoryStore(connect(location), location).write_summary(
-        "s1", "x", {"sessionId": "s1"}, [1.0] * 8
-    )
+    store = MemoryStore(connect(location), location)
+    write_alone(store, RowWrite("s1", "x", {"sessionId": "s1"}, [1.0] * 8))
     client = harness.store().client
     assert client.get_collection(name).configuration_json["embedding_function"] is None
     opened = client.get_collection(name, embedding_function=AgentEmbedding())  # no conflict
@@ -203,7 +204,7 @@ def test_a_name_chroma_refuses_is_invalid_config_not_an_outage(
     store = store_at(harness.chroma.url, **{field: name})
     if field == "summary_collection":
         calls = [
-            lambda: store.write_summary("s1", "x", {"sessionId": "s1"}, [0.1] * 384),
+            lambda: write_alone(store, RowWrite("s1", "x", {"sessionId": "s1"}, [0.1] * 384)),
             lambda: store.read_summary("s1"),
             lambda: store.latest_summaries(5),
         ]

@@ -4,11 +4,11 @@ claimFence; no ledger entry. For the upgrade tests (test_ledger, test_neo_client
 
 from __future__ import annotations
 
-from controller.core.fencing import LEGACY_FENCE_KEY
 from controller.core.naming import summary_row_id
 from controller.core.row_ownership import document_digest
 from controller.store.memory_store import MemoryStore
 
+LEGACY_FENCE_KEY = "claimFence"
 # Keys of this release's ledger that the previous release never wrote.
 NEWER_KEYS = frozenset({"maskedWith"})
 

@@ -28,12 +28,14 @@ from controller.core.claim_rules import (
 from controller.core.fencing import (
     AUTHORITY_KEY,
     FENCE_KEY,
-    LEGACY_FENCE_KEY,
+    AuthorityRecord,
     Fence,
     FenceUnavailable,
     admission,
+    conflict_message,
     fence_of,
     recorded_fence,
+    still_writing,
 )
 from controller.core.naming import summary_object_name
 from controller.store.connection import StoreLocation
@@ -245,11 +247,12 @@ authorities = st.sampled_from(["", "cluster-a", "cluster-b"])
 def test_a_writer_writes_over_its_own_or_older_grants_never_a_newer_one(
     found: int | None, mine: int, authority: str, current: bool
 ) -> None:
-    """Within one authority (or against a fence of unknown authority, the previous
-    release's), a newer grant's row is refused unless our grant is still the current one."""
+    """Within one authority a newer grant's row is refused unless our grant is still the
+    current one; any other authority's fence (one recorded without an authority too) is
+    another history, whatever its number."""
     seen = Fence(found, authority) if found is not None else None
-    verdict = admission(seen, Fence(mine, "cluster-a" if authority else ""), current)
-    if found is not None and authority == "cluster-b":
+    verdict = admission(seen, Fence(mine, "cluster-a"), current)
+    if found is not None and authority != "cluster-a":
         assert verdict == "other-authority"
     elif found is None or found <= mine:
         assert verdict == "write"
@@ -257,33 +260,98 @@ def test_a_writer_writes_over_its_own_or_older_grants_never_a_newer_one(
         assert verdict == ("ahead-of-authority" if current else "newer-grant")
 
 
-@given(st.integers(1, 2**62), st.integers(1, 2**62), st.booleans())
-def test_a_fence_of_another_cluster_is_history_whatever_its_number(
-    found: int, mine: int, current: bool
-) -> None:
-    """A new cluster over the same store is never refused by the old cluster's numbers."""
-    verdict = admission(Fence(found, "old-cluster"), Fence(mine, "new-cluster"), current)
-    assert verdict == "other-authority"
-
-
 @pytest.mark.parametrize(
-    ("ledger", "row", "expected"),
+    ("ledger", "expected"),
     [
-        (None, None, None),
-        ({}, {}, None),
-        ({FENCE_KEY: 42, AUTHORITY_KEY: "a"}, None, Fence(42, "a")),
-        ({FENCE_KEY: 42}, None, Fence(42, "")),
-        ({FENCE_KEY: True}, None, None),
-        ({FENCE_KEY: 4.2}, None, None),
-        ({FENCE_KEY: "42"}, None, None),
-        (None, {LEGACY_FENCE_KEY: 7}, Fence(7, "")),
-        ({FENCE_KEY: 9, AUTHORITY_KEY: "a"}, {LEGACY_FENCE_KEY: 7}, Fence(9, "a")),
+        (None, None),
+        ({}, None),
+        ({FENCE_KEY: 42, AUTHORITY_KEY: "a"}, Fence(42, "a")),
+        ({FENCE_KEY: 42}, Fence(42, "")),
+        ({FENCE_KEY: 42, AUTHORITY_KEY: 7}, Fence(42, "")),
+        ({FENCE_KEY: True}, None),
+        ({FENCE_KEY: 4.2}, None),
+        ({FENCE_KEY: "42"}, None),
+        ({"claimFence": 7}, None),
     ],
 )
 def test_the_rows_fence_is_read_only_when_it_is_one(
-    ledger: dict[str, object] | None, row: dict[str, object] | None, expected: Fence | None
+    ledger: dict[str, object] | None, expected: Fence | None
 ) -> None:
-    assert recorded_fence(ledger, row) == expected
+    assert recorded_fence(ledger) == expected
+
+
+def record(version: int, duration_s: float = D) -> AuthorityRecord:
+    return AuthorityRecord("cluster-b", "operator-b-0", version, duration_s)
+
+
+@given(
+    st.builds(
+        AuthorityRecord,
+        st.text(min_size=1, max_size=40),
+        st.text(max_size=40),
+        st.integers(0, 2**53),
+        st.floats(0.001, 1e6),
+    )
+)
+def test_an_authority_record_reads_back_as_written(written: AuthorityRecord) -> None:
+    assert AuthorityRecord.parse(written.metadata()) == written
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        {},
+        {**record(1).metadata(), "renewTime": "soon"},
+        {**record(1).metadata(), "leaseDurationSeconds": 0},
+    ],
+)
+def test_an_unreadable_authority_record_is_none(meta: dict[str, object]) -> None:
+    assert AuthorityRecord.parse(meta) is None
+
+
+def test_a_refusal_names_both_clusters_and_the_way_out() -> None:
+    said = conflict_message("s1", Fence(9, "cluster-b"), Fence(3, "cluster-a"), record(1))
+    assert "cluster-b" in said and "cluster-a" in said and "operator-b-0" in said
+    assert "summaryctl handover" in said
+
+
+def test_a_fence_of_a_cluster_without_a_record_is_history_at_once() -> None:
+    """A cluster that never renewed a record (an older release's), or whose record an admin
+    removed (summaryctl handover): its rows are taken over at the first look."""
+    assert still_writing(None, None, 123.0) == (None, False)
+
+
+@settings(max_examples=300)
+@given(
+    gaps=st.lists(st.floats(0.0, D / 2), min_size=1, max_size=40),
+    looks=st.lists(st.floats(0.0, 3 * D), min_size=1, max_size=40),
+    offset=st.floats(-1e9, 1e9),
+    rate=st.floats(0.9, 1.1),
+)
+def test_a_cluster_renewing_its_record_is_never_taken_for_history_and_a_stopped_one_is(
+    gaps: list[float], looks: list[float], offset: float, rate: float
+) -> None:
+    """Cluster B's operator renews its record at least every D/2 (real time) until it stops;
+    cluster A's operator looks at it at any times, on a monotonic clock with any offset and
+    a rate within 10 % of B's. While B renews, A never sees history; once B has stopped, A
+    sees history at its first look a whole lease after it first saw B's last record."""
+    renewals = [sum(gaps[: i + 1]) for i in range(len(gaps))]
+    stopped = renewals[-1]
+    sighting, first_of_last = None, None
+    real = 0.0
+    for gap in looks:
+        real += gap
+        version = sum(1 for t in renewals if t <= real)
+        now = offset + rate * real
+        sighting, live = still_writing(record(version), sighting, now)
+        if real < stopped + 1e-6:
+            assert live, (renewals, real)
+        if version == len(renewals) and first_of_last is None:
+            first_of_last = now
+        if first_of_last is not None and now - first_of_last >= D:
+            assert not live
+        elif version < len(renewals) or now - first_of_last < D:  # type: ignore[operator]
+            assert live
 
 
 session_ids = st.text(min_size=1, max_size=300).filter(lambda s: s.strip())

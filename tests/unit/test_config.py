@@ -8,8 +8,12 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
+from controller.api import SessionSummarizerSpec
+from controller.backends import check_endpoint, check_memory_destinations
 from controller.config import OperatorConfig
+from controller.core.destinations import DestinationRefused
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -99,3 +103,40 @@ def test_every_setting_has_a_row_in_the_configuration_docs() -> None:
     }
     settings_ = {f"SSO_{name.upper()}" for name in OperatorConfig.model_fields}
     assert sorted(settings_ - documented) == []
+
+
+@pytest.mark.parametrize("field", ["allowed_model_urls", "allowed_endpoints"])
+@pytest.mark.parametrize("kubeconfig", [None, "/home/me/.kube/config"])
+def test_a_refusal_names_the_setting_where_the_operator_runs(
+    monkeypatch: pytest.MonkeyPatch, field: str, kubeconfig: str | None
+) -> None:
+    """In a Pod (its service account): the chart value, which the chart turns into the
+    variable; a local process (a kubeconfig, in a Pod or not): the variable itself."""
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+    if kubeconfig is None:
+        monkeypatch.delenv("KUBECONFIG", raising=False)
+    else:
+        monkeypatch.setenv("KUBECONFIG", kubeconfig)
+    cfg = settings(monkeypatch, SSO_ALLOWED_ENDPOINTS="http://chroma:8000")
+    said = cfg.setting(field)
+    variable = f"SSO_{field.upper()}"
+    if kubeconfig is None:
+        value = said.removeprefix("the chart value operator.")
+        chart = os.path.join(ROOT, "charts", "session-summary-operator")
+        with open(os.path.join(chart, "values.yaml")) as fh:
+            assert value in yaml.safe_load(fh)["operator"], said
+        with open(os.path.join(chart, "templates", "deployment.yaml")) as fh:
+            template = fh.read()
+        assert f".Values.operator.{value} }}}}\n            - name: {variable}" in template
+    else:
+        assert said == f"{variable} in the operator process's environment"
+    monkeypatch.setattr("controller.backends.CONFIG", cfg)
+    spec = {"store": {"url": "http://chroma:8000"}, "model": {"backend": "openai",
+            "baseUrl": "http://model:1/v1", "model": "m"}}  # fmt: skip
+    with pytest.raises(DestinationRefused) as refused:
+        if field == "allowed_endpoints":
+            check_endpoint("model.baseUrl", "http://model:1/v1")
+        else:
+            check_memory_destinations(SessionSummarizerSpec.model_validate(spec), "agents")
+    assert said in str(refused.value)
+    assert ("chart value" in str(refused.value)) == (kubeconfig is None)

@@ -295,4 +295,20 @@ the listing nine times, logging errors, and serves nothing for about a minute at
 {{- if and (eq .Values.summarizer.embedding.provider "openai") (not .Values.summarizer.embedding.baseUrl) }}
 {{- fail "summarizer.embedding.provider openai needs summarizer.embedding.baseUrl" }}
 {{- end }}
+{{- /* The summarizer's endpoints receive what is read from its store: with no Secret whose
+owner says otherwise (an existing one may carry memorycore.io/allowed-model-urls), the
+operator allows only operator.allowedModelUrls, so an endpoint outside it would fail every
+pass (MemoryDestinationNotAllowed). A prefix with a wildcard is left to the operator. */}}
+{{- if and .Values.summarizer.create (not .Values.chroma.authSecret.name) (not (and (include "sso.chromaAuth" .) .Values.chroma.bundled.auth.existingSecret)) }}
+{{- $s := .Values.summarizer }}
+{{- range $field, $url := dict "embedding" (ternary $s.embedding.baseUrl "" (eq $s.embedding.provider "openai")) "model" (ternary $s.model.baseUrl "" (eq $s.model.backend "openai")) }}
+{{- $ok := not $url }}
+{{- range $.Values.operator.allowedModelUrls }}
+{{- if or (contains "*" .) (eq (trimSuffix "/" $url) (trimSuffix "/" .)) (hasPrefix (printf "%s/" (trimSuffix "/" .)) $url) }}{{ $ok = true }}{{ end }}
+{{- end }}
+{{- if not $ok }}
+{{- fail (printf "summarizer.%s.baseUrl %s may not receive the memories: add it to operator.allowedModelUrls (docs/security.md; values-neo.yaml sets both)" $field $url) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
