@@ -18,8 +18,10 @@ help:
 test:
 	bash hack/test.sh
 
-venv:
-	bash hack/install-python.sh
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: hack/install-python.sh pyproject.toml requirements.lock $(wildcard requirements/*.lock)
+	VENV=$(VENV) bash hack/install-python.sh
 
 tools:
 	bash hack/install-tools.sh

@@ -306,6 +306,7 @@ class Condition(CamelModel):
     message: str = ""
     observed_generation: int | None = None
     last_transition_time: str | None = None
+    last_probe_time: str | None = None  # when it was measured (a SessionSummarizer's)
 
 
 class SessionSummarySpec(CamelModel):
@@ -382,5 +383,7 @@ class SessionSummarizerStatus(CamelModel):
     reconciled_at: str | None = None
     reconciled_rows: int | None = None
     uncovered_found: int | None = None
+    # The probe request (annotation PROBE_REQUESTED) the probes and the sweep last answered.
+    last_handled_probe_request: str | None = None
     message: str | None = None
     conditions: list[Condition] | None = None

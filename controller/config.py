@@ -88,7 +88,7 @@ class OperatorConfig(BaseSettings):
     # Local embeddings at once (0: one per usable core, a Pod's CPU limit included).
     cpu_slots: int = Field(default=0, ge=0)
     store_write_slots: int = Field(default=1, ge=1)  # groups of summary rows written at once
-    embedding_reprobe_seconds: float = Field(default=30.0, gt=0)  # failed EmbeddingReady
+    embedding_reprobe_seconds: float = Field(default=30.0, gt=0)  # a failing probe's
     list_chunk_size: int = Field(default=500, ge=0)  # objects per list page (0: one page)
     worker_idle_seconds: float = Field(default=0.5, ge=0)  # kopf keeps an idle worker
     # Progress/diff-base annotations kopf keeps on our objects use our group's prefix.

@@ -267,6 +267,11 @@ def _warn_priority_conflict(run: RunOptions) -> None:
         )
 
 
+def quiet_timer_successes(record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    return not (message.startswith("Timer ") and message.endswith(" succeeded."))
+
+
 def run(argv: list[str] | None = None, *, watch_writes: WriteWatcher | None = None) -> None:
     """The operator process. watch_writes: sees every store write (upsert.WriteEvent); the
     chaos tests' journal (devenv.operator), nobody in the product."""
@@ -303,6 +308,8 @@ def run(argv: list[str] | None = None, *, watch_writes: WriteWatcher | None = No
     )
     os.environ["POD_ID"] = CONFIG.replica_id  # kopf's peering identity = ours
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Chroma call otherwise
+    # kopf logs each timer run that succeeded: every tick of every SessionSummarizer.
+    logging.getLogger("kopf.objects").addFilter(quiet_timer_successes)
     runtime = Runtime.start(CONFIG, options=options, watch_writes=watch_writes)
     loop = asyncio.new_event_loop()
     try:

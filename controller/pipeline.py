@@ -78,8 +78,10 @@ class Outcome:
     last_memory_at_ms: int | None = None
     tokens_used: int = 0  # model tokens (usage.total_tokens) spent by this summarization
     checkpoints: int = 0  # intermediate writes of a long backlog
-    # Rows of the session whose time cannot be read (summarized, not in memory_count).
+    # Rows of the session whose time cannot be read (summarized, counted in memory_count),
+    # and of them those with no timestamp at all.
     skipped_memories: int = 0
+    missing_times: int = 0
     provenance: Provenance | None = None  # per pass tokens in/out of this summarization
     # Another writer had rewritten the session's row since our last write; its text is
     # carried in this summary's legacy text (None: the row was as we left it).
@@ -144,7 +146,7 @@ def chunks_for(
     )
 
 
-def _prior_coverage(prior: StructuredSummary | None) -> PriorCoverage:
+def prior_coverage(prior: StructuredSummary | None) -> PriorCoverage:
     if prior is None:
         return PriorCoverage()
     mark = prior.watermark
@@ -266,12 +268,12 @@ def summarize_session(
     seen = RowSeen(row_digest)
     structured = prior if isinstance(prior, StructuredSummary) else None
     other = structured.other_writer if structured else None
-    covered = _prior_coverage(structured)
+    covered = prior_coverage(structured)
     # The rows stream: the pass holds one chunk of memories at a time, never the session.
     excluded = functools.partial(is_excluded, excluded_types=excluded_types)
     with phase("read"):
         rows = store.session_rows(session_id, covered, exclude=excluded, mask=mask)
-    if rows.total == 0 and not rows.untimed:
+    if rows.total == 0:
         return Outcome("not-found", session_id, 0)
     dropped, again = 0, list[Memory]()
     if structured is not None and rows.base is None:  # every row listed: who is gone?
@@ -285,6 +287,7 @@ def summarize_session(
         dropped += gone
         prior = structured = kept  # the same object when nothing went: may be up to date
     skipped = len(rows.untimed)
+    missing = sum(value is None for value in rows.untimed_values.values())
     last_ms = rows.newest.timestamp_ms if rows.newest else None
     new = rows.included  # memories to summarize, in (timestamp, id) order from rows.memories
     if (
@@ -303,10 +306,16 @@ def summarize_session(
             0,
             last_ms,
             skipped_memories=skipped,
+            missing_times=missing,
         )
     if prior is None and not new:
         return Outcome(
-            "empty", session_id, rows.total, last_memory_at_ms=last_ms, skipped_memories=skipped
+            "empty",
+            session_id,
+            rows.total,
+            last_memory_at_ms=last_ms,
+            skipped_memories=skipped,
+            missing_times=missing,
         )
 
     spent: list[PassTokens] = []
@@ -377,13 +386,14 @@ def summarize_session(
         last_ms,
         tokens,
         checkpoints,
-        skipped,
-        Provenance(spent).with_document(written.document),
-        other,
-        rows.late,
+        provenance=Provenance(spent).with_document(written.document),
+        other_writer=other,
+        late_memories=rows.late,
         untrusted_times=rows.untrusted,
         new_untimed=len(set(rows.untimed) - set(structured.untimed_ids if structured else ())),
         redactions=mask.counts(),
         rebuilt=rebuild,
         dropped_items=dropped,
+        skipped_memories=skipped,
+        missing_times=missing,
     )

@@ -43,7 +43,7 @@ class Reconciler:
 class _Upkeep:
     markers: MarkerMemory = field(default_factory=MarkerMemory)
     reconciler: Reconciler = field(default_factory=Reconciler)
-    probed: dict[str, float] = field(default_factory=dict)  # condition -> monotonic
+    probed: float | None = None  # monotonic
 
 
 class UpkeepState:
@@ -71,16 +71,14 @@ class UpkeepState:
     def reconciler(self, namespace: str, name: str) -> Reconciler:
         return self._of(namespace, name).reconciler
 
-    def probe_due(
-        self, namespace: str, name: str, condition: str, every_s: float, now: float
-    ) -> bool:
-        """At most once per every_s per object and condition; the first call only starts
-        the clock (the create/update/resume handler has just probed)."""
-        probed = self._of(namespace, name).probed
-        last = probed.get(condition)
+    def probe_due(self, namespace: str, name: str, every_s: float, now: float) -> bool:
+        """At most once per every_s per object; the first call only starts the clock (the
+        create/update/resume handler has just probed)."""
+        upkeep = self._of(namespace, name)
+        last = upkeep.probed
         if last is not None and now - last < every_s:
             return False
-        probed[condition] = now
+        upkeep.probed = now
         return last is not None
 
     def forget(self, namespace: str, name: str) -> None:

@@ -200,6 +200,16 @@ def _all_summarized(env: dict[str, str], session_ids: list[str]) -> bool:
     return all(phases.get(summary_object_name(s)) == "Summarized" for s in session_ids)
 
 
+def _found_by_sweep(env: dict[str, str]) -> list[str]:
+    """The sessions whose SessionSummary the sweep made (trigger sweep)."""
+    listing = json.loads(_kubectl(env, "-n", NAMESPACE, "get", "ssum", "-o", "json"))
+    return sorted(
+        o["spec"]["sessionId"]
+        for o in listing.get("items") or []
+        if o["spec"].get("trigger") == "sweep"
+    )
+
+
 def _summaryctl(env: dict[str, str], *args: str) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "controller", *args],
@@ -354,10 +364,13 @@ def _run(workdir: Path, *, keep: bool, use_current_context: bool, chroma_url: st
             )
             say("kubectl get sessionsummaries")
             print(_kubectl(env, "-n", NAMESPACE, "get", "sessionsummaries"))
+            for found in _found_by_sweep(env):
+                print(f"    the sweep found {found} (nobody sunset it)")
             say("kubectl get sessionsummarizers")
             print(_kubectl(env, "-n", NAMESPACE, "get", "ssumr"))
-            say("what the next agent reads at boot: summaryctl summaries --limit 2")
-            _summaryctl(env, "summaries", "--limit", "2", "--chroma-url", url)
+            shown = str(len(session_ids))
+            say(f"what the next agent reads at boot: summaryctl summaries --limit {shown}")
+            _summaryctl(env, "summaries", "--limit", shown, "--chroma-url", url)
             if keep:
                 say(f"--keep: servers stay up; operator log {log}. Ctrl-C to stop everything.")
                 with contextlib.suppress(KeyboardInterrupt):

@@ -4,8 +4,11 @@ summaryctl sunset SESSION_ID        create/patch the session's SessionSummary (s
 summaryctl rebuild SESSION_ID       regenerate its summary from its living memories (old text gone)
 summaryctl forget SESSION_ID        delete its summary and the operator's state (--memories --yes:
                                     its memories too); audited in an Event
-summaryctl check [--summarizer N]   is a SessionSummarizer Ready? (each condition, exit 1 if not)
+summaryctl check [--summarizer N]   is a SessionSummarizer Ready, measured now? (exit 1 if not)
+summaryctl remember SESSION_ID      write a memory as an agent does (--prompt/--response, or
+                                    --sunset-marker); an empty Chroma gets the collection
 summaryctl summaries --limit N      the newest summaries, as the next agent reads them at boot
+summaryctl ledger SESSION_ID        the operator's state beside a session's summary row
 summaryctl verify SESSION_ID...     which memories no summary covers (exit 1 when any)
 summaryctl summarize ID... --bypass-claim
                                     recovery path: summarize straight into Chroma, no operator

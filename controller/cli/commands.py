@@ -1,50 +1,39 @@
-"""summaryctl's commands: sunset and check (the cluster), summaries and summarize (the store), with
-Kubernetes and store errors turned into one line."""
+"""summaryctl's commands: sunset and check (the cluster), remember, summaries and summarize
+(the store), with Kubernetes and store errors turned into one line."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
+import uuid
 from types import MappingProxyType
 from typing import Any
 
 from controller.cli.args import CliError, printable
-from controller.cli.failures import kube_call, missing_collection, store_errors
+from controller.cli.failures import kube_call, missing_collection, store_errors, summarizer_object
 
 # -- commands ------------------------------------------------------------------------------
 
 
-def _check_summarizer_exists(namespace: str, name: str) -> None:
-    """A --summarizer that names nothing would leave the session Pending; say so now. Best
-    effort: an identity allowed to sunset may not be allowed to read SessionSummarizers."""
-    from kubernetes.client.exceptions import ApiException
-
-    from controller.api import GROUP, SUMMARIZER_PLURAL, VERSION
-    from controller.kube import client as kube
-
-    def exists() -> bool:
-        try:
-            kube.custom().get_namespaced_custom_object(
-                GROUP, VERSION, namespace, SUMMARIZER_PLURAL, name
-            )
-        except ApiException as exc:
-            if exc.status == 403:
-                return True  # cannot tell; the object's condition will say
-            if exc.status == 404 and "could not find the requested resource" not in (
-                exc.body or ""
-            ):
-                return False
-            raise
-        return True
-
-    if not kube_call(exists):
-        raise CliError(
-            f"SessionSummarizer {namespace}/{name} does not exist "
-            f"(kubectl -n {namespace} get sessionsummarizers); nothing was changed"
+def unserved(summarizer: dict[str, Any]) -> str | None:
+    """Why no operator serves this SessionSummarizer now, from what operators publish: the
+    replica status (ReplicaActive, status.activeReplica) they write on every SessionSummarizer
+    of the namespaces they serve. None when one does."""
+    meta, status = summarizer["metadata"], summarizer.get("status") or {}
+    where = f"SessionSummarizer {meta['namespace']}/{meta['name']}"
+    replica: dict[str, Any] = _conditions(status).get("ReplicaActive", {})
+    if not replica:
+        return (
+            f"no operator serves namespace {meta['namespace']!r}: none has reported on {where} "
+            "(an operator serves the namespaces it is given: --namespace, SSO_NAMESPACES)"
         )
+    if replica.get("status") != "True":
+        return f"no operator replica is active for {where}: {replica.get('message', '')}"
+    return None
 
 
 def cmd_sunset(args: argparse.Namespace) -> int:
@@ -61,10 +50,15 @@ def request_pass(
 ) -> int:
     """Creates or patches the session's SessionSummary to ask for a pass of `action` and,
     with --wait, waits for its end: exit 0 once the object reaches `done`."""
+    from controller.core.naming import summary_object_name
     from controller.kube import client as kube
 
-    if args.summarizer is not None:
-        _check_summarizer_exists(args.namespace, args.summarizer)
+    existing = kube_call(kube.get_summary, args.namespace, summary_object_name(args.session_id))
+    ref = args.summarizer or ((existing or {}).get("spec") or {}).get("summarizerRef", "default")
+    summarizer = summarizer_object(args.namespace, ref, may_be_unreadable=True)
+    why = unserved(summarizer) if summarizer is not None else None  # None: may not read it
+    if why:
+        raise CliError(f"{why}; nothing was changed")
     name, made = kube_call(
         kube.request_summary,
         args.namespace,
@@ -106,9 +100,15 @@ def request_pass(
                 )
             return 1
         time.sleep(0.2)
+    removed = ""
+    if made == "created" and last and not last.get("status"):  # nobody took it up
+        rv = last["metadata"]["resourceVersion"]
+        with contextlib.suppress(CliError):  # the sunset role may not delete: left
+            if kube_call(kube.delete_summary_if_unchanged, args.namespace, name, rv):
+                removed = "; removed the SessionSummary this command created"
     raise CliError(
         f"not {done.lower()} within {args.wait:g}s ({_where(last)}); check `kubectl -n "
-        f"{args.namespace} describe sessionsummary {name}` and that the operator runs"
+        f"{args.namespace} describe sessionsummary {name}` and that the operator runs{removed}"
     )
 
 
@@ -146,33 +146,59 @@ def _where(obj: dict[str, Any]) -> str:
     return f"phase {status.get('phase') or 'none yet'}: {status.get('message', '')}"
 
 
+ANSWER_SECONDS = 30.0  # how long check waits for the operator to measure anew
+
+
 def cmd_check(args: argparse.Namespace) -> int:
-    """Whether a SessionSummarizer is Ready: every condition, one line each."""
+    """Whether a SessionSummarizer is Ready, measured now: asks the operator to run its
+    probes and sweep (PROBE_REQUESTED), waits for the answer (with --wait, measures again
+    until Ready), and prints every condition with when it was measured."""
     from controller.api import GROUP, SUMMARIZER_PLURAL, VERSION
     from controller.kube import client as kube
+    from controller.status.conditions import now_rfc3339
+    from controller.status.requests import PROBE_REQUESTED
 
-    deadline = time.monotonic() + args.wait
-
-    def read() -> Any:
-        return kube.custom().get_namespaced_custom_object(
-            GROUP, VERSION, args.namespace, SUMMARIZER_PLURAL, args.summarizer
-        )
-
+    start, answered = time.monotonic(), False
+    asked: str | None = ""  # the request's value; None: this identity may not make one
     while True:
-        obj = kube_call(read)
-        conditions = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
-        ready = conditions.get("Ready", {})
-        if ready.get("status") == "True" or time.monotonic() >= deadline:
-            break
-        time.sleep(1)
+        status = (summarizer_object(args.namespace, args.summarizer) or {}).get("status") or {}
+        conditions = _conditions(status)
+        ready = conditions.get("Ready", {}).get("status") == "True"
+        answered = asked is not None and status.get("lastHandledProbeRequest") == asked
+        waited = time.monotonic() - start
+        if asked is None or (answered and (ready or waited >= args.wait)):
+            break  # measured for this check, or not allowed to ask: as last measured
+        if waited >= max(args.wait, ANSWER_SECONDS):
+            print(
+                f"summaryctl: no new measurement within {waited:.0f}s: is the operator "
+                f"running, and does it serve namespace {args.namespace!r}?",
+                file=sys.stderr,
+            )
+            break  # fmt: skip
+        if not asked or answered:  # first, or measured and not Ready yet: again
+            asked = now_rfc3339(precise=True)
+            patch = {"metadata": {"annotations": {PROBE_REQUESTED: asked}}}
+            where = (GROUP, VERSION, args.namespace, SUMMARIZER_PLURAL, args.summarizer)
+            try:
+                kube_call(kube.custom().patch_namespaced_custom_object, *where, patch)
+            except CliError as exc:
+                print(f"summaryctl: cannot ask for a new measurement: {exc}", file=sys.stderr)
+                asked = None
+                continue
+        time.sleep(0.5)
     print(f"sessionsummarizer/{args.summarizer} (namespace {args.namespace}):")
     for kind in sorted(conditions, key=lambda t: (t != "Ready", t)):
         c = conditions[kind]
-        print(printable(f"  {kind}={c.get('status')} {c.get('reason')}: {c.get('message', '')}"))
-    if ready.get("status") != "True":
-        print(f"summaryctl: not Ready (waited {args.wait:g}s)", file=sys.stderr)
+        line = f"  {kind}={c.get('status')} {c.get('reason')}: {c.get('message', '')}"
+        print(printable(f"{line} (measured {c.get('lastProbeTime') or 'unknown'})"))
+    if not ready or not (answered or asked is None):
+        print(f"summaryctl: not Ready (waited {time.monotonic() - start:.0f}s)", file=sys.stderr)
         return 1
     return 0
+
+
+def _conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status.get("conditions") or []}
 
 
 def _store(args: argparse.Namespace, summarizer: Any = None) -> Any:
@@ -232,6 +258,38 @@ def cmd_summaries(args: argparse.Namespace) -> int:
         )
         print(document.strip())
         print()
+    return 0
+
+
+def cmd_remember(args: argparse.Namespace) -> int:
+    """Writes one memory as an agent does (docs/agents.md): an agent-interaction turn, or a
+    sunset marker. Embedded with the summarizer's model (without one: the local MiniLM),
+    which must be the one the memory collection records; a fresh store gets the collection."""
+    from controller.cli.settings import embedder, load_summarizer
+    from controller.core.memories import SUNSET_MARKER_TYPE, render_interaction_document
+
+    if args.sunset_marker == (args.prompt is not None or args.response is not None):
+        raise CliError("give --prompt and --response (an agent's turn), or --sunset-marker")
+    summarizer = load_summarizer(args)
+    store = _store(args, summarizer)
+    meta: dict[str, Any] = {"sessionId": args.session_id, "timestamp": int(time.time() * 1000)}
+    if args.sunset_marker:
+        document, meta["type"] = "session sunset", SUNSET_MARKER_TYPE
+    else:
+        turn = {"prompt": args.prompt, "thought": args.thought, "response": args.response or ""}
+        document = render_interaction_document(**turn)
+        meta.update(type="agent-interaction", **turn)
+    row_id = str(uuid.uuid4())
+    with store_errors():
+        store.add_memories([row_id], [document], [meta], create=True, embed=embedder(summarizer))
+        count = store.count_session(args.session_id)
+    where = f"{store.location.memory_collection!r} at {store.location.describe()}"
+    print(
+        printable(
+            f"{meta['type']} memory {row_id} written to {where} "
+            f"(session {args.session_id}: {count} memories)"
+        )
+    )
     return 0
 
 

@@ -1,14 +1,17 @@
 """Kubernetes and store failures as summaryctl's one-line CliError, for every command and
-for the settings it loads (one home, so neither imports the other)."""
+for the settings it loads (one home, so neither imports the other), and the lookup of the
+SessionSummarizer a command names, whose absence says where they are."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 from controller.cli.args import CliError
+
+FORBIDDEN = "forbidden: "
 
 
 def kube_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -36,10 +39,48 @@ def kube_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
         if exc.status == 404:
             raise CliError(f"not found: {_api_message(exc)}") from exc
         if exc.status == 403:
-            raise CliError(f"forbidden: {_api_message(exc)}") from exc
+            raise CliError(f"{FORBIDDEN}{_api_message(exc)}") from exc
         if exc.status == 422:
             raise CliError(f"rejected by the API server: {_api_message(exc)}") from exc
         raise CliError(f"Kubernetes API error {exc.status}: {_api_message(exc)}") from exc
+
+
+def summarizer_object(
+    namespace: str, name: str, *, may_be_unreadable: bool = False
+) -> dict[str, Any] | None:
+    """The SessionSummarizer namespace/name, or a CliError naming the namespace and the -n
+    to use; None when may_be_unreadable and this identity may not read it (the sunset role)."""
+    from controller.kube import client as kube
+
+    try:
+        found = kube_call(kube.get_summarizer, namespace, name)
+    except CliError as exc:
+        if may_be_unreadable and str(exc).startswith(FORBIDDEN):
+            return None
+        raise
+    if found is None:
+        where = kube_call(_summarizers_elsewhere, name)
+        raise CliError(f"no SessionSummarizer {name!r} in namespace {namespace!r}; {where}")
+    return cast(dict[str, Any], found)
+
+
+def _summarizers_elsewhere(name: str) -> str:
+    """Where the SessionSummarizers are, and the -n to use."""
+    from kubernetes.client.exceptions import ApiException
+
+    from controller.kube import client as kube
+
+    try:
+        found = kube.list_summarizers(())
+    except ApiException as exc:
+        if exc.status != 403:
+            raise
+        return "find yours (kubectl get sessionsummarizers -A) and pass its namespace: -n NAMESPACE"
+    places = [f"{o['metadata']['namespace']}/{o['metadata']['name']}" for o in found]
+    places.sort(key=lambda place: (not place.endswith(f"/{name}"), place))  # its name first
+    same = [place.split("/")[0] for place in places if place.endswith(f"/{name}")]
+    use = f"-n {same[0]}" if len(same) == 1 else "-n NAMESPACE --summarizer NAME"
+    return f"SessionSummarizers: {', '.join(places[:10]) or 'none in any namespace'} (use {use})"
 
 
 def _api_message(exc: Any) -> str:

@@ -10,6 +10,11 @@ from typing import Any
 from controller.cli.args import CliError, printable
 from controller.cli.commands import _store
 from controller.cli.failures import store_errors
+from controller.core.text import ms_to_rfc3339
+
+
+def _when(ms: Any) -> str:
+    return ms_to_rfc3339(int(ms)) if isinstance(ms, int | float) else "?"
 
 
 def _ledger_lines(session_id: str, document: str, keys: dict[str, Any]) -> list[str]:
@@ -19,24 +24,28 @@ def _ledger_lines(session_id: str, document: str, keys: dict[str, Any]) -> list[
     coverage = json.loads(keys["coverageJson"]) if isinstance(keys.get("coverageJson"), str) else {}
     state = {k: v for k, v in keys.items() if not k.startswith("ledger.")}
     fence, authority = keys.get("ledger.fence"), keys.get("ledger.fenceAuthority")
+    claim = (
+        f"claim grant {fence} (the SessionClaim's resourceVersion when the writer took it: a "
+        f"later grant's writer refuses an older one's write) from the cluster whose kube-system "
+        f"namespace has UID {authority or '(not recorded)'}"
+        if fence is not None
+        else "(none: written without the operator's claim)"
+    )
     lines = [
         f"session:        {session_id}",
-        f"written:        {keys.get('summarizedAt', '?')} by {keys.get('writer', '?')} "
+        f"written:        {_when(keys.get('summarizedAt'))} by {keys.get('writer', '?')} "
         f"({keys.get('triggerSource', '?')})",
-        f"fence:          {fence if fence is not None else '(none)'}"
-        f" issued by {authority or '(unknown authority)'}",
-        f"row digest:     {keys.get('ledger.rowDigest', '(none)')}",
-        f"memories:       {keys.get('memoryCount', '?')}, watermark "
-        f"{keys.get('watermarkTimestamp', '-')}/{keys.get('watermarkMemoryId', '-')}",
+        f"written under:  {claim}",
+        f"row digest:     {keys.get('ledger.rowDigest', '(none)')} (of the document agents read)",
+        f"memories:       {keys.get('memoryCount', '?')}; the newest covered "
+        f"{keys.get('watermarkMemoryId', '-')} at {_when(keys.get('watermarkTimestamp'))}",
         f"coverage:       {len(coverage.get('b') or [])} buckets",
         f"references:     {len(refs)} kept, {keys.get('referencesOmitted', 0)} left out",
         f"legacy text:    {len(keys.get('legacySummary') or '')} characters",
         f"document:       {len(document)} characters (the row agents read)",
         f"state:          {len(json.dumps(state, ensure_ascii=False))} bytes",
     ]
-    for title, items in sections.items():
-        lines.append(f"  {title}: {len(items)} items")
-    return lines
+    return lines + [f"  {title}: {len(items)} items" for title, items in sections.items()]
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:

@@ -20,7 +20,13 @@ from controller.cli.args import (
     seconds_arg,
     session_id_arg,
 )
-from controller.cli.commands import cmd_check, cmd_summaries, cmd_summarize, cmd_sunset
+from controller.cli.commands import (
+    cmd_check,
+    cmd_remember,
+    cmd_summaries,
+    cmd_summarize,
+    cmd_sunset,
+)
 from controller.cli.erase import cmd_forget, cmd_rebuild
 from controller.cli.ledger import cmd_handover, cmd_ledger
 from controller.cli.verify import cmd_verify
@@ -52,14 +58,24 @@ def _add_store_args(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="use the settings of the SessionSummarizer in this manifest (YAML)",
     )
+    _add_namespace(p, "the summarizer's namespace, where its Secrets are", None)
+
+
+FROM_MANIFEST = "the manifest's, else default"
+
+
+def _add_namespace(p: argparse.ArgumentParser, what: str, default: str | None) -> None:
     p.add_argument(
         "-n",
         "--namespace",
         type=namespace_arg,
-        default=os.environ.get("SSO_NAMESPACE") or None,
-        help="the summarizer's namespace, where its Secrets are (env SSO_NAMESPACE; "
-        "default: the manifest's, else default)",
+        default=os.environ.get("SSO_NAMESPACE") or default,
+        help=f"{what} (env SSO_NAMESPACE; default: {default or FROM_MANIFEST})",
     )
+
+
+def _add_wait(p: argparse.ArgumentParser, until: str) -> None:
+    p.add_argument("--wait", type=seconds_arg, default=0, metavar="SECONDS", help=until)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -108,13 +124,7 @@ def _add_request_args(
         metavar="SESSION_ID",
         nargs="?" if session_optional else None,
     )
-    p.add_argument(
-        "-n",
-        "--namespace",
-        type=namespace_arg,
-        default=os.environ.get("SSO_NAMESPACE") or "default",
-        help="namespace of the SessionSummary (env SSO_NAMESPACE; default: default)",
-    )
+    _add_namespace(p, "namespace of the SessionSummary", "default")
     p.add_argument(
         "--summarizer",
         type=object_name_arg,
@@ -122,13 +132,10 @@ def _add_request_args(
         help="SessionSummarizer name: for a new object (default: default), and written to an "
         "existing one (without it, an existing object keeps its summarizer)",
     )
-    p.add_argument(
-        "--wait",
-        type=seconds_arg,
-        default=0,
-        metavar="SECONDS",
-        help=f"wait until the pass ends: exit 0 when {done}, 1 as soon as it fails (its "
-        "reason and message printed) or ends otherwise",
+    _add_wait(
+        p,
+        f"wait until the pass ends: exit 0 when {done}, 1 as soon as it fails (its reason and "
+        "message printed) or ends otherwise",
     )
 
 
@@ -177,26 +184,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "check",
-        help="is a SessionSummarizer Ready? prints every condition; exit 1 unless Ready",
+        help="is a SessionSummarizer Ready, measured now? prints every condition and when it "
+        "was measured; exit 1 unless Ready",
     )
-    p.add_argument(
-        "-n",
-        "--namespace",
-        type=namespace_arg,
-        default=os.environ.get("SSO_NAMESPACE") or "default",
-        help="namespace of the SessionSummarizer (env SSO_NAMESPACE; default: default)",
-    )
+    _add_namespace(p, "namespace of the SessionSummarizer", "default")
     p.add_argument(
         "--summarizer", type=object_name_arg, default="default", help="its name (default: default)"
     )
-    p.add_argument(
-        "--wait",
-        type=seconds_arg,
-        default=0,
-        metavar="SECONDS",
-        help="wait up to this long for Ready",
-    )
+    _add_wait(p, "measure again until Ready, up to this long (a first measurement: up to 30s)")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser(
+        "remember",
+        help="write a memory as an agent does: a turn (--prompt, --response) or a sunset "
+        "marker; creates the memory collection in an empty Chroma",
+    )
+    p.add_argument("session_id", type=session_id_arg, metavar="SESSION_ID")
+    p.add_argument("--prompt", help="what the user asked")
+    p.add_argument("--response", help="what the agent did and answered")
+    p.add_argument("--thought", default="", help="the agent's reasoning (default: none)")
+    p.add_argument(
+        "--sunset-marker",
+        action="store_true",
+        help="instead of a turn: a sunset marker, asking for a summary now without Kubernetes "
+        "credentials (docs/agents.md)",
+    )
+    _add_store_args(p)
+    p.set_defaults(func=cmd_remember)
 
     p = sub.add_parser("summaries", help="the newest summaries, newest first")
     p.add_argument("--limit", type=positive_int_arg, default=5, help="how many (at least 1)")
@@ -233,8 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "ledger",
-        help="a session's ledger entry: the operator's state beside its row (sections, "
-        "coverage, references, fence)",
+        help="a session's ledger entry: the operator's state beside its row (when and by whom "
+        "it was written, coverage, references, the claim grant it was written under)",
     )
     p.add_argument("session_id", type=session_id_arg, metavar="SESSION_ID")
     p.add_argument("--json", action="store_true", help="every key, and the row's document")

@@ -32,7 +32,7 @@ from controller.api import (
     StoreSpec,
 )
 from controller.cli.args import CliError, check_chroma_url
-from controller.cli.failures import kube_call
+from controller.cli.failures import kube_call, summarizer_object
 from controller.core.text import one_line
 from controller.core.visibility import DEFAULT_VISIBILITY, VisibilityRules
 from controller.redaction import DEFAULT_REDACTION, Redaction
@@ -69,17 +69,7 @@ def _from_manifest(path: str, namespace: str | None) -> Summarizer:
 
 
 def _from_cluster(name: str, namespace: str) -> Summarizer:
-    from controller.api import GROUP, SUMMARIZER_PLURAL, VERSION
-    from controller.kube import client as kube
-
-    obj = kube_call(
-        kube.custom().get_namespaced_custom_object,
-        GROUP,
-        VERSION,
-        namespace,
-        SUMMARIZER_PLURAL,
-        name,
-    )
+    obj = summarizer_object(namespace, name) or {}
     where = f"SessionSummarizer {namespace}/{name}"
     return Summarizer(_parsed(obj.get("spec") or {}, where), namespace, where)
 
@@ -163,22 +153,31 @@ class SummarizeParts:
     redaction: Redaction = DEFAULT_REDACTION
 
 
-def summarize_parts(summarizer: Summarizer | None) -> SummarizeParts:
+def embedder(summarizer: Summarizer | None) -> Any:
+    """The summarizer's embedding, as the operator builds it (without one: the local MiniLM)."""
     from controller import backends
     from controller.embeddings.minilm import EmbeddingError
     from controller.embeddings.spec import EmbeddingSpec, build_embedding_function
-    from controller.summarizers.extractive import EXTRACTIVE
 
-    spec = summarizer.spec if summarizer else None
     try:
         embedding = (
-            backends.embedding_spec(spec, summarizer.namespace, secret_reader("embedding"))
-            if spec and summarizer
+            backends.embedding_spec(
+                summarizer.spec, summarizer.namespace, secret_reader("embedding")
+            )
+            if summarizer
             else EmbeddingSpec()
         )
         ef = build_embedding_function(embedding)
     except (EmbeddingError, ValueError) as exc:
         raise CliError(f"the embedding cannot be used: {one_line(exc, 300)}") from exc
+    return lambda texts: list(ef(texts))
+
+
+def summarize_parts(summarizer: Summarizer | None) -> SummarizeParts:
+    from controller import backends
+    from controller.summarizers.extractive import EXTRACTIVE
+
+    spec = summarizer.spec if summarizer else None
     model = spec.model if spec else None
     chosen: Any = EXTRACTIVE
     if model is not None and model.backend != "extractive" and summarizer is not None:
@@ -190,7 +189,7 @@ def summarize_parts(summarizer: Summarizer | None) -> SummarizeParts:
             raise CliError(f"{summarizer.source}: {exc}") from exc
         chosen = ChatModelSummarizer(config)
     return SummarizeParts(
-        embed=lambda texts: list(ef(texts)),
+        embed=embedder(summarizer),
         summarizer=chosen,
         excluded_types=tuple(spec.excluded_memory_types) if spec else DEFAULT_EXCLUDED_TYPES,
         visibility=spec.visibility.rules() if spec else DEFAULT_VISIBILITY,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from controller.cli.args import CliError, printable
 from controller.cli.commands import _store
@@ -11,12 +12,14 @@ from controller.cli.failures import store_errors
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    """Which memories of each session no summary covers, and which have a time the operator
-    cannot read (exit 1 when any)."""
+    """Which memories of each session no summary covers (exit 1 when any). Covered means
+    summarized: a pass of the summary read the memory; what it kept of it is the summary's
+    text (`summaryctl summaries --full`)."""
     from controller.cli.settings import load_summarizer
-    from controller.core.coverage import PriorCoverage, uncovered
+    from controller.core.coverage import uncovered
     from controller.core.summary import StructuredSummary, UnreadablePriorSummary
     from controller.core.text import ms_to_rfc3339
+    from controller.pipeline import prior_coverage
 
     store = _store(args, load_summarizer(args))
     reports = []
@@ -27,29 +30,27 @@ def cmd_verify(args: argparse.Namespace) -> int:
             except UnreadablePriorSummary as exc:
                 raise CliError(str(exc)) from exc
             rows = store.session_rows(session_id)
-        keys = list(rows.keys)
-        mark = prior.watermark if isinstance(prior, StructuredSummary) else None
-        covered = (
-            PriorCoverage((mark.timestamp_ms, mark.memory_id), prior.coverage, prior.memory_count)
-            if isinstance(prior, StructuredSummary) and mark is not None
-            else PriorCoverage()
-        )
-        found = uncovered(keys, covered)
+        structured = prior if isinstance(prior, StructuredSummary) else None
+        covered = prior_coverage(structured)
+        found = uncovered(list(rows.keys), covered)
+        summarized = set(structured.untimed_ids if structured else ())
+        untimed = [
+            {"id": i, "timestamp": rows.untimed_values.get(i), "summarized": i in summarized}
+            for i in rows.untimed
+        ]
         reports.append(
             {
                 "sessionId": session_id,
-                "memories": len(keys),
+                "memories": rows.total,
                 "summary": "structured"
-                if isinstance(prior, StructuredSummary)
-                else ("earlier text only" if prior is not None else "none"),
-                "uncovered": found.count,
+                if structured
+                else ("earlier text only" if prior else "none"),
+                "uncovered": found.count + sum(not u["summarized"] for u in untimed),
                 "rows": [
                     {"id": i, "timestamp": ms_to_rfc3339(ts), "why": why}
                     for ts, i, why in found.rows
                 ],
-                "unreadableTimes": [
-                    {"id": i, "timestamp": rows.untimed_values.get(i, "")} for i in rows.untimed
-                ],
+                "unreadableTimes": untimed,
                 "ranges": [
                     {
                         "from": ms_to_rfc3339(d.start) if d.start is not None else None,
@@ -64,31 +65,42 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(reports, indent=2))
     for report in [] if args.json else reports:
-        sid = printable(report["sessionId"])
-        unreadable = report["unreadableTimes"]
-        if unreadable:
-            print(
-                f"{sid}: {len(unreadable)} of its memories have a timestamp the operator cannot "
-                "read (summarized at the end of the session, not counted in memoryCount):"
-            )
-            for row in unreadable:
-                print(f"  {printable(row['id'])}  timestamp {printable(row['timestamp'])}")
-        if not report["uncovered"]:
-            print(
-                f"{sid}: every one of its {report['memories']} memories is covered by its summary"
-            )
-            continue
-        print(
-            f"{sid}: {report['uncovered']} of its {report['memories']} memories are not covered "
-            f"by its summary ({report['summary']}):"
+        print("\n".join(_report_lines(report)))
+    return 1 if any(r["uncovered"] for r in reports) else 0
+
+
+def _report_lines(report: dict[str, Any]) -> list[str]:
+    sid, total, untimed = (
+        printable(report["sessionId"]),
+        report["memories"],
+        report["unreadableTimes"],
+    )
+    if not report["uncovered"]:
+        lines = [
+            f"{sid}: all {total} of its memories are covered: a pass of its summary read each "
+            "one (what it kept of them: summaryctl summaries --full)"
+        ]
+    else:
+        lines = [
+            f"{sid}: {report['uncovered']} of its {total} memories are not covered (no pass of "
+            f"its summary has read them; summary: {report['summary']}):"
+        ]
+        lines += [f"  {printable(r['id'])}  {r['timestamp']}  ({r['why']})" for r in report["rows"]]
+        lines += [
+            f"  {rng['uncovered']} of the {len(rng['candidates'])} memories from "
+            f"{rng['from'] or 'the beginning'} to {rng['to'] or 'the watermark'} "
+            "(the coverage cannot name which): " + ", ".join(map(printable, rng["candidates"][:20]))
+            for rng in report["ranges"]
+        ]
+    if untimed:
+        missing = sum(u["timestamp"] is None for u in untimed)
+        lines.append(
+            f"{sid}: {missing} of its memories have no timestamp and {len(untimed) - missing} "
+            "one the operator cannot read (epoch seconds, ms, µs or ns, or ISO-8601); each is "
+            "summarized once, at the end of the session's order:"
         )
-        for row in report["rows"]:
-            print(f"  {printable(row['id'])}  {row['timestamp']}  ({row['why']})")
-        for rng in report["ranges"]:
-            print(
-                f"  {rng['uncovered']} of the {len(rng['candidates'])} memories from "
-                f"{rng['from'] or 'the beginning'} to {rng['to'] or 'the watermark'} "
-                "(the coverage cannot name which): "
-                + ", ".join(map(printable, rng["candidates"][:20]))
-            )
-    return 1 if any(r["uncovered"] or r["unreadableTimes"] for r in reports) else 0
+        for u in untimed:
+            stamp = "no timestamp" if u["timestamp"] is None else f"timestamp {u['timestamp']}"
+            later = "" if u["summarized"] else "  (not covered yet)"
+            lines.append(printable(f"  {u['id']}  {stamp}{later}"))
+    return lines

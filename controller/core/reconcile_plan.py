@@ -64,16 +64,15 @@ class ReconcileCycle:
 
     def fold(self, rows: Iterable[WalkedRow], now_ms: int) -> int:
         """Counts a page of (sessionId, timestamp ms or None); returns its length. A row
-        without a usable timestamp is in the session's id digest (a new one changes it) but
-        neither counts (memoryCount leaves it out) nor dates anything; one too far ahead of
-        now_ms counts but dates nothing (a bad clock must not keep a session active)."""
+        without a usable timestamp counts (memoryCount counts every row) but dates nothing,
+        as does one too far ahead of now_ms (a bad clock must not keep a session active)."""
         n = 0
         for session_id, stamp, row_id in rows:
             n += 1
             ids = self.digests.get(session_id) or Bucket(0)
             self.digests[session_id] = ids.add(id_hash(row_id))
             ts = None if stamp is not None and stamp > now_ms + FUTURE_TOLERANCE_MS else stamp
-            self.counts[session_id] = self.counts.get(session_id, 0) + (stamp is not None)
+            self.counts[session_id] = self.counts.get(session_id, 0) + 1
             if ts is not None and ts > self.newest.get(session_id, -(2**63)):
                 self.newest[session_id] = ts
             elif session_id not in self.newest:

@@ -32,9 +32,11 @@ from controller.core.requeue import to_ask_again_with_progress
 from controller.core.text import one_line
 from controller.handlers import summarizer_upkeep as upkeep
 from controller.kube import client as kube
-from controller.probes import check_embedding, check_secrets, health_conditions
+from controller.probes import health_conditions
 from controller.runtime import Runtime
 from controller.status.conditions import now_rfc3339
+from controller.status.readiness import NOT_BLOCKING, REQUIRED
+from controller.status.requests import PROBE_REQUESTED
 from controller.status.summarizer_status import (
     SweepReport,
     spec_valid,
@@ -116,26 +118,13 @@ async def take_summarizer_spec(
         await asyncio.to_thread(
             kube.remove_finalizers, namespace, name, finalizers, LEGACY_FINALIZERS
         )
-    spec: SessionSummarizerSpec | None = None
     try:
         spec = SessionSummarizerSpec.model_validate(dict(body.get("spec") or {}))
     except ValidationError as exc:  # one the CRD lets through: a pattern over RE2's bound
-        conditions = [spec_valid(exc)]
-    else:
-        health = await asyncio.to_thread(health_conditions, runtime.parts, spec, namespace, name)
-        conditions = [spec_valid(None), *health]
-    for cond in conditions:
-        if cond.status == "False":
-            events.post(body, type_="Warning", reason=cond.reason, message=cond.message)
-    await asyncio.to_thread(
-        _write_status,
-        namespace,
-        name,
-        lambda st: with_conditions(st, conditions, generation=generation).model_copy(
-            update={"observed_generation": generation}
-        ),
-    )
-    if spec is not None and reason in ("create", "update"):
+        await _probe(body, exc, namespace, name, runtime, first=True)
+        return
+    await _probe(body, spec, namespace, name, runtime, first=True)
+    if reason in ("create", "update"):
         asked = await asyncio.to_thread(_ask_failed_again, namespace, name)
         if asked:
             message = (
@@ -146,8 +135,12 @@ async def take_summarizer_spec(
             events.post(body, type_="Normal", reason="FailedSummariesRequeued", message=message)
 
 
-def _sweep_due(spec: SessionSummarizerSpec, status: SessionSummarizerStatus) -> bool:
-    return spec.sweep.enabled and upkeep.due(status.last_sweep_at, spec.sweep.interval_seconds)
+def sweep_due(spec: SessionSummarizerSpec, status: SessionSummarizerStatus, retry_s: float) -> bool:
+    """Every spec.sweep.intervalSeconds; a sweep that failed (Swept False: no memory
+    collection yet, an unreachable store) again every retry_s, so it clears once fixed."""
+    failed = any(c.type == "Swept" and c.status == "False" for c in status.conditions or [])
+    every = min(retry_s, spec.sweep.interval_seconds) if failed else spec.sweep.interval_seconds
+    return spec.sweep.enabled and upkeep.due(status.last_sweep_at, every)
 
 
 @kopf.on.delete(GROUP, VERSION, SUMMARIZER_PLURAL, optional=True)
@@ -159,50 +152,57 @@ async def summarizer_deleted(name: str, namespace: str | None, memo: kopf.Memo, 
     await asyncio.to_thread(Runtime.of(memo).summarizer_gone, namespace, name)
 
 
-async def _reprobe(
+async def _probe(
     body: kopf.Body,
-    spec: SessionSummarizerSpec,
+    spec: SessionSummarizerSpec | ValidationError,
     namespace: str,
-    status: SessionSummarizerStatus,
+    name: str,
     runtime: Runtime,
+    *,
+    first: bool = False,
 ) -> None:
-    """While EmbeddingReady is False, or SecretsAllowed is not True, probe again every
-    SSO_EMBEDDING_REPROBE_SECONDS (30), so the conditions turn True once the endpoint, the
-    collection or the Secret's annotation is fixed, without a spec change. When the Secrets
-    come to allow their URLs, every probe runs again (they failed for want of them)."""
-    current = {c.type: c for c in status.conditions or []}
-    name = str(body.metadata.get("name"))
+    """Runs every health probe and writes its condition (first: the spec's first look, and
+    observedGeneration): a Warning Event for each that fails anew (first: that fails), a
+    Normal one for each that recovered. A spec the operator cannot use (one the CRD lets
+    through) is SpecValid False, and nothing is probed."""
     generation = body.metadata.get("generation")
-    events, parts = runtime.events, runtime.parts
+    if isinstance(spec, ValidationError):
+        conditions = [spec_valid(spec)]
+    else:
+        conditions = await asyncio.to_thread(
+            health_conditions, runtime.parts, spec, namespace, name
+        )
+        conditions = [spec_valid(None), *conditions] if first else conditions
+    observed = {"observed_generation": generation} if first else {}
+    written = await asyncio.to_thread(
+        _write_status,
+        namespace,
+        name,
+        lambda st: with_conditions(st, conditions, generation=generation).model_copy(
+            update=observed
+        ),
+    )
+    before = written[0] if written else SessionSummarizerStatus()
+    was = {c.type: c.status for c in before.conditions or []}
+    for cond, changed in _transitions(before, conditions):
+        if cond.status == "False" and (changed or first):
+            runtime.events.post(body, type_="Warning", reason=cond.reason, message=cond.message)
+        elif changed and cond.status == "True" and was.get(cond.type) not in (None, "True"):
+            runtime.events.post(body, type_="Normal", reason=cond.reason, message=cond.message)
 
-    def due(condition: str) -> bool:
-        every = runtime.config.embedding_reprobe_seconds
-        return runtime.upkeep.probe_due(namespace, name, condition, every, time.monotonic())
 
-    secrets = current.get("SecretsAllowed")
-    if secrets is not None and secrets.status != "True" and due("SecretsAllowed"):
-        cond = await asyncio.to_thread(check_secrets, spec, namespace)
-        if cond.status == "True":
-            conditions = await asyncio.to_thread(health_conditions, parts, spec, namespace, name)
-            await asyncio.to_thread(
-                _write_status,
-                namespace,
-                name,
-                lambda st: with_conditions(st, conditions, generation=generation),
-            )
-            events.post(body, type_="Normal", reason=cond.reason, message=cond.message)
-            return
-    embedding = current.get("EmbeddingReady")
-    if embedding is not None and embedding.status == "False" and due("EmbeddingReady"):
-        cond = await asyncio.to_thread(check_embedding, parts, spec, namespace, name)
-        if cond.status == "True":
-            await asyncio.to_thread(
-                _write_status,
-                namespace,
-                name,
-                lambda st: with_conditions(st, [cond], generation=generation),
-            )
-            events.post(body, type_="Normal", reason=cond.reason, message=cond.message)
+def _probes_due(
+    status: SessionSummarizerStatus, name: str, namespace: str, runtime: Runtime
+) -> bool:
+    """While a probe's condition does not hold, every probe runs again every
+    SSO_EMBEDDING_REPROBE_SECONDS (30): the conditions turn True once the store, the
+    endpoint, the collection or the Secret is fixed, without a spec change."""
+    failing = any(
+        c.type in REQUIRED and c.status != "True" and (c.type, c.reason) not in NOT_BLOCKING
+        for c in status.conditions or []
+    )
+    every = runtime.config.embedding_reprobe_seconds
+    return failing and runtime.upkeep.probe_due(namespace, name, every, time.monotonic())
 
 
 @kopf.timer(GROUP, VERSION, SUMMARIZER_PLURAL, interval=CONFIG.claim_renew_period)
@@ -244,18 +244,40 @@ async def sweep(
     Retention runs on the same timer, on its own clock."""
     assert namespace is not None
     runtime = Runtime.of(memo)
-    events = runtime.events
     spec = _validate(body)
     status = _status(body)
-    generation = body.metadata.get("generation")
-    await _reprobe(body, spec, namespace, status, runtime)
+    asked = (body.metadata.get("annotations") or {}).get(PROBE_REQUESTED)
+    now = asked is not None and asked != status.last_handled_probe_request  # summaryctl check
+    if now or _probes_due(status, name, namespace, runtime):
+        await _probe(body, spec, namespace, name, runtime)
     if spec.sweep.enabled and status.watermark is not None:
         await upkeep.marker_scan(body, spec, namespace, name, status.watermark, logger, runtime)
     await upkeep.retention(spec, namespace, name, status, logger, runtime)
     if spec.reconcile.enabled:  # whether or not sweeps are: the backstop of every pass
         await upkeep.reconcile(body, spec, namespace, name, logger, runtime)
-    if not _sweep_due(spec, status):
-        return
+    if sweep_due(spec, status, runtime.config.embedding_reprobe_seconds) or (
+        now and spec.sweep.enabled
+    ):
+        await _sweep(body, spec, namespace, name, status, logger, runtime)
+    if now:  # what `summaryctl check` waits for: probes and sweep ran after its request
+        answered = {"last_handled_probe_request": asked}
+        await asyncio.to_thread(
+            _write_status, namespace, name, lambda st: st.model_copy(update=answered)
+        )
+
+
+async def _sweep(
+    body: kopf.Body,
+    spec: SessionSummarizerSpec,
+    namespace: str,
+    name: str,
+    status: SessionSummarizerStatus,
+    logger: kopf.Logger,
+    runtime: Runtime,
+) -> None:
+    """One sweep: the sessions it finds asked for, its figures and Swept written."""
+    events = runtime.events
+    generation = body.metadata.get("generation")
     cursor = (
         RowCursor(status.appended_offset, status.appended_last_id)
         if status.appended_offset is not None

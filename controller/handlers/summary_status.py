@@ -245,25 +245,23 @@ def single_writer(
 
 def memory_times(body: kopf.Body, outcome: Outcome, events: EventRecorder) -> Condition:
     """The MemoryTimesReadable condition; a Warning Event and the metric when a pass
-    summarized rows whose time it cannot read."""
+    summarized rows without a time it can read (none at all, or one it cannot parse)."""
     metrics.untimed_memories(outcome.new_untimed)
+    missing, unreadable = outcome.missing_times, outcome.skipped_memories - outcome.missing_times
     if not outcome.skipped_memories:
-        return Condition(
-            type=MEMORY_TIMES,
-            status="True",
-            reason="AllReadable",
-            message="every memory of the session has a time the operator can read",
-        )
+        message = "every memory of the session has a time the operator can read"
+        return Condition(type=MEMORY_TIMES, status="True", reason="AllReadable", message=message)
+    said = [f"{missing} without a 'timestamp'"] if missing else []
+    said += [f"{unreadable} with one the operator cannot read (epoch seconds, ms, µs or ns, or "
+             "ISO-8601)"] if unreadable else []  # fmt: skip
     message = (
-        f"{outcome.skipped_memories} of the session's memories have a 'timestamp' the operator "
-        "cannot read (epoch seconds, ms, µs or ns, or ISO-8601): they are summarized at the "
-        "end of the session's order and left out of memoryCount; `summaryctl verify` names them"
+        f"of the session's {outcome.memory_count} memories, {' and '.join(said)}: summarized "
+        "at the end of the session's order; `summaryctl verify` names them"
     )
+    reason = "UnreadableMemories" if unreadable else "MissingMemoryTimes"
     if outcome.new_untimed:
-        events.post(body, type_="Warning", reason="UnreadableMemories", message=message)
-    return Condition(
-        type=MEMORY_TIMES, status="False", reason="UnreadableMemories", message=message
-    )
+        events.post(body, type_="Warning", reason=reason, message=message)
+    return Condition(type=MEMORY_TIMES, status="False", reason=reason, message=message)
 
 
 def report(

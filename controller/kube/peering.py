@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from controller.api import Condition, SessionSummarizerStatus
 from controller.kube import client as kube
 from controller.kube.events import EventRecorder
-from controller.status.conditions import set_condition
+from controller.status.conditions import now_rfc3339, set_condition
 
 log = logging.getLogger("controller.kube.peering")
 PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
@@ -214,10 +214,14 @@ def _apply_replica_status(
     current = {c.type: c for c in status.conditions or []}.get("ReplicaActive")
     if standalone and status.active_replica and current is not None:
         return status  # stamped once: two standalone replicas must not flip it back and forth
+    said = (active, cond.status, cond.reason, cond.message)
+    if current and said == (status.active_replica, current.status, current.reason, current.message):
+        return status  # as last measured: nothing to write
+    measured = cond.model_copy(update={"last_probe_time": now_rfc3339()})
     return status.model_copy(
         update={
             "active_replica": active,
-            "conditions": set_condition(status.conditions, cond),
+            "conditions": set_condition(status.conditions, measured),
         }
     )
 

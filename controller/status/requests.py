@@ -1,5 +1,6 @@
-"""Who asked for a SessionSummary's current spec, as its status and Events say it (a
-forget or a rebuild is audited: docs/privacy.md)."""
+"""Requests made on our objects by annotation: who asked for a SessionSummary's current
+spec, as its status and Events say it (a forget or a rebuild is audited: docs/privacy.md),
+and a request for a SessionSummarizer's probes."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from typing import Any
 
 # summaryctl forget records who ran it here; else the field manager of the last change.
 REQUESTED_BY = "memorycore.io/requested-by"
+# summaryctl check asks a SessionSummarizer's probes and sweep to run now: a new value here
+# is answered in status.lastHandledProbeRequest (as Flux's reconcile.fluxcd.io/requestedAt).
+PROBE_REQUESTED = "memorycore.io/probe-requested-at"
 
 
 def asked_by(body: Mapping[str, Any]) -> str:

@@ -36,9 +36,10 @@ from pydantic import ValidationError
 from controller.api import Condition, SessionSummarizerStatus
 from controller.core.destinations import SecretVerdict, shown
 from controller.core.text import one_line
-from controller.status.conditions import set_condition
-from controller.status.readiness import summarizer_readiness, with_derived
+from controller.status.conditions import now_rfc3339, set_condition
+from controller.status.readiness import REQUIRED, WHEN_PRESENT, summarizer_readiness, with_derived
 
+INPUTS = frozenset((*REQUIRED, *WHEN_PRESENT))  # of Ready
 # Conditions that say nothing about the spec: stamped with the current generation.
 SPEC_INDEPENDENT = frozenset({"ReplicaActive"})
 
@@ -57,11 +58,13 @@ def with_conditions(
     *,
     generation: int | None = None,
 ) -> SessionSummarizerStatus:
-    """The status with these conditions set (others kept; transition times move only on a
-    status change), stamped with the generation they were computed from when given."""
+    """The status with these conditions set, each measured now (others kept; transition
+    times move only on a status change), stamped with the generation they were computed from
+    when given."""
+    at = now or now_rfc3339()
     merged = status.conditions
     for cond in stamped(conditions, generation):
-        merged = set_condition(merged, cond, now=now)
+        merged = set_condition(merged, cond.model_copy(update={"last_probe_time": at}), now=at)
     return status.model_copy(update={"conditions": merged})
 
 
@@ -69,14 +72,20 @@ def settled(status: SessionSummarizerStatus, generation: int | None) -> SessionS
     """What every write of a SessionSummarizer's status stores (kube.update_summarizer_status
     applies it after the writer's change): each condition with the generation it was
     computed for (spec-independent ones, and any without one, with the object's current
-    generation), and Ready, Reconciling and Stalled derived from them."""
+    generation), and Ready, Reconciling and Stalled derived from them, measured when the
+    oldest of their inputs was."""
     conditions = [
         c.model_copy(update={"observed_generation": generation})
         if c.type in SPEC_INDEPENDENT or c.observed_generation is None
         else c
         for c in status.conditions or []
     ]
-    derived = summarizer_readiness(conditions, generation)
+    times = [c.last_probe_time for c in conditions if c.type in INPUTS and c.last_probe_time]
+    at = min(times, default=None)  # as old as its oldest measured input
+    derived = [
+        c.model_copy(update={"last_probe_time": at})
+        for c in summarizer_readiness(conditions, generation)
+    ]
     return status.model_copy(update={"conditions": with_derived(conditions, derived)})
 
 

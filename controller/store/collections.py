@@ -191,10 +191,13 @@ class Collections:
             return self._memories
 
     def create_memory_collection(self) -> Collection:
-        """Opens the memory collection, creating it if missing. For the demo and tests that
-        load sessions into a fresh store; the operator never calls it (agents own it)."""
+        """Opens the memory collection, creating it if missing, as the summary collection is
+        (_creation_ef). For summaryctl remember, the demo and tests writing into a fresh
+        store; the operator never calls it (agents own it)."""
         name = self.location.memory_collection
-        return self._open("memory", name, create=lambda: self.client.get_or_create_collection(name))
+        ef = cast(Any, _creation_ef(self.location.embedding_provider))
+        make = lambda: self.client.get_or_create_collection(name, embedding_function=ef)  # noqa: E731
+        return self._open("memory", name, create=make)
 
     def summaries(self, *, create: bool = False) -> Collection:
         """The summary collection, opened once and kept. Reads pass create=False and get

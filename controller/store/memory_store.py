@@ -37,7 +37,7 @@ from controller.core.summary import SUMMARY_FORMAT, PriorSummary, UnreadablePrio
 from controller.core.summary_row import from_chroma_row
 from controller.redaction import PassRedaction
 from controller.store.authorities import Authorities
-from controller.store.collections import batches
+from controller.store.collections import batches, collection_config
 from controller.store.errors import (
     CollectionNotFound,
     EmbeddingMismatch,
@@ -126,11 +126,21 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         metadatas: Sequence[dict[str, Any]],
         *,
         create: bool = False,
+        embed: Callable[[list[str]], Any] | None = None,
     ) -> None:
-        """Used by the demo and tests to load sessions; agents write memories themselves.
-        create=True creates the memory collection if it is missing (a fresh store)."""
+        """Writes memories as an agent would (summaryctl remember, the demo, tests), embedded
+        with `embed` (default: the local MiniLM), which must be the model the collection
+        records (core/embedding_match.py). create=True creates the memory collection if it
+        is missing (a fresh store), recording the function agents can rebuild for it."""
         coll = self.create_memory_collection() if create else self.memories()
-        embeddings = self._memory_embedding(list(documents))
+        record = collection_config(coll).get("embedding_function")
+        loc = self.location
+        problem = embedding_function_problem(
+            record, loc.memory_collection, loc.embedding_provider, loc.embedding_model
+        )
+        if problem:
+            raise EmbeddingMismatch(problem)
+        embeddings = (embed or self._memory_embedding)(list(documents))
         for batch in batches(list(range(len(ids))), GET_BATCH):
             guard(
                 "adding memories",

@@ -54,7 +54,7 @@ class SessionRows:
     cover exactly: `reread`), and those memories, read only as the pass consumes them
     (`memories`), so a pass over a 50,000-memory session never holds the whole session."""
 
-    total: int  # every row carrying the sessionId whose time is readable, whatever its type
+    total: int  # every row carrying the sessionId, whatever its type or time (memoryCount)
     newest: Watermark | None  # the newest row of all, the pass's watermark
     keys: RowKeys  # (timestamp, id) of every parsed row, sorted; `selected`: read this pass
     included: int  # how many of the selected rows the pass summarizes (not excluded)
@@ -72,10 +72,11 @@ class SessionRows:
     # NAMED_UNTRUSTED of them: a Warning Event names them.
     untrusted: tuple[str, ...] = ()
     # Rows whose time this version cannot read (no timestamp, RFC 2822 text, "1.7e12"):
-    # every one's id, sorted. Not in `total` or the coverage; each is summarized once, by the
-    # first pass that lists it, at the end of the session's order (the newest row's time).
+    # every one's id, sorted. In `total`, not in the coverage; each is summarized once, by
+    # the first pass that lists it, at the end of the session's order (the newest row's time).
     untimed: tuple[str, ...] = ()
-    untimed_values: Mapping[str, str] = field(default_factory=dict)  # id: its timestamp, shown
+    # id: its timestamp as stored, shown (None: it has none). Listed whole only.
+    untimed_values: Mapping[str, str | None] = field(default_factory=dict)
 
     @property
     def memories(self) -> Iterator[Memory]:
@@ -144,6 +145,8 @@ def list_appended(
     mark, sources = prior.watermark_key, SessionSources.from_json(prior.sources_json)
     if mark is None or prior.coverage is None or prior.digest is None or sources is None:
         return None
+    if prior.untimed:  # rare: listed whole, so each one's timestamp is shown (untimed_values)
+        return None
     ids = list(_ids_only(coll, session_id))
     where = {"$and": [{"sessionId": session_id}, {"timestamp": {"$gte": mark[0]}}]}
     newer = list(listing(coll, "listing the session's new memories", where, LIST_PAGE + 1))
@@ -176,9 +179,8 @@ def list_appended(
         newest = Watermark.of(memory)
     sorted_keys = keys.build()
     return SessionRows(
-        # A row landing between the two reads is counted once; the untimed rows, unchanged
-        # (the digest says so), are the prior's.
-        total=every_id.count - len(prior.untimed),
+        # A row landing between the two reads is counted once.
+        total=every_id.count,
         newest=newest,
         keys=sorted_keys,
         included=len(wanted),
@@ -189,7 +191,6 @@ def list_appended(
         digest=every_id,
         base=prior.coverage,
         untrusted=_untrusted(added),
-        untimed=tuple(sorted(prior.untimed)),
     )
 
 
@@ -224,7 +225,7 @@ def _list_all(
     keys = RowKeysBuilder()
     first_page: dict[str, Memory] = {}
     now_ms, untrusted = int(time.time() * 1000), list[str]()
-    untimed: dict[str, str] = {}
+    untimed: dict[str, str | None] = {}
     total = 0
     where = {"sessionId": session_id}
     listed = listing(
@@ -237,7 +238,8 @@ def _list_all(
         probe = memory_from_row(row_id, doc, meta)
         sources.add(row_id, meta, probe.timestamp_ms if probe is not None else None)
         if probe is None:
-            untimed[row_id] = repr((meta or {}).get("timestamp"))[:60]
+            stamp = (meta or {}).get("timestamp")
+            untimed[row_id] = None if stamp is None else repr(stamp)[:60]
             continue
         if newest is None or newest.after(probe):
             newest = Watermark.of(probe)
@@ -280,7 +282,7 @@ def _list_all(
         yield from untimed_now
 
     return SessionRows(
-        total=total - len(untimed),
+        total=total,
         newest=newest,
         keys=sorted_keys,
         included=sorted_keys.included() + len(untimed_now),

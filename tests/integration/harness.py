@@ -154,6 +154,10 @@ def harness(
     )
     proc = start_operator(log, env, "--standalone", "--namespace", NS)
     try:
+        # Served once the operator reports on its SessionSummarizer (summaryctl's requests
+        # check that first).
+        wait_for(lambda: conditions_of(kube.get_summarizer(NS, "default") or {}).get(
+            "ReplicaActive"), 120, 0.5, message=f"the operator's report\n{tail(log)}")  # fmt: skip
         yield h
     finally:
         stop(proc)

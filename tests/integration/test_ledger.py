@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
@@ -179,7 +180,11 @@ def test_summaryctl_ledger_shows_a_sessions_entry_and_says_when_there_is_none(
     shown = harness.summaryctl("ledger", sid, *where)
     assert shown.returncode == 0, shown.stderr
     assert f"session:        {sid}" in shown.stdout
-    assert "memories:       5," in shown.stdout and "User Requests: " in shown.stdout
+    assert "memories:       5;" in shown.stdout and "User Requests: " in shown.stdout
+    # Times as times, the fence as what it is: never raw epoch milliseconds or bare jargon.
+    assert not re.search(r"\b1\d{12}\b", shown.stdout), shown.stdout
+    assert re.search(r"written:        \d{4}-\d\d-\d\dT\S+Z by ", shown.stdout), shown.stdout
+    assert "written under:  (none: written without the operator's claim)" in shown.stdout
     as_json = harness.summaryctl("ledger", sid, "--json", *where)
     assert as_json.returncode == 0, as_json.stderr
     keys = json.loads(as_json.stdout)["keys"]

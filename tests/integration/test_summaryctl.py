@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -203,7 +204,9 @@ def test_sunset_with_summarizer_on_an_existing_object_applies_it(harness: Harnes
         generation = harness.obj(sid)["metadata"]["generation"]
         typo = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "cli-othr")
         assert typo.returncode == 2
-        assert f"SessionSummarizer {NS}/cli-othr does not exist" in one_error_line(typo.stderr)
+        line = one_error_line(typo.stderr)
+        assert f"no SessionSummarizer 'cli-othr' in namespace '{NS}'" in line, line
+        assert "SessionSummarizers: " in line and "--summarizer" in line
         assert harness.obj(sid)["metadata"]["generation"] == generation  # nothing changed
     finally:
         harness.kubectl("delete", "ssum", summary_object_name(sid), "--ignore-not-found")
@@ -261,6 +264,19 @@ def test_a_demo_that_fails_midway_removes_what_it_created(harness: Harness) -> N
         ns = _namespace(harness)
         # Deleted: gone, or (this control plane has no namespace controller) Terminating.
         assert ns is None or (ns.get("metadata") or {}).get("deletionTimestamp")  # type: ignore[union-attr]
+    finally:
+        _finalize_namespace(harness)
+
+
+def test_the_demo_shows_every_summary_and_the_session_the_sweep_found(harness: Harness) -> None:
+    if _namespace(harness) is not None:
+        pytest.skip(f"namespace {DEMO_NAMESPACE} exists already")
+    res = _demo(harness)
+    try:
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert res.stdout.count("== summary_") == len(SAMPLE_SESSIONS), res.stdout
+        swept = SAMPLE_SESSIONS[-1].session_id  # the one the demo does not sunset
+        assert f"the sweep found {swept} (nobody sunset it)" in res.stdout, res.stdout
     finally:
         _finalize_namespace(harness)
 
@@ -329,3 +345,96 @@ def test_the_manifests_in_the_docs_are_accepted_by_the_apiserver(harness: Harnes
             "apply", "--dry-run=server", "-f", "-", input=json.dumps(doc), check=False
         )
         assert res.returncode == 0, f"{where}: {res.stderr}"
+
+
+# -- a request where nobody serves it: said at once, nothing left behind -------------------
+
+
+def _summaries_in(harness: Harness, namespace: str) -> list[str]:
+    out = harness.cp.kubectl_run("-n", namespace, "get", "ssum", "-o", "name").stdout
+    return out.split()
+
+
+@pytest.mark.parametrize("command", ["sunset", "rebuild", "forget"])
+def test_a_request_without_n_says_where_the_summarizers_are_and_changes_nothing(
+    harness: Harness, command: str
+) -> None:
+    """No -n: namespace default, which has no SessionSummarizer (the harness's is in ops)."""
+    sid = f"no-ns-{uuid.uuid4().hex[:6]}"
+    started = time.monotonic()
+    res = harness.summaryctl(command, sid, "--wait", "30")
+    assert time.monotonic() - started < 20, "it waited instead of saying so"
+    assert res.returncode == 2, res.stdout + res.stderr
+    line = one_error_line(res.stderr)
+    assert "no SessionSummarizer 'default' in namespace 'default'" in line, line
+    assert_names_where_it_is(line)
+    assert f"sessionsummary.memorycore.io/{summary_object_name(sid)}" not in _summaries_in(
+        harness, "default"
+    )
+
+
+def assert_names_where_it_is(line: str) -> None:
+    """The namespaces that have a SessionSummarizer 'default' (the harness's, NS, among
+    them: the other tests' namespaces may have one too) and the -n to pass."""
+    found = re.search(r"SessionSummarizers: (.+) \(use (.+)\)$", line)
+    assert found is not None, line
+    assert f"{NS}/default" in found.group(1).split(", "), line
+    assert found.group(2) in (f"-n {NS}", "-n NAMESPACE --summarizer NAME"), line
+
+
+def test_a_request_in_a_namespace_no_operator_serves_changes_nothing(harness: Harness) -> None:
+    """A SessionSummarizer the operator never reported on (its namespace is not served)."""
+    ns = f"unserved-{uuid.uuid4().hex[:6]}"
+    harness.cp.kubectl_run("create", "namespace", ns)
+    manifest = summarizer_yaml("default", harness.chroma.url).replace(
+        f"namespace: {NS}", f"namespace: {ns}"
+    )
+    harness.cp.kubectl_run("apply", "-f", "-", input=manifest)
+    res = harness.summaryctl("sunset", "anything", "-n", ns, "--wait", "30")
+    assert res.returncode == 2, res.stdout + res.stderr
+    line = one_error_line(res.stderr)
+    assert f"no operator serves namespace '{ns}'" in line and "nothing was changed" in line
+    assert _summaries_in(harness, ns) == []
+
+
+def test_a_sunset_nobody_takes_up_removes_the_object_it_created(harness: Harness) -> None:
+    """The summarizer says an operator serves it (its last report), but none runs now: at
+    the end of --wait, the object this sunset created, never touched, is removed."""
+    ns = f"stopped-{uuid.uuid4().hex[:6]}"
+    harness.cp.kubectl_run("create", "namespace", ns)
+    manifest = summarizer_yaml("default", harness.chroma.url).replace(
+        f"namespace: {NS}", f"namespace: {ns}"
+    )
+    harness.cp.kubectl_run("apply", "-f", "-", input=manifest)
+    reported = {"status": {"activeReplica": "gone", "conditions": [{
+        "type": "ReplicaActive", "status": "True", "reason": "Standalone", "message": "gone",
+    }]}}  # fmt: skip
+    harness.cp.kubectl_run(
+        "-n", ns, "patch", "ssumr", "default", "--subresource=status", "--type=merge",
+        "-p", json.dumps(reported),
+    )  # fmt: skip
+    res = harness.summaryctl("sunset", "nobody-home", "-n", ns, "--wait", "3")
+    assert res.returncode == 2, res.stdout + res.stderr
+    line = one_error_line(res.stderr)
+    assert "no pass has started" in line and "removed the SessionSummary" in line, line
+    assert _summaries_in(harness, ns) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["check"],
+        ["verify", "some-session", "--summarizer", "default"],
+        ["summaries", "--summarizer", "default"],
+        ["remember", "s", "--sunset-marker", "--summarizer", "default"],
+    ],
+)
+def test_every_summarizer_not_found_names_the_namespace_and_the_n_to_use(
+    harness: Harness, args: list[str]
+) -> None:
+    res = harness.summaryctl(*args)
+    assert res.returncode == 2, res.stdout + res.stderr
+    line = one_error_line(res.stderr)
+    assert "no SessionSummarizer 'default' in namespace 'default'" in line, line
+    assert_names_where_it_is(line)
+    assert "sessionsummarizers.memorycore.io" not in line, line

@@ -330,3 +330,135 @@ def test_a_manifests_store_is_used_and_a_flag_overrides_it(
             ["summaries", "--summarizer-file", str(manifest), "--chroma-url", "http://127.0.0.1:2"]
         )
         assert code == 2 and "127.0.0.1:2" in err and "127.0.0.1:1" not in err
+
+
+# -- what a new user reads: served or not, covered or not, the docs' command list ---------
+
+import argparse  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from controller.cli.commands import unserved  # noqa: E402
+from controller.cli.main import build_parser  # noqa: E402
+from controller.cli.verify import _report_lines  # noqa: E402
+from controller.operator import quiet_timer_successes  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def summarizer_with(replica: dict[str, str] | None) -> dict[str, object]:
+    conditions = [{"type": "ReplicaActive", **replica}] if replica else []
+    return {
+        "metadata": {"namespace": "agents", "name": "default"},
+        "status": {"conditions": conditions},
+    }
+
+
+def test_a_summarizer_is_served_when_an_operator_reports_an_active_replica_on_it() -> None:
+    assert unserved(summarizer_with({"status": "True", "reason": "Standalone"})) is None
+    never = unserved(summarizer_with(None))
+    assert never is not None and "no operator serves namespace 'agents'" in never
+    assert "--namespace, SSO_NAMESPACES" in never
+    tie = unserved(summarizer_with({"status": "False", "message": "replicas a, b share"}))
+    assert (
+        tie
+        == "no operator replica is active for SessionSummarizer agents/default: replicas a, b share"
+    )
+
+
+def report(
+    memories: int, uncovered: int = 0, untimed: list[dict[str, object]] | None = None
+) -> dict[str, object]:
+    return {
+        "sessionId": "s", "memories": memories, "summary": "structured", "uncovered": uncovered,
+        "rows": [], "ranges": [], "unreadableTimes": untimed or [],
+    }  # fmt: skip
+
+
+@given(st.integers(0, 50), st.integers(0, 3), st.integers(0, 3))
+def test_verify_says_what_covered_means_and_tells_missing_from_unreadable_times(
+    timed: int, missing: int, unreadable: int
+) -> None:
+    untimed = [{"id": f"m{i}", "timestamp": None, "summarized": True} for i in range(missing)]
+    untimed += [
+        {"id": f"u{i}", "timestamp": "'1.7e12'", "summarized": True} for i in range(unreadable)
+    ]
+    total = timed + missing + unreadable
+    lines = _report_lines(report(total, untimed=untimed))
+    assert lines[0] == (
+        f"s: all {total} of its memories are covered: a pass of its summary read each one "
+        "(what it kept of them: summaryctl summaries --full)"
+    )
+    assert sum(line.endswith("  no timestamp") for line in lines) == missing
+    assert sum(line.endswith("  timestamp '1.7e12'") for line in lines) == unreadable
+    if untimed:
+        assert (
+            f"{missing} of its memories have no timestamp and {unreadable} one the operator"
+            in lines[1]
+        )
+
+
+def test_verify_names_what_is_not_covered_yet() -> None:
+    lines = _report_lines(report(3, 1, [{"id": "u", "timestamp": None, "summarized": False}]))
+    assert lines[0].startswith("s: 1 of its 3 memories are not covered (no pass of its summary")
+    assert lines[-1] == "  u  no timestamp  (not covered yet)"
+
+
+def test_the_operator_log_drops_only_kopfs_timer_successes() -> None:
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("kopf.objects", logging.INFO, __file__, 1, message, None, None)
+
+    assert not quiet_timer_successes(record("Timer 'sweep' succeeded."))
+    assert quiet_timer_successes(record("Handler 'summarize' succeeded."))
+    assert quiet_timer_successes(
+        record("Timer 'sweep' failed with an exception and will try again")
+    )
+
+
+def test_the_docs_list_every_summaryctl_command() -> None:
+    commands = {
+        name
+        for action in build_parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name in action.choices
+    }
+    text = (REPO / "docs" / "configuration.md").read_text()
+    listed = set(re.findall(r"^summaryctl (\w+)", text.split("## summaryctl", 1)[1], re.M))
+    assert listed == commands
+    package_doc = set(
+        re.findall(
+            r"^summaryctl (\w+)", (REPO / "controller" / "cli" / "__init__.py").read_text(), re.M
+        )
+    )
+    assert package_doc == commands
+
+
+def test_no_readme_command_names_a_host_that_exists_only_in_a_cluster() -> None:
+    hosts = re.findall(r"--chroma-url https?://([^:/\s]+)", (REPO / "README.md").read_text())
+    assert hosts and set(hosts) == {"127.0.0.1"}, hosts
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+def test_make_reinstalls_the_venv_only_when_what_it_is_built_from_changed(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    venv.mkdir()
+    stamp = venv / ".installed"
+    stamp.touch()
+    later = time.time() + 60  # newer than every file the install reads
+    os.utime(stamp, (later, later))
+
+    def planned(*extra: str) -> str:
+        return subprocess.run(
+            ["make", "-n", "-C", str(REPO), "venv", f"VENV={venv}", *extra],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+
+    assert "install-python.sh" not in planned()
+    assert "install-python.sh" in planned("-W", "requirements.lock")
+    stamp.unlink()
+    assert "install-python.sh" in planned()

@@ -2,11 +2,15 @@
 writer changes only its own conditions, whatever order the writes come in."""
 
 import itertools
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from controller.api import Condition, SessionSummarizerSpec, SessionSummarizerStatus
+from controller.handlers.session_summarizer import sweep_due
 from controller.status.readiness import REQUIRED, summarizer_readiness
 from controller.status.summarizer_status import (
     SweepReport,
@@ -83,8 +87,6 @@ def test_a_failure_with_an_empty_message_still_says_what_failed() -> None:
 
 # -- Ready, Reconciling and Stalled: derived on every write (settled) ----------------------
 
-from hypothesis import given  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 from controller.status.summarizer_status import MarkerScanReport, settled  # noqa: E402
 
@@ -191,3 +193,61 @@ def test_a_spec_the_operator_cannot_use_stalls_its_summarizer_naming_the_field(
     assert ready["Stalled"].status == "True"
     accepted = {c.type: c for c in summarizer_readiness([*healthy, spec_valid(None)])}
     assert accepted["Ready"].reason == "Healthy"
+
+
+# -- when each condition was measured, and when a pass contradicts it ----------------------
+
+STAMPS = st.sampled_from(["2026-11-28T10:00:00Z", "2026-11-28T10:05:00Z", "2026-11-28T11:00:00Z"])
+
+
+def test_every_condition_a_writer_sets_is_measured_at_its_write() -> None:
+    at = "2026-11-28T10:00:00Z"
+    status = with_conditions(SessionSummarizerStatus(), [MODEL, EMBED], at)
+    assert {c.type: c.last_probe_time for c in status.conditions or []} == {
+        "ModelReady": at,
+        "EmbeddingReady": at,
+    }
+    later = with_conditions(status, [MODEL], "2026-11-28T10:01:00Z")
+    times = {c.type: c.last_probe_time for c in later.conditions or []}
+    assert times == {"ModelReady": "2026-11-28T10:01:00Z", "EmbeddingReady": at}
+    # Measured again with the same outcome: the transition time stays, the measurement moves.
+    model = {c.type: c for c in later.conditions or []}["ModelReady"]
+    assert model.last_transition_time == at
+
+
+@given(st.lists(st.tuples(st.sampled_from(REQUIRED), STAMPS, st.booleans()), min_size=1))
+def test_ready_is_as_old_as_its_oldest_measured_input(
+    inputs: list[tuple[str, str, bool]],
+) -> None:
+    conditions = {
+        kind: Condition(type=kind, status="True" if ok else "False", reason="R", message="m",
+                        last_probe_time=at)
+        for kind, at, ok in inputs
+    }  # fmt: skip
+    settled_status = settled(
+        SessionSummarizerStatus(conditions=list(conditions.values())), generation=1
+    )
+    derived = {c.type: c for c in settled_status.conditions or []}["Ready"]
+    assert derived.last_probe_time == min(c.last_probe_time or "" for c in conditions.values())
+
+
+@given(
+    swept=st.sampled_from([None, "True", "False"]),
+    interval=st.integers(5, 3600),
+    retry=st.integers(1, 3600),
+    ago=st.integers(0, 7200),
+)
+def test_a_failed_sweep_runs_again_at_the_retry_cadence_a_good_one_at_its_interval(
+    swept: str | None, interval: int, retry: int, ago: int
+) -> None:
+    """Swept=False MemoryCollectionNotFound must not outlive the collection's arrival by a
+    whole interval (five minutes by default)."""
+    last = (datetime.now(UTC) - timedelta(seconds=ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    conditions = [Condition(type="Swept", status=swept, reason="R", message="")] if swept else []
+    status = SessionSummarizerStatus(last_sweep_at=last, conditions=conditions)
+    spec = SessionSummarizerSpec.model_validate({"sweep": {"intervalSeconds": interval}})
+    every = min(retry, interval) if swept == "False" else interval
+    if abs(ago - every) > 2:  # clear of the second the check itself takes
+        assert sweep_due(spec, status, retry) is (ago >= every)
+    off = SessionSummarizerSpec.model_validate({"sweep": {"enabled": False}})
+    assert not sweep_due(off, status, retry)
