@@ -20,7 +20,7 @@ from typing import Literal
 
 from controller.core.chunking import chunk_memories
 from controller.core.coverage import PriorCoverage, digest_of_text, digest_text
-from controller.core.item_sources import forget_gone, partly_gone
+from controller.core.item_sources import forget_gone, partly_gone, rekeyed
 from controller.core.memories import Memory, is_excluded
 from controller.core.merge import derived_title, merge_pass
 from controller.core.naming import summary_row_id
@@ -260,7 +260,7 @@ def summarize_session(
     mask = PassRedaction(redaction)
     with phase("read"):
         stored, row_digest = store.read_prior(session_id)
-    prior = None if rebuild else mask.prior(stored)
+    prior = None if rebuild else rekeyed(stored, mask.prior(stored))
     # The row as this pass last saw it (read here, then each document it writes): another
     # writer's upsert meanwhile changes it, and then nothing is written over it.
     seen = RowSeen(row_digest)

@@ -14,14 +14,11 @@ from pydantic import ValidationError
 from controller.core.chunking import (
     memory_text,
 )
+from controller.core.item_sources import norm
 from controller.core.memories import Memory
-from controller.core.merge import (
-    SECTION_KEYS,
-    PassUpdate,
-    norm,
-)
-from controller.core.quoting import CLOSE_QUOTE, INSTRUCTION_LABEL, OPEN_QUOTE, is_quoted, kind_of
-from controller.core.summary import HISTORY_SECTIONS, ITEM_MAX, LegacySummary, StructuredSummary
+from controller.core.merge import SECTION_KEYS, PassUpdate
+from controller.core.quoting import is_quoted, kind_of, quote
+from controller.core.summary import HISTORY_SECTIONS, LegacySummary, StructuredSummary
 from controller.summarizers.chat_prompt import CLOSING, FENCE, SCORES, SYSTEM_PROMPT
 
 # -- the reply --------------------------------------------------------------------------------
@@ -303,13 +300,7 @@ def _copies_passage(text: str, passages: Sequence[str]) -> bool:
 def _as_quoted(text: str) -> str:
     """The text as session content, in controller.core.quoting's own form (so it is not quoted
     twice), within ITEM_MAX."""
-    if is_quoted(text):
-        return text
-    inner = " ".join(text.replace(OPEN_QUOTE, '"').replace(CLOSE_QUOTE, '"').split())
-    room = ITEM_MAX - len(INSTRUCTION_LABEL) - 2
-    if len(inner) > room:
-        inner = inner[: room - 1].rstrip() + "…"
-    return f"{INSTRUCTION_LABEL}{OPEN_QUOTE}{inner}{CLOSE_QUOTE}"
+    return text if is_quoted(text) else quote(text, "instruction")
 
 
 def contain_injections(
