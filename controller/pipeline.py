@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -21,7 +22,7 @@ from typing import Literal
 from controller.core.chunking import chunk_memories
 from controller.core.coverage import PriorCoverage, digest_of_text, digest_text
 from controller.core.item_sources import forget_gone, partly_gone, rekeyed
-from controller.core.memories import Memory, is_excluded
+from controller.core.memories import Memory, is_excluded, placed
 from controller.core.merge import derived_title, merge_pass
 from controller.core.naming import summary_row_id
 from controller.core.provenance import PassTokens, Provenance, added_text, pass_tokens
@@ -265,6 +266,12 @@ def summarize_session(
     # writer's upsert meanwhile changes it, and then nothing is written over it.
     seen = RowSeen(row_digest)
     structured = prior if isinstance(prior, StructuredSummary) else None
+    mark = structured.watermark if structured else None
+    if structured and mark and not placed(mark.timestamp_ms, int(time.time() * 1000)):
+        # A bad clock's row was its watermark (written before such rows were left unplaced):
+        # nothing it covers is trusted, so the session is read whole again.
+        drop = {"watermark": None, "coverage": None, "rows_digest": None}
+        prior = structured = structured.model_copy(update=drop)
     other = structured.other_writer if structured else None
     covered = _prior_coverage(structured)
     # The rows stream: the pass holds one chunk of memories at a time, never the session.

@@ -105,6 +105,21 @@ def _epoch_ms(number: int | float) -> int | None:
     return None
 
 
+def epoch_ranges(after_ms: int, upto_ms: int | None = None) -> list[tuple[float, float]]:
+    """[low, high) of the epoch numbers that read as a time after after_ms (and at most
+    upto_ms), one range per unit parse_timestamp_ms tells apart, within a 64-bit integer: what
+    a store that compares numbers, not times, is asked for. A superset at the edges: each
+    match is read again."""
+    ranges, band = [], 0
+    for limit, scale in _UNIT_LIMITS:
+        at = (lambda ms, s=scale: ms / -s) if scale < 0 else (lambda ms, s=scale: ms * s)
+        low = max(at(after_ms), band) if band else at(after_ms)
+        high = min(limit, 2**63 - 1) if upto_ms is None else min(at(upto_ms + 1), limit)
+        ranges += [(low, high)] if low < high else []
+        band = limit
+    return ranges
+
+
 def _timestamp_ms(value: object) -> int | None:
     if value is None or isinstance(value, bool):
         return None
@@ -133,6 +148,22 @@ def trusted_time(timestamp_ms: int, now_ms: int) -> bool:
     """Whether a parsed memory time is one a clock could have given: not before 2000, and
     not more than FUTURE_TOLERANCE_MS ahead of `now_ms` (the reader's clock)."""
     return PAST_FLOOR_MS <= timestamp_ms <= now_ms + FUTURE_TOLERANCE_MS
+
+
+def placed(timestamp_ms: int, now_ms: int) -> bool:
+    """Whether a row's time places it in its session's order: not a bad clock's time ahead
+    of `now_ms`, which would be the newest row, so the watermark of every later pass (each
+    new memory then counts as late, and Current State never moves). A row not placed is
+    summarized once, at the end of the order, like a row whose time cannot be read; every
+    count of a session's rows (memoryCount, the sweep's, the reconciliation's, a
+    tombstone's) counts placed rows only (placed_ms)."""
+    return timestamp_ms <= now_ms + FUTURE_TOLERANCE_MS
+
+
+def placed_ms(value: object, now_ms: int) -> int | None:
+    """A stored timestamp as the time that places its row (placed), else None."""
+    ms = parse_timestamp_ms(value)
+    return ms if ms is not None and placed(ms, now_ms) else None
 
 
 def as_observed(timestamp_ms: int, now_ms: int) -> int:

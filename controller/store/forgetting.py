@@ -15,11 +15,13 @@ import numpy as np
 
 from controller.core.coverage import digest, digest_text
 from controller.core.ledger import LEDGER_FORMAT, LEDGER_VECTOR
+from controller.core.memories import placed_ms
 from controller.core.naming import summary_row_id
 from controller.core.sweep_plan import StoredSummaryState
-from controller.store.collections import batches
+from controller.store.collections import batches, pages
 from controller.store.errors import CollectionNotFound, guard
 from controller.store.scans import SCAN_PAGE, Scans
+from controller.store.session_listing import LIST_PAGE
 
 # A ledger head with this key is a tombstone: the session was forgotten at that time (ms).
 FORGOTTEN_KEY = "forgottenAt"
@@ -90,14 +92,17 @@ class Forgetting(Scans):
         summary row and the entry's segments are deleted and, with memories, the session's
         memories. In that order, so a forget cut short leaves no state a pass would carry
         (the head is replaced first); the SessionSummary retries it until it is complete."""
-        ids = self._memory_ids(session_id)
+        try:
+            ids, placed = self.session_ids(session_id)
+        except CollectionNotFound:
+            ids, placed = [], 0
         left = [] if memories else ids
         tombstone = {
             "sessionId": session_id,
             "ledgerFormat": LEDGER_FORMAT,
             FORGOTTEN_KEY: int(time.time() * 1000),
             "rowsDigest": digest_text(digest(left)),
-            "memoryCount": len(left),
+            "memoryCount": placed if left else 0,  # as a summary's memoryCount counts them
             **fence,
         }
         self._on_ledger(
@@ -128,16 +133,16 @@ class Forgetting(Scans):
                 deleted += len(batch)
         return Forgotten(row, 1 + len(segments), deleted, len(left))
 
-    def _memory_ids(self, session_id: str) -> list[str]:
-        try:
-            coll = self.memories()
-        except CollectionNotFound:
-            return []
-        got = guard(
-            "listing the session's memories",
-            lambda: coll.get(where={"sessionId": session_id}, include=[]),
-        )
-        return list(got["ids"])
+    def session_ids(self, session_id: str) -> tuple[list[str], int]:
+        """Every row id of the session, and how many of its rows memoryCount counts (those
+        memories.placed_ms places), in one paged listing of their metadata."""
+        now_ms, ids, placed = int(time.time() * 1000), list[str](), 0
+        with self._memory_missing():
+            where = {"sessionId": session_id}
+            for row_id, meta in pages(self.memories(), "listing the session", where, LIST_PAGE):
+                ids.append(row_id)
+                placed += placed_ms(meta.get("timestamp"), now_ms) is not None
+        return ids, placed
 
     def _delete_row(self, session_id: str) -> bool:
         row_id = summary_row_id(session_id)

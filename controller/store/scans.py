@@ -4,12 +4,13 @@ Mixed into MemoryStore."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
 from chromadb.api.models.Collection import Collection
 
-from controller.core.memories import SECONDS_LIMIT, parse_timestamp_ms
+from controller.core.memories import FUTURE_TOLERANCE_MS, epoch_ranges, parse_timestamp_ms
 from controller.core.naming import summary_row_id
 from controller.core.reconcile_plan import RowCursor, WalkedRow
 from controller.store.collections import Collections, batches, pages
@@ -23,24 +24,15 @@ class Scans(Collections):
 
     def scan_since(self, watermark_ms: int, page: int = SCAN_PAGE) -> Iterator[tuple[str, int]]:
         """(sessionId, timestamp in ms) of every memory with a numeric timestamp newer than
-        watermark_ms, page by page: epoch milliseconds (ints or floats, like plan rows'
-        mtimeMs) and epoch seconds (numbers below SECONDS_LIMIT, compared as seconds).
-        Chroma compares numbers only: rows with ISO-string timestamps, and rows that landed
-        with a timestamp older than the watermark, are found by scan_appended instead."""
-        wheres = (
-            {"timestamp": {"$gt": watermark_ms}},
-            {
-                "$and": [
-                    {"timestamp": {"$gt": watermark_ms / 1000}},
-                    {"timestamp": {"$lt": SECONDS_LIMIT}},
-                ]
-            },
-        )
-        for where in wheres:
-            for _, meta in self._scan("scanning new memories", where, page):
-                sid, ts = meta.get("sessionId"), parse_timestamp_ms(meta.get("timestamp"))
-                if isinstance(sid, str) and ts is not None and ts > watermark_ms:
-                    yield sid, ts
+        watermark_ms and not a bad clock's future (memories.placed), page by page, in every
+        unit (seconds, ms, µs, ns: memories.epoch_ranges). Chroma compares numbers only:
+        rows with text timestamps, rows that landed with a timestamp older than the
+        watermark and future ones are found by scan_appended instead."""
+        ceiling = int(time.time() * 1000) + FUTURE_TOLERANCE_MS
+        for _, meta in self._scan("scanning new memories", _newer(watermark_ms, ceiling), page):
+            sid, ts = meta.get("sessionId"), parse_timestamp_ms(meta.get("timestamp"))
+            if isinstance(sid, str) and ts is not None and watermark_ms < ts <= ceiling:
+                yield sid, ts
 
     def scan_appended(
         self, cursor: RowCursor | None, page: int = SCAN_PAGE
@@ -143,14 +135,15 @@ class Scans(Collections):
     def scan_markers(
         self, marker_type: str, watermark_ms: int, page: int = SCAN_PAGE
     ) -> Iterator[tuple[str, object, int]]:
-        """(memory id, sessionId as stored, timestamp) of every memory of marker_type newer
-        than watermark_ms: the sweep's scan, narrowed by Chroma to the markers. The
-        sessionId is passed on as stored (maybe missing or blank) for the caller to judge."""
-        where = {"$and": [{"type": marker_type}, {"timestamp": {"$gt": watermark_ms}}]}
+        """(memory id, sessionId as stored, timestamp ms) of every memory of marker_type
+        newer than watermark_ms, in any unit: the sweep's scan, narrowed by Chroma to the
+        markers. The sessionId is passed on as stored (maybe missing or blank) for the
+        caller to judge."""
+        where = {"$and": [{"type": marker_type}, _newer(watermark_ms)]}
         for row_id, meta in self._scan("scanning for sunset markers", where, page):
-            ts = meta.get("timestamp")
-            if isinstance(ts, int | float) and not isinstance(ts, bool):
-                yield row_id, meta.get("sessionId"), int(ts)
+            ts = parse_timestamp_ms(meta.get("timestamp"))
+            if ts is not None and ts > watermark_ms:
+                yield row_id, meta.get("sessionId"), ts
 
     def _scan(
         self, what: str, where: dict[str, Any], page: int
@@ -158,3 +151,12 @@ class Scans(Collections):
         with self._memory_missing():
             coll = self.memories()
             yield from pages(coll, what, where, page)
+
+
+def _newer(after_ms: int, upto_ms: int | None = None) -> dict[str, Any]:
+    """Chroma's filter for numeric timestamps after after_ms (at most upto_ms), any unit."""
+    ranges = [
+        {"$and": [{"timestamp": {"$gte": low}}, {"timestamp": {"$lt": high}}]}
+        for low, high in epoch_ranges(after_ms, upto_ms) or [(0, 0)]
+    ]
+    return ranges[0] if len(ranges) == 1 else {"$or": ranges}

@@ -24,7 +24,7 @@ from controller.core.coverage import (
     to_reread,
 )
 from controller.core.coverage import build as coverage_of
-from controller.core.memories import Memory, Watermark, memory_from_row, trusted_time
+from controller.core.memories import Memory, Watermark, memory_from_row, placed, trusted_time
 from controller.core.visibility import SessionSources
 from controller.redaction import PassRedaction
 from controller.store.collections import listing
@@ -71,9 +71,10 @@ class SessionRows:
     # Rows read whose time no clock could have given (memories.trusted_time), at most
     # NAMED_UNTRUSTED of them: a Warning Event names them.
     untrusted: tuple[str, ...] = ()
-    # Rows whose time this version cannot read (no timestamp, RFC 2822 text, "1.7e12"):
-    # every one's id, sorted. Not in `total` or the coverage; each is summarized once, by the
-    # first pass that lists it, at the end of the session's order (the newest row's time).
+    # Rows whose time this version cannot read (no timestamp, RFC 2822 text, "1.7e12") or
+    # does not place (memories.placed: a bad clock's future): every one's id, sorted. Not in
+    # `total` or the coverage; each is summarized once, by the first pass that lists it, at
+    # the end of the session's order (the newest row's time).
     untimed: tuple[str, ...] = ()
     untimed_values: Mapping[str, str] = field(default_factory=dict)  # id: its timestamp, shown
 
@@ -144,7 +145,7 @@ def list_appended(
     mark, sources = prior.watermark_key, SessionSources.from_json(prior.sources_json)
     if mark is None or prior.coverage is None or prior.digest is None or sources is None:
         return None
-    ids = list(_ids_only(coll, session_id))
+    ids, now_ms = list(_ids_only(coll, session_id)), int(time.time() * 1000)
     where = {"$and": [{"sessionId": session_id}, {"timestamp": {"$gte": mark[0]}}]}
     newer = list(listing(coll, "listing the session's new memories", where, LIST_PAGE + 1))
     if len(newer) > LIST_PAGE:
@@ -152,8 +153,12 @@ def list_appended(
     added: list[Memory] = []
     newer = [(row_id, mask.meta(meta), doc) for row_id, meta, doc in newer]
     for row_id, meta, doc in newer:
+        if row_id in prior.untimed:  # summarized at the end of the order already
+            continue
         memory = memory_from_row(row_id, doc, meta)
-        if memory is not None and (memory.timestamp_ms, memory.id) > mark:
+        if memory is None or not placed(memory.timestamp_ms, now_ms):
+            return None  # a row to place at the end of the order: the full listing does
+        if (memory.timestamp_ms, memory.id) > mark:
             added.append(memory)
     new_ids = {m.id for m in added}
     behind = digest(i for i in ids if i not in new_ids)
@@ -235,14 +240,16 @@ def _list_all(
         every_id = every_id.add(id_hash(row_id))
         meta = mask.meta(meta)  # tool names are cut to 50 characters: masked before
         probe = memory_from_row(row_id, doc, meta)
+        if probe is not None and not trusted_time(probe.timestamp_ms, now_ms):
+            if len(untrusted) < NAMED_UNTRUSTED:
+                untrusted.append(row_id)
+            probe = probe if placed(probe.timestamp_ms, now_ms) else None
         sources.add(row_id, meta, probe.timestamp_ms if probe is not None else None)
         if probe is None:
             untimed[row_id] = repr((meta or {}).get("timestamp"))[:60]
             continue
         if newest is None or newest.after(probe):
             newest = Watermark.of(probe)
-        if len(untrusted) < NAMED_UNTRUSTED and not trusted_time(probe.timestamp_ms, now_ms):
-            untrusted.append(row_id)
         wanted = exclude is None or not exclude(probe)
         keys.add(probe.timestamp_ms, probe.id, included=wanted)
         if wanted and total <= LIST_PAGE:  # the first page came with its documents
