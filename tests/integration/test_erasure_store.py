@@ -199,16 +199,22 @@ def _via(proxy: ChromaProxy, store: MemoryStore) -> StoreLocation:
 # -- a forgotten session stays forgotten whatever its rows' times ------------------------------
 
 TIMES = st.lists(
-    st.sampled_from(["ms", "seconds", "iso", "none", "words", "1.7e12", "future", "past"]),
+    st.sampled_from(
+        ["ms", "seconds", "micros", "iso", "none", "words", "1.7e12", "future", "past"]
+    ),
     min_size=1,
     max_size=6,
 )
 
 
 def shaped(shape: str, ms: int) -> object:
+    """A row's timestamp as some writer stored it: in every unit, as text nobody reads, or
+    from a bad clock (400 days ahead; before 2000)."""
     return {
         "ms": ms,
         "seconds": ms // 1000,
+        "micros": ms * 1000 + 7,
+        "nanos": ms * 1_000_000 + 7,
         "iso": dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(),
         "none": None,
         "words": "yesterday",
@@ -262,18 +268,6 @@ UNITS = st.lists(
 )
 
 
-def in_unit(unit: str, ms: int) -> object:
-    return {
-        "ms": ms,
-        "seconds": ms // 1000,
-        "micros": ms * 1000 + 7,
-        "nanos": ms * 1_000_000 + 7,
-        "iso": dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(),
-        "future": ms + 50 * 365 * 86_400_000,
-        "past": 946_000_000_000,
-    }[unit]
-
-
 def current_state(store: MemoryStore, sid: str) -> str:
     stored = store.stored_summary(sid)
     assert stored is not None
@@ -287,7 +281,7 @@ def test_current_state_follows_the_newest_memory_whatever_the_other_times(
 ) -> None:
     sid = f"clock-{uuid.uuid4().hex[:6]}"
     rows = [
-        memory(sid, i, in_unit(u, NOW - 600_000 + i * 1000), f"Step {i}.", f"Did step {i}.")
+        memory(sid, i, shaped(u, NOW - 600_000 + i * 1000), f"Step {i}.", f"Did step {i}.")
         for i, u in enumerate(units)
     ]
     # More rows than SMALL_SESSION: a session the pass may list only the new rows of.

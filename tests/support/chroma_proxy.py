@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import urllib3
 
 from devenv.serving import serving
+from tests.support.dropping_proxy import relay
 
 
 @dataclass
@@ -64,13 +65,7 @@ class _Forward(BaseHTTPRequestHandler):
         if failing:
             self.close_connection = True
             return  # applied upstream; the answer is lost
-        self.send_response(answer.status)
-        for key, value in answer.headers.items():
-            if key.lower() not in ("transfer-encoding", "connection", "content-length"):
-                self.send_header(key, value)
-        self.send_header("Content-Length", str(len(answer.data)))
-        self.end_headers()
-        self.wfile.write(answer.data)
+        relay(self, answer)
 
     do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = _forward
 
