@@ -30,7 +30,7 @@ INTERACTION_TYPE = "agent-interaction"
 # SECONDS_LIMIT seconds, then milliseconds, microseconds and nanoseconds, each band three
 # digits wider; each unit reads times from March 1973 to the year 5138 (seconds: from 1970).
 SECONDS_LIMIT = 100_000_000_000
-_UNIT_LIMITS = ((SECONDS_LIMIT, -1000), (10**14, 1), (10**17, 1000), (10**20, 1_000_000))
+UNIT_LIMITS = ((SECONDS_LIMIT, -1000), (10**14, 1), (10**17, 1000), (10**20, 1_000_000))
 # A time further ahead of the reader's clock than this is a bad clock, not a memory from the
 # future: it counts as "now" (core.clocks), so it neither keeps its session active until that
 # date nor sorts its summary first in neo's newest-first listing.
@@ -96,28 +96,13 @@ def parse_timestamp_ms(value: object) -> int | None:
 
 def _epoch_ms(number: int | float) -> int | None:
     """The number in the unit its magnitude says, as milliseconds; None past nanoseconds."""
-    for limit, scale in _UNIT_LIMITS:
+    for limit, scale in UNIT_LIMITS:
         if abs(number) < limit:
             if scale < 0:
                 return round(number * -scale)
             # Integers divide exactly (a nanosecond count is past a float's 53 bits).
             return number // scale if isinstance(number, int) else math.floor(number / scale)
     return None
-
-
-def epoch_ranges(after_ms: int, upto_ms: int | None = None) -> list[tuple[float, float]]:
-    """[low, high) of the epoch numbers that read as a time after after_ms (and at most
-    upto_ms), one range per unit parse_timestamp_ms tells apart, within a 64-bit integer: what
-    a store that compares numbers, not times, is asked for. A superset at the edges: each
-    match is read again."""
-    ranges, band = [], 0
-    for limit, scale in _UNIT_LIMITS:
-        at = (lambda ms, s=scale: ms / -s) if scale < 0 else (lambda ms, s=scale: ms * s)
-        low = max(at(after_ms), band) if band else at(after_ms)
-        high = min(limit, 2**63 - 1) if upto_ms is None else min(at(upto_ms + 1), limit)
-        ranges += [(low, high)] if low < high else []
-        band = limit
-    return ranges
 
 
 def _timestamp_ms(value: object) -> int | None:

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from chromadb.api.models.Collection import Collection
 
-from controller.core.memories import FUTURE_TOLERANCE_MS, epoch_ranges, parse_timestamp_ms
+from controller.core.memories import FUTURE_TOLERANCE_MS, UNIT_LIMITS, parse_timestamp_ms
 from controller.core.naming import summary_row_id
 from controller.core.reconcile_plan import RowCursor, WalkedRow
 from controller.store.collections import Collections, batches, pages
@@ -29,7 +29,8 @@ class Scans(Collections):
         rows with text timestamps, rows that landed with a timestamp older than the
         watermark and future ones are found by scan_appended instead."""
         ceiling = int(time.time() * 1000) + FUTURE_TOLERANCE_MS
-        for _, meta in self._scan("scanning new memories", _newer(watermark_ms, ceiling), page):
+        where = newer_where(watermark_ms, ceiling)
+        for _, meta in self._scan("scanning new memories", where, page):
             sid, ts = meta.get("sessionId"), parse_timestamp_ms(meta.get("timestamp"))
             if isinstance(sid, str) and ts is not None and watermark_ms < ts <= ceiling:
                 yield sid, ts
@@ -139,7 +140,7 @@ class Scans(Collections):
         newer than watermark_ms, in any unit: the sweep's scan, narrowed by Chroma to the
         markers. The sessionId is passed on as stored (maybe missing or blank) for the
         caller to judge."""
-        where = {"$and": [{"type": marker_type}, _newer(watermark_ms)]}
+        where = {"$and": [{"type": marker_type}, newer_where(watermark_ms)]}
         for row_id, meta in self._scan("scanning for sunset markers", where, page):
             ts = parse_timestamp_ms(meta.get("timestamp"))
             if ts is not None and ts > watermark_ms:
@@ -153,10 +154,20 @@ class Scans(Collections):
             yield from pages(coll, what, where, page)
 
 
-def _newer(after_ms: int, upto_ms: int | None = None) -> dict[str, Any]:
-    """Chroma's filter for numeric timestamps after after_ms (at most upto_ms), any unit."""
-    ranges = [
-        {"$and": [{"timestamp": {"$gte": low}}, {"timestamp": {"$lt": high}}]}
-        for low, high in epoch_ranges(after_ms, upto_ms) or [(0, 0)]
-    ]
-    return ranges[0] if len(ranges) == 1 else {"$or": ranges}
+def newer_where(after_ms: int, upto_ms: int | None = None) -> dict[str, Any]:
+    """Chroma's filter for the numeric timestamps that read as a time after after_ms (and at
+    most upto_ms), in every unit as parse_timestamp_ms reads it: one range per band of
+    UNIT_LIMITS. Chroma truncates a float bound it compares with an integer, so seconds'
+    bounds lie halfway between two milliseconds with operators truncation keeps exact."""
+    ranges, band = [], 0
+    for limit, scale in UNIT_LIMITS:
+        cap = {"$lt": min(limit, 2**63 - 1)}
+        if scale < 0:  # seconds, rounded to the ms
+            bounds = [{"$gt": (after_ms + 0.5) / 1000}, cap]
+            bounds += [{"$lte": (upto_ms + 0.5) / 1000}] if upto_ms is not None else []
+        else:  # ms, µs, ns, floored to the ms
+            bounds = [{"$gte": max((after_ms + 1) * scale, band)}, cap]
+            bounds += [{"$lt": (upto_ms + 1) * scale}] if upto_ms is not None else []
+        ranges.append({"$and": [{"timestamp": bound} for bound in bounds]})
+        band = limit
+    return {"$or": ranges}
