@@ -268,9 +268,8 @@ def summarize_session(
     structured = prior if isinstance(prior, StructuredSummary) else None
     mark = structured.watermark if structured else None
     if structured and mark and not placed(mark.timestamp_ms, int(time.time() * 1000)):
-        # A bad clock's row was its watermark (written before such rows were left unplaced):
-        # nothing it covers is trusted, so the session is read whole again.
-        drop = {"watermark": None, "coverage": None, "rows_digest": None}
+        # A bad clock's row was its watermark (before memories.placed): read the session whole.
+        drop = dict.fromkeys(("watermark", "coverage", "rows_digest"))
         prior = structured = structured.model_copy(update=drop)
     other = structured.other_writer if structured else None
     covered = _prior_coverage(structured)

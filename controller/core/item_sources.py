@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from controller.core.memories import Memory
 from controller.core.quoting import unquoted
@@ -64,8 +64,7 @@ def item_key(section: str, text: str) -> str:
 
 def _names(section: str, text: str) -> set[str]:
     """Every key an entry may name this item by: this release's and release 0.1.0's."""
-    named = f"{section}\0{identity(text)}"
-    return {_hex(named), _hex(named, NARROW)}
+    return _living([f"{section}\0{identity(text)}"])
 
 
 def _living(memory_ids: Iterable[str]) -> set[str]:
@@ -106,6 +105,9 @@ class _Chunk:
         return [self.ids[i] for i in sorted(rarest) if key in self.texts[i]]
 
     def attribute(self, text: str) -> list[str]:
+        """The ids of the memories that say this item: those whose text holds it whole;
+        else those holding at least 60 % of its words (4 letters or more), the most first;
+        else the whole chunk when it is at most CHUNK_FALLBACK_MAX memories; else none."""
         key = identity(text)
         if not key or not self.ids:
             return []
@@ -123,13 +125,6 @@ class _Chunk:
         if words and best / len(words) >= 0.6:
             return [self.ids[i] for i in sorted(shared) if shared[i] == best]
         return list(self.ids) if len(self.ids) <= CHUNK_FALLBACK_MAX else []
-
-
-def attribute(text: str, memories: Sequence[Memory]) -> list[str]:
-    """The ids of the memories of a chunk that say this item: those whose text holds it
-    whole; else those holding at least 60 % of its words (4 letters or more), the most
-    first; else the whole chunk when it is at most CHUNK_FALLBACK_MAX memories; else none."""
-    return _Chunk(memories).attribute(text)
 
 
 def record(
@@ -169,6 +164,28 @@ def record(
     return result
 
 
+def _keeping(
+    summary: StructuredSummary, keeps: Callable[[str, str], bool], entries: list[str]
+) -> tuple[StructuredSummary, int]:
+    """The summary with only the items (and supersede marks) `keeps` accepts by section and
+    text, with these entries, and how many items went."""
+
+    def kept(section: str, items: Iterable[SummaryItem]) -> list[SummaryItem]:
+        out = []
+        for item in (i for i in items if keeps(section, i.text)):
+            if item.superseded_by and not keeps(section, item.superseded_by):
+                item = item.model_copy(update={"superseded_by": None})
+            out.append(item)
+        return out
+
+    sections = {title: kept(title, items) for title, items in summary.sections.items()}
+    references = [r for r in summary.references if keeps(REFERENCES, r)]
+    went = sum(map(len, summary.sections.values())) - sum(map(len, sections.values()))
+    went += len(summary.references) - len(references)
+    update = {"sections": sections, "references": references, "item_sources": entries}
+    return summary.model_copy(update=update), went
+
+
 def forget_gone(
     summary: StructuredSummary,
     living_ids: Iterable[str],
@@ -197,28 +214,12 @@ def forget_gone(
         names = _names(section, text)
         return dead.isdisjoint(names) or not alive.isdisjoint(names)
 
-    def kept(section: str, items: Iterable[SummaryItem]) -> list[SummaryItem]:
-        out = []
-        for item in (i for i in items if keeps(section, i.text)):
-            if item.superseded_by and not keeps(section, item.superseded_by):
-                item = item.model_copy(update={"superseded_by": None})
-            out.append(item)
-        return out
-
-    sections = {title: kept(title, items) for title, items in summary.sections.items()}
-    references = [r for r in summary.references if keeps(REFERENCES, r)]
-    gone = sum(len(items) for items in summary.sections.values()) - sum(map(len, sections.values()))
-    gone += len(summary.references) - len(references)
-    update: dict[str, object] = {
-        "sections": sections,
-        "references": references,
-        "item_sources": kept_entries,
-    }
+    kept, gone = _keeping(summary, keeps, kept_entries)
     if not keeps(TITLE, summary.title):
-        requests = sections.get("User Requests") or []
-        update["title"] = retitle(requests[0].text if requests else None)
+        requests = kept.sections.get("User Requests") or []
+        kept = kept.model_copy(update={"title": retitle(requests[0].text if requests else None)})
         gone += 1
-    return summary.model_copy(update=update), gone
+    return kept, gone
 
 
 def partly_gone(
@@ -241,46 +242,31 @@ def partly_gone(
     partial = {item for item in gone if item in living_of} - _names(TITLE, summary.title)
     if not partial:
         return summary, [], 0
+    entries = [e for e in summary.item_sources if e.partition(":")[0] not in partial]
+    kept, went = _keeping(summary, lambda s, text: partial.isdisjoint(_names(s, text)), entries)
+    return kept, sorted({m for i in partial for m in living_of[i]}), went
 
-    def keeps(section: str, text: str) -> bool:
-        return partial.isdisjoint(_names(section, text))
 
-    sections = {
-        title: [i for i in items if keeps(title, i.text)]
-        for title, items in summary.sections.items()
-    }
-    update = {
-        "sections": sections,
-        "references": [r for r in summary.references if keeps(REFERENCES, r)],
-        "item_sources": [e for e in summary.item_sources if e.partition(":")[0] not in partial],
-    }
-    went = sum(map(len, summary.sections.values())) - sum(map(len, sections.values()))
-    went += len(summary.references) - len(update["references"])
-    again = sorted({m for i in partial for m in living_of[i]})
-    return summary.model_copy(update=update), again, went
+def _texts(summary: StructuredSummary) -> Iterator[tuple[str, str | None]]:
+    """(section, text) of everything a summary stores that an entry names, in order."""
+    yield TITLE, summary.title
+    yield from ((REFERENCES, r) for r in summary.references)
+    for section, items in summary.sections.items():
+        for item in items:
+            yield from ((section, item.text), (section, item.superseded_by))
 
 
 def rekeyed(before: PriorSummary | None, after: PriorSummary | None) -> PriorSummary | None:
     """`after`, the summary `before` with texts rewritten in place (masked by other rules:
     redaction.PassRedaction.prior), with its entries naming each item by its text now."""
-    if not isinstance(before, StructuredSummary) or not isinstance(after, StructuredSummary):
+    if not (isinstance(before, StructuredSummary) and isinstance(after, StructuredSummary)):
         return after
-    pairs: list[tuple[str, str | None, str | None]] = [(TITLE, before.title, after.title)]
-    pairs += [(REFERENCES, a, b) for a, b in zip(before.references, after.references, strict=False)]
-    for section, items in before.sections.items():
-        for old, new in zip(items, after.sections.get(section, []), strict=False):
-            pairs += [
-                (section, old.text, new.text),
-                (section, old.superseded_by, new.superseded_by),
-            ]
     moved = {
         name: item_key(section, new)
-        for section, old, new in pairs
+        for (section, old), (_, new) in zip(_texts(before), _texts(after), strict=False)
         if old and new and old != new
         for name in _names(section, old)
     }
-    if not moved:
-        return after
     entries = (entry.partition(":") for entry in after.item_sources)
     renamed = dict.fromkeys(f"{moved.get(item, item)}:{source}" for item, _, source in entries)
-    return after.model_copy(update={"item_sources": list(renamed)})
+    return after.model_copy(update={"item_sources": list(renamed)}) if moved else after

@@ -139,22 +139,8 @@ def placed(timestamp_ms: int, now_ms: int) -> bool:
     """Whether a row's time places it in its session's order: not a bad clock's time ahead
     of `now_ms`, which would be the newest row, so the watermark of every later pass (each
     new memory then counts as late, and Current State never moves). A row not placed is
-    summarized once, at the end of the order, like a row whose time cannot be read; every
-    count of a session's rows (memoryCount, the sweep's, the reconciliation's, a
-    tombstone's) counts placed rows only (placed_ms)."""
+    summarized once, at the end of the order, like a row whose time cannot be read."""
     return timestamp_ms <= now_ms + FUTURE_TOLERANCE_MS
-
-
-def placed_ms(value: object, now_ms: int) -> int | None:
-    """A stored timestamp as the time that places its row (placed), else None."""
-    ms = parse_timestamp_ms(value)
-    return ms if ms is not None and placed(ms, now_ms) else None
-
-
-def as_observed(timestamp_ms: int, now_ms: int) -> int:
-    """A memory time as a report states it: one further ahead of `now_ms` than the tolerance
-    counts as now (status.lastMemoryAt must not say "seen" of every later sunset marker)."""
-    return now_ms if timestamp_ms > now_ms + FUTURE_TOLERANCE_MS else timestamp_ms
 
 
 def render_interaction_document(prompt: str, thought: str, response: str) -> str:

@@ -32,7 +32,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from controller.core.item_sources import REFERENCES, TITLE, identity, record
 from controller.core.memories import Memory, Watermark, memory_sort_key
-from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL, as_item, cut, needs_quoting
+from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL, as_item, cut, quote_if_needed
 from controller.core.references import ReferenceOverflow, memory_references, merge_references
 from controller.core.summary import (
     CATEGORIES,
@@ -265,7 +265,7 @@ def _acceptable_title(title: str | None) -> str | None:
     if not title or title_problem(title) is not None:
         return None
     marked = title.startswith((ERROR_LABEL, INSTRUCTION_LABEL))
-    return None if marked or needs_quoting(title) else title
+    return None if marked or quote_if_needed(title) != title else title
 
 
 def derived_title(first_request: str | None, session_id: str) -> str:

@@ -171,10 +171,6 @@ def unquoted(text: str) -> str:
     return text[text.index(OPEN_QUOTE) + 1 : -1] if is_quoted(text) else text
 
 
-def needs_quoting(text: str) -> bool:
-    return not is_quoted(text) and kind_of(text) is not None
-
-
 def cut(text: str, limit: int = ITEM_MAX) -> str:
     """The text on one line, at most `limit` characters (a longer one cut, marked by '…')."""
     text = " ".join(text.split())

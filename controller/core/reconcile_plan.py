@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from controller.core.coverage import Bucket, digest_text, id_hash
-from controller.core.memories import placed
+from controller.core.memories import FUTURE_TOLERANCE_MS
 from controller.core.sweep_plan import (
     MAX_SESSION_ID,
     SessionActivity,
@@ -64,16 +64,15 @@ class ReconcileCycle:
 
     def fold(self, rows: Iterable[WalkedRow], now_ms: int) -> int:
         """Counts a page of (sessionId, timestamp ms or None); returns its length. A row
-        without a usable timestamp, or one a bad clock put ahead of now_ms (memories.placed),
-        is in the session's id digest (a new one changes it) but neither counts (memoryCount
-        leaves it out) nor dates anything (it must not keep a session active)."""
+        without a usable timestamp counts (memoryCount counts every row) but dates nothing,
+        as does one too far ahead of now_ms (a bad clock must not keep a session active)."""
         n = 0
         for session_id, stamp, row_id in rows:
             n += 1
             ids = self.digests.get(session_id) or Bucket(0)
             self.digests[session_id] = ids.add(id_hash(row_id))
-            ts = stamp if stamp is not None and placed(stamp, now_ms) else None
-            self.counts[session_id] = self.counts.get(session_id, 0) + (ts is not None)
+            ts = None if stamp is not None and stamp > now_ms + FUTURE_TOLERANCE_MS else stamp
+            self.counts[session_id] = self.counts.get(session_id, 0) + 1
             if ts is not None and ts > self.newest.get(session_id, -(2**63)):
                 self.newest[session_id] = ts
             elif session_id not in self.newest:

@@ -15,13 +15,11 @@ import numpy as np
 
 from controller.core.coverage import digest, digest_text
 from controller.core.ledger import LEDGER_FORMAT, LEDGER_VECTOR
-from controller.core.memories import placed_ms
 from controller.core.naming import summary_row_id
 from controller.core.sweep_plan import StoredSummaryState
-from controller.store.collections import batches, pages
+from controller.store.collections import batches
 from controller.store.errors import CollectionNotFound, guard
 from controller.store.scans import SCAN_PAGE, Scans
-from controller.store.session_listing import LIST_PAGE
 
 # A ledger head with this key is a tombstone: the session was forgotten at that time (ms).
 FORGOTTEN_KEY = "forgottenAt"
@@ -64,25 +62,15 @@ class Forgetting(Scans):
                 sid = meta.get("sessionId")
                 if isinstance(sid, str):
                     states[sid] = _state(meta.get("memoryCount"), meta.get("timestamp"))
-        missing = [s for s in session_ids if s not in states]
-        for batch in batches(missing, SCAN_PAGE):
-            for head in self._heads(batch):
-                sid = head.get("sessionId")
-                if isinstance(sid, str) and is_tombstone(head):
-                    states[sid] = _state(head.get("memoryCount"), head.get(FORGOTTEN_KEY))
+        for sid, head in self._heads([s for s in session_ids if s not in states]).items():
+            if is_tombstone(head):
+                states[sid] = _state(head.get("memoryCount"), head.get(FORGOTTEN_KEY))
         return states
 
     def written_since(self, session_ids: Sequence[str], since_ms: int) -> set[str]:
         """The sessions whose ledger head a write or a forget replaced at or after since_ms:
         what a reconciliation walk that ended then found stale is not stale any more."""
-        found: set[str] = set()
-        for batch in batches(list(session_ids), SCAN_PAGE):
-            for head in self._heads(batch):
-                at = max(_ms(head.get("summarizedAt")), _ms(head.get(FORGOTTEN_KEY)))
-                sid = head.get("sessionId")
-                if isinstance(sid, str) and at >= since_ms:
-                    found.add(sid)
-        return found
+        return {sid for sid, head in self._heads(session_ids).items() if _at(head) >= since_ms}
 
     def forget_state(
         self, session_id: str, fence: Mapping[str, int | str], *, memories: bool
@@ -92,17 +80,14 @@ class Forgetting(Scans):
         summary row and the entry's segments are deleted and, with memories, the session's
         memories. In that order, so a forget cut short leaves no state a pass would carry
         (the head is replaced first); the SessionSummary retries it until it is complete."""
-        try:
-            ids, placed = self.session_ids(session_id)
-        except CollectionNotFound:
-            ids, placed = [], 0
+        ids = self.session_ids(session_id)
         left = [] if memories else ids
         tombstone = {
             "sessionId": session_id,
             "ledgerFormat": LEDGER_FORMAT,
             FORGOTTEN_KEY: int(time.time() * 1000),
             "rowsDigest": digest_text(digest(left)),
-            "memoryCount": placed if left else 0,  # as a summary's memoryCount counts them
+            "memoryCount": len(left),
             **fence,
         }
         self._on_ledger(
@@ -116,15 +101,11 @@ class Forgetting(Scans):
             create=True,
         )
         row = self._delete_row(session_id)
+        where = cast(Any, {"$and": [{"sessionId": session_id}, {"segment": {"$gte": 0}}]})
         segments = self._on_ledger(
-            "deleting the session's ledger segments",
-            lambda coll: coll.get(
-                where=cast(Any, {"$and": [{"sessionId": session_id}, {"segment": {"$gte": 0}}]}),
-                include=[],
-            ),
+            "listing the session's ledger segments", lambda c: c.get(where=where, include=[])
         )["ids"]
-        for batch in batches(list(segments), DELETE_BATCH):
-            self._on_ledger("deleting ledger segments", lambda coll, b=batch: coll.delete(ids=b))  # type: ignore[misc]
+        self._on_ledger("deleting the session's ledger segments", lambda c: c.delete(where=where))
         deleted = 0
         if memories and ids:
             coll = self.memories()
@@ -133,16 +114,13 @@ class Forgetting(Scans):
                 deleted += len(batch)
         return Forgotten(row, 1 + len(segments), deleted, len(left))
 
-    def session_ids(self, session_id: str) -> tuple[list[str], int]:
-        """Every row id of the session, and how many of its rows memoryCount counts (those
-        memories.placed_ms places), in one paged listing of their metadata."""
-        now_ms, ids, placed = int(time.time() * 1000), list[str](), 0
+    def session_ids(self, session_id: str) -> list[str]:
+        """Every row id of the session: what its memoryCount counts."""
+        where = {"sessionId": session_id}
         with self._memory_missing():
-            where = {"sessionId": session_id}
-            for row_id, meta in pages(self.memories(), "listing the session", where, LIST_PAGE):
-                ids.append(row_id)
-                placed += placed_ms(meta.get("timestamp"), now_ms) is not None
-        return ids, placed
+            coll = self.memories()
+            got = guard("listing the session", lambda: coll.get(where=where, include=[]))  # type: ignore[arg-type]
+        return list(got["ids"])
 
     def _delete_row(self, session_id: str) -> bool:
         row_id = summary_row_id(session_id)
@@ -157,8 +135,12 @@ class Forgetting(Scans):
         return bool(found)
 
 
-def _ms(value: object) -> int:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+def _at(head: Mapping[str, Any]) -> int:
+    """When a write or a forget replaced this ledger head (ms; 0: unknown)."""
+    times = (head.get("summarizedAt"), head.get(FORGOTTEN_KEY))
+    return max(
+        int(t) if isinstance(t, int | float) and not isinstance(t, bool) else 0 for t in times
+    )
 
 
 def _state(count: object, ts: object) -> StoredSummaryState:

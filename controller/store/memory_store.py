@@ -111,8 +111,7 @@ class MemoryStore(RowWrites, Forgetting):
         return memories
 
     def count_session(self, session_id: str) -> int:
-        """The session's rows as its memoryCount counts them (memories.placed)."""
-        return self.session_ids(session_id)[1]
+        return len(self.session_ids(session_id))
 
     def add_memories(
         self,
@@ -163,13 +162,8 @@ class MemoryStore(RowWrites, Forgetting):
 
     def read_ledger(self, session_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """(the ledger entry's head keys, its state) of the session's row, in one read of
-        its head and segments; None without one, or for a forgotten session's tombstone."""
-        entry = self._read_entry(session_id)
-        return None if entry is None or is_tombstone(entry[0]) else entry
-
-    def _read_entry(self, session_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """read_ledger's, a tombstone as (its keys, {}). Raises UnreadablePriorSummary for
-        an entry this version cannot read."""
+        its head and segments; None without one; a forgotten session's tombstone as (its
+        keys, {}). Raises UnreadablePriorSummary for an entry this version cannot read."""
         try:
             got = self._on_ledger(
                 "reading the session's ledger entry",
@@ -199,6 +193,7 @@ class MemoryStore(RowWrites, Forgetting):
         entry's state), as a person or `summaryctl ledger` reads them; None without either."""
         row = self._get_one("summary", session_id, ["documents", "metadatas"])
         ledger = self.read_ledger(session_id)
+        ledger = None if ledger is None or is_tombstone(ledger[0]) else ledger
         if row is None and ledger is None:
             return None
         keys = combined_state(row["metadata"] if row else {}, ledger[1] if ledger else None)
@@ -211,7 +206,7 @@ class MemoryStore(RowWrites, Forgetting):
         document as read (None: no row): what a writer compares with right before its upsert
         (read_row_state)."""
         row = self._get_one("summary", session_id, ["documents", "metadatas"])
-        ledger = self._read_entry(session_id)
+        ledger = self.read_ledger(session_id)
         if ledger is not None and is_tombstone(ledger[0]):
             ledger = None
             if row is not None and rewritten_by(row["document"], row["metadata"]) is None:

@@ -25,14 +25,13 @@ class Scans(Collections):
     def scan_since(self, watermark_ms: int, page: int = SCAN_PAGE) -> Iterator[tuple[str, int]]:
         """(sessionId, timestamp in ms) of every memory with a numeric timestamp newer than
         watermark_ms and not a bad clock's future (memories.placed), page by page, in every
-        unit (seconds, ms, µs, ns: memories.epoch_ranges). Chroma compares numbers only:
-        rows with text timestamps, rows that landed with a timestamp older than the
-        watermark and future ones are found by scan_appended instead."""
-        ceiling = int(time.time() * 1000) + FUTURE_TOLERANCE_MS
-        where = newer_where(watermark_ms, ceiling)
+        unit (newer_where). Chroma compares numbers only: rows with text timestamps, rows
+        that landed with a timestamp older than the watermark and future ones are found by
+        scan_appended instead."""
+        where = newer_where(watermark_ms, int(time.time() * 1000) + FUTURE_TOLERANCE_MS)
         for _, meta in self._scan("scanning new memories", where, page):
             sid, ts = meta.get("sessionId"), parse_timestamp_ms(meta.get("timestamp"))
-            if isinstance(sid, str) and ts is not None and watermark_ms < ts <= ceiling:
+            if isinstance(sid, str) and ts is not None:
                 yield sid, ts
 
     def scan_appended(
@@ -100,26 +99,25 @@ class Scans(Collections):
     def rows_digests(self, session_ids: Sequence[str]) -> dict[str, str]:
         """The digest of every row id the last complete write of each session accounted
         for (its ledger head's rowsDigest); sessions without one are left out."""
-        found: dict[str, str] = {}
-        for batch in batches(list(session_ids), SCAN_PAGE):
-            for head in self._heads(batch):
-                sid, digest = head.get("sessionId"), head.get("rowsDigest")
-                if isinstance(sid, str) and isinstance(digest, str):
-                    found[sid] = digest
-        return found
+        heads = self._heads(session_ids).items()
+        return {s: d for s, head in heads if isinstance(d := head.get("rowsDigest"), str)}
 
-    def _heads(self, session_ids: Sequence[str]) -> list[dict[str, Any]]:
-        """The metadata of these sessions' ledger heads (none without a ledger)."""
-        try:
-            got = self._on_ledger(
-                "reading the ledger's heads",
-                lambda coll: coll.get(
-                    ids=[summary_row_id(s) for s in session_ids], include=["metadatas"]
-                ),
-            )
-        except CollectionNotFound:
-            return []
-        return [dict(m or {}) for m in got["metadatas"] or []]
+    def _heads(self, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The metadata of these sessions' ledger heads by session (none without a ledger)."""
+        heads: dict[str, dict[str, Any]] = {}
+        for batch in batches(list(session_ids), SCAN_PAGE):
+            try:
+                got = self._on_ledger(
+                    "reading the ledger's heads",
+                    lambda coll, b=batch: coll.get(  # type: ignore[misc]
+                        ids=[summary_row_id(s) for s in b], include=["metadatas"]
+                    ),
+                )
+            except CollectionNotFound:
+                return {}
+            metas = (dict(m or {}) for m in got["metadatas"] or [])
+            heads.update((m["sessionId"], m) for m in metas if isinstance(m.get("sessionId"), str))
+        return heads
 
     def has_memories_besides(self, session_id: str, memory_type: str) -> bool:
         """Whether the session has a memory of another type than memory_type (rows without
@@ -142,8 +140,7 @@ class Scans(Collections):
         caller to judge."""
         where = {"$and": [{"type": marker_type}, newer_where(watermark_ms)]}
         for row_id, meta in self._scan("scanning for sunset markers", where, page):
-            ts = parse_timestamp_ms(meta.get("timestamp"))
-            if ts is not None and ts > watermark_ms:
+            if (ts := parse_timestamp_ms(meta.get("timestamp"))) is not None:
                 yield row_id, meta.get("sessionId"), ts
 
     def _scan(
@@ -159,15 +156,14 @@ def newer_where(after_ms: int, upto_ms: int | None = None) -> dict[str, Any]:
     most upto_ms), in every unit as parse_timestamp_ms reads it: one range per band of
     UNIT_LIMITS. Chroma truncates a float bound it compares with an integer, so seconds'
     bounds lie halfway between two milliseconds with operators truncation keeps exact."""
-    ranges, band = [], 0
+    cap = 2**63 - 1  # Chroma's integers are 64-bit
+    upto, ranges, band = upto_ms if upto_ms is not None else cap, [], 0
     for limit, scale in UNIT_LIMITS:
-        cap = {"$lt": min(limit, 2**63 - 1)}
         if scale < 0:  # seconds, rounded to the ms
-            bounds = [{"$gt": (after_ms + 0.5) / 1000}, cap]
-            bounds += [{"$lte": (upto_ms + 0.5) / 1000}] if upto_ms is not None else []
+            low, high = ("$gt", (after_ms + 0.5) / 1000), ("$lte", (upto + 0.5) / 1000)
         else:  # ms, µs, ns, floored to the ms
-            bounds = [{"$gte": max((after_ms + 1) * scale, band)}, cap]
-            bounds += [{"$lt": (upto_ms + 1) * scale}] if upto_ms is not None else []
-        ranges.append({"$and": [{"timestamp": bound} for bound in bounds]})
+            low, high = ("$gte", max((after_ms + 1) * scale, band)), ("$lt", (upto + 1) * scale)
+        bounds = (low, high, ("$lt", limit))
+        ranges.append({"$and": [{"timestamp": {op: min(v, cap)}} for op, v in bounds]})
         band = limit
     return {"$or": ranges}

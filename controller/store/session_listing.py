@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from chromadb.api.models.Collection import Collection
@@ -40,13 +40,6 @@ SMALL_SESSION = 50  # rows: listed whole in one request (list_session)
 NAMED_UNTRUSTED = 10
 
 
-def _untrusted(memories: Iterable[Memory]) -> tuple[str, ...]:
-    """The first NAMED_UNTRUSTED rows whose time is a bad clock's, by this host's clock."""
-    now_ms = int(time.time() * 1000)
-    bad = (m.id for m in memories if not trusted_time(m.timestamp_ms, now_ms))
-    return tuple(itertools.islice(bad, NAMED_UNTRUSTED))
-
-
 @dataclass(frozen=True)
 class SessionRows:
     """A session as listed for one pass: its counts and newest row, what it reads (the rows
@@ -54,7 +47,7 @@ class SessionRows:
     cover exactly: `reread`), and those memories, read only as the pass consumes them
     (`memories`), so a pass over a 50,000-memory session never holds the whole session."""
 
-    total: int  # every row carrying the sessionId whose time is readable, whatever its type
+    total: int  # every row carrying the sessionId, whatever its type or time (memoryCount)
     newest: Watermark | None  # the newest row of all, the pass's watermark
     keys: RowKeys  # (timestamp, id) of every parsed row, sorted; `selected`: read this pass
     included: int  # how many of the selected rows the pass summarizes (not excluded)
@@ -68,13 +61,14 @@ class SessionRows:
     # Listed only the rows after the prior's watermark (every other row was the prior's,
     # unchanged): `keys` holds those, and the coverage grows from the prior's.
     base: Coverage | None = None
-    # Rows read whose time no clock could have given (memories.trusted_time), at most
-    # NAMED_UNTRUSTED of them: a Warning Event names them.
+    # Rows listed whole whose time no clock could have given (memories.trusted_time), at
+    # most NAMED_UNTRUSTED of them: a Warning Event names them. (Rows list_appended adds
+    # are placed and at or after the watermark.)
     untrusted: tuple[str, ...] = ()
     # Rows whose time this version cannot read (no timestamp, RFC 2822 text, "1.7e12") or
-    # does not place (memories.placed: a bad clock's future): every one's id, sorted. Not in
-    # `total` or the coverage; each is summarized once, by the first pass that lists it, at
-    # the end of the session's order (the newest row's time).
+    # does not place (memories.placed: a bad clock's future): every one's id, sorted. In
+    # `total`, not in the coverage; each is summarized once, by the first pass that lists
+    # it, at the end of the session's order (the newest row's time).
     untimed: tuple[str, ...] = ()
     untimed_values: Mapping[str, str] = field(default_factory=dict)  # id: its timestamp, shown
 
@@ -183,7 +177,7 @@ def list_appended(
     return SessionRows(
         # A row landing between the two reads is counted once; the untimed rows, unchanged
         # (the digest says so), are the prior's.
-        total=every_id.count - len(prior.untimed),
+        total=every_id.count,
         newest=newest,
         keys=sorted_keys,
         included=len(wanted),
@@ -193,7 +187,6 @@ def list_appended(
         prior_key=mark,
         digest=every_id,
         base=prior.coverage,
-        untrusted=_untrusted(added),
         untimed=tuple(sorted(prior.untimed)),
     )
 
@@ -287,7 +280,7 @@ def _list_all(
         yield from untimed_now
 
     return SessionRows(
-        total=total - len(untimed),
+        total=total,
         newest=newest,
         keys=sorted_keys,
         included=sorted_keys.included() + len(untimed_now),

@@ -297,12 +297,6 @@ def _copies_passage(text: str, passages: Sequence[str]) -> bool:
     return False
 
 
-def _as_quoted(text: str) -> str:
-    """The text as session content, in controller.core.quoting's own form (so it is not quoted
-    twice), within ITEM_MAX."""
-    return text if is_quoted(text) else quote(text, "instruction")
-
-
 def contain_injections(
     update: PassUpdate,
     memories: Sequence[Memory],
@@ -322,7 +316,11 @@ def contain_injections(
         return update
 
     def contained(items: list[str]) -> list[str]:
-        return [_as_quoted(t) if _copies_passage(t, passages) else t for t in items]
+        # As session content, in controller.core.quoting's own form (never quoted twice).
+        copied = (is_quoted(t) or not _copies_passage(t, passages) for t in items)
+        return [
+            t if keep else quote(t, "instruction") for t, keep in zip(items, copied, strict=True)
+        ]
 
     changes: dict[str, Any] = {key: contained(items) for key, items in _history(update)}
     if update.current_state is not None:

@@ -30,10 +30,11 @@ from controller.core.facts import fact_count
 from controller.core.item_sources import identity
 from controller.core.memories import Memory, memory_sort_key
 from controller.core.merge import PassUpdate
-from controller.core.quoting import as_item, needs_quoting
+from controller.core.quoting import as_item, quote_if_needed
 from controller.core.summary import (
     HISTORY_SECTIONS,
     ITEM_MAX,
+    SECTION_TITLES,
     TITLE_MAX,
     Category,
     LegacySummary,
@@ -61,13 +62,7 @@ from controller.summarizers.extractive_text import clean, sentences, shorten
 TITLE_CHARS = 80
 STATE_SENTENCES = 3
 
-REQUESTS, QUESTIONS, DESIGN, CORRECTIONS, STATE = (
-    "User Requests",
-    "Questions & Decisions",
-    "Design Choices",
-    "Corrections & Feedback",
-    "Current State",
-)
+REQUESTS, QUESTIONS, DESIGN, CORRECTIONS, STATE = SECTION_TITLES
 
 
 _COUNTS_LINE = re.compile(r"^\d+ memories so far\b")
@@ -191,7 +186,7 @@ def _title(requests: Sequence[SummaryItem], session_id: str) -> str:
             space = title.rfind(" ")
             title = title[:space] if space >= TITLE_CHARS // 2 else title
         title = title.rstrip(" .!?…:;,-")
-        if title and title_problem(title) is None and not needs_quoting(item.text):
+        if title and title_problem(title) is None and quote_if_needed(item.text) == item.text:
             return title
     return fallback_title(session_id)
 

@@ -45,8 +45,8 @@ SHAPES = (
     "nanos_digits",
 )
 # Times no parser reads (a missing one is UNTIMED's None): Date.toUTCString(), a number as
-# scientific text, words. Such a row is summarized at the end of the session's order, left
-# out of memoryCount, and named by `summaryctl verify`.
+# scientific text, words. Such a row is summarized at the end of the session's order,
+# counted in memoryCount, and named by `summaryctl verify`.
 UNTIMED = (
     "Thu, 26 Nov 2026 10:00:00 GMT",
     "1.7e12",
@@ -208,7 +208,7 @@ def test_every_memory_reaches_the_summary_after_a_sunset_whatever_its_arrival(
     assert report["uncovered"] == 0, report
     assert sorted(r["id"] for r in report["unreadableTimes"]) == sorted(untimed), report
     _, meta = stored_row(store, sid)
-    assert meta["memoryCount"] == sum(len(b) for b in rounds) - len(untimed)
+    assert meta["memoryCount"] == sum(len(b) for b in rounds)
     status = json.loads(
         harness.kubectl("get", "sessionsummary", summary_object_name(sid), "-n", NS, "-o", "json")
     )
@@ -305,8 +305,11 @@ def test_with_no_sunset_the_sweeps_find_late_and_iso_stamped_memories(harness: H
     untimed = [fact() for _ in UNTIMED]
     load(store, [row(sid, ts, f) for ts, f in zip(UNTIMED, untimed, strict=True)])
     # One sweep interval (5 s) after the rows landed, plus the pass: well within 30 s. The
-    # untimed rows are summarized but not counted.
-    wait_for(lambda: summarized_count() == 3 + len(late), 30, 0.5, message="late rows swept")
+    # untimed rows are summarized and counted.
+    wait_for(
+        lambda: summarized_count() == 3 + len(late) + len(UNTIMED), 30, 0.5,
+        message="late and untimed rows swept",
+    )  # fmt: skip
     wait_for(
         lambda: all(f in stored_row(store, sid)[1]["sectionsJson"] for f in untimed),
         30,

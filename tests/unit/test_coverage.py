@@ -144,11 +144,11 @@ def test_a_walk_counts_every_row_and_asks_for_sessions_whose_count_differs() -> 
     )
     assert cycle.fold([("a", 3_000, "a3"), ("d", 4_000, "d1")], 10**9) == 2
     assert (cycle.rows, cycle.offset) == (6, 6)
-    # b's row has no time: summarized, not counted (memoryCount leaves it out).
-    assert cycle.counts == {"a": 3, "b": 0, "c": 1, "d": 1}
+    # b's row has no time: counted (memoryCount counts every row), dating nothing.
+    assert cycle.counts == {"a": 3, "b": 1, "c": 1, "d": 1}
     stored = {
         "a": StoredSummaryState(memory_count=2, timestamp_ms=5_000),  # one landed late
-        "b": StoredSummaryState(memory_count=0, timestamp_ms=1),  # as summarized
+        "b": StoredSummaryState(memory_count=1, timestamp_ms=1),  # as summarized
         "c": StoredSummaryState(memory_count=1, timestamp_ms=2_000),
         # d: never summarized
     }

@@ -14,7 +14,6 @@ from hypothesis import strategies as st
 
 from controller.core.document import render_document
 from controller.core.item_sources import (
-    attribute,
     forget_gone,
     item_key,
     norm,
@@ -45,6 +44,12 @@ def memory(i: int, fact: str) -> Memory:
         response=response,
         document=render_interaction_document(prompt, "", response),
     )
+
+
+def attribute(text: str, memories: list[Memory]) -> list[str]:
+    """The memories a pass records as saying this item (item_sources: its attribution)."""
+    ids = {source_key(m.id): m.id for m in memories}
+    return [ids[e.split(":")[1]] for e in record(None, {"User Requests": [text]}, memories)]
 
 
 def everything(summary: StructuredSummary) -> str:
