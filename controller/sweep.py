@@ -77,11 +77,9 @@ def _in_flight(obj: dict[str, object]) -> bool:
     status = obj.get("status") or {}
     meta = obj.get("metadata") or {}
     assert isinstance(status, dict) and isinstance(meta, dict)
-    if holds_request(obj):
-        return True
     if status.get("observedGeneration") != meta.get("generation"):
-        return status.get("phase") != "Failed"
-    return status.get("phase") in IN_FLIGHT_PHASES
+        return status.get("phase") != "Failed" or holds_request(obj)
+    return status.get("phase") in IN_FLIGHT_PHASES or holds_request(obj)
 
 
 def _version(obj: dict[str, object] | None) -> str | None:

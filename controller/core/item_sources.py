@@ -48,8 +48,7 @@ def norm(text: str) -> str:
 
 
 def identity(text: str) -> str:
-    """What an item says, whatever its storage added (a quote's label): what items are
-    deduplicated, named by supersede marks and keyed by."""
+    """What an item says, a quote's label aside: what items are deduplicated and keyed by."""
     return norm(unquoted(text))
 
 

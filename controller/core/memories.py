@@ -136,10 +136,9 @@ def trusted_time(timestamp_ms: int, now_ms: int) -> bool:
 
 
 def placed(timestamp_ms: int, now_ms: int) -> bool:
-    """Whether a row's time places it in its session's order: not a bad clock's time ahead
-    of `now_ms`, which would be the newest row, so the watermark of every later pass (each
-    new memory then counts as late, and Current State never moves). A row not placed is
-    summarized once, at the end of the order, like a row whose time cannot be read."""
+    """Whether a row's time places it in its session's order: not a bad clock's future,
+    which as the newest row would be every later pass's watermark (each new memory late,
+    Current State frozen). A row not placed is summarized once, at the end of the order."""
     return timestamp_ms <= now_ms + FUTURE_TOLERANCE_MS
 
 

@@ -19,7 +19,7 @@ from controller.core.naming import summary_row_id
 from controller.core.sweep_plan import StoredSummaryState
 from controller.store.collections import batches
 from controller.store.errors import CollectionNotFound, guard
-from controller.store.scans import SCAN_PAGE, Scans
+from controller.store.scans import Scans
 
 # A ledger head with this key is a tombstone: the session was forgotten at that time (ms).
 FORGOTTEN_KEY = "forgottenAt"
@@ -45,24 +45,11 @@ class Forgetting(Scans):
 
     def summary_states(self, session_ids: Sequence[str]) -> dict[str, StoredSummaryState]:
         """memoryCount and timestamp of the stored summaries of these sessions, and of the
-        tombstones of those forgotten (their memory count then, their time the forget's);
-        none when the summary collection does not exist yet (nothing has been summarized)."""
-        states: dict[str, StoredSummaryState] = {}
-        for batch in batches(list(session_ids), SCAN_PAGE):
-            try:
-                got = self._on_summaries(
-                    "reading summary metadata",
-                    lambda coll, b=batch: coll.get(  # type: ignore[misc]
-                        ids=[summary_row_id(s) for s in b], include=["metadatas"]
-                    ),
-                )
-            except CollectionNotFound:
-                return {}
-            for meta in got["metadatas"] or []:
-                sid = meta.get("sessionId")
-                if isinstance(sid, str):
-                    states[sid] = _state(meta.get("memoryCount"), meta.get("timestamp"))
-        for sid, head in self._heads([s for s in session_ids if s not in states]).items():
+        tombstones of those forgotten (their memory count then, their time the forget's)."""
+        rows = self._metadata("summary", session_ids).items()
+        states = {s: _state(m.get("memoryCount"), m.get("timestamp")) for s, m in rows}
+        heads = self._metadata("ledger", [s for s in session_ids if s not in states])
+        for sid, head in heads.items():
             if is_tombstone(head):
                 states[sid] = _state(head.get("memoryCount"), head.get(FORGOTTEN_KEY))
         return states
@@ -70,7 +57,8 @@ class Forgetting(Scans):
     def written_since(self, session_ids: Sequence[str], since_ms: int) -> set[str]:
         """The sessions whose ledger head a write or a forget replaced at or after since_ms:
         what a reconciliation walk that ended then found stale is not stale any more."""
-        return {sid for sid, head in self._heads(session_ids).items() if _at(head) >= since_ms}
+        heads = self._metadata("ledger", session_ids).items()
+        return {sid for sid, head in heads if _at(head) >= since_ms}
 
     def forget_state(
         self, session_id: str, fence: Mapping[str, int | str], *, memories: bool

@@ -210,8 +210,7 @@ class MemoryStore(RowWrites, Forgetting):
         if ledger is not None and is_tombstone(ledger[0]):
             ledger = None
             if row is not None and rewritten_by(row["document"], row["metadata"]) is None:
-                # Ours, left by a forget cut short (store/forgetting.py): forgotten too, and
-                # the next write replaces it.
+                # Ours, left by a forget cut short: forgotten too; the next write replaces it.
                 return None, document_digest(row["document"] or "")
         if row is None and ledger is None:
             return None, None

@@ -99,16 +99,18 @@ class Scans(Collections):
     def rows_digests(self, session_ids: Sequence[str]) -> dict[str, str]:
         """The digest of every row id the last complete write of each session accounted
         for (its ledger head's rowsDigest); sessions without one are left out."""
-        heads = self._heads(session_ids).items()
+        heads = self._metadata("ledger", session_ids).items()
         return {s: d for s, head in heads if isinstance(d := head.get("rowsDigest"), str)}
 
-    def _heads(self, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """The metadata of these sessions' ledger heads by session (none without a ledger)."""
-        heads: dict[str, dict[str, Any]] = {}
+    def _metadata(self, role: str, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The metadata of these sessions' summary rows (role "summary") or ledger heads
+        ("ledger"), by session; none without the collection."""
+        on = self._on_summaries if role == "summary" else self._on_ledger
+        found: dict[str, dict[str, Any]] = {}
         for batch in batches(list(session_ids), SCAN_PAGE):
             try:
-                got = self._on_ledger(
-                    "reading the ledger's heads",
+                got = on(
+                    f"reading the {role} metadata",
                     lambda coll, b=batch: coll.get(  # type: ignore[misc]
                         ids=[summary_row_id(s) for s in b], include=["metadatas"]
                     ),
@@ -116,8 +118,8 @@ class Scans(Collections):
             except CollectionNotFound:
                 return {}
             metas = (dict(m or {}) for m in got["metadatas"] or [])
-            heads.update((m["sessionId"], m) for m in metas if isinstance(m.get("sessionId"), str))
-        return heads
+            found.update((m["sessionId"], m) for m in metas if isinstance(m.get("sessionId"), str))
+        return found
 
     def has_memories_besides(self, session_id: str, memory_type: str) -> bool:
         """Whether the session has a memory of another type than memory_type (rows without
