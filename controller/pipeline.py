@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import functools
 import itertools
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from controller.core.chunking import chunk_memories
 from controller.core.coverage import PriorCoverage, digest_of_text, digest_text
-from controller.core.item_sources import forget_gone, partly_gone
-from controller.core.memories import Memory, is_excluded
+from controller.core.item_sources import forget_gone, partly_gone, rekeyed
+from controller.core.memories import Memory, is_excluded, placed
 from controller.core.merge import derived_title, merge_pass
 from controller.core.naming import summary_row_id
 from controller.core.provenance import PassTokens, Provenance, added_text, pass_tokens
@@ -262,11 +263,16 @@ def summarize_session(
     mask = PassRedaction(redaction)
     with phase("read"):
         stored, row_digest = store.read_prior(session_id)
-    prior = None if rebuild else mask.prior(stored)
+    prior = None if rebuild else rekeyed(stored, mask.prior(stored))
     # The row as this pass last saw it (read here, then each document it writes): another
     # writer's upsert meanwhile changes it, and then nothing is written over it.
     seen = RowSeen(row_digest)
     structured = prior if isinstance(prior, StructuredSummary) else None
+    mark = structured.watermark if structured else None
+    if structured and mark and not placed(mark.timestamp_ms, int(time.time() * 1000)):
+        # A bad clock's row was its watermark (before memories.placed): read the session whole.
+        drop = dict.fromkeys(("watermark", "coverage", "rows_digest"))
+        prior = structured = structured.model_copy(update=drop)
     other = structured.other_writer if structured else None
     covered = prior_coverage(structured)
     # The rows stream: the pass holds one chunk of memories at a time, never the session.

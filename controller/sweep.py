@@ -25,7 +25,7 @@ from controller.core.memories import SUNSET_MARKER_TYPE, is_excluded, parse_time
 from controller.core.naming import summary_object_name
 from controller.core.reconcile_plan import RowCursor
 from controller.core.refresh_plan import Growth, RefreshPolicy, may_refresh, plan_refresh
-from controller.core.retention import RetentionPolicy, expired
+from controller.core.retention import RetentionPolicy, expired, holds_request
 from controller.core.summary import StructuredSummary, UnreadablePriorSummary
 from controller.core.sweep_plan import (
     MARKER_TRIGGER,
@@ -78,8 +78,8 @@ def _in_flight(obj: dict[str, object]) -> bool:
     meta = obj.get("metadata") or {}
     assert isinstance(status, dict) and isinstance(meta, dict)
     if status.get("observedGeneration") != meta.get("generation"):
-        return status.get("phase") != "Failed"
-    return status.get("phase") in IN_FLIGHT_PHASES
+        return status.get("phase") != "Failed" or holds_request(obj)
+    return status.get("phase") in IN_FLIGHT_PHASES or holds_request(obj)
 
 
 def _version(obj: dict[str, object] | None) -> str | None:

@@ -2,25 +2,28 @@
 (docs/privacy.md, "When a memory is deleted").
 
 A summary's `item_sources` is an append-only list of entries "ITEM:SOURCE": ITEM names an
-item (8 hex digits of a hash of its section and its normalised text), SOURCE a memory (8 hex
-digits of a hash of its id). A pass records an entry for every item it proposes, and for
-every item already kept that a memory of its chunk repeats as a sentence, for each memory
-that says it, so a fact two memories said lives while either does. The list only grows
-between deletions, so the ledger appends it like the history (core/ledger.py). When a pass
-lists every row of the session (a deletion always makes it: the id digest changes),
-`forget_gone` drops each item whose recorded sources are all gone, and the entries of gone
-memories with it. Items with no entry (written before this release, or said by no memory of
-its chunk that the attribution could find) are never dropped: a rebuild (spec.action
-Rebuild) records theirs."""
+item (16 hex digits of a hash of its section and what its stored text says: `identity`, so
+an item is named the same whether it is stored quoted, masked or cut), SOURCE a memory (16
+hex digits of a hash of its id); entries of release 0.1.0 have 8 of each, and are still
+matched. A pass records an entry for every item it stores, for each memory of its chunk that
+says it, and for every item already kept that a memory of its chunk repeats as a sentence,
+so a fact two memories said lives while either does. The list only grows between
+deletions, so the ledger appends it like the history (core/ledger.py). When a pass lists
+every row of the session (a deletion always makes it: the id digest changes), `forget_gone`
+drops each item whose recorded sources are all gone (and a supersede mark whose text is),
+and the entries of gone memories with it. Items with no entry (said by no memory of its
+chunk that the attribution could find) are never dropped: a rebuild (spec.action Rebuild)
+records theirs."""
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from controller.core.memories import Memory
-from controller.core.summary import StructuredSummary, SummaryItem
+from controller.core.quoting import unquoted
+from controller.core.summary import PriorSummary, StructuredSummary, SummaryItem
 
 TITLE = "Title"  # the title is an item too: one derived from a deleted request goes with it
 REFERENCES = "References"
@@ -33,13 +36,20 @@ _SENTENCE_END = re.compile(r"[.!?;:\n]+")
 CANDIDATES_MAX = 2000  # memories an item is compared with, at most, before it is left unsourced
 
 
-def _hex(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=4).hexdigest()
+WIDE, NARROW = 8, 4  # bytes of a key; NARROW ones (release 0.1.0's) are read, never written
+
+
+def _hex(text: str, size: int = WIDE) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=size).hexdigest()
 
 
 def norm(text: str) -> str:
-    """The identity of an item for deduplication, supersede marks and its sources."""
     return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+
+
+def identity(text: str) -> str:
+    """What an item says, a quote's label aside: what items are deduplicated and keyed by."""
+    return norm(unquoted(text))
 
 
 def source_key(memory_id: str) -> str:
@@ -47,7 +57,17 @@ def source_key(memory_id: str) -> str:
 
 
 def item_key(section: str, text: str) -> str:
-    return _hex(f"{section}\0{norm(text)}")
+    """The key of an item as stored (quoting.as_item)."""
+    return _hex(f"{section}\0{identity(text)}")
+
+
+def _names(section: str, text: str) -> set[str]:
+    """Every key an entry may name this item by: this release's and release 0.1.0's."""
+    return _living([f"{section}\0{identity(text)}"])
+
+
+def _living(memory_ids: Iterable[str]) -> set[str]:
+    return {key for i in memory_ids for key in (_hex(i), _hex(i, NARROW))}
 
 
 def _fields(memory: Memory) -> tuple[str, ...]:
@@ -84,7 +104,10 @@ class _Chunk:
         return [self.ids[i] for i in sorted(rarest) if key in self.texts[i]]
 
     def attribute(self, text: str) -> list[str]:
-        key = norm(text)
+        """The ids of the memories that say this item: those whose text holds it whole;
+        else those holding at least 60 % of its words (4 letters or more), the most first;
+        else the whole chunk when it is at most CHUNK_FALLBACK_MAX memories; else none."""
+        key = identity(text)
         if not key or not self.ids:
             return []
         whole = self.holding(key)
@@ -103,40 +126,30 @@ class _Chunk:
         return list(self.ids) if len(self.ids) <= CHUNK_FALLBACK_MAX else []
 
 
-def attribute(text: str, memories: Sequence[Memory]) -> list[str]:
-    """The ids of the memories of a chunk that say this item: those whose text holds it
-    whole; else those holding at least 60 % of its words (4 letters or more), the most
-    first; else the whole chunk when it is at most CHUNK_FALLBACK_MAX memories; else none."""
-    return _Chunk(memories).attribute(text)
-
-
 def record(
     prior: StructuredSummary | None,
-    proposed: Mapping[str, Iterable[str]],
+    stored: Mapping[str, Iterable[str]],
     memories: Sequence[Memory],
 ) -> list[str]:
-    """The prior's entries with those of this pass appended, none twice: for each proposed
-    item (section -> texts), one per memory of the chunk that says it (attribute); for each
-    item with sources the prior holds already, one per memory of the chunk that has it as a
-    sentence or a whole field (a summarizer does not propose what the summary holds: a
-    repeat is found here)."""
+    """The prior's entries with those of this pass appended, none twice: for each item the
+    pass stores (section -> texts as stored), one per memory of the chunk that says it
+    (attribute); for each item with sources the prior holds already, one per memory of the
+    chunk that has it as a sentence or a whole field (a summarizer does not propose what the
+    summary holds: a repeat is found here)."""
     result = list(prior.item_sources) if prior is not None else []
     have = set(result)
     chunk = _Chunk(memories)
 
-    def add(section: str, text: str, memory_ids: Iterable[str]) -> None:
-        add_key(item_key(section, text), memory_ids)
-
-    def add_key(item: str, memory_ids: Iterable[str]) -> None:
+    def add(item: str, memory_ids: Iterable[str]) -> None:
         for memory_id in memory_ids:
             entry = f"{item}:{source_key(memory_id)}"
             if entry not in have:
                 have.add(entry)
                 result.append(entry)
 
-    for section, texts in proposed.items():
+    for section, texts in stored.items():
         for text in texts:
-            add(section, text, chunk.attribute(text))
+            add(item_key(section, text), chunk.attribute(text))
     if prior is not None and memories:
         # A repeat: a sentence (or a whole field) of a memory that is an item with sources
         # already, in any section; looked up by key, so a pass costs its chunk, not its items.
@@ -144,10 +157,32 @@ def record(
         sections = (*prior.sections, REFERENCES, TITLE)
         for sentence, indices in chunk.by_sentence.items():
             for section in sections:
-                item = _hex(f"{section}\0{sentence}")
-                if sentence and item in recorded:
-                    add_key(item, (chunk.ids[i] for i in sorted(indices)))
+                named = f"{section}\0{sentence}"
+                if sentence and not recorded.isdisjoint((_hex(named), _hex(named, NARROW))):
+                    add(_hex(named), (chunk.ids[i] for i in sorted(indices)))
     return result
+
+
+def _keeping(
+    summary: StructuredSummary, keeps: Callable[[str, str], bool], entries: list[str]
+) -> tuple[StructuredSummary, int]:
+    """The summary with only the items (and supersede marks) `keeps` accepts by section and
+    text, with these entries, and how many items went."""
+
+    def kept(section: str, items: Iterable[SummaryItem]) -> list[SummaryItem]:
+        out = []
+        for item in (i for i in items if keeps(section, i.text)):
+            if item.superseded_by and not keeps(section, item.superseded_by):
+                item = item.model_copy(update={"superseded_by": None})
+            out.append(item)
+        return out
+
+    sections = {title: kept(title, items) for title, items in summary.sections.items()}
+    references = [r for r in summary.references if keeps(REFERENCES, r)]
+    went = sum(map(len, summary.sections.values())) - sum(map(len, sections.values()))
+    went += len(summary.references) - len(references)
+    update = {"sections": sections, "references": references, "item_sources": entries}
+    return summary.model_copy(update=update), went
 
 
 def forget_gone(
@@ -156,10 +191,10 @@ def forget_gone(
     retitle: Callable[[str | None], str],
 ) -> tuple[StructuredSummary, int]:
     """The summary without the items whose recorded sources are all gone (every memory
-    living_ids does not name), its entries without the gone memories', and how many items
-    went. A title that went is made again (retitle) from the first request left. The same
-    summary object when nothing changed."""
-    living = {source_key(i) for i in living_ids}
+    living_ids does not name), nor the supersede marks whose text is, its entries without
+    the gone memories', and how many items went. A title that went is made again (retitle)
+    from the first request left. The same summary object when nothing changed."""
+    living = _living(living_ids)
     alive: set[str] = set()
     recorded: set[str] = set()
     kept_entries = []
@@ -175,25 +210,15 @@ def forget_gone(
         return (summary.model_copy(update={"item_sources": kept_entries}) if pruned else summary), 0
 
     def keeps(section: str, text: str) -> bool:
-        return item_key(section, text) not in dead
+        names = _names(section, text)
+        return dead.isdisjoint(names) or not alive.isdisjoint(names)
 
-    sections: dict[str, list[SummaryItem]] = {
-        title: [i for i in items if keeps(title, i.text)]
-        for title, items in summary.sections.items()
-    }
-    references = [r for r in summary.references if keeps(REFERENCES, r)]
-    gone = sum(len(items) for items in summary.sections.values()) - sum(map(len, sections.values()))
-    gone += len(summary.references) - len(references)
-    update: dict[str, object] = {
-        "sections": sections,
-        "references": references,
-        "item_sources": kept_entries,
-    }
+    kept, gone = _keeping(summary, keeps, kept_entries)
     if not keeps(TITLE, summary.title):
-        requests = sections.get("User Requests") or []
-        update["title"] = retitle(requests[0].text if requests else None)
+        requests = kept.sections.get("User Requests") or []
+        kept = kept.model_copy(update={"title": retitle(requests[0].text if requests else None)})
         gone += 1
-    return summary.model_copy(update=update), gone
+    return kept, gone
 
 
 def partly_gone(
@@ -204,7 +229,7 @@ def partly_gone(
     the ids of those living memories, to be summarized again so the items are made anew
     from them alone, and how many items went. The title is left as it is (forget_gone
     retitles when all of its memories are gone)."""
-    by_key = {source_key(i): i for i in living_ids}
+    by_key = {key: i for i in living_ids for key in _living([i])}
     living_of: dict[str, set[str]] = {}
     gone: set[str] = set()
     for entry in summary.item_sources:
@@ -213,19 +238,34 @@ def partly_gone(
             living_of.setdefault(item, set()).add(by_key[source])
         else:
             gone.add(item)
-    partial = {item for item in gone if item in living_of} - {item_key(TITLE, summary.title)}
+    partial = {item for item in gone if item in living_of} - _names(TITLE, summary.title)
     if not partial:
         return summary, [], 0
-    sections = {
-        title: [i for i in items if item_key(title, i.text) not in partial]
-        for title, items in summary.sections.items()
+    entries = [e for e in summary.item_sources if e.partition(":")[0] not in partial]
+    kept, went = _keeping(summary, lambda s, text: partial.isdisjoint(_names(s, text)), entries)
+    return kept, sorted({m for i in partial for m in living_of[i]}), went
+
+
+def _texts(summary: StructuredSummary) -> Iterator[tuple[str, str | None]]:
+    """(section, text) of everything a summary stores that an entry names, in order."""
+    yield TITLE, summary.title
+    yield from ((REFERENCES, r) for r in summary.references)
+    for section, items in summary.sections.items():
+        for item in items:
+            yield from ((section, item.text), (section, item.superseded_by))
+
+
+def rekeyed(before: PriorSummary | None, after: PriorSummary | None) -> PriorSummary | None:
+    """`after`, the summary `before` with texts rewritten in place (masked by other rules:
+    redaction.PassRedaction.prior), with its entries naming each item by its text now."""
+    if not (isinstance(before, StructuredSummary) and isinstance(after, StructuredSummary)):
+        return after
+    moved = {
+        name: item_key(section, new)
+        for (section, old), (_, new) in zip(_texts(before), _texts(after), strict=False)
+        if old and new and old != new
+        for name in _names(section, old)
     }
-    update = {
-        "sections": sections,
-        "references": [r for r in summary.references if item_key(REFERENCES, r) not in partial],
-        "item_sources": [e for e in summary.item_sources if e.partition(":")[0] not in partial],
-    }
-    went = sum(map(len, summary.sections.values())) - sum(map(len, sections.values()))
-    went += len(summary.references) - len(update["references"])
-    again = sorted({m for i in partial for m in living_of[i]})
-    return summary.model_copy(update=update), again, went
+    entries = (entry.partition(":") for entry in after.item_sources)
+    renamed = dict.fromkeys(f"{moved.get(item, item)}:{source}" for item, _, source in entries)
+    return after.model_copy(update={"item_sources": list(renamed)}) if moved else after

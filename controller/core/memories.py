@@ -30,7 +30,7 @@ INTERACTION_TYPE = "agent-interaction"
 # SECONDS_LIMIT seconds, then milliseconds, microseconds and nanoseconds, each band three
 # digits wider; each unit reads times from March 1973 to the year 5138 (seconds: from 1970).
 SECONDS_LIMIT = 100_000_000_000
-_UNIT_LIMITS = ((SECONDS_LIMIT, -1000), (10**14, 1), (10**17, 1000), (10**20, 1_000_000))
+UNIT_LIMITS = ((SECONDS_LIMIT, -1000), (10**14, 1), (10**17, 1000), (10**20, 1_000_000))
 # A time further ahead of the reader's clock than this is a bad clock, not a memory from the
 # future: it counts as "now" (core.clocks), so it neither keeps its session active until that
 # date nor sorts its summary first in neo's newest-first listing.
@@ -96,7 +96,7 @@ def parse_timestamp_ms(value: object) -> int | None:
 
 def _epoch_ms(number: int | float) -> int | None:
     """The number in the unit its magnitude says, as milliseconds; None past nanoseconds."""
-    for limit, scale in _UNIT_LIMITS:
+    for limit, scale in UNIT_LIMITS:
         if abs(number) < limit:
             if scale < 0:
                 return round(number * -scale)
@@ -135,10 +135,11 @@ def trusted_time(timestamp_ms: int, now_ms: int) -> bool:
     return PAST_FLOOR_MS <= timestamp_ms <= now_ms + FUTURE_TOLERANCE_MS
 
 
-def as_observed(timestamp_ms: int, now_ms: int) -> int:
-    """A memory time as a report states it: one further ahead of `now_ms` than the tolerance
-    counts as now (status.lastMemoryAt must not say "seen" of every later sunset marker)."""
-    return now_ms if timestamp_ms > now_ms + FUTURE_TOLERANCE_MS else timestamp_ms
+def placed(timestamp_ms: int, now_ms: int) -> bool:
+    """Whether a row's time places it in its session's order: not a bad clock's future,
+    which as the newest row would be every later pass's watermark (each new memory late,
+    Current State frozen). A row not placed is summarized once, at the end of the order."""
+    return timestamp_ms <= now_ms + FUTURE_TOLERANCE_MS
 
 
 def render_interaction_document(prompt: str, thought: str, response: str) -> str:

@@ -30,14 +30,13 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
-from controller.core.item_sources import REFERENCES, TITLE, norm, record
+from controller.core.item_sources import REFERENCES, TITLE, identity, record
 from controller.core.memories import Memory, Watermark, memory_sort_key
-from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL, needs_quoting, quote_if_needed
+from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL, as_item, cut, quote_if_needed
 from controller.core.references import ReferenceOverflow, memory_references, merge_references
 from controller.core.summary import (
     CATEGORIES,
     HISTORY_SECTIONS,
-    ITEM_MAX,
     TITLE_MAX,
     Category,
     LegacySummary,
@@ -72,12 +71,7 @@ def _item_text(value: Any) -> str | None:
     """An item as proposed: a string, or an object with a "text" (models sometimes do that)."""
     if isinstance(value, dict):
         value = value.get("text")
-    if not isinstance(value, str):
-        return None
-    text = " ".join(value.split())
-    if not text:
-        return None
-    return text if len(text) <= ITEM_MAX else text[: ITEM_MAX - 1].rstrip() + "…"
+    return (cut(value) or None) if isinstance(value, str) else None
 
 
 def _items(value: Any) -> list[str]:
@@ -178,12 +172,7 @@ class PassUpdate(BaseModel):
     @field_validator("title", mode="before")
     @classmethod
     def _title(cls, value: Any) -> str | None:
-        if not isinstance(value, str):
-            return None
-        title = " ".join(_CONTROL.sub(" ", value).split())
-        if len(title) > TITLE_MAX:
-            title = title[: TITLE_MAX - 1].rstrip() + "…"
-        return title or None
+        return _one_line_title(value) if isinstance(value, str) else None
 
     @field_validator("category", mode="before")
     @classmethod
@@ -226,21 +215,20 @@ def _prior_sections(
 def _append_new(
     items: list[SummaryItem], new_texts: Iterable[str], cap: int | None
 ) -> list[SummaryItem]:
-    """Existing items verbatim and in order, then new ones (quoted where needed) not already
-    present.
+    """Existing items verbatim and in order, then new ones (as stored: quoting.as_item) not
+    already present.
 
     cap bounds how many items new ones may fill a section up to; it can only keep new items
     out, never existing ones.
     """
     result = list(items)
-    seen = {norm(i.text) for i in result}
-    for raw in new_texts:
-        text = quote_if_needed(raw[:ITEM_MAX])
-        key = norm(text)
+    seen = {identity(i.text) for i in result}
+    for text in new_texts:
+        key = identity(text)
         if not key or key in seen or (cap is not None and len(result) >= cap):
             continue
         seen.add(key)
-        result.append(SummaryItem(text=text[:ITEM_MAX]))
+        result.append(SummaryItem(text=text))
     return result
 
 
@@ -260,12 +248,12 @@ def _apply_marks(
         title = _section_title(mark.section)
         if title is None:
             continue
-        key = norm(mark.item)
+        key = identity(mark.item)
         items = sections[title]
         for index, item in enumerate(items):
-            if norm(item.text) == key and item.superseded_by is None:
-                if norm(mark.superseded_by) != key:
-                    reason = quote_if_needed(mark.superseded_by)
+            if identity(item.text) == key and item.superseded_by is None:
+                if identity(mark.superseded_by) != key:
+                    reason = as_item(mark.superseded_by)
                     items[index] = item.model_copy(update={"superseded_by": reason})
                 break
     return sections
@@ -277,7 +265,7 @@ def _acceptable_title(title: str | None) -> str | None:
     if not title or title_problem(title) is not None:
         return None
     marked = title.startswith((ERROR_LABEL, INSTRUCTION_LABEL))
-    return None if marked or needs_quoting(title) else title
+    return None if marked or quote_if_needed(title) != title else title
 
 
 def derived_title(first_request: str | None, session_id: str) -> str:
@@ -297,11 +285,8 @@ def _union_sorted(prior: Iterable[str], new: Iterable[str]) -> list[str]:
     return [found[k] for k in sorted(found)]
 
 
-def _clean_title(title: str | None) -> str | None:
-    text = " ".join(_CONTROL.sub(" ", title or "").split())
-    if len(text) > TITLE_MAX:
-        text = text[: TITLE_MAX - 1].rstrip() + "…"
-    return _acceptable_title(text)
+def _one_line_title(title: str) -> str | None:
+    return cut(_CONTROL.sub(" ", title), TITLE_MAX) or None
 
 
 def merge_pass(
@@ -331,11 +316,16 @@ def merge_pass(
         sid = given[0].session_id if given else "unknown"
 
     sections = _prior_sections(prior)
-    for title, texts in update.new_items().items():
+    # What is stored, and what its items are keyed by (item_sources), is the as_item form.
+    stored = {title: list(map(as_item, texts)) for title, texts in update.new_items().items()}
+    for title, texts in stored.items():
         sections[title] = _append_new(sections[title], texts, max_new_items_per_section)
     sections = _apply_marks(sections, update.supersede)
+    for mark in update.supersede:
+        if (marked := _section_title(mark.section)) is not None:
+            stored[marked].append(as_item(mark.superseded_by))
     if update.current_state is not None:
-        state = [SummaryItem(text=quote_if_needed(t[:ITEM_MAX])) for t in update.current_state]
+        state = [SummaryItem(text=as_item(t)) for t in update.current_state]
     else:
         state = list(base.sections["Current State"]) if base else []
     all_sections = {**sections, "Current State": state}
@@ -347,7 +337,7 @@ def merge_pass(
         requests = sections["User Requests"]
         title = (
             _acceptable_title(update.title)
-            or _clean_title(legacy_title)
+            or _acceptable_title(_one_line_title(legacy_title or ""))
             or derived_title(requests[0].text if requests else None, sid)
         )
 
@@ -369,12 +359,10 @@ def merge_pass(
     # References come from the memories, by code, whatever the summarizer proposed.
     prior_refs = (base.references, base.references_overflow) if base else ([], ReferenceOverflow())
     references, overflow = merge_references(*prior_refs, found_refs := memory_references(given))
-    proposed = {**update.new_items(), "Current State": update.current_state or []}
-    proposed[TITLE], proposed[REFERENCES] = (
-        [title] if base is None else [],
-        [r for r, _ in found_refs],
-    )
-    item_sources = record(base, proposed, given)
+    stored["Current State"] = [i.text for i in state] if update.current_state is not None else []
+    stored[TITLE] = [title] if base is None else []
+    stored[REFERENCES] = [r for r, _ in found_refs]
+    item_sources = record(base, stored, given)
     return StructuredSummary(
         session_id=sid,
         title=title,

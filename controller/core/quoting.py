@@ -166,25 +166,34 @@ def is_quoted(text: str) -> bool:
     return _QUOTED.fullmatch(text) is not None
 
 
-def needs_quoting(text: str) -> bool:
-    return not is_quoted(text) and kind_of(text) is not None
+def unquoted(text: str) -> str:
+    """What an item says: the text inside its quote marks when it is quoted, else itself."""
+    return text[text.index(OPEN_QUOTE) + 1 : -1] if is_quoted(text) else text
+
+
+def cut(text: str, limit: int = ITEM_MAX) -> str:
+    """The text on one line, at most `limit` characters (a longer one cut, marked by '…')."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def quote(text: str, kind: Kind, limit: int = ITEM_MAX) -> str:
+    """The text labelled as quoted content of this kind, at most `limit` characters. Inside
+    the quote, “ and ” become plain quotes, so nothing inside can seem to close it."""
+    label = INSTRUCTION_LABEL if kind == "instruction" else ERROR_LABEL
+    inner = text.replace(OPEN_QUOTE, '"').replace(CLOSE_QUOTE, '"')
+    inner = cut(inner, max(1, limit - len(label) - 2))
+    return f"{label}{OPEN_QUOTE}{inner}{CLOSE_QUOTE}"
 
 
 def quote_if_needed(text: str, limit: int = ITEM_MAX) -> str:
-    """The text, labelled as quoted when it is error text or reads as an instruction.
+    """The text, labelled as quoted (quote) when it is error text or reads as an
+    instruction; idempotent."""
+    kind = None if is_quoted(text) else kind_of(text)
+    return text if kind is None else quote(text, kind, limit)
 
-    At most `limit` characters when the text was (a long quote is cut, marked by '…');
-    idempotent. Inside the quote, “ and ” become plain quotes, so nothing inside can seem
-    to close it; whitespace is collapsed to one line.
-    """
-    if is_quoted(text):
-        return text
-    kind = kind_of(text)
-    if kind is None:
-        return text
-    label = INSTRUCTION_LABEL if kind == "instruction" else ERROR_LABEL
-    inner = " ".join(text.replace(OPEN_QUOTE, '"').replace(CLOSE_QUOTE, '"').split())
-    room = max(1, limit - len(label) - 2)
-    if len(inner) > room:
-        inner = inner[: room - 1].rstrip() + "…"
-    return f"{label}{OPEN_QUOTE}{inner}{CLOSE_QUOTE}"
+
+def as_item(text: str) -> str:
+    """Proposed text as a summary item stores it: cut to ITEM_MAX, quoted when needed. What
+    an item is keyed and deduplicated by (core/item_sources.py) is a function of this."""
+    return quote_if_needed(cut(text))

@@ -40,15 +40,6 @@ def failed_on(obj: Mapping[str, Any], summarizer: str) -> bool:
     return False
 
 
-def to_ask_again(objects: Iterable[Mapping[str, Any]], summarizer: str) -> list[tuple[str, str]]:
-    """(name, resourceVersion) of the objects to ask again, as read."""
-    return [
-        (obj["metadata"]["name"], obj["metadata"]["resourceVersion"])
-        for obj in objects
-        if failed_on(obj, summarizer)
-    ]
-
-
 # kopf annotations under our prefix that are not a handler's progress.
 NOT_PROGRESS = ("last-handled-configuration", "kopf-managed")
 

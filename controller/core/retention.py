@@ -79,6 +79,13 @@ def finished_at(obj: Mapping[str, Any]) -> dt.datetime | None:
     return parse_time(meta.get("creationTimestamp"))
 
 
+def holds_request(obj: Mapping[str, Any]) -> bool:
+    """A forget or a rebuild whose pass failed: retried until it is done, never replaced by
+    a summary (the sweep, the marker scan, the reconciliation) nor collected here."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    return status.get("phase") == "Failed" and spec.get("action", "Summarize") != "Summarize"
+
+
 def expired(
     objects: Iterable[Mapping[str, Any]],
     *,
@@ -90,7 +97,7 @@ def expired(
     doomed = []
     for obj in objects:
         meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}), obj.get("status") or {}
-        if spec.get("summarizerRef", "default") != summarizer:
+        if spec.get("summarizerRef", "default") != summarizer or holds_request(obj):
             continue
         phase = status.get("phase")
         ttl = policy.ttl(phase) if phase in TERMINAL_PHASES else 0

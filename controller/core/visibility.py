@@ -29,12 +29,12 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from controller.core.memories import tool_call_count, tool_names
 
 MemorySharing = Literal["team", "legacy", "private"]
-TrustTier = Literal[
+TrustTier = Literal[  # highest to lowest trust (neo's TRUST_TIER_ORDER)
     "system",
     "repo-trusted",
     "owner",
@@ -44,17 +44,8 @@ TrustTier = Literal[
     "external",
     "unclassified",
 ]
-# Highest to lowest trust (neo's TRUST_TIER_ORDER): a larger index is more restrictive.
-TRUST_TIER_ORDER: tuple[TrustTier, ...] = (
-    "system",
-    "repo-trusted",
-    "owner",
-    "self",
-    "peer-trusted",
-    "internal-authored",
-    "external",
-    "unclassified",
-)
+# A larger index is more restrictive.
+TRUST_TIER_ORDER: tuple[TrustTier, ...] = get_args(TrustTier)
 UNCLASSIFIED: TrustTier = "unclassified"
 SHARED_USER_ID = "shared"
 PROVENANCE_POLICY = "most-restrictive-source"

@@ -6,7 +6,6 @@ counted on it)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any, NoReturn
 
 import kopf
@@ -20,7 +19,7 @@ from controller.api import (
     SummaryProvenance,
 )
 from controller.config import CONFIG, backoff_seconds
-from controller.core.memories import FUTURE_TOLERANCE_MS, as_observed
+from controller.core.memories import FUTURE_TOLERANCE_MS
 from controller.core.summary import StructuredSummary
 from controller.core.text import ms_to_rfc3339
 from controller.kube.claim_errors import ClaimHeld
@@ -272,8 +271,8 @@ def report(
     events: EventRecorder,
 ) -> None:
     last_ms = outcome.last_memory_at_ms
-    now_ms = int(time.time() * 1000)
-    last_at = ms_to_rfc3339(as_observed(last_ms, now_ms)) if last_ms else None
+    # The newest row the pass placed (memories.placed): never a bad clock's future.
+    last_at = ms_to_rfc3339(last_ms) if last_ms else None
     common: dict[str, Any] = {
         "memory_count": outcome.memory_count,
         "last_memory_at": last_at,

@@ -19,7 +19,7 @@ from controller.core.naming import summary_row_id
 from controller.core.sweep_plan import StoredSummaryState
 from controller.store.collections import batches
 from controller.store.errors import CollectionNotFound, guard
-from controller.store.scans import SCAN_PAGE, Scans
+from controller.store.scans import Scans
 
 # A ledger head with this key is a tombstone: the session was forgotten at that time (ms).
 FORGOTTEN_KEY = "forgottenAt"
@@ -45,42 +45,20 @@ class Forgetting(Scans):
 
     def summary_states(self, session_ids: Sequence[str]) -> dict[str, StoredSummaryState]:
         """memoryCount and timestamp of the stored summaries of these sessions, and of the
-        tombstones of those forgotten (their memory count then, their time the forget's);
-        none when the summary collection does not exist yet (nothing has been summarized)."""
-        states: dict[str, StoredSummaryState] = {}
-        for batch in batches(list(session_ids), SCAN_PAGE):
-            try:
-                got = self._on_summaries(
-                    "reading summary metadata",
-                    lambda coll, b=batch: coll.get(  # type: ignore[misc]
-                        ids=[summary_row_id(s) for s in b], include=["metadatas"]
-                    ),
-                )
-            except CollectionNotFound:
-                return {}
-            for meta in got["metadatas"] or []:
-                sid = meta.get("sessionId")
-                if isinstance(sid, str):
-                    states[sid] = _state(meta.get("memoryCount"), meta.get("timestamp"))
-        missing = [s for s in session_ids if s not in states]
-        for batch in batches(missing, SCAN_PAGE):
-            for head in self._heads(batch):
-                sid = head.get("sessionId")
-                if isinstance(sid, str) and is_tombstone(head):
-                    states[sid] = _state(head.get("memoryCount"), head.get(FORGOTTEN_KEY))
+        tombstones of those forgotten (their memory count then, their time the forget's)."""
+        rows = self._metadata("summary", session_ids).items()
+        states = {s: _state(m.get("memoryCount"), m.get("timestamp")) for s, m in rows}
+        heads = self._metadata("ledger", [s for s in session_ids if s not in states])
+        for sid, head in heads.items():
+            if is_tombstone(head):
+                states[sid] = _state(head.get("memoryCount"), head.get(FORGOTTEN_KEY))
         return states
 
     def written_since(self, session_ids: Sequence[str], since_ms: int) -> set[str]:
         """The sessions whose ledger head a write or a forget replaced at or after since_ms:
         what a reconciliation walk that ended then found stale is not stale any more."""
-        found: set[str] = set()
-        for batch in batches(list(session_ids), SCAN_PAGE):
-            for head in self._heads(batch):
-                at = max(_ms(head.get("summarizedAt")), _ms(head.get(FORGOTTEN_KEY)))
-                sid = head.get("sessionId")
-                if isinstance(sid, str) and at >= since_ms:
-                    found.add(sid)
-        return found
+        heads = self._metadata("ledger", session_ids).items()
+        return {sid for sid, head in heads if _at(head) >= since_ms}
 
     def forget_state(
         self, session_id: str, fence: Mapping[str, int | str], *, memories: bool
@@ -90,7 +68,7 @@ class Forgetting(Scans):
         summary row and the entry's segments are deleted and, with memories, the session's
         memories. In that order, so a forget cut short leaves no state a pass would carry
         (the head is replaced first); the SessionSummary retries it until it is complete."""
-        ids = self._memory_ids(session_id)
+        ids = self.session_ids(session_id)
         left = [] if memories else ids
         tombstone = {
             "sessionId": session_id,
@@ -111,15 +89,11 @@ class Forgetting(Scans):
             create=True,
         )
         row = self._delete_row(session_id)
+        where = cast(Any, {"$and": [{"sessionId": session_id}, {"segment": {"$gte": 0}}]})
         segments = self._on_ledger(
-            "deleting the session's ledger segments",
-            lambda coll: coll.get(
-                where=cast(Any, {"$and": [{"sessionId": session_id}, {"segment": {"$gte": 0}}]}),
-                include=[],
-            ),
+            "listing the session's ledger segments", lambda c: c.get(where=where, include=[])
         )["ids"]
-        for batch in batches(list(segments), DELETE_BATCH):
-            self._on_ledger("deleting ledger segments", lambda coll, b=batch: coll.delete(ids=b))  # type: ignore[misc]
+        self._on_ledger("deleting the session's ledger segments", lambda c: c.delete(where=where))
         deleted = 0
         if memories and ids:
             coll = self.memories()
@@ -128,15 +102,12 @@ class Forgetting(Scans):
                 deleted += len(batch)
         return Forgotten(row, 1 + len(segments), deleted, len(left))
 
-    def _memory_ids(self, session_id: str) -> list[str]:
-        try:
+    def session_ids(self, session_id: str) -> list[str]:
+        """Every row id of the session: what its memoryCount counts."""
+        where = {"sessionId": session_id}
+        with self._memory_missing():
             coll = self.memories()
-        except CollectionNotFound:
-            return []
-        got = guard(
-            "listing the session's memories",
-            lambda: coll.get(where={"sessionId": session_id}, include=[]),
-        )
+            got = guard("listing the session", lambda: coll.get(where=where, include=[]))  # type: ignore[arg-type]
         return list(got["ids"])
 
     def _delete_row(self, session_id: str) -> bool:
@@ -152,8 +123,12 @@ class Forgetting(Scans):
         return bool(found)
 
 
-def _ms(value: object) -> int:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+def _at(head: Mapping[str, Any]) -> int:
+    """When a write or a forget replaced this ledger head (ms; 0: unknown)."""
+    times = (head.get("summarizedAt"), head.get(FORGOTTEN_KEY))
+    return max(
+        int(t) if isinstance(t, int | float) and not isinstance(t, bool) else 0 for t in times
+    )
 
 
 def _state(count: object, ts: object) -> StoredSummaryState:

@@ -32,7 +32,7 @@ from controller.core.memories import (
     memory_sort_key,
 )
 from controller.core.naming import summary_row_id
-from controller.core.row_ownership import document_digest
+from controller.core.row_ownership import document_digest, rewritten_by
 from controller.core.summary import SUMMARY_FORMAT, PriorSummary, UnreadablePriorSummary
 from controller.core.summary_row import from_chroma_row
 from controller.redaction import PassRedaction
@@ -112,12 +112,7 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         return memories
 
     def count_session(self, session_id: str) -> int:
-        with self._memory_missing():
-            coll = self.memories()
-            got = guard(
-                "counting memories", lambda: coll.get(where={"sessionId": session_id}, include=[])
-            )
-        return len(got["ids"])
+        return len(self.session_ids(session_id))
 
     def add_memories(
         self,
@@ -178,8 +173,8 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
 
     def read_ledger(self, session_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
         """(the ledger entry's head keys, its state) of the session's row, in one read of
-        its head and segments; None without one. Raises UnreadablePriorSummary for an
-        entry this version cannot read; None for a forgotten session's tombstone."""
+        its head and segments; None without one; a forgotten session's tombstone as (its
+        keys, {}). Raises UnreadablePriorSummary for an entry this version cannot read."""
         try:
             got = self._on_ledger(
                 "reading the session's ledger entry",
@@ -192,8 +187,9 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         records = list(
             zip(got["ids"], got["documents"] or [], got["metadatas"] or [], strict=False)
         )
-        if any(i == summary_row_id(session_id) and is_tombstone(m) for i, _, m in records):
-            return None  # forgotten (store/forgetting.py): no state to carry
+        head = next((m for i, _, m in records if i == summary_row_id(session_id)), None)
+        if is_tombstone(head):
+            return dict(head or {}), {}  # forgotten (store/forgetting.py): no state to carry
         try:
             return read_entry(session_id, [(i, d, dict(m or {})) for i, d, m in records])
         except UnreadableLedgerEntry as exc:
@@ -208,6 +204,7 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         entry's state), as a person or `summaryctl ledger` reads them; None without either."""
         row = self._get_one("summary", session_id, ["documents", "metadatas"])
         ledger = self.read_ledger(session_id)
+        ledger = None if ledger is None or is_tombstone(ledger[0]) else ledger
         if row is None and ledger is None:
             return None
         keys = combined_state(row["metadata"] if row else {}, ledger[1] if ledger else None)
@@ -221,6 +218,11 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         (read_row_state)."""
         row = self._get_one("summary", session_id, ["documents", "metadatas"])
         ledger = self.read_ledger(session_id)
+        if ledger is not None and is_tombstone(ledger[0]):
+            ledger = None
+            if row is not None and rewritten_by(row["document"], row["metadata"]) is None:
+                # Ours, left by a forget cut short: forgotten too; the next write replaces it.
+                return None, document_digest(row["document"] or "")
         if row is None and ledger is None:
             return None, None
         state = ledger[1] if ledger is not None else None

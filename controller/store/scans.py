@@ -4,12 +4,13 @@ Mixed into MemoryStore."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
 from chromadb.api.models.Collection import Collection
 
-from controller.core.memories import SECONDS_LIMIT, parse_timestamp_ms
+from controller.core.memories import FUTURE_TOLERANCE_MS, UNIT_LIMITS, parse_timestamp_ms
 from controller.core.naming import summary_row_id
 from controller.core.reconcile_plan import RowCursor, WalkedRow
 from controller.store.collections import Collections, batches, pages
@@ -23,24 +24,15 @@ class Scans(Collections):
 
     def scan_since(self, watermark_ms: int, page: int = SCAN_PAGE) -> Iterator[tuple[str, int]]:
         """(sessionId, timestamp in ms) of every memory with a numeric timestamp newer than
-        watermark_ms, page by page: epoch milliseconds (ints or floats, like plan rows'
-        mtimeMs) and epoch seconds (numbers below SECONDS_LIMIT, compared as seconds).
-        Chroma compares numbers only: rows with ISO-string timestamps, and rows that landed
-        with a timestamp older than the watermark, are found by scan_appended instead."""
-        wheres = (
-            {"timestamp": {"$gt": watermark_ms}},
-            {
-                "$and": [
-                    {"timestamp": {"$gt": watermark_ms / 1000}},
-                    {"timestamp": {"$lt": SECONDS_LIMIT}},
-                ]
-            },
-        )
-        for where in wheres:
-            for _, meta in self._scan("scanning new memories", where, page):
-                sid, ts = meta.get("sessionId"), parse_timestamp_ms(meta.get("timestamp"))
-                if isinstance(sid, str) and ts is not None and ts > watermark_ms:
-                    yield sid, ts
+        watermark_ms and not a bad clock's future (memories.placed), page by page, in every
+        unit (newer_where). Chroma compares numbers only: rows with text timestamps, rows
+        that landed with a timestamp older than the watermark and future ones are found by
+        scan_appended instead."""
+        where = newer_where(watermark_ms, int(time.time() * 1000) + FUTURE_TOLERANCE_MS)
+        for _, meta in self._scan("scanning new memories", where, page):
+            sid, ts = meta.get("sessionId"), parse_timestamp_ms(meta.get("timestamp"))
+            if isinstance(sid, str) and ts is not None:
+                yield sid, ts
 
     def scan_appended(
         self, cursor: RowCursor | None, page: int = SCAN_PAGE
@@ -107,26 +99,27 @@ class Scans(Collections):
     def rows_digests(self, session_ids: Sequence[str]) -> dict[str, str]:
         """The digest of every row id the last complete write of each session accounted
         for (its ledger head's rowsDigest); sessions without one are left out."""
-        found: dict[str, str] = {}
-        for batch in batches(list(session_ids), SCAN_PAGE):
-            for head in self._heads(batch):
-                sid, digest = head.get("sessionId"), head.get("rowsDigest")
-                if isinstance(sid, str) and isinstance(digest, str):
-                    found[sid] = digest
-        return found
+        heads = self._metadata("ledger", session_ids).items()
+        return {s: d for s, head in heads if isinstance(d := head.get("rowsDigest"), str)}
 
-    def _heads(self, session_ids: Sequence[str]) -> list[dict[str, Any]]:
-        """The metadata of these sessions' ledger heads (none without a ledger)."""
-        try:
-            got = self._on_ledger(
-                "reading the ledger's heads",
-                lambda coll: coll.get(
-                    ids=[summary_row_id(s) for s in session_ids], include=["metadatas"]
-                ),
-            )
-        except CollectionNotFound:
-            return []
-        return [dict(m or {}) for m in got["metadatas"] or []]
+    def _metadata(self, role: str, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The metadata of these sessions' summary rows (role "summary") or ledger heads
+        ("ledger"), by session; none without the collection."""
+        on = self._on_summaries if role == "summary" else self._on_ledger
+        found: dict[str, dict[str, Any]] = {}
+        for batch in batches(list(session_ids), SCAN_PAGE):
+            try:
+                got = on(
+                    f"reading the {role} metadata",
+                    lambda coll, b=batch: coll.get(  # type: ignore[misc]
+                        ids=[summary_row_id(s) for s in b], include=["metadatas"]
+                    ),
+                )
+            except CollectionNotFound:
+                return {}
+            metas = (dict(m or {}) for m in got["metadatas"] or [])
+            found.update((m["sessionId"], m) for m in metas if isinstance(m.get("sessionId"), str))
+        return found
 
     def has_memories_besides(self, session_id: str, memory_type: str) -> bool:
         """Whether the session has a memory of another type than memory_type (rows without
@@ -143,14 +136,14 @@ class Scans(Collections):
     def scan_markers(
         self, marker_type: str, watermark_ms: int, page: int = SCAN_PAGE
     ) -> Iterator[tuple[str, object, int]]:
-        """(memory id, sessionId as stored, timestamp) of every memory of marker_type newer
-        than watermark_ms: the sweep's scan, narrowed by Chroma to the markers. The
-        sessionId is passed on as stored (maybe missing or blank) for the caller to judge."""
-        where = {"$and": [{"type": marker_type}, {"timestamp": {"$gt": watermark_ms}}]}
+        """(memory id, sessionId as stored, timestamp ms) of every memory of marker_type
+        newer than watermark_ms, in any unit: the sweep's scan, narrowed by Chroma to the
+        markers. The sessionId is passed on as stored (maybe missing or blank) for the
+        caller to judge."""
+        where = {"$and": [{"type": marker_type}, newer_where(watermark_ms)]}
         for row_id, meta in self._scan("scanning for sunset markers", where, page):
-            ts = meta.get("timestamp")
-            if isinstance(ts, int | float) and not isinstance(ts, bool):
-                yield row_id, meta.get("sessionId"), int(ts)
+            if (ts := parse_timestamp_ms(meta.get("timestamp"))) is not None:
+                yield row_id, meta.get("sessionId"), ts
 
     def _scan(
         self, what: str, where: dict[str, Any], page: int
@@ -158,3 +151,21 @@ class Scans(Collections):
         with self._memory_missing():
             coll = self.memories()
             yield from pages(coll, what, where, page)
+
+
+def newer_where(after_ms: int, upto_ms: int | None = None) -> dict[str, Any]:
+    """Chroma's filter for the numeric timestamps that read as a time after after_ms (and at
+    most upto_ms), in every unit as parse_timestamp_ms reads it: one range per band of
+    UNIT_LIMITS. Chroma truncates a float bound it compares with an integer, so seconds'
+    bounds lie halfway between two milliseconds with operators truncation keeps exact."""
+    cap = 2**63 - 1  # Chroma's integers are 64-bit
+    upto, ranges, band = upto_ms if upto_ms is not None else cap, [], 0
+    for limit, scale in UNIT_LIMITS:
+        if scale < 0:  # seconds, rounded to the ms
+            low, high = ("$gt", (after_ms + 0.5) / 1000), ("$lte", (upto + 0.5) / 1000)
+        else:  # ms, µs, ns, floored to the ms
+            low, high = ("$gte", max((after_ms + 1) * scale, band)), ("$lt", (upto + 1) * scale)
+        bounds = (low, high, ("$lt", limit))
+        ranges.append({"$and": [{"timestamp": {op: min(v, cap)}} for op, v in bounds]})
+        band = limit
+    return {"$or": ranges}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from chromadb.api.models.Collection import Collection
@@ -24,7 +24,7 @@ from controller.core.coverage import (
     to_reread,
 )
 from controller.core.coverage import build as coverage_of
-from controller.core.memories import Memory, Watermark, memory_from_row, trusted_time
+from controller.core.memories import Memory, Watermark, memory_from_row, placed, trusted_time
 from controller.core.visibility import SessionSources
 from controller.redaction import PassRedaction
 from controller.store.collections import listing
@@ -38,13 +38,6 @@ GET_BATCH = 500
 ID_PAGE = 5000  # ids only: a few bytes a row
 SMALL_SESSION = 50  # rows: listed whole in one request (list_session)
 NAMED_UNTRUSTED = 10
-
-
-def _untrusted(memories: Iterable[Memory]) -> tuple[str, ...]:
-    """The first NAMED_UNTRUSTED rows whose time is a bad clock's, by this host's clock."""
-    now_ms = int(time.time() * 1000)
-    bad = (m.id for m in memories if not trusted_time(m.timestamp_ms, now_ms))
-    return tuple(itertools.islice(bad, NAMED_UNTRUSTED))
 
 
 @dataclass(frozen=True)
@@ -68,12 +61,14 @@ class SessionRows:
     # Listed only the rows after the prior's watermark (every other row was the prior's,
     # unchanged): `keys` holds those, and the coverage grows from the prior's.
     base: Coverage | None = None
-    # Rows read whose time no clock could have given (memories.trusted_time), at most
-    # NAMED_UNTRUSTED of them: a Warning Event names them.
+    # Rows listed whole whose time no clock could have given (memories.trusted_time), at
+    # most NAMED_UNTRUSTED of them: a Warning Event names them. (Rows list_appended adds
+    # are placed and at or after the watermark.)
     untrusted: tuple[str, ...] = ()
-    # Rows whose time this version cannot read (no timestamp, RFC 2822 text, "1.7e12"):
-    # every one's id, sorted. In `total`, not in the coverage; each is summarized once, by
-    # the first pass that lists it, at the end of the session's order (the newest row's time).
+    # Rows whose time this version cannot read (no timestamp, RFC 2822 text, "1.7e12") or
+    # does not place (memories.placed: a bad clock's future): every one's id, sorted. In
+    # `total`, not in the coverage; each is summarized once, by the first pass that lists
+    # it, at the end of the session's order (the newest row's time).
     untimed: tuple[str, ...] = ()
     # id: its timestamp as stored, shown (None: it has none). Listed whole only.
     untimed_values: Mapping[str, str | None] = field(default_factory=dict)
@@ -147,7 +142,7 @@ def list_appended(
         return None
     if prior.untimed:  # rare: listed whole, so each one's timestamp is shown (untimed_values)
         return None
-    ids = list(_ids_only(coll, session_id))
+    ids, now_ms = list(_ids_only(coll, session_id)), int(time.time() * 1000)
     where = {"$and": [{"sessionId": session_id}, {"timestamp": {"$gte": mark[0]}}]}
     newer = list(listing(coll, "listing the session's new memories", where, LIST_PAGE + 1))
     if len(newer) > LIST_PAGE:
@@ -156,7 +151,9 @@ def list_appended(
     newer = [(row_id, mask.meta(meta), doc) for row_id, meta, doc in newer]
     for row_id, meta, doc in newer:
         memory = memory_from_row(row_id, doc, meta)
-        if memory is not None and (memory.timestamp_ms, memory.id) > mark:
+        if memory is None or not placed(memory.timestamp_ms, now_ms):
+            return None  # a row to place at the end of the order: the full listing does
+        if (memory.timestamp_ms, memory.id) > mark:
             added.append(memory)
     new_ids = {m.id for m in added}
     behind = digest(i for i in ids if i not in new_ids)
@@ -190,7 +187,6 @@ def list_appended(
         prior_key=mark,
         digest=every_id,
         base=prior.coverage,
-        untrusted=_untrusted(added),
     )
 
 
@@ -236,6 +232,10 @@ def _list_all(
         every_id = every_id.add(id_hash(row_id))
         meta = mask.meta(meta)  # tool names are cut to 50 characters: masked before
         probe = memory_from_row(row_id, doc, meta)
+        if probe is not None and not trusted_time(probe.timestamp_ms, now_ms):
+            if len(untrusted) < NAMED_UNTRUSTED:
+                untrusted.append(row_id)
+            probe = probe if placed(probe.timestamp_ms, now_ms) else None
         sources.add(row_id, meta, probe.timestamp_ms if probe is not None else None)
         if probe is None:
             stamp = (meta or {}).get("timestamp")
@@ -243,8 +243,6 @@ def _list_all(
             continue
         if newest is None or newest.after(probe):
             newest = Watermark.of(probe)
-        if len(untrusted) < NAMED_UNTRUSTED and not trusted_time(probe.timestamp_ms, now_ms):
-            untrusted.append(row_id)
         wanted = exclude is None or not exclude(probe)
         keys.add(probe.timestamp_ms, probe.id, included=wanted)
         if wanted and total <= LIST_PAGE:  # the first page came with its documents

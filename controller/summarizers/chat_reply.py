@@ -14,14 +14,11 @@ from pydantic import ValidationError
 from controller.core.chunking import (
     memory_text,
 )
+from controller.core.item_sources import norm
 from controller.core.memories import Memory
-from controller.core.merge import (
-    SECTION_KEYS,
-    PassUpdate,
-    norm,
-)
-from controller.core.quoting import CLOSE_QUOTE, INSTRUCTION_LABEL, OPEN_QUOTE, is_quoted, kind_of
-from controller.core.summary import HISTORY_SECTIONS, ITEM_MAX, LegacySummary, StructuredSummary
+from controller.core.merge import SECTION_KEYS, PassUpdate
+from controller.core.quoting import is_quoted, kind_of, quote
+from controller.core.summary import HISTORY_SECTIONS, LegacySummary, StructuredSummary
 from controller.summarizers.chat_prompt import CLOSING, FENCE, SCORES, SYSTEM_PROMPT
 
 # -- the reply --------------------------------------------------------------------------------
@@ -300,18 +297,6 @@ def _copies_passage(text: str, passages: Sequence[str]) -> bool:
     return False
 
 
-def _as_quoted(text: str) -> str:
-    """The text as session content, in controller.core.quoting's own form (so it is not quoted
-    twice), within ITEM_MAX."""
-    if is_quoted(text):
-        return text
-    inner = " ".join(text.replace(OPEN_QUOTE, '"').replace(CLOSE_QUOTE, '"').split())
-    room = ITEM_MAX - len(INSTRUCTION_LABEL) - 2
-    if len(inner) > room:
-        inner = inner[: room - 1].rstrip() + "…"
-    return f"{INSTRUCTION_LABEL}{OPEN_QUOTE}{inner}{CLOSE_QUOTE}"
-
-
 def contain_injections(
     update: PassUpdate,
     memories: Sequence[Memory],
@@ -331,7 +316,11 @@ def contain_injections(
         return update
 
     def contained(items: list[str]) -> list[str]:
-        return [_as_quoted(t) if _copies_passage(t, passages) else t for t in items]
+        # As session content, in controller.core.quoting's own form (never quoted twice).
+        copied = (is_quoted(t) or not _copies_passage(t, passages) for t in items)
+        return [
+            t if keep else quote(t, "instruction") for t, keep in zip(items, copied, strict=True)
+        ]
 
     changes: dict[str, Any] = {key: contained(items) for key, items in _history(update)}
     if update.current_state is not None:

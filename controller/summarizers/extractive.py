@@ -27,12 +27,14 @@ from types import MappingProxyType
 from typing import ClassVar, NamedTuple
 
 from controller.core.facts import fact_count
+from controller.core.item_sources import identity
 from controller.core.memories import Memory, memory_sort_key
 from controller.core.merge import PassUpdate
-from controller.core.quoting import needs_quoting, quote_if_needed
+from controller.core.quoting import as_item, quote_if_needed
 from controller.core.summary import (
     HISTORY_SECTIONS,
     ITEM_MAX,
+    SECTION_TITLES,
     TITLE_MAX,
     Category,
     LegacySummary,
@@ -55,18 +57,12 @@ from controller.summarizers.extractive_cues import (
     phrase_technologies,
     token_facts,
 )
-from controller.summarizers.extractive_text import clean, dedup_key, sentences, shorten
+from controller.summarizers.extractive_text import clean, sentences, shorten
 
 TITLE_CHARS = 80
 STATE_SENTENCES = 3
 
-REQUESTS, QUESTIONS, DESIGN, CORRECTIONS, STATE = (
-    "User Requests",
-    "Questions & Decisions",
-    "Design Choices",
-    "Corrections & Feedback",
-    "Current State",
-)
+REQUESTS, QUESTIONS, DESIGN, CORRECTIONS, STATE = SECTION_TITLES
 
 
 _COUNTS_LINE = re.compile(r"^\d+ memories so far\b")
@@ -79,12 +75,13 @@ class _Section:
     """A history section being filled: carried items first, then new ones up to the cap.
 
     A new item is compared in the form the merge will store it (quoted where needed), so
-    a repeat of a quoted prior item is recognised here and does not take a free slot."""
+    a repeat of a quoted prior item is recognised here and does not take a free slot; it
+    is proposed again (`repeats`), so the merge records the memory that repeats it."""
 
     def __init__(self, carried: Sequence[SummaryItem], cap: int | None) -> None:
-        self.items = list(carried)
+        self.items, self.carried, self.repeats = list(carried), len(carried), list[str]()
         self.cap = cap
-        self.keys = {dedup_key(item.text) for item in self.items}
+        self.keys = {identity(item.text) for item in self.items}
 
     @property
     def full(self) -> bool:
@@ -92,10 +89,15 @@ class _Section:
 
     def offer(self, text: str) -> None:
         item = shorten(text, ITEM_MAX)
-        key = dedup_key(quote_if_needed(item))
+        key = identity(as_item(item))
         if key and key not in self.keys and not self.full:
             self.keys.add(key)
             self.items.append(SummaryItem(text=item))
+        elif key in self.keys:
+            self.repeats.append(item)
+
+    def proposed(self) -> list[str]:
+        return [item.text for item in self.items[self.carried :]] + self.repeats
 
 
 def _has_any(text: str, hints: Iterable[str]) -> bool:
@@ -184,7 +186,7 @@ def _title(requests: Sequence[SummaryItem], session_id: str) -> str:
             space = title.rfind(" ")
             title = title[:space] if space >= TITLE_CHARS // 2 else title
         title = title.rstrip(" .!?…:;,-")
-        if title and title_problem(title) is None and not needs_quoting(item.text):
+        if title and title_problem(title) is None and quote_if_needed(item.text) == item.text:
             return title
     return fallback_title(session_id)
 
@@ -367,10 +369,10 @@ def propose_extractive(
     # What this pass found, applied by the merge both backends share (controller.core.merge):
     # carried items verbatim, new ones appended, Current State replaced, counts computed.
     update = PassUpdate(
-        user_requests=_new_texts(sections[REQUESTS], carried[REQUESTS]),
-        questions_and_decisions=_new_texts(sections[QUESTIONS], carried[QUESTIONS]),
-        design_choices=_new_texts(sections[DESIGN], carried[DESIGN]),
-        corrections_and_feedback=_new_texts(sections[CORRECTIONS], carried[CORRECTIONS]),
+        user_requests=filling[REQUESTS].proposed(),
+        questions_and_decisions=filling[QUESTIONS].proposed(),
+        design_choices=filling[DESIGN].proposed(),
+        corrections_and_feedback=filling[CORRECTIONS].proposed(),
         current_state=[item.text for item in sections[STATE]] if new else None,
         title=title,
         category=category,
@@ -381,7 +383,3 @@ def propose_extractive(
         technologies=sorted(_technologies(new)),
     )
     return update
-
-
-def _new_texts(items: Sequence[SummaryItem], carried: Sequence[SummaryItem]) -> list[str]:
-    return [item.text for item in items[len(carried) :]]

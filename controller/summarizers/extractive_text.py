@@ -22,7 +22,6 @@ _TRACEBACK = re.compile(
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[`*_]?[A-Z0-9])")
 _LINE_MARKUP = re.compile(r"^(?:\s*(?:[-*+>]|#{1,6}|\d{1,3}[.)])\s+)+")
 _WORDY = re.compile(r"\w")
-_NOT_WORD = re.compile(r"[^\w\s]")
 
 
 def clean(text: str) -> str:
@@ -103,8 +102,3 @@ def sentences(text: str, limit: int = SENTENCE_MAX) -> list[str]:
             if len(sentence) >= 3 and _WORDY.search(sentence):
                 out.append(cut_keeping_facts(sentence, limit))
     return out
-
-
-def dedup_key(text: str) -> str:
-    """Dedup key: case, punctuation and spacing do not make two items different."""
-    return " ".join(_NOT_WORD.sub(" ", text.lower()).split())

@@ -143,9 +143,8 @@ def test_memories_with_unreadable_timestamps_are_reported(harness: Harness) -> N
     bad[2]["timestamp"] = "yesterday afternoon"
     load(store, [good, bad])
     obj = sunset(harness, sid, "skipped")
-    # Summarized (its facts are in the summary), not counted: memoryCount claims only rows
-    # whose place in the session's order was read.
-    assert obj["status"]["memoryCount"] == 1
+    # Summarized (its facts are in the summary) and counted: memoryCount counts every row.
+    assert obj["status"]["memoryCount"] == 2
     assert obj["status"]["skippedMemories"] == 1
     cond = {c["type"]: c for c in obj["status"]["conditions"]}["MemoryTimesReadable"]
     assert (cond["status"], cond["reason"]) == ("False", "UnreadableMemories"), cond

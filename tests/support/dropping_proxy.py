@@ -53,18 +53,23 @@ class _Forward(BaseHTTPRequestHandler):
             proxy.dropped += 1
             self.close_connection = True
             return  # applied upstream; the answer is lost
-        self.send_response(answer.status)
-        for key, value in answer.headers.items():
-            if key.lower() not in ("transfer-encoding", "connection", "content-length"):
-                self.send_header(key, value)
-        self.send_header("Content-Length", str(len(answer.data)))
-        self.end_headers()
-        self.wfile.write(answer.data)
+        relay(self, answer)
 
     do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = _forward
 
     def log_message(self, *_: object) -> None:
         pass
+
+
+def relay(handler: BaseHTTPRequestHandler, answer: urllib3.BaseHTTPResponse) -> None:
+    """Sends the upstream's answer on to the proxy's client, whole."""
+    handler.send_response(answer.status)
+    for key, value in answer.headers.items():
+        if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+            handler.send_header(key, value)
+    handler.send_header("Content-Length", str(len(answer.data)))
+    handler.end_headers()
+    handler.wfile.write(answer.data)
 
 
 @contextmanager

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from controller.core.memories import Memory
+from controller.core.merge import PassUpdate
 from controller.core.summary import PriorSummary, StructuredSummary
 from controller.pipeline import PassResult, chunks_for, run_pass
-from controller.summarizers.contract import Summarizer
+from controller.summarizers.contract import Proposal, Summarizer
 from controller.summarizers.extractive import ExtractiveSummarizer
 
 
@@ -56,3 +57,33 @@ def passes_over(
         current, tokens = result.summary, tokens + result.tokens_used
     assert result is not None, "no memories"
     return PassResult(result.summary, tokens)
+
+
+class Verbatim:
+    """A model that proposes what it read, whole: each memory's prompt as a request (uncut:
+    the merge cuts and quotes it), its response as Current State, and the prior's first
+    request superseded by the chunk's first prompt. What reaches the merge from a model,
+    without one."""
+
+    memory_budget_tokens = 100_000
+    max_memories_per_pass = 400
+
+    def propose(
+        self, session_id: str, memories: Sequence[Memory], prior: PriorSummary | None
+    ) -> Proposal:
+        first = prior.sections["User Requests"][:1] if isinstance(prior, StructuredSummary) else []
+        marks = [
+            {"section": "user_requests", "item": item.text, "superseded_by": memories[0].prompt}
+            for item in first
+            if memories
+        ]
+        update = PassUpdate(
+            user_requests=[m.prompt for m in memories],
+            questions_and_decisions=[],
+            design_choices=[],
+            corrections_and_feedback=[],
+            current_state=[m.response for m in memories[-1:]],
+            supersede=marks,
+            title="Verbatim notes",
+        )
+        return Proposal(update)

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from controller.core.memories import (
     FUTURE_TOLERANCE_MS,
     PAST_FLOOR_MS,
-    as_observed,
     memory_from_row,
     parse_timestamp_ms,
+    placed,
     trusted_time,
 )
 from controller.core.reconcile_plan import ReconcileCycle, reconcile
@@ -134,11 +134,11 @@ def test_a_bad_clock_never_pins_the_summary_first_or_last_in_neos_listing(
 
 
 def test_a_future_time_in_the_status_never_marks_a_later_sunset_marker_as_seen() -> None:
-    """status.lastMemoryAt states a bad clock's time as now: a marker written later is
-    still asked for."""
+    """status.lastMemoryAt is the newest row a pass placed in the session's order: a bad
+    clock's time is not placed (memories.placed), so a marker written later is still asked
+    for."""
     bad = NOW + 365 * 24 * HOUR
-    seen = as_observed(bad, NOW)
-    assert seen == NOW and as_observed(NOW + FUTURE_TOLERANCE_MS, NOW) == NOW + FUTURE_TOLERANCE_MS
+    assert not placed(bad, NOW) and placed(NOW + FUTURE_TOLERANCE_MS, NOW)
     marker = SunsetMarker("s", NOW + HOUR)
-    obj = SummaryObjectState(in_flight=False, last_memory_at_ms=seen)
+    obj = SummaryObjectState(in_flight=False, last_memory_at_ms=NOW)
     assert marker_action(marker, obj) == "request"

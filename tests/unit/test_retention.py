@@ -6,7 +6,8 @@ import datetime as dt
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.core.retention import TERMINAL_PHASES, RetentionPolicy, expired
+from controller.core.retention import TERMINAL_PHASES, RetentionPolicy, expired, holds_request
+from controller.sweep import _in_flight
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 POLICY = RetentionPolicy(summarized_s=60, empty_s=30, not_found_s=20, failed_s=90)
@@ -109,3 +110,31 @@ def test_an_object_is_deleted_exactly_when_its_finished_phase_outlived_its_ttl(
         ttl = policy.ttl(phase)
         should = phase in TERMINAL_PHASES and ttl > 0 and gen == seen and age > ttl
         assert (f"o{i}" in doomed) == should, (phase, age, ttl, gen, seen)
+
+
+@given(
+    action=st.sampled_from(["Summarize", "Rebuild", "Forget", None]),
+    phase=st.sampled_from(["Failed", *TERMINAL_PHASES, "Pending", "Summarizing", None]),
+    observed=st.sampled_from([1, 2, None]),
+    age_s=st.integers(0, 10**7),
+)
+def test_a_failed_forget_or_rebuild_is_never_collected_nor_replaced_by_a_sweep(
+    action: str | None, phase: str | None, observed: int | None, age_s: int
+) -> None:
+    """A request to forget (or rebuild) whose pass failed is retried until it is done:
+    retention keeps it, and the sweep, the marker scan and the reconciliation, which patch
+    only objects not in flight (sweep._in_flight), leave it as it is."""
+    one = obj("it", phase=phase or "Pending", age_s=age_s, generation=2, observed=observed or 0)
+    if phase is None:
+        one["status"].pop("phase")
+    if action is not None:
+        one["spec"]["action"] = action
+    holds = phase == "Failed" and action in ("Rebuild", "Forget")
+    assert holds_request(one) == holds
+    if holds:
+        assert expired([one], summarizer="default", now=NOW, policy=POLICY) == []
+        assert _in_flight(one)
+    else:  # as before: a failed Summarize is asked again by the next sweep that finds it
+        assert _in_flight(one) == (
+            phase in (None, "Pending", "Summarizing") if observed == 2 else phase != "Failed"
+        )
