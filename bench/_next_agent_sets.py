@@ -20,6 +20,14 @@ cache and read in place; the files are pinned by sha256.
   made (`> Commit H ...`: "which commit holds that change?", kind commit) and each command
   the user ran (`#### /run C`, kind command). The rule, like the LongMemEval cases, was
   fixed before this set was first measured.
+- **aider_history**: the same assistant's chat logs (`.aider.chat.history.md`, every
+  session since a repository's first aider run, each opening `# aider chat started at`) as
+  four public repositories with an open-source licence commit them (AIDER_HISTORIES:
+  repository, commit, licence): developers' own sessions, not curated examples. The same
+  rule gives the questions. Found by the index's list of repositories holding that file
+  (its first hundred, by name); 37 of them were fetched here, and these four are those
+  whose root holds an open-source licence and whose log records an applied edit or a
+  commit (the rest: no licence, no log at the snapshot, or no snapshot).
 
 Split, fixed before any tuning on it: aider, a case is in the tuning split when the first
 byte of the sha256 of its id is even, else in the reported split. LongMemEval, the committed
@@ -41,6 +49,7 @@ saying why (the smoke tier runs without it).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -83,6 +92,19 @@ AIDER = Wheel("aider-chat==0.66.0", "aider_chat-0.66.0-py3-none-any.whl", "3.11"
 AIDER_EXAMPLES = "aider/website/examples/"
 # Of every .md under AIDER_EXAMPLES, sorted by name: name, NUL, content, NUL.
 AIDER_SHA256 = "2f46b76001470e2fdb98b59bb98d155cde5762fdd626424d13a8be34fea939ad"
+# (repository, commit holding the log and a licence, licence, sha256 of the log)
+AIDER_HISTORIES = (
+    ("Aquaticat/Monochromatic", "56372c6db0d4f2431d99bfdbe2142702ed891101", "Apache-2.0",
+     "a7bbe3be7ed15e3e466724788fd3828bde5ebd2779b58212306576de3ef0b2ad"),
+    ("0anes0/verilog_simulasyonu-LSFL-", "708322ea6f88138c5f7acc2b4509b1c87ebc103a", "GPL-3.0",
+     "a23a9c30e482defefbd4269aade575c66055cfe5054edfdb5aa4fbbf9f70b8ba"),
+    ("AFI-Protocol/afi-core", "a065a57f819b7341c60367d48764a08105781eb5", "MIT",
+     "ddd6b8bf40bade5551c9c85c670890f3fef847fc2200b576513c6b99a5a40252"),
+    ("Asphyksia/OpenCoder", "42d387d53537b0ece9565bd27133e3a28c449bff", "MIT",
+     "0cab17df301208de3a81442131d552659640b991c1e542c17fb24ca88ceffe1d"),
+)  # fmt: skip
+AIDER_LOG = ".aider.chat.history.md"
+_SESSION_START = re.compile(r"^# aider chat started at .*$", re.MULTILINE)
 _COMMIT = re.compile(r"^> Commit ([0-9a-f]{7}) ", re.MULTILINE)
 _EDITED = re.compile(r"^> Applied edit to (\S+)", re.MULTILINE)
 _RUN = re.compile(r"^#### /run (.+?)\s*$", re.MULTILINE)
@@ -173,8 +195,13 @@ def transcript_turns(markdown: str) -> list[dict[str, Any]]:
     (its prose, its edits in fenced blocks, and its tool output, the `> ` lines, unquoted).
     The page's own title and introduction, before the first block, are not the session."""
     start = markdown.find('<div class="chat-transcript"')
+    return log_turns(markdown[start:] if start >= 0 else "")
+
+
+def log_turns(log: str) -> list[dict[str, Any]]:
+    """aider's chat log as turns, as transcript_turns reads a page's blocks."""
     turns: list[dict[str, Any]] = []
-    for line in markdown[start:].splitlines() if start >= 0 else []:
+    for line in log.splitlines():
         if line.startswith("<div") or line.startswith("</div"):
             continue
         role = "user" if line.startswith("#### ") else "assistant"
@@ -189,12 +216,50 @@ def transcript_turns(markdown: str) -> list[dict[str, Any]]:
     return turns
 
 
+def recorded_cases(dataset: str, sid: str, text: str) -> list[Case]:
+    """The questions the rule reads from what aider recorded in one session's text."""
+    found = {
+        "edited_file": _EDITED.findall(text),
+        "commit": _COMMIT.findall(text),
+        "command": _RUN.findall(text),
+    }
+    cases = []
+    for kind, answers in found.items():
+        for answer in dict.fromkeys(answers):  # each once, in order
+            case_id = f"{sid}:{kind}:{answer}"
+            cases.append(Case(dataset, case_id, kind, split_of(case_id), sid, answer))
+    return cases
+
+
+def aider_history(cache: Path, mirrors: Path) -> tuple[list[Case], dict[str, Session]]:
+    cases: list[Case] = []
+    sessions: dict[str, Session] = {}
+    for repo, commit, _licence, sha256 in AIDER_HISTORIES:
+        path = _repository_zip(cache, mirrors, repo, commit, AIDER_LOG)
+        with zipfile.ZipFile(path) as archive:
+            log = archive.read(AIDER_LOG)
+        if hashlib.sha256(log).hexdigest() != sha256:
+            raise SystemExit(f"{AIDER_LOG} in {path} is not the pinned log")
+        text = log.decode()
+        starts = [m.start() for m in _SESSION_START.finditer(text)] + [len(text)]
+        for n, (begin, end) in enumerate(itertools.pairwise(starts)):
+            sid = f"aider-{repo.split('/')[1]}-{n:03d}"
+            part = text[begin:end]
+            turns = log_turns(part.split("\n", 1)[1] if "\n" in part else "")
+            found = recorded_cases("aider_history", sid, part)
+            if found and any(t["role"] == "user" for t in turns):
+                sessions[sid] = {"id": sid, "turns": turns}
+                cases += found
+    return cases, sessions
+
+
 def aider(cache: Path, mirrors: Path) -> tuple[list[Case], dict[str, Session]]:
     with _wheel(cache, AIDER) as archive:
         names = [n for n in archive.namelist() if n.startswith(AIDER_EXAMPLES)]
         names = [n for n in names if n.endswith(".md")]
         pages = _pinned(archive, names, AIDER_SHA256, "the transcripts")
-    cases, sessions = [], {}
+    cases: list[Case] = []
+    sessions: dict[str, Session] = {}
     for name, data in pages.items():
         text = data.decode()
         sid = "aider-" + Path(name).stem
@@ -202,16 +267,8 @@ def aider(cache: Path, mirrors: Path) -> tuple[list[Case], dict[str, Session]]:
         if name.endswith("/README.md") or not any(t["role"] == "user" for t in turns):
             continue  # the index page (its sample exchange is one of the sessions')
         sessions[sid] = {"id": sid, "turns": turns}
-        found = {
-            "edited_file": _EDITED.findall(text),
-            "commit": _COMMIT.findall(text),
-            "command": _RUN.findall(text),
-        }
-        for kind, answers in found.items():
-            for answer in dict.fromkeys(answers):  # each once, in order
-                case_id = f"{sid}:{kind}:{answer}"
-                cases.append(Case("aider", case_id, kind, split_of(case_id), sid, answer))
+        cases += recorded_cases("aider", sid, text)
     return cases, sessions
 
 
-DATASETS = {"longmemeval": longmemeval, "aider": aider}
+DATASETS = {"longmemeval": longmemeval, "aider": aider, "aider_history": aider_history}

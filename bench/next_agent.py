@@ -4,8 +4,10 @@ Data (bench/_next_agent_sets.py, with its provenance, licences, checksums and sp
 sessions nobody here wrote, with questions whose answers are in them. **longmemeval**: a
 user and a chat assistant (LongMemEval, MIT, all 500 questions in their evidence-session
 form; 440 asked, 282 reported). **aider**: a coding assistant's sessions editing real
-repositories (aider's example transcripts, Apache-2.0), whose questions are what the
-assistant recorded: the files it edited, the commits it made, the commands the user ran.
+repositories (aider's example transcripts, Apache-2.0), and **aider_history**, the same
+assistant's chat logs as four open-source repositories commit them; their questions are
+what the assistant recorded: the files it edited, the commits it made, the commands the
+user ran (91 reported in all: fewer than 200, see bench/_next_agent_sets.py).
 Cases and split were fixed and committed before tuning; the figures of record are the
 reported split's, run once at the end.
 
@@ -32,9 +34,11 @@ prefixed `before`. `--split tune` reads the tuning split only (for tuning).
     .venv/bin/python -m bench.next_agent [--budgets half,1000,2000,4000,8000] [--split tune]
     .venv/bin/python -m bench.next_agent --backend model --budgets half --limit 4 --before ''
 
-A line per budget, data set, split (and question type); then the goal's figures (the first
-budget, reported split), the coding sessions' and, last, the conversations' (with
-`--backend model`, first a `next_agent_model stored=<n>/<m>` line):
+A line per budget, data set or kind (coding, conversational), split (and question type);
+then the goal's figures (the first budget, reported split): per data set
+(`next_agent_set set=<name> cases=<n> ...`), the coding sessions' (aider and aider_history)
+and, last, the conversations' (with `--backend model`, first a `next_agent_model
+stored=<n>/<m>` line):
 next_agent_coding exact_ratio=<x> recall_share=<pct> length_share=<pct> goal=<text>
 next_agent exact_ratio=<x> recall_share=<pct> length_share=<pct> goal=<text> before_exact_ratio=<x>
 """
@@ -82,6 +86,7 @@ DOCUMENT_BOUND = 8000
 _STOP_WORDS = "a an the of in on at to for and or is was were be been i my me you your it its this "
 STOP = frozenset(f"{_STOP_WORDS}that with by from as are do did have has had".split(" "))
 _NON_WORD = re.compile(r"[^0-9a-z]+")
+KIND = {"longmemeval": "conversational", "aider": "coding", "aider_history": "coding"}
 
 
 def raw_text(session: dict[str, Any]) -> str:
@@ -287,7 +292,8 @@ def measure(
         for case in cases:
             raw = raw_text(sessions[case.session_id])
             where = f"{budget} {case.dataset} {case.split}"
-            for key in (where, f"{where} {case.kind}"):
+            kind = f"{budget} {KIND[case.dataset]} {case.split}"
+            for key in (where, f"{where} {case.kind}", kind):
                 tallies[key].add(case, documents[case.session_id], raw)
     return tallies
 
@@ -320,7 +326,7 @@ def run_before(ref: str, args: argparse.Namespace, chroma_url: str, work: Path) 
 
 def label(key: str) -> str:
     parts = key.split()
-    names = ("budget", "set", "split", "type")
+    names = ("budget", "set", "split", "type")  # a set or a kind of set
     return " ".join(f"{k}={v}" for k, v in zip(names, parts, strict=False))
 
 
@@ -378,11 +384,13 @@ def main() -> int:
 
     if backend.summarizer:
         print(f"next_agent_model stored={backend.stored}/{backend.passes}")
-    print(goal_line("next_agent_coding", goal("aider")))
+    for dataset in DATASETS:
+        print(goal_line(f"next_agent_set set={dataset} cases={goal(dataset).n}", goal(dataset)))
+    print(goal_line("next_agent_coding", goal("coding")))
     before_ratio = next(
         (float(x.split()[1].split("=")[1]) for x in before if x.startswith("next_agent ")), 0.0
     )
-    line = goal_line("next_agent", goal("longmemeval"))
+    line = goal_line("next_agent", goal("conversational"))
     print(line if args.tag == "before" else f"{line} before_exact_ratio={before_ratio:.2f}")
     return 0
 
