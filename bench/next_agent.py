@@ -140,6 +140,21 @@ class Backend:
     summarizer: Summarizer | None = None
     passes: int = 0
     stored: int = 0
+    in_process: bool = False
+
+
+def in_process(sid: str, session: dict[str, Any], chars: int | None) -> str:
+    """The document of one extractive pass, rendered at the budget, without a store: for
+    tuning only (the figures of record go through summarize_session)."""
+    from controller.core.document import DOCUMENT_MAX_CHARS, render_document
+    from controller.core.memories import memory_from_row
+    from controller.pipeline import run_pass
+    from controller.summarizers.extractive import EXTRACTIVE
+
+    rows = [memory_from_row(i, d, m) for i, d, m in session_rows(sid, session)]
+    memories = [m for m in rows if m is not None]
+    summary = run_pass(sid, memories, None, EXTRACTIVE).summary
+    return render_document(summary, max_chars=chars or DOCUMENT_MAX_CHARS)
 
 
 def summarize_all(
@@ -157,6 +172,9 @@ def summarize_all(
     for sid in sids:
         extra: dict[str, Any] = {}
         chars = budget_for(budget, raw_text(sessions[sid]))
+        if backend.in_process:
+            documents[sid] = in_process(sid, sessions[sid], chars)
+            continue
         if chars is not None and has_budget:
             extra["document_max_chars"] = chars
         location = StoreLocation(
@@ -208,7 +226,7 @@ def model_backend(args: argparse.Namespace, work: Path) -> Iterator[Backend]:
     """The extractive default, or the chat-model backend against the real model tier's
     llama.cpp server (started here, stopped by PID when the block exits)."""
     if args.backend != "model":
-        yield Backend()
+        yield Backend(in_process=args.in_process)
         return
     from controller.summarizers.chat_model import ChatModelSummarizer
     from controller.summarizers.chat_prompt import ChatModelConfig
@@ -312,6 +330,7 @@ def run_before(ref: str, args: argparse.Namespace, chroma_url: str, work: Path) 
     env = {**os.environ, "PYTHONPATH": f"{old}{os.pathsep}{root}", SHARED_CHROMA_URL: chroma_url}
     argv = ["--before", "", "--budgets", args.budgets, "--limit", str(args.limit)]
     argv += ["--cache", args.cache, "--mirrors", args.mirrors, "--tag", "before"]
+    argv += ["--split", args.split] + (["--in-process"] if args.in_process else [])
     done = subprocess.run(
         [sys.executable, "-m", "bench.next_agent", *argv],
         cwd=old,
@@ -351,6 +370,7 @@ def main() -> int:
     parser.add_argument("--max-retries", type=int, default=1, help="model backend only")
     parser.add_argument("--max-output-tokens", type=int, default=2048, help="model backend only")
     parser.add_argument("--timeout", type=float, default=600, help="model: seconds a request")
+    parser.add_argument("--in-process", action="store_true", help="no store: for tuning only")
     parser.add_argument("--tag", default="after", help=argparse.SUPPRESS)
     args = parse_bench_args(parser, budgets="half", limit=4)
     cases: list[Case] = []
