@@ -22,10 +22,8 @@ Last line: fact_retention ours=<pct> naive=<pct> passes=<n>
 `--passes` passes (40), each request a unique instruction, summarized after every pass
 through the whole write path. The share of requests the stored summary keeps (its
 ledger's sectionsJson: kept), and the size of the document (chars) agents read against
-its bound, for today's
-summarizer (every item kept) and, in the same run, the one with the per-section cap of 12
-it had before (capped) (new requests dropped once a section was full). Last line:
-fact_retention_long requests=<n> passes=<n> kept=<pct> capped=<pct> chars=<n> bound=<n>
+its bound. Last line:
+fact_retention_long requests=<n> passes=<n> kept=<pct> chars=<n> bound=<n>
 """
 
 from __future__ import annotations
