@@ -11,7 +11,8 @@ the way real ones are when asked to summarize what is in front of them: its repl
 only the facts of the newest chunk. In the same run, the naive baseline summarizes only the
 newest chunk (same model replies, same extractive code) and overwrites the summary.
 
-A fact counts as retained when its unique number is in the final stored document.
+A fact counts as retained when its unique number is in the final stored document. Each
+backend's line also gives the share of the agent's actions kept (`agent_actions=<pct>`).
 
     .venv/bin/python -m bench.fact_retention [--sessions 4] [--passes 12] [--quick]
 
@@ -21,10 +22,8 @@ Last line: fact_retention ours=<pct> naive=<pct> passes=<n>
 `--passes` passes (40), each request a unique instruction, summarized after every pass
 through the whole write path. The share of requests the stored summary keeps (its
 ledger's sectionsJson: kept), and the size of the document (chars) agents read against
-its bound, for today's
-summarizer (every item kept) and, in the same run, the one with the per-section cap of 12
-it had before (capped) (new requests dropped once a section was full). Last line:
-fact_retention_long requests=<n> passes=<n> kept=<pct> capped=<pct> chars=<n> bound=<n>
+its bound. Last line:
+fact_retention_long requests=<n> passes=<n> kept=<pct> chars=<n> bound=<n>
 """
 
 from __future__ import annotations
@@ -63,7 +62,7 @@ QUICK_RUNS: QuickRuns = [
     ([], "fact_retention ours=<pct> naive=<pct> passes=<n>"),
     (
         ["--long"],
-        "fact_retention_long requests=<n> passes=<n> kept=<pct> capped=<pct> chars=<n> bound=<n>",
+        "fact_retention_long requests=<n> passes=<n> kept=<pct> chars=<n> bound=<n>",
     ),
 ]
 COMPONENTS = ("exporter", "scheduler", "gateway", "indexer", "cache", "router")
@@ -89,11 +88,20 @@ def chunk_facts(session: int, step: int) -> list[Fact]:
     ]
 
 
+def action_fact(session: int, step: int) -> Fact:
+    """What the agent did in the chunk, said in passing in a response (no decision cue)."""
+    component = COMPONENTS[(session + step) % len(COMPONENTS)]
+    attempts = 3_000 + session * 100 + step
+    said = f"Raised the {component} retry budget to {attempts} attempts; the tests pass."
+    return Fact(f"{attempts} attempts", decision=said)
+
+
 def chunk_rows(sid: str, session: int, step: int) -> list[tuple[str, str, dict[str, Any]]]:
-    """The chunk's memories: the two fact-bearing turns and two turns of routine work."""
+    """The chunk's memories: the three fact-bearing turns and one turn of routine work."""
     request, decision = chunk_facts(session, step)
+    action = action_fact(session, step)
     turns = [
-        (request.request or "", "Checking the config.", "Updated the config."),
+        (request.request or "", "Checking the config.", action.decision or ""),
         ("", "Reading the code.", decision.decision or ""),
         ("", "Running the test suite.", "All tests pass."),
         ("", "Looking at the logs.", "Nothing unusual in the logs."),
@@ -131,7 +139,7 @@ def lossy_model_reply(session: int, step: int) -> dict[str, Any]:
         "title": f"Service configuration, session {session}",
         "category": "feature",
         "user_requests": [request.request],
-        "questions_and_decisions": [decision.decision],
+        "questions_and_decisions": [decision.decision, action_fact(session, step).decision],
         "design_choices": [],
         "corrections_and_feedback": [],
         "current_state": [f"Pass {step} done; tests pass."],
@@ -148,6 +156,8 @@ class Tally:
     ours: int = 0
     naive: int = 0
     tokens: int = 0
+    actions: int = 0  # of them, what the agent did (action_fact)
+    actions_kept: int = 0
 
 
 def run_backend(
@@ -165,6 +175,7 @@ def run_backend(
     for session in range(sessions):
         sid = f"facts-{name}-{session}"
         facts: list[Fact] = []
+        actions: list[Fact] = []
         naive_document = ""
         for step in range(passes):
             rows = chunk_rows(sid, session, step)
@@ -175,6 +186,7 @@ def run_backend(
                 embeddings=np.ones((len(rows), 2), dtype=np.float32),
             )
             facts += chunk_facts(session, step)
+            actions.append(action_fact(session, step))
             script(session, step)
             outcome = summarize_session(
                 store, sid, embed=embed, writer="bench", trigger="manual", summarizer=summarizer
@@ -186,10 +198,13 @@ def run_backend(
             script(session, step)
             naive_document = render_document(naive_pass(sid, newest))
         got = store.summaries().get(ids=[f"summary_{sid}"], include=["documents"])
-        ours = retained((got["documents"] or [""])[0] or "", facts)
-        naive = retained(naive_document, facts)
+        document = (got["documents"] or [""])[0] or ""
+        ours = retained(document, facts + actions)
+        naive = retained(naive_document, facts + actions)
+        tally.actions += len(actions)
+        tally.actions_kept += retained(document, actions)
         tally.facts, tally.ours, tally.naive = (
-            tally.facts + len(facts),
+            tally.facts + len(facts) + len(actions),
             tally.ours + ours,
             tally.naive + naive,
         )
@@ -235,7 +250,6 @@ def long_session(
 
 def main_long(args: argparse.Namespace) -> int:
     from controller.core.document import DOCUMENT_MAX_CHARS
-    from controller.summarizers.extractive import ExtractiveSummarizer
 
     work = Path(tempfile.mkdtemp(prefix="sso-bench-facts-long-"))
     with bench_chroma(work / "chroma") as chroma_url, running_openai_server() as server:
@@ -244,26 +258,16 @@ def main_long(args: argparse.Namespace) -> int:
         def embed(texts: list[str]) -> list[Any]:
             return list(encoder(texts))
 
-        results = {}
-        for name, summarizer in (
-            ("kept", ExtractiveSummarizer()),
-            ("capped", ExtractiveSummarizer(max_items_per_section=12)),
-        ):
-            location = StoreLocation(
-                url=chroma_url,
-                memory_collection=f"bench-long-memory-{name}",
-                summary_collection=f"bench-long-sessions-{name}",
-            )
-            store = MemoryStore(connect(location), location)
-            results[name] = long_session(
-                store, summarizer, f"long-{name}", args.requests, args.passes, embed
-            )
-            pct, chars = results[name]
-            print(f"summarizer={name} kept={pct:.1f} chars={chars}")
-    kept, chars = results["kept"]
+        location = StoreLocation(
+            url=chroma_url,
+            memory_collection="bench-long-memory",
+            summary_collection="bench-long-sessions",
+        )
+        store = MemoryStore(connect(location), location)
+        kept, chars = long_session(store, EXTRACTIVE, "long", args.requests, args.passes, embed)
     print(
         f"fact_retention_long requests={args.requests} passes={args.passes} kept={kept:.1f} "
-        f"capped={results['capped'][0]:.1f} chars={chars} bound={DOCUMENT_MAX_CHARS}"
+        f"chars={chars} bound={DOCUMENT_MAX_CHARS}"
     )
     return 0
 
@@ -324,7 +328,8 @@ def main() -> int:
             totals.append(tally)
             print(
                 f"backend={name} facts={tally.facts} ours={100 * tally.ours / tally.facts:.1f} "
-                f"naive={100 * tally.naive / tally.facts:.1f} model_tokens={tally.tokens}"
+                f"naive={100 * tally.naive / tally.facts:.1f} model_tokens={tally.tokens} "
+                f"agent_actions={100 * tally.actions_kept / max(1, tally.actions):.1f}"
             )
         chat_requests = len(server.requests_to("/chat/completions"))
         expected = 2 * args.sessions * args.passes  # one per pass: ours and naive

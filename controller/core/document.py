@@ -4,15 +4,17 @@ Sections in their fixed order, then References verbatim, then a carried earlier 
 fenced whole at the end. At most max_chars characters (DOCUMENT_MAX_CHARS unless the
 SessionSummarizer's spec.document.maxChars says otherwise): when the whole does not fit,
 one choice fills the space (choose_lines): the newest item of each history section, then
-of every section's lines those that carry most facts per character; a line at the end
+of every section's lines those that add the rarest facts per character; a line at the end
 says how many are not shown and where all are kept (the operator's ledger).
 """
 
 from __future__ import annotations
 
+import heapq
 import re
+from collections import Counter
 
-from controller.core.facts import fact_count
+from controller.core.facts import fact_tokens
 from controller.core.references import REFERENCES_MAX
 from controller.core.summary import (
     HISTORY_SECTIONS,
@@ -150,13 +152,15 @@ def render_document(
 def choose_lines(summary: StructuredSummary, memory_collection: str | None, max_chars: int) -> str:
     """The title, then of every section's lines (the newest CANDIDATES of each, Current
     State and References included) those that fill max_chars: the newest item of each
-    history section first (the latest state), then the lines with the most facts per
-    character (controller.core.facts), newer first among equals; a fact-free line only
-    once no fact-bearing one that fits is left, so it never takes the place of a fact of
-    its length. A line whose words all appear in one already chosen adds nothing and is
-    skipped. Shown in the document's order under their headings, then one line saying how
-    many are not shown and where all are (the operator's ledger). Only the document
-    chooses: the ledger keeps every item."""
+    history section first while they take at most half the space (the latest state), then,
+    one at a time, the line whose facts not yet shown weigh most per character, a fact
+    weighing the less the more lines hold it (controller.core.facts): of two lines that
+    repeat a fact, the one that adds a rarer one goes first, and a line whose facts are all
+    shown waits behind every line that adds one. A fact-free line only once no
+    fact-bearing one that fits is left; newer first among equals. A line whose words all
+    appear in one already chosen adds nothing and is skipped. Shown in the document's order
+    under their headings, then one line saying how many are not shown and where all are
+    (the operator's ledger). Only the document chooses: the ledger keeps every item."""
     title = f"# {one_line(summary.title)}"
     blocks = [
         (name, [_item_line(i) for i in (summary.sections.get(name) or [])[-CANDIDATES:]])
@@ -170,18 +174,33 @@ def choose_lines(summary: StructuredSummary, memory_collection: str | None, max_
     newest = [(name, lines[-1]) for name, lines in blocks if lines and name in HISTORY_SECTIONS]
     # The newest item of each history section goes first while they take at most half the
     # space: a small budget goes to facts, not to the latest chatter.
-    pin = sum(len(line) + len(name) + 6 for name, line in newest) * 2
-    candidates = []
-    for order, (name, lines_of_block) in enumerate(blocks):
-        for n, line in enumerate(lines_of_block):
-            facts = fact_count(line)
-            pinned = pin <= room and name in HISTORY_SECTIONS and n == len(lines_of_block) - 1
-            rank = (not pinned, facts == 0, -round(100 * facts / max(1, len(line))), -n)
-            candidates.append((rank, order, n, name, line))
+    pinning = sum(len(line) + len(name) + 6 for name, line in newest) * 2 <= room
+    lines_facts = [
+        (order, n, name, line, frozenset(fact_tokens(line)))
+        for order, (name, lines_of_block) in enumerate(blocks)
+        for n, line in enumerate(lines_of_block)
+    ]
+    held_by = Counter(fact for *_, facts in lines_facts for fact in facts)
+    shown: set[str] = set()
+
+    def rank(index: int) -> tuple[bool, bool, bool, float, int]:
+        order, n, name, line, facts = lines_facts[index]
+        pinned = pinning and name in HISTORY_SECTIONS and n == len(blocks[order][1]) - 1
+        gain = sum(1 / held_by[f] for f in facts - shown)
+        return (not pinned, gain == 0, not facts, -gain / max(1, len(line)), -n)
+
+    queue = [(rank(i), i) for i in range(len(lines_facts))]
+    heapq.heapify(queue)
     opened: set[str] = set()
     chosen: list[tuple[int, int, str, str]] = []
     held: list[frozenset[str]] = []
-    for _, order, n, name, line in sorted(candidates, key=lambda c: c[0]):
+    while queue:
+        was, index = heapq.heappop(queue)
+        now = rank(index)  # a line's gain only falls as facts are shown: re-queue it
+        if now != was:
+            heapq.heappush(queue, (now, index))
+            continue
+        order, n, name, line, facts = lines_facts[index]
         cost = len(line) + 1 + (0 if name in opened else len(name) + 5)  # "\n## name\n"
         words = _words(line)
         if cost > room or any(words <= other for other in held):
@@ -189,6 +208,7 @@ def choose_lines(summary: StructuredSummary, memory_collection: str | None, max_
         room -= cost
         opened.add(name)
         held.append(words)
+        shown |= facts
         chosen.append((order, n, name, line))
     note_line = _folded_note(total - len(chosen))
     if max_chars < len(note_line) + 4:  # not even a line of the title and the note

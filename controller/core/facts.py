@@ -1,9 +1,8 @@
-"""How many facts a sentence carries: what the next agent asks about (names, numbers, dates,
-places, paths, identifiers, versions, amounts). Pure; a cheap count, not a parser.
+"""The facts a sentence carries: what the next agent asks about (names, numbers, dates,
+places, paths, identifiers, versions, amounts). Pure; a cheap scan, not a parser.
 
-The extractive summarizer records a sentence the user said when it carries one, and the
-rendered document, when it must choose, shows the items that carry most per character
-(controller/core/document.py).
+The extractive summarizer ranks what a response says by them, and the rendered document,
+when it must choose, shows the lines that add the rarest (controller/core/document.py).
 """
 
 from __future__ import annotations
@@ -24,13 +23,10 @@ _FACT = re.compile(
 _QUOTED = re.compile(r"\"[^\"]{2,80}\"|“[^”]{2,80}”")
 
 
-def fact_count(text: str) -> int:
-    """Facts in a text: numbers (in digits or words), amounts and dates, paths and file names, code
-    identifiers, quoted titles, and capitalised names (a month too) inside a sentence: its
-    first word is capitalised anyway, so it does not count, nor does 'I'."""
-    found = 0
-    for match in _FACT.finditer(text):
-        if match.lastgroup == "name" and match.group() == "I":
-            continue
-        found += 1
-    return found + len(_QUOTED.findall(text))
+def fact_tokens(text: str) -> list[str]:
+    """The facts in a text, lower-cased, in order: numbers (in digits or words), amounts and
+    dates, paths and file names, code identifiers, quoted titles, and capitalised names (a
+    month too) inside a sentence: its first word is capitalised anyway, so it does not
+    count, nor does 'I'."""
+    found = [m.group().lower() for m in _FACT.finditer(text) if m.group() != "I"]
+    return found + [q.lower() for q in _QUOTED.findall(text)]

@@ -6,10 +6,7 @@ watermark. The prior's history items come first, verbatim and in order; new item
 deduplicated against everything already there; Current State is replaced.
 
 Every new item is kept: a history section grows as long as the session (the row keeps all
-of it; the document agents read shows the newest items of a long section and folds the
-older ones into a count, controller/core/document.py). A cap would drop the newest facts,
-which the next agent needs most. `max_items_per_section` remains for benchmarks that
-measure what a cap loses.
+of it; the document agents read is chosen to fit its bound, controller/core/document.py).
 
 This module only proposes (a PassUpdate); controller.core.merge applies it, as for the model
 backend: it carries a legacy free-text prior verbatim and marks new items that are error
@@ -22,11 +19,11 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import ClassVar, NamedTuple
 
-from controller.core.facts import fact_count
+from controller.core.facts import fact_tokens
 from controller.core.item_sources import identity
 from controller.core.memories import Memory, memory_sort_key
 from controller.core.merge import PassUpdate
@@ -47,12 +44,11 @@ from controller.core.summary import (
 from controller.core.text import ms_to_rfc3339
 from controller.summarizers.contract import Proposal
 from controller.summarizers.extractive_cues import (
+    ACTION_CUES,
     CATEGORY_PHRASES,
     CORRECTION_CUES,
     DECISION_CUES,
-    DECISION_HINTS,
     DESIGN_CUES,
-    DESIGN_HINTS,
     TOKEN,
     phrase_technologies,
     token_facts,
@@ -61,6 +57,7 @@ from controller.summarizers.extractive_text import clean, sentences, shorten
 
 TITLE_CHARS = 80
 STATE_SENTENCES = 3
+AGENT_SENTENCES = 8
 
 REQUESTS, QUESTIONS, DESIGN, CORRECTIONS, STATE = SECTION_TITLES
 
@@ -72,25 +69,20 @@ _COUNTS_LINE = re.compile(r"^\d+ memories so far\b")
 
 
 class _Section:
-    """A history section being filled: carried items first, then new ones up to the cap.
+    """A history section being filled: carried items first, then new ones.
 
     A new item is compared in the form the merge will store it (quoted where needed), so
-    a repeat of a quoted prior item is recognised here and does not take a free slot; it
-    is proposed again (`repeats`), so the merge records the memory that repeats it."""
+    a repeat of a quoted prior item is recognised here and is not added twice; it is
+    proposed again (`repeats`), so the merge records the memory that repeats it."""
 
-    def __init__(self, carried: Sequence[SummaryItem], cap: int | None) -> None:
+    def __init__(self, carried: Sequence[SummaryItem]) -> None:
         self.items, self.carried, self.repeats = list(carried), len(carried), list[str]()
-        self.cap = cap
         self.keys = {identity(item.text) for item in self.items}
-
-    @property
-    def full(self) -> bool:
-        return self.cap is not None and len(self.items) >= self.cap
 
     def offer(self, text: str) -> None:
         item = shorten(text, ITEM_MAX)
         key = identity(as_item(item))
-        if key and key not in self.keys and not self.full:
+        if key and key not in self.keys:
             self.keys.add(key)
             self.items.append(SummaryItem(text=item))
         elif key in self.keys:
@@ -100,53 +92,53 @@ class _Section:
         return [item.text for item in self.items[self.carried :]] + self.repeats
 
 
-def _has_any(text: str, hints: Iterable[str]) -> bool:
-    return any(hint in text for hint in hints)
-
-
 def _extract_into(sections: dict[str, _Section], memory: Memory) -> None:
     """Sorts one memory's sentences into the history sections.
 
     A prompt's first sentence is the request (or, if it corrects the agent, feedback); later
-    prompt sentences are questions, corrections or design remarks, or, when they carry a
-    fact (controller.core.facts), recorded with the requests as what the user stated; the
-    agent's thoughts and responses contribute decisions and design choices. Texts are split
-    only when a section they could add to still has room and a cue may be in them.
+    prompt sentences are questions, corrections or design remarks, or recorded with the
+    requests as what the user stated (what is said in passing is asked about); the
+    agent's response adds what it did and found (_said_by_agent) to Questions & Decisions,
+    and its thoughts and responses contribute decisions and design choices.
     """
     requests, questions = sections[REQUESTS], sections[QUESTIONS]
     design, corrections = sections[DESIGN], sections[CORRECTIONS]
-    prompt_low = memory.prompt.lower()
-    if (
-        not requests.full
-        or (not corrections.full and CORRECTION_CUES.search(prompt_low))
-        or (not questions.full and "?" in prompt_low)
-        or (not design.full and _has_any(prompt_low, DESIGN_HINTS))
-    ):
-        for i, sentence in enumerate(sentences(memory.prompt)):
-            low = sentence.lower()
-            if i == 0:
-                is_correction = CORRECTION_CUES.search(low)
-                (corrections if is_correction else requests).offer(sentence)
-            elif sentence.endswith("?"):
-                questions.offer(sentence)
-            elif CORRECTION_CUES.search(low):
-                corrections.offer(sentence)
-            elif DESIGN_CUES.search(low):
-                design.offer(sentence)
-            elif fact_count(sentence):  # what the user stated: a name, number, date, path
-                requests.offer(sentence)
-    for text in (memory.thought, memory.response):
-        low = text.lower()
-        want_decisions = not questions.full and _has_any(low, DECISION_HINTS)
-        want_design = not design.full and _has_any(low, DESIGN_HINTS)
-        if not (want_decisions or want_design):
-            continue
-        for sentence in sentences(text):
-            low = sentence.lower()
-            if DECISION_CUES.search(low):
-                questions.offer(sentence)
-            elif DESIGN_CUES.search(low):
-                design.offer(sentence)
+    for i, sentence in enumerate(sentences(memory.prompt)):
+        low = sentence.lower()
+        if i == 0:
+            (corrections if CORRECTION_CUES.search(low) else requests).offer(sentence)
+        elif sentence.endswith("?"):
+            questions.offer(sentence)
+        elif CORRECTION_CUES.search(low):
+            corrections.offer(sentence)
+        elif DESIGN_CUES.search(low):
+            design.offer(sentence)
+        else:  # what the user stated: every turn, both sides, is history
+            requests.offer(sentence)
+    said = sentences(memory.response)
+    for sentence in _said_by_agent(said):
+        questions.offer(sentence)
+    for sentence in sentences(memory.thought) + said:
+        low = sentence.lower()
+        if DECISION_CUES.search(low):
+            questions.offer(sentence)
+        elif DESIGN_CUES.search(low):
+            design.offer(sentence)
+
+
+def _said_by_agent(response: list[str]) -> list[str]:
+    """What a response (its sentences) says the agent did or found: those that report an action or
+    outcome (ACTION_CUES) or carry a fact, the AGENT_SENTENCES most salient of them (actions
+    first, then most facts), in their order. A bound per turn: an answer that lists fifty
+    names adds its densest sentences, not fifty items."""
+    found = []
+    for n, sentence in enumerate(response):
+        acted, facts = ACTION_CUES.search(sentence.lower()) is not None, len(fact_tokens(sentence))
+        if acted or facts:
+            found.append((not acted, -facts, n, sentence))
+    return [
+        sentence for *_, sentence in sorted(sorted(found)[:AGENT_SENTENCES], key=lambda f: f[2])
+    ]
 
 
 def _category(texts: Iterable[str], fallback: Category) -> Category:
@@ -284,27 +276,14 @@ class ExtractiveSummarizer:
     network, deterministic. It reads whatever it is given, so its chunk bounds only cap how
     much one pass holds."""
 
-    max_items_per_section: int | None = None
-    _: KW_ONLY
     now_ms: int | None = None
     memory_budget_tokens: ClassVar[int] = 100_000
     max_memories_per_pass: ClassVar[int] = 400
 
-    def __repr__(self) -> str:
-        return f"ExtractiveSummarizer(max_items_per_section={self.max_items_per_section})"
-
     def propose(
         self, session_id: str, memories: Sequence[Memory], prior: PriorSummary | None
     ) -> Proposal:
-        return Proposal(
-            propose_extractive(
-                session_id,
-                memories,
-                prior,
-                max_items_per_section=self.max_items_per_section,
-                now_ms=self.now_ms,
-            )
-        )
+        return Proposal(propose_extractive(session_id, memories, prior, now_ms=self.now_ms))
 
 
 EXTRACTIVE = ExtractiveSummarizer()
@@ -315,11 +294,10 @@ def propose_extractive(
     memories: Sequence[Memory],
     prior: PriorSummary | None = None,
     *,
-    max_items_per_section: int | None = None,
     now_ms: int | None = None,
 ) -> PassUpdate:
     """What one incremental pass finds: the given memories sorted into new items per
-    section (all of them; at most max_items_per_section per section in all when given).
+    section, all of them.
 
     A memory at or before the prior's watermark (one that landed late) adds its facts like
     any other; what repeats an item adds nothing, so repeating a pass changes nothing.
@@ -336,7 +314,7 @@ def propose_extractive(
 
     # A legacy prior has no items: merge_pass carries its text, verbatim, as legacy_text.
     carried = {title: list(base.sections[title]) if base else [] for title in HISTORY_SECTIONS}
-    filling = {title: _Section(carried[title], max_items_per_section) for title in carried}
+    filling = {title: _Section(carried[title]) for title in carried}
     for memory in given:
         _extract_into(filling, memory)
     sections = {title: section.items for title, section in filling.items()}

@@ -28,11 +28,14 @@ CORRECTION_CUES = re.compile(
     r"^(?:no|nope)\b|\b(?:actually|wrong|instead|don't|dont|do not|that's not|that is not|"
     r"revert\w*|undo|should have|shouldn't have|not what i|fix (?:that|this|it))\b"
 )
-# Literals one of which every cue match contains: a cheap test before splitting a text.
-DECISION_HINTS: tuple[str, ...] = ("decid", "we will", "we'll", "let's", "go with", "chose")
-DECISION_HINTS += ("opted", "instead of", "will use", "settled on", "let\u2019s", "we\u2019ll")
-DESIGN_HINTS: tuple[str, ...] = ("design", "architect", "pattern", "schema", "api", "trade")
-DESIGN_HINTS += ("interface", "data model", "abstraction", "endpoint", "protocol", "use ")
+# What the agent did or found: a verb of doing in the past, or a state it reports ("X now
+# skips the cache"). Matched in lower-cased response sentences.
+ACTION_CUES = re.compile(
+    r"\b(?:add|mov|creat|fix|updat|renam|remov|delet|replac|implement|chang|refactor|extract|"
+    r"merg|install|configur|enabl|disabl|migrat|convert|introduc|dropp|bump|committ|appli|"
+    r"wrapp|pinn|revert|test|measur|pass|document|resolv|clean)ed\b"
+    r"|\b(?:wrote|rewrote|ran|made|built|set up|split|found|now)\b"
+)
 
 # Words are matched one token at a time (a token classification is cached), which keeps a
 # 10,000-memory pass fast: one simple regex over the text instead of one per cue. The cache

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from controller.core.facts import fact_count
+from controller.core.facts import fact_tokens
 
 SENTENCE_MAX = 200
 
@@ -58,7 +58,7 @@ def cut_keeping_facts(text: str, limit: int) -> str:
     clauses = [c for c in _CLAUSE_END.split(text) if c]
     if len(clauses) < 2:
         return shorten(text, limit)
-    ranked = sorted(range(len(clauses)), key=lambda n: (-fact_count(clauses[n]), n))
+    ranked = sorted(range(len(clauses)), key=lambda n: (-len(fact_tokens(clauses[n])), n))
     chosen: set[int] = set()
     for n in ranked:
         trial = _joined(clauses, chosen | {n})

@@ -65,6 +65,7 @@ class RecordedRequest:
     headers: dict[str, str]
     body: Any
     received_at: float = 0.0  # time.monotonic() on arrival (benchmarks measure slot use)
+    usage: dict[str, int] | None = None  # a chat reply's token counts (bench/model_tokens.py)
 
 
 def hash_embedding(text: str, dimension: int = 384) -> list[float]:
@@ -117,25 +118,25 @@ class OpenAIServer:
         with self._lock:
             return [r for r in self.requests if r.path.endswith(path_suffix)]
 
-    async def _record(self, request: web.Request) -> Any:
+    async def _record(self, request: web.Request) -> RecordedRequest:
         raw = await request.read()
         body = json.loads(raw) if raw else None
+        recorded = RecordedRequest(
+            request.method, request.path, dict(request.headers), body, time.monotonic()
+        )
         with self._lock:
-            self.requests.append(
-                RecordedRequest(
-                    request.method, request.path, dict(request.headers), body, time.monotonic()
-                )
-            )
+            self.requests.append(recorded)
         if self.latency_seconds:
             await asyncio.sleep(self.latency_seconds)
-        return body
+        return recorded
 
     def _next(self, script: deque[Step]) -> Step | None:
         with self._lock:
             return script.popleft() if script else None
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        body = await self._record(request)
+        recorded = await self._record(request)
+        body = recorded.body
         step = self._next(self._chat_script)
         if isinstance(step, Delay):
             await asyncio.sleep(step.seconds)
@@ -148,6 +149,13 @@ class OpenAIServer:
             step = Reply(step)
         content = step.content if isinstance(step.content, str) else json.dumps(step.content)
         prompt = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+        usage = {
+            "prompt_tokens": _tokens(prompt),
+            "completion_tokens": _tokens(content),
+            "total_tokens": _tokens(prompt) + _tokens(content),
+        }
+        with self._lock:
+            recorded.usage = usage
         completion = {
             "id": f"chatcmpl-{len(self.requests)}",
             "object": "chat.completion",
@@ -160,11 +168,7 @@ class OpenAIServer:
                     "finish_reason": "stop",
                 }
             ],
-            "usage": {
-                "prompt_tokens": _tokens(prompt),
-                "completion_tokens": _tokens(content),
-                "total_tokens": _tokens(prompt) + _tokens(content),
-            },
+            "usage": usage,
         }
         text = json.dumps(completion)
         if isinstance(step, Truncated):
@@ -172,7 +176,7 @@ class OpenAIServer:
         return web.Response(text=text, content_type="application/json")
 
     async def embeddings(self, request: web.Request) -> web.StreamResponse:
-        body = await self._record(request)
+        body = (await self._record(request)).body
         step = self._next(self._embedding_script)
         if isinstance(step, Delay):
             await asyncio.sleep(step.seconds)

@@ -19,10 +19,9 @@ def summarize_extractive(
     memories: Sequence[Memory],
     prior: PriorSummary | None = None,
     *,
-    max_items_per_section: int | None = None,
     now_ms: int | None = None,
 ) -> StructuredSummary:
-    summarizer = ExtractiveSummarizer(max_items_per_section, now_ms=now_ms)
+    summarizer = ExtractiveSummarizer(now_ms=now_ms)
     return run_pass(session_id, memories, prior, summarizer).summary
 
 

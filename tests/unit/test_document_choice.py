@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import re
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from controller.core.document import render_document
-from controller.core.facts import fact_count
+from controller.core.facts import fact_tokens
 from controller.core.summary import LEGACY_HEADING, StructuredSummary, SummaryItem
 from controller.core.summary_row import from_chroma_row, to_chroma_metadata
 
@@ -59,11 +59,11 @@ def test_the_document_keeps_its_budget_its_facts_first_and_the_ledger_keeps_all(
     shown = [line[2:] for line in document.splitlines() if line.startswith("- ")]
     words_shown = [set(t.lower().split()) for t in shown]
     for text in set(texts) - set(shown):
-        if fact_count(text) == 0 or any(set(text.lower().split()) <= w for w in words_shown):
+        if not fact_tokens(text) or any(set(text.lower().split()) <= w for w in words_shown):
             continue  # fact-free, or its words are all in an item shown
         # A fact left out: no fact-free item as long or longer took its place (but the
         # newest item, which is shown first: the latest state).
-        chatter = [s for s in shown if fact_count(s) == 0 and s != texts[-1]]
+        chatter = [s for s in shown if not fact_tokens(s) and s != texts[-1]]
         assert not [s for s in chatter if len(s) >= len(text)]
     # Every item survives in the ledger, whatever the document shows.
     meta = to_chroma_metadata(summary, writer="w", trigger="t", summarized_at_ms=1)
@@ -112,12 +112,14 @@ def test_a_small_budget_goes_to_the_lines_with_facts_not_to_the_first_lines(
     words_shown = [set(t.lower().split()) for t in shown]
     for name, texts in sections.items():
         for text in set(texts) - set(shown):
-            if fact_count(text) == 0 or any(set(text.lower().split()) <= w for w in words_shown):
+            if not fact_tokens(text) or any(set(text.lower().split()) <= w for w in words_shown):
                 continue
             # (the newest item of a history section may be shown first: the latest state)
             newest = {t[-1] for n, t in sections.items() if t and n != "Current State"}
-            chatter = [s for s in shown if fact_count(s) == 0 and s not in newest]
-            assert not [s for s in chatter if len(s) >= len(text)], (name, text)
+            chatter = [s for s in shown if not fact_tokens(s) and s not in newest]
+            # a section not shown yet costs its heading too
+            heading_cost = 0 if f"## {name}" in document else len(name) + 5
+            assert not [s for s in chatter if len(s) >= len(text) + heading_cost], (name, text)
 
 
 def test_a_current_state_longer_than_the_budget_leaves_room_for_the_references() -> None:
@@ -157,3 +159,52 @@ def test_a_carried_earlier_text_shows_its_head_last_within_the_budget(
             assert "more characters of this text are not shown here" in after
     else:
         assert budget < 1000  # only a small budget leaves it out
+
+
+NAMES = ["Alder", "Birch", "Cedar", "Dogwd", "Elmwd", "Firss", "Gumtr"]  # one length
+
+
+@given(pairs=st.lists(st.tuples(st.sampled_from(NAMES), st.sampled_from(NAMES)), min_size=3))
+@settings(max_examples=200, deadline=None)
+def test_of_lines_that_repeat_facts_the_one_that_adds_a_rarer_fact_is_shown(
+    pairs: list[tuple[str, str]],
+) -> None:
+    """Lines of one length, two facts each, room for one: a line holding a fact no other
+    line holds is shown before any whose facts all recur (the rarer fact is kept)."""
+    lines = list(dict.fromkeys(f"We met {a} and {b} there." for a, b in pairs if a != b))
+    assume(len(lines) >= 3)  # the whole does not fit
+    held = [{w for w in line.split() if w in NAMES} for line in lines]
+    unique = [
+        n for n, names in enumerate(held) if any(sum(x in h for h in held) == 1 for x in names)
+    ]
+    summary = StructuredSummary(
+        session_id="s", title="T", sections={"Current State": [SummaryItem(text=t) for t in lines]}
+    )
+    budget = len(f"# T\n\n## Current State\n- {lines[0]}\n\n") + len(
+        f"({len(lines)} more lines not shown here: summaryctl ledger)\n"
+    )
+    shown = [line[2:] for line in render_document(summary, max_chars=budget).splitlines()]
+    shown = [t for t in shown if t in lines]
+    assert len(shown) == 1
+    if unique:
+        assert lines.index(shown[0]) in unique, (lines, shown)
+
+
+@given(
+    texts=st.lists(sentence, min_size=1, max_size=80),
+    budget=st.integers(300, 3000),
+)
+@settings(max_examples=150, deadline=None)
+def test_the_document_uses_its_space_before_it_leaves_a_fact_out(
+    texts: list[str], budget: int
+) -> None:
+    """A fact-bearing line is left out only when it no longer fits in what the budget has
+    left (or says nothing a shown line does not)."""
+    document = render_document(_summary(texts), max_chars=budget)
+    shown = [line[2:] for line in document.splitlines() if line.startswith("- ")]
+    words_shown = [set(t.lower().split()) for t in shown]
+    for text in set(texts) - set(shown):
+        if not fact_tokens(text) or any(set(text.lower().split()) <= w for w in words_shown):
+            continue
+        slack = 8  # the note's count shrinks as lines are shown
+        assert len(document) + len(text) + 3 > budget - slack, (len(document), text)

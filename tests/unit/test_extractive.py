@@ -2,6 +2,8 @@ import random
 import unicodedata
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controller.core.document import DOCUMENT_MAX_CHARS, render_document
 from controller.core.memories import Memory, Watermark
@@ -14,7 +16,7 @@ from controller.core.summary import (
     validate_summary,
 )
 from controller.core.summary_row import from_chroma_row, to_chroma_metadata
-from controller.summarizers.extractive import EXTRACTIVE, propose_extractive
+from controller.summarizers.extractive import AGENT_SENTENCES, EXTRACTIVE, propose_extractive
 from controller.summarizers.extractive_text import sentences
 from tests.support.passes import passes_over, summarize_extractive
 
@@ -93,19 +95,22 @@ SESSION = [
 # -- what goes where -----------------------------------------------------------------------
 
 
-def test_first_sentence_of_each_prompt_is_a_user_request() -> None:
+def test_first_sentence_of_each_prompt_and_what_the_user_states_are_user_requests() -> None:
     s = summarize_extractive("s1", SESSION)
     assert texts(s, "User Requests") == [
         "Add retries to the chroma client.",
+        "Only retry timeouts.",  # stated after a correction: history too
         "Write a pytest for the retry loop.",
     ]
 
 
-def test_questions_and_decisions_are_collected() -> None:
+def test_questions_decisions_and_what_the_agent_did_are_collected() -> None:
     s = summarize_extractive("s1", SESSION)
     assert texts(s, "Questions & Decisions") == [
         "Why does the first call time out?",
         "We will use exponential backoff instead of a fixed sleep.",
+        "Retries now skip client errors.",
+        "Added tests/test_retry.py.",
     ]
 
 
@@ -197,25 +202,6 @@ def test_memories_the_prior_already_covers_are_ignored() -> None:
 def test_a_pass_without_new_memories_changes_nothing() -> None:
     first = summarize_extractive("s1", SESSION)
     assert summarize_extractive("s1", [], first) == first
-
-
-def test_full_section_drops_new_items_never_prior_ones() -> None:
-    prior = summarize_extractive("s1", [mem(i, f"Request number {i}.") for i in range(3)])
-    later = [mem(10 + i, f"Later request {i}.") for i in range(5)]
-    s = summarize_extractive("s1", later, prior, max_items_per_section=4)
-    assert texts(s, "User Requests") == [
-        "Request number 0.",
-        "Request number 1.",
-        "Request number 2.",
-        "Later request 0.",
-    ]
-
-
-def test_prior_with_more_items_than_the_cap_keeps_them_all() -> None:
-    prior = summarize_extractive("s1", [mem(i, f"Request number {i}.") for i in range(6)])
-    s = summarize_extractive("s1", [mem(9, "One more request.")], prior, max_items_per_section=3)
-    assert texts(s, "User Requests") == texts(prior, "User Requests")
-    validate_summary(s, prior)
 
 
 def test_new_items_are_deduplicated_against_prior_items() -> None:
@@ -482,9 +468,9 @@ def test_ten_thousand_memories_summarize_without_error() -> None:
     assert s.memory_count == 10_000
     assert s.total_tool_calls == 10_000
     assert s.watermark == Watermark(timestamp_ms=T0 + 9_999_000, memory_id="m09999")
-    # No cap: every distinct request is kept (the document folds the older ones).
-    firsts = {" ".join(m.prompt.split(".")[0].split()).lower() for m in memories}
-    assert len(s.sections["User Requests"]) == len(firsts)
+    # No cap: every distinct sentence the user said is kept (the document chooses).
+    said = {" ".join(p.split()).lower() for m in memories for p in m.prompt.split(".") if p}
+    assert len(s.sections["User Requests"]) == len(said)
     validate_summary(s, None)
     assert render_document(through_the_store(s)) == render_document(s)
     assert len(render_document(s)) <= DOCUMENT_MAX_CHARS
@@ -515,7 +501,8 @@ def test_current_state_is_replaced_not_accumulated_over_many_passes() -> None:
         "Tests are green.",
         "5 memories so far, the latest at 2023-11-14T22:13:25Z.",
     ]
-    assert "Finished step 4." not in render_document(summary)
+    # What the agent did before is history, not state: kept, and not in Current State.
+    assert texts(summary, "Questions & Decisions") == [f"Finished step {n}." for n in range(1, 6)]
     assert texts(summary, "User Requests") == [f"Step {n} please." for n in range(1, 6)]
 
 
@@ -559,19 +546,6 @@ def test_a_pass_fed_old_and_new_memories_counts_only_the_new_ones() -> None:
     assert second.first_memory_at_ms == T0 + 1000
 
 
-def test_full_sections_keep_every_prior_item_over_many_passes() -> None:
-    summary: StructuredSummary | None = None
-    for n in range(1, 7):
-        batch = [mem(n, f"Request number {n}. Why step {n}?")]
-        summary = through_the_store(
-            summarize_extractive("s1", batch, summary, max_items_per_section=2)
-        )
-    assert summary is not None
-    assert texts(summary, "User Requests") == ["Request number 1.", "Request number 2."]
-    assert texts(summary, "Questions & Decisions") == ["Why step 1?", "Why step 2?"]
-    assert summary.memory_count == 6  # dropped items still count as summarized memories
-
-
 def test_legacy_text_survives_later_structured_passes() -> None:
     first = through_the_store(summarize_extractive("s1", SESSION[:1], LEGACY))
     summary = first
@@ -613,7 +587,7 @@ def test_code_blocks_in_a_prompt_stay_out_of_the_summary() -> None:
     document = render_document(s)
     assert "ValueError" not in document and "DROP TABLE" not in document
     assert texts(s, "User Requests") == ["Fix the parser crash."]
-    assert texts(s, "Questions & Decisions") == ["Is the tokenizer at fault?"]
+    assert texts(s, "Questions & Decisions") == ["Is the tokenizer at fault?", "Fixed it."]
 
 
 def test_unicode_requests_are_kept_verbatim() -> None:
@@ -749,4 +723,76 @@ def test_a_fact_the_user_states_after_the_request_is_recorded() -> None:
         "s", [Memory(id="m1", session_id="s", timestamp_ms=1, prompt=said, response="")]
     )
     assert "I redeemed a $5 coupon at Target last week." in update.user_requests
-    assert "Thanks so much." not in update.user_requests  # no fact: chatter
+    # Chatter is history too (nothing said is dropped); the document shows the fact first.
+    # As the budget shrinks, the chatter goes before the fact does.
+    summary = summarize_extractive("s", [mem(1, said)])
+    budgets = range(len(render_document(summary)), 0, -1)
+    first_cut = next(
+        b for b in budgets if "Thanks so much." not in render_document(summary, max_chars=b)
+    )
+    assert "$5 coupon at Target" in render_document(summary, max_chars=first_cut)
+
+
+# -- what the agent did: history, not only the newest Current State --------------------------
+
+DID = [
+    "Moved all Chroma calls into controller/store.py behind MemoryStore.",
+    "Added docs/install.md with helm install and kind steps.",
+    "Admin requests now skip the cache; added a test.",
+]
+
+
+def test_what_the_agent_did_is_history_and_in_the_document() -> None:
+    """The demo's and a tester's session (issue 50): each response's action survives the
+    passes after it, in a history section and in the document agents read."""
+    turns = [
+        mem(1, "Put the store access in one place.", f"{DID[0]} The tests pass."),
+        mem(2, "Document the install.", DID[1]),
+        mem(3, "Admin pages are slow.", DID[2]),
+        mem(4, "Anything left?", "Nothing else for now."),
+    ]
+    summary: StructuredSummary | None = None
+    for turn in turns:
+        summary = through_the_store(summarize_extractive("s1", [turn], summary))
+    assert summary is not None
+    document = render_document(summary)
+    for sentence in DID:
+        assert sentence in texts(summary, "Questions & Decisions")
+        assert sentence in document
+        assert sentence not in texts(summary, "Current State")
+
+
+ACTIONS = st.builds(
+    "{} {} in {}.".format,
+    st.sampled_from(["Added", "Moved", "Fixed", "Renamed", "Removed", "Updated"]),
+    st.sampled_from(["the retry loop", "a test", "the exporter", "the flag"]),
+    st.from_regex(r"src/[a-z]{3,8}\.py", fullmatch=True),
+)
+FACTS_ONLY = st.builds("The exporter listens on port {}.".format, st.integers(1024, 65535))
+CHATTER = st.sampled_from(["Happy to help with that.", "Let me know how it goes.", "Sure."])
+
+
+@given(said=st.lists(st.one_of(ACTIONS, FACTS_ONLY, CHATTER), max_size=12, unique=True))
+@settings(max_examples=200, deadline=None)
+def test_a_response_adds_its_actions_first_then_its_facts_in_order_and_a_bounded_number(
+    said: list[str],
+) -> None:
+    update = propose_extractive("s1", [mem(1, "", " ".join(said))])
+    added = update.questions_and_decisions
+    assert added == [s for s in said if s in added]  # in the response's order
+    assert len(added) <= AGENT_SENTENCES
+    assert not [s for s in added if s in {"Happy to help with that.", "Let me know how it goes."}]
+    actions = [s for s in said if s.split()[0] in {"Added", "Moved", "Fixed", "Renamed"}]
+    actions += [s for s in said if s.split()[0] in {"Removed", "Updated"}]
+    if len(actions) <= AGENT_SENTENCES:
+        assert set(actions) <= set(added)
+    else:
+        assert set(added) <= set(actions)  # no fact-only sentence in an action's place
+
+
+def test_what_the_user_says_in_passing_is_kept_whatever_its_facts() -> None:
+    """Every sentence of every prompt is history: 'over a year' carries no name or digit,
+    and it is what the next agent is asked about (LongMemEval's asylum question)."""
+    said = "It's crazy how long it took. Over a year of uncertainty was really tough."
+    summary = summarize_extractive("s1", [mem(1, "Help me find a flat.", "Sure."), mem(2, said)])
+    assert "Over a year of uncertainty was really tough." in texts(summary, "User Requests")
