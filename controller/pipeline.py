@@ -40,7 +40,7 @@ from controller.core.visibility import (
 )
 from controller.redaction import DEFAULT_REDACTION, PassRedaction, Redaction
 from controller.store.forgetting import Forgotten
-from controller.store.memory_store import MemoryStore, SessionRows
+from controller.store.memory_store import MemoryStore, SessionRows, StoredPrior
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE, ExtractiveSummarizer
 from controller.upsert import (
@@ -258,12 +258,16 @@ def summarize_session(
     phase: times the pass's steps (read, summarized, embedded, written: tracing.py).
     """
     mask = PassRedaction(redaction)
-    with phase("read"):
-        stored, row_digest = store.read_prior(session_id)
-    prior = None if rebuild else mask.prior(stored)
+    with phase("read"):  # a rebuild reads no prior: it replaces one that cannot be read too
+        if rebuild:
+            found = StoredPrior(None, store.read_row_state(session_id).digest)
+        else:
+            found = store.read_prior(session_id)
+    stored = found.summary
+    prior = mask.prior(stored)
     # The row as this pass last saw it (read here, then each document it writes): another
     # writer's upsert meanwhile changes it, and then nothing is written over it.
-    seen = RowSeen(row_digest)
+    seen = RowSeen(found.row_digest)
     structured = prior if isinstance(prior, StructuredSummary) else None
     other = structured.other_writer if structured else None
     covered = _prior_coverage(structured)
@@ -271,7 +275,8 @@ def summarize_session(
     excluded = functools.partial(is_excluded, excluded_types=excluded_types)
     with phase("read"):
         rows = store.session_rows(session_id, covered, exclude=excluded, mask=mask)
-    if rows.total == 0 and not rows.untimed:
+    gone_all = rows.total == 0 and not rows.untimed  # no memory carries the session's id
+    if gone_all and structured is None:
         return Outcome("not-found", session_id, 0)
     dropped, again = 0, list[Memory]()
     if structured is not None and rows.base is None:  # every row listed: who is gone?
@@ -284,12 +289,20 @@ def summarize_session(
         kept, gone = forget_gone(structured, living, retitle)
         dropped += gone
         prior = structured = kept  # the same object when nothing went: may be up to date
+    if gone_all and structured is not None and structured.is_empty():
+        # Every item went with its memories: the row and the ledger entry go too, the row
+        # first (a ledger entry left is read and dropped again; a row alone is not ours).
+        if guard is not None:
+            guard.admit(store.read_row_state(session_id).fence)
+        store.drop_summary(session_id)
+        return Outcome("not-found", session_id, 0, dropped_items=dropped)
     skipped = len(rows.untimed)
     last_ms = rows.newest.timestamp_ms if rows.newest else None
     new = rows.included  # memories to summarize, in (timestamp, id) order from rows.memories
     if (
         structured is not None
         and other is None
+        and found.row_current
         and prior is stored
         and rows.selected == 0
         and structured.memory_count == rows.total
