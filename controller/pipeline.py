@@ -290,9 +290,7 @@ def summarize_session(
         dropped += gone
         prior = structured = kept  # the same object when nothing went: may be up to date
     if gone_all and structured is not None and structured.is_empty():
-        # Every item went with its memories: the row and the ledger entry go too, the row
-        # first (a ledger entry left is read and dropped again; a row alone is not ours).
-        if guard is not None:
+        if guard is not None:  # every item went with its memories: nothing is left to keep
             guard.admit(store.read_row_state(session_id).fence)
         store.drop_summary(session_id)
         return Outcome("not-found", session_id, 0, dropped_items=dropped)

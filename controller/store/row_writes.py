@@ -129,7 +129,8 @@ class RowWrites(Collections):
         return {i: (d, dict(m or {})) for i, d, m in zip(got["ids"], docs, metas, strict=False)}
 
     def drop_summary(self, session_id: str) -> None:
-        """Deletes the session's row, then its ledger records."""
+        """Deletes the session's row, then its ledger records: an entry left is read and
+        dropped again by the next pass; a row alone would read as another writer's text."""
         row_id = summary_row_id(session_id)
         with contextlib.suppress(CollectionNotFound):
             self._on_summaries("deleting the summary row", lambda c: c.delete(ids=[row_id]))
