@@ -1,24 +1,26 @@
-"""The operator's ledger entry of one summary row: everything a write produced, in one record
-beside the row. Pure.
+"""The operator's ledger entry of one summary row: what the writer needs and no reader reads.
+Pure.
 
 Every agent reads the metadata of every summary row at boot, so the row carries only the
-document and neo's keys (core/summary_row.py: READER_ROW_KEYS). The ledger collection
-(`<summary collection>-ledger`, same store: MemoryStore) holds one record per row, with the
-row's id. Its document holds every key of the write: the row's own (title, category, scores,
-technologies...) and the writer's state (sections, coverage, references, legacy text,
-provenance), so a missing or stale row is written again whole from it. Its metadata holds
-what scans read without the document: the fence of the grant that wrote it and its
-authority (core/fencing.py), the digest of the row document it goes with and of the one it
-was built on, the digest of the session's row ids and when it was written.
+document and neo's keys (core/summary_row.py: READER_ROW_KEYS). Every key of a write lives
+in the session's entry in the ledger collection (`<summary collection>-ledger`, same store):
+a head record with the row's id, whose document holds the keys (the row's own too, so a
+missing or stale row is written again whole from it) but the growing lists, and whose
+metadata holds the fence of the grant that wrote it and its authority (core/fencing.py), the
+digests of the row document it goes with and of the one it was built on, and which segments
+are its own; and segment records holding what the growing lists (history items, references,
+item sources) gained at each write, so a write costs what is new (plan_write).
 
-One upsert writes the whole record: a late or concurrent write lands a whole state, never
-a part naming records another write replaced. The ledger is written before the row, and
-every read compares the two (row_agreement): a row that is not the one the ledger names is
-written again from the ledger.
+The head and its new segment are one upsert. A write deletes, after it, every other record
+of the session it read; a head whose segments another write deleted (it planned an append,
+paused, and landed after a write that rewrote the lists) is read with its lists lost
+(read_entry): the pass then reads every memory again, and its write replaces the entry. The
+ledger is written before the row, and every read compares the two (row_agreement).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,19 +32,27 @@ from controller.core.row_ownership import DIGEST_KEY, document_digest
 from controller.core.summary import HISTORY_SECTIONS
 from controller.core.summary_row import READER_ROW_KEYS
 
-LEDGER_FORMAT = 2
+LEDGER_FORMAT = 1
 ROW_DIGEST_KEY = "rowDigest"  # the row document this entry goes with
 BUILT_ON_KEY = "builtOnDigest"  # the row document the write read: its text is in the entry
 # Ledger records are found by id; Chroma wants a vector for each, and nobody queries them
 # by meaning: one constant of one dimension.
 LEDGER_VECTOR = (1.0,)
+# The parts of a state that only grow: the history sections' items, the references and the
+# item sources. Each write appends what is new to them as one segment record; a write that
+# changes what was there (a supersede mark, items of deleted memories dropped) or that finds
+# SEGMENTS_MAX segments writes the lists whole as segment 0 of a new generation.
+GROWING = (*HISTORY_SECTIONS, "References", "Sources")
+SEGMENTS_MAX = 64
+# Keys of the coverage: with the lists lost, none of them holds (the pass reads every row).
+COVERAGE_KEYS = ("coverageJson", "watermarkTimestamp", "watermarkMemoryId", "rowsDigest")
 # What the row is, read beside its entry: the one the entry names; behind it (missing, an
 # earlier row of ours, or one whose text the entry already carries); another writer's.
 Agreement = Literal["agrees", "behind", "foreign"]
 
 
 class UnreadableLedgerEntry(ValueError):
-    """A ledger entry that is not a JSON object of a format this version reads."""
+    """A ledger entry whose head is not a JSON object of this format."""
 
 
 @dataclass(frozen=True)
@@ -52,17 +62,8 @@ class RowState:
 
     fence: Fence | None
     digest: str | None  # of the row's document; None: no row
-    # Ledger records of the session other than its entry (release 0.1.0's segments):
-    # deleted once the entry is written whole.
-    leftovers: tuple[str, ...] = ()
-
-
-class LedgerEntry(NamedTuple):
-    head: dict[str, Any]  # the entry's metadata (fence, digests, when)
-    keys: dict[str, Any]  # every key of the write
-    # Records of the session beside the entry (release 0.1.0's segments, or ones a write
-    # could not delete): the next write deletes them.
-    leftovers: int = 0
+    head: dict[str, Any] | None = None  # the ledger entry's head metadata; None: no entry
+    records: tuple[str, ...] = ()  # the ids of the session's other ledger records
 
 
 @dataclass(frozen=True)
@@ -72,18 +73,87 @@ class LedgerRecord:
     metadata: dict[str, Any]
 
 
-def ledger_record(
+@dataclass(frozen=True)
+class LedgerWrite:
+    """What one write upserts (its segment, then the head) and the ids the head names."""
+
+    records: tuple[LedgerRecord, ...]
+    named: frozenset[str]
+
+
+class LedgerEntry(NamedTuple):
+    head: dict[str, Any]  # the head's metadata (fence, digests, generation)
+    keys: dict[str, Any]  # every key of the write
+    leftovers: int  # records beside those the head names: the next write deletes them
+    lost: bool  # segments the head names are gone: the lists are empty, the coverage none
+    own: bool  # the head holds the row's own keys (release 0.1.0's did not)
+
+
+def _lists(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
+    """(the state without its growing lists, the lists)."""
+    sections = json.loads(str(state.get("sectionsJson") or "{}"))
+    refs = json.loads(str(state.get("referencesJson") or "[]"))
+    lists = {title: list(sections.pop(title, [])) for title in HISTORY_SECTIONS}
+    lists["References"] = list(refs)
+    lists["Sources"] = list(json.loads(str(state.get("itemSourcesJson") or "[]")))
+    lifted = ("sectionsJson", "referencesJson", "itemSourcesJson")
+    rest = {k: v for k, v in state.items() if k not in lifted}
+    rest["sectionsJson"] = _dump(sections)
+    return rest, lists
+
+
+def _digest(items: list[Any]) -> str:
+    text = json.dumps(items, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
+def _dump(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def segment_id(session_id: str, generation: int, seq: int) -> str:
+    return f"{summary_row_id(session_id)}#{generation}.{seq}"
+
+
+def plan_write(
     session_id: str,
     keys: Mapping[str, Any],
+    head: Mapping[str, Any] | None,
     fence: Mapping[str, Any],
     built_on: str | None,
-) -> LedgerRecord:
-    """The session's entry as one write leaves it: `keys`, every key of the write
-    (summary_row.to_chroma_metadata); `fence`, the keys of the claim's grant; `built_on`,
-    the digest of the row document the write read (None: no row)."""
-    meta = {
+) -> LedgerWrite:
+    """The records of one write of the entry: `keys`, every key of the write
+    (summary_row.to_chroma_metadata); `head`, the head's metadata as read right before
+    (None: no entry); `fence`, the keys of the claim's grant; `built_on`, the digest of the
+    row document the write read. Appends a segment holding only what the lists gained when
+    every list still starts with what the head says it held; else the lists whole."""
+    rest, lists = _lists(keys)
+    shape = _shape(head)
+    generation, seq = _number(head, "generation"), _number(head, "segments")
+    grown = (
+        shape is not None
+        and seq < SEGMENTS_MAX
+        and all(
+            len(lists[name]) >= length and _digest(lists[name][:length]) == digest
+            for name, (length, digest) in shape.items()
+        )
+    )
+    if grown:
+        assert shape is not None
+        part = {n: lists[n][shape[n][0] :] for n in GROWING if lists[n][shape[n][0] :]}
+    else:
+        generation, seq, part = generation + 1, 0, lists
+    segments = []
+    if part or not grown:
+        meta = {"sessionId": session_id, "generation": generation, "segment": seq}
+        segments.append(LedgerRecord(segment_id(session_id, generation, seq), _dump(part), meta))
+        seq += 1
+    head_meta: dict[str, Any] = {
         "sessionId": session_id,
         "ledgerFormat": LEDGER_FORMAT,
+        "generation": generation,
+        "segments": seq,
+        "lists": _dump({n: [len(items), _digest(items)] for n, items in lists.items()}),
         **fence,
         ROW_DIGEST_KEY: keys.get(DIGEST_KEY),
         BUILT_ON_KEY: built_on,
@@ -92,9 +162,27 @@ def ledger_record(
         # reconciliation's walk compares it with the ids it counts (reconcile_plan.py).
         "rowsDigest": keys.get("rowsDigest"),
     }
-    document = _dump({"ledgerFormat": LEDGER_FORMAT, **keys})
-    meta = {k: v for k, v in meta.items() if v is not None}
-    return LedgerRecord(summary_row_id(session_id), document, meta)
+    head_meta = {k: v for k, v in head_meta.items() if v is not None}
+    document = _dump({"ledgerFormat": LEDGER_FORMAT, **rest})
+    head_record = LedgerRecord(summary_row_id(session_id), document, head_meta)
+    named = {segment_id(session_id, generation, n) for n in range(seq)}
+    return LedgerWrite((*segments, head_record), frozenset({head_record.record_id, *named}))
+
+
+def _number(head: Mapping[str, Any] | None, key: str) -> int:
+    value = (head or {}).get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _shape(head: Mapping[str, Any] | None) -> dict[str, tuple[int, str]] | None:
+    """What each list held at the head's write: (length, digest); None when unknown."""
+    try:
+        shape = json.loads(str((head or {})["lists"]))
+        shape.setdefault("Sources", [0, _digest([])])  # a head written before item sources
+        found = {n: (int(shape[n][0]), str(shape[n][1])) for n in GROWING}
+    except (KeyError, ValueError, TypeError, IndexError):
+        return None
+    return found
 
 
 def row_agreement(
@@ -118,64 +206,49 @@ def read_entry(
     records: Sequence[tuple[str, str | None, Mapping[str, Any]]],
     row: Mapping[str, Any],
 ) -> LedgerEntry | None:
-    """The entry from the session's records (in any order); None without one. Raises
-    UnreadableLedgerEntry for one this version cannot read. An entry of release 0.1.0
-    (format 1: the lists in segment records) kept the row's own keys only on the row:
-    they are taken from `row`, the row's metadata."""
+    """The entry from the session's records (in any order); None without a head. Raises
+    UnreadableLedgerEntry for a head this version cannot read. A head whose segments are
+    missing or not the lists it recorded is read with its lists lost. A head of release
+    0.1.0 kept the row's own keys only on the row: they are taken from `row`."""
     by_id = {record_id: (doc, meta) for record_id, doc, meta in records}
     found = by_id.get(summary_row_id(session_id))
     if found is None:
         return None
-    document, head = found[0], dict(found[1] or {})
+    rest, head = _head_state(found[0]), dict(found[1] or {})
+    generation, count = _number(head, "generation"), _number(head, "segments")
+    named = [segment_id(session_id, generation, seq) for seq in range(count)]
+    lists: dict[str, list[Any]] = {name: [] for name in GROWING}
     try:
-        data = json.loads(document or "")
-    except ValueError as exc:
-        raise UnreadableLedgerEntry(f"the ledger entry is not JSON ({exc})") from None
-    version = data.pop("ledgerFormat", None) if isinstance(data, dict) else None
-    if version == LEDGER_FORMAT:
-        return LedgerEntry(head, data, len(by_id) - 1)
-    if version == 1:
-        own = {k: v for k, v in row.items() if k in READER_ROW_KEYS}
-        state = _release_0_1_0_state(session_id, data, head, by_id)
-        return LedgerEntry(head, {**own, **state}, len(by_id) - 1)
-    raise UnreadableLedgerEntry(f"the ledger entry is not of format {LEDGER_FORMAT} or 1")
-
-
-def _release_0_1_0_state(
-    session_id: str,
-    rest: dict[str, Any],
-    head: Mapping[str, Any],
-    by_id: Mapping[str, tuple[str | None, Mapping[str, Any]]],
-) -> dict[str, Any]:
-    """The state of a format-1 entry: its head's keys and the growing lists, appended from
-    the segments its head names (summary_<id>#<generation>.<n>)."""
-    lists: dict[str, list[Any]] = {name: [] for name in (*HISTORY_SECTIONS, "References")}
-    lists["Sources"] = []
-    generation = _number(head, "generation")
-    for seq in range(_number(head, "segments")):
-        segment = by_id.get(f"{summary_row_id(session_id)}#{generation}.{seq}")
-        if segment is None or segment[0] is None:
-            raise UnreadableLedgerEntry(f"segment {generation}.{seq} of the entry is missing")
-        try:
-            for name, items in json.loads(segment[0]).items():
+        for record_id in named:
+            for name, items in json.loads(by_id[record_id][0] or "").items():
                 lists[name].extend(items)
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            why = f"segment {generation}.{seq} of the entry cannot be read ({exc})"
-            raise UnreadableLedgerEntry(why) from None
+        shape = _shape(head)
+        lost = shape is not None and any(_digest(lists[n]) != d for n, (_, d) in shape.items())
+    except (KeyError, ValueError, TypeError, AttributeError):
+        lost = True
+    if lost:
+        lists = {name: [] for name in GROWING}
+        rest = {k: v for k, v in rest.items() if k not in (*COVERAGE_KEYS, "untimedJson")}
     sections = json.loads(rest.get("sectionsJson") or "{}")
     sections.update({title: lists[title] for title in HISTORY_SECTIONS})
-    return {
+    whole = "summaryFormat" in rest
+    own = {} if whole else {k: v for k, v in row.items() if k in READER_ROW_KEYS}
+    keys = {
+        **own,
         **rest,
         "sectionsJson": _dump(sections),
         "referencesJson": json.dumps(lists["References"], ensure_ascii=False),
         "itemSourcesJson": json.dumps(lists["Sources"]),
     }
+    leftovers = len(set(by_id) - {summary_row_id(session_id), *named})
+    return LedgerEntry(head, keys, leftovers, lost, whole)
 
 
-def _number(head: Mapping[str, Any], key: str) -> int:
-    value = head.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def _head_state(document: str | None) -> dict[str, Any]:
+    try:
+        data = json.loads(document or "")
+    except ValueError as exc:
+        raise UnreadableLedgerEntry(f"the ledger entry is not JSON ({exc})") from None
+    if not isinstance(data, dict) or data.pop("ledgerFormat", None) != LEDGER_FORMAT:
+        raise UnreadableLedgerEntry(f"the ledger entry is not of format {LEDGER_FORMAT}")
+    return data

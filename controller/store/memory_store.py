@@ -232,14 +232,16 @@ class MemoryStore(RowWrites, Forgetting):
         row compares with the entry (core/ledger.py: row_agreement): a row another writer
         rewrote gives its text to carry; a missing or stale one is to be written again,
         its text masked again on the way (masked_with unknown), and so is an entry with
-        records beside it (the write deletes them)."""
+        records beside it (the write deletes them), without the row's own keys (release
+        0.1.0's), or whose lists are lost (core/ledger.py: read_entry; the pass reads every
+        memory again)."""
         row = self._get_one("summary", session_id, ["documents", "metadatas"])
         document, row_meta = (row["document"], row["metadata"]) if row else (None, {})
         digest = document_digest(document or "") if row else None
         entry = self.read_ledger(session_id, row_meta)
         if entry is None:  # no ledger entry: the row is all there is (another writer's text)
             return StoredPrior(from_chroma_row(session_id, document, row_meta), digest)
-        head, keys, leftovers = entry
+        head, keys, leftovers, lost, own = entry
         agreement = row_agreement(document, row_meta, head)
         meta = {**keys, "summaryFormat": SUMMARY_FORMAT}
         meta.pop(DIGEST_KEY, None)  # ours: the entry says which row document it goes with
@@ -247,9 +249,10 @@ class MemoryStore(RowWrites, Forgetting):
             meta[DIGEST_KEY] = str(head.get(ROW_DIGEST_KEY))
             meta.update({k: row_meta[k] for k in NEO_WRITER_KEYS if k in row_meta})
         summary = from_chroma_row(session_id, None if agreement == "behind" else document, meta)
-        if agreement == "behind" and isinstance(summary, StructuredSummary):
+        if (agreement == "behind" or lost) and isinstance(summary, StructuredSummary):
             summary = summary.model_copy(update={"masked_with": None})
-        return StoredPrior(summary, digest, agreement == "agrees" and not leftovers)
+        current = agreement == "agrees" and own and not (leftovers or lost)
+        return StoredPrior(summary, digest, current)
 
     def check_embedding(self, dimension: int) -> int | None:
         """Refuses to write vectors the collection's readers cannot use: of another dimension

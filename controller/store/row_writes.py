@@ -13,7 +13,7 @@ would have failed each alone; one the store answers with a refusal is sent again
 row, so a row Chroma refuses fails alone. Between the read that checks a row and its
 upsert there is what there was for a write alone, plus the other rows' checks (no I/O
 unless a fence is ahead of the claim's): Chroma has no conditional write either way.
-Ledger records of release 0.1.0's format (segments) are deleted after the rows are written.
+The ledger records each new head does not name are deleted after the rows are written.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from chromadb.api.models.Collection import Collection
 from chromadb.errors import InvalidArgumentError
 
 from controller.core.fencing import recorded_fence
-from controller.core.ledger import LEDGER_VECTOR, LedgerRecord, RowState, ledger_record
+from controller.core.ledger import LEDGER_VECTOR, LedgerRecord, RowState, plan_write
 from controller.core.naming import summary_row_id
 from controller.core.row_ownership import document_digest
 from controller.core.summary_row import READER_ROW_KEYS, upsert_metadata
@@ -75,12 +75,12 @@ class RowWrite:
 
 @dataclass(frozen=True)
 class _Admitted:
-    """A write its checks admitted: the row's keys as sent, its ledger entry, and the
-    session's ledger records to delete once the entry is written (RowState.leftovers)."""
+    """A write its checks admitted: the row's keys as sent, its ledger records, and the
+    session's ledger records its head does not name, deleted once it is written."""
 
     write: RowWrite
     row: dict[str, Any]
-    entry: LedgerRecord
+    records: tuple[LedgerRecord, ...]
     leftovers: tuple[str, ...]
 
 
@@ -94,7 +94,8 @@ class RowWrites(Collections):
         """Each session's row as a write finds it right before it writes: the fence of the
         claim grant that last wrote it (core/fencing.py: from its ledger entry or, for a row
         of the previous release, the row itself), the digest of its document (None: no row)
-        and the session's other ledger records. Two reads for all."""
+        and its ledger entry's head (what the write appends to) and other records. Two reads
+        for all."""
         ids = [summary_row_id(s) for s in session_ids]
         where = {"sessionId": {"$in": list(session_ids)}}
         records = self._by_id(self._on_ledger, "reading the ledger entries", ["metadatas"], where)
@@ -105,10 +106,11 @@ class RowWrites(Collections):
                 others.setdefault(meta.get("sessionId"), []).append(record_id)
         states = {}
         for sid, row_id in zip(session_ids, ids, strict=True):
-            head, row = records.get(row_id), rows.get(row_id)
-            fence = recorded_fence(head[1] if head else None, row[1] if row else None)
+            found, row = records.get(row_id), rows.get(row_id)
+            head = found[1] if found else None
+            fence = recorded_fence(head, row[1] if row else None)
             digest = document_digest(row[0] or "") if row is not None else None
-            states[sid] = RowState(fence, digest, tuple(others.get(sid, ())))
+            states[sid] = RowState(fence, digest, head, tuple(others.get(sid, ())))
         return states
 
     @staticmethod
@@ -172,8 +174,9 @@ class RowWrites(Collections):
                 state = found[write.session_id]
                 fence = write.admit(state)
                 row = {k: v for k, v in write.metadata.items() if k in READER_ROW_KEYS}
-                entry = ledger_record(write.session_id, write.metadata, fence, state.digest)
-                admitted.append(_Admitted(write, upsert_metadata(row), entry, state.leftovers))
+                plan = plan_write(write.session_id, write.metadata, state.head, fence, state.digest)
+                left = tuple(r for r in state.records if r not in plan.named)
+                admitted.append(_Admitted(write, upsert_metadata(row), plan.records, left))
             except Exception as exc:
                 write.error = exc
         if not admitted:
@@ -197,9 +200,9 @@ class RowWrites(Collections):
                     self._upsert([one])
                 except Exception as alone:
                     one.write.error = alone
-        # Release 0.1.0's segments are garbage once the entry is written whole (never read
-        # again), so they go after the rows, never between a row's check and its write. If
-        # they cannot go, the write fails: its retry finds them (read_prior) and writes again.
+        # Records the new head does not name (earlier generations, a lost race's segment) go
+        # after the rows, never between a row's check and its write. If they cannot go, the
+        # write fails: its retry finds them (read_prior) and writes again.
         done = [one for one in admitted if one.write.error is None and one.leftovers]
         if done:
             ids = [i for one in done for i in one.leftovers]
@@ -210,7 +213,7 @@ class RowWrites(Collections):
                     one.write.error = exc
 
     def _upsert(self, admitted: list[_Admitted]) -> None:
-        records = [one.entry for one in admitted]
+        records = [r for one in admitted for r in one.records]
         self._on_ledger(
             "writing the ledger entries",
             lambda coll: coll.upsert(

@@ -284,7 +284,8 @@ def test_summaryctl_ledger_shows_a_sessions_entry_and_says_when_there_is_none(
     assert as_json.returncode == 0, as_json.stderr
     keys = json.loads(as_json.stdout)["keys"]
     assert keys["memoryCount"] == 5 and fact(sid, 4) in keys["sectionsJson"]
-    assert keys["ledger.rowDigest"] == keys["documentDigest"] and "ledger.segments" not in keys
+    assert keys["ledger.segments"] >= 1 and "ledger.lists" in keys
+    assert keys["ledger.rowDigest"] == keys["documentDigest"]
     missing = harness.summaryctl("ledger", "no-such-session", *where)
     assert missing.returncode == 2
     assert "no summary or ledger entry of session 'no-such-session'" in missing.stderr

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from controller.core.fencing import Fence
-from controller.core.ledger import ROW_DIGEST_KEY
+from controller.core.ledger import ROW_DIGEST_KEY, read_entry
 from controller.core.naming import summary_row_id
 from controller.core.row_ownership import DIGEST_KEY, document_digest
 from controller.core.summary_row import READER_ROW_KEYS
@@ -114,19 +114,17 @@ def everywhere(store: MemoryStore, sid: str) -> str:
 
 
 def assert_agree(store: MemoryStore, sid: str) -> dict[str, Any]:
-    """The row is the one its ledger entry names, key for key, and the entry is one record;
-    returns the entry's keys."""
-    records = ledger_records(store, sid)
-    assert [i for i, _, _ in records] == [summary_row_id(sid)], records
-    _, document, head = records[0]
-    keys = json.loads(document)
+    """The row is the one its ledger entry names, key for key, and the entry is its head
+    and the segments it names, whole; returns the entry's keys."""
     row = the_row(store, sid)
     assert row is not None, "the ledger names a row that is not there"
+    entry = read_entry(sid, ledger_records(store, sid), row[1])
+    assert entry is not None and entry.own and not entry.lost and entry.leftovers == 0, entry
     digest = document_digest(row[0])
-    assert head[ROW_DIGEST_KEY] == digest == row[1][DIGEST_KEY] == keys[DIGEST_KEY]
-    differ = {k for k in READER_ROW_KEYS if row[1].get(k) != keys.get(k)}
-    assert not differ, {k: (row[1].get(k), keys.get(k)) for k in differ}
-    return dict(keys)
+    assert entry.head[ROW_DIGEST_KEY] == digest == row[1][DIGEST_KEY] == entry.keys[DIGEST_KEY]
+    differ = {k for k in READER_ROW_KEYS if row[1].get(k) != entry.keys.get(k)}
+    assert not differ, {k: (row[1].get(k), entry.keys.get(k)) for k in differ}
+    return dict(entry.keys)
 
 
 def rewrite_as_neo(store: MemoryStore, sid: str) -> None:

@@ -1,6 +1,7 @@
-"""The ledger entry (controller/core/ledger.py): one record holds every key of a write and
-reads back whole; the row compares with it; release 0.1.0's entries (a head and segments)
-still read. Pure."""
+"""The ledger entry's records (controller/core/ledger.py): a write appends what the growing
+lists gained; reading the head and its segments gives back every key written; a head whose
+segments are gone reads with its lists lost, never as an error; the row compares with the
+entry. Pure."""
 
 from __future__ import annotations
 
@@ -13,42 +14,147 @@ from hypothesis import strategies as st
 
 from controller.core.ledger import (
     BUILT_ON_KEY,
-    LEDGER_FORMAT,
     ROW_DIGEST_KEY,
+    SEGMENTS_MAX,
     UnreadableLedgerEntry,
-    ledger_record,
+    plan_write,
     read_entry,
     row_agreement,
+    segment_id,
 )
 from controller.core.row_ownership import DIGEST_KEY, document_digest
 from controller.core.summary import HISTORY_SECTIONS
 
 SID = "session-1"
-scalars = st.one_of(
-    st.text(max_size=40),
-    st.integers(min_value=-(2**53), max_value=2**53),
-    st.floats(allow_nan=False, allow_infinity=False),
-    st.booleans(),
+items = st.lists(st.builds(lambda t: {"text": t}, st.text(min_size=1, max_size=8)), max_size=4)
+Store = dict[str, tuple[str, dict[str, Any]]]  # the ledger collection, by id
+
+
+def state(sections: dict[str, list[Any]], refs: list[str], n: int) -> dict[str, Any]:
+    return {
+        "sessionId": SID,
+        "summaryFormat": "structured-v1",
+        "title": f"Title {n}",
+        DIGEST_KEY: f"doc-{n}",
+        "sectionsJson": json.dumps({**sections, "Current State": [{"text": f"now {n}"}]}),
+        "referencesJson": json.dumps(refs),
+        "summarizedAt": n,
+        "coverageJson": json.dumps({"v": 1, "b": [[n, 1, "1", "1"]]}),
+    }
+
+
+def write(stored: Store, keys: dict[str, Any], fence: int) -> Store:
+    """One write as the store makes it: the plan's records, then every other record of
+    the session deleted."""
+    head = stored.get(f"summary_{SID}", (None, None))[1]
+    plan = plan_write(SID, keys, head, {"fence": fence}, f"built-{fence}")
+    stored = {**stored, **{r.record_id: (r.document, r.metadata) for r in plan.records}}
+    return {k: v for k, v in stored.items() if k in plan.named}
+
+
+def read(stored: Store, row: dict[str, Any] | None = None) -> Any:
+    return read_entry(SID, [(k, d, m) for k, (d, m) in stored.items()], row or {})
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.fixed_dictionaries({t: items for t in HISTORY_SECTIONS}),
+            st.lists(st.text(max_size=6), max_size=3),
+            st.booleans(),  # a supersede mark on an earlier item: the lists change, not grow
+        ),
+        min_size=1,
+        max_size=SEGMENTS_MAX + 8,
+    )
 )
-keys = st.dictionaries(st.text(min_size=1, max_size=12), scalars, max_size=12)
-
-
-@settings(max_examples=200, deadline=None)
-@given(keys, st.text(max_size=30), st.one_of(st.none(), st.text(min_size=1, max_size=30)))
-def test_every_key_of_a_write_reads_back_from_its_one_record(
-    written: dict[str, Any], document: str, built_on: str | None
+def test_every_write_reads_back_whole_and_appends_only_what_is_new(
+    passes: list[tuple[dict[str, list[Any]], list[str], bool]],
 ) -> None:
-    written = {**written, DIGEST_KEY: document_digest(document), "sessionId": SID}
-    record = ledger_record(SID, written, {"fence": 7, "fenceAuthority": "a"}, built_on)
-    assert record.record_id == f"summary_{SID}"
-    got = read_entry(SID, [(record.record_id, record.document, record.metadata)], {})
-    assert got is not None and got.leftovers == 0
-    head, back = got.head, got.keys
-    assert back == written
-    assert head["fence"] == 7 and head["ledgerFormat"] == LEDGER_FORMAT
-    assert head[ROW_DIGEST_KEY] == document_digest(document)
-    assert head.get(BUILT_ON_KEY) == built_on
-    assert all(value is not None for value in head.values())  # Chroma refuses None
+    stored: Store = {}
+    sections: dict[str, list[Any]] = {t: [] for t in HISTORY_SECTIONS}
+    refs: list[str] = []
+    for n, (added, new_refs, mark) in enumerate(passes):
+        for title, new in added.items():
+            sections[title] = sections[title] + new
+        if mark and sections[HISTORY_SECTIONS[0]]:
+            first = {**sections[HISTORY_SECTIONS[0]][0], "superseded_by": f"pass {n}"}
+            sections[HISTORY_SECTIONS[0]] = [first, *sections[HISTORY_SECTIONS[0]][1:]]
+        refs = refs + new_refs
+        written = state(sections, refs, n)
+        head = stored.get(f"summary_{SID}", (None, None))[1]
+        plan = plan_write(SID, written, head, {"fence": n + 1}, None)
+        segments = [r for r in plan.records if r.record_id != f"summary_{SID}"]
+        if head is not None and head["generation"] == plan.records[-1].metadata["generation"]:
+            grown = sum(len(json.dumps(v)) for v in added.values()) + len(json.dumps(new_refs))
+            assert sum(len(r.document) for r in segments) <= grown + 200  # only what is new
+        stored = write(stored, written, n + 1)
+        got = read(stored)
+        assert got is not None and not got.lost and got.leftovers == 0
+        assert got.head["fence"] == n + 1 and got.head[ROW_DIGEST_KEY] == f"doc-{n}"
+        assert got.keys["title"] == f"Title {n}" and got.keys["summarizedAt"] == n
+        back_sections = json.loads(got.keys["sectionsJson"])
+        assert {t: back_sections[t] for t in HISTORY_SECTIONS} == sections
+        assert back_sections["Current State"] == [{"text": f"now {n}"}]
+        assert json.loads(got.keys["referencesJson"]) == refs
+        assert got.head["segments"] <= SEGMENTS_MAX
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.fixed_dictionaries({t: items for t in HISTORY_SECTIONS}), min_size=2, max_size=6),
+    st.integers(min_value=0, max_value=5),
+)
+def test_a_late_append_over_a_rewrite_reads_with_its_lists_lost_and_the_next_write_heals(
+    appends: list[dict[str, list[Any]]], late_at: int
+) -> None:
+    """Writer A plans an append from the head as it was; writer B rewrites the lists (a new
+    generation) and deletes the old one; A's head lands last. Its entry reads (lists lost,
+    no coverage: the pass reads every memory), and the next write leaves a whole entry."""
+    stored: Store = {}
+    sections: dict[str, list[Any]] = {t: [{"text": "base"}] for t in HISTORY_SECTIONS}
+    for n, added in enumerate(appends):
+        sections = {t: sections[t] + added[t] for t in HISTORY_SECTIONS}
+        stored = write(stored, state(sections, [], n), n + 1)
+    head_a = stored[f"summary_{SID}"][1]
+    grown = {t: [*sections[t], {"text": f"late {late_at}"}] for t in HISTORY_SECTIONS}
+    plan_a = plan_write(SID, state(grown, [], 90), head_a, {"fence": 1}, None)
+    rewritten = {t: [{"text": "rewritten"}] for t in HISTORY_SECTIONS}
+    stored = write(stored, state(rewritten, [], 91), 2)  # B: a new generation
+    stored.update({r.record_id: (r.document, r.metadata) for r in plan_a.records})  # A lands
+    got = read(stored)
+    assert got.lost and "coverageJson" not in got.keys and got.keys["title"] == "Title 90"
+    assert all(json.loads(got.keys["sectionsJson"])[t] == [] for t in HISTORY_SECTIONS)
+    stored = write(stored, state(rewritten, [], 92), 3)
+    healed = read(stored)
+    assert not healed.lost and healed.leftovers == 0 and healed.keys["title"] == "Title 92"
+
+
+def test_a_missing_or_changed_segment_loses_the_lists_and_a_bad_head_is_unreadable() -> None:
+    stored = write({}, state({HISTORY_SECTIONS[0]: [{"text": "a"}]}, ["r"], 0), 1)
+    segment = segment_id(SID, 1, 0)
+    assert not read(stored).lost
+    assert read({k: v for k, v in stored.items() if k != segment}).lost
+    changed = {**stored, segment: (json.dumps({"References": ["other"]}), {})}
+    assert read(changed).lost
+    stray = {**stored, segment_id(SID, 1, 7): ("{}", {})}
+    assert read(stray).leftovers == 1 and not read(stray).lost
+    for document in ("{not json", "[]", '{"ledgerFormat": 9}', ""):
+        with pytest.raises(UnreadableLedgerEntry):
+            read({f"summary_{SID}": (document, {})})
+    assert read({}) is None
+
+
+def test_a_release_0_1_0_head_takes_the_rows_own_keys_from_the_row() -> None:
+    stored = write({}, state({}, [], 0), 1)
+    document, meta = stored[f"summary_{SID}"]
+    old = {k: v for k, v in json.loads(document).items() if k not in ("title", "summaryFormat")}
+    stored[f"summary_{SID}"] = (json.dumps(old), meta)
+    got = read(stored, {"title": "Row title", "memoryCount": 3, "notAReaderKey": 1})
+    assert got.keys["title"] == "Row title" and got.keys["memoryCount"] == 3
+    assert (
+        "notAReaderKey" not in got.keys and not got.own and read(write({}, state({}, [], 0), 1)).own
+    )
 
 
 documents = st.text(max_size=60)
@@ -74,47 +180,3 @@ def test_the_row_agrees_is_behind_or_is_another_writers(
     else:
         assert got == "foreign"
     assert row_agreement(None, row, head) == "behind"
-
-
-def release_0_1_0_entry(lists: dict[str, list[Any]], segments: int) -> list[tuple[str, str, Any]]:
-    """A format-1 entry as release 0.1.0 wrote it: a head naming `segments` segments of
-    generation 3, the lists (at most 6 items a segment) split among them in order."""
-    head_id = f"summary_{SID}"
-    rest = {"ledgerFormat": 1, "sectionsJson": json.dumps({"Current State": [{"text": "now"}]})}
-    head_meta = {"sessionId": SID, "generation": 3, "segments": segments, "fence": 4}
-    records = [(head_id, json.dumps(rest), head_meta)]
-    for seq in range(segments):
-        part = {name: items[seq * 6 : (seq + 1) * 6] for name, items in lists.items()}
-        records.append((f"{head_id}#3.{seq}", json.dumps(part), {"sessionId": SID}))
-    return records
-
-
-@settings(max_examples=100, deadline=None)
-@given(
-    st.fixed_dictionaries(
-        {name: st.lists(st.text(max_size=5), max_size=24) for name in HISTORY_SECTIONS}
-    ),
-    st.integers(min_value=4, max_value=6),
-)
-def test_a_release_0_1_0_entry_reads_with_the_rows_own_keys(
-    lists: dict[str, list[Any]], segments: int
-) -> None:
-    records = release_0_1_0_entry(lists, segments)
-    row = {"title": "Kept title", "memoryCount": 3, "notAReaderKey": 1}
-    got = read_entry(SID, records, row)
-    assert got is not None and got.leftovers == segments
-    head, back = got.head, got.keys
-    assert head["fence"] == 4 and back["title"] == "Kept title" and back["memoryCount"] == 3
-    assert "notAReaderKey" not in back
-    sections = json.loads(back["sectionsJson"])
-    assert sections["Current State"] == [{"text": "now"}]
-    assert {name: sections[name] for name in HISTORY_SECTIONS} == lists
-    with pytest.raises(UnreadableLedgerEntry, match="missing"):
-        read_entry(SID, records[:-1], row)
-
-
-@pytest.mark.parametrize("document", ["{not json", "[]", '{"ledgerFormat": 9}', "", None])
-def test_an_entry_of_no_known_format_is_unreadable(document: str | None) -> None:
-    with pytest.raises(UnreadableLedgerEntry):
-        read_entry(SID, [(f"summary_{SID}", document, {})], {})
-    assert read_entry(SID, [], {}) is None
