@@ -87,6 +87,7 @@ QUICK_RUNS: QuickRuns = [
     )
 ]
 LOAD_BATCH = 2000
+LOAD_TIMEOUT_S = 300  # a batch of 2,000 rows can take longer than a pass's bound on a busy machine
 DIMENSION = 384  # the local MiniLM's, which the summary collection then holds
 CHILD_TIMEOUT_S = 1800
 
@@ -221,7 +222,7 @@ def session_name(size: int) -> str:
 
 def load_older(url: str, session: str, count: int, origin_ms: int) -> None:
     """The session's older memories, with fixed vectors (the pass never reads them)."""
-    location = StoreLocation(url=url)
+    location = StoreLocation(url=url, timeout_seconds=LOAD_TIMEOUT_S)
     coll = connect(location).get_or_create_collection(location.memory_collection)
     vector = np.full(DIMENSION, 1 / np.sqrt(DIMENSION), dtype=np.float32)
     for first in range(0, count, LOAD_BATCH):
@@ -325,7 +326,7 @@ def figure_line(name: str, results: list[dict[str, Any]]) -> str:
 def fresh_collections(url: str, args: argparse.Namespace) -> None:
     """Back to the older memories alone: the memories a run added are deleted and every
     other collection (summaries, and whatever else the tree made) is dropped."""
-    location = StoreLocation(url=url)
+    location = StoreLocation(url=url, timeout_seconds=LOAD_TIMEOUT_S)
     client = connect(location)
     memories = client.get_collection(location.memory_collection)
     for size in args.sizes:

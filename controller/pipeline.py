@@ -41,7 +41,7 @@ from controller.core.visibility import (
 )
 from controller.redaction import DEFAULT_REDACTION, PassRedaction, Redaction
 from controller.store.forgetting import Forgotten
-from controller.store.memory_store import MemoryStore, SessionRows
+from controller.store.memory_store import MemoryStore, SessionRows, StoredPrior
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE, ExtractiveSummarizer
 from controller.upsert import (
@@ -261,12 +261,16 @@ def summarize_session(
     phase: times the pass's steps (read, summarized, embedded, written: tracing.py).
     """
     mask = PassRedaction(redaction)
-    with phase("read"):
-        stored, row_digest = store.read_prior(session_id)
-    prior = None if rebuild else rekeyed(stored, mask.prior(stored))
+    with phase("read"):  # a rebuild reads no prior: it replaces one that cannot be read too
+        if rebuild:
+            found = StoredPrior(None, store.read_row_state(session_id).digest)
+        else:
+            found = store.read_prior(session_id)
+    stored = found.summary
+    prior = rekeyed(stored, mask.prior(stored))
     # The row as this pass last saw it (read here, then each document it writes): another
     # writer's upsert meanwhile changes it, and then nothing is written over it.
-    seen = RowSeen(row_digest)
+    seen = RowSeen(found.row_digest)
     structured = prior if isinstance(prior, StructuredSummary) else None
     mark = structured.watermark if structured else None
     if structured and mark and not placed(mark.timestamp_ms, int(time.time() * 1000)):
@@ -279,7 +283,8 @@ def summarize_session(
     excluded = functools.partial(is_excluded, excluded_types=excluded_types)
     with phase("read"):
         rows = store.session_rows(session_id, covered, exclude=excluded, mask=mask)
-    if rows.total == 0:
+    gone_all = rows.total == 0  # no memory carries the session's id (untimed ones counted)
+    if gone_all and structured is None:
         return Outcome("not-found", session_id, 0)
     dropped, again = 0, list[Memory]()
     if structured is not None and rows.base is None:  # every row listed: who is gone?
@@ -292,6 +297,11 @@ def summarize_session(
         kept, gone = forget_gone(structured, living, retitle)
         dropped += gone
         prior = structured = kept  # the same object when nothing went: may be up to date
+    if gone_all and structured is not None and structured.is_empty():
+        if guard is not None:  # every item went with its memories: nothing is left to keep
+            guard.admit(store.read_row_state(session_id).fence)
+        store.drop_summary(session_id)
+        return Outcome("not-found", session_id, 0, dropped_items=dropped)
     skipped = len(rows.untimed)
     missing = sum(value is None for value in rows.untimed_values.values())
     last_ms = rows.newest.timestamp_ms if rows.newest else None
@@ -299,6 +309,7 @@ def summarize_session(
     if (
         structured is not None
         and other is None
+        and found.row_current
         and prior is stored
         and rows.selected == 0
         and structured.memory_count == rows.total

@@ -84,6 +84,7 @@ def reconcile_step(
         got = cycle.fold(store.rows_from(cycle.offset, ask), now_ms)
         read += got
         if got < ask:  # the end of the collection: compare
+            cycle.add_summarized(store.ledger_sessions())
             stored = store.summary_states(list(cycle.counts))
             # Where the counts agree, the ids may not (a deletion, then a late arrival).
             agree = [

@@ -141,8 +141,8 @@ def write_row(
             visibility=visibility,
             document=document,
         )
-    # The document is bounded (summary_row.DOCUMENT_MAX_CHARS), so all of it is embedded;
-    # MiniLM reads only its first 256 tokens anyway.
+    # The operator's part of the document is bounded (document.DOCUMENT_MAX_CHARS): it is
+    # embedded whole, a carried text past it not (MiniLM reads only its first 256 tokens).
     with phase("embedded"):
         vector = embed([document[:EMBED_CHARS]])[0]
     store.check_embedding(len(vector))

@@ -1,11 +1,14 @@
 """The document agents read: a structured summary rendered as markdown, bounded. Pure.
 
 Sections in their fixed order, then References verbatim, then a carried earlier text
-fenced whole at the end. At most max_chars characters (DOCUMENT_MAX_CHARS unless the
-SessionSummarizer's spec.document.maxChars says otherwise): when the whole does not fit,
-one choice fills the space (choose_lines): the newest item of each history section, then
-of every section's lines those that add the rarest facts per character; a line at the end
-says how many are not shown and where all are kept (the operator's ledger).
+fenced whole at the end. The operator's own part (title, sections, References) is at most
+max_chars characters (DOCUMENT_MAX_CHARS unless the SessionSummarizer's
+spec.document.maxChars says otherwise): when the whole does not fit, one choice fills the
+space (choose_lines): the newest item of each history section, then of every section's
+lines those that add the rarest facts per character; a line at the end says how many are not
+shown and where all are kept (the operator's ledger). The carried text is another writer's
+(neo's own summary, an earlier system's) and its readers cannot read the ledger, so it is
+never cut: it is bounded by what other writers wrote, each text carried once.
 """
 
 from __future__ import annotations
@@ -56,15 +59,14 @@ def overflow_note(summary: StructuredSummary, memory_collection: str | None = No
     )
 
 
-# The rendered document's bound. neo's agents read the 5 newest documents whole at boot
-# (get_all_summaries({limit: 5})), so a summary must never grow without bound: past this
-# many characters the lines choose_lines leaves out (and the tail of a carried earlier
-# text) are folded into a line that says how many and where they are (the operator's
-# ledger keeps everything; `summaryctl summaries --full` prints it whole). 8,000
-# characters is also what is embedded (upsert.EMBED_CHARS).
+# The bound of the operator's own part of the document. neo's agents read the 5 newest
+# documents whole at boot (get_all_summaries({limit: 5})), so a summary must never grow
+# without bound: past this many characters the lines choose_lines leaves out are folded into
+# a line that says how many and where they are (the operator's ledger keeps everything;
+# `summaryctl summaries --full` prints it whole). 8,000 characters is also what is embedded
+# (upsert.EMBED_CHARS).
 DOCUMENT_MAX_CHARS = 8000
 FOLDED_MARK = "not shown here"
-LEGACY_SHOWN = 2000  # a carried earlier text shows at most this much, and a quarter at most
 CANDIDATES = 200  # per section: more than fit in any document (DOCUMENT_MAX_CHARS)
 
 
@@ -79,22 +81,13 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(re.findall(r"\w+", text.lower()))
 
 
-def _legacy_lines(legacy: str, shown_chars: int) -> list[str]:
-    shown = legacy[:shown_chars]
-    lines = ["", LEGACY_HEADING, ""]
-    if shown:
-        fence = _fence(shown)
-        lines += [fence, shown, fence]
-    if len(shown) < len(legacy):
-        lines.append(
-            f"({len(legacy) - len(shown)} more characters of this text are {FOLDED_MARK}; "
-            "the whole text is in the operator's ledger, key `legacySummary`: summaryctl ledger)"
-        )
-    return lines
+def _legacy_lines(legacy: str) -> list[str]:
+    fence = _fence(legacy)
+    return ["", LEGACY_HEADING, "", *([fence, legacy, fence] if legacy else [])]
 
 
 def _render(summary: StructuredSummary, memory_collection: str | None) -> str:
-    """The whole summary."""
+    """The operator's own part, whole."""
     lines = [f"# {one_line(summary.title)}"]
     for title in SECTION_TITLES:
         items = summary.sections.get(title) or []
@@ -104,8 +97,6 @@ def _render(summary: StructuredSummary, memory_collection: str | None) -> str:
     if summary.references or note:
         lines += ["", REFERENCES_HEADING, *map(_reference_line, summary.references)]
         lines += [note] if note else []
-    if summary.legacy_text is not None:
-        lines += _legacy_lines(summary.legacy_text, len(summary.legacy_text))
     return "\n".join(lines) + "\n"
 
 
@@ -128,25 +119,21 @@ def render_document(
     """The document text: readable by a person and by the next agent. Deterministic.
 
     References come after the sections, each verbatim. A carried legacy text comes last,
-    byte for byte, in a fenced block under LEGACY_HEADING. At most max_chars characters
-    (None: unbounded, as `summaryctl summaries --full` shows it): when the whole does not
-    fit, the lines shown are chosen to fill the space (choose_lines) and a carried text
-    shows its head; a line names the ledger that keeps the rest.
+    whole and byte for byte, in a fenced block under LEGACY_HEADING. The rest is at most
+    max_chars characters (None: unbounded, as `summaryctl summaries --full` shows it): when
+    it does not fit whole, the lines shown are chosen to fill the space (choose_lines) and
+    a line names the ledger that keeps the rest.
     """
+    carried = summary.legacy_text
+    tail = "\n".join(_legacy_lines(carried)) + "\n" if carried is not None else ""
     # The whole can fit only if the history's lines alone do: counted until they do not,
     # so a long history costs what fits, not what it holds.
     if max_chars is None or _history_fits(summary, max_chars):
         document = _render(summary, memory_collection)
         if max_chars is None or len(document) <= max_chars:
-            return document
-    legacy: list[str] = []
-    if summary.legacy_text is not None:
-        keep = min(LEGACY_SHOWN, max_chars // 4)
-        legacy = _legacy_lines(summary.legacy_text, keep)
-        if len("\n".join(legacy)) + 1 > max_chars // 2:  # not even the heading and the note
-            legacy = []
-    tail = "\n".join(legacy) + "\n" if legacy else ""
-    return choose_lines(summary, memory_collection, max_chars - len(tail)) + tail
+            return document + tail
+    assert max_chars is not None
+    return choose_lines(summary, memory_collection, max_chars) + tail
 
 
 def choose_lines(summary: StructuredSummary, memory_collection: str | None, max_chars: int) -> str:

@@ -2,18 +2,20 @@
 Pure.
 
 Every agent reads the metadata of every summary row at boot, so the row carries only the
-document and neo's keys (core/summary_row.py: READER_ROW_KEYS). The rest of a write's state
-(the sections every fact is kept in, the coverage, the references, the watermark, a carried
-legacy text, provenance, who wrote it) is the session's entry in the ledger collection
-(`<summary collection>-ledger`, same store: MemoryStore): a head record with the row's id,
-whose metadata holds the fence of the grant that wrote it and its authority
-(core/fencing.py), the digest of the row's document it goes with and when it was written,
-and segment records holding what the growing lists (history items, references) gained at
-each write, so a write costs what is new (plan_write, read_entry).
+document and neo's keys (core/summary_row.py: READER_ROW_KEYS). Every key of a write lives
+in the session's entry in the ledger collection (`<summary collection>-ledger`, same store):
+a head record with the row's id, whose document holds the keys (the row's own too, so a
+missing or stale row is written again whole from it) but the growing lists, and whose
+metadata holds the fence of the grant that wrote it and its authority (core/fencing.py), the
+digests of the row document it goes with and of the one it was built on, and which segments
+are its own; and segment records holding what the growing lists (history items, references,
+item sources) gained at each write, so a write costs what is new (plan_write).
 
-The ledger is written before the row, segments before the head: a write that stops on the
-way leaves segments no head names (ignored, then replaced) or a ledger ahead of its row (the
-next pass reads the ledger and rewrites the row), never a row whose facts the ledger lacks.
+The head and its new segment are one upsert. A write deletes, after it, every other record
+of the session it read; a head whose segments another write deleted (it planned an append,
+paused, and landed after a write that rewrote the lists) is read with its lists lost
+(read_entry): the pass then reads every memory again, and its write replaces the entry. The
+ledger is written before the row, and every read compares the two (row_agreement).
 """
 
 from __future__ import annotations
@@ -22,77 +24,46 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from controller.core.fencing import Fence
 from controller.core.naming import summary_row_id
+from controller.core.row_ownership import DIGEST_KEY, document_digest
 from controller.core.summary import HISTORY_SECTIONS
-from controller.core.summary_row import READER_ROW_KEYS, MetadataValue
+from controller.core.summary_row import READER_ROW_KEYS
 
 LEDGER_FORMAT = 1
-ROW_DIGEST_KEY = "rowDigest"
+ROW_DIGEST_KEY = "rowDigest"  # the row document this entry goes with
+BUILT_ON_KEY = "builtOnDigest"  # the row document the write read: its text is in the entry
 # Ledger records are found by id; Chroma wants a vector for each, and nobody queries them
 # by meaning: one constant of one dimension.
 LEDGER_VECTOR = (1.0,)
+# The parts of a state that only grow: the history sections' items, the references and the
+# item sources. Each write appends what is new to them as one segment record; a write that
+# changes what was there (a supersede mark, items of deleted memories dropped) or that finds
+# SEGMENTS_MAX segments writes the lists whole as segment 0 of a new generation.
+GROWING = (*HISTORY_SECTIONS, "References", "Sources")
+SEGMENTS_MAX = 64
+# Keys of the coverage: with the lists lost, none of them holds (the pass reads every row).
+COVERAGE_KEYS = ("coverageJson", "watermarkTimestamp", "watermarkMemoryId", "rowsDigest")
+# What the row is, read beside its entry: the one the entry names; behind it (missing, an
+# earlier row of ours, or one whose text the entry already carries); another writer's.
+Agreement = Literal["agrees", "behind", "foreign"]
 
 
 class UnreadableLedgerEntry(ValueError):
-    """A ledger entry that is not a JSON object of this format."""
-
-
-def split_row_and_ledger(
-    meta: Mapping[str, MetadataValue],
-) -> tuple[dict[str, MetadataValue], dict[str, MetadataValue]]:
-    """(the reader's row, the ledger's state) of one write's keys (to_chroma_metadata)."""
-    row = {key: value for key, value in meta.items() if key in READER_ROW_KEYS}
-    state = {key: value for key, value in meta.items() if key not in READER_ROW_KEYS}
-    return row, state
-
-
-def ledger_is_behind(row: Mapping[str, Any], state: Mapping[str, Any] | None) -> bool:
-    """The row carries a whole state of its own (the previous release kept everything in
-    the row) written after the ledger's, or there is no ledger entry: the row's state is
-    the newer one (a row not yet migrated, or one rewritten by the previous release after a
-    rollback)."""
-    if not state:
-        return True
-    if "sectionsJson" not in row:
-        return False
-    return _ms(row.get("summarizedAt")) > _ms(state.get("summarizedAt"))
-
-
-def combined_state(
-    row: Mapping[str, Any] | None, state: Mapping[str, Any] | None
-) -> dict[str, Any]:
-    """The keys a summary is read from: the row's, and the ledger's for everything else.
-    Of two whole states (a previous-release row beside a ledger entry) the newer wins."""
-    row = row or {}
-    if ledger_is_behind(row, state):  # the ledger's masking says nothing of the row's text
-        return {**{k: v for k, v in (state or {}).items() if k != "maskedWith"}, **row}
-    return {**row, **(state or {})}
-
-
-def _ms(value: object) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
-
-
-# The parts of a state that only grow: the history sections' items and the references.
-# Each write appends what is new to them as one segment record; the head record holds the
-# rest (Current State, coverage, watermark, sources, legacy text, provenance) and says which
-# segments are the entry's. A write that changes what was there (a supersede mark) or that
-# finds SEGMENTS_MAX segments writes the lists whole as segment 0 of a new generation.
-GROWING = (*HISTORY_SECTIONS, "References", "Sources")
-SEGMENTS_MAX = 64
+    """A ledger entry whose head is not a JSON object of this format."""
 
 
 @dataclass(frozen=True)
 class RowState:
     """A session's row as a write finds it right before it writes (MemoryStore.
-    read_row_state)."""
+    read_row_states)."""
 
     fence: Fence | None
     digest: str | None  # of the row's document; None: no row
-    ledger_head: dict[str, Any] | None  # the ledger entry's head keys; None: no entry
+    head: dict[str, Any] | None = None  # the ledger entry's head metadata; None: no entry
+    records: tuple[str, ...] = ()  # the ids of the session's other ledger records
 
 
 @dataclass(frozen=True)
@@ -104,12 +75,18 @@ class LedgerRecord:
 
 @dataclass(frozen=True)
 class LedgerWrite:
-    """What one write upserts (segments first, the head last) and which older generations
-    of the entry's segments it leaves behind (deleted after the head is written)."""
+    """What one write upserts (its segment, then the head) and the ids the head names."""
 
     records: tuple[LedgerRecord, ...]
-    generation: int
-    superseded: bool  # segments of earlier generations are garbage once the head is written
+    named: frozenset[str]
+
+
+class LedgerEntry(NamedTuple):
+    head: dict[str, Any]  # the head's metadata (fence, digests, generation)
+    keys: dict[str, Any]  # every key of the write
+    leftovers: int  # records beside those the head names: the next write deletes them
+    lost: bool  # segments the head names are gone: the lists are empty, the coverage none
+    own: bool  # the head holds the row's own keys (release 0.1.0's did not)
 
 
 def _lists(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
@@ -140,15 +117,17 @@ def segment_id(session_id: str, generation: int, seq: int) -> str:
 
 def plan_write(
     session_id: str,
-    state: Mapping[str, Any],
+    keys: Mapping[str, Any],
     head: Mapping[str, Any] | None,
     fence: Mapping[str, Any],
-    row_digest: str | None,
+    built_on: str | None,
 ) -> LedgerWrite:
-    """The records of one write of the entry, given its head's metadata as read right
-    before (None: no entry). Appends a segment holding only what the lists gained when
+    """The records of one write of the entry: `keys`, every key of the write
+    (summary_row.to_chroma_metadata); `head`, the head's metadata as read right before
+    (None: no entry); `fence`, the keys of the claim's grant; `built_on`, the digest of the
+    row document the write read. Appends a segment holding only what the lists gained when
     every list still starts with what the head says it held; else the lists whole."""
-    rest, lists = _lists(state)
+    rest, lists = _lists(keys)
     shape = _shape(head)
     generation, seq = _number(head, "generation"), _number(head, "segments")
     grown = (
@@ -176,16 +155,18 @@ def plan_write(
         "segments": seq,
         "lists": _dump({n: [len(items), _digest(items)] for n, items in lists.items()}),
         **fence,
-        ROW_DIGEST_KEY: row_digest,
-        "summarizedAt": state.get("summarizedAt"),
+        ROW_DIGEST_KEY: keys.get(DIGEST_KEY),
+        BUILT_ON_KEY: built_on,
+        "summarizedAt": keys.get("summarizedAt"),
         # Every row id of the session the write accounted for (coverage.digest_text): the
         # reconciliation's walk compares it with the ids it counts (reconcile_plan.py).
-        "rowsDigest": state.get("rowsDigest"),
+        "rowsDigest": keys.get("rowsDigest"),
     }
     head_meta = {k: v for k, v in head_meta.items() if v is not None}
-    head_record = LedgerRecord(summary_row_id(session_id), ledger_document(rest), head_meta)
-    # Without a head there is no earlier generation to drop (a first write: no request).
-    return LedgerWrite((*segments, head_record), generation, superseded=not grown and bool(head))
+    document = _dump({"ledgerFormat": LEDGER_FORMAT, **rest})
+    head_record = LedgerRecord(summary_row_id(session_id), document, head_meta)
+    named = {segment_id(session_id, generation, n) for n in range(seq)}
+    return LedgerWrite((*segments, head_record), frozenset({head_record.record_id, *named}))
 
 
 def _number(head: Mapping[str, Any] | None, key: str) -> int:
@@ -204,61 +185,70 @@ def _shape(head: Mapping[str, Any] | None) -> dict[str, tuple[int, str]] | None:
     return found
 
 
+def row_agreement(
+    document: str | None, row: Mapping[str, Any], head: Mapping[str, Any]
+) -> Agreement:
+    """What the session's row (its document and metadata; None: no row) is to the entry
+    whose head metadata is `head`. A row of ours is one whose documentDigest is its
+    document's: another writer's upsert replaces the document and leaves our keys."""
+    if document is None:
+        return "behind"
+    digest = document_digest(document)
+    if digest == head.get(ROW_DIGEST_KEY):
+        return "agrees"
+    if digest == head.get(BUILT_ON_KEY) or row.get(DIGEST_KEY) == digest:
+        return "behind"
+    return "foreign"
+
+
 def read_entry(
-    session_id: str, records: Sequence[tuple[str, str | None, Mapping[str, Any]]]
-) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """(the head's metadata, the state) of an entry from its records (the head and its
-    segments, in any order; segments of other generations, or past the head's count, are
-    leftovers of a write that stopped, and ignored); None without a head. Raises
-    UnreadableLedgerEntry when a segment the head names is missing or unreadable."""
+    session_id: str,
+    records: Sequence[tuple[str, str | None, Mapping[str, Any]]],
+    row: Mapping[str, Any],
+) -> LedgerEntry | None:
+    """The entry from the session's records (in any order); None without a head. Raises
+    UnreadableLedgerEntry for a head this version cannot read. A head whose segments are
+    missing or not the lists it recorded is read with its lists lost. A head of release
+    0.1.0 kept the row's own keys only on the row: they are taken from `row`."""
     by_id = {record_id: (doc, meta) for record_id, doc, meta in records}
     found = by_id.get(summary_row_id(session_id))
     if found is None:
         return None
-    document, head = found
-    rest = ledger_state(document) or {}
-    head = dict(head or {})
+    rest, head = _head_state(found[0]), dict(found[1] or {})
+    generation, count = _number(head, "generation"), _number(head, "segments")
+    named = [segment_id(session_id, generation, seq) for seq in range(count)]
     lists: dict[str, list[Any]] = {name: [] for name in GROWING}
-    generation = _number(head, "generation")
-    for seq in range(_number(head, "segments")):
-        segment = by_id.get(segment_id(session_id, generation, seq))
-        if segment is None or segment[0] is None:
-            raise UnreadableLedgerEntry(f"segment {generation}.{seq} of the entry is missing")
-        try:
-            part = json.loads(segment[0])
-            for name, items in part.items():
+    try:
+        for record_id in named:
+            for name, items in json.loads(by_id[record_id][0] or "").items():
                 lists[name].extend(items)
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            why = f"segment {generation}.{seq} cannot be read ({exc})"
-            raise UnreadableLedgerEntry(why) from None
+        shape = _shape(head)
+        lost = shape is not None and any(_digest(lists[n]) != d for n, (_, d) in shape.items())
+    except (KeyError, ValueError, TypeError, AttributeError):
+        lost = True
+    if lost:
+        lists = {name: [] for name in GROWING}
+        rest = {k: v for k, v in rest.items() if k not in (*COVERAGE_KEYS, "untimedJson")}
     sections = json.loads(rest.get("sectionsJson") or "{}")
     sections.update({title: lists[title] for title in HISTORY_SECTIONS})
-    rest["sectionsJson"] = _dump(sections)
-    rest["referencesJson"] = json.dumps(lists["References"], ensure_ascii=False)
-    rest["itemSourcesJson"] = json.dumps(lists["Sources"])
-    return head, rest
+    whole = "summaryFormat" in rest
+    own = {} if whole else {k: v for k, v in row.items() if k in READER_ROW_KEYS}
+    keys = {
+        **own,
+        **rest,
+        "sectionsJson": _dump(sections),
+        "referencesJson": json.dumps(lists["References"], ensure_ascii=False),
+        "itemSourcesJson": json.dumps(lists["Sources"]),
+    }
+    leftovers = len(set(by_id) - {summary_row_id(session_id), *named})
+    return LedgerEntry(head, keys, leftovers, lost, whole)
 
 
-def ledger_document(state: Mapping[str, Any]) -> str:
-    """The entry's document: the state's keys as one compact JSON object."""
-    return json.dumps(
-        {"ledgerFormat": LEDGER_FORMAT, **state},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
-
-
-def ledger_state(document: str | None) -> dict[str, Any] | None:
-    """The state an entry's document holds; None without a document. Raises
-    UnreadableLedgerEntry for a document this version cannot read."""
-    if document is None or not document.strip():
-        return None
+def _head_state(document: str | None) -> dict[str, Any]:
     try:
-        data = json.loads(document)
+        data = json.loads(document or "")
     except ValueError as exc:
         raise UnreadableLedgerEntry(f"the ledger entry is not JSON ({exc})") from None
-    if not isinstance(data, dict) or data.get("ledgerFormat") != LEDGER_FORMAT:
+    if not isinstance(data, dict) or data.pop("ledgerFormat", None) != LEDGER_FORMAT:
         raise UnreadableLedgerEntry(f"the ledger entry is not of format {LEDGER_FORMAT}")
-    data.pop("ledgerFormat")
     return data

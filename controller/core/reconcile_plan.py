@@ -81,6 +81,13 @@ class ReconcileCycle:
         self.offset += n
         return n
 
+    def add_summarized(self, session_ids: Iterable[str]) -> None:
+        """Sessions with a summary (a ledger entry): one the walk found no row of counts 0
+        rows (its memories were all deleted), so its summary is asked again, and goes."""
+        for session_id in session_ids:
+            self.counts.setdefault(session_id, 0)
+            self.newest.setdefault(session_id, 0)
+
 
 def uncovered_rows(
     counts: Mapping[str, int], stored: Mapping[str, StoredSummaryState | None]

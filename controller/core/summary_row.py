@@ -4,14 +4,15 @@
   (controller.core.document) and only the keys neo's readers use, plus three small ones of
   ours (READER_ROW_KEYS). Every agent reads the metadata of every row at boot, so a row is
   about as small as neo's own whatever the session's length.
-- The **ledger entry** (the operator's own collection, same id: controller/store/ledger.py):
-  everything else the writer needs (sections, coverage, references, watermark, legacy text,
-  provenance, who wrote it), as one JSON object only the operator reads.
+- The **ledger entry** (the operator's own collection, same id: controller/core/ledger.py):
+  every key of the write, the row's and everything else the writer needs (sections,
+  coverage, references, watermark, legacy text, provenance, who wrote it), as one JSON
+  object only the operator reads.
 
-Both are one mapping of keys when built and when read (to_chroma_metadata, then
-split_row_and_ledger; combined_state, then from_chroma_row), so a row of the previous
-release, which carried every key itself, reads the same way. Rows we cannot read become the
-prior they truthfully are: legacy text, or UnreadablePriorSummary."""
+Both are one mapping of keys when built and when read (to_chroma_metadata; from_chroma_row),
+so a row of the previous release, which carried every key itself, reads the same way. Rows
+we cannot read become the prior they truthfully are: legacy text, or
+UnreadablePriorSummary."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def sections_json(summary: StructuredSummary) -> str:
 # The keys of the reader's row: neo's (its boot listing, queries and tenancy filters read
 # them) and three small ones of ours: whose format the row is in, the digest of the
 # document we wrote (row_ownership) and where `timestamp` came from when no memory time was
-# known. Everything else a write produces goes to the ledger (split_row_and_ledger).
+# known. The ledger keeps these and everything else a write produces (core/ledger.py).
 READER_ROW_KEYS = frozenset(
     (
         *("sessionId", "timestamp", "memoryCount", "title", "category", "quality"),

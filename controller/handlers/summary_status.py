@@ -296,7 +296,8 @@ def report(
             "NotFound",
             "SessionNotFound",
             "Warning",
-            f"no memory carries sessionId {spec.session_id!r}; nothing was written",
+            f"no memory carries sessionId {spec.session_id!r}; "
+            + ("its summary went with them" if outcome.dropped_items else "nothing was written"),
         ),
         "empty": (
             "Empty",

@@ -263,7 +263,7 @@ class Collections:
         return record if isinstance(record, Mapping) else None
 
     def ledger(self, *, create: bool = False) -> Collection:
-        """The operator's ledger (store/ledger.py), opened once and kept; created, like the
+        """The operator's ledger (core/ledger.py), opened once and kept; created, like the
         summary collection, only by the writer. Its vectors are a constant: nobody queries
         it by meaning."""
         with self._lock:
@@ -353,7 +353,7 @@ def listing(
         got = guard(
             what,
             lambda o=offset, i=include: coll.get(  # type: ignore[misc]
-                where=cast(Where, where), include=cast(Any, i), limit=page, offset=o
+                where=cast(Where, where or None), include=cast(Any, i), limit=page, offset=o
             ),
         )
         docs: list[str | None] = list(got.get("documents") or [])

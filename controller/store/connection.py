@@ -46,7 +46,7 @@ class StoreLocation:
 
     @property
     def ledger_collection(self) -> str:
-        """The operator's ledger beside the summary collection (store/ledger.py)."""
+        """The operator's ledger beside the summary collection (core/ledger.py)."""
         return f"{self.summary_collection}{LEDGER_SUFFIX}"
 
     @property

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from chromadb.api.models.Collection import Collection
@@ -22,9 +23,11 @@ from chromadb.errors import ChromaError
 from controller.core.coverage import PriorCoverage
 from controller.core.embedding_match import embedding_function_problem
 from controller.core.ledger import (
+    ROW_DIGEST_KEY,
+    LedgerEntry,
     UnreadableLedgerEntry,
-    combined_state,
     read_entry,
+    row_agreement,
 )
 from controller.core.memories import (
     Memory,
@@ -32,12 +35,22 @@ from controller.core.memories import (
     memory_sort_key,
 )
 from controller.core.naming import summary_row_id
-from controller.core.row_ownership import document_digest, rewritten_by
-from controller.core.summary import SUMMARY_FORMAT, PriorSummary, UnreadablePriorSummary
+from controller.core.row_ownership import (
+    DIGEST_KEY,
+    NEO_WRITER_KEYS,
+    document_digest,
+    rewritten_by,
+)
+from controller.core.summary import (
+    SUMMARY_FORMAT,
+    PriorSummary,
+    StructuredSummary,
+    UnreadablePriorSummary,
+)
 from controller.core.summary_row import from_chroma_row
 from controller.redaction import PassRedaction
 from controller.store.authorities import Authorities
-from controller.store.collections import batches, collection_config
+from controller.store.collections import batches, collection_config, pages
 from controller.store.errors import (
     CollectionNotFound,
     EmbeddingMismatch,
@@ -47,10 +60,24 @@ from controller.store.errors import (
 )
 from controller.store.forgetting import Forgetting, is_tombstone
 from controller.store.row_writes import RowWrites
+from controller.store.scans import SCAN_PAGE
 from controller.store.session_listing import GET_BATCH, SessionRows, list_session
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class StoredPrior:
+    """A session's stored summary as a pass reads it."""
+
+    summary: PriorSummary | None
+    # The digest of the row's document as read (None: no row): what a writer compares with
+    # right before its upsert (read_row_state).
+    row_digest: str | None
+    # The row is the one the ledger entry names (or there is no entry); else a pass writes
+    # it again, even with nothing new.
+    row_current: bool = True
 
 
 class MemoryStore(RowWrites, Forgetting, Authorities):
@@ -158,23 +185,24 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
     def read_summary(self, session_id: str) -> PriorSummary | None:
         """The session's stored summary; None when there is none yet, including when the
         summary collection does not exist yet (the first write creates it)."""
-        return self.read_prior(session_id)[0]
+        return self.read_prior(session_id).summary
 
     def _get_one(self, role: str, session_id: str, include: list[str]) -> dict[str, Any] | None:
         """The summary row's (role "summary") or its ledger entry's ("ledger") document and
         metadata as included; None when it or its collection does not exist."""
         on = self._on_summaries if role == "summary" else self._on_ledger
         row_id = summary_row_id(session_id)
-        found = self._by_id(on, f"reading the {role} of the session", [row_id], include)
+        found = self._by_id(on, f"reading the {role} of the session", include, [row_id])
         if row_id not in found:
             return None
         document, metadata = found[row_id]
         return {"document": document, "metadata": metadata}
 
-    def read_ledger(self, session_id: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """(the ledger entry's head keys, its state) of the session's row, in one read of
-        its head and segments; None without one; a forgotten session's tombstone as (its
-        keys, {}). Raises UnreadablePriorSummary for an entry this version cannot read."""
+    def read_ledger(self, session_id: str, row: dict[str, Any] | None = None) -> LedgerEntry | None:
+        """The ledger entry of the session's row (`row`: its metadata, read with it), in
+        one read of the session's ledger records; None without one; a forgotten session's
+        tombstone as an entry of its head alone. Raises UnreadablePriorSummary for an entry
+        this version cannot read."""
         try:
             got = self._on_ledger(
                 "reading the session's ledger entry",
@@ -188,52 +216,61 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
             zip(got["ids"], got["documents"] or [], got["metadatas"] or [], strict=False)
         )
         head = next((m for i, _, m in records if i == summary_row_id(session_id)), None)
-        if is_tombstone(head):
-            return dict(head or {}), {}  # forgotten (store/forgetting.py): no state to carry
+        if is_tombstone(head):  # forgotten (store/forgetting.py): no state to carry
+            return LedgerEntry(dict(head or {}), {}, 0, False, False)
         try:
-            return read_entry(session_id, [(i, d, dict(m or {})) for i, d, m in records])
+            return read_entry(session_id, [(i, d, dict(m or {})) for i, d, m in records], row or {})
         except UnreadableLedgerEntry as exc:
             raise UnreadablePriorSummary(
                 f"the ledger entry of session {session_id!r} in "
                 f"{self.location.ledger_collection!r} cannot be read ({exc}); it and the row "
-                "are left in place"
+                "are left in place (spec.action Rebuild writes them anew from the memories)"
             ) from None
 
     def stored_summary(self, session_id: str) -> tuple[str, dict[str, Any]] | None:
         """(the row's document, every key written for it: the row's and its ledger
-        entry's state), as a person or `summaryctl ledger` reads them; None without either."""
+        entry's), as a person or `summaryctl ledger` reads them; None without either."""
         row = self._get_one("summary", session_id, ["documents", "metadatas"])
-        ledger = self.read_ledger(session_id)
-        ledger = None if ledger is None or is_tombstone(ledger[0]) else ledger
+        ledger = self.read_ledger(session_id, row["metadata"] if row else None)
+        ledger = None if ledger is None or is_tombstone(ledger.head) else ledger
         if row is None and ledger is None:
             return None
-        keys = combined_state(row["metadata"] if row else {}, ledger[1] if ledger else None)
+        keys = {**(row["metadata"] if row else {}), **(ledger.keys if ledger else {})}
         if ledger is not None:
-            keys.update({f"ledger.{k}": v for k, v in ledger[0].items()})
+            keys.update({f"ledger.{k}": v for k, v in ledger.head.items()})
         return (row["document"] or "") if row else "", keys
 
-    def read_prior(self, session_id: str) -> tuple[PriorSummary | None, str | None]:
-        """The stored summary (the row and its ledger entry), and the digest of the row's
-        document as read (None: no row): what a writer compares with right before its upsert
-        (read_row_state)."""
+    def read_prior(self, session_id: str) -> StoredPrior:
+        """The stored summary, from the session's ledger entry (else its row), and how the
+        row compares with the entry (core/ledger.py: row_agreement): a row another writer
+        rewrote gives its text to carry; a missing or stale one is to be written again,
+        its text masked again on the way (masked_with unknown), and so is an entry with
+        records beside it (the write deletes them), without the row's own keys (release
+        0.1.0's), or whose lists are lost (core/ledger.py: read_entry; the pass reads every
+        memory again)."""
         row = self._get_one("summary", session_id, ["documents", "metadatas"])
-        ledger = self.read_ledger(session_id)
-        if ledger is not None and is_tombstone(ledger[0]):
-            ledger = None
-            if row is not None and rewritten_by(row["document"], row["metadata"]) is None:
+        document, row_meta = (row["document"], row["metadata"]) if row else (None, {})
+        digest = document_digest(document or "") if row else None
+        entry = self.read_ledger(session_id, row_meta)
+        if entry is not None and is_tombstone(entry.head):
+            entry = None
+            if row is not None and rewritten_by(document, row_meta) is None:
                 # Ours, left by a forget cut short: forgotten too; the next write replaces it.
-                return None, document_digest(row["document"] or "")
-        if row is None and ledger is None:
-            return None, None
-        state = ledger[1] if ledger is not None else None
-        if row is None:
-            # The row was deleted and its ledger entry kept: the facts are the ledger's,
-            # and the next write puts the row back.
-            ours = {"summaryFormat": SUMMARY_FORMAT}
-            return from_chroma_row(session_id, None, combined_state(ours, state)), None
-        document = row["document"]
-        prior = from_chroma_row(session_id, document, combined_state(row["metadata"], state))
-        return prior, document_digest(document or "")
+                return StoredPrior(None, digest)
+        if entry is None:  # no ledger entry: the row is all there is (another writer's text)
+            return StoredPrior(from_chroma_row(session_id, document, row_meta), digest)
+        head, keys, leftovers, lost, own = entry
+        agreement = row_agreement(document, row_meta, head)
+        meta = {**keys, "summaryFormat": SUMMARY_FORMAT}
+        meta.pop(DIGEST_KEY, None)  # ours: the entry says which row document it goes with
+        if agreement == "foreign":  # from_chroma_row carries its text and names its writer
+            meta[DIGEST_KEY] = str(head.get(ROW_DIGEST_KEY))
+            meta.update({k: row_meta[k] for k in NEO_WRITER_KEYS if k in row_meta})
+        summary = from_chroma_row(session_id, None if agreement == "behind" else document, meta)
+        if (agreement == "behind" or lost) and isinstance(summary, StructuredSummary):
+            summary = summary.model_copy(update={"masked_with": None})
+        current = agreement == "agrees" and own and not (leftovers or lost)
+        return StoredPrior(summary, digest, current)
 
     def check_embedding(self, dimension: int) -> int | None:
         """Refuses to write vectors the collection's readers cannot use: of another dimension
@@ -287,18 +324,32 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
             return None
         return len(embeddings[0])
 
+    def ledger_sessions(self) -> Iterator[str]:
+        """The session of every ledger entry but a forgotten one's, page by page; none
+        without a ledger. The reconciliation asks a pass of those with no memory left."""
+        try:
+            coll = self.ledger()
+        except CollectionNotFound:
+            return
+        for _, meta in pages(coll, "listing the ledger", {"ledgerFormat": {"$gte": 1}}, SCAN_PAGE):
+            sid = meta.get("sessionId")
+            if isinstance(sid, str) and not is_tombstone(meta):
+                yield sid
+
     def latest_summaries(self, limit: int) -> list[tuple[str, str, dict[str, Any]]]:
-        """(id, document, metadata) of the newest summaries, as agents read them at boot.
+        """(id, document, metadata) of the newest summaries, as agents read them at boot:
+        every row's metadata page by page, then the documents of the newest alone.
         CollectionNotFound when the summary collection does not exist: a typo'd name must
         not read as "no summaries yet"."""
-        got = self._on_summaries(
-            "listing summaries", lambda coll: coll.get(include=["documents", "metadatas"])
-        )
-        rows = list(zip(got["ids"], got["documents"] or [], got["metadatas"] or [], strict=False))
+        coll = self.summaries()
+        rows = [(i, dict(m)) for i, m in pages(coll, "listing summaries", {}, SCAN_PAGE)]
 
-        def ts(row: tuple[str, Any, Any]) -> float:
-            value = (row[2] or {}).get("timestamp")
+        def ts(row: tuple[str, dict[str, Any]]) -> float:
+            value = row[1].get("timestamp")
             return float(value) if isinstance(value, int | float) else 0.0
 
-        rows.sort(key=ts, reverse=True)
-        return [(i, d or "", dict(m or {})) for i, d, m in rows[:limit]]
+        newest = [i for i, _ in sorted(rows, key=ts, reverse=True)[:limit]]
+        found = self._by_id(
+            self._on_summaries, "reading summaries", ["documents", "metadatas"], newest
+        )
+        return [(i, found[i][0] or "", found[i][1]) for i in newest if i in found]

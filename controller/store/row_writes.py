@@ -14,11 +14,12 @@ row, each read and checked again as if alone, so a row Chroma refuses fails alon
 Between the read that checks a row and its upsert there is what there was for a write
 alone, plus the other rows' checks (no I/O unless a fence is ahead of the claim's or
 another cluster's): Chroma has no conditional write either way.
-Replaced ledger segments are deleted after the rows are written.
+The ledger records each new head does not name are deleted after the rows are written.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -31,22 +32,15 @@ from chromadb.api.models.Collection import Collection
 from chromadb.errors import InvalidArgumentError
 
 from controller.core.fencing import recorded_fence
-from controller.core.ledger import (
-    LEDGER_VECTOR,
-    LedgerWrite,
-    RowState,
-    plan_write,
-    split_row_and_ledger,
-)
+from controller.core.ledger import LEDGER_VECTOR, LedgerRecord, RowState, plan_write
 from controller.core.naming import summary_row_id
-from controller.core.row_ownership import DIGEST_KEY, document_digest
-from controller.core.summary_row import upsert_metadata
+from controller.core.row_ownership import document_digest
+from controller.core.summary_row import READER_ROW_KEYS, upsert_metadata
 from controller.core.waiting import Pause, no_pause
 from controller.store.collections import Collections
 from controller.store.errors import (
     DIMENSION_ERROR,
     CollectionNotFound,
-    StoreUnavailable,
     StoreUnreachable,
     mismatch,
 )
@@ -82,11 +76,13 @@ class RowWrite:
 
 @dataclass(frozen=True)
 class _Admitted:
-    """A write its checks admitted: the row's keys as sent, and its ledger entry's records."""
+    """A write its checks admitted: the row's keys as sent, its ledger records, and the
+    session's ledger records its head does not name, deleted once it is written."""
 
     write: RowWrite
     row: dict[str, Any]
-    plan: LedgerWrite
+    records: tuple[LedgerRecord, ...]
+    leftovers: tuple[str, ...]
 
 
 class RowWrites(Collections):
@@ -99,29 +95,50 @@ class RowWrites(Collections):
         """Each session's row as a write finds it right before it writes: the fence of the
         claim grant that last wrote it (core/fencing.py: from its ledger entry), the digest
         of its document (None: no row) and its ledger entry's head (what the write appends
-        to). Two reads for all."""
+        to) and other records. Two reads for all."""
         ids = [summary_row_id(s) for s in session_ids]
-        heads = self._by_id(self._on_ledger, "reading the ledger entries", ids, ["metadatas"])
-        rows = self._by_id(self._on_summaries, "reading the rows", ids, ["documents", "metadatas"])
+        where = {"sessionId": {"$in": list(session_ids)}}
+        records = self._by_id(self._on_ledger, "reading the ledger entries", ["metadatas"], where)
+        rows = self._by_id(self._on_summaries, "reading the rows", ["documents", "metadatas"], ids)
+        others: dict[object, list[str]] = {}
+        for record_id, (_, meta) in records.items():
+            if record_id not in ids:
+                others.setdefault(meta.get("sessionId"), []).append(record_id)
         states = {}
         for sid, row_id in zip(session_ids, ids, strict=True):
-            head, row = heads.get(row_id), rows.get(row_id)
-            fence = recorded_fence(head[1] if head else None)
+            found, row = records.get(row_id), rows.get(row_id)
+            head = found[1] if found else None
+            fence = recorded_fence(head)
             digest = document_digest(row[0] or "") if row is not None else None
-            states[sid] = RowState(fence, digest, head[1] if head else None)
+            states[sid] = RowState(fence, digest, head, tuple(others.get(sid, ())))
         return states
 
     @staticmethod
     def _by_id(
-        on: Callable[..., Any], what: str, ids: list[str], include: list[str]
+        on: Callable[..., Any], what: str, include: list[str], which: list[str] | dict[str, Any]
     ) -> dict[str, tuple[str | None, dict[str, Any]]]:
+        """(document, metadata) by id of the records `which` names: a list of ids, or a
+        where filter."""
+        ids, where = (which, None) if isinstance(which, list) else (None, which)
         try:
-            got = on(what, lambda coll: coll.get(ids=ids, include=cast(Any, include)))
+            got = on(
+                what, lambda c: c.get(ids=ids, where=cast(Any, where), include=cast(Any, include))
+            )
         except CollectionNotFound:
             return {}
         docs = got.get("documents") or [None] * len(got["ids"])
         metas = got.get("metadatas") or [None] * len(got["ids"])
         return {i: (d, dict(m or {})) for i, d, m in zip(got["ids"], docs, metas, strict=False)}
+
+    def drop_summary(self, session_id: str) -> None:
+        """Deletes the session's row, then its ledger records: an entry left is read and
+        dropped again by the next pass; a row alone would read as another writer's text."""
+        row_id = summary_row_id(session_id)
+        with contextlib.suppress(CollectionNotFound):
+            self._on_summaries("deleting the summary row", lambda c: c.delete(ids=[row_id]))
+        with contextlib.suppress(CollectionNotFound):
+            where = cast(Any, {"sessionId": session_id})
+            self._on_ledger("deleting the ledger entry", lambda c: c.delete(where=where))
 
     def write_rows(self, writes: Sequence[RowWrite]) -> None:
         """Writes these sessions' ledger entries (the writer's state and the fence of its
@@ -140,18 +157,12 @@ class RowWrites(Collections):
         admitted: list[_Admitted] = []
         for write in writes:
             try:  # the write's own checks, then its own records: a failure is its alone
-                fence = write.admit(found[write.session_id])
-                row, state = split_row_and_ledger(write.metadata)
-                digest = row.get(DIGEST_KEY)
-                head = found[write.session_id].ledger_head
-                plan = plan_write(
-                    write.session_id,
-                    state,
-                    head,
-                    fence,
-                    digest if isinstance(digest, str) else None,
-                )
-                admitted.append(_Admitted(write, upsert_metadata(row), plan))
+                state = found[write.session_id]
+                fence = write.admit(state)
+                row = {k: v for k, v in write.metadata.items() if k in READER_ROW_KEYS}
+                plan = plan_write(write.session_id, write.metadata, state.head, fence, state.digest)
+                left = tuple(r for r in state.records if r not in plan.named)
+                admitted.append(_Admitted(write, upsert_metadata(row), plan.records, left))
             except Exception as exc:
                 write.error = exc
         if not admitted:
@@ -171,16 +182,22 @@ class RowWrites(Collections):
                 "a group write of %d rows failed (%s); writing them one by one", len(admitted), exc
             )
             for one in admitted:
-                self.write_rows([one.write])
+                self.write_rows([one.write])  # read and checked again, as if alone
             return
-        # Older generations' segments are garbage once the head is written (never read:
-        # read_entry), so they go after the rows, never between a row's check and its write.
-        for one in admitted:
-            if one.write.error is None and one.plan.superseded:
-                self._drop_generations_below(one.write.session_id, one.plan.generation)
+        # Records the new head does not name (earlier generations, a lost race's segment) go
+        # after the rows, never between a row's check and its write. If they cannot go, the
+        # write fails: its retry finds them (read_prior) and writes again.
+        done = [one for one in admitted if one.write.error is None and one.leftovers]
+        if done:
+            ids = [i for one in done for i in one.leftovers]
+            try:
+                self._on_ledger("deleting old ledger records", lambda c: c.delete(ids=ids))
+            except Exception as exc:
+                for one in done:
+                    one.write.error = exc
 
     def _upsert(self, admitted: list[_Admitted]) -> None:
-        records = [r for one in admitted for r in one.plan.records]
+        records = [r for one in admitted for r in one.records]
         self._on_ledger(
             "writing the ledger entries",
             lambda coll: coll.upsert(
@@ -213,18 +230,6 @@ class RowWrites(Collections):
         # Chroma accepted the vectors, so the collection holds this dimension: later writes
         # need no sample (one fewer round trip per summary once a first write succeeded).
         self._verified_dimension = len(admitted[0].write.embedding)
-
-    def _drop_generations_below(self, session_id: str, generation: int) -> None:
-        """Deletes the entry's segments of earlier generations (replaced whole by the one
-        just written). Best effort: a leftover segment is never read (read_entry)."""
-        where = {"$and": [{"sessionId": session_id}, {"generation": {"$lt": generation}}]}
-        try:
-            self._on_ledger(
-                "dropping replaced ledger segments",
-                lambda coll: coll.delete(where=cast(Any, where)),
-            )
-        except (StoreUnavailable, CollectionNotFound) as exc:
-            log.info("session %s: replaced ledger segments left: %s", session_id, exc)
 
 
 class GroupWriter:

@@ -170,10 +170,10 @@ def test_a_forget_cut_after_its_tombstone_is_not_undone_and_completes_when_retri
     load(store, [memory(sid, i, NOW - 60_000 + i, f"Keep {said} step {i}.") for i in range(3)])
     assert summarize(store, sid).kind == "summarized"
     through = MemoryStore(connect(proxy_location := _via(proxy, store)), proxy_location)
-    proxy.rules.fail, proxy.rules.applied = 1, applied  # the row's delete, the second write
+    proxy.arm(0, "unanswered" if applied else "lost", verb="delete")  # the row's delete
     with pytest.raises(StoreUnavailable):
         forget_session(through, sid, memories=memories)
-    assert proxy.rules.failed and "/delete" in proxy.rules.failed[0]
+    assert [verb for verb, _ in proxy.failed] == ["delete"]
     head = store.ledger().get(ids=[f"summary_{sid}"], include=["metadatas"])["metadatas"]
     assert head and "forgottenAt" in (head[0] or {})
     # The row the forget left (never-sent) is forgotten all the same: the next pass does
@@ -182,6 +182,7 @@ def test_a_forget_cut_after_its_tombstone_is_not_undone_and_completes_when_retri
     assert outcome.summary is None or outcome.summary.legacy_text is None
     assert LEGACY_HEADING not in everything_stored(store, sid)
     # Retried, the forget completes.
+    proxy.arm(None)
     forgotten = forget_session(through, sid, memories=memories)
     assert forgotten.kind == "forgotten"
     assert store.stored_summary(sid) is None and said not in everything_stored(store, sid)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import time
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, given, settings
@@ -22,7 +23,8 @@ from controller.core.summary_row import READER_ROW_KEYS
 from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.pipeline import summarize_session
 from controller.store.memory_store import MemoryStore
-from tests.integration.harness import Harness, interaction, load
+from devenv.processes import tail, wait_for
+from tests.integration.harness import Harness, interaction, load, summarizer_yaml
 from tests.support.previous_release import LEGACY_FENCE_KEY, rewrite_as_previous_release
 
 _EMBED = LocalMiniLMEmbedding()
@@ -131,21 +133,27 @@ def test_a_previous_release_row_is_slimmed_on_the_first_write_and_keeps_every_fa
     assert not lost, f"facts of memories {lost[:5]} lost in the upgrade"
 
 
-def test_a_deleted_row_comes_back_from_its_ledger_entry(harness: Harness) -> None:
+def test_a_deleted_row_comes_back_whole_from_its_ledger_entry(harness: Harness) -> None:
+    """neo's garbage collection deletes summary rows: the next pass writes the row again,
+    with nothing new to summarize, and with what only the row used to show (the title,
+    category, scores, technologies)."""
     sid = f"deleted-row-{next(_RUNS)}"
     store = harness.store(MEMORY, SESSIONS)
     load(store, [interaction(sid, k, BASE + k, fact(sid, k)) for k in range(3)])
     summarize(store, sid)
+    _, before = row(store, sid)
     store.summaries().delete(ids=[f"summary_{sid}"])
-    load(store, [interaction(sid, 3, BASE + 3, fact(sid, 3))])
     outcome = summarize(store, sid)
-    assert outcome.kind == "summarized" and outcome.new_memories == 1  # the rest was covered
-    kept = everything(store, sid)
-    assert all(fact(sid, k) in kept for k in range(4))
-    assert row(store, sid)[1]["memoryCount"] == 4
+    assert outcome.kind == "summarized" and outcome.new_memories == 0  # all was covered
+    document, after = row(store, sid)
+    assert all(fact(sid, k) in document for k in range(3))
+    assert not after["title"].startswith("Session ")
+    assert {k: after.get(k) for k in before if k != "timestamp"} == {
+        k: v for k, v in before.items() if k != "timestamp"
+    }
 
 
-def test_an_unreadable_ledger_entry_stops_the_pass_and_leaves_both_in_place(
+def test_an_unreadable_ledger_entry_stops_the_pass_and_a_rebuild_replaces_it(
     harness: Harness,
 ) -> None:
     from controller.core.summary import UnreadablePriorSummary
@@ -166,6 +174,11 @@ def test_an_unreadable_ledger_entry_stops_the_pass_and_leaves_both_in_place(
     assert row(store, sid) == before
     got = store.ledger().get(ids=[f"summary_{sid}"], include=["documents"])
     assert got["documents"] == ["{not json"]
+    rebuilt = summarize_session(
+        store, sid, embed=embed, writer="ledger-test", trigger="test", rebuild=True
+    )
+    assert rebuilt.kind == "summarized" and rebuilt.rebuilt
+    assert all(fact(sid, k) in everything(store, sid) for k in range(2))
 
 
 def test_summaryctl_ledger_shows_a_sessions_entry_and_says_when_there_is_none(
@@ -190,6 +203,34 @@ def test_summaryctl_ledger_shows_a_sessions_entry_and_says_when_there_is_none(
     keys = json.loads(as_json.stdout)["keys"]
     assert keys["memoryCount"] == 5 and fact(sid, 4) in keys["sectionsJson"]
     assert keys["ledger.segments"] >= 1 and "ledger.lists" in keys
+    assert keys["ledger.rowDigest"] == keys["documentDigest"]
     missing = harness.summaryctl("ledger", "no-such-session", *where)
     assert missing.returncode == 2
     assert "no summary or ledger entry of session 'no-such-session'" in missing.stderr
+
+
+def test_with_every_memory_deleted_the_reconciliation_deletes_the_row_and_its_entry(
+    harness: Harness,
+) -> None:
+    """No sunset: the walk finds a session with a ledger entry and no memory left, and its
+    pass deletes the row and the entry (what the memories said, nothing else left)."""
+    memory, summary = "all-gone-memory", "all-gone-sessions"
+    sweep = "enabled: true, intervalSeconds: 5, idleSeconds: 1, reconcileIntervalSeconds: 60"
+    yaml = summarizer_yaml(
+        "all-gone", harness.chroma.url, memory=memory, summary=summary, sweep=sweep
+    )
+    harness.kubectl("apply", "-f", "-", input=yaml)
+    store = harness.store(memory, summary)
+    sid, now = f"all-gone-{next(_RUNS)}", int(time.time() * 1000) - 60_000
+    rows = [interaction(sid, k, now + k, fact(sid, k)) for k in range(2)]
+    load(store, rows)
+
+    def kept() -> bool:
+        return store.stored_summary(sid) is not None
+
+    wait_for(kept, 60, 0.5, message="the sweep's summary\n" + tail(harness.log))
+    store.memories().delete(ids=[r[0] for r in rows])
+    # The next walk starts at most 60 s after the last one ended, and asks for a pass.
+    wait_for(lambda: not kept(), 120, 1, message="the walk's pass\n" + tail(harness.log))
+    assert store.ledger().get(where={"sessionId": sid})["ids"] == []
+    harness.kubectl("delete", "ssumr", "all-gone", "--wait=false")

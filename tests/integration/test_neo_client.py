@@ -359,6 +359,31 @@ def test_a_row_neo_rewrites_is_carried_not_lost_and_the_object_says_so(
     assert neo_store.summary_row(sid)[0].count("NEO-ONLY FACT") == 1
 
 
+def test_a_long_summary_neo_wrote_stays_whole_for_neos_readers_after_the_takeover(
+    neo_store: NeoStore, neo_model: OpenAIServer
+) -> None:
+    """neo's own summary of a long session (300 facts, about 16.5k characters) taken over
+    by the operator: neo's readers cannot read the ledger, so its text stays whole in the
+    document they read, after the operator's own part (which keeps its bound)."""
+    neo, sid = neo_store.neo, f"long-neo-{uuid.uuid4().hex[:6]}"
+    neo.add_memories([turn(sid, f"Tune the exporter's batch {k}.") for k in range(3)])
+    facts = [f"- Fact {k}: the exporter batch {k} moved to port {7000 + k}." for k in range(300)]
+    text = "\n".join(facts)
+    assert 15_000 < len(text) < 18_000
+    neo_model.script_chat(neo_summary_reply(text))
+    assert neo.summarize(sid)["summaryId"] == summary_row_id(sid)
+    assert neo_store.summary_row(sid)[0] == text
+    apply_summarizer(neo_store, neo_model)
+    neo_store.sunset(sid)
+    document, _ = neo_store.summary_row(sid)
+    assert text in document
+    own = document.split(text)[0]
+    assert len(own) <= 8000 and "Tune the exporter" in own
+    boot = neo.list_summaries(limit=5)["summaries"]
+    shown = next(s["summary"] for s in boot if s["sessionId"] == sid)
+    assert [f for f in facts if f not in shown] == []
+
+
 # -- our rules against neo's own code, for generated inputs -------------------------------------
 
 IDENTITIES = st.sampled_from(

@@ -33,7 +33,22 @@ class DroppingProxy(ThreadingHTTPServer):
         return client.CustomObjectsApi(kube.BoundedApiClient(cfg))
 
 
-class _Forward(BaseHTTPRequestHandler):
+class Relaying(BaseHTTPRequestHandler):
+    """A handler that forwards every request (_forward) and logs nothing."""
+
+    def _forward(self) -> None:
+        raise NotImplementedError
+
+    def do_GET(self) -> None:
+        self._forward()
+
+    do_PUT = do_POST = do_DELETE = do_PATCH = do_GET
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+class _Forward(Relaying):
     server: DroppingProxy
 
     def _forward(self) -> None:
@@ -55,14 +70,9 @@ class _Forward(BaseHTTPRequestHandler):
             return  # applied upstream; the answer is lost
         relay(self, answer)
 
-    do_GET = do_PUT = do_POST = do_DELETE = do_PATCH = _forward
-
-    def log_message(self, *_: object) -> None:
-        pass
-
 
 def relay(handler: BaseHTTPRequestHandler, answer: urllib3.BaseHTTPResponse) -> None:
-    """Sends the upstream's answer on to the proxy's client, whole."""
+    """Sends the upstream's answer (read whole) to the handler's client."""
     handler.send_response(answer.status)
     for key, value in answer.headers.items():
         if key.lower() not in ("transfer-encoding", "connection", "content-length"):

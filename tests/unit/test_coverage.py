@@ -165,6 +165,30 @@ def test_a_walk_leaves_active_sessions_to_the_sweep() -> None:
     assert plan.candidates == [] and plan.still_active == ["busy"]
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 4), max_size=6),
+    st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 4), max_size=6),
+)
+def test_a_walk_asks_again_for_every_summary_whose_memories_are_all_gone(
+    walked: dict[str, int], summarized: dict[str, int]
+) -> None:
+    """Sessions with a ledger entry and no row left count 0 rows: those whose summary
+    counts some are asked again (the pass drops what their memories said); the others
+    are judged as before."""
+    cycle = ReconcileCycle(started_ms=0)
+    cycle.fold([(s, 1_000 + k, f"{s}{k}") for s, n in walked.items() for k in range(n)], 10**9)
+    cycle.add_summarized(summarized)
+    stored = {
+        s: StoredSummaryState(memory_count=n, timestamp_ms=10**6) for s, n in summarized.items()
+    }
+    plan = reconcile(cycle, stored, now_ms=10**9, idle_ms=1_000, max_sessions=10)
+    asked = {c.session_id for c in plan.candidates}
+    for session, count in summarized.items():
+        live = walked.get(session, 0)
+        assert (session in asked) == (count != live), (session, count, live)
+
+
 # -- a pass that reads only what is new ----------------------------------------------------
 
 

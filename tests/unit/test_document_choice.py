@@ -136,29 +136,30 @@ def test_a_current_state_longer_than_the_budget_leaves_room_for_the_references()
     assert re.search(r"\(\d+ more lines not shown here: summaryctl ledger\)\n$", document)
 
 
-@given(budget=st.integers(500, 9000), legacy_chars=st.integers(1, 12000))
-@settings(max_examples=60, deadline=None)
-def test_a_carried_earlier_text_shows_its_head_last_within_the_budget(
-    budget: int, legacy_chars: int
+@given(
+    budget=st.integers(100, 9000),
+    legacy=st.text(min_size=0, max_size=20000).map(lambda t: t.strip() or "x"),
+    items=st.integers(0, 120),
+)
+@settings(max_examples=80, deadline=None)
+def test_a_carried_earlier_text_is_shown_whole_last_and_the_budget_bounds_the_rest(
+    budget: int, legacy: str, items: int
 ) -> None:
-    legacy = ("An earlier summary line about config/app.yaml. " * 300)[:legacy_chars]
-    items = [SummaryItem(text=f"Moved port {8000 + n} to deploy/values.yaml.") for n in range(80)]
+    """Another writer's text (neo's own summary, an earlier system's) is read by readers
+    that cannot read the ledger: it is shown whole, byte for byte, after the operator's
+    own part, which alone keeps the budget."""
+    lines = [
+        SummaryItem(text=f"Moved port {8000 + n} to deploy/values.yaml.") for n in range(items)
+    ]
     summary = StructuredSummary(
-        session_id="s", title="T", sections={"User Requests": items}, legacy_text=legacy
+        session_id="s", title="T", sections={"User Requests": lines}, legacy_text=legacy
     )
     document = render_document(summary, max_chars=budget)
-    assert len(document) <= budget
-    whole = render_document(summary, max_chars=None)
-    if whole == document:
-        return
-    if LEGACY_HEADING in document:  # last, its head verbatim, and the rest named
-        after = document.split(LEGACY_HEADING, 1)[1]
-        assert legacy[: min(len(legacy), 40)] in after
-        assert "## " not in after
-        if legacy not in after:
-            assert "more characters of this text are not shown here" in after
-    else:
-        assert budget < 1000  # only a small budget leaves it out
+    own, heading, carried = document.partition(f"\n{LEGACY_HEADING}\n")
+    assert heading and len(own) <= budget
+    assert legacy in carried and "## " not in carried.replace(legacy, "")
+    alone = summary.model_copy(update={"legacy_text": None})
+    assert own == render_document(alone, max_chars=budget)
 
 
 NAMES = ["Alder", "Birch", "Cedar", "Dogwd", "Elmwd", "Firss", "Gumtr"]  # one length
