@@ -51,6 +51,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     return report
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """A failure is named with its last lines as it happens, not only in the summary at the
+    end: a run cut short (CI's time limit) still shows why each test failed."""
+    if not report.failed:
+        return
+    text = str(report.longrepr or "").strip().splitlines()
+    last = [line for line in text if line.startswith("E ")][-6:] or text[-6:]
+    print(f"\nFAILED {report.nodeid} ({report.when}, {report.duration:.0f} s)")
+    for line in last:
+        print(f"    {line[:300]}")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "integration" in str(item.path):

@@ -170,11 +170,12 @@ def choose_lines(summary: StructuredSummary, memory_collection: str | None, max_
     held_by = Counter(fact for *_, facts in lines_facts for fact in facts)
     shown: set[str] = set()
 
-    def rank(index: int) -> tuple[bool, bool, bool, float, int]:
+    def rank(index: int) -> tuple[bool, bool, bool, int, int]:
         order, n, name, line, facts = lines_facts[index]
         pinned = pinning and name in HISTORY_SECTIONS and n == len(blocks[order][1]) - 1
         gain = sum(1 / held_by[f] for f in facts - shown)
-        return (not pinned, gain == 0, not facts, -gain / max(1, len(line)), -n)
+        # per mille: lines a few characters apart weigh the same, and the newer goes first
+        return (not pinned, gain == 0, not facts, -round(1000 * gain / max(1, len(line))), -n)
 
     queue = [(rank(i), i) for i in range(len(lines_facts))]
     heapq.heapify(queue)

@@ -228,7 +228,8 @@ def read_entry(
         lost = True
     if lost:
         lists = {name: [] for name in GROWING}
-        rest = {k: v for k, v in rest.items() if k not in (*COVERAGE_KEYS, "untimedJson")}
+        # the title too: it may quote a memory deleted since (the next pass derives it anew)
+        rest = {k: v for k, v in rest.items() if k not in (*COVERAGE_KEYS, "untimedJson", "title")}
     sections = json.loads(rest.get("sectionsJson") or "{}")
     sections.update({title: lists[title] for title in HISTORY_SECTIONS})
     whole = "summaryFormat" in rest

@@ -330,8 +330,8 @@ def merge_pass(
         state = list(base.sections["Current State"]) if base else []
     all_sections = {**sections, "Current State": state}
 
-    if base is not None:
-        title = base.title
+    if base is not None and base.title != fallback_title(sid):
+        title = base.title  # a placeholder title is replaced once a pass can derive one
     else:
         legacy_title = prior.title if isinstance(prior, LegacySummary) else None
         requests = sections["User Requests"]
