@@ -26,7 +26,7 @@ from controller.core.reconcile_plan import ReconcileCycle, reconcile
 from controller.core.summary import LEGACY_HEADING
 from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.erasure import forget_session
-from controller.pipeline import Outcome, _prior_coverage, summarize_session
+from controller.pipeline import Outcome, prior_coverage, summarize_session
 from controller.redaction import Redaction
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable
@@ -300,7 +300,7 @@ def test_current_state_follows_the_newest_memory_whatever_the_other_times(
     # With nothing but new rows since, a pass lists only those (not the whole session).
     prior = store.read_summary(sid)
     load(store, [memory(sid, 200, int(time.time() * 1000) - 500, "Last.", "Done last.")])
-    rows_now = store.session_rows(sid, _prior_coverage(prior))  # type: ignore[arg-type]
+    rows_now = store.session_rows(sid, prior_coverage(prior))  # type: ignore[arg-type]
     assert rows_now.base is not None and rows_now.selected == 1
 
 
