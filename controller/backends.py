@@ -1,13 +1,10 @@
 """Turns a SessionSummarizer spec into live parts: the store, the embedder, the summarizer.
 
-Secrets are read here (and only here) so their values never reach a status, an Event or a
-log line, and a value goes only to a URL its Secret allows (core/destinations.py): the
-SessionSummarizer's author chooses the URLs, the Secret's owner where the value may go.
-Every URL is checked against the operator's allowed endpoints before anything is sent, and
-the model and embedding endpoints against the store credential owner's list before any
-memory is read (check_memory_destinations).
-The parts built from them are kept per SessionSummarizer by the operator's runtime
-(controller/summarizer_parts.py), so a summary costs no reconnects.
+Secrets are read here only, so their values never reach a status, an Event or a log line,
+and a value goes only to a URL its Secret allows (core/destinations.py). Every URL is
+checked against the operator's allowed endpoints before anything is sent, and the model
+and embedding endpoints against the store credential's list before any memory is read
+(check_memory_destinations). summarizer_parts.py keeps the parts per SessionSummarizer.
 """
 
 from __future__ import annotations

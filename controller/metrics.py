@@ -1,12 +1,7 @@
-"""Prometheus metrics of the operator, served on SSO_METRICS_PORT (the chart sets 9090).
-
-Every replica serves its own figures: counters and histograms count what *this* process
-did, and `session_summary_active_replica` is 1 only on the replica that peering made
-active, so `sum(session_summary_active_replica)` over the pods is 1 in a healthy install
-(0: nobody writes; 2: split brain). docs/operations.md lists the metrics and alerts.
-
-Handlers call the small helpers below rather than touching the collectors, so names and
-label values stay in one place.
+"""Prometheus metrics of the operator, served on SSO_METRICS_PORT (docs/operations.md lists
+them and the alerts). Each replica serves its own figures; `session_summary_active_replica`
+is 1 only on the active one, so its sum over the pods is 1 in a healthy install. Handlers
+call the helpers below, so names and label values stay in one place.
 """
 
 from __future__ import annotations

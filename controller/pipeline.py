@@ -1,13 +1,9 @@
 """Where a summary is written: one session, prior summary + new memories -> the store.
 
-A pass reads the prior summary and only the memories after its watermark. A large backlog
-is a sequence of such passes over chunks bounded by the summarizer's input token budget
-(controller.core.chunking), each pass building on the previous result. Every pass must validate
-(superset of the prior, no error text) before anything is embedded and upserted, so a
-failed pass never replaces a good summary. A long backlog is checkpointed: every
-CHECKPOINT_PASSES passes the summary so far (with the watermark of what it covers) is
-written, so a failure late in a huge session keeps the progress made before it.
-Blocking I/O: handlers call it in a worker thread.
+A backlog is a sequence of passes over chunks bounded by the summarizer's input budget
+(core/chunking.py), each building on the previous one and validated before anything is
+written, so a failed pass never replaces a good summary; every CHECKPOINT_PASSES passes the
+summary so far is written. Blocking I/O: handlers call it in a worker thread.
 """
 
 from __future__ import annotations
@@ -239,26 +235,14 @@ def summarize_session(
 ) -> Outcome:
     """Brings the session's stored summary up to date with its memories.
 
-    The pass reads the memories after the prior's watermark and, at or before it, those in
-    the ranges where the session's rows are not the ones the prior covers (memories that
-    landed late, whatever their timestamp: controller.core.coverage). Chunks hold at most
-    chunk_size memories and chunk_tokens estimated tokens (default: the summarizer's
-    memory_budget_tokens). guard (the session's claim) is checked between passes and right
-    before every upsert, with the fencing number the row carries then; if it raises,
-    nothing more is written. visibility: how the row is tagged for neo's readers
-    (core/visibility.py). stop: asked between chunk passes; once it says True (the
-    operator is stopping), the summary so far is written as a checkpoint and
-    PassInterrupted raised. group: writes each row with the other passes' rows waiting to
-    write to the collection (the operator's scheduler); watch: sees each step of each
-    write (upsert.WriteEvent).
-
-    A row another writer rewrote since our last write is written again even with nothing
-    new to summarize: its text is then carried in ours, and the row is ours once more.
-    redaction: the secrets masked in every memory read and in the prior summary (one an
-    earlier release stored unmasked is written again, masked, even with nothing new).
-    rebuild: the prior is set aside (not carried, not checked against): the summary is made
-    from the living memories alone and replaces the stored one (spec.action Rebuild).
-    phase: times the pass's steps (read, summarized, embedded, written: tracing.py).
+    Reads the memories after the prior's watermark and, at or before it, the ranges the
+    prior's coverage does not match (core/coverage.py), in chunks of at most chunk_size
+    memories and chunk_tokens tokens. guard (the session's claim) is checked between
+    passes and right before every upsert. stop: asked between chunks; when True the summary
+    so far is written and PassInterrupted raised. group: writes the row with other passes'
+    rows; watch: sees each write's steps. A row another writer rewrote, or one masked under
+    other rules, is written again even with nothing new. rebuild: the prior is set aside
+    (spec.action Rebuild). phase: times the steps (tracing.py).
     """
     mask = PassRedaction(redaction)
     with phase("read"):  # a rebuild reads no prior: it replaces one that cannot be read too

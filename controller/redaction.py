@@ -1,14 +1,12 @@
-"""Credentials out of everything a summary is made of, before it is made. Pure, but
-outside core/: its rules come from detect-secrets, a library core/ does not import.
+"""Credentials out of everything a summary is made of, before it is made (docs/privacy.md).
+Outside core/: its rules come from detect-secrets.
 
-A summary is read by every agent of the fleet, and with a model backend its input goes to
-the model endpoint; so secrets are masked where memories are read (store/session_listing.py)
-and in the prior summary a pass carries, never later. The rules: detect-secrets' regex
-plugins (cloud keys, tokens, private keys, passwords in URLs, JWTs, ...), keyword
-assignments (quoted values always, unquoted ones when random) and quoted base64 strings of
-high entropy (not its hex rule: a bare hex string is a commit or a digest); CONTEXT_RULES, a
-credential by where it stands; a SessionSummarizer's own patterns, run by RE2 in linear time.
-A secret becomes `[redacted: <kind>]`: what is around it (a URL's host, a name) stays.
+Secrets are masked where memories are read (store/session_listing.py) and in the prior a
+pass carries, never later. The rules: detect-secrets' regex plugins, keyword assignments
+(quoted values always, unquoted ones when random), quoted high-entropy base64 (not hex: a
+bare hex string is a commit or a digest); CONTEXT_RULES, a credential by where it stands; a
+SessionSummarizer's own patterns, run by RE2 in linear time. A secret becomes
+`[redacted: <kind>]`; what is around it stays.
 """
 
 from __future__ import annotations

@@ -1,34 +1,19 @@
-"""Everything the operator process holds while it runs, in one place: made by
-`Runtime.start` when the operator starts (controller.operator.run), handed to every
-handler in kopf's memo (memo.runtime), and closed by `Runtime.close` when it stops. No
-module of the product keeps state of its own (tests/unit/test_layout.py fails if one does).
+"""Everything the operator process holds while it runs: made by `Runtime.start`
+(controller.operator.run), handed to every handler in kopf's memo, closed by
+`Runtime.close`. No product module keeps state of its own (tests/unit/test_layout.py).
 
-What it holds, and who makes and closes each part:
-
-- scheduler (controller/scheduling.py): the worker pools, the CPU cores for the local
-  embedding and the store write queues, earliest deadline first. Made by start; stopped by
-  stop_passes (queued passes dropped, running ones given SSO_SHUTDOWN_SECONDS).
-- parts (controller/summarizer_parts.py): per SessionSummarizer, its Chroma client,
-  embedder and model summarizer, and the Secret values they were built with. Built on
-  first use; a SessionSummarizer's closed on its spec change and its deletion
-  (handlers/session_summarizer.py), all of them by close.
-- weights: the local MiniLM's weights, shared by every local embedder. Loaded on first
-  use; dropped by close.
-- upkeep (controller/upkeep_state.py): per SessionSummarizer, what the marker scan acted
-  on, the reconciliation's walk, when its probes last ran. Dropped on its deletion.
-- events (controller/kube/events.py): the EventRecorder every Event goes through. Started
-  by start; close posts what is queued.
-- metrics_server: /metrics (SSO_METRICS_PORT). Started by the startup handler, stopped
-  by close.
-- tasks: the process's own asyncio tasks (heap trim, claim collector, peering reporter).
-  Made by the startup handler, cancelled by the cleanup handler (controller/operator.py).
-- tracer (controller/tracing.py): ends every pass's trace (the phase histograms; spans when
-  an OTLP endpoint is configured). Made by start from the environment; close sends what is
-  batched.
-- watch_writes: who else sees every store write (upsert.WriteEvent): nobody in the
-  product; devenv.operator gives the chaos tests' journal to start.
-- stopping, leader, summarizers_changed: the stop flag, the active replica as last seen,
-  and a nudge for the peering reporter.
+- scheduler (scheduling.py): worker pools, embedding cores, store write queues.
+- parts (summarizer_parts.py): per SessionSummarizer, its clients and the Secret values
+  they were built with; closed on its spec change or deletion, all of them by close.
+- weights: the local MiniLM's weights, shared, loaded on first use.
+- upkeep (upkeep_state.py): per SessionSummarizer, the marker scan's, the walk's and the
+  probes' memory.
+- events (kube/events.py), metrics_server, tracer (tracing.py): started here, flushed by
+  close.
+- tasks: heap trim, claim collector, peering reporter (operator.py starts and cancels).
+- watch_writes: who else sees every store write (the chaos tests' journal).
+- stopping, leader, summarizers_changed: the stop flag, the active replica, a nudge for
+  the peering reporter.
 """
 
 from __future__ import annotations

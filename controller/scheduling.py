@@ -1,23 +1,13 @@
-"""The order a summarization pass gets what it needs of this process: a worker thread, a
-CPU core for the local embedding, a place in a group write to its summary collection.
+"""The order a pass gets what it needs of this process: a worker thread, a CPU core for the
+local embedding, a place in a group write (store/row_writes.py).
 
-One scheduler (PassScheduler, made by the operator's runtime and closed with it) serves
-all three, and each is ordered the same way (DeadlineQueue, and the group writes of
-store/row_writes.py): a free slot goes to the waiter with the earliest *deadline*, where a
-pass's deadline is the moment it was queued plus the slack of its class (Slack):
-
-- a first summary (sunset, manual or marker, of an object that has never written one): 0 s;
-- a re-summary (the same triggers, for an object that has written one): 10 s;
-- the background (the sweep's and the refreshes' passes): 30 s.
-
-So a session that just ended goes ahead of a queue of re-summaries and of the sweep's
-backlog, and the order is still fair: a job is passed only by jobs whose deadline is
-earlier than its own, and every job queued after that deadline has a later one, so a job
-can be passed only by jobs of an earlier class that arrive within its slack after it;
-none is starved (docs/operations.md, "Scheduling"). At the core queue and the group writes a
-pass's deadline counts from the moment it got its worker (plus its slack): the time it
-waited for a worker does not make a backlog's pass outrank, there, a session that just
-ended; it is passed only by passes that got a worker within its slack after it.
+One PassScheduler (made by the runtime) orders all three the same way (DeadlineQueue): a
+free slot goes to the earliest *deadline*, the moment a pass was queued plus its class's
+slack (Slack): a first summary 0 s, a re-summary 10 s, the background (sweep, refreshes)
+30 s. A session that just ended goes ahead of re-summaries and the sweep's backlog, and a
+job is passed only by jobs of an earlier class arriving within its slack, so none starves
+(docs/operations.md, "Scheduling"). At the core queue and the group writes the deadline
+counts from when the pass got its worker.
 """
 
 from __future__ import annotations
@@ -174,17 +164,11 @@ class SchedulerLimits:
 
 
 class PassScheduler:
-    """Schedules a pass's use of the process, earliest deadline first at every step:
-
-    - a worker thread: two pools, so the background's backlog (the sweep's stale sessions,
-      the refreshes of active ones) never queues in front of a session that just ended;
-    - a CPU core for the local embedding (core()): CPU-bound work past the cores only slows
-      every holder down;
-    - a place in a group write to its summary collection (store_write()): Chroma applies
-      writes one after the other at about the same cost for one row as for sixteen, so the
-      rows waiting are written together, the earliest deadlines first, a group or two at a
-      time. One group writer per collection: a slow or hung store never holds up the
-      writes to another.
+    """Schedules a pass's use of the process, earliest deadline first at every step: a worker
+    thread (two pools, so the background's backlog never queues in front of a session that just
+    ended), a CPU core for the local embedding (core()), and a place in a group write to its
+    summary collection (store_write(); one group writer per collection, so a hung store holds
+    up no other).
     """
 
     def __init__(self, limits: SchedulerLimits) -> None:
@@ -245,16 +229,12 @@ class PassScheduler:
         return run
 
     def give_way(self, *, within_step: bool = False) -> float:
-        """Called by a pass before each of its steps (its claim, reading, summarizing,
-        embedding, writing), and within a step by the local embedding after each layer and
-        by the leader of a group of rows none of which is due (within_step): a pass that is
-        not a first summary waits while one runs, at most give_way_s a step in all, so the
-        session that just ended has the cores and the store to itself and a burst of them
-        holds the rest back by a bounded time. It waits for give_way_gap_s after the last
-        one ended too: in a burst of sunsets one after the other, every step paused would
-        otherwise go on at once in the gap between two, and run on into the next one. The
-        queues above order who goes next; this keeps work already under way from going on
-        beside a first summary. Returns the seconds waited."""
+        """Called by a pass before each of its steps (and within the local embedding after each
+        layer, and by a group's leader with no row due): a pass that is not a first summary waits
+        while one runs, and for give_way_gap_s after the last one ended, at most give_way_s a step
+        in all, so a session that just ended has the cores and the store to itself. Returns the
+        seconds waited.
+        """
         mine = self._running
         if not within_step:
             mine.give_way_left = self.limits.give_way_s

@@ -1,14 +1,9 @@
-"""The live parts the operator has built for each SessionSummarizer: its store's Chroma
-client, its embedder, its model summarizer (with its HTTP client and its concurrency
-limit), and through them the Secret values they were built with.
+"""The live parts built for each SessionSummarizer (namespace/name): its Chroma client, its
+embedder, its model summarizer, and the Secret values they were built with.
 
-One set per SessionSummarizer (namespace/name), held by the operator's runtime. A part is
-built on first use and reused by every pass; it is replaced, and the old one closed, when
-what it is built from changes: the spec (a new generation: `spec_changed`), a Secret's
-value (read again at every use, so a rotated key takes effect at the next pass), or the
-store after it was unreachable (the next use reconnects). `forget` closes them all when
-the SessionSummarizer is deleted. A part in use by a running pass is closed when that
-pass is done with it, never under it.
+Built on first use and reused; replaced (the old one closed once no running pass uses it)
+when the spec, a Secret's value (read at every use: a rotated key takes effect at the next
+pass) or the store's reachability changes. `forget` closes them all on deletion.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""The periodic safety-net sweep's I/O: scan new memories, ask controller.core.sweep_plan what is
-stale, and create or patch SessionSummary objects for it (trigger `sweep`); measure the
-active sessions that grew since their summary and ask controller.core.refresh_plan which
-to refresh (trigger `refresh`). And the marker
-scan: sunset marker memories newer than the sweep's watermark, acted on every timer tick
-(trigger `sunset-marker`).
-
-Idempotent when two replicas overlap: objects are created if absent (a lost create race is
-a patch), and an existing object is patched only when its last pass is done, so a sweep
-never re-triggers work already in flight.
+"""The periodic sweep's I/O: scan new memories, ask core/sweep_plan.py what is stale and
+core/refresh_plan.py which active sessions to refresh, and create or patch their
+SessionSummary objects (triggers `sweep`, `refresh`); and the marker scan, every tick
+(`sunset-marker`). Idempotent when replicas overlap: objects are created if absent, and
+patched only when their last pass is done.
 """
 
 from __future__ import annotations

@@ -1,31 +1,8 @@
-"""Where a pass's time goes: its phases, each observed in a histogram of the metrics
-(session_summary_pass_phase_seconds{phase}) and, when an OTLP endpoint is configured, sent
-as OpenTelemetry spans (one span per pass, a child per phase).
-
-The phases of a pass, in order (docs/operations.md, "Tracing"):
-
-- delivered: from spec.requestedAt (the sunset's own clock) to the handler's start; kopf's
-  watch and its per-object queue. Only on a pass's first attempt (a retry's wait is its
-  backoff, not a delivery), and only for a requestedAt within 10 minutes of the start (one
-  written by hand may say anything).
-- queued: the handler's start to a worker thread (scheduling.PassScheduler), and a later
-  pass's waits between its steps while a first summary runs (PassScheduler.give_way).
-- claimed: taking the session's claim and saying Summarizing.
-- read: the prior summary and the session's rows.
-- summarized: the summarizer's passes over the chunks, and the row's document rendered.
-- embedded: the document's vector; with the local model, also the waits for a core,
-  which a later pass gives up between layers to a first summary (PassScheduler.core).
-- written: the wait for its group write, the fence's read and the upserts.
-- status: the outcome reported (status, Events).
-
-A phase entered inside another is not counted in the outer one too: every phase's figure
-is its own time (the pipeline's phases follow one another; the rule keeps it so if they
-ever nest).
-
-Spans are exported only with OTEL_EXPORTER_OTLP_ENDPOINT or
-OTEL_EXPORTER_OTLP_TRACES_ENDPOINT set (the OpenTelemetry SDK's own variables, OTLP over
-HTTP with protobuf; OTEL_SERVICE_NAME names the service, session-summary-operator by
-default). Without them nothing but the histograms is kept.
+"""Where a pass's time goes: each phase observed in session_summary_pass_phase_seconds{phase}
+and, with OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT set, sent as OpenTelemetry spans (a span per
+pass, a child per phase). The phases are described in docs/operations.md ("Tracing"):
+delivered, queued, claimed, read, summarized, embedded, written, status. A phase entered
+inside another is not counted in the outer one too.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """Where summaryctl's store commands get their settings: the SessionSummarizer the operator
-uses (from the cluster, --summarizer NAME -n NS, or from its manifest, --summarizer-file),
-so `summaryctl summarize` writes exactly what the operator would: the same store and
-collections, the same embedding model (neo's 4096-d endpoint, say), the same summarizer and
-the same reader tags. Flags given on the command line override the summarizer's store.
-
-Without a summarizer: the flags, else neo's default collections, the local all-MiniLM-L6-v2
-embedding and the extractive summarizer.
-
-Secrets a summarizer names are read from the environment first (CHROMA_TOKEN,
-EMBEDDING_API_KEY, MODEL_API_KEY), else from the cluster with your credentials.
+uses (--summarizer NAME -n NS, or --summarizer-file), so `summaryctl summarize` writes what
+the operator would (store, collections, embedding model, summarizer, reader tags); flags
+override its store. Without one: the flags, else neo's default collections, the local
+all-MiniLM-L6-v2 and the extractive summarizer. Secrets come from the environment
+(CHROMA_TOKEN, EMBEDDING_API_KEY, MODEL_API_KEY), else from the cluster.
 """
 
 from __future__ import annotations

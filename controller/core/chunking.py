@@ -1,13 +1,8 @@
 """Which memories go into the next pass, and how much of each. Pure.
 
-A pass must fit the model's input budget, so chunks are bounded by an estimated token
-count (and a memory count), not a fixed number of memories. Tokens are estimated as
-UTF-8 bytes / 4: about right for English text and code, and conservative for text in
-other scripts (where a character is 2-4 bytes and rarely more than one token). No
-tokenizer of the configured model is needed, so the estimate works with any endpoint.
-
-A single memory larger than the budget is cut (UTF-8-safe, never inside a code point,
-with a visible marker) rather than skipped, so the pass still sees its beginning.
+Chunks are bounded by estimated tokens (UTF-8 bytes / 4: right for English and code,
+conservative elsewhere; no tokenizer needed) and a memory count. A memory larger than the
+budget is cut (UTF-8-safe, with a visible marker), never skipped.
 """
 
 from __future__ import annotations

@@ -1,28 +1,18 @@
 """Where the claim is decided: may this writer write this session's summary row now? Pure.
 
-kopf peering is advisory (a paused replica can still tick for a moment; equal priorities
-freeze everyone; takeover waits for lastseen + lifetime), so every store write is guarded
-by a claim per *summary row*, not per object: two SessionSummary objects (a hand-named
-one beside the derived name, two namespaces' summarizers on one Chroma, two summarizers
-reading different memory collections into one summary collection) that write one row
-share one claim, because the claim's name is derived from the row's identity (tenant,
-database and summary collection: StoreLocation.row_scope; and the session id).
+kopf peering is advisory, so every store write is guarded by a claim per *summary row*:
+objects that write one row (two names, two namespaces, two summarizers over one summary
+collection) share one claim, named from the row's identity (StoreLocation.row_scope and
+the session id). A writer is a replica serving one object. The claim is a cluster-scoped
+SessionClaim with client-go's Lease semantics, never comparing two hosts' wall clocks:
 
-A writer is a replica serving one object: the same replica serving two objects of one
-session is two writers. The claim is a cluster-scoped SessionClaim object with the
-semantics of client-go's leader-election Lease, never comparing two hosts' wall clocks:
+- the holder renews it through the pass and writes only while less than duration - margin
+  has passed on its own monotonic clock since it *sent* its last renewal (holder_may_write);
+- a contender takes it over only once the duration has passed on *its own* clock since it
+  last saw the object change (Sighting); a claim first seen gets a whole duration (decide).
 
-- the holder renews it every renew period for the whole pass (a write to the object, so its
-  resourceVersion changes), and writes only while less than duration - margin has passed,
-  on its own monotonic clock, since it *sent* its last successful renewal (holder_may_write);
-- a contender treats it as abandoned only once the duration has passed on *its own* clock
-  since it last saw the object change (Sighting: client-go's observedRecord/observedTime);
-  a claim seen for the first time is given a whole duration, however old it is (decide).
-
-The one assumption left is client-go's: the clocks' *rates* agree within margin/(2*duration
-- margin) (the proof is in docs/architecture.md, "Exactly one writer"); their readings may
-differ by anything. Each grant also carries a fencing number (core/fencing.py) that the rows
-record.
+Clock rates must agree within margin/(2*duration - margin) (docs/architecture.md,
+"Exactly one writer"). Each grant carries a fencing number (core/fencing.py).
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """Which memories a summary covers, precisely enough that a pass finds every memory it has
 not read, whatever its timestamp and whenever it landed. Pure.
 
-A watermark (the newest memory covered) finds memories newer than it; a memory that lands
-later with an older timestamp (a skewed host, a retried writer, an import, a second agent
-of the session) falls behind it. So a summary row also records its *coverage*: the rows it
-covers, partitioned into at most MAX_BUCKETS time buckets of about equal row counts, each
-bucket with its row count and two sums over its rows' id hashes (mod a prime p: the hashes
-and their squares). A pass lists the session's (timestamp, id) keys anyway: it partitions
-the rows at or before the watermark by the stored bucket boundaries, and re-reads only the
-buckets whose count or sums differ (dirty_buckets); everything newer than the watermark is
-read as always. The merge de-duplicates what a re-read repeats.
-
-Bounded: the encoding holds at most MAX_BUCKETS buckets whatever the session's size (about
-60 characters each). Exact where it matters: when the rows of a bucket are the stored ones
-plus one or two more, the sums name those rows (missing_rows: their hash is the
-difference of the sums, or the roots of the quadratic the two sums define), so
-`summaryctl verify` lists them by id; past two, it names the bucket and how many.
+Beside the watermark, a summary records its *coverage*: its rows in at most MAX_BUCKETS
+time buckets of about equal counts, each with its row count and two sums of its rows' id
+hashes (mod a prime: the hashes and their squares). A pass partitions the session's keys
+at or before the watermark by the stored boundaries and re-reads only the buckets whose
+count or sums differ (dirty_buckets). When a bucket holds one or two rows more than
+stored, the sums name them (missing_rows), so `summaryctl verify` lists them by id.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """Where a credential may be sent. Pure.
 
-Whoever may edit a SessionSummarizer chooses its URLs, but not every Secret it names is
-theirs: a Secret's value goes only to URLs its owner listed in the Secret's
-`memorycore.io/allowed-urls` annotation (URL prefixes). A cluster may also limit every
-store and model URL to an operator-wide list (SSO_ALLOWED_ENDPOINTS). What a store credential
-unlocks follows its owner too: the memories read with it go only to the model and embedding
-endpoints its Secret's `memorycore.io/allowed-model-urls` annotation lists, or, without that
-annotation or without a credential, those the install lists (SSO_ALLOWED_MODEL_URLS). All use
-one rule, `within`: same scheme, host and port (the scheme's default when absent; `:*` in a
-prefix is any port), and the URL's path inside the prefix's path, segment by segment, after
-dot segments and percent escapes are resolved. A host `*.example.com` stands for any host
-under example.com, not example.com itself.
+A Secret's value goes only to URLs its owner listed in its `memorycore.io/allowed-urls`
+annotation; every store and model URL may be limited install-wide (SSO_ALLOWED_ENDPOINTS);
+memories read with a store credential go only to the model and embedding endpoints its
+Secret's `memorycore.io/allowed-model-urls` lists, else the install's
+(SSO_ALLOWED_MODEL_URLS). One rule, `within`: same scheme, host and port (`:*` any port),
+the path inside the prefix's, segment by segment, after dot segments and escapes are
+resolved; `*.example.com` is any host under example.com, not itself (docs/security.md).
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """The document agents read: a structured summary rendered as markdown, bounded. Pure.
 
-Sections in their fixed order, then References verbatim, then a carried earlier text
-fenced whole at the end. The operator's own part (title, sections, References) is at most
-max_chars characters (DOCUMENT_MAX_CHARS unless the SessionSummarizer's
-spec.document.maxChars says otherwise): when the whole does not fit, one choice fills the
-space (choose_lines): the newest item of each history section, then of every section's
-lines those that add the rarest facts per character; a line at the end says how many are not
-shown and where all are kept (the operator's ledger). The carried text is another writer's
-(neo's own summary, an earlier system's) and its readers cannot read the ledger, so it is
-never cut: it is bounded by what other writers wrote, each text carried once.
+Sections in their fixed order, then References, then a carried earlier text fenced whole.
+The operator's own part is at most max_chars (DOCUMENT_MAX_CHARS, or spec.document.maxChars);
+when it does not fit, choose_lines fills the space (the newest item of each history
+section, then the lines that add the rarest facts per character) and a last line says how
+many are in the ledger only. Another writer's carried text is never cut: its readers
+cannot read the ledger.
 """
 
 from __future__ import annotations
@@ -137,17 +134,13 @@ def render_document(
 
 
 def choose_lines(summary: StructuredSummary, memory_collection: str | None, max_chars: int) -> str:
-    """The title, then of every section's lines (the newest CANDIDATES of each, Current
-    State and References included) those that fill max_chars: the newest item of each
-    history section first while they take at most half the space (the latest state), then,
-    one at a time, the line whose facts not yet shown weigh most per character, a fact
-    weighing the less the more lines hold it (controller.core.facts): of two lines that
-    repeat a fact, the one that adds a rarer one goes first, and a line whose facts are all
-    shown waits behind every line that adds one. A fact-free line only once no
-    fact-bearing one that fits is left; newer first among equals. A line whose words all
-    appear in one already chosen adds nothing and is skipped. Shown in the document's order
-    under their headings, then one line saying how many are not shown and where all are
-    (the operator's ledger). Only the document chooses: the ledger keeps every item."""
+    """The title, then of every section's lines (the newest CANDIDATES of each) those that fill
+    max_chars: the newest item of each history section first while they take at most half the
+    space, then one at a time the line whose facts not yet shown weigh most per character (a
+    fact weighing less the more lines hold it: core/facts.py), fact-free lines last, newer
+    first among equals; a line whose words one already chosen holds is skipped. Shown in the
+    document's order, then a line saying how many are left to the ledger.
+    """
     title = f"# {one_line(summary.title)}"
     blocks = [
         (name, [_item_line(i) for i in (summary.sections.get(name) or [])[-CANDIDATES:]])

@@ -1,21 +1,12 @@
 """Does our embedding model match the one a collection records? Pure.
 
-A summary row's vector must come from the model that embeds the agents' queries of the
-collection; a different model of the same dimension passes Chroma's dimension check and
-silently ruins every semantic search over summaries. Chroma 1.5 records, per collection,
-the embedding function it was created with ({"type": "known", "name": ..., "config": ...});
-where that record names a model, it is compared with ours before any write. The dimension
-is checked separately (controller/store), against the vectors the collection holds.
-
-What each record tells:
-- "default", "onnx_mini_lm_l6_v2": all-MiniLM-L6-v2 (Chroma's built-in default).
-- "dynamic_text_embedding_service": neo memory-core's function, which calls neo's
-  configured embedding endpoint (by default an OpenAI-compatible server with
-  text-embedding-qwen3-embedding-8b, 4096 dimensions). The record names no model, so only
-  the local MiniLM is known to be wrong for it.
-- another known function with a "model_name" (openai, ollama, sentence_transformer, ...):
-  that model.
-- nothing recorded, or a legacy function: nothing to compare.
+A different model of the same dimension passes Chroma's dimension check and silently ruins
+every semantic search over summaries, so where the collection's embedding function record
+({"type": "known", "name": ..., "config": ...}) names a model, it is compared with ours
+before any write: "default" / "onnx_mini_lm_l6_v2" is all-MiniLM-L6-v2; neo's
+"dynamic_text_embedding_service" names none (only the local MiniLM is known wrong for it);
+another known function names its "model_name"; no record or a legacy one: nothing to
+compare. The dimension is checked separately (controller/store).
 """
 
 from __future__ import annotations

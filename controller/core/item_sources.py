@@ -1,19 +1,13 @@
 """Which memories each item of a summary came from, and what goes when they are gone
 (docs/privacy.md, "When a memory is deleted").
 
-A summary's `item_sources` is an append-only list of entries "ITEM:SOURCE": ITEM names an
-item (16 hex digits of a hash of its section and what its stored text says: `identity`, so
-an item is named the same whether it is stored quoted, masked or cut), SOURCE a memory (16
-hex digits of a hash of its id); entries of release 0.1.0 have 8 of each, and are still
-matched. A pass records an entry for every item it stores, for each memory of its chunk that
-says it, and for every item already kept that a memory of its chunk repeats as a sentence,
-so a fact two memories said lives while either does. The list only grows between
-deletions, so the ledger appends it like the history (core/ledger.py). When a pass lists
-every row of the session (a deletion always makes it: the id digest changes), `forget_gone`
-drops each item whose recorded sources are all gone (and a supersede mark whose text is),
-and the entries of gone memories with it. Items with no entry (said by no memory of its
-chunk that the attribution could find) are never dropped: a rebuild (spec.action Rebuild)
-records theirs."""
+`item_sources` holds entries "ITEM:SOURCE": 16 hex digits of a hash of the item's section
+and what its stored text says (`identity`: the same quoted, masked or cut), and of a
+memory's id (release 0.1.0's 8-digit entries still match). A pass records an entry for
+every item it stores or a memory of its chunk repeats, so a fact two memories said lives
+while either does. When a pass lists every row (a deletion makes it), `forget_gone` drops
+each item whose sources are all gone. Items with no entry are never dropped.
+"""
 
 from __future__ import annotations
 

@@ -1,21 +1,15 @@
-"""The operator's ledger entry of one summary row: what the writer needs and no reader reads.
-Pure.
+"""The operator's ledger entry of one summary row: what the writer needs and no reader reads
+(docs/ledger.md). Pure.
 
-Every agent reads the metadata of every summary row at boot, so the row carries only the
-document and neo's keys (core/summary_row.py: READER_ROW_KEYS). Every key of a write lives
-in the session's entry in the ledger collection (`<summary collection>-ledger`, same store):
-a head record with the row's id, whose document holds the keys (the row's own too, so a
-missing or stale row is written again whole from it) but the growing lists, and whose
-metadata holds the fence of the grant that wrote it and its authority (core/fencing.py), the
-digests of the row document it goes with and of the one it was built on, and which segments
-are its own; and segment records holding what the growing lists (history items, references,
-item sources) gained at each write, so a write costs what is new (plan_write).
-
-The head and its new segment are one upsert. A write deletes, after it, every other record
-of the session it read; a head whose segments another write deleted (it planned an append,
-paused, and landed after a write that rewrote the lists) is read with its lists lost
-(read_entry): the pass then reads every memory again, and its write replaces the entry. The
-ledger is written before the row, and every read compares the two (row_agreement).
+The row carries only the document and neo's keys (core/summary_row.py: READER_ROW_KEYS);
+every key of a write lives in the session's entry in `<summary collection>-ledger`: a head
+record with the row's id (every key but the growing lists; in its metadata the fence and
+its authority, core/fencing.py, the digests of the row document it goes with and was built
+on, and which segments are its own), and segment records holding what the growing lists
+gained at each write, so a write costs what is new (plan_write). The head and its new
+segment are one upsert; the write then deletes every other record of the session it read.
+A head whose segments a later write deleted is read with its lists lost (read_entry) and
+the pass reads every memory again. Every read compares row and entry (row_agreement).
 """
 
 from __future__ import annotations

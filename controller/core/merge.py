@@ -1,24 +1,18 @@
 """One pass: prior summary + what a summarizer proposes -> the next summary. Pure.
 
-This is where "never lose a fact" is enforced, in code, whatever a summarizer (a model,
-possibly obeying an instruction injected into a memory) proposes:
+"Never lose a fact" is enforced here, whatever a summarizer (possibly a model obeying an
+instruction injected into a memory) proposes:
 
-- History sections are append-only: every prior item is carried forward verbatim and in
-  order (only a deletion of all its memories removes one: core/item_sources.py, in the
-  pipeline). A supersede mark may record what superseded an item; marks naming items that
-  do not exist are ignored. New items are appended, deduplicated (case and punctuation do
-  not make a new item), and which memories said each is recorded.
-- Every new item (and a new Current State) that is error text or reads as an instruction
-  is marked as quoted (controller.core.quoting): the next agent reads it as something the
-  session contained, not as a fact or a request. Prior items are never rewritten.
-- Current State, the projection, is replaced when the pass proposes one.
-- Counts, agents, models, tools, timestamps, the watermark and the References section
-  (controller.core.references) are computed from the memories, never taken from a
-  summarizer.
+- History sections are append-only: prior items carried verbatim and in order (only a
+  deletion of all its memories removes one: core/item_sources.py); new items appended,
+  deduplicated, with which memories said each; supersede marks naming no item ignored.
+- New items that are error text or read as an instruction are stored quoted
+  (core/quoting.py); prior items are never rewritten.
+- Current State is replaced when the pass proposes one.
+- Counts, agents, models, tools, times, the watermark and References (core/references.py)
+  come from the memories, never from a summarizer.
 
-A legacy free-text prior (the old system's) is carried in whole and verbatim, whatever it
-contains (quoted tracebacks, "Error:" openings, markdown, any length), as the summary's
-legacy_text; every later pass carries it on unchanged (this is the only place that says so).
+A legacy free-text prior is carried whole and verbatim as legacy_text, by every later pass.
 """
 
 from __future__ import annotations
@@ -297,15 +291,11 @@ def merge_pass(
     session_id: str | None = None,
     max_new_items_per_section: int | None = None,
 ) -> StructuredSummary:
-    """The next summary: a superset of the prior's history whatever the update says.
-
-    Every given memory's facts are merged, also one at or before the prior's watermark (a
-    memory that landed late: controller.core.coverage finds it); what repeats an item is not
-    added twice. Counts count only memories after the watermark, so a re-read is not counted
-    again (the pipeline stores the counts of the whole session, from its listing). The
-    title, once a structured summary has one, stays; a first pass takes the proposed
-    title, else a legacy summary's, else one from the first request. A legacy prior's text,
-    or the one a structured prior carries, is carried verbatim as legacy_text.
+    """The next summary: a superset of the prior's history whatever the update says. Every
+    given memory's facts are merged, late ones too; repeats are not added twice; counts count
+    only memories after the watermark. The title stays once a structured summary has a real
+    one; otherwise the proposed one, a legacy summary's, or one from the first request. A
+    carried earlier text stays verbatim as legacy_text.
     """
     base = prior if isinstance(prior, StructuredSummary) else None
     covered = base.watermark if base is not None else None

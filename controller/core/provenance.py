@@ -1,12 +1,6 @@
-"""Provenance of a summary row: which memories it covers and what each pass cost. Pure.
-
-Every write records, beside the summary, the memory range it covers (first and last memory
-timestamp, memory count, the watermark) and, per pass of this summarization, tokens in (the
-estimated tokens of the memory text the pass read) against tokens out (the estimated tokens
-the pass added to the summary document). The compaction ratio is tokens in / tokens out:
-how many tokens of memory one token of summary stands for (higher is more compact). Token
-counts use the project's one estimate (controller.core.chunking.estimate_tokens), so they
-mean the same for every backend, with or without a model.
+"""Provenance of a summary row: the memory range it covers and, per pass, tokens in (memory
+text read) against tokens out (added to the document); the compaction ratio is in / out.
+Tokens by the one estimate (core/chunking.py), the same for every backend. Pure.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
-"""Quoted content, not instructions or facts: how a summary item shows what a session held. Pure.
+"""Quoted content, not instructions or facts: how a summary item shows what a session held.
+Pure.
 
-The next agent reads the summary at boot as context it trusts. Two kinds of memory text
-must not read there as a fact, or as a request of the user:
-
-- error text (a traceback, "Error: ...", "ValueError: ...", a model's refusal): it is
-  something the session reported, not the state of the work;
-- instruction-like text ("ignore previous instructions", "SYSTEM: ...", "you are now ...",
-  chat role markers such as "<|im_start|>system" or "[INST]"): it may be an injection,
-  aimed at whoever reads the summary next.
-
-`quote_if_needed` wraps such an item in a label that says so and in “…”; ordinary text
-comes back unchanged, and an item it already quoted is not wrapped again. It is applied by
-controller.core.merge to every new item, whichever backend proposed it.
+The next agent trusts the summary it reads at boot, so error text (a traceback, "Error:
+...", a model's refusal) and instruction-like text ("ignore previous instructions",
+"SYSTEM: ...", chat role markers) must not read there as a fact or a request:
+`quote_if_needed` wraps such an item in a label and “…” (once); ordinary text is unchanged.
+controller.core.merge applies it to every new item, whichever backend proposed it.
 """
 
 from __future__ import annotations

@@ -1,26 +1,15 @@
-"""Finding memories the sweep's scans cannot see, and the paced reconciliation. Pure.
+"""Finding memories the sweep's timestamp scan cannot see (older than its watermark, or an
+ISO timestamp Chroma cannot compare), and the paced reconciliation. Pure.
 
-The sweep's timestamp scan finds memories newer than its watermark with a numeric
-timestamp (milliseconds or seconds). Two kinds escape it: a memory whose timestamp is older
-than the watermark (a skewed host, a retried or batch writer), and one whose timestamp is
-an ISO string, which Chroma cannot compare. Both are found by:
-
-- the appended-rows cursor (RowCursor): Chroma lists a collection in the order its rows
-  were added, so every sweep reads the rows past the offset it stopped at, whatever their
-  timestamps; its cost follows new memories. A deletion shifts the offsets: the cursor
-  notices (the row before its offset is not the one it saw last) and starts a
-  reconciliation at once;
-- the reconciliation (ReconcileCycle), a resync as informers do: a walk over the whole
-  collection, `reconcileRowsPerSecond` rows at a time on the sweep's timer, every
-  `reconcileIntervalSeconds` (`spec.reconcile.enabled`, whether or not sweeps are), that
-  counts each session's rows and digests their ids (coverage.digest), and compares both
-  with the summaries': memoryCount, and the digest of the ids the last write accounted
-  for (its ledger head's rowsDigest). A session whose count or ids differ (a deletion and
-  a late arrival leave the count as it was, not the ids), or that has no summary, gets a
-  pass, which reads exactly the rows its summary does not cover (controller.core.coverage).
-  It is the backstop for what the cursor cannot see (rows deleted and added between two
-  sweeps, an operator that was down). It never holds up a sunset: it reads a bounded
-  number of rows per tick, on the sweep's timer, while sunsets run on their own workers.
+- RowCursor: Chroma lists rows in the order they were added, so each sweep reads the rows
+  past the offset it stopped at; a deletion shifts the offsets, which the cursor notices
+  (the row before its offset changed) and answers with a reconciliation.
+- ReconcileCycle, a resync as informers do: a walk over the whole collection,
+  `reconcileRowsPerSecond` rows per sweep tick every `reconcileIntervalSeconds`, counting
+  each session's rows and digesting their ids (coverage.digest) against the summary's
+  memoryCount and its ledger head's rowsDigest. A session that differs, or has no summary,
+  gets a pass, which reads exactly the rows its summary does not cover. It reads a bounded
+  number of rows per tick, so it never holds up a sunset.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
-"""The References section: the exact names a session used, extracted from its memories by
-code, never by a model. Pure.
+"""The References section: the exact names a session used (paths, URLs, issue and PR
+references, commit hashes, branches, error names and codes, identifiers), extracted from
+its memories by code, never by a model, which paraphrases some away. Pure.
 
-What the next agent needs most to continue work are the names, verbatim: file paths,
-URLs, issue and PR references, commit hashes, branch names, error names (not the built-in
-ones: KeyError names no place in the project) and codes, other
-identifiers (code spans, environment variables, dotted module names; inside fenced code
-only the places: URLs, paths, file names, issues, hashes). A model asked to keep
-them paraphrases some of them away; so both backends get them the same way: the merge
-extracts them from the pass's memories with the patterns below and appends them, in order
-of first appearance, de-duplicated, to the ones the summary already lists. Like the history
-sections it is append-only: a reference once listed is carried by every later summary.
-
-Bounded, never silently: past REFERENCES_MAX the new ones are counted instead of listed
-(ReferenceOverflow), with the time range of the memories they came from, and the document
-says how many were left out and where to find them. The count is exact while the digests of
-the left-out references fit (OVERFLOW_DIGESTS_MAX); past that it is a lower bound, and the
-document says "at least".
+Both backends get them the same way: the merge appends the pass's new ones, in order of
+first appearance, de-duplicated. Append-only like the history sections. Past
+REFERENCES_MAX the new ones are counted instead of listed (ReferenceOverflow, exact while
+their digests fit OVERFLOW_DIGESTS_MAX, else "at least"), and the document says so.
 """
 
 from __future__ import annotations

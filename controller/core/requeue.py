@@ -1,17 +1,10 @@
 """Which SessionSummaries a change of their SessionSummarizer asks again. Pure.
 
-A pass that failed on its summarizer's settings (an unreachable store, a wrong collection,
-a Secret, a model endpoint: phase Failed, or Pending between retries) would otherwise wait
-for its next backoff (up to SSO_RETRY_MAX_SECONDS), a restart, a sweep or a sunset; one
-that found no summarizer (SummarizerNotFound) waits for it to exist. When the summarizer is
-created or its spec changes, each such object of it is asked again at once: its
-spec.requestedAt moves (a new generation, so its failure count starts again), as a sunset
-would. A pass still waiting for another writer's claim is not failing, and is left alone.
-
-kopf keeps a failed handler's retry, delayed by its backoff, across spec changes, in the
-object's progress annotations (kopf's progress storage, under our annotation prefix): the
-same patch removes them, so the new request runs at once instead of after that delay (what
-`kubectl annotate ... memorycore.io/summarize-` would do by hand).
+A pass that failed on its summarizer's settings (Failed, or Pending between retries), or
+found no summarizer, is asked again at once when the summarizer is created or its spec
+changes: its spec.requestedAt moves (a new generation), and the same patch removes kopf's
+progress annotations so its backoff does not delay it. A pass waiting for another writer's
+claim is not failing, and is left alone.
 """
 
 from __future__ import annotations

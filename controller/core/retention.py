@@ -1,21 +1,11 @@
 """Which finished SessionSummary objects have outlived their retention TTL. Pure.
 
-etcd should hold recent work, not one object per session forever: every terminal phase has
-a TTL (spec.retention of the object's SessionSummarizer; 0 keeps that phase for ever), as
-a Job has ttlSecondsAfterFinished:
-
-| phase        | TTL field              | measured from                         | default |
-| ------------ | ---------------------- | ------------------------------------- | ------- |
-| `Summarized` | `summarizedTTLSeconds` | `status.summarizedAt` (the row's time) | 7 days  |
-| `Empty`      | `emptyTTLSeconds`      | `status.lastPhaseTransitionTime`      | 1 day   |
-| `NotFound`   | `notFoundTTLSeconds`   | `status.lastPhaseTransitionTime`      | 1 day   |
-| `Failed`     | `failedTTLSeconds`     | `status.lastPhaseTransitionTime`      | 7 days  |
-
-An object written before `lastPhaseTransitionTime` existed is measured from its
-`Summarized` condition's `lastTransitionTime`, else from its creation. Only objects whose
-current request was handled (observedGeneration == generation) are candidates: a newer
-pass asked for is never deleted. The summary itself stays in Chroma, and a later sunset or
-sweep simply creates the object again.
+Every terminal phase has a TTL (spec.retention of its SessionSummarizer; 0 keeps it), as a
+Job has ttlSecondsAfterFinished: Summarized from status.summarizedAt, Empty, NotFound and
+Failed from status.lastPhaseTransitionTime (docs/configuration.md has the fields and
+defaults). Only objects whose current request was handled (observedGeneration ==
+generation) are candidates. The summary stays in Chroma; a later sunset or sweep makes the
+object again.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """One writer, detected: is a summary row as we left it? Pure.
 
-Chroma's upsert merges metadata: another writer's upsert of a row of ours (neo's own summary
-task, a restore script) replaces the document and the keys it knows, and leaves ours. Our
-keys alone would then describe a text that is no longer there, and the next pass would
-overwrite the other writer's text unseen. So every row we write records the digest of its
-document; a document that no longer matches was written by someone else, and its text is
-carried forward verbatim (with_text_of_other_writer) while the object says so.
-
-The keys neo derives from a text (its summarizer's build, its graph's digestion of it) are
-removed by every write of ours (summary_row.upsert_metadata): they describe the text we
-replace.
+Chroma's upsert merges metadata, so another writer's upsert of our row (neo's summary task,
+a restore script) replaces the document and leaves our keys. Every row we write records
+its document's digest; a document that no longer matches is someone else's, and its text is
+carried verbatim (with_text_of_other_writer) while the object says so. The keys neo derives
+from a text are removed by every write of ours (summary_row.upsert_metadata).
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""The structured summary and its row in the neo-agent-sessions collection. Pure.
+"""The structured summary. Pure.
 
-History sections are append-only: every item of the prior summary is carried forward
-verbatim (it may be marked superseded, never dropped). The projection section, Current
-State, is replaced each pass. A free-text summary not written by this operator (a
-LegacySummary: the old system's, or the text another writer put over one of ours) is
-carried by every later summary verbatim, whole, as `legacy_text`: it is rendered at the
-end of the document in a fenced block and stored in the row's metadata.
-`validate_summary` is the guard that keeps a failed or lossy pass from replacing a good
-summary; it holds whichever backend produced the summary.
+History sections are append-only (an item may be marked superseded, never dropped); Current
+State is replaced each pass; a free-text summary not written by us (LegacySummary) is
+carried verbatim, whole, as `legacy_text`. `validate_summary` keeps a failed or lossy pass
+from replacing a good summary, whichever backend produced it.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """A structured summary as the two records it is stored in, and back. Pure.
 
-- The **reader's row** (neo-agent-sessions, `summary_<sessionId>`): the document
-  (controller.core.document) and only the keys neo's readers use, plus three small ones of
-  ours (READER_ROW_KEYS). Every agent reads the metadata of every row at boot, so a row is
-  about as small as neo's own whatever the session's length.
-- The **ledger entry** (the operator's own collection, same id: controller/core/ledger.py):
-  every key of the write, the row's and everything else the writer needs (sections,
-  coverage, references, watermark, legacy text, provenance, who wrote it), as one JSON
-  object only the operator reads.
-
-Both are one mapping of keys when built and when read (to_chroma_metadata; from_chroma_row),
-so a row of the previous release, which carried every key itself, reads the same way. Rows
-we cannot read become the prior they truthfully are: legacy text, or
-UnreadablePriorSummary."""
+The **reader's row** (`summary_<sessionId>`): the document (core/document.py) and only the
+keys neo's readers use, plus three of ours (READER_ROW_KEYS), so it is about as small as
+neo's own. The **ledger entry** (core/ledger.py): every key of the write. Both are one
+mapping of keys when built and read (to_chroma_metadata, from_chroma_row), so a row of the
+previous release, which carried every key, reads the same. A row we cannot read becomes
+legacy text, or UnreadablePriorSummary.
+"""
 
 from __future__ import annotations
 
@@ -329,15 +323,10 @@ def from_chroma_row(
     session_id: str, document: str | None, metadata: Mapping[str, Any] | None
 ) -> PriorSummary | None:
     """The prior summary of a session from its row, or None when there is nothing to build on.
-
-    Rows we wrote come back structured. One rewritten by another writer since (rewritten_by)
-    comes back structured too, from our keys, with that writer's document added to the
-    carried earlier text and `other_writer` set, so the next pass keeps both and says so.
-    Anything else with text, including a structured row whose sections cannot be read,
-    comes back as legacy free text: the next pass carries that text forward, verbatim,
-    instead of starting from nothing. A row of ours that can be neither read nor carried
-    (no document) raises UnreadablePriorSummary: it is not "no prior", and nothing may be
-    written over it.
+    Rows we wrote come back structured; one another writer rewrote since (rewritten_by) too,
+    with that writer's document added to the carried text and `other_writer` set. Anything
+    else with text comes back as legacy free text, carried verbatim. A row of ours that can be
+    neither read nor carried raises UnreadablePriorSummary: nothing may be written over it.
     """
     meta = metadata or {}
     has_text = isinstance(document, str) and bool(document.strip())

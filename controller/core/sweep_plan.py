@@ -1,17 +1,11 @@
 """Where the sweep decides which sessions need a summary. Pure: no store, no cluster.
 
-The scan behind it reads only memories newer than a watermark, so its cost follows new
-memories, not the size of the collection. The watermark stays behind every session that
-was skipped as still active or deferred by the per-sweep cap, so each of them is seen
-again by a later sweep; nothing is ever left behind by advancing it.
-
-Sunset markers (memories of type controller.core.memories.SUNSET_MARKER_TYPE) are an agent's
-request for a summary now, for agents without Kubernetes credentials (docs/agents.md). The
-marker scan reads only the markers newer than the same watermark, every timer tick, and
-asks for a pass whatever the idle threshold says. A marker is acted on once: it is done
-when the stored summary covers it (its timestamp reaches the marker's), or when the
-session's SessionSummary finished a pass that saw it; the summary's memoryCount counts the
-marker as a row of the session, so a summarized marker never reads as count drift.
+The scan reads only memories newer than a watermark that stays behind every session
+skipped as still active or deferred by the per-sweep cap, so nothing is left behind. Sunset
+markers (memories.SUNSET_MARKER_TYPE, docs/agents.md) are read every tick past the same
+watermark and ask for a pass whatever the idle threshold says; one is done when the stored
+summary covers it or its SessionSummary finished a pass that saw it. memoryCount counts a
+marker as a row, so a summarized marker never reads as count drift.
 """
 
 from __future__ import annotations

@@ -1,24 +1,16 @@
-"""Who can see a summary row: the keys neo's readers filter on, computed from the session's
-memories as neo's own writer computes them. Pure.
+"""Who can see a summary row: the keys neo's readers filter on (SummaryService.listSummaries
+/ querySummaries, neo.mjs 13.1.0), computed from the session's memories as neo's own
+writer computes them. Pure.
 
-neo's memory-core reads summaries with a tenant filter and two provenance filters
-(SummaryService.listSummaries / querySummaries in neo.mjs 13.1.0):
+- `userId`: `shared` when a shared (core-swarm) agent took part; else, under the `private`
+  policy, the session owner's userId (its earliest memory that carries one); else
+  untagged, as neo's background summary task writes it.
+- `sourceAgentIdentities`, `sourceTrustTier`, `provenancePolicy`: the tier is the most
+  restrictive of any memory's identity (unknown ones `unclassified`), as neo's
+  `resolveSummarySourceProvenance` computes it.
 
-- `userId`: under the `team` (default) and `legacy` sharing policies a reader sees rows
-  tagged with its own userId, with `shared`, or untagged; under `private` only its own.
-  neo's writer tags a summary `shared` when a core-swarm agent took part, else with the
-  summarizing request's user, which is none for its background summary task (untagged).
-  So: `shared` when a shared agent took part; else, under `private`, the session owner's
-  userId (its earliest memory that carries one); else untagged.
-- `sourceAgentIdentities`, `sourceTrustTier`, `provenancePolicy`: `get_all_summaries
-  ({agentIdentity})` keeps rows whose identities include the caller, `query_summaries
-  ({minTrustTier})` rows whose tier is at least as trusted. A summary is derived content, so
-  its tier is the most restrictive tier of any of its memories' identities (unknown
-  identities are `unclassified`), as neo's `resolveSummarySourceProvenance` computes it.
-
-The defaults are neo 13.1.0's tables (its identity roster and core swarm); a
-SessionSummarizer's spec.visibility can replace them. tests/integration/test_neo_client.py
-checks these rules and defaults against neo's own code.
+The defaults are neo 13.1.0's tables; spec.visibility can replace them.
+tests/integration/test_neo_client.py checks them against neo's own code.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""How soon a SessionSummary that waits for another writer's claim looks again. Pure.
+"""How soon a SessionSummary that waits for another writer's claim looks again, and the
+pause of background work for a session that just ended. Pure.
 
-A wait costs API calls each time it looks (a claim create that fails, a read of the claim,
-kopf's record of the retry), so it backs off as client-go's workqueue does for a key that
-keeps failing: the first look after `first_s`, each next one twice as late, never later
-than `max_s`, each with up to `jitter` of itself added at random so that many waiters do
-not look in step. It counts only its own attempts and reads only its own clock: when the
-other writer's claim lapses is the claim's business (controller/core/claim_rules.py), never
-a comparison with the clock of the host that wrote it.
-
-With the defaults (1 s, 30 s, 25 %) an object looks at about 1, 3, 7, 15, 31, 61 s and then
-every 30-37 s: at most 6 looks in its first waiting minute and 2 in each later one.
-
-Also the pause of background work, which gives way to a session that just ended.
+Each look costs API calls, so it backs off as client-go's workqueue does: after `first_s`,
+each next one twice as late, at most `max_s`, with up to `jitter` added at random. It reads
+only its own clock (when a claim lapses is core/claim_rules.py's business). With the
+defaults (1 s, 30 s, 25 %): about 1, 3, 7, 15, 31, 61 s, then every 30-37 s.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Which model embeds summaries, and the one place that turns that into an embedding function.
 
-A Chroma collection's embedding model and dimension are fixed by its first insert, so the
-writer must embed with exactly the model the collection already uses. Two backends cover the
-deployments we know: all-MiniLM-L6-v2 run locally (controller.embeddings.minilm: offline,
-no torch) and any OpenAI-compatible ``/v1/embeddings`` endpoint (controller.embeddings.remote:
-OpenAI, Ollama, vLLM, LM Studio).
-
-Both are plain callables (texts -> float32 vectors). They are never handed to chromadb:
-the operator passes vectors itself, and what a new summary collection records as its
-embedding function is decided in controller/store (agents must be able to open it).
+A collection's model and dimension are fixed by its first insert, so the writer embeds with
+the model the collection uses: all-MiniLM-L6-v2 locally (embeddings/minilm.py, offline) or
+any OpenAI-compatible ``/v1/embeddings`` endpoint (embeddings/remote.py). Both are plain
+callables (texts -> float32 vectors), never handed to chromadb; what a new summary
+collection records as its function is decided in controller/store.
 """
 
 from __future__ import annotations

@@ -137,15 +137,13 @@ def request_summary(
     forget_memories: bool = False,
     requested_by: str | None = None,
 ) -> tuple[str, str]:
-    """Creates the session's SessionSummary, or patches spec.requestedAt to force a new pass
-    of `action` (requested_by: who asked, the object's annotation). Returns (object name,
-    "created" | "patched" | "exists" | "changed"). Safe to repeat: the name is derived from
-    the session id; a create that loses a race becomes a patch (or nothing, with
-    patch_if_exists=False). An existing object keeps its summarizerRef unless
-    set_summarizer_on_patch (`summaryctl sunset --summarizer`): the sweep must not retarget
-    objects it did not create. resource_version: the object was read at this version and the
-    caller decided on that reading (the sweep, the marker scan): a precondition, so a sunset
-    or a pass that changed it since is never overwritten ("changed": nothing was written)."""
+    """Creates the session's SessionSummary, or patches spec.requestedAt to force a new pass of
+    `action` (requested_by: the object's annotation). Returns (name, "created" | "patched" |
+    "exists" | "changed"). Safe to repeat: the name is derived from the session id and a lost
+    create race becomes a patch. An existing object keeps its summarizerRef unless
+    set_summarizer_on_patch. resource_version: a precondition, so a change since the caller's
+    read is never overwritten ("changed").
+    """
     name = summary_object_name(session_id)
     spec = SessionSummarySpec(
         session_id=session_id,

@@ -271,18 +271,13 @@ async def watch_leader(
     nudged: threading.Event | None = None,
     priority: int | None = None,
 ) -> None:
-    """Polls the peering object (one GET every interval); calls on_change(leader,
-    previous) when the leader changes and keeps every SessionSummarizer's activeReplica and
-    ReplicaActive condition true to it: at once on a change, else every resync_s for
-    summarizers created meanwhile (one list, from the apiserver's watch cache; writes only
-    where a status differs), or at the next poll once `nudged` is set (a summarizer was
-    created: handlers/session_summarizer.py), and at every poll while no replica is active
-    (report_due). Runs
-    on every replica, paused or not: when priorities tie, all of them are paused and only
-    this can say so. Until grace_s has passed, an empty peering (kopf not registered yet)
-    is not reported. `priority` is this process's own: the record under our identity may
-    be a previous process's (a container restarted in the same Pod keeps its replica id)
-    until kopf's first keep-alive replaces it, and must not make us the leader meanwhile."""
+    """Polls the peering object (one GET every interval); calls on_change(leader, previous) when
+    the leader changes and keeps every SessionSummarizer's activeReplica and ReplicaActive
+    true to it: at once on a change, else every resync_s, at the next poll once `nudged` is
+    set, and at every poll while no replica is active. Runs on every replica, paused or not
+    (when priorities tie, only this can say so). An empty peering is not reported before
+    grace_s; `priority` is this process's own, not a restarted container's old record.
+    """
     previous: str | None = "(unknown)"
     reported: tuple[str | None, str] | None = None
     last_error = ""

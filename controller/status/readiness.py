@@ -1,31 +1,15 @@
-"""Ready, Reconciling and Stalled on both kinds, from what each object's status already
-says. Pure.
+"""Ready, Reconciling and Stalled on both kinds, derived from what each object's status
+already says (never set by a handler), every time its status is written. Pure.
 
-GitOps tools judge a custom resource by these conditions: kstatus (Flux, kpt, `kubectl
-wait`) reads `status.observedGeneration` against `metadata.generation`, then `Reconciling`
-True as in progress and `Stalled` True as failed; `Ready` is the Kubernetes convention
-(`kubectl wait --for=condition=Ready`, Argo CD's health check in docs/operations.md). The
-three are derived, never set by a handler: each kind's status is computed by one function
-here from the conditions and phase its owners write, every time its status is written,
-so they cannot disagree with what they summarize. A condition that does not hold is left
-out (kstatus reads only True), except Ready, which is always present.
+kstatus (Flux, kpt, `kubectl wait`) reads observedGeneration, then Reconciling True as in
+progress and Stalled True as failed; Ready is the Kubernetes convention (Argo CD's check in
+docs/operations.md). A condition that does not hold is left out, except Ready.
 
-SessionSummary, from its phase:
-
-| phase                    | Ready                            | Reconciling | Stalled |
-| ------------------------ | -------------------------------- | ----------- | ------- |
-| Summarized               | True (the Summarized reason)     |             |         |
-| Empty                    | True, NoSummarizableMemories     |             |         |
-| Forgotten                | True, Forgotten                  |             |         |
-| Pending, Summarizing     | False (why: waiting, retrying)   | True        |         |
-| NotFound                 | False, SessionNotFound           |             | True    |
-| Failed                   | False (the failure's reason)     |             | True    |
-
-SessionSummarizer, from the conditions its probes, sweep and peering reporter own:
-Ready True when every required condition is True (SecretNotAnnotated, a deprecation
-warning, does not count against it) and the last sweep, if any, ran; Stalled True with the
-first failing condition's reason; Reconciling True while a required condition has not been
-reported yet. Its observedGeneration is the oldest generation among its inputs.
+SessionSummary, from its phase: Summarized, Empty, Forgotten are Ready; Pending and
+Summarizing Reconciling; NotFound and Failed Stalled (docs/troubleshooting.md).
+SessionSummarizer: Ready when every required condition is True (SecretNotAnnotated aside)
+and the last sweep, if any, ran; Stalled with the first failing condition's reason;
+Reconciling while one is not reported yet. observedGeneration: its inputs' oldest.
 """
 
 from __future__ import annotations

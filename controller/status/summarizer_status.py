@@ -1,29 +1,12 @@
 """A SessionSummarizer's status, computed from its inputs. Pure.
 
-Each condition has one owner, and every write goes through
-kube.update_summarizer_status (read, apply one of these functions, write with a
-resourceVersion precondition), so no writer drops what another wrote:
-
-| condition        | owner                                   | module                        |
-| ---------------- | --------------------------------------- | ----------------------------- |
-| StoreReachable   | the store probe (`store_reachable`)     | health check and sweep use it |
-| ModelReady       | the model probe                         | handlers/summarizer.py        |
-| EmbeddingReady   | the embedding probe                     | handlers/summarizer.py        |
-| SecretsAllowed   | the Secret probe (`secrets_allowed`)    | handlers/summarizer.py        |
-| SpecValid        | the spec check (`spec_valid`)           | handlers/summarizer.py        |
-| Swept            | the sweep (`SweepReport`, `SweepFailure`) | handlers/summarizer.py      |
-| SunsetMarkers    | the marker scan (`MarkerScanReport`)    | handlers/summarizer.py        |
-| ReplicaActive    | the peering reporter (`replica_status`) | controller/kube/peering.py         |
-| Ready, Reconciling, Stalled | derived (`settled`, status/readiness.py) on every write |   |
-
-Fields have one owner too: the sweep's figures (`lastSweepAt`, `watermark`, ...) the
-sweep, `lastRetentionAt` and `deletedByRetention` retention (`RetentionReport`),
-`activeReplica` the peering reporter, `observedGeneration` the health check.
-
-Every condition carries the generation of the spec it was computed from
-(observedGeneration): the probes, the sweep and the marker scan stamp the generation they
-read; the peering reporter's ReplicaActive does not depend on the spec and is stamped with
-the object's generation at each write.
+Each condition and field has one owner (docs/troubleshooting.md lists them: the probes,
+the spec check, the sweep, the marker scan, retention, the peering reporter), and every
+write goes through kube.update_summarizer_status (read, apply one of these functions,
+write with a resourceVersion precondition), so no writer drops what another wrote. Ready,
+Reconciling and Stalled are derived on every write (`settled`, status/readiness.py). Each
+condition carries the generation of the spec it was computed from; ReplicaActive, which
+does not depend on the spec, the object's generation at its write.
 """
 
 from __future__ import annotations

@@ -43,20 +43,10 @@ T = TypeVar("T")
 
 def _creation_ef(provider: str) -> DefaultEmbeddingFunction | None:
     """The embedding function a new summary collection records when the memory collection
-    records none (or does not exist). We always write explicit vectors, so the record is for
-    the agents that read the collection. chromadb 1.5 records a known function by name and,
-    on every query_texts, rebuilds it from that name: a collection created without one
-    records "default" (its ONNX all-MiniLM-L6-v2); ours would record
-    "memorycore-local-minilm", which a process without this package cannot rebuild
-    ("Embedding function ... not found"), so agents opening it with the default function (or
-    none) would fail to query it.
-
-    - local-minilm: chromadb's default function. It is the same model (identical vectors),
-      and an agent opening the collection with the standard default function, or with
-      none, gets no "Embedding function conflict" and embeds its queries correctly.
-    - openai: nothing recorded. No function every agent can rebuild matches an arbitrary
-      endpoint; with none recorded, an agent passes the function for that model and
-      chromadb's conflict check has nothing to conflict with.
+    records none. We write explicit vectors; the record is for the agents, whose chromadb
+    rebuilds a function from its name on every query_texts (a name of ours would fail there):
+    local-minilm records chromadb's "default" (the same model, identical vectors); openai
+    records nothing (no function every agent can rebuild matches an arbitrary endpoint).
     """
     return DefaultEmbeddingFunction() if provider == "local-minilm" else None
 

@@ -106,21 +106,15 @@ def _timed_out(exc: BaseException | None) -> bool:
 
 
 class _BoundedHttpClient(Client):
-    """chromadb.HttpClient for the location, with every request bounded by
-    spec.store.timeoutSeconds (connect, read, write and pool each), and no redirect
-    followed (it would carry the token's requests and the memories elsewhere).
+    """chromadb.HttpClient for the location, every request bounded by spec.store.timeoutSeconds
+    and no redirect followed (it would carry the token and the memories elsewhere).
 
-    chromadb's HTTP API sends every request with no timeout (httpx timeout=None), and its
-    client's constructor already talks to the server: the identity, then the tenant and
-    the database through an admin client with an HTTP session of its own. A Chroma that
-    accepts connections but never answers (a stopped process, a black-holed proxy) would
-    hold the worker, and the claim it took, for good. chromadb's Settings take no timeout
-    and it refuses a chroma_api_impl of ours, so this subclass of its Client bounds each
-    session just before that session's first request: its own before the identity, the
-    admin client's before the tenant and database checks. It reaches into chromadb's
-    private `_server`, `_admin_client` and `_session`, but only of this client: clients
-    made elsewhere keep chromadb's sessions as they are.
-    tests/integration/test_request_timeouts.py fails if a chromadb release changes this."""
+    chromadb sends every request with no timeout, and its constructor already talks to the
+    server (its own session and its admin client's), so a Chroma that never answers would
+    hold the worker and its claim for good. This subclass bounds each session just before its
+    first request, reaching into chromadb's private `_server`, `_admin_client` and `_session`
+    of this client only; tests/integration/test_request_timeouts.py fails if that changes.
+    """
 
     def __init__(self, location: StoreLocation) -> None:
         assert location.url is not None

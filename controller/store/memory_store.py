@@ -90,17 +90,11 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         exclude: Callable[[Memory], bool] | None = None,
         mask: PassRedaction | None = None,
     ) -> SessionRows:
-        """The session's row count and newest row, and the parsed memories a pass reads:
-        those after the prior's watermark, and those at or before it in the ranges where the
-        rows are not the ones the prior covers (core/coverage.py); those `exclude` accepts
-        are left out of `memories` (still counted and covered).
-
-        The listing is paged (one unpaged get of a 50,000-row session exceeds SQLite's
-        variable limit inside Chroma) and keeps only each row's (timestamp, id); the
-        memories' text is read afterwards, batch by batch, as the caller iterates. A session
-        that fits in the listing's first page (the usual case) is read in that one page.
-        Every memory and source it returns is masked by `mask` (redaction.py; default:
-        the detector rules) before anything else sees it.
+        """The session's row count and newest row, and the parsed memories a pass reads: those
+        after the prior's watermark, and those at or before it where the rows are not the ones the
+        prior covers (core/coverage.py); those `exclude` accepts are counted but not read. The
+        listing is paged and keeps only (timestamp, id); the text is read batch by batch as the
+        caller iterates. Every memory is masked by `mask` before anything else sees it.
         """
         mask = mask or PassRedaction()
         with self._memory_missing():
@@ -273,17 +267,11 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         return StoredPrior(summary, digest, current)
 
     def check_embedding(self, dimension: int) -> int | None:
-        """Refuses to write vectors the collection's readers cannot use: of another dimension
-        than the collection holds, or from another model than the embedding function the
-        collection records (core/embedding_match.py; before the summary collection exists,
-        the function the agents chose for their memory collection: Collections.
-        summary_function_record).
-
-        Samples one stored vector, once per store: after a match the answer is kept. A
-        collection whose first rows are still being indexed can fail the sample ("Nothing
-        found on disk" from the HNSW reader); the write then relies on Chroma's own check,
-        which write_rows turns into the same EmbeddingMismatch. Returns the collection's
-        dimension when it is known (None: empty, not indexed yet, or not created yet).
+        """Refuses vectors the collection's readers cannot use: of another dimension than it holds,
+        or from another model than the function it (or, before it exists, the memory collection)
+        records (core/embedding_match.py). Samples one stored vector once per store; a sample a
+        fresh collection cannot answer yet leaves it to Chroma's own check (the same
+        EmbeddingMismatch). Returns the collection's dimension when known.
         """
         if self._verified_dimension == dimension:
             return dimension

@@ -1,15 +1,7 @@
-"""The sort keys of a session's rows, (timestamp, id), held in flat buffers.
-
-A pass lists every row of its session first (count, newest row, order) and reads the text
-afterwards, batch by batch. Held as Python tuples, the keys of a 50,000-row session were
-~9 MB of small objects (a tuple, an int and a str per row) allocated between the listing's
-pages: the interpreter's allocator kept most of that memory after the pass. Here they are
-one array of timestamps, one of id offsets and one bytes buffer of ids (~2.5 MB for
-50,000 rows, freed whole), plus the sorted order.
-
-The order is the one Watermark and memory_sort_key define: timestamp, then id (Python
-string order). Timestamps outside int64 (a float metadata value such as 1e30 parses to
-one) are kept exactly: the keys then fall back to a Python list for them.
+"""The sort keys of a session's rows, (timestamp, id), in flat buffers: one array of
+timestamps, one of id offsets and one bytes buffer of ids (~2.5 MB for 50,000 rows, freed
+whole; as tuples they were ~9 MB the allocator kept after the pass), plus the sorted order
+(Watermark's: timestamp, then id). Timestamps outside int64 fall back to a Python list.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """Writing summary rows: each pass's row checked on its own, several passes' rows written
-together.
+together (GroupWriter), since an upsert of sixteen costs Chroma little more than one of one
+(bench/store_writes.py).
 
-Chroma applies the writes to a database one after the other, and an upsert costs it
-little more for sixteen records than for one (bench/store_writes.py, on this project's
-2-core machine: 101 rows/s one a request, 624 rows/s sixteen a request). So the passes of this
-process that wait to write to the same summary collection write as a group (GroupWriter):
-one read of their ledger heads and rows right before, each pass's own checks against what
-was read (the fence of its claim, the document it last saw), then one upsert of the
-admitted passes' ledger records and one of their rows. A pass refused by its checks is
-left out of the group. A request the store does not answer fails every pass in it, as it
-would have failed each alone; one the store answers with a refusal is sent again row by
-row, each read and checked again as if alone, so a row Chroma refuses fails alone.
-Between the read that checks a row and its upsert there is what there was for a write
-alone, plus the other rows' checks (no I/O unless a fence is ahead of the claim's or
-another cluster's): Chroma has no conditional write either way.
-The ledger records each new head does not name are deleted after the rows are written.
+One read of the group's ledger heads and rows, each pass's own checks against it (its
+claim's fence, the document it last saw), then one upsert of the admitted passes' ledger
+records and one of their rows. A request the store does not answer fails every pass in it;
+one it refuses is sent again row by row, each read and checked again as if alone. Chroma
+has no conditional write, so between the check and the upsert there is what there was for
+a write alone. Ledger records a new head does not name are deleted after the rows.
 """
 
 from __future__ import annotations

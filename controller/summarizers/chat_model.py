@@ -1,37 +1,18 @@
-"""The model-backed summarizer: any OpenAI-compatible ``/v1/chat/completions`` endpoint.
+"""The model-backed summarizer: any OpenAI-compatible ``/v1/chat/completions`` endpoint
+(OpenAI, Ollama, vLLM, LM Studio, llama.cpp, Gemini's), docs/models.md.
 
-Works with OpenAI, Ollama, vLLM, LM Studio, llama.cpp's server and Gemini's
-OpenAI-compatible endpoint: plain ``messages``, ``temperature: 0``, a bound on the output
-(``max_tokens``) and the most constrained ``response_format`` the endpoint accepts, tried
-in this order: ``json_schema`` (the reply's schema, with ``maxItems``/``maxLength`` bounds),
-``json_object``, none (the prompt asks for JSON either way). An endpoint that answers a
-mode with a 4xx naming it is asked again at once with the next one; one that answers 500
-or 501 to a mode it never accepted is retried with the next one as the retry. The mode
-that works is kept for the process (docs/models.md).
+Requests: ``temperature: 0``, ``max_tokens``, and the most constrained ``response_format``
+the endpoint accepts (``json_schema``, then ``json_object``, then none), kept per process.
+The model only *proposes* a PassUpdate; controller.core.merge applies it, so prior items
+survive whatever the reply says. Memories reach the model as delimited data
+(``<memory n=...>``, our delimiters neutralised inside); what it copies from an
+instruction-like sentence is stored quoted.
 
-The model only *proposes* a PassUpdate (new items per section, supersede marks, a new
-Current State, title/category/scores). controller.core.merge applies it, so prior items survive
-whatever the reply says, including a reply that obeys an instruction injected into a
-memory. Memories and the prior summary reach the model as delimited data, each memory in
-``<memory n=...>`` tags with any of our delimiters inside its text neutralised, under an
-explicit instruction that this is content to summarize, not instructions to follow. What
-the model copies from an instruction-like sentence of the memories is stored as quoted
-session content, and a pass whose memories hold one keeps the prior's category and scores.
-
-Transport: the ``openai`` SDK (one pooled client per configuration: connections, the
-timeout, the bearer token, error classes), with its own retries off (``max_retries=0``) and
-no redirects followed (the SDK's client follows them: a 307 would re-post the memories
-anywhere); a redirect is ModelUnavailable naming where it pointed.
-The retry loop here is domain logic that the SDK's cannot express: a retry may change the
-request (the next response_format mode after a 500, a correction after a bad reply), every
-attempt's tokens are counted, and Retry-After is capped at RETRY_AFTER_MAX_SECONDS.
-Timeouts, connection errors, 408/409/425/429 and 5xx are retried with exponential backoff.
-A reply that is not JSON, misses a section, was cut off (``finish_reason: "length"``) or
-is degenerate (one item repeated, items copied from the instructions, nothing proposed for
-memories that have content, mostly items that mention nothing from the session) gets a
-corrective retry. When the retries are spent, the pass fails with ModelUnavailable or
-InvalidModelOutput and nothing is written. The API key is sent as a bearer token (no
-Authorization header at all without one) and appears in no repr, log line or error message.
+Transport: the ``openai`` SDK with its retries and redirects off; the retry loop here may
+change the request (the next mode, a correction after a bad reply), counts every attempt's
+tokens and caps Retry-After. A bad, cut-off or degenerate reply gets a corrective retry;
+when retries are spent the pass fails (ModelUnavailable, InvalidModelOutput) and nothing is
+written. The API key appears in no repr, log line or error message.
 """
 
 from __future__ import annotations

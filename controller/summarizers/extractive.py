@@ -296,15 +296,10 @@ def propose_extractive(
     *,
     now_ms: int | None = None,
 ) -> PassUpdate:
-    """What one incremental pass finds: the given memories sorted into new items per
-    section, all of them.
-
-    A memory at or before the prior's watermark (one that landed late) adds its facts like
-    any other; what repeats an item adds nothing, so repeating a pass changes nothing.
-    Current State and the counts follow only the memories after the watermark: a late
-    memory is history, not the session's latest state. The scores weigh the prior's by
-    memory count (the merge computes the counts it stores). Deterministic: the wall clock is
-    read nowhere; `now_ms` only stamps Current State.
+    """What one incremental pass finds: the given memories sorted into new items per section.
+    A late memory (at or before the prior's watermark) adds its facts like any other; what
+    repeats an item adds nothing. Current State and the counts follow only the memories after
+    the watermark. Deterministic: `now_ms` only stamps Current State.
     """
     base = prior if isinstance(prior, StructuredSummary) else None
     legacy = prior if isinstance(prior, LegacySummary) else None
