@@ -79,6 +79,13 @@ class Cluster:
         )
         self.proc = start_operator(self.log, env, "--standalone", "--namespace", self.namespace)
 
+        def reported() -> bool:  # served: summaryctl's requests check that first
+            got = json.loads(self.kubectl("get", "sessionsummarizer", "shared", "-o", "json"))
+            conds = (got.get("status") or {}).get("conditions") or []
+            return any(c.get("type") == "ReplicaActive" for c in conds)
+
+        wait_for(reported, 120, 0.5, message=f"{self.name}'s operator report\n{tail(self.log)}")
+
     def stop(self, *, crash: bool = False) -> None:
         if self.proc is not None:
             kill(self.proc) if crash else stop(self.proc, grace=30)
