@@ -745,7 +745,12 @@ def test_no_egress_rule_lacks_a_destination_in_any_documented_values(
     cases = documented_values(tmp_path)
     assert {"default+install-0", "neo+security-0"} <= cases.keys(), sorted(cases)
     for case, args in cases.items():
-        policies = of_kind(render(control_plane, "np", "agents", *args), "NetworkPolicy")
+        res = helm(control_plane, "template", "np", CHART, "-n", "agents", *OFFLINE, *args,
+                   check="+" not in case)  # fmt: skip
+        if res.returncode != 0:  # a block that lists other model URLs than the file's endpoint
+            assert "may not receive the memories" in res.stderr, (case, res.stderr)
+            continue
+        policies = of_kind(docs_of(res.stdout), "NetworkPolicy")
         operator = [p for p in policies if p["metadata"]["name"] == "np-session-summary-operator"]
         assert len(operator) == (0 if "networkPolicy.enabled=false" in args else 1), case
         for policy in policies:
