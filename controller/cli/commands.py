@@ -36,6 +36,17 @@ def unserved(summarizer: dict[str, Any]) -> str | None:
     return None
 
 
+REPORT_GRACE_S = 20.0  # a new SessionSummarizer's first report, at the latest
+
+
+def _age_s(obj: dict[str, Any]) -> float:
+    """Seconds since the object was created, by this host's clock (a bound for a grace)."""
+    from controller.core.retention import parse_time
+
+    made = parse_time(obj["metadata"].get("creationTimestamp"))
+    return time.time() - made.timestamp() if made else float("inf")
+
+
 def cmd_sunset(args: argparse.Namespace) -> int:
     return request_pass(args, trigger="sunset")
 
@@ -57,6 +68,11 @@ def request_pass(
     ref = args.summarizer or ((existing or {}).get("spec") or {}).get("summarizerRef", "default")
     summarizer = summarizer_object(args.namespace, ref, may_be_unreadable=True)
     why = unserved(summarizer) if summarizer is not None else None  # None: may not read it
+    # One just applied is reported on at the operator's next poll: given that long.
+    while why and summarizer is not None and _age_s(summarizer) < REPORT_GRACE_S:
+        time.sleep(0.5)
+        summarizer = summarizer_object(args.namespace, ref, may_be_unreadable=True)
+        why = unserved(summarizer) if summarizer is not None else None
     if why:
         raise CliError(f"{why}; nothing was changed")
     name, made = kube_call(

@@ -93,7 +93,7 @@ def _with_secrets(args: argparse.Namespace) -> list[str]:
             session_id = meta.get("sessionId")
             mask = PassRedaction(rules)
             try:
-                mask.prior(store.read_prior(session_id)[0] if isinstance(session_id, str) else None)
+                mask.prior(store.read_summary(session_id) if isinstance(session_id, str) else None)
             except UnreadablePriorSummary as exc:  # the message names the session
                 print(f"not asked: {printable(str(exc))}", file=sys.stderr)
             if mask.prior_found:
