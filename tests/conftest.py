@@ -57,7 +57,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if not report.failed:
         return
     text = str(report.longrepr or "").strip().splitlines()
-    last = [line for line in text if line.startswith("E ")][-6:] or text[-6:]
+    said = [line for line in text if line.startswith("E ")]
+    last = ([line for line in said if "Error" in line or "assert" in line] or said)[:6]
+    last = last or text[-6:]
     print(f"\nFAILED {report.nodeid} ({report.when}, {report.duration:.0f} s)")
     for line in last:
         print(f"    {line[:300]}")
