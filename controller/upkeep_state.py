@@ -15,6 +15,7 @@ from controller.core.reconcile_plan import ReconcileCycle
 from controller.core.sweep_plan import Candidate
 
 GONE_REMEMBERED = 4096  # deleted SessionSummarizers remembered as deleted (the newest)
+PROBE_BACKOFF_MAX_S = 300.0  # failing probes run again at least this often
 
 
 @dataclass
@@ -44,6 +45,7 @@ class _Upkeep:
     markers: MarkerMemory = field(default_factory=MarkerMemory)
     reconciler: Reconciler = field(default_factory=Reconciler)
     probed: float | None = None  # monotonic
+    probe_wait: float = 0.0  # the failing probes' current backoff (0: not started)
 
 
 class UpkeepState:
@@ -71,14 +73,24 @@ class UpkeepState:
     def reconciler(self, namespace: str, name: str) -> Reconciler:
         return self._of(namespace, name).reconciler
 
-    def probe_due(self, namespace: str, name: str, every_s: float, now: float) -> bool:
-        """At most once per every_s per object; the first call only starts the clock (the
-        create/update/resume handler has just probed)."""
+    def probe_due(
+        self, namespace: str, name: str, every_s: float, now: float, *, failing: bool = True
+    ) -> bool:
+        """While the probes fail: after every_s, then twice as late each time, at most
+        PROBE_BACKOFF_MAX_S (a workqueue's backoff: broken summarizers do not keep the
+        operator and their endpoints busy; `summaryctl check` asks at once). The first call
+        only starts the clock (the create/update/resume handler has just probed); a call
+        with failing=False starts it over."""
         upkeep = self._of(namespace, name)
-        last = upkeep.probed
-        if last is not None and now - last < every_s:
+        last, wait = upkeep.probed, max(every_s, upkeep.probe_wait)
+        if not failing:
+            upkeep.probed, upkeep.probe_wait = None, 0.0
+            return False
+        if last is not None and now - last < wait:
             return False
         upkeep.probed = now
+        if last is not None:
+            upkeep.probe_wait = min(2 * wait, max(every_s, PROBE_BACKOFF_MAX_S))
         return last is not None
 
     def forget(self, namespace: str, name: str) -> None:

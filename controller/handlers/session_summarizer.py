@@ -194,15 +194,15 @@ async def _probe(
 def _probes_due(
     status: SessionSummarizerStatus, name: str, namespace: str, runtime: Runtime
 ) -> bool:
-    """While a probe's condition does not hold, every probe runs again every
-    SSO_EMBEDDING_REPROBE_SECONDS (30): the conditions turn True once the store, the
-    endpoint, the collection or the Secret is fixed, without a spec change."""
+    """While a probe's condition does not hold, every probe runs again after
+    SSO_EMBEDDING_REPROBE_SECONDS (30), backing off (UpkeepState.probe_due): the conditions
+    turn True once the store, the endpoint, the collection or the Secret is fixed."""
     failing = any(
         c.type in REQUIRED and c.status != "True" and (c.type, c.reason) not in NOT_BLOCKING
         for c in status.conditions or []
     )
     every = runtime.config.embedding_reprobe_seconds
-    return failing and runtime.upkeep.probe_due(namespace, name, every, time.monotonic())
+    return runtime.upkeep.probe_due(namespace, name, every, time.monotonic(), failing=failing)
 
 
 @kopf.timer(GROUP, VERSION, SUMMARIZER_PLURAL, interval=CONFIG.claim_renew_period)

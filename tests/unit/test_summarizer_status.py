@@ -251,3 +251,34 @@ def test_a_failed_sweep_runs_again_at_the_retry_cadence_a_good_one_at_its_interv
         assert sweep_due(spec, status, retry) is (ago >= every)
     off = SessionSummarizerSpec.model_validate({"sweep": {"enabled": False}})
     assert not sweep_due(off, status, retry)
+
+
+@given(
+    every=st.floats(0.5, 60),
+    ticks=st.lists(st.tuples(st.floats(0.1, 400), st.booleans()), min_size=1, max_size=40),
+)
+def test_failing_probes_run_again_backing_off_and_start_over_once_they_hold(
+    every: float, ticks: list[tuple[float, bool]]
+) -> None:
+    """Probes that keep failing run again after `every`, then twice as late each time, never
+    later than PROBE_BACKOFF_MAX_S (or `every`, if larger); once they hold, a new failure
+    starts the clock over."""
+    from controller.upkeep_state import PROBE_BACKOFF_MAX_S, UpkeepState
+
+    state, now = UpkeepState(), 0.0
+    last: float | None = None
+    wait = every
+    for step, failing in ticks:
+        now += step
+        due = state.probe_due("ns", "s", every, now, failing=failing)
+        if not failing:
+            assert not due
+            last, wait = None, every
+            continue
+        if last is None:  # the first failing tick only starts the clock
+            assert not due
+            last = now
+            continue
+        assert due == (now - last >= wait), (now, last, wait)
+        if due:
+            last, wait = now, min(2 * wait, max(every, PROBE_BACKOFF_MAX_S))
