@@ -76,10 +76,12 @@ def apply(h: Harness, manifest: str) -> None:
 
 
 def phase_of(name: str) -> str | None:
-    obj = kube.get_summary(NS, name) or {}
+    obj = kube.get_summary(NS, name) or {"metadata": {}}
     st = obj.get("status") or {}
     return (
-        st.get("phase") if st.get("observedGeneration") == obj["metadata"]["generation"] else None
+        st.get("phase")
+        if st.get("observedGeneration") == obj["metadata"].get("generation")
+        else None
     )
 
 
@@ -119,8 +121,9 @@ def test_every_finished_phase_is_deleted_after_its_ttl_also_with_sweeps_off(
             interaction("ret-empty", 0, now - 5000, "tick", type_="tick"),
         ],
     )
-    short = {"summarizedTTLSeconds": 4, "emptyTTLSeconds": 4, "notFoundTTLSeconds": 4,
-             "failedTTLSeconds": 4}  # fmt: skip
+    # long enough that each phase is seen before retention deletes its object
+    short = {"summarizedTTLSeconds": 12, "emptyTTLSeconds": 12, "notFoundTTLSeconds": 12,
+             "failedTTLSeconds": 12}  # fmt: skip
     sweep_off = {"enabled": False, "intervalSeconds": 5}
     apply(lifecycle, summarizer("ret", lifecycle.chroma.url, "ret-memory",
                                 sweep=sweep_off, retention=short))  # fmt: skip
@@ -143,7 +146,7 @@ def test_every_finished_phase_is_deleted_after_its_ttl_also_with_sweeps_off(
         wait_for(lambda n=name, p=phase: phase_of(n) == p, 60, 0.2,  # type: ignore[misc]
                  message=f"{session} {phase}\n{tail(lifecycle.log)}")  # fmt: skip
     wait_for(lambda: phase_of(kept) == "Empty", 60, 0.2, message="kept Empty")
-    # Each is deleted once its phase is older than 4 s; the sweep never runs (enabled: false).
+    # Each is deleted once its phase is older than 12 s; the sweep never runs (enabled: false).
     gone = [summary_object_name(s) for s in cases]
     wait_for(
         lambda: not set(gone) & set(summaries_in(NS)),
