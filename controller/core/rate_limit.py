@@ -1,10 +1,7 @@
 """A token bucket: at most `per_minute` grants a minute, with a burst of as many. Pure (the
-caller passes the time; the bucket is the caller's to keep).
-
-The marker scan takes its grants from one: a sunset marker is a memory, so whoever can
-write memories can write markers, and each acted-on marker costs a SessionSummary and a
-pass. The bucket bounds that at the rate the SessionSummarizer states
-(`spec.sweep.markerRequestsPerMinute`), whatever the tick or the number of markers.
+caller passes the time). The marker scan takes its grants from one, so markers (which
+whoever writes memories can write) cost at most `spec.sweep.markerRequestsPerMinute`
+SessionSummaries and passes.
 """
 
 from __future__ import annotations

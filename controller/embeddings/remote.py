@@ -21,13 +21,9 @@ NO_API_KEY = "no-api-key"
 
 class OpenAICompatibleEmbedding:
     """``POST {base_url}/embeddings`` through the ``openai`` SDK: one pooled client per
-    configuration, whose own retry loop retries timeouts, connection errors, 408, 409, 429
-    and 5xx ``retries`` times with exponential backoff (Retry-After honoured up to the
-    SDK's two minutes). Other 4xx fail at once. Redirects are not followed: one is an
-    error naming where it pointed.
-
-    The API key is sent as a bearer token (no Authorization header without one) and kept
-    out of repr and error messages: those end up in logs and on the CR.
+    configuration, retrying timeouts, connection errors, 408, 409, 429 and 5xx ``retries``
+    times with backoff; other 4xx fail at once; redirects are errors. The API key is kept out
+    of repr and error messages (they reach logs and the CR).
     """
 
     def __init__(

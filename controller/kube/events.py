@@ -1,11 +1,7 @@
-"""Where Events are posted: one Event per state change, its repeats counted on it.
-
-The operator's handlers and its peering reporter post through one EventRecorder (made at
-start, kept in kopf's memo, closed at exit). Like client-go's recorder it never blocks and
-never fails its caller: Events go out from one background thread in the order posted, and
-a repeat of an Event already posted (same object, type, reason and message:
-core/event_aggregation.py) is a PATCH of that Event's count and lastTimestamp, not a new
-Event. A full queue drops the newest Events with a log line, as client-go does.
+"""Where Events are posted: one Event per state change, its repeats counted on it. One
+EventRecorder (made at start, closed at exit) posts from a background thread in order and,
+like client-go's, never blocks or fails its caller; a repeat is a PATCH of the Event's
+count (core/event_aggregation.py); a full queue drops the newest with a log line.
 """
 
 from __future__ import annotations

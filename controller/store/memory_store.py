@@ -1,12 +1,7 @@
-"""The Chroma store adapter: the only code that talks to Chroma.
-
-Where it is and how to connect: controller.store.connection; its errors:
-controller.store.errors. Every network failure surfaces as
-StoreUnavailable so callers can report it and retry without having written anything.
-
-Reading never creates a collection: a missing one is CollectionNotFound, naming it. Only
-the summary writer creates the summary collection (summaries(create=True)); a name Chroma
-refuses is InvalidStoreConfig. Neither is a StoreUnavailable: retrying soon fixes neither.
+"""The Chroma store adapter: the only code that talks to Chroma (connection:
+store/connection.py; errors: store/errors.py). Every network failure is StoreUnavailable,
+retried without anything written. Reading never creates a collection (a missing one is
+CollectionNotFound); only the summary writer creates the summary collection.
 """
 
 from __future__ import annotations

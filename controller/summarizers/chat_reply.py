@@ -303,13 +303,9 @@ def contain_injections(
     prior: StructuredSummary | LegacySummary | None,
 ) -> PassUpdate:
     """The update with what an injection in these memories could have put in it contained.
-    Pure.
-
-    Items (and a new Current State) that repeat an injected passage are stored quoted, as
-    session content; a title that repeats one is dropped (the merge derives one); supersede
-    marks whose reason repeats one are dropped (a mark only annotates, so nothing is lost).
-    When the memories hold an injection and a structured prior exists, category and scores
-    stay the prior's.
+    Pure. Items repeating an injected passage are stored quoted; such a title or supersede
+    mark is dropped; with an injection and a structured prior, category and scores stay the
+    prior's.
     """
     passages = injected_passages(memories)
     if not passages:

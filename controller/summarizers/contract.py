@@ -1,12 +1,8 @@
-"""The one contract every summarizer keeps.
-
-A summarizer is given one bounded chunk of a session's new memories (the pipeline chunks,
-by the budget the summarizer declares) and the summary so far, and *proposes* one
-PassUpdate: new items per history section, supersede marks, a new Current State, a title,
-category and scores. It never merges: controller.core.merge applies every proposal the same
-way (prior items carried verbatim, legacy text carried whole, new items de-duplicated and
-quoted where needed), and controller.pipeline validates the result before anything is
-written. So no summarizer, however wrong its proposal, can lose a fact.
+"""The one contract every summarizer keeps: given one bounded chunk of a session's new
+memories and the summary so far, it *proposes* one PassUpdate (new items per history
+section, supersede marks, Current State, title, category, scores). It never merges:
+controller.core.merge applies every proposal the same way and controller.pipeline
+validates the result, so no summarizer, however wrong, can lose a fact.
 """
 
 from __future__ import annotations
