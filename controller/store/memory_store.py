@@ -1,12 +1,7 @@
-"""The Chroma store adapter: the only code that talks to Chroma.
-
-Where it is and how to connect: controller.store.connection; its errors:
-controller.store.errors. Every network failure surfaces as
-StoreUnavailable so callers can report it and retry without having written anything.
-
-Reading never creates a collection: a missing one is CollectionNotFound, naming it. Only
-the summary writer creates the summary collection (summaries(create=True)); a name Chroma
-refuses is InvalidStoreConfig. Neither is a StoreUnavailable: retrying soon fixes neither.
+"""The Chroma store adapter: the only code that talks to Chroma (connecting:
+store/connection.py; errors: store/errors.py). Network failures are StoreUnavailable,
+raised before anything was written. Reads never create a collection; only the summary
+writer does (summaries(create=True)).
 """
 
 from __future__ import annotations
@@ -72,11 +67,9 @@ class StoredPrior:
     """A session's stored summary as a pass reads it."""
 
     summary: PriorSummary | None
-    # The digest of the row's document as read (None: no row): what a writer compares with
-    # right before its upsert (read_row_state).
+    # The row document's digest as read (None: no row), compared before upsert.
     row_digest: str | None
-    # The row is the one the ledger entry names (or there is no entry); else a pass writes
-    # it again, even with nothing new.
+    # The row is the one the ledger entry names (or no entry); else a pass rewrites it.
     row_current: bool = True
 
 
@@ -90,17 +83,12 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         exclude: Callable[[Memory], bool] | None = None,
         mask: PassRedaction | None = None,
     ) -> SessionRows:
-        """The session's row count and newest row, and the parsed memories a pass reads:
-        those after the prior's watermark, and those at or before it in the ranges where the
-        rows are not the ones the prior covers (core/coverage.py); those `exclude` accepts
-        are left out of `memories` (still counted and covered).
+        """The session's row count, newest row, and the memories a pass reads
+        (core/coverage.py); rows `exclude` accepts are counted and covered but not read.
 
-        The listing is paged (one unpaged get of a 50,000-row session exceeds SQLite's
-        variable limit inside Chroma) and keeps only each row's (timestamp, id); the
-        memories' text is read afterwards, batch by batch, as the caller iterates. A session
-        that fits in the listing's first page (the usual case) is read in that one page.
-        Every memory and source it returns is masked by `mask` (redaction.py; default:
-        the detector rules) before anything else sees it.
+        The listing is paged and keeps only each row's (timestamp, id); text is read in
+        batches as the caller iterates (one page for a small session). Everything returned
+        is masked by `mask` (redaction.py; default: the detector rules) first.
         """
         mask = mask or PassRedaction()
         with self._memory_missing():
@@ -151,9 +139,8 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         embed: Callable[[list[str]], Any] | None = None,
     ) -> None:
         """Writes memories as an agent would (summaryctl remember, the demo, tests), embedded
-        with `embed` (default: the local MiniLM), which must be the model the collection
-        records (core/embedding_match.py). create=True creates the memory collection if it
-        is missing (a fresh store), recording the function agents can rebuild for it."""
+        with `embed` (default: local MiniLM), which must match the collection's model
+        (core/embedding_match.py). create=True creates a missing memory collection."""
         coll = self.create_memory_collection() if create else self.memories()
         record = collection_config(coll).get("embedding_function")
         loc = self.location
@@ -183,13 +170,11 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
     # -- summaries --------------------------------------------------------------------
 
     def read_summary(self, session_id: str) -> PriorSummary | None:
-        """The session's stored summary; None when there is none yet, including when the
-        summary collection does not exist yet (the first write creates it)."""
+        """The session's stored summary; None if none yet (or no summary collection yet)."""
         return self.read_prior(session_id).summary
 
     def _get_one(self, role: str, session_id: str, include: list[str]) -> dict[str, Any] | None:
-        """The summary row's (role "summary") or its ledger entry's ("ledger") document and
-        metadata as included; None when it or its collection does not exist."""
+        """The session's summary row or ledger head, as included; None if missing."""
         on = self._on_summaries if role == "summary" else self._on_ledger
         row_id = summary_row_id(session_id)
         found = self._by_id(on, f"reading the {role} of the session", include, [row_id])
@@ -199,10 +184,8 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         return {"document": document, "metadata": metadata}
 
     def read_ledger(self, session_id: str, row: dict[str, Any] | None = None) -> LedgerEntry | None:
-        """The ledger entry of the session's row (`row`: its metadata, read with it), in
-        one read of the session's ledger records; None without one; a forgotten session's
-        tombstone as an entry of its head alone. Raises UnreadablePriorSummary for an entry
-        this version cannot read."""
+        """The session's ledger entry (`row`: the row's metadata), in one read; None without
+        one; a tombstone as a head-only entry. Raises UnreadablePriorSummary if unreadable."""
         try:
             got = self._on_ledger(
                 "reading the session's ledger entry",
@@ -228,8 +211,7 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
             ) from None
 
     def stored_summary(self, session_id: str) -> tuple[str, dict[str, Any]] | None:
-        """(the row's document, every key written for it: the row's and its ledger
-        entry's), as a person or `summaryctl ledger` reads them; None without either."""
+        """(row document, the row's and ledger entry's keys) for `summaryctl ledger`."""
         row = self._get_one("summary", session_id, ["documents", "metadatas"])
         ledger = self.read_ledger(session_id, row["metadata"] if row else None)
         ledger = None if ledger is None or is_tombstone(ledger.head) else ledger
@@ -241,13 +223,10 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         return (row["document"] or "") if row else "", keys
 
     def read_prior(self, session_id: str) -> StoredPrior:
-        """The stored summary, from the session's ledger entry (else its row), and how the
-        row compares with the entry (core/ledger.py: row_agreement): a row another writer
-        rewrote gives its text to carry; a missing or stale one is to be written again,
-        its text masked again on the way (masked_with unknown), and so is an entry with
-        records beside it (the write deletes them), without the row's own keys (release
-        0.1.0's), or whose lists are lost (core/ledger.py: read_entry; the pass reads every
-        memory again)."""
+        """The stored summary, from the ledger entry (else the row), and whether the row
+        agrees with it (core/ledger.py: row_agreement, read_entry; docs/ledger.md). A row
+        another writer rewrote gives its text to carry; a missing or stale row, leftover
+        records or lost lists make the pass write again (masked_with unknown)."""
         row = self._get_one("summary", session_id, ["documents", "metadatas"])
         document, row_meta = (row["document"], row["metadata"]) if row else (None, {})
         digest = document_digest(document or "") if row else None
@@ -273,17 +252,13 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         return StoredPrior(summary, digest, current)
 
     def check_embedding(self, dimension: int) -> int | None:
-        """Refuses to write vectors the collection's readers cannot use: of another dimension
-        than the collection holds, or from another model than the embedding function the
-        collection records (core/embedding_match.py; before the summary collection exists,
-        the function the agents chose for their memory collection: Collections.
-        summary_function_record).
+        """Refuses vectors of another dimension than the collection holds, or from another
+        model than its recorded function (core/embedding_match.py,
+        Collections.summary_function_record).
 
-        Samples one stored vector, once per store: after a match the answer is kept. A
-        collection whose first rows are still being indexed can fail the sample ("Nothing
-        found on disk" from the HNSW reader); the write then relies on Chroma's own check,
-        which write_rows turns into the same EmbeddingMismatch. Returns the collection's
-        dimension when it is known (None: empty, not indexed yet, or not created yet).
+        Samples one stored vector, once per store. If the collection is still being indexed
+        the sample fails and Chroma's own check applies (write_rows turns it into the same
+        EmbeddingMismatch). Returns the known dimension, or None.
         """
         if self._verified_dimension == dimension:
             return dimension
@@ -305,8 +280,7 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         return held
 
     def _held_dimension(self) -> int | None:
-        """The dimension of the vectors the summary collection holds (one sampled), or None
-        when it holds none yet, is not created yet, or is still being indexed."""
+        """The summary collection's vector dimension (one sampled), or None if unknown."""
         try:
             got = self._on_summaries(
                 "sampling an embedding", lambda coll: coll.get(limit=1, include=["embeddings"])
@@ -325,8 +299,7 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         return len(embeddings[0])
 
     def ledger_sessions(self) -> Iterator[str]:
-        """The session of every ledger entry but a forgotten one's, page by page; none
-        without a ledger. The reconciliation asks a pass of those with no memory left."""
+        """The session of every ledger entry but tombstones, page by page."""
         try:
             coll = self.ledger()
         except CollectionNotFound:
@@ -337,10 +310,8 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
                 yield sid
 
     def latest_summaries(self, limit: int) -> list[tuple[str, str, dict[str, Any]]]:
-        """(id, document, metadata) of the newest summaries, as agents read them at boot:
-        every row's metadata page by page, then the documents of the newest alone.
-        CollectionNotFound when the summary collection does not exist: a typo'd name must
-        not read as "no summaries yet"."""
+        """(id, document, metadata) of the newest summaries, as agents read them at boot.
+        CollectionNotFound if missing: a typo must not read as "no summaries yet"."""
         coll = self.summaries()
         rows = [(i, dict(m)) for i, m in pages(coll, "listing summaries", {}, SCAN_PAGE)]
 

@@ -1,15 +1,10 @@
 """The sort keys of a session's rows, (timestamp, id), held in flat buffers.
 
-A pass lists every row of its session first (count, newest row, order) and reads the text
-afterwards, batch by batch. Held as Python tuples, the keys of a 50,000-row session were
-~9 MB of small objects (a tuple, an int and a str per row) allocated between the listing's
-pages: the interpreter's allocator kept most of that memory after the pass. Here they are
-one array of timestamps, one of id offsets and one bytes buffer of ids (~2.5 MB for
-50,000 rows, freed whole), plus the sorted order.
+As Python tuples, a 50,000-row session's keys were ~9 MB of small objects the allocator
+kept after the pass; flat arrays take ~2.5 MB, freed whole.
 
-The order is the one Watermark and memory_sort_key define: timestamp, then id (Python
-string order). Timestamps outside int64 (a float metadata value such as 1e30 parses to
-one) are kept exactly: the keys then fall back to a Python list for them.
+Order as Watermark and memory_sort_key: timestamp, then id. Timestamps outside int64
+(e.g. 1e30) are kept exactly in a Python list.
 """
 
 from __future__ import annotations
@@ -56,8 +51,8 @@ class RowKeysBuilder:
 
 
 class RowKeys(Sequence[tuple[int, str]]):
-    """Sorted (timestamp, id) keys; `included` marks the rows a pass may summarize (not an
-    excluded type) and `selected` (select()) the rows it reads: all, until narrowed."""
+    """Sorted (timestamp, id) keys; `included` marks rows not of an excluded type,
+    `selected` the rows the pass reads (all until select())."""
 
     def __init__(
         self,
@@ -126,8 +121,7 @@ class RowKeys(Sequence[tuple[int, str]]):
                 yield self._id_of(int(row))
 
     def select(self, keep: Callable[[int, str], bool]) -> int:
-        """Narrows the rows a pass reads to those `keep(timestamp, id)` accepts; returns how
-        many are selected."""
+        """Selects the rows `keep(timestamp, id)` accepts; returns how many."""
         selected = 0
         for position, row in enumerate(self._order):
             chosen = keep(int(self._sorted_stamps[position]), self._id_of(int(row)))
