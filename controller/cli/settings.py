@@ -1,11 +1,7 @@
-"""Where summaryctl's store commands get their settings: the SessionSummarizer the operator
-uses (from the cluster, --summarizer NAME -n NS, or from its manifest, --summarizer-file),
-so `summaryctl summarize` writes exactly what the operator would: the same store and
-collections, the same embedding model (neo's 4096-d endpoint, say), the same summarizer and
-the same reader tags. Flags given on the command line override the summarizer's store.
-
-Without a summarizer: the flags, else neo's default collections, the local all-MiniLM-L6-v2
-embedding and the extractive summarizer.
+"""Settings for summaryctl's store commands: the operator's SessionSummarizer (--summarizer
+NAME -n NS, or --summarizer-file), so `summaryctl summarize` writes exactly what the operator
+would. Command-line flags override its store. Without one: the flags, else neo's default
+collections, local all-MiniLM-L6-v2 and the extractive summarizer.
 
 Secrets a summarizer names are read from the environment first (CHROMA_TOKEN,
 EMBEDDING_API_KEY, MODEL_API_KEY), else from the cluster with your credentials.
@@ -82,8 +78,7 @@ def _parsed(spec: Any, where: str) -> SessionSummarizerSpec:
 
 
 def load_summarizer(args: argparse.Namespace) -> Summarizer | None:
-    """The summarizer the flags name, if any (--summarizer and --summarizer-file exclude
-    each other: argparse says so)."""
+    """The summarizer --summarizer or --summarizer-file names, if any."""
     if getattr(args, "summarizer_file", None):
         return _from_manifest(args.summarizer_file, args.namespace)
     if getattr(args, "summarizer", None):
@@ -92,10 +87,9 @@ def load_summarizer(args: argparse.Namespace) -> Summarizer | None:
 
 
 def secret_reader(field: str) -> Any:
-    """Reads a Secret key a summarizer names, for a backend: the env var of that field when
-    set (the value is yours to give), else the Secret from the cluster with your
-    credentials, refused unless the Secret allows the URL it goes to (its
-    memorycore.io/allowed-urls annotation, as for the operator: docs/security.md)."""
+    """Reads a Secret key a summarizer names: the field's env var if set, else the Secret
+    from the cluster, refused unless its memorycore.io/allowed-urls allows the URL
+    (docs/security.md)."""
     from controller import backends
 
     def read(spec_field: str, namespace: str, ref: Any, url: str) -> str:

@@ -20,14 +20,10 @@ NO_API_KEY = "no-api-key"
 
 
 class OpenAICompatibleEmbedding:
-    """``POST {base_url}/embeddings`` through the ``openai`` SDK: one pooled client per
-    configuration, whose own retry loop retries timeouts, connection errors, 408, 409, 429
-    and 5xx ``retries`` times with exponential backoff (Retry-After honoured up to the
-    SDK's two minutes). Other 4xx fail at once. Redirects are not followed: one is an
-    error naming where it pointed.
-
-    The API key is sent as a bearer token (no Authorization header without one) and kept
-    out of repr and error messages: those end up in logs and on the CR.
+    """``POST {base_url}/embeddings`` through the ``openai`` SDK, one pooled client per
+    configuration; the SDK retries timeouts, connection errors, 408, 409, 429 and 5xx
+    ``retries`` times with backoff. A redirect is an error naming its target. The API key
+    (a bearer token) is kept out of repr and error messages, which reach logs and the CR.
     """
 
     def __init__(
@@ -63,8 +59,7 @@ class OpenAICompatibleEmbedding:
         if not input:
             return []
         try:
-            # The raw answer: the SDK would build a model object per float of every vector
-            # (most of the operator's CPU per summary with a 4096-dimension endpoint).
+            # Raw answer: the SDK's model object per float cost most of the CPU at 4096-d.
             response = self._client.embeddings.with_raw_response.create(
                 model=self.model,
                 input=list(input),

@@ -1,14 +1,10 @@
 """Which model embeds summaries, and the one place that turns that into an embedding function.
 
-A Chroma collection's embedding model and dimension are fixed by its first insert, so the
-writer must embed with exactly the model the collection already uses. Two backends cover the
-deployments we know: all-MiniLM-L6-v2 run locally (controller.embeddings.minilm: offline,
-no torch) and any OpenAI-compatible ``/v1/embeddings`` endpoint (controller.embeddings.remote:
-OpenAI, Ollama, vLLM, LM Studio).
-
-Both are plain callables (texts -> float32 vectors). They are never handed to chromadb:
-the operator passes vectors itself, and what a new summary collection records as its
-embedding function is decided in controller/store (agents must be able to open it).
+A collection's model and dimension are fixed by its first insert, so the writer must embed
+with the collection's model. Backends: local all-MiniLM-L6-v2 (embeddings/minilm.py) and any
+OpenAI-compatible ``/v1/embeddings`` endpoint (embeddings/remote.py). Both are plain
+callables (texts -> float32 vectors), never handed to chromadb; what a new collection
+records is decided in controller/store.
 """
 
 from __future__ import annotations
@@ -54,13 +50,11 @@ class EmbeddingSpec(BaseModel):
 def build_embedding_function(
     spec: EmbeddingSpec, weights: MiniLMWeights | None = None
 ) -> EmbeddingFunction:
-    """The one place that turns configuration into an embedding function. weights: the
-    local model's, shared (the operator's runtime); else the function loads its own."""
+    """weights: the local model's, shared (the operator's runtime); else loaded per function."""
     if spec.provider == "local-minilm":
         return LocalMiniLMEmbedding(weights=weights)
     assert spec.base_url is not None  # guaranteed by EmbeddingSpec validation
-    # Imported here: the openai SDK costs ~14 MB of RSS, which only an operator that uses
-    # an endpoint should pay (bench/operator_rss.py).
+    # Imported here: the openai SDK costs ~14 MB of RSS (bench/operator_rss.py).
     from controller.embeddings.remote import OpenAICompatibleEmbedding
 
     return OpenAICompatibleEmbedding(

@@ -1,11 +1,9 @@
 """Where Events are posted: one Event per state change, its repeats counted on it.
 
-The operator's handlers and its peering reporter post through one EventRecorder (made at
-start, kept in kopf's memo, closed at exit). Like client-go's recorder it never blocks and
-never fails its caller: Events go out from one background thread in the order posted, and
-a repeat of an Event already posted (same object, type, reason and message:
-core/event_aggregation.py) is a PATCH of that Event's count and lastTimestamp, not a new
-Event. A full queue drops the newest Events with a log line, as client-go does.
+One EventRecorder (in kopf's memo) serves the handlers and the peering reporter. Like
+client-go's recorder it never blocks or fails its caller: one background thread posts in
+order, a repeat (core/event_aggregation.py) patches the count, and a full queue drops the
+newest with a log line.
 """
 
 from __future__ import annotations
@@ -169,8 +167,7 @@ class EventRecorder:
 
 
 def _read(answer: object) -> None:
-    """Reads a raw answer (`_preload_content=False`): its body is not made into a model
-    object (nothing uses it, and that costs more CPU than the call)."""
+    """Reads a raw answer (`_preload_content=False`): no model object, which costs CPU."""
     cast(Any, answer).read()
 
 
