@@ -1,5 +1,4 @@
-"""summaryctl's arguments, checked by argparse before any API or store call, and CliError:
-the one-line error every command ends with."""
+"""summaryctl's argument checks (run by argparse first) and CliError."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ def _shown(value: str, limit: int = 60) -> str:
 
 
 def printable(text: object) -> str:
-    """text for one terminal line: control characters (a carriage return, an escape
-    sequence, a newline in an id) shown escaped instead of acting on the terminal."""
+    """text for one terminal line, control characters shown escaped."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
@@ -104,8 +102,8 @@ def collection_arg(value: str) -> str:
 
 
 def chroma_url_problem(url: str) -> str | None:
-    """Why url cannot be a Chroma server address, or None. The client uses only scheme,
-    host and port: anything else would be silently ignored, so it is refused."""
+    """Why url cannot be a Chroma server address, or None. Anything beyond scheme, host
+    and port would be silently ignored, so it is refused."""
     try:
         parts = urlsplit(url)
         port = parts.port  # ValueError when not a number or out of range

@@ -20,9 +20,8 @@ from controller.cli.failures import kube_call, missing_collection, store_errors,
 
 
 def unserved(summarizer: dict[str, Any]) -> str | None:
-    """Why no operator serves this SessionSummarizer now, from what operators publish: the
-    replica status (ReplicaActive, status.activeReplica) they write on every SessionSummarizer
-    of the namespaces they serve. None when one does."""
+    """Why no operator serves this SessionSummarizer now (from its ReplicaActive condition
+    and status.activeReplica); None when one does."""
     meta, status = summarizer["metadata"], summarizer.get("status") or {}
     where = f"SessionSummarizer {meta['namespace']}/{meta['name']}"
     replica: dict[str, Any] = _conditions(status).get("ReplicaActive", {})
@@ -133,9 +132,8 @@ NOT_YET = ("SessionClaimed", "Summarizing")
 
 
 def pass_outcome(obj: dict[str, Any]) -> tuple[str, str, str] | None:
-    """(phase, reason, message) once the pass for the object's current request has ended:
-    done, or failed (Pending between retries: reason and message say why, as soon as the
-    first pass fails); None while it is still to come, waiting or running."""
+    """(phase, reason, message) once the current request's pass has ended or failed (also
+    Pending between retries); None while it is still to come or running."""
     status = obj.get("status") or {}
     generation = (obj.get("metadata") or {}).get("generation")
     if status.get("observedGeneration") != generation:
@@ -166,9 +164,8 @@ ANSWER_SECONDS = 30.0  # how long check waits for the operator to measure anew
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Whether a SessionSummarizer is Ready, measured now: asks the operator to run its
-    probes and sweep (PROBE_REQUESTED), waits for the answer (with --wait, measures again
-    until Ready), and prints every condition with when it was measured."""
+    """Whether a SessionSummarizer is Ready, measured now (PROBE_REQUESTED; --wait: until
+    Ready); prints every condition with when it was measured."""
     from controller.api import GROUP, SUMMARIZER_PLURAL, VERSION
     from controller.kube import client as kube
     from controller.status.conditions import now_rfc3339
@@ -233,8 +230,7 @@ def _store(args: argparse.Namespace, summarizer: Any = None) -> Any:
 
 
 def _full_document(store: Any, session_id: Any, document: str) -> str:
-    """The whole summary, nothing folded: rebuilt from the row and its ledger entry (a row
-    we did not write is its document)."""
+    """The whole summary, rebuilt from the row and its ledger entry."""
     from controller.core.document import render_document
     from controller.core.summary import StructuredSummary
 
@@ -278,9 +274,8 @@ def cmd_summaries(args: argparse.Namespace) -> int:
 
 
 def cmd_remember(args: argparse.Namespace) -> int:
-    """Writes one memory as an agent does (docs/agents.md): an agent-interaction turn, or a
-    sunset marker. Embedded with the summarizer's model (without one: the local MiniLM),
-    which must be the one the memory collection records; a fresh store gets the collection."""
+    """Writes one memory as an agent does (docs/agents.md): a turn or a sunset marker,
+    embedded with the summarizer's model (default: local MiniLM)."""
     from controller.cli.settings import embedder, load_summarizer
     from controller.core.memories import SUNSET_MARKER_TYPE, render_interaction_document
 

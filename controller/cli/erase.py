@@ -1,6 +1,5 @@
-"""summaryctl forget and rebuild: a SessionSummary that asks for spec.action Forget or
-Rebuild (docs/privacy.md, "Forget and rebuild"), the same request `kubectl apply` makes,
-with who ran it recorded for the operator's Event."""
+"""summaryctl forget and rebuild: spec.action Forget or Rebuild (docs/privacy.md, "Forget
+and rebuild"), with who ran it recorded for the operator's Event."""
 
 from __future__ import annotations
 
@@ -75,8 +74,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
 
 def _with_secrets(args: argparse.Namespace) -> list[str]:
-    """The sessions whose stored summary holds a secret the summarizer's rules recognise in
-    the text it shows or carries: what the next pass would mask (PassRedaction.prior)."""
+    """Sessions whose stored summary holds a secret the next pass would mask
+    (PassRedaction.prior)."""
     from controller import backends
     from controller.cli.commands import _store
     from controller.cli.settings import load_summarizer

@@ -1,6 +1,5 @@
-"""Kubernetes and store failures as summaryctl's one-line CliError, for every command and
-for the settings it loads (one home, so neither imports the other), and the lookup of the
-SessionSummarizer a command names, whose absence says where they are."""
+"""Kubernetes and store failures as summaryctl's one-line CliError, and the lookup of the
+SessionSummarizer a command names."""
 
 from __future__ import annotations
 

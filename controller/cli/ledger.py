@@ -1,5 +1,4 @@
-"""summaryctl ledger: a session's ledger entry, the operator's state beside its row
-(core/ledger.py), for a person or, with --json, whole; and summaryctl handover."""
+"""summaryctl ledger (a session's ledger entry, core/ledger.py) and summaryctl handover."""
 
 from __future__ import annotations
 
@@ -69,9 +68,8 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 
 def cmd_handover(args: argparse.Namespace) -> int:
-    """Hands the store to this cluster (the current kube context's): every other cluster's
-    authority record goes, so this cluster's operator takes their rows over at its next
-    write of each (core/fencing.py). A cluster whose operator still runs renews its own."""
+    """Hands the store to this cluster: removes every other cluster's authority record, so
+    our operator takes their rows over (core/fencing.py); a running one renews its own."""
     from controller.cli.settings import load_summarizer
     from controller.core.text import ms_to_rfc3339
     from controller.kube.client import core

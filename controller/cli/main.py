@@ -79,16 +79,14 @@ def _add_wait(p: argparse.ArgumentParser, until: str) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with control characters in an echoed argument shown escaped: a stray
-    carriage return or escape sequence must not rewrite the error line on the terminal."""
+    """argparse, with control characters in an echoed argument shown escaped."""
 
     def error(self, message: str) -> NoReturn:
         super().error(printable(message))
 
 
 class _DeprecatedFlag(argparse.Action):
-    """A flag's old name, kept for one release: it still works, and says its new name on
-    stderr each time it is used (hidden from --help)."""
+    """A flag's old name, kept for one release: it works and names the new one on stderr."""
 
     def __init__(self, option_strings: list[str], dest: str, new_flag: str, **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)

@@ -77,8 +77,7 @@ def _parsed(spec: Any, where: str) -> SessionSummarizerSpec:
 
 
 def load_summarizer(args: argparse.Namespace) -> Summarizer | None:
-    """The summarizer the flags name, if any (--summarizer and --summarizer-file exclude
-    each other: argparse says so)."""
+    """The summarizer --summarizer or --summarizer-file names, if any."""
     if getattr(args, "summarizer_file", None):
         return _from_manifest(args.summarizer_file, args.namespace)
     if getattr(args, "summarizer", None):
@@ -87,10 +86,9 @@ def load_summarizer(args: argparse.Namespace) -> Summarizer | None:
 
 
 def secret_reader(field: str) -> Any:
-    """Reads a Secret key a summarizer names, for a backend: the env var of that field when
-    set (the value is yours to give), else the Secret from the cluster with your
-    credentials, refused unless the Secret allows the URL it goes to (its
-    memorycore.io/allowed-urls annotation, as for the operator: docs/security.md)."""
+    """Reads a Secret key a summarizer names: the field's env var if set, else the Secret
+    from the cluster, refused unless its memorycore.io/allowed-urls allows the URL
+    (docs/security.md)."""
     from controller import backends
 
     def read(spec_field: str, namespace: str, ref: Any, url: str) -> str:

@@ -12,9 +12,7 @@ from controller.cli.failures import store_errors
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    """Which memories of each session no summary covers (exit 1 when any). Covered means
-    summarized: a pass of the summary read the memory; what it kept of it is the summary's
-    text (`summaryctl summaries --full`)."""
+    """Which memories of each session no summary covers, i.e. no pass read (exit 1 if any)."""
     from controller.cli.settings import load_summarizer
     from controller.core.coverage import uncovered
     from controller.core.summary import StructuredSummary, UnreadablePriorSummary

@@ -55,11 +55,8 @@ _ERF_A = tuple(
 
 
 def _gelu_in_place(x: Array) -> Array:
-    """Exact-erf GELU as relu(x) - |x| * erfc(|x|/sqrt 2) / 2, in place.
-
-    Written as in-place passes, run on cache-sized row blocks: done naively over the whole
-    feed-forward activation, this elementwise work cost more than the layer's matmuls.
-    """
+    """Exact-erf GELU as relu(x) - |x| * erfc(|x|/sqrt 2) / 2, in place (done naively over
+    the whole activation, it cost more than the layer's matmuls)."""
     ax = np.abs(x)
     t = ax * _ERF_P
     t += 1.0
@@ -156,8 +153,7 @@ class _MiniLM:
         self, texts: list[str], batch_size: int, between: Callable[[], object] | None = None
     ) -> Array:
         """Unit vectors, one row per text, in input order. between: called after each
-        layer but a batch's last (a holder of a CPU core gives it up there to a pass that
-        needs it sooner)."""
+        layer but a batch's last (to yield the CPU to a more urgent pass)."""
         ids = [e.ids for e in self.tokenizer.encode_batch(texts)]
         # Similar lengths share a batch, so per-batch padding stays small.
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
@@ -226,12 +222,8 @@ class _MiniLM:
 
 
 class _RowFile:
-    """Rows of one float32 matrix of a safetensors file, read on demand with pread (the
-    format: an 8-byte header length, a JSON header, then the raw tensors).
-
-    Mapped instead, every row a text ever touched stayed in the process's RSS (file-backed,
-    up to the whole 47 MB table over a long run); read, the rows live in the page cache,
-    which the kernel shares and reclaims, and a text costs one pread per distinct token."""
+    """Rows of one float32 matrix of a safetensors file, read on demand with pread. Mapped,
+    every row ever touched stayed in RSS (up to 47 MB); read, they live in the page cache."""
 
     def __init__(self, path: Path, name: str) -> None:
         with path.open("rb") as f:
@@ -271,9 +263,8 @@ def _row_blocks(total: int, size: int = 256) -> Iterator[slice]:
 
 
 class MiniLMWeights:
-    """The loaded weights, once per directory for whoever holds this (the operator's
-    runtime: every local embedder of every SessionSummarizer shares them). They are 90 MB
-    and take a second to load."""
+    """The loaded weights (90 MB, a second to load), once per directory, shared by every
+    local embedder of the operator's runtime."""
 
     def __init__(self) -> None:
         self._models: dict[Path, _MiniLM] = {}
@@ -322,8 +313,7 @@ class LocalMiniLMEmbedding:
     ) -> None:
         self._explicit_dir = str(model_dir) if model_dir is not None else None
         self.batch_size = batch_size
-        # Shared weights (the operator's runtime), else this instance's own, loaded on
-        # its first call.
+        # Shared weights (the operator's runtime), else our own, loaded on first call.
         self._weights = weights if weights is not None else MiniLMWeights()
 
     @property

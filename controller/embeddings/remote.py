@@ -59,8 +59,7 @@ class OpenAICompatibleEmbedding:
         if not input:
             return []
         try:
-            # The raw answer: the SDK would build a model object per float of every vector
-            # (most of the operator's CPU per summary with a 4096-dimension endpoint).
+            # Raw answer: the SDK's model object per float cost most of the CPU at 4096-d.
             response = self._client.embeddings.with_raw_response.create(
                 model=self.model,
                 input=list(input),

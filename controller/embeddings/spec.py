@@ -50,13 +50,11 @@ class EmbeddingSpec(BaseModel):
 def build_embedding_function(
     spec: EmbeddingSpec, weights: MiniLMWeights | None = None
 ) -> EmbeddingFunction:
-    """The one place that turns configuration into an embedding function. weights: the
-    local model's, shared (the operator's runtime); else the function loads its own."""
+    """weights: the local model's, shared (the operator's runtime); else loaded per function."""
     if spec.provider == "local-minilm":
         return LocalMiniLMEmbedding(weights=weights)
     assert spec.base_url is not None  # guaranteed by EmbeddingSpec validation
-    # Imported here: the openai SDK costs ~14 MB of RSS, which only an operator that uses
-    # an endpoint should pay (bench/operator_rss.py).
+    # Imported here: the openai SDK costs ~14 MB of RSS (bench/operator_rss.py).
     from controller.embeddings.remote import OpenAICompatibleEmbedding
 
     return OpenAICompatibleEmbedding(

@@ -1,7 +1,4 @@
-"""Where abandoned claims are deleted: the SessionClaims of writers that died (killed before
-their release), found on the collector's own timer (controller/operator.py), also when
-every sweep is off. Blocking Kubernetes calls; the decision is core/claim_rules.py:abandoned.
-"""
+"""Deletes the SessionClaims of writers that died (decision: core/claim_rules.py:abandoned)."""
 
 from __future__ import annotations
 
@@ -41,11 +38,9 @@ def _claim_pages(page_size: int) -> Iterator[list[dict[str, Any]]]:
 
 @dataclass
 class ClaimCollector:
-    """Deletes claims whose writer died: unchanged, on this process's clock, for their
-    duration and a grace since it first saw them as they are (a live writer renews its
-    claim every renew period). Runs on its own timer (controller/operator.py), also when
-    sweeps are off; the list is paginated; each delete carries the resourceVersion seen, so
-    a claim renewed or taken meanwhile stays."""
+    """Deletes claims unchanged, by our clock, for their duration plus a grace. Runs on its
+    own timer (controller/operator.py), also when sweeps are off; each delete is
+    conditional on the resourceVersion seen, so a claim renewed meanwhile stays."""
 
     default_duration_s: float
     grace_s: float

@@ -1,5 +1,4 @@
-"""What taking or keeping a session's claim can end in (controller/kube/claims.py): the
-handlers turn each into a status and an Event."""
+"""How taking or keeping a claim can fail (kube/claims.py); each becomes a status and Event."""
 
 from __future__ import annotations
 
@@ -7,9 +6,8 @@ from controller.core.claim_rules import Claim
 
 
 class ClaimHeld(Exception):
-    """Another live writer holds the session's claim (`claim`, as read from the API);
-    retry after retry_after_s. lost_races: how many times the claim changed under us
-    before we read this holder (0: it held the claim when we first looked)."""
+    """Another live writer holds the claim; retry after retry_after_s. lost_races: how often
+    the claim changed under us before we read this holder."""
 
     def __init__(self, claim: Claim, retry_after_s: float, lost_races: int = 0) -> None:
         self.claim = claim
@@ -26,11 +24,9 @@ class ClaimHeld(Exception):
 
 
 class ClaimLost(Exception):
-    """Our claim lapsed, was taken, or a newer grant wrote the row; or (ClaimContended) we
-    never got it: nothing was written."""
+    """Our claim lapsed, was taken or fenced, or was never got; nothing was written."""
 
 
 class ClaimContended(ClaimLost):
-    """The claim changed under us on every attempt to take it, and no live holder was left
-    to wait for when we last read it (released, or lapsed): nothing was written, and there
-    is no writer to name; the pass is retried."""
+    """The claim changed under us on every attempt and no live holder is left to name;
+    the pass is retried."""

@@ -1,9 +1,7 @@
-"""Where the claim is taken: the session's SessionClaim object, granted, renewed for the
-whole pass by a thread, fenced and released (blocking Kubernetes calls; the decisions live
-in core/claim_rules.py and core/fencing.py). A pass that ends within one renew period costs
-a create and a delete; before each store write the pipeline asks the handle (a WriteGuard),
-with our own clock and the row's fence: no API call unless the fence is ahead of ours or
-another cluster's (docs/architecture.md, "Exactly one writer")."""
+"""The session's SessionClaim: granted, renewed by a thread for the whole pass, fenced and
+released (blocking calls; decisions in core/claim_rules.py and core/fencing.py). Before
+each store write the pipeline asks the handle (a WriteGuard): no API call unless the row's
+fence is ahead of ours or another cluster's (docs/architecture.md, "Exactly one writer")."""
 
 from __future__ import annotations
 
@@ -57,9 +55,8 @@ def _api() -> client.CustomObjectsApi:
 
 @dataclass
 class Sightings:
-    """What a writer remembers between attempts (its caller keeps it: kopf's per-object
-    memo), on its own clock: when it first saw another writer's claim as it is, and
-    another cluster's record found on the row (core/fencing.py: still_writing)."""
+    """What a writer remembers between attempts (kopf's memo), on its own clock: another
+    writer's claim and another cluster's record (core/fencing.py: still_writing)."""
 
     claim: Sighting | None = None
     authority: Sighting | None = None
@@ -67,12 +64,8 @@ class Sightings:
 
 @dataclass
 class SessionClaimHandle:
-    """The claim of one writer on one session's summary row, for one summarization.
-
-    acquire() grants it (or raises ClaimHeld), a thread renews it every renew_s until
-    release(); check() and admit() are the pipeline's WriteGuard; `seen` is what this
-    writer saw from one attempt to the next.
-    """
+    """One writer's claim on one session's row, for one pass: acquire(), renewed every
+    renew_s until release(); check() and admit() are the pipeline's WriteGuard."""
 
     session_id: str
     collection_id: str  # the row's place (StoreLocation.row_scope): with the session, its identity
@@ -151,8 +144,7 @@ class SessionClaimHandle:
     def _replace(
         self, claim: Claim, resource_version: str, timeout: tuple[float, float] | None = None
     ) -> dict[str, Any] | None:
-        """The object written, or None on a resourceVersion conflict (someone wrote it
-        since) or if it is gone."""
+        """The object written, or None on a resourceVersion conflict or if it is gone."""
         body = self._body(claim, resource_version)
         made = self._call((404, 409), _api().replace_cluster_custom_object, self.name, body,
                           _request_timeout=timeout)  # fmt: skip
@@ -163,8 +155,7 @@ class SessionClaimHandle:
         return cast(dict[str, Any] | None, got)
 
     def _granted(self, claim: Claim, made: dict[str, Any], sent_s: float) -> None:
-        """Ours from sent_s on (when the request left, on our clock: the server applied it
-        later, so a contender's wait starts later still). Starts the renewer."""
+        """Ours from sent_s on (when the request left, on our clock). Starts the renewer."""
         version = str(made["metadata"]["resourceVersion"])
         with self._lock:
             self._claim, self._version, self._renewed_at_s = claim, version, sent_s
@@ -181,8 +172,7 @@ class SessionClaimHandle:
         self._renewer.start()
 
     def acquire(self) -> Claim:
-        """Takes the session's claim, or raises ClaimHeld if another writer's claim is live
-        as far as our own clock can tell (self.seen.claim: since we first saw it as it is)."""
+        """Takes the claim, or raises ClaimHeld if another writer's is live by our clock."""
         for lost_races in range(CONFLICT_RETRIES):
             claim, sent = self._new_claim(), time.monotonic()
             made = self._create(claim)
@@ -201,8 +191,8 @@ class SessionClaimHandle:
         self._raise_contended()
 
     def _raise_contended(self) -> NoReturn:
-        """After CONFLICT_RETRIES lost races: reads the claim once more, to name the writer
-        that holds it now (ClaimHeld) or, if none is live, to say so (ClaimContended)."""
+        """After CONFLICT_RETRIES lost races: ClaimHeld naming a live holder, else
+        ClaimContended."""
         obj = self._get()
         if obj is not None:
             self._unless_held(obj, CONFLICT_RETRIES)
@@ -213,8 +203,7 @@ class SessionClaimHandle:
         )
 
     def _unless_held(self, obj: dict[str, Any], lost_races: int) -> str:
-        """The claim object's resourceVersion, seen now; raises ClaimHeld while another
-        writer's claim in it is live as far as our own clock can tell."""
+        """The claim's resourceVersion; raises ClaimHeld if another writer's is live."""
         version, now = str(obj["metadata"]["resourceVersion"]), time.monotonic()
         self.seen.claim = sighted(self.seen.claim, self.name, version, now)
         holder = parse_claim(obj.get("spec"), self.duration_s)
@@ -249,9 +238,8 @@ class SessionClaimHandle:
                 wait = min(self.renew_s, 2.0)
                 continue
             if made is None and (current := self._still_ours(claim)) is not None:
-                # Our own renewal was applied and its answer lost (a timeout, a dropped
-                # connection): the claim moved on under our name. Renew it again at once
-                # from where it is; our clock still counts from the last renewal we know.
+                # Our renewal applied but its answer was lost: renew again at once; our
+                # clock still counts from the last renewal we know.
                 with self._lock:
                     self._version = current
                 wait = 0.0
@@ -281,9 +269,8 @@ class SessionClaimHandle:
         return holder_may_write(self._renewed_at_s, now_s, self.duration_s, self.margin_s)
 
     def check(self) -> None:
-        """Raises ClaimLost once we may no longer write: the renewer saw the claim deleted
-        or taken, or it has not been renewed within duration - margin by our clock (a
-        pause, an unreachable API server). No I/O."""
+        """Raises ClaimLost if the claim was deleted or taken, or not renewed within
+        duration - margin by our clock. No I/O."""
         with self._lock:
             lost, granted, renewed_at = self._lost, self._claim is not None, self._renewed_at_s
         if lost is not None:
@@ -298,11 +285,9 @@ class SessionClaimHandle:
             raise ClaimLost(self._lost or "claim lapsed")
 
     def admit(self, found: Fence | None) -> dict[str, int | str]:
-        """Right before an upsert, with the fence the row's ledger entry carries now:
-        raises ClaimLost if our claim lapsed or a newer grant wrote the row, and
-        AuthorityConflict if a cluster that still writes the store did; else the keys the
-        entry records (our fence). Another history (a cluster gone, an etcd restored from
-        a backup) is taken over and `took_over` says so."""
+        """Right before an upsert, given the row's fence: raises ClaimLost (lapsed, or a
+        newer grant wrote the row) or AuthorityConflict (a live cluster did); else returns
+        our fence's keys. Another history is taken over and `took_over` says so."""
         self.check()
         assert self.fence is not None
         mine = self.fence
@@ -326,10 +311,8 @@ class SessionClaimHandle:
         return dict(mine.metadata())
 
     def _still_ours(self, claim: Claim | None) -> str | None:
-        """The claim object's resourceVersion when it is still our grant of `claim` (the
-        same object, holder and acquisition: no grant to another writer came after ours,
-        which changes the holder, and none of ours since, which changes the acquisition);
-        else None. One read: after a conflict on our own version, or a fence ahead of ours."""
+        """The claim's resourceVersion if it is still our grant of `claim` (same object,
+        holder and acquisition), else None. One read."""
         obj = self._get() if claim is not None else None
         if obj is None or claim is None or obj["metadata"].get("uid") != self._uid:
             return None
@@ -359,8 +342,7 @@ class SessionClaimHandle:
                 return
             except Exception as exc:
                 failure = exc
-            # A conflict, or no answer: the claim may have moved on under our name (our own
-            # renewal applied, its answer lost) or be gone (this delete applied). Read it.
+            # A conflict or no answer: it may have moved on under our name, or be gone.
             try:
                 version = self._still_ours(claim)
             except Exception as exc:

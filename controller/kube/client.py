@@ -31,10 +31,9 @@ from controller.status.requests import REQUESTED_BY
 from controller.status.summarizer_status import settled
 
 API_POOL_SIZE = 64
-# (connect, read) seconds of every call that sets no timeout of its own. The client's
-# default is none at all: an apiserver that accepts the connection and never answers
-# (frozen, or behind a black-holed proxy) would hold a summarize thread, mid-claim, for good.
-# A read timeout is per read, so a long list that keeps streaming is not cut.
+# (connect, read) seconds for calls that set none. The client's default is no timeout, so
+# a silent apiserver would hold a summarize thread, mid-claim, for good. Per read, so a
+# long streaming list is not cut.
 REQUEST_TIMEOUT = (5.0, 30.0)
 log = logging.getLogger(__name__)
 
@@ -54,10 +53,8 @@ class SecretError(RuntimeError):
 
 @functools.lru_cache(maxsize=1)
 def api_client() -> client.ApiClient:
-    """In-cluster credentials when running in a pod, else the current kubeconfig context.
-
-    The connection pool is sized for the summarize threads: with urllib3's default of 10,
-    busy threads discard connections and pay a new TLS handshake per API call."""
+    """In-cluster credentials in a pod, else the current kubeconfig context. The pool is
+    sized for the summarize threads (urllib3's 10 costs a TLS handshake per call)."""
     configuration = client.Configuration()
     if in_pod():
         config.load_incluster_config(client_configuration=configuration)
@@ -66,10 +63,8 @@ def api_client() -> client.ApiClient:
             config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
         )
     configuration.connection_pool_maxsize = API_POOL_SIZE
-    # urllib3's default resends a request whose answer timed out (3 times for GET, PUT and
-    # DELETE): a call would take 4x the read timeout, and a claim's PUT that the apiserver
-    # did apply would be sent again and fail on its resourceVersion. Only failed
-    # connections, which sent nothing, are retried.
+    # No resend after a read timeout (4x the wait, and an applied claim PUT would fail on its
+    # resourceVersion); only failed connections, which sent nothing, are retried.
     configuration.retries = urllib3.Retry(total=3, read=0)
     return BoundedApiClient(configuration)
 
@@ -267,11 +262,9 @@ def update_summarizer_status(
     name: str,
     mutate: Callable[[SessionSummarizerStatus], SessionSummarizerStatus],
 ) -> tuple[SessionSummarizerStatus, SessionSummarizerStatus] | None:
-    """Read-modify-write of a SessionSummarizer's status with a resourceVersion
-    precondition, so a writer never drops what another wrote meanwhile (a merge patch of
-    a whole conditions list would). mutate gets the current status and returns the new
-    one; it changes only the fields and conditions its caller owns. Returns (before,
-    after), or None when the object is gone. Nothing is written when nothing changed."""
+    """Read-modify-write of a SessionSummarizer's status under a resourceVersion
+    precondition, so no other writer's change is dropped. mutate changes only what its
+    caller owns. Returns (before, after), or None if the object is gone."""
     api = custom()
     for _ in range(STATUS_CONFLICT_RETRIES):
         try:
@@ -314,9 +307,8 @@ def update_summarizer_status(
 
 
 def list_summarizers(namespaces: tuple[str, ...], *, cached: bool = False) -> list[dict[str, Any]]:
-    """Every SessionSummarizer in these namespaces (all namespaces when empty). cached:
-    served from the apiserver's watch cache (resourceVersion 0), not a quorum read of etcd;
-    for a reader that only decides which objects to read-modify-write."""
+    """Every SessionSummarizer in these namespaces (all when empty). cached: from the
+    apiserver's watch cache (resourceVersion 0), not a quorum read."""
     api = custom()
     kwargs: dict[str, Any] = {"resource_version": "0"} if cached else {}
     if not namespaces:
@@ -332,9 +324,8 @@ def list_summarizers(namespaces: tuple[str, ...], *, cached: bool = False) -> li
 def remove_finalizers(
     namespace: str, name: str, present: list[str], names: tuple[str, ...]
 ) -> bool:
-    """Removes these finalizers from a SessionSummarizer whose metadata.finalizers is
-    `present` (as read): a JSON patch that tests each entry it removes, so a list changed
-    since it was read is left alone (False). True when something was removed."""
+    """Removes these finalizers with a JSON patch that tests each entry against `present`
+    (as read), so a changed list is left alone. True if something was removed."""
     ops: list[dict[str, Any]] = []
     for index in sorted((i for i, f in enumerate(present) if f in names), reverse=True):
         path = f"/metadata/finalizers/{index}"
@@ -362,8 +353,7 @@ def remove_finalizers(
 
 
 def release_finalizers(namespaces: tuple[str, ...], names: tuple[str, ...]) -> int:
-    """Removes these finalizers from every SessionSummarizer in the namespaces (all when
-    empty); returns from how many."""
+    """Removes these finalizers from every SessionSummarizer; returns from how many."""
     released = 0
     for obj in list_summarizers(namespaces):
         meta = obj.get("metadata") or {}
@@ -380,9 +370,8 @@ def ask_again(
     requested_at: str,
     drop_annotations: list[str] | tuple[str, ...] = (),
 ) -> bool:
-    """A new pass of a SessionSummary as it was read (spec.requestedAt moved, its trigger
-    kept; these annotations removed: kopf's delayed retry, core/requeue.py; the
-    resourceVersion a precondition): False when it changed or went since."""
+    """Asks a new pass of a SessionSummary as read (requestedAt moved, these annotations
+    removed: core/requeue.py), at its resourceVersion; False if it changed or went since."""
     meta: dict[str, Any] = {"resourceVersion": resource_version}
     if drop_annotations:
         meta["annotations"] = dict.fromkeys(drop_annotations)

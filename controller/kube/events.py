@@ -165,8 +165,7 @@ class EventRecorder:
 
 
 def _read(answer: object) -> None:
-    """Reads a raw answer (`_preload_content=False`): its body is not made into a model
-    object (nothing uses it, and that costs more CPU than the call)."""
+    """Reads a raw answer (`_preload_content=False`): no model object, which costs CPU."""
     cast(Any, answer).read()
 
 

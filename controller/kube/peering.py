@@ -1,9 +1,7 @@
-"""Who is the active replica, as kopf peering sees it: computed from the peering object, so
-every replica (active or paused) can log changes, export the active-replica gauge, and
-write it on every SessionSummarizer (status.activeReplica, condition ReplicaActive).
-
-This runs from an on.startup task, which kopf never pauses: when equal priorities pause
-every replica, it is the one thing left that can say so on the resources.
+"""The active replica, computed from kopf's peering object so every replica can log it,
+export the gauge and write it on every SessionSummarizer (status.activeReplica, condition
+ReplicaActive). Runs from an on.startup task, which kopf never pauses: when a priority tie
+pauses every replica, it alone can say so.
 """
 
 from __future__ import annotations
@@ -48,8 +46,7 @@ def live_peers(status: Mapping[str, Any], now: dt.datetime) -> dict[str, int]:
 
 
 def leader_of(peers: Mapping[str, int]) -> str | None:
-    """The unique highest-priority peer; None when the top priority is shared (kopf then
-    pauses every one of them) or there are no peers."""
+    """The unique highest-priority peer; None if there is none or a tie (kopf pauses all)."""
     if not peers:
         return None
     top = max(peers.values())
@@ -57,27 +54,23 @@ def leader_of(peers: Mapping[str, int]) -> str | None:
     return leaders[0] if len(leaders) == 1 else None
 
 
-# A joining replica's priority: just below every live replica's, by a random step so that
-# two replicas joining at once (an install) do not tie.
+# A joining replica goes a random step below every live one, so two joining at once don't tie.
 TOP_PRIORITY = 2**31 - 1
 PRIORITY_STEP = 2**20
 
 
 def joining_priority(live: Mapping[str, int], me: str, draw: int) -> int:
-    """The peering priority of a replica that joins while `live` replicas run: below all of
-    them (draw in [1, PRIORITY_STEP]), so it never preempts a live leader (kopf makes the
-    highest priority active). A rollout then moves leadership only when the leader stops,
-    once, to the longest-running replica; a killed leader's place goes the same way. Our
-    own record (a restarted container keeps its replica id) does not count."""
+    """A joining replica's peering priority: below every live one (draw in
+    [1, PRIORITY_STEP]), so it never preempts the leader; leadership passes, once, to the
+    longest-running replica when the leader stops. Our own old record does not count."""
     others = [priority for identity, priority in live.items() if identity != me]
     ceiling = min(others) if others else TOP_PRIORITY + 1
     return ceiling - max(1, min(draw, PRIORITY_STEP))
 
 
 def with_own_priority(peers: Mapping[str, int], me: str, priority: int | None) -> dict[str, int]:
-    """The live peers with our record at this process's priority: the record read under our
-    identity may be a previous process's (a container restarted in the same Pod keeps its
-    replica id, and its predecessor's higher priority) until kopf's first keep-alive."""
+    """The live peers with our record at this process's priority: until kopf's first
+    keep-alive it may be a restarted container's predecessor's."""
     out = dict(peers)
     if priority is not None and me in out:
         out[me] = priority
@@ -192,12 +185,9 @@ def report_due(
     resync_s: float,
     nudged: bool,
 ) -> bool:
-    """Whether to write the replica status on every SessionSummarizer at this poll: when it
-    changed, when a summarizer was created (nudged, by a handler of the active replica), or
-    every resync_s for summarizers created meanwhile. While no replica is active (a tie, no
-    live replica) at every poll: no handler runs to nudge then, and a summarizer created
-    meanwhile must say so within seconds (a list from the watch cache; writes only where a
-    status differs)."""
+    """Whether to write the replica status at this poll: on a change, when nudged (a
+    summarizer was created), every resync_s, and at every poll while no replica is active
+    (no handler runs to nudge then)."""
     active, cond = now
     changed = (active, cond.reason) != reported
     return changed or nudged or cond.status == "False" or since_sync_s > resync_s

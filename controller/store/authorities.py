@@ -1,6 +1,4 @@
-"""Each cluster's record of its authority over a store (core/fencing.py: AuthorityRecord), in
-the store's ledger: renewed by its operator while it runs, read by another cluster's operator
-that finds its fence on a row, removed by summaryctl handover. Mixed into MemoryStore."""
+"""Each cluster's authority record in the ledger (core/fencing.py). Mixed into MemoryStore."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Opening the store's collections: the memory collection (read; never created by a read)
-and the summary collection (created only by the writer, recording an embedding function
-agents can rebuild), and the paged reads every scan uses."""
+"""Opening the memory, summary and ledger collections, and the paged reads scans use."""
 
 from __future__ import annotations
 
@@ -52,8 +50,7 @@ def _creation_ef(provider: str) -> DefaultEmbeddingFunction | None:
 
 
 class _Recorded(EmbeddingFunction[Documents]):
-    """An embedding function Chroma records, never runs: the writer always passes vectors.
-    Subclasses name the function (name()) and carry the config recorded with it."""
+    """An embedding function Chroma records but never runs: the writer passes vectors."""
 
     recorded_config: ClassVar[dict[str, Any]] = {}
 
@@ -80,10 +77,8 @@ class _Recorded(EmbeddingFunction[Documents]):
 
 @register_embedding_function
 class NeoDynamicTextEmbedding(_Recorded):
-    """neo memory-core's collections record its function as dynamic_text_embedding_service.
-    chromadb rebuilds the recorded function whenever it opens a collection and warns that it
-    cannot; registered here (in chromadb's registry of known functions, once, at import), a
-    neo collection opens quietly, and a summary collection we create records it."""
+    """neo memory-core's dynamic_text_embedding_service, registered with chromadb so its
+    collections open without a warning and our summary collection can record it."""
 
     @staticmethod
     def name() -> str:
@@ -91,8 +86,7 @@ class NeoDynamicTextEmbedding(_Recorded):
 
 
 def recorded_function(record: Mapping[str, Any]) -> EmbeddingFunction[Documents]:
-    """A function Chroma records exactly as `record` (a known function's name and config),
-    for a new collection to record what the agents' collection records."""
+    """A function Chroma records exactly as `record` (a known function's name and config)."""
     name, config = str(record["name"]), dict(record.get("config") or {})
     if name == NEO_FUNCTION:
         return NeoDynamicTextEmbedding()
@@ -114,9 +108,7 @@ def collection_config(coll: Collection) -> Mapping[str, Any]:
 
 
 class Collections:
-    """The two collections of one Chroma database, each opened once per store: the agents'
-    memory collection (never created by a read) and the summary collection (created only by
-    the summary writer)."""
+    """The collections of one Chroma database, each opened once per store."""
 
     def __init__(self, client: ClientAPI, location: StoreLocation) -> None:
         self.client = client
@@ -128,8 +120,7 @@ class Collections:
         self._lock = threading.Lock()
 
     def close(self) -> None:
-        """Releases the client: chromadb keeps a client's system (its HTTP sessions, or an
-        embedded database) alive until the last client of it is closed."""
+        """Releases the client (chromadb keeps its system alive until closed)."""
         with self._lock:
             self._summaries = self._ledger = self._memories = None
         close = getattr(self.client, "close", None)
@@ -156,8 +147,7 @@ class Collections:
     ) -> Collection:
         """Gets a collection; if it is missing, creates it only when `create` is given."""
         try:
-            # No embedding function: we only read or write explicit vectors, and passing
-            # one would be checked against (and could conflict with) the recorded one.
+            # No embedding function: we pass explicit vectors; one could conflict.
             return guard(f"opening the {role} collection", lambda: self.client.get_collection(name))
         except NotFoundError:
             pass
@@ -172,26 +162,22 @@ class Collections:
         return guard(f"creating the {role} collection", create)
 
     def memories(self) -> Collection:
-        """The memory collection, opened once and kept (a summary reads it for the claim's
-        scope and for the session's rows); CollectionNotFound if it does not exist (never
-        created)."""
+        """The memory collection, opened once; CollectionNotFound if missing."""
         with self._lock:
             if self._memories is None:
                 self._memories = self._open("memory", self.location.memory_collection)
             return self._memories
 
     def create_memory_collection(self) -> Collection:
-        """Opens the memory collection, creating it if missing, as the summary collection is
-        (_creation_ef). For summaryctl remember, the demo and tests writing into a fresh
-        store; the operator never calls it (agents own it)."""
+        """Opens or creates the memory collection (_creation_ef), for summaryctl remember,
+        the demo and tests; the operator never calls it."""
         name = self.location.memory_collection
         ef = cast(Any, _creation_ef(self.location.embedding_provider))
         make = lambda: self.client.get_or_create_collection(name, embedding_function=ef)  # noqa: E731
         return self._open("memory", name, create=make)
 
     def summaries(self, *, create: bool = False) -> Collection:
-        """The summary collection, opened once and kept. Reads pass create=False and get
-        CollectionNotFound when it is missing; only the writer passes create=True."""
+        """The summary collection, opened once; only the writer passes create=True."""
         with self._lock:
             if self._summaries is None:
                 name = self.location.summary_collection
@@ -200,19 +186,15 @@ class Collections:
             return self._summaries
 
     def _make_summaries(self) -> Collection:
-        """Creates the summary collection as the agents created their memory collection, when
-        our model fits it: the embedding function it records (the one their readers rebuild:
-        neo memory-core's dynamic_text_embedding_service, chromadb's default, ...) and its
-        distance. Otherwise the function follows our provider (_creation_ef), with cosine
-        distance."""
+        """Creates the summary collection with the memory collection's embedding function
+        and distance when our model fits it; else _creation_ef and cosine."""
         record, space = self.agents_recipe()
         loc = self.location
         fits = record is not None and not embedding_function_problem(
             record, loc.summary_collection, loc.embedding_provider, loc.embedding_model
         )
         ef = recorded_function(record) if fits and record else _creation_ef(loc.embedding_provider)
-        # The distance as metadata: a configuration without a function would record a
-        # "legacy" one, which agents passing their own function conflict with.
+        # Distance as metadata: a configuration without a function records a "legacy" one.
         return self.client.get_or_create_collection(
             loc.summary_collection,
             metadata={"hnsw:space": (space if fits else None) or "cosine"},
@@ -220,9 +202,8 @@ class Collections:
         )
 
     def agents_recipe(self) -> tuple[Mapping[str, Any] | None, str | None]:
-        """(the known embedding function the memory collection records, its hnsw distance),
-        each None when it records none; (None, None) while the memory collection is missing.
-        Called with the lock held (from summaries())."""
+        """(the memory collection's known embedding function, its hnsw distance), each None
+        if absent. Called with the lock held."""
         try:
             memories = self._memories or guard(
                 "opening the memory collection",
@@ -238,10 +219,8 @@ class Collections:
         return known, space if isinstance(space, str) else None
 
     def summary_function_record(self) -> Mapping[str, Any] | None:
-        """The embedding function record our writes must match: the summary collection's;
-        before it exists, the memory collection's when the agents chose one (any known
-        function but chromadb's default, which it records for every collection created
-        without one): neo memory-core, say, embeds summaries with its memories' function."""
+        """The function record our writes must match: the summary collection's, else the
+        memory collection's if the agents chose one (not chromadb's default)."""
         try:
             coll = self.summaries()
         except CollectionNotFound:
@@ -253,9 +232,8 @@ class Collections:
         return record if isinstance(record, Mapping) else None
 
     def ledger(self, *, create: bool = False) -> Collection:
-        """The operator's ledger (core/ledger.py), opened once and kept; created, like the
-        summary collection, only by the writer. Its vectors are a constant: nobody queries
-        it by meaning."""
+        """The operator's ledger (core/ledger.py), opened once; created only by the writer.
+        Its vectors are a constant: nobody queries it by meaning."""
         with self._lock:
             if self._ledger is None:
                 name = self.location.ledger_collection
@@ -283,9 +261,8 @@ class Collections:
         *,
         create: bool = False,
     ) -> T:
-        """Runs op on the summary or ledger collection. If it was deleted after it was
-        opened, the kept handle is dropped (the next writer recreates it) and it reads as
-        missing."""
+        """Runs op on the summary or ledger collection; if deleted since opened, the handle
+        is dropped and it reads as missing."""
         opened = self.summaries if role == "summary" else self.ledger
         coll = opened(create=create)
         try:
@@ -319,8 +296,7 @@ class Collections:
 def pages(
     coll: Collection, what: str, where: dict[str, Any], page: int
 ) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """(id, metadata) of every row matching where, read page by page: one unpaged get of a
-    50,000-row session exceeds SQLite's variable limit inside Chroma."""
+    """(id, metadata) of every row matching where, page by page (SQLite's variable limit)."""
     for row_id, meta, _ in listing(coll, what, where, page):
         yield row_id, meta
 
@@ -333,9 +309,8 @@ def listing(
     *,
     first_with_documents: bool = False,
 ) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
-    """(id, metadata, document) of every row matching where, page by page. The document is
-    None except on the first page when first_with_documents: a small session is then read
-    in one round trip, a large one without carrying every document through the listing."""
+    """(id, metadata, document) of every row matching where, page by page. Documents only
+    on the first page, with first_with_documents (a small session in one round trip)."""
     offset = 0
     while True:
         with_documents = first_with_documents and not offset

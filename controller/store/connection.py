@@ -1,8 +1,5 @@
-"""Where the store is and how to reach it: StoreLocation and connect().
-
-Server mode (HttpClient) is what the operator uses; embedded PersistentClient is for
-single-process local use only (`summaryctl summarize --bypass-claim --path`): two
-processes on one embedded path silently lose vectors."""
+"""StoreLocation and connect(). Embedded PersistentClient is for single-process use only
+(`summaryctl summarize --bypass-claim --path`): two processes on one path lose vectors."""
 
 from __future__ import annotations
 
@@ -36,12 +33,11 @@ class StoreLocation:
     timeout_seconds: float = 10.0
     path: str | None = None  # embedded PersistentClient (summaryctl summarize --path only)
     token: str | None = None
-    # The embedding model (spec.embedding): checked against the embedding function the
-    # collections record, and, when the memory collection records none, what a new summary
-    # collection records (store/collections.py).
+    # spec.embedding: checked against the collections' embedding function, and recorded
+    # by a new summary collection when the memory collection has none (collections.py).
     embedding_provider: str = "local-minilm"
     embedding_model: str = "all-MiniLM-L6-v2"
-    # The bound of each summary row's document (spec.document.maxChars), what agents read.
+    # spec.document.maxChars: the bound of each summary row's document.
     document_max_chars: int = DOCUMENT_MAX_CHARS
 
     @property
@@ -51,8 +47,7 @@ class StoreLocation:
 
     @property
     def row_scope(self) -> str:
-        """The identity of the summary rows' place, whatever address reaches the store: the
-        session's claim and its ledger entry are keyed by it and the row id."""
+        """Where summary rows live, whatever the address; claims and ledger entries key on it."""
         return f"{self.tenant}/{self.database}/{self.summary_collection}"
 
     def describe(self) -> str:
@@ -65,8 +60,7 @@ def _settings() -> Settings:
 
 
 def connect(location: StoreLocation) -> ClientAPI:
-    """A Chroma client for the location; raises StoreUnavailable when it cannot connect,
-    InvalidStoreConfig when the URL, tenant or database can never work."""
+    """A Chroma client; raises StoreUnavailable or InvalidStoreConfig."""
     if location.url is None and not location.path:
         raise ValueError("either a Chroma server URL or an embedded path is required")
     if location.url is not None:
@@ -121,7 +115,7 @@ class _BoundedHttpClient(Client):
         self._timeout = httpx.Timeout(location.timeout_seconds)
         parsed = urlparse(location.url)
         settings = _settings()
-        # What chromadb.HttpClient sets, which builds a Client with no way to choose it.
+        # As chromadb.HttpClient sets it.
         settings.chroma_api_impl = "chromadb.api.fastapi.FastAPI"
         settings.chroma_server_host = parsed.hostname or "localhost"
         settings.chroma_server_http_port = parsed.port or (
@@ -154,13 +148,9 @@ class _BoundedHttpClient(Client):
 
 
 def _forget_system(system: object) -> None:
-    """chromadb 1.5.9 keeps the System of an HTTP client in its class-level registry after
-    the client is closed, or after its constructor failed: the client's admin client
-    registers the System once more under an identifier of its own
-    (AdminClient.from_system), which nothing releases. Every client made and closed stayed
-    in memory (measured: 0.8 MB each; tests/integration/test_runtime_lifecycle.py). Once
-    our client is closed nothing uses its System (each HTTP client has a System of its
-    own): its entries are dropped, and only its."""
+    """Drops a closed client's System from chromadb's class-level registry, where 1.5.9
+    leaves it (AdminClient.from_system): 0.8 MB leaked per client
+    (tests/integration/test_runtime_lifecycle.py). Each HTTP client has its own System."""
     if system is None:
         return
     registry = SharedSystemClient._identifier_to_system

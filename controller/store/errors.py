@@ -1,7 +1,5 @@
-"""What went wrong with Chroma, as one line a user can act on, and as the exception that says
-what to do: StoreUnavailable (retry), InvalidStoreConfig (fix the spec), CollectionNotFound
-(a name that does not exist: never created by a read), EmbeddingMismatch (a different
-embedding model than the collection's)."""
+"""Chroma failures as one actionable line and an exception: StoreUnavailable (retry),
+InvalidStoreConfig (fix the spec), CollectionNotFound, EmbeddingMismatch."""
 
 from __future__ import annotations
 
@@ -34,16 +32,13 @@ class EmbeddingMismatch(RuntimeError):
 
 
 class InvalidStoreConfig(ValueError):
-    """The store configuration can never work as written: a collection name Chroma refuses,
-    a URL that is not http(s)://host[:port], a tenant or database that does not exist.
-    Not a StoreUnavailable: it does not recover by itself."""
+    """A store configuration that can never work (a refused name, a bad URL, no such tenant
+    or database). It does not recover by itself, unlike StoreUnavailable."""
 
 
 class CollectionNotFound(RuntimeError):
-    """A collection the configuration names does not exist, and this read does not create
-    it: a typo would otherwise become a new, empty collection (for memories, one recorded
-    with Chroma's default embedding function, which the agents' own would then conflict
-    with). Not a StoreUnavailable: it does not recover by retrying soon."""
+    """A configured collection does not exist; reads never create it, so a typo does not
+    become a new empty collection (with Chroma's default embedding function)."""
 
     SHOWN = 10  # existing collection names listed in the message
 
@@ -180,8 +175,7 @@ def _undecodable_answer(exc: BaseException) -> str | None:
 
 
 def _own_text(exc: BaseException) -> str | None:
-    """exc's own message on one line, or None when it has none worth showing (empty, or
-    no letter or digit at all)."""
+    """exc's own message on one line, or None if it has no letter or digit."""
     text = _str(exc).strip().rstrip(":").strip()
     if not any(c.isalnum() for c in text):
         return None
@@ -194,13 +188,8 @@ def _own_text(exc: BaseException) -> str | None:
 
 
 def describe_error(exc: BaseException) -> str:
-    """Why a store call failed, on one line: never empty, never a pasted page.
-
-    str() of some exceptions is empty (chromadb re-raises an empty error body as
-    Exception(''), timeouts may carry no text): then the type name and the chained cause
-    say it. An HTML page or a long body (a proxy, another web server at the URL) is
-    described in a few words instead of copied into a condition or an Event.
-    """
+    """Why a store call failed, on one line: never empty (an empty str() falls back to the
+    type name and chained cause), never a pasted HTML page or long body."""
     answer = _http_answer(exc) or _undecodable_answer(exc)
     if answer:
         return _clip(answer)
@@ -221,8 +210,8 @@ def describe_error(exc: BaseException) -> str:
 
 
 def guard(what: str, fn: Callable[[], T]) -> T:
-    """Runs a store call, turning transport and server failures into StoreUnavailable and a
-    name Chroma refuses into InvalidStoreConfig. NotFoundError passes: callers decide."""
+    """Runs a store call: transport and server failures become StoreUnavailable, a refused
+    name InvalidStoreConfig; NotFoundError passes to the caller."""
     try:
         return fn()
     except (httpx.TransportError, ConnectionError, TimeoutError) as exc:

@@ -1,8 +1,6 @@
-"""Forgotten sessions in the store (docs/privacy.md, "Forget and rebuild"): the forget itself
-(the ledger entry replaced by a tombstone, the summary row and the entry's segments deleted
-and, when asked, the session's memories), and the stored state the sweep, the marker scan
-and the reconciliation judge staleness by, tombstones included: a forgotten session is not
-summarized again until its memories change. Mixed into MemoryStore."""
+"""Forgetting sessions (docs/privacy.md, "Forget and rebuild"), and the stored state the
+sweep judges staleness by, tombstones included: a forgotten session is not summarized again
+until its memories change. Mixed into MemoryStore."""
 
 from __future__ import annotations
 
@@ -44,8 +42,7 @@ class Forgetting(Scans):
     """The forget of one session, and the stored state of many."""
 
     def summary_states(self, session_ids: Sequence[str]) -> dict[str, StoredSummaryState]:
-        """memoryCount and timestamp of the stored summaries of these sessions, and of the
-        tombstones of those forgotten (their memory count then, their time the forget's)."""
+        """memoryCount and timestamp of these sessions' summaries or tombstones."""
         rows = self._metadata("summary", session_ids).items()
         states = {s: _state(m.get("memoryCount"), m.get("timestamp")) for s, m in rows}
         heads = self._metadata("ledger", [s for s in session_ids if s not in states])
@@ -55,19 +52,16 @@ class Forgetting(Scans):
         return states
 
     def written_since(self, session_ids: Sequence[str], since_ms: int) -> set[str]:
-        """The sessions whose ledger head a write or a forget replaced at or after since_ms:
-        what a reconciliation walk that ended then found stale is not stale any more."""
+        """Sessions whose ledger head was replaced at or after since_ms (no longer stale)."""
         heads = self._metadata("ledger", session_ids).items()
         return {sid for sid, head in heads if _at(head) >= since_ms}
 
     def forget_state(
         self, session_id: str, fence: Mapping[str, int | str], *, memories: bool
     ) -> Forgotten:
-        """Forgets the session: its ledger head becomes a tombstone (the fence of the grant
-        that forgot it, the digest and count of the memories left, the time), then its
-        summary row and the entry's segments are deleted and, with memories, the session's
-        memories. In that order, so a forget cut short leaves no state a pass would carry
-        (the head is replaced first); the SessionSummary retries it until it is complete."""
+        """Replaces the ledger head with a tombstone, then deletes the summary row, the
+        segments and (with memories) the memories. Head first, so a forget cut short leaves
+        nothing a pass would carry; the SessionSummary retries until complete."""
         ids = self.session_ids(session_id)
         left = [] if memories else ids
         tombstone = {

@@ -67,11 +67,9 @@ class StoredPrior:
     """A session's stored summary as a pass reads it."""
 
     summary: PriorSummary | None
-    # The digest of the row's document as read (None: no row): what a writer compares with
-    # right before its upsert (read_row_state).
+    # The row document's digest as read (None: no row), compared before upsert.
     row_digest: str | None
-    # The row is the one the ledger entry names (or there is no entry); else a pass writes
-    # it again, even with nothing new.
+    # The row is the one the ledger entry names (or no entry); else a pass rewrites it.
     row_current: bool = True
 
 
@@ -140,9 +138,8 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         embed: Callable[[list[str]], Any] | None = None,
     ) -> None:
         """Writes memories as an agent would (summaryctl remember, the demo, tests), embedded
-        with `embed` (default: the local MiniLM), which must be the model the collection
-        records (core/embedding_match.py). create=True creates the memory collection if it
-        is missing (a fresh store), recording the function agents can rebuild for it."""
+        with `embed` (default: local MiniLM), which must match the collection's model
+        (core/embedding_match.py). create=True creates a missing memory collection."""
         coll = self.create_memory_collection() if create else self.memories()
         record = collection_config(coll).get("embedding_function")
         loc = self.location
@@ -172,13 +169,11 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
     # -- summaries --------------------------------------------------------------------
 
     def read_summary(self, session_id: str) -> PriorSummary | None:
-        """The session's stored summary; None when there is none yet, including when the
-        summary collection does not exist yet (the first write creates it)."""
+        """The session's stored summary; None if none yet (or no summary collection yet)."""
         return self.read_prior(session_id).summary
 
     def _get_one(self, role: str, session_id: str, include: list[str]) -> dict[str, Any] | None:
-        """The summary row's (role "summary") or its ledger entry's ("ledger") document and
-        metadata as included; None when it or its collection does not exist."""
+        """The session's summary row or ledger head, as included; None if missing."""
         on = self._on_summaries if role == "summary" else self._on_ledger
         row_id = summary_row_id(session_id)
         found = self._by_id(on, f"reading the {role} of the session", include, [row_id])
@@ -188,10 +183,8 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         return {"document": document, "metadata": metadata}
 
     def read_ledger(self, session_id: str, row: dict[str, Any] | None = None) -> LedgerEntry | None:
-        """The ledger entry of the session's row (`row`: its metadata, read with it), in
-        one read of the session's ledger records; None without one; a forgotten session's
-        tombstone as an entry of its head alone. Raises UnreadablePriorSummary for an entry
-        this version cannot read."""
+        """The session's ledger entry (`row`: the row's metadata), in one read; None without
+        one; a tombstone as a head-only entry. Raises UnreadablePriorSummary if unreadable."""
         try:
             got = self._on_ledger(
                 "reading the session's ledger entry",
@@ -217,8 +210,7 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
             ) from None
 
     def stored_summary(self, session_id: str) -> tuple[str, dict[str, Any]] | None:
-        """(the row's document, every key written for it: the row's and its ledger
-        entry's), as a person or `summaryctl ledger` reads them; None without either."""
+        """(row document, the row's and ledger entry's keys) for `summaryctl ledger`."""
         row = self._get_one("summary", session_id, ["documents", "metadatas"])
         ledger = self.read_ledger(session_id, row["metadata"] if row else None)
         ledger = None if ledger is None or is_tombstone(ledger.head) else ledger
@@ -230,13 +222,10 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         return (row["document"] or "") if row else "", keys
 
     def read_prior(self, session_id: str) -> StoredPrior:
-        """The stored summary, from the session's ledger entry (else its row), and how the
-        row compares with the entry (core/ledger.py: row_agreement): a row another writer
-        rewrote gives its text to carry; a missing or stale one is to be written again,
-        its text masked again on the way (masked_with unknown), and so is an entry with
-        records beside it (the write deletes them), without the row's own keys (release
-        0.1.0's), or whose lists are lost (core/ledger.py: read_entry; the pass reads every
-        memory again)."""
+        """The stored summary, from the ledger entry (else the row), and whether the row
+        agrees with it (core/ledger.py: row_agreement, read_entry; docs/ledger.md). A row
+        another writer rewrote gives its text to carry; a missing or stale row, leftover
+        records or lost lists make the pass write again (masked_with unknown)."""
         row = self._get_one("summary", session_id, ["documents", "metadatas"])
         document, row_meta = (row["document"], row["metadata"]) if row else (None, {})
         digest = document_digest(document or "") if row else None
@@ -288,8 +277,7 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         return held
 
     def _held_dimension(self) -> int | None:
-        """The dimension of the vectors the summary collection holds (one sampled), or None
-        when it holds none yet, is not created yet, or is still being indexed."""
+        """The summary collection's vector dimension (one sampled), or None if unknown."""
         try:
             got = self._on_summaries(
                 "sampling an embedding", lambda coll: coll.get(limit=1, include=["embeddings"])
@@ -308,8 +296,7 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         return len(embeddings[0])
 
     def ledger_sessions(self) -> Iterator[str]:
-        """The session of every ledger entry but a forgotten one's, page by page; none
-        without a ledger. The reconciliation asks a pass of those with no memory left."""
+        """The session of every ledger entry but tombstones, page by page."""
         try:
             coll = self.ledger()
         except CollectionNotFound:
@@ -320,10 +307,8 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
                 yield sid
 
     def latest_summaries(self, limit: int) -> list[tuple[str, str, dict[str, Any]]]:
-        """(id, document, metadata) of the newest summaries, as agents read them at boot:
-        every row's metadata page by page, then the documents of the newest alone.
-        CollectionNotFound when the summary collection does not exist: a typo'd name must
-        not read as "no summaries yet"."""
+        """(id, document, metadata) of the newest summaries, as agents read them at boot.
+        CollectionNotFound if missing: a typo must not read as "no summaries yet"."""
         coll = self.summaries()
         rows = [(i, dict(m)) for i, m in pages(coll, "listing summaries", {}, SCAN_PAGE)]
 

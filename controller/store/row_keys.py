@@ -48,8 +48,8 @@ class RowKeysBuilder:
 
 
 class RowKeys(Sequence[tuple[int, str]]):
-    """Sorted (timestamp, id) keys; `included` marks the rows a pass may summarize (not an
-    excluded type) and `selected` (select()) the rows it reads: all, until narrowed."""
+    """Sorted (timestamp, id) keys; `included` marks rows not of an excluded type,
+    `selected` the rows the pass reads (all until select())."""
 
     def __init__(
         self,
@@ -118,8 +118,7 @@ class RowKeys(Sequence[tuple[int, str]]):
                 yield self._id_of(int(row))
 
     def select(self, keep: Callable[[int, str], bool]) -> int:
-        """Narrows the rows a pass reads to those `keep(timestamp, id)` accepts; returns how
-        many are selected."""
+        """Selects the rows `keep(timestamp, id)` accepts; returns how many."""
         selected = 0
         for position, row in enumerate(self._order):
             chosen = keep(int(self._sorted_stamps[position]), self._id_of(int(row)))

@@ -48,10 +48,9 @@ def _no_checks(found: RowState) -> Mapping[str, int | str]:
 
 @dataclass(eq=False)
 class RowWrite:
-    """One session's row waiting to be written. `admit` is the pass's check right before the
-    upsert, given the row as found then: it raises to refuse the write, else returns the keys
-    the ledger entry records (the claim's fence). After the write, `error` is what refused or
-    failed it (None: written)."""
+    """One session's row waiting to be written. `admit` checks the row as found right before
+    the upsert: it raises to refuse, else returns the keys the ledger records (the fence).
+    `error`, after the write: what refused or failed it (None: written)."""
 
     session_id: str
     document: str
@@ -69,8 +68,7 @@ class RowWrite:
 
 @dataclass(frozen=True)
 class _Admitted:
-    """A write its checks admitted: the row's keys as sent, its ledger records, and the
-    session's ledger records its head does not name, deleted once it is written."""
+    """An admitted write; `leftovers`: ledger records the new head does not name."""
 
     write: RowWrite
     row: dict[str, Any]
@@ -85,10 +83,8 @@ class RowWrites(Collections):
         return self.read_row_states([session_id])[session_id]
 
     def read_row_states(self, session_ids: Sequence[str]) -> dict[str, RowState]:
-        """Each session's row as a write finds it right before it writes: the fence of the
-        claim grant that last wrote it (core/fencing.py: from its ledger entry), the digest
-        of its document (None: no row) and its ledger entry's head (what the write appends
-        to) and other records. Two reads for all."""
+        """Each session's row as a write finds it: its fence (core/fencing.py), document
+        digest (None: no row), ledger head and other records. Two reads for all."""
         ids = [summary_row_id(s) for s in session_ids]
         where = {"sessionId": {"$in": list(session_ids)}}
         records = self._by_id(self._on_ledger, "reading the ledger entries", ["metadatas"], where)
@@ -110,8 +106,7 @@ class RowWrites(Collections):
     def _by_id(
         on: Callable[..., Any], what: str, include: list[str], which: list[str] | dict[str, Any]
     ) -> dict[str, tuple[str | None, dict[str, Any]]]:
-        """(document, metadata) by id of the records `which` names: a list of ids, or a
-        where filter."""
+        """(document, metadata) by id of the records `which` (ids or a where) names."""
         ids, where = (which, None) if isinstance(which, list) else (None, which)
         try:
             got = on(
@@ -134,13 +129,10 @@ class RowWrites(Collections):
             self._on_ledger("deleting the ledger entry", lambda c: c.delete(where=where))
 
     def write_rows(self, writes: Sequence[RowWrite]) -> None:
-        """Writes these sessions' ledger entries (the writer's state and the fence of its
-        grant), then their rows (id summary_<sessionId>: the document and the keys readers
-        use); each write's `error` says what refused or failed it. The one place that
-        creates the summary and ledger collections. Keys of ours a row does not set now (the
-        previous release's whole state among them), and neo's keys derived from the text it
-        replaces, are removed from the row (summary_row.upsert_metadata): Chroma's upsert
-        would otherwise keep them."""
+        """Writes these sessions' ledger entries, then their rows (summary_<sessionId>);
+        each write's `error` says what refused or failed it. The one place that creates the
+        summary and ledger collections. Stale keys are removed from the row
+        (summary_row.upsert_metadata): Chroma's upsert would keep them."""
         try:
             found = self.read_row_states([w.session_id for w in writes])
         except Exception as exc:
@@ -169,17 +161,15 @@ class RowWrites(Collections):
             if len(admitted) == 1:
                 admitted[0].write.error = exc
                 return
-            # Chroma answered and refused: a row it refuses (a size limit, another vector
-            # size) fails alone, not its whole group.
+            # Chroma refused: a bad row (size limit, vector size) must fail alone.
             log.info(
                 "a group write of %d rows failed (%s); writing them one by one", len(admitted), exc
             )
             for one in admitted:
                 self.write_rows([one.write])  # read and checked again, as if alone
             return
-        # Records the new head does not name (earlier generations, a lost race's segment) go
-        # after the rows, never between a row's check and its write. If they cannot go, the
-        # write fails: its retry finds them (read_prior) and writes again.
+        # Records the new head does not name go after the rows; if that fails, so does the
+        # write, and its retry finds them (read_prior).
         done = [one for one in admitted if one.write.error is None and one.leftovers]
         if done:
             ids = [i for one in done for i in one.leftovers]
@@ -220,17 +210,15 @@ class RowWrites(Collections):
                 raise
 
         self._on_summaries("writing the summaries", upsert, create=True)
-        # Chroma accepted the vectors, so the collection holds this dimension: later writes
-        # need no sample (one fewer round trip per summary once a first write succeeded).
+        # Chroma accepted this dimension: later writes need no sample round trip.
         self._verified_dimension = len(admitted[0].write.embedding)
 
 
 class GroupWriter:
-    """The rows of the passes waiting to write to one summary collection: whichever pass
-    finds a group free writes the waiting rows (RowWrites.write_rows), earliest deadline
-    first, at most GROUP_ROWS at a time, one per session and of one vector size; the others
-    wait for their row's group, then return or raise its error. At most `groups` groups
-    are in flight at once, and one more of rows already due (_next)."""
+    """Rows waiting to be written to one summary collection. Whichever pass finds a group
+    free writes up to GROUP_ROWS, earliest deadline first, one per session and of one vector
+    size; the others wait and then return or raise their row's error. At most `groups`
+    groups in flight, plus one of rows already due (_next)."""
 
     def __init__(self, groups: int = 1, rows: int = GROUP_ROWS) -> None:
         self._groups, self._rows = groups, rows
@@ -240,9 +228,8 @@ class GroupWriter:
         self._leading = 0
 
     def write(self, store: RowWrites, write: RowWrite, pause: Pause = no_pause) -> None:
-        """pause: called by this write's thread before it sends a group of rows none of
-        which is due (the scheduler's give_way: the background's rows wait while a session
-        that just ended is summarized; its row goes by the group for due rows meanwhile)."""
+        """pause: called before sending a group with no due row (the scheduler's give_way,
+        so background rows wait while a just-ended session is summarized)."""
         with self._changed:
             self._waiting.append(write)
             while not write.done:
@@ -272,17 +259,14 @@ class GroupWriter:
         write.result()
 
     def _next(self) -> list[RowWrite]:
-        """Under the lock: the next group, if one may start now. Besides the `groups` in
-        flight, one more of the rows whose deadline has passed (a session that just ended:
-        its deadline is the moment its pass got a worker), so such a row waits for a group
-        of the backlog's rows only inside Chroma, one request at most, not for all of it."""
+        """Under the lock: the next group, if one may start. One extra group of due rows (a
+        session that just ended) may run, so they wait for one backlog request at most."""
         if self._leading < self._groups:
             return self._take(None)
         return self._take(time.monotonic()) if self._leading == self._groups else []
 
     def _take(self, due: float | None) -> list[RowWrite]:
-        """Under the lock: the next group, out of the waiting rows (with due: only those
-        whose deadline is at or before it)."""
+        """Under the lock: the next group (with due: only rows due by then)."""
         group: list[RowWrite] = []
         sessions = set(self._writing)
         for write in sorted(self._waiting, key=lambda w: w.deadline):

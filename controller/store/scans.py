@@ -1,6 +1,5 @@
-"""The scans of the whole memory collection the sweep and the reconciliation make: memories
-newer than a watermark, the rows added since a cursor, sunset markers, and a walk's pages.
-Mixed into MemoryStore."""
+"""Scans of the whole memory collection for the sweep and the reconciliation. Mixed into
+MemoryStore."""
 
 from __future__ import annotations
 
@@ -23,11 +22,9 @@ class Scans(Collections):
     """Reads of the memory collection that look at every session at once."""
 
     def scan_since(self, watermark_ms: int, page: int = SCAN_PAGE) -> Iterator[tuple[str, int]]:
-        """(sessionId, timestamp in ms) of every memory with a numeric timestamp newer than
-        watermark_ms and not a bad clock's future (memories.placed), page by page, in every
-        unit (newer_where). Chroma compares numbers only: rows with text timestamps, rows
-        that landed with a timestamp older than the watermark and future ones are found by
-        scan_appended instead."""
+        """(sessionId, timestamp ms) of every memory with a numeric timestamp after
+        watermark_ms and not in the future (memories.placed). Text, late and future
+        timestamps are found by scan_appended instead."""
         where = newer_where(watermark_ms, int(time.time() * 1000) + FUTURE_TOLERANCE_MS)
         for _, meta in self._scan("scanning new memories", where, page):
             sid, ts = meta.get("sessionId"), parse_timestamp_ms(meta.get("timestamp"))
@@ -37,13 +34,10 @@ class Scans(Collections):
     def scan_appended(
         self, cursor: RowCursor | None, page: int = SCAN_PAGE
     ) -> tuple[list[tuple[str, int | None]], RowCursor, bool]:
-        """The rows added to the memory collection since `cursor`, whatever their timestamp:
-        ((sessionId, timestamp ms or None) of each, the new cursor, whether the cursor was
-        still aligned). Chroma lists a collection in the order its rows were added, so the
-        rows past the cursor's offset are the new ones. Rows deleted meanwhile shift the
-        offsets: the cursor then no longer points after the row it saw last (not aligned),
-        nothing is read, and the caller reconciles the whole collection instead
-        (sweep.py). No cursor yet: none is read; the cursor starts at the end."""
+        """(sessionId, timestamp ms or None) of the rows added since `cursor`, the new
+        cursor, and whether the cursor was aligned. Chroma lists rows in insertion order;
+        deletions shift offsets, so a misaligned cursor reads nothing and the caller
+        reconciles everything (sweep.py). No cursor: the new one starts at the end."""
         with self._memory_missing():
             coll = self.memories()
             total = guard("counting memories", coll.count)
@@ -80,8 +74,7 @@ class Scans(Collections):
         return got["ids"][0] if got["ids"] else None
 
     def rows_from(self, offset: int, limit: int) -> list[WalkedRow]:
-        """(sessionId, timestamp ms or None, row id) of `limit` rows from `offset`, in the
-        order the collection lists them: one step of the reconciliation's walk."""
+        """(sessionId, timestamp ms or None, row id) of `limit` rows from `offset`."""
         with self._memory_missing():
             coll = self.memories()
             got = guard(
@@ -97,14 +90,12 @@ class Scans(Collections):
         ]
 
     def rows_digests(self, session_ids: Sequence[str]) -> dict[str, str]:
-        """The digest of every row id the last complete write of each session accounted
-        for (its ledger head's rowsDigest); sessions without one are left out."""
+        """Each session's ledger head rowsDigest; sessions without one are left out."""
         heads = self._metadata("ledger", session_ids).items()
         return {s: d for s, head in heads if isinstance(d := head.get("rowsDigest"), str)}
 
     def _metadata(self, role: str, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """The metadata of these sessions' summary rows (role "summary") or ledger heads
-        ("ledger"), by session; none without the collection."""
+        """These sessions' summary row or ledger head metadata, by session."""
         on = self._on_summaries if role == "summary" else self._on_ledger
         found: dict[str, dict[str, Any]] = {}
         for batch in batches(list(session_ids), SCAN_PAGE):
@@ -122,8 +113,7 @@ class Scans(Collections):
         return found
 
     def has_memories_besides(self, session_id: str, memory_type: str) -> bool:
-        """Whether the session has a memory of another type than memory_type (rows without
-        a type count as other): one read of at most one id."""
+        """Whether the session has a memory not of memory_type (untyped counts)."""
         where = {"$and": [{"sessionId": session_id}, {"type": {"$ne": memory_type}}]}
         with self._memory_missing():
             coll = self.memories()
@@ -136,10 +126,8 @@ class Scans(Collections):
     def scan_markers(
         self, marker_type: str, watermark_ms: int, page: int = SCAN_PAGE
     ) -> Iterator[tuple[str, object, int]]:
-        """(memory id, sessionId as stored, timestamp ms) of every memory of marker_type
-        newer than watermark_ms, in any unit: the sweep's scan, narrowed by Chroma to the
-        markers. The sessionId is passed on as stored (maybe missing or blank) for the
-        caller to judge."""
+        """(memory id, sessionId as stored, maybe blank, timestamp ms) of every memory of
+        marker_type newer than watermark_ms, in any unit."""
         where = {"$and": [{"type": marker_type}, newer_where(watermark_ms)]}
         for row_id, meta in self._scan("scanning for sunset markers", where, page):
             if (ts := parse_timestamp_ms(meta.get("timestamp"))) is not None:
@@ -154,10 +142,8 @@ class Scans(Collections):
 
 
 def newer_where(after_ms: int, upto_ms: int | None = None) -> dict[str, Any]:
-    """Chroma's filter for the numeric timestamps that read as a time after after_ms (and at
-    most upto_ms), in every unit as parse_timestamp_ms reads it: one range per band of
-    UNIT_LIMITS. Chroma truncates a float bound it compares with an integer, so seconds'
-    bounds lie halfway between two milliseconds with operators truncation keeps exact."""
+    """Chroma filter for numeric timestamps in (after_ms, upto_ms], one range per UNIT_LIMITS
+    band. Chroma truncates float bounds, so seconds' bounds sit halfway between two ms."""
     cap = 2**63 - 1  # Chroma's integers are 64-bit
     upto, ranges, band = upto_ms if upto_ms is not None else cap, [], 0
     for limit, scale in UNIT_LIMITS:

@@ -1,7 +1,5 @@
-"""A session as one pass lists it: every row's (timestamp, id) and metadata facts, which
-rows the pass reads (after the prior's watermark, and behind it where the rows are not the
-ones the prior covers: controller.core.coverage), and those memories, read batch by batch
-as the pass consumes them."""
+"""A session as one pass lists it: every row's key and metadata facts, which rows the pass
+reads (controller.core.coverage), and those memories, read batch by batch."""
 
 from __future__ import annotations
 
@@ -42,10 +40,9 @@ NAMED_UNTRUSTED = 10
 
 @dataclass(frozen=True)
 class SessionRows:
-    """A session as listed for one pass: its counts and newest row, what it reads (the rows
-    after the prior's watermark, and those at or before it in ranges the prior does not
-    cover exactly: `reread`), and those memories, read only as the pass consumes them
-    (`memories`), so a pass over a 50,000-memory session never holds the whole session."""
+    """A session as listed for one pass: counts, newest row, what it reads (`reread`: the
+    ranges behind the watermark the prior does not cover exactly), and the memories, read
+    lazily so a pass never holds a whole 50,000-memory session."""
 
     total: int  # every row carrying the sessionId, whatever its type or time (memoryCount)
     newest: Watermark | None  # the newest row of all, the pass's watermark
@@ -58,17 +55,13 @@ class SessionRows:
     reread: tuple[Dirty, ...] = ()  # ranges at or before the prior's watermark read again
     prior_key: tuple[int, str] | None = None  # the prior's watermark
     digest: Bucket = field(default_factory=lambda: Bucket(0))  # every row's id (coverage.digest)
-    # Listed only the rows after the prior's watermark (every other row was the prior's,
-    # unchanged): `keys` holds those, and the coverage grows from the prior's.
+    # Set when only rows after the prior's watermark were listed: coverage grows from it.
     base: Coverage | None = None
-    # Rows listed whole whose time no clock could have given (memories.trusted_time), at
-    # most NAMED_UNTRUSTED of them: a Warning Event names them. (Rows list_appended adds
-    # are placed and at or after the watermark.)
+    # Up to NAMED_UNTRUSTED rows with an impossible time (memories.trusted_time), named
+    # in a Warning Event.
     untrusted: tuple[str, ...] = ()
-    # Rows whose time this version cannot read (no timestamp, RFC 2822 text, "1.7e12") or
-    # does not place (memories.placed: a bad clock's future): every one's id, sorted. In
-    # `total`, not in the coverage; each is summarized once, by the first pass that lists
-    # it, at the end of the session's order (the newest row's time).
+    # Sorted ids of rows whose time is unreadable or unplaced (memories.placed). In
+    # `total`, not in the coverage; each is summarized once, at the end of the order.
     untimed: tuple[str, ...] = ()
     # id: its timestamp as stored, shown (None: it has none). Listed whole only.
     untimed_values: Mapping[str, str | None] = field(default_factory=dict)
@@ -84,8 +77,7 @@ class SessionRows:
         return sum(d.uncovered for d in self.reread)
 
     def coverage(self, upto: tuple[int, str] | None = None) -> tuple[Coverage, int]:
-        """The coverage a write records and how many rows it covers (its memoryCount at a
-        checkpoint): never a row the pass has not read or found covered."""
+        """The coverage a write records and how many rows it covers (read or covered only)."""
         keys = list(self.covered_keys(upto))
         if self.base is None:
             return coverage_of(keys), len(keys)
@@ -93,9 +85,8 @@ class SessionRows:
         return extend(self.base, keys, self.prior_key[0]), self.base.count + len(keys)
 
     def covered_keys(self, upto: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
-        """The rows a summary covers once the pass has read every selected row up to `upto`
-        (None: all of them): the rows it did not need to read, at or before the prior's
-        watermark, and the selected ones up to `upto`."""
+        """Rows covered once every selected row up to `upto` (None: all) is read: unselected
+        rows at or before the prior's watermark, and selected ones up to `upto`."""
         for ts, row_id, selected in self.keys.with_selection():
             key = (ts, row_id)
             if (selected and (upto is None or key <= upto)) or (
@@ -112,10 +103,9 @@ def list_session(
     read_batch: Callable[[Sequence[str]], list[Memory]],
     mask: PassRedaction,
 ) -> SessionRows:
-    """Lists the session and decides what the pass reads (MemoryStore.session_rows): only
-    the rows added since the prior when nothing else changed (list_appended), else all. A
-    session the prior counted at most SMALL_SESSION rows of is listed whole: one request
-    (its rows and their text) costs the store less than list_appended's two."""
+    """Lists the session (MemoryStore.session_rows): only the rows added since the prior if
+    nothing else changed (list_appended), else all. Small sessions are listed whole: one
+    request costs less than list_appended's two."""
     small = prior.digest is not None and prior.digest.count <= SMALL_SESSION
     appended = None if small else list_appended(coll, session_id, prior, exclude, mask)
     if appended is not None:
@@ -130,13 +120,9 @@ def list_appended(
     exclude: Callable[[Memory], bool] | None,
     mask: PassRedaction,
 ) -> SessionRows | None:
-    """The session as one pass lists it when nothing but new rows changed since the prior:
-    every row's id (no metadata), and the rows at or after the prior's watermark time whole.
-    The ids of the rows not newer than the watermark must be exactly the rows the prior
-    accounted for (their digest: same count and sums), so no row was deleted and none
-    landed behind the watermark (with an older time, or one the filter does not compare:
-    ISO text, seconds); else None, and the caller lists everything. Costs the ids and what
-    is new, at most one page of it."""
+    """The session listed from every row id plus the rows at or after the prior's watermark,
+    or None (list everything) unless the ids not newer than the watermark digest exactly as
+    the prior's: no row deleted, none landed behind the watermark."""
     mark, sources = prior.watermark_key, SessionSources.from_json(prior.sources_json)
     if mark is None or prior.coverage is None or prior.digest is None or sources is None:
         return None
@@ -303,8 +289,7 @@ def _read_untimed(
     exclude: Callable[[Memory], bool] | None,
     mask: PassRedaction,
 ) -> list[Memory]:
-    """The rows whose time cannot be read, as memories at `end_ms` (the end of the
-    session's order: they carry facts), excluded types left out. Rare, so read whole."""
+    """Rows with an unreadable time, as memories at `end_ms`, excluded types left out."""
     found: list[Memory] = []
     for batch in (ids[i : i + GET_BATCH] for i in range(0, len(ids), GET_BATCH)):
         got = guard(
