@@ -6,7 +6,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from chromadb.api.models.Collection import Collection
@@ -126,8 +126,6 @@ def list_appended(
     mark, sources = prior.watermark_key, SessionSources.from_json(prior.sources_json)
     if mark is None or prior.coverage is None or prior.digest is None or sources is None:
         return None
-    if prior.untimed:  # rare: listed whole, so each one's timestamp is shown (untimed_values)
-        return None
     ids, now_ms = list(_ids_only(coll, session_id)), int(time.time() * 1000)
     where = {"$and": [{"sessionId": session_id}, {"timestamp": {"$gte": mark[0]}}]}
     newer = list(listing(coll, "listing the session's new memories", where, LIST_PAGE + 1))
@@ -136,6 +134,8 @@ def list_appended(
     added: list[Memory] = []
     newer = [(row_id, mask.meta(meta), doc) for row_id, meta, doc in newer]
     for row_id, meta, doc in newer:
+        if row_id in prior.untimed:  # summarized at the end of the order already
+            continue
         memory = memory_from_row(row_id, doc, meta)
         if memory is None or not placed(memory.timestamp_ms, now_ms):
             return None  # a row to place at the end of the order: the full listing does
@@ -173,7 +173,22 @@ def list_appended(
         prior_key=mark,
         digest=every_id,
         base=prior.coverage,
+        untimed=tuple(sorted(prior.untimed)),
+        untimed_values=_stamps(coll, prior.untimed),
     )
+
+
+def _stamps(coll: Collection, ids: Iterable[str]) -> dict[str, str | None]:
+    """The stored timestamp of each of these rows as shown (None: it has none)."""
+    if not (ids := sorted(ids)):
+        return {}
+    got = guard("reading the untimed rows' times", lambda: coll.get(ids=ids, include=["metadatas"]))
+    return {i: _shown(m) for i, m in zip(got["ids"], got["metadatas"] or [], strict=False)}
+
+
+def _shown(meta: Mapping[str, object] | None) -> str | None:
+    stamp = (meta or {}).get("timestamp")
+    return None if stamp is None else repr(stamp)[:60]
 
 
 def _ids_only(coll: Collection, session_id: str) -> Iterator[str]:
@@ -224,8 +239,7 @@ def _list_all(
             probe = probe if placed(probe.timestamp_ms, now_ms) else None
         sources.add(row_id, meta, probe.timestamp_ms if probe is not None else None)
         if probe is None:
-            stamp = (meta or {}).get("timestamp")
-            untimed[row_id] = None if stamp is None else repr(stamp)[:60]
+            untimed[row_id] = _shown(meta)
             continue
         if newest is None or newest.after(probe):
             newest = Watermark.of(probe)
