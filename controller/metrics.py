@@ -1,12 +1,8 @@
 """Prometheus metrics of the operator, served on SSO_METRICS_PORT (the chart sets 9090).
 
-Every replica serves its own figures: counters and histograms count what *this* process
-did, and `session_summary_active_replica` is 1 only on the replica that peering made
-active, so `sum(session_summary_active_replica)` over the pods is 1 in a healthy install
-(0: nobody writes; 2: split brain). docs/operations.md lists the metrics and alerts.
-
-Handlers call the small helpers below rather than touching the collectors, so names and
-label values stay in one place.
+Each replica serves its own figures; `sum(session_summary_active_replica)` over the pods is
+1 when healthy (0: nobody writes; 2: split brain). docs/operations.md lists metrics and
+alerts. Handlers call the helpers below, so names and labels stay in one place.
 """
 
 from __future__ import annotations
@@ -22,9 +18,7 @@ from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 log = logging.getLogger("controller.metrics")
 
-# SUMMARIES' result label: an Outcome kind of controller.pipeline (summarized,
-# up-to-date, not-found, empty), or "failed" for a pass that ended in a Failure (its
-# reason goes to FAILURES).
+# result: a pipeline Outcome kind, or "failed" (its reason goes to FAILURES).
 SUMMARIES = Counter(
     "session_summary_summaries_total",
     "Summarization passes finished by this replica, by result "
@@ -285,8 +279,7 @@ def watch_pools(pools: Mapping[str, Pool]) -> None:
 
 
 def watch_runtime_parts(count: Callable[[], Any]) -> None:
-    """The runtime's parts (summarizer_parts.PartsCount), read at every scrape: a count
-    that only grows is a leak."""
+    """The runtime's parts (PartsCount) at every scrape: one that only grows is a leak."""
 
     def reader(part: str) -> Callable[[], float]:
         return lambda: float(getattr(count(), part))

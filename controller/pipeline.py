@@ -1,13 +1,9 @@
 """Where a summary is written: one session, prior summary + new memories -> the store.
 
-A pass reads the prior summary and only the memories after its watermark. A large backlog
-is a sequence of such passes over chunks bounded by the summarizer's input token budget
-(controller.core.chunking), each pass building on the previous result. Every pass must validate
-(superset of the prior, no error text) before anything is embedded and upserted, so a
-failed pass never replaces a good summary. A long backlog is checkpointed: every
-CHECKPOINT_PASSES passes the summary so far (with the watermark of what it covers) is
-written, so a failure late in a huge session keeps the progress made before it.
-Blocking I/O: handlers call it in a worker thread.
+A backlog is summarized in passes over token-bounded chunks (controller.core.chunking), each
+building on the last. Every pass must validate (superset of the prior, no error text) before
+anything is written. Every CHECKPOINT_PASSES passes the summary so far is written, so a late
+failure keeps earlier progress. Blocking I/O: handlers call it in a worker thread.
 """
 
 from __future__ import annotations
@@ -64,8 +60,7 @@ CHECKPOINT_PASSES = 20
 
 
 class PassInterrupted(Exception):
-    """The operator is stopping: the pass wrote what it had (a checkpoint) and stopped at
-    a chunk boundary; the object's next pass goes on from there."""
+    """The operator is stopping: a checkpoint was written; the next pass resumes from it."""
 
 
 @dataclass(frozen=True)
@@ -79,25 +74,21 @@ class Outcome:
     last_memory_at_ms: int | None = None
     tokens_used: int = 0  # model tokens (usage.total_tokens) spent by this summarization
     checkpoints: int = 0  # intermediate writes of a long backlog
-    # Rows of the session whose time cannot be read (summarized, counted in memory_count),
-    # and of them those with no timestamp at all.
+    # Rows whose time cannot be read (still summarized), and of them those with none at all.
     skipped_memories: int = 0
     missing_times: int = 0
     provenance: Provenance | None = None  # per pass tokens in/out of this summarization
-    # Another writer had rewritten the session's row since our last write; its text is
-    # carried in this summary's legacy text (None: the row was as we left it).
+    # Another writer rewrote the row since our last write; its text is carried here.
     other_writer: OtherWriter | None = None
     # Memories that had landed behind the prior's watermark, found and summarized now.
     late_memories: int = 0
-    # The write took the row over from a claim history our fences do not order (another
-    # cluster, an etcd restored from a backup): what the object says (None: it did not).
+    # Set when the write took the row over from a claim history our fences do not order.
     taken_over: str | None = None
     # Rows whose time no clock could have given (a Warning Event names them).
     untrusted_times: tuple[str, ...] = ()
     # Of skipped_memories, those this pass summarized for the first time.
     new_untimed: int = 0
-    # Secrets masked by this pass (redaction.py), by kind: in the memories it read and
-    # in the prior summary it carried. Counts, never the secrets.
+    # Secrets masked by this pass (redaction.py), counted by kind; never the secrets.
     redactions: dict[str, int] = field(default_factory=dict)
     rebuilt: bool = False  # written from the memories alone, the prior's text replaced
     dropped_items: int = 0  # items whose memories were all deleted (core/item_sources.py)
@@ -122,9 +113,8 @@ def run_pass(
     current: PriorSummary | None,
     summarizer: Summarizer,
 ) -> PassResult:
-    """One pass: the summarizer proposes, the merge applies (the only place that does), and
-    the result is validated. Raises SummaryValidationError (nothing may be written) when it
-    would lose a prior item, is empty, or carries error text as its title."""
+    """One pass: the summarizer proposes, the merge applies, the result is validated
+    (SummaryValidationError: lost a prior item, empty, or error text as title)."""
     proposal = summarizer.propose(session_id, memories, current)
     summary = merge_pass(current, proposal.update, memories, session_id=session_id)
     validate_summary(summary, current)
@@ -138,8 +128,7 @@ def chunks_for(
     chunk_tokens: int | None = None,
     chunk_size: int | None = None,
 ) -> Iterator[list[Memory]]:
-    """The chunks a backlog is summarized in, one pass each: bounded by the summarizer's
-    memory_budget_tokens and max_memories_per_pass unless given smaller bounds."""
+    """A backlog's chunks, one pass each, bounded by the summarizer's budgets by default."""
     return chunk_memories(
         memories,
         budget_tokens=chunk_tokens or summarizer.memory_budget_tokens,
@@ -165,16 +154,14 @@ def prior_coverage(prior: StructuredSummary | None) -> PriorCoverage:
 def _checkpoint(
     current: StructuredSummary, rows: SessionRows, upto: tuple[int, str] | None
 ) -> StructuredSummary:
-    """The summary so far as a checkpoint writes it: what it covers up to `upto`, and no
-    digest of the session's rows (it does not account for all of them yet)."""
+    """The summary so far, covering up to `upto`, with no rows digest (not all rows yet)."""
     coverage, count = rows.coverage(upto)
     update = {"memory_count": count, "coverage": coverage, "rows_digest": None}
     return current.model_copy(update=update)
 
 
 def _with_session_facts(summary: StructuredSummary, rows: SessionRows) -> StructuredSummary:
-    """The counts and facts of every row of the session, from its listing (exact, however
-    often a pass re-read a row), as neo's writer computes them from all rows."""
+    """The session's counts and facts from its full row listing, as neo's writer does."""
     sources = rows.sources
     return summary.model_copy(
         update={
@@ -195,8 +182,7 @@ def _with_session_facts(summary: StructuredSummary, rows: SessionRows) -> Struct
 
 
 def _timed(chunks: Iterable[list[Memory]], phase: PhaseTimer) -> Iterator[list[Memory]]:
-    """The chunks, each one's reading timed as phase read (a long session's memories are
-    read batch by batch as the pass takes its chunks)."""
+    """The chunks, each one's (lazy) reading timed as phase read."""
     it = iter(chunks)
     while True:
         with phase("read"):
@@ -239,26 +225,14 @@ def summarize_session(
 ) -> Outcome:
     """Brings the session's stored summary up to date with its memories.
 
-    The pass reads the memories after the prior's watermark and, at or before it, those in
-    the ranges where the session's rows are not the ones the prior covers (memories that
-    landed late, whatever their timestamp: controller.core.coverage). Chunks hold at most
-    chunk_size memories and chunk_tokens estimated tokens (default: the summarizer's
-    memory_budget_tokens). guard (the session's claim) is checked between passes and right
-    before every upsert, with the fencing number the row carries then; if it raises,
-    nothing more is written. visibility: how the row is tagged for neo's readers
-    (core/visibility.py). stop: asked between chunk passes; once it says True (the
-    operator is stopping), the summary so far is written as a checkpoint and
-    PassInterrupted raised. group: writes each row with the other passes' rows waiting to
-    write to the collection (the operator's scheduler); watch: sees each step of each
-    write (upsert.WriteEvent).
-
-    A row another writer rewrote since our last write is written again even with nothing
-    new to summarize: its text is then carried in ours, and the row is ours once more.
-    redaction: the secrets masked in every memory read and in the prior summary (one an
-    earlier release stored unmasked is written again, masked, even with nothing new).
-    rebuild: the prior is set aside (not carried, not checked against): the summary is made
-    from the living memories alone and replaces the stored one (spec.action Rebuild).
-    phase: times the pass's steps (read, summarized, embedded, written: tracing.py).
+    Reads memories after the prior's watermark plus late ones (controller.core.coverage).
+    guard: checked between passes and before every upsert; if it raises, nothing more is
+    written. visibility: row tags for neo's readers (core/visibility.py). stop: asked
+    between passes; True writes a checkpoint and raises PassInterrupted. group: batches
+    writes (the scheduler); watch: sees each write step (upsert.WriteEvent).
+    A row another writer rewrote, or one stored unmasked, is rewritten even with nothing new.
+    rebuild: the prior is set aside; the summary comes from the living memories alone.
+    phase: times read, summarized, embedded, written (tracing.py).
     """
     mask = PassRedaction(redaction)
     with phase("read"):  # a rebuild reads no prior: it replaces one that cannot be read too
@@ -268,8 +242,7 @@ def summarize_session(
             found = store.read_prior(session_id)
     stored = found.summary
     prior = rekeyed(stored, mask.prior(stored))
-    # The row as this pass last saw it (read here, then each document it writes): another
-    # writer's upsert meanwhile changes it, and then nothing is written over it.
+    # The row as this pass last saw it: if another writer changes it, we do not overwrite.
     seen = RowSeen(found.row_digest)
     structured = prior if isinstance(prior, StructuredSummary) else None
     mark = structured.watermark if structured else None

@@ -2,30 +2,13 @@
 (session_summary_pass_phase_seconds{phase}) and, when an OTLP endpoint is configured, sent
 as OpenTelemetry spans (one span per pass, a child per phase).
 
-The phases of a pass, in order (docs/operations.md, "Tracing"):
-
-- delivered: from spec.requestedAt (the sunset's own clock) to the handler's start; kopf's
-  watch and its per-object queue. Only on a pass's first attempt (a retry's wait is its
-  backoff, not a delivery), and only for a requestedAt within 10 minutes of the start (one
-  written by hand may say anything).
-- queued: the handler's start to a worker thread (scheduling.PassScheduler), and a later
-  pass's waits between its steps while a first summary runs (PassScheduler.give_way).
-- claimed: taking the session's claim and saying Summarizing.
-- read: the prior summary and the session's rows.
-- summarized: the summarizer's passes over the chunks, and the row's document rendered.
-- embedded: the document's vector; with the local model, also the waits for a core,
-  which a later pass gives up between layers to a first summary (PassScheduler.core).
-- written: the wait for its group write, the fence's read and the upserts.
-- status: the outcome reported (status, Events).
-
-A phase entered inside another is not counted in the outer one too: every phase's figure
-is its own time (the pipeline's phases follow one another; the rule keeps it so if they
-ever nest).
+The phases, in order (delivered, queued, claimed, read, summarized, embedded, written,
+status), are described in docs/operations.md, "Tracing". A nested phase counts only in
+itself, not in the phase around it.
 
 Spans are exported only with OTEL_EXPORTER_OTLP_ENDPOINT or
-OTEL_EXPORTER_OTLP_TRACES_ENDPOINT set (the OpenTelemetry SDK's own variables, OTLP over
-HTTP with protobuf; OTEL_SERVICE_NAME names the service, session-summary-operator by
-default). Without them nothing but the histograms is kept.
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT set (OTLP over HTTP/protobuf; OTEL_SERVICE_NAME names the
+service). Without them only the histograms are kept.
 """
 
 from __future__ import annotations
@@ -79,9 +62,7 @@ class PassTrace:
     def giving_way(
         self, give_way: Callable[[], float]
     ) -> Callable[[str], contextlib.AbstractContextManager[None]]:
-        """This trace's phase(), each phase entered after give_way() (scheduling.
-        PassScheduler.give_way: a later pass waits while a first summary runs); a wait
-        counts as queued."""
+        """This trace's phase(), calling give_way() first; a wait counts as queued."""
 
         def phase(name: str) -> contextlib.AbstractContextManager[None]:
             began = time.time_ns()
@@ -135,13 +116,11 @@ class Tracer:
         return cls(provider)
 
     def begin(self, session_id: str, trigger: str, obj: str, requested_at: str | None) -> PassTrace:
-        """A pass's trace from the handler's start; with the request's time (spec.requestedAt,
-        a first attempt's), the delivery before it."""
+        """A pass's trace from the handler's start; requested_at adds the delivery phase."""
         trace = PassTrace(session_id, {"trigger": trigger, "object": obj})
         requested = parse_time(requested_at)
         if requested is not None:
-            # A requestedAt written by hand (kubectl apply) may be any time: only a recent one
-            # is the request's, and a clock a little ahead counts as no wait.
+            # Only a recent requestedAt counts (one written by hand may say anything).
             since = trace.begun_ns - int(requested.timestamp() * 1e9)
             if -DELIVERY_BOUND_NS < since < DELIVERY_BOUND_NS:
                 trace.add("delivered", trace.begun_ns - max(0, since), trace.begun_ns)
@@ -181,8 +160,7 @@ class Tracer:
         root.end(end_time=end)
 
     def close(self, timeout_s: float = 3.0) -> None:
-        """Sends what is batched and stops the exporter, waiting at most timeout_s (the SDK's
-        own flush may wait on an unreachable collector far longer than a Pod's grace)."""
+        """Flushes and stops the exporter, waiting at most timeout_s (the SDK may hang)."""
         if self._provider is None:
             return
         closing = threading.Thread(target=self._provider.shutdown, daemon=True)
