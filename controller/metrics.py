@@ -17,9 +17,7 @@ from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 log = logging.getLogger("controller.metrics")
 
-# SUMMARIES' result label: an Outcome kind of controller.pipeline (summarized,
-# up-to-date, not-found, empty), or "failed" for a pass that ended in a Failure (its
-# reason goes to FAILURES).
+# result: a pipeline Outcome kind, or "failed" (its reason goes to FAILURES).
 SUMMARIES = Counter(
     "session_summary_summaries_total",
     "Summarization passes finished by this replica, by result "
@@ -280,8 +278,7 @@ def watch_pools(pools: Mapping[str, Pool]) -> None:
 
 
 def watch_runtime_parts(count: Callable[[], Any]) -> None:
-    """The runtime's parts (summarizer_parts.PartsCount), read at every scrape: a count
-    that only grows is a leak."""
+    """The runtime's parts (PartsCount) at every scrape: one that only grows is a leak."""
 
     def reader(part: str) -> Callable[[], float]:
         return lambda: float(getattr(count(), part))

@@ -54,14 +54,9 @@ def _leader_watcher(runtime: Runtime) -> Any:
 
 
 async def _trim_heap(interval: float = 30.0) -> None:
-    """Frees what is unreachable and hands freed heap pages back to the OS. A retired
-    SessionSummarizer's clients (chromadb's, openai's) are reference cycles, which only a
-    full collection frees (measured before the start was frozen: RSS +87 MiB over 100
-    reconfigured and deleted SessionSummarizers with no full collection, tests/integration/
-    test_runtime_lifecycle.py); this one comes once an interval, whatever Python's own
-    trigger does (it counts the survivors of the last full collection), and walks only what
-    was built after the start (freeze_startup_objects). kopf's initial list of every object
-    leaves the heap fragmented, and glibc keeps the freed memory unless asked (malloc_trim)."""
+    """Every interval: a full collection (retired clients are reference cycles only it
+    frees; test_runtime_lifecycle.py) and malloc_trim, since glibc keeps freed heap pages
+    (kopf's initial listing fragments the heap). Walks only post-start objects."""
     try:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
@@ -95,8 +90,7 @@ def _choose_priority(run: RunOptions) -> int:
 
 
 async def _collect_abandoned_claims(interval: float) -> None:
-    """Deletes the claims of writers that died (kube/claims.py:ClaimCollector), on its own
-    timer: also when every sweep is off. What it has seen lives in this task only."""
+    """Deletes dead writers' claims (kube/claims.py:ClaimCollector), even with sweeps off."""
     collector = ClaimCollector(
         default_duration_s=CONFIG.claim_ttl_seconds, grace_s=CONFIG.claim_ttl_seconds
     )
@@ -112,10 +106,9 @@ async def _collect_abandoned_claims(interval: float) -> None:
 
 
 class StatusDiffBase(kopf.MultiDiffBaseStorage):
-    """kopf's record of the last handled spec, in `status.lastHandledConfiguration`: it goes
-    with the status a pass writes anyway, one patch and one watch event per pass, not a
-    second patch of an annotation. Read from that annotation when the status holds none
-    (objects written before): an upgrade starts no pass."""
+    """kopf's last handled spec, in `status.lastHandledConfiguration` (patched with the
+    status, saving a patch per pass); the old annotation is still read, so an upgrade
+    starts no pass."""
 
     def __init__(self, prefix: str) -> None:
         self.status = kopf.StatusDiffBaseStorage(field="status.lastHandledConfiguration")
@@ -127,11 +120,8 @@ class StatusDiffBase(kopf.MultiDiffBaseStorage):
 
 
 class UnmarkedProgress(kopf.AnnotationsProgressStorage):
-    """kopf's progress of a retried handler, in annotations under our prefix, without kopf's
-    `<prefix>/kopf-managed` marker: it costs each new object a patch of its own, to tell
-    other kopf operators to leave our annotations out of their diffs (ours leave out every
-    annotation under our prefix, marker or not: kopf's `clear`). `_store_marker` is kopf's own
-    hook for it (tests/unit/test_kopf_records.py fails if kopf renames it)."""
+    """kopf's handler progress under our prefix, without the `kopf-managed` marker (a patch
+    per new object). `_store_marker` is kopf's hook (test_kopf_records.py guards it)."""
 
     def _store_marker(self, prefix: str, patch: kopf.Patch, body: kopf.Body) -> None:
         return None
@@ -144,8 +134,7 @@ async def configure(
     runtime = Runtime.of(memo)
     run, tasks = runtime.options, runtime.tasks
     prefix = CONFIG.annotation_prefix
-    # Progress annotations under our own group, not kopf's shared prefix; the diff base in
-    # the status.
+    # Progress annotations under our own group; the diff base in the status.
     settings.persistence.progress_storage = UnmarkedProgress(prefix=prefix)
     settings.persistence.diffbase_storage = StatusDiffBase(prefix)
     settings.persistence.finalizer = FINALIZER
@@ -153,16 +142,13 @@ async def configure(
     settings.posting.enabled = False
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 16
-    # Memory with many objects: the initial list comes in pages, not one 10k-object body,
-    # and a per-object worker (which holds the object's last body) exits soon after its
-    # event instead of 5 s later, so the bodies of a whole listing are never alive at once.
-    # Freed, they would leave the heap fragmented: RSS stays at the peak.
+    # With many objects: list in pages and let idle workers exit soon, so a whole
+    # listing's bodies are never alive at once (they would fragment the heap).
     if CONFIG.list_chunk_size > 0:
         settings.watching.chunk_size = CONFIG.list_chunk_size
     settings.queueing.idle_timeout = CONFIG.worker_idle_seconds
     settings.peering.lifetime = CONFIG.peering_lifetime
-    # kopf retries a startup handler that raised (the peering object below, say): what
-    # this process starts is started once.
+    # kopf may retry this handler: start each thing once.
     if CONFIG.metrics_port > 0 and runtime.metrics_server is None:
         runtime.metrics_server = start_metrics_server(CONFIG.metrics_port, CONFIG.metrics_address)
     metrics.set_build_info()
@@ -214,14 +200,9 @@ FIRST_CALLS_IMPORT = (
 
 
 def freeze_startup_objects() -> int:
-    """Takes what the process built to start out of the collector's sight (about 190k
-    objects: the modules, classes and functions it imported, the first calls' imports among
-    them, kopf's and the runtime's parts), after a last collection of what is garbage
-    already. None of it is ever garbage, yet every full collection walked all of it with the
-    interpreter held: every thread stopped for it, a sunset's pass too. Measured under the
-    sunset bench's load: full collections every 6 to 13 s of 110 to 200 ms each, and the
-    slowest sunsets after the first began within 0.5 s before one (docs/benchmarks.md).
-    Returns how many objects are frozen."""
+    """gc.freeze()s the ~190k startup objects, never garbage, that every full collection
+    would walk (110-200 ms pauses under the sunset bench: docs/benchmarks.md). Returns how
+    many objects are frozen."""
     for name in FIRST_CALLS_IMPORT:
         with contextlib.suppress(ImportError):  # renamed by a later release: less frozen
             importlib.import_module(name)
@@ -232,9 +213,7 @@ def freeze_startup_objects() -> int:
 
 @kopf.on.cleanup()
 async def begin_stopping(memo: kopf.Memo, **_: Any) -> None:
-    """kopf stops (SIGTERM): queued passes are cancelled with their handlers; running ones
-    are told to stop at their next chunk boundary (a checkpoint, then the claim released).
-    Our own tasks end now (kopf would give them 5 s before cancelling them)."""
+    """On SIGTERM: running passes are told to checkpoint and stop; our tasks end now."""
     runtime = Runtime.of(memo)
     runtime.stopping.set()
     for task in list(runtime.tasks):
@@ -244,9 +223,8 @@ async def begin_stopping(memo: kopf.Memo, **_: Any) -> None:
 
 
 def _warn_priority_conflict(run: RunOptions) -> None:
-    """An explicit SSO_PEERING_PRIORITY that a live replica already has: kopf will pause
-    both, and nothing will be summarized. Said loudly at start (the ReplicaActive condition
-    says it on every SessionSummarizer once kopf sees the tie)."""
+    """Warns at start if a live replica has the same explicit SSO_PEERING_PRIORITY: kopf
+    would pause both, and nothing would be summarized."""
     if not os.environ.get("SSO_PEERING_PRIORITY"):
         return
     try:
@@ -273,8 +251,7 @@ def quiet_timer_successes(record: logging.LogRecord) -> bool:
 
 
 def run(argv: list[str] | None = None, *, watch_writes: WriteWatcher | None = None) -> None:
-    """The operator process. watch_writes: sees every store write (upsert.WriteEvent); the
-    chaos tests' journal (devenv.operator), nobody in the product."""
+    """The operator process. watch_writes: sees every store write (chaos tests only)."""
     parser = argparse.ArgumentParser(prog="session-summary-operator")
     parser.add_argument(
         "--namespace",
@@ -317,8 +294,7 @@ def run(argv: list[str] | None = None, *, watch_writes: WriteWatcher | None = No
             clusterwide=not namespaces,
             namespaces=namespaces,
             standalone=args.standalone,
-            # A dedicated peering object (mandatory: without its CRD the operator waits
-            # rather than risk a second writer); none at all when standalone.
+            # A dedicated peering object (mandatory unless standalone).
             peering_name=None if args.standalone else args.peering,
             liveness_endpoint=args.liveness,
             memo=kopf.Memo(runtime=runtime),
@@ -327,9 +303,7 @@ def run(argv: list[str] | None = None, *, watch_writes: WriteWatcher | None = No
     finally:
         shut_down(runtime)
         loop.close()  # does not wait for threads still in a call (asyncio.run would)
-    # A thread still blocked in a call (a health probe, a Chroma request, an abandoned
-    # pass) would hold the interpreter's exit until the call times out: the stop is
-    # bounded by SSO_SHUTDOWN_SECONDS, so the process ends here.
+    # Threads still blocked in a call would delay exit; the stop is bounded, so exit now.
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -337,12 +311,8 @@ def run(argv: list[str] | None = None, *, watch_writes: WriteWatcher | None = No
 
 
 def shut_down(runtime: Runtime) -> None:
-    """The end of a stop, after kopf has stopped (docs/operations.md, "Shutdown"): running
-    passes get SSO_SHUTDOWN_SECONDS to write their checkpoint and release their claims (a
-    pass still running then is abandoned: its claim lapses), then, on the replica that led,
-    our finalizer is released from every SessionSummarizer it served (the next leader puts
-    it back at once; after an uninstall, nothing is left to block their deletion), then the
-    queued Events are posted."""
+    """After kopf stops (docs/operations.md, "Shutdown"): passes get SSO_SHUTDOWN_SECONDS to
+    checkpoint, the leader releases our finalizers, then queued Events are posted."""
     started = time.monotonic()
     left = runtime.stop_passes(CONFIG.shutdown_seconds)
     if left:

@@ -60,8 +60,7 @@ CHECKPOINT_PASSES = 20
 
 
 class PassInterrupted(Exception):
-    """The operator is stopping: the pass wrote what it had (a checkpoint) and stopped at
-    a chunk boundary; the object's next pass goes on from there."""
+    """The operator is stopping: a checkpoint was written; the next pass resumes from it."""
 
 
 @dataclass(frozen=True)
@@ -75,25 +74,21 @@ class Outcome:
     last_memory_at_ms: int | None = None
     tokens_used: int = 0  # model tokens (usage.total_tokens) spent by this summarization
     checkpoints: int = 0  # intermediate writes of a long backlog
-    # Rows of the session whose time cannot be read (summarized, counted in memory_count),
-    # and of them those with no timestamp at all.
+    # Rows whose time cannot be read (still summarized), and of them those with none at all.
     skipped_memories: int = 0
     missing_times: int = 0
     provenance: Provenance | None = None  # per pass tokens in/out of this summarization
-    # Another writer had rewritten the session's row since our last write; its text is
-    # carried in this summary's legacy text (None: the row was as we left it).
+    # Another writer rewrote the row since our last write; its text is carried here.
     other_writer: OtherWriter | None = None
     # Memories that had landed behind the prior's watermark, found and summarized now.
     late_memories: int = 0
-    # The write took the row over from a claim history our fences do not order (another
-    # cluster, an etcd restored from a backup): what the object says (None: it did not).
+    # Set when the write took the row over from a claim history our fences do not order.
     taken_over: str | None = None
     # Rows whose time no clock could have given (a Warning Event names them).
     untrusted_times: tuple[str, ...] = ()
     # Of skipped_memories, those this pass summarized for the first time.
     new_untimed: int = 0
-    # Secrets masked by this pass (redaction.py), by kind: in the memories it read and
-    # in the prior summary it carried. Counts, never the secrets.
+    # Secrets masked by this pass (redaction.py), counted by kind; never the secrets.
     redactions: dict[str, int] = field(default_factory=dict)
     rebuilt: bool = False  # written from the memories alone, the prior's text replaced
     dropped_items: int = 0  # items whose memories were all deleted (core/item_sources.py)
@@ -118,9 +113,8 @@ def run_pass(
     current: PriorSummary | None,
     summarizer: Summarizer,
 ) -> PassResult:
-    """One pass: the summarizer proposes, the merge applies (the only place that does), and
-    the result is validated. Raises SummaryValidationError (nothing may be written) when it
-    would lose a prior item, is empty, or carries error text as its title."""
+    """One pass: the summarizer proposes, the merge applies, the result is validated
+    (SummaryValidationError: lost a prior item, empty, or error text as title)."""
     proposal = summarizer.propose(session_id, memories, current)
     summary = merge_pass(current, proposal.update, memories, session_id=session_id)
     validate_summary(summary, current)
@@ -134,8 +128,7 @@ def chunks_for(
     chunk_tokens: int | None = None,
     chunk_size: int | None = None,
 ) -> Iterator[list[Memory]]:
-    """The chunks a backlog is summarized in, one pass each: bounded by the summarizer's
-    memory_budget_tokens and max_memories_per_pass unless given smaller bounds."""
+    """A backlog's chunks, one pass each, bounded by the summarizer's budgets by default."""
     return chunk_memories(
         memories,
         budget_tokens=chunk_tokens or summarizer.memory_budget_tokens,
@@ -161,16 +154,14 @@ def prior_coverage(prior: StructuredSummary | None) -> PriorCoverage:
 def _checkpoint(
     current: StructuredSummary, rows: SessionRows, upto: tuple[int, str] | None
 ) -> StructuredSummary:
-    """The summary so far as a checkpoint writes it: what it covers up to `upto`, and no
-    digest of the session's rows (it does not account for all of them yet)."""
+    """The summary so far, covering up to `upto`, with no rows digest (not all rows yet)."""
     coverage, count = rows.coverage(upto)
     update = {"memory_count": count, "coverage": coverage, "rows_digest": None}
     return current.model_copy(update=update)
 
 
 def _with_session_facts(summary: StructuredSummary, rows: SessionRows) -> StructuredSummary:
-    """The counts and facts of every row of the session, from its listing (exact, however
-    often a pass re-read a row), as neo's writer computes them from all rows."""
+    """The session's counts and facts from its full row listing, as neo's writer does."""
     sources = rows.sources
     return summary.model_copy(
         update={
@@ -191,8 +182,7 @@ def _with_session_facts(summary: StructuredSummary, rows: SessionRows) -> Struct
 
 
 def _timed(chunks: Iterable[list[Memory]], phase: PhaseTimer) -> Iterator[list[Memory]]:
-    """The chunks, each one's reading timed as phase read (a long session's memories are
-    read batch by batch as the pass takes its chunks)."""
+    """The chunks, each one's (lazy) reading timed as phase read."""
     it = iter(chunks)
     while True:
         with phase("read"):
@@ -252,8 +242,7 @@ def summarize_session(
             found = store.read_prior(session_id)
     stored = found.summary
     prior = rekeyed(stored, mask.prior(stored))
-    # The row as this pass last saw it (read here, then each document it writes): another
-    # writer's upsert meanwhile changes it, and then nothing is written over it.
+    # The row as this pass last saw it: if another writer changes it, we do not overwrite.
     seen = RowSeen(found.row_digest)
     structured = prior if isinstance(prior, StructuredSummary) else None
     mark = structured.watermark if structured else None

@@ -73,9 +73,8 @@ class _Job:
 
 
 class _WorkerPool:
-    """Threads that run queued passes, the earliest deadline first (a DeadlineQueue with a
-    slot per thread). Threads start as needed, up to the queue's slots, and stay; they are
-    daemon threads: stop() cancels what is queued and join() waits for the running ones."""
+    """Daemon threads running queued passes, earliest deadline first, started as needed up
+    to the queue's slots. stop() cancels what is queued; join() waits for the running."""
 
     def __init__(self, name: str, threads: int, running: threading.local) -> None:
         self.name = name
@@ -132,8 +131,7 @@ class _WorkerPool:
             job.future.cancel()
 
     def join(self, timeout_s: float) -> int:
-        """After stop(): waits at most timeout_s for the threads to finish their jobs;
-        returns how many are still running one."""
+        """After stop(): waits at most timeout_s; returns how many threads still run a job."""
         deadline = time.monotonic() + timeout_s
         me = threading.current_thread()
         for thread in list(self._threads):
@@ -156,8 +154,7 @@ class SchedulerLimits:
     store_writes: int  # groups of summary rows in flight at once, per summary collection
     # Threads only first summaries use when the foreground's are all taken (0: none).
     first_workers: int = 0
-    # Longest a later pass waits, before each of its steps, while a first summary runs
-    # (give_way); 0: never.
+    # Longest a later pass waits per step while a first summary runs (give_way); 0: never.
     give_way_s: float = 0.0
     # ... or ended less than this long ago (the gap between two sunsets of a burst).
     give_way_gap_s: float = 0.0
@@ -192,11 +189,9 @@ class PassScheduler:
     def submit(
         self, deadline: float, fn: Callable[[], T], *, background: bool, first: bool = False
     ) -> Future[T]:
-        """Runs fn on a worker thread of its pool once its deadline comes first there. A first
-        summary that finds no foreground thread free is queued in the first pool too, and
-        runs on whichever thread takes it first: it never waits for a worker behind
-        re-summaries whose deadline came before its own, and a burst of first summaries
-        still has every foreground thread as they free up."""
+        """Runs fn on a worker of its pool, earliest deadline first. A first summary with no
+        free foreground thread is queued in the first pool too and runs on whichever takes
+        it first, so it never waits behind re-summaries."""
         foreground = self.pools["foreground"]
         extra = self.pools.get("first")
         if first:
@@ -252,17 +247,14 @@ class PassScheduler:
         return waited
 
     def _burst_left(self) -> float:
-        """Seconds until the burst of first summaries is over: forever while one runs, then
-        what is left of the gap after the last one that ended with an outcome (a next one
-        may follow), then 0 or less."""
+        """Seconds until the burst of first summaries is over (inf while one runs)."""
         if self._firsts:
             return math.inf
         return self.limits.give_way_gap_s - (time.monotonic() - self._first_ended)
 
     def must_give_way(self) -> bool:
-        """A first summary runs or has just ended (give_way_gap_s), this thread runs a pass
-        that is not one (not a probe or the CLI either), and the pass's step has some of
-        its give-way budget left."""
+        """A first-summary burst is on, this thread runs another pass (not a probe or the
+        CLI), and its step has give-way budget left."""
         mine = self._running
         return bool(
             getattr(mine, "give_way_left", 0.0) > 0
@@ -273,11 +265,8 @@ class PassScheduler:
 
     @contextlib.contextmanager
     def background(self) -> Iterator[Callable[[], float]]:
-        """Background work of this thread outside a pass (the sweep, the reconciliation,
-        retention: their reads and requests, a session at a time): ranked as a background
-        pass queued now, and the function it yields is give_way, to call before each unit
-        of the work: while a first summary runs or has just ended, the work waits, at most
-        give_way_s a unit."""
+        """Background work outside a pass (sweep, reconciliation, retention), ranked as a
+        background pass queued now; yields give_way, to call before each unit of work."""
         mine = self._running
         before = getattr(mine, "deadline", None)
         mine.deadline = time.monotonic() + Slack.BACKGROUND
@@ -288,18 +277,15 @@ class PassScheduler:
             mine.give_way_left = 0.0
 
     def deadline(self) -> float:
-        """The deadline of the pass running on this thread; now for work outside any pass
-        (a probe, the CLI, tests), which then ranks as a first summary queued this instant."""
+        """This thread's pass's deadline; now outside any pass (probe, CLI, tests)."""
         deadline = getattr(self._running, "deadline", None)
         return time.monotonic() if deadline is None else float(deadline)
 
     @contextlib.contextmanager
     def core(self) -> Iterator[Callable[[], float]]:
-        """A CPU core for the local embedding, which calls the function it gets after each
-        layer: the core goes to a pass with an earlier deadline waiting for one, and a pass
-        that is not a first summary gives it up while one runs or has just ended (give_way,
-        within its step's budget), then waits for its turn. The waits for the core are not
-        part of that budget: they are the queue's, by deadline."""
+        """A CPU core for the local embedding, which calls the yielded function per layer:
+        the core goes to an earlier deadline waiting, or is given up for a first summary
+        (give_way, within the step's budget). Queue waits do not count against that budget."""
         with self._cores.turn(self.deadline()) as slot:
 
             def between() -> float:
@@ -310,10 +296,8 @@ class PassScheduler:
             yield between
 
     def store_write(self, store: MemoryStore, write: RowWrite) -> None:
-        """Writes the row with the others waiting to write to its summary collection through
-        the same location, credentials and settings included (store/row_writes.py:
-        GroupWriter; a group is written with one of its passes' clients), earliest deadline
-        first; raises what refused or failed it."""
+        """Writes the row in a group with others for the same store location
+        (store/row_writes.py), earliest deadline first; raises what refused or failed it."""
         write.deadline = self.deadline()
         with self._lock:
             entry = self._store_writes.get(store.location)
@@ -328,8 +312,7 @@ class PassScheduler:
                 entry.users -= 1
 
     def forget_store(self, location: StoreLocation) -> None:
-        """The collection's group writer, once no write waits in it or is written by it (a
-        store no SessionSummarizer names any more)."""
+        """Drops the location's group writer once no write uses it."""
         with self._lock:
             entry = self._store_writes.get(location)
             if entry is not None and entry.users == 0:
@@ -340,10 +323,8 @@ class PassScheduler:
             return len(self._store_writes)
 
     def stop(self, timeout_s: float) -> int:
-        """Queued passes are dropped (their objects are resumed by the next replica or
-        start); running ones, told to stop by the runtime's stopping flag, write a
-        checkpoint at their next chunk boundary and release their claims. Waits at most
-        timeout_s for them; returns how many were still running then."""
+        """Drops queued passes (resumed later); running ones checkpoint and release their
+        claims. Waits at most timeout_s; returns how many still ran."""
         deadline = time.monotonic() + timeout_s
         for pool in self.pools.values():
             pool.stop()
@@ -351,8 +332,7 @@ class PassScheduler:
 
 
 def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
-    """Cores this process may use: its CPU affinity, capped by a cgroup v2 CPU limit (a
-    Pod's resources.limits.cpu, rounded up), at least 1."""
+    """Cores this process may use: CPU affinity capped by the cgroup v2 limit, at least 1."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

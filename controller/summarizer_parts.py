@@ -35,8 +35,7 @@ from controller.summarizers.chat_prompt import ChatModelConfig
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
 
-# How many deleted SessionSummarizers are remembered as deleted (the newest): enough for
-# every pass or tick still under way for one when it went.
+# Deleted SessionSummarizers remembered (the newest), for passes still under way.
 GONE_REMEMBERED = 4096
 K = TypeVar("K")
 V = TypeVar("V")
@@ -69,8 +68,7 @@ class _SummarizerParts:
 
 @dataclass(frozen=True)
 class PartsCount:
-    """What the runtime holds for SessionSummarizers now (tests/integration/
-    test_runtime_lifecycle.py counts these before and after)."""
+    """What the runtime holds now (test_runtime_lifecycle.py checks for leaks)."""
 
     summarizers: int  # SessionSummarizers with parts
     clients: int  # open Chroma clients (in use by a pass or not)
@@ -100,12 +98,9 @@ class SummarizerParts:
         self._weights = weights
         self._by_summarizer: dict[tuple[str, str], _SummarizerParts] = {}
         self._in_use: set[_Part[Any, Any]] = set()
-        # SessionSummarizers deleted (forget) and not seen again (spec_changed): a pass or a
-        # timer tick still under way for one gets parts of its own, closed when it is done,
-        # and nothing is kept for it.
+        # Deleted SessionSummarizers: a pass still under way gets parts closed after it.
         self._gone: OrderedDict[tuple[str, str], None] = OrderedDict()
-        # Bumped by spec_changed and forget: a part built meanwhile is of an older spec (or
-        # of a deleted SessionSummarizer) and is not kept.
+        # Bumped by spec_changed and forget: a part built meanwhile is stale, not kept.
         self._epoch: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -116,9 +111,8 @@ class SummarizerParts:
     def backends(
         self, namespace: str, name: str, spec: SessionSummarizerSpec
     ) -> Iterator[Backends]:
-        """Everything a pass needs, held for the pass (blocking: may read Secrets and
-        connect to Chroma). A StoreUnavailable out of the block drops the store's client.
-        Where the memories would go is checked first: a refusal reads no memory."""
+        """Everything a pass needs, held for the pass (blocking). A StoreUnavailable drops
+        the store's client. Memory destinations are checked first, before any read."""
         check_memory_destinations(spec, namespace)
         location = store_location(spec, namespace)
         embedding = embedding_spec(spec, namespace)
@@ -165,8 +159,7 @@ class SummarizerParts:
     # -- lifecycle ------------------------------------------------------------------------
 
     def spec_changed(self, namespace: str, name: str, generation: int | None) -> None:
-        """The SessionSummarizer's spec is seen (created, changed, or at start): what was
-        built from an older generation is closed (once no pass uses it)."""
+        """Closes parts of an older generation (once no pass uses them)."""
         who = (namespace, name)
         with self._lock:
             self._gone.pop(who, None)
@@ -185,8 +178,7 @@ class SummarizerParts:
             self._gone[who] = None
             while len(self._gone) > GONE_REMEMBERED:
                 self._gone.popitem(last=False)
-            # Dropped, not bumped: a build under way captured a number this one cannot
-            # equal any more unless it was 0, and then the name is in _gone.
+            # Dropped, not bumped: an in-flight build's epoch can only match if 0 (in _gone).
             self._epoch.pop(who, None)
             parts = self._by_summarizer.pop(who, None)
             closing = [self._retire(slot) for slot in parts.slots()] if parts else []
@@ -335,16 +327,14 @@ class SummarizerParts:
         return MemoryStore(connect(location), location)
 
     def _embedder(self, spec: EmbeddingSpec) -> Embedder:
-        """The local model runs on this process's cores, so its calls take a core, earliest
-        deadline first (controller/scheduling.py); an endpoint is only I/O and not gated."""
+        """Local model calls take a core (scheduling.py); an endpoint is I/O, not gated."""
         ef = build_embedding_function(spec, self._weights)
         scheduler = self._scheduler
 
         if isinstance(ef, LocalMiniLMEmbedding):
 
             def gated(texts: list[str]) -> list[Any]:
-                # Between layers, the core goes to a pass that needs it sooner (a session
-                # that just ended) and comes back in this pass's turn.
+                # Between layers the core may go to a pass that needs it sooner.
                 with scheduler.core() as between:
                     return list(ef(texts, between))
 
@@ -352,8 +342,7 @@ class SummarizerParts:
         return _Closing(lambda texts: list(ef(texts)), _closer(ef))
 
     def _summarizer(self, config: ChatModelConfig) -> Summarizer:
-        # Imported here: the openai SDK costs ~14 MB of RSS, which only an operator that
-        # uses a model should pay (bench/operator_rss.py).
+        # Lazy: the openai SDK costs ~14 MB of RSS (bench/operator_rss.py).
         from controller.summarizers.chat_model import ChatModelSummarizer
 
         return ChatModelSummarizer(config)

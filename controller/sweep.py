@@ -54,8 +54,7 @@ class SweepResult:
     applied: Applied
     duration_s: float
     cursor: RowCursor | None = None  # where the appended-rows scan stopped
-    # False when rows were deleted since the last sweep: the cursor lost its place, and the
-    # collection is reconciled at once (controller/reconcile.py).
+    # False when rows were deleted: the collection is reconciled at once (reconcile.py).
     aligned: bool = True
     appended: int = 0  # rows added since the last sweep (the appended-rows scan)
 
@@ -93,11 +92,8 @@ def plan_from_store(
     cursor: RowCursor | None = None,
     pause: Pause = no_pause,
 ) -> tuple[SweepPlan, tuple[int, int], RowCursor, bool]:
-    """Reads only new memories and decides: those newer than the watermark, and those added
-    since the cursor whatever their timestamps (reconcile_plan.py). Returns (plan, (rows
-    newer than the watermark, rows added since the cursor), the new cursor, whether the old
-    one was still aligned). pause: called before each scan and each session's own reads
-    (the scheduler's give_way: the sweep is background work)."""
+    """Plans from memories newer than the watermark or added since the cursor. Returns
+    (plan, (newer, added), new cursor, old cursor aligned). pause: the scheduler's give_way."""
     since = (
         watermark_ms
         if watermark_ms is not None
@@ -152,8 +148,7 @@ def _growth(
     now_ms: int,
     pause: Pause = no_pause,
 ) -> Iterator[Growth]:
-    """How much each active session grew since its summary: a summary read per session, and
-    a read of its new memories only where the minimum interval has passed."""
+    """How much each active session grew since its summary (past the minimum interval)."""
     for sid in session_ids:
         pause()
         try:
@@ -187,17 +182,14 @@ class Applied:
 def apply_plan(
     plan: SweepPlan, *, namespace: str, summarizer_name: str, pause: Pause = no_pause
 ) -> Applied:
-    """Creates/patches SessionSummary objects for the stale sessions, newest first, until
-    as many as the cap allowed were acted on. Sessions already in flight do not use up the
-    cap (else a few busy sessions would starve an old backlog); the walk is bounded."""
+    """Creates/patches SessionSummary objects for stale sessions, newest first, up to the
+    cap. In-flight sessions do not use up the cap (they would starve an old backlog)."""
     budget = len(plan.candidates)
     stale = plan.candidates + plan.deferred
     created = patched = in_flight = walked = 0
 
     def request(session_id: str, trigger: str) -> str | None:
-        """created or patched; None when the session's object is still in flight. Its
-        requestedAt is the moment of the request, after any pause (a pass's trace counts
-        its `delivered` phase from it)."""
+        """created or patched; None when in flight. requestedAt is taken after any pause."""
         pause()
         requested_at = now_rfc3339(precise=True)
         existing = kube.get_summary(namespace, summary_object_name(session_id))
@@ -243,8 +235,7 @@ def run_sweep(
     cursor: RowCursor | None = None,
     pause: Pause = no_pause,
 ) -> SweepResult:
-    """pause: called before each session's reads and requests (the scheduler's give_way:
-    a session that just ended goes first)."""
+    """pause: the scheduler's give_way, called before each session's reads and requests."""
     started = time.monotonic()
     now = now_ms if now_ms is not None else int(time.time() * 1000)
     plan, (scanned, appended), new_cursor, aligned = plan_from_store(
@@ -268,9 +259,8 @@ def retention_policy(spec: SessionSummarizerSpec) -> RetentionPolicy:
 def apply_retention(
     spec: SessionSummarizerSpec, *, namespace: str, summarizer_name: str, pause: Pause = no_pause
 ) -> int:
-    """Deletes this summarizer's finished objects older than their phase's TTL (each delete
-    conditional on the version read, so a sunset in between wins); returns how many. pause:
-    called before the list of every object and before each delete."""
+    """Deletes finished objects older than their phase's TTL, each only if unchanged since
+    read; returns how many."""
     policy = retention_policy(spec)
     if policy.keeps_everything:
         return 0
@@ -322,13 +312,9 @@ def run_marker_scan(
     watermark_ms: int,
     memory: MarkerMemory,
 ) -> MarkerScanResult:
-    """Reads the sunset markers newer than the sweep's watermark and creates/patches the
-    SessionSummary of every session whose marker is not handled yet, ignoring the idle
-    threshold: only for sessions with memories besides markers (a marker alone makes no
-    object), at most maxSessionsPerSweep per scan and markerRequestsPerMinute a minute.
-    Costs one filtered read per tick; a summary lookup, a read of one other memory and a
-    GET per session only for markers not acted on before (memory: what this process did
-    about the window's markers, kept by the runtime's upkeep)."""
+    """Requests a pass for each session with an unhandled sunset marker newer than the
+    watermark, ignoring idleness; skips marker-only sessions; capped per scan and per minute.
+    memory: what this process did about the window's markers (the runtime's upkeep)."""
     started = time.monotonic()
     memory.bucket.per_minute = spec.sweep.marker_requests_per_minute
     rows = list(store.scan_markers(SUNSET_MARKER_TYPE, watermark_ms))

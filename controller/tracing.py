@@ -56,9 +56,7 @@ class PassTrace:
     def giving_way(
         self, give_way: Callable[[], float]
     ) -> Callable[[str], contextlib.AbstractContextManager[None]]:
-        """This trace's phase(), each phase entered after give_way() (scheduling.
-        PassScheduler.give_way: a later pass waits while a first summary runs); a wait
-        counts as queued."""
+        """This trace's phase(), calling give_way() first; a wait counts as queued."""
 
         def phase(name: str) -> contextlib.AbstractContextManager[None]:
             began = time.time_ns()
@@ -112,13 +110,11 @@ class Tracer:
         return cls(provider)
 
     def begin(self, session_id: str, trigger: str, obj: str, requested_at: str | None) -> PassTrace:
-        """A pass's trace from the handler's start; with the request's time (spec.requestedAt,
-        a first attempt's), the delivery before it."""
+        """A pass's trace from the handler's start; requested_at adds the delivery phase."""
         trace = PassTrace(session_id, {"trigger": trigger, "object": obj})
         requested = parse_time(requested_at)
         if requested is not None:
-            # A requestedAt written by hand (kubectl apply) may be any time: only a recent one
-            # is the request's, and a clock a little ahead counts as no wait.
+            # Only a recent requestedAt counts (one written by hand may say anything).
             since = trace.begun_ns - int(requested.timestamp() * 1e9)
             if -DELIVERY_BOUND_NS < since < DELIVERY_BOUND_NS:
                 trace.add("delivered", trace.begun_ns - max(0, since), trace.begun_ns)
@@ -158,8 +154,7 @@ class Tracer:
         root.end(end_time=end)
 
     def close(self, timeout_s: float = 3.0) -> None:
-        """Sends what is batched and stops the exporter, waiting at most timeout_s (the SDK's
-        own flush may wait on an unreachable collector far longer than a Pod's grace)."""
+        """Flushes and stops the exporter, waiting at most timeout_s (the SDK may hang)."""
         if self._provider is None:
             return
         closing = threading.Thread(target=self._provider.shutdown, daemon=True)

@@ -1,9 +1,6 @@
-"""The one write of a summary: render, embed (checking the collection's embedding), read
-the row's fence (its ledger entry) and document again right before the write (a newer
-fence of another claim, or another writer's document, refuses it), write the ledger entry
-and the row. controller/pipeline.py decides what to
-write; this writes it, with the other passes' writes to the collection (`group`), and
-tells whoever the caller names (`watch`) each step as it happens."""
+"""The one write of a summary: render, embed, re-read the row's fence and document right
+before the write (a newer fence or another writer's document refuses it), write the ledger
+entry and the row. controller/pipeline.py decides what to write."""
 
 from __future__ import annotations
 
@@ -29,8 +26,7 @@ EMBED_CHARS = 8000
 
 
 class WriteGuard(Protocol):
-    """The writer's side of the session's claim, as the pipeline asks it
-    (kube/claims.py:SessionClaimHandle): with a guard, nothing is written once it says no."""
+    """The writer's side of the session's claim (kube/claims.py:SessionClaimHandle)."""
 
     @property
     def fence(self) -> Fence | None:
@@ -40,18 +36,14 @@ class WriteGuard(Protocol):
         """Raises once this writer may no longer write (between chunk passes; no I/O)."""
 
     def admit(self, found: Fence | None) -> Mapping[str, int | str]:
-        """Right before an upsert, given the fence the row's ledger entry carries now:
-        raises if this writer may not write it; else the keys the entry records (our
-        fence)."""
+        """Before an upsert, given the row's current fence: raises if we may not write;
+        else the keys the ledger entry records."""
 
 
 @dataclass(frozen=True)
 class WriteEvent:
-    """A store write of one session's row, as its watcher sees it: "begin" before the claim's
-    last check, "admitted" once the checks passed (the upsert is next), "end" once the
-    upsert returned or the write was refused or failed (outcome: written, refused, failed);
-    a writer killed in between never ends. writer is the replica, writer_object the
-    SessionSummary it serves, fence its claim's fencing number (the pass's grant)."""
+    """A step of one row's write: "begin" before the last claim check, "admitted" once the
+    checks passed, "end" with the outcome (a writer killed in between never ends)."""
 
     phase: Literal["begin", "admitted", "end"]
     session_id: str
@@ -63,13 +55,9 @@ class WriteEvent:
     outcome: Literal["", "written", "refused", "failed"] = ""
 
 
-# Sees each WriteEvent of a write, in order (nobody in the product; the chaos tests'
-# write journal, devenv.journal, given to the operator's runtime by devenv.operator). It
-# must be quick and must not raise.
+# Sees each WriteEvent in order (the chaos tests' journal); must be quick and not raise.
 WriteWatcher = Callable[[WriteEvent], None]
-# Writes a row with the other passes' rows waiting to write to the same collection
-# (scheduling.PassScheduler.store_write, store/row_writes.py), or raises what refused or
-# failed it.
+# Writes a row in a group (scheduling.PassScheduler.store_write), or raises.
 GroupWrite = Callable[[MemoryStore, RowWrite], None]
 
 
@@ -119,14 +107,11 @@ def write_row(
     watch: WriteWatcher | None = None,
     phase: PhaseTimer = untimed,
 ) -> Written:
-    """Writes the row; returns the summarizedAt it stored (ms), which the status shows, and
-    the document.
+    """Writes the row; returns its summarizedAt (ms) and document.
 
-    Right before the upsert the row is read again (with the group's): a newer fence refuses
-    the write (the guard), and so does a document other than the one the pass last saw
-    (seen): another writer rewrote the row during the pass (RowChangedDuringPass; the next
-    pass carries its text). Chroma has no conditional write: what remains is the moment
-    between that read and the upsert."""
+    The row is re-read right before the upsert: a newer fence (guard) or a document other
+    than `seen` (RowChangedDuringPass) refuses the write. Chroma has no conditional write,
+    so a window remains between that read and the upsert."""
     with phase("summarized"):  # the document is the summary as agents read it
         document = render_document(
             summary, store.location.memory_collection, max_chars=store.location.document_max_chars
@@ -141,8 +126,7 @@ def write_row(
             visibility=visibility,
             document=document,
         )
-    # The operator's part of the document is bounded (document.DOCUMENT_MAX_CHARS): it is
-    # embedded whole, a carried text past it not (MiniLM reads only its first 256 tokens).
+    # Our part of the document (DOCUMENT_MAX_CHARS) is embedded whole; carried text is not.
     with phase("embedded"):
         vector = embed([document[:EMBED_CHARS]])[0]
     store.check_embedding(len(vector))
@@ -177,9 +161,7 @@ def write_row(
         return fence_keys
 
     try:
-        # With the others waiting to write to the collection, earliest deadline first; the
-        # claim is checked once the group is formed: the wait is never between the check
-        # and the write.
+        # The claim is checked once the group is formed, never before the wait.
         with phase("written"):
             group(store, RowWrite(sid, document, metadata, vector, admit))
         outcome = "written"

@@ -99,12 +99,9 @@ async def take_summarizer_spec(
     logger: kopf.Logger,
     **_: Any,
 ) -> None:
-    """A SessionSummarizer's spec, new, changed or seen at start: the parts built from its
-    previous spec are closed; SpecValid says whether the operator can use it, and then the
-    health probes run and write SecretsAllowed, StoreReachable, ModelReady and
-    EmbeddingReady; a new or changed summarizer asks its
-    failed SessionSummaries again; at start, a finalizer of the name kopf used before
-    (LEGACY_FINALIZERS) is released."""
+    """A spec new, changed or seen at start: old parts are closed, SpecValid and the health
+    probes are written, failed SessionSummaries are asked again (new or changed), and at
+    start a LEGACY_FINALIZERS finalizer is released."""
     assert namespace is not None  # SessionSummarizer is namespaced
     runtime = Runtime.of(memo)
     events = runtime.events
@@ -145,9 +142,7 @@ def sweep_due(spec: SessionSummarizerSpec, status: SessionSummarizerStatus, retr
 
 @kopf.on.delete(GROUP, VERSION, SUMMARIZER_PLURAL, optional=True)
 async def summarizer_deleted(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
-    """What this process kept for the SessionSummarizer (its clients, Secret values, the
-    upkeep's memory) is closed and dropped. optional: no finalizer waits for it (an
-    operator that is not running has nothing to drop)."""
+    """Closes and drops what this process kept for it. optional: no finalizer waits."""
     assert namespace is not None
     await asyncio.to_thread(Runtime.of(memo).summarizer_gone, namespace, name)
 
@@ -161,10 +156,8 @@ async def _probe(
     *,
     first: bool = False,
 ) -> None:
-    """Runs every health probe and writes its condition (first: the spec's first look, and
-    observedGeneration): a Warning Event for each that fails anew (first: that fails), a
-    Normal one for each that recovered. A spec the operator cannot use (one the CRD lets
-    through) is SpecValid False, and nothing is probed."""
+    """Runs every health probe and writes its condition, with a Warning Event for each new
+    failure and a Normal one for each recovery. An unusable spec is SpecValid False, unprobed."""
     generation = body.metadata.get("generation")
     if isinstance(spec, ValidationError):
         conditions = [spec_valid(spec)]
@@ -210,9 +203,8 @@ async def renew_authority(
     body: kopf.Body, name: str, namespace: str | None, logger: kopf.Logger, memo: kopf.Memo,
     **_: Any,
 ) -> None:  # fmt: skip
-    """This cluster's record in the summarizer's store, renewed while the operator runs, so
-    another cluster's operator over the store can tell it still writes there (core/
-    fencing.py); a timer of its own, which no sweep delays."""
+    """Renews this cluster's record in the store, so other clusters see it still writes
+    (core/fencing.py); its own timer, which no sweep delays."""
     assert namespace is not None
     runtime, spec, now_ms = Runtime.of(memo), _validate(body), int(time.time() * 1000)
 
@@ -238,10 +230,8 @@ async def sweep(
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
-    """The sweep owns the sweep fields and the Swept condition (and reports a store it
-    could not reach through the store probe's StoreReachable). The marker scan, every tick
-    once the sweep has a watermark, owns SunsetMarkers; the sweep reports its store errors.
-    Retention runs on the same timer, on its own clock."""
+    """The sweep (Swept), the marker scan every tick (SunsetMarkers) and retention, on its
+    own clock."""
     assert namespace is not None
     runtime = Runtime.of(memo)
     spec = _validate(body)

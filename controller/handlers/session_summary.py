@@ -76,8 +76,7 @@ log = logging.getLogger("controller.handlers.session_summary")
 
 
 def _claim_wait(retry: int) -> float:
-    """How long a pass waits before it looks at a session's claim again: backed off by this
-    object's own count of looks (core/waiting.py)."""
+    """Backed-off wait before looking at a session's claim again (core/waiting.py)."""
     return wait_delay(
         retry,
         first_s=CONFIG.claim_retry_seconds,
@@ -97,9 +96,8 @@ def needs_pass_on_resume(body: kopf.Body, **_: Any) -> bool:
 def _summarizer(
     namespace: str, spec: SessionSummarySpec, summarizer_spec: dict[str, Any] | None
 ) -> SessionSummarizerSpec:
-    """The object's SessionSummarizer's spec, from the summarizer index (handlers/
-    indexes.py), not from a GET per summary; but the index follows a watch and lags a
-    summarizer created just before (one manifest with both): a miss is asked of the API."""
+    """The SessionSummarizer's spec from the index (handlers/indexes.py); a miss (the index
+    lags a just-created summarizer) is asked of the API."""
     if summarizer_spec is None and (found := kube.get_summarizer(namespace, spec.summarizer_ref)):
         summarizer_spec = dict(found.get("spec") or {})
     if summarizer_spec is None:
@@ -119,8 +117,7 @@ _FAILURES: tuple[tuple[type[Exception], str, bool], ...] = (
     (kube.SecretError, "SecretNotFound", True),
     (FenceUnavailable, "FencingUnavailable", True),
     (AuthorityConflict, "AuthorityConflict", True),
-    # Nothing was sent; retried, so annotating the Secret (or allowing the endpoint) is
-    # enough, until the failure gate stops it.
+    # Nothing was sent; retried, so allowing the host or endpoint is enough.
     (SecretHostNotAllowed, "SecretHostNotAllowed", True),
     (EndpointNotAllowed, "EndpointNotAllowed", True),
     (MemoryDestinationNotAllowed, "MemoryDestinationNotAllowed", True),
@@ -132,8 +129,7 @@ _FAILURES: tuple[tuple[type[Exception], str, bool], ...] = (
     (ModelUnavailable, "ModelUnavailable", True),
     (InvalidModelOutput, "InvalidModelOutput", True),
     (SummaryValidationError, "InvalidSummary", True),
-    # Another writer rewrote the row during the pass: nothing was written; the retry carries
-    # its text (and sets SingleWriter False).
+    # Another writer rewrote the row: nothing written; the retry carries its text.
     (RowChangedDuringPass, "OtherWriterDetected", True),
 )
 

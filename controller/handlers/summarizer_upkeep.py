@@ -1,6 +1,5 @@
-"""What the SessionSummarizer's timer runs besides the sweep, each on its own terms: the
-sunset-marker scan, retention (on its own clock, also with sweeps off) and a step of the
-reconciliation. Each reports on the SessionSummarizer's status; none is in the sweep's way.
+"""The SessionSummarizer timer's work besides the sweep: the sunset-marker scan, retention
+and a reconciliation step, each reporting on the status.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""What a SessionSummary's status says: phase, message, the Summarized condition and the
-derived Ready, Reconciling and Stalled (status/readiness.py), from an Outcome or a Failure,
-written through kopf's patch (a pass's start, Summarizing, by the handler directly); Events
-for what a user must see, through the EventRecorder (one per state change, repeats
-counted on it)."""
+"""A SessionSummary's status (phase, message, Summarized and the derived conditions of
+status/readiness.py) from an Outcome or a Failure, and the Events a user must see."""
 
 from __future__ import annotations
 
@@ -67,9 +64,7 @@ def status_with(
     also: tuple[Condition | None, ...] = (),
     **fields: Any,
 ) -> SessionSummaryStatus:
-    """The object's status in this phase: the Summarized condition (unless ok is None: a
-    pass under way leaves the last outcome's), the derived Ready, Reconciling and Stalled
-    (status/readiness.py), every condition with the generation it answers."""
+    """The object's status in this phase; ok None (a pass under way) keeps Summarized."""
     previous = current_status(body)
     generation = body.metadata.get("generation")
     conditions = previous.conditions

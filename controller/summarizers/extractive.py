@@ -1,17 +1,11 @@
 """The embedded default summarizer: extractive, deterministic, no model. Pure.
 
-It sorts sentences of the memories into the structured sections by cue words. It is
-incremental like the model backend: one pass = prior summary + the memories after its
-watermark. The prior's history items come first, verbatim and in order; new items follow,
-deduplicated against everything already there; Current State is replaced.
+Sorts the memories' sentences into the sections by cue words, incrementally: prior history
+items first, verbatim; new items follow, deduplicated; Current State is replaced. Every new
+item is kept (the document is fitted to its bound: controller/core/document.py).
 
-Every new item is kept: a history section grows as long as the session (the row keeps all
-of it; the document agents read is chosen to fit its bound, controller/core/document.py).
-
-This module only proposes (a PassUpdate); controller.core.merge applies it, as for the model
-backend: it carries a legacy free-text prior verbatim and marks new items that are error
-text or read as instructions as quoted. A Python traceback in a memory counts as one
-sentence (its first line and the exception), not as a sentence per frame.
+It only proposes a PassUpdate; controller.core.merge applies it. A Python traceback counts
+as one sentence (first line and the exception).
 """
 
 from __future__ import annotations
@@ -69,11 +63,9 @@ _COUNTS_LINE = re.compile(r"^\d+ memories so far\b")
 
 
 class _Section:
-    """A history section being filled: carried items first, then new ones.
-
-    A new item is compared in the form the merge will store it (quoted where needed), so
-    a repeat of a quoted prior item is recognised here and is not added twice; it is
-    proposed again (`repeats`), so the merge records the memory that repeats it."""
+    """A history section being filled: carried items first, then new ones. New items are
+    compared as the merge stores them (quoted), so a repeat is not added twice but is
+    proposed again (`repeats`) for the merge to record its memory."""
 
     def __init__(self, carried: Sequence[SummaryItem]) -> None:
         self.items, self.carried, self.repeats = list(carried), len(carried), list[str]()
@@ -127,10 +119,8 @@ def _extract_into(sections: dict[str, _Section], memory: Memory) -> None:
 
 
 def _said_by_agent(response: list[str]) -> list[str]:
-    """What a response (its sentences) says the agent did or found: those that report an action or
-    outcome (ACTION_CUES) or carry a fact, the AGENT_SENTENCES most salient of them (actions
-    first, then most facts), in their order. A bound per turn: an answer that lists fifty
-    names adds its densest sentences, not fifty items."""
+    """The response's AGENT_SENTENCES most salient sentences reporting an action (ACTION_CUES)
+    or a fact, in order: a bound per turn, so a fifty-name list adds few items."""
     found = []
     for n, sentence in enumerate(response):
         acted, facts = ACTION_CUES.search(sentence.lower()) is not None, len(fact_tokens(sentence))
