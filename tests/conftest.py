@@ -8,11 +8,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from devenv.chroma import ChromaServer, running_chroma
 from devenv.controlplane import ControlPlane, running_control_plane
 
 _CONTROL_PLANE: ControlPlane | None = None
+
+# Tests assert behaviour, not time (speed is bench/'s): no per-example deadline, which a
+# loaded machine misses (one example took 349 ms against hypothesis's 200 ms default).
+settings.register_profile("behaviour", deadline=None)
+settings.load_profile("behaviour")
 
 
 @pytest.fixture(scope="session")

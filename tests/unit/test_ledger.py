@@ -123,7 +123,8 @@ def test_a_late_append_over_a_rewrite_reads_with_its_lists_lost_and_the_next_wri
     stored = write(stored, state(rewritten, [], 91), 2)  # B: a new generation
     stored.update({r.record_id: (r.document, r.metadata) for r in plan_a.records})  # A lands
     got = read(stored)
-    assert got.lost and "coverageJson" not in got.keys and got.keys["title"] == "Title 90"
+    # the title may quote a memory deleted since: the next pass derives it anew
+    assert got.lost and "coverageJson" not in got.keys and "title" not in got.keys
     assert all(json.loads(got.keys["sectionsJson"])[t] == [] for t in HISTORY_SECTIONS)
     stored = write(stored, state(rewritten, [], 92), 3)
     healed = read(stored)
