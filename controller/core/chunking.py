@@ -1,13 +1,10 @@
 """Which memories go into the next pass, and how much of each. Pure.
 
-A pass must fit the model's input budget, so chunks are bounded by an estimated token
-count (and a memory count), not a fixed number of memories. Tokens are estimated as
-UTF-8 bytes / 4: about right for English text and code, and conservative for text in
-other scripts (where a character is 2-4 bytes and rarely more than one token). No
-tokenizer of the configured model is needed, so the estimate works with any endpoint.
-
-A single memory larger than the budget is cut (UTF-8-safe, never inside a code point,
-with a visible marker) rather than skipped, so the pass still sees its beginning.
+Chunks are bounded by estimated tokens (and a memory count) to fit the model's input
+budget. Tokens are estimated as UTF-8 bytes / 4: about right for English and code,
+conservative for other scripts (2-4 bytes a character, rarely more than one token), and
+needing no tokenizer, so it works with any endpoint. A memory larger than the budget is
+cut (UTF-8-safe, with a visible marker), never skipped, so the pass sees its beginning.
 """
 
 from __future__ import annotations
@@ -28,10 +25,8 @@ def estimate_tokens(text: str) -> int:
 
 
 def valid_utf8(text: str) -> str:
-    """Text that encodes as UTF-8: lone surrogates (possible in JSON-decoded rows) become '?'.
-
-    An HTTP client encoding a request body would otherwise fail on them, and the pass with it.
-    """
+    """Text that encodes as UTF-8: lone surrogates (possible in JSON-decoded rows) become '?',
+    which would otherwise fail an HTTP client's request body, and the pass with it."""
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
@@ -77,11 +72,8 @@ def chunk_memories(
     memories: Iterable[Memory], *, budget_tokens: int, max_memories: int
 ) -> Iterator[list[Memory]]:
     """Consecutive chunks, in the given order, each within budget_tokens and max_memories.
-
-    Lazy: one chunk is held at a time, so a caller streaming memories page by page keeps
-    memory bounded. A memory over the whole budget gets a chunk of its own (and is cut to
-    the budget when rendered). No memory is ever dropped.
-    """
+    Lazy (one chunk held at a time, for callers streaming pages); a memory over the whole
+    budget gets a chunk of its own (cut when rendered). No memory is ever dropped."""
     if budget_tokens < 1 or max_memories < 1:
         raise ValueError("a chunk needs a positive token budget and memory count")
     per_memory = max(1, budget_tokens - MEMORY_OVERHEAD_TOKENS)

@@ -1,28 +1,26 @@
 """Where the claim is decided: may this writer write this session's summary row now? Pure.
 
-kopf peering is advisory (a paused replica can still tick for a moment; equal priorities
-freeze everyone; takeover waits for lastseen + lifetime), so every store write is guarded
-by a claim per *summary row*, not per object: two SessionSummary objects (a hand-named
-one beside the derived name, two namespaces' summarizers on one Chroma, two summarizers
-reading different memory collections into one summary collection) that write one row
-share one claim, because the claim's name is derived from the row's identity (tenant,
-database and summary collection: StoreLocation.row_scope; and the session id).
+kopf peering is advisory (a paused replica can still tick; equal priorities freeze
+everyone; takeover waits for lastseen + lifetime), so every store write is guarded by a
+claim per *summary row*, not per object: SessionSummary objects writing one row (a
+hand-named one beside the derived name, two namespaces' summarizers on one Chroma, two
+memory collections into one summary collection) share one claim, named from the row's
+identity (StoreLocation.row_scope: tenant, database, summary collection; and the session id).
 
-A writer is a replica serving one object: the same replica serving two objects of one
-session is two writers. The claim is a cluster-scoped SessionClaim object with the
-semantics of client-go's leader-election Lease, never comparing two hosts' wall clocks:
+A writer is a replica serving one object (serving two objects of a session is two
+writers). The claim, a cluster-scoped SessionClaim, has the semantics of client-go's
+leader-election Lease and never compares two hosts' wall clocks:
 
-- the holder renews it every renew period for the whole pass (a write to the object, so its
-  resourceVersion changes), and writes only while less than duration - margin has passed,
-  on its own monotonic clock, since it *sent* its last successful renewal (holder_may_write);
+- the holder renews it (a write, so its resourceVersion changes) every renew period for the
+  whole pass, and writes only while less than duration - margin has passed on its own
+  monotonic clock since it *sent* its last successful renewal (holder_may_write);
 - a contender treats it as abandoned only once the duration has passed on *its own* clock
-  since it last saw the object change (Sighting: client-go's observedRecord/observedTime);
-  a claim seen for the first time is given a whole duration, however old it is (decide).
+  since it last saw the object change (Sighting: client-go's observedTime); a claim first
+  seen is given a whole duration, however old it is (decide).
 
-The one assumption left is client-go's: the clocks' *rates* agree within margin/(2*duration
-- margin) (the proof is in docs/architecture.md, "Exactly one writer"); their readings may
-differ by anything. Each grant also carries a fencing number (core/fencing.py) that the rows
-record.
+Only the clocks' *rates* must agree, within margin/(2*duration - margin) (client-go's
+assumption; proof in docs/architecture.md, "Exactly one writer"). Each grant also carries a
+fencing number (core/fencing.py) that the rows record.
 """
 
 from __future__ import annotations
@@ -50,9 +48,8 @@ class Writer:
 
 @dataclass(frozen=True)
 class Claim:
-    """A SessionClaim's spec. The times are the holder's wall clock, for people (and
-    expiresAt for replicas of earlier versions, which compare it): no decision here reads
-    them."""
+    """A SessionClaim's spec. The times are the holder's wall clock, for people (and expiresAt
+    for earlier versions' replicas, which compare it): no decision here reads them."""
 
     session_id: str
     collection_id: str

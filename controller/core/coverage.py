@@ -1,21 +1,16 @@
 """Which memories a summary covers, precisely enough that a pass finds every memory it has
 not read, whatever its timestamp and whenever it landed. Pure.
 
-A watermark (the newest memory covered) finds memories newer than it; a memory that lands
-later with an older timestamp (a skewed host, a retried writer, an import, a second agent
-of the session) falls behind it. So a summary row also records its *coverage*: the rows it
-covers, partitioned into at most MAX_BUCKETS time buckets of about equal row counts, each
-bucket with its row count and two sums over its rows' id hashes (mod a prime p: the hashes
-and their squares). A pass lists the session's (timestamp, id) keys anyway: it partitions
-the rows at or before the watermark by the stored bucket boundaries, and re-reads only the
-buckets whose count or sums differ (dirty_buckets); everything newer than the watermark is
-read as always. The merge de-duplicates what a re-read repeats.
+A watermark misses a memory that lands later with an older timestamp (a skewed host, a
+retried writer, an import, a second agent). So a summary also records its *coverage*: at
+most MAX_BUCKETS time buckets of about equal row counts, each with its row count and two
+sums of its rows' id hashes mod p (the hashes and their squares); a pass re-reads only the
+buckets that differ (dirty_buckets). See docs/summaries.md, "What a summary covers".
 
-Bounded: the encoding holds at most MAX_BUCKETS buckets whatever the session's size (about
-60 characters each). Exact where it matters: when the rows of a bucket are the stored ones
-plus one or two more, the sums name those rows (missing_rows: their hash is the
-difference of the sums, or the roots of the quadratic the two sums define), so
-`summaryctl verify` lists them by id; past two, it names the bucket and how many.
+Bounded (about 60 characters a bucket) and exact where it matters: when a bucket holds one
+or two rows more than stored, the sums name them (missing_rows: the difference of the sums,
+or the roots of the quadratic they define), so `summaryctl verify` lists them by id; past
+two, it names the bucket and how many.
 """
 
 from __future__ import annotations
@@ -116,11 +111,10 @@ def extend(
     covered_upto_ms: int,
     max_buckets: int = MAX_BUCKETS,
 ) -> Coverage:
-    """The coverage with these rows added, costing what is new: rows after every row it
-    covers (a pass's new rows; covered_upto_ms is its watermark's time). Rows of that very
-    time join the last bucket; later ones start one new bucket (no covered row is at or after
-    its start, so no bucket's rows change); then the adjacent pair holding the fewest rows
-    is merged (their counts and sums add) until at most max_buckets remain."""
+    """The coverage plus rows after every row it covers (a pass's new rows; covered_upto_ms
+    is its watermark's time), costing only what is new. Rows of that very time join the last
+    bucket; later ones start one new bucket (so no bucket's rows change); then the adjacent
+    pair with the fewest rows is merged until at most max_buckets remain."""
     buckets = list(coverage.buckets)
     fresh: Bucket | None = None
     for ts, row_id in sorted(keys):
@@ -206,9 +200,8 @@ def dirty_buckets(stored: Coverage, covered_keys: Iterable[tuple[int, str]]) -> 
 
 
 def missing_rows(dirty: Dirty, candidates: Iterable[tuple[int, str]]) -> list[str] | None:
-    """The ids of the rows a dirty bucket has beyond the stored ones, when they are one or
-    two and none was removed (the sums then determine their hashes); None when the sums
-    cannot tell (more, or rows removed too)."""
+    """The ids of a dirty bucket's rows beyond the stored ones, when one or two and none was
+    removed (the sums then give their hashes); None when the sums cannot tell."""
     k = dirty.uncovered
     base = dirty.stored or Bucket(0)
     if k == 0 or k > 2 or dirty.current.count - base.count != k:
@@ -246,13 +239,10 @@ class PriorCoverage:
 def to_reread(
     prior: PriorCoverage, covered_keys: Iterable[tuple[int, str]], count: int
 ) -> list[Dirty]:
-    """The ranges, at or before the prior's watermark, whose rows a pass must read again.
-
-    covered_keys are the session's rows now at or before the watermark (count of them;
-    read once, as they stream from the listing's keys). With a coverage:
-    its dirty buckets. A row of an earlier version recorded only the watermark and its
-    memoryCount: if more rows are at or before the watermark than it counted, some landed
-    behind it, and all of them are read again once (the next row has a coverage)."""
+    """The ranges at or before the prior's watermark whose rows a pass must read again.
+    covered_keys: the session's rows now at or before it (`count` of them, streamed once).
+    With a coverage, its dirty buckets; for an earlier version's row (watermark and
+    memoryCount only) that counted fewer rows than are now behind it, all of them, once."""
     if prior.watermark_key is None:
         return []
     if prior.coverage is not None:

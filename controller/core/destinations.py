@@ -1,16 +1,14 @@
 """Where a credential may be sent. Pure.
 
 Whoever may edit a SessionSummarizer chooses its URLs, but not every Secret it names is
-theirs: a Secret's value goes only to URLs its owner listed in the Secret's
-`memorycore.io/allowed-urls` annotation (URL prefixes). A cluster may also limit every
-store and model URL to an operator-wide list (SSO_ALLOWED_ENDPOINTS). What a store credential
-unlocks follows its owner too: the memories read with it go only to the model and embedding
-endpoints its Secret's `memorycore.io/allowed-model-urls` annotation lists, or, without that
-annotation or without a credential, those the install lists (SSO_ALLOWED_MODEL_URLS). All use
-one rule, `within`: same scheme, host and port (the scheme's default when absent; `:*` in a
-prefix is any port), and the URL's path inside the prefix's path, segment by segment, after
-dot segments and percent escapes are resolved. A host `*.example.com` stands for any host
-under example.com, not example.com itself.
+theirs: a Secret's value goes only to URL prefixes its owner lists in its
+`memorycore.io/allowed-urls` annotation. A cluster may also limit every store and model URL
+(SSO_ALLOWED_ENDPOINTS). Memories read with a store credential go only to the model and
+embedding endpoints its Secret's `memorycore.io/allowed-model-urls` lists; without that
+annotation or a credential, to those the install lists (SSO_ALLOWED_MODEL_URLS). One rule,
+`within`, decides: same scheme, host and port (default per scheme; `:*` is any port), and
+the path inside the prefix's path by segments, after dot segments and percent escapes are
+resolved. `*.example.com` is any host under example.com, not example.com itself.
 """
 
 from __future__ import annotations
@@ -224,9 +222,8 @@ def _suggestion(use: SecretUse) -> str:
 def judge_secret(
     use: SecretUse, annotation: str | None, *, allow_unannotated: bool = False
 ) -> SecretVerdict:
-    """May this Secret's value go to use.url? Its owner's annotation decides; with no
-    annotation, only while allow_unannotated (the previous release's behaviour), with a
-    warning."""
+    """May this Secret's value go to use.url? Its owner's annotation decides; without one,
+    only while allow_unannotated (the previous release's behaviour), with a warning."""
     dest = shown(use.url)
     command = (
         f"kubectl annotate secret -n {use.namespace} {use.name} "
@@ -303,10 +300,9 @@ def memory_destination_refusal(
     install_list: Sequence[UrlPrefix],
     setting: str = "the chart value operator.allowedModelUrls",
 ) -> str | None:
-    """Why memories (and the summaries made of them) may not go to url; None when they may.
-    The store credential's owner decides with the annotation; without one, or for a store
-    read without a credential, the install's list (SSO_ALLOWED_MODEL_URLS, set where
-    `setting` says); an empty list allows nothing."""
+    """Why memories (and summaries of them) may not go to url; None when they may. The store
+    credential's annotation decides; without it or a credential, the install's list
+    (SSO_ALLOWED_MODEL_URLS, set where `setting` says), where empty allows nothing."""
     annotation = credential.annotation if credential is not None else None
     if annotation is not None:
         prefixes, invalid = parse_prefixes(annotation)

@@ -1,14 +1,11 @@
 """The document agents read: a structured summary rendered as markdown, bounded. Pure.
 
-Sections in their fixed order, then References verbatim, then a carried earlier text
-fenced whole at the end. The operator's own part (title, sections, References) is at most
-max_chars characters (DOCUMENT_MAX_CHARS unless the SessionSummarizer's
-spec.document.maxChars says otherwise): when the whole does not fit, one choice fills the
-space (choose_lines): the newest item of each history section, then of every section's
-lines those that add the rarest facts per character; a line at the end says how many are not
-shown and where all are kept (the operator's ledger). The carried text is another writer's
-(neo's own summary, an earlier system's) and its readers cannot read the ledger, so it is
-never cut: it is bounded by what other writers wrote, each text carried once.
+Sections in their fixed order, then References verbatim, then a carried earlier text fenced
+whole. The operator's own part is at most max_chars characters (DOCUMENT_MAX_CHARS unless
+spec.document.maxChars says otherwise); when it does not fit, choose_lines fills the space
+and a last line says how many are not shown and that the ledger keeps all. The carried text
+is another writer's (neo's own summary, an earlier system's), whose readers cannot read the
+ledger, so it is never cut: it is bounded by what other writers wrote, each carried once.
 """
 
 from __future__ import annotations
@@ -59,12 +56,10 @@ def overflow_note(summary: StructuredSummary, memory_collection: str | None = No
     )
 
 
-# The bound of the operator's own part of the document. neo's agents read the 5 newest
-# documents whole at boot (get_all_summaries({limit: 5})), so a summary must never grow
-# without bound: past this many characters the lines choose_lines leaves out are folded into
-# a line that says how many and where they are (the operator's ledger keeps everything;
-# `summaryctl summaries --full` prints it whole). 8,000 characters is also what is embedded
-# (upsert.EMBED_CHARS).
+# The bound of the operator's own part. neo's agents read the 5 newest documents whole at
+# boot (get_all_summaries({limit: 5})), so a summary must not grow without bound: past this
+# the lines choose_lines leaves out are folded into one line (the ledger keeps everything;
+# `summaryctl summaries --full` prints it). Also what is embedded (upsert.EMBED_CHARS).
 DOCUMENT_MAX_CHARS = 8000
 FOLDED_MARK = "not shown here"
 CANDIDATES = 200  # per section: more than fit in any document (DOCUMENT_MAX_CHARS)
@@ -116,14 +111,10 @@ def render_document(
     *,
     max_chars: int | None = DOCUMENT_MAX_CHARS,
 ) -> str:
-    """The document text: readable by a person and by the next agent. Deterministic.
-
-    References come after the sections, each verbatim. A carried legacy text comes last,
-    whole and byte for byte, in a fenced block under LEGACY_HEADING. The rest is at most
-    max_chars characters (None: unbounded, as `summaryctl summaries --full` shows it): when
-    it does not fit whole, the lines shown are chosen to fill the space (choose_lines) and
-    a line names the ledger that keeps the rest.
-    """
+    """The document text, for a person and the next agent. Deterministic. References follow
+    the sections, verbatim; a carried legacy text comes last, byte for byte, fenced under
+    LEGACY_HEADING. The rest is at most max_chars (None: unbounded, as `summaryctl summaries
+    --full` shows it), else choose_lines fills the space and a line names the ledger."""
     carried = summary.legacy_text
     tail = "\n".join(_legacy_lines(carried)) + "\n" if carried is not None else ""
     # The whole can fit only if the history's lines alone do: counted until they do not,
@@ -139,15 +130,12 @@ def render_document(
 def choose_lines(summary: StructuredSummary, memory_collection: str | None, max_chars: int) -> str:
     """The title, then of every section's lines (the newest CANDIDATES of each, Current
     State and References included) those that fill max_chars: the newest item of each
-    history section first while they take at most half the space (the latest state), then,
-    one at a time, the line whose facts not yet shown weigh most per character, a fact
-    weighing the less the more lines hold it (controller.core.facts): of two lines that
-    repeat a fact, the one that adds a rarer one goes first, and a line whose facts are all
-    shown waits behind every line that adds one. A fact-free line only once no
-    fact-bearing one that fits is left; newer first among equals. A line whose words all
-    appear in one already chosen adds nothing and is skipped. Shown in the document's order
-    under their headings, then one line saying how many are not shown and where all are
-    (the operator's ledger). Only the document chooses: the ledger keeps every item."""
+    history section first while they take at most half the space, then one at a time the
+    line whose facts not yet shown weigh most per character, a fact weighing less the more
+    lines hold it (controller.core.facts). Lines adding no fact come last, fact-free ones
+    after those; newer first among equals; a line whose words all appear in a chosen one is
+    skipped. Shown in document order under their headings, then a line saying how many are
+    not shown and where (the ledger, which keeps every item)."""
     title = f"# {one_line(summary.title)}"
     blocks = [
         (name, [_item_line(i) for i in (summary.sections.get(name) or [])[-CANDIDATES:]])

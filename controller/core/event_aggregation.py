@@ -1,15 +1,11 @@
 """Whether an Event is new, or a repeat to be counted on one already posted. Pure.
 
-client-go's recorder (tools/record's EventCorrelator) posts an Event once and counts its
-repeats on it: the same source, object, type, reason and message PATCH the existing
-Event's `count` and `lastTimestamp` instead of creating another, so `kubectl describe`
-shows one line "x5 over 2m" rather than five. This module is that decision; the I/O is in
-controller/kube/events.py.
-
-Two differences, both so that a restart or a failover continues a count instead of
-starting a second Event: the Event's name is derived from its key (client-go names it by
-the time of the first one), and a create that finds the name taken counts on the Event it
-found. What this process posted is remembered in an LRU of 4,096 keys, as client-go's.
+As client-go's recorder (tools/record's EventCorrelator) does, the same source, object,
+type, reason and message PATCH the existing Event's `count` and `lastTimestamp` instead of
+creating another, so `kubectl describe` shows "x5 over 2m" rather than five lines. The I/O
+is in controller/kube/events.py. Two differences, so a restart or failover continues a
+count: the name is derived from the key (client-go uses the first one's time), and a create
+that finds the name taken counts on that Event. Posted keys: an LRU of 4,096, as client-go.
 """
 
 from __future__ import annotations

@@ -1,21 +1,19 @@
 """The operator's ledger entry of one summary row: what the writer needs and no reader reads.
-Pure.
+Pure. docs/ledger.md describes it.
 
-Every agent reads the metadata of every summary row at boot, so the row carries only the
-document and neo's keys (core/summary_row.py: READER_ROW_KEYS). Every key of a write lives
-in the session's entry in the ledger collection (`<summary collection>-ledger`, same store):
-a head record with the row's id, whose document holds the keys (the row's own too, so a
-missing or stale row is written again whole from it) but the growing lists, and whose
-metadata holds the fence of the grant that wrote it and its authority (core/fencing.py), the
-digests of the row document it goes with and of the one it was built on, and which segments
-are its own; and segment records holding what the growing lists (history items, references,
-item sources) gained at each write, so a write costs what is new (plan_write).
+Every agent reads every summary row's metadata at boot, so the row carries only the document
+and neo's keys (core/summary_row.py: READER_ROW_KEYS). Every key of a write lives in the
+session's entry in `<summary collection>-ledger`: a head record with the row's id (document:
+every key but the growing lists, the row's own too, so a missing or stale row is written
+again whole; metadata: the grant's fence and authority (core/fencing.py), the digests of the
+row document it goes with and of the one it was built on, and its own segments), and
+segment records of what the growing lists gained at each write, so a write costs what is
+new (plan_write).
 
-The head and its new segment are one upsert. A write deletes, after it, every other record
-of the session it read; a head whose segments another write deleted (it planned an append,
-paused, and landed after a write that rewrote the lists) is read with its lists lost
-(read_entry): the pass then reads every memory again, and its write replaces the entry. The
-ledger is written before the row, and every read compares the two (row_agreement).
+The head and its new segment are one upsert. A write then deletes every other record of the
+session it read; a head whose segments another write deleted is read with its lists lost
+(read_entry): the pass re-reads every memory and replaces the entry. The ledger is written
+before the row, and every read compares the two (row_agreement).
 """
 
 from __future__ import annotations
@@ -35,13 +33,11 @@ from controller.core.summary_row import READER_ROW_KEYS
 LEDGER_FORMAT = 1
 ROW_DIGEST_KEY = "rowDigest"  # the row document this entry goes with
 BUILT_ON_KEY = "builtOnDigest"  # the row document the write read: its text is in the entry
-# Ledger records are found by id; Chroma wants a vector for each, and nobody queries them
-# by meaning: one constant of one dimension.
+# Records are found by id, never by meaning, but Chroma wants a vector: one 1-d constant.
 LEDGER_VECTOR = (1.0,)
-# The parts of a state that only grow: the history sections' items, the references and the
-# item sources. Each write appends what is new to them as one segment record; a write that
-# changes what was there (a supersede mark, items of deleted memories dropped) or that finds
-# SEGMENTS_MAX segments writes the lists whole as segment 0 of a new generation.
+# The parts of a state that only grow. Each write appends what is new as one segment; a
+# write that changes what was there (a supersede mark, items of deleted memories dropped) or
+# finds SEGMENTS_MAX segments writes the lists whole as segment 0 of a new generation.
 GROWING = (*HISTORY_SECTIONS, "References", "Sources")
 SEGMENTS_MAX = 64
 # Keys of the coverage: with the lists lost, none of them holds (the pass reads every row).
@@ -57,8 +53,7 @@ class UnreadableLedgerEntry(ValueError):
 
 @dataclass(frozen=True)
 class RowState:
-    """A session's row as a write finds it right before it writes (MemoryStore.
-    read_row_states)."""
+    """A session's row as a write finds it right before writing (MemoryStore.read_row_states)."""
 
     fence: Fence | None
     digest: str | None  # of the row's document; None: no row
@@ -122,11 +117,10 @@ def plan_write(
     fence: Mapping[str, Any],
     built_on: str | None,
 ) -> LedgerWrite:
-    """The records of one write of the entry: `keys`, every key of the write
-    (summary_row.to_chroma_metadata); `head`, the head's metadata as read right before
-    (None: no entry); `fence`, the keys of the claim's grant; `built_on`, the digest of the
-    row document the write read. Appends a segment holding only what the lists gained when
-    every list still starts with what the head says it held; else the lists whole."""
+    """The records of one write: `keys`, every key of the write (to_chroma_metadata); `head`,
+    the head's metadata as read right before (None: no entry); `fence`, the grant's keys;
+    `built_on`, the digest of the row document the write read. Appends a segment of what the
+    lists gained when each still starts with what the head recorded; else writes them whole."""
     rest, lists = _lists(keys)
     shape = _shape(head)
     generation, seq = _number(head, "generation"), _number(head, "segments")

@@ -1,24 +1,21 @@
 """One pass: prior summary + what a summarizer proposes -> the next summary. Pure.
 
-This is where "never lose a fact" is enforced, in code, whatever a summarizer (a model,
-possibly obeying an instruction injected into a memory) proposes:
+"Never lose a fact" is enforced here, in code, whatever a summarizer (possibly obeying an
+instruction injected into a memory) proposes:
 
-- History sections are append-only: every prior item is carried forward verbatim and in
-  order (only a deletion of all its memories removes one: core/item_sources.py, in the
-  pipeline). A supersede mark may record what superseded an item; marks naming items that
-  do not exist are ignored. New items are appended, deduplicated (case and punctuation do
-  not make a new item), and which memories said each is recorded.
-- Every new item (and a new Current State) that is error text or reads as an instruction
-  is marked as quoted (controller.core.quoting): the next agent reads it as something the
-  session contained, not as a fact or a request. Prior items are never rewritten.
-- Current State, the projection, is replaced when the pass proposes one.
-- Counts, agents, models, tools, timestamps, the watermark and the References section
-  (controller.core.references) are computed from the memories, never taken from a
-  summarizer.
+- History sections are append-only: prior items are carried verbatim and in order (only
+  deleting all of an item's memories removes it: core/item_sources.py). A supersede mark
+  may record what superseded an item; marks naming unknown items are ignored. New items are
+  appended, deduplicated (ignoring case and punctuation), with the memories that said each.
+- New items (and a new Current State) that are error text or read as instructions are
+  quoted (controller.core.quoting): the next agent reads them as session content, not as a
+  fact or a request. Prior items are never rewritten.
+- Current State is replaced when the pass proposes one.
+- Counts, agents, models, tools, timestamps, the watermark and References
+  (controller.core.references) come from the memories, never from a summarizer.
 
-A legacy free-text prior (the old system's) is carried in whole and verbatim, whatever it
-contains (quoted tracebacks, "Error:" openings, markdown, any length), as the summary's
-legacy_text; every later pass carries it on unchanged (this is the only place that says so).
+A legacy free-text prior is carried whole and verbatim, whatever it contains, as the
+summary's legacy_text; every later pass carries it on unchanged (said only here).
 """
 
 from __future__ import annotations
@@ -110,9 +107,7 @@ class SupersedeMark(BaseModel):
 
 class PassUpdate(BaseModel):
     """What one pass proposes. The five section keys are required; [] means nothing new.
-
-    current_state None keeps the prior Current State; a list replaces it.
-    """
+    current_state None keeps the prior Current State; a list replaces it."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
@@ -215,12 +210,8 @@ def _prior_sections(
 def _append_new(
     items: list[SummaryItem], new_texts: Iterable[str], cap: int | None
 ) -> list[SummaryItem]:
-    """Existing items verbatim and in order, then new ones (as stored: quoting.as_item) not
-    already present.
-
-    cap bounds how many items new ones may fill a section up to; it can only keep new items
-    out, never existing ones.
-    """
+    """Existing items verbatim and in order, then new ones (as_item form) not yet present.
+    cap bounds how full new items may fill a section; it never drops existing ones."""
     result = list(items)
     seen = {identity(i.text) for i in result}
     for text in new_texts:
@@ -299,13 +290,11 @@ def merge_pass(
 ) -> StructuredSummary:
     """The next summary: a superset of the prior's history whatever the update says.
 
-    Every given memory's facts are merged, also one at or before the prior's watermark (a
-    memory that landed late: controller.core.coverage finds it); what repeats an item is not
-    added twice. Counts count only memories after the watermark, so a re-read is not counted
-    again (the pipeline stores the counts of the whole session, from its listing). The
-    title, once a structured summary has one, stays; a first pass takes the proposed
-    title, else a legacy summary's, else one from the first request. A legacy prior's text,
-    or the one a structured prior carries, is carried verbatim as legacy_text.
+    Every given memory's facts are merged, also a late one at or before the prior's
+    watermark (controller.core.coverage finds it); repeats are not added. Counts count only
+    memories after the watermark, so a re-read is not counted twice. A structured summary's
+    title stays; a first pass takes the proposed title, else a legacy one, else one from the
+    first request. Prior legacy text is carried verbatim as legacy_text.
     """
     base = prior if isinstance(prior, StructuredSummary) else None
     covered = base.watermark if base is not None else None

@@ -1,12 +1,9 @@
 """Provenance of a summary row: which memories it covers and what each pass cost. Pure.
 
-Every write records, beside the summary, the memory range it covers (first and last memory
-timestamp, memory count, the watermark) and, per pass of this summarization, tokens in (the
-estimated tokens of the memory text the pass read) against tokens out (the estimated tokens
-the pass added to the summary document). The compaction ratio is tokens in / tokens out:
-how many tokens of memory one token of summary stands for (higher is more compact). Token
-counts use the project's one estimate (controller.core.chunking.estimate_tokens), so they
-mean the same for every backend, with or without a model.
+Every write records the memory range it covers (first and last memory time, count,
+watermark) and, per pass, tokens in (memory text read) against tokens out (added to the
+summary); the compaction ratio, in / out, is how many memory tokens a summary token stands
+for. Tokens use the one estimate (chunking.estimate_tokens), the same for every backend.
 """
 
 from __future__ import annotations
@@ -37,10 +34,9 @@ def pass_tokens(memories: Sequence[Memory], before: str, after: str) -> PassToke
 
 
 def added_text(before: StructuredSummary | None, after: StructuredSummary) -> str:
-    """What a pass added to the summary: the history items and references past the prior's
-    (those lists only grow), and Current State when it changed. Measured on the items, not
-    on the document, so folding a long document for its readers never reads as a pass that
-    added nothing, and counting costs what is new."""
+    """What a pass added: history items and references past the prior's (they only grow), and
+    Current State when it changed. Measured on items, not the document, so folding a long
+    document never reads as a pass that added nothing, and counting costs what is new."""
     parts: list[str] = []
     for title, items in after.sections.items():
         old = before.sections.get(title, []) if before is not None else []

@@ -1,17 +1,15 @@
 """Quoted content, not instructions or facts: how a summary item shows what a session held. Pure.
 
-The next agent reads the summary at boot as context it trusts. Two kinds of memory text
-must not read there as a fact, or as a request of the user:
+The next agent trusts the summary it reads at boot, so two kinds of memory text must not
+read there as a fact or a user's request:
 
-- error text (a traceback, "Error: ...", "ValueError: ...", a model's refusal): it is
-  something the session reported, not the state of the work;
+- error text (a traceback, "Error: ...", "ValueError: ...", a model's refusal): something
+  the session reported, not the state of the work;
 - instruction-like text ("ignore previous instructions", "SYSTEM: ...", "you are now ...",
-  chat role markers such as "<|im_start|>system" or "[INST]"): it may be an injection,
-  aimed at whoever reads the summary next.
+  role markers such as "<|im_start|>system" or "[INST]"): possibly an injection.
 
-`quote_if_needed` wraps such an item in a label that says so and in “…”; ordinary text
-comes back unchanged, and an item it already quoted is not wrapped again. It is applied by
-controller.core.merge to every new item, whichever backend proposed it.
+`quote_if_needed` wraps such an item in a label that says so and in “…” (idempotent);
+controller.core.merge applies it to every new item, whichever backend proposed it.
 """
 
 from __future__ import annotations
@@ -151,8 +149,7 @@ def _probe(text: str, *, keep_lines: bool = False) -> str:
 
 
 def kind_of(text: str) -> Kind | None:
-    """What must be quoted about this text: an instruction (checked first: it is the worse
-    one to follow), error text, or nothing."""
+    """What must be quoted: an instruction (checked first: worse to follow), error text, or None."""
     probe = _probe(text)
     lines = _probe(text, keep_lines=True)
     if any(p.search(t) for p in (_INSTRUCTION, _INSTRUCTION_CAPS) for t in (probe, lines)):
@@ -187,8 +184,7 @@ def quote(text: str, kind: Kind, limit: int = ITEM_MAX) -> str:
 
 
 def quote_if_needed(text: str, limit: int = ITEM_MAX) -> str:
-    """The text, labelled as quoted (quote) when it is error text or reads as an
-    instruction; idempotent."""
+    """The text, quoted (quote) when it is error text or reads as an instruction; idempotent."""
     kind = None if is_quoted(text) else kind_of(text)
     return text if kind is None else quote(text, kind, limit)
 

@@ -1,10 +1,9 @@
-"""A token bucket: at most `per_minute` grants a minute, with a burst of as many. Pure (the
-caller passes the time; the bucket is the caller's to keep).
+"""A token bucket: at most `per_minute` grants a minute, with a burst of as many. Pure.
 
-The marker scan takes its grants from one: a sunset marker is a memory, so whoever can
-write memories can write markers, and each acted-on marker costs a SessionSummary and a
-pass. The bucket bounds that at the rate the SessionSummarizer states
-(`spec.sweep.markerRequestsPerMinute`), whatever the tick or the number of markers.
+The marker scan takes its grants from one (the caller passes the time and keeps it): a
+sunset marker is a memory, so whoever writes memories can write markers, each costing a
+SessionSummary and a pass. The bucket bounds that at `spec.sweep.markerRequestsPerMinute`,
+whatever the tick or the number of markers.
 """
 
 from __future__ import annotations

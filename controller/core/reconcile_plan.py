@@ -1,26 +1,23 @@
 """Finding memories the sweep's scans cannot see, and the paced reconciliation. Pure.
 
 The sweep's timestamp scan finds memories newer than its watermark with a numeric
-timestamp (milliseconds or seconds). Two kinds escape it: a memory whose timestamp is older
-than the watermark (a skewed host, a retried or batch writer), and one whose timestamp is
-an ISO string, which Chroma cannot compare. Both are found by:
+timestamp. It misses a memory timestamped older than the watermark (a skewed host, a
+retried or batch writer) and one with an ISO timestamp, which Chroma cannot compare. Both
+are found by:
 
-- the appended-rows cursor (RowCursor): Chroma lists a collection in the order its rows
-  were added, so every sweep reads the rows past the offset it stopped at, whatever their
-  timestamps; its cost follows new memories. A deletion shifts the offsets: the cursor
-  notices (the row before its offset is not the one it saw last) and starts a
-  reconciliation at once;
+- the appended-rows cursor (RowCursor): Chroma lists a collection in insertion order, so
+  every sweep reads the rows past the offset it stopped at, whatever their timestamps. A
+  deletion shifts the offsets: the cursor notices (the row before its offset is not the one
+  it saw last) and starts a reconciliation at once;
 - the reconciliation (ReconcileCycle), a resync as informers do: a walk over the whole
   collection, `reconcileRowsPerSecond` rows at a time on the sweep's timer, every
-  `reconcileIntervalSeconds` (`spec.reconcile.enabled`, whether or not sweeps are), that
-  counts each session's rows and digests their ids (coverage.digest), and compares both
-  with the summaries': memoryCount, and the digest of the ids the last write accounted
-  for (its ledger head's rowsDigest). A session whose count or ids differ (a deletion and
-  a late arrival leave the count as it was, not the ids), or that has no summary, gets a
-  pass, which reads exactly the rows its summary does not cover (controller.core.coverage).
-  It is the backstop for what the cursor cannot see (rows deleted and added between two
-  sweeps, an operator that was down). It never holds up a sunset: it reads a bounded
-  number of rows per tick, on the sweep's timer, while sunsets run on their own workers.
+  `reconcileIntervalSeconds` (`spec.reconcile.enabled`, sweeps on or off), counting each
+  session's rows and digesting their ids (coverage.digest) to compare with its summary's
+  memoryCount and ledger rowsDigest. A session whose count or ids differ (a deletion plus a
+  late arrival keeps the count, not the ids), or with no summary, gets a pass, which reads
+  exactly the rows its summary does not cover. It is the backstop for what the cursor
+  cannot see (rows deleted and added between sweeps, an operator that was down), and never
+  holds up a sunset: a bounded number of rows per tick, while sunsets have their own workers.
 """
 
 from __future__ import annotations
@@ -92,8 +89,7 @@ class ReconcileCycle:
 def uncovered_rows(
     counts: Mapping[str, int], stored: Mapping[str, StoredSummaryState | None]
 ) -> int:
-    """Rows no summary accounts for: a session's rows beyond its summary's memoryCount (all
-    of them without a summary)."""
+    """Rows no summary accounts for: each session's rows beyond its memoryCount (all, if none)."""
     total = 0
     for session_id, count in counts.items():
         state = stored.get(session_id)
@@ -111,12 +107,10 @@ def reconcile(
     max_sessions: int,
     rows_digests: Mapping[str, str] | None = None,
 ) -> SweepPlan:
-    """What a finished walk asks for: every idle session whose row count differs from its
-    summary's memoryCount, or whose row ids differ from those its last write accounted for
-    (`rows_digests`: the ledger's rowsDigest; a session without one is judged by its count),
-    or that has rows and no summary, newest first (the sweep's own rules,
-    controller.core.sweep_plan, with the walk's counts as the live counts: rows that
-    changed count as a count drift)."""
+    """What a finished walk asks for, by the sweep's own rules (sweep_plan) with the walk's
+    counts as live counts: every idle session whose row count differs from its memoryCount,
+    or whose row ids differ from its ledger rowsDigest (`rows_digests`; without one, the
+    count decides), or that has rows and no summary; newest first."""
     changed = {
         sid
         for sid, written in (rows_digests or {}).items()

@@ -1,21 +1,17 @@
 """The References section: the exact names a session used, extracted from its memories by
 code, never by a model. Pure.
 
-What the next agent needs most to continue work are the names, verbatim: file paths,
-URLs, issue and PR references, commit hashes, branch names, error names (not the built-in
-ones: KeyError names no place in the project) and codes, other
-identifiers (code spans, environment variables, dotted module names; inside fenced code
-only the places: URLs, paths, file names, issues, hashes). A model asked to keep
-them paraphrases some of them away; so both backends get them the same way: the merge
-extracts them from the pass's memories with the patterns below and appends them, in order
-of first appearance, de-duplicated, to the ones the summary already lists. Like the history
-sections it is append-only: a reference once listed is carried by every later summary.
+The next agent needs the names verbatim: file paths, URLs, issue and PR references, commit
+hashes, branch names, error names (not built-in ones: KeyError names no place in the
+project) and codes, other identifiers (code spans, environment variables, dotted module
+names; in fenced code only places). A model asked to keep them paraphrases some away, so
+for both backends the merge extracts them with the patterns below and appends them, in
+order of first appearance, de-duplicated. Like the history, the section is append-only.
 
-Bounded, never silently: past REFERENCES_MAX the new ones are counted instead of listed
-(ReferenceOverflow), with the time range of the memories they came from, and the document
-says how many were left out and where to find them. The count is exact while the digests of
-the left-out references fit (OVERFLOW_DIGESTS_MAX); past that it is a lower bound, and the
-document says "at least".
+Bounded, never silently: past REFERENCES_MAX new ones are counted (ReferenceOverflow), with
+the time range of their memories, and the document says how many were left out and where.
+The count is exact while their digests fit (OVERFLOW_DIGESTS_MAX), else a lower bound
+("at least").
 """
 
 from __future__ import annotations
@@ -48,18 +44,16 @@ _EXTENSION = (
 )
 
 # Each pattern finds one kind of reference; where two overlap, the longest match wins (a
-# URL's path is not a second reference, nor a hash inside it). Kinds: "place" (URLs, paths,
-# files, issues, hashes: taken in fenced code too), "name" (code spans, constants, dotted
-# names), "error" (exception names; the built-in ones are left out), "path" (a place that
-# must also look like one: a/b).
+# URL's path is not a second reference). Kinds: "place" (URLs, paths, files, issues, hashes:
+# taken in fenced code too), "name" (code spans, constants, dotted names), "error"
+# (non-built-in exception names), "path" (a place that must also look like one: a/b).
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # URLs, and git remotes in scp form
     ("place", re.compile(r"\b(?:https?|ftp|ssh|git|file)://[^\s<>\"'`]+")),
     ("place", re.compile(r"\bgit@[\w.-]+:[\w./-]+")),
     # code spans: `anything without whitespace or backticks`
     ("name", re.compile(r"(?<=`)[^`\s]{2,200}(?=`)")),
-    # paths: /abs, ./rel, ../rel, ~/home, a/b; an optional :line[:col] stays part of the
-    # reference (it is how traces name a place)
+    # paths: /abs, ./rel, ../rel, ~/home, a/b; a trailing :line[:col] is kept (traces use it)
     (
         "path",
         re.compile(
@@ -85,8 +79,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # dotted names: controller.core.merge, docs.example.org (at least two dots)
     ("name", re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*){2,}(?![\w(])")),
 )
-# In fenced code only places are taken: the rest there is code, which the summary leaves
-# out (an injected statement, say).
+# In fenced code only places are taken: the rest is code, left out (an injected statement).
 _IN_CODE = frozenset({"place", "path"})
 # A built-in exception (KeyError, ValueError) names no place in the project: not a reference.
 _BUILTIN_EXCEPTIONS = frozenset(
@@ -169,9 +162,8 @@ def memory_references(memories: Iterable[Memory]) -> list[tuple[str, int]]:
 
 
 class ReferenceOverflow(BaseModel):
-    """References found but not listed because the section is full: how many, the time
-    range of the memories they came from, and their digests (so a reference left out twice
-    is counted once)."""
+    """References not listed because the section is full: how many, their memories' time
+    range, and their digests (so one left out twice is counted once)."""
 
     count: int = Field(default=0, ge=0)
     first_ms: int | None = None

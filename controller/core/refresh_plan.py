@@ -1,13 +1,11 @@
 """Refresh by size: which *active* sessions the sweep summarizes anyway. Pure.
 
 The sweep leaves a session alone while its newest memory is younger than the idle
-threshold (the churn lesson: re-summarizing a session at every new memory burns the model
-budget and rewrites the row for nothing). A session that runs all day would then have no
-summary until it ends. So a session still active is summarized when the memories added
-since its last summary exceed `refreshAfterTokens` estimated tokens, and at most once per
-`minRefreshSeconds` since that summary was written: a busy session is refreshed in bounded
-steps, one per threshold, and never more often than the minimum interval. A session that
-stops growing below the threshold is left for the ordinary sweep once it is idle.
+threshold (re-summarizing at every new memory burns the model budget and rewrites the row
+for nothing), so a session running all day would have no summary until it ends. So a
+still active session is summarized when the memories added since its last summary exceed
+`refreshAfterTokens` estimated tokens, at most once per `minRefreshSeconds`. One that
+stops growing below the threshold is left for the ordinary sweep once idle.
 
 Two steps, so the I/O is paid only where needed: `may_refresh` on the stored row's
 summarizedAt (no memory read), then `refresh_due` on the tokens the session grew by.

@@ -1,17 +1,15 @@
 """Which SessionSummaries a change of their SessionSummarizer asks again. Pure.
 
-A pass that failed on its summarizer's settings (an unreachable store, a wrong collection,
-a Secret, a model endpoint: phase Failed, or Pending between retries) would otherwise wait
-for its next backoff (up to SSO_RETRY_MAX_SECONDS), a restart, a sweep or a sunset; one
-that found no summarizer (SummarizerNotFound) waits for it to exist. When the summarizer is
-created or its spec changes, each such object of it is asked again at once: its
-spec.requestedAt moves (a new generation, so its failure count starts again), as a sunset
-would. A pass still waiting for another writer's claim is not failing, and is left alone.
+A pass that failed on its summarizer's settings (store, collection, Secret, model endpoint:
+phase Failed, or Pending between retries) would wait for its next backoff (up to
+SSO_RETRY_MAX_SECONDS), a restart, a sweep or a sunset; one without a summarizer
+(SummarizerNotFound) waits for it. When the summarizer is created or its spec changes,
+each such object is asked again at once: its spec.requestedAt moves (a new generation, so
+its failure count restarts). A pass waiting for another writer's claim is not failing.
 
-kopf keeps a failed handler's retry, delayed by its backoff, across spec changes, in the
-object's progress annotations (kopf's progress storage, under our annotation prefix): the
-same patch removes them, so the new request runs at once instead of after that delay (what
-`kubectl annotate ... memorycore.io/summarize-` would do by hand).
+kopf keeps a failed handler's backoff-delayed retry across spec changes in the object's
+progress annotations (under our prefix): the same patch removes them, so the new request
+runs at once (as `kubectl annotate ... memorycore.io/summarize-` would by hand).
 """
 
 from __future__ import annotations
@@ -23,8 +21,7 @@ NOT_FAILURES = frozenset({"SessionClaimed", "Summarizing"})
 
 
 def failed_on(obj: Mapping[str, Any], summarizer: str) -> bool:
-    """Whether the object's last pass, for its current request, failed under this
-    summarizer."""
+    """Whether the object's last pass, for its current request, failed under this summarizer."""
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     if spec.get("summarizerRef", "default") != summarizer:
         return False

@@ -1,8 +1,7 @@
 """Which finished SessionSummary objects have outlived their retention TTL. Pure.
 
-etcd should hold recent work, not one object per session forever: every terminal phase has
-a TTL (spec.retention of the object's SessionSummarizer; 0 keeps that phase for ever), as
-a Job has ttlSecondsAfterFinished:
+etcd should hold recent work, not one object per session forever: each terminal phase has a
+TTL (its SessionSummarizer's spec.retention; 0: for ever), like a Job's ttlSecondsAfterFinished:
 
 | phase        | TTL field              | measured from                         | default |
 | ------------ | ---------------------- | ------------------------------------- | ------- |
@@ -11,11 +10,10 @@ a Job has ttlSecondsAfterFinished:
 | `NotFound`   | `notFoundTTLSeconds`   | `status.lastPhaseTransitionTime`      | 1 day   |
 | `Failed`     | `failedTTLSeconds`     | `status.lastPhaseTransitionTime`      | 7 days  |
 
-An object written before `lastPhaseTransitionTime` existed is measured from its
-`Summarized` condition's `lastTransitionTime`, else from its creation. Only objects whose
-current request was handled (observedGeneration == generation) are candidates: a newer
-pass asked for is never deleted. The summary itself stays in Chroma, and a later sunset or
-sweep simply creates the object again.
+Without `lastPhaseTransitionTime` (an older object) it is measured from the `Summarized`
+condition's `lastTransitionTime`, else creation. Only objects whose current request was
+handled (observedGeneration == generation) are candidates. The summary stays in Chroma; a
+later sunset or sweep creates the object again.
 """
 
 from __future__ import annotations

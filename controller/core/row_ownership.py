@@ -1,15 +1,11 @@
 """One writer, detected: is a summary row as we left it? Pure.
 
-Chroma's upsert merges metadata: another writer's upsert of a row of ours (neo's own summary
-task, a restore script) replaces the document and the keys it knows, and leaves ours. Our
-keys alone would then describe a text that is no longer there, and the next pass would
-overwrite the other writer's text unseen. So every row we write records the digest of its
-document; a document that no longer matches was written by someone else, and its text is
-carried forward verbatim (with_text_of_other_writer) while the object says so.
-
-The keys neo derives from a text (its summarizer's build, its graph's digestion of it) are
-removed by every write of ours (summary_row.upsert_metadata): they describe the text we
-replace.
+Chroma's upsert merges metadata: another writer's upsert of our row (neo's own summary task,
+a restore script) replaces the document and the keys it knows, and leaves ours, which would
+then describe a text no longer there; the next pass would overwrite that text unseen. So
+every row we write records its document's digest; a mismatch means someone else wrote it,
+and its text is carried forward verbatim (with_text_of_other_writer) while the object says
+so. Every write of ours removes the keys neo derives from a text (upsert_metadata).
 """
 
 from __future__ import annotations
@@ -40,19 +36,14 @@ NEO_DERIVED_KEYS = (
 
 
 def document_digest(document: str) -> str:
-    """What the row's document was when we wrote it: another writer's upsert replaces the
-    document (and the keys it knows) but leaves our keys, so a digest that no longer
-    matches means the row was rewritten by someone else since."""
+    """The digest the row records of the document we wrote; a mismatch: another writer."""
     return hashlib.sha256(document.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def rewritten_by(document: str | None, meta: Mapping[str, Any]) -> str | None:
-    """Who rewrote a row of ours since our last write, or None when it is as we left it.
-
-    Our rows record the digest of the document we wrote; another writer's upsert replaces
-    the document but not our keys. A row of an earlier version of ours has no digest: then
-    only neo's own summary keys (which we never write) tell that neo wrote it since.
-    """
+    """Who rewrote a row of ours since our last write, or None when it is as we left it. A
+    row of an earlier version has no digest: then only neo's own summary keys (which we
+    never write) tell that neo wrote it since."""
     digest = meta.get(DIGEST_KEY)
     neo = any(key in meta for key in NEO_WRITER_KEYS)
     if isinstance(digest, str):

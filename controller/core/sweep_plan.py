@@ -1,17 +1,13 @@
 """Where the sweep decides which sessions need a summary. Pure: no store, no cluster.
 
-The scan behind it reads only memories newer than a watermark, so its cost follows new
-memories, not the size of the collection. The watermark stays behind every session that
-was skipped as still active or deferred by the per-sweep cap, so each of them is seen
-again by a later sweep; nothing is ever left behind by advancing it.
+The scan reads only memories newer than a watermark (its cost follows new memories), and the
+watermark stays behind every session skipped as still active or deferred by the cap.
 
-Sunset markers (memories of type controller.core.memories.SUNSET_MARKER_TYPE) are an agent's
-request for a summary now, for agents without Kubernetes credentials (docs/agents.md). The
-marker scan reads only the markers newer than the same watermark, every timer tick, and
-asks for a pass whatever the idle threshold says. A marker is acted on once: it is done
-when the stored summary covers it (its timestamp reaches the marker's), or when the
-session's SessionSummary finished a pass that saw it; the summary's memoryCount counts the
-marker as a row of the session, so a summarized marker never reads as count drift.
+Sunset markers (memories.SUNSET_MARKER_TYPE) ask for a summary now without Kubernetes
+credentials (docs/agents.md). Each timer tick the marker scan reads the markers newer than
+the same watermark and asks for a pass, whatever the idle threshold. A marker is done when
+the stored summary covers it (its timestamp reaches the marker's) or the SessionSummary
+finished a pass that saw it; memoryCount counts markers as rows, so no count drift.
 """
 
 from __future__ import annotations
@@ -70,10 +66,9 @@ class SweepPlan:
 
 
 def collect_activity(rows: Iterable[tuple[str, int]], *, now_ms: int) -> dict[str, SessionActivity]:
-    """Folds scanned (sessionId, timestamp_ms) pairs into the newest timestamp per session.
-    A blank or over-long sessionId names no SessionSummary (the CRD refuses it): skipped.
-    A time too far ahead of now_ms is a bad clock: its row dates nothing (it is still the
-    session's activity, for the count check), so it never keeps the session "active"."""
+    """The newest timestamp per session of scanned (sessionId, timestamp_ms) pairs. A blank or
+    over-long sessionId (the CRD refuses it) is skipped; a time too far ahead of now_ms (a bad
+    clock) counts as 0: the session is still seen (count check), never kept "active"."""
     newest: dict[str, int] = {}
     for session_id, stamp in rows:
         if not session_id.strip() or len(session_id) > MAX_SESSION_ID:
@@ -87,11 +82,8 @@ def collect_activity(rows: Iterable[tuple[str, int]], *, now_ms: int) -> dict[st
 def stale_reason(
     activity: SessionActivity, stored: StoredSummaryState | None, live_count: int | None
 ) -> StaleReason | None:
-    """Why a session's summary is stale, or None when it is fresh.
-
-    Staleness as the old system defined it (stored memoryCount differs from the live
-    count) plus memories newer than what the summary covers.
-    """
+    """Why a session's summary is stale, or None when fresh: the stored memoryCount differs
+    from the live count (the old system's rule), or memories newer than the summary covers."""
     if stored is None:
         return "missing"
     if stored.timestamp_ms is None or stored.timestamp_ms < activity.newest_ms:
@@ -217,14 +209,11 @@ def covered_by_summary(marker: SunsetMarker, stored: StoredSummaryState | None) 
 
 
 def marker_action(marker: SunsetMarker, obj: SummaryObjectState | None) -> MarkerAction:
-    """What to do for a marker the stored summary does not cover.
-
-    request: no object, or its last finished pass ended before the marker (the session was
-    empty, say, or failed); wait: a pass is under way (if it missed the marker, a later
-    scan sees the marker again); done: the object's last pass saw the marker and wrote no
-    summary (an empty or unknown session), so asking again would change nothing.
-    lastMemoryAt has whole seconds, so it is compared with the marker's second.
-    """
+    """What to do for a marker the stored summary does not cover. request: no object, or its
+    last finished pass ended before the marker (an empty session, say, or failed); wait: a
+    pass is under way (a later scan sees a missed marker again); done: its last pass saw the
+    marker and wrote no summary, so asking again changes nothing. lastMemoryAt has whole
+    seconds, so it is compared with the marker's second."""
     if obj is None:
         return "request"
     if obj.in_flight:

@@ -7,18 +7,16 @@ neo's memory-core reads summaries with a tenant filter and two provenance filter
 - `userId`: under the `team` (default) and `legacy` sharing policies a reader sees rows
   tagged with its own userId, with `shared`, or untagged; under `private` only its own.
   neo's writer tags a summary `shared` when a core-swarm agent took part, else with the
-  summarizing request's user, which is none for its background summary task (untagged).
-  So: `shared` when a shared agent took part; else, under `private`, the session owner's
-  userId (its earliest memory that carries one); else untagged.
+  requesting user, none for its background task. So: `shared` when a shared agent took
+  part; else, under `private`, the owner's userId (its earliest memory with one); else none.
 - `sourceAgentIdentities`, `sourceTrustTier`, `provenancePolicy`: `get_all_summaries
   ({agentIdentity})` keeps rows whose identities include the caller, `query_summaries
   ({minTrustTier})` rows whose tier is at least as trusted. A summary is derived content, so
   its tier is the most restrictive tier of any of its memories' identities (unknown
   identities are `unclassified`), as neo's `resolveSummarySourceProvenance` computes it.
 
-The defaults are neo 13.1.0's tables (its identity roster and core swarm); a
-SessionSummarizer's spec.visibility can replace them. tests/integration/test_neo_client.py
-checks these rules and defaults against neo's own code.
+The defaults are neo 13.1.0's tables (identity roster, core swarm); spec.visibility can
+replace them. tests/integration/test_neo_client.py checks them against neo's own code.
 """
 
 from __future__ import annotations
@@ -83,16 +81,14 @@ def normalize_user_id(value: str) -> str:
 
 
 def canonical_agent(name: str) -> str:
-    """An agent name as neo compares it (parseAgentList): no " (Harness)" wrapper, lower
-    case, no leading "@". "Claude-Code (VS Code)", "claude-code" and "@claude-code" are one
-    agent."""
+    """An agent name as neo compares it (parseAgentList): no " (Harness)" wrapper, lower case,
+    no leading "@": "Claude-Code (VS Code)" and "@claude-code" are one agent."""
     return normalize_user_id(_WRAPPER.sub("", name.strip()).lower())
 
 
 def union_agents(prior: Iterable[str], new: Iterable[str]) -> list[str]:
-    """A summary's participating agents: one entry per agent as neo compares names (so
-    "@claude-code" and "claude-code" are one), the first spelling kept without a leading
-    "@", sorted."""
+    """A summary's participating agents, one per agent as neo compares names, the first
+    spelling kept without a leading "@", sorted."""
     found: dict[str, str] = {}
     for name in [*prior, *new]:
         key = canonical_agent(name)
@@ -127,10 +123,9 @@ def tier_rank(tier: str) -> int:
 
 @dataclass
 class SessionSources:
-    """What the session's rows say about who wrote them and with what, gathered row by row
-    from their metadata while a pass lists the session (every row, whatever its type, as
-    neo's writer counts them): exact however often a pass re-reads a row. Which identities
-    are trusted how much is decided later, by the rules (row_visibility)."""
+    """Who wrote the session's rows and with what, gathered from every row's metadata (any
+    type, as neo's writer counts them) while a pass lists the session: exact however often a
+    row is re-read. How much each identity is trusted is decided later (row_visibility)."""
 
     identities: dict[str, int] = field(default_factory=dict)  # identity -> rows, first seen first
     anonymous: int = 0  # rows without an agentIdentity

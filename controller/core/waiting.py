@@ -1,12 +1,10 @@
 """How soon a SessionSummary that waits for another writer's claim looks again. Pure.
 
-A wait costs API calls each time it looks (a claim create that fails, a read of the claim,
-kopf's record of the retry), so it backs off as client-go's workqueue does for a key that
-keeps failing: the first look after `first_s`, each next one twice as late, never later
-than `max_s`, each with up to `jitter` of itself added at random so that many waiters do
-not look in step. It counts only its own attempts and reads only its own clock: when the
-other writer's claim lapses is the claim's business (controller/core/claim_rules.py), never
-a comparison with the clock of the host that wrote it.
+A wait costs API calls each look (a failed claim create, a claim read, kopf's retry record),
+so it backs off as client-go's workqueue does for a failing key: first after `first_s`, each
+next twice as late, at most `max_s`, plus up to `jitter` of itself at random so many waiters
+do not look in step. It reads only its own clock: when the other writer's claim lapses is
+controller/core/claim_rules.py's business, never a comparison with another host's clock.
 
 With the defaults (1 s, 30 s, 25 %) an object looks at about 1, 3, 7, 15, 31, 61 s and then
 every 30-37 s: at most 6 looks in its first waiting minute and 2 in each later one.

@@ -1,14 +1,12 @@
-"""Ready, Reconciling and Stalled on both kinds, from what each object's status already
-says. Pure.
+"""Ready, Reconciling and Stalled on both kinds, from what each status already says. Pure.
 
 GitOps tools judge a custom resource by these conditions: kstatus (Flux, kpt, `kubectl
 wait`) reads `status.observedGeneration` against `metadata.generation`, then `Reconciling`
 True as in progress and `Stalled` True as failed; `Ready` is the Kubernetes convention
 (`kubectl wait --for=condition=Ready`, Argo CD's health check in docs/operations.md). The
-three are derived, never set by a handler: each kind's status is computed by one function
-here from the conditions and phase its owners write, every time its status is written,
-so they cannot disagree with what they summarize. A condition that does not hold is left
-out (kstatus reads only True), except Ready, which is always present.
+three are derived on every status write from the conditions and phase the owners write,
+never set by a handler, so they cannot disagree. One that does not hold is left out
+(kstatus reads only True), except Ready, which is always present.
 
 SessionSummary, from its phase:
 

@@ -1,8 +1,7 @@
 """A SessionSummarizer's status, computed from its inputs. Pure.
 
-Each condition has one owner, and every write goes through
-kube.update_summarizer_status (read, apply one of these functions, write with a
-resourceVersion precondition), so no writer drops what another wrote:
+Each condition has one owner, and every write goes through kube.update_summarizer_status
+(read, apply one of these, write with a resourceVersion precondition), so none is dropped:
 
 | condition        | owner                                   | module                        |
 | ---------------- | --------------------------------------- | ----------------------------- |
@@ -20,10 +19,8 @@ Fields have one owner too: the sweep's figures (`lastSweepAt`, `watermark`, ...)
 sweep, `lastRetentionAt` and `deletedByRetention` retention (`RetentionReport`),
 `activeReplica` the peering reporter, `observedGeneration` the health check.
 
-Every condition carries the generation of the spec it was computed from
-(observedGeneration): the probes, the sweep and the marker scan stamp the generation they
-read; the peering reporter's ReplicaActive does not depend on the spec and is stamped with
-the object's generation at each write.
+Every condition carries the generation of the spec it was computed from (observedGeneration);
+ReplicaActive, independent of the spec, gets the object's generation at each write.
 """
 
 from __future__ import annotations
@@ -58,9 +55,8 @@ def with_conditions(
     *,
     generation: int | None = None,
 ) -> SessionSummarizerStatus:
-    """The status with these conditions set, each measured now (others kept; transition
-    times move only on a status change), stamped with the generation they were computed from
-    when given."""
+    """The status with these conditions set, each measured now (others kept; transition times
+    move only on a status change), stamped with their spec generation when given."""
     at = now or now_rfc3339()
     merged = status.conditions
     for cond in stamped(conditions, generation):
@@ -69,11 +65,10 @@ def with_conditions(
 
 
 def settled(status: SessionSummarizerStatus, generation: int | None) -> SessionSummarizerStatus:
-    """What every write of a SessionSummarizer's status stores (kube.update_summarizer_status
-    applies it after the writer's change): each condition with the generation it was
-    computed for (spec-independent ones, and any without one, with the object's current
-    generation), and Ready, Reconciling and Stalled derived from them, measured when the
-    oldest of their inputs was."""
+    """What every status write stores (kube.update_summarizer_status applies it after the
+    writer's change): each condition with the generation it was computed for (spec-independent
+    ones, and any without one, get the current one), and Ready, Reconciling and Stalled
+    derived from them, measured when the oldest of their inputs was."""
     conditions = [
         c.model_copy(update={"observed_generation": generation})
         if c.type in SPEC_INDEPENDENT or c.observed_generation is None
@@ -112,10 +107,9 @@ def store_reachable(url: str, *, reason: str = "HeartbeatOK", message: str = "")
 
 
 def secrets_allowed(verdicts: Sequence[SecretVerdict], unread: Sequence[str] = ()) -> Condition:
-    """SecretsAllowed: True when every Secret the spec sends allows where it goes; False
-    with SecretHostNotAllowed when one does not (nothing is sent), or with
-    SecretNotAnnotated when one is sent only because unannotated Secrets are still allowed;
-    Unknown when a Secret could not be read (the probes say SecretNotFound)."""
+    """SecretsAllowed: True when every Secret the spec sends allows where it goes; False with
+    SecretHostNotAllowed (nothing is sent) or SecretNotAnnotated (sent only because unannotated
+    Secrets are still allowed); Unknown when a Secret could not be read (SecretNotFound)."""
 
     def condition(status: str, reason: str, messages: Sequence[str]) -> Condition:
         more = f" (and {len(messages) - 2} more)" if len(messages) > 2 else ""
@@ -179,9 +173,8 @@ class SweepReport:
 
 @dataclass(frozen=True)
 class ReconcileReport:
-    """What a finished walk of the reconciliation writes (reconcile_plan.py): when, how many
-    rows it checked, how many rows no summary accounted for, and for how many sessions it
-    asked for a pass."""
+    """What a finished reconciliation walk writes (reconcile_plan.py): when, rows checked,
+    rows no summary accounted for, and sessions it asked a pass for."""
 
     at: str
     rows: int
