@@ -23,10 +23,8 @@ def estimate_tokens(text: str) -> int:
 
 
 def valid_utf8(text: str) -> str:
-    """Text that encodes as UTF-8: lone surrogates (possible in JSON-decoded rows) become '?'.
-
-    An HTTP client encoding a request body would otherwise fail on them, and the pass with it.
-    """
+    """Text that encodes as UTF-8: lone surrogates (possible in JSON-decoded rows) become '?',
+    which would otherwise fail an HTTP client's request body, and the pass with it."""
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
@@ -72,11 +70,8 @@ def chunk_memories(
     memories: Iterable[Memory], *, budget_tokens: int, max_memories: int
 ) -> Iterator[list[Memory]]:
     """Consecutive chunks, in the given order, each within budget_tokens and max_memories.
-
-    Lazy: one chunk is held at a time, so a caller streaming memories page by page keeps
-    memory bounded. A memory over the whole budget gets a chunk of its own (and is cut to
-    the budget when rendered). No memory is ever dropped.
-    """
+    Lazy (one chunk held at a time, for callers streaming pages); a memory over the whole
+    budget gets a chunk of its own (cut when rendered). No memory is ever dropped."""
     if budget_tokens < 1 or max_memories < 1:
         raise ValueError("a chunk needs a positive token budget and memory count")
     per_memory = max(1, budget_tokens - MEMORY_OVERHEAD_TOKENS)

@@ -40,9 +40,8 @@ class Writer:
 
 @dataclass(frozen=True)
 class Claim:
-    """A SessionClaim's spec. The times are the holder's wall clock, for people (and
-    expiresAt for replicas of earlier versions, which compare it): no decision here reads
-    them."""
+    """A SessionClaim's spec. The times are the holder's wall clock, for people (and expiresAt
+    for earlier versions' replicas, which compare it): no decision here reads them."""
 
     session_id: str
     collection_id: str

@@ -107,11 +107,10 @@ def extend(
     covered_upto_ms: int,
     max_buckets: int = MAX_BUCKETS,
 ) -> Coverage:
-    """The coverage with these rows added, costing what is new: rows after every row it
-    covers (a pass's new rows; covered_upto_ms is its watermark's time). Rows of that very
-    time join the last bucket; later ones start one new bucket (no covered row is at or after
-    its start, so no bucket's rows change); then the adjacent pair holding the fewest rows
-    is merged (their counts and sums add) until at most max_buckets remain."""
+    """The coverage plus rows after every row it covers (a pass's new rows; covered_upto_ms
+    is its watermark's time), costing only what is new. Rows of that very time join the last
+    bucket; later ones start one new bucket (so no bucket's rows change); then the adjacent
+    pair with the fewest rows is merged until at most max_buckets remain."""
     buckets = list(coverage.buckets)
     fresh: Bucket | None = None
     for ts, row_id in sorted(keys):
@@ -197,9 +196,8 @@ def dirty_buckets(stored: Coverage, covered_keys: Iterable[tuple[int, str]]) -> 
 
 
 def missing_rows(dirty: Dirty, candidates: Iterable[tuple[int, str]]) -> list[str] | None:
-    """The ids of the rows a dirty bucket has beyond the stored ones, when they are one or
-    two and none was removed (the sums then determine their hashes); None when the sums
-    cannot tell (more, or rows removed too)."""
+    """The ids of a dirty bucket's rows beyond the stored ones, when one or two and none was
+    removed (the sums then give their hashes); None when the sums cannot tell."""
     k = dirty.uncovered
     base = dirty.stored or Bucket(0)
     if k == 0 or k > 2 or dirty.current.count - base.count != k:
@@ -237,13 +235,10 @@ class PriorCoverage:
 def to_reread(
     prior: PriorCoverage, covered_keys: Iterable[tuple[int, str]], count: int
 ) -> list[Dirty]:
-    """The ranges, at or before the prior's watermark, whose rows a pass must read again.
-
-    covered_keys are the session's rows now at or before the watermark (count of them;
-    read once, as they stream from the listing's keys). With a coverage:
-    its dirty buckets. A row of an earlier version recorded only the watermark and its
-    memoryCount: if more rows are at or before the watermark than it counted, some landed
-    behind it, and all of them are read again once (the next row has a coverage)."""
+    """The ranges at or before the prior's watermark whose rows a pass must read again.
+    covered_keys: the session's rows now at or before it (`count` of them, streamed once).
+    With a coverage, its dirty buckets; for an earlier version's row (watermark and
+    memoryCount only) that counted fewer rows than are now behind it, all of them, once."""
     if prior.watermark_key is None:
         return []
     if prior.coverage is not None:

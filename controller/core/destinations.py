@@ -220,9 +220,8 @@ def _suggestion(use: SecretUse) -> str:
 def judge_secret(
     use: SecretUse, annotation: str | None, *, allow_unannotated: bool = False
 ) -> SecretVerdict:
-    """May this Secret's value go to use.url? Its owner's annotation decides; with no
-    annotation, only while allow_unannotated (the previous release's behaviour), with a
-    warning."""
+    """May this Secret's value go to use.url? Its owner's annotation decides; without one,
+    only while allow_unannotated (the previous release's behaviour), with a warning."""
     dest = shown(use.url)
     command = (
         f"kubectl annotate secret -n {use.namespace} {use.name} "
@@ -299,10 +298,9 @@ def memory_destination_refusal(
     install_list: Sequence[UrlPrefix],
     setting: str = "the chart value operator.allowedModelUrls",
 ) -> str | None:
-    """Why memories (and the summaries made of them) may not go to url; None when they may.
-    The store credential's owner decides with the annotation; without one, or for a store
-    read without a credential, the install's list (SSO_ALLOWED_MODEL_URLS, set where
-    `setting` says); an empty list allows nothing."""
+    """Why memories (and summaries of them) may not go to url; None when they may. The store
+    credential's annotation decides; without it or a credential, the install's list
+    (SSO_ALLOWED_MODEL_URLS, set where `setting` says), where empty allows nothing."""
     annotation = credential.annotation if credential is not None else None
     if annotation is not None:
         prefixes, invalid = parse_prefixes(annotation)

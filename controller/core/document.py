@@ -56,12 +56,10 @@ def overflow_note(summary: StructuredSummary, memory_collection: str | None = No
     )
 
 
-# The bound of the operator's own part of the document. neo's agents read the 5 newest
-# documents whole at boot (get_all_summaries({limit: 5})), so a summary must never grow
-# without bound: past this many characters the lines choose_lines leaves out are folded into
-# a line that says how many and where they are (the operator's ledger keeps everything;
-# `summaryctl summaries --full` prints it whole). 8,000 characters is also what is embedded
-# (upsert.EMBED_CHARS).
+# The bound of the operator's own part. neo's agents read the 5 newest documents whole at
+# boot (get_all_summaries({limit: 5})), so a summary must not grow without bound: past this
+# the lines choose_lines leaves out are folded into one line (the ledger keeps everything;
+# `summaryctl summaries --full` prints it). Also what is embedded (upsert.EMBED_CHARS).
 DOCUMENT_MAX_CHARS = 8000
 FOLDED_MARK = "not shown here"
 CANDIDATES = 200  # per section: more than fit in any document (DOCUMENT_MAX_CHARS)
@@ -113,14 +111,10 @@ def render_document(
     *,
     max_chars: int | None = DOCUMENT_MAX_CHARS,
 ) -> str:
-    """The document text: readable by a person and by the next agent. Deterministic.
-
-    References come after the sections, each verbatim. A carried legacy text comes last,
-    whole and byte for byte, in a fenced block under LEGACY_HEADING. The rest is at most
-    max_chars characters (None: unbounded, as `summaryctl summaries --full` shows it): when
-    it does not fit whole, the lines shown are chosen to fill the space (choose_lines) and
-    a line names the ledger that keeps the rest.
-    """
+    """The document text, for a person and the next agent. Deterministic. References follow
+    the sections, verbatim; a carried legacy text comes last, byte for byte, fenced under
+    LEGACY_HEADING. The rest is at most max_chars (None: unbounded, as `summaryctl summaries
+    --full` shows it), else choose_lines fills the space and a line names the ledger."""
     carried = summary.legacy_text
     tail = "\n".join(_legacy_lines(carried)) + "\n" if carried is not None else ""
     # The whole can fit only if the history's lines alone do: counted until they do not,

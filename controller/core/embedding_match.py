@@ -21,8 +21,7 @@ NEO_DEFAULT_MODEL = "text-embedding-qwen3-embedding-8b"
 
 
 def _model_key(model: str) -> str:
-    """Models compare without case and without an organisation prefix
-    ("sentence-transformers/all-MiniLM-L6-v2" is all-MiniLM-L6-v2)."""
+    """Models compare without case or organisation prefix ("sentence-transformers/x" is x)."""
     return model.strip().rsplit("/", 1)[-1].lower()
 
 

@@ -21,8 +21,7 @@ Admission = Literal["write", "newer-grant", "other-authority", "ahead-of-authori
 
 
 class FenceUnavailable(ValueError):
-    """No fence: the resourceVersion is not a comparable integer, or the cluster's identity
-    cannot be read."""
+    """No fence: the resourceVersion is no comparable integer, or the cluster's id is unreadable."""
 
 
 class AuthorityConflict(RuntimeError):
@@ -53,8 +52,7 @@ def fence_of(resource_version: str) -> int:
 
 
 def recorded_fence(ledger: Mapping[str, Any] | None) -> Fence | None:
-    """The fence in a ledger entry's head; None without one. A fence recorded without an
-    authority is an unknown cluster's."""
+    """The fence in a ledger entry's head; None without one ("" authority: an unknown cluster)."""
     number, authority = (ledger or {}).get(FENCE_KEY), (ledger or {}).get(AUTHORITY_KEY)
     if isinstance(number, bool) or not isinstance(number, int):
         return None
@@ -63,10 +61,9 @@ def recorded_fence(ledger: Mapping[str, Any] | None) -> Fence | None:
 
 def admission(found: Fence | None, mine: Fence, grant_is_current: bool) -> Admission:
     """May a writer holding grant `mine` write over a row whose ledger carries `found`?
-    write: none, or ours or older; other-authority: another cluster's (its numbers do not
-    compare with ours); newer-grant: a newer grant of ours took over; ahead-of-authority: a
-    larger number while our grant is still the current one (grant_is_current: no grant came
-    after ours), so our authority's history went back (an etcd restore)."""
+    write: none, ours or older; other-authority: another cluster's (numbers do not compare);
+    newer-grant: a newer grant of ours took over; ahead-of-authority: larger while no grant
+    came after ours (grant_is_current), so our authority's history went back (etcd restore)."""
     if found is None:
         return "write"
     if found.authority != mine.authority:
@@ -108,10 +105,9 @@ def authority_record_id(uid: str) -> str:
 def still_writing(
     record: AuthorityRecord | None, sighting: Sighting | None, now_s: float
 ) -> tuple[Sighting | None, bool]:
-    """(our sighting after this look, whether the cluster of `record` still writes the
-    store). As a claim's holder (claim_rules.decide), it is live until its record has not
-    changed for its lease on our own clock since we first saw it as it is. No record (never
-    renewed, or removed by summaryctl handover): history."""
+    """(our sighting after this look, whether `record`'s cluster still writes the store). Like
+    a claim's holder (claim_rules.decide), live until its record is unchanged for its lease
+    on our clock; no record (never renewed, or removed by summaryctl handover): history."""
     if record is None:
         return sighting, False
     seen = sighted(sighting, record.uid, f"{record.holder}@{record.renewed_ms}", now_s)

@@ -125,11 +125,10 @@ def record(
     stored: Mapping[str, Iterable[str]],
     memories: Sequence[Memory],
 ) -> list[str]:
-    """The prior's entries with those of this pass appended, none twice: for each item the
-    pass stores (section -> texts as stored), one per memory of the chunk that says it
-    (attribute); for each item with sources the prior holds already, one per memory of the
-    chunk that has it as a sentence or a whole field (a summarizer does not propose what the
-    summary holds: a repeat is found here)."""
+    """The prior's entries, then this pass's, none twice: for each item the pass stores
+    (section -> texts as stored), one per chunk memory that says it (attribute); for each
+    item with sources already, one per chunk memory that has it as a sentence or whole field
+    (a summarizer does not propose what the summary holds: repeats are found here)."""
     result = list(prior.item_sources) if prior is not None else []
     have = set(result)
     chunk = _Chunk(memories)
@@ -184,10 +183,9 @@ def forget_gone(
     living_ids: Iterable[str],
     retitle: Callable[[str | None], str],
 ) -> tuple[StructuredSummary, int]:
-    """The summary without the items whose recorded sources are all gone (every memory
-    living_ids does not name), nor the supersede marks whose text is, its entries without
-    the gone memories', and how many items went. A title that went is made again (retitle)
-    from the first request left. The same summary object when nothing changed."""
+    """The summary without the items whose recorded sources are all gone (not in living_ids),
+    nor supersede marks whose text is, nor the gone memories' entries; and how many items
+    went. A title that went is made again (retitle); the same object when nothing changed."""
     living = _living(living_ids)
     alive: set[str] = set()
     recorded: set[str] = set()
@@ -218,11 +216,10 @@ def forget_gone(
 def partly_gone(
     summary: StructuredSummary, living_ids: Iterable[str]
 ) -> tuple[StructuredSummary, list[str], int]:
-    """For a summarizer whose items blend what several memories said (a model): the
-    summary without the items some of whose recorded memories are gone and some living,
-    the ids of those living memories, to be summarized again so the items are made anew
-    from them alone, and how many items went. The title is left as it is (forget_gone
-    retitles when all of its memories are gone)."""
+    """For a summarizer whose items blend several memories (a model): the summary without
+    the items whose recorded memories are partly gone, the ids of the living ones (to be
+    summarized again, so the items are made anew from them alone), and how many items went.
+    The title stays (forget_gone retitles when all of its memories are gone)."""
     by_key = {key: i for i in living_ids for key in _living([i])}
     living_of: dict[str, set[str]] = {}
     gone: set[str] = set()

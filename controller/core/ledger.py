@@ -29,13 +29,11 @@ from controller.core.summary_row import READER_ROW_KEYS
 LEDGER_FORMAT = 1
 ROW_DIGEST_KEY = "rowDigest"  # the row document this entry goes with
 BUILT_ON_KEY = "builtOnDigest"  # the row document the write read: its text is in the entry
-# Ledger records are found by id; Chroma wants a vector for each, and nobody queries them
-# by meaning: one constant of one dimension.
+# Records are found by id, never by meaning, but Chroma wants a vector: one 1-d constant.
 LEDGER_VECTOR = (1.0,)
-# The parts of a state that only grow: the history sections' items, the references and the
-# item sources. Each write appends what is new to them as one segment record; a write that
-# changes what was there (a supersede mark, items of deleted memories dropped) or that finds
-# SEGMENTS_MAX segments writes the lists whole as segment 0 of a new generation.
+# The parts of a state that only grow. Each write appends what is new as one segment; a
+# write that changes what was there (a supersede mark, items of deleted memories dropped) or
+# finds SEGMENTS_MAX segments writes the lists whole as segment 0 of a new generation.
 GROWING = (*HISTORY_SECTIONS, "References", "Sources")
 SEGMENTS_MAX = 64
 # Keys of the coverage: with the lists lost, none of them holds (the pass reads every row).
@@ -51,8 +49,7 @@ class UnreadableLedgerEntry(ValueError):
 
 @dataclass(frozen=True)
 class RowState:
-    """A session's row as a write finds it right before it writes (MemoryStore.
-    read_row_states)."""
+    """A session's row as a write finds it right before writing (MemoryStore.read_row_states)."""
 
     fence: Fence | None
     digest: str | None  # of the row's document; None: no row
@@ -116,11 +113,10 @@ def plan_write(
     fence: Mapping[str, Any],
     built_on: str | None,
 ) -> LedgerWrite:
-    """The records of one write of the entry: `keys`, every key of the write
-    (summary_row.to_chroma_metadata); `head`, the head's metadata as read right before
-    (None: no entry); `fence`, the keys of the claim's grant; `built_on`, the digest of the
-    row document the write read. Appends a segment holding only what the lists gained when
-    every list still starts with what the head says it held; else the lists whole."""
+    """The records of one write: `keys`, every key of the write (to_chroma_metadata); `head`,
+    the head's metadata as read right before (None: no entry); `fence`, the grant's keys;
+    `built_on`, the digest of the row document the write read. Appends a segment of what the
+    lists gained when each still starts with what the head recorded; else writes them whole."""
     rest, lists = _lists(keys)
     shape = _shape(head)
     generation, seq = _number(head, "generation"), _number(head, "segments")

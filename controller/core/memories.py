@@ -31,9 +31,8 @@ INTERACTION_TYPE = "agent-interaction"
 # digits wider; each unit reads times from March 1973 to the year 5138 (seconds: from 1970).
 SECONDS_LIMIT = 100_000_000_000
 UNIT_LIMITS = ((SECONDS_LIMIT, -1000), (10**14, 1), (10**17, 1000), (10**20, 1_000_000))
-# A time further ahead of the reader's clock than this is a bad clock, not a memory from the
-# future: it counts as "now" (core.clocks), so it neither keeps its session active until that
-# date nor sorts its summary first in neo's newest-first listing.
+# A time further ahead of the reader's clock is a bad clock: it counts as "now" (core.clocks),
+# so it neither keeps its session active nor sorts its summary first in neo's listing.
 FUTURE_TOLERANCE_MS = 10 * 60 * 1000
 # A time before this (2000-01-01) is a bad clock too: no agent wrote memories then.
 PAST_FLOOR_MS = 946_684_800_000
@@ -87,9 +86,8 @@ JS_DATE_MAX_MS = 8_640_000_000_000_000
 
 
 def parse_timestamp_ms(value: object) -> int | None:
-    """Epoch milliseconds from a number or digit string in seconds, ms, µs or ns (told apart
-    by magnitude), or ISO-8601; None for anything else, and for a time no JavaScript Date
-    (so no neo reader) can hold."""
+    """Epoch ms from a number or digit string in s, ms, µs or ns (by magnitude), or ISO-8601;
+    None otherwise, and for a time no JavaScript Date (so no neo reader) can hold."""
     ms = _timestamp_ms(value)
     return ms if ms is not None and abs(ms) <= JS_DATE_MAX_MS else None
 
@@ -224,11 +222,10 @@ def _tool_identifier(item: object) -> str:
 
 
 def tool_names(value: object) -> tuple[str, ...]:
-    """toolsUsed as neo's summary writer reads it (SessionService.summarizeSession in neo.mjs
-    13.1.0): JSON array text (of names, of objects with a name, or of JSON texts of those),
-    any other JSON value as its text, and text that is not JSON as one name; each name cut
-    to 50 characters; then split on commas, as neo's readers split the joined key. Order
-    kept, no repeats."""
+    """toolsUsed as neo's summary writer reads it (SessionService.summarizeSession, neo.mjs
+    13.1.0): JSON array text (of names, objects with a name, or JSON texts of those), other
+    JSON as its text, non-JSON text as one name; each cut to 50 characters, then split on
+    commas, as neo's readers split the joined key. Order kept, no repeats."""
     if not _js_truthy(value) or not isinstance(value, str | int | float | bool):
         return ()
     text = value if isinstance(value, str) else _js_string(value)
@@ -241,8 +238,6 @@ def tool_names(value: object) -> tuple[str, ...]:
             names = [_tool_identifier(item) for item in parsed if _js_truthy(item)]
         else:
             names = [_cut(_js_string(parsed))]
-    # neo joins the names with "," into the summary's toolsUsed, which its readers split on
-    # "," again: a name with commas is several names to every reader.
     parts = (part.strip() for name in names for part in name.split(","))
     return tuple(dict.fromkeys(p for p in parts if p))
 
@@ -296,11 +291,8 @@ def memory_from_row(
 
 def is_excluded(memory: Memory, excluded_types: Collection[str] = DEFAULT_EXCLUDED_TYPES) -> bool:
     """Whether a memory stays out of the summary: a sunset marker, a configured type, or
-    injected context.
-
-    Injected context is recognised only by a marker at the very start of the prompt
-    (case-insensitive), so a user who merely mentions a marker is still summarized.
-    """
+    injected context, recognised only by a marker at the very start of the prompt
+    (case-insensitive), so a user who merely mentions a marker is still summarized."""
     if memory.type == SUNSET_MARKER_TYPE or memory.type in excluded_types:
         return True
     head = memory.prompt.lstrip()[:64].lower()

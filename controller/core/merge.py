@@ -104,9 +104,7 @@ class SupersedeMark(BaseModel):
 
 class PassUpdate(BaseModel):
     """What one pass proposes. The five section keys are required; [] means nothing new.
-
-    current_state None keeps the prior Current State; a list replaces it.
-    """
+    current_state None keeps the prior Current State; a list replaces it."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
@@ -209,12 +207,8 @@ def _prior_sections(
 def _append_new(
     items: list[SummaryItem], new_texts: Iterable[str], cap: int | None
 ) -> list[SummaryItem]:
-    """Existing items verbatim and in order, then new ones (as stored: quoting.as_item) not
-    already present.
-
-    cap bounds how many items new ones may fill a section up to; it can only keep new items
-    out, never existing ones.
-    """
+    """Existing items verbatim and in order, then new ones (as_item form) not yet present.
+    cap bounds how full new items may fill a section; it never drops existing ones."""
     result = list(items)
     seen = {identity(i.text) for i in result}
     for text in new_texts:

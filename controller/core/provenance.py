@@ -31,10 +31,9 @@ def pass_tokens(memories: Sequence[Memory], before: str, after: str) -> PassToke
 
 
 def added_text(before: StructuredSummary | None, after: StructuredSummary) -> str:
-    """What a pass added to the summary: the history items and references past the prior's
-    (those lists only grow), and Current State when it changed. Measured on the items, not
-    on the document, so folding a long document for its readers never reads as a pass that
-    added nothing, and counting costs what is new."""
+    """What a pass added: history items and references past the prior's (they only grow), and
+    Current State when it changed. Measured on items, not the document, so folding a long
+    document never reads as a pass that added nothing, and counting costs what is new."""
     parts: list[str] = []
     for title, items in after.sections.items():
         old = before.sections.get(title, []) if before is not None else []

@@ -145,8 +145,7 @@ def _probe(text: str, *, keep_lines: bool = False) -> str:
 
 
 def kind_of(text: str) -> Kind | None:
-    """What must be quoted about this text: an instruction (checked first: it is the worse
-    one to follow), error text, or nothing."""
+    """What must be quoted: an instruction (checked first: worse to follow), error text, or None."""
     probe = _probe(text)
     lines = _probe(text, keep_lines=True)
     if any(p.search(t) for p in (_INSTRUCTION, _INSTRUCTION_CAPS) for t in (probe, lines)):
@@ -181,8 +180,7 @@ def quote(text: str, kind: Kind, limit: int = ITEM_MAX) -> str:
 
 
 def quote_if_needed(text: str, limit: int = ITEM_MAX) -> str:
-    """The text, labelled as quoted (quote) when it is error text or reads as an
-    instruction; idempotent."""
+    """The text, quoted (quote) when it is error text or reads as an instruction; idempotent."""
     kind = None if is_quoted(text) else kind_of(text)
     return text if kind is None else quote(text, kind, limit)
 

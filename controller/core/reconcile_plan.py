@@ -81,8 +81,7 @@ class ReconcileCycle:
 def uncovered_rows(
     counts: Mapping[str, int], stored: Mapping[str, StoredSummaryState | None]
 ) -> int:
-    """Rows no summary accounts for: a session's rows beyond its summary's memoryCount (all
-    of them without a summary)."""
+    """Rows no summary accounts for: each session's rows beyond its memoryCount (all, if none)."""
     total = 0
     for session_id, count in counts.items():
         state = stored.get(session_id)
@@ -100,12 +99,10 @@ def reconcile(
     max_sessions: int,
     rows_digests: Mapping[str, str] | None = None,
 ) -> SweepPlan:
-    """What a finished walk asks for: every idle session whose row count differs from its
-    summary's memoryCount, or whose row ids differ from those its last write accounted for
-    (`rows_digests`: the ledger's rowsDigest; a session without one is judged by its count),
-    or that has rows and no summary, newest first (the sweep's own rules,
-    controller.core.sweep_plan, with the walk's counts as the live counts: rows that
-    changed count as a count drift)."""
+    """What a finished walk asks for, by the sweep's own rules (sweep_plan) with the walk's
+    counts as live counts: every idle session whose row count differs from its memoryCount,
+    or whose row ids differ from its ledger rowsDigest (`rows_digests`; without one, the
+    count decides), or that has rows and no summary; newest first."""
     changed = {
         sid
         for sid, written in (rows_digests or {}).items()

@@ -38,18 +38,16 @@ _EXTENSION = (
 )
 
 # Each pattern finds one kind of reference; where two overlap, the longest match wins (a
-# URL's path is not a second reference, nor a hash inside it). Kinds: "place" (URLs, paths,
-# files, issues, hashes: taken in fenced code too), "name" (code spans, constants, dotted
-# names), "error" (exception names; the built-in ones are left out), "path" (a place that
-# must also look like one: a/b).
+# URL's path is not a second reference). Kinds: "place" (URLs, paths, files, issues, hashes:
+# taken in fenced code too), "name" (code spans, constants, dotted names), "error"
+# (non-built-in exception names), "path" (a place that must also look like one: a/b).
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # URLs, and git remotes in scp form
     ("place", re.compile(r"\b(?:https?|ftp|ssh|git|file)://[^\s<>\"'`]+")),
     ("place", re.compile(r"\bgit@[\w.-]+:[\w./-]+")),
     # code spans: `anything without whitespace or backticks`
     ("name", re.compile(r"(?<=`)[^`\s]{2,200}(?=`)")),
-    # paths: /abs, ./rel, ../rel, ~/home, a/b; an optional :line[:col] stays part of the
-    # reference (it is how traces name a place)
+    # paths: /abs, ./rel, ../rel, ~/home, a/b; a trailing :line[:col] is kept (traces use it)
     (
         "path",
         re.compile(
@@ -75,8 +73,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # dotted names: controller.core.merge, docs.example.org (at least two dots)
     ("name", re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*){2,}(?![\w(])")),
 )
-# In fenced code only places are taken: the rest there is code, which the summary leaves
-# out (an injected statement, say).
+# In fenced code only places are taken: the rest is code, left out (an injected statement).
 _IN_CODE = frozenset({"place", "path"})
 # A built-in exception (KeyError, ValueError) names no place in the project: not a reference.
 _BUILTIN_EXCEPTIONS = frozenset(
@@ -159,9 +156,8 @@ def memory_references(memories: Iterable[Memory]) -> list[tuple[str, int]]:
 
 
 class ReferenceOverflow(BaseModel):
-    """References found but not listed because the section is full: how many, the time
-    range of the memories they came from, and their digests (so a reference left out twice
-    is counted once)."""
+    """References not listed because the section is full: how many, their memories' time
+    range, and their digests (so one left out twice is counted once)."""
 
     count: int = Field(default=0, ge=0)
     first_ms: int | None = None

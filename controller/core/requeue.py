@@ -16,8 +16,7 @@ NOT_FAILURES = frozenset({"SessionClaimed", "Summarizing"})
 
 
 def failed_on(obj: Mapping[str, Any], summarizer: str) -> bool:
-    """Whether the object's last pass, for its current request, failed under this
-    summarizer."""
+    """Whether the object's last pass, for its current request, failed under this summarizer."""
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     if spec.get("summarizerRef", "default") != summarizer:
         return False

@@ -35,19 +35,14 @@ NEO_DERIVED_KEYS = (
 
 
 def document_digest(document: str) -> str:
-    """What the row's document was when we wrote it: another writer's upsert replaces the
-    document (and the keys it knows) but leaves our keys, so a digest that no longer
-    matches means the row was rewritten by someone else since."""
+    """The digest the row records of the document we wrote; a mismatch: another writer."""
     return hashlib.sha256(document.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def rewritten_by(document: str | None, meta: Mapping[str, Any]) -> str | None:
-    """Who rewrote a row of ours since our last write, or None when it is as we left it.
-
-    Our rows record the digest of the document we wrote; another writer's upsert replaces
-    the document but not our keys. A row of an earlier version of ours has no digest: then
-    only neo's own summary keys (which we never write) tell that neo wrote it since.
-    """
+    """Who rewrote a row of ours since our last write, or None when it is as we left it. A
+    row of an earlier version has no digest: then only neo's own summary keys (which we
+    never write) tell that neo wrote it since."""
     digest = meta.get(DIGEST_KEY)
     neo = any(key in meta for key in NEO_WRITER_KEYS)
     if isinstance(digest, str):

@@ -38,9 +38,8 @@ TITLE_MAX = 120
 LEGACY_HEADING = "## Earlier summary text (not written by this operator, kept verbatim)"
 
 # Error text a model or a failing pipeline returns instead of a summary. Narrow on purpose:
-# "Error handling cleanup" is a fine title, "Error: upstream returned 500" is not.
-# Apostrophes may be typographic (’), as models often write them. An exception line such
-# as "ValueError: ..." (a traceback's last line) is matched case-sensitively on the name.
+# "Error handling cleanup" is a fine title, "Error: upstream returned 500" is not. Apostrophes
+# may be typographic (’); an exception name ("ValueError: ...") is matched case-sensitively.
 _ERROR_TITLE = re.compile(
     r"^\s*(?:(?:an? )?(?:error|exception)\s*(?:[:\d(\[]|occurred|was raised|while|during)"
     r"|(?-i:(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception))\s*:"
@@ -121,24 +120,21 @@ class StructuredSummary(BaseModel):
     # (controller.core.references); those past its cap are counted, never dropped silently.
     references: list[str] = Field(default_factory=list)
     references_overflow: ReferenceOverflow = Field(default_factory=ReferenceOverflow)
-    # What the pass that wrote it listed: every row of the session (a digest of their ids:
-    # coverage.digest), who wrote them (visibility.SessionSources, as JSON) and which had no
-    # time this version can read (summarized once, at the end of the session's order, and
-    # not in memory_count). With them a later pass reads only the rows added since
-    # (store/session_listing.py); None: read the whole session.
+    # What the pass that wrote it listed: every row (an id digest: coverage.digest), who wrote
+    # them (visibility.SessionSources, as JSON) and which had no readable time (summarized
+    # once, last, not in memory_count). With them a later pass reads only the rows added
+    # since (store/session_listing.py); None: read the whole session.
     rows_digest: str | None = None
     sources_json: str | None = None
     untimed_ids: tuple[str, ...] = ()
     # "ITEM:SOURCE" entries: which memories said each item (core/item_sources.py).
     item_sources: list[str] = Field(default_factory=list)
-    # When the row this summary was read from was written (its "summarizedAt"); None for a
-    # summary not read from the store.
+    # The read row's "summarizedAt"; None for a summary not read from the store.
     summarized_at_ms: int | None = None
     # Which masking of secrets (redaction.Redaction.fingerprint) the text it carries went
     # through; None: unknown (an earlier release, or a row another release rewrote).
     masked_with: str | None = None
-    # Set when the row this summary was read from had been rewritten by another writer
-    # since our last write (its text is then in legacy_text); never stored.
+    # Another writer rewrote the read row since our last write (text in legacy_text); not stored.
     other_writer: OtherWriter | None = None
 
     @field_validator("title", mode="before")
@@ -163,10 +159,8 @@ class StructuredSummary(BaseModel):
 
 
 class LegacySummary(BaseModel):
-    """A free-text summary written by the old system: prior context for the first pass.
-
-    It has no watermark, so the first structured pass covers the whole session.
-    """
+    """A free-text summary written by the old system: prior context for the first pass. It
+    has no watermark, so the first structured pass covers the whole session."""
 
     session_id: str
     text: str
@@ -225,11 +219,9 @@ def carried_legacy_text(prior: PriorSummary | None) -> str | None:
 def validate_summary(summary: StructuredSummary, prior: PriorSummary | None) -> None:
     """Raises SummaryValidationError unless the summary may replace the prior one.
 
-    Refused: a summary without a single item (or carried legacy text), error text or a
-    placeholder as the title, a summary of another session, any loss of a prior reference
-    or history item (superseded items count as present: marking is allowed, dropping is not), and a
-    legacy text of the prior (the LegacySummary's text, or the one a structured prior
-    carries) that is not carried exactly.
+    Refused: no item (nor carried legacy text), error text or a placeholder as the title,
+    another session's summary, any lost prior reference or history item (superseded items
+    count as present), and the prior's legacy text not carried exactly.
     """
     if summary.is_empty():
         raise SummaryValidationError("the summary has no items in any section")

@@ -60,10 +60,9 @@ def sections_json(summary: StructuredSummary) -> str:
     return json.dumps(sections, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-# The keys of the reader's row: neo's (its boot listing, queries and tenancy filters read
-# them) and three small ones of ours: whose format the row is in, the digest of the
-# document we wrote (row_ownership) and where `timestamp` came from when no memory time was
-# known. The ledger keeps these and everything else a write produces (core/ledger.py).
+# The reader's row keys: neo's (its boot listing, queries and tenancy filters) and three of
+# ours: the row's format, our document's digest (row_ownership) and where `timestamp` came
+# from without a memory time. The ledger keeps everything else too (core/ledger.py).
 READER_ROW_KEYS = frozenset(
     (
         *("sessionId", "timestamp", "memoryCount", "title", "category", "quality"),
@@ -74,11 +73,9 @@ READER_ROW_KEYS = frozenset(
     )
 )
 
-# Every key a write of ours has ever set on the row (this release's and the previous
-# release's, which kept its whole state there). Chroma's upsert merges metadata, so a key
-# set once stays until a write removes it (a None value removes a key in chromadb 1.5):
-# each write removes those it does not set now (upsert_metadata), which is also how the
-# first write of this release slims a row of the previous one.
+# Every key a write of ours has ever set on the row (also the previous release's, which kept
+# its whole state there). Chroma's upsert merges metadata, so each write removes the keys it
+# does not set now (upsert_metadata; None removes a key in chromadb 1.5).
 ROW_KEYS = (
     *sorted(READER_ROW_KEYS),
     *("formatVersion", "sectionsJson", "firstMemoryAt", "watermarkTimestamp", "watermarkMemoryId"),
@@ -94,11 +91,10 @@ MetadataValue = str | int | float | bool
 
 
 def row_timestamp(summary: StructuredSummary, summarized_at_ms: int) -> int:
-    """neo's `timestamp`: the session's newest memory (ms). Every row needs a number here:
-    neo's boot read renders `new Date(timestamp).toISOString()` and fails its whole listing
-    on a row without one. Without a parsed memory time, the newest time the summary knows;
-    else, or for a bad clock's time (memories.trusted_time: it must not pin the row first or
-    last in neo's newest-first listing), the time of the write."""
+    """neo's `timestamp` (ms), which every row needs: neo's boot read renders
+    `new Date(timestamp).toISOString()` and fails its whole listing without one. The newest
+    memory time the summary knows; without one, or for a bad clock's time (trusted_time: it
+    must not pin the row first or last in neo's listing), the time of the write."""
     known = summary.last_memory_at_ms
     known = summary.first_memory_at_ms if known is None else known
     return summarized_at_ms if known is None or not trusted_time(known, summarized_at_ms) else known
@@ -114,11 +110,9 @@ def to_chroma_metadata(
     visibility: RowVisibility | None = None,
     document: str | None = None,
 ) -> dict[str, MetadataValue]:
-    """The neo metadata readers use, plus our extras. A missing value is an omitted key.
-
-    visibility: the reader-facing keys (userId and neo's provenance filters); without it
-    the row is untagged. document: the text written, whose digest the row records.
-    """
+    """The neo metadata readers use, plus our extras; a missing value is an omitted key.
+    visibility: userId and neo's provenance filters (None: untagged). document: the text
+    written, whose digest the row records."""
     watermark = summary.watermark
     over = summary.references_overflow
     seen_by = (visibility or RowVisibility(None, (), "unclassified", 0)).metadata()
@@ -225,9 +219,8 @@ def _stored_items(raw: object) -> list[SummaryItem]:
 
 
 def _coverage(raw: object) -> Coverage | None:
-    """The coverage as stored. One that cannot be read is no coverage: the next pass then
-    reads again every row at or before the watermark that the stored memoryCount does not
-    account for (coverage.to_reread), and records a new one; nothing is lost."""
+    """The stored coverage; an unreadable one is none: the next pass re-reads the rows at or
+    before the watermark memoryCount does not account for (coverage.to_reread). Nothing lost."""
     if not isinstance(raw, str):
         return None
     try:

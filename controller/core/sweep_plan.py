@@ -64,10 +64,9 @@ class SweepPlan:
 
 
 def collect_activity(rows: Iterable[tuple[str, int]], *, now_ms: int) -> dict[str, SessionActivity]:
-    """Folds scanned (sessionId, timestamp_ms) pairs into the newest timestamp per session.
-    A blank or over-long sessionId names no SessionSummary (the CRD refuses it): skipped.
-    A time too far ahead of now_ms is a bad clock: its row dates nothing (it is still the
-    session's activity, for the count check), so it never keeps the session "active"."""
+    """The newest timestamp per session of scanned (sessionId, timestamp_ms) pairs. A blank or
+    over-long sessionId (the CRD refuses it) is skipped; a time too far ahead of now_ms (a bad
+    clock) counts as 0: the session is still seen (count check), never kept "active"."""
     newest: dict[str, int] = {}
     for session_id, stamp in rows:
         if not session_id.strip() or len(session_id) > MAX_SESSION_ID:
@@ -81,11 +80,8 @@ def collect_activity(rows: Iterable[tuple[str, int]], *, now_ms: int) -> dict[st
 def stale_reason(
     activity: SessionActivity, stored: StoredSummaryState | None, live_count: int | None
 ) -> StaleReason | None:
-    """Why a session's summary is stale, or None when it is fresh.
-
-    Staleness as the old system defined it (stored memoryCount differs from the live
-    count) plus memories newer than what the summary covers.
-    """
+    """Why a session's summary is stale, or None when fresh: the stored memoryCount differs
+    from the live count (the old system's rule), or memories newer than the summary covers."""
     if stored is None:
         return "missing"
     if stored.timestamp_ms is None or stored.timestamp_ms < activity.newest_ms:
@@ -211,14 +207,11 @@ def covered_by_summary(marker: SunsetMarker, stored: StoredSummaryState | None) 
 
 
 def marker_action(marker: SunsetMarker, obj: SummaryObjectState | None) -> MarkerAction:
-    """What to do for a marker the stored summary does not cover.
-
-    request: no object, or its last finished pass ended before the marker (the session was
-    empty, say, or failed); wait: a pass is under way (if it missed the marker, a later
-    scan sees the marker again); done: the object's last pass saw the marker and wrote no
-    summary (an empty or unknown session), so asking again would change nothing.
-    lastMemoryAt has whole seconds, so it is compared with the marker's second.
-    """
+    """What to do for a marker the stored summary does not cover. request: no object, or its
+    last finished pass ended before the marker (an empty session, say, or failed); wait: a
+    pass is under way (a later scan sees a missed marker again); done: its last pass saw the
+    marker and wrote no summary, so asking again changes nothing. lastMemoryAt has whole
+    seconds, so it is compared with the marker's second."""
     if obj is None:
         return "request"
     if obj.in_flight:

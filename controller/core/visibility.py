@@ -75,16 +75,14 @@ def normalize_user_id(value: str) -> str:
 
 
 def canonical_agent(name: str) -> str:
-    """An agent name as neo compares it (parseAgentList): no " (Harness)" wrapper, lower
-    case, no leading "@". "Claude-Code (VS Code)", "claude-code" and "@claude-code" are one
-    agent."""
+    """An agent name as neo compares it (parseAgentList): no " (Harness)" wrapper, lower case,
+    no leading "@": "Claude-Code (VS Code)" and "@claude-code" are one agent."""
     return normalize_user_id(_WRAPPER.sub("", name.strip()).lower())
 
 
 def union_agents(prior: Iterable[str], new: Iterable[str]) -> list[str]:
-    """A summary's participating agents: one entry per agent as neo compares names (so
-    "@claude-code" and "claude-code" are one), the first spelling kept without a leading
-    "@", sorted."""
+    """A summary's participating agents, one per agent as neo compares names, the first
+    spelling kept without a leading "@", sorted."""
     found: dict[str, str] = {}
     for name in [*prior, *new]:
         key = canonical_agent(name)
@@ -119,10 +117,9 @@ def tier_rank(tier: str) -> int:
 
 @dataclass
 class SessionSources:
-    """What the session's rows say about who wrote them and with what, gathered row by row
-    from their metadata while a pass lists the session (every row, whatever its type, as
-    neo's writer counts them): exact however often a pass re-reads a row. Which identities
-    are trusted how much is decided later, by the rules (row_visibility)."""
+    """Who wrote the session's rows and with what, gathered from every row's metadata (any
+    type, as neo's writer counts them) while a pass lists the session: exact however often a
+    row is re-read. How much each identity is trusted is decided later (row_visibility)."""
 
     identities: dict[str, int] = field(default_factory=dict)  # identity -> rows, first seen first
     anonymous: int = 0  # rows without an agentIdentity

@@ -41,9 +41,8 @@ def with_conditions(
     *,
     generation: int | None = None,
 ) -> SessionSummarizerStatus:
-    """The status with these conditions set, each measured now (others kept; transition
-    times move only on a status change), stamped with the generation they were computed from
-    when given."""
+    """The status with these conditions set, each measured now (others kept; transition times
+    move only on a status change), stamped with their spec generation when given."""
     at = now or now_rfc3339()
     merged = status.conditions
     for cond in stamped(conditions, generation):
@@ -52,11 +51,10 @@ def with_conditions(
 
 
 def settled(status: SessionSummarizerStatus, generation: int | None) -> SessionSummarizerStatus:
-    """What every write of a SessionSummarizer's status stores (kube.update_summarizer_status
-    applies it after the writer's change): each condition with the generation it was
-    computed for (spec-independent ones, and any without one, with the object's current
-    generation), and Ready, Reconciling and Stalled derived from them, measured when the
-    oldest of their inputs was."""
+    """What every status write stores (kube.update_summarizer_status applies it after the
+    writer's change): each condition with the generation it was computed for (spec-independent
+    ones, and any without one, get the current one), and Ready, Reconciling and Stalled
+    derived from them, measured when the oldest of their inputs was."""
     conditions = [
         c.model_copy(update={"observed_generation": generation})
         if c.type in SPEC_INDEPENDENT or c.observed_generation is None
@@ -95,10 +93,9 @@ def store_reachable(url: str, *, reason: str = "HeartbeatOK", message: str = "")
 
 
 def secrets_allowed(verdicts: Sequence[SecretVerdict], unread: Sequence[str] = ()) -> Condition:
-    """SecretsAllowed: True when every Secret the spec sends allows where it goes; False
-    with SecretHostNotAllowed when one does not (nothing is sent), or with
-    SecretNotAnnotated when one is sent only because unannotated Secrets are still allowed;
-    Unknown when a Secret could not be read (the probes say SecretNotFound)."""
+    """SecretsAllowed: True when every Secret the spec sends allows where it goes; False with
+    SecretHostNotAllowed (nothing is sent) or SecretNotAnnotated (sent only because unannotated
+    Secrets are still allowed); Unknown when a Secret could not be read (SecretNotFound)."""
 
     def condition(status: str, reason: str, messages: Sequence[str]) -> Condition:
         more = f" (and {len(messages) - 2} more)" if len(messages) > 2 else ""
@@ -162,9 +159,8 @@ class SweepReport:
 
 @dataclass(frozen=True)
 class ReconcileReport:
-    """What a finished walk of the reconciliation writes (reconcile_plan.py): when, how many
-    rows it checked, how many rows no summary accounted for, and for how many sessions it
-    asked for a pass."""
+    """What a finished reconciliation walk writes (reconcile_plan.py): when, rows checked,
+    rows no summary accounted for, and sessions it asked a pass for."""
 
     at: str
     rows: int
