@@ -1,3 +1,3 @@
-from tests.integration.harness import harness
+from tests.integration.harness import harness, shared_operator_left_quiet
 
-__all__ = ["harness"]
+__all__ = ["harness", "shared_operator_left_quiet"]
