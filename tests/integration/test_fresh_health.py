@@ -12,6 +12,8 @@ import uuid
 from typing import Any
 
 from controller.core.naming import summary_object_name
+from controller.store.connection import StoreLocation, connect
+from controller.store.memory_store import MemoryStore
 from devenv.chroma import running_chroma
 from devenv.processes import tail, wait_for
 from tests.integration.harness import (
@@ -35,6 +37,13 @@ def summarizer(harness: Harness, name: str) -> dict[str, Any]:
 def test_check_measures_anew_a_store_stopped_after_the_last_sweep(harness: Harness) -> None:
     name = f"fresh-{uuid.uuid4().hex[:6]}"
     with running_chroma() as chroma:
+        # A memory, so its sweep succeeds: a failed one runs again within seconds and would
+        # find the store gone before check is asked.
+        where = StoreLocation(url=chroma.url)
+        load(
+            MemoryStore(connect(where), where),
+            [interaction(f"{name}-s", 0, int(time.time() * 1000), "Go.")],
+        )
         harness.kubectl(
             "apply", "-f", "-", input=summarizer_yaml(name, chroma.url, sweep=SLOW_SWEEP)
         )

