@@ -193,9 +193,10 @@ def test_no_scripted_reply_replaces_a_good_summary_with_a_worse_one(
     assert "Model saw: retries done." in doc and "Model saw: exporter runs on" not in doc
 
 
-def test_a_50000_memory_session_completes_in_bounded_passes(store: MemoryStore) -> None:
-    """LARGE (~60 s on 2 cores): 50,000 memories, real Chroma, the extractive backend."""
-    sid, total = "huge-session", 50_000
+def test_a_20000_memory_session_completes_in_bounded_passes(store: MemoryStore) -> None:
+    """LARGE: 20,000 memories (50 passes, 2 checkpoints), real Chroma, the extractive
+    backend. bench/ measures larger sessions; 50,000 here took 132 s of a loaded run."""
+    sid, total = "huge-session", 20_000
     coll = store.create_memory_collection()
     for start in range(0, total, 5000):
         ids, docs, metas = [], [], []
@@ -229,7 +230,7 @@ def test_a_50000_memory_session_completes_in_bounded_passes(store: MemoryStore) 
     assert meta["watermarkMemoryId"] == f"huge-{total - 1:06d}"
     corrections = history_items(meta)["Corrections & Feedback"]
     assert corrections[0] == "Actually, use batch size 0 instead."
-    assert "Done with part 49999." in doc
+    assert f"Done with part {total - 1}." in doc
 
 
 # -- the operator ---------------------------------------------------------------------------
