@@ -22,11 +22,12 @@ echo "== ruff"
 echo "== mypy"
 "$venv/bin/mypy"
 echo "== pytest"
-# Two workers (pytest-xdist), a module to one worker (its module fixtures start once): most
-# of an integration test's time is waiting on timers and servers, not a core.
+# Two workers (pytest-xdist), a module to one worker (its module fixtures start once), the
+# longest modules first (tests/conftest.py: LONGEST_FIRST): most of an integration test's
+# time is waiting on timers and servers, not a core.
 t1=$(date +%s)
 rc=0
-"$venv/bin/python" -m pytest -n "${SSO_TEST_WORKERS:-2}" --dist loadfile --durations=25 "$@" || rc=$?
+"$venv/bin/python" -m pytest -n "${SSO_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder --durations=25 "$@" || rc=$?
 echo "== pytest took $(( $(date +%s) - t1 ))s (rc $rc)"
 [[ $rc -eq 0 ]] || exit "$rc"
 echo "== e2e: the image in real Pods (hack/e2e.sh; kind with Docker, else the local node)"

@@ -71,12 +71,37 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         print(f"    {line[:300]}")
 
 
+# The longest modules (minutes each, most of it waiting on servers), started first: with
+# `make test`'s workers (`--dist loadfile --no-loadscope-reorder`) a module runs whole on one
+# worker in this order, and the many short unit modules fill in at the end.
+LONGEST_FIRST = (
+    "test_lease_faults.py",
+    "test_authorities.py",
+    "test_single_writer.py",
+    "test_real_model.py",
+    "test_every_memory.py",
+    "test_benches.py",
+    "test_quiet_waiting.py",
+    "test_runtime_lifecycle.py",
+    "test_shutdown.py",
+    "test_ledger_crashes.py",
+)
+
+
+def _run_order(item: pytest.Item) -> tuple[int, int]:
+    name = item.path.name
+    if name in LONGEST_FIRST:
+        return (0, LONGEST_FIRST.index(name))
+    return (2, 0) if item.path.parent.name == "unit" else (1, 0)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "integration" in str(item.path):
             item.add_marker(pytest.mark.integration)
         if item.path.parent.name == "bench":
             item.add_marker(pytest.mark.bench)
+    items.sort(key=_run_order)  # stable: each module's own order is kept
 
 
 def docker_and_kind_available() -> str | None:
