@@ -185,7 +185,7 @@ def main() -> int:
             for sid in sessions:
                 began = time.monotonic()
                 kube.request_summary(ns, sid, trigger="sunset")
-                wait_for(partial(summarized, sid), 600, 0.05, message=tail(log))
+                wait_for(partial(summarized, sid), 600, 0.05, log=log)
                 pass_s.append(time.monotonic() - began)
             time.sleep(1.5)  # the last status patch and Event land
             end = int(time.time() * 1000)

@@ -187,14 +187,15 @@ def main() -> int:
                     ),
                     120,
                     0.2,
-                    message=f"the first sweep\n{tail(log)}",
+                    message="the first sweep",
+                    log=log,
                 )
                 if phase == "idle":
                     # The first walk, alone: its rate and the operator's CPU over it.
                     cpu0, t0 = cpu_seconds(operator.pid), time.monotonic()
                     status = cast(
                         dict[str, Any],
-                        wait_for(walked, 600, 0.05, message=f"the first walk\n{tail(log)}"),
+                        wait_for(walked, 600, 0.05, message="the first walk", log=log),
                     )
                     seconds = time.monotonic() - t0
                     results["cpu_pct"] = 100 * (cpu_seconds(operator.pid) - cpu0) / seconds

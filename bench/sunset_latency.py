@@ -316,11 +316,12 @@ def main() -> int:
                     lambda: load_rounds[0] >= 2,
                     args.timeout * 10,
                     0.2,
-                    message=f"the others' first summaries\n{tail(log)}",
+                    message="the others' first summaries",
+                    log=log,
                 )
             if args.marker:
                 # The marker scan reads from the sweep's watermark, set by the first sweep.
-                wait_for(swept_once, 60, 0.2, message=f"the first sweep\n{tail(log)}")
+                wait_for(swept_once, 60, 0.2, message="the first sweep", log=log)
             for n, sid in enumerate(session_ids, 1):
                 if args.marker:
                     time.sleep(jitter.uniform(0, tick))  # a random moment of the tick

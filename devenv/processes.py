@@ -55,9 +55,15 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
 
 
 def wait_for(
-    predicate: Callable[[], T], timeout: float, interval: float = 0.1, message: str = "condition"
+    predicate: Callable[[], T],
+    timeout: float,
+    interval: float = 0.1,
+    message: str | Callable[[], str] = "condition",
+    log: Path | Callable[[], str] | None = None,
 ) -> T:
-    """Polls predicate until it returns a truthy value; raises AssertionError on timeout."""
+    """Polls predicate until it returns a truthy value; raises AssertionError on timeout.
+    A callable message and log (a file's tail, or a callable's text) are read at the
+    timeout, not when the wait began."""
     deadline = time.monotonic() + timeout
     last_exc: Exception | None = None
     while time.monotonic() < deadline:
@@ -68,9 +74,10 @@ def wait_for(
         except Exception as exc:  # the predicate may race a starting server
             last_exc = exc
         time.sleep(interval)
-    raise AssertionError(
-        f"timed out after {timeout}s waiting for {message}; last error: {last_exc}"
-    )
+    said = message() if callable(message) else message
+    if log is not None:
+        said += "\n" + (tail(log) if isinstance(log, Path) else log())
+    raise AssertionError(f"timed out after {timeout}s waiting for {said}; last error: {last_exc}")
 
 
 def tail(path: Path, lines: int = 40) -> str:

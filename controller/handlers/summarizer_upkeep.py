@@ -76,7 +76,7 @@ async def marker_scan(
     try:
         markers = await asyncio.to_thread(scan)
     except STORE_ERRORS as exc:
-        logger.debug("marker scan skipped: %s", one_line(exc, 300))
+        logger.warning("marker scan skipped: %s", one_line(exc, 300))
     except ApiException as exc:  # never in the way of the sweep below
         logger.warning("marker scan failed: API %s: %s", exc.status, one_line(exc.reason, 300))
     else:

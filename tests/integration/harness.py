@@ -77,7 +77,7 @@ class Harness:
                 return o
             return None
 
-        return wait_for(done, timeout, 0.2, message=f"{session_id} -> {phase}\n{tail(self.log)}")
+        return wait_for(done, timeout, 0.2, message=f"{session_id} -> {phase}", log=self.log)
 
     def events(self, session_id: str) -> list[dict[str, Any]]:
         name = summary_object_name(session_id)
@@ -175,7 +175,7 @@ def harness(
         # Served once the operator reports on its SessionSummarizer (summaryctl's requests
         # check that first).
         wait_for(lambda: conditions_of(kube.get_summarizer(NS, "default") or {}).get(
-            "ReplicaActive"), 120, 0.5, message=f"the operator's report\n{tail(log)}")  # fmt: skip
+            "ReplicaActive"), 120, 0.5, message="the operator's report", log=log)  # fmt: skip
         LIVE.append(h)
         yield h
     finally:

@@ -304,7 +304,8 @@ def start_marker_summarizer(h: Harness, name: str, memory: str, summary: str) ->
         lambda: summarizer_status(h, name).get("watermark") is not None,
         30,
         0.2,
-        message=f"{name}'s first sweep\n{tail(h.log)}",
+        message=f"{name}'s first sweep",
+        log=h.log,
     )
 
 
@@ -369,7 +370,8 @@ def test_a_marker_memory_written_without_cluster_credentials_summarizes_the_sess
         lambda: fresh in (summarizer_status(h, name).get("message") or ""),
         30,
         0.3,
-        message=f"a sweep finding the session fresh\n{tail(h.log)}",
+        message="a sweep finding the session fresh",
+        log=h.log,
     )
     time.sleep(3)  # three more marker scans
     assert h.obj(sid)["metadata"]["generation"] == generation
@@ -411,7 +413,7 @@ def test_a_marker_for_an_empty_session_ends_in_phase_empty_and_an_unknown_one_ma
         cond = conditions(summarizer_status(h, name)).get("SunsetMarkers")
         return cond if cond and cond["reason"] == "MarkerWithoutMemories" else None
 
-    said = wait_for(reported, 30, 0.3, message=f"MarkerWithoutMemories\n{tail(h.log)}")
+    said = wait_for(reported, 30, 0.3, message="MarkerWithoutMemories", log=h.log)
     assert unknown in said["message"]
     assert printed_object(h, unknown) == ""
     summaries = store.summaries(create=True).get(ids=[f"summary_{unknown}", f"summary_{empty}"])
@@ -439,9 +441,7 @@ def test_a_marker_that_names_no_session_is_reported_on_the_summarizer(
         cond = conditions(summarizer_status(h, name)).get("SunsetMarkers")
         return cond if cond and cond["reason"] == "InvalidSunsetMarker" else None
 
-    cond: dict[str, Any] = wait_for(
-        reported, 30, 0.3, message=f"InvalidSunsetMarker\n{tail(h.log)}"
-    )
+    cond: dict[str, Any] = wait_for(reported, 30, 0.3, message="InvalidSunsetMarker", log=h.log)
     assert cond["status"] == "False"
     assert cond["message"] == (
         "ignored 2 sunset marker(s) that name no session: "

@@ -84,7 +84,7 @@ class Cluster:
             conds = (got.get("status") or {}).get("conditions") or []
             return any(c.get("type") == "ReplicaActive" for c in conds)
 
-        wait_for(reported, 120, 0.5, message=f"{self.name}'s operator report\n{tail(self.log)}")
+        wait_for(reported, 120, 0.5, message=f"{self.name}'s operator report", log=self.log)
 
     def stop(self, *, crash: bool = False) -> None:
         if self.proc is not None:
@@ -113,7 +113,7 @@ class Cluster:
             current = cond.get("observedGeneration") == obj["metadata"]["generation"]
             return cond if current and cond.get("reason") in reasons else None
 
-        return wait_for(answered, timeout, 0.2, message=f"{self.name} {sid} -> {reasons}\n"
+        return wait_for(answered, timeout, 0.2, message=lambda: f"{self.name} {sid} -> {reasons}\n"
                         + tail(self.log, 30))  # fmt: skip
 
     def done(self, sid: str, timeout: float = 90) -> None:

@@ -891,7 +891,7 @@ class ChartOperator:
                 else None
             )
 
-        return wait_for(done, timeout, 0.3, message=f"{session_id} Summarized\n{tail(self.log)}")
+        return wait_for(done, timeout, 0.3, message=f"{session_id} Summarized", log=self.log)
 
     def metrics(self) -> str:
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
@@ -1070,7 +1070,8 @@ def test_the_operator_with_the_chart_service_account_does_its_whole_job(
         lambda: op.summary_object(sunset) is None and op.summary_object(swept) is None,
         60,
         0.5,
-        message=f"retention deleting the objects\n{tail(op.log)}",
+        message="retention deleting the objects",
+        log=op.log,
     )
     assert (
         len(op.store().summaries().get(ids=[f"summary_{swept}", f"summary_{sunset}"])["ids"]) == 2

@@ -97,7 +97,7 @@ def test_a_pass_that_reads_the_memories_clears_a_stale_missing_collection(
     started = time.monotonic()
     wait_for(
         lambda: conditions_of(summarizer(harness, name))["Ready"]["status"] == "True",
-        30, 0.5, message=f"{conditions_of(summarizer(harness, name))}\n{tail(harness.log)}",
+        30, 0.5, message=lambda: str(conditions_of(summarizer(harness, name))), log=harness.log,
     )  # fmt: skip
     assert time.monotonic() - started < 30
     assert swept()["status"] == "True"  # type: ignore[index]

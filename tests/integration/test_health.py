@@ -17,7 +17,7 @@ import pytest
 
 from controller.kube import client as kube
 from devenv.controlplane import REPO_ROOT
-from devenv.processes import tail, wait_for
+from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, conditions_of, interaction, load
 from tests.integration.test_model_backend import FIRST
 from tests.support.openai_server import OpenAIServer, running_openai_server
@@ -99,7 +99,7 @@ def test_a_failure_that_repeats_is_counted_on_one_event(harness: Harness) -> Non
         )
 
     # The harness retries every 0.5 .. 2 s: several failures within seconds.
-    wait_for(counted, 60, 0.5, message=f"{failures()}\n{tail(harness.log)}")
+    wait_for(counted, 60, 0.5, message=lambda: str(failures()), log=harness.log)
     found = failures()
     assert len(found) == 1, [(e["metadata"]["name"], e.get("count")) for e in found]
     event = found[0]
@@ -146,7 +146,7 @@ def test_a_pass_shows_summarizing_while_it_runs(harness: Harness, slow_model: Op
             return True
         return False
 
-    wait_for(summarizing, 30, 0.1, message=tail(harness.log))
+    wait_for(summarizing, 30, 0.1, log=harness.log)
     obj = seen[0]
     found = conditions_of(obj)
     assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]

@@ -421,14 +421,16 @@ def test_replicas_with_clocks_two_minutes_apart_never_run_a_pass_of_one_session_
             lambda: covered(store, expected),
             240,
             0.5,
-            message=f"round {r}: every session covered\n" + operators.logs(),
+            message=f"round {r}: every session covered",
+            log=operators.logs,
         )
     for ns in offsets:
         wait_for(
             lambda ns=ns: all(status_done(ns, s, expected[s]) for s in sessions),
             240,
             0.5,
-            message=f"{ns} Summarized\n" + operators.logs(),
+            message=f"{ns} Summarized",
+            log=operators.logs,
         )
 
     writes = read_writes(operators.journal)

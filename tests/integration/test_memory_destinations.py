@@ -35,7 +35,7 @@ from controller.scheduling import PassScheduler, SchedulerLimits
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable
 from controller.summarizer_parts import SummarizerParts
-from devenv.processes import tail, wait_for
+from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, interaction, load
 from tests.support.url_spellings import spellings
 
@@ -260,7 +260,7 @@ def wait_reason(harness: Harness, kind: str, name: str, ctype: str, reason: str)
         cond = found.get(ctype)
         return cond if cond and cond["reason"] == reason else None
 
-    return wait_for(seen, 90, 0.3, message=f"{kind}/{name} {ctype}={reason}\n{tail(harness.log)}")
+    return wait_for(seen, 90, 0.3, message=f"{kind}/{name} {ctype}={reason}", log=harness.log)
 
 
 def summarizer_object(name: str, body: dict[str, Any]) -> dict[str, Any]:

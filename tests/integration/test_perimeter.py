@@ -135,7 +135,7 @@ def wait_condition(
         cond = conditions(kubectl, kind, name).get(ctype)
         return cond if cond and cond["reason"] == reason else None
 
-    return wait_for(seen, 60, 0.3, message=f"{kind}/{name} {ctype}={reason}\n{tail(log)}")
+    return wait_for(seen, 60, 0.3, message=f"{kind}/{name} {ctype}={reason}", log=log)
 
 
 def everything_shown(kubectl: Callable[..., str], log: Any) -> str:

@@ -355,7 +355,7 @@ def test_one_tenants_patterns_never_stall_another_tenants_sunset(harness: Harnes
             cond = conditions_of(json.loads(out)).get("SpecValid")
             return cond if cond and cond["status"] == "False" else None
 
-        cond = wait_for(shown, 60, 0.3, message=tail(log))
+        cond = wait_for(shown, 60, 0.3, log=log)
         assert cond["reason"] == "InvalidSpec" and "pattern too large" in cond["message"], cond
         assert "spec.redaction.extraPatterns.0.pattern" in cond["message"], cond
         selector = "involvedObject.name=oversized,reason=InvalidSpec"
@@ -368,7 +368,7 @@ def test_one_tenants_patterns_never_stall_another_tenants_sunset(harness: Harnes
             lambda: "InvalidSummarizer" in json.dumps(summaries_in(slow).get(summary)),
             60,
             0.3,
-            message=tail(log),
+            log=log,
         )
     finally:
         stop(proc)

@@ -95,7 +95,7 @@ def test_sigterm_mid_pass_writes_a_checkpoint_releases_the_claim_and_the_next_st
         name, _ = kube.request_summary(NS, "stop-session", trigger="sunset", summarizer="stopping")
         served = len(slow_model.requests_to("/chat/completions"))
         wait_for(lambda: len(slow_model.requests_to("/chat/completions")) >= served + 3, 60, 0.1,
-                 message=tail(log))  # fmt: skip
+                 log=log)  # fmt: skip
         assert claims_of("stop-session"), "the pass holds the session's claim"
         took = sigterm(proc, 30)
     finally:
@@ -113,7 +113,7 @@ def test_sigterm_mid_pass_writes_a_checkpoint_releases_the_claim_and_the_next_st
     # The next start goes on from the checkpoint and finishes.
     with own_operator(harness.cp, NS, tmp_path / "again.log", replica="stopping-op-2"):
         wait_for(lambda: (kube.get_summary(NS, name) or {}).get("status", {}).get("phase")
-                 == "Summarized", 120, 0.5, message=tail(tmp_path / "again.log"))  # fmt: skip
+                 == "Summarized", 120, 0.5, log=tmp_path / "again.log")  # fmt: skip
     done = harness.store("stop-memory", "stop-memory-s").read_summary("stop-session")
     assert isinstance(done, StructuredSummary) and done.memory_count == ROWS
 
@@ -165,7 +165,8 @@ def test_the_leader_releases_its_finalizer_when_it_stops_and_kopfs_old_one_goes_
             lambda: finalizers_of(harness, "final") == [FINALIZER],
             60,
             0.2,
-            message=f"{finalizers_of(harness, 'final')}\n{tail(log)}",
+            message=lambda: str(finalizers_of(harness, "final")),
+            log=log,
         )
     # No operator runs now: nothing would release a finalizer, so none may be left.
     assert finalizers_of(harness, "final") == []
@@ -204,7 +205,7 @@ def test_a_replica_that_joins_never_preempts_the_live_leader(
         env = dict(harness.cp.env(), SSO_REPLICA_ID=replica, SSO_PEERING_LIFETIME="5")
         procs[replica] = start_operator(tmp_path / f"{replica}.log", env, "--namespace", PEERING_NS)
         wait_for(lambda: replica in peering(harness), 60, 0.2,
-                 message=tail(tmp_path / f"{replica}.log"))  # fmt: skip
+                 log=tmp_path / f"{replica}.log")  # fmt: skip
 
     leaders: list[str | None] = []
     try:
@@ -224,7 +225,7 @@ def test_a_replica_that_joins_never_preempts_the_live_leader(
         assert leader_of(peering(harness)) == "old-a"
         stop(procs.pop("old-a"))  # the leader stops: the longest-running replica takes over
         wait_for(lambda: leader_of(peering(harness)) == "new-a", 30, 0.2,
-                 message=f"{peering(harness)}")  # fmt: skip
+                 message=lambda: str(peering(harness)))  # fmt: skip
     finally:
         for proc in procs.values():
             stop(proc)

@@ -634,7 +634,7 @@ def test_objects_in_several_namespaces_naming_one_session_never_write_it_at_once
 
             with ThreadPoolExecutor(len(objects)) as pool:  # all six at the same moment
                 list(pool.map(sunset, objects))
-            wait_for(all_done, 90, 0.5, message=f"round {r} Summarized\n" + reps.logs())
+            wait_for(all_done, 90, 0.5, message=f"round {r} Summarized", log=reps.logs)
     finally:
         reps.stop_all()
 

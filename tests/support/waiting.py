@@ -152,7 +152,7 @@ def measure_waiting(
             done = None
             if finish:
                 done = wait_for(lambda: _done(namespace, waiter), model_latency_s + 120, 0.5,
-                                message=f"B after A\n{tail(log)}")  # fmt: skip
+                                message="B after A", log=log)  # fmt: skip
         finally:
             stop(operator, grace=30)
     # Events are named after their object by our recorder (kopf named its own otherwise).
