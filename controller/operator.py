@@ -7,11 +7,13 @@ import asyncio
 import contextlib
 import ctypes
 import datetime as dt
+import faulthandler
 import gc
 import importlib
 import logging
 import os
 import random
+import signal
 import sys
 import time
 from typing import Any
@@ -284,6 +286,8 @@ def run(argv: list[str] | None = None, *, watch_writes: WriteWatcher | None = No
         standalone=args.standalone, peering=args.peering, namespaces=tuple(namespaces)
     )
     os.environ["POD_ID"] = CONFIG.replica_id  # kopf's peering identity = ours
+    # `kill -USR1 <pid>`: every thread's stack to stderr (docs/operations.md, a hung timer).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Chroma call otherwise
     # kopf logs each timer run that succeeded: every tick of every SessionSummarizer.
     logging.getLogger("kopf.objects").addFilter(quiet_timer_successes)

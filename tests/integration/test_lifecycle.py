@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -54,6 +57,9 @@ def summarizer(name: str, url: str, memory: str, **spec: Any) -> str:
     return json.dumps(body)
 
 
+OPERATOR: list[subprocess.Popen[bytes]] = []  # the module's own operator (stacks on a timeout)
+
+
 @pytest.fixture(scope="module")
 def lifecycle(harness: Harness, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
     """An operator of its own: a 1 s tick, one failure makes an object Failed, and its
@@ -67,7 +73,8 @@ def lifecycle(harness: Harness, tmp_path_factory: pytest.TempPathFactory) -> Ite
         failure_gate="1",
         retry_base_seconds="300",
         retry_max_seconds="600",
-    ):
+    ) as proc:
+        OPERATOR[:] = [proc]
         yield Harness(harness.cp, harness.chroma, log)
 
 
@@ -280,8 +287,12 @@ def marker_report(h: Harness) -> str:
     events = [f"{e['involvedObject']['name']} {e['reason']} x{e.get('count')}: "
               f"{e['message'][:160]}" for e in json.loads(out)["items"]]  # fmt: skip
     status = kube.get_summarizer(NS, "markers") or {}
+    for proc in OPERATOR:  # every thread's stack into its log (controller/operator.py)
+        os.kill(proc.pid, signal.SIGUSR1)
+    time.sleep(2)
+    said = json.dumps(status.get("status"))[:3000]
     return (f"{ignored_sessions(h)} reported\nevents:\n" + "\n".join(events)
-            + f"\nstatus: {json.dumps(status.get('status'))[:3000]}")  # fmt: skip
+            + f"\nstatus: {said}\n" + tail(h.log, 400))  # fmt: skip
 
 
 def test_markers_alone_make_no_object_and_markers_with_memories_at_most_the_stated_rate(
@@ -300,7 +311,7 @@ def test_markers_alone_make_no_object_and_markers_with_memories_at_most_the_stat
     load_fast(store, rows)
     # 1,000 lookups of a session's other memories, 200 a tick: 10 s here; a bound, not a speed.
     wait_for(lambda: ignored_sessions(lifecycle) >= MARKER_ONLY, 300, 1,
-             message=lambda: marker_report(lifecycle), log=lifecycle.log)  # fmt: skip
+             message=lambda: marker_report(lifecycle))  # fmt: skip
     assert ignored_sessions(lifecycle) == MARKER_ONLY
     made = [o for o in summaries_in(NS).values() if o["spec"]["summarizerRef"] == "markers"]
     assert made == [], [o["metadata"]["name"] for o in made]
