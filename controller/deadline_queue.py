@@ -1,5 +1,5 @@
 """The queue every step of a pass waits in (controller/scheduling.py): at most `slots`
-served at once, the earliest deadline first."""
+served at once, the earliest deadline first; queued items are fair between flows."""
 
 from __future__ import annotations
 
@@ -8,10 +8,14 @@ import heapq
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import Generic, Protocol, TypeVar
 
 Item = TypeVar("Item")
+
+# What one served item of a flow adds to the deadlines of the flow's next ones, while the
+# flow has items queued: a flow with a backlog is served in turn with the others.
+FLOW_QUANTUM_S = 1.0
 
 
 class Slot(Protocol):
@@ -28,7 +32,14 @@ class DeadlineQueue(Generic[Item]):
     """At most `slots` served at once; a free slot goes to the waiter with the earliest
     deadline (ties: the one queued first). Two doors: a thread waits for its own turn
     (turn(), a gate around a blocking call), or queues an item that a worker thread takes
-    later (put() and take(), a thread pool's queue)."""
+    later (put() and take(), a thread pool's queue).
+
+    Items are fair between flows (a SessionSummarizer each), as the API server's priority
+    and fairness is between its flows: a queue per flow, and take() serves the flow whose
+    earliest item's deadline, plus FLOW_QUANTUM_S for each item the flow had served since it
+    last had none queued, is earliest. So 200 sunsets of one flow queued before one of
+    another flow hold it back by at most one item per second they were queued earlier, and
+    within a flow the earliest deadline still goes first."""
 
     def __init__(self, slots: int) -> None:
         if slots < 1:
@@ -36,9 +47,12 @@ class DeadlineQueue(Generic[Item]):
         self.slots = slots
         self._free = slots
         self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, Item | None]] = []
+        self._heap: list[tuple[float, int, None]] = []  # turn()'s tickets
         self._order = itertools.count()
         self._closed = False
+        self._flows: dict[Hashable, list[tuple[float, int, Item]]] = {}  # queued items
+        self._served: dict[Hashable, int] = {}  # items served since the flow's queue was empty
+        self._queued = 0
         self._takers = 0  # threads waiting in take()
         self._tickets = 0  # threads waiting in turn()
 
@@ -48,7 +62,7 @@ class DeadlineQueue(Generic[Item]):
         gets a function to call between pieces of its work (_yield_slot): it gives the slot
         up to an earlier deadline waiting for one, or for as long as a pause runs, and
         takes it back in its own turn."""
-        ticket = (deadline, next(self._order), None)
+        ticket: tuple[float, int, None] = (deadline, next(self._order), None)
         with self._cond:
             self._acquire(ticket)
         holding = [True]  # False while a yield gave the slot up and has not taken it back
@@ -58,7 +72,7 @@ class DeadlineQueue(Generic[Item]):
             if holding[0]:
                 self.release()
 
-    def _acquire(self, ticket: tuple[float, int, Item | None]) -> None:
+    def _acquire(self, ticket: tuple[float, int, None]) -> None:
         """Under the condition: waits for the ticket's turn and takes a slot; a wait that
         raises takes its ticket out of the line."""
         heapq.heappush(self._heap, ticket)
@@ -80,7 +94,7 @@ class DeadlineQueue(Generic[Item]):
 
     def _yield_slot(
         self,
-        ticket: tuple[float, int, Item | None],
+        ticket: tuple[float, int, None],
         holding: list[bool],
         pause: Callable[[], object] | None,
     ) -> float:
@@ -105,32 +119,44 @@ class DeadlineQueue(Generic[Item]):
                 holding[0] = True
         return time.monotonic() - began
 
-    def put(self, deadline: float, item: Item) -> bool:
-        """Queues the item; True when more items wait than threads wait in take() (a pool
-        should start a thread, if it may)."""
+    def put(self, deadline: float, item: Item, flow: Hashable = None) -> bool:
+        """Queues the item in its flow; True when more items wait than threads wait in
+        take() (a pool should start a thread, if it may)."""
         with self._cond:
             if self._closed:
                 raise QueueClosed("cannot schedule new work after the queue was closed")
-            heapq.heappush(self._heap, (deadline, next(self._order), item))
+            heapq.heappush(self._flows.setdefault(flow, []), (deadline, next(self._order), item))
+            self._queued += 1
             self._wake()
-            return len(self._heap) > self._takers
+            return self._queued > self._takers
 
     def take(self) -> tuple[float, Item] | None:
-        """The earliest queued item, once a slot is free (the caller release()s it after);
-        None once the queue is closed (close() dropped what was queued)."""
+        """The next queued item (the class doc), once a slot is free (the caller release()s
+        it after); None once the queue is closed (close() dropped what was queued)."""
         with self._cond:
             self._takers += 1
             try:
-                while not (self._heap and self._free) and not self._closed:
+                while not (self._queued and self._free) and not self._closed:
                     self._cond.wait()
             finally:
                 self._takers -= 1
             if self._closed:
                 return None
-            deadline, _, item = heapq.heappop(self._heap)
+            flow = min(self._flows, key=self._turn_of)
+            queued = self._flows[flow]
+            deadline, _, item = heapq.heappop(queued)
+            self._queued -= 1
+            if queued:
+                self._served[flow] = self._served.get(flow, 0) + 1
+            else:
+                del self._flows[flow]
+                self._served.pop(flow, None)
             self._free -= 1
-            assert item is not None
             return deadline, item
+
+    def _turn_of(self, flow: Hashable) -> tuple[float, int]:
+        deadline, order, _ = self._flows[flow][0]
+        return deadline + FLOW_QUANTUM_S * self._served.get(flow, 0), order
 
     def release(self) -> None:
         with self._cond:
@@ -150,15 +176,16 @@ class DeadlineQueue(Generic[Item]):
         """Serves nothing new; returns the items still queued (dropped)."""
         with self._cond:
             self._closed = True
-            dropped = [item for _, _, item in self._heap if item is not None]
-            self._heap = [entry for entry in self._heap if entry[2] is None]
-            heapq.heapify(self._heap)
+            dropped = [item for queued in self._flows.values() for _, _, item in queued]
+            self._flows.clear()
+            self._served.clear()
+            self._queued = 0
             self._cond.notify_all()
             return dropped
 
     def waiting(self) -> int:
         with self._cond:
-            return len(self._heap)
+            return len(self._heap) + self._queued
 
     def holding(self) -> int:
         with self._cond:
@@ -167,4 +194,4 @@ class DeadlineQueue(Generic[Item]):
     def free(self) -> int:
         """Slots no one holds and no queued item is about to take."""
         with self._cond:
-            return max(0, self._free - len(self._heap))
+            return max(0, self._free - len(self._heap) - self._queued)

@@ -17,7 +17,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import Enum
@@ -83,9 +83,11 @@ class _WorkerPool:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
-    def submit(self, deadline: float, fn: Callable[[], T], job: _Job | None = None) -> Future[T]:
+    def submit(
+        self, deadline: float, fn: Callable[[], T], job: _Job | None = None, flow: Hashable = None
+    ) -> Future[T]:
         job = job or _Job(Future(), fn)
-        more_than_waiting_threads = self.queue.put(deadline, job)
+        more_than_waiting_threads = self.queue.put(deadline, job, flow)
         with self._lock:
             alive = sum(t.is_alive() for t in self._threads)
             if more_than_waiting_threads and alive < self.queue.slots:
@@ -187,9 +189,16 @@ class PassScheduler:
         self._firsts_changed = threading.Condition()
 
     def submit(
-        self, deadline: float, fn: Callable[[], T], *, background: bool, first: bool = False
+        self,
+        deadline: float,
+        fn: Callable[[], T],
+        *,
+        background: bool,
+        first: bool = False,
+        flow: Hashable = None,
     ) -> Future[T]:
-        """Runs fn on a worker of its pool, earliest deadline first. A first summary with no
+        """Runs fn on a worker of its pool, earliest deadline first within its flow (its
+        SessionSummarizer), the flows in turn (deadline_queue.py). A first summary with no
         free foreground thread is queued in the first pool too and runs on whichever takes
         it first, so it never waits behind re-summaries."""
         foreground = self.pools["foreground"]
@@ -197,12 +206,12 @@ class PassScheduler:
         if first:
             fn = self._as_first(fn)
         if background:
-            return self.pools["background"].submit(deadline, fn)
+            return self.pools["background"].submit(deadline, fn, flow=flow)
         if first and extra is not None and foreground.queue.free() == 0:
             job = _Job(Future(), fn, once=_Once())
-            foreground.submit(deadline, fn, job)
-            return extra.submit(deadline, fn, job)
-        return foreground.submit(deadline, fn)
+            foreground.submit(deadline, fn, job, flow)
+            return extra.submit(deadline, fn, job, flow)
+        return foreground.submit(deadline, fn, flow=flow)
 
     def _as_first(self, fn: Callable[[], T]) -> Callable[[], T]:
         def run() -> T:

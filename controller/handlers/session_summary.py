@@ -333,7 +333,10 @@ async def summarize(
     with runtime.tracer.ending(trace):  # every attempt's trace ends, however it ends
         try:
             bg, first = parsed.trigger in BACKGROUND_TRIGGERS, slack is Slack.FIRST
-            done = runtime.scheduler.submit(started + slack, job, background=bg, first=first)
+            flow = (namespace, parsed.summarizer_ref)  # served in turn with the others
+            done = runtime.scheduler.submit(
+                started + slack, job, background=bg, first=first, flow=flow
+            )
             outcome = await asyncio.wrap_future(done)
         except ClaimHeld as held:
             metrics.claim_conflict()

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.deadline_queue import DeadlineQueue, QueueClosed
+from controller.deadline_queue import FLOW_QUANTUM_S, DeadlineQueue, QueueClosed
 from controller.scheduling import (
     PassScheduler,
     SchedulerLimits,
@@ -1011,3 +1011,70 @@ def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
     while not cond():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.01)
+
+
+# -- flows: each SessionSummarizer's queue served in turn ---------------------------------
+
+
+def _drain(queue: DeadlineQueue[tuple[str, float, int]]) -> list[tuple[str, float, int]]:
+    out = []
+    while queue.waiting():
+        got = queue.take()
+        assert got is not None
+        out.append(got[1])
+        queue.release()
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abcd"), st.floats(0, 100)), max_size=60))
+def test_every_item_is_served_once_and_each_flow_earliest_deadline_first(
+    puts: list[tuple[str, float]],
+) -> None:
+    queue: DeadlineQueue[tuple[str, float, int]] = DeadlineQueue(1)
+    for i, (flow, deadline) in enumerate(puts):
+        queue.put(deadline, (flow, deadline, i), flow)
+    served = _drain(queue)
+    assert sorted(served, key=lambda x: x[2]) == [(f, d, i) for i, (f, d) in enumerate(puts)]
+    for flow in "abcd":
+        mine = [(d, i) for f, d, i in served if f == flow]
+        assert mine == sorted(mine)  # ties in the order queued
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    backlog=st.integers(1, 300),
+    later_s=st.floats(0, 60),
+    flows=st.integers(1, 4),
+)
+def test_a_flow_with_a_backlog_holds_another_back_by_one_item_per_quantum_it_was_earlier(
+    backlog: int, later_s: float, flows: int
+) -> None:
+    """`backlog` items in each of `flows` busy flows queued at 0, then one of a quiet flow
+    queued later_s after them: it is served after at most flows * (later_s / quantum + 1)
+    of theirs, however long their backlog (first come, first served: after all of them)."""
+    queue: DeadlineQueue[tuple[str, float, int]] = DeadlineQueue(1)
+    for f in range(flows):
+        for i in range(backlog):
+            queue.put(0.0, (f"busy-{f}", 0.0, i), f"busy-{f}")
+    queue.put(later_s, ("quiet", later_s, 0), "quiet")
+    served = [flow for flow, _, _ in _drain(queue)]
+    ahead = served.index("quiet")
+    assert ahead <= flows * (later_s / FLOW_QUANTUM_S + 1)
+    # The busy flows in turn: none gets two ahead of another.
+    firsts = served[: flows * min(backlog, 5)]
+    counts = [firsts.count(f"busy-{f}") for f in range(flows)]
+    assert max(counts) - min(counts) <= 1 + firsts.count("quiet")
+
+
+def test_a_flow_whose_queue_emptied_starts_again_without_its_earlier_turns() -> None:
+    queue: DeadlineQueue[tuple[str, float, int]] = DeadlineQueue(1)
+    for i in range(5):
+        queue.put(0.0, ("a", 0.0, i), "a")
+    assert len(_drain(queue)) == 5
+    queue.put(3.0, ("a", 3.0, 5), "a")
+    queue.put(2.0, ("b", 2.0, 0), "b")
+    queue.put(2.5, ("b", 2.5, 1), "b")
+    # a's five earlier turns count no more (they would put its 3.0 at 8.0, after both of
+    # b's); b's own first turn puts its 2.5 at 3.5, after a's 3.0.
+    assert [x[0] for x in _drain(queue)] == ["b", "a", "b"]
