@@ -230,8 +230,8 @@ async def sweep(
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
-    """The sweep (Swept), the marker scan every tick (SunsetMarkers) and retention, on its
-    own clock."""
+    """The sweep (Swept), retention and the reconciliation's steps, on its own clock (the
+    marker scan has a timer of its own: scan_markers)."""
     assert namespace is not None
     runtime = Runtime.of(memo)
     spec = _validate(body)
@@ -240,8 +240,6 @@ async def sweep(
     now = asked is not None and asked != status.last_handled_probe_request  # summaryctl check
     if now or _probes_due(status, name, namespace, runtime):
         await _probe(body, spec, namespace, name, runtime)
-    if spec.sweep.enabled and status.watermark is not None:
-        await upkeep.marker_scan(body, spec, namespace, name, status.watermark, logger, runtime)
     await upkeep.retention(spec, namespace, name, status, logger, runtime)
     if spec.reconcile.enabled:  # whether or not sweeps are: the backstop of every pass
         await upkeep.reconcile(body, spec, namespace, name, logger, runtime)
@@ -254,6 +252,22 @@ async def sweep(
         await asyncio.to_thread(
             _write_status, namespace, name, lambda st: st.model_copy(update=answered)
         )
+
+
+@kopf.timer(
+    GROUP, VERSION, SUMMARIZER_PLURAL, interval=CONFIG.sweep_tick_seconds, initial_delay=1.0
+)
+async def scan_markers(
+    body: kopf.Body, name: str, namespace: str | None, logger: kopf.Logger, memo: kopf.Memo,
+    **_: Any,
+) -> None:  # fmt: skip
+    """The sunset-marker scan (SunsetMarkers) every tick, after the sweep's watermark. A
+    timer of its own: a sweep that measures hundreds of active sessions on a busy store
+    takes minutes, and a marker is a session that ended, not to wait for it."""
+    assert namespace is not None
+    spec, watermark = _validate(body), _status(body).watermark
+    if spec.sweep.enabled and watermark is not None:
+        await upkeep.marker_scan(body, spec, namespace, name, watermark, logger, Runtime.of(memo))
 
 
 async def _sweep(

@@ -38,6 +38,8 @@ from tests.integration.harness import (
     own_operator,
     summaries_in,
 )
+from tests.support.fact_model import echo_facts
+from tests.support.openai_server import running_openai_server
 
 NS = "lifecycle"
 
@@ -267,11 +269,11 @@ def load_fast(store: MemoryStore, rows: list[tuple[str, str, dict[str, Any]]]) -
         )
 
 
-def ignored_sessions(h: Harness) -> int:
+def ignored_sessions(h: Harness, name: str = "markers") -> int:
     """Sessions the marker scan reported as having no memories besides markers (summed over
     its Events, each of which names the sessions of one scan)."""
     events = json.loads(h.cp.kubectl_run(
-        "-n", NS, "get", "events", "--field-selector", "involvedObject.name=markers", "-o", "json"
+        "-n", NS, "get", "events", "--field-selector", f"involvedObject.name={name}", "-o", "json"
     ).stdout)["items"]  # fmt: skip
     total = 0
     for e in events:
@@ -339,9 +341,42 @@ def test_markers_alone_make_no_object_and_markers_with_memories_at_most_the_stat
     assert all(o["spec"]["trigger"] == "sunset-marker" for o in made)
 
 
-def sweeps_done(h: Harness) -> bool:
-    out = h.cp.kubectl_run("-n", NS, "get", "ssumr", "markers", "-o", "json").stdout
+def sweeps_done(h: Harness, name: str = "markers") -> bool:
+    out = h.cp.kubectl_run("-n", NS, "get", "ssumr", name, "-o", "json").stdout
     return (json.loads(out).get("status") or {}).get("watermark") is not None
+
+
+def test_sunset_markers_are_not_held_back_by_a_sweep_that_gives_way_to_a_long_first_summary(
+    lifecycle: Harness,
+) -> None:
+    """While a first summary runs, the sweep gives way before each session it measures (up
+    to 1 s each: PassScheduler.give_way), so with a model that takes minutes to answer a
+    sweep over 200 active sessions takes minutes. The marker scan has a timer of its own and
+    goes on every tick: 1,000 marker-only sessions (200 a scan) are reported in seconds. With
+    the scan in the sweep's timer, the rest waited for that sweep (CI: 300 s, too few)."""
+    with running_openai_server(responder=echo_facts, latency_seconds=240) as model:
+        slow = lifecycle.store("slow-memory", "slow-memory-s")
+        now = int(time.time() * 1000)
+        load(slow, [interaction("slow-first", 0, now - 60_000, "A long first summary.")])
+        llm = {"backend": "openai", "baseUrl": model.base_url, "model": "test-chat",
+               "timeoutSeconds": 300}  # fmt: skip
+        apply(lifecycle, summarizer("slow", lifecycle.chroma.url, "slow-memory",
+                                    sweep={"enabled": False}, model=llm))  # fmt: skip
+        kube.request_summary(NS, "slow-first", trigger="sunset", summarizer="slow")
+        wait_for(lambda: model.requests_to("/chat/completions"), 60, 0.2, log=lifecycle.log)
+
+        store = lifecycle.store("held-memory", "held-memory-s")
+        load(store, [interaction("held-seed", 0, now - 60_000, "seed")])
+        sweep = {"enabled": True, "intervalSeconds": 5, "idleSeconds": 3600}
+        apply(lifecycle, summarizer("held", lifecycle.chroma.url, "held-memory", sweep=sweep))
+        wait_for(lambda: sweeps_done(lifecycle, "held"), 60, 0.5, log=lifecycle.log)
+        ts = int(time.time() * 1000)
+        load_fast(store, [marker(f"held-{i:04d}", ts + i, i) for i in range(1000)])
+        wait_for(lambda: ignored_sessions(lifecycle, "held") >= 1000, 90, 1,
+                 message=lambda: f"{ignored_sessions(lifecycle, 'held')} reported",
+                 log=lifecycle.log)  # fmt: skip
+        # The first summary was running all along (so the sweep was giving way).
+        assert phase_of(summary_object_name("slow-first")) != "Summarized"
 
 
 # -- the sweep's and the marker scan's patches -------------------------------------------
