@@ -55,7 +55,7 @@ from devenv.bench import (
 )
 from devenv.controlplane import REPO_ROOT
 from devenv.operator import LOOPBACK_MODELS
-from devenv.processes import spawn, stop, tail, wait_for
+from devenv.processes import spawn, stop, wait_for
 from tests.support.fact_model import echo_facts, fact_memory
 from tests.support.openai_server import running_openai_server
 
@@ -178,7 +178,7 @@ def main() -> int:
                 return phase(sid) == "Summarized"
 
             kube.request_summary(ns, "warm-up", trigger="sunset")  # NotFound: loads the model
-            wait_for(lambda: phase("warm-up"), 120, 0.2, message="warm-up\n" + tail(log))
+            wait_for(lambda: phase("warm-up"), 120, 0.2, message="warm-up", log=log)
             time.sleep(1)
             start = int(time.time() * 1000)
             pass_s = []

@@ -1021,7 +1021,7 @@ def test_the_operator_with_the_chart_service_account_does_its_whole_job(
         # activeReplica is the peering reporter's: written a poll after kopf registers.
         return obj if (obj.get("status") or {}).get("activeReplica") else None
 
-    summarizer = wait_for(summarizer_with_leader, 30, 0.3, message="activeReplica\n" + tail(op.log))
+    summarizer = wait_for(summarizer_with_leader, 30, 0.3, message="activeReplica", log=op.log)
     # The sweep timer's finalizer: why the chart keeps this object on helm uninstall.
     assert "memorycore.io/session-summary-operator" in summarizer["metadata"]["finalizers"]
     status = summarizer["status"]

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client, config, watch
 
 from devenv.controlplane import ControlPlane
-from devenv.processes import spawn, stop, tail, wait_for
+from devenv.processes import spawn, stop, wait_for
 
 WIDGET_CRD = textwrap.dedent(
     """
@@ -207,7 +207,7 @@ def test_a_kopf_operator_reacts_to_a_create_and_patches_status(
             ).stdout
             return out == "size-4"
 
-        wait_for(status_seen, 60, 0.5, message="kopf to patch status\n" + tail(log))
+        wait_for(status_seen, 60, 0.5, message="kopf to patch status", log=log)
     finally:
         assert stop(proc) is not None
     assert proc.poll() is not None

@@ -154,7 +154,7 @@ def test_a_rebuild_applied_with_kubectl_replaces_the_text_of_deleted_memories(
     """)
     harness.kubectl("apply", "-f", "-", input=manifest)
     rebuilt = wait_for(
-        lambda: events(harness, sid, "Rebuilt"), 60, 0.3, message="Rebuilt\n" + tail(harness.log)
+        lambda: events(harness, sid, "Rebuilt"), 60, 0.3, message="Rebuilt", log=harness.log
     )
     assert "field manager kubectl" in rebuilt[0]["message"], rebuilt[0]["message"]
     print(f"Event Rebuilt: {rebuilt[0]['message']}")
@@ -277,10 +277,10 @@ def test_with_no_sunset_the_reconciliation_drops_the_facts_of_deleted_memories(
     def stored() -> str:
         return json.dumps(store.stored_summary(sid))
 
-    wait_for(lambda: kept in stored(), 60, 0.5, message="the sweep's summary\n" + tail(harness.log))
+    wait_for(lambda: kept in stored(), 60, 0.5, message="the sweep's summary", log=harness.log)
     assert gone in stored()
     store.memories().delete(ids=[rows[0][0]])
     # The next walk starts at most 60 s after the last one ended, reads 2 rows, and asks for
     # a pass: within 60 s + a few sweep ticks + the pass.
-    wait_for(lambda: gone not in stored(), 100, 1, message="the walk's pass\n" + tail(harness.log))
+    wait_for(lambda: gone not in stored(), 100, 1, message="the walk's pass", log=harness.log)
     assert kept in stored()

@@ -88,7 +88,7 @@ def test_a_pass_that_reads_the_memories_clears_a_stale_missing_collection(
     def swept() -> dict[str, Any] | None:
         return conditions_of(summarizer(harness, name)).get("Swept")
 
-    missing = wait_for(swept, 60, 0.5, message="the first sweep\n" + tail(harness.log))
+    missing = wait_for(swept, 60, 0.5, message="the first sweep", log=harness.log)
     assert (missing["status"], missing["reason"]) == ("False", "MemoryCollectionNotFound")
     sid = f"{name}-session"
     load(harness.store(memory, sessions), [interaction(sid, 0, int(time.time() * 1000), "Go.")])

@@ -23,7 +23,7 @@ from controller.core.summary_row import READER_ROW_KEYS
 from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.pipeline import summarize_session
 from controller.store.memory_store import MemoryStore
-from devenv.processes import tail, wait_for
+from devenv.processes import wait_for
 from tests.integration.harness import Harness, interaction, load, summarizer_yaml
 from tests.support.previous_release import LEGACY_FENCE_KEY, rewrite_as_previous_release
 
@@ -228,9 +228,9 @@ def test_with_every_memory_deleted_the_reconciliation_deletes_the_row_and_its_en
     def kept() -> bool:
         return store.stored_summary(sid) is not None
 
-    wait_for(kept, 60, 0.5, message="the sweep's summary\n" + tail(harness.log))
+    wait_for(kept, 60, 0.5, message="the sweep's summary", log=harness.log)
     store.memories().delete(ids=[r[0] for r in rows])
     # The next walk starts at most 60 s after the last one ended, and asks for a pass.
-    wait_for(lambda: not kept(), 120, 1, message="the walk's pass\n" + tail(harness.log))
+    wait_for(lambda: not kept(), 120, 1, message="the walk's pass", log=harness.log)
     assert store.ledger().get(where={"sessionId": sid})["ids"] == []
     harness.kubectl("delete", "ssumr", "all-gone", "--wait=false")

@@ -10,7 +10,7 @@ from typing import Any
 
 from controller.core.document import DOCUMENT_MAX_CHARS, LEGACY_HEADING
 from controller.core.naming import summary_object_name
-from devenv.processes import tail, wait_for
+from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
 
 TRACEBACK = textwrap.dedent("""\
@@ -163,7 +163,7 @@ def test_memories_with_unreadable_timestamps_are_reported(harness: Harness) -> N
         )
         return list(json.loads(out)["items"])
 
-    events = wait_for(warned, 30, 0.3, message="UnreadableMemories Event\n" + tail(harness.log))
+    events = wait_for(warned, 30, 0.3, message="UnreadableMemories Event", log=harness.log)
     message = events[0]["message"]
     assert events[0]["type"] == "Warning" and "of the session's 2 memories, 1 with one" in message
 

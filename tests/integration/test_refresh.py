@@ -12,7 +12,7 @@ from typing import Any
 
 from controller.core.naming import summary_object_name
 from controller.core.row_ownership import document_digest
-from devenv.processes import tail, wait_for
+from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
 
 MEMORY, SESSIONS = "refresh-memory", "refresh-sessions"
@@ -82,7 +82,7 @@ def test_a_growing_active_session_is_refreshed_once_per_threshold_never_faster_t
     )
 
     # 1. The first sweep refreshes the busy session although it is active.
-    first = wait_for(lambda: row(harness, busy), 60, 0.3, message="refresh\n" + tail(harness.log))
+    first = wait_for(lambda: row(harness, busy), 60, 0.3, message="refresh", log=harness.log)
     document, meta = first
     assert meta["triggerSource"] == "refresh" and meta["memoryCount"] == 3
     assert "## References" in document and "`src/refresh/step_2.py`" in document
@@ -107,7 +107,7 @@ def test_a_growing_active_session_is_refreshed_once_per_threshold_never_faster_t
             return got[1]
         return None
 
-    second = wait_for(refreshed_again, 60, 0.2, message="second refresh\n" + tail(harness.log))
+    second = wait_for(refreshed_again, 60, 0.2, message="second refresh", log=harness.log)
     assert second["triggerSource"] == "refresh" and second["memoryCount"] == 6
     assert second["summarizedAt"] - first_at >= MIN_REFRESH_S * 1000
     # Every reference of the first summary is still there, the new ones after them.

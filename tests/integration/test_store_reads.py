@@ -26,7 +26,7 @@ from controller.store.errors import (
 from controller.store.memory_store import MemoryStore
 from controller.store.row_writes import RowWrite
 from controller.upsert import write_alone
-from devenv.processes import tail, wait_for
+from devenv.processes import wait_for
 from devenv.serving import serving
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
 
@@ -362,7 +362,7 @@ def test_a_sunset_with_a_typo_in_the_memory_collection_creates_no_collection(
             cond = conds.get("Summarized")
             return cond if cond and cond["status"] == "False" else None
 
-        cond = wait_for(failed, 60, 0.3, message="Summarized False\n" + tail(harness.log))
+        cond = wait_for(failed, 60, 0.3, message="Summarized False", log=harness.log)
         assert typo not in collections(harness)  # the pass read it; nothing created it
         assert cond["reason"] == "MemoryCollectionNotFound" and typo in cond["message"]
     finally:

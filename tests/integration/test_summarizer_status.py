@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from devenv.processes import tail, wait_for
+from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, summarizer_yaml
 
 OWNED = {
@@ -69,7 +69,8 @@ def test_several_summarizers_each_keep_every_condition_across_sweeps(harness: Ha
         swept_twice_with_all_conditions,
         90,
         0.5,
-        message="two sweeps per summarizer with all seven conditions\n" + tail(harness.log),
+        message="two sweeps per summarizer with all seven conditions",
+        log=harness.log,
     )
     for name in names:
         conds = conditions(harness, name)
@@ -101,7 +102,7 @@ def test_a_memory_collection_typo_fails_the_sweep_with_a_condition_naming_it(
     def swept() -> dict[str, Any] | None:
         return conditions(harness, "status-typo").get("Swept")
 
-    cond = wait_for(swept, 60, 0.5, message="Swept on status-typo\n" + tail(harness.log))
+    cond = wait_for(swept, 60, 0.5, message="Swept on status-typo", log=harness.log)
     assert (cond["status"], cond["reason"]) == ("False", "MemoryCollectionNotFound")
     assert "neo-agnet-memory" in cond["message"]
     assert conditions(harness, "status-typo")["StoreReachable"]["status"] == "True"
