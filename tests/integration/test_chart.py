@@ -1043,7 +1043,7 @@ def test_the_operator_with_the_chart_service_account_does_its_whole_job(
     assert summarized and float(summarized.group(1)) >= 2
     # The gauge follows the peering object, polled every few seconds: eventually 1 here.
     active = f'session_summary_active_replica{{replica="{LP_REPLICA}"}} 1.0'
-    wait_for(lambda: active in op.metrics(), 30, 0.5, message=f"{active}\n{tail(op.log)}")
+    wait_for(lambda: active in op.metrics(), 30, 0.5, message=f"{active}", log=op.log)
     with urllib.request.urlopen(f"http://127.0.0.1:{op.health_port}/healthz", timeout=5) as r:
         assert r.status == 200
 

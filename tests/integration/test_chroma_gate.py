@@ -31,7 +31,7 @@ from controller.store.errors import StoreUnavailable
 from controller.store.memory_store import MemoryStore
 from devenv.chroma import ChromaServer
 from devenv.controlplane import REPO_ROOT, free_port
-from devenv.processes import spawn, stop, tail, wait_for
+from devenv.processes import spawn, stop, wait_for
 
 TOKEN = "gate-token-Zq81"
 
@@ -59,7 +59,7 @@ def gate(chroma_server: ChromaServer, tmp_path_factory: pytest.TempPathFactory) 
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: status(url + "/readyz") == 200, 30, 0.2, message=tail(log))
+        wait_for(lambda: status(url + "/readyz") == 200, 30, 0.2, log=log)
         yield Gate(url, log)
     finally:
         stop(proc)
@@ -214,7 +214,7 @@ def test_readiness_follows_chroma(chroma_server: ChromaServer, tmp_path: Path) -
     )  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: status(url + "/healthz") == 200, 30, 0.2, message=tail(log))
+        wait_for(lambda: status(url + "/healthz") == 200, 30, 0.2, log=log)
         assert status(url + "/readyz") == 503
         body = json.dumps({"name": "x"}).encode()
         req = urllib.request.Request(
@@ -264,7 +264,7 @@ def test_forwarding_is_bounded_and_the_store_client_hears_the_gates_answer(
     )  # fmt: skip
     try:
         url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: status(url + "/healthz") == 200, 30, 0.2, message=tail(log))
+        wait_for(lambda: status(url + "/healthz") == 200, 30, 0.2, log=log)
         started = time.monotonic()
         with pytest.raises(StoreUnavailable) as refused:
             connect(StoreLocation(url=url, token=TOKEN, timeout_seconds=3))

@@ -178,7 +178,7 @@ def test_a_fixed_summarizer_asks_its_failed_objects_again_at_once(lifecycle: Har
     broken = kube.request_summary(NS, "fix-me", trigger="sunset", summarizer="fixable")[0]
     waiting = kube.request_summary(NS, "fix-later", trigger="sunset", summarizer="later")[0]
     load(store, [interaction("fix-later", 0, int(time.time() * 1000) - 5000, "Later.")])
-    wait_for(lambda: phase_of(broken) == "Failed", 60, 0.2, message=tail(lifecycle.log))
+    wait_for(lambda: phase_of(broken) == "Failed", 60, 0.2, log=lifecycle.log)
     reasons = conditions_of(kube.get_summary(NS, broken) or {})
     assert reasons["Summarized"]["reason"] == "MemoryCollectionNotFound"
     assert reasons["Stalled"]["status"] == "True"
@@ -307,7 +307,7 @@ def test_markers_alone_make_no_object_and_markers_with_memories_at_most_the_stat
              "markerRequestsPerMinute": RATE}  # fmt: skip
     apply(lifecycle, summarizer("markers", lifecycle.chroma.url, "mark-memory", sweep=sweep))
     # The marker scan starts once the first sweep has a watermark.
-    wait_for(lambda: sweeps_done(lifecycle), 60, 0.5, message=tail(lifecycle.log))
+    wait_for(lambda: sweeps_done(lifecycle), 60, 0.5, log=lifecycle.log)
     ts = int(time.time() * 1000)
     rows = [marker(f"only-markers-{i:04d}", ts + i, i) for i in range(MARKER_ONLY)]
     load_fast(store, rows)

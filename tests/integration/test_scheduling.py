@@ -16,7 +16,7 @@ from pathlib import Path
 
 from controller.kube import client as kube
 from devenv.operator import start_operator
-from devenv.processes import stop, tail, wait_for
+from devenv.processes import stop, wait_for
 from tests.integration.harness import Harness, interaction, load
 
 NS = "sched"
@@ -71,14 +71,12 @@ def test_a_session_that_just_ended_goes_ahead_of_queued_re_summaries(
     try:
         # Every AGAIN session has a summary: its next sunset is a re-summary.
         _request_all(AGAIN)
-        wait_for(lambda: _summarized(AGAIN), 120, 0.3, message=f"first round\n{tail(log)}")
+        wait_for(lambda: _summarized(AGAIN), 120, 0.3, message="first round", log=log)
         load(store, [interaction(s, 2, base + 2, f"Step 2 of {s}.") for s in AGAIN])
         written_before = len(journal.read_text().splitlines())
         _request_all(AGAIN)  # 40 re-summaries queued for the one worker ...
         kube.request_summary(NS, FIRST, trigger="sunset")  # ... then a session ends
-        wait_for(
-            lambda: _summarized([*AGAIN, FIRST]), 120, 0.3, message=f"second round\n{tail(log)}"
-        )
+        wait_for(lambda: _summarized([*AGAIN, FIRST]), 120, 0.3, message="second round", log=log)
     finally:
         stop(proc)
     records = [json.loads(line) for line in journal.read_text().splitlines()[written_before:]]

@@ -131,7 +131,7 @@ def test_a_pass_that_cannot_stop_in_time_is_abandoned_at_the_bound(
         proc = start_operator(log, env, "--standalone", "--namespace", NS)
         try:
             kube.request_summary(NS, "hung-session", trigger="sunset", summarizer="hung")
-            wait_for(lambda: hung.requests_to("/chat/completions"), 60, 0.1, message=tail(log))
+            wait_for(lambda: hung.requests_to("/chat/completions"), 60, 0.1, log=log)
             took = sigterm(proc, 30)
         finally:
             stop(proc)

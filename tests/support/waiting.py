@@ -25,7 +25,7 @@ from controller.store.memory_store import MemoryStore
 from devenv.audit import ON_A_CLOCK, by_call, requests
 from devenv.controlplane import ControlPlane
 from devenv.operator import LOOPBACK_MODELS
-from devenv.processes import spawn, stop, tail, wait_for
+from devenv.processes import spawn, stop, wait_for
 from tests.support.openai_server import running_openai_server
 
 SESSION = "waiting-session"
@@ -141,7 +141,7 @@ def measure_waiting(
                 "spec": {"sessionId": SESSION, "trigger": "sunset"},
             }
             cp.kubectl_run("apply", "-f", "-", input=json.dumps(owner))
-            wait_for(lambda: _claimed(cp), 120, 0.2, message=f"A's claim\n{tail(log)}")
+            wait_for(lambda: _claimed(cp), 120, 0.2, message="A's claim", log=log)
             start = int(time.time() * 1000)
             waiter, _ = kube.request_summary(namespace, SESSION, trigger="sunset")
             time.sleep(max(0.0, start / 1000 + wait_s - time.time()))
