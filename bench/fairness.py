@@ -23,6 +23,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # `python bench/fairness.py` from the repository root
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -49,20 +50,20 @@ QUICK_RUNS: QuickRuns = [
 BUSY, QUIET = "fair-busy", "fair-quiet"
 
 
-def summarized(ns: str, sid: str) -> bool:
-    obj = kube.get_summary(ns, summary_object_name(sid)) or {}
+def settled(obj: dict[str, Any]) -> bool:
+    """Summarized at the object's current generation."""
     st = obj.get("status") or {}
     done = st.get("observedGeneration") == (obj.get("metadata") or {}).get("generation")
     return bool(done and st.get("phase") == "Summarized")
 
 
+def summarized(ns: str, sid: str) -> bool:
+    return settled(kube.get_summary(ns, summary_object_name(sid)) or {})
+
+
 def done_in(ns: str) -> int:
     """Objects of the namespace Summarized (one list request)."""
-    return sum(
-        (o.get("status") or {}).get("phase") == "Summarized"
-        and o["status"].get("observedGeneration") == o["metadata"].get("generation")
-        for o in kube.iter_summaries(ns)
-    )
+    return sum(settled(o) for o in kube.iter_summaries(ns))
 
 
 def sunset(ns: str, sid: str) -> float:

@@ -75,9 +75,9 @@ async def marker_scan(
 
     try:
         markers = await asyncio.to_thread(scan)
-    except STORE_ERRORS as exc:
-        logger.warning("marker scan skipped: %s", one_line(exc, 300))
-    except ApiException as exc:  # never in the way of the sweep below
+    except STORE_ERRORS as exc:  # every tick while the store is out: the sweep reports it
+        logger.debug("marker scan skipped: %s", one_line(exc, 300))
+    except ApiException as exc:  # the next tick scans again
         logger.warning("marker scan failed: API %s: %s", exc.status, one_line(exc.reason, 300))
     else:
         report = MarkerScanReport.of(
