@@ -150,6 +150,9 @@ async def configure(
         settings.watching.chunk_size = CONFIG.list_chunk_size
     settings.queueing.idle_timeout = CONFIG.worker_idle_seconds
     settings.peering.lifetime = CONFIG.peering_lifetime
+    # A deleted summarizer keeps its finalizer until its timers return (a store call in a
+    # thread is not cancelled); kopf looks again after this, 60 s by default.
+    settings.background.cancellation_polling = 1.0
     # kopf may retry this handler: start each thing once.
     if CONFIG.metrics_port > 0 and runtime.metrics_server is None:
         runtime.metrics_server = start_metrics_server(CONFIG.metrics_port, CONFIG.metrics_address)

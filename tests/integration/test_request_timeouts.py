@@ -11,14 +11,17 @@ TCP listener that never answers, and the real Kubernetes client pointed at it.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -34,6 +37,8 @@ from controller.store.memory_store import MemoryStore
 from controller.store.row_writes import RowWrite
 from controller.upsert import write_alone
 from devenv.chroma import ChromaServer, running_chroma
+from devenv.processes import wait_for
+from tests.integration.harness import NS, Harness, conditions_of, own_operator, summarizer_yaml
 
 TIMEOUT_S = 1.0
 # Without a bound the calls below never return; with it they return after about TIMEOUT_S.
@@ -71,12 +76,12 @@ def frozen(server: ChromaServer) -> Iterator[None]:
 
 
 @contextmanager
-def silent_listener() -> Iterator[str]:
-    """A TCP port that accepts connections and never sends a byte."""
+def silent_listener(held: list[socket.socket] | None = None) -> Iterator[str]:
+    """A TCP port that accepts connections (into `held`) and never sends a byte."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
-    held: list[socket.socket] = []
+    held = [] if held is None else held
     stop = threading.Event()
 
     def accept() -> None:
@@ -261,3 +266,46 @@ def test_a_silent_apiserver_fails_a_kubernetes_call(
                 assert read_s * 0.9 <= elapsed < read_s * 2.5, elapsed
         finally:
             kube.api_client.cache_clear()
+
+
+def test_deleting_a_summarizer_whose_timer_waits_on_a_silent_store_ends_when_it_returns(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """kopf removes a deleted SessionSummarizer's finalizer once its timers have returned:
+    it looks again when the object changes, or after settings.background.cancellation_polling
+    (kopf's default: 60 s). A timer whose store call ends without a status write (the
+    authority record's renewal) on a store that never answers is in that call for
+    spec.store.timeoutSeconds (10 s here; a thread is not cancelled): the deletion ends soon
+    after the call returns, not a minute later."""
+    ns, name = f"deleting-{uuid.uuid4().hex[:6]}", "silent"
+    held: list[socket.socket] = []
+    log = tmp_path / "operator.log"
+    # Renewal every second; no probe after the first, which writes a status when it ends.
+    settings = {"claim_renew_seconds": "1", "embedding_reprobe_seconds": "3600"}
+    with silent_listener(held) as url, own_operator(harness.cp, ns, log, **settings):
+        spec = summarizer_yaml(name, url).replace(f"namespace: {NS}}}", f"namespace: {ns}}}")
+        spec = spec.replace(
+            "summaryCollection: neo-agent-sessions}",
+            "summaryCollection: neo-agent-sessions, timeoutSeconds: 10}",
+        )
+        assert "timeoutSeconds: 10" in spec and ns in spec
+        harness.cp.kubectl_run("apply", "-f", "-", input=spec)
+
+        def reachable() -> str | None:
+            got = json.loads(
+                harness.cp.kubectl_run("-n", ns, "get", "ssumr", name, "-o", "json").stdout
+            )
+            return conditions_of(got).get("StoreReachable", {}).get("status")
+
+        wait_for(lambda: reachable() == "False", 90, interval=0.5, message="a probe", log=log)
+        # A new connection now is a renewal's, which waits out its timeout from here.
+        calls = len(held)
+        wait_for(lambda: len(held) > calls, 60, message="a renewal", log=log)
+        harness.cp.kubectl_run("-n", ns, "delete", "ssumr", name, "--wait=false")
+
+        def gone() -> bool:
+            got = harness.cp.kubectl_run("-n", ns, "get", "ssumr", name, check=False)
+            return got.returncode != 0 and "NotFound" in got.stderr
+
+        # The call's 10 s and a margin for a loaded machine; kopf's default alone is 60 s.
+        wait_for(gone, 40, interval=0.5, message=f"{name} gone", log=log)

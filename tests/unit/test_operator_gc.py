@@ -38,7 +38,9 @@ def test_what_lives_at_the_start_leaves_every_generation(frozen: None) -> None:
     kept, _ = cycle()
     assert tracked(kept)
     count = freeze_startup_objects()
-    assert count >= 1 and count == gc.get_freeze_count()
+    # Frozen objects still die by refcount (another thread may free some at any time): the
+    # permanent generation only shrinks after the freeze.
+    assert count >= 1 and 0 < gc.get_freeze_count() <= count
     # What the first calls import is imported and frozen too: a name here that a release
     # of the kubernetes client, httpx or pydantic renames fails here, not at a pause.
     assert all(sys.modules.get(name) is not None for name in FIRST_CALLS_IMPORT)
