@@ -281,8 +281,12 @@ def test_deleting_a_summarizer_whose_timer_waits_on_a_silent_store_ends_when_it_
     held: list[socket.socket] = []
     log = tmp_path / "operator.log"
     # Renewal every second; no probe after the first, which writes a status when it ends.
-    settings = {"claim_renew_seconds": "1", "embedding_reprobe_seconds": "3600"}
-    with silent_listener(held) as url, own_operator(harness.cp, ns, log, **settings):
+    with (
+        silent_listener(held) as url,
+        own_operator(
+            harness.cp, ns, log, claim_renew_seconds="1", embedding_reprobe_seconds="3600"
+        ),
+    ):
         spec = summarizer_yaml(name, url).replace(f"namespace: {NS}}}", f"namespace: {ns}}}")
         spec = spec.replace(
             "summaryCollection: neo-agent-sessions}",
