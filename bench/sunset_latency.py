@@ -12,12 +12,13 @@ Sessions are sunset one at a time so each figure is the latency of an idle syste
 
 Last line: sunset_latency p50_ms=<n> p99_ms=<n>
 
---under-load: the same while 100 other sessions (--others) are re-summarized continuously
-(the sunsets start once the others' first summaries are written: the first round is 100
-first summaries at once, a burst of sunsets, not a backlog) and a sweep every 5 s finds a
-backlog of 500 unsummarized sessions (--backlog); afterwards
-it waits for the whole backlog and prints its drain time. Last line:
-sunset_latency_under_load p50_ms=<n> p99_ms=<n>
+--under-load: first N sunsets of other sessions with the same operator idle (its idle p99),
+then the same while 100 other sessions (--others) are re-summarized continuously (the
+sunsets start once the others' first summaries are written: the first round is 100 first
+summaries at once, a burst of sunsets, not a backlog) and a sweep every 5 s finds a backlog
+of 500 unsummarized sessions (--backlog), loaded after the idle sunsets; afterwards it waits
+for the whole backlog and prints its drain time. Last line (ratio: p99 under load / idle):
+sunset_latency_under_load p50_ms=<n> p99_ms=<n> idle_p99_ms=<n> ratio=<x>
 
 --marker: the sunset is a sunset marker memory written straight into Chroma (what an agent
 without Kubernetes credentials does: docs/agents.md), found by the sweep's marker scan.
@@ -76,7 +77,10 @@ NS = "bench"  # and bench-load, bench-marker: each mode its own
 # last line has the format documented above (docs/benchmarks.md, "Quick mode").
 QUICK_RUNS: QuickRuns = [
     ([], "sunset_latency p50_ms=<n> p99_ms=<n>"),
-    (["--under-load"], "sunset_latency_under_load p50_ms=<n> p99_ms=<n>"),
+    (
+        ["--under-load"],
+        "sunset_latency_under_load p50_ms=<n> p99_ms=<n> idle_p99_ms=<n> ratio=<x>",
+    ),
     (["--marker"], "sunset_marker_latency p50_ms=<n> p99_ms=<n>"),
 ]
 
@@ -196,10 +200,13 @@ def main() -> int:
         base = SAMPLE_SESSIONS[1]
         turns = (base.turns * ((args.memories // len(base.turns)) + 1))[: args.memories]
         session_ids = [f"bench-{i:04d}" for i in range(args.sessions)]
+        # Under load: as many sessions sunset first with the operator idle, in the same run.
+        # The first is not measured: it meets the operator's start (the embedder's load).
+        idle_ids = [f"idle-{i:04d}" for i in range(args.sessions + 1)] if args.under_load else []
         now_ms = int(time.time() * 1000)
         start_ms = now_ms - 86_400_000
         ids, docs, metas = [], [], []
-        for i, sid in enumerate(session_ids):
+        for i, sid in enumerate(session_ids + idle_ids):
             session = SampleSession(sid, base.agent, base.model, tuple(turns), base.tools)
             # Under load the measured sessions are just ending (their newest memory is
             # seconds old), as at a real sunset: the sweep leaves active sessions alone
@@ -213,8 +220,9 @@ def main() -> int:
         store.add_memories(ids, docs, metas, create=True)
         store.summaries(create=True)
         others = [f"other-{i:03d}" for i in range(args.others)]
-        if args.under_load:
-            backlog = [f"backlog-{i:03d}" for i in range(args.backlog)]
+        backlog = [f"backlog-{i:03d}" for i in range(args.backlog if args.under_load else 0)]
+
+        def load_backlog() -> None:
             rows = [
                 r
                 for i, sid in enumerate(backlog)
@@ -228,7 +236,9 @@ def main() -> int:
                 f"loaded a backlog of {len(backlog)} unsummarized sessions for the sweep",
                 file=sys.stderr,
             )
-        print(f"loaded {len(ids)} memories in {args.sessions} sessions", file=sys.stderr)
+
+        loaded = len(session_ids) + len(idle_ids)
+        print(f"loaded {len(ids)} memories in {loaded} sessions", file=sys.stderr)
 
         log = work / "operator.log"
         # Each pass's trace goes to the receiver: the phases of the p50 and p99 sunsets.
@@ -243,10 +253,10 @@ def main() -> int:
         operator = start_operator(
             log, op_env, "--standalone", "--namespace", ns, cwd=args.operator_src
         )
-        operator_started = time.monotonic()
         drained: list[str] = []  # the backlog's line (under load)
         latencies: list[float] = []
         started_ns: list[int] = []  # each sunset's start, on the wall clock
+        idle: list[float] = []  # under load: the idle sunsets' latencies, first
         stop_load = threading.Event()
         load_rounds = [0]
 
@@ -305,29 +315,14 @@ def main() -> int:
             obj = kube.get_summarizer(ns, "default") or {}
             return (obj.get("status") or {}).get("watermark") is not None
 
-        loader = threading.Thread(target=background_load, daemon=True)
-        try:
-            time.sleep(3)  # the operator's initial list/watch
-            if args.under_load:
-                loader.start()
-                # The others' first round is 100 first summaries at once, ranked with a
-                # sunset: the sunsets start once it is done, beside re-summaries as documented.
-                wait_for(
-                    lambda: load_rounds[0] >= 2,
-                    args.timeout * 10,
-                    0.2,
-                    message="the others' first summaries",
-                    log=log,
-                )
-            if args.marker:
-                # The marker scan reads from the sweep's watermark, set by the first sweep.
-                wait_for(swept_once, 60, 0.2, message="the first sweep", log=log)
-            for n, sid in enumerate(session_ids, 1):
+        def measure(sids: list[str], into: list[float], started: list[int]) -> None:
+            """Sunsets each session in turn, each timed to its row in Chroma."""
+            for n, sid in enumerate(sids, 1):
                 if args.marker:
                     time.sleep(jitter.uniform(0, tick))  # a random moment of the tick
                 t0 = time.monotonic()
                 wall0_ms = int(time.time() * 1000)
-                started_ns.append(time.time_ns())
+                started.append(time.time_ns())
                 if args.marker:
                     write_marker(sid, wall0_ms)
                     name = summary_object_name(sid)
@@ -344,9 +339,32 @@ def main() -> int:
                             f"{json.dumps(obj.get('status'))}\n{tail(log)}"
                         )
                     time.sleep(POLL_S)
-                latencies.append((time.monotonic() - t0) * 1000)
+                into.append((time.monotonic() - t0) * 1000)
                 if n % 20 == 0:
-                    print(f"  {n}/{len(session_ids)} sessions", file=sys.stderr)
+                    print(f"  {n}/{len(sids)} sessions", file=sys.stderr)
+
+        loader = threading.Thread(target=background_load, daemon=True)
+        try:
+            time.sleep(3)  # the operator's initial list/watch
+            if args.under_load:
+                measure(idle_ids, idle, [])  # this run's idle p99: nothing else in flight yet
+                del idle[0]
+                load_backlog()
+                backlog_loaded = time.monotonic()
+                loader.start()
+                # The others' first round is 100 first summaries at once, ranked with a
+                # sunset: the sunsets start once it is done, beside re-summaries as documented.
+                wait_for(
+                    lambda: load_rounds[0] >= 2,
+                    args.timeout * 10,
+                    0.2,
+                    message="the others' first summaries",
+                    log=log,
+                )
+            if args.marker:
+                # The marker scan reads from the sweep's watermark, set by the first sweep.
+                wait_for(swept_once, 60, 0.2, message="the first sweep", log=log)
+            measure(session_ids, latencies, started_ns)
             if args.under_load:  # not starved: every backlog session still gets its summary
                 stop_load.set()
                 done = 0
@@ -358,7 +376,7 @@ def main() -> int:
                     time.sleep(1)
                 drained.append(
                     f"backlog: summarized={done}/{len(backlog)} "
-                    f"drain_s={time.monotonic() - operator_started:.0f} (from operator start)"
+                    f"drain_s={time.monotonic() - backlog_loaded:.0f} (from its loading)"
                 )
         finally:
             stop_load.set()
@@ -392,7 +410,12 @@ def main() -> int:
             f"a sweep every 5 s over a backlog of {args.backlog} sessions"
         )
         print(*drained, sep="\n")
-        print(f"sunset_latency_under_load p50_ms={p50:.0f} p99_ms={p99:.0f}")
+        idle_p99 = percentile(idle, 99)
+        print(f"idle: sessions={len(idle)} p50_ms={percentile(idle, 50):.0f} p99_ms={idle_p99:.0f}")
+        print(
+            f"sunset_latency_under_load p50_ms={p50:.0f} p99_ms={p99:.0f} "
+            f"idle_p99_ms={idle_p99:.0f} ratio={p99 / idle_p99:.2f}"
+        )
     elif args.marker:
         print(f"sunset_marker_latency p50_ms={p50:.0f} p99_ms={p99:.0f}")
     else:
