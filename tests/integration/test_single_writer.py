@@ -431,17 +431,26 @@ def test_a_replica_without_the_claim_cannot_write(harness: Harness, replicas_fac
     )
     other.acquire()
     reps.start()
-    time.sleep(6)
+    log = reps.workdir / "held-r0.log"
+    # The replica's pass found the claim held (however long a loaded machine took to start it).
+    wait_for(
+        lambda: "on replica some-other-replica" in log.read_text(),
+        60,
+        0.2,
+        message="the pass to find the claim held",
+        log=log,
+    )
+
+    def summarized() -> dict[str, Any] | None:
+        conditions = phases(harness.cp, "held")["held-1"]["status"].get("conditions") or []
+        claimed = [c for c in conditions if c["reason"] == "SessionClaimed"]
+        return next((c for c in claimed if c["type"] == "Summarized"), None)
+
+    # The object says which object owns the session for now, and why it waits.
+    cond = wait_for(summarized, 30, 0.2, message="Summarized SessionClaimed", log=log)
+    assert "elsewhere/held-1" in cond["message"]
     assert stored_summary_ids(store, ["summary_held-1"]) == []
     assert reps.writes() == []
-    assert "on replica some-other-replica" in (reps.workdir / "held-r0.log").read_text()
-    # The object says which object owns the session for now, and why it waits.
-    cond = next(
-        c
-        for c in phases(harness.cp, "held")["held-1"]["status"]["conditions"]
-        if c["type"] == "Summarized"
-    )
-    assert cond["reason"] == "SessionClaimed" and "elsewhere/held-1" in cond["message"]
     other.release()
     wait_for(
         lambda: all_covered(harness.cp, "held", {"held-1": 1}),
