@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
+
+from cachetools import LRUCache
 
 from controller.api import SessionSummarizerSpec
 from controller.backends import (
@@ -99,7 +100,7 @@ class SummarizerParts:
         self._by_summarizer: dict[tuple[str, str], _SummarizerParts] = {}
         self._in_use: set[_Part[Any, Any]] = set()
         # Deleted SessionSummarizers: a pass still under way gets parts closed after it.
-        self._gone: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._gone: LRUCache[tuple[str, str], None] = LRUCache(GONE_REMEMBERED)
         # Bumped by spec_changed and forget: a part built meanwhile is stale, not kept.
         self._epoch: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
@@ -176,8 +177,6 @@ class SummarizerParts:
         who = (namespace, name)
         with self._lock:
             self._gone[who] = None
-            while len(self._gone) > GONE_REMEMBERED:
-                self._gone.popitem(last=False)
             # Dropped, not bumped: an in-flight build's epoch can only match if 0 (in _gone).
             self._epoch.pop(who, None)
             parts = self._by_summarizer.pop(who, None)

@@ -7,8 +7,9 @@ objects' status tell what was done."""
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
+
+from cachetools import LRUCache
 
 from controller.core.rate_limit import TokenBucket
 from controller.core.reconcile_plan import ReconcileCycle
@@ -53,7 +54,7 @@ class UpkeepState:
         self._by_summarizer: dict[tuple[str, str], _Upkeep] = {}
         # Deleted and not seen again: a tick still under way for one gets a memory of its
         # own, kept by nobody (the newest GONE_REMEMBERED).
-        self._gone: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._gone: LRUCache[tuple[str, str], None] = LRUCache(GONE_REMEMBERED)
         self._lock = threading.Lock()
 
     def _of(self, namespace: str, name: str) -> _Upkeep:
@@ -97,8 +98,6 @@ class UpkeepState:
         with self._lock:
             self._by_summarizer.pop((namespace, name), None)
             self._gone[(namespace, name)] = None
-            while len(self._gone) > GONE_REMEMBERED:
-                self._gone.popitem(last=False)
 
     def count(self) -> int:
         with self._lock:

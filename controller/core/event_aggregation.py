@@ -9,8 +9,9 @@ restart or failover continues a count. An LRU of 4,096 keys; the I/O is kube/eve
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from dataclasses import dataclass
+
+from cachetools import LRUCache
 
 CACHE_SIZE = 4096
 NAME_MAX = 253
@@ -68,8 +69,7 @@ class EventLog:
     def __init__(self, size: int = CACHE_SIZE) -> None:
         if size < 1:
             raise ValueError("size must be at least 1")
-        self._size = size
-        self._seen: OrderedDict[EventKey, Seen] = OrderedDict()
+        self._seen: LRUCache[EventKey, Seen] = LRUCache(size)
 
     def observe(self, key: EventKey, now: str) -> Decision:
         """What to do for one more occurrence of key at now, and remember it."""
@@ -94,6 +94,3 @@ class EventLog:
 
     def _remember(self, key: EventKey, seen: Seen) -> None:
         self._seen[key] = seen
-        self._seen.move_to_end(key)
-        while len(self._seen) > self._size:
-            self._seen.popitem(last=False)

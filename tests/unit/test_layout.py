@@ -14,9 +14,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "controller"
 MAX_LINES = 400
-# What the pure core may import: the standard library, pydantic, and itself. No cluster, no
-# Chroma, no network, no numpy, and not the API (the API imports the core, never back).
-CORE_MAY_IMPORT = {"pydantic", "controller.core"}
+# What the pure core may import: the standard library, pydantic, cachetools (in-memory
+# caches), and itself. No cluster, no Chroma, no network, no numpy, and not the API (the API
+# imports the core, never back).
+CORE_MAY_IMPORT = {"pydantic", "cachetools", "controller.core"}
 
 
 def _modules(under: Path) -> list[Path]:
