@@ -31,7 +31,6 @@ SUMMARY_KIND, SUMMARY_PLURAL = "SessionSummary", "sessionsummaries"
 SUMMARIZER_KIND, SUMMARIZER_PLURAL = "SessionSummarizer", "sessionsummarizers"
 CLAIM_KIND, CLAIM_PLURAL = "SessionClaim", "sessionclaims"  # cluster-scoped write claims
 FINALIZER = f"{GROUP}/session-summary-operator"  # kopf's, on SessionSummarizers (timers)
-LEGACY_FINALIZERS = ("kopf.zalando.org/KopfFinalizerMarker",)  # kopf's default, used before
 
 Phase = Literal["Pending", "Summarizing", "Summarized", "Empty", "NotFound", "Failed", "Forgotten"]
 # What a SessionSummary asks of its pass (docs/privacy.md, "Forget and rebuild").

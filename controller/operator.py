@@ -22,7 +22,7 @@ import kopf
 
 import controller.handlers  # noqa: F401  (registers the handlers)
 from controller import metrics
-from controller.api import FINALIZER, LEGACY_FINALIZERS
+from controller.api import FINALIZER
 from controller.config import CONFIG
 from controller.kube.claim_collector import ClaimCollector
 from controller.kube.client import release_finalizers
@@ -107,18 +107,10 @@ async def _collect_abandoned_claims(interval: float) -> None:
         await asyncio.sleep(interval)
 
 
-class StatusDiffBase(kopf.MultiDiffBaseStorage):
-    """kopf's last handled spec, in `status.lastHandledConfiguration` (patched with the
-    status, saving a patch per pass); the old annotation is still read, so an upgrade
-    starts no pass."""
-
-    def __init__(self, prefix: str) -> None:
-        self.status = kopf.StatusDiffBaseStorage(field="status.lastHandledConfiguration")
-        legacy = kopf.AnnotationsDiffBaseStorage(prefix=prefix, key="last-handled-configuration")
-        super().__init__([self.status, legacy])
-
-    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
-        self.status.store(body=body, patch=patch, essence=essence)
+def status_diffbase() -> kopf.DiffBaseStorage:
+    """kopf's last handled spec, in `status.lastHandledConfiguration`: patched with the
+    status, saving a patch per pass."""
+    return kopf.StatusDiffBaseStorage(field="status.lastHandledConfiguration")
 
 
 class UnmarkedProgress(kopf.AnnotationsProgressStorage):
@@ -138,7 +130,7 @@ async def configure(
     prefix = CONFIG.annotation_prefix
     # Progress annotations under our own group; the diff base in the status.
     settings.persistence.progress_storage = UnmarkedProgress(prefix=prefix)
-    settings.persistence.diffbase_storage = StatusDiffBase(prefix)
+    settings.persistence.diffbase_storage = status_diffbase()
     settings.persistence.finalizer = FINALIZER
     # Events go through the EventRecorder (one per state change, repeats counted).
     settings.posting.enabled = False
@@ -331,9 +323,7 @@ def shut_down(runtime: Runtime) -> None:
         )
     if runtime.options.standalone or runtime.leader == CONFIG.replica_id:
         try:
-            released = release_finalizers(
-                runtime.options.namespaces, (FINALIZER, *LEGACY_FINALIZERS)
-            )
+            released = release_finalizers(runtime.options.namespaces, (FINALIZER,))
             if released:
                 log.info("released the finalizer of %d SessionSummarizer(s)", released)
         except Exception as exc:  # the API server may be gone too: say it, still exit

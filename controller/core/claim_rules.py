@@ -40,8 +40,8 @@ class Writer:
 
 @dataclass(frozen=True)
 class Claim:
-    """A SessionClaim's spec. The times are the holder's wall clock, for people (and expiresAt
-    for earlier versions' replicas, which compare it): no decision here reads them."""
+    """A SessionClaim's spec. The times are the holder's wall clock, for people: no decision
+    here reads them."""
 
     session_id: str
     collection_id: str
@@ -64,7 +64,6 @@ class Claim:
             "leaseDurationSeconds": self.duration_s,
             "acquireTime": ms_to_rfc3339(self.acquired_at_ms),
             "renewTime": ms_to_rfc3339(self.renewed_at_ms),
-            "expiresAt": self.renewed_at_ms + int(self.duration_s * 1000),
         }
 
 

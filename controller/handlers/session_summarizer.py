@@ -18,7 +18,6 @@ from pydantic import ValidationError
 from controller import metrics
 from controller.api import (
     GROUP,
-    LEGACY_FINALIZERS,
     SUMMARIZER_PLURAL,
     VERSION,
     Condition,
@@ -100,8 +99,7 @@ async def take_summarizer_spec(
     **_: Any,
 ) -> None:
     """A spec new, changed or seen at start: old parts are closed, SpecValid and the health
-    probes are written, failed SessionSummaries are asked again (new or changed), and at
-    start a LEGACY_FINALIZERS finalizer is released."""
+    probes are written, and failed SessionSummaries are asked again (new or changed)."""
     assert namespace is not None  # SessionSummarizer is namespaced
     runtime = Runtime.of(memo)
     events = runtime.events
@@ -109,12 +107,6 @@ async def take_summarizer_spec(
     await asyncio.to_thread(runtime.summarizer_seen, namespace, name, generation)
     if reason == "create":
         runtime.summarizers_changed.set()  # its activeReplica at the reporter's next poll
-    legacy = [f for f in body.metadata.get("finalizers") or [] if f in LEGACY_FINALIZERS]
-    if legacy:
-        finalizers = list(body.metadata.get("finalizers") or [])
-        await asyncio.to_thread(
-            kube.remove_finalizers, namespace, name, finalizers, LEGACY_FINALIZERS
-        )
     try:
         spec = SessionSummarizerSpec.model_validate(dict(body.get("spec") or {}))
     except ValidationError as exc:  # one the CRD lets through: a pattern over RE2's bound

@@ -13,6 +13,7 @@ import pytest
 from controller.core.naming import summary_object_name
 from controller.core.summary_row import READER_ROW_KEYS
 from controller.kube import client as kube
+from controller.operator import status_diffbase
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from devenv.demo_data import SAMPLE_SESSIONS, memory_rows
@@ -131,10 +132,9 @@ def test_unknown_session_is_reported_and_nothing_is_written(harness: Harness) ->
 def test_objects_an_earlier_release_handled_start_no_pass_until_their_spec_changes(
     harness: Harness, tmp_path: Path
 ) -> None:
-    """An earlier release kept kopf's record of the handled spec in an annotation; this one
-    keeps it in the status (one patch per pass). After the upgrade (an operator started
-    over objects the old one handled), a handled object is not summarized again; a change
-    of its spec is, its record goes to the status and the annotation stays as it was."""
+    """Release 0.1.0 kept kopf's record of the handled spec in the status, as this one does.
+    After the upgrade (an operator started over objects the old one handled), a handled
+    object is not summarized again; a change of its spec is, and its record moves on."""
     ns = "upgraded"
     sid, other = "it-handled-before-upgrade", "it-new-after-upgrade"
     harness.cp.kubectl_run("create", "namespace", ns)
@@ -147,21 +147,22 @@ def test_objects_an_earlier_release_handled_start_no_pass_until_their_spec_chang
         "metadata": {"name": summary_object_name(sid), "namespace": ns},
         "spec": {"sessionId": sid, "trigger": "manual"},
     }
-    # What the earlier release left: the object as stored (the CRD's defaults in), kopf's
-    # annotation for it, and the status of its pass.
+    # What the earlier release left: the object as stored (the CRD's defaults in), and the
+    # status of its pass with kopf's record of the spec it handled.
     dry = harness.cp.kubectl_run(
         "create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(manifest)
     ).stdout
-    legacy = kopf.AnnotationsDiffBaseStorage(
-        prefix="memorycore.io", key="last-handled-configuration"
-    )
+    storage = status_diffbase()
     body = kopf.Body(json.loads(dry))
     recorded = kopf.Patch()
-    legacy.store(body=body, patch=recorded, essence=legacy.build(body=body))
-    annotations = dict(recorded["metadata"]["annotations"])
-    manifest["metadata"]["annotations"] = annotations
+    storage.store(body=body, patch=recorded, essence=storage.build(body=body))
     harness.cp.kubectl_run("create", "-f", "-", input=json.dumps(manifest))
-    done = {"phase": "NotFound", "observedGeneration": 1, "message": "before the upgrade"}
+    done = {
+        "phase": "NotFound",
+        "observedGeneration": 1,
+        "message": "before the upgrade",
+        **dict(recorded["status"]),
+    }
     harness.cp.kubectl_run(
         "-n", ns, "patch", "ssum", summary_object_name(sid), "--subresource=status",
         "--type=merge", "-p", json.dumps({"status": done}),
@@ -174,14 +175,12 @@ def test_objects_an_earlier_release_handled_start_no_pass_until_their_spec_chang
         time.sleep(2)
         obj = kube.get_summary(ns, summary_object_name(sid)) or {}
         assert obj["status"] == done, "an object handled before the upgrade was summarized again"
-        assert obj["metadata"]["annotations"] == annotations
 
         res = harness.summaryctl("sunset", sid, "-n", ns, "--wait", "60")  # a new spec
         assert res.returncode == 0, res.stdout + res.stderr
         obj = kube.get_summary(ns, summary_object_name(sid)) or {}
         assert obj["status"]["observedGeneration"] == 2 == obj["metadata"]["generation"]
         assert json.loads(obj["status"]["lastHandledConfiguration"])["spec"] == obj["spec"]
-        assert obj["metadata"]["annotations"] == annotations
 
 
 def test_session_with_only_excluded_memories_is_empty_and_nothing_is_written(

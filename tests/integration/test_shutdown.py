@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from controller.api import FINALIZER, LEGACY_FINALIZERS
+from controller.api import FINALIZER
 from controller.core.summary import StructuredSummary
 from controller.kube import client as kube
 from controller.kube.peering import leader_of, live_peers
@@ -144,14 +144,12 @@ def finalizers_of(h: Harness, name: str) -> list[str]:
     return list(json.loads(out)["metadata"].get("finalizers") or [])
 
 
-def test_the_leader_releases_its_finalizer_when_it_stops_and_kopfs_old_one_goes_at_start(
-    harness: Harness, tmp_path: Path
-) -> None:
+def test_the_leader_releases_its_finalizer_when_it_stops(harness: Harness, tmp_path: Path) -> None:
     harness.cp.kubectl_run("create", "namespace", NS, check=False)
     manifest = {
         "apiVersion": "memorycore.io/v1alpha1",
         "kind": "SessionSummarizer",
-        "metadata": {"name": "final", "namespace": NS, "finalizers": [*LEGACY_FINALIZERS]},
+        "metadata": {"name": "final", "namespace": NS},
         "spec": {
             "store": {"url": harness.chroma.url},
             "sweep": {"enabled": False},

@@ -1,22 +1,19 @@
 """Where kopf keeps what it handled (controller/operator.py): the diff base in the status, so
-a pass sends one patch (its status), not a second one of the object's annotations; the diff
-base an earlier release wrote in an annotation still read, so an upgrade starts no pass; and
+a pass sends one patch (its status), not a second one of the object's annotations; and
 no `kopf-managed` marker patched onto each new object. Real kopf storages, real bodies."""
 
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 import kopf
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.operator import StatusDiffBase, UnmarkedProgress
+from controller.operator import UnmarkedProgress, status_diffbase
 
 PREFIX = "memorycore.io"
-LEGACY_KEY = f"{PREFIX}/last-handled-configuration"
 FIELD = "lastHandledConfiguration"
 
 words = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
@@ -67,7 +64,7 @@ def essence(storage: Any, raw: dict[str, Any]) -> Any:
 
 @given(bodies())
 def test_a_handled_change_is_stored_in_the_status_alone_and_read_back(raw: dict[str, Any]) -> None:
-    storage = StatusDiffBase(PREFIX)
+    storage = status_diffbase()
     patch = kopf.Patch()
     storage.store(body=kopf.Body(raw), patch=patch, essence=essence(storage, raw))
     assert set(patch) == {"status"} and set(patch["status"]) == {FIELD}  # no annotation
@@ -76,39 +73,6 @@ def test_a_handled_change_is_stored_in_the_status_alone_and_read_back(raw: dict[
     assert storage.fetch(body=kopf.Body(after)) == essence(storage, after)
     # The status field never counts as a change of the object (nor would it loop).
     assert essence(storage, after) == essence(storage, raw)
-
-
-@given(bodies(), specs)
-def test_an_object_an_earlier_release_handled_starts_no_pass_until_its_spec_changes(
-    raw: dict[str, Any], new_spec: dict[str, str]
-) -> None:
-    """The diff base an earlier release kept in an annotation is read when the status holds
-    none: the same object is no change; a changed spec is one; once handled, the status's
-    record wins over the annotation left behind."""
-    legacy = kopf.AnnotationsDiffBaseStorage(prefix=PREFIX, key="last-handled-configuration")
-    old = kopf.Patch()
-    legacy.store(body=kopf.Body(raw), patch=old, essence=essence(legacy, raw))
-    upgraded = copy.deepcopy(raw)
-    upgraded["metadata"]["annotations"].update(old["metadata"]["annotations"])
-    assert LEGACY_KEY in upgraded["metadata"]["annotations"]
-
-    storage = StatusDiffBase(PREFIX)
-    assert storage.fetch(body=kopf.Body(upgraded)) == essence(storage, upgraded)
-
-    changed = copy.deepcopy(upgraded)
-    changed["spec"] = new_spec
-    stored = storage.fetch(body=kopf.Body(changed))
-    assert (stored == essence(storage, changed)) == (new_spec == raw["spec"])
-
-    patch = kopf.Patch()
-    storage.store(body=kopf.Body(changed), patch=patch, essence=essence(storage, changed))
-    handled = applied(changed, patch)
-    assert (
-        handled["metadata"]["annotations"][LEGACY_KEY]
-        == upgraded["metadata"]["annotations"][LEGACY_KEY]
-    )  # left as it was: nobody patches the object for it
-    assert storage.fetch(body=kopf.Body(handled)) == essence(storage, handled)
-    assert json.loads(handled["status"][FIELD])["spec"] == new_spec
 
 
 def test_a_retried_handler_s_progress_adds_no_kopf_managed_marker() -> None:
