@@ -3,7 +3,6 @@ bundled Chroma's token gate; anything else goes to summaryctl."""
 
 import os
 import sys
-from typing import Any
 
 
 def one_blas_thread() -> None:
@@ -14,13 +13,11 @@ def one_blas_thread() -> None:
         os.environ.setdefault(var, "1")
 
 
-def run_operator(argv: list[str], watch_writes: Any = None) -> None:
-    """watch_writes: sees every store write (devenv.operator's journal for the chaos
-    tests; controller.runtime.WriteWatcher)."""
+def run_operator(argv: list[str]) -> None:
     one_blas_thread()
     from controller.operator import run  # an invalid SSO_* variable exits here, in one line
 
-    run(argv, watch_writes=watch_writes)
+    run(argv)
 
 
 if __name__ == "__main__":

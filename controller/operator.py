@@ -37,7 +37,7 @@ from controller.kube.peering import (
     watch_leader,
 )
 from controller.metrics import start_metrics_server
-from controller.runtime import PEERING_NAME, RunOptions, Runtime, WriteWatcher
+from controller.runtime import PEERING_NAME, RunOptions, Runtime
 
 log = logging.getLogger("controller.operator")
 
@@ -247,8 +247,8 @@ def quiet_timer_successes(record: logging.LogRecord) -> bool:
     return not (message.startswith("Timer ") and message.endswith(" succeeded."))
 
 
-def run(argv: list[str] | None = None, *, watch_writes: WriteWatcher | None = None) -> None:
-    """The operator process. watch_writes: sees every store write (chaos tests only)."""
+def run(argv: list[str] | None = None) -> None:
+    """The operator process."""
     parser = argparse.ArgumentParser(prog="session-summary-operator")
     parser.add_argument(
         "--namespace",
@@ -286,7 +286,7 @@ def run(argv: list[str] | None = None, *, watch_writes: WriteWatcher | None = No
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Chroma call otherwise
     # kopf logs each timer run that succeeded: every tick of every SessionSummarizer.
     logging.getLogger("kopf.objects").addFilter(quiet_timer_successes)
-    runtime = Runtime.start(CONFIG, options=options, watch_writes=watch_writes)
+    runtime = Runtime.start(CONFIG, options=options)
     loop = asyncio.new_event_loop()
     try:
         kopf.run(

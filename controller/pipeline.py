@@ -46,7 +46,6 @@ from controller.upsert import (
     PhaseTimer,
     RowSeen,
     WriteGuard,
-    WriteWatcher,
     Written,
     untimed,
     write_alone,
@@ -218,7 +217,6 @@ def summarize_session(
     visibility: VisibilityRules = DEFAULT_VISIBILITY,
     stop: Callable[[], bool] | None = None,
     group: GroupWrite = write_alone,
-    watch: WriteWatcher | None = None,
     redaction: Redaction = DEFAULT_REDACTION,
     rebuild: bool = False,
     phase: PhaseTimer = untimed,
@@ -230,7 +228,7 @@ def summarize_session(
     memories and chunk_tokens tokens. guard (the session's claim) is checked between
     passes and right before every upsert. stop: asked between chunks; when True the summary
     so far is written and PassInterrupted raised. group: writes the row with other passes'
-    rows; watch: sees each write's steps. A row another writer rewrote, or one masked under
+    rows. A row another writer rewrote, or one masked under
     other rules, is written again even with nothing new. rebuild: the prior is set aside
     (spec.action Rebuild). phase: times the steps (tracing.py).
     """
@@ -324,7 +322,6 @@ def summarize_session(
             visibility=seen_by,
             seen=seen,
             group=group,
-            watch=watch,
             phase=phase,
         )
 

@@ -11,7 +11,6 @@
 - events (kube/events.py), metrics_server, tracer (tracing.py): started here, flushed by
   close.
 - tasks: heap trim, claim collector, peering reporter (operator.py starts and cancels).
-- watch_writes: who else sees every store write (the chaos tests' journal).
 - stopping, leader, summarizers_changed: the stop flag, the active replica, a nudge for
   the peering reporter.
 """
@@ -22,7 +21,6 @@ import asyncio
 import functools
 import os
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,9 +38,7 @@ from controller.scheduling import PassScheduler, SchedulerLimits, usable_cpus
 from controller.summarizer_parts import SummarizerParts
 from controller.tracing import Tracer
 from controller.upkeep_state import UpkeepState
-from controller.upsert import WriteEvent
 
-WriteWatcher = Callable[[WriteEvent], None]
 PEERING_NAME = "session-summary-operator"  # kopf's peering object (never kopf's "default")
 
 
@@ -65,7 +61,6 @@ class Runtime:
     upkeep: UpkeepState
     options: RunOptions = RunOptions()
     tracer: Tracer = field(default_factory=Tracer)
-    watch_writes: WriteWatcher | None = None
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     metrics_server: MetricsServer | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
@@ -78,7 +73,6 @@ class Runtime:
         config: OperatorConfig,
         *,
         options: RunOptions | None = None,
-        watch_writes: WriteWatcher | None = None,
         events: EventRecorder | None = None,
     ) -> Runtime:
         scheduler = PassScheduler(
@@ -102,7 +96,6 @@ class Runtime:
             upkeep=UpkeepState(),
             options=options or RunOptions(),
             tracer=Tracer.from_env(os.environ),
-            watch_writes=watch_writes,
         )
 
     @classmethod

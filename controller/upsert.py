@@ -4,6 +4,7 @@ entry and the row. controller/pipeline.py decides what to write."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -55,8 +56,9 @@ class WriteEvent:
     outcome: Literal["", "written", "refused", "failed"] = ""
 
 
-# Sees each WriteEvent in order (the chaos tests' journal); must be quick and not raise.
-WriteWatcher = Callable[[WriteEvent], None]
+# Each WriteEvent, in order, as a DEBUG record with the event as `record.write` (the chaos
+# tests' journal is a handler of this logger: devenv/journal.py).
+WRITES = logging.getLogger("controller.writes")
 # Writes a row in a group (scheduling.PassScheduler.store_write), or raises.
 GroupWrite = Callable[[MemoryStore, RowWrite], None]
 
@@ -104,7 +106,6 @@ def write_row(
     visibility: RowVisibility | None = None,
     seen: RowSeen | None = None,
     group: GroupWrite = write_alone,
-    watch: WriteWatcher | None = None,
     phase: PhaseTimer = untimed,
 ) -> Written:
     """Writes the row; returns its summarizedAt (ms) and document.
@@ -136,8 +137,8 @@ def write_row(
     fence = granted.number if granted is not None else None
 
     def tell(event: WriteEvent) -> None:
-        if watch is not None:
-            watch(event)
+        if WRITES.isEnabledFor(logging.DEBUG):
+            WRITES.debug("%s %s", event.phase, sid, extra={"write": event})
 
     tell(WriteEvent("begin", sid, writer, writer_object, began_ms, began_ms, fence))
     outcome: Literal["written", "refused", "failed"] = "failed"

@@ -5,9 +5,9 @@ a writer killed in between still shows its write as begun. Each line carries the
 fencing number (its pass's claim grant). A writer is a replica (holder) serving one
 object: the same replica serving two objects of one session is two writers. The lines are
 in the order they happened, across processes (one O_APPEND write each): the tests read
-that order, not the processes' clocks, which the clock-skew test sets apart. Given by
-devenv.operator to the operator's runtime as the watcher of its store writes
-(controller.upsert.WriteEvent); never in the product.
+that order, not the processes' clocks, which the clock-skew test sets apart. A handler of
+the operator's write records (controller.upsert.WRITES), installed by devenv.operator;
+never in the product.
 
 PauseBeforeUpsert (SSO_TEST_PAUSE_BEFORE_UPSERT=SESSION:N) stops the whole process with
 SIGSTOP at the N-th admitted write of SESSION: a pause between the fence check and the
@@ -16,12 +16,13 @@ upsert, the window fencing cannot close, for the test that shows it harmless."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from controller.upsert import WriteEvent
+from controller.upsert import WRITES, WriteEvent
 
 
 class Journal:
@@ -67,19 +68,32 @@ class PauseBeforeUpsert:
             os.kill(os.getpid(), signal.SIGSTOP)
 
 
-def watchers(journal: str | None, pause: str | None) -> Callable[[WriteEvent], None] | None:
-    """The watcher of a test operator's store writes: the journal (SSO_WRITE_JOURNAL) and
-    the pause (SSO_TEST_PAUSE_BEFORE_UPSERT), in that order; None when neither is set."""
+class _Watching(logging.Handler):
+    """Hands each write record's event (controller.upsert.WRITES) to the watchers, in order."""
+
+    def __init__(self, chain: list[Callable[[WriteEvent], None]]) -> None:
+        super().__init__(logging.DEBUG)
+        self.chain = chain
+
+    def emit(self, record: logging.LogRecord) -> None:
+        event = getattr(record, "write", None)
+        if isinstance(event, WriteEvent):
+            for each in self.chain:
+                each(event)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        raise  # a journal that cannot be written fails the write, not silently the test
+
+
+def watch_writes(journal: str | None, pause: str | None) -> None:
+    """Watches this process's store writes: the journal (SSO_WRITE_JOURNAL) and the pause
+    (SSO_TEST_PAUSE_BEFORE_UPSERT), in that order; nothing when neither is set."""
     chain: list[Callable[[WriteEvent], None]] = []
     if journal:
         chain.append(Journal(Path(journal)))
     if pause:
         chain.append(PauseBeforeUpsert(pause))
-    if not chain:
-        return None
-
-    def watch(event: WriteEvent) -> None:
-        for each in chain:
-            each(event)
-
-    return watch
+    if chain:
+        WRITES.addHandler(_Watching(chain))
+        WRITES.setLevel(logging.DEBUG)
+        WRITES.propagate = False  # not in the operator's log

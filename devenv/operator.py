@@ -1,8 +1,8 @@
 """The one way the demo, the integration tests and the benches start the operator: a local
 process, `python -m devenv.operator ARGS...`, which is `python -m controller run ARGS...`
 plus, when SSO_WRITE_JOURNAL names a file, the write journal (devenv.journal) that the
-chaos tests read to prove no two writers overlapped, given to the operator as the
-watcher of its store writes (controller.runtime: watch_writes).
+chaos tests read to prove no two writers overlapped, a handler of the operator's write
+records (controller.upsert.WRITES).
 
     proc = start_operator(log, env, "--standalone", "--namespace", "ops")
 """
@@ -71,15 +71,12 @@ def main(argv: list[str]) -> None:
     from controller.__main__ import one_blas_thread, run_operator
 
     one_blas_thread()
-    from devenv.journal import watchers
+    from devenv.journal import watch_writes
 
-    # Given to the operator's runtime, which hands them to every pass's writes.
-    run_operator(
-        argv,
-        watch_writes=watchers(
-            os.environ.get("SSO_WRITE_JOURNAL"), os.environ.get("SSO_TEST_PAUSE_BEFORE_UPSERT")
-        ),
+    watch_writes(
+        os.environ.get("SSO_WRITE_JOURNAL"), os.environ.get("SSO_TEST_PAUSE_BEFORE_UPSERT")
     )
+    run_operator(argv)
 
 
 if __name__ == "__main__":

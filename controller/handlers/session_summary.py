@@ -188,7 +188,6 @@ def summarize_blocking(
             redaction=backends.redaction,
             stop=runtime.stopping.is_set,
             group=runtime.scheduler.store_write,
-            watch=runtime.watch_writes,
             rebuild=spec.action == "Rebuild",
             phase=phase,
         )
