@@ -1,5 +1,5 @@
 """The queue every step of a pass waits in (controller/scheduling.py): at most `slots`
-served at once, the earliest deadline first; queued items are fair between flows."""
+served at once, the earliest deadline first, fair between flows."""
 
 from __future__ import annotations
 
@@ -34,12 +34,12 @@ class DeadlineQueue(Generic[Item]):
     (turn(), a gate around a blocking call), or queues an item that a worker thread takes
     later (put() and take(), a thread pool's queue).
 
-    Items are fair between flows (a SessionSummarizer each), as the API server's priority
-    and fairness is between its flows: a queue per flow, and take() serves the flow whose
-    earliest item's deadline, plus FLOW_QUANTUM_S for each item the flow had served since it
-    last had none queued, is earliest. So 200 sunsets of one flow queued before one of
-    another flow hold it back by at most one item per second they were queued earlier, and
-    within a flow the earliest deadline still goes first."""
+    Both doors are fair between flows (a SessionSummarizer each), as the API server's
+    priority and fairness is between its flows: a queue per flow, and the next served is the
+    flow whose earliest deadline, plus FLOW_QUANTUM_S for each item or turn the flow had
+    served since it last had none waiting, is earliest. So 200 sunsets of one flow queued
+    before one of another flow hold it back by at most one item per second they were queued
+    earlier, and within a flow the earliest deadline still goes first."""
 
     def __init__(self, slots: int) -> None:
         if slots < 1:
@@ -47,7 +47,8 @@ class DeadlineQueue(Generic[Item]):
         self.slots = slots
         self._free = slots
         self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, None]] = []  # turn()'s tickets
+        self._line: list[tuple[float, int, Hashable]] = []  # turn()'s tickets
+        self._line_served: dict[Hashable, int] = {}  # turns served while the flow waited
         self._order = itertools.count()
         self._closed = False
         self._flows: dict[Hashable, list[tuple[float, int, Item]]] = {}  # queued items
@@ -57,12 +58,12 @@ class DeadlineQueue(Generic[Item]):
         self._tickets = 0  # threads waiting in turn()
 
     @contextlib.contextmanager
-    def turn(self, deadline: float) -> Iterator[Slot]:
+    def turn(self, deadline: float, flow: Hashable = None) -> Iterator[Slot]:
         """Blocks until this caller's turn, holds a slot while the block runs. The block
         gets a function to call between pieces of its work (_yield_slot): it gives the slot
         up to an earlier deadline waiting for one, or for as long as a pause runs, and
         takes it back in its own turn."""
-        ticket: tuple[float, int, None] = (deadline, next(self._order), None)
+        ticket: tuple[float, int, Hashable] = (deadline, next(self._order), flow)
         with self._cond:
             self._acquire(ticket)
         holding = [True]  # False while a yield gave the slot up and has not taken it back
@@ -72,29 +73,42 @@ class DeadlineQueue(Generic[Item]):
             if holding[0]:
                 self.release()
 
-    def _acquire(self, ticket: tuple[float, int, None]) -> None:
+    def _acquire(self, ticket: tuple[float, int, Hashable]) -> None:
         """Under the condition: waits for the ticket's turn and takes a slot; a wait that
         raises takes its ticket out of the line."""
-        heapq.heappush(self._heap, ticket)
+        self._line.append(ticket)
         self._tickets += 1
         try:
-            while self._free == 0 or self._heap[0] is not ticket:
+            while self._free == 0 or self._next_ticket() is not ticket:
                 self._cond.wait()
         except BaseException:
-            self._heap.remove(ticket)
-            heapq.heapify(self._heap)
+            self._line.remove(ticket)
             self._wake()
             raise
         finally:
             self._tickets -= 1
-        heapq.heappop(self._heap)
+        self._line.remove(ticket)
+        flow = ticket[2]
+        if any(t[2] == flow for t in self._line):
+            self._line_served[flow] = self._line_served.get(flow, 0) + 1
+        else:
+            self._line_served.pop(flow, None)
         self._free -= 1
-        if self._free and self._heap:
+        if self._free and self._line:
             self._cond.notify_all()  # the next in line may take another free slot
+
+    def _ticket_turn(self, ticket: tuple[float, int, Hashable]) -> tuple[float, float, int]:
+        # The deadline again after the sum: within a flow (the same quantum added) a float
+        # sum may round two deadlines to one; they still go in deadline order.
+        deadline, order, flow = ticket
+        return deadline + FLOW_QUANTUM_S * self._line_served.get(flow, 0), deadline, order
+
+    def _next_ticket(self) -> tuple[float, int, Hashable] | None:
+        return min(self._line, key=self._ticket_turn, default=None)
 
     def _yield_slot(
         self,
-        ticket: tuple[float, int, None],
+        ticket: tuple[float, int, Hashable],
         holding: list[bool],
         pause: Callable[[], object] | None,
     ) -> float:
@@ -104,7 +118,10 @@ class DeadlineQueue(Generic[Item]):
         ahead of every later one still waiting, also when pause() raises. Returns the
         seconds it waited."""
         with self._cond:
-            if pause is None and (self._free or not self._heap or self._heap[0][:2] >= ticket[:2]):
+            head = self._next_ticket()
+            if pause is None and (
+                self._free or head is None or self._ticket_turn(head) >= self._ticket_turn(ticket)
+            ):
                 return 0.0
             began = time.monotonic()
             holding[0] = False
@@ -154,9 +171,9 @@ class DeadlineQueue(Generic[Item]):
             self._free -= 1
             return deadline, item
 
-    def _turn_of(self, flow: Hashable) -> tuple[float, int]:
+    def _turn_of(self, flow: Hashable) -> tuple[float, float, int]:
         deadline, order, _ = self._flows[flow][0]
-        return deadline + FLOW_QUANTUM_S * self._served.get(flow, 0), order
+        return deadline + FLOW_QUANTUM_S * self._served.get(flow, 0), deadline, order
 
     def release(self) -> None:
         with self._cond:
@@ -185,7 +202,7 @@ class DeadlineQueue(Generic[Item]):
 
     def waiting(self) -> int:
         with self._cond:
-            return len(self._heap) + self._queued
+            return len(self._line) + self._queued
 
     def holding(self) -> int:
         with self._cond:
@@ -194,4 +211,4 @@ class DeadlineQueue(Generic[Item]):
     def free(self) -> int:
         """Slots no one holds and no queued item is about to take."""
         with self._cond:
-            return max(0, self._free - len(self._heap) - self._queued)
+            return max(0, self._free - len(self._line) - self._queued)

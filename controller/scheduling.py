@@ -70,6 +70,7 @@ class _Job:
     run: Callable[[], Any]
     submitted: float = field(default_factory=time.monotonic)
     once: _Once | None = None  # queued in two pools (PassScheduler.submit)
+    flow: Hashable = None  # its SessionSummarizer (deadline_queue.py)
 
 
 class _WorkerPool:
@@ -87,6 +88,7 @@ class _WorkerPool:
         self, deadline: float, fn: Callable[[], T], job: _Job | None = None, flow: Hashable = None
     ) -> Future[T]:
         job = job or _Job(Future(), fn)
+        job.flow = flow
         more_than_waiting_threads = self.queue.put(deadline, job, flow)
         with self._lock:
             alive = sum(t.is_alive() for t in self._threads)
@@ -108,6 +110,7 @@ class _WorkerPool:
                     continue
                 # Its deadline at the shared queues: its slack from now, not from its queueing.
                 self._running.deadline = deadline + (time.monotonic() - job.submitted)
+                self._running.flow = job.flow
                 try:
                     result = job.run()
                 except BaseException as exc:  # the caller sees it on the future
@@ -115,7 +118,7 @@ class _WorkerPool:
                 else:
                     job.future.set_result(result)
                 finally:
-                    self._running.deadline = None
+                    self._running.deadline = self._running.flow = None
                     self._running.give_way_left = 0.0  # a step's budget is the pass's own
             finally:
                 self.queue.release()
@@ -295,7 +298,8 @@ class PassScheduler:
         """A CPU core for the local embedding, which calls the yielded function per layer:
         the core goes to an earlier deadline waiting, or is given up for a first summary
         (give_way, within the step's budget). Queue waits do not count against that budget."""
-        with self._cores.turn(self.deadline()) as slot:
+        flow = getattr(self._running, "flow", None)
+        with self._cores.turn(self.deadline(), flow) as slot:
 
             def between() -> float:
                 if self.must_give_way():

@@ -1078,3 +1078,31 @@ def test_a_flow_whose_queue_emptied_starts_again_without_its_earlier_turns() -> 
     # a's five earlier turns count no more (they would put its 3.0 at 8.0, after both of
     # b's); b's own first turn puts its 2.5 at 3.5, after a's 3.0.
     assert [x[0] for x in _drain(queue)] == ["b", "a", "b"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(backlog=st.integers(1, 12), later_s=st.floats(0, 8))
+def test_a_flow_waiting_for_the_core_is_held_back_by_one_turn_per_quantum_it_was_earlier(
+    backlog: int, later_s: float
+) -> None:
+    """The local embedding's core (turn()) is fair between flows as the worker queue is:
+    `backlog` passes of a busy flow wait at 0, then one of a quiet flow at later_s; it gets
+    the core after at most later_s / quantum + 1 of theirs, however many wait."""
+    gate: DeadlineQueue[None] = DeadlineQueue(1)
+    order: list[str] = []
+    release = threading.Event()
+    marks = [0.0] * backlog + [later_s]
+
+    def holder() -> None:
+        with gate.turn(-1):
+            release.wait(10)
+
+    def waiter(i: int) -> None:
+        flow = "quiet" if i == backlog else "busy"
+        with gate.turn(marks[i], flow):
+            order.append(flow)
+
+    _run_holder_then_waiters(gate, holder, waiter, len(marks), release)
+    assert len(order) == backlog + 1
+    assert order.index("quiet") <= later_s / FLOW_QUANTUM_S + 1
+    assert gate.waiting() == 0 and gate.holding() == 0
