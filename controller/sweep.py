@@ -40,6 +40,7 @@ from controller.core.sweep_plan import (
 from controller.core.waiting import Pause, no_pause
 from controller.kube import client as kube
 from controller.status.conditions import now_rfc3339
+from controller.store.errors import CollectionNotFound
 from controller.store.memory_store import MemoryStore
 from controller.upkeep_state import MarkerMemory
 
@@ -149,10 +150,15 @@ def _growth(
     pause: Pause = no_pause,
 ) -> Iterator[Growth]:
     """How much each active session grew since its summary (past the minimum interval)."""
+    try:
+        store.summaries()
+        summarized = True
+    except CollectionNotFound:  # no summary yet: not a lookup (and a listing) per session
+        summarized = False
     for sid in session_ids:
         pause()
         try:
-            prior = store.read_summary(sid)
+            prior = store.read_summary(sid) if summarized else None
         except UnreadablePriorSummary:
             continue  # its SessionSummary reports it when a pass runs
         structured = prior if isinstance(prior, StructuredSummary) else None

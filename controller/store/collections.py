@@ -161,12 +161,26 @@ class Collections:
         log.info("creating the %s collection %r", role, name)
         return guard(f"creating the {role} collection", create)
 
+    def _once(self, attr: str, open_: Callable[[], Collection]) -> Collection:
+        """The collection kept in attr, else opened and kept. Opened outside the lock: a
+        slow or silent store (a missing collection costs a listing of the names too) holds
+        up no other thread's use of the collections already open (the marker scan's reads
+        during a sweep's); two threads may both open it, and one handle is kept."""
+        with self._lock:
+            kept = getattr(self, attr)
+        if kept is not None:
+            return cast(Collection, kept)
+        opened = open_()
+        with self._lock:
+            if getattr(self, attr) is None:
+                setattr(self, attr, opened)
+            return cast(Collection, getattr(self, attr))
+
     def memories(self) -> Collection:
         """The memory collection, opened once; CollectionNotFound if missing."""
-        with self._lock:
-            if self._memories is None:
-                self._memories = self._open("memory", self.location.memory_collection)
-            return self._memories
+        return self._once(
+            "_memories", lambda: self._open("memory", self.location.memory_collection)
+        )
 
     def create_memory_collection(self) -> Collection:
         """Opens or creates the memory collection (_creation_ef), for summaryctl remember,
@@ -178,12 +192,9 @@ class Collections:
 
     def summaries(self, *, create: bool = False) -> Collection:
         """The summary collection, opened once; only the writer passes create=True."""
-        with self._lock:
-            if self._summaries is None:
-                name = self.location.summary_collection
-                make = self._make_summaries if create else None
-                self._summaries = self._open("summary", name, make)
-            return self._summaries
+        name = self.location.summary_collection
+        make = self._make_summaries if create else None
+        return self._once("_summaries", lambda: self._open("summary", name, make))
 
     def _make_summaries(self) -> Collection:
         """Creates the summary collection with the memory collection's embedding function
@@ -203,7 +214,7 @@ class Collections:
 
     def agents_recipe(self) -> tuple[Mapping[str, Any] | None, str | None]:
         """(the memory collection's known embedding function, its hnsw distance), each None
-        if absent. Called with the lock held."""
+        if absent."""
         try:
             memories = self._memories or guard(
                 "opening the memory collection",
@@ -224,8 +235,7 @@ class Collections:
         try:
             coll = self.summaries()
         except CollectionNotFound:
-            with self._lock:
-                record = self.agents_recipe()[0]
+            record = self.agents_recipe()[0]
             chosen = record is not None and record.get("name") not in MINILM_FUNCTIONS
             return record if chosen else None
         record = collection_config(coll).get("embedding_function")
@@ -234,16 +244,13 @@ class Collections:
     def ledger(self, *, create: bool = False) -> Collection:
         """The operator's ledger (core/ledger.py), opened once; created only by the writer.
         Its vectors are a constant: nobody queries it by meaning."""
-        with self._lock:
-            if self._ledger is None:
-                name = self.location.ledger_collection
+        name = self.location.ledger_collection
 
-                def make() -> Collection:
-                    meta = {"memorycore.io/ledger-of": self.location.summary_collection}
-                    return self.client.get_or_create_collection(name, metadata=meta)
+        def make() -> Collection:
+            meta = {"memorycore.io/ledger-of": self.location.summary_collection}
+            return self.client.get_or_create_collection(name, metadata=meta)
 
-                self._ledger = self._open("ledger", name, make if create else None)
-            return self._ledger
+        return self._once("_ledger", lambda: self._open("ledger", name, make if create else None))
 
     def _on_summaries(self, what: str, op: Callable[[Collection], T], *, create: bool = False) -> T:
         """Runs op on the summary collection (see _on)."""
