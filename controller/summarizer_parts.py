@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, cast
 
 from cachetools import LRUCache
 
@@ -40,31 +40,23 @@ from controller.summarizers.extractive import EXTRACTIVE
 GONE_REMEMBERED = 4096
 K = TypeVar("K")
 V = TypeVar("V")
+Who = tuple[str, str]  # the SessionSummarizer's namespace and name
+Kind = Literal["store", "embedder", "summarizer"]
 
 
 @dataclass(eq=False)
-class _Part(Generic[K, V]):
-    key: K  # what it was built from (Secret values included)
-    value: V
-    close: Callable[[], None]
+class _Part:
+    kind: Kind
+    key: Any  # the configuration it was built from (Secret values included)
+    value: Any
     users: int = 0
-    retired: bool = False
+    retired: bool = False  # replaced or its summarizer gone: closed once no pass uses it
 
-
-@dataclass
-class _Slot(Generic[K, V]):
-    current: _Part[K, V] | None = None
-
-
-@dataclass
-class _SummarizerParts:
-    generation: int | None = None
-    store: _Slot[StoreLocation, MemoryStore] = field(default_factory=_Slot)
-    embedder: _Slot[EmbeddingSpec, Embedder] = field(default_factory=_Slot)
-    summarizer: _Slot[ChatModelConfig, Summarizer] = field(default_factory=_Slot)
-
-    def slots(self) -> tuple[_Slot[Any, Any], ...]:
-        return (self.store, self.embedder, self.summarizer)
+    def close(self) -> None:
+        close = getattr(self.value, "close", None)
+        with contextlib.suppress(Exception):  # closing is best effort
+            if callable(close):
+                close()
 
 
 @dataclass(frozen=True)
@@ -88,21 +80,17 @@ def _secrets_of(key: object) -> int:
     return 0
 
 
-def _closer(value: object) -> Callable[[], None]:
-    close = getattr(value, "close", None)
-    return close if callable(close) else (lambda: None)
-
-
 class SummarizerParts:
     def __init__(self, scheduler: PassScheduler, weights: MiniLMWeights) -> None:
         self._scheduler = scheduler
         self._weights = weights
-        self._by_summarizer: dict[tuple[str, str], _SummarizerParts] = {}
-        self._in_use: set[_Part[Any, Any]] = set()
+        self._current: dict[tuple[Who, Kind], _Part] = {}
+        self._generation: dict[Who, int | None] = {}  # of the spec the parts were built for
+        self._in_use: set[_Part] = set()
         # Deleted SessionSummarizers: a pass still under way gets parts closed after it.
-        self._gone: LRUCache[tuple[str, str], None] = LRUCache(GONE_REMEMBERED)
-        # Bumped by spec_changed and forget: a part built meanwhile is stale, not kept.
-        self._epoch: dict[tuple[str, str], int] = {}
+        self._gone: LRUCache[Who, None] = LRUCache(GONE_REMEMBERED)
+        # Bumped by spec_changed, dropped by forget: a part built meanwhile is not kept.
+        self._epoch: dict[Who, int] = {}
         self._lock = threading.Lock()
         self._closed = False
 
@@ -121,14 +109,14 @@ class SummarizerParts:
             None if spec.model.backend == "extractive" else chat_model_config(spec.model, namespace)
         )
         if config is None:  # extractive: a model client built for an older spec goes now
-            self._retire_now(namespace, name, lambda p: p.summarizer)
-        with self._held(namespace, name) as hold:
-            store = hold(lambda p: p.store, location, self._connect)
-            embed = hold(lambda p: p.embedder, embedding, self._embedder)
+            with self._lock:
+                closing = self._retire((namespace, name), "summarizer")
+            self._close(closing)
+        with self._held((namespace, name)) as hold:
+            store = hold("store", location, self._connect)
+            embed = hold("embedder", embedding, self._embedder)
             summarizer = (
-                EXTRACTIVE
-                if config is None
-                else hold(lambda p: p.summarizer, config, self._summarizer)
+                EXTRACTIVE if config is None else hold("summarizer", config, self._summarizer)
             )
             yield Backends(
                 store=store,
@@ -145,8 +133,8 @@ class SummarizerParts:
     ) -> Iterator[MemoryStore]:
         """The SessionSummarizer's store alone (the sweep, the scans, the probes)."""
         location = store_location(spec, namespace)
-        with self._held(namespace, name) as hold:
-            yield hold(lambda p: p.store, location, self._connect)
+        with self._held((namespace, name)) as hold:
+            yield hold("store", location, self._connect)
 
     @contextlib.contextmanager
     def embedder(
@@ -154,8 +142,8 @@ class SummarizerParts:
     ) -> Iterator[Embedder]:
         check_memory_destinations(spec, namespace, "embedding.baseUrl")
         embedding = embedding_spec(spec, namespace)
-        with self._held(namespace, name) as hold:
-            yield hold(lambda p: p.embedder, embedding, self._embedder)
+        with self._held((namespace, name)) as hold:
+            yield hold("embedder", embedding, self._embedder)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -164,13 +152,12 @@ class SummarizerParts:
         who = (namespace, name)
         with self._lock:
             self._gone.pop(who, None)
-            parts = self._by_summarizer.setdefault(who, _SummarizerParts(generation))
-            if parts.generation == generation:
-                return
-            parts.generation = generation
-            self._bump(who)
-            closing = [self._retire(slot) for slot in parts.slots()]
-        self._close_now(closing)
+            if self._generation.setdefault(who, generation) == generation:
+                return  # first seen (nothing built yet for a spec) or unchanged
+            self._generation[who] = generation
+            self._epoch[who] = self._epoch.get(who, 0) + 1
+            closing = self._retire(who)
+        self._close(closing)
 
     def forget(self, namespace: str, name: str) -> None:
         """The SessionSummarizer is gone: everything built for it is closed."""
@@ -179,145 +166,100 @@ class SummarizerParts:
             self._gone[who] = None
             # Dropped, not bumped: an in-flight build's epoch can only match if 0 (in _gone).
             self._epoch.pop(who, None)
-            parts = self._by_summarizer.pop(who, None)
-            closing = [self._retire(slot) for slot in parts.slots()] if parts else []
-        self._close_now(closing)
+            self._generation.pop(who, None)
+            closing = self._retire(who)
+        self._close(closing)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            closing = [
-                self._retire(slot)
-                for parts in self._by_summarizer.values()
-                for slot in parts.slots()
-            ]
-            self._by_summarizer.clear()
-        self._close_now(closing)
+            closing = self._retire(None)
+            self._generation.clear()
+        self._close(closing)
 
     def count(self) -> PartsCount:
         with self._lock:
-            live = [
-                slot.current
-                for parts in self._by_summarizer.values()
-                for slot in parts.slots()
-                if slot.current is not None
-            ]
-            live += self._draining
+            live = [*self._current.values(), *(p for p in self._in_use if p.retired)]
+            models = sum(p.kind == "summarizer" for p in live)
             return PartsCount(
-                summarizers=len(self._by_summarizer),
-                clients=sum(isinstance(p.value, MemoryStore) for p in live),
-                embedders=sum(isinstance(p.key, EmbeddingSpec) for p in live),
-                model_clients=sum(isinstance(p.key, ChatModelConfig) for p in live),
-                semaphores=sum(isinstance(p.key, ChatModelConfig) for p in live),
+                summarizers=len(self._generation),
+                clients=sum(p.kind == "store" for p in live),
+                embedders=sum(p.kind == "embedder" for p in live),
+                model_clients=models,
+                semaphores=models,
                 secret_values=sum(_secrets_of(p.key) for p in live),
                 store_queues=self._scheduler.store_queues(),
             )
 
     # -- inside ---------------------------------------------------------------------------
 
-    @property
-    def _draining(self) -> list[_Part[Any, Any]]:
-        """Retired parts a pass still uses (closed when it is done)."""
-        return [p for p in self._in_use if p.retired]
-
     @contextlib.contextmanager
-    def _held(self, namespace: str, name: str) -> Iterator[Callable[..., Any]]:
-        taken: list[_Part[Any, Any]] = []
+    def _held(self, who: Who) -> Iterator[Callable[[Kind, K, Callable[[K], V]], V]]:
+        taken: list[_Part] = []
 
-        def hold(
-            which: Callable[[_SummarizerParts], _Slot[K, V]], key: K, build: Callable[[K], V]
-        ) -> V:
-            part = self._take(namespace, name, which, key, build)
+        def hold(kind: Kind, key: K, build: Callable[[K], V]) -> V:
+            part = self._take(who, kind, key, build)
             taken.append(part)
-            return part.value
+            return cast(V, part.value)
 
         try:
             yield hold
         except BaseException as exc:
-            if _caused_by(exc, StoreUnavailable):
-                self._drop(namespace, name, [p for p in taken if isinstance(p.value, MemoryStore)])
+            if _caused_by(exc, StoreUnavailable):  # the next use connects anew
+                with self._lock:
+                    if (part := self._current.get((who, "store"))) in taken:
+                        self._retire(who, "store")  # closed below, when given back
             raise
         finally:
-            self._give_back(taken)
+            closing = []
+            with self._lock:
+                for part in taken:
+                    part.users -= 1
+                    if part.users == 0:
+                        self._in_use.discard(part)
+                        if part.retired:
+                            closing.append(part)
+            self._close(closing)
 
-    def _take(
-        self,
-        namespace: str,
-        name: str,
-        which: Callable[[_SummarizerParts], _Slot[K, V]],
-        key: K,
-        build: Callable[[K], V],
-    ) -> _Part[K, V]:
-        who = (namespace, name)
+    def _take(self, who: Who, kind: Kind, key: K, build: Callable[[K], V]) -> _Part:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the operator is stopping: its summarizer parts are closed")
-            parts = self._by_summarizer.get(who)
-            part = which(parts).current if parts is not None else None
+            part = self._current.get((who, kind))
             if part is not None and part.key == key:
                 part.users += 1
                 self._in_use.add(part)
                 return part
             epoch = self._epoch.get(who, 0)
         value = build(key)  # outside the lock: may connect (seconds, or a timeout)
-        fresh: _Part[K, V] = _Part(key, value, _closer(value), users=1)
-        closing: list[_Part[Any, Any] | None] = []
+        fresh = _Part(kind, key, value, users=1)
+        closing: list[_Part] = []
         with self._lock:
             self._in_use.add(fresh)
             if self._closed or who in self._gone or self._epoch.get(who, 0) != epoch:
                 fresh.retired = True  # this use only: closed when it is given back
             else:
-                slot = which(self._by_summarizer.setdefault(who, _SummarizerParts()))
-                closing.append(self._retire(slot))
-                slot.current = fresh
-        self._close_now(closing)
+                self._generation.setdefault(who, None)
+                closing = self._retire(who, kind)
+                self._current[(who, kind)] = fresh
+        self._close(closing)
         return fresh
 
-    def _bump(self, who: tuple[str, str]) -> None:
-        """Under the lock."""
-        self._epoch[who] = self._epoch.get(who, 0) + 1
-
-    def _retire_now(
-        self, namespace: str, name: str, which: Callable[[_SummarizerParts], _Slot[Any, Any]]
-    ) -> None:
-        with self._lock:
-            parts = self._by_summarizer.get((namespace, name))
-            closing = [self._retire(which(parts))] if parts is not None else []
-        self._close_now(closing)
-
-    def _give_back(self, taken: list[_Part[Any, Any]]) -> None:
+    def _retire(self, who: Who | None, kind: Kind | None = None) -> list[_Part]:
+        """Under the lock: takes out the current parts of who (all when None) of kind (all
+        when None); returns those no pass uses, to be closed now."""
         closing = []
-        with self._lock:
-            for part in taken:
-                part.users -= 1
-                if part.users == 0:
-                    self._in_use.discard(part)
-                    if part.retired:
-                        closing.append(part)
-        self._close_now(closing)
+        for at in [k for k in self._current if who in (None, k[0]) and kind in (None, k[1])]:
+            part = self._current.pop(at)
+            part.retired = True
+            if part.users == 0:
+                closing.append(part)
+        return closing
 
-    def _drop(self, namespace: str, name: str, stores: list[_Part[Any, Any]]) -> None:
-        with self._lock:
-            parts = self._by_summarizer.get((namespace, name))
-            for part in stores:
-                if parts is not None and parts.store.current is part:
-                    self._retire(parts.store)
-
-    def _retire(self, slot: _Slot[Any, Any]) -> _Part[Any, Any] | None:
-        """Under the lock: takes the slot's part out; returns it if it can close now."""
-        part, slot.current = slot.current, None
-        if part is None:
-            return None
-        part.retired = True
-        return part if part.users == 0 else None
-
-    def _close_now(self, parts: Sequence[_Part[Any, Any] | None]) -> None:
+    def _close(self, parts: Sequence[_Part]) -> None:
         for part in parts:
-            if part is None:
-                continue
-            with contextlib.suppress(Exception):  # closing is best effort
-                part.close()
-            if isinstance(part.value, MemoryStore):
+            part.close()
+            if part.kind == "store":
                 self._scheduler.forget_store(part.value.location)
 
     # -- builders -------------------------------------------------------------------------
@@ -337,8 +279,8 @@ class SummarizerParts:
                 with scheduler.core() as between:
                     return list(ef(texts, between))
 
-            return _Closing(gated, _closer(ef))
-        return _Closing(lambda texts: list(ef(texts)), _closer(ef))
+            return _Closing(gated, ef)
+        return _Closing(lambda texts: list(ef(texts)), ef)
 
     def _summarizer(self, config: ChatModelConfig) -> Summarizer:
         # Lazy: the openai SDK costs ~14 MB of RSS (bench/operator_rss.py).
@@ -350,9 +292,9 @@ class SummarizerParts:
 class _Closing:
     """An embedder that closes the function it calls."""
 
-    def __init__(self, call: Embedder, close: Callable[[], None]) -> None:
+    def __init__(self, call: Embedder, inner: object) -> None:
         self._call = call
-        self.close = close
+        self.close = getattr(inner, "close", None) or (lambda: None)
 
     def __call__(self, texts: list[str]) -> Any:
         return self._call(texts)
