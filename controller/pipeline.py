@@ -39,7 +39,7 @@ from controller.redaction import DEFAULT_REDACTION, PassRedaction, Redaction
 from controller.store.forgetting import Forgotten
 from controller.store.memory_store import MemoryStore, SessionRows, StoredPrior
 from controller.summarizers.contract import Summarizer
-from controller.summarizers.extractive import EXTRACTIVE, ExtractiveSummarizer
+from controller.summarizers.extractive import EXTRACTIVE
 from controller.upsert import (
     Embedder,
     GroupWrite,
@@ -260,7 +260,7 @@ def summarize_session(
     dropped, again = 0, list[Memory]()
     if structured is not None and rows.base is None:  # every row listed: who is gone?
         living = [*(row_id for _, row_id in rows.keys), *rows.untimed]
-        if not isinstance(summarizer, ExtractiveSummarizer):  # a model's item blends memories
+        if not summarizer.one_memory_per_item:
             structured, ids, dropped = partly_gone(structured, living)
             with phase("read"):
                 again = [m for m in store.memories_by_id(ids, mask) if not excluded(m)]

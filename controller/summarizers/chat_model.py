@@ -130,6 +130,8 @@ class ChatModelSummarizer:
     def max_memories_per_pass(self) -> int:
         return MAX_MEMORIES_PER_PASS
 
+    one_memory_per_item = False  # an item may blend several memories
+
     def propose(
         self,
         session_id: str,

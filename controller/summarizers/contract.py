@@ -33,6 +33,12 @@ class Summarizer(Protocol):
     @property
     def max_memories_per_pass(self) -> int: ...
 
+    # True when each item it proposes comes from one memory (the extractive summarizer):
+    # a deleted memory then takes only its own items. A model's item may blend several, so
+    # the memories behind an item partly gone are summarized again (core/item_sources.py).
+    @property
+    def one_memory_per_item(self) -> bool: ...
+
     def propose(
         self, session_id: str, memories: Sequence[Memory], prior: PriorSummary | None
     ) -> Proposal: ...

@@ -269,6 +269,7 @@ class ExtractiveSummarizer:
     now_ms: int | None = None
     memory_budget_tokens: ClassVar[int] = 100_000
     max_memories_per_pass: ClassVar[int] = 400
+    one_memory_per_item: ClassVar[bool] = True
 
     def propose(
         self, session_id: str, memories: Sequence[Memory], prior: PriorSummary | None

@@ -231,6 +231,7 @@ def test_a_memory_that_lands_while_a_pass_runs_is_covered_by_the_next_pass(
     class WritesMeanwhile:
         memory_budget_tokens = EXTRACTIVE.memory_budget_tokens
         max_memories_per_pass = EXTRACTIVE.max_memories_per_pass
+        one_memory_per_item = False
 
         def propose(
             self, session_id: str, memories: Sequence[Memory], prior: PriorSummary | None
@@ -474,6 +475,7 @@ def test_a_row_another_writer_rewrites_during_a_pass_is_not_overwritten(
     class RewrittenMeanwhile:
         memory_budget_tokens = EXTRACTIVE.memory_budget_tokens
         max_memories_per_pass = EXTRACTIVE.max_memories_per_pass
+        one_memory_per_item = False
 
         def propose(
             self, session_id: str, memories: Sequence[Memory], prior: PriorSummary | None

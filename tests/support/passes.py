@@ -66,6 +66,7 @@ class Verbatim:
 
     memory_budget_tokens = 100_000
     max_memories_per_pass = 400
+    one_memory_per_item = False
 
     def propose(
         self, session_id: str, memories: Sequence[Memory], prior: PriorSummary | None
