@@ -207,7 +207,7 @@ class SummarizerParts:
         except BaseException as exc:
             if _caused_by(exc, StoreUnavailable):  # the next use connects anew
                 with self._lock:
-                    if (part := self._current.get((who, "store"))) in taken:
+                    if self._current.get((who, "store")) in taken:
                         self._retire(who, "store")  # closed below, when given back
             raise
         finally:

@@ -209,9 +209,7 @@ def test_a_fixed_summarizer_asks_its_failed_objects_again_at_once(lifecycle: Har
         wait_for(lambda n=name: phase_of(n) == "Summarized", 60, 0.2,  # type: ignore[misc]
                  message=f"{name}", log=lifecycle.log)  # fmt: skip
     assert time.monotonic() - fixed < 60
-    events = json.loads(lifecycle.cp.kubectl_run(
-        "-n", NS, "get", "events", "--field-selector", "involvedObject.name=fixable", "-o", "json"
-    ).stdout)["items"]  # fmt: skip
+    events = events_of(lifecycle, "fixable")
     assert any(e["reason"] == "FailedSummariesRequeued" for e in events), events
 
 
@@ -280,14 +278,18 @@ def load_fast(store: MemoryStore, rows: list[tuple[str, str, dict[str, Any]]]) -
         )
 
 
+def events_of(h: Harness, name: str) -> list[dict[str, Any]]:
+    """The Events on the object `name` of the test namespace."""
+    return json.loads(h.cp.kubectl_run(
+        "-n", NS, "get", "events", "--field-selector", f"involvedObject.name={name}", "-o", "json"
+    ).stdout)["items"]  # fmt: skip
+
+
 def ignored_sessions(h: Harness, name: str = "markers") -> int:
     """Sessions the marker scan reported as having no memories besides markers (summed over
     its Events, each of which names the sessions of one scan)."""
-    events = json.loads(h.cp.kubectl_run(
-        "-n", NS, "get", "events", "--field-selector", f"involvedObject.name={name}", "-o", "json"
-    ).stdout)["items"]  # fmt: skip
     total = 0
-    for e in events:
+    for e in events_of(h, name):
         if e["reason"] == "MarkerWithoutMemories":
             part = e["message"].split("sunset markers of ", 1)[1]
             total += int(part.split(" ", 1)[0])
@@ -297,12 +299,9 @@ def ignored_sessions(h: Harness, name: str = "markers") -> int:
 def requested_per_scan(h: Harness, name: str = "markers") -> list[int]:
     """How many sessions each marker scan asked a summary for, oldest scan first (one
     SummaryRequested Event per scan: the message names its sessions)."""
-    events = json.loads(h.cp.kubectl_run(
-        "-n", NS, "get", "events", "--field-selector", f"involvedObject.name={name}", "-o", "json"
-    ).stdout)["items"]  # fmt: skip
     scans = sorted(
         (e["firstTimestamp"] or e["eventTime"], e["message"])
-        for e in events
+        for e in events_of(h, name)
         if e["reason"] == "SummaryRequested"
     )
     return [int(m.split("requested summaries of ", 1)[1].split(" ", 1)[0]) for _, m in scans]
