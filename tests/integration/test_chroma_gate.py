@@ -265,12 +265,11 @@ def test_forwarding_is_bounded_and_the_store_client_hears_the_gates_answer(
     try:
         url = f"http://127.0.0.1:{port}"
         wait_for(lambda: status(url + "/healthz") == 200, 30, 0.2, log=log)
-        started = time.monotonic()
         with pytest.raises(StoreUnavailable) as refused:
             connect(StoreLocation(url=url, token=TOKEN, timeout_seconds=3))
-        took = time.monotonic() - started
+        # The gate's answer, not the client's own 3 s timeout (which says "timed out"): told
+        # by what the client heard, not by a time a loaded machine may stretch.
         assert "HTTP 504" in str(refused.value) and "the gate's 1s" in str(refused.value)
-        assert took < 2.5, took  # the gate's answer, not the client's own 3 s timeout
         assert slow_seen  # it was forwarded, then given up on
     finally:
         stop(proc)

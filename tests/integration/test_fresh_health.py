@@ -61,7 +61,7 @@ def test_check_measures_anew_a_store_stopped_after_the_last_sweep(harness: Harne
     assert res.returncode == 1, res.stdout + res.stderr
     assert "StoreReachable=False StoreUnavailable" in res.stdout, res.stdout + tail(harness.log)
     assert "Ready=False StoreUnavailable" in res.stdout
-    assert took < 30, f"{took:.0f}s"
+    assert took < 120, f"{took:.0f}s"  # a bound for a loaded machine; the probe time tells
     after = summarizer(harness, name)
     measured = conditions_of(after)["StoreReachable"]["lastProbeTime"]
     assert measured > stale["StoreReachable"]["lastProbeTime"]

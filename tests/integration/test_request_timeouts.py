@@ -19,7 +19,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -131,10 +131,12 @@ def store(chroma: ChromaServer) -> MemoryStore:
 
 
 @contextmanager
-def chroma_stuck_after_identity() -> Iterator[str]:
+def chroma_stuck_after_identity(held: list[str] | None = None) -> Iterator[str]:
     """Answers the constructor's first request (who am I) and then nothing: the tenant and
-    database checks go through chromadb's admin client, with an HTTP session of its own."""
+    database checks go through chromadb's admin client, with an HTTP session of its own.
+    The paths of the requests left unanswered go into `held`."""
     release = threading.Event()
+    held = [] if held is None else held
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -146,6 +148,7 @@ def chroma_stuck_after_identity() -> Iterator[str]:
                 self.end_headers()
                 self.wfile.write(body)
                 return
+            held.append(self.path)
             release.wait(GIVE_UP_S)  # never answers while the test runs
 
         def log_message(self, *_: Any) -> None:
@@ -164,19 +167,27 @@ def chroma_stuck_after_identity() -> Iterator[str]:
 
 
 # Servers the constructor's requests meet: silent from the first byte, or silent after
-# the first answer (the tenant and database checks, through chromadb's admin client).
-SILENT_SERVERS = {"silent": silent_listener, "stuck after identity": chroma_stuck_after_identity}
+# the first answer (the tenant and database checks, through chromadb's admin client). Each
+# puts what it left unanswered (a connection, a request) into the list it is given.
+SILENT_SERVERS: dict[str, Callable[[list[Any]], AbstractContextManager[str]]] = {
+    "silent": silent_listener,
+    "stuck after identity": chroma_stuck_after_identity,
+}
 
 
 @pytest.mark.parametrize("server", sorted(SILENT_SERVERS))
 def test_connect_to_a_server_that_stops_answering_fails_within_the_timeout(server: str) -> None:
-    with SILENT_SERVERS[server]() as url:
+    unanswered: list[Any] = []
+    with SILENT_SERVERS[server](unanswered) as url:
         started = time.monotonic()
         error = outcome_within(lambda: connect(StoreLocation(url=url, timeout_seconds=TIMEOUT_S)))
         elapsed = time.monotonic() - started
+        left = len(unanswered)
     assert isinstance(error, StoreUnavailable), error
     assert "no answer within 1s" in str(error) and "timeoutSeconds" in str(error), str(error)
-    assert TIMEOUT_S * 0.9 <= elapsed < TIMEOUT_S * 3 + 2  # one bounded request, not four
+    assert elapsed >= TIMEOUT_S * 0.9, elapsed
+    # One bounded request, not one sent again: counted, not timed (a loaded machine is slow).
+    assert left == 1, unanswered
 
 
 # Every kind of call the operator makes on a connected client: reads of memories and
@@ -202,7 +213,7 @@ def test_a_frozen_chroma_fails_each_call_within_the_timeout(
         error = outcome_within(lambda: CALLS[name](store))
         elapsed = time.monotonic() - started
     assert isinstance(error, StoreUnavailable), error
-    assert elapsed < TIMEOUT_S * 3 + 2, elapsed  # this location's 1 s, not the default 10 s
+    assert elapsed < 9, elapsed  # this location's 1 s, not the default 10 s
     assert "Timeout" in str(error) or "timed out" in str(error), str(error)
     # The same client works again once Chroma answers: nothing was left half-done.
     CALLS[name](store)
@@ -240,7 +251,8 @@ def test_a_silent_apiserver_fails_a_kubernetes_call(
 ) -> None:
     """The claim, Secret, Event and status calls of a summarize thread all go through
     kube.api_client(); pointed at a server that never answers, a call raises."""
-    with silent_listener() as url:
+    held: list[socket.socket] = []
+    with silent_listener(held) as url:
         kubeconfig = tmp_path / "kubeconfig"
         kubeconfig.write_text(
             "apiVersion: v1\nkind: Config\ncurrent-context: silent\n"
@@ -249,7 +261,7 @@ def test_a_silent_apiserver_fails_a_kubernetes_call(
             "contexts: [{name: silent, context: {cluster: silent, user: silent}}]\n"
         )
         monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-        read_s = 5.0  # long beside a loaded machine's delays: one attempt is not two
+        read_s = 2.0  # one attempt is told from two by the connections made, not by time
         monkeypatch.setattr(kube, "REQUEST_TIMEOUT", (TIMEOUT_S, read_s))
         kube.api_client.cache_clear()
         try:
@@ -257,13 +269,14 @@ def test_a_silent_apiserver_fails_a_kubernetes_call(
                 lambda: kube.get_summarizer("default", "default"),
                 lambda: kube.read_secret("default", "model-key"),
             ):
-                started = time.monotonic()
+                started, before = time.monotonic(), len(held)
                 error = outcome_within(call)
                 elapsed = time.monotonic() - started
                 assert error is not None and "timed out" in str(error).lower(), error
-                # One read timeout: a request whose answer timed out is not sent again
-                # (urllib3's default would resend a GET 3 times: 4 x 5 s; twice is 10 s).
-                assert read_s * 0.9 <= elapsed < read_s * 1.8, elapsed
+                assert elapsed >= read_s * 0.9, elapsed
+                # One attempt: a request whose answer timed out is not sent again on a new
+                # connection (urllib3's default would resend a GET 3 times). Counted, not timed.
+                assert len(held) - before == 1, len(held) - before
         finally:
             kube.api_client.cache_clear()
 

@@ -82,20 +82,21 @@ def test_a_free_claim_costs_one_create_and_one_delete_and_a_held_one_is_refused(
 def test_a_pass_longer_than_the_duration_keeps_its_claim_by_renewing_it(
     harness: Harness, released: list[SessionClaimHandle]
 ) -> None:
-    mine = handle("renew-1", "r1", "uid-a", duration_s=2, margin_s=0.5, renew_s=0.4)
-    contender = handle("renew-1", "r2", "uid-b", duration_s=2, margin_s=0.5, renew_s=0.4)
+    # Durations long beside a loaded machine's stalls; the claim must outlive 2.5 of them.
+    mine = handle("renew-1", "r1", "uid-a", duration_s=4, margin_s=1, renew_s=0.5)
+    contender = handle("renew-1", "r2", "uid-b", duration_s=4, margin_s=1, renew_s=0.5)
     released += [mine, contender]
     mine.acquire()
-    deadline = time.monotonic() + 5  # two and a half durations
+    deadline = time.monotonic() + 10  # two and a half durations
     attempts = 0
     while time.monotonic() < deadline:
         with pytest.raises(ClaimHeld):
             contender.acquire()
         attempts += 1
-        time.sleep(0.3)
+        time.sleep(0.5)
     mine.check()  # still ours: renewed all along
-    assert mine.renewals >= 8, mine.renewals
-    assert attempts >= 10
+    assert mine.renewals >= 2, mine.renewals  # it outlived two durations only by renewing
+    assert attempts >= 3, attempts  # and was contended across them
     assert claim_objects("renew-1")[0]["spec"]["holder"] == "r1"
 
 

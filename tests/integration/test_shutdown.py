@@ -101,7 +101,9 @@ def test_sigterm_mid_pass_writes_a_checkpoint_releases_the_claim_and_the_next_st
     finally:
         stop(proc)
     text = log.read_text()
-    assert took < 15 + 5, f"{took:.1f}s to stop\n{tail(log)}"
+    # Within the bound with room for a loaded machine; "abandoned" tells a pass that stopped
+    # from one given up on at the bound.
+    assert took < 15 + 13, f"{took:.1f}s to stop\n{tail(log)}"
     assert "abandoned" not in text
     # The claim was released, and what the passes covered is in the store.
     assert claims_of("stop-session") == []
@@ -135,7 +137,8 @@ def test_a_pass_that_cannot_stop_in_time_is_abandoned_at_the_bound(
             took = sigterm(proc, 30)
         finally:
             stop(proc)
-    assert took < 3 + 8, f"{took:.1f}s to stop\n{tail(log)}"
+    # At the 3 s bound, not when the model answers (60 s); room for a loaded machine.
+    assert took < 3 + 22, f"{took:.1f}s to stop\n{tail(log)}"
     assert "abandoned" in log.read_text()
 
 

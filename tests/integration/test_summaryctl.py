@@ -366,8 +366,8 @@ def test_a_request_without_n_says_where_the_summarizers_are_and_changes_nothing(
     """No -n: namespace default, which has no SessionSummarizer (the harness's is in ops)."""
     sid = f"no-ns-{uuid.uuid4().hex[:6]}"
     started = time.monotonic()
-    res = harness.summaryctl(command, sid, "--wait", "30")
-    assert time.monotonic() - started < 20, "it waited instead of saying so"
+    res = harness.summaryctl(command, sid, "--wait", "120")
+    assert time.monotonic() - started < 60, "it waited instead of saying so"
     assert res.returncode == 2, res.stdout + res.stderr
     line = one_error_line(res.stderr)
     assert "no SessionSummarizer 'default' in namespace 'default'" in line, line
