@@ -86,8 +86,20 @@ def test_a_forgotten_session_is_gone_audited_and_not_swept_back_until_it_changes
     print(f"Event Forgotten: {said[0]['message']}")
 
     # Sweeps (every 5 s) come and go: the session is idle, has memories and no row, and
-    # stays forgotten.
-    time.sleep(12)
+    # stays forgotten. Two whole sweeps are waited for, not a time a slow machine may fill
+    # with none.
+    def swept() -> str | None:
+        out = harness.kubectl("get", "ssumr", "erase", "-o", "json")
+        return (json.loads(out).get("status") or {}).get("lastSweepAt")
+
+    sweeps = [swept()]
+
+    def two_more() -> bool:
+        if (at := swept()) != sweeps[-1]:
+            sweeps.append(at)
+        return len(sweeps) >= 3
+
+    wait_for(two_more, 120, 0.5, message="two sweeps after the forget", log=harness.log)
     assert summary_row(harness, summary, sid) is None, tail(harness.log)
     obj = harness.obj(sid)
     assert obj["status"]["phase"] == "Forgotten", obj["status"]
