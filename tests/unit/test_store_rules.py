@@ -4,6 +4,7 @@ that every store failure reads as one useful line."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator
@@ -117,6 +118,7 @@ def test_a_valid_collection_name_is_accepted_by_the_spec(name: str) -> None:
 # -- the CRD and the chart state the same rules ---------------------------------------------
 
 
+@functools.cache  # parsed once: a property test reads it for each of its examples
 def crd_store(path: Path) -> dict[str, Any]:
     crd = yaml.safe_load(path.read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
