@@ -200,6 +200,94 @@ def _late_only(chunk: Sequence[Memory], prior_key: tuple[int, str] | None) -> bo
     )
 
 
+@dataclass(frozen=True)
+class _Start:
+    """What a pass builds on once deleted memories are accounted for (_start)."""
+
+    prior: PriorSummary | None  # masked, rekeyed; without the items of deleted memories
+    again: list[Memory]  # memories whose items went with a deleted one's: summarized again
+    dropped: int  # items whose memories are all deleted
+
+
+def _read_prior(
+    store: MemoryStore, session_id: str, mask: PassRedaction, rebuild: bool
+) -> tuple[StoredPrior, PriorSummary | None]:
+    """Step 1: the stored row and the prior this pass builds on, masked under today's rules.
+    A rebuild reads no prior: it replaces one that cannot be read too."""
+    if rebuild:
+        found = StoredPrior(None, store.read_row_state(session_id).digest)
+    else:
+        found = store.read_prior(session_id)
+    prior = rekeyed(found.summary, mask.prior(found.summary))
+    if isinstance(prior, StructuredSummary):
+        mark = prior.watermark
+        if mark and not placed(mark.timestamp_ms, int(time.time() * 1000)):
+            # A bad clock's row was its watermark (before memories.placed): read it whole.
+            drop = dict.fromkeys(("watermark", "coverage", "rows_digest"))
+            prior = prior.model_copy(update=drop)
+    return found, prior
+
+
+def _start(
+    store: MemoryStore,
+    session_id: str,
+    prior: PriorSummary | None,
+    rows: SessionRows,
+    summarizer: Summarizer,
+    mask: PassRedaction,
+    excluded: Callable[[Memory], bool],
+    guard: WriteGuard | None,
+    phase: PhaseTimer,
+) -> _Start | Outcome:
+    """Step 2: the items of deleted memories dropped (or summarized again from the living
+    ones), or the pass's outcome when no memory of the session is left."""
+    structured = prior if isinstance(prior, StructuredSummary) else None
+    gone_all = rows.total == 0  # no memory carries the session's id (untimed ones counted)
+    if gone_all and structured is None:
+        return Outcome("not-found", session_id, 0)
+    dropped, again = 0, list[Memory]()
+    if structured is not None and rows.base is None:  # every row listed: who is gone?
+        living = [*(row_id for _, row_id in rows.keys), *rows.untimed]
+        if not summarizer.one_memory_per_item:
+            structured, ids, dropped = partly_gone(structured, living)
+            with phase("read"):
+                again = [m for m in store.memories_by_id(ids, mask) if not excluded(m)]
+        retitle = functools.partial(derived_title, session_id=session_id)
+        kept, gone = forget_gone(structured, living, retitle)
+        dropped += gone
+        prior = structured = kept  # the same object when nothing went: may be up to date
+    if gone_all and structured is not None and structured.is_empty():
+        if guard is not None:  # every item went with its memories: nothing is left to keep
+            guard.admit(store.read_row_state(session_id).fence)
+        store.drop_summary(session_id)
+        return Outcome("not-found", session_id, 0, dropped_items=dropped)
+    return _Start(prior, again, dropped)
+
+
+def _idle(
+    session_id: str, found: StoredPrior, prior: PriorSummary | None, rows: SessionRows
+) -> Outcome | None:
+    """Step 3: the outcome of a pass with nothing to write (up to date, or no memory to
+    summarize and no prior), else None."""
+    last_ms = rows.newest.timestamp_ms if rows.newest else None
+    skipped = len(rows.untimed)
+    missing = sum(value is None for value in rows.untimed_values.values())
+    if (
+        isinstance(prior, StructuredSummary)
+        and prior.other_writer is None
+        and found.row_current
+        and prior is found.summary  # nothing masked anew, dropped or set aside
+        and rows.selected == 0
+        and prior.memory_count == rows.total
+    ):
+        return Outcome("up-to-date", session_id, rows.total, prior, last_memory_at_ms=last_ms,
+                       skipped_memories=skipped, missing_times=missing)  # fmt: skip
+    if prior is None and not rows.included:
+        return Outcome("empty", session_id, rows.total, last_memory_at_ms=last_ms,
+                       skipped_memories=skipped, missing_times=missing)  # fmt: skip
+    return None
+
+
 def summarize_session(
     store: MemoryStore,
     session_id: str,
@@ -221,7 +309,9 @@ def summarize_session(
     rebuild: bool = False,
     phase: PhaseTimer = untimed,
 ) -> Outcome:
-    """Brings the session's stored summary up to date with its memories.
+    """Brings the session's stored summary up to date with its memories, in steps: read
+    the prior (_read_prior), list the rows, account for deleted memories (_start), stop
+    when there is nothing to write (_idle), summarize the chunks, validate, write.
 
     Reads the memories after the prior's watermark and, at or before it, the ranges the
     prior's coverage does not match (core/coverage.py), in chunks of at most chunk_size
@@ -233,79 +323,25 @@ def summarize_session(
     (spec.action Rebuild). phase: times the steps (tracing.py).
     """
     mask = PassRedaction(redaction)
-    with phase("read"):  # a rebuild reads no prior: it replaces one that cannot be read too
-        if rebuild:
-            found = StoredPrior(None, store.read_row_state(session_id).digest)
-        else:
-            found = store.read_prior(session_id)
-    stored = found.summary
-    prior = rekeyed(stored, mask.prior(stored))
-    # The row as this pass last saw it: if another writer changes it, we do not overwrite.
-    seen = RowSeen(found.row_digest)
+    with phase("read"):
+        found, prior = _read_prior(store, session_id, mask, rebuild)
     structured = prior if isinstance(prior, StructuredSummary) else None
-    mark = structured.watermark if structured else None
-    if structured and mark and not placed(mark.timestamp_ms, int(time.time() * 1000)):
-        # A bad clock's row was its watermark (before memories.placed): read the session whole.
-        drop = dict.fromkeys(("watermark", "coverage", "rows_digest"))
-        prior = structured = structured.model_copy(update=drop)
     other = structured.other_writer if structured else None
-    covered = prior_coverage(structured)
     # The rows stream: the pass holds one chunk of memories at a time, never the session.
     excluded = functools.partial(is_excluded, excluded_types=excluded_types)
     with phase("read"):
-        rows = store.session_rows(session_id, covered, exclude=excluded, mask=mask)
-    gone_all = rows.total == 0  # no memory carries the session's id (untimed ones counted)
-    if gone_all and structured is None:
-        return Outcome("not-found", session_id, 0)
-    dropped, again = 0, list[Memory]()
-    if structured is not None and rows.base is None:  # every row listed: who is gone?
-        living = [*(row_id for _, row_id in rows.keys), *rows.untimed]
-        if not summarizer.one_memory_per_item:
-            structured, ids, dropped = partly_gone(structured, living)
-            with phase("read"):
-                again = [m for m in store.memories_by_id(ids, mask) if not excluded(m)]
-        retitle = functools.partial(derived_title, session_id=session_id)
-        kept, gone = forget_gone(structured, living, retitle)
-        dropped += gone
-        prior = structured = kept  # the same object when nothing went: may be up to date
-    if gone_all and structured is not None and structured.is_empty():
-        if guard is not None:  # every item went with its memories: nothing is left to keep
-            guard.admit(store.read_row_state(session_id).fence)
-        store.drop_summary(session_id)
-        return Outcome("not-found", session_id, 0, dropped_items=dropped)
-    skipped = len(rows.untimed)
-    missing = sum(value is None for value in rows.untimed_values.values())
-    last_ms = rows.newest.timestamp_ms if rows.newest else None
-    new = rows.included  # memories to summarize, in (timestamp, id) order from rows.memories
-    if (
-        structured is not None
-        and other is None
-        and found.row_current
-        and prior is stored
-        and rows.selected == 0
-        and structured.memory_count == rows.total
-    ):
-        return Outcome(
-            "up-to-date",
-            session_id,
-            rows.total,
-            structured,
-            0,
-            0,
-            last_ms,
-            skipped_memories=skipped,
-            missing_times=missing,
-        )
-    if prior is None and not new:
-        return Outcome(
-            "empty",
-            session_id,
-            rows.total,
-            last_memory_at_ms=last_ms,
-            skipped_memories=skipped,
-            missing_times=missing,
-        )
+        rows = store.session_rows(session_id, prior_coverage(structured), exclude=excluded,
+                                  mask=mask)  # fmt: skip
+    start = _start(store, session_id, prior, rows, summarizer, mask, excluded, guard, phase)
+    if isinstance(start, Outcome):
+        return start
+    prior, again = start.prior, start.again
+    structured = prior if isinstance(prior, StructuredSummary) else None
+    if (idle := _idle(session_id, found, prior, rows)) is not None:
+        return idle
 
+    # The row as this pass last saw it: if another writer changes it, we do not overwrite.
+    seen = RowSeen(found.row_digest)
     spent: list[PassTokens] = []
     seen_by = row_visibility(rows.sources, visibility)
 
@@ -326,11 +362,13 @@ def summarize_session(
         )
 
     # Memories whose items went with a deleted one's are summarized again first (partly_gone).
+    new = rows.included  # memories to summarize, in (timestamp, id) order from rows.memories
     stream = itertools.chain(again, rows.memories)
     chunks = chunks_for(summarizer, stream, chunk_tokens=chunk_tokens, chunk_size=chunk_size)
     current: StructuredSummary | LegacySummary | None = prior
     passes = tokens = checkpoints = 0
     read_upto: tuple[int, str] | None = None
+    before = structured  # what the last pass built on
     for chunk in _timed(chunks, phase) if new or again else iter([[]]):
         if guard is not None:
             guard.check()  # a writer that lost its claim stops spending model calls
@@ -352,8 +390,8 @@ def summarize_session(
             # Late memories are history: the latest state stays the latest memories'.
             state = {"Current State": list(current.sections["Current State"])}
             summary = summary.model_copy(update={"sections": {**summary.sections, **state}})
-        prior = current if isinstance(current, StructuredSummary) else None
-        spent.append(pass_tokens(chunk, "", added_text(prior, summary)))
+        before = current if isinstance(current, StructuredSummary) else None
+        spent.append(pass_tokens(chunk, "", added_text(before, summary)))
         current, passes, tokens = summary, passes + 1, tokens + result.tokens_used
         if chunk:
             read_upto = (chunk[-1].timestamp_ms, chunk[-1].id)
@@ -361,7 +399,7 @@ def summarize_session(
     # What the summary covers: every row of the session, including excluded types.
     with phase("summarized"):
         final = _with_session_facts(current, rows)
-        validate_summary(final, prior)
+        validate_summary(final, before)
     written = write(final)
     return Outcome(
         "summarized",
@@ -370,9 +408,11 @@ def summarize_session(
         final.model_copy(update={"summarized_at_ms": written.at_ms}),
         new,
         passes,
-        last_ms,
+        rows.newest.timestamp_ms if rows.newest else None,
         tokens,
         checkpoints,
+        skipped_memories=len(rows.untimed),
+        missing_times=sum(value is None for value in rows.untimed_values.values()),
         provenance=Provenance(spent).with_document(written.document),
         other_writer=other,
         late_memories=rows.late,
@@ -380,7 +420,5 @@ def summarize_session(
         new_untimed=len(set(rows.untimed) - set(structured.untimed_ids if structured else ())),
         redactions=mask.counts(),
         rebuilt=rebuild,
-        dropped_items=dropped,
-        skipped_memories=skipped,
-        missing_times=missing,
+        dropped_items=start.dropped,
     )
