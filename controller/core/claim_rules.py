@@ -1,18 +1,8 @@
 """Where the claim is decided: may this writer write this session's summary row now? Pure.
 
-kopf peering is advisory, so every store write is guarded by a claim per *summary row*:
-objects that write one row (two names, two namespaces, two summarizers over one summary
-collection) share one claim, named from the row's identity (StoreLocation.row_scope and
-the session id). A writer is a replica serving one object. The claim is a cluster-scoped
-SessionClaim with client-go's Lease semantics, never comparing two hosts' wall clocks:
-
-- the holder renews it through the pass and writes only while less than duration - margin
-  has passed on its own monotonic clock since it *sent* its last renewal (holder_may_write);
-- a contender takes it over only once the duration has passed on *its own* clock since it
-  last saw the object change (Sighting); a claim first seen gets a whole duration (decide).
-
-Clock rates must agree within margin/(2*duration - margin) (docs/architecture.md,
-"Exactly one writer"). Each grant carries a fencing number (core/fencing.py).
+One SessionClaim per summary row (objects that write one row share it), with client-go's
+Lease semantics: each side reads only its own monotonic clock, never another host's wall
+clock (docs/architecture.md, "Exactly one writer"). Each grant carries a fence (fencing.py).
 """
 
 from __future__ import annotations
@@ -133,10 +123,9 @@ def held_for_s(existing: Claim, sighting: Sighting, now_s: float) -> float:
 
 
 def holder_may_write(renewed_at_s: float, now_s: float, duration_s: float, margin_s: float) -> bool:
-    """The holder's side: writes only while less than duration - margin has passed on its
-    own clock since it sent its last successful renewal (or the grant). A contender waits
-    the whole duration from a moment after that renewal was applied, so the holder stops
-    first unless the two clocks' rates differ by more than margin/(2*duration - margin)."""
+    """The holder writes only while less than duration - margin has passed on its own clock
+    since it sent its last renewal (or the grant): a contender waits the whole duration, so
+    the holder stops first unless clock rates differ by over margin/(2*duration - margin)."""
     return now_s - renewed_at_s < duration_s - margin_s
 
 

@@ -1,12 +1,9 @@
-"""Which memories a summary covers, precisely enough that a pass finds every memory it has
-not read, whatever its timestamp and whenever it landed. Pure.
+"""Which memories a summary covers, so a pass finds every memory it has not read, whatever
+its timestamp and whenever it landed (docs/summaries.md, "What a summary covers"). Pure.
 
-Beside the watermark, a summary records its *coverage*: its rows in at most MAX_BUCKETS
-time buckets of about equal counts, each with its row count and two sums of its rows' id
-hashes (mod a prime: the hashes and their squares). A pass partitions the session's keys
-at or before the watermark by the stored boundaries and re-reads only the buckets whose
-count or sums differ (dirty_buckets). When a bucket holds one or two rows more than
-stored, the sums name them (missing_rows), so `summaryctl verify` lists them by id.
+Rows sit in time buckets, each with a count and two sums of id hashes (the hashes and their
+squares, mod a prime): a pass re-reads only buckets that differ, and when one or two rows
+are missing from a bucket the sums name them (`summaryctl verify`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Where a credential may be sent. Pure.
 
 A Secret's value goes only to URLs its owner listed in its `memorycore.io/allowed-urls`
-annotation; every store and model URL may be limited install-wide (SSO_ALLOWED_ENDPOINTS);
-memories read with a store credential go only to the model and embedding endpoints its
-Secret's `memorycore.io/allowed-model-urls` lists, else the install's
-(SSO_ALLOWED_MODEL_URLS). One rule, `within`: same scheme, host and port (`:*` any port),
-the path inside the prefix's, segment by segment, after dot segments and escapes are
-resolved; `*.example.com` is any host under example.com, not itself (docs/security.md).
+annotation; memories read with a store credential only to the endpoints its Secret's
+`memorycore.io/allowed-model-urls` lists, else the install's; every URL may be limited
+install-wide. One rule, `within`: scheme, host and port, and a path inside the prefix's
+once dot segments and escapes are resolved (docs/security.md).
 """
 
 from __future__ import annotations
@@ -45,15 +43,11 @@ class Target:
     path: str
 
     @property
-    def origin(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        default = DEFAULT_PORTS[self.scheme] == self.port
-        return f"{self.scheme}://{host}" + ("" if default else f":{self.port}")
-
-    @property
     def shown(self) -> str:
         """The URL without credentials, query or fragment: safe in a condition."""
-        return self.origin + self.path
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        port = "" if DEFAULT_PORTS[self.scheme] == self.port else f":{self.port}"
+        return f"{self.scheme}://{host}{port}{self.path}"
 
 
 def _normal_path(path: str) -> str | None:
@@ -135,16 +129,8 @@ def parse_prefix(text: str) -> UrlPrefix | None:
 
 def parse_prefixes(text: str) -> tuple[list[UrlPrefix], list[str]]:
     """(valid prefixes, invalid entries) of a list separated by commas or whitespace."""
-    valid, invalid = [], []
-    for entry in re.split(r"[,\s]+", text.strip()):
-        if not entry:
-            continue
-        prefix = parse_prefix(entry)
-        if prefix is None:
-            invalid.append(entry)
-        else:
-            valid.append(prefix)
-    return valid, invalid
+    parsed = [(e, parse_prefix(e)) for e in re.split(r"[,\s]+", text.strip()) if e]
+    return [p for _, p in parsed if p is not None], [e for e, p in parsed if p is None]
 
 
 def _host_matches(host: str, pattern: str) -> bool:
@@ -212,56 +198,35 @@ class SecretVerdict:
     refusal: str = ""
 
 
-def _suggestion(use: SecretUse) -> str:
-    t = target(use.url)
-    return t.shown if t is not None else shown(use.url)
-
-
 def judge_secret(
     use: SecretUse, annotation: str | None, *, allow_unannotated: bool = False
 ) -> SecretVerdict:
     """May this Secret's value go to use.url? Its owner's annotation decides; without one,
     only while allow_unannotated (the previous release's behaviour), with a warning."""
     dest = shown(use.url)
-    command = (
-        f"kubectl annotate secret -n {use.namespace} {use.name} "
-        f"{ALLOWED_URLS_ANNOTATION}={_suggestion(use)}"
-    )
+    refused = f"{use.secret} ({use.field}) does not allow sending its value to {dest}"
     if annotation is None:
-        if allow_unannotated:
-            return SecretVerdict(
-                use,
-                True,
-                warning=(
-                    f"{use.secret} ({use.field}) has no {ALLOWED_URLS_ANNOTATION} annotation; "
-                    f"its value goes to {dest} only because unannotated Secrets are still "
-                    "allowed (chart value operator.allowUnannotatedSecrets), which ends with "
-                    f"the next release: its owner allows it with `{command}`"
-                ),
-            )
-        return SecretVerdict(
-            use,
-            False,
-            refusal=(
-                f"{use.secret} ({use.field}) does not allow sending its value to {dest}: it "
-                f"has no {ALLOWED_URLS_ANNOTATION} annotation; its owner allows it with "
-                f"`{command}`"
-            ),
+        command = (
+            f"kubectl annotate secret -n {use.namespace} {use.name} "
+            f"{ALLOWED_URLS_ANNOTATION}={dest}"
         )
+        how = f"its owner allows it with `{command}`"
+        if not allow_unannotated:
+            refusal = f"{refused}: it has no {ALLOWED_URLS_ANNOTATION} annotation; {how}"
+            return SecretVerdict(use, False, refusal=refusal)
+        warning = (
+            f"{use.secret} ({use.field}) has no {ALLOWED_URLS_ANNOTATION} annotation; its value "
+            f"goes to {dest} only because unannotated Secrets are still allowed (chart value "
+            f"operator.allowUnannotatedSecrets), which ends with the next release: {how}"
+        )
+        return SecretVerdict(use, True, warning=warning)
     prefixes, invalid = parse_prefixes(annotation)
     if allowed(use.url, prefixes):
         return SecretVerdict(use, True)
     listed = ", ".join(p.text for p in prefixes) or "nothing valid"
     bad = f"; ignored invalid entries: {', '.join(invalid)}" if invalid else ""
-    return SecretVerdict(
-        use,
-        False,
-        refusal=(
-            f"{use.secret} ({use.field}) does not allow sending its value to {dest}: its "
-            f"{ALLOWED_URLS_ANNOTATION} annotation allows {listed}{bad}; its owner may add "
-            f"{_suggestion(use)} to it"
-        ),
-    )
+    why = f"its {ALLOWED_URLS_ANNOTATION} annotation allows {listed}{bad}"
+    return SecretVerdict(use, False, refusal=f"{refused}: {why}; its owner may add {dest} to it")
 
 
 def endpoint_refusal(
@@ -308,10 +273,10 @@ def memory_destination_refusal(
         prefixes, invalid = list(install_list), []
     if allowed(url, prefixes):
         return None
-    dest = add = shown(url)
+    dest = shown(url)
     listed = ", ".join(p.text for p in prefixes) or "nothing"
     head = f"{field} {dest} may not receive the memories"
-    admin = f"whoever runs the operator may add {add} to {setting}"
+    admin = f"whoever runs the operator may add {dest} to {setting}"
     if credential is None:
         return (
             f"{head}: the store has no credential (store.authSecretRef), so the operator's "
@@ -321,7 +286,7 @@ def memory_destination_refusal(
     if annotation is None:
         command = (
             f"kubectl annotate secret -n {credential.namespace} {credential.name} "
-            f"{ALLOWED_MODEL_URLS_ANNOTATION}={add}"
+            f"{ALLOWED_MODEL_URLS_ANNOTATION}={dest}"
         )
         return (
             f"{head} read with {secret}: it has no {ALLOWED_MODEL_URLS_ANNOTATION} annotation "
@@ -331,7 +296,7 @@ def memory_destination_refusal(
     bad = f"; ignored invalid entries: {', '.join(invalid)}" if invalid else ""
     return (
         f"{head} read with {secret}: its {ALLOWED_MODEL_URLS_ANNOTATION} annotation allows "
-        f"{listed}{bad}; the Secret's owner may add {add} to it"
+        f"{listed}{bad}; the Secret's owner may add {dest} to it"
     )
 
 

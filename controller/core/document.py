@@ -1,11 +1,8 @@
 """The document agents read: a structured summary rendered as markdown, bounded. Pure.
 
-Sections in their fixed order, then References, then a carried earlier text fenced whole.
-The operator's own part is at most max_chars (DOCUMENT_MAX_CHARS, or spec.document.maxChars);
-when it does not fit, choose_lines fills the space (the newest item of each history
-section, then the lines that add the rarest facts per character) and a last line says how
-many are in the ledger only. Another writer's carried text is never cut: its readers
-cannot read the ledger.
+The operator's own part is at most max_chars; past it choose_lines picks the lines to show
+and a last line points to the ledger (docs/summaries.md). Another writer's carried text is
+never cut: its readers cannot read the ledger.
 """
 
 from __future__ import annotations
@@ -56,10 +53,8 @@ def overflow_note(summary: StructuredSummary, memory_collection: str | None = No
     )
 
 
-# The bound of the operator's own part. neo's agents read the 5 newest documents whole at
-# boot (get_all_summaries({limit: 5})), so a summary must not grow without bound: past this
-# the lines choose_lines leaves out are folded into one line (the ledger keeps everything;
-# `summaryctl summaries --full` prints it). Also what is embedded (upsert.EMBED_CHARS).
+# neo's agents read the 5 newest documents whole at boot, so a document must not grow
+# without bound; the ledger keeps everything. Also what is embedded (upsert.EMBED_CHARS).
 DOCUMENT_MAX_CHARS = 8000
 FOLDED_MARK = "not shown here"
 CANDIDATES = 200  # per section: more than fit in any document (DOCUMENT_MAX_CHARS)
@@ -111,10 +106,8 @@ def render_document(
     *,
     max_chars: int | None = DOCUMENT_MAX_CHARS,
 ) -> str:
-    """The document text, for a person and the next agent. Deterministic. References follow
-    the sections, verbatim; a carried legacy text comes last, byte for byte, fenced under
-    LEGACY_HEADING. The rest is at most max_chars (None: unbounded, as `summaryctl summaries
-    --full` shows it), else choose_lines fills the space and a line names the ledger."""
+    """The document text, deterministic: sections, References, then a carried legacy text
+    byte for byte, fenced. All but that text is at most max_chars (None: unbounded)."""
     carried = summary.legacy_text
     tail = "\n".join(_legacy_lines(carried)) + "\n" if carried is not None else ""
     # The whole can fit only if the history's lines alone do: counted until they do not,
@@ -128,13 +121,9 @@ def render_document(
 
 
 def choose_lines(summary: StructuredSummary, memory_collection: str | None, max_chars: int) -> str:
-    """The title, then of every section's lines (the newest CANDIDATES of each) those that fill
-    max_chars: the newest item of each history section first while they take at most half the
-    space, then one at a time the line whose facts not yet shown weigh most per character (a
-    fact weighing less the more lines hold it: core/facts.py), fact-free lines last, newer
-    first among equals; a line whose words one already chosen holds is skipped. Shown in the
-    document's order, then a line saying how many are left to the ledger.
-    """
+    """The title and the lines that fill max_chars, greedily by the rarest facts not yet
+    shown per character (docs/summaries.md), in the document's order, then a line saying
+    how many are left to the ledger."""
     title = f"# {one_line(summary.title)}"
     blocks = [
         (name, [_item_line(i) for i in (summary.sections.get(name) or [])[-CANDIDATES:]])

@@ -1,12 +1,8 @@
 """Does our embedding model match the one a collection records? Pure.
 
 A different model of the same dimension passes Chroma's dimension check and silently ruins
-every semantic search over summaries, so where the collection's embedding function record
-({"type": "known", "name": ..., "config": ...}) names a model, it is compared with ours
-before any write: "default" / "onnx_mini_lm_l6_v2" is all-MiniLM-L6-v2; neo's
-"dynamic_text_embedding_service" names none (only the local MiniLM is known wrong for it);
-another known function names its "model_name"; no record or a legacy one: nothing to
-compare. The dimension is checked separately (controller/store).
+every semantic search over summaries, so the model a collection's embedding function record
+names is compared with ours before any write (the dimension is checked in controller/store).
 """
 
 from __future__ import annotations

@@ -1,15 +1,13 @@
 """Whether an Event is new, or a repeat to be counted on one already posted. Pure.
 
-As client-go's EventCorrelator: the same source, object, type, reason and message PATCH
-the Event's `count` and `lastTimestamp` ("x5 over 2m"). Unlike it, the Event's name is
-derived from its key and a create that finds the name taken counts on that Event, so a
-restart or failover continues a count. An LRU of 4,096 keys; the I/O is kube/events.py.
+As client-go's EventCorrelator, but the Event's name derives from its key and a create that
+finds the name taken counts on that Event, so a restart or failover continues a count.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cachetools import LRUCache
 
@@ -44,15 +42,9 @@ def event_name(key: EventKey) -> str:
 
 
 @dataclass(frozen=True)
-class Seen:
-    name: str
-    count: int
-    first_timestamp: str
-
-
-@dataclass(frozen=True)
 class Decision:
-    """Create the Event (count 1), or patch it to this count (first_timestamp kept)."""
+    """Create the Event (count 1), or patch it to this count (first_timestamp kept); also
+    what the log remembers of a key."""
 
     name: str
     count: int
@@ -69,21 +61,18 @@ class EventLog:
     def __init__(self, size: int = CACHE_SIZE) -> None:
         if size < 1:
             raise ValueError("size must be at least 1")
-        self._seen: LRUCache[EventKey, Seen] = LRUCache(size)
+        self._seen: LRUCache[EventKey, Decision] = LRUCache(size)
 
     def observe(self, key: EventKey, now: str) -> Decision:
         """What to do for one more occurrence of key at now, and remember it."""
         seen = self._seen.get(key)
-        if seen is None:
-            seen = Seen(event_name(key), 1, now)
-        else:
-            seen = Seen(seen.name, seen.count + 1, seen.first_timestamp)
-        self._remember(key, seen)
-        return Decision(seen.name, seen.count, seen.first_timestamp)
+        new = replace(seen, count=seen.count + 1) if seen else Decision(event_name(key), 1, now)
+        self._seen[key] = new
+        return new
 
     def learned(self, key: EventKey, count: int, first_timestamp: str) -> None:
         """The Event already existed (another process, or before a restart): its count."""
-        self._remember(key, Seen(event_name(key), count, first_timestamp))
+        self._seen[key] = Decision(event_name(key), count, first_timestamp)
 
     def forget(self, key: EventKey) -> None:
         """The Event is gone (expired by the apiserver's event TTL): the next is new."""
@@ -91,6 +80,3 @@ class EventLog:
 
     def __len__(self) -> int:
         return len(self._seen)
-
-    def _remember(self, key: EventKey, seen: Seen) -> None:
-        self._seen[key] = seen

@@ -1,9 +1,5 @@
 """The facts a sentence carries: what the next agent asks about (names, numbers, dates,
-places, paths, identifiers, versions, amounts). Pure; a cheap scan, not a parser.
-
-The extractive summarizer ranks what a response says by them, and the rendered document,
-when it must choose, shows the lines that add the rarest (controller/core/document.py).
-"""
+places, paths, identifiers, versions, amounts). Pure; a cheap scan, not a parser."""
 
 from __future__ import annotations
 
@@ -24,9 +20,7 @@ _QUOTED = re.compile(r"\"[^\"]{2,80}\"|“[^”]{2,80}”")
 
 
 def fact_tokens(text: str) -> list[str]:
-    """The facts in a text, lower-cased, in order: numbers (in digits or words), amounts and
-    dates, paths and file names, code identifiers, quoted titles, and capitalised names (a
-    month too) inside a sentence: its first word is capitalised anyway, so it does not
-    count, nor does 'I'."""
+    """The facts in a text, lower-cased, in order, quoted titles last. A sentence's first
+    word is capitalised anyway, so it counts as no name, nor does 'I'."""
     found = [m.group().lower() for m in _FACT.finditer(text) if m.group() != "I"]
     return found + [q.lower() for q in _QUOTED.findall(text)]

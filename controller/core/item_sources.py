@@ -1,18 +1,14 @@
-"""Which memories each item of a summary came from, and what goes when they are gone
-(docs/privacy.md, "When a memory is deleted").
-
-`item_sources` holds entries "ITEM:SOURCE": 16 hex digits of a hash of the item's section
-and what its stored text says (`identity`: the same quoted, masked or cut), and of a
-memory's id (release 0.1.0's 8-digit entries still match). A pass records an entry for
-every item it stores or a memory of its chunk repeats, so a fact two memories said lives
-while either does. When a pass lists every row (a deletion makes it), `forget_gone` drops
-each item whose sources are all gone. Items with no entry are never dropped.
+"""Which memories each item of a summary came from, and what goes when they are all gone
+(docs/privacy.md, "When a memory is deleted"). Entries are "ITEM:SOURCE": 16 hex digits of
+a hash of the item's section and identity, and of a memory's id (release 0.1.0's 8-digit
+entries still match). An item with no entry is never dropped.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from controller.core.memories import Memory
@@ -109,11 +105,8 @@ class _Chunk:
             return whole
         words = set(_WORD.findall(key))
         postings = [self.by_word.get(w, set()) for w in words]
-        shared: dict[int, int] = {}
-        if sum(map(len, postings)) <= CANDIDATES_MAX * 8:
-            for posting in postings:
-                for index in posting:
-                    shared[index] = shared.get(index, 0) + 1
+        few = sum(map(len, postings)) <= CANDIDATES_MAX * 8
+        shared = Counter(i for posting in postings for i in posting) if few else Counter()
         best = max(shared.values(), default=0)
         if words and best / len(words) >= 0.6:
             return [self.ids[i] for i in sorted(shared) if shared[i] == best]
@@ -125,10 +118,9 @@ def record(
     stored: Mapping[str, Iterable[str]],
     memories: Sequence[Memory],
 ) -> list[str]:
-    """The prior's entries, then this pass's, none twice: for each item the pass stores
-    (section -> texts as stored), one per chunk memory that says it (attribute); for each
-    item with sources already, one per chunk memory that has it as a sentence or whole field
-    (a summarizer does not propose what the summary holds: repeats are found here)."""
+    """The prior's entries, then this pass's, none twice: one per chunk memory that says an
+    item the pass stores (section -> texts as stored), and one per chunk memory that repeats
+    an item with sources already (a summarizer does not propose what the summary holds)."""
     result = list(prior.item_sources) if prior is not None else []
     have = set(result)
     chunk = _Chunk(memories)

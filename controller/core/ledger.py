@@ -1,15 +1,9 @@
 """The operator's ledger entry of one summary row: what the writer needs and no reader reads
 (docs/ledger.md). Pure.
 
-The row carries only the document and neo's keys (core/summary_row.py: READER_ROW_KEYS);
-every key of a write lives in the session's entry in `<summary collection>-ledger`: a head
-record with the row's id (every key but the growing lists; in its metadata the fence and
-its authority, core/fencing.py, the digests of the row document it goes with and was built
-on, and which segments are its own), and segment records holding what the growing lists
-gained at each write, so a write costs what is new (plan_write). The head and its new
-segment are one upsert; the write then deletes every other record of the session it read.
-A head whose segments a later write deleted is read with its lists lost (read_entry) and
-the pass reads every memory again. Every read compares row and entry (row_agreement).
+A head record holds every key of a write but the growing lists; segment records hold what
+the lists gained at each write, so a write costs what is new (plan_write). A head whose
+segments are gone is read with its lists lost (read_entry): the pass reads every memory again.
 """
 
 from __future__ import annotations
@@ -94,8 +88,7 @@ def _lists(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any
 
 
 def _digest(items: list[Any]) -> str:
-    text = json.dumps(items, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return hashlib.sha256(_dump(items).encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
 def _dump(value: Any) -> str:
@@ -113,10 +106,9 @@ def plan_write(
     fence: Mapping[str, Any],
     built_on: str | None,
 ) -> LedgerWrite:
-    """The records of one write: `keys`, every key of the write (to_chroma_metadata); `head`,
-    the head's metadata as read right before (None: no entry); `fence`, the grant's keys;
-    `built_on`, the digest of the row document the write read. Appends a segment of what the
-    lists gained when each still starts with what the head recorded; else writes them whole."""
+    """The records of one write of `keys` (to_chroma_metadata) over `head` (as read right
+    before; None: no entry), `built_on` the digest of the row document the write read. A
+    segment of what the lists gained when each starts with what the head recorded, else whole."""
     rest, lists = _lists(keys)
     shape = _shape(head)
     generation, seq = _number(head, "generation"), _number(head, "segments")
@@ -169,10 +161,9 @@ def _shape(head: Mapping[str, Any] | None) -> dict[str, tuple[int, str]] | None:
     try:
         shape = json.loads(str((head or {})["lists"]))
         shape.setdefault("Sources", [0, _digest([])])  # a head written before item sources
-        found = {n: (int(shape[n][0]), str(shape[n][1])) for n in GROWING}
+        return {n: (int(shape[n][0]), str(shape[n][1])) for n in GROWING}
     except (KeyError, ValueError, TypeError, IndexError):
         return None
-    return found
 
 
 def row_agreement(

@@ -17,26 +17,25 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from controller.core.text import EPOCH
+
 DEFAULT_EXCLUDED_TYPES = frozenset({"context-injection", "context-refresh", "tick", "heartbeat"})
-# A memory of this type asks for its session to be summarized now, without Kubernetes
-# credentials (docs/agents.md): the sweep's marker scan finds it. It is a request, not
-# content, so it is never summarized, whatever a summarizer's excludedMemoryTypes says.
+# A memory of this type asks for its session to be summarized now (docs/agents.md): a
+# request, not content, so never summarized, whatever excludedMemoryTypes says.
 SUNSET_MARKER_TYPE = "session-sunset"
 # Text the harness injects into a "prompt" (reminders, context refreshes) is not the user
 # speaking; a row whose prompt starts with one of these is left out of the summary.
 INJECTION_MARKERS = ("<system-reminder>", "[context refresh]", "<context-refresh>")
 INTERACTION_TYPE = "agent-interaction"
-# Epoch numbers are told apart by magnitude (docs/summaries.md, "Memory times"): below
-# SECONDS_LIMIT seconds, then milliseconds, microseconds and nanoseconds, each band three
-# digits wider; each unit reads times from March 1973 to the year 5138 (seconds: from 1970).
+# Epoch numbers are told apart by magnitude (docs/summaries.md, "Memory times"): seconds
+# below SECONDS_LIMIT, then milliseconds, microseconds and nanoseconds, each band 3 digits wider.
 SECONDS_LIMIT = 100_000_000_000
 UNIT_LIMITS = ((SECONDS_LIMIT, -1000), (10**14, 1), (10**17, 1000), (10**20, 1_000_000))
-# A time further ahead of the reader's clock is a bad clock: it counts as "now" (core.clocks),
-# so it neither keeps its session active nor sorts its summary first in neo's listing.
+# A time further ahead of the reader's clock is a bad clock: it counts as "now", so it
+# neither keeps its session active nor sorts its summary first in neo's listing.
 FUTURE_TOLERANCE_MS = 10 * 60 * 1000
 # A time before this (2000-01-01) is a bad clock too: no agent wrote memories then.
 PAST_FLOOR_MS = 946_684_800_000
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _NUMBER = re.compile(r"[+-]?\d+(\.\d+)?")
 _INTEGER = re.compile(r"[+-]?\d+")
 
@@ -124,7 +123,7 @@ def _timestamp_ms(value: object) -> int | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.UTC)  # naive = UTC, as the old writers meant it
     # Integer arithmetic: float timestamps turn .001 into .000999...
-    return (when - _EPOCH) // dt.timedelta(milliseconds=1)
+    return (when - EPOCH) // dt.timedelta(milliseconds=1)
 
 
 def trusted_time(timestamp_ms: int, now_ms: int) -> bool:
@@ -150,8 +149,8 @@ def _text(meta: Mapping[str, Any], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
-def _optional_text(meta: Mapping[str, Any], key: str) -> str | None:
-    value = meta.get(key)
+def optional_text(value: object) -> str | None:
+    """A string stripped; None for a blank one or anything else."""
     return value.strip() or None if isinstance(value, str) else None
 
 
@@ -167,13 +166,11 @@ def _js_string(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        if math.isfinite(value) and value.is_integer() and abs(value) < 1e21:
+        if not math.isfinite(value):
+            return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+        if value.is_integer() and abs(value) < 1e21:
             return str(int(value))
-        return (
-            repr(value).replace("e+0", "e+").replace("e-0", "e-")
-            if math.isfinite(value)
-            else ("NaN" if value != value else ("Infinity" if value > 0 else "-Infinity"))
-        )
+        return repr(value).replace("e+0", "e+").replace("e-0", "e-")
     if isinstance(value, list):
         return ",".join("" if v is None else _js_string(v) for v in value)
     if isinstance(value, dict):
@@ -261,11 +258,7 @@ def memory_from_row(
     if not isinstance(session_id, str) or not session_id.strip() or timestamp is None:
         return None
     stored_type = _text(meta, "type").strip()
-    prompt, thought, response = (
-        _text(meta, "prompt"),
-        _text(meta, "thought"),
-        _text(meta, "response"),
-    )
+    prompt, thought, response = (_text(meta, k) for k in ("prompt", "thought", "response"))
     if not document:
         is_interaction = stored_type == INTERACTION_TYPE or (
             not stored_type and bool(prompt or response)
@@ -280,12 +273,12 @@ def memory_from_row(
         thought=thought,
         response=response,
         document=document,
-        agent=_optional_text(meta, "agent"),
-        model=_optional_text(meta, "model"),
+        agent=optional_text(meta.get("agent")),
+        model=optional_text(meta.get("model")),
         tool_calls=tool_call_count(meta.get("amountToolCalls")),
         tools_used=tool_names(meta.get("toolsUsed")),
-        user_id=_optional_text(meta, "userId"),
-        agent_identity=_optional_text(meta, "agentIdentity"),
+        user_id=optional_text(meta.get("userId")),
+        agent_identity=optional_text(meta.get("agentIdentity")),
     )
 
 

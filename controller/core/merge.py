@@ -1,18 +1,9 @@
 """One pass: prior summary + what a summarizer proposes -> the next summary. Pure.
 
 "Never lose a fact" is enforced here, whatever a summarizer (possibly a model obeying an
-instruction injected into a memory) proposes:
-
-- History sections are append-only: prior items carried verbatim and in order (only a
-  deletion of all its memories removes one: core/item_sources.py); new items appended,
-  deduplicated, with which memories said each; supersede marks naming no item ignored.
-- New items that are error text or read as an instruction are stored quoted
-  (core/quoting.py); prior items are never rewritten.
-- Current State is replaced when the pass proposes one.
-- Counts, agents, models, tools, times, the watermark and References (core/references.py)
-  come from the memories, never from a summarizer.
-
-A legacy free-text prior is carried whole and verbatim as legacy_text, by every later pass.
+instruction injected into a memory) proposes: history sections are append-only, new items
+that read as error text or an instruction are quoted (core/quoting.py), and counts, agents,
+times, the watermark and References come from the memories (docs/summaries.md).
 """
 
 from __future__ import annotations
@@ -22,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, AliasGenerator, BaseModel, ConfigDict, Field, field_validator
 
 from controller.core.item_sources import REFERENCES, TITLE, identity, record
 from controller.core.memories import Memory, Watermark, memory_sort_key
@@ -78,15 +69,6 @@ def _items(value: Any) -> list[str]:
     return [t for t in (_item_text(v) for v in value) if t]
 
 
-def _score(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        return None
-    try:
-        return max(0, min(100, round(float(value))))
-    except ValueError:
-        return None
-
-
 class SupersedeMark(BaseModel):
     """A prior item that this pass makes obsolete, and what replaced it."""
 
@@ -106,23 +88,20 @@ class PassUpdate(BaseModel):
     """What one pass proposes. The five section keys are required; [] means nothing new.
     current_state None keeps the prior Current State; a list replaces it."""
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(
+        extra="ignore",
+        populate_by_name=True,
+        # a section may be given by its key or its title ("Design Choices")
+        alias_generator=AliasGenerator(
+            validation_alias=lambda name: AliasChoices(name, SECTION_KEYS.get(name, name))
+        ),
+    )
 
-    user_requests: list[str] = Field(
-        validation_alias=AliasChoices("user_requests", "User Requests")
-    )
-    questions_and_decisions: list[str] = Field(
-        validation_alias=AliasChoices("questions_and_decisions", "Questions & Decisions")
-    )
-    design_choices: list[str] = Field(
-        validation_alias=AliasChoices("design_choices", "Design Choices")
-    )
-    corrections_and_feedback: list[str] = Field(
-        validation_alias=AliasChoices("corrections_and_feedback", "Corrections & Feedback")
-    )
-    current_state: list[str] | None = Field(
-        validation_alias=AliasChoices("current_state", "Current State")
-    )
+    user_requests: list[str]
+    questions_and_decisions: list[str]
+    design_choices: list[str]
+    corrections_and_feedback: list[str]
+    current_state: list[str] | None
     supersede: list[SupersedeMark] = Field(default_factory=list)
     title: str | None = None
     category: Category | None = None
@@ -132,13 +111,7 @@ class PassUpdate(BaseModel):
     complexity: int | None = None
     technologies: list[str] = Field(default_factory=list)
 
-    @field_validator(
-        "user_requests",
-        "questions_and_decisions",
-        "design_choices",
-        "corrections_and_feedback",
-        mode="before",
-    )
+    @field_validator(*HISTORY_KEYS.values(), mode="before")
     @classmethod
     def _section(cls, value: Any) -> list[str]:
         return _items(value)
@@ -175,7 +148,12 @@ class PassUpdate(BaseModel):
     @field_validator("quality", "productivity", "impact", "complexity", mode="before")
     @classmethod
     def _scores(cls, value: Any) -> int | None:
-        return _score(value)
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            return None
+        try:
+            return max(0, min(100, round(float(value))))
+        except ValueError:
+            return None
 
     @field_validator("technologies", mode="before")
     @classmethod
@@ -197,11 +175,8 @@ def _prior_sections(
     prior: StructuredSummary | LegacySummary | None,
 ) -> dict[str, list[SummaryItem]]:
     """The prior's history items; a legacy prior has none (its text is carried whole)."""
-    sections: dict[str, list[SummaryItem]] = {title: [] for title in HISTORY_SECTIONS}
-    if isinstance(prior, StructuredSummary):
-        for title in HISTORY_SECTIONS:
-            sections[title] = list(prior.sections.get(title, []))
-    return sections
+    sections = prior.sections if isinstance(prior, StructuredSummary) else {}
+    return {title: list(sections.get(title, [])) for title in HISTORY_SECTIONS}
 
 
 def _append_new(
@@ -286,11 +261,9 @@ def merge_pass(
     max_new_items_per_section: int | None = None,
 ) -> StructuredSummary:
     """The next summary: a superset of the prior's history whatever the update says. Every
-    given memory's facts are merged, late ones too; repeats are not added twice; counts count
-    only memories after the watermark. The title stays once a structured summary has a real
-    one; otherwise the proposed one, a legacy summary's, or one from the first request. A
-    carried earlier text stays verbatim as legacy_text.
-    """
+    given memory's facts are merged, late ones too, once; counts count only memories after
+    the watermark. A real title stays; else the proposed one, a legacy one, or the first
+    request's."""
     base = prior if isinstance(prior, StructuredSummary) else None
     covered = base.watermark if base is not None else None
     given = sorted(new_memories, key=memory_sort_key)
@@ -330,13 +303,10 @@ def merge_pass(
         return int(proposed if proposed is not None else (getattr(base, name) if base else 50))
 
     agents = [name for m in new if (name := m.agent or m.agent_identity)]
-    models = {m.model for m in new if m.model}
-    tools = {t for m in new for t in m.tools_used}
+    models = {m.model for m in new if m.model} | set(base.models if base else ())
+    tools = {t for m in new for t in m.tools_used} | set(base.tools_used if base else ())
     first = [base.first_memory_at_ms] if base and base.first_memory_at_ms is not None else []
     last = [base.last_memory_at_ms] if base and base.last_memory_at_ms is not None else []
-    if base is not None:
-        models |= set(base.models)
-        tools |= set(base.tools_used)
     if new:
         first.append(new[0].timestamp_ms)
         last.append(new[-1].timestamp_ms)

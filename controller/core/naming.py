@@ -1,9 +1,8 @@
 """Deterministic Kubernetes object names from arbitrary session ids.
 
-Any sessionId (UUIDs, uppercase, slashes, unicode, 300 characters) maps to one valid
-DNS-1123 name, so repeated sunsets of a session patch the same object. The readable part
-is a slug; the hash of the exact id keeps distinct ids (e.g. differing only in case)
-apart. The true id always lives in spec.sessionId.
+Any sessionId maps to one valid DNS-1123 name, so repeated sunsets of a session patch the
+same object: a readable slug, and a hash of the exact id that keeps ids differing only in
+case apart. The true id always lives in spec.sessionId.
 """
 
 from __future__ import annotations

@@ -37,10 +37,8 @@ def added_text(before: StructuredSummary | None, after: StructuredSummary) -> st
     parts: list[str] = []
     for title, items in after.sections.items():
         old = before.sections.get(title, []) if before is not None else []
-        if title not in HISTORY_SECTIONS:
-            parts += [item.text for item in items] if items != old else []
-        else:
-            parts += [item.text for item in items[len(old) :]]
+        new = items[len(old) :] if title in HISTORY_SECTIONS else items if items != old else []
+        parts += [item.text for item in new]
     parts += after.references[len(before.references) if before is not None else 0 :]
     return "\n".join(parts)
 
@@ -57,11 +55,7 @@ class Provenance:
     """What one write of a summary covers and cost."""
 
     METADATA_KEYS: ClassVar[tuple[str, ...]] = (
-        "passCount",
-        "passTokensIn",
-        "passTokensOut",
-        "passTokensJson",
-        "documentTokens",
+        *("passCount", "passTokensIn", "passTokensOut", "passTokensJson", "documentTokens"),
         "compactionRatio",
     )
     passes: list[PassTokens] = field(default_factory=list)

@@ -1,11 +1,7 @@
 """Quoted content, not instructions or facts: how a summary item shows what a session held.
-Pure.
-
-The next agent trusts the summary it reads at boot, so error text (a traceback, "Error:
-...", a model's refusal) and instruction-like text ("ignore previous instructions",
-"SYSTEM: ...", chat role markers) must not read there as a fact or a request:
-`quote_if_needed` wraps such an item in a label and “…” (once); ordinary text is unchanged.
-controller.core.merge applies it to every new item, whichever backend proposed it.
+Pure. The next agent trusts the summary it reads at boot, so error text (a traceback, a
+model's refusal) and instruction-like text ("ignore previous instructions", "SYSTEM: ...")
+get a label and “…” (quote_if_needed), whichever backend proposed them (core/merge.py).
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
 """A token bucket: at most `per_minute` grants a minute, with a burst of as many. Pure (the
-caller passes the time). The marker scan takes its grants from one, so markers (which
-whoever writes memories can write) cost at most `spec.sweep.markerRequestsPerMinute`
-SessionSummaries and passes.
-"""
+caller passes the time). Markers, which whoever writes memories can write, take their grants
+from one (spec.sweep.markerRequestsPerMinute)."""
 
 from __future__ import annotations
 
@@ -17,8 +15,12 @@ class TokenBucket:
 
     def available(self, now_s: float) -> int:
         """Whole grants available at now_s (refills first)."""
-        self._refill(now_s)
-        assert self.tokens is not None
+        full = float(self.per_minute)
+        if self.tokens is None or self.last_s is None:
+            self.tokens = full
+        else:
+            self.tokens = min(full, self.tokens + max(0.0, now_s - self.last_s) * full / 60.0)
+        self.last_s = now_s
         return int(self.tokens)
 
     def take(self, wanted: int, now_s: float) -> int:
@@ -32,12 +34,3 @@ class TokenBucket:
         """Grants taken but not used (the session turned out to need nothing)."""
         if self.tokens is not None and unused > 0:
             self.tokens = min(float(self.per_minute), self.tokens + unused)
-
-    def _refill(self, now_s: float) -> None:
-        capacity = float(self.per_minute)
-        if self.tokens is None or self.last_s is None:
-            self.tokens, self.last_s = capacity, now_s
-            return
-        elapsed = max(0.0, now_s - self.last_s)
-        self.tokens = min(capacity, self.tokens + elapsed * capacity / 60.0)
-        self.last_s = now_s

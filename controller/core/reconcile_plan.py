@@ -1,15 +1,10 @@
 """Finding memories the sweep's timestamp scan cannot see (older than its watermark, or an
 ISO timestamp Chroma cannot compare), and the paced reconciliation. Pure.
 
-- RowCursor: Chroma lists rows in the order they were added, so each sweep reads the rows
-  past the offset it stopped at; a deletion shifts the offsets, which the cursor notices
-  (the row before its offset changed) and answers with a reconciliation.
-- ReconcileCycle, a resync as informers do: a walk over the whole collection,
-  `reconcileRowsPerSecond` rows per sweep tick every `reconcileIntervalSeconds`, counting
-  each session's rows and digesting their ids (coverage.digest) against the summary's
-  memoryCount and its ledger head's rowsDigest. A session that differs, or has no summary,
-  gets a pass, which reads exactly the rows its summary does not cover. It reads a bounded
-  number of rows per tick, so it never holds up a sunset.
+RowCursor follows the rows Chroma lists in the order they were added; a deletion shifts the
+offsets, which it notices (the row before its offset changed). ReconcileCycle is a resync
+as informers do: a walk that counts and digests each session's rows against its summary, a
+bounded number of rows per tick, so it never holds up a sunset.
 """
 
 from __future__ import annotations
@@ -29,6 +24,7 @@ from controller.core.sweep_plan import (
 
 # A row as the walk reads it: (sessionId, timestamp ms or None, row id).
 WalkedRow = tuple[str, int | None, str]
+UNDATED = -(2**63)  # the newest time of a session none of whose rows has a usable one
 
 
 @dataclass(frozen=True)
@@ -60,12 +56,10 @@ class ReconcileCycle:
             n += 1
             ids = self.digests.get(session_id) or Bucket(0)
             self.digests[session_id] = ids.add(id_hash(row_id))
-            ts = None if stamp is not None and stamp > now_ms + FUTURE_TOLERANCE_MS else stamp
             self.counts[session_id] = self.counts.get(session_id, 0) + 1
-            if ts is not None and ts > self.newest.get(session_id, -(2**63)):
-                self.newest[session_id] = ts
-            elif session_id not in self.newest:
-                self.newest[session_id] = -(2**63) if ts is None else ts
+            if stamp is None or stamp > now_ms + FUTURE_TOLERANCE_MS:
+                stamp = UNDATED
+            self.newest[session_id] = max(self.newest.get(session_id, UNDATED), stamp)
         self.rows += n
         self.offset += n
         return n
@@ -99,10 +93,9 @@ def reconcile(
     max_sessions: int,
     rows_digests: Mapping[str, str] | None = None,
 ) -> SweepPlan:
-    """What a finished walk asks for, by the sweep's own rules (sweep_plan) with the walk's
-    counts as live counts: every idle session whose row count differs from its memoryCount,
-    or whose row ids differ from its ledger rowsDigest (`rows_digests`; without one, the
-    count decides), or that has rows and no summary; newest first."""
+    """What a finished walk asks for, by the sweep's own rules with its counts as live counts:
+    idle sessions whose rows differ from their summary's (in count, or in ids from the ledger's
+    rowsDigest where `rows_digests` has one) or that have rows and no summary."""
     changed = {
         sid
         for sid, written in (rows_digests or {}).items()

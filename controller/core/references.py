@@ -2,10 +2,8 @@
 references, commit hashes, branches, error names and codes, identifiers), extracted from
 its memories by code, never by a model, which paraphrases some away. Pure.
 
-Both backends get them the same way: the merge appends the pass's new ones, in order of
-first appearance, de-duplicated. Append-only like the history sections. Past
-REFERENCES_MAX the new ones are counted instead of listed (ReferenceOverflow, exact while
-their digests fit OVERFLOW_DIGESTS_MAX, else "at least"), and the document says so.
+Append-only like the history sections; past REFERENCES_MAX new ones are counted, not listed
+(ReferenceOverflow), and the document says so.
 """
 
 from __future__ import annotations
@@ -117,14 +115,12 @@ _STANDIN = "Redacted{}X"
 def extract_references(text: str) -> list[str]:
     """The references in one text, verbatim, in order of appearance, each once."""
     masked = list(dict.fromkeys(_PLACEHOLDER.findall(text)))
-    if masked:
-        for i, placeholder in enumerate(masked):
-            text = text.replace(placeholder, _STANDIN.format(i))
-        refs = _references(text)
-        for i, placeholder in enumerate(masked):
-            refs = [ref.replace(_STANDIN.format(i), placeholder) for ref in refs]
-        return list(dict.fromkeys(r for r in refs if not _PLACEHOLDER.fullmatch(r)))
-    return _references(text)
+    for i, placeholder in enumerate(masked):
+        text = text.replace(placeholder, _STANDIN.format(i))
+    refs = _references(text)
+    for i, placeholder in enumerate(masked):
+        refs = [ref.replace(_STANDIN.format(i), placeholder) for ref in refs]
+    return list(dict.fromkeys(r for r in refs if not _PLACEHOLDER.fullmatch(r)))
 
 
 def _references(text: str) -> list[str]:

@@ -1,10 +1,9 @@
 """Refresh by size: which *active* sessions the sweep summarizes anyway. Pure.
 
-A session younger than the idle threshold is left alone (re-summarizing at every memory
-burns the budget), so one that runs all day is summarized when the memories added since
-its last summary exceed `refreshAfterTokens` estimated tokens, at most once per
-`minRefreshSeconds`. Two steps, so I/O is paid only where needed: `may_refresh` on the
-row's summarizedAt, then `refresh_due` on the tokens the session grew by.
+A session still active is summarized when it grew past `refreshAfterTokens` estimated
+tokens since its last summary, at most once per `minRefreshSeconds` (docs/summaries.md).
+Two steps, so I/O is paid only where needed: `may_refresh` on the row's summarizedAt,
+then `refresh_due` on the tokens the session grew by.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Which SessionSummaries a change of their SessionSummarizer asks again. Pure.
 
-A pass that failed on its summarizer's settings (Failed, or Pending between retries), or
-found no summarizer, is asked again at once when the summarizer is created or its spec
-changes: its spec.requestedAt moves (a new generation), and the same patch removes kopf's
-progress annotations so its backoff does not delay it. A pass waiting for another writer's
-claim is not failing, and is left alone.
+A pass that failed on its summarizer's settings, or found no summarizer, is asked again at
+once (spec.requestedAt moves), and kopf's progress annotations go so its backoff does not
+delay it. A pass waiting for another writer's claim is not failing, and is left alone.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Which finished SessionSummary objects have outlived their retention TTL. Pure.
 
-Every terminal phase has a TTL (spec.retention of its SessionSummarizer; 0 keeps it), as a
-Job has ttlSecondsAfterFinished: Summarized from status.summarizedAt, Empty, NotFound and
-Failed from status.lastPhaseTransitionTime (docs/configuration.md has the fields and
-defaults). Only objects whose current request was handled (observedGeneration ==
-generation) are candidates. The summary stays in Chroma; a later sunset or sweep makes the
-object again.
+Every terminal phase has a TTL (spec.retention; 0 keeps it), as a Job has
+ttlSecondsAfterFinished (docs/configuration.md). The summary stays in Chroma; a later
+sunset or sweep makes the object again.
 """
 
 from __future__ import annotations
@@ -54,19 +51,17 @@ def parse_time(when: object) -> dt.datetime | None:
 def finished_at(obj: Mapping[str, Any]) -> dt.datetime | None:
     """When the object's current phase began, as retention measures it."""
     meta, status = obj.get("metadata") or {}, obj.get("status") or {}
-    if status.get("phase") == "Summarized":
-        summarized = parse_time(status.get("summarizedAt"))
-        if summarized is not None:
-            return summarized
-    since = parse_time(status.get("lastPhaseTransitionTime"))
-    if since is not None:
-        return since
-    for cond in status.get("conditions") or []:
-        if isinstance(cond, Mapping) and cond.get("type") == "Summarized":
-            since = parse_time(cond.get("lastTransitionTime"))
-            if since is not None:
-                return since
-    return parse_time(meta.get("creationTimestamp"))
+    times = [
+        status.get("summarizedAt") if status.get("phase") == "Summarized" else None,
+        status.get("lastPhaseTransitionTime"),
+        *(
+            cond.get("lastTransitionTime")
+            for cond in status.get("conditions") or []
+            if isinstance(cond, Mapping) and cond.get("type") == "Summarized"
+        ),
+        meta.get("creationTimestamp"),
+    ]
+    return next((t for t in map(parse_time, times) if t is not None), None)
 
 
 def holds_request(obj: Mapping[str, Any]) -> bool:

@@ -1,10 +1,8 @@
 """One writer, detected: is a summary row as we left it? Pure.
 
 Chroma's upsert merges metadata, so another writer's upsert of our row (neo's summary task,
-a restore script) replaces the document and leaves our keys. Every row we write records
-its document's digest; a document that no longer matches is someone else's, and its text is
-carried verbatim (with_text_of_other_writer) while the object says so. The keys neo derives
-from a text are removed by every write of ours (summary_row.upsert_metadata).
+a restore script) replaces the document and leaves our keys: every row we write records its
+document's digest, and a mismatch names another writer, whose text is carried verbatim.
 """
 
 from __future__ import annotations
@@ -17,20 +15,13 @@ from controller.core.text import ms_to_rfc3339
 
 DIGEST_KEY = "documentDigest"
 
-# Keys of neo's own pipelines that describe the text they were computed from: neo's
-# summarizer's build (sourceTier, degraded, rawCanonical: which input its model read) and its
-# graph's digestion of the text (graphDigested, digestState, digestAttempts, deferReason;
-# dreamInputRevision in newer neo). A row we write has a new text, so each write removes them:
-# neo's DreamService then digests our text as a new one. Only neo's SessionService writes
-# the first three, so finding them on a row we wrote names neo as the other writer.
+# Keys neo computes from a row's text (its summarizer's input, its graph's digestion): each
+# write of ours removes them, so neo digests our text as new (docs/migrating-from-neo.md).
+# Only neo's SessionService writes the first three: on a row of ours they name neo.
 NEO_WRITER_KEYS = ("sourceTier", "degraded", "rawCanonical")
 NEO_DERIVED_KEYS = (
     *NEO_WRITER_KEYS,
-    "graphDigested",
-    "digestState",
-    "digestAttempts",
-    "deferReason",
-    "dreamInputRevision",
+    *("graphDigested", "digestState", "digestAttempts", "deferReason", "dreamInputRevision"),
 )
 
 

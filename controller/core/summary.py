@@ -19,10 +19,7 @@ from controller.core.references import ReferenceOverflow
 from controller.core.text import one_line
 
 SECTION_TITLES = (
-    "User Requests",
-    "Questions & Decisions",
-    "Design Choices",
-    "Corrections & Feedback",
+    *("User Requests", "Questions & Decisions", "Design Choices", "Corrections & Feedback"),
     "Current State",
 )
 HISTORY_SECTIONS = SECTION_TITLES[:4]
@@ -109,21 +106,17 @@ class StructuredSummary(BaseModel):
     first_memory_at_ms: int | None = None
     last_memory_at_ms: int | None = None
     watermark: Watermark | None = None
-    # Exactly which rows the summary covers (controller.core.coverage): with the watermark,
-    # how a pass finds memories that landed behind it. None: not recorded (an earlier version).
+    # Which rows the summary covers (core/coverage.py); None: an earlier version's row.
     coverage: Coverage | None = None
     format_version: int = 1
     # The summary this session had before this operator, kept verbatim (never stripped,
     # cut or split): set by the first pass over a LegacySummary, carried by every later one.
     legacy_text: str | None = None
-    # The References section: identifiers from the memories, verbatim, append-only
-    # (controller.core.references); those past its cap are counted, never dropped silently.
+    # Identifiers from the memories, verbatim, append-only (core/references.py).
     references: list[str] = Field(default_factory=list)
     references_overflow: ReferenceOverflow = Field(default_factory=ReferenceOverflow)
-    # What the pass that wrote it listed: every row (an id digest: coverage.digest), who wrote
-    # them (visibility.SessionSources, as JSON) and which had no readable time (summarized
-    # once, last, not in memory_count). With them a later pass reads only the rows added
-    # since (store/session_listing.py); None: read the whole session.
+    # What the pass that wrote it listed (a digest of every row id, who wrote them, the rows
+    # without a readable time), so a later pass reads only rows added since; None: all.
     rows_digest: str | None = None
     sources_json: str | None = None
     untimed_ids: tuple[str, ...] = ()
@@ -203,9 +196,7 @@ def missing_history_items(
         if len(new) >= len(old) and all(a is b for a, b in zip(old, new, strict=False)):
             continue  # the prior's own items lead the section: none can be missing
         present = {normalized(item.text) for item in new}
-        for item in old:
-            if normalized(item.text) not in present:
-                missing.append((title, item.text))
+        missing += [(title, item.text) for item in old if normalized(item.text) not in present]
     return missing
 
 
@@ -217,12 +208,8 @@ def carried_legacy_text(prior: PriorSummary | None) -> str | None:
 
 
 def validate_summary(summary: StructuredSummary, prior: PriorSummary | None) -> None:
-    """Raises SummaryValidationError unless the summary may replace the prior one.
-
-    Refused: no item (nor carried legacy text), error text or a placeholder as the title,
-    another session's summary, any lost prior reference or history item (superseded items
-    count as present), and the prior's legacy text not carried exactly.
-    """
+    """Raises SummaryValidationError unless the summary may replace the prior one: it has an
+    item and a real title, and keeps every prior reference, history item and carried text."""
     if summary.is_empty():
         raise SummaryValidationError("the summary has no items in any section")
     problem = title_problem(summary.title)

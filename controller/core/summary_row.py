@@ -1,11 +1,9 @@
 """A structured summary as the two records it is stored in, and back. Pure.
 
-The **reader's row** (`summary_<sessionId>`): the document (core/document.py) and only the
-keys neo's readers use, plus three of ours (READER_ROW_KEYS), so it is about as small as
-neo's own. The **ledger entry** (core/ledger.py): every key of the write. Both are one
-mapping of keys when built and read (to_chroma_metadata, from_chroma_row), so a row of the
-previous release, which carried every key, reads the same. A row we cannot read becomes
-legacy text, or UnreadablePriorSummary.
+The reader's row holds the document and only the keys neo's readers use (READER_ROW_KEYS);
+the ledger entry (core/ledger.py) every key of the write. Both are one mapping of keys when
+built and read (to_chroma_metadata, from_chroma_row), so a row of the previous release,
+which carried every key, reads the same.
 """
 
 from __future__ import annotations
@@ -43,8 +41,6 @@ from controller.core.summary import (
     fallback_title,
 )
 from controller.core.visibility import RowVisibility
-
-# -- the Chroma row -------------------------------------------------------------------------
 
 
 def _joined(values: list[str]) -> str:
@@ -91,10 +87,9 @@ MetadataValue = str | int | float | bool
 
 
 def row_timestamp(summary: StructuredSummary, summarized_at_ms: int) -> int:
-    """neo's `timestamp` (ms), which every row needs: neo's boot read renders
-    `new Date(timestamp).toISOString()` and fails its whole listing without one. The newest
-    memory time the summary knows; without one, or for a bad clock's time (trusted_time: it
-    must not pin the row first or last in neo's listing), the time of the write."""
+    """neo's `timestamp` (ms), without which neo's boot read fails its whole listing: the
+    newest memory time the summary knows, else (none, or a bad clock's that would pin the row
+    first or last in neo's listing) the time of the write."""
     known = summary.last_memory_at_ms
     known = summary.first_memory_at_ms if known is None else known
     return summarized_at_ms if known is None or not trusted_time(known, summarized_at_ms) else known
@@ -256,8 +251,6 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
     legacy_text = meta.get("legacySummary")
     if legacy_text is not None and not isinstance(legacy_text, str):
         raise ValueError("legacySummary is not text")
-    coverage = _coverage(meta.get("coverageJson"))
-    category = meta.get("category")
     title = meta.get("title")
     if not isinstance(title, str) or not title.strip():
         title = fallback_title(session_id)
@@ -265,7 +258,7 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
     return StructuredSummary(
         session_id=session_id,
         title=title[:TITLE_MAX],
-        category=category if category in CATEGORIES else "other",
+        category=meta.get("category") if meta.get("category") in CATEGORIES else "other",
         quality=_score(meta.get("quality")),
         productivity=_score(meta.get("productivity")),
         impact=_score(meta.get("impact")),
@@ -282,14 +275,13 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
         if meta.get("timestampSource") == "fallback"
         else _number(meta.get("timestamp")),
         watermark=watermark,
-        coverage=coverage,
+        coverage=_coverage(meta.get("coverageJson")),
         format_version=_number(meta.get("formatVersion")) or 1,
         legacy_text=legacy_text or None,
         summarized_at_ms=_number(meta.get("summarizedAt")),
         rows_digest=meta.get("rowsDigest") if isinstance(meta.get("rowsDigest"), str) else None,
         sources_json=meta["sourcesJson"] if isinstance(meta.get("sourcesJson"), str) else None,
-        # skippedRows (a count, written before untimedJson) names none: those rows were
-        # never summarized, so the next pass summarizes them.
+        # skippedRows (an older count) names no row: the next pass summarizes those rows.
         untimed_ids=_ids(meta.get("untimedJson")),
         item_sources=list(_ids(meta.get("itemSourcesJson"))),
         masked_with=meta["maskedWith"] if isinstance(meta.get("maskedWith"), str) else None,
@@ -315,12 +307,10 @@ def _unreadable_row_text(document: str, meta: Mapping[str, Any]) -> str:
 def from_chroma_row(
     session_id: str, document: str | None, metadata: Mapping[str, Any] | None
 ) -> PriorSummary | None:
-    """The prior summary of a session from its row, or None when there is nothing to build on.
-    Rows we wrote come back structured; one another writer rewrote since (rewritten_by) too,
-    with that writer's document added to the carried text and `other_writer` set. Anything
-    else with text comes back as legacy free text, carried verbatim. A row of ours that can be
-    neither read nor carried raises UnreadablePriorSummary: nothing may be written over it.
-    """
+    """The prior summary of a session from its row (None: nothing to build on): ours come back
+    structured (another writer's text over ours carried, `other_writer` set), anything else
+    with text as legacy text. Raises UnreadablePriorSummary for a row of ours that can be
+    neither read nor carried: nothing may be written over it."""
     meta = metadata or {}
     has_text = isinstance(document, str) and bool(document.strip())
     if meta.get("summaryFormat") == SUMMARY_FORMAT:

@@ -1,11 +1,9 @@
 """Where the sweep decides which sessions need a summary. Pure: no store, no cluster.
 
-The scan reads only memories newer than a watermark that stays behind every session
-skipped as still active or deferred by the per-sweep cap, so nothing is left behind. Sunset
-markers (memories.SUNSET_MARKER_TYPE, docs/agents.md) are read every tick past the same
-watermark and ask for a pass whatever the idle threshold says; one is done when the stored
-summary covers it or its SessionSummary finished a pass that saw it. memoryCount counts a
-marker as a row, so a summarized marker never reads as count drift.
+The scan's watermark stays behind every session skipped as still active or deferred by the
+per-sweep cap, so nothing is left behind. Sunset markers (docs/agents.md) ask for a pass
+whatever the idle threshold says; one is done once the stored summary covers it or its
+SessionSummary finished a pass that saw it.
 """
 
 from __future__ import annotations
@@ -116,10 +114,7 @@ def plan_sweep(
     plan.candidates, plan.deferred = stale[:max_sessions], stale[max_sessions:]
     plan.still_active.sort()
     plan.fresh.sort()
-    watermark = idle_before
-    if plan.deferred:
-        watermark = min(watermark, min(c.newest_ms for c in plan.deferred) - 1)
-    plan.next_watermark_ms = watermark
+    plan.next_watermark_ms = min([idle_before, *(c.newest_ms - 1 for c in plan.deferred)])
     return plan
 
 
@@ -199,19 +194,14 @@ def not_acted_on(
 def covered_by_summary(marker: SunsetMarker, stored: StoredSummaryState | None) -> bool:
     """True when the stored summary was written after a pass that read the marker: its
     timestamp is the newest row of the session it covers, markers included."""
-    return (
-        stored is not None
-        and stored.timestamp_ms is not None
-        and stored.timestamp_ms >= marker.timestamp_ms
-    )
+    written = stored.timestamp_ms if stored is not None else None
+    return written is not None and written >= marker.timestamp_ms
 
 
 def marker_action(marker: SunsetMarker, obj: SummaryObjectState | None) -> MarkerAction:
-    """What to do for a marker the stored summary does not cover. request: no object, or its
-    last finished pass ended before the marker (an empty session, say, or failed); wait: a
-    pass is under way (a later scan sees a missed marker again); done: its last pass saw the
-    marker and wrote no summary, so asking again changes nothing. lastMemoryAt has whole
-    seconds, so it is compared with the marker's second."""
+    """What to do for a marker the stored summary does not cover: wait while a pass is under
+    way; done when the last pass saw the marker (and wrote nothing: asking again changes
+    nothing); else request. lastMemoryAt has whole seconds: compared with the marker's."""
     if obj is None:
         return "request"
     if obj.in_flight:

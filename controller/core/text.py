@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def one_line(text: object, limit: int | None = None) -> str:
@@ -17,7 +17,7 @@ def ms_to_rfc3339(ms: int) -> str:
     """Milliseconds since the epoch as RFC 3339 seconds in UTC; a timestamp out of range is
     shown as the number it is, never an error."""
     try:
-        when = _EPOCH + dt.timedelta(milliseconds=ms)
+        when = EPOCH + dt.timedelta(milliseconds=ms)
     except OverflowError:
         return f"{ms} ms after the epoch"
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")

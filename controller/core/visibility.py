@@ -1,15 +1,7 @@
-"""Who can see a summary row: the keys neo's readers filter on (SummaryService.listSummaries
-/ querySummaries, neo.mjs 13.1.0), computed from the session's memories as neo's own
-writer computes them. Pure.
-
-- `userId`: `shared` when a shared (core-swarm) agent took part; else, under the `private`
-  policy, the session owner's userId (its earliest memory that carries one); else
-  untagged, as neo's background summary task writes it.
-- `sourceAgentIdentities`, `sourceTrustTier`, `provenancePolicy`: the tier is the most
-  restrictive of any memory's identity (unknown ones `unclassified`), as neo's
-  `resolveSummarySourceProvenance` computes it.
-
-The defaults are neo 13.1.0's tables; spec.visibility can replace them.
+"""Who can see a summary row: the keys neo's readers filter on (userId, and the provenance
+keys sourceAgentIdentities, sourceTrustTier, provenancePolicy), computed from the session's
+memories as neo's own writer computes them (neo.mjs 13.1.0; docs/migrating-from-neo.md).
+Pure. The defaults are neo's tables; spec.visibility can replace them, and
 tests/integration/test_neo_client.py checks them against neo's own code.
 """
 
@@ -23,7 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, get_args
 
-from controller.core.memories import tool_call_count, tool_names
+from controller.core.memories import optional_text, tool_call_count, tool_names
 
 MemorySharing = Literal["team", "legacy", "private"]
 TrustTier = Literal[  # highest to lowest trust (neo's TRUST_TIER_ORDER)
@@ -141,22 +133,19 @@ class SessionSources:
         agent = meta.get("agent")
         if isinstance(agent, str) and agent:
             self.agents.setdefault(agent)
-        name = _text(agent) or _text(identity)
+        name = optional_text(agent) or optional_text(identity)
         if name:
             self.names.setdefault(name)
-        model = _text(meta.get("model"))
+        model = optional_text(meta.get("model"))
         if model:
             self.models.setdefault(model)
         for tool in tool_names(meta.get("toolsUsed")):
             self.tools.setdefault(tool)
         self.tool_calls += tool_call_count(meta.get("amountToolCalls"))
         if timestamp_ms is not None:
-            self.first_ms = min(
-                self.first_ms if self.first_ms is not None else timestamp_ms, timestamp_ms
-            )
-            self.last_ms = max(
-                self.last_ms if self.last_ms is not None else timestamp_ms, timestamp_ms
-            )
+            first, last = self.first_ms, self.last_ms
+            self.first_ms = timestamp_ms if first is None else min(first, timestamp_ms)
+            self.last_ms = timestamp_ms if last is None else max(last, timestamp_ms)
         user = meta.get("userId")
         if isinstance(user, str) and user.strip():
             key = (timestamp_ms if timestamp_ms is not None else 2**63, row_id)
@@ -191,10 +180,6 @@ class SessionSources:
             )
         except (ValueError, TypeError, KeyError, AttributeError, IndexError):
             return None
-
-
-def _text(value: object) -> str | None:
-    return value.strip() or None if isinstance(value, str) else None
 
 
 @dataclass(frozen=True)

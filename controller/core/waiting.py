@@ -1,10 +1,8 @@
 """How soon a SessionSummary that waits for another writer's claim looks again, and the
 pause of background work for a session that just ended. Pure.
 
-Each look costs API calls, so it backs off as client-go's workqueue does: after `first_s`,
-each next one twice as late, at most `max_s`, with up to `jitter` added at random. It reads
-only its own clock (when a claim lapses is core/claim_rules.py's business). With the
-defaults (1 s, 30 s, 25 %): about 1, 3, 7, 15, 31, 61 s, then every 30-37 s.
+Each look costs API calls, so it backs off as client-go's workqueue does: `first_s`, then
+twice as late each time, at most `max_s`, with up to `jitter` added at random.
 """
 
 from __future__ import annotations
