@@ -273,21 +273,13 @@ class MiniLMWeights:
     def load(self, model_dir: Path, max_seq_length: int) -> _MiniLM:
         key = model_dir.resolve()
         with self._lock:
-            model = self._models.get(key)
-            if model is None:
-                if (
-                    not (key / "model.safetensors").is_file()
-                    or not (key / "tokenizer.json").is_file()
-                ):
+            if key not in self._models:
+                if not all((key / f).is_file() for f in ("model.safetensors", "tokenizer.json")):
                     raise EmbeddingError(
                         f"no {MINILM_MODEL_NAME} weights in {key}: {MINILM_INSTALL_HINT}"
                     )
-                model = self._models[key] = _MiniLM(key, max_seq_length)
-            return model
-
-    def loaded(self) -> int:
-        with self._lock:
-            return len(self._models)
+                self._models[key] = _MiniLM(key, max_seq_length)
+            return self._models[key]
 
     def close(self) -> None:
         with self._lock:
@@ -295,12 +287,8 @@ class MiniLMWeights:
 
 
 class LocalMiniLMEmbedding:
-    """all-MiniLM-L6-v2 on the CPU, never touching the network.
-
-    Produces the same vectors as ``SentenceTransformer("all-MiniLM-L6-v2")`` (and chromadb's
-    default ONNX function): mean pooling, L2-normalized, 384 float32 dimensions, inputs
-    truncated to 256 tokens.
-    """
+    """all-MiniLM-L6-v2 on the CPU, offline: the vectors of ``SentenceTransformer`` (and
+    chromadb's default ONNX function), mean-pooled, L2-normalized, inputs cut to 256 tokens."""
 
     max_seq_length = 256
 

@@ -20,11 +20,9 @@ NO_API_KEY = "no-api-key"
 
 
 class OpenAICompatibleEmbedding:
-    """``POST {base_url}/embeddings`` through the ``openai`` SDK: one pooled client per
-    configuration, retrying timeouts, connection errors, 408, 409, 429 and 5xx ``retries``
-    times with backoff; other 4xx fail at once; redirects are errors. The API key is kept out
-    of repr and error messages (they reach logs and the CR).
-    """
+    """``POST {base_url}/embeddings`` through the ``openai`` SDK (its pooling, and retries of
+    timeouts, 408, 409, 429 and 5xx); redirects are errors. The API key is kept out of repr
+    and error messages (they reach logs and the CR)."""
 
     def __init__(
         self,

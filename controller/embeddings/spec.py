@@ -1,11 +1,6 @@
 """Which model embeds summaries, and the one place that turns that into an embedding function.
-
 A collection's model and dimension are fixed by its first insert, so the writer embeds with
-the model the collection uses: all-MiniLM-L6-v2 locally (embeddings/minilm.py, offline) or
-any OpenAI-compatible ``/v1/embeddings`` endpoint (embeddings/remote.py). Both are plain
-callables (texts -> float32 vectors), never handed to chromadb; what a new summary
-collection records as its function is decided in controller/store.
-"""
+the collection's model. Both functions are plain callables, never handed to chromadb."""
 
 from __future__ import annotations
 

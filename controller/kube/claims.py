@@ -124,11 +124,11 @@ class SessionClaimHandle:
 
     def _call(
         self, missing: tuple[int, ...], call: Callable[..., Any], *args: Any, **kw: Any
-    ) -> Any:
+    ) -> dict[str, Any] | None:
         """One API call on the claim; None when it answers one of these statuses."""
         self.api_calls += 1
         try:
-            return call(GROUP, VERSION, CLAIM_PLURAL, *args, **kw)
+            return cast(dict[str, Any], call(GROUP, VERSION, CLAIM_PLURAL, *args, **kw))
         except ApiException as exc:
             if exc.status in missing:
                 return None
@@ -137,22 +137,18 @@ class SessionClaimHandle:
     def _create(self, claim: Claim) -> dict[str, Any] | None:
         """The object made, or None when a claim object exists already."""
         body = self._body(claim, None)
-        return cast(
-            dict[str, Any] | None, self._call((409,), _api().create_cluster_custom_object, body)
-        )
+        return self._call((409,), _api().create_cluster_custom_object, body)
 
     def _replace(
         self, claim: Claim, resource_version: str, timeout: tuple[float, float] | None = None
     ) -> dict[str, Any] | None:
         """The object written, or None on a resourceVersion conflict or if it is gone."""
         body = self._body(claim, resource_version)
-        made = self._call((404, 409), _api().replace_cluster_custom_object, self.name, body,
-                          _request_timeout=timeout)  # fmt: skip
-        return cast(dict[str, Any] | None, made)
+        replace = _api().replace_cluster_custom_object
+        return self._call((404, 409), replace, self.name, body, _request_timeout=timeout)
 
     def _get(self) -> dict[str, Any] | None:
-        got = self._call((404,), _api().get_cluster_custom_object, self.name)
-        return cast(dict[str, Any] | None, got)
+        return self._call((404,), _api().get_cluster_custom_object, self.name)
 
     def _granted(self, claim: Claim, made: dict[str, Any], sent_s: float) -> None:
         """Ours from sent_s on (when the request left, on our clock). Starts the renewer."""
@@ -334,9 +330,7 @@ class SessionClaimHandle:
         for _ in range(CONFLICT_RETRIES):
             if version is None:
                 return  # never taken, gone, or no longer ours
-            pre = client.V1DeleteOptions(
-                preconditions=client.V1Preconditions(resource_version=version)
-            )
+            pre = kube.unless_changed(version)
             try:  # at our version; gone (404) is released too
                 self._call((404,), _api().delete_cluster_custom_object, self.name, body=pre)
                 return

@@ -77,6 +77,17 @@ def core() -> client.CoreV1Api:
     return client.CoreV1Api(api_client())
 
 
+def applied(refusals: tuple[int, ...], call: Callable[..., Any], *args: Any, **kw: Any) -> bool:
+    """Calls `call` on our API group; False when it answers one of these statuses."""
+    try:
+        call(GROUP, VERSION, *args, **kw)
+    except ApiException as exc:
+        if exc.status in refusals:
+            return False
+        raise
+    return True
+
+
 def get_summarizer(namespace: str, name: str) -> dict[str, Any] | None:
     return get_object(SUMMARIZER_PLURAL, namespace, name)
 
@@ -132,13 +143,10 @@ def request_summary(
     forget_memories: bool = False,
     requested_by: str | None = None,
 ) -> tuple[str, str]:
-    """Creates the session's SessionSummary, or patches spec.requestedAt to force a new pass of
-    `action` (requested_by: the object's annotation). Returns (name, "created" | "patched" |
-    "exists" | "changed"). Safe to repeat: the name is derived from the session id and a lost
-    create race becomes a patch. An existing object keeps its summarizerRef unless
-    set_summarizer_on_patch. resource_version: a precondition, so a change since the caller's
-    read is never overwritten ("changed").
-    """
+    """Creates the session's SessionSummary, or patches spec.requestedAt to force a new pass
+    of `action`; returns (name, "created" | "patched" | "exists" | "changed"). Idempotent: the
+    name derives from the session id and a lost create race becomes a patch. resource_version:
+    a precondition, so a change since the caller's read is never overwritten ("changed")."""
     name = summary_object_name(session_id)
     spec = SessionSummarySpec(
         session_id=session_id,
@@ -203,55 +211,44 @@ def request_summary(
 def patch_summary_status(namespace: str, name: str, status: dict[str, Any]) -> bool:
     """A merge patch of a SessionSummary's status (the fields given; a list such as
     conditions is replaced whole); False when the object is gone."""
-    try:
-        custom().patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, SUMMARY_PLURAL, name, {"status": status}
-        )
-        return True
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
+    patch = custom().patch_namespaced_custom_object_status
+    return applied((404,), patch, namespace, SUMMARY_PLURAL, name, {"status": status})
 
 
 def iter_summaries(namespace: str, page_size: int = 500) -> Iterator[dict[str, Any]]:
-    """Every SessionSummary in the namespace, fetched a page at a time (10k objects in one
+    """Every SessionSummary in the namespace, a page at a time."""
+    list_call = custom().list_namespaced_custom_object
+    yield from list_pages(list_call, namespace, SUMMARY_PLURAL, page_size=page_size)
+
+
+def list_pages(
+    list_call: Callable[..., Any], *args: Any, page_size: int = 500
+) -> Iterator[dict[str, Any]]:
+    """Every object a list call of ours returns, fetched a page at a time (10k objects in one
     response would be a ~100 MB spike in the operator, and the heap would keep it)."""
     token: str | None = None
     while True:
         kwargs: dict[str, Any] = {"limit": page_size} if page_size > 0 else {}
         if token:
             kwargs["_continue"] = token
-        page = cast(
-            dict[str, Any],
-            custom().list_namespaced_custom_object(
-                GROUP, VERSION, namespace, SUMMARY_PLURAL, **kwargs
-            ),
-        )
+        page = cast(dict[str, Any], list_call(GROUP, VERSION, *args, **kwargs))
         yield from page.get("items") or []
         token = (page.get("metadata") or {}).get("continue")
         if not token:
             return
 
 
+def unless_changed(resource_version: str) -> client.V1DeleteOptions:
+    """A delete that applies only to this resourceVersion of the object."""
+    return client.V1DeleteOptions(
+        preconditions=client.V1Preconditions(resource_version=resource_version)
+    )
+
+
 def delete_summary_if_unchanged(namespace: str, name: str, resource_version: str) -> bool:
     """Deletes only the version we looked at (a sunset in between wins); True if deleted."""
-    try:
-        custom().delete_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            namespace,
-            SUMMARY_PLURAL,
-            name,
-            body=client.V1DeleteOptions(
-                preconditions=client.V1Preconditions(resource_version=resource_version)
-            ),
-        )
-        return True
-    except ApiException as exc:
-        if exc.status in (404, 409):
-            return False
-        raise
+    delete, options = custom().delete_namespaced_custom_object, unless_changed(resource_version)
+    return applied((404, 409), delete, namespace, SUMMARY_PLURAL, name, body=options)
 
 
 STATUS_CONFLICT_RETRIES = 8
@@ -335,21 +332,11 @@ def remove_finalizers(
         ]
     if not ops:
         return False
-    try:
-        custom().patch_namespaced_custom_object(
-            GROUP,
-            VERSION,
-            namespace,
-            SUMMARIZER_PLURAL,
-            name,
-            ops,
-            _content_type="application/json-patch+json",
-        )
-    except ApiException as exc:
-        if exc.status in (404, 409, 422):  # gone, or the list changed: nothing to do here
-            return False
-        raise
-    return True
+    # 404, 409, 422: gone, or the list changed: nothing to do here
+    patch, content_type = custom().patch_namespaced_custom_object, "application/json-patch+json"
+    return applied(
+        (404, 409, 422), patch, namespace, SUMMARIZER_PLURAL, name, ops, _content_type=content_type
+    )
 
 
 def release_finalizers(namespaces: tuple[str, ...], names: tuple[str, ...]) -> int:
@@ -376,12 +363,5 @@ def ask_again(
     if drop_annotations:
         meta["annotations"] = dict.fromkeys(drop_annotations)
     patch = {"metadata": meta, "spec": {"requestedAt": requested_at}}
-    try:
-        custom().patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, SUMMARY_PLURAL, name, patch
-        )
-    except ApiException as exc:
-        if exc.status in (404, 409):
-            return False
-        raise
-    return True
+    patch_call = custom().patch_namespaced_custom_object
+    return applied((404, 409), patch_call, namespace, SUMMARY_PLURAL, name, patch)

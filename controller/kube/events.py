@@ -1,8 +1,6 @@
-"""Where Events are posted: one Event per state change, its repeats counted on it. One
-EventRecorder (made at start, closed at exit) posts from a background thread in order and,
-like client-go's, never blocks or fails its caller; a repeat is a PATCH of the Event's
-count (core/event_aggregation.py); a full queue drops the newest with a log line.
-"""
+"""Where Events are posted: one Event per state change, its repeats a PATCH of its count
+(core/event_aggregation.py). Like client-go's recorder, it posts from a background thread
+and never blocks or fails its caller; a full queue drops the newest with a log line."""
 
 from __future__ import annotations
 
@@ -32,7 +30,7 @@ def _now() -> str:
 
 @dataclass(frozen=True)
 class _Pending:
-    ref: dict[str, Any]
+    ref: dict[str, Any]  # V1ObjectReference's arguments: the model is made by the sender
     key: EventKey
 
 
@@ -40,12 +38,12 @@ def object_reference(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The involvedObject of an Event on obj (a kopf body or an API dict)."""
     meta = obj.get("metadata") or {}
     return {
-        "apiVersion": obj.get("apiVersion"),
+        "api_version": obj.get("apiVersion"),
         "kind": obj.get("kind"),
         "name": meta.get("name"),
         "namespace": meta.get("namespace"),
         "uid": meta.get("uid"),
-        "resourceVersion": meta.get("resourceVersion"),
+        "resource_version": meta.get("resourceVersion"),
     }
 
 
@@ -60,7 +58,6 @@ class EventRecorder:
         self._queue: queue.Queue[_Pending | None] = queue.Queue(queue_size)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self.created = self.counted = self.dropped = 0
 
     def start(self) -> EventRecorder:
         with self._lock:
@@ -73,7 +70,7 @@ class EventRecorder:
         """An Event on obj, or one more count on the same Event posted before."""
         ref = object_reference(obj)
         key = EventKey(
-            api_version=str(ref["apiVersion"] or ""),
+            api_version=str(ref["api_version"] or ""),
             kind=str(ref["kind"] or ""),
             namespace=str(ref["namespace"] or "default"),
             name=str(ref["name"] or "object"),
@@ -87,7 +84,6 @@ class EventRecorder:
         try:
             self._queue.put_nowait(_Pending(ref, key))
         except queue.Full:
-            self.dropped += 1
             log.warning("event queue full: dropped %s %s on %s", type_, reason, key.name)
 
     def close(self, timeout: float = 2.0) -> None:
@@ -141,7 +137,7 @@ class EventRecorder:
         key = item.key
         event = client.CoreV1Event(
             metadata=client.V1ObjectMeta(name=name, namespace=key.namespace),
-            involved_object=client.V1ObjectReference(**_snake(item.ref)),
+            involved_object=client.V1ObjectReference(**item.ref),
             type=key.type,
             reason=key.reason,
             message=key.message,
@@ -153,7 +149,6 @@ class EventRecorder:
             reporting_instance=self.instance,
         )
         _read(kube.core().create_namespaced_event(key.namespace, event, _preload_content=False))
-        self.created += 1
 
     def _patch(self, key: EventKey, name: str, count: int, now: str) -> None:
         body = {"count": count, "lastTimestamp": now}
@@ -161,20 +156,8 @@ class EventRecorder:
             name, key.namespace, body, _content_type="application/merge-patch+json",
             _preload_content=False,
         ))  # fmt: skip
-        self.counted += 1
 
 
 def _read(answer: object) -> None:
     """Reads a raw answer (`_preload_content=False`): no model object, which costs CPU."""
     cast(Any, answer).read()
-
-
-def _snake(ref: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "api_version": ref.get("apiVersion"),
-        "kind": ref.get("kind"),
-        "name": ref.get("name"),
-        "namespace": ref.get("namespace"),
-        "uid": ref.get("uid"),
-        "resource_version": ref.get("resourceVersion"),
-    }

@@ -1,8 +1,6 @@
-"""The active replica, computed from kopf's peering object so every replica can log it,
-export the gauge and write it on every SessionSummarizer (status.activeReplica, condition
-ReplicaActive). Runs from an on.startup task, which kopf never pauses: when a priority tie
-pauses every replica, it alone can say so.
-"""
+"""The active replica, computed from kopf's peering object by every replica and written on
+every SessionSummarizer (status.activeReplica, condition ReplicaActive). Runs in an on.startup
+task, which kopf never pauses: when a priority tie pauses every replica, it alone can say so."""
 
 from __future__ import annotations
 
@@ -45,13 +43,16 @@ def live_peers(status: Mapping[str, Any], now: dt.datetime) -> dict[str, int]:
     return alive
 
 
+def _top(peers: Mapping[str, int]) -> list[str]:
+    """The peers sharing the highest priority, sorted."""
+    top = max(peers.values(), default=None)
+    return sorted(identity for identity, prio in peers.items() if prio == top)
+
+
 def leader_of(peers: Mapping[str, int]) -> str | None:
     """The unique highest-priority peer; None if there is none or a tie (kopf pauses all)."""
-    if not peers:
-        return None
-    top = max(peers.values())
-    leaders = [identity for identity, prio in peers.items() if prio == top]
-    return leaders[0] if len(leaders) == 1 else None
+    top = _top(peers)
+    return top[0] if len(top) == 1 else None
 
 
 # A joining replica goes a random step below every live one, so two joining at once don't tie.
@@ -133,11 +134,8 @@ class PeeringView:
     @property
     def tied(self) -> list[str]:
         """The peers sharing the top priority, when more than one does (all paused)."""
-        if not self.live:
-            return []
-        top = max(self.live.values())
-        tied = sorted(i for i, p in self.live.items() if p == top)
-        return tied if len(tied) > 1 else []
+        top = _top(self.live)
+        return top if len(top) > 1 else []
 
 
 def replica_status(view: PeeringView, me: str) -> tuple[str | None, Condition]:
@@ -258,16 +256,13 @@ async def watch_leader(
     standalone: bool = False,
     grace_s: float = 15.0,
     resync_s: float = 60.0,
-    nudged: threading.Event | None = None,
+    nudged: threading.Event,
     priority: int | None = None,
 ) -> None:
-    """Polls the peering object (one GET every interval); calls on_change(leader, previous) when
-    the leader changes and keeps every SessionSummarizer's activeReplica and ReplicaActive
-    true to it: at once on a change, else every resync_s, at the next poll once `nudged` is
-    set, and at every poll while no replica is active. Runs on every replica, paused or not
-    (when priorities tie, only this can say so). An empty peering is not reported before
-    grace_s; `priority` is this process's own, not a restarted container's old record.
-    """
+    """Polls the peering object every interval; calls on_change(leader, previous) when the
+    leader changes and reports it on every SessionSummarizer when report_due says so. An
+    empty peering is not reported before grace_s; `priority` is this process's own, not a
+    restarted container's old record."""
     previous: str | None = "(unknown)"
     reported: tuple[str | None, str] | None = None
     last_error = ""
@@ -287,10 +282,10 @@ async def watch_leader(
             active, cond = replica_status(view, me)
             settled = view.live or time.monotonic() - started > grace_s
             since_sync = time.monotonic() - last_sync
-            poked = nudged is not None and nudged.is_set()
-            if settled and report_due((active, cond), reported, since_sync, resync_s, poked):
-                if nudged is not None:
-                    nudged.clear()
+            if settled and report_due(
+                (active, cond), reported, since_sync, resync_s, nudged.is_set()
+            ):
+                nudged.clear()
                 await asyncio.to_thread(report_replica_status, view, me, namespaces, events)
                 reported, last_sync = (active, cond.reason), time.monotonic()
         except Exception as exc:  # keep watching through API hiccups; say each new one once

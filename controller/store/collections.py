@@ -40,12 +40,10 @@ T = TypeVar("T")
 
 
 def _creation_ef(provider: str) -> DefaultEmbeddingFunction | None:
-    """The embedding function a new summary collection records when the memory collection
-    records none. We write explicit vectors; the record is for the agents, whose chromadb
-    rebuilds a function from its name on every query_texts (a name of ours would fail there):
-    local-minilm records chromadb's "default" (the same model, identical vectors); openai
-    records nothing (no function every agent can rebuild matches an arbitrary endpoint).
-    """
+    """The function a new summary collection records when the memory collection records none:
+    for the agents, whose chromadb rebuilds it by name on every query_texts (a name of ours
+    would fail there). local-minilm: chromadb's "default", the same vectors; openai: none, as
+    no function every agent can rebuild matches an arbitrary endpoint."""
     return DefaultEmbeddingFunction() if provider == "local-minilm" else None
 
 

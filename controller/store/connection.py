@@ -18,7 +18,12 @@ from chromadb.errors import NotFoundError
 
 from controller.api import StoreSpec
 from controller.core.document import DOCUMENT_MAX_CHARS
-from controller.store.errors import InvalidStoreConfig, StoreUnavailable, describe_error
+from controller.store.errors import (
+    InvalidStoreConfig,
+    StoreUnavailable,
+    caused_by,
+    describe_error,
+)
 
 LEDGER_SUFFIX = "-ledger"
 
@@ -83,32 +88,17 @@ def connect(location: StoreLocation) -> ClientAPI:
         ) from exc
     except Exception as exc:  # chromadb raises ValueError/Exception for connection failures
         why = describe_error(exc)
-        if _timed_out(exc):
+        if caused_by(exc, httpx.TimeoutException):
             why = f"no answer within {location.timeout_seconds:g}s (spec.store.timeoutSeconds)"
         raise StoreUnavailable(f"cannot connect to Chroma at {location.describe()}: {why}") from exc
 
 
-def _timed_out(exc: BaseException | None) -> bool:
-    """The failure is one of our timeouts, however chromadb wrapped it."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, httpx.TimeoutException):
-            return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
 class _BoundedHttpClient(Client):
-    """chromadb.HttpClient for the location, every request bounded by spec.store.timeoutSeconds
-    and no redirect followed (it would carry the token and the memories elsewhere).
-
-    chromadb sends every request with no timeout, and its constructor already talks to the
-    server (its own session and its admin client's), so a Chroma that never answers would
-    hold the worker and its claim for good. This subclass bounds each session just before its
-    first request, reaching into chromadb's private `_server`, `_admin_client` and `_session`
-    of this client only; tests/integration/test_request_timeouts.py fails if that changes.
-    """
+    """chromadb.HttpClient with every request bounded by spec.store.timeoutSeconds (chromadb
+    sets none, so a silent Chroma would hold a worker and its claim for good) and no redirect
+    followed (it would carry the token and the memories elsewhere). The constructor already
+    talks to the server, so each private `_session` is bounded just before its first request;
+    tests/integration/test_request_timeouts.py fails if chromadb's internals change."""
 
     def __init__(self, location: StoreLocation) -> None:
         assert location.url is not None
@@ -148,9 +138,8 @@ class _BoundedHttpClient(Client):
 
 
 def _forget_system(system: object) -> None:
-    """Drops a closed client's System from chromadb's class-level registry, where 1.5.9
-    leaves it (AdminClient.from_system): 0.8 MB leaked per client
-    (tests/integration/test_runtime_lifecycle.py). Each HTTP client has its own System."""
+    """Drops a closed client's System (each HTTP client has its own) from chromadb's registry,
+    where 1.5.9 leaves it: 0.8 MB per client (tests/integration/test_runtime_lifecycle.py)."""
     if system is None:
         return
     registry = SharedSystemClient._identifier_to_system

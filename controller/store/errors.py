@@ -16,6 +16,7 @@ from chromadb.errors import ChromaError, InvalidArgumentError, NotFoundError
 from controller.core.destinations import redirect_refusal
 
 T = TypeVar("T")
+E = TypeVar("E", bound=BaseException)
 CollectionRole = Literal["memory", "summary", "ledger"]
 
 
@@ -66,14 +67,9 @@ class CollectionNotFound(RuntimeError):
             text += f"; did you mean {close[0]!r}?"
         if not self.existing:
             return text + "; the database has no collections"
-        shown = sorted(self.existing)[: self.SHOWN]
-        more = len(self.existing) - len(shown)
-        return (
-            text
-            + "; existing collections: "
-            + ", ".join(shown)
-            + (f" (and {more} more)" if more > 0 else "")
-        )
+        shown = ", ".join(sorted(self.existing)[: self.SHOWN])
+        more = len(self.existing) - self.SHOWN
+        return f"{text}; existing collections: {shown}{f' (and {more} more)' if more > 0 else ''}"
 
 
 DIMENSION_ERROR = re.compile(r"expecting embedding with dimension of (\d+), got (\d+)")
@@ -107,6 +103,11 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         )
 
 
+def caused_by(exc: BaseException, *kinds: type[E]) -> E | None:
+    """The first exception of these kinds among exc and its causes (_chain), else None."""
+    return next((e for e in _chain(exc) if isinstance(e, kinds)), None)
+
+
 def _str(exc: BaseException) -> str:
     try:
         return str(exc)
@@ -134,7 +135,7 @@ def _body_kind(body: str, content_type: str = "") -> str:
 def _http_answer(exc: BaseException) -> str | None:
     """chromadb raises a non-Chroma HTTP answer (a proxy's error page, another web server)
     as Exception(response text), raised while handling httpx's HTTPStatusError."""
-    status_error = next((e for e in _chain(exc) if isinstance(e, httpx.HTTPStatusError)), None)
+    status_error = caused_by(exc, httpx.HTTPStatusError)
     if status_error is None:
         return None
     try:
@@ -229,7 +230,7 @@ def guard(what: str, fn: Callable[[], T]) -> T:
     except Exception as exc:
         # chromadb's HTTP client raises a non-Chroma answer (5xx, a proxy's page) as a plain
         # Exception carrying the body, and connection trouble as a ValueError.
-        if any(isinstance(e, httpx.HTTPStatusError | json.JSONDecodeError) for e in _chain(exc)):
+        if caused_by(exc, httpx.HTTPStatusError, json.JSONDecodeError):
             raise StoreUnavailable(f"Chroma error while {what}: {describe_error(exc)}") from exc
         if "Could not connect" in _str(exc) or "Connection" in type(exc).__name__:
             raise StoreUnreachable(

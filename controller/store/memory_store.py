@@ -1,8 +1,6 @@
-"""The Chroma store adapter: the only code that talks to Chroma (connection:
-store/connection.py; errors: store/errors.py). Every network failure is StoreUnavailable,
-retried without anything written. Reading never creates a collection (a missing one is
-CollectionNotFound); only the summary writer creates the summary collection.
-"""
+"""The Chroma store adapter, the only code that talks to Chroma. Every network failure is
+StoreUnavailable, retried with nothing written; reading never creates a collection (a missing
+one is CollectionNotFound), only the summary writer does."""
 
 from __future__ import annotations
 
@@ -24,11 +22,7 @@ from controller.core.ledger import (
     read_entry,
     row_agreement,
 )
-from controller.core.memories import (
-    Memory,
-    memory_from_row,
-    memory_sort_key,
-)
+from controller.core.memories import Memory, memory_from_row, memory_sort_key
 from controller.core.naming import summary_row_id
 from controller.core.row_ownership import (
     DIGEST_KEY,
@@ -83,12 +77,9 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         exclude: Callable[[Memory], bool] | None = None,
         mask: PassRedaction | None = None,
     ) -> SessionRows:
-        """The session's row count and newest row, and the parsed memories a pass reads: those
-        after the prior's watermark, and those at or before it where the rows are not the ones the
-        prior covers (core/coverage.py); those `exclude` accepts are counted but not read. The
-        listing is paged and keeps only (timestamp, id); the text is read batch by batch as the
-        caller iterates. Every memory is masked by `mask` before anything else sees it.
-        """
+        """The session as a pass lists it (session_listing.py): counts, newest row, and the
+        memories it reads (core/coverage.py), read batch by batch as the caller iterates;
+        those `exclude` accepts are counted, not read. Each is masked before anything else."""
         mask = mask or PassRedaction()
         with self._memory_missing():
             coll = self.memories()
@@ -172,15 +163,11 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         """The session's stored summary; None if none yet (or no summary collection yet)."""
         return self.read_prior(session_id).summary
 
-    def _get_one(self, role: str, session_id: str, include: list[str]) -> dict[str, Any] | None:
-        """The session's summary row or ledger head, as included; None if missing."""
-        on = self._on_summaries if role == "summary" else self._on_ledger
+    def _summary_row(self, session_id: str) -> tuple[str | None, dict[str, Any]] | None:
+        """The session's summary row (document, metadata); None if missing."""
         row_id = summary_row_id(session_id)
-        found = self._by_id(on, f"reading the {role} of the session", include, [row_id])
-        if row_id not in found:
-            return None
-        document, metadata = found[row_id]
-        return {"document": document, "metadata": metadata}
+        what, include = "reading the summary of the session", ["documents", "metadatas"]
+        return self._by_id(self._on_summaries, what, include, [row_id]).get(row_id)
 
     def read_ledger(self, session_id: str, row: dict[str, Any] | None = None) -> LedgerEntry | None:
         """The session's ledger entry (`row`: the row's metadata), in one read; None without
@@ -211,23 +198,24 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
 
     def stored_summary(self, session_id: str) -> tuple[str, dict[str, Any]] | None:
         """(row document, the row's and ledger entry's keys) for `summaryctl ledger`."""
-        row = self._get_one("summary", session_id, ["documents", "metadatas"])
-        ledger = self.read_ledger(session_id, row["metadata"] if row else None)
+        row = self._summary_row(session_id)
+        document, row_meta = row or (None, {})
+        ledger = self.read_ledger(session_id, row_meta)
         ledger = None if ledger is None or is_tombstone(ledger.head) else ledger
         if row is None and ledger is None:
             return None
-        keys = {**(row["metadata"] if row else {}), **(ledger.keys if ledger else {})}
+        keys = {**row_meta, **(ledger.keys if ledger else {})}
         if ledger is not None:
             keys.update({f"ledger.{k}": v for k, v in ledger.head.items()})
-        return (row["document"] or "") if row else "", keys
+        return document or "", keys
 
     def read_prior(self, session_id: str) -> StoredPrior:
         """The stored summary, from the ledger entry (else the row), and whether the row
         agrees with it (core/ledger.py: row_agreement, read_entry; docs/ledger.md). A row
         another writer rewrote gives its text to carry; a missing or stale row, leftover
         records or lost lists make the pass write again (masked_with unknown)."""
-        row = self._get_one("summary", session_id, ["documents", "metadatas"])
-        document, row_meta = (row["document"], row["metadata"]) if row else (None, {})
+        row = self._summary_row(session_id)
+        document, row_meta = row or (None, {})
         digest = document_digest(document or "") if row else None
         entry = self.read_ledger(session_id, row_meta)
         if entry is not None and is_tombstone(entry.head):
@@ -251,12 +239,10 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         return StoredPrior(summary, digest, current)
 
     def check_embedding(self, dimension: int) -> int | None:
-        """Refuses vectors the collection's readers cannot use: of another dimension than it holds,
-        or from another model than the function it (or, before it exists, the memory collection)
-        records (core/embedding_match.py). Samples one stored vector once per store; a sample a
-        fresh collection cannot answer yet leaves it to Chroma's own check (the same
-        EmbeddingMismatch). Returns the collection's dimension when known.
-        """
+        """Refuses vectors the collection's readers cannot use: of another dimension than it
+        holds, or from another model than the function it (before it exists: the memory
+        collection) records. Samples one stored vector once per store; a fresh collection
+        leaves it to Chroma's own check. Returns the collection's dimension when known."""
         if self._verified_dimension == dimension:
             return dimension
         held = self._held_dimension()

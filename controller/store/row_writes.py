@@ -1,14 +1,8 @@
 """Writing summary rows: each pass's row checked on its own, several passes' rows written
 together (GroupWriter), since an upsert of sixteen costs Chroma little more than one of one
-(bench/store_writes.py).
-
-One read of the group's ledger heads and rows, each pass's own checks against it (its
-claim's fence, the document it last saw), then one upsert of the admitted passes' ledger
-records and one of their rows. A request the store does not answer fails every pass in it;
-one it refuses is sent again row by row, each read and checked again as if alone. Chroma
-has no conditional write, so between the check and the upsert there is what there was for
-a write alone. Ledger records a new head does not name are deleted after the rows.
-"""
+(docs/benchmarks.md). One read of the group's rows, each pass's own checks, one upsert of
+the ledger records and one of the rows; a refused group is sent again row by row. Chroma has
+no conditional write: a check and its upsert race no more than for a write alone."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from controller.core.coverage import build as coverage_of
 from controller.core.memories import Memory, Watermark, memory_from_row, placed, trusted_time
 from controller.core.visibility import SessionSources
 from controller.redaction import PassRedaction
-from controller.store.collections import listing
+from controller.store.collections import batches, listing
 from controller.store.errors import guard
 from controller.store.row_keys import RowKeys, RowKeysBuilder
 
@@ -305,7 +305,7 @@ def _read_untimed(
 ) -> list[Memory]:
     """Rows with an unreadable time, as memories at `end_ms`, excluded types left out."""
     found: list[Memory] = []
-    for batch in (ids[i : i + GET_BATCH] for i in range(0, len(ids), GET_BATCH)):
+    for batch in batches(ids, GET_BATCH):
         got = guard(
             "reading the session's memories without a readable time",
             lambda b=batch: coll.get(ids=list(b), include=["documents", "metadatas"]),  # type: ignore[misc]
