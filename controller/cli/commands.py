@@ -98,9 +98,8 @@ def request_pass(
     deadline = time.monotonic() + args.wait
     last: dict[str, Any] = {}
     while time.monotonic() < deadline:
-        obj = kube_call(kube.get_summary, args.namespace, name) or {}
-        last = obj
-        outcome = pass_outcome(obj)
+        last = kube_call(kube.get_summary, args.namespace, name) or {}
+        outcome = pass_outcome(last)
         if outcome is not None:
             phase, reason, message = outcome
             if phase == done:
@@ -215,12 +214,13 @@ def _conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _store(args: argparse.Namespace, summarizer: Any = None) -> Any:
-    from controller.cli.settings import store_location
+    """The store, as the flags and the summarizer (default: the one they name) say."""
+    from controller.cli.settings import load_summarizer, store_location
     from controller.store.connection import connect
     from controller.store.errors import InvalidStoreConfig, StoreUnavailable
     from controller.store.memory_store import MemoryStore
 
-    location = store_location(args, summarizer)
+    location = store_location(args, summarizer or load_summarizer(args))
     try:
         return MemoryStore(connect(location), location)
     except StoreUnavailable as exc:
@@ -244,9 +244,7 @@ def _full_document(store: Any, session_id: Any, document: str) -> str:
 
 
 def cmd_summaries(args: argparse.Namespace) -> int:
-    from controller.cli.settings import load_summarizer
-
-    store = _store(args, load_summarizer(args))
+    store = _store(args)
     with store_errors():
         rows = store.latest_summaries(args.limit)
     if args.full:
@@ -367,16 +365,11 @@ def cmd_summarize(args: argparse.Namespace) -> int:
         )
         shown = f"[{i}/{total}] {printable(session_id)}: {outcome.kind}"
         print(shown + (f" ({detail})" if detail else ""))
-    if not_found:
-        print(
-            f"summaryctl: no memories found for {len(not_found)} of {total} session(s): "
-            + ", ".join(map(printable, not_found)),
-            file=sys.stderr,
-        )
-    if failures:
-        print(
-            f"summaryctl: {len(failures)} of {total} session(s) failed: "
-            + ", ".join(map(printable, failures)),
-            file=sys.stderr,
-        )
+    for ids, what in (
+        (not_found, "no memories found for {} of {} session(s)"),
+        (failures, "{} of {} session(s) failed"),
+    ):
+        if ids:
+            listed = ", ".join(map(printable, ids))
+            print(f"summaryctl: {what.format(len(ids), total)}: {listed}", file=sys.stderr)
     return 1 if failures or not_found else 0

@@ -35,13 +35,9 @@ def kube_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
                 "the SessionSummary CRD is not installed in this cluster: "
                 "kubectl apply -f crds/ (or helm install the chart)"
             ) from exc
-        if exc.status == 404:
-            raise CliError(f"not found: {_api_message(exc)}") from exc
-        if exc.status == 403:
-            raise CliError(f"{FORBIDDEN}{_api_message(exc)}") from exc
-        if exc.status == 422:
-            raise CliError(f"rejected by the API server: {_api_message(exc)}") from exc
-        raise CliError(f"Kubernetes API error {exc.status}: {_api_message(exc)}") from exc
+        said = {404: "not found: ", 403: FORBIDDEN, 422: "rejected by the API server: "}
+        prefix = said.get(exc.status, f"Kubernetes API error {exc.status}: ")
+        raise CliError(prefix + _api_message(exc)) from exc
 
 
 def summarizer_object(

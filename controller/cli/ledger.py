@@ -49,9 +49,7 @@ def _ledger_lines(session_id: str, document: str, keys: dict[str, Any]) -> list[
 
 def cmd_ledger(args: argparse.Namespace) -> int:
     """A session's ledger entry: the writer's state that the row no longer carries."""
-    from controller.cli.settings import load_summarizer
-
-    store = _store(args, load_summarizer(args))
+    store = _store(args)
     with store_errors():
         stored = store.stored_summary(args.session_id)
     if stored is None:
@@ -70,11 +68,9 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 def cmd_handover(args: argparse.Namespace) -> int:
     """Hands the store to this cluster: removes every other cluster's authority record, so
     our operator takes their rows over (core/fencing.py); a running one renews its own."""
-    from controller.cli.settings import load_summarizer
-    from controller.core.text import ms_to_rfc3339
     from controller.kube.client import core
 
-    store = _store(args, load_summarizer(args))
+    store = _store(args)
     mine = str(getattr(core().read_namespace("kube-system").metadata, "uid", ""))
     with store_errors():
         others = [r for r in store.authorities() if r.uid != mine]

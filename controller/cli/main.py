@@ -262,8 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_handover)
 
     p = sub.add_parser(
-        "verify",
-        help="which memories of the sessions no summary covers (exit 1 when any)",
+        "verify", help="which memories of the sessions no summary covers (exit 1 when any)"
     )
     p.add_argument("session_ids", nargs="+", type=session_id_arg, metavar="SESSION_ID")
     p.add_argument("--json", action="store_true")

@@ -13,13 +13,12 @@ from controller.cli.failures import store_errors
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Which memories of each session no summary covers, i.e. no pass read (exit 1 if any)."""
-    from controller.cli.settings import load_summarizer
     from controller.core.coverage import uncovered
     from controller.core.summary import StructuredSummary, UnreadablePriorSummary
     from controller.core.text import ms_to_rfc3339
     from controller.pipeline import prior_coverage
 
-    store = _store(args, load_summarizer(args))
+    store = _store(args)
     reports = []
     for session_id in args.session_ids:
         with store_errors():
@@ -68,11 +67,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def _report_lines(report: dict[str, Any]) -> list[str]:
-    sid, total, untimed = (
-        printable(report["sessionId"]),
-        report["memories"],
-        report["unreadableTimes"],
-    )
+    sid, total = printable(report["sessionId"]), report["memories"]
+    untimed = report["unreadableTimes"]
     if not report["uncovered"]:
         lines = [
             f"{sid}: all {total} of its memories are covered: a pass of its summary read each "

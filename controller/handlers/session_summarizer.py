@@ -56,22 +56,12 @@ def _validate(body: kopf.Body) -> SessionSummarizerSpec:
         raise kopf.PermanentError(f"invalid spec: {one_line(exc, 300)}") from exc
 
 
-def _write_status(
-    namespace: str, name: str, mutate: Any
-) -> tuple[SessionSummarizerStatus, SessionSummarizerStatus] | None:
-    return kube.update_summarizer_status(namespace, name, mutate)
-
-
 def _transitions(
     before: SessionSummarizerStatus, conditions: list[Condition]
 ) -> list[tuple[Condition, bool]]:
     """(condition, changed) for each: changed when its status or reason differs from before."""
-    current = {c.type: c for c in before.conditions or []}
-    out = []
-    for cond in conditions:
-        old = current.get(cond.type)
-        out.append((cond, old is None or (old.status, old.reason) != (cond.status, cond.reason)))
-    return out
+    current = {c.type: (c.status, c.reason) for c in before.conditions or []}
+    return [(c, current.get(c.type) != (c.status, c.reason)) for c in conditions]
 
 
 def _ask_failed_again(namespace: str, summarizer: str) -> int:
@@ -79,9 +69,7 @@ def _ask_failed_again(namespace: str, summarizer: str) -> int:
     (core/requeue.py); returns how many."""
     requested_at = now_rfc3339(precise=True)
     found = to_ask_again_with_progress(
-        kube.iter_summaries(namespace, CONFIG.list_chunk_size),
-        summarizer,
-        CONFIG.annotation_prefix,
+        kube.iter_summaries(namespace, CONFIG.list_chunk_size), summarizer, CONFIG.annotation_prefix
     )
     return sum(kube.ask_again(namespace, n, rv, requested_at, keys) for n, rv, keys in found)
 
@@ -160,7 +148,7 @@ async def _probe(
         conditions = [spec_valid(None), *conditions] if first else conditions
     observed = {"observed_generation": generation} if first else {}
     written = await asyncio.to_thread(
-        _write_status,
+        kube.update_summarizer_status,
         namespace,
         name,
         lambda st: with_conditions(st, conditions, generation=generation).model_copy(
@@ -241,9 +229,8 @@ async def sweep(
         await _sweep(body, spec, namespace, name, status, logger, runtime)
     if now:  # what `summaryctl check` waits for: probes and sweep ran after its request
         answered = {"last_handled_probe_request": asked}
-        await asyncio.to_thread(
-            _write_status, namespace, name, lambda st: st.model_copy(update=answered)
-        )
+        write = kube.update_summarizer_status
+        await asyncio.to_thread(write, namespace, name, lambda st: st.model_copy(update=answered))
 
 
 @kopf.timer(
@@ -298,9 +285,10 @@ async def _sweep(
     try:
         result = await asyncio.to_thread(sweep_store)
     except upkeep.STORE_ERRORS as exc:
-        failure = sweep_failure(exc, spec.store.url, generation)
+        failure = sweep_failure(exc, generation)
+        at = now_rfc3339()
         written = await asyncio.to_thread(
-            _write_status, namespace, name, lambda st: failure.apply(st, now_rfc3339())
+            kube.update_summarizer_status, namespace, name, lambda st: failure.apply(st, at)
         )
         if written is not None and any(
             changed for _, changed in _transitions(written[0], failure.conditions)
@@ -336,6 +324,6 @@ async def _sweep(
         generation=generation,
         cursor=(result.cursor.offset, result.cursor.last_id) if result.cursor else None,
     )
-    await asyncio.to_thread(_write_status, namespace, name, swept.apply)
+    await asyncio.to_thread(kube.update_summarizer_status, namespace, name, swept.apply)
     if result.created or result.patched or result.applied.refreshed:
         events.post(body, type_="Normal", reason="Swept", message=message)

@@ -22,13 +22,7 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from controller import metrics
-from controller.api import (
-    GROUP,
-    SUMMARY_PLURAL,
-    VERSION,
-    SessionSummarizerSpec,
-    SessionSummarySpec,
-)
+from controller.api import GROUP, SUMMARY_PLURAL, VERSION, SessionSummarizerSpec, SessionSummarySpec
 from controller.backends import Backends
 from controller.config import CONFIG, backoff_seconds
 from controller.core.claim_rules import Writer
@@ -161,18 +155,15 @@ def summarize_blocking(
     runtime: Runtime,
     backends: Backends,
     spec: SessionSummarySpec,
-    guard: WriteGuard | None = None,
-    writer_object: str = "",
-    trace: PassTrace | None = None,
+    guard: WriteGuard,
+    writer_object: str,
+    trace: PassTrace,
 ) -> Outcome:
-    phase = (trace or PassTrace(spec.session_id)).giving_way(runtime.scheduler.give_way)
+    phase = trace.giving_way(runtime.scheduler.give_way)
     with failures_shown():
         if spec.action == "Forget":
             return forget_session(
-                backends.store,
-                spec.session_id,
-                memories=spec.forget_memories,
-                guard=guard,
+                backends.store, spec.session_id, memories=spec.forget_memories, guard=guard
             )
         return summarize_session(
             backends.store,
@@ -201,19 +192,18 @@ def summarize_claimed(
     generation: int,
     spec: SessionSummarySpec,
     summarizer_spec: dict[str, Any] | None,
-    seen: Sightings | None = None,
-    started: Callable[[], None] | None = None,
-    trace: PassTrace | None = None,
+    seen: Sightings,
+    started: Callable[[], None],
+    trace: PassTrace,
 ) -> Outcome:
     """Takes the session's claim in its store, says the pass started (`started`: phase
-    Summarizing), summarizes while a thread renews the claim (checked between passes and,
-    with the row's fencing number, right before every write), and releases the claim.
-    Raises ClaimHeld when another live writer (another replica, or another object naming
-    the same session) has it; PassInterrupted when the operator is stopping (the
-    runtime's flag), before the claim is taken or at the pass's next chunk boundary."""
+    Summarizing), summarizes while a thread renews the claim, and releases it. Raises
+    ClaimHeld when another live writer (replica, or object naming the same session) has it;
+    PassInterrupted when the operator is stopping, before the claim or at a chunk boundary."""
     if runtime.stopping.is_set():
         raise PassInterrupted("the operator is stopping; the next replica resumes this pass")
     summarizer = _summarizer(namespace, spec, summarizer_spec)
+    config = runtime.config
     with contextlib.ExitStack() as held:
         # The SessionSummarizer's live parts (the runtime's, built on first use), held for
         # the pass; a store found unreachable on the way out is reconnected next time.
@@ -221,55 +211,38 @@ def summarize_claimed(
             backends = held.enter_context(
                 runtime.parts.backends(namespace, spec.summarizer_ref, summarizer)
             )
-        return _claimed_pass(
-            runtime, backends, namespace, name, uid, generation, spec, seen, started,
-            trace or PassTrace(spec.session_id),
-        )  # fmt: skip
-
-
-def _claimed_pass(
-    runtime: Runtime,
-    backends: Backends,
-    namespace: str,
-    name: str,
-    uid: str,
-    generation: int,
-    spec: SessionSummarySpec,
-    seen: Sightings | None,
-    started: Callable[[], None] | None,
-    trace: PassTrace,
-) -> Outcome:
-    config = runtime.config
-    location = backends.store.location
-    handle = SessionClaimHandle(
-        session_id=spec.session_id,
-        collection_id=location.row_scope,
-        collection=f"{location.describe()} {location.summary_collection}",
-        writer=Writer(config.replica_id, uid, f"{namespace}/{name}"),
-        duration_s=config.claim_ttl_seconds,
-        margin_s=config.claim_margin_seconds,
-        renew_s=config.claim_renew_period,
-        generation=generation,
-        seen=seen or Sightings(),
-        authorities=backends.store.read_authority,
-    )
-    # Like every step of a pass, the claim's API calls wait while a first summary runs.
-    with trace.giving_way(runtime.scheduler.give_way)("claimed"), failures_shown():
-        handle.authority = runtime.fence_authority
-        handle.acquire()
-    # Phase Summarizing only for a pass still running after a while (a timer's thread); the
-    # outcome's status waits for that patch, so it never lands over the outcome.
-    saying = threading.Timer(config.summarizing_after_seconds, started or (lambda: None))
-    saying.daemon = True
-    try:
-        saying.start()
-        outcome = summarize_blocking(runtime, backends, spec, handle, f"{namespace}/{name}", trace)
-        return dataclasses.replace(outcome, taken_over=handle.took_over)
-    finally:
-        saying.cancel()
-        if saying.is_alive():  # its patch under way: the outcome's status comes after it
-            saying.join()
-        handle.release()  # best effort: never raises
+        location = backends.store.location
+        handle = SessionClaimHandle(
+            session_id=spec.session_id,
+            collection_id=location.row_scope,
+            collection=f"{location.describe()} {location.summary_collection}",
+            writer=Writer(config.replica_id, uid, f"{namespace}/{name}"),
+            duration_s=config.claim_ttl_seconds,
+            margin_s=config.claim_margin_seconds,
+            renew_s=config.claim_renew_period,
+            generation=generation,
+            seen=seen,
+            authorities=backends.store.read_authority,
+        )
+        # Like every step of a pass, the claim's API calls wait while a first summary runs.
+        with trace.giving_way(runtime.scheduler.give_way)("claimed"), failures_shown():
+            handle.authority = runtime.fence_authority
+            handle.acquire()
+        # Phase Summarizing only for a pass still running after a while (a timer's thread);
+        # the outcome's status waits for that patch, so it never lands over the outcome.
+        saying = threading.Timer(config.summarizing_after_seconds, started)
+        saying.daemon = True
+        try:
+            saying.start()
+            outcome = summarize_blocking(
+                runtime, backends, spec, handle, f"{namespace}/{name}", trace
+            )
+            return dataclasses.replace(outcome, taken_over=handle.took_over)
+        finally:
+            saying.cancel()
+            if saying.is_alive():  # its patch under way: the outcome's status comes after it
+                saying.join()
+            handle.release()  # best effort: never raises
 
 
 def _say_started(namespace: str, name: str, body: kopf.Body, trigger: str) -> Callable[[], None]:
@@ -344,8 +317,7 @@ async def summarize(
             # than the claim could lapse as this replica has watched it (its own clock, never
             # the other writer's expiry against ours): a dead writer's session is taken over
             # as soon as the lease rules allow.
-            backoff = _claim_wait(retry)
-            delay = min(backoff, held.retry_after_s + random.uniform(0, 0.5))
+            delay = min(_claim_wait(retry), held.retry_after_s + random.uniform(0, 0.5))
             logger.info("session %s: %s; looking again in %.1fs", parsed.session_id, held, delay)
             if held.claim.writer.owner_uid not in (uid, ""):
                 # Another object names the same session: say which one owns it for now.

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import kopf
 from kubernetes.client.exceptions import ApiException
@@ -22,12 +24,7 @@ from controller.runtime import Runtime
 from controller.status.conditions import now_rfc3339
 from controller.status.summarizer_status import MarkerScanReport, ReconcileReport, RetentionReport
 from controller.store.errors import CollectionNotFound, InvalidStoreConfig, StoreUnavailable
-from controller.sweep import (
-    MarkerScanResult,
-    apply_retention,
-    retention_policy,
-    run_marker_scan,
-)
+from controller.sweep import MarkerScanResult, apply_retention, retention_policy, run_marker_scan
 
 # What a store or its settings can raise: the sweep reports these on the SessionSummarizer;
 # the marker scan and the reconciliation leave them to it.
@@ -38,6 +35,21 @@ STORE_ERRORS = (
     InvalidStoreConfig,
     DestinationRefused,
 )
+
+
+T = TypeVar("T")
+
+
+async def _in_thread(what: str, work: Callable[[], T], logger: kopf.Logger) -> T | None:
+    """work() in a worker thread; None when it failed. A store error is the sweep's to
+    report; an API error waits for the next tick, never in the way of the sweep."""
+    try:
+        return await asyncio.to_thread(work)
+    except STORE_ERRORS as exc:
+        logger.debug("%s skipped: %s", what, one_line(exc, 300))
+    except ApiException as exc:
+        logger.warning("%s failed: API %s: %s", what, exc.status, one_line(exc.reason, 300))
+    return None
 
 
 def due(last: str | None, interval_s: float) -> bool:
@@ -59,8 +71,7 @@ async def marker_scan(
 ) -> None:
     """The sunset-marker scan (sweep.run_marker_scan) after the sweep's watermark; it owns
     the SunsetMarkers condition and leaves store errors to the sweep to report."""
-    generation = body.metadata.get("generation")
-    events = runtime.events
+    generation = body.metadata.get("generation")  # of the spec the scan runs with
 
     def scan() -> MarkerScanResult:
         with runtime.parts.store(namespace, name, spec) as store:
@@ -73,33 +84,29 @@ async def marker_scan(
                 memory=runtime.upkeep.markers(namespace, name),
             )
 
-    try:
-        markers = await asyncio.to_thread(scan)
-    except STORE_ERRORS as exc:  # every tick while the store is out: the sweep reports it
-        logger.debug("marker scan skipped: %s", one_line(exc, 300))
-    except ApiException as exc:  # the next tick scans again
-        logger.warning("marker scan failed: API %s: %s", exc.status, one_line(exc.reason, 300))
-    else:
-        report = MarkerScanReport.of(
-            (sid for sid, _ in markers.requested),
-            (m.describe() for m in markers.invalid),
-            markers.markers_only,
-            generation,
+    markers = await _in_thread("marker scan", scan, logger)
+    if markers is None:
+        return
+    report = MarkerScanReport.of(
+        (sid for sid, _ in markers.requested),
+        (m.describe() for m in markers.invalid),
+        markers.markers_only,
+        generation,
+    )
+    if report is not None:
+        await asyncio.to_thread(kube.update_summarizer_status, namespace, name, report.apply)
+        kind = "Warning" if report.ignored else "Normal"
+        runtime.events.post(body, type_=kind, reason=report.reason, message=report.message)
+        logger.info(
+            "marker scan by %s (%d markers read in %.0f ms, %d waiting for a pass "
+            "under way, %d left for the next tick): %s",
+            CONFIG.replica_id,
+            markers.scanned,
+            markers.duration_s * 1000,
+            markers.waiting,
+            markers.left,
+            report.message,
         )
-        if report is not None:
-            await asyncio.to_thread(kube.update_summarizer_status, namespace, name, report.apply)
-            kind = "Warning" if report.ignored else "Normal"
-            events.post(body, type_=kind, reason=report.reason, message=report.message)
-            logger.info(
-                "marker scan by %s (%d markers read in %.0f ms, %d waiting for a pass "
-                "under way, %d left for the next tick): %s",
-                CONFIG.replica_id,
-                markers.scanned,
-                markers.duration_s * 1000,
-                markers.waiting,
-                markers.left,
-                report.message,
-            )
 
 
 async def retention(
@@ -122,10 +129,8 @@ async def retention(
         with runtime.scheduler.background() as pause:
             return apply_retention(spec, namespace=namespace, summarizer_name=name, pause=pause)
 
-    try:
-        deleted = await asyncio.to_thread(retain)
-    except ApiException as exc:
-        logger.warning("retention failed: API %s: %s", exc.status, one_line(exc.reason, 300))
+    deleted = await _in_thread("retention", retain, logger)
+    if deleted is None:
         return
     if deleted:
         logger.info(
@@ -146,7 +151,6 @@ async def reconcile(
 ) -> None:
     """One step of the reconciliation (sweep.reconcile_step); a store it cannot reach is the
     sweep's to report."""
-    events = runtime.events
 
     def step_once() -> ReconcileResult:
         with (
@@ -164,13 +168,8 @@ async def reconcile(
                 pause=pause,
             )
 
-    try:
-        step = await asyncio.to_thread(step_once)
-    except STORE_ERRORS as exc:
-        logger.debug("reconciliation skipped: %s", one_line(exc, 300))
-        return
-    except ApiException as exc:  # never in the way of the sweep
-        logger.warning("reconciliation failed: API %s: %s", exc.status, one_line(exc.reason, 300))
+    step = await _in_thread("reconciliation", step_once, logger)
+    if step is None:
         return
     done = step.finished
     metrics.observe_reconcile(step.read, step.uncovered if done is not None else None)
@@ -186,4 +185,4 @@ async def reconcile(
     await asyncio.to_thread(kube.update_summarizer_status, namespace, name, report.apply)
     logger.info("reconciliation by %s: %s", CONFIG.replica_id, report.message)
     if step.uncovered:
-        events.post(body, type_="Normal", reason="Reconciled", message=report.message)
+        runtime.events.post(body, type_="Normal", reason="Reconciled", message=report.message)

@@ -34,12 +34,12 @@ DONE_PHASES = frozenset({"Summarized", "Empty", "NotFound", "Forgotten"})
 
 
 class Failure(Exception):
-    """A failure to report on the object: reason (CamelCase), message, and whether to retry.
-    phase is what the object shows while retries continue below the failure gate."""
+    """A failure to report on the object: reason (CamelCase), message, and whether to retry
+    (phase Pending while retries continue below the failure gate)."""
 
-    def __init__(self, reason: str, message: str, *, retry: bool, phase: Phase = "Pending") -> None:
+    def __init__(self, reason: str, message: str, *, retry: bool) -> None:
         super().__init__(message)
-        self.reason, self.message, self.retry, self.phase = reason, message, retry, phase
+        self.reason, self.message, self.retry = reason, message, retry
 
 
 def current_status(body: kopf.Body) -> SessionSummaryStatus:
@@ -61,7 +61,7 @@ def status_with(
     reason: str,
     message: str,
     ok: bool | None,
-    also: tuple[Condition | None, ...] = (),
+    also: tuple[Condition, ...] = (),
     **fields: Any,
 ) -> SessionSummaryStatus:
     """The object's status in this phase; ok None (a pass under way) keeps Summarized."""
@@ -69,18 +69,11 @@ def status_with(
     generation = body.metadata.get("generation")
     conditions = previous.conditions
     if ok is not None:
-        condition = Condition(
-            type=CONDITION,
-            status="True" if ok else "False",
-            reason=reason,
-            message=message,
-            observed_generation=generation,
-        )
-        conditions = set_condition(conditions, condition)
-    for extra in (c for c in also if c is not None):
-        conditions = set_condition(
-            conditions, extra.model_copy(update={"observed_generation": generation})
-        )
+        status = "True" if ok else "False"
+        also = (Condition(type=CONDITION, status=status, reason=reason, message=message), *also)
+    for cond in also:
+        stamped = cond.model_copy(update={"observed_generation": generation})
+        conditions = set_condition(conditions, stamped)
     conditions = with_derived(conditions, summary_readiness(phase, reason, message, generation))
     return previous.model_copy(
         update={
@@ -94,21 +87,9 @@ def status_with(
     )
 
 
-def record(
-    body: kopf.Body,
-    patch: kopf.Patch,
-    *,
-    phase: Phase,
-    reason: str,
-    message: str,
-    ok: bool,
-    also: tuple[Condition | None, ...] = (),
-    **fields: Any,
-) -> None:
-    status = status_with(
-        body, phase=phase, reason=reason, message=message, ok=ok, also=also, **fields
-    )
-    patch.status.update(status.to_api())
+def record(body: kopf.Body, patch: kopf.Patch, **status: Any) -> None:
+    """Patches the object's status to status_with(body, **status)."""
+    patch.status.update(status_with(body, **status).to_api())
 
 
 def summarizing_status(body: kopf.Body, trigger: str) -> dict[str, object]:
@@ -161,7 +142,7 @@ def record_failure(
     failures = (previous.consecutive_failures or 0) + 1 if same_generation else 1
     gated = not failure.retry or failures >= CONFIG.failure_gate
     delay = backoff_seconds(failures - 1)
-    phase: Phase = "Failed" if gated else failure.phase
+    phase: Phase = "Failed" if gated else "Pending"
     message = failure.message
     if failure.retry and gated:
         message = f"{failures} consecutive failures, retrying in {delay:.0f}s: {failure.message}"
@@ -207,34 +188,24 @@ def single_writer(
     """SingleWriter: False when this pass found the row rewritten by another writer since
     our last write (a Warning Event says who and what to do), else True."""
     other = outcome.other_writer
-    if other is None and outcome.taken_over is not None:
-        events.post(
-            body, type_="Warning", reason="HistoryFromOtherAuthority", message=outcome.taken_over
+    if other is not None:
+        message = (
+            f"the row of session {spec.session_id!r} was rewritten by {other.who} after this "
+            f"operator's last write; its text ({other.characters} characters) is carried "
+            "verbatim in the summary's earlier text. Two writers on one row race: switch the "
+            'other one off (neo: docs/migrating-from-neo.md, "Switch neo\'s summary task off")'
         )
+        metrics.other_writer_found()
+        events.post(body, type_="Warning", reason="OtherWriterDetected", message=message)
         return Condition(
-            type=SINGLE_WRITER,
-            status="True",
-            reason="HistoryFromOtherAuthority",
-            message=outcome.taken_over,
+            type=SINGLE_WRITER, status="False", reason="OtherWriterDetected", message=message
         )
-    if other is None:
-        return Condition(
-            type=SINGLE_WRITER,
-            status="True",
-            reason="NoOtherWriter",
-            message="the summary row was as this operator last wrote it",
-        )
-    message = (
-        f"the row of session {spec.session_id!r} was rewritten by {other.who} after this "
-        f"operator's last write; its text ({other.characters} characters) is carried verbatim "
-        "in the summary's earlier text. Two writers on one row race: switch the other one off "
-        '(neo: docs/migrating-from-neo.md, "Switch neo\'s summary task off")'
-    )
-    metrics.other_writer_found()
-    events.post(body, type_="Warning", reason="OtherWriterDetected", message=message)
-    return Condition(
-        type=SINGLE_WRITER, status="False", reason="OtherWriterDetected", message=message
-    )
+    if outcome.taken_over is not None:
+        reason, message = "HistoryFromOtherAuthority", outcome.taken_over
+        events.post(body, type_="Warning", reason=reason, message=message)
+    else:
+        reason, message = "NoOtherWriter", "the summary row was as this operator last wrote it"
+    return Condition(type=SINGLE_WRITER, status="True", reason=reason, message=message)
 
 
 def memory_times(body: kopf.Body, outcome: Outcome, events: EventRecorder) -> Condition:
@@ -319,33 +290,57 @@ def report(
         return
     summary = outcome.summary
     assert summary is not None
+    written_ms = summary.summarized_at_ms  # the row's: a later pass shows the same instant
+    common.update(title=summary.title, summary_id=outcome.summary_id)
     if outcome.kind == "up-to-date":
-        message = f"summary already covers all {outcome.memory_count} memories"
-        written_ms = summary.summarized_at_ms
+        reason, message = "UpToDate", f"summary already covers all {outcome.memory_count} memories"
+        earlier = current_status(body).summarized_at
         common["summarized_at"] = (
-            ms_to_rfc3339(written_ms)
-            if written_ms
-            else current_status(body).summarized_at or now_rfc3339()
+            ms_to_rfc3339(written_ms) if written_ms else earlier or now_rfc3339()
         )
-        common.update(title=summary.title, summary_id=outcome.summary_id)
-        record(
-            body,
-            patch,
-            phase="Summarized",
-            reason="UpToDate",
-            message=message,
-            ok=True,
-            also=(single_writer(body, spec, outcome, events), times),
-            **common,
+    else:
+        reason, message = "Summarized", _summarized_message(body, spec, outcome)
+        provenance = provenance_status(summary, outcome)
+        metrics.observe_written(
+            spec.trigger,
+            provenance.tokens_in or 0,
+            provenance.tokens_out or 0,
+            provenance.compaction_ratio,
         )
-        return
-    provenance = provenance_status(summary, outcome)
-    metrics.observe_written(
-        spec.trigger,
-        provenance.tokens_in or 0,
-        provenance.tokens_out or 0,
-        provenance.compaction_ratio,
+        metrics.late_memories(outcome.late_memories)
+        metrics.redactions(outcome.redactions)
+        common.update(
+            summarized_at=ms_to_rfc3339(written_ms) if written_ms else now_rfc3339(),
+            writer=CONFIG.replica_id,
+            passes=outcome.passes,
+            model_tokens=outcome.tokens_used,
+            provenance=provenance,
+        )
+    record(
+        body,
+        patch,
+        phase="Summarized",
+        reason=reason,
+        message=message,
+        ok=True,
+        also=(single_writer(body, spec, outcome, events), times),
+        **common,
     )
+    # An Event says what changed: a first summary, a recovery, a rebuild; a summary brought
+    # up to date once more is in the status (summarizedAt, memoryCount), not in an Event.
+    first = (body.get("status") or {}).get("phase") != "Summarized"
+    if reason == "Summarized" and (outcome.rebuilt or first):
+        reason = "Rebuilt" if outcome.rebuilt else "Summarized"
+        events.post(body, type_="Normal", reason=reason, message=message)
+
+
+def _summarized_message(body: kopf.Body, spec: SessionSummarySpec, outcome: Outcome) -> str:
+    if outcome.rebuilt:  # the superset rule waived, on request: said so
+        return (
+            f"rebuilt from the session's {outcome.memory_count} living memories in "
+            f"{outcome.passes} pass(es), asked by {asked_by(body)}: the previous summary's "
+            "text was replaced (spec.action Rebuild)"
+        )
     late = (
         f", {outcome.late_memories} of them landed behind the last summary"
         if outcome.late_memories
@@ -357,35 +352,4 @@ def report(
     )
     if outcome.dropped_items:
         message += f"; {outcome.dropped_items} item(s) whose memories are all deleted dropped"
-    if outcome.rebuilt:  # the superset rule waived, on request: said so
-        message = (
-            f"rebuilt from the session's {outcome.memory_count} living memories in "
-            f"{outcome.passes} pass(es), asked by {asked_by(body)}: the previous summary's "
-            "text was replaced (spec.action Rebuild)"
-        )
-    metrics.late_memories(outcome.late_memories)
-    metrics.redactions(outcome.redactions)
-    common.update(title=summary.title, summary_id=outcome.summary_id)
-    record(
-        body,
-        patch,
-        phase="Summarized",
-        reason="Summarized",
-        message=message,
-        ok=True,
-        also=(single_writer(body, spec, outcome, events), times),
-        # The time stored in the row, so a later up-to-date pass shows the same instant.
-        summarized_at=(
-            ms_to_rfc3339(summary.summarized_at_ms) if summary.summarized_at_ms else now_rfc3339()
-        ),
-        writer=CONFIG.replica_id,
-        passes=outcome.passes,
-        model_tokens=outcome.tokens_used,
-        provenance=provenance,
-        **common,
-    )
-    # An Event says what changed: a first summary, a recovery, a rebuild; a summary brought
-    # up to date once more is in the status (summarizedAt, memoryCount), not in an Event.
-    if outcome.rebuilt or (body.get("status") or {}).get("phase") != "Summarized":
-        reason = "Rebuilt" if outcome.rebuilt else "Summarized"
-        events.post(body, type_="Normal", reason=reason, message=message)
+    return message

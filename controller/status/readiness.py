@@ -4,12 +4,6 @@ already says (never set by a handler), every time its status is written. Pure.
 kstatus (Flux, kpt, `kubectl wait`) reads observedGeneration, then Reconciling True as in
 progress and Stalled True as failed; Ready is the Kubernetes convention (Argo CD's check in
 docs/operations.md). A condition that does not hold is left out, except Ready.
-
-SessionSummary, from its phase: Summarized, Empty, Forgotten are Ready; Pending and
-Summarizing Reconciling; NotFound and Failed Stalled (docs/troubleshooting.md).
-SessionSummarizer: Ready when every required condition is True (SecretNotAnnotated aside)
-and the last sweep, if any, ran; Stalled with the first failing condition's reason;
-Reconciling while one is not reported yet. observedGeneration: its inputs' oldest.
 """
 
 from __future__ import annotations
@@ -30,36 +24,31 @@ NOT_BLOCKING = frozenset({("SecretsAllowed", "SecretNotAnnotated")})
 
 def _cond(type_: str, status: str, reason: str, message: str, generation: int | None) -> Condition:
     return Condition(
-        type=type_,
-        status=status,
-        reason=reason,
-        message=message,
-        observed_generation=generation,
+        type=type_, status=status, reason=reason, message=message, observed_generation=generation
     )
 
 
 def summary_readiness(
     phase: Phase | None, reason: str, message: str, generation: int | None
 ) -> list[Condition]:
-    """The derived conditions of a SessionSummary in this phase (those that hold)."""
+    """The derived conditions of a SessionSummary in this phase (those that hold):
+    Summarized, Empty, Forgotten are Ready; NotFound, Failed Stalled; the rest Reconciling."""
     if phase in ("Summarized", "Empty", "Forgotten"):
-        return [_cond(READY, "True", reason, message, generation)]
-    if phase in ("NotFound", "Failed"):
-        return [
-            _cond(READY, "False", reason, message, generation),
-            _cond(STALLED, "True", reason, message, generation),
-        ]
-    return [
-        _cond(READY, "False", reason, message, generation),
-        _cond(RECONCILING, "True", reason, message, generation),
-    ]
+        holding = [(READY, "True")]
+    elif phase in ("NotFound", "Failed"):
+        holding = [(READY, "False"), (STALLED, "True")]
+    else:
+        holding = [(READY, "False"), (RECONCILING, "True")]
+    return [_cond(type_, status, reason, message, generation) for type_, status in holding]
 
 
 def summarizer_readiness(
     conditions: Sequence[Condition], generation_now: int | None = None
 ) -> list[Condition]:
-    """The derived conditions of a SessionSummarizer with these (owned) conditions; with no
-    input yet, they answer generation_now."""
+    """The derived conditions of a SessionSummarizer with these (owned) conditions: Ready when
+    every required one is True (SecretNotAnnotated aside) and the last sweep, if any, ran;
+    Stalled with the first failing one's reason; Reconciling while one is not reported yet.
+    observedGeneration: the inputs' oldest (none yet: generation_now)."""
     found = {c.type: c for c in conditions if c.type not in DERIVED}
     inputs = [found[t] for t in (*REQUIRED, *WHEN_PRESENT) if t in found]
     generations = [c.observed_generation for c in inputs if c.observed_generation is not None]

@@ -1,12 +1,8 @@
 """A SessionSummarizer's status, computed from its inputs. Pure.
 
-Each condition and field has one owner (docs/troubleshooting.md lists them: the probes,
-the spec check, the sweep, the marker scan, retention, the peering reporter), and every
-write goes through kube.update_summarizer_status (read, apply one of these functions,
-write with a resourceVersion precondition), so no writer drops what another wrote. Ready,
-Reconciling and Stalled are derived on every write (`settled`, status/readiness.py). Each
-condition carries the generation of the spec it was computed from; ReplicaActive, which
-does not depend on the spec, the object's generation at its write.
+Each condition and field has one owner (docs/troubleshooting.md), and every write applies
+one of these functions in kube.update_summarizer_status under a resourceVersion
+precondition, so no writer drops what another wrote.
 """
 
 from __future__ import annotations
@@ -27,13 +23,6 @@ INPUTS = frozenset((*REQUIRED, *WHEN_PRESENT))  # of Ready
 SPEC_INDEPENDENT = frozenset({"ReplicaActive"})
 
 
-def stamped(conditions: Iterable[Condition], generation: int | None) -> list[Condition]:
-    """The conditions marked as computed from this generation of the spec."""
-    if generation is None:
-        return list(conditions)
-    return [c.model_copy(update={"observed_generation": generation}) for c in conditions]
-
-
 def with_conditions(
     status: SessionSummarizerStatus,
     conditions: Iterable[Condition],
@@ -44,9 +33,12 @@ def with_conditions(
     """The status with these conditions set, each measured now (others kept; transition times
     move only on a status change), stamped with their spec generation when given."""
     at = now or now_rfc3339()
+    update: dict[str, object] = {"last_probe_time": at}
+    if generation is not None:
+        update["observed_generation"] = generation
     merged = status.conditions
-    for cond in stamped(conditions, generation):
-        merged = set_condition(merged, cond.model_copy(update={"last_probe_time": at}), now=at)
+    for cond in conditions:
+        merged = set_condition(merged, cond.model_copy(update=update), now=at)
     return status.model_copy(update={"conditions": merged})
 
 
@@ -82,14 +74,11 @@ def spec_valid(invalid: ValidationError | None) -> Condition:
 
 def store_reachable(url: str, *, reason: str = "HeartbeatOK", message: str = "") -> Condition:
     """StoreReachable: True with HeartbeatOK, else False with the failure's reason."""
-    if reason == "HeartbeatOK":
-        return Condition(
-            type="StoreReachable",
-            status="True",
-            reason=reason,
-            message=message or f"Chroma at {url} answers",
-        )
-    return Condition(type="StoreReachable", status="False", reason=reason, message=message)
+    ok = reason == "HeartbeatOK"
+    if ok and not message:
+        message = f"Chroma at {url} answers"
+    status = "True" if ok else "False"
+    return Condition(type="StoreReachable", status=status, reason=reason, message=message)
 
 
 def secrets_allowed(verdicts: Sequence[SecretVerdict], unread: Sequence[str] = ()) -> Condition:
@@ -227,24 +216,25 @@ class MarkerScanReport:
                 + self._listed(self.invalid)
             )
         if self.markers_only:
-            ids = [repr(s if len(s) <= 60 else s[:59] + "…") for s in self.markers_only]
             parts.append(
                 f"ignored the sunset markers of {len(self.markers_only)} session(s) with no "
                 "other memories (nothing to summarize; no SessionSummary made): "
-                + self._listed(ids)
+                + self._listed(self.markers_only, quoted=True)
             )
         if self.requested:
-            ids = [repr(s if len(s) <= 60 else s[:59] + "…") for s in self.requested]
             parts.append(
                 f"requested summaries of {len(self.requested)} session(s) with a sunset "
-                "marker: " + self._listed(ids)
+                "marker: " + self._listed(self.requested, quoted=True)
             )
         return one_line("; ".join(parts), 1000)
 
-    def _listed(self, items: tuple[str, ...] | list[str]) -> str:
-        shown = ", ".join(items[: self.SHOWN])
+    def _listed(self, items: tuple[str, ...], *, quoted: bool = False) -> str:
+        """The first SHOWN items (session ids quoted and cut at 60 characters)."""
+        head = items[: self.SHOWN]
+        if quoted:
+            head = tuple(repr(s if len(s) <= 60 else s[:59] + "…") for s in head)
         more = len(items) - self.SHOWN
-        return shown + (f" and {more} more" if more > 0 else "")
+        return ", ".join(head) + (f" and {more} more" if more > 0 else "")
 
     @property
     def condition(self) -> Condition:
@@ -282,7 +272,7 @@ class SweepFailure:
         )
 
 
-def sweep_failure(exc: BaseException, url: str, generation: int | None = None) -> SweepFailure:
+def sweep_failure(exc: BaseException, generation: int | None = None) -> SweepFailure:
     """The reason a sweep failed, from the exception class (by name: this module does no
     I/O and imports none of the modules that raise them)."""
     kind = type(exc).__name__
@@ -297,7 +287,7 @@ def sweep_failure(exc: BaseException, url: str, generation: int | None = None) -
         return SweepFailure(reason, message, False, generation)
     if kind == "InvalidStoreConfig":
         return SweepFailure("InvalidStoreConfig", message, False, generation)
-    return SweepFailure("StoreUnavailable", message or f"Chroma at {url} failed", True, generation)
+    return SweepFailure("StoreUnavailable", message, True, generation)
 
 
 @dataclass(frozen=True)

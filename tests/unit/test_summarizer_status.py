@@ -61,7 +61,7 @@ def test_every_order_of_writers_ends_with_every_writers_conditions() -> None:
         lambda s: with_conditions(s, [MODEL]),
         lambda s: with_conditions(s, [EMBED]),
         report().apply,
-        lambda s: sweep_failure(StoreUnavailable("down"), "u").apply(s, "t"),
+        lambda s: sweep_failure(StoreUnavailable("down")).apply(s, "t"),
     ]
     for order in itertools.permutations(writers):
         status = SessionSummarizerStatus()
@@ -74,14 +74,14 @@ def test_a_missing_memory_collection_fails_the_sweep_but_not_the_store_probe() -
     class CollectionNotFound(RuntimeError):
         role = "memory"
 
-    failure = sweep_failure(CollectionNotFound("memory collection 'x' does not exist"), "u")
+    failure = sweep_failure(CollectionNotFound("memory collection 'x' does not exist"))
     status = failure.apply(with_conditions(SessionSummarizerStatus(), [store_reachable("u")]), "t")
     assert types(status) == {"StoreReachable": "HeartbeatOK", "Swept": "MemoryCollectionNotFound"}
     assert status.message == "sweep failed: memory collection 'x' does not exist"
 
 
 def test_a_failure_with_an_empty_message_still_says_what_failed() -> None:
-    failure = sweep_failure(StoreUnavailable(""), "http://chroma:8000")
+    failure = sweep_failure(StoreUnavailable(""))
     assert failure.message and failure.reason == "StoreUnavailable"
 
 
@@ -149,7 +149,7 @@ def test_a_healthy_summarizer_is_ready_and_a_stuck_store_stalls_it() -> None:
     ]
     status = settled(SessionSummarizerStatus(conditions=healthy), 2)
     assert types(status)["Ready"] == "Healthy"
-    down = sweep_failure(StoreUnavailable("Chroma at u is down"), "u", generation=2)
+    down = sweep_failure(StoreUnavailable("Chroma at u is down"), generation=2)
     status = settled(down.apply(status, "t"), 2)
     found = {c.type: c for c in status.conditions or []}
     assert (found["Ready"].status, found["Ready"].reason) == ("False", "StoreUnavailable")
