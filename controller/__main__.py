@@ -6,9 +6,8 @@ import sys
 
 
 def one_blas_thread() -> None:
-    """Set before numpy loads. The operator embeds summaries on many threads at once: one
-    BLAS thread per call. Measured on 2 cores with 8 threads embedding 256-token
-    summaries: 91 ms per summary, against 169 ms with OpenBLAS's own threads on top."""
+    """Set before numpy loads: the operator embeds on many threads at once, and BLAS's own
+    threads on top only contend (docs/architecture.md)."""
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
 

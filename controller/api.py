@@ -11,7 +11,7 @@ import re
 from typing import Annotated, ClassVar, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from controller.core.endpoint_url import ENDPOINT_URL_MAX, checked_endpoint_url
@@ -81,6 +81,10 @@ MODEL_NAME_MAX = 256
 MEMORY_TYPE_MAX = 256
 EXCLUDED_TYPES_MAX = 64
 TTLSeconds = Annotated[int, Field(ge=0, le=315_360_000)]  # at most 10 years
+# An endpoint's base URL, never with credentials in it (core/endpoint_url.py).
+EndpointUrl = Annotated[
+    str | None, Field(max_length=ENDPOINT_URL_MAX), AfterValidator(checked_endpoint_url)
+]
 
 
 class StoreSpec(CamelModel):
@@ -171,18 +175,13 @@ class StoreSpec(CamelModel):
 class EmbeddingConfig(CamelModel):
     provider: Literal["local-minilm", "openai"] = "local-minilm"
     model: str = Field(default="all-MiniLM-L6-v2", min_length=1, max_length=MODEL_NAME_MAX)
-    base_url: str | None = Field(default=None, max_length=ENDPOINT_URL_MAX)
+    base_url: EndpointUrl = None
     api_key_secret_ref: ApiKeySecretRef | None = None
-
-    @field_validator("base_url")
-    @classmethod
-    def _no_credentials_in_url(cls, value: str | None) -> str | None:
-        return checked_endpoint_url(value)
 
 
 class ModelSpec(CamelModel):
     backend: Literal["extractive", "openai"] = "extractive"
-    base_url: str | None = Field(default=None, max_length=ENDPOINT_URL_MAX)
+    base_url: EndpointUrl = None
     model: str | None = Field(default=None, min_length=1, max_length=MODEL_NAME_MAX)
     api_key_secret_ref: ApiKeySecretRef | None = None
     timeout_seconds: float = Field(default=60.0, ge=1, le=600)
@@ -190,11 +189,6 @@ class ModelSpec(CamelModel):
     max_concurrency: int = Field(default=4, ge=1, le=64)
     # Up to the largest context windows offered (2M tokens); a chunk is read into memory.
     max_input_tokens: int = Field(default=6000, ge=256, le=2_000_000)
-
-    @field_validator("base_url")
-    @classmethod
-    def _no_credentials_in_url(cls, value: str | None) -> str | None:
-        return checked_endpoint_url(value)
 
 
 class VisibilitySpec(CamelModel):
@@ -293,9 +287,9 @@ class SessionSummarizerSpec(CamelModel):
     visibility: VisibilitySpec = VisibilitySpec()
     redaction: RedactionSpec = RedactionSpec()
     document: DocumentSpec = DocumentSpec()
-    excluded_memory_types: list[
-        Annotated[str, StringConstraints(min_length=1, max_length=MEMORY_TYPE_MAX)]
-    ] = Field(default=list(DEFAULT_EXCLUDED_TYPES), max_length=EXCLUDED_TYPES_MAX)
+    excluded_memory_types: list[Annotated[str, Field(min_length=1, max_length=MEMORY_TYPE_MAX)]] = (
+        Field(default=list(DEFAULT_EXCLUDED_TYPES), max_length=EXCLUDED_TYPES_MAX)
+    )
 
 
 class Condition(CamelModel):

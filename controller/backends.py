@@ -50,13 +50,8 @@ class Backends:
 
 
 # The StoreSpec fields a StoreLocation takes as they are (the token is read from its Secret).
-_STORE_FIELDS = (
-    "url",
-    "tenant",
-    "database",
-    "memory_collection",
-    "summary_collection",
-    "timeout_seconds",
+_STORE_FIELDS = frozenset(
+    ("url", "tenant", "database", "memory_collection", "summary_collection", "timeout_seconds")
 )
 
 
@@ -128,24 +123,17 @@ def secret_for(field: str, namespace: str, ref: SecretKeyRef, url: str) -> str:
 
 def secret_uses(spec: SessionSummarizerSpec, namespace: str) -> list[SecretUse]:
     """Every Secret this spec would send, and where to: only those actually used."""
-    uses = []
-    if spec.store.auth_secret_ref is not None:
-        uses.append(
-            SecretUse(
-                "store.authSecretRef", namespace, spec.store.auth_secret_ref.name, spec.store.url
-            )
-        )
-    e = spec.embedding
-    if e.provider == "openai" and e.api_key_secret_ref is not None and e.base_url:
-        uses.append(
-            SecretUse("embedding.apiKeySecretRef", namespace, e.api_key_secret_ref.name, e.base_url)
-        )
-    m = spec.model
-    if m.backend == "openai" and m.api_key_secret_ref is not None and m.base_url:
-        uses.append(
-            SecretUse("model.apiKeySecretRef", namespace, m.api_key_secret_ref.name, m.base_url)
-        )
-    return uses
+    e, m = spec.embedding, spec.model
+    refs = (
+        ("store.authSecretRef", spec.store.auth_secret_ref, spec.store.url),
+        ("embedding.apiKeySecretRef", e.api_key_secret_ref, e.provider == "openai" and e.base_url),
+        ("model.apiKeySecretRef", m.api_key_secret_ref, m.backend == "openai" and m.base_url),
+    )
+    return [
+        SecretUse(field, namespace, ref.name, url)
+        for field, ref, url in refs
+        if ref is not None and url
+    ]
 
 
 # Reads the value of a Secret key that will be sent to a URL: (field, namespace, ref, url) ->

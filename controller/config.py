@@ -27,7 +27,7 @@ class ConfigError(SystemExit):
 
 
 class OperatorConfig(BaseSettings):
-    # An empty variable counts as unset, as before.
+    # An empty variable counts as unset.
     model_config = SettingsConfigDict(
         env_prefix="SSO_", frozen=True, extra="ignore", env_ignore_empty=True
     )
@@ -59,20 +59,16 @@ class OperatorConfig(BaseSettings):
     # A pass still running this long after it took its claim says so (phase Summarizing);
     # a shorter one goes from its request straight to its outcome: one status write, not two.
     summarizing_after_seconds: float = Field(default=2.0, ge=0)
-    # The longest a pass that is not a first summary pauses in all, before and during each
-    # of its steps, and the sweep, the reconciliation and retention before each scan and
-    # each session's lookups, while a first summary runs (scheduling.PassScheduler.give_way;
-    # waits for a core come on top); 0: never.
+    # While a first summary runs, the longest any other pass, the sweep, the reconciliation
+    # or retention pauses in all (scheduling.PassScheduler.give_way); 0: never.
     give_way_seconds: float = Field(default=1.0, ge=0)
-    # ... and for this long after the last first summary ended: a burst of sunsets one
-    # after the other is one stretch of giving way, not a release of every paused step in
-    # each gap between two of them (scheduling.PassScheduler.give_way); 0: only while one runs.
+    # ... and for this long after it ended, so a burst of sunsets is one stretch of giving
+    # way, not a release of every paused step between two of them; 0: only while one runs.
     give_way_gap_seconds: float = Field(default=0.25, ge=0)
     # How often abandoned claims (their writer died) are looked for and deleted.
     claim_collect_seconds: float = Field(default=60.0, gt=0)
-    # How soon a pass waiting for another writer's claim looks again: the first look after
-    # claim_retry_seconds, each next one twice as late, at most claim_retry_max_seconds
-    # apart (plus up to 25 % jitter): core/waiting.py.
+    # A pass waiting for another writer's claim looks again after claim_retry_seconds, then
+    # twice as late each time, at most claim_retry_max_seconds apart (core/waiting.py).
     claim_retry_seconds: float = Field(default=1.0, gt=0)
     claim_retry_max_seconds: float = Field(default=30.0, gt=0)
     # SIGTERM: running passes write a checkpoint at their next chunk boundary and release
@@ -93,10 +89,8 @@ class OperatorConfig(BaseSettings):
     worker_idle_seconds: float = Field(default=0.5, ge=0)  # kopf keeps an idle worker
     # Progress/diff-base annotations kopf keeps on our objects use our group's prefix.
     annotation_prefix: str = "memorycore.io"
-    # Where a Secret's value may go (docs/security.md): only to URLs its
-    # memorycore.io/allowed-urls annotation lists. true: a Secret without the annotation is
-    # still sent, with a warning condition (the previous release's behaviour; removed in the
-    # next release).
+    # A Secret's value goes only to URLs its memorycore.io/allowed-urls annotation lists
+    # (docs/security.md). Deprecated true: one without it is still sent, with a warning.
     allow_unannotated_secrets: bool = False
     # Comma-separated URL prefixes every store.url, model.baseUrl and embedding.baseUrl must
     # be under; empty: any URL.
@@ -170,6 +164,6 @@ def load() -> OperatorConfig:
 CONFIG = load()
 
 
-def backoff_seconds(retry: int, cfg: OperatorConfig = CONFIG) -> float:
+def backoff_seconds(retry: int) -> float:
     """Exponential backoff for the retry-th retry, capped."""
-    return float(min(cfg.retry_base_seconds * (2 ** max(retry, 0)), cfg.retry_max_seconds))
+    return float(min(CONFIG.retry_base_seconds * (2 ** max(retry, 0)), CONFIG.retry_max_seconds))

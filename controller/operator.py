@@ -186,8 +186,7 @@ async def configure(
     freeze_startup_objects()
 
 
-# Imported by the first calls, not at the start: the kubernetes client's API modules with
-# their models (about 250 modules, 89k objects), httpx's transport, pydantic's validate_call.
+# Imported by the first calls, not at the start, yet long-lived: frozen with the rest.
 FIRST_CALLS_IMPORT = (
     "kubernetes.client.api.core_v1_api",
     "kubernetes.client.api.custom_objects_api",
@@ -197,9 +196,8 @@ FIRST_CALLS_IMPORT = (
 
 
 def freeze_startup_objects() -> int:
-    """gc.freeze()s the ~190k startup objects, never garbage, that every full collection
-    would walk (110-200 ms pauses under the sunset bench: docs/benchmarks.md). Returns how
-    many objects are frozen."""
+    """gc.freeze()s the startup objects, never garbage, that every full collection would
+    walk (docs/benchmarks.md). Returns how many objects are frozen."""
     for name in FIRST_CALLS_IMPORT:
         with contextlib.suppress(ImportError):  # renamed by a later release: less frozen
             importlib.import_module(name)

@@ -1,11 +1,10 @@
-"""The SessionSummarizer's health probes: each reads what it checks (Secrets, Chroma, the
-model and embedding endpoints) and returns the one condition it owns
-(status/summarizer_status.py has the owner table). The store and the embedder probed are the
-ones the SessionSummarizer's passes use (the runtime's parts: a probe that loads the local
-model or connects spares the first pass the wait). Blocking: handlers run them in a
-thread."""
+"""The SessionSummarizer's health probes, one condition each (status/summarizer_status.py
+has the owner table). They probe the store and embedder its passes use, so a probe that
+loads the local model or connects spares the first pass the wait. Blocking."""
 
 from __future__ import annotations
+
+from functools import partial
 
 import httpx
 
@@ -30,6 +29,10 @@ from controller.store.errors import EmbeddingMismatch, InvalidStoreConfig, Store
 from controller.summarizer_parts import SummarizerParts
 
 
+def _condition(kind: str, ok: bool, reason: str, message: str) -> Condition:
+    return Condition(type=kind, status="True" if ok else "False", reason=reason, message=message)
+
+
 def check_store(
     parts: SummarizerParts, spec: SessionSummarizerSpec, namespace: str, name: str
 ) -> Condition:
@@ -40,30 +43,19 @@ def check_store(
         return store_reachable(spec.store.url, reason="SecretNotFound", message=str(exc))
     except DestinationRefused as exc:
         return store_reachable(spec.store.url, reason=exc.reason, message=one_line(exc, 1000))
-    except InvalidStoreConfig as exc:
-        return store_reachable(
-            spec.store.url, reason="InvalidStoreConfig", message=one_line(exc, 300)
-        )
-    except StoreUnavailable as exc:  # the parts reconnect at the next use
-        return store_reachable(
-            spec.store.url, reason="StoreUnavailable", message=one_line(exc, 300)
-        )
+    except (InvalidStoreConfig, StoreUnavailable) as exc:  # the parts reconnect at next use
+        reason = "InvalidStoreConfig" if isinstance(exc, InvalidStoreConfig) else "StoreUnavailable"
+        return store_reachable(spec.store.url, reason=reason, message=one_line(exc, 300))
     return store_reachable(spec.store.url)
 
 
 def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
     model = spec.model
     if model.backend == "extractive":
-        return Condition(
-            type="ModelReady",
-            status="True",
-            reason="Extractive",
-            message="embedded extractive summarizer (no model)",
+        return _condition(
+            "ModelReady", True, "Extractive", "embedded extractive summarizer (no model)"
         )
-
-    def unavailable(reason: str, message: str) -> Condition:
-        return Condition(type="ModelReady", status="False", reason=reason, message=message)
-
+    unavailable = partial(_condition, "ModelReady", False)
     try:
         check_memory_destinations(spec, namespace, "model.baseUrl")
         config = chat_model_config(model, namespace)
@@ -81,12 +73,7 @@ def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
         return unavailable(exc.reason, one_line(exc, 1000))
     except httpx.HTTPError as exc:
         return unavailable("ModelUnavailable", one_line(exc, 300))
-    return Condition(
-        type="ModelReady",
-        status="True",
-        reason="EndpointOK",
-        message=f"{shown(config.base_url)} answers",
-    )
+    return _condition("ModelReady", True, "EndpointOK", f"{shown(config.base_url)} answers")
 
 
 def check_embedding(
@@ -95,15 +82,8 @@ def check_embedding(
     """Embeds a probe text with the configured function (this also loads the local model,
     so the first summary after a start or a failover does not pay for it) and compares its
     dimension with the vectors the summary collection already holds."""
-
-    def failed(reason: str, message: str) -> Condition:
-        return Condition(type="EmbeddingReady", status="False", reason=reason, message=message)
-
-    def ok(message: str) -> Condition:
-        return Condition(
-            type="EmbeddingReady", status="True", reason="EmbeddingOK", message=message
-        )
-
+    failed = partial(_condition, "EmbeddingReady", False)
+    ok = partial(_condition, "EmbeddingReady", True, "EmbeddingOK")
     provider = spec.embedding.provider
     try:
         with parts.embedder(namespace, name, spec) as embed:

@@ -41,13 +41,10 @@ def reconcile_step(
     state: Reconciler,
     pause: Pause = no_pause,
 ) -> ReconcileResult:
-    """One tick of the reconciliation: ask for passes the last walk found (at most
-    maxSessionsPerSweep per tick), start a walk when one is due, and read the rows this
-    tick's budget allows (reconcileRowsPerSecond times the time since the last step, at most
-    what two ticks allow). A walk that reaches the end compares every session's count with
-    its summary. state: the walk so far (the runtime's upkeep keeps it between ticks).
-    pause: called before each page of the walk, the check of the pending sessions and each
-    session's lookup (the scheduler's give_way)."""
+    """One tick: ask for the passes the last walk found (maxSessionsPerSweep at most), start
+    a walk when one is due, and read what reconcileRowsPerSecond allows since the last step
+    (two ticks' worth at most), so the walk never holds up a sunset. state: the walk so far,
+    kept between ticks; pause: the scheduler's give_way, before each read."""
     started = time.monotonic()
     sweep = spec.sweep
     requested = 0

@@ -1,18 +1,7 @@
 """Everything the operator process holds while it runs: made by `Runtime.start`
 (controller.operator.run), handed to every handler in kopf's memo, closed by
 `Runtime.close`. No product module keeps state of its own (tests/unit/test_layout.py).
-
-- scheduler (scheduling.py): worker pools, embedding cores, store write queues.
-- parts (summarizer_parts.py): per SessionSummarizer, its clients and the Secret values
-  they were built with; closed on its spec change or deletion, all of them by close.
-- weights: the local MiniLM's weights, shared, loaded on first use.
-- upkeep (upkeep_state.py): per SessionSummarizer, the marker scan's, the walk's and the
-  probes' memory.
-- events (kube/events.py), metrics_server, tracer (tracing.py): started here, flushed by
-  close.
-- tasks: heap trim, claim collector, peering reporter (operator.py starts and cancels).
-- stopping, leader, summarizers_changed: the stop flag, the active replica, a nudge for
-  the peering reporter.
+What each part holds, and when it is made and closed: docs/architecture.md, "The runtime".
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """The model-backed summarizer: any OpenAI-compatible ``/v1/chat/completions`` endpoint
 (OpenAI, Ollama, vLLM, LM Studio, llama.cpp, Gemini's), docs/models.md.
 
-Requests: ``temperature: 0``, ``max_tokens``, and the most constrained ``response_format``
-the endpoint accepts (``json_schema``, then ``json_object``, then none), kept per process.
 The model only *proposes* a PassUpdate; controller.core.merge applies it, so prior items
-survive whatever the reply says. Memories reach the model as delimited data
-(``<memory n=...>``, our delimiters neutralised inside); what it copies from an
-instruction-like sentence is stored quoted.
-
-Transport: the ``openai`` SDK with its retries and redirects off; the retry loop here may
-change the request (the next mode, a correction after a bad reply), counts every attempt's
-tokens and caps Retry-After. A bad, cut-off or degenerate reply gets a corrective retry;
-when retries are spent the pass fails (ModelUnavailable, InvalidModelOutput) and nothing is
-written. The API key appears in no repr, log line or error message.
+survive whatever the reply says. The ``openai`` SDK's own retries and redirects are off: the
+retry loop here changes the request (the next response_format mode, a correction after a
+bad, cut-off or degenerate reply), counts every attempt's tokens and caps Retry-After. The
+API key appears in no repr, log line or error message.
 """
 
 from __future__ import annotations
@@ -126,10 +119,7 @@ class ChatModelSummarizer:
     def __repr__(self) -> str:
         return f"ChatModelSummarizer(url={self.config.url!r}, model={self.config.model!r})"
 
-    @property
-    def max_memories_per_pass(self) -> int:
-        return MAX_MEMORIES_PER_PASS
-
+    max_memories_per_pass = MAX_MEMORIES_PER_PASS
     one_memory_per_item = False  # an item may blend several memories
 
     def propose(
@@ -225,13 +215,10 @@ class ChatModelSummarizer:
         return update
 
     def _complete(self, messages: list[dict[str, str]], memory_count: int, prior_items: int) -> Any:
-        """One completion; returns the decoded response. Raises Transient, BadReply or
-        ModelUnavailable (for errors a retry cannot fix).
-
-        A request option the endpoint refuses by name (a response_format mode, max_tokens)
-        is replaced and the request sent again at once; a 500/501 to a response_format mode
-        the endpoint never accepted moves to the next mode for the retry.
-        """
+        """One completion, decoded; Transient, BadReply or ModelUnavailable (no retry helps).
+        A request option the endpoint refuses by name (a response_format mode, max_tokens) is
+        replaced and sent again at once; a 500/501 to a response_format mode the endpoint never
+        accepted moves to the next mode for the retry."""
         config = self.config
         for _ in range(len(RESPONSE_FORMATS) + 2):  # each pass of the loop changes an option
             mode = self.response_format

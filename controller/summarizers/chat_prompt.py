@@ -40,7 +40,7 @@ PRIOR_SHARE = 3  # the prior summary gets at most 1/PRIOR_SHARE of maxInputToken
 RETRY_AFTER_MAX_SECONDS = 30.0
 BAD_REPLY_ECHO_CHARS = 2000
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
-_DELIMITER = re.compile(r"<(?=\s*/?\s*(?:memory|memories|prior_summary)\b)", re.IGNORECASE)
+DELIMITER = re.compile(r"<(?=\s*/?\s*(?:memory|memories|prior_summary)\b)", re.IGNORECASE)
 _ATTRIBUTE_UNSAFE = re.compile(r"[^\w.:-]")
 FENCE = re.compile(r"^\s*```(?:json)?\s*|\s*```\s*$", re.IGNORECASE)
 
@@ -64,21 +64,21 @@ TECHNOLOGIES_ASKED = 8
 SCORES = ("quality", "productivity", "impact", "complexity")
 
 
-class ModelUnavailable(RuntimeError):
+class _TokensUsed(Exception):
+    """A failed pass's error, with the model tokens its attempts cost."""
+
+    def __init__(self, message: str, *, tokens_used: int = 0) -> None:
+        super().__init__(message)
+        self.tokens_used = tokens_used
+
+
+class ModelUnavailable(_TokensUsed, RuntimeError):
     """The endpoint did not answer usefully (timeouts, connection errors, HTTP errors) after
     the retries. One line, safe to show on a CR; never contains the API key."""
 
-    def __init__(self, message: str, *, tokens_used: int = 0) -> None:
-        super().__init__(message)
-        self.tokens_used = tokens_used
 
-
-class InvalidModelOutput(SummaryValidationError):
+class InvalidModelOutput(_TokensUsed, SummaryValidationError):
     """The model's replies did not parse into the schema after the corrective retries."""
-
-    def __init__(self, message: str, *, tokens_used: int = 0) -> None:
-        super().__init__(message)
-        self.tokens_used = tokens_used
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,8 @@ class ChatModelConfig:
 
 # -- the prompt -------------------------------------------------------------------------------
 
-_HISTORY_KEY_LIST = ", ".join(f'"{k}"' for k, t in SECTION_KEYS.items() if t in HISTORY_SECTIONS)
+HISTORY_KEYS = tuple(k for k, t in SECTION_KEYS.items() if t in HISTORY_SECTIONS)
+_HISTORY_KEY_LIST = ", ".join(f'"{k}"' for k in HISTORY_KEYS)
 
 SYSTEM_PROMPT = f"""\
 You maintain the structured summary of one AI coding-agent session. Each request gives you \
@@ -158,7 +159,7 @@ CLOSING = (
 
 def neutralise(text: str) -> str:
     """Data text that cannot close or open our delimiters: '<' of such a tag becomes '‹'."""
-    return _DELIMITER.sub("‹", valid_utf8(text))
+    return DELIMITER.sub("‹", valid_utf8(text))
 
 
 def _attribute(value: str) -> str:
@@ -187,12 +188,13 @@ def render_prior(prior: StructuredSummary | LegacySummary | None, budget_tokens:
     if isinstance(prior, LegacySummary):
         text = truncate_utf8(neutralise(prior.text), budget_tokens * BYTES_PER_TOKEN)
         return f'<prior_summary format="free-text">\n{text}\n</prior_summary>'
-    sections: dict[str, list[str]] = {}
-    for key, title in SECTION_KEYS.items():
-        sections[key] = [
+    sections = {
+        key: [
             item.text + (f" [superseded by: {item.superseded_by}]" if item.superseded_by else "")
             for item in prior.sections.get(title, [])
         ]
+        for key, title in SECTION_KEYS.items()
+    }
     shown: dict[str, list[str]] = {key: [] for key in sections}
     used = estimate_tokens(prior.title) + 40
     remaining = {key: list(reversed(items)) for key, items in sections.items()}
@@ -246,7 +248,7 @@ def section_max_items(memory_count: int) -> int:
     return min(SECTION_MAX_ITEMS, max(SECTION_MIN_ITEMS, 2 * memory_count))
 
 
-def reply_schema(memory_count: int, prior_items: int = 0) -> dict[str, Any]:
+def reply_schema(memory_count: int, prior_items: int) -> dict[str, Any]:
     """The JSON schema of a reply, sent as response_format json_schema: every string and
     list bounded, so a constrained decoder cannot produce an unbounded reply. Supersede
     marks are offered only when the prior summary has items to mark."""
@@ -254,11 +256,10 @@ def reply_schema(memory_count: int, prior_items: int = 0) -> dict[str, Any]:
     item = {"type": "string", "minLength": 1, "maxLength": SCHEMA_ITEM_CHARS}
     history = {"type": "array", "items": item, "maxItems": per_section}
     score = {"type": "integer", "minimum": 0, "maximum": 100}
-    history_keys = [k for k, t in SECTION_KEYS.items() if t in HISTORY_SECTIONS]
     mark = {
         "type": "object",
         "properties": {
-            "section": {"type": "string", "enum": history_keys},
+            "section": {"type": "string", "enum": list(HISTORY_KEYS)},
             "item": {"type": "string", "minLength": 1, "maxLength": ITEM_MAX},
             "superseded_by": item,
         },
@@ -268,7 +269,7 @@ def reply_schema(memory_count: int, prior_items: int = 0) -> dict[str, Any]:
     properties: dict[str, Any] = {
         "title": {"type": "string", "maxLength": DERIVED_TITLE_MAX},
         "category": {"type": "string", "enum": list(CATEGORIES)},
-        **{key: history for key in history_keys},
+        **{key: history for key in HISTORY_KEYS},
         "current_state": {"type": "array", "items": item, "maxItems": STATE_MAX_ITEMS},
         "supersede": {"type": "array", "items": mark, "maxItems": min(per_section, prior_items)},
         "technologies": {
@@ -289,7 +290,7 @@ def reply_schema(memory_count: int, prior_items: int = 0) -> dict[str, Any]:
 
 
 def response_format(
-    mode: ResponseFormat, memory_count: int, prior_items: int = 0
+    mode: ResponseFormat, memory_count: int, prior_items: int
 ) -> dict[str, Any] | None:
     """The request's response_format for a mode; None sends none."""
     if mode == "json_schema":

@@ -6,20 +6,26 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
-from controller.core.chunking import (
-    memory_text,
-)
+from controller.core.chunking import memory_text
 from controller.core.item_sources import norm
 from controller.core.memories import Memory
 from controller.core.merge import SECTION_KEYS, PassUpdate
 from controller.core.quoting import is_quoted, kind_of, quote
 from controller.core.summary import HISTORY_SECTIONS, LegacySummary, StructuredSummary
-from controller.summarizers.chat_prompt import CLOSING, FENCE, SCORES, SYSTEM_PROMPT
+from controller.summarizers.chat_prompt import (
+    CLOSING,
+    DELIMITER,
+    FENCE,
+    HISTORY_KEYS,
+    SCORES,
+    SYSTEM_PROMPT,
+)
 
 # -- the reply --------------------------------------------------------------------------------
 
@@ -49,7 +55,7 @@ def _json_object(content: str) -> Any:
         raise
 
 
-def parse_update(content: str, finish_reason: str | None = None) -> PassUpdate:
+def parse_update(content: str, finish_reason: str | None) -> PassUpdate:
     """The model's message content as a PassUpdate, or BadReply saying what is wrong."""
     try:
         data = _json_object(content)
@@ -99,22 +105,13 @@ def reply_content(payload: Any) -> tuple[str, str | None]:
 
 
 def empty_update() -> PassUpdate:
-    return PassUpdate(
-        user_requests=[],
-        questions_and_decisions=[],
-        design_choices=[],
-        corrections_and_feedback=[],
-        current_state=None,
-    )
+    return PassUpdate(**{key: [] for key in HISTORY_KEYS}, current_state=None)
 
 
 # -- degenerate replies and injected claims --------------------------------------------------
-#
-# A reply can parse into the schema and still be junk: a small model under a schema
-# constraint fills every section with one line, copies the instructions' own words, or
-# returns nothing at all for memories full of content. Such a reply is refused (with the
-# corrective retry) rather than merged: the merge would keep every prior fact, but it would
-# store the junk beside them and move the watermark past memories nobody summarized.
+# A reply can parse and still be junk (a small model repeats one line, copies our
+# instructions, or proposes nothing). It is refused, with a corrective retry: merged, the junk
+# would be stored and the watermark moved past memories nobody summarized.
 
 _WORD = re.compile(r"[a-z0-9]+")
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -130,28 +127,9 @@ _STOPWORDS = frozenset(
     """,
     )
 )
-_PLACEHOLDERS = frozenset(
-    {
-        "string",
-        "str",
-        "text",
-        "item",
-        "items",
-        "none",
-        "null",
-        "n a",
-        "na",
-        "todo",
-        "tbd",
-        "placeholder",
-        "example",
-        "empty",
-        "nothing",
-        "unknown",
-        "tbc",
-    }
-)
-_TAG = re.compile(r"<\s*/?\s*(?:memory|memories|prior_summary)\b", re.IGNORECASE)
+_PLACEHOLDERS = frozenset((
+    "string", "str", "text", "item", "items", "none", "null", "n a", "na", "todo", "tbd",
+    "placeholder", "example", "empty", "nothing", "unknown", "tbc"))  # fmt: skip
 
 
 def correction(reason: str) -> str:
@@ -215,13 +193,9 @@ def degenerate_reason(
     memories: Sequence[Memory],
     prior: StructuredSummary | LegacySummary | None,
 ) -> str | None:
-    """Why a parsed reply is junk for these memories, or None. Pure.
-
-    In order: nothing proposed although the memories have content; one item repeated
-    (within the history sections, or within Current State); an item copied from our
-    instructions (or one of their placeholders) that the session does not contain; more
-    than half of the items sharing no word with the memories or the prior summary.
-    """
+    """Why a parsed reply is junk for these memories, or None: nothing proposed, an item
+    repeated, an item copied from our instructions, or most items sharing no word with the
+    memories or the prior summary. Pure."""
     history = [t for texts in update.new_items().values() for t in texts]
     state = list(update.current_state or [])
     session = "\n".join([*(f for m in memories for f in _memory_fields(m)), _prior_text(prior)])
@@ -230,10 +204,7 @@ def degenerate_reason(
             return "the reply proposes no item although the memories have content"
         return None
     for items in (history, state):
-        counts: dict[str, int] = {}
-        for text in items:
-            key = norm(text)
-            counts[key] = counts.get(key, 0) + 1
+        counts = Counter(norm(text) for text in items)
         key, times = max(counts.items(), key=lambda kv: kv[1])
         if times > 1:
             shown = next(t for t in items if norm(t) == key)
@@ -242,7 +213,7 @@ def degenerate_reason(
     for text in [*history, *state]:
         phrase = " ".join(_words(text))
         copied = bool(phrase) and f" {phrase} " in f" {_INSTRUCTIONS} "
-        if (copied or phrase in _PLACEHOLDERS or _TAG.search(text)) and (
+        if (copied or phrase in _PLACEHOLDERS or DELIMITER.search(text)) and (
             f" {phrase} " not in session_words
         ):
             return (
@@ -318,7 +289,7 @@ def contain_injections(
             t if keep else quote(t, "instruction") for t, keep in zip(items, copied, strict=True)
         ]
 
-    changes: dict[str, Any] = {key: contained(items) for key, items in _history(update)}
+    changes: dict[str, Any] = {key: contained(getattr(update, key)) for key in HISTORY_KEYS}
     if update.current_state is not None:
         changes["current_state"] = contained(update.current_state)
     if update.title and _copies_passage(update.title, passages):
@@ -335,7 +306,3 @@ def history_item_count(prior: StructuredSummary | LegacySummary | None) -> int:
     if not isinstance(prior, StructuredSummary):
         return 0
     return sum(len(prior.sections.get(title, [])) for title in HISTORY_SECTIONS)
-
-
-def _history(update: PassUpdate) -> list[tuple[str, list[str]]]:
-    return [(k, list(getattr(update, k))) for k, t in SECTION_KEYS.items() if t in HISTORY_SECTIONS]

@@ -1,11 +1,8 @@
 """The embedded default summarizer: extractive, deterministic, no model. Pure.
 
-Sorts the memories' sentences into the sections by cue words, incrementally: prior history
-items first, verbatim; new items follow, deduplicated; Current State is replaced. Every new
-item is kept (the document is fitted to its bound: controller/core/document.py).
-
-It only proposes a PassUpdate; controller.core.merge applies it. A Python traceback counts
-as one sentence (first line and the exception).
+Sorts the memories' sentences into the sections by cue words; new items follow the prior's,
+deduplicated, and Current State is replaced. Every new item is kept: the document is fitted
+to its bound (controller/core/document.py).
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 from controller.core.facts import fact_tokens
 from controller.core.item_sources import identity
@@ -85,14 +82,8 @@ class _Section:
 
 
 def _extract_into(sections: dict[str, _Section], memory: Memory) -> None:
-    """Sorts one memory's sentences into the history sections.
-
-    A prompt's first sentence is the request (or, if it corrects the agent, feedback); later
-    prompt sentences are questions, corrections or design remarks, or recorded with the
-    requests as what the user stated (what is said in passing is asked about); the
-    agent's response adds what it did and found (_said_by_agent) to Questions & Decisions,
-    and its thoughts and responses contribute decisions and design choices.
-    """
+    """Sorts one memory's sentences into the history sections. What the user stated in
+    passing is kept with the requests: the next agent asks about it."""
     requests, questions = sections[REQUESTS], sections[QUESTIONS]
     design, corrections = sections[DESIGN], sections[CORRECTIONS]
     for i, sentence in enumerate(sentences(memory.prompt)):
@@ -198,32 +189,13 @@ def _current_state(
 
 # -- scores (0..100, simple on purpose; the model backend may do better) --------------------
 
-CATEGORY_IMPACT: MappingProxyType[str, int] = MappingProxyType(
-    {
-        "new-app": 25,
-        "feature": 20,
-        "bugfix": 15,
-        "refactoring": 10,
-        "documentation": 5,
-        "analysis": 5,
-        "other": 0,
-    }
-)
-
-
-def _known(*values: int | None) -> list[int]:
-    return [v for v in values if v is not None]
+CATEGORY_IMPACT: MappingProxyType[str, int] = MappingProxyType({
+    "new-app": 25, "feature": 20, "bugfix": 15, "refactoring": 10, "documentation": 5,
+    "analysis": 5, "other": 0})  # fmt: skip
 
 
 def _clamp(value: float) -> int:
     return max(0, min(100, round(value)))
-
-
-class _Scores(NamedTuple):
-    quality: int
-    productivity: int
-    impact: int
-    complexity: int
 
 
 def _scores(
@@ -234,7 +206,7 @@ def _scores(
     memory_count: int,
     tools: Sequence[str],
     tool_calls: int,
-) -> _Scores:
+) -> dict[str, int]:
     """quality: 100 - 10 per correction. productivity: share of prompts that got a response,
     averaged over all passes by memory count. impact: requests made plus a category bonus.
     complexity: distinct tools and session length."""
@@ -247,14 +219,14 @@ def _scores(
     else:
         productivity = base.productivity if base is not None and not new else pass_productivity
     requests = len(sections[REQUESTS])
-    return _Scores(
-        quality=_clamp(100 - 10 * len(sections[CORRECTIONS])),
-        productivity=_clamp(productivity),
-        impact=_clamp(
+    return {
+        "quality": _clamp(100 - 10 * len(sections[CORRECTIONS])),
+        "productivity": _clamp(productivity),
+        "impact": _clamp(
             20 + 5 * min(requests, 10) + CATEGORY_IMPACT[category] + min(10, tool_calls // 10)
         ),
-        complexity=_clamp(10 + 6 * min(len(tools), 8) + min(memory_count, 40)),
-    )
+        "complexity": _clamp(10 + 6 * min(len(tools), 8) + min(memory_count, 40)),
+    }
 
 
 # -- the pass ------------------------------------------------------------------------------
@@ -306,22 +278,18 @@ def propose_extractive(
     sections = {title: section.items for title, section in filling.items()}
 
     memory_count = (base.memory_count if base else 0) + len(new)
-    last_ms = max(
-        _known(base.last_memory_at_ms if base else None, new[-1].timestamp_ms if new else None),
-        default=None,
-    )
+    known = (base.last_memory_at_ms if base else None, new[-1].timestamp_ms if new else None)
+    last_ms = max((ms for ms in known if ms is not None), default=None)
     sections[STATE] = _current_state(
         new, base.sections[STATE] if base else [], memory_count, last_ms, now_ms
     )
 
     tools = sorted({t for m in new for t in m.tools_used} | set(base.tools_used if base else []))
     tool_calls = (base.total_tool_calls if base else 0) + sum(m.tool_calls for m in new)
-    fallback_category: Category = base.category if base else "other"
+    category: Category = base.category if base else "other"
     if new:  # the vote sees the requests so far and the new prompts
-        vote_texts = [i.text for i in carried[REQUESTS]] + [m.prompt for m in new]
-        category = _category(vote_texts, fallback_category)
-    else:
-        category = fallback_category
+        votes = [i.text for i in carried[REQUESTS]] + [m.prompt for m in new]
+        category = _category(votes, category)
 
     if legacy is not None and legacy.title and title_problem(legacy.title) is None:
         # merge_pass still refuses it if it reads as an instruction
@@ -329,10 +297,9 @@ def propose_extractive(
     else:
         title = _title(sections[REQUESTS], session_id)
 
-    scores = _scores(sections, category, new, base, memory_count, tools, tool_calls)
     # What this pass found, applied by the merge both backends share (controller.core.merge):
     # carried items verbatim, new ones appended, Current State replaced, counts computed.
-    update = PassUpdate(
+    return PassUpdate(
         user_requests=filling[REQUESTS].proposed(),
         questions_and_decisions=filling[QUESTIONS].proposed(),
         design_choices=filling[DESIGN].proposed(),
@@ -340,10 +307,6 @@ def propose_extractive(
         current_state=[item.text for item in sections[STATE]] if new else None,
         title=title,
         category=category,
-        quality=scores.quality,
-        productivity=scores.productivity,
-        impact=scores.impact,
-        complexity=scores.complexity,
         technologies=sorted(_technologies(new)),
+        **_scores(sections, category, new, base, memory_count, tools, tool_calls),
     )
-    return update

@@ -8,9 +8,7 @@ import re
 from types import MappingProxyType
 from typing import cast
 
-from controller.core.summary import (
-    Category,
-)
+from controller.core.summary import Category
 
 # Cues are matched in lower-cased text. Patterns have no leading \b where a cue is long enough
 # to be unambiguous: a pattern that starts with a literal is scanned much faster by `re`.
@@ -37,10 +35,8 @@ ACTION_CUES = re.compile(
     r"|\b(?:wrote|rewrote|ran|made|built|set up|split|found|now)\b"
 )
 
-# Words are matched one token at a time (a token classification is cached), which keeps a
-# 10,000-memory pass fast: one simple regex over the text instead of one per cue. The cache
-# keeps the 4,096 most recent tokens: sessions are full of one-off tokens (numbers, ids),
-# and 65,536 of them held ~20 MB after a 50,000-memory pass for no measurable speed.
+# Words are matched one token at a time: one simple regex over the text instead of one per
+# cue keeps a long pass fast.
 TOKEN = re.compile(r"[a-z0-9][a-z0-9_.+#-]*")
 CATEGORY_WORDS = re.compile(
     r"(?P<bugfix>bugs?|buggy|fix\w*|errors?|crash\w*|fail\w*|broken|regressions?)"
@@ -57,6 +53,10 @@ CATEGORY_PHRASES: MappingProxyType[Category, tuple[str, ...]] = MappingProxyType
         "new-app": ("new app", "new application", "new project", "new service", "from scratch"),
     }
 )
+_NAMED_AS_IS = (
+    "kopf", "pytest", "pydantic", "fastapi", "django", "flask", "numpy", "pandas", "terraform",
+    "prometheus", "grafana", "graphql", "grpc", "kafka", "nginx", "openai", "ollama", "vllm",
+    "mypy", "ruff")  # fmt: skip
 TECHNOLOGY_WORDS: MappingProxyType[str, str] = MappingProxyType(
     {
         **dict.fromkeys(("python", "python2", "python3"), "python"),
@@ -77,46 +77,12 @@ TECHNOLOGY_WORDS: MappingProxyType[str, str] = MappingProxyType(
         **dict.fromkeys(("reactjs", "react.js", "react-dom"), "react"),
         **dict.fromkeys(("node.js", "nodejs", "npm", "node_modules"), "node"),
         **dict.fromkeys(("onnx", "onnxruntime"), "onnx"),
-        **{
-            name: name
-            for name in (
-                "kopf",
-                "pytest",
-                "pydantic",
-                "fastapi",
-                "django",
-                "flask",
-                "numpy",
-                "pandas",
-                "terraform",
-                "prometheus",
-                "grafana",
-                "graphql",
-                "grpc",
-                "kafka",
-                "nginx",
-                "openai",
-                "ollama",
-                "vllm",
-                "mypy",
-                "ruff",
-            )
-        },
+        **{name: name for name in _NAMED_AS_IS},
     }
 )
-_FILE_EXTENSIONS = MappingProxyType(
-    {
-        "py": "python",
-        "ts": "typescript",
-        "tsx": "typescript",
-        "js": "javascript",
-        "jsx": "javascript",
-        "go": "go",
-        "rs": "rust",
-        "java": "java",
-        "kt": "kotlin",
-    }
-)
+_FILE_EXTENSIONS = MappingProxyType({
+    "py": "python", "ts": "typescript", "tsx": "typescript", "js": "javascript",
+    "jsx": "javascript", "go": "go", "rs": "rust", "java": "java", "kt": "kotlin"})  # fmt: skip
 # Ambiguous words count only in context: "go" as tooling, "kind" with cluster verbs, "react"
 # as a library. Each pattern starts with a literal, so scanning for it is cheap.
 _TECHNOLOGY_PHRASES: MappingProxyType[str, re.Pattern[str]] = MappingProxyType(
@@ -129,11 +95,9 @@ _TECHNOLOGY_PHRASES: MappingProxyType[str, re.Pattern[str]] = MappingProxyType(
 
 
 def token_facts(token: str) -> tuple[str | None, Category | None]:
-    """(technology, category) a single lower-cased token points at, if any.
-
-    Not cached: it costs ~0.5 us, its callers already look each distinct word up once per
-    pass, and a process-wide cache filled during a long pass kept thousands of small
-    objects alive afterwards, each pinning a block of the interpreter's heap."""
+    """(technology, category) a single lower-cased token points at, if any. Not cached: its
+    callers look each distinct word up once per pass, and a process-wide cache kept a long
+    pass's one-off tokens alive, pinning the heap."""
     word = token.rstrip(".-_+#")
     technology = TECHNOLOGY_WORDS.get(word)
     if technology is None and word.startswith("docker"):

@@ -82,15 +82,10 @@ def _one_line_traceback(match: re.Match[str]) -> str:
     return f"\nTraceback (most recent call last): {last}\n"
 
 
-def sentences(text: str, limit: int = SENTENCE_MAX) -> list[str]:
-    """Sentences of a text: code blocks and list markup dropped, each at most `limit` chars
-    (cut_keeping_facts).
-
-    Lines are sentence boundaries; within a line a sentence ends at . ! or ? followed by
-    space and a capital or digit, so URLs, file names and "e.g. this" stay whole. A Python
-    traceback is one sentence: its first line and the exception. Python string slicing
-    works on code points, so a cut never splits a character.
-    """
+def sentences(text: str) -> list[str]:
+    """Sentences of a text: code blocks and list markup dropped, each at most SENTENCE_MAX
+    (cut_keeping_facts). A sentence ends at a line or at . ! or ? before a capital or digit,
+    so URLs, file names and "e.g. this" stay whole; a traceback is one sentence."""
     text = _UNWANTED.sub(" ", text or "")
     text = _CODE_BLOCK.sub("\n", text)
     text = _TRACEBACK.sub(_one_line_traceback, text)
@@ -100,5 +95,5 @@ def sentences(text: str, limit: int = SENTENCE_MAX) -> list[str]:
         for raw in _SENTENCE_END.split(line):
             sentence = " ".join(raw.replace("\u2019", "'").split())
             if len(sentence) >= 3 and _WORDY.search(sentence):
-                out.append(cut_keeping_facts(sentence, limit))
+                out.append(cut_keeping_facts(sentence, SENTENCE_MAX))
     return out
