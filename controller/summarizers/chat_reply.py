@@ -205,7 +205,7 @@ def degenerate_reason(
         return None
     for items in (history, state):
         counts = Counter(norm(text) for text in items)
-        key, times = max(counts.items(), key=lambda kv: kv[1])
+        key, times = max(counts.items(), key=lambda kv: kv[1], default=("", 0))
         if times > 1:
             shown = next(t for t in items if norm(t) == key)
             return f"the reply repeats the item {_show(shown)} {times} times: list each fact once"

@@ -16,10 +16,14 @@ from typing import Any
 
 import httpx2
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controller.core.chunking import estimate_tokens
 from controller.core.document import render_document
+from controller.core.item_sources import norm
 from controller.core.memories import Memory
+from controller.core.merge import PassUpdate
 from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL
 from controller.core.summary import (
     HISTORY_SECTIONS,
@@ -39,6 +43,7 @@ from controller.summarizers.chat_prompt import (
     InvalidModelOutput,
     ModelUnavailable,
 )
+from controller.summarizers.chat_reply import degenerate_reason
 from tests.support.openai_server import (
     Delay,
     OpenAIServer,
@@ -861,3 +866,56 @@ def test_an_injected_title_is_not_taken_on_the_first_pass(server: OpenAIServer) 
     assert isinstance(result, PassResult)
     # Derived from the first request instead.
     assert result.summary.title == "Add retries with backoff to the exporter"
+
+
+# A reply may leave out either side: items with no Current State (the last known one stays),
+# or a new Current State with no history item. Both are ordinary replies, not junk.
+@pytest.mark.parametrize(
+    "reply",
+    [
+        valid_reply(current_state=[]),
+        valid_reply(current_state=None),
+        valid_reply(user_requests=[], questions_and_decisions=[]),
+    ],
+    ids=["items-empty-state", "items-null-state", "state-only"],
+)
+def test_a_reply_with_one_side_empty_is_used_at_once(
+    server: OpenAIServer, reply: dict[str, Any]
+) -> None:
+    server.script_chat(Reply(reply))
+    prior = good_prior()
+    result = summarizer(server)(SID, memories("Add retries."), prior)
+    assert isinstance(result, PassResult)
+    assert len(chat_bodies(server)) == 1  # no corrective retry
+    state = [i.text for i in result.summary.sections["Current State"]]
+    assert state == (reply["current_state"] or ["Exporter writes batches."])
+    validate_summary(result.summary, prior)
+
+
+_ITEM = st.sampled_from(["Add retries.", "add retries", "Port 7103.", "Use Postgres.", "x"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sections=st.lists(st.lists(_ITEM, max_size=3), min_size=4, max_size=4),
+    state=st.none() | st.lists(_ITEM, max_size=3),
+    with_prior=st.booleans(),
+)
+def test_every_parsed_reply_gets_a_verdict_not_an_exception(
+    sections: list[list[str]], state: list[str] | None, with_prior: bool
+) -> None:
+    keys = (
+        "user_requests",
+        "questions_and_decisions",
+        "design_choices",
+        "corrections_and_feedback",
+    )
+    update = PassUpdate(**dict(zip(keys, sections, strict=True)), current_state=state)
+    reason = degenerate_reason(
+        update, memories("Add retries on port 7103."), good_prior() if with_prior else None
+    )
+    for items in [*sections, state or []]:
+        if len({norm(t) for t in items}) < len(items):  # a repeat is always named
+            assert reason is not None and "repeats the item" in reason
+    if not any(sections) and not state:
+        assert reason is not None and "proposes no item" in reason
