@@ -37,6 +37,7 @@ from controller.pipeline import PassResult, run_pass
 from controller.summarizers import chat_model
 from controller.summarizers.chat_model import ChatModelSummarizer
 from controller.summarizers.chat_prompt import (
+    HISTORY_KEYS,
     MAX_OUTPUT_TOKENS,
     SYSTEM_PROMPT,
     ChatModelConfig,
@@ -919,3 +920,32 @@ def test_every_parsed_reply_gets_a_verdict_not_an_exception(
             assert reason is not None and "repeats the item" in reason
     if not any(sections) and not state:
         assert reason is not None and "proposes no item" in reason
+
+
+_SCALAR = st.none() | st.booleans() | st.integers(-5, 200) | st.text(max_size=30) | _ITEM
+_VALUE = st.recursive(_SCALAR, lambda inner: st.lists(inner, max_size=4), max_leaves=8)
+_FIELDS = st.sampled_from(
+    [*HISTORY_KEYS, "current_state", "supersede", "title", "category", "quality", "technologies",
+     "User Requests", "Current State"]  # a section may be named by its title
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    reply=st.dictionaries(_FIELDS, _VALUE, max_size=8) | _VALUE,
+    finish=st.sampled_from([None, "stop", "length", "content_filter"]),
+    with_prior=st.booleans(),
+)
+def test_any_reply_is_used_or_refused_with_a_reason(
+    reply: object, finish: str | None, with_prior: bool
+) -> None:
+    model = ChatModelSummarizer(ChatModelConfig(base_url="http://127.0.0.1:9/v1", model="m"))
+    try:
+        update = model._update(
+            json.dumps(reply), finish, memories("Add retries on port 7103."),
+            good_prior() if with_prior else None,
+        )  # fmt: skip
+    except chat_model.BadReply as refused:
+        assert refused.reason
+    else:
+        assert update.current_state is None or update.current_state
