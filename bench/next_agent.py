@@ -19,7 +19,9 @@ normalised occurs, word-bounded, in the text; `recall` = the share of the answer
 the raw session cut to the document's length from its start (head) and from its end
 (tail), and the whole raw session (`User: ...` / `Assistant: ...` turns). `half` is a
 budget of half the session's text, at most 8,000 characters: the issue's goal is
-exact >= 1.5x the better of head and tail, and recall >= 80 % of the raw session's, there.
+exact >= 1.5x the better of head and tail, and recall >= 80 % of the raw session's, there
+(`quarter`: a quarter). `--ceiling` prints what no document can beat: per set, split and
+length, the answers the whole session holds against the better cut's, with no summary made.
 
 `--backend model` summarizes with the chat-model backend instead, against the real model
 tier's model: llama.cpp's server with SmolLM2-135M-Instruct (tests/support/llama_server.py,
@@ -33,6 +35,7 @@ prefixed `before`. `--split tune` reads the tuning split only (for tuning).
 
     .venv/bin/python -m bench.next_agent [--budgets half,1000,2000,4000,8000] [--split tune]
     .venv/bin/python -m bench.next_agent --backend model --budgets half --limit 4 --before ''
+    .venv/bin/python -m bench.next_agent --ceiling --split tune
 
 A line per budget, data set or kind (coding, conversational), split (and question type);
 then the goal's figures (the first budget, reported split): per data set
@@ -130,7 +133,8 @@ def score(answer: str, text: str) -> tuple[bool, float]:
 def budget_for(budget: str, raw: str) -> int | None:
     if budget == "own":
         return None
-    return min(DOCUMENT_BOUND, len(raw) // 2) if budget == "half" else int(budget)
+    shares = {"half": 2, "quarter": 4}  # of the session's text, at most DOCUMENT_BOUND
+    return min(DOCUMENT_BOUND, len(raw) // shares[budget]) if budget in shares else int(budget)
 
 
 @dataclass
@@ -358,6 +362,35 @@ def goal_line(name: str, tally: Tally) -> str:
     )
 
 
+CEILING_FRACTIONS = (0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5)
+
+
+def ceiling_lines(cases: list[Case], sessions: dict[str, Any]) -> list[str]:
+    """What no document can beat, per set and split: at each length (a share of the session),
+    the answers the whole session holds against the better cut's (the exact goal's ratio
+    for a document that held every one of them)."""
+    lines = []
+    for dataset, split in sorted({(c.dataset, c.split) for c in cases}):
+        chosen = [c for c in cases if (c.dataset, c.split) == (dataset, split)]
+        raws = {c.session_id: raw_text(sessions[c.session_id]) for c in chosen}
+        whole = sum(score(c.answer, raws[c.session_id])[0] for c in chosen)
+        for share in CEILING_FRACTIONS:
+            found = {"head": 0, "tail": 0}
+            for c in chosen:
+                raw = raws[c.session_id]
+                cut = int(len(raw) * share)
+                found["head"] += score(c.answer, raw[:cut])[0]
+                found["tail"] += score(c.answer, raw[len(raw) - cut :])[0]
+            pct = {k: f"{100 * v / len(chosen):.1f}" for k, v in {"whole": whole, **found}.items()}
+            lines.append(
+                f"next_agent_ceiling set={dataset} split={split} cases={len(chosen)} "
+                f"length_share={100 * share:.0f} exact_whole={pct['whole']} "
+                f"exact_head={pct['head']} exact_tail={pct['tail']} "
+                f"exact_ratio_max={whole / max(*found.values(), 1):.2f}"
+            )
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budgets", default="half,1000,2000,4000,8000")
@@ -371,6 +404,9 @@ def main() -> int:
     parser.add_argument("--max-output-tokens", type=int, default=2048, help="model backend only")
     parser.add_argument("--timeout", type=float, default=600, help="model: seconds a request")
     parser.add_argument("--in-process", action="store_true", help="no store: for tuning only")
+    parser.add_argument(
+        "--ceiling", action="store_true", help="only the cuts' figures: no summary can beat them"
+    )
     parser.add_argument("--tag", default="after", help=argparse.SUPPRESS)
     args = parse_bench_args(parser, budgets="half", limit=4)
     cases: list[Case] = []
@@ -387,6 +423,9 @@ def main() -> int:
             found = found[: args.limit]
         cases += found
         sessions.update(more)
+    if args.ceiling:
+        print("\n".join(ceiling_lines(cases, sessions)))
+        return 0
     budgets = args.budgets.split(",")
     work = Path(tempfile.mkdtemp(prefix="sso-bench-next-agent-"))
     with bench_chroma(work / "chroma") as chroma_url, model_backend(args, work) as backend:
