@@ -33,7 +33,8 @@ from detect_secrets.plugins.ip_public import IPPublicDetector
 from detect_secrets.plugins.private_key import PrivateKeyDetector
 
 from controller.core.memories import Memory
-from controller.core.summary import PriorSummary, StructuredSummary, SummaryItem
+from controller.core.quoting import fit
+from controller.core.summary import TITLE_MAX, PriorSummary, StructuredSummary, SummaryItem
 
 PLACEHOLDER = re.compile(r"\[redacted: [a-z0-9-]+\]")
 # Unquoted `NAME=value` counts when the value is at least this long and this random (bits
@@ -220,8 +221,9 @@ def _masked(value: Any, text: Callable[[str], str]) -> Any:
         return type(value)(_masked(v, text) for v in value)
     if isinstance(value, dict):
         return {k: _masked(v, text) for k, v in value.items()}
-    if isinstance(value, SummaryItem):
-        return SummaryItem.model_validate(_masked(value.model_dump(), text))
+    if isinstance(value, SummaryItem):  # a placeholder may be longer than what it hides
+        item = _masked(value.model_dump(), text)
+        return SummaryItem.model_validate({**item, "text": fit(item["text"])})
     return value
 
 
@@ -265,6 +267,8 @@ class PassRedaction:
         text = functools.partial(self.redaction.text, found=self.prior_found)
         fields = [n for n in SUMMARY_TEXT if n in type(prior).model_fields]
         update = {n: _masked(getattr(prior, n), text) for n in fields}
+        if isinstance(update.get("title"), str):
+            update["title"] = fit(update["title"], TITLE_MAX)
         return prior.model_copy(update=update) if self.prior_found else prior
 
     def counts(self) -> dict[str, int]:

@@ -166,6 +166,17 @@ def cut(text: str, limit: int = ITEM_MAX) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
+def fit(text: str, limit: int = ITEM_MAX) -> str:
+    """The text within `limit` characters; a quoted one is cut inside its quote marks."""
+    if len(text) <= limit:
+        return text
+    if is_quoted(text):
+        return quote(
+            unquoted(text), "instruction" if text.startswith(INSTRUCTION_LABEL) else "error", limit
+        )
+    return cut(text, limit)
+
+
 def quote(text: str, kind: Kind, limit: int = ITEM_MAX) -> str:
     """The text labelled as quoted content of this kind, at most `limit` characters. Inside
     the quote, “ and ” become plain quotes, so nothing inside can seem to close it."""
