@@ -152,7 +152,7 @@ class PassUpdate(BaseModel):
             return None
         try:
             return max(0, min(100, round(float(value))))
-        except ValueError:
+        except (ValueError, OverflowError):  # NaN, inf, or too large for a float
             return None
 
     @field_validator("technologies", mode="before")

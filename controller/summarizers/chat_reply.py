@@ -97,7 +97,8 @@ def reply_content(payload: Any) -> tuple[str, str | None]:
     except (KeyError, IndexError, TypeError, AttributeError):
         raise BadReply("the response has no choices[0].message", corrective=False) from None
     if isinstance(content, list):  # content parts
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        texts = (p.get("text") for p in content if isinstance(p, dict))
+        content = "".join(t for t in texts if isinstance(t, str))
     if not isinstance(content, str) or not content.strip():
         raise BadReply("the reply is empty", corrective=True)
     finish = choice.get("finish_reason") if isinstance(choice, dict) else None

@@ -34,7 +34,7 @@ from controller.core.summary import (
     validate_summary,
 )
 from controller.pipeline import PassResult, run_pass
-from controller.summarizers import chat_model
+from controller.summarizers import chat_model, chat_reply
 from controller.summarizers.chat_model import ChatModelSummarizer
 from controller.summarizers.chat_prompt import (
     HISTORY_KEYS,
@@ -922,7 +922,8 @@ def test_every_parsed_reply_gets_a_verdict_not_an_exception(
         assert reason is not None and "proposes no item" in reason
 
 
-_SCALAR = st.none() | st.booleans() | st.integers(-5, 200) | st.text(max_size=30) | _ITEM
+_NUMBER = st.integers(-5, 200) | st.floats() | st.integers(-(10**400), 10**400)
+_SCALAR = st.none() | st.booleans() | _NUMBER | _NUMBER.map(str) | st.text(max_size=30) | _ITEM
 _VALUE = st.recursive(_SCALAR, lambda inner: st.lists(inner, max_size=4), max_leaves=8)
 _FIELDS = st.sampled_from(
     [*HISTORY_KEYS, "current_state", "supersede", "title", "category", "quality", "technologies",
@@ -949,3 +950,20 @@ def test_any_reply_is_used_or_refused_with_a_reason(
         assert refused.reason
     else:
         assert update.current_state is None or update.current_state
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    parts=st.lists(st.dictionaries(st.sampled_from(["type", "text"]), _VALUE) | _VALUE, max_size=4),
+    finish=_VALUE,
+)
+def test_any_shape_of_content_parts_is_read_or_refused_with_a_reason(
+    parts: list[object], finish: object
+) -> None:
+    payload = {"choices": [{"message": {"content": parts}, "finish_reason": finish}]}
+    try:
+        content, reason = chat_reply.reply_content(payload)
+    except chat_model.BadReply as refused:
+        assert refused.reason
+    else:
+        assert content.strip() and (reason is None or isinstance(reason, str))
