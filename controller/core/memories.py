@@ -82,6 +82,8 @@ class Watermark(BaseModel, frozen=True):
 # The times a JavaScript Date holds (+-8.64e15 ms, years -271821 to 275760): neo's readers
 # render every summary's time with new Date(timestamp).toISOString(), which throws past it.
 JS_DATE_MAX_MS = 8_640_000_000_000_000
+# The largest count a JavaScript number (neo's) holds exactly; within Chroma's int64 too.
+JS_SAFE_INTEGER = 2**53 - 1
 
 
 def parse_timestamp_ms(value: object) -> int | None:
@@ -112,8 +114,8 @@ def _timestamp_ms(value: object) -> int | None:
     if not isinstance(value, str):
         return None
     text = value.strip()
-    if _INTEGER.fullmatch(text):
-        return _epoch_ms(int(text))
+    if _INTEGER.fullmatch(text):  # past 30 digits it is past ns (and int() refuses 4,301)
+        return _epoch_ms(int(text)) if len(text.lstrip("+-0")) <= 30 else None
     if _NUMBER.fullmatch(text):
         return _timestamp_ms(float(text))
     try:
@@ -183,8 +185,12 @@ def _no_constant(name: str) -> object:
 
 
 def _json_parse(text: str) -> object:
-    """JSON.parse: strict JSON (no NaN or Infinity, which Python's json would accept)."""
-    return json.loads(text, parse_constant=_no_constant)
+    """JSON.parse: strict JSON (no NaN or Infinity, which Python's json would accept); nested
+    past Python's stack, ValueError: the text is read as text."""
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("nested too deep") from None
 
 
 def _js_truthy(value: object) -> bool:
@@ -245,7 +251,10 @@ def tool_call_count(value: object) -> int:
     if not _js_truthy(value) or isinstance(value, bool):
         return 0
     found = _JS_INT.match(_js_string(value))
-    return max(0, int(found.group(1))) if found else 0
+    if not found or found.group(1).startswith("-"):
+        return 0
+    digits = found.group(1).lstrip("+0")  # 17 digits are past the cap already
+    return min(JS_SAFE_INTEGER, int(digits[:17] or 0))
 
 
 def memory_from_row(

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from controller.core.coverage import Coverage
 from controller.core.document import FOLDED_MARK
-from controller.core.memories import Watermark, trusted_time
+from controller.core.memories import JS_SAFE_INTEGER, Watermark, trusted_time
 from controller.core.provenance import Provenance
 from controller.core.references import ReferenceOverflow
 from controller.core.row_ownership import (
@@ -127,7 +127,7 @@ def to_chroma_metadata(
         "participatingAgents": _joined(summary.participating_agents),
         "models": _joined(summary.models),
         "toolsUsed": _joined(summary.tools_used),
-        "totalToolCalls": summary.total_tool_calls,
+        "totalToolCalls": min(summary.total_tool_calls, JS_SAFE_INTEGER),
         **seen_by,
         # ours
         "summaryFormat": SUMMARY_FORMAT,

@@ -1,9 +1,13 @@
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controller.core.memories import (
     DEFAULT_EXCLUDED_TYPES,
+    JS_DATE_MAX_MS,
+    JS_SAFE_INTEGER,
     Memory,
     Watermark,
     is_excluded,
@@ -12,6 +16,8 @@ from controller.core.memories import (
     parse_timestamp_ms,
     render_interaction_document,
 )
+from controller.core.summary import StructuredSummary
+from controller.core.summary_row import to_chroma_metadata
 
 T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z in epoch milliseconds
 
@@ -265,3 +271,43 @@ def test_watermark_splits_a_session_with_many_equal_timestamps_exactly_once() ->
         mark = Watermark.of(covered_last)
         after = [m for m in reversed(session) if mark.after(m)]
         assert sorted(after, key=memory_sort_key) == ordered[cut + 1 :]
+
+
+# Any client of the store may write any value: a count or a time of thousands of digits (past
+# Python's int() digit limit), a huge float, JSON nested past Python's recursion limit. A row
+# is read or left out, never an exception that stops the pass or the sweep; a count stays one
+# neo and Chroma can hold.
+_DIGITS = st.integers(1, 6000).map(lambda n: "9" * n)
+_DEEP = st.sampled_from([1, 900, 1500, 100_000])  # arrays nested past Python's stack
+_ANY = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats()
+    | st.text(max_size=40)
+    | _DIGITS
+    | _DIGITS.map(lambda d: f"-{d}")
+    | _DIGITS.map(lambda d: f" {d} calls")
+    | _DIGITS.map(lambda d: f"{d}.5")
+    | _DEEP.map(lambda n: "[" * n + "]" * n)
+    | _DEEP.map(lambda n: '["' + "[" * n)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(timestamp=st.just(T0) | _ANY, calls=_ANY, tools=_ANY)
+def test_any_stored_count_or_time_is_read_or_left_out(
+    timestamp: object, calls: object, tools: object
+) -> None:
+    meta = row(timestamp=timestamp, amountToolCalls=calls, toolsUsed=tools)
+    parsed = parse_timestamp_ms(timestamp)
+    assert parsed is None or abs(parsed) <= JS_DATE_MAX_MS
+    found = memory_from_row("m1", "doc", meta)
+    assert (found is None) == (parsed is None)
+    if found is not None:
+        assert 0 <= found.tool_calls <= JS_SAFE_INTEGER
+        summary = StructuredSummary(
+            session_id="s1", title="t", total_tool_calls=found.tool_calls * 5000
+        )
+        stored = to_chroma_metadata(summary, writer="w", trigger="t", summarized_at_ms=T0)
+        assert 0 <= int(stored["totalToolCalls"]) <= JS_SAFE_INTEGER  # Chroma's int64 too
