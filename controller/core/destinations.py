@@ -303,7 +303,10 @@ def memory_destination_refusal(
 def redirect_refusal(url: str, status: int, location: str | None) -> str:
     """A redirect is never followed (it could send what an allowed endpoint receives to any
     address): the error names where it pointed, without credentials."""
-    where = shown(urljoin(url, location)) if location else "nowhere (no Location)"
+    try:  # the Location is the endpoint's to say: it may be no URL at all
+        where = shown(urljoin(url, location)) if location else "nowhere (no Location)"
+    except ValueError:
+        where = "an invalid URL"
     return (
         f"{shown(url)} answered HTTP {status}, a redirect to {where}: redirects are not "
         "followed; point the URL at the endpoint itself"

@@ -275,3 +275,19 @@ def test_a_redirect_is_named_without_its_credentials() -> None:
     text = redirect_refusal("http://a:1/v1/chat/completions", 307, "http://u:pw@b:2/in?k=v")
     assert "http://b:2/in" in text and "pw" not in text and "307" in text
     assert "http://a:1/v1/x" in redirect_refusal("http://a:1/v1/y", 302, "x")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    location=st.text(max_size=30)
+    | st.sampled_from(["http://[", "http://[::1", "//[x]/", "http://a:99999/", "http://a:x/"])
+    | st.builds("{}://{}".format, st.sampled_from(["http", "https", ""]), st.text(max_size=20)),
+    secret=st.sampled_from(["", "u:pw@"]),
+)
+def test_a_redirect_anywhere_is_refused_with_a_message_and_no_credentials(
+    location: str, secret: str
+) -> None:
+    """Whatever Location an endpoint answers with (it is the endpoint's to say), the refusal
+    is a message, never an exception, and shows no credentials."""
+    text = redirect_refusal(f"http://{secret}a:1/v1/y", 302, location.replace("pw", "p"))
+    assert "HTTP 302" in text and "pw" not in text
