@@ -4,11 +4,11 @@ SessionSummarizer a command names."""
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator
 from typing import Any, cast
 
 from controller.cli.args import CliError
+from controller.core.text import json_value
 
 FORBIDDEN = "forbidden: "
 
@@ -80,7 +80,7 @@ def _summarizers_elsewhere(name: str) -> str:
 
 def _api_message(exc: Any) -> str:
     try:
-        return str(json.loads(exc.body).get("message"))
+        return str(json_value(exc.body).get("message"))
     except (TypeError, ValueError, AttributeError):
         return str(exc.reason)
 

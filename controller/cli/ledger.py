@@ -9,7 +9,7 @@ from typing import Any
 from controller.cli.args import CliError, printable
 from controller.cli.commands import _store
 from controller.cli.failures import store_errors
-from controller.core.text import ms_to_rfc3339
+from controller.core.text import json_value, ms_to_rfc3339
 
 
 def _when(ms: Any) -> str:
@@ -18,9 +18,9 @@ def _when(ms: Any) -> str:
 
 def _ledger_lines(session_id: str, document: str, keys: dict[str, Any]) -> list[str]:
     """A session's ledger entry for a person: what it records, and how big each part is."""
-    sections = json.loads(keys["sectionsJson"]) if isinstance(keys.get("sectionsJson"), str) else {}
-    refs = json.loads(keys["referencesJson"]) if isinstance(keys.get("referencesJson"), str) else []
-    coverage = json.loads(keys["coverageJson"]) if isinstance(keys.get("coverageJson"), str) else {}
+    sections = json_value(keys["sectionsJson"]) if isinstance(keys.get("sectionsJson"), str) else {}
+    refs = json_value(keys["referencesJson"]) if isinstance(keys.get("referencesJson"), str) else []
+    coverage = json_value(keys["coverageJson"]) if isinstance(keys.get("coverageJson"), str) else {}
     state = {k: v for k, v in keys.items() if not k.startswith("ledger.")}
     fence, authority = keys.get("ledger.fence"), keys.get("ledger.fenceAuthority")
     claim = (

@@ -14,6 +14,8 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from controller.core.text import json_value
+
 MAX_BUCKETS = 128
 P = (1 << 61) - 1  # the sums are taken mod this prime (a Mersenne prime)
 _INVERSE_TWO = (P + 1) // 2
@@ -64,7 +66,7 @@ class Coverage:
     @classmethod
     def from_json(cls, text: str) -> Coverage:
         """Raises ValueError when the text is not a coverage this version can read."""
-        data = json.loads(text)
+        data = json_value(text)
         if not isinstance(data, dict) or data.get("v") != COVERAGE_FORMAT:
             raise ValueError("not a coverage of format 1")
         buckets = []

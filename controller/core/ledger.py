@@ -19,6 +19,7 @@ from controller.core.naming import summary_row_id
 from controller.core.row_ownership import DIGEST_KEY, document_digest
 from controller.core.summary import HISTORY_SECTIONS
 from controller.core.summary_row import READER_ROW_KEYS
+from controller.core.text import json_value
 
 LEDGER_FORMAT = 1
 ROW_DIGEST_KEY = "rowDigest"  # the row document this entry goes with
@@ -76,11 +77,11 @@ class LedgerEntry(NamedTuple):
 
 def _lists(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
     """(the state without its growing lists, the lists)."""
-    sections = json.loads(str(state.get("sectionsJson") or "{}"))
-    refs = json.loads(str(state.get("referencesJson") or "[]"))
+    sections = json_value(str(state.get("sectionsJson") or "{}"))
+    refs = json_value(str(state.get("referencesJson") or "[]"))
     lists = {title: list(sections.pop(title, [])) for title in HISTORY_SECTIONS}
     lists["References"] = list(refs)
-    lists["Sources"] = list(json.loads(str(state.get("itemSourcesJson") or "[]")))
+    lists["Sources"] = list(json_value(str(state.get("itemSourcesJson") or "[]")))
     lifted = ("sectionsJson", "referencesJson", "itemSourcesJson")
     rest = {k: v for k, v in state.items() if k not in lifted}
     rest["sectionsJson"] = _dump(sections)
@@ -159,7 +160,7 @@ def _number(head: Mapping[str, Any] | None, key: str) -> int:
 def _shape(head: Mapping[str, Any] | None) -> dict[str, tuple[int, str]] | None:
     """What each list held at the head's write: (length, digest); None when unknown."""
     try:
-        shape = json.loads(str((head or {})["lists"]))
+        shape = json_value(str((head or {})["lists"]))
         shape.setdefault("Sources", [0, _digest([])])  # a head written before item sources
         return {n: (int(shape[n][0]), str(shape[n][1])) for n in GROWING}
     except (KeyError, ValueError, TypeError, IndexError):
@@ -201,7 +202,7 @@ def read_entry(
     lists: dict[str, list[Any]] = {name: [] for name in GROWING}
     try:
         for record_id in named:
-            for name, items in json.loads(by_id[record_id][0] or "").items():
+            for name, items in json_value(by_id[record_id][0] or "").items():
                 lists[name].extend(items)
         shape = _shape(head)
         lost = shape is not None and any(_digest(lists[n]) != d for n, (_, d) in shape.items())
@@ -211,7 +212,7 @@ def read_entry(
         lists = {name: [] for name in GROWING}
         # the title too: it may quote a memory deleted since (the next pass derives it anew)
         rest = {k: v for k, v in rest.items() if k not in (*COVERAGE_KEYS, "untimedJson", "title")}
-    sections = json.loads(rest.get("sectionsJson") or "{}")
+    sections = json_value(rest.get("sectionsJson") or "{}")
     sections.update({title: lists[title] for title in HISTORY_SECTIONS})
     whole = "summaryFormat" in rest
     own = {} if whole else {k: v for k, v in row.items() if k in READER_ROW_KEYS}
@@ -228,7 +229,7 @@ def read_entry(
 
 def _head_state(document: str | None) -> dict[str, Any]:
     try:
-        data = json.loads(document or "")
+        data = json_value(document or "")
     except ValueError as exc:
         raise UnreadableLedgerEntry(f"the ledger entry is not JSON ({exc})") from None
     if not isinstance(data, dict) or data.pop("ledgerFormat", None) != LEDGER_FORMAT:

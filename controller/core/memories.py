@@ -9,7 +9,6 @@ it cannot say which session it belongs to or when it happened.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 import re
 from collections.abc import Collection, Mapping
@@ -17,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from controller.core.text import EPOCH
+from controller.core.text import EPOCH, json_value
 
 DEFAULT_EXCLUDED_TYPES = frozenset({"context-injection", "context-refresh", "tick", "heartbeat"})
 # A memory of this type asks for its session to be summarized now (docs/agents.md): a
@@ -187,10 +186,7 @@ def _no_constant(name: str) -> object:
 def _json_parse(text: str) -> object:
     """JSON.parse: strict JSON (no NaN or Infinity, which Python's json would accept); nested
     past Python's stack, ValueError: the text is read as text."""
-    try:
-        return json.loads(text, parse_constant=_no_constant)
-    except RecursionError:
-        raise ValueError("nested too deep") from None
+    return json_value(text, parse_constant=_no_constant)
 
 
 def _js_truthy(value: object) -> bool:

@@ -40,6 +40,7 @@ from controller.core.summary import (
     UnreadablePriorSummary,
     fallback_title,
 )
+from controller.core.text import json_value
 from controller.core.visibility import RowVisibility
 
 
@@ -180,7 +181,7 @@ def _number(value: object) -> int | None:
 def _ids(raw: object) -> tuple[str, ...]:
     """A JSON list of row ids; () for anything else."""
     try:
-        ids = json.loads(raw) if isinstance(raw, str) else None
+        ids = json_value(raw) if isinstance(raw, str) else None
     except ValueError:
         return ()
     return tuple(i for i in ids if isinstance(i, str)) if isinstance(ids, list) else ()
@@ -227,7 +228,7 @@ def _coverage(raw: object) -> Coverage | None:
 def _references(meta: Mapping[str, Any]) -> tuple[list[str], ReferenceOverflow]:
     """The References section as stored; a row without one (written before it) has none."""
     raw = meta.get("referencesJson")
-    references = json.loads(raw) if isinstance(raw, str) else []
+    references = json_value(raw) if isinstance(raw, str) else []
     if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
         raise ValueError("referencesJson is not a list of strings")
     digests = meta.get("referencesOmittedDigests")
@@ -241,7 +242,7 @@ def _references(meta: Mapping[str, Any]) -> tuple[list[str], ReferenceOverflow]:
 
 
 def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> StructuredSummary:
-    raw_sections = json.loads(str(meta.get("sectionsJson")))
+    raw_sections = json_value(str(meta.get("sectionsJson")))
     if not isinstance(raw_sections, dict):
         raise ValueError("sectionsJson is not an object")
     watermark = None

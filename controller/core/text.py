@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
+from typing import Any
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -21,3 +23,12 @@ def ms_to_rfc3339(ms: int) -> str:
     except OverflowError:
         return f"{ms} ms after the epoch"
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def json_value(text: str | bytes, **options: Any) -> Any:
+    """json.loads for what others wrote (rows, ledger entries, replies, error bodies): JSON
+    nested past Python's stack is a ValueError, as any other text that is not JSON."""
+    try:
+        return json.loads(text, **options)
+    except RecursionError:
+        raise ValueError("JSON nested too deep to read") from None

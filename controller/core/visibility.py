@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any, Literal, get_args
 
 from controller.core.memories import optional_text, tool_call_count, tool_names
+from controller.core.text import json_value
 
 MemorySharing = Literal["team", "legacy", "private"]
 TrustTier = Literal[  # highest to lowest trust (neo's TRUST_TIER_ORDER)
@@ -164,7 +165,7 @@ class SessionSources:
     def from_json(cls, text: object) -> SessionSources | None:
         """The sources as kept; None for anything this version cannot read."""
         try:
-            data = json.loads(str(text))
+            data = json_value(str(text))
             owner = data.get("owner")
             return cls(
                 identities={str(k): int(v) for k, v in data["identities"].items()},

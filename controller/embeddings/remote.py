@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 import numpy as np
 from openai import APIConnectionError, APIStatusError, DefaultHttpxClient, OpenAI, omit
 
 from controller.core.destinations import redirect_refusal
+from controller.core.text import json_value
 from controller.embeddings.minilm import Documents, EmbeddingError, Embeddings
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class OpenAICompatibleEmbedding:
                 encoding_format="float",  # what every compatible server speaks
                 extra_headers=self._headers,
             )
-            body = json.loads(response.content)
+            body = json_value(response.content)
         except APIStatusError as exc:
             status = exc.status_code
             if exc.response.is_redirect:

@@ -14,6 +14,7 @@ import httpx
 from chromadb.errors import ChromaError, InvalidArgumentError, NotFoundError
 
 from controller.core.destinations import redirect_refusal
+from controller.core.text import json_value
 
 T = TypeVar("T")
 E = TypeVar("E", bound=BaseException)
@@ -152,7 +153,7 @@ def _http_answer(exc: BaseException) -> str | None:
         return redirect_refusal(str(request.url), status, response.headers.get("location"))
     detail = None
     with contextlib.suppress(ValueError):
-        payload = json.loads(body)
+        payload = json_value(body)
         if isinstance(payload, dict) and "error" in payload:  # Chroma's error shape
             detail = " ".join(
                 str(part) for part in (payload.get("error"), payload.get("message")) if part

@@ -18,6 +18,7 @@ from controller.core.memories import Memory
 from controller.core.merge import SECTION_KEYS, PassUpdate
 from controller.core.quoting import is_quoted, kind_of, quote
 from controller.core.summary import HISTORY_SECTIONS, LegacySummary, StructuredSummary
+from controller.core.text import json_value
 from controller.summarizers.chat_prompt import (
     CLOSING,
     DELIMITER,
@@ -47,11 +48,11 @@ class Transient(Exception):
 def _json_object(content: str) -> Any:
     text = FENCE.sub("", content.strip())
     try:
-        return json.loads(text)
+        return json_value(text)
     except ValueError:
         start, end = text.find("{"), text.rfind("}")
         if 0 <= start < end:
-            return json.loads(text[start : end + 1])
+            return json_value(text[start : end + 1])
         raise
 
 

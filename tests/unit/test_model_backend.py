@@ -967,3 +967,28 @@ def test_any_shape_of_content_parts_is_read_or_refused_with_a_reason(
         assert refused.reason
     else:
         assert content.strip() and (reason is None or isinstance(reason, str))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "not json",
+        "[]",
+        "null",
+        '"x"',
+        '{"choices": 5}',
+        '{"choices": [{"message": {"content": null}}]}',
+        '{"choices": [{"message": {"content": [{"text": null}, {"text": 7}]}}]}',
+        '{"choices": [{"message": {"content": "{\\"quality\\": 1e999}"}}]}',
+        '{"choices": [{"message": {"content": "' + "[" * 5000 + '"}}]}',
+    ],
+)
+def test_any_200_body_fails_the_pass_as_invalid_model_output(
+    server: OpenAIServer, body: str
+) -> None:
+    """What an endpoint answers with 200 is the endpoint's to say: a body that is no usable
+    reply is InvalidModelOutput (a condition the user reads), never another exception."""
+    for _ in range(3):
+        server.script_chat(Status(200, body))
+    with pytest.raises(InvalidModelOutput):
+        summarizer(server)(SID, memories("Add retries."), None)
