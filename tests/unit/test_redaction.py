@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from controller.core.item_sources import item_key, rekeyed, source_key
 from controller.core.memories import Memory
 from controller.core.merge import PassUpdate, merge_pass
 from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL, is_quoted
@@ -225,13 +226,20 @@ def test_a_prior_masked_at_its_length_bounds_stays_a_summary_a_pass_can_keep(
     else:
         item = SummaryItem(text=near(ITEM_MAX, item_room, label))
         assert is_quoted(item.text) == bool(label)
-        prior = StructuredSummary(session_id="s", title=title, sections={"User Requests": [item]})
-    masked = PassRedaction().prior(prior)
+        prior = StructuredSummary(
+            session_id="s",
+            title=title,
+            sections={"User Requests": [item]},
+            item_sources=[f"{item_key('User Requests', item.text)}:{source_key('m1')}"],
+        )
+    masked = rekeyed(prior, PassRedaction().prior(prior))
     assert masked is not None and secret not in masked.model_dump_json()
     assert masked.title is not None and len(masked.title) <= TITLE_MAX
     if isinstance(masked, StructuredSummary):
         (kept,) = masked.sections["User Requests"]
         assert len(kept.text) <= ITEM_MAX and is_quoted(kept.text) == bool(label)
+        # its memory is still named by the text it has now: erasure can still find it
+        assert masked.item_sources == [f"{item_key('User Requests', kept.text)}:{source_key('m1')}"]
     update = PassUpdate(
         user_requests=["Ship the exporter."],
         questions_and_decisions=[],
