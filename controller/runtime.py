@@ -15,7 +15,9 @@ from typing import Any
 
 import urllib3
 from kubernetes.client.exceptions import ApiException
+from opentelemetry import trace as otel
 
+from controller import tracing
 from controller.config import OperatorConfig
 from controller.core.fencing import FenceUnavailable
 from controller.core.text import one_line
@@ -25,7 +27,6 @@ from controller.kube.events import EventRecorder
 from controller.metrics import MetricsServer
 from controller.scheduling import PassScheduler, SchedulerLimits, usable_cpus
 from controller.summarizer_parts import SummarizerParts
-from controller.tracing import Tracer
 from controller.upkeep_state import UpkeepState
 
 PEERING_NAME = "session-summary-operator"  # kopf's peering object (never kopf's "default")
@@ -49,7 +50,7 @@ class Runtime:
     parts: SummarizerParts
     upkeep: UpkeepState
     options: RunOptions = RunOptions()
-    tracer: Tracer = field(default_factory=Tracer)
+    traces: otel.TracerProvider = field(default_factory=otel.NoOpTracerProvider)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
     metrics_server: MetricsServer | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
@@ -84,7 +85,7 @@ class Runtime:
             parts=SummarizerParts(scheduler, weights),
             upkeep=UpkeepState(),
             options=options or RunOptions(),
-            tracer=Tracer.from_env(os.environ),
+            traces=tracing.tracer_provider(os.environ),
         )
 
     @classmethod
@@ -132,6 +133,6 @@ class Runtime:
         self.parts.close()
         self.weights.close()
         self.events.close(timeout=events_timeout_s)
-        self.tracer.close()
+        tracing.close(self.traces)
         if self.metrics_server is not None:
             self.metrics_server.stop()

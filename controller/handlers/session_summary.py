@@ -286,8 +286,8 @@ async def summarize(
         indexes["summarizer_specs"], namespace, parsed.summarizer_ref
     )
     on_start = _say_started(namespace, name, body, parsed.trigger)
-    trace = runtime.tracer.begin(
-        parsed.session_id, parsed.trigger, f"{namespace}/{name}",
+    trace = PassTrace(
+        runtime.traces, parsed.session_id, parsed.trigger, f"{namespace}/{name}",
         parsed.requested_at if retry == 0 else None,
     )  # fmt: skip
 
@@ -302,7 +302,7 @@ async def summarize(
             started=on_start, trace=trace,
         )  # fmt: skip
 
-    with runtime.tracer.ending(trace):  # every attempt's trace ends, however it ends
+    with trace:  # every attempt's trace ends, however it ends
         try:
             bg, first = parsed.trigger in BACKGROUND_TRIGGERS, slack is Slack.FIRST
             flow = (namespace, parsed.summarizer_ref)  # served in turn with the others
