@@ -1,6 +1,7 @@
 """controller/summarizer_parts.py: what the runtime keeps per SessionSummarizer is closed
 when the SessionSummarizer changes or goes, never under a pass that holds it, and is not
-brought back by a pass or a timer tick still under way for a deleted one. The cache's
+kept for one not seen yet or brought back by a pass or a timer tick still under way for a
+deleted one. The cache's
 bookkeeping only: the Chroma client is a stand-in that counts its closes (the real one is
 tests/integration/test_runtime_lifecycle.py's)."""
 
@@ -60,14 +61,15 @@ def test_a_store_is_reused_then_closed_once_when_the_spec_changes() -> None:
     assert len(parts.built) == 1 and parts.count().clients == 1
     parts.spec_changed(NS, "s", 2)
     assert parts.built[0].closed == 1 and parts.count().clients == 0
-    parts.spec_changed(NS, "s", 2)  # the same generation again: nothing to close
     with parts.store(NS, "s", spec("http://other:8000")):
         pass
-    assert [s.closed for s in parts.built] == [1, 0]
+    parts.spec_changed(NS, "s", 2)  # the same generation again (a handler retried): kept
+    assert [s.closed for s in parts.built] == [1, 0] and parts.count().clients == 1
 
 
 def test_a_part_in_use_is_closed_when_the_pass_gives_it_back_not_before() -> None:
     parts = Parts()
+    parts.spec_changed(NS, "s", 1)
     with parts.store(NS, "s", spec()) as store:
         parts.forget(NS, "s")
         assert isinstance(store, CountedStore) and store.closed == 0
@@ -75,14 +77,20 @@ def test_a_part_in_use_is_closed_when_the_pass_gives_it_back_not_before() -> Non
     assert store.closed == 1 and parts.count().clients == 0
 
 
-def test_a_use_after_the_summarizer_was_deleted_keeps_nothing() -> None:
+def test_a_use_before_the_summarizer_is_seen_or_after_it_was_deleted_keeps_nothing() -> None:
     parts = Parts()
+    nothing = parts.count().__class__(0, 0, 0, 0, 0, 0, 0)
+    with parts.store(NS, "s", spec()) as early:  # before its spec handler ran
+        assert isinstance(early, CountedStore)
+    assert early.closed == 1 and parts.count() == nothing
+    parts.spec_changed(NS, "s", 1)
     with parts.store(NS, "s", spec()):
         pass
+    assert parts.count().clients == 1
     parts.forget(NS, "s")
     with parts.store(NS, "s", spec()) as late:  # a tick or a queued pass still under way
         assert isinstance(late, CountedStore)
-    assert late.closed == 1 and parts.count() == parts.count().__class__(0, 0, 0, 0, 0, 0, 0)
+    assert late.closed == 1 and parts.count() == nothing
     parts.spec_changed(NS, "s", 1)  # created again: kept again
     with parts.store(NS, "s", spec()):
         pass
@@ -118,8 +126,11 @@ def test_a_part_built_while_the_summarizer_changed_or_went_is_not_kept(meanwhile
 
 def test_an_unreachable_store_is_reconnected_at_the_next_use() -> None:
     parts = Parts()
+    parts.spec_changed(NS, "s", 1)
     with pytest.raises(StoreUnavailable), parts.store(NS, "s", spec()):
         raise StoreUnavailable("gone")
     assert parts.built[0].closed == 1
     with parts.store(NS, "s", spec()) as again:
         assert again is parts.built[1]
+    with parts.store(NS, "s", spec()) as kept:
+        assert kept is again and not again.closed
