@@ -22,8 +22,9 @@ from controller.core.sweep_plan import (
     plan_sweep,
 )
 
-# A row as the walk reads it: (sessionId, timestamp ms or None, row id).
-WalkedRow = tuple[str, int | None, str]
+# A row as the walk reads it: (sessionId, None for a row of no session; timestamp ms or
+# None; row id).
+WalkedRow = tuple[str | None, int | None, str]
 UNDATED = -(2**63)  # the newest time of a session none of whose rows has a usable one
 
 
@@ -48,12 +49,14 @@ class ReconcileCycle:
     digests: dict[str, Bucket] = field(default_factory=dict)  # each session's row ids
 
     def fold(self, rows: Iterable[WalkedRow], now_ms: int) -> int:
-        """Counts a page of (sessionId, timestamp ms or None); returns its length. A row
-        without a usable timestamp counts (memoryCount counts every row) but dates nothing,
+        """Counts a page of rows; returns its length. A row of no session is walked past. A
+        row without a usable timestamp counts (memoryCount counts every row) but dates nothing,
         as does one too far ahead of now_ms (a bad clock must not keep a session active)."""
         n = 0
         for session_id, stamp, row_id in rows:
             n += 1
+            if session_id is None:
+                continue
             ids = self.digests.get(session_id) or Bucket(0)
             self.digests[session_id] = ids.add(id_hash(row_id))
             self.counts[session_id] = self.counts.get(session_id, 0) + 1

@@ -43,22 +43,13 @@ class Scans(Collections):
             total = guard("counting memories", coll.count)
             aligned = cursor is not None and self._ends_with(coll, cursor)
             found: list[tuple[str, int | None]] = []
-            if aligned and cursor is not None:
-                offset = cursor.offset
-                while offset < total:
-                    got = guard(
-                        "reading added memories",
-                        lambda o=offset: coll.get(  # type: ignore[misc]
-                            include=["metadatas"], limit=min(page, total - o), offset=o
-                        ),
-                    )
-                    if not got["ids"]:
-                        break
-                    for meta in got["metadatas"] or []:
-                        sid = (meta or {}).get("sessionId")
-                        if isinstance(sid, str):
-                            found.append((sid, parse_timestamp_ms((meta or {}).get("timestamp"))))
-                    offset += len(got["ids"])
+            offset = cursor.offset if aligned and cursor is not None else total
+            while offset < total:
+                rows = self.rows_from(offset, min(page, total - offset))
+                if not rows:
+                    break
+                found += [(sid, ts) for sid, ts, _ in rows if sid is not None]
+                offset += len(rows)
             return found, RowCursor(total, self._id_at(coll, total - 1)), aligned
 
     def _ends_with(self, coll: Collection, cursor: RowCursor) -> bool:
@@ -74,19 +65,22 @@ class Scans(Collections):
         return got["ids"][0] if got["ids"] else None
 
     def rows_from(self, offset: int, limit: int) -> list[WalkedRow]:
-        """(sessionId, timestamp ms or None, row id) of `limit` rows from `offset`."""
+        """(sessionId or None, timestamp ms or None, row id) of `limit` rows from `offset`,
+        in the order they were added: every row read, so a short page is the end."""
         with self._memory_missing():
             coll = self.memories()
             got = guard(
-                "reconciling memories",
+                "reading memories in the order they were added",
                 lambda: coll.get(include=["metadatas"], limit=limit, offset=offset),
             )
+        metas = [m or {} for m in got["metadatas"] or []]
         return [
-            (sid, parse_timestamp_ms(meta.get("timestamp")), row_id)
-            for row_id, meta in zip(
-                got["ids"], [m or {} for m in got["metadatas"] or []], strict=True
+            (
+                sid if isinstance(sid := meta.get("sessionId"), str) else None,
+                parse_timestamp_ms(meta.get("timestamp")),
+                row_id,
             )
-            if isinstance(sid := meta.get("sessionId"), str)
+            for row_id, meta in zip(got["ids"], metas, strict=True)
         ]
 
     def rows_digests(self, session_ids: Sequence[str]) -> dict[str, str]:

@@ -261,6 +261,23 @@ def test_a_forgotten_session_with_rows_of_every_time_is_stale_to_no_scan(
     assert sid not in [c.session_id for c in swept.candidates + swept.deferred]
 
 
+def test_a_row_of_no_session_neither_ends_the_walk_nor_hides_the_rows_added_after_it(
+    store: MemoryStore,
+) -> None:
+    sid = f"walked-{uuid.uuid4().hex[:6]}"
+    load(store, [memory(f"{sid}-before", 0, NOW, "Before the cursor.")])
+    _, cursor, _ = store.scan_appended(None)
+    orphan = memory(sid, 0, NOW, "A row of no session.")
+    del orphan[2]["sessionId"]
+    load(store, [orphan, *(memory(sid, i, NOW + i, f"Step {i}.") for i in range(1, 4))])
+    page = store.rows_from(1, 4)
+    assert len(page) == 4  # a full page: the walk reads on
+    cycle = ReconcileCycle(NOW)
+    assert cycle.fold(page, NOW) == 4 and cycle.counts == {sid: 3}
+    appended, _, aligned = store.scan_appended(cursor)
+    assert aligned and sorted(appended) == [(sid, NOW + i) for i in range(1, 4)]
+
+
 # -- a bad clock's memory does not freeze Current State ----------------------------------------
 
 UNITS = st.lists(
