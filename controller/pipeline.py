@@ -36,8 +36,7 @@ from controller.core.visibility import (
     union_agents,
 )
 from controller.redaction import DEFAULT_REDACTION, PassRedaction, Redaction
-from controller.store.forgetting import Forgotten
-from controller.store.memory_store import MemoryStore, SessionRows, StoredPrior
+from controller.store.memory_store import Forgotten, MemoryStore, SessionRows, StoredPrior
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
 from controller.upsert import (

@@ -144,7 +144,7 @@ def write_row(
     outcome: Literal["written", "refused", "failed"] = "failed"
 
     def admit(found: RowState) -> Mapping[str, int | str]:
-        """Right before the group's upserts, on the row as read then (row_writes.py)."""
+        """Right before the group's upserts, on the row as read then (MemoryStore.write_rows)."""
         nonlocal outcome
         if seen is not None and found.digest != seen.digest:
             outcome = "refused"

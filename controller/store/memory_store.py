@@ -1,24 +1,40 @@
 """The Chroma store adapter, the only code that talks to Chroma. Every network failure is
 StoreUnavailable, retried with nothing written; reading never creates a collection (a missing
-one is CollectionNotFound), only the summary writer does."""
+one is CollectionNotFound), only the summary writer does. Forgetting a session (docs/privacy.md,
+"Forget and rebuild") leaves a tombstone the sweep judges staleness by: a forgotten session is
+not summarized again until its memories change."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, cast
 
+import numpy as np
 from chromadb.api.models.Collection import Collection
-from chromadb.errors import ChromaError
+from chromadb.errors import ChromaError, InvalidArgumentError
 
-from controller.core.coverage import PriorCoverage
+from controller.core.coverage import PriorCoverage, digest, digest_text
 from controller.core.embedding_match import embedding_function_problem
+from controller.core.fencing import (
+    AUTHORITY_RECORD,
+    AuthorityRecord,
+    authority_record_id,
+    recorded_fence,
+)
 from controller.core.ledger import (
+    LEDGER_FORMAT,
+    LEDGER_VECTOR,
     ROW_DIGEST_KEY,
     LedgerEntry,
+    LedgerRecord,
+    RowState,
     UnreadableLedgerEntry,
+    plan_write,
     read_entry,
     row_agreement,
 )
@@ -36,24 +52,28 @@ from controller.core.summary import (
     StructuredSummary,
     UnreadablePriorSummary,
 )
-from controller.core.summary_row import from_chroma_row
+from controller.core.summary_row import READER_ROW_KEYS, from_chroma_row, upsert_metadata
+from controller.core.sweep_plan import StoredSummaryState
 from controller.redaction import PassRedaction
-from controller.store.authorities import Authorities
 from controller.store.collections import batches, collection_config, pages
 from controller.store.errors import (
+    DIMENSION_ERROR,
     CollectionNotFound,
     EmbeddingMismatch,
     StoreUnavailable,
+    StoreUnreachable,
     guard,
     mismatch,
 )
-from controller.store.forgetting import Forgetting, is_tombstone
-from controller.store.row_writes import RowWrites
-from controller.store.scans import SCAN_PAGE
+from controller.store.row_writes import RowWrite
+from controller.store.scans import SCAN_PAGE, Scans
 from controller.store.session_listing import GET_BATCH, SessionRows, list_session
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
+
+# A ledger head with this key is a tombstone: the session was forgotten at that time (ms).
+FORGOTTEN_KEY = "forgottenAt"
+DELETE_BATCH = 500
 
 
 @dataclass(frozen=True)
@@ -67,8 +87,34 @@ class StoredPrior:
     row_current: bool = True
 
 
-class MemoryStore(RowWrites, Forgetting, Authorities):
+@dataclass(frozen=True)
+class Forgotten:
+    """What one forget removed (counts and ids' digest only: never the text)."""
+
+    row: bool  # the summary row existed and was deleted
+    ledger_records: int  # the entry's head and segments replaced or deleted
+    memories: int  # the session's memories deleted (0 unless asked)
+    remaining: int  # the session's memories left in the memory collection
+
+
+@dataclass(frozen=True)
+class _Admitted:
+    """An admitted write; `leftovers`: ledger records the new head does not name."""
+
+    write: RowWrite
+    row: dict[str, Any]
+    records: tuple[LedgerRecord, ...]
+    leftovers: tuple[str, ...]
+
+
+def is_tombstone(head: Mapping[str, Any] | None) -> bool:
+    return head is not None and FORGOTTEN_KEY in head
+
+
+class MemoryStore(Scans):
     """Reads memories and reads/writes summaries in one Chroma database."""
+
+    # -- memories ---------------------------------------------------------------------
 
     def session_rows(
         self,
@@ -83,31 +129,27 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         mask = mask or PassRedaction()
         with self._memory_missing():
             coll = self.memories()
-            read = lambda ids: [mask.memory(m) for m in self._read_batch(coll, ids, mask)]  # noqa: E731
+            read = lambda ids: self._read_batch(coll, ids, mask)  # noqa: E731
             return list_session(coll, session_id, prior or PriorCoverage(), exclude, read, mask)
 
     def memories_by_id(self, ids: Sequence[str], mask: PassRedaction) -> list[Memory]:
         """These memories (masked), in the session's order; those gone since are left out."""
-        with self._memory_missing():
-            coll = self.memories()
-        found = [
-            mask.memory(m)
-            for batch in batches(list(ids), GET_BATCH)
-            for m in self._read_batch(coll, batch, mask)
-        ]
+        coll = self.memories()  # missing: CollectionNotFound (collections.py: _open)
+        found = [m for b in batches(list(ids), GET_BATCH) for m in self._read_batch(coll, b, mask)]
         return sorted(found, key=memory_sort_key)
 
     def _read_batch(
         self, coll: Collection, ids: Sequence[str], mask: PassRedaction
     ) -> list[Memory]:
-        """The memories of these ids (consecutive in the session's order), in that order."""
+        """The memories of these ids (consecutive in the session's order), masked, in that
+        order."""
         with self._memory_missing():
             got = guard(
                 "reading memories",
                 lambda: coll.get(ids=list(ids), include=["documents", "metadatas"]),
             )
         memories = [
-            memory
+            mask.memory(memory)
             for row_id, doc, meta in zip(
                 got["ids"], got["documents"] or [], got["metadatas"] or [], strict=False
             )
@@ -115,6 +157,14 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
         ]
         memories.sort(key=memory_sort_key)
         return memories
+
+    def session_ids(self, session_id: str) -> list[str]:
+        """Every row id of the session: what its memoryCount counts."""
+        where = {"sessionId": session_id}
+        with self._memory_missing():
+            coll = self.memories()
+            got = guard("listing the session", lambda: coll.get(where=where, include=[]))  # type: ignore[arg-type]
+        return list(got["ids"])
 
     def count_session(self, session_id: str) -> int:
         return len(self.session_ids(session_id))
@@ -185,7 +235,7 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
             zip(got["ids"], got["documents"] or [], got["metadatas"] or [], strict=False)
         )
         head = next((m for i, _, m in records if i == summary_row_id(session_id)), None)
-        if is_tombstone(head):  # forgotten (store/forgetting.py): no state to carry
+        if is_tombstone(head):  # forgotten (forget_state): no state to carry
             return LedgerEntry(dict(head or {}), {}, 0, False, False)
         try:
             return read_entry(session_id, [(i, d, dict(m or {})) for i, d, m in records], row or {})
@@ -307,3 +357,256 @@ class MemoryStore(RowWrites, Forgetting, Authorities):
             self._on_summaries, "reading summaries", ["documents", "metadatas"], newest
         )
         return [(i, found[i][0] or "", found[i][1]) for i in newest if i in found]
+
+    def summary_states(self, session_ids: Sequence[str]) -> dict[str, StoredSummaryState]:
+        """memoryCount and timestamp of these sessions' summaries or tombstones."""
+        rows = self._metadata("summary", session_ids).items()
+        states = {s: _state(m.get("memoryCount"), m.get("timestamp")) for s, m in rows}
+        heads = self._metadata("ledger", [s for s in session_ids if s not in states])
+        for sid, head in heads.items():
+            if is_tombstone(head):
+                states[sid] = _state(head.get("memoryCount"), head.get(FORGOTTEN_KEY))
+        return states
+
+    def written_since(self, session_ids: Sequence[str], since_ms: int) -> set[str]:
+        """Sessions whose ledger head was replaced at or after since_ms (no longer stale)."""
+        heads = self._metadata("ledger", session_ids).items()
+        return {sid for sid, head in heads if _at(head) >= since_ms}
+
+    # -- writes (row_writes.py: the group write) --------------------------------------
+
+    def read_row_state(self, session_id: str) -> RowState:
+        return self.read_row_states([session_id])[session_id]
+
+    def read_row_states(self, session_ids: Sequence[str]) -> dict[str, RowState]:
+        """Each session's row as a write finds it: its fence (core/fencing.py), document
+        digest (None: no row), ledger head and other records. Two reads for all."""
+        ids = [summary_row_id(s) for s in session_ids]
+        where = {"sessionId": {"$in": list(session_ids)}}
+        records = self._by_id(self._on_ledger, "reading the ledger entries", ["metadatas"], where)
+        rows = self._by_id(self._on_summaries, "reading the rows", ["documents", "metadatas"], ids)
+        others: dict[object, list[str]] = {}
+        for record_id, (_, meta) in records.items():
+            if record_id not in ids:
+                others.setdefault(meta.get("sessionId"), []).append(record_id)
+        states = {}
+        for sid, row_id in zip(session_ids, ids, strict=True):
+            found, row = records.get(row_id), rows.get(row_id)
+            head = found[1] if found else None
+            fence = recorded_fence(head)
+            digest = document_digest(row[0] or "") if row is not None else None
+            states[sid] = RowState(fence, digest, head, tuple(others.get(sid, ())))
+        return states
+
+    @staticmethod
+    def _by_id(
+        on: Callable[..., Any], what: str, include: list[str], which: list[str] | dict[str, Any]
+    ) -> dict[str, tuple[str | None, dict[str, Any]]]:
+        """(document, metadata) by id of the records `which` (ids or a where) names."""
+        ids, where = (which, None) if isinstance(which, list) else (None, which)
+        try:
+            got = on(
+                what, lambda c: c.get(ids=ids, where=cast(Any, where), include=cast(Any, include))
+            )
+        except CollectionNotFound:
+            return {}
+        docs = got.get("documents") or [None] * len(got["ids"])
+        metas = got.get("metadatas") or [None] * len(got["ids"])
+        return {i: (d, dict(m or {})) for i, d, m in zip(got["ids"], docs, metas, strict=False)}
+
+    def drop_summary(self, session_id: str) -> None:
+        """Deletes the session's row, then its ledger records: an entry left is read and
+        dropped again by the next pass; a row alone would read as another writer's text."""
+        row_id = summary_row_id(session_id)
+        with contextlib.suppress(CollectionNotFound):
+            self._on_summaries("deleting the summary row", lambda c: c.delete(ids=[row_id]))
+        with contextlib.suppress(CollectionNotFound):
+            where = cast(Any, {"sessionId": session_id})
+            self._on_ledger("deleting the ledger entry", lambda c: c.delete(where=where))
+
+    def write_rows(self, writes: Sequence[RowWrite]) -> None:
+        """Writes these sessions' ledger entries, then their rows (summary_<sessionId>);
+        each write's `error` says what refused or failed it. The one place that creates the
+        summary and ledger collections. Stale keys are removed from the row
+        (summary_row.upsert_metadata): Chroma's upsert would keep them."""
+        try:
+            found = self.read_row_states([w.session_id for w in writes])
+        except Exception as exc:
+            for write in writes:
+                write.error = exc
+            return
+        admitted: list[_Admitted] = []
+        for write in writes:
+            try:  # the write's own checks, then its own records: a failure is its alone
+                state = found[write.session_id]
+                fence = write.admit(state)
+                row = {k: v for k, v in write.metadata.items() if k in READER_ROW_KEYS}
+                plan = plan_write(write.session_id, write.metadata, state.head, fence, state.digest)
+                left = tuple(r for r in state.records if r not in plan.named)
+                admitted.append(_Admitted(write, upsert_metadata(row), plan.records, left))
+            except Exception as exc:
+                write.error = exc
+        if not admitted:
+            return
+        try:
+            self._upsert(admitted)
+        except StoreUnreachable as exc:  # the store, not a row: each alone would fail too
+            for one in admitted:
+                one.write.error = exc
+        except Exception as exc:
+            if len(admitted) == 1:
+                admitted[0].write.error = exc
+                return
+            # Chroma refused: a bad row (size limit, vector size) must fail alone.
+            log.info(
+                "a group write of %d rows failed (%s); writing them one by one", len(admitted), exc
+            )
+            for one in admitted:
+                self.write_rows([one.write])  # read and checked again, as if alone
+            return
+        # Records the new head does not name go after the rows; if that fails, so does the
+        # write, and its retry finds them (read_prior).
+        done = [one for one in admitted if one.write.error is None and one.leftovers]
+        if done:
+            ids = [i for one in done for i in one.leftovers]
+            try:
+                self._on_ledger("deleting old ledger records", lambda c: c.delete(ids=ids))
+            except Exception as exc:
+                for one in done:
+                    one.write.error = exc
+
+    def _upsert(self, admitted: list[_Admitted]) -> None:
+        records = [r for one in admitted for r in one.records]
+        self._on_ledger(
+            "writing the ledger entries",
+            lambda coll: coll.upsert(
+                ids=[r.record_id for r in records],
+                documents=[r.document for r in records],
+                metadatas=[r.metadata for r in records],
+                embeddings=cast(Any, [np.asarray(LEDGER_VECTOR, dtype=np.float32)] * len(records)),
+            ),
+            create=True,
+        )
+
+        def upsert(coll: Collection) -> None:
+            try:
+                coll.upsert(
+                    ids=[summary_row_id(one.write.session_id) for one in admitted],
+                    documents=[one.write.document for one in admitted],
+                    metadatas=[cast(Any, one.row) for one in admitted],
+                    embeddings=cast(
+                        Any, [np.asarray(one.write.embedding, dtype=np.float32) for one in admitted]
+                    ),
+                )
+            except InvalidArgumentError as exc:
+                found = DIMENSION_ERROR.search(str(exc))
+                if found:
+                    name = self.location.summary_collection
+                    raise mismatch(name, int(found.group(1)), int(found.group(2))) from exc
+                raise
+
+        self._on_summaries("writing the summaries", upsert, create=True)
+        # Chroma accepted this dimension: later writes need no sample round trip.
+        self._verified_dimension = len(admitted[0].write.embedding)
+
+    def forget_state(
+        self, session_id: str, fence: Mapping[str, int | str], *, memories: bool
+    ) -> Forgotten:
+        """Replaces the ledger head with a tombstone, then deletes the summary row, the
+        segments and (with memories) the memories. Head first, so a forget cut short leaves
+        nothing a pass would carry; the SessionSummary retries until complete."""
+        ids = self.session_ids(session_id)
+        left = [] if memories else ids
+        tombstone = {
+            "sessionId": session_id,
+            "ledgerFormat": LEDGER_FORMAT,
+            FORGOTTEN_KEY: int(time.time() * 1000),
+            "rowsDigest": digest_text(digest(left)),
+            "memoryCount": len(left),
+            **fence,
+        }
+        self._on_ledger(
+            "writing the session's tombstone",
+            lambda coll: coll.upsert(
+                ids=[summary_row_id(session_id)],
+                documents=["{}"],
+                metadatas=[cast(Any, tombstone)],
+                embeddings=cast(Any, [np.asarray(LEDGER_VECTOR, dtype=np.float32)]),
+            ),
+            create=True,
+        )
+        row = self._delete_row(session_id)
+        where = cast(Any, {"$and": [{"sessionId": session_id}, {"segment": {"$gte": 0}}]})
+        segments = self._on_ledger(
+            "listing the session's ledger segments", lambda c: c.get(where=where, include=[])
+        )["ids"]
+        self._on_ledger("deleting the session's ledger segments", lambda c: c.delete(where=where))
+        deleted = 0
+        if memories and ids:
+            coll = self.memories()
+            for batch in batches(ids, DELETE_BATCH):
+                guard("deleting the session's memories", lambda b=batch: coll.delete(ids=b))  # type: ignore[misc]
+                deleted += len(batch)
+        return Forgotten(row, 1 + len(segments), deleted, len(left))
+
+    def _delete_row(self, session_id: str) -> bool:
+        row_id = summary_row_id(session_id)
+        try:
+            found = self._on_summaries(
+                "reading the summary row", lambda coll: coll.get(ids=[row_id], include=[])
+            )["ids"]
+            if found:
+                self._on_summaries("deleting the summary row", lambda c: c.delete(ids=[row_id]))
+        except CollectionNotFound:
+            return False
+        return bool(found)
+
+    # -- each cluster's authority record in the ledger (core/fencing.py) ----------------
+
+    def read_authority(self, uid: str) -> AuthorityRecord | None:
+        return next(iter(self.authorities(uid)), None)
+
+    def authorities(self, uid: str | None = None) -> list[AuthorityRecord]:
+        """The record of cluster uid (None: every cluster's); none without a ledger."""
+        where = {"authority": uid} if uid is not None else {"record": AUTHORITY_RECORD}
+        try:
+            got = self._on_ledger(
+                "reading the clusters' authority records",
+                lambda coll: coll.get(where=cast(Any, where), include=["metadatas"]),
+            )
+        except CollectionNotFound:
+            return []
+        return [r for m in got["metadatas"] or [] if (r := AuthorityRecord.parse(m or {}))]
+
+    def renew_authority(self, record: AuthorityRecord) -> None:
+        """Writes this cluster's record (creating the ledger, as a first write does)."""
+        self._on_ledger(
+            "renewing this cluster's authority record",
+            lambda coll: coll.upsert(
+                ids=[authority_record_id(record.uid)],
+                documents=[f"the operator of cluster {record.uid} writes these summaries"],
+                metadatas=[cast(Any, record.metadata())],
+                embeddings=cast(Any, [list(LEDGER_VECTOR)]),
+            ),
+            create=True,
+        )
+
+    def remove_authorities(self, uids: Sequence[str]) -> None:
+        ids = [authority_record_id(uid) for uid in uids]
+        if ids:
+            self._on_ledger("removing authority records", lambda coll: coll.delete(ids=ids))
+
+
+def _at(head: Mapping[str, Any]) -> int:
+    """When a write or a forget replaced this ledger head (ms; 0: unknown)."""
+    times = (head.get("summarizedAt"), head.get(FORGOTTEN_KEY))
+    return max(
+        int(t) if isinstance(t, int | float) and not isinstance(t, bool) else 0 for t in times
+    )
+
+
+def _state(count: object, ts: object) -> StoredSummaryState:
+    return StoredSummaryState(
+        memory_count=int(count) if isinstance(count, int | float) else None,
+        timestamp_ms=int(ts) if isinstance(ts, int | float) else None,
+    )
