@@ -111,16 +111,14 @@ class Collections:
     def __init__(self, client: ClientAPI, location: StoreLocation) -> None:
         self.client = client
         self.location = location
-        self._summaries: Collection | None = None
-        self._ledger: Collection | None = None
-        self._memories: Collection | None = None  # opened once; dropped if it disappears
+        self._handles: dict[CollectionRole, Collection] = {}  # opened once; dropped if gone
         self._verified_dimension: int | None = None  # a collection's dimension never changes
         self._lock = threading.Lock()
 
     def close(self) -> None:
         """Releases the client (chromadb keeps its system alive until closed)."""
         with self._lock:
-            self._summaries = self._ledger = self._memories = None
+            self._handles.clear()
         close = getattr(self.client, "close", None)
         if close is not None:
             close()
@@ -132,6 +130,11 @@ class Collections:
 
     # -- collections ------------------------------------------------------------------
 
+    def _name(self, role: CollectionRole) -> str:
+        loc = self.location
+        names = {"memory": loc.memory_collection, "summary": loc.summary_collection}
+        return names.get(role) or loc.ledger_collection
+
     def _collection_names(self) -> list[str] | None:
         """Names in the database for a not-found message; None if they cannot be listed."""
         try:
@@ -141,9 +144,10 @@ class Collections:
             return None
 
     def _open(
-        self, role: CollectionRole, name: str, create: Callable[[], Collection] | None = None
+        self, role: CollectionRole, create: Callable[[], Collection] | None = None
     ) -> Collection:
         """Gets a collection; if it is missing, creates it only when `create` is given."""
+        name = self._name(role)
         try:
             # No embedding function: we pass explicit vectors; one could conflict.
             return guard(f"opening the {role} collection", lambda: self.client.get_collection(name))
@@ -159,26 +163,33 @@ class Collections:
         log.info("creating the %s collection %r", role, name)
         return guard(f"creating the {role} collection", create)
 
-    def _once(self, attr: str, open_: Callable[[], Collection]) -> Collection:
-        """The collection kept in attr, else opened and kept. Opened outside the lock: a
-        slow or silent store (a missing collection costs a listing of the names too) holds
-        up no other thread's use of the collections already open (the marker scan's reads
-        during a sweep's); two threads may both open it, and one handle is kept."""
+    def _once(
+        self, role: CollectionRole, create: Callable[[], Collection] | None = None
+    ) -> Collection:
+        """The collection kept for role, else opened (_open) and kept. Opened outside the
+        lock: a slow or silent store (a missing collection costs a listing of the names too)
+        holds up no other thread's use of the collections already open (the marker scan's
+        reads during a sweep's); two threads may both open it, and one handle is kept."""
         with self._lock:
-            kept = getattr(self, attr)
+            kept = self._handles.get(role)
         if kept is not None:
-            return cast(Collection, kept)
-        opened = open_()
+            return kept
+        opened = self._open(role, create)
         with self._lock:
-            if getattr(self, attr) is None:
-                setattr(self, attr, opened)
-            return cast(Collection, getattr(self, attr))
+            return self._handles.setdefault(role, opened)
+
+    def _gone(self, role: CollectionRole) -> CollectionNotFound:
+        """A collection deleted since opened: its handle is dropped (the next use opens it
+        again, or finds it missing), and it reads as missing, like one never made."""
+        with self._lock:
+            self._handles.pop(role, None)
+            if role == "summary":
+                self._verified_dimension = None
+        return CollectionNotFound(self._name(role), role, self.location.describe())
 
     def memories(self) -> Collection:
         """The memory collection, opened once; CollectionNotFound if missing."""
-        return self._once(
-            "_memories", lambda: self._open("memory", self.location.memory_collection)
-        )
+        return self._once("memory")
 
     def create_memory_collection(self) -> Collection:
         """Opens or creates the memory collection (_creation_ef), for summaryctl remember,
@@ -186,13 +197,11 @@ class Collections:
         name = self.location.memory_collection
         ef = cast(Any, _creation_ef(self.location.embedding_provider))
         make = lambda: self.client.get_or_create_collection(name, embedding_function=ef)  # noqa: E731
-        return self._open("memory", name, create=make)
+        return self._open("memory", create=make)
 
     def summaries(self, *, create: bool = False) -> Collection:
         """The summary collection, opened once; only the writer passes create=True."""
-        name = self.location.summary_collection
-        make = self._make_summaries if create else None
-        return self._once("_summaries", lambda: self._open("summary", name, make))
+        return self._once("summary", self._make_summaries if create else None)
 
     def _make_summaries(self) -> Collection:
         """Creates the summary collection with the memory collection's embedding function
@@ -214,7 +223,7 @@ class Collections:
         """(the memory collection's known embedding function, its hnsw distance), each None
         if absent."""
         try:
-            memories = self._memories or guard(
+            memories = self._handles.get("memory") or guard(
                 "opening the memory collection",
                 lambda: self.client.get_collection(self.location.memory_collection),
             )
@@ -248,7 +257,7 @@ class Collections:
             meta = {"memorycore.io/ledger-of": self.location.summary_collection}
             return self.client.get_or_create_collection(name, metadata=meta)
 
-        return self._once("_ledger", lambda: self._open("ledger", name, make if create else None))
+        return self._once("ledger", make if create else None)
 
     def _on_summaries(self, what: str, op: Callable[[Collection], T], *, create: bool = False) -> T:
         """Runs op on the summary collection (see _on)."""
@@ -266,36 +275,23 @@ class Collections:
         *,
         create: bool = False,
     ) -> T:
-        """Runs op on the summary or ledger collection; if deleted since opened, the handle
-        is dropped and it reads as missing."""
+        """Runs op on the summary or ledger collection; one deleted since opened is _gone."""
         opened = self.summaries if role == "summary" else self.ledger
         coll = opened(create=create)
         try:
             return guard(what, lambda: op(coll))
         except NotFoundError:
-            with self._lock:
-                if role == "summary":
-                    self._summaries = None
-                    self._verified_dimension = None
-                else:
-                    self._ledger = None
-            loc = self.location
-            name = loc.summary_collection if role == "summary" else loc.ledger_collection
-            raise CollectionNotFound(name, role, loc.describe()) from None
+            raise self._gone(role) from None
 
     # -- memories ---------------------------------------------------------------------
 
     @contextlib.contextmanager
     def _memory_missing(self) -> Iterator[None]:
-        """A memory collection deleted while it is read is missing, like one never made."""
+        """A memory collection deleted while it is read is _gone."""
         try:
             yield
         except NotFoundError:
-            with self._lock:
-                self._memories = None  # the next read opens it again (or finds it missing)
-            raise CollectionNotFound(
-                self.location.memory_collection, "memory", self.location.describe()
-            ) from None
+            raise self._gone("memory") from None
 
 
 def pages(
