@@ -17,7 +17,7 @@ import re
 import types
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import re2
@@ -67,6 +67,75 @@ class Rule:
     whole_token: bool = True  # extend over the rest of the token (a JWT's signature)
     charset: str | None = None  # what the entropy counts (None: base64's)
     keyword: bool = False  # only in a text naming a secret (password, api_key, ...)
+    # What scans the text when not `pattern` itself: the same matches in linear time (RE2),
+    # the secret in the first of `groups` that took part.
+    linear: Any = field(default=None, repr=False, compare=False)
+    groups: tuple[int, ...] = field(default=(), repr=False, compare=False)
+
+
+def own_pattern(pattern: str) -> Any:
+    """A SessionSummarizer's pattern, compiled by RE2: it matches in time linear in the text
+    whatever the pattern (no backtracking), so no tenant's pattern can stall the process.
+    ValueError for one RE2 refuses (a backreference, lookaround, a program over its bound)."""
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:  # its message is bytes
+        why = b"".join(a for a in exc.args if isinstance(a, bytes)).decode(errors="replace")
+        raise ValueError(f"not a pattern RE2 accepts: {why}") from exc
+
+
+# Python's \s as RE2 spells it (RE2's own \s is ASCII); Python's \w: WORD_CLASS.
+SPACE_CLASS = r"\t\n\x0b\f\r\x1c-\x20\x85\xa0\x{1680}\x{2000}-\x{200a}" + (
+    r"\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}"
+)
+_I = "[iİı]"
+_QUOTE_BACKREF = re.compile(r"\((\[\\'\"`\]\??|\")\)\((?P<secret>.*?)\)\(\\\d\)")
+
+
+def _word_class() -> str:
+    """The characters of Python's \\w (RE2's \\w is ASCII, its \\pL a newer Unicode's)."""
+    chars = "".join(map(chr, range(0xD800))) + "".join(map(chr, range(0xE000, 0x110000)))
+    ranges = []
+    for run in re.finditer(r"\w+", chars):
+        first, last = (ord(c) for c in (run.group()[0], run.group()[-1]))
+        ranges.append(f"\\x{{{first:x}}}-\\x{{{last:x}}}" if last > first else f"\\x{{{first:x}}}")
+    return "".join(ranges)
+
+
+WORD_CLASS = _word_class()
+
+
+def _linear(pattern: re.Pattern[str], group: int) -> dict[str, Any]:
+    """A detect-secrets pattern as RE2 runs it, with the same matches: on text made for it,
+    Python's re takes quadratic time or worse (16 KB of `api_key` took minutes), holding
+    every thread meanwhile. Python's \\s and \\w are spelled out; the keyword patterns'
+    lookaheads become what they require (a word character first), and a quote with the
+    backreference closing it one alternative per quote, the secret in one of their groups."""
+    text, alternatives = pattern.pattern, [""]
+    if pattern.flags & re.IGNORECASE:  # Python's re, not RE2, folds İ and ı into i
+        text = text.replace("i", _I)
+    if quoted := _QUOTE_BACKREF.search(text):
+        if quoted.group("secret") != keyword.SECRET:
+            raise ValueError(f"a keyword pattern of an unknown shape: {text!r}")
+        secret = rf"((?-i:[{WORD_CLASS}])(?:[^\v'\"]*[^\v,'\"`])?)"
+        three = ["'", '"', "`"]  # the quotes a keyword's value may be in ("": none)
+        quotes = {"[\\'\"`]": three, "[\\'\"`]?": [*three, ""], '"': ['"']}[quoted.group(1)]
+        alternatives = [f"{q}{secret}{q}" for q in quotes]
+        group -= 1  # the opening quote's group goes
+        text = text[: quoted.start()] + f"(?:{'|'.join(alternatives)})" + text[quoted.end() :]
+    text = text.replace(r"[^\s]", f"[^{SPACE_CLASS}]").replace(r"\s", f"[{SPACE_CLASS}]")
+    text = text.replace(r"\w", f"(?-i:[{WORD_CLASS}])")  # (?i) folds more into it than re
+    flags = "(?i)" if pattern.flags & re.IGNORECASE else ""
+    return {
+        "linear": own_pattern(flags + text),
+        "groups": tuple(range(group, group + len(alternatives))),
+    }
+
+
+# detect-secrets' patterns Python's re takes quadratic time on (besides the keyword ones).
+_QUADRATIC = frozenset({"npm-tokens", "openai-token"})
 
 
 def _detector_rules() -> tuple[Rule, ...]:
@@ -78,12 +147,19 @@ def _detector_rules() -> tuple[Rule, ...]:
         group = 1 if plugin is BasicAuthDetector else 0
         whole = plugin is not BasicAuthDetector
         patterns: Iterable[re.Pattern[str]] = plugin.denylist  # type: ignore[attr-defined]
-        rules += [Rule(kind_of(secret_type), p, group, 0.0, whole) for p in patterns]
+        kind = kind_of(secret_type)
+        rules += [
+            Rule(kind, p, group, 0.0, whole, **(_linear(p, group) if kind in _QUADRATIC else {}))
+            for p in patterns
+        ]
     kw = kind_of(keyword.KeywordDetector.secret_type)
     for pattern, group in keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP.items():
-        rules.append(Rule(kw, pattern, group, 0.0, False, keyword=True))
+        rules.append(Rule(kw, pattern, group, 0.0, False, keyword=True, **_linear(pattern, group)))
     for pattern, group in keyword.CONFIG_DENYLIST_REGEX_TO_GROUP.items():
-        rules.append(Rule(kw, pattern, group, UNQUOTED_MIN_ENTROPY, False, keyword=True))
+        rules.append(
+            Rule(kw, pattern, group, UNQUOTED_MIN_ENTROPY, False, keyword=True,
+                 **_linear(pattern, group))
+        )  # fmt: skip
     e = Base64HighEntropyString()
     rules.append(Rule(kind_of(e.secret_type), e.regex, 2, e.entropy_limit, False, e.charset))
     return tuple(rules)
@@ -105,6 +181,26 @@ CONTEXT_RULES = tuple(Rule(kind, re.compile(pattern), 2, 0.0, False) for kind, p
      r"|api-?key)(?:=|[ \t]+)(?!-)|\b(?:mysql|mariadb)[\w-]*\b[^\n|;&]*?[ \t]-p(?!\s))"
      + _VALUE % ""),
 ))  # fmt: skip
+# Two of them as RE2 runs them, with the same secrets: Python's re takes quadratic time or
+# worse on `a-a-a-...` and `mysql-mysql-...` (16 KB: 12 minutes). A \\b or lookbehind becomes
+# the character before (a secret's span is the same), a lookahead what follows must be, a
+# condition one group per branch.
+_W, _S = WORD_CLASS, SPACE_CLASS
+_QUOTED_OR_NOT = r"""(?:(["'])([^"'\n]+)|([^%s"'`,;]+))"""
+_LINEAR_CONTEXT = types.MappingProxyType({
+    1: (rf"(?:^|[^{_W}])(?i:(?:[a-z0-9İı]+-)+(?:token|key|secret|passw(?:or)?d)|ap{_I}-?key)"
+        rf"[\"']?[ \t]*:[ \t]*" + _QUOTED_OR_NOT % _S, (2, 3)),
+    3: (rf"(?i:(?:^|(?-i:[^{_W}-]))--?(?:[a-z0-9İı]+-)*(?:token|secret|passw(?:or)?d|passphrase"
+        rf"|ap{_I}-?key)(?:=|[ \t]+))" + rf"""(?:(["'])([^"'\n]+)|([^-{_S}"'`,;][^{_S}"'`,;]*))"""
+        + rf"|(?:^|[^{_W}])(?i:mysql|mar{_I}adb)(?:(?:[{_W}-]*[{_W}])?(?:[^\n|;&{_W}][^\n|;&]*?)??"
+        rf"|[{_W}-]*-[{_W}][^\n|;&]*?)[ \t]-p" + _QUOTED_OR_NOT % _S, (2, 3, 5, 6)),
+})  # fmt: skip
+CONTEXT_RULES = tuple(
+    replace(rule, linear=own_pattern(_LINEAR_CONTEXT[n][0]), groups=_LINEAR_CONTEXT[n][1])
+    if n in _LINEAR_CONTEXT
+    else rule
+    for n, rule in enumerate(CONTEXT_RULES)
+)
 DETECTOR_RULES = _detector_rules() + CONTEXT_RULES
 _PRIVATE_KEY = kind_of(PrivateKeyDetector.secret_type)
 _BASE64 = Base64HighEntropyString().charset
@@ -118,19 +214,6 @@ def _random_enough(rule: Rule, value: str) -> bool:
     measure = types.SimpleNamespace(charset=rule.charset or _BASE64)
     entropy = HighEntropyStringsPlugin.calculate_shannon_entropy(measure, value)  # type: ignore[arg-type]
     return bool(entropy > rule.min_entropy)
-
-
-def own_pattern(pattern: str) -> Any:
-    """A SessionSummarizer's pattern, compiled by RE2: it matches in time linear in the text
-    whatever the pattern (no backtracking), so no tenant's pattern can stall the process.
-    ValueError for one RE2 refuses (a backreference, lookaround, a program over its bound)."""
-    options = re2.Options()
-    options.log_errors = False
-    try:
-        return re2.compile(pattern, options)
-    except re2.error as exc:  # its message is bytes
-        why = b"".join(a for a in exc.args if isinstance(a, bytes)).decode(errors="replace")
-        raise ValueError(f"not a pattern RE2 accepts: {why}") from exc
 
 
 @dataclass(frozen=True)
@@ -165,9 +248,10 @@ class Redaction:
         for rule in self.rules:
             if rule.keyword and not named:
                 continue
-            for match in rule.pattern.finditer(text):
-                start, end = match.span(rule.group)
-                value = match.group(rule.group)
+            for match in (rule.linear or rule.pattern).finditer(text):
+                group = next((g for g in rule.groups if match.start(g) >= 0), rule.group)
+                start, end = match.span(group)
+                value = match.group(group)
                 if rule.min_entropy and rule.charset is None:  # unquoted: one token
                     value = value.split(maxsplit=1)[0].rstrip(",;.)'\"`") if value.strip() else ""
                     end = start + len(value)

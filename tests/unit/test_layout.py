@@ -185,7 +185,9 @@ def _immutable(value: object, seen: frozenset[int] = frozenset()) -> bool:
         return all(_immutable(v, seen) for v in value)
     if isinstance(value, types.MappingProxyType):
         return all(_immutable(k, seen) and _immutable(v, seen) for k, v in value.items())
-    if isinstance(value, re.Pattern | typing.TypeVar | enum.Enum | np.generic | range):
+    if isinstance(
+        value, re.Pattern | re2_pattern() | typing.TypeVar | enum.Enum | np.generic | range
+    ):
         return True
     if isinstance(value, dt_types()):
         return True
@@ -201,6 +203,12 @@ def _immutable(value: object, seen: frozenset[int] = frozenset()) -> bool:
             _immutable(getattr(value, f.name), seen) for f in dataclasses.fields(value)
         )
     return False
+
+
+def re2_pattern() -> type:
+    import re2
+
+    return type(re2.compile(""))
 
 
 def dt_types() -> tuple[type, ...]:

@@ -1,0 +1,126 @@
+"""The rules Python's re takes quadratic time on run on RE2 (controller/redaction.py): the
+same secrets as their own patterns find, in time linear in the text, on any text."""
+
+import re
+from typing import Any
+
+import pytest
+import re2
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from controller.redaction import DETECTOR_RULES, SPACE_CLASS, WORD_CLASS, Redaction
+
+LINEAR_RULES = [r for r in DETECTOR_RULES if r.linear is not None]
+EVERY_CHARACTER = "".join(map(chr, range(0xD800))) + "".join(map(chr, range(0xE000, 0x110000)))
+
+# What the keyword patterns are made of, in every case, beside characters of any kind.
+PIECES = [
+    "api_key", "API_KEY", "apikey", "password", "PassWord", "passwd", "pwd", "secret",
+    "db_pass", "private_key", "contraseña", "CONTRASEÑA", "\u212aey", "ſecret",
+    "'", '"', "`", "=", "==", "===", "!=", "!==", ":", ":=", "=>", "!", ">", "(", ")", "[",
+    "]", "[0]", "@", ".assign", ";", ",", " ", "  ", "\t", "\n", "\x0b", "\x0c", "\r",
+    "\u00a0", "\u2003", "\u3000", "\x1c", "\x85", "a", "Z", "_", "9", "é", "ß", "٣", "\u0301",
+    "x1", "-", ".", "/", "$", "{", "}", "//", "/:_authToken=", "npm_", "sk-", "T3BlbkFJ",
+    "Ab3" * 7, "f" * 36, "x-token", "X-Api-Key", "api-key", "-key", "-secret", "passwd",
+]  # fmt: skip
+noise = st.lists(st.one_of(st.sampled_from(PIECES), st.characters(codec="utf-8")), max_size=8).map(
+    "".join
+)
+word = st.text(st.sampled_from("aZ_9éß٣Kſİıx-\u0345"), max_size=6)
+spaces = st.text(st.sampled_from(" \t\n\x0b\u00a0\u3000"), max_size=2)
+quote = st.sampled_from(["'", '"', "`", ""])
+KEYWORDS = [
+    "api_key",
+    "APIKEY",
+    "apİ_key",
+    "password",
+    "Passwd",
+    "pwd",
+    "secret",
+    "contraseña",
+    "db_pass",
+]
+OPERATORS = [":", "=", "==", "===", "!=", "!==", ":=", "=>", "(", ".assign(", "[0]=", "", " "]
+
+
+@st.composite
+def assignment(draw: st.DrawFn) -> str:
+    """A secret as a rule expects one, each part drawn from what it may be or nearly."""
+    shape = draw(st.sampled_from(["keyword", "compared", "npm", "openai", "header", "flag"]))
+    q1, q2, value = draw(quote), draw(quote), draw(st.one_of(word, noise))
+    if shape == "keyword":
+        kw, op = draw(st.sampled_from(KEYWORDS)), draw(st.sampled_from(OPERATORS))
+        closing = draw(st.sampled_from(["", "]", "'", '"', "']"]))
+        at, end = draw(st.sampled_from(["", "@"])), draw(st.sampled_from(["", ";"]))
+        return (
+            f"{draw(word)}{kw}{draw(word)}{closing}{draw(spaces)}{op}{draw(spaces)}"
+            f"{at}{q1}{value}{q2}{end}"
+        )
+    if shape == "compared":
+        op, kw = draw(st.sampled_from(["==", "!=", "==="])), draw(st.sampled_from(KEYWORDS))
+        return f"{q1}{value}{q2}{draw(spaces)}{op}{draw(spaces)}{draw(word)}{kw}"
+    if shape == "npm":
+        token = draw(st.sampled_from(["npm_" + value, "0123abcd-" * 4, "f" * 36]))
+        return f"//{draw(word)}/:_authToken={draw(spaces)}{token}"
+    if shape == "openai":
+        middle = draw(st.text(st.sampled_from("aZ9-_"), max_size=4))
+        return f"sk-{middle}{'A1b' * 7}T3BlbkFJ{'c2D' * 7}"
+    if shape == "flag":
+        flag = draw(
+            st.sampled_from(["--password", "-token", "--db-pass-Secret", "--api-key", "-x"])
+        )
+        command = draw(st.sampled_from(["mysql", "MariaDB", "mysql-", "mysqldump", "mysql_x"]))
+        sep, p = draw(st.sampled_from(["=", " ", "\t", "  "])), draw(st.sampled_from(["-p", " -p"]))
+        return draw(
+            st.sampled_from(
+                [
+                    f"{draw(word)}{flag}{sep}{q1}{value}{q1}",
+                    f"{draw(word)}{command}{draw(word)}{draw(noise)}{p}{q1}{value}{q2}",
+                ]
+            )
+        )
+    name = draw(st.sampled_from(["x-token", "X-Api-Key", "a-b-secret", "api-key", "-key", "Key"]))
+    return f"{draw(word)}{name}{q1}{draw(spaces)}:{draw(spaces)}{q2}{value}{q2}"
+
+
+texts = st.lists(st.one_of(noise, assignment()), max_size=5).map("".join)
+
+
+def test_python_word_and_space_characters_are_the_classes_re2_is_given() -> None:
+    assert set(re.findall(r"\w", EVERY_CHARACTER)) == set(
+        re2.findall(f"[{WORD_CLASS}]", EVERY_CHARACTER)
+    )
+    assert set(re.findall(r"\s", EVERY_CHARACTER)) == set(
+        re2.findall(f"[{SPACE_CLASS}]", EVERY_CHARACTER)
+    )
+
+
+def test_every_keyword_pattern_of_detect_secrets_has_its_linear_form() -> None:
+    assert all(r.linear is not None for r in DETECTOR_RULES if r.keyword)
+
+
+def _secrets(pattern: Any, groups: tuple[int, ...], text: str) -> list[tuple[int, int]]:
+    """Where each match's secret is: what masking uses of a match."""
+    return [next(m.span(g) for g in groups if m.start(g) >= 0) for m in pattern.finditer(text)]
+
+
+@settings(max_examples=5000, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(texts)
+def test_the_linear_form_finds_what_detect_secrets_finds(text: str) -> None:
+    for rule in LINEAR_RULES:
+        python = _secrets(rule.pattern, (rule.group,), text)
+        assert _secrets(rule.linear, rule.groups, text) == python, (rule.kind, text)
+
+
+# Text written to make a backtracking engine take quadratic time or worse: before RE2,
+# 16 KB of `api_key` took minutes, and Python's re holds every thread of the operator.
+HOSTILE = ["api_key", "api_key=`", "password: `a ", "secret='", 'pwd = "x', "a-", "-a", "a.", "//",
+           "sk-", "PASSWD", "mysql-", "mysql ", "--a-"]  # fmt: skip
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("unit", HOSTILE)
+def test_masking_any_long_text_takes_time_linear_in_it(unit: str) -> None:
+    text = unit * (65_536 // len(unit))
+    assert Redaction().text(text).count("[redacted") <= len(text)  # it ends
