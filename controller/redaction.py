@@ -35,6 +35,7 @@ from detect_secrets.plugins.private_key import PrivateKeyDetector
 from controller.core.memories import Memory
 from controller.core.quoting import fit
 from controller.core.summary import TITLE_MAX, PriorSummary, StructuredSummary, SummaryItem
+from controller.core.text import WORD_CLASS
 
 PLACEHOLDER = re.compile(r"\[redacted: [a-z0-9-]+\]")
 # Unquoted `NAME=value` counts when the value is at least this long and this random (bits
@@ -92,19 +93,6 @@ SPACE_CLASS = r"\t\n\x0b\f\r\x1c-\x20\x85\xa0\x{1680}\x{2000}-\x{200a}" + (
 )
 _I = "[iİı]"
 _QUOTE_BACKREF = re.compile(r"\((\[\\'\"`\]\??|\")\)\((?P<secret>.*?)\)\(\\\d\)")
-
-
-def _word_class() -> str:
-    """The characters of Python's \\w (RE2's \\w is ASCII, its \\pL a newer Unicode's)."""
-    chars = "".join(map(chr, range(0xD800))) + "".join(map(chr, range(0xE000, 0x110000)))
-    ranges = []
-    for run in re.finditer(r"\w+", chars):
-        first, last = (ord(c) for c in (run.group()[0], run.group()[-1]))
-        ranges.append(f"\\x{{{first:x}}}-\\x{{{last:x}}}" if last > first else f"\\x{{{first:x}}}")
-    return "".join(ranges)
-
-
-WORD_CLASS = _word_class()
 
 
 def _linear(pattern: re.Pattern[str], group: int) -> dict[str, Any]:

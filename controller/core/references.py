@@ -11,13 +11,17 @@ from __future__ import annotations
 import builtins
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
+import re2
 from pydantic import BaseModel, Field
 
 from controller.core.chunking import memory_text
 from controller.core.memories import Memory
+from controller.core.text import DIGIT_CLASS, WORD_CLASS
 
 REFERENCES_MAX = 400
 REFERENCE_MAX_CHARS = 500
@@ -35,11 +39,29 @@ _EXTENSION = (
     r"|svg|png|jpe?g|gif|pdf|gz|tgz|zip|whl|so|dll|wasm)"
 )
 
+_W, _D = WORD_CLASS, DIGIT_CLASS
+_WORD = re.compile(r"\w")
+
+
+@dataclass(frozen=True)
+class _Linear:
+    """A pattern RE2 runs, in time linear in the text where Python's re takes quadratic time
+    on `a.a.a...` or `-a-a-...`: the same matches as `(?<!...)X\\b` written as `(?:^|[^...])(X)`,
+    the \\b after checked on the character after."""
+
+    pattern: Any  # RE2
+
+    def finditer(self, text: str) -> Iterator[tuple[int, str]]:
+        for match in self.pattern.finditer(text):
+            if not _WORD.match(text, match.end(1)):
+                yield match.start(1), match.group(1)
+
+
 # Each pattern finds one kind of reference; where two overlap, the longest match wins (a
 # URL's path is not a second reference). Kinds: "place" (URLs, paths, files, issues, hashes:
 # taken in fenced code too), "name" (code spans, constants, dotted names), "error"
 # (non-built-in exception names), "path" (a place that must also look like one: a/b).
-_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+_PATTERNS: tuple[tuple[str, re.Pattern[str] | _Linear], ...] = (
     # URLs, and git remotes in scp form
     ("place", re.compile(r"\b(?:https?|ftp|ssh|git|file)://[^\s<>\"'`]+")),
     ("place", re.compile(r"\bgit@[\w.-]+:[\w./-]+")),
@@ -61,12 +83,19 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         ),
     ),
     # issues and PRs: #123, owner/repo#123, GH-123, PR #12, JIRA-style keys ABC-1234
-    ("place", re.compile(r"(?<![\w#&])(?:[\w.-]+/[\w.-]+)?#\d+\b")),
+    ("place", _Linear(re2.compile(rf"(?:^|[^{_W}#&])((?:[{_W}.-]+/[{_W}.-]+)?#[{_D}]+)"))),
     ("place", re.compile(r"\b(?:PR|pr|GH|gh)[- ]?#?\d+\b|\b[A-Z][A-Z0-9]{1,9}-\d+\b")),
     # commit hashes: 7-40 hex digits with at least one digit and one letter
     ("place", re.compile(r"\b(?=[0-9a-f]{0,39}[a-f])(?=[0-9a-f]{0,39}[0-9])[0-9a-f]{7,40}\b")),
     # exception and error names; errno-style codes and CONSTANT_NAMES
-    ("error", re.compile(r"\b(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Warning)\b")),
+    (
+        "error",
+        _Linear(
+            re2.compile(
+                rf"(?:^|[^{_W}])((?:[a-z_][{_W}]*\.)*[A-Z][{_W}]*(?:Error|Exception|Warning))"
+            )
+        ),
+    ),
     ("name", re.compile(r"\bE[A-Z]{3,}\b|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")),
     # dotted names: controller.core.merge, docs.example.org (at least two dots)
     ("name", re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*){2,}(?![\w(])")),
@@ -127,11 +156,16 @@ def _references(text: str) -> list[str]:
     found: list[tuple[int, int, str]] = []
     code = [m.span() for m in _CODE_BLOCK.finditer(text)]
     for kind, pattern in _PATTERNS:
-        for match in pattern.finditer(text):
-            ref = _trimmed(match.group(0))
-            in_code = any(a <= match.start() < b for a, b in code)
+        matches = (
+            pattern.finditer(text)
+            if isinstance(pattern, _Linear)
+            else ((m.start(), m.group(0)) for m in pattern.finditer(text))
+        )
+        for start, matched in matches:
+            ref = _trimmed(matched)
+            in_code = any(a <= start < b for a, b in code)
             if _acceptable(ref, kind) and (kind in _IN_CODE or not in_code):
-                found.append((match.start(), match.start() + len(ref), ref))
+                found.append((start, start + len(ref), ref))
     found.sort(key=lambda f: (f[0], -(f[1] - f[0])))
     kept: list[str] = []
     end = -1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from typing import Any
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -32,3 +33,18 @@ def json_value(text: str | bytes, **options: Any) -> Any:
         return json.loads(text, **options)
     except RecursionError:
         raise ValueError("JSON nested too deep to read") from None
+
+
+def _python_class(escape: str) -> str:
+    """The characters Python's re takes `escape` (\\w, \\d) to mean, as the inside of an RE2
+    character class (RE2's own are ASCII, its \\pL a newer Unicode's). None is past U+323AF
+    (tests/unit/test_redaction_linear.py checks every code point)."""
+    chars = "".join(map(chr, range(0xD800))) + "".join(map(chr, range(0xE000, 0x323B0)))
+    ranges = []
+    for run in re.finditer(escape + "+", chars):
+        first, last = ord(run.group()[0]), ord(run.group()[-1])
+        ranges.append(f"\\x{{{first:x}}}-\\x{{{last:x}}}" if last > first else f"\\x{{{first:x}}}")
+    return "".join(ranges)
+
+
+WORD_CLASS, DIGIT_CLASS = _python_class(r"\w"), _python_class(r"\d")

@@ -122,5 +122,5 @@ HOSTILE = ["api_key", "api_key=`", "password: `a ", "secret='", 'pwd = "x', "a-"
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("unit", HOSTILE)
 def test_masking_any_long_text_takes_time_linear_in_it(unit: str) -> None:
-    text = unit * (65_536 // len(unit))
+    text = unit * (262_144 // len(unit))
     assert Redaction().text(text).count("[redacted") <= len(text)  # it ends

@@ -3,10 +3,14 @@ de-duplicated, append-only, bounded but never silently; for every backend alike.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from controller.core import references
 from controller.core.document import render_document
 from controller.core.memories import Memory
 from controller.core.merge import PassUpdate, merge_pass
@@ -172,3 +176,31 @@ def test_the_extractive_and_any_other_summarizer_get_the_same_references() -> No
     proposal = EXTRACTIVE.propose(SID, memories, None)
     summary = merge_pass(None, proposal.update, memories)
     assert summary.references == ["pkg/io/reader.go:88", "GH-311"]
+
+
+# The two patterns RE2 runs (references._Linear), as Python's re wrote them before.
+BACKTRACKING = {
+    "place": r"(?<![\w#&])(?:[\w.-]+/[\w.-]+)?#\d+\b",
+    "error": r"\b(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Warning)\b",
+}
+REFERENCE_PIECES = ["a", "Z", "_", "9", "٣", "é", "K", ".", "-", "/", "#", "&", " ", "\n", "12",
+                    "#7", "owner/repo#", "app.models.", "Error", "Exception", "Warning",
+                    "ValueError", "x"]  # fmt: skip
+reference_text = st.lists(st.sampled_from(REFERENCE_PIECES), max_size=30).map("".join)
+
+
+@settings(max_examples=5000, deadline=None)
+@given(reference_text)
+def test_the_linear_patterns_find_what_the_backtracking_ones_found(text: str) -> None:
+    linear = {kind: p for kind, p in references._PATTERNS if isinstance(p, references._Linear)}
+    assert linear.keys() == BACKTRACKING.keys()
+    for kind, old in BACKTRACKING.items():
+        expected = [(m.start(), m.group()) for m in re.finditer(old, text)]
+        assert list(linear[kind].finditer(text)) == expected, (kind, text)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("unit", ["a.", ".a", "-a", "1.", "Aa.", "a.A", "-", "a/", "#1a"])
+def test_references_of_any_long_text_take_time_linear_in_it(unit: str) -> None:
+    """Before RE2, 16 KB of `a.` took 4 s, quadratic in the length, holding every thread."""
+    assert len(extract_references(unit * (262_144 // len(unit)))) <= 262_144  # it ends
