@@ -58,7 +58,12 @@ def cut_keeping_facts(text: str, limit: int) -> str:
     clauses = [c for c in _CLAUSE_END.split(text) if c]
     if len(clauses) < 2:
         return shorten(text, limit)
-    ranked = sorted(range(len(clauses)), key=lambda n: (-len(fact_tokens(clauses[n])), n))
+    # A clause longer than the limit is never chosen, whatever its rank: its facts go
+    # uncounted (the count's regex is quadratic in the length on text made for it).
+    ranked = sorted(
+        range(len(clauses)),
+        key=lambda n: (-len(fact_tokens(clauses[n])) if len(clauses[n]) <= limit else 0, n),
+    )
     chosen: set[int] = set()
     for n in ranked:
         trial = _joined(clauses, chosen | {n})

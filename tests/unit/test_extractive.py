@@ -795,3 +795,17 @@ def test_what_the_user_says_in_passing_is_kept_whatever_its_facts() -> None:
     said = "It's crazy how long it took. Over a year of uncertainty was really tough."
     summary = summarize_extractive("s1", [mem(1, "Help me find a flat.", "Sure."), mem(2, said)])
     assert "Over a year of uncertainty was really tough." in texts(summary, "User Requests")
+
+
+# Text written to make a backtracking regex slow; a clause of 64 KB took minutes to rank by
+# its facts (facts.fact_tokens is quadratic in the length on it), holding every thread.
+HOSTILE = ["a.", "a-", "-", ".a", "1.", "A.", "--a", "a.A", "a" * 65_536 + ", ", "api_key",
+           "mysql-", "a, ", "a_"]  # fmt: skip
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("unit", HOSTILE, ids=lambda unit: repr(unit[:8]))
+def test_a_pass_over_any_long_memory_takes_time_linear_in_it(unit: str) -> None:
+    text = unit * (262_144 // len(unit))
+    summary = summarize_extractive("s1", [mem(1, prompt=text, response=text, thought=text)])
+    validate_summary(summary, None)  # a summary that may be written
