@@ -35,7 +35,7 @@ from detect_secrets.plugins.private_key import PrivateKeyDetector
 from controller.core.memories import Memory
 from controller.core.quoting import fit
 from controller.core.summary import TITLE_MAX, PriorSummary, StructuredSummary, SummaryItem
-from controller.core.text import WORD_CLASS
+from controller.core.text import WORD_CLASS, without_surrogates
 
 PLACEHOLDER = re.compile(r"\[redacted: [a-z0-9-]+\]")
 # Unquoted `NAME=value` counts when the value is at least this long and this random (bits
@@ -181,7 +181,7 @@ _LINEAR_CONTEXT = types.MappingProxyType({
     3: (rf"(?i:(?:^|(?-i:[^{_W}-]))--?(?:[a-z0-9İı]+-)*(?:token|secret|passw(?:or)?d|passphrase"
         rf"|ap{_I}-?key)(?:=|[ \t]+))" + rf"""(?:(["'])([^"'\n]+)|([^-{_S}"'`,;][^{_S}"'`,;]*))"""
         + rf"|(?:^|[^{_W}])(?i:mysql|mar{_I}adb)(?:(?:[{_W}-]*[{_W}])?(?:[^\n|;&{_W}][^\n|;&]*?)??"
-        rf"|[{_W}-]*-[{_W}][^\n|;&]*?)[ \t]-p" + _QUOTED_OR_NOT % _S, (2, 3, 5, 6)),
+        rf"|[{_W}-]*-[{_W}][^\n|;&]*?)(?i:[ \t]-p)" + _QUOTED_OR_NOT % _S, (2, 3, 5, 6)),
 })  # fmt: skip
 CONTEXT_RULES = tuple(
     replace(rule, linear=own_pattern(_LINEAR_CONTEXT[n][0]), groups=_LINEAR_CONTEXT[n][1])
@@ -233,13 +233,15 @@ class Redaction:
         """(start, end, kind) of each secret, in order, not overlapping a placeholder."""
         kept = [(m.start(), m.end(), "") for m in PLACEHOLDER.finditer(text)]
         named = _KEYWORD.search(text) is not None
+        linear = without_surrogates(text)
         for rule in self.rules:
             if rule.keyword and not named:
                 continue
-            for match in (rule.linear or rule.pattern).finditer(text):
+            matches = rule.linear.finditer(linear) if rule.linear else rule.pattern.finditer(text)
+            for match in matches:
                 group = next((g for g in rule.groups if match.start(g) >= 0), rule.group)
                 start, end = match.span(group)
-                value = match.group(group)
+                value = text[start:end]
                 if rule.min_entropy and rule.charset is None:  # unquoted: one token
                     value = value.split(maxsplit=1)[0].rstrip(",;.)'\"`") if value.strip() else ""
                     end = start + len(value)

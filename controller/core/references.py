@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 
 from controller.core.chunking import memory_text
 from controller.core.memories import Memory
-from controller.core.text import DIGIT_CLASS, WORD_CLASS
+from controller.core.text import DIGIT_CLASS, WORD_CLASS, without_surrogates
 
 REFERENCES_MAX = 400
 REFERENCE_MAX_CHARS = 500
@@ -52,9 +52,9 @@ class _Linear:
     pattern: Any  # RE2
 
     def finditer(self, text: str) -> Iterator[tuple[int, str]]:
-        for match in self.pattern.finditer(text):
+        for match in self.pattern.finditer(without_surrogates(text)):
             if not _WORD.match(text, match.end(1)):
-                yield match.start(1), match.group(1)
+                yield match.start(1), text[match.start(1) : match.end(1)]
 
 
 # Each pattern finds one kind of reference; where two overlap, the longest match wins (a

@@ -48,3 +48,12 @@ def _python_class(escape: str) -> str:
 
 
 WORD_CLASS, DIGIT_CLASS = _python_class(r"\w"), _python_class(r"\d")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_surrogates(text: str) -> str:
+    """The text as RE2 can read it (UTF-8 has no lone surrogate, which JSON may carry): each
+    one U+FFFD, which no pattern here tells from it, so every position stays."""
+    return _SURROGATE.sub("\ufffd", text)

@@ -185,7 +185,7 @@ BACKTRACKING = {
 }
 REFERENCE_PIECES = ["a", "Z", "_", "9", "٣", "é", "K", ".", "-", "/", "#", "&", " ", "\n", "12",
                     "#7", "owner/repo#", "app.models.", "Error", "Exception", "Warning",
-                    "ValueError", "x"]  # fmt: skip
+                    "ValueError", "x", "\ud800", "\udc80"]  # fmt: skip
 reference_text = st.lists(st.sampled_from(REFERENCE_PIECES), max_size=30).map("".join)
 
 
