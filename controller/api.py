@@ -15,6 +15,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic.alias_generators import to_camel
 
 from controller.core.endpoint_url import ENDPOINT_URL_MAX, checked_endpoint_url
+from controller.core.text import re2_pattern
 from controller.core.visibility import (
     NEO_IDENTITY_TRUST_TIERS,
     NEO_SHARED_AGENTS,
@@ -22,7 +23,6 @@ from controller.core.visibility import (
     TrustTier,
     VisibilityRules,
 )
-from controller.redaction import own_pattern
 
 GROUP = "memorycore.io"
 VERSION = "v1alpha1"
@@ -260,7 +260,7 @@ class RedactionPattern(CamelModel):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        own_pattern(value)  # ValueError: RE2 refuses it
+        re2_pattern(value)  # ValueError: RE2 refuses it
         return value
 
 

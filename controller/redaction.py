@@ -17,10 +17,9 @@ import re
 import types
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-import re2
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 from detect_secrets.plugins import keyword
 from detect_secrets.plugins.base import RegexBasedDetector
@@ -35,7 +34,7 @@ from detect_secrets.plugins.private_key import PrivateKeyDetector
 from controller.core.memories import Memory
 from controller.core.quoting import fit
 from controller.core.summary import TITLE_MAX, PriorSummary, StructuredSummary, SummaryItem
-from controller.core.text import WORD_CLASS, without_surrogates
+from controller.core.text import WORD_CLASS, Linear, re2_pattern
 
 PLACEHOLDER = re.compile(r"\[redacted: [a-z0-9-]+\]")
 # Unquoted `NAME=value` counts when the value is at least this long and this random (bits
@@ -68,23 +67,8 @@ class Rule:
     whole_token: bool = True  # extend over the rest of the token (a JWT's signature)
     charset: str | None = None  # what the entropy counts (None: base64's)
     keyword: bool = False  # only in a text naming a secret (password, api_key, ...)
-    # What scans the text when not `pattern` itself: the same matches in linear time (RE2),
-    # the secret in the first of `groups` that took part.
-    linear: Any = field(default=None, repr=False, compare=False)
-    groups: tuple[int, ...] = field(default=(), repr=False, compare=False)
-
-
-def own_pattern(pattern: str) -> Any:
-    """A SessionSummarizer's pattern, compiled by RE2: it matches in time linear in the text
-    whatever the pattern (no backtracking), so no tenant's pattern can stall the process.
-    ValueError for one RE2 refuses (a backreference, lookaround, a program over its bound)."""
-    options = re2.Options()
-    options.log_errors = False
-    try:
-        return re2.compile(pattern, options)
-    except re2.error as exc:  # its message is bytes
-        why = b"".join(a for a in exc.args if isinstance(a, bytes)).decode(errors="replace")
-        raise ValueError(f"not a pattern RE2 accepts: {why}") from exc
+    # What scans the text when not `pattern` itself: the same secrets in linear time.
+    linear: Linear | None = field(default=None, repr=False, compare=False)
 
 
 # Python's \s as RE2 spells it (RE2's own \s is ASCII); Python's \w: WORD_CLASS.
@@ -95,12 +79,10 @@ _I = "[iİı]"
 _QUOTE_BACKREF = re.compile(r"\((\[\\'\"`\]\??|\")\)\((?P<secret>.*?)\)\(\\\d\)")
 
 
-def _linear(pattern: re.Pattern[str], group: int) -> dict[str, Any]:
-    """A detect-secrets pattern as RE2 runs it, with the same matches: on text made for it,
-    Python's re takes quadratic time or worse (16 KB of `api_key` took minutes), holding
-    every thread meanwhile. Python's \\s and \\w are spelled out; the keyword patterns'
-    lookaheads become what they require (a word character first), and a quote with the
-    backreference closing it one alternative per quote, the secret in one of their groups."""
+def _linear(pattern: re.Pattern[str], group: int) -> Linear:
+    """A detect-secrets pattern as RE2 runs it: the keyword patterns' lookaheads become what
+    they require (a word character first), and a quote with the backreference closing it one
+    alternative per quote, the secret in one of their groups."""
     text, alternatives = pattern.pattern, [""]
     if pattern.flags & re.IGNORECASE:  # Python's re, not RE2, folds İ and ı into i
         text = text.replace("i", _I)
@@ -116,10 +98,7 @@ def _linear(pattern: re.Pattern[str], group: int) -> dict[str, Any]:
     text = text.replace(r"[^\s]", f"[^{SPACE_CLASS}]").replace(r"\s", f"[{SPACE_CLASS}]")
     text = text.replace(r"\w", f"(?-i:[{WORD_CLASS}])")  # (?i) folds more into it than re
     flags = "(?i)" if pattern.flags & re.IGNORECASE else ""
-    return {
-        "linear": own_pattern(flags + text),
-        "groups": tuple(range(group, group + len(alternatives))),
-    }
+    return Linear(flags + text, tuple(range(group, group + len(alternatives))))
 
 
 # detect-secrets' patterns Python's re takes quadratic time on (besides the keyword ones).
@@ -136,18 +115,16 @@ def _detector_rules() -> tuple[Rule, ...]:
         whole = plugin is not BasicAuthDetector
         patterns: Iterable[re.Pattern[str]] = plugin.denylist  # type: ignore[attr-defined]
         kind = kind_of(secret_type)
-        rules += [
-            Rule(kind, p, group, 0.0, whole, **(_linear(p, group) if kind in _QUADRATIC else {}))
-            for p in patterns
-        ]
+        for p in patterns:
+            linear = _linear(p, group) if kind in _QUADRATIC else None
+            rules.append(Rule(kind, p, group, 0.0, whole, linear=linear))
     kw = kind_of(keyword.KeywordDetector.secret_type)
-    for pattern, group in keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP.items():
-        rules.append(Rule(kw, pattern, group, 0.0, False, keyword=True, **_linear(pattern, group)))
-    for pattern, group in keyword.CONFIG_DENYLIST_REGEX_TO_GROUP.items():
-        rules.append(
-            Rule(kw, pattern, group, UNQUOTED_MIN_ENTROPY, False, keyword=True,
-                 **_linear(pattern, group))
-        )  # fmt: skip
+    for denylist, min_entropy in (
+        (keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP, 0.0),
+        (keyword.CONFIG_DENYLIST_REGEX_TO_GROUP, UNQUOTED_MIN_ENTROPY),
+    ):
+        for p, g in denylist.items():
+            rules.append(Rule(kw, p, g, min_entropy, False, keyword=True, linear=_linear(p, g)))
     e = Base64HighEntropyString()
     rules.append(Rule(kind_of(e.secret_type), e.regex, 2, e.entropy_limit, False, e.charset))
     return tuple(rules)
@@ -155,40 +132,36 @@ def _detector_rules() -> tuple[Rule, ...]:
 
 # A value, quoted (all of it) or not (one token; Authorization's with its scheme): group 2.
 _VALUE = r"""(["'])?((?(1)[^"'\n]+|%s[^\s"'`,;]+))"""
+# The same value as RE2 runs it: the condition one group per branch.
+_W, _S = WORD_CLASS, SPACE_CLASS
+_QUOTED_OR_NOT = r"""(?:(["'])([^"'\n]+)|([^%s"'`,;]+))"""
 # Credentials by where they stand: a header that carries one (Authorization, with any scheme;
 # any *-Token, *-Key, *-Secret, *-Password header), an env-style NAME that names one (any
 # value), a command-line flag that passes one (--password x, --token=x, mysql's -pSECRET).
-CONTEXT_RULES = tuple(Rule(kind, re.compile(pattern), 2, 0.0, False) for kind, pattern in (
+# Two run on RE2 (Python's re takes quadratic time or worse on `a-a-a-...` and
+# `mysql-mysql-...`): a \b or lookbehind becomes the character before, a lookahead what
+# follows must be.
+CONTEXT_RULES = tuple(
+    Rule(kind, re.compile(pattern), 2, 0.0, False, linear=linear)
+    for kind, pattern, linear in (
     ("credential-header", r"(?i)\b(?:proxy-)?authorization[\"']?[ \t]*:[ \t]*"
-     + _VALUE % r"(?:[a-z]+\d?(?:-[a-z0-9]+)*[ \t]+)?"),  # with its scheme
+     + _VALUE % r"(?:[a-z]+\d?(?:-[a-z0-9]+)*[ \t]+)?", None),  # with its scheme
     ("credential-header", r"(?i)\b(?:(?:[a-z0-9]+-)+(?:token|key|secret|passw(?:or)?d)|api-?key)"
-     r"[\"']?[ \t]*:[ \t]*" + _VALUE % ""),
+     r"[\"']?[ \t]*:[ \t]*" + _VALUE % "",
+     Linear(rf"(?:^|[^{_W}])(?i:(?:[a-z0-9İı]+-)+(?:token|key|secret|passw(?:or)?d)|ap{_I}-?key)"
+            rf"[\"']?[ \t]*:[ \t]*" + _QUOTED_OR_NOT % _S, (2, 3))),
     ("credential-variable", r"\b[A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|APIKEY|_KEY"
-     r"|_PWD|_PASS)\b[\"']?[ \t]*[:=][ \t]*" + _VALUE % ""),
+     r"|_PWD|_PASS)\b[\"']?[ \t]*[:=][ \t]*" + _VALUE % "", None),
     ("credential-flag", r"(?i:(?<![\w-])--?(?:[a-z0-9]+-)*(?:token|secret|passw(?:or)?d|passphrase"
      r"|api-?key)(?:=|[ \t]+)(?!-)|\b(?:mysql|mariadb)[\w-]*\b[^\n|;&]*?[ \t]-p(?!\s))"
-     + _VALUE % ""),
+     + _VALUE % "",
+     Linear(rf"(?i:(?:^|(?-i:[^{_W}-]))--?(?:[a-z0-9İı]+-)*(?:token|secret|passw(?:or)?d"
+            rf"|passphrase|ap{_I}-?key)(?:=|[ \t]+))"
+            + rf"""(?:(["'])([^"'\n]+)|([^-{_S}"'`,;][^{_S}"'`,;]*))"""
+            + rf"|(?:^|[^{_W}])(?i:mysql|mar{_I}adb)(?:(?:[{_W}-]*[{_W}])?"
+            rf"(?:[^\n|;&{_W}][^\n|;&]*?)??|[{_W}-]*-[{_W}][^\n|;&]*?)(?i:[ \t]-p)"
+            + _QUOTED_OR_NOT % _S, (2, 3, 5, 6))),
 ))  # fmt: skip
-# Two of them as RE2 runs them, with the same secrets: Python's re takes quadratic time or
-# worse on `a-a-a-...` and `mysql-mysql-...` (16 KB: 12 minutes). A \\b or lookbehind becomes
-# the character before (a secret's span is the same), a lookahead what follows must be, a
-# condition one group per branch.
-_W, _S = WORD_CLASS, SPACE_CLASS
-_QUOTED_OR_NOT = r"""(?:(["'])([^"'\n]+)|([^%s"'`,;]+))"""
-_LINEAR_CONTEXT = types.MappingProxyType({
-    1: (rf"(?:^|[^{_W}])(?i:(?:[a-z0-9İı]+-)+(?:token|key|secret|passw(?:or)?d)|ap{_I}-?key)"
-        rf"[\"']?[ \t]*:[ \t]*" + _QUOTED_OR_NOT % _S, (2, 3)),
-    3: (rf"(?i:(?:^|(?-i:[^{_W}-]))--?(?:[a-z0-9İı]+-)*(?:token|secret|passw(?:or)?d|passphrase"
-        rf"|ap{_I}-?key)(?:=|[ \t]+))" + rf"""(?:(["'])([^"'\n]+)|([^-{_S}"'`,;][^{_S}"'`,;]*))"""
-        + rf"|(?:^|[^{_W}])(?i:mysql|mar{_I}adb)(?:(?:[{_W}-]*[{_W}])?(?:[^\n|;&{_W}][^\n|;&]*?)??"
-        rf"|[{_W}-]*-[{_W}][^\n|;&]*?)(?i:[ \t]-p)" + _QUOTED_OR_NOT % _S, (2, 3, 5, 6)),
-})  # fmt: skip
-CONTEXT_RULES = tuple(
-    replace(rule, linear=own_pattern(_LINEAR_CONTEXT[n][0]), groups=_LINEAR_CONTEXT[n][1])
-    if n in _LINEAR_CONTEXT
-    else rule
-    for n, rule in enumerate(CONTEXT_RULES)
-)
 DETECTOR_RULES = _detector_rules() + CONTEXT_RULES
 _PRIVATE_KEY = kind_of(PrivateKeyDetector.secret_type)
 _BASE64 = Base64HighEntropyString().charset
@@ -219,7 +192,7 @@ class Redaction:
         own = tuple(
             Rule(kind_of(name), compiled, 1 if compiled.groups else 0, 0.0, False)
             for name, pattern in self.extra
-            for compiled in (own_pattern(pattern),)
+            for compiled in (re2_pattern(pattern),)
         )
         rules = DETECTOR_RULES + own
         object.__setattr__(self, "rules", rules)
@@ -233,14 +206,14 @@ class Redaction:
         """(start, end, kind) of each secret, in order, not overlapping a placeholder."""
         kept = [(m.start(), m.end(), "") for m in PLACEHOLDER.finditer(text)]
         named = _KEYWORD.search(text) is not None
-        linear = without_surrogates(text)
         for rule in self.rules:
             if rule.keyword and not named:
                 continue
-            matches = rule.linear.finditer(linear) if rule.linear else rule.pattern.finditer(text)
-            for match in matches:
-                group = next((g for g in rule.groups if match.start(g) >= 0), rule.group)
-                start, end = match.span(group)
+            if rule.linear:
+                found = rule.linear.spans(text)
+            else:
+                found = (m.span(rule.group) for m in rule.pattern.finditer(text))
+            for start, end in found:
                 value = text[start:end]
                 if rule.min_entropy and rule.charset is None:  # unquoted: one token
                     value = value.split(maxsplit=1)[0].rstrip(",;.)'\"`") if value.strip() else ""

@@ -11,17 +11,14 @@ from __future__ import annotations
 import builtins
 import hashlib
 import re
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from types import MappingProxyType
-from typing import Any
 
-import re2
 from pydantic import BaseModel, Field
 
 from controller.core.chunking import memory_text
 from controller.core.memories import Memory
-from controller.core.text import DIGIT_CLASS, WORD_CLASS, without_surrogates
+from controller.core.text import DIGIT_CLASS, WORD_CLASS, Linear
 
 REFERENCES_MAX = 400
 REFERENCE_MAX_CHARS = 500
@@ -39,29 +36,16 @@ _EXTENSION = (
     r"|svg|png|jpe?g|gif|pdf|gz|tgz|zip|whl|so|dll|wasm)"
 )
 
+# Two patterns run on RE2 (Python's re takes quadratic time on `a.a.a...` or `-a-a-...`):
+# `(?<!...)X\b` written as `(?:^|[^...])(X)`, the \b after checked on the character after.
 _W, _D = WORD_CLASS, DIGIT_CLASS
-_WORD = re.compile(r"\w")
-
-
-@dataclass(frozen=True)
-class _Linear:
-    """A pattern RE2 runs, in time linear in the text where Python's re takes quadratic time
-    on `a.a.a...` or `-a-a-...`: the same matches as `(?<!...)X\\b` written as `(?:^|[^...])(X)`,
-    the \\b after checked on the character after."""
-
-    pattern: Any  # RE2
-
-    def finditer(self, text: str) -> Iterator[tuple[int, str]]:
-        for match in self.pattern.finditer(without_surrogates(text)):
-            if not _WORD.match(text, match.end(1)):
-                yield match.start(1), text[match.start(1) : match.end(1)]
 
 
 # Each pattern finds one kind of reference; where two overlap, the longest match wins (a
 # URL's path is not a second reference). Kinds: "place" (URLs, paths, files, issues, hashes:
 # taken in fenced code too), "name" (code spans, constants, dotted names), "error"
 # (non-built-in exception names), "path" (a place that must also look like one: a/b).
-_PATTERNS: tuple[tuple[str, re.Pattern[str] | _Linear], ...] = (
+_PATTERNS: tuple[tuple[str, re.Pattern[str] | Linear], ...] = (
     # URLs, and git remotes in scp form
     ("place", re.compile(r"\b(?:https?|ftp|ssh|git|file)://[^\s<>\"'`]+")),
     ("place", re.compile(r"\bgit@[\w.-]+:[\w./-]+")),
@@ -83,17 +67,17 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str] | _Linear], ...] = (
         ),
     ),
     # issues and PRs: #123, owner/repo#123, GH-123, PR #12, JIRA-style keys ABC-1234
-    ("place", _Linear(re2.compile(rf"(?:^|[^{_W}#&])((?:[{_W}.-]+/[{_W}.-]+)?#[{_D}]+)"))),
+    ("place", Linear(rf"(?:^|[^{_W}#&])((?:[{_W}.-]+/[{_W}.-]+)?#[{_D}]+)", (1,), True)),
     ("place", re.compile(r"\b(?:PR|pr|GH|gh)[- ]?#?\d+\b|\b[A-Z][A-Z0-9]{1,9}-\d+\b")),
     # commit hashes: 7-40 hex digits with at least one digit and one letter
     ("place", re.compile(r"\b(?=[0-9a-f]{0,39}[a-f])(?=[0-9a-f]{0,39}[0-9])[0-9a-f]{7,40}\b")),
     # exception and error names; errno-style codes and CONSTANT_NAMES
     (
         "error",
-        _Linear(
-            re2.compile(
-                rf"(?:^|[^{_W}])((?:[a-z_][{_W}]*\.)*[A-Z][{_W}]*(?:Error|Exception|Warning))"
-            )
+        Linear(
+            rf"(?:^|[^{_W}])((?:[a-z_][{_W}]*\.)*[A-Z][{_W}]*(?:Error|Exception|Warning))",
+            (1,),
+            True,
         ),
     ),
     ("name", re.compile(r"\bE[A-Z]{3,}\b|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")),
@@ -156,13 +140,12 @@ def _references(text: str) -> list[str]:
     found: list[tuple[int, int, str]] = []
     code = [m.span() for m in _CODE_BLOCK.finditer(text)]
     for kind, pattern in _PATTERNS:
-        matches = (
-            pattern.finditer(text)
-            if isinstance(pattern, _Linear)
-            else ((m.start(), m.group(0)) for m in pattern.finditer(text))
-        )
-        for start, matched in matches:
-            ref = _trimmed(matched)
+        if isinstance(pattern, Linear):
+            spans = pattern.spans(text)
+        else:
+            spans = (m.span() for m in pattern.finditer(text))
+        for start, end in spans:
+            ref = _trimmed(text[start:end])
             in_code = any(a <= start < b for a, b in code)
             if _acceptable(ref, kind) and (kind in _IN_CODE or not in_code):
                 found.append((start, start + len(ref), ref))

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
+
+import re2
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -57,3 +62,41 @@ def without_surrogates(text: str) -> str:
     """The text as RE2 can read it (UTF-8 has no lone surrogate, which JSON may carry): each
     one U+FFFD, which no pattern here tells from it, so every position stays."""
     return _SURROGATE.sub("\ufffd", text)
+
+
+def re2_pattern(pattern: str) -> Any:
+    """The pattern compiled by RE2: it matches in time linear in the text whatever the
+    pattern, so none stalls the process. ValueError for one RE2 refuses (a backreference,
+    lookaround, a program over its bound)."""
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:  # its message is bytes
+        why = b"".join(a for a in exc.args if isinstance(a, bytes)).decode(errors="replace")
+        raise ValueError(f"not a pattern RE2 accepts: {why}") from exc
+
+
+_WORD = re.compile(r"\w")
+
+
+@dataclass(frozen=True)
+class Linear:
+    """A Python pattern as RE2 runs it, in time linear in the text where Python's re takes
+    quadratic time or worse. A match finds the first of `groups` that took part; `word_ends`:
+    a word character after it drops it (a \\b RE2 cannot check without taking that character)."""
+
+    source: str
+    groups: tuple[int, ...] = (0,)
+    word_ends: bool = False
+
+    @functools.cached_property
+    def pattern(self) -> Any:
+        return re2_pattern(self.source)  # on first use, not at start-up
+
+    def spans(self, text: str) -> Iterator[tuple[int, int]]:
+        """(start, end) in text of what each match found."""
+        for match in self.pattern.finditer(without_surrogates(text)):
+            start, end = match.span(next(g for g in self.groups if match.start(g) >= 0))
+            if not (self.word_ends and _WORD.match(text, end)):
+                yield start, end

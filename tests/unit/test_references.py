@@ -26,6 +26,7 @@ from controller.core.summary import (
     validate_summary,
 )
 from controller.core.summary_row import from_chroma_row, to_chroma_metadata
+from controller.core.text import Linear
 from controller.summarizers.extractive import EXTRACTIVE
 
 SID = "sess-refs"
@@ -178,7 +179,7 @@ def test_the_extractive_and_any_other_summarizer_get_the_same_references() -> No
     assert summary.references == ["pkg/io/reader.go:88", "GH-311"]
 
 
-# The two patterns RE2 runs (references._Linear), as Python's re wrote them before.
+# The two patterns RE2 runs (core.text.Linear), as Python's re wrote them before.
 BACKTRACKING = {
     "place": r"(?<![\w#&])(?:[\w.-]+/[\w.-]+)?#\d+\b",
     "error": r"\b(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Warning)\b",
@@ -192,11 +193,11 @@ reference_text = st.lists(st.sampled_from(REFERENCE_PIECES), max_size=30).map(""
 @settings(max_examples=5000, deadline=None)
 @given(reference_text)
 def test_the_linear_patterns_find_what_the_backtracking_ones_found(text: str) -> None:
-    linear = {kind: p for kind, p in references._PATTERNS if isinstance(p, references._Linear)}
+    linear = {kind: p for kind, p in references._PATTERNS if isinstance(p, Linear)}
     assert linear.keys() == BACKTRACKING.keys()
     for kind, old in BACKTRACKING.items():
-        expected = [(m.start(), m.group()) for m in re.finditer(old, text)]
-        assert list(linear[kind].finditer(text)) == expected, (kind, text)
+        expected = [m.span() for m in re.finditer(old, text)]
+        assert list(linear[kind].spans(text)) == expected, (kind, text)
 
 
 @pytest.mark.timeout(120)
