@@ -25,14 +25,3 @@ def wait_delay(attempt: int, *, first_s: float, max_s: float, jitter: float, ran
     the first); rand is a uniform draw in [0, 1)."""
     base = min(first_s * 2 ** min(max(attempt, 0), MAX_DOUBLINGS), max(max_s, first_s))
     return base * (1 + jitter * min(max(rand, 0.0), 1.0))
-
-
-def looks_within(seconds: float, *, first_s: float, max_s: float) -> int:
-    """How many looks a wait of `seconds` takes at most (every draw of jitter 0): what the
-    docs state and the tests hold the operator to."""
-    looks, elapsed, attempt = 0, 0.0, 0
-    while True:
-        elapsed += wait_delay(attempt, first_s=first_s, max_s=max_s, jitter=0.0, rand=0.0)
-        if elapsed > seconds:
-            return looks
-        looks, attempt = looks + 1, attempt + 1

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from controller.core.waiting import looks_within
 from devenv.controlplane import REPO_ROOT
 from tests.integration.harness import Harness
-from tests.support.waiting import measure_waiting
+from tests.support.waiting import looks_within, measure_waiting
 
 WAIT_S = 60
 # docs/operations.md, "Waiting for another writer": per waiting minute at most 6 looks

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.core.waiting import wait_delay
 from controller.kube import client as kube
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
@@ -205,3 +206,14 @@ def _done(namespace: str, name: str) -> str | None:
     if status.get("phase") in ("Summarized", "Empty", "NotFound", "Failed"):
         return str(status["phase"])
     return None
+
+
+def looks_within(seconds: float, *, first_s: float, max_s: float) -> int:
+    """How many looks a wait of `seconds` takes at most (every draw of jitter 0): what the
+    docs state and the tests hold the operator to."""
+    looks, elapsed, attempt = 0, 0.0, 0
+    while True:
+        elapsed += wait_delay(attempt, first_s=first_s, max_s=max_s, jitter=0.0, rand=0.0)
+        if elapsed > seconds:
+            return looks
+        looks, attempt = looks + 1, attempt + 1

@@ -14,7 +14,7 @@ from controller.api import Condition
 from controller.core.event_aggregation import EventKey, EventLog, event_name
 from controller.core.rate_limit import TokenBucket
 from controller.core.requeue import to_ask_again_with_progress
-from controller.core.waiting import looks_within, wait_delay
+from controller.core.waiting import wait_delay
 from controller.kube.peering import (
     PRIORITY_STEP,
     TOP_PRIORITY,
@@ -24,6 +24,7 @@ from controller.kube.peering import (
 )
 from controller.status.conditions import set_condition
 from controller.status.readiness import summary_readiness, with_derived
+from tests.support.waiting import looks_within
 
 PHASES = ["Pending", "Summarizing", "Summarized", "Empty", "NotFound", "Failed", None]
 
