@@ -59,14 +59,6 @@ class SweepResult:
     aligned: bool = True
     appended: int = 0  # rows added since the last sweep (the appended-rows scan)
 
-    @property
-    def created(self) -> int:
-        return self.applied.created
-
-    @property
-    def patched(self) -> int:
-        return self.applied.patched
-
 
 def _in_flight(obj: dict[str, object]) -> bool:
     status = obj.get("status") or {}

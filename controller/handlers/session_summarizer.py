@@ -304,8 +304,8 @@ async def _sweep(
     message = (
         f"scanned {result.scanned} new memories and {result.appended} added rows: "
         f"{plan.found} stale, {len(plan.still_active)} "
-        f"still active, {len(plan.fresh)} fresh; created {result.created}, "
-        f"patched {result.patched}, refreshed {result.applied.refreshed} grown active "
+        f"still active, {len(plan.fresh)} fresh; created {result.applied.created}, "
+        f"patched {result.applied.patched}, refreshed {result.applied.refreshed} grown active "
         f"sessions, {result.applied.in_flight} already in flight, "
         f"{result.applied.left} left for later"
     )
@@ -315,8 +315,8 @@ async def _sweep(
         duration_s=result.duration_s,
         found=plan.found,
         deferred=result.applied.left,
-        created=result.created,
-        patched=result.patched,
+        created=result.applied.created,
+        patched=result.applied.patched,
         scanned=result.scanned + result.appended,
         watermark=plan.next_watermark_ms,
         message=message,
@@ -325,5 +325,5 @@ async def _sweep(
         cursor=(result.cursor.offset, result.cursor.last_id) if result.cursor else None,
     )
     await asyncio.to_thread(kube.update_summarizer_status, namespace, name, swept.apply)
-    if result.created or result.patched or result.applied.refreshed:
+    if result.applied.created or result.applied.patched or result.applied.refreshed:
         events.post(body, type_="Normal", reason="Swept", message=message)

@@ -488,8 +488,8 @@ def test_overlapping_sweeps_create_each_object_once(harness: Harness) -> None:
     with ThreadPoolExecutor(2) as pool:  # two replicas sweeping at the same moment
         results = list(pool.map(lambda _: sweep(), range(2)))
     assert all(r.plan.found == len(sessions) for r in results)
-    assert sum(r.created for r in results) == len(sessions)  # each object created once
-    assert sum(r.patched for r in results) == 0  # and the losing sweep patched nothing
+    assert sum(r.applied.created for r in results) == len(sessions)  # each object created once
+    assert sum(r.applied.patched for r in results) == 0  # and the losing sweep patched nothing
     objs = phases(harness.cp, ns)
     assert sorted(objs) == sorted(sessions)
     # A third sweep while nothing was summarized yet patches nothing: the work is in flight.
@@ -497,7 +497,7 @@ def test_overlapping_sweeps_create_each_object_once(harness: Harness) -> None:
     # appended, the rows since the watermark, the summaries) and each session's lookup.
     paused: list[int] = []
     again = sweep(lambda: paused.append(1))
-    assert again.created == 0 and again.patched == 0
+    assert again.applied.created == 0 and again.applied.patched == 0
     assert len(paused) == 3 + len(sessions)
     assert all(o["spec"]["trigger"] == "sweep" for o in objs.values())
 
@@ -524,7 +524,7 @@ def test_sessions_in_flight_do_not_starve_an_older_backlog(harness: Harness) -> 
     acted = []
     for _ in range(3):  # no operator runs here: whatever a sweep creates stays in flight
         result = run_sweep(store, spec, namespace=ns, summarizer_name="default", watermark_ms=None)
-        acted.append((result.created, result.applied.in_flight, result.applied.left))
+        acted.append((result.applied.created, result.applied.in_flight, result.applied.left))
     assert acted == [(2, 0, 4), (2, 2, 2), (2, 4, 0)]
     assert sorted(phases(harness.cp, ns)) == sorted(sessions)
 
