@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from controller.cli.args import CliError, printable
-from controller.cli.failures import kube_call, missing_collection, store_errors, summarizer_object
+from controller.cli.failures import kube_call, store_errors, summarizer_object
 
 # -- commands ------------------------------------------------------------------------------
 
@@ -213,22 +213,6 @@ def _conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in status.get("conditions") or []}
 
 
-def _store(args: argparse.Namespace, summarizer: Any = None) -> Any:
-    """The store, as the flags and the summarizer (default: the one they name) say."""
-    from controller.cli.settings import load_summarizer, store_location
-    from controller.store.connection import connect
-    from controller.store.errors import InvalidStoreConfig, StoreUnavailable
-    from controller.store.memory_store import MemoryStore
-
-    location = store_location(args, summarizer or load_summarizer(args))
-    try:
-        return MemoryStore(connect(location), location)
-    except StoreUnavailable as exc:
-        raise CliError(f"{exc}; is the Chroma server running?") from exc
-    except InvalidStoreConfig as exc:
-        raise CliError(str(exc)) from exc
-
-
 def _full_document(store: Any, session_id: Any, document: str) -> str:
     """The whole summary, rebuilt from the row and its ledger entry."""
     from controller.core.document import render_document
@@ -244,7 +228,9 @@ def _full_document(store: Any, session_id: Any, document: str) -> str:
 
 
 def cmd_summaries(args: argparse.Namespace) -> int:
-    store = _store(args)
+    from controller.cli.settings import open_store
+
+    store, _ = open_store(args)
     with store_errors():
         rows = store.latest_summaries(args.limit)
     if args.full:
@@ -274,13 +260,12 @@ def cmd_summaries(args: argparse.Namespace) -> int:
 def cmd_remember(args: argparse.Namespace) -> int:
     """Writes one memory as an agent does (docs/agents.md): a turn or a sunset marker,
     embedded with the summarizer's model (default: local MiniLM)."""
-    from controller.cli.settings import embedder, load_summarizer
+    from controller.cli.settings import embedder, open_store
     from controller.core.memories import SUNSET_MARKER_TYPE, render_interaction_document
 
     if args.sunset_marker == (args.prompt is not None or args.response is not None):
         raise CliError("give --prompt and --response (an agent's turn), or --sunset-marker")
-    summarizer = load_summarizer(args)
-    store = _store(args, summarizer)
+    store, summarizer = open_store(args)
     meta: dict[str, Any] = {"sessionId": args.session_id, "timestamp": int(time.time() * 1000)}
     if args.sunset_marker:
         document, meta["type"] = "session sunset", SUNSET_MARKER_TYPE
@@ -313,58 +298,54 @@ _OUTCOME_DETAIL = MappingProxyType(
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
-    from controller.cli.settings import load_summarizer, summarize_parts
+    from controller.cli.settings import summarize_backends
     from controller.embeddings.minilm import EmbeddingError
     from controller.pipeline import summarize_session
-    from controller.store.errors import (
-        CollectionNotFound,
-        EmbeddingMismatch,
-        InvalidStoreConfig,
-        StoreUnavailable,
-    )
+    from controller.store.errors import EmbeddingMismatch, InvalidStoreConfig, StoreUnavailable
 
-    if not args.bypass_claim:
+    if args.local:
+        print(
+            "summaryctl: warning: --local is deprecated and will be removed in the next "
+            "release; use --bypass-claim",
+            file=sys.stderr,
+        )
+    if not (args.bypass_claim or args.local):
         raise CliError(
             "summarize writes to Chroma directly, bypassing the operator's single-writer "
             "claim; pass --bypass-claim to confirm that no operator is running against this "
             "store (otherwise use `summaryctl sunset`)"
         )
-    summarizer = load_summarizer(args)
-    store = _store(args, summarizer)
-    parts = summarize_parts(summarizer)
+    parts = summarize_backends(args)
     failures: list[str] = []
     not_found: list[str] = []
     total = len(args.session_ids)
     for i, session_id in enumerate(args.session_ids, 1):
-        try:
-            outcome = summarize_session(
-                store,
-                session_id,
-                embed=parts.embed,
-                writer=f"summaryctl@{os.uname().nodename}",
-                trigger="manual",
-                excluded_types=parts.excluded_types,
-                summarizer=parts.summarizer,
-                visibility=parts.visibility,
-                redaction=parts.redaction,
-            )
-        except CollectionNotFound as exc:  # the same for every session: stop here
-            raise missing_collection(exc) from exc
-        except InvalidStoreConfig as exc:
-            raise CliError(str(exc)) from exc
-        except (StoreUnavailable, EmbeddingMismatch, EmbeddingError, ValueError) as exc:
-            failures.append(session_id)
-            print(
-                f"[{i}/{total}] {printable(session_id)}: FAILED: {printable(exc)}", file=sys.stderr
-            )
-            continue
+        shown = f"[{i}/{total}] {printable(session_id)}"
+        with store_errors():  # a missing collection or a refused setting: stop here
+            try:
+                outcome = summarize_session(
+                    parts.store,
+                    session_id,
+                    embed=parts.embed,
+                    writer=f"summaryctl@{os.uname().nodename}",
+                    trigger="manual",
+                    excluded_types=parts.excluded_types,
+                    summarizer=parts.summarizer,
+                    visibility=parts.visibility,
+                    redaction=parts.redaction,
+                )
+            except InvalidStoreConfig:
+                raise
+            except (StoreUnavailable, EmbeddingMismatch, EmbeddingError, ValueError) as exc:
+                failures.append(session_id)
+                print(f"{shown}: FAILED: {printable(exc)}", file=sys.stderr)
+                continue
         if outcome.kind == "not-found":
             not_found.append(session_id)
         detail = _OUTCOME_DETAIL.get(outcome.kind, "").format(
             new=outcome.new_memories, passes=outcome.passes
         )
-        shown = f"[{i}/{total}] {printable(session_id)}: {outcome.kind}"
-        print(shown + (f" ({detail})" if detail else ""))
+        print(f"{shown}: {outcome.kind}" + (f" ({detail})" if detail else ""))
     for ids, what in (
         (not_found, "no memories found for {} of {} session(s)"),
         (failures, "{} of {} session(s) failed"),

@@ -77,14 +77,11 @@ def _with_secrets(args: argparse.Namespace) -> list[str]:
     """Sessions whose stored summary holds a secret the next pass would mask
     (PassRedaction.prior)."""
     from controller import backends
-    from controller.cli.commands import _store
-    from controller.cli.settings import load_summarizer
+    from controller.cli.settings import open_store
     from controller.core.summary import UnreadablePriorSummary
     from controller.redaction import PassRedaction
 
-    summarizer = load_summarizer(args)
-    assert summarizer is not None
-    store = _store(args, summarizer)
+    store, summarizer = open_store(args)
     rules = backends.redaction_of(summarizer.spec)
     found: list[str] = []
     with store_errors():

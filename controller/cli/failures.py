@@ -85,10 +85,6 @@ def _api_message(exc: Any) -> str:
         return str(exc.reason)
 
 
-def missing_collection(exc: Any) -> CliError:
-    return CliError(f"{exc} (--{exc.role}-collection; reading never creates a collection)")
-
-
 @contextlib.contextmanager
 def store_errors() -> Iterator[None]:
     """Every way a store call fails, as a CliError naming what to fix."""
@@ -102,6 +98,7 @@ def store_errors() -> Iterator[None]:
     try:
         yield
     except CollectionNotFound as exc:
-        raise missing_collection(exc) from exc
+        why = f"--{exc.role}-collection; reading never creates a collection"
+        raise CliError(f"{exc} ({why})") from exc
     except (StoreUnavailable, EmbeddingMismatch, InvalidStoreConfig) as exc:
         raise CliError(str(exc)) from exc

@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 from controller.cli.args import CliError, printable
-from controller.cli.commands import _store
 from controller.cli.failures import store_errors
 from controller.core.text import json_value, ms_to_rfc3339
 
@@ -49,7 +48,9 @@ def _ledger_lines(session_id: str, document: str, keys: dict[str, Any]) -> list[
 
 def cmd_ledger(args: argparse.Namespace) -> int:
     """A session's ledger entry: the writer's state that the row no longer carries."""
-    store = _store(args)
+    from controller.cli.settings import open_store
+
+    store, _ = open_store(args)
     with store_errors():
         stored = store.stored_summary(args.session_id)
     if stored is None:
@@ -68,9 +69,10 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 def cmd_handover(args: argparse.Namespace) -> int:
     """Hands the store to this cluster: removes every other cluster's authority record, so
     our operator takes their rows over (core/fencing.py); a running one renews its own."""
+    from controller.cli.settings import open_store
     from controller.kube.client import core
 
-    store = _store(args)
+    store, _ = open_store(args)
     mine = str(getattr(core().read_namespace("kube-system").metadata, "uid", ""))
     with store_errors():
         others = [r for r in store.authorities() if r.uid != mine]

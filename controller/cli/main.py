@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import os
 import sys
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from controller import cli as cli_package
 from controller.cli.args import (
@@ -83,28 +83,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         super().error(printable(message))
-
-
-class _DeprecatedFlag(argparse.Action):
-    """A flag's old name, kept for one release: it works and names the new one on stderr."""
-
-    def __init__(self, option_strings: list[str], dest: str, new_flag: str, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=False, **kwargs)
-        self.new_flag = new_flag
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        print(
-            f"summaryctl: warning: {option_string} is deprecated and will be removed in the "
-            f"next release; use {self.new_flag}",
-            file=sys.stderr,
-        )
-        setattr(namespace, self.dest, True)
 
 
 # The store flags' values when only a SessionSummarizer names the store (rebuild --all-...).
@@ -233,13 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="required: write without the operator's session claim, confirming that no "
         "operator writes to this store meanwhile (was --local)",
     )
-    p.add_argument(
-        "--local",
-        dest="bypass_claim",
-        action=_DeprecatedFlag,
-        new_flag="--bypass-claim",
-        help=argparse.SUPPRESS,
-    )
+    p.add_argument("--local", action="store_true", help=argparse.SUPPRESS)  # its old name
     _add_store_args(p)
     p.set_defaults(func=cmd_summarize)
 

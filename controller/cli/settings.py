@@ -9,8 +9,8 @@ all-MiniLM-L6-v2 and the extractive summarizer. Secrets come from the environmen
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -19,19 +19,19 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from controller.api import (
-    API_VERSION,
-    DEFAULT_EXCLUDED_TYPES,
-    SUMMARIZER_KIND,
-    SessionSummarizerSpec,
-    StoreSpec,
-)
+from controller import backends
+from controller.api import API_VERSION, SUMMARIZER_KIND, SessionSummarizerSpec
 from controller.cli.args import CliError, check_chroma_url
 from controller.cli.failures import kube_call, summarizer_object
 from controller.core.text import one_line
-from controller.core.visibility import DEFAULT_VISIBILITY, VisibilityRules
-from controller.redaction import DEFAULT_REDACTION, Redaction
-from controller.store.connection import StoreLocation
+from controller.embeddings.minilm import EmbeddingError
+from controller.embeddings.spec import build_embedding_function
+from controller.pipeline import Embedder
+from controller.store.connection import StoreLocation, connect
+from controller.store.errors import InvalidStoreConfig, StoreUnavailable
+from controller.store.memory_store import MemoryStore
+from controller.summarizers.contract import Summarizer
+from controller.summarizers.extractive import EXTRACTIVE
 
 # The Secret each env var stands in for (by the spec field that names the Secret).
 SECRET_ENV = MappingProxyType(
@@ -41,15 +41,16 @@ STORE_FLAGS = ("tenant", "database", "memory_collection", "summary_collection")
 
 
 @dataclass(frozen=True)
-class Summarizer:
-    """A SessionSummarizer's spec and the namespace its Secrets are in."""
+class SummarizerSettings:
+    """A SessionSummarizer's spec and the namespace its Secrets are in; when none is named,
+    the spec's defaults (source None)."""
 
     spec: SessionSummarizerSpec
     namespace: str
-    source: str  # how a message names it
+    source: str | None  # how a message names it
 
 
-def _from_manifest(path: str, namespace: str | None) -> Summarizer:
+def _from_manifest(path: str, namespace: str | None) -> SummarizerSettings:
     try:
         doc = yaml.safe_load(Path(path).read_text())
     except OSError as exc:
@@ -60,13 +61,13 @@ def _from_manifest(path: str, namespace: str | None) -> Summarizer:
         raise CliError(f"{path} is not a {SUMMARIZER_KIND} manifest (apiVersion {API_VERSION})")
     meta = doc.get("metadata")
     ns = namespace or (meta.get("namespace") if isinstance(meta, dict) else None) or "default"
-    return Summarizer(_parsed(doc.get("spec") or {}, path), str(ns), path)
+    return SummarizerSettings(_parsed(doc.get("spec") or {}, path), str(ns), path)
 
 
-def _from_cluster(name: str, namespace: str) -> Summarizer:
+def _from_cluster(name: str, namespace: str) -> SummarizerSettings:
     obj = summarizer_object(namespace, name) or {}
     where = f"SessionSummarizer {namespace}/{name}"
-    return Summarizer(_parsed(obj.get("spec") or {}, where), namespace, where)
+    return SummarizerSettings(_parsed(obj.get("spec") or {}, where), namespace, where)
 
 
 def _parsed(spec: Any, where: str) -> SessionSummarizerSpec:
@@ -76,20 +77,19 @@ def _parsed(spec: Any, where: str) -> SessionSummarizerSpec:
         raise CliError(f"invalid spec in {where}: {one_line(exc, 300)}") from exc
 
 
-def load_summarizer(args: argparse.Namespace) -> Summarizer | None:
-    """The summarizer --summarizer or --summarizer-file names, if any."""
-    if getattr(args, "summarizer_file", None):
+def load_summarizer(args: argparse.Namespace) -> SummarizerSettings:
+    """The summarizer --summarizer or --summarizer-file names, else the spec's defaults."""
+    if args.summarizer_file:
         return _from_manifest(args.summarizer_file, args.namespace)
-    if getattr(args, "summarizer", None):
+    if args.summarizer:
         return _from_cluster(args.summarizer, args.namespace or "default")
-    return None
+    return SummarizerSettings(SessionSummarizerSpec(), args.namespace or "default", None)
 
 
-def secret_reader(field: str) -> Any:
+def secret_reader(field: str) -> backends.SecretReader:
     """Reads a Secret key a summarizer names: the field's env var if set, else the Secret
     from the cluster, refused unless its memorycore.io/allowed-urls allows the URL
     (docs/security.md)."""
-    from controller import backends
 
     def read(spec_field: str, namespace: str, ref: Any, url: str) -> str:
         value = os.environ.get(SECRET_ENV[field])
@@ -106,85 +106,70 @@ def secret_reader(field: str) -> Any:
     return read
 
 
-def store_location(args: argparse.Namespace, summarizer: Summarizer | None) -> StoreLocation:
+def store_location(args: argparse.Namespace, summarizer: SummarizerSettings) -> StoreLocation:
     """The store: flags given on the command line, else the summarizer's, else defaults."""
-    from controller import backends
-
-    store = summarizer.spec.store if summarizer else StoreSpec()
-    base = (
-        backends.store_location(summarizer.spec, summarizer.namespace, secret_reader("store"))
-        if summarizer
-        else None
-    )
-    url = args.chroma_url or (store.url if summarizer and not args.path else None)
+    base = StoreLocation(url=None)
+    if summarizer.source is not None:
+        base = backends.store_location(
+            summarizer.spec, summarizer.namespace, secret_reader("store")
+        )
+    url = None if args.path else args.chroma_url or base.url
     if not url and not args.path:
         raise CliError(
             "say where Chroma is: --chroma-url http://HOST:8000, --path DIR, or a summarizer "
             "(--summarizer NAME, --summarizer-file FILE)"
         )
-    chosen = {f: getattr(args, f, None) or getattr(store, f) for f in STORE_FLAGS}
-    embedding = summarizer.spec.embedding if summarizer else None
-    return StoreLocation(
-        url=check_chroma_url(url) if url and not args.path else None,
+    return dataclasses.replace(
+        base,
+        url=check_chroma_url(url) if url else None,
         path=args.path,
-        **chosen,
-        timeout_seconds=store.timeout_seconds,
-        token=os.environ.get("CHROMA_TOKEN") or (base.token if base else None),
-        embedding_provider=embedding.provider if embedding else "local-minilm",
-        embedding_model=embedding.model if embedding else "all-MiniLM-L6-v2",
+        token=os.environ.get("CHROMA_TOKEN") or base.token,
+        **{flag: getattr(args, flag) for flag in STORE_FLAGS if getattr(args, flag)},
     )
 
 
-@dataclass(frozen=True)
-class SummarizeParts:
-    """What `summaryctl summarize` runs with: the operator's parts for that summarizer."""
-
-    embed: Any
-    summarizer: Any
-    excluded_types: Sequence[str]
-    visibility: VisibilityRules
-    redaction: Redaction = DEFAULT_REDACTION
-
-
-def embedder(summarizer: Summarizer | None) -> Any:
-    """The summarizer's embedding, as the operator builds it (without one: the local MiniLM)."""
-    from controller import backends
-    from controller.embeddings.minilm import EmbeddingError
-    from controller.embeddings.spec import EmbeddingSpec, build_embedding_function
-
+def open_store(args: argparse.Namespace) -> tuple[MemoryStore, SummarizerSettings]:
+    """The store the flags and the summarizer they name say, and that summarizer."""
+    summarizer = load_summarizer(args)
+    location = store_location(args, summarizer)
     try:
-        embedding = (
-            backends.embedding_spec(
-                summarizer.spec, summarizer.namespace, secret_reader("embedding")
-            )
-            if summarizer
-            else EmbeddingSpec()
-        )
-        ef = build_embedding_function(embedding)
+        return MemoryStore(connect(location), location), summarizer
+    except StoreUnavailable as exc:
+        raise CliError(f"{exc}; is the Chroma server running?") from exc
+    except InvalidStoreConfig as exc:
+        raise CliError(str(exc)) from exc
+
+
+def embedder(summarizer: SummarizerSettings) -> Embedder:
+    """The summarizer's embedding, as the operator builds it (by default the local MiniLM)."""
+    try:
+        read = secret_reader("embedding")
+        spec = backends.embedding_spec(summarizer.spec, summarizer.namespace, read)
+        ef = build_embedding_function(spec)
     except (EmbeddingError, ValueError) as exc:
         raise CliError(f"the embedding cannot be used: {one_line(exc, 300)}") from exc
     return lambda texts: list(ef(texts))
 
 
-def summarize_parts(summarizer: Summarizer | None) -> SummarizeParts:
-    from controller import backends
-    from controller.summarizers.extractive import EXTRACTIVE
-
-    spec = summarizer.spec if summarizer else None
-    model = spec.model if spec else None
-    chosen: Any = EXTRACTIVE
-    if model is not None and model.backend != "extractive" and summarizer is not None:
+def summarize_backends(args: argparse.Namespace) -> backends.Backends:
+    """What `summaryctl summarize` runs with: the operator's parts for that summarizer."""
+    store, summarizer = open_store(args)
+    spec = summarizer.spec
+    chosen: Summarizer = EXTRACTIVE
+    if spec.model.backend != "extractive":
         from controller.summarizers.chat_model import ChatModelSummarizer
 
         try:
-            config = backends.chat_model_config(model, summarizer.namespace, secret_reader("model"))
+            read = secret_reader("model")
+            config = backends.chat_model_config(spec.model, summarizer.namespace, read)
         except ValueError as exc:
             raise CliError(f"{summarizer.source}: {exc}") from exc
         chosen = ChatModelSummarizer(config)
-    return SummarizeParts(
-        embed=embedder(summarizer),
-        summarizer=chosen,
-        excluded_types=tuple(spec.excluded_memory_types) if spec else DEFAULT_EXCLUDED_TYPES,
-        visibility=spec.visibility.rules() if spec else DEFAULT_VISIBILITY,
-        redaction=backends.redaction_of(spec) if spec else DEFAULT_REDACTION,
+    return backends.Backends(
+        store,
+        embedder(summarizer),
+        tuple(spec.excluded_memory_types),
+        chosen,
+        spec.visibility.rules(),
+        backends.redaction_of(spec),
     )

@@ -7,18 +7,18 @@ import json
 from typing import Any
 
 from controller.cli.args import CliError, printable
-from controller.cli.commands import _store
 from controller.cli.failures import store_errors
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """Which memories of each session no summary covers, i.e. no pass read (exit 1 if any)."""
+    from controller.cli.settings import open_store
     from controller.core.coverage import uncovered
     from controller.core.summary import StructuredSummary, UnreadablePriorSummary
     from controller.core.text import ms_to_rfc3339
     from controller.pipeline import prior_coverage
 
-    store = _store(args)
+    store, _ = open_store(args)
     reports = []
     for session_id in args.session_ids:
         with store_errors():
