@@ -65,15 +65,14 @@ def request_pass(
 
     existing = kube_call(kube.get_summary, args.namespace, summary_object_name(args.session_id))
     ref = args.summarizer or ((existing or {}).get("spec") or {}).get("summarizerRef", "default")
-    summarizer = summarizer_object(args.namespace, ref, may_be_unreadable=True)
-    why = unserved(summarizer) if summarizer is not None else None  # None: may not read it
-    # One just applied is reported on at the operator's next poll: given that long.
-    while why and summarizer is not None and _age_s(summarizer) < REPORT_GRACE_S:
+    # None: this identity may not read it. One just applied is reported on at the
+    # operator's next poll: given that long.
+    while (summarizer := summarizer_object(args.namespace, ref, may_be_unreadable=True)) and (
+        why := unserved(summarizer)
+    ):
+        if _age_s(summarizer) >= REPORT_GRACE_S:
+            raise CliError(f"{why}; nothing was changed")
         time.sleep(0.5)
-        summarizer = summarizer_object(args.namespace, ref, may_be_unreadable=True)
-        why = unserved(summarizer) if summarizer is not None else None
-    if why:
-        raise CliError(f"{why}; nothing was changed")
     name, made = kube_call(
         kube.request_summary,
         args.namespace,
