@@ -332,6 +332,26 @@ def test_a_manifests_store_is_used_and_a_flag_overrides_it(
         assert code == 2 and "127.0.0.1:2" in err and "127.0.0.1:1" not in err
 
 
+def test_summarize_writes_to_the_manifests_store_as_the_operator_would(
+    tmp_path: pytest.TempPathFactory,
+) -> None:
+    from controller.cli.main import build_parser
+    from controller.cli.settings import load_summarizer, store_location
+
+    manifest = tmp_path / "s.yaml"  # type: ignore[operator]
+    manifest.write_text(
+        "kind: SessionSummarizer\nmetadata: {name: x, namespace: agents}\n"
+        f"spec: {{store: {{url: '{REFUSED}', tenant: t1, timeoutSeconds: 5}}, "
+        "document: {maxChars: 2000}}\n"
+    )
+    argv = ["summarize", "s1", "--bypass-claim", "--summarizer-file", str(manifest)]
+    with no_cluster(str(tmp_path)):
+        args = build_parser().parse_args([*argv, "--database", "d2"])
+        location = store_location(args, load_summarizer(args))
+    assert (location.url, location.tenant, location.database) == (REFUSED, "t1", "d2")
+    assert location.timeout_seconds == 5 and location.document_max_chars == 2000
+
+
 # -- what a new user reads: served or not, covered or not, the docs' command list ---------
 
 import argparse  # noqa: E402
