@@ -232,8 +232,7 @@ def cmd_summaries(args: argparse.Namespace) -> int:
     store, _ = open_store(args)
     with store_errors():
         rows = store.latest_summaries(args.limit)
-    if args.full:
-        with store_errors():
+        if args.full:
             rows = [(i, _full_document(store, m.get("sessionId"), d), m) for i, d, m in rows]
     if args.json:
         print(json.dumps([{"id": i, "document": d, "metadata": m} for i, d, m in rows], indent=2))

@@ -1,9 +1,9 @@
 """Where summaryctl's store commands get their settings: the SessionSummarizer the operator
 uses (--summarizer NAME -n NS, or --summarizer-file), so `summaryctl summarize` writes what
 the operator would (store, collections, embedding model, summarizer, reader tags); flags
-override its store. Without one: the flags, else neo's default collections, the local
-all-MiniLM-L6-v2 and the extractive summarizer. Secrets come from the environment
-(CHROMA_TOKEN, EMBEDDING_API_KEY, MODEL_API_KEY), else from the cluster.
+override its store. Without one: a spec's defaults (neo's collections, the local
+all-MiniLM-L6-v2, the extractive summarizer) and the flags. Secrets come from the
+environment (CHROMA_TOKEN, EMBEDDING_API_KEY, MODEL_API_KEY), else from the cluster.
 """
 
 from __future__ import annotations
