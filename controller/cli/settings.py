@@ -33,7 +33,7 @@ from controller.store.memory_store import MemoryStore
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
 
-# The Secret each env var stands in for (by the spec field that names the Secret).
+# The env var that stands in for each Secret (by the spec field that names the Secret).
 SECRET_ENV = MappingProxyType(
     {"store": "CHROMA_TOKEN", "embedding": "EMBEDDING_API_KEY", "model": "MODEL_API_KEY"}
 )
@@ -86,33 +86,27 @@ def load_summarizer(args: argparse.Namespace) -> SummarizerSettings:
     return SummarizerSettings(SessionSummarizerSpec(), args.namespace or "default", None)
 
 
-def secret_reader(field: str) -> backends.SecretReader:
-    """Reads a Secret key a summarizer names: the field's env var if set, else the Secret
-    from the cluster, refused unless its memorycore.io/allowed-urls allows the URL
-    (docs/security.md)."""
+def read_secret(spec_field: str, namespace: str, ref: Any, url: str) -> str:
+    """A Secret key a summarizer names (a backends.SecretReader): the env var standing for
+    it if set, else the Secret from the cluster, refused unless its
+    memorycore.io/allowed-urls allows the URL (docs/security.md)."""
+    env = SECRET_ENV[spec_field.split(".")[0]]
+    if value := os.environ.get(env):
+        return value
+    from controller.core.destinations import DestinationRefused
+    from controller.kube import client as kube
 
-    def read(spec_field: str, namespace: str, ref: Any, url: str) -> str:
-        value = os.environ.get(SECRET_ENV[field])
-        if value:
-            return value
-        from controller.core.destinations import DestinationRefused
-        from controller.kube import client as kube
-
-        try:
-            return str(kube_call(backends.secret_for, spec_field, namespace, ref, url))
-        except (kube.SecretError, DestinationRefused) as exc:
-            raise CliError(f"{exc} (or set {SECRET_ENV[field]})") from exc
-
-    return read
+    try:
+        return str(kube_call(backends.secret_for, spec_field, namespace, ref, url))
+    except (kube.SecretError, DestinationRefused) as exc:
+        raise CliError(f"{exc} (or set {env})") from exc
 
 
 def store_location(args: argparse.Namespace, summarizer: SummarizerSettings) -> StoreLocation:
     """The store: flags given on the command line, else the summarizer's, else defaults."""
     base = StoreLocation(url=None)
     if summarizer.source is not None:
-        base = backends.store_location(
-            summarizer.spec, summarizer.namespace, secret_reader("store")
-        )
+        base = backends.store_location(summarizer.spec, summarizer.namespace, read_secret)
     url = None if args.path else args.chroma_url or base.url
     if not url and not args.path:
         raise CliError(
@@ -143,8 +137,7 @@ def open_store(args: argparse.Namespace) -> tuple[MemoryStore, SummarizerSetting
 def embedder(summarizer: SummarizerSettings) -> Embedder:
     """The summarizer's embedding, as the operator builds it (by default the local MiniLM)."""
     try:
-        read = secret_reader("embedding")
-        spec = backends.embedding_spec(summarizer.spec, summarizer.namespace, read)
+        spec = backends.embedding_spec(summarizer.spec, summarizer.namespace, read_secret)
         ef = build_embedding_function(spec)
     except (EmbeddingError, ValueError) as exc:
         raise CliError(f"the embedding cannot be used: {one_line(exc, 300)}") from exc
@@ -160,8 +153,7 @@ def summarize_backends(args: argparse.Namespace) -> backends.Backends:
         from controller.summarizers.chat_model import ChatModelSummarizer
 
         try:
-            read = secret_reader("model")
-            config = backends.chat_model_config(spec.model, summarizer.namespace, read)
+            config = backends.chat_model_config(spec.model, summarizer.namespace, read_secret)
         except ValueError as exc:
             raise CliError(f"{summarizer.source}: {exc}") from exc
         chosen = ChatModelSummarizer(config)

@@ -352,6 +352,23 @@ def test_summarize_writes_to_the_manifests_store_as_the_operator_would(
     assert location.timeout_seconds == 5 and location.document_max_chars == 2000
 
 
+@pytest.mark.parametrize(
+    ("field", "env"),
+    [
+        ("store.authSecretRef", "CHROMA_TOKEN"),
+        ("embedding.apiKeySecretRef", "EMBEDDING_API_KEY"),
+        ("model.apiKeySecretRef", "MODEL_API_KEY"),
+    ],
+)
+def test_each_secret_a_summarizer_names_is_read_from_its_env_var_first(
+    field: str, env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from controller.cli.settings import read_secret
+
+    monkeypatch.setenv(env, "from-env")  # the cluster is never asked
+    assert read_secret(field, "agents", object(), "https://x.example") == "from-env"
+
+
 # -- what a new user reads: served or not, covered or not, the docs' command list ---------
 
 import argparse  # noqa: E402
