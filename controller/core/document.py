@@ -71,11 +71,6 @@ def _words(text: str) -> frozenset[str]:
     return frozenset(re.findall(r"\w+", text.lower()))
 
 
-def _legacy_lines(legacy: str) -> list[str]:
-    fence = _fence(legacy)
-    return ["", LEGACY_HEADING, "", *([fence, legacy, fence] if legacy else [])]
-
-
 def _render(summary: StructuredSummary, memory_collection: str | None) -> str:
     """The operator's own part, whole."""
     lines = [f"# {one_line(summary.title)}"]
@@ -108,8 +103,10 @@ def render_document(
 ) -> str:
     """The document text, deterministic: sections, References, then a carried legacy text
     byte for byte, fenced. All but that text is at most max_chars (None: unbounded)."""
-    carried = summary.legacy_text
-    tail = "\n".join(_legacy_lines(carried)) + "\n" if carried is not None else ""
+    carried, tail = summary.legacy_text, ""
+    if carried is not None:
+        fence = _fence(carried)
+        tail = f"\n{LEGACY_HEADING}\n\n" + (f"{fence}\n{carried}\n{fence}\n" if carried else "")
     # The whole can fit only if the history's lines alone do: counted until they do not,
     # so a long history costs what fits, not what it holds.
     if max_chars is None or _history_fits(summary, max_chars):

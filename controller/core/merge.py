@@ -13,7 +13,15 @@ from collections.abc import Iterable, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from pydantic import AliasChoices, AliasGenerator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AliasChoices,
+    AliasGenerator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
 
 from controller.core.item_sources import REFERENCES, TITLE, identity, record
 from controller.core.memories import Memory, Watermark, memory_sort_key
@@ -111,15 +119,10 @@ class PassUpdate(BaseModel):
     complexity: int | None = None
     technologies: list[str] = Field(default_factory=list)
 
-    @field_validator(*HISTORY_KEYS.values(), mode="before")
+    @field_validator(*SECTION_KEYS, mode="before")
     @classmethod
-    def _section(cls, value: Any) -> list[str]:
-        return _items(value)
-
-    @field_validator("current_state", mode="before")
-    @classmethod
-    def _state(cls, value: Any) -> list[str] | None:
-        return None if value is None else _items(value)
+    def _section(cls, value: Any, info: ValidationInfo) -> list[str] | None:
+        return None if value is None and info.field_name == "current_state" else _items(value)
 
     @field_validator("supersede", mode="before")
     @classmethod
@@ -171,24 +174,13 @@ class PassUpdate(BaseModel):
         return not any(self.new_items().values()) and not self.current_state
 
 
-def _prior_sections(
-    prior: StructuredSummary | LegacySummary | None,
-) -> dict[str, list[SummaryItem]]:
-    """The prior's history items; a legacy prior has none (its text is carried whole)."""
-    sections = prior.sections if isinstance(prior, StructuredSummary) else {}
-    return {title: list(sections.get(title, [])) for title in HISTORY_SECTIONS}
-
-
-def _append_new(
-    items: list[SummaryItem], new_texts: Iterable[str], cap: int | None
-) -> list[SummaryItem]:
-    """Existing items verbatim and in order, then new ones (as_item form) not yet present.
-    cap bounds how full new items may fill a section; it never drops existing ones."""
+def _append_new(items: list[SummaryItem], new_texts: Iterable[str]) -> list[SummaryItem]:
+    """Existing items verbatim and in order, then new ones (as_item form) not yet present."""
     result = list(items)
     seen = {identity(i.text) for i in result}
     for text in new_texts:
         key = identity(text)
-        if not key or key in seen or (cap is not None and len(result) >= cap):
+        if not key or key in seen:
             continue
         seen.add(key)
         result.append(SummaryItem(text=text))
@@ -258,7 +250,6 @@ def merge_pass(
     new_memories: Sequence[Memory],
     *,
     session_id: str | None = None,
-    max_new_items_per_section: int | None = None,
 ) -> StructuredSummary:
     """The next summary: a superset of the prior's history whatever the update says. Every
     given memory's facts are merged, late ones too, once; counts count only memories after
@@ -272,11 +263,13 @@ def merge_pass(
     if sid is None:
         sid = given[0].session_id if given else "unknown"
 
-    sections = _prior_sections(prior)
     # What is stored, and what its items are keyed by (item_sources), is the as_item form.
+    # A legacy prior has no items: its text is carried whole.
     stored = {title: list(map(as_item, texts)) for title, texts in update.new_items().items()}
-    for title, texts in stored.items():
-        sections[title] = _append_new(sections[title], texts, max_new_items_per_section)
+    sections = {
+        title: _append_new(base.sections.get(title, []) if base else [], texts)
+        for title, texts in stored.items()
+    }
     sections = _apply_marks(sections, update.supersede)
     for mark in update.supersede:
         if (marked := _section_title(mark.section)) is not None:

@@ -181,11 +181,6 @@ def title_problem(title: str) -> str | None:
     return None
 
 
-def normalized(text: str) -> str:
-    """The form two item texts are compared in: case and whitespace do not matter."""
-    return " ".join(text.lower().split())
-
-
 def missing_history_items(
     summary: StructuredSummary, prior: StructuredSummary
 ) -> list[tuple[str, str]]:
@@ -195,8 +190,9 @@ def missing_history_items(
         old, new = prior.sections.get(title, []), summary.sections.get(title, [])
         if len(new) >= len(old) and all(a is b for a, b in zip(old, new, strict=False)):
             continue  # the prior's own items lead the section: none can be missing
-        present = {normalized(item.text) for item in new}
-        missing += [(title, item.text) for item in old if normalized(item.text) not in present]
+        # case and whitespace do not matter
+        present = {one_line(item.text).lower() for item in new}
+        missing += [(title, i.text) for i in old if one_line(i.text).lower() not in present]
     return missing
 
 

@@ -186,21 +186,6 @@ def test_scores_category_and_technologies_are_proposals_kept_in_range() -> None:
     assert unknown.category == "bugfix"
 
 
-def test_a_cap_keeps_new_items_out_never_prior_ones() -> None:
-    before = prior()
-    after = merge_pass(
-        before,
-        update(questions_and_decisions=[f"Decision {i}." for i in range(10)]),
-        [memory(1)],
-        max_new_items_per_section=1,
-    )
-    assert after.sections["Questions & Decisions"] == before.sections["Questions & Decisions"]
-    roomy = merge_pass(
-        before, update(questions_and_decisions=["A.b", "C.d"]), [], max_new_items_per_section=3
-    )
-    assert len(roomy.sections["Questions & Decisions"]) == 3
-
-
 def test_a_legacy_free_text_prior_is_carried_in_whole_and_verbatim() -> None:
     long_sentence = "We measured the exporter " + "and the queue " * 60 + "at 4k rows per second."
     text = (
