@@ -21,30 +21,18 @@ def _model_key(model: str) -> str:
     return model.strip().rsplit("/", 1)[-1].lower()
 
 
-def recorded_model(record: Mapping[str, Any] | None) -> tuple[str, str | None] | None:
-    """(function name, its model or None when the record names none), or None when the
-    collection records no known function."""
+def embedding_function_problem(
+    record: Mapping[str, Any] | None, collection: str, provider: str, model: str
+) -> str | None:
+    """Why embedding with (provider, model) would not match what the collection records,
+    naming both; None when it matches or the record names no known function or model."""
     if not isinstance(record, Mapping) or record.get("type") != "known":
         return None
     name = record.get("name")
     if not isinstance(name, str) or not name:
         return None
-    if name in MINILM_FUNCTIONS:
-        return name, MINILM
-    config = record.get("config")
-    model = config.get("model_name") if isinstance(config, Mapping) else None
-    return name, model if isinstance(model, str) and model.strip() else None
-
-
-def embedding_function_problem(
-    record: Mapping[str, Any] | None, collection: str, provider: str, model: str
-) -> str | None:
-    """Why embedding with (provider, model) would not match what the collection records,
-    naming both; None when it matches or the record cannot tell."""
-    found = recorded_model(record)
-    if found is None:
-        return None
-    name, theirs = found
+    config = {"model_name": MINILM} if name in MINILM_FUNCTIONS else record.get("config")
+    theirs = config.get("model_name") if isinstance(config, Mapping) else None
     ours = MINILM if provider == "local-minilm" else model
     described = f"{provider} model {ours!r}"
     if name == NEO_FUNCTION:
@@ -56,7 +44,7 @@ def embedding_function_problem(
             f"this summarizer embeds with the {described}; set spec.embedding to neo's "
             "endpoint and model (docs/migrating-from-neo.md)"
         )
-    if theirs is None or _model_key(theirs) == _model_key(ours):
+    if not isinstance(theirs, str) or not theirs.strip() or _model_key(theirs) == _model_key(ours):
         return None
     return (
         f"collection {collection!r} records the embedding function {name!r} with model "

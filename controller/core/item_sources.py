@@ -170,6 +170,25 @@ def _keeping(
     return summary.model_copy(update=update), went
 
 
+def _sources(
+    summary: StructuredSummary, living_ids: Iterable[str]
+) -> tuple[dict[str, set[str]], set[str], list[str]]:
+    """Per item, the living memories its entries name; the items an entry names with a gone
+    source; the entries of living sources."""
+    by_key = {key: i for i in living_ids for key in _living([i])}
+    living_of: dict[str, set[str]] = {}
+    gone: set[str] = set()
+    kept = []
+    for entry in summary.item_sources:
+        item, _, source = entry.partition(":")
+        if source in by_key:
+            living_of.setdefault(item, set()).add(by_key[source])
+            kept.append(entry)
+        else:
+            gone.add(item)
+    return living_of, gone, kept
+
+
 def forget_gone(
     summary: StructuredSummary,
     living_ids: Iterable[str],
@@ -178,17 +197,9 @@ def forget_gone(
     """The summary without the items whose recorded sources are all gone (not in living_ids),
     nor supersede marks whose text is, nor the gone memories' entries; and how many items
     went. A title that went is made again (retitle); the same object when nothing changed."""
-    living = _living(living_ids)
-    alive: set[str] = set()
-    recorded: set[str] = set()
-    kept_entries = []
-    for entry in summary.item_sources:
-        item, _, source = entry.partition(":")
-        recorded.add(item)
-        if source in living:
-            alive.add(item)
-            kept_entries.append(entry)
-    dead = recorded - alive
+    living_of, losing, kept_entries = _sources(summary, living_ids)
+    alive = living_of.keys()
+    dead = losing - alive  # every source gone
     if not dead:
         pruned = len(kept_entries) != len(summary.item_sources)
         return (summary.model_copy(update={"item_sources": kept_entries}) if pruned else summary), 0
@@ -212,16 +223,8 @@ def partly_gone(
     the items whose recorded memories are partly gone, the ids of the living ones (to be
     summarized again, so the items are made anew from them alone), and how many items went.
     The title stays (forget_gone retitles when all of its memories are gone)."""
-    by_key = {key: i for i in living_ids for key in _living([i])}
-    living_of: dict[str, set[str]] = {}
-    gone: set[str] = set()
-    for entry in summary.item_sources:
-        item, _, source = entry.partition(":")
-        if source in by_key:
-            living_of.setdefault(item, set()).add(by_key[source])
-        else:
-            gone.add(item)
-    partial = {item for item in gone if item in living_of} - _names(TITLE, summary.title)
+    living_of, gone, _ = _sources(summary, living_ids)
+    partial = (gone & living_of.keys()) - _names(TITLE, summary.title)
     if not partial:
         return summary, [], 0
     entries = [e for e in summary.item_sources if e.partition(":")[0] not in partial]

@@ -18,7 +18,7 @@ from controller.core.fencing import Fence
 from controller.core.naming import summary_row_id
 from controller.core.row_ownership import DIGEST_KEY, document_digest
 from controller.core.summary import HISTORY_SECTIONS
-from controller.core.summary_row import READER_ROW_KEYS
+from controller.core.summary_row import READER_ROW_KEYS, compact_json
 from controller.core.text import json_value
 
 LEDGER_FORMAT = 1
@@ -84,16 +84,12 @@ def _lists(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any
     lists["Sources"] = list(json_value(str(state.get("itemSourcesJson") or "[]")))
     lifted = ("sectionsJson", "referencesJson", "itemSourcesJson")
     rest = {k: v for k, v in state.items() if k not in lifted}
-    rest["sectionsJson"] = _dump(sections)
+    rest["sectionsJson"] = compact_json(sections)
     return rest, lists
 
 
 def _digest(items: list[Any]) -> str:
-    return hashlib.sha256(_dump(items).encode("utf-8", "surrogatepass")).hexdigest()[:24]
-
-
-def _dump(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(compact_json(items).encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
 def segment_id(session_id: str, generation: int, seq: int) -> str:
@@ -129,14 +125,16 @@ def plan_write(
     segments = []
     if part or not grown:
         meta = {"sessionId": session_id, "generation": generation, "segment": seq}
-        segments.append(LedgerRecord(segment_id(session_id, generation, seq), _dump(part), meta))
+        segments.append(
+            LedgerRecord(segment_id(session_id, generation, seq), compact_json(part), meta)
+        )
         seq += 1
     head_meta: dict[str, Any] = {
         "sessionId": session_id,
         "ledgerFormat": LEDGER_FORMAT,
         "generation": generation,
         "segments": seq,
-        "lists": _dump({n: [len(items), _digest(items)] for n, items in lists.items()}),
+        "lists": compact_json({n: [len(items), _digest(items)] for n, items in lists.items()}),
         **fence,
         ROW_DIGEST_KEY: keys.get(DIGEST_KEY),
         BUILT_ON_KEY: built_on,
@@ -146,7 +144,7 @@ def plan_write(
         "rowsDigest": keys.get("rowsDigest"),
     }
     head_meta = {k: v for k, v in head_meta.items() if v is not None}
-    document = _dump({"ledgerFormat": LEDGER_FORMAT, **rest})
+    document = compact_json({"ledgerFormat": LEDGER_FORMAT, **rest})
     head_record = LedgerRecord(summary_row_id(session_id), document, head_meta)
     named = {segment_id(session_id, generation, n) for n in range(seq)}
     return LedgerWrite((*segments, head_record), frozenset({head_record.record_id, *named}))
@@ -219,7 +217,7 @@ def read_entry(
     keys = {
         **own,
         **rest,
-        "sectionsJson": _dump(sections),
+        "sectionsJson": compact_json(sections),
         "referencesJson": json.dumps(lists["References"], ensure_ascii=False),
         "itemSourcesJson": json.dumps(lists["Sources"]),
     }

@@ -190,7 +190,6 @@ def _append_new(items: list[SummaryItem], new_texts: Iterable[str]) -> list[Summ
 def _section_title(name: str) -> str | None:
     """A mark's section, given as a key ("design_choices") or a title ("Design Choices")."""
     title = SECTION_KEYS.get(name.strip().lower().replace(" ", "_").replace("&", "and"))
-    title = title or next((t for t in HISTORY_SECTIONS if t.lower() == name.strip().lower()), None)
     return title if title in HISTORY_SECTIONS else None
 
 

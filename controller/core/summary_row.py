@@ -49,12 +49,9 @@ def _joined(values: list[str]) -> str:
     return ",".join(v.replace(",", " ").strip() for v in values if v.strip())
 
 
-def sections_json(summary: StructuredSummary) -> str:
-    sections = {
-        title: [item.model_dump(exclude_none=True) for item in items]
-        for title, items in summary.sections.items()
-    }
-    return json.dumps(sections, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def compact_json(value: Any) -> str:
+    """JSON with sorted keys and no spaces: the same value is always the same text."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 # The reader's row keys: neo's (its boot listing, queries and tenancy filters) and three of
@@ -113,6 +110,7 @@ def to_chroma_metadata(
     over = summary.references_overflow
     seen_by = (visibility or RowVisibility(None, (), "unclassified", 0)).metadata()
     timestamp = row_timestamp(summary, summarized_at_ms)
+    sections = summary.model_dump(include={"sections"}, exclude_none=True)["sections"]
     meta: dict[str, MetadataValue | None] = {
         # neo memory-core keys
         "sessionId": summary.session_id,
@@ -133,7 +131,7 @@ def to_chroma_metadata(
         # ours
         "summaryFormat": SUMMARY_FORMAT,
         "formatVersion": summary.format_version,
-        "sectionsJson": sections_json(summary),
+        "sectionsJson": compact_json(sections),
         "firstMemoryAt": summary.first_memory_at_ms,
         # `timestamp` is a number even when no memory time is known (row_timestamp): say so.
         "timestampSource": None if timestamp == summary.last_memory_at_ms else "fallback",
