@@ -157,8 +157,6 @@ class LegacySummary(BaseModel):
 
     session_id: str
     text: str
-    memory_count: int | None = None
-    timestamp_ms: int | None = None
     title: str | None = None
 
 

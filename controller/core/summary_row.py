@@ -346,7 +346,5 @@ def from_chroma_row(
     return LegacySummary(
         session_id=session_id,
         text=text,
-        memory_count=_number(meta.get("memoryCount")),
-        timestamp_ms=_number(meta.get("timestamp")),
         title=title.strip() or None if isinstance(title, str) else None,
     )

@@ -252,8 +252,6 @@ LEGACY = LegacySummary(
     session_id="s1",
     text="The user asked to migrate the store to Postgres. The agent wrote the schema and a "
     "migration script.\n\n- Decided to keep Redis for caching.",
-    memory_count=40,
-    timestamp_ms=T0,
     title="Postgres migration",
 )
 
