@@ -32,25 +32,23 @@ def _fence(text: str) -> str:
     return "`" * max(3, longest + 1)
 
 
-def _reference_line(ref: str) -> str:
-    return f"- {ref}" if "`" in ref else f"- `{ref}`"
-
-
-def overflow_note(summary: StructuredSummary, memory_collection: str | None = None) -> str | None:
-    """What the References section says when it is full: how many are left out and where
-    they are (the memory collection, the session, the time range of their memories)."""
+def _reference_lines(summary: StructuredSummary, memory_collection: str | None) -> list[str]:
+    """The References section's lines; when it is full, a last one says how many are left out
+    and where they are (the memory collection, the session, the time range of their memories)."""
+    lines = [f"- {ref}" if "`" in ref else f"- `{ref}`" for ref in summary.references]
     over = summary.references_overflow
     if over.count == 0:
-        return None
+        return lines
     how_many = f"{over.count}" if over.exact else f"at least {over.count}"
     where = f"collection `{memory_collection}`" if memory_collection else "the memory collection"
     span = ""
     if over.first_ms is not None and over.last_ms is not None:
         span = f", memories from {ms_to_rfc3339(over.first_ms)} to {ms_to_rfc3339(over.last_ms)}"
-    return (
+    return [
+        *lines,
         f"- ({how_many} more references are not listed: this section keeps {REFERENCES_MAX}. "
-        f"They are in {where}, sessionId `{summary.session_id}`{span}.)"
-    )
+        f"They are in {where}, sessionId `{summary.session_id}`{span}.)",
+    ]
 
 
 # neo's agents read the 5 newest documents whole at boot, so a document must not grow
@@ -78,10 +76,9 @@ def _render(summary: StructuredSummary, memory_collection: str | None) -> str:
         items = summary.sections.get(title) or []
         if items:
             lines += ["", f"## {title}", *map(_item_line, items)]
-    note = overflow_note(summary, memory_collection)
-    if summary.references or note:
-        lines += ["", REFERENCES_HEADING, *map(_reference_line, summary.references)]
-        lines += [note] if note else []
+    references = _reference_lines(summary, memory_collection)
+    if references:
+        lines += ["", REFERENCES_HEADING, *references]
     return "\n".join(lines) + "\n"
 
 
@@ -126,8 +123,7 @@ def choose_lines(summary: StructuredSummary, memory_collection: str | None, max_
         (name, [_item_line(i) for i in (summary.sections.get(name) or [])[-CANDIDATES:]])
         for name in SECTION_TITLES
     ]
-    note = overflow_note(summary, memory_collection)
-    references = [_reference_line(r) for r in summary.references] + ([note] if note else [])
+    references = _reference_lines(summary, memory_collection)
     blocks.append((REFERENCES_HEADING[3:], references))
     total = sum(len(summary.sections.get(n) or []) for n in SECTION_TITLES) + len(references)
     room = max_chars - len(title) - len(_folded_note(total)) - 3  # three newlines

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Literal, get_args
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from controller.core.coverage import Coverage
 from controller.core.memories import Watermark
@@ -67,13 +67,11 @@ class SummaryItem(BaseModel, frozen=True):
 
     @field_validator("text", "superseded_by", mode="before")
     @classmethod
-    def _strip(cls, value: object) -> object:
-        return value.strip() if isinstance(value, str) else value
-
-    @field_validator("superseded_by")
-    @classmethod
-    def _empty_reason_is_none(cls, value: str | None) -> str | None:
-        return value or None
+    def _strip(cls, value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, str):
+            return value
+        # an empty reason is none; an empty text fails min_length
+        return value.strip() or (None if info.field_name == "superseded_by" else "")
 
 
 class OtherWriter(BaseModel, frozen=True):
