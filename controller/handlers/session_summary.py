@@ -39,7 +39,6 @@ from controller.core.text import one_line
 from controller.core.waiting import wait_delay
 from controller.embeddings.minilm import EmbeddingError
 from controller.erasure import forget_session
-from controller.handlers.forget_status import report_forgotten
 from controller.handlers.indexes import lookup_summarizer_spec
 from controller.handlers.summary_status import (
     DONE_PHASES,
@@ -50,8 +49,13 @@ from controller.handlers.summary_status import (
     summarizing_status,
 )
 from controller.kube import client as kube
-from controller.kube.claim_errors import ClaimContended, ClaimHeld, ClaimLost
-from controller.kube.claims import SessionClaimHandle, Sightings
+from controller.kube.claims import (
+    ClaimContended,
+    ClaimHeld,
+    ClaimLost,
+    SessionClaimHandle,
+    Sightings,
+)
 from controller.pipeline import Outcome, PassInterrupted, summarize_session
 from controller.runtime import Runtime
 from controller.scheduling import BACKGROUND_TRIGGERS, Slack, slack_for
@@ -350,7 +354,4 @@ async def summarize(
         metrics.observe_summary(outcome.kind, time.monotonic() - started)
         metrics.add_model_tokens(outcome.tokens_used)
         with trace.phase("status"):
-            if outcome.kind == "forgotten":
-                report_forgotten(body, patch, parsed, outcome, runtime.events)
-            else:
-                report(body, patch, parsed, outcome, runtime.events)
+            report(body, patch, parsed, outcome, runtime.events)

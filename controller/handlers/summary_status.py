@@ -19,7 +19,7 @@ from controller.config import CONFIG, backoff_seconds
 from controller.core.memories import FUTURE_TOLERANCE_MS
 from controller.core.summary import StructuredSummary
 from controller.core.text import ms_to_rfc3339
-from controller.kube.claim_errors import ClaimHeld
+from controller.kube.claims import ClaimHeld
 from controller.kube.events import EventRecorder
 from controller.pipeline import Outcome
 from controller.status.conditions import now_rfc3339, set_condition
@@ -236,6 +236,9 @@ def report(
     outcome: Outcome,
     events: EventRecorder,
 ) -> None:
+    if outcome.kind == "forgotten":
+        report_forgotten(body, patch, spec, outcome, events)
+        return
     last_ms = outcome.last_memory_at_ms
     # The newest row the pass placed (memories.placed): never a bad clock's future.
     last_at = ms_to_rfc3339(last_ms) if last_ms else None
@@ -353,3 +356,49 @@ def _summarized_message(body: kopf.Body, spec: SessionSummarySpec, outcome: Outc
     if outcome.dropped_items:
         message += f"; {outcome.dropped_items} item(s) whose memories are all deleted dropped"
     return message
+
+
+def report_forgotten(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    spec: SessionSummarySpec,
+    outcome: Outcome,
+    events: EventRecorder,
+) -> None:
+    """spec.action Forget done: phase Forgotten, what was removed and who asked, in the
+    status and in a Normal Event."""
+    gone = outcome.forgotten
+    assert gone is not None
+    removed = [
+        "the summary row" if gone.row else "no summary row (there was none)",
+        f"{gone.ledger_records} record(s) of the operator's ledger (a tombstone of ids and "
+        "counts stays, so the sweep does not summarize the session again until its memories "
+        "change)",
+    ]
+    if spec.forget_memories:
+        removed.append(f"{_memories(gone.memories)} of the session")
+    message = (
+        f"forgot session {spec.session_id!r}, asked by {asked_by(body)}: removed "
+        + "; ".join(removed)
+        + f"; {_memories(gone.remaining)} of it remain"
+    )
+    record(
+        body,
+        patch,
+        phase="Forgotten",
+        reason="Forgotten",
+        message=message,
+        ok=True,
+        memory_count=gone.remaining,
+        trigger_source=spec.trigger,
+        consecutive_failures=0,
+        title=None,
+        summary_id=None,
+        summarized_at=None,
+        provenance=None,
+    )
+    events.post(body, type_="Normal", reason="Forgotten", message=message)
+
+
+def _memories(n: int) -> str:
+    return f"{n} memory" if n == 1 else f"{n} memories"

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, cast
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from controller import metrics
 from controller.api import API_VERSION, CLAIM_KIND, CLAIM_PLURAL, GROUP, VERSION
@@ -39,10 +38,36 @@ from controller.core.fencing import (
     takeover_message,
 )
 from controller.kube import client as kube
-from controller.kube.claim_errors import ClaimContended, ClaimHeld, ClaimLost
 
 CONFLICT_RETRIES = 5
 log = logging.getLogger(__name__)
+
+
+class ClaimHeld(Exception):
+    """Another live writer holds the claim; retry after retry_after_s. lost_races: how often
+    the claim changed under us before we read this holder."""
+
+    def __init__(self, claim: Claim, retry_after_s: float, lost_races: int = 0) -> None:
+        self.claim = claim
+        self.retry_after_s = max(0.5, retry_after_s)
+        self.lost_races = lost_races
+        w = claim.writer
+        times = f"{lost_races} time{'s' if lost_races != 1 else ''}"
+        raced = f"; the claim changed under us {times} first" if lost_races else ""
+        super().__init__(
+            f"session {claim.session_id!r} is being summarized by SessionSummary {w.owner} "
+            f"on replica {w.replica} (its claim lapses {self.retry_after_s:.0f}s after it "
+            f"stops renewing it{raced})"
+        )
+
+
+class ClaimLost(Exception):
+    """Our claim lapsed, was taken or fenced, or was never got; nothing was written."""
+
+
+class ClaimContended(ClaimLost):
+    """The claim changed under us on every attempt and no live holder is left to name;
+    the pass is retried."""
 
 
 def _wall_ms() -> int:
@@ -127,12 +152,10 @@ class SessionClaimHandle:
     ) -> dict[str, Any] | None:
         """One API call on the claim; None when it answers one of these statuses."""
         self.api_calls += 1
-        try:
-            return cast(dict[str, Any], call(GROUP, VERSION, CLAIM_PLURAL, *args, **kw))
-        except ApiException as exc:
-            if exc.status in missing:
-                return None
-            raise
+        return cast(
+            dict[str, Any] | None,
+            kube.unless(missing, call, GROUP, VERSION, CLAIM_PLURAL, *args, **kw),
+        )
 
     def _create(self, claim: Claim) -> dict[str, Any] | None:
         """The object made, or None when a claim object exists already."""

@@ -77,15 +77,19 @@ def core() -> client.CoreV1Api:
     return client.CoreV1Api(api_client())
 
 
-def applied(refusals: tuple[int, ...], call: Callable[..., Any], *args: Any, **kw: Any) -> bool:
-    """Calls `call` on our API group; False when it answers one of these statuses."""
+def unless(refusals: tuple[int, ...], call: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    """call(*args, **kw)'s answer; None when the API answers one of these statuses."""
     try:
-        call(GROUP, VERSION, *args, **kw)
+        return call(*args, **kw)
     except ApiException as exc:
         if exc.status in refusals:
-            return False
+            return None
         raise
-    return True
+
+
+def applied(refusals: tuple[int, ...], call: Callable[..., Any], *args: Any, **kw: Any) -> bool:
+    """Calls `call` on our API group; False when it answers one of these statuses."""
+    return unless(refusals, call, GROUP, VERSION, *args, **kw) is not None
 
 
 def get_summarizer(namespace: str, name: str) -> dict[str, Any] | None:
@@ -116,13 +120,8 @@ def secret_value(data: dict[str, str], namespace: str, name: str, key: str) -> s
 
 def get_object(plural: str, namespace: str, name: str) -> dict[str, Any] | None:
     """One of our objects, or None when there is none."""
-    try:
-        obj = custom().get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
-        return cast(dict[str, Any], obj)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
+    get = custom().get_namespaced_custom_object
+    return cast(dict[str, Any] | None, unless((404,), get, GROUP, VERSION, namespace, plural, name))
 
 
 def get_summary(namespace: str, name: str) -> dict[str, Any] | None:
@@ -168,14 +167,10 @@ def request_summary(
         "spec": spec.to_api(),
     }
     if resource_version is None:
-        try:
-            custom().create_namespaced_custom_object(
-                GROUP, VERSION, namespace, SUMMARY_PLURAL, body
-            )
+        if applied(
+            (409,), custom().create_namespaced_custom_object, namespace, SUMMARY_PLURAL, body
+        ):
             return name, "created"
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
         if not patch_if_exists:
             return name, "exists"
     asked = {k: v for k, v in spec.to_api().items() if k not in ("sessionId", "summarizerRef")}
@@ -262,19 +257,10 @@ def update_summarizer_status(
     """Read-modify-write of a SessionSummarizer's status under a resourceVersion
     precondition, so no other writer's change is dropped. mutate changes only what its
     caller owns. Returns (before, after), or None if the object is gone."""
-    api = custom()
     for _ in range(STATUS_CONFLICT_RETRIES):
-        try:
-            obj = cast(
-                dict[str, Any],
-                api.get_namespaced_custom_object(
-                    GROUP, VERSION, namespace, SUMMARIZER_PLURAL, name
-                ),
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        obj = get_summarizer(namespace, name)
+        if obj is None:
+            return None
         before = SessionSummarizerStatus.model_validate(obj.get("status") or {})
         # Every write: the writer's change, then what no writer owns (generations of
         # spec-independent conditions; Ready, Reconciling, Stalled derived from the rest).
@@ -288,7 +274,7 @@ def update_summarizer_status(
             "status": {**dict.fromkeys(old), **new},
         }
         try:
-            api.patch_namespaced_custom_object_status(
+            custom().patch_namespaced_custom_object_status(
                 GROUP, VERSION, namespace, SUMMARIZER_PLURAL, name, body
             )
             return before, after
@@ -308,45 +294,32 @@ def list_summarizers(namespaces: tuple[str, ...], *, cached: bool = False) -> li
     apiserver's watch cache (resourceVersion 0), not a quorum read."""
     api = custom()
     kwargs: dict[str, Any] = {"resource_version": "0"} if cached else {}
-    if not namespaces:
-        listing = api.list_cluster_custom_object(GROUP, VERSION, SUMMARIZER_PLURAL, **kwargs)
-        return list(cast(dict[str, Any], listing).get("items") or [])
-    items: list[dict[str, Any]] = []
-    for ns in namespaces:
-        listing = api.list_namespaced_custom_object(GROUP, VERSION, ns, SUMMARIZER_PLURAL, **kwargs)
-        items += cast(dict[str, Any], listing).get("items") or []
-    return items
-
-
-def remove_finalizers(
-    namespace: str, name: str, present: list[str], names: tuple[str, ...]
-) -> bool:
-    """Removes these finalizers with a JSON patch that tests each entry against `present`
-    (as read), so a changed list is left alone. True if something was removed."""
-    ops: list[dict[str, Any]] = []
-    for index in sorted((i for i, f in enumerate(present) if f in names), reverse=True):
-        path = f"/metadata/finalizers/{index}"
-        ops += [
-            {"op": "test", "path": path, "value": present[index]},
-            {"op": "remove", "path": path},
-        ]
-    if not ops:
-        return False
-    # 404, 409, 422: gone, or the list changed: nothing to do here
-    patch, content_type = custom().patch_namespaced_custom_object, "application/json-patch+json"
-    return applied(
-        (404, 409, 422), patch, namespace, SUMMARIZER_PLURAL, name, ops, _content_type=content_type
-    )
+    lists: list[tuple[Callable[..., Any], tuple[str, ...]]] = [
+        (api.list_namespaced_custom_object, (ns,)) for ns in namespaces
+    ] or [(api.list_cluster_custom_object, ())]
+    listings = [call(GROUP, VERSION, *ns, SUMMARIZER_PLURAL, **kwargs) for call, ns in lists]
+    return [item for listing in listings for item in listing.get("items") or []]
 
 
 def release_finalizers(namespaces: tuple[str, ...], names: tuple[str, ...]) -> int:
-    """Removes these finalizers from every SessionSummarizer; returns from how many."""
+    """Removes these finalizers from every SessionSummarizer with a JSON patch that tests each
+    entry against the list as read, so a changed list is left alone; returns from how many."""
     released = 0
     for obj in list_summarizers(namespaces):
         meta = obj.get("metadata") or {}
         present = list(meta.get("finalizers") or [])
-        if any(f in names for f in present):
-            released += remove_finalizers(meta["namespace"], meta["name"], present, names)
+        ops: list[dict[str, Any]] = []
+        for index in sorted((i for i, f in enumerate(present) if f in names), reverse=True):
+            path = f"/metadata/finalizers/{index}"
+            ops += [
+                {"op": "test", "path": path, "value": present[index]},
+                {"op": "remove", "path": path},
+            ]
+        if ops:  # 404, 409, 422: gone, or the list changed: nothing to do here
+            where = (meta["namespace"], SUMMARIZER_PLURAL, meta["name"], ops)
+            patch = custom().patch_namespaced_custom_object
+            json_patch = "application/json-patch+json"
+            released += applied((404, 409, 422), patch, *where, _content_type=json_patch)
     return released
 
 

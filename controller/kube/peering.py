@@ -9,11 +9,9 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-
-from kubernetes.client.exceptions import ApiException
 
 from controller.api import Condition, SessionSummarizerStatus
 from controller.kube import client as kube
@@ -80,44 +78,26 @@ def with_own_priority(peers: Mapping[str, int], me: str, priority: int | None) -
 
 def read_peering(name: str, namespaces: tuple[str, ...]) -> Mapping[str, Any]:
     api = kube.custom()
-    try:
-        if namespaces:
-            obj = api.get_namespaced_custom_object(
-                PEERING_GROUP, PEERING_VERSION, namespaces[0], "kopfpeerings", name
-            )
-        else:
-            obj = api.get_cluster_custom_object(
-                PEERING_GROUP, PEERING_VERSION, "clusterkopfpeerings", name
-            )
-    except ApiException as exc:
-        if exc.status == 404:
-            return {}
-        raise
-    return dict(obj.get("status") or {})  # type: ignore[attr-defined]
+    get: Callable[..., Any] = api.get_cluster_custom_object
+    place: tuple[str, ...] = ("clusterkopfpeerings",)
+    if namespaces:
+        get, place = api.get_namespaced_custom_object, (namespaces[0], "kopfpeerings")
+    obj = kube.unless((404,), get, PEERING_GROUP, PEERING_VERSION, *place, name)
+    return dict((obj or {}).get("status") or {})
 
 
 def ensure_peering_object(name: str, namespaces: tuple[str, ...]) -> None:
-    """kopf only patches the peering object; it must exist. Create-if-absent, idempotent."""
-    api = kube.custom()
+    """kopf only patches the peering object; it must exist. Create-if-absent (409: it
+    exists already), idempotent."""
+    api, where = kube.custom(), (PEERING_GROUP, PEERING_VERSION)
     version = f"{PEERING_GROUP}/{PEERING_VERSION}"
-
-    def create(fn: Any, *args: Any) -> None:
-        try:
-            fn(PEERING_GROUP, PEERING_VERSION, *args)
-        except ApiException as exc:
-            if exc.status != 409:  # 409: it exists already
-                raise
-
     for ns in namespaces:
-        body = {
-            "apiVersion": version,
-            "kind": "KopfPeering",
-            "metadata": {"name": name, "namespace": ns},
-        }
-        create(api.create_namespaced_custom_object, ns, "kopfpeerings", body)
+        meta = {"name": name, "namespace": ns}
+        body = {"apiVersion": version, "kind": "KopfPeering", "metadata": meta}
+        kube.unless((409,), api.create_namespaced_custom_object, *where, ns, "kopfpeerings", body)
     if not namespaces:
         body = {"apiVersion": version, "kind": "ClusterKopfPeering", "metadata": {"name": name}}
-        create(api.create_cluster_custom_object, "clusterkopfpeerings", body)
+        kube.unless((409,), api.create_cluster_custom_object, *where, "clusterkopfpeerings", body)
 
 
 @dataclass(frozen=True)

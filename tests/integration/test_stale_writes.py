@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from controller.core.fencing import Fence, admission
 from controller.embeddings.minilm import LocalMiniLMEmbedding
-from controller.kube.claim_errors import ClaimLost
+from controller.kube.claims import ClaimLost
 from controller.pipeline import summarize_session
 from controller.store.memory_store import MemoryStore
 from tests.integration.harness import Harness, interaction, load

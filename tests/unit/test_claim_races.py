@@ -14,8 +14,13 @@ from urllib3.exceptions import ProtocolError
 
 from controller.core.claim_rules import Claim, Writer
 from controller.kube import claims as claims_module
-from controller.kube.claim_errors import ClaimContended, ClaimHeld, ClaimLost
-from controller.kube.claims import CONFLICT_RETRIES, SessionClaimHandle
+from controller.kube.claims import (
+    CONFLICT_RETRIES,
+    ClaimContended,
+    ClaimHeld,
+    ClaimLost,
+    SessionClaimHandle,
+)
 
 ME = Writer("replica-a", "uid-1", "agents/s1")
 RIVAL = Writer("replica-b", "uid-2", "agents/s1-by-hand")
