@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -22,7 +23,7 @@ from controller.kube import client as kube
 from controller.reconcile import ReconcileResult, reconcile_step
 from controller.runtime import Runtime
 from controller.status.conditions import now_rfc3339
-from controller.status.summarizer_status import MarkerScanReport, ReconcileReport, RetentionReport
+from controller.status.summarizer_status import sunset_markers, with_conditions
 from controller.store.errors import CollectionNotFound, InvalidStoreConfig, StoreUnavailable
 from controller.sweep import MarkerScanResult, apply_retention, retention_policy, run_marker_scan
 
@@ -87,16 +88,14 @@ async def marker_scan(
     markers = await _in_thread("marker scan", scan, logger)
     if markers is None:
         return
-    report = MarkerScanReport.of(
-        (sid for sid, _ in markers.requested),
-        (m.describe() for m in markers.invalid),
-        markers.markers_only,
-        generation,
-    )
-    if report is not None:
-        await asyncio.to_thread(kube.update_summarizer_status, namespace, name, report.apply)
-        kind = "Warning" if report.ignored else "Normal"
-        runtime.events.post(body, type_=kind, reason=report.reason, message=report.message)
+    requested = [sid for sid, _ in markers.requested]
+    invalid = [m.describe() for m in markers.invalid]
+    cond = sunset_markers(requested, invalid, markers.markers_only)
+    if cond is not None:
+        stamped = functools.partial(with_conditions, conditions=[cond], generation=generation)
+        await asyncio.to_thread(kube.update_summarizer_status, namespace, name, stamped)
+        kind = "Warning" if cond.status == "False" else "Normal"
+        runtime.events.post(body, type_=kind, reason=cond.reason, message=cond.message)
         logger.info(
             "marker scan by %s (%d markers read in %.0f ms, %d waiting for a pass "
             "under way, %d left for the next tick): %s",
@@ -105,7 +104,7 @@ async def marker_scan(
             markers.duration_s * 1000,
             markers.waiting,
             markers.left,
-            report.message,
+            cond.message,
         )
 
 
@@ -136,9 +135,9 @@ async def retention(
         logger.info(
             "retention by %s: deleted %d expired SessionSummaries", CONFIG.replica_id, deleted
         )
-    await asyncio.to_thread(
-        kube.update_summarizer_status, namespace, name, RetentionReport(at, deleted).apply
-    )
+    retained = {"last_retention_at": at, "deleted_by_retention": deleted}
+    write = kube.update_summarizer_status
+    await asyncio.to_thread(write, namespace, name, lambda st: st.model_copy(update=retained))
 
 
 async def reconcile(
@@ -175,14 +174,18 @@ async def reconcile(
     metrics.observe_reconcile(step.read, step.uncovered if done is not None else None)
     if done is None:
         return
-    report = ReconcileReport(
-        at=now_rfc3339(),
-        rows=done.rows,
-        uncovered=step.uncovered,
-        sessions=step.sessions,
-        seconds=(int(time.time() * 1000) - done.started_ms) / 1000,
+    seconds = (int(time.time() * 1000) - done.started_ms) / 1000
+    message = (
+        f"reconciled {done.rows} memories in {seconds:.0f}s: {step.uncovered} not accounted "
+        f"for by a summary, in {step.sessions} sessions to summarize"
     )
-    await asyncio.to_thread(kube.update_summarizer_status, namespace, name, report.apply)
-    logger.info("reconciliation by %s: %s", CONFIG.replica_id, report.message)
+    walked = {
+        "reconciled_at": now_rfc3339(),
+        "reconciled_rows": done.rows,
+        "uncovered_found": step.uncovered,
+    }
+    write = kube.update_summarizer_status
+    await asyncio.to_thread(write, namespace, name, lambda st: st.model_copy(update=walked))
+    logger.info("reconciliation by %s: %s", CONFIG.replica_id, message)
     if step.uncovered:
-        runtime.events.post(body, type_="Normal", reason="Reconciled", message=report.message)
+        runtime.events.post(body, type_="Normal", reason="Reconciled", message=message)

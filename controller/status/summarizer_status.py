@@ -146,107 +146,49 @@ class SweepReport:
         )
 
 
-@dataclass(frozen=True)
-class ReconcileReport:
-    """What a finished reconciliation walk writes (reconcile_plan.py): when, rows checked,
-    rows no summary accounted for, and sessions it asked a pass for."""
+MARKERS_SHOWN = 5
 
-    at: str
-    rows: int
-    uncovered: int
-    sessions: int
-    seconds: float
 
-    @property
-    def message(self) -> str:
-        return (
-            f"reconciled {self.rows} memories in {self.seconds:.0f}s: {self.uncovered} not "
-            f"accounted for by a summary, in {self.sessions} sessions to summarize"
+def sunset_markers(
+    requested: Sequence[str], invalid: Sequence[str], markers_only: Sequence[str] = ()
+) -> Condition | None:
+    """SunsetMarkers after a scan that acted: False while the markers it found include some
+    that name no session (one description each), or only sessions with no other memories;
+    None after one that did nothing (scans run every tick and write nothing then)."""
+    parts = []
+    if invalid:
+        parts.append(
+            f"ignored {len(invalid)} sunset marker(s) that name no session: " + _listed(invalid)
         )
-
-    def apply(self, status: SessionSummarizerStatus) -> SessionSummarizerStatus:
-        return status.model_copy(
-            update={
-                "reconciled_at": self.at,
-                "reconciled_rows": self.rows,
-                "uncovered_found": self.uncovered,
-            }
+    if markers_only:
+        parts.append(
+            f"ignored the sunset markers of {len(markers_only)} session(s) with no other "
+            "memories (nothing to summarize; no SessionSummary made): "
+            + _listed(markers_only, quoted=True)
         )
-
-
-@dataclass(frozen=True)
-class MarkerScanReport:
-    """What a marker scan that acted writes: the SunsetMarkers condition, False while the
-    last markers it found include some that name no session, or only sessions with no
-    other memories. Scans that did nothing write nothing (they run every tick)."""
-
-    requested: tuple[str, ...]  # sessions whose summary was asked for
-    invalid: tuple[str, ...]  # one description per marker that names no session
-    markers_only: tuple[str, ...] = ()  # sessions with no memories besides markers
-    generation: int | None = None  # of the spec the scan ran with
-    SHOWN = 5
-
-    @classmethod
-    def of(
-        cls,
-        requested: Iterable[str],
-        invalid: Iterable[str],
-        markers_only: Iterable[str] = (),
-        generation: int | None = None,
-    ) -> MarkerScanReport | None:
-        report = cls(tuple(requested), tuple(invalid), tuple(markers_only), generation)
-        return report if report.requested or report.invalid or report.markers_only else None
-
-    @property
-    def ignored(self) -> bool:
-        return bool(self.invalid or self.markers_only)
-
-    @property
-    def reason(self) -> str:
-        if self.invalid:
-            return "InvalidSunsetMarker"
-        return "MarkerWithoutMemories" if self.markers_only else "SummaryRequested"
-
-    @property
-    def message(self) -> str:
-        parts = []
-        if self.invalid:
-            parts.append(
-                f"ignored {len(self.invalid)} sunset marker(s) that name no session: "
-                + self._listed(self.invalid)
-            )
-        if self.markers_only:
-            parts.append(
-                f"ignored the sunset markers of {len(self.markers_only)} session(s) with no "
-                "other memories (nothing to summarize; no SessionSummary made): "
-                + self._listed(self.markers_only, quoted=True)
-            )
-        if self.requested:
-            parts.append(
-                f"requested summaries of {len(self.requested)} session(s) with a sunset "
-                "marker: " + self._listed(self.requested, quoted=True)
-            )
-        return one_line("; ".join(parts), 1000)
-
-    def _listed(self, items: tuple[str, ...], *, quoted: bool = False) -> str:
-        """The first SHOWN items (session ids quoted and cut at 60 characters)."""
-        head = items[: self.SHOWN]
-        if quoted:
-            head = tuple(repr(s if len(s) <= 60 else s[:59] + "…") for s in head)
-        more = len(items) - self.SHOWN
-        return ", ".join(head) + (f" and {more} more" if more > 0 else "")
-
-    @property
-    def condition(self) -> Condition:
-        return Condition(
-            type="SunsetMarkers",
-            status="False" if self.ignored else "True",
-            reason=self.reason,
-            message=self.message,
+    if requested:
+        parts.append(
+            f"requested summaries of {len(requested)} session(s) with a sunset marker: "
+            + _listed(requested, quoted=True)
         )
+    if not parts:
+        return None
+    status, reason = (
+        ("False", "MarkerWithoutMemories") if markers_only else ("True", "SummaryRequested")
+    )
+    if invalid:
+        status, reason = "False", "InvalidSunsetMarker"
+    message = one_line("; ".join(parts), 1000)
+    return Condition(type="SunsetMarkers", status=status, reason=reason, message=message)
 
-    def apply(self, status: SessionSummarizerStatus) -> SessionSummarizerStatus:
-        return with_conditions(status, [self.condition], generation=self.generation)
+
+def _listed(items: Sequence[str], *, quoted: bool = False) -> str:
+    """The first MARKERS_SHOWN items (session ids quoted and cut at 60 characters)."""
+    head = list(items[:MARKERS_SHOWN])
+    if quoted:
+        head = [repr(s if len(s) <= 60 else s[:59] + "…") for s in head]
+    more = len(items) - MARKERS_SHOWN
+    return ", ".join(head) + (f" and {more} more" if more > 0 else "")
 
 
 @dataclass(frozen=True)
@@ -288,16 +230,3 @@ def sweep_failure(exc: BaseException, generation: int | None = None) -> SweepFai
     if kind == "InvalidStoreConfig":
         return SweepFailure("InvalidStoreConfig", message, False, generation)
     return SweepFailure("StoreUnavailable", message, True, generation)
-
-
-@dataclass(frozen=True)
-class RetentionReport:
-    """What a retention run writes: when it ran and how many objects it deleted."""
-
-    at: str
-    deleted: int
-
-    def apply(self, status: SessionSummarizerStatus) -> SessionSummarizerStatus:
-        return status.model_copy(
-            update={"last_retention_at": self.at, "deleted_by_retention": self.deleted}
-        )

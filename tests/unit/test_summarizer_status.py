@@ -88,7 +88,7 @@ def test_a_failure_with_an_empty_message_still_says_what_failed() -> None:
 # -- Ready, Reconciling and Stalled: derived on every write (settled) ----------------------
 
 
-from controller.status.summarizer_status import MarkerScanReport, settled  # noqa: E402
+from controller.status.summarizer_status import settled, sunset_markers  # noqa: E402
 
 OWNED = [*REQUIRED, "Swept", "SunsetMarkers"]
 conditions = st.lists(
@@ -157,12 +157,10 @@ def test_a_healthy_summarizer_is_ready_and_a_stuck_store_stalls_it() -> None:
 
 
 def test_markers_of_sessions_without_memories_are_reported_not_requested() -> None:
-    report = MarkerScanReport.of([], [], ["s1", "s2"], generation=5)
-    assert report is not None and report.ignored
-    assert report.reason == "MarkerWithoutMemories" and "2 session(s)" in report.message
-    cond = report.condition
-    assert cond.status == "False"
-    assert MarkerScanReport.of([], [], []) is None
+    cond = sunset_markers([], [], ["s1", "s2"])
+    assert cond is not None and cond.status == "False"
+    assert cond.reason == "MarkerWithoutMemories" and "2 session(s)" in cond.message
+    assert sunset_markers([], [], []) is None
 
 
 @pytest.mark.parametrize("pattern", [r"\pL{1000}", r"(?=x)", r"(a)\1", r"a\Z"])

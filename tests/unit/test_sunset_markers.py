@@ -22,7 +22,7 @@ from controller.core.sweep_plan import (
     not_acted_on,
     stale_reason,
 )
-from controller.status.summarizer_status import MarkerScanReport
+from controller.status.summarizer_status import sunset_markers, with_conditions
 
 REPO = Path(__file__).resolve().parents[2]
 T = 1_760_000_000_123  # a marker's timestamp (ms)
@@ -131,13 +131,13 @@ def test_the_sunset_marker_trigger_is_accepted_by_the_model_and_both_crd_copies(
 
 
 def test_a_marker_scan_that_did_nothing_writes_nothing() -> None:
-    assert MarkerScanReport.of([], []) is None
+    assert sunset_markers([], []) is None
 
 
 def test_requested_summaries_show_as_sunset_markers_true_naming_the_sessions() -> None:
-    report = MarkerScanReport.of(["agent-1", "agent-2"], [])
-    assert report is not None
-    status = report.apply(SessionSummarizerStatus())
+    cond = sunset_markers(["agent-1", "agent-2"], [])
+    assert cond is not None
+    status = with_conditions(SessionSummarizerStatus(), [cond])
     [cond] = status.conditions or []
     assert (cond.type, cond.status, cond.reason) == ("SunsetMarkers", "True", "SummaryRequested")
     assert cond.message == (
@@ -147,9 +147,8 @@ def test_requested_summaries_show_as_sunset_markers_true_naming_the_sessions() -
 
 def test_a_marker_without_a_session_turns_sunset_markers_false_and_says_which_memory() -> None:
     many = [f"s{i}" for i in range(7)]
-    report = MarkerScanReport.of(many, ["memory 'm-9' has a blank sessionId"])
-    assert report is not None
-    cond = report.condition
+    cond = sunset_markers(many, ["memory 'm-9' has a blank sessionId"])
+    assert cond is not None
     assert (cond.status, cond.reason) == ("False", "InvalidSunsetMarker")
     assert cond.message.startswith(
         "ignored 1 sunset marker(s) that name no session: memory 'm-9' has a blank sessionId; "
@@ -161,9 +160,9 @@ def test_a_marker_without_a_session_turns_sunset_markers_false_and_says_which_me
 def test_the_marker_condition_keeps_the_other_owners_conditions() -> None:
     swept = Condition(type="Swept", status="True", reason="SweepOK", message="ok")
     before = SessionSummarizerStatus(conditions=[swept], watermark=5)
-    report = MarkerScanReport.of(["a"], [])
-    assert report is not None
-    after = report.apply(before)
+    cond = sunset_markers(["a"], [])
+    assert cond is not None
+    after = with_conditions(before, [cond])
     assert {c.type for c in after.conditions or []} == {"Swept", "SunsetMarkers"}
     assert after.watermark == 5
 
