@@ -37,9 +37,9 @@ from controller.status.conditions import now_rfc3339
 from controller.status.readiness import NOT_BLOCKING, REQUIRED
 from controller.status.requests import PROBE_REQUESTED
 from controller.status.summarizer_status import (
-    SweepReport,
     spec_valid,
     sweep_failure,
+    swept,
     with_conditions,
 )
 from controller.sweep import run_sweep
@@ -310,20 +310,21 @@ async def _sweep(
         f"{result.applied.left} left for later"
     )
     logger.info("sweep by %s: %s", CONFIG.replica_id, message)
-    swept = SweepReport(
-        at=now_rfc3339(),
-        duration_s=result.duration_s,
-        found=plan.found,
-        deferred=result.applied.left,
-        created=result.applied.created,
-        patched=result.applied.patched,
-        scanned=result.scanned + result.appended,
-        watermark=plan.next_watermark_ms,
-        message=message,
-        store_url=spec.store.url,
-        generation=generation,
-        cursor=(result.cursor.offset, result.cursor.last_id) if result.cursor else None,
-    )
-    await asyncio.to_thread(kube.update_summarizer_status, namespace, name, swept.apply)
+    figures: dict[str, object] = {
+        "last_sweep_at": now_rfc3339(),
+        "candidates_found": plan.found,
+        "deferred": result.applied.left,
+        "created": result.applied.created,
+        "patched": result.applied.patched,
+        "scanned_memories": result.scanned + result.appended,
+        "watermark": plan.next_watermark_ms,
+    }
+    if result.cursor:
+        figures.update(appended_offset=result.cursor.offset, appended_last_id=result.cursor.last_id)
+
+    def report(st: SessionSummarizerStatus) -> SessionSummarizerStatus:
+        return swept(st, figures, message, spec.store.url, result.duration_s, generation)
+
+    await asyncio.to_thread(kube.update_summarizer_status, namespace, name, report)
     if result.applied.created or result.applied.patched or result.applied.refreshed:
         events.post(body, type_="Normal", reason="Swept", message=message)

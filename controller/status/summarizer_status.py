@@ -7,7 +7,7 @@ precondition, so no writer drops what another wrote.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pydantic import ValidationError
@@ -105,45 +105,20 @@ def secrets_allowed(verdicts: Sequence[SecretVerdict], unread: Sequence[str] = (
     return condition("True", "AllowedBySecrets", [f"each Secret allows where it goes: {sent}"])
 
 
-@dataclass(frozen=True)
-class SweepReport:
-    """What a sweep that ran writes: its figures, Swept True, and a reachable store."""
-
-    at: str
-    duration_s: float
-    found: int
-    deferred: int
-    created: int
-    patched: int
-    scanned: int
-    watermark: int | None
-    message: str
-    store_url: str
-    generation: int | None = None  # of the spec the sweep ran with
-    cursor: tuple[int, str | None] | None = None  # the appended-rows scan's (offset, last id)
-
-    def apply(self, status: SessionSummarizerStatus) -> SessionSummarizerStatus:
-        swept = Condition(type="Swept", status="True", reason="SweepOK", message=self.message)
-        conditions = [swept, store_reachable(self.store_url)]
-        cursor = (
-            {"appended_offset": self.cursor[0], "appended_last_id": self.cursor[1]}
-            if self.cursor is not None
-            else {}
-        )
-        return with_conditions(status, conditions, generation=self.generation).model_copy(
-            update={
-                "last_sweep_at": self.at,
-                "last_sweep_duration_seconds": round(self.duration_s, 3),
-                "candidates_found": self.found,
-                "deferred": self.deferred,
-                "created": self.created,
-                "patched": self.patched,
-                "scanned_memories": self.scanned,
-                "watermark": self.watermark,
-                "message": self.message,
-                **cursor,
-            }
-        )
+def swept(
+    status: SessionSummarizerStatus,
+    figures: Mapping[str, object],
+    message: str,
+    store_url: str,
+    duration_s: float,
+    generation: int | None = None,  # of the spec the sweep ran with
+) -> SessionSummarizerStatus:
+    """What a sweep that ran writes: its figures (status fields by name), Swept True, and a
+    reachable store."""
+    ok = Condition(type="Swept", status="True", reason="SweepOK", message=message)
+    update = {**figures, "message": message, "last_sweep_duration_seconds": round(duration_s, 3)}
+    conditions = [ok, store_reachable(store_url)]
+    return with_conditions(status, conditions, generation=generation).model_copy(update=update)
 
 
 MARKERS_SHOWN = 5

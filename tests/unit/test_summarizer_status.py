@@ -13,10 +13,10 @@ from controller.api import Condition, SessionSummarizerSpec, SessionSummarizerSt
 from controller.handlers.session_summarizer import sweep_due
 from controller.status.readiness import REQUIRED, summarizer_readiness
 from controller.status.summarizer_status import (
-    SweepReport,
     spec_valid,
     store_reachable,
     sweep_failure,
+    swept,
     with_conditions,
 )
 from controller.store.errors import StoreUnavailable
@@ -25,19 +25,17 @@ MODEL = Condition(type="ModelReady", status="True", reason="Extractive", message
 EMBED = Condition(type="EmbeddingReady", status="False", reason="EmbeddingMismatch", message="x")
 
 
-def report() -> SweepReport:
-    return SweepReport(
-        at="2026-11-23T10:00:00Z",
-        duration_s=0.1234,
-        found=3,
-        deferred=0,
-        created=2,
-        patched=1,
-        scanned=40,
-        watermark=123,
-        message="scanned 40",
-        store_url="http://chroma:8000",
-    )
+def report(status: SessionSummarizerStatus) -> SessionSummarizerStatus:
+    figures = {
+        "last_sweep_at": "2026-11-23T10:00:00Z",
+        "candidates_found": 3,
+        "deferred": 0,
+        "created": 2,
+        "patched": 1,
+        "scanned_memories": 40,
+        "watermark": 123,
+    }
+    return swept(status, figures, "scanned 40", "http://chroma:8000", duration_s=0.1234)
 
 
 def types(status: SessionSummarizerStatus) -> dict[str, str]:
@@ -46,7 +44,7 @@ def types(status: SessionSummarizerStatus) -> dict[str, str]:
 
 def test_a_sweep_keeps_the_health_probes_conditions() -> None:
     status = with_conditions(SessionSummarizerStatus(), [MODEL, EMBED])
-    after = report().apply(status)
+    after = report(status)
     assert types(after) == {
         "EmbeddingReady": "EmbeddingMismatch",
         "ModelReady": "Extractive",
@@ -60,7 +58,7 @@ def test_every_order_of_writers_ends_with_every_writers_conditions() -> None:
     writers = [
         lambda s: with_conditions(s, [MODEL]),
         lambda s: with_conditions(s, [EMBED]),
-        report().apply,
+        report,
         lambda s: sweep_failure(StoreUnavailable("down")).apply(s, "t"),
     ]
     for order in itertools.permutations(writers):
