@@ -37,6 +37,7 @@ from controller.status.conditions import now_rfc3339
 from controller.status.readiness import NOT_BLOCKING, REQUIRED
 from controller.status.requests import PROBE_REQUESTED
 from controller.status.summarizer_status import (
+    failed_sweep,
     spec_valid,
     sweep_failure,
     swept,
@@ -285,16 +286,17 @@ async def _sweep(
     try:
         result = await asyncio.to_thread(sweep_store)
     except upkeep.STORE_ERRORS as exc:
-        failure = sweep_failure(exc, generation)
-        at = now_rfc3339()
+        failure, at = sweep_failure(exc), now_rfc3339()
         written = await asyncio.to_thread(
-            kube.update_summarizer_status, namespace, name, lambda st: failure.apply(st, at)
+            kube.update_summarizer_status,
+            namespace,
+            name,
+            lambda st: failed_sweep(st, failure, at, generation),
         )
-        if written is not None and any(
-            changed for _, changed in _transitions(written[0], failure.conditions)
-        ):
-            events.post(body, type_="Warning", reason=failure.reason, message=failure.message)
-        logger.warning("sweep failed: %s: %s", failure.reason, failure.message)
+        said = failure[0]
+        if written is not None and any(changed for _, changed in _transitions(written[0], failure)):
+            events.post(body, type_="Warning", reason=said.reason, message=said.message)
+        logger.warning("sweep failed: %s: %s", said.reason, said.message)
         return
     plan = result.plan
     if not result.aligned:  # the appended-rows cursor lost its place: walk now

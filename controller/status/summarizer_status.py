@@ -8,7 +8,6 @@ precondition, so no writer drops what another wrote.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from pydantic import ValidationError
 
@@ -166,42 +165,35 @@ def _listed(items: Sequence[str], *, quoted: bool = False) -> str:
     return ", ".join(head) + (f" and {more} more" if more > 0 else "")
 
 
-@dataclass(frozen=True)
-class SweepFailure:
-    """A sweep that could not run: Swept False (and StoreReachable False when the store
-    itself failed); lastSweepAt moves so the next attempt waits a full interval."""
-
-    reason: str
-    message: str
-    store_failed: bool
-    generation: int | None = None  # of the spec the sweep ran with
-
-    @property
-    def conditions(self) -> list[Condition]:
-        swept = Condition(type="Swept", status="False", reason=self.reason, message=self.message)
-        if not self.store_failed:
-            return [swept]
-        return [swept, store_reachable("", reason=self.reason, message=self.message)]
-
-    def apply(self, status: SessionSummarizerStatus, at: str) -> SessionSummarizerStatus:
-        return with_conditions(status, self.conditions, generation=self.generation).model_copy(
-            update={"last_sweep_at": at, "message": f"sweep failed: {self.message}"}
-        )
-
-
-def sweep_failure(exc: BaseException, generation: int | None = None) -> SweepFailure:
-    """The reason a sweep failed, from the exception class (by name: this module does no
-    I/O and imports none of the modules that raise them)."""
+def sweep_failure(exc: BaseException) -> list[Condition]:
+    """A sweep that could not run: Swept False with the reason, from the exception class (by
+    name: this module does no I/O and imports none of the modules that raise them), and
+    StoreReachable False too when the store itself failed."""
     kind = type(exc).__name__
-    message = one_line(exc, 300) or kind
+    reason, message, store_failed = "StoreUnavailable", one_line(exc, 300) or kind, True
     if kind == "SecretError":
-        return SweepFailure("SecretNotFound", message, True, generation)
-    if kind in ("SecretHostNotAllowed", "EndpointNotAllowed"):
-        return SweepFailure(kind, one_line(exc, 1000), True, generation)
-    if kind == "CollectionNotFound":
-        role = getattr(exc, "role", "memory")
-        reason = "MemoryCollectionNotFound" if role == "memory" else "CollectionNotFound"
-        return SweepFailure(reason, message, False, generation)
-    if kind == "InvalidStoreConfig":
-        return SweepFailure("InvalidStoreConfig", message, False, generation)
-    return SweepFailure("StoreUnavailable", message, True, generation)
+        reason = "SecretNotFound"
+    elif kind in ("SecretHostNotAllowed", "EndpointNotAllowed"):
+        reason, message = kind, one_line(exc, 1000)
+    elif kind == "CollectionNotFound":
+        memory = getattr(exc, "role", "memory") == "memory"
+        reason, store_failed = "MemoryCollectionNotFound" if memory else kind, False
+    elif kind == "InvalidStoreConfig":
+        reason, store_failed = kind, False
+    swept = Condition(type="Swept", status="False", reason=reason, message=message)
+    if not store_failed:
+        return [swept]
+    return [swept, store_reachable("", reason=reason, message=message)]
+
+
+def failed_sweep(
+    status: SessionSummarizerStatus,
+    failure: list[Condition],
+    at: str,
+    generation: int | None = None,  # of the spec the sweep ran with
+) -> SessionSummarizerStatus:
+    """What a sweep_failure writes; lastSweepAt moves so the next attempt waits a full
+    interval."""
+    return with_conditions(status, failure, generation=generation).model_copy(
+        update={"last_sweep_at": at, "message": f"sweep failed: {failure[0].message}"}
+    )

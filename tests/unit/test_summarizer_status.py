@@ -13,6 +13,7 @@ from controller.api import Condition, SessionSummarizerSpec, SessionSummarizerSt
 from controller.handlers.session_summarizer import sweep_due
 from controller.status.readiness import REQUIRED, summarizer_readiness
 from controller.status.summarizer_status import (
+    failed_sweep,
     spec_valid,
     store_reachable,
     sweep_failure,
@@ -59,7 +60,7 @@ def test_every_order_of_writers_ends_with_every_writers_conditions() -> None:
         lambda s: with_conditions(s, [MODEL]),
         lambda s: with_conditions(s, [EMBED]),
         report,
-        lambda s: sweep_failure(StoreUnavailable("down")).apply(s, "t"),
+        lambda s: failed_sweep(s, sweep_failure(StoreUnavailable("down")), "t"),
     ]
     for order in itertools.permutations(writers):
         status = SessionSummarizerStatus()
@@ -73,14 +74,16 @@ def test_a_missing_memory_collection_fails_the_sweep_but_not_the_store_probe() -
         role = "memory"
 
     failure = sweep_failure(CollectionNotFound("memory collection 'x' does not exist"))
-    status = failure.apply(with_conditions(SessionSummarizerStatus(), [store_reachable("u")]), "t")
+    status = failed_sweep(
+        with_conditions(SessionSummarizerStatus(), [store_reachable("u")]), failure, "t"
+    )
     assert types(status) == {"StoreReachable": "HeartbeatOK", "Swept": "MemoryCollectionNotFound"}
     assert status.message == "sweep failed: memory collection 'x' does not exist"
 
 
 def test_a_failure_with_an_empty_message_still_says_what_failed() -> None:
-    failure = sweep_failure(StoreUnavailable(""))
-    assert failure.message and failure.reason == "StoreUnavailable"
+    [swept, store] = sweep_failure(StoreUnavailable(""))
+    assert swept.message and swept.reason == store.reason == "StoreUnavailable"
 
 
 # -- Ready, Reconciling and Stalled: derived on every write (settled) ----------------------
@@ -147,8 +150,8 @@ def test_a_healthy_summarizer_is_ready_and_a_stuck_store_stalls_it() -> None:
     ]
     status = settled(SessionSummarizerStatus(conditions=healthy), 2)
     assert types(status)["Ready"] == "Healthy"
-    down = sweep_failure(StoreUnavailable("Chroma at u is down"), generation=2)
-    status = settled(down.apply(status, "t"), 2)
+    down = sweep_failure(StoreUnavailable("Chroma at u is down"))
+    status = settled(failed_sweep(status, down, "t", generation=2), 2)
     found = {c.type: c for c in status.conditions or []}
     assert (found["Ready"].status, found["Ready"].reason) == ("False", "StoreUnavailable")
     assert found["Stalled"].status == "True" and "StoreReachable" in found["Ready"].message
