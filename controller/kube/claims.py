@@ -70,10 +70,6 @@ class ClaimContended(ClaimLost):
     the pass is retried."""
 
 
-def _wall_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def _api() -> client.CustomObjectsApi:
     return kube.custom()
 
@@ -121,7 +117,7 @@ class SessionClaimHandle:
         return claim_name(self.collection_id, self.session_id)
 
     def _new_claim(self, acquired_at_ms: int | None = None) -> Claim:
-        now = _wall_ms()
+        now = int(time.time() * 1000)
         return Claim(
             session_id=self.session_id,
             collection_id=self.collection_id,
@@ -237,7 +233,7 @@ class SessionClaimHandle:
         wait = self.renew_s
         while not self._stop.wait(wait):
             sent = time.monotonic()
-            if not self._valid(sent):
+            if not holder_may_write(self._renewed_at_s, sent, self.duration_s, self.margin_s):
                 self._lose(
                     f"the claim on session {self.session_id!r} was not renewed within "
                     f"{self.duration_s - self.margin_s:.0f}s (API server unreachable or this "
@@ -283,9 +279,6 @@ class SessionClaimHandle:
             if self._lost is None:
                 self._lost = why
         log.warning("session %s: %s", self.session_id, why)
-
-    def _valid(self, now_s: float) -> bool:
-        return holder_may_write(self._renewed_at_s, now_s, self.duration_s, self.margin_s)
 
     def check(self) -> None:
         """Raises ClaimLost if the claim was deleted or taken, or not renewed within

@@ -4,7 +4,6 @@ and never blocks or fails its caller; a full queue drops the newest with a log l
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import queue
 import threading
@@ -18,14 +17,11 @@ from kubernetes.client.exceptions import ApiException
 
 from controller.core.event_aggregation import EventKey, EventLog
 from controller.kube import client as kube
+from controller.status.conditions import now_rfc3339
 
 log = logging.getLogger("controller.kube.events")
 COMPONENT = "session-summary-operator"
 MESSAGE_MAX = 1024
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -109,7 +105,7 @@ class EventRecorder:
                 log.exception("could not post Event %s on %s", item.key.reason, item.key.name)
 
     def _send(self, item: _Pending) -> None:
-        key, now = item.key, _now()
+        key, now = item.key, now_rfc3339()
         decision = self._log.observe(key, now)
         if not decision.create:
             try:

@@ -120,40 +120,28 @@ class PeeringView:
 
 def replica_status(view: PeeringView, me: str) -> tuple[str | None, Condition]:
     """status.activeReplica and the ReplicaActive condition of every SessionSummarizer."""
+
+    def said(active: str | None, reason: str, message: str) -> tuple[str | None, Condition]:
+        status = "True" if active else "False"
+        return active, Condition(
+            type="ReplicaActive", status=status, reason=reason, message=message
+        )
+
     if view.standalone:
-        return me, Condition(
-            type="ReplicaActive",
-            status="True",
-            reason="Standalone",
-            message=f"replica {me} runs standalone (no peering): the only writer by configuration",
+        message = f"replica {me} runs standalone (no peering): the only writer by configuration"
+        return said(me, "Standalone", message)
+    if tied := view.tied:
+        return said(
+            None,
+            "PeeringPriorityTie",
+            f"replicas {', '.join(tied)} share peering priority {view.live[tied[0]]}: kopf "
+            "pauses all of them and nothing is summarized; give each replica its own "
+            "SSO_PEERING_PRIORITY, or leave it unset for a random one",
         )
-    tied = view.tied
-    if tied:
-        priority = view.live[tied[0]]
-        return None, Condition(
-            type="ReplicaActive",
-            status="False",
-            reason="PeeringPriorityTie",
-            message=(
-                f"replicas {', '.join(tied)} share peering priority {priority}: kopf pauses "
-                "all of them and nothing is summarized; give each replica its own "
-                "SSO_PEERING_PRIORITY, or leave it unset for a random one"
-            ),
-        )
-    leader = view.leader
-    if leader is None:
-        return None, Condition(
-            type="ReplicaActive",
-            status="False",
-            reason="NoLiveReplica",
-            message="no operator replica is alive in the peering object: nothing is summarized",
-        )
-    return leader, Condition(
-        type="ReplicaActive",
-        status="True",
-        reason="Elected",
-        message=f"replica {leader} is active ({len(view.live)} live)",
-    )
+    if (leader := view.leader) is None:
+        message = "no operator replica is alive in the peering object: nothing is summarized"
+        return said(None, "NoLiveReplica", message)
+    return said(leader, "Elected", f"replica {leader} is active ({len(view.live)} live)")
 
 
 def report_due(
