@@ -74,20 +74,12 @@ class RowKeys(Sequence[tuple[int, str]]):
 
     def _order_ties(self) -> None:
         """Rows sharing a timestamp, ordered by id (a listing gives them in any order)."""
-        stamps = self._sorted_stamps
-        if len(stamps) < 2:
-            return
-        tied = np.flatnonzero(stamps[1:] == stamps[:-1])
-        start = 0
-        while start < len(tied):
-            end = start
-            while end + 1 < len(tied) and tied[end + 1] == tied[end] + 1:
-                end += 1
-            first, last = int(tied[start]), int(tied[end]) + 1  # positions first..last share
-            run = [int(i) for i in self._order[first : last + 1]]
-            run.sort(key=self._id_of)
-            self._order[first : last + 1] = run
-            start = end + 1
+        _, firsts, counts = np.unique(self._sorted_stamps, return_index=True, return_counts=True)
+        for first, count in zip(
+            firsts[counts > 1].tolist(), counts[counts > 1].tolist(), strict=True
+        ):
+            run = self._order[first : first + count].tolist()
+            self._order[first : first + count] = sorted(run, key=self._id_of)
 
     def _id_of(self, row: int) -> str:
         begin = int(self._ends[row - 1]) if row else 0
