@@ -216,25 +216,22 @@ def guard(what: str, fn: Callable[[], T]) -> T:
     name InvalidStoreConfig; NotFoundError passes to the caller."""
     try:
         return fn()
-    except (httpx.TransportError, ConnectionError, TimeoutError) as exc:
-        raise StoreUnreachable(f"Chroma unreachable while {what}: {describe_error(exc)}") from exc
     except NotFoundError:
         raise
-    except InvalidArgumentError as exc:
-        if _NAME_ERROR.search(_str(exc)):
-            raise InvalidStoreConfig(
-                f"Chroma refused a name while {what}: {describe_error(exc)}"
-            ) from exc
-        raise StoreUnavailable(f"Chroma error while {what}: {describe_error(exc)}") from exc
-    except ChromaError as exc:
-        raise StoreUnavailable(f"Chroma error while {what}: {describe_error(exc)}") from exc
     except Exception as exc:
+        kind: type[Exception]
+        if isinstance(exc, httpx.TransportError | ConnectionError | TimeoutError):
+            kind, says = StoreUnreachable, "unreachable"
+        elif isinstance(exc, InvalidArgumentError) and _NAME_ERROR.search(_str(exc)):
+            kind, says = InvalidStoreConfig, "refused a name"
         # chromadb's HTTP client raises a non-Chroma answer (5xx, a proxy's page) as a plain
         # Exception carrying the body, and connection trouble as a ValueError.
-        if caused_by(exc, httpx.HTTPStatusError, json.JSONDecodeError):
-            raise StoreUnavailable(f"Chroma error while {what}: {describe_error(exc)}") from exc
-        if "Could not connect" in _str(exc) or "Connection" in type(exc).__name__:
-            raise StoreUnreachable(
-                f"Chroma unreachable while {what}: {describe_error(exc)}"
-            ) from exc
-        raise
+        elif isinstance(exc, ChromaError) or caused_by(
+            exc, httpx.HTTPStatusError, json.JSONDecodeError
+        ):
+            kind, says = StoreUnavailable, "error"
+        elif "Could not connect" in _str(exc) or "Connection" in type(exc).__name__:
+            kind, says = StoreUnreachable, "unreachable"
+        else:
+            raise
+        raise kind(f"Chroma {says} while {what}: {describe_error(exc)}") from exc
