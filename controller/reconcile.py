@@ -14,8 +14,7 @@ from controller.config import CONFIG
 from controller.core.reconcile_plan import ReconcileCycle, reconcile, uncovered_rows
 from controller.core.sweep_plan import SweepPlan
 from controller.core.waiting import Pause, no_pause
-from controller.store.memory_store import MemoryStore
-from controller.store.scans import SCAN_PAGE
+from controller.store.memory_store import SCAN_PAGE, MemoryStore
 from controller.sweep import apply_plan
 from controller.upkeep_state import Reconciler
 

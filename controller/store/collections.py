@@ -163,9 +163,7 @@ class Collections:
         log.info("creating the %s collection %r", role, name)
         return guard(f"creating the {role} collection", create)
 
-    def _once(
-        self, role: CollectionRole, create: Callable[[], Collection] | None = None
-    ) -> Collection:
+    def _once(self, role: CollectionRole, create: bool = False) -> Collection:
         """The collection kept for role, else opened (_open) and kept. Opened outside the
         lock: a slow or silent store (a missing collection costs a listing of the names too)
         holds up no other thread's use of the collections already open (the marker scan's
@@ -174,7 +172,8 @@ class Collections:
             kept = self._handles.get(role)
         if kept is not None:
             return kept
-        opened = self._open(role, create)
+        makers = {"summary": self._make_summaries, "ledger": self._make_ledger}
+        opened = self._open(role, makers[role] if create else None)
         with self._lock:
             return self._handles.setdefault(role, opened)
 
@@ -201,7 +200,7 @@ class Collections:
 
     def summaries(self, *, create: bool = False) -> Collection:
         """The summary collection, opened once; only the writer passes create=True."""
-        return self._once("summary", self._make_summaries if create else None)
+        return self._once("summary", create)
 
     def _make_summaries(self) -> Collection:
         """Creates the summary collection with the memory collection's embedding function
@@ -251,21 +250,11 @@ class Collections:
     def ledger(self, *, create: bool = False) -> Collection:
         """The operator's ledger (core/ledger.py), opened once; created only by the writer.
         Its vectors are a constant: nobody queries it by meaning."""
-        name = self.location.ledger_collection
+        return self._once("ledger", create)
 
-        def make() -> Collection:
-            meta = {"memorycore.io/ledger-of": self.location.summary_collection}
-            return self.client.get_or_create_collection(name, metadata=meta)
-
-        return self._once("ledger", make if create else None)
-
-    def _on_summaries(self, what: str, op: Callable[[Collection], T], *, create: bool = False) -> T:
-        """Runs op on the summary collection (see _on)."""
-        return self._on("summary", what, op, create=create)
-
-    def _on_ledger(self, what: str, op: Callable[[Collection], T], *, create: bool = False) -> T:
-        """Runs op on the ledger collection (see _on)."""
-        return self._on("ledger", what, op, create=create)
+    def _make_ledger(self) -> Collection:
+        meta = {"memorycore.io/ledger-of": self.location.summary_collection}
+        return self.client.get_or_create_collection(self.location.ledger_collection, metadata=meta)
 
     def _on(
         self,
@@ -275,55 +264,52 @@ class Collections:
         *,
         create: bool = False,
     ) -> T:
-        """Runs op on the summary or ledger collection; one deleted since opened is _gone."""
-        opened = self.summaries if role == "summary" else self.ledger
-        coll = opened(create=create)
-        try:
+        """Runs op on the role's collection, opened once (created only by the writer:
+        create=True, summary and ledger); one deleted since opened is _gone."""
+        coll = self._once(role, create)
+        with self._missing(role):
             return guard(what, lambda: op(coll))
-        except NotFoundError:
-            raise self._gone(role) from None
 
-    # -- memories ---------------------------------------------------------------------
+    def _pages(
+        self, role: CollectionRole, what: str, where: dict[str, Any], page: int
+    ) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
+        """pages() of the role's collection; one deleted while it is read is _gone."""
+        with self._missing(role):
+            yield from pages(self._once(role), what, where, page)
 
     @contextlib.contextmanager
-    def _memory_missing(self) -> Iterator[None]:
-        """A memory collection deleted while it is read is _gone."""
+    def _missing(self, role: CollectionRole) -> Iterator[None]:
+        """A collection deleted while it is read is _gone."""
         try:
             yield
         except NotFoundError:
-            raise self._gone("memory") from None
+            raise self._gone(role) from None
 
 
 def pages(
-    coll: Collection, what: str, where: dict[str, Any], page: int
-) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """(id, metadata) of every row matching where, page by page (SQLite's variable limit)."""
-    for row_id, meta, _ in listing(coll, what, where, page):
-        yield row_id, meta
-
-
-def listing(
     coll: Collection,
     what: str,
     where: dict[str, Any],
     page: int,
+    include: Sequence[str] = ("metadatas",),
     *,
     first_with_documents: bool = False,
 ) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
-    """(id, metadata, document) of every row matching where, page by page. Documents only
-    on the first page, with first_with_documents (a small session in one round trip)."""
+    """(id, metadata, document) of every row matching where, page by page (SQLite's variable
+    limit). Documents only on the first page, with first_with_documents (a small session in
+    one round trip)."""
     offset = 0
     while True:
-        with_documents = first_with_documents and not offset
-        include = ["metadatas", "documents"] if with_documents else ["metadatas"]
+        wanted = [*include, "documents"] if first_with_documents and not offset else include
         got = guard(
             what,
-            lambda o=offset, i=include: coll.get(  # type: ignore[misc]
-                where=cast(Where, where or None), include=cast(Any, i), limit=page, offset=o
+            lambda o=offset, i=wanted: coll.get(  # type: ignore[misc]
+                where=cast(Where, where or None), include=cast(Any, list(i)), limit=page, offset=o
             ),
         )
-        docs: list[str | None] = list(got.get("documents") or [])
-        for n, (row_id, meta) in enumerate(zip(got["ids"], got["metadatas"] or [], strict=False)):
+        docs, metas = got.get("documents") or [], got.get("metadatas") or []
+        for n, row_id in enumerate(got["ids"]):
+            meta = metas[n] if n < len(metas) else None
             yield row_id, meta or {}, docs[n] if n < len(docs) else None
         if len(got["ids"]) < page:
             return

@@ -38,8 +38,16 @@ from controller.core.ledger import (
     read_entry,
     row_agreement,
 )
-from controller.core.memories import Memory, memory_from_row, memory_sort_key
+from controller.core.memories import (
+    FUTURE_TOLERANCE_MS,
+    UNIT_LIMITS,
+    Memory,
+    memory_from_row,
+    memory_sort_key,
+    parse_timestamp_ms,
+)
 from controller.core.naming import summary_row_id
+from controller.core.reconcile_plan import RowCursor, WalkedRow
 from controller.core.row_ownership import (
     DIGEST_KEY,
     NEO_WRITER_KEYS,
@@ -55,10 +63,11 @@ from controller.core.summary import (
 from controller.core.summary_row import READER_ROW_KEYS, from_chroma_row, upsert_metadata
 from controller.core.sweep_plan import StoredSummaryState
 from controller.redaction import PassRedaction
-from controller.store.collections import batches, collection_config, pages
+from controller.store.collections import Collections, batches, collection_config
 from controller.store.errors import (
     DIMENSION_ERROR,
     CollectionNotFound,
+    CollectionRole,
     EmbeddingMismatch,
     StoreUnavailable,
     StoreUnreachable,
@@ -66,7 +75,6 @@ from controller.store.errors import (
     mismatch,
 )
 from controller.store.row_writes import RowWrite
-from controller.store.scans import SCAN_PAGE, Scans
 from controller.store.session_listing import GET_BATCH, SessionRows, list_session
 
 log = logging.getLogger(__name__)
@@ -74,6 +82,7 @@ log = logging.getLogger(__name__)
 # A ledger head with this key is a tombstone: the session was forgotten at that time (ms).
 FORGOTTEN_KEY = "forgottenAt"
 DELETE_BATCH = 500
+SCAN_PAGE = 2000  # rows per page of the sweep's scans of the whole collection
 
 
 @dataclass(frozen=True)
@@ -111,7 +120,7 @@ def is_tombstone(head: Mapping[str, Any] | None) -> bool:
     return head is not None and FORGOTTEN_KEY in head
 
 
-class MemoryStore(Scans):
+class MemoryStore(Collections):
     """Reads memories and reads/writes summaries in one Chroma database."""
 
     # -- memories ---------------------------------------------------------------------
@@ -127,27 +136,25 @@ class MemoryStore(Scans):
         memories it reads (core/coverage.py), read batch by batch as the caller iterates;
         those `exclude` accepts are counted, not read. Each is masked before anything else."""
         mask = mask or PassRedaction()
-        with self._memory_missing():
+        with self._missing("memory"):
             coll = self.memories()
-            read = lambda ids: self._read_batch(coll, ids, mask)  # noqa: E731
+            read = lambda ids: self._read_batch(ids, mask)  # noqa: E731
             return list_session(coll, session_id, prior or PriorCoverage(), exclude, read, mask)
 
     def memories_by_id(self, ids: Sequence[str], mask: PassRedaction) -> list[Memory]:
         """These memories (masked), in the session's order; those gone since are left out."""
-        coll = self.memories()  # missing: CollectionNotFound (collections.py: _open)
-        found = [m for b in batches(list(ids), GET_BATCH) for m in self._read_batch(coll, b, mask)]
+        self.memories()  # missing: CollectionNotFound (collections.py: _open), ids or not
+        found = [m for b in batches(list(ids), GET_BATCH) for m in self._read_batch(b, mask)]
         return sorted(found, key=memory_sort_key)
 
-    def _read_batch(
-        self, coll: Collection, ids: Sequence[str], mask: PassRedaction
-    ) -> list[Memory]:
+    def _read_batch(self, ids: Sequence[str], mask: PassRedaction) -> list[Memory]:
         """The memories of these ids (consecutive in the session's order), masked, in that
         order."""
-        with self._memory_missing():
-            got = guard(
-                "reading memories",
-                lambda: coll.get(ids=list(ids), include=["documents", "metadatas"]),
-            )
+        got = self._on(
+            "memory",
+            "reading memories",
+            lambda c: c.get(ids=list(ids), include=["documents", "metadatas"]),
+        )
         memories = [
             mask.memory(memory)
             for row_id, doc, meta in zip(
@@ -160,10 +167,8 @@ class MemoryStore(Scans):
 
     def session_ids(self, session_id: str) -> list[str]:
         """Every row id of the session: what its memoryCount counts."""
-        where = {"sessionId": session_id}
-        with self._memory_missing():
-            coll = self.memories()
-            got = guard("listing the session", lambda: coll.get(where=where, include=[]))  # type: ignore[arg-type]
+        where = cast(Any, {"sessionId": session_id})
+        got = self._on("memory", "listing the session", lambda c: c.get(where=where, include=[]))
         return list(got["ids"])
 
     def count_session(self, session_id: str) -> int:
@@ -207,6 +212,79 @@ class MemoryStore(Scans):
 
         return LocalMiniLMEmbedding()
 
+    def scan_since(self, watermark_ms: int, page: int = SCAN_PAGE) -> Iterator[tuple[str, int]]:
+        """(sessionId, timestamp ms) of every memory with a numeric timestamp after
+        watermark_ms and not in the future (memories.placed). Text, late and future
+        timestamps are found by scan_appended instead."""
+        where = newer_where(watermark_ms, int(time.time() * 1000) + FUTURE_TOLERANCE_MS)
+        for _, meta, _ in self._pages("memory", "scanning new memories", where, page):
+            sid, ts = meta.get("sessionId"), parse_timestamp_ms(meta.get("timestamp"))
+            if isinstance(sid, str) and ts is not None:
+                yield sid, ts
+
+    def scan_markers(
+        self, marker_type: str, watermark_ms: int, page: int = SCAN_PAGE
+    ) -> Iterator[tuple[str, object, int]]:
+        """(memory id, sessionId as stored, maybe blank, timestamp ms) of every memory of
+        marker_type newer than watermark_ms, in any unit."""
+        where = {"$and": [{"type": marker_type}, newer_where(watermark_ms)]}
+        for row_id, meta, _ in self._pages("memory", "scanning for sunset markers", where, page):
+            if (ts := parse_timestamp_ms(meta.get("timestamp"))) is not None:
+                yield row_id, meta.get("sessionId"), ts
+
+    def scan_appended(
+        self, cursor: RowCursor | None, page: int = SCAN_PAGE
+    ) -> tuple[list[tuple[str, int | None]], RowCursor, bool]:
+        """(sessionId, timestamp ms or None) of the rows added since `cursor`, the new
+        cursor, and whether the cursor was aligned: the row just before its offset is still
+        the one it saw last. Chroma lists rows in insertion order; deletions shift offsets,
+        so a misaligned cursor reads nothing and the caller reconciles everything
+        (sweep.py). No cursor: the new one starts at the end."""
+        total = self._on("memory", "counting memories", lambda c: c.count())
+        aligned = cursor is not None and self._id_at(cursor.offset - 1) == cursor.last_id
+        found: list[tuple[str, int | None]] = []
+        offset = cursor.offset if aligned and cursor is not None else total
+        while offset < total:
+            rows = self.rows_from(offset, min(page, total - offset))
+            if not rows:
+                break
+            found += [(sid, ts) for sid, ts, _ in rows if sid is not None]
+            offset += len(rows)
+        return found, RowCursor(total, self._id_at(total - 1)), aligned
+
+    def _id_at(self, offset: int) -> str | None:
+        if offset < 0:
+            return None
+        what = "reading a memory id"
+        got = self._on("memory", what, lambda c: c.get(include=[], limit=1, offset=offset))
+        return got["ids"][0] if got["ids"] else None
+
+    def rows_from(self, offset: int, limit: int) -> list[WalkedRow]:
+        """(sessionId or None, timestamp ms or None, row id) of `limit` rows from `offset`,
+        in the order they were added: every row read, so a short page is the end."""
+        got = self._on(
+            "memory",
+            "reading memories in the order they were added",
+            lambda c: c.get(include=["metadatas"], limit=limit, offset=offset),
+        )
+        metas = [m or {} for m in got["metadatas"] or []]
+        return [
+            (
+                sid if isinstance(sid := meta.get("sessionId"), str) else None,
+                parse_timestamp_ms(meta.get("timestamp")),
+                row_id,
+            )
+            for row_id, meta in zip(got["ids"], metas, strict=True)
+        ]
+
+    def has_memories_besides(self, session_id: str, memory_type: str) -> bool:
+        """Whether the session has a memory not of memory_type (untyped counts)."""
+        where = cast(Any, {"$and": [{"sessionId": session_id}, {"type": {"$ne": memory_type}}]})
+        what = "looking for the session's memories"
+        return bool(
+            self._on("memory", what, lambda c: c.get(where=where, limit=1, include=[]))["ids"]
+        )
+
     # -- summaries --------------------------------------------------------------------
 
     def read_summary(self, session_id: str) -> PriorSummary | None:
@@ -217,28 +295,18 @@ class MemoryStore(Scans):
         """The session's summary row (document, metadata); None if missing."""
         row_id = summary_row_id(session_id)
         what, include = "reading the summary of the session", ["documents", "metadatas"]
-        return self._by_id(self._on_summaries, what, include, [row_id]).get(row_id)
+        return self._by_id("summary", what, include, [row_id]).get(row_id)
 
     def read_ledger(self, session_id: str, row: dict[str, Any] | None = None) -> LedgerEntry | None:
         """The session's ledger entry (`row`: the row's metadata), in one read; None without
         one; a tombstone as a head-only entry. Raises UnreadablePriorSummary if unreadable."""
-        try:
-            got = self._on_ledger(
-                "reading the session's ledger entry",
-                lambda coll: coll.get(
-                    where={"sessionId": session_id}, include=["documents", "metadatas"]
-                ),
-            )
-        except CollectionNotFound:
-            return None
-        records = list(
-            zip(got["ids"], got["documents"] or [], got["metadatas"] or [], strict=False)
-        )
-        head = next((m for i, _, m in records if i == summary_row_id(session_id)), None)
+        what, where = "reading the session's ledger entry", {"sessionId": session_id}
+        found = self._by_id("ledger", what, ["documents", "metadatas"], where)
+        head = found.get(summary_row_id(session_id), (None, None))[1]
         if is_tombstone(head):  # forgotten (forget_state): no state to carry
             return LedgerEntry(dict(head or {}), {}, 0, False, False)
         try:
-            return read_entry(session_id, [(i, d, dict(m or {})) for i, d, m in records], row or {})
+            return read_entry(session_id, [(i, d, m) for i, (d, m) in found.items()], row or {})
         except UnreadableLedgerEntry as exc:
             raise UnreadablePriorSummary(
                 f"the ledger entry of session {session_id!r} in "
@@ -315,8 +383,10 @@ class MemoryStore(Scans):
     def _held_dimension(self) -> int | None:
         """The summary collection's vector dimension (one sampled), or None if unknown."""
         try:
-            got = self._on_summaries(
-                "sampling an embedding", lambda coll: coll.get(limit=1, include=["embeddings"])
+            got = self._on(
+                "summary",
+                "sampling an embedding",
+                lambda coll: coll.get(limit=1, include=["embeddings"]),
             )
         except CollectionNotFound:
             return None
@@ -333,29 +403,25 @@ class MemoryStore(Scans):
 
     def ledger_sessions(self) -> Iterator[str]:
         """The session of every ledger entry but tombstones, page by page."""
-        try:
-            coll = self.ledger()
-        except CollectionNotFound:
-            return
-        for _, meta in pages(coll, "listing the ledger", {"ledgerFormat": {"$gte": 1}}, SCAN_PAGE):
-            sid = meta.get("sessionId")
-            if isinstance(sid, str) and not is_tombstone(meta):
-                yield sid
+        where = {"ledgerFormat": {"$gte": 1}}
+        with contextlib.suppress(CollectionNotFound):
+            for _, meta, _ in self._pages("ledger", "listing the ledger", where, SCAN_PAGE):
+                sid = meta.get("sessionId")
+                if isinstance(sid, str) and not is_tombstone(meta):
+                    yield sid
 
     def latest_summaries(self, limit: int) -> list[tuple[str, str, dict[str, Any]]]:
         """(id, document, metadata) of the newest summaries, as agents read them at boot.
         CollectionNotFound if missing: a typo must not read as "no summaries yet"."""
-        coll = self.summaries()
-        rows = [(i, dict(m)) for i, m in pages(coll, "listing summaries", {}, SCAN_PAGE)]
+        listed = self._pages("summary", "listing summaries", {}, SCAN_PAGE)
+        rows = [(i, dict(m)) for i, m, _ in listed]
 
         def ts(row: tuple[str, dict[str, Any]]) -> float:
             value = row[1].get("timestamp")
             return float(value) if isinstance(value, int | float) else 0.0
 
         newest = [i for i, _ in sorted(rows, key=ts, reverse=True)[:limit]]
-        found = self._by_id(
-            self._on_summaries, "reading summaries", ["documents", "metadatas"], newest
-        )
+        found = self._by_id("summary", "reading summaries", ["documents", "metadatas"], newest)
         return [(i, found[i][0] or "", found[i][1]) for i in newest if i in found]
 
     def summary_states(self, session_ids: Sequence[str]) -> dict[str, StoredSummaryState]:
@@ -367,6 +433,24 @@ class MemoryStore(Scans):
             if is_tombstone(head):
                 states[sid] = _state(head.get("memoryCount"), head.get(FORGOTTEN_KEY))
         return states
+
+    def rows_digests(self, session_ids: Sequence[str]) -> dict[str, str]:
+        """Each session's ledger head rowsDigest; sessions without one are left out."""
+        heads = self._metadata("ledger", session_ids).items()
+        return {s: d for s, head in heads if isinstance(d := head.get("rowsDigest"), str)}
+
+    def _metadata(
+        self, role: CollectionRole, session_ids: Sequence[str]
+    ) -> dict[str, dict[str, Any]]:
+        """These sessions' summary row or ledger head metadata, by session."""
+        found: dict[str, dict[str, Any]] = {}
+        for batch in batches(list(session_ids), SCAN_PAGE):
+            ids = [summary_row_id(s) for s in batch]
+            rows = self._by_id(role, f"reading the {role} metadata", ["metadatas"], ids).values()
+            found.update(
+                (m["sessionId"], m) for _, m in rows if isinstance(m.get("sessionId"), str)
+            )
+        return found
 
     def written_since(self, session_ids: Sequence[str], since_ms: int) -> set[str]:
         """Sessions whose ledger head was replaced at or after since_ms (no longer stale)."""
@@ -383,8 +467,8 @@ class MemoryStore(Scans):
         digest (None: no row), ledger head and other records. Two reads for all."""
         ids = [summary_row_id(s) for s in session_ids]
         where = {"sessionId": {"$in": list(session_ids)}}
-        records = self._by_id(self._on_ledger, "reading the ledger entries", ["metadatas"], where)
-        rows = self._by_id(self._on_summaries, "reading the rows", ["documents", "metadatas"], ids)
+        records = self._by_id("ledger", "reading the ledger entries", ["metadatas"], where)
+        rows = self._by_id("summary", "reading the rows", ["documents", "metadatas"], ids)
         others: dict[object, list[str]] = {}
         for record_id, (_, meta) in records.items():
             if record_id not in ids:
@@ -398,15 +482,17 @@ class MemoryStore(Scans):
             states[sid] = RowState(fence, digest, head, tuple(others.get(sid, ())))
         return states
 
-    @staticmethod
     def _by_id(
-        on: Callable[..., Any], what: str, include: list[str], which: list[str] | dict[str, Any]
+        self, role: CollectionRole, what: str, include: list[str], which: list[str] | dict[str, Any]
     ) -> dict[str, tuple[str | None, dict[str, Any]]]:
-        """(document, metadata) by id of the records `which` (ids or a where) names."""
+        """(document, metadata) by id of the records `which` (ids or a where) names; none
+        from a missing collection."""
         ids, where = (which, None) if isinstance(which, list) else (None, which)
         try:
-            got = on(
-                what, lambda c: c.get(ids=ids, where=cast(Any, where), include=cast(Any, include))
+            got: Any = self._on(
+                role,
+                what,
+                lambda c: c.get(ids=ids, where=cast(Any, where), include=cast(Any, include)),
             )
         except CollectionNotFound:
             return {}
@@ -419,10 +505,10 @@ class MemoryStore(Scans):
         dropped again by the next pass; a row alone would read as another writer's text."""
         row_id = summary_row_id(session_id)
         with contextlib.suppress(CollectionNotFound):
-            self._on_summaries("deleting the summary row", lambda c: c.delete(ids=[row_id]))
+            self._on("summary", "deleting the summary row", lambda c: c.delete(ids=[row_id]))
         with contextlib.suppress(CollectionNotFound):
             where = cast(Any, {"sessionId": session_id})
-            self._on_ledger("deleting the ledger entry", lambda c: c.delete(where=where))
+            self._on("ledger", "deleting the ledger entry", lambda c: c.delete(where=where))
 
     def write_rows(self, writes: Sequence[RowWrite]) -> None:
         """Writes these sessions' ledger entries, then their rows (summary_<sessionId>);
@@ -470,23 +556,30 @@ class MemoryStore(Scans):
         if done:
             ids = [i for one in done for i in one.leftovers]
             try:
-                self._on_ledger("deleting old ledger records", lambda c: c.delete(ids=ids))
+                self._on("ledger", "deleting old ledger records", lambda c: c.delete(ids=ids))
             except Exception as exc:
                 for one in done:
                     one.write.error = exc
 
-    def _upsert(self, admitted: list[_Admitted]) -> None:
-        records = [r for one in admitted for r in one.records]
-        self._on_ledger(
-            "writing the ledger entries",
+    def _put_ledger(self, what: str, records: Sequence[LedgerRecord]) -> None:
+        """Upserts ledger records (creating the ledger, as a first write does); their vector
+        is a constant: nobody queries the ledger by meaning."""
+        vectors = cast(Any, [np.asarray(LEDGER_VECTOR, dtype=np.float32)] * len(records))
+        self._on(
+            "ledger",
+            what,
             lambda coll: coll.upsert(
                 ids=[r.record_id for r in records],
                 documents=[r.document for r in records],
                 metadatas=[r.metadata for r in records],
-                embeddings=cast(Any, [np.asarray(LEDGER_VECTOR, dtype=np.float32)] * len(records)),
+                embeddings=vectors,
             ),
             create=True,
         )
+
+    def _upsert(self, admitted: list[_Admitted]) -> None:
+        records = [r for one in admitted for r in one.records]
+        self._put_ledger("writing the ledger entries", records)
 
         def upsert(coll: Collection) -> None:
             try:
@@ -505,7 +598,7 @@ class MemoryStore(Scans):
                     raise mismatch(name, int(found.group(1)), int(found.group(2))) from exc
                 raise
 
-        self._on_summaries("writing the summaries", upsert, create=True)
+        self._on("summary", "writing the summaries", upsert, create=True)
         # Chroma accepted this dimension: later writes need no sample round trip.
         self._verified_dimension = len(admitted[0].write.embedding)
 
@@ -525,22 +618,14 @@ class MemoryStore(Scans):
             "memoryCount": len(left),
             **fence,
         }
-        self._on_ledger(
-            "writing the session's tombstone",
-            lambda coll: coll.upsert(
-                ids=[summary_row_id(session_id)],
-                documents=["{}"],
-                metadatas=[cast(Any, tombstone)],
-                embeddings=cast(Any, [np.asarray(LEDGER_VECTOR, dtype=np.float32)]),
-            ),
-            create=True,
-        )
+        head = LedgerRecord(summary_row_id(session_id), "{}", tombstone)
+        self._put_ledger("writing the session's tombstone", [head])
         row = self._delete_row(session_id)
         where = cast(Any, {"$and": [{"sessionId": session_id}, {"segment": {"$gte": 0}}]})
-        segments = self._on_ledger(
-            "listing the session's ledger segments", lambda c: c.get(where=where, include=[])
-        )["ids"]
-        self._on_ledger("deleting the session's ledger segments", lambda c: c.delete(where=where))
+        segments = self._by_id("ledger", "listing the session's ledger segments", [], where)
+        self._on(
+            "ledger", "deleting the session's ledger segments", lambda c: c.delete(where=where)
+        )
         deleted = 0
         if memories and ids:
             coll = self.memories()
@@ -551,15 +636,13 @@ class MemoryStore(Scans):
 
     def _delete_row(self, session_id: str) -> bool:
         row_id = summary_row_id(session_id)
+        if not self._by_id("summary", "reading the summary row", [], [row_id]):
+            return False
         try:
-            found = self._on_summaries(
-                "reading the summary row", lambda coll: coll.get(ids=[row_id], include=[])
-            )["ids"]
-            if found:
-                self._on_summaries("deleting the summary row", lambda c: c.delete(ids=[row_id]))
+            self._on("summary", "deleting the summary row", lambda c: c.delete(ids=[row_id]))
         except CollectionNotFound:
             return False
-        return bool(found)
+        return True
 
     # -- each cluster's authority record in the ledger (core/fencing.py) ----------------
 
@@ -570,7 +653,8 @@ class MemoryStore(Scans):
         """The record of cluster uid (None: every cluster's); none without a ledger."""
         where = {"authority": uid} if uid is not None else {"record": AUTHORITY_RECORD}
         try:
-            got = self._on_ledger(
+            got = self._on(
+                "ledger",
                 "reading the clusters' authority records",
                 lambda coll: coll.get(where=cast(Any, where), include=["metadatas"]),
             )
@@ -580,21 +664,30 @@ class MemoryStore(Scans):
 
     def renew_authority(self, record: AuthorityRecord) -> None:
         """Writes this cluster's record (creating the ledger, as a first write does)."""
-        self._on_ledger(
-            "renewing this cluster's authority record",
-            lambda coll: coll.upsert(
-                ids=[authority_record_id(record.uid)],
-                documents=[f"the operator of cluster {record.uid} writes these summaries"],
-                metadatas=[cast(Any, record.metadata())],
-                embeddings=cast(Any, [list(LEDGER_VECTOR)]),
-            ),
-            create=True,
-        )
+        document = f"the operator of cluster {record.uid} writes these summaries"
+        written = LedgerRecord(authority_record_id(record.uid), document, record.metadata())
+        self._put_ledger("renewing this cluster's authority record", [written])
 
     def remove_authorities(self, uids: Sequence[str]) -> None:
         ids = [authority_record_id(uid) for uid in uids]
         if ids:
-            self._on_ledger("removing authority records", lambda coll: coll.delete(ids=ids))
+            self._on("ledger", "removing authority records", lambda coll: coll.delete(ids=ids))
+
+
+def newer_where(after_ms: int, upto_ms: int | None = None) -> dict[str, Any]:
+    """Chroma filter for numeric timestamps in (after_ms, upto_ms], one range per UNIT_LIMITS
+    band. Chroma truncates float bounds, so seconds' bounds sit halfway between two ms."""
+    cap = 2**63 - 1  # Chroma's integers are 64-bit
+    upto, ranges, band = upto_ms if upto_ms is not None else cap, [], 0
+    for limit, scale in UNIT_LIMITS:
+        if scale < 0:  # seconds, rounded to the ms
+            low, high = ("$gt", (after_ms + 0.5) / 1000), ("$lte", (upto + 0.5) / 1000)
+        else:  # ms, µs, ns, floored to the ms
+            low, high = ("$gte", max((after_ms + 1) * scale, band)), ("$lt", (upto + 1) * scale)
+        bounds = (low, high, ("$lt", limit))
+        ranges.append({"$and": [{"timestamp": {op: min(v, cap)}} for op, v in bounds]})
+        band = limit
+    return {"$or": ranges}
 
 
 def _at(head: Mapping[str, Any]) -> int:

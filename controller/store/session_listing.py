@@ -25,7 +25,7 @@ from controller.core.coverage import build as coverage_of
 from controller.core.memories import Memory, Watermark, memory_from_row, placed, trusted_time
 from controller.core.visibility import SessionSources
 from controller.redaction import PassRedaction
-from controller.store.collections import batches, listing
+from controller.store.collections import batches, pages
 from controller.store.errors import guard
 from controller.store.row_keys import RowKeys, RowKeysBuilder
 
@@ -126,9 +126,11 @@ def list_appended(
     mark, sources = prior.watermark_key, SessionSources.from_json(prior.sources_json)
     if mark is None or prior.coverage is None or prior.digest is None or sources is None:
         return None
-    ids, now_ms = list(_ids_only(coll, session_id)), int(time.time() * 1000)
+    listed = pages(coll, "listing the session's row ids", {"sessionId": session_id}, ID_PAGE, ())
+    ids = [row_id for row_id, _, _ in listed]
+    now_ms = int(time.time() * 1000)
     where = {"$and": [{"sessionId": session_id}, {"timestamp": {"$gte": mark[0]}}]}
-    newer = list(listing(coll, "listing the session's new memories", where, LIST_PAGE + 1))
+    newer = list(pages(coll, "listing the session's new memories", where, LIST_PAGE + 1))
     if len(newer) > LIST_PAGE:
         return None  # a long backlog: read in order, batch by batch
     added: list[Memory] = []
@@ -191,22 +193,6 @@ def _shown(meta: Mapping[str, object] | None) -> str | None:
     return None if stamp is None else repr(stamp)[:60]
 
 
-def _ids_only(coll: Collection, session_id: str) -> Iterator[str]:
-    """Every row id of the session, without metadata (a few bytes each), page by page."""
-    offset = 0
-    while True:
-        got = guard(
-            "listing the session's row ids",
-            lambda o=offset: coll.get(  # type: ignore[misc]
-                where={"sessionId": session_id}, include=[], limit=ID_PAGE, offset=o
-            ),
-        )
-        yield from got["ids"]
-        if len(got["ids"]) < ID_PAGE:
-            return
-        offset += ID_PAGE
-
-
 def _list_all(
     coll: Collection,
     session_id: str,
@@ -225,7 +211,7 @@ def _list_all(
     untimed: dict[str, str | None] = {}
     total = 0
     where = {"sessionId": session_id}
-    listed = listing(
+    listed = pages(
         coll, "listing the session's memories", where, LIST_PAGE, first_with_documents=True
     )
     for row_id, meta, doc in listed:

@@ -30,8 +30,7 @@ from controller.pipeline import Outcome, prior_coverage, summarize_session
 from controller.redaction import Redaction
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable
-from controller.store.memory_store import MemoryStore
-from controller.store.scans import newer_where
+from controller.store.memory_store import MemoryStore, newer_where
 from controller.store.session_listing import SMALL_SESSION
 from controller.sweep import plan_from_store
 from devenv.chroma import ChromaServer
