@@ -207,9 +207,7 @@ class Collections:
         and distance when our model fits it; else _creation_ef and cosine."""
         record, space = self.agents_recipe()
         loc = self.location
-        fits = record is not None and not embedding_function_problem(
-            record, loc.summary_collection, loc.embedding_provider, loc.embedding_model
-        )
+        fits = record is not None and not self._model_problem(record, "summary")
         ef = recorded_function(record) if fits and record else _creation_ef(loc.embedding_provider)
         # Distance as metadata: a configuration without a function records a "legacy" one.
         return self.client.get_or_create_collection(
@@ -217,6 +215,13 @@ class Collections:
             metadata={"hnsw:space": (space if fits else None) or "cosine"},
             embedding_function=cast(Any, ef),
         )
+
+    def _model_problem(self, record: Mapping[str, Any] | None, role: CollectionRole) -> str | None:
+        """Why our embedding model does not match the function `record` (of role's
+        collection) names; None if it does or the record cannot tell."""
+        loc = self.location
+        model = (loc.embedding_provider, loc.embedding_model)
+        return embedding_function_problem(record, self._name(role), *model)
 
     def agents_recipe(self) -> tuple[Mapping[str, Any] | None, str | None]:
         """(the memory collection's known embedding function, its hnsw distance), each None

@@ -19,7 +19,6 @@ from chromadb.api.models.Collection import Collection
 from chromadb.errors import ChromaError, InvalidArgumentError
 
 from controller.core.coverage import PriorCoverage, digest, digest_text
-from controller.core.embedding_match import embedding_function_problem
 from controller.core.fencing import (
     AUTHORITY_RECORD,
     AuthorityRecord,
@@ -187,11 +186,7 @@ class MemoryStore(Collections):
         with `embed` (default: local MiniLM), which must match the collection's model
         (core/embedding_match.py). create=True creates a missing memory collection."""
         coll = self.create_memory_collection() if create else self.memories()
-        record = collection_config(coll).get("embedding_function")
-        loc = self.location
-        problem = embedding_function_problem(
-            record, loc.memory_collection, loc.embedding_provider, loc.embedding_model
-        )
+        problem = self._model_problem(collection_config(coll).get("embedding_function"), "memory")
         if problem:
             raise EmbeddingMismatch(problem)
         embeddings = (embed or self._memory_embedding)(list(documents))
@@ -364,12 +359,7 @@ class MemoryStore(Collections):
         if self._verified_dimension == dimension:
             return dimension
         held = self._held_dimension()
-        problem = embedding_function_problem(
-            self.summary_function_record(),
-            self.location.summary_collection,
-            self.location.embedding_provider,
-            self.location.embedding_model,
-        )
+        problem = self._model_problem(self.summary_function_record(), "summary")
         if held is not None and held != dimension:
             if problem:  # both: the models first (the more telling), then the sizes
                 raise EmbeddingMismatch(f"{problem} (it holds {held}-d, this model {dimension}-d)")

@@ -77,22 +77,20 @@ class SessionRows:
         return sum(d.uncovered for d in self.reread)
 
     def coverage(self, upto: tuple[int, str] | None = None) -> tuple[Coverage, int]:
-        """The coverage a write records and how many rows it covers (read or covered only)."""
-        keys = list(self.covered_keys(upto))
+        """The coverage a write records and how many rows it covers once every selected row
+        up to `upto` (None: all) is read: those, and the unselected rows at or before the
+        prior's watermark."""
+        mark = self.prior_key
+        keys = [
+            (ts, row_id)
+            for ts, row_id, selected in self.keys.with_selection()
+            if (selected and (upto is None or (ts, row_id) <= upto))
+            or (not selected and mark is not None and (ts, row_id) <= mark)
+        ]
         if self.base is None:
             return coverage_of(keys), len(keys)
-        assert self.prior_key is not None
-        return extend(self.base, keys, self.prior_key[0]), self.base.count + len(keys)
-
-    def covered_keys(self, upto: tuple[int, str] | None = None) -> Iterator[tuple[int, str]]:
-        """Rows covered once every selected row up to `upto` (None: all) is read: unselected
-        rows at or before the prior's watermark, and selected ones up to `upto`."""
-        for ts, row_id, selected in self.keys.with_selection():
-            key = (ts, row_id)
-            if (selected and (upto is None or key <= upto)) or (
-                not selected and self.prior_key is not None and key <= self.prior_key
-            ):
-                yield key
+        assert mark is not None
+        return extend(self.base, keys, mark[0]), self.base.count + len(keys)
 
 
 def list_session(
