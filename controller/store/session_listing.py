@@ -128,7 +128,8 @@ def list_appended(
     ids = [row_id for row_id, _, _ in listed]
     now_ms = int(time.time() * 1000)
     where = {"$and": [{"sessionId": session_id}, {"timestamp": {"$gte": mark[0]}}]}
-    newer = list(pages(coll, "listing the session's new memories", where, LIST_PAGE + 1))
+    what = "listing the session's new memories"  # with their documents: a pass reads them
+    newer = list(pages(coll, what, where, LIST_PAGE + 1, first_with_documents=True))
     if len(newer) > LIST_PAGE:
         return None  # a long backlog: read in order, batch by batch
     added: list[Memory] = []

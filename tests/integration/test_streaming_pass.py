@@ -12,7 +12,7 @@ import pytest
 
 from controller.core.document import render_document
 from controller.core.memories import SUNSET_MARKER_TYPE, render_interaction_document
-from controller.pipeline import Outcome, summarize_session
+from controller.pipeline import Outcome, prior_coverage, summarize_session
 from controller.store import session_listing
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
@@ -141,3 +141,20 @@ def test_memories_are_read_as_the_pass_consumes_them(
     seen = [m.id for m in head + rest]
     assert last_id not in seen and len(seen) == ROWS - 1
     assert [(m.timestamp_ms, m.id) for m in head + rest] == rows.keys[:-1]
+
+
+def test_a_memory_added_after_a_pass_reaches_the_next_with_its_document(chroma_url: str) -> None:
+    """A row only its document describes (no prompt or response in its metadata), added
+    after the prior, is read with its text when only the new rows are listed too."""
+    location = StoreLocation(url=chroma_url, memory_collection="notes", summary_collection="n-s")
+    store = MemoryStore(connect(location), location)
+    metas = [{"sessionId": "notes", "timestamp": START_MS + i, "type": "note"} for i in range(61)]
+    ids, docs = [f"note-{i:03d}" for i in range(61)], [f"note {i}" for i in range(60)]
+    docs.append("the exporter listens on port 7443")
+    assert len(ids) > session_listing.SMALL_SESSION  # listed by its new rows only
+    store.add_memories(ids[:60], docs[:60], metas[:60], create=True, embed=embed)
+    summarize_session(store, "notes", embed=embed, writer="test", trigger="test")
+    store.add_memories(ids[60:], docs[60:], metas[60:], embed=embed)
+    rows = store.session_rows("notes", prior_coverage(store.read_summary("notes")))
+    assert rows.base is not None  # the appended-rows listing
+    assert [(m.id, m.document) for m in rows.memories] == [(ids[60], docs[60])]
