@@ -1,4 +1,4 @@
-"""Opening the memory, summary and ledger collections, and the paged reads scans use."""
+"""Opening the memory, summary and ledger collections, and reading them page by page."""
 
 from __future__ import annotations
 
