@@ -1,7 +1,7 @@
 """Prometheus metrics of the operator, served on SSO_METRICS_PORT (docs/operations.md lists
 them and the alerts). Each replica serves its own figures; `session_summary_active_replica`
-is 1 only on the active one, so its sum over the pods is 1 in a healthy install. Handlers
-call the helpers below, so names and label values stay in one place.
+is 1 only on the active one, so its sum over the pods is 1 in a healthy install. Callers
+use the metrics themselves; the helpers below are for figures observed together.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import platform
-import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
@@ -195,15 +195,6 @@ def observe_queue_wait(klass: str, seconds: float) -> None:
     QUEUE_WAIT_SECONDS.labels(**{"class": klass}).observe(max(seconds, 0.0))
 
 
-def observe_phase(phase: str, seconds: float) -> None:
-    PHASE_SECONDS.labels(phase).observe(seconds)
-
-
-def observe_failure(reason: str) -> None:
-    """A failed pass, by its CamelCase condition reason (docs/troubleshooting.md)."""
-    FAILURES.labels(reason=reason).inc()
-
-
 def observe_sweep(seconds: float, candidates: int) -> None:
     SWEEPS.inc()
     SWEEP_SECONDS.observe(max(seconds, 0.0))
@@ -220,15 +211,6 @@ def observe_written(trigger: str, tokens_in: int, tokens_out: int, ratio: float 
         COMPACTION_RATIO.observe(ratio)
 
 
-def refresh_requested(n: int) -> None:
-    if n > 0:
-        REFRESH_REQUESTS.inc(n)
-
-
-def other_writer_found() -> None:
-    OTHER_WRITERS.inc()
-
-
 def observe_reconcile(rows: int, uncovered: int | None) -> None:
     """Rows walked this step; uncovered: what a walk that finished found (None: unfinished)."""
     RECONCILE_ROWS.inc(rows)
@@ -237,37 +219,9 @@ def observe_reconcile(rows: int, uncovered: int | None) -> None:
         UNCOVERED.set(uncovered)
 
 
-def late_memories(n: int) -> None:
-    LATE_MEMORIES.inc(n)
-
-
 def redactions(by_kind: Mapping[str, int]) -> None:
     for kind, n in by_kind.items():
         REDACTIONS.labels(kind=kind).inc(n)
-
-
-def untimed_memories(n: int) -> None:
-    UNTIMED_MEMORIES.inc(n)
-
-
-def claim_conflict() -> None:
-    CLAIM_CONFLICTS.inc()
-
-
-def claim_renewed() -> None:
-    CLAIM_RENEWALS.inc()
-
-
-def claim_release_failed() -> None:
-    CLAIM_RELEASE_FAILURES.inc()
-
-
-def claims_collected(n: int) -> None:
-    CLAIMS_COLLECTED.inc(n)
-
-
-def claim_wait() -> None:
-    WAITS.inc()
 
 
 def watch_pools(pools: Mapping[str, Pool]) -> None:
@@ -301,28 +255,8 @@ def set_build_info() -> None:
     ).set(1)
 
 
-def set_active_replica(replica_id: str, active: bool) -> None:
-    ACTIVE_REPLICA.labels(replica=replica_id).set(1 if active else 0)
-
-
-def add_model_tokens(n: int) -> None:
-    if n > 0:
-        MODEL_TOKENS.inc(n)
-
-
-def start_metrics_server(port: int, addr: str = "127.0.0.1") -> MetricsServer:
-    """Serves /metrics on port (0: a free port) in a daemon thread, until stop()."""
-    server, thread = start_http_server(port, addr=addr)
+def start_metrics_server(port: int, addr: str = "127.0.0.1") -> WSGIServer:
+    """Serves /metrics on port (0: a free port) in a daemon thread, until its shutdown()."""
+    server, _ = start_http_server(port, addr=addr)
     log.info("metrics on http://%s:%d/metrics", addr, server.server_port)
-    return MetricsServer(server, thread)
-
-
-class MetricsServer:
-    def __init__(self, server: Any, thread: threading.Thread) -> None:
-        self.port = int(server.server_port)
-        self._server, self._thread = server, thread
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=2.0)
+    return server

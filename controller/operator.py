@@ -45,7 +45,7 @@ log = logging.getLogger("controller.operator")
 def _leader_watcher(runtime: Runtime) -> Any:
     def changed(leader: str | None, previous: str | None) -> None:
         runtime.leader = leader
-        metrics.set_active_replica(CONFIG.replica_id, leader == CONFIG.replica_id)
+        metrics.ACTIVE_REPLICA.labels(CONFIG.replica_id).set(leader == CONFIG.replica_id)
         role = "this replica" if leader == CONFIG.replica_id else "another replica"
         if leader is None:
             log.warning("no active replica (peers share the top priority, or none is alive)")
@@ -156,7 +156,7 @@ async def configure(
         tasks.add(loop.create_task(_trim_heap(CONFIG.heap_trim_seconds)))
         tasks.add(loop.create_task(_collect_abandoned_claims(CONFIG.claim_collect_seconds)))
     if run.standalone:
-        metrics.set_active_replica(CONFIG.replica_id, True)
+        metrics.ACTIVE_REPLICA.labels(CONFIG.replica_id).set(1)
     else:
         await asyncio.to_thread(ensure_peering_object, run.peering, run.namespaces)
         await asyncio.to_thread(_warn_priority_conflict, run)

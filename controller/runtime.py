@@ -12,6 +12,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
+from wsgiref.simple_server import WSGIServer
 
 import urllib3
 from kubernetes.client.exceptions import ApiException
@@ -24,7 +25,6 @@ from controller.core.text import one_line
 from controller.embeddings.minilm import MiniLMWeights
 from controller.kube import client as kube
 from controller.kube.events import EventRecorder
-from controller.metrics import MetricsServer
 from controller.scheduling import PassScheduler, SchedulerLimits, usable_cpus
 from controller.summarizer_parts import SummarizerParts
 from controller.upkeep_state import UpkeepState
@@ -52,7 +52,7 @@ class Runtime:
     options: RunOptions = RunOptions()
     traces: otel.TracerProvider = field(default_factory=otel.NoOpTracerProvider)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    metrics_server: MetricsServer | None = None
+    metrics_server: WSGIServer | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
     leader: str | None = None
     summarizers_changed: threading.Event = field(default_factory=threading.Event)
@@ -135,4 +135,5 @@ class Runtime:
         self.events.close(timeout=events_timeout_s)
         tracing.close(self.traces)
         if self.metrics_server is not None:
-            self.metrics_server.stop()
+            self.metrics_server.shutdown()
+            self.metrics_server.server_close()

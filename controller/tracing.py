@@ -102,7 +102,7 @@ class PassTrace:
         # A copy first: a cancelled handler ends the trace while its pass may still run,
         # and what that pass times after this is not sent.
         for name, ns in dict(self.own).items():
-            metrics.observe_phase(name, ns / 1e9)
+            metrics.PHASE_SECONDS.labels(name).observe(ns / 1e9)
         self._tracer = otel.NoOpTracer()
         if self._root is not None:
             self._root.set_attribute("outcome", self.outcome)

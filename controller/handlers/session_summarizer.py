@@ -302,7 +302,7 @@ async def _sweep(
     if not result.aligned:  # the appended-rows cursor lost its place: walk now
         runtime.upkeep.reconciler(namespace, name).due_now = True
     metrics.observe_sweep(result.duration_s, plan.found)
-    metrics.refresh_requested(result.applied.refreshed)
+    metrics.REFRESH_REQUESTS.inc(result.applied.refreshed)
     message = (
         f"scanned {result.scanned} new memories and {result.appended} added rows: "
         f"{plan.found} stale, {len(plan.still_active)} "

@@ -315,8 +315,8 @@ async def summarize(
             )
             outcome = await asyncio.wrap_future(done)
         except ClaimHeld as held:
-            metrics.claim_conflict()
-            metrics.claim_wait()
+            metrics.CLAIM_CONFLICTS.inc()
+            metrics.WAITS.inc()
             # Backed off by this object's own count of looks (core/waiting.py), and never later
             # than the claim could lapse as this replica has watched it (its own clock, never
             # the other writer's expiry against ours): a dead writer's session is taken over
@@ -332,14 +332,14 @@ async def summarize(
             # The claim changed under us on every try and nobody holds it now: look again as
             # soon as a wait for another writer would (core/waiting.py), not after a failure's
             # backoff.
-            metrics.claim_conflict()
+            metrics.CLAIM_CONFLICTS.inc()
             delay = _claim_wait(retry)
             logger.info(
                 "session %s: %s; looking again in %.1fs", parsed.session_id, contended, delay
             )
             raise kopf.TemporaryError(str(contended), delay=delay) from None
         except ClaimLost as lost:
-            metrics.claim_conflict()
+            metrics.CLAIM_CONFLICTS.inc()
             logger.warning("session %s: %s", parsed.session_id, lost)
             raise kopf.TemporaryError(str(lost), delay=backoff_seconds(retry)) from None
         except PassInterrupted as stopped:
@@ -348,10 +348,10 @@ async def summarize(
         except Failure as failure:
             trace.outcome = "failed"
             metrics.observe_summary("failed", time.monotonic() - started)
-            metrics.observe_failure(failure.reason)
+            metrics.FAILURES.labels(reason=failure.reason).inc()
             record_failure(body, patch, failure, logger, parsed, runtime.events)
         trace.outcome = outcome.kind
         metrics.observe_summary(outcome.kind, time.monotonic() - started)
-        metrics.add_model_tokens(outcome.tokens_used)
+        metrics.MODEL_TOKENS.inc(max(outcome.tokens_used, 0))
         with trace.phase("status"):
             report(body, patch, parsed, outcome, runtime.events)

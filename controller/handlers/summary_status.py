@@ -195,7 +195,7 @@ def single_writer(
             "verbatim in the summary's earlier text. Two writers on one row race: switch the "
             'other one off (neo: docs/migrating-from-neo.md, "Switch neo\'s summary task off")'
         )
-        metrics.other_writer_found()
+        metrics.OTHER_WRITERS.inc()
         events.post(body, type_="Warning", reason="OtherWriterDetected", message=message)
         return Condition(
             type=SINGLE_WRITER, status="False", reason="OtherWriterDetected", message=message
@@ -211,7 +211,7 @@ def single_writer(
 def memory_times(body: kopf.Body, outcome: Outcome, events: EventRecorder) -> Condition:
     """The MemoryTimesReadable condition; a Warning Event and the metric when a pass
     summarized rows without a time it can read (none at all, or one it cannot parse)."""
-    metrics.untimed_memories(outcome.new_untimed)
+    metrics.UNTIMED_MEMORIES.inc(outcome.new_untimed)
     missing, unreadable = outcome.missing_times, outcome.skipped_memories - outcome.missing_times
     if not outcome.skipped_memories:
         message = "every memory of the session has a time the operator can read"
@@ -310,7 +310,7 @@ def report(
             provenance.tokens_out or 0,
             provenance.compaction_ratio,
         )
-        metrics.late_memories(outcome.late_memories)
+        metrics.LATE_MEMORIES.inc(outcome.late_memories)
         metrics.redactions(outcome.redactions)
         common.update(
             summarized_at=ms_to_rfc3339(written_ms) if written_ms else now_rfc3339(),

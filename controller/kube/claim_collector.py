@@ -40,7 +40,7 @@ class ClaimCollector:
                 seen.pop(name)
         self.sightings = seen  # claims gone since are forgotten
         if deleted:
-            metrics.claims_collected(deleted)
+            metrics.CLAIMS_COLLECTED.inc(deleted)
         return deleted
 
     def _delete(self, name: str, version: str) -> bool:

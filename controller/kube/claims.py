@@ -271,7 +271,7 @@ class SessionClaimHandle:
                 self._claim, self._version = renewed, str(made["metadata"]["resourceVersion"])
                 self._renewed_at_s = sent
             self.renewals += 1
-            metrics.claim_renewed()
+            metrics.CLAIM_RENEWALS.inc()
             wait = self.renew_s
 
     def _lose(self, why: str) -> None:
@@ -358,7 +358,7 @@ class SessionClaimHandle:
             except Exception as exc:
                 failure = exc
                 break
-        metrics.claim_release_failed()
+        metrics.CLAIM_RELEASE_FAILURES.inc()
         log.warning(
             "session %s: could not release the claim %s (it lapses after %.0fs): %s",
             self.session_id, self.name, self.duration_s, failure,
