@@ -75,20 +75,32 @@ async def _trim_heap(interval: float = 30.0) -> None:
 
 
 def _choose_priority(run: RunOptions) -> int:
-    """SSO_PEERING_PRIORITY when set; else below every live replica's (joining_priority),
-    so this replica never preempts a live leader."""
-    if CONFIG.peering_priority is not None:
-        return CONFIG.peering_priority
+    """SSO_PEERING_PRIORITY when set, with an error if a live replica has it too (kopf would
+    pause both, and nothing would be summarized); else below every live replica's
+    (joining_priority), so this replica never preempts a live leader."""
+    pinned = CONFIG.peering_priority
     if run.standalone:
-        return 0
+        return 0 if pinned is None else pinned
     try:
         status = read_peering(run.peering, run.namespaces)
     except Exception as exc:  # nobody to rank below that we can see: the top
-        log.warning("could not read the peering object to choose a priority: %s", exc)
+        log.warning("could not read the peering object at start: %s", exc)
         status = {}
     live = live_peers(status, dt.datetime.now(dt.UTC))
-    draw = random.SystemRandom().randint(1, PRIORITY_STEP)
-    return joining_priority(live, CONFIG.replica_id, draw)
+    if pinned is None:
+        return joining_priority(
+            live, CONFIG.replica_id, random.SystemRandom().randint(1, PRIORITY_STEP)
+        )
+    others = priority_conflicts(PeeringView(live), CONFIG.replica_id, pinned)
+    if others:
+        log.error(
+            "SSO_PEERING_PRIORITY=%d is also the priority of live replica(s) %s: kopf will "
+            "pause all of them and nothing will be summarized; give each replica its own "
+            "priority or leave SSO_PEERING_PRIORITY unset",
+            pinned,
+            ", ".join(others),
+        )
+    return pinned
 
 
 async def _collect_abandoned_claims(interval: float) -> None:
@@ -159,7 +171,6 @@ async def configure(
         metrics.ACTIVE_REPLICA.labels(CONFIG.replica_id).set(1)
     else:
         await asyncio.to_thread(ensure_peering_object, run.peering, run.namespaces)
-        await asyncio.to_thread(_warn_priority_conflict, run)
     settings.peering.priority = await asyncio.to_thread(_choose_priority, run)
     logger.info(
         "replica %s starting (peering %s, priority %d, lifetime %ds)",
@@ -215,29 +226,6 @@ async def begin_stopping(memo: kopf.Memo, **_: Any) -> None:
         task.cancel()
     await asyncio.gather(*runtime.tasks, return_exceptions=True)
     runtime.tasks.clear()
-
-
-def _warn_priority_conflict(run: RunOptions) -> None:
-    """Warns at start if a live replica has the same explicit SSO_PEERING_PRIORITY: kopf
-    would pause both, and nothing would be summarized."""
-    if not os.environ.get("SSO_PEERING_PRIORITY"):
-        return
-    try:
-        status = read_peering(run.peering, run.namespaces)
-    except Exception as exc:  # the watcher reports later; this is only an early warning
-        log.debug("could not read the peering object at start: %s", exc)
-        return
-    view = PeeringView(live_peers(status, dt.datetime.now(dt.UTC)))
-    assert CONFIG.peering_priority is not None
-    others = priority_conflicts(view, CONFIG.replica_id, CONFIG.peering_priority)
-    if others:
-        log.error(
-            "SSO_PEERING_PRIORITY=%d is also the priority of live replica(s) %s: kopf will "
-            "pause all of them and nothing will be summarized; give each replica its own "
-            "priority or leave SSO_PEERING_PRIORITY unset",
-            CONFIG.peering_priority,
-            ", ".join(others),
-        )
 
 
 def quiet_timer_successes(record: logging.LogRecord) -> bool:
