@@ -200,7 +200,7 @@ class ChatModelSummarizer:
             )
         if finish == "content_filter":
             raise BadReply("the endpoint withheld the reply (content_filter)", corrective=False)
-        update = parse_update(content, finish)
+        update = parse_update(content)
         if not update.current_state:  # no state is not news: the last known one stays
             update = update.model_copy(update={"current_state": None})
         problem = degenerate_reason(update, memories, prior)

@@ -56,15 +56,11 @@ def _json_object(content: str) -> Any:
         raise
 
 
-def parse_update(content: str, finish_reason: str | None) -> PassUpdate:
+def parse_update(content: str) -> PassUpdate:
     """The model's message content as a PassUpdate, or BadReply saying what is wrong."""
     try:
         data = _json_object(content)
     except ValueError as exc:
-        if finish_reason == "length":
-            raise BadReply(
-                "the reply was cut off at the output token limit", corrective=True
-            ) from None
         raise BadReply(f"the reply is not valid JSON ({exc})", corrective=True) from None
     if not isinstance(data, dict):
         raise BadReply("the reply is JSON but not an object", corrective=True)

@@ -36,7 +36,7 @@ READERS: dict[str, Callable[[str], object]] = {
     **{f"row {k}": _row(k) for k in ROW if isinstance(k, str) and k.endswith("Json")},
     "coverage": Coverage.from_json,
     "sources": SessionSources.from_json,
-    "model reply": lambda text: parse_update(text, None),
+    "model reply": parse_update,
     "toolsUsed": tool_names,
     "ledger head": lambda text: read_entry("s", [(HEAD, text, {})], {}),
     "ledger head lists": lambda text: read_entry("s", [(HEAD, "{}", {"lists": text})], {}),
