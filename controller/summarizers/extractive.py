@@ -169,7 +169,6 @@ def _current_state(
     prior_state: Sequence[SummaryItem],
     memory_count: int,
     last_ms: int | None,
-    now_ms: int | None,
 ) -> list[SummaryItem]:
     """The last response's first sentences and the counts; replaced each pass."""
     if not new:
@@ -182,8 +181,6 @@ def _current_state(
     counts = f"{memory_count} memories so far"
     if last_ms is not None:
         counts += f", the latest at {ms_to_rfc3339(last_ms)}"
-    if now_ms is not None:
-        counts += f" (summarized at {ms_to_rfc3339(now_ms)})"
     return [*state, SummaryItem(text=counts + ".")]
 
 
@@ -238,7 +235,6 @@ class ExtractiveSummarizer:
     network, deterministic. It reads whatever it is given, so its chunk bounds only cap how
     much one pass holds."""
 
-    now_ms: int | None = None
     memory_budget_tokens: ClassVar[int] = 100_000
     max_memories_per_pass: ClassVar[int] = 400
     one_memory_per_item: ClassVar[bool] = True
@@ -246,7 +242,7 @@ class ExtractiveSummarizer:
     def propose(
         self, session_id: str, memories: Sequence[Memory], prior: PriorSummary | None
     ) -> Proposal:
-        return Proposal(propose_extractive(session_id, memories, prior, now_ms=self.now_ms))
+        return Proposal(propose_extractive(session_id, memories, prior))
 
 
 EXTRACTIVE = ExtractiveSummarizer()
@@ -256,13 +252,11 @@ def propose_extractive(
     session_id: str,
     memories: Sequence[Memory],
     prior: PriorSummary | None = None,
-    *,
-    now_ms: int | None = None,
 ) -> PassUpdate:
     """What one incremental pass finds: the given memories sorted into new items per section.
     A late memory (at or before the prior's watermark) adds its facts like any other; what
     repeats an item adds nothing. Current State and the counts follow only the memories after
-    the watermark. Deterministic: `now_ms` only stamps Current State.
+    the watermark. Deterministic.
     """
     base = prior if isinstance(prior, StructuredSummary) else None
     legacy = prior if isinstance(prior, LegacySummary) else None
@@ -281,7 +275,7 @@ def propose_extractive(
     known = (base.last_memory_at_ms if base else None, new[-1].timestamp_ms if new else None)
     last_ms = max((ms for ms in known if ms is not None), default=None)
     sections[STATE] = _current_state(
-        new, base.sections[STATE] if base else [], memory_count, last_ms, now_ms
+        new, base.sections[STATE] if base else [], memory_count, last_ms
     )
 
     tools = sorted({t for m in new for t in m.tools_used} | set(base.tools_used if base else []))

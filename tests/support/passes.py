@@ -11,18 +11,15 @@ from controller.core.merge import PassUpdate
 from controller.core.summary import PriorSummary, StructuredSummary
 from controller.pipeline import PassResult, chunks_for, run_pass
 from controller.summarizers.contract import Proposal, Summarizer
-from controller.summarizers.extractive import ExtractiveSummarizer
+from controller.summarizers.extractive import EXTRACTIVE
 
 
 def summarize_extractive(
     session_id: str,
     memories: Sequence[Memory],
     prior: PriorSummary | None = None,
-    *,
-    now_ms: int | None = None,
 ) -> StructuredSummary:
-    summarizer = ExtractiveSummarizer(now_ms=now_ms)
-    return run_pass(session_id, memories, prior, summarizer).summary
+    return run_pass(session_id, memories, prior, EXTRACTIVE).summary
 
 
 class Passes:

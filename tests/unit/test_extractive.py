@@ -140,14 +140,6 @@ def test_current_state_is_the_last_response_and_the_counts() -> None:
     ]
 
 
-def test_now_ms_only_stamps_current_state() -> None:
-    plain = summarize_extractive("s1", SESSION)
-    stamped = summarize_extractive("s1", SESSION, now_ms=T0 + 3_600_000)
-    assert texts(stamped, "Current State")[-1].endswith("(summarized at 2023-11-14T23:13:20Z).")
-    for section in HISTORY_SECTIONS:
-        assert stamped.sections[section] == plain.sections[section]
-
-
 def test_neo_fields_are_filled_from_the_memories() -> None:
     s = summarize_extractive("s1", SESSION)
     # neo lists the memories' `agent`; an agent identity only stands in for a missing one.
@@ -478,10 +470,7 @@ def test_ten_thousand_memories_summarize_without_error() -> None:
 
 def test_same_input_twice_gives_an_identical_model_dump() -> None:
     prior = summarize_extractive("s1", SESSION[:1])
-    runs = [
-        summarize_extractive("s1", SESSION[1:], prior, now_ms=T0 + 60_000).model_dump()
-        for _ in range(2)
-    ]
+    runs = [summarize_extractive("s1", SESSION[1:], prior).model_dump() for _ in range(2)]
     assert runs[0] == runs[1]
     legacy_runs = [summarize_extractive("s1", SESSION, LEGACY).model_dump() for _ in range(2)]
     assert legacy_runs[0] == legacy_runs[1]
