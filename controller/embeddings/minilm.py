@@ -263,57 +263,46 @@ def _row_blocks(total: int, size: int = 256) -> Iterator[slice]:
 
 
 class MiniLMWeights:
-    """The loaded weights (90 MB, a second to load), once per directory, shared by every
-    local embedder of the operator's runtime."""
+    """The loaded weights (90 MB, a second to load), once, shared by every local embedder of
+    the operator's runtime."""
 
     def __init__(self) -> None:
-        self._models: dict[Path, _MiniLM] = {}
+        self._model: _MiniLM | None = None
         self._lock = threading.Lock()
 
-    def load(self, model_dir: Path, max_seq_length: int) -> _MiniLM:
-        key = model_dir.resolve()
+    def load(self) -> _MiniLM:
         with self._lock:
-            if key not in self._models:
-                if not all((key / f).is_file() for f in ("model.safetensors", "tokenizer.json")):
+            if self._model is None:
+                model_dir = installed_minilm_dir()
+                if not all(
+                    (model_dir / f).is_file() for f in ("model.safetensors", "tokenizer.json")
+                ):
                     raise EmbeddingError(
-                        f"no {MINILM_MODEL_NAME} weights in {key}: {MINILM_INSTALL_HINT}"
+                        f"no {MINILM_MODEL_NAME} weights in {model_dir}: {MINILM_INSTALL_HINT}"
                     )
-                self._models[key] = _MiniLM(key, max_seq_length)
-            return self._models[key]
+                self._model = _MiniLM(model_dir, max_seq_length=256)
+            return self._model
 
     def close(self) -> None:
         with self._lock:
-            self._models.clear()
+            self._model = None
 
 
 class LocalMiniLMEmbedding:
     """all-MiniLM-L6-v2 on the CPU, offline: the vectors of ``SentenceTransformer`` (and
     chromadb's default ONNX function), mean-pooled, L2-normalized, inputs cut to 256 tokens."""
 
-    max_seq_length = 256
-
-    def __init__(
-        self,
-        model_dir: str | Path | None = None,
-        batch_size: int = 32,
-        *,
-        weights: MiniLMWeights | None = None,
-    ) -> None:
-        self._explicit_dir = str(model_dir) if model_dir is not None else None
+    def __init__(self, batch_size: int = 32, *, weights: MiniLMWeights | None = None) -> None:
         self.batch_size = batch_size
         # Shared weights (the operator's runtime), else our own, loaded on first call.
         self._weights = weights if weights is not None else MiniLMWeights()
-
-    @property
-    def model_dir(self) -> Path:
-        return Path(self._explicit_dir) if self._explicit_dir else installed_minilm_dir()
 
     def __call__(self, input: Documents, between: Callable[[], object] | None = None) -> Embeddings:
         """between: called after each layer of each batch but its last (_MiniLM.encode)."""
         if not input:
             return []
-        model = self._weights.load(self.model_dir, self.max_seq_length)
+        model = self._weights.load()
         return list(model.encode(list(input), self.batch_size, between))
 
     def __repr__(self) -> str:
-        return f"LocalMiniLMEmbedding(model_dir={self._explicit_dir!r})"
+        return "LocalMiniLMEmbedding()"

