@@ -98,7 +98,3 @@ class UpkeepState:
         with self._lock:
             self._by_summarizer.pop((namespace, name), None)
             self._gone[(namespace, name)] = None
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self._by_summarizer)
