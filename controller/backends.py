@@ -27,16 +27,15 @@ from controller.core.destinations import (
     judge_secret,
     memory_destination_refusal,
 )
-from controller.core.visibility import DEFAULT_VISIBILITY, VisibilityRules
+from controller.core.visibility import VisibilityRules
 from controller.embeddings.spec import EmbeddingSpec
 from controller.kube import client as kube
 from controller.pipeline import Embedder
-from controller.redaction import DEFAULT_REDACTION, Redaction
+from controller.redaction import Redaction
 from controller.store.connection import StoreLocation
 from controller.store.memory_store import MemoryStore
 from controller.summarizers.chat_prompt import ChatModelConfig
 from controller.summarizers.contract import Summarizer
-from controller.summarizers.extractive import EXTRACTIVE
 
 
 @dataclass(frozen=True)
@@ -44,9 +43,9 @@ class Backends:
     store: MemoryStore
     embed: Embedder
     excluded_types: Sequence[str]
-    summarizer: Summarizer = EXTRACTIVE
-    visibility: VisibilityRules = DEFAULT_VISIBILITY
-    redaction: Redaction = DEFAULT_REDACTION
+    summarizer: Summarizer
+    visibility: VisibilityRules
+    redaction: Redaction
 
 
 # The StoreSpec fields a StoreLocation takes as they are (the token is read from its Secret).
@@ -186,12 +185,10 @@ def chat_model_config(
     if model.api_key_secret_ref is not None:
         ref = model.api_key_secret_ref
         api_key = read_secret("model.apiKeySecretRef", namespace, ref, model.base_url)
+    limits = {"timeout_seconds", "max_retries", "max_concurrency", "max_input_tokens"}
     return ChatModelConfig(
         base_url=model.base_url,
         model=model.model,
         api_key=api_key,
-        timeout_seconds=model.timeout_seconds,
-        max_retries=model.max_retries,
-        max_concurrency=model.max_concurrency,
-        max_input_tokens=model.max_input_tokens,
+        **model.model_dump(include=limits),
     )

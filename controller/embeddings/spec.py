@@ -29,7 +29,6 @@ class EmbeddingSpec(BaseModel):
     model: str = MINILM_MODEL_NAME
     base_url: str | None = None
     api_key: str | None = Field(default=None, repr=False)
-    timeout_seconds: float = Field(default=30.0, gt=0)
 
     @model_validator(mode="after")
     def _consistent(self) -> EmbeddingSpec:
@@ -52,9 +51,4 @@ def build_embedding_function(
     # Imported here: the openai SDK costs ~14 MB of RSS (bench/operator_rss.py).
     from controller.embeddings.remote import OpenAICompatibleEmbedding
 
-    return OpenAICompatibleEmbedding(
-        base_url=spec.base_url,
-        model=spec.model,
-        api_key=spec.api_key,
-        timeout_seconds=spec.timeout_seconds,
-    )
+    return OpenAICompatibleEmbedding(base_url=spec.base_url, model=spec.model, api_key=spec.api_key)
