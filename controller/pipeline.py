@@ -1,9 +1,12 @@
 """Where a summary is written: one session, prior summary + new memories -> the store.
 
-A backlog is a sequence of passes over chunks bounded by the summarizer's input budget
-(core/chunking.py), each building on the previous one and validated before anything is
-written, so a failed pass never replaces a good summary; every CHECKPOINT_PASSES passes the
-summary so far is written. Blocking I/O: handlers call it in a worker thread.
+A pass is steps, each a function of what the last returned: read the prior and list the
+rows (_read), account for deleted memories (_start), stop when nothing is to be written
+(_idle), summarize each chunk (_summarized: chunks bounded by the summarizer's input
+budget, core/chunking.py), add the session's facts and validate (_final), write
+(upsert.write_row). Nothing is written before it validates, so a failed pass never replaces
+a good summary; every CHECKPOINT_PASSES passes the summary so far is written. Blocking I/O:
+handlers call it in a worker thread.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import functools
 import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from controller.core.chunking import chunk_memories
@@ -23,7 +26,6 @@ from controller.core.merge import derived_title, merge_pass
 from controller.core.naming import summary_row_id
 from controller.core.provenance import PassTokens, Provenance, added_text, pass_tokens
 from controller.core.summary import (
-    LegacySummary,
     OtherWriter,
     PriorSummary,
     StructuredSummary,
@@ -43,7 +45,6 @@ from controller.upsert import (
     Embedder,
     GroupWrite,
     PhaseTimer,
-    RowSeen,
     WriteGuard,
     Written,
     untimed,
@@ -120,16 +121,12 @@ def run_pass(
 
 
 def chunks_for(
-    summarizer: Summarizer,
-    memories: Iterable[Memory],
-    *,
-    chunk_tokens: int | None = None,
-    chunk_size: int | None = None,
+    summarizer: Summarizer, memories: Iterable[Memory], *, chunk_size: int | None = None
 ) -> Iterator[list[Memory]]:
     """A backlog's chunks, one pass each, bounded by the summarizer's budgets by default."""
     return chunk_memories(
         memories,
-        budget_tokens=chunk_tokens or summarizer.memory_budget_tokens,
+        budget_tokens=summarizer.memory_budget_tokens,
         max_memories=chunk_size or summarizer.max_memories_per_pass,
     )
 
@@ -158,10 +155,13 @@ def _checkpoint(
     return current.model_copy(update=update)
 
 
-def _with_session_facts(summary: StructuredSummary, rows: SessionRows) -> StructuredSummary:
-    """The session's counts and facts from its full row listing, as neo's writer does."""
+def _final(done: _Progress, rows: SessionRows) -> StructuredSummary:
+    """Step 5: the summary with the session's counts and facts from its full row listing,
+    as neo's writer does (it covers every row, excluded types too), validated against
+    what the last pass built on."""
+    assert isinstance(done.summary, StructuredSummary)
     sources = rows.sources
-    return summary.model_copy(
+    final = done.summary.model_copy(
         update={
             "memory_count": rows.total,
             "watermark": rows.newest,
@@ -177,6 +177,8 @@ def _with_session_facts(summary: StructuredSummary, rows: SessionRows) -> Struct
             "untimed_ids": rows.untimed,
         }
     )
+    validate_summary(final, done.before)
+    return final
 
 
 def _timed(chunks: Iterable[list[Memory]], phase: PhaseTimer) -> Iterator[list[Memory]]:
@@ -190,56 +192,83 @@ def _timed(chunks: Iterable[list[Memory]], phase: PhaseTimer) -> Iterator[list[M
         yield chunk
 
 
-def _late_only(chunk: Sequence[Memory], prior_key: tuple[int, str] | None) -> bool:
-    """Every memory of the chunk is at or before the prior's watermark: it landed late."""
-    return (
-        bool(chunk)
-        and prior_key is not None
-        and all((m.timestamp_ms, m.id) <= prior_key for m in chunk)
-    )
+@dataclass(frozen=True)
+class _Read:
+    """What a pass read: the stored row, the prior it builds on (masked under today's
+    rules; none on a rebuild) and the session's rows (listed; memories read lazily)."""
+
+    session_id: str
+    found: StoredPrior
+    prior: PriorSummary | None
+    rows: SessionRows
+
+    def outcome(self, kind: OutcomeKind, summary: StructuredSummary | None = None) -> Outcome:
+        """An outcome with the listing's figures: rows, the newest one's time, the untimed."""
+        rows = self.rows
+        return Outcome(
+            kind,
+            self.session_id,
+            rows.total,
+            summary,
+            last_memory_at_ms=rows.newest.timestamp_ms if rows.newest else None,
+            skipped_memories=len(rows.untimed),
+            missing_times=sum(value is None for value in rows.untimed_values.values()),
+        )
 
 
 @dataclass(frozen=True)
-class _Start:
-    """What a pass builds on once deleted memories are accounted for (_start)."""
+class _Progress:
+    """The summary so far: what _start and each chunk's pass return, the next builds on."""
 
-    prior: PriorSummary | None  # masked, rekeyed; without the items of deleted memories
-    again: list[Memory]  # memories whose items went with a deleted one's: summarized again
-    dropped: int  # items whose memories are all deleted
+    summary: PriorSummary | None  # first the prior, without the items of deleted memories
+    digest: str | None  # the row's document as this pass last saw (or wrote) it
+    before: StructuredSummary | None  # what the last pass built on
+    again: tuple[Memory, ...] = ()  # memories whose items went with a deleted one's
+    dropped: int = 0  # items whose memories are all deleted
+    spent: tuple[PassTokens, ...] = ()  # tokens in and out of each pass
+    tokens: int = 0  # model tokens
+    upto: tuple[int, str] | None = None  # the last memory summarized
+    checkpoints: int = 0
 
 
-def _read_prior(
-    store: MemoryStore, session_id: str, mask: PassRedaction, rebuild: bool
-) -> tuple[StoredPrior, PriorSummary | None]:
-    """Step 1: the stored row and the prior this pass builds on, masked under today's rules.
-    A rebuild reads no prior: it replaces one that cannot be read too."""
-    if rebuild:
-        found = StoredPrior(None, store.read_row_state(session_id).digest)
-    else:
-        found = store.read_prior(session_id)
-    prior = rekeyed(found.summary, mask.prior(found.summary))
+def _read(
+    store: MemoryStore,
+    session_id: str,
+    mask: PassRedaction,
+    excluded: Callable[[Memory], bool],
+    rebuild: bool,
+    phase: PhaseTimer,
+) -> _Read:
+    """Step 1: the stored row, the prior and the session's rows. A rebuild reads no prior:
+    it replaces one that cannot be read too."""
+    with phase("read"):
+        if rebuild:
+            found = StoredPrior(None, store.read_row_state(session_id).digest)
+        else:
+            found = store.read_prior(session_id)
+        prior = rekeyed(found.summary, mask.prior(found.summary))
     if isinstance(prior, StructuredSummary):
         mark = prior.watermark
         if mark and not placed(mark.timestamp_ms, int(time.time() * 1000)):
             # A bad clock's row was its watermark (before memories.placed): read it whole.
             drop = dict.fromkeys(("watermark", "coverage", "rows_digest"))
             prior = prior.model_copy(update=drop)
-    return found, prior
+    covered = prior_coverage(prior if isinstance(prior, StructuredSummary) else None)
+    with phase("read"):
+        rows = store.session_rows(session_id, covered, exclude=excluded, mask=mask)
+    return _Read(session_id, found, prior, rows)
 
 
 def _start(
     store: MemoryStore,
-    session_id: str,
-    prior: PriorSummary | None,
-    rows: SessionRows,
+    read: _Read,
     summarizer: Summarizer,
-    mask: PassRedaction,
-    excluded: Callable[[Memory], bool],
+    again_of: Callable[[list[str]], list[Memory]],
     guard: WriteGuard | None,
-    phase: PhaseTimer,
-) -> _Start | Outcome:
-    """Step 2: the items of deleted memories dropped (or summarized again from the living
-    ones), or the pass's outcome when no memory of the session is left."""
+) -> _Progress | Outcome:
+    """Step 2: the items of deleted memories dropped (or, read by again_of, summarized
+    again from the living ones), or the pass's outcome when no memory is left."""
+    prior, rows, session_id = read.prior, read.rows, read.session_id
     structured = prior if isinstance(prior, StructuredSummary) else None
     gone_all = rows.total == 0  # no memory carries the session's id (untimed ones counted)
     if gone_all and structured is None:
@@ -249,8 +278,7 @@ def _start(
         living = [*(row_id for _, row_id in rows.keys), *rows.untimed]
         if not summarizer.one_memory_per_item:
             structured, ids, dropped = partly_gone(structured, living)
-            with phase("read"):
-                again = [m for m in store.memories_by_id(ids, mask) if not excluded(m)]
+            again = again_of(ids)
         retitle = functools.partial(derived_title, session_id=session_id)
         kept, gone = forget_gone(structured, living, retitle)
         dropped += gone
@@ -260,17 +288,13 @@ def _start(
             guard.admit(store.read_row_state(session_id).fence)
         store.drop_summary(session_id)
         return Outcome("not-found", session_id, 0, dropped_items=dropped)
-    return _Start(prior, again, dropped)
+    return _Progress(prior, read.found.row_digest, structured, tuple(again), dropped)
 
 
-def _idle(
-    session_id: str, found: StoredPrior, prior: PriorSummary | None, rows: SessionRows
-) -> Outcome | None:
+def _idle(read: _Read, start: _Progress) -> Outcome | None:
     """Step 3: the outcome of a pass with nothing to write (up to date, or no memory to
     summarize and no prior), else None."""
-    last_ms = rows.newest.timestamp_ms if rows.newest else None
-    skipped = len(rows.untimed)
-    missing = sum(value is None for value in rows.untimed_values.values())
+    found, rows, prior = read.found, read.rows, start.summary
     if (
         isinstance(prior, StructuredSummary)
         and prior.other_writer is None
@@ -279,12 +303,33 @@ def _idle(
         and rows.selected == 0
         and prior.memory_count == rows.total
     ):
-        return Outcome("up-to-date", session_id, rows.total, prior, last_memory_at_ms=last_ms,
-                       skipped_memories=skipped, missing_times=missing)  # fmt: skip
+        return read.outcome("up-to-date", prior)
     if prior is None and not rows.included:
-        return Outcome("empty", session_id, rows.total, last_memory_at_ms=last_ms,
-                       skipped_memories=skipped, missing_times=missing)  # fmt: skip
+        return read.outcome("empty")
     return None
+
+
+def _summarized(
+    done: _Progress, chunk: list[Memory], summarizer: Summarizer, read: _Read
+) -> _Progress:
+    """Step 4, once per chunk: one validated pass over it on the summary so far. A chunk
+    all at or before the prior's watermark landed late: it is history, and the latest
+    state stays the latest memories'."""
+    result = run_pass(read.session_id, chunk, done.summary, summarizer)
+    before = done.summary if isinstance(done.summary, StructuredSummary) else None
+    summary, mark = result.summary, read.rows.prior_key
+    late = bool(chunk) and mark is not None and all((m.timestamp_ms, m.id) <= mark for m in chunk)
+    if before is not None and late:
+        state = {"Current State": list(before.sections["Current State"])}
+        summary = summary.model_copy(update={"sections": {**summary.sections, **state}})
+    return replace(
+        done,
+        summary=summary,
+        before=before,
+        spent=(*done.spent, pass_tokens(chunk, "", added_text(before, summary))),
+        tokens=done.tokens + result.tokens_used,
+        upto=(chunk[-1].timestamp_ms, chunk[-1].id) if chunk else done.upto,
+    )
 
 
 def summarize_session(
@@ -297,7 +342,6 @@ def summarize_session(
     excluded_types: Sequence[str] = (),
     summarizer: Summarizer = EXTRACTIVE,
     chunk_size: int | None = None,
-    chunk_tokens: int | None = None,
     checkpoint_passes: int = CHECKPOINT_PASSES,
     guard: WriteGuard | None = None,
     writer_object: str = "",
@@ -308,43 +352,32 @@ def summarize_session(
     rebuild: bool = False,
     phase: PhaseTimer = untimed,
 ) -> Outcome:
-    """Brings the session's stored summary up to date with its memories, in steps: read
-    the prior (_read_prior), list the rows, account for deleted memories (_start), stop
-    when there is nothing to write (_idle), summarize the chunks, validate, write.
+    """Brings the session's stored summary up to date with its memories (the module's steps).
 
     Reads the memories after the prior's watermark and, at or before it, the ranges the
     prior's coverage does not match (core/coverage.py), in chunks of at most chunk_size
-    memories and chunk_tokens tokens. guard (the session's claim) is checked between
-    passes and right before every upsert. stop: asked between chunks; when True the summary
-    so far is written and PassInterrupted raised. group: writes the row with other passes'
-    rows. A row another writer rewrote, or one masked under
-    other rules, is written again even with nothing new. rebuild: the prior is set aside
-    (spec.action Rebuild). phase: times the steps (tracing.py).
+    memories. guard (the session's claim) is checked between passes and right before every
+    upsert. stop: asked between chunks; when True the summary so far is written and
+    PassInterrupted raised. group: writes the row with other passes' rows. A row another
+    writer rewrote, or one masked under other rules, is written again even with nothing
+    new. rebuild: the prior is set aside (spec.action Rebuild). phase: times the steps.
     """
     mask = PassRedaction(redaction)
-    with phase("read"):
-        found, prior = _read_prior(store, session_id, mask, rebuild)
-    structured = prior if isinstance(prior, StructuredSummary) else None
-    other = structured.other_writer if structured else None
-    # The rows stream: the pass holds one chunk of memories at a time, never the session.
     excluded = functools.partial(is_excluded, excluded_types=excluded_types)
-    with phase("read"):
-        rows = store.session_rows(session_id, prior_coverage(structured), exclude=excluded,
-                                  mask=mask)  # fmt: skip
-    start = _start(store, session_id, prior, rows, summarizer, mask, excluded, guard, phase)
-    if isinstance(start, Outcome):
-        return start
-    prior, again = start.prior, start.again
-    structured = prior if isinstance(prior, StructuredSummary) else None
-    if (idle := _idle(session_id, found, prior, rows)) is not None:
+
+    def again_of(ids: list[str]) -> list[Memory]:
+        with phase("read"):
+            return [m for m in store.memories_by_id(ids, mask) if not excluded(m)]
+
+    read = _read(store, session_id, mask, excluded, rebuild, phase)
+    done = _start(store, read, summarizer, again_of, guard)
+    if isinstance(done, Outcome):
+        return done
+    if (idle := _idle(read, done)) is not None:
         return idle
+    rows, seen_by = read.rows, row_visibility(read.rows.sources, visibility)
 
-    # The row as this pass last saw it: if another writer changes it, we do not overwrite.
-    seen = RowSeen(found.row_digest)
-    spent: list[PassTokens] = []
-    seen_by = row_visibility(rows.sources, visibility)
-
-    def write(summary: StructuredSummary) -> Written:
+    def write(summary: StructuredSummary, done: _Progress) -> Written:
         return write_row(
             store,
             summary.model_copy(update={"masked_with": redaction.fingerprint}),
@@ -353,71 +386,51 @@ def summarize_session(
             trigger=trigger,
             guard=guard,
             writer_object=writer_object,
-            provenance=Provenance(list(spent)),
+            provenance=Provenance(list(done.spent)),
             visibility=seen_by,
-            seen=seen,
+            seen=done.digest,
             group=group,
             phase=phase,
         )
 
-    # Memories whose items went with a deleted one's are summarized again first (partly_gone).
-    new = rows.included  # memories to summarize, in (timestamp, id) order from rows.memories
-    stream = itertools.chain(again, rows.memories)
-    chunks = chunks_for(summarizer, stream, chunk_tokens=chunk_tokens, chunk_size=chunk_size)
-    current: StructuredSummary | LegacySummary | None = prior
-    passes = tokens = checkpoints = 0
-    read_upto: tuple[int, str] | None = None
-    before = structured  # what the last pass built on
-    for chunk in _timed(chunks, phase) if new or again else iter([[]]):
+    # Memories whose items went with a deleted one's are summarized first (partly_gone).
+    chunks = chunks_for(
+        summarizer, itertools.chain(done.again, rows.memories), chunk_size=chunk_size
+    )
+    structured = done.before  # the prior this pass starts from
+    for chunk in _timed(chunks, phase) if rows.included or done.again else iter([[]]):
         if guard is not None:
             guard.check()  # a writer that lost its claim stops spending model calls
-        if passes and stop is not None and stop():
-            assert isinstance(current, StructuredSummary) and current.watermark is not None
-            write(_checkpoint(current, rows, read_upto))
+        passes = len(done.spent)
+        stopping = bool(passes and stop is not None and stop())
+        if stopping or (passes and checkpoint_passes and passes % checkpoint_passes == 0):
+            assert isinstance(done.summary, StructuredSummary)
+            assert done.summary.watermark is not None
+            digest = write(_checkpoint(done.summary, rows, done.upto), done).digest
+            done = replace(done, digest=digest, checkpoints=done.checkpoints + 1)
+        if stopping:
             raise PassInterrupted(
                 f"stopped after {passes} pass(es) of session {session_id!r}; what they "
                 "covered is written"
             )
-        if passes and checkpoint_passes and passes % checkpoint_passes == 0:
-            assert isinstance(current, StructuredSummary) and current.watermark is not None
-            write(_checkpoint(current, rows, read_upto))
-            checkpoints += 1
         with phase("summarized"):
-            result = run_pass(session_id, chunk, current, summarizer)
-        summary = result.summary
-        if _late_only(chunk, rows.prior_key) and isinstance(current, StructuredSummary):
-            # Late memories are history: the latest state stays the latest memories'.
-            state = {"Current State": list(current.sections["Current State"])}
-            summary = summary.model_copy(update={"sections": {**summary.sections, **state}})
-        before = current if isinstance(current, StructuredSummary) else None
-        spent.append(pass_tokens(chunk, "", added_text(before, summary)))
-        current, passes, tokens = summary, passes + 1, tokens + result.tokens_used
-        if chunk:
-            read_upto = (chunk[-1].timestamp_ms, chunk[-1].id)
-    assert isinstance(current, StructuredSummary)
-    # What the summary covers: every row of the session, including excluded types.
+            done = _summarized(done, chunk, summarizer, read)
     with phase("summarized"):
-        final = _with_session_facts(current, rows)
-        validate_summary(final, before)
-    written = write(final)
-    return Outcome(
-        "summarized",
-        session_id,
-        rows.total,
-        final.model_copy(update={"summarized_at_ms": written.at_ms}),
-        new,
-        passes,
-        rows.newest.timestamp_ms if rows.newest else None,
-        tokens,
-        checkpoints,
-        skipped_memories=len(rows.untimed),
-        missing_times=sum(value is None for value in rows.untimed_values.values()),
-        provenance=Provenance(spent).with_document(written.document),
+        final = _final(done, rows)
+    written = write(final, done)
+    other = read.prior.other_writer if isinstance(read.prior, StructuredSummary) else None
+    return replace(
+        read.outcome("summarized", final.model_copy(update={"summarized_at_ms": written.at_ms})),
+        new_memories=rows.included,
+        passes=len(done.spent),
+        tokens_used=done.tokens,
+        checkpoints=done.checkpoints,
+        provenance=Provenance(list(done.spent)).with_document(written.document),
         other_writer=other,
         late_memories=rows.late,
         untrusted_times=rows.untrusted,
         new_untimed=len(set(rows.untimed) - set(structured.untimed_ids if structured else ())),
         redactions=mask.counts(),
         rebuilt=rebuild,
-        dropped_items=start.dropped,
+        dropped_items=done.dropped,
     )

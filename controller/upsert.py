@@ -41,19 +41,23 @@ class WriteGuard(Protocol):
         else the keys the ledger entry records."""
 
 
+Step = Literal["begin", "admitted", "end"]
+Ended = Literal["", "written", "refused", "failed"]  # "": not ended
+
+
 @dataclass(frozen=True)
 class WriteEvent:
     """A step of one row's write: "begin" before the last claim check, "admitted" once the
     checks passed, "end" with the outcome (a writer killed in between never ends)."""
 
-    phase: Literal["begin", "admitted", "end"]
+    phase: Step
     session_id: str
     writer: str
     writer_object: str
     at_ms: int
     began_ms: int
     fence: int | None = None
-    outcome: Literal["", "written", "refused", "failed"] = ""
+    outcome: Ended = ""
 
 
 # Each WriteEvent, in order, as a DEBUG record with the event as `record.write` (the chaos
@@ -78,19 +82,14 @@ def untimed(phase: str) -> AbstractContextManager[None]:
     return nullcontext()
 
 
-@dataclass
-class RowSeen:
-    """The digest of the row's document as this pass last saw it (None: no row)."""
-
-    digest: str | None
-
-
 @dataclass(frozen=True)
 class Written:
-    """What a write stored: its summarizedAt (ms) and the document."""
+    """What a write stored: its summarizedAt (ms), the document and the document's digest
+    (what the pass's next write expects to find)."""
 
     at_ms: int
     document: str
+    digest: str
 
 
 def write_row(
@@ -101,18 +100,18 @@ def write_row(
     writer: str,
     trigger: str,
     guard: WriteGuard | None,
+    seen: str | None,
     writer_object: str = "",
     provenance: Provenance | None = None,
     visibility: RowVisibility | None = None,
-    seen: RowSeen | None = None,
     group: GroupWrite = write_alone,
     phase: PhaseTimer = untimed,
 ) -> Written:
-    """Writes the row; returns its summarizedAt (ms) and document.
+    """Writes the row.
 
-    The row is re-read right before the upsert: a newer fence (guard) or a document other
-    than `seen` (RowChangedDuringPass) refuses the write. Chroma has no conditional write,
-    so a window remains between that read and the upsert."""
+    The row is re-read right before the upsert: a newer fence (guard) or a document whose
+    digest is not `seen` (None: no row; RowChangedDuringPass) refuses the write. Chroma has
+    no conditional write, so a window remains between that read and the upsert."""
     with phase("summarized"):  # the document is the summary as agents read it
         document = render_document(
             summary, store.location.memory_collection, max_chars=store.location.document_max_chars
@@ -136,17 +135,18 @@ def write_row(
     granted = guard.fence if guard is not None else None
     fence = granted.number if granted is not None else None
 
-    def tell(event: WriteEvent) -> None:
+    def tell(step: Step, at_ms: int, outcome: Ended = "") -> None:
         if WRITES.isEnabledFor(logging.DEBUG):
-            WRITES.debug("%s %s", event.phase, sid, extra={"write": event})
+            event = WriteEvent(step, sid, writer, writer_object, at_ms, began_ms, fence, outcome)
+            WRITES.debug("%s %s", step, sid, extra={"write": event})
 
-    tell(WriteEvent("begin", sid, writer, writer_object, began_ms, began_ms, fence))
+    tell("begin", began_ms)
     outcome: Literal["written", "refused", "failed"] = "failed"
 
     def admit(found: RowState) -> Mapping[str, int | str]:
         """Right before the group's upserts, on the row as read then (MemoryStore.write_rows)."""
         nonlocal outcome
-        if seen is not None and found.digest != seen.digest:
+        if found.digest != seen:
             outcome = "refused"
             raise RowChangedDuringPass(
                 f"the row of session {sid!r} was rewritten by another writer during this "
@@ -157,8 +157,7 @@ def write_row(
             outcome = "refused"
             fence_keys = guard.admit(found.fence)
             outcome = "failed"
-        now_ms = int(time.time() * 1000)
-        tell(WriteEvent("admitted", sid, writer, writer_object, now_ms, began_ms, fence))
+        tell("admitted", int(time.time() * 1000))
         return fence_keys
 
     try:
@@ -166,9 +165,6 @@ def write_row(
         with phase("written"):
             group(store, RowWrite(sid, document, metadata, vector, admit))
         outcome = "written"
-        if seen is not None:
-            seen.digest = document_digest(document)
     finally:  # ends whether written or refused (claim lost, store down)
-        ended_ms = int(time.time() * 1000)
-        tell(WriteEvent("end", sid, writer, writer_object, ended_ms, began_ms, fence, outcome))
-    return Written(summarized_at_ms, document)
+        tell("end", int(time.time() * 1000), outcome)
+    return Written(summarized_at_ms, document, document_digest(document))
