@@ -13,6 +13,7 @@ counts from when the pass got its worker.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import threading
@@ -22,10 +23,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from controller.core.sweep_plan import REFRESH_TRIGGER
-from controller.deadline_queue import DeadlineQueue
 from controller.store.row_writes import GroupWriter, RowWrite
 
 if TYPE_CHECKING:
@@ -33,8 +33,12 @@ if TYPE_CHECKING:
     from controller.store.memory_store import MemoryStore
 
 T = TypeVar("T")
+Item = TypeVar("Item")
 
 BACKGROUND_TRIGGERS = frozenset({"sweep", REFRESH_TRIGGER})
+# What one served item of a flow adds to the deadlines of the flow's next ones, while the
+# flow has items queued: a flow with a backlog is served in turn with the others.
+FLOW_QUANTUM_S = 1.0
 
 
 class Slack(float, Enum):
@@ -51,45 +55,229 @@ def slack_for(trigger: str, *, has_summary: bool) -> Slack:
     return Slack.AGAIN if has_summary else Slack.FIRST
 
 
-class _Once:
-    """A job queued in two pools: the first thread to take it runs it, the other skips it."""
+class Slot(Protocol):
+    """Called by a slot's holder between pieces of its work (DeadlineQueue.turn)."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._taken = False
+    def __call__(self, pause: Callable[[], object] | None = None) -> float: ...
 
-    def take(self) -> bool:
-        with self._lock:
-            taken, self._taken = self._taken, True
-            return not taken
+
+class QueueClosed(RuntimeError):
+    """The queue was closed (the process is stopping): nothing new is served."""
+
+
+# One waiting in a DeadlineQueue: (deadline, order queued, flow, item); a thread waiting in
+# turn() has no item.
+_Waiter = tuple[float, int, Hashable, Any]
+
+
+class DeadlineQueue(Generic[Item]):
+    """At most `slots` served at once; a free slot goes to the waiter with the earliest
+    deadline (ties: the one queued first). Two doors: a thread waits for its own turn
+    (turn(), a gate around a blocking call), or queues an item that a worker thread takes
+    later (put() and take(), a thread pool's queue).
+
+    Fair between flows (a SessionSummarizer each), as the API server's priority and
+    fairness is: the next served is the waiter whose deadline, plus FLOW_QUANTUM_S for each
+    one its flow had served since it last had none waiting, is earliest. So 200 sunsets of
+    one flow queued before one of another flow hold it back by at most one a second they
+    were queued earlier, and within a flow the earliest deadline still goes first."""
+
+    def __init__(self, slots: int) -> None:
+        if slots < 1:
+            raise ValueError("slots must be at least 1")
+        self.slots = slots
+        self._free = slots
+        self._cond = threading.Condition()
+        self._line: list[_Waiter] = []
+        self._served: dict[Hashable, int] = {}  # served since the flow had none waiting
+        self._order = itertools.count()
+        self._closed = False
+        self._takers = 0  # threads waiting in take()
+        self._tickets = 0  # threads waiting in turn()
+
+    def _rank(self, waiter: _Waiter) -> tuple[float, float, int]:
+        # The deadline again after the sum: within a flow (the same quantum added) a float
+        # sum may round two deadlines to one; they still go in deadline order.
+        deadline, order, flow, _ = waiter
+        return deadline + FLOW_QUANTUM_S * self._served.get(flow, 0), deadline, order
+
+    def _next(self) -> _Waiter | None:
+        return min(self._line, key=self._rank, default=None)
+
+    def _serve(self, waiter: _Waiter) -> None:
+        """Under the condition: the waiter leaves the line with a slot."""
+        self._line.remove(waiter)
+        flow = waiter[2]
+        if any(w[2] == flow for w in self._line):
+            self._served[flow] = self._served.get(flow, 0) + 1
+        else:
+            self._served.pop(flow, None)
+        self._free -= 1
+
+    @contextlib.contextmanager
+    def turn(self, deadline: float, flow: Hashable = None) -> Iterator[Slot]:
+        """Blocks until this caller's turn, holds a slot while the block runs. The block
+        gets a function to call between pieces of its work (_yield_slot): it gives the slot
+        up to an earlier deadline waiting for one, or for as long as a pause runs, and
+        takes it back in its own turn."""
+        ticket: _Waiter = (deadline, next(self._order), flow, None)
+        with self._cond:
+            self._acquire(ticket)
+        holding = [True]  # False while a yield gave the slot up and has not taken it back
+        try:
+            yield lambda pause=None: self._yield_slot(ticket, holding, pause)
+        finally:
+            if holding[0]:
+                self.release()
+
+    def _acquire(self, ticket: _Waiter) -> None:
+        """Under the condition: waits for the ticket's turn and takes a slot; a wait that
+        raises takes its ticket out of the line."""
+        self._line.append(ticket)
+        self._tickets += 1
+        try:
+            while self._free == 0 or self._next() is not ticket:
+                self._cond.wait()
+        except BaseException:
+            self._line.remove(ticket)
+            self._wake()
+            raise
+        finally:
+            self._tickets -= 1
+        self._serve(ticket)
+        if self._free and self._line:
+            self._cond.notify_all()  # the next in line may take another free slot
+
+    def _yield_slot(
+        self, ticket: _Waiter, holding: list[bool], pause: Callable[[], object] | None
+    ) -> float:
+        """Gives the holder's slot to a waiter with an earlier deadline, when no slot is
+        free; or, with pause, to whoever is next in line (an earlier or a later deadline)
+        for as long as pause() runs. The holder then queues again with its own ticket,
+        ahead of every later one still waiting, also when pause() raises. Returns the
+        seconds it waited."""
+        with self._cond:
+            head = self._next()
+            if pause is None and (
+                self._free or head is None or self._rank(head) >= self._rank(ticket)
+            ):
+                return 0.0
+            began = time.monotonic()
+            holding[0] = False
+            self._free += 1
+            self._wake()
+        try:
+            if pause is not None:
+                pause()
+        finally:
+            with self._cond:
+                self._acquire(ticket)
+                holding[0] = True
+        return time.monotonic() - began
+
+    def put(self, deadline: float, item: Item, flow: Hashable = None) -> bool:
+        """Queues the item in its flow; True when more items wait than threads wait in
+        take() (a pool should start a thread, if it may)."""
+        with self._cond:
+            if self._closed:
+                raise QueueClosed("cannot schedule new work after the queue was closed")
+            self._line.append((deadline, next(self._order), flow, item))
+            self._wake()
+            return len(self._line) > self._takers
+
+    def take(self) -> tuple[float, Item] | None:
+        """The next queued item (the class doc), once a slot is free (the caller release()s
+        it after); None once the queue is closed (close() dropped what was queued)."""
+        with self._cond:
+            self._takers += 1
+            try:
+                while not (self._line and self._free) and not self._closed:
+                    self._cond.wait()
+            finally:
+                self._takers -= 1
+            if self._closed:
+                return None
+            waiter = min(self._line, key=self._rank)
+            self._serve(waiter)
+            return waiter[0], waiter[3]
+
+    def release(self) -> None:
+        with self._cond:
+            self._free += 1
+            self._wake()
+
+    def _wake(self) -> None:
+        """Under the condition. A thread waiting in turn() waits for its own ticket, so all
+        of them are woken to see whose turn it is; of the threads waiting in take(), any
+        one can take the next item, so one is (not a pool's every idle thread)."""
+        if self._tickets:
+            self._cond.notify_all()
+        else:
+            self._cond.notify()
+
+    def close(self) -> list[Item]:
+        """A pool's queue: serves nothing new; returns the items still queued (dropped)."""
+        with self._cond:
+            self._closed = True
+            dropped = [item for _, _, _, item in self._line]
+            self._line.clear()
+            self._served.clear()
+            self._cond.notify_all()
+            return dropped
+
+    def waiting(self) -> int:
+        with self._cond:
+            return len(self._line)
+
+    def holding(self) -> int:
+        with self._cond:
+            return self.slots - self._free
+
+    def free(self) -> int:
+        """Slots no one holds and no waiter is about to take."""
+        with self._cond:
+            return max(0, self._free - len(self._line))
+
+
+@dataclass
+class _Pass:
+    """The pass a thread runs, as the shared queues and give_way see it."""
+
+    deadline: float  # at the core queue and the group writes
+    flow: Hashable = None  # its SessionSummarizer
+    first: bool = False  # a first summary: never gives way
+    give_way_left: float = 0.0  # seconds of the current step's give-way budget
+
+
+class _Current(threading.local):
+    """Each thread's pass; None outside one (a probe, the CLI, tests)."""
+
+    running: _Pass | None = None
 
 
 @dataclass
 class _Job:
     future: Future[Any]
     run: Callable[[], Any]
+    flow: Hashable = None
+    first: bool = False
+    once: threading.Lock | None = None  # queued in two pools: the thread that takes it runs it
     submitted: float = field(default_factory=time.monotonic)
-    once: _Once | None = None  # queued in two pools (PassScheduler.submit)
-    flow: Hashable = None  # its SessionSummarizer (deadline_queue.py)
 
 
 class _WorkerPool:
     """Daemon threads running queued passes, earliest deadline first, started as needed up
     to the queue's slots. stop() cancels what is queued; join() waits for the running."""
 
-    def __init__(self, name: str, threads: int, running: threading.local) -> None:
+    def __init__(self, name: str, threads: int, current: _Current) -> None:
         self.name = name
         self.queue: DeadlineQueue[_Job] = DeadlineQueue(threads)
-        self._running = running
+        self._current = current
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
-    def submit(
-        self, deadline: float, fn: Callable[[], T], job: _Job | None = None, flow: Hashable = None
-    ) -> Future[T]:
-        job = job or _Job(Future(), fn)
-        job.flow = flow
-        more_than_waiting_threads = self.queue.put(deadline, job, flow)
+    def submit(self, deadline: float, job: _Job) -> Future[Any]:
+        more_than_waiting_threads = self.queue.put(deadline, job, job.flow)
         with self._lock:
             alive = sum(t.is_alive() for t in self._threads)
             if more_than_waiting_threads and alive < self.queue.slots:
@@ -104,13 +292,13 @@ class _WorkerPool:
         while (got := self.queue.take()) is not None:
             deadline, job = got
             try:
-                if job.once is not None and not job.once.take():
+                if job.once is not None and not job.once.acquire(blocking=False):
                     continue  # the other pool's thread took it
                 if not job.future.set_running_or_notify_cancel():
                     continue
                 # Its deadline at the shared queues: its slack from now, not from its queueing.
-                self._running.deadline = deadline + (time.monotonic() - job.submitted)
-                self._running.flow = job.flow
+                waited = time.monotonic() - job.submitted
+                self._current.running = _Pass(deadline + waited, job.flow, job.first)
                 try:
                     result = job.run()
                 except BaseException as exc:  # the caller sees it on the future
@@ -118,8 +306,7 @@ class _WorkerPool:
                 else:
                     job.future.set_result(result)
                 finally:
-                    self._running.deadline = self._running.flow = None
-                    self._running.give_way_left = 0.0  # a step's budget is the pass's own
+                    self._current.running = None
             finally:
                 self.queue.release()
 
@@ -175,14 +362,14 @@ class PassScheduler:
 
     def __init__(self, limits: SchedulerLimits) -> None:
         self.limits = limits
-        self._running = threading.local()  # the deadline of the pass this thread runs
+        self._current = _Current()
         self.pools = {
-            "foreground": _WorkerPool("summarize", limits.workers, self._running),
-            "background": _WorkerPool("summarize-sweep", limits.background_workers, self._running),
+            "foreground": _WorkerPool("summarize", limits.workers, self._current),
+            "background": _WorkerPool("summarize-sweep", limits.background_workers, self._current),
         }
         if limits.first_workers:
             self.pools["first"] = _WorkerPool(
-                "summarize-first", limits.first_workers, self._running
+                "summarize-first", limits.first_workers, self._current
             )
         self._cores: DeadlineQueue[None] = DeadlineQueue(limits.cores)
         self._store_writes: dict[StoreLocation, _StoreGroup] = {}
@@ -201,24 +388,21 @@ class PassScheduler:
         flow: Hashable = None,
     ) -> Future[T]:
         """Runs fn on a worker of its pool, earliest deadline first within its flow (its
-        SessionSummarizer), the flows in turn (deadline_queue.py). A first summary with no
-        free foreground thread is queued in the first pool too and runs on whichever takes
-        it first, so it never waits behind re-summaries."""
-        foreground = self.pools["foreground"]
-        extra = self.pools.get("first")
-        if first:
-            fn = self._as_first(fn)
+        SessionSummarizer), the flows in turn (DeadlineQueue). A first summary with no free
+        foreground thread is queued in the first pool too and runs on whichever takes it
+        first, so it never waits behind re-summaries."""
+        job = _Job(Future(), self._as_first(fn) if first else fn, flow, first)
         if background:
-            return self.pools["background"].submit(deadline, fn, flow=flow)
+            return self.pools["background"].submit(deadline, job)
+        foreground, extra = self.pools["foreground"], self.pools.get("first")
         if first and extra is not None and foreground.queue.free() == 0:
-            job = _Job(Future(), fn, once=_Once())
-            foreground.submit(deadline, fn, job, flow)
-            return extra.submit(deadline, fn, job, flow)
-        return foreground.submit(deadline, fn, flow=flow)
+            job.once = threading.Lock()
+            foreground.submit(deadline, job)
+            return extra.submit(deadline, job)
+        return foreground.submit(deadline, job)
 
     def _as_first(self, fn: Callable[[], T]) -> Callable[[], T]:
         def run() -> T:
-            self._running.first = True
             with self._firsts_changed:
                 self._firsts += 1
             ended = -math.inf  # one that raised (another writer's claim, say) leaves no gap
@@ -227,7 +411,6 @@ class PassScheduler:
                 ended = time.monotonic()
                 return result
             finally:
-                self._running.first = False
                 with self._firsts_changed:
                     self._first_ended = max(self._first_ended, ended)
                     self._firsts -= 1
@@ -240,22 +423,23 @@ class PassScheduler:
         layer, and by a group's leader with no row due): a pass that is not a first summary waits
         while one runs, and for give_way_gap_s after the last one ended, at most give_way_s a step
         in all, so a session that just ended has the cores and the store to itself. Returns the
-        seconds waited.
+        seconds waited; outside a pass (a probe, the CLI) 0.
         """
-        mine = self._running
+        mine = self._current.running
+        if mine is None:
+            return 0.0
         if not within_step:
             mine.give_way_left = self.limits.give_way_s
-        if not self.must_give_way():
+        if not self._must_give_way(mine):
             return 0.0
-        budget = mine.give_way_left
         began = time.monotonic()
         with self._firsts_changed:
-            while (left := budget - (time.monotonic() - began)) > 0 and (
+            while (left := mine.give_way_left - (time.monotonic() - began)) > 0 and (
                 burst := self._burst_left()
             ) > 0:
                 self._firsts_changed.wait(min(left, burst))
         waited = time.monotonic() - began
-        mine.give_way_left = budget - waited
+        mine.give_way_left -= waited
         return waited
 
     def _burst_left(self) -> float:
@@ -264,45 +448,37 @@ class PassScheduler:
             return math.inf
         return self.limits.give_way_gap_s - (time.monotonic() - self._first_ended)
 
-    def must_give_way(self) -> bool:
-        """A first-summary burst is on, this thread runs another pass (not a probe or the
-        CLI), and its step has give-way budget left."""
-        mine = self._running
-        return bool(
-            getattr(mine, "give_way_left", 0.0) > 0
-            and self._burst_left() > 0
-            and not getattr(mine, "first", False)
-            and getattr(mine, "deadline", None) is not None
-        )
+    def _must_give_way(self, mine: _Pass) -> bool:
+        """A first-summary burst is on, the pass is another one, and its step has give-way
+        budget left."""
+        return mine.give_way_left > 0 and not mine.first and self._burst_left() > 0
 
     @contextlib.contextmanager
     def background(self) -> Iterator[Callable[[], float]]:
         """Background work outside a pass (sweep, reconciliation, retention), ranked as a
         background pass queued now; yields give_way, to call before each unit of work."""
-        mine = self._running
-        before = getattr(mine, "deadline", None)
-        mine.deadline = time.monotonic() + Slack.BACKGROUND
+        before = self._current.running
+        self._current.running = _Pass(time.monotonic() + Slack.BACKGROUND)
         try:
             yield self.give_way
         finally:
-            mine.deadline = before
-            mine.give_way_left = 0.0
+            self._current.running = before
 
     def deadline(self) -> float:
         """This thread's pass's deadline; now outside any pass (probe, CLI, tests)."""
-        deadline = getattr(self._running, "deadline", None)
-        return time.monotonic() if deadline is None else float(deadline)
+        mine = self._current.running
+        return time.monotonic() if mine is None else mine.deadline
 
     @contextlib.contextmanager
     def core(self) -> Iterator[Callable[[], float]]:
         """A CPU core for the local embedding, which calls the yielded function per layer:
         the core goes to an earlier deadline waiting, or is given up for a first summary
         (give_way, within the step's budget). Queue waits do not count against that budget."""
-        flow = getattr(self._running, "flow", None)
-        with self._cores.turn(self.deadline(), flow) as slot:
+        mine = self._current.running
+        with self._cores.turn(self.deadline(), mine.flow if mine else None) as slot:
 
             def between() -> float:
-                if self.must_give_way():
+                if mine is not None and self._must_give_way(mine):
                     return slot(lambda: self.give_way(within_step=True))
                 return slot()  # the step's budget spent, or no first summary: by deadline
 

@@ -275,7 +275,7 @@ def test_the_state_check_catches_what_it_is_for() -> None:
     import types
     from concurrent.futures import ThreadPoolExecutor
 
-    from controller.deadline_queue import DeadlineQueue
+    from controller.scheduling import DeadlineQueue
 
     for bad in (
         {},

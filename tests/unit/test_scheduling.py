@@ -1,5 +1,5 @@
 """controller.scheduling: earliest deadline first, for worker threads, CPU cores (one
-PassScheduler, one DeadlineQueue under each: controller/deadline_queue.py) and the group
+PassScheduler, one DeadlineQueue under each) and the group
 writes to a summary collection (controller/store/row_writes.py)."""
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.deadline_queue import FLOW_QUANTUM_S, DeadlineQueue, QueueClosed
 from controller.scheduling import (
+    FLOW_QUANTUM_S,
+    DeadlineQueue,
     PassScheduler,
+    QueueClosed,
     SchedulerLimits,
     Slack,
     slack_for,
@@ -948,7 +950,7 @@ def test_background_work_outside_a_pass_gives_way_like_a_pass_and_only_inside() 
         with sched.background() as pause:
             waited.append(pause())
         # Outside it again: no pass's deadline on the thread, so never a wait.
-        waited.append(float(getattr(sched._running, "deadline", None) is None))
+        waited.append(float(sched._current.running is None))
 
     try:
         sched.submit(time.monotonic(), lambda: hold.wait(10), background=False, first=True)
