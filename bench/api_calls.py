@@ -73,17 +73,25 @@ QUICK_RUNS: QuickRuns = [
 ]
 
 
-def load_sessions(store: MemoryStore, sessions: list[str], memories: int | None = None) -> None:
+def load_sessions(
+    store: MemoryStore,
+    sessions: list[str],
+    memories: int | None = None,
+    age_ms: int = 3_600_000,
+    step_ms: int = 1000,
+) -> None:
+    """Three memories a session (or `memories` one-fact ones), the first age_ms ago, each
+    session's step_ms after the last's."""
     if memories:  # one fact per memory, one memory per model pass (tests/support/fact_model.py)
-        base = int(time.time() * 1000) - 3_600_000
-        rows = [fact_memory(sid, k, base + 1000 * i + k) for i, sid in enumerate(sessions)
+        base = int(time.time() * 1000) - age_ms
+        rows = [fact_memory(sid, k, base + step_ms * i + k) for i, sid in enumerate(sessions)
                 for k in range(memories)]  # fmt: skip
         store.add_memories(
             [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], create=True
         )
         return
     ids, docs, metas = [], [], []
-    base = int(time.time() * 1000) - 3_600_000
+    base = int(time.time() * 1000) - age_ms
     for i, sid in enumerate(sessions):
         for k in range(3):
             prompt = f"Step {k} of {sid}: add the export button and test it."
@@ -92,7 +100,7 @@ def load_sessions(store: MemoryStore, sessions: list[str], memories: int | None 
             metas.append(
                 {
                     "sessionId": sid,
-                    "timestamp": base + 1000 * i + k,
+                    "timestamp": base + step_ms * i + k,
                     "type": "agent-interaction",
                     "prompt": prompt,
                     "response": f"Done step {k}.",

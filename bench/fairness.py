@@ -61,9 +61,13 @@ def summarized(ns: str, sid: str) -> bool:
     return settled(kube.get_summary(ns, summary_object_name(sid)) or {})
 
 
-def done_in(ns: str) -> int:
-    """Objects of the namespace Summarized (one list request)."""
-    return sum(settled(o) for o in kube.iter_summaries(ns))
+def done_in(ns: str, prefix: str = "") -> int:
+    """Objects of the namespace (whose session id starts with prefix) Summarized, in one
+    list request."""
+    return sum(
+        settled(o) and str((o.get("spec") or {}).get("sessionId", "")).startswith(prefix)
+        for o in kube.iter_summaries(ns)
+    )
 
 
 def sunset(ns: str, sid: str) -> float:

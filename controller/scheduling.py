@@ -456,11 +456,14 @@ class PassScheduler:
     @contextlib.contextmanager
     def background(self) -> Iterator[Callable[[], float]]:
         """Background work outside a pass (sweep, reconciliation, retention), ranked as a
-        background pass queued now; yields give_way, to call before each unit of work."""
+        background pass queued now; yields give_way, to call before each unit of work. The
+        block is one step: it gives way give_way_s in all, so a stream of sunsets delays a
+        sweep by that much, not by that much per session it looks at."""
         before = self._current.running
-        self._current.running = _Pass(time.monotonic() + Slack.BACKGROUND)
+        budget = self.limits.give_way_s
+        self._current.running = _Pass(time.monotonic() + Slack.BACKGROUND, give_way_left=budget)
         try:
-            yield self.give_way
+            yield lambda: self.give_way(within_step=True)
         finally:
             self._current.running = before
 

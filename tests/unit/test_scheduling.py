@@ -938,7 +938,7 @@ def test_a_group_of_rows_none_of_them_due_waits_for_its_pause_a_due_one_never_do
 
 def test_background_work_outside_a_pass_gives_way_like_a_pass_and_only_inside() -> None:
     """The sweep's thread is no pass's: inside scheduler.background() its give_way waits
-    while a first summary runs (at most give_way_s a call); after it, the thread is code
+    while a first summary runs (at most give_way_s in all); after it, the thread is code
     outside any pass again and never waits."""
     sched = PassScheduler(
         SchedulerLimits(workers=1, background_workers=1, cores=1, store_writes=1, give_way_s=10)
@@ -966,6 +966,30 @@ def test_background_work_outside_a_pass_gives_way_like_a_pass_and_only_inside() 
         sched.stop(5)
     assert 0.2 < waited[0] < 5
     assert waited[1] == 1.0  # the thread's deadline is restored (none)
+
+
+@pytest.mark.parametrize("units", [2, 5, 40])
+def test_background_work_gives_way_give_way_s_in_all_however_many_units(units: int) -> None:
+    """A sweep looks at many sessions while sunsets stream in: its block gives way at most
+    give_way_s in all, then every pause returns at once (a pause per unit, each waiting
+    give_way_s, stalled the sweep for minutes: bench.sweep_drain --sunsets 3)."""
+    sched = PassScheduler(
+        SchedulerLimits(workers=1, background_workers=1, cores=1, store_writes=1, give_way_s=0.1)
+    )
+    hold = threading.Event()
+    try:
+        sched.submit(time.monotonic(), lambda: hold.wait(30), background=False, first=True)
+        _wait_until(lambda: sched._firsts == 1)
+        with sched.background() as pause:
+            waits = [pause() for _ in range(units)]
+        with sched.background() as pause:  # the next block (the next sweep) has its own
+            again = pause()
+    finally:
+        hold.set()
+        sched.stop(5)
+    assert waits[0] >= 0.1
+    assert waits[1:] == [0.0] * (units - 1)
+    assert again >= 0.1
 
 
 def test_a_group_write_that_dies_leaves_no_row_of_it_done_without_an_error() -> None:
