@@ -48,7 +48,13 @@ _KEYWORD = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
-MASKING_VERSION = 2
+MASKING_VERSION = 3
+# What the rules see as a space: every space, control and zero-width character but a newline,
+# as a summary shows them (one space: `Authorization:\xa0Bearer x` is read as it will print).
+_AS_SPACE = types.MappingProxyType(str.maketrans(
+    {c: " " for c in map(chr, range(0xFEFF + 1)) if c != "\n" and (c.isspace() or c <= "\x1f"
+     or "\x7f" <= c <= "\x9f" or c in "\u200b\u200c\u200d\ufeff")}
+))  # fmt: skip
 # A quoted random-looking string that names its hash (`"sha512-..."`, SRI): a content hash.
 _DIGEST = re.compile(r"(?:sha\d+|md5)-", re.IGNORECASE)
 
@@ -204,6 +210,7 @@ class Redaction:
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
         """(start, end, kind) of each secret, in order, not overlapping a placeholder."""
+        text = text.translate(_AS_SPACE)  # the same positions
         kept = [(m.start(), m.end(), "") for m in PLACEHOLDER.finditer(text)]
         named = _KEYWORD.search(text) is not None
         for rule in self.rules:

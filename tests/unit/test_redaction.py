@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -178,6 +180,34 @@ def test_a_credential_is_masked_for_where_it_stands_whatever_its_shape(
             masked = DEFAULT_REDACTION.text(around.format(text))
             assert secret not in masked and "[redacted: " in masked, masked
             assert masked.startswith(before) and masked.endswith(after), masked  # a code span
+
+
+# Characters a summary shows as one space (extractive_text.clean, str.split): an agent's text
+# copied from a web page or a terminal carries them where a space would be.
+ODD_SPACES = st.sampled_from(
+    ["\xa0", "\u2003", "\u202f", "\u3000", "\x0b", "\x0c", "\x1f", "\x85", "\u2028", "\u200b",
+     "\ufeff", "\t", "\r", "\x00"]
+)  # fmt: skip
+
+
+@given(
+    shape=CONTEXT_SHAPES,
+    kind=st.sampled_from(KINDS),
+    seed=st.integers(0, 20),
+    spaces=st.lists(ODD_SPACES, min_size=1, max_size=4),
+)
+@settings(max_examples=400, deadline=None)
+def test_a_credential_spaced_with_any_blank_character_is_masked_as_with_a_space(
+    shape: Shape, kind: str, seed: int, spaces: list[str]
+) -> None:
+    """`Authorization:\xa0Bearer x` is stored as `Authorization: Bearer x` (a summary shows
+    each such character as a space): every space of the text swapped for one of them, the
+    same secrets are masked at the same places."""
+    for secret, plain in (shape[:2], generated(seed)[kind]):
+        odd = iter(itertools.cycle(spaces))
+        text = "".join(next(odd) if c == " " else c for c in plain)
+        assert secret not in DEFAULT_REDACTION.text(text), repr(text)
+        assert DEFAULT_REDACTION.spans(text) == DEFAULT_REDACTION.spans(plain), repr(text)
 
 
 @given(found=reference_sentences())
