@@ -48,13 +48,29 @@ _KEYWORD = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
-MASKING_VERSION = 3
+MASKING_VERSION = 4
 # What the rules see as a space: every space, control and zero-width character but a newline,
 # as a summary shows them (one space: `Authorization:\xa0Bearer x` is read as it will print).
 _AS_SPACE = types.MappingProxyType(str.maketrans(
     {c: " " for c in map(chr, range(0xFEFF + 1)) if c != "\n" and (c.isspace() or c <= "\x1f"
      or "\x7f" <= c <= "\x9f" or c in "\u200b\u200c\u200d\ufeff")}
 ))  # fmt: skip
+# The backslashes escaping a quote (JSON's `\"`, a shell's `\'`, at any depth). Possessive
+# after a non-backslash (each run read once): linear.
+_ESCAPES = re.compile(r"""(?<!\\)\\++(?=["'])""")
+
+
+def _unescaped(text: str) -> tuple[str, list[int]]:
+    """The text without the backslashes escaping a quote, so that a value quoted in JSON text
+    is quoted for the rules, and where each of its characters is in the text."""
+    parts, at, last = list[str](), list[int](), 0
+    for escape in _ESCAPES.finditer(text):
+        parts.append(text[last : escape.start()])
+        at.extend(range(last, escape.start()))
+        last = escape.end()
+    return "".join([*parts, text[last:]]), [*at, *range(last, len(text))]
+
+
 # A quoted random-looking string that names its hash (`"sha512-..."`, SRI): a content hash.
 _DIGEST = re.compile(r"(?:sha\d+|md5)-", re.IGNORECASE)
 
@@ -211,6 +227,7 @@ class Redaction:
     def spans(self, text: str) -> list[tuple[int, int, str]]:
         """(start, end, kind) of each secret, in order, not overlapping a placeholder."""
         text = text.translate(_AS_SPACE)  # the same positions
+        text, at = _unescaped(text) if "\\" in text else (text, [])
         kept = [(m.start(), m.end(), "") for m in PLACEHOLDER.finditer(text)]
         named = _KEYWORD.search(text) is not None
         for rule in self.rules:
@@ -246,7 +263,7 @@ class Redaction:
             elif end > reach and out and out[-1][2]:  # an overlap widens the secret
                 out[-1] = (out[-1][0], end, out[-1][2])
                 reach = end
-        return [s for s in out if s[2]]
+        return [(at[s], at[e - 1] + 1, k) if at else (s, e, k) for s, e, k in out if k]
 
     def text(self, text: str, found: Counter[str] | None = None) -> str:
         parts, at = [], 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 from hypothesis import given, settings
@@ -208,6 +209,27 @@ def test_a_credential_spaced_with_any_blank_character_is_masked_as_with_a_space(
         text = "".join(next(odd) if c == " " else c for c in plain)
         assert secret not in DEFAULT_REDACTION.text(text), repr(text)
         assert DEFAULT_REDACTION.spans(text) == DEFAULT_REDACTION.spans(plain), repr(text)
+
+
+@given(
+    shape=CONTEXT_SHAPES,
+    kind=st.sampled_from(KINDS),
+    seed=st.integers(0, 20),
+    depth=st.integers(1, 3),
+    quote=st.sampled_from(['"', "'"]),
+)
+@settings(max_examples=400, deadline=None)
+def test_a_credential_in_json_text_is_masked_at_any_depth(
+    shape: Shape, kind: str, seed: int, depth: int, quote: str
+) -> None:
+    """Agents' memories carry commands as JSON (a tool call's arguments, a logged request):
+    `{"cmd": "curl -H \\"X-Api-Key: \\"x\\"\\""}`. A value quoted there is masked whole."""
+    for secret, plain in (shape[:2], generated(seed)[kind]):
+        text = plain.replace('"', quote)
+        for _ in range(depth):
+            text = json.dumps({"cmd": text})
+        masked = DEFAULT_REDACTION.text(text)
+        assert secret not in masked and json.dumps(secret)[1:-1] not in masked, text
 
 
 @given(found=reference_sentences())
