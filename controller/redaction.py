@@ -32,7 +32,7 @@ from detect_secrets.plugins.ip_public import IPPublicDetector
 from detect_secrets.plugins.private_key import PrivateKeyDetector
 
 from controller.core.memories import Memory
-from controller.core.quoting import fit
+from controller.core.quoting import TYPOGRAPHIC_QUOTES, fit
 from controller.core.summary import TITLE_MAX, PriorSummary, StructuredSummary, SummaryItem
 from controller.core.text import WORD_CLASS, Linear, re2_pattern
 
@@ -48,13 +48,14 @@ _KEYWORD = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
-MASKING_VERSION = 4
-# What the rules see as a space: every space, control and zero-width character but a newline,
-# as a summary shows them (one space: `Authorization:\xa0Bearer x` is read as it will print).
-_AS_SPACE = types.MappingProxyType(str.maketrans(
+MASKING_VERSION = 5
+# The text as a summary shows it, each character for one: every space, control and zero-width
+# character but a newline a space (`Authorization:\xa0Bearer x` is read as it will print),
+# typographic quotes plain (`password = ’x’` is stored as `password = 'x'`).
+_AS_SHOWN = types.MappingProxyType(str.maketrans(
     {c: " " for c in map(chr, range(0xFEFF + 1)) if c != "\n" and (c.isspace() or c <= "\x1f"
      or "\x7f" <= c <= "\x9f" or c in "\u200b\u200c\u200d\ufeff")}
-))  # fmt: skip
+) | TYPOGRAPHIC_QUOTES)  # fmt: skip
 # The backslashes escaping a quote (JSON's `\"`, a shell's `\'`, at any depth). Possessive
 # after a non-backslash (each run read once): linear.
 _ESCAPES = re.compile(r"""(?<!\\)\\++(?=["'])""")
@@ -226,7 +227,7 @@ class Redaction:
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
         """(start, end, kind) of each secret, in order, not overlapping a placeholder."""
-        text = text.translate(_AS_SPACE)  # the same positions
+        text = text.translate(_AS_SHOWN)  # the same positions
         text, at = _unescaped(text) if "\\" in text else (text, [])
         kept = [(m.start(), m.end(), "") for m in PLACEHOLDER.finditer(text)]
         named = _KEYWORD.search(text) is not None

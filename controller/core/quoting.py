@@ -26,7 +26,7 @@ _QUOTED = re.compile(
 )
 # Characters that hide a word from a pattern without showing: zero-width and format marks.
 _INVISIBLE = re.compile(r"[\u00ad\u034f\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
-_TYPOGRAPHIC_QUOTES = MappingProxyType(
+TYPOGRAPHIC_QUOTES = MappingProxyType(
     str.maketrans({"‘": "'", "’": "'", "‚": "'", "“": '"', "”": '"', "„": '"'})
 )
 
@@ -134,7 +134,7 @@ def _probe(text: str, *, keep_lines: bool = False) -> str:
     """The text as the patterns see it: compatibility forms folded (fullwidth letters, odd
     colons), invisible characters removed, typographic quotes straight, spaces collapsed
     (within each line with keep_lines, so a role marker that starts a line is seen)."""
-    text = unicodedata.normalize("NFKC", _INVISIBLE.sub("", text)).translate(_TYPOGRAPHIC_QUOTES)
+    text = unicodedata.normalize("NFKC", _INVISIBLE.sub("", text)).translate(TYPOGRAPHIC_QUOTES)
     if keep_lines:
         return "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
     return " ".join(text.split())

@@ -215,6 +215,28 @@ def test_a_credential_spaced_with_any_blank_character_is_masked_as_with_a_space(
     shape=CONTEXT_SHAPES,
     kind=st.sampled_from(KINDS),
     seed=st.integers(0, 20),
+    singles=st.lists(st.sampled_from("‘’‚"), min_size=1, max_size=3),
+    doubles=st.lists(st.sampled_from("“”„"), min_size=1, max_size=3),
+)
+@settings(max_examples=400, deadline=None)
+def test_a_credential_in_typographic_quotes_is_masked_as_in_plain_ones(
+    shape: Shape, kind: str, seed: int, singles: list[str], doubles: list[str]
+) -> None:
+    """`password = ’x’` is stored as `password = 'x'` (the extractive summary straightens
+    ’, a quoted item “ and ”): every quote of the text swapped for a typographic one, the
+    same secrets are masked at the same places."""
+    for secret, plain in (shape[:2], generated(seed)[kind]):
+        one, two = itertools.cycle(singles), itertools.cycle(doubles)
+        quotes = {"'": one, '"': two}
+        text = "".join(next(quotes[c]) if c in quotes else c for c in plain)
+        assert secret not in DEFAULT_REDACTION.text(text), text
+        assert DEFAULT_REDACTION.spans(text) == DEFAULT_REDACTION.spans(plain), text
+
+
+@given(
+    shape=CONTEXT_SHAPES,
+    kind=st.sampled_from(KINDS),
+    seed=st.integers(0, 20),
     depth=st.integers(1, 3),
     quote=st.sampled_from(['"', "'"]),
 )
