@@ -48,7 +48,7 @@ _KEYWORD = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
-MASKING_VERSION = 5
+MASKING_VERSION = 6
 # The text as a summary shows it, each character for one: every space, control and zero-width
 # character but a newline a space (`Authorization:\xa0Bearer x` is read as it will print),
 # typographic quotes plain (`password = ’x’` is stored as `password = 'x'`).
@@ -124,6 +124,10 @@ def _linear(pattern: re.Pattern[str], group: int) -> Linear:
     return Linear(flags + text, tuple(range(group, group + len(alternatives))))
 
 
+# A URL's password: after any user (empty too), any character but the delimiters of a host
+# or a path, up to the last `@` as URL parsers read it (`redis://:x@cache`,
+# `postgres://u:p@ss+w0rd!@db`).
+_URL_PASSWORD = re.compile(r"""://[^\s:/?#\[\]@"`<>]*:([^\s/?#\[\]"`<>]+)@""")
 # detect-secrets' patterns Python's re takes quadratic time on (besides the keyword ones).
 _QUADRATIC = frozenset({"npm-tokens", "openai-token"})
 
@@ -134,13 +138,14 @@ def _detector_rules() -> tuple[Rule, ...]:
     for secret_type, plugin in get_mapping_from_secret_type_to_class().items():
         if not issubclass(plugin, RegexBasedDetector) or plugin is IPPublicDetector:
             continue  # an address is not a credential
-        group = 1 if plugin is BasicAuthDetector else 0
-        whole = plugin is not BasicAuthDetector
+        if plugin is BasicAuthDetector:  # its pattern, with an empty user and sub-delims
+            rules.append(Rule(kind_of(secret_type), _URL_PASSWORD, 1, whole_token=False))
+            continue
         patterns: Iterable[re.Pattern[str]] = plugin.denylist  # type: ignore[attr-defined]
         kind = kind_of(secret_type)
         for p in patterns:
-            linear = _linear(p, group) if kind in _QUADRATIC else None
-            rules.append(Rule(kind, p, group, 0.0, whole, linear=linear))
+            linear = _linear(p, 0) if kind in _QUADRATIC else None
+            rules.append(Rule(kind, p, linear=linear))
     kw = kind_of(keyword.KeywordDetector.secret_type)
     for denylist, min_entropy in (
         (keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP, 0.0),

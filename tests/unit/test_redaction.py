@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import string
 
 import pytest
 from hypothesis import given, settings
@@ -58,6 +59,27 @@ def test_a_reference_keeps_its_shape_with_the_secret_masked() -> None:
     assert extract_references(text) == [
         "https://bot:[redacted: basic-auth-credentials]@github.com/acme/api.git"
     ]
+
+
+@given(
+    scheme=st.sampled_from(
+        ["redis", "rediss", "postgres", "mysql", "amqp", "mongodb+srv", "https"]
+    ),
+    user=st.text(string.ascii_lowercase + string.digits + "-._~", max_size=8),
+    password=st.text(string.ascii_letters + string.digits + "!$&'()*+,;=-._~%@:", min_size=8),
+)
+@settings(max_examples=400, deadline=None)
+def test_a_password_in_a_url_is_masked_whatever_the_user_and_its_characters(
+    scheme: str, user: str, password: str
+) -> None:
+    """`redis://:x@cache` (no user), a password with the characters RFC 3986 allows in it
+    (`!`, `$`, `+`, `=`, ...), or with an `@` URL parsers read up to the last one."""
+    url = f"{scheme}://{user}:{password}@db.internal.example:5432/orders"
+    masked = DEFAULT_REDACTION.text(f"Connected to {url} fine.")
+    assert masked == (
+        f"Connected to {scheme}://{user}:[redacted: basic-auth-credentials]"
+        "@db.internal.example:5432/orders fine."
+    )
 
 
 @pytest.mark.parametrize(
