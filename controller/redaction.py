@@ -48,7 +48,7 @@ _KEYWORD = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
-MASKING_VERSION = 6
+MASKING_VERSION = 7
 # The text as a summary shows it, each character for one: every space, control and zero-width
 # character but a newline a space (`Authorization:\xa0Bearer x` is read as it will print),
 # typographic quotes plain (`password = ’x’` is stored as `password = 'x'`).
@@ -128,6 +128,12 @@ def _linear(pattern: re.Pattern[str], group: int) -> Linear:
 # or a path, up to the last `@` as URL parsers read it (`redis://:x@cache`,
 # `postgres://u:p@ss+w0rd!@db`).
 _URL_PASSWORD = re.compile(r"""://[^\s:/?#\[\]@"`<>]*:([^\s/?#\[\]"`<>]+)@""")
+# What detect-secrets misses of a private key: any PEM kind (`ENCRYPTED`), PuTTY's newer
+# files, and a key's tail alone (its end marker: the rest was in another memory).
+_KEY_MARKS = re.compile(
+    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY|PuTTY-User-Key-File-\d+"
+    r"|-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----"
+)
 # detect-secrets' patterns Python's re takes quadratic time on (besides the keyword ones).
 _QUADRATIC = frozenset({"npm-tokens", "openai-token"})
 
@@ -142,6 +148,8 @@ def _detector_rules() -> tuple[Rule, ...]:
             rules.append(Rule(kind_of(secret_type), _URL_PASSWORD, 1, whole_token=False))
             continue
         patterns: Iterable[re.Pattern[str]] = plugin.denylist  # type: ignore[attr-defined]
+        if plugin is PrivateKeyDetector:
+            patterns = [*patterns, _KEY_MARKS]
         kind = kind_of(secret_type)
         for p in patterns:
             linear = _linear(p, 0) if kind in _QUADRATIC else None
@@ -252,8 +260,12 @@ class Redaction:
                     continue
                 if rule.charset and _DIGEST.match(value):
                     continue
-                if rule.kind == _PRIVATE_KEY:
-                    start = text.rfind("-----", 0, start) if "-----" in text[:start] else start
+                if rule.kind == _PRIVATE_KEY and text.startswith("-----END", start):
+                    # a key's tail alone: from its text's start, a blank line or a key's line
+                    marks = ((text.rfind(m, 0, start), len(m)) for m in ("-----", "\n\n"))
+                    start = max((at + n for at, n in marks if at >= 0), default=0)
+                elif rule.kind == _PRIVATE_KEY:
+                    start -= 5 if text.startswith("-----", start - 5) and start >= 5 else 0
                     tail = _KEY_END.search(text, end)
                     end = tail.end() if tail and tail.group(0).startswith("-") else len(text)
                 elif rule.whole_token:

@@ -82,6 +82,49 @@ def test_a_password_in_a_url_is_masked_whatever_the_user_and_its_characters(
     )
 
 
+@given(
+    kind=st.sampled_from(["RSA ", "EC ", "OPENSSH ", "DSA ", "", "ENCRYPTED ", "PGP "]),
+    body=st.lists(
+        st.text(string.ascii_letters + string.digits + "+/", min_size=16, max_size=64),
+        min_size=2,
+        max_size=8,
+    ),
+    cut=st.integers(0, 8),
+    before=st.sampled_from(["", "Deploy key:\n", "cat id_rsa printed\n\n"]),
+    after=st.sampled_from(["", "\nthen restart.", "\n\nRestarted."]),
+)
+@settings(max_examples=400, deadline=None)
+def test_a_private_key_is_masked_whole_and_its_tail_in_another_memory_too(
+    kind: str, body: list[str], cut: int, before: str, after: str
+) -> None:
+    """Any PEM kind; a key split over two memories (a long output cut, `tail id_rsa`): each
+    part masked on its own leaves no line of the key."""
+    block = " BLOCK" if kind == "PGP " else ""
+    begin, end = (
+        f"-----BEGIN {kind}PRIVATE KEY{block}-----",
+        f"-----END {kind}PRIVATE KEY{block}-----",
+    )
+    lines = [begin, *body, end]
+    cut = min(cut, len(lines) - 1)
+    for part in (lines, lines[:cut], lines[cut:]):
+        masked = DEFAULT_REDACTION.text(before + "\n".join(part) + after)
+        assert not any(line in masked for line in body), masked
+    key = "\n".join(lines)
+    assert DEFAULT_REDACTION.text(f"{before}{key}\n-----\nkept{key}{after}") == (
+        f"{before}[redacted: private-key]\n-----\nkept[redacted: private-key]{after}"
+    )
+
+
+def test_a_putty_key_of_either_version_is_masked() -> None:
+    for version in (2, 3):
+        text = (
+            f"PuTTY-User-Key-File-{version}: ssh-ed25519\nEncryption: none\nComment: k\n"
+            "Public-Lines: 1\nAAAAC3NzaC1lZDI1NTE5AAAAIH\nPrivate-Lines: 1\n"
+            "AAAAIGq9Zx0s3cr3tBodyLine1234\nPrivate-MAC: 3f1a2b\n"
+        )
+        assert "AAAAIGq9Zx0s3cr3tBodyLine1234" not in DEFAULT_REDACTION.text(text)
+
+
 @pytest.mark.parametrize(
     "text",
     [
