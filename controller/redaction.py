@@ -251,7 +251,10 @@ class Redaction:
                 found = rule.linear.spans(text)
             else:
                 found = (m.span(rule.group) for m in rule.pattern.finditer(text))
+            covered = 0  # the end of the last key this rule found: a match before is in it
             for start, end in found:
+                if start < covered:
+                    continue
                 value = text[start:end]
                 if rule.min_entropy and rule.charset is None:  # unquoted: one token
                     value = value.split(maxsplit=1)[0].rstrip(",;.)'\"`") if value.strip() else ""
@@ -260,14 +263,16 @@ class Redaction:
                     continue
                 if rule.charset and _DIGEST.match(value):
                     continue
-                if rule.kind == _PRIVATE_KEY and text.startswith("-----END", start):
-                    # a key's tail alone: from its text's start, a blank line or a key's line
-                    marks = ((text.rfind(m, 0, start), len(m)) for m in ("-----", "\n\n"))
-                    start = max((at + n for at, n in marks if at >= 0), default=0)
-                elif rule.kind == _PRIVATE_KEY:
-                    start -= 5 if text.startswith("-----", start - 5) and start >= 5 else 0
-                    tail = _KEY_END.search(text, end)
-                    end = tail.end() if tail and tail.group(0).startswith("-") else len(text)
+                if rule.kind == _PRIVATE_KEY:
+                    if text.startswith("-----END", start):  # a key's tail alone: from its
+                        # text's start (or the last key's end), a blank line or a key's line
+                        found = ((text.rfind(m, covered, start), len(m)) for m in ("-----", "\n\n"))
+                        start = max((at + n for at, n in found if at >= 0), default=covered)
+                    else:
+                        start -= 5 if text.startswith("-----", start - 5) and start >= 5 else 0
+                        tail = _KEY_END.search(text, end)
+                        end = tail.end() if tail and tail.group(0).startswith("-") else len(text)
+                    covered = end
                 elif rule.whole_token:
                     end = _TOKEN_TAIL.match(text, end).end()  # type: ignore[union-attr]
                 kept.append((start, end, rule.kind))

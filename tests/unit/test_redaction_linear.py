@@ -124,6 +124,18 @@ def test_masking_any_long_text_takes_time_linear_in_it(unit: str) -> None:
     assert Redaction().text(text).count("[redacted") <= len(text)  # it ends
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    "unit",
+    ["-----BEGIN RSA PRIVATE KEY-----", "PuTTY-User-Key-File-2", "-----END EC PRIVATE KEY-----\n"],
+)
+def test_a_text_of_private_key_markers_is_masked_in_time_linear_in_it(unit: str) -> None:
+    """Each marker began a search to the end of the text for the key's end: a megabyte of
+    them took minutes."""
+    text = unit * (1_048_576 // len(unit))
+    assert "[redacted: private-key]" in Redaction().text(text)
+
+
 def test_a_text_with_a_lone_surrogate_is_masked_as_any_other() -> None:
     """JSON may carry a lone surrogate, which UTF-8 (what RE2 reads) cannot."""
     text = "mysql -Psecret \ud800 password = 'abc123'\udfff x-token: abc"
