@@ -52,10 +52,10 @@ class SummarizerSettings:
 
 def _from_manifest(path: str, namespace: str | None) -> SummarizerSettings:
     try:
-        doc = yaml.safe_load(Path(path).read_text())
+        doc = yaml.safe_load(Path(path).read_bytes())  # bytes: YAML's own UTF-8/16 reading
     except OSError as exc:
         raise CliError(f"cannot read {path}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: nested too deep
         raise CliError(f"{path} is not YAML: {one_line(exc, 200)}") from exc
     if not isinstance(doc, dict) or doc.get("kind") != SUMMARIZER_KIND:
         raise CliError(f"{path} is not a {SUMMARIZER_KIND} manifest (apiVersion {API_VERSION})")

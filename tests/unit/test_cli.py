@@ -301,6 +301,28 @@ def test_a_bad_summarizer_manifest_is_one_line_naming_the_file(
     assert says in err and str(manifest) in err and err.count("\n") == 1
 
 
+not_a_manifest = st.one_of(
+    st.binary(max_size=200),  # not UTF-8, a NUL, a BOM: whatever an editor or a typo leaves
+    st.text(max_size=200).map(str.encode),
+    st.sampled_from([b"[" * 5000, b"{a: " * 5000, "kind: Sessi\xf3n".encode("latin-1")]),
+)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(content=not_a_manifest)
+def test_any_file_that_is_no_summarizer_manifest_is_one_line_naming_it_and_exit_2(
+    content: bytes, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    manifest = tmp_path_factory.getbasetemp() / "any.yaml"
+    manifest.write_bytes(content)
+    with no_cluster(str(tmp_path_factory.getbasetemp())):
+        code, out, err = run(["summaries", "--summarizer-file", str(manifest)])
+    assert code == 2 and out == "", (content, err)
+    assert err.count("\n") == 1 and str(manifest) in err, (content, err)
+
+
 def test_a_missing_summarizer_manifest_says_so(tmp_path: pytest.TempPathFactory) -> None:
     with no_cluster(str(tmp_path)):
         code, _, err = run(["summaries", "--summarizer-file", f"{tmp_path}/nope.yaml"])
