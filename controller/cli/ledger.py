@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from controller.cli.args import CliError, printable
-from controller.cli.failures import store_errors
+from controller.cli.failures import kube_call, store_errors
 from controller.core.text import json_value, ms_to_rfc3339
 
 
@@ -73,7 +73,8 @@ def cmd_handover(args: argparse.Namespace) -> int:
     from controller.kube.client import core
 
     store, _ = open_store(args)
-    mine = str(getattr(core().read_namespace("kube-system").metadata, "uid", ""))
+    kube_system = kube_call(lambda: core().read_namespace("kube-system"))
+    mine = str(getattr(kube_system.metadata, "uid", ""))
     with store_errors():
         others = [r for r in store.authorities() if r.uid != mine]
         store.remove_authorities([r.uid for r in others])

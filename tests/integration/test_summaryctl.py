@@ -169,6 +169,21 @@ def test_sunset_without_a_cluster_says_how_to_get_one(tmp_path) -> None:  # type
     assert "make cluster-up" in res.stderr and "Traceback" not in res.stderr
 
 
+def test_handover_without_a_cluster_says_how_to_get_one(
+    chroma_server: ChromaServer, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    res = subprocess.run(
+        [sys.executable, "-m", "controller", "handover", "--chroma-url", chroma_server.url],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "KUBECONFIG": str(tmp_path / "none")},
+    )
+    assert res.returncode == 2, res.stderr
+    assert "KUBECONFIG" in one_error_line(res.stderr)
+
+
 def test_sunset_with_summarizer_on_an_existing_object_applies_it(harness: Harness) -> None:
     sid = f"cli-retarget-{uuid.uuid4().hex[:8]}"
     other_sessions = f"cli-other-{uuid.uuid4().hex[:8]}"
