@@ -28,6 +28,17 @@ def printable(text: object) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
+def text_arg(value: str) -> str:
+    """Text a memory or a request can carry: no bytes the shell could not decode."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(
+            f"{_shown(value)} is not valid text (undecodable bytes)"
+        ) from None
+    return value
+
+
 def session_id_arg(value: str) -> str:
     """A session id as memories carry it: the same rules as the CRD's spec.sessionId."""
     if not value.strip():
@@ -36,13 +47,7 @@ def session_id_arg(value: str) -> str:
         raise argparse.ArgumentTypeError(
             f"a session id is at most {MAX_SESSION_ID} characters (got {len(value)})"
         )
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise argparse.ArgumentTypeError(
-            f"session id {_shown(value)} is not valid text (undecodable bytes)"
-        ) from None
-    return value
+    return text_arg(value)
 
 
 def _dns_name(value: str, pattern: re.Pattern[str], limit: int, what: str, chars: str) -> str:

@@ -19,6 +19,7 @@ from controller.cli.args import (
     printable,
     seconds_arg,
     session_id_arg,
+    text_arg,
 )
 from controller.cli.commands import (
     cmd_check,
@@ -176,9 +177,11 @@ def build_parser() -> argparse.ArgumentParser:
         "marker; creates the memory collection in an empty Chroma",
     )
     p.add_argument("session_id", type=session_id_arg, metavar="SESSION_ID")
-    p.add_argument("--prompt", help="what the user asked")
-    p.add_argument("--response", help="what the agent did and answered")
-    p.add_argument("--thought", default="", help="the agent's reasoning (default: none)")
+    p.add_argument("--prompt", type=text_arg, help="what the user asked")
+    p.add_argument("--response", type=text_arg, help="what the agent did and answered")
+    p.add_argument(
+        "--thought", type=text_arg, default="", help="the agent's reasoning (default: none)"
+    )
     p.add_argument(
         "--sunset-marker",
         action="store_true",

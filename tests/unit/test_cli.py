@@ -156,6 +156,29 @@ def test_sunset_refuses_a_session_id_no_memory_can_carry_before_any_api_call(
     assert "Kubernetes" not in err  # it never got as far as looking for a cluster
 
 
+@st.composite
+def undecodable(draw: st.DrawFn) -> str:
+    """Text with a byte the shell could not decode (Python passes it on as a lone surrogate)."""
+    text = draw(st.text(max_size=30))
+    at = draw(st.integers(0, len(text)))
+    return text[:at] + chr(draw(st.integers(0xDC80, 0xDCFF))) + text[at:]
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(flag=st.sampled_from(["--prompt", "--response", "--thought"]), value=undecodable())
+def test_remember_refuses_undecodable_text_before_any_store_call(
+    flag: str, value: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    argv = ["remember", "s1", "--prompt", "p", "--response", "r", flag, value]
+    with no_cluster(str(tmp_path_factory.getbasetemp())):
+        code, out, err = run([*argv, "--chroma-url", REFUSED])
+    assert code == 2 and out == "", err
+    assert f"argument {flag}" in err and "not valid text" in err, err
+    assert "Chroma" not in err  # refused before anything was called
+
+
 def test_sunset_accepts_the_longest_session_id_the_crd_allows(tmp_path: object) -> None:
     with no_cluster(str(tmp_path)):
         code, _, err = run(["sunset", "a" * 1024])
