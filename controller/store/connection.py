@@ -72,6 +72,12 @@ def connect(location: StoreLocation) -> ClientAPI:
         problem = StoreSpec.url_problem(location.url)
         if problem:
             raise InvalidStoreConfig(f"Chroma URL {location.url!r} {problem}")
+    if location.token and not (location.token.isascii() and location.token.isprintable()):
+        # Never shown: the HTTP client's own error would print the header, token and all.
+        raise InvalidStoreConfig(
+            "the Chroma token has a character no HTTP header carries (a line break, a control "
+            "or non-ASCII character): check CHROMA_TOKEN or the store's Secret"
+        )
     try:
         if location.url is None:
             return chromadb.PersistentClient(

@@ -3,6 +3,8 @@ what agents read at boot, the sunset step, the demo, and what every bad input sa
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -13,7 +15,10 @@ import time
 import uuid
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from controller.cli.main import main as cli_main
 from controller.core.naming import summary_object_name
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
@@ -154,6 +159,35 @@ def test_a_bad_argument_is_one_line_and_exit_2(args: list[str], says: str) -> No
     res = summaryctl(*args)
     assert res.returncode == 2, res.stderr
     assert says in one_error_line(res.stderr)
+
+
+@st.composite
+def unsendable_tokens(draw: st.DrawFn) -> tuple[str, str]:
+    """(token, its secret part): a token with a character no HTTP header carries, as a CRLF
+    .env file or a multi-line Secret leaves it."""
+    secret = draw(st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=12, max_size=40))
+    odd = draw(st.sampled_from(["\n", "\r", "\r\n", "\x7f", "\x1b", "\u2028", "é"]))
+    at = draw(st.integers(0, len(secret)))
+    return secret[:at] + odd + secret[at:], secret
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(token=unsendable_tokens())
+def test_a_token_no_header_can_carry_is_refused_and_never_printed(
+    chroma_server: ChromaServer, token: tuple[str, str]
+) -> None:
+    value, secret = token
+    err = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stderr(err):
+        mp.setenv("CHROMA_TOKEN", value)
+        code = cli_main(["summaries", "--chroma-url", chroma_server.url])
+    assert code == 2
+    line = one_error_line(err.getvalue())
+    assert "token" in line
+    for half in (secret[: len(secret) // 2], secret[len(secret) // 2 :]):
+        assert half not in line, line
 
 
 def test_sunset_without_a_cluster_says_how_to_get_one(tmp_path) -> None:  # type: ignore[no-untyped-def]
