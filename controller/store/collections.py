@@ -148,6 +148,11 @@ class Collections:
     ) -> Collection:
         """Gets a collection; if it is missing, creates it only when `create` is given."""
         name = self._name(role)
+        if role != "memory" and name == self.location.memory_collection:
+            raise InvalidStoreConfig(
+                f"the {role} collection {name!r} is the memory collection: the operator's rows "
+                "would land among the agents' memories; name another summary collection"
+            )
         try:
             # No embedding function: we pass explicit vectors; one could conflict.
             return guard(f"opening the {role} collection", lambda: self.client.get_collection(name))

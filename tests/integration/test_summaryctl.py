@@ -83,6 +83,32 @@ def test_summarize_bypassing_the_claim_then_summaries_newest_first(
     assert text.startswith(f"== summary_{newer.session_id}") and "## User Requests" in text
 
 
+collection_names = st.from_regex(r"[a-z0-9][a-z0-9-]{1,20}[a-z0-9]", fullmatch=True)
+
+
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(memory=collection_names, ledger_is_it=st.booleans())
+def test_a_summary_or_ledger_collection_that_is_the_memory_collection_writes_nothing(
+    chroma_server: ChromaServer, memory: str, ledger_is_it: bool
+) -> None:
+    """--summary-collection naming the memory collection, or a name whose ledger
+    (NAME-ledger) is it: refused, and the agents' memories are left as they were."""
+    memory += f"-{uuid.uuid4().hex[:8]}" + ("-ledger" if ledger_is_it else "")  # a new one
+    summary = memory.removesuffix("-ledger") if ledger_is_it else memory
+    loc = StoreLocation(url=chroma_server.url, memory_collection=memory)
+    load(MemoryStore(connect(loc), loc), [interaction("s1", 0, 1_700_000_000_000, "fix x.py")])
+    before = connect(loc).get_collection(memory).get()["ids"]
+    cols = ["--memory-collection", memory, "--summary-collection", summary]
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = cli_main(["summarize", "s1", "--bypass-claim", "--chroma-url", loc.url, *cols])
+    assert code == 2
+    assert "is the memory collection" in one_error_line(err.getvalue())
+    assert sorted(connect(loc).get_collection(memory).get()["ids"]) == sorted(before)
+
+
 def test_summarize_of_an_unknown_session_fails_and_names_it(
     chroma_server: ChromaServer,
 ) -> None:
