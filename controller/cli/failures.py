@@ -11,6 +11,8 @@ from controller.cli.args import CliError
 from controller.core.text import json_value
 
 FORBIDDEN = "forbidden: "
+# An API server's 404 for a resource type it does not serve (no CRD), not for an object.
+NO_SUCH_TYPE = ("404 page not found", "the server could not find the requested resource")
 
 
 def kube_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -28,11 +30,9 @@ def kube_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
     except HTTPError as exc:
         raise CliError(f"cannot reach the Kubernetes API: {exc}") from exc
     except ApiException as exc:
-        if exc.status == 404 and "the server could not find the requested resource" in (
-            exc.body or ""
-        ):
+        if exc.status == 404 and any(said in (exc.body or "") for said in NO_SUCH_TYPE):
             raise CliError(
-                "the SessionSummary CRD is not installed in this cluster: "
+                "the operator's CRDs are not installed in this cluster: "
                 "kubectl apply -f crds/ (or helm install the chart)"
             ) from exc
         said = {404: "not found: ", 403: FORBIDDEN, 422: "rejected by the API server: "}

@@ -544,3 +544,34 @@ def test_make_reinstalls_the_venv_only_when_what_it_is_built_from_changed(tmp_pa
     assert "install-python.sh" in planned("-W", "requirements.lock")
     stamp.unlink()
     assert "install-python.sh" in planned()
+
+
+# kube-apiserver 1.34's answers to a GET of a SessionSummary: with no CRD for the type (the
+# group missing, or only its other CRD installed), and with the CRD but no such object.
+NO_TYPE = "404 page not found\n"
+NO_OBJECT = (
+    '{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":'
+    '"sessionsummaries.memorycore.io \\"x\\" not found","reason":"NotFound","details":'
+    '{"name":"x","group":"memorycore.io","kind":"sessionsummaries"},"code":404}\n'
+)
+
+
+def test_a_cluster_without_the_crds_says_to_install_them() -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    from controller.cli.args import CliError
+    from controller.cli.failures import kube_call
+
+    def answer(found: str) -> str:
+        exc = ApiException(status=404, reason="Not Found")
+        exc.body = found
+
+        def call() -> None:
+            raise exc
+
+        with pytest.raises(CliError) as raised:
+            kube_call(call)
+        return str(raised.value)
+
+    assert "kubectl apply -f crds/" in answer(NO_TYPE)
+    assert answer(NO_OBJECT) == 'not found: sessionsummaries.memorycore.io "x" not found'
