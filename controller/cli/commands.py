@@ -261,14 +261,15 @@ def cmd_remember(args: argparse.Namespace) -> int:
     from controller.cli.settings import embedder, open_store
     from controller.core.memories import SUNSET_MARKER_TYPE, render_interaction_document
 
-    if args.sunset_marker == (args.prompt is not None or args.response is not None):
+    given = (args.prompt is not None) + (args.response is not None)
+    if given == 1 or args.sunset_marker == (given == 2):
         raise CliError("give --prompt and --response (an agent's turn), or --sunset-marker")
     store, summarizer = open_store(args)
     meta: dict[str, Any] = {"sessionId": args.session_id, "timestamp": int(time.time() * 1000)}
     if args.sunset_marker:
         document, meta["type"] = "session sunset", SUNSET_MARKER_TYPE
     else:
-        turn = {"prompt": args.prompt, "thought": args.thought, "response": args.response or ""}
+        turn = {"prompt": args.prompt, "thought": args.thought, "response": args.response}
         document = render_interaction_document(**turn)
         meta.update(type="agent-interaction", **turn)
     row_id = str(uuid.uuid4())

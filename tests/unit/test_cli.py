@@ -179,6 +179,33 @@ def test_remember_refuses_undecodable_text_before_any_store_call(
     assert "Chroma" not in err  # refused before anything was called
 
 
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    prompt=st.none() | st.text(max_size=20),
+    response=st.none() | st.text(max_size=20),
+    marker=st.booleans(),
+)
+def test_remember_writes_a_whole_turn_or_a_marker_and_nothing_in_between(
+    prompt: str | None,
+    response: str | None,
+    marker: bool,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A turn has both halves (one alone was stored as 'User Prompt: None'); a marker none."""
+    argv = ["remember", "s1", "--chroma-url", REFUSED, *(["--sunset-marker"] if marker else [])]
+    argv += [f"--prompt={prompt}"] if prompt is not None else []
+    argv += [f"--response={response}"] if response is not None else []
+    with no_cluster(str(tmp_path_factory.getbasetemp())):
+        code, _, err = run(argv)
+    halves = (prompt is not None) + (response is not None)
+    whole = halves == 0 if marker else halves == 2
+    assert code == 2
+    assert ("give --prompt and --response" in err) == (not whole), err
+    assert ("cannot connect to Chroma" in err) == whole, err  # went on to write
+
+
 def test_sunset_accepts_the_longest_session_id_the_crd_allows(tmp_path: object) -> None:
     with no_cluster(str(tmp_path)):
         code, _, err = run(["sunset", "a" * 1024])
