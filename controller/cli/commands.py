@@ -15,6 +15,7 @@ from typing import Any
 
 from controller.cli.args import CliError, printable
 from controller.cli.failures import kube_call, store_errors, summarizer_object
+from controller.core.text import ms_to_rfc3339
 
 # -- commands ------------------------------------------------------------------------------
 
@@ -241,13 +242,9 @@ def cmd_summaries(args: argparse.Namespace) -> int:
         print("no summaries yet")
     for row_id, document, meta in rows:
         when = meta.get("timestamp")
-        stamp = (
-            time.strftime("%Y-%m-%d %H:%M", time.gmtime(when / 1000))
-            if isinstance(when, int | float)
-            else "?"
-        )
+        stamp = ms_to_rfc3339(int(when)) if isinstance(when, int | float) else "?"
         print(
-            f"== {row_id}  [{meta.get('category', '?')}] {stamp}Z  "
+            f"== {row_id}  [{meta.get('category', '?')}] {stamp}  "
             f"{meta.get('memoryCount', '?')} memories"
         )
         print(document.strip())

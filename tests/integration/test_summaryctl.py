@@ -109,6 +109,35 @@ def test_a_summary_or_ledger_collection_that_is_the_memory_collection_writes_not
     assert sorted(connect(loc).get_collection(memory).get()["ids"]) == sorted(before)
 
 
+@pytest.fixture(scope="module")
+def one_summary(chroma_server: ChromaServer) -> list[str]:
+    """A summary collection with one summary in it (the flags that name it)."""
+    cols = ["--memory-collection", "ts-memory", "--summary-collection", "ts-sessions"]
+    loc = StoreLocation(url=chroma_server.url, memory_collection="ts-memory")
+    load(MemoryStore(connect(loc), loc), [interaction("s1", 0, 1_700_000_000_000, "fix x.py")])
+    res = summaryctl("summarize", "s1", "--bypass-claim", "--chroma-url", loc.url, *cols)
+    assert res.returncode == 0, res.stderr
+    return ["--chroma-url", chroma_server.url, *cols]
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(when=st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False))
+def test_summaries_lists_a_row_whatever_number_its_timestamp_is(
+    chroma_server: ChromaServer, one_summary: list[str], when: float
+) -> None:
+    """Another writer's row (neo's summarizer, a script) may carry any number there."""
+    rows = connect(StoreLocation(url=chroma_server.url)).get_collection("ts-sessions")
+    meta = rows.get(ids=["summary_s1"])["metadatas"][0]
+    rows.update(ids=["summary_s1"], metadatas=[{**meta, "timestamp": when}])
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        code = cli_main(["summaries", *one_summary])
+    assert code == 0, err.getvalue()
+    assert out.getvalue().startswith("== summary_s1  ["), out.getvalue()
+
+
 def test_summarize_of_an_unknown_session_fails_and_names_it(
     chroma_server: ChromaServer,
 ) -> None:
