@@ -602,3 +602,48 @@ def test_a_cluster_without_the_crds_says_to_install_them() -> None:
 
     assert "kubectl apply -f crds/" in answer(NO_TYPE)
     assert answer(NO_OBJECT) == 'not found: sessionsummaries.memorycore.io "x" not found'
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+plausible = st.sampled_from(["s1", "default", "0", "1", "2.5", "neo-agent-memory", "a.yaml"])
+
+
+@st.composite
+def any_command(draw: st.DrawFn) -> list[str]:
+    """Any subcommand with any of its flags (taken from the parser: a new flag is covered
+    too), each given a plausible or an odd value; never --path (an embedded Chroma)."""
+    name, parser = draw(st.sampled_from(sorted(_subcommands().items())))
+    argv = [name]
+    for action in parser._actions:
+        if action.dest in ("help", "path") or not draw(st.booleans()):
+            continue
+        flag = action.option_strings[0] if action.option_strings else None
+        if action.nargs == 0:
+            argv.append(str(flag))
+            continue
+        value = draw(urls if flag == "--chroma-url" else st.one_of(plausible, odd, numbers))
+        value = value.replace("\x00", "")  # an argv string cannot hold a NUL
+        argv += [f"{flag}={value}"] if flag else ["--", value] if value.startswith("-") else [value]
+    return argv
+
+
+@settings(
+    max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(argv=any_command())
+def test_with_no_cluster_and_no_store_every_command_does_nothing_and_says_why_in_one_line(
+    argv: list[str], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Exit 2 ("nothing was done", docs/configuration.md) and a line naming the problem,
+    never an exception's class name: that is the catch-all for a failure nobody named."""
+    with no_cluster(str(tmp_path_factory.getbasetemp())), pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CHROMA_URL", REFUSED)
+        code, out, err = run(argv)
+    last = err.strip().splitlines()[-1] if err.strip() else ""
+    assert code == 2, (argv, code, out, err)
+    assert last.startswith("summaryctl") and "error:" in last, (argv, err)
+    assert not re.match(r"summaryctl: error: [A-Z]\w+: ", last), (argv, err)
