@@ -69,7 +69,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def _report_lines(report: dict[str, Any]) -> list[str]:
     sid, total = printable(report["sessionId"]), report["memories"]
     untimed = report["unreadableTimes"]
-    if not report["uncovered"]:
+    if not total:
+        lines = [f"{sid}: no memory carries this sessionId: nothing to cover (is the id right?)"]
+    elif not report["uncovered"]:
         lines = [
             f"{sid}: all {total} of its memories are covered: a pass of its summary read each "
             "one (what it kept of them: summaryctl summaries --full)"

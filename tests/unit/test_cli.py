@@ -489,7 +489,7 @@ def report(
     }  # fmt: skip
 
 
-@given(st.integers(0, 50), st.integers(0, 3), st.integers(0, 3))
+@given(st.integers(1, 50), st.integers(0, 3), st.integers(0, 3))
 def test_verify_says_what_covered_means_and_tells_missing_from_unreadable_times(
     timed: int, missing: int, unreadable: int
 ) -> None:
@@ -510,6 +510,14 @@ def test_verify_says_what_covered_means_and_tells_missing_from_unreadable_times(
             f"{missing} of its memories have no timestamp and {unreadable} one the operator"
             in lines[1]
         )
+
+
+@given(summary=st.sampled_from(["structured", "earlier text only", "none"]))
+def test_verify_of_a_session_without_memories_never_says_they_are_covered(summary: str) -> None:
+    """A mistyped id, or a session whose memories are gone: not 'all 0 ... covered: a pass
+    of its summary read each one'."""
+    lines = _report_lines({**report(0), "summary": summary})
+    assert lines == ["s: no memory carries this sessionId: nothing to cover (is the id right?)"]
 
 
 def test_verify_names_what_is_not_covered_yet() -> None:
