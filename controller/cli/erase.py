@@ -53,10 +53,10 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
         if args.session_id is None:
             raise CliError("name the session to rebuild (SESSION_ID), or --all-with-secrets")
         return request_pass(args, trigger="manual", action="Rebuild", requested_by=requester())
-    if args.session_id is not None or args.summarizer is None:
+    if args.session_id is not None or args.wait or args.summarizer is None:
         raise CliError(
-            "--all-with-secrets takes no SESSION_ID and needs --summarizer NAME: the store it "
-            "writes and the redaction patterns it adds"
+            "--all-with-secrets takes no SESSION_ID nor --wait and needs --summarizer NAME: "
+            "the store it writes and the redaction patterns it adds"
         )
     from controller.kube import client as kube
 

@@ -655,3 +655,17 @@ def test_with_no_cluster_and_no_store_every_command_does_nothing_and_says_why_in
     assert code == 2, (argv, code, out, err)
     assert last.startswith("summaryctl") and "error:" in last, (argv, err)
     assert not re.match(r"summaryctl: error: [A-Z]\w+: ", last), (argv, err)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(wait=st.floats(min_value=0, max_value=1e9, exclude_min=True).map(repr))
+def test_rebuild_all_with_secrets_refuses_a_wait_it_would_not_honour(
+    wait: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    argv = ["rebuild", "--all-with-secrets", "--summarizer", "default", "--wait", wait]
+    with no_cluster(str(tmp_path_factory.getbasetemp())):
+        code, out, err = run(argv)
+    assert code == 2 and out == "", err
+    assert "--wait" in err and "Kubernetes" not in err, err  # before any call
