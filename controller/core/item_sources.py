@@ -82,11 +82,8 @@ class _Chunk:
                 self.by_word.setdefault(word, set()).add(index)
 
     def holding(self, key: str) -> list[str]:
-        """The memories whose text holds `key` whole: a sentence of theirs, else found in
-        the memories that have its rarest word (at most CANDIDATES_MAX of them)."""
-        found = self.by_sentence.get(key)
-        if found:
-            return [self.ids[i] for i in sorted(found)]
+        """The memories whose text holds `key` whole, found among those that have its rarest
+        word (at most CANDIDATES_MAX of them)."""
         postings = [self.by_word.get(w, set()) for w in set(key.split())]
         rarest = min(postings, key=len, default=set())
         if len(rarest) > CANDIDATES_MAX:

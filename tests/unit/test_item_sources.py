@@ -161,6 +161,9 @@ def _words(n: int) -> str:
 
 KINDS: dict[str, Callable[[str], str]] = {
     "plain": lambda f: f"Keep {f} in the notes.",
+    "semicolon": lambda f: f"Keep {f} in the notes; the release needs it.",
+    "colon": lambda f: f"Keep {f} in the notes: the release needs it.",
+    "dotted": lambda f: f"Fix {f} in controller/core/merge.py, v1.2 first.",
     "error": lambda f: f"Error: {f} failed to connect to the cache",
     "exception": lambda f: f"ValueError: {f} is not a valid port number",
     "traceback": lambda f: f"Traceback (most recent call last): {f} raised in main",
@@ -205,6 +208,43 @@ def test_an_item_stored_quoted_masked_or_cut_goes_with_its_last_memory(
         elif facts[k] in everything(before) and not again:
             assert facts[k] in text, (kinds[k], facts[k])
     assert "AKIA" not in text
+
+
+# What a memory says after the item: nothing (the item is its whole prompt), or more.
+TAILS = ("", " Thanks.", " Then run the tests; all of them.", "\nThen run the tests.")
+# Texts with a stop inside their sentence (a path, a version, a semicolon), and plain ones.
+INNER_STOPS = ("plain", "semicolon", "colon", "dotted", "long", "error")
+TAILED = st.integers(2, 6).flatmap(
+    lambda n: st.tuples(
+        st.lists(st.integers(0, 1), min_size=n, max_size=n),  # which fact each memory says
+        st.lists(st.sampled_from(INNER_STOPS), min_size=2, max_size=2),  # how fact k is said
+        st.lists(st.sampled_from(TAILS), min_size=n, max_size=n),  # what memory i says after
+        st.integers(1, 4),  # memories per pass
+        st.sets(st.integers(0, n - 1), min_size=1, max_size=n),  # deleted memories
+    )
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(TAILED)
+def test_an_item_stays_while_a_memory_that_says_it_among_more_text_lives(
+    case: tuple[list[int], list[str], list[str], int, set[int]],
+) -> None:
+    """One memory says an item as its whole prompt, another as the start of a longer one:
+    each of them is a source, so the item stays while either lives (docs/privacy.md)."""
+    says, kinds, tails, chunk, deleted = case
+    facts = [f"FACT{k:02d}W{k * 7919 % 1000:03d}" for k in range(len(says))]
+    memories = [said(i, KINDS[kinds[k]](facts[k]) + tails[i]) for i, k in enumerate(says)]
+    before = summarized(memories, chunk)
+    living = [m.id for i, m in enumerate(memories) if i not in deleted]
+    kept, _ = forget_gone(before, living, lambda first: derived_title(first, SID))
+    text = everything(kept)
+    for k in set(says):
+        by_living = any(says[i] == k for i in range(len(says)) if i not in deleted)
+        if not by_living:
+            assert facts[k] not in text, (kinds[k], facts[k], text)
+        elif facts[k] in everything(before):
+            assert facts[k] in text, (kinds[k], facts[k], tails, deleted)
 
 
 def said(i: int, prompt: str) -> Memory:
