@@ -283,11 +283,13 @@ def _start(
         kept, gone = forget_gone(structured, living, retitle)
         dropped += gone
         prior = structured = kept  # the same object when nothing went: may be up to date
-    if gone_all and structured is not None and structured.is_empty():
+    if structured is not None and structured.is_empty() and not (rows.included or again):
         if guard is not None:  # every item went with its memories: nothing is left to keep
             guard.admit(store.read_row_state(session_id).fence)
         store.drop_summary(session_id)
-        return Outcome("not-found", session_id, 0, dropped_items=dropped)
+        if gone_all:
+            return Outcome("not-found", session_id, 0, dropped_items=dropped)
+        return replace(read.outcome("empty"), dropped_items=dropped)  # rows never summarized
     return _Progress(prior, read.found.row_digest, structured, tuple(again), dropped)
 
 

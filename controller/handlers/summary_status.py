@@ -273,8 +273,12 @@ def report(
             "NoSummarizableMemories",
             "Normal",
             f"the session's {outcome.memory_count} memories are all excluded types "
-            "(spec.excludedMemoryTypes of the summarizer, or sunset markers); nothing was "
-            "written",
+            "(spec.excludedMemoryTypes of the summarizer, or sunset markers); "
+            + (
+                "its summary went with the memories it came from"
+                if outcome.dropped_items
+                else "nothing was written"
+            ),
         ),
     }
     if outcome.kind in nothing:

@@ -21,7 +21,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.api import SessionSummarizerSpec
-from controller.core.memories import FUTURE_TOLERANCE_MS, render_interaction_document
+from controller.core.memories import (
+    DEFAULT_EXCLUDED_TYPES,
+    FUTURE_TOLERANCE_MS,
+    render_interaction_document,
+)
 from controller.core.reconcile_plan import ReconcileCycle, reconcile
 from controller.core.summary import LEGACY_HEADING
 from controller.embeddings.minilm import LocalMiniLMEmbedding
@@ -133,6 +137,44 @@ def test_deleting_a_memory_removes_its_quoted_masked_or_cut_items_from_the_store
         elif facts[i] in before:
             assert facts[i] in after, (kind, facts[i])
     assert "AKIA" not in after
+
+
+# Rows a pass never summarizes: a sunset marker, the default excluded types, injected context.
+LEFT_BEHIND = ("session-sunset", "tick", "heartbeat", "context-injection", "injected")
+
+
+def never_summarized(sid: str, i: int, kind: str) -> Any:
+    if kind == "injected":
+        return memory(sid, i, NOW - 30_000 + i, "<system-reminder>Keep the tests green.")
+    meta = {"sessionId": sid, "timestamp": NOW - 30_000 + i, "type": kind}
+    return (f"{sid}-{i:04d}", f"{kind} of {sid}", meta)
+
+
+@SETTINGS
+@given(
+    kinds=st.lists(st.sampled_from(sorted(KINDS)), min_size=1, max_size=3),
+    left=st.lists(st.sampled_from(LEFT_BEHIND), min_size=1, max_size=3),
+)
+def test_deleting_every_memory_that_said_something_removes_the_summary_whatever_rows_remain(
+    store: MemoryStore, kinds: list[str], left: list[str]
+) -> None:
+    """The session keeps rows no pass summarizes (markers, excluded types, injected context):
+    its summary goes with the last memory that said something in it, not a pass that fails
+    and leaves the deleted memories' text in the store."""
+    sid = f"left-{uuid.uuid4().hex[:6]}"
+    facts = [fact() for _ in kinds]
+    said = [memory(sid, i, NOW - 60_000 + i, KINDS[k](facts[i])) for i, k in enumerate(kinds)]
+    rows = [never_summarized(sid, 100 + i, kind) for i, kind in enumerate(left)]
+    load(store, said + rows)
+    options = {"excluded_types": sorted(DEFAULT_EXCLUDED_TYPES)}
+    assert summarize(store, sid, **options).kind == "summarized"
+    store.memories().delete(ids=[r[0] for r in said])
+    outcome = summarize(store, sid, **options)
+    assert outcome.kind == "empty" and outcome.memory_count == len(left)
+    after = everything_stored(store, sid)
+    assert [f for f in facts if f in after] == []
+    assert store.stored_summary(sid) is None
+    assert summarize(store, sid, **options).kind == "empty"  # and stays so
 
 
 def test_an_item_masked_again_under_new_rules_still_goes_with_its_memory(
