@@ -213,7 +213,7 @@ def test_an_item_stored_quoted_masked_or_cut_goes_with_its_last_memory(
 # What a memory says after the item: nothing (the item is its whole prompt), or more.
 TAILS = ("", " Thanks.", " Then run the tests; all of them.", "\nThen run the tests.")
 # Texts with a stop inside their sentence (a path, a version, a semicolon), and plain ones.
-INNER_STOPS = ("plain", "semicolon", "colon", "dotted", "long", "error")
+INNER_STOPS = ("plain", "semicolon", "colon", "dotted", "error")
 TAILED = st.integers(2, 6).flatmap(
     lambda n: st.tuples(
         st.lists(st.integers(0, 1), min_size=n, max_size=n),  # which fact each memory says
