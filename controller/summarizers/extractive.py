@@ -98,7 +98,10 @@ def _extract_into(sections: dict[str, _Section], memory: Memory) -> None:
             design.offer(sentence)
         else:  # what the user stated: every turn, both sides, is history
             requests.offer(sentence)
-    said = sentences(memory.response)
+    response = memory.response
+    if not (memory.prompt.strip() or memory.thought.strip() or response.strip()):
+        response = memory.document  # a row only its document describes (a plan)
+    said = sentences(response)
     for sentence in _said_by_agent(said):
         questions.offer(sentence)
     for sentence in sentences(memory.thought) + said:

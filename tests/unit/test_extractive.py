@@ -1,3 +1,4 @@
+import json
 import random
 import unicodedata
 
@@ -6,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.core.document import DOCUMENT_MAX_CHARS, render_document
-from controller.core.memories import Memory, Watermark
+from controller.core.memories import Memory, Watermark, memory_from_row
 from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL
 from controller.core.summary import (
     HISTORY_SECTIONS,
@@ -796,3 +797,25 @@ def test_a_pass_over_any_long_memory_takes_time_linear_in_it(unit: str) -> None:
     text = unit * (262_144 // len(unit))
     summary = summarize_extractive("s1", [mem(1, prompt=text, response=text, thought=text)])
     validate_summary(summary, None)  # a summary that may be written
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kind=st.sampled_from(["implementation_plan", "agent-interaction", "note", ""]),
+    facts=st.lists(st.integers(0, 99_999), min_size=1, max_size=4, unique=True),
+    verb=st.sampled_from(["Moved", "Decided to keep", "Added", "Use"]),
+)
+def test_a_memory_only_its_document_describes_reaches_the_summary(
+    kind: str, facts: list[int], verb: str
+) -> None:
+    """A row with no prompt, thought or response in its metadata (a plan, an older writer's
+    interaction) says what it says in its document: the summary holds it, as the model
+    backend's and the References' reading of the same memory does (chunking.memory_text)."""
+    said = [
+        f"{verb} FACT{n:05d} into the cache module on port {7000 + i}." for i, n in enumerate(facts)
+    ]
+    meta = {"sessionId": "s1", "timestamp": 1_770_000_000_000, "type": kind}
+    memory = memory_from_row("plan-1", " ".join(said), meta)
+    assert memory is not None
+    stored = json.dumps(summarize_extractive("s1", [memory]).model_dump(mode="json")["sections"])
+    assert [n for n in facts if f"FACT{n:05d}" not in stored] == []
