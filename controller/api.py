@@ -15,6 +15,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 from pydantic.alias_generators import to_camel
 
 from controller.core.endpoint_url import ENDPOINT_URL_MAX, checked_endpoint_url
+from controller.core.naming import blank_session_id
 from controller.core.text import re2_pattern
 from controller.core.visibility import (
     NEO_IDENTITY_TRUST_TIERS,
@@ -313,7 +314,7 @@ class SessionSummarySpec(CamelModel):
     @field_validator("session_id")
     @classmethod
     def _not_blank(cls, value: str) -> str:
-        if not value.strip():
+        if blank_session_id(value):
             raise ValueError("sessionId must not be blank (memories never carry a blank sessionId)")
         return value
 

@@ -7,6 +7,8 @@ import math
 import re
 from urllib.parse import urlsplit
 
+from controller.core.naming import blank_session_id
+
 MAX_SESSION_ID = 1024  # the CRD's spec.sessionId maxLength
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -41,7 +43,7 @@ def text_arg(value: str) -> str:
 
 def session_id_arg(value: str) -> str:
     """A session id as memories carry it: the same rules as the CRD's spec.sessionId."""
-    if not value.strip():
+    if blank_session_id(value):
         raise argparse.ArgumentTypeError("a session id must not be empty or only whitespace")
     if len(value) > MAX_SESSION_ID:
         raise argparse.ArgumentTypeError(

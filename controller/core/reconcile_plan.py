@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from controller.core.coverage import Bucket, digest_text, id_hash
 from controller.core.memories import FUTURE_TOLERANCE_MS
+from controller.core.naming import blank_session_id
 from controller.core.sweep_plan import (
     MAX_SESSION_ID,
     SessionActivity,
@@ -111,7 +112,7 @@ def reconcile(
     activity = {
         sid: SessionActivity(sid, max(ts, 0))
         for sid, ts in cycle.newest.items()
-        if sid.strip() and len(sid) <= MAX_SESSION_ID  # else it names no SessionSummary
+        if not blank_session_id(sid) and len(sid) <= MAX_SESSION_ID  # else no SessionSummary
     }
     return plan_sweep(
         activity,

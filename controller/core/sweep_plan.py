@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from controller.core.memories import FUTURE_TOLERANCE_MS
+from controller.core.naming import blank_session_id
 
 StaleReason = Literal["missing", "newer-memories", "count-drift"]
 CandidateReason = StaleReason | Literal["refresh"]
@@ -67,7 +68,7 @@ def collect_activity(rows: Iterable[tuple[str, int]], *, now_ms: int) -> dict[st
     clock) counts as 0: the session is still seen (count check), never kept "active"."""
     newest: dict[str, int] = {}
     for session_id, stamp in rows:
-        if not session_id.strip() or len(session_id) > MAX_SESSION_ID:
+        if blank_session_id(session_id) or len(session_id) > MAX_SESSION_ID:
             continue
         ts = 0 if stamp > now_ms + FUTURE_TOLERANCE_MS else stamp
         if ts > newest.get(session_id, -1):
@@ -156,7 +157,7 @@ def marker_problem(session_id: object) -> str | None:
     """Why a marker's sessionId cannot name a SessionSummary; None when it can."""
     if not isinstance(session_id, str):
         return "has no sessionId (metadata sessionId must be the session's id)"
-    if not session_id.strip():
+    if blank_session_id(session_id):
         return "has a blank sessionId"
     if len(session_id) > MAX_SESSION_ID:
         return f"has a sessionId longer than {MAX_SESSION_ID} characters"

@@ -6,12 +6,15 @@ they are written (tests/unit/test_store_rules.py)."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from pydantic import BaseModel
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, ValidationError
 
 from controller.api import (
     SessionSummarizerSpec,
@@ -19,7 +22,9 @@ from controller.api import (
     SessionSummarySpec,
     SessionSummaryStatus,
 )
+from controller.cli.args import session_id_arg
 from controller.core.claim_rules import Claim, Writer
+from controller.core.sweep_plan import collect_activity, marker_problem
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPARED = ("type", "enum", "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems")
@@ -138,3 +143,44 @@ def test_the_claim_object_written_is_what_the_sessionclaim_crd_declares() -> Non
     types = {"string": str, "integer": int, "number": (int, float)}
     for key, value in written.items():
         assert isinstance(value, types[schema["properties"][key]["type"]]), key
+
+
+# CEL's trim() in the CRD's spec.sessionId rule (self.trim().size() > 0) removes exactly the
+# Unicode White_Space characters (PropList.txt), as kube-apiserver 1.34 was seen to apply it.
+CEL_WHITE_SPACE = frozenset(
+    "\t\n\v\f\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000"
+    + "".join(map(chr, range(0x2000, 0x200B)))
+)
+session_ids = st.text(
+    alphabet=st.one_of(
+        st.sampled_from(sorted(CEL_WHITE_SPACE)),
+        st.sampled_from("\x1c\x1d\x1e\x1f\u180e\u200b\ufeff\x00a"),
+        st.characters(exclude_categories=("Cs",)),  # JSON text never holds a surrogate
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(session_id=session_ids)
+def test_a_session_id_is_blank_to_the_operator_exactly_when_the_crd_refuses_it(
+    session_id: str,
+) -> None:
+    """A sessionId the CRD accepts is one the operator reads (its handler never fails to parse
+    the object) and summarizes (the sweep, the reconciliation and summaryctl take it)."""
+    crd_accepts = not set(session_id) <= CEL_WHITE_SPACE
+    try:
+        SessionSummarySpec.model_validate({"sessionId": session_id})
+        model_accepts = True
+    except ValidationError:
+        model_accepts = False
+    assert model_accepts == crd_accepts
+    assert (marker_problem(session_id) is None) == crd_accepts
+    assert bool(collect_activity([(session_id, 1)], now_ms=10**12)) == crd_accepts
+    try:
+        session_id_arg(session_id)
+        cli_accepts = True
+    except argparse.ArgumentTypeError as exc:
+        cli_accepts = "whitespace" not in str(exc)  # refused for another reason (\x00)
+    assert cli_accepts == crd_accepts
