@@ -52,16 +52,16 @@ class CamelModel(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
-# Kubernetes' own rules: a Secret's name is a DNS subdomain, its keys [-._a-zA-Z0-9]+; both
-# at most 253 characters.
+# Kubernetes' own rules: an object's name (a Secret's, a SessionSummarizer's) is a DNS
+# subdomain, a Secret's keys [-._a-zA-Z0-9]+; both at most 253 characters.
 SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
-SecretName = Annotated[str, Field(min_length=1, max_length=253, pattern=SECRET_NAME_PATTERN)]
+ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=SECRET_NAME_PATTERN)]
 SecretKey = Annotated[str, Field(min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN)]
 
 
 class SecretKeyRef(CamelModel):
-    name: SecretName
+    name: ObjectName
     key: SecretKey
 
 
@@ -305,7 +305,7 @@ class Condition(CamelModel):
 
 class SessionSummarySpec(CamelModel):
     session_id: str = Field(min_length=1, max_length=1024)
-    summarizer_ref: str = Field(default="default", min_length=1, max_length=253)
+    summarizer_ref: ObjectName = "default"  # never "." (the GET of it lists them all)
     requested_at: str | None = Field(default=None, max_length=64)
     trigger: Trigger = "manual"
     action: Action = "Summarize"

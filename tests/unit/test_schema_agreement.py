@@ -7,8 +7,10 @@ they are written (tests/unit/test_store_rules.py)."""
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import yaml
@@ -184,3 +186,31 @@ def test_a_session_id_is_blank_to_the_operator_exactly_when_the_crd_refuses_it(
     except argparse.ArgumentTypeError as exc:
         cli_accepts = "whitespace" not in str(exc)  # refused for another reason (\x00)
     assert cli_accepts == crd_accepts
+
+
+SUMMARIZER_REF_RULES = [
+    crd_schema(ROOT / where / "sessionsummaries.memorycore.io.yaml")["properties"]["spec"][
+        "properties"
+    ]["summarizerRef"]
+    for where in ("crds", "charts/session-summary-operator/crds")
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(ref=st.text(alphabet=st.sampled_from("az09.-_/%?# A"), min_size=1, max_size=6))
+def test_a_summarizer_ref_the_crd_accepts_names_one_object_and_the_model_reads_it(
+    ref: str,
+) -> None:
+    """spec.summarizerRef is GET as a path segment: "." got the list of every SessionSummarizer
+    (and the pass ran with the defaults of none), "%2e%2e" a 400 (a traceback, no condition),
+    "default/" another object than the index's. The CRD refuses what names no object."""
+    for rule in SUMMARIZER_REF_RULES:
+        crd_accepts = re.fullmatch(rule.get("pattern", "(?s).*"), ref) is not None  # as RE2 does
+        try:
+            SessionSummarySpec.model_validate({"sessionId": "s", "summarizerRef": ref})
+            model_accepts = True
+        except ValidationError:
+            model_accepts = False
+        assert model_accepts == crd_accepts
+        if crd_accepts:
+            assert ref not in (".", "..") and quote(ref, safe="") == ref
