@@ -262,11 +262,12 @@ def test_with_the_url_allowed_the_key_goes_there_and_the_summary_is_written(
         ({"excludedMemoryTypes": ["tick"] * 65}, "spec.excludedMemoryTypes"),
         ({"excludedMemoryTypes": ["t" * 257]}, "spec.excludedMemoryTypes[0]"),
         ({"sweep": {"idleSeconds": 2_592_001}}, "spec.sweep.idleSeconds"),
+        ({"visibility": {"identityTrustTiers": {"": "owner"}}}, "identityTrustTiers"),
     ],
     ids=[
         "model-userinfo", "embedding-userinfo", "store-userinfo", "model-name", "max-input-tokens",
         "base-url-length", "embedding-model", "tenant", "secret-name", "secret-key",
-        "excluded-count", "excluded-length", "idle-seconds",
+        "excluded-count", "excluded-length", "idle-seconds", "identity",
     ],
 )  # fmt: skip
 def test_the_apiserver_refuses_credentials_in_urls_and_over_long_fields(

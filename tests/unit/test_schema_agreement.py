@@ -214,3 +214,17 @@ def test_a_summarizer_ref_the_crd_accepts_names_one_object_and_the_model_reads_i
         assert model_accepts == crd_accepts
         if crd_accepts:
             assert ref not in (".", "..") and quote(ref, safe="") == ref
+
+
+@pytest.mark.parametrize("where", ["crds", "charts/session-summary-operator/crds"])
+def test_the_crd_bounds_each_identity_of_identity_trust_tiers_as_the_model_does(where: str) -> None:
+    """A structural schema cannot say propertyNames: the CRD states the model's bounds on the
+    identities in CEL, so `kubectl apply` refuses "" or a 254-character identity the operator
+    would refuse (the summarizer was accepted, then shown InvalidSpec)."""
+    schema = SessionSummarizerSpec.model_json_schema(by_alias=True, mode="validation")
+    names = schema["$defs"]["VisibilitySpec"]["properties"]["identityTrustTiers"]["propertyNames"]
+    spec = crd_schema(ROOT / where / "sessionsummarizers.memorycore.io.yaml")["properties"]["spec"]
+    tiers = spec["properties"]["visibility"]["properties"]["identityTrustTiers"]
+    rules = [v["rule"] for v in tiers.get("x-kubernetes-validations", [])]
+    bounds = f"k.size() >= {names['minLength']} && k.size() <= {names['maxLength']}"
+    assert f"self.all(k, {bounds})" in rules
