@@ -121,14 +121,14 @@ def _clip(text: str, limit: int = MESSAGE_LIMIT) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
 
-def _body_kind(body: str, content_type: str = "") -> str:
+def _body_kind(body: str, content_type: str = "", *, quote: bool = True) -> str:
     """What a non-Chroma answer held, said in a few words instead of pasted."""
     if not body.strip():
         return "an empty body"
     if "html" in content_type.lower() or _HTML.search(body):
         return "an HTML page"
     lines = body.strip().splitlines()
-    if len(lines) > 1 or len(body) > 120:
+    if len(lines) > 1 or len(body) > 120 or not quote:
         return f"a {len(body)}-character, {len(lines)}-line body"
     return f"the body {_clip(body, 120)!r}"
 
@@ -141,7 +141,9 @@ def _http_answer(exc: BaseException) -> str | None:
         return None
     try:
         response, request = status_error.response, status_error.request
-        body = response.text
+        token = (request.headers.get("authorization", "").split() or [""])[-1]
+        # A server may echo the token it was sent (or refuses): never shown.
+        body = response.text.replace(token, "***") if token else response.text
         status = response.status_code
         origin = f"{request.url.scheme}://{request.url.netloc.decode(errors='replace')}"
         target = f"{request.method} {request.url.path}"
@@ -172,7 +174,8 @@ def _undecodable_answer(exc: BaseException) -> str | None:
     for e in _chain(exc):
         doc = getattr(e, "doc", None)
         if isinstance(e, json.JSONDecodeError) and isinstance(doc, str):
-            return f"the server answered with {_body_kind(doc)} instead of JSON, {_NOT_CHROMA}"
+            said = _body_kind(doc, quote=False)  # it may echo the token: not quoted
+            return f"the server answered with {said} instead of JSON, {_NOT_CHROMA}"
     return None
 
 

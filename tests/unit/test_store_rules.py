@@ -7,7 +7,11 @@ from __future__ import annotations
 import functools
 import json
 import re
+import string
+import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -402,6 +406,67 @@ def test_a_200_answer_that_is_not_json_is_described() -> None:
         message = describe_error(wrapped)
     assert_one_useful_line(message)
     assert "HTML page instead of JSON" in message
+
+
+@dataclass
+class EchoingServer:
+    """An HTTP server that puts the Authorization header it was sent in its answer (a
+    debugging proxy, an echo service, a server that quotes the token it refuses)."""
+
+    url: str
+    answer: tuple[int, str, str] = (401, "json", "{auth}")  # status, body kind, its text
+
+
+@pytest.fixture(scope="module")
+def echoing_server() -> Iterator[EchoingServer]:
+    server = EchoingServer(url="")
+
+    class Echo(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            status, kind, template = server.answer
+            text = template.replace("{auth}", self.headers.get("Authorization", ""))
+            if kind == "json":
+                text = json.dumps({"error": "Refused", "message": text})
+            body = text.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", f"application/{kind}" if kind == "json" else kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_GET
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+    server.url = f"http://127.0.0.1:{httpd.server_port}"
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    token=st.text(alphabet=string.ascii_uppercase + string.digits + "-_.~+/", min_size=12),
+    status=st.sampled_from([200, 400, 401, 403, 404, 500, 502]),
+    kind=st.sampled_from(["json", "text/plain", "text/html"]),
+    template=st.lists(
+        st.one_of(st.just("{auth}"), st.sampled_from(["bad", "token", ":", "refused", "\n"])),
+        min_size=1,
+        max_size=6,
+    ).map(" ".join),
+)
+def test_a_store_answer_that_echoes_the_token_never_shows_it(
+    echoing_server: EchoingServer, token: str, status: int, kind: str, template: str
+) -> None:
+    echoing_server.answer = (status, kind, template)
+    with pytest.raises((StoreUnavailable, InvalidStoreConfig)) as raised:
+        connect(StoreLocation(url=echoing_server.url, token=token, timeout_seconds=5))
+    message = str(raised.value)
+    assert token[:8] not in message, message
 
 
 # -- a missing collection -------------------------------------------------------------------
