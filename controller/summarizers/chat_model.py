@@ -291,10 +291,10 @@ class ChatModelSummarizer:
     def _error_detail(self, body: object) -> str:
         """The endpoint's error message (the SDK's error body: the ``error`` object of a JSON
         body, or its text), short and with the API key redacted."""
-        text = body.get("message") if isinstance(body, dict) else body
-        text = " ".join(str(text or "").split())[:200]
-        if self.config.api_key:
+        text = str((body.get("message") if isinstance(body, dict) else body) or "")
+        if self.config.api_key:  # before the cut, which would keep a part of it
             text = text.replace(self.config.api_key, "***")
+        text = " ".join(text.split())[:200]
         return f": {text}" if text else ""
 
 

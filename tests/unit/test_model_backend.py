@@ -298,6 +298,31 @@ def test_a_rejected_api_key_fails_at_once_without_showing_the_key(server: OpenAI
     assert len(chat_bodies(server)) == 1
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    status=st.sampled_from([400, 401, 403, 404, 422]),
+    before=st.integers(0, 260),
+    shape=st.sampled_from(["json", "text"]),
+)
+def test_an_error_body_never_shows_any_part_of_the_api_key(
+    status: int, before: int, shape: str
+) -> None:
+    """Wherever the endpoint's error text quotes the key, even where the message is cut."""
+    text = "x" * before + f" Bearer {API_KEY} refused"
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        if shape == "json":
+            return httpx2.Response(status, json={"error": {"message": text}})
+        return httpx2.Response(status, text=text)
+
+    client = httpx2.Client(transport=httpx2.MockTransport(answer))
+    config = ChatModelConfig(base_url="http://model/v1", model="m", api_key=API_KEY)
+    with pytest.raises(ModelUnavailable) as caught:
+        Passes(ChatModelSummarizer(config, http_client=client))(SID, memories("Add."), None)
+    assert f"HTTP {status}" in str(caught.value)
+    assert API_KEY[:6] not in str(caught.value), str(caught.value)
+
+
 def test_an_endpoint_without_an_api_key_gets_no_authorization_header(
     server: OpenAIServer,
 ) -> None:
