@@ -115,7 +115,13 @@ def read_secret(namespace: str, name: str) -> tuple[dict[str, str], dict[str, st
 def secret_value(data: dict[str, str], namespace: str, name: str, key: str) -> str:
     if key not in data:
         raise SecretError(f"Secret {namespace}/{name} has no key {key!r}")
-    return base64.b64decode(data[key]).decode().strip()
+    value = base64.b64decode(data[key]).decode(errors="replace").strip()
+    if not (value.isascii() and value.isprintable()):  # every value goes in an HTTP header
+        raise SecretError(
+            f"Secret {namespace}/{name} key {key!r} has a character no HTTP header carries (a "
+            "line break, a control or non-ASCII character, or bytes that are not UTF-8)"
+        )
+    return value
 
 
 def get_object(plural: str, namespace: str, name: str) -> dict[str, Any] | None:
