@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+import httpx2
 import numpy as np
 from openai import APIConnectionError, APIStatusError, DefaultHttpxClient, OpenAI, omit
 
 from controller.core.destinations import redirect_refusal
 from controller.core.text import json_value
 from controller.embeddings.minilm import Documents, EmbeddingError, Embeddings
-
-if TYPE_CHECKING:
-    import httpx2
+from controller.http_deadline import deadline_hooks
 
 # The SDK refuses to build a client without a key; an endpoint without one gets this
 # placeholder, and every request omits the Authorization header, so it is never sent.
@@ -41,7 +38,7 @@ class OpenAICompatibleEmbedding:
             api_key=api_key or NO_API_KEY,
             timeout=timeout_seconds,
             max_retries=retries,
-            http_client=http_client or DefaultHttpxClient(follow_redirects=False),
+            http_client=http_client or deadline_client(timeout_seconds),
         )
         self._headers = {} if api_key else {"Authorization": omit}
 
@@ -103,3 +100,10 @@ def _attempts(request: httpx2.Request) -> str:
     count = request.headers.get("x-stainless-retry-count", "0")
     retries = int(count) if count.isdigit() else 0
     return f" (after {retries + 1} attempts)" if retries else ""
+
+
+def deadline_client(timeout_seconds: float) -> httpx2.Client:
+    """The HTTP client of both model clients: no redirect followed, and each answer read
+    within timeout_seconds of its request, in all (http_deadline)."""
+    hooks = deadline_hooks(timeout_seconds, httpx2)
+    return DefaultHttpxClient(follow_redirects=False, event_hooks=hooks)

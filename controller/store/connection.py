@@ -18,6 +18,7 @@ from chromadb.errors import NotFoundError
 
 from controller.api import StoreSpec
 from controller.core.document import DOCUMENT_MAX_CHARS
+from controller.http_deadline import deadline_hooks
 from controller.store.errors import (
     InvalidStoreConfig,
     StoreUnavailable,
@@ -108,7 +109,7 @@ class _BoundedHttpClient(Client):
 
     def __init__(self, location: StoreLocation) -> None:
         assert location.url is not None
-        self._timeout = httpx.Timeout(location.timeout_seconds)
+        self._seconds = location.timeout_seconds
         parsed = urlparse(location.url)
         settings = _settings()
         # As chromadb.HttpClient sets it.
@@ -129,7 +130,7 @@ class _BoundedHttpClient(Client):
 
     def get_user_identity(self) -> UserIdentity:
         self._own_system = self._system
-        _bound(self._server, self._timeout)  # the constructor's first request
+        _bound(self._server, self._seconds)  # the constructor's first request
         return super().get_user_identity()
 
     def close(self) -> None:
@@ -139,7 +140,7 @@ class _BoundedHttpClient(Client):
 
     def _validate_tenant_database(self, tenant: str, database: str) -> None:
         assert isinstance(self._admin_client, AdminClient)
-        _bound(self._admin_client._server, self._timeout)
+        _bound(self._admin_client._server, self._seconds)
         super()._validate_tenant_database(tenant=tenant, database=database)
 
 
@@ -154,8 +155,9 @@ def _forget_system(system: object) -> None:
             registry.pop(identifier, None)
 
 
-def _bound(server: ServerAPI, timeout: httpx.Timeout) -> None:
+def _bound(server: ServerAPI, seconds: float) -> None:
     if not isinstance(server, FastAPI):
         raise TypeError(f"expected chromadb's HTTP API, got {type(server).__name__}")
-    server._session.timeout = timeout
+    server._session.timeout = httpx.Timeout(seconds)
+    server._session.event_hooks = deadline_hooks(seconds, httpx)  # the whole answer too
     server._session.follow_redirects = False  # a redirect is an error (store/errors.py)

@@ -21,7 +21,6 @@ from openai import (
     APIStatusError,
     APITimeoutError,
     BaseModel,
-    DefaultHttpxClient,
     OpenAI,
     omit,
 )
@@ -34,6 +33,7 @@ from controller.core.summary import (
     PriorSummary,
     StructuredSummary,
 )
+from controller.embeddings.remote import deadline_client
 from controller.summarizers.chat_prompt import (
     BAD_REPLY_ECHO_CHARS,
     FORMAT_FAILURE_STATUS,
@@ -93,7 +93,7 @@ class ChatModelSummarizer:
             api_key=config.api_key or NO_API_KEY,
             timeout=config.timeout_seconds,
             max_retries=0,  # the loop in _pass retries, see the module docstring
-            http_client=http_client or DefaultHttpxClient(follow_redirects=False),
+            http_client=http_client or deadline_client(config.timeout_seconds),
         )
         self._headers = {} if config.api_key else {"Authorization": omit}
         # spec.model.maxConcurrency: requests in flight at once from this summarizer.
