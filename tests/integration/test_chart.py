@@ -10,6 +10,7 @@ import contextlib
 import copy
 import importlib.metadata as md
 import json
+import math
 import os
 import re
 import subprocess
@@ -23,6 +24,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -514,6 +517,66 @@ def test_values_that_contradict_each_other_fail_with_a_message(
     res = run([tools / "helm", "template", "x", CHART, *OFFLINE, "-f", path], dict(os.environ))
     assert res.returncode != 0
     assert expected in res.stderr, res.stderr
+
+
+# --- values the schema accepts reach the operator as settings it loads --------------------
+
+SCHEMA = json.loads((CHART / "values.schema.json").read_text())
+
+
+def operator_settings(tools: Path, values: dict[str, Any]) -> Any:
+    """The operator's settings as the Pod would load them from the rendered Deployment, or
+    the render's error message: a value the schema accepts must give one or the other, never
+    a Pod the operator refuses to start in (a crash loop)."""
+    from controller.config import OperatorConfig
+
+    res = run(
+        [tools / "helm", "template", "x", CHART, *OFFLINE, "-f", "-"],
+        dict(os.environ),
+        input=yaml.safe_dump(values),
+    )
+    if res.returncode != 0:
+        return res.stderr
+    (deployment,) = of_kind(docs_of(res.stdout), "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {
+        e["name"].removeprefix("SSO_").lower(): e["value"]
+        for e in container["env"]
+        if e["name"].startswith("SSO_") and "value" in e and not e["value"].startswith("$(")
+    }
+    return OperatorConfig(**env)
+
+
+def _within(prop: dict[str, Any]) -> st.SearchStrategy[Any]:
+    """Numbers the schema property `prop` accepts, its bounds and huge ones included."""
+    low = prop.get("minimum", prop.get("exclusiveMinimum", 0))
+    high = prop.get("maximum", 10**12)
+    ints = st.integers(math.ceil(low), high).filter(lambda n: n != prop.get("exclusiveMinimum"))
+    if prop["type"] == "integer":
+        return ints
+    floats = st.floats(low, high, exclude_min="exclusiveMinimum" in prop, allow_nan=False)
+    return st.one_of(ints, floats)
+
+
+INTEGER_SETTINGS = {
+    name: prop
+    for name, prop in SCHEMA["properties"]["operator"]["properties"].items()
+    if prop["type"] == "integer"
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.fixed_dictionaries({}, optional={k: _within(p) for k, p in INTEGER_SETTINGS.items()}))
+def test_every_integer_setting_the_schema_accepts_reaches_the_operator(
+    tools: Path, values: dict[str, Any]
+) -> None:
+    """Helm reads a values file's numbers as floats and prints one of a million or more as
+    1e+06, which an integer setting refuses: the Pod would crash-loop."""
+    loaded = operator_settings(tools, {"operator": values})
+    assert not isinstance(loaded, str), loaded
+    for name, value in values.items():
+        field = re.sub(r"[A-Z]", lambda m: "_" + m.group(0).lower(), name)
+        assert getattr(loaded, field) == value, name
 
 
 def test_no_secret_is_readable_unless_the_values_name_it(control_plane: ControlPlane) -> None:
