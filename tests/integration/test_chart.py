@@ -579,6 +579,30 @@ def test_every_integer_setting_the_schema_accepts_reaches_the_operator(
         assert getattr(loaded, field) == value, name
 
 
+CLAIM_SETTINGS = ("claimTtlSeconds", "claimMarginSeconds", "claimRenewSeconds")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            k: _within(SCHEMA["properties"]["operator"]["properties"][k] | {"type": "number"})
+            for k in CLAIM_SETTINGS
+        },
+    )
+)
+def test_claim_timings_the_operator_refuses_fail_the_render_with_a_message(
+    tools: Path, values: dict[str, Any]
+) -> None:
+    """The operator refuses a renew period not below claimTtlSeconds - claimMarginSeconds (a
+    pass would stop writing before its first renewal); the chart must say so at install,
+    not leave a Pod that stops at start."""
+    loaded = operator_settings(tools, {"operator": values})
+    if isinstance(loaded, str):
+        assert "shorter than operator.claimTtlSeconds - operator.claimMarginSeconds" in loaded
+
+
 def test_no_secret_is_readable_unless_the_values_name_it(control_plane: ControlPlane) -> None:
     """A secrets rule with empty resourceNames would grant every Secret: it must not exist."""
     docs = render(control_plane, "sec", "chart-validate")

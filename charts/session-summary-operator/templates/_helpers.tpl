@@ -283,6 +283,11 @@ the listing nine times, logging errors, and serves nothing for about a minute at
 {{- end }}
 {{- end }}
 {{- end }}
+{{- $o := .Values.operator }}
+{{- $renew := $o.claimRenewSeconds | default (divf $o.claimTtlSeconds 3) }}
+{{- if ge (float64 $renew) (subf $o.claimTtlSeconds $o.claimMarginSeconds) }}
+{{- fail (printf "operator.claimRenewSeconds (%v; empty: claimTtlSeconds / 3) must be shorter than operator.claimTtlSeconds - operator.claimMarginSeconds (%v): a pass would stop writing before its first renewal" $renew (subf $o.claimTtlSeconds $o.claimMarginSeconds)) }}
+{{- end }}
 {{- if and .Values.summarizer.create .Values.watchNamespaces (not (has (include "sso.summarizerNamespace" .) .Values.watchNamespaces)) }}
 {{- fail (printf "summarizer.namespace %q is not in watchNamespaces %v: the operator would never see it" (include "sso.summarizerNamespace" .) .Values.watchNamespaces) }}
 {{- end }}
