@@ -603,6 +603,32 @@ def test_claim_timings_the_operator_refuses_fail_the_render_with_a_message(
         assert "shorter than operator.claimTtlSeconds - operator.claimMarginSeconds" in loaded
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.sampled_from(["allowedEndpoints", "allowedModelUrls"]).flatmap(
+        lambda key: st.tuples(
+            st.just(key),
+            st.from_regex(
+                SCHEMA["properties"]["operator"]["properties"][key]["items"]["pattern"],
+                fullmatch=True,
+            ).filter(lambda u: len(u) <= 2048),
+        )
+    )
+)
+def test_every_url_prefix_the_schema_accepts_is_one_the_operator_reads(
+    tools: Path, setting: tuple[str, str]
+) -> None:
+    """operator.allowedEndpoints and allowedModelUrls: a prefix the schema lets through must
+    be one the operator reads, with nothing else (a comma would split it), or its Pod stops
+    at start (a crash loop) on its own allowlist."""
+    key, prefix = setting
+    loaded = operator_settings(tools, {"operator": {key: [prefix]}})
+    assert not isinstance(loaded, str) or SCHEMA_ERROR in loaded, loaded
+    if not isinstance(loaded, str):
+        field = re.sub(r"[A-Z]", lambda m: "_" + m.group(0).lower(), key)
+        assert [p.text for p in getattr(loaded, field)] == [prefix]
+
+
 def test_no_secret_is_readable_unless_the_values_name_it(control_plane: ControlPlane) -> None:
     """A secrets rule with empty resourceNames would grant every Secret: it must not exist."""
     docs = render(control_plane, "sec", "chart-validate")
