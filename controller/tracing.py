@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from opentelemetry import trace as otel
 
 from controller import metrics
+from controller.core.destinations import shown
 from controller.core.retention import parse_time
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,7 @@ def tracer_provider(env: Mapping[str, str]) -> otel.TracerProvider:
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     endpoint = next(env[v] for v in reversed(_ENDPOINT_VARIABLES) if env.get(v))
-    log.info("pass traces are exported over OTLP/HTTP (%s)", endpoint)
+    log.info("pass traces are exported over OTLP/HTTP (%s)", shown(endpoint))
     return provider
 
 

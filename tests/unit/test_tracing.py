@@ -4,6 +4,7 @@ bounds."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 
 from hypothesis import given, settings
@@ -154,3 +155,39 @@ def test_a_wait_to_give_way_is_queued_time_and_not_the_phase_around_it() -> None
     assert names.count("queued") == 1 and sorted(names) == ["embedded", "queued", "summarized"]
     assert trace.own["queued"] >= 50 * 10**6
     assert trace.own["summarized"] < 50 * 10**6  # the wait is not counted twice
+
+
+secrets = st.text(
+    alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", min_size=12
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    secrets,
+    secrets,
+    st.sampled_from(["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]),
+)
+def test_the_endpoint_is_logged_without_its_credentials(
+    password: str, token: str, variable: str
+) -> None:
+    """tracing.otlpEndpoint may carry a password or a token in its query: the start log line
+    names the collector, never them."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    tracing.log.addHandler(handler)
+    level = tracing.log.level
+    tracing.log.setLevel(logging.INFO)
+    endpoint = (
+        f"https://otel:{password}@collector.observability:4318/v1/traces?token={token}#{token}"
+    )
+    try:
+        provider = tracing.tracer_provider({variable: endpoint})
+        tracing.close(provider)
+    finally:
+        tracing.log.removeHandler(handler)
+        tracing.log.setLevel(level)
+    logged = " ".join(r.getMessage() for r in records)
+    assert "collector.observability:4318/v1/traces" in logged
+    assert password not in logged and token not in logged
