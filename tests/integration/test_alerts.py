@@ -6,13 +6,17 @@ parse (promtool) and, like the alerts, read only metrics the operator exports.""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from devenv.controlplane import REPO_ROOT, tools_bin_dir
 from tests.integration.harness import CHART_OFFLINE
@@ -152,3 +156,45 @@ def test_the_metric_name_reader_finds_metrics_not_functions_or_labels() -> None:
         "[$__rate_interval]))) / on() group_left sum(y_total offset 5m) > 1e6 and up"
     )
     assert metric_names(expr) == {"x_seconds_bucket", "y_total", "up"}
+
+
+THRESHOLDS = {
+    name: prop
+    for name, prop in json.loads((CHART / "values.schema.json").read_text())["properties"][
+        "prometheusRule"
+    ]["properties"].items()
+    if prop.get("type") in ("integer", "number")
+}
+
+
+def _threshold(prop: dict[str, Any]) -> st.SearchStrategy[Any]:
+    low = prop.get("minimum", prop.get("exclusiveMinimum", 0))
+    high = prop.get("maximum", 10**12)
+    ints = st.integers(math.ceil(low), math.floor(high)).filter(
+        lambda n: n != prop.get("exclusiveMinimum")
+    )
+    if prop["type"] == "integer":
+        return ints
+    floats = st.floats(low, high, exclude_min="exclusiveMinimum" in prop, allow_nan=False)
+    return st.one_of(ints, floats)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.fixed_dictionaries({k: _threshold(p) for k, p in THRESHOLDS.items()}))
+def test_every_threshold_the_schema_accepts_renders_rules_promtool_loads(
+    thresholds: dict[str, Any],
+) -> None:
+    """Helm reads a values file's numbers as floats and prints a million or more as 1e+06: a
+    duration like [1e+06m] would make the whole PrometheusRule unloadable."""
+    values = {"prometheusRule": {"enabled": True, **thresholds}}
+    res = subprocess.run(
+        [str(tool("helm")), "template", "sso", str(CHART), "-n", "agents", *CHART_OFFLINE,
+         "-f", "-", "--show-only", "templates/prometheusrule.yaml"],
+        input=yaml.safe_dump(values), capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    with tempfile.TemporaryDirectory() as where:
+        path = Path(where) / "rules.yaml"
+        path.write_text(yaml.safe_dump(yaml.safe_load(res.stdout)["spec"]))
+        checked = run(tool("promtool"), "check", "rules", path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
