@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -66,6 +67,11 @@ class PauseBeforeUpsert:
         self.seen += 1
         if self.seen == self.nth:
             os.kill(os.getpid(), signal.SIGSTOP)
+            # The stop reaches this thread some time after kill() returns (at once on a
+            # quiet machine, not under load): without the wait it could start its upsert
+            # first, whose answer then comes after the pause, past timeoutSeconds
+            # (http_deadline), and the write the test means to land late fails instead.
+            time.sleep(0.5)
 
 
 class _Watching(logging.Handler):
