@@ -1,20 +1,20 @@
-"""summaryctl's commands: sunset and check (the cluster), remember, summaries and summarize
-(the store), with Kubernetes and store errors turned into one line."""
+"""summaryctl's commands: sunset, rebuild, forget and check (the cluster), remember, summaries
+and summarize (the store), with Kubernetes and store errors turned into one line."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
 import json
 import os
 import sys
 import time
 import uuid
-from types import MappingProxyType
 from typing import Any
 
 from controller.cli.args import CliError, printable
-from controller.cli.failures import kube_call, store_errors, summarizer_object
+from controller.cli.failures import kube_call, summarizer_object
 from controller.core.text import ms_to_rfc3339
 
 # -- commands ------------------------------------------------------------------------------
@@ -39,18 +39,6 @@ def unserved(summarizer: dict[str, Any]) -> str | None:
 REPORT_GRACE_S = 20.0  # a new SessionSummarizer's first report, at the latest
 
 
-def _age_s(obj: dict[str, Any]) -> float:
-    """Seconds since the object was created, by this host's clock (a bound for a grace)."""
-    from controller.core.retention import parse_time
-
-    made = parse_time(obj["metadata"].get("creationTimestamp"))
-    return time.time() - made.timestamp() if made else float("inf")
-
-
-def cmd_sunset(args: argparse.Namespace) -> int:
-    return request_pass(args, trigger="sunset")
-
-
 def request_pass(
     args: argparse.Namespace,
     *,
@@ -62,16 +50,18 @@ def request_pass(
     """Creates or patches the session's SessionSummary to ask for a pass of `action` and,
     with --wait, waits for its end: exit 0 once the object reaches `done`."""
     from controller.core.naming import summary_object_name
+    from controller.core.retention import parse_time
     from controller.kube import client as kube
 
     existing = kube_call(kube.get_summary, args.namespace, summary_object_name(args.session_id))
     ref = args.summarizer or ((existing or {}).get("spec") or {}).get("summarizerRef", "default")
     # None: this identity may not read it. One just applied is reported on at the
-    # operator's next poll: given that long.
+    # operator's next poll: given that long (by this host's clock).
     while (summarizer := summarizer_object(args.namespace, ref, may_be_unreadable=True)) and (
         why := unserved(summarizer)
     ):
-        if _age_s(summarizer) >= REPORT_GRACE_S:
+        created = parse_time(summarizer["metadata"].get("creationTimestamp"))
+        if not created or time.time() - created.timestamp() >= REPORT_GRACE_S:
             raise CliError(f"{why}; nothing was changed")
         time.sleep(0.5)
     name, made = kube_call(
@@ -170,7 +160,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from controller.status.conditions import now_rfc3339
     from controller.status.requests import PROBE_REQUESTED
 
-    start, answered = time.monotonic(), False
+    start = time.monotonic()
     asked: str | None = ""  # the request's value; None: this identity may not make one
     while True:
         status = (summarizer_object(args.namespace, args.summarizer) or {}).get("status") or {}
@@ -230,8 +220,7 @@ def _full_document(store: Any, session_id: Any, document: str) -> str:
 def cmd_summaries(args: argparse.Namespace) -> int:
     from controller.cli.settings import open_store
 
-    store, _ = open_store(args)
-    with store_errors():
+    with open_store(args) as (store, _):
         rows = store.latest_summaries(args.limit)
         if args.full:
             rows = [(i, _full_document(store, m.get("sessionId"), d), m) for i, d, m in rows]
@@ -261,7 +250,6 @@ def cmd_remember(args: argparse.Namespace) -> int:
     given = (args.prompt is not None) + (args.response is not None)
     if given == 1 or args.sunset_marker == (given == 2):
         raise CliError("give --prompt and --response (an agent's turn), or --sunset-marker")
-    store, summarizer = open_store(args)
     meta: dict[str, Any] = {"sessionId": args.session_id, "timestamp": int(time.time() * 1000)}
     if args.sunset_marker:
         document, meta["type"] = "session sunset", SUNSET_MARKER_TYPE
@@ -270,7 +258,7 @@ def cmd_remember(args: argparse.Namespace) -> int:
         document = render_interaction_document(**turn)
         meta.update(type="agent-interaction", **turn)
     row_id = str(uuid.uuid4())
-    with store_errors():
+    with open_store(args) as (store, summarizer):
         store.add_memories([row_id], [document], [meta], create=True, embed=embedder(summarizer))
         count = store.count_session(args.session_id)
     where = f"{store.location.memory_collection!r} at {store.location.describe()}"
@@ -283,18 +271,8 @@ def cmd_remember(args: argparse.Namespace) -> int:
     return 0
 
 
-_OUTCOME_DETAIL = MappingProxyType(
-    {
-        "summarized": "{new} new memories, {passes} pass(es)",
-        "up-to-date": "already up to date",
-        "not-found": "no memories with this sessionId; nothing written",
-        "empty": "only excluded memory types; nothing written",
-    }
-)
-
-
 def cmd_summarize(args: argparse.Namespace) -> int:
-    from controller.cli.settings import summarize_backends
+    from controller.cli.settings import open_store, summarize_backends
     from controller.embeddings.minilm import EmbeddingError
     from controller.pipeline import summarize_session
     from controller.store.errors import EmbeddingMismatch, InvalidStoreConfig, StoreUnavailable
@@ -311,16 +289,16 @@ def cmd_summarize(args: argparse.Namespace) -> int:
             "claim; pass --bypass-claim to confirm that no operator is running against this "
             "store (otherwise use `summaryctl sunset`)"
         )
-    parts = summarize_backends(args)
     failures: list[str] = []
     not_found: list[str] = []
     total = len(args.session_ids)
-    for i, session_id in enumerate(args.session_ids, 1):
-        shown = f"[{i}/{total}] {printable(session_id)}"
-        with store_errors():  # a missing collection or a refused setting: stop here
+    with open_store(args) as (store, summarizer):
+        parts = summarize_backends(store, summarizer)
+        for i, session_id in enumerate(args.session_ids, 1):
+            shown = f"[{i}/{total}] {printable(session_id)}"
             try:
                 outcome = summarize_session(
-                    parts.store,
+                    store,
                     session_id,
                     embed=parts.embed,
                     writer=f"summaryctl@{os.uname().nodename}",
@@ -330,18 +308,21 @@ def cmd_summarize(args: argparse.Namespace) -> int:
                     visibility=parts.visibility,
                     redaction=parts.redaction,
                 )
-            except InvalidStoreConfig:
+            except InvalidStoreConfig:  # a refused setting: stop here (open_store says it)
                 raise
             except (StoreUnavailable, EmbeddingMismatch, EmbeddingError, ValueError) as exc:
                 failures.append(session_id)
                 print(f"{shown}: FAILED: {printable(exc)}", file=sys.stderr)
                 continue
-        if outcome.kind == "not-found":
-            not_found.append(session_id)
-        detail = _OUTCOME_DETAIL.get(outcome.kind, "").format(
-            new=outcome.new_memories, passes=outcome.passes
-        )
-        print(f"{shown}: {outcome.kind}" + (f" ({detail})" if detail else ""))
+            if outcome.kind == "not-found":
+                not_found.append(session_id)
+            detail = {
+                "summarized": f"{outcome.new_memories} new memories, {outcome.passes} pass(es)",
+                "up-to-date": "already up to date",
+                "not-found": "no memories with this sessionId; nothing written",
+                "empty": "only excluded memory types; nothing written",
+            }.get(outcome.kind)
+            print(f"{shown}: {outcome.kind}" + (f" ({detail})" if detail else ""))
     for ids, what in (
         (not_found, "no memories found for {} of {} session(s)"),
         (failures, "{} of {} session(s) failed"),
@@ -350,3 +331,87 @@ def cmd_summarize(args: argparse.Namespace) -> int:
             listed = ", ".join(map(printable, ids))
             print(f"summaryctl: {what.format(len(ids), total)}: {listed}", file=sys.stderr)
     return 1 if failures or not_found else 0
+
+
+def requester() -> str:
+    """Who runs summaryctl: the OS user and the kubeconfig's user, as far as they are known."""
+    try:
+        who = getpass.getuser()
+    except (KeyError, OSError):
+        who = "unknown user"
+    try:
+        from kubernetes import config
+
+        _, active = config.list_kube_config_contexts()
+        kube_user = (active or {}).get("context", {}).get("user")
+    except Exception:  # in a Pod, or no kubeconfig: the OS user says what is known
+        kube_user = None
+    return f"{who} via summaryctl" + (f" (kubeconfig user {kube_user})" if kube_user else "")
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    """Forgets the session: its summary and the operator's state (--memories: its memories
+    too, which needs --yes: they cannot be brought back)."""
+    if args.memories and not args.yes:
+        raise CliError(
+            f"--memories deletes every memory of session {args.session_id!r} from the memory "
+            "collection, for good; add --yes to confirm"
+        )
+    return request_pass(
+        args,
+        trigger="manual",
+        action="Forget",
+        done="Forgotten",
+        forget_memories=args.memories,
+        requested_by=requester(),
+    )
+
+
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    """Regenerates the session's summary from its living memories, replacing the old text;
+    with --all-with-secrets, asks that of every session whose stored state holds a secret."""
+    if not args.all_with_secrets:
+        if args.session_id is None:
+            raise CliError("name the session to rebuild (SESSION_ID), or --all-with-secrets")
+        return request_pass(args, trigger="manual", action="Rebuild", requested_by=requester())
+    if args.session_id is not None or args.wait or args.summarizer is None:
+        raise CliError(
+            "--all-with-secrets takes no SESSION_ID nor --wait and needs --summarizer NAME: "
+            "the store it writes and the redaction patterns it adds"
+        )
+    from controller.kube import client as kube
+
+    asked = {"summarizer": args.summarizer, "action": "Rebuild", "requested_by": requester()}
+    for session_id in (found := _with_secrets(args)):
+        kube_call(kube.request_summary, args.namespace, session_id, trigger="manual", **asked)
+        print(f"rebuild asked: {printable(session_id)}")
+    print(
+        f"{len(found)} session(s) with a secret stored; `kubectl -n {args.namespace} get "
+        "sessionsummaries` follows them"
+        if found
+        else "no stored summary holds a secret the redaction rules recognise"
+    )
+    return 0
+
+
+def _with_secrets(args: argparse.Namespace) -> list[str]:
+    """Sessions whose stored summary holds a secret the next pass would mask
+    (PassRedaction.prior)."""
+    from controller import backends
+    from controller.cli.settings import open_store
+    from controller.core.summary import UnreadablePriorSummary
+    from controller.redaction import PassRedaction
+
+    found: list[str] = []
+    with open_store(args) as (store, summarizer):
+        rules = backends.redaction_of(summarizer.spec)
+        for _, _, meta in store.latest_summaries(limit=2**62):
+            session_id = meta.get("sessionId")
+            mask = PassRedaction(rules)
+            try:
+                mask.prior(store.read_summary(session_id) if isinstance(session_id, str) else None)
+            except UnreadablePriorSummary as exc:  # the message names the session
+                print(f"not asked: {printable(str(exc))}", file=sys.stderr)
+            if mask.prior_found:
+                found.append(str(session_id))
+    return found

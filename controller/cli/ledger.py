@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from controller.cli.args import CliError, printable
-from controller.cli.failures import kube_call, store_errors
+from controller.cli.failures import kube_call
 from controller.core.text import json_value, ms_to_rfc3339
 
 
@@ -50,8 +50,7 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     """A session's ledger entry: the writer's state that the row no longer carries."""
     from controller.cli.settings import open_store
 
-    store, _ = open_store(args)
-    with store_errors():
+    with open_store(args) as (store, _):
         stored = store.stored_summary(args.session_id)
     if stored is None:
         raise CliError(
@@ -72,10 +71,9 @@ def cmd_handover(args: argparse.Namespace) -> int:
     from controller.cli.settings import open_store
     from controller.kube.client import core
 
-    store, _ = open_store(args)
-    kube_system = kube_call(lambda: core().read_namespace("kube-system"))
-    mine = str(getattr(kube_system.metadata, "uid", ""))
-    with store_errors():
+    with open_store(args) as (store, _):
+        kube_system = kube_call(lambda: core().read_namespace("kube-system"))
+        mine = str(getattr(kube_system.metadata, "uid", ""))
         others = [r for r in store.authorities() if r.uid != mine]
         store.remove_authorities([r.uid for r in others])
     for r in others:

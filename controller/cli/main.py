@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 from controller import cli as cli_package
@@ -23,12 +25,13 @@ from controller.cli.args import (
 )
 from controller.cli.commands import (
     cmd_check,
+    cmd_forget,
+    cmd_rebuild,
     cmd_remember,
     cmd_summaries,
     cmd_summarize,
-    cmd_sunset,
+    request_pass,
 )
-from controller.cli.erase import cmd_forget, cmd_rebuild
 from controller.cli.ledger import cmd_handover, cmd_ledger
 from controller.cli.verify import cmd_verify
 
@@ -124,16 +127,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser(
-        "sunset", help="force an immediate summary of a session (create/patch its SessionSummary)"
-    )
-    _add_request_args(p, "Summarized")
-    p.set_defaults(func=cmd_sunset)
+    def command(name: str, func: Callable[..., int], help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help)
+        p.set_defaults(func=func)
+        return p
 
-    p = sub.add_parser(
+    about = "force an immediate summary of a session (create/patch its SessionSummary)"
+    p = command("sunset", functools.partial(request_pass, trigger="sunset"), about)
+    _add_request_args(p, "Summarized")
+
+    p = command(
         "rebuild",
-        help="regenerate a session's summary from its living memories with the current "
-        "backend, replacing the old text (spec.action Rebuild)",
+        cmd_rebuild,
+        "regenerate a session's summary from its living memories with the current backend, "
+        "replacing the old text (spec.action Rebuild)",
     )
     _add_request_args(p, "Summarized", session_optional=True)
     p.add_argument(
@@ -143,12 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
         "a secret the redaction rules recognise (written before redaction); needs --summarizer",
     )
     # --all-with-secrets reads the store the SessionSummarizer names (its Secrets in -n).
-    p.set_defaults(func=cmd_rebuild, **dict.fromkeys(STORE_DEFAULTS))
+    p.set_defaults(**dict.fromkeys(STORE_DEFAULTS))
 
-    p = sub.add_parser(
+    p = command(
         "forget",
-        help="delete a session's summary and everything the operator keeps for it "
-        "(spec.action Forget); the sweep does not bring it back until new memories arrive",
+        cmd_forget,
+        "delete a session's summary and everything the operator keeps for it (spec.action "
+        "Forget); the sweep does not bring it back until new memories arrive",
     )
     _add_request_args(p, "Forgotten")
     p.add_argument(
@@ -157,24 +165,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="delete the session's memories from the memory collection too (needs --yes)",
     )
     p.add_argument("--yes", action="store_true", help="confirm --memories")
-    p.set_defaults(func=cmd_forget)
 
-    p = sub.add_parser(
+    p = command(
         "check",
-        help="is a SessionSummarizer Ready, measured now? prints every condition and when it "
-        "was measured; exit 1 unless Ready",
+        cmd_check,
+        "is a SessionSummarizer Ready, measured now? prints every condition and when it was "
+        "measured; exit 1 unless Ready",
     )
     _add_namespace(p, "namespace of the SessionSummarizer", "default")
     p.add_argument(
         "--summarizer", type=object_name_arg, default="default", help="its name (default: default)"
     )
     _add_wait(p, "measure again until Ready, up to this long (a first measurement: up to 30s)")
-    p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser(
+    p = command(
         "remember",
-        help="write a memory as an agent does: a turn (--prompt, --response) or a sunset "
-        "marker; creates the memory collection in an empty Chroma",
+        cmd_remember,
+        "write a memory as an agent does: a turn (--prompt, --response) or a sunset marker; "
+        "creates the memory collection in an empty Chroma",
     )
     p.add_argument("session_id", type=session_id_arg, metavar="SESSION_ID")
     p.add_argument("--prompt", type=text_arg, help="what the user asked")
@@ -188,10 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="instead of a turn: a sunset marker, asking for a summary now without Kubernetes "
         "credentials (docs/agents.md)",
     )
-    _add_store_args(p)
-    p.set_defaults(func=cmd_remember)
 
-    p = sub.add_parser("summaries", help="the newest summaries, newest first")
+    p = command("summaries", cmd_summaries, "the newest summaries, newest first")
     p.add_argument("--limit", type=positive_int_arg, default=5, help="how many (at least 1)")
     p.add_argument("--json", action="store_true")
     p.add_argument(
@@ -199,12 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="each summary whole, as its row and ledger keep it (documents are bounded)",
     )
-    _add_store_args(p)
-    p.set_defaults(func=cmd_summaries)
 
-    p = sub.add_parser(
+    p = command(
         "summarize",
-        help="recovery path: summarize sessions directly, no operator (with a summarizer's "
+        cmd_summarize,
+        "recovery path: summarize sessions directly, no operator (with a summarizer's "
         "settings: --summarizer or --summarizer-file)",
     )
     p.add_argument("session_ids", nargs="+", type=session_id_arg, metavar="SESSION_ID")
@@ -215,43 +220,31 @@ def build_parser() -> argparse.ArgumentParser:
         "operator writes to this store meanwhile (was --local)",
     )
     p.add_argument("--local", action="store_true", help=argparse.SUPPRESS)  # its old name
-    _add_store_args(p)
-    p.set_defaults(func=cmd_summarize)
 
-    p = sub.add_parser(
+    p = command(
         "ledger",
-        help="a session's ledger entry: the operator's state beside its row (when and by whom "
-        "it was written, coverage, references, the claim grant it was written under)",
+        cmd_ledger,
+        "a session's ledger entry: the operator's state beside its row (when and by whom it "
+        "was written, coverage, references, the claim grant it was written under)",
     )
     p.add_argument("session_id", type=session_id_arg, metavar="SESSION_ID")
     p.add_argument("--json", action="store_true", help="every key, and the row's document")
-    _add_store_args(p)
-    p.set_defaults(func=cmd_ledger)
 
-    p = sub.add_parser(
+    command(
         "handover",
-        help="hand the store to this cluster: other clusters' rows are taken over at once "
-        "(stop their operators first; docs/operations.md)",
+        cmd_handover,
+        "hand the store to this cluster: other clusters' rows are taken over at once (stop "
+        "their operators first; docs/operations.md)",
     )
-    _add_store_args(p)
-    p.set_defaults(func=cmd_handover)
 
-    p = sub.add_parser(
-        "verify", help="which memories of the sessions no summary covers (exit 1 when any)"
-    )
+    about = "which memories of the sessions no summary covers (exit 1 when any)"
+    p = command("verify", cmd_verify, about)
     p.add_argument("session_ids", nargs="+", type=session_id_arg, metavar="SESSION_ID")
     p.add_argument("--json", action="store_true")
-    _add_store_args(p)
-    p.set_defaults(func=cmd_verify)
 
+    for store_command in ("remember", "summaries", "summarize", "ledger", "handover", "verify"):
+        _add_store_args(sub.choices[store_command])  # after each command's own arguments
     return parser
-
-
-def _quiet_broken_pipe() -> None:
-    """`summaryctl summaries | head`: the reader left; no traceback at exit either."""
-    with contextlib.suppress(OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,8 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        _quiet_broken_pipe()
+    except BrokenPipeError:  # `summaryctl summaries | head`: no traceback at exit either
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except Exception as exc:  # a failure nobody named: still one line, never a traceback
         print(f"summaryctl: error: {type(exc).__name__}: {printable(exc)}", file=sys.stderr)

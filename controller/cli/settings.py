@@ -1,16 +1,14 @@
 """Where summaryctl's store commands get their settings: the SessionSummarizer the operator
-uses (--summarizer NAME -n NS, or --summarizer-file), so `summaryctl summarize` writes what
-the operator would (store, collections, embedding model, summarizer, reader tags); flags
-override its store. Without one: a spec's defaults (neo's collections, the local
-all-MiniLM-L6-v2, the extractive summarizer) and the flags. Secrets come from the
-environment (CHROMA_TOKEN, EMBEDDING_API_KEY, MODEL_API_KEY), else from the cluster.
-"""
+uses (--summarizer, --summarizer-file), else a spec's defaults, with the store flags over
+them, so `summaryctl summarize` writes what the operator would (docs/configuration.md)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -22,13 +20,13 @@ from pydantic import ValidationError
 from controller import backends
 from controller.api import API_VERSION, SUMMARIZER_KIND, SessionSummarizerSpec
 from controller.cli.args import CliError, check_chroma_url
-from controller.cli.failures import kube_call, summarizer_object
+from controller.cli.failures import kube_call, store_errors, summarizer_object
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
 from controller.embeddings.spec import build_embedding_function
 from controller.pipeline import Embedder
 from controller.store.connection import StoreLocation, connect
-from controller.store.errors import InvalidStoreConfig, StoreUnavailable
+from controller.store.errors import StoreUnavailable
 from controller.store.memory_store import MemoryStore
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
@@ -122,16 +120,18 @@ def store_location(args: argparse.Namespace, summarizer: SummarizerSettings) -> 
     )
 
 
-def open_store(args: argparse.Namespace) -> tuple[MemoryStore, SummarizerSettings]:
-    """The store the flags and the summarizer they name say, and that summarizer."""
+@contextlib.contextmanager
+def open_store(args: argparse.Namespace) -> Iterator[tuple[MemoryStore, SummarizerSettings]]:
+    """The store the flags and the summarizer they name say, and that summarizer; a store
+    failure inside is one line naming what to fix."""
     summarizer = load_summarizer(args)
     location = store_location(args, summarizer)
-    try:
-        return MemoryStore(connect(location), location), summarizer
-    except StoreUnavailable as exc:
-        raise CliError(f"{exc}; is the Chroma server running?") from exc
-    except InvalidStoreConfig as exc:
-        raise CliError(str(exc)) from exc
+    with store_errors():
+        try:
+            store = MemoryStore(connect(location), location)
+        except StoreUnavailable as exc:
+            raise CliError(f"{exc}; is the Chroma server running?") from exc
+        yield store, summarizer
 
 
 def embedder(summarizer: SummarizerSettings) -> Embedder:
@@ -144,9 +144,8 @@ def embedder(summarizer: SummarizerSettings) -> Embedder:
     return lambda texts: list(ef(texts))
 
 
-def summarize_backends(args: argparse.Namespace) -> backends.Backends:
+def summarize_backends(store: MemoryStore, summarizer: SummarizerSettings) -> backends.Backends:
     """What `summaryctl summarize` runs with: the operator's parts for that summarizer."""
-    store, summarizer = open_store(args)
     spec = summarizer.spec
     chosen: Summarizer = EXTRACTIVE
     if spec.model.backend != "extractive":

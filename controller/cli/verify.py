@@ -7,7 +7,6 @@ import json
 from typing import Any
 
 from controller.cli.args import CliError, printable
-from controller.cli.failures import store_errors
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -18,47 +17,46 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from controller.core.text import ms_to_rfc3339
     from controller.pipeline import prior_coverage
 
-    store, _ = open_store(args)
     reports = []
-    for session_id in args.session_ids:
-        with store_errors():
+    with open_store(args) as (store, _):
+        for session_id in args.session_ids:
             try:
                 prior = store.read_summary(session_id)
             except UnreadablePriorSummary as exc:
                 raise CliError(str(exc)) from exc
             rows = store.session_rows(session_id)
-        structured = prior if isinstance(prior, StructuredSummary) else None
-        covered = prior_coverage(structured)
-        found = uncovered(list(rows.keys), covered)
-        summarized = set(structured.untimed_ids if structured else ())
-        untimed = [
-            {"id": i, "timestamp": rows.untimed_values.get(i), "summarized": i in summarized}
-            for i in rows.untimed
-        ]
-        reports.append(
-            {
-                "sessionId": session_id,
-                "memories": rows.total,
-                "summary": "structured"
-                if structured
-                else ("earlier text only" if prior else "none"),
-                "uncovered": found.count + sum(not u["summarized"] for u in untimed),
-                "rows": [
-                    {"id": i, "timestamp": ms_to_rfc3339(ts), "why": why}
-                    for ts, i, why in found.rows
-                ],
-                "unreadableTimes": untimed,
-                "ranges": [
-                    {
-                        "from": ms_to_rfc3339(d.start) if d.start is not None else None,
-                        "to": ms_to_rfc3339(d.end) if d.end is not None else None,
-                        "uncovered": d.uncovered,
-                        "candidates": [i for _, i in rows],
-                    }
-                    for d, rows in found.unnamed
-                ],
-            }
-        )
+            structured = prior if isinstance(prior, StructuredSummary) else None
+            covered = prior_coverage(structured)
+            found = uncovered(list(rows.keys), covered)
+            summarized = set(structured.untimed_ids if structured else ())
+            untimed = [
+                {"id": i, "timestamp": rows.untimed_values.get(i), "summarized": i in summarized}
+                for i in rows.untimed
+            ]
+            reports.append(
+                {
+                    "sessionId": session_id,
+                    "memories": rows.total,
+                    "summary": "structured"
+                    if structured
+                    else ("earlier text only" if prior else "none"),
+                    "uncovered": found.count + sum(not u["summarized"] for u in untimed),
+                    "rows": [
+                        {"id": i, "timestamp": ms_to_rfc3339(ts), "why": why}
+                        for ts, i, why in found.rows
+                    ],
+                    "unreadableTimes": untimed,
+                    "ranges": [
+                        {
+                            "from": ms_to_rfc3339(d.start) if d.start is not None else None,
+                            "to": ms_to_rfc3339(d.end) if d.end is not None else None,
+                            "uncovered": d.uncovered,
+                            "candidates": [i for _, i in rows],
+                        }
+                        for d, rows in found.unnamed
+                    ],
+                }
+            )
     if args.json:
         print(json.dumps(reports, indent=2))
     for report in [] if args.json else reports:

@@ -1,5 +1,5 @@
 """Who asked for a forget or a rebuild (status/requests.py), and summaryctl's refusal to
-delete memories unconfirmed (cli/erase.py)."""
+delete memories unconfirmed (cli/commands.py)."""
 
 from __future__ import annotations
 
