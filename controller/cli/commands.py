@@ -17,8 +17,6 @@ from controller.cli.args import CliError, printable
 from controller.cli.failures import kube_call, summarizer_object
 from controller.core.text import ms_to_rfc3339
 
-# -- commands ------------------------------------------------------------------------------
-
 
 def unserved(summarizer: dict[str, Any]) -> str | None:
     """Why no operator serves this SessionSummarizer now (from its ReplicaActive condition
@@ -116,10 +114,6 @@ def request_pass(
     )
 
 
-DONE = ("Summarized", "Empty", "NotFound", "Failed", "Forgotten")
-NOT_YET = ("SessionClaimed", "Summarizing")
-
-
 def pass_outcome(obj: dict[str, Any]) -> tuple[str, str, str] | None:
     """(phase, reason, message) once the current request's pass has ended or failed (also
     Pending between retries); None while it is still to come or running."""
@@ -127,16 +121,18 @@ def pass_outcome(obj: dict[str, Any]) -> tuple[str, str, str] | None:
     generation = (obj.get("metadata") or {}).get("generation")
     if status.get("observedGeneration") != generation:
         return None
-    summarized: dict[str, Any] = next(
-        (c for c in status.get("conditions") or [] if c.get("type") == "Summarized"), {}
-    )
+    summarized = _conditions(status).get("Summarized", {})
     current = summarized.get("observedGeneration") in (None, generation)
     reason = str(summarized.get("reason", "")) if current else ""
     message = str(status.get("message", ""))
     phase = status.get("phase")
-    if phase in DONE:
+    if phase in ("Summarized", "Empty", "NotFound", "Failed", "Forgotten"):
         return str(phase), reason, message
-    failed = current and summarized.get("status") == "False" and reason not in ("", *NOT_YET)
+    failed = (
+        current
+        and summarized.get("status") == "False"
+        and reason not in ("", "SessionClaimed", "Summarizing")
+    )
     return ("Pending", reason, message) if phase == "Pending" and failed else None
 
 
@@ -153,8 +149,6 @@ ANSWER_SECONDS = 30.0  # how long check waits for the operator to measure anew
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Whether a SessionSummarizer is Ready, measured now (PROBE_REQUESTED; --wait: until
-    Ready); prints every condition with when it was measured."""
     from controller.api import GROUP, SUMMARIZER_PLURAL, VERSION
     from controller.kube import client as kube
     from controller.status.conditions import now_rfc3339
@@ -199,8 +193,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {c["type"]: c for c in status.get("conditions") or []}
+def _conditions(status: dict[str, Any]) -> dict[Any, dict[str, Any]]:
+    return {c.get("type"): c for c in status.get("conditions") or []}
 
 
 def _full_document(store: Any, session_id: Any, document: str) -> str:
@@ -350,8 +344,6 @@ def requester() -> str:
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
-    """Forgets the session: its summary and the operator's state (--memories: its memories
-    too, which needs --yes: they cannot be brought back)."""
     if args.memories and not args.yes:
         raise CliError(
             f"--memories deletes every memory of session {args.session_id!r} from the memory "
@@ -368,8 +360,6 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
-    """Regenerates the session's summary from its living memories, replacing the old text;
-    with --all-with-secrets, asks that of every session whose stored state holds a secret."""
     if not args.all_with_secrets:
         if args.session_id is None:
             raise CliError("name the session to rebuild (SESSION_ID), or --all-with-secrets")

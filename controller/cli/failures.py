@@ -37,7 +37,11 @@ def kube_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
             ) from exc
         said = {404: "not found: ", 403: FORBIDDEN, 422: "rejected by the API server: "}
         prefix = said.get(exc.status, f"Kubernetes API error {exc.status}: ")
-        raise CliError(prefix + _api_message(exc)) from exc
+        try:
+            message = str(json_value(exc.body or "").get("message"))
+        except (TypeError, ValueError, AttributeError):
+            message = str(exc.reason)
+        raise CliError(prefix + message) from exc
 
 
 def summarizer_object(
@@ -76,13 +80,6 @@ def _summarizers_elsewhere(name: str) -> str:
     same = [place.split("/")[0] for place in places if place.endswith(f"/{name}")]
     use = f"-n {same[0]}" if len(same) == 1 else "-n NAMESPACE --summarizer NAME"
     return f"SessionSummarizers: {', '.join(places[:10]) or 'none in any namespace'} (use {use})"
-
-
-def _api_message(exc: Any) -> str:
-    try:
-        return str(json_value(exc.body).get("message"))
-    except (TypeError, ValueError, AttributeError):
-        return str(exc.reason)
 
 
 @contextlib.contextmanager

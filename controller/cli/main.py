@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from controller import cli as cli_package
+from controller.cli import commands, ledger
 from controller.cli.args import (
     CliError,
     collection_arg,
@@ -23,17 +24,6 @@ from controller.cli.args import (
     session_id_arg,
     text_arg,
 )
-from controller.cli.commands import (
-    cmd_check,
-    cmd_forget,
-    cmd_rebuild,
-    cmd_remember,
-    cmd_summaries,
-    cmd_summarize,
-    request_pass,
-)
-from controller.cli.ledger import cmd_handover, cmd_ledger
-from controller.cli.verify import cmd_verify
 
 # -- the parser ----------------------------------------------------------------------------
 
@@ -133,12 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     about = "force an immediate summary of a session (create/patch its SessionSummary)"
-    p = command("sunset", functools.partial(request_pass, trigger="sunset"), about)
+    p = command("sunset", functools.partial(commands.request_pass, trigger="sunset"), about)
     _add_request_args(p, "Summarized")
 
     p = command(
         "rebuild",
-        cmd_rebuild,
+        commands.cmd_rebuild,
         "regenerate a session's summary from its living memories with the current backend, "
         "replacing the old text (spec.action Rebuild)",
     )
@@ -154,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command(
         "forget",
-        cmd_forget,
+        commands.cmd_forget,
         "delete a session's summary and everything the operator keeps for it (spec.action "
         "Forget); the sweep does not bring it back until new memories arrive",
     )
@@ -168,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command(
         "check",
-        cmd_check,
+        commands.cmd_check,
         "is a SessionSummarizer Ready, measured now? prints every condition and when it was "
         "measured; exit 1 unless Ready",
     )
@@ -180,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command(
         "remember",
-        cmd_remember,
+        commands.cmd_remember,
         "write a memory as an agent does: a turn (--prompt, --response) or a sunset marker; "
         "creates the memory collection in an empty Chroma",
     )
@@ -197,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
         "credentials (docs/agents.md)",
     )
 
-    p = command("summaries", cmd_summaries, "the newest summaries, newest first")
+    p = command("summaries", commands.cmd_summaries, "the newest summaries, newest first")
     p.add_argument("--limit", type=positive_int_arg, default=5, help="how many (at least 1)")
     p.add_argument("--json", action="store_true")
     p.add_argument(
@@ -208,7 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command(
         "summarize",
-        cmd_summarize,
+        commands.cmd_summarize,
         "recovery path: summarize sessions directly, no operator (with a summarizer's "
         "settings: --summarizer or --summarizer-file)",
     )
@@ -223,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command(
         "ledger",
-        cmd_ledger,
+        ledger.cmd_ledger,
         "a session's ledger entry: the operator's state beside its row (when and by whom it "
         "was written, coverage, references, the claim grant it was written under)",
     )
@@ -232,13 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     command(
         "handover",
-        cmd_handover,
+        ledger.cmd_handover,
         "hand the store to this cluster: other clusters' rows are taken over at once (stop "
         "their operators first; docs/operations.md)",
     )
 
     about = "which memories of the sessions no summary covers (exit 1 when any)"
-    p = command("verify", cmd_verify, about)
+    p = command("verify", ledger.cmd_verify, about)
     p.add_argument("session_ids", nargs="+", type=session_id_arg, metavar="SESSION_ID")
     p.add_argument("--json", action="store_true")
 

@@ -48,7 +48,8 @@ class SummarizerSettings:
     source: str | None  # how a message names it
 
 
-def _from_manifest(path: str, namespace: str | None) -> SummarizerSettings:
+def _manifest(path: str, namespace: str | None) -> tuple[Any, str]:
+    """The spec of the SessionSummarizer in the manifest at path, and its namespace."""
     try:
         doc = yaml.safe_load(Path(path).read_bytes())  # bytes: YAML's own UTF-8/16 reading
     except OSError as exc:
@@ -59,29 +60,23 @@ def _from_manifest(path: str, namespace: str | None) -> SummarizerSettings:
         raise CliError(f"{path} is not a {SUMMARIZER_KIND} manifest (apiVersion {API_VERSION})")
     meta = doc.get("metadata")
     ns = namespace or (meta.get("namespace") if isinstance(meta, dict) else None) or "default"
-    return SummarizerSettings(_parsed(doc.get("spec") or {}, path), str(ns), path)
-
-
-def _from_cluster(name: str, namespace: str) -> SummarizerSettings:
-    obj = summarizer_object(namespace, name) or {}
-    where = f"SessionSummarizer {namespace}/{name}"
-    return SummarizerSettings(_parsed(obj.get("spec") or {}, where), namespace, where)
-
-
-def _parsed(spec: Any, where: str) -> SessionSummarizerSpec:
-    try:
-        return SessionSummarizerSpec.model_validate(spec)
-    except ValidationError as exc:
-        raise CliError(f"invalid spec in {where}: {one_line(exc, 300)}") from exc
+    return doc.get("spec") or {}, str(ns)
 
 
 def load_summarizer(args: argparse.Namespace) -> SummarizerSettings:
     """The summarizer --summarizer or --summarizer-file names, else the spec's defaults."""
+    spec: Any = {}
+    namespace, source = args.namespace or "default", None
     if args.summarizer_file:
-        return _from_manifest(args.summarizer_file, args.namespace)
-    if args.summarizer:
-        return _from_cluster(args.summarizer, args.namespace or "default")
-    return SummarizerSettings(SessionSummarizerSpec(), args.namespace or "default", None)
+        source = args.summarizer_file
+        spec, namespace = _manifest(source, args.namespace)
+    elif args.summarizer:
+        source = f"SessionSummarizer {namespace}/{args.summarizer}"
+        spec = (summarizer_object(namespace, args.summarizer) or {}).get("spec") or {}
+    try:
+        return SummarizerSettings(SessionSummarizerSpec.model_validate(spec), namespace, source)
+    except ValidationError as exc:
+        raise CliError(f"invalid spec in {source}: {one_line(exc, 300)}") from exc
 
 
 def read_secret(spec_field: str, namespace: str, ref: Any, url: str) -> str:

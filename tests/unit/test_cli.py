@@ -453,8 +453,8 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from controller.cli.commands import unserved  # noqa: E402
+from controller.cli.ledger import _report_lines  # noqa: E402
 from controller.cli.main import build_parser  # noqa: E402
-from controller.cli.verify import _report_lines  # noqa: E402
 from controller.operator import quiet_timer_successes  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
