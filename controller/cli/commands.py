@@ -226,12 +226,10 @@ def cmd_summaries(args: argparse.Namespace) -> int:
     for row_id, document, meta in rows:
         when = meta.get("timestamp")
         stamp = ms_to_rfc3339(int(when)) if isinstance(when, int | float) else "?"
-        print(
-            f"== {row_id}  [{meta.get('category', '?')}] {stamp}  "
-            f"{meta.get('memoryCount', '?')} memories"
-        )
-        print(document.strip())
-        print()
+        count = meta.get("memoryCount", "?")
+        print(printable(f"== {row_id}  [{meta.get('category', '?')}] {stamp}  {count} memories"))
+        # A summary quotes its memories: an escape sequence in one is shown, not obeyed.
+        print(*map(printable, document.strip().split("\n")), sep="\n", end="\n\n")
     return 0
 
 

@@ -61,7 +61,7 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"document": document, "keys": keys}, indent=2, ensure_ascii=False))
     else:
-        print("\n".join(_ledger_lines(args.session_id, document, keys)))
+        print("\n".join(map(printable, _ledger_lines(args.session_id, document, keys))))
     return 0
 
 

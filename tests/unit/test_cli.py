@@ -669,3 +669,42 @@ def test_rebuild_all_with_secrets_refuses_a_wait_it_would_not_honour(
         code, out, err = run(argv)
     assert code == 2 and out == "", err
     assert "--wait" in err and "Kubernetes" not in err, err  # before any call
+
+
+# -- what the store holds reaches a terminal: an agent's text never drives it -------------
+
+
+@contextlib.contextmanager
+def a_store_holding(text: str) -> Iterator[None]:
+    """open_store yields a store whose every row and key carries text (an agent's memory
+    can: the summary quotes it, its id names it)."""
+
+    class Store:
+        def latest_summaries(self, limit: int) -> list[tuple[str, str, dict[str, object]]]:
+            meta = {"sessionId": text, "category": text, "timestamp": 1, "memoryCount": 1}
+            return [(f"summary_{text}", f"# {text}\n\n- {text}\n", meta)]
+
+        def stored_summary(self, session_id: str) -> tuple[str, dict[str, object]]:
+            return text, {"writer": text, "watermarkMemoryId": text, "triggerSource": text}
+
+    @contextlib.contextmanager
+    def open_store(args: object) -> Iterator[tuple[Store, None]]:
+        yield Store(), None
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("controller.cli.settings.open_store", open_store)
+        yield
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    text=st.text(max_size=30) | st.sampled_from(["\x1b[2J\x1b[31mred", "\x1b]0;title\x07", "\r"]),
+    argv=st.sampled_from([["summaries"], ["ledger", "s1"]]),
+)
+def test_text_from_the_store_reaches_the_terminal_escaped(text: str, argv: list[str]) -> None:
+    """A summary quotes its memories: an escape sequence in one is shown, not obeyed (it
+    could clear the screen, retitle the window, hide lines)."""
+    with a_store_holding(text):
+        code, out, err = run([*argv, "--chroma-url", REFUSED])
+    assert code == 0, err
+    assert all(c.isprintable() or c == "\n" for c in out), repr(out)
