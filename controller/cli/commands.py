@@ -19,8 +19,8 @@ from controller.core.text import ms_to_rfc3339
 
 
 def unserved(summarizer: dict[str, Any]) -> str | None:
-    """Why no operator serves this SessionSummarizer now (from its ReplicaActive condition
-    and status.activeReplica); None when one does."""
+    """Why no operator serves this SessionSummarizer now (its ReplicaActive condition); None
+    when one does."""
     meta, status = summarizer["metadata"], summarizer.get("status") or {}
     where = f"SessionSummarizer {meta['namespace']}/{meta['name']}"
     replica: dict[str, Any] = _conditions(status).get("ReplicaActive", {})

@@ -25,8 +25,6 @@ from controller.cli.args import (
     text_arg,
 )
 
-# -- the parser ----------------------------------------------------------------------------
-
 
 def _add_store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
@@ -88,17 +86,12 @@ def _add_request_args(
     p: argparse.ArgumentParser, done: str, *, session_optional: bool = False
 ) -> None:
     """SESSION_ID, -n, --summarizer and --wait: a request for a pass of the session."""
-    p.add_argument(
-        "session_id",
-        type=session_id_arg,
-        metavar="SESSION_ID",
-        nargs="?" if session_optional else None,
-    )
+    nargs = "?" if session_optional else None
+    p.add_argument("session_id", type=session_id_arg, metavar="SESSION_ID", nargs=nargs)
     _add_namespace(p, "namespace of the SessionSummary", "default")
     p.add_argument(
         "--summarizer",
         type=object_name_arg,
-        default=None,
         help="SessionSummarizer name: for a new object (default: default), and written to an "
         "existing one (without it, an existing object keeps its summarizer)",
     )
