@@ -1,10 +1,8 @@
-"""Kubernetes and store failures as summaryctl's one-line CliError, and the lookup of the
+"""Kubernetes failures as summaryctl's one-line CliError, and the lookup of the
 SessionSummarizer a command names."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any, cast
 
 from controller.cli.args import CliError
@@ -80,22 +78,3 @@ def _summarizers_elsewhere(name: str) -> str:
     same = [place.split("/")[0] for place in places if place.endswith(f"/{name}")]
     use = f"-n {same[0]}" if len(same) == 1 else "-n NAMESPACE --summarizer NAME"
     return f"SessionSummarizers: {', '.join(places[:10]) or 'none in any namespace'} (use {use})"
-
-
-@contextlib.contextmanager
-def store_errors() -> Iterator[None]:
-    """Every way a store call fails, as a CliError naming what to fix."""
-    from controller.store.errors import (
-        CollectionNotFound,
-        EmbeddingMismatch,
-        InvalidStoreConfig,
-        StoreUnavailable,
-    )
-
-    try:
-        yield
-    except CollectionNotFound as exc:
-        why = f"--{exc.role}-collection; reading never creates a collection"
-        raise CliError(f"{exc} ({why})") from exc
-    except (StoreUnavailable, EmbeddingMismatch, InvalidStoreConfig) as exc:
-        raise CliError(str(exc)) from exc

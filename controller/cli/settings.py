@@ -20,13 +20,18 @@ from pydantic import ValidationError
 from controller import backends
 from controller.api import API_VERSION, SUMMARIZER_KIND, SessionSummarizerSpec
 from controller.cli.args import CliError, check_chroma_url
-from controller.cli.failures import kube_call, store_errors, summarizer_object
+from controller.cli.failures import kube_call, summarizer_object
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
 from controller.embeddings.spec import build_embedding_function
 from controller.pipeline import Embedder
 from controller.store.connection import StoreLocation, connect
-from controller.store.errors import StoreUnavailable
+from controller.store.errors import (
+    CollectionNotFound,
+    EmbeddingMismatch,
+    InvalidStoreConfig,
+    StoreUnavailable,
+)
 from controller.store.memory_store import MemoryStore
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
@@ -117,16 +122,23 @@ def store_location(args: argparse.Namespace, summarizer: SummarizerSettings) -> 
 
 @contextlib.contextmanager
 def open_store(args: argparse.Namespace) -> Iterator[tuple[MemoryStore, SummarizerSettings]]:
-    """The store the flags and the summarizer they name say, and that summarizer; a store
-    failure inside is one line naming what to fix."""
+    """The store the flags and the summarizer they name say, and that summarizer; every way
+    a store call fails inside is one line naming what to fix."""
     summarizer = load_summarizer(args)
     location = store_location(args, summarizer)
-    with store_errors():
-        try:
-            store = MemoryStore(connect(location), location)
-        except StoreUnavailable as exc:
-            raise CliError(f"{exc}; is the Chroma server running?") from exc
+    try:
+        store = MemoryStore(connect(location), location)
+    except StoreUnavailable as exc:
+        raise CliError(f"{exc}; is the Chroma server running?") from exc
+    except InvalidStoreConfig as exc:
+        raise CliError(str(exc)) from exc
+    try:
         yield store, summarizer
+    except CollectionNotFound as exc:
+        why = f"--{exc.role}-collection; reading never creates a collection"
+        raise CliError(f"{exc} ({why})") from exc
+    except (StoreUnavailable, EmbeddingMismatch, InvalidStoreConfig) as exc:
+        raise CliError(str(exc)) from exc
 
 
 def embedder(summarizer: SummarizerSettings) -> Embedder:
