@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controller.cli.args import CliError, printable
 from controller.cli.failures import kube_call
 from controller.core.text import json_value, ms_to_rfc3339
+
+if TYPE_CHECKING:
+    from controller.core.summary import PriorSummary
+    from controller.store.session_listing import SessionRows
 
 
 def _when(ms: Any) -> str:
@@ -84,9 +88,7 @@ def cmd_handover(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from controller.cli.settings import open_store
-    from controller.core.coverage import uncovered
-    from controller.core.summary import StructuredSummary, UnreadablePriorSummary
-    from controller.pipeline import prior_coverage
+    from controller.core.summary import UnreadablePriorSummary
 
     reports = []
     with open_store(args) as (store, _):
@@ -95,44 +97,46 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 prior = store.read_summary(session_id)
             except UnreadablePriorSummary as exc:
                 raise CliError(str(exc)) from exc
-            rows = store.session_rows(session_id)
-            structured = prior if isinstance(prior, StructuredSummary) else None
-            covered = prior_coverage(structured)
-            found = uncovered(list(rows.keys), covered)
-            summarized = set(structured.untimed_ids if structured else ())
-            untimed = [
-                {"id": i, "timestamp": rows.untimed_values.get(i), "summarized": i in summarized}
-                for i in rows.untimed
-            ]
-            reports.append(
-                {
-                    "sessionId": session_id,
-                    "memories": rows.total,
-                    "summary": "structured"
-                    if structured
-                    else ("earlier text only" if prior else "none"),
-                    "uncovered": found.count + sum(not u["summarized"] for u in untimed),
-                    "rows": [
-                        {"id": i, "timestamp": ms_to_rfc3339(ts), "why": why}
-                        for ts, i, why in found.rows
-                    ],
-                    "unreadableTimes": untimed,
-                    "ranges": [
-                        {
-                            "from": ms_to_rfc3339(d.start) if d.start is not None else None,
-                            "to": ms_to_rfc3339(d.end) if d.end is not None else None,
-                            "uncovered": d.uncovered,
-                            "candidates": [i for _, i in rows],
-                        }
-                        for d, rows in found.unnamed
-                    ],
-                }
-            )
+            reports.append(_report(session_id, prior, store.session_rows(session_id)))
     if args.json:
         print(json.dumps(reports, indent=2))
     for report in [] if args.json else reports:
         print("\n".join(_report_lines(report)))
     return 1 if any(r["uncovered"] for r in reports) else 0
+
+
+def _report(session_id: str, prior: PriorSummary | None, rows: SessionRows) -> dict[str, Any]:
+    """verify's account of a session: the memories no pass of its summary has read."""
+    from controller.core.coverage import uncovered
+    from controller.core.summary import StructuredSummary
+    from controller.pipeline import prior_coverage
+
+    structured = prior if isinstance(prior, StructuredSummary) else None
+    found = uncovered(list(rows.keys), prior_coverage(structured))
+    summarized = set(structured.untimed_ids if structured else ())
+    untimed = [
+        {"id": i, "timestamp": rows.untimed_values.get(i), "summarized": i in summarized}
+        for i in rows.untimed
+    ]
+    return {
+        "sessionId": session_id,
+        "memories": rows.total,
+        "summary": "structured" if structured else "earlier text only" if prior else "none",
+        "uncovered": found.count + sum(not u["summarized"] for u in untimed),
+        "rows": [
+            {"id": i, "timestamp": ms_to_rfc3339(ts), "why": why} for ts, i, why in found.rows
+        ],
+        "unreadableTimes": untimed,
+        "ranges": [
+            {
+                "from": ms_to_rfc3339(d.start) if d.start is not None else None,
+                "to": ms_to_rfc3339(d.end) if d.end is not None else None,
+                "uncovered": d.uncovered,
+                "candidates": [i for _, i in candidates],
+            }
+            for d, candidates in found.unnamed
+        ],
+    }
 
 
 def _report_lines(report: dict[str, Any]) -> list[str]:
