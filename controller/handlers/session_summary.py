@@ -59,6 +59,7 @@ from controller.kube.claims import (
 from controller.pipeline import Outcome, PassInterrupted, summarize_session
 from controller.runtime import Runtime
 from controller.scheduling import BACKGROUND_TRIGGERS, Slack, slack_for
+from controller.status.conditions import spec_problems
 from controller.store.errors import (
     CollectionNotFound,
     EmbeddingMismatch,
@@ -278,7 +279,12 @@ async def summarize(
 ) -> None:
     assert namespace is not None  # SessionSummary is namespaced
     runtime = Runtime.of(memo)
-    parsed = SessionSummarySpec.model_validate(dict(spec))
+    try:
+        parsed = SessionSummarySpec.model_validate(dict(spec))
+    except ValidationError as exc:  # one the CRD let through (an older CRD stored it)
+        metrics.FAILURES.labels(reason="InvalidSpec").inc()
+        failure = Failure("InvalidSpec", spec_problems(exc), retry=False)
+        record_failure(body, patch, failure, logger, runtime.events)
     uid = str(body.metadata.get("uid") or "")
     generation = int(body.metadata.get("generation") or 0)
     started = time.monotonic()
@@ -349,7 +355,7 @@ async def summarize(
             trace.outcome = "failed"
             metrics.observe_summary("failed", time.monotonic() - started)
             metrics.FAILURES.labels(reason=failure.reason).inc()
-            record_failure(body, patch, failure, logger, parsed, runtime.events)
+            record_failure(body, patch, failure, logger, runtime.events)
         trace.outcome = outcome.kind
         metrics.observe_summary(outcome.kind, time.monotonic() - started)
         metrics.MODEL_TOKENS.inc(max(outcome.tokens_used, 0))

@@ -130,7 +130,6 @@ def record_failure(
     patch: kopf.Patch,
     failure: Failure,
     logger: kopf.Logger,
-    spec: SessionSummarySpec,
     events: EventRecorder,
 ) -> NoReturn:
     """Condition + Event; retry with exponential backoff. Failures are counted per
@@ -156,7 +155,7 @@ def record_failure(
         consecutive_failures=failures,
     )
     events.post(body, type_="Warning", reason=failure.reason, message=failure.message)
-    logger.warning("session %s: %s: %s", spec.session_id, failure.reason, message)
+    logger.warning("%s: %s", failure.reason, message)  # kopf's logger names the object
     if failure.retry:
         raise kopf.TemporaryError(failure.message, delay=delay) from None
     raise kopf.PermanentError(failure.message) from None

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 
+from pydantic import ValidationError
+
 from controller.api import Condition
+from controller.core.text import one_line
 
 
 def now_rfc3339(*, precise: bool = False) -> str:
@@ -27,3 +30,11 @@ def set_condition(
         transition = now or now_rfc3339()
     kept.append(new.model_copy(update={"last_transition_time": transition}))
     return sorted(kept, key=lambda c: c.type)
+
+
+def spec_problems(invalid: ValidationError) -> str:
+    """Each field of a spec the operator cannot use, and why: a condition's message."""
+    errors = invalid.errors()
+    return one_line(
+        "; ".join(f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors), 1000
+    )

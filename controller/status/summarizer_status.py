@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from controller.api import Condition, SessionSummarizerStatus
 from controller.core.destinations import SecretVerdict, shown
 from controller.core.text import one_line
-from controller.status.conditions import now_rfc3339, set_condition
+from controller.status.conditions import now_rfc3339, set_condition, spec_problems
 from controller.status.readiness import REQUIRED, WHEN_PRESENT, summarizer_readiness, with_derived
 
 INPUTS = frozenset((*REQUIRED, *WHEN_PRESENT))  # of Ready
@@ -63,12 +63,10 @@ def settled(status: SessionSummarizerStatus, generation: int | None) -> SessionS
 
 def spec_valid(invalid: ValidationError | None) -> Condition:
     """SpecValid: False with InvalidSpec naming each field the operator cannot use."""
-    errors = invalid.errors() if invalid else []
-    message = "; ".join(f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors)
-    reason, status = ("InvalidSpec", "False") if errors else ("SpecAccepted", "True")
-    return Condition(
-        type="SpecValid", status=status, reason=reason, message=one_line(message, 1000)
-    )
+    if invalid is None:
+        return Condition(type="SpecValid", status="True", reason="SpecAccepted", message="")
+    message = spec_problems(invalid)
+    return Condition(type="SpecValid", status="False", reason="InvalidSpec", message=message)
 
 
 def store_reachable(url: str, *, reason: str = "HeartbeatOK", message: str = "") -> Condition:

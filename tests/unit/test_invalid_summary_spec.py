@@ -1,0 +1,102 @@
+"""A SessionSummary whose spec the operator cannot use (one the CRD of the day admitted, an
+older CRD stored, or an edit slipped past it) says so on the object: phase Failed, Stalled,
+a Summarized condition and a Warning Event naming the field, and no retry until the spec
+changes. The summarize handler itself, called as kopf calls it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, cast
+
+import kopf
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from controller.api import SessionSummarySpec
+from controller.config import CONFIG
+from controller.handlers.session_summary import summarize
+from controller.kube.events import EventRecorder
+from controller.runtime import Runtime
+
+VALID = {"sessionId": "s-1", "summarizerRef": "default", "trigger": "manual"}
+# field -> values the operator refuses there (the CRD states the same rules today).
+REFUSED: dict[str, st.SearchStrategy[Any]] = {
+    "sessionId": st.one_of(
+        st.sampled_from(["", " ", "\t\n", "\u3000", None, 7, ["s"]]),
+        st.text(min_size=1025, max_size=1100),
+    ),
+    "summarizerRef": st.one_of(
+        st.sampled_from(["", "Upper", "-lead", "trail.", "a b", None]),
+        st.text(min_size=254, max_size=260, alphabet="a"),
+    ),
+    "trigger": st.text(max_size=20).filter(
+        lambda t: t not in ("sunset", "sweep", "manual", "sunset-marker", "refresh")
+    ),
+    "action": st.text(max_size=20).filter(lambda a: a not in ("Summarize", "Rebuild", "Forget")),
+    "forgetMemories": st.sampled_from(["sometimes", 2, [], {}]),
+    "requestedAt": st.one_of(st.text(min_size=65, max_size=80), st.integers()),
+}
+
+
+class Recorded(EventRecorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.posted: list[tuple[str, str, str]] = []
+
+    def post(self, obj: Any, *, type_: str, reason: str, message: str) -> None:
+        self.posted.append((type_, reason, message))
+
+
+@st.composite
+def invalid_specs(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
+    field = draw(st.sampled_from(sorted(REFUSED)))
+    spec = {**VALID, field: draw(REFUSED[field])}
+    if field == "sessionId" and draw(st.booleans()):
+        del spec["sessionId"]  # required: missing altogether
+    return field, spec
+
+
+def body_with(spec: dict[str, Any], status: dict[str, Any]) -> kopf.Body:
+    return kopf.Body({
+        "apiVersion": "memorycore.io/v1alpha1",
+        "kind": "SessionSummary",
+        "metadata": {"name": "s", "namespace": "ns", "uid": "u", "generation": 2},
+        "spec": spec,
+        "status": status,
+    })  # fmt: skip
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow])
+@given(
+    invalid=invalid_specs(),
+    status=st.sampled_from([{}, {"phase": "Summarized", "observedGeneration": 1}]),
+)
+def test_a_spec_the_operator_cannot_use_fails_once_naming_the_field(
+    invalid: tuple[str, dict[str, Any]], status: dict[str, Any]
+) -> None:
+    field, spec = invalid
+    with pytest.raises(ValidationError):
+        SessionSummarySpec.model_validate(spec)
+    events = Recorded()
+    runtime = Runtime(CONFIG, events, *cast(Any, (None, None, None, None)))
+    memo = kopf.Memo(runtime=runtime)
+    patch = kopf.Patch()
+    body = body_with(spec, status)
+    call = summarize(
+        body=body, spec=kopf.Spec(body), name="s", namespace="ns", patch=patch, retry=0,
+        logger=cast(Any, logging.getLogger("test")), memo=memo, summarizer_specs={},
+    )  # fmt: skip
+    with pytest.raises(kopf.PermanentError):  # not retried: only a new spec can pass
+        asyncio.run(call)
+    written = dict(patch["status"])
+    conditions = {c["type"]: c for c in written["conditions"]}
+    summarized = conditions["Summarized"]
+    assert written["phase"] == "Failed" and written["observedGeneration"] == 2
+    assert (summarized["status"], summarized["reason"]) == ("False", "InvalidSpec")
+    assert f"spec.{field}" in summarized["message"]
+    assert conditions["Stalled"]["status"] == "True"
+    assert conditions["Ready"]["status"] == "False"
+    assert events.posted == [("Warning", "InvalidSpec", summarized["message"])]
