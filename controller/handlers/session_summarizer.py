@@ -1,5 +1,6 @@
 """SessionSummarizer handlers: validate the config, report store/model health, and run the
-periodic sweep from a kopf timer.
+periodic work from kopf timers: the sweep, retention, a reconciliation step and the
+sunset-marker scan, each reporting on the status.
 
 kopf fixes a timer's interval when the handler is registered, so the timer ticks every
 SSO_SWEEP_TICK_SECONDS and the sweep runs when spec.sweep.intervalSeconds has passed since
@@ -9,10 +10,16 @@ status.lastSweepAt (which survives restarts and failover).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime as dt
+import functools
 import time
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from controller import metrics
@@ -25,13 +32,14 @@ from controller.api import (
     SessionSummarizerStatus,
 )
 from controller.config import CONFIG
+from controller.core.destinations import DestinationRefused
 from controller.core.fencing import AuthorityRecord, FenceUnavailable
 from controller.core.reconcile_plan import RowCursor
 from controller.core.requeue import to_ask_again_with_progress
 from controller.core.text import one_line
-from controller.handlers import summarizer_upkeep as upkeep
 from controller.kube import client as kube
 from controller.probes import health_conditions
+from controller.reconcile import ReconcileResult, reconcile_step
 from controller.runtime import Runtime
 from controller.status.conditions import now_rfc3339
 from controller.status.readiness import NOT_BLOCKING, REQUIRED
@@ -39,15 +47,31 @@ from controller.status.requests import PROBE_REQUESTED
 from controller.status.summarizer_status import (
     failed_sweep,
     spec_valid,
+    sunset_markers,
     sweep_failure,
     swept,
     with_conditions,
 )
-from controller.sweep import run_sweep
+from controller.store.errors import CollectionNotFound, InvalidStoreConfig, StoreUnavailable
+from controller.store.memory_store import MemoryStore
+from controller.sweep import (
+    MarkerScanResult,
+    apply_retention,
+    retention_policy,
+    run_marker_scan,
+    run_sweep,
+)
 
-
-def _status(body: kopf.Body) -> SessionSummarizerStatus:
-    return SessionSummarizerStatus.model_validate(dict(body.get("status") or {}))
+# What a store or its settings can raise: the sweep reports these on the SessionSummarizer;
+# the marker scan and the reconciliation leave them to it.
+STORE_ERRORS = (
+    StoreUnavailable,
+    kube.SecretError,
+    CollectionNotFound,
+    InvalidStoreConfig,
+    DestinationRefused,
+)
+T = TypeVar("T")
 
 
 def _validate(body: kopf.Body) -> SessionSummarizerSpec:
@@ -55,6 +79,66 @@ def _validate(body: kopf.Body) -> SessionSummarizerSpec:
         return SessionSummarizerSpec.model_validate(dict(body.get("spec") or {}))
     except ValidationError as exc:
         raise kopf.PermanentError(f"invalid spec: {one_line(exc, 300)}") from exc
+
+
+@dataclass(frozen=True)
+class _Tick:
+    """A SessionSummarizer as one tick of its timers works on it."""
+
+    body: kopf.Body
+    spec: SessionSummarizerSpec
+    namespace: str
+    name: str
+    logger: kopf.Logger
+    runtime: Runtime
+
+    @classmethod
+    def of(cls, body: kopf.Body, namespace: str | None, name: str, **kwargs: Any) -> _Tick:
+        assert namespace is not None  # SessionSummarizer is namespaced
+        logger, runtime = kwargs["logger"], Runtime.of(kwargs["memo"])
+        return cls(body, _validate(body), namespace, name, logger, runtime)
+
+    @functools.cached_property
+    def status(self) -> SessionSummarizerStatus:  # as the tick found it
+        return SessionSummarizerStatus.model_validate(dict(self.body.get("status") or {}))
+
+    @property
+    def generation(self) -> int | None:
+        return self.body.metadata.get("generation")
+
+    def store(self) -> contextlib.AbstractContextManager[MemoryStore]:
+        return self.runtime.parts.store(self.namespace, self.name, self.spec)
+
+    async def write(
+        self, change: Callable[[SessionSummarizerStatus], SessionSummarizerStatus]
+    ) -> tuple[SessionSummarizerStatus, SessionSummarizerStatus] | None:
+        """The status changed under its resourceVersion (kube.update_summarizer_status)."""
+        return await asyncio.to_thread(
+            kube.update_summarizer_status, self.namespace, self.name, change
+        )
+
+    async def set_fields(self, **fields: object) -> None:
+        await self.write(lambda st: st.model_copy(update=fields))
+
+    async def in_thread(self, what: str, work: Callable[[], T]) -> T | None:
+        """work() in a worker thread; None when it failed. A store error is the sweep's to
+        report; an API error waits for the next tick, never in the way of the sweep."""
+        try:
+            return await asyncio.to_thread(work)
+        except STORE_ERRORS as exc:
+            self.logger.debug("%s skipped: %s", what, one_line(exc, 300))
+        except ApiException as exc:
+            reason = one_line(exc.reason, 300)
+            self.logger.warning("%s failed: API %s: %s", what, exc.status, reason)
+        return None
+
+
+def due(last: str | None, interval_s: float) -> bool:
+    """Whether interval_s has passed since the RFC 3339 time last (never: due)."""
+    if last is None:
+        return True
+    then = dt.datetime.fromisoformat(last.replace("Z", "+00:00"))
+    return (dt.datetime.now(dt.UTC) - then).total_seconds() >= interval_s
 
 
 def _transitions(
@@ -91,7 +175,6 @@ async def take_summarizer_spec(
     probes are written, and failed SessionSummaries are asked again (new or changed)."""
     assert namespace is not None  # SessionSummarizer is namespaced
     runtime = Runtime.of(memo)
-    events = runtime.events
     generation = body.metadata.get("generation")
     await asyncio.to_thread(runtime.summarizer_seen, namespace, name, generation)
     if reason == "create":
@@ -110,7 +193,9 @@ async def take_summarizer_spec(
                 f"failed under this summarizer for a new pass (its spec {reason}d)"
             )
             logger.info(message)
-            events.post(body, type_="Normal", reason="FailedSummariesRequeued", message=message)
+            runtime.events.post(
+                body, type_="Normal", reason="FailedSummariesRequeued", message=message
+            )
 
 
 def sweep_due(spec: SessionSummarizerSpec, status: SessionSummarizerStatus, retry_s: float) -> bool:
@@ -118,7 +203,7 @@ def sweep_due(spec: SessionSummarizerSpec, status: SessionSummarizerStatus, retr
     collection yet, an unreachable store) again every retry_s, so it clears once fixed."""
     failed = any(c.type == "Swept" and c.status == "False" for c in status.conditions or [])
     every = min(retry_s, spec.sweep.interval_seconds) if failed else spec.sweep.interval_seconds
-    return spec.sweep.enabled and upkeep.due(status.last_sweep_at, every)
+    return spec.sweep.enabled and due(status.last_sweep_at, every)
 
 
 @kopf.on.delete(GROUP, VERSION, SUMMARIZER_PLURAL, optional=True)
@@ -165,103 +250,173 @@ async def _probe(
             runtime.events.post(body, type_="Normal", reason=cond.reason, message=cond.message)
 
 
-def _probes_due(
-    status: SessionSummarizerStatus, name: str, namespace: str, runtime: Runtime
-) -> bool:
+def _probes_due(tick: _Tick) -> bool:
     """While a probe's condition does not hold, every probe runs again after
     SSO_EMBEDDING_REPROBE_SECONDS (30), backing off (UpkeepState.probe_due): the conditions
     turn True once the store, the endpoint, the collection or the Secret is fixed."""
     failing = any(
         c.type in REQUIRED and c.status != "True" and (c.type, c.reason) not in NOT_BLOCKING
-        for c in status.conditions or []
+        for c in tick.status.conditions or []
     )
-    every = runtime.config.embedding_reprobe_seconds
-    return runtime.upkeep.probe_due(namespace, name, every, time.monotonic(), failing=failing)
+    every, now = tick.runtime.config.embedding_reprobe_seconds, time.monotonic()
+    return tick.runtime.upkeep.probe_due(tick.namespace, tick.name, every, now, failing=failing)
 
 
 @kopf.timer(GROUP, VERSION, SUMMARIZER_PLURAL, interval=CONFIG.claim_renew_period)
-async def renew_authority(
-    body: kopf.Body, name: str, namespace: str | None, logger: kopf.Logger, memo: kopf.Memo,
-    **_: Any,
-) -> None:  # fmt: skip
+async def renew_authority(body: kopf.Body, name: str, namespace: str | None, **kw: Any) -> None:
     """Renews this cluster's record in the store, so other clusters see it still writes
     (core/fencing.py); its own timer, which no sweep delays."""
-    assert namespace is not None
-    runtime, spec, now_ms = Runtime.of(memo), _validate(body), int(time.time() * 1000)
+    tick, now_ms = _Tick.of(body, namespace, name, **kw), int(time.time() * 1000)
 
     def renew() -> None:
-        mine = (runtime.fence_authority, CONFIG.replica_id, now_ms, CONFIG.claim_ttl_seconds)
-        with runtime.parts.store(namespace, name, spec) as store:
-            store.renew_authority(AuthorityRecord(*mine))
+        authority = tick.runtime.fence_authority
+        with tick.store() as store:
+            store.renew_authority(
+                AuthorityRecord(authority, CONFIG.replica_id, now_ms, CONFIG.claim_ttl_seconds)
+            )
 
     try:
         await asyncio.to_thread(renew)
-    except (*upkeep.STORE_ERRORS, FenceUnavailable) as exc:  # the sweep and passes report them
-        logger.debug("authority record not renewed: %s", one_line(exc, 300))
+    except (*STORE_ERRORS, FenceUnavailable) as exc:  # the sweep and passes report them
+        tick.logger.debug("authority record not renewed: %s", one_line(exc, 300))
 
 
 @kopf.timer(
     GROUP, VERSION, SUMMARIZER_PLURAL, interval=CONFIG.sweep_tick_seconds, initial_delay=1.0
 )
-async def sweep(
-    body: kopf.Body,
-    name: str,
-    namespace: str | None,
-    logger: kopf.Logger,
-    memo: kopf.Memo,
-    **_: Any,
-) -> None:
+async def sweep(body: kopf.Body, name: str, namespace: str | None, **kw: Any) -> None:
     """The sweep (Swept), retention and the reconciliation's steps, on its own clock (the
     marker scan has a timer of its own: scan_markers)."""
-    assert namespace is not None
-    runtime = Runtime.of(memo)
-    spec = _validate(body)
-    status = _status(body)
+    tick = _Tick.of(body, namespace, name, **kw)
+    spec, status = tick.spec, tick.status
     asked = (body.metadata.get("annotations") or {}).get(PROBE_REQUESTED)
     now = asked is not None and asked != status.last_handled_probe_request  # summaryctl check
-    if now or _probes_due(status, name, namespace, runtime):
-        await _probe(body, spec, namespace, name, runtime)
-    await upkeep.retention(spec, namespace, name, status, logger, runtime)
+    if now or _probes_due(tick):
+        await _probe(body, spec, tick.namespace, name, tick.runtime)
+    await _retention(tick)
     if spec.reconcile.enabled:  # whether or not sweeps are: the backstop of every pass
-        await upkeep.reconcile(body, spec, namespace, name, logger, runtime)
-    if sweep_due(spec, status, runtime.config.embedding_reprobe_seconds) or (
-        now and spec.sweep.enabled
-    ):
-        await _sweep(body, spec, namespace, name, status, logger, runtime)
+        await _reconcile(tick)
+    retry_s = tick.runtime.config.embedding_reprobe_seconds
+    if sweep_due(spec, status, retry_s) or (now and spec.sweep.enabled):
+        await _sweep(tick)
     if now:  # what `summaryctl check` waits for: probes and sweep ran after its request
-        answered = {"last_handled_probe_request": asked}
-        write = kube.update_summarizer_status
-        await asyncio.to_thread(write, namespace, name, lambda st: st.model_copy(update=answered))
+        await tick.set_fields(last_handled_probe_request=asked)
 
 
 @kopf.timer(
     GROUP, VERSION, SUMMARIZER_PLURAL, interval=CONFIG.sweep_tick_seconds, initial_delay=1.0
 )
-async def scan_markers(
-    body: kopf.Body, name: str, namespace: str | None, logger: kopf.Logger, memo: kopf.Memo,
-    **_: Any,
-) -> None:  # fmt: skip
+async def scan_markers(body: kopf.Body, name: str, namespace: str | None, **kw: Any) -> None:
     """The sunset-marker scan (SunsetMarkers) every tick, after the sweep's watermark. A
     timer of its own: a sweep that measures hundreds of active sessions on a busy store
-    takes minutes, and a marker is a session that ended, not to wait for it."""
-    assert namespace is not None
-    spec, watermark = _validate(body), _status(body).watermark
-    if spec.sweep.enabled and watermark is not None:
-        await upkeep.marker_scan(body, spec, namespace, name, watermark, logger, Runtime.of(memo))
+    takes minutes, and a marker is a session that ended, not to wait for it. It owns the
+    SunsetMarkers condition and leaves store errors to the sweep to report."""
+    tick = _Tick.of(body, namespace, name, **kw)
+    since, runtime = tick.status.watermark, tick.runtime
+    if not tick.spec.sweep.enabled or since is None:
+        return
+    generation = tick.generation  # of the spec the scan runs with
+
+    def scan() -> MarkerScanResult:
+        with tick.store() as store:
+            return run_marker_scan(
+                store,
+                tick.spec,
+                namespace=tick.namespace,
+                summarizer_name=name,
+                watermark_ms=since,
+                memory=runtime.upkeep.markers(tick.namespace, name),
+            )
+
+    markers = await tick.in_thread("marker scan", scan)
+    if markers is None:
+        return
+    requested = [sid for sid, _ in markers.requested]
+    invalid = [m.describe() for m in markers.invalid]
+    cond = sunset_markers(requested, invalid, markers.markers_only)
+    if cond is not None:
+        await tick.write(lambda st: with_conditions(st, [cond], generation=generation))
+        kind = "Warning" if cond.status == "False" else "Normal"
+        runtime.events.post(body, type_=kind, reason=cond.reason, message=cond.message)
+        tick.logger.info(
+            "marker scan by %s (%d markers read in %.0f ms, %d waiting for a pass "
+            "under way, %d left for the next tick): %s",
+            CONFIG.replica_id,
+            markers.scanned,
+            markers.duration_s * 1000,
+            markers.waiting,
+            markers.left,
+            cond.message,
+        )
 
 
-async def _sweep(
-    body: kopf.Body,
-    spec: SessionSummarizerSpec,
-    namespace: str,
-    name: str,
-    status: SessionSummarizerStatus,
-    logger: kopf.Logger,
-    runtime: Runtime,
-) -> None:
+async def _retention(tick: _Tick) -> None:
+    """Deletes the summarizer's finished objects past their phase's TTL, once per
+    spec.sweep.intervalSeconds (also when sweeps are off: retention is not the sweep's)."""
+    spec = tick.spec
+    if retention_policy(spec).keeps_everything or not due(
+        tick.status.last_retention_at, spec.sweep.interval_seconds
+    ):
+        return
+    at = now_rfc3339()
+
+    def retain() -> int:
+        with tick.runtime.scheduler.background() as pause:
+            return apply_retention(
+                spec, namespace=tick.namespace, summarizer_name=tick.name, pause=pause
+            )
+
+    deleted = await tick.in_thread("retention", retain)
+    if deleted is None:
+        return
+    if deleted:
+        tick.logger.info(
+            "retention by %s: deleted %d expired SessionSummaries", CONFIG.replica_id, deleted
+        )
+    await tick.set_fields(last_retention_at=at, deleted_by_retention=deleted)
+
+
+async def _reconcile(tick: _Tick) -> None:
+    """One step of the reconciliation (sweep.reconcile_step); a store it cannot reach is the
+    sweep's to report."""
+    state = tick.runtime.upkeep.reconciler(tick.namespace, tick.name)
+
+    def step_once() -> ReconcileResult:
+        with tick.store() as store, tick.runtime.scheduler.background() as pause:
+            return reconcile_step(
+                store,
+                tick.spec,
+                namespace=tick.namespace,
+                summarizer_name=tick.name,
+                now_ms=int(time.time() * 1000),
+                monotonic=time.monotonic(),
+                state=state,
+                pause=pause,
+            )
+
+    step = await tick.in_thread("reconciliation", step_once)
+    if step is None:
+        return
+    done = step.finished
+    metrics.observe_reconcile(step.read, step.uncovered if done is not None else None)
+    if done is None:
+        return
+    seconds = (int(time.time() * 1000) - done.started_ms) / 1000
+    message = (
+        f"reconciled {done.rows} memories in {seconds:.0f}s: {step.uncovered} not accounted "
+        f"for by a summary, in {step.sessions} sessions to summarize"
+    )
+    await tick.set_fields(
+        reconciled_at=now_rfc3339(), reconciled_rows=done.rows, uncovered_found=step.uncovered
+    )
+    tick.logger.info("reconciliation by %s: %s", CONFIG.replica_id, message)
+    if step.uncovered:
+        tick.runtime.events.post(tick.body, type_="Normal", reason="Reconciled", message=message)
+
+
+async def _sweep(tick: _Tick) -> None:
     """One sweep: the sessions it finds asked for, its figures and Swept written."""
-    events = runtime.events
-    generation = body.metadata.get("generation")
+    spec, status, events, generation = tick.spec, tick.status, tick.runtime.events, tick.generation
     cursor = (
         RowCursor(status.appended_offset, status.appended_last_id)
         if status.appended_offset is not None
@@ -269,15 +424,12 @@ async def _sweep(
     )
 
     def sweep_store() -> Any:
-        with (
-            runtime.parts.store(namespace, name, spec) as store,
-            runtime.scheduler.background() as pause,
-        ):
+        with tick.store() as store, tick.runtime.scheduler.background() as pause:
             return run_sweep(
                 store,
                 spec,
-                namespace=namespace,
-                summarizer_name=name,
+                namespace=tick.namespace,
+                summarizer_name=tick.name,
                 watermark_ms=status.watermark,
                 cursor=cursor,
                 pause=pause,
@@ -285,48 +437,41 @@ async def _sweep(
 
     try:
         result = await asyncio.to_thread(sweep_store)
-    except upkeep.STORE_ERRORS as exc:
+    except STORE_ERRORS as exc:
         failure, at = sweep_failure(exc), now_rfc3339()
-        written = await asyncio.to_thread(
-            kube.update_summarizer_status,
-            namespace,
-            name,
-            lambda st: failed_sweep(st, failure, at, generation),
-        )
+        written = await tick.write(lambda st: failed_sweep(st, failure, at, generation))
         said = failure[0]
         if written is not None and any(changed for _, changed in _transitions(written[0], failure)):
-            events.post(body, type_="Warning", reason=said.reason, message=said.message)
-        logger.warning("sweep failed: %s: %s", said.reason, said.message)
+            events.post(tick.body, type_="Warning", reason=said.reason, message=said.message)
+        tick.logger.warning("sweep failed: %s: %s", said.reason, said.message)
         return
-    plan = result.plan
+    plan, applied = result.plan, result.applied
     if not result.aligned:  # the appended-rows cursor lost its place: walk now
-        runtime.upkeep.reconciler(namespace, name).due_now = True
+        tick.runtime.upkeep.reconciler(tick.namespace, tick.name).due_now = True
     metrics.observe_sweep(result.duration_s, plan.found)
-    metrics.REFRESH_REQUESTS.inc(result.applied.refreshed)
+    metrics.REFRESH_REQUESTS.inc(applied.refreshed)
     message = (
         f"scanned {result.scanned} new memories and {result.appended} added rows: "
         f"{plan.found} stale, {len(plan.still_active)} "
-        f"still active, {len(plan.fresh)} fresh; created {result.applied.created}, "
-        f"patched {result.applied.patched}, refreshed {result.applied.refreshed} grown active "
-        f"sessions, {result.applied.in_flight} already in flight, "
-        f"{result.applied.left} left for later"
+        f"still active, {len(plan.fresh)} fresh; created {applied.created}, "
+        f"patched {applied.patched}, refreshed {applied.refreshed} grown active "
+        f"sessions, {applied.in_flight} already in flight, "
+        f"{applied.left} left for later"
     )
-    logger.info("sweep by %s: %s", CONFIG.replica_id, message)
+    tick.logger.info("sweep by %s: %s", CONFIG.replica_id, message)
     figures: dict[str, object] = {
         "last_sweep_at": now_rfc3339(),
         "candidates_found": plan.found,
-        "deferred": result.applied.left,
-        "created": result.applied.created,
-        "patched": result.applied.patched,
+        "deferred": applied.left,
+        "created": applied.created,
+        "patched": applied.patched,
         "scanned_memories": result.scanned + result.appended,
         "watermark": plan.next_watermark_ms,
     }
     if result.cursor:
         figures.update(appended_offset=result.cursor.offset, appended_last_id=result.cursor.last_id)
-
-    def report(st: SessionSummarizerStatus) -> SessionSummarizerStatus:
-        return swept(st, figures, message, spec.store.url, result.duration_s, generation)
-
-    await asyncio.to_thread(kube.update_summarizer_status, namespace, name, report)
-    if result.applied.created or result.applied.patched or result.applied.refreshed:
-        events.post(body, type_="Normal", reason="Swept", message=message)
+    await tick.write(
+        lambda st: swept(st, figures, message, spec.store.url, result.duration_s, generation)
+    )
+    if applied.created or applied.patched or applied.refreshed:
+        events.post(tick.body, type_="Normal", reason="Swept", message=message)
