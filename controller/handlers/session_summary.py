@@ -23,7 +23,6 @@ from pydantic import ValidationError
 
 from controller import metrics
 from controller.api import GROUP, SUMMARY_PLURAL, VERSION, SessionSummarizerSpec, SessionSummarySpec
-from controller.backends import Backends
 from controller.config import CONFIG, backoff_seconds
 from controller.core.claim_rules import Writer
 from controller.core.destinations import (
@@ -68,7 +67,6 @@ from controller.store.errors import (
 )
 from controller.summarizers.chat_prompt import InvalidModelOutput, ModelUnavailable
 from controller.tracing import PassTrace
-from controller.upsert import WriteGuard
 
 WAIT_JITTER = 0.25  # of each wait for another writer's claim, added at random
 log = logging.getLogger("controller.handlers.session_summary")
@@ -156,45 +154,9 @@ def failures_shown(*, invalid_spec: bool = False) -> Iterator[None]:
         raise
 
 
-def summarize_blocking(
-    runtime: Runtime,
-    backends: Backends,
-    spec: SessionSummarySpec,
-    guard: WriteGuard,
-    writer_object: str,
-    trace: PassTrace,
-) -> Outcome:
-    phase = trace.giving_way(runtime.scheduler.give_way)
-    with failures_shown():
-        if spec.action == "Forget":
-            return forget_session(
-                backends.store, spec.session_id, memories=spec.forget_memories, guard=guard
-            )
-        return summarize_session(
-            backends.store,
-            spec.session_id,
-            embed=backends.embed,
-            writer=runtime.config.replica_id,
-            trigger=spec.trigger,
-            excluded_types=backends.excluded_types,
-            summarizer=backends.summarizer,
-            guard=guard,
-            writer_object=writer_object,
-            visibility=backends.visibility,
-            redaction=backends.redaction,
-            stop=runtime.stopping.is_set,
-            group=runtime.scheduler.store_write,
-            rebuild=spec.action == "Rebuild",
-            phase=phase,
-        )
-
-
 def summarize_claimed(
     runtime: Runtime,
-    namespace: str,
-    name: str,
-    uid: str,
-    generation: int,
+    body: kopf.Body,
     spec: SessionSummarySpec,
     summarizer_spec: dict[str, Any] | None,
     seen: Sightings,
@@ -207,8 +169,9 @@ def summarize_claimed(
     PassInterrupted when the operator is stopping, before the claim or at a chunk boundary."""
     if runtime.stopping.is_set():
         raise PassInterrupted("the operator is stopping; the next replica resumes this pass")
+    namespace, name = str(body.metadata.namespace), str(body.metadata.name)
     summarizer = _summarizer(namespace, spec, summarizer_spec)
-    config = runtime.config
+    config, giving_way = runtime.config, trace.giving_way(runtime.scheduler.give_way)
     with contextlib.ExitStack() as held:
         # The SessionSummarizer's live parts (the runtime's, built on first use), held for
         # the pass; a store found unreachable on the way out is reconnected next time.
@@ -221,16 +184,16 @@ def summarize_claimed(
             session_id=spec.session_id,
             collection_id=location.row_scope,
             collection=f"{location.describe()} {location.summary_collection}",
-            writer=Writer(config.replica_id, uid, f"{namespace}/{name}"),
+            writer=Writer(config.replica_id, str(body.metadata.uid or ""), f"{namespace}/{name}"),
             duration_s=config.claim_ttl_seconds,
             margin_s=config.claim_margin_seconds,
             renew_s=config.claim_renew_period,
-            generation=generation,
+            generation=int(body.metadata.get("generation") or 0),
             seen=seen,
             authorities=backends.store.read_authority,
         )
         # Like every step of a pass, the claim's API calls wait while a first summary runs.
-        with trace.giving_way(runtime.scheduler.give_way)("claimed"), failures_shown():
+        with giving_way("claimed"), failures_shown():
             handle.authority = runtime.fence_authority
             handle.acquire()
         # Phase Summarizing only for a pass still running after a while (a timer's thread);
@@ -239,28 +202,35 @@ def summarize_claimed(
         saying.daemon = True
         try:
             saying.start()
-            outcome = summarize_blocking(
-                runtime, backends, spec, handle, f"{namespace}/{name}", trace
-            )
+            with failures_shown():
+                if spec.action == "Forget":
+                    outcome = forget_session(
+                        backends.store, spec.session_id, memories=spec.forget_memories, guard=handle
+                    )
+                else:
+                    outcome = summarize_session(
+                        backends.store,
+                        spec.session_id,
+                        embed=backends.embed,
+                        writer=config.replica_id,
+                        trigger=spec.trigger,
+                        excluded_types=backends.excluded_types,
+                        summarizer=backends.summarizer,
+                        guard=handle,
+                        writer_object=f"{namespace}/{name}",
+                        visibility=backends.visibility,
+                        redaction=backends.redaction,
+                        stop=runtime.stopping.is_set,
+                        group=runtime.scheduler.store_write,
+                        rebuild=spec.action == "Rebuild",
+                        phase=giving_way,
+                    )
             return dataclasses.replace(outcome, taken_over=handle.took_over)
         finally:
             saying.cancel()
             if saying.is_alive():  # its patch under way: the outcome's status comes after it
                 saying.join()
             handle.release()  # best effort: never raises
-
-
-def _say_started(namespace: str, name: str, body: kopf.Body, trigger: str) -> Callable[[], None]:
-    """Writes phase Summarizing for a pass holding its claim after SSO_SUMMARIZING_AFTER_
-    SECONDS (one waiting for a claim stays Pending). Best effort, the outcome is written."""
-
-    def started() -> None:
-        try:
-            kube.patch_summary_status(namespace, name, summarizing_status(body, trigger))
-        except (ApiException, urllib3.exceptions.HTTPError) as exc:
-            log.warning("could not mark %s/%s Summarizing: %s", namespace, name, exc)
-
-    return started
 
 
 @kopf.on.create(GROUP, VERSION, SUMMARY_PLURAL)
@@ -282,11 +252,9 @@ async def summarize(
     try:
         parsed = SessionSummarySpec.model_validate(dict(spec))
     except ValidationError as exc:  # one the CRD let through (an older CRD stored it)
-        metrics.FAILURES.labels(reason="InvalidSpec").inc()
         failure = Failure("InvalidSpec", spec_problems(exc), retry=False)
         record_failure(body, patch, failure, logger, runtime.events)
     uid = str(body.metadata.get("uid") or "")
-    generation = int(body.metadata.get("generation") or 0)
     started = time.monotonic()
     # Written a summary before: this pass is a re-summary (scheduling: it may wait a bit).
     slack = slack_for(
@@ -295,7 +263,6 @@ async def summarize(
     summarizer_spec = lookup_summarizer_spec(
         indexes["summarizer_specs"], namespace, parsed.summarizer_ref
     )
-    on_start = _say_started(namespace, name, body, parsed.trigger)
     trace = PassTrace(
         runtime.traces, parsed.session_id, parsed.trigger, f"{namespace}/{name}",
         parsed.requested_at if retry == 0 else None,
@@ -304,13 +271,20 @@ async def summarize(
     # kopf's memo of this object (kept between attempts, dropped with the object).
     seen = memo.setdefault("claim", Sightings())
 
+    def say_started() -> None:
+        """Phase Summarizing for a pass holding its claim after SSO_SUMMARIZING_AFTER_SECONDS
+        (one waiting for a claim stays Pending). Best effort: the outcome is written."""
+        try:
+            kube.patch_summary_status(namespace, name, summarizing_status(body, parsed.trigger))
+        except (ApiException, urllib3.exceptions.HTTPError) as exc:
+            log.warning("could not mark %s/%s Summarizing: %s", namespace, name, exc)
+
     def job() -> Outcome:
         metrics.observe_queue_wait(slack.name.lower(), time.monotonic() - started)
         trace.add("queued", trace.begun_ns, time.time_ns())
         return summarize_claimed(
-            runtime, namespace, name, uid, generation, parsed, summarizer_spec, seen,
-            started=on_start, trace=trace,
-        )  # fmt: skip
+            runtime, body, parsed, summarizer_spec, seen, started=say_started, trace=trace
+        )
 
     with trace:  # every attempt's trace ends, however it ends
         try:
@@ -354,7 +328,6 @@ async def summarize(
         except Failure as failure:
             trace.outcome = "failed"
             metrics.observe_summary("failed", time.monotonic() - started)
-            metrics.FAILURES.labels(reason=failure.reason).inc()
             record_failure(body, patch, failure, logger, runtime.events)
         trace.outcome = outcome.kind
         metrics.observe_summary(outcome.kind, time.monotonic() - started)

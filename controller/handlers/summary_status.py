@@ -46,14 +46,6 @@ def current_status(body: kopf.Body) -> SessionSummaryStatus:
     return SessionSummaryStatus.model_validate(dict(body.get("status") or {}))
 
 
-def _phase_since(previous: SessionSummaryStatus, phase: Phase, generation: Any) -> str:
-    """lastPhaseTransitionTime: now when the phase, or the request it answers, changed."""
-    same = previous.phase == phase and previous.observed_generation == generation
-    if same and previous.last_phase_transition_time:
-        return previous.last_phase_transition_time
-    return now_rfc3339()
-
-
 def status_with(
     body: kopf.Body,
     *,
@@ -68,6 +60,9 @@ def status_with(
     previous = current_status(body)
     generation = body.metadata.get("generation")
     conditions = previous.conditions
+    # lastPhaseTransitionTime: now when the phase, or the request it answers, changed.
+    same = previous.phase == phase and previous.observed_generation == generation
+    since = (same and previous.last_phase_transition_time) or now_rfc3339()
     if ok is not None:
         status = "True" if ok else "False"
         also = (Condition(type=CONDITION, status=status, reason=reason, message=message), *also)
@@ -78,7 +73,7 @@ def status_with(
     return previous.model_copy(
         update={
             "phase": phase,
-            "last_phase_transition_time": _phase_since(previous, phase, generation),
+            "last_phase_transition_time": since,
             "observed_generation": generation,
             "message": message,
             "conditions": conditions,
@@ -136,6 +131,7 @@ def record_failure(
     generation (kopf keeps retrying an unfinished handler across spec changes), so the gate
     resets on a spec change, and on success. The Event carries the failure's own message,
     so the same failure again is counted on the same Event (EventRecorder)."""
+    metrics.FAILURES.labels(reason=failure.reason).inc()
     previous = current_status(body)
     same_generation = previous.observed_generation == body.metadata.get("generation")
     failures = (previous.consecutive_failures or 0) + 1 if same_generation else 1
@@ -258,40 +254,24 @@ def report(
             "now, so they neither keep the session active nor sort its summary first"
         )
         events.post(body, type_="Warning", reason="UntrustedMemoryTime", message=warning)
-    # Nothing to write: (phase, reason, Event type, message) by outcome.
-    nothing: dict[str, tuple[Phase, str, str, str]] = {
-        "not-found": (
-            "NotFound",
-            "SessionNotFound",
-            "Warning",
-            f"no memory carries sessionId {spec.session_id!r}; "
-            + ("its summary went with them" if outcome.dropped_items else "nothing was written"),
-        ),
-        "empty": (
-            "Empty",
-            "NoSummarizableMemories",
-            "Normal",
-            f"the session's {outcome.memory_count} memories are all excluded types "
-            "(spec.excludedMemoryTypes of the summarizer, or sunset markers); "
-            + (
-                "its summary went with the memories it came from"
-                if outcome.dropped_items
-                else "nothing was written"
-            ),
-        ),
-    }
-    if outcome.kind in nothing:
-        phase, reason, event_type, message = nothing[outcome.kind]
-        record(
-            body,
-            patch,
-            phase=phase,
-            reason=reason,
-            message=message,
-            ok=False,
-            also=(times,),
-            **common,
-        )
+    if outcome.kind in ("not-found", "empty"):  # nothing to write
+        went = outcome.dropped_items  # the summary went with the memories it came from
+        phase: Phase
+        if outcome.kind == "not-found":
+            phase, reason, event_type = "NotFound", "SessionNotFound", "Warning"
+            said = "its summary went with them" if went else "nothing was written"
+            message = f"no memory carries sessionId {spec.session_id!r}; {said}"
+        else:
+            phase, reason, event_type = "Empty", "NoSummarizableMemories", "Normal"
+            said = (
+                "its summary went with the memories it came from" if went else "nothing was written"
+            )
+            message = (
+                f"the session's {outcome.memory_count} memories are all excluded types "
+                f"(spec.excludedMemoryTypes of the summarizer, or sunset markers); {said}"
+            )
+        common.update(also=(times,))
+        record(body, patch, phase=phase, reason=reason, message=message, ok=False, **common)
         events.post(body, type_=event_type, reason=reason, message=message)
         return
     summary = outcome.summary
@@ -322,16 +302,8 @@ def report(
             model_tokens=outcome.tokens_used,
             provenance=provenance,
         )
-    record(
-        body,
-        patch,
-        phase="Summarized",
-        reason=reason,
-        message=message,
-        ok=True,
-        also=(single_writer(body, spec, outcome, events), times),
-        **common,
-    )
+    common.update(also=(single_writer(body, spec, outcome, events), times))
+    record(body, patch, phase="Summarized", reason=reason, message=message, ok=True, **common)
     # An Event says what changed: a first summary, a recovery, a rebuild; a summary brought
     # up to date once more is in the status (summarizedAt, memoryCount), not in an Event.
     first = (body.get("status") or {}).get("phase") != "Summarized"
