@@ -79,7 +79,7 @@ class Runtime:
         weights = MiniLMWeights()
         return cls(
             config=config,
-            events=events or EventRecorder(instance=config.replica_id).start(),
+            events=events or EventRecorder(instance=config.replica_id),
             scheduler=scheduler,
             weights=weights,
             parts=SummarizerParts(scheduler, weights),

@@ -7,7 +7,7 @@ finds the name taken counts on that Event, so a restart or failover continues a 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from cachetools import LRUCache
 
@@ -41,42 +41,28 @@ def event_name(key: EventKey) -> str:
     return f"{base}.{digest}" if base else digest
 
 
-@dataclass(frozen=True)
-class Decision:
-    """Create the Event (count 1), or patch it to this count (first_timestamp kept); also
-    what the log remembers of a key."""
-
-    name: str
-    count: int
-    first_timestamp: str
-
-    @property
-    def create(self) -> bool:
-        return self.count == 1
-
-
 class EventLog:
-    """The keys this process posted recently, least recently used first out."""
+    """The count of each key this process posted recently, least recently used first out."""
 
     def __init__(self, size: int = CACHE_SIZE) -> None:
         if size < 1:
             raise ValueError("size must be at least 1")
-        self._seen: LRUCache[EventKey, Decision] = LRUCache(size)
+        self._counts: LRUCache[EventKey, int] = LRUCache(size)
 
-    def observe(self, key: EventKey, now: str) -> Decision:
-        """What to do for one more occurrence of key at now, and remember it."""
-        seen = self._seen.get(key)
-        new = replace(seen, count=seen.count + 1) if seen else Decision(event_name(key), 1, now)
-        self._seen[key] = new
-        return new
+    def observe(self, key: EventKey) -> int:
+        """The count of one more occurrence of key, remembered: 1 creates the Event (named
+        event_name(key)), more patches its count."""
+        count = self._counts.get(key, 0) + 1
+        self._counts[key] = count
+        return count
 
-    def learned(self, key: EventKey, count: int, first_timestamp: str) -> None:
+    def learned(self, key: EventKey, count: int) -> None:
         """The Event already existed (another process, or before a restart): its count."""
-        self._seen[key] = Decision(event_name(key), count, first_timestamp)
+        self._counts[key] = count
 
     def forget(self, key: EventKey) -> None:
         """The Event is gone (expired by the apiserver's event TTL): the next is new."""
-        self._seen.pop(key, None)
+        self._counts.pop(key, None)
 
     def __len__(self) -> int:
-        return len(self._seen)
+        return len(self._counts)

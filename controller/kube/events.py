@@ -8,26 +8,19 @@ import logging
 import queue
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, cast
 
 import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from controller.core.event_aggregation import EventKey, EventLog
+from controller.core.event_aggregation import EventKey, EventLog, event_name
 from controller.kube import client as kube
 from controller.status.conditions import now_rfc3339
 
 log = logging.getLogger("controller.kube.events")
 COMPONENT = "session-summary-operator"
 MESSAGE_MAX = 1024
-
-
-@dataclass(frozen=True)
-class _Pending:
-    ref: dict[str, Any]  # V1ObjectReference's arguments: the model is made by the sender
-    key: EventKey
 
 
 def object_reference(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -43,6 +36,10 @@ def object_reference(obj: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+# V1ObjectReference's arguments (the model is made by the sender), and the Event's key.
+Pending = tuple[dict[str, Any], EventKey]
+
+
 class EventRecorder:
     """Posts Events in the background, aggregated as client-go's recorder does."""
 
@@ -51,16 +48,9 @@ class EventRecorder:
     ) -> None:
         self.component, self.instance = component, instance
         self._log = EventLog()
-        self._queue: queue.Queue[_Pending | None] = queue.Queue(queue_size)
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    def start(self) -> EventRecorder:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="events", daemon=True)
-                self._thread.start()
-        return self
+        self._queue: queue.Queue[Pending | None] = queue.Queue(queue_size)
+        self._thread = threading.Thread(target=self._run, name="events", daemon=True)
+        self._thread.start()
 
     def post(self, obj: Mapping[str, Any], *, type_: str, reason: str, message: str) -> None:
         """An Event on obj, or one more count on the same Event posted before."""
@@ -76,64 +66,55 @@ class EventRecorder:
             message=message[:MESSAGE_MAX],
             component=self.component,
         )
-        self.start()
         try:
-            self._queue.put_nowait(_Pending(ref, key))
+            self._queue.put_nowait((ref, key))
         except queue.Full:
             log.warning("event queue full: dropped %s %s on %s", type_, reason, key.name)
 
     def close(self, timeout: float = 2.0) -> None:
         """Posts what is queued (for at most timeout seconds) and stops."""
-        thread = self._thread
-        if thread is None:
-            return
         try:
             self._queue.put(None, timeout=timeout)
         except queue.Full:
             return
-        thread.join(timeout)
+        self._thread.join(timeout)
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
+            ref, key = item
             try:
-                self._send(item)
+                self._send(ref, key)
             except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-                log.warning(
-                    "could not post Event %s on %s: %s", item.key.reason, item.key.name, exc
-                )
+                log.warning("could not post Event %s on %s: %s", key.reason, key.name, exc)
             except Exception:  # never let one Event stop the others
-                log.exception("could not post Event %s on %s", item.key.reason, item.key.name)
+                log.exception("could not post Event %s on %s", key.reason, key.name)
 
-    def _send(self, item: _Pending) -> None:
-        key, now = item.key, now_rfc3339()
-        decision = self._log.observe(key, now)
-        if not decision.create:
+    def _send(self, ref: dict[str, Any], key: EventKey) -> None:
+        name, now, count = event_name(key), now_rfc3339(), self._log.observe(key)
+        if count > 1:
             try:
-                self._patch(key, decision.name, decision.count, now)
+                self._patch(key, name, count, now)
                 return
             except ApiException as exc:
                 if exc.status != 404:
                     raise
             self._log.forget(key)  # expired by the apiserver's event TTL: a new one
-            self._log.observe(key, now)
+            self._log.observe(key)
         try:
-            self._create(item, decision.name, now)
+            self._create(ref, key, name, now)
         except ApiException as exc:
             if exc.status != 409:
                 raise
             # Posted before by another replica or before a restart: count on it.
-            existing = kube.core().read_namespaced_event(decision.name, key.namespace)
+            existing = kube.core().read_namespaced_event(name, key.namespace)
             count = int(existing.count or 1) + 1
-            first = existing.first_timestamp
-            first_s = first.strftime("%Y-%m-%dT%H:%M:%SZ") if first else now
-            self._patch(key, decision.name, count, now)
-            self._log.learned(key, count, first_s)
+            self._patch(key, name, count, now)
+            self._log.learned(key, count)
 
-    def _create(self, item: _Pending, name: str, now: str) -> None:
-        key = item.key
+    def _create(self, ref: dict[str, Any], key: EventKey, name: str, now: str) -> None:
         event = client.CoreV1Event(
             metadata=client.V1ObjectMeta(name=name, namespace=key.namespace),
-            involved_object=client.V1ObjectReference(**item.ref),
+            involved_object=client.V1ObjectReference(**ref),
             type=key.type,
             reason=key.reason,
             message=key.message,

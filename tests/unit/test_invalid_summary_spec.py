@@ -42,8 +42,7 @@ REFUSED: dict[str, st.SearchStrategy[Any]] = {
 
 
 class Recorded(EventRecorder):
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self) -> None:  # no sender thread: nothing is sent
         self.posted: list[tuple[str, str, str]] = []
 
     def post(self, obj: Any, *, type_: str, reason: str, message: str) -> None:
