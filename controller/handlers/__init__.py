@@ -1,6 +1,6 @@
-"""kopf handlers, one module per resource, and the indexes they look things up in.
+"""kopf handlers, one module per resource, and the index they look things up in.
 Importing this package registers them."""
 
-from controller.handlers import indexes, session_summarizer, session_summary
+from controller.handlers import session_summarizer, session_summary
 
-__all__ = ["indexes", "session_summarizer", "session_summary"]
+__all__ = ["session_summarizer", "session_summary"]

@@ -41,8 +41,7 @@ from controller.kube import client as kube
 from controller.probes import health_conditions
 from controller.reconcile import ReconcileResult, reconcile_step
 from controller.runtime import Runtime
-from controller.status.conditions import now_rfc3339
-from controller.status.readiness import NOT_BLOCKING, REQUIRED
+from controller.status.conditions import NOT_BLOCKING, REQUIRED, now_rfc3339
 from controller.status.requests import PROBE_REQUESTED
 from controller.status.summarizer_status import (
     failed_sweep,

@@ -22,7 +22,14 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from controller import metrics
-from controller.api import GROUP, SUMMARY_PLURAL, VERSION, SessionSummarizerSpec, SessionSummarySpec
+from controller.api import (
+    GROUP,
+    SUMMARIZER_PLURAL,
+    SUMMARY_PLURAL,
+    VERSION,
+    SessionSummarizerSpec,
+    SessionSummarySpec,
+)
 from controller.config import CONFIG, backoff_seconds
 from controller.core.claim_rules import Writer
 from controller.core.destinations import (
@@ -38,7 +45,6 @@ from controller.core.text import one_line
 from controller.core.waiting import wait_delay
 from controller.embeddings.minilm import EmbeddingError
 from controller.erasure import forget_session
-from controller.handlers.indexes import lookup_summarizer_spec
 from controller.handlers.summary_status import (
     DONE_PHASES,
     Failure,
@@ -90,10 +96,19 @@ def needs_pass_on_resume(body: kopf.Body, **_: Any) -> bool:
     return not done or status.get("observedGeneration") != body.metadata.get("generation")
 
 
+@kopf.index(GROUP, VERSION, SUMMARIZER_PLURAL)
+def summarizer_specs(
+    namespace: str | None, name: str, spec: kopf.Spec, **_: Any
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """Every SessionSummarizer's spec by (namespace, name): what a pass looks up, kept
+    current by kopf's watch instead of read with a GET on every summary."""
+    return {(namespace or "", name): dict(spec)}
+
+
 def _summarizer(
     namespace: str, spec: SessionSummarySpec, summarizer_spec: dict[str, Any] | None
 ) -> SessionSummarizerSpec:
-    """The SessionSummarizer's spec from the index (handlers/indexes.py); a miss (the index
+    """The SessionSummarizer's spec from the index (summarizer_specs); a miss (the index
     lags a just-created summarizer) is asked of the API."""
     if summarizer_spec is None and (found := kube.get_summarizer(namespace, spec.summarizer_ref)):
         summarizer_spec = dict(found.get("spec") or {})
@@ -245,7 +260,7 @@ async def summarize(
     retry: int,
     logger: kopf.Logger,
     memo: kopf.Memo,
-    **indexes: Any,  # kopf passes every index by name (handlers/indexes.py)
+    **indexes: Any,  # kopf passes every index by name (summarizer_specs)
 ) -> None:
     assert namespace is not None  # SessionSummary is namespaced
     runtime = Runtime.of(memo)
@@ -260,9 +275,8 @@ async def summarize(
     slack = slack_for(
         parsed.trigger, has_summary=bool((body.get("status") or {}).get("summarizedAt"))
     )
-    summarizer_spec = lookup_summarizer_spec(
-        indexes["summarizer_specs"], namespace, parsed.summarizer_ref
-    )
+    found = indexes["summarizer_specs"].get((namespace, parsed.summarizer_ref))
+    summarizer_spec = next(iter(found), None) if found else None
     trace = PassTrace(
         runtime.traces, parsed.session_id, parsed.trigger, f"{namespace}/{name}",
         parsed.requested_at if retry == 0 else None,

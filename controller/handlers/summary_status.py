@@ -1,5 +1,5 @@
 """A SessionSummary's status (phase, message, Summarized and the derived conditions of
-status/readiness.py) from an Outcome or a Failure, and the Events a user must see."""
+status/conditions.py) from an Outcome or a Failure, and the Events a user must see."""
 
 from __future__ import annotations
 
@@ -22,8 +22,7 @@ from controller.core.text import ms_to_rfc3339
 from controller.kube.claims import ClaimHeld
 from controller.kube.events import EventRecorder
 from controller.pipeline import Outcome
-from controller.status.conditions import now_rfc3339, set_condition
-from controller.status.readiness import summary_readiness, with_derived
+from controller.status.conditions import now_rfc3339, set_condition, summary_readiness, with_derived
 from controller.status.requests import asked_by
 
 CONDITION = "Summarized"

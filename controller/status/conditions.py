@@ -1,12 +1,20 @@
-"""A condition set on a status, and the times a status states (RFC 3339, UTC)."""
+"""A condition set on a status, the times a status states (RFC 3339, UTC), and Ready,
+Reconciling and Stalled on both kinds, derived from what each object's status already says
+(never set by a handler) every time its status is written. Pure.
+
+kstatus (Flux, kpt, `kubectl wait`) reads observedGeneration, then Reconciling True as in
+progress and Stalled True as failed; Ready is the Kubernetes convention (Argo CD's check in
+docs/operations.md). A derived condition that does not hold is left out, except Ready.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from controller.api import Condition
+from controller.api import Condition, Phase
 from controller.core.text import one_line
 
 
@@ -38,3 +46,77 @@ def spec_problems(invalid: ValidationError) -> str:
     return one_line(
         "; ".join(f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors), 1000
     )
+
+
+READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
+DERIVED = (READY, RECONCILING, STALLED)
+# What a SessionSummarizer needs to do its work, in the order a failure is named.
+REQUIRED = ("SecretsAllowed", "StoreReachable", "EmbeddingReady", "ModelReady", "ReplicaActive")
+# Counted only when present (no sweep has run, or sweeps are off; no spec check yet).
+WHEN_PRESENT = ("Swept", "SpecValid")
+NOT_BLOCKING = frozenset({("SecretsAllowed", "SecretNotAnnotated")})
+
+
+def _cond(type_: str, status: str, reason: str, message: str, generation: int | None) -> Condition:
+    return Condition(
+        type=type_, status=status, reason=reason, message=message, observed_generation=generation
+    )
+
+
+def summary_readiness(
+    phase: Phase | None, reason: str, message: str, generation: int | None
+) -> list[Condition]:
+    """The derived conditions of a SessionSummary in this phase (those that hold):
+    Summarized, Empty, Forgotten are Ready; NotFound, Failed Stalled; the rest Reconciling."""
+    if phase in ("Summarized", "Empty", "Forgotten"):
+        holding = [(READY, "True")]
+    elif phase in ("NotFound", "Failed"):
+        holding = [(READY, "False"), (STALLED, "True")]
+    else:
+        holding = [(READY, "False"), (RECONCILING, "True")]
+    return [_cond(type_, status, reason, message, generation) for type_, status in holding]
+
+
+def summarizer_readiness(
+    conditions: Sequence[Condition], generation_now: int | None = None
+) -> list[Condition]:
+    """The derived conditions of a SessionSummarizer with these (owned) conditions: Ready when
+    every required one is True (SecretNotAnnotated aside) and the last sweep, if any, ran;
+    Stalled with the first failing one's reason; Reconciling while one is not reported yet.
+    observedGeneration: the inputs' oldest (none yet: generation_now)."""
+    found = {c.type: c for c in conditions if c.type not in DERIVED}
+    inputs = [found[t] for t in (*REQUIRED, *WHEN_PRESENT) if t in found]
+    generations = [c.observed_generation for c in inputs if c.observed_generation is not None]
+    generation = min(generations) if generations else generation_now
+    failing = [c for c in inputs if c.status == "False" and (c.type, c.reason) not in NOT_BLOCKING]
+    if failing:
+        first = failing[0]
+        message = f"{first.type}: {first.message}"
+        more = len(failing) - 1
+        if more:
+            message += f" (and {more} more: {', '.join(c.type for c in failing[1:])})"
+        return [
+            _cond(READY, "False", first.reason, message, generation),
+            _cond(STALLED, "True", first.reason, message, generation),
+        ]
+    waiting = [t for t in REQUIRED if t not in found or found[t].status == "Unknown"]
+    if waiting:
+        message = "not reported yet: " + ", ".join(waiting)
+        return [
+            _cond(READY, "Unknown", "ChecksPending", message, generation),
+            _cond(RECONCILING, "True", "ChecksPending", message, generation),
+        ]
+    message = "store, model and embedding answer; " + found["ReplicaActive"].message
+    return [_cond(READY, "True", "Healthy", message, generation)]
+
+
+def with_derived(
+    conditions: Sequence[Condition] | None, derived: Sequence[Condition], now: str | None = None
+) -> list[Condition]:
+    """The conditions with the derived ones replaced by `derived` (a derived type not in it
+    is removed; lastTransitionTime moves only on a status change, as set_condition does)."""
+    wanted = {d.type for d in derived}
+    merged = [c for c in conditions or [] if c.type not in DERIVED or c.type in wanted]
+    for cond in derived:
+        merged = set_condition(merged, cond, now=now)
+    return merged

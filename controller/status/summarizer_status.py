@@ -14,8 +14,15 @@ from pydantic import ValidationError
 from controller.api import Condition, SessionSummarizerStatus
 from controller.core.destinations import SecretVerdict, shown
 from controller.core.text import one_line
-from controller.status.conditions import now_rfc3339, set_condition, spec_problems
-from controller.status.readiness import REQUIRED, WHEN_PRESENT, summarizer_readiness, with_derived
+from controller.status.conditions import (
+    REQUIRED,
+    WHEN_PRESENT,
+    now_rfc3339,
+    set_condition,
+    spec_problems,
+    summarizer_readiness,
+    with_derived,
+)
 
 INPUTS = frozenset((*REQUIRED, *WHEN_PRESENT))  # of Ready
 # Conditions that say nothing about the spec: stamped with the current generation.

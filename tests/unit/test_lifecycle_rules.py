@@ -22,8 +22,7 @@ from controller.kube.peering import (
     leader_of,
     with_own_priority,
 )
-from controller.status.conditions import set_condition
-from controller.status.readiness import summary_readiness, with_derived
+from controller.status.conditions import set_condition, summary_readiness, with_derived
 from tests.support.waiting import looks_within
 
 PHASES = ["Pending", "Summarizing", "Summarized", "Empty", "NotFound", "Failed", None]

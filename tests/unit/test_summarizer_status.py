@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from controller.api import Condition, SessionSummarizerSpec, SessionSummarizerStatus
 from controller.handlers.session_summarizer import sweep_due
-from controller.status.readiness import REQUIRED, summarizer_readiness
+from controller.status.conditions import REQUIRED, summarizer_readiness
 from controller.status.summarizer_status import (
     failed_sweep,
     spec_valid,
