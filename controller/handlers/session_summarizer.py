@@ -232,14 +232,11 @@ async def _probe(
         )
         conditions = [spec_valid(None), *conditions] if first else conditions
     observed = {"observed_generation": generation} if first else {}
-    written = await asyncio.to_thread(
-        kube.update_summarizer_status,
-        namespace,
-        name,
-        lambda st: with_conditions(st, conditions, generation=generation).model_copy(
-            update=observed
-        ),
-    )
+
+    def measured(st: SessionSummarizerStatus) -> SessionSummarizerStatus:
+        return with_conditions(st, conditions, generation=generation).model_copy(update=observed)
+
+    written = await asyncio.to_thread(kube.update_summarizer_status, namespace, name, measured)
     before = written[0] if written else SessionSummarizerStatus()
     was = {c.type: c.status for c in before.conditions or []}
     for cond, changed in _transitions(before, conditions):

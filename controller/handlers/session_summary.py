@@ -80,13 +80,8 @@ log = logging.getLogger("controller.handlers.session_summary")
 
 def _claim_wait(retry: int) -> float:
     """Backed-off wait before looking at a session's claim again (core/waiting.py)."""
-    return wait_delay(
-        retry,
-        first_s=CONFIG.claim_retry_seconds,
-        max_s=CONFIG.claim_retry_max_seconds,
-        jitter=WAIT_JITTER,
-        rand=random.random(),
-    )
+    first_s, max_s = CONFIG.claim_retry_seconds, CONFIG.claim_retry_max_seconds
+    return wait_delay(retry, first_s=first_s, max_s=max_s, jitter=WAIT_JITTER, rand=random.random())
 
 
 def needs_pass_on_resume(body: kopf.Body, **_: Any) -> bool:

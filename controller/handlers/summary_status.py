@@ -105,16 +105,10 @@ def record_waiting(
         f"session {held.claim.session_id!r} in this store; this pass runs when it is done"
     )
     previous = current_status(body)
-    summarized = {c.type: c for c in previous.conditions or []}.get(CONDITION)
-    unchanged = (
-        summarized is not None
-        and summarized.reason == "SessionClaimed"
-        and summarized.message == message
-        and previous.phase == "Pending"
-        and previous.observed_generation == body.metadata.get("generation")
-    )
-    if unchanged:
-        return
+    said = [(c.reason, c.message) for c in previous.conditions or [] if c.type == CONDITION]
+    shown = (previous.phase, previous.observed_generation, said)
+    if shown == ("Pending", body.metadata.get("generation"), [("SessionClaimed", message)]):
+        return  # the object says so already
     record(body, patch, phase="Pending", reason="SessionClaimed", message=message, ok=False)
     events.post(body, type_="Normal", reason="SessionClaimed", message=message)
 
@@ -181,8 +175,9 @@ def single_writer(
 ) -> Condition:
     """SingleWriter: False when this pass found the row rewritten by another writer since
     our last write (a Warning Event says who and what to do), else True."""
-    other = outcome.other_writer
+    other, status = outcome.other_writer, "True"
     if other is not None:
+        status, reason = "False", "OtherWriterDetected"
         message = (
             f"the row of session {spec.session_id!r} was rewritten by {other.who} after this "
             f"operator's last write; its text ({other.characters} characters) is carried "
@@ -190,16 +185,13 @@ def single_writer(
             'other one off (neo: docs/migrating-from-neo.md, "Switch neo\'s summary task off")'
         )
         metrics.OTHER_WRITERS.inc()
-        events.post(body, type_="Warning", reason="OtherWriterDetected", message=message)
-        return Condition(
-            type=SINGLE_WRITER, status="False", reason="OtherWriterDetected", message=message
-        )
-    if outcome.taken_over is not None:
+    elif outcome.taken_over is not None:
         reason, message = "HistoryFromOtherAuthority", outcome.taken_over
-        events.post(body, type_="Warning", reason=reason, message=message)
     else:
         reason, message = "NoOtherWriter", "the summary row was as this operator last wrote it"
-    return Condition(type=SINGLE_WRITER, status="True", reason=reason, message=message)
+    if reason != "NoOtherWriter":
+        events.post(body, type_="Warning", reason=reason, message=message)
+    return Condition(type=SINGLE_WRITER, status=status, reason=reason, message=message)
 
 
 def memory_times(body: kopf.Body, outcome: Outcome, events: EventRecorder) -> Condition:
@@ -356,21 +348,10 @@ def report_forgotten(
         + "; ".join(removed)
         + f"; {_memories(gone.remaining)} of it remain"
     )
-    record(
-        body,
-        patch,
-        phase="Forgotten",
-        reason="Forgotten",
-        message=message,
-        ok=True,
-        memory_count=gone.remaining,
-        trigger_source=spec.trigger,
-        consecutive_failures=0,
-        title=None,
-        summary_id=None,
-        summarized_at=None,
-        provenance=None,
-    )
+    # No summary any more: none of the fields that described it.
+    fields: dict[str, Any] = dict.fromkeys(("title", "summary_id", "summarized_at", "provenance"))
+    fields.update(memory_count=gone.remaining, trigger_source=spec.trigger, consecutive_failures=0)
+    record(body, patch, phase="Forgotten", reason="Forgotten", message=message, ok=True, **fields)
     events.post(body, type_="Normal", reason="Forgotten", message=message)
 
 

@@ -17,6 +17,14 @@ from pydantic import ValidationError
 from controller.api import Condition, Phase
 from controller.core.text import one_line
 
+READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
+DERIVED = (READY, RECONCILING, STALLED)
+# What a SessionSummarizer needs to do its work, in the order a failure is named.
+REQUIRED = ("SecretsAllowed", "StoreReachable", "EmbeddingReady", "ModelReady", "ReplicaActive")
+# Counted only when present (no sweep has run, or sweeps are off; no spec check yet).
+WHEN_PRESENT = ("Swept", "SpecValid")
+NOT_BLOCKING = frozenset({("SecretsAllowed", "SecretNotAnnotated")})
+
 
 def now_rfc3339(*, precise: bool = False) -> str:
     """Seconds for status fields; milliseconds (precise) where a new value must differ from
@@ -42,19 +50,8 @@ def set_condition(
 
 def spec_problems(invalid: ValidationError) -> str:
     """Each field of a spec the operator cannot use, and why: a condition's message."""
-    errors = invalid.errors()
-    return one_line(
-        "; ".join(f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors), 1000
-    )
-
-
-READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
-DERIVED = (READY, RECONCILING, STALLED)
-# What a SessionSummarizer needs to do its work, in the order a failure is named.
-REQUIRED = ("SecretsAllowed", "StoreReachable", "EmbeddingReady", "ModelReady", "ReplicaActive")
-# Counted only when present (no sweep has run, or sweeps are off; no spec check yet).
-WHEN_PRESENT = ("Swept", "SpecValid")
-NOT_BLOCKING = frozenset({("SecretsAllowed", "SecretNotAnnotated")})
+    problems = (f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in invalid.errors())
+    return one_line("; ".join(problems), 1000)
 
 
 def _cond(type_: str, status: str, reason: str, message: str, generation: int | None) -> Condition:
