@@ -61,6 +61,9 @@ def _normal_path(path: str) -> str | None:
     return "" if normal == "/" else normal
 
 
+_NETLOC = re.compile(r"(\[[^\[\]]+\]|[^\[\]:@]+)(:[0-9]*)?")
+
+
 def target(url: str) -> Target | None:
     """The scheme, host, port and path a URL reaches; None for anything but a plain
     http(s) URL with a host (credentials in it included: such a URL is never allowed)."""
@@ -72,18 +75,22 @@ def target(url: str) -> Target | None:
     except ValueError:
         return None
     scheme = parts.scheme.lower()
-    if scheme not in DEFAULT_PORTS or not parts.hostname or "@" in parts.netloc:
+    if scheme not in DEFAULT_PORTS or not parts.hostname or port == 0:
+        return None
+    # A host, or an [IPv6 address], then an optional port: urlsplit reads "[::1]" out of
+    # "evil.[::1]" or "[::1].evil" (and "@" is refused: credentials are never allowed).
+    if not _NETLOC.fullmatch(parts.netloc):
         return None
     path = _normal_path(parts.path)
     if path is None:
         return None
     host = parts.hostname.lower().rstrip(".")
-    if ":" in host:  # one spelling per IPv6 address ("::1", "0:0:0:0:0:0:0:1")
+    if parts.netloc.startswith("["):  # one spelling per IPv6 address ("::1", "0:0:0:0:0:0:0:1")
         try:
             host = ipaddress.IPv6Address(host).compressed
         except ValueError:
             return None
-    return Target(scheme, host, port or DEFAULT_PORTS[scheme], path)
+    return Target(scheme, host, DEFAULT_PORTS[scheme] if port is None else port, path)
 
 
 def shown(url: str) -> str:
@@ -113,10 +120,10 @@ def parse_prefix(text: str) -> UrlPrefix | None:
     any_port = re.match(r"([^:/?#]+://[^/?#]*?):\*(?=[/?#]|$)", raw)
     if any_port:
         raw = any_port.group(1) + raw[any_port.end() :]
-    wildcard = "://*." in raw
-    probe = raw.replace("://*.", "://wildcard.", 1) if wildcard else raw
+    # "*." is a wildcard only where the host begins, never in a path ("/x://*.y").
+    probe, wildcard = re.subn(r"^([^:/?#]+://)\*\.", r"\1wildcard.", raw)
     t = target(probe)
-    if t is None:
+    if t is None or (wildcard and not t.host.startswith("wildcard.")):
         return None
     parts = urlsplit(probe)
     if parts.query or parts.fragment or raw.endswith(("?", "#")):

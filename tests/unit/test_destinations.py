@@ -4,9 +4,12 @@ Secret, the refused URL and the annotation to add, never a credential."""
 
 from __future__ import annotations
 
+import ipaddress
 import posixpath
+import re
 from urllib.parse import unquote, urlsplit
 
+import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +17,7 @@ from hypothesis import strategies as st
 from controller.core.destinations import (
     ALLOWED_MODEL_URLS_ANNOTATION,
     ALLOWED_URLS_ANNOTATION,
+    DEFAULT_PORTS,
     SecretUse,
     StoreCredential,
     allowed,
@@ -88,6 +92,106 @@ def test_a_prefix_allows_only_its_scheme_host_port_and_the_paths_under_it(
     assert served == prefix.path or served.startswith(prefix.path + "/") or not prefix.path
 
 
+def reader_prefix(text: str) -> tuple[str, str, int | None, str]:
+    """How a person reads a prefix: scheme://host[:port]path, the host a wildcard only when
+    it starts with "*." (IPv6 in brackets, any port when written ":*")."""
+    written = re.fullmatch(r"([a-z]+)://(\[[^\]]*\]|[^:/]*)(:[^/]*)?(/.*)?", text)
+    assert written is not None, text
+    scheme, host, port, rest = written.groups()
+    host = host.lower().rstrip(".")
+    if host.startswith("["):
+        host = ipaddress.IPv6Address(host[1:-1]).compressed
+    port = (port or "").lstrip(":")  # "h:" is h's default port
+    number = None if port == "*" else int(port) if port else DEFAULT_PORTS[scheme]
+    return scheme, host, number, served_path(f"http://h{rest or ''}")
+
+
+def reaches(url: str) -> tuple[str, str, int, str] | None:
+    """Where the HTTP client the operator sends with (httpx, under openai and chromadb)
+    sends a request for url: scheme, host, port, and the path the server resolves."""
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL:
+        return None
+    host = parsed.host.rstrip(".")
+    if ":" in host:
+        host = ipaddress.IPv6Address(host).compressed
+    port = DEFAULT_PORTS[parsed.scheme] if parsed.port is None else parsed.port
+    raw_path = parsed.raw_path.decode().partition("?")[0]
+    return parsed.scheme, host, port, served_path(f"http://h{raw_path}")
+
+
+authority = st.one_of(
+    host,
+    host.map(lambda h: "*." + h),
+    st.sampled_from(["[::1]", "[0:0::1]", "*.", "*", "*.*.a", "a.*.b", "[::1].evil", "x.[::1]"]),
+)
+junk = st.sampled_from(["://*.evil", "://*.", "x://*.y", "*.", ":", "@", "[::1]", "%2e%2e"])
+written_port = st.sampled_from(["", ":80", ":443", ":8000", ":*", ":0", ":080", ":65536", ":"])
+
+
+@st.composite
+def any_prefixes(draw: st.DrawFn) -> str:
+    """Prefix texts, well formed or not: a wildcard, brackets or ports in odd places, and
+    wildcard-like text in the path."""
+    segments = draw(st.lists(st.one_of(label, junk), max_size=3))
+    tail = "".join("/" + s for s in segments)
+    scheme_ = draw(st.sampled_from(["http", "https"]))
+    return f"{scheme_}://{draw(authority)}{draw(written_port)}{tail}"
+
+
+@settings(max_examples=1000, deadline=None)
+@given(text=any_prefixes())
+def test_a_prefix_means_what_a_reader_of_it_reads(text: str) -> None:
+    """A wildcard host only where the host is written, never from "*." in a path."""
+    prefix = parse_prefix(text)
+    if prefix is not None:
+        assert (prefix.scheme, prefix.host, prefix.port, prefix.path) == reader_prefix(text)
+
+
+@st.composite
+def reaching_urls(draw: st.DrawFn, prefix_text: str) -> str:
+    """URLs near a prefix: its own text with the wildcard filled in, a neighbouring or
+    malformed authority, any port spelling, a path below it or beside it."""
+    base = prefix_text.replace(":*", draw(written_port)).replace(
+        "*.", draw(st.sampled_from(["a.", "wildcard.", "", "*."])), 1
+    )
+    scheme_, _, rest = base.partition("://")
+    auth, slash, path_ = rest.partition("/")
+    auth = draw(
+        st.sampled_from(
+            [auth, f"x.{auth}", f"{auth}.x", f"{auth}x", f"evil.[{auth}]", f"[{auth}].evil"]
+        )
+    )
+    tail = draw(st.lists(st.one_of(label, junk, segment), max_size=3))
+    return f"{scheme_}://{auth}{slash}{path_}" + "".join("/" + s for s in tail)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.data())
+def test_a_prefix_allows_a_url_only_where_the_client_sends_it_within_the_prefix(
+    data: st.DataObject,
+) -> None:
+    """Whatever the prefix and the URL, an allowed URL reaches, by the HTTP client's own
+    reading, the prefix's scheme, host (or a host under its wildcard), port and paths."""
+    text = data.draw(any_prefixes())
+    prefix = parse_prefix(text)
+    if prefix is None:
+        return
+    url = data.draw(reaching_urls(text))
+    if not within(url, prefix):
+        return
+    sent = reaches(url)
+    assert sent is not None, url
+    scheme_, host_, port_, path_ = sent
+    assert scheme_ == prefix.scheme and prefix.port in (None, port_), url
+    if prefix.host.startswith("*."):
+        assert host_.endswith(prefix.host[1:]) and host_ != prefix.host[2:], url
+    else:
+        assert host_ == prefix.host, url
+    assert not prefix.path or path_ == prefix.path or path_.startswith(prefix.path + "/")
+
+
 @settings(max_examples=300, deadline=None)
 @given(text=prefixes(), suffix=path)
 def test_a_prefix_allows_what_it_names_and_the_paths_below_it(text: str, suffix: str) -> None:
@@ -112,6 +216,8 @@ def test_a_prefix_allows_what_it_names_and_the_paths_below_it(text: str, suffix:
         "https://api.openai.com/v1/%252e%252e/admin",
         "http://api.openai.com/v1",
         "https://api.openai.com:8443/v1",
+        "https://api.openai.com:0/v1",
+        "https://x.[::1]/v1",
         "https://key@api.openai.com/v1",
         "https://api.openai.com/v1\r\nHost: evil",
     ],
@@ -139,6 +245,11 @@ def test_a_wildcard_host_is_any_host_under_it_but_not_itself() -> None:
     assert allowed("http://chroma.memory.svc.cluster.local:8000", prefixes_)
     assert not allowed("http://svc.cluster.local:8000", prefixes_)
     assert not allowed("http://chroma.svc.cluster.local.evil:8000", prefixes_)
+    # "*." in a path is text: it neither makes the host a wildcard nor stands alone.
+    in_path = parse_prefix("https://good.example/x://*.evil")
+    assert in_path is not None and in_path.host == "good.example"
+    assert not allowed("https://a.good.example/x:/wildcard.evil", [in_path])
+    assert parse_prefix("https://*.") is None and parse_prefix("https://*.:8000") is None
 
 
 def test_an_annotation_lists_prefixes_separated_by_commas_or_spaces_and_names_bad_ones() -> None:
