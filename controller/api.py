@@ -11,7 +11,14 @@ import re
 from typing import Annotated, ClassVar, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from controller.core.endpoint_url import ENDPOINT_URL_MAX, checked_endpoint_url
@@ -110,6 +117,13 @@ class StoreSpec(CamelModel):
     )
     DOUBLE_PERIOD_MESSAGE: ClassVar[str] = "must not contain two consecutive periods (..)"
     IPV4_MESSAGE: ClassVar[str] = "must not be an IPv4 address"
+    # The operator's ledger is the summary collection's name plus this (docs/ledger.md).
+    LEDGER_SUFFIX: ClassVar[str] = "-ledger"
+    # Both collections are written (summaries, the ledger): the agents' memories are not.
+    SAME_COLLECTION_MESSAGE: ClassVar[str] = (
+        "memoryCollection must differ from summaryCollection and from its ledger "
+        "(summaryCollection + '-ledger'): the operator writes those, never the memories"
+    )
     # http or https, a host (name, IPv4 or [IPv6]), an optional port 1-65535, nothing else:
     # Chroma's client uses only these, so a path or query would be silently ignored.
     URL_PATTERN: ClassVar[str] = (
@@ -162,6 +176,13 @@ class StoreSpec(CamelModel):
         if problem:
             raise ValueError(f"{value!r} is not a valid Chroma collection name: it {problem}")
         return value
+
+    @model_validator(mode="after")
+    def _memories_apart(self) -> StoreSpec:
+        written = (self.summary_collection, self.summary_collection + self.LEDGER_SUFFIX)
+        if self.memory_collection in written:
+            raise ValueError(self.SAME_COLLECTION_MESSAGE)
+        return self
 
     @field_validator("url")
     @classmethod

@@ -26,8 +26,6 @@ from controller.store.errors import (
     describe_error,
 )
 
-LEDGER_SUFFIX = "-ledger"
-
 
 @dataclass(frozen=True)
 class StoreLocation:
@@ -49,7 +47,7 @@ class StoreLocation:
     @property
     def ledger_collection(self) -> str:
         """The operator's ledger beside the summary collection (core/ledger.py)."""
-        return f"{self.summary_collection}{LEDGER_SUFFIX}"
+        return f"{self.summary_collection}{StoreSpec.LEDGER_SUFFIX}"
 
     @property
     def row_scope(self) -> str:

@@ -438,3 +438,41 @@ def test_the_apiserver_refuses_what_chroma_refuses_naming_the_field(harness: Har
     for name, (field, value) in good_names.items():
         assert name in res.stdout
         StoreSpec.model_validate({field: value})
+
+
+def test_the_apiserver_refuses_a_memory_collection_the_operator_would_write(
+    harness: Harness,
+) -> None:
+    def summarizer(name: str, memory: str | None, summary: str) -> str:
+        store = {"summaryCollection": summary}
+        if memory is not None:  # else the default, neo-agent-memory
+            store["memoryCollection"] = memory
+        body = {"store": store, "sweep": {"enabled": False}, "reconcile": {"enabled": False}}
+        return json.dumps(
+            {
+                "apiVersion": "memorycore.io/v1alpha1",
+                "kind": "SessionSummarizer",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": body,
+            }
+        )
+
+    bad = [
+        ("reads-same", "team-x", "team-x"),
+        ("reads-ledger", "team-x-ledger", "team-x"),
+        ("reads-default", None, "neo-agent-memory"),
+    ]
+    for name, memory, summary in bad:
+        res = harness.cp.kubectl_run(
+            "apply",
+            "--dry-run=server",
+            "-f",
+            "-",
+            input=summarizer(name, memory, summary),
+            check=False,
+        )
+        assert res.returncode != 0 and "spec.store" in res.stderr, res.stderr
+        assert StoreSpec.SAME_COLLECTION_MESSAGE in res.stderr, res.stderr
+    good = summarizer("reads-apart", "team-x-ledger", "team-x-ledger-ledger")
+    res = harness.cp.kubectl_run("apply", "--dry-run=server", "-f", "-", input=good, check=False)
+    assert res.returncode == 0, res.stderr

@@ -119,14 +119,34 @@ def test_a_valid_collection_name_is_accepted_by_the_spec(name: str) -> None:
     assert StoreSpec.model_validate({"memoryCollection": name}).memory_collection == name
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    summary=st.sampled_from(["neo-agent-sessions", "abc+def", "sessions-ledger", "abc"]),
+    memory=st.sampled_from(["", "-ledger", "-ledger-ledger", "x", "-LEDGER"]),
+)
+def test_the_memory_collection_is_never_one_the_operator_writes(summary: str, memory: str) -> None:
+    """The summary collection and its ledger are written; the agents' memories never are."""
+    memory = summary + memory
+    spec = {"memoryCollection": memory, "summaryCollection": summary}
+    if memory in (summary, summary + "-ledger"):
+        with pytest.raises(ValidationError, match="memoryCollection must differ"):
+            StoreSpec.model_validate(spec)
+    else:
+        assert StoreSpec.model_validate(spec).memory_collection == memory
+
+
 # -- the CRD and the chart state the same rules ---------------------------------------------
 
 
 @functools.cache  # parsed once: a property test reads it for each of its examples
-def crd_store(path: Path) -> dict[str, Any]:
+def crd_store_object(path: Path) -> dict[str, Any]:
     crd = yaml.safe_load(path.read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    return dict(schema["properties"]["spec"]["properties"]["store"]["properties"])
+    return dict(schema["properties"]["spec"]["properties"]["store"])
+
+
+def crd_store(path: Path) -> dict[str, Any]:
+    return dict(crd_store_object(path)["properties"])
 
 
 def re2(pattern: str) -> re.Pattern[str]:
@@ -165,6 +185,9 @@ def test_both_crd_copies_carry_the_spec_rules() -> None:
         messages = [r["message"] for r in schema["x-kubernetes-validations"]]
         assert messages == [StoreSpec.DOUBLE_PERIOD_MESSAGE, StoreSpec.IPV4_MESSAGE]
         assert StoreSpec.collection_name_problem(schema["default"]) is None
+    [apart] = crd_store_object(CRD_COPIES[0])["x-kubernetes-validations"]
+    assert apart["message"] == StoreSpec.SAME_COLLECTION_MESSAGE
+    assert f"self.summaryCollection + '{StoreSpec.LEDGER_SUFFIX}'" in apart["rule"]
 
 
 @settings(max_examples=400, deadline=None)
