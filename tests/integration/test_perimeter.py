@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from controller.core.destinations import ALLOWED_URLS_ANNOTATION
+from controller.core.endpoint_url import ENDPOINT_URL_MESSAGE, endpoint_url_problem
 from controller.core.naming import summary_object_name
 from devenv.chroma import ChromaServer
 from devenv.controlplane import ControlPlane
@@ -279,6 +280,50 @@ def test_the_apiserver_refuses_credentials_in_urls_and_over_long_fields(
     assert res.returncode != 0
     assert "is invalid" in res.stderr and field_path in res.stderr, res.stderr
     assert "refused" not in harness.kubectl("get", "ssumr", "-o", "name")
+
+
+BASE_URLS = [
+    "https://api.openai.com/v1",
+    "http://vllm.models.svc:8000/v1?x=1",
+    "http://[::1]:8080/v1",
+    "http://[1:2:3:4:5:6:7::]/v1",
+    "http://10.0.0.1:65535/v1#f",
+    "https://API.OpenAI.com/v1/@handle/%2e%2e/",
+    "https://s3cr3t@api.openai.com/v1",
+    "http://:",
+    "http://[::1::]/v1",
+    "http://[1:2:3:4:5:6:7:8:9]/v1",
+    "http://10.0.0.999/v1",
+    "http://1-2-3-4/v1",
+    "https://api.openai.com:0/v1",
+    "https://api.openai.com:65536/v1",
+    "https://api.openai.com./v1",
+    "https://api.openai.com/v1\x0b",
+    "https://api.openai.com/v1\x01",
+    "https://api.openai.com/\u00a0v1",
+    "https://api.openai.com\u2003/v1",
+    "https://api\uff03x.openai.com/v1",
+    "https://bücher.example/v1",
+    "https://api.openai.com/v1/%25",
+]
+
+
+def test_the_apiserver_admits_the_base_urls_the_operator_reads(harness: Harness) -> None:
+    """The CRD's rule runs in Go's regexp, the operator's in Python's re: one pattern, read
+    alike, so a baseUrl `kubectl apply` admits is never InvalidSpec later; the refusal says
+    what a baseUrl must be and never repeats it."""
+    docs = [
+        summarizer(NS, f"base-url-{i}", {"model": {"baseUrl": url}})
+        for i, url in enumerate(BASE_URLS)
+    ]
+    manifest = "\n---\n".join(json.dumps(d) for d in docs)
+    res = harness.cp.kubectl_run(
+        "apply", "--dry-run=server", "-f", "-", input=manifest, check=False
+    )
+    for i, url in enumerate(BASE_URLS):
+        refused = f'"base-url-{i}" is invalid' in res.stderr
+        assert refused == (endpoint_url_problem(url) is not None), (url, res.stderr)
+    assert ENDPOINT_URL_MESSAGE in res.stderr and "s3cr3t" not in res.stderr
 
 
 # --- the options: unannotated Secrets for one more release, an operator-wide list -----------

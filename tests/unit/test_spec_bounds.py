@@ -3,13 +3,18 @@ same rules in the pydantic models, both CRD copies and the chart's values schema
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import json
 import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
+import httpx2
 import pytest
+import re2
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,13 +28,19 @@ from controller.api import (
     SessionSummarizerSpec,
     StoreSpec,
 )
-from controller.core.endpoint_url import ENDPOINT_URL_PATTERN, endpoint_url_problem
+from controller.core.destinations import DEFAULT_PORTS, target
+from controller.core.endpoint_url import (
+    ENDPOINT_URL_MESSAGE,
+    ENDPOINT_URL_PATTERN,
+    endpoint_url_problem,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = [ROOT / "crds", ROOT / "charts" / "session-summary-operator" / "crds"]
 VALUES_SCHEMA = ROOT / "charts" / "session-summary-operator" / "values.schema.json"
 
 
+@functools.cache  # parsed once: a property test reads it for each of its examples
 def spec_schema(where: Path, crd: str) -> dict[str, Any]:
     doc = yaml.safe_load((where / crd).read_text())
     return dict(doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"])
@@ -64,7 +75,11 @@ def test_the_crds_carry_the_endpoint_and_secret_rules_of_the_models(where: Path)
     spec = spec_schema(where, "sessionsummarizers.memorycore.io.yaml")["properties"]
     for part in ("model", "embedding"):
         fields = spec[part]["properties"]
-        assert fields["baseUrl"]["pattern"] == ENDPOINT_URL_PATTERN
+        [rule] = fields["baseUrl"]["x-kubernetes-validations"]
+        assert rule == {
+            "rule": f"self.matches(r'{ENDPOINT_URL_PATTERN}')",
+            "message": ENDPOINT_URL_MESSAGE,
+        }
         ref = fields["apiKeySecretRef"]["properties"]
         assert (ref["name"]["pattern"], ref["key"]["pattern"]) == (
             SECRET_NAME_PATTERN,
@@ -102,7 +117,14 @@ REFUSED = [
     "https://api.openai.com /v1",
     "https://api.openai.com/v1\r\nX-Injected: 1",
     "https://api.openai.com:99999/v1",
+    "https://api.openai.com:0/v1",
     "https://" + "a" * 2048,
+    "https://api.openai.com/v1\x0b",
+    "https://api.openai.com/v1\u00a0",
+    "https://api.openai.com\uff03x/v1",
+    "http://[::1::]/v1",
+    "http://10.0.0.999/v1",
+    "https://api.openai.com/v1/%2525/chat",
 ]
 
 
@@ -128,20 +150,81 @@ def test_a_store_url_with_credentials_is_refused_without_being_repeated() -> Non
     assert "hunter2" not in str(err.value)
 
 
-@settings(max_examples=400, deadline=None)
-@given(
-    url=st.tuples(
-        st.sampled_from(["http://", "https://", "HTTP://", "http:/"]),
-        st.text(alphabet=st.sampled_from("ab1.-_:[]/@?# %\t"), max_size=16),
-    ).map("".join)
+def crd_admits(field: dict[str, Any], value: str) -> bool:
+    """A CRD string field's checks as the apiserver runs them, in RE2 as Go's regexp: its
+    maxLength, its pattern and its `self.matches(r'...')` rules (each a search)."""
+    if len(value) > field.get("maxLength", 10**9):
+        return False
+    patterns = [field["pattern"]] if "pattern" in field else []
+    for rule in field.get("x-kubernetes-validations", []):
+        matches = re.fullmatch(r"self\.matches\(r'(.*)'\)", rule["rule"], re.DOTALL)
+        assert matches, f"a CEL rule this test does not model: {rule['rule']}"
+        patterns.append(matches.group(1))
+    return all(re2.search(p, value) for p in patterns)
+
+
+@functools.cache
+def values_schema() -> dict[str, Any]:
+    return dict(json.loads(VALUES_SCHEMA.read_text()))
+
+
+def normal_host(host: str) -> str:
+    host = host.lower()
+    return ipaddress.IPv6Address(host).compressed if ":" in host else host
+
+
+url_text = st.text(
+    alphabet=st.sampled_from("ab1_.-:[]/@?#%25 \t\x0b\x01\u00a0\u2003\uff03é\\"), max_size=12
 )
-def test_an_accepted_endpoint_url_has_a_host_and_no_credentials(url: str) -> None:
-    python_match = re.fullmatch(ENDPOINT_URL_PATTERN, url) is not None
-    if endpoint_url_problem(url) is not None:
+authorities = st.one_of(
+    url_text,
+    st.lists(st.sampled_from(["a", "b1", "1", "x-y", "_s", "-", ""]), min_size=1, max_size=4).map(
+        ".".join
+    ),
+    st.lists(st.sampled_from(["0", "1", "01", "255", "256", "999"]), min_size=3, max_size=5).map(
+        ".".join
+    ),
+    st.lists(st.sampled_from(["0", "1", "ffff", "FFFF", "12345", "", "1.2.3.4"]), max_size=10)
+    .map(":".join)
+    .map("[{}]".format),
+)
+ports = st.sampled_from(["", ":", ":0", ":80", ":080", ":65535", ":65536", ":99999", ":+1"])
+endpoint_urls = st.one_of(
+    st.text(max_size=30),
+    st.tuples(
+        st.sampled_from(["http://", "https://", "HTTP://", "http:/"]),
+        authorities,
+        ports,
+        st.sampled_from(["", "/v1", "/v1/", "?q=%25", "#f", "/%2e%2e/"]),
+        url_text,
+    ).map("".join),
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(url=endpoint_urls)
+def test_an_endpoint_url_the_crd_admits_is_one_the_operator_and_its_clients_read(
+    url: str,
+) -> None:
+    """The apiserver (RE2) and the operator (Python's re) admit the same baseUrls, and one
+    they admit has a host and port the allow-lists (core/destinations.py) and both HTTP
+    clients (httpx for probes, httpx2 under the openai SDK) read alike, and no credentials."""
+    ours = endpoint_url_problem(url) is None
+    for where in CRDS:
+        spec = spec_schema(where, "sessionsummarizers.memorycore.io.yaml")["properties"]
+        for part in ("model", "embedding"):
+            assert crd_admits(spec[part]["properties"]["baseUrl"], url) == ours, (where, url)
+    values = values_schema()["properties"]["summarizer"]["properties"]
+    assert crd_admits(values["model"]["properties"]["baseUrl"], url) == (ours or url == "")
+    if not ours:
         return
-    assert python_match
+    reached = target(url)
+    assert reached is not None, url
+    for client in (httpx.URL, httpx2.URL):
+        parsed = client(url)
+        port = DEFAULT_PORTS[parsed.scheme] if parsed.port is None else parsed.port
+        assert (normal_host(parsed.host), port) == (reached.host, reached.port), url
     parts = urlsplit(url)
-    assert parts.scheme.lower() in ("http", "https") and parts.hostname
     assert parts.username is None and parts.password is None
 
 
