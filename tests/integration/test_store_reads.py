@@ -388,7 +388,14 @@ def test_summaryctl_summaries_with_a_typo_names_the_collection_and_creates_none(
 BAD = {
     "memoryCollection": ["ab", "neo..memory", "10.0.0.1", "neo memory", "-neo", "a" * 513],
     "summaryCollection": ["sessions+10.1.1.1", "a+b+c", "sessions_", "x"],
-    "url": ["chroma:8000", "http://:8000", "http://chroma:8000/api/v2", "http://chroma:70000"],
+    "url": [
+        "chroma:8000",
+        "http://:8000",
+        "http://chroma:8000/api/v2",
+        "http://chroma:70000",
+        "http://[::1::]:8000",
+        "http://10.0.0.999:8000",
+    ],
 }
 GOOD = {
     "memoryCollection": ["neo-agent-memory", "01.2.3.4", "abc+def", "a" * 512],

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import chromadb
 import httpx
 import pytest
+import re2
 import yaml
 from chromadb.config import Settings
 from chromadb.errors import InvalidArgumentError, NotFoundError
@@ -149,26 +150,23 @@ def crd_store(path: Path) -> dict[str, Any]:
     return dict(crd_store_object(path)["properties"])
 
 
-def re2(pattern: str) -> re.Pattern[str]:
-    """A Go (RE2) pattern in Python: there '$' is the end of the text, never before a
-    final newline."""
-    return re.compile(pattern.replace("$", r"\Z"))
-
-
 def crd_accepts(field: dict[str, Any], value: str) -> bool:
-    """The CRD field's checks as the apiserver runs them: lengths, pattern (a search,
-    anchored by the pattern itself), then the CEL rules this CRD uses."""
+    """The CRD field's checks as the apiserver runs them, in RE2 (Go's regexp): lengths,
+    pattern (a search, anchored by the pattern itself), then the CEL rules this CRD uses."""
     if not field.get("minLength", 0) <= len(value) <= field.get("maxLength", 10**9):
         return False
-    if "pattern" in field and not re2(field["pattern"]).search(value):
+    if "pattern" in field and not re2.search(field["pattern"], value):
         return False
     for rule in field.get("x-kubernetes-validations", []):
         contains = re.fullmatch(r"!self\.contains\('(.*)'\)", rule["rule"])
-        matches = re.fullmatch(r"!self\.matches\('(.*)'\)", rule["rule"])
-        assert contains or matches, f"a CEL rule this test does not model: {rule['rule']}"
+        refused = re.fullmatch(r"!self\.matches\('(.*)'\)", rule["rule"])
+        required = re.fullmatch(r"self\.matches\(r'(.*)'\)", rule["rule"])
+        assert contains or refused or required, f"a CEL rule this test does not model: {rule}"
         if contains and contains.group(1) in value:
             return False
-        if matches and re2(matches.group(1)).search(value):
+        if refused and re2.search(refused.group(1), value):
+            return False
+        if required and not re2.search(required.group(1), value):
             return False
     return True
 
@@ -177,7 +175,11 @@ def test_both_crd_copies_carry_the_spec_rules() -> None:
     first, second = (p.read_text() for p in CRD_COPIES)
     assert first == second
     store = crd_store(CRD_COPIES[0])
-    assert store["url"]["pattern"] == StoreSpec.URL_PATTERN
+    [url_rule] = store["url"]["x-kubernetes-validations"]
+    assert url_rule == {
+        "rule": f"self.matches(r'{StoreSpec.URL_PATTERN}')",
+        "message": StoreSpec.URL_MESSAGE,
+    }
     for field in ("memoryCollection", "summaryCollection"):
         schema = store[field]
         assert schema["pattern"] == StoreSpec.COLLECTION_NAME_PATTERN
@@ -251,32 +253,48 @@ def test_an_invalid_store_url_is_refused_by_the_spec_and_by_connect(url: str) ->
         connect(StoreLocation(url=url))
 
 
-def test_the_crd_url_pattern_is_looser_than_the_spec_only_inside_ipv6_brackets() -> None:
-    """RE2 cannot say which bracketed hex groups form an IPv6 address; the spec's parser
-    (and connect()) refuse a malformed one the CRD pattern lets through."""
-    url = "http://[::1::]:8000"
-    assert re.fullmatch(crd_store(CRD_COPIES[0])["url"]["pattern"], url)
-    assert "IPv6" in (StoreSpec.url_problem(url) or "")
+dotted_hosts = st.lists(st.sampled_from(["0", "1", "01", "255", "999", "a", ""]), max_size=5).map(
+    ".".join
+)
+bracketed_hosts = (
+    st.lists(st.sampled_from(["0", "1", "ffff", "12345", ""]), max_size=10)
+    .map(":".join)
+    .map("[{}]".format)
+)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(
     url=st.one_of(
         st.text(max_size=30),
         st.tuples(
             st.sampled_from(["http://", "https://", "HTTP://", "http:/"]),
-            st.text(alphabet=st.sampled_from("ab1.-_:[]/@? "), max_size=12),
+            st.text(alphabet=st.sampled_from("ab1.-_:[]/@? é\t\u00a0"), max_size=12),
+        ).map("".join),
+        st.tuples(
+            st.sampled_from(["http://", "https://"]),
+            st.one_of(dotted_hosts, bracketed_hosts),
+            st.sampled_from(["", ":", ":0", ":8000", ":65536", "/", "/x"]),
         ).map("".join),
     )
 )
-def test_a_url_the_spec_accepts_has_a_host_and_a_port_the_client_can_use(url: str) -> None:
-    if StoreSpec.url_problem(url) is not None:
+def test_a_store_url_the_crd_admits_is_one_the_spec_and_the_client_read(url: str) -> None:
+    """The apiserver (RE2) and the spec (Python's re) admit the same store URLs, and one
+    they admit has the host and port Chroma's HTTP client (httpx) reads, and nothing else."""
+    ours = StoreSpec.url_problem(url) is None
+    for path in CRD_COPIES:
+        assert crd_accepts(crd_store(path)["url"], url) == ours, url
+    values = json.loads(VALUES_SCHEMA.read_text())["properties"]["chroma"]["properties"]["url"]
+    assert bool(re2.search(values["pattern"], url)) == ours
+    if not ours:
         return
     parsed = urlsplit(url)  # what connect() reads: scheme, host and port, nothing else
     assert parsed.scheme in ("http", "https") and parsed.hostname
     assert parsed.port is None or 1 <= parsed.port <= 65535
     assert parsed.path in ("", "/") and not parsed.query and not parsed.fragment
     assert parsed.username is None and parsed.password is None
+    sent = httpx.URL(url)
+    assert (sent.host, sent.port) == (parsed.hostname.lower(), parsed.port), url
 
 
 # -- one-line failure messages --------------------------------------------------------------
