@@ -140,7 +140,12 @@ class StoreSpec(CamelModel):
     tenant: str = Field(default="default_tenant", min_length=1, max_length=256)
     database: str = Field(default="default_database", min_length=1, max_length=256)
     memory_collection: str = Field(default="neo-agent-memory", min_length=3, max_length=512)
-    summary_collection: str = Field(default="neo-agent-sessions", min_length=3, max_length=512)
+    # Its ledger's name (LEDGER_SUFFIX added) must be a collection name too.
+    summary_collection: str = Field(
+        default="neo-agent-sessions",
+        min_length=3,
+        max_length=COLLECTION_NAME_MAX - len(LEDGER_SUFFIX),
+    )
     auth_secret_ref: TokenSecretRef | None = None
     timeout_seconds: float = Field(default=10.0, ge=1, le=300)
 

@@ -387,7 +387,7 @@ def test_summaryctl_summaries_with_a_typo_names_the_collection_and_creates_none(
 
 BAD = {
     "memoryCollection": ["ab", "neo..memory", "10.0.0.1", "neo memory", "-neo", "a" * 513],
-    "summaryCollection": ["sessions+10.1.1.1", "a+b+c", "sessions_", "x"],
+    "summaryCollection": ["sessions+10.1.1.1", "a+b+c", "sessions_", "x", "a" * 506],
     "url": [
         "chroma:8000",
         "http://:8000",

@@ -171,6 +171,12 @@ def crd_accepts(field: dict[str, Any], value: str) -> bool:
     return True
 
 
+def longest(field: str) -> int:
+    """The summary collection leaves room for its ledger's suffix."""
+    room = len(StoreSpec.LEDGER_SUFFIX) if field == "summaryCollection" else 0
+    return StoreSpec.COLLECTION_NAME_MAX - room
+
+
 def test_both_crd_copies_carry_the_spec_rules() -> None:
     first, second = (p.read_text() for p in CRD_COPIES)
     assert first == second
@@ -183,7 +189,7 @@ def test_both_crd_copies_carry_the_spec_rules() -> None:
     for field in ("memoryCollection", "summaryCollection"):
         schema = store[field]
         assert schema["pattern"] == StoreSpec.COLLECTION_NAME_PATTERN
-        assert (schema["minLength"], schema["maxLength"]) == (3, StoreSpec.COLLECTION_NAME_MAX)
+        assert (schema["minLength"], schema["maxLength"]) == (3, longest(field))
         messages = [r["message"] for r in schema["x-kubernetes-validations"]]
         assert messages == [StoreSpec.DOUBLE_PERIOD_MESSAGE, StoreSpec.IPV4_MESSAGE]
         assert StoreSpec.collection_name_problem(schema["default"]) is None
@@ -195,10 +201,17 @@ def test_both_crd_copies_carry_the_spec_rules() -> None:
 @settings(max_examples=400, deadline=None)
 @given(name=names)
 def test_the_crd_and_the_spec_agree_on_every_collection_name(name: str) -> None:
+    """... and a summary collection they admit has a ledger Chroma admits too."""
     store = crd_store(CRD_COPIES[0])
-    ours = StoreSpec.collection_name_problem(name) is None
     for field in ("memoryCollection", "summaryCollection"):
+        try:
+            StoreSpec.model_validate({field: name})
+            ours = True
+        except ValidationError:
+            ours = False
         assert crd_accepts(store[field], name) == ours, (field, name)
+    if crd_accepts(store["summaryCollection"], name):
+        assert StoreSpec.collection_name_problem(name + StoreSpec.LEDGER_SUFFIX) is None, name
 
 
 def test_the_chart_values_schema_carries_the_same_rules() -> None:
@@ -207,7 +220,7 @@ def test_the_chart_values_schema_carries_the_same_rules() -> None:
     store = schema["summarizer"]["properties"]["store"]["properties"]
     for field in ("memoryCollection", "summaryCollection"):
         assert store[field]["pattern"] == StoreSpec.COLLECTION_NAME_PATTERN
-        assert store[field]["maxLength"] == StoreSpec.COLLECTION_NAME_MAX
+        assert store[field]["maxLength"] == longest(field)
         refused = [p["pattern"] for p in store[field]["not"]["anyOf"]]
         assert refused == ["[.][.]", StoreSpec.IPV4_PART_PATTERN]
 
