@@ -30,8 +30,9 @@ _IPV6 = "|".join(
 _LABEL = "[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?"
 _NAME = rf"({_LABEL}\.)*[A-Za-z]([A-Za-z0-9_-]*[A-Za-z0-9_])?"
 _PORT = "(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
-# host[:port]: a name, an IPv4 address or an [IPv6 address]; never user:password@.
-AUTHORITY_PATTERN = rf"({_NAME}|{_IPV4}|\[({_IPV6})\])(:{_PORT})?"
+# host[:port]: a name or an IPv4 address (either may end in the root's "."), or an [IPv6
+# address]; never user:password@.
+AUTHORITY_PATTERN = rf"(({_NAME}|{_IPV4})\.?|\[({_IPV6})\])(:{_PORT})?"
 # A path in printable ASCII whose escapes decode once (%25 would leave one to decode again:
 # core/destinations.py refuses such a path), then any printable query or fragment.
 _PATH = r'/([!"$&->@-~]|%([013-9A-Fa-f][0-9A-Fa-f]|2[0-46-9A-Fa-f]))*'

@@ -106,6 +106,8 @@ ACCEPTED = [
     "https://generativelanguage.googleapis.com/v1beta/openai/",
     "http://vllm.models.svc:8000/v1?x=1",
     "https://host/v1/@handle",
+    "https://api.openai.com./v1",
+    "http://127.0.0.1.:8000/v1",
 ]
 REFUSED = [
     "https://user:s3cr3t@api.openai.com/v1",
@@ -169,7 +171,7 @@ def values_schema() -> dict[str, Any]:
 
 
 def normal_host(host: str) -> str:
-    host = host.lower()
+    host = host.lower().rstrip(".")
     return ipaddress.IPv6Address(host).compressed if ":" in host else host
 
 
