@@ -110,7 +110,12 @@ def shown(url: str) -> str:
     return f"{parts.scheme.lower()}://{host}" + (f":{port}" if port else "") + (path or "")
 
 
-_HOST = re.compile(r"^(\*\.)?[a-z0-9]([a-z0-9.-]*[a-z0-9])?$|^[0-9a-f:.]+$")
+# A wildcard is a domain's hosts: "*.0.1" would be IP addresses ending in .0.1 instead, so
+# the domain's last label starts with a letter, as every top-level domain's does.
+_HOST = re.compile(
+    r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$|^[0-9a-f:.]+$"
+    r"|^\*\.([a-z0-9]([a-z0-9.-]*[a-z0-9])?\.)?[a-z]([a-z0-9-]*[a-z0-9])?$"
+)
 
 
 def parse_prefix(text: str) -> UrlPrefix | None:

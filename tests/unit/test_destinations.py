@@ -38,6 +38,7 @@ label = st.text(alphabet=st.sampled_from("abcxyz019-"), min_size=1, max_size=6).
     lambda s: s[0] != "-" and s[-1] != "-"
 )
 host = st.lists(label, min_size=1, max_size=3).map(".".join)
+domain = host.filter(lambda h: h.rsplit(".", 1)[-1][0].isalpha())  # what a wildcard may name
 segment = st.one_of(
     label,
     st.sampled_from(["..", ".", "%2e%2e", "%2E.", "%2f", "a%2fb", "\\..", "", "v1", "v10"]),
@@ -58,7 +59,7 @@ def urls(draw: st.DrawFn) -> str:
 @st.composite
 def prefixes(draw: st.DrawFn) -> str:
     p = draw(port)
-    h = draw(st.one_of(host, host.map(lambda h: "*." + h)))
+    h = draw(st.one_of(host, domain.map(lambda h: "*." + h)))
     tail = draw(st.lists(label, max_size=2).map(lambda segs: "".join("/" + s for s in segs)))
     return f"{draw(st.sampled_from(['http', 'https']))}://{h}{'' if p is None else f':{p}'}{tail}"
 
@@ -154,7 +155,7 @@ def reaching_urls(draw: st.DrawFn, prefix_text: str) -> str:
     """URLs near a prefix: its own text with the wildcard filled in, a neighbouring or
     malformed authority, any port spelling, a path below it or beside it."""
     base = prefix_text.replace(":*", draw(written_port)).replace(
-        "*.", draw(st.sampled_from(["a.", "wildcard.", "", "*."])), 1
+        "*.", draw(st.sampled_from(["a.", "wildcard.", "", "*.", "10."])), 1
     )
     scheme_, _, rest = base.partition("://")
     auth, slash, path_ = rest.partition("/")
@@ -187,6 +188,7 @@ def test_a_prefix_allows_a_url_only_where_the_client_sends_it_within_the_prefix(
     assert scheme_ == prefix.scheme and prefix.port in (None, port_), url
     if prefix.host.startswith("*."):
         assert host_.endswith(prefix.host[1:]) and host_ != prefix.host[2:], url
+        assert not host_.replace(".", "").isdigit(), url  # a domain's host, not an address
     else:
         assert host_ == prefix.host, url
     assert not prefix.path or path_ == prefix.path or path_.startswith(prefix.path + "/")
@@ -250,6 +252,9 @@ def test_a_wildcard_host_is_any_host_under_it_but_not_itself() -> None:
     assert in_path is not None and in_path.host == "good.example"
     assert not allowed("https://a.good.example/x:/wildcard.evil", [in_path])
     assert parse_prefix("https://*.") is None and parse_prefix("https://*.:8000") is None
+    # A wildcard names a domain's hosts, never IP addresses by their last octets.
+    assert parse_prefix("http://*.0.1") is None and parse_prefix("http://*.1") is None
+    assert parse_prefix("http://*.svc.1a") is None and parse_prefix("http://*.a1.b") is not None
 
 
 def test_an_annotation_lists_prefixes_separated_by_commas_or_spaces_and_names_bad_ones() -> None:
