@@ -171,7 +171,7 @@ def undecodable(draw: st.DrawFn) -> str:
 def test_remember_refuses_undecodable_text_before_any_store_call(
     flag: str, value: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    argv = ["remember", "s1", "--prompt", "p", "--response", "r", flag, value]
+    argv = ["remember", "s1", "--prompt", "p", "--response", "r", f"{flag}={value}"]
     with no_cluster(str(tmp_path_factory.getbasetemp())):
         code, out, err = run([*argv, "--chroma-url", REFUSED])
     assert code == 2 and out == "", err
