@@ -1,10 +1,11 @@
-"""summaryctl's argument checks (run by argparse first) and CliError."""
+"""summaryctl's argument checks (run by argparse first), CliError, and out(): how it prints."""
 
 from __future__ import annotations
 
 import argparse
 import math
 import re
+import sys
 from urllib.parse import urlsplit
 
 from controller.core.naming import blank_session_id
@@ -28,6 +29,12 @@ def _shown(value: str, limit: int = 60) -> str:
 def printable(text: object) -> str:
     """text for one terminal line, control characters shown escaped."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
+def out(*lines: object, err: bool = False) -> None:
+    """Prints each of lines as one line (stderr with err): every summaryctl command prints
+    through here, so no text a store, a cluster or an argument holds drives the terminal."""
+    print(*map(printable, lines), sep="\n", file=sys.stderr if err else sys.stdout)
 
 
 def text_arg(value: str) -> str:

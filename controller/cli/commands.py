@@ -8,12 +8,11 @@ import contextlib
 import getpass
 import json
 import os
-import sys
 import time
 import uuid
 from typing import Any
 
-from controller.cli.args import CliError, printable
+from controller.cli.args import CliError, out
 from controller.cli.failures import kube_call, summarizer_object
 from controller.core.text import ms_to_rfc3339
 
@@ -80,7 +79,7 @@ def request_pass(
         applied = "new pass requested, summarizerRef unchanged"
     if action != "Summarize":
         applied += f", action {action}"
-    print(f"sessionsummary/{name} {made} (namespace {args.namespace}; {applied})")
+    out(f"sessionsummary/{name} {made} (namespace {args.namespace}; {applied})")
     if args.wait <= 0:
         return 0
     deadline = time.monotonic() + args.wait
@@ -91,14 +90,14 @@ def request_pass(
         if outcome is not None:
             phase, reason, message = outcome
             if phase == done:
-                print(f"{phase}: {message}")
+                out(f"{phase}: {message}")
                 return 0
-            print(printable(f"{phase}: {reason}: {message}"), file=sys.stderr)
+            out(f"{phase}: {reason}: {message}", err=True)
             if phase == "Pending":
-                print(
+                out(
                     f"summaryctl: the pass failed; the operator retries it with backoff "
                     f"(kubectl -n {args.namespace} describe sessionsummary {name})",
-                    file=sys.stderr,
+                    err=True,
                 )
             return 1
         time.sleep(0.2)
@@ -165,10 +164,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         if asked is None or (answered and (ready or waited >= args.wait)):
             break  # measured for this check, or not allowed to ask: as last measured
         if waited >= max(args.wait, ANSWER_SECONDS):
-            print(
+            out(
                 f"summaryctl: no new measurement within {waited:.0f}s: is the operator "
                 f"running, and does it serve namespace {args.namespace!r}?",
-                file=sys.stderr,
+                err=True,
             )
             break  # fmt: skip
         if not asked or answered:  # first, or measured and not Ready yet: again
@@ -178,17 +177,17 @@ def cmd_check(args: argparse.Namespace) -> int:
             try:
                 kube_call(kube.custom().patch_namespaced_custom_object, *where, patch)
             except CliError as exc:
-                print(f"summaryctl: cannot ask for a new measurement: {exc}", file=sys.stderr)
+                out(f"summaryctl: cannot ask for a new measurement: {exc}", err=True)
                 asked = None
                 continue
         time.sleep(0.5)
-    print(f"sessionsummarizer/{args.summarizer} (namespace {args.namespace}):")
+    out(f"sessionsummarizer/{args.summarizer} (namespace {args.namespace}):")
     for kind in sorted(conditions, key=lambda t: (t != "Ready", t)):
         c = conditions[kind]
         line = f"  {kind}={c.get('status')} {c.get('reason')}: {c.get('message', '')}"
-        print(printable(f"{line} (measured {c.get('lastProbeTime') or 'unknown'})"))
+        out(f"{line} (measured {c.get('lastProbeTime') or 'unknown'})")
     if not ready or not (answered or asked is None):
-        print(f"summaryctl: not Ready (waited {time.monotonic() - start:.0f}s)", file=sys.stderr)
+        out(f"summaryctl: not Ready (waited {time.monotonic() - start:.0f}s)", err=True)
         return 1
     return 0
 
@@ -219,17 +218,17 @@ def cmd_summaries(args: argparse.Namespace) -> int:
         if args.full:
             rows = [(i, _full_document(store, m.get("sessionId"), d), m) for i, d, m in rows]
     if args.json:
-        print(json.dumps([{"id": i, "document": d, "metadata": m} for i, d, m in rows], indent=2))
+        listed = [{"id": i, "document": d, "metadata": m} for i, d, m in rows]
+        out(*json.dumps(listed, indent=2).split("\n"))
         return 0
     if not rows:
-        print("no summaries yet")
+        out("no summaries yet")
     for row_id, document, meta in rows:
         when = meta.get("timestamp")
         stamp = ms_to_rfc3339(int(when)) if isinstance(when, int | float) else "?"
         count = meta.get("memoryCount", "?")
-        print(printable(f"== {row_id}  [{meta.get('category', '?')}] {stamp}  {count} memories"))
-        # A summary quotes its memories: an escape sequence in one is shown, not obeyed.
-        print(*map(printable, document.strip().split("\n")), sep="\n", end="\n\n")
+        out(f"== {row_id}  [{meta.get('category', '?')}] {stamp}  {count} memories")
+        out(*document.strip().split("\n"), "")
     return 0
 
 
@@ -254,11 +253,9 @@ def cmd_remember(args: argparse.Namespace) -> int:
         store.add_memories([row_id], [document], [meta], create=True, embed=embedder(summarizer))
         count = store.count_session(args.session_id)
     where = f"{store.location.memory_collection!r} at {store.location.describe()}"
-    print(
-        printable(
-            f"{meta['type']} memory {row_id} written to {where} "
-            f"(session {args.session_id}: {count} memories)"
-        )
+    out(
+        f"{meta['type']} memory {row_id} written to {where} "
+        f"(session {args.session_id}: {count} memories)"
     )
     return 0
 
@@ -270,10 +267,10 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     from controller.store.errors import EmbeddingMismatch, InvalidStoreConfig, StoreUnavailable
 
     if args.local:
-        print(
+        out(
             "summaryctl: warning: --local is deprecated and will be removed in the next "
             "release; use --bypass-claim",
-            file=sys.stderr,
+            err=True,
         )
     if not (args.bypass_claim or args.local):
         raise CliError(
@@ -287,7 +284,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     with open_store(args) as (store, summarizer):
         parts = summarize_backends(store, summarizer)
         for i, session_id in enumerate(args.session_ids, 1):
-            shown = f"[{i}/{total}] {printable(session_id)}"
+            shown = f"[{i}/{total}] {session_id}"
             try:
                 outcome = summarize_session(
                     store,
@@ -304,7 +301,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
                 raise
             except (StoreUnavailable, EmbeddingMismatch, EmbeddingError, ValueError) as exc:
                 failures.append(session_id)
-                print(f"{shown}: FAILED: {printable(exc)}", file=sys.stderr)
+                out(f"{shown}: FAILED: {exc}", err=True)
                 continue
             if outcome.kind == "not-found":
                 not_found.append(session_id)
@@ -314,14 +311,13 @@ def cmd_summarize(args: argparse.Namespace) -> int:
                 "not-found": "no memories with this sessionId; nothing written",
                 "empty": "only excluded memory types; nothing written",
             }.get(outcome.kind)
-            print(f"{shown}: {outcome.kind}" + (f" ({detail})" if detail else ""))
+            out(f"{shown}: {outcome.kind}" + (f" ({detail})" if detail else ""))
     for ids, what in (
         (not_found, "no memories found for {} of {} session(s)"),
         (failures, "{} of {} session(s) failed"),
     ):
         if ids:
-            listed = ", ".join(map(printable, ids))
-            print(f"summaryctl: {what.format(len(ids), total)}: {listed}", file=sys.stderr)
+            out(f"summaryctl: {what.format(len(ids), total)}: {', '.join(ids)}", err=True)
     return 1 if failures or not_found else 0
 
 
@@ -372,8 +368,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     asked = {"summarizer": args.summarizer, "action": "Rebuild", "requested_by": requester()}
     for session_id in (found := _with_secrets(args)):
         kube_call(kube.request_summary, args.namespace, session_id, trigger="manual", **asked)
-        print(f"rebuild asked: {printable(session_id)}")
-    print(
+        out(f"rebuild asked: {session_id}")
+    out(
         f"{len(found)} session(s) with a secret stored; `kubectl -n {args.namespace} get "
         "sessionsummaries` follows them"
         if found
@@ -399,7 +395,7 @@ def _with_secrets(args: argparse.Namespace) -> list[str]:
             try:
                 mask.prior(store.read_summary(session_id) if isinstance(session_id, str) else None)
             except UnreadablePriorSummary as exc:  # the message names the session
-                print(f"not asked: {printable(str(exc))}", file=sys.stderr)
+                out(f"not asked: {exc}", err=True)
             if mask.prior_found:
                 found.append(str(session_id))
     return found

@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from controller.cli.args import CliError, printable
+from controller.cli.args import CliError, out
 from controller.cli.failures import kube_call
 from controller.core.text import json_value, ms_to_rfc3339
 
@@ -58,14 +58,14 @@ def cmd_ledger(args: argparse.Namespace) -> int:
         stored = store.stored_summary(args.session_id)
     if stored is None:
         raise CliError(
-            f"no summary or ledger entry of session {printable(args.session_id)!r} in "
+            f"no summary or ledger entry of session {args.session_id!r} in "
             f"{store.location.summary_collection!r} / {store.location.ledger_collection!r}"
         )
     document, keys = stored
     if args.json:
-        print(json.dumps({"document": document, "keys": keys}, indent=2, ensure_ascii=False))
+        out(*json.dumps({"document": document, "keys": keys}, indent=2).split("\n"))
     else:
-        print("\n".join(map(printable, _ledger_lines(args.session_id, document, keys))))
+        out(*_ledger_lines(args.session_id, document, keys))
     return 0
 
 
@@ -81,8 +81,8 @@ def cmd_handover(args: argparse.Namespace) -> int:
         others = [r for r in store.authorities() if r.uid != mine]
         store.remove_authorities([r.uid for r in others])
     for r in others:
-        print(f"removed cluster {r.uid} (renewed by {r.holder}, {ms_to_rfc3339(r.renewed_ms)})")
-    print(f"{store.location.ledger_collection} is cluster {mine}'s")
+        out(f"removed cluster {r.uid} (renewed by {r.holder}, {ms_to_rfc3339(r.renewed_ms)})")
+    out(f"{store.location.ledger_collection} is cluster {mine}'s")
     return 0
 
 
@@ -99,9 +99,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 raise CliError(str(exc)) from exc
             reports.append(_report(session_id, prior, store.session_rows(session_id)))
     if args.json:
-        print(json.dumps(reports, indent=2))
+        out(*json.dumps(reports, indent=2).split("\n"))
     for report in [] if args.json else reports:
-        print("\n".join(_report_lines(report)))
+        out(*_report_lines(report))
     return 1 if any(r["uncovered"] for r in reports) else 0
 
 
@@ -140,7 +140,7 @@ def _report(session_id: str, prior: PriorSummary | None, rows: SessionRows) -> d
 
 
 def _report_lines(report: dict[str, Any]) -> list[str]:
-    sid, total = printable(report["sessionId"]), report["memories"]
+    sid, total = report["sessionId"], report["memories"]
     untimed = report["unreadableTimes"]
     if not total:
         lines = [f"{sid}: no memory carries this sessionId: nothing to cover (is the id right?)"]
@@ -154,11 +154,11 @@ def _report_lines(report: dict[str, Any]) -> list[str]:
             f"{sid}: {report['uncovered']} of its {total} memories are not covered (no pass of "
             f"its summary has read them; summary: {report['summary']}):"
         ]
-        lines += [f"  {printable(r['id'])}  {r['timestamp']}  ({r['why']})" for r in report["rows"]]
+        lines += [f"  {r['id']}  {r['timestamp']}  ({r['why']})" for r in report["rows"]]
         lines += [
             f"  {rng['uncovered']} of the {len(rng['candidates'])} memories from "
             f"{rng['from'] or 'the beginning'} to {rng['to'] or 'the watermark'} "
-            "(the coverage cannot name which): " + ", ".join(map(printable, rng["candidates"][:20]))
+            "(the coverage cannot name which): " + ", ".join(rng["candidates"][:20])
             for rng in report["ranges"]
         ]
     if untimed:
@@ -171,5 +171,5 @@ def _report_lines(report: dict[str, Any]) -> list[str]:
         for u in untimed:
             stamp = "no timestamp" if u["timestamp"] is None else f"timestamp {u['timestamp']}"
             later = "" if u["summarized"] else "  (not covered yet)"
-            lines.append(printable(f"  {u['id']}  {stamp}{later}"))
+            lines.append(f"  {u['id']}  {stamp}{later}")
     return lines

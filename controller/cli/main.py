@@ -18,6 +18,7 @@ from controller.cli.args import (
     namespace_arg,
     nonblank_arg,
     object_name_arg,
+    out,
     positive_int_arg,
     printable,
     seconds_arg,
@@ -235,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except CliError as exc:
-        print(f"summaryctl: error: {printable(exc)}", file=sys.stderr)
+        out(f"summaryctl: error: {exc}", err=True)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -244,5 +245,5 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except Exception as exc:  # a failure nobody named: still one line, never a traceback
-        print(f"summaryctl: error: {type(exc).__name__}: {printable(exc)}", file=sys.stderr)
+        out(f"summaryctl: error: {type(exc).__name__}: {exc}", err=True)
         return 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -671,21 +672,38 @@ def test_rebuild_all_with_secrets_refuses_a_wait_it_would_not_honour(
     assert "--wait" in err and "Kubernetes" not in err, err  # before any call
 
 
-# -- what the store holds reaches a terminal: an agent's text never drives it -------------
+# -- what a store or a cluster holds reaches a terminal: it never drives it ----------------
 
 
 @contextlib.contextmanager
 def a_store_holding(text: str) -> Iterator[None]:
     """open_store yields a store whose every row and key carries text (an agent's memory
-    can: the summary quotes it, its id names it)."""
+    can: the summary quotes it, its id names it; another cluster's operator names itself)."""
+    from controller.core.fencing import AuthorityRecord
 
     class Store:
+        location = argparse.Namespace(ledger_collection="neo-agent-sessions-ledger")
+
         def latest_summaries(self, limit: int) -> list[tuple[str, str, dict[str, object]]]:
             meta = {"sessionId": text, "category": text, "timestamp": 1, "memoryCount": 1}
             return [(f"summary_{text}", f"# {text}\n\n- {text}\n", meta)]
 
         def stored_summary(self, session_id: str) -> tuple[str, dict[str, object]]:
             return text, {"writer": text, "watermarkMemoryId": text, "triggerSource": text}
+
+        def read_summary(self, session_id: str) -> None:
+            return None
+
+        def session_rows(self, session_id: str) -> object:
+            return argparse.Namespace(
+                total=2, keys=[(1, text)], untimed=(text,), untimed_values={text: text}
+            )
+
+        def authorities(self) -> list[AuthorityRecord]:
+            return [AuthorityRecord(f"other {text}", text, 1, 60.0)]
+
+        def remove_authorities(self, uids: list[str]) -> None:
+            pass
 
     @contextlib.contextmanager
     def open_store(args: object) -> Iterator[tuple[Store, None]]:
@@ -696,15 +714,95 @@ def a_store_holding(text: str) -> Iterator[None]:
         yield
 
 
-@settings(max_examples=150, deadline=None)
-@given(
-    text=st.text(max_size=30) | st.sampled_from(["\x1b[2J\x1b[31mred", "\x1b]0;title\x07", "\r"]),
-    argv=st.sampled_from([["summaries"], ["ledger", "s1"]]),
+@contextlib.contextmanager
+def a_cluster_holding(text: str, phase: str = "Summarized") -> Iterator[None]:
+    """Every Kubernetes call summaryctl makes answers with text wherever an object holds free
+    text (a condition's reason and message, a pass's message, kube-system's UID); a pass
+    ends in phase."""
+    asked: dict[str, str] = {}
+    conditions = [
+        {"type": kind, "status": "True", "reason": text, "message": text, "lastProbeTime": text}
+        for kind in ("Ready", "ReplicaActive")
+    ]
+
+    def get_summarizer(namespace: str, name: str) -> dict[str, object]:
+        status = {"conditions": conditions, "lastHandledProbeRequest": asked.get("probe")}
+        return {"metadata": {"namespace": namespace, "name": name}, "status": status}
+
+    def get_summary(namespace: str, name: str) -> dict[str, object]:
+        summarized = {"type": "Summarized", "status": "False", "reason": f"Failing{text}"}
+        status = {"observedGeneration": 1, "phase": phase, "message": text}
+        return {"metadata": {"generation": 1}, "status": {**status, "conditions": [summarized]}}
+
+    def patch(*where: str, body: dict[str, dict[str, dict[str, str]]]) -> None:
+        asked["probe"] = next(iter(body["metadata"]["annotations"].values()))
+
+    custom = argparse.Namespace(
+        patch_namespaced_custom_object=lambda *a: patch(*a[:-1], body=a[-1])
+    )
+    kube_system = argparse.Namespace(metadata=argparse.Namespace(uid=text))
+    core = argparse.Namespace(read_namespace=lambda name: kube_system)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kube, "get_summarizer", get_summarizer)
+        mp.setattr(kube, "get_summary", get_summary)
+        mp.setattr(kube, "request_summary", lambda ns, sid, **kw: (text, "created"))
+        mp.setattr(kube, "custom", lambda: custom)
+        mp.setattr(kube, "core", lambda: core)
+        mp.setattr("controller.cli.commands._with_secrets", lambda args: [text])
+        yield
+
+
+# Every command that prints what a store or a cluster holds, how its pass ends, its exit code.
+PRINTING = [
+    (["summaries"], "Summarized", 0),
+    (["summaries", "--full"], "Summarized", 0),
+    (["summaries", "--json"], "Summarized", 0),
+    (["ledger", "s1"], "Summarized", 0),
+    (["ledger", "s1", "--json"], "Summarized", 0),
+    (["verify", "s1"], "Summarized", 1),  # a memory no summary covers
+    (["verify", "s1", "--json"], "Summarized", 1),
+    (["handover"], "Summarized", 0),
+    (["sunset", "s1", "--wait", "5"], "Summarized", 0),
+    (["sunset", "s1", "--wait", "5"], "Failed", 1),
+    (["sunset", "s1", "--wait", "5"], "Pending", 1),
+    (["check"], "Summarized", 0),
+    (["rebuild", "--all-with-secrets", "--summarizer", "default"], "Summarized", 0),
+]
+STORE_COMMANDS = ("summaries", "ledger", "verify", "handover")
+any_text = st.text(st.characters(exclude_categories=()), max_size=30) | st.sampled_from(
+    ["\x1b[2J\x1b[31mred", "\x1b]0;title\x07", "\r", "\x7f\x85\x9b", "\u202e\u2066", "\ud800"]
 )
-def test_text_from_the_store_reaches_the_terminal_escaped(text: str, argv: list[str]) -> None:
-    """A summary quotes its memories: an escape sequence in one is shown, not obeyed (it
-    could clear the screen, retitle the window, hide lines)."""
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=any_text, command=st.sampled_from(PRINTING))
+def test_no_text_a_store_or_a_cluster_holds_reaches_the_terminal_raw(
+    text: str, command: tuple[list[str], str, int]
+) -> None:
+    """A summary quotes its memories, a condition's message quotes an error: an escape
+    sequence (C0, DEL, C1) or a bidi override in one is shown, not obeyed (it could clear
+    the screen, retitle the window, hide or reorder what is shown)."""
+    argv, phase, exit_code = command
+    with a_store_holding(text), a_cluster_holding(text, phase):
+        store_flag = ["--chroma-url", REFUSED] if argv[0] in STORE_COMMANDS else []
+        code, out, err = run([*argv, *store_flag])
+    assert code == exit_code and "error" not in err, (code, err)
+    assert all(c.isprintable() or c == "\n" for c in out + err), (out, err)
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=any_text, argv=st.sampled_from([["summaries"], ["ledger", "s1"], ["verify", "s1"]]))
+def test_json_output_is_valid_json_that_gives_back_what_the_store_holds(
+    text: str, argv: list[str]
+) -> None:
     with a_store_holding(text):
-        code, out, err = run([*argv, "--chroma-url", REFUSED])
-    assert code == 0, err
-    assert all(c.isprintable() or c == "\n" for c in out), repr(out)
+        _, out, _ = run([*argv, "--json", "--chroma-url", REFUSED])
+    data = json.loads(out)
+    if argv[0] == "summaries":
+        assert (
+            data[0]["document"] == f"# {text}\n\n- {text}\n" and data[0]["id"] == f"summary_{text}"
+        )
+    elif argv[0] == "ledger":
+        assert data["document"] == text and data["keys"]["writer"] == text
+    else:
+        assert data[0]["unreadableTimes"][0]["id"] == text
