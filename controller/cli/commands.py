@@ -366,16 +366,25 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     from controller.kube import client as kube
 
     asked = {"summarizer": args.summarizer, "action": "Rebuild", "requested_by": requester()}
+    failed: list[str] = []
     for session_id in (found := _with_secrets(args)):
-        kube_call(kube.request_summary, args.namespace, session_id, trigger="manual", **asked)
-        out(f"rebuild asked: {session_id}")
+        try:  # one session's refusal leaves the others to ask
+            kube_call(kube.request_summary, args.namespace, session_id, trigger="manual", **asked)
+            out(f"rebuild asked: {session_id}")
+        except CliError as exc:
+            failed.append(session_id)
+            out(f"not asked: {session_id}: {exc}", err=True)
+    if failed and len(failed) == len(found):
+        raise CliError(f"no rebuild was asked: each of the {len(found)} request(s) failed")
     out(
         f"{len(found)} session(s) with a secret stored; `kubectl -n {args.namespace} get "
         "sessionsummaries` follows them"
         if found
         else "no stored summary holds a secret the redaction rules recognise"
     )
-    return 0
+    if failed:
+        out(f"summaryctl: {len(failed)} of {len(found)} not asked: {', '.join(failed)}", err=True)
+    return 1 if failed else 0
 
 
 def _with_secrets(args: argparse.Namespace) -> list[str]:

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.cli.args import chroma_url_problem
+from controller.cli.args import chroma_url_problem, printable
 from controller.cli.main import main
 from controller.kube import client as kube
 
@@ -806,3 +806,40 @@ def test_json_output_is_valid_json_that_gives_back_what_the_store_holds(
         assert data["document"] == text and data["keys"]["writer"] == text
     else:
         assert data[0]["unreadableTimes"][0]["id"] == text
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    sessions=st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=6, unique=True),
+    data=st.data(),
+)
+def test_rebuild_all_with_secrets_asks_for_every_session_and_names_each_one_refused(
+    sessions: list[str], data: st.DataObject
+) -> None:
+    """One session the API server refuses (its id, an admission webhook) does not keep the
+    others' secrets stored: each is asked, each refusal is one line, and the exit code says
+    some (1) or all (2) failed."""
+    from kubernetes.client.exceptions import ApiException
+
+    refused = data.draw(st.sets(st.sampled_from(sessions)))
+    asked: list[str] = []
+
+    def request_summary(namespace: str, session_id: str, **kw: object) -> tuple[str, str]:
+        asked.append(session_id)
+        if session_id in refused:
+            exc = ApiException(status=422, reason="Unprocessable Entity")
+            exc.body = json.dumps({"message": f"spec.sessionId of {session_id!r} refused"})
+            raise exc
+        return "name", "created"
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kube, "request_summary", request_summary)
+        mp.setattr("controller.cli.commands._with_secrets", lambda args: sessions)
+        code, out, err = run(["rebuild", "--all-with-secrets", "--summarizer", "default"])
+    assert asked == sessions
+    for session_id in sessions:
+        why = f"rejected by the API server: spec.sessionId of {session_id!r} refused"
+        failed = printable(f"not asked: {session_id}: {why}") in err.splitlines()
+        done = printable(f"rebuild asked: {session_id}") in out.splitlines()
+        assert (failed, done) == (session_id in refused, session_id not in refused), (out, err)
+    assert code == (2 if len(refused) == len(sessions) else 1 if refused else 0), err
