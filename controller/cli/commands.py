@@ -197,12 +197,15 @@ def _conditions(status: dict[str, Any]) -> dict[Any, dict[str, Any]]:
 
 
 def _full_document(store: Any, session_id: Any, document: str) -> str:
-    """The whole summary, rebuilt from the row and its ledger entry."""
+    """The whole summary, rebuilt from the row and its ledger entry; a row naming no session
+    is shown as it is."""
     from controller.core.document import render_document
     from controller.core.summary import StructuredSummary
 
+    if not isinstance(session_id, str):
+        return document
     try:
-        prior = store.read_summary(str(session_id))
+        prior = store.read_summary(session_id)
     except ValueError:
         return document
     if isinstance(prior, StructuredSummary):

@@ -843,3 +843,33 @@ def test_rebuild_all_with_secrets_asks_for_every_session_and_names_each_one_refu
         done = printable(f"rebuild asked: {session_id}") in out.splitlines()
         assert (failed, done) == (session_id in refused, session_id not in refused), (out, err)
     assert code == (2 if len(refused) == len(sessions) else 1 if refused else 0), err
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    keys=st.sampled_from([{}, {"sessionId": None}])
+    | st.builds(dict, sessionId=st.integers() | st.floats(allow_nan=False) | st.booleans())
+)
+def test_summaries_full_shows_a_row_naming_no_session_as_it_is(
+    keys: dict[str, object],
+) -> None:
+    """A row without a string sessionId (another writer's) is its own document: not the
+    summary of a session whose id is that value's text ("None", "1")."""
+    from controller.core.summary import StructuredSummary
+
+    class Store:
+        def latest_summaries(self, limit: int) -> list[tuple[str, str, dict[str, object]]]:
+            return [("summary_x", "the row's own text", {"timestamp": 1, **keys})]
+
+        def read_summary(self, sid: str) -> StructuredSummary:
+            return StructuredSummary(session_id=sid, title=f"the summary of session {sid}")
+
+    @contextlib.contextmanager
+    def open_store(args: object) -> Iterator[tuple[Store, None]]:
+        yield Store(), None
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("controller.cli.settings.open_store", open_store)
+        code, out, err = run(["summaries", "--full", "--chroma-url", REFUSED])
+    assert code == 0, err
+    assert "the row's own text" in out and "the summary of session" not in out, out
