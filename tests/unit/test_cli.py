@@ -873,3 +873,17 @@ def test_summaries_full_shows_a_row_naming_no_session_as_it_is(
         code, out, err = run(["summaries", "--full", "--chroma-url", REFUSED])
     assert code == 0, err
     assert "the row's own text" in out and "the summary of session" not in out, out
+
+
+def test_every_summaryctl_line_is_printed_through_out() -> None:
+    """A command that printed on its own would bypass out()'s escaping: the property test
+    above covers the commands there are; this keeps a new one on the same path."""
+    cli = Path(__file__).resolve().parents[2] / "controller" / "cli"
+    calls = [
+        (path.name, line.strip())
+        for path in sorted(cli.glob("*.py"))
+        for line in path.read_text().splitlines()
+        if re.search(r"\bprint\(|sys\.std(out|err)\.write", line)
+    ]
+    out_itself = 'print(*map(printable, lines), sep="\\n", file=sys.stderr if err else sys.stdout)'
+    assert calls == [("args.py", out_itself)], calls
