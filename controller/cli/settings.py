@@ -18,7 +18,7 @@ import yaml
 from pydantic import ValidationError
 
 from controller import backends
-from controller.api import API_VERSION, SUMMARIZER_KIND, SessionSummarizerSpec
+from controller.api import API_VERSION, SUMMARIZER_KIND, SessionSummarizerSpec, StoreSpec
 from controller.cli.args import CliError, check_chroma_url
 from controller.cli.failures import kube_call, summarizer_object
 from controller.core.text import one_line
@@ -111,13 +111,16 @@ def store_location(args: argparse.Namespace, summarizer: SummarizerSettings) -> 
             "say where Chroma is: --chroma-url http://HOST:8000, --path DIR, or a summarizer "
             "(--summarizer NAME, --summarizer-file FILE)"
         )
-    return dataclasses.replace(
+    location = dataclasses.replace(
         base,
         url=check_chroma_url(url) if url else None,
         path=args.path,
         token=os.environ.get("CHROMA_TOKEN") or base.token,
         **{flag: getattr(args, flag) for flag in STORE_FLAGS if getattr(args, flag)},
     )
+    if location.memory_collection in (location.summary_collection, location.ledger_collection):
+        raise CliError(StoreSpec.SAME_COLLECTION_MESSAGE)
+    return location
 
 
 @contextlib.contextmanager

@@ -14,9 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from controller.api import StoreSpec
 from controller.cli.args import chroma_url_problem, printable
 from controller.cli.main import main
 from controller.kube import client as kube
+from controller.store.connection import StoreLocation
 
 REFUSED = "http://127.0.0.1:1"  # nothing listens on port 1: connections fail at once
 
@@ -887,3 +889,25 @@ def test_every_summaryctl_line_is_printed_through_out() -> None:
     ]
     out_itself = 'print(*map(printable, lines), sep="\\n", file=sys.stderr if err else sys.stdout)'
     assert calls == [("args.py", out_itself)], calls
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    name=st.from_regex(r"[a-z][a-z0-9]{2,20}", fullmatch=True) | st.none(),
+    ledger=st.booleans(),
+    command=st.sampled_from(
+        [["summaries"], ["remember", "s1", "--prompt", "p", "--response", "r"], ["verify", "s1"]]
+    ),
+)
+def test_a_memory_collection_the_operator_writes_is_refused_before_the_store(
+    name: str | None, ledger: bool, command: list[str]
+) -> None:
+    """As a SessionSummarizer's spec may not (StoreSpec): the memories never in the summary
+    collection nor its ledger, the summary collection named or left to its default."""
+    summary = name or StoreLocation(url=None).summary_collection
+    named = ["--summary-collection", name] if name else []
+    memory = summary + StoreSpec.LEDGER_SUFFIX if ledger else summary
+    argv = [*command, "--chroma-url", REFUSED, *named, "--memory-collection", memory]
+    code, out, err = run(argv)
+    assert code == 2 and out == "", err
+    assert "memoryCollection must differ" in err and "cannot connect" not in err
