@@ -1,13 +1,9 @@
 """The live parts built for each SessionSummarizer (namespace/name): its Chroma client, its
-embedding function and its model summarizer, each with the configuration it was built from.
-
-Kept from the spec's generation seen (spec_changed) until the next one or the deletion
-(forget), and reused while a use's configuration (Secret values included: read at every
-use, so a rotated key takes effect at the next pass) is the same; a different one, or an
-unreachable store, builds a new part in its place. A part dropped is closed once no use
-holds it. One built for a SessionSummarizer not seen, deleted, or changed meanwhile serves
-its use alone (a pass or a timer tick still under way) and is closed after it.
-"""
+embedding function and its model summarizer, each kept with the configuration it was built
+from (Secret values included, read at every use: a rotated key takes effect at the next
+pass) from the spec's generation seen (spec_changed) until the next one or the deletion
+(forget). A part no longer kept is closed once no use holds it; one built for a
+SessionSummarizer not seen, deleted or changed meanwhile serves its use alone."""
 
 from __future__ import annotations
 
@@ -49,6 +45,7 @@ class _Part:
     key: Any  # the configuration it was built from (Secret values included)
     value: Any
     users: int = 1  # the uses holding it
+    kept: bool = True  # False once dropped: closed when the last use gives it back
 
 
 @dataclass(eq=False)
@@ -86,7 +83,7 @@ class SummarizerParts:
         self._scheduler = scheduler
         self._weights = weights
         self._kept: dict[Who, _Generation] = {}
-        self._draining: set[_Part] = set()  # not kept: closed when the last use gives it back
+        self._live: set[_Part] = set()  # built and not closed yet (kept or in use)
         self._lock = threading.Lock()
         self._closed = False
 
@@ -99,20 +96,20 @@ class SummarizerParts:
         """Everything a pass needs, held for the pass (blocking). A StoreUnavailable drops
         the store's client. Memory destinations are checked first, before any read."""
         check_memory_destinations(spec, namespace)
+        who = (namespace, name)
         location = store_location(spec, namespace)
         embedding = embedding_spec(spec, namespace)
-        config = (
-            None if spec.model.backend == "extractive" else chat_model_config(spec.model, namespace)
-        )
+        extractive = spec.model.backend == "extractive"
+        config = None if extractive else chat_model_config(spec.model, namespace)
         if config is None:  # extractive: a model client built for an older spec goes now
-            with self._lock:
-                closing = self._drop_kind((namespace, name), "summarizer")
-            self._close(closing)
-        with self._held((namespace, name)) as hold:
-            store = hold("store", location, self._connect)
-            ef = hold("embedder", embedding, self._embedding)
+            self._drop(who, "summarizer")
+        with contextlib.ExitStack() as held:
+            store = held.enter_context(self._use(who, "store", location, self._connect))
+            ef = held.enter_context(self._use(who, "embedder", embedding, self._embedding))
             summarizer = (
-                EXTRACTIVE if config is None else hold("summarizer", config, self._summarizer)
+                EXTRACTIVE
+                if config is None
+                else held.enter_context(self._use(who, "summarizer", config, self._summarizer))
             )
             yield Backends(
                 store=store,
@@ -129,8 +126,8 @@ class SummarizerParts:
     ) -> Iterator[MemoryStore]:
         """The SessionSummarizer's store alone (the sweep, the scans, the probes)."""
         location = store_location(spec, namespace)
-        with self._held((namespace, name)) as hold:
-            yield hold("store", location, self._connect)
+        with self._use((namespace, name), "store", location, self._connect) as store:
+            yield store
 
     @contextlib.contextmanager
     def embedder(
@@ -138,8 +135,8 @@ class SummarizerParts:
     ) -> Iterator[Embedder]:
         check_memory_destinations(spec, namespace, "embedding.baseUrl")
         embedding = embedding_spec(spec, namespace)
-        with self._held((namespace, name)) as hold:
-            yield self._embedder(hold("embedder", embedding, self._embedding))
+        with self._use((namespace, name), "embedder", embedding, self._embedding) as ef:
+            yield self._embedder(ef)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -150,63 +147,53 @@ class SummarizerParts:
             if old is not None and old.number == generation:
                 return
             self._kept[(namespace, name)] = _Generation(generation)
-            closing = self._drop(old.parts.values() if old else ())
+            closing = self._unkeep(old.parts.values() if old else ())
         self._close(closing)
 
     def forget(self, namespace: str, name: str) -> None:
         """The SessionSummarizer is gone: everything built for it is closed."""
         with self._lock:
             old = self._kept.pop((namespace, name), None)
-            closing = self._drop(old.parts.values() if old else ())
+            closing = self._unkeep(old.parts.values() if old else ())
         self._close(closing)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            closing = self._drop(p for g in self._kept.values() for p in g.parts.values())
+            closing = self._unkeep(p for g in self._kept.values() for p in g.parts.values())
             self._kept.clear()
         self._close(closing)
 
     def count(self) -> PartsCount:
         with self._lock:
-            live = [*self._draining, *(p for g in self._kept.values() for p in g.parts.values())]
-            models = sum(p.kind == "summarizer" for p in live)
-            return PartsCount(
-                summarizers=len(self._kept),
-                clients=sum(p.kind == "store" for p in live),
-                embedders=sum(p.kind == "embedder" for p in live),
-                model_clients=models,
-                semaphores=models,
-                secret_values=sum(_secrets_of(p.key) for p in live),
-                store_queues=self._scheduler.store_queues(),
-            )
+            live = list(self._live)
+        models = sum(p.kind == "summarizer" for p in live)
+        return PartsCount(
+            summarizers=len(self._kept),
+            clients=sum(p.kind == "store" for p in live),
+            embedders=sum(p.kind == "embedder" for p in live),
+            model_clients=models,
+            semaphores=models,
+            secret_values=sum(_secrets_of(p.key) for p in live),
+            store_queues=self._scheduler.store_queues(),
+        )
 
     # -- inside ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _held(self, who: Who) -> Iterator[Callable[[Kind, K, Callable[[K], V]], V]]:
-        taken: list[_Part] = []
-
-        def hold(kind: Kind, key: K, build: Callable[[K], V]) -> V:
-            part = self._take(who, kind, key, build)
-            taken.append(part)
-            return cast(V, part.value)
-
+    def _use(self, who: Who, kind: Kind, key: K, build: Callable[[K], V]) -> Iterator[V]:
+        """who's part of kind for key, held by this use."""
+        part = self._take(who, kind, key, build)
         try:
-            yield hold
+            yield cast(V, part.value)
         except BaseException as exc:
-            if caused_by(exc, StoreUnavailable):  # the next use connects anew
-                with self._lock:
-                    kept = self._kept.get(who)
-                    if kept and kept.parts.get("store") in taken:
-                        self._drop_kind(who, "store")  # closed below, when given back
+            if kind == "store" and caused_by(exc, StoreUnavailable):
+                self._drop(who, kind, part)  # the next use connects anew
             raise
         finally:
             with self._lock:
-                for part in taken:
-                    part.users -= 1
-                closing = [p for p in taken if p.users == 0 and p in self._draining]
-                self._draining.difference_update(closing)
+                part.users -= 1
+                closing = [] if part.kept else self._unkeep([part])
             self._close(closing)
 
     def _take(self, who: Who, kind: Kind, key: K, build: Callable[[K], V]) -> _Part:
@@ -220,26 +207,37 @@ class SummarizerParts:
                 return part
         part = _Part(kind, key, build(key))  # outside the lock: may connect (seconds)
         with self._lock:
+            self._live.add(part)
             if kept is None or self._kept.get(who) is not kept:
-                self._draining.add(part)  # not seen, or deleted or changed meanwhile
+                part.kept = False  # not seen, or deleted or changed meanwhile: this use's only
                 return part
-            closing = self._drop_kind(who, kind)
+            old = kept.parts.get(kind)
             kept.parts[kind] = part
+            closing = self._unkeep([old] if old else [])
         self._close(closing)
         return part
 
-    def _drop_kind(self, who: Who, kind: Kind) -> list[_Part]:
-        """Under the lock: who's part of kind out of the cache; returns it if no use holds
-        it, to be closed now."""
-        kept = self._kept.get(who)
-        return self._drop([kept.parts.pop(kind)] if kept and kind in kept.parts else [])
+    def _drop(self, who: Who, kind: Kind, only: _Part | None = None) -> None:
+        """who's part of kind (if it is `only`, when given) out of the cache."""
+        with self._lock:
+            kept = self._kept.get(who)
+            part = kept.parts.get(kind) if kept else None
+            if kept is None or part is None or only not in (None, part):
+                return
+            del kept.parts[kind]
+            closing = self._unkeep([part])
+        self._close(closing)
 
-    def _drop(self, parts: Iterable[_Part]) -> list[_Part]:
-        """Under the lock: parts taken out of the cache; returns those no use holds, to be
-        closed now (the others are when given back)."""
-        parts = list(parts)
-        self._draining.update(p for p in parts if p.users)
-        return [p for p in parts if not p.users]
+    def _unkeep(self, parts: Iterable[_Part]) -> list[_Part]:
+        """Under the lock: parts no longer kept; returns those no use holds, to be closed
+        now (the others are when the last use gives them back)."""
+        closing = []
+        for part in parts:
+            part.kept = False
+            if not part.users:
+                self._live.discard(part)
+                closing.append(part)
+        return closing
 
     def _close(self, parts: list[_Part]) -> None:
         for part in parts:
