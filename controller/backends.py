@@ -68,24 +68,18 @@ def check_endpoint(field: str, url: str) -> None:
         raise EndpointNotAllowed(refusal)
 
 
-def memory_destinations(spec: SessionSummarizerSpec) -> list[tuple[str, str]]:
-    """(field, URL) of each endpoint that receives memories or summaries made of them."""
-    found = []
-    if spec.model.backend == "openai" and spec.model.base_url:
-        found.append(("model.baseUrl", spec.model.base_url))
-    e = spec.embedding
-    if e.provider == "openai" and e.base_url:
-        found.append(("embedding.baseUrl", e.base_url))
-    return found
-
-
 def check_memory_destinations(
     spec: SessionSummarizerSpec, namespace: str, field: str | None = None
 ) -> None:
     """Raises MemoryDestinationNotAllowed unless the owner of the store's credential (or the
     install, for a store without one) allows every endpoint the memories would go to (only
     `field`'s, when given). Reads the Secret's annotations, never the store."""
-    destinations = [d for d in memory_destinations(spec) if field in (None, d[0])]
+    m, e = spec.model, spec.embedding
+    endpoints = (
+        ("model.baseUrl", m.backend == "openai" and m.base_url),
+        ("embedding.baseUrl", e.provider == "openai" and e.base_url),
+    )
+    destinations = [(where, url) for where, url in endpoints if url and field in (None, where)]
     if not destinations:
         return
     credential = None

@@ -1,12 +1,9 @@
 """Where a summary is written: one session, prior summary + new memories -> the store.
 
-A pass is steps, each a function of what the last returned: read the prior and list the
-rows (_read), account for deleted memories (_start), stop when nothing is to be written
-(_idle), summarize each chunk (_summarized: chunks bounded by the summarizer's input
-budget, core/chunking.py), add the session's facts and validate (_final), write
-(upsert.write_row). Nothing is written before it validates, so a failed pass never replaces
-a good summary; every CHECKPOINT_PASSES passes the summary so far is written. Blocking I/O:
-handlers call it in a worker thread.
+A pass is steps, each a function of what the last returned: _read, _start (deleted
+memories), _idle (nothing to write), _summarized per chunk (core/chunking.py), _final,
+then upsert.write_row. Nothing is written before it validates, so a failed pass never
+replaces a good summary. Blocking I/O: handlers call it in a worker thread.
 """
 
 from __future__ import annotations
@@ -25,12 +22,7 @@ from controller.core.memories import Memory, is_excluded, placed
 from controller.core.merge import derived_title, merge_pass
 from controller.core.naming import summary_row_id
 from controller.core.provenance import PassTokens, Provenance, added_text, pass_tokens
-from controller.core.summary import (
-    OtherWriter,
-    PriorSummary,
-    StructuredSummary,
-    validate_summary,
-)
+from controller.core.summary import OtherWriter, PriorSummary, StructuredSummary, validate_summary
 from controller.core.visibility import (
     DEFAULT_VISIBILITY,
     VisibilityRules,
@@ -55,7 +47,7 @@ from controller.upsert import (
 OutcomeKind = Literal["summarized", "up-to-date", "not-found", "empty", "forgotten"]
 
 
-CHECKPOINT_PASSES = 20
+CHECKPOINT_PASSES = 20  # a long backlog's summary so far is written every this many passes
 
 
 class PassInterrupted(Exception):
@@ -144,15 +136,6 @@ def prior_coverage(prior: StructuredSummary | None) -> PriorCoverage:
         prior.sources_json,
         frozenset(prior.untimed_ids),
     )
-
-
-def _checkpoint(
-    current: StructuredSummary, rows: SessionRows, upto: tuple[int, str] | None
-) -> StructuredSummary:
-    """The summary so far, covering up to `upto`, with no rows digest (not all rows yet)."""
-    coverage, count = rows.coverage(upto)
-    update = {"memory_count": count, "coverage": coverage, "rows_digest": None}
-    return current.model_copy(update=update)
 
 
 def _final(done: _Progress, rows: SessionRows) -> StructuredSummary:
@@ -408,7 +391,10 @@ def summarize_session(
         if stopping or (passes and checkpoint_passes and passes % checkpoint_passes == 0):
             assert isinstance(done.summary, StructuredSummary)
             assert done.summary.watermark is not None
-            digest = write(_checkpoint(done.summary, rows, done.upto), done).digest
+            # The summary so far, covering up to done.upto; no rows digest (not all rows yet).
+            coverage, count = rows.coverage(done.upto)
+            update = {"memory_count": count, "coverage": coverage, "rows_digest": None}
+            digest = write(done.summary.model_copy(update=update), done).digest
             done = replace(done, digest=digest, checkpoints=done.checkpoints + 1)
         if stopping:
             raise PassInterrupted(

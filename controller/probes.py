@@ -15,12 +15,7 @@ from controller.backends import (
     secret_uses,
     secret_verdict,
 )
-from controller.core.destinations import (
-    DestinationRefused,
-    SecretVerdict,
-    redirect_refusal,
-    shown,
-)
+from controller.core.destinations import DestinationRefused, SecretVerdict, redirect_refusal, shown
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
 from controller.kube import client as kube
