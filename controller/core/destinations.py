@@ -53,12 +53,16 @@ class Target:
 def _normal_path(path: str) -> str | None:
     """The path a server resolves: percent escapes decoded once, backslashes read as
     slashes, dot segments applied. None when an escape is left after decoding (a server
-    that decodes twice could read it otherwise)."""
-    decoded = unquote(path).replace("\\", "/")
-    if "%" in decoded:
+    that decodes twice could read it otherwise), or when the dot segments the client applies
+    to the path as written reach elsewhere ("/v1/a%2fb/../.." is sent as "/")."""
+
+    def resolved(text: str) -> str:
+        normal = posixpath.normpath("/" + unquote(text).replace("\\", "/").lstrip("/"))
+        return "" if normal == "/" else normal
+
+    if "%" in unquote(path) or resolved(path) != resolved(posixpath.normpath("/" + path)):
         return None
-    normal = posixpath.normpath("/" + decoded.lstrip("/"))
-    return "" if normal == "/" else normal
+    return resolved(path)
 
 
 _NETLOC = re.compile(r"(\[[^\[\]]+\]|[^\[\]:@]+)(:[0-9]*)?")

@@ -216,6 +216,8 @@ def test_a_prefix_allows_what_it_names_and_the_paths_below_it(text: str, suffix:
         "https://api.openai.com/v1/%2e%2e/admin",
         "https://api.openai.com/v1%2f..%2fadmin",
         "https://api.openai.com/v1/%252e%252e/admin",
+        "https://api.openai.com/v1/a%2fb/../..",  # the client sends "/"
+        "https://api.openai.com/v1/a%5cb/../../admin",
         "http://api.openai.com/v1",
         "https://api.openai.com:8443/v1",
         "https://api.openai.com:0/v1",
