@@ -26,9 +26,10 @@ _IPV6 = "|".join(
     + [f"(({_H16}:){{0,{n}}}{_H16})?::{after}" for n, after in enumerate(_AFTER_GAP) if n]
 )
 # A DNS name whose last label starts with a letter (as every top-level domain does), so
-# that no name reads as a malformed IPv4 address ("1.2.3.999", which the clients refuse).
-_LABEL = "[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?"
-_NAME = rf"({_LABEL}\.)*[A-Za-z]([A-Za-z0-9_-]*[A-Za-z0-9_])?"
+# that no name reads as a malformed IPv4 address ("1.2.3.999", which the clients refuse);
+# a label is at most 63 characters (the resolver refuses a longer one).
+_LABEL = "[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_NAME = rf"({_LABEL}\.)*[A-Za-z]([A-Za-z0-9_-]{{0,61}}[A-Za-z0-9_])?"
 _PORT = "(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
 # host[:port]: a name or an IPv4 address (either may end in the root's "."), or an [IPv6
 # address]; never user:password@.
