@@ -166,10 +166,10 @@ class SummarizerParts:
 
     def count(self) -> PartsCount:
         with self._lock:
-            live = list(self._live)
+            live, summarizers = list(self._live), len(self._kept)
         models = sum(p.kind == "summarizer" for p in live)
         return PartsCount(
-            summarizers=len(self._kept),
+            summarizers=summarizers,
             clients=sum(p.kind == "store" for p in live),
             embedders=sum(p.kind == "embedder" for p in live),
             model_clients=models,
