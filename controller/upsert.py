@@ -4,12 +4,11 @@ entry and the row. controller/pipeline.py decides what to write."""
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from controller.core.document import render_document
 from controller.core.fencing import Fence
@@ -29,10 +28,6 @@ EMBED_CHARS = 8000
 class WriteGuard(Protocol):
     """The writer's side of the session's claim (kube/claims.py:SessionClaimHandle)."""
 
-    @property
-    def fence(self) -> Fence | None:
-        """The fence of the claim's grant (core/fencing.py)."""
-
     def check(self) -> None:
         """Raises once this writer may no longer write (between chunk passes; no I/O)."""
 
@@ -41,28 +36,6 @@ class WriteGuard(Protocol):
         else the keys the ledger entry records."""
 
 
-Step = Literal["begin", "admitted", "end"]
-Ended = Literal["", "written", "refused", "failed"]  # "": not ended
-
-
-@dataclass(frozen=True)
-class WriteEvent:
-    """A step of one row's write: "begin" before the last claim check, "admitted" once the
-    checks passed, "end" with the outcome (a writer killed in between never ends)."""
-
-    phase: Step
-    session_id: str
-    writer: str
-    writer_object: str
-    at_ms: int
-    began_ms: int
-    fence: int | None = None
-    outcome: Ended = ""
-
-
-# Each WriteEvent, in order, as a DEBUG record with the event as `record.write` (the chaos
-# tests' journal is a handler of this logger: devenv/journal.py).
-WRITES = logging.getLogger("controller.writes")
 # Writes a row in a group (scheduling.PassScheduler.store_write), or raises.
 GroupWrite = Callable[[MemoryStore, RowWrite], None]
 
@@ -101,7 +74,6 @@ def write_row(
     trigger: str,
     guard: WriteGuard | None,
     seen: str | None,
-    writer_object: str = "",
     provenance: Provenance | None = None,
     visibility: RowVisibility | None = None,
     group: GroupWrite = write_alone,
@@ -130,41 +102,18 @@ def write_row(
     with phase("embedded"):
         vector = embed([document[:EMBED_CHARS]])[0]
     store.check_embedding(len(vector))
-    began_ms = int(time.time() * 1000)
     sid = summary.session_id
-    granted = guard.fence if guard is not None else None
-    fence = granted.number if granted is not None else None
-
-    def tell(step: Step, at_ms: int, outcome: Ended = "") -> None:
-        if WRITES.isEnabledFor(logging.DEBUG):
-            event = WriteEvent(step, sid, writer, writer_object, at_ms, began_ms, fence, outcome)
-            WRITES.debug("%s %s", step, sid, extra={"write": event})
-
-    tell("begin", began_ms)
-    outcome: Literal["written", "refused", "failed"] = "failed"
 
     def admit(found: RowState) -> Mapping[str, int | str]:
         """Right before the group's upserts, on the row as read then (MemoryStore.write_rows)."""
-        nonlocal outcome
         if found.digest != seen:
-            outcome = "refused"
             raise RowChangedDuringPass(
                 f"the row of session {sid!r} was rewritten by another writer during this "
                 "pass; nothing was written over it, and the next pass carries its text"
             )
-        fence_keys: Mapping[str, int | str] = {}
-        if guard is not None:
-            outcome = "refused"
-            fence_keys = guard.admit(found.fence)
-            outcome = "failed"
-        tell("admitted", int(time.time() * 1000))
-        return fence_keys
+        return guard.admit(found.fence) if guard is not None else {}
 
-    try:
-        # The claim is checked once the group is formed, never before the wait.
-        with phase("written"):
-            group(store, RowWrite(sid, document, metadata, vector, admit))
-        outcome = "written"
-    finally:  # ends whether written or refused (claim lost, store down)
-        tell("end", int(time.time() * 1000), outcome)
+    # The claim is checked once the group is formed, never before the wait.
+    with phase("written"):
+        group(store, RowWrite(sid, document, metadata, vector, admit))
     return Written(summarized_at_ms, document, document_digest(document))

@@ -5,9 +5,9 @@ a writer killed in between still shows its write as begun. Each line carries the
 fencing number (its pass's claim grant). A writer is a replica (holder) serving one
 object: the same replica serving two objects of one session is two writers. The lines are
 in the order they happened, across processes (one O_APPEND write each): the tests read
-that order, not the processes' clocks, which the clock-skew test sets apart. A handler of
-the operator's write records (controller.upsert.WRITES), installed by devenv.operator;
-never in the product.
+that order, not the processes' clocks, which the clock-skew test sets apart. A wrapper
+around the pipeline's write_row (and the group write it is given), installed by
+devenv.operator; never in the product.
 
 PauseBeforeUpsert (SSO_TEST_PAUSE_BEFORE_UPSERT=SESSION:N) stops the whole process with
 SIGSTOP at the N-th admitted write of SESSION: a pause between the fence check and the
@@ -15,15 +15,37 @@ upsert, the window fencing cannot close, for the test that shows it harmless."""
 
 from __future__ import annotations
 
+import functools
 import json
-import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
-from controller.upsert import WRITES, WriteEvent
+from controller import pipeline
+from controller.core.ledger import RowState
+from controller.core.summary import StructuredSummary
+from controller.store.memory_store import MemoryStore
+from controller.store.row_writes import RowWrite
+from controller.upsert import GroupWrite, WriteGuard, Written, write_alone
+
+
+@dataclass(frozen=True)
+class WriteEvent:
+    """A step of one row's write: "begin" before the last claim check, "admitted" once the
+    checks passed, "end" with the outcome (a writer killed in between never ends)."""
+
+    phase: Literal["begin", "admitted", "end"]
+    session_id: str
+    writer: str
+    writer_object: str
+    at_ms: int
+    began_ms: int
+    fence: int | None = None
+    outcome: Literal["", "written", "refused", "failed"] = ""  # "": not ended
 
 
 class Journal:
@@ -74,32 +96,79 @@ class PauseBeforeUpsert:
             time.sleep(0.5)
 
 
-class _Watching(logging.Handler):
-    """Hands each write record's event (controller.upsert.WRITES) to the watchers, in order."""
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
-    def __init__(self, chain: list[Callable[[WriteEvent], None]]) -> None:
-        super().__init__(logging.DEBUG)
-        self.chain = chain
 
-    def emit(self, record: logging.LogRecord) -> None:
-        event = getattr(record, "write", None)
-        if isinstance(event, WriteEvent):
-            for each in self.chain:
-                each(event)
+def journaled(
+    write_row: Callable[..., Written], tell: Callable[[WriteEvent], None]
+) -> Callable[..., Written]:
+    """write_row, telling each write's steps: its group write is wrapped so that "begin"
+    comes before the group's claim checks, "admitted" after them and "end" after the
+    upsert (refused: the checks raised). The object is the claim's (kube/claims.py)."""
 
-    def handleError(self, record: logging.LogRecord) -> None:
-        raise  # a journal that cannot be written fails the write, not silently the test
+    @functools.wraps(write_row)
+    def write(
+        store: MemoryStore,
+        summary: StructuredSummary,
+        *,
+        writer: str,
+        guard: WriteGuard | None,
+        group: GroupWrite = write_alone,
+        **rest: Any,
+    ) -> Written:
+        granted = getattr(guard, "fence", None)  # the claim's grant (SessionClaimHandle)
+        fence = granted.number if granted is not None else None
+        owner = str(getattr(getattr(guard, "writer", None), "owner", ""))
+
+        def told(store: MemoryStore, row: RowWrite) -> None:
+            began = _now_ms()
+
+            def event(phase: Any, outcome: Any = "") -> WriteEvent:
+                sid = summary.session_id
+                return WriteEvent(phase, sid, writer, owner, _now_ms(), began, fence, outcome)
+
+            tell(event("begin"))
+            checks, refusals = row.admit, list[BaseException]()
+
+            def admit(found: RowState) -> Mapping[str, int | str]:
+                try:
+                    keys = checks(found)
+                except BaseException as exc:
+                    refusals.append(exc)
+                    raise
+                tell(event("admitted"))
+                return keys
+
+            row.admit = admit
+            outcome = "failed"
+            try:
+                group(store, row)
+                outcome = "written"
+            except BaseException as exc:  # the group raises what refused or failed this row
+                outcome = "refused" if any(exc is r for r in refusals) else "failed"
+                raise
+            finally:  # ends whether written or refused (claim lost, store down)
+                tell(event("end", outcome))
+
+        return write_row(store, summary, writer=writer, guard=guard, group=told, **rest)
+
+    return write
 
 
 def watch_writes(journal: str | None, pause: str | None) -> None:
     """Watches this process's store writes: the journal (SSO_WRITE_JOURNAL) and the pause
-    (SSO_TEST_PAUSE_BEFORE_UPSERT), in that order; nothing when neither is set."""
+    (SSO_TEST_PAUSE_BEFORE_UPSERT), in that order; nothing when neither is set. A journal
+    that cannot be written fails the write, not silently the test."""
     chain: list[Callable[[WriteEvent], None]] = []
     if journal:
         chain.append(Journal(Path(journal)))
     if pause:
         chain.append(PauseBeforeUpsert(pause))
+
+    def tell(event: WriteEvent) -> None:
+        for each in chain:
+            each(event)
+
     if chain:
-        WRITES.addHandler(_Watching(chain))
-        WRITES.setLevel(logging.DEBUG)
-        WRITES.propagate = False  # not in the operator's log
+        pipeline.write_row = journaled(pipeline.write_row, tell)

@@ -1,8 +1,8 @@
 """The one way the demo, the integration tests and the benches start the operator: a local
 process, `python -m devenv.operator ARGS...`, which is `python -m controller run ARGS...`
 plus, when SSO_WRITE_JOURNAL names a file, the write journal (devenv.journal) that the
-chaos tests read to prove no two writers overlapped, a handler of the operator's write
-records (controller.upsert.WRITES).
+chaos tests read to prove no two writers overlapped, a wrapper around the pipeline's
+write_row.
 
     proc = start_operator(log, env, "--standalone", "--namespace", "ops")
 """

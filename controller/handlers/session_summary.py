@@ -227,7 +227,6 @@ def summarize_claimed(
                         excluded_types=backends.excluded_types,
                         summarizer=backends.summarizer,
                         guard=handle,
-                        writer_object=f"{namespace}/{name}",
                         visibility=backends.visibility,
                         redaction=backends.redaction,
                         stop=runtime.stopping.is_set,
