@@ -280,6 +280,14 @@ class Collections:
         with self._missing(role):
             return guard(what, lambda: op(coll))
 
+    def _get(self, role: CollectionRole, what: str, **query: Any) -> Any:
+        """Collection.get(**query) on the role's collection (_on)."""
+        return self._on(role, what, lambda c: c.get(**query))
+
+    def _delete(self, role: CollectionRole, what: str, **query: Any) -> None:
+        """Collection.delete(**query) on the role's collection (_on)."""
+        self._on(role, what, lambda c: c.delete(**query))
+
     def _pages(
         self, role: CollectionRole, what: str, where: dict[str, Any], page: int
     ) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:

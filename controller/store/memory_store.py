@@ -41,8 +41,6 @@ from controller.core.memories import (
     FUTURE_TOLERANCE_MS,
     UNIT_LIMITS,
     Memory,
-    memory_from_row,
-    memory_sort_key,
     parse_timestamp_ms,
 )
 from controller.core.naming import summary_row_id
@@ -74,7 +72,7 @@ from controller.store.errors import (
     mismatch,
 )
 from controller.store.row_writes import RowWrite
-from controller.store.session_listing import GET_BATCH, SessionRows, list_session
+from controller.store.session_listing import GET_BATCH, SessionRows, list_session, read_memories
 
 log = logging.getLogger(__name__)
 
@@ -137,37 +135,19 @@ class MemoryStore(Collections):
         mask = mask or PassRedaction()
         with self._missing("memory"):
             coll = self.memories()
-            read = lambda ids: self._read_batch(ids, mask)  # noqa: E731
+            read = lambda ids: self.memories_by_id(ids, mask)  # noqa: E731
             return list_session(coll, session_id, prior or PriorCoverage(), exclude, read, mask)
 
     def memories_by_id(self, ids: Sequence[str], mask: PassRedaction) -> list[Memory]:
         """These memories (masked), in the session's order; those gone since are left out."""
-        self.memories()  # missing: CollectionNotFound (collections.py: _open), ids or not
-        found = [m for b in batches(list(ids), GET_BATCH) for m in self._read_batch(b, mask)]
-        return sorted(found, key=memory_sort_key)
-
-    def _read_batch(self, ids: Sequence[str], mask: PassRedaction) -> list[Memory]:
-        """The memories of these ids (consecutive in the session's order), masked, in that
-        order."""
-        got = self._on(
-            "memory",
-            "reading memories",
-            lambda c: c.get(ids=list(ids), include=["documents", "metadatas"]),
-        )
-        memories = [
-            mask.memory(memory)
-            for row_id, doc, meta in zip(
-                got["ids"], got["documents"] or [], got["metadatas"] or [], strict=False
-            )
-            if (memory := memory_from_row(row_id, doc, mask.meta(meta))) is not None
-        ]
-        memories.sort(key=memory_sort_key)
-        return memories
+        with self._missing("memory"):
+            return read_memories(self.memories(), ids, mask)
 
     def session_ids(self, session_id: str) -> list[str]:
         """Every row id of the session: what its memoryCount counts."""
-        where = cast(Any, {"sessionId": session_id})
-        got = self._on("memory", "listing the session", lambda c: c.get(where=where, include=[]))
+        got = self._get(
+            "memory", "listing the session", where={"sessionId": session_id}, include=[]
+        )
         return list(got["ids"])
 
     def count_session(self, session_id: str) -> int:
@@ -250,18 +230,14 @@ class MemoryStore(Collections):
     def _id_at(self, offset: int) -> str | None:
         if offset < 0:
             return None
-        what = "reading a memory id"
-        got = self._on("memory", what, lambda c: c.get(include=[], limit=1, offset=offset))
+        got = self._get("memory", "reading a memory id", include=[], limit=1, offset=offset)
         return got["ids"][0] if got["ids"] else None
 
     def rows_from(self, offset: int, limit: int) -> list[WalkedRow]:
         """(sessionId or None, timestamp ms or None, row id) of `limit` rows from `offset`,
         in the order they were added: every row read, so a short page is the end."""
-        got = self._on(
-            "memory",
-            "reading memories in the order they were added",
-            lambda c: c.get(include=["metadatas"], limit=limit, offset=offset),
-        )
+        what = "reading memories in the order they were added"
+        got = self._get("memory", what, include=["metadatas"], limit=limit, offset=offset)
         metas = [m or {} for m in got["metadatas"] or []]
         return [
             (
@@ -274,11 +250,9 @@ class MemoryStore(Collections):
 
     def has_memories_besides(self, session_id: str, memory_type: str) -> bool:
         """Whether the session has a memory not of memory_type (untyped counts)."""
-        where = cast(Any, {"$and": [{"sessionId": session_id}, {"type": {"$ne": memory_type}}]})
+        where = {"$and": [{"sessionId": session_id}, {"type": {"$ne": memory_type}}]}
         what = "looking for the session's memories"
-        return bool(
-            self._on("memory", what, lambda c: c.get(where=where, limit=1, include=[]))["ids"]
-        )
+        return bool(self._get("memory", what, where=where, limit=1, include=[])["ids"])
 
     # -- summaries --------------------------------------------------------------------
 
@@ -373,11 +347,7 @@ class MemoryStore(Collections):
     def _held_dimension(self) -> int | None:
         """The summary collection's vector dimension (one sampled), or None if unknown."""
         try:
-            got = self._on(
-                "summary",
-                "sampling an embedding",
-                lambda coll: coll.get(limit=1, include=["embeddings"]),
-            )
+            got = self._get("summary", "sampling an embedding", limit=1, include=["embeddings"])
         except CollectionNotFound:
             return None
         except StoreUnavailable as exc:
@@ -404,13 +374,10 @@ class MemoryStore(Collections):
         """(id, document, metadata) of the newest summaries, as agents read them at boot.
         CollectionNotFound if missing: a typo must not read as "no summaries yet"."""
         listed = self._pages("summary", "listing summaries", {}, SCAN_PAGE)
-        rows = [(i, dict(m)) for i, m, _ in listed]
-
-        def ts(row: tuple[str, dict[str, Any]]) -> float:
-            value = row[1].get("timestamp")
-            return float(value) if isinstance(value, int | float) else 0.0
-
-        newest = [i for i, _ in sorted(rows, key=ts, reverse=True)[:limit]]
+        stamps = {
+            i: t if isinstance(t := m.get("timestamp"), int | float) else 0 for i, m, _ in listed
+        }
+        newest = sorted(stamps, key=stamps.__getitem__, reverse=True)[:limit]
         found = self._by_id("summary", "reading summaries", ["documents", "metadatas"], newest)
         return [(i, found[i][0] or "", found[i][1]) for i in newest if i in found]
 
@@ -465,11 +432,9 @@ class MemoryStore(Collections):
                 others.setdefault(meta.get("sessionId"), []).append(record_id)
         states = {}
         for sid, row_id in zip(session_ids, ids, strict=True):
-            found, row = records.get(row_id), rows.get(row_id)
-            head = found[1] if found else None
-            fence = recorded_fence(head)
+            head, row = records[row_id][1] if row_id in records else None, rows.get(row_id)
             digest = document_digest(row[0] or "") if row is not None else None
-            states[sid] = RowState(fence, digest, head, tuple(others.get(sid, ())))
+            states[sid] = RowState(recorded_fence(head), digest, head, tuple(others.get(sid, ())))
         return states
 
     def _by_id(
@@ -479,11 +444,7 @@ class MemoryStore(Collections):
         from a missing collection."""
         ids, where = (which, None) if isinstance(which, list) else (None, which)
         try:
-            got: Any = self._on(
-                role,
-                what,
-                lambda c: c.get(ids=ids, where=cast(Any, where), include=cast(Any, include)),
-            )
+            got = self._get(role, what, ids=ids, where=where, include=include)
         except CollectionNotFound:
             return {}
         docs = got.get("documents") or [None] * len(got["ids"])
@@ -495,10 +456,9 @@ class MemoryStore(Collections):
         dropped again by the next pass; a row alone would read as another writer's text."""
         row_id = summary_row_id(session_id)
         with contextlib.suppress(CollectionNotFound):
-            self._on("summary", "deleting the summary row", lambda c: c.delete(ids=[row_id]))
+            self._delete("summary", "deleting the summary row", ids=[row_id])
         with contextlib.suppress(CollectionNotFound):
-            where = cast(Any, {"sessionId": session_id})
-            self._on("ledger", "deleting the ledger entry", lambda c: c.delete(where=where))
+            self._delete("ledger", "deleting the ledger entry", where={"sessionId": session_id})
 
     def write_rows(self, writes: Sequence[RowWrite]) -> None:
         """Writes these sessions' ledger entries, then their rows (summary_<sessionId>);
@@ -525,7 +485,13 @@ class MemoryStore(Collections):
         if not admitted:
             return
         try:
-            self._upsert(admitted)
+            records = [r for one in admitted for r in one.records]
+            self._put_ledger("writing the ledger entries", records)
+            rows = [(summary_row_id(a.write.session_id), a.write.document, a.row) for a in admitted]
+            vectors = [one.write.embedding for one in admitted]
+            self._put("summary", "writing the summaries", rows, vectors)
+            # Chroma accepted this dimension: later writes need no sample round trip.
+            self._verified_dimension = len(vectors[0])
         except StoreUnreachable as exc:  # the store, not a row: each alone would fail too
             for one in admitted:
                 one.write.error = exc
@@ -546,51 +512,40 @@ class MemoryStore(Collections):
         if done:
             ids = [i for one in done for i in one.leftovers]
             try:
-                self._on("ledger", "deleting old ledger records", lambda c: c.delete(ids=ids))
+                self._delete("ledger", "deleting old ledger records", ids=ids)
             except Exception as exc:
                 for one in done:
                     one.write.error = exc
 
     def _put_ledger(self, what: str, records: Sequence[LedgerRecord]) -> None:
-        """Upserts ledger records (creating the ledger, as a first write does); their vector
-        is a constant: nobody queries the ledger by meaning."""
-        vectors = cast(Any, [np.asarray(LEDGER_VECTOR, dtype=np.float32)] * len(records))
-        self._on(
-            "ledger",
-            what,
-            lambda coll: coll.upsert(
-                ids=[r.record_id for r in records],
-                documents=[r.document for r in records],
-                metadatas=[r.metadata for r in records],
-                embeddings=vectors,
-            ),
-            create=True,
-        )
+        """Upserts ledger records; their vector is a constant: nobody queries it by meaning."""
+        rows = [(r.record_id, r.document, r.metadata) for r in records]
+        self._put("ledger", what, rows, [LEDGER_VECTOR] * len(records))
 
-    def _upsert(self, admitted: list[_Admitted]) -> None:
-        records = [r for one in admitted for r in one.records]
-        self._put_ledger("writing the ledger entries", records)
+    def _put(
+        self,
+        role: CollectionRole,
+        what: str,
+        rows: Sequence[tuple[str, str, Mapping[str, Any]]],
+        vectors: Sequence[Sequence[float]],
+    ) -> None:
+        """Upserts (id, document, metadata) rows, creating the summary or ledger collection
+        as a first write does."""
+        embeddings = cast(Any, [np.asarray(v, dtype=np.float32) for v in vectors])
+        ids, documents, metadatas = (list(column) for column in zip(*rows, strict=True))
 
         def upsert(coll: Collection) -> None:
             try:
                 coll.upsert(
-                    ids=[summary_row_id(one.write.session_id) for one in admitted],
-                    documents=[one.write.document for one in admitted],
-                    metadatas=[cast(Any, one.row) for one in admitted],
-                    embeddings=cast(
-                        Any, [np.asarray(one.write.embedding, dtype=np.float32) for one in admitted]
-                    ),
+                    ids=ids, documents=documents, metadatas=metadatas, embeddings=embeddings
                 )
             except InvalidArgumentError as exc:
-                found = DIMENSION_ERROR.search(str(exc))
-                if found:
+                if role == "summary" and (found := DIMENSION_ERROR.search(str(exc))):
                     name = self.location.summary_collection
                     raise mismatch(name, int(found.group(1)), int(found.group(2))) from exc
                 raise
 
-        self._on("summary", "writing the summaries", upsert, create=True)
-        # Chroma accepted this dimension: later writes need no sample round trip.
-        self._verified_dimension = len(admitted[0].write.embedding)
+        self._on(role, what, upsert, create=True)
 
     def forget_state(
         self, session_id: str, fence: Mapping[str, int | str], *, memories: bool
@@ -608,31 +563,21 @@ class MemoryStore(Collections):
             "memoryCount": len(left),
             **fence,
         }
-        head = LedgerRecord(summary_row_id(session_id), "{}", tombstone)
-        self._put_ledger("writing the session's tombstone", [head])
-        row = self._delete_row(session_id)
-        where = cast(Any, {"$and": [{"sessionId": session_id}, {"segment": {"$gte": 0}}]})
-        segments = self._by_id("ledger", "listing the session's ledger segments", [], where)
-        self._on(
-            "ledger", "deleting the session's ledger segments", lambda c: c.delete(where=where)
-        )
-        deleted = 0
-        if memories and ids:
-            coll = self.memories()
-            for batch in batches(ids, DELETE_BATCH):
-                guard("deleting the session's memories", lambda b=batch: coll.delete(ids=b))  # type: ignore[misc]
-                deleted += len(batch)
-        return Forgotten(row, 1 + len(segments), deleted, len(left))
-
-    def _delete_row(self, session_id: str) -> bool:
         row_id = summary_row_id(session_id)
-        if not self._by_id("summary", "reading the summary row", [], [row_id]):
-            return False
-        try:
-            self._on("summary", "deleting the summary row", lambda c: c.delete(ids=[row_id]))
-        except CollectionNotFound:
-            return False
-        return True
+        self._put_ledger("writing the session's tombstone", [LedgerRecord(row_id, "{}", tombstone)])
+        row = bool(self._by_id("summary", "reading the summary row", [], [row_id]))
+        if row:
+            try:
+                self._delete("summary", "deleting the summary row", ids=[row_id])
+            except CollectionNotFound:
+                row = False
+        where = {"$and": [{"sessionId": session_id}, {"segment": {"$gte": 0}}]}
+        segments = self._by_id("ledger", "listing the session's ledger segments", [], where)
+        self._delete("ledger", "deleting the session's ledger segments", where=where)
+        if memories:
+            for batch in batches(ids, DELETE_BATCH):
+                self._delete("memory", "deleting the session's memories", ids=list(batch))
+        return Forgotten(row, 1 + len(segments), len(ids) if memories else 0, len(left))
 
     # -- each cluster's authority record in the ledger (core/fencing.py) ----------------
 
@@ -642,15 +587,9 @@ class MemoryStore(Collections):
     def authorities(self, uid: str | None = None) -> list[AuthorityRecord]:
         """The record of cluster uid (None: every cluster's); none without a ledger."""
         where = {"authority": uid} if uid is not None else {"record": AUTHORITY_RECORD}
-        try:
-            got = self._on(
-                "ledger",
-                "reading the clusters' authority records",
-                lambda coll: coll.get(where=cast(Any, where), include=["metadatas"]),
-            )
-        except CollectionNotFound:
-            return []
-        return [r for m in got["metadatas"] or [] if (r := AuthorityRecord.parse(m or {}))]
+        what = "reading the clusters' authority records"
+        found = self._by_id("ledger", what, ["metadatas"], where).values()
+        return [r for _, m in found if (r := AuthorityRecord.parse(m))]
 
     def renew_authority(self, record: AuthorityRecord) -> None:
         """Writes this cluster's record (creating the ledger, as a first write does)."""
@@ -661,7 +600,7 @@ class MemoryStore(Collections):
     def remove_authorities(self, uids: Sequence[str]) -> None:
         ids = [authority_record_id(uid) for uid in uids]
         if ids:
-            self._on("ledger", "removing authority records", lambda coll: coll.delete(ids=ids))
+            self._delete("ledger", "removing authority records", ids=ids)
 
 
 def newer_where(after_ms: int, upto_ms: int | None = None) -> dict[str, Any]:

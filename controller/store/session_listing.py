@@ -8,6 +8,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from chromadb.api.models.Collection import Collection
 
@@ -22,7 +23,14 @@ from controller.core.coverage import (
     to_reread,
 )
 from controller.core.coverage import build as coverage_of
-from controller.core.memories import Memory, Watermark, memory_from_row, placed, trusted_time
+from controller.core.memories import (
+    Memory,
+    Watermark,
+    memory_from_row,
+    memory_sort_key,
+    placed,
+    trusted_time,
+)
 from controller.core.visibility import SessionSources
 from controller.redaction import PassRedaction
 from controller.store.collections import batches, pages
@@ -253,7 +261,8 @@ def _list_all(
 
     fresh = [row_id for row_id in sorted(untimed) if row_id not in prior.untimed]
     end_ms = newest.timestamp_ms if newest is not None else now_ms
-    untimed_now = _read_untimed(coll, fresh, end_ms, exclude, mask)
+    what = "reading the session's memories without a readable time"
+    untimed_now = read_memories(coll, fresh, mask, exclude, end_ms, what)
 
     def read() -> Iterator[Memory]:
         ids = sorted_keys.included_ids()
@@ -281,24 +290,24 @@ def _list_all(
     )
 
 
-def _read_untimed(
+def read_memories(
     coll: Collection,
     ids: Sequence[str],
-    end_ms: int,
-    exclude: Callable[[Memory], bool] | None,
     mask: PassRedaction,
+    exclude: Callable[[Memory], bool] | None = None,
+    at_ms: int | None = None,
+    what: str = "reading memories",
 ) -> list[Memory]:
-    """Rows with an unreadable time, as memories at `end_ms`, excluded types left out."""
+    """These memories, masked, in the session's order, GET_BATCH per read; those gone since
+    or of an excluded type are left out. at_ms: the time given rows whose own is unreadable."""
     found: list[Memory] = []
-    for batch in batches(ids, GET_BATCH):
-        got = guard(
-            "reading the session's memories without a readable time",
-            lambda b=batch: coll.get(ids=list(b), include=["documents", "metadatas"]),  # type: ignore[misc]
-        )
+    include: Any = ["documents", "metadatas"]
+    for batch in batches(list(ids), GET_BATCH):
+        got = guard(what, lambda b=batch: coll.get(ids=list(b), include=include))  # type: ignore[misc]
         docs, metas = got.get("documents") or [], got.get("metadatas") or []
         for row_id, doc, meta in zip(got["ids"], docs, metas, strict=False):
-            memory = memory_from_row(row_id, doc, mask.meta({**(meta or {}), "timestamp": end_ms}))
+            meta = {**(meta or {}), "timestamp": at_ms} if at_ms is not None else meta or {}
+            memory = memory_from_row(row_id, doc, mask.meta(meta))
             if memory is not None and (exclude is None or not exclude(memory)):
                 found.append(mask.memory(memory))
-    found.sort(key=lambda m: m.id)
-    return found
+    return sorted(found, key=memory_sort_key)
