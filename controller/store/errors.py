@@ -51,26 +51,21 @@ class CollectionNotFound(RuntimeError):
         where: str = "",
         existing: Sequence[str] | None = None,
     ) -> None:
-        self.collection = collection
-        self.role: CollectionRole = role
-        self.where = where
-        self.existing = list(existing) if existing is not None else None
-        super().__init__(self._message())
-
-    def _message(self) -> str:
-        text = f"{self.role} collection {self.collection!r} does not exist"
-        if self.where:
-            text += f" in Chroma at {self.where}"
-        if self.existing is None:
-            return text
-        close = difflib.get_close_matches(self.collection, self.existing, n=1, cutoff=0.75)
-        if close:
-            text += f"; did you mean {close[0]!r}?"
-        if not self.existing:
-            return text + "; the database has no collections"
-        shown = ", ".join(sorted(self.existing)[: self.SHOWN])
-        more = len(self.existing) - self.SHOWN
-        return f"{text}; existing collections: {shown}{f' (and {more} more)' if more > 0 else ''}"
+        self.collection, self.role = collection, role
+        text = f"{role} collection {collection!r} does not exist"
+        if where:
+            text += f" in Chroma at {where}"
+        if existing is not None:
+            close = difflib.get_close_matches(collection, existing, n=1, cutoff=0.75)
+            if close:
+                text += f"; did you mean {close[0]!r}?"
+            if existing:
+                more = len(existing) - self.SHOWN
+                text += f"; existing collections: {', '.join(sorted(existing)[: self.SHOWN])}"
+                text += f" (and {more} more)" if more > 0 else ""
+            else:
+                text += "; the database has no collections"
+        super().__init__(text)
 
 
 DIMENSION_ERROR = re.compile(r"expecting embedding with dimension of (\d+), got (\d+)")

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections.abc import Callable, Iterator, Sequence
-from typing import overload
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -47,7 +46,7 @@ class RowKeysBuilder:
         return RowKeys(self._timestamps, self._ends, self._ids, self._included)
 
 
-class RowKeys(Sequence[tuple[int, str]]):
+class RowKeys:
     """Sorted (timestamp, id) keys; `included` marks rows not of an excluded type,
     `selected` the rows the pass reads (all until select())."""
 
@@ -88,16 +87,12 @@ class RowKeys(Sequence[tuple[int, str]]):
     def __len__(self) -> int:
         return len(self._order)
 
-    @overload
-    def __getitem__(self, position: int) -> tuple[int, str]: ...
-    @overload
-    def __getitem__(self, position: slice) -> list[tuple[int, str]]: ...
-    def __getitem__(self, position: int | slice) -> tuple[int, str] | list[tuple[int, str]]:
-        """The key at this position of the sorted order (a list of keys for a slice)."""
-        if isinstance(position, slice):
-            return [self[i] for i in range(*position.indices(len(self)))]
-        row = int(self._order[position])
-        return int(self._sorted_stamps[position]), self._id_of(row)
+    def __getitem__(self, position: int) -> tuple[int, str]:
+        """The key at this position of the sorted order."""
+        return int(self._sorted_stamps[position]), self._id_of(int(self._order[position]))
+
+    def __iter__(self) -> Iterator[tuple[int, str]]:
+        return (self[position] for position in range(len(self)))
 
     def included(self) -> int:
         """Rows the pass summarizes: selected and not of an excluded type."""
@@ -111,17 +106,13 @@ class RowKeys(Sequence[tuple[int, str]]):
 
     def select(self, keep: Callable[[int, str], bool]) -> int:
         """Selects the rows `keep(timestamp, id)` accepts; returns how many."""
-        selected = 0
-        for position, row in enumerate(self._order):
-            chosen = keep(int(self._sorted_stamps[position]), self._id_of(int(row)))
-            self._selected[int(row)] = 1 if chosen else 0
-            selected += chosen
-        return selected
+        for key, row in zip(self, self._order, strict=True):
+            self._selected[int(row)] = 1 if keep(*key) else 0
+        return sum(self._selected)
 
     def with_selection(self) -> Iterator[tuple[int, str, bool]]:
         """(timestamp, id, selected) of every row, in key order."""
-        for position, row in enumerate(self._order):
-            key = (int(self._sorted_stamps[position]), self._id_of(int(row)))
+        for key, row in zip(self, self._order, strict=True):
             yield (*key, bool(self._selected[int(row)]))
 
     def count_upto(self, timestamp_ms: int, memory_id: str) -> int:

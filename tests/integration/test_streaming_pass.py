@@ -140,7 +140,7 @@ def test_memories_are_read_as_the_pass_consumes_them(
         )
     seen = [m.id for m in head + rest]
     assert last_id not in seen and len(seen) == ROWS - 1
-    assert [(m.timestamp_ms, m.id) for m in head + rest] == rows.keys[:-1]
+    assert [(m.timestamp_ms, m.id) for m in head + rest] == list(rows.keys)[:-1]
 
 
 def test_a_memory_added_after_a_pass_reaches_the_next_with_its_document(chroma_url: str) -> None:
