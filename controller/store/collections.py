@@ -123,8 +123,6 @@ class Collections:
         if close is not None:
             close()
 
-    # -- health -----------------------------------------------------------------------
-
     def heartbeat(self) -> int:
         return guard("checking the heartbeat", self.client.heartbeat)
 
@@ -181,15 +179,6 @@ class Collections:
         opened = self._open(role, makers[role] if create else None)
         with self._lock:
             return self._handles.setdefault(role, opened)
-
-    def _gone(self, role: CollectionRole) -> CollectionNotFound:
-        """A collection deleted since opened: its handle is dropped (the next use opens it
-        again, or finds it missing), and it reads as missing, like one never made."""
-        with self._lock:
-            self._handles.pop(role, None)
-            if role == "summary":
-                self._verified_dimension = None
-        return CollectionNotFound(self._name(role), role, self.location.describe())
 
     def memories(self) -> Collection:
         """The memory collection, opened once; CollectionNotFound if missing."""
@@ -257,10 +246,9 @@ class Collections:
         record = collection_config(coll).get("embedding_function")
         return record if isinstance(record, Mapping) else None
 
-    def ledger(self, *, create: bool = False) -> Collection:
-        """The operator's ledger (core/ledger.py), opened once; created only by the writer.
-        Its vectors are a constant: nobody queries it by meaning."""
-        return self._once("ledger", create)
+    def ledger(self) -> Collection:
+        """The operator's ledger (core/ledger.py), opened once; only the writer creates it."""
+        return self._once("ledger")
 
     def _make_ledger(self) -> Collection:
         meta = {"memorycore.io/ledger-of": self.location.summary_collection}
@@ -275,7 +263,7 @@ class Collections:
         create: bool = False,
     ) -> T:
         """Runs op on the role's collection, opened once (created only by the writer:
-        create=True, summary and ledger); one deleted since opened is _gone."""
+        create=True, summary and ledger); one deleted since opened is _missing."""
         coll = self._once(role, create)
         with self._missing(role):
             return guard(what, lambda: op(coll))
@@ -291,17 +279,22 @@ class Collections:
     def _pages(
         self, role: CollectionRole, what: str, where: dict[str, Any], page: int
     ) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
-        """pages() of the role's collection; one deleted while it is read is _gone."""
+        """pages() of the role's collection; one deleted while it is read is _missing."""
         with self._missing(role):
             yield from pages(self._once(role), what, where, page)
 
     @contextlib.contextmanager
     def _missing(self, role: CollectionRole) -> Iterator[None]:
-        """A collection deleted while it is read is _gone."""
+        """A collection deleted since opened: its handle is dropped (the next use opens it
+        again, or finds it missing), and it reads as missing, like one never made."""
         try:
             yield
         except NotFoundError:
-            raise self._gone(role) from None
+            with self._lock:
+                self._handles.pop(role, None)
+                if role == "summary":
+                    self._verified_dimension = None
+            raise CollectionNotFound(self._name(role), role, self.location.describe()) from None
 
 
 def pages(

@@ -59,10 +59,6 @@ class StoreLocation:
         return f"{where} ({self.tenant}/{self.database})"
 
 
-def _settings() -> Settings:
-    return Settings(anonymized_telemetry=False)
-
-
 def connect(location: StoreLocation) -> ClientAPI:
     """A Chroma client; raises StoreUnavailable or InvalidStoreConfig."""
     if location.url is None and not location.path:
@@ -81,7 +77,7 @@ def connect(location: StoreLocation) -> ClientAPI:
         if location.url is None:
             return chromadb.PersistentClient(
                 path=str(location.path),
-                settings=_settings(),
+                settings=Settings(anonymized_telemetry=False),
                 tenant=location.tenant,
                 database=location.database,
             )
@@ -109,7 +105,7 @@ class _BoundedHttpClient(Client):
         assert location.url is not None
         self._seconds = location.timeout_seconds
         parsed = urlparse(location.url)
-        settings = _settings()
+        settings = Settings(anonymized_telemetry=False)
         # As chromadb.HttpClient sets it.
         settings.chroma_api_impl = "chromadb.api.fastapi.FastAPI"
         settings.chroma_server_host = parsed.hostname or "localhost"

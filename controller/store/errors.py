@@ -166,12 +166,11 @@ def _http_answer(exc: BaseException) -> str | None:
 
 def _undecodable_answer(exc: BaseException) -> str | None:
     """A 200 answer that is not JSON (a web server's index page for every path)."""
-    for e in _chain(exc):
-        doc = getattr(e, "doc", None)
-        if isinstance(e, json.JSONDecodeError) and isinstance(doc, str):
-            said = _body_kind(doc, quote=False)  # it may echo the token: not quoted
-            return f"the server answered with {said} instead of JSON, {_NOT_CHROMA}"
-    return None
+    error = caused_by(exc, json.JSONDecodeError)
+    if error is None or not isinstance(error.doc, str):
+        return None
+    said = _body_kind(error.doc, quote=False)  # it may echo the token: not quoted
+    return f"the server answered with {said} instead of JSON, {_NOT_CHROMA}"
 
 
 def _own_text(exc: BaseException) -> str | None:

@@ -187,28 +187,29 @@ class MemoryStore(Collections):
 
         return LocalMiniLMEmbedding()
 
-    def scan_since(self, watermark_ms: int, page: int = SCAN_PAGE) -> Iterator[tuple[str, int]]:
+    def scan_since(self, watermark_ms: int) -> Iterator[tuple[str, int]]:
         """(sessionId, timestamp ms) of every memory with a numeric timestamp after
         watermark_ms and not in the future (memories.placed). Text, late and future
         timestamps are found by scan_appended instead."""
         where = newer_where(watermark_ms, int(time.time() * 1000) + FUTURE_TOLERANCE_MS)
-        for _, meta, _ in self._pages("memory", "scanning new memories", where, page):
+        for _, meta, _ in self._pages("memory", "scanning new memories", where, SCAN_PAGE):
             sid, ts = meta.get("sessionId"), parse_timestamp_ms(meta.get("timestamp"))
             if isinstance(sid, str) and ts is not None:
                 yield sid, ts
 
     def scan_markers(
-        self, marker_type: str, watermark_ms: int, page: int = SCAN_PAGE
+        self, marker_type: str, watermark_ms: int
     ) -> Iterator[tuple[str, object, int]]:
         """(memory id, sessionId as stored, maybe blank, timestamp ms) of every memory of
         marker_type newer than watermark_ms, in any unit."""
         where = {"$and": [{"type": marker_type}, newer_where(watermark_ms)]}
-        for row_id, meta, _ in self._pages("memory", "scanning for sunset markers", where, page):
+        listed = self._pages("memory", "scanning for sunset markers", where, SCAN_PAGE)
+        for row_id, meta, _ in listed:
             if (ts := parse_timestamp_ms(meta.get("timestamp"))) is not None:
                 yield row_id, meta.get("sessionId"), ts
 
     def scan_appended(
-        self, cursor: RowCursor | None, page: int = SCAN_PAGE
+        self, cursor: RowCursor | None
     ) -> tuple[list[tuple[str, int | None]], RowCursor, bool]:
         """(sessionId, timestamp ms or None) of the rows added since `cursor`, the new
         cursor, and whether the cursor was aligned: the row just before its offset is still
@@ -220,7 +221,7 @@ class MemoryStore(Collections):
         found: list[tuple[str, int | None]] = []
         offset = cursor.offset if aligned and cursor is not None else total
         while offset < total:
-            rows = self.rows_from(offset, min(page, total - offset))
+            rows = self.rows_from(offset, min(SCAN_PAGE, total - offset))
             if not rows:
                 break
             found += [(sid, ts) for sid, ts, _ in rows if sid is not None]

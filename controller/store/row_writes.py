@@ -21,10 +21,6 @@ log = logging.getLogger(__name__)
 GROUP_ROWS = 16  # rows a group writes at most: a request of a few MiB with 4,096-d vectors
 
 
-def _no_checks(found: RowState) -> Mapping[str, int | str]:
-    return {}
-
-
 @dataclass(eq=False)
 class RowWrite:
     """One session's row waiting to be written. `admit` checks the row as found right before
@@ -35,7 +31,7 @@ class RowWrite:
     document: str
     metadata: Mapping[str, str | int | float | bool]
     embedding: Sequence[float]
-    admit: Callable[[RowState], Mapping[str, int | str]] = _no_checks
+    admit: Callable[[RowState], Mapping[str, int | str]] = lambda found: {}
     deadline: float = 0.0  # the pass's (scheduling.py): a group takes the earliest first
     error: BaseException | None = None
     done: bool = False

@@ -114,9 +114,7 @@ def list_session(
     request costs less than list_appended's two."""
     small = prior.digest is not None and prior.digest.count <= SMALL_SESSION
     appended = None if small else list_appended(coll, session_id, prior, exclude, mask)
-    if appended is not None:
-        return appended
-    return _list_all(coll, session_id, prior, exclude, read_batch, mask)
+    return appended or _list_all(coll, session_id, prior, exclude, read_batch, mask)
 
 
 def list_appended(
@@ -155,14 +153,13 @@ def list_appended(
     if behind != prior.digest:
         return None
     every_id = behind
-    for memory in added:
-        every_id = every_id.add(id_hash(memory.id))
-    added.sort(key=lambda m: (m.timestamp_ms, m.id))
+    added.sort(key=memory_sort_key)
     keys = RowKeysBuilder()
     by_id = {row_id: meta for row_id, meta, _ in newer}
     wanted: dict[str, Memory] = {}
     newest = Watermark(timestamp_ms=mark[0], memory_id=mark[1])
     for memory in added:
+        every_id = every_id.add(id_hash(memory.id))
         sources.add(memory.id, by_id[memory.id], memory.timestamp_ms)
         include = exclude is None or not exclude(memory)
         keys.add(memory.timestamp_ms, memory.id, included=include)
