@@ -152,10 +152,8 @@ def _http_answer(exc: BaseException) -> str | None:
     with contextlib.suppress(ValueError):
         payload = json_value(body)
         if isinstance(payload, dict) and "error" in payload:  # Chroma's error shape
-            detail = " ".join(
-                str(part) for part in (payload.get("error"), payload.get("message")) if part
-            )
-            detail = _own_text(Exception(detail)) if detail else None
+            parts = (payload.get("error"), payload.get("message"))
+            detail = _own_text(Exception(" ".join(str(part) for part in parts if part)))
     if status in (401, 403):
         return f"{answered}{f' ({detail})' if detail else ''}: the token is missing or refused"
     if detail:
