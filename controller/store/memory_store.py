@@ -401,14 +401,9 @@ class MemoryStore(Collections):
         self, role: CollectionRole, session_ids: Sequence[str]
     ) -> dict[str, dict[str, Any]]:
         """These sessions' summary row or ledger head metadata, by session."""
-        found: dict[str, dict[str, Any]] = {}
-        for batch in batches(list(session_ids), SCAN_PAGE):
-            ids = [summary_row_id(s) for s in batch]
-            rows = self._by_id(role, f"reading the {role} metadata", ["metadatas"], ids).values()
-            found.update(
-                (m["sessionId"], m) for _, m in rows if isinstance(m.get("sessionId"), str)
-            )
-        return found
+        ids = [summary_row_id(s) for s in session_ids]
+        rows = self._by_id(role, f"reading the {role} metadata", ["metadatas"], ids).values()
+        return {m["sessionId"]: m for _, m in rows if isinstance(m.get("sessionId"), str)}
 
     def written_since(self, session_ids: Sequence[str], since_ms: int) -> set[str]:
         """Sessions whose ledger head was replaced at or after since_ms (no longer stale)."""
@@ -441,16 +436,22 @@ class MemoryStore(Collections):
     def _by_id(
         self, role: CollectionRole, what: str, include: list[str], which: list[str] | dict[str, Any]
     ) -> dict[str, tuple[str | None, dict[str, Any]]]:
-        """(document, metadata) by id of the records `which` (ids or a where) names; none
-        from a missing collection."""
-        ids, where = (which, None) if isinstance(which, list) else (None, which)
-        try:
-            got = self._get(role, what, ids=ids, where=where, include=include)
-        except CollectionNotFound:
-            return {}
-        docs = got.get("documents") or [None] * len(got["ids"])
-        metas = got.get("metadatas") or [None] * len(got["ids"])
-        return {i: (d, dict(m or {})) for i, d, m in zip(got["ids"], docs, metas, strict=False)}
+        """(document, metadata) by id of the records `which` (ids, SCAN_PAGE a read: SQLite
+        binds at most 32,766; or a where) names; none from a missing collection."""
+        queries: list[dict[str, Any]] = [{"where": which}]
+        if isinstance(which, list):
+            queries = [{"ids": list(batch)} for batch in batches(which, SCAN_PAGE)]
+        found: dict[str, tuple[str | None, dict[str, Any]]] = {}
+        for query in queries:
+            try:
+                got = self._get(role, what, include=include, **query)
+            except CollectionNotFound:
+                break
+            docs = got.get("documents") or [None] * len(got["ids"])
+            metas = got.get("metadatas") or [None] * len(got["ids"])
+            for i, d, m in zip(got["ids"], docs, metas, strict=False):
+                found[i] = (d, dict(m or {}))
+        return found
 
     def drop_summary(self, session_id: str) -> None:
         """Deletes the session's row, then its ledger records: an entry left is read and

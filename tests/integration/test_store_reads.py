@@ -80,6 +80,32 @@ def test_reading_a_missing_summary_collection_creates_nothing(harness: Harness) 
     assert name not in collections(harness)
 
 
+def test_every_summary_is_read_from_a_store_holding_more_than_sqlite_binds(
+    harness: Harness,
+) -> None:
+    """`summaryctl summaries --limit` and `rebuild --all-with-secrets` read the newest rows by
+    id: past SQLite's 32,766 bound variables one read of them all failed ("too many SQL
+    variables", a StoreUnavailable no retry could cure)."""
+    name, count = unique("reads-many"), 33_000
+    coll = harness.store().client.create_collection(name, embedding_function=None)
+    for start in range(0, count, 5000):
+        numbers = range(start, min(count, start + 5000))
+        coll.add(
+            ids=[f"summary_s{n}" for n in numbers],
+            embeddings=[[1.0, 0.0]] * len(numbers),
+            documents=[f"Summary {n}." for n in numbers],
+            metadatas=[{"sessionId": f"s{n}", "timestamp": 1_770_000_000_000 + n} for n in numbers],
+        )
+    try:
+        rows = store_at(harness.chroma.url, summary_collection=name).latest_summaries(2**62)
+        assert [row_id for row_id, _, _ in rows] == [
+            f"summary_s{n}" for n in reversed(range(count))
+        ]
+        assert rows[0][1] == f"Summary {count - 1}."
+    finally:
+        harness.store().client.delete_collection(name)
+
+
 def test_the_summary_write_creates_the_collection_that_default_function_agents_can_open(
     harness: Harness,
 ) -> None:
