@@ -145,10 +145,8 @@ class MemoryStore(Collections):
 
     def session_ids(self, session_id: str) -> list[str]:
         """Every row id of the session: what its memoryCount counts."""
-        got = self._get(
-            "memory", "listing the session", where={"sessionId": session_id}, include=[]
-        )
-        return list(got["ids"])
+        where = {"sessionId": session_id}
+        return list(self._get("memory", "listing the session", where=where, include=[])["ids"])
 
     def count_session(self, session_id: str) -> int:
         return len(self.session_ids(session_id))
@@ -358,9 +356,7 @@ class MemoryStore(Collections):
                 return None
             raise
         embeddings = got.get("embeddings")
-        if embeddings is None or len(embeddings) == 0:
-            return None
-        return len(embeddings[0])
+        return len(embeddings[0]) if embeddings is not None and len(embeddings) else None
 
     def ledger_sessions(self) -> Iterator[str]:
         """The session of every ledger entry but tombstones, page by page."""

@@ -16,15 +16,6 @@ import numpy.typing as npt
 _INT64 = (-(2**63), 2**63 - 1)
 
 
-def _encode(row_id: str) -> bytes:
-    # Lone surrogates (JSON may carry them) survive the round trip.
-    return row_id.encode("utf-8", "surrogatepass")
-
-
-def _decode(data: bytes | bytearray) -> str:
-    return data.decode("utf-8", "surrogatepass")
-
-
 class RowKeysBuilder:
     """Collects (timestamp, id, included) per row as the listing pages arrive."""
 
@@ -38,7 +29,7 @@ class RowKeysBuilder:
         if isinstance(self._timestamps, array) and not _INT64[0] <= timestamp_ms <= _INT64[1]:
             self._timestamps = list(self._timestamps)
         self._timestamps.append(timestamp_ms)
-        self._ids += _encode(row_id)
+        self._ids += row_id.encode("utf-8", "surrogatepass")  # lone surrogates JSON may carry
         self._ends.append(len(self._ids))
         self._included.append(1 if included else 0)
 
@@ -82,7 +73,7 @@ class RowKeys:
 
     def _id_of(self, row: int) -> str:
         begin = int(self._ends[row - 1]) if row else 0
-        return _decode(self._ids[begin : int(self._ends[row])])
+        return self._ids[begin : int(self._ends[row])].decode("utf-8", "surrogatepass")
 
     def __len__(self) -> int:
         return len(self._order)
