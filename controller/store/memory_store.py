@@ -287,13 +287,10 @@ class MemoryStore(Collections):
         row = self._summary_row(session_id)
         document, row_meta = row or (None, {})
         ledger = self.read_ledger(session_id, row_meta)
-        ledger = None if ledger is None or is_tombstone(ledger.head) else ledger
-        if row is None and ledger is None:
-            return None
-        keys = {**row_meta, **(ledger.keys if ledger else {})}
-        if ledger is not None:
-            keys.update({f"ledger.{k}": v for k, v in ledger.head.items()})
-        return document or "", keys
+        if ledger is not None and not is_tombstone(ledger.head):
+            head = {f"ledger.{k}": v for k, v in ledger.head.items()}
+            return document or "", {**row_meta, **ledger.keys, **head}
+        return None if row is None else (document or "", dict(row_meta))
 
     def read_prior(self, session_id: str) -> StoredPrior:
         """The stored summary, from the ledger entry (else the row), and whether the row

@@ -135,12 +135,12 @@ def list_appended(
     now_ms = int(time.time() * 1000)
     where = {"$and": [{"sessionId": session_id}, {"timestamp": {"$gte": mark[0]}}]}
     what = "listing the session's new memories"  # with their documents: a pass reads them
-    newer = list(pages(coll, what, where, LIST_PAGE + 1, first_with_documents=True))
+    listed = pages(coll, what, where, LIST_PAGE + 1, first_with_documents=True)
+    newer = {row_id: (mask.meta(meta), doc) for row_id, meta, doc in listed}
     if len(newer) > LIST_PAGE:
         return None  # a long backlog: read in order, batch by batch
     added: list[Memory] = []
-    newer = [(row_id, mask.meta(meta), doc) for row_id, meta, doc in newer]
-    for row_id, meta, doc in newer:
+    for row_id, (meta, doc) in newer.items():
         if row_id in prior.untimed:  # summarized at the end of the order already
             continue
         memory = memory_from_row(row_id, doc, meta)
@@ -149,23 +149,21 @@ def list_appended(
         if (memory.timestamp_ms, memory.id) > mark:
             added.append(memory)
     new_ids = {m.id for m in added}
-    behind = digest(i for i in ids if i not in new_ids)
-    if behind != prior.digest:
+    every_id = digest(i for i in ids if i not in new_ids)
+    if every_id != prior.digest:
         return None
-    every_id = behind
     added.sort(key=memory_sort_key)
     keys = RowKeysBuilder()
-    by_id = {row_id: meta for row_id, meta, _ in newer}
     wanted: dict[str, Memory] = {}
     newest = Watermark(timestamp_ms=mark[0], memory_id=mark[1])
     for memory in added:
+        newest = Watermark.of(memory)
         every_id = every_id.add(id_hash(memory.id))
-        sources.add(memory.id, by_id[memory.id], memory.timestamp_ms)
+        sources.add(memory.id, newer[memory.id][0], memory.timestamp_ms)
         include = exclude is None or not exclude(memory)
         keys.add(memory.timestamp_ms, memory.id, included=include)
         if include:
             wanted[memory.id] = mask.memory(memory)
-        newest = Watermark.of(memory)
     sorted_keys = keys.build()
     return SessionRows(
         # A row landing between the two reads is counted once.
