@@ -183,11 +183,14 @@ def list_appended(
 
 
 def _stamps(coll: Collection, ids: Iterable[str]) -> dict[str, str | None]:
-    """The stored timestamp of each of these rows as shown (None: it has none)."""
-    if not (ids := sorted(ids)):
-        return {}
-    got = guard("reading the untimed rows' times", lambda: coll.get(ids=ids, include=["metadatas"]))
-    return {i: _shown(m) for i, m in zip(got["ids"], got["metadatas"] or [], strict=False)}
+    """The stored timestamp of each of these rows as shown (None: it has none), LIST_PAGE
+    ids a read (SQLite binds at most 32,766)."""
+    found: dict[str, str | None] = {}
+    for batch in batches(sorted(ids), LIST_PAGE):
+        what = "reading the untimed rows' times"
+        got = guard(what, lambda b=batch: coll.get(ids=list(b), include=["metadatas"]))  # type: ignore[misc]
+        found.update(zip(got["ids"], map(_shown, got["metadatas"] or []), strict=False))
+    return found
 
 
 def _shown(meta: Mapping[str, object] | None) -> str | None:

@@ -21,6 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.api import SessionSummarizerSpec
+from controller.core.coverage import PriorCoverage, digest
+from controller.core.coverage import build as coverage_of
 from controller.core.memories import (
     DEFAULT_EXCLUDED_TYPES,
     FUTURE_TOLERANCE_MS,
@@ -28,6 +30,7 @@ from controller.core.memories import (
 )
 from controller.core.reconcile_plan import ReconcileCycle, reconcile
 from controller.core.summary import LEGACY_HEADING
+from controller.core.visibility import SessionSources
 from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.erasure import forget_session
 from controller.pipeline import Outcome, prior_coverage, summarize_session
@@ -360,6 +363,35 @@ def test_current_state_follows_the_newest_memory_whatever_the_other_times(
     load(store, [memory(sid, 200, int(time.time() * 1000) - 500, "Last.", "Done last.")])
     rows_now = store.session_rows(sid, prior_coverage(prior))  # type: ignore[arg-type]
     assert rows_now.base is not None and rows_now.selected == 1
+
+
+def test_a_session_with_more_untimed_rows_than_sqlite_binds_is_listed_by_its_new_rows(
+    store: MemoryStore,
+) -> None:
+    """A pass after one that summarized a session's rows without a time reads their stored
+    times by id: past SQLite's 32,766 bound variables one read of them all failed ("too
+    many SQL variables", a StoreUnavailable retried for good)."""
+    sid, count = f"untimed-{uuid.uuid4().hex[:6]}", 33_000
+    coll = store.create_memory_collection()
+    untimed = [f"{sid}-u{n:05d}" for n in range(count)]
+    for start in range(0, count, 5000):
+        part = untimed[start : start + 5000]
+        metas: list[Any] = [{"sessionId": sid, "prompt": "Note."}] * len(part)
+        coll.add(ids=part, embeddings=[[1.0, 0.0]] * len(part), metadatas=metas)
+    mark = (NOW - 60_000, f"{sid}-t")
+    meta: Any = {"sessionId": sid, "prompt": "Step.", "timestamp": mark[0]}
+    coll.add(ids=[mark[1]], embeddings=[[1.0, 0.0]], metadatas=[meta])
+    prior = PriorCoverage(
+        watermark_key=mark,
+        coverage=coverage_of([mark]),
+        digest=digest([*untimed, mark[1]]),
+        sources_json=SessionSources().to_json(),
+        untimed=frozenset(untimed),
+    )
+    rows = store.session_rows(sid, prior)
+    assert rows.base is not None and rows.selected == 0  # listed by its new rows only
+    assert rows.total == count + 1 and rows.untimed == tuple(untimed)
+    assert rows.untimed_values == dict.fromkeys(untimed)
 
 
 # -- the sweep's and the marker scan's filters, in every unit ---------------------------------
