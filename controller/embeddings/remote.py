@@ -9,11 +9,13 @@ from openai import APIConnectionError, APIStatusError, DefaultHttpxClient, OpenA
 from controller.core.destinations import redirect_refusal
 from controller.core.text import json_value
 from controller.embeddings.minilm import Documents, EmbeddingError, Embeddings
-from controller.http_deadline import deadline_hooks
+from controller.http_deadline import AnswerTooLarge, deadline_hooks
 
 # The SDK refuses to build a client without a key; an endpoint without one gets this
 # placeholder, and every request omits the Authorization header, so it is never sent.
 NO_API_KEY = "no-api-key"
+# Far more than any answer the model clients ask for (2048 output tokens; one vector).
+MAX_ANSWER_BYTES = 16 * 2**20
 
 
 class OpenAICompatibleEmbedding:
@@ -76,6 +78,8 @@ class OpenAICompatibleEmbedding:
             raise EmbeddingError(f"{cause} calling {self.url}{_attempts(exc.request)}") from None
         except ValueError:  # a 200 whose body does not decode
             raise EmbeddingError(f"invalid JSON from {self.url}") from None
+        except AnswerTooLarge as exc:
+            raise EmbeddingError(f"{exc} from {self.url}") from None
         try:  # check what the vectors are
             items = sorted(body["data"], key=lambda item: int(item.get("index", 0)))
             vectors: Embeddings = [
@@ -104,6 +108,8 @@ def _attempts(request: httpx2.Request) -> str:
 
 def deadline_client(timeout_seconds: float) -> httpx2.Client:
     """The HTTP client of both model clients: no redirect followed, and each answer read
-    within timeout_seconds of its request, in all (http_deadline)."""
-    hooks = deadline_hooks(timeout_seconds, httpx2)
-    return DefaultHttpxClient(follow_redirects=False, event_hooks=hooks)
+    within timeout_seconds of its request, in all, and up to MAX_ANSWER_BYTES (http_deadline),
+    asked uncompressed: the bound counts what comes, not what it inflates to."""
+    hooks = deadline_hooks(timeout_seconds, httpx2, MAX_ANSWER_BYTES)
+    identity = {"Accept-Encoding": "identity"}
+    return DefaultHttpxClient(follow_redirects=False, event_hooks=hooks, headers=identity)

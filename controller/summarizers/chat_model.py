@@ -34,6 +34,7 @@ from controller.core.summary import (
     StructuredSummary,
 )
 from controller.embeddings.remote import deadline_client
+from controller.http_deadline import AnswerTooLarge
 from controller.summarizers.chat_prompt import (
     BAD_REPLY_ECHO_CHARS,
     FORMAT_FAILURE_STATUS,
@@ -248,6 +249,8 @@ class ChatModelSummarizer:
                     raise BadReply(
                         "the response body is not complete JSON", corrective=False
                     ) from None
+                except AnswerTooLarge as exc:
+                    raise ModelUnavailable(f"model unavailable: {config.url}: {exc}") from None
                 else:
                     self._format_confirmed = True
                     return _payload(completion)

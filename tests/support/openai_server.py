@@ -55,7 +55,16 @@ class Truncated:
     content: str = "this reply never arrives whole"
 
 
-Step = str | Reply | Status | Delay | Truncated
+@dataclass(frozen=True)
+class Flood:
+    """A 200 whose JSON is followed by `padding` bytes of whitespace, or by whitespace without
+    end (None): a server answering with far more than it was asked for."""
+
+    content: str | dict[str, Any] = "ok"
+    padding: int | None = None
+
+
+Step = str | Reply | Status | Delay | Truncated | Flood
 
 
 @dataclass
@@ -104,7 +113,7 @@ class OpenAIServer:
         with self._lock:
             self._chat_script.extend(steps)
 
-    def script_embeddings(self, *steps: Status | Delay) -> None:
+    def script_embeddings(self, *steps: Status | Delay | Flood) -> None:
         """Queue failures or delays for ``/embeddings``; then normal answers."""
         with self._lock:
             self._embedding_script.extend(steps)
@@ -173,6 +182,8 @@ class OpenAIServer:
         text = json.dumps(completion)
         if isinstance(step, Truncated):
             text = text[: len(text) // 2]
+        if isinstance(step, Flood):
+            return await _flood(request, text, step.padding)
         return web.Response(text=text, content_type="application/json")
 
     async def embeddings(self, request: web.Request) -> web.StreamResponse:
@@ -196,14 +207,15 @@ class OpenAIServer:
         if self.reverse_embedding_order:
             data.reverse()
         tokens = sum(_tokens(t) for t in texts)
-        return web.json_response(
-            {
-                "object": "list",
-                "data": data,
-                "model": body.get("model", self.embedding_model),
-                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-            }
-        )
+        answer = {
+            "object": "list",
+            "data": data,
+            "model": body.get("model", self.embedding_model),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+        if isinstance(step, Flood):
+            return await _flood(request, json.dumps(answer), step.padding)
+        return web.json_response(answer)
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         await self._record(request)
@@ -214,6 +226,25 @@ class OpenAIServer:
                 "data": [{"id": i, "object": "model", "owned_by": "test"} for i in ids],
             }
         )
+
+
+async def _flood(request: web.Request, text: str, padding: int | None) -> web.StreamResponse:
+    """text, then `padding` spaces (None: until the client goes), chunked, and compressed
+    when the client accepts it (a few KiB on the wire may then be megabytes read)."""
+    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    response.enable_compression()
+    await response.prepare(request)
+    await response.write(text.encode())
+    sent, chunk = 0, b" " * 65536
+    try:
+        while padding is None or sent < padding:
+            part = chunk if padding is None else chunk[: padding - sent]
+            await response.write(part)
+            sent += len(part)
+        await response.write_eof()
+    except ConnectionError:  # the client stopped reading
+        pass
+    return response
 
 
 @contextmanager

@@ -1,6 +1,8 @@
 """timeoutSeconds bounds a store, model or embeddings request as a whole: a server that
 answers a byte at a time (each read well within the timeout) fails the call as a timeout
-once the time is up, instead of holding the pass and its session claim for hours."""
+once the time is up, instead of holding the pass and its session claim for hours. And a
+model or embeddings answer is read up to a size: a server that floods its answer fails
+the call at that size, instead of filling the operator's memory until the timeout."""
 
 from __future__ import annotations
 
@@ -8,17 +10,22 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from controller.embeddings import remote
 from controller.embeddings.minilm import EmbeddingError
 from controller.embeddings.remote import OpenAICompatibleEmbedding
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable
 from controller.summarizers.chat_model import ChatModelSummarizer
 from controller.summarizers.chat_prompt import ChatModelConfig, ModelUnavailable
+from tests.support.openai_server import Flood, OpenAIServer, running_openai_server
 from tests.support.passes import Passes
-from tests.unit.test_model_backend import SID, memories
+from tests.unit.test_model_backend import SID, memories, valid_reply
 
 TIMEOUT = 1.0
 
@@ -93,3 +100,56 @@ def test_an_answer_sent_a_byte_at_a_time_times_out_as_a_whole(
     assert not worker.is_alive(), f"still reading after {time.monotonic() - started:.0f}s"
     assert len(raised) == 1 and isinstance(raised[0], error), raised
     assert says in str(raised[0])
+
+
+@pytest.fixture(scope="module")
+def openai_server() -> Iterator[OpenAIServer]:
+    with running_openai_server() as server:
+        yield server
+
+
+def chat_flooded(server: OpenAIServer, padding: int | None, timeout: float = TIMEOUT) -> None:
+    server.script_chat(Flood(valid_reply(), padding))
+    config = ChatModelConfig(base_url=server.base_url, model="m", timeout_seconds=timeout)
+    Passes(ChatModelSummarizer(config))(SID, memories("Add retries."), None)
+
+
+def embed_flooded(server: OpenAIServer, padding: int | None, timeout: float = TIMEOUT) -> None:
+    server.script_embeddings(Flood(padding=padding))
+    OpenAICompatibleEmbedding(server.base_url, "m", timeout_seconds=timeout)(["a"])
+
+
+FLOODED = [(chat_flooded, ModelUnavailable), (embed_flooded, EmbeddingError)]
+
+
+@pytest.mark.parametrize("padding", [64 * 2**20, None], ids=["64MiB", "endless"])
+@pytest.mark.parametrize(("call", "error"), FLOODED, ids=["model", "embeddings"])
+def test_a_flooded_answer_fails_at_its_size_bound_not_at_the_timeout(
+    openai_server: OpenAIServer,
+    call: Callable[..., None],
+    error: type[Exception],
+    padding: int | None,
+) -> None:
+    started = time.monotonic()
+    with pytest.raises(error, match="answer larger than 16 MiB"):
+        call(openai_server, padding, timeout=30.0)
+    assert time.monotonic() - started < 15
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    st.sampled_from(FLOODED),
+    st.one_of(st.integers(0, 2**15), st.integers(2**16 + 1, 2**18)),
+)
+def test_an_answer_is_used_exactly_when_it_is_within_the_bound(
+    openai_server: OpenAIServer, flooded: tuple[Callable[..., None], type[Exception]], padding: int
+) -> None:
+    """The bound, made 64 KiB here: an answer padded to half of it is read and used; one
+    padded past it is refused with the bound named, whichever client reads it."""
+    call, error = flooded
+    with mock.patch.object(remote, "MAX_ANSWER_BYTES", 2**16):
+        if padding <= 2**15:
+            call(openai_server, padding)
+        else:
+            with pytest.raises(error, match=r"answer larger than 0\.0625 MiB"):
+                call(openai_server, padding)
