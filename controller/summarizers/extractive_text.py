@@ -5,6 +5,7 @@ de-duplication key. Pure."""
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 
 from controller.core.facts import fact_tokens
 
@@ -52,24 +53,49 @@ def cut_keeping_facts(text: str, limit: int) -> str:
     clauses that carry the most facts (controller.core.facts: the names, numbers and paths
     the next agent asks about), in their order, a gap marked by '…'; the first clause when
     room is left. Not the head alone: the amount at the end of a long aside is what is asked
-    about. One clause too long is cut at a word (shorten)."""
+    about. A clause too long to keep whole offers only its pieces that carry a fact."""
     if len(text) <= limit:
         return text
-    clauses = [c for c in _CLAUSE_END.split(text) if c]
-    if len(clauses) < 2:
-        return shorten(text, limit)
-    # A clause longer than the limit is never chosen, whatever its rank: its facts go
-    # uncounted (the count's regex is quadratic in the length on text made for it).
-    ranked = sorted(
-        range(len(clauses)),
-        key=lambda n: (-len(fact_tokens(clauses[n])) if len(clauses[n]) <= limit else 0, n),
-    )
+    units: list[tuple[str, int | None]] = []  # a clause or piece, and its facts (None: never kept)
+    for clause in filter(None, _CLAUSE_END.split(text)):
+        short = len(clause) <= limit
+        units += [(clause, len(fact_tokens(clause)))] if short else _pieces(clause, limit)
+    clauses = [unit for unit, _ in units]
+    ranked = sorted((-facts, n) for n, (_, facts) in enumerate(units) if facts is not None)
     chosen: set[int] = set()
-    for n in ranked:
+    for _, n in ranked:
         trial = _joined(clauses, chosen | {n})
         if len(trial) <= limit:
             chosen.add(n)
     return _joined(clauses, chosen) if chosen else shorten(text, limit)
+
+
+def _pieces(clause: str, limit: int) -> list[tuple[str, int | None]]:
+    """A clause longer than the limit, cut at spaces (never inside a fact) into pieces that
+    fit between two gap marks; a piece without a fact is never kept. Facts are found in the
+    whole clause (a name needs the word before it), its words longer than the limit blanked:
+    on such a word the count's regex is quadratic in its length."""
+    blanked = re.sub(rf"\S{{{limit + 1},}}", lambda word: " " * len(word.group()), clause)
+    lowered, spans, at = blanked.lower(), [], 0
+    for token in fact_tokens(blanked) if len(lowered) == len(blanked) else []:
+        start = lowered.find(token, at)
+        start = start if start >= 0 else lowered.find(token)  # quoted titles come last
+        if start >= 0:
+            spans.append((start, start + len(token)))
+            at = max(at, start + len(token))
+    spans.sort()
+    room, cuts, reach, n = limit - 2 * len(_GAP), [0], 0, 0  # reach: where begun facts end
+    for word in re.finditer(r"\S+", clause):
+        inside = word.start() < reach  # a fact's later word goes with its first
+        while n < len(spans) and spans[n][0] < word.end():
+            reach, n = max(reach, spans[n][1]), n + 1
+        if not inside and max(word.end(), reach) - cuts[-1] > room and word.start() > cuts[-1]:
+            cuts.append(word.start())
+    facts_at = [start for start, _ in spans]
+    return [
+        (clause[a:b].strip(), bisect_left(facts_at, b) - bisect_left(facts_at, a) or None)
+        for a, b in zip(cuts, [*cuts[1:], len(clause)], strict=True)
+    ]
 
 
 def _joined(clauses: list[str], chosen: set[int]) -> str:

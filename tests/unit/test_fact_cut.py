@@ -65,6 +65,50 @@ def test_a_fact_bearing_clause_is_never_dropped_for_a_fact_free_one_as_long(
             assert len(lost) > len(other) - 6, (sentence, cut)
 
 
+# One fact of each kind controller.core.facts finds, each as its whole token.
+FACT_TOKENS = [
+    *(f for f in FACTS if f != "port 8080"),
+    *("8080", "2023/05/20", "retry_count", "maxBytes", "--dry-run", "`make test`", '"Blue Moon"'),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from(WORDS), min_size=1, max_size=120),
+    st.lists(clause, max_size=4),
+    st.sampled_from(FACT_TOKENS),
+    st.data(),
+)
+def test_a_fact_in_a_clause_longer_than_the_limit_survives_its_cut(
+    words: list[str], others: list[str], fact: str, data: st.DataObject
+) -> None:
+    """The one fact of a sentence sits in a clause too long to keep whole (no comma for
+    hundreds of characters, or a sentence of one clause): the cut keeps it whenever the
+    limit leaves room for it and its gap marks."""
+    at = data.draw(st.integers(min_value=0, max_value=len(words)))
+    long = " ".join([*words[:at], "the user said", fact, "then", *words[at:]])
+    parts = [*others, long]
+    place = data.draw(st.integers(min_value=0, max_value=len(others)))
+    parts.insert(place, parts.pop())
+    joined = ", ".join(parts)
+    sentence = joined[0].upper() + joined[1:] + "."
+    limit = data.draw(st.integers(min_value=len(fact) + 4, max_value=max(len(fact) + 4, 300)))
+    if len(long) + 1 <= limit:  # the clause fits: the test above covers it
+        return
+    cut = cut_keeping_facts(sentence, limit)
+    assert len(cut) <= limit
+    assert fact.lower() in cut.lower(), (sentence, limit, cut)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from(WORDS), min_size=40, max_size=120), st.sampled_from(FACT_TOKENS))
+def test_the_only_fact_of_a_long_sentence_reaches_its_item(words: list[str], fact: str) -> None:
+    at = len(words) * 3 // 4
+    said = " ".join(["I", *words[:at], "and then the user said", fact, "to", *words[at:]]) + "."
+    (item,) = sentences(said)
+    assert fact.lower() in item.lower() and len(item) <= 200, (said, item)
+
+
 def test_the_head_of_an_aside_is_not_what_is_kept_when_the_amount_is_at_its_end() -> None:
     said = (
         "By the way, I'm really looking forward to finally owning a home, it's been a long "
