@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx2
 import numpy as np
 from openai import APIConnectionError, APIStatusError, DefaultHttpxClient, OpenAI, omit
@@ -11,9 +13,6 @@ from controller.core.text import json_value
 from controller.embeddings.minilm import Documents, EmbeddingError, Embeddings
 from controller.http_deadline import AnswerTooLarge, deadline_hooks
 
-# The SDK refuses to build a client without a key; an endpoint without one gets this
-# placeholder, and every request omits the Authorization header, so it is never sent.
-NO_API_KEY = "no-api-key"
 # Far more than any answer the model clients ask for (2048 output tokens; one vector).
 MAX_ANSWER_BYTES = 16 * 2**20
 
@@ -35,14 +34,9 @@ class OpenAICompatibleEmbedding:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
-        self._client = OpenAI(
-            base_url=self.base_url,
-            api_key=api_key or NO_API_KEY,
-            timeout=timeout_seconds,
-            max_retries=retries,
-            http_client=http_client or deadline_client(timeout_seconds),
+        self._client, self._headers = openai_client(
+            self.base_url, api_key, timeout_seconds, retries, http_client
         )
-        self._headers = {} if api_key else {"Authorization": omit}
 
     def close(self) -> None:
         """Closes the HTTP connections it keeps open."""
@@ -104,6 +98,26 @@ def _attempts(request: httpx2.Request) -> str:
     count = request.headers.get("x-stainless-retry-count", "0")
     retries = int(count) if count.isdigit() else 0
     return f" (after {retries + 1} attempts)" if retries else ""
+
+
+def openai_client(
+    base_url: str,
+    api_key: str | None,
+    timeout_seconds: float,
+    retries: int,
+    http_client: httpx2.Client | None,
+) -> tuple[OpenAI, dict[str, Any]]:
+    """The SDK's client of both model clients, and the headers each request sends: the SDK
+    refuses to build a client without a key, so an endpoint without one gets a placeholder
+    and every request omits the Authorization header (the placeholder is never sent)."""
+    client = OpenAI(
+        base_url=base_url,
+        api_key=api_key or "no-api-key",
+        timeout=timeout_seconds,
+        max_retries=retries,
+        http_client=http_client or deadline_client(timeout_seconds),
+    )
+    return client, {} if api_key else {"Authorization": omit}
 
 
 def deadline_client(timeout_seconds: float) -> httpx2.Client:

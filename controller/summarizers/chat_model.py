@@ -13,56 +13,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from openai import (
-    APIConnectionError,
-    APIStatusError,
-    APITimeoutError,
-    BaseModel,
-    OpenAI,
-    omit,
-)
+from openai import APIConnectionError, APIStatusError, APITimeoutError, BaseModel, omit
 
 from controller.core.destinations import redirect_refusal
 from controller.core.memories import Memory, memory_sort_key
 from controller.core.merge import PassUpdate
-from controller.core.summary import (
-    LegacySummary,
-    PriorSummary,
-    StructuredSummary,
-)
-from controller.embeddings.remote import deadline_client
+from controller.core.summary import PriorSummary, StructuredSummary
+from controller.embeddings.remote import openai_client
 from controller.http_deadline import AnswerTooLarge
-from controller.summarizers.chat_prompt import (
-    BAD_REPLY_ECHO_CHARS,
-    FORMAT_FAILURE_STATUS,
-    FORMAT_REFUSAL,
-    FORMAT_REFUSAL_STATUS,
-    MAX_MEMORIES_PER_PASS,
-    RESPONSE_FORMATS,
-    RETRY_AFTER_MAX_SECONDS,
-    TRANSIENT_STATUS,
-    ChatModelConfig,
-    InvalidModelOutput,
-    ModelUnavailable,
-    ResponseFormat,
-    build_messages,
-    response_format,
-)
-from controller.summarizers.chat_reply import (
-    BadReply,
-    Transient,
-    contain_injections,
-    correction,
-    degenerate_reason,
-    empty_update,
-    history_item_count,
-    parse_update,
-    reply_content,
-    reply_tokens,
-)
+from controller.summarizers import chat_prompt as prompt
+from controller.summarizers import chat_reply as reply
+from controller.summarizers.chat_prompt import ChatModelConfig, InvalidModelOutput, ModelUnavailable
+from controller.summarizers.chat_reply import BadReply, Transient
 from controller.summarizers.contract import Proposal
 
 if TYPE_CHECKING:
@@ -70,12 +35,6 @@ if TYPE_CHECKING:
     from openai.types.chat import ChatCompletionMessageParam
 
 log = logging.getLogger(__name__)
-# The SDK refuses to build a client without a key; an endpoint without one gets this
-# placeholder, and every request omits the Authorization header, so it is never sent.
-NO_API_KEY = "no-api-key"
-
-
-# -- the summarizer ---------------------------------------------------------------------------
 
 
 class ChatModelSummarizer:
@@ -85,18 +44,17 @@ class ChatModelSummarizer:
     it) and closes it when the SessionSummarizer changes or is deleted.
     """
 
+    max_memories_per_pass = prompt.MAX_MEMORIES_PER_PASS
+    one_memory_per_item = False  # an item may blend several memories
+
     def __init__(
         self, config: ChatModelConfig, *, http_client: httpx2.Client | None = None
     ) -> None:
         self.config = config
-        self._client = OpenAI(
-            base_url=config.base_url,
-            api_key=config.api_key or NO_API_KEY,
-            timeout=config.timeout_seconds,
-            max_retries=0,  # the loop in _pass retries, see the module docstring
-            http_client=http_client or deadline_client(config.timeout_seconds),
+        # max_retries 0: the loop in propose retries, see the module docstring.
+        self._client, self._headers = openai_client(
+            config.base_url, config.api_key, config.timeout_seconds, 0, http_client
         )
-        self._headers = {} if config.api_key else {"Authorization": omit}
         # spec.model.maxConcurrency: requests in flight at once from this summarizer.
         self._semaphore = threading.BoundedSemaphore(max(1, config.max_concurrency))
         self._lock = threading.Lock()
@@ -109,9 +67,9 @@ class ChatModelSummarizer:
         self._client.close()
 
     @property
-    def response_format(self) -> ResponseFormat:
+    def response_format(self) -> prompt.ResponseFormat:
         """The response_format mode this endpoint is asked for now."""
-        return RESPONSE_FORMATS[self._format]
+        return prompt.RESPONSE_FORMATS[self._format]
 
     @property
     def memory_budget_tokens(self) -> int:
@@ -120,31 +78,15 @@ class ChatModelSummarizer:
     def __repr__(self) -> str:
         return f"ChatModelSummarizer(url={self.config.url!r}, model={self.config.model!r})"
 
-    max_memories_per_pass = MAX_MEMORIES_PER_PASS
-    one_memory_per_item = False  # an item may blend several memories
-
     def propose(
-        self,
-        session_id: str,
-        memories: Sequence[Memory],
-        prior: PriorSummary | None,
+        self, session_id: str, memories: Sequence[Memory], prior: PriorSummary | None
     ) -> Proposal:
         """One pass over a chunk the pipeline bounded by memory_budget_tokens."""
-        new = sorted(memories, key=memory_sort_key)
-        if not new:
-            return Proposal(empty_update())
-        update, tokens = self._pass(session_id, new, prior)
-        return Proposal(update, tokens)
-
-    def _pass(
-        self,
-        session_id: str,
-        memories: Sequence[Memory],
-        prior: StructuredSummary | LegacySummary | None,
-    ) -> tuple[PassUpdate, int]:
+        memories = sorted(memories, key=memory_sort_key)
+        if not memories:
+            return Proposal(reply.empty_update())
         config = self.config
-        request = build_messages(prior, memories, config)
-        messages = request
+        request = messages = prompt.build_messages(prior, memories, config)
         tokens = 0
         failure: BadReply | Transient | None = None
         attempts = config.max_retries + 1
@@ -156,20 +98,20 @@ class ChatModelSummarizer:
                 time.sleep(min(wait, config.max_backoff_seconds))
             content = ""
             try:
-                payload = self._complete(messages, len(memories), history_item_count(prior))
-                tokens += reply_tokens(payload)
-                content, finish = reply_content(payload)
-                return self._update(content, finish, memories, prior), tokens
+                payload = self._complete(messages, len(memories), reply.history_item_count(prior))
+                tokens += reply.reply_tokens(payload)
+                content, finish = reply.reply_content(payload)
+                return Proposal(self._update(content, finish, memories, prior), tokens)
             except Transient as exc:
                 failure = exc
             except BadReply as exc:
                 failure = exc
                 if exc.corrective:
-                    echo = content[:BAD_REPLY_ECHO_CHARS]
+                    echo = content[: prompt.BAD_REPLY_ECHO_CHARS]
                     messages = [
                         *request,
                         {"role": "assistant", "content": echo},
-                        {"role": "user", "content": correction(exc.reason)},
+                        {"role": "user", "content": reply.correction(exc.reason)},
                     ]
             log.warning(
                 "session %s: model pass attempt %d/%d failed: %s",
@@ -190,7 +132,7 @@ class ChatModelSummarizer:
         content: str,
         finish: str | None,
         memories: Sequence[Memory],
-        prior: StructuredSummary | LegacySummary | None,
+        prior: PriorSummary | None,
     ) -> PassUpdate:
         """The update one reply proposes, or BadReply saying why the reply is not used."""
         if finish == "length":  # whatever parses of a cut-off reply is not the whole answer
@@ -201,13 +143,13 @@ class ChatModelSummarizer:
             )
         if finish == "content_filter":
             raise BadReply("the endpoint withheld the reply (content_filter)", corrective=False)
-        update = parse_update(content)
+        update = reply.parse_update(content)
         if not update.current_state:  # no state is not news: the last known one stays
             update = update.model_copy(update={"current_state": None})
-        problem = degenerate_reason(update, memories, prior)
+        problem = reply.degenerate_reason(update, memories, prior)
         if problem is not None:
             raise BadReply(problem, corrective=True)
-        update = contain_injections(update, memories, prior)
+        update = reply.contain_injections(update, memories, prior)
         nothing_before = prior is None or (
             isinstance(prior, StructuredSummary) and prior.is_empty()
         )
@@ -221,9 +163,9 @@ class ChatModelSummarizer:
         replaced and sent again at once; a 500/501 to a response_format mode the endpoint never
         accepted moves to the next mode for the retry."""
         config = self.config
-        for _ in range(len(RESPONSE_FORMATS) + 2):  # each pass of the loop changes an option
+        for _ in range(len(prompt.RESPONSE_FORMATS) + 2):  # each pass of the loop changes an option
             mode = self.response_format
-            requested = response_format(mode, memory_count, prior_items)
+            requested = prompt.response_format(mode, memory_count, prior_items)
             tokens = config.max_output_tokens
             with self._semaphore:
                 try:
@@ -253,29 +195,40 @@ class ChatModelSummarizer:
                     raise ModelUnavailable(f"model unavailable: {config.url}: {exc}") from None
                 else:
                     self._format_confirmed = True
-                    return _payload(completion)
+                    # As sent: the SDK builds its model without validation, so an endpoint's
+                    # odd shapes (content parts, no usage, no object) reach chat_reply as sent.
+                    if isinstance(completion, BaseModel):
+                        return completion.to_dict(warnings=False)
+                    return completion
             status = error.status_code
             if error.response.is_redirect:
                 where = error.response.headers.get("location")
                 raise ModelUnavailable(redirect_refusal(str(error.request.url), status, where))
             detail = self._error_detail(error.body)
-            if status in FORMAT_REFUSAL_STATUS:
+            if status in prompt.FORMAT_REFUSAL_STATUS:
                 if self._max_tokens_key == "max_tokens" and "max_completion_tokens" in detail:
                     self._max_tokens_key = "max_completion_tokens"  # OpenAI's newer models
                     continue
-                if mode != "none" and FORMAT_REFUSAL.search(detail):
+                if mode != "none" and prompt.FORMAT_REFUSAL.search(detail):
                     self._next_format(mode, f"HTTP {status}{detail}")
                     continue
-            if status >= 500 or status in TRANSIENT_STATUS:
-                if status in FORMAT_FAILURE_STATUS and mode != "none":
+            if status >= 500 or status in prompt.TRANSIENT_STATUS:
+                if status in prompt.FORMAT_FAILURE_STATUS and mode != "none":
                     self._next_format(mode, f"HTTP {status}{detail}", unless_confirmed=True)
-                raise Transient(f"HTTP {status}", _retry_after(error.response.headers))
+                try:
+                    retry_after: float | None = min(
+                        float(error.response.headers["retry-after"]),
+                        prompt.RETRY_AFTER_MAX_SECONDS,
+                    )
+                except (KeyError, ValueError):
+                    retry_after = None
+                raise Transient(f"HTTP {status}", retry_after)
             hint = " (check model.apiKeySecretRef)" if status in (401, 403) else ""
             raise ModelUnavailable(f"model unavailable: {config.url}: HTTP {status}{hint}{detail}")
         raise ModelUnavailable(f"model unavailable: {config.url}: refuses every request format")
 
     def _next_format(
-        self, mode: ResponseFormat, why: str, *, unless_confirmed: bool = False
+        self, mode: prompt.ResponseFormat, why: str, *, unless_confirmed: bool = False
     ) -> None:
         """From now on, ask for the next response_format mode (once per mode refused)."""
         with self._lock:
@@ -299,17 +252,3 @@ class ChatModelSummarizer:
             text = text.replace(self.config.api_key, "***")
         text = " ".join(text.split())[:200]
         return f": {text}" if text else ""
-
-
-def _payload(completion: object) -> Any:
-    """The decoded response as sent: the SDK builds its model without validation, so an
-    endpoint's odd shapes (content parts, no usage) reach chat_reply as they came."""
-    return completion.to_dict(warnings=False) if isinstance(completion, BaseModel) else completion
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    value = headers.get("retry-after")
-    try:
-        return min(float(value), RETRY_AFTER_MAX_SECONDS) if value is not None else None
-    except ValueError:
-        return None

@@ -19,11 +19,7 @@ from controller.core.chunking import (
     valid_utf8,
 )
 from controller.core.memories import Memory
-from controller.core.merge import (
-    DERIVED_TITLE_MAX,
-    SECTION_KEYS,
-    TECHNOLOGY_MAX,
-)
+from controller.core.merge import DERIVED_TITLE_MAX, SECTION_KEYS, TECHNOLOGY_MAX
 from controller.core.summary import (
     CATEGORIES,
     HISTORY_SECTIONS,

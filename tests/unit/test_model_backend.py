@@ -34,7 +34,7 @@ from controller.core.summary import (
     validate_summary,
 )
 from controller.pipeline import PassResult, run_pass
-from controller.summarizers import chat_model, chat_reply
+from controller.summarizers import chat_model, chat_prompt, chat_reply
 from controller.summarizers.chat_model import ChatModelSummarizer
 from controller.summarizers.chat_prompt import (
     HISTORY_KEYS,
@@ -360,7 +360,7 @@ def test_a_retry_after_beyond_the_cap_is_waited_for_only_up_to_the_cap(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An hour's Retry-After neither blocks the pass for an hour nor ends it at once."""
-    monkeypatch.setattr(chat_model, "RETRY_AFTER_MAX_SECONDS", 1.0)
+    monkeypatch.setattr(chat_prompt, "RETRY_AFTER_MAX_SECONDS", 1.0)
     client, arrivals = throttling_client("3600")
     config = ChatModelConfig(base_url="http://model/v1", model="m", backoff_seconds=0.01)
     result = Passes(ChatModelSummarizer(config, http_client=client))(SID, memories("Add."), None)
