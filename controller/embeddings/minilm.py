@@ -13,9 +13,7 @@ import os
 import struct
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -84,20 +82,15 @@ def _layer_norm(x: Array, weight: Array, bias: Array, eps: float) -> Array:
     return centered
 
 
-@dataclass(frozen=True)
-class _Layer:
-    qkv_w: Array  # (hidden, 3*hidden): query, key and value fused into one matmul
-    qkv_b: Array
-    out_w: Array
-    out_b: Array
-    ln1_w: Array
-    ln1_b: Array
-    ffn_in_w: Array
-    ffn_in_b: Array
-    ffn_out_w: Array
-    ffn_out_b: Array
-    ln2_w: Array
-    ln2_b: Array
+# One encoder layer's tensors: (ours, the checkpoint's name below "encoder.layer.<i>."); a
+# dense weight is kept transposed, so its matmul reads it row by row. qkv: query, key and
+# value fused into one matmul.
+_DENSE = {
+    "out": "attention.output.dense",
+    "ffn_in": "intermediate.dense",
+    "ffn_out": "output.dense",
+}
+_NORMS = {"ln1": "attention.output.LayerNorm", "ln2": "output.LayerNorm"}
 
 
 class _MiniLM:
@@ -116,38 +109,28 @@ class _MiniLM:
             def w(name: str) -> Array:
                 return np.ascontiguousarray(tensors.get_tensor(name), dtype=np.float32)
 
-            self._load_layers(config, w)
+            self.position = w("embeddings.position_embeddings.weight")
+            self.token_type0 = w("embeddings.token_type_embeddings.weight")[0]
+            self.emb_ln = (w("embeddings.LayerNorm.weight"), w("embeddings.LayerNorm.bias"))
+            self.layers: list[dict[str, Array]] = []
+            for i in range(config["num_hidden_layers"]):
+                p = f"encoder.layer.{i}."
+                qkv = [p + f"attention.self.{n}." for n in ("query", "key", "value")]
+                layer = {
+                    "qkv_w": np.ascontiguousarray(np.concatenate([w(n + "weight") for n in qkv]).T),
+                    "qkv_b": np.concatenate([w(n + "bias") for n in qkv]),
+                }
+                for ours, name in {**_DENSE, **_NORMS}.items():
+                    weight = w(f"{p}{name}.weight")
+                    layer[f"{ours}_w"] = (
+                        np.ascontiguousarray(weight.T) if ours in _DENSE else weight
+                    )
+                    layer[f"{ours}_b"] = w(f"{p}{name}.bias")
+                self.layers.append(layer)
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         # tokenizer.json ships fixed 128 padding/truncation; sentence-transformers uses 256.
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(max_length=max_seq_length)
-
-    def _load_layers(self, config: dict[str, Any], w: Callable[[str], Array]) -> None:
-        self.position = w("embeddings.position_embeddings.weight")
-        self.token_type0 = w("embeddings.token_type_embeddings.weight")[0]
-        self.emb_ln = (w("embeddings.LayerNorm.weight"), w("embeddings.LayerNorm.bias"))
-        self.layers: list[_Layer] = []
-        for i in range(config["num_hidden_layers"]):
-            p = f"encoder.layer.{i}."
-            q, k, v = (p + f"attention.self.{n}." for n in ("query", "key", "value"))
-            self.layers.append(
-                _Layer(
-                    qkv_w=np.ascontiguousarray(
-                        np.concatenate([w(q + "weight"), w(k + "weight"), w(v + "weight")]).T
-                    ),
-                    qkv_b=np.concatenate([w(q + "bias"), w(k + "bias"), w(v + "bias")]),
-                    out_w=np.ascontiguousarray(w(p + "attention.output.dense.weight").T),
-                    out_b=w(p + "attention.output.dense.bias"),
-                    ln1_w=w(p + "attention.output.LayerNorm.weight"),
-                    ln1_b=w(p + "attention.output.LayerNorm.bias"),
-                    ffn_in_w=np.ascontiguousarray(w(p + "intermediate.dense.weight").T),
-                    ffn_in_b=w(p + "intermediate.dense.bias"),
-                    ffn_out_w=np.ascontiguousarray(w(p + "output.dense.weight").T),
-                    ffn_out_b=w(p + "output.dense.bias"),
-                    ln2_w=w(p + "output.LayerNorm.weight"),
-                    ln2_b=w(p + "output.LayerNorm.bias"),
-                )
-            )
 
     def encode(
         self, texts: list[str], batch_size: int, between: Callable[[], object] | None = None
@@ -185,14 +168,14 @@ class _MiniLM:
         norm = np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)
         return (mean / norm).astype(np.float32)
 
-    def _layer(self, x: Array, layer: _Layer, key_bias: Array) -> Array:
+    def _layer(self, x: Array, layer: dict[str, Array], key_bias: Array) -> Array:
         batch, length, hidden = x.shape
         head_dim = hidden // self.heads
         tokens = x.reshape(batch * length, hidden)
         qkv = np.empty((batch * length, 3 * hidden), dtype=np.float32)
         for rows in _row_blocks(batch * length):
-            np.matmul(tokens[rows], layer.qkv_w, out=qkv[rows])
-        qkv += layer.qkv_b
+            np.matmul(tokens[rows], layer["qkv_w"], out=qkv[rows])
+        qkv += layer["qkv_b"]
         heads = qkv.reshape(batch, length, 3, self.heads, head_dim).transpose(2, 0, 3, 1, 4)
         q, k, v = np.ascontiguousarray(heads[0]), heads[1].transpose(0, 1, 3, 2), heads[2]
         scores = q @ np.ascontiguousarray(k)
@@ -207,18 +190,18 @@ class _MiniLM:
             out[rows] = self._dense_block(context[rows], tokens[rows], layer)
         return out.reshape(batch, length, hidden)
 
-    def _dense_block(self, context: Array, residual: Array, layer: _Layer) -> Array:
+    def _dense_block(self, context: Array, residual: Array, layer: dict[str, Array]) -> Array:
         """Everything after attention, on a block of token rows that stays in cache."""
-        x = context @ layer.out_w
-        x += layer.out_b
+        x = context @ layer["out_w"]
+        x += layer["out_b"]
         x += residual
-        x = _layer_norm(x, layer.ln1_w, layer.ln1_b, self.eps)
-        hidden = x @ layer.ffn_in_w
-        hidden += layer.ffn_in_b
-        ffn = _gelu_in_place(hidden) @ layer.ffn_out_w
-        ffn += layer.ffn_out_b
+        x = _layer_norm(x, layer["ln1_w"], layer["ln1_b"], self.eps)
+        hidden = x @ layer["ffn_in_w"]
+        hidden += layer["ffn_in_b"]
+        ffn = _gelu_in_place(hidden) @ layer["ffn_out_w"]
+        ffn += layer["ffn_out_b"]
         ffn += x
-        return _layer_norm(ffn, layer.ln2_w, layer.ln2_b, self.eps)
+        return _layer_norm(ffn, layer["ln2_w"], layer["ln2_b"], self.eps)
 
 
 class _RowFile:

@@ -53,32 +53,19 @@ CATEGORY_PHRASES: MappingProxyType[Category, tuple[str, ...]] = MappingProxyType
         "new-app": ("new app", "new application", "new project", "new service", "from scratch"),
     }
 )
-_NAMED_AS_IS = (
-    "kopf", "pytest", "pydantic", "fastapi", "django", "flask", "numpy", "pandas", "terraform",
-    "prometheus", "grafana", "graphql", "grpc", "kafka", "nginx", "openai", "ollama", "vllm",
-    "mypy", "ruff")  # fmt: skip
+# Each technology, and the words that name it; a name alone names itself.
+_TECHNOLOGY_ALIASES = {
+    "python": "python python2 python3", "go": "golang", "rust": "rust cargo",
+    "kubernetes": "kubernetes k8s kubectl", "chroma": "chroma chromadb",
+    "postgres": "postgres postgresql psql", "sqlite": "sqlite sqlite3", "mongodb": "mongo mongodb",
+    "react": "reactjs react.js react-dom", "node": "node.js nodejs npm node_modules",
+    "onnx": "onnx onnxruntime", **dict.fromkeys((
+        "typescript", "javascript", "java", "kotlin", "helm", "mysql", "redis", "kopf", "pytest",
+        "pydantic", "fastapi", "django", "flask", "numpy", "pandas", "terraform", "prometheus",
+        "grafana", "graphql", "grpc", "kafka", "nginx", "openai", "ollama", "vllm", "mypy",
+        "ruff"), "")}  # fmt: skip
 TECHNOLOGY_WORDS: MappingProxyType[str, str] = MappingProxyType(
-    {
-        **dict.fromkeys(("python", "python2", "python3"), "python"),
-        "typescript": "typescript",
-        "javascript": "javascript",
-        "golang": "go",
-        **dict.fromkeys(("rust", "cargo"), "rust"),
-        "java": "java",
-        "kotlin": "kotlin",
-        **dict.fromkeys(("kubernetes", "k8s", "kubectl"), "kubernetes"),
-        "helm": "helm",
-        **dict.fromkeys(("chroma", "chromadb"), "chroma"),
-        **dict.fromkeys(("postgres", "postgresql", "psql"), "postgres"),
-        "mysql": "mysql",
-        **dict.fromkeys(("sqlite", "sqlite3"), "sqlite"),
-        "redis": "redis",
-        **dict.fromkeys(("mongo", "mongodb"), "mongodb"),
-        **dict.fromkeys(("reactjs", "react.js", "react-dom"), "react"),
-        **dict.fromkeys(("node.js", "nodejs", "npm", "node_modules"), "node"),
-        **dict.fromkeys(("onnx", "onnxruntime"), "onnx"),
-        **{name: name for name in _NAMED_AS_IS},
-    }
+    {word: name for name, words in _TECHNOLOGY_ALIASES.items() for word in words.split() or [name]}
 )
 _FILE_EXTENSIONS = MappingProxyType({
     "py": "python", "ts": "typescript", "tsx": "typescript", "js": "javascript",
