@@ -17,8 +17,12 @@ from controller.core.summary import (
     validate_summary,
 )
 from controller.core.summary_row import from_chroma_row, to_chroma_metadata
-from controller.summarizers.extractive import AGENT_SENTENCES, EXTRACTIVE, propose_extractive
-from controller.summarizers.extractive_text import sentences
+from controller.summarizers.extractive import (
+    AGENT_SENTENCES,
+    EXTRACTIVE,
+    propose_extractive,
+    sentences,
+)
 from tests.support.passes import passes_over, summarize_extractive
 
 T0 = 1_700_000_000_000

@@ -1,5 +1,5 @@
 """A sentence too long for an item keeps the clauses that carry facts, not its head alone
-(controller/summarizers/extractive_text.py: cut_keeping_facts); and counts in words are
+(controller/summarizers/extractive.py: cut_keeping_facts); and counts in words are
 facts (controller/core/facts.py). Pure, generated inputs."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.core.facts import fact_tokens
-from controller.summarizers.extractive_text import _CLAUSE_END, cut_keeping_facts, sentences
+from controller.summarizers.extractive import _CLAUSE_END, cut_keeping_facts, sentences
 
 FACTS = ["$400,000", "port 8080", "config/app.yaml", "Wells Fargo", "four", "25:50", "v3.11"]
 WORDS = ("and", "so", "it", "was", "very", "nice", "really", "well")

@@ -248,7 +248,7 @@ def test_a_credential_is_masked_for_where_it_stands_whatever_its_shape(
             assert masked.startswith(before) and masked.endswith(after), masked  # a code span
 
 
-# Characters a summary shows as one space (extractive_text.clean, str.split): an agent's text
+# Characters a summary shows as one space (extractive.clean, str.split): an agent's text
 # copied from a web page or a terminal carries them where a space would be.
 ODD_SPACES = st.sampled_from(
     ["\xa0", "\u2003", "\u202f", "\u3000", "\x0b", "\x0c", "\x1f", "\x85", "\u2028", "\u200b",
