@@ -38,7 +38,6 @@ BAD_REPLY_ECHO_CHARS = 2000
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429})
 DELIMITER = re.compile(r"<(?=\s*/?\s*(?:memory|memories|prior_summary)\b)", re.IGNORECASE)
 _ATTRIBUTE_UNSAFE = re.compile(r"[^\w.:-]")
-FENCE = re.compile(r"^\s*```(?:json)?\s*|\s*```\s*$", re.IGNORECASE)
 
 # What is asked of the endpoint, most constrained first; see ChatModelSummarizer._complete.
 ResponseFormat = Literal["json_schema", "json_object", "none"]
@@ -195,19 +194,15 @@ def render_prior(prior: StructuredSummary | LegacySummary | None, budget_tokens:
     used = estimate_tokens(prior.title) + 40
     remaining = {key: list(reversed(items)) for key, items in sections.items()}
     while any(remaining.values()):  # newest first, one item per section per round
-        progressed = False
         for key, items in remaining.items():
             if not items:
                 continue
             cost = estimate_tokens(items[0]) + 4
             if used + cost > budget_tokens:
-                items.clear()
-                continue
-            shown[key].insert(0, items.pop(0))
-            used += cost
-            progressed = True
-        if not progressed:
-            break
+                items.clear()  # once one does not fit, no older item of its section is shown
+            else:
+                shown[key].insert(0, items.pop(0))
+                used += cost
     omitted = sum(len(v) for v in sections.values()) - sum(len(v) for v in shown.values())
     data: dict[str, Any] = {"title": prior.title, "category": prior.category, **shown}
     if omitted:

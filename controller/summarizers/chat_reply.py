@@ -19,14 +19,10 @@ from controller.core.merge import SECTION_KEYS, PassUpdate
 from controller.core.quoting import is_quoted, kind_of, quote
 from controller.core.summary import HISTORY_SECTIONS, LegacySummary, StructuredSummary
 from controller.core.text import json_value
-from controller.summarizers.chat_prompt import (
-    CLOSING,
-    DELIMITER,
-    FENCE,
-    HISTORY_KEYS,
-    SCORES,
-    SYSTEM_PROMPT,
-)
+from controller.summarizers import chat_prompt as prompt
+
+# A code fence around the reply's JSON, which some models add whatever they are asked.
+FENCE = re.compile(r"^\s*```(?:json)?\s*|\s*```\s*$", re.IGNORECASE)
 
 # -- the reply --------------------------------------------------------------------------------
 
@@ -103,7 +99,7 @@ def reply_content(payload: Any) -> tuple[str, str | None]:
 
 
 def empty_update() -> PassUpdate:
-    return PassUpdate(**{key: [] for key in HISTORY_KEYS}, current_state=None)
+    return PassUpdate(**{key: [] for key in prompt.HISTORY_KEYS}, current_state=None)
 
 
 # -- degenerate replies and injected claims --------------------------------------------------
@@ -143,7 +139,7 @@ def _words(text: str) -> list[str]:
 
 
 _INSTRUCTIONS = " ".join(
-    _words(" ".join((SYSTEM_PROMPT, CLOSING, correction(""), *SECTION_KEYS.values())))
+    _words(" ".join((prompt.SYSTEM_PROMPT, prompt.CLOSING, correction(""), *SECTION_KEYS.values())))
 )
 
 _INSTRUCTION_WORDS = frozenset(_INSTRUCTIONS.split())
@@ -211,7 +207,7 @@ def degenerate_reason(
     for text in [*history, *state]:
         phrase = " ".join(_words(text))
         copied = bool(phrase) and f" {phrase} " in f" {_INSTRUCTIONS} "
-        if (copied or phrase in _PLACEHOLDERS or DELIMITER.search(text)) and (
+        if (copied or phrase in _PLACEHOLDERS or prompt.DELIMITER.search(text)) and (
             f" {phrase} " not in session_words
         ):
             return (
@@ -287,7 +283,7 @@ def contain_injections(
             t if keep else quote(t, "instruction") for t, keep in zip(items, copied, strict=True)
         ]
 
-    changes: dict[str, Any] = {key: contained(getattr(update, key)) for key in HISTORY_KEYS}
+    changes: dict[str, Any] = {key: contained(getattr(update, key)) for key in prompt.HISTORY_KEYS}
     if update.current_state is not None:
         changes["current_state"] = contained(update.current_state)
     if update.title and _copies_passage(update.title, passages):
@@ -296,7 +292,7 @@ def contain_injections(
         m for m in update.supersede if not _copies_passage(m.superseded_by, passages)
     ]
     if isinstance(prior, StructuredSummary):
-        changes.update(dict.fromkeys(("category", *SCORES)))
+        changes.update(dict.fromkeys(("category", *prompt.SCORES)))
     return update.model_copy(update=changes)
 
 
