@@ -417,8 +417,6 @@ def _scores(
     new: Sequence[Memory],
     base: StructuredSummary | None,
     memory_count: int,
-    tools: Sequence[str],
-    tool_calls: int,
 ) -> dict[str, int]:
     """quality: 100 - 10 per correction. productivity: share of prompts that got a response,
     averaged over all passes by memory count. impact: requests made plus a category bonus.
@@ -432,6 +430,8 @@ def _scores(
     else:
         productivity = base.productivity if base is not None and not new else pass_productivity
     requests = len(sections[REQUESTS])
+    tools = {t for m in new for t in m.tools_used} | set(base.tools_used if base else [])
+    tool_calls = (base.total_tool_calls if base else 0) + sum(m.tool_calls for m in new)
     return {
         "quality": _clamp(100 - 10 * len(sections[CORRECTIONS])),
         "productivity": _clamp(productivity),
@@ -494,8 +494,6 @@ def propose_extractive(
         new, base.sections[STATE] if base else [], memory_count, last_ms
     )
 
-    tools = sorted({t for m in new for t in m.tools_used} | set(base.tools_used if base else []))
-    tool_calls = (base.total_tool_calls if base else 0) + sum(m.tool_calls for m in new)
     category: Category = base.category if base else "other"
     if new:  # the vote sees the requests so far and the new prompts
         votes = [i.text for i in carried[REQUESTS]] + [m.prompt for m in new]
@@ -518,5 +516,5 @@ def propose_extractive(
         title=title,
         category=category,
         technologies=sorted(_technologies(new)),
-        **_scores(sections, category, new, base, memory_count, tools, tool_calls),
+        **_scores(sections, category, new, base, memory_count),
     )
