@@ -48,7 +48,7 @@ _KEYWORD = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
-MASKING_VERSION = 7
+MASKING_VERSION = 8
 # The text as a summary shows it, each character for one: every space, control and zero-width
 # character but a newline a space (`Authorization:\xa0Bearer x` is read as it will print),
 # typographic quotes plain (`password = ’x’` is stored as `password = 'x'`).
@@ -72,6 +72,11 @@ def _unescaped(text: str) -> tuple[str, list[int]]:
     return "".join([*parts, text[last:]]), [*at, *range(last, len(text))]
 
 
+# Words in one case or capitalised, a number after each, joined by `_`, `-`, `.`, `+` or `/`
+# (a setting, a name, a path: `MAX_TOKENS`, `ctrl+k`, `/run/secrets/token`, `reports/q3.csv`).
+_PLAIN_WORD = re.compile(r"/?(?:[A-Z]?[a-z]+|[A-Z]+)\d*(?:[_.+/-](?:[A-Z]?[a-z]+|[A-Z]+)\d*)*")
+# Where a query string's next parameter begins (`?api_key=x&page=2`): the value ends there.
+_NEXT_PARAMETER = re.compile(r"&(?=[\w.-]+=)")
 # A quoted random-looking string that names its hash (`"sha512-..."`, SRI): a content hash.
 _DIGEST = re.compile(r"(?:sha\d+|md5)-", re.IGNORECASE)
 
@@ -90,6 +95,7 @@ class Rule:
     whole_token: bool = True  # extend over the rest of the token (a JWT's signature)
     charset: str | None = None  # what the entropy counts (None: base64's)
     keyword: bool = False  # only in a text naming a secret (password, api_key, ...)
+    plain_words: bool = True  # False: a word (configurable, MAX_TOKENS, created_at) is none
     # What scans the text when not `pattern` itself: the same secrets in linear time.
     linear: Linear | None = field(default=None, repr=False, compare=False)
 
@@ -166,11 +172,14 @@ def _detector_rules() -> tuple[Rule, ...]:
     return tuple(rules)
 
 
-# A value, quoted (all of it) or not (one token; Authorization's with its scheme): group 2.
-_VALUE = r"""(["'])?((?(1)[^"'\n]+|%s[^\s"'`,;]+))"""
+# A value, quoted (all of it) or not (one token, up to a `&`: a query's next parameter;
+# Authorization's with its scheme): group 2.
+_VALUE = r"""(["'])?((?(1)[^"'\n]+|%s[^\s"'`,;&]+))"""
+# A name's closing quote and what assigns it: `=`, `:`, Go's `:=`, Ruby's `=>`.
+_ASSIGN = r"[\"']?[ \t]*(?::=|=>|[:=])[ \t]*"
 # The same value as RE2 runs it: the condition one group per branch.
 _W, _S = WORD_CLASS, SPACE_CLASS
-_QUOTED_OR_NOT = r"""(?:(["'])([^"'\n]+)|([^%s"'`,;]+))"""
+_QUOTED_OR_NOT = r"""(?:(["'])([^"'\n]+)|([^%s"'`,;&]+))"""
 # Credentials by where they stand: a header that carries one (Authorization, with any scheme;
 # any *-Token, *-Key, *-Secret, *-Password header), an env-style NAME that names one (any
 # value), a command-line flag that passes one (--password x, --token=x, mysql's -pSECRET).
@@ -187,17 +196,30 @@ CONTEXT_RULES = tuple(
      Linear(rf"(?:^|[^{_W}])(?i:(?:[a-z0-9İı]+-)+(?:token|key|secret|passw(?:or)?d)|ap{_I}-?key)"
             rf"[\"']?[ \t]*:[ \t]*" + _QUOTED_OR_NOT % _S, (2, 3))),
     ("credential-variable", r"\b[A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|APIKEY|_KEY"
-     r"|_PWD|_PASS)\b[\"']?[ \t]*[:=][ \t]*" + _VALUE % "", None),
+     r"|_PWD|_PASS)\b" + _ASSIGN + _VALUE % "", None),
     ("credential-flag", r"(?i:(?<![\w-])--?(?:[a-z0-9]+-)*(?:token|secret|passw(?:or)?d|passphrase"
      r"|api-?key)(?:=|[ \t]+)(?!-)|\b(?:mysql|mariadb)[\w-]*\b[^\n|;&]*?[ \t]-p(?!\s))"
      + _VALUE % "",
      Linear(rf"(?i:(?:^|(?-i:[^{_W}-]))--?(?:[a-z0-9İı]+-)*(?:token|secret|passw(?:or)?d"
             rf"|passphrase|ap{_I}-?key)(?:=|[ \t]+))"
-            + rf"""(?:(["'])([^"'\n]+)|([^-{_S}"'`,;][^{_S}"'`,;]*))"""
+            + rf"""(?:(["'])([^"'\n]+)|([^-{_S}"'`,;&][^{_S}"'`,;&]*))"""
             + rf"|(?:^|[^{_W}])(?i:mysql|mar{_I}adb)(?:(?:[{_W}-]*[{_W}])?"
             rf"(?:[^\n|;&{_W}][^\n|;&]*?)??|[{_W}-]*-[{_W}][^\n|;&]*?)(?i:[ \t]-p)"
             + _QUOTED_OR_NOT % _S, (2, 3, 5, 6))),
 ))  # fmt: skip
+# A key in any case that names a credential (`"access_token": "x"`, `?token=x&`, `apiKey: x`,
+# `client.auth = x`), where detect-secrets' keywords name none: a word of its own or after
+# `_`, `-`, `.` or a camelCase boundary (`monkey` has none; `key` alone only in a query string,
+# `"Key": "reports/q3.csv"` is a name), its value masked when it is random and no words
+# (`token: configurable`, `hotKey: ctrl+k`).
+_CAMEL = r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"  # apiKey, getAToken
+CONTEXT_RULES += (
+    Rule("credential-variable", re.compile(
+        rf"(?:(?:(?<![A-Za-z0-9])|{_CAMEL})(?i:token|passphrase|auth|credentials?|sig|pat)"
+        rf"|(?:(?<=[?&])|(?<=[A-Za-z0-9][_.-])|{_CAMEL})(?i:key))(?![A-Za-z0-9])"
+        + _ASSIGN + _VALUE % ""
+    ), 2, UNQUOTED_MIN_ENTROPY, False, plain_words=False),
+)  # fmt: skip
 DETECTOR_RULES = _detector_rules() + CONTEXT_RULES
 _PRIVATE_KEY = kind_of(PrivateKeyDetector.secret_type)
 _BASE64 = Base64HighEntropyString().charset
@@ -258,10 +280,13 @@ class Redaction:
                 value = text[start:end]
                 if rule.min_entropy and rule.charset is None:  # unquoted: one token
                     value = value.split(maxsplit=1)[0].rstrip(",;.)'\"`") if value.strip() else ""
+                    value = _NEXT_PARAMETER.split(value, 1)[0]
                     end = start + len(value)
                 if start < 0 or not value.strip() or not _random_enough(rule, value):
                     continue
                 if rule.charset and _DIGEST.match(value):
+                    continue
+                if not rule.plain_words and _PLAIN_WORD.fullmatch(value):
                     continue
                 if rule.kind == _PRIVATE_KEY:
                     if text.startswith("-----END", start):  # a key's tail alone: from its

@@ -7,6 +7,7 @@ import base64
 import json
 import random
 import string
+import uuid
 
 from hypothesis import strategies as st
 
@@ -139,7 +140,55 @@ def flag_shapes(draw: st.DrawFn) -> Shape:
     return secret, f"deploy {flag}{joined}{secret} --verbose", f"{flag}={secret}"
 
 
-CONTEXT_SHAPES = header_shapes() | variable_shapes() | flag_shapes()
+def _random_value(seed: int, shape: str) -> str:
+    """A credential as services issue them: random, so never a word (what the rule for keys
+    in any case requires, unlike the ones above)."""
+    rng = random.Random(seed)
+    n = rng.randint(16, 40)
+    if shape == "uuid":
+        return str(uuid.UUID(int=rng.getrandbits(128)))
+    if shape == "percent-encoded":  # `?token=ab%2Fcd`: a value a URL carries, encoded
+        return "".join(rng.choice([*_ALNUM, "%2F", "%2B", "%3D", "%40"]) for _ in range(n))
+    chars = {"alnum": _ALNUM, "base64": _ALNUM + "+/", "url-safe": _ALNUM + "-_"}[shape]
+    return _pick(rng, string.digits, 2) + _pick(rng, chars, n)
+
+
+RANDOM_SECRET = st.builds(
+    _random_value,
+    st.integers(0, 2**32),
+    st.sampled_from(["alnum", "base64", "url-safe", "uuid", "percent-encoded"]),
+)
+
+
+@st.composite
+def key_shapes(draw: st.DrawFn) -> Shape:
+    """A key in any case and spelling that names a credential, in JSON, YAML, a query string,
+    an env line or code: `"access_token": "x"`, `?token=x&`, `apiKey: x`, `client.Secret`."""
+    secret = draw(RANDOM_SECRET)
+    place = draw(st.sampled_from(["json", "yaml", "quoted", "query", "env", "ruby", "go"]))
+    word = draw(
+        st.sampled_from(["token", "passphrase", "auth", "credentials", "sig", "pat", "key"])
+    )
+    fewest = 1 if word == "key" and place != "query" else 0  # `key` alone: a query's only
+    words = [*draw(st.lists(_WORD, min_size=fewest, max_size=2)), word]
+    join = draw(st.sampled_from(["_", ""] if place == "go" else ["_", "-", ".", ""]))
+    if join:
+        name = join.join(_cased(w, draw(st.integers(0, 2))) for w in words)
+    else:  # camelCase, first letter either case
+        name = _cased(words[0], draw(st.sampled_from([0, 2]))) + "".join(map(str.title, words[1:]))
+    spaced = {
+        "json": f'{{"{name}": "{secret}", "expires_in": 3600}}',
+        "yaml": f"  {name}: {secret}\n  region: eu-west-1",
+        "quoted": f"{name}: '{secret}'",
+        "query": f"GET https://api.example.test/v1/items?page=2&{name}={secret}&limit=10 gave 200",
+        "env": f"export {name}={secret}",
+        "ruby": f'client = Client.new("{name}" => "{secret}")',
+        "go": f'{name} := "{secret}"',
+    }[place]
+    return secret, spaced, f"{'?' if name.lower() == word else ''}{name}={secret}"
+
+
+CONTEXT_SHAPES = header_shapes() | variable_shapes() | flag_shapes() | key_shapes()
 
 
 # References that look random and are not secrets: commits (short or full), UUIDs, digests

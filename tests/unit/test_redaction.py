@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import string
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -30,6 +32,7 @@ from tests.support.credentials import (
     LEDGER_DIGESTS,
     Shape,
     generated,
+    key_shapes,
     reference_sentences,
 )
 
@@ -136,6 +139,7 @@ def test_a_putty_key_of_either_version_is_masked() -> None:
         "Set MAX_TOKENS=4096 and TOKEN_FILE=/run/secrets/token; read $HF_TOKEN from the env.",
         "docker login --password-stdin < f; ssh -p 2222 host; mkdir -p a/b; docker run -p 8080:80",
         "The gate reads the `X-Chroma-Token` header (or Authorization) and drops both.",
+        "Token count, the key point and the password policy: all three stay in the summary.",
     ],
 )
 def test_ordinary_text_is_left_as_it_is(text: str) -> None:
@@ -246,6 +250,51 @@ def test_a_credential_is_masked_for_where_it_stands_whatever_its_shape(
             masked = DEFAULT_REDACTION.text(around.format(text))
             assert secret not in masked and "[redacted: " in masked, masked
             assert masked.startswith(before) and masked.endswith(after), masked  # a code span
+
+
+@given(shape=key_shapes())
+@settings(max_examples=1000, deadline=None)
+def test_a_key_in_any_case_that_names_a_credential_is_masked_wherever_it_is_written(
+    shape: Shape,
+) -> None:
+    """`{"access_token": "x"}`, `?token=x&`, `apiKey: x`, `export gh_pat=x`, `?token=ab%2Fcd`:
+    detect-secrets names no token, and the variable rule only UPPERCASE names. What stands
+    around the value stays (the query's next parameter too)."""
+    secret, spaced, compact = shape
+    for text in (spaced, compact):
+        assert compact is not None
+        before, after = text.split(secret)
+        masked = DEFAULT_REDACTION.text(text)
+        assert re.fullmatch(
+            rf"{re.escape(before)}\[redacted: [a-z0-9-]+\]{re.escape(after)}", masked
+        )
+
+
+# Ordinary uses of the words that name credentials: counts, settings, names, prose.
+_VALUES = ["configurable", "authentication", "Punctuation", "rotate", "Enter", "include", "none",
+           "MAX_TOKENS", "created_at", "orders.created", "ctrl+shift+k", "len", "4096", "true",
+           "reports/q3.csv", "/run/secrets/kubernetes.io/token", "the next step"]  # fmt: skip
+_PROSE = ["the {w} count is {v}", "the {w} point: {v}", "{w} policy: {v}", "max_{w}s={v}",
+          "{w}_count: {v}", "{w}s: {v}", "{w} {v}", "sort(key={v})", '{{"key": "{v}"}}',
+          "key: {v}", "s3 ls returned Key: {v}"]  # fmt: skip
+_KEYS = ["{w}: {v}", "{w}={v}", '"{w}": "{v}"', "hot{W}: {v}", "{w}_limit: {v}"]
+
+
+@given(
+    word=st.sampled_from(["token", "key", "auth", "credentials", "passphrase", "sig", "pat"]),
+    cased=st.sampled_from([str.lower, str.title]),  # an UPPERCASE name holds one: any value
+    template=st.sampled_from(_PROSE + _KEYS),
+    value=st.sampled_from(_VALUES),
+)
+@settings(max_examples=400, deadline=None)
+def test_a_word_naming_a_credential_in_ordinary_text_is_left_as_it_is(
+    word: str, cased: Callable[[str], str], template: str, value: str
+) -> None:
+    """`token count`, `the key point`, `token: configurable`: a key in lowercase says less
+    than an UPPERCASE variable, so its value is masked only when random."""
+    w = cased(word)
+    text = template.format(w=w, W=w.title(), v=value)
+    assert DEFAULT_REDACTION.text(text) == text
 
 
 # Characters a summary shows as one space (extractive.clean, str.split): an agent's text

@@ -114,7 +114,7 @@ def test_the_linear_form_finds_what_detect_secrets_finds(text: str) -> None:
 # 16 KB of `api_key` took minutes, and Python's re holds every thread of the operator.
 HOSTILE = ["api_key", "api_key=`", "password: `a ", "secret='", 'pwd = "x', "a-", "-a", "a.", "//",
            "sk-", "PASSWD", "mysql-", "mysql ", "--a-", "\\", '\\"', "\u00a0", "://a:",
-           ":@"]  # fmt: skip
+           ":@", "aToken: ", "?key=", "token=x&", "a_key=", "AToken"]  # fmt: skip
 
 
 @pytest.mark.timeout(120)
