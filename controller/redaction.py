@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import re
 import types
 from collections import Counter
@@ -24,10 +25,7 @@ from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_cla
 from detect_secrets.plugins import keyword
 from detect_secrets.plugins.base import RegexBasedDetector
 from detect_secrets.plugins.basic_auth import BasicAuthDetector
-from detect_secrets.plugins.high_entropy_strings import (
-    Base64HighEntropyString,
-    HighEntropyStringsPlugin,
-)
+from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString
 from detect_secrets.plugins.ip_public import IPPublicDetector
 from detect_secrets.plugins.private_key import PrivateKeyDetector
 
@@ -230,9 +228,10 @@ def _random_enough(rule: Rule, value: str) -> bool:
         return True
     if rule.charset is None and len(value) < UNQUOTED_MIN_CHARS:  # keyword values
         return False
-    measure = types.SimpleNamespace(charset=rule.charset or _BASE64)
-    entropy = HighEntropyStringsPlugin.calculate_shannon_entropy(measure, value)  # type: ignore[arg-type]
-    return bool(entropy > rule.min_entropy)
+    # Shannon's, of the characters in the charset over all (detect-secrets' measure)
+    charset, size = rule.charset or _BASE64, len(value)
+    counts = Counter(c for c in value if c in charset).values()
+    return -sum(n / size * math.log2(n / size) for n in counts) > rule.min_entropy
 
 
 @dataclass(frozen=True)
