@@ -196,10 +196,10 @@ CONTEXT_RULES = tuple(
     ("credential-variable", r"\b[A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|APIKEY|_KEY"
      r"|_PWD|_PASS)\b" + _ASSIGN + _VALUE % "", None),
     ("credential-flag", r"(?i:(?<![\w-])--?(?:[a-z0-9]+-)*(?:token|secret|passw(?:or)?d|passphrase"
-     r"|api-?key)(?:=|[ \t]+)(?!-)|\b(?:mysql|mariadb)[\w-]*\b[^\n|;&]*?[ \t]-p(?!\s))"
+     r"|api-?key|cookie)(?:=|[ \t]+)(?!-)|\b(?:mysql|mariadb)[\w-]*\b[^\n|;&]*?[ \t]-p(?!\s))"
      + _VALUE % "",
      Linear(rf"(?i:(?:^|(?-i:[^{_W}-]))--?(?:[a-z0-9İı]+-)*(?:token|secret|passw(?:or)?d"
-            rf"|passphrase|ap{_I}-?key)(?:=|[ \t]+))"
+            rf"|passphrase|ap{_I}-?key|cook{_I}e)(?:=|[ \t]+))"
             + rf"""(?:(["'])([^"'\n]+)|([^-{_S}"'`,;&][^{_S}"'`,;&]*))"""
             + rf"|(?:^|[^{_W}])(?i:mysql|mar{_I}adb)(?:(?:[{_W}-]*[{_W}])?"
             rf"(?:[^\n|;&{_W}][^\n|;&]*?)??|[{_W}-]*-[{_W}][^\n|;&]*?)(?i:[ \t]-p)"
@@ -212,8 +212,13 @@ CONTEXT_RULES = tuple(
 # (`token: configurable`, `hotKey: ctrl+k`).
 _CAMEL = r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"  # apiKey, getAToken
 CONTEXT_RULES += (
+    # A cookie header's value: Cookie's every pair, Set-Cookie's one (its attributes stay).
+    Rule("credential-header", re.compile(
+        r"(?i)\b(set-)?cookie[\"']?[ \t]*:[ \t]*([\"']?)(?=[^\s=;:\"'`]+=)"
+        r"((?(1)[^\s=;\"'`]+=[^;\s\"'`]+|[^\n\"'`]+))"
+    ), 3, 0.0, False),
     Rule("credential-variable", re.compile(
-        rf"(?:(?:(?<![A-Za-z0-9])|{_CAMEL})(?i:token|passphrase|auth|credentials?|sig|pat)"
+        rf"(?:(?:(?<![A-Za-z0-9])|{_CAMEL})(?i:token|passphrase|auth|credentials?|sig|pat|cookie)"
         rf"|(?:(?<=[?&])|(?<=[A-Za-z0-9][_.-])|{_CAMEL})(?i:key))(?![A-Za-z0-9])"
         + _ASSIGN + _VALUE % ""
     ), 2, UNQUOTED_MIN_ENTROPY, False, plain_words=False),

@@ -188,7 +188,31 @@ def key_shapes(draw: st.DrawFn) -> Shape:
     return secret, spaced, f"{'?' if name.lower() == word else ''}{name}={secret}"
 
 
-CONTEXT_SHAPES = header_shapes() | variable_shapes() | flag_shapes() | key_shapes()
+@st.composite
+def cookie_shapes(draw: st.DrawFn) -> Shape:
+    """A session cookie: a Cookie header's pairs, a Set-Cookie's one, curl's --cookie."""
+    secret, name = draw(SECRET), draw(st.sampled_from(["sid", "session", "JSESSIONID", "_gh_s"]))
+    pair = f"{name}={secret}"
+    cookie, set_cookie = (_cased(h, draw(st.integers(0, 2))) for h in ("cookie", "set-cookie"))
+    before = draw(st.sampled_from(["", "theme=dark; "]))
+    after = draw(st.sampled_from(["", "; lang=en"]))
+    spaced = draw(
+        st.sampled_from(
+            [
+                f"curl -H '{cookie}: {before}{pair}{after}' https://app.example.test/",
+                f'{{"headers": {{"{cookie}": "{before}{pair}{after}"}}}}',
+                f"HTTP/1.1 200 OK\n{set_cookie}: {pair}; Path=/; HttpOnly\nContent-Length: 0",
+                f"curl --cookie '{before}{pair}' https://app.example.test/",
+                f"curl --cookie {pair} https://app.example.test/",
+            ]
+        )
+    )
+    return secret, spaced, None
+
+
+CONTEXT_SHAPES = (
+    header_shapes() | variable_shapes() | flag_shapes() | key_shapes() | cookie_shapes()
+)
 
 
 # References that look random and are not secrets: commits (short or full), UUIDs, digests

@@ -31,6 +31,7 @@ from tests.support.credentials import (
     CONTEXT_SHAPES,
     LEDGER_DIGESTS,
     Shape,
+    cookie_shapes,
     generated,
     key_shapes,
     reference_sentences,
@@ -140,6 +141,7 @@ def test_a_putty_key_of_either_version_is_masked() -> None:
         "docker login --password-stdin < f; ssh -p 2222 host; mkdir -p a/b; docker run -p 8080:80",
         "The gate reads the `X-Chroma-Token` header (or Authorization) and drops both.",
         "Token count, the key point and the password policy: all three stay in the summary.",
+        "The session cookie: it expired; curl --cookie-jar cookies.txt kept none of them.",
     ],
 )
 def test_ordinary_text_is_left_as_it_is(text: str) -> None:
@@ -268,6 +270,17 @@ def test_a_key_in_any_case_that_names_a_credential_is_masked_wherever_it_is_writ
         assert re.fullmatch(
             rf"{re.escape(before)}\[redacted: [a-z0-9-]+\]{re.escape(after)}", masked
         )
+
+
+@given(shape=cookie_shapes())
+@settings(max_examples=400, deadline=None)
+def test_a_session_cookie_is_masked_in_every_header_and_flag_that_sends_it(shape: Shape) -> None:
+    """`Cookie: sid=x`, `Set-Cookie: sid=x; Path=/` (its attributes stay), `--cookie sid=x`."""
+    secret, text, _ = shape
+    masked = DEFAULT_REDACTION.text(text)
+    assert secret not in masked and "[redacted: " in masked, masked
+    if "et-cookie" in text.lower():
+        assert masked.endswith("]; Path=/; HttpOnly\nContent-Length: 0"), masked
 
 
 # Ordinary uses of the words that name credentials: counts, settings, names, prose.

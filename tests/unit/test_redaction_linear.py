@@ -69,7 +69,9 @@ def assignment(draw: st.DrawFn) -> str:
         return f"sk-{middle}{'A1b' * 7}T3BlbkFJ{'c2D' * 7}"
     if shape == "flag":
         flag = draw(
-            st.sampled_from(["--password", "-token", "--db-pass-Secret", "--api-key", "-x"])
+            st.sampled_from(
+                ["--password", "-token", "--db-pass-Secret", "--api-key", "-x", "--Cookie"]
+            )
         )
         command = draw(st.sampled_from(["mysql", "MariaDB", "mysql-", "mysqldump", "mysql_x"]))
         sep, p = draw(st.sampled_from(["=", " ", "\t", "  "])), draw(st.sampled_from(PS))
@@ -114,7 +116,8 @@ def test_the_linear_form_finds_what_detect_secrets_finds(text: str) -> None:
 # 16 KB of `api_key` took minutes, and Python's re holds every thread of the operator.
 HOSTILE = ["api_key", "api_key=`", "password: `a ", "secret='", 'pwd = "x', "a-", "-a", "a.", "//",
            "sk-", "PASSWD", "mysql-", "mysql ", "--a-", "\\", '\\"', "\u00a0", "://a:",
-           ":@", "aToken: ", "?key=", "token=x&", "a_key=", "AToken"]  # fmt: skip
+           ":@", "aToken: ", "?key=", "token=x&", "a_key=", "AToken",
+           "Cookie:", "cookie:a", "Set-Cookie: a="]  # fmt: skip
 
 
 @pytest.mark.timeout(120)
