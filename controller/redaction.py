@@ -54,19 +54,28 @@ _AS_SHOWN = types.MappingProxyType(str.maketrans(
     {c: " " for c in map(chr, range(0xFEFF + 1)) if c != "\n" and (c.isspace() or c <= "\x1f"
      or "\x7f" <= c <= "\x9f" or c in "\u200b\u200c\u200d\ufeff")}
 ) | TYPOGRAPHIC_QUOTES)  # fmt: skip
-# The backslashes escaping a quote (JSON's `\"`, a shell's `\'`, at any depth). Possessive
-# after a non-backslash (each run read once): linear.
-_ESCAPES = re.compile(r"""(?<!\\)\\++(?=["'])""")
+# What stands between a name and its value for a reader, not for the rules: the backslashes
+# escaping a quote (JSON's `\"`, a shell's `\'`, at any depth; possessive after a
+# non-backslash, each run read once: linear), a shell's line continuation (`TOKEN=\` and the
+# value on the next line), a YAML block's indicator (`token: |`), and the line break after
+# `NAME:` when the next line is a value alone (not `key: x` or `key:`: a mapping).
+_SKIPPED = re.compile(
+    r"""(?<!\\)\\++(?=["'])|\\\n[ \t]*|(?<=:)[ \t]*[|>][1-9+-]{0,2}[ \t]*\n[ \t]*"""
+    r"|(?<=:)[ \t]*\n[ \t]+(?=[^\s#:-])(?![^\n]*:(?:[ \t]|$))",
+    re.MULTILINE,
+)
 
 
-def _unescaped(text: str) -> tuple[str, list[int]]:
-    """The text without the backslashes escaping a quote, so that a value quoted in JSON text
-    is quoted for the rules, and where each of its characters is in the text."""
+def _as_read(text: str) -> tuple[str, list[int]]:
+    """The text without what `_SKIPPED` finds, so that a value is next to its name for the
+    rules, and where each of its characters is in the text ([] when nothing was skipped)."""
     parts, at, last = list[str](), list[int](), 0
-    for escape in _ESCAPES.finditer(text):
-        parts.append(text[last : escape.start()])
-        at.extend(range(last, escape.start()))
-        last = escape.end()
+    for skipped in _SKIPPED.finditer(text):
+        parts.append(text[last : skipped.start()])
+        at.extend(range(last, skipped.start()))
+        last = skipped.end()
+    if not parts:
+        return text, []
     return "".join([*parts, text[last:]]), [*at, *range(last, len(text))]
 
 
@@ -267,7 +276,7 @@ class Redaction:
     def spans(self, text: str) -> list[tuple[int, int, str]]:
         """(start, end, kind) of each secret, in order, not overlapping a placeholder."""
         text = text.translate(_AS_SHOWN)  # the same positions
-        text, at = _unescaped(text) if "\\" in text else (text, [])
+        text, at = _as_read(text)
         kept = [(m.start(), m.end(), "") for m in PLACEHOLDER.finditer(text)]
         named = _KEYWORD.search(text) is not None
         for rule in self.rules:

@@ -148,9 +148,12 @@ def _random_value(seed: int, shape: str) -> str:
     if shape == "uuid":
         return str(uuid.UUID(int=rng.getrandbits(128)))
     if shape == "percent-encoded":  # `?token=ab%2Fcd`: a value a URL carries, encoded
-        return "".join(rng.choice([*_ALNUM, "%2F", "%2B", "%3D", "%40"]) for _ in range(n))
-    chars = {"alnum": _ALNUM, "base64": _ALNUM + "+/", "url-safe": _ALNUM + "-_"}[shape]
-    return _pick(rng, string.digits, 2) + _pick(rng, chars, n)
+        body = "".join(rng.choice([*_ALNUM, "%2F", "%2B", "%3D", "%40"]) for _ in range(n))
+    else:
+        body = _pick(
+            rng, {"alnum": _ALNUM, "base64": _ALNUM + "+/", "url-safe": _ALNUM + "-_"}[shape], n
+        )
+    return _pick(rng, string.digits, 2) + body
 
 
 RANDOM_SECRET = st.builds(

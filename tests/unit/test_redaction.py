@@ -30,6 +30,7 @@ from controller.redaction import DEFAULT_REDACTION, PassRedaction, Redaction
 from tests.support.credentials import (
     CONTEXT_SHAPES,
     LEDGER_DIGESTS,
+    RANDOM_SECRET,
     Shape,
     cookie_shapes,
     generated,
@@ -142,6 +143,8 @@ def test_a_putty_key_of_either_version_is_masked() -> None:
         "The gate reads the `X-Chroma-Token` header (or Authorization) and drops both.",
         "Token count, the key point and the password policy: all three stay in the summary.",
         "The session cookie: it expired; curl --cookie-jar cookies.txt kept none of them.",
+        "token:\n  path: /var/run/secrets/token\nTOKEN:\n  secretKeyRef:\n    name: app",
+        "cat notes.txt |\n  grep token: | sort\nSteps:\n  rotate the password yearly",
     ],
 )
 def test_ordinary_text_is_left_as_it_is(text: str) -> None:
@@ -281,6 +284,36 @@ def test_a_session_cookie_is_masked_in_every_header_and_flag_that_sends_it(shape
     assert secret not in masked and "[redacted: " in masked, masked
     if "et-cookie" in text.lower():
         assert masked.endswith("]; Path=/; HttpOnly\nContent-Length: 0"), masked
+
+
+@given(
+    secret=RANDOM_SECRET,
+    name=st.sampled_from(
+        ["DB_PASSWORD", "API_TOKEN", "access_token", "password", "clientSecret", "api_key"]
+    ),
+    shape=st.sampled_from(
+        [
+            "{n}:\n  {s}",
+            "{n}: {b}\n  {s}\n  more: 1",
+            "  {n}: {b}\n    {s}",
+            "export {n}=\\\n  {s}",
+            'export {n}="\\\n{s}"',
+            "deploy --password \\\n  {s} --verbose",
+            "curl -H 'X-Api-Key: \\\n  {s}'",
+            "Authorization:\n  Bearer {s}",
+        ]
+    ),
+    block=st.sampled_from(["|", "|-", "|+", ">", ">-", "|2", ">+2"]),
+    indent=st.sampled_from(["", "    ", "- "]),
+)
+@settings(max_examples=400, deadline=None)
+def test_a_value_on_the_line_after_its_name_is_masked(
+    secret: str, name: str, shape: str, block: str, indent: str
+) -> None:
+    """`TOKEN:` and the value alone on the next line, a YAML block (`password: |`), a shell's
+    line continuation (`export TOKEN=\\`): the value is the name's, as on one line."""
+    text = indent + shape.format(n=name, s=secret, b=block)
+    assert secret not in DEFAULT_REDACTION.text(text), text
 
 
 # Ordinary uses of the words that name credentials: counts, settings, names, prose.
