@@ -215,7 +215,8 @@ CONTEXT_RULES = tuple(
             + _QUOTED_OR_NOT % _S, (2, 3, 5, 6))),
 ))  # fmt: skip
 # A key in any case that names a credential (`"access_token": "x"`, `?token=x&`, `apiKey: x`,
-# `client.auth = x`), where detect-secrets' keywords name none: a word of its own or after
+# `client.auth = x`), where detect-secrets' keywords name none or take no value that begins
+# with a symbol (`password=%40x`, `secret: @x`): a word of its own or after
 # `_`, `-`, `.` or a camelCase boundary (`monkey` has none; `key` alone only in a query string,
 # `"Key": "reports/q3.csv"` is a name), its value masked when it is random and no words
 # (`token: configurable`, `hotKey: ctrl+k`).
@@ -227,7 +228,8 @@ CONTEXT_RULES += (
         r"((?(1)[^\s=;\"'`]+=[^;\s\"'`]+|[^\n\"'`]+))"
     ), 3, 0.0, False),
     Rule("credential-variable", re.compile(
-        rf"(?:(?:(?<![A-Za-z0-9])|{_CAMEL})(?i:token|passphrase|auth|credentials?|sig|pat|cookie)"
+        rf"(?:(?:(?<![A-Za-z0-9])|{_CAMEL})(?i:token|passphrase|auth|credentials?|sig|pat|cookie"
+        r"|passw(?:or)?d|pwd|secret)"
         rf"|(?:(?<=[?&])|(?<=[A-Za-z0-9][_.-])|{_CAMEL})(?i:key))(?![A-Za-z0-9])"
         + _ASSIGN + _VALUE % ""
     ), 2, UNQUOTED_MIN_ENTROPY, False, plain_words=False),

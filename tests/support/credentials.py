@@ -183,9 +183,9 @@ def key_shapes(draw: st.DrawFn) -> Shape:
         "json": f'{{"{name}": "{secret}", "expires_in": 3600}}',
         "yaml": f"  {name}: {secret}\n  region: eu-west-1",
         "quoted": f"{name}: '{secret}'",
-        "query": f"GET https://api.example.test/v1/items?page=2&{name}={secret}&limit=10 gave 200",
+        "query": f"GET /items?{name}={secret}&page=2 gave 200",
         "env": f"export {name}={secret}",
-        "ruby": f'client = Client.new("{name}" => "{secret}")',
+        "ruby": f'{{"{name}" => "{secret}"}}',
         "go": f'{name} := "{secret}"',
     }[place]
     return secret, spaced, f"{'?' if name.lower() == word else ''}{name}={secret}"

@@ -316,6 +316,26 @@ def test_a_value_on_the_line_after_its_name_is_masked(
     assert secret not in DEFAULT_REDACTION.text(text), text
 
 
+@given(
+    secret=RANDOM_SECRET,
+    first=st.sampled_from(["%40", "%21", "@", "!", "-", "+", "~", ".", "*", "^", "?", "/"]),
+    name=st.sampled_from(
+        ["password", "DB_PASSWORD", "dbPassword", "passwd", "pwd", "client_secret", "Secret"]
+    ),
+    shape=st.sampled_from(
+        ["{n}={v}", "{n}: {v}", "{n} = '{v}'", '{{"{n}": "{v}"}}', "GET /login?{n}={v}&next=/"]
+    ),
+)
+@settings(max_examples=400, deadline=None)
+def test_a_password_that_begins_with_a_symbol_is_masked(
+    secret: str, first: str, name: str, shape: str
+) -> None:
+    """`password=%40...` (an `@` percent-encoded), `secret: @...`, `pwd = '!...'`:
+    detect-secrets' keyword rules take a value that begins with a word character only."""
+    text = shape.format(n=name, v=first + secret)
+    assert secret not in DEFAULT_REDACTION.text(text), text
+
+
 # Ordinary uses of the words that name credentials: counts, settings, names, prose.
 _VALUES = ["configurable", "authentication", "Punctuation", "rotate", "Enter", "include", "none",
            "MAX_TOKENS", "created_at", "orders.created", "ctrl+shift+k", "len", "4096", "true",
