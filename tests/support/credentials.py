@@ -204,7 +204,7 @@ def cookie_shapes(draw: st.DrawFn) -> Shape:
             [
                 f"curl -H '{cookie}: {before}{pair}{after}' https://app.example.test/",
                 f'{{"headers": {{"{cookie}": "{before}{pair}{after}"}}}}',
-                f"HTTP/1.1 200 OK\n{set_cookie}: {pair}; Path=/; HttpOnly\nContent-Length: 0",
+                f"{set_cookie}: {pair}; Path=/; HttpOnly\nContent-Length: 0",
                 f"curl --cookie '{before}{pair}' https://app.example.test/",
                 f"curl --cookie {pair} https://app.example.test/",
             ]
