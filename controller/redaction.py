@@ -239,6 +239,14 @@ _PRIVATE_KEY = kind_of(PrivateKeyDetector.secret_type)
 _BASE64 = Base64HighEntropyString().charset
 
 
+def _a_url_password(text: str, start: int) -> bool:
+    """Whether a URL's password begins at start: a user named like a key (`redis://secret:x@db`)
+    names none, and the URL's rule masks the password alone, not the host after it."""
+    head = text.rfind("://", max(0, start - 256), start) if text[start - 1 : start] == ":" else -1
+    url = _URL_PASSWORD.match(text, head) if head >= 0 else None
+    return url is not None and url.start(1) == start
+
+
 def _random_enough(rule: Rule, value: str) -> bool:
     if not rule.min_entropy:
         return True
@@ -300,6 +308,8 @@ class Redaction:
                 if start < 0 or not value.strip() or not _random_enough(rule, value):
                     continue
                 if rule.charset and _DIGEST.match(value):
+                    continue
+                if rule.pattern is not _URL_PASSWORD and _a_url_password(text, start):
                     continue
                 if not rule.plain_words and _PLAIN_WORD.fullmatch(value):
                     continue

@@ -9,7 +9,7 @@ import string
 from collections.abc import Callable
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from controller.core.item_sources import item_key, rekeyed, source_key
@@ -73,12 +73,15 @@ def test_a_reference_keeps_its_shape_with_the_secret_masked() -> None:
     user=st.text(string.ascii_lowercase + string.digits + "-._~", max_size=8),
     password=st.text(string.ascii_letters + string.digits + "!$&'()*+,;=-._~%@:", min_size=8),
 )
+@example(scheme="redis", user="secret", password="00000000")  # a user named like a key
+@example(scheme="https", user="token", password="Zq8xK2mP4vN7wR1t")
 @settings(max_examples=400, deadline=None)
 def test_a_password_in_a_url_is_masked_whatever_the_user_and_its_characters(
     scheme: str, user: str, password: str
 ) -> None:
     """`redis://:x@cache` (no user), a password with the characters RFC 3986 allows in it
-    (`!`, `$`, `+`, `=`, ...), or with an `@` URL parsers read up to the last one."""
+    (`!`, `$`, `+`, `=`, ...), or with an `@` URL parsers read up to the last one; a user
+    named like a key (`secret`) masks no more than the password (the host stays)."""
     url = f"{scheme}://{user}:{password}@db.internal.example:5432/orders"
     masked = DEFAULT_REDACTION.text(f"Connected to {url} fine.")
     assert masked == (
