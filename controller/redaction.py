@@ -57,11 +57,14 @@ _AS_SHOWN = types.MappingProxyType(str.maketrans(
 # What stands between a name and its value for a reader, not for the rules: the backslashes
 # escaping a quote (JSON's `\"`, a shell's `\'`, at any depth; possessive after a
 # non-backslash, each run read once: linear), a shell's line continuation (`TOKEN=\` and the
-# value on the next line), a YAML block's indicator (`token: |`), and the line break after
-# `NAME:` when the next line is a value alone (not `key: x` or `key:`: a mapping).
+# value on the next line), a YAML block's indicator (`token: |`), the line break after
+# `NAME:` when the next line is a value alone (not `key: x` or `key:`: a mapping), and the
+# `value` key of a name/value pair (a container's env: `- name: API_TOKEN` then `value: x`,
+# `{"name": "API_TOKEN", "value": "x"}`), only `gap` when it is found.
 _SKIPPED = re.compile(
     r"""(?<!\\)\\++(?=["'])|\\\n[ \t]*|(?<=:)[ \t]*[|>][1-9+-]{0,2}[ \t]*\n[ \t]*"""
-    r"|(?<=:)[ \t]*\n[ \t]+(?=[^\s#:-])(?![^\n]*:(?:[ \t]|$))",
+    r"|(?<=:)[ \t]*\n[ \t]+(?=[^\s#:-])(?![^\n]*:(?:[ \t]|$))"
+    r"""|\bname["']?[ \t]*:[ \t]*["']?[\w.-]+["']?(?P<gap>[ \t]*,?\s*["']?value["']?)(?=[ \t]*:)""",
     re.MULTILINE,
 )
 
@@ -71,9 +74,10 @@ def _as_read(text: str) -> tuple[str, list[int]]:
     rules, and where each of its characters is in the text ([] when nothing was skipped)."""
     parts, at, last = list[str](), list[int](), 0
     for skipped in _SKIPPED.finditer(text):
-        parts.append(text[last : skipped.start()])
-        at.extend(range(last, skipped.start()))
-        last = skipped.end()
+        start, end = skipped.span("gap") if skipped["gap"] else skipped.span()
+        parts.append(text[last:start])
+        at.extend(range(last, start))
+        last = end
     if not parts:
         return text, []
     return "".join([*parts, text[last:]]), [*at, *range(last, len(text))]

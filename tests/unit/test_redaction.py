@@ -148,6 +148,7 @@ def test_a_putty_key_of_either_version_is_masked() -> None:
         "The session cookie: it expired; curl --cookie-jar cookies.txt kept none of them.",
         "token:\n  path: /var/run/secrets/token\nTOKEN:\n  secretKeyRef:\n    name: app",
         "cat notes.txt |\n  grep token: | sort\nSteps:\n  rotate the password yearly",
+        '- name: LOG_LEVEL\n  value: debug\n{"name": "token_count", "value": "42"}',
     ],
 )
 def test_ordinary_text_is_left_as_it_is(text: str) -> None:
@@ -336,6 +337,28 @@ def test_a_password_that_begins_with_a_symbol_is_masked(
     """`password=%40...` (an `@` percent-encoded), `secret: @...`, `pwd = '!...'`:
     detect-secrets' keyword rules take a value that begins with a word character only."""
     text = shape.format(n=name, v=first + secret)
+    assert secret not in DEFAULT_REDACTION.text(text), text
+
+
+@given(
+    secret=RANDOM_SECRET,
+    name=st.sampled_from(
+        ["API_TOKEN", "DB_PASSWORD", "GITHUB_TOKEN", "access_token", "clientSecret", "password"]
+    ),
+    shape=st.sampled_from(
+        [
+            "env:\n- name: {n}\n  value: {s}",
+            '  - name: {n}\n    value: "{s}"',
+            "- name: '{n}'\n  value: '{s}'",
+            '{{"name": "{n}", "value": "{s}"}}',
+            '"env": [{{"name": "{n}",\n  "value": "{s}"}}]',
+        ]
+    ),
+)
+@settings(max_examples=300, deadline=None)
+def test_a_credential_in_a_name_value_pair_is_masked(secret: str, name: str, shape: str) -> None:
+    """A container's env as a manifest or the API writes it: the name says what the value is."""
+    text = shape.format(n=name, s=secret)
     assert secret not in DEFAULT_REDACTION.text(text), text
 
 
