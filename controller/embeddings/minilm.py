@@ -14,6 +14,7 @@ import struct
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 import numpy.typing as npt
@@ -85,12 +86,10 @@ def _layer_norm(x: Array, weight: Array, bias: Array, eps: float) -> Array:
 # One encoder layer's tensors: (ours, the checkpoint's name below "encoder.layer.<i>."); a
 # dense weight is kept transposed, so its matmul reads it row by row. qkv: query, key and
 # value fused into one matmul.
-_DENSE = {
-    "out": "attention.output.dense",
-    "ffn_in": "intermediate.dense",
-    "ffn_out": "output.dense",
-}
-_NORMS = {"ln1": "attention.output.LayerNorm", "ln2": "output.LayerNorm"}
+_DENSE = MappingProxyType(
+    {"out": "attention.output.dense", "ffn_in": "intermediate.dense", "ffn_out": "output.dense"}
+)
+_NORMS = MappingProxyType({"ln1": "attention.output.LayerNorm", "ln2": "output.LayerNorm"})
 
 
 class _MiniLM:

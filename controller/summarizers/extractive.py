@@ -83,7 +83,7 @@ CATEGORY_PHRASES: MappingProxyType[Category, tuple[str, ...]] = MappingProxyType
     }
 )
 # Each technology, and the words that name it; a name alone names itself.
-_TECHNOLOGY_ALIASES = {
+_TECHNOLOGY_ALIASES = MappingProxyType({
     "python": "python python2 python3", "go": "golang", "rust": "rust cargo",
     "kubernetes": "kubernetes k8s kubectl", "chroma": "chroma chromadb",
     "postgres": "postgres postgresql psql", "sqlite": "sqlite sqlite3", "mongodb": "mongo mongodb",
@@ -92,7 +92,7 @@ _TECHNOLOGY_ALIASES = {
         "typescript", "javascript", "java", "kotlin", "helm", "mysql", "redis", "kopf", "pytest",
         "pydantic", "fastapi", "django", "flask", "numpy", "pandas", "terraform", "prometheus",
         "grafana", "graphql", "grpc", "kafka", "nginx", "openai", "ollama", "vllm", "mypy",
-        "ruff"), "")}  # fmt: skip
+        "ruff"), "")})  # fmt: skip
 TECHNOLOGY_WORDS: MappingProxyType[str, str] = MappingProxyType(
     {word: name for name, words in _TECHNOLOGY_ALIASES.items() for word in words.split() or [name]}
 )
