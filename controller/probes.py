@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from functools import partial
 
-import httpx
+import httpx2
 
 from controller.api import Condition, SessionSummarizerSpec
 from controller.backends import (
@@ -18,6 +18,8 @@ from controller.backends import (
 from controller.core.destinations import DestinationRefused, SecretVerdict, redirect_refusal, shown
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
+from controller.embeddings.remote import deadline_client
+from controller.http_deadline import AnswerTooLarge
 from controller.kube import client as kube
 from controller.status.summarizer_status import secrets_allowed, store_reachable
 from controller.store.errors import EmbeddingMismatch, InvalidStoreConfig, StoreUnavailable
@@ -56,7 +58,9 @@ def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
         config = chat_model_config(model, namespace)
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         url = f"{config.base_url.rstrip('/')}/models"
-        resp = httpx.get(url, headers=headers, timeout=min(model.timeout_seconds, 10))
+        timeout = min(model.timeout_seconds, 10)
+        with deadline_client(timeout) as client:  # bound in time and size, as a pass's calls
+            resp = client.get(url, headers=headers, timeout=timeout)
         if resp.is_redirect:  # httpx follows none unless asked
             where = resp.headers.get("location")
             return unavailable("ModelUnavailable", redirect_refusal(url, resp.status_code, where))
@@ -66,8 +70,8 @@ def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
         return unavailable("SecretNotFound", str(exc))
     except DestinationRefused as exc:
         return unavailable(exc.reason, one_line(exc, 1000))
-    except httpx.HTTPError as exc:
-        return unavailable("ModelUnavailable", one_line(exc, 300))
+    except (httpx2.HTTPError, AnswerTooLarge) as exc:
+        return unavailable("ModelUnavailable", f"GET {shown(url)}: {one_line(exc, 300)}")
     return _condition("ModelReady", True, "EndpointOK", f"{shown(config.base_url)} answers")
 
 

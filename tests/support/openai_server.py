@@ -106,6 +106,7 @@ class OpenAIServer:
     requests: list[RecordedRequest] = field(default_factory=list)
     _chat_script: deque[Step] = field(default_factory=deque)
     _embedding_script: deque[Step] = field(default_factory=deque)
+    _models_script: deque[Step] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def script_chat(self, *steps: Step) -> None:
@@ -117,6 +118,11 @@ class OpenAIServer:
         """Queue failures or delays for ``/embeddings``; then normal answers."""
         with self._lock:
             self._embedding_script.extend(steps)
+
+    def script_models(self, *steps: Status | Flood) -> None:
+        """Queue answers for ``GET /models`` (the health probe's); then the model list."""
+        with self._lock:
+            self._models_script.extend(steps)
 
     def end_embedding_script(self) -> None:
         """Drops the queued embedding steps: normal answers from the next request on."""
@@ -219,13 +225,17 @@ class OpenAIServer:
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         await self._record(request)
+        step = self._next(self._models_script)
+        if isinstance(step, Status):
+            return web.Response(status=step.code, text=step.body, content_type="application/json")
         ids = [self.chat_model, self.embedding_model]
-        return web.json_response(
-            {
-                "object": "list",
-                "data": [{"id": i, "object": "model", "owned_by": "test"} for i in ids],
-            }
-        )
+        answer = {
+            "object": "list",
+            "data": [{"id": i, "object": "model", "owned_by": "test"} for i in ids],
+        }
+        if isinstance(step, Flood):
+            return await _flood(request, json.dumps(answer), step.padding)
+        return web.json_response(answer)
 
 
 async def _flood(request: web.Request, text: str, padding: int | None) -> web.StreamResponse:

@@ -2,7 +2,8 @@
 answers a byte at a time (each read well within the timeout) fails the call as a timeout
 once the time is up, instead of holding the pass and its session claim for hours. And a
 model or embeddings answer is read up to a size: a server that floods its answer fails
-the call at that size, instead of filling the operator's memory until the timeout."""
+the call at that size, instead of filling the operator's memory until the timeout. The
+model's health probe is bound alike: it ends as ModelReady False, never holds the timer."""
 
 from __future__ import annotations
 
@@ -16,14 +17,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from controller.api import Condition, SessionSummarizerSpec
+from controller.config import CONFIG
+from controller.core.destinations import parse_prefixes
 from controller.embeddings import remote
 from controller.embeddings.minilm import EmbeddingError
 from controller.embeddings.remote import OpenAICompatibleEmbedding
+from controller.probes import check_model
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable
 from controller.summarizers.chat_model import ChatModelSummarizer
 from controller.summarizers.chat_prompt import ChatModelConfig, ModelUnavailable
-from tests.support.openai_server import Flood, OpenAIServer, running_openai_server
+from tests.support.openai_server import Flood, OpenAIServer, Status, running_openai_server
 from tests.support.passes import Passes
 from tests.unit.test_model_backend import SID, memories, valid_reply
 
@@ -153,3 +158,50 @@ def test_an_answer_is_used_exactly_when_it_is_within_the_bound(
         else:
             with pytest.raises(error, match=r"answer larger than 0\.0625 MiB"):
                 call(openai_server, padding)
+
+
+def probe(url: str, timeout: float) -> Condition:
+    model = {"backend": "openai", "baseUrl": url, "model": "m", "timeoutSeconds": timeout}
+    return check_model(SessionSummarizerSpec.model_validate({"model": model}), "agents")
+
+
+@pytest.mark.parametrize(
+    ("answer", "timeout", "says"),
+    [
+        ("drip", 1, "answer not whole in time"),
+        (Flood(padding=64 * 2**20), 10, "answer larger than 16 MiB"),
+        (Flood(padding=None), 10, "answer larger than 16 MiB"),
+        (Status(503), 1, "answered 503"),
+        ("refused", 1, "Connection refused"),
+    ],
+    ids=["drip", "64MiB", "endless", "503", "refused"],
+)
+def test_the_model_probe_ends_within_its_timeout_and_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+    openai_server: OpenAIServer,
+    dripping_url: str,
+    answer: str | Flood | Status,
+    timeout: float,
+    says: str,
+) -> None:
+    """GET {baseUrl}/models goes through the model clients' HTTP client: bound in time and
+    size as a whole, so a server that drips or floods it ends the probe as ModelReady False
+    with the cause, instead of holding the SessionSummarizer's timer or filling the memory."""
+    allowed, _ = parse_prefixes("http://127.0.0.1:*")
+    monkeypatch.setattr("controller.backends.CONFIG", CONFIG.model_copy(update={
+        "allowed_model_urls": tuple(allowed)}))  # fmt: skip
+    url = {"drip": dripping_url, "refused": "http://127.0.0.1:1/v1"}.get(str(answer))
+    if url is None:
+        openai_server.script_models(answer)  # type: ignore[arg-type]
+    result: list[Condition] = []
+    worker = threading.Thread(
+        target=lambda: result.append(probe(url or openai_server.base_url, timeout)), daemon=True
+    )
+    started = time.monotonic()
+    worker.start()
+    worker.join(timeout + 5)
+    assert not worker.is_alive(), f"still probing after {time.monotonic() - started:.0f}s"
+    (condition,) = result
+    assert (condition.status, condition.reason) == ("False", "ModelUnavailable"), condition
+    assert f"{url or openai_server.base_url}/models" in condition.message
+    assert says in condition.message
