@@ -9,7 +9,7 @@ import numpy as np
 from openai import APIConnectionError, APIStatusError, DefaultHttpxClient, OpenAI, omit
 
 from controller.core.destinations import redirect_refusal
-from controller.core.text import json_value
+from controller.core.text import json_value, one_line
 from controller.embeddings.minilm import Documents, EmbeddingError, Embeddings
 from controller.http_deadline import AnswerTooLarge, deadline_hooks
 
@@ -57,7 +57,6 @@ class OpenAICompatibleEmbedding:
                 encoding_format="float",  # what every compatible server speaks
                 extra_headers=self._headers,
             )
-            body = json_value(response.content)
         except APIStatusError as exc:
             status = exc.status_code
             if exc.response.is_redirect:
@@ -70,10 +69,14 @@ class OpenAICompatibleEmbedding:
         except APIConnectionError as exc:  # timeouts included
             cause = type(exc.__cause__).__name__ if exc.__cause__ else "connection error"
             raise EmbeddingError(f"{cause} calling {self.url}{_attempts(exc.request)}") from None
-        except ValueError:  # a 200 whose body does not decode
-            raise EmbeddingError(f"invalid JSON from {self.url}") from None
         except AnswerTooLarge as exc:
             raise EmbeddingError(f"{exc} from {self.url}") from None
+        except ValueError as exc:  # e.g. a host name IDNA refuses
+            raise EmbeddingError(f"invalid URL {self.url}: {one_line(exc, 200)}") from None
+        try:
+            body = json_value(response.content)
+        except ValueError:  # a 200 whose body does not decode
+            raise EmbeddingError(f"invalid JSON from {self.url}") from None
         try:  # check what the vectors are
             items = sorted(body["data"], key=lambda item: int(item.get("index", 0)))
             vectors: Embeddings = [

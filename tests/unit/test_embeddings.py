@@ -4,6 +4,7 @@ survive a flaky endpoint without leaking its key, and the vectors must work in C
 from __future__ import annotations
 
 import json
+import socket
 import uuid
 from pathlib import Path
 
@@ -25,7 +26,13 @@ from controller.embeddings.minilm import (
 )
 from controller.embeddings.remote import OpenAICompatibleEmbedding
 from controller.embeddings.spec import EmbeddingSpec, build_embedding_function
-from tests.support.openai_server import Status, hash_embedding, running_openai_server
+from tests.support.openai_server import (
+    Delay,
+    Flood,
+    Status,
+    hash_embedding,
+    running_openai_server,
+)
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "minilm_reference.json").read_text())
 
@@ -232,25 +239,54 @@ def answering(*bodies: str) -> httpx2.Client:
     )
 
 
-@pytest.mark.parametrize(
-    ("body", "error"),
-    [
-        ('{"data": [{"index": 0, "embedd', "invalid JSON from http://model/v1/embeddings"),
-        ('{"data": [{"index": 0}]}', "unexpected response shape from http://model/v1/embeddings"),
-        ('{"object": "list"}', "unexpected response shape"),
-        (
-            '{"data": [{"index": 0, "embedding": [1.0]}, {"index": 1, "embedding": [2.0]}]}',
-            "returned 2 embeddings for 1 inputs",
-        ),
-    ],
-    ids=["cut-off", "no-vector", "no-data", "too-many"],
-)
-def test_a_reply_that_is_not_one_vector_per_input_is_an_embedding_error(
-    body: str, error: str
-) -> None:
-    ef = OpenAICompatibleEmbedding("http://model/v1", "m", http_client=answering(body))
-    with pytest.raises(EmbeddingError, match=error):
-        ef(["one text"])
+KEY = "sk-secret-0123456789"
+URL = "http://model/v1/embeddings"
+# A failure of each kind: where it comes from, what is sent, what its message says.
+FAILURES = {
+    "refused": ("closed", None, "ConnectError calling http://127.0.0.1:"),
+    "timeout": ("server", Delay(5), "ReadTimeout calling http://127.0.0.1:"),
+    "too-large": ("server", Flood(padding=None), "answer larger than 16 MiB from http://127."),
+    "idna": ("http://a..b/v1", None, "invalid URL http://a..b/v1/embeddings"),
+    "not-json": ("body", "<html>busy</html>", f"invalid JSON from {URL}"),
+    "cut-off": ("body", '{"data": [{"index": 0, "embedd', f"invalid JSON from {URL}"),
+    "no-data": ("body", '{"object": "list"}', f"unexpected response shape from {URL}"),
+    "no-vector": ("body", '{"data": [{"index": 0}]}', f"unexpected response shape from {URL}"),
+    "no-list": ("body", '{"data": 5}', f"unexpected response shape from {URL}"),
+    "empty": ("body", '{"data": [{"embedding": []}]}', f"unexpected response shape from {URL}"),
+    "matrix": ("body", '{"data": [{"embedding": [[1.0]]}]}', "unexpected response shape"),
+    "words": ("body", '{"data": [{"embedding": ["a"]}]}', "unexpected response shape"),
+    "two": (
+        "body",
+        '{"data": [{"index": 0, "embedding": [1.0]}, {"index": 1, "embedding": [2.0]}]}',
+        f"{URL} returned 2 embeddings for 1 inputs",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FAILURES))
+def test_each_kind_of_embedding_failure_names_its_cause_and_never_the_key(kind: str) -> None:
+    """A failure of the request (refused, timed out, too large, an address the client cannot
+    call) never reads as a bad answer, nor a bad answer as another: each message says what
+    failed, where, on one line, without the API key."""
+    where, step, says = FAILURES[kind]
+    with running_openai_server() as server, socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        if where == "server":
+            server.script_embeddings(step)  # type: ignore[arg-type]
+        base_url, client = {
+            "server": (server.base_url, None),
+            "closed": (f"http://127.0.0.1:{closed.getsockname()[1]}/v1", None),
+            "body": ("http://model/v1", answering(str(step))),
+        }.get(where, (where, None))
+        ef = OpenAICompatibleEmbedding(
+            base_url, "m", api_key=KEY, timeout_seconds=1, retries=0, http_client=client
+        )
+        with pytest.raises(EmbeddingError) as failure:
+            ef(["one text"])
+    message = str(failure.value)
+    assert says in message, message
+    assert ("invalid JSON" in message) == (kind in ("not-json", "cut-off")), message
+    assert KEY not in message and "\n" not in message
 
 
 def test_spec_rejects_configurations_that_cannot_work() -> None:
