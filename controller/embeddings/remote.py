@@ -77,15 +77,18 @@ class OpenAICompatibleEmbedding:
             body = json_value(response.content)
         except ValueError:  # a 200 whose body does not decode
             raise EmbeddingError(f"invalid JSON from {self.url}") from None
-        try:  # check what the vectors are
+        try:  # check what the vectors are (past float32's range is infinity, refused below)
             items = sorted(body["data"], key=lambda item: int(item.get("index", 0)))
-            vectors: Embeddings = [
-                np.asarray(item["embedding"], dtype=np.float32) for item in items
-            ]
+            with np.errstate(over="ignore"):
+                vectors: Embeddings = [
+                    np.asarray(item["embedding"], dtype=np.float32) for item in items
+                ]
             if any(v.ndim != 1 or not v.size for v in vectors):
                 raise ValueError("not a vector")
         except (AttributeError, KeyError, TypeError, ValueError):
             raise EmbeddingError(f"unexpected response shape from {self.url}") from None
+        if not all(np.isfinite(v).all() for v in vectors):  # a store cannot hold them
+            raise EmbeddingError(f"{self.url} returned a vector holding NaN or infinity")
         if len(vectors) != len(input):
             raise EmbeddingError(
                 f"{self.url} returned {len(vectors)} embeddings for {len(input)} inputs"

@@ -255,6 +255,8 @@ FAILURES = {
     "empty": ("body", '{"data": [{"embedding": []}]}', f"unexpected response shape from {URL}"),
     "matrix": ("body", '{"data": [{"embedding": [[1.0]]}]}', "unexpected response shape"),
     "words": ("body", '{"data": [{"embedding": ["a"]}]}', "unexpected response shape"),
+    "nan": ("body", '{"data": [{"embedding": [NaN, 1.0]}]}', f"{URL} returned a vector holding"),
+    "overflow": ("body", '{"data": [{"embedding": [1e39]}]}', f"{URL} returned a vector holding"),
     "two": (
         "body",
         '{"data": [{"index": 0, "embedding": [1.0]}, {"index": 1, "embedding": [2.0]}]}',
