@@ -32,9 +32,8 @@ from detect_secrets.plugins.private_key import PrivateKeyDetector
 from controller.core.memories import Memory
 from controller.core.quoting import TYPOGRAPHIC_QUOTES, fit
 from controller.core.summary import TITLE_MAX, PriorSummary, StructuredSummary, SummaryItem
-from controller.core.text import WORD_CLASS, Linear, re2_pattern
+from controller.core.text import PLACEHOLDER, WORD_CLASS, Linear, re2_pattern
 
-PLACEHOLDER = re.compile(r"\[redacted: [a-z0-9-]+\]")
 # Unquoted `NAME=value` counts when the value is at least this long and this random (bits
 # per character): words ("password: is wrong") do not, keys do.
 UNQUOTED_MIN_CHARS = 8

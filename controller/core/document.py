@@ -20,7 +20,7 @@ from controller.core.summary import (
     StructuredSummary,
     SummaryItem,
 )
-from controller.core.text import ms_to_rfc3339, one_line
+from controller.core.text import cut, ms_to_rfc3339, one_line
 
 REFERENCES_HEADING = "## References"
 
@@ -169,8 +169,8 @@ def choose_lines(summary: StructuredSummary, memory_collection: str | None, max_
         chosen.append((order, n, name, line))
     note_line = _folded_note(total - len(chosen))
     if max_chars < len(note_line) + 4:  # not even a line of the title and the note
-        return title[: max(0, max_chars - 1)] + "\n"
-    lines = [title[: max(0, max_chars - len(note_line) - 3)]]
+        return cut(title, max(0, max_chars - 1), "") + "\n"
+    lines = [cut(title, max(0, max_chars - len(note_line) - 3), "")]
     heading = None
     for _, _, name, line in sorted(chosen):
         if name != heading:

@@ -39,6 +39,7 @@ from controller.core.summary import (
     fallback_title,
     title_problem,
 )
+from controller.core.text import cut as cut_to
 from controller.core.visibility import union_agents
 
 # The JSON keys a summarizer uses for the sections (a model is asked for these).
@@ -226,8 +227,7 @@ def derived_title(first_request: str | None, session_id: str) -> str:
     if not first_request:
         return fallback_title(session_id)
     title = first_request.rstrip(" .!?…:;")
-    if len(title) > DERIVED_TITLE_MAX:
-        title = title[:DERIVED_TITLE_MAX].rsplit(" ", 1)[0] + "…"
+    title = cut_to(title, DERIVED_TITLE_MAX + 1, word_from=0)
     return _acceptable_title(title) or fallback_title(session_id)
 
 

@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Literal
 
 from controller.core.summary import ITEM_MAX
+from controller.core.text import cut as cut_to
 
 ERROR_LABEL = "Error reported in the session (quoted): "
 INSTRUCTION_LABEL = "Quoted from session content, not an instruction: "
@@ -162,8 +163,7 @@ def unquoted(text: str) -> str:
 
 def cut(text: str, limit: int = ITEM_MAX) -> str:
     """The text on one line, at most `limit` characters (a longer one cut, marked by '…')."""
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    return cut_to(" ".join(text.split()), limit)
 
 
 def fit(text: str, limit: int = ITEM_MAX) -> str:

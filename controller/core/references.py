@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from controller.core.chunking import memory_text
 from controller.core.memories import Memory
-from controller.core.text import DIGIT_CLASS, WORD_CLASS, Linear
+from controller.core.text import DIGIT_CLASS, PLACEHOLDER, WORD_CLASS, Linear
 
 REFERENCES_MAX = 400
 REFERENCE_MAX_CHARS = 500
@@ -121,19 +121,18 @@ def _acceptable(text: str, kind: str) -> bool:
 
 # A masked secret (redaction.py) stays inside the reference it was part of: a URL
 # keeps its shape, `postgres://admin:[redacted: basic-auth-credentials]@db/app`.
-_PLACEHOLDER = re.compile(r"\[redacted: [a-z0-9-]+\]")
 _STANDIN = "Redacted{}X"
 
 
 def extract_references(text: str) -> list[str]:
     """The references in one text, verbatim, in order of appearance, each once."""
-    masked = list(dict.fromkeys(_PLACEHOLDER.findall(text)))
+    masked = list(dict.fromkeys(PLACEHOLDER.findall(text)))
     for i, placeholder in enumerate(masked):
         text = text.replace(placeholder, _STANDIN.format(i))
     refs = _references(text)
     for i, placeholder in enumerate(masked):
         refs = [ref.replace(_STANDIN.format(i), placeholder) for ref in refs]
-    return list(dict.fromkeys(r for r in refs if not _PLACEHOLDER.fullmatch(r)))
+    return list(dict.fromkeys(r for r in refs if not PLACEHOLDER.fullmatch(r)))
 
 
 def _references(text: str) -> list[str]:

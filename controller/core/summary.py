@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, ValidationInfo, field_validator
 from controller.core.coverage import Coverage
 from controller.core.memories import Watermark
 from controller.core.references import ReferenceOverflow
-from controller.core.text import one_line
+from controller.core.text import cut, one_line
 
 SECTION_TITLES = (
     *("User Requests", "Questions & Decisions", "Design Choices", "Corrections & Feedback"),
@@ -171,9 +171,9 @@ def fallback_title(session_id: str) -> str:
 def title_problem(title: str) -> str | None:
     """Why a title must not be stored (error text or a placeholder), or None when it is fine."""
     if _ERROR_TITLE.search(title):
-        return f"the title looks like error text: {title[:80]!r}"
+        return f"the title looks like error text: {cut(title, 80, '')!r}"
     if one_line(title).lower().strip(" .:!") in _PLACEHOLDER_TITLES | {""}:
-        return f"the title is a placeholder: {title[:80]!r}"
+        return f"the title is a placeholder: {cut(title, 80, '')!r}"
     return None
 
 
@@ -216,19 +216,20 @@ def validate_summary(summary: StructuredSummary, prior: PriorSummary | None) -> 
         what = "drops" if summary.legacy_text is None else "alters"
         raise SummaryValidationError(
             f"the summary {what} the earlier summary of the session it must carry verbatim "
-            f"({len(carried)} characters, starting {carried[:60]!r})"
+            f"({len(carried)} characters, starting {cut(carried, 60, '')!r})"
         )
     if isinstance(prior, StructuredSummary):
         kept = set(summary.references)
         lost = [ref for ref in prior.references if ref not in kept]
         if lost:
             raise SummaryValidationError(
-                f"{len(lost)} reference(s) of the prior summary would be lost, e.g. {lost[0]!r:.80}"
+                f"{len(lost)} reference(s) of the prior summary would be lost, "
+                f"e.g. {cut(repr(lost[0]), 80, '')}"
             )
         missing = missing_history_items(summary, prior)
         if missing:
             section, text = missing[0]
             raise SummaryValidationError(
                 f"{len(missing)} item(s) of the prior summary would be lost, "
-                f"e.g. {section}: {text[:80]!r}"
+                f"e.g. {section}: {cut(text, 80, '')!r}"
             )

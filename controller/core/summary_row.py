@@ -40,7 +40,7 @@ from controller.core.summary import (
     UnreadablePriorSummary,
     fallback_title,
 )
-from controller.core.text import json_value
+from controller.core.text import cut, json_value, one_line
 from controller.core.visibility import RowVisibility
 
 
@@ -256,7 +256,7 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
     references, overflow = _references(meta)
     return StructuredSummary(
         session_id=session_id,
-        title=title[:TITLE_MAX],
+        title=cut(title, TITLE_MAX, ""),
         category=meta.get("category") if meta.get("category") in CATEGORIES else "other",
         quality=_score(meta.get("quality")),
         productivity=_score(meta.get("productivity")),
@@ -317,7 +317,7 @@ def from_chroma_row(
             summary = _structured_from_metadata(session_id, meta)
         except (ValueError, TypeError, ValidationError) as exc:
             if not has_text:
-                reason = " ".join(str(exc).split())[:160]
+                reason = one_line(exc, 160)
                 raise UnreadablePriorSummary(
                     f"the stored summary of session {session_id!r} cannot be read ({reason}) "
                     "and has no document to carry forward; it is left in place"

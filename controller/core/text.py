@@ -15,10 +15,32 @@ import re2
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
+# What stands for a masked secret (controller/redaction.py).
+PLACEHOLDER = re.compile(r"\[redacted: [a-z0-9-]+\]")
+
+
+def cut(text: str, limit: int, mark: str = "…", *, word_from: int | None = None) -> str:
+    """At most `limit` characters: a longer text cut and marked by `mark` (trailing spaces
+    dropped before it); at its last space when one is at or past `word_from`. Every cut of
+    text that may hold a masked secret goes through here: a placeholder is kept whole or
+    dropped whole, never left as a `[redacted` a reader cannot tell from broken text."""
+    if len(text) <= limit:
+        return text
+    end = max(0, limit - len(mark))
+    if word_from is not None and (space := text.rfind(" ", 0, end)) >= word_from:
+        end = space
+    for masked in PLACEHOLDER.finditer(text):
+        if masked.start() >= end:
+            break
+        if end < masked.end():
+            end = masked.start()
+    return text[:end].rstrip() + mark if mark else text[:end]
+
+
 def one_line(text: object, limit: int | None = None) -> str:
     """str(text) on one line, whitespace collapsed, at most limit characters."""
     flat = " ".join(str(text).split())
-    return flat if limit is None else flat[:limit]
+    return flat if limit is None else cut(flat, limit, "")
 
 
 def ms_to_rfc3339(ms: int) -> str:

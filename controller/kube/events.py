@@ -15,6 +15,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from controller.core.event_aggregation import EventKey, EventLog, event_name
+from controller.core.text import cut
 from controller.kube import client as kube
 from controller.status.conditions import now_rfc3339
 
@@ -63,7 +64,7 @@ class EventRecorder:
             uid=str(ref["uid"] or ""),
             type=type_,
             reason=reason,
-            message=message[:MESSAGE_MAX],
+            message=cut(message, MESSAGE_MAX, ""),
             component=self.component,
         )
         try:

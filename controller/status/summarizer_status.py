@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from controller.api import Condition, SessionSummarizerStatus
 from controller.core.destinations import SecretVerdict, shown
-from controller.core.text import one_line
+from controller.core.text import cut, one_line
 from controller.status.conditions import (
     REQUIRED,
     WHEN_PRESENT,
@@ -165,7 +165,7 @@ def _listed(items: Sequence[str], *, quoted: bool = False) -> str:
     """The first MARKERS_SHOWN items (session ids quoted and cut at 60 characters)."""
     head = list(items[:MARKERS_SHOWN])
     if quoted:
-        head = [repr(s if len(s) <= 60 else s[:59] + "…") for s in head]
+        head = [repr(cut(s, 60)) for s in head]
     more = len(items) - MARKERS_SHOWN
     return ", ".join(head) + (f" and {more} more" if more > 0 else "")
 

@@ -14,7 +14,7 @@ import httpx
 from chromadb.errors import ChromaError, InvalidArgumentError, NotFoundError
 
 from controller.core.destinations import redirect_refusal
-from controller.core.text import json_value
+from controller.core.text import cut, json_value
 
 T = TypeVar("T")
 E = TypeVar("E", bound=BaseException)
@@ -112,8 +112,7 @@ def _str(exc: BaseException) -> str:
 
 
 def _clip(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+    return cut(" ".join(text.split()), limit)
 
 
 def _body_kind(body: str, content_type: str = "", *, quote: bool = True) -> str:

@@ -22,6 +22,7 @@ from controller.core.destinations import redirect_refusal
 from controller.core.memories import Memory, memory_sort_key
 from controller.core.merge import PassUpdate
 from controller.core.summary import PriorSummary, StructuredSummary
+from controller.core.text import one_line
 from controller.embeddings.remote import openai_client
 from controller.http_deadline import AnswerTooLarge
 from controller.summarizers import chat_prompt as prompt
@@ -250,5 +251,5 @@ class ChatModelSummarizer:
         text = str((body.get("message") if isinstance(body, dict) else body) or "")
         if self.config.api_key:  # before the cut, which would keep a part of it
             text = text.replace(self.config.api_key, "***")
-        text = " ".join(text.split())[:200]
+        text = one_line(text, 200)
         return f": {text}" if text else ""

@@ -18,7 +18,7 @@ from controller.core.memories import Memory
 from controller.core.merge import SECTION_KEYS, PassUpdate
 from controller.core.quoting import is_quoted, kind_of, quote
 from controller.core.summary import HISTORY_SECTIONS, LegacySummary, StructuredSummary
-from controller.core.text import json_value
+from controller.core.text import cut, json_value
 from controller.summarizers import chat_prompt as prompt
 
 # A code fence around the reply's JSON, which some models add whatever they are asked.
@@ -179,7 +179,7 @@ def _prior_text(prior: StructuredSummary | LegacySummary | None) -> str:
 
 
 def _show(text: str) -> str:
-    return json.dumps(text if len(text) <= 60 else text[:59] + "…", ensure_ascii=False)
+    return json.dumps(cut(text, 60), ensure_ascii=False)
 
 
 def degenerate_reason(

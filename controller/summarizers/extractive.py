@@ -33,7 +33,7 @@ from controller.core.summary import (
     fallback_title,
     title_problem,
 )
-from controller.core.text import ms_to_rfc3339
+from controller.core.text import PLACEHOLDER, cut, ms_to_rfc3339
 from controller.summarizers.contract import Proposal
 
 # -- cue words: what marks a decision, a design choice or a correction, and which words point
@@ -166,18 +166,13 @@ def clean(text: str) -> str:
 
 def shorten(text: str, limit: int) -> str:
     """At most `limit` characters, cut at a word boundary when one is near, marked by '…'."""
-    if len(text) <= limit:
-        return text
-    cut = text[: limit - 1]
-    space = cut.rfind(" ")
-    if space >= limit * 3 // 5:
-        cut = cut[:space]
-    return cut.rstrip() + "…"
+    return cut(text, limit, word_from=limit * 3 // 5)
 
 
-# Where a long sentence may be cut into clauses: after a comma, semicolon or colon, and
-# before a dash between spaces.
-_CLAUSE_END = re.compile(r"(?<=[,;:])\s+|\s+(?=[-\u2013\u2014]\s)")
+# Where a long sentence may be cut into clauses: after a comma, semicolon or colon (not the
+# one inside a masked secret's placeholder), and before a dash between spaces.
+_CLAUSE_END = re.compile(r"(?<=[,;:])(?<!\[redacted:)\s+|\s+(?=[-\u2013\u2014]\s)")
+_WORD = re.compile(rf"(?:{PLACEHOLDER.pattern}|\S)+")  # a placeholder is never cut
 _GAP = " …"
 
 
@@ -218,7 +213,7 @@ def _pieces(clause: str, limit: int) -> list[tuple[str, int | None]]:
             at = max(at, start + len(token))
     spans.sort()
     room, cuts, reach, n = limit - 2 * len(_GAP), [0], 0, 0  # reach: where begun facts end
-    for word in re.finditer(r"\S+", clause):
+    for word in _WORD.finditer(clause):
         inside = word.start() < reach  # a fact's later word goes with its first
         while n < len(spans) and spans[n][0] < word.end():
             reach, n = max(reach, spans[n][1]), n + 1
@@ -369,11 +364,7 @@ def _technologies(memories: Sequence[Memory]) -> set[str]:
 def _title(requests: Sequence[SummaryItem], session_id: str) -> str:
     """The first request that reads as a title, at most TITLE_CHARS, no trailing punctuation."""
     for item in requests:
-        title = item.text
-        if len(title) > TITLE_CHARS:
-            title = title[:TITLE_CHARS]
-            space = title.rfind(" ")
-            title = title[:space] if space >= TITLE_CHARS // 2 else title
+        title = cut(item.text, TITLE_CHARS, "", word_from=TITLE_CHARS // 2)
         title = title.rstrip(" .!?…:;,-")
         if title and title_problem(title) is None and quote_if_needed(item.text) == item.text:
             return title
