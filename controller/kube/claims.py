@@ -153,11 +153,6 @@ class SessionClaimHandle:
             kube.unless(missing, call, GROUP, VERSION, CLAIM_PLURAL, *args, **kw),
         )
 
-    def _create(self, claim: Claim) -> dict[str, Any] | None:
-        """The object made, or None when a claim object exists already."""
-        body = self._body(claim, None)
-        return self._call((409,), _api().create_cluster_custom_object, body)
-
     def _replace(
         self, claim: Claim, resource_version: str, timeout: tuple[float, float] | None = None
     ) -> dict[str, Any] | None:
@@ -190,7 +185,7 @@ class SessionClaimHandle:
         """Takes the claim, or raises ClaimHeld if another writer's is live by our clock."""
         for lost_races in range(CONFLICT_RETRIES):
             claim, sent = self._new_claim(), time.monotonic()
-            made = self._create(claim)
+            made = self._call((409,), _api().create_cluster_custom_object, self._body(claim, None))
             if made is not None:
                 self._granted(claim, made, sent)
                 return claim

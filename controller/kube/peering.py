@@ -111,12 +111,6 @@ class PeeringView:
     def leader(self) -> str | None:
         return leader_of(self.live)
 
-    @property
-    def tied(self) -> list[str]:
-        """The peers sharing the top priority, when more than one does (all paused)."""
-        top = _top(self.live)
-        return top if len(top) > 1 else []
-
 
 def replica_status(view: PeeringView, me: str) -> tuple[str | None, Condition]:
     """status.activeReplica and the ReplicaActive condition of every SessionSummarizer."""
@@ -130,7 +124,7 @@ def replica_status(view: PeeringView, me: str) -> tuple[str | None, Condition]:
     if view.standalone:
         message = f"replica {me} runs standalone (no peering): the only writer by configuration"
         return said(me, "Standalone", message)
-    if tied := view.tied:
+    if len(tied := _top(view.live)) > 1:  # kopf pauses every one of them
         return said(
             None,
             "PeeringPriorityTie",
