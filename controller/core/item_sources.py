@@ -97,8 +97,7 @@ class _Chunk:
         key = identity(text)
         if not key or not self.ids:
             return []
-        whole = self.holding(key)
-        if whole:
+        if whole := self.holding(key):
             return whole
         words = set(_WORD.findall(key))
         postings = [self.by_word.get(w, set()) for w in words]

@@ -136,8 +136,7 @@ class StructuredSummary(BaseModel):
     @field_validator("sections")
     @classmethod
     def _known_sections(cls, value: dict[str, list[SummaryItem]]) -> dict[str, list[SummaryItem]]:
-        unknown = set(value) - set(SECTION_TITLES)
-        if unknown:
+        if unknown := set(value) - set(SECTION_TITLES):
             raise ValueError(f"unknown sections {sorted(unknown)}; allowed: {SECTION_TITLES}")
         return {title: list(value.get(title, [])) for title in SECTION_TITLES}
 
@@ -204,8 +203,7 @@ def validate_summary(summary: StructuredSummary, prior: PriorSummary | None) -> 
     item and a real title, and keeps every prior reference, history item and carried text."""
     if summary.is_empty():
         raise SummaryValidationError("the summary has no items in any section")
-    problem = title_problem(summary.title)
-    if problem:
+    if problem := title_problem(summary.title):
         raise SummaryValidationError(problem)
     if prior is not None and prior.session_id != summary.session_id:
         raise SummaryValidationError(
@@ -220,14 +218,12 @@ def validate_summary(summary: StructuredSummary, prior: PriorSummary | None) -> 
         )
     if isinstance(prior, StructuredSummary):
         kept = set(summary.references)
-        lost = [ref for ref in prior.references if ref not in kept]
-        if lost:
+        if lost := [ref for ref in prior.references if ref not in kept]:
             raise SummaryValidationError(
                 f"{len(lost)} reference(s) of the prior summary would be lost, "
                 f"e.g. {cut(repr(lost[0]), 80, '')}"
             )
-        missing = missing_history_items(summary, prior)
-        if missing:
+        if missing := missing_history_items(summary, prior):
             section, text = missing[0]
             raise SummaryValidationError(
                 f"{len(missing)} item(s) of the prior summary would be lost, "

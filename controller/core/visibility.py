@@ -78,8 +78,7 @@ def union_agents(prior: Iterable[str], new: Iterable[str]) -> list[str]:
     spelling kept without a leading "@", sorted."""
     found: dict[str, str] = {}
     for name in [*prior, *new]:
-        key = canonical_agent(name)
-        if key:
+        if key := canonical_agent(name):
             found.setdefault(key, normalize_user_id(name.strip()))
     return [found[k] for k in sorted(found)]
 
@@ -134,11 +133,9 @@ class SessionSources:
         agent = meta.get("agent")
         if isinstance(agent, str) and agent:
             self.agents.setdefault(agent)
-        name = optional_text(agent) or optional_text(identity)
-        if name:
+        if name := optional_text(agent) or optional_text(identity):
             self.names.setdefault(name)
-        model = optional_text(meta.get("model"))
-        if model:
+        if model := optional_text(meta.get("model")):
             self.models.setdefault(model)
         for tool in tool_names(meta.get("toolsUsed")):
             self.tools.setdefault(tool)
