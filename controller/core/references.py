@@ -111,12 +111,10 @@ def _acceptable(text: str, kind: str) -> bool:
         return False
     if kind == "error" and text in _BUILTIN_EXCEPTIONS:
         return False
-    if kind == "path":  # a path has a slash; a/b must look like one
-        if "/" not in text.rstrip("/") or len(text.strip("/.~")) < 2:
-            return False
-        if _PLAIN_WORDS.match(text):
-            return False
-    return True
+    # a path has a slash; a/b must look like one
+    return kind != "path" or (
+        "/" in text.rstrip("/") and len(text.strip("/.~")) >= 2 and not _PLAIN_WORDS.match(text)
+    )
 
 
 # A masked secret (redaction.py) stays inside the reference it was part of: a URL

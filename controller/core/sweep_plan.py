@@ -172,8 +172,7 @@ def collect_markers(
     newest: dict[str, int] = {}
     invalid: list[InvalidMarker] = []
     for memory_id, session_id, ts in rows:
-        problem = marker_problem(session_id)
-        if problem is not None:
+        if (problem := marker_problem(session_id)) is not None:
             invalid.append(InvalidMarker(memory_id, problem))
             continue
         assert isinstance(session_id, str)
