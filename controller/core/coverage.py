@@ -40,9 +40,6 @@ class Bucket:
     def add(self, h: int) -> Bucket:
         return Bucket(self.start, self.count + 1, (self.sum1 + h) % P, (self.sum2 + h * h) % P)
 
-    def same_rows(self, other: Bucket) -> bool:
-        return (self.count, self.sum1, self.sum2) == (other.count, other.sum1, other.sum2)
-
 
 @dataclass(frozen=True)
 class Coverage:
@@ -188,7 +185,7 @@ def dirty_buckets(stored: Coverage, covered_keys: Iterable[tuple[int, str]]) -> 
         dirty.append(Dirty(None, starts[0] if starts else None, None, current[0]))
     for i, bucket in enumerate(stored.buckets):
         now = current[i + 1]
-        if not now.same_rows(bucket):
+        if now != bucket:  # partition gave it the bucket's start: the rows differ
             end = starts[i + 1] if i + 1 < len(starts) else None
             dirty.append(Dirty(bucket.start, end, bucket, now))
     return dirty

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, cast
+from typing import Any, cast
 
 from kubernetes import client
 
@@ -198,12 +198,7 @@ class SessionClaimHandle:
             if made is not None:
                 self._granted(claim, made, sent)
                 return claim
-        self._raise_contended()
-
-    def _raise_contended(self) -> NoReturn:
-        """After CONFLICT_RETRIES lost races: ClaimHeld naming a live holder, else
-        ClaimContended."""
-        obj = self._get()
+        obj = self._get()  # every race lost: ClaimHeld naming a live holder, else ClaimContended
         if obj is not None:
             self._unless_held(obj, CONFLICT_RETRIES)
         raise ClaimContended(
