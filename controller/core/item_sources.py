@@ -81,15 +81,6 @@ class _Chunk:
             for word in set(self.texts[index].split()):
                 self.by_word.setdefault(word, set()).add(index)
 
-    def holding(self, key: str) -> list[str]:
-        """The memories whose text holds `key` whole, found among those that have its rarest
-        word (at most CANDIDATES_MAX of them)."""
-        postings = [self.by_word.get(w, set()) for w in set(key.split())]
-        rarest = min(postings, key=len, default=set())
-        if len(rarest) > CANDIDATES_MAX:
-            return []
-        return [self.ids[i] for i in sorted(rarest) if key in self.texts[i]]
-
     def attribute(self, text: str) -> list[str]:
         """The ids of the memories that say this item: those whose text holds it whole;
         else those holding at least 60 % of its words (4 letters or more), the most first;
@@ -97,7 +88,12 @@ class _Chunk:
         key = identity(text)
         if not key or not self.ids:
             return []
-        if whole := self.holding(key):
+        # looked for among the memories that have its rarest word (at most CANDIDATES_MAX)
+        postings = [self.by_word.get(w, set()) for w in set(key.split())]
+        rarest = min(postings, key=len, default=set())
+        if len(rarest) <= CANDIDATES_MAX and (
+            whole := [self.ids[i] for i in sorted(rarest) if key in self.texts[i]]
+        ):
             return whole
         words = set(_WORD.findall(key))
         postings = [self.by_word.get(w, set()) for w in words]
