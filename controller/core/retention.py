@@ -84,8 +84,7 @@ def expired(
         meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}), obj.get("status") or {}
         if spec.get("summarizerRef", "default") != summarizer or holds_request(obj):
             continue
-        phase = status.get("phase")
-        ttl = policy.ttl(phase) if phase in TERMINAL_PHASES else 0
+        ttl = policy.ttl(status.get("phase"))  # 0 for a phase not in TERMINAL_PHASES
         if ttl <= 0:
             continue
         if status.get("observedGeneration") != meta.get("generation"):
