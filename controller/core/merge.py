@@ -200,8 +200,7 @@ def _apply_marks(
     """Records superseded_by on named items; unknown sections or items change nothing, and an
     item already marked keeps its first mark (history is not rewritten)."""
     for mark in marks:
-        title = _section_title(mark.section)
-        if title is None:
+        if (title := _section_title(mark.section)) is None:
             continue
         key = identity(mark.item)
         items = sections[title]
