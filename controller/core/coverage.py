@@ -271,8 +271,7 @@ def uncovered(keys: Sequence[tuple[int, str]], prior: PriorCoverage) -> Uncovere
     for dirty in to_reread(prior, behind, len(behind)):
         if dirty.uncovered == 0:
             continue  # rows were removed there: nothing is missing from the summary
-        ids = missing_rows(dirty, behind)
-        if ids is not None:
+        if (ids := missing_rows(dirty, behind)) is not None:
             named += [(ts, i, "landed behind the summary") for ts, i in behind if i in ids]
         else:
             unnamed.append((dirty, tuple(k for k in behind if dirty.holds(k[0]))))
