@@ -202,7 +202,10 @@ def test_a_prefix_allows_what_it_names_and_the_paths_below_it(text: str, suffix:
     url = text.replace("*.", "any.") + suffix
     served = served_path(url)
     inside = served.startswith(prefix.path) and served[len(prefix.path) :][:1] in ("", "/")
-    if "%" not in unquote(urlsplit(url).path):
+    raw = urlsplit(url).path
+    assert inside or not within(url, prefix), (url, served)
+    # An escaped dot, slash or a backslash the client and a server may read apart is refused.
+    if "%" not in unquote(raw) and not re.search(r"%(2e|2f|5c)|\\", raw, re.IGNORECASE):
         assert within(url, prefix) == inside, (url, served)
 
 
