@@ -366,6 +366,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             "--all-with-secrets takes no SESSION_ID nor --wait and needs --summarizer NAME: "
             "the store it writes and the redaction patterns it adds"
         )
+    from kubernetes.client.exceptions import ApiException
+
     from controller.kube import client as kube
 
     asked = {"summarizer": args.summarizer, "action": "Rebuild", "requested_by": requester()}
@@ -375,6 +377,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             kube_call(kube.request_summary, args.namespace, session_id, trigger="manual", **asked)
             out(f"rebuild asked: {session_id}")
         except CliError as exc:
+            if not isinstance(exc.__cause__, ApiException):
+                raise  # no context, no connection: no other session can be asked either
             failed.append(session_id)
             out(f"not asked: {session_id}: {exc}", err=True)
     if failed and len(failed) == len(found):

@@ -911,3 +911,13 @@ def test_a_memory_collection_the_operator_writes_is_refused_before_the_store(
     code, out, err = run(argv)
     assert code == 2 and out == "", err
     assert "memoryCollection must differ" in err and "cannot connect" not in err
+
+
+def test_rebuild_all_with_secrets_without_a_cluster_says_so_once(tmp_path: object) -> None:
+    """No context (or no connection) fails every request alike: one line, not one a session."""
+    sessions = [f"s{i}" for i in range(5)]
+    with no_cluster(str(tmp_path)), pytest.MonkeyPatch.context() as mp:
+        mp.setattr("controller.cli.commands._with_secrets", lambda args: sessions)
+        code, out, err = run(["rebuild", "--all-with-secrets", "--summarizer", "default"])
+    assert code == 2 and out == "", err
+    assert err.count("no Kubernetes context") == 1, err
