@@ -117,24 +117,19 @@ def _acceptable(text: str, kind: str) -> bool:
     )
 
 
-# A masked secret (redaction.py) stays inside the reference it was part of: a URL
-# keeps its shape, `postgres://admin:[redacted: basic-auth-credentials]@db/app`.
-_STANDIN = "Redacted{}X"
-
-
 def extract_references(text: str) -> list[str]:
     """The references in one text, verbatim, in order of appearance, each once."""
-    masked = list(dict.fromkeys(PLACEHOLDER.findall(text)))
-    for i, placeholder in enumerate(masked):
-        text = text.replace(placeholder, _STANDIN.format(i))
-    refs = _references(text)
-    for i, placeholder in enumerate(masked):
-        refs = [ref.replace(_STANDIN.format(i), placeholder) for ref in refs]
+    # A masked secret (redaction.py) stays inside the reference it was part of: a URL keeps
+    # its shape, `postgres://admin:[redacted: basic-auth-credentials]@db/app`. The patterns
+    # read it as one word of its length; each reference is then cut from the text itself, so
+    # nothing the text already holds can be taken for a stand-in.
+    read = PLACEHOLDER.sub(lambda m: f"Redacted{'0' * (len(m.group()) - 9)}X", text)
+    refs = (text[start:stop] for start, stop in _spans(read))
     return list(dict.fromkeys(r for r in refs if not PLACEHOLDER.fullmatch(r)))
 
 
-def _references(text: str) -> list[str]:
-    found: list[tuple[int, int, str]] = []
+def _spans(text: str) -> list[tuple[int, int]]:
+    found: list[tuple[int, int]] = []
     code = [m.span() for m in _CODE_BLOCK.finditer(text)]
     for kind, pattern in _PATTERNS:
         if isinstance(pattern, Linear):
@@ -145,15 +140,15 @@ def _references(text: str) -> list[str]:
             ref = _trimmed(text[start:end])
             in_code = any(a <= start < b for a, b in code)
             if _acceptable(ref, kind) and (kind in _IN_CODE or not in_code):
-                found.append((start, start + len(ref), ref))
+                found.append((start, start + len(ref)))
     found.sort(key=lambda f: (f[0], -(f[1] - f[0])))
-    kept: list[str] = []
+    kept: list[tuple[int, int]] = []
     end = -1
-    for start, stop, ref in found:
+    for start, stop in found:
         if start >= end:  # an overlapping match is part of a longer one already kept
-            kept.append(ref)
+            kept.append((start, stop))
             end = stop
-    return list(dict.fromkeys(kept))
+    return kept
 
 
 def memory_references(memories: Iterable[Memory]) -> list[tuple[str, int]]:

@@ -26,7 +26,7 @@ from controller.core.summary import (
     validate_summary,
 )
 from controller.core.summary_row import from_chroma_row, to_chroma_metadata
-from controller.core.text import Linear
+from controller.core.text import PLACEHOLDER, Linear
 from controller.summarizers.extractive import EXTRACTIVE
 
 SID = "sess-refs"
@@ -205,3 +205,23 @@ def test_the_linear_patterns_find_what_the_backtracking_ones_found(text: str) ->
 def test_references_of_any_long_text_take_time_linear_in_it(unit: str) -> None:
     """Before RE2, 16 KB of `a.` took 4 s, quadratic in the length, holding every thread."""
     assert len(extract_references(unit * (262_144 // len(unit)))) <= 262_144  # it ends
+
+
+# A masked secret's placeholder beside text that spells what the extraction put in its place.
+MASKED_PIECES = ["[redacted: password]", "[redacted: api-key]", "Redacted0X", "Redacted1X",
+                 "Redacted", "0", "1", "X", "x", "https://h/", "/", ".", ":", "@", " ", "`",
+                 "_TOKEN", "Error", "a.b."]  # fmt: skip
+masked_text = st.lists(st.sampled_from(MASKED_PIECES), max_size=12).map("".join)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(masked_text, st.sampled_from(["[redacted: password]", "[redacted: api-key]"]))
+def test_a_masked_secret_elsewhere_changes_no_reference_of_the_text(
+    text: str, placeholder: str
+) -> None:
+    """Each reference is the text's own, and a placeholder on another line changes none: a
+    memory that spells `Redacted0X` keeps it (no placeholder appears in its place)."""
+    refs = extract_references(text)
+    assert all(ref in text for ref in refs), (text, refs)
+    assert not any("[redacted" in PLACEHOLDER.sub("", ref) for ref in refs), refs  # no half
+    assert extract_references(f"{text}\n{placeholder}") == refs, text
