@@ -528,3 +528,36 @@ def test_a_prior_masked_at_its_length_bounds_stays_a_summary_a_pass_can_keep(
         current_state=None,
     )
     validate_summary(merge_pass(masked, update, [], session_id="s"), masked)
+
+
+_GLUED_SECRETS = st.text(
+    string.ascii_letters + string.digits + "-_+/=", min_size=8, max_size=40
+).filter(lambda v: any(c.isdigit() for c in v) and any(c.isalpha() for c in v))
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    secret=_GLUED_SECRETS,
+    before=st.sampled_from(["password: ", "TOKEN=", "", "the key is ", "api_key: abc1234567"]),
+    kind=st.sampled_from(["x", "secret-keyword", "url-password"]),
+    after=st.sampled_from(["", " and more", "\nnext line", ".", ", then"]),
+)
+@example(secret="xZq8vK2mP9wL4xN7r", before="password: ", kind="x", after="")
+def test_a_placeholder_does_not_shield_a_secret_glued_to_it(
+    secret: str, before: str, kind: str, after: str
+) -> None:
+    """Text already holding a placeholder (copied from a summary, or planted) is masked like
+    any other: a value glued to the placeholder is the rest of that value, not a word."""
+    text = f"{before}[redacted: {kind}]{secret}{after}"
+    masked = DEFAULT_REDACTION.text(text)
+    assert secret not in masked, masked
+    assert DEFAULT_REDACTION.text(masked) == masked  # masking masked text changes nothing
+
+
+@given(
+    suffix=st.sampled_from(["s", ".txt", "'s", "Configuration", "_config_file", "-like", ")"]),
+    kind=st.sampled_from(["x", "secret-keyword"]),
+)
+def test_words_after_a_placeholder_stay(suffix: str, kind: str) -> None:
+    text = f"see [redacted: {kind}]{suffix} and [redacted: {kind}] configurable"
+    assert DEFAULT_REDACTION.text(text) == text
