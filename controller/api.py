@@ -200,6 +200,12 @@ class EmbeddingConfig(CamelModel):
     base_url: EndpointUrl = None
     api_key_secret_ref: ApiKeySecretRef | None = None
 
+    @model_validator(mode="after")
+    def _openai_endpoint(self) -> EmbeddingConfig:  # the CRD's CEL rule, for older objects
+        if self.provider == "openai" and self.base_url is None:
+            raise ValueError("embedding.baseUrl is required when provider is openai")
+        return self
+
 
 class ModelSpec(CamelModel):
     backend: Literal["extractive", "openai"] = "extractive"
@@ -211,6 +217,12 @@ class ModelSpec(CamelModel):
     max_concurrency: int = Field(default=4, ge=1, le=64)
     # Up to the largest context windows offered (2M tokens); a chunk is read into memory.
     max_input_tokens: int = Field(default=6000, ge=256, le=2_000_000)
+
+    @model_validator(mode="after")
+    def _openai_endpoint(self) -> ModelSpec:  # the CRD's CEL rule, for older objects
+        if self.backend == "openai" and (self.base_url is None or self.model is None):
+            raise ValueError("model.baseUrl and model.model are required when backend is openai")
+        return self
 
 
 class VisibilitySpec(CamelModel):

@@ -172,8 +172,7 @@ def chat_model_config(
     model: ModelSpec, namespace: str, read_secret: SecretReader = secret_for
 ) -> ChatModelConfig:
     """The model endpoint of an openai backend; the API key from its Secret, if any."""
-    if not model.base_url or not model.model:
-        raise ValueError("model.baseUrl and model.model are required when backend is openai")
+    assert model.base_url and model.model  # ModelSpec requires both of an openai backend
     check_endpoint("model.baseUrl", model.base_url)
     api_key = None
     if model.api_key_secret_ref is not None:

@@ -161,10 +161,7 @@ def summarize_backends(store: MemoryStore, summarizer: SummarizerSettings) -> ba
     if spec.model.backend != "extractive":
         from controller.summarizers.chat_model import ChatModelSummarizer
 
-        try:
-            config = backends.chat_model_config(spec.model, summarizer.namespace, read_secret)
-        except ValueError as exc:
-            raise CliError(f"{summarizer.source}: {exc}") from exc
+        config = backends.chat_model_config(spec.model, summarizer.namespace, read_secret)
         chosen = ChatModelSummarizer(config)
     return backends.Backends(
         store,
