@@ -18,7 +18,6 @@ from controller.backends import (
 from controller.core.destinations import DestinationRefused, SecretVerdict, redirect_refusal, shown
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
-from controller.embeddings.remote import deadline_client
 from controller.http_deadline import AnswerTooLarge
 from controller.kube import client as kube
 from controller.status.summarizer_status import secrets_allowed, store_reachable
@@ -47,6 +46,8 @@ def check_store(
 
 
 def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
+    from controller.embeddings.remote import deadline_client  # loads the openai SDK
+
     model = spec.model
     if model.backend == "extractive":
         return _condition(
