@@ -6,6 +6,8 @@ import random
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from controller.core.document import render_document
@@ -21,6 +23,8 @@ from controller.core.summary import (
     SummaryValidationError,
     validate_summary,
 )
+from controller.core.summary_row import from_chroma_row, to_chroma_metadata
+from controller.summarizers.chat_prompt import reply_schema
 
 SID = "sess-merge"
 
@@ -358,3 +362,19 @@ def test_items_given_as_objects_or_titles_as_keys_are_understood() -> None:
     assert parsed.user_requests == ["Add a flag."]
     assert parsed.questions_and_decisions == ["Use retries."]
     assert parsed.current_state is not None and len(parsed.current_state[0]) == ITEM_MAX
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=1, max_value=200), st.text(alphabet="ab .!", max_size=100))
+def test_a_title_derived_from_the_first_request_fits_the_bound_a_model_title_has(
+    length: int, words: str
+) -> None:
+    request = ("x" + words + "y" * 200)[:length]  # every length, cut at a word or not
+    # The merge derives a title when the proposal has none; a derived one must fit the
+    # same bound a model's title is asked for (the reply schema), and read back unchanged.
+    derived = merge_pass(None, update(user_requests=[request]), [memory(1)])
+    bound = reply_schema(1, 0)["properties"]["title"]["maxLength"]
+    assert len(derived.title) <= bound, derived.title
+    meta = to_chroma_metadata(derived, writer="w", trigger="t", summarized_at_ms=1)
+    back = from_chroma_row(SID, render_document(derived), meta)
+    assert isinstance(back, StructuredSummary) and back.title == derived.title

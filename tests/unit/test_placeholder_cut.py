@@ -46,7 +46,7 @@ CUTS: list[tuple[str, Callable[[str, int], str], Callable[[int], int]]] = [
     ("cut_keeping_facts", extractive.cut_keeping_facts, lambda n: n),
     ("store error message", _clip, lambda n: n),
     ("status quote", lambda t, n: _show(t)[1:-1], lambda n: 60),
-    ("derived title", lambda t, n: merge.derived_title(t, "s1"), lambda n: 81),
+    ("derived title", lambda t, n: merge.derived_title(t, "s1"), lambda n: 80),
     (
         "summary title",
         lambda t, n: extractive._title([SummaryItem(text=text.cut(t, 500, ""))], "s1"),
