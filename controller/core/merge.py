@@ -164,7 +164,8 @@ class PassUpdate(BaseModel):
     def _technologies(cls, value: Any) -> list[str]:
         if not isinstance(value, list):
             return []
-        names = [" ".join(v.split()) for v in value if isinstance(v, str)]
+        # the row stores them comma-separated: "C, C++" is two names, as it reads back
+        names = [" ".join(n.split()) for v in value if isinstance(v, str) for n in v.split(",")]
         return [n for n in names if 0 < len(n) <= TECHNOLOGY_MAX][:TECHNOLOGIES_MAX]
 
     def new_items(self) -> dict[str, list[str]]:

@@ -378,3 +378,20 @@ def test_a_title_derived_from_the_first_request_fits_the_bound_a_model_title_has
     meta = to_chroma_metadata(derived, writer="w", trigger="t", summarized_at_ms=1)
     back = from_chroma_row(SID, render_document(derived), meta)
     assert isinstance(back, StructuredSummary) and back.title == derived.title
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(alphabet="ab +,", max_size=12), max_size=6))
+def test_the_technologies_a_pass_keeps_read_back_from_the_row_as_written(
+    proposed: list[str],
+) -> None:
+    # e.g. "C, C++": the row stores the list comma-separated, so a name with a comma read back
+    # as another name, and the next pass that proposed it again stored it twice.
+    merged = merge_pass(None, update(user_requests=["Add a CLI."], technologies=proposed), [])
+    again = merge_pass(merged, update(technologies=proposed), [])
+    for summary in (merged, again):
+        meta = to_chroma_metadata(summary, writer="w", trigger="t", summarized_at_ms=1)
+        back = from_chroma_row(SID, render_document(summary), meta)
+        assert isinstance(back, StructuredSummary)
+        assert back.technologies == summary.technologies
+    assert again.technologies == merged.technologies
