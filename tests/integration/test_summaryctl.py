@@ -105,7 +105,7 @@ def test_a_summary_or_ledger_collection_that_is_the_memory_collection_writes_not
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         code = cli_main(["summarize", "s1", "--bypass-claim", "--chroma-url", loc.url, *cols])
     assert code == 2
-    assert "is the memory collection" in one_error_line(err.getvalue())
+    assert "memoryCollection must differ" in one_error_line(err.getvalue())  # before any call
     assert sorted(connect(loc).get_collection(memory).get()["ids"]) == sorted(before)
 
 
