@@ -368,11 +368,16 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
         )
     from kubernetes.client.exceptions import ApiException
 
+    from controller.core.sweep_plan import marker_problem
     from controller.kube import client as kube
 
     asked = {"summarizer": args.summarizer, "action": "Rebuild", "requested_by": requester()}
     failed: list[str] = []
     for session_id in (found := _with_secrets(args)):
+        if problem := marker_problem(session_id):  # another writer's row: as the sweep skips it
+            failed.append(session_id)
+            out(f"not asked: {session_id}: its row {problem}: no SessionSummary names it", err=True)
+            continue
         try:  # one session's refusal leaves the others to ask
             kube_call(kube.request_summary, args.namespace, session_id, trigger="manual", **asked)
             out(f"rebuild asked: {session_id}")

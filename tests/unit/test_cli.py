@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from controller.api import StoreSpec
 from controller.cli.args import chroma_url_problem, printable
 from controller.cli.main import main
+from controller.core.naming import blank_session_id
 from controller.kube import client as kube
 from controller.store.connection import StoreLocation
 
@@ -750,7 +751,8 @@ def a_cluster_holding(text: str, phase: str = "Summarized") -> Iterator[None]:
         mp.setattr(kube, "request_summary", lambda ns, sid, **kw: (text, "created"))
         mp.setattr(kube, "custom", lambda: custom)
         mp.setattr(kube, "core", lambda: core)
-        mp.setattr("controller.cli.commands._with_secrets", lambda args: [text])
+        # A session id a SessionSummary can carry (never blank), holding the text.
+        mp.setattr("controller.cli.commands._with_secrets", lambda args: [f"s {text}"])
         yield
 
 
@@ -812,7 +814,12 @@ def test_json_output_is_valid_json_that_gives_back_what_the_store_holds(
 
 @settings(max_examples=100, deadline=None)
 @given(
-    sessions=st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=6, unique=True),
+    sessions=st.lists(
+        st.text(min_size=1, max_size=8).filter(lambda s: not blank_session_id(s)),
+        min_size=1,
+        max_size=6,
+        unique=True,
+    ),
     data=st.data(),
 )
 def test_rebuild_all_with_secrets_asks_for_every_session_and_names_each_one_refused(
@@ -845,6 +852,47 @@ def test_rebuild_all_with_secrets_asks_for_every_session_and_names_each_one_refu
         done = printable(f"rebuild asked: {session_id}") in out.splitlines()
         assert (failed, done) == (session_id in refused, session_id not in refused), (out, err)
     assert code == (2 if len(refused) == len(sessions) else 1 if refused else 0), err
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    sessions=st.lists(
+        st.text(min_size=1, max_size=8)
+        | st.sampled_from(["", " ", "\t\n", "\u3000"])
+        | st.integers(1025, 3000).map(lambda n: "s" * n),
+        min_size=1,
+        max_size=6,
+        unique=True,
+    )
+)
+def test_rebuild_all_with_secrets_names_a_session_no_summary_object_can_name_and_asks_the_rest(
+    sessions: list[str],
+) -> None:
+    """A stored row's sessionId that no SessionSummary can carry (blank, or longer than its
+    1,024 characters: another writer's row) is one line saying so, as the sweep and the
+    marker scan skip it; the other sessions are still asked, and the exit code is 1 (some)
+    or 2 (none asked)."""
+    unnamable = [s for s in sessions if blank_session_id(s) or len(s) > 1024]
+    asked: list[str] = []
+
+    class Api:
+        def create_namespaced_custom_object(self, *args: object, **kw: object) -> object:
+            body = args[-1]
+            assert isinstance(body, dict)
+            asked.append(body["spec"]["sessionId"])
+            return body
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kube, "custom", Api)
+        mp.setattr("controller.cli.commands._with_secrets", lambda args: sessions)
+        code, out, err = run(["rebuild", "--all-with-secrets", "--summarizer", "default"])
+    assert asked == [s for s in sessions if s not in unnamable], err
+    assert all(printable(f"rebuild asked: {s}") in out.splitlines() for s in asked), out
+    assert "Error" not in err, err
+    not_asked = [line for line in err.splitlines() if line.startswith("not asked: ")]
+    assert len(not_asked) == len(unnamable), err
+    expected = 0 if not unnamable else 2 if len(unnamable) == len(sessions) else 1
+    assert code == expected, err
 
 
 @settings(max_examples=50, deadline=None)
