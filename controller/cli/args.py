@@ -115,6 +115,19 @@ def collection_arg(value: str) -> str:
     return value
 
 
+def summary_collection_arg(value: str) -> str:
+    """A summary collection as StoreSpec takes one: its ledger's name must be one too."""
+    from controller.api import StoreSpec
+
+    most = StoreSpec.COLLECTION_NAME_MAX - len(StoreSpec.LEDGER_SUFFIX)
+    if len(collection_arg(value)) > most:
+        raise argparse.ArgumentTypeError(
+            f"{_shown(value)} is too long for a summary collection: at most {most} characters, "
+            f"so that its ledger (its name + {StoreSpec.LEDGER_SUFFIX!r}) is a collection name too"
+        )
+    return value
+
+
 def chroma_url_problem(url: str) -> str | None:
     """Why url cannot be a Chroma server address, or None. Anything beyond scheme, host
     and port would be silently ignored, so it is refused."""

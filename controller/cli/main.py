@@ -23,6 +23,7 @@ from controller.cli.args import (
     printable,
     seconds_arg,
     session_id_arg,
+    summary_collection_arg,
     text_arg,
 )
 
@@ -37,7 +38,9 @@ def _add_store_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tenant", type=nonblank_arg, help="default: default_tenant")
     p.add_argument("--database", type=nonblank_arg, help="default: default_database")
     p.add_argument("--memory-collection", type=collection_arg, help="default: neo-agent-memory")
-    p.add_argument("--summary-collection", type=collection_arg, help="default: neo-agent-sessions")
+    p.add_argument(
+        "--summary-collection", type=summary_collection_arg, help="default: neo-agent-sessions"
+    )
     which = p.add_mutually_exclusive_group()
     which.add_argument(
         "--summarizer",

@@ -961,6 +961,31 @@ def test_a_memory_collection_the_operator_writes_is_refused_before_the_store(
     assert "memoryCollection must differ" in err and "cannot connect" not in err
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    length=st.integers(3, StoreSpec.COLLECTION_NAME_MAX),
+    command=st.sampled_from(
+        [
+            ["summarize", "--bypass-claim", "s1"],
+            ["summaries"],
+            ["ledger", "s1"],
+            ["remember", "s1", "--prompt", "p", "--response", "r"],
+        ]
+    ),
+)
+def test_a_summary_collection_without_room_for_its_ledger_is_refused_before_the_store(
+    length: int, command: list[str]
+) -> None:
+    """As a SessionSummarizer's spec refuses it (StoreSpec): a summary collection whose
+    ledger's name (+ "-ledger") Chroma would refuse is refused at once, not after a pass has
+    read the session and asked the model, at its first write."""
+    name = "s" * length
+    code, out, err = run([*command, "--chroma-url", REFUSED, "--summary-collection", name])
+    fits = length + len(StoreSpec.LEDGER_SUFFIX) <= StoreSpec.COLLECTION_NAME_MAX
+    assert code == 2 and out == "", err
+    assert ("cannot connect" in err) == fits and ("ledger" in err) != fits, err
+
+
 def test_rebuild_all_with_secrets_without_a_cluster_says_so_once(tmp_path: object) -> None:
     """No context (or no connection) fails every request alike: one line, not one a session."""
     sessions = [f"s{i}" for i in range(5)]
