@@ -37,6 +37,7 @@ from controller.core.summary import (
     SummaryItem,
     carried_legacy_text,
     fallback_title,
+    listed_names,
     title_problem,
 )
 from controller.core.text import cut as cut_to
@@ -295,8 +296,11 @@ def merge_pass(
         return int(proposed if proposed is not None else (getattr(base, name) if base else 50))
 
     agents = [name for m in new if (name := m.agent or m.agent_identity)]
-    models = {m.model for m in new if m.model} | set(base.models if base else ())
-    tools = {t for m in new for t in m.tools_used} | set(base.tools_used if base else ())
+    models = {*listed_names(m.model for m in new if m.model), *(base.models if base else ())}
+    tools = {
+        *listed_names(t for m in new for t in m.tools_used),
+        *(base.tools_used if base else ()),
+    }
     first = [base.first_memory_at_ms] if base and base.first_memory_at_ms is not None else []
     last = [base.last_memory_at_ms] if base and base.last_memory_at_ms is not None else []
     if new:

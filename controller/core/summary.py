@@ -9,6 +9,7 @@ from replacing a good summary, whichever backend produced it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Literal, get_args
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
@@ -82,6 +83,12 @@ class OtherWriter(BaseModel, frozen=True):
     characters: int = 0
 
 
+def listed_names(names: Iterable[str]) -> list[str]:
+    """The names as the row's comma-separated list reads them back (neo's readers split it):
+    a name with a comma in it is the names it lists; each once, stripped, none empty."""
+    return list(dict.fromkeys(n for name in names for p in name.split(",") if (n := p.strip())))
+
+
 def _empty_sections() -> dict[str, list[SummaryItem]]:
     return {title: [] for title in SECTION_TITLES}
 
@@ -132,6 +139,11 @@ class StructuredSummary(BaseModel):
     @classmethod
     def _strip_title(cls, value: object) -> object:
         return " ".join(value.split()) if isinstance(value, str) else value
+
+    @field_validator("technologies", "participating_agents", "models", "tools_used")
+    @classmethod
+    def _listed(cls, names: list[str]) -> list[str]:
+        return listed_names(names)
 
     @field_validator("sections")
     @classmethod

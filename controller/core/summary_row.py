@@ -39,14 +39,15 @@ from controller.core.summary import (
     SummaryItem,
     UnreadablePriorSummary,
     fallback_title,
+    listed_names,
 )
 from controller.core.text import cut, json_value, one_line
 from controller.core.visibility import RowVisibility
 
 
 def _joined(values: list[str]) -> str:
-    """Comma-joined, as neo readers expect; a comma inside a value would split it on reading."""
-    return ",".join(v.replace(",", " ").strip() for v in values if v.strip())
+    """Comma-joined, as neo readers expect (also a summary copied with raw names)."""
+    return ",".join(listed_names(values))
 
 
 def compact_json(value: Any) -> str:

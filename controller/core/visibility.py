@@ -77,9 +77,11 @@ def union_agents(prior: Iterable[str], new: Iterable[str]) -> list[str]:
     """A summary's participating agents, one per agent as neo compares names, the first
     spelling kept without a leading "@", sorted."""
     found: dict[str, str] = {}
-    for name in [*prior, *new]:
+    for name in (n.strip() for names in (prior, new) for each in names for n in each.split(",")):
         if key := canonical_agent(name):
-            found.setdefault(key, normalize_user_id(name.strip()))
+            # "@@x" stays whole: "@x" would be another agent when read again
+            spelled = normalize_user_id(name)
+            found.setdefault(key, spelled if canonical_agent(spelled) == key else name)
     return [found[k] for k in sorted(found)]
 
 

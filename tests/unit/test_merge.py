@@ -395,3 +395,40 @@ def test_the_technologies_a_pass_keeps_read_back_from_the_row_as_written(
         assert isinstance(back, StructuredSummary)
         assert back.technologies == summary.technologies
     assert again.technologies == merged.technologies
+
+
+NAMES = st.text(alphabet="aB @,\t", max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.none() | NAMES, st.none() | NAMES, st.lists(NAMES, max_size=3)),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_the_agents_models_and_tools_a_pass_keeps_read_back_from_the_row_as_written(
+    said: list[tuple[str | None, str | None, list[str]]],
+) -> None:
+    # Each list is stored comma-separated: a name with a comma in it ("Claude, Code") was
+    # stored as "Claude  Code", read back so, and listed twice after the next pass.
+    def memories(start: int) -> list[Memory]:
+        return [
+            memory(start + n, agent=agent, model=model, tools_used=tuple(tools))
+            for n, (agent, model, tools) in enumerate(said)
+        ]
+
+    merged = merge_pass(None, update(user_requests=["Add a CLI."]), memories(1))
+    again = merge_pass(merged, update(), memories(100))
+    for summary in (merged, again):
+        meta = to_chroma_metadata(summary, writer="w", trigger="t", summarized_at_ms=1)
+        back = from_chroma_row(SID, render_document(summary), meta)
+        assert isinstance(back, StructuredSummary)
+        lists = ("participating_agents", "models", "tools_used")
+        assert [getattr(back, f) for f in lists] == [getattr(summary, f) for f in lists]
+    assert (again.participating_agents, again.models, again.tools_used) == (
+        merged.participating_agents,
+        merged.models,
+        merged.tools_used,
+    )

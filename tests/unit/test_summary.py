@@ -359,13 +359,16 @@ def test_empty_lists_are_empty_strings_never_none() -> None:
         assert meta[key] == ""
 
 
-def test_a_comma_inside_a_listed_value_does_not_add_a_value_on_reading() -> None:
-    summary = minimal_summary(technologies=["python", "a,b"], last_memory_at_ms=1)
-    meta = to_chroma_metadata(summary, writer="w", trigger="t", summarized_at_ms=1)
-    assert meta["technologies"] == "python,a b"
+def test_a_comma_inside_a_listed_value_is_the_names_it_lists_as_the_row_reads_back() -> None:
+    summary = minimal_summary(technologies=["python", "a,b", " b "], last_memory_at_ms=1)
+    assert summary.technologies == ["python", "a", "b"]
+    # a summary copied with raw names (the pass's final counts) is written the same way
+    copied = summary.model_copy(update={"models": ["x, y", "y"]})
+    meta = to_chroma_metadata(copied, writer="w", trigger="t", summarized_at_ms=1)
+    assert (meta["technologies"], meta["models"]) == ("python,a,b", "x,y")
     back = from_chroma_row("s1", "doc", meta)
     assert isinstance(back, StructuredSummary)
-    assert back.technologies == ["python", "a b"]
+    assert (back.technologies, back.models) == (["python", "a", "b"], ["x", "y"])
 
 
 def test_round_trip_keeps_superseded_markers_and_the_watermark() -> None:
