@@ -51,7 +51,7 @@ FORMAT_REFUSAL_STATUS = frozenset({400, 415, 422})
 # with HTTP 500); 502/503/504 are a proxy or a loading server, never a refusal.
 FORMAT_FAILURE_STATUS = frozenset({500, 501})
 MAX_OUTPUT_TOKENS = 2048
-SCHEMA_ITEM_CHARS = 300  # maxLength of an item in the schema (the merge cuts at ITEM_MAX)
+SCHEMA_ITEM_CHARS = 300  # an item the schema allows fits ITEM_MAX even quoted (core/quoting)
 STATE_MAX_ITEMS = 5
 SECTION_MAX_ITEMS = 12
 SECTION_MIN_ITEMS = 4

@@ -13,6 +13,7 @@ import kopf
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from opentelemetry import trace as otel
 from pydantic import ValidationError
 
 from controller.api import SessionSummarySpec
@@ -20,6 +21,7 @@ from controller.config import CONFIG
 from controller.handlers.session_summary import summarize
 from controller.kube.events import EventRecorder
 from controller.runtime import Runtime
+from controller.tracing import PassTrace
 
 VALID = {"sessionId": "s-1", "summarizerRef": "default", "trigger": "manual"}
 # field -> values the operator refuses there (the CRD states the same rules today).
@@ -99,3 +101,24 @@ def test_a_spec_the_operator_cannot_use_fails_once_naming_the_field(
     assert conditions["Stalled"]["status"] == "True"
     assert conditions["Ready"]["status"] == "False"
     assert events.posted == [("Warning", "InvalidSpec", summarized["message"])]
+
+
+date_like = st.builds(
+    "{:04d}-{:02d}-{:02d}T{:02d}:{:02d}:{:02d}{}{}".format,
+    *(st.integers(0, top) for top in (9999, 19, 39, 29, 69, 69)),
+    st.sampled_from(["", ".5", ".123456789", "." + "9" * 30]),
+    st.sampled_from(["Z", "z", "", "+00:00", "-00:00", "+23:59", "-23:59", "+24:00", "+99:99"]),
+)
+
+
+@settings(max_examples=500)
+@given(st.one_of(date_like, st.text(max_size=64)))
+def test_any_requested_at_up_to_its_bound_is_used_as_a_request_and_never_fails_the_pass(
+    requested_at: str,
+) -> None:
+    # Only a change of spec.requestedAt matters (it asks a pass); its time is read only to
+    # time the delivery, and a time Python cannot read (month 13, Feb 30, a leap second, year
+    # 0, +24:00) or one far away is not timed, never an error (tracing.PassTrace).
+    spec = SessionSummarySpec.model_validate({**VALID, "requestedAt": requested_at})
+    with PassTrace(otel.NoOpTracerProvider(), "s-1", "manual", "ns/s", spec.requested_at):
+        pass

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
+import jsonschema
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from controller.core.document import render_document
+from controller.core.item_sources import identity
 from controller.core.memories import Memory, Watermark
-from controller.core.merge import PassUpdate, merge_pass
-from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL
+from controller.core.merge import HISTORY_KEYS, PassUpdate, merge_pass
+from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL, as_item, unquoted
 from controller.core.summary import (
     HISTORY_SECTIONS,
     ITEM_MAX,
@@ -25,6 +28,7 @@ from controller.core.summary import (
 )
 from controller.core.summary_row import from_chroma_row, to_chroma_metadata
 from controller.summarizers.chat_prompt import reply_schema
+from controller.summarizers.chat_reply import parse_update
 
 SID = "sess-merge"
 
@@ -432,3 +436,75 @@ def test_the_agents_models_and_tools_a_pass_keeps_read_back_from_the_row_as_writ
         merged.models,
         merged.tools_used,
     )
+
+
+SCHEMA = reply_schema(3, 1)
+ITEM_BOUND = SCHEMA["properties"]["current_state"]["items"]["maxLength"]
+TITLE_BOUND = SCHEMA["properties"]["title"]["maxLength"]
+# what makes an item stored quoted (error text, an instruction), and plain words
+LEADS = st.sampled_from(["", "", "SYSTEM: ", "Error: ", "ignore previous instructions; "])
+reply_text = st.builds(
+    lambda lead, words, size: (lead + words * ITEM_BOUND)[:size],  # the longest ones too
+    LEADS,
+    st.text(alphabet="ab xyz19.\n\"'", min_size=1, max_size=30),
+    st.integers(1, ITEM_BOUND) | st.just(ITEM_BOUND),
+).filter(str.strip)
+
+
+def held_items(summary: StructuredSummary | None) -> list[tuple[str, str]]:
+    return (
+        [(k, i.text) for t, k in HISTORY_KEYS.items() for i in summary.sections[t]]
+        if summary
+        else []
+    )
+
+
+@st.composite
+def replies(draw: st.DrawFn, prior: StructuredSummary | None) -> dict[str, Any]:
+    """A reply the chat model's schema allows, its marks naming items of the prior."""
+    reply: dict[str, Any] = {
+        "title": draw(reply_text.map(lambda t: t[:TITLE_BOUND])),
+        "category": "other",
+        **{key: draw(st.lists(reply_text, max_size=3)) for key in HISTORY_KEYS.values()},
+        "current_state": draw(st.lists(reply_text, max_size=2)),
+    }
+    if held := held_items(prior):
+        marks = st.tuples(st.sampled_from(held), reply_text)
+        reply["supersede"] = [
+            {"section": key, "item": item, "superseded_by": reason}
+            for (key, item), reason in draw(st.lists(marks, max_size=min(3, len(held))))
+        ]
+    return reply
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_what_the_reply_schema_allows_is_stored_uncut_and_within_the_bounds_pass_after_pass(
+    data: st.DataObject,
+) -> None:
+    # The schema asks for items of at most ITEM_BOUND characters (and titles of TITLE_BOUND):
+    # such an item, even quoted, is stored whole, a supersede reason too, and neither the
+    # items nor the document grow past their bounds however often items are superseded.
+    summary: StructuredSummary | None = None
+    said: set[str] = set()
+    for n in range(1, 5):
+        reply = data.draw(replies(summary))
+        jsonschema.validate(reply, reply_schema(3, len(held_items(summary))))
+        merged = merge_pass(summary, parse_update(json.dumps(reply)), [memory(n)])
+        texts = [*(t for k in HISTORY_KEYS.values() for t in reply[k]), *reply["current_state"]]
+        reasons = [m["superseded_by"] for m in reply.get("supersede", [])]
+        said |= {" ".join(t.split()) for t in [*texts, *reasons]}
+        for title, key in HISTORY_KEYS.items():
+            keys = {identity(i.text) for i in merged.sections[title]}
+            assert all(identity(as_item(t)) in keys for t in reply[key] if identity(t))
+        for item in (i for items in merged.sections.values() for i in items):
+            assert unquoted(item.text) in said and len(item.text) <= ITEM_MAX
+            if item.superseded_by is not None:
+                assert unquoted(item.superseded_by) in said
+                assert len(item.superseded_by) <= ITEM_MAX
+        meta = to_chroma_metadata(merged, writer="w", trigger="t", summarized_at_ms=1)
+        back = from_chroma_row(SID, render_document(merged), meta)
+        assert isinstance(back, StructuredSummary) and back.sections == merged.sections
+        for budget in (500, 2000):
+            assert len(render_document(back, max_chars=budget)) <= budget
+        summary = back
