@@ -23,6 +23,7 @@ from pydantic import (
     field_validator,
 )
 
+from controller.core.chunking import valid_utf8
 from controller.core.item_sources import REFERENCES, TITLE, identity, record
 from controller.core.memories import Memory, Watermark, memory_sort_key
 from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL, as_item, cut, quote_if_needed
@@ -66,7 +67,7 @@ def _item_text(value: Any) -> str | None:
     """An item as proposed: a string, or an object with a "text" (models sometimes do that)."""
     if isinstance(value, dict):
         value = value.get("text")
-    return (cut(value) or None) if isinstance(value, str) else None
+    return (cut(valid_utf8(value)) or None) if isinstance(value, str) else None
 
 
 def _items(value: Any) -> list[str]:
@@ -142,7 +143,7 @@ class PassUpdate(BaseModel):
     @field_validator("title", mode="before")
     @classmethod
     def _title(cls, value: Any) -> str | None:
-        return _one_line_title(value) if isinstance(value, str) else None
+        return _one_line_title(valid_utf8(value)) if isinstance(value, str) else None
 
     @field_validator("category", mode="before")
     @classmethod
@@ -166,7 +167,8 @@ class PassUpdate(BaseModel):
         if not isinstance(value, list):
             return []
         # the row stores them comma-separated: "C, C++" is two names, as it reads back
-        names = [" ".join(n.split()) for v in value if isinstance(v, str) for n in v.split(",")]
+        texts = (valid_utf8(v) for v in value if isinstance(v, str))
+        names = [" ".join(n.split()) for v in texts for n in v.split(",")]
         return [n for n in names if 0 < len(n) <= TECHNOLOGY_MAX][:TECHNOLOGIES_MAX]
 
     def new_items(self) -> dict[str, list[str]]:
