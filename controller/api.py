@@ -15,6 +15,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -135,10 +136,16 @@ class StoreSpec(CamelModel):
         "must be http(s)://host[:port] and nothing more, e.g. http://chroma:8000"
     )
 
+    # Chroma's tenant rule is 3 characters at least; a '/' ends the tenant's segment of the
+    # request path, so no tenant holding one is reached ("x/../default_tenant" reads another).
+    # A database name follows the collection-name rule (Chroma's same validate_name).
+    TENANT_MESSAGE: ClassVar[str] = "must not contain '/' (it would end its segment of the URL)"
+    NAME_MAX: ClassVar[int] = 256  # a tenant's and a database's, ours (Chroma allows more)
+
     URL_MAX: ClassVar[int] = 300  # a 253-character host name, a port and the scheme fit
     url: str = Field(default="http://chroma:8000", max_length=URL_MAX)
-    tenant: str = Field(default="default_tenant", min_length=1, max_length=256)
-    database: str = Field(default="default_database", min_length=1, max_length=256)
+    tenant: str = Field(default="default_tenant", min_length=3, max_length=NAME_MAX)
+    database: str = Field(default="default_database", min_length=3, max_length=NAME_MAX)
     memory_collection: str = Field(default="neo-agent-memory", min_length=3, max_length=512)
     # Its ledger's name (LEDGER_SUFFIX added) must be a collection name too.
     summary_collection: str = Field(
@@ -166,15 +173,19 @@ class StoreSpec(CamelModel):
     def url_problem(cls, url: str) -> str | None:
         return None if re.fullmatch(cls.URL_PATTERN, url) else cls.URL_MESSAGE
 
-    @field_validator("memory_collection", "summary_collection", mode="before")
+    @field_validator("memory_collection", "summary_collection", "database", "tenant", mode="before")
     @classmethod
-    def _chroma_collection_name(cls, value: object) -> object:
+    def _chroma_name(cls, value: object, info: ValidationInfo) -> object:
         # "before": Chroma's rule, in its words, ahead of the generic length message.
         if not isinstance(value, str):
             return value
-        problem = cls.collection_name_problem(value)
+        if info.field_name == "tenant":
+            what, problem = "tenant", cls.TENANT_MESSAGE if "/" in value else None
+        else:
+            what = "database" if info.field_name == "database" else "collection"
+            problem = cls.collection_name_problem(value)
         if problem:
-            raise ValueError(f"{value!r} is not a valid Chroma collection name: it {problem}")
+            raise ValueError(f"{value!r} is not a valid Chroma {what} name: it {problem}")
         return value
 
     @model_validator(mode="after")

@@ -104,13 +104,25 @@ def nonblank_arg(value: str) -> str:
     return value
 
 
-def collection_arg(value: str) -> str:
+def collection_arg(value: str, what: str = "collection") -> str:
     from controller.api import StoreSpec
 
     problem = StoreSpec.collection_name_problem(value)
     if problem:
         raise argparse.ArgumentTypeError(
-            f"{_shown(value)} is not a Chroma collection name: it {problem}"
+            f"{_shown(value)} is not a Chroma {what} name: it {problem}"
+        )
+    return value
+
+
+def database_arg(value: str) -> str:
+    return collection_arg(value, "database")  # Chroma's one name rule
+
+
+def tenant_arg(value: str) -> str:
+    if len(nonblank_arg(value)) < 3 or "/" in value:
+        raise argparse.ArgumentTypeError(
+            f"{_shown(value)} is not a Chroma tenant: 3 characters or more, none of them '/'"
         )
     return value
 

@@ -15,8 +15,8 @@ from controller.cli import commands, ledger
 from controller.cli.args import (
     CliError,
     collection_arg,
+    database_arg,
     namespace_arg,
-    nonblank_arg,
     object_name_arg,
     out,
     positive_int_arg,
@@ -24,6 +24,7 @@ from controller.cli.args import (
     seconds_arg,
     session_id_arg,
     summary_collection_arg,
+    tenant_arg,
     text_arg,
 )
 
@@ -35,8 +36,8 @@ def _add_store_args(p: argparse.ArgumentParser) -> None:
         help="Chroma server URL, http(s)://HOST[:PORT] (env CHROMA_URL; token: env CHROMA_TOKEN)",
     )
     p.add_argument("--path", help="embedded Chroma directory (single process only)")
-    p.add_argument("--tenant", type=nonblank_arg, help="default: default_tenant")
-    p.add_argument("--database", type=nonblank_arg, help="default: default_database")
+    p.add_argument("--tenant", type=tenant_arg, help="default: default_tenant")
+    p.add_argument("--database", type=database_arg, help="default: default_database")
     p.add_argument("--memory-collection", type=collection_arg, help="default: neo-agent-memory")
     p.add_argument(
         "--summary-collection", type=summary_collection_arg, help="default: neo-agent-sessions"

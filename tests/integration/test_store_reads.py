@@ -4,6 +4,9 @@ on the real Chroma server, the real apiserver and the operator (harness)."""
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -12,6 +15,8 @@ from typing import Any, cast
 import numpy as np
 import pytest
 from chromadb.api.types import DefaultEmbeddingFunction, Documents, EmbeddingFunction, Embeddings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from controller.api import StoreSpec
 from controller.core.naming import summary_object_name
@@ -249,6 +254,50 @@ def test_a_database_that_does_not_exist_is_invalid_config(harness: Harness) -> N
         connect(StoreLocation(url=harness.chroma.url, database="no-such-db"))
 
 
+def chroma_creates(url: str, path: str, name: str) -> bool:
+    """Whether the Chroma server creates a tenant or database of this name (or has it)."""
+    request = urllib.request.Request(
+        f"{url}/api/v2/{path}",
+        data=json.dumps({"name": name}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        urllib.request.urlopen(request, timeout=10).close()
+    except urllib.error.HTTPError as refused:
+        return "already exists" in refused.read().decode()
+    return True
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(name=st.text(alphabet=st.sampled_from("ab1._-+/ "), max_size=7) | st.just("10.0.0.1"))
+def test_a_database_or_tenant_name_is_valid_exactly_when_the_chroma_server_serves_it(
+    harness: Harness, name: str
+) -> None:
+    """Chroma's server names a database by its collection rule and a tenant by 3 characters
+    or more; a tenant holding '/' is created, but no request reaches it (the '/' ends its
+    segment of the URL). StoreSpec admits exactly the names the server serves."""
+    url = harness.chroma.url
+    for field in ("database", "tenant"):
+        if field == "database":
+            served = chroma_creates(url, "tenants/default_tenant/databases", name)
+        else:
+            served = chroma_creates(url, "tenants", name) and chroma_creates(
+                url, f"tenants/{urllib.parse.quote(name, safe='')}/databases", "default_database"
+            )
+            try:
+                connect(StoreLocation(url=url, tenant=name)).close()
+            except (InvalidStoreConfig, StoreUnavailable):
+                served = False
+        try:
+            StoreSpec.model_validate({field: name})
+            valid = True
+        except ValueError:
+            valid = False
+        assert valid == served, (field, name)
+
+
 # -- what a store failure says --------------------------------------------------------------
 
 HTML = (
@@ -422,11 +471,15 @@ BAD = {
         "http://[::1::]:8000",
         "http://10.0.0.999:8000",
     ],
+    "tenant": ["ab", "a/b", "x/../default_tenant", "default_tenant/."],
+    "database": ["ab", "..x", "my db", "10.0.0.1", "default_database/.", "a" * 257],
 }
 GOOD = {
     "memoryCollection": ["neo-agent-memory", "01.2.3.4", "abc+def", "a" * 512],
     "summaryCollection": ["1.2.3", "team_a.sessions"],
     "url": ["http://chroma:8000", "https://[::1]:8443/", "http://10.0.0.1"],
+    "tenant": ["a b", "team_a", "t?%#", "t" * 256],
+    "database": ["abc+def", "team-a.db", "a" * 256],
 }
 
 
@@ -465,6 +518,7 @@ def test_the_apiserver_refuses_what_chroma_refuses_naming_the_field(harness: Har
             StoreSpec.model_validate({field: value})
     assert "must not contain two consecutive periods (..)" in res.stderr
     assert "must not be an IPv4 address" in res.stderr
+    assert StoreSpec.TENANT_MESSAGE in res.stderr
     good, good_names = manifests(GOOD, "reads-good")
     res = harness.cp.kubectl_run("apply", "--dry-run=server", "-f", "-", input=good, check=False)
     assert res.returncode == 0, res.stderr

@@ -417,14 +417,14 @@ def test_summarize_writes_to_the_manifests_store_as_the_operator_would(
     manifest = tmp_path / "s.yaml"  # type: ignore[operator]
     manifest.write_text(
         "kind: SessionSummarizer\nmetadata: {name: x, namespace: agents}\n"
-        f"spec: {{store: {{url: '{REFUSED}', tenant: t1, timeoutSeconds: 5}}, "
+        f"spec: {{store: {{url: '{REFUSED}', tenant: team1, timeoutSeconds: 5}}, "
         "document: {maxChars: 2000}}\n"
     )
     argv = ["summarize", "s1", "--bypass-claim", "--summarizer-file", str(manifest)]
     with no_cluster(str(tmp_path)):
-        args = build_parser().parse_args([*argv, "--database", "d2"])
+        args = build_parser().parse_args([*argv, "--database", "db2"])
         location = store_location(args, load_summarizer(args))
-    assert (location.url, location.tenant, location.database) == (REFUSED, "t1", "d2")
+    assert (location.url, location.tenant, location.database) == (REFUSED, "team1", "db2")
     assert location.timeout_seconds == 5 and location.document_max_chars == 2000
 
 
@@ -984,6 +984,31 @@ def test_a_summary_collection_without_room_for_its_ledger_is_refused_before_the_
     fits = length + len(StoreSpec.LEDGER_SUFFIX) <= StoreSpec.COLLECTION_NAME_MAX
     assert code == 2 and out == "", err
     assert ("cannot connect" in err) == fits and ("ledger" in err) != fits, err
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    flag=st.sampled_from(["--tenant", "--database"]),
+    name=st.text(alphabet=st.sampled_from("ab1_-./+"), max_size=8).filter(
+        lambda n: n != "--"  # argparse drops a bare "--" value
+    )
+    | st.sampled_from(["x/../default_tenant", "default_tenant/.", "10.0.0.1"]),
+)
+def test_a_tenant_or_database_chroma_cannot_serve_is_refused_before_the_store(
+    flag: str, name: str
+) -> None:
+    """The rules of spec.store.tenant and spec.store.database (StoreSpec): a tenant holding
+    '/' read another tenant ("x/../default_tenant") or failed as an outage."""
+    if flag == "--database":  # Chroma's one name rule
+        valid = StoreSpec.collection_name_problem(name) is None
+    else:
+        valid = len(name) >= 3 and "/" not in name
+    code, out, err = run(["summaries", "--chroma-url", REFUSED, f"{flag}={name}"])
+    assert code == 2 and out == "", err
+    if valid:
+        assert "cannot connect" in err, err
+    else:
+        assert f"argument {flag}" in err and "cannot connect" not in err, err
 
 
 def test_rebuild_all_with_secrets_without_a_cluster_says_so_once(tmp_path: object) -> None:

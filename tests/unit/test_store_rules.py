@@ -173,6 +173,8 @@ def crd_accepts(field: dict[str, Any], value: str) -> bool:
 
 def longest(field: str) -> int:
     """The summary collection leaves room for its ledger's suffix."""
+    if field == "database":
+        return StoreSpec.NAME_MAX
     room = len(StoreSpec.LEDGER_SUFFIX) if field == "summaryCollection" else 0
     return StoreSpec.COLLECTION_NAME_MAX - room
 
@@ -186,7 +188,7 @@ def test_both_crd_copies_carry_the_spec_rules() -> None:
         "rule": f"self.matches(r'{StoreSpec.URL_PATTERN}')",
         "message": StoreSpec.URL_MESSAGE,
     }
-    for field in ("memoryCollection", "summaryCollection"):
+    for field in ("memoryCollection", "summaryCollection", "database"):
         schema = store[field]
         assert schema["pattern"] == StoreSpec.COLLECTION_NAME_PATTERN
         assert (schema["minLength"], schema["maxLength"]) == (3, longest(field))
@@ -214,15 +216,43 @@ def test_the_crd_and_the_spec_agree_on_every_collection_name(name: str) -> None:
         assert StoreSpec.collection_name_problem(name + StoreSpec.LEDGER_SUFFIX) is None, name
 
 
+tenants = st.one_of(
+    names,
+    st.text(alphabet=st.sampled_from("ab_/. ?%#é"), min_size=0, max_size=8),
+    st.sampled_from(["x/../default_tenant", "default_tenant/.", "t" * 256, "t" * 257]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(name=tenants)
+def test_the_crd_and_the_spec_agree_on_every_tenant_and_database_name(name: str) -> None:
+    """A database follows Chroma's collection-name rule; a tenant has 3 characters or more
+    and no '/' (one would leave its segment of Chroma's URL, "x/../t" reading tenant t)."""
+    store = crd_store(CRD_COPIES[0])
+    for field, chroma in (
+        ("database", StoreSpec.collection_name_problem(name) is None),
+        ("tenant", len(name) >= 3 and "/" not in name),
+    ):
+        try:
+            StoreSpec.model_validate({field: name})
+            ours = True
+        except ValidationError as refused:
+            assert field in str(refused)
+            ours = False
+        assert ours == (chroma and len(name) <= StoreSpec.NAME_MAX), (field, name)
+        assert crd_accepts(store[field], name) == ours, (field, name)
+
+
 def test_the_chart_values_schema_carries_the_same_rules() -> None:
     schema = json.loads(VALUES_SCHEMA.read_text())["properties"]
     assert schema["chroma"]["properties"]["url"]["pattern"] == StoreSpec.URL_PATTERN
     store = schema["summarizer"]["properties"]["store"]["properties"]
-    for field in ("memoryCollection", "summaryCollection"):
+    for field in ("memoryCollection", "summaryCollection", "database"):
         assert store[field]["pattern"] == StoreSpec.COLLECTION_NAME_PATTERN
         assert store[field]["maxLength"] == longest(field)
         refused = [p["pattern"] for p in store[field]["not"]["anyOf"]]
         assert refused == ["[.][.]", StoreSpec.IPV4_PART_PATTERN]
+    assert (store["tenant"]["minLength"], store["tenant"]["pattern"]) == (3, "^[^/]*$")
 
 
 # -- URLs -----------------------------------------------------------------------------------
