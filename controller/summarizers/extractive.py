@@ -17,7 +17,7 @@ from typing import ClassVar, cast
 
 from controller.core.facts import fact_tokens
 from controller.core.item_sources import identity
-from controller.core.memories import Memory, memory_sort_key
+from controller.core.memories import Memory, memory_sort_key, render_interaction_document
 from controller.core.merge import PassUpdate
 from controller.core.quoting import as_item, quote_if_needed
 from controller.core.summary import (
@@ -307,8 +307,9 @@ def _extract_into(sections: dict[str, _Section], memory: Memory) -> None:
         else:  # what the user stated: every turn, both sides, is history
             requests.offer(sentence)
     response = memory.response
-    if not (memory.prompt.strip() or memory.thought.strip() or response.strip()):
-        response = memory.document  # a row only its document describes (a plan)
+    turn = (memory.prompt, memory.thought, response)
+    if not "".join(turn).strip() and memory.document != render_interaction_document(*turn):
+        response = memory.document  # a row only its document describes (a plan), not its labels
     said = sentences(response)
     for sentence in _said_by_agent(said):
         questions.offer(sentence)

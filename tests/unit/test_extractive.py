@@ -7,7 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.core.document import DOCUMENT_MAX_CHARS, render_document
-from controller.core.memories import Memory, Watermark, memory_from_row
+from controller.core.memories import (
+    Memory,
+    Watermark,
+    memory_from_row,
+    render_interaction_document,
+)
 from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL
 from controller.core.summary import (
     HISTORY_SECTIONS,
@@ -823,3 +828,27 @@ def test_a_memory_only_its_document_describes_reaches_the_summary(
     assert memory is not None
     stored = json.dumps(summarize_extractive("s1", [memory]).model_dump(mode="json")["sections"])
     assert [n for n in facts if f"FACT{n:05d}" not in stored] == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    fields=st.lists(st.sampled_from(["", " ", "\n", "\t "]), min_size=3, max_size=3),
+    with_document=st.booleans(),
+)
+def test_an_empty_turn_adds_no_item_to_the_summary(fields: list[str], with_document: bool) -> None:
+    """A turn whose prompt, thought and response are blank (`summaryctl remember --prompt ""
+    --response ""`, an agent's empty turn) has only the labels of its document to say: they
+    are not what the session did, and used to reach Questions & Decisions as items."""
+    prompt, thought, response = fields
+    meta = {"sessionId": "s1", "timestamp": T0, "type": "agent-interaction"}
+    meta |= {"prompt": prompt, "thought": thought, "response": response}
+    document = render_interaction_document(prompt, thought, response) if with_document else None
+    empty = memory_from_row("empty-1", document, meta)
+    assert empty is not None
+    said = mem(2, prompt="Add a /healthz endpoint.", response="Added GET /healthz on port 8080.")
+    summary = summarize_extractive("s1", [empty, said])
+    stored = json.dumps(summary.model_dump(mode="json")["sections"])
+    assert not [
+        label for label in ("User Prompt", "Agent Thought", "Agent Response") if label in stored
+    ]
+    assert "8080" in stored
