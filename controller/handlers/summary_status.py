@@ -348,10 +348,14 @@ def report_forgotten(
         + "; ".join(removed)
         + f"; {_memories(gone.remaining)} of it remain"
     )
-    # No summary any more: none of the fields that described it.
-    fields: dict[str, Any] = dict.fromkeys(("title", "summary_id", "summarized_at", "provenance"))
-    fields.update(memory_count=gone.remaining, trigger_source=spec.trigger, consecutive_failures=0)
-    record(body, patch, phase="Forgotten", reason="Forgotten", message=message, ok=True, **fields)
+    done = {
+        "memory_count": gone.remaining,
+        "trigger_source": spec.trigger,
+        "consecutive_failures": 0,
+    }
+    record(body, patch, phase="Forgotten", reason="Forgotten", message=message, ok=True, **done)
+    # No summary any more: none of the fields that described it (a null deletes a field).
+    patch.status.update(dict.fromkeys(("title", "summaryId", "summarizedAt", "provenance")))
     events.post(body, type_="Normal", reason="Forgotten", message=message)
 
 

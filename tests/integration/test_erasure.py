@@ -84,6 +84,11 @@ def test_a_forgotten_session_is_gone_audited_and_not_swept_back_until_it_changes
     said = wait_for(lambda: events(harness, sid, "Forgotten"), 30, 0.3, message="Forgotten Event")
     assert "via summaryctl" in said[0]["message"] and "the summary row" in said[0]["message"]
     print(f"Event Forgotten: {said[0]['message']}")
+    # The object describes no summary any more (`kubectl get ssum`: no SUMMARIZED, no
+    # TITLE): the forgotten summary's title was the session's own text.
+    status = harness.obj(sid)["status"]
+    assert not {"title", "summaryId", "summarizedAt", "provenance"} & status.keys(), status
+    assert "Baker" not in json.dumps(status)
 
     # Sweeps (every 5 s) come and go: the session is idle, has memories and no row, and
     # stays forgotten. Two whole sweeps are waited for, not a time a slow machine may fill
