@@ -23,6 +23,8 @@ DERIVED = (READY, RECONCILING, STALLED)
 REQUIRED = ("SecretsAllowed", "StoreReachable", "EmbeddingReady", "ModelReady", "ReplicaActive")
 # Counted only when present (no sweep has run, or sweeps are off; no spec check yet).
 WHEN_PRESENT = ("Swept", "SpecValid")
+# An unusable spec is named first: it is not probed, so the rest is an older spec's.
+NAMED_FIRST = ("SpecValid", *REQUIRED, "Swept")
 NOT_BLOCKING = frozenset({("SecretsAllowed", "SecretNotAnnotated")})
 
 
@@ -82,7 +84,7 @@ def summarizer_readiness(
     Stalled with the first failing one's reason; Reconciling while one is not reported yet.
     observedGeneration: the inputs' oldest (none yet: generation_now)."""
     found = {c.type: c for c in conditions if c.type not in DERIVED}
-    inputs = [found[t] for t in (*REQUIRED, *WHEN_PRESENT) if t in found]
+    inputs = [found[t] for t in NAMED_FIRST if t in found]
     generations = [c.observed_generation for c in inputs if c.observed_generation is not None]
     generation = min(generations) if generations else generation_now
     failing = [c for c in inputs if c.status == "False" and (c.type, c.reason) not in NOT_BLOCKING]

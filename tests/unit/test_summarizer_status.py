@@ -194,6 +194,19 @@ def test_a_spec_the_operator_cannot_use_stalls_its_summarizer_naming_the_field(
     assert accepted["Ready"].reason == "Healthy"
 
 
+@given(conditions)
+def test_an_unusable_spec_is_the_reason_ready_names_whatever_else_failed(
+    owned: list[Condition],
+) -> None:
+    """A spec the operator cannot use is not probed: the other conditions are what the last
+    usable spec (or an older release) measured. Ready names the spec, not a stale probe."""
+    invalid = Condition(type="SpecValid", status="False", reason="InvalidSpec", message="x")
+    ready = {c.type: c for c in summarizer_readiness([*owned, invalid])}
+    assert (ready["Ready"].status, ready["Ready"].reason) == ("False", "InvalidSpec")
+    assert ready["Ready"].message.startswith("SpecValid: x")
+    assert (ready["Stalled"].status, ready["Stalled"].reason) == ("True", "InvalidSpec")
+
+
 # -- when each condition was measured, and when a pass contradicts it ----------------------
 
 STAMPS = st.sampled_from(["2026-11-28T10:00:00Z", "2026-11-28T10:05:00Z", "2026-11-28T11:00:00Z"])
