@@ -56,6 +56,19 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
     with open_store(args) as (store, _):
         stored = store.stored_summary(args.session_id)
+        tombstone = None if stored else store.read_ledger(args.session_id)
+    if tombstone is not None:  # what a forget leaves: no text, ids' digest and counts
+        head = tombstone.head
+        out(
+            *json.dumps({"document": None, "keys": head}, indent=2).split("\n")
+            if args.json
+            else [
+                f"session {args.session_id!r} was forgotten at {_when(head.get('forgottenAt'))}: "
+                f"no summary row; its ledger entry is a tombstone (no text: the digest of the "
+                f"ids of the {head.get('memoryCount', '?')} memories it left, and its fence)"
+            ]
+        )
+        return 0
     if stored is None:
         raise CliError(
             f"no summary or ledger entry of session {args.session_id!r} in "

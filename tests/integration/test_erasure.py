@@ -89,6 +89,11 @@ def test_a_forgotten_session_is_gone_audited_and_not_swept_back_until_it_changes
     status = harness.obj(sid)["status"]
     assert not {"title", "summaryId", "summarizedAt", "provenance"} & status.keys(), status
     assert "Baker" not in json.dumps(status)
+    # `summaryctl ledger` shows what stays, the tombstone (it said "no ledger entry").
+    res = harness.summaryctl("ledger", sid, "-n", NS, "--summarizer", "erase")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "was forgotten at" in res.stdout and "tombstone" in res.stdout, res.stdout
+    assert "Baker" not in res.stdout
 
     # Sweeps (every 5 s) come and go: the session is idle, has memories and no row, and
     # stays forgotten. Two whole sweeps are waited for, not a time a slow machine may fill
