@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from controller.core.fencing import Fence
+from controller.core.fencing import AUTHORITY_KEY, FENCE_KEY, Fence
 from controller.core.naming import summary_row_id
 from controller.core.row_ownership import DIGEST_KEY, document_digest
 from controller.core.summary import HISTORY_SECTIONS
@@ -24,6 +24,15 @@ from controller.core.text import json_value
 LEDGER_FORMAT = 1
 ROW_DIGEST_KEY = "rowDigest"  # the row document this entry goes with
 BUILT_ON_KEY = "builtOnDigest"  # the row document the write read: its text is in the entry
+# A head with this key is a tombstone: the session was forgotten at that time (ms).
+FORGOTTEN_KEY = "forgottenAt"
+# Every key a head of ours sets (plan_write's, a forget's tombstone). Chroma's upsert merges
+# metadata, so a head write removes those it does not set (replacing_head): else a forget's
+# forgottenAt outlived the summaries written after it, each read as forgotten.
+HEAD_KEYS = (
+    *("sessionId", "ledgerFormat", "generation", "segments", "lists", FENCE_KEY, AUTHORITY_KEY),
+    *(ROW_DIGEST_KEY, BUILT_ON_KEY, "summarizedAt", "rowsDigest", FORGOTTEN_KEY, "memoryCount"),
+)
 # Records are found by id, never by meaning, but Chroma wants a vector: one 1-d constant.
 LEDGER_VECTOR = (1.0,)
 # The parts of a state that only grow. Each write appends what is new as one segment; a
@@ -148,6 +157,12 @@ def plan_write(
     head_record = LedgerRecord(summary_row_id(session_id), document, head_meta)
     named = {segment_id(session_id, generation, n) for n in range(seq)}
     return LedgerWrite((*segments, head_record), frozenset({head_record.record_id, *named}))
+
+
+def replacing_head(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """A head's metadata as upserted: None (chromadb 1.5: remove the key) for each head key
+    it does not set, so it replaces the head before it whole."""
+    return {**dict.fromkeys(HEAD_KEYS), **meta}
 
 
 def _number(head: Mapping[str, Any] | None, key: str) -> int:

@@ -26,6 +26,7 @@ from controller.core.fencing import (
     recorded_fence,
 )
 from controller.core.ledger import (
+    FORGOTTEN_KEY,
     LEDGER_FORMAT,
     LEDGER_VECTOR,
     ROW_DIGEST_KEY,
@@ -35,6 +36,7 @@ from controller.core.ledger import (
     UnreadableLedgerEntry,
     plan_write,
     read_entry,
+    replacing_head,
     row_agreement,
 )
 from controller.core.memories import (
@@ -76,8 +78,6 @@ from controller.store.session_listing import GET_BATCH, SessionRows, list_sessio
 
 log = logging.getLogger(__name__)
 
-# A ledger head with this key is a tombstone: the session was forgotten at that time (ms).
-FORGOTTEN_KEY = "forgottenAt"
 DELETE_BATCH = 500
 SCAN_PAGE = 2000  # rows per page of the sweep's scans of the whole collection
 
@@ -111,6 +111,12 @@ class _Admitted:
     row: dict[str, Any]
     records: tuple[LedgerRecord, ...]
     leftovers: tuple[str, ...]
+
+
+def is_head(record: LedgerRecord) -> bool:
+    """A session's head record (not a segment, not a cluster's authority record)."""
+    session_id = record.metadata.get("sessionId")
+    return isinstance(session_id, str) and record.record_id == summary_row_id(session_id)
 
 
 def is_tombstone(head: Mapping[str, Any] | None) -> bool:
@@ -513,8 +519,12 @@ class MemoryStore(Collections):
                     one.write.error = exc
 
     def _put_ledger(self, what: str, records: Sequence[LedgerRecord]) -> None:
-        """Upserts ledger records; their vector is a constant: nobody queries it by meaning."""
-        rows = [(r.record_id, r.document, r.metadata) for r in records]
+        """Upserts ledger records, a head replacing the one before whole; their vector is a
+        constant: nobody queries it by meaning."""
+        rows = [
+            (r.record_id, r.document, replacing_head(r.metadata) if is_head(r) else r.metadata)
+            for r in records
+        ]
         self._put("ledger", what, rows, [LEDGER_VECTOR] * len(records))
 
     def _put(

@@ -79,6 +79,9 @@ def test_a_forgotten_session_is_gone_audited_and_not_swept_back_until_it_changes
     assert [i for i, _ in records] == [summary_row_id(sid)], records
     tombstone = records[0][1]
     assert tombstone["memoryCount"] == 2 and "forgottenAt" in tombstone
+    # ... and nothing of the head it replaced (Chroma's upsert merges metadata).
+    kept = {"sessionId", "ledgerFormat", "forgottenAt", "rowsDigest", "memoryCount"}
+    assert set(tombstone) <= {*kept, "fence", "fenceAuthority"}, tombstone
     assert "Baker" not in json.dumps(tombstone)
     assert store.stored_summary(sid) is None
     said = wait_for(lambda: events(harness, sid, "Forgotten"), 30, 0.3, message="Forgotten Event")
@@ -119,6 +122,13 @@ def test_a_forgotten_session_is_gone_audited_and_not_swept_back_until_it_changes
     wait_for(lambda: summary_row(harness, summary, sid), 60, 0.5, message="the sweep's new summary")
     row = summary_row(harness, summary, sid)
     assert row is not None and "retry flag" in row[0]
+    # The new entry is a summary's, no longer the tombstone: the next pass reads it and only
+    # what is new (a head that kept forgottenAt made every later pass read all memories).
+    [head] = [m for i, m in ledger_records(harness, summary, sid) if i == summary_row_id(sid)]
+    assert "forgottenAt" not in head and head["summarizedAt"] > tombstone["forgottenAt"], head
+    load(store, [interaction(sid, 3, int(time.time() * 1000) - 4_000, "Log each retry.")])
+    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "erase", "--wait", "60")
+    assert res.returncode == 0 and "summarized 1 new of 4 memories" in res.stdout, res.stdout
 
 
 def test_forget_with_memories_deletes_them_and_needs_a_confirmation(harness: Harness) -> None:
