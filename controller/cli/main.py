@@ -27,6 +27,7 @@ from controller.cli.args import (
     tenant_arg,
     text_arg,
 )
+from controller.core.destinations import DestinationRefused
 
 
 def _add_store_args(p: argparse.ArgumentParser) -> None:
@@ -239,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except CliError as exc:
+    except (CliError, DestinationRefused) as exc:  # a refused setting says what allows it
         out(f"summaryctl: error: {exc}", err=True)
         return 2
     except KeyboardInterrupt:

@@ -1019,3 +1019,46 @@ def test_rebuild_all_with_secrets_without_a_cluster_says_so_once(tmp_path: objec
         code, out, err = run(["rebuild", "--all-with-secrets", "--summarizer", "default"])
     assert code == 2 and out == "", err
     assert err.count("no Kubernetes context") == 1, err
+
+
+ELSEWHERE = "http://elsewhere.example:8000"
+
+
+@pytest.mark.parametrize(
+    ("command", "spec"),
+    [
+        (["summaries"], f"{{store: {{url: '{ELSEWHERE}'}}}}"),
+        (["remember", "s1", "--sunset-marker"], f"{{store: {{url: '{ELSEWHERE}'}}}}"),
+        (["summarize", "s1", "--bypass-claim"], f"{{store: {{url: '{ELSEWHERE}'}}}}"),
+        (
+            ["summarize", "s1", "--bypass-claim"],
+            f"{{embedding: {{provider: openai, model: e, baseUrl: '{ELSEWHERE}/v1'}}}}",
+        ),
+        (
+            ["summarize", "s1", "--bypass-claim"],
+            f"{{model: {{backend: openai, model: m, baseUrl: '{ELSEWHERE}/v1'}}}}",
+        ),
+    ],
+)
+def test_an_endpoint_outside_the_allowed_endpoints_is_one_line_and_exit_2(
+    tmp_path: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    command: list[str],
+    spec: str,
+) -> None:
+    """The form of every other refused setting (a Secret's allow-list included), not the
+    catch-all `EndpointNotAllowed: ...` and exit 1."""
+    from controller.config import CONFIG
+
+    allowed = CONFIG.model_validate({"allowed_endpoints": f"{REFUSED}, http://chroma:8000"})
+    monkeypatch.setattr("controller.backends.CONFIG", allowed)
+    # The model and the embedding are built once the store is open: a store that opens.
+    monkeypatch.setattr("controller.cli.settings.connect", lambda location: None)
+    monkeypatch.setattr("controller.cli.settings.MemoryStore", lambda client, location: None)
+    manifest = tmp_path / "s.yaml"  # type: ignore[operator]
+    manifest.write_text(f"kind: SessionSummarizer\nmetadata: {{name: x}}\nspec: {spec}\n")
+    with no_cluster(str(tmp_path)):
+        code, out, err = run([*command, "--summarizer-file", str(manifest)])
+    assert (code, out, err.count("\n")) == (2, "", 1), err
+    assert err.startswith("summaryctl: error: ") and "EndpointNotAllowed" not in err
+    assert ELSEWHERE in err and "allowed endpoints" in err
