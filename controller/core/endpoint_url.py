@@ -35,14 +35,16 @@ _PORT = "(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[
 # address]; never user:password@.
 AUTHORITY_PATTERN = rf"(({_NAME}|{_IPV4})\.?|\[({_IPV6})\])(:{_PORT})?"
 # A path in printable ASCII whose escapes decode once (%25 would leave one to decode again:
-# core/destinations.py refuses such a path), then any printable query or fragment.
+# core/destinations.py refuses such a path). No query or fragment: the openai SDK appends its
+# paths ("chat/completions") after them, so neither its requests nor the probe would use them.
 _PATH = r'/([!"$&->@-~]|%([013-9A-Fa-f][0-9A-Fa-f]|2[0-46-9A-Fa-f]))*'
-ENDPOINT_URL_PATTERN = rf"^https?://{AUTHORITY_PATTERN}({_PATH})?([?#][!-~]*)?$"
+ENDPOINT_URL_PATTERN = rf"^https?://{AUTHORITY_PATTERN}({_PATH})?$"
 ENDPOINT_URL_MAX = 2048
 ENDPOINT_URL_MESSAGE = (
     "must be an http(s) URL: a host name, an IPv4 or [IPv6] address, an optional port "
-    "1-65535, then a path, query or fragment in printable ASCII (no %25 in the path); no "
-    "user:password@ (put the key in a Secret: apiKeySecretRef)"
+    "1-65535, then a path in printable ASCII (no %25); no query or fragment (the client "
+    "appends its paths after them) and no user:password@ (put the key in a Secret: "
+    "apiKeySecretRef)"
 )
 
 

@@ -104,7 +104,7 @@ ACCEPTED = [
     "http://localhost:11434/v1",
     "http://[::1]:8080/v1",
     "https://generativelanguage.googleapis.com/v1beta/openai/",
-    "http://vllm.models.svc:8000/v1?x=1",
+    "http://vllm.models.svc:8000/v1",
     "https://host/v1/@handle",
     "https://api.openai.com./v1",
     "http://127.0.0.1.:8000/v1",
@@ -127,6 +127,9 @@ REFUSED = [
     "http://[::1::]/v1",
     "http://10.0.0.999/v1",
     "https://api.openai.com/v1/%2525/chat",
+    "http://vllm.models.svc:8000/v1?x=1",
+    "https://model.example/openai?api-version=2024-06-01",
+    "https://model.example/v1#f",
 ]
 
 

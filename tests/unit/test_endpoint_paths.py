@@ -1,0 +1,111 @@
+"""The model probe asks the endpoint the chat client would call, whatever the baseUrl's path:
+the path the probe's GET reaches and the path of the chat client's POST (the openai SDK)
+differ only in their last segment, on a real HTTP server that records them. A baseUrl the
+SDK cannot extend (a query or a fragment: it appends its paths after them) is refused by
+the spec, with a message that says so and does not repeat the URL."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from controller.api import EmbeddingConfig, ModelSpec, SessionSummarizerSpec
+from controller.config import CONFIG
+from controller.core.endpoint_url import endpoint_url_problem
+from controller.embeddings.remote import openai_client
+from controller.probes import check_model
+
+ANSWER = {
+    "id": "x",
+    "object": "chat.completion",
+    "created": 0,
+    "model": "m",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+    ],
+    "data": [],
+}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[int, list[str]]]:
+    """A loopback HTTP server that records each request's path and answers 200."""
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append(self.path)
+            body = json.dumps(ANSWER).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield httpd.server_port, seen
+    httpd.shutdown()
+    httpd.server_close()
+
+
+paths = st.lists(
+    st.sampled_from(["", "v1", "a", ".", "..", "%41", "openai", "?q=1", "#f", "?api-version=1"]),
+    max_size=4,
+).map(lambda parts: "/" + "/".join(parts))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(path=paths, slash=st.sampled_from(["", "/"]))
+def test_the_model_probe_asks_where_the_chat_client_posts(
+    server: tuple[int, list[str]], monkeypatch: pytest.MonkeyPatch, path: str, slash: str
+) -> None:
+    port, seen = server
+    base = f"http://127.0.0.1:{port}{path}{slash}"
+    if endpoint_url_problem(base) is not None:
+        return
+    # The memories may go to this endpoint (a store without a credential: the install's list).
+    monkeypatch.setattr(
+        "controller.backends.CONFIG",
+        CONFIG.model_validate({"allowed_model_urls": f"http://127.0.0.1:{port}"}),
+    )
+    spec = SessionSummarizerSpec.model_validate(
+        {"model": {"backend": "openai", "model": "m", "baseUrl": base}}
+    )
+    seen.clear()
+    condition = check_model(spec, "agents")
+    client, headers = openai_client(base, None, 5, 0, None)
+    with client:
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x"}], extra_headers=headers
+        )
+    [probed, posted] = seen
+    assert condition.status == "True", (base, condition.message)
+    assert probed.removesuffix("models") == posted.removesuffix("chat/completions"), base
+    assert probed.endswith("/models") and posted.endswith("/chat/completions"), (base, seen)
+
+
+@given(
+    part=st.sampled_from(["?", "#"]),
+    rest=st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=20),
+)
+def test_a_base_url_with_a_query_or_a_fragment_is_refused_saying_why(part: str, rest: str) -> None:
+    url = f"https://model.example/v1{part}{rest}"
+    for model in (ModelSpec, EmbeddingConfig):
+        with pytest.raises(ValidationError) as err:
+            model.model_validate({"baseUrl": url})
+        assert "no query or fragment" in str(err.value)
+        assert rest not in str(err.value) or len(rest) < 3
