@@ -13,7 +13,8 @@ _IPV4 = rf"{_OCTET}(\.{_OCTET}){{3}}"
 _H16 = "[0-9A-Fa-f]{1,4}"
 _LS32 = f"{_H16}:{_H16}"
 # RFC 3986's IPv6address, n groups before "::" (0-7) and what is left of the 8 after it;
-# without its dotted IPv4 tails ("::ffff:10.0.0.1"), which would triple the pattern.
+# without its dotted IPv4 tails ("::ffff:10.0.0.1"), which would triple the pattern: an
+# IPv4-mapped address is written as the IPv4 address, or in hex groups ("::ffff:a00:1").
 _AFTER_GAP = (
     *(f"({_H16}:){{{n}}}{_LS32}" for n in (4, 3, 2)),
     f"{_H16}:{_LS32}",
@@ -25,15 +26,21 @@ _IPV6 = "|".join(
     [f"({_H16}:){{6}}{_LS32}", f"::({_H16}:){{5}}{_LS32}", f"({_H16})?::{_AFTER_GAP[0]}"]
     + [f"(({_H16}:){{0,{n}}}{_H16})?::{after}" for n, after in enumerate(_AFTER_GAP) if n]
 )
-# A DNS name whose last label starts with a letter (as every top-level domain does), so
-# that no name reads as a malformed IPv4 address ("1.2.3.999", which the clients refuse);
-# a label is at most 63 characters (the resolver refuses a longer one).
+# A DNS name whose last label is no number, so that no name reads as an IPv4 address
+# (a resolver reads "1.2.3.0x7f" as 1.2.3.127; "1.2.3.999" is none): it starts with a letter,
+# or with a digit (a namespace may: "svc.1team") and ends with a letter that no number
+# ends with (0x-hex ends in a-f or x). A label is at most 63 characters (the resolver refuses
+# a longer one). RE2 has no lookahead: "2024-01" or "svc.123", names to a resolver, are refused.
 _LABEL = "[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
-_NAME = rf"({_LABEL}\.)*[A-Za-z]([A-Za-z0-9_-]{{0,61}}[A-Za-z0-9_])?"
+_LAST_LABEL = (
+    "[A-Za-z]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+    "|[1-9][A-Za-z0-9_-]{0,61}[A-Za-z_]|0[A-Za-z0-9_-]{0,61}[G-WYZg-wyz_]"
+)
+_NAME = rf"({_LABEL}\.)*({_LAST_LABEL})"
 _PORT = "(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
-# host[:port]: a name or an IPv4 address (either may end in the root's "."), or an [IPv6
-# address]; never user:password@.
-AUTHORITY_PATTERN = rf"(({_NAME}|{_IPV4})\.?|\[({_IPV6})\])(:{_PORT})?"
+# host[:port]: a name (it may end in the root's "."), an IPv4 address (not: the clients send
+# "127.0.0.1." as a name, which no resolver finds), or an [IPv6 address]; never user:password@.
+AUTHORITY_PATTERN = rf"({_NAME}\.?|{_IPV4}|\[({_IPV6})\])(:{_PORT})?"
 # A path in printable ASCII whose escapes decode once (%25 would leave one to decode again:
 # core/destinations.py refuses such a path). No query or fragment: the openai SDK appends its
 # paths ("chat/completions") after them, so neither its requests nor the probe would use them.

@@ -305,6 +305,9 @@ BASE_URLS = [
     "https://api\uff03x.openai.com/v1",
     "https://bücher.example/v1",
     "https://api.openai.com/v1/%25",
+    "http://chroma.1team:8000/v1",
+    "http://1.2.3.0x7f/v1",
+    "http://127.0.0.1.:8000/v1",
 ]
 
 

@@ -24,12 +24,29 @@ bad_labels = st.one_of(
 bad_hosts = st.one_of(
     st.builds(lambda a, bad, b: f"{a}.{bad}.{b}", labels, bad_labels, labels),
     st.builds(lambda n: f"{n}.0.0.1", st.integers(256, 99999)),  # an IPv4 form out of range
+    # What a resolver reads as a number, or which httpx sends as a name no resolver takes:
+    # a last label of digits or 0x-hex (`1.2.3.0x7f` is 1.2.3.127, `127.1` is 127.0.0.1),
+    # an IPv4 address with the root's dot (`127.0.0.1.` is looked up as a name).
+    st.builds(lambda a, n: f"{a}.{n}", labels, st.integers(0, 99999).map(str)),
+    st.builds(lambda a, n: f"{a}.0x{n:x}", labels, st.integers(0, 2**32)),
+    st.builds(lambda n: f"{n}.", st.ip_addresses(v=4).map(str)),
 )
+# A Kubernetes namespace is a DNS-1123 label and may start with a digit: `svc.1team`, the
+# short form of a Service in it, is a name to httpx and every resolver (none of them reads it
+# as a number, as it does `1.2.3.0x7f` or `127.1`).
+digit_led = st.builds(
+    lambda digits, middle, end: f"{digits}{middle}{end}",
+    st.text(string.digits, min_size=1, max_size=5),
+    st.text(string.ascii_lowercase + string.digits + "-", max_size=20),
+    st.sampled_from([*"ghkmqstz_", "team", "prod", "d"]),
+).filter(lambda label: not label.startswith("0") or label[-1] not in "abcdefx")
 good_hosts = st.one_of(
     st.builds(lambda a, b: f"{a}.x{b}", labels, labels),  # a last label starts with a letter
-    st.sampled_from(["127.0.0.1", "[::1]", "localhost", "a_b.svc"]),
+    st.builds(lambda a, b: f"{a}.{b}", labels, digit_led),
+    digit_led,
+    st.sampled_from(["127.0.0.1", "[::1]", "localhost", "a_b.svc", "chroma.1team"]),
 )
-secret = "?key=s3cr3t"
+secret = "/s3cr3t"  # a path: a query alone is refused
 
 
 @given(host=bad_hosts, port=st.sampled_from(["", ":8080"]))

@@ -107,7 +107,8 @@ ACCEPTED = [
     "http://vllm.models.svc:8000/v1",
     "https://host/v1/@handle",
     "https://api.openai.com./v1",
-    "http://127.0.0.1.:8000/v1",
+    "http://chroma.1team:8000/v1",
+    "http://chroma.2024-prod:8000/v1",
 ]
 REFUSED = [
     "https://user:s3cr3t@api.openai.com/v1",
@@ -128,6 +129,10 @@ REFUSED = [
     "http://10.0.0.999/v1",
     "https://api.openai.com/v1/%2525/chat",
     "http://vllm.models.svc:8000/v1?x=1",
+    "http://127.0.0.1.:8000/v1",
+    "http://1.2.3.0x7f/v1",
+    "http://127.1/v1",
+    "http://chroma.0x/v1",
     "https://model.example/openai?api-version=2024-06-01",
     "https://model.example/v1#f",
 ]
@@ -183,9 +188,11 @@ url_text = st.text(
 )
 authorities = st.one_of(
     url_text,
-    st.lists(st.sampled_from(["a", "b1", "1", "x-y", "_s", "-", ""]), min_size=1, max_size=4).map(
-        ".".join
-    ),
+    st.lists(
+        st.sampled_from(["a", "b1", "1", "x-y", "_s", "-", "", "1t", "0x1f", "0g", "9-a"]),
+        min_size=1,
+        max_size=4,
+    ).map(".".join),
     st.lists(st.sampled_from(["0", "1", "01", "255", "256", "999"]), min_size=3, max_size=5).map(
         ".".join
     ),
