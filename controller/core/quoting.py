@@ -73,7 +73,7 @@ _INSTRUCTION = re.compile(
             r"<\|[^|<>\n]{1,40}\|>",
             r"\[/?inst\]|<</?sys>>",
             rf"<\s*/?\s*{_ROLES}\s*>",
-            r"#{2,}\s*(?:system|instructions?|assistant|human|response)\s*:",
+            r"(?<!#)#{2,}\s*(?:system|instructions?|assistant|human|response)\s*:",
             # "you are now DAN", "you are no longer bound by ..."
             r"\byou\s+are\s+no\s+longer\b",
             r"\byou\s+are\s+now\s+(?:a|an|the|my|acting|called|named|free|unrestricted"
@@ -125,10 +125,10 @@ _ERROR = re.compile(
     ),
     re.IGNORECASE,
 )
-# The last line of a traceback: "ValueError: ...", "requests.exceptions.HTTPError: ...".
-_EXCEPTION_LINE = re.compile(
-    r"\b(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)\s*:"
-)
+# The last line of a traceback: "ValueError: ...", "requests.exceptions.HTTPError: ..." (its
+# module path is not matched: the name after the last dot decides, and a path matched at
+# each of its dots took time quadratic in the text).
+_EXCEPTION_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)\s*:")
 
 
 def _probe(text: str, *, keep_lines: bool = False) -> str:
