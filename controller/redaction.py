@@ -32,7 +32,7 @@ from detect_secrets.plugins.private_key import PrivateKeyDetector
 from controller.core.memories import Memory
 from controller.core.quoting import TYPOGRAPHIC_QUOTES, fit
 from controller.core.summary import TITLE_MAX, PriorSummary, StructuredSummary, SummaryItem
-from controller.core.text import PLACEHOLDER, WORD_CLASS, Linear, re2_pattern
+from controller.core.text import PLACEHOLDER, SPACE_CLASS, WORD_CLASS, Linear, re2_pattern
 
 # Unquoted `NAME=value` counts when the value is at least this long and this random (bits
 # per character): words ("password: is wrong") do not, keys do.
@@ -111,10 +111,6 @@ class Rule:
     linear: Linear | None = field(default=None, repr=False, compare=False)
 
 
-# Python's \s as RE2 spells it (RE2's own \s is ASCII); Python's \w: WORD_CLASS.
-SPACE_CLASS = r"\t\n\x0b\f\r\x1c-\x20\x85\xa0\x{1680}\x{2000}-\x{200a}" + (
-    r"\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}"
-)
 _I = "[iİı]"
 _QUOTE_BACKREF = re.compile(r"\((\[\\'\"`\]\??|\")\)\((?P<secret>.*?)\)\(\\\d\)")
 

@@ -63,7 +63,7 @@ def json_value(text: str | bytes, **options: Any) -> Any:
 
 
 def _python_class(escape: str) -> str:
-    """The characters Python's re takes `escape` (\\w, \\d) to mean, as the inside of an RE2
+    """The characters Python's re takes `escape` (\\w, \\d, \\s) to mean, as the inside of an RE2
     character class (RE2's own are ASCII, its \\pL a newer Unicode's). None is past U+323AF
     (tests/unit/test_redaction_linear.py checks every code point)."""
     chars = "".join(map(chr, range(0xD800))) + "".join(map(chr, range(0xE000, 0x323B0)))
@@ -74,7 +74,7 @@ def _python_class(escape: str) -> str:
     return "".join(ranges)
 
 
-WORD_CLASS, DIGIT_CLASS = _python_class(r"\w"), _python_class(r"\d")
+WORD_CLASS, DIGIT_CLASS, SPACE_CLASS = map(_python_class, (r"\w", r"\d", r"\s"))
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -122,3 +122,11 @@ class Linear:
             start, end = match.span(next(g for g in self.groups if match.start(g) >= 0))
             if not (self.word_ends and _WORD.match(text, end)):
                 yield start, end
+
+    def sub(self, replacement: str, text: str) -> str:
+        """re.sub of the pattern: each match replaced."""
+        parts, at = [], 0
+        for start, end in self.spans(text):
+            parts += [text[at:start], replacement]
+            at = end
+        return "".join(parts) + text[at:]

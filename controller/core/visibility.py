@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, get_args
 
 from controller.core.memories import optional_text, tool_call_count, tool_names
-from controller.core.text import json_value
+from controller.core.text import SPACE_CLASS, Linear, json_value
 
 MemorySharing = Literal["team", "legacy", "private"]
 TrustTier = Literal[  # highest to lowest trust (neo's TRUST_TIER_ORDER)
@@ -59,7 +58,8 @@ NEO_IDENTITY_TRUST_TIERS: MappingProxyType[str, TrustTier] = MappingProxyType(
     }
 )
 
-_WRAPPER = re.compile(r"\s*\(.*?\)\s*")
+# On RE2: Python's re took time quadratic in a name of many "(" or spaces.
+_WRAPPER = Linear(rf"[{SPACE_CLASS}]*\(.*?\)[{SPACE_CLASS}]*")
 
 
 def normalize_user_id(value: str) -> str:

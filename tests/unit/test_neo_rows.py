@@ -275,6 +275,28 @@ def test_agent_names_compare_as_neo_compares_them(name: str, canonical: str) -> 
     assert canonical_agent(name) == canonical
 
 
+# The wrapper pattern as Python's re ran it, in time quadratic in a name of "(" or spaces.
+BACKTRACKING_WRAPPER = r"\s*\(.*?\)\s*"
+NAME_PIECES = ["(", ")", "((", " ", "  ", "\t", "\n", "\u3000", "\x1c", "a", "VS Code", "-",
+               "@", "\ud800", "é", ") ("]  # fmt: skip
+
+
+@settings(max_examples=5000, deadline=None)
+@given(st.lists(st.sampled_from(NAME_PIECES), max_size=14).map("".join))
+def test_an_agent_name_loses_the_wrappers_python_s_re_took_out(name: str) -> None:
+    expected = re.sub(BACKTRACKING_WRAPPER, "", name.strip()).lower()
+    assert canonical_agent(name) == expected.removeprefix("@"), name
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("unit", ["(", " ", "( ", "(a", " \t"])
+def test_any_long_agent_name_compares_in_time_linear_in_it(unit: str) -> None:
+    """A memory's agent names who wrote it, in any length: before, 16 KB of "(" took 4 s,
+    and the pass compares every memory's (union_agents)."""
+    name = "a" + unit * (262_144 // len(unit)) + "b"
+    assert union_agents([], [name]) == [name]
+
+
 def test_one_agent_under_several_spellings_is_one_participant() -> None:
     assert union_agents(["claude-code"], ["@claude-code", "Claude-Code (VS Code)", "codex"]) == [
         "claude-code",
