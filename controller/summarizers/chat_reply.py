@@ -21,8 +21,10 @@ from controller.core.summary import HISTORY_SECTIONS, LegacySummary, StructuredS
 from controller.core.text import cut, json_value
 from controller.summarizers import chat_prompt as prompt
 
-# A code fence around the reply's JSON, which some models add whatever they are asked.
-FENCE = re.compile(r"^\s*```(?:json)?\s*|\s*```\s*$", re.IGNORECASE)
+# A code fence around the reply's JSON, which some models add whatever they are asked. The
+# spaces before the closing one are taken from their first (`\s*` tried at each of them took
+# time quadratic in a long run).
+FENCE = re.compile(r"^\s*```(?:json)?\s*|(?:(?<!\s)\s+)?```\s*$", re.IGNORECASE)
 
 # -- the reply --------------------------------------------------------------------------------
 

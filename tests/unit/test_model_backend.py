@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -206,6 +207,29 @@ def test_json_in_a_code_fence_is_accepted(server: OpenAIServer) -> None:
     assert isinstance(result, PassResult)
     assert result.summary.title == "Exporter retries"
     assert len(chat_bodies(server)) == 1
+
+
+# The fence pattern as Python's re ran it, in time quadratic in a run of spaces in the reply.
+BACKTRACKING_FENCE = re.compile(r"^\s*```(?:json)?\s*|\s*```\s*$", re.IGNORECASE)
+REPLY_PIECES = ["```", "```json", "```JSON", "`", " ", "  ", "\n", "\t", "\u3000", "{", "}",
+                '"a"', ":", "json", "x"]  # fmt: skip
+
+
+@settings(max_examples=5000, deadline=None)
+@given(st.lists(st.sampled_from(REPLY_PIECES), max_size=14).map("".join))
+def test_a_reply_loses_the_fences_python_s_re_took_out(content: str) -> None:
+    for text in (content, content.strip()):
+        assert chat_reply.FENCE.sub("", text) == BACKTRACKING_FENCE.sub("", text), text
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("spaces", [" ", "\n", " \t"])
+def test_a_reply_with_a_long_run_of_spaces_is_read_in_time_linear_in_it(spaces: str) -> None:
+    """A model's answer is bounded in bytes only (16 MiB): before, 16 KB of spaces inside
+    it took 2 s to unfence, and a megabyte hours."""
+    content = "{" + spaces * (262_144 // len(spaces)) + "x}"
+    with pytest.raises(chat_reply.BadReply, match="not valid JSON"):
+        chat_reply.parse_update(content)
 
 
 def test_invalid_json_on_every_attempt_fails_the_pass_as_invalid_output(
