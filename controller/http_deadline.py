@@ -1,19 +1,36 @@
 """Each HTTP answer read within the timeout of its request, in all, and up to a size. httpx's
 timeout (and httpx2's, the openai SDK's) bounds each read alone, so a server sending its
 answer a byte at a time would hold a pass and its session claim for as long as it kept
-sending; and it reads an answer whole, so a server flooding it would fill the memory."""
+sending; and it reads an answer whole, so a server flooding it would fill the memory. An
+answer compressed though asked plain is inflated here, a piece at a time, and the bound
+counts what it inflates to: 16 MiB of gzip is 16 GiB of text."""
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+import zlib
+from collections.abc import Callable, Iterable, Iterator
 from types import ModuleType
 from typing import Any
 
 
 class AnswerTooLarge(Exception):
     """An answer longer than its client reads (deadline_hooks' max_bytes)."""
+
+
+# The codings the HTTP clients decode, as zlib reads them.
+_WBITS = {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
+
+
+def _inflated(chunks: Iterable[bytes], wbits: int) -> Iterator[bytes]:
+    inflate = zlib.decompressobj(wbits)
+    for chunk in chunks:
+        piece = inflate.decompress(chunk, 2**16)
+        while piece:
+            yield piece
+            piece = inflate.decompress(inflate.unconsumed_tail, 2**16)
+    yield inflate.flush()
 
 
 def deadline_hooks(
@@ -24,18 +41,33 @@ def deadline_hooks(
     once more than max_bytes of it have come."""
 
     class Deadline(http.SyncByteStream):  # type: ignore[name-defined]
-        def __init__(self, stream: Any, deadline: float, request: Any) -> None:
-            self._stream, self._deadline, self._request = stream, deadline, request
+        def __init__(self, stream: Any, deadline: float, response: Any) -> None:
+            self._stream, self._deadline, self._request = stream, deadline, response.request
+            # What httpx would inflate whole, inflated here (the header gone, it does not).
+            codings = response.headers.get_list("content-encoding", split_commas=True)
+            self._codings = [c.strip().lower() for c in codings if max_bytes < math.inf]
+            self._codings = [c for c in self._codings if c in _WBITS]
+            if self._codings:
+                del response.headers["content-encoding"]
 
         def __iter__(self) -> Iterator[bytes]:
             read = 0
-            for chunk in self._stream:
+            for chunk in self._inflated():
                 if time.monotonic() > self._deadline:
                     raise http.ReadTimeout("answer not whole in time", request=self._request)
                 read += len(chunk)
                 if read > max_bytes:
                     raise AnswerTooLarge(f"answer larger than {max_bytes / 2**20:g} MiB")
                 yield chunk
+
+        def _inflated(self) -> Iterator[bytes]:
+            chunks: Iterable[bytes] = self._stream
+            for coding in reversed(self._codings):  # in the order they were applied
+                chunks = _inflated(chunks, _WBITS[coding])
+            try:
+                yield from chunks
+            except zlib.error as exc:
+                raise http.DecodingError(str(exc), request=self._request) from None
 
         def close(self) -> None:
             self._stream.close()
@@ -46,6 +78,6 @@ def deadline_hooks(
     def bound(response: Any) -> None:
         deadline = response.request.extensions.get("deadline")
         if deadline is not None and isinstance(response.stream, http.SyncByteStream):
-            response.stream = Deadline(response.stream, deadline, response.request)
+            response.stream = Deadline(response.stream, deadline, response)
 
     return {"request": [start], "response": [bound]}

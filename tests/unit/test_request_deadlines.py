@@ -7,10 +7,13 @@ model's health probe is bound alike: it ends as ModelReady False, never holds th
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from unittest import mock
 
 import pytest
@@ -23,6 +26,7 @@ from controller.core.destinations import parse_prefixes
 from controller.embeddings import remote
 from controller.embeddings.minilm import EmbeddingError
 from controller.embeddings.remote import OpenAICompatibleEmbedding
+from controller.pipeline import PassResult
 from controller.probes import check_model
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable
@@ -125,6 +129,77 @@ def embed_flooded(server: OpenAIServer, padding: int | None, timeout: float = TI
 
 
 FLOODED = [(chat_flooded, ModelUnavailable), (embed_flooded, EmbeddingError)]
+
+
+@dataclass
+class GzipServer:
+    """A model endpoint answering every request with `answer`, gzipped whatever it was asked
+    (the model client asks Accept-Encoding: identity); `heads`: each request's head."""
+
+    url: str
+    answer: bytes = b""
+    heads: list[bytes] = field(default_factory=list)
+
+
+@pytest.fixture
+def gzip_server() -> Iterator[GzipServer]:
+    listener = socket.create_server(("127.0.0.1", 0))
+    server = GzipServer(f"http://127.0.0.1:{listener.getsockname()[1]}/v1")
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            server.heads.append(conn.recv(65536))
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            head += b"Content-Encoding: gzip\r\nConnection: close\r\n"
+            head += b"Content-Length: %d\r\n\r\n" % len(server.answer)
+            conn.sendall(head + server.answer)
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield server
+    listener.close()
+
+
+def gzipped_chat_answer(padding: int) -> bytes:
+    """A chat completion with a valid reply and `padding` spaces after it, gzipped: 64 MiB of
+    it is 64 KiB on the wire."""
+    choice = {"index": 0, "message": {"role": "assistant", "content": json.dumps(valid_reply())}}
+    answer = json.dumps({"object": "chat.completion", "choices": [choice]}).encode()
+    packer = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    packed = [packer.compress(answer)]
+    packed += [packer.compress(b" " * 2**20) for _ in range(padding // 2**20)]
+    return b"".join([*packed, packer.flush()])
+
+
+def chat_with(server: GzipServer) -> PassResult:
+    config = ChatModelConfig(base_url=server.url, model="m", max_retries=0)
+    result = Passes(ChatModelSummarizer(config))(SID, memories("Add retries."), None)
+    assert isinstance(result, PassResult), result
+    return result
+
+
+def test_a_gzip_bomb_fails_at_the_size_bound_of_what_it_inflates_to(
+    gzip_server: GzipServer,
+) -> None:
+    """The model client bounded the bytes that came (16 MiB): a server compressing though
+    asked not to sent 64 KiB that inflated to 64 MiB, read whole (and 16 MiB to 16 GiB)."""
+    gzip_server.answer = gzipped_chat_answer(64 * 2**20)
+    assert len(gzip_server.answer) < 2**20
+    with pytest.raises(ModelUnavailable, match="answer larger than 16 MiB"):
+        chat_with(gzip_server)
+    assert b"accept-encoding: identity" in gzip_server.heads[0].lower()
+
+
+def test_a_compressed_answer_within_the_bound_is_read_as_before(gzip_server: GzipServer) -> None:
+    gzip_server.answer = gzipped_chat_answer(2**20)
+    assert chat_with(gzip_server).summary.title == valid_reply()["title"]
 
 
 @pytest.mark.parametrize("padding", [64 * 2**20, None], ids=["64MiB", "endless"])
