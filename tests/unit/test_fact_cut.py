@@ -4,6 +4,9 @@ facts (controller/core/facts.py). Pure, generated inputs."""
 
 from __future__ import annotations
 
+import re
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -123,3 +126,34 @@ def test_counts_in_words_are_facts_but_one_is_not() -> None:
     assert len(fact_tokens("I've tried four different ones so far")) == 1
     assert len(fact_tokens("we went there twice, with a dozen friends")) == 2
     assert len(fact_tokens("the one I liked")) == 0
+
+
+# The facts pattern as Python's re ran it alone, in time quadratic in a run of letters, dots
+# or dashes without a slash after it (16 KB of `a` took 8 s).
+BACKTRACKING_FACT = re.compile(
+    r"(?P<number>[$€£]?\d[\d,.:/%-]*\w*)"
+    r"|(?P<count>\b(?i:two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty"
+    r"|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|thousand|million|dozen|twice"
+    r"|thrice|half)\b)"
+    r"|(?P<path>[\w.~-]*[/\\][\w./\\-]+|\b\w+\.(?:py|ts|js|go|rs|md|json|ya?ml|toml|sh)\b)"
+    r"|(?P<ident>\b[A-Za-z]+_[\w]+\b|\b[a-z]+[A-Z]\w*\b|--[a-z][\w-]+|`[^`]+`)"
+    r"|(?P<name>(?<=[\w,;:)] )[A-Z][\w'&.-]*(?: [A-Z][\w'&.-]*)*)"
+)
+FACT_PIECES = ["a", "A", "1", "2.", "_", ".", "-", "~", "/", "\\", " ", ", ", "two", "Two",
+               "am", "x.py", "é", "`", "--a", "$", "%", ":", ")", "I", "fooBar", "a_b",
+               "10am-noon/x", "a/b~c/d", "\n", "\"Title\""]  # fmt: skip
+
+
+@settings(max_examples=5000, deadline=None)
+@given(st.lists(st.sampled_from(FACT_PIECES), max_size=16).map("".join))
+def test_the_facts_are_those_the_backtracking_pattern_found(text: str) -> None:
+    old = [m.group().lower() for m in BACKTRACKING_FACT.finditer(text) if m.group() != "I"]
+    assert fact_tokens(text)[: len(old)] == old, text
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("unit", ["a", "-a", "a.", "_", "1a.", "two-", "~", "a/~"])
+def test_the_facts_of_any_long_text_are_found_in_time_linear_in_it(unit: str) -> None:
+    """Before, 16 KB of `a` took 8 s and 256 KB half an hour (the summarizer's callers cut
+    what they ask about first; document lines and clauses are short)."""
+    assert len(fact_tokens(unit * (262_144 // len(unit)))) <= 262_144
