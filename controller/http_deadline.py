@@ -11,7 +11,7 @@ import math
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 from typing import Any
 
 
@@ -20,7 +20,7 @@ class AnswerTooLarge(Exception):
 
 
 # The codings the HTTP clients decode, as zlib reads them.
-_WBITS = {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
+_WBITS = MappingProxyType({"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS})
 
 
 def _inflated(chunks: Iterable[bytes], wbits: int) -> Iterator[bytes]:
