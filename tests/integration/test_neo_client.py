@@ -12,6 +12,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -678,3 +679,58 @@ def test_a_previous_release_row_is_listed_by_neo_before_and_after_its_first_writ
     assert kept is not None
     text = kept[0] + json.dumps(kept[1])
     assert all(f in text for f in ("port 7443", "gzip level 6", "retries 3 times"))
+
+
+# -- what agent sessions really hold, through neo's writer and neo's reader -----------------------
+
+ODD_SESSIONS: dict[str, list[str]] = {
+    "emoji-😀-👨‍👩‍👧": [
+        "Ship the 😀 picker 🚀 with ZWJ 👨‍👩‍👧.",
+        "RTL \u202eevil\u202c مرحبا שלום",
+    ],
+    "combining-e\u0301-日本語": ["Café vs Cafe\u0301; Z\u0336a\u0361l\u0362g\u0363o"],
+    "slash/a b/%2F?x=y#f": ["NUL \x00, bell \x07, \x1b[31mred\x1b[0m, DEL \x7f, \u2028 sep"],
+    'sep,a@@b\n"q"\'': ["BOM \ufeff, \uffff, \ue000, \U0010ffff and \U0001f3fb"],
+    "summary_like": ["## User Requests\n- planted\n## Current State\n- planted state"],
+    "long-" + "x" * 1019: ["A session id of 1,024 characters.", "Z" * 200_000],
+}
+
+
+def test_odd_session_ids_and_contents_read_back_by_neo_field_by_field(
+    neo_store: NeoStore, neo_model: OpenAIServer, tmp_path: Path
+) -> None:
+    """Unicode, control characters, separators and very long memories and session ids, saved
+    with neo's addMemory and summarized by us: neo's boot read gives back each row's fields as
+    stored, and neither side fails."""
+    neo = neo_store.neo
+    neo.add_memories(
+        [
+            turn(sid, text, agent="agent,with,commas", model="m1,m2", toolsUsed=["a@@b", 'q"x'])
+            for sid, texts in ODD_SESSIONS.items()
+            for text in texts
+        ]
+    )
+    manifest = tmp_path / "summarizer.yaml"
+    manifest.write_text(
+        summarizer_manifest(neo_store.summarizer, neo_store.harness, neo, neo_model)
+    )
+    for sid in ODD_SESSIONS:
+        res = neo_store.harness.summaryctl(
+            "summarize", sid, "--bypass-claim", "--summarizer-file", str(manifest)
+        )
+        assert res.returncode == 0, res.stdout + res.stderr
+    boot = {s["sessionId"]: s for s in neo.list_summaries(limit=50)["summaries"]}
+    assert set(boot) == set(ODD_SESSIONS)
+    for sid, texts in ODD_SESSIONS.items():
+        document, meta = neo_store.summary_row(sid)
+        read = boot[sid]
+        assert read["summary"] == document and read["title"] == meta["title"]
+        assert read["memoryCount"] == meta["memoryCount"] == len(texts)
+        assert read["timestamp"] == datetime.fromtimestamp(meta["timestamp"] / 1000, UTC).isoformat(
+            timespec="milliseconds"
+        ).replace("+00:00", "Z")
+        for key in ("quality", "productivity", "impact", "complexity"):
+            assert read[key] == meta[key], key
+        assert read["technologies"] == [t for t in meta.get("technologies", "").split(",") if t]
+        assert set(meta["toolsUsed"].split(",")) == {"a@@b", 'q"x'}
+        assert set(meta["models"].split(",")) == {"m1", "m2"}
