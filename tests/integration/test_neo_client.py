@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from controller.core.naming import summary_row_id
@@ -719,18 +719,77 @@ def test_odd_session_ids_and_contents_read_back_by_neo_field_by_field(
             "summarize", sid, "--bypass-claim", "--summarizer-file", str(manifest)
         )
         assert res.returncode == 0, res.stdout + res.stderr
-    boot = {s["sessionId"]: s for s in neo.list_summaries(limit=50)["summaries"]}
-    assert set(boot) == set(ODD_SESSIONS)
-    for sid, texts in ODD_SESSIONS.items():
-        document, meta = neo_store.summary_row(sid)
+    assert_read_back_by_neo(neo_store, {sid: len(texts) for sid, texts in ODD_SESSIONS.items()})
+    for sid in ODD_SESSIONS:
+        _, meta = neo_store.summary_row(sid)
+        assert set(meta["toolsUsed"].split(",")) == {"a@@b", 'q"x'}
+        assert set(meta["models"].split(",")) == {"m1", "m2"}
+
+
+def assert_read_back_by_neo(target: NeoStore, counts: dict[str, int]) -> None:
+    """neo's boot read lists every session's row with the fields as we stored them."""
+    boot = {s["sessionId"]: s for s in target.neo.list_summaries(limit=100)["summaries"]}
+    assert set(boot) == set(counts)
+    for sid, count in counts.items():
+        document, meta = target.summary_row(sid)
         read = boot[sid]
-        assert read["summary"] == document and read["title"] == meta["title"]
-        assert read["memoryCount"] == meta["memoryCount"] == len(texts)
+        assert read["summary"] == document and read["title"] == meta["title"], sid
+        assert read["memoryCount"] == meta["memoryCount"] == count, sid
         assert read["timestamp"] == datetime.fromtimestamp(meta["timestamp"] / 1000, UTC).isoformat(
             timespec="milliseconds"
         ).replace("+00:00", "Z")
         for key in ("quality", "productivity", "impact", "complexity"):
-            assert read[key] == meta[key], key
+            assert read[key] == meta[key], (sid, key)
         assert read["technologies"] == [t for t in meta.get("technologies", "").split(",") if t]
-        assert set(meta["toolsUsed"].split(",")) == {"a@@b", 'q"x'}
-        assert set(meta["models"].split(",")) == {"m1", "m2"}
+
+
+# Any text but lone surrogates (the test's embedding server cannot encode them; neo's fetch
+# sends them as U+FFFD); session ids also without NUL, which no command line can carry.
+ANY_TEXT = st.characters(blacklist_categories=("Cs",))
+ANY_ID = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
+ODD_SESSION = st.tuples(
+    st.text(ANY_ID, min_size=1, max_size=60).filter(str.strip),
+    st.lists(
+        st.text(ANY_TEXT, min_size=3, max_size=400).filter(lambda t: len(t.strip()) >= 3),
+        min_size=1,
+        max_size=3,
+    ),
+    st.text(ANY_TEXT, min_size=1, max_size=30),
+    st.lists(st.text(ANY_TEXT, min_size=1, max_size=30), max_size=4),
+)
+
+
+@given(sessions=st.lists(ODD_SESSION, min_size=30, max_size=30, unique_by=lambda s: s[0]))
+@settings(
+    max_examples=2,
+    deadline=None,
+    database=None,
+    phases=[Phase.generate],
+    suppress_health_check=[HealthCheck.function_scoped_fixture],  # fresh collections per example
+)
+def test_any_text_neo_saves_is_summarized_and_read_back_by_neo_as_stored(
+    neo_store: NeoStore,
+    neo_model: OpenAIServer,
+    tmp_path: Path,
+    sessions: list[tuple[str, list[str], str, list[str]]],
+) -> None:
+    neo = neo_store.neo
+    neo.summary_collection = f"neo-sessions-{uuid.uuid4().hex[:8]}"
+    neo.memory_collection = f"neo-memory-{uuid.uuid4().hex[:8]}"
+    neo.add_memories(
+        [
+            {**turn(sid, text, agent=agent, toolsUsed=tools), "thought": text[::-1]}
+            for sid, texts, agent, tools in sessions
+            for text in texts
+        ]
+    )
+    manifest = tmp_path / f"{neo.summary_collection}.yaml"
+    manifest.write_text(
+        summarizer_manifest(neo_store.summarizer, neo_store.harness, neo, neo_model)
+    )
+    ids = [sid for sid, *_ in sessions]
+    res = neo_store.harness.summaryctl(
+        "summarize", *ids, "--bypass-claim", "--summarizer-file", str(manifest)
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert_read_back_by_neo(neo_store, {sid: len(texts) for sid, texts, *_ in sessions})
