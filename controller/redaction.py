@@ -46,7 +46,7 @@ _KEYWORD = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
-MASKING_VERSION = 9
+MASKING_VERSION = 10
 # The text as a summary shows it, each character for one: every space, control and zero-width
 # character but a newline a space (`Authorization:\xa0Bearer x` is read as it will print),
 # typographic quotes plain (`password = ’x’` is stored as `password = 'x'`).
@@ -60,9 +60,11 @@ _AS_SHOWN = types.MappingProxyType(str.maketrans(
 # value on the next line), a YAML block's indicator (`token: |`), the line break after
 # `NAME:` when the next line is a value alone (not `key: x` or `key:`: a mapping), and the
 # `value` key of a name/value pair (a container's env: `- name: API_TOKEN` then `value: x`,
-# `{"name": "API_TOKEN", "value": "x"}`), only `gap` when it is found.
+# `{"name": "API_TOKEN", "value": "x"}`), only `gap` when it is found. A JSON string's
+# escaped line break or tab (`\n`, `\r`, `\t`) is read as the line break it stands for.
 _SKIPPED = re.compile(
     r"""(?<!\\)\\++(?=["'])|\\\n[ \t]*|(?<=:)[ \t]*[|>][1-9+-]{0,2}[ \t]*\n[ \t]*"""
+    r"|(?P<escaped>\\[nrt])"
     r"|(?<=:)[ \t]*\n[ \t]+(?=[^\s#:-])(?![^\n]*:(?:[ \t]|$))"
     r"""|\bname["']?[ \t]*:[ \t]*["']?[\w.-]+["']?(?P<gap>[ \t]*,?\s*["']?value["']?)(?=[ \t]*:)""",
     re.MULTILINE,
@@ -75,8 +77,8 @@ def _as_read(text: str) -> tuple[str, list[int]]:
     parts, at, last = list[str](), list[int](), 0
     for skipped in _SKIPPED.finditer(text):
         start, end = skipped.span("gap") if skipped["gap"] else skipped.span()
-        parts.append(text[last:start])
-        at.extend(range(last, start))
+        parts.append(text[last:start] + ("\n" if skipped["escaped"] else ""))
+        at.extend(range(last, start + bool(skipped["escaped"])))
         last = end
     if not parts:
         return text, []

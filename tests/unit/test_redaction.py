@@ -445,15 +445,17 @@ def test_a_credential_in_typographic_quotes_is_masked_as_in_plain_ones(
     seed=st.integers(0, 20),
     depth=st.integers(1, 3),
     quote=st.sampled_from(['"', "'"]),
+    line=st.sampled_from(["", "[auth]\n", "ran:\r\n", "a\tb\t", "x\n\n"]),
 )
 @settings(max_examples=400, deadline=None)
 def test_a_credential_in_json_text_is_masked_at_any_depth(
-    shape: Shape, kind: str, seed: int, depth: int, quote: str
+    shape: Shape, kind: str, seed: int, depth: int, quote: str, line: str
 ) -> None:
     """Agents' memories carry commands as JSON (a tool call's arguments, a logged request):
-    `{"cmd": "curl -H \\"X-Api-Key: \\"x\\"\\""}`. A value quoted there is masked whole."""
+    `{"cmd": "curl -H \\"X-Api-Key: \\"x\\"\\""}`. A value quoted there is masked whole; a
+    line break or tab JSON escapes (`"[auth]\\ntoken = x"`) ends a line as it does."""
     for secret, plain in (shape[:2], generated(seed)[kind]):
-        text = plain.replace('"', quote)
+        text = line + plain.replace('"', quote)
         for _ in range(depth):
             text = json.dumps({"cmd": text})
         masked = DEFAULT_REDACTION.text(text)
