@@ -88,6 +88,8 @@ def _as_read(text: str) -> tuple[str, list[int]]:
 # Words in one case or capitalised, a number after each, joined by `_`, `-`, `.`, `+` or `/`
 # (a setting, a name, a path: `MAX_TOKENS`, `ctrl+k`, `/run/secrets/token`, `reports/q3.csv`).
 _PLAIN_WORD = re.compile(r"/?(?:[A-Z]?[a-z]+|[A-Z]+)\d*(?:[_.+/-](?:[A-Z]?[a-z]+|[A-Z]+)\d*)*")
+# A file's path (`uploads/2024/01/a8f3e2b1.png`, an object's key): a name, not a credential.
+_FILE_PATH = re.compile(r"[~.]?/?(?:[\w.-]+/)+[\w.-]*\.[A-Za-z][A-Za-z0-9]{0,4}")
 # Where a query string's next parameter begins (`?api_key=x&page=2`): the value ends there.
 _NEXT_PARAMETER = re.compile(r"&(?=[\w.-]+=)")
 # A quoted random-looking string that names its hash (`"sha512-..."`, SRI): a content hash.
@@ -219,9 +221,9 @@ CONTEXT_RULES = tuple(
 # A key in any case that names a credential (`"access_token": "x"`, `?token=x&`, `apiKey: x`,
 # `client.auth = x`), where detect-secrets' keywords name none or take no value that begins
 # with a symbol (`password=%40x`, `secret: @x`): a word of its own or after
-# `_`, `-`, `.` or a camelCase boundary (`monkey` has none; `key` alone only in a query string,
-# `"Key": "reports/q3.csv"` is a name), its value masked when it is random and no words
-# (`token: configurable`, `hotKey: ctrl+k`).
+# `_`, `-`, `.` or a camelCase boundary (`monkey` has none), its value masked when it is
+# random and no words, name or path (`token: configurable`, `hotKey: ctrl+k`,
+# `"Key": "reports/q3.csv"`).
 _CAMEL = r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"  # apiKey, getAToken
 CONTEXT_RULES += (
     # A cookie header's value: Cookie's every pair, Set-Cookie's one (its attributes stay).
@@ -230,9 +232,8 @@ CONTEXT_RULES += (
         r"((?(1)[^\s=;\"'`]+=[^;\s\"'`]+|[^\n\"'`]+))"
     ), 3, 0.0, False),
     Rule("credential-variable", re.compile(
-        rf"(?:(?:(?<![A-Za-z0-9])|{_CAMEL})(?i:token|passphrase|auth|credentials?|sig|pat|cookie"
-        r"|passw(?:or)?d|pwd|secret)"
-        rf"|(?:(?<=[?&])|(?<=[A-Za-z0-9][_.-])|{_CAMEL})(?i:key))(?![A-Za-z0-9])"
+        rf"(?:(?<![A-Za-z0-9])|{_CAMEL})(?i:token|passphrase|auth|credentials?|sig|pat|cookie"
+        r"|passw(?:or)?d|pwd|secret|key)(?![A-Za-z0-9])"
         + _ASSIGN + _VALUE % ""
     ), 2, UNQUOTED_MIN_ENTROPY, False, plain_words=False),
 )  # fmt: skip
@@ -318,7 +319,9 @@ class Redaction:
                     continue
                 if rule.pattern is not _URL_PASSWORD and _a_url_password(text, start):
                     continue
-                if not rule.plain_words and _PLAIN_WORD.fullmatch(value):
+                if not rule.plain_words and (
+                    _PLAIN_WORD.fullmatch(value) or _FILE_PATH.fullmatch(value)
+                ):
                     continue
                 if rule.kind == _PRIVATE_KEY:
                     if text.startswith("-----END", start):  # a key's tail alone: from its

@@ -168,12 +168,13 @@ def key_shapes(draw: st.DrawFn) -> Shape:
     """A key in any case and spelling that names a credential, in JSON, YAML, a query string,
     an env line or code: `"access_token": "x"`, `?token=x&`, `apiKey: x`, `client.Secret`."""
     secret = draw(RANDOM_SECRET)
-    place = draw(st.sampled_from(["json", "yaml", "quoted", "query", "env", "ruby", "go"]))
+    place = draw(
+        st.sampled_from(["json", "toml", "ini", "yaml", "quoted", "query", "env", "ruby", "go"])
+    )
     word = draw(
         st.sampled_from(["token", "passphrase", "auth", "credentials", "sig", "pat", "key"])
     )
-    fewest = 1 if word == "key" and place != "query" else 0  # `key` alone: a query's only
-    words = [*draw(st.lists(_WORD, min_size=fewest, max_size=2)), word]
+    words = [*draw(st.lists(_WORD, max_size=2)), word]
     join = draw(st.sampled_from(["_", ""] if place == "go" else ["_", "-", ".", ""]))
     if join:
         name = join.join(_cased(w, draw(st.integers(0, 2))) for w in words)
@@ -181,6 +182,8 @@ def key_shapes(draw: st.DrawFn) -> Shape:
         name = _cased(words[0], draw(st.sampled_from([0, 2]))) + "".join(map(str.title, words[1:]))
     spaced = {
         "json": f'{{"{name}": "{secret}", "expires_in": 3600}}',
+        "toml": f'[auth]\n{name} = "{secret}"',
+        "ini": f"[auth]\n{name} = {secret}\nregion = eu",
         "yaml": f"  {name}: {secret}\n  region: eu-west-1",
         "quoted": f"{name}: '{secret}'",
         "query": f"GET /items?{name}={secret}&page=2 gave 200",

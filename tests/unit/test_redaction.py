@@ -365,7 +365,8 @@ def test_a_credential_in_a_name_value_pair_is_masked(secret: str, name: str, sha
 # Ordinary uses of the words that name credentials: counts, settings, names, prose.
 _VALUES = ["configurable", "authentication", "Punctuation", "rotate", "Enter", "include", "none",
            "MAX_TOKENS", "created_at", "orders.created", "ctrl+shift+k", "len", "4096", "true",
-           "reports/q3.csv", "/run/secrets/kubernetes.io/token", "the next step"]  # fmt: skip
+           "reports/q3.csv", "/run/secrets/kubernetes.io/token", "the next step",
+           "uploads/2024/01/a8f3e2b1c9d4.png", "backups/db-2024-11-30.sql.gz"]  # fmt: skip
 _PROSE = ["the {w} count is {v}", "the {w} point: {v}", "{w} policy: {v}", "max_{w}s={v}",
           "{w}_count: {v}", "{w}s: {v}", "{w} {v}", "sort(key={v})", '{{"key": "{v}"}}',
           "key: {v}", "s3 ls returned Key: {v}"]  # fmt: skip

@@ -117,7 +117,8 @@ def test_the_linear_form_finds_what_detect_secrets_finds(text: str) -> None:
 HOSTILE = ["api_key", "api_key=`", "password: `a ", "secret='", 'pwd = "x', "a-", "-a", "a.", "//",
            "sk-", "PASSWD", "mysql-", "mysql ", "--a-", "\\", '\\"', "\u00a0", "://a:",
            ":@", "aToken: ", "?key=", "token=x&", "a_key=", "AToken",
-           "Cookie:", "cookie:a", "Set-Cookie: a="]  # fmt: skip
+           "Cookie:", "cookie:a", "Set-Cookie: a=", "key: a/", "key: a/.b.",
+           "key: 1."]  # fmt: skip
 
 
 @pytest.mark.timeout(120)
