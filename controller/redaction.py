@@ -111,6 +111,7 @@ class Rule:
     charset: str | None = None  # what the entropy counts (None: base64's)
     keyword: bool = False  # only in a text naming a secret (password, api_key, ...)
     plain_words: bool = True  # False: a word (configurable, MAX_TOKENS, created_at) is none
+    said: bool = False  # only a value that looks like a credential (_said)
     # What scans the text when not `pattern` itself: the same secrets in linear time.
     linear: Linear | None = field(default=None, repr=False, compare=False)
 
@@ -237,6 +238,37 @@ CONTEXT_RULES += (
         + _ASSIGN + _VALUE % ""
     ), 2, UNQUOTED_MIN_ENTROPY, False, plain_words=False),
 )  # fmt: skip
+# A credential said in a sentence or set with `:` or `=`, whatever its randomness: a word
+# that names one (password, passphrase, secret, token, credentials, api key, ...), then what
+# says it is (`is`, `was set to`, `:`, `=`, nothing: `use passphrase X`; `for the prod db is`
+# between), then the value (quoted or not); or the value, then `is`/`was`/`as`, `the` (and
+# at most two words: `the new admin`), the name.
+# The value counts when it looks like a credential (_said). Run by RE2: linear.
+_NAMED = (
+    r"(?:passw(?:or)?d|pwd|passphrase|passcode|secret|token|credentials?"
+    r"|(?:api|access|secret|private|client|license|ssh|deploy|signing|encryption|master)"
+    r"[ _-]?key)"
+)
+_GAP = r"(?:[ \t]+\n?|\n)[ \t]*"  # spaces, at most one line break
+_SAYS = r"(?:is|was|are|were|be|been|now|set|changed|reset|updated|to|becomes?|became|equals)"
+_SETS = r"[ \t]*(?::=|=>|->|==?|:)[ \t]*\n?[ \t]*"
+_FOR = r"[ \t]+(?:for|of|on|in)(?:[ \t]+[A-Za-z0-9_.@-]+){1,4}?"
+_IS = rf"(?:(?:{_GAP}{_SAYS}){{1,3}}(?:{_SETS}|{_GAP})|{_SETS})"
+_SAID_VALUE = r"""(?:"([^"\n]+)"|'([^'\n]+)'|`([^`\n]+)`|([^\s"'`]+))"""
+_WHOSE = r"(?:the|my|our|your|his|her|their|its|a|an)"
+_PHRASE = (
+    rf"(?i)(?:^|[^A-Za-z0-9_])[A-Za-z0-9_.-]*?{_NAMED}[\"'`]?(?:{_FOR}{_IS}|{_IS}|{_GAP})"
+    + _SAID_VALUE
+    + r"|(?:^|[\s(])"
+    + _SAID_VALUE
+    + rf"{_GAP}(?:is|was|as){_GAP}(?:{_WHOSE}{_GAP}(?:[A-Za-z0-9_.-]+{_GAP}){{0,2}}?)?"
+    + rf"[A-Za-z0-9_.-]*?{_NAMED}"
+    + r"(?:[^A-Za-z0-9_]|$)"
+)
+CONTEXT_RULES += (
+    Rule("credential-phrase", re.compile(_PHRASE), 0, whole_token=False, said=True,
+         linear=Linear(_PHRASE, tuple(range(1, 9)))),
+)  # fmt: skip
 DETECTOR_RULES = _detector_rules() + CONTEXT_RULES
 _PRIVATE_KEY = kind_of(PrivateKeyDetector.secret_type)
 _BASE64 = Base64HighEntropyString().charset
@@ -248,6 +280,36 @@ def _a_url_password(text: str, start: int) -> bool:
     head = text.rfind("://", max(0, start - 256), start) if text[start - 1 : start] == ":" else -1
     url = _URL_PASSWORD.match(text, head) if head >= 0 else None
     return url is not None and url.start(1) == start
+
+
+# What a value said after a credential's name is not one for: a word (hyphenated, with an
+# apostrophe), a reference to one (`$TOKEN`, `${X}`), an address, a number.
+_WORDS = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
+_NOT_A_VALUE = re.compile(r"\$\{?\w+\}?|[\w.+-]+@[\w-]+(?:\.[\w-]+)+|[\d.,:/+-]+|\w+://\S*")
+
+
+def _said(value: str) -> int:
+    """How much of a value said after a credential's name to mask (0: none). It is one when it
+    has a letter and a digit, or a symbol (not only `-_.'/+` joining words) and a letter or a
+    digit (`hunter2!`, `!abc`, `sk-a1b2`, `P@ss`, `!0000`), or is 6 digits or more (a PIN);
+    and is no word, name or path (`wrong`, `isn't`, `MAX_TOKENS`, `db-creds-v2`,
+    `reports/q3.csv`) nor what `_NOT_A_VALUE` finds. Judged without the punctuation that may
+    end a sentence; masked with all but `.,;:)`."""
+    value = _NEXT_PARAMETER.split(value, 1)[0]
+    keep = len(value.rstrip(".,;:)]}>"))
+    bare = value.lstrip("([{<").rstrip(".,;:!?)]}>")
+    if bare.isdigit():
+        return keep if len(bare) >= 6 else 0
+    if (
+        len(bare) < 4
+        or any(p.fullmatch(bare) for p in (_WORDS, _FILE_PATH, _NOT_A_VALUE))
+        or bare.startswith(("/", "./", "~/"))
+        or (_PLAIN_WORD.fullmatch(bare) and re.search(r"[_.+/-]", bare))
+    ):
+        return 0
+    joined = bare[0].isalnum() and all(c.isalnum() or c in "-_.'’/+" for c in bare)
+    letters, digits = (any(map(str.isalpha, bare)), any(map(str.isdigit, bare)))
+    return keep if (letters and digits) or ((letters or digits) and not joined) else 0
 
 
 def _random_enough(rule: Rule, value: str) -> bool:
@@ -309,6 +371,9 @@ class Redaction:
                 if start < covered:
                     continue
                 value = text[start:end]
+                if rule.said:
+                    end = start + _said(value)
+                    value = text[start:end]
                 if rule.min_entropy and rule.charset is None:  # unquoted: one token
                     value = value.split(maxsplit=1)[0].rstrip(",;.)'\"`") if value.strip() else ""
                     value = _NEXT_PARAMETER.split(value, 1)[0]

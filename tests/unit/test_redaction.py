@@ -9,7 +9,7 @@ import string
 from collections.abc import Callable
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from controller.core.item_sources import item_key, rekeyed, source_key
@@ -564,3 +564,148 @@ def test_a_placeholder_does_not_shield_a_secret_glued_to_it(
 def test_words_after_a_placeholder_stay(suffix: str, kind: str) -> None:
     text = f"see [redacted: {kind}]{suffix} and [redacted: {kind}] configurable"
     assert DEFAULT_REDACTION.text(text) == text
+
+
+# A password people choose: a word with a digit or a symbol (not only at its end, where it
+# may end the sentence), one that begins with a symbol, a PIN; or a token services issue.
+_CHOSEN = st.builds(
+    lambda lead, word, digits, tail: f"{lead}{word}{digits}{tail}",
+    st.sampled_from(["", "!", "@", "#", "%", "&", "*", "~", "^", "+"]),
+    st.sampled_from(["hunter", "Summer", "admin", "letmein", "abc", "P@ss", "Tr0ub4dor", "s3cr"]),
+    st.text(string.digits, max_size=4),
+    st.sampled_from(["", "!", "?", "#", "$", "&", "*", "!!"]),
+).filter(lambda v: len(v.rstrip("!?")) >= 4 and any(not c.isalpha() for c in v.rstrip("!?")))
+SAID_SECRETS = (
+    _CHOSEN
+    | st.text(string.digits, min_size=6, max_size=8)
+    | RANDOM_SECRET
+    | st.text(string.ascii_letters + string.digits, min_size=20, max_size=40).map(
+        lambda s: f"sk-{s}9"
+    )
+)
+CREDENTIAL_NAMES = ["password", "Password", "passwd", "pwd", "passphrase", "secret", "token",
+                    "API key", "api-key", "access key", "credentials", "db_password",
+                    "admin password", "SSH key", "client secret"]  # fmt: skip
+
+
+@given(
+    secret=SAID_SECRETS,
+    name=st.sampled_from(CREDENTIAL_NAMES),
+    sentence=st.sampled_from(
+        [
+            "the {n} is {v}",
+            "my {n} was {v}",
+            "The {n} for the prod db is {v}",
+            "the {n} on staging was set to {v}",
+            "use {n} {v}",
+            "{n} {v}",
+            "set the {n} to {v}",
+            "the {n} was changed to {v}",
+            "the {n} is now {v}",
+            "the {n} is: {v}",
+            "the {n} is\n{v}",
+            "{v} is the {n}",
+            "I used {v} as my new {n}",
+            "({v} was the {n})",
+        ]
+    ),
+    quote=st.sampled_from(["", "'", "`", '"']),
+    end=st.sampled_from(["", ".", "!", ", then it worked.", " and it worked."]),
+)
+@example(secret="hunter2!", name="password", sentence="the {n} is {v}", quote="", end="")
+@settings(max_examples=800, deadline=None)
+def test_a_credential_said_in_a_sentence_is_masked(
+    secret: str, name: str, sentence: str, quote: str, end: str
+) -> None:
+    """`the password is hunter2!`, `my api key is sk-...`, `use passphrase X`, `X is the
+    token`: a word naming a credential, what says it is (or nothing), and a value that looks
+    like one (a letter and a digit or symbol, or a PIN), in the orders an agent writes it."""
+    text = sentence.format(n=name, v=f"{quote}{secret}{quote}") + end
+    masked = DEFAULT_REDACTION.text(text)
+    assert secret.rstrip("!?") not in masked, masked
+    assert DEFAULT_REDACTION.text(masked) == masked
+
+
+@given(
+    secret=SAID_SECRETS,
+    name=st.sampled_from(
+        [
+            "password",
+            "passwd",
+            "pwd",
+            "secret",
+            "passphrase",
+            "db_password",
+            "clientSecret",
+            "token",
+            "api_key",
+        ]
+    ),
+    shape=st.sampled_from(
+        [
+            "{n}: {v}",
+            "{n}={v}",
+            "{n} = {v}",
+            '"{n}": "{v}"',
+            "{n} = '{v}'",
+            "{n}: '{v}'",
+            "[db]\n{n} = {v}\nport = 5432",
+            "db:\n  {n}: {v}\n  port: 5432",
+            '{n} := "{v}"',
+            "GET /login?{n}={v}&next=/",
+        ]
+    ),
+    symbol=st.sampled_from(["!", "@", "#", "%", "&", "*", "~", "^", "+", "?", "="]),
+)
+@example(secret="abc", name="password", shape="{n}: {v}", symbol="!")
+@settings(max_examples=500, deadline=None)
+def test_a_low_entropy_password_that_begins_with_a_symbol_is_masked(
+    secret: str, name: str, shape: str, symbol: str
+) -> None:
+    """`password: !abc`: detect-secrets takes a value that begins with a word character only,
+    and the rules for keys in any case a random one only. JSON, TOML/INI, YAML, .env, Go,
+    a query string."""
+    assume(symbol != "+" or not secret.isdigit())  # `+000000`: a number
+    value = symbol + secret
+    text = shape.format(n=name, v=value)
+    masked = DEFAULT_REDACTION.text(text)
+    assert value not in masked and secret not in masked, masked
+
+
+_SAID_PROSE = ["wrong", "expired", "invalid", "required", "rotated", "correct", "not set",
+               "stored in vault", "isn't set", "the same", "self-service", "out of date",
+               "user's", "too short", "Bearer", "JWT", "MAX_TOKENS", "created_at",
+               "db-creds-v2", "reports/q3.csv", "$GITHUB_TOKEN", "${DB_PASSWORD}",
+               "alice@example.com", "https://vault.example/ui", "5", "4096", "2024-11-30",
+               "10:30", "v2", "1.5", "wrong!", "missing?", "(see vault)", "-", "***",
+               "[redacted: x]", "/run/secrets/db"]  # fmt: skip
+
+
+@given(
+    name=st.sampled_from([n for n in CREDENTIAL_NAMES if "-" not in n]),  # a header: any value
+    value=st.sampled_from(_SAID_PROSE),
+    sentence=st.sampled_from(
+        [
+            "the {n} is {v}",
+            "The {n} was {v}.",
+            "the {n} count is {v}",
+            "{n}: {v}",  # detect-secrets' keywords: only this rule's part is checked
+            "the {n} policy requires {v}",
+            "the {n} for staging is {v}",
+            "rotate the {n} next week, it is {v}",
+            "{v} is the {n} limit",
+            "the {n} {v}",
+        ]
+    ),
+)
+@example(name="password", value="wrong", sentence="the {n} is {v}")
+@settings(max_examples=500, deadline=None)
+def test_ordinary_prose_about_a_credential_is_left_as_it_is(
+    name: str, value: str, sentence: str
+) -> None:
+    """`the password is wrong`, `the token count is 5`, `rotate the key next week`: a word,
+    a name, a path, a number, a reference to a variable or an address is not a credential."""
+    text = sentence.format(n=name, v=value)
+    masked = DEFAULT_REDACTION.text(text)
+    assert "[redacted: credential-phrase]" not in masked, masked
+    assert masked == text or sentence == "{n}: {v}", masked
