@@ -41,7 +41,9 @@ UNQUOTED_MIN_ENTROPY = 3.0
 # Memory metadata a summary takes text from besides its three parts (row metadata, ledger).
 SOURCE_KEYS = ("agent", "agentIdentity", "model", "toolsUsed")
 _TOKEN_TAIL = re.compile(r"[\w\-+/=]*")  # a token's rest after what a detector matched
-_GLUED = re.compile(r"[\w\-+/=~%]*")  # a token's rest after a placeholder ("[redacted: x]x1y2")
+# A token's rest after a placeholder (`[redacted: x]x1y2`), or the token after it and spaces
+# (`TOKEN=[redacted: x] sk-...`: a planted placeholder does not stand for the value after it).
+_GLUED = re.compile(r"[ \t]*([\w\-+/=~%]*)")
 _KEYWORD = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
@@ -353,11 +355,12 @@ class Redaction:
         text = text.translate(_AS_SHOWN)  # the same positions
         text, at = _as_read(text)
         kept = [(m.start(), m.end(), "") for m in PLACEHOLDER.finditer(text)]
-        for m in PLACEHOLDER.finditer(text):  # a value glued to a placeholder is its rest
-            glued = _GLUED.match(text, m.end()).group(0)  # type: ignore[union-attr]
-            random = re.search(r"\d", glued) and re.search("[A-Za-z]", glued)
-            if len(glued) >= UNQUOTED_MIN_CHARS and random:
-                kept.append((m.end(), m.end() + len(glued), m.group(0)[11:-1]))
+        for m in PLACEHOLDER.finditer(text):  # a random value after a placeholder is its rest
+            glued = _GLUED.match(text, m.end())
+            value = glued[1]  # type: ignore[index]
+            random = re.search(r"\d", value) and re.search("[A-Za-z]", value)
+            if len(value) >= UNQUOTED_MIN_CHARS and random:
+                kept.append((*glued.span(1), m.group(0)[11:-1]))  # type: ignore[union-attr]
         named = _KEYWORD.search(text) is not None
         for rule in self.rules:
             if rule.keyword and not named:

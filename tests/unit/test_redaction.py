@@ -541,17 +541,22 @@ _GLUED_SECRETS = st.text(
 @settings(max_examples=500, deadline=None)
 @given(
     secret=_GLUED_SECRETS,
-    before=st.sampled_from(["password: ", "TOKEN=", "", "the key is ", "api_key: abc1234567"]),
+    before=st.sampled_from(
+        ["password: ", "TOKEN=", "", "the key is ", "api_key: abc1234567", "Authorization: Bearer "]
+    ),
     kind=st.sampled_from(["x", "secret-keyword", "url-password"]),
     after=st.sampled_from(["", " and more", "\nnext line", ".", ", then"]),
+    space=st.sampled_from(["", " ", "  ", "\t", " \t"]),
 )
-@example(secret="xZq8vK2mP9wL4xN7r", before="password: ", kind="x", after="")
+@example(secret="xZq8vK2mP9wL4xN7r", before="password: ", kind="x", after="", space="")
+@example(secret="sk-abcdef1234567890", before="TOKEN=", kind="x", after="", space=" ")
 def test_a_placeholder_does_not_shield_a_secret_glued_to_it(
-    secret: str, before: str, kind: str, after: str
+    secret: str, before: str, kind: str, after: str, space: str
 ) -> None:
     """Text already holding a placeholder (copied from a summary, or planted) is masked like
-    any other: a value glued to the placeholder is the rest of that value, not a word."""
-    text = f"{before}[redacted: {kind}]{secret}{after}"
+    any other: a value glued to the placeholder, or after it and a space
+    (`TOKEN=[redacted: x] sk-...`), is the rest of that value, not a word."""
+    text = f"{before}[redacted: {kind}]{space}{secret}{after}"
     masked = DEFAULT_REDACTION.text(text)
     assert secret not in masked, masked
     assert DEFAULT_REDACTION.text(masked) == masked  # masking masked text changes nothing
