@@ -292,7 +292,7 @@ _NOT_A_VALUE = re.compile(r"\$\{?\w+\}?|[\w.+-]+@[\w-]+(?:\.[\w-]+)+|[\d.,:/+-]+
 
 def _said(value: str) -> int:
     """How much of a value said after a credential's name to mask (0: none). It is one when it
-    has a letter and a digit, or a symbol (not only `-_.'/+` joining words) and a letter or a
+    has a letter and a digit, or a symbol (not only ` -_.'/+` joining words) and a letter or a
     digit (`hunter2!`, `!abc`, `sk-a1b2`, `P@ss`, `!0000`), or is 6 digits or more (a PIN);
     and is no word, name or path (`wrong`, `isn't`, `MAX_TOKENS`, `db-creds-v2`,
     `reports/q3.csv`) nor what `_NOT_A_VALUE` finds. Judged without the punctuation that may
@@ -309,7 +309,7 @@ def _said(value: str) -> int:
         or (_PLAIN_WORD.fullmatch(bare) and re.search(r"[_.+/-]", bare))
     ):
         return 0
-    joined = bare[0].isalnum() and all(c.isalnum() or c in "-_.'’/+" for c in bare)
+    joined = bare[0].isalnum() and all(c.isalnum() or c in " -_.'’/+" for c in bare)
     letters, digits = (any(map(str.isalpha, bare)), any(map(str.isdigit, bare)))
     return keep if (letters and digits) or ((letters or digits) and not joined) else 0
 
