@@ -16,6 +16,7 @@ import hashlib
 import math
 import re
 import types
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -51,10 +52,23 @@ _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 MASKING_VERSION = 10
 # The text as a summary shows it, each character for one: every space, control and zero-width
 # character but a newline a space (`Authorization:\xa0Bearer x` is read as it will print),
-# typographic quotes plain (`password = ’x’` is stored as `password = 'x'`).
+# typographic quotes plain (`password = ’x’` is stored as `password = 'x'`), and a letter or
+# digit a reader takes for a Latin one as that one: Cyrillic and Greek lookalikes (`pаssword`
+# with a Cyrillic `а`), and what NFKC makes one (fullwidth `ｔｏｋｅｎ`, mathematical `𝐩`).
+_LOOKALIKES = dict(
+    zip(
+        "аеорсухѕіјԁһӏԛԝкАВЕКМНОРСТХЅІЈҮΑΒΕΖΗΙΚΜΝΟΡΤΥΧαοικνρυıİ",
+        "aeopcyxsijdhlqwkABEKMHOPCTXSIJYABEZHIKMNOPTYXaoikvpuiI",
+        strict=True,
+    )
+) | {
+    c: n
+    for c in map(chr, range(0x80, 0x20000))
+    if len(n := unicodedata.normalize("NFKC", c)) == 1 and n.isascii() and n.isalnum()
+}
 _AS_SHOWN = types.MappingProxyType(str.maketrans(
     {c: " " for c in map(chr, range(0xFEFF + 1)) if c != "\n" and (c.isspace() or c <= "\x1f"
-     or "\x7f" <= c <= "\x9f" or c in "\u200b\u200c\u200d\ufeff")}
+     or "\x7f" <= c <= "\x9f" or c in "\u200b\u200c\u200d\ufeff")} | _LOOKALIKES
 ) | TYPOGRAPHIC_QUOTES)  # fmt: skip
 # What stands between a name and its value for a reader, not for the rules: the backslashes
 # escaping a quote (JSON's `\"`, a shell's `\'`, at any depth; possessive after a

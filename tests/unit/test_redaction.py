@@ -717,3 +717,49 @@ def test_ordinary_prose_about_a_credential_is_left_as_it_is(
     masked = DEFAULT_REDACTION.text(text)
     assert "[redacted: credential-phrase]" not in masked, masked
     assert masked == text or ":" in sentence, masked
+
+
+# Letters a reader takes for Latin ones: Cyrillic, Greek, fullwidth, mathematical bold.
+_LOOKALIKE = {"a": "аα𝐚ａ", "e": "е𝐞ｅ", "o": "оο𝐨ｏ", "p": "рρ𝐩ｐ", "c": "с𝐜ｃ", "s": "ѕ𝐬ｓ",
+              "i": "іι𝐢ｉı", "k": "кκ𝐤ｋ", "y": "у𝐲ｙ", "x": "х𝐱ｘ", "T": "ТΤ𝐓Ｔ", "A": "АΑ𝐀Ａ",
+              "E": "ЕΕ𝐄Ｅ", "K": "КΚ𝐊Ｋ", "O": "ОΟ𝐎Ｏ", "P": "РΡ𝐏Ｐ", "N": "Ν𝐍Ｎ", "t": "𝐭ｔ",
+              "w": "ԝ𝐰ｗ", "r": "𝐫ｒ", "d": "ԁ𝐝ｄ", "h": "һ𝐡ｈ", "n": "𝐧ｎ"}  # fmt: skip
+
+
+@given(
+    secret=RANDOM_SECRET,
+    name=st.sampled_from(
+        [
+            "password",
+            "API_TOKEN",
+            "secret",
+            "access_token",
+            "X-Api-Key",
+            "Authorization",
+            "passphrase",
+            "DB_PASSWORD",
+            "apiKey",
+            "token",
+        ]
+    ),
+    shape=st.sampled_from(
+        ["{n}: {v}", "{n}={v}", '"{n}": "{v}"', "the {n} is {v}", "curl -H '{n}: {v}'"]
+    ),
+    swaps=st.lists(st.integers(0, 40), min_size=1, max_size=4),
+    pick=st.integers(0, 4),
+)
+@settings(max_examples=500, deadline=None)
+def test_a_name_spelled_with_letters_that_look_latin_names_what_it_looks_like(
+    secret: str, name: str, shape: str, swaps: list[int], pick: int
+) -> None:
+    """`pаssword: x` with a Cyrillic `а`, `ＡＰＩ_ＴＯＫＥＮ=x`, `𝐩assword`: a reader sees the
+    name, so the same secret is masked at the same place as under the Latin one."""
+    odd = list(name)
+    for at in swaps:
+        if odd[at % len(odd)] in _LOOKALIKE:
+            choices = _LOOKALIKE[odd[at % len(odd)]]
+            odd[at % len(odd)] = choices[pick % len(choices)]
+    plain, text = shape.format(n=name, v=secret), shape.format(n="".join(odd), v=secret)
+    assume(secret not in DEFAULT_REDACTION.text(plain))  # `Authorization=x`: no header
+    assert secret not in DEFAULT_REDACTION.text(text), text
+    assert DEFAULT_REDACTION.spans(text) == DEFAULT_REDACTION.spans(plain), text
