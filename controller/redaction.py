@@ -33,7 +33,14 @@ from detect_secrets.plugins.private_key import PrivateKeyDetector
 from controller.core.memories import Memory
 from controller.core.quoting import TYPOGRAPHIC_QUOTES, fit
 from controller.core.summary import TITLE_MAX, PriorSummary, StructuredSummary, SummaryItem
-from controller.core.text import PLACEHOLDER, SPACE_CLASS, WORD_CLASS, Linear, re2_pattern
+from controller.core.text import (
+    PLACEHOLDER,
+    SPACE_CLASS,
+    WORD_CLASS,
+    Linear,
+    re2_pattern,
+    without_surrogates,
+)
 
 # Unquoted `NAME=value` counts when the value is at least this long and this random (bits
 # per character): words ("password: is wrong") do not, keys do.
@@ -366,7 +373,7 @@ class Redaction:
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
         """(start, end, kind) of each secret, in order, not overlapping a placeholder."""
-        text = text.translate(_AS_SHOWN)  # the same positions
+        text = without_surrogates(text.translate(_AS_SHOWN))  # the same positions; RE2 reads it
         text, at = _as_read(text)
         kept = [(m.start(), m.end(), "") for m in PLACEHOLDER.finditer(text)]
         for m in PLACEHOLDER.finditer(text):  # a random value after a placeholder is its rest

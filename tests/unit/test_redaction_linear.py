@@ -149,3 +149,17 @@ def test_a_text_with_a_lone_surrogate_is_masked_as_any_other() -> None:
         "mysql -P[redacted: credential-flag] \ud800 password = '[redacted: secret-keyword]'"
         "\udfff x-token: [redacted: credential-header]"
     )
+
+
+@given(
+    before=st.text(st.characters(categories=["Cs", "Ll", "Zs"]), max_size=8),
+    after=st.text(st.characters(categories=["Cs", "Ll", "Zs"]), max_size=8),
+)
+def test_a_summarizers_own_pattern_masks_a_text_with_a_lone_surrogate(
+    before: str, after: str
+) -> None:
+    """A SessionSummarizer's extraPatterns run on RE2, which reads UTF-8: a memory's lone
+    surrogate (JSON may carry one) raised UnicodeEncodeError and failed the pass."""
+    own = Redaction((("acme-license", r"ACME-LIC-(\d{12})"),))
+    text = f"{before}license ACME-LIC-123456789012{after}"
+    assert own.text(text) == f"{before}license ACME-LIC-[redacted: acme-license]{after}"
