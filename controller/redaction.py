@@ -261,6 +261,19 @@ CONTEXT_RULES += (
         + _ASSIGN + _VALUE % ""
     ), 2, UNQUOTED_MIN_ENTROPY, False, plain_words=False),
 )  # fmt: skip
+# A password passed on a command line beside a user: curl's (and wget's, httpie's) `-u user:x`,
+# `--user=user:x`, `--proxy-user`; `sshpass -p x`, a registry login's `-p x`. ASCII only: Python
+# and RE2 read it alike (tests/unit/test_redaction_linear.py), and RE2 runs it.
+_LOGIN = (
+    r"(?:^|[^A-Za-z0-9_.-])(?:(?:curl|wget|http|https)(?:[ \t][^\n|;&]*?)?[ \t]"
+    r"""(?:-u|--user|--proxy-user)(?:=|[ \t]*)["']?[^ \t\n:"'@/]*:"""
+    r"|(?:sshpass|(?:docker|podman|nerdctl|oras|helm[ \t]+registry)[ \t]+login)"
+    r"""(?:[ \t][^\n|;&]*?)?[ \t]-p(?:[ \t]+|=)?["']?)([^ \t\n"']+)"""
+)
+CONTEXT_RULES += (
+    Rule("credential-flag", re.compile(_LOGIN), 1, whole_token=False,
+         linear=Linear(_LOGIN, (1,))),
+)  # fmt: skip
 # A credential said in a sentence or set with `:` or `=`, whatever its randomness: a word
 # that names one (password, passphrase, secret, token, credentials, api key, ...), then what
 # says it is (`is`, `was set to`, `:`, `=`, nothing: `use passphrase X`; `for the prod db is`

@@ -763,3 +763,50 @@ def test_a_name_spelled_with_letters_that_look_latin_names_what_it_looks_like(
     assume(secret not in DEFAULT_REDACTION.text(plain))  # `Authorization=x`: no header
     assert secret not in DEFAULT_REDACTION.text(text), text
     assert DEFAULT_REDACTION.spans(text) == DEFAULT_REDACTION.spans(plain), text
+
+
+@given(
+    secret=SAID_SECRETS,
+    user=st.sampled_from(["admin", "bot", "", "ci-runner", "me.example"]),
+    shape=st.sampled_from(
+        [
+            "curl -u {u}:{p} https://api.example.test/v1",
+            "curl -s -X POST --user {u}:{p} https://api.example.test/v1",
+            "curl --user={u}:{p} https://api.example.test/v1",
+            "curl -sS -u '{u}:{p}' -H 'Accept: */*' https://api.example.test/v1",
+            'curl --proxy-user "{u}:{p}" https://api.example.test/v1',
+            "wget --user={u}:{p} https://files.example.test/a.tgz",
+            "sshpass -p {p} ssh {u}@host.example.test",
+            "sshpass -p'{p}' scp a.txt host:/tmp",
+            "docker login -u {u} -p {p} registry.example.test",
+            "podman login registry.example.test -u {u} -p {p}",
+            "helm registry login registry.example.test -u {u} -p {p}",
+        ]
+    ),
+)
+@settings(max_examples=400, deadline=None)
+def test_a_password_passed_beside_a_user_on_a_command_line_is_masked(
+    secret: str, user: str, shape: str
+) -> None:
+    """curl's `-u user:x` (wget's `--user`), `sshpass -p x`, a registry login's `-p x`; the user
+    and the rest of the command stay."""
+    assume(not secret.startswith("-"))
+    text = shape.format(u=user, p=secret)
+    masked = DEFAULT_REDACTION.text(text)
+    assert secret not in masked, masked
+    assert masked.endswith(text.rsplit(secret, 1)[1]), masked
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "docker run -u 1000:1000 app:1.2",
+        "git push -u origin feature:main",
+        "curl -u admin https://api.example.test (it prompts)",
+        "ssh -p 2222 deploy@host; scp -P 2222 a b",
+        "docker login --password-stdin -u bob registry.example.test",
+        "curl -sS https://x.example.test | sort -u",
+    ],
+)
+def test_a_command_line_with_no_password_beside_its_user_is_left_as_it_is(text: str) -> None:
+    assert DEFAULT_REDACTION.text(text) == text

@@ -120,7 +120,8 @@ HOSTILE = ["api_key", "api_key=`", "password: `a ", "secret='", 'pwd = "x', "a-"
            ":@", "aToken: ", "?key=", "token=x&", "a_key=", "AToken",
            "Cookie:", "cookie:a", "Set-Cookie: a=", "key: a/", "key: a/.b.",
            "key: 1.", "password is ", "the token for a b ", "a is the password ", "password: ",
-           "pwd (", "a is the a b c "]  # fmt: skip
+           "pwd (", "a is the a b c ", "curl -u", "curl ", "sshpass ",
+           "docker login -p"]  # fmt: skip
 
 
 @pytest.mark.timeout(120)
