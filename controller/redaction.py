@@ -274,11 +274,11 @@ CONTEXT_RULES += (
     Rule("credential-flag", re.compile(_LOGIN), 1, whole_token=False,
          linear=Linear(_LOGIN, (1,))),
 )  # fmt: skip
-# A credential said in a sentence or set with `:` or `=`, whatever its randomness: a word
-# that names one (password, passphrase, secret, token, credentials, api key, ...), then what
-# says it is (`is`, `was set to`, `:`, `=`, nothing: `use passphrase X`; `for the prod db is`
-# between), then the value (quoted or not); or the value, then `is`/`was`/`as`, `the` (and
-# at most two words: `the new admin`), the name.
+# A credential said in a sentence or set with `:`, `=` or an XML element, whatever its
+# randomness: a word that names one (password, passphrase, secret, token, api key, ...), then
+# what says it is (`is`, `was set to`, `:`, `=`, `<password>`, nothing: `use passphrase X`;
+# `for the prod db is` between), then the value (quoted or not); or the value, then
+# `is`/`was`/`as`, `the` (and at most two words: `the new admin`), the name.
 # The value counts when it looks like a credential (_said). Run by RE2: linear.
 _NAMED = (
     r"(?:passw(?:or)?d|pwd|passphrase|passcode|secret|token|credentials?"
@@ -287,10 +287,10 @@ _NAMED = (
 )
 _GAP = r"(?:[ \t]+\n?|\n)[ \t]*"  # spaces, at most one line break
 _SAYS = r"(?:is|was|are|were|be|been|now|set|changed|reset|updated|to|becomes?|became|equals)"
-_SETS = r"[ \t]*(?::=|=>|->|==?|:)[ \t]*\n?[ \t]*"
+_SETS = r"[ \t]*(?::=|=>|->|==?|:|>)[ \t]*\n?[ \t]*"  # `>`: an XML element's
 _FOR = r"[ \t]+(?:for|of|on|in)(?:[ \t]+[A-Za-z0-9_.@-]+){1,4}?"
 _IS = rf"(?:(?:{_GAP}{_SAYS}){{1,3}}(?:{_SETS}|{_GAP})|{_SETS})"
-_SAID_VALUE = r"""(?:"([^"\n]+)"|'([^'\n]+)'|`([^`\n]+)`|([^\s"'`]+))"""
+_SAID_VALUE = r"""(?:"([^"\n]+)"|'([^'\n]+)'|`([^`\n]+)`|([^\s"'`<]+))"""
 _WHOSE = r"(?:the|my|our|your|his|her|their|its|a|an)"
 _PHRASE = (
     rf"(?i)(?:^|[^A-Za-z0-9_])[A-Za-z0-9_.-]*?{_NAMED}[\"'`]?(?:{_FOR}{_IS}|{_IS}|{_GAP})"

@@ -658,6 +658,8 @@ def test_a_credential_said_in_a_sentence_is_masked(
             "db:\n  {n}: {v}\n  port: 5432",
             '{n} := "{v}"',
             "GET /login?{n}={v}&next=/",
+            "<{n}>{v}</{n}>",
+            '<user name="app" {n}="{v}"/>',
         ]
     ),
     symbol=st.sampled_from(["!", "@", "#", "%", "&", "*", "~", "^", "+", "?", "="]),
