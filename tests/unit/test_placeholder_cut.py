@@ -49,7 +49,10 @@ CUTS: list[tuple[str, Callable[[str, int], str], Callable[[int], int]]] = [
     ("derived title", lambda t, n: merge.derived_title(t, "s1"), lambda n: 80),
     (
         "summary title",
-        lambda t, n: extractive._title([SummaryItem(text=text.cut(t, 500, ""))], "s1"),
+        # An item has text: a blank one (the strategy can draw " ") is not an item to title.
+        lambda t, n: extractive._title(
+            [SummaryItem(text=text.cut(t, 500, "").strip() or "x")], "s1"
+        ),
         lambda n: 80,
     ),
     ("title message", lambda t, n: title_problem("Traceback " + t) or "", lambda n: 200),
