@@ -85,7 +85,10 @@ def measure_waiting(
     model_latency_s: float,
     operator_src: Path,
     finish: bool = False,
+    claim_retry: dict[str, str] | None = None,
 ) -> WaitingFigures:
+    """claim_retry: SSO_CLAIM_RETRY_SECONDS and SSO_CLAIM_RETRY_MAX_SECONDS for the
+    operator, if not its defaults (1 s and 30 s)."""
     sa = f"{namespace}-operator"
     cp.kubectl_run("create", "namespace", namespace)
     cp.kubectl_run("-n", namespace, "create", "serviceaccount", sa)
@@ -126,6 +129,7 @@ def measure_waiting(
             KUBECONFIG=str(config),
             SSO_REPLICA_ID=sa,
             SSO_ALLOWED_MODEL_URLS=LOOPBACK_MODELS,
+            **(claim_retry or {}),
         )
         log = workdir / f"{namespace}-operator.log"
         operator = spawn(
