@@ -36,7 +36,7 @@ ROWS = 24
 
 @pytest.fixture(scope="module")
 def slow_model() -> Iterator[OpenAIServer]:
-    with running_openai_server(default_reply=json.dumps(REPLY), latency_seconds=1.5) as server:
+    with running_openai_server(default_reply=json.dumps(REPLY), latency_seconds=0.5) as server:
         yield server
 
 
