@@ -291,9 +291,18 @@ def test_an_etcd_restored_from_a_backup_takes_its_own_rows_over_at_once(
         cp.start()
         cluster.start(journal)
         try:
-            # Revisions move on past the backup's, then the row records a fence beyond it.
-            for n in range(40):
-                cluster.kubectl("create", "configmap", f"bump-{n}")
+            # Revisions move on past the backup's (40 creates, one kubectl), then the row
+            # records a fence beyond it.
+            bumps = [
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"bump-{n}"}}
+                for n in range(40)
+            ]
+            cluster.kubectl(
+                "create",
+                "-f",
+                "-",
+                input=json.dumps({"apiVersion": "v1", "kind": "List", "items": bumps}),
+            )
             cluster.sunset(sid)
             cluster.done(sid)
         finally:
