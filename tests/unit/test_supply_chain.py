@@ -5,6 +5,7 @@ pinned by digest, and every module the code imports comes from a declared depend
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.metadata as md
 import re
 import sys
@@ -120,8 +121,14 @@ def _declared(extra: str | None) -> set[str]:
     return {canonicalize_name(Requirement(r).name) for r in raw}
 
 
+@functools.cache
+def _packages_distributions() -> dict[str, list[str]]:
+    """Read once: each reading walks every installed distribution's file list (2 s)."""
+    return dict(md.packages_distributions())
+
+
 def _distributions_of(module: str) -> set[str]:
-    return {canonicalize_name(d) for d in md.packages_distributions().get(module, [])}
+    return {canonicalize_name(d) for d in _packages_distributions().get(module, [])}
 
 
 def test_every_module_the_product_imports_is_a_declared_dependency() -> None:
