@@ -241,8 +241,15 @@ def cmd_remember(args: argparse.Namespace) -> int:
     from controller.cli.settings import embedder, open_store
     from controller.core.memories import SUNSET_MARKER_TYPE, render_interaction_document
 
-    given = (args.prompt is not None) + (args.response is not None)
-    if given == 1 or args.sunset_marker == (given == 2):
+    given = [f"--{half}" for half in ("prompt", "response") if getattr(args, half) is not None]
+    if args.sunset_marker and (given or args.thought):
+        wrong = " nor ".join(given + (["--thought"] if args.thought else []))
+        raise CliError(f"--sunset-marker is instead of a turn: it takes no {wrong}")
+    if given == ["--prompt"]:
+        raise CliError("--prompt needs --response: a turn has both halves")
+    if given == ["--response"]:
+        raise CliError("--response needs --prompt: a turn has both halves")
+    if not (given or args.sunset_marker):
         raise CliError("give --prompt and --response (an agent's turn), or --sunset-marker")
     meta: dict[str, Any] = {"sessionId": args.session_id, "timestamp": int(time.time() * 1000)}
     if args.sunset_marker:
@@ -361,11 +368,17 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
         if args.session_id is None:
             raise CliError("name the session to rebuild (SESSION_ID), or --all-with-secrets")
         return request_pass(args, trigger="manual", action="Rebuild", requested_by=requester())
-    if args.session_id is not None or args.wait or args.summarizer is None:
-        raise CliError(
-            "--all-with-secrets takes no SESSION_ID nor --wait and needs --summarizer NAME: "
-            "the store it writes and the redaction patterns it adds"
+    problems = []  # each one named: the user may have got the others right
+    if args.session_id is not None:
+        problems.append("takes no SESSION_ID (it finds the sessions)")
+    if args.wait:
+        problems.append("takes no --wait")
+    if args.summarizer is None:
+        problems.append(
+            "needs --summarizer NAME: the store it writes and the redaction patterns it adds"
         )
+    if problems:
+        raise CliError("--all-with-secrets " + "; it ".join(problems))
     from kubernetes.client.exceptions import ApiException
 
     from controller.core.sweep_plan import marker_problem

@@ -206,8 +206,15 @@ def test_remember_writes_a_whole_turn_or_a_marker_and_nothing_in_between(
     halves = (prompt is not None) + (response is not None)
     whole = halves == 0 if marker else halves == 2
     assert code == 2
-    assert ("give --prompt and --response" in err) == (not whole), err
     assert ("cannot connect to Chroma" in err) == whole, err  # went on to write
+    # the refusal names what is wrong, never asks for what was given
+    assert ("give --prompt and --response" in err) == (not marker and halves == 0), err
+    assert ("--sunset-marker is instead of a turn" in err) == (marker and halves > 0), err
+    if not marker and halves == 1:
+        given, missing = (
+            ("--prompt", "--response") if prompt is not None else ("--response", "--prompt")
+        )
+        assert f"{given} needs {missing}" in err, err
 
 
 def test_sunset_accepts_the_longest_session_id_the_crd_allows(tmp_path: object) -> None:
@@ -659,6 +666,26 @@ def test_with_no_cluster_and_no_store_every_command_does_nothing_and_says_why_in
     assert code == 2, (argv, code, out, err)
     assert last.startswith("summaryctl") and "error:" in last, (argv, err)
     assert not re.match(r"summaryctl: error: [A-Z]\w+: ", last), (argv, err)
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(session=st.booleans(), wait=st.booleans(), summarizer=st.booleans())
+def test_rebuild_all_with_secrets_names_only_what_is_wrong_with_its_arguments(
+    session: bool, wait: bool, summarizer: bool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A user who gave --summarizer is not told it is needed, nor one who gave no --wait
+    that --wait is refused."""
+    argv = ["rebuild", "--all-with-secrets", *(["s1"] if session else [])]
+    argv += (["--wait", "5"] if wait else []) + (["--summarizer", "default"] if summarizer else [])
+    with no_cluster(str(tmp_path_factory.getbasetemp())):
+        code, out, err = run(argv)
+    if session or wait or not summarizer:
+        assert code == 2 and out == "", err
+        assert ("SESSION_ID" in err) == session, err
+        assert ("--wait" in err) == wait, err
+        assert ("needs --summarizer" in err) == (not summarizer), err
 
 
 @settings(
