@@ -90,9 +90,9 @@ def request_pass(
         if outcome is not None:
             phase, reason, message = outcome
             if phase == done:
-                out(f"{phase}: {message}")
+                out(_said(phase, message))
                 return 0
-            out(f"{phase}: {reason}: {message}", err=True)
+            out(_said(phase, reason, message), err=True)
             if phase == "Pending":
                 out(
                     f"summaryctl: the pass failed; the operator retries it with backoff "
@@ -141,7 +141,12 @@ def _where(obj: dict[str, Any]) -> str:
         return "the object is gone"
     if not status:
         return "no pass has started: is the operator running, and does it watch this namespace?"
-    return f"phase {status.get('phase') or 'none yet'}: {status.get('message', '')}"
+    return _said(f"phase {status.get('phase') or 'none yet'}", status.get("message"))
+
+
+def _said(*parts: Any) -> str:
+    """parts joined by ': ', an empty one left out (no dangling colon)."""
+    return ": ".join(str(part) for part in parts if part)
 
 
 ANSWER_SECONDS = 30.0  # how long check waits for the operator to measure anew
@@ -184,8 +189,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     out(f"sessionsummarizer/{args.summarizer} (namespace {args.namespace}):")
     for kind in sorted(conditions, key=lambda t: (t != "Ready", t)):
         c = conditions[kind]
-        line = f"  {kind}={c.get('status')} {c.get('reason')}: {c.get('message', '')}"
-        out(f"{line} (measured {c.get('lastProbeTime') or 'unknown'})")
+        line = _said(f"{kind}={c.get('status')} {c.get('reason') or ''}".rstrip(), c.get("message"))
+        out(f"  {line} (measured {c.get('lastProbeTime') or 'unknown'})")
     if not ready or not (answered or asked is None):
         out(f"summaryctl: not Ready (waited {time.monotonic() - start:.0f}s)", err=True)
         return 1

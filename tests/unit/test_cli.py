@@ -821,6 +821,23 @@ def test_no_text_a_store_or_a_cluster_holds_reaches_the_terminal_raw(
     assert all(c.isprintable() or c == "\n" for c in out + err), (out, err)
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    text=st.text("ab", max_size=3),
+    command=st.sampled_from([c for c in PRINTING if c[0][0] in ("check", "sunset")]),
+)
+def test_an_empty_reason_or_message_leaves_no_dangling_colon(
+    text: str, command: tuple[list[str], str, int]
+) -> None:
+    """A condition or a pass with an empty message (or reason) prints what it has: never
+    'SpecAccepted: ' with nothing after the colon."""
+    argv, phase, _ = command
+    with a_cluster_holding(text, phase):
+        _, out, err = run(argv)
+    for line in (out + err).splitlines():
+        assert not re.search(r":\s+($|\(measured)|\s:", line), line
+
+
 @settings(max_examples=150, deadline=None)
 @given(text=any_text, argv=st.sampled_from([["summaries"], ["ledger", "s1"], ["verify", "s1"]]))
 def test_json_output_is_valid_json_that_gives_back_what_the_store_holds(
