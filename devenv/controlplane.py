@@ -33,6 +33,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devenv.processes import down_command
+
 REPO_ROOT = Path(__file__).resolve().parents[1]  # a source checkout
 DEFAULT_STATE_DIR = REPO_ROOT / ".cluster"
 _PR_SET_PDEATHSIG = 1
@@ -547,7 +549,14 @@ def _cmd_up(state_dir: Path) -> int:
     cp.save_state()
     (state_dir / "bin").symlink_to(cp.bin_dir)
     print(f"control plane ready in {time.monotonic() - started:.1f}s at {cp.server}")
-    print(f"logs: {state_dir}/*.log   stop: make cluster-down")
+    down = down_command(
+        state_dir,
+        DEFAULT_STATE_DIR,
+        make="cluster-down",
+        module="devenv.controlplane",
+        flag="--dir",
+    )
+    print(f"logs: {state_dir}/*.log   stop: {down}")
     print(_exports(state_dir))
     return 0
 

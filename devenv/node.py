@@ -47,6 +47,7 @@ from devenv.controlplane import (
     installed_bin_dir,
     tools_bin_dir,
 )
+from devenv.processes import down_command
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_STATE_DIR = REPO_ROOT / ".node"
@@ -989,7 +990,10 @@ def _cmd_up(state_dir: Path, image: Path | None) -> int:
     if image is not None:
         node.import_image(image)
     print(f"node {NODE_NAME} Ready in {time.monotonic() - started:.1f}s (node IP {node.node_ip})")
-    print(f"logs: {state_dir}/logs/*.log   stop: make node-down")
+    down = down_command(
+        state_dir, DEFAULT_STATE_DIR, make="node-down", module="devenv.node", flag="--state-dir"
+    )
+    print(f"logs: {state_dir}/logs/*.log   stop: {down}")
     print(_exports(state_dir, node))
     return 0
 

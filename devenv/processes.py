@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
+
+
+def down_command(state_dir: Path, default_dir: Path, *, make: str, module: str, flag: str) -> str:
+    """The command that stops what `python -m module up` started in state_dir: the make
+    target, which knows only the default directory, else the module's own `down`."""
+    if state_dir.resolve() == default_dir.resolve():
+        return f"make {make}"
+    return shlex.join([sys.executable, "-m", module, "down", flag, str(state_dir.resolve())])
 
 
 def spawn(
