@@ -348,14 +348,12 @@ def report_forgotten(
         + "; ".join(removed)
         + f"; {_memories(gone.remaining)} of it remain"
     )
-    done = {
-        "memory_count": gone.remaining,
-        "trigger_source": spec.trigger,
-        "consecutive_failures": 0,
-    }
+    done = {"trigger_source": spec.trigger, "consecutive_failures": 0}
     record(body, patch, phase="Forgotten", reason="Forgotten", message=message, ok=True, **done)
-    # No summary any more: none of the fields that described it (a null deletes a field).
-    patch.status.update(dict.fromkeys(("title", "summaryId", "summarizedAt", "provenance")))
+    # No summary any more: none of the fields that described it (a null deletes a field),
+    # nor the count it covered (`kubectl get ssum` MEMORIES; the message says what remains).
+    described = ("title", "summaryId", "summarizedAt", "provenance", "memoryCount", "lastMemoryAt")
+    patch.status.update(dict.fromkeys(described))
     events.post(body, type_="Normal", reason="Forgotten", message=message)
 
 

@@ -88,9 +88,12 @@ def test_a_forgotten_session_is_gone_audited_and_not_swept_back_until_it_changes
     assert "via summaryctl" in said[0]["message"] and "the summary row" in said[0]["message"]
     print(f"Event Forgotten: {said[0]['message']}")
     # The object describes no summary any more (`kubectl get ssum`: no SUMMARIZED, no
-    # TITLE): the forgotten summary's title was the session's own text.
+    # TITLE, no MEMORIES: the count a summary covers): the forgotten summary's title was the
+    # session's own text.
     status = harness.obj(sid)["status"]
-    assert not {"title", "summaryId", "summarizedAt", "provenance"} & status.keys(), status
+    described = {"title", "summaryId", "summarizedAt", "provenance", "memoryCount", "lastMemoryAt"}
+    assert not described & status.keys(), status
+    assert "2 memories of it remain" in status["message"], status
     assert "Baker" not in json.dumps(status)
     # `summaryctl ledger` shows what stays, the tombstone (it said "no ledger entry").
     res = harness.summaryctl("ledger", sid, "-n", NS, "--summarizer", "erase")
