@@ -31,12 +31,13 @@ from controller.core.destinations import DestinationRefused
 
 
 def _add_store_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
+    where = p.add_mutually_exclusive_group()  # CHROMA_URL set: --path still takes precedence
+    where.add_argument(
         "--chroma-url",
         default=os.environ.get("CHROMA_URL"),
         help="Chroma server URL, http(s)://HOST[:PORT] (env CHROMA_URL; token: env CHROMA_TOKEN)",
     )
-    p.add_argument("--path", help="embedded Chroma directory (single process only)")
+    where.add_argument("--path", help="embedded Chroma directory (single process only)")
     p.add_argument("--tenant", type=tenant_arg, help="default: default_tenant")
     p.add_argument("--database", type=database_arg, help="default: default_database")
     p.add_argument("--memory-collection", type=collection_arg, help="default: neo-agent-memory")

@@ -217,6 +217,20 @@ def test_remember_writes_a_whole_turn_or_a_marker_and_nothing_in_between(
         assert f"{given} needs {missing}" in err, err
 
 
+@settings(max_examples=20, deadline=None)
+@given(command=st.sampled_from(["summaries", "ledger s1", "verify s1", "handover", "remember s1"]))
+def test_a_chroma_url_and_a_path_given_together_are_refused_naming_both(command: str) -> None:
+    """Two stores named: --path was used and --chroma-url silently ignored."""
+    from controller.cli.main import build_parser
+
+    argv = [*command.split(), "--chroma-url", REFUSED, "--path", "/dev/null/chroma"]  # never made
+    code, _, err = run(argv)
+    assert code == 2 and "--path: not allowed with argument --chroma-url" in err, err
+    with pytest.MonkeyPatch.context() as mp:  # CHROMA_URL in the environment: --path wins
+        mp.setenv("CHROMA_URL", REFUSED)
+        assert build_parser().parse_args([*command.split(), "--path", "/x"]).path == "/x"
+
+
 def test_sunset_accepts_the_longest_session_id_the_crd_allows(tmp_path: object) -> None:
     with no_cluster(str(tmp_path)):
         code, _, err = run(["sunset", "a" * 1024])
