@@ -1,13 +1,17 @@
 """Which finished SessionSummaries retention deletes (controller/core/retention.py): every
 terminal phase has its TTL, measured from when the phase began for the current request."""
 
+import contextlib
 import datetime as dt
+from unittest import mock
 
 from hypothesis import given
 from hypothesis import strategies as st
+from kubernetes.client.exceptions import ApiException
 
+from controller.api import SessionSummarizerSpec
 from controller.core.retention import TERMINAL_PHASES, RetentionPolicy, expired, holds_request
-from controller.sweep import _in_flight
+from controller.sweep import _in_flight, apply_retention
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 POLICY = RetentionPolicy(summarized_s=60, empty_s=30, not_found_s=20, failed_s=90)
@@ -138,3 +142,76 @@ def test_a_failed_forget_or_rebuild_is_never_collected_nor_replaced_by_a_sweep(
         assert _in_flight(one) == (
             phase in (None, "Pending", "Summarizing") if observed == 2 else phase != "Failed"
         )
+
+
+class _Killed(BaseException):
+    """The process died at this delete."""
+
+
+class _Objects:
+    """SessionSummaries as the API server holds them; the delete at index `fail` fails."""
+
+    def __init__(self, objs: list[dict], how: str) -> None:  # type: ignore[type-arg]
+        self.live = {one["metadata"]["name"]: one for one in objs}
+        self.how, self.fail, self.calls = how, None, 0  # type: ignore[var-annotated]
+
+    def list(self, namespace: str, chunk: int) -> list[dict]:  # type: ignore[type-arg]
+        return list(self.live.values())
+
+    def delete(self, namespace: str, name: str, version: str) -> bool:
+        self.calls += 1
+        if self.calls - 1 == self.fail:
+            if self.how == "killed":
+                raise _Killed(name)
+            if self.how == "unanswered":
+                self.live.pop(name, None)
+            raise ApiException(status=504, reason="Gateway Timeout")
+        return self.live.pop(name, None) is not None
+
+
+@given(
+    rows=st.lists(
+        # ages well apart from the TTLs: the run reads its own clock
+        st.tuples(st.sampled_from([*TERMINAL_PHASES, "Pending"]), st.sampled_from([0, 45, 200])),
+        min_size=1,
+        max_size=12,
+    ),
+    how=st.sampled_from(["lost", "unanswered", "killed"]),
+)
+def test_retention_cut_at_any_delete_is_finished_by_the_next_run_and_deletes_nothing_else(
+    rows: list[tuple[str, int]], how: str
+) -> None:
+    """Each of retention's deletes fails in turn (the API server refusing it, applying it
+    with its answer lost, or the process killed there); the next run deletes exactly the
+    expired objects left, and no other."""
+    spec = SessionSummarizerSpec.model_validate(
+        {
+            "store": {"url": "http://chroma:8000"},
+            "retention": {
+                "summarizedTTLSeconds": 60,
+                "emptyTTLSeconds": 30,
+                "notFoundTTLSeconds": 20,
+                "failedTTLSeconds": 90,
+            },
+        }
+    )
+    now = dt.datetime.now(dt.UTC)
+    made = [obj(f"o{i}", phase=phase, age_s=0) for i, (phase, _) in enumerate(rows)]
+    for one, (_, age) in zip(made, rows, strict=True):
+        when = (now - dt.timedelta(seconds=age)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        one["status"]["lastPhaseTransitionTime"] = when
+        if "summarizedAt" in one["status"]:
+            one["status"]["summarizedAt"] = when
+    policy = RetentionPolicy(60, 30, 20, 90)
+    doomed = {n for n, _ in expired(made, summarizer="default", now=now, policy=policy)}
+    for fail_at in range(len(doomed) + 1):
+        api = _Objects(made, how)
+        for fail in (fail_at, None):  # the failing run, then the next
+            api.fail, api.calls = fail, 0
+            with (
+                mock.patch("controller.sweep.kube.iter_summaries", api.list),
+                mock.patch("controller.sweep.kube.delete_summary_if_unchanged", api.delete),
+                contextlib.suppress(ApiException, _Killed),
+            ):
+                apply_retention(spec, namespace="agents", summarizer_name="default")
+        assert set(api.live) == {one["metadata"]["name"] for one in made} - doomed, fail_at
