@@ -26,12 +26,16 @@ ROW_DIGEST_KEY = "rowDigest"  # the row document this entry goes with
 BUILT_ON_KEY = "builtOnDigest"  # the row document the write read: its text is in the entry
 # A head with this key is a tombstone: the session was forgotten at that time (ms).
 FORGOTTEN_KEY = "forgottenAt"
+REQUEST_KEY = "forgetRequest"  # the forget that wrote a tombstone (its object's uid, generation)
+# What that request removed, so its retry reports the whole removal.
+REMOVED_KEYS = ("removedRow", "removedRecords", "removedMemories")
 # Every key a head of ours sets (plan_write's, a forget's tombstone). Chroma's upsert merges
 # metadata, so a head write removes those it does not set (replacing_head): else a forget's
 # forgottenAt outlived the summaries written after it, each read as forgotten.
 HEAD_KEYS = (
     *("sessionId", "ledgerFormat", "generation", "segments", "lists", FENCE_KEY, AUTHORITY_KEY),
     *(ROW_DIGEST_KEY, BUILT_ON_KEY, "summarizedAt", "rowsDigest", FORGOTTEN_KEY, "memoryCount"),
+    *(REQUEST_KEY, *REMOVED_KEYS),
 )
 # Records are found by id, never by meaning, but Chroma wants a vector: one 1-d constant.
 LEDGER_VECTOR = (1.0,)

@@ -215,7 +215,11 @@ def summarize_claimed(
             with failures_shown():
                 if spec.action == "Forget":
                     outcome = forget_session(
-                        backends.store, spec.session_id, memories=spec.forget_memories, guard=handle
+                        backends.store,
+                        spec.session_id,
+                        memories=spec.forget_memories,
+                        guard=handle,
+                        request=f"{body.metadata.uid}/{handle.generation}",
                     )
                 else:
                     outcome = summarize_session(

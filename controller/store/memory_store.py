@@ -29,6 +29,7 @@ from controller.core.ledger import (
     FORGOTTEN_KEY,
     LEDGER_FORMAT,
     LEDGER_VECTOR,
+    REQUEST_KEY,
     ROW_DIGEST_KEY,
     LedgerEntry,
     LedgerRecord,
@@ -553,36 +554,49 @@ class MemoryStore(Collections):
         self._on(role, what, upsert, create=True)
 
     def forget_state(
-        self, session_id: str, fence: Mapping[str, int | str], *, memories: bool
+        self, session_id: str, fence: Mapping[str, int | str], *, memories: bool, request: str
     ) -> Forgotten:
         """Replaces the ledger head with a tombstone, then deletes the summary row, the
         segments and (with memories) the memories. Head first, so a forget cut short leaves
-        nothing a pass would carry; the SessionSummary retries until complete."""
+        nothing a pass would carry; the SessionSummary retries until complete. The tombstone
+        records what `request` removes, so its retry (or a resume after a crash) reports
+        what the request removed, not what was left for the retry."""
         ids = self.session_ids(session_id)
         left = [] if memories else ids
+        row_id = summary_row_id(session_id)
+        row = bool(self._by_id("summary", "reading the summary row", [], [row_id]))
+        where = {"$and": [{"sessionId": session_id}, {"segment": {"$gte": 0}}]}
+        segments = self._by_id("ledger", "listing the session's ledger segments", [], where)
+        removed = Forgotten(row, 1 + len(segments), len(ids) if memories else 0, len(left))
+        head = self._metadata("ledger", [session_id]).get(session_id, {})
+        if request and is_tombstone(head) and head.get(REQUEST_KEY) == request:  # a retry
+            removed = Forgotten(
+                row or head.get("removedRow") is True,
+                max(removed.ledger_records, _count(head.get("removedRecords"))),
+                max(removed.memories, _count(head.get("removedMemories"))),
+                len(left),
+            )
         tombstone = {
             "sessionId": session_id,
             "ledgerFormat": LEDGER_FORMAT,
             FORGOTTEN_KEY: int(time.time() * 1000),
             "rowsDigest": digest_text(digest(left)),
             "memoryCount": len(left),
+            REQUEST_KEY: request,
+            "removedRow": removed.row,
+            "removedRecords": removed.ledger_records,
+            "removedMemories": removed.memories,
             **fence,
         }
-        row_id = summary_row_id(session_id)
         self._put_ledger("writing the session's tombstone", [LedgerRecord(row_id, "{}", tombstone)])
-        row = bool(self._by_id("summary", "reading the summary row", [], [row_id]))
         if row:
-            try:
+            with contextlib.suppress(CollectionNotFound):
                 self._delete("summary", "deleting the summary row", ids=[row_id])
-            except CollectionNotFound:
-                row = False
-        where = {"$and": [{"sessionId": session_id}, {"segment": {"$gte": 0}}]}
-        segments = self._by_id("ledger", "listing the session's ledger segments", [], where)
         self._delete("ledger", "deleting the session's ledger segments", where=where)
         if memories:
             for batch in batches(ids, DELETE_BATCH):
                 self._delete("memory", "deleting the session's memories", ids=list(batch))
-        return Forgotten(row, 1 + len(segments), len(ids) if memories else 0, len(left))
+        return removed
 
     # -- each cluster's authority record in the ledger (core/fencing.py) ----------------
 
@@ -630,6 +644,10 @@ def _at(head: Mapping[str, Any]) -> int:
     return max(
         int(t) if isinstance(t, int | float) and not isinstance(t, bool) else 0 for t in times
     )
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _state(count: object, ts: object) -> StoredSummaryState:

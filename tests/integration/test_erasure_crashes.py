@@ -31,7 +31,7 @@ from controller.pipeline import Outcome, summarize_session
 from controller.store import memory_store
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable, StoreUnreachable
-from controller.store.memory_store import MemoryStore
+from controller.store.memory_store import Forgotten, MemoryStore
 from devenv.chroma import ChromaServer
 from tests.integration.harness import interaction, load
 from tests.integration.test_ledger_crashes import FOREIGN, assert_agree, rewrite_as_neo
@@ -157,15 +157,22 @@ def test_a_forget_cut_at_any_write_is_finished_by_the_next_run_and_loses_nothing
     other_kept = facts_kept(store, other)
     for at in itertools.count():
         one = session(store, "forgotten", 5)
+        records_before = len(stored(store, one.sid)) - 1  # the head and segments, not the row
         plan = FailingWrites(at, how)
         with failing_store(chroma_server, name, plan) as failing:
-            forget_session(failing, one.sid, memories=memories)
+            forget_session(failing, one.sid, memories=memories, request="uid-1/2")
         if between:
             summarize(fresh(chroma_server, name), one.sid)
         retry = fresh(chroma_server, name)
-        outcome = forget_session(retry, one.sid, memories=memories)
+        outcome = forget_session(retry, one.sid, memories=memories, request="uid-1/2")
 
         assert outcome.kind == "forgotten"
+        if not between:  # the status and the Event say what the request removed in all
+            said = outcome.forgotten
+            assert said == Forgotten(True, records_before, 5 * memories, 5 - 5 * memories), (
+                at,
+                plan.calls,
+            )
         records = stored(retry, one.sid)
         assert [(c, i) for c, i, _ in records] == [
             (f"{name}-sessions-ledger", f"summary_{one.sid}")
@@ -177,6 +184,9 @@ def test_a_forget_cut_at_any_write_is_finished_by_the_next_run_and_loses_nothing
         # The sweep judges the session by its tombstone: not stale until its memories change.
         state = retry.summary_states([one.sid])[one.sid]
         assert state.memory_count == left
+        # Another forget of the session is told as its own: nothing was left to remove.
+        again = forget_session(retry, one.sid, memories=memories, request="uid-1/3").forgotten
+        assert again == Forgotten(False, 1, 0, 5 - 5 * memories)
         # Nothing else lost.
         assert facts_kept(retry, other) == other_kept
         assert_agree(retry, other.sid)
