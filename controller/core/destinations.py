@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from urllib.parse import unquote, urljoin, urlsplit
 
+from controller.core.endpoint_url import _NAME
+
 ALLOWED_URLS_ANNOTATION = "memorycore.io/allowed-urls"
 ALLOWED_MODEL_URLS_ANNOTATION = "memorycore.io/allowed-model-urls"
 DEFAULT_PORTS = MappingProxyType({"http": 80, "https": 443})
@@ -115,11 +117,8 @@ def shown(url: str) -> str:
 
 
 # A wildcard is a domain's hosts: "*.0.1" would be IP addresses ending in .0.1 instead, so
-# the domain's last label starts with a letter, as every top-level domain's does.
-_HOST = re.compile(
-    r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$|^[0-9a-f:.]+$"
-    r"|^\*\.([a-z0-9]([a-z0-9.-]*[a-z0-9])?\.)?[a-z]([a-z0-9-]*[a-z0-9])?$"
-)
+# the domain is a name as an endpoint URL reads one (its last label no number).
+_HOST = re.compile(rf"[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?|[0-9a-f:.]+|\*\.{_NAME}")
 
 
 def parse_prefix(text: str) -> UrlPrefix | None:
@@ -138,7 +137,7 @@ def parse_prefix(text: str) -> UrlPrefix | None:
     if parts.query or parts.fragment or raw.endswith(("?", "#")):
         return None
     host = "*." + t.host.removeprefix("wildcard.") if wildcard else t.host
-    if not _HOST.match(host):
+    if not _HOST.fullmatch(host):
         return None
     return UrlPrefix(t.scheme, host, None if any_port else t.port, t.path, text)
 

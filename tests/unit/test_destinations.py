@@ -5,13 +5,15 @@ Secret, the refused URL and the annotation to add, never a credential."""
 from __future__ import annotations
 
 import ipaddress
+import json
 import posixpath
 import re
+from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import httpx
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from controller.core.destinations import (
@@ -31,6 +33,7 @@ from controller.core.destinations import (
     target,
     within,
 )
+from controller.core.endpoint_url import _NAME, ENDPOINT_URL_PATTERN
 from controller.status.summarizer_status import secrets_allowed
 from tests.support.url_spellings import spellings
 
@@ -259,7 +262,9 @@ def test_a_wildcard_host_is_any_host_under_it_but_not_itself() -> None:
     assert parse_prefix("https://*.") is None and parse_prefix("https://*.:8000") is None
     # A wildcard names a domain's hosts, never IP addresses by their last octets.
     assert parse_prefix("http://*.0.1") is None and parse_prefix("http://*.1") is None
-    assert parse_prefix("http://*.svc.1a") is None and parse_prefix("http://*.a1.b") is not None
+    assert parse_prefix("http://*.svc.0x1a") is None and parse_prefix("http://*.svc.12") is None
+    # A name's last label may start with a digit, as an endpoint URL's may (a namespace).
+    assert parse_prefix("http://*.svc.1a") is not None and parse_prefix("http://*.a1.b")
 
 
 def test_an_annotation_lists_prefixes_separated_by_commas_or_spaces_and_names_bad_ones() -> None:
@@ -412,3 +417,45 @@ def test_a_redirect_anywhere_is_refused_with_a_message_and_no_credentials(
     is a message, never an exception, and shows no credentials."""
     text = redirect_refusal(f"http://{secret}a:1/v1/y", 302, location.replace("pw", "p"))
     assert "HTTP 302" in text and "pw" not in text
+
+
+_SCHEMA = json.loads(
+    (Path(__file__).parents[2] / "charts/session-summary-operator/values.schema.json").read_text()
+)
+_LISTS = ("allowedEndpoints", "allowedModelUrls")
+_SCHEMA_PATTERNS = [
+    _SCHEMA["properties"]["operator"]["properties"][key]["items"]["pattern"] for key in _LISTS
+]
+
+
+@settings(max_examples=500, deadline=None)
+@given(url=st.from_regex(ENDPOINT_URL_PATTERN, fullmatch=True))
+def test_every_endpoint_a_summarizer_may_name_can_be_allow_listed(url: str) -> None:
+    """A host an endpoint URL accepts ("a_b.svc", "chroma.1team") can be written as an
+    allowed prefix, exactly and as a wildcard over its parent when that is a name, in
+    SSO_ALLOWED_ENDPOINTS and in the chart's values alike; a wildcard over the parent of an
+    IP address stays refused."""
+    t = target(url)
+    assume(t is not None)
+    assert t is not None
+    written = f"[{t.host}]" if ":" in t.host else t.host
+    prefixes_ = [f"{t.scheme}://{written}:{t.port}"]
+    parent = t.host.partition(".")[2]
+    if "." in t.host and re.fullmatch(f"(?i){_NAME}", parent) and not _is_ip(t.host):
+        prefixes_.append(f"{t.scheme}://*.{parent}:{t.port}")
+    for text in prefixes_:
+        prefix = parse_prefix(text)
+        assert prefix is not None and within(url, prefix), text
+        assert all(re.fullmatch(p, text) for p in _SCHEMA_PATTERNS), text
+    if _is_ip(t.host) and "." in t.host:
+        wildcard = f"{t.scheme}://*.{parent}"
+        assert parse_prefix(wildcard) is None
+        assert not any(re.fullmatch(p, wildcard) for p in _SCHEMA_PATTERNS)
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
