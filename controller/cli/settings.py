@@ -103,9 +103,16 @@ def read_secret(spec_field: str, namespace: str, ref: Any, url: str) -> str:
 def store_location(args: argparse.Namespace, summarizer: SummarizerSettings) -> StoreLocation:
     """The store: flags given on the command line, else the summarizer's, else defaults."""
     base = StoreLocation(url=None)
+    chroma_url = None if args.path else args.chroma_url and check_chroma_url(args.chroma_url)
     if summarizer.source is not None:
-        base = backends.store_location(summarizer.spec, summarizer.namespace, read_secret)
-    url = None if args.path else args.chroma_url or base.url
+        spec = summarizer.spec
+        if chroma_url:  # the URL the store is reached at: the one allowed and sent the token
+            store = spec.store.model_copy(update={"url": chroma_url})
+            spec = spec.model_copy(update={"store": store})
+        base = backends.store_location(spec, summarizer.namespace, read_secret)
+    elif chroma_url:
+        backends.check_endpoint("--chroma-url", chroma_url)
+    url = None if args.path else chroma_url or base.url
     if not url and not args.path:
         raise CliError(
             "say where Chroma is: --chroma-url http://HOST:8000, --path DIR, or a summarizer "

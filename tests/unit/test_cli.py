@@ -1120,3 +1120,40 @@ def test_an_endpoint_outside_the_allowed_endpoints_is_one_line_and_exit_2(
     assert (code, out, err.count("\n")) == (2, "", 1), err
     assert err.startswith("summaryctl: error: ") and "EndpointNotAllowed" not in err
     assert ELSEWHERE in err and "allowed endpoints" in err
+
+
+@pytest.mark.parametrize("manifest_url", [None, "http://chroma:8000", ELSEWHERE])
+@pytest.mark.parametrize("chroma_url", [None, "http://chroma:8000", ELSEWHERE])
+def test_the_store_url_used_is_the_one_the_allowed_endpoints_judge(
+    tmp_path: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    manifest_url: str | None,
+    chroma_url: str | None,
+) -> None:
+    """--chroma-url (or CHROMA_URL) over a summarizer's store.url: the URL summaryctl
+    connects to is allowed or refused, never the one it does not use (it used to check only
+    the manifest's, and connected to a refused --chroma-url)."""
+    from controller.config import CONFIG
+
+    monkeypatch.delenv("CHROMA_URL", raising=False)
+    allowed = CONFIG.model_validate({"allowed_endpoints": "http://chroma:8000"})
+    monkeypatch.setattr("controller.backends.CONFIG", allowed)
+    reached: list[str | None] = []
+    monkeypatch.setattr("controller.cli.settings.connect", lambda loc: reached.append(loc.url))
+    monkeypatch.setattr("controller.cli.settings.MemoryStore", lambda client, location: None)
+    argv = ["remember", "s1", "--sunset-marker"]
+    if manifest_url is not None:
+        manifest = tmp_path / "s.yaml"  # type: ignore[operator]
+        spec = f"{{store: {{url: '{manifest_url}'}}}}"
+        manifest.write_text(f"kind: SessionSummarizer\nmetadata: {{name: x}}\nspec: {spec}\n")
+        argv += ["--summarizer-file", str(manifest)]
+    if chroma_url is not None:
+        argv += ["--chroma-url", chroma_url]
+    used = chroma_url or manifest_url
+    with no_cluster(str(tmp_path)):
+        code, _, err = run(argv)
+    if used == ELSEWHERE:
+        assert (code, reached, err.count("\n")) == (2, [], 1), err
+        assert ELSEWHERE in err and "allowed endpoints" in err, err
+    else:
+        assert reached == ([used] if used else []) and "allowed endpoints" not in err, err
