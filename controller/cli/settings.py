@@ -151,8 +151,21 @@ def open_store(args: argparse.Namespace) -> Iterator[tuple[MemoryStore, Summariz
         raise CliError(str(exc)) from exc
 
 
+def check_memory_destination(summarizer: SummarizerSettings, field: str) -> None:
+    """As the operator before it sends memories (or text to store among them) to the
+    endpoint at `field`: refused unless the store credential's owner, or the install, allows
+    it (backends.check_memory_destinations)."""
+    from controller.kube import client as kube
+
+    try:
+        kube_call(backends.check_memory_destinations, summarizer.spec, summarizer.namespace, field)
+    except kube.SecretError as exc:
+        raise CliError(str(exc)) from exc
+
+
 def embedder(summarizer: SummarizerSettings) -> Embedder:
     """The summarizer's embedding, as the operator builds it (by default the local MiniLM)."""
+    check_memory_destination(summarizer, "embedding.baseUrl")
     try:
         spec = backends.embedding_spec(summarizer.spec, summarizer.namespace, read_secret)
         ef = build_embedding_function(spec)
@@ -164,6 +177,7 @@ def embedder(summarizer: SummarizerSettings) -> Embedder:
 def summarize_backends(store: MemoryStore, summarizer: SummarizerSettings) -> backends.Backends:
     """What `summaryctl summarize` runs with: the operator's parts for that summarizer."""
     spec = summarizer.spec
+    check_memory_destination(summarizer, "model.baseUrl")
     chosen: Summarizer = EXTRACTIVE
     if spec.model.backend != "extractive":
         from controller.summarizers.chat_model import ChatModelSummarizer

@@ -11,8 +11,11 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -546,3 +549,115 @@ def test_every_summarizer_not_found_names_the_namespace_and_the_n_to_use(
     assert "no SessionSummarizer 'default' in namespace 'default'" in line, line
     assert_names_where_it_is(line)
     assert "sessionsummarizers.memorycore.io" not in line, line
+
+
+@pytest.fixture
+def model_server() -> Iterator[tuple[str, list[str]]]:
+    """A local HTTP server standing for a model or embedding endpoint: it records each path
+    it is asked and answers 500 (what it answers does not matter: being asked does)."""
+    asked: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            asked.append(self.path)
+            self.send_response(500)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", asked
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("field", ["model", "embedding"])
+@pytest.mark.parametrize("allowed", [False, True])
+def test_summarize_sends_memories_only_where_the_operator_would(
+    chroma_server: ChromaServer,
+    model_server: tuple[str, list[str]],
+    tmp_path: pytest.TempPathFactory,
+    field: str,
+    allowed: bool,
+) -> None:
+    """The check the operator makes before each pass (the store credential's
+    allowed-model-urls, else the install's SSO_ALLOWED_MODEL_URLS, where empty allows
+    nothing): a model or embedding endpoint it refuses is refused, one line and exit 2, and
+    never asked; summarize used to send it the store's memories (and remember, the memory it
+    writes to an embedding endpoint)."""
+    endpoint, asked = model_server
+    spec = (
+        f"{{model: {{backend: openai, model: m, baseUrl: '{endpoint}'}}}}"
+        if field == "model"
+        else f"{{embedding: {{provider: openai, model: e, baseUrl: '{endpoint}'}}}}"
+    )
+    manifest = tmp_path / "s.yaml"  # type: ignore[operator]
+    manifest.write_text(f"kind: SessionSummarizer\nmetadata: {{name: x}}\nspec: {spec}\n")
+    memory, sessions = f"cli-memory-{field}-{allowed:d}", f"cli-sessions-{field}-{allowed:d}"
+    loc = StoreLocation(
+        url=chroma_server.url, memory_collection=memory, summary_collection=sessions
+    )
+    session = SAMPLE_SESSIONS[0]
+    load(MemoryStore(connect(loc), loc), memory_rows(session, 1_700_000_000_000))
+    env = {**os.environ, "SSO_ALLOWED_MODEL_URLS": endpoint if allowed else "http://other:1/v1"}
+    cols = ["--memory-collection", memory, "--summary-collection", sessions]
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "controller",
+            "summarize",
+            session.session_id,
+            "--bypass-claim",
+            "--summarizer-file",
+            str(manifest),
+            "--chroma-url",
+            chroma_server.url,
+            *cols,
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    if allowed:
+        assert asked, res.stdout + res.stderr
+    else:
+        assert (res.returncode, res.stdout, asked) == (2, "", []), res.stderr
+        line = one_error_line(res.stderr)
+        assert f"{field}.baseUrl {endpoint} may not receive the memories" in line, line
+    if field == "embedding":  # remember embeds the memory it writes there, too
+        asked.clear()
+        fresh = ["--memory-collection", f"{memory}-r", "--summary-collection", f"{sessions}-r"]
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "controller",
+                "remember",
+                session.session_id,
+                "--sunset-marker",
+                "--summarizer-file",
+                str(manifest),
+                "--chroma-url",
+                chroma_server.url,
+                *fresh,
+            ],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert bool(asked) == allowed, res.stdout + res.stderr
+        if not allowed:
+            assert res.returncode == 2 and "may not receive" in one_error_line(res.stderr)

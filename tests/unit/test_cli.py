@@ -1108,7 +1108,9 @@ def test_an_endpoint_outside_the_allowed_endpoints_is_one_line_and_exit_2(
     catch-all `EndpointNotAllowed: ...` and exit 1."""
     from controller.config import CONFIG
 
-    allowed = CONFIG.model_validate({"allowed_endpoints": f"{REFUSED}, http://chroma:8000"})
+    allowed = CONFIG.model_validate(
+        {"allowed_endpoints": f"{REFUSED}, http://chroma:8000", "allowed_model_urls": ELSEWHERE}
+    )
     monkeypatch.setattr("controller.backends.CONFIG", allowed)
     # The model and the embedding are built once the store is open: a store that opens.
     monkeypatch.setattr("controller.cli.settings.connect", lambda location: None)
@@ -1157,3 +1159,38 @@ def test_the_store_url_used_is_the_one_the_allowed_endpoints_judge(
         assert ELSEWHERE in err and "allowed endpoints" in err, err
     else:
         assert reached == ([used] if used else []) and "allowed endpoints" not in err, err
+
+
+@pytest.mark.parametrize("annotation", ["http://model.example/v1", "http://other.example/v1"])
+def test_summarize_asks_the_store_secrets_owner_before_the_model_gets_memories(
+    tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, annotation: str
+) -> None:
+    """The store Secret's allowed-model-urls decides, as before an operator's pass: a model
+    it does not list is refused, one line naming the Secret, exit 2, before a memory is read."""
+    from controller.core.destinations import ALLOWED_MODEL_URLS_ANNOTATION, ALLOWED_URLS_ANNOTATION
+
+    annotations = {
+        ALLOWED_URLS_ANNOTATION: "http://chroma:8000",
+        ALLOWED_MODEL_URLS_ANNOTATION: annotation,
+    }
+    secret = annotations, {"token": "dA=="}
+    monkeypatch.setattr("controller.kube.client.read_secret", lambda ns, name: secret)
+    monkeypatch.setattr("controller.cli.settings.connect", lambda location: None)
+    monkeypatch.setattr("controller.cli.settings.MemoryStore", lambda client, location: None)
+    built: list[object] = []
+    monkeypatch.setattr(
+        "controller.summarizers.chat_model.ChatModelSummarizer", lambda c: built.append(c)
+    )
+    model = "{backend: openai, model: m, baseUrl: 'http://model.example/v1'}"
+    spec = f"{{store: {{url: 'http://chroma:8000', authSecretRef: {{name: tok}}}}, model: {model}}}"
+    manifest = tmp_path / "s.yaml"  # type: ignore[operator]
+    manifest.write_text(f"kind: SessionSummarizer\nmetadata: {{name: x}}\nspec: {spec}\n")
+    with no_cluster(str(tmp_path)):
+        code, _, err = run(
+            ["summarize", "s1", "--bypass-claim", "--summarizer-file", str(manifest)]
+        )
+    if annotation == "http://model.example/v1":
+        assert built and "may not receive" not in err, err
+    else:
+        assert (code, built, err.count("\n")) == (2, [], 1), err
+        assert "Secret default/tok (store.authSecretRef)" in err and "may not receive" in err
