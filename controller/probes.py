@@ -58,7 +58,8 @@ def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
         check_memory_destinations(spec, namespace, "model.baseUrl")
         config = chat_model_config(model, namespace)
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
-        url = f"{config.base_url.rstrip('/')}/models"
+        # Joined as the openai client joins its paths: one slash added if none ends it.
+        url = f"{config.base_url.removesuffix('/')}/models"
         timeout = min(model.timeout_seconds, 10)
         with deadline_client(timeout) as client:  # bound in time and size, as a pass's calls
             resp = client.get(url, headers=headers, timeout=timeout)
