@@ -62,20 +62,23 @@ MASKING_VERSION = 10
 # typographic quotes plain (`password = ’x’` is stored as `password = 'x'`), and a letter or
 # digit a reader takes for a Latin one as that one: Cyrillic and Greek lookalikes (`pаssword`
 # with a Cyrillic `а`), and what NFKC makes one (fullwidth `ｔｏｋｅｎ`, mathematical `𝐩`).
-_LOOKALIKES = dict(
-    zip(
-        "аеорсухѕіјԁһӏԛԝкАВЕКМНОРСТХЅІЈҮΑΒΕΖΗΙΚΜΝΟΡΤΥΧαοικνρυıİ",
-        "aeopcyxsijdhlqwkABEKMHOPCTXSIJYABEZHIKMNOPTYXaoikvpuiI",
-        strict=True,
+_LOOKALIKES = types.MappingProxyType(
+    dict(
+        zip(
+            "аеорсухѕіјԁһӏԛԝкАВЕКМНОРСТХЅІЈҮΑΒΕΖΗΙΚΜΝΟΡΤΥΧαοικνρυıİ",
+            "aeopcyxsijdhlqwkABEKMHOPCTXSIJYABEZHIKMNOPTYXaoikvpuiI",
+            strict=True,
+        )
     )
-) | {
-    c: n
-    for c in map(chr, range(0x80, 0x20000))
-    if len(n := unicodedata.normalize("NFKC", c)) == 1 and n.isascii() and n.isalnum()
-}
+    | {
+        c: n
+        for c in map(chr, range(0x80, 0x20000))
+        if len(n := unicodedata.normalize("NFKC", c)) == 1 and n.isascii() and n.isalnum()
+    }
+)
 _AS_SHOWN = types.MappingProxyType(str.maketrans(
     {c: " " for c in map(chr, range(0xFEFF + 1)) if c != "\n" and (c.isspace() or c <= "\x1f"
-     or "\x7f" <= c <= "\x9f" or c in "\u200b\u200c\u200d\ufeff")} | _LOOKALIKES
+     or "\x7f" <= c <= "\x9f" or c in "\u200b\u200c\u200d\ufeff")} | dict(_LOOKALIKES)
 ) | TYPOGRAPHIC_QUOTES)  # fmt: skip
 # What stands between a name and its value for a reader, not for the rules: the backslashes
 # escaping a quote (JSON's `\"`, a shell's `\'`, at any depth; possessive after a
