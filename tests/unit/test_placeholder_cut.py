@@ -77,7 +77,7 @@ def test_a_folded_document_keeps_a_placeholder_in_its_title_whole(
 ) -> None:
     summary = StructuredSummary(
         session_id="s1",
-        title=text.cut(title, 120, ""),
+        title=text.cut(title, 120, "").strip() or "x",  # a title has text (" " is drawn)
         category="other",
         sections={"User Requests": [SummaryItem(text="port 8080 " * 20)]},
     )
