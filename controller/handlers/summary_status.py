@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 import kopf
+from pydantic.alias_generators import to_camel
 
 from controller import metrics
 from controller.api import (
@@ -30,6 +31,18 @@ CONDITION = "Summarized"
 SINGLE_WRITER = "SingleWriter"
 MEMORY_TIMES = "MemoryTimesReadable"
 DONE_PHASES = frozenset({"Summarized", "Empty", "NotFound", "Forgotten"})
+# The status fields a Forgotten object keeps: they say the forget was done (the rest went).
+FORGET_KEEPS = frozenset(
+    {
+        "phase",
+        "last_phase_transition_time",
+        "observed_generation",
+        "trigger_source",
+        "consecutive_failures",
+        "message",
+        "conditions",
+    }
+)
 
 
 class Failure(Exception):
@@ -348,12 +361,19 @@ def report_forgotten(
         + "; ".join(removed)
         + f"; {_memories(gone.remaining)} of it remain"
     )
-    done = {"trigger_source": spec.trigger, "consecutive_failures": 0}
-    record(body, patch, phase="Forgotten", reason="Forgotten", message=message, ok=True, **done)
-    # No summary any more: none of the fields that described it (a null deletes a field),
-    # nor the count it covered (`kubectl get ssum` MEMORIES; the message says what remains).
-    described = ("title", "summaryId", "summarizedAt", "provenance", "memoryCount", "lastMemoryAt")
-    patch.status.update(dict.fromkeys(described))
+    done: dict[str, Any] = {"trigger_source": spec.trigger, "consecutive_failures": 0}
+    status = status_with(
+        body, phase="Forgotten", reason="Forgotten", message=message, ok=True, **done
+    )
+    # No summary any more: only what says the forget was done stays. Every other field, and
+    # the conditions of the last pass, described the summary, the pass that wrote it or the
+    # memories it covered (the message says what remains); a null deletes a field.
+    status.conditions = [
+        c for c in status.conditions or [] if c.type not in (SINGLE_WRITER, MEMORY_TIMES)
+    ]
+    patch.status.update(status.to_api())
+    described = SessionSummaryStatus.model_fields.keys() - FORGET_KEEPS
+    patch.status.update({to_camel(field): None for field in described})
     events.post(body, type_="Normal", reason="Forgotten", message=message)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from controller.api import SessionSummaryStatus
 from controller.core.naming import summary_object_name, summary_row_id
 from devenv.processes import tail, wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
@@ -88,11 +89,16 @@ def test_a_forgotten_session_is_gone_audited_and_not_swept_back_until_it_changes
     assert "via summaryctl" in said[0]["message"] and "the summary row" in said[0]["message"]
     print(f"Event Forgotten: {said[0]['message']}")
     # The object describes no summary any more (`kubectl get ssum`: no SUMMARIZED, no
-    # TITLE, no MEMORIES: the count a summary covers): the forgotten summary's title was the
-    # session's own text.
+    # TITLE, no MEMORIES: the count a summary covers), nor the pass that wrote it (writer,
+    # passes, tokens, redactions): the forgotten summary's title was the session's own text.
+    # Every status field the model has is looked at, so a new one is decided here too.
     status = harness.obj(sid)["status"]
-    described = {"title", "summaryId", "summarizedAt", "provenance", "memoryCount", "lastMemoryAt"}
+    still_true = {"phase", "lastPhaseTransitionTime", "observedGeneration", "triggerSource",
+                  "consecutiveFailures", "message", "conditions"}  # fmt: skip
+    described = {f.alias for f in SessionSummaryStatus.model_fields.values()} - still_true
     assert not described & status.keys(), status
+    said_by_pass = {"SingleWriter", "MemoryTimesReadable"}  # the summary row; its memories
+    assert not said_by_pass & {c["type"] for c in status["conditions"]}, status
     assert "2 memories of it remain" in status["message"], status
     assert "Baker" not in json.dumps(status)
     # `summaryctl ledger` shows what stays, the tombstone (it said "no ledger entry").
