@@ -358,6 +358,11 @@ def cmd_forget(args: argparse.Namespace) -> int:
             f"--memories deletes every memory of session {args.session_id!r} from the memory "
             "collection, for good; add --yes to confirm"
         )
+    if args.yes and not args.memories:  # a confirmation of nothing: --memories left out?
+        raise CliError(
+            "--yes confirms --memories, which is not given: add --memories to delete the "
+            "session's memories too, or leave --yes out"
+        )
     return request_pass(
         args,
         trigger="manual",

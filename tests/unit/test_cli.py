@@ -685,6 +685,30 @@ def test_with_no_cluster_and_no_store_every_command_does_nothing_and_says_why_in
 @settings(
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+@given(memories=st.booleans(), yes=st.booleans(), wait=st.booleans(), summarizer=st.booleans())
+def test_forget_refuses_a_confirmation_without_what_it_confirms_and_the_reverse(
+    memories: bool,
+    yes: bool,
+    wait: bool,
+    summarizer: bool,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """--yes confirms --memories: either without the other is refused before any API call,
+    naming what is missing; both, or neither, go on to ask the cluster."""
+    argv = ["forget", "s1", *(["--memories"] if memories else []), *(["--yes"] if yes else [])]
+    argv += (["--wait", "5"] if wait else []) + (["--summarizer", "default"] if summarizer else [])
+    with no_cluster(str(tmp_path_factory.getbasetemp())):
+        code, out, err = run(argv)
+    assert code == 2 and out == "", err
+    assert ("add --yes" in err) == (memories and not yes), err
+    assert ("add --memories" in err) == (yes and not memories), err
+    assert ("no Kubernetes context" in err) == (memories == yes), err  # went on
+    assert len(err.splitlines()) == 1, err
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(session=st.booleans(), wait=st.booleans(), summarizer=st.booleans())
 def test_rebuild_all_with_secrets_names_only_what_is_wrong_with_its_arguments(
     session: bool, wait: bool, summarizer: bool, tmp_path_factory: pytest.TempPathFactory
