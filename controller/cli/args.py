@@ -96,14 +96,6 @@ def seconds_arg(value: str) -> float:
     return number
 
 
-def nonblank_arg(value: str) -> str:
-    if not value.strip():
-        raise argparse.ArgumentTypeError("must not be empty")
-    if not value.isprintable():
-        raise argparse.ArgumentTypeError(f"{_shown(value)} contains control characters")
-    return value
-
-
 def collection_arg(value: str, what: str = "collection") -> str:
     from controller.api import StoreSpec
 
@@ -116,13 +108,22 @@ def collection_arg(value: str, what: str = "collection") -> str:
 
 
 def database_arg(value: str) -> str:
+    from controller.api import StoreSpec
+
+    if len(value) > StoreSpec.NAME_MAX:  # ours; Chroma's name rule allows 512
+        raise argparse.ArgumentTypeError(
+            f"{_shown(value)} is too long for a database: at most {StoreSpec.NAME_MAX} characters"
+        )
     return collection_arg(value, "database")  # Chroma's one name rule
 
 
 def tenant_arg(value: str) -> str:
-    if len(nonblank_arg(value)) < 3 or "/" in value:
+    from controller.api import StoreSpec
+
+    if not 3 <= len(value) <= StoreSpec.NAME_MAX or "/" in value:
         raise argparse.ArgumentTypeError(
-            f"{_shown(value)} is not a Chroma tenant: 3 characters or more, none of them '/'"
+            f"{_shown(value)} is not a Chroma tenant: 3 to {StoreSpec.NAME_MAX} characters, "
+            "none of them '/'"
         )
     return value
 
@@ -162,6 +163,8 @@ def chroma_url_problem(url: str) -> str | None:
         return "only scheme, host and port are used; remove the path, query or fragment"
     from controller.api import StoreSpec
 
+    if len(url) > StoreSpec.URL_MAX:
+        return f"at most {StoreSpec.URL_MAX} characters"
     return StoreSpec.url_problem(url)
 
 

@@ -11,10 +11,11 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
-from controller.api import StoreSpec
+from controller.api import SessionSummarySpec, StoreSpec
 from controller.cli.args import chroma_url_problem, printable
 from controller.cli.main import main
 from controller.core.naming import blank_session_id
@@ -1068,29 +1069,58 @@ def test_a_summary_collection_without_room_for_its_ledger_is_refused_before_the_
     assert ("cannot connect" in err) == fits and ("ledger" in err) != fits, err
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    flag=st.sampled_from(["--tenant", "--database"]),
-    name=st.text(alphabet=st.sampled_from("ab1_-./+"), max_size=8).filter(
-        lambda n: n != "--"  # argparse drops a bare "--" value
-    )
-    | st.sampled_from(["x/../default_tenant", "default_tenant/.", "10.0.0.1"]),
+# Each summaryctl argument that names a spec field, and the field: the CLI must take a value
+# exactly when the spec does, or it reads a store no SessionSummarizer can name (and a
+# session no SessionSummary can carry), or refuses one they can.
+SPEC_FIELDS = {
+    "--tenant": (StoreSpec, "tenant"),
+    "--database": (StoreSpec, "database"),
+    "--memory-collection": (StoreSpec, "memory_collection"),
+    "--summary-collection": (StoreSpec, "summary_collection"),
+    "--chroma-url": (StoreSpec, "url"),
+    "SESSION_ID": (SessionSummarySpec, "session_id"),
+}
+# Every length bound of those fields and of Chroma's names: values are made either side.
+_LENGTHS = st.integers(0, 6) | st.sampled_from([253, 256, 300, 505, 512, 1024]).flatmap(
+    lambda bound: st.integers(bound - 8, bound + 1)
 )
-def test_a_tenant_or_database_chroma_cannot_serve_is_refused_before_the_store(
-    flag: str, name: str
+
+
+def _spec_takes(flag: str, value: str) -> bool:
+    model, field = SPEC_FIELDS[flag]
+    try:
+        model.model_validate({field: value})
+    except ValidationError as exc:  # a rule on a pair (memories apart) is not this field's
+        return not any(error["loc"] for error in exc.errors())
+    return True
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    flag=st.sampled_from(sorted(SPEC_FIELDS)),
+    length=_LENGTHS,
+    head=st.text(alphabet=st.sampled_from("ab1_-./+: \t\x01é"), max_size=3),
+    tail=st.text(alphabet=st.sampled_from("ab1_-./+: \t\x01é"), max_size=3),
+)
+def test_an_argument_naming_a_spec_field_takes_exactly_what_the_spec_takes(
+    flag: str, length: int, head: str, tail: str
 ) -> None:
-    """The rules of spec.store.tenant and spec.store.database (StoreSpec): a tenant holding
-    '/' read another tenant ("x/../default_tenant") or failed as an outage."""
-    if flag == "--database":  # Chroma's one name rule
-        valid = StoreSpec.collection_name_problem(name) is None
-    else:
-        valid = len(name) >= 3 and "/" not in name
-    code, out, err = run(["summaries", "--chroma-url", REFUSED, f"{flag}={name}"])
+    """A tenant holding '/' read another tenant ("x/../default_tenant"); a 300-character
+    --database was taken, which spec.store.database (NAME_MAX 256) refuses."""
+    if flag == "--chroma-url":  # what summaryctl runs on --chroma-url and CHROMA_URL
+        value = "http://" + head + ("ab." * length)[:length] + "c" + tail
+        assert (chroma_url_problem(value) is None) == _spec_takes(flag, value), value
+        return
+    value = head + ("a1" * length)[:length] + tail
+    assume(value != "--")  # argparse drops a bare "--" value
+    argv = ["sunset", "--", value] if flag == "SESSION_ID" else ["summaries", f"{flag}={value}"]
+    with no_cluster("/nonexistent"):
+        code, out, err = run([*argv, *(["--chroma-url", REFUSED] if flag != "SESSION_ID" else [])])
     assert code == 2 and out == "", err
-    if valid:
-        assert "cannot connect" in err, err
-    else:
-        assert f"argument {flag}" in err and "cannot connect" not in err, err
+    taken = "cannot connect" in err or "no Kubernetes context" in err  # past the checks
+    assert taken == _spec_takes(flag, value), (value, err)
+    if not taken:
+        assert f"argument {flag}" in err, err
 
 
 def test_rebuild_all_with_secrets_without_a_cluster_says_so_once(tmp_path: object) -> None:
