@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.api import SessionSummaryStatus
+from controller.core.ledger import REMOVED_KEYS, REQUEST_KEY
 from controller.core.naming import summary_object_name, summary_row_id
 from devenv.processes import tail, wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
@@ -82,6 +83,8 @@ def test_a_forgotten_session_is_gone_audited_and_not_swept_back_until_it_changes
     assert tombstone["memoryCount"] == 2 and "forgottenAt" in tombstone
     # ... and nothing of the head it replaced (Chroma's upsert merges metadata).
     kept = {"sessionId", "ledgerFormat", "forgottenAt", "rowsDigest", "memoryCount"}
+    # The forget request and what it removed (uid/generation, counts) stay for its retry.
+    kept |= {REQUEST_KEY, *REMOVED_KEYS}
     assert set(tombstone) <= {*kept, "fence", "fenceAuthority"}, tombstone
     assert "Baker" not in json.dumps(tombstone)
     assert store.stored_summary(sid) is None
