@@ -100,7 +100,11 @@ def test_the_model_probe_asks_where_the_chat_client_posts(
 
 @given(
     part=st.sampled_from(["?", "#"]),
-    rest=st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=20),
+    # After a marker no message holds: the message must not echo what follows the URL's path
+    # (a key in a query), and a bare drawn word ("the") may be a word of the message itself.
+    rest=st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), max_size=20).map(
+        lambda rest: f"Zq7{rest}"
+    ),
 )
 def test_a_base_url_with_a_query_or_a_fragment_is_refused_saying_why(part: str, rest: str) -> None:
     url = f"https://model.example/v1{part}{rest}"
@@ -108,4 +112,4 @@ def test_a_base_url_with_a_query_or_a_fragment_is_refused_saying_why(part: str, 
         with pytest.raises(ValidationError) as err:
             model.model_validate({"baseUrl": url})
         assert "no query or fragment" in str(err.value)
-        assert rest not in str(err.value) or len(rest) < 3
+        assert rest not in str(err.value)
