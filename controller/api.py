@@ -136,9 +136,8 @@ class StoreSpec(CamelModel):
         "must be http(s)://host[:port] and nothing more, e.g. http://chroma:8000"
     )
 
-    # Chroma's tenant rule is 3 characters at least; a '/' ends the tenant's segment of the
+    # Chroma's tenant rule: 3 characters or more; a '/' ends the tenant's segment of the
     # request path, so no tenant holding one is reached ("x/../default_tenant" reads another).
-    # A database name follows the collection-name rule (Chroma's same validate_name).
     TENANT_MESSAGE: ClassVar[str] = "must not contain '/' (it would end its segment of the URL)"
     NAME_MAX: ClassVar[int] = 256  # a tenant's and a database's, ours (Chroma allows more)
 
@@ -173,18 +172,34 @@ class StoreSpec(CamelModel):
     def url_problem(cls, url: str) -> str | None:
         return None if re.fullmatch(cls.URL_PATTERN, url) else cls.URL_MESSAGE
 
+    @classmethod
+    def name_problem(cls, field: str, name: str) -> str | None:
+        """Why the spec refuses `name` as this field (tenant, database, memory_collection or
+        summary_collection), in Chroma's words where the rule is Chroma's; summaryctl's flags
+        say the same. A database follows the collection rule (Chroma's same validate_name)."""
+        if field != "tenant":
+            problem = cls.collection_name_problem(name)
+        elif len(name) < 3:
+            problem = "must be 3 characters or more"
+        else:
+            problem = cls.TENANT_MESSAGE if "/" in name else None
+        room = cls.COLLECTION_NAME_MAX - len(cls.LEDGER_SUFFIX)
+        if not problem and field == "summary_collection" and len(name) > room:
+            return (
+                f"must be at most {room} characters, so that its ledger (its name + "
+                f"{cls.LEDGER_SUFFIX!r}) is a collection name too"
+            )
+        if not problem and field in ("tenant", "database") and len(name) > cls.NAME_MAX:
+            return f"must be at most {cls.NAME_MAX} characters"
+        return problem
+
     @field_validator("memory_collection", "summary_collection", "database", "tenant", mode="before")
     @classmethod
     def _chroma_name(cls, value: object, info: ValidationInfo) -> object:
         # "before": Chroma's rule, in its words, ahead of the generic length message.
-        if not isinstance(value, str):
-            return value
-        if info.field_name == "tenant":
-            what, problem = "tenant", cls.TENANT_MESSAGE if "/" in value else None
-        else:
-            what = "database" if info.field_name == "database" else "collection"
-            problem = cls.collection_name_problem(value)
-        if problem:
+        field = str(info.field_name)
+        if isinstance(value, str) and (problem := cls.name_problem(field, value)):
+            what = field.replace("_", " ")
             raise ValueError(f"{value!r} is not a valid Chroma {what} name: it {problem}")
         return value
 

@@ -6,6 +6,7 @@ import argparse
 import math
 import re
 import sys
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from controller.core.naming import blank_session_id
@@ -96,49 +97,20 @@ def seconds_arg(value: str) -> float:
     return number
 
 
-def collection_arg(value: str, what: str = "collection") -> str:
-    from controller.api import StoreSpec
+def store_name_arg(field: str) -> Callable[[str], str]:
+    """A store flag (--tenant, --database, a collection): what StoreSpec takes for `field`."""
 
-    problem = StoreSpec.collection_name_problem(value)
-    if problem:
-        raise argparse.ArgumentTypeError(
-            f"{_shown(value)} is not a Chroma {what} name: it {problem}"
-        )
-    return value
+    def check(value: str) -> str:
+        from controller.api import StoreSpec
 
+        if problem := StoreSpec.name_problem(field, value):
+            what = field.replace("_", " ")
+            raise argparse.ArgumentTypeError(
+                f"{_shown(value)} is not a valid Chroma {what} name: it {problem}"
+            )
+        return value
 
-def database_arg(value: str) -> str:
-    from controller.api import StoreSpec
-
-    if len(value) > StoreSpec.NAME_MAX:  # ours; Chroma's name rule allows 512
-        raise argparse.ArgumentTypeError(
-            f"{_shown(value)} is too long for a database: at most {StoreSpec.NAME_MAX} characters"
-        )
-    return collection_arg(value, "database")  # Chroma's one name rule
-
-
-def tenant_arg(value: str) -> str:
-    from controller.api import StoreSpec
-
-    if not 3 <= len(value) <= StoreSpec.NAME_MAX or "/" in value:
-        raise argparse.ArgumentTypeError(
-            f"{_shown(value)} is not a Chroma tenant: 3 to {StoreSpec.NAME_MAX} characters, "
-            "none of them '/'"
-        )
-    return value
-
-
-def summary_collection_arg(value: str) -> str:
-    """A summary collection as StoreSpec takes one: its ledger's name must be one too."""
-    from controller.api import StoreSpec
-
-    most = StoreSpec.COLLECTION_NAME_MAX - len(StoreSpec.LEDGER_SUFFIX)
-    if len(collection_arg(value)) > most:
-        raise argparse.ArgumentTypeError(
-            f"{_shown(value)} is too long for a summary collection: at most {most} characters, "
-            f"so that its ledger (its name + {StoreSpec.LEDGER_SUFFIX!r}) is a collection name too"
-        )
-    return value
+    return check
 
 
 def chroma_url_problem(url: str) -> str | None:

@@ -14,8 +14,6 @@ from controller import cli as cli_package
 from controller.cli import commands, ledger
 from controller.cli.args import (
     CliError,
-    collection_arg,
-    database_arg,
     namespace_arg,
     object_name_arg,
     out,
@@ -23,8 +21,7 @@ from controller.cli.args import (
     printable,
     seconds_arg,
     session_id_arg,
-    summary_collection_arg,
-    tenant_arg,
+    store_name_arg,
     text_arg,
 )
 from controller.core.destinations import DestinationRefused
@@ -38,12 +35,11 @@ def _add_store_args(p: argparse.ArgumentParser) -> None:
         help="Chroma server URL, http(s)://HOST[:PORT] (env CHROMA_URL; token: env CHROMA_TOKEN)",
     )
     where.add_argument("--path", help="embedded Chroma directory (single process only)")
-    p.add_argument("--tenant", type=tenant_arg, help="default: default_tenant")
-    p.add_argument("--database", type=database_arg, help="default: default_database")
-    p.add_argument("--memory-collection", type=collection_arg, help="default: neo-agent-memory")
-    p.add_argument(
-        "--summary-collection", type=summary_collection_arg, help="default: neo-agent-sessions"
-    )
+    p.add_argument("--tenant", type=store_name_arg("tenant"), help="default: default_tenant")
+    p.add_argument("--database", type=store_name_arg("database"), help="default: default_database")
+    memory, summary = store_name_arg("memory_collection"), store_name_arg("summary_collection")
+    p.add_argument("--memory-collection", type=memory, help="default: neo-agent-memory")
+    p.add_argument("--summary-collection", type=summary, help="default: neo-agent-sessions")
     which = p.add_mutually_exclusive_group()
     which.add_argument(
         "--summarizer",
