@@ -55,20 +55,10 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     from controller.cli.settings import open_store
 
     with open_store(args) as (store, _):
-        stored = store.stored_summary(args.session_id)
+        stored: tuple[str | None, dict[str, Any]] | None = store.stored_summary(args.session_id)
         tombstone = None if stored else store.read_ledger(args.session_id)
-    if tombstone is not None:  # what a forget leaves: no text, ids' digest and counts
-        head = tombstone.head
-        out(
-            *json.dumps({"document": None, "keys": head}, indent=2).split("\n")
-            if args.json
-            else [
-                f"session {args.session_id!r} was forgotten at {_when(head.get('forgottenAt'))}: "
-                f"no summary row; its ledger entry is a tombstone (no text: the digest of the "
-                f"ids of the {head.get('memoryCount', '?')} memories it left, and its fence)"
-            ]
-        )
-        return 0
+    if tombstone is not None:  # what a forget leaves: no text, the ids' digest and counts
+        stored = (None, tombstone.head)
     if stored is None:
         raise CliError(
             f"no summary or ledger entry of session {args.session_id!r} in "
@@ -77,6 +67,12 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     document, keys = stored
     if args.json:
         out(*json.dumps({"document": document, "keys": keys}, indent=2).split("\n"))
+    elif document is None:
+        out(
+            f"session {args.session_id!r} was forgotten at {_when(keys.get('forgottenAt'))}: "
+            f"no summary row; its ledger entry is a tombstone (no text: the digest of the "
+            f"ids of the {keys.get('memoryCount', '?')} memories it left, and its fence)"
+        )
     else:
         out(*_ledger_lines(args.session_id, document, keys))
     return 0
