@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import Any, Literal, get_args
 
 from controller.core.memories import optional_text, tool_call_count, tool_names
+from controller.core.summary import listed_names
 from controller.core.text import SPACE_CLASS, Linear, json_value
 
 MemorySharing = Literal["team", "legacy", "private"]
@@ -77,7 +78,7 @@ def union_agents(prior: Iterable[str], new: Iterable[str]) -> list[str]:
     """A summary's participating agents, one per agent as neo compares names, the first
     spelling kept without a leading "@", sorted."""
     found: dict[str, str] = {}
-    for name in (n.strip() for names in (prior, new) for each in names for n in each.split(",")):
+    for name in listed_names([*prior, *new]):
         if key := canonical_agent(name):
             # "@@x" stays whole: "@x" would be another agent when read again
             spelled = normalize_user_id(name)
