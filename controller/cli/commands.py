@@ -246,14 +246,14 @@ def cmd_remember(args: argparse.Namespace) -> int:
     from controller.cli.settings import embedder, open_store
     from controller.core.memories import SUNSET_MARKER_TYPE, render_interaction_document
 
-    given = [f"--{half}" for half in ("prompt", "response") if getattr(args, half) is not None]
+    halves = {"--prompt": args.prompt, "--response": args.response}
+    given = [flag for flag, value in halves.items() if value is not None]
     if args.sunset_marker and (given or args.thought):
         wrong = " nor ".join(given + (["--thought"] if args.thought else []))
         raise CliError(f"--sunset-marker is instead of a turn: it takes no {wrong}")
-    if given == ["--prompt"]:
-        raise CliError("--prompt needs --response: a turn has both halves")
-    if given == ["--response"]:
-        raise CliError("--response needs --prompt: a turn has both halves")
+    if len(given) == 1:
+        (missing,) = halves.keys() - given
+        raise CliError(f"{given[0]} needs {missing}: a turn has both halves")
     if not (given or args.sunset_marker):
         raise CliError("give --prompt and --response (an agent's turn), or --sunset-marker")
     meta: dict[str, Any] = {"sessionId": args.session_id, "timestamp": int(time.time() * 1000)}
