@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from controller.core.text import EPOCH, json_value
+from controller.core.text import EPOCH, json_value, listed_names
 
 DEFAULT_EXCLUDED_TYPES = frozenset({"context-injection", "context-refresh", "tick", "heartbeat"})
 # A memory of this type asks for its session to be summarized now (docs/agents.md): a
@@ -237,8 +237,7 @@ def tool_names(value: object) -> tuple[str, ...]:
             names = [_tool_identifier(item) for item in parsed if _js_truthy(item)]
         else:
             names = [_cut(_js_string(parsed))]
-    parts = (part.strip() for name in names for part in name.split(","))
-    return tuple(dict.fromkeys(p for p in parts if p))
+    return tuple(listed_names(names))
 
 
 def tool_call_count(value: object) -> int:

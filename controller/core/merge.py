@@ -38,10 +38,10 @@ from controller.core.summary import (
     SummaryItem,
     carried_legacy_text,
     fallback_title,
-    listed_names,
     title_problem,
 )
 from controller.core.text import cut as cut_to
+from controller.core.text import listed_names
 from controller.core.visibility import union_agents
 
 # The JSON keys a summarizer uses for the sections (a model is asked for these).

@@ -9,7 +9,6 @@ from replacing a good summary, whichever backend produced it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from typing import Literal, get_args
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
@@ -17,7 +16,7 @@ from pydantic import BaseModel, Field, ValidationInfo, field_validator
 from controller.core.coverage import Coverage
 from controller.core.memories import Watermark
 from controller.core.references import ReferenceOverflow
-from controller.core.text import cut, one_line
+from controller.core.text import cut, listed_names, one_line
 
 SECTION_TITLES = (
     *("User Requests", "Questions & Decisions", "Design Choices", "Corrections & Feedback"),
@@ -81,12 +80,6 @@ class OtherWriter(BaseModel, frozen=True):
 
     who: str
     characters: int = 0
-
-
-def listed_names(names: Iterable[str]) -> list[str]:
-    """The names as the row's comma-separated list reads them back (neo's readers split it):
-    a name with a comma in it is the names it lists; each once, stripped, none empty."""
-    return list(dict.fromkeys(n for name in names for p in name.split(",") if (n := p.strip())))
 
 
 def _empty_sections() -> dict[str, list[SummaryItem]]:

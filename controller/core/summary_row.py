@@ -39,9 +39,8 @@ from controller.core.summary import (
     SummaryItem,
     UnreadablePriorSummary,
     fallback_title,
-    listed_names,
 )
-from controller.core.text import cut, json_value, one_line
+from controller.core.text import cut, json_value, listed_names, one_line
 from controller.core.visibility import RowVisibility
 
 

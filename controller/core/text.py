@@ -6,7 +6,7 @@ import datetime as dt
 import functools
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +17,12 @@ EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 # What stands for a masked secret (controller/redaction.py).
 PLACEHOLDER = re.compile(r"\[redacted: [a-z0-9-]+\]")
+
+
+def listed_names(names: Iterable[str]) -> list[str]:
+    """The names as the row's comma-separated list reads them back (neo's readers split it):
+    a name with a comma in it is the names it lists; each once, stripped, none empty."""
+    return list(dict.fromkeys(n for name in names for p in name.split(",") if (n := p.strip())))
 
 
 def cut(text: str, limit: int, mark: str = "…", *, word_from: int | None = None) -> str:

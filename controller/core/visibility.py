@@ -15,8 +15,7 @@ from types import MappingProxyType
 from typing import Any, Literal, get_args
 
 from controller.core.memories import optional_text, tool_call_count, tool_names
-from controller.core.summary import listed_names
-from controller.core.text import SPACE_CLASS, Linear, json_value
+from controller.core.text import SPACE_CLASS, Linear, json_value, listed_names
 
 MemorySharing = Literal["team", "legacy", "private"]
 TrustTier = Literal[  # highest to lowest trust (neo's TRUST_TIER_ORDER)
