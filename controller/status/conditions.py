@@ -21,10 +21,9 @@ READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 DERIVED = (READY, RECONCILING, STALLED)
 # What a SessionSummarizer needs to do its work, in the order a failure is named.
 REQUIRED = ("SecretsAllowed", "StoreReachable", "EmbeddingReady", "ModelReady", "ReplicaActive")
-# Counted only when present (no sweep has run, or sweeps are off; no spec check yet).
-WHEN_PRESENT = ("Swept", "SpecValid")
-# An unusable spec is named first: it is not probed, so the rest is an older spec's.
-NAMED_FIRST = ("SpecValid", *REQUIRED, "Swept")
+# Ready's inputs, an unusable spec named first (it is not probed, so the rest is an older
+# spec's); SpecValid and Swept count only when present (no spec check or sweep yet).
+READY_INPUTS = ("SpecValid", *REQUIRED, "Swept")
 NOT_BLOCKING = frozenset({("SecretsAllowed", "SecretNotAnnotated")})
 
 
@@ -84,7 +83,7 @@ def summarizer_readiness(
     Stalled with the first failing one's reason; Reconciling while one is not reported yet.
     observedGeneration: the inputs' oldest (none yet: generation_now)."""
     found = {c.type: c for c in conditions if c.type not in DERIVED}
-    inputs = [found[t] for t in NAMED_FIRST if t in found]
+    inputs = [found[t] for t in READY_INPUTS if t in found]
     generations = [c.observed_generation for c in inputs if c.observed_generation is not None]
     generation = min(generations) if generations else generation_now
     failing = [c for c in inputs if c.status == "False" and (c.type, c.reason) not in NOT_BLOCKING]

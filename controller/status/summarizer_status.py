@@ -15,8 +15,7 @@ from controller.api import Condition, SessionSummarizerStatus
 from controller.core.destinations import SecretVerdict, shown
 from controller.core.text import cut, one_line
 from controller.status.conditions import (
-    REQUIRED,
-    WHEN_PRESENT,
+    READY_INPUTS,
     now_rfc3339,
     set_condition,
     spec_problems,
@@ -24,7 +23,6 @@ from controller.status.conditions import (
     with_derived,
 )
 
-INPUTS = frozenset((*REQUIRED, *WHEN_PRESENT))  # of Ready
 # Conditions that say nothing about the spec: stamped with the current generation.
 SPEC_INDEPENDENT = frozenset({"ReplicaActive"})
 
@@ -59,7 +57,7 @@ def settled(status: SessionSummarizerStatus, generation: int | None) -> SessionS
         else c
         for c in status.conditions or []
     ]
-    times = [c.last_probe_time for c in conditions if c.type in INPUTS and c.last_probe_time]
+    times = [c.last_probe_time for c in conditions if c.type in READY_INPUTS and c.last_probe_time]
     at = min(times, default=None)  # as old as its oldest measured input
     derived = [
         c.model_copy(update={"last_probe_time": at})
