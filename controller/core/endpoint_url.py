@@ -26,11 +26,10 @@ _IPV6 = "|".join(
     [f"({_H16}:){{6}}{_LS32}", f"::({_H16}:){{5}}{_LS32}", f"({_H16})?::{_AFTER_GAP[0]}"]
     + [f"(({_H16}:){{0,{n}}}{_H16})?::{after}" for n, after in enumerate(_AFTER_GAP) if n]
 )
-# A DNS name whose last label is no number, so that no name reads as an IPv4 address
-# (a resolver reads "1.2.3.0x7f" as 1.2.3.127; "1.2.3.999" is none): it starts with a letter,
-# or with a digit (a namespace may: "svc.1team") and ends with a letter that no number
-# ends with (0x-hex ends in a-f or x). A label is at most 63 characters (the resolver refuses
-# a longer one). RE2 has no lookahead: "2024-01" or "svc.123", names to a resolver, are refused.
+# A DNS name whose last label is no number, so that none reads as an IPv4 address (a resolver
+# reads "1.2.3.0x7f" as 1.2.3.127): it starts with a letter, or a digit ("svc.1team") and ends
+# with a letter no number ends with (hex ends in a-f or x). Labels: 63 characters at most (as
+# resolvers). Without RE2 lookahead, "svc.123" and "2024-01", names to a resolver, are refused.
 _LABEL = "[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
 _LAST_LABEL = (
     "[A-Za-z]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"

@@ -30,8 +30,7 @@ REQUEST_KEY = "forgetRequest"  # the forget that wrote a tombstone (its object's
 # What that request removed, so its retry reports the whole removal.
 REMOVED_KEYS = ("removedRow", "removedRecords", "removedMemories")
 # Every key a head of ours sets (plan_write's, a forget's tombstone). Chroma's upsert merges
-# metadata, so a head write removes those it does not set (replacing_head): else a forget's
-# forgottenAt outlived the summaries written after it, each read as forgotten.
+# metadata: replacing_head removes those a write leaves out (a tombstone's forgottenAt too).
 HEAD_KEYS = (
     *("sessionId", "ledgerFormat", "generation", "segments", "lists", FENCE_KEY, AUTHORITY_KEY),
     *(ROW_DIGEST_KEY, BUILT_ON_KEY, "summarizedAt", "rowsDigest", FORGOTTEN_KEY, "memoryCount"),
