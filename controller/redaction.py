@@ -56,7 +56,10 @@ _KEYWORD = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
-MASKING_VERSION = 10
+MASKING_VERSION = 11
+# At most this many maskings of a text (Redaction.text): a text needs two at most but one
+# written for it, and each takes time linear in it.
+_ROUNDS = 4
 # The text as a summary shows it, each character for one: every space, control and zero-width
 # character but a newline a space (`Authorization:\xa0Bearer x` is read as it will print),
 # typographic quotes plain (`password = ’x’` is stored as `password = 'x'`), and a letter or
@@ -351,6 +354,12 @@ def _said(value: str) -> int:
     return keep if (letters and digits) or ((letters or digits) and not joined) else 0
 
 
+def _glued_value(value: str) -> bool:
+    """Whether a token after a secret or a placeholder is the rest of its value (random)."""
+    random = re.search(r"\d", value) and re.search("[A-Za-z]", value)
+    return len(value) >= UNQUOTED_MIN_CHARS and random is not None
+
+
 def _random_enough(rule: Rule, value: str) -> bool:
     if not rule.min_entropy:
         return True
@@ -392,12 +401,6 @@ class Redaction:
         text = without_surrogates(text.translate(_AS_SHOWN))  # the same positions; RE2 reads it
         text, at = _as_read(text)
         kept = [(m.start(), m.end(), "") for m in PLACEHOLDER.finditer(text)]
-        for m in PLACEHOLDER.finditer(text):  # a random value after a placeholder is its rest
-            glued = _GLUED.match(text, m.end())
-            value = glued[1]  # type: ignore[index]
-            random = re.search(r"\d", value) and re.search("[A-Za-z]", value)
-            if len(value) >= UNQUOTED_MIN_CHARS and random:
-                kept.append((*glued.span(1), m.group(0)[11:-1]))  # type: ignore[union-attr]
         named = _KEYWORD.search(text) is not None
         for rule in self.rules:
             if rule.keyword and not named:
@@ -447,20 +450,34 @@ class Redaction:
         for start, end, kind in kept:
             if start >= reach:
                 out.append((start, end, kind))
-                reach = end
-            elif end > reach and out and out[-1][2]:  # an overlap widens the secret
+            elif end > reach and out[-1][2]:  # an overlap widens the secret
                 out[-1] = (out[-1][0], end, out[-1][2])
-                reach = end
+            else:
+                continue
+            # A random token glued to a secret or a placeholder, or after it and spaces, is
+            # its rest; what the secret's placeholder would then shield is masked now.
+            start, end, kind = out[-1]
+            kind = kind or text[start + len("[redacted: ") : end - 1]  # a placeholder's
+            while (glued := _GLUED.match(text, out[-1][1])) and _glued_value(glued[1]):
+                out.append((*glued.span(1), kind))
+            reach = out[-1][1]
         return [(at[s], at[e - 1] + 1, k) if at else (s, e, k) for s, e, k in out if k]
 
     def text(self, text: str, found: Counter[str] | None = None) -> str:
-        parts, at = [], 0
-        for start, end, kind in self.spans(text) if text else ():
-            parts += [text[at:start], f"[redacted: {kind}]"]
-            at = end
-            if found is not None:
-                found[kind] += 1
-        return "".join(parts) + text[at:] if parts else text
+        """Each secret a placeholder, the text masked again until that changes nothing (a
+        pass masks the summary it carries again): a match a rule dropped (`secret: x` with
+        the line after it) may have hidden one the masking of `x` shows."""
+        for _ in range(_ROUNDS):
+            parts, at = [], 0
+            for start, end, kind in self.spans(text) if text else ():
+                parts += [text[at:start], f"[redacted: {kind}]"]
+                at = end
+                if found is not None:
+                    found[kind] += 1
+            if not parts:
+                break
+            text = "".join(parts) + text[at:]
+        return text
 
 
 DEFAULT_REDACTION = Redaction()

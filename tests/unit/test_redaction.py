@@ -812,3 +812,48 @@ def test_a_password_passed_beside_a_user_on_a_command_line_is_masked(
 )
 def test_a_command_line_with_no_password_beside_its_user_is_left_as_it_is(text: str) -> None:
     assert DEFAULT_REDACTION.text(text) == text
+
+
+# Pieces of what a pass masks: credentials in every shape the tests above generate, prose
+# about them, placeholders as a summary carries them, ordinary text.
+_PIECES = st.one_of(
+    CONTEXT_SHAPES.map(lambda s: s[1]),
+    CONTEXT_SHAPES.map(lambda s: s[2] or s[1]),
+    st.builds(lambda k, seed: generated(seed)[k][1], st.sampled_from(KINDS), st.integers(0, 20)),
+    st.builds(
+        lambda n, v, s: s.format(n=n, v=v),
+        st.sampled_from(CREDENTIAL_NAMES),
+        SAID_SECRETS | st.sampled_from(_SAID_PROSE),
+        st.sampled_from(["the {n} is {v}", "{n}: {v}", "{v} is the {n}", "use {n} {v}"]),
+    ),
+    st.builds(
+        lambda w, t, v: t.format(w=w, W=w.title(), v=v),
+        st.sampled_from(["token", "key", "auth", "pat", "TOKEN", "PASSWORD"]),
+        st.sampled_from(_PROSE + _KEYS),
+        st.sampled_from(_VALUES) | RANDOM_SECRET,
+    ),
+    st.builds(
+        "[redacted: {}]".format,
+        st.sampled_from(["x", "secret-keyword", "credential-variable", "credential-phrase"]),
+    ),
+    _GLUED_SECRETS,
+    st.sampled_from(
+        ["other9876543", "and", "then ran make", "v2.3.1", "is", "the", "was set to", "=", ":"]
+    ),
+)
+
+
+@given(
+    pieces=st.lists(_PIECES, min_size=1, max_size=5),
+    seps=st.lists(st.sampled_from([" ", "", "\n", ", ", ": ", "=", " is "]), min_size=5),
+)
+@example(pieces=["TOKEN=x", "other9876543"], seps=[" "] * 5)  # a random token after a secret
+@example(pieces=["TOKEN=x", " ".join(["a1b2c3d4e5"] * 6)], seps=[" "] * 5)  # a chain of them
+@example(pieces=["a-secret:000000000123", "PASSWORD_count: configurable"], seps=[" "] * 5)
+@settings(max_examples=2000, deadline=None)
+def test_masking_masked_text_again_changes_nothing(pieces: list[str], seps: list[str]) -> None:
+    """Every pass masks the summary it carries again and rewrites the row if that changed
+    it: what a second masking would mask, the first masks already."""
+    text = "".join(p + s for p, s in zip(pieces, seps, strict=False))
+    once = DEFAULT_REDACTION.text(text)
+    assert DEFAULT_REDACTION.text(once) == once, (text, once)
