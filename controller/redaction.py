@@ -311,6 +311,19 @@ CONTEXT_RULES += (
     Rule("credential-phrase", re.compile(_PHRASE), 0, whole_token=False, said=True,
          linear=Linear(_PHRASE, tuple(range(1, 9)))),
 )  # fmt: skip
+# A key named `pass` alone or ending a name (`pass:`, `db_pass=`, `dbPass:`; an UPPERCASE
+# `PASS:` alone is a test's result, `--- PASS: TestX`) set with `:`, `=` or an XML element:
+# its value counts as after `password:` (_said). `pass` alone only where a key begins (a
+# line's start, after a quote, `{`, `,`, `;`, `?`, `&`, `<`): `first pass: v2.1` is prose.
+_PASS = (
+    r"(?:(?:^|[^A-Za-z0-9_.-])(?:[A-Za-z0-9_.-]*[_.-](?i:pass)|[A-Za-z0-9]*[a-z0-9]Pass)"
+    r"|(?:(?m:^)[ \t]*(?:-[ \t]+)?|[\"'`{?&<(]|[,;][ \t]*)[Pp]ass)"
+    rf"[\"'`]?{_SETS}{_SAID_VALUE}"
+)
+CONTEXT_RULES += (
+    Rule("credential-variable", re.compile(_PASS), 0, whole_token=False, said=True,
+         linear=Linear(_PASS, (1, 2, 3, 4))),
+)  # fmt: skip
 DETECTOR_RULES = _detector_rules() + CONTEXT_RULES
 _PRIVATE_KEY = kind_of(PrivateKeyDetector.secret_type)
 _BASE64 = Base64HighEntropyString().charset

@@ -857,3 +857,46 @@ def test_masking_masked_text_again_changes_nothing(pieces: list[str], seps: list
     text = "".join(p + s for p, s in zip(pieces, seps, strict=False))
     once = DEFAULT_REDACTION.text(text)
     assert DEFAULT_REDACTION.text(once) == once, (text, once)
+
+
+@given(
+    secret=SAID_SECRETS,
+    name=st.sampled_from(["pass", "Pass", "db_pass", "user_pass", "dbPass", "db.pass", "DB-PASS"]),
+    shape=st.sampled_from(
+        [
+            "{n}={v}",
+            "{n}: {v}",
+            "{n} = '{v}'",
+            '{{"user": "app", "{n}": "{v}"}}',
+            "[db]\n{n} = {v}\nport = 5432",
+            "db:\n  user: app\n  {n}: {v}",
+            "- {n}: {v}",
+            "GET /login?user=app&{n}={v}&next=/",
+            "user=app, {n}={v}",
+            "<{n}>{v}</{n}>",
+        ]
+    ),
+)
+@example(secret="hunter2!", name="db_pass", shape="{n}={v}")
+@settings(max_examples=400, deadline=None)
+def test_a_password_under_a_key_named_pass_is_masked_whatever_its_randomness(
+    secret: str, name: str, shape: str
+) -> None:
+    """`db_pass=hunter2!`, `pass: x`: detect-secrets' `db_pass` takes a random value only,
+    and no rule named `pass` alone."""
+    masked = DEFAULT_REDACTION.text(shape.format(n=name, v=secret))
+    assert secret.rstrip("!?") not in masked, masked
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "--- PASS: TestParseConfig2 (0.00s)\nPASS\nok  \tgithub.com/acme/api\t0.012s",
+        "PASS: test_a1b2 in 0.3s",
+        "the tests pass v2.3.1 now; first pass: v2.3.1 shipped",
+        "bypass: x1y2z3w4 and compass=a1b2c3 stay",
+        "pass: ok, pass: 3/5, second_pass: enabled, pass: $DB_PASS",
+    ],
+)
+def test_the_word_pass_in_ordinary_text_is_left_as_it_is(text: str) -> None:
+    assert DEFAULT_REDACTION.text(text) == text

@@ -122,7 +122,8 @@ HOSTILE = ["api_key", "api_key=`", "password: `a ", "secret='", 'pwd = "x', "a-"
            "key: 1.", "password is ", "the token for a b ", "a is the password ", "password: ",
            "pwd (", "a is the a b c ", "curl -u", "curl ", "sshpass ",
            "docker login -p", "TOKEN=x a1b2c3d4e5 ", "[redacted: x] a1b2c3d4e5 ",
-           "secret: 000000000123 password: x "]  # fmt: skip
+           "secret: 000000000123 password: x ", "pass: ", "a_pass=", "\n pass:",
+           ", pass=a!"]  # fmt: skip
 
 
 @pytest.mark.timeout(120)
