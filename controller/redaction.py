@@ -11,6 +11,7 @@ SessionSummarizer's own patterns, run by RE2 in linear time. A secret becomes
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import math
@@ -60,6 +61,7 @@ MASKING_VERSION = 11
 # At most this many maskings of a text (Redaction.text): a text needs two at most but one
 # written for it, and each takes time linear in it.
 _ROUNDS = 4
+_ZERO_WIDTH = re.compile("[\u200b\u200c\u200d\u2060\ufeff]")
 # The text as a summary shows it, each character for one: every space, control and zero-width
 # character but a newline a space (`Authorization:\xa0Bearer x` is read as it will print),
 # typographic quotes plain (`password = ’x’` is stored as `password = 'x'`), and a letter or
@@ -81,7 +83,7 @@ _LOOKALIKES = types.MappingProxyType(
 )
 _AS_SHOWN = types.MappingProxyType(str.maketrans(
     {c: " " for c in map(chr, range(0xFEFF + 1)) if c != "\n" and (c.isspace() or c <= "\x1f"
-     or "\x7f" <= c <= "\x9f" or c in "\u200b\u200c\u200d\ufeff")} | dict(_LOOKALIKES)
+     or "\x7f" <= c <= "\x9f" or _ZERO_WIDTH.match(c))} | dict(_LOOKALIKES)
 ) | TYPOGRAPHIC_QUOTES)  # fmt: skip
 # What stands between a name and its value for a reader, not for the rules: the backslashes
 # escaping a quote (JSON's `\"`, a shell's `\'`, at any depth; possessive after a
@@ -410,7 +412,22 @@ class Redaction:
         object.__setattr__(self, "fingerprint", fingerprint)
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
-        """(start, end, kind) of each secret, in order, not overlapping a placeholder."""
+        """(start, end, kind) of each secret, in order, not overlapping a placeholder. A text
+        with a zero-width character is read with it as a space, then as nothing for what that
+        found none of: a reader sees `pass\u200bword: x` as `password: x`."""
+        found = self._spans(text)
+        if not _ZERO_WIDTH.search(text):
+            return found
+        at = [i for i, c in enumerate(text) if not _ZERO_WIDTH.match(c)]
+        ends, joined = [e for _, e, _ in found], []
+        for s, e, kind in self._spans(_ZERO_WIDTH.sub("", text)):
+            start, end = at[s], at[e - 1] + 1
+            after = bisect.bisect_right(ends, start)  # the first found that ends after start
+            if after == len(found) or found[after][0] >= end:
+                joined.append((start, end, kind))
+        return sorted(found + joined)
+
+    def _spans(self, text: str) -> list[tuple[int, int, str]]:
         text = without_surrogates(text.translate(_AS_SHOWN))  # the same positions; RE2 reads it
         text, at = _as_read(text)
         kept = [(m.start(), m.end(), "") for m in PLACEHOLDER.finditer(text)]

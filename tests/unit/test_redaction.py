@@ -900,3 +900,45 @@ def test_a_password_under_a_key_named_pass_is_masked_whatever_its_randomness(
 )
 def test_the_word_pass_in_ordinary_text_is_left_as_it_is(text: str) -> None:
     assert DEFAULT_REDACTION.text(text) == text
+
+
+@given(
+    secret=RANDOM_SECRET | SAID_SECRETS,
+    name=st.sampled_from(
+        [
+            "password",
+            "API_TOKEN",
+            "secret",
+            "access_token",
+            "X-Api-Key",
+            "Authorization",
+            "passphrase",
+            "DB_PASSWORD",
+            "apiKey",
+            "token",
+            "db_pass",
+        ]
+    ),
+    shape=st.sampled_from(
+        ["{n}: {v}", "{n}={v}", '"{n}": "{v}"', "the {n} is {v}", "curl -H '{n}: {v}'"]
+    ),
+    marks=st.lists(
+        st.tuples(st.integers(1, 40), st.sampled_from("\u200b\u200c\u200d\u2060\ufeff")),
+        min_size=1,
+        max_size=3,
+    ),
+)
+@example(secret="hunter2!", name="password", shape="{n}: {v}", marks=[(4, "\u200b")])
+@settings(max_examples=500, deadline=None)
+def test_a_zero_width_character_inside_a_credentials_name_hides_nothing(
+    secret: str, name: str, shape: str, marks: list[tuple[int, str]]
+) -> None:
+    """`pass\u200bword: x`: a reader sees `password: x`, so a secret masked under the name
+    written plainly is masked under this one."""
+    odd = name
+    for at, mark in marks:
+        at = 1 + at % (len(odd) - 1)
+        odd = odd[:at] + mark + odd[at:]
+    plain, text = shape.format(n=name, v=secret), shape.format(n=odd, v=secret)
+    assume(secret.rstrip("!?") not in DEFAULT_REDACTION.text(plain))  # `Authorization=x`
+    assert secret.rstrip("!?") not in DEFAULT_REDACTION.text(text), repr(text)
