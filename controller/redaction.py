@@ -274,13 +274,14 @@ CONTEXT_RULES += (
 # and RE2 read it alike (tests/unit/test_redaction_linear.py), and RE2 runs it.
 _LOGIN = (
     r"(?:^|[^A-Za-z0-9_.-])(?:(?:curl|wget|http|https)(?:[ \t][^\n|;&]*?)?[ \t]"
-    r"""(?:-u|--user|--proxy-user)(?:=|[ \t]*)["']?[^ \t\n:"'@/]*:"""
+    r"(?:-u|--user|--proxy-user)(?:=|[ \t]*)"
+    r"""(?:"[^\n:"@/]*:{dq}|'[^\n:'@/]*:{sq}|["']?[^ \t\n:"'@/]*:{bare})"""
     r"|(?:sshpass|(?:docker|podman|nerdctl|oras|helm[ \t]+registry)[ \t]+login)"
-    r"""(?:[ \t][^\n|;&]*?)?[ \t]-p(?:[ \t]+|=)?["']?)([^ \t\n"']+)"""
-)
+    r"""(?:[ \t][^\n|;&]*?)?[ \t]-p(?:[ \t]+|=)?(?:"{dq}|'{sq}|["']?{bare}))"""
+).format(dq=r'([^"\n]+)"', sq=r"([^'\n]+)'", bare=r"""([^ \t\n"']+)""")  # quoted: with spaces
 CONTEXT_RULES += (
     Rule("credential-flag", re.compile(_LOGIN), 1, whole_token=False,
-         linear=Linear(_LOGIN, (1,))),
+         linear=Linear(_LOGIN, tuple(range(1, 7)))),
 )  # fmt: skip
 # A credential said in a sentence or set with `:`, `=` or an XML element, whatever its
 # randomness: a word that names one (password, passphrase, secret, token, api key, ...), then

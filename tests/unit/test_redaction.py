@@ -942,3 +942,33 @@ def test_a_zero_width_character_inside_a_credentials_name_hides_nothing(
     plain, text = shape.format(n=name, v=secret), shape.format(n=odd, v=secret)
     assume(secret.rstrip("!?") not in DEFAULT_REDACTION.text(plain))  # `Authorization=x`
     assert secret.rstrip("!?") not in DEFAULT_REDACTION.text(text), repr(text)
+
+
+@given(
+    words=st.lists(SAID_SECRETS | st.sampled_from(["with", "space", "horse", "42"]), min_size=2),
+    quote=st.sampled_from(["'", '"']),
+    user=st.sampled_from(["admin", "bot", "", "ci-runner"]),
+    shape=st.sampled_from(
+        [
+            "curl -u {q}{u}:{p}{q} https://api.example.test/v1",
+            "curl -sS --user={q}{u}:{p}{q} -H 'Accept: */*' https://api.example.test/v1",
+            "curl --proxy-user {q}{u}:{p}{q} https://api.example.test/v1",
+            "sshpass -p {q}{p}{q} ssh {u}@host.example.test",
+            "sshpass -p{q}{p}{q} scp a.txt host:/tmp",
+            "docker login -u {u} -p {q}{p}{q} registry.example.test",
+        ]
+    ),
+)
+@example(words=["pass", "with", "space"], quote="'", user="user", shape=
+         "curl -u {q}{u}:{p}{q} https://api.example.test/v1")  # fmt: skip
+@settings(max_examples=300, deadline=None)
+def test_a_quoted_password_with_spaces_beside_a_user_is_masked_whole(
+    words: list[str], quote: str, user: str, shape: str
+) -> None:
+    """`curl -u 'user:pass with space'`: the quotes hold the password, spaces and all."""
+    secret = " ".join(words)
+    assume(quote not in secret and not secret.startswith("-"))
+    text = shape.format(u=user, p=secret, q=quote)
+    masked = DEFAULT_REDACTION.text(text)
+    assert not any(w in masked for w in words[1:] if len(w) > 3), masked
+    assert masked.endswith(text.rsplit(secret, 1)[1]), masked
