@@ -91,13 +91,16 @@ _AS_SHOWN = types.MappingProxyType(str.maketrans(
 # value on the next line), a YAML block's indicator (`token: |`), the line break after
 # `NAME:` when the next line is a value alone (not `key: x` or `key:`: a mapping), and the
 # `value` key of a name/value pair (a container's env: `- name: API_TOKEN` then `value: x`,
-# `{"name": "API_TOKEN", "value": "x"}`), only `gap` when it is found. A JSON string's
-# escaped line break or tab (`\n`, `\r`, `\t`) is read as the line break it stands for.
+# `{"name": "API_TOKEN", "value": "x"}`), only `gap` when it is found; an XML element's
+# `key="` and `" value` (.NET's `<add key="Password" value="x"/>` read as `Password="x"`).
+# A JSON string's escaped line break or tab (`\n`, `\r`, `\t`) is read as the line break
+# it stands for.
 _SKIPPED = re.compile(
     r"""(?<!\\)\\++(?=["'])|\\\n[ \t]*|(?<=:)[ \t]*[|>][1-9+-]{0,2}[ \t]*\n[ \t]*"""
     r"|(?P<escaped>\\[nrt])"
     r"|(?<=:)[ \t]*\n[ \t]+(?=[^\s#:-])(?![^\n]*:(?:[ \t]|$))"
-    r"""|\bname["']?[ \t]*:[ \t]*["']?[\w.-]+["']?(?P<gap>[ \t]*,?\s*["']?value["']?)(?=[ \t]*:)""",
+    r"""|\bname["']?[ \t]*:[ \t]*["']?[\w.-]+["']?(?P<gap>[ \t]*,?\s*["']?value["']?)(?=[ \t]*:)"""
+    r"""|\bkey=["'](?=[\w.:-]+["'][ \t]+value=["'])|(?<=[\w.:-])["'][ \t]+value(?==["'])""",
     re.MULTILINE,
 )
 
@@ -326,6 +329,19 @@ _PASS = (
 CONTEXT_RULES += (
     Rule("credential-variable", re.compile(_PASS), 0, whole_token=False, said=True,
          linear=Linear(_PASS, (1, 2, 3, 4))),
+)  # fmt: skip
+# A connection string's password (ADO.NET, ODBC: `Server=db;User Id=sa;Password=x;`), any
+# value up to its `;` or quote, spaces and all: after another pair's `;`, or ended by one.
+# (ASCII only: Python and RE2 read it alike; RE2 runs it.)
+_PAIR_VALUE = r"""([^;"'\n]*[^;"' \t\n\r\f\v])"""
+_CONNECTION = r";[ \t]*(?i:password|pwd)[ \t]*=[ \t]*"
+CONTEXT_RULES += (
+    Rule("credential-variable", re.compile(
+        rf"""(?:{_CONNECTION}|(?<![A-Za-z0-9_])(?i:password|pwd)=(?=[^;"' \t\n\r\f\v][^;"'\n]*;))"""
+        + _PAIR_VALUE
+    ), 1, whole_token=False, linear=Linear(
+        rf"""{_CONNECTION}{_PAIR_VALUE}|(?:^|[^A-Za-z0-9_])(?i:password|pwd)="""
+        r"""([^;"' \t\n\r\f\v](?:[^;"'\n]*[^;"' \t\n\r\f\v])?)[ \t]*;""", (1, 2))),
 )  # fmt: skip
 DETECTOR_RULES = _detector_rules() + CONTEXT_RULES
 _PRIVATE_KEY = kind_of(PrivateKeyDetector.secret_type)

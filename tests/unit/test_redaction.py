@@ -972,3 +972,46 @@ def test_a_quoted_password_with_spaces_beside_a_user_is_masked_whole(
     masked = DEFAULT_REDACTION.text(text)
     assert not any(w in masked for w in words[1:] if len(w) > 3), masked
     assert masked.endswith(text.rsplit(secret, 1)[1]), masked
+
+
+@given(
+    secret=SAID_SECRETS | st.sampled_from(["Summer", "correct horse", "abc"]),
+    key=st.sampled_from(["Password", "DbPassword", "Smtp.Password", "db_password", "Secret"]),
+    quote=st.sampled_from(['"', "'"]),
+    pair=st.sampled_from(["Password", "Pwd", "password"]),
+    shape=st.sampled_from(
+        [
+            "<appSettings>\n  <add key={q}{k}{q} value={q}{v}{q} />\n</appSettings>",
+            "<add key={q}{k}{q}   value={q}{v}{q}/>",
+            "<add name={q}Main{q} connectionString={q}Server=db;User Id=sa;{p}={v};{q} />",
+            "<add name={q}Main{q} connectionString={q}Data Source=db;{p} = {v}{q} />",
+            "Server=tcp:db.example.test,1433;Initial Catalog=orders;{p}={v};Encrypt=True",
+            "{p}={v};Server=db",
+        ]
+    ),
+)
+@example(secret="hunter2!", key="Password", quote='"', pair="Password", shape=
+         "<add key={q}{k}{q} value={q}{v}{q} />")  # fmt: skip
+@settings(max_examples=400, deadline=None)
+def test_a_password_in_a_dotnet_config_or_a_connection_string_is_masked(
+    secret: str, key: str, quote: str, pair: str, shape: str
+) -> None:
+    """`<add key="Password" value="x"/>` (appSettings: the key names the value) and a
+    connection string's `Password=x;` (any value up to its `;`, spaces and all)."""
+    assume(quote not in secret and ";" not in secret)
+    text = shape.format(k=key, v=secret, q=quote, p=pair)
+    masked = DEFAULT_REDACTION.text(text)
+    assert secret.rstrip("!?") not in masked, masked
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '<add key="LogLevel" value="Debug" />\n<add key="Retries" value="3" />',
+        '<option name="region" value="eu-west-1">',
+        "Server=db;Database=orders;Trusted_Connection=True;",
+        "the password= field is required; see the form",
+    ],
+)
+def test_a_dotnet_config_and_a_connection_string_without_a_password_stay(text: str) -> None:
+    assert DEFAULT_REDACTION.text(text) == text

@@ -124,7 +124,8 @@ HOSTILE = ["api_key", "api_key=`", "password: `a ", "secret='", 'pwd = "x', "a-"
            "docker login -p", "TOKEN=x a1b2c3d4e5 ", "[redacted: x] a1b2c3d4e5 ",
            "secret: 000000000123 password: x ", "pass: ", "a_pass=", "\n pass:",
            ", pass=a!", "pass\u200bword: a1b2c3d4 ", "to\u2060ken=x ", "curl -u 'a:",
-           'curl -u "', "sshpass -p '"]  # fmt: skip
+           'curl -u "', "sshpass -p '", ";password=a ", "pwd=a",
+           '<add key="a', '" value="a']  # fmt: skip
 
 
 @pytest.mark.timeout(120)
