@@ -837,6 +837,19 @@ _PIECES = st.one_of(
         st.sampled_from(["x", "secret-keyword", "credential-variable", "credential-phrase"]),
     ),
     _GLUED_SECRETS,
+    st.builds(
+        lambda v, t: t.format(v=v),
+        SAID_SECRETS | st.sampled_from(["Summer", "a b c"]),
+        st.sampled_from(
+            [
+                "db_pass={v}",
+                "pass\u200bword: {v}",
+                "curl -u 'user:{v} with space' https://x",
+                '<add key="Password" value="{v}" />',
+                "Server=db;User Id=sa;Password={v};",
+            ]
+        ),
+    ),
     st.sampled_from(
         ["other9876543", "and", "then ran make", "v2.3.1", "is", "the", "was set to", "=", ":"]
     ),
@@ -845,7 +858,9 @@ _PIECES = st.one_of(
 
 @given(
     pieces=st.lists(_PIECES, min_size=1, max_size=5),
-    seps=st.lists(st.sampled_from([" ", "", "\n", ", ", ": ", "=", " is "]), min_size=5),
+    seps=st.lists(
+        st.sampled_from([" ", "", "\n", ", ", ": ", "=", " is ", ";", "\u200b"]), min_size=5
+    ),
 )
 @example(pieces=["TOKEN=x", "other9876543"], seps=[" "] * 5)  # a random token after a secret
 @example(pieces=["TOKEN=x", " ".join(["a1b2c3d4e5"] * 6)], seps=[" "] * 5)  # a chain of them
