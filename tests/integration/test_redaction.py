@@ -231,7 +231,9 @@ def test_a_credential_for_where_it_stands_leaves_no_trace_in_any_position(
     assert outcome.kind == "summarized"
     assert leaked({secret}, everything_stored(store, sid)) == []
     doc, meta = store.stored_summary(sid)  # type: ignore[misc]
-    assert "[redacted: " in meta["title"] and "[redacted: " in doc, meta["title"]
+    assert "[redacted: " in doc
+    if "\n" not in spaced:  # a title is a first line: `[auth]\nkey = ...` leaves it the section
+        assert "[redacted: " in meta["title"], meta["title"]
     if compact is not None:
         references = json.loads(meta["referencesJson"])
         assert any("[redacted: " in r for r in references), references
