@@ -136,13 +136,19 @@ SecretReader = Callable[[str, str, SecretKeyRef, str], str]
 
 
 def store_location(
-    spec: SessionSummarizerSpec, namespace: str, read_secret: SecretReader = secret_for
+    spec: SessionSummarizerSpec,
+    namespace: str,
+    read_secret: SecretReader = secret_for,
+    *,
+    embedded: bool = False,
 ) -> StoreLocation:
+    """embedded (summaryctl --path) reaches no URL: store.url is not judged, no token read."""
     s = spec.store
-    check_endpoint("store.url", s.url)
     token = None
-    if s.auth_secret_ref is not None:
-        token = read_secret("store.authSecretRef", namespace, s.auth_secret_ref, s.url)
+    if not embedded:
+        check_endpoint("store.url", s.url)
+        if s.auth_secret_ref is not None:
+            token = read_secret("store.authSecretRef", namespace, s.auth_secret_ref, s.url)
     where = s.model_dump(include=set(_STORE_FIELDS))
     # The summary collection records the embedding function it is created with.
     return StoreLocation(

@@ -109,7 +109,9 @@ def store_location(args: argparse.Namespace, summarizer: SummarizerSettings) -> 
         if chroma_url:  # the URL the store is reached at: the one allowed and sent the token
             store = spec.store.model_copy(update={"url": chroma_url})
             spec = spec.model_copy(update={"store": store})
-        base = backends.store_location(spec, summarizer.namespace, read_secret)
+        base = backends.store_location(
+            spec, summarizer.namespace, read_secret, embedded=bool(args.path)
+        )
     elif chroma_url:
         backends.check_endpoint("--chroma-url", chroma_url)
     url = None if args.path else chroma_url or base.url
@@ -122,7 +124,7 @@ def store_location(args: argparse.Namespace, summarizer: SummarizerSettings) -> 
         base,
         url=check_chroma_url(url) if url else None,
         path=args.path,
-        token=os.environ.get("CHROMA_TOKEN") or base.token,
+        token=None if args.path else os.environ.get("CHROMA_TOKEN") or base.token,
         **{flag: getattr(args, flag) for flag in STORE_FLAGS if getattr(args, flag)},
     )
     if location.memory_collection in (location.summary_collection, location.ledger_collection):

@@ -1248,3 +1248,47 @@ def test_summarize_asks_the_store_secrets_owner_before_the_model_gets_memories(
     else:
         assert (code, built, err.count("\n")) == (2, [], 1), err
         assert "Secret default/tok (store.authSecretRef)" in err and "may not receive" in err
+
+
+@pytest.mark.parametrize("manifest_url", ["http://chroma:8000", ELSEWHERE])
+@pytest.mark.parametrize("secret", [False, True])
+@pytest.mark.parametrize("token", [None, "env-token"])
+@pytest.mark.parametrize("source", ["--summarizer-file", "--summarizer"])
+def test_an_embedded_store_consults_no_store_url_and_no_store_secret(
+    tmp_path: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    manifest_url: str,
+    secret: bool,
+    token: str | None,
+    source: str,
+) -> None:
+    """--path over a summarizer's store: no URL is reached, so its store.url is not judged by
+    the allowed endpoints, its store Secret not read and no token passed (a user was refused,
+    or needed the cluster, for a URL never contacted); its collections still hold."""
+    from controller.config import CONFIG
+
+    allowed = CONFIG.model_validate({"allowed_endpoints": "http://chroma:8000"})
+    monkeypatch.setattr("controller.backends.CONFIG", allowed)
+    reached: list[tuple[str | None, str | None, str | None, str]] = []
+    monkeypatch.setattr(
+        "controller.cli.settings.connect",
+        lambda loc: reached.append((loc.url, loc.path, loc.token, loc.memory_collection)),
+    )
+    monkeypatch.setattr("controller.cli.settings.MemoryStore", lambda client, location: None)
+    read: list[str] = []
+    monkeypatch.setattr("controller.kube.client.read_secret", lambda ns, name: read.append(name))
+    auth = ", authSecretRef: {name: tok}" if secret else ""
+    spec = f"{{store: {{url: '{manifest_url}', memoryCollection: mine{auth}}}}}"
+    manifest = tmp_path / "s.yaml"  # type: ignore[operator]
+    manifest.write_text(f"kind: SessionSummarizer\nmetadata: {{name: x}}\nspec: {spec}\n")
+    store = {"url": manifest_url, "memoryCollection": "mine"}
+    obj = {"spec": {"store": store | ({"authSecretRef": {"name": "tok"}} if secret else {})}}
+    monkeypatch.setattr("controller.cli.settings.summarizer_object", lambda ns, name: obj)
+    where = str(manifest) if source == "--summarizer-file" else "x"
+    path = str(tmp_path / "chroma")  # type: ignore[operator]
+    with no_cluster(str(tmp_path)):
+        if token is not None:
+            monkeypatch.setenv("CHROMA_TOKEN", token)
+        _, _, err = run(["remember", "s1", "--sunset-marker", source, where, "--path", path])
+    assert (reached, read) == ([(None, path, None, "mine")], []), err
+    assert "allowed endpoints" not in err and "Secret" not in err, err
