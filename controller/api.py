@@ -64,8 +64,9 @@ class CamelModel(BaseModel):
 
 
 # Kubernetes' own rules: an object's name (a Secret's, a SessionSummarizer's) is a DNS
-# subdomain, a Secret's keys [-._a-zA-Z0-9]+; both at most 253 characters.
-SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+# subdomain (dot-separated labels, each starting and ending alphanumeric), a Secret's keys
+# [-._a-zA-Z0-9]+; both at most 253 characters. summaryctl checks names with the same rule.
+SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=SECRET_NAME_PATTERN)]
 SecretKey = Annotated[str, Field(min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN)]

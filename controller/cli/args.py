@@ -9,11 +9,12 @@ import sys
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from controller.api import SECRET_NAME_PATTERN
 from controller.core.naming import blank_session_id
 
 MAX_SESSION_ID = 1024  # the CRD's spec.sessionId maxLength
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_SUBDOMAIN = re.compile(SECRET_NAME_PATTERN)
 
 
 class CliError(Exception):

@@ -207,6 +207,14 @@ def test_session_with_only_excluded_memories_is_empty_and_nothing_is_written(
         ({"spec": {"sessionId": "x", "trigger": "whenever"}}, "spec.trigger: Unsupported value"),
         ({"spec": {"sessionId": ""}}, "spec.sessionId: Invalid value"),
         ({"spec": {"sessionId": "x", "summarizerRef": "."}}, "spec.summarizerRef: Invalid value"),
+        (
+            {"spec": {"sessionId": "x", "summarizerRef": "a..b"}},
+            "spec.summarizerRef: Invalid value",
+        ),
+        (
+            {"spec": {"sessionId": "x", "summarizerRef": "a.-b"}},
+            "spec.summarizerRef: Invalid value",
+        ),
     ],
 )
 def test_invalid_objects_are_rejected_by_the_apiserver(

@@ -3,6 +3,7 @@ same rules in the pydantic models, both CRD copies and the chart's values schema
 
 from __future__ import annotations
 
+import argparse
 import functools
 import ipaddress
 import json
@@ -26,8 +27,10 @@ from controller.api import (
     EmbeddingConfig,
     ModelSpec,
     SessionSummarizerSpec,
+    SessionSummarySpec,
     StoreSpec,
 )
+from controller.cli.args import object_name_arg
 from controller.core.destinations import DEFAULT_PORTS, target
 from controller.core.endpoint_url import (
     ENDPOINT_URL_MESSAGE,
@@ -254,3 +257,49 @@ def test_over_long_fields_are_refused_by_the_models() -> None:
         ModelSpec.model_validate({"maxInputTokens": 2_000_001})
     with pytest.raises(ValidationError):
         StoreSpec.model_validate({"authSecretRef": {"name": "Not_A_Secret_Name"}})
+
+
+def is_dns_subdomain(name: str) -> bool:
+    """Kubernetes' IsDNS1123Subdomain, said the long way: at most 253 characters of
+    dot-separated labels, each lowercase alphanumerics and '-', starting and ending
+    alphanumeric."""
+    alnum = set("abcdefghijklmnopqrstuvwxyz0123456789")
+    labels = name.split(".")
+    return 0 < len(name) <= 253 and all(
+        label and label[0] in alnum and label[-1] in alnum and set(label) <= alnum | {"-"}
+        for label in labels
+    )
+
+
+object_names = st.one_of(
+    st.text(alphabet=st.sampled_from("ab09.-A_ é"), max_size=12),
+    st.lists(st.sampled_from(["a", "b1", "-", "", "a-", "-a", "x-y", "9"]), max_size=5).map(
+        ".".join
+    ),
+    st.tuples(st.integers(240, 260), st.sampled_from(["", ".a", "a.", "-"])).map(
+        lambda n_tail: "a" * n_tail[0] + n_tail[1]
+    ),
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(name=object_names)
+def test_a_summarizer_ref_is_accepted_exactly_when_it_can_name_an_object(name: str) -> None:
+    """summarizerRef in both CRD copies, the model and summaryctl's --summarizer: one rule,
+    a DNS-1123 subdomain, since no SessionSummarizer can have any other name ("a..b", "a.-b")."""
+    expected = is_dns_subdomain(name)
+    for where in CRDS:
+        field = spec_schema(where, "sessionsummaries.memorycore.io.yaml")["properties"]
+        assert crd_admits(field["summarizerRef"], name) == expected, where
+    try:
+        SessionSummarySpec.model_validate({"sessionId": "s", "summarizerRef": name})
+        model_accepts = True
+    except ValidationError:
+        model_accepts = False
+    assert model_accepts == expected
+    try:
+        object_name_arg(name)
+        cli_accepts = True
+    except argparse.ArgumentTypeError:
+        cli_accepts = False
+    assert cli_accepts == expected
