@@ -16,11 +16,13 @@ from typing import Any
 
 
 class AnswerTooLarge(Exception):
-    """An answer longer than its client reads (deadline_hooks' max_bytes)."""
+    """An answer longer than its client reads (deadline_hooks' max_bytes), or whose length
+    it cannot bound: compressed in a coding not inflated here."""
 
 
-# The codings the HTTP clients decode, as zlib reads them.
+# The codings inflated here, as zlib reads them, and how many layers of them (as httpx).
 _WBITS = MappingProxyType({"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS})
+_MAX_CODINGS = 5
 
 
 def _inflated(chunks: Iterable[bytes], wbits: int) -> Iterator[bytes]:
@@ -43,10 +45,11 @@ def deadline_hooks(
     class Deadline(http.SyncByteStream):  # type: ignore[name-defined]
         def __init__(self, stream: Any, deadline: float, response: Any) -> None:
             self._stream, self._deadline, self._request = stream, deadline, response.request
-            # What httpx would inflate whole, inflated here (the header gone, it does not).
+            # Every coding listed inflated here or refused (the header gone, httpx inflates
+            # none, whole): one left to httpx, or dropped unread, is unbounded or garbage.
             codings = response.headers.get_list("content-encoding", split_commas=True)
             self._codings = [c.strip().lower() for c in codings if max_bytes < math.inf]
-            self._codings = [c for c in self._codings if c in _WBITS]
+            self._codings = [c for c in self._codings if c not in ("", "identity")]
             if self._codings:
                 del response.headers["content-encoding"]
 
@@ -61,6 +64,11 @@ def deadline_hooks(
                 yield chunk
 
         def _inflated(self) -> Iterator[bytes]:
+            if len(self._codings) > _MAX_CODINGS or not set(self._codings) <= set(_WBITS):
+                raise AnswerTooLarge(
+                    f"answer compressed as {', '.join(self._codings)!r} though asked"
+                    f" uncompressed: only up to {_MAX_CODINGS} of gzip, deflate are read"
+                )
             chunks: Iterable[bytes] = self._stream
             for coding in reversed(self._codings):  # in the order they were applied
                 chunks = _inflated(chunks, _WBITS[coding])

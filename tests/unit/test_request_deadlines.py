@@ -133,15 +133,17 @@ FLOODED = [(chat_flooded, ModelUnavailable), (embed_flooded, EmbeddingError)]
 
 @dataclass
 class GzipServer:
-    """A model endpoint answering every request with `answer`, gzipped whatever it was asked
-    (the model client asks Accept-Encoding: identity); `heads`: each request's head."""
+    """A model endpoint answering every request with `answer` labelled `Content-Encoding:
+    coding`, whatever it was asked (the model client asks Accept-Encoding: identity);
+    `heads`: each request's head."""
 
     url: str
     answer: bytes = b""
+    coding: str = "gzip"
     heads: list[bytes] = field(default_factory=list)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def gzip_server() -> Iterator[GzipServer]:
     listener = socket.create_server(("127.0.0.1", 0))
     server = GzipServer(f"http://127.0.0.1:{listener.getsockname()[1]}/v1")
@@ -150,7 +152,7 @@ def gzip_server() -> Iterator[GzipServer]:
         with conn:
             server.heads.append(conn.recv(65536))
             head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-            head += b"Content-Encoding: gzip\r\nConnection: close\r\n"
+            head += b"Content-Encoding: %s\r\nConnection: close\r\n" % server.coding.encode()
             head += b"Content-Length: %d\r\n\r\n" % len(server.answer)
             conn.sendall(head + server.answer)
 
@@ -167,18 +169,23 @@ def gzip_server() -> Iterator[GzipServer]:
     listener.close()
 
 
-def gzipped_chat_answer(padding: int) -> bytes:
-    """A chat completion with a valid reply and `padding` spaces after it, gzipped: 64 MiB of
-    it is 64 KiB on the wire."""
+def chat_answer(padding: int = 0) -> bytes:
+    """A chat completion with a valid reply and `padding` spaces after it."""
     choice = {"index": 0, "message": {"role": "assistant", "content": json.dumps(valid_reply())}}
-    answer = json.dumps({"object": "chat.completion", "choices": [choice]}).encode()
+    return json.dumps({"object": "chat.completion", "choices": [choice]}).encode() + b" " * padding
+
+
+def gzipped_chat_answer(padding: int) -> bytes:
+    """chat_answer() and `padding` spaces after it, gzipped: 64 MiB of it is 64 KiB on the
+    wire."""
     packer = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
-    packed = [packer.compress(answer)]
+    packed = [packer.compress(chat_answer())]
     packed += [packer.compress(b" " * 2**20) for _ in range(padding // 2**20)]
     return b"".join([*packed, packer.flush()])
 
 
-def chat_with(server: GzipServer) -> PassResult:
+def chat_with(server: GzipServer, answer: bytes, coding: str = "gzip") -> PassResult:
+    server.answer, server.coding = answer, coding
     config = ChatModelConfig(base_url=server.url, model="m", max_retries=0)
     result = Passes(ChatModelSummarizer(config))(SID, memories("Add retries."), None)
     assert isinstance(result, PassResult), result
@@ -190,16 +197,63 @@ def test_a_gzip_bomb_fails_at_the_size_bound_of_what_it_inflates_to(
 ) -> None:
     """The model client bounded the bytes that came (16 MiB): a server compressing though
     asked not to sent 64 KiB that inflated to 64 MiB, read whole (and 16 MiB to 16 GiB)."""
-    gzip_server.answer = gzipped_chat_answer(64 * 2**20)
-    assert len(gzip_server.answer) < 2**20
+    bomb = gzipped_chat_answer(64 * 2**20)
+    assert len(bomb) < 2**20
     with pytest.raises(ModelUnavailable, match="answer larger than 16 MiB"):
-        chat_with(gzip_server)
-    assert b"accept-encoding: identity" in gzip_server.heads[0].lower()
+        chat_with(gzip_server, bomb)
+    assert b"accept-encoding: identity" in gzip_server.heads[-1].lower()
 
 
 def test_a_compressed_answer_within_the_bound_is_read_as_before(gzip_server: GzipServer) -> None:
-    gzip_server.answer = gzipped_chat_answer(2**20)
-    assert chat_with(gzip_server).summary.title == valid_reply()["title"]
+    result = chat_with(gzip_server, gzipped_chat_answer(2**20))
+    assert result.summary.title == valid_reply()["title"]
+
+
+# zlib's wbits of each coding the clients inflate (the others are sent unchanged here).
+PACKED = {"gzip": zlib.MAX_WBITS | 16, "deflate": zlib.MAX_WBITS}
+
+
+def packed(answer: bytes, codings: list[str]) -> bytes:
+    for coding in codings:  # in the order they are listed, which is the order applied
+        if coding in PACKED:
+            packer = zlib.compressobj(9, zlib.DEFLATED, PACKED[coding])
+            answer = packer.compress(answer) + packer.flush()
+    return answer
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(["identity", "gzip", "deflate", "br", "zstd", "compress", "x-foo"]),
+        min_size=1,
+        max_size=7,
+    )
+)
+def test_every_coding_listed_is_inflated_within_the_bound_or_the_answer_refused(
+    gzip_server: GzipServer, codings: list[str]
+) -> None:
+    """An answer is read when each coding its Content-Encoding lists is one inflated here
+    (up to 5 of them, as httpx reads); otherwise it is refused with the codings named. Only
+    gzip was inflated, the header dropped: `br, gzip` was read as if `gzip` (any br inside
+    unread, garbage), `br` alone was left to the HTTP client to inflate whole, unbounded,
+    and 3,000 gzips raised RecursionError out of the pass."""
+    listed = ", ".join(codings)
+    inflated = [coding for coding in codings if coding != "identity"]
+    if set(inflated) <= set(PACKED) and len(inflated) <= 5:
+        result = chat_with(gzip_server, packed(chat_answer(), codings), listed)
+        assert result.summary.title == valid_reply()["title"]
+    else:
+        named = ", ".join(inflated)
+        with pytest.raises(ModelUnavailable, match=f"answer compressed as '{named}' though"):
+            chat_with(gzip_server, packed(chat_answer(), codings), listed)
+
+
+def test_an_answer_of_many_codings_is_refused_before_it_is_inflated(
+    gzip_server: GzipServer,
+) -> None:
+    many = ["gzip"] * 3000
+    with pytest.raises(ModelUnavailable, match="answer compressed as 'gzip, gzip, "):
+        chat_with(gzip_server, packed(chat_answer(), many), ", ".join(many))
 
 
 @pytest.mark.parametrize("padding", [64 * 2**20, None], ids=["64MiB", "endless"])
