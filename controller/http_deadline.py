@@ -27,8 +27,15 @@ _MAX_CODINGS = 5
 
 def _inflated(chunks: Iterable[bytes], wbits: int) -> Iterator[bytes]:
     inflate = zlib.decompressobj(wbits)
-    for chunk in chunks:
-        piece = inflate.decompress(chunk, 2**16)
+    for n, chunk in enumerate(chunks):
+        try:
+            piece = inflate.decompress(chunk, 2**16)
+        except zlib.error:
+            if n or wbits != _WBITS["deflate"]:
+                raise
+            # "deflate" sent raw, without its zlib header: read as httpx reads it.
+            inflate = zlib.decompressobj(-zlib.MAX_WBITS)
+            piece = inflate.decompress(chunk, 2**16)
         while piece:
             yield piece
             piece = inflate.decompress(inflate.unconsumed_tail, 2**16)

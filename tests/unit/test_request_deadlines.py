@@ -248,6 +248,22 @@ def test_every_coding_listed_is_inflated_within_the_bound_or_the_answer_refused(
             chat_with(gzip_server, packed(chat_answer(), codings), listed)
 
 
+@settings(max_examples=20, deadline=None)
+@given(st.lists(st.sampled_from(["gzip", "deflate", "raw deflate"]), min_size=1, max_size=5))
+def test_deflate_is_read_with_or_without_its_zlib_header(
+    gzip_server: GzipServer, layers: list[str]
+) -> None:
+    """'deflate' sent raw, without its zlib header, as some servers do: httpx reads it (it
+    retries raw), and so did the model clients, until they inflated answers themselves."""
+    answer = chat_answer()
+    for layer in layers:
+        packer = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+        answer = packer.compress(answer) + packer.flush() if layer == "raw deflate" else (
+            packed(answer, [layer]))  # fmt: skip
+    listed = ", ".join(layer.removeprefix("raw ") for layer in layers)
+    assert chat_with(gzip_server, answer, listed).summary.title == valid_reply()["title"]
+
+
 def test_an_answer_of_many_codings_is_refused_before_it_is_inflated(
     gzip_server: GzipServer,
 ) -> None:
