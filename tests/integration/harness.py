@@ -24,7 +24,7 @@ from controller.store.errors import CollectionNotFound
 from controller.store.memory_store import MemoryStore
 from devenv.chroma import ChromaServer
 from devenv.controlplane import REPO_ROOT, ControlPlane, free_port
-from devenv.operator import start_operator
+from devenv.operator import LOOPBACK_MODELS, start_operator
 from devenv.otlp import Receiver, running_receiver
 from devenv.processes import stop, tail, wait_for
 
@@ -106,10 +106,11 @@ def shared_operator_left_quiet() -> Iterator[None]:
 
 
 def summaryctl_on(cp: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
-    """summaryctl, as a process, against this control plane."""
+    """summaryctl, as a process, against this control plane; memories may go to the test
+    model servers on this host, as they may from the operator start_operator runs."""
     return subprocess.run(
         [sys.executable, "-m", "controller", *args],
-        env=cp.env(),
+        env={"SSO_ALLOWED_MODEL_URLS": LOOPBACK_MODELS, **cp.env()},
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
