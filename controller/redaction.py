@@ -57,7 +57,7 @@ _KEYWORD = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
-MASKING_VERSION = 11
+MASKING_VERSION = 12
 # At most this many maskings of a text (Redaction.text): a text needs two at most but one
 # written for it, and each takes time linear in it.
 _ROUNDS = 4
@@ -359,7 +359,11 @@ def _a_url_password(text: str, start: int) -> bool:
 # What a value said after a credential's name is not one for: a word (hyphenated, with an
 # apostrophe), a reference to one (`$TOKEN`, `${X}`), an address, a number.
 _WORDS = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
-_NOT_A_VALUE = re.compile(r"\$\{?\w+\}?|[\w.+-]+@[\w-]+(?:\.[\w-]+)+|[\d.,:/+-]+|\w+://\S*")
+# Not a value: a variable (`$X`), an address, a number or date, a URL, or code that reads one
+# (`session["token"]`, `getpass()`, `os.environ.get("X")`, `args[0]`: read up to a quote).
+_NOT_A_VALUE = re.compile(
+    r"\$\{?\w+\}?|[\w.+-]+@[\w-]+(?:\.[\w-]+)+|[\d.,:/+-]+|\w+://\S*|[A-Za-z_][\w.]*(?:\(|\[\d*)"
+)
 
 
 def _said(value: str) -> int:

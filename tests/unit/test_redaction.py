@@ -721,6 +721,48 @@ def test_ordinary_prose_about_a_credential_is_left_as_it_is(
     assert masked == text or ":" in sentence, masked
 
 
+_IDENT = st.from_regex(r"[a-z_][a-z_]{0,11}", fullmatch=True)  # code names are words
+_KEY = st.from_regex(r"[a-z]{2,8}(?:_[a-z]{2,8})?", fullmatch=True)  # a key named in code
+_CODE_READING = st.one_of(
+    st.tuples(_IDENT, _KEY).map(lambda p: f'{p[0]}["{p[1]}"]'),
+    st.tuples(_IDENT, _KEY).map(lambda p: f"{p[0]}['{p[1]}']"),
+    st.tuples(_IDENT, _IDENT, _KEY).map(lambda p: f'{p[0]}.{p[1]}("{p[2]}")'),
+    _IDENT.map(lambda i: f"{i}()"),
+    st.tuples(_IDENT, st.integers(0, 99)).map(lambda p: f"{p[0]}[{p[1]}]"),
+    st.sampled_from(['os.environ["API_KEY"]', 'os.getenv("TOKEN")', "getpass.getpass()"]),
+)
+
+
+@given(
+    name=st.sampled_from(["token", "password", "api_key", "secret", "passphrase", "db_pass"]),
+    code=_CODE_READING,
+    spacing=st.sampled_from([" = ", "=", ": ", " := "]),
+)
+@example(name="token", code='session["token"]', spacing=" = ")
+@settings(max_examples=300, deadline=None)
+def test_code_that_reads_a_credential_is_left_as_it_is(name: str, code: str, spacing: str) -> None:
+    """`token = session["token"]`, `password = getpass()`: the code that reads a credential
+    names where it is, not what it is; a summary quoting code keeps it (a legacy summary's
+    traceback did not: test_nothing_lost)."""
+    text = f"    {name}{spacing}{code}"
+    masked = DEFAULT_REDACTION.text(text)
+    assert "[redacted: credential-phrase]" not in masked, masked
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'token = session["token"]',
+        "password = getpass()",
+        'api_key = os.environ.get("API_KEY")',
+        "secret = args[0]",
+        'db_pass = config["db_pass"]',
+    ],
+)
+def test_code_that_reads_a_credential_is_kept_whole(line: str) -> None:
+    assert DEFAULT_REDACTION.text(line) == line
+
+
 # Letters a reader takes for Latin ones: Cyrillic, Greek, fullwidth, mathematical bold.
 _LOOKALIKE = {"a": "аα𝐚ａ", "e": "е𝐞ｅ", "o": "оο𝐨ｏ", "p": "рρ𝐩ｐ", "c": "с𝐜ｃ", "s": "ѕ𝐬ｓ",
               "i": "іι𝐢ｉı", "k": "кκ𝐤ｋ", "y": "у𝐲ｙ", "x": "х𝐱ｘ", "T": "ТΤ𝐓Ｔ", "A": "АΑ𝐀Ａ",
