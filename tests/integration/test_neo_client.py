@@ -789,7 +789,7 @@ def test_any_text_neo_saves_is_summarized_and_read_back_by_neo_as_stored(
     )
     ids = [sid for sid, *_ in sessions]
     res = neo_store.harness.summaryctl(
-        "summarize", *ids, "--bypass-claim", "--summarizer-file", str(manifest)
+        "summarize", "--bypass-claim", "--summarizer-file", str(manifest), "--", *ids
     )
     assert res.returncode == 0, res.stdout + res.stderr
     assert_read_back_by_neo(neo_store, {sid: len(texts) for sid, texts, *_ in sessions})
