@@ -763,6 +763,14 @@ def test_code_that_reads_a_credential_is_kept_whole(line: str) -> None:
     assert DEFAULT_REDACTION.text(line) == line
 
 
+# Names a credential goes by, and the shapes it is set in, for the generated-text tests below.
+SAID_NAMES = (
+    *("password", "API_TOKEN", "secret", "access_token", "X-Api-Key"),
+    *("Authorization", "passphrase", "DB_PASSWORD", "apiKey", "token"),
+)
+CREDENTIAL_SHAPES = ("{n}: {v}", "{n}={v}", '"{n}": "{v}"', "the {n} is {v}", "curl -H '{n}: {v}'")
+
+
 # Letters a reader takes for Latin ones: Cyrillic, Greek, fullwidth, mathematical bold.
 _LOOKALIKE = {"a": "аα𝐚ａ", "e": "е𝐞ｅ", "o": "оο𝐨ｏ", "p": "рρ𝐩ｐ", "c": "с𝐜ｃ", "s": "ѕ𝐬ｓ",
               "i": "іι𝐢ｉı", "k": "кκ𝐤ｋ", "y": "у𝐲ｙ", "x": "х𝐱ｘ", "T": "ТΤ𝐓Ｔ", "A": "АΑ𝐀Ａ",
@@ -772,23 +780,8 @@ _LOOKALIKE = {"a": "аα𝐚ａ", "e": "е𝐞ｅ", "o": "оο𝐨ｏ", "p": "р
 
 @given(
     secret=RANDOM_SECRET,
-    name=st.sampled_from(
-        [
-            "password",
-            "API_TOKEN",
-            "secret",
-            "access_token",
-            "X-Api-Key",
-            "Authorization",
-            "passphrase",
-            "DB_PASSWORD",
-            "apiKey",
-            "token",
-        ]
-    ),
-    shape=st.sampled_from(
-        ["{n}: {v}", "{n}={v}", '"{n}": "{v}"', "the {n} is {v}", "curl -H '{n}: {v}'"]
-    ),
+    name=st.sampled_from(SAID_NAMES),
+    shape=st.sampled_from(CREDENTIAL_SHAPES),
     swaps=st.lists(st.integers(0, 40), min_size=1, max_size=4),
     pick=st.integers(0, 4),
 )
@@ -961,24 +954,8 @@ def test_the_word_pass_in_ordinary_text_is_left_as_it_is(text: str) -> None:
 
 @given(
     secret=RANDOM_SECRET | SAID_SECRETS,
-    name=st.sampled_from(
-        [
-            "password",
-            "API_TOKEN",
-            "secret",
-            "access_token",
-            "X-Api-Key",
-            "Authorization",
-            "passphrase",
-            "DB_PASSWORD",
-            "apiKey",
-            "token",
-            "db_pass",
-        ]
-    ),
-    shape=st.sampled_from(
-        ["{n}: {v}", "{n}={v}", '"{n}": "{v}"', "the {n} is {v}", "curl -H '{n}: {v}'"]
-    ),
+    name=st.sampled_from((*SAID_NAMES, "db_pass")),
+    shape=st.sampled_from(CREDENTIAL_SHAPES),
     marks=st.lists(
         st.tuples(st.integers(1, 40), st.sampled_from("\u200b\u200c\u200d\u2060\ufeff")),
         min_size=1,
