@@ -93,9 +93,11 @@ def target(url: str) -> Target | None:
     host = parts.hostname.lower().rstrip(".")
     if parts.netloc.startswith("["):  # one spelling per IPv6 address ("::1", "0:0:0:0:0:0:0:1")
         try:
-            host = ipaddress.IPv6Address(host).compressed
+            address = ipaddress.IPv6Address(host)
         except ValueError:
             return None
+        # A client reaches an IPv4-mapped address ("::ffff:7f00:1") at its IPv4 address.
+        host = str(address.ipv4_mapped or address.compressed)
     return Target(scheme, host, DEFAULT_PORTS[scheme] if port is None else port, path)
 
 

@@ -110,6 +110,13 @@ def reader_prefix(text: str) -> tuple[str, str, int | None, str]:
     return scheme, host, number, served_path(f"http://h{rest or ''}")
 
 
+def _connects_to(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """The address a client connects to: an IPv4-mapped IPv6 address's IPv4 address."""
+    address = ipaddress.ip_address(host.strip("[]"))
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return mapped or address
+
+
 def reaches(url: str) -> tuple[str, str, int, str] | None:
     """Where the HTTP client the operator sends with (httpx, under openai and chromadb)
     sends a request for url: scheme, host, port, and the path the server resolves."""
@@ -118,8 +125,8 @@ def reaches(url: str) -> tuple[str, str, int, str] | None:
     except httpx.InvalidURL:
         return None
     host = parsed.host.rstrip(".")
-    if ":" in host:
-        host = ipaddress.IPv6Address(host).compressed
+    if ":" in host:  # an IPv4-mapped address is connected to at its IPv4 address
+        host = str(_connects_to(host))
     port = DEFAULT_PORTS[parsed.scheme] if parsed.port is None else parsed.port
     raw_path = parsed.raw_path.decode().partition("?")[0]
     return parsed.scheme, host, port, served_path(f"http://h{raw_path}")
@@ -459,3 +466,40 @@ def _is_ip(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _mapped_spellings(address: ipaddress.IPv4Address) -> st.SearchStrategy[str]:
+    """An IPv4 address as written, or as the IPv4-mapped IPv6 address a client connects to it
+    by ("[::ffff:7f00:1]" reaches 127.0.0.1): hex groups, expanded, with a dotted tail."""
+    mapped = ipaddress.IPv6Address(f"::ffff:{address}")
+    return st.sampled_from(
+        [
+            str(address),
+            f"[{mapped.compressed}]",
+            f"[{mapped.compressed.upper()}]",
+            f"[{mapped.exploded}]",
+            f"[::ffff:{address}]",
+            f"[0:0:0:0:0:ffff:{address}]",
+        ]
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), allowed_address=st.ip_addresses(v=4))
+def test_an_ipv4_address_and_its_ipv4_mapped_ipv6_spellings_are_one_destination(
+    data: st.DataObject, allowed_address: ipaddress.IPv4Address
+) -> None:
+    """A client sends to "[::ffff:a.b.c.d]" (in any spelling) by connecting to a.b.c.d: a
+    prefix allows a URL exactly when the two reach the same address, however each is
+    written, and the message shows the address the request goes to."""
+    prefix_host = data.draw(_mapped_spellings(allowed_address), label="prefix host")
+    sent_address = data.draw(
+        st.just(allowed_address) | st.ip_addresses(v=4),
+        label="sent address",
+    )
+    url_host = data.draw(_mapped_spellings(sent_address), label="url host")
+    prefix = parse_prefix(f"http://{prefix_host}:8000/v1")
+    assert prefix is not None
+    url = f"http://{url_host}:8000/v1/chat/completions"
+    assert within(url, prefix) == (_connects_to(url_host) == _connects_to(prefix_host)), url
+    assert shown(url) == f"http://{sent_address}:8000/v1/chat/completions"

@@ -182,8 +182,12 @@ def values_schema() -> dict[str, Any]:
 
 
 def normal_host(host: str) -> str:
+    """The address or name the client connects to (an IPv4-mapped address: its IPv4 one)."""
     host = host.lower().rstrip(".")
-    return ipaddress.IPv6Address(host).compressed if ":" in host else host
+    if ":" not in host:
+        return host
+    address = ipaddress.IPv6Address(host)
+    return str(address.ipv4_mapped or address.compressed)
 
 
 url_text = st.text(
