@@ -29,7 +29,7 @@ class UrlPrefix:
     """One allowed URL prefix; `text` is how it was written."""
 
     scheme: str
-    host: str  # lower case, no trailing dot; "*.example.com" for any host under it
+    host: str  # lower case; "*.example.com" for any host under it
     port: int | None  # None: any port (written `:*`)
     path: str  # normalized, no trailing "/"; "" is every path
     text: str
@@ -90,7 +90,9 @@ def target(url: str) -> Target | None:
     path = _normal_path(parts.path)
     if path is None:
         return None
-    host = parts.hostname.lower().rstrip(".")
+    # The root's dot stays: in a Pod, "vllm.dev" is first looked up under the search
+    # domains (the Service vllm of namespace dev), "vllm.dev." only on the internet.
+    host = parts.hostname.lower()
     if parts.netloc.startswith("["):  # one spelling per IPv6 address ("::1", "0:0:0:0:0:0:0:1")
         try:
             address = ipaddress.IPv6Address(host)
@@ -120,7 +122,7 @@ def shown(url: str) -> str:
 
 # A wildcard is a domain's hosts: "*.0.1" would be IP addresses ending in .0.1 instead, so
 # the domain is a name as an endpoint URL reads one (its last label no number).
-_HOST = re.compile(rf"[a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?|[0-9a-f:.]+|\*\.{_NAME}")
+_HOST = re.compile(rf"([a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?|\*\.{_NAME})\.?|[0-9a-f:.]+")
 
 
 def parse_prefix(text: str) -> UrlPrefix | None:

@@ -1,7 +1,8 @@
 """Generated spellings of one endpoint URL (hypothesis): the ways a SessionSummarizer's
 author may write the same scheme, host, port and path (the CRD refuses user:password@ and
-an upper-case scheme): host case, a name's trailing dot, the default port written or not, an IPv6
-address compressed, expanded or upper case, the path's tail."""
+an upper-case scheme): host case, the default port written or not, an IPv6 address
+compressed, expanded or upper case, the path's tail. Never the root's dot: "vllm.dev." is
+another host than "vllm.dev" to a Pod's resolver."""
 
 from __future__ import annotations
 
@@ -25,9 +26,7 @@ def spellings(draw: st.DrawFn, scheme: str, host: str, port: int, path: str = "/
         form = draw(st.sampled_from([address.compressed, address.exploded]))
         written_host = f"[{_mixed_case(draw, form)}]"
     else:
-        # A name may end in the root's dot; an IPv4 address may not (it would be a name).
-        dot = "" if host.replace(".", "").isdigit() else draw(st.sampled_from(["", "."]))
-        written_host = _mixed_case(draw, host) + dot
+        written_host = _mixed_case(draw, host)
     ports = [f":{port}"] + ([""] if DEFAULT_PORTS[scheme] == port else [])
     tail = draw(st.sampled_from(["", "/", "/chat/completions", "/./", "/x/../"]))
     return f"{scheme}://{written_host}{draw(st.sampled_from(ports))}{path}{tail}"

@@ -86,7 +86,7 @@ def test_a_prefix_allows_only_its_scheme_host_port_and_the_paths_under_it(
     parts = urlsplit(url)
     assert parts.username is None and parts.password is None
     assert parts.scheme.lower() == prefix.scheme
-    host = (parts.hostname or "").rstrip(".")
+    host = parts.hostname or ""
     if prefix.host.startswith("*."):
         assert host.endswith(prefix.host[1:]) and host != prefix.host[2:]
     else:
@@ -102,7 +102,7 @@ def reader_prefix(text: str) -> tuple[str, str, int | None, str]:
     written = re.fullmatch(r"([a-z]+)://(\[[^\]]*\]|[^:/]*)(:[^/]*)?(/.*)?", text)
     assert written is not None, text
     scheme, host, port, rest = written.groups()
-    host = host.lower().rstrip(".")
+    host = host.lower()
     if host.startswith("["):
         host = ipaddress.IPv6Address(host[1:-1]).compressed
     port = (port or "").lstrip(":")  # "h:" is h's default port
@@ -124,7 +124,7 @@ def reaches(url: str) -> tuple[str, str, int, str] | None:
         parsed = httpx.URL(url)
     except httpx.InvalidURL:
         return None
-    host = parsed.host.rstrip(".")
+    host = parsed.host
     if ":" in host:  # an IPv4-mapped address is connected to at its IPv4 address
         host = str(_connects_to(host))
     port = DEFAULT_PORTS[parsed.scheme] if parsed.port is None else parsed.port
@@ -237,6 +237,7 @@ def test_a_prefix_allows_what_it_names_and_the_paths_below_it(text: str, suffix:
         "https://x.[::1]/v1",
         "https://key@api.openai.com/v1",
         "https://api.openai.com/v1\r\nHost: evil",
+        "https://api.openai.com./v1",  # another host to a Pod's resolver
     ],
 )
 def test_near_misses_are_not_allowed(url: str) -> None:
@@ -249,7 +250,6 @@ def test_near_misses_are_not_allowed(url: str) -> None:
         "https://api.openai.com/v1",
         "https://api.openai.com/v1/",
         "https://API.OpenAI.com:443/v1/chat/completions",
-        "https://api.openai.com./v1",
         "https://api.openai.com/v1/x/../models",
     ],
 )
@@ -448,7 +448,7 @@ def test_every_endpoint_a_summarizer_may_name_can_be_allow_listed(url: str) -> N
     written = f"[{t.host}]" if ":" in t.host else t.host
     prefixes_ = [f"{t.scheme}://{written}:{t.port}"]
     parent = t.host.partition(".")[2]
-    if "." in t.host and re.fullmatch(f"(?i){_NAME}", parent) and not _is_ip(t.host):
+    if "." in t.host and re.fullmatch(rf"(?i){_NAME}\.?", parent) and not _is_ip(t.host):
         prefixes_.append(f"{t.scheme}://*.{parent}:{t.port}")
     for text in prefixes_:
         prefix = parse_prefix(text)
@@ -503,3 +503,29 @@ def test_an_ipv4_address_and_its_ipv4_mapped_ipv6_spellings_are_one_destination(
     url = f"http://{url_host}:8000/v1/chat/completions"
     assert within(url, prefix) == (_connects_to(url_host) == _connects_to(prefix_host)), url
     assert shown(url) == f"http://{sent_address}:8000/v1/chat/completions"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    name=domain,
+    prefix_dot=st.booleans(),
+    url_dot=st.booleans(),
+    wildcard=st.booleans(),
+    upper=st.booleans(),
+)
+def test_a_name_with_the_roots_dot_is_another_host_than_the_name_without(
+    name: str, prefix_dot: bool, url_dot: bool, wildcard: bool, upper: bool
+) -> None:
+    """In a Pod, a name without the root's dot is first looked up under the search domains
+    ("vllm.dev" is the Service vllm of namespace dev), the name with it only as written (the
+    internet's "vllm.dev."): a prefix allows a URL only when the client sends the host it
+    names, its root's dot included; the chart's values take either."""
+    text = f"http://{'*.' if wildcard else ''}{name}{'.' if prefix_dot else ''}:8000/v1"
+    prefix = parse_prefix(text)
+    assert prefix is not None, text
+    assert all(re.fullmatch(p, text) for p in _SCHEMA_PATTERNS), text
+    written = f"{'a.' if wildcard else ''}{name.upper() if upper else name}"
+    url = f"http://{written}{'.' if url_dot else ''}:8000/v1/chat/completions"
+    assert httpx.URL(url).host.endswith(".") == url_dot  # what the client resolves
+    assert within(url, prefix) == (prefix_dot == url_dot), url
+    assert shown(url) == url.lower()

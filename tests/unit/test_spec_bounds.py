@@ -183,7 +183,7 @@ def values_schema() -> dict[str, Any]:
 
 def normal_host(host: str) -> str:
     """The address or name the client connects to (an IPv4-mapped address: its IPv4 one)."""
-    host = host.lower().rstrip(".")
+    host = host.lower()
     if ":" not in host:
         return host
     address = ipaddress.IPv6Address(host)
