@@ -26,11 +26,12 @@ from controller.api import (
     SECRET_NAME_PATTERN,
     EmbeddingConfig,
     ModelSpec,
+    SecretKeyRef,
     SessionSummarizerSpec,
     SessionSummarySpec,
     StoreSpec,
 )
-from controller.cli.args import object_name_arg
+from controller.cli.args import namespace_arg, object_name_arg
 from controller.core.destinations import DEFAULT_PORTS, target
 from controller.core.endpoint_url import (
     ENDPOINT_URL_MESSAGE,
@@ -307,3 +308,78 @@ def test_a_summarizer_ref_is_accepted_exactly_when_it_can_name_an_object(name: s
     except argparse.ArgumentTypeError:
         cli_accepts = False
     assert cli_accepts == expected
+
+
+def is_dns_label(name: str) -> bool:
+    """Kubernetes' IsDNS1123Label (a namespace's name): one subdomain label, 63 at most."""
+    return len(name) <= 63 and "." not in name and is_dns_subdomain(name)
+
+
+def _values_field(path: str) -> dict[str, Any]:
+    field: dict[str, Any] = values_schema()
+    for key in path.split("."):
+        field = field["items"] if key == "[]" else field["properties"][key]
+    return field
+
+
+# The chart values naming a Kubernetes object (a Secret, the SessionSummarizer, the peering
+# object) or a namespace, and whether "" (unset) is taken.
+VALUES_OBJECT_NAMES = {
+    "imagePullSecrets.[].name": False,
+    "rbac.extraSecretNames.[]": False,
+    "peering.name": False,
+    "summarizer.name": False,
+    "chroma.authSecret.name": True,
+    "chroma.bundled.auth.existingSecret": True,
+    "summarizer.model.apiKeySecret.name": True,
+    "summarizer.embedding.apiKeySecret.name": True,
+}
+VALUES_NAMESPACES = {
+    "watchNamespaces.[]": False,
+    "networkPolicy.chromaClientNamespaces.[]": False,
+    "summarizer.namespace": True,
+}
+CRD_SECRET_REFS = ("store.authSecretRef", "model.apiKeySecretRef", "embedding.apiKeySecretRef")
+
+dns_names = st.one_of(
+    object_names,
+    st.text(alphabet=st.sampled_from("a9.-A\n"), max_size=6),
+    st.tuples(st.integers(61, 65), st.sampled_from(["", ".a", "a.", "-", "\n"])).map(
+        lambda n_tail: "a" * n_tail[0] + n_tail[1]
+    ),
+)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(name=dns_names)
+def test_every_secret_and_object_name_the_chart_or_a_crd_takes_is_one_kubernetes_takes(
+    name: str,
+) -> None:
+    """A Secret's (or another object's) name in both CRD copies, the chart's values schema,
+    the models and summaryctl follows Kubernetes' rule, a DNS-1123 subdomain (a namespace: a
+    DNS-1123 label), in RE2 as the apiserver and Helm read their patterns."""
+    subdomain, label = is_dns_subdomain(name), is_dns_label(name)
+    for where in CRDS:
+        spec = spec_schema(where, "sessionsummarizers.memorycore.io.yaml")["properties"]
+        for ref in CRD_SECRET_REFS:
+            part, field = ref.split(".")
+            name_field = spec[part]["properties"][field]["properties"]["name"]
+            assert crd_admits(name_field, name) == subdomain, (where, ref)
+    unset = name == ""  # "none", where the chart lets a value be unset
+    for path, optional in VALUES_OBJECT_NAMES.items():
+        assert crd_admits(_values_field(path), name) == (subdomain or (optional and unset)), path
+    for path, optional in VALUES_NAMESPACES.items():
+        assert crd_admits(_values_field(path), name) == (label or (optional and unset)), path
+    try:
+        SecretKeyRef.model_validate({"name": name, "key": "k"})
+        model_accepts = True
+    except ValidationError:
+        model_accepts = False
+    assert model_accepts == subdomain
+    for check, expected in ((object_name_arg, subdomain), (namespace_arg, label)):
+        try:
+            check(name)
+            accepted = True
+        except argparse.ArgumentTypeError:
+            accepted = False
+        assert accepted == expected, check
