@@ -24,6 +24,8 @@ from pydantic.alias_generators import to_camel
 from controller.core.endpoint_url import (
     AUTHORITY_PATTERN,
     ENDPOINT_URL_MAX,
+    HOST_LENGTH_MESSAGE,
+    HOST_LENGTH_PATTERN,
     checked_endpoint_url,
 )
 from controller.core.naming import blank_session_id
@@ -171,7 +173,9 @@ class StoreSpec(CamelModel):
 
     @classmethod
     def url_problem(cls, url: str) -> str | None:
-        return None if re.fullmatch(cls.URL_PATTERN, url) else cls.URL_MESSAGE
+        if not re.fullmatch(cls.URL_PATTERN, url):
+            return cls.URL_MESSAGE
+        return None if re.match(HOST_LENGTH_PATTERN, url) else HOST_LENGTH_MESSAGE
 
     @classmethod
     def name_problem(cls, field: str, name: str) -> str | None:

@@ -40,6 +40,11 @@ _PORT = "(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[
 # host[:port]: a name (it may end in the root's "."), an IPv4 address (not: the clients send
 # "127.0.0.1." as a name, which no resolver finds), or an [IPv6 address]; never user:password@.
 AUTHORITY_PATTERN = rf"({_NAME}\.?|{_IPV4}|\[({_IPV6})\])(:{_PORT})?"
+# DNS's limit (255 octets on the wire): a longer name is never found. RE2 has no lookahead to
+# bound _NAME as a whole, so a second pattern does, with its own message, wherever the first
+# is stated (a search: it reads up to the host's end).
+HOST_LENGTH_PATTERN = r"^https?://(\[|[^/:]{1,253}\.?([:/]|$))"
+HOST_LENGTH_MESSAGE = "must have a host name of at most 253 characters (DNS's limit)"
 # A path in printable ASCII whose escapes decode once (%25 would leave one to decode again:
 # core/destinations.py refuses such a path). No query or fragment: the openai SDK appends its
 # paths ("chat/completions") after them, so neither its requests nor the probe would use them.
@@ -60,7 +65,7 @@ def endpoint_url_problem(url: str) -> str | None:
         return f"must be at most {ENDPOINT_URL_MAX} characters"
     if not re.fullmatch(ENDPOINT_URL_PATTERN, url):
         return ENDPOINT_URL_MESSAGE
-    return None
+    return None if re.match(HOST_LENGTH_PATTERN, url) else HOST_LENGTH_MESSAGE
 
 
 def checked_endpoint_url(value: str | None) -> str | None:

@@ -447,6 +447,14 @@ BAD_VALUES = {
     "pull-policy": ({"image": {"pullPolicy": "Sometimes"}}, "at '/image/pullPolicy'"),
     "backend": ({"summarizer": {"model": {"backend": "gpt"}}}, "/summarizer/model/backend"),
     "url-without-scheme": ({"chroma": {"url": "chroma:8000"}}, "at '/chroma/url'"),
+    "url-host-over-253": (  # DNS's limit
+        {"chroma": {"url": "http://" + "a" * 63 + ("." + "a" * 63) * 3 + ".svc:8000"}},
+        "at '/chroma/url'",
+    ),
+    "model-url-host-over-253": (
+        {"summarizer": {"model": {"baseUrl": "http://" + ("a" * 63 + ".") * 4 + "svc/v1"}}},
+        "at '/summarizer/model/baseUrl'",
+    ),
     "sweep-too-often": ({"summarizer": {"sweep": {"intervalSeconds": 1}}}, "intervalSeconds"),
     "env-not-a-list": ({"extraEnv": {"A": "b"}}, "at '/extraEnv'"),
     "endpoint-with-credentials": (

@@ -308,6 +308,7 @@ BASE_URLS = [
     "http://chroma.1team:8000/v1",
     "http://1.2.3.0x7f/v1",
     "http://127.0.0.1.:8000/v1",
+    "http://" + "a" * 63 + ("." + "a" * 63) * 3 + ".svc/v1",  # 259 characters: DNS's limit
 ]
 
 

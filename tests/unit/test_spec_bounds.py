@@ -36,6 +36,8 @@ from controller.core.destinations import DEFAULT_PORTS, target
 from controller.core.endpoint_url import (
     ENDPOINT_URL_MESSAGE,
     ENDPOINT_URL_PATTERN,
+    HOST_LENGTH_MESSAGE,
+    HOST_LENGTH_PATTERN,
     endpoint_url_problem,
 )
 
@@ -79,11 +81,10 @@ def test_the_crds_carry_the_endpoint_and_secret_rules_of_the_models(where: Path)
     spec = spec_schema(where, "sessionsummarizers.memorycore.io.yaml")["properties"]
     for part in ("model", "embedding"):
         fields = spec[part]["properties"]
-        [rule] = fields["baseUrl"]["x-kubernetes-validations"]
-        assert rule == {
-            "rule": f"self.matches(r'{ENDPOINT_URL_PATTERN}')",
-            "message": ENDPOINT_URL_MESSAGE,
-        }
+        assert fields["baseUrl"]["x-kubernetes-validations"] == [
+            {"rule": f"self.matches(r'{ENDPOINT_URL_PATTERN}')", "message": ENDPOINT_URL_MESSAGE},
+            {"rule": f"self.matches(r'{HOST_LENGTH_PATTERN}')", "message": HOST_LENGTH_MESSAGE},
+        ]
         ref = fields["apiKeySecretRef"]["properties"]
         assert (ref["name"]["pattern"], ref["key"]["pattern"]) == (
             SECRET_NAME_PATTERN,
@@ -99,8 +100,9 @@ def test_the_crds_carry_the_endpoint_and_secret_rules_of_the_models(where: Path)
 def test_the_chart_values_schema_refuses_the_same_endpoint_urls() -> None:
     schema = json.loads(VALUES_SCHEMA.read_text())["properties"]["summarizer"]["properties"]
     for part in ("model", "embedding"):
-        pattern = schema[part]["properties"]["baseUrl"]["pattern"]
-        assert pattern == "^(" + ENDPOINT_URL_PATTERN[1:-1] + ")?$"
+        field = schema[part]["properties"]["baseUrl"]
+        assert field["pattern"] == "^(" + ENDPOINT_URL_PATTERN[1:-1] + ")?$"
+        assert field["allOf"] == [{"pattern": "^$|" + HOST_LENGTH_PATTERN}]
 
 
 ACCEPTED = [
@@ -165,11 +167,12 @@ def test_a_store_url_with_credentials_is_refused_without_being_repeated() -> Non
 
 
 def crd_admits(field: dict[str, Any], value: str) -> bool:
-    """A CRD string field's checks as the apiserver runs them, in RE2 as Go's regexp: its
-    maxLength, its pattern and its `self.matches(r'...')` rules (each a search)."""
+    """A CRD (or values schema) string field's checks as the apiserver (or Helm) runs them,
+    in RE2 as Go's regexp: its maxLength, its patterns (its own, its allOf's) and its
+    `self.matches(r'...')` rules (each a search)."""
     if len(value) > field.get("maxLength", 10**9):
         return False
-    patterns = [field["pattern"]] if "pattern" in field else []
+    patterns = [f["pattern"] for f in [field, *field.get("allOf", [])] if "pattern" in f]
     for rule in field.get("x-kubernetes-validations", []):
         matches = re.fullmatch(r"self\.matches\(r'(.*)'\)", rule["rule"], re.DOTALL)
         assert matches, f"a CEL rule this test does not model: {rule['rule']}"
@@ -383,3 +386,47 @@ def test_every_secret_and_object_name_the_chart_or_a_crd_takes_is_one_kubernetes
         except argparse.ArgumentTypeError:
             accepted = False
         assert accepted == expected, check
+
+
+def _name_of(length: int, label: int) -> str:
+    """A host name of `length` characters, its labels `label` characters (the last shorter)."""
+    name = ("a" * label + ".") * (length // (label + 1) + 1)
+    name = name[:length]
+    return name[:-1] + "a" if name.endswith(".") else name  # a label of label + 1 at most
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    length=st.integers(1, 290),
+    label=st.integers(1, 62),
+    root_dot=st.sampled_from(["", "."]),
+    port=st.sampled_from(["", ":8000"]),
+)
+def test_a_host_name_over_253_characters_is_refused_with_the_limit_everywhere(
+    length: int, label: int, root_dot: str, port: str
+) -> None:
+    """A name of more than 253 characters (the root's dot aside) is never found (DNS's limit,
+    255 octets on the wire): the models, summaryctl's store URL check, both CRD copies and the
+    chart's values schema refuse it as a baseUrl or a store URL, and the message says why."""
+    name = _name_of(length, label)
+    accepted = len(name) <= 253
+    base_url, store_url = f"http://{name}{root_dot}{port}/v1", f"http://{name}{root_dot}{port}"
+    assert (endpoint_url_problem(base_url) is None) == accepted, base_url
+    assert (StoreSpec.url_problem(store_url) is None) == accepted, store_url
+    if not accepted:
+        for model in (ModelSpec, EmbeddingConfig):
+            with pytest.raises(ValidationError, match="253 characters"):
+                model.model_validate({"baseUrl": base_url})
+        longest = f"(253 characters|{StoreSpec.URL_MAX} characters)"  # the URL's own limit
+        with pytest.raises(ValidationError, match=longest):
+            StoreSpec.model_validate({"url": store_url})
+    for where in CRDS:
+        spec = spec_schema(where, "sessionsummarizers.memorycore.io.yaml")["properties"]
+        assert crd_admits(spec["store"]["properties"]["url"], store_url) == accepted, where
+        for part in ("model", "embedding"):
+            assert crd_admits(spec[part]["properties"]["baseUrl"], base_url) == accepted, where
+    values = values_schema()["properties"]
+    assert crd_admits(values["chroma"]["properties"]["url"], store_url) == accepted
+    for part in ("model", "embedding"):
+        field = values["summarizer"]["properties"][part]["properties"]["baseUrl"]
+        assert crd_admits(field, base_url) == accepted

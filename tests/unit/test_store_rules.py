@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from controller.api import StoreSpec
+from controller.core.endpoint_url import HOST_LENGTH_MESSAGE, HOST_LENGTH_PATTERN
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import (
     MESSAGE_LIMIT,
@@ -183,11 +184,10 @@ def test_both_crd_copies_carry_the_spec_rules() -> None:
     first, second = (p.read_text() for p in CRD_COPIES)
     assert first == second
     store = crd_store(CRD_COPIES[0])
-    [url_rule] = store["url"]["x-kubernetes-validations"]
-    assert url_rule == {
-        "rule": f"self.matches(r'{StoreSpec.URL_PATTERN}')",
-        "message": StoreSpec.URL_MESSAGE,
-    }
+    assert store["url"]["x-kubernetes-validations"] == [
+        {"rule": f"self.matches(r'{StoreSpec.URL_PATTERN}')", "message": StoreSpec.URL_MESSAGE},
+        {"rule": f"self.matches(r'{HOST_LENGTH_PATTERN}')", "message": HOST_LENGTH_MESSAGE},
+    ]
     for field in ("memoryCollection", "summaryCollection", "database"):
         schema = store[field]
         assert schema["pattern"] == StoreSpec.COLLECTION_NAME_PATTERN
@@ -245,7 +245,11 @@ def test_the_crd_and_the_spec_agree_on_every_tenant_and_database_name(name: str)
 
 def test_the_chart_values_schema_carries_the_same_rules() -> None:
     schema = json.loads(VALUES_SCHEMA.read_text())["properties"]
-    assert schema["chroma"]["properties"]["url"]["pattern"] == StoreSpec.URL_PATTERN
+    url = schema["chroma"]["properties"]["url"]
+    assert (url["pattern"], url["allOf"]) == (
+        StoreSpec.URL_PATTERN,
+        [{"pattern": HOST_LENGTH_PATTERN}],
+    )
     store = schema["summarizer"]["properties"]["store"]["properties"]
     for field in ("memoryCollection", "summaryCollection", "database"):
         assert store[field]["pattern"] == StoreSpec.COLLECTION_NAME_PATTERN
@@ -328,7 +332,8 @@ def test_a_store_url_the_crd_admits_is_one_the_spec_and_the_client_read(url: str
     for path in CRD_COPIES:
         assert crd_accepts(crd_store(path)["url"], url) == ours, url
     values = json.loads(VALUES_SCHEMA.read_text())["properties"]["chroma"]["properties"]["url"]
-    assert bool(re2.search(values["pattern"], url)) == ours
+    patterns = [values["pattern"]] + [p["pattern"] for p in values["allOf"]]
+    assert all(re2.search(p, url) for p in patterns) == ours
     if not ours:
         return
     parsed = urlsplit(url)  # what connect() reads: scheme, host and port, nothing else
