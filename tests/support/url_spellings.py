@@ -1,8 +1,9 @@
 """Generated spellings of one endpoint URL (hypothesis): the ways a SessionSummarizer's
 author may write the same scheme, host, port and path (the CRD refuses user:password@ and
 an upper-case scheme): host case, the default port written or not, an IPv6 address
-compressed, expanded or upper case, the path's tail. Never the root's dot: "vllm.dev." is
-another host than "vllm.dev" to a Pod's resolver."""
+compressed, expanded or upper case, an IPv4 address IPv4-mapped ("[::ffff:7f00:1]"), the
+path's tail. Never the root's dot: "vllm.dev." is another host than "vllm.dev" to a Pod's
+resolver."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ def spellings(draw: st.DrawFn, scheme: str, host: str, port: int, path: str = "/
         address = ipaddress.IPv6Address(host)
         form = draw(st.sampled_from([address.compressed, address.exploded]))
         written_host = f"[{_mixed_case(draw, form)}]"
+    elif host.replace(".", "").isdigit():  # an IPv4 address, or its IPv4-mapped IPv6 one
+        mapped = ipaddress.IPv6Address(f"::ffff:{host}")
+        form = draw(st.sampled_from(["", mapped.compressed, mapped.exploded]))
+        written_host = f"[{_mixed_case(draw, form)}]" if form else host
     else:
         written_host = _mixed_case(draw, host)
     ports = [f":{port}"] + ([""] if DEFAULT_PORTS[scheme] == port else [])
