@@ -169,7 +169,7 @@ class PassUpdate(BaseModel):
         # the row stores them comma-separated: "C, C++" is two names, as it reads back
         texts = (valid_utf8(v) for v in value if isinstance(v, str))
         names = [" ".join(n.split()) for v in texts for n in v.split(",")]
-        return [n for n in names if 0 < len(n) <= TECHNOLOGY_MAX][:TECHNOLOGIES_MAX]
+        return [n for n in names if 0 < len(n) <= TECHNOLOGY_MAX]
 
     def new_items(self) -> dict[str, list[str]]:
         """History section title -> items proposed as new."""
@@ -234,10 +234,15 @@ def derived_title(first_request: str | None, session_id: str) -> str:
     return _acceptable_title(title) or fallback_title(session_id)
 
 
-def _union_sorted(prior: Iterable[str], new: Iterable[str]) -> list[str]:
-    """Case-insensitive union, first spelling wins, sorted."""
+def _technologies(prior: Iterable[str], new: Iterable[str]) -> list[str]:
+    """Case-insensitive union, first spelling wins, sorted: every prior name, and new ones
+    while fewer than TECHNOLOGIES_MAX (every agent reads the row's list at boot)."""
     found: dict[str, str] = {}
-    for name in [*prior, *new]:
+    for name in prior:
+        found.setdefault(name.lower(), name)
+    for name in new:
+        if len(found) >= TECHNOLOGIES_MAX:
+            break
         found.setdefault(name.lower(), name)
     return [found[k] for k in sorted(found)]
 
@@ -324,7 +329,7 @@ def merge_pass(
         impact=keep("impact"),
         complexity=keep("complexity"),
         sections=all_sections,
-        technologies=_union_sorted(base.technologies if base else [], update.technologies),
+        technologies=_technologies(base.technologies if base else [], update.technologies),
         participating_agents=union_agents(base.participating_agents if base else [], agents),
         models=sorted(models),
         tools_used=sorted(tools),

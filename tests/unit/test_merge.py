@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from controller.core.document import render_document
 from controller.core.item_sources import identity
 from controller.core.memories import Memory, Watermark
-from controller.core.merge import HISTORY_KEYS, PassUpdate, merge_pass
+from controller.core.merge import HISTORY_KEYS, TECHNOLOGIES_MAX, PassUpdate, merge_pass
 from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL, as_item, unquoted
 from controller.core.summary import (
     HISTORY_SECTIONS,
@@ -545,3 +545,28 @@ def test_a_reply_with_a_lone_surrogate_is_stored_as_text_utf8_can_hold(
         meta = to_chroma_metadata(merged, writer="w", trigger="t", summarized_at_ms=1)
         orjson.dumps(meta)  # what Chroma's client sends
         render_document(merged).encode("utf-8")
+
+
+TECH_NAME = st.text(alphabet="abcA", min_size=1, max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(TECH_NAME, max_size=60),
+    st.lists(st.lists(TECH_NAME, min_size=1, max_size=10).map(", ".join), max_size=12),
+)
+def test_technologies_keep_every_prior_name_and_add_new_ones_up_to_the_bound(
+    prior_names: list[str], proposed: list[str]
+) -> None:
+    # A proposed entry may list several names ("C, C++"); a prior may be longer than the bound
+    # (an earlier release's row). No prior name is dropped; new ones fill the list up to
+    # TECHNOLOGIES_MAX: the list stays bounded, and no name is dropped while there is room.
+    before = prior().model_copy(update={"technologies": prior_names})
+    before = StructuredSummary.model_validate(before.model_dump())  # as read: names split
+    after = merge_pass(before, update(technologies=proposed), [])
+    kept = {name.lower() for name in after.technologies}
+    old = {name.lower() for name in before.technologies}
+    assert old <= kept
+    assert len(after.technologies) <= max(TECHNOLOGIES_MAX, len(old))
+    if len(after.technologies) < TECHNOLOGIES_MAX:
+        assert {n.strip().lower() for entry in proposed for n in entry.split(",")} <= kept
