@@ -63,11 +63,17 @@ TECHNOLOGIES_MAX = 30
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200d\ufeff]")
 
 
+def _says_something(text: str) -> bool:
+    """A letter or a digit: punctuation, spaces or invisible marks alone say nothing."""
+    return any(c.isalnum() for c in text)
+
+
 def _item_text(value: Any) -> str | None:
     """An item as proposed: a string, or an object with a "text" (models sometimes do that)."""
     if isinstance(value, dict):
         value = value.get("text")
-    return (cut(valid_utf8(value)) or None) if isinstance(value, str) else None
+    text = cut(valid_utf8(value)) if isinstance(value, str) else ""
+    return text if _says_something(text) else None
 
 
 def _items(value: Any) -> list[str]:
@@ -138,6 +144,7 @@ class PassUpdate(BaseModel):
             for v in value
             if isinstance(v, dict)
             and all(isinstance(v.get(k), str) for k in ("section", "item", "superseded_by"))
+            and _item_text(v["superseded_by"])
         ]
 
     @field_validator("title", mode="before")
@@ -169,7 +176,7 @@ class PassUpdate(BaseModel):
         # the row stores them comma-separated: "C, C++" is two names, as it reads back
         texts = (valid_utf8(v) for v in value if isinstance(v, str))
         names = [" ".join(n.split()) for v in texts for n in v.split(",")]
-        return [n for n in names if 0 < len(n) <= TECHNOLOGY_MAX]
+        return [n for n in names if len(n) <= TECHNOLOGY_MAX and _says_something(n)]
 
     def new_items(self) -> dict[str, list[str]]:
         """History section title -> items proposed as new."""
@@ -248,7 +255,8 @@ def _technologies(prior: Iterable[str], new: Iterable[str]) -> list[str]:
 
 
 def _one_line_title(title: str) -> str | None:
-    return cut(_CONTROL.sub(" ", title), TITLE_MAX) or None
+    text = cut(_CONTROL.sub(" ", title), TITLE_MAX)
+    return text if _says_something(text) else None
 
 
 def merge_pass(

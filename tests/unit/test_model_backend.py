@@ -24,7 +24,7 @@ from controller.core.chunking import estimate_tokens
 from controller.core.document import render_document
 from controller.core.item_sources import norm
 from controller.core.memories import Memory
-from controller.core.merge import PassUpdate
+from controller.core.merge import PassUpdate, merge_pass
 from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL
 from controller.core.summary import (
     HISTORY_SECTIONS,
@@ -1045,3 +1045,50 @@ def test_any_200_body_fails_the_pass_as_invalid_model_output(
         server.script_chat(Status(200, body))
     with pytest.raises(InvalidModelOutput):
         summarizer(server)(SID, memories("Add retries."), None)
+
+
+# Text without a letter or a digit: punctuation, symbols, spaces, controls, invisible marks.
+_WORDLESS = st.text(st.characters(categories=["P", "S", "Z", "Cc", "Cf"]), min_size=1, max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    wordless=_WORDLESS,
+    fields=st.sets(
+        st.sampled_from([*HISTORY_KEYS, "current_state", "title", "supersede", "technologies"]),
+        min_size=1,
+    ),
+    with_prior=st.booleans(),
+)
+def test_reply_text_without_a_word_is_no_item_title_or_name(
+    wordless: str, fields: set[str], with_prior: bool
+) -> None:
+    # e.g. a Current State of "..." or "\u200b" replaced a real one; such a history item, title,
+    # supersede reason or technology was stored as if it said something.
+    reply = valid_reply(
+        title=wordless if "title" in fields else "Exporter retries",
+        current_state=[wordless] if "current_state" in fields else [],
+        technologies=["python", wordless] if "technologies" in fields else ["python"],
+        supersede=[
+            {"section": "user_requests", "item": "Write the exporter for port 7103.",
+             "superseded_by": wordless}
+        ] if "supersede" in fields else [],
+    )  # fmt: skip
+    for key in HISTORY_KEYS:
+        if key in fields:
+            reply[key] = [*reply[key], wordless]
+    prior = good_prior() if with_prior else None
+    batch = memories("Add retries with backoff to the exporter.")
+    update = _ANY_REPLY_MODEL._update(json.dumps(reply), "stop", batch, prior)
+    merged = merge_pass(prior, update, batch)
+    said = [merged.title, *merged.technologies]
+    said += [
+        t
+        for items in merged.sections.values()
+        for i in items
+        for t in (i.text, i.superseded_by)
+        if t
+    ]
+    assert all(any(c.isalnum() for c in text) for text in said), said
+    if prior is not None:
+        assert merged.sections["Current State"] == prior.sections["Current State"]
