@@ -19,6 +19,7 @@ from controller.core.coverage import Coverage
 from controller.core.document import FOLDED_MARK
 from controller.core.memories import JS_SAFE_INTEGER, Watermark, trusted_time
 from controller.core.provenance import Provenance
+from controller.core.quoting import fit
 from controller.core.references import ReferenceOverflow
 from controller.core.row_ownership import (
     DIGEST_KEY,
@@ -192,7 +193,9 @@ def _score(value: object) -> int:
 
 def _stored_items(raw: object) -> list[SummaryItem]:
     """Items as we stored them. An item that does not fit (over ITEM_MAX) makes the row
-    unreadable as sections: it is then carried whole as the document, never cut."""
+    unreadable as sections: it is then carried whole as the document, never cut. A
+    supersede reason is cut to ITEM_MAX, the bound the merge writes it within: a longer one
+    (another writer's) would be carried, rendered and masked again by every pass."""
     if not isinstance(raw, list):
         raise ValueError("a section must be a list")
     items = []
@@ -207,7 +210,10 @@ def _stored_items(raw: object) -> list[SummaryItem]:
         if text:
             reason = entry.get("superseded_by")
             items.append(
-                SummaryItem(text=text, superseded_by=reason if isinstance(reason, str) else None)
+                SummaryItem(
+                    text=text,
+                    superseded_by=fit(reason.strip()) if isinstance(reason, str) else None,
+                )
             )
     return items
 

@@ -7,9 +7,11 @@ from pydantic import ValidationError
 
 from controller.core.document import render_document
 from controller.core.memories import Watermark
+from controller.core.quoting import is_quoted, quote
 from controller.core.summary import (
     CATEGORIES,
     HISTORY_SECTIONS,
+    ITEM_MAX,
     SECTION_TITLES,
     LegacySummary,
     StructuredSummary,
@@ -610,3 +612,30 @@ def test_the_superset_check_sees_the_same_loss_whether_items_are_carried_or_copi
             validate_summary(after, prior)
     else:
         validate_summary(after, prior)
+
+
+_REASON = st.builds(str.__mul__, st.text(min_size=1, max_size=30), st.integers(1, 80))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    reason=_REASON
+    | st.builds(quote, _REASON, st.sampled_from(["error", "instruction"]), st.just(10**6))
+)
+def test_a_stored_supersede_reason_reads_back_bounded_and_as_written_within_the_bound(
+    reason: str,
+) -> None:
+    # Another writer's row (or one written with store access) with a reason of megabytes:
+    # every later pass carried it, rendered it and masked it again. The merge writes reasons
+    # of at most ITEM_MAX characters: those read back as written.
+    meta = to_chroma_metadata(full_summary(), writer="w", trigger="t", summarized_at_ms=1)
+    sections = json.loads(str(meta["sectionsJson"]))
+    sections["Questions & Decisions"][0]["superseded_by"] = reason
+    back = from_chroma_row("s1", "a document", {**meta, "sectionsJson": json.dumps(sections)})
+    assert isinstance(back, StructuredSummary)
+    read = back.sections["Questions & Decisions"][0].superseded_by
+    assert read is None or len(read) <= ITEM_MAX
+    if len(reason.strip()) <= ITEM_MAX:
+        assert read == (reason.strip() or None)
+    elif is_quoted(reason):
+        assert read is not None and is_quoted(read)
