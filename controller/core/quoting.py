@@ -6,12 +6,14 @@ get a label and “…” (quote_if_needed), whichever backend proposed them (co
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from controller.core.summary import ITEM_MAX
+from controller.core.text import DIGIT_CLASS, WORD_CLASS, re2_pattern, without_surrogates
 from controller.core.text import cut as cut_to
 
 ERROR_LABEL = "Error reported in the session (quoted): "
@@ -36,8 +38,8 @@ TYPOGRAPHIC_QUOTES = MappingProxyType(
 _START = r"(?:^|\n|[^\w\s,]\s*)"
 _ROLES = r"(?:system|assistant|developer|user|human)"
 _VERBS = (
-    r"(?:ignore|disregard|forget|abandon|discard|neglect|set aside|do not follow"
-    r"|don't follow|stop following|no longer follow)"
+    r"(?:ignore|disregard|forget|abandon|discard|neglect|set\s+aside|do\s+not\s+follow"
+    r"|don't\s+follow|stop\s+following|no\s+longer\s+follow)"
 )
 _OVERRIDE = r"(?:override|overrule|bypass|circumvent)"
 _DETERMINERS = r"(?:(?:all|any|every|each|of|the|your|my|our|these|those|its)\s+)"
@@ -70,7 +72,7 @@ _INSTRUCTION = re.compile(
             # "SYSTEM: ...", "assistant: ...", "System prompt: ..." at the start of a sentence
             rf"{_START}{_ROLES}(?:\s+(?:prompt|message|override|instructions?|note))?\s*:",
             # chat-template role markers and special tokens
-            r"<\|[^|<>\n]{1,40}\|>",
+            r"<\|[^|<>]{1,40}\|>",
             r"\[/?inst\]|<</?sys>>",
             rf"<\s*/?\s*{_ROLES}\s*>",
             r"(?<!#)#{2,}\s*(?:system|instructions?|assistant|human|response)\s*:",
@@ -93,12 +95,12 @@ _INSTRUCTION = re.compile(
             r"\b(?:reveal|print|show|output|repeat|leak)\s+(?:me\s+)?(?:your|the)\s+"
             r"(?:system\s+prompt|hidden\s+prompt|instructions|initial\s+prompt)\b",
             r"\bjailbreak",
+            # role markers written in capitals count anywhere: "The reply said SYSTEM: ..."
+            r"\b(?-i:SYSTEM|ASSISTANT|DEVELOPER|USER|HUMAN)\s*:",
         )
     ),
     re.IGNORECASE,
 )
-# Role markers written in capitals count anywhere: "The reply said SYSTEM: you are root".
-_INSTRUCTION_CAPS = re.compile(r"\b(?:SYSTEM|ASSISTANT|DEVELOPER|USER|HUMAN)\s*:")
 
 _ERROR = re.compile(
     "|".join(
@@ -131,23 +133,64 @@ _ERROR = re.compile(
 _EXCEPTION_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)\s*:")
 
 
-def _probe(text: str, *, keep_lines: bool = False) -> str:
+# What Python's re.IGNORECASE reads as `i` and RE2's (?i) does not (computed over every code
+# point; `k` and `s` the two agree on).
+_DOTTED_I = str.maketrans({"\u0130": "i", "\u0131": "i"})
+
+
+@functools.cache
+def _wider(pattern: re.Pattern[str]) -> Any:
+    """The pattern for RE2, finding a match in every probe the pattern does, and maybe more:
+    \\w and \\d as Python reads them, classes case-sensitive (a mark that folds to a letter
+    is no \\w), no lookbehind, and a word boundary only where an alternative starts or ends
+    (as a character that is no \\w, or the text's end). RE2 takes time linear in the text,
+    a hundredth of Python's re over these alternations; the pattern confirms a match."""
+    source = pattern.pattern.replace("(?<!#)", "")
+    out, at, depth, in_class = ["(?i)"], 0, 0, False
+    while at < len(source):
+        part = source[at : at + 2] if source[at] == "\\" else source[at]
+        at += len(part)
+        if part == r"\b":
+            if depth == 0 and out[-1] in ("(?i)", "|"):
+                out.append(f"(?:^|(?-i:[^{WORD_CLASS}]))")
+            elif depth == 0 and source[at : at + 1] in ("|", ""):
+                out.append(f"(?:$|(?-i:[^{WORD_CLASS}]))")
+            continue
+        if part in (r"\w", r"\d"):
+            chars = WORD_CLASS if part == r"\w" else DIGIT_CLASS
+            part = chars if in_class else f"(?-i:[{chars}])"
+        elif part == r"\W":
+            part = f"(?-i:[^{WORD_CLASS}])"
+        elif part in "[]" and in_class == (part == "]"):  # none of ours opens with ] or [^]
+            in_class = not in_class
+            part = "(?-i:[" if in_class else "])"
+        elif not in_class and part in "()":
+            depth += 1 if part == "(" else -1
+        out.append(part)
+    return re2_pattern("".join(out))
+
+
+def _probe(text: str) -> str:
     """The text as the patterns see it: compatibility forms folded (fullwidth letters, odd
     colons), invisible characters removed, typographic quotes straight, spaces collapsed
-    (within each line with keep_lines, so a role marker that starts a line is seen)."""
+    within each line (a line break stays one: a role marker that starts a line is seen)."""
     text = unicodedata.normalize("NFKC", _INVISIBLE.sub("", text)).translate(TYPOGRAPHIC_QUOTES)
-    if keep_lines:
-        return "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
-    return " ".join(text.split())
+    return "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
 
 
 def kind_of(text: str) -> Kind | None:
-    """What must be quoted: an instruction (checked first: worse to follow), error text, or None."""
+    """What must be quoted: an instruction (checked first: worse to follow), error text, or None.
+    One probe, each pattern once, and Python's re only where RE2 found a match: the chat
+    summarizer asks it of every sentence of every memory."""
     probe = _probe(text)
-    lines = _probe(text, keep_lines=True)
-    if any(p.search(t) for p in (_INSTRUCTION, _INSTRUCTION_CAPS) for t in (probe, lines)):
+    wide = without_surrogates(probe).translate(_DOTTED_I)
+
+    def found(pattern: re.Pattern[str]) -> bool:
+        return _wider(pattern).search(wide) is not None and pattern.search(probe) is not None
+
+    if found(_INSTRUCTION):
         return "instruction"
-    if _ERROR.search(probe) or _EXCEPTION_LINE.search(probe):
+    if found(_ERROR) or _EXCEPTION_LINE.search(probe):
         return "error"
     return None
 

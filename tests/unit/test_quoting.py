@@ -24,6 +24,7 @@ from controller.core.quoting import (
     quote_if_needed,
 )
 from controller.core.summary import ITEM_MAX
+from tests.support.kind_of_before import kind_of as kind_of_before
 
 SETTINGS = settings(max_examples=300, deadline=None, database=None)
 
@@ -320,3 +321,34 @@ def test_any_long_memory_sentence_is_read_in_time_linear_in_it(unit: str) -> Non
     """The chat summarizer asks kind_of of every sentence of every memory, whole
     (chat_reply.injected_passages): before, 16 KB of `#` took 27 s, and 256 KB hours."""
     assert kind_of(unit * (262_144 // len(unit))) is None
+
+
+# Words of every list above, and what sits between or inside them: spaces of every kind, line
+# breaks, punctuation, letters that fold to `i` or into a word in one engine and not the other.
+ORACLE_PIECES = sorted(
+    {w for text in [*IMPERATIVES, *ROLE_MARKERS, *ERRORS, *ORDINARY] for w in text.split()}
+    | {w.upper() for text in IMPERATIVES for w in text.split()}
+    | {" ", "  ", "\n", "\t", "\u00a0", "\u200b", "\u2028", ".", ":", ",", "#", "##", "<|", "|>"}
+    | {"<", ">", "[", "]", "/", "(", ")", '"', "“", "é", "İ", "ı", "\u0345", "ſ", "K", "7", "500"}
+)
+
+
+@settings(max_examples=3000, deadline=None, database=None)
+@given(
+    st.lists(st.sampled_from(ORACLE_PIECES), max_size=16).map("".join)
+    | st.text(max_size=60)
+    | st.lists(
+        st.sampled_from([*IMPERATIVES, *ROLE_MARKERS, *ERRORS, *ORDINARY]), max_size=3
+    ).flatmap(lambda texts: st.sampled_from(["\n", " ", ". ", ": "]).map(lambda s: s.join(texts)))
+)
+def test_kind_of_reads_every_text_as_the_two_probe_version_did(text: str) -> None:
+    # The oracle: kind_of before RE2 looked first and before one probe served every pattern.
+    assert kind_of(text) == kind_of_before(text), text
+
+
+@pytest.mark.timeout(60)
+def test_kind_of_reads_megabytes_of_session_text_in_time_linear_in_them() -> None:
+    """The chat summarizer asks kind_of of every memory sentence: Python's re alone took
+    ~5 s a megabyte over these alternations, here 16 MB would take more than a minute."""
+    text = " ".join(ORDINARY) + "\n"
+    assert kind_of(text * (16_000_000 // len(text))) is None
