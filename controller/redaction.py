@@ -57,7 +57,7 @@ _KEYWORD = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
-MASKING_VERSION = 12
+MASKING_VERSION = 13
 # At most this many maskings of a text (Redaction.text): a text needs two at most but one
 # written for it, and each takes time linear in it.
 _ROUNDS = 4
@@ -146,6 +146,7 @@ class Rule:
     keyword: bool = False  # only in a text naming a secret (password, api_key, ...)
     plain_words: bool = True  # False: a word (configurable, MAX_TOKENS, created_at) is none
     said: bool = False  # only a value that looks like a credential (_said)
+    code: bool = False  # True: a value that is code reading one (`get_token(x)`) is none
     # What scans the text when not `pattern` itself: the same secrets in linear time.
     linear: Linear | None = field(default=None, repr=False, compare=False)
 
@@ -212,7 +213,8 @@ def _detector_rules() -> tuple[Rule, ...]:
         (keyword.CONFIG_DENYLIST_REGEX_TO_GROUP, UNQUOTED_MIN_ENTROPY),
     ):
         for p, g in denylist.items():
-            rules.append(Rule(kw, p, g, min_entropy, False, keyword=True, linear=_linear(p, g)))
+            linear = _linear(p, g)
+            rules.append(Rule(kw, p, g, min_entropy, False, keyword=True, code=True, linear=linear))
     e = Base64HighEntropyString()
     rules.append(Rule(kind_of(e.secret_type), e.regex, 2, e.entropy_limit, False, e.charset))
     return tuple(rules)
@@ -233,7 +235,8 @@ _QUOTED_OR_NOT = r"""(?:(["'])([^"'\n]+)|([^%s"'`,;&]+))"""
 # `mysql-mysql-...`): a \b or lookbehind becomes the character before, a lookahead what
 # follows must be.
 CONTEXT_RULES = tuple(
-    Rule(kind, re.compile(pattern), 2, 0.0, False, linear=linear)
+    Rule(kind, re.compile(pattern), 2, 0.0, False, code=kind == "credential-variable",
+         linear=linear)
     for kind, pattern, linear in (
     ("credential-header", r"(?i)\b(?:proxy-)?authorization[\"']?[ \t]*:[ \t]*"
      + _VALUE % r"(?:[a-z]+\d?(?:-[a-z0-9]+)*[ \t]+)?", None),  # with its scheme
@@ -270,7 +273,7 @@ CONTEXT_RULES += (
         rf"(?:(?<![A-Za-z0-9])|{_CAMEL})(?i:token|passphrase|auth|credentials?|sig|pat|cookie"
         r"|passw(?:or)?d|pwd|secret|key)(?![A-Za-z0-9])"
         + _ASSIGN + _VALUE % ""
-    ), 2, UNQUOTED_MIN_ENTROPY, False, plain_words=False),
+    ), 2, UNQUOTED_MIN_ENTROPY, False, plain_words=False, code=True),
 )  # fmt: skip
 # A password passed on a command line beside a user: curl's (and wget's, httpie's) `-u user:x`,
 # `--user=user:x`, `--proxy-user`; `sshpass -p x`, a registry login's `-p x`. ASCII only: Python
@@ -314,7 +317,7 @@ _PHRASE = (
     + r"(?:[^A-Za-z0-9_]|$)"
 )
 CONTEXT_RULES += (
-    Rule("credential-phrase", re.compile(_PHRASE), 0, whole_token=False, said=True,
+    Rule("credential-phrase", re.compile(_PHRASE), 0, whole_token=False, said=True, code=True,
          linear=Linear(_PHRASE, tuple(range(1, 9)))),
 )  # fmt: skip
 # A key named `pass` alone or ending a name (`pass:`, `db_pass=`, `dbPass:`; an UPPERCASE
@@ -327,7 +330,7 @@ _PASS = (
     rf"[\"'`]?{_SETS}{_SAID_VALUE}"
 )
 CONTEXT_RULES += (
-    Rule("credential-variable", re.compile(_PASS), 0, whole_token=False, said=True,
+    Rule("credential-variable", re.compile(_PASS), 0, whole_token=False, said=True, code=True,
          linear=Linear(_PASS, (1, 2, 3, 4))),
 )  # fmt: skip
 # A connection string's password (ADO.NET, ODBC: `Server=db;User Id=sa;Password=x;`), any
@@ -364,6 +367,22 @@ _WORDS = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
 _NOT_A_VALUE = re.compile(
     r"\$\{?\w+\}?|[\w.+-]+@[\w-]+(?:\.[\w-]+)+|[\d.,:/+-]+|\w+://\S*|[A-Za-z_][\w.]*(?:\(|\[\d*)"
 )
+
+
+# Code that reads a value, after `=` or `:` and unquoted: a name with a call or a subscript,
+# and any attribute, call or subscript after it (`get_token(x)`, `self.tokens[i]`,
+# `os.environ["X"].strip()`); arguments of names, numbers, strings, one level deep.
+_ID = r"[A-Za-z_]\w*"
+_ARG = r"""[\w.,:=*+ \t-]|"[^"\n]*"|'[^'\n]*'"""
+_ARGS = rf"(?:{_ARG}|\((?:{_ARG})*\)|\[(?:{_ARG})*\])*"
+_CALL = rf"\({_ARGS}\)|\[{_ARGS}\]"
+_CODE_READ = re.compile(rf"{_ID}(?:\.{_ID})*(?:{_CALL})(?:\.{_ID}|{_CALL})*(?![\w.(\[])")
+
+
+def _reads_code(text: str, start: int) -> bool:
+    """Whether the value at start is code that reads one, assigned (`token = get_token(x)`)."""
+    before = text[max(0, start - 8) : start].rstrip(" \t")
+    return before.endswith(("=", ":")) and _CODE_READ.match(text, start) is not None
 
 
 def _said(value: str) -> int:
@@ -462,7 +481,7 @@ class Redaction:
                 found = (m.span(rule.group) for m in rule.pattern.finditer(text))
             covered = 0  # the end of the last key this rule found: a match before is in it
             for start, end in found:
-                if start < covered:
+                if start < covered or (rule.code and _reads_code(text, start)):
                     continue
                 value = text[start:end]
                 if rule.said:

@@ -763,6 +763,48 @@ def test_code_that_reads_a_credential_is_kept_whole(line: str) -> None:
     assert DEFAULT_REDACTION.text(line) == line
 
 
+# Code that reads a value: a name (dotted or not) with a call or a subscript, and any attribute,
+# call or subscript after it (`get_token(x)`, `self.tokens[i]`, `os.environ["X"].strip()`).
+_CODE_NAME = st.from_regex(r"[a-z_][a-z_]{0,8}(?:\.[a-z_][a-z0-9_]{0,8}){0,2}", fullmatch=True)
+_CODE_ARG = st.sampled_from(["x", "i", "0", "10", "-1", '"X"', "'api_key'", "a, 2", "k=v", "1:3"])
+_CALL = st.one_of(_CODE_ARG.map("({})".format), _CODE_ARG.map("[{}]".format))
+_CODE_EXPRESSION = st.builds(
+    lambda name, call, rest: name + call + "".join(rest),
+    _CODE_NAME,
+    _CALL,
+    st.lists(_CALL | _IDENT.map(".{}".format), max_size=2),
+)
+# A secret written as a value: a quoted string, or a bare random token (a letter first too).
+_LITERAL_SECRET = st.one_of(
+    st.tuples(SAID_SECRETS, st.sampled_from(['"', "'"])).map(lambda p: f"{p[1]}{p[0]}{p[1]}"),
+    RANDOM_SECRET,
+    st.text(string.ascii_letters + string.digits, min_size=24, max_size=40).filter(
+        lambda s: s[0].isalpha() and any(c.isdigit() for c in s) and any(c.isupper() for c in s)
+    ),
+)
+
+
+@given(
+    name=st.sampled_from(["token", "password", "api_key", "secret", "db_pass", "API_TOKEN"]),
+    spacing=st.sampled_from([" = ", "=", ": ", " := "]),
+    code=_CODE_EXPRESSION,
+    literal=_LITERAL_SECRET,
+)
+@example(name="token", spacing=" = ", code="h_abcdefg[10]", literal='"hunter2!"')
+@example(name="token", spacing=" = ", code="get_token(x)", literal='"hunter2!"')
+@example(name="token", spacing=" = ", code="self.tokens[i]", literal='"hunter2!"')
+@settings(max_examples=500, deadline=None)
+def test_code_that_reads_a_value_is_kept_and_a_literal_is_masked(
+    name: str, spacing: str, code: str, literal: str
+) -> None:
+    """`token = get_token(x)`, `token = self.tokens[i]`: a call or a subscript reads a value,
+    it is not one, and is kept whole; `token = "hunter2!"` or a random token there is masked."""
+    line = f"    {name}{spacing}{code}"
+    assert DEFAULT_REDACTION.text(line) == line
+    masked = DEFAULT_REDACTION.text(f"{name}{spacing}{literal}")
+    assert literal.strip("'\"").rstrip("!?") not in masked, masked
+
+
 # Names a credential goes by, and the shapes it is set in, for the generated-text tests below.
 SAID_NAMES = (
     *("password", "API_TOKEN", "secret", "access_token", "X-Api-Key"),
