@@ -54,10 +54,14 @@ _TOKEN_TAIL = re.compile(r"[\w\-+/=]*")  # a token's rest after what a detector 
 # (`TOKEN=[redacted: x] sk-...`: a planted placeholder does not stand for the value after it).
 _GLUED = re.compile(r"[ \t]*([\w\-+/=~%]*)")
 _KEYWORD = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
+# The name before an unquoted value, and a keyword that ends it (`db_password`, not
+# `PASSWORD_count`: a name that goes on past the word names a setting about the credential).
+_KEY_BEFORE = re.compile(r"(\w+)[\]'\"]{0,2}[ \t]*(?:={1,3}|:)[ \t]*\Z")
+_KEYWORD_ENDS = re.compile(rf"(?:{'|'.join(keyword.DENYLIST)})\Z", re.IGNORECASE)
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
-MASKING_VERSION = 13
+MASKING_VERSION = 14
 # At most this many maskings of a text (Redaction.text): a text needs two at most but one
 # written for it, and each takes time linear in it.
 _ROUNDS = 4
@@ -385,6 +389,12 @@ def _reads_code(text: str, start: int) -> bool:
     return before.endswith(("=", ":")) and _CODE_READ.match(text, start) is not None
 
 
+def _names_more(text: str, start: int) -> bool:
+    """Whether the name before the value at start goes on past its keyword (`secret_name: x`)."""
+    key = _KEY_BEFORE.search(text, max(0, start - 64), start)
+    return key is not None and not _KEYWORD_ENDS.search(key[1])
+
+
 def _said(value: str) -> int:
     """How much of a value said after a credential's name to mask (0: none). It is one when it
     has a letter and a digit, or a symbol (not only ` -_.'/+` joining words) and a letter or a
@@ -497,9 +507,8 @@ class Redaction:
                     continue
                 if rule.pattern is not _URL_PASSWORD and _a_url_password(text, start):
                     continue
-                if not rule.plain_words and (
-                    _PLAIN_WORD.fullmatch(value) or _FILE_PATH.fullmatch(value)
-                ):
+                words_are_none = not rule.plain_words or (rule.keyword and _names_more(text, start))
+                if words_are_none and (_PLAIN_WORD.fullmatch(value) or _FILE_PATH.fullmatch(value)):
                     continue
                 if rule.kind == _PRIVATE_KEY:
                     if text.startswith("-----END", start):  # a key's tail alone: from its

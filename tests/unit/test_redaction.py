@@ -390,6 +390,32 @@ def test_a_word_naming_a_credential_in_ordinary_text_is_left_as_it_is(
     assert DEFAULT_REDACTION.text(text) == text
 
 
+@given(
+    word=st.sampled_from(["password", "PASSWORD", "Password", "secret", "SECRET", "api_key",
+                          "apiKey", "passwd", "pwd", "private_key", "db_pass"]),
+    suffix=st.sampled_from(["_count", "_policy", "_name", "_header", "_min_length", "Count",
+                            "_file", "_backend", "_rotation_days", "_ref"]),
+    shape=st.sampled_from(["{k}: {v}", "{k}={v}", "{k} = {v}", "[db]\n{k} = {v}\nport = 5432"]),
+    value=st.sampled_from(["configurable", "production", "authorization", "vault_kv",
+                           "MAX_TOKENS", "strict-mode", "/run/secrets/db", "reports/q3.csv"]),
+    secret=RANDOM_SECRET,
+)  # fmt: skip
+@example(word="PASSWORD", suffix="_count", shape="{k}: {v}", value="configurable", secret="")
+@settings(max_examples=400, deadline=None)
+def test_a_key_that_names_more_than_a_credential_keeps_a_plain_value(
+    word: str, suffix: str, shape: str, value: str, secret: str
+) -> None:
+    """`PASSWORD_count: configurable`, `secret_name: production`: a key that goes on past the
+    credential word names a setting about it, so a word, name or path there is kept (as
+    under `token_count:`); a random value there, or any one under the word alone, is masked."""
+    text = shape.format(k=word + suffix, v=value)
+    assert DEFAULT_REDACTION.text(text) == text
+    if secret:
+        assert secret not in DEFAULT_REDACTION.text(shape.format(k=word + suffix, v=secret))
+    if value.isalpha():  # `password: configurable`: a passphrase may be a word
+        assert value not in DEFAULT_REDACTION.text(shape.format(k=word, v=value))
+
+
 # Characters a summary shows as one space (extractive.clean, str.split): an agent's text
 # copied from a web page or a terminal carries them where a space would be.
 ODD_SPACES = st.sampled_from(
