@@ -61,7 +61,7 @@ _KEYWORD_ENDS = re.compile(rf"(?:{'|'.join(keyword.DENYLIST)})\Z", re.IGNORECASE
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
-MASKING_VERSION = 14
+MASKING_VERSION = 15
 # At most this many maskings of a text (Redaction.text): a text needs two at most but one
 # written for it, and each takes time linear in it.
 _ROUNDS = 4
@@ -128,8 +128,9 @@ def _as_read(text: str) -> tuple[str, list[int]]:
 _PLAIN_WORD = re.compile(r"/?(?:[A-Z]?[a-z]+|[A-Z]+)\d*(?:[_.+/-](?:[A-Z]?[a-z]+|[A-Z]+)\d*)*")
 # A file's path (`uploads/2024/01/a8f3e2b1.png`, an object's key): a name, not a credential.
 _FILE_PATH = re.compile(r"[~.]?/?(?:[\w.-]+/)+[\w.-]*\.[A-Za-z][A-Za-z0-9]{0,4}")
-# Where a query string's next parameter begins (`?api_key=x&page=2`): the value ends there.
-_NEXT_PARAMETER = re.compile(r"&(?=[\w.-]+=)")
+# Where the next parameter or pair begins (`?api_key=x&page=2`, `Password=;Server=db`,
+# `user=x, pass=y`): an unquoted value ends there.
+_NEXT_PARAMETER = re.compile(r"[&;,](?=[ \t]*[A-Za-z_][\w.-]*(?:[ \t]+[\w.-]+)*[ \t]*=)")
 # A quoted random-looking string that names its hash (`"sha512-..."`, SRI): a content hash.
 _DIGEST = re.compile(r"(?:sha\d+|md5)-", re.IGNORECASE)
 
@@ -402,7 +403,6 @@ def _said(value: str) -> int:
     and is no word, name or path (`wrong`, `isn't`, `MAX_TOKENS`, `db-creds-v2`,
     `reports/q3.csv`) nor what `_NOT_A_VALUE` finds. Judged without the punctuation that may
     end a sentence; masked with all but `.,;:)`."""
-    value = _NEXT_PARAMETER.split(value, 1)[0]
     keep = len(value.rstrip(".,;:)]}>"))
     bare = value.lstrip("([{<").rstrip(".,;:!?)]}>")
     if bare.isdigit():
@@ -493,13 +493,15 @@ class Redaction:
             for start, end in found:
                 if start < covered or (rule.code and _reads_code(text, start)):
                     continue
+                if rule.said or (rule.min_entropy and rule.charset is None):  # unquoted
+                    ahead = _NEXT_PARAMETER.search(text, start, end + 64)  # its name too
+                    end = ahead.start() if ahead and ahead.start() < end else end
                 value = text[start:end]
                 if rule.said:
                     end = start + _said(value)
                     value = text[start:end]
                 if rule.min_entropy and rule.charset is None:  # unquoted: one token
                     value = value.split(maxsplit=1)[0].rstrip(",;.)'\"`") if value.strip() else ""
-                    value = _NEXT_PARAMETER.split(value, 1)[0]
                     end = start + len(value)
                 if start < 0 or not value.strip() or not _random_enough(rule, value):
                     continue

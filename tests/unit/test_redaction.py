@@ -1117,3 +1117,35 @@ def test_a_password_in_a_dotnet_config_or_a_connection_string_is_masked(
 )
 def test_a_dotnet_config_and_a_connection_string_without_a_password_stay(text: str) -> None:
     assert DEFAULT_REDACTION.text(text) == text
+
+
+_PAIRS = st.lists(
+    st.sampled_from(["Server=db", "Data Source=tcp:db,1433", "User Id=sa", "Database=orders",
+                     "Encrypt=True", "Initial Catalog=orders", "Trusted_Connection=False"]),
+    min_size=1, max_size=4, unique=True,
+)  # fmt: skip
+
+
+@given(
+    pairs=_PAIRS,
+    at=st.integers(0, 4),
+    pair=st.sampled_from(["Password", "Pwd", "password", "PWD"]),
+    secret=st.just("") | SAID_SECRETS | st.sampled_from(["Summer", "correct horse"]),
+    spaced=st.sampled_from(["", " "]),
+    end=st.sampled_from(["", ";"]),
+)
+@example(pairs=["Server=x"], at=1, pair="Password", secret="", spaced="", end="")
+@example(pairs=["Encrypt=True"], at=1, pair="Password", secret="hunter2!", spaced="", end="")
+@settings(max_examples=500, deadline=None)
+def test_a_connection_strings_other_pairs_stay_whatever_its_password(
+    pairs: list[str], at: int, pair: str, secret: str, spaced: str, end: str
+) -> None:
+    """`Password=;Server=x` (an empty password), `Password=x;Encrypt=True`: the password is
+    masked up to its `;`, and every other pair stays as it was."""
+    assume(";" not in secret)
+    pairs = list(pairs)
+    pairs.insert(at % (len(pairs) + 1), f"{pair}={secret}")
+    text = f";{spaced}".join(pairs) + end
+    masked = DEFAULT_REDACTION.text(text)
+    assert all(p in masked for p in pairs if not p.startswith(pair)), masked
+    assert not secret or secret.rstrip("!?") not in masked, masked
