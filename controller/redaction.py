@@ -368,26 +368,32 @@ def _a_url_password(text: str, start: int) -> bool:
 # apostrophe), a reference to one (`$TOKEN`, `${X}`), an address, a number.
 _WORDS = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
 # Not a value: a variable (`$X`), an address, a number or date, a URL, or code that reads one
-# (`session["token"]`, `getpass()`, `os.environ.get("X")`, `args[0]`: read up to a quote).
+# (`session["token"]`, `getpass()`, `os.environ.get("X")`, `args[0]`: read up to a quote; a
+# lower-case name up to its first dot, as `_CODE_READ`'s: `Summer[2024]` is a password).
 _NOT_A_VALUE = re.compile(
-    r"\$\{?\w+\}?|[\w.+-]+@[\w-]+(?:\.[\w-]+)+|[\d.,:/+-]+|\w+://\S*|[A-Za-z_][\w.]*(?:\(|\[\d*)"
+    r"\$\{?\w+\}?|[\w.+-]+@[\w-]+(?:\.[\w-]+)+|[\d.,:/+-]+|\w+://\S*|[a-z_]+(?:\.\w+)*(?:\(|\[\d*)"
 )
 
 
-# Code that reads a value, after `=` or `:` and unquoted: a name with a call or a subscript,
-# and any attribute, call or subscript after it (`get_token(x)`, `self.tokens[i]`,
-# `os.environ["X"].strip()`); arguments of names, numbers, strings, one level deep.
+# Code that reads a value, after `=` or `:` and unquoted: a lower-case name with a call or a
+# subscript, and any attribute, call or subscript after it (`get_token(x)`, `self.tokens[i]`,
+# `os.environ["X"].strip()`); arguments of names, numbers, strings, one level deep. The name
+# is no password's shape (`Summer(2024)`, `P4ss(w0rd)`, `hunter2[0]` are masked): lower-case
+# letters and `_` up to its first dot, and a `_` or a dot in it, or a name or string read.
 _ID = r"[A-Za-z_]\w*"
 _ARG = r"""[\w.,:=*+ \t-]|"[^"\n]*"|'[^'\n]*'"""
 _ARGS = rf"(?:{_ARG}|\((?:{_ARG})*\)|\[(?:{_ARG})*\])*"
 _CALL = rf"\({_ARGS}\)|\[{_ARGS}\]"
-_CODE_READ = re.compile(rf"{_ID}(?:\.{_ID})*(?:{_CALL})(?:\.{_ID}|{_CALL})*(?![\w.(\[])")
+_CODE_READ = re.compile(rf"([a-z_]+(?:\.{_ID})*)({_CALL})(?:\.{_ID}|{_CALL})*(?![\w.(\[])")
 
 
 def _reads_code(text: str, start: int) -> bool:
     """Whether the value at start is code that reads one, assigned (`token = get_token(x)`)."""
     before = text[max(0, start - 8) : start].rstrip(" \t")
-    return before.endswith(("=", ":")) and _CODE_READ.match(text, start) is not None
+    code = _CODE_READ.match(text, start) if before.endswith(("=", ":")) else None
+    return code is not None and (
+        "_" in code[1] or "." in code[1] or re.search(r"[A-Za-z\"']", code[2]) is not None
+    )
 
 
 def _names_more(text: str, start: int) -> bool:

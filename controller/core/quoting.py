@@ -6,7 +6,6 @@ get a label and “…” (quote_if_needed), whichever backend proposed them (co
 
 from __future__ import annotations
 
-import functools
 import re
 import unicodedata
 from types import MappingProxyType
@@ -135,10 +134,9 @@ _EXCEPTION_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warni
 
 # What Python's re.IGNORECASE reads as `i` and RE2's (?i) does not (computed over every code
 # point; `k` and `s` the two agree on).
-_DOTTED_I = str.maketrans({"\u0130": "i", "\u0131": "i"})
+_DOTTED_I = MappingProxyType(str.maketrans({"\u0130": "i", "\u0131": "i"}))
 
 
-@functools.cache
 def _wider(pattern: re.Pattern[str]) -> Any:
     """The pattern for RE2, finding a match in every probe the pattern does, and maybe more:
     \\w and \\d as Python reads them, classes case-sensitive (a mark that folds to a letter
@@ -170,6 +168,9 @@ def _wider(pattern: re.Pattern[str]) -> Any:
     return re2_pattern("".join(out))
 
 
+_INSTRUCTION_WIDE, _ERROR_WIDE = _wider(_INSTRUCTION), _wider(_ERROR)
+
+
 def _probe(text: str) -> str:
     """The text as the patterns see it: compatibility forms folded (fullwidth letters, odd
     colons), invisible characters removed, typographic quotes straight, spaces collapsed
@@ -185,12 +186,12 @@ def kind_of(text: str) -> Kind | None:
     probe = _probe(text)
     wide = without_surrogates(probe).translate(_DOTTED_I)
 
-    def found(pattern: re.Pattern[str]) -> bool:
-        return _wider(pattern).search(wide) is not None and pattern.search(probe) is not None
+    def found(pattern: re.Pattern[str], wider: Any) -> bool:
+        return wider.search(wide) is not None and pattern.search(probe) is not None
 
-    if found(_INSTRUCTION):
+    if found(_INSTRUCTION, _INSTRUCTION_WIDE):
         return "instruction"
-    if found(_ERROR) or _EXCEPTION_LINE.search(probe):
+    if found(_ERROR, _ERROR_WIDE) or _EXCEPTION_LINE.search(probe):
         return "error"
     return None
 

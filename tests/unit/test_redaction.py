@@ -791,7 +791,11 @@ def test_code_that_reads_a_credential_is_kept_whole(line: str) -> None:
 
 # Code that reads a value: a name (dotted or not) with a call or a subscript, and any attribute,
 # call or subscript after it (`get_token(x)`, `self.tokens[i]`, `os.environ["X"].strip()`).
-_CODE_NAME = st.from_regex(r"[a-z_][a-z_]{0,8}(?:\.[a-z_][a-z0-9_]{0,8}){0,2}", fullmatch=True)
+# The name has a `_` or a dot (`tokens[i]`, a bare name reading a name, is an example below).
+_CODE_NAME = st.from_regex(
+    r"(?:[a-z]{0,4}_[a-z_]{0,4}|[a-z]{1,6}\.[a-z_][a-z0-9_]{0,8})(?:\.[a-z_][a-z0-9_]{0,8}){0,2}",
+    fullmatch=True,
+)
 _CODE_ARG = st.sampled_from(["x", "i", "0", "10", "-1", '"X"', "'api_key'", "a, 2", "k=v", "1:3"])
 _CALL = st.one_of(_CODE_ARG.map("({})".format), _CODE_ARG.map("[{}]".format))
 _CODE_EXPRESSION = st.builds(
@@ -819,6 +823,7 @@ _LITERAL_SECRET = st.one_of(
 @example(name="token", spacing=" = ", code="h_abcdefg[10]", literal='"hunter2!"')
 @example(name="token", spacing=" = ", code="get_token(x)", literal='"hunter2!"')
 @example(name="token", spacing=" = ", code="self.tokens[i]", literal='"hunter2!"')
+@example(name="password", spacing=": ", code="tokens[i]", literal='"hunter2!"')
 @settings(max_examples=500, deadline=None)
 def test_code_that_reads_a_value_is_kept_and_a_literal_is_masked(
     name: str, spacing: str, code: str, literal: str
@@ -829,6 +834,29 @@ def test_code_that_reads_a_value_is_kept_and_a_literal_is_masked(
     assert DEFAULT_REDACTION.text(line) == line
     masked = DEFAULT_REDACTION.text(f"{name}{spacing}{literal}")
     assert literal.strip("'\"").rstrip("!?") not in masked, masked
+
+
+@given(
+    name=st.sampled_from(["token", "password", "api_key", "secret", "db_pass", "API_TOKEN"]),
+    spacing=st.sampled_from([" = ", "=", ": "]),
+    head=st.from_regex(r"[A-Z][a-z]{2,8}|[a-z]{2,5}[0-9@$!][a-z0-9]{0,4}", fullmatch=True),
+    inner=st.from_regex(r"[0-9]{1,4}|[A-Z][a-z0-9]{2,6}", fullmatch=True),
+    brackets=st.sampled_from(["()", "[]"]),
+)
+@example(name="password", spacing=": ", head="Summer", inner="2024", brackets="()")
+@example(name="password", spacing="=", head="P4ss", inner="w0rd", brackets="()")
+@example(name="password", spacing=": ", head="Summer", inner="2024", brackets="[]")
+@example(name="password", spacing=" = ", head="summer", inner="2024", brackets="()")
+@settings(max_examples=300, deadline=None)
+def test_a_password_shaped_like_a_call_is_masked(
+    name: str, spacing: str, head: str, inner: str, brackets: str
+) -> None:
+    """`password: Summer(2024)`, `password: Summer[2024]`, `password=P4ss(w0rd)`: a capitalised
+    or digit-bearing word before a call or a subscript is a password's shape, not code reading
+    one (`get_token(x)`, `self.tokens[i]`, `args[0]`): it is masked."""
+    value = f"{head}{brackets[0]}{inner}{brackets[1]}"
+    masked = DEFAULT_REDACTION.text(f"{name}{spacing}{value}")
+    assert value not in masked and head not in masked.split(spacing.strip(), 1)[1], masked
 
 
 # Names a credential goes by, and the shapes it is set in, for the generated-text tests below.
