@@ -61,7 +61,7 @@ _KEYWORD_ENDS = re.compile(rf"(?:{'|'.join(keyword.DENYLIST)})\Z", re.IGNORECASE
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
-MASKING_VERSION = 15
+MASKING_VERSION = 16
 # At most this many maskings of a text (Redaction.text): a text needs two at most but one
 # written for it, and each takes time linear in it.
 _ROUNDS = 4
