@@ -17,6 +17,7 @@ from controller.config import CONFIG
 from controller.core.destinations import (
     ALLOWED_MODEL_URLS_ANNOTATION,
     ALLOWED_URLS_ANNOTATION,
+    OPERATOR,
     EndpointNotAllowed,
     MemoryDestinationNotAllowed,
     SecretHostNotAllowed,
@@ -59,17 +60,17 @@ def redaction_of(spec: SessionSummarizerSpec) -> Redaction:
     return Redaction(tuple((p.name, p.pattern) for p in spec.redaction.extra_patterns))
 
 
-def check_endpoint(field: str, url: str) -> None:
-    """Raises EndpointNotAllowed when the operator's allowed endpoints exclude url."""
-    refusal = endpoint_refusal(
-        field, url, CONFIG.allowed_endpoints, CONFIG.setting("allowed_endpoints")
-    )
+def check_endpoint(field: str, url: str, program: str = OPERATOR) -> None:
+    """Raises EndpointNotAllowed when the allowed endpoints exclude url (the SSO_* variable of
+    `program`, the process checking: a refusal names what its reader may change)."""
+    setting = CONFIG.setting("allowed_endpoints", program)
+    refusal = endpoint_refusal(field, url, CONFIG.allowed_endpoints, setting, program)
     if refusal is not None:
         raise EndpointNotAllowed(refusal)
 
 
 def check_memory_destinations(
-    spec: SessionSummarizerSpec, namespace: str, field: str | None = None
+    spec: SessionSummarizerSpec, namespace: str, field: str | None = None, program: str = OPERATOR
 ) -> None:
     """Raises MemoryDestinationNotAllowed unless the owner of the store's credential (or the
     install, for a store without one) allows every endpoint the memories would go to (only
@@ -90,8 +91,8 @@ def check_memory_destinations(
             namespace, name, annotations.get(ALLOWED_MODEL_URLS_ANNOTATION)
         )
     for where, url in destinations:
-        allow = CONFIG.allowed_model_urls, CONFIG.setting("allowed_model_urls")
-        refusal = memory_destination_refusal(where, url, credential, *allow)
+        allow = CONFIG.allowed_model_urls, CONFIG.setting("allowed_model_urls", program)
+        refusal = memory_destination_refusal(where, url, credential, *allow, program)
         if refusal is not None:
             raise MemoryDestinationNotAllowed(refusal)
 
@@ -141,12 +142,13 @@ def store_location(
     read_secret: SecretReader = secret_for,
     *,
     embedded: bool = False,
+    program: str = OPERATOR,
 ) -> StoreLocation:
     """embedded (summaryctl --path) reaches no URL: store.url is not judged, no token read."""
     s = spec.store
     token = None
     if not embedded:
-        check_endpoint("store.url", s.url)
+        check_endpoint("store.url", s.url, program)
         if s.auth_secret_ref is not None:
             token = read_secret("store.authSecretRef", namespace, s.auth_secret_ref, s.url)
     where = s.model_dump(include=set(_STORE_FIELDS))
@@ -161,12 +163,15 @@ def store_location(
 
 
 def embedding_spec(
-    spec: SessionSummarizerSpec, namespace: str, read_secret: SecretReader = secret_for
+    spec: SessionSummarizerSpec,
+    namespace: str,
+    read_secret: SecretReader = secret_for,
+    program: str = OPERATOR,
 ) -> EmbeddingSpec:
     e = spec.embedding
     api_key = None
     if e.provider == "openai" and e.base_url:
-        check_endpoint("embedding.baseUrl", e.base_url)
+        check_endpoint("embedding.baseUrl", e.base_url, program)
         if e.api_key_secret_ref is not None:
             api_key = read_secret(
                 "embedding.apiKeySecretRef", namespace, e.api_key_secret_ref, e.base_url
@@ -175,11 +180,14 @@ def embedding_spec(
 
 
 def chat_model_config(
-    model: ModelSpec, namespace: str, read_secret: SecretReader = secret_for
+    model: ModelSpec,
+    namespace: str,
+    read_secret: SecretReader = secret_for,
+    program: str = OPERATOR,
 ) -> ChatModelConfig:
     """The model endpoint of an openai backend; the API key from its Secret, if any."""
     assert model.base_url and model.model  # ModelSpec requires both of an openai backend
-    check_endpoint("model.baseUrl", model.base_url)
+    check_endpoint("model.baseUrl", model.base_url, program)
     api_key = None
     if model.api_key_secret_ref is not None:
         ref = model.api_key_secret_ref

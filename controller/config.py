@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from controller.core.destinations import UrlPrefix, parse_prefixes
+from controller.core.destinations import OPERATOR, UrlPrefix, parse_prefixes
 
 
 def _default_replica_id() -> str:
@@ -100,9 +100,12 @@ class OperatorConfig(BaseSettings):
     # memorycore.io/allowed-model-urls annotation; empty: none (docs/security.md).
     allowed_model_urls: Annotated[tuple[UrlPrefix, ...], NoDecode] = ()
 
-    def setting(self, field: str) -> str:
-        """Where a message's reader changes a setting: the chart value in a Pod, else SSO_*."""
+    def setting(self, field: str, program: str = OPERATOR) -> str:
+        """Where a message's reader changes a setting: the operator's chart value in a Pod,
+        else SSO_* in the environment of the process that read it (the operator, summaryctl)."""
         head, *rest = field.split("_")
+        if program != OPERATOR:
+            return f"SSO_{field.upper()} in {program}'s environment"
         chart = f"the chart value operator.{head}{''.join(w.title() for w in rest)}"
         return chart if in_pod() else f"SSO_{field.upper()} in the operator process's environment"
 

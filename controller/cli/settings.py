@@ -41,6 +41,8 @@ SECRET_ENV = MappingProxyType(
     {"store": "CHROMA_TOKEN", "embedding": "EMBEDDING_API_KEY", "model": "MODEL_API_KEY"}
 )
 STORE_FLAGS = ("tenant", "database", "memory_collection", "summary_collection")
+# summaryctl checks destinations against its own SSO_* variables: a refusal names them.
+PROGRAM = "summaryctl"
 
 
 @dataclass(frozen=True)
@@ -110,10 +112,10 @@ def store_location(args: argparse.Namespace, summarizer: SummarizerSettings) -> 
             store = spec.store.model_copy(update={"url": chroma_url})
             spec = spec.model_copy(update={"store": store})
         base = backends.store_location(
-            spec, summarizer.namespace, read_secret, embedded=bool(args.path)
+            spec, summarizer.namespace, read_secret, embedded=bool(args.path), program=PROGRAM
         )
     elif chroma_url:
-        backends.check_endpoint("--chroma-url", chroma_url)
+        backends.check_endpoint("--chroma-url", chroma_url, PROGRAM)
     url = None if args.path else chroma_url or base.url
     if not url and not args.path:
         raise CliError(
@@ -160,7 +162,13 @@ def check_memory_destination(summarizer: SummarizerSettings, field: str) -> None
     from controller.kube import client as kube
 
     try:
-        kube_call(backends.check_memory_destinations, summarizer.spec, summarizer.namespace, field)
+        kube_call(
+            backends.check_memory_destinations,
+            summarizer.spec,
+            summarizer.namespace,
+            field,
+            PROGRAM,
+        )
     except kube.SecretError as exc:
         raise CliError(str(exc)) from exc
 
@@ -169,7 +177,7 @@ def embedder(summarizer: SummarizerSettings) -> Embedder:
     """The summarizer's embedding, as the operator builds it (by default the local MiniLM)."""
     check_memory_destination(summarizer, "embedding.baseUrl")
     try:
-        spec = backends.embedding_spec(summarizer.spec, summarizer.namespace, read_secret)
+        spec = backends.embedding_spec(summarizer.spec, summarizer.namespace, read_secret, PROGRAM)
         ef = build_embedding_function(spec)
     except (EmbeddingError, ValueError) as exc:
         raise CliError(f"the embedding cannot be used: {one_line(exc, 300)}") from exc
@@ -184,7 +192,7 @@ def summarize_backends(store: MemoryStore, summarizer: SummarizerSettings) -> ba
     if spec.model.backend != "extractive":
         from controller.summarizers.chat_model import ChatModelSummarizer
 
-        config = backends.chat_model_config(spec.model, summarizer.namespace, read_secret)
+        config = backends.chat_model_config(spec.model, summarizer.namespace, read_secret, PROGRAM)
         chosen = ChatModelSummarizer(config)
     return backends.Backends(
         store,

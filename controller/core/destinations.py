@@ -21,6 +21,8 @@ from controller.core.endpoint_url import _NAME
 
 ALLOWED_URLS_ANNOTATION = "memorycore.io/allowed-urls"
 ALLOWED_MODEL_URLS_ANNOTATION = "memorycore.io/allowed-model-urls"
+# Whose allowed endpoints a refusal names: the operator's, or summaryctl's own (its SSO_*).
+OPERATOR = "the operator"
 DEFAULT_PORTS = MappingProxyType({"http": 80, "https": 443})
 
 
@@ -253,14 +255,15 @@ def endpoint_refusal(
     url: str,
     allowed_endpoints: Sequence[UrlPrefix],
     setting: str = "the chart value operator.allowedEndpoints",
+    program: str = OPERATOR,
 ) -> str | None:
-    """Why the operator-wide list (SSO_ALLOWED_ENDPOINTS, set where `setting` says) refuses
-    a URL; None when it allows it (an empty list allows every URL)."""
+    """Why the process-wide list (SSO_ALLOWED_ENDPOINTS of `program`, set where `setting`
+    says) refuses a URL; None when it allows it (an empty list allows every URL)."""
     if not allowed_endpoints or allowed(url, allowed_endpoints):
         return None
     listed = ", ".join(p.text for p in allowed_endpoints)
     return (
-        f"{field} {shown(url)} is not among the operator's allowed endpoints ({listed}); "
+        f"{field} {shown(url)} is not among {program}'s allowed endpoints ({listed}); "
         f"add it to {setting}"
     )
 
@@ -281,10 +284,12 @@ def memory_destination_refusal(
     credential: StoreCredential | None,
     install_list: Sequence[UrlPrefix],
     setting: str = "the chart value operator.allowedModelUrls",
+    program: str = OPERATOR,
 ) -> str | None:
     """Why memories (and summaries of them) may not go to url; None when they may. The store
-    credential's annotation decides; without it or a credential, the install's list
-    (SSO_ALLOWED_MODEL_URLS, set where `setting` says), where empty allows nothing."""
+    credential's annotation decides; without it or a credential, the list of the process
+    that checks (SSO_ALLOWED_MODEL_URLS of `program`, set where `setting` says), where empty
+    allows nothing."""
     annotation = credential.annotation if credential is not None else None
     if annotation is not None:
         prefixes, invalid = parse_prefixes(annotation)
@@ -295,10 +300,10 @@ def memory_destination_refusal(
     dest = shown(url)
     listed = ", ".join(p.text for p in prefixes) or "nothing"
     head = f"{field} {dest} may not receive the memories"
-    admin = f"whoever runs the operator may add {dest} to {setting}"
+    admin = f"whoever runs {program} may add {dest} to {setting}"
     if credential is None:
         return (
-            f"{head}: the store has no credential (store.authSecretRef), so the operator's "
+            f"{head}: the store has no credential (store.authSecretRef), so {program}'s "
             f"allowed model URLs decide, and they allow {listed}; {admin}"
         )
     secret = f"Secret {credential.namespace}/{credential.name} (store.authSecretRef)"
@@ -309,7 +314,7 @@ def memory_destination_refusal(
         )
         return (
             f"{head} read with {secret}: it has no {ALLOWED_MODEL_URLS_ANNOTATION} annotation "
-            f"and the operator's allowed model URLs allow {listed}; the Secret's owner allows "
+            f"and {program}'s allowed model URLs allow {listed}; the Secret's owner allows "
             f"it with `{command}`, or {admin}"
         )
     bad = f"; ignored invalid entries: {', '.join(invalid)}" if invalid else ""

@@ -477,6 +477,7 @@ import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
+from unittest import mock  # noqa: E402
 
 from controller.cli.commands import unserved  # noqa: E402
 from controller.cli.ledger import _report_lines  # noqa: E402
@@ -1292,3 +1293,86 @@ def test_an_embedded_store_consults_no_store_url_and_no_store_secret(
         _, _, err = run(["remember", "s1", "--sunset-marker", source, where, "--path", path])
     assert (reached, read) == ([(None, path, None, "mine")], []), err
     assert "allowed endpoints" not in err and "Secret" not in err, err
+
+
+MODEL = "{backend: openai, model: m, baseUrl: '%s/v1'}"
+EMBEDDING = "{provider: openai, model: e, baseUrl: '%s/v1'}"
+# A refused destination: (the allowed endpoints, the allowed model URLs, extra arguments, the
+# manifest's spec, the setting the refusal names), and the commands that reach its check.
+REFUSALS = {
+    "store.url": (
+        "http://chroma:8000", "", [], f"{{store: {{url: '{ELSEWHERE}'}}}}", "ENDPOINTS",
+        ["summaries", "remember", "summarize"],
+    ),
+    "--chroma-url": (
+        "http://chroma:8000", "", ["--chroma-url", ELSEWHERE], "{store: {url: 'http://chroma:8000'}}",
+        "ENDPOINTS", ["summaries", "remember", "summarize"],
+    ),
+    "embedding endpoint": (
+        "http://chroma:8000", ELSEWHERE, [], f"{{embedding: {EMBEDDING % ELSEWHERE}}}",
+        "ENDPOINTS", ["remember", "summarize"],
+    ),
+    "model endpoint": (
+        "http://chroma:8000", ELSEWHERE, [], f"{{model: {MODEL % ELSEWHERE}}}", "ENDPOINTS",
+        ["summarize"],
+    ),
+    "embedding memories": (
+        "", "http://other:1", [], f"{{embedding: {EMBEDDING % ELSEWHERE}}}", "MODEL_URLS",
+        ["remember", "summarize"],
+    ),
+    "model memories": (
+        "", "http://other:1", [], f"{{model: {MODEL % ELSEWHERE}}}", "MODEL_URLS", ["summarize"],
+    ),
+    "model memories, unannotated store Secret": (
+        "", "http://other:1", [],
+        "{store: {url: 'http://chroma:8000', authSecretRef: {name: tok}}, "
+        f"model: {MODEL % ELSEWHERE}}}", "MODEL_URLS", ["summarize"],
+    ),
+}  # fmt: skip
+COMMANDS = {
+    "summaries": ["summaries"],
+    "remember": ["remember", "s1", "--sunset-marker"],
+    "summarize": ["summarize", "s1", "--bypass-claim"],
+}
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    refusal=st.sampled_from(sorted(REFUSALS)),
+    command=st.sampled_from(sorted(COMMANDS)),
+    in_pod=st.booleans(),
+)
+def test_a_refused_destination_tells_the_summaryctl_user_what_to_set_for_summaryctl(
+    tmp_path: pytest.TempPathFactory, refusal: str, command: str, in_pod: bool
+) -> None:
+    """summaryctl judges destinations by SSO_ALLOWED_ENDPOINTS and SSO_ALLOWED_MODEL_URLS in
+    its own environment: a refusal names those, in summaryctl's environment, never the
+    operator's chart value or process (it used to tell the user to ask whoever runs the
+    operator, whose settings summaryctl never reads)."""
+    from controller.config import CONFIG
+    from controller.core.destinations import ALLOWED_URLS_ANNOTATION
+
+    endpoints, model_urls, extra, spec, setting, reach = REFUSALS[refusal]
+    assume(command in reach)
+    allowed = CONFIG.model_validate(
+        {"allowed_endpoints": endpoints, "allowed_model_urls": model_urls}
+    )
+    manifest = tmp_path / "s.yaml"  # type: ignore[operator]
+    manifest.write_text(f"kind: SessionSummarizer\nmetadata: {{name: x}}\nspec: {spec}\n")
+    secret = {ALLOWED_URLS_ANNOTATION: "http://chroma:8000"}, {"token": "dA=="}
+    with no_cluster(str(tmp_path)), pytest.MonkeyPatch.context() as mp:
+        mp.setattr("controller.backends.CONFIG", allowed)
+        mp.setattr("controller.kube.client.read_secret", lambda ns, name: secret)
+        mp.setattr("controller.cli.settings.connect", lambda location: None)
+        # A store that opens: the embedding and the model are checked once it is open.
+        mp.setattr("controller.cli.settings.MemoryStore", lambda *_: mock.MagicMock())
+        if in_pod:  # the operator's wording there: the chart value
+            mp.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+            mp.delenv("KUBECONFIG")
+        argv = [*COMMANDS[command], "--summarizer-file", str(manifest), *extra]
+        code, out, err = run(argv)
+    assert (code, out, err.count("\n")) == (2, "", 1), err
+    assert f"SSO_ALLOWED_{setting} in summaryctl's environment" in err, err
+    assert "summaryctl's allowed" in err and "operator" not in err, err
