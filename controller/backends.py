@@ -70,11 +70,16 @@ def check_endpoint(field: str, url: str, program: str = OPERATOR) -> None:
 
 
 def check_memory_destinations(
-    spec: SessionSummarizerSpec, namespace: str, field: str | None = None, program: str = OPERATOR
+    spec: SessionSummarizerSpec,
+    namespace: str,
+    field: str | None = None,
+    program: str = OPERATOR,
+    secret_unused: str | None = None,
 ) -> None:
     """Raises MemoryDestinationNotAllowed unless the owner of the store's credential (or the
     install, for a store without one) allows every endpoint the memories would go to (only
-    `field`'s, when given). Reads the Secret's annotations, never the store."""
+    `field`'s, when given). Reads the Secret's annotations, never the store; not even those
+    when the store is read without its Secret (summaryctl: `secret_unused` says why)."""
     m, e = spec.model, spec.embedding
     endpoints = (
         ("model.baseUrl", m.backend == "openai" and m.base_url),
@@ -84,7 +89,7 @@ def check_memory_destinations(
     if not destinations:
         return
     credential = None
-    if spec.store.auth_secret_ref is not None:
+    if spec.store.auth_secret_ref is not None and secret_unused is None:
         name = spec.store.auth_secret_ref.name
         annotations, _ = kube.read_secret(namespace, name)
         credential = StoreCredential(
@@ -92,7 +97,7 @@ def check_memory_destinations(
         )
     for where, url in destinations:
         allow = CONFIG.allowed_model_urls, CONFIG.setting("allowed_model_urls", program)
-        refusal = memory_destination_refusal(where, url, credential, *allow, program)
+        refusal = memory_destination_refusal(where, url, credential, *allow, program, secret_unused)
         if refusal is not None:
             raise MemoryDestinationNotAllowed(refusal)
 

@@ -53,6 +53,8 @@ class SummarizerSettings:
     spec: SessionSummarizerSpec
     namespace: str
     source: str | None  # how a message names it
+    # Why the store is read without its Secret (--path, CHROMA_TOKEN): then nobody reads it.
+    secret_unused: str | None = None
 
 
 def _manifest(path: str, namespace: str | None) -> tuple[Any, str]:
@@ -80,8 +82,14 @@ def load_summarizer(args: argparse.Namespace) -> SummarizerSettings:
     elif args.summarizer:
         source = f"SessionSummarizer {namespace}/{args.summarizer}"
         spec = (summarizer_object(namespace, args.summarizer) or {}).get("spec") or {}
+    unused = None
+    if args.path:
+        unused = "the store is read from --path, with no credential"
+    elif os.environ.get(SECRET_ENV["store"]):
+        unused = f"the store is read with {SECRET_ENV['store']}, not with its Secret"
     try:
-        return SummarizerSettings(SessionSummarizerSpec.model_validate(spec), namespace, source)
+        parsed = SessionSummarizerSpec.model_validate(spec)
+        return SummarizerSettings(parsed, namespace, source, unused)
     except ValidationError as exc:
         raise CliError(f"invalid spec in {source}: {one_line(exc, 300)}") from exc
 
@@ -157,8 +165,9 @@ def open_store(args: argparse.Namespace) -> Iterator[tuple[MemoryStore, Summariz
 
 def check_memory_destination(summarizer: SummarizerSettings, field: str) -> None:
     """As the operator before it sends memories (or text to store among them) to the
-    endpoint at `field`: refused unless the store credential's owner, or the install, allows
-    it (backends.check_memory_destinations)."""
+    endpoint at `field`: refused unless the store credential's owner, or summaryctl's
+    SSO_ALLOWED_MODEL_URLS, allows it (backends.check_memory_destinations). The store's
+    Secret decides only when the store is read with it: else it is not read at all."""
     from controller.kube import client as kube
 
     try:
@@ -168,6 +177,7 @@ def check_memory_destination(summarizer: SummarizerSettings, field: str) -> None
             summarizer.namespace,
             field,
             PROGRAM,
+            summarizer.secret_unused,
         )
     except kube.SecretError as exc:
         raise CliError(str(exc)) from exc

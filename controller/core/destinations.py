@@ -285,11 +285,12 @@ def memory_destination_refusal(
     install_list: Sequence[UrlPrefix],
     setting: str = "the chart value operator.allowedModelUrls",
     program: str = OPERATOR,
+    without: str | None = None,
 ) -> str | None:
     """Why memories (and summaries of them) may not go to url; None when they may. The store
-    credential's annotation decides; without it or a credential, the list of the process
-    that checks (SSO_ALLOWED_MODEL_URLS of `program`, set where `setting` says), where empty
-    allows nothing."""
+    credential's annotation decides; without it or a credential (`without`: why none is used),
+    the list of the process that checks (SSO_ALLOWED_MODEL_URLS of `program`, set where
+    `setting` says), where empty allows nothing."""
     annotation = credential.annotation if credential is not None else None
     if annotation is not None:
         prefixes, invalid = parse_prefixes(annotation)
@@ -303,8 +304,8 @@ def memory_destination_refusal(
     admin = f"whoever runs {program} may add {dest} to {setting}"
     if credential is None:
         return (
-            f"{head}: the store has no credential (store.authSecretRef), so {program}'s "
-            f"allowed model URLs decide, and they allow {listed}; {admin}"
+            f"{head}: {without or 'the store has no credential (store.authSecretRef)'}, so "
+            f"{program}'s allowed model URLs decide, and they allow {listed}; {admin}"
         )
     secret = f"Secret {credential.namespace}/{credential.name} (store.authSecretRef)"
     if annotation is None:

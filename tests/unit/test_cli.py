@@ -479,6 +479,8 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from unittest import mock  # noqa: E402
 
+import yaml  # noqa: E402
+
 from controller.cli.commands import unserved  # noqa: E402
 from controller.cli.ledger import _report_lines  # noqa: E402
 from controller.cli.main import build_parser  # noqa: E402
@@ -1376,3 +1378,63 @@ def test_a_refused_destination_tells_the_summaryctl_user_what_to_set_for_summary
     assert (code, out, err.count("\n")) == (2, "", 1), err
     assert f"SSO_ALLOWED_{setting} in summaryctl's environment" in err, err
     assert "summaryctl's allowed" in err and "operator" not in err, err
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    command=st.sampled_from(["remember", "summarize"]),
+    field=st.sampled_from(["model", "embedding"]),
+    token_by=st.sampled_from(["CHROMA_TOKEN", "--path"]),
+    source=st.sampled_from(["--summarizer-file", "--summarizer"]),
+    allowed=st.booleans(),
+)
+def test_a_store_secret_the_user_replaced_is_never_read_to_judge_a_model(
+    tmp_path: pytest.TempPathFactory,
+    command: str,
+    field: str,
+    token_by: str,
+    source: str,
+    allowed: bool,
+) -> None:
+    """With CHROMA_TOKEN (or --path, no token) the store is not read with its Secret: the
+    check before memories go to a model or embedding endpoint does not read that Secret
+    either (it used to, so a command that had all it needs failed without a cluster or the
+    right to read Secrets); summaryctl's SSO_ALLOWED_MODEL_URLS decides, and a refusal says
+    why no Secret's owner does."""
+    from controller.config import CONFIG
+
+    assume(command == "summarize" or field == "embedding")
+    endpoint = MODEL % ELSEWHERE if field == "model" else EMBEDDING % ELSEWHERE
+    store = "{url: 'http://chroma:8000', authSecretRef: {name: tok}}"
+    spec = f"{{store: {store}, {field}: {endpoint}}}"
+    manifest = tmp_path / "s.yaml"  # type: ignore[operator]
+    manifest.write_text(f"kind: SessionSummarizer\nmetadata: {{name: x}}\nspec: {spec}\n")
+    obj = yaml.safe_load(manifest.read_text())
+    config = CONFIG.model_validate({"allowed_model_urls": ELSEWHERE if allowed else ""})
+    read: list[str] = []
+
+    def unreadable(namespace: str, name: str) -> None:
+        read.append(name)
+        raise kube.SecretError(f"not allowed to read Secret {namespace}/{name}")
+
+    with no_cluster(str(tmp_path)), pytest.MonkeyPatch.context() as mp:
+        mp.setattr("controller.backends.CONFIG", config)
+        mp.setattr("controller.kube.client.read_secret", unreadable)
+        mp.setattr("controller.cli.settings.summarizer_object", lambda ns, name: obj)
+        mp.setattr("controller.cli.settings.connect", lambda location: None)
+        mp.setattr("controller.cli.settings.MemoryStore", lambda *_: mock.MagicMock())
+        mp.setattr("controller.cli.settings.build_embedding_function", lambda s: len)
+        mp.setattr("controller.summarizers.chat_model.ChatModelSummarizer", mock.MagicMock())
+        mp.setattr("controller.pipeline.summarize_session", mock.Mock(side_effect=ValueError))
+        where = ["--path", str(tmp_path / "db")] if token_by == "--path" else []  # type: ignore[operator]
+        if token_by == "CHROMA_TOKEN":
+            mp.setenv("CHROMA_TOKEN", "from-env")
+        named = str(manifest) if source == "--summarizer-file" else "x"
+        _, _, err = run([*COMMANDS[command], source, named, *where])
+    assert read == [] and "Secret default/tok" not in err, err
+    refused = f"{field}.baseUrl {ELSEWHERE}/v1 may not receive the memories: the store is read"
+    assert (refused in err) is not allowed, err
+    if not allowed:
+        assert token_by in err and "SSO_ALLOWED_MODEL_URLS in summaryctl's environment" in err
