@@ -157,7 +157,11 @@ def record_failure(
         consecutive_failures=failures,
     )
     events.post(body, type_="Warning", reason=failure.reason, message=failure.message)
-    logger.warning("%s: %s", failure.reason, message)  # kopf's logger names the object
+    meta, session_id = body.metadata, body.spec.get("sessionId")
+    logger.warning(  # the handler's logger: kopf's format names the object, ours does not
+        "SessionSummary %s/%s (session %r): %s: %s",
+        meta.namespace, meta.name, session_id, failure.reason, message,
+    )  # fmt: skip
     if failure.retry:
         raise kopf.TemporaryError(failure.message, delay=delay) from None
     raise kopf.PermanentError(failure.message) from None

@@ -122,3 +122,41 @@ def test_any_requested_at_up_to_its_bound_is_used_as_a_request_and_never_fails_t
     spec = SessionSummarySpec.model_validate({**VALID, "requestedAt": requested_at})
     with PassTrace(otel.NoOpTracerProvider(), "s-1", "manual", "ns/s", spec.requested_at):
         pass
+
+
+@settings(max_examples=100)
+@given(
+    session_id=st.one_of(st.text(max_size=40), st.none(), st.integers()),
+    name=st.from_regex(r"[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?", fullmatch=True),
+    retry=st.booleans(),
+    reason=st.sampled_from(["InvalidSpec", "StoreUnavailable", "ModelFailed"]),
+    message=st.text(max_size=40),
+)
+def test_the_log_line_of_a_failed_pass_names_the_object_and_its_session(
+    session_id: object, name: str, retry: bool, reason: str, message: str
+) -> None:
+    """A person reading the operator's log (its own format: no kopf object prefix) finds which
+    SessionSummary failed, and for which session: the line used to be only the reason and
+    the message."""
+    from controller.handlers.summary_status import Failure, record_failure
+
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("test.failed-pass")
+    logger.addHandler(handler)
+    body = kopf.Body({**body_with({**VALID, "sessionId": session_id}, {}), "metadata": {
+        "name": name, "namespace": "agents", "uid": "u", "generation": 1}})  # fmt: skip
+    try:
+        with pytest.raises((kopf.TemporaryError, kopf.PermanentError)):
+            record_failure(
+                body,
+                kopf.Patch(),
+                Failure(reason, message, retry=retry),
+                cast(Any, logger),
+                Recorded(),
+            )
+    finally:
+        logger.removeHandler(handler)
+    (line,) = [r.getMessage() for r in records]
+    assert f"SessionSummary agents/{name} (session {session_id!r}): {reason}: " in line, line
