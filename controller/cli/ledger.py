@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from controller.cli.args import CliError, out
 from controller.cli.failures import kube_call
-from controller.core.text import json_value, ms_to_rfc3339
+from controller.core.text import json_value, ms_to_rfc3339, one_line
 
 if TYPE_CHECKING:
     from controller.core.summary import PriorSummary
@@ -22,10 +23,28 @@ def _when(ms: Any) -> str:
 
 def _ledger_lines(session_id: str, document: str, keys: dict[str, Any]) -> list[str]:
     """A session's ledger entry for a person: what it records, and how big each part is."""
-    sections = json_value(keys["sectionsJson"]) if isinstance(keys.get("sectionsJson"), str) else {}
-    refs = json_value(keys["referencesJson"]) if isinstance(keys.get("referencesJson"), str) else []
-    coverage = json_value(keys["coverageJson"]) if isinstance(keys.get("coverageJson"), str) else {}
+
+    def measured(key: str, measure: Callable[[Any], Any], absent: Any = 0) -> Any:
+        """measure(the JSON in keys[key]); one line naming the key when it is not as the
+        operator writes it (another writer's row, an edit), never a bare decoding error."""
+        if not isinstance(keys.get(key), str):
+            return absent
+        try:
+            return measure(json_value(keys[key]))
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise CliError(
+                f"session {session_id!r}: its {key} is not as the operator writes it "
+                f"({one_line(exc, 100)}); --json shows every key as stored"
+            ) from exc
+
+    buckets = measured("coverageJson", lambda coverage: len(coverage.get("b") or []))
+    sections = measured(
+        "sectionsJson",
+        lambda s: [f"  {title}: {len(items)} items" for title, items in s.items()],
+        [],
+    )
     state = {k: v for k, v in keys.items() if not k.startswith("ledger.")}
+    legacy = keys.get("legacySummary") or ""
     fence, authority = keys.get("ledger.fence"), keys.get("ledger.fenceAuthority")
     claim = (
         f"claim grant {fence} (the SessionClaim's resourceVersion when the writer took it: a "
@@ -42,13 +61,14 @@ def _ledger_lines(session_id: str, document: str, keys: dict[str, Any]) -> list[
         f"row digest:     {keys.get('ledger.rowDigest', '(none)')} (of the document agents read)",
         f"memories:       {keys.get('memoryCount', '?')}; the newest covered "
         f"{keys.get('watermarkMemoryId', '-')} at {_when(keys.get('watermarkTimestamp'))}",
-        f"coverage:       {len(coverage.get('b') or [])} buckets",
-        f"references:     {len(refs)} kept, {keys.get('referencesOmitted', 0)} left out",
-        f"legacy text:    {len(keys.get('legacySummary') or '')} characters",
+        f"coverage:       {buckets} buckets",
+        f"references:     {measured('referencesJson', len)} kept, "
+        f"{keys.get('referencesOmitted', 0)} left out",
+        f"legacy text:    {len(legacy) if isinstance(legacy, str) else '?'} characters",
         f"document:       {len(document)} characters (the row agents read)",
         f"state:          {len(json.dumps(state, ensure_ascii=False))} bytes",
     ]
-    return lines + [f"  {title}: {len(items)} items" for title, items in sections.items()]
+    return lines + sections
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:

@@ -1438,3 +1438,55 @@ def test_a_store_secret_the_user_replaced_is_never_read_to_judge_a_model(
     assert (refused in err) is not allowed, err
     if not allowed:
         assert token_by in err and "SSO_ALLOWED_MODEL_URLS in summaryctl's environment" in err
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+LEDGER_KEYS = ("sectionsJson", "referencesJson", "coverageJson", "legacySummary")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    keys=st.dictionaries(
+        st.sampled_from(LEDGER_KEYS),
+        st.one_of(
+            st.text(max_size=20),
+            json_values.map(json.dumps),
+            st.integers(),
+            st.floats(allow_nan=False),
+            st.booleans(),
+        ),
+    )
+)
+def test_a_ledger_entry_not_as_the_operator_writes_it_is_named_never_a_bare_decoding_error(
+    keys: dict[str, object],
+) -> None:
+    """Another writer's row (or an edited one) may hold anything in the keys `ledger`
+    measures: it shows them, or says in one line which key of which session it cannot read
+    (exit 2); it used to end in `JSONDecodeError: Expecting value: ...` or `AttributeError:
+    'list' object has no attribute 'items'`, exit 1."""
+
+    class Store:
+        location = argparse.Namespace(summary_collection="s", ledger_collection="s-ledger")
+
+        def stored_summary(self, session_id: str) -> tuple[str, dict[str, object]]:
+            return "# doc", dict(keys)
+
+    @contextlib.contextmanager
+    def open_store(args: object) -> Iterator[tuple[Store, None]]:
+        yield Store(), None
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("controller.cli.settings.open_store", open_store)
+        code, out, err = run(["ledger", "s1", "--chroma-url", REFUSED])
+    if code == 0:
+        assert "session:        s1" in out and err == "", err
+    else:
+        assert (code, out, err.count("\n")) == (2, "", 1), err
+        named = re.match(r"summaryctl: error: session 's1': its (\w+) is not as", err)
+        assert named and named.group(1) in keys, err
