@@ -1490,3 +1490,45 @@ def test_a_ledger_entry_not_as_the_operator_writes_it_is_named_never_a_bare_deco
         assert (code, out, err.count("\n")) == (2, "", 1), err
         named = re.match(r"summaryctl: error: session 's1': its (\w+) is not as", err)
         assert named and named.group(1) in keys, err
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    status=st.sampled_from([400, 403, 404, 409, 422, 429, 500, 502, 503]),
+    reason=st.one_of(st.none(), st.just(""), st.text(min_size=1, max_size=20)),
+    body=st.one_of(
+        st.none(),
+        st.text(max_size=30),
+        json_values.map(json.dumps),
+        st.fixed_dictionaries({"kind": st.just("Status")}, optional={"message": json_values}).map(
+            json.dumps
+        ),
+    ),
+)
+def test_a_kubernetes_refusal_always_says_why(
+    status: int, reason: str | None, body: str | None
+) -> None:
+    """An API answer without a Status message (a proxy's page, an empty body, a Status with
+    none) still gives a reason after its prefix: it used to print `forbidden: None` or
+    `not found: ` with nothing after it."""
+    from kubernetes.client.exceptions import ApiException
+
+    from controller.cli.args import CliError
+    from controller.cli.failures import kube_call
+
+    exc = ApiException(status=status, reason=reason)
+    exc.body = body
+
+    def refused() -> None:
+        raise exc
+
+    with pytest.raises(CliError) as said:
+        kube_call(refused)
+    text = str(said.value)
+    prefix = {404: "not found: ", 403: "forbidden: ", 422: "rejected by the API server: "}
+    why = text.removeprefix(prefix.get(status, f"Kubernetes API error {status}: "))
+    assert why.strip() and why != "None", text
+    with contextlib.suppress(ValueError, AttributeError):  # a Status's message, as it is
+        given_message = json.loads(body or "").get("message")
+        if isinstance(given_message, str) and given_message.strip():
+            assert why == given_message, text
