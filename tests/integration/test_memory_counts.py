@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from controller.core.memories import render_interaction_document
 from controller.core.naming import summary_object_name
 from tests.integration.harness import NS, Harness, conditions_of, load
+from tests.support.cli import summaryctl_here as summaryctl
 
 NOW = int(time.time() * 1000)
 UNREADABLE = ("Thu, 26 Nov 2026 10:00:00 GMT", "1.7e12", "yesterday")
@@ -78,7 +79,7 @@ def test_every_count_of_a_sessions_memories_is_one_count(
     stamps: list[object] = [NOW - 60_000 * (timed - i) for i in range(timed)]
     stamps += [None] * missing + list(unreadable)
     load(harness.store(), [row(sid, i, stamp) for i, stamp in enumerate(stamps)])
-    res = harness.summaryctl("sunset", sid, "-n", NS, "--wait", "60")
+    res = summaryctl("sunset", sid, "-n", NS, "--wait", "60")
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"summarized {total} new of {total} memories" in res.stdout, res.stdout
     counts = counted_everywhere(harness, sid, res.stdout)
@@ -100,20 +101,20 @@ def test_every_count_of_a_sessions_memories_is_one_count(
     )
     assert report.stdout.count("  no timestamp") == missing, report.stdout
     assert report.stdout.count("  timestamp '") == len(unreadable), report.stdout
-    again = harness.summaryctl("sunset", sid, "-n", NS, "--wait", "60")
+    again = summaryctl("sunset", sid, "-n", NS, "--wait", "60")
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"summary already covers all {total} memories" in again.stdout, again.stdout
 
 
 def verify(harness: Harness, sid: str) -> Any:
-    return harness.summaryctl("verify", sid, "--chroma-url", harness.chroma.url)
+    return summaryctl("verify", sid, "--chroma-url", harness.chroma.url)
 
 
 def test_a_session_of_one_memory_without_a_timestamp_counts_one(harness: Harness) -> None:
     """The issue's second session: `summarized 1 new of 0 memories` before."""
     sid = f"counts-one-{uuid.uuid4().hex[:8]}"
     load(harness.store(), [row(sid, 0, None)])
-    res = harness.summaryctl("sunset", sid, "-n", NS, "--wait", "60")
+    res = summaryctl("sunset", sid, "-n", NS, "--wait", "60")
     assert res.returncode == 0, res.stdout + res.stderr
     assert set(counted_everywhere(harness, sid, res.stdout).values()) == {1}
     report = json.loads(verify_json(harness, sid))
@@ -124,6 +125,6 @@ def test_a_session_of_one_memory_without_a_timestamp_counts_one(harness: Harness
 
 
 def verify_json(harness: Harness, sid: str) -> str:
-    res = harness.summaryctl("verify", sid, "--json", "--chroma-url", harness.chroma.url)
+    res = summaryctl("verify", sid, "--json", "--chroma-url", harness.chroma.url)
     assert res.returncode == 0, res.stdout + res.stderr
     return res.stdout
