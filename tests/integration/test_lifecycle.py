@@ -130,9 +130,11 @@ def test_every_finished_phase_is_deleted_after_its_ttl_also_with_sweeps_off(
             interaction("ret-empty", 0, now - 5000, "tick", type_="tick"),
         ],
     )
-    # long enough that each phase is seen before retention deletes its object
-    short = {"summarizedTTLSeconds": 20, "emptyTTLSeconds": 20, "notFoundTTLSeconds": 20,
-             "failedTTLSeconds": 20}  # fmt: skip
+    # Long enough that each phase is seen before retention deletes its object: the wait
+    # below lists them every 0.2 s and remembers each one seen.
+    ttl = 10
+    short = {"summarizedTTLSeconds": ttl, "emptyTTLSeconds": ttl, "notFoundTTLSeconds": ttl,
+             "failedTTLSeconds": ttl}  # fmt: skip
     sweep_off = {"enabled": False, "intervalSeconds": 5}
     apply(lifecycle, summarizer("ret", lifecycle.chroma.url, "ret-memory",
                                 sweep=sweep_off, retention=short))  # fmt: skip
@@ -150,7 +152,7 @@ def test_every_finished_phase_is_deleted_after_its_ttl_also_with_sweeps_off(
         kube.request_summary(NS, session, trigger="sunset", summarizer=ref)
     load(store, [interaction("ret-empty-kept", 0, now - 5000, "tick", type_="tick")])
     kept = kube.request_summary(NS, "ret-empty-kept", trigger="sunset", summarizer="ret-keep")[0]
-    # Every object is watched at once: one that ends early is deleted 20 s later, maybe
+    # Every object is watched at once: one that ends early is deleted ttl s later, maybe
     # while another (a first summary loading its embedding model: 27 s in CI) still runs.
     wanted = {summary_object_name(s): phase for s, (_, phase) in cases.items()}
     seen: set[str] = set()
@@ -166,7 +168,7 @@ def test_every_finished_phase_is_deleted_after_its_ttl_also_with_sweeps_off(
     wait_for(all_seen, 90, 0.2, message=lambda: f"{set(wanted) - seen} in their phases",
              log=lifecycle.log)  # fmt: skip
     wait_for(lambda: phase_of(kept) == "Empty", 60, 0.2, message="kept Empty")
-    # Each is deleted once its phase is older than 20 s; the sweep never runs (enabled: false).
+    # Each is deleted once its phase is older than ttl; the sweep never runs (enabled: false).
     gone = [summary_object_name(s) for s in cases]
     wait_for(
         lambda: not set(gone) & set(summaries_in(NS)),
