@@ -32,6 +32,7 @@ from devenv.controlplane import free_port
 from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, interaction, load
 from tests.integration.harness import model_summarizer_yaml as harness_model_summarizer_yaml
+from tests.support.cli import summaryctl_here
 from tests.support.openai_server import (
     Delay,
     OpenAIServer,
@@ -247,8 +248,9 @@ def summarized_condition(harness: Harness, sid: str) -> dict[str, Any] | None:
     return {c["type"]: c for c in conditions}.get("Summarized")
 
 
-def sunset(harness: Harness, sid: str, summarizer_name: str, wait: float = 0) -> Any:
-    return harness.summaryctl(
+def sunset(sid: str, summarizer_name: str, wait: float = 0) -> Any:
+    """summaryctl sunset, in process (tests/support/cli.py)."""
+    return summaryctl_here(
         "sunset", sid, "-n", NS, "--summarizer", summarizer_name, "--wait", str(wait)
     )
 
@@ -264,7 +266,7 @@ def test_the_operator_writes_the_summary_through_the_model_endpoint(
     load(store, [interaction(sid, i, 1_760_000_000_000 + i, step(i, sid)) for i in range(3)])
     model_server.script_chat(Reply(FIRST))
 
-    res = sunset(harness, sid, name, wait=60)
+    res = sunset(sid, name, wait=60)
     assert res.returncode == 0, res.stdout + res.stderr
     doc, meta = row(store, sid)
     assert "Model saw: make the exporter listen on port 7103." in doc
@@ -291,7 +293,7 @@ def test_a_failing_endpoint_leaves_the_prior_summary_and_the_object_says_why(
     store = harness.store(f"{name}-memory", f"{name}-sessions")
     load(store, [interaction(sid, i, 1_760_000_000_000 + i, step(i)) for i in range(2)])
     model_server.script_chat(Reply(FIRST))
-    assert sunset(harness, sid, name, wait=60).returncode == 0
+    assert sunset(sid, name, wait=60).returncode == 0
     good = row(store, sid)
 
     load(store, [interaction(sid, 5, 1_760_000_100_000, "Add retries with backoff.")])
@@ -303,7 +305,7 @@ def test_a_failing_endpoint_leaves_the_prior_summary_and_the_object_says_why(
         dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens: connection refused
         harness.kubectl("apply", "-f", "-", input=model_summarizer_yaml(name, harness, dead))
     try:
-        sunset(harness, sid, name)
+        sunset(sid, name)
 
         def failed() -> dict[str, Any] | None:
             cond = summarized_condition(harness, sid)
