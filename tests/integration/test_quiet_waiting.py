@@ -1,8 +1,8 @@
 """An object that waits a whole minute for another writer's claim stays quiet: counted on
 the real apiserver's audit log, it looks a handful of times (backing off 1, 2, 4 ... 30 s),
 writes its status once and posts one Event, then runs once the other writer is done.
-The minute runs 4 times faster: the operator backs off from 0.25 s to at most 7.5 s and
-15 s are counted, the same looks (the backoff doubles alike at any pace).
+The minute runs 8 times faster: the operator backs off from 0.125 s to at most 3.75 s and
+7.5 s are counted, the same looks (the backoff doubles alike at any pace).
 bench/waiting.py runs the same scenario and prints the figures (and, with --before-src,
 those of another checkout in the same run)."""
 
@@ -20,7 +20,7 @@ WAIT_S = 60
 # its progress annotation and the touch that wakes it), one status write and one Event.
 MAX_LOOKS = looks_within(WAIT_S, first_s=1, max_s=30) + 1  # + the first try
 MAX_CALLS = 4 * MAX_LOOKS + 2
-SPEEDUP = 4
+SPEEDUP = 8
 CLAIM_RETRY = {
     "SSO_CLAIM_RETRY_SECONDS": str(1 / SPEEDUP),
     "SSO_CLAIM_RETRY_MAX_SECONDS": str(30 / SPEEDUP),
