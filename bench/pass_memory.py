@@ -11,7 +11,8 @@ the model's loading is not counted) over the pass; its VmRSS after
 it; and its VmRSS once the outcome is dropped and glibc has returned its free heap
 (malloc_trim): what stays for good.
 
-    .venv/bin/python -m bench.pass_memory [--memories 50000] [--before DIR] [--quick]
+    .venv/bin/python -m bench.pass_memory [--memories 50000] [--before DIR]
+        [--checkpoint-passes N] [--quick]
 
 Last line:
 pass_memory memories=<n> peak_rss_mb=<n> after_mb=<n> idle_mb=<n> after_trim_mb=<n> fresh_mb=<n>
@@ -20,8 +21,11 @@ pass_memory memories=<n> peak_rss_mb=<n> after_mb=<n> idle_mb=<n> after_trim_mb=
 of an older tree), then deletes the summary it wrote, then runs this tree's: a before/after
 pair measured in one session against the same store.
 
---quick: the fewest memories that still make a checkpoint (CHECKPOINT_PASSES passes of
-the extractive backend's largest chunk, and one memory more).
+--checkpoint-passes N: a checkpoint every N passes (default: the operator's,
+CHECKPOINT_PASSES); given, the tree under test must take summarize_session's
+checkpoint_passes. --quick: a checkpoint every 2 passes and the fewest memories that still
+make one (2 passes of the extractive backend's largest chunk, and one memory more): the same
+pass, checkpoint included, over 801 memories instead of 8,001.
 """
 
 from __future__ import annotations
@@ -124,6 +128,7 @@ location = StoreLocation(url=sys.argv[1])
 store = MemoryStore(connect(location), location)
 embed = LocalMiniLMEmbedding()
 embed(["warm the model up"])
+every = {"checkpoint_passes": int(sys.argv[4])} if len(sys.argv) > 4 else {}
 fresh = rss_mb("VmRSS")
 # Idle is an operator that has summarized once: a 30-memory session first (the first
 # summary-sized embedding allocates the BLAS buffers and maps the pages it reads).
@@ -136,7 +141,9 @@ idle = rss_mb("VmRSS")
 # twice): writing 5 to clear_refs resets VmHWM to the current RSS.
 Path("/proc/self/clear_refs").write_text("5")
 started = time.monotonic()
-outcome = summarize_session(store, sys.argv[2], embed=embed, writer="bench", trigger="bench")
+outcome = summarize_session(
+    store, sys.argv[2], embed=embed, writer="bench", trigger="bench", **every
+)
 print(json.dumps({
     "kind": outcome.kind, "memories": outcome.memory_count, "passes": outcome.passes,
     "checkpoints": outcome.checkpoints, "pass_s": round(time.monotonic() - started, 1),
@@ -147,10 +154,11 @@ print(json.dumps({
 """
 
 
-def run_pass(url: str, code: Path) -> dict[str, object]:
+def run_pass(url: str, code: Path, checkpoint_passes: int | None) -> dict[str, object]:
     env = {**os.environ, "PYTHONPATH": str(code), "OPENBLAS_NUM_THREADS": "1"}
+    every = [] if checkpoint_passes is None else [str(checkpoint_passes)]
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, url, SESSION, WARMUP],
+        [sys.executable, "-c", CHILD, url, SESSION, WARMUP, *every],
         cwd=code,
         env=env,
         check=True,
@@ -164,20 +172,24 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--memories", type=int, default=50_000)
     parser.add_argument("--before", type=Path, help="an older tree holding controller/")
-    checkpointed = CHECKPOINT_PASSES * EXTRACTIVE.max_memories_per_pass + 1
-    args = parse_bench_args(parser, memories=checkpointed)
+    parser.add_argument(
+        "--checkpoint-passes", type=int, help=f"default: the operator's, {CHECKPOINT_PASSES}"
+    )
+    quick_every = 2
+    checkpointed = quick_every * EXTRACTIVE.max_memories_per_pass + 1
+    args = parse_bench_args(parser, memories=checkpointed, checkpoint_passes=quick_every)
     with bench_chroma() as chroma_url:
         started = time.monotonic()
         load_session(chroma_url, args.memories)
         load_session(chroma_url, 30, WARMUP)
         print(f"loaded {args.memories} memories in {time.monotonic() - started:.0f}s", flush=True)
         if args.before:
-            before = run_pass(chroma_url, args.before.resolve())
+            before = run_pass(chroma_url, args.before.resolve(), args.checkpoint_passes)
             print(f"before: {json.dumps(before)}", flush=True)
             location = StoreLocation(url=chroma_url)
             summaries = connect(location).get_collection(location.summary_collection)
             summaries.delete(ids=[summary_row_id(SESSION), summary_row_id(WARMUP)])
-        got = run_pass(chroma_url, REPO_ROOT)
+        got = run_pass(chroma_url, REPO_ROOT, args.checkpoint_passes)
     print(json.dumps(got), flush=True)
     print(
         f"pass_memory memories={got['memories']} peak_rss_mb={got['peak_mb']} "
