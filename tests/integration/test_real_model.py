@@ -29,6 +29,7 @@ from devenv.chroma import ChromaServer
 from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, load, model_summarizer_yaml, stored_summary_ids
 from tests.support import llama_server
+from tests.support.cli import summaryctl_here
 from tests.support.llama_server import LlamaServer, running_llama_server
 from tests.support.real_model_fixture import (
     INJECTED,
@@ -191,7 +192,7 @@ def test_a_sunset_with_the_real_model_ends_summarized_or_with_a_clear_condition(
     store = harness.store(f"{name}-memory", f"{name}-sessions")
     load(store, memory_rows(sid, PLAIN.before + PLAIN.after))
     try:
-        res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", name, "--wait", "0")
+        res = summaryctl_here("sunset", sid, "-n", NS, "--summarizer", name, "--wait", "0")
         assert res.returncode == 0, res.stdout + res.stderr
 
         def settled() -> dict[str, Any] | None:
