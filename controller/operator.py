@@ -24,6 +24,7 @@ import controller.handlers  # noqa: F401  (registers the handlers)
 from controller import metrics
 from controller.api import FINALIZER
 from controller.config import CONFIG
+from controller.core.text import printable
 from controller.kube.claim_collector import ClaimCollector
 from controller.kube.client import release_finalizers
 from controller.kube.peering import (
@@ -233,6 +234,30 @@ def quiet_timer_successes(record: logging.LogRecord) -> bool:
     return not (message.startswith("Timer ") and message.endswith(" succeeded."))
 
 
+class OneLineFormatter(logging.Formatter):
+    """A record's message on one line, control characters escaped: a session id or an error
+    text holding a newline (or \\r, an escape sequence, U+2028) cannot split a line or forge
+    one. A traceback keeps its lines, each indented: a line at column 0 begins a record."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
+
+    def format(self, record: logging.LogRecord) -> str:
+        line, _, rest = super().format(record).partition("\n")  # rest: a traceback, a stack
+        more = rest.split("\n") if rest else []
+        return "\n".join([line, *("  " + printable(one) for one in more)])
+
+
+def configure_logging(verbose: bool) -> None:
+    """The operator's log: one line per record on stderr."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Chroma call otherwise
+    # kopf logs each timer run that succeeded: every tick of every SessionSummarizer.
+    logging.getLogger("kopf.objects").addFilter(quiet_timer_successes)
+
+
 def run(argv: list[str] | None = None) -> None:
     """The operator process."""
     parser = argparse.ArgumentParser(prog="session-summary-operator")
@@ -259,19 +284,13 @@ def run(argv: list[str] | None = None) -> None:
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     namespaces = args.namespace or list(CONFIG.namespaces)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    configure_logging(args.verbose)
     options = RunOptions(
         standalone=args.standalone, peering=args.peering, namespaces=tuple(namespaces)
     )
     os.environ["POD_ID"] = CONFIG.replica_id  # kopf's peering identity = ours
     # `kill -USR1 <pid>`: every thread's stack to stderr (docs/operations.md, a hung timer).
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Chroma call otherwise
-    # kopf logs each timer run that succeeded: every tick of every SessionSummarizer.
-    logging.getLogger("kopf.objects").addFilter(quiet_timer_successes)
     runtime = Runtime.start(CONFIG, options=options)
     loop = asyncio.new_event_loop()
     try:

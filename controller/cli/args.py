@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from controller.api import SECRET_NAME_PATTERN
 from controller.core.naming import blank_session_id
+from controller.core.text import printable
 
 MAX_SESSION_ID = 1024  # the CRD's spec.sessionId maxLength
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -26,11 +27,6 @@ class CliError(Exception):
 
 def _shown(value: str, limit: int = 60) -> str:
     return repr(value if len(value) <= limit else value[:limit] + "...")
-
-
-def printable(text: object) -> str:
-    """text for one terminal line, control characters shown escaped."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
 
 
 def out(*lines: object, err: bool = False) -> None:

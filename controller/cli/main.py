@@ -18,13 +18,13 @@ from controller.cli.args import (
     object_name_arg,
     out,
     positive_int_arg,
-    printable,
     seconds_arg,
     session_id_arg,
     store_name_arg,
     text_arg,
 )
 from controller.core.destinations import DestinationRefused
+from controller.core.text import printable
 
 
 def _add_store_args(p: argparse.ArgumentParser) -> None:

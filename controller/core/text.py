@@ -49,6 +49,11 @@ def one_line(text: object, limit: int | None = None) -> str:
     return flat if limit is None else cut(flat, limit, "")
 
 
+def printable(text: object) -> str:
+    """text for one terminal or log line, control characters shown escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
 def ms_to_rfc3339(ms: int) -> str:
     """Milliseconds since the epoch as RFC 3339 seconds in UTC; a timestamp out of range is
     shown as the number it is, never an error."""

@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from controller.api import SessionSummarySpec, StoreSpec
-from controller.cli.args import chroma_url_problem, printable
+from controller.cli.args import chroma_url_problem
 from controller.cli.main import main
 from controller.core.naming import blank_session_id
+from controller.core.text import printable
 from controller.kube import client as kube
 from controller.store.connection import StoreLocation
 
@@ -484,7 +485,7 @@ import yaml  # noqa: E402
 from controller.cli.commands import unserved  # noqa: E402
 from controller.cli.ledger import _report_lines  # noqa: E402
 from controller.cli.main import build_parser  # noqa: E402
-from controller.operator import quiet_timer_successes  # noqa: E402
+from controller.operator import configure_logging, quiet_timer_successes  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -564,6 +565,48 @@ def test_the_operator_log_drops_only_kopfs_timer_successes() -> None:
     assert quiet_timer_successes(
         record("Timer 'sweep' failed with an exception and will try again")
     )
+
+
+@contextlib.contextmanager
+def operator_log() -> Iterator[io.StringIO]:
+    """Logging as the operator configures it, its stderr a buffer (pytest's capture handlers
+    set aside: basicConfig configures only a root without handlers)."""
+    root, httpx, kopf_objects = (logging.getLogger(n) for n in ("", "httpx", "kopf.objects"))
+    saved = root.handlers[:], root.level, httpx.level
+    root.handlers.clear()
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(buffer):
+            configure_logging(verbose=False)
+        yield buffer
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        httpx.setLevel(saved[2])
+        kopf_objects.removeFilter(quiet_timer_successes)
+
+
+LINE_BREAKERS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\x1b[2K\x00\t\u202e"
+
+
+@given(text=st.text(st.one_of(st.sampled_from(LINE_BREAKERS), st.characters()), max_size=40))
+def test_text_a_user_wrote_never_splits_or_forges_a_line_of_the_operator_log(text: str) -> None:
+    """A session id, a store's or a model's error text, logged as the operator logs them:
+    one line per record, the text shown with its control characters escaped; a traceback's
+    lines are indented, so only a record begins a line at column 0."""
+    with operator_log() as log_text:
+        logging.getLogger("controller.kube.claims").warning("session %s: claim lost", text)
+        try:
+            raise ValueError(f"the store said {text}")
+        except ValueError:
+            logging.getLogger("kopf.objects").exception("Handler 'summarize' failed")
+    record, failed, *traceback, end = log_text.getvalue().split("\n")
+    assert record.endswith(f" WARNING controller.kube.claims session {printable(text)}: claim lost")
+    assert failed.endswith(" ERROR kopf.objects Handler 'summarize' failed") and end == ""
+    assert all(line.startswith("  ") for line in traceback)
+    said = "\n".join(printable(part) for part in text.split("\n"))  # its lines kept, indented
+    assert "\n".join(line[2:] for line in traceback).endswith(f"ValueError: the store said {said}")
+    assert all(line.isprintable() for line in (record, failed, *traceback))
 
 
 def test_the_docs_list_every_summaryctl_command() -> None:
