@@ -280,6 +280,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     from controller.embeddings.minilm import EmbeddingError
     from controller.pipeline import summarize_session
     from controller.store.errors import EmbeddingMismatch, InvalidStoreConfig, StoreUnavailable
+    from controller.summarizers.chat_prompt import ModelUnavailable
 
     if args.local:
         out(
@@ -314,7 +315,13 @@ def cmd_summarize(args: argparse.Namespace) -> int:
                 )
             except InvalidStoreConfig:  # a refused setting: stop here (open_store says it)
                 raise
-            except (StoreUnavailable, EmbeddingMismatch, EmbeddingError, ValueError) as exc:
+            except (
+                StoreUnavailable,
+                EmbeddingMismatch,
+                EmbeddingError,
+                ModelUnavailable,
+                ValueError,
+            ) as exc:
                 failures.append(session_id)
                 out(f"{shown}: FAILED: {exc}", err=True)
                 continue

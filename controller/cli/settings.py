@@ -161,6 +161,8 @@ def open_store(args: argparse.Namespace) -> Iterator[tuple[MemoryStore, Summariz
         raise CliError(f"{exc} ({why})") from exc
     except (StoreUnavailable, EmbeddingMismatch, InvalidStoreConfig) as exc:
         raise CliError(str(exc)) from exc
+    except EmbeddingError as exc:  # the endpoint did not answer, or not with vectors
+        raise CliError(f"the embedding failed: {exc}") from exc
 
 
 def check_memory_destination(summarizer: SummarizerSettings, field: str) -> None:

@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -1225,6 +1226,81 @@ def test_an_endpoint_outside_the_allowed_endpoints_is_one_line_and_exit_2(
     assert (code, out, err.count("\n")) == (2, "", 1), err
     assert err.startswith("summaryctl: error: ") and "EndpointNotAllowed" not in err
     assert ELSEWHERE in err and "allowed endpoints" in err
+
+
+class EmbeddingStore:
+    """A store that opens, and embeds what it is given to write."""
+
+    def add_memories(self, *rows: object, create: bool, embed: Any) -> None:
+        embed(["a memory"])
+
+
+def test_remember_through_an_embedding_endpoint_that_cannot_be_reached_is_one_line_and_exit_2(
+    tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The form of every other failure to reach an endpoint, not the catch-all
+    `EmbeddingError: ConnectError ...` and exit 1."""
+    from controller.config import CONFIG
+
+    allowed = CONFIG.model_validate({"allowed_model_urls": REFUSED})
+    monkeypatch.setattr("controller.backends.CONFIG", allowed)
+    monkeypatch.setattr("controller.cli.settings.connect", lambda location: None)
+    monkeypatch.setattr("controller.cli.settings.MemoryStore", lambda *_: EmbeddingStore())
+    manifest = tmp_path / "s.yaml"  # type: ignore[operator]
+    spec = f"{{embedding: {{provider: openai, model: e, baseUrl: '{REFUSED}/v1'}}}}"
+    manifest.write_text(f"kind: SessionSummarizer\nmetadata: {{name: x}}\nspec: {spec}\n")
+    with no_cluster(str(tmp_path)):
+        code, out, err = run(
+            ["remember", "s1", "--sunset-marker", "--summarizer-file", str(manifest)]
+        )
+    assert (code, out, err.count("\n")) == (2, "", 1), err
+    assert err.startswith(
+        f"summaryctl: error: the embedding failed: ConnectError calling {REFUSED}"
+    )
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    failure=st.sampled_from(["EmbeddingError", "ModelUnavailable", "InvalidModelOutput"]),
+    said=st.text(min_size=1, max_size=40),
+)
+def test_every_error_an_embedding_or_a_model_raises_is_said_as_summaryctl_says_failures(
+    tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, failure: str, said: str
+) -> None:
+    """remember: one line and exit 2; summarize: each session's own FAILED line, the next
+    session still tried, exit 1. Never the catch-all `summaryctl: error: ModelUnavailable: ...`
+    that stops at the first session."""
+    from controller.embeddings.minilm import EmbeddingError
+    from controller.summarizers import chat_prompt
+
+    error = {
+        "EmbeddingError": EmbeddingError,
+        "ModelUnavailable": chat_prompt.ModelUnavailable,
+        "InvalidModelOutput": chat_prompt.InvalidModelOutput,
+    }[failure](said)
+
+    def fail(*args: object, **kwargs: object) -> Any:
+        raise error
+
+    monkeypatch.setattr("controller.cli.settings.connect", lambda location: None)
+    monkeypatch.setattr("controller.cli.settings.MemoryStore", lambda *_: EmbeddingStore())
+    monkeypatch.setattr("controller.cli.settings.build_embedding_function", lambda spec: fail)
+    monkeypatch.setattr("controller.pipeline.summarize_session", fail)
+    store = ["--chroma-url", REFUSED]
+    with no_cluster(str(tmp_path)):
+        if failure == "EmbeddingError":  # what remember meets: an embedding fails
+            code, out, err = run(["remember", "s1", "--sunset-marker", *store])
+            assert (code, out) == (2, "") and err.count("\n") == 1, err
+            assert err == f"summaryctl: error: the embedding failed: {printable(said)}\n"
+        code, out, err = run(["summarize", "s1", "s2", "--bypass-claim", *store])
+    assert (code, out) == (1, ""), err
+    assert err.splitlines() == [
+        f"[1/2] s1: FAILED: {printable(said)}",
+        f"[2/2] s2: FAILED: {printable(said)}",
+        "summaryctl: 2 of 2 session(s) failed: s1, s2",
+    ]
 
 
 @pytest.mark.parametrize("manifest_url", [None, "http://chroma:8000", ELSEWHERE])
