@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from controller import backends
 from controller.api import API_VERSION, SUMMARIZER_KIND, SessionSummarizerSpec, StoreSpec
-from controller.cli.args import CliError, check_chroma_url
+from controller.cli.args import CliError, check_chroma_url, namespace_arg
 from controller.cli.failures import kube_call, summarizer_object
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
@@ -68,8 +68,16 @@ def _manifest(path: str, namespace: str | None) -> tuple[Any, str]:
     if not isinstance(doc, dict) or doc.get("kind") != SUMMARIZER_KIND:
         raise CliError(f"{path} is not a {SUMMARIZER_KIND} manifest (apiVersion {API_VERSION})")
     meta = doc.get("metadata")
-    ns = namespace or (meta.get("namespace") if isinstance(meta, dict) else None) or "default"
-    return doc.get("spec") or {}, str(ns)
+    ns = meta.get("namespace") if isinstance(meta, dict) else None
+    if not isinstance(ns, str | None):  # 7, a list: never read as text
+        why = f"must be a namespace name (text), not {one_line(repr(ns), 60)}"
+        raise CliError(f"{path}: metadata.namespace {why}")
+    if ns:
+        try:
+            namespace_arg(ns)
+        except argparse.ArgumentTypeError as exc:
+            raise CliError(f"{path}: metadata.namespace: {exc}") from None
+    return doc.get("spec") or {}, namespace or ns or "default"
 
 
 def load_summarizer(args: argparse.Namespace) -> SummarizerSettings:

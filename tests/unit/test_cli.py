@@ -401,6 +401,41 @@ def test_any_file_that_is_no_summarizer_manifest_is_one_line_naming_it_and_exit_
     assert err.count("\n") == 1 and str(manifest) in err, (content, err)
 
 
+NAMESPACE = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+not_text = st.one_of(
+    st.integers(),
+    st.floats(),
+    st.booleans(),
+    st.lists(st.text(max_size=5), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+)
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    namespace=st.one_of(
+        not_text, st.text(min_size=1, max_size=70), st.from_regex(NAMESPACE, fullmatch=True)
+    )
+)
+def test_a_manifests_namespace_is_a_namespace_name_or_one_line_naming_the_file_and_exit_2(
+    namespace: object, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Not read as str(7), nor sent to the API as a name no namespace can have."""
+    manifest = tmp_path_factory.getbasetemp() / "ns.yaml"
+    doc = {"kind": "SessionSummarizer", "metadata": {"name": "x", "namespace": namespace}}
+    manifest.write_text(yaml.safe_dump(doc))
+    read = yaml.safe_load(manifest.read_text())["metadata"]["namespace"]
+    with no_cluster(str(tmp_path_factory.getbasetemp())):
+        code, out, err = run(
+            ["summaries", "--summarizer-file", str(manifest), "--chroma-url", REFUSED]
+        )
+    if read == "" or (isinstance(read, str) and re.fullmatch(NAMESPACE, read)):
+        assert "metadata.namespace" not in err, err
+    else:
+        assert (code, out, err.count("\n")) == (2, "", 1), err
+        assert err.startswith(f"summaryctl: error: {manifest}: metadata.namespace"), err
+
+
 def test_a_missing_summarizer_manifest_says_so(tmp_path: pytest.TempPathFactory) -> None:
     with no_cluster(str(tmp_path)):
         code, _, err = run(["summaries", "--summarizer-file", f"{tmp_path}/nope.yaml"])
