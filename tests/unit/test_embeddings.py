@@ -3,6 +3,7 @@ survive a flaky endpoint without leaking its key, and the vectors must work in C
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import uuid
@@ -109,6 +110,13 @@ def test_unicode_and_empty_text_embed(minilm: LocalMiniLMEmbedding) -> None:
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
 
 
+@functools.cache  # read once (47 MB): a property test compares each of its examples with it
+def word_table() -> np.ndarray:
+    path = installed_minilm_dir() / "model.safetensors"
+    with safe_open(str(path), framework="numpy") as tensors:
+        return np.asarray(tensors.get_tensor("embeddings.word_embeddings.weight"))
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.integers(min_value=0, max_value=30_521), min_size=1, max_size=40), st.integers(1, 4)
@@ -117,11 +125,9 @@ def test_word_rows_read_from_the_file_equal_the_tensor(ids: list[int], rows: int
     """Any token ids, repeated or not, in a (batch, length) grid: the rows read with pread
     are the safetensors tensor's rows."""
     path = installed_minilm_dir() / "model.safetensors"
-    with safe_open(str(path), framework="numpy") as tensors:
-        table = tensors.get_tensor("embeddings.word_embeddings.weight")
     grid = np.array(ids * rows, dtype=np.int64).reshape(rows, len(ids))
     np.testing.assert_array_equal(
-        _RowFile(path, "embeddings.word_embeddings.weight").rows(grid), table[grid]
+        _RowFile(path, "embeddings.word_embeddings.weight").rows(grid), word_table()[grid]
     )
 
 
