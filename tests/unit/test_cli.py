@@ -907,6 +907,9 @@ def a_cluster_holding(text: str, phase: str = "Summarized") -> Iterator[None]:
         mp.setattr(kube, "request_summary", lambda ns, sid, **kw: (text, "created"))
         mp.setattr(kube, "custom", lambda: custom)
         mp.setattr(kube, "core", lambda: core)
+        # This cluster answers a probe request at once: check's pause between polls waits
+        # for nothing (half a second an example).
+        mp.setattr(time, "sleep", lambda seconds: None)
         # A session id a SessionSummary can carry (never blank), holding the text.
         mp.setattr("controller.cli.commands._with_secrets", lambda args: [f"s {text}"])
         yield
