@@ -507,6 +507,7 @@ def test_each_secret_a_summarizer_names_is_read_from_its_env_var_first(
 # -- what a new user reads: served or not, covered or not, the docs' command list ---------
 
 import argparse  # noqa: E402
+import functools  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
@@ -720,6 +721,7 @@ def test_a_cluster_without_the_crds_says_to_install_them() -> None:
     assert answer(NO_OBJECT) == 'not found: sessionsummaries.memorycore.io "x" not found'
 
 
+@functools.cache  # built once: a strategy reads it for each command it draws
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     return dict(sub.choices)
