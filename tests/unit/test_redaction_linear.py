@@ -45,37 +45,43 @@ KEYWORDS = [
 ]
 OPERATORS = [":", "=", "==", "===", "!=", "!==", ":=", "=>", "(", ".assign(", "[0]=", "", " "]
 
+# Built once: a strategy made inside the composite is built and validated again at each
+# draw, a fifth of the property's time. The same draws as when made inline.
+SHAPES = st.sampled_from(["keyword", "compared", "npm", "openai", "header", "flag"])
+KEYWORD, OPERATOR = st.sampled_from(KEYWORDS), st.sampled_from(OPERATORS)
+CLOSING = st.sampled_from(["", "]", "'", '"', "']"])
+AT, END = st.sampled_from(["", "@"]), st.sampled_from(["", ";"])
+COMPARISON = st.sampled_from(["==", "!=", "==="])
+SK_MIDDLE = st.text(st.sampled_from("aZ9-_"), max_size=4)
+FLAG = st.sampled_from(["--password", "-token", "--db-pass-Secret", "--api-key", "-x", "--Cookie"])
+COMMAND = st.sampled_from(["mysql", "MariaDB", "mysql-", "mysqldump", "mysql_x"])
+SEP, P = st.sampled_from(["=", " ", "\t", "  "]), st.sampled_from(PS)
+HEADER = st.sampled_from(["x-token", "X-Api-Key", "a-b-secret", "api-key", "-key", "Key"])
+VALUE = st.one_of(word, noise)
+
 
 @st.composite
 def assignment(draw: st.DrawFn) -> str:
     """A secret as a rule expects one, each part drawn from what it may be or nearly."""
-    shape = draw(st.sampled_from(["keyword", "compared", "npm", "openai", "header", "flag"]))
-    q1, q2, value = draw(quote), draw(quote), draw(st.one_of(word, noise))
+    shape = draw(SHAPES)
+    q1, q2, value = draw(quote), draw(quote), draw(VALUE)
     if shape == "keyword":
-        kw, op = draw(st.sampled_from(KEYWORDS)), draw(st.sampled_from(OPERATORS))
-        closing = draw(st.sampled_from(["", "]", "'", '"', "']"]))
-        at, end = draw(st.sampled_from(["", "@"])), draw(st.sampled_from(["", ";"]))
+        kw, op = draw(KEYWORD), draw(OPERATOR)
+        closing, at, end = draw(CLOSING), draw(AT), draw(END)
         return (
             f"{draw(word)}{kw}{draw(word)}{closing}{draw(spaces)}{op}{draw(spaces)}"
             f"{at}{q1}{value}{q2}{end}"
         )
     if shape == "compared":
-        op, kw = draw(st.sampled_from(["==", "!=", "==="])), draw(st.sampled_from(KEYWORDS))
+        op, kw = draw(COMPARISON), draw(KEYWORD)
         return f"{q1}{value}{q2}{draw(spaces)}{op}{draw(spaces)}{draw(word)}{kw}"
     if shape == "npm":
         token = draw(st.sampled_from(["npm_" + value, "0123abcd-" * 4, "f" * 36]))
         return f"//{draw(word)}/:_authToken={draw(spaces)}{token}"
     if shape == "openai":
-        middle = draw(st.text(st.sampled_from("aZ9-_"), max_size=4))
-        return f"sk-{middle}{'A1b' * 7}T3BlbkFJ{'c2D' * 7}"
+        return f"sk-{draw(SK_MIDDLE)}{'A1b' * 7}T3BlbkFJ{'c2D' * 7}"
     if shape == "flag":
-        flag = draw(
-            st.sampled_from(
-                ["--password", "-token", "--db-pass-Secret", "--api-key", "-x", "--Cookie"]
-            )
-        )
-        command = draw(st.sampled_from(["mysql", "MariaDB", "mysql-", "mysqldump", "mysql_x"]))
-        sep, p = draw(st.sampled_from(["=", " ", "\t", "  "])), draw(st.sampled_from(PS))
+        flag, command, sep, p = draw(FLAG), draw(COMMAND), draw(SEP), draw(P)
         return draw(
             st.sampled_from(
                 [
@@ -84,7 +90,7 @@ def assignment(draw: st.DrawFn) -> str:
                 ]
             )
         )
-    name = draw(st.sampled_from(["x-token", "X-Api-Key", "a-b-secret", "api-key", "-key", "Key"]))
+    name = draw(HEADER)
     return f"{draw(word)}{name}{q1}{draw(spaces)}:{draw(spaces)}{q2}{value}{q2}"
 
 
