@@ -8,17 +8,23 @@ finds no memory uncovered."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import io
 import json
+import os
 import textwrap
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from controller.cli.main import main as summaryctl_main
 from controller.core.memories import Memory, render_interaction_document
 from controller.core.naming import summary_object_name
 from controller.core.row_ownership import RowChangedDuringPass
@@ -27,6 +33,7 @@ from controller.pipeline import summarize_session
 from controller.store.memory_store import MemoryStore
 from controller.summarizers.contract import Proposal
 from controller.summarizers.extractive import EXTRACTIVE
+from devenv.operator import LOOPBACK_MODELS
 from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness
 
@@ -120,8 +127,32 @@ def assert_every_fact_kept(store: MemoryStore, sid: str, facts: Sequence[str]) -
     assert missing == [], f"facts not in the summary of {sid}: {missing}"
 
 
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def summaryctl(harness: Harness, *args: str) -> Ran:
+    """summaryctl's own entry point (main), run in this process against the harness's
+    cluster (the KUBECONFIG the harness set) with harness.summaryctl's environment: the
+    same commands and exit codes, without a Python start and its imports per call (a few
+    seconds each on a loaded machine; the hypothesis test below makes some 40 calls)."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    env = {"SSO_ALLOWED_MODEL_URLS": LOOPBACK_MODELS, **harness.cp.env()}
+    with (
+        mock.patch.dict(os.environ, env),
+        contextlib.redirect_stdout(stdout),
+        contextlib.redirect_stderr(stderr),
+    ):
+        code = summaryctl_main(list(args))
+    return Ran(code, stdout.getvalue(), stderr.getvalue())
+
+
 def verify(harness: Harness, sid: str, memory: str, summary: str) -> dict[str, Any]:
-    res = harness.summaryctl(
+    res = summaryctl(
+        harness,
         "verify", sid, "--json", "--chroma-url", harness.chroma.url,
         "--memory-collection", memory, "--summary-collection", summary,
     )  # fmt: skip
@@ -199,7 +230,7 @@ def test_every_memory_reaches_the_summary_after_a_sunset_whatever_its_arrival(
         rounds.append([row(sid, shaped(base - 7_200_000, "iso_z"), facts[-1])])
     for batch in rounds:
         load(store, batch)
-        res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "every", "--wait", "60")
+        res = summaryctl(harness, "sunset", sid, "-n", NS, "--summarizer", "every", "--wait", "60")
         assert res.returncode == 0, res.stdout + res.stderr
     assert_every_fact_kept(store, sid, facts)
     report = verify(harness, sid, memory, summary)
@@ -427,7 +458,7 @@ def test_with_sweeps_off_the_reconciliation_finds_a_late_row_after_a_deletion(
     facts = [fact() for _ in range(3)]
     rows = [row(sid, base + i * 1000, f) for i, f in enumerate(facts)]
     load(store, rows)
-    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "idwalk", "--wait", "60")
+    res = summaryctl(harness, "sunset", sid, "-n", NS, "--summarizer", "idwalk", "--wait", "60")
     assert res.returncode == 0, res.stdout + res.stderr
 
     def reconciled_at() -> str | None:
