@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -227,9 +227,14 @@ def stored_summary_ids(store: MemoryStore, ids: list[str]) -> list[str]:
         return []
 
 
-def load(store: MemoryStore, rows: list[tuple[str, str, dict[str, Any]]]) -> None:
+def load(
+    store: MemoryStore,
+    rows: list[tuple[str, str, dict[str, Any]]],
+    embed: Callable[[list[str]], Any] | None = None,
+) -> None:
+    """Adds the memory rows (embedded with `embed`, else local MiniLM)."""
     store.add_memories(
-        [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], create=True
+        [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], create=True, embed=embed
     )
 
 

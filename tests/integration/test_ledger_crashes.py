@@ -20,7 +20,6 @@ import json
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,24 +31,19 @@ from controller.core.ledger import ROW_DIGEST_KEY, read_entry
 from controller.core.naming import summary_row_id
 from controller.core.row_ownership import DIGEST_KEY, document_digest
 from controller.core.summary_row import READER_ROW_KEYS
-from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.pipeline import Outcome, summarize_session
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable
 from controller.store.memory_store import MemoryStore
 from tests.integration.harness import Harness, interaction, load
 from tests.support.chroma_proxy import ChromaProxy, Failure, chroma_proxy
-from tests.support.release_0_1_0 import release_tree, summarize_as_release_0_1_0
+from tests.support.release_0_1_0 import Release010, release_0_1_0, release_tree
+from tests.support.row_vectors import row_vectors
 
-_EMBED = LocalMiniLMEmbedding()
 _RUNS = itertools.count()
 MEMORY, SESSIONS = "crash-memory", "crash-sessions"
 BASE = 1_770_000_000_000
 FOREIGN = "NEO-ONLY TEXT: the importer was rewritten by hand on Friday."
-
-
-def embed(texts: list[str]) -> list[Any]:
-    return list(_EMBED(texts))
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +61,7 @@ def summarize(store: MemoryStore, sid: str, **kwargs: Any) -> Outcome:
     return summarize_session(
         store,
         sid,
-        embed=embed,
+        embed=row_vectors,
         writer="crash-test",
         trigger="test",
         chunk_size=2,
@@ -183,12 +177,12 @@ def crash_and_recover(
     pass; checks what they leave. Whether a write failed (False: the pass made fewer)."""
     store = harness.store(MEMORY, SESSIONS)
     sid, facts, rows = session("crash", memories + 3)
-    load(store, rows[:memories])
+    load(store, rows[:memories], row_vectors)
     summarize(store, sid)
     before = assert_agree(store, sid)
     living = set(range(memories))
     if change == "new memories":
-        load(store, rows[memories:])
+        load(store, rows[memories:], row_vectors)
         living |= {memories, memories + 1, memories + 2}
     elif change in ("some deleted", "all deleted"):
         gone = {0} if change == "some deleted" else set(living)
@@ -257,9 +251,9 @@ def test_a_late_write_over_a_newer_one_leaves_an_entry_the_next_pass_reads(
     leaves row and ledger agreeing with every living fact and no deleted one."""
     store = harness.store(MEMORY, SESSIONS)
     sid, facts, rows = session("late", memories + 1)
-    load(store, rows[:memories])
+    load(store, rows[:memories], row_vectors)
     summarize(store, sid)
-    load(store, rows[memories:])  # A's new memory
+    load(store, rows[memories:], row_vectors)  # A's new memory
     deposed = HeldGuard(fence=1, hold=True)
     failure: list[BaseException] = []
 
@@ -287,8 +281,11 @@ def test_a_late_write_over_a_newer_one_leaves_an_entry_the_next_pass_reads(
 
 
 @pytest.fixture(scope="module")
-def release(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return release_tree(tmp_path_factory.mktemp("release-0.1.0"))
+def release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release010]:
+    """Release 0.1.0's code in one child process for the module (not one per write point:
+    its start, imports and MiniLM load took seconds each time)."""
+    with release_0_1_0(release_tree(tmp_path_factory.mktemp("release-0.1.0"))) as child:
+        yield child
 
 
 @pytest.mark.parametrize("how", ["lost", "unanswered"])
@@ -301,7 +298,12 @@ def release(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @given(before=st.integers(min_value=3, max_value=9), after=st.integers(min_value=0, max_value=2))
 @example(before=5, after=2)  # new memories: a checkpoint, then the final write
 def test_a_release_0_1_0_entry_is_read_and_written_whole_whatever_write_fails(
-    harness: Harness, proxy: ChromaProxy, release: Path, how: Failure, before: int, after: int
+    harness: Harness,
+    proxy: ChromaProxy,
+    release: Release010,
+    how: Failure,
+    before: int,
+    after: int,
 ) -> None:
     """Release 0.1.0's own code writes the session (a head and its segments); this release
     reads it, and its next pass writes the entry as one record and deletes the segments.
@@ -311,10 +313,10 @@ def test_a_release_0_1_0_entry_is_read_and_written_whole_whatever_write_fails(
         store = harness.store(MEMORY, SESSIONS)
         sid, facts, rows = session("release", before + after)
         steps = [rows[: before // 2], rows[before // 2 : before]]
-        summarize_as_release_0_1_0(release, harness.chroma.url, MEMORY, SESSIONS, sid, steps)
+        release.summarize(harness.chroma.url, MEMORY, SESSIONS, sid, steps)
         assert len(ledger_records(store, sid)) > 1  # its head and segments
         assert store.read_summary(sid) is not None
-        load(store, rows[before:])
+        load(store, rows[before:], row_vectors)
         failed = failing_pass(proxy, sid, fail_at, how)
         summarize(store, sid)
         assert_agree(store, sid)
