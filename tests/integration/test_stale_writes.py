@@ -14,25 +14,19 @@ from __future__ import annotations
 import itertools
 import threading
 from collections.abc import Mapping
-from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from controller.core.fencing import Fence, admission
-from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.kube.claims import ClaimLost
 from controller.pipeline import summarize_session
 from controller.store.memory_store import MemoryStore
 from tests.integration.harness import Harness, interaction, load
+from tests.support.row_vectors import row_vectors
 
-_EMBED = LocalMiniLMEmbedding()
 _RUNS = itertools.count()
 LEGACY = "Legacy fact: the nightly export was moved to 02:00 UTC by hand."
-
-
-def embed(texts: list[str]) -> list[Any]:
-    return list(_EMBED(texts))
 
 
 class Guard:
@@ -79,7 +73,7 @@ def run(store: MemoryStore, sid: str, guard: Guard, checkpoint_passes: int) -> N
     summarize_session(
         store,
         sid,
-        embed=embed,
+        embed=row_vectors,
         writer=f"fence-{guard.fence.number if guard.fence else None}",
         trigger="test",
         chunk_size=1,
@@ -119,7 +113,7 @@ def test_a_deposed_writers_late_row_only_delays_facts_the_next_pass_restores(
         )
     base = 1_770_000_000_000
     first = [interaction(sid, k, base + k, f"{fact(sid, k)}: step {k}.") for k in range(before)]
-    load(store, first)
+    load(store, first, row_vectors)
     writes_of_a = (before - 1) // checkpoint_passes + 1  # its checkpoints and its final write
     deposed = Guard(fence=1, hold_at=min(hold_at, writes_of_a))
     failure: list[BaseException] = []
@@ -143,6 +137,7 @@ def test_a_deposed_writers_late_row_only_delays_facts_the_next_pass_restores(
                 interaction(sid, k, base + 1000 + k, f"{fact(sid, k)}: late step {k}.")
                 for k in range(before, before + arriving)
             ],
+            row_vectors,
         )
         run(store, sid, Guard(fence=2), checkpoint_passes)
     finally:
