@@ -25,7 +25,6 @@ from typing import Any, Literal
 
 import pytest
 
-from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.erasure import forget_session
 from controller.pipeline import Outcome, summarize_session
 from controller.store import memory_store
@@ -35,8 +34,8 @@ from controller.store.memory_store import Forgotten, MemoryStore
 from devenv.chroma import ChromaServer
 from tests.integration.harness import interaction, load
 from tests.integration.test_ledger_crashes import FOREIGN, assert_agree, rewrite_as_neo
+from tests.support.row_vectors import row_vectors
 
-_EMBED = LocalMiniLMEmbedding()
 BASE = 1_770_000_000_000
 How = Literal["lost", "unanswered", "killed"]
 HOWS: tuple[How, ...] = ("lost", "unanswered", "killed")
@@ -71,10 +70,6 @@ class FailingWrites:
         return failing
 
 
-def embed(texts: list[str]) -> list[Any]:
-    return list(_EMBED(texts))
-
-
 def fresh(chroma: ChromaServer, name: str) -> MemoryStore:
     """A new client of the store, as a new process (or a retry after a lost store) opens."""
     location = StoreLocation(
@@ -94,7 +89,7 @@ def failing_store(chroma: ChromaServer, name: str, plan: FailingWrites) -> Itera
 
 def summarize(store: MemoryStore, sid: str, **options: Any) -> Outcome:
     return summarize_session(
-        store, sid, embed=embed, writer="crash-test", trigger="test", **options
+        store, sid, embed=row_vectors, writer="crash-test", trigger="test", **options
     )
 
 
@@ -125,9 +120,9 @@ def session(store: MemoryStore, prefix: str, memories: int) -> Session:
         interaction(sid, k, BASE + k * 1000, f"Keep {facts[k]} in the notes.")
         for k in range(memories)
     ]
-    load(store, rows[: memories // 2])
+    load(store, rows[: memories // 2], row_vectors)
     assert summarize(store, sid).kind == "summarized"
-    load(store, rows[memories // 2 :])
+    load(store, rows[memories // 2 :], row_vectors)
     assert summarize(store, sid, chunk_size=1, checkpoint_passes=1).kind == "summarized"
     return Session(sid, facts, rows)
 
