@@ -8,23 +8,18 @@ finds no memory uncovered."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import io
 import json
-import os
+import subprocess
 import textwrap
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
-from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.cli.main import main as summaryctl_main
 from controller.core.memories import Memory, render_interaction_document
 from controller.core.naming import summary_object_name
 from controller.core.row_ownership import RowChangedDuringPass
@@ -36,6 +31,7 @@ from controller.summarizers.extractive import EXTRACTIVE
 from devenv.operator import LOOPBACK_MODELS
 from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness
+from tests.support.cli import summaryctl_here
 
 SHAPES = (
     "ms",
@@ -127,27 +123,12 @@ def assert_every_fact_kept(store: MemoryStore, sid: str, facts: Sequence[str]) -
     assert missing == [], f"facts not in the summary of {sid}: {missing}"
 
 
-@dataclass
-class Ran:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def summaryctl(harness: Harness, *args: str) -> Ran:
-    """summaryctl's own entry point (main), run in this process against the harness's
-    cluster (the KUBECONFIG the harness set) with harness.summaryctl's environment: the
-    same commands and exit codes, without a Python start and its imports per call (a few
-    seconds each on a loaded machine; the hypothesis test below makes some 40 calls)."""
-    stdout, stderr = io.StringIO(), io.StringIO()
-    env = {"SSO_ALLOWED_MODEL_URLS": LOOPBACK_MODELS, **harness.cp.env()}
-    with (
-        mock.patch.dict(os.environ, env),
-        contextlib.redirect_stdout(stdout),
-        contextlib.redirect_stderr(stderr),
-    ):
-        code = summaryctl_main(list(args))
-    return Ran(code, stdout.getvalue(), stderr.getvalue())
+def summaryctl(harness: Harness, *args: str) -> subprocess.CompletedProcess[str]:
+    """summaryctl in this process with harness.summaryctl's environment (tests/support/cli.py):
+    the hypothesis test below makes some 40 calls, a few seconds of imports each as processes."""
+    return summaryctl_here(
+        *args, env={"SSO_ALLOWED_MODEL_URLS": LOOPBACK_MODELS, **harness.cp.env()}
+    )
 
 
 def verify(harness: Harness, sid: str, memory: str, summary: str) -> dict[str, Any]:

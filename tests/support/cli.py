@@ -6,15 +6,25 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import subprocess
+from collections.abc import Mapping
+from unittest import mock
 
 from controller.cli.main import main
 
 
-def summaryctl_here(*args: str) -> subprocess.CompletedProcess[str]:
-    """summaryctl ARGS in process, against the cluster KUBECONFIG names (the harness's)."""
+def summaryctl_here(
+    *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """summaryctl ARGS in process, against the cluster KUBECONFIG names (the harness's), with
+    env added to the process's environment for the call."""
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    with (
+        mock.patch.dict(os.environ, env or {}),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
         try:
             code = main(list(args))
         except SystemExit as exc:  # argparse's refusal of an argument
