@@ -34,14 +34,7 @@ from detect_secrets.plugins.private_key import PrivateKeyDetector
 from controller.core.memories import Memory
 from controller.core.quoting import TYPOGRAPHIC_QUOTES, fit
 from controller.core.summary import TITLE_MAX, PriorSummary, StructuredSummary, SummaryItem
-from controller.core.text import (
-    PLACEHOLDER,
-    SPACE_CLASS,
-    WORD_CLASS,
-    Linear,
-    re2_pattern,
-    without_surrogates,
-)
+from controller.core.text import PLACEHOLDER, Linear, re2_pattern, without_surrogates
 
 # Unquoted `NAME=value` counts when the value is at least this long and this random (bits
 # per character): words ("password: is wrong") do not, keys do.
@@ -170,14 +163,12 @@ def _linear(pattern: re.Pattern[str], group: int) -> Linear:
     if quoted := _QUOTE_BACKREF.search(text):
         if quoted.group("secret") != keyword.SECRET:
             raise ValueError(f"a keyword pattern of an unknown shape: {text!r}")
-        secret = rf"((?-i:[{WORD_CLASS}])(?:[^\v'\"]*[^\v,'\"`])?)"
+        secret = r"(\w(?:[^\v'\"]*[^\v,'\"`])?)"
         three = ["'", '"', "`"]  # the quotes a keyword's value may be in ("": none)
         quotes = {"[\\'\"`]": three, "[\\'\"`]?": [*three, ""], '"': ['"']}[quoted.group(1)]
         alternatives = [f"{q}{secret}{q}" for q in quotes]
         group -= 1  # the opening quote's group goes
         text = text[: quoted.start()] + f"(?:{'|'.join(alternatives)})" + text[quoted.end() :]
-    text = text.replace(r"[^\s]", f"[^{SPACE_CLASS}]").replace(r"\s", f"[{SPACE_CLASS}]")
-    text = text.replace(r"\w", f"(?-i:[{WORD_CLASS}])")  # (?i) folds more into it than re
     flags = "(?i)" if pattern.flags & re.IGNORECASE else ""
     return Linear(flags + text, tuple(range(group, group + len(alternatives))))
 
@@ -231,8 +222,7 @@ _VALUE = r"""(["'])?((?(1)[^"'\n]+|%s[^\s"'`,;&]+))"""
 # A name's closing quote and what assigns it: `=`, `:`, Go's `:=`, Ruby's `=>`.
 _ASSIGN = r"[\"']?[ \t]*(?::=|=>|[:=])[ \t]*"
 # The same value as RE2 runs it: the condition one group per branch.
-_W, _S = WORD_CLASS, SPACE_CLASS
-_QUOTED_OR_NOT = r"""(?:(["'])([^"'\n]+)|([^%s"'`,;&]+))"""
+_QUOTED_OR_NOT = r"""(?:(["'])([^"'\n]+)|([^\s"'`,;&]+))"""
 # Credentials by where they stand: a header that carries one (Authorization, with any scheme;
 # any *-Token, *-Key, *-Secret, *-Password header), an env-style NAME that names one (any
 # value), a command-line flag that passes one (--password x, --token=x, mysql's -pSECRET).
@@ -247,19 +237,19 @@ CONTEXT_RULES = tuple(
      + _VALUE % r"(?:[a-z]+\d?(?:-[a-z0-9]+)*[ \t]+)?", None),  # with its scheme
     ("credential-header", r"(?i)\b(?:(?:[a-z0-9]+-)+(?:token|key|secret|passw(?:or)?d)|api-?key)"
      r"[\"']?[ \t]*:[ \t]*" + _VALUE % "",
-     Linear(rf"(?:^|[^{_W}])(?i:(?:[a-z0-9İı]+-)+(?:token|key|secret|passw(?:or)?d)|ap{_I}-?key)"
-            rf"[\"']?[ \t]*:[ \t]*" + _QUOTED_OR_NOT % _S, (2, 3))),
+     Linear(rf"(?:^|\W)(?i:(?:[a-z0-9İı]+-)+(?:token|key|secret|passw(?:or)?d)|ap{_I}-?key)"
+            rf"[\"']?[ \t]*:[ \t]*" + _QUOTED_OR_NOT, (2, 3))),
     ("credential-variable", r"\b[A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|APIKEY|_KEY"
      r"|_PWD|_PASS)\b" + _ASSIGN + _VALUE % "", None),
     ("credential-flag", r"(?i:(?<![\w-])--?(?:[a-z0-9]+-)*(?:token|secret|passw(?:or)?d|passphrase"
      r"|api-?key|cookie)(?:=|[ \t]+)(?!-)|\b(?:mysql|mariadb)[\w-]*\b[^\n|;&]*?[ \t]-p(?!\s))"
      + _VALUE % "",
-     Linear(rf"(?i:(?:^|(?-i:[^{_W}-]))--?(?:[a-z0-9İı]+-)*(?:token|secret|passw(?:or)?d"
+     Linear(rf"(?i:(?:^|[^\w-])--?(?:[a-z0-9İı]+-)*(?:token|secret|passw(?:or)?d"
             rf"|passphrase|ap{_I}-?key|cook{_I}e)(?:=|[ \t]+))"
-            + rf"""(?:(["'])([^"'\n]+)|([^-{_S}"'`,;&][^{_S}"'`,;&]*))"""
-            + rf"|(?:^|[^{_W}])(?i:mysql|mar{_I}adb)(?:(?:[{_W}-]*[{_W}])?"
-            rf"(?:[^\n|;&{_W}][^\n|;&]*?)??|[{_W}-]*-[{_W}][^\n|;&]*?)(?i:[ \t]-p)"
-            + _QUOTED_OR_NOT % _S, (2, 3, 5, 6))),
+            + r"""(?:(["'])([^"'\n]+)|([^-\s"'`,;&][^\s"'`,;&]*))"""
+            + rf"|(?:^|\W)(?i:mysql|mar{_I}adb)(?:(?:[\w-]*\w)?"
+            r"(?:[^\n|;&\w][^\n|;&]*?)??|[\w-]*-\w[^\n|;&]*?)(?i:[ \t]-p)"
+            + _QUOTED_OR_NOT, (2, 3, 5, 6))),
 ))  # fmt: skip
 # A key in any case that names a credential (`"access_token": "x"`, `?token=x&`, `apiKey: x`,
 # `client.auth = x`), where detect-secrets' keywords name none or take no value that begins

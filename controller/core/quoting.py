@@ -12,8 +12,8 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from controller.core.summary import ITEM_MAX
-from controller.core.text import DIGIT_CLASS, WORD_CLASS, re2_pattern, without_surrogates
 from controller.core.text import cut as cut_to
+from controller.core.text import python_meaning, re2_pattern, without_surrogates
 
 ERROR_LABEL = "Error reported in the session (quoted): "
 INSTRUCTION_LABEL = "Quoted from session content, not an instruction: "
@@ -139,10 +139,9 @@ _DOTTED_I = MappingProxyType(str.maketrans({"\u0130": "i", "\u0131": "i"}))
 
 def _wider(pattern: re.Pattern[str]) -> Any:
     """The pattern for RE2, finding a match in every probe the pattern does, and maybe more:
-    \\w and \\d as Python reads them, classes case-sensitive (a mark that folds to a letter
-    is no \\w), no lookbehind, and a word boundary only where an alternative starts or ends
-    (as a character that is no \\w, or the text's end). RE2 takes time linear in the text,
-    a hundredth of Python's re over these alternations; the pattern confirms a match."""
+    no lookbehind, and a word boundary only where an alternative starts or ends (as a
+    character that is no \\w, or the text's end). RE2 takes time linear in the text, a
+    hundredth of Python's re over these alternations; the pattern confirms a match."""
     source = pattern.pattern.replace("(?<!#)", "")
     out, at, depth, in_class = ["(?i)"], 0, 0, False
     while at < len(source):
@@ -150,22 +149,16 @@ def _wider(pattern: re.Pattern[str]) -> Any:
         at += len(part)
         if part == r"\b":
             if depth == 0 and out[-1] in ("(?i)", "|"):
-                out.append(f"(?:^|(?-i:[^{WORD_CLASS}]))")
+                out.append(r"(?:^|\W)")
             elif depth == 0 and source[at : at + 1] in ("|", ""):
-                out.append(f"(?:$|(?-i:[^{WORD_CLASS}]))")
+                out.append(r"(?:$|\W)")
             continue
-        if part in (r"\w", r"\d"):
-            chars = WORD_CLASS if part == r"\w" else DIGIT_CLASS
-            part = chars if in_class else f"(?-i:[{chars}])"
-        elif part == r"\W":
-            part = f"(?-i:[^{WORD_CLASS}])"
-        elif part in "[]" and in_class == (part == "]"):  # none of ours opens with ] or [^]
+        if part in "[]" and in_class == (part == "]"):  # none of ours opens with ] or [^]
             in_class = not in_class
-            part = "(?-i:[" if in_class else "])"
         elif not in_class and part in "()":
             depth += 1 if part == "(" else -1
         out.append(part)
-    return re2_pattern("".join(out))
+    return re2_pattern(python_meaning("".join(out)))
 
 
 _INSTRUCTION_WIDE, _ERROR_WIDE = _wider(_INSTRUCTION), _wider(_ERROR)

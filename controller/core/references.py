@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from controller.core.chunking import memory_text
 from controller.core.memories import Memory
-from controller.core.text import DIGIT_CLASS, PLACEHOLDER, WORD_CLASS, Linear
+from controller.core.text import PLACEHOLDER, Linear
 
 REFERENCES_MAX = 400
 REFERENCE_MAX_CHARS = 500
@@ -38,7 +38,6 @@ _EXTENSION = (
 
 # Two patterns run on RE2 (Python's re takes quadratic time on `a.a.a...` or `-a-a-...`):
 # `(?<!...)X\b` written as `(?:^|[^...])(X)`, the \b after checked on the character after.
-_W, _D = WORD_CLASS, DIGIT_CLASS
 
 
 # Each pattern finds one kind of reference; where two overlap, the longest match wins (a
@@ -67,7 +66,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str] | Linear], ...] = (
         ),
     ),
     # issues and PRs: #123, owner/repo#123, GH-123, PR #12, JIRA-style keys ABC-1234
-    ("place", Linear(rf"(?:^|[^{_W}#&])((?:[{_W}.-]+/[{_W}.-]+)?#[{_D}]+)", (1,), True)),
+    ("place", Linear(r"(?:^|[^\w#&])((?:[\w.-]+/[\w.-]+)?#\d+)", (1,), True)),
     ("place", re.compile(r"\b(?:PR|pr|GH|gh)[- ]?#?\d+\b|\b[A-Z][A-Z0-9]{1,9}-\d+\b")),
     # commit hashes: 7-40 hex digits with at least one digit and one letter
     ("place", re.compile(r"\b(?=[0-9a-f]{0,39}[a-f])(?=[0-9a-f]{0,39}[0-9])[0-9a-f]{7,40}\b")),
@@ -75,7 +74,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str] | Linear], ...] = (
     (
         "error",
         Linear(
-            rf"(?:^|[^{_W}])((?:[a-z_][{_W}]*\.)*[A-Z][{_W}]*(?:Error|Exception|Warning))",
+            r"(?:^|\W)((?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Warning))",
             (1,),
             True,
         ),

@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import re2
@@ -73,19 +74,42 @@ def json_value(text: str | bytes, **options: Any) -> Any:
         raise ValueError("JSON nested too deep to read") from None
 
 
-def _python_class(escape: str) -> str:
-    """The characters Python's re takes `escape` (\\w, \\d, \\s) to mean, as the inside of an RE2
-    character class (RE2's own are ASCII, its \\pL a newer Unicode's). None is past U+323AF
-    (tests/unit/test_redaction_linear.py checks every code point)."""
+def _python_classes() -> dict[str, str]:
+    """What Python's re takes \\w, \\d, \\s and their negations to mean, each as the inside of
+    an RE2 character class (RE2's are ASCII, its \\pL a newer Unicode's). None of \\w, \\d,
+    \\s is past U+323AF (tests/unit/test_redaction_linear.py checks every code point)."""
     chars = "".join(map(chr, range(0xD800))) + "".join(map(chr, range(0xE000, 0x323B0)))
-    ranges = []
-    for run in re.finditer(escape + "+", chars):
-        first, last = ord(run.group()[0]), ord(run.group()[-1])
-        ranges.append(f"\\x{{{first:x}}}-\\x{{{last:x}}}" if last > first else f"\\x{{{first:x}}}")
-    return "".join(ranges)
+    classes = {}
+    for escape in (r"\w", r"\d", r"\s"):
+        runs = [(ord(r.group()[0]), ord(r.group()[-1])) for r in re.finditer(escape + "+", chars)]
+        edges = [-1, *(end for run in runs for end in run), 0x110000]  # gaps: the others
+        pairs = zip(edges[::2], edges[1::2], strict=True)
+        others = [(after + 1, before - 1) for after, before in pairs if before - after > 1]
+        for name, ranges in ((escape, runs), (escape.upper(), others)):
+            classes[name] = "".join(rf"\x{{{first:x}}}-\x{{{last:x}}}" for first, last in ranges)
+    return classes
 
 
-WORD_CLASS, DIGIT_CLASS, SPACE_CLASS = map(_python_class, (r"\w", r"\d", r"\s"))
+_PYTHON_CLASSES = MappingProxyType(_python_classes())
+# An escape, or a character class (Python's: a `]` first in it is one of its characters).
+_PIECE = re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]\\])*\]", re.DOTALL)
+
+
+def python_meaning(source: str) -> str:
+    """The pattern for RE2 with \\w, \\d, \\s and their negations as Python's re reads them, in
+    and out of a character class. A class with \\w or \\W is read case-sensitively: RE2's (?i)
+    folds a mark (U+0345) into it that Python's \\w lacks, and its letters are in \\w."""
+
+    def python(piece: re.Match[str]) -> str:
+        text = piece.group()
+        if text[0] == "\\" and text not in _PYTHON_CLASSES:
+            return text
+        text = text if text[0] == "[" else f"[{text}]"
+        escapes = set(re.findall(r"\\.", text))
+        text = re.sub(r"\\.", lambda e: _PYTHON_CLASSES.get(e.group(), e.group()), text)
+        return f"(?-i:{text})" if escapes & {r"\w", r"\W"} else text
+
+    return _PIECE.sub(python, source)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -115,9 +139,10 @@ _WORD = re.compile(r"\w")
 
 @dataclass(frozen=True)
 class Linear:
-    """A Python pattern as RE2 runs it, in time linear in the text where Python's re takes
-    quadratic time or worse. A match finds the first of `groups` that took part; `word_ends`:
-    a word character after it drops it (a \\b RE2 cannot check without taking that character)."""
+    """A Python pattern as RE2 runs it (python_meaning), in time linear in the text where
+    Python's re takes quadratic time or worse. A match finds the first of `groups` that took
+    part; `word_ends`: a word character after it drops it (a \\b RE2 cannot check without
+    taking that character)."""
 
     source: str
     groups: tuple[int, ...] = (0,)
@@ -125,7 +150,7 @@ class Linear:
 
     @functools.cached_property
     def pattern(self) -> Any:
-        return re2_pattern(self.source)  # on first use, not at start-up
+        return re2_pattern(python_meaning(self.source))  # on first use, not at start-up
 
     def spans(self, text: str) -> Iterator[tuple[int, int]]:
         """(start, end) in text of what each match found."""

@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any, Literal, get_args
 
 from controller.core.memories import optional_text, tool_call_count, tool_names
-from controller.core.text import SPACE_CLASS, Linear, json_value, listed_names
+from controller.core.text import Linear, json_value, listed_names
 
 MemorySharing = Literal["team", "legacy", "private"]
 TrustTier = Literal[  # highest to lowest trust (neo's TRUST_TIER_ORDER)
@@ -59,7 +59,7 @@ NEO_IDENTITY_TRUST_TIERS: MappingProxyType[str, TrustTier] = MappingProxyType(
 )
 
 # On RE2: Python's re took time quadratic in a name of many "(" or spaces.
-_WRAPPER = Linear(rf"[{SPACE_CLASS}]*\(.*?\)[{SPACE_CLASS}]*")
+_WRAPPER = Linear(r"\s*\(.*?\)\s*")
 
 
 def normalize_user_id(value: str) -> str:

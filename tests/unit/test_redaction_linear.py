@@ -8,7 +8,8 @@ import re2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.redaction import DETECTOR_RULES, SPACE_CLASS, WORD_CLASS, Redaction
+from controller.core.text import python_meaning
+from controller.redaction import DETECTOR_RULES, Redaction
 
 # Each translated from a Python pattern (the phrase rule is written for RE2: none to agree with).
 LINEAR_RULES = [r for r in DETECTOR_RULES if r.linear is not None and not r.said]
@@ -97,13 +98,14 @@ def assignment(draw: st.DrawFn) -> str:
 texts = st.lists(st.one_of(noise, assignment()), max_size=5).map("".join)
 
 
-def test_python_word_and_space_characters_are_the_classes_re2_is_given() -> None:
-    assert set(re.findall(r"\w", EVERY_CHARACTER)) == set(
-        re2.findall(f"[{WORD_CLASS}]", EVERY_CHARACTER)
-    )
-    assert set(re.findall(r"\s", EVERY_CHARACTER)) == set(
-        re2.findall(f"[{SPACE_CLASS}]", EVERY_CHARACTER)
-    )
+@pytest.mark.parametrize("escape", [r"\w", r"\W", r"\d", r"\D", r"\s", r"\S"])
+@pytest.mark.parametrize("flags", ["", "(?i)"])
+def test_re2_reads_a_shorthand_class_as_python_does_on_every_character(
+    escape: str, flags: str
+) -> None:
+    for python in (escape, f"[^{escape}]", f"[{escape}_]"):  # runs: few matches to compare
+        runs = re2.findall(f"{flags}{python_meaning(python)}+", EVERY_CHARACTER)
+        assert runs == re.findall(f"{flags}{python}+", EVERY_CHARACTER), python
 
 
 def test_every_keyword_pattern_of_detect_secrets_has_its_linear_form() -> None:
