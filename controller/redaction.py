@@ -339,7 +339,7 @@ CONTEXT_RULES += (
         + _PAIR_VALUE
     ), 1, whole_token=False, linear=Linear(
         rf"""{_CONNECTION}{_PAIR_VALUE}|(?:^|[^A-Za-z0-9_])(?i:password|pwd)="""
-        r"""([^;"' \t\n\r\f\v](?:[^;"'\n]*[^;"' \t\n\r\f\v])?)[ \t]*;""", (1, 2))),
+        r"""([^;"' \t\n\r\f\v](?:[^;"'\n]*[^;"' \t\n\r\f\v])?)[ \t\r\f\v]*;""", (1, 2))),
 )  # fmt: skip
 DETECTOR_RULES = _detector_rules() + CONTEXT_RULES
 _PRIVATE_KEY = kind_of(PrivateKeyDetector.secret_type)

@@ -176,3 +176,20 @@ def test_a_summarizers_own_pattern_masks_a_text_with_a_lone_surrogate(
     own = Redaction((("acme-license", r"ACME-LIC-(\d{12})"),))
     text = f"{before}license ACME-LIC-123456789012{after}"
     assert own.text(text) == f"{before}license ACME-LIC-[redacted: acme-license]{after}"
+
+
+@given(
+    name=st.sampled_from(["password", "PWD", "Password"]),
+    value=st.text(st.sampled_from("aZ9 \t\x0b\x0c\r-é"), min_size=1, max_size=6),
+    spaces=st.text(st.sampled_from(" \t\r\x0b\x0c"), max_size=3),
+)
+def test_a_connection_strings_password_is_found_as_python_finds_it(
+    name: str, value: str, spaces: str
+) -> None:
+    """`Password=x;` with no `;` before: a value's end, then any of Python's \\s but a line
+    break up to its `;` (RE2's form took spaces and tabs only)."""
+    text = f"{name}={value}{spaces};"
+    for rule in LINEAR_RULES:
+        assert rule.linear is not None
+        python = [m.span(rule.group) for m in rule.pattern.finditer(text)]
+        assert list(rule.linear.spans(text)) == python, (rule.kind, text)
