@@ -12,8 +12,8 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from controller.core.summary import ITEM_MAX
+from controller.core.text import PATTERN_PARTS, python_meaning, re2_pattern, without_surrogates
 from controller.core.text import cut as cut_to
-from controller.core.text import python_meaning, re2_pattern, without_surrogates
 
 ERROR_LABEL = "Error reported in the session (quoted): "
 INSTRUCTION_LABEL = "Quoted from session content, not an instruction: "
@@ -142,21 +142,16 @@ def _wider(pattern: re.Pattern[str]) -> Any:
     no lookbehind, and a word boundary only where an alternative starts or ends (as a
     character that is no \\w, or the text's end). RE2 takes time linear in the text, a
     hundredth of Python's re over these alternations; the pattern confirms a match."""
-    source = pattern.pattern.replace("(?<!#)", "")
-    out, at, depth, in_class = ["(?i)"], 0, 0, False
-    while at < len(source):
-        part = source[at : at + 2] if source[at] == "\\" else source[at]
-        at += len(part)
+    parts = PATTERN_PARTS.findall(pattern.pattern.replace("(?<!#)", ""))
+    out, depth = ["(?i)"], 0
+    for at, part in enumerate(parts):
         if part == r"\b":
             if depth == 0 and out[-1] in ("(?i)", "|"):
                 out.append(r"(?:^|\W)")
-            elif depth == 0 and source[at : at + 1] in ("|", ""):
+            elif depth == 0 and parts[at + 1 : at + 2] in (["|"], []):
                 out.append(r"(?:$|\W)")
             continue
-        if part in "[]" and in_class == (part == "]"):  # none of ours opens with ] or [^]
-            in_class = not in_class
-        elif not in_class and part in "()":
-            depth += 1 if part == "(" else -1
+        depth += (part == "(") - (part == ")")
         out.append(part)
     return re2_pattern(python_meaning("".join(out)))
 

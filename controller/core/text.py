@@ -91,8 +91,9 @@ def _python_classes() -> dict[str, str]:
 
 
 _PYTHON_CLASSES = MappingProxyType(_python_classes())
-# An escape, or a character class (Python's: a `]` first in it is one of its characters).
-_PIECE = re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]\\])*\]", re.DOTALL)
+# A pattern's parts: an escape, a character class (Python's: a `]` first in it is one of its
+# characters), or any other character.
+PATTERN_PARTS = re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]\\])*\]|.", re.DOTALL)
 
 
 def python_meaning(source: str) -> str:
@@ -102,14 +103,14 @@ def python_meaning(source: str) -> str:
 
     def python(piece: re.Match[str]) -> str:
         text = piece.group()
-        if text[0] == "\\" and text not in _PYTHON_CLASSES:
+        if text[0] != "[" and text not in _PYTHON_CLASSES:
             return text
         text = text if text[0] == "[" else f"[{text}]"
         escapes = set(re.findall(r"\\.", text))
         text = re.sub(r"\\.", lambda e: _PYTHON_CLASSES.get(e.group(), e.group()), text)
         return f"(?-i:{text})" if escapes & {r"\w", r"\W"} else text
 
-    return _PIECE.sub(python, source)
+    return PATTERN_PARTS.sub(python, source)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -139,10 +140,9 @@ _WORD = re.compile(r"\w")
 
 @dataclass(frozen=True)
 class Linear:
-    """A Python pattern as RE2 runs it (python_meaning), in time linear in the text where
-    Python's re takes quadratic time or worse. A match finds the first of `groups` that took
-    part; `word_ends`: a word character after it drops it (a \\b RE2 cannot check without
-    taking that character)."""
+    """A Python pattern run by RE2 (python_meaning), in time linear where Python's re takes
+    quadratic time or worse. A match finds the first of `groups` that took part; `word_ends`:
+    a word character after it drops it (a \\b RE2 cannot check without taking that character)."""
 
     source: str
     groups: tuple[int, ...] = (0,)
