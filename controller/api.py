@@ -47,10 +47,8 @@ CLAIM_KIND, CLAIM_PLURAL = "SessionClaim", "sessionclaims"  # cluster-scoped wri
 FINALIZER = f"{GROUP}/session-summary-operator"  # kopf's, on SessionSummarizers (timers)
 
 Phase = Literal["Pending", "Summarizing", "Summarized", "Empty", "NotFound", "Failed", "Forgotten"]
-# What a SessionSummary asks of its pass (docs/privacy.md, "Forget and rebuild").
-Action = Literal["Summarize", "Rebuild", "Forget"]
-# sunset-marker: the sweep found a sunset marker memory of the session (docs/agents.md).
-# refresh: the sweep found an active session that grew past spec.sweep.refreshAfterTokens.
+Action = Literal["Summarize", "Rebuild", "Forget"]  # docs/privacy.md, "Forget and rebuild"
+# sunset-marker, refresh: the sweep's (a marker memory; past refreshAfterTokens).
 Trigger = Literal["sunset", "sweep", "manual", "sunset-marker", "refresh"]
 
 
@@ -65,9 +63,7 @@ class CamelModel(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
-# Kubernetes' own rules: an object's name (a Secret's, a SessionSummarizer's) is a DNS
-# subdomain (dot-separated labels, each starting and ending alphanumeric), a Secret's keys
-# [-._a-zA-Z0-9]+; both at most 253 characters. summaryctl checks names with the same rule.
+# Kubernetes' own rules: an object's name is a DNS subdomain, a Secret's key [-._a-zA-Z0-9]+.
 SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=SECRET_NAME_PATTERN)]
@@ -80,43 +76,30 @@ class SecretKeyRef(CamelModel):
 
 
 class TokenSecretRef(SecretKeyRef):
-    """A Secret key holding a Chroma token; the key defaults to "token"."""
-
     key: SecretKey = "token"
 
 
 class ApiKeySecretRef(SecretKeyRef):
-    """A Secret key holding an API key; the key defaults to "api-key"."""
-
     key: SecretKey = "api-key"
 
 
-# Bounds of the free-form strings and lists (the CRD states them too).
 MODEL_NAME_MAX = 256
-MEMORY_TYPE_MAX = 256
-EXCLUDED_TYPES_MAX = 64
 TTLSeconds = Annotated[int, Field(ge=0, le=315_360_000)]  # at most 10 years
-# An endpoint's base URL, never with credentials in it (core/endpoint_url.py).
 EndpointUrl = Annotated[
     str | None, Field(max_length=ENDPOINT_URL_MAX), AfterValidator(checked_endpoint_url)
 ]
 
 
 class StoreSpec(CamelModel):
-    """Which Chroma and which collections. The URL and collection-name rules below are
-    stated once more in the CRD schema (same patterns, CEL for what a pattern cannot say),
-    so `kubectl apply` refuses a name Chroma would refuse, instead of the operator failing
-    later with an error that looks like an outage."""
+    """Which Chroma and which collections. The CRD schema states the URL and name rules too,
+    so `kubectl apply` refuses a name Chroma would refuse (not a later pass, like an outage)."""
 
-    # Chroma 1.5's collection-name rule (its Rust validators::validate_name): 3-512
-    # characters from [a-zA-Z0-9._-], a letter or digit at both ends, no "..", not an IPv4
-    # address. "a+b" names a topology: each half follows the rule, 512 characters in all.
+    # Chroma 1.5's collection-name rule (docs/configuration.md); "a+b" names a topology.
     COLLECTION_NAME_MAX: ClassVar[int] = 512
     COLLECTION_NAME_PATTERN: ClassVar[str] = (
         r"^[a-zA-Z0-9][a-zA-Z0-9._-]+[a-zA-Z0-9](\+[a-zA-Z0-9][a-zA-Z0-9._-]+[a-zA-Z0-9])?$"
     )
-    # Rust's Ipv4Addr parser: four decimal octets 0-255, no leading zeros ("01.2.3.4" is
-    # a valid name). A name has no ':' so it is never an IPv6 address.
+    # As Rust's Ipv4Addr parses: no leading zeros ("01.2.3.4" is a valid name).
     _OCTET: ClassVar[str] = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
     IPV4_PART_PATTERN: ClassVar[str] = rf"(^|[+]){_OCTET}([.]{_OCTET}){{3}}([+]|$)"
     NAME_PATTERN_MESSAGE: ClassVar[str] = (
@@ -124,23 +107,17 @@ class StoreSpec(CamelModel):
     )
     DOUBLE_PERIOD_MESSAGE: ClassVar[str] = "must not contain two consecutive periods (..)"
     IPV4_MESSAGE: ClassVar[str] = "must not be an IPv4 address"
-    # The operator's ledger is the summary collection's name plus this (docs/ledger.md).
-    LEDGER_SUFFIX: ClassVar[str] = "-ledger"
-    # Both collections are written (summaries, the ledger): the agents' memories are not.
+    LEDGER_SUFFIX: ClassVar[str] = "-ledger"  # the ledger's name (docs/ledger.md)
     SAME_COLLECTION_MESSAGE: ClassVar[str] = (
         "memoryCollection must differ from summaryCollection and from its ledger "
         "(summaryCollection + '-ledger'): the operator writes those, never the memories"
     )
-    # http or https, a host (name, IPv4 or [IPv6]), an optional port 1-65535, nothing else:
-    # Chroma's client uses only these, so a path or query would be silently ignored. The
-    # host and port are an endpoint's (core/endpoint_url.py): what its HTTP client reads.
+    # Chroma's client uses only scheme, host and port: a path or query would be ignored.
     URL_PATTERN: ClassVar[str] = rf"^https?://{AUTHORITY_PATTERN}/?$"
     URL_MESSAGE: ClassVar[str] = (
         "must be http(s)://host[:port] and nothing more, e.g. http://chroma:8000"
     )
-
-    # Chroma's tenant rule: 3 characters or more; a '/' ends the tenant's segment of the
-    # request path, so no tenant holding one is reached ("x/../default_tenant" reads another).
+    # A tenant's '/' ends its segment of the request path ("x/../default_tenant").
     TENANT_MESSAGE: ClassVar[str] = "must not contain '/' (it would end its segment of the URL)"
     NAME_MAX: ClassVar[int] = 256  # a tenant's and a database's, ours (Chroma allows more)
 
@@ -149,7 +126,6 @@ class StoreSpec(CamelModel):
     tenant: str = Field(default="default_tenant", min_length=3, max_length=NAME_MAX)
     database: str = Field(default="default_database", min_length=3, max_length=NAME_MAX)
     memory_collection: str = Field(default="neo-agent-memory", min_length=3, max_length=512)
-    # Its ledger's name (LEDGER_SUFFIX added) must be a collection name too.
     summary_collection: str = Field(
         default="neo-agent-sessions",
         min_length=3,
@@ -179,9 +155,8 @@ class StoreSpec(CamelModel):
 
     @classmethod
     def name_problem(cls, field: str, name: str) -> str | None:
-        """Why the spec refuses `name` as this field (tenant, database, memory_collection or
-        summary_collection), in Chroma's words where the rule is Chroma's; summaryctl's flags
-        say the same. A database follows the collection rule (Chroma's same validate_name)."""
+        """Why the spec (and summaryctl's flag) refuses `name` as this field, in Chroma's
+        words where the rule is Chroma's (a database's is a collection's)."""
         if field != "tenant":
             problem = cls.collection_name_problem(name)
         elif len(name) < 3:
@@ -201,7 +176,6 @@ class StoreSpec(CamelModel):
     @field_validator("memory_collection", "summary_collection", "database", "tenant", mode="before")
     @classmethod
     def _chroma_name(cls, value: object, info: ValidationInfo) -> object:
-        # "before": Chroma's rule, in its words, ahead of the generic length message.
         field = str(info.field_name)
         if isinstance(value, str) and (problem := cls.name_problem(field, value)):
             what = field.replace("_", " ")
@@ -219,8 +193,7 @@ class StoreSpec(CamelModel):
     @classmethod
     def _http_url(cls, value: str) -> str:
         problem = cls.url_problem(value)
-        if problem:
-            # Never repeated when it may carry credentials (the pattern refuses userinfo).
+        if problem:  # never repeated when it may carry credentials
             raise ValueError(f"{'url' if '@' in value else repr(value)} {problem}")
         return value
 
@@ -257,19 +230,13 @@ class ModelSpec(CamelModel):
 
 
 class VisibilitySpec(CamelModel):
-    """How summary rows are tagged for neo memory-core's readers (core/visibility.py). The
-    defaults are neo.mjs 13.1.0's: its default sharing policy, its core swarm and the trust
-    tier of each of its agent identities."""
+    """How summary rows are tagged for neo memory-core's readers (core/visibility.py); the
+    defaults are neo.mjs 13.1.0's (docs/configuration.md)."""
 
-    # neo's NEO_MEMORY_SHARING_DEFAULT_POLICY: team (default) and legacy leave a summary
-    # untagged (every reader sees it); private tags it with the session owner's userId.
     memory_sharing: MemorySharing = "team"
-    # A summary any of these agents took part in is tagged userId "shared" (neo's
-    # CORE_SWARM_USER_IDS): every reader sees it under every policy.
     shared_agents: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(
         default=list(NEO_SHARED_AGENTS), max_length=256
     )
-    # agentIdentity -> trust tier; identities not listed are "unclassified".
     identity_trust_tiers: dict[Annotated[str, Field(min_length=1, max_length=253)], TrustTier] = (
         Field(default=dict(NEO_IDENTITY_TRUST_TIERS), max_length=256)
     )
@@ -288,21 +255,16 @@ class SweepSpec(CamelModel):
     lookback_days: int = Field(default=30, ge=1, le=3650)
     idle_seconds: int = Field(default=900, ge=0, le=2_592_000)  # 30 days
     max_sessions_per_sweep: int = Field(default=50, ge=1, le=10_000)
-    # Refresh by size (docs/summaries.md): an active session whose memories since its last
-    # summary exceed this many estimated tokens is summarized anyway; 0 turns it off.
+    # Refresh by size (docs/summaries.md); 0 turns it off.
     refresh_after_tokens: int = Field(default=16_000, ge=0, le=100_000_000)
-    # ... at most once per this many seconds per session, so a busy session never churns.
     min_refresh_seconds: int = Field(default=900, ge=0, le=86_400)
-    # Sunset markers acted on per minute (a token bucket: core/rate_limit.py).
-    marker_requests_per_minute: int = Field(default=60, ge=1, le=6000)
-    # The reconciliation's walk over the collection (core/reconcile_plan.py): how often, how fast.
+    marker_requests_per_minute: int = Field(default=60, ge=1, le=6000)  # core/rate_limit.py
     reconcile_interval_seconds: int = Field(default=3600, ge=60, le=604_800)
     reconcile_rows_per_second: int = Field(default=2000, ge=10, le=1_000_000)
 
 
 class ReconcileSpec(CamelModel):
-    """The reconciliation (core/reconcile_plan.py), on or off whatever the sweep is: its
-    pace is spec.sweep.reconcileIntervalSeconds and reconcileRowsPerSecond."""
+    """The reconciliation (core/reconcile_plan.py), on or off whatever the sweep is."""
 
     enabled: bool = True
 
@@ -352,8 +314,8 @@ class SessionSummarizerSpec(CamelModel):
     visibility: VisibilitySpec = VisibilitySpec()
     redaction: RedactionSpec = RedactionSpec()
     document: DocumentSpec = DocumentSpec()
-    excluded_memory_types: list[Annotated[str, Field(min_length=1, max_length=MEMORY_TYPE_MAX)]] = (
-        Field(default=list(DEFAULT_EXCLUDED_TYPES), max_length=EXCLUDED_TYPES_MAX)
+    excluded_memory_types: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(
+        default=list(DEFAULT_EXCLUDED_TYPES), max_length=64
     )
 
 
@@ -401,7 +363,6 @@ class SummaryProvenance(CamelModel):
 
 class SessionSummaryStatus(CamelModel):
     phase: Phase | None = None
-    # When the phase began for the current request (retention of Empty/NotFound/Failed).
     last_phase_transition_time: str | None = None
     observed_generation: int | None = None
     memory_count: int | None = None
@@ -434,14 +395,11 @@ class SessionSummarizerStatus(CamelModel):
     deleted_by_retention: int | None = None
     last_retention_at: str | None = None
     watermark: int | None = None
-    # The appended-rows scan's cursor (core/reconcile_plan.py): rows listed, and the last.
-    appended_offset: int | None = None
+    appended_offset: int | None = None  # the appended-rows scan's cursor (reconcile_plan)
     appended_last_id: str | None = None
-    # The last finished reconciliation: when, rows checked, rows no summary accounted for.
-    reconciled_at: str | None = None
+    reconciled_at: str | None = None  # the last finished reconciliation's
     reconciled_rows: int | None = None
     uncovered_found: int | None = None
-    # The probe request (annotation PROBE_REQUESTED) the probes and the sweep last answered.
-    last_handled_probe_request: str | None = None
+    last_handled_probe_request: str | None = None  # annotation PROBE_REQUESTED
     message: str | None = None
     conditions: list[Condition] | None = None
