@@ -1,10 +1,8 @@
 """Turns a SessionSummarizer spec into live parts: the store, the embedder, the summarizer.
 
 Secrets are read here only, so their values never reach a status, an Event or a log line,
-and a value goes only to a URL its Secret allows (core/destinations.py). Every URL is
-checked against the operator's allowed endpoints before anything is sent, and the model
-and embedding endpoints against the store credential's list before any memory is read
-(check_memory_destinations). summarizer_parts.py keeps the parts per SessionSummarizer.
+and a value goes only to a URL its Secret allows and the allowed endpoints admit
+(core/destinations.py). summarizer_parts.py keeps the parts per SessionSummarizer.
 """
 
 from __future__ import annotations
@@ -49,20 +47,13 @@ class Backends:
     redaction: Redaction
 
 
-# The StoreSpec fields a StoreLocation takes as they are (the token is read from its Secret).
-_STORE_FIELDS = frozenset(
-    ("url", "tenant", "database", "memory_collection", "summary_collection", "timeout_seconds")
-)
-
-
 def redaction_of(spec: SessionSummarizerSpec) -> Redaction:
     """detect-secrets' rules and the summarizer's own patterns (docs/privacy.md)."""
     return Redaction(tuple((p.name, p.pattern) for p in spec.redaction.extra_patterns))
 
 
 def check_endpoint(field: str, url: str, program: str = OPERATOR) -> None:
-    """Raises EndpointNotAllowed when the allowed endpoints exclude url (the SSO_* variable of
-    `program`, the process checking: a refusal names what its reader may change)."""
+    """Raises EndpointNotAllowed when `program`'s allowed endpoints exclude url."""
     setting = CONFIG.setting("allowed_endpoints", program)
     refusal = endpoint_refusal(field, url, CONFIG.allowed_endpoints, setting, program)
     if refusal is not None:
@@ -76,10 +67,9 @@ def check_memory_destinations(
     program: str = OPERATOR,
     secret_unused: str | None = None,
 ) -> None:
-    """Raises MemoryDestinationNotAllowed unless the owner of the store's credential (or the
-    install, for a store without one) allows every endpoint the memories would go to (only
-    `field`'s, when given). Reads the Secret's annotations, never the store; not even those
-    when the store is read without its Secret (summaryctl: `secret_unused` says why)."""
+    """Raises MemoryDestinationNotAllowed unless the store credential's owner (or the install)
+    allows every endpoint the memories would go to (only `field`'s, when given); the
+    Secret is not read when `secret_unused` says why the store is read without it."""
     m, e = spec.model, spec.embedding
     endpoints = (
         ("model.baseUrl", m.backend == "openai" and m.base_url),
@@ -112,7 +102,7 @@ def secret_verdict(use: SecretUse, annotations: dict[str, str]) -> SecretVerdict
 
 def secret_for(field: str, namespace: str, ref: SecretKeyRef, url: str) -> str:
     """The value of a Secret key that will be sent to url, if the Secret allows url (else
-    SecretHostNotAllowed, naming the Secret, the URL and the annotation, never the value)."""
+    SecretHostNotAllowed, never naming the value)."""
     annotations, data = kube.read_secret(namespace, ref.name)
     verdict = secret_verdict(SecretUse(field, namespace, ref.name, url), annotations)
     if not verdict.allowed:
@@ -135,9 +125,7 @@ def secret_uses(spec: SessionSummarizerSpec, namespace: str) -> list[SecretUse]:
     ]
 
 
-# Reads the value of a Secret key that will be sent to a URL: (field, namespace, ref, url) ->
-# value. The operator uses secret_for; summaryctl reads the environment first
-# (cli/settings.py), then secret_for, so a Secret's allow-list holds there too.
+# (field, namespace, ref, url) -> the value: secret_for, or summaryctl's (env first).
 SecretReader = Callable[[str, str, SecretKeyRef, str], str]
 
 
@@ -156,10 +144,8 @@ def store_location(
         check_endpoint("store.url", s.url, program)
         if s.auth_secret_ref is not None:
             token = read_secret("store.authSecretRef", namespace, s.auth_secret_ref, s.url)
-    where = s.model_dump(include=set(_STORE_FIELDS))
-    # The summary collection records the embedding function it is created with.
     return StoreLocation(
-        **where,
+        **s.model_dump(exclude={"auth_secret_ref"}),  # the token is read from its Secret
         token=token,
         embedding_provider=spec.embedding.provider,
         embedding_model=spec.embedding.model,
