@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from controller.api import SECRET_NAME_PATTERN
+from controller.api import SECRET_NAME_PATTERN, StoreSpec
 from controller.core.naming import blank_session_id
 from controller.core.text import printable
 
@@ -20,9 +20,6 @@ _DNS_SUBDOMAIN = re.compile(SECRET_NAME_PATTERN)
 
 class CliError(Exception):
     """A failure with a message that says what to do; printed without a traceback."""
-
-
-# -- argument checks: run by argparse, before any API or store call ---------------------
 
 
 def _shown(value: str, limit: int = 60) -> str:
@@ -98,8 +95,6 @@ def store_name_arg(field: str) -> Callable[[str], str]:
     """A store flag (--tenant, --database, a collection): what StoreSpec takes for `field`."""
 
     def check(value: str) -> str:
-        from controller.api import StoreSpec
-
         if problem := StoreSpec.name_problem(field, value):
             what = field.replace("_", " ")
             raise argparse.ArgumentTypeError(
@@ -130,8 +125,6 @@ def chroma_url_problem(url: str) -> str | None:
         return "credentials in the URL are not used; put a token in CHROMA_TOKEN"
     if parts.path not in ("", "/") or parts.query or parts.fragment:
         return "only scheme, host and port are used; remove the path, query or fragment"
-    from controller.api import StoreSpec
-
     if len(url) > StoreSpec.URL_MAX:
         return f"at most {StoreSpec.URL_MAX} characters"
     return StoreSpec.url_problem(url)
