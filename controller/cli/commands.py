@@ -18,8 +18,7 @@ from controller.core.text import ms_to_rfc3339
 
 
 def unserved(summarizer: dict[str, Any]) -> str | None:
-    """Why no operator serves this SessionSummarizer now (its ReplicaActive condition); None
-    when one does."""
+    """Why no operator serves this SessionSummarizer now (ReplicaActive); None when one does."""
     meta, status = summarizer["metadata"], summarizer.get("status") or {}
     where = f"SessionSummarizer {meta['namespace']}/{meta['name']}"
     replica: dict[str, Any] = _conditions(status).get("ReplicaActive", {})
@@ -52,8 +51,7 @@ def request_pass(
 
     existing = kube_call(kube.get_summary, args.namespace, summary_object_name(args.session_id))
     ref = args.summarizer or ((existing or {}).get("spec") or {}).get("summarizerRef", "default")
-    # None: this identity may not read it. One just applied is reported on at the
-    # operator's next poll: given that long (by this host's clock).
+    # None: this identity may not read it; one just applied gets REPORT_GRACE_S to be served.
     while (summarizer := summarizer_object(args.namespace, ref, may_be_unreadable=True)) and (
         why := unserved(summarizer)
     ):
@@ -202,16 +200,13 @@ def _conditions(status: dict[str, Any]) -> dict[Any, dict[str, Any]]:
 
 
 def _full_document(store: Any, session_id: Any, document: str) -> str:
-    """The whole summary, rebuilt from the row and its ledger entry; a row naming no session
-    is shown as it is."""
+    """The whole summary, rebuilt from the row and its ledger entry; else the row as it is."""
     from controller.core.document import render_document
     from controller.core.summary import StructuredSummary
 
-    if not isinstance(session_id, str):
-        return document
     try:
-        prior = store.read_summary(session_id)
-    except ValueError:
+        prior = store.read_summary(session_id) if isinstance(session_id, str) else None
+    except ValueError:  # an entry not as the operator writes it
         return document
     if isinstance(prior, StructuredSummary):
         return render_document(prior, max_chars=None)
