@@ -53,8 +53,7 @@ class SummarizerSettings:
     spec: SessionSummarizerSpec
     namespace: str
     source: str | None  # how a message names it
-    # Why the store is read without its Secret (--path, CHROMA_TOKEN): then nobody reads it.
-    secret_unused: str | None = None
+    secret_unused: str | None = None  # why the store is read without its Secret
 
 
 def _manifest(path: str, namespace: str | None) -> tuple[Any, str]:
@@ -103,9 +102,8 @@ def load_summarizer(args: argparse.Namespace) -> SummarizerSettings:
 
 
 def read_secret(spec_field: str, namespace: str, ref: Any, url: str) -> str:
-    """A Secret key a summarizer names (a backends.SecretReader): the env var standing for
-    it if set, else the Secret from the cluster, refused unless its
-    memorycore.io/allowed-urls allows the URL (docs/security.md)."""
+    """A backends.SecretReader: the env var standing for the Secret if set, else the Secret,
+    refused unless it allows the URL (docs/security.md)."""
     env = SECRET_ENV[spec_field.split(".")[0]]
     if value := os.environ.get(env):
         return value
@@ -174,10 +172,8 @@ def open_store(args: argparse.Namespace) -> Iterator[tuple[MemoryStore, Summariz
 
 
 def check_memory_destination(summarizer: SummarizerSettings, field: str) -> None:
-    """As the operator before it sends memories (or text to store among them) to the
-    endpoint at `field`: refused unless the store credential's owner, or summaryctl's
-    SSO_ALLOWED_MODEL_URLS, allows it (backends.check_memory_destinations). The store's
-    Secret decides only when the store is read with it: else it is not read at all."""
+    """backends.check_memory_destinations for the endpoint at `field`, as the operator checks
+    it before it sends memories there."""
     from controller.kube import client as kube
 
     try:
