@@ -125,12 +125,9 @@ def pass_outcome(obj: dict[str, Any]) -> tuple[str, str, str] | None:
     phase = status.get("phase")
     if phase in ("Summarized", "Empty", "NotFound", "Failed", "Forgotten"):
         return str(phase), reason, message
-    failed = (
-        current
-        and summarized.get("status") == "False"
-        and reason not in ("", "SessionClaimed", "Summarizing")
-    )
-    return ("Pending", reason, message) if phase == "Pending" and failed else None
+    retrying = phase == "Pending" and summarized.get("status") == "False"
+    failed = retrying and reason not in ("", "SessionClaimed", "Summarizing")  # "": not current
+    return ("Pending", reason, message) if failed else None
 
 
 def _where(obj: dict[str, Any]) -> str:
@@ -292,6 +289,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     failures: list[str] = []
     not_found: list[str] = []
     total = len(args.session_ids)
+    skipped = (StoreUnavailable, EmbeddingMismatch, EmbeddingError, ModelUnavailable, ValueError)
     with open_store(args) as (store, summarizer):
         parts = summarize_backends(store, summarizer)
         for i, session_id in enumerate(args.session_ids, 1):
@@ -310,13 +308,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
                 )
             except InvalidStoreConfig:  # a refused setting: stop here (open_store says it)
                 raise
-            except (
-                StoreUnavailable,
-                EmbeddingMismatch,
-                EmbeddingError,
-                ModelUnavailable,
-                ValueError,
-            ) as exc:
+            except skipped as exc:  # this session's pass failed: on to the next
                 failures.append(session_id)
                 out(f"{shown}: FAILED: {exc}", err=True)
                 continue
