@@ -233,8 +233,7 @@ def cmd_summaries(args: argparse.Namespace) -> int:
 
 
 def cmd_remember(args: argparse.Namespace) -> int:
-    """Writes one memory as an agent does (docs/agents.md): a turn or a sunset marker,
-    embedded with the summarizer's model (default: local MiniLM)."""
+    """Writes one memory as an agent does (docs/agents.md), embedded with the summarizer's model."""
     from controller.cli.settings import embedder, open_store
     from controller.core.memories import SUNSET_MARKER_TYPE, render_interaction_document
 
@@ -417,8 +416,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
 
 def _with_secrets(args: argparse.Namespace) -> list[str]:
-    """Sessions whose stored summary holds a secret the next pass would mask
-    (PassRedaction.prior)."""
+    """Sessions whose stored summary holds a secret the next pass would mask."""
     from controller import backends
     from controller.cli.settings import open_store
     from controller.core.summary import UnreadablePriorSummary

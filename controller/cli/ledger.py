@@ -25,8 +25,6 @@ def _ledger_lines(session_id: str, document: str, keys: dict[str, Any]) -> list[
     """A session's ledger entry for a person: what it records, and how big each part is."""
 
     def measured(key: str, measure: Callable[[Any], Any], absent: Any = 0) -> Any:
-        """measure(the JSON in keys[key]); one line naming the key when it is not as the
-        operator writes it (another writer's row, an edit), never a bare decoding error."""
         if not isinstance(keys.get(key), str):
             return absent
         try:
