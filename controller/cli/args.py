@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from controller.api import SECRET_NAME_PATTERN, StoreSpec
 from controller.core.naming import blank_session_id
-from controller.core.text import printable
+from controller.core.text import ms_to_rfc3339, printable
 
 MAX_SESSION_ID = 1024  # the CRD's spec.sessionId maxLength
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -30,6 +30,10 @@ def out(*lines: object, err: bool = False) -> None:
     """Prints each of lines as one line (stderr with err): every summaryctl command prints
     through here, so no text a store, a cluster or an argument holds drives the terminal."""
     print(*map(printable, lines), sep="\n", file=sys.stderr if err else sys.stdout)
+
+
+def shown_time(ms: object) -> str:
+    return ms_to_rfc3339(int(ms)) if isinstance(ms, int | float) else "?"
 
 
 def text_arg(value: str) -> str:

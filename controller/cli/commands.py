@@ -12,9 +12,8 @@ import time
 import uuid
 from typing import Any
 
-from controller.cli.args import CliError, out
+from controller.cli.args import CliError, out, shown_time
 from controller.cli.failures import kube_call, summarizer_object
-from controller.core.text import ms_to_rfc3339
 
 
 def unserved(summarizer: dict[str, Any]) -> str | None:
@@ -224,8 +223,7 @@ def cmd_summaries(args: argparse.Namespace) -> int:
     if not rows:
         out("no summaries yet")
     for row_id, document, meta in rows:
-        when = meta.get("timestamp")
-        stamp = ms_to_rfc3339(int(when)) if isinstance(when, int | float) else "?"
+        stamp = shown_time(meta.get("timestamp"))
         count = meta.get("memoryCount", "?")
         out(f"== {row_id}  [{meta.get('category', '?')}] {stamp}  {count} memories")
         out(*document.strip().split("\n"), "")

@@ -8,17 +8,13 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from controller.cli.args import CliError, out
+from controller.cli.args import CliError, out, shown_time
 from controller.cli.failures import kube_call
 from controller.core.text import json_value, ms_to_rfc3339, one_line
 
 if TYPE_CHECKING:
     from controller.core.summary import PriorSummary
     from controller.store.session_listing import SessionRows
-
-
-def _when(ms: Any) -> str:
-    return ms_to_rfc3339(int(ms)) if isinstance(ms, int | float) else "?"
 
 
 def _ledger_lines(session_id: str, document: str, keys: dict[str, Any]) -> list[str]:
@@ -53,12 +49,12 @@ def _ledger_lines(session_id: str, document: str, keys: dict[str, Any]) -> list[
     )
     lines = [
         f"session:        {session_id}",
-        f"written:        {_when(keys.get('summarizedAt'))} by {keys.get('writer', '?')} "
+        f"written:        {shown_time(keys.get('summarizedAt'))} by {keys.get('writer', '?')} "
         f"({keys.get('triggerSource', '?')})",
         f"written under:  {claim}",
         f"row digest:     {keys.get('ledger.rowDigest', '(none)')} (of the document agents read)",
         f"memories:       {keys.get('memoryCount', '?')}; the newest covered "
-        f"{keys.get('watermarkMemoryId', '-')} at {_when(keys.get('watermarkTimestamp'))}",
+        f"{keys.get('watermarkMemoryId', '-')} at {shown_time(keys.get('watermarkTimestamp'))}",
         f"coverage:       {buckets} buckets",
         f"references:     {measured('referencesJson', len)} kept, "
         f"{keys.get('referencesOmitted', 0)} left out",
@@ -87,7 +83,7 @@ def cmd_ledger(args: argparse.Namespace) -> int:
         out(*json.dumps({"document": document, "keys": keys}, indent=2).split("\n"))
     elif document is None:
         out(
-            f"session {args.session_id!r} was forgotten at {_when(keys.get('forgottenAt'))}: "
+            f"session {args.session_id!r} was forgotten at {shown_time(keys.get('forgottenAt'))}: "
             f"no summary row; its ledger entry is a tombstone (no text: the digest of the "
             f"ids of the {keys.get('memoryCount', '?')} memories it left, and its fence)"
         )
