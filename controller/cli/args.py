@@ -22,8 +22,8 @@ class CliError(Exception):
     """A failure with a message that says what to do; printed without a traceback."""
 
 
-def _shown(value: str, limit: int = 60) -> str:
-    return repr(value if len(value) <= limit else value[:limit] + "...")
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 60 else value[:60] + "...")
 
 
 def out(*lines: object, err: bool = False) -> None:

@@ -168,7 +168,7 @@ def cmd_check(args: argparse.Namespace) -> int:
                 f"running, and does it serve namespace {args.namespace!r}?",
                 err=True,
             )
-            break  # fmt: skip
+            break
         if not asked or answered:  # first, or measured and not Ready yet: again
             asked = now_rfc3339(precise=True)
             patch = {"metadata": {"annotations": {PROBE_REQUESTED: asked}}}
