@@ -6,14 +6,13 @@ cannot see; it reads a bounded number of rows per tick and never holds up a suns
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from controller.api import SessionSummarizerSpec
 from controller.config import CONFIG
 from controller.core.reconcile_plan import ReconcileCycle, reconcile, uncovered_rows
 from controller.core.sweep_plan import SweepPlan
-from controller.core.waiting import Pause, no_pause
+from controller.core.waiting import Pause
 from controller.store.memory_store import SCAN_PAGE, MemoryStore
 from controller.sweep import apply_plan
 from controller.upkeep_state import Reconciler
@@ -22,10 +21,8 @@ from controller.upkeep_state import Reconciler
 @dataclass(frozen=True)
 class ReconcileResult:
     read: int  # rows walked this step
-    requested: int  # sessions asked for a pass this step
-    finished: ReconcileCycle | None  # the walk this step completed, if any
-    uncovered: int  # rows no summary accounts for, found by the finished walk
-    seconds: float
+    finished: ReconcileCycle | None = None  # the walk this step completed, if any
+    uncovered: int = 0  # rows no summary accounts for, found by the finished walk
     sessions: int = 0  # sessions the finished walk found needing a pass
 
 
@@ -38,29 +35,24 @@ def reconcile_step(
     now_ms: int,
     monotonic: float,
     state: Reconciler,
-    pause: Pause = no_pause,
+    pause: Pause,
 ) -> ReconcileResult:
     """One tick: ask for the passes the last walk found (maxSessionsPerSweep at most), start
-    a walk when one is due, and read what reconcileRowsPerSecond allows since the last step
-    (two ticks' worth at most), so the walk never holds up a sunset. state: the walk so far,
-    kept between ticks; pause: the scheduler's give_way, before each read."""
-    started = time.monotonic()
+    a walk when due, and read what reconcileRowsPerSecond allows since the last step (two
+    ticks' worth at most), so the walk never holds up a sunset."""
     sweep = spec.sweep
-    requested = 0
     if state.pending:
         batch, state.pending = state.pending, []
         if state.last_done_ms is not None:  # written or forgotten since the walk: not stale
             pause()
             since = store.written_since([c.session_id for c in batch], state.last_done_ms)
             batch = [c for c in batch if c.session_id not in since]
-        plan = SweepPlan(candidates=batch[: sweep.max_sessions_per_sweep])
-        plan.deferred = batch[sweep.max_sessions_per_sweep :]
+        cap = sweep.max_sessions_per_sweep
+        plan = SweepPlan(candidates=batch[:cap], deferred=batch[cap:])
         applied = apply_plan(
             plan, namespace=namespace, summarizer_name=summarizer_name, pause=pause
         )
-        requested = applied.created + applied.patched
-        walked = len(batch) - applied.left
-        state.pending = batch[walked:]
+        state.pending = batch[len(batch) - applied.left :]
     interval_ms = sweep.reconcile_interval_seconds * 1000
     if state.cycle is None and (
         state.due_now or state.last_done_ms is None or now_ms - state.last_done_ms >= interval_ms
@@ -68,7 +60,7 @@ def reconcile_step(
         state.cycle, state.due_now, state.last_step = ReconcileCycle(now_ms), False, monotonic
     cycle = state.cycle
     if cycle is None:
-        return ReconcileResult(0, requested, None, 0, time.monotonic() - started)
+        return ReconcileResult(0)
     rate = sweep.reconcile_rows_per_second
     elapsed = min(max(monotonic - state.last_step, 0.0), 2 * CONFIG.sweep_tick_seconds)
     budget = max(1, int(rate * elapsed)) if cycle.rows else min(rate, SCAN_PAGE)
@@ -77,7 +69,7 @@ def reconcile_step(
     while read < budget:
         ask = min(SCAN_PAGE, budget - read)
         pause()
-        got = cycle.fold(store.rows_from(cycle.offset, ask), now_ms)
+        got = cycle.fold(store.rows_from(cycle.rows, ask), now_ms)
         read += got
         if got < ask:  # the end of the collection: compare
             cycle.add_summarized(store.ledger_sessions())
@@ -96,12 +88,6 @@ def reconcile_step(
             )
             state.pending = plan.candidates + plan.deferred
             state.cycle, state.last_done_ms = None, now_ms
-            return ReconcileResult(
-                read,
-                requested,
-                cycle,
-                uncovered_rows(cycle.counts, stored),
-                time.monotonic() - started,
-                len(state.pending),
-            )
-    return ReconcileResult(read, requested, None, 0, time.monotonic() - started)
+            uncovered = uncovered_rows(cycle.counts, stored)
+            return ReconcileResult(read, cycle, uncovered, len(state.pending))
+    return ReconcileResult(read)

@@ -1,15 +1,14 @@
 """Finding memories the sweep's timestamp scan cannot see (older than its watermark, or an
 ISO timestamp Chroma cannot compare), and the paced reconciliation. Pure.
 
-RowCursor follows the rows Chroma lists in the order they were added; a deletion shifts the
-offsets, which it notices (the row before its offset changed). ReconcileCycle is a resync
-as informers do: a walk that counts and digests each session's rows against its summary, a
-bounded number of rows per tick, so it never holds up a sunset.
+RowCursor follows the rows in the order Chroma added them, and notices a deletion (which
+shifts the offsets) by the row before its offset changing. ReconcileCycle is a resync as
+informers do: a paced walk that counts and digests each session's rows against its summary.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from controller.core.coverage import Bucket, digest_text, id_hash
@@ -23,8 +22,7 @@ from controller.core.sweep_plan import (
     plan_sweep,
 )
 
-# A row as the walk reads it: (sessionId, None for a row of no session; timestamp ms or
-# None; row id).
+# A row as the walk reads it: (sessionId or None, timestamp ms or None, row id).
 WalkedRow = tuple[str | None, int | None, str]
 UNDATED = -(2**63)  # the newest time of a session none of whose rows has a usable one
 
@@ -43,19 +41,16 @@ class ReconcileCycle:
     """One walk over the collection, counting each session's rows."""
 
     started_ms: int
-    offset: int = 0
-    rows: int = 0
+    rows: int = 0  # walked so far: where the next page starts
     counts: dict[str, int] = field(default_factory=dict)
     newest: dict[str, int] = field(default_factory=dict)
     digests: dict[str, Bucket] = field(default_factory=dict)  # each session's row ids
 
-    def fold(self, rows: Iterable[WalkedRow], now_ms: int) -> int:
-        """Counts a page of rows; returns its length. A row of no session is walked past. A
-        row without a usable timestamp counts (memoryCount counts every row) but dates nothing,
-        as does one too far ahead of now_ms (a bad clock must not keep a session active)."""
-        n = 0
+    def fold(self, rows: Sequence[WalkedRow], now_ms: int) -> int:
+        """Counts a page of rows; returns its length. A row without a usable timestamp counts
+        (memoryCount counts every row) but dates nothing, as does one too far ahead of now_ms
+        (a bad clock must not keep a session active)."""
         for session_id, stamp, row_id in rows:
-            n += 1
             if session_id is None:
                 continue
             ids = self.digests.get(session_id) or Bucket(0)
@@ -64,9 +59,8 @@ class ReconcileCycle:
             if stamp is None or stamp > now_ms + FUTURE_TOLERANCE_MS:
                 stamp = UNDATED
             self.newest[session_id] = max(self.newest.get(session_id, UNDATED), stamp)
-        self.rows += n
-        self.offset += n
-        return n
+        self.rows += len(rows)
+        return len(rows)
 
     def add_summarized(self, session_ids: Iterable[str]) -> None:
         """Sessions with a summary (a ledger entry): one the walk found no row of counts 0
