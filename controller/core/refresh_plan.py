@@ -2,8 +2,7 @@
 
 A session still active is summarized when it grew past `refreshAfterTokens` estimated
 tokens since its last summary, at most once per `minRefreshSeconds` (docs/summaries.md).
-Two steps, so I/O is paid only where needed: `may_refresh` on the row's summarizedAt,
-then `refresh_due` on the tokens the session grew by.
+The sweep asks `may_refresh` first, so it measures the growth only of a session that may refresh.
 """
 
 from __future__ import annotations
@@ -41,13 +40,6 @@ def may_refresh(summarized_at_ms: int | None, policy: RefreshPolicy, now_ms: int
     return summarized_at_ms is None or now_ms - summarized_at_ms >= policy.min_interval_ms
 
 
-def refresh_due(growth: Growth, policy: RefreshPolicy, now_ms: int) -> bool:
-    """True when the session grew past the threshold and the interval has passed."""
-    return growth.tokens > policy.after_tokens and may_refresh(
-        growth.summarized_at_ms, policy, now_ms
-    )
-
-
 def plan_refresh(
     plan: SweepPlan,
     growth: Iterable[Growth],
@@ -60,11 +52,11 @@ def plan_refresh(
     the per-sweep cap leaves after the idle stale sessions; the rest stay still_active (the
     sweep's watermark stays behind them, so a later sweep measures them again)."""
     due = sorted(
-        (g for g in growth if g.session_id in plan.still_active and refresh_due(g, policy, now_ms)),
+        (g for g in growth if g.session_id in plan.still_active and g.tokens > policy.after_tokens),
         key=lambda g: (-g.tokens, g.session_id),
     )
     room = max(0, max_sessions - len(plan.candidates))
-    chosen = due[:room]
+    chosen = [g for g in due if may_refresh(g.summarized_at_ms, policy, now_ms)][:room]
     plan.refresh = [Candidate(g.session_id, g.newest_ms, "refresh") for g in chosen]
     picked = {g.session_id for g in chosen}
     plan.still_active = [sid for sid in plan.still_active if sid not in picked]

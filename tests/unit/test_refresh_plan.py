@@ -8,7 +8,6 @@ from controller.core.refresh_plan import (
     RefreshPolicy,
     may_refresh,
     plan_refresh,
-    refresh_due,
 )
 from controller.core.sweep_plan import Candidate, SessionActivity, SweepPlan, plan_sweep
 
@@ -48,20 +47,27 @@ def test_below_the_threshold_an_active_session_is_left_alone() -> None:
     assert planned.refresh == [] and planned.still_active == ["quiet"]
 
 
+def refreshed(growth: Growth, policy: RefreshPolicy = POLICY, now_ms: int = NOW) -> bool:
+    plan = plan_refresh(
+        active_plan(growth.session_id), [growth], policy, now_ms=now_ms, max_sessions=50
+    )
+    return [c.session_id for c in plan.refresh] == [growth.session_id]
+
+
 def test_never_more_often_than_the_minimum_interval() -> None:
     grown = Growth("busy", NOW, 50_000, summarized_at_ms=NOW - 599_999)
     assert not may_refresh(grown.summarized_at_ms, POLICY, NOW)
-    assert not refresh_due(grown, POLICY, NOW)
-    assert refresh_due(grown, POLICY, NOW + 1)
+    assert not refreshed(grown, now_ms=NOW)
+    assert refreshed(grown, now_ms=NOW + 1)
 
 
 def test_a_session_without_a_summary_is_refreshed_on_size_alone() -> None:
-    assert refresh_due(Growth("new", NOW, 1_500, None), POLICY, NOW)
+    assert refreshed(Growth("new", NOW, 1_500, None))
 
 
 def test_zero_turns_refreshing_off() -> None:
     off = RefreshPolicy(after_tokens=0, min_interval_ms=0)
-    assert not refresh_due(Growth("busy", NOW, 10**9, None), off, NOW)
+    assert not refreshed(Growth("busy", NOW, 10**9, None), off)
 
 
 def test_refreshes_share_the_per_sweep_cap_with_idle_stale_sessions_most_grown_first() -> None:
