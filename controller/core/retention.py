@@ -12,8 +12,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-TERMINAL_PHASES = ("Summarized", "Empty", "NotFound", "Failed", "Forgotten")
-
 
 @dataclass(frozen=True)
 class RetentionPolicy:
@@ -84,7 +82,7 @@ def expired(
         meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}), obj.get("status") or {}
         if spec.get("summarizerRef", "default") != summarizer or holds_request(obj):
             continue
-        ttl = policy.ttl(status.get("phase"))  # 0 for a phase not in TERMINAL_PHASES
+        ttl = policy.ttl(status.get("phase"))  # 0 for a phase not finished
         if ttl <= 0:
             continue
         if status.get("observedGeneration") != meta.get("generation"):

@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 from kubernetes.client.exceptions import ApiException
 
 from controller.api import SessionSummarizerSpec
-from controller.core.retention import TERMINAL_PHASES, RetentionPolicy, expired, holds_request
+from controller.core.retention import RetentionPolicy, expired, holds_request
 from controller.sweep import _in_flight, apply_retention
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
+TERMINAL_PHASES = ("Summarized", "Empty", "NotFound", "Failed", "Forgotten")
 POLICY = RetentionPolicy(summarized_s=60, empty_s=30, not_found_s=20, failed_s=90)
 
 
