@@ -1,11 +1,8 @@
 """SessionSummarizer handlers: validate the config, report store/model health, and run the
-periodic work from kopf timers: the sweep, retention, a reconciliation step and the
-sunset-marker scan, each reporting on the status.
-
-kopf fixes a timer's interval when the handler is registered, so the timer ticks every
+periodic work (the sweep, retention, a reconciliation step, the sunset-marker scan) from kopf
+timers. kopf fixes a timer's interval at registration, so the timer ticks every
 SSO_SWEEP_TICK_SECONDS and the sweep runs when spec.sweep.intervalSeconds has passed since
-status.lastSweepAt (which survives restarts and failover).
-"""
+status.lastSweepAt (which survives restarts and failover)."""
 
 from __future__ import annotations
 
@@ -55,6 +52,7 @@ from controller.store.errors import CollectionNotFound, InvalidStoreConfig, Stor
 from controller.store.memory_store import MemoryStore
 from controller.sweep import (
     MarkerScanResult,
+    SweepResult,
     apply_retention,
     retention_policy,
     run_marker_scan,
@@ -73,13 +71,6 @@ STORE_ERRORS = (
 T = TypeVar("T")
 
 
-def _validate(body: kopf.Body) -> SessionSummarizerSpec:
-    try:
-        return SessionSummarizerSpec.model_validate(dict(body.get("spec") or {}))
-    except ValidationError as exc:
-        raise kopf.PermanentError(f"invalid spec: {one_line(exc, 300)}") from exc
-
-
 @dataclass(frozen=True)
 class _Tick:
     """A SessionSummarizer as one tick of its timers works on it."""
@@ -94,8 +85,11 @@ class _Tick:
     @classmethod
     def of(cls, body: kopf.Body, namespace: str | None, name: str, **kwargs: Any) -> _Tick:
         assert namespace is not None  # SessionSummarizer is namespaced
-        logger, runtime = kwargs["logger"], Runtime.of(kwargs["memo"])
-        return cls(body, _validate(body), namespace, name, logger, runtime)
+        try:
+            spec = SessionSummarizerSpec.model_validate(dict(body.get("spec") or {}))
+        except ValidationError as exc:
+            raise kopf.PermanentError(f"invalid spec: {one_line(exc, 300)}") from exc
+        return cls(body, spec, namespace, name, kwargs["logger"], Runtime.of(kwargs["memo"]))
 
     @functools.cached_property
     def status(self) -> SessionSummarizerStatus:  # as the tick found it
@@ -149,8 +143,7 @@ def _transitions(
 
 
 def _ask_failed_again(namespace: str, summarizer: str) -> int:
-    """Asks every SessionSummary of this summarizer whose last pass failed for a new pass
-    (core/requeue.py); returns how many."""
+    """Asks each SessionSummary whose last pass failed under this summarizer again; how many."""
     requested_at = now_rfc3339(precise=True)
     found = to_ask_again_with_progress(
         kube.iter_summaries(namespace, CONFIG.list_chunk_size), summarizer, CONFIG.annotation_prefix
@@ -247,9 +240,8 @@ async def _probe(
 
 
 def _probes_due(tick: _Tick) -> bool:
-    """While a probe's condition does not hold, every probe runs again after
-    SSO_EMBEDDING_REPROBE_SECONDS (30), backing off (UpkeepState.probe_due): the conditions
-    turn True once the store, the endpoint, the collection or the Secret is fixed."""
+    """While a probe's condition does not hold, the probes run again after
+    SSO_EMBEDDING_REPROBE_SECONDS, backing off (UpkeepState.probe_due), to see it fixed."""
     failing = any(
         c.type in REQUIRED and c.status != "True" and (c.type, c.reason) not in NOT_BLOCKING
         for c in tick.status.conditions or []
@@ -303,10 +295,9 @@ async def sweep(body: kopf.Body, name: str, namespace: str | None, **kw: Any) ->
     GROUP, VERSION, SUMMARIZER_PLURAL, interval=CONFIG.sweep_tick_seconds, initial_delay=1.0
 )
 async def scan_markers(body: kopf.Body, name: str, namespace: str | None, **kw: Any) -> None:
-    """The sunset-marker scan (SunsetMarkers) every tick, after the sweep's watermark. A
-    timer of its own: a sweep that measures hundreds of active sessions on a busy store
-    takes minutes, and a marker is a session that ended, not to wait for it. It owns the
-    SunsetMarkers condition and leaves store errors to the sweep to report."""
+    """The sunset-marker scan (SunsetMarkers) every tick, after the sweep's watermark: a timer
+    of its own, as a sweep on a busy store takes minutes and a marker is a session that ended.
+    Store errors are the sweep's to report."""
     tick = _Tick.of(body, namespace, name, **kw)
     since, runtime = tick.status.watermark, tick.runtime
     if not tick.spec.sweep.enabled or since is None:
@@ -373,8 +364,7 @@ async def _retention(tick: _Tick) -> None:
 
 
 async def _reconcile(tick: _Tick) -> None:
-    """One step of the reconciliation (sweep.reconcile_step); a store it cannot reach is the
-    sweep's to report."""
+    """One step of the reconciliation (reconcile.reconcile_step)."""
     state = tick.runtime.upkeep.reconciler(tick.namespace, tick.name)
 
     def step_once() -> ReconcileResult:
@@ -413,13 +403,11 @@ async def _reconcile(tick: _Tick) -> None:
 async def _sweep(tick: _Tick) -> None:
     """One sweep: the sessions it finds asked for, its figures and Swept written."""
     spec, status, events, generation = tick.spec, tick.status, tick.runtime.events, tick.generation
-    cursor = (
-        RowCursor(status.appended_offset, status.appended_last_id)
-        if status.appended_offset is not None
-        else None
-    )
+    cursor: RowCursor | None = None
+    if status.appended_offset is not None:
+        cursor = RowCursor(status.appended_offset, status.appended_last_id)
 
-    def sweep_store() -> Any:
+    def sweep_store() -> SweepResult:
         with tick.store() as store, tick.runtime.scheduler.background() as pause:
             return run_sweep(
                 store,
