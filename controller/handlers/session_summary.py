@@ -1,8 +1,6 @@
-"""SessionSummary handlers: create, spec change and resume -> one summarization.
-
-Thin: resolve the SessionSummarizer, run controller.pipeline in a worker thread, and turn
-the outcome or the failure into status, a condition and an Event.
-"""
+"""SessionSummary handlers: create, spec change and resume -> one summarization. Thin:
+resolve the SessionSummarizer, run controller.pipeline in a worker thread, and turn the
+outcome or the failure into status, a condition and an Event."""
 
 from __future__ import annotations
 
@@ -79,7 +77,6 @@ log = logging.getLogger("controller.handlers.session_summary")
 
 
 def _claim_wait(retry: int) -> float:
-    """Backed-off wait before looking at a session's claim again (core/waiting.py)."""
     first_s, max_s = CONFIG.claim_retry_seconds, CONFIG.claim_retry_max_seconds
     return wait_delay(retry, first_s=first_s, max_s=max_s, jitter=WAIT_JITTER, rand=random.random())
 
@@ -173,18 +170,16 @@ def summarize_claimed(
     started: Callable[[], None],
     trace: PassTrace,
 ) -> Outcome:
-    """Takes the session's claim in its store, says the pass started (`started`: phase
-    Summarizing), summarizes while a thread renews the claim, and releases it. Raises
-    ClaimHeld when another live writer (replica, or object naming the same session) has it;
-    PassInterrupted when the operator is stopping, before the claim or at a chunk boundary."""
+    """Takes the session's claim, says the pass started (`started`: phase Summarizing),
+    summarizes while a thread renews the claim, and releases it. Raises ClaimHeld when another
+    live writer has it; PassInterrupted when the operator is stopping."""
     if runtime.stopping.is_set():
         raise PassInterrupted("the operator is stopping; the next replica resumes this pass")
     namespace, name = str(body.metadata.namespace), str(body.metadata.name)
     summarizer = _summarizer(namespace, spec, summarizer_spec)
     config, giving_way = runtime.config, trace.giving_way(runtime.scheduler.give_way)
     with contextlib.ExitStack() as held:
-        # The SessionSummarizer's live parts (the runtime's, built on first use), held for
-        # the pass; a store found unreachable on the way out is reconnected next time.
+        # The SessionSummarizer's live parts (the runtime's), held for the pass.
         with failures_shown(invalid_spec=True):
             backends = held.enter_context(
                 runtime.parts.backends(namespace, spec.summarizer_ref, summarizer)
@@ -309,10 +304,8 @@ async def summarize(
         except ClaimHeld as held:
             metrics.CLAIM_CONFLICTS.inc()
             metrics.WAITS.inc()
-            # Backed off by this object's own count of looks (core/waiting.py), and never later
-            # than the claim could lapse as this replica has watched it (its own clock, never
-            # the other writer's expiry against ours): a dead writer's session is taken over
-            # as soon as the lease rules allow.
+            # Backed off by this object's count of looks, and never later than the claim could
+            # lapse as this replica watched it (its own clock, never the other writer's expiry).
             delay = min(_claim_wait(retry), held.retry_after_s + random.uniform(0, 0.5))
             logger.info("session %s: %s; looking again in %.1fs", parsed.session_id, held, delay)
             if held.claim.writer.owner_uid not in (uid, ""):
@@ -322,8 +315,7 @@ async def summarize(
             raise kopf.TemporaryError(str(held), delay=delay) from None
         except ClaimContended as contended:
             # The claim changed under us on every try and nobody holds it now: look again as
-            # soon as a wait for another writer would (core/waiting.py), not after a failure's
-            # backoff.
+            # soon as a wait for another writer would, not after a failure's backoff.
             metrics.CLAIM_CONFLICTS.inc()
             delay = _claim_wait(retry)
             logger.info(

@@ -95,7 +95,6 @@ def status_with(
 
 
 def record(body: kopf.Body, patch: kopf.Patch, **status: Any) -> None:
-    """Patches the object's status to status_with(body, **status)."""
     patch.status.update(status_with(body, **status).to_api())
 
 
@@ -133,10 +132,9 @@ def record_failure(
     logger: kopf.Logger,
     events: EventRecorder,
 ) -> NoReturn:
-    """Condition + Event; retry with exponential backoff. Failures are counted per
-    generation (kopf keeps retrying an unfinished handler across spec changes), so the gate
-    resets on a spec change, and on success. The Event carries the failure's own message,
-    so the same failure again is counted on the same Event (EventRecorder)."""
+    """Condition + Event; retry with exponential backoff. Failures are counted per generation
+    (kopf retries an unfinished handler across spec changes), so the gate resets on a spec
+    change and on success. The Event's message is the failure's own, so a repeat is counted."""
     metrics.FAILURES.labels(reason=failure.reason).inc()
     previous = current_status(body)
     same_generation = previous.observed_generation == body.metadata.get("generation")
@@ -168,8 +166,7 @@ def record_failure(
 
 
 def provenance_status(summary: StructuredSummary, outcome: Outcome) -> SummaryProvenance:
-    """status.provenance: the memory range and watermark the written summary covers, and
-    the estimated tokens its passes read and added."""
+    """status.provenance: what the written summary covers and the tokens its passes cost."""
     spent = outcome.provenance
     mark = summary.watermark
     first, last = summary.first_memory_at_ms, summary.last_memory_at_ms
