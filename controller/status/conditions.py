@@ -1,11 +1,8 @@
 """A condition set on a status, the times a status states (RFC 3339, UTC), and Ready,
-Reconciling and Stalled on both kinds, derived from what each object's status already says
-(never set by a handler) every time its status is written. Pure.
-
-kstatus (Flux, kpt, `kubectl wait`) reads observedGeneration, then Reconciling True as in
-progress and Stalled True as failed; Ready is the Kubernetes convention (Argo CD's check in
-docs/operations.md). A derived condition that does not hold is left out, except Ready.
-"""
+Reconciling and Stalled on both kinds, derived from the rest of the status at each write. Pure.
+kstatus (Flux, kpt, `kubectl wait`) reads Reconciling True as in progress and Stalled True as
+failed; Ready is the Kubernetes convention (docs/operations.md). A derived condition that does
+not hold is left out, except Ready."""
 
 from __future__ import annotations
 

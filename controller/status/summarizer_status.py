@@ -47,10 +47,9 @@ def with_conditions(
 
 
 def settled(status: SessionSummarizerStatus, generation: int | None) -> SessionSummarizerStatus:
-    """What every status write stores (kube.update_summarizer_status applies it after the
-    writer's change): each condition with the generation it was computed for (spec-independent
-    ones, and any without one, get the current one), and Ready, Reconciling and Stalled
-    derived from them, measured when the oldest of their inputs was."""
+    """What every status write stores (after the writer's change): each condition with the
+    generation it was computed for (spec-independent ones, and any without one, the current
+    one), and Ready, Reconciling and Stalled derived from them, as old as their oldest input."""
     conditions = [
         c.model_copy(update={"observed_generation": generation})
         if c.type in SPEC_INDEPENDENT or c.observed_generation is None
@@ -58,7 +57,7 @@ def settled(status: SessionSummarizerStatus, generation: int | None) -> SessionS
         for c in status.conditions or []
     ]
     times = [c.last_probe_time for c in conditions if c.type in READY_INPUTS and c.last_probe_time]
-    at = min(times, default=None)  # as old as its oldest measured input
+    at = min(times, default=None)
     derived = [
         c.model_copy(update={"last_probe_time": at})
         for c in summarizer_readiness(conditions, generation)
@@ -195,8 +194,7 @@ def failed_sweep(
     at: str,
     generation: int | None = None,  # of the spec the sweep ran with
 ) -> SessionSummarizerStatus:
-    """What a sweep_failure writes; lastSweepAt moves so the next attempt waits a full
-    interval."""
+    """What a sweep_failure writes; lastSweepAt moves so the next attempt waits its interval."""
     return with_conditions(status, failure, generation=generation).model_copy(
         update={"last_sweep_at": at, "message": f"sweep failed: {failure[0].message}"}
     )
