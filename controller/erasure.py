@@ -17,11 +17,9 @@ def forget_session(
     guard: WriteGuard | None = None,
     request: str = "",
 ) -> Outcome:
-    """Deletes the session's summary row and everything the operator keeps for it (its
-    ledger entry, replaced by a tombstone of ids and counts only) and, with memories, the
-    session's memories; the fence of the claim's grant is checked right before, as for an
-    upsert, and recorded on the tombstone. request: which forget this is (its object's uid
-    and generation), so a retry of it reports what it removed in all."""
+    """Deletes the session's summary row, its ledger entry (a tombstone of ids and counts stays)
+    and, with memories, its memories, once the claim's fence is admitted as for an upsert
+    (the tombstone records it). request (object uid/generation): a retry reports the total."""
     fence = guard.admit(store.read_row_state(session_id).fence) if guard is not None else {}
     forgotten = store.forget_state(session_id, fence, memories=memories, request=request)
     return Outcome("forgotten", session_id, forgotten.remaining, forgotten=forgotten)

@@ -79,11 +79,9 @@ def write_row(
     group: GroupWrite = write_alone,
     phase: PhaseTimer = untimed,
 ) -> Written:
-    """Writes the row.
-
-    The row is re-read right before the upsert: a newer fence (guard) or a document whose
-    digest is not `seen` (None: no row; RowChangedDuringPass) refuses the write. Chroma has
-    no conditional write, so a window remains between that read and the upsert."""
+    """Writes the row, read again right before the upsert: a newer fence (guard) or a document
+    whose digest is not `seen` (None: no row) refuses the write. Chroma has no conditional
+    write, so a window remains between that read and the upsert."""
     with phase("summarized"):  # the document is the summary as agents read it
         document = render_document(
             summary, store.location.memory_collection, max_chars=store.location.document_max_chars
