@@ -262,7 +262,6 @@ async def summarize(
     except ValidationError as exc:  # one the CRD let through (an older CRD stored it)
         failure = Failure("InvalidSpec", spec_problems(exc), retry=False)
         record_failure(body, patch, failure, logger, runtime.events)
-    uid = str(body.metadata.get("uid") or "")
     started = time.monotonic()
     # Written a summary before: this pass is a re-summary (scheduling: it may wait a bit).
     slack = slack_for(
@@ -308,7 +307,7 @@ async def summarize(
             # lapse as this replica watched it (its own clock, never the other writer's expiry).
             delay = min(_claim_wait(retry), held.retry_after_s + random.uniform(0, 0.5))
             logger.info("session %s: %s; looking again in %.1fs", parsed.session_id, held, delay)
-            if held.claim.writer.owner_uid not in (uid, ""):
+            if held.claim.writer.owner_uid not in (body.metadata.uid, ""):
                 # Another object names the same session: say which one owns it for now.
                 record_waiting(body, patch, held, runtime.events)
             # Else another replica serves this very object: it writes the status.

@@ -366,9 +366,8 @@ def report_forgotten(
     status = status_with(
         body, phase="Forgotten", reason="Forgotten", message=message, ok=True, **done
     )
-    # No summary any more: only what says the forget was done stays. Every other field, and
-    # the conditions of the last pass, described the summary, the pass that wrote it or the
-    # memories it covered (the message says what remains); a null deletes a field.
+    # No summary any more: only what says the forget was done stays; the rest described the
+    # summary, its pass or the memories it covered. A null deletes a field.
     status.conditions = [
         c for c in status.conditions or [] if c.type not in (SINGLE_WRITER, MEMORY_TIMES)
     ]
