@@ -85,11 +85,10 @@ def summarizer_readiness(
     generation = min(generations) if generations else generation_now
     failing = [c for c in inputs if c.status == "False" and (c.type, c.reason) not in NOT_BLOCKING]
     if failing:
-        first = failing[0]
+        first, *rest = failing
         message = f"{first.type}: {first.message}"
-        more = len(failing) - 1
-        if more:
-            message += f" (and {more} more: {', '.join(c.type for c in failing[1:])})"
+        if rest:
+            message += f" (and {len(rest)} more: {', '.join(c.type for c in rest)})"
         return [
             _cond(READY, "False", first.reason, message, generation),
             _cond(STALLED, "True", first.reason, message, generation),
