@@ -194,7 +194,7 @@ def failed_sweep(
     at: str,
     generation: int | None = None,  # of the spec the sweep ran with
 ) -> SessionSummarizerStatus:
-    """What a sweep_failure writes; lastSweepAt moves so the next attempt waits its interval."""
+    """What a sweep_failure writes; lastSweepAt moves, so the retry waits its turn (sweep_due)."""
     return with_conditions(status, failure, generation=generation).model_copy(
         update={"last_sweep_at": at, "message": f"sweep failed: {failure[0].message}"}
     )
