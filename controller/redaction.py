@@ -1,12 +1,8 @@
 """Credentials out of everything a summary is made of, before it is made (docs/privacy.md).
-Outside core/: its rules come from detect-secrets.
 
-Secrets are masked where memories are read (store/session_listing.py) and in the prior a
-pass carries, never later. The rules: detect-secrets' regex plugins, keyword assignments
-(quoted values always, unquoted ones when random), quoted high-entropy base64 (not hex: a
-bare hex string is a commit or a digest); CONTEXT_RULES, a credential by where it stands; a
-SessionSummarizer's own patterns, run by RE2 in linear time. A secret becomes
-`[redacted: <kind>]`; what is around it stays.
+Masked where memories are read (store/session_listing.py) and in the prior a pass carries,
+never later. The rules: detect-secrets' plugins, CONTEXT_RULES (a credential by where it
+stands) and a SessionSummarizer's own patterns (RE2); a secret becomes `[redacted: <kind>]`.
 """
 
 from __future__ import annotations
@@ -36,34 +32,28 @@ from controller.core.quoting import TYPOGRAPHIC_QUOTES, fit
 from controller.core.summary import TITLE_MAX, PriorSummary, StructuredSummary, SummaryItem
 from controller.core.text import PLACEHOLDER, Linear, re2_pattern, without_surrogates
 
-# Unquoted `NAME=value` counts when the value is at least this long and this random (bits
-# per character): words ("password: is wrong") do not, keys do.
+# Unquoted `NAME=value` counts when the value is this long and random (bits per character).
 UNQUOTED_MIN_CHARS = 8
 UNQUOTED_MIN_ENTROPY = 3.0
 # Memory metadata a summary takes text from besides its three parts (row metadata, ledger).
 SOURCE_KEYS = ("agent", "agentIdentity", "model", "toolsUsed")
 _TOKEN_TAIL = re.compile(r"[\w\-+/=]*")  # a token's rest after what a detector matched
-# A token's rest after a placeholder (`[redacted: x]x1y2`), or the token after it and spaces
-# (`TOKEN=[redacted: x] sk-...`: a planted placeholder does not stand for the value after it).
+# A token glued to a placeholder or after it and spaces (`TOKEN=[redacted: x] sk-...`).
 _GLUED = re.compile(r"[ \t]*([\w\-+/=~%]*)")
 _KEYWORD = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
 # The name before an unquoted value, and a keyword that ends it (`db_password`, not
-# `PASSWORD_count`: a name that goes on past the word names a setting about the credential).
+# `PASSWORD_count`, a setting about the credential).
 _KEY_BEFORE = re.compile(r"(\w+)[\]'\"]{0,2}[ \t]*(?:={1,3}|:)[ \t]*\Z")
 _KEYWORD_ENDS = re.compile(rf"(?:{'|'.join(keyword.DENYLIST)})\Z", re.IGNORECASE)
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
 MASKING_VERSION = 16
-# At most this many maskings of a text (Redaction.text): a text needs two at most but one
-# written for it, and each takes time linear in it.
-_ROUNDS = 4
+_ROUNDS = 4  # maskings of a text at most (Redaction.text)
 _ZERO_WIDTH = re.compile("[\u200b\u200c\u200d\u2060\ufeff]")
-# The text as a summary shows it, each character for one: every space, control and zero-width
-# character but a newline a space (`Authorization:\xa0Bearer x` is read as it will print),
-# typographic quotes plain (`password = ’x’` is stored as `password = 'x'`), and a letter or
-# digit a reader takes for a Latin one as that one: Cyrillic and Greek lookalikes (`pаssword`
-# with a Cyrillic `а`), and what NFKC makes one (fullwidth `ｔｏｋｅｎ`, mathematical `𝐩`).
+# The text as a reader sees it, each character for one: a space, control or zero-width
+# character (not a newline) a space, typographic quotes plain, and a letter or digit a reader
+# takes for a Latin one as that one (Cyrillic and Greek lookalikes, what NFKC makes one).
 _LOOKALIKES = types.MappingProxyType(
     dict(
         zip(
@@ -82,16 +72,11 @@ _AS_SHOWN = types.MappingProxyType(str.maketrans(
     {c: " " for c in map(chr, range(0xFEFF + 1)) if c != "\n" and (c.isspace() or c <= "\x1f"
      or "\x7f" <= c <= "\x9f" or _ZERO_WIDTH.match(c))} | dict(_LOOKALIKES)
 ) | TYPOGRAPHIC_QUOTES)  # fmt: skip
-# What stands between a name and its value for a reader, not for the rules: the backslashes
-# escaping a quote (JSON's `\"`, a shell's `\'`, at any depth; possessive after a
-# non-backslash, each run read once: linear), a shell's line continuation (`TOKEN=\` and the
-# value on the next line), a YAML block's indicator (`token: |`), the line break after
-# `NAME:` when the next line is a value alone (not `key: x` or `key:`: a mapping), and the
-# `value` key of a name/value pair (a container's env: `- name: API_TOKEN` then `value: x`,
-# `{"name": "API_TOKEN", "value": "x"}`), only `gap` when it is found; an XML element's
-# `key="` and `" value` (.NET's `<add key="Password" value="x"/>` read as `Password="x"`).
-# A JSON string's escaped line break or tab (`\n`, `\r`, `\t`) is read as the line break
-# it stands for.
+# What stands between a name and its value for a reader, not for the rules (docs/privacy.md):
+# backslashes escaping a quote (possessive: linear), a shell's line continuation, a YAML
+# block's indicator, the line break after `NAME:` before a value alone, a name/value pair's
+# `value` key (only `gap`), an XML element's `key="` and `" value`; a JSON string's escaped
+# `\n`, `\r`, `\t` (`escaped`) is read as a line break.
 _SKIPPED = re.compile(
     r"""(?<!\\)\\++(?=["'])|\\\n[ \t]*|(?<=:)[ \t]*[|>][1-9+-]{0,2}[ \t]*\n[ \t]*"""
     r"|(?P<escaped>\\[nrt])"
@@ -103,8 +88,8 @@ _SKIPPED = re.compile(
 
 
 def _as_read(text: str) -> tuple[str, list[int]]:
-    """The text without what `_SKIPPED` finds, so that a value is next to its name for the
-    rules, and where each of its characters is in the text ([] when nothing was skipped)."""
+    """The text without what `_SKIPPED` finds, and where each of its characters is in the
+    text ([] when nothing was skipped)."""
     parts, at, last = list[str](), list[int](), 0
     for skipped in _SKIPPED.finditer(text):
         start, end = skipped.span("gap") if skipped["gap"] else skipped.span()
@@ -116,20 +101,18 @@ def _as_read(text: str) -> tuple[str, list[int]]:
     return "".join([*parts, text[last:]]), [*at, *range(last, len(text))]
 
 
-# Words in one case or capitalised, a number after each, joined by `_`, `-`, `.`, `+` or `/`
-# (a setting, a name, a path: `MAX_TOKENS`, `ctrl+k`, `/run/secrets/token`, `reports/q3.csv`).
+# Words joined by `_`, `-`, `.`, `+` or `/`: a setting, a name, a path (`MAX_TOKENS`, `ctrl+k`).
 _PLAIN_WORD = re.compile(r"/?(?:[A-Z]?[a-z]+|[A-Z]+)\d*(?:[_.+/-](?:[A-Z]?[a-z]+|[A-Z]+)\d*)*")
 # A file's path (`uploads/2024/01/a8f3e2b1.png`, an object's key): a name, not a credential.
 _FILE_PATH = re.compile(r"[~.]?/?(?:[\w.-]+/)+[\w.-]*\.[A-Za-z][A-Za-z0-9]{0,4}")
-# Where the next parameter or pair begins (`?api_key=x&page=2`, `Password=;Server=db`,
-# `user=x, pass=y`): an unquoted value ends there.
+# Where the next parameter or pair begins (`?api_key=x&page=2`): an unquoted value ends there.
 _NEXT_PARAMETER = re.compile(r"[&;,](?=[ \t]*[A-Za-z_][\w.-]*(?:[ \t]+[\w.-]+)*[ \t]*=)")
 # A quoted random-looking string that names its hash (`"sha512-..."`, SRI): a content hash.
 _DIGEST = re.compile(r"(?:sha\d+|md5)-", re.IGNORECASE)
 
 
 def kind_of(secret_type: str) -> str:
-    """`AWS Access Key` -> `aws-access-key`: the placeholder's kind."""
+    """`AWS Access Key` -> `aws-access-key`."""
     return re.sub(r"[^a-z0-9]+", "-", secret_type.lower()).strip("-")
 
 
@@ -173,9 +156,8 @@ def _linear(pattern: re.Pattern[str], group: int) -> Linear:
     return Linear(flags + text, tuple(range(group, group + len(alternatives))))
 
 
-# A URL's password: after any user (empty too), any character but the delimiters of a host
-# or a path, up to the last `@` as URL parsers read it (`redis://:x@cache`,
-# `postgres://u:p@ss+w0rd!@db`).
+# A URL's password: after any user (empty too), up to the last `@` as URL parsers read it
+# (`redis://:x@cache`, `postgres://u:p@ss+w0rd!@db`).
 _URL_PASSWORD = re.compile(r"""://[^\s:/?#\[\]@"`<>]*:([^\s/?#\[\]"`<>]+)@""")
 # What detect-secrets misses of a private key: any PEM kind (`ENCRYPTED`), PuTTY's newer
 # files, and a key's tail alone (its end marker: the rest was in another memory).
@@ -223,12 +205,9 @@ _VALUE = r"""(["'])?((?(1)[^"'\n]+|%s[^\s"'`,;&]+))"""
 _ASSIGN = r"[\"']?[ \t]*(?::=|=>|[:=])[ \t]*"
 # The same value as RE2 runs it: the condition one group per branch.
 _QUOTED_OR_NOT = r"""(?:(["'])([^"'\n]+)|([^\s"'`,;&]+))"""
-# Credentials by where they stand: a header that carries one (Authorization, with any scheme;
-# any *-Token, *-Key, *-Secret, *-Password header), an env-style NAME that names one (any
-# value), a command-line flag that passes one (--password x, --token=x, mysql's -pSECRET).
-# Two run on RE2 (Python's re takes quadratic time or worse on `a-a-a-...` and
-# `mysql-mysql-...`): a \b or lookbehind becomes the character before, a lookahead what
-# follows must be.
+# Credentials by where they stand: a header (Authorization with any scheme, any *-Token,
+# *-Key, *-Secret, *-Password), an env-style NAME, a command-line flag (--token=x, mysql's
+# -pSECRET). Two run on RE2, where Python's re takes quadratic time (`a-a-a-...`).
 CONTEXT_RULES = tuple(
     Rule(kind, re.compile(pattern), 2, 0.0, False, code=kind == "credential-variable",
          linear=linear)
@@ -251,12 +230,9 @@ CONTEXT_RULES = tuple(
             r"(?:[^\n|;&\w][^\n|;&]*?)??|[\w-]*-\w[^\n|;&]*?)(?i:[ \t]-p)"
             + _QUOTED_OR_NOT, (2, 3, 5, 6))),
 ))  # fmt: skip
-# A key in any case that names a credential (`"access_token": "x"`, `?token=x&`, `apiKey: x`,
-# `client.auth = x`), where detect-secrets' keywords name none or take no value that begins
-# with a symbol (`password=%40x`, `secret: @x`): a word of its own or after
-# `_`, `-`, `.` or a camelCase boundary (`monkey` has none), its value masked when it is
-# random and no words, name or path (`token: configurable`, `hotKey: ctrl+k`,
-# `"Key": "reports/q3.csv"`).
+# A key in any case that names a credential, a word of its own or after `_`, `-`, `.` or a
+# camelCase boundary (`apiKey: x`, `client.auth = x`; not `monkey`): its value masked when
+# random and no words, name or path (`hotKey: ctrl+k`).
 _CAMEL = r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"  # apiKey, getAToken
 CONTEXT_RULES += (
     # A cookie header's value: Cookie's every pair, Set-Cookie's one (its attributes stay).
@@ -270,9 +246,8 @@ CONTEXT_RULES += (
         + _ASSIGN + _VALUE % ""
     ), 2, UNQUOTED_MIN_ENTROPY, False, plain_words=False, code=True),
 )  # fmt: skip
-# A password passed on a command line beside a user: curl's (and wget's, httpie's) `-u user:x`,
-# `--user=user:x`, `--proxy-user`; `sshpass -p x`, a registry login's `-p x`. ASCII only: Python
-# and RE2 read it alike (tests/unit/test_redaction_linear.py), and RE2 runs it.
+# A password on a command line beside a user: curl's `-u user:x`, `sshpass -p x`, a registry
+# login's `-p x`. ASCII only: Python and RE2 read it alike, and RE2 runs it.
 _LOGIN = (
     r"(?:^|[^A-Za-z0-9_.-])(?:(?:curl|wget|http|https)(?:[ \t][^\n|;&]*?)?[ \t]"
     r"(?:-u|--user|--proxy-user)(?:=|[ \t]*)"
@@ -284,12 +259,9 @@ CONTEXT_RULES += (
     Rule("credential-flag", re.compile(_LOGIN), 1, whole_token=False,
          linear=Linear(_LOGIN, tuple(range(1, 7)))),
 )  # fmt: skip
-# A credential said in a sentence or set with `:`, `=` or an XML element, whatever its
-# randomness: a word that names one (password, passphrase, secret, token, api key, ...), then
-# what says it is (`is`, `was set to`, `:`, `=`, `<password>`, nothing: `use passphrase X`;
-# `for the prod db is` between), then the value (quoted or not); or the value, then
-# `is`/`was`/`as`, `the` (and at most two words: `the new admin`), the name.
-# The value counts when it looks like a credential (_said). Run by RE2: linear.
+# A credential said in a sentence or set with `:`, `=` or an XML element: a word that names
+# one, what says it is (`is`, `was set to`, `=`, `<password>`, nothing), the value; or the
+# value, `is`/`was`/`as`, the name. The value counts when it looks like one (_said). RE2 runs it.
 _NAMED = (
     r"(?:passw(?:or)?d|pwd|passphrase|passcode|secret|token|credentials?"
     r"|(?:api|access|secret|private|client|license|ssh|deploy|signing|encryption|master)"
@@ -315,10 +287,8 @@ CONTEXT_RULES += (
     Rule("credential-phrase", re.compile(_PHRASE), 0, whole_token=False, said=True, code=True,
          linear=Linear(_PHRASE, tuple(range(1, 9)))),
 )  # fmt: skip
-# A key named `pass` alone or ending a name (`pass:`, `db_pass=`, `dbPass:`; an UPPERCASE
-# `PASS:` alone is a test's result, `--- PASS: TestX`) set with `:`, `=` or an XML element:
-# its value counts as after `password:` (_said). `pass` alone only where a key begins (a
-# line's start, after a quote, `{`, `,`, `;`, `?`, `&`, `<`): `first pass: v2.1` is prose.
+# A key named `pass` or ending in it (`db_pass=`, `dbPass:`; not `--- PASS: TestX`), its value
+# as after `password:` (_said); `pass` alone only where a key begins (not `first pass: v2`).
 _PASS = (
     r"(?:(?:^|[^A-Za-z0-9_.-])(?:[A-Za-z0-9_.-]*[_.-](?i:pass)|[A-Za-z0-9]*[a-z0-9]Pass)"
     r"|(?:(?m:^)[ \t]*(?:-[ \t]+)?|[\"'`{?&<(]|[,;][ \t]*)[Pp]ass)"
@@ -328,9 +298,8 @@ CONTEXT_RULES += (
     Rule("credential-variable", re.compile(_PASS), 0, whole_token=False, said=True, code=True,
          linear=Linear(_PASS, (1, 2, 3, 4))),
 )  # fmt: skip
-# A connection string's password (ADO.NET, ODBC: `Server=db;User Id=sa;Password=x;`), any
-# value up to its `;` or quote, spaces and all: after another pair's `;`, or ended by one.
-# (ASCII only: Python and RE2 read it alike; RE2 runs it.)
+# A connection string's password (`Server=db;Password=x;`), up to its `;` or quote, spaces
+# and all: after another pair's `;`, or ended by one. ASCII only; RE2 runs it.
 _PAIR_VALUE = r"""([^;"'\n]*[^;"' \t\n\r\f\v])"""
 _CONNECTION = r";[ \t]*(?i:password|pwd)[ \t]*=[ \t]*"
 CONTEXT_RULES += (
@@ -354,22 +323,17 @@ def _a_url_password(text: str, start: int) -> bool:
     return url is not None and url.start(1) == start
 
 
-# What a value said after a credential's name is not one for: a word (hyphenated, with an
-# apostrophe), a reference to one (`$TOKEN`, `${X}`), an address, a number.
 _WORDS = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
 # Not a value: a variable (`$X`), an address, a number or date, a URL, or code that reads one
-# (`session["token"]`, `getpass()`, `os.environ.get("X")`, `args[0]`: read up to a quote; a
-# lower-case name up to its first dot, as `_CODE_READ`'s: `Summer[2024]` is a password).
+# read up to a quote (`session["token"]`, `getpass()`, `args[0]`; `Summer[2024]` is a password).
 _NOT_A_VALUE = re.compile(
     r"\$\{?\w+\}?|[\w.+-]+@[\w-]+(?:\.[\w-]+)+|[\d.,:/+-]+|\w+://\S*|[a-z_]+(?:\.\w+)*(?:\(|\[\d*)"
 )
 
 
-# Code that reads a value, after `=` or `:` and unquoted: a lower-case name with a call or a
-# subscript, and any attribute, call or subscript after it (`get_token(x)`, `self.tokens[i]`,
-# `os.environ["X"].strip()`); arguments of names, numbers, strings, one level deep. The name
-# is no password's shape (`Summer(2024)`, `P4ss(w0rd)`, `hunter2[0]` are masked): lower-case
-# letters and `_` up to its first dot, and a `_` or a dot in it, or a name or string read.
+# Code that reads a value, after `=` or `:` and unquoted (`get_token(x)`, `self.tokens[i]`,
+# `os.environ["X"].strip()`): a lower-case name with a `_` or a dot in it, or reading a name
+# or a string (`Summer(2024)`, `P4ss(w0rd)`, `hunter2[0]` are passwords).
 _ID = r"[A-Za-z_]\w*"
 _ARG = r"""[\w.,:=*+ \t-]|"[^"\n]*"|'[^'\n]*'"""
 _ARGS = rf"(?:{_ARG}|\((?:{_ARG})*\)|\[(?:{_ARG})*\])*"
@@ -378,7 +342,6 @@ _CODE_READ = re.compile(rf"([a-z_]+(?:\.{_ID})*)({_CALL})(?:\.{_ID}|{_CALL})*(?!
 
 
 def _reads_code(text: str, start: int) -> bool:
-    """Whether the value at start is code that reads one, assigned (`token = get_token(x)`)."""
     before = text[max(0, start - 8) : start].rstrip(" \t")
     code = _CODE_READ.match(text, start) if before.endswith(("=", ":")) else None
     return code is not None and (
@@ -387,18 +350,15 @@ def _reads_code(text: str, start: int) -> bool:
 
 
 def _names_more(text: str, start: int) -> bool:
-    """Whether the name before the value at start goes on past its keyword (`secret_name: x`)."""
+    """Whether the name before the value at start goes on past its keyword (`secret_name`)."""
     key = _KEY_BEFORE.search(text, max(0, start - 64), start)
     return key is not None and not _KEYWORD_ENDS.search(key[1])
 
 
 def _said(value: str) -> int:
-    """How much of a value said after a credential's name to mask (0: none). It is one when it
-    has a letter and a digit, or a symbol (not only ` -_.'/+` joining words) and a letter or a
-    digit (`hunter2!`, `!abc`, `sk-a1b2`, `P@ss`, `!0000`), or is 6 digits or more (a PIN);
-    and is no word, name or path (`wrong`, `isn't`, `MAX_TOKENS`, `db-creds-v2`,
-    `reports/q3.csv`) nor what `_NOT_A_VALUE` finds. Judged without the punctuation that may
-    end a sentence; masked with all but `.,;:)`."""
+    """How much of a value said after a credential's name to mask (0: none): one with a letter
+    and a digit, or a symbol and either (`hunter2!`, `P@ss`), or a PIN of 6 digits; no word,
+    name or path. Judged without the punctuation that may end a sentence (docs/privacy.md)."""
     keep = len(value.rstrip(".,;:)]}>"))
     bare = value.lstrip("([{<").rstrip(".,;:!?)]}>")
     if bare.isdigit():
@@ -416,7 +376,7 @@ def _said(value: str) -> int:
 
 
 def _glued_value(value: str) -> bool:
-    """Whether a token after a secret or a placeholder is the rest of its value (random)."""
+    """Whether a token after a secret or a placeholder is the rest of its value."""
     random = re.search(r"\d", value) and re.search("[A-Za-z]", value)
     return len(value) >= UNQUOTED_MIN_CHARS and random is not None
 
@@ -426,7 +386,7 @@ def _random_enough(rule: Rule, value: str) -> bool:
         return True
     if rule.charset is None and len(value) < UNQUOTED_MIN_CHARS:  # keyword values
         return False
-    # Shannon's, of the characters in the charset over all (detect-secrets' measure)
+    # Shannon's, of the characters in the charset over all (as detect-secrets)
     charset, size = rule.charset or _BASE64, len(value)
     counts = Counter(c for c in value if c in charset).values()
     return -sum(n / size * math.log2(n / size) for n in counts) > rule.min_entropy
@@ -438,9 +398,8 @@ class Redaction:
 
     extra: tuple[tuple[str, str], ...] = ()
     rules: tuple[Rule, ...] = field(init=False, repr=False, compare=False)
-    # Which masking a text went through: the rules (detect-secrets' and the extra ones), the
-    # thresholds and MASKING_VERSION. A summary written under the same fingerprint needs no
-    # second look at what it carries (PassRedaction.prior).
+    # The rules, thresholds and MASKING_VERSION: a summary written under the same fingerprint
+    # needs no second look (PassRedaction.prior).
     fingerprint: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -458,9 +417,8 @@ class Redaction:
         object.__setattr__(self, "fingerprint", fingerprint)
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
-        """(start, end, kind) of each secret, in order, not overlapping a placeholder. A text
-        with a zero-width character is read with it as a space, then as nothing for what that
-        found none of: a reader sees `pass\u200bword: x` as `password: x`."""
+        """(start, end, kind) of each secret, in order, not overlapping a placeholder. A
+        zero-width character is read as a space, then as nothing (`pass\u200bword: x`)."""
         found = self._spans(text)
         if not _ZERO_WIDTH.search(text):
             return found
@@ -541,9 +499,8 @@ class Redaction:
         return [(at[s], at[e - 1] + 1, k) if at else (s, e, k) for s, e, k in out if k]
 
     def text(self, text: str, found: Counter[str] | None = None) -> str:
-        """Each secret a placeholder, the text masked again until that changes nothing (a
-        pass masks the summary it carries again): a match a rule dropped (`secret: x` with
-        the line after it) may have hidden one the masking of `x` shows."""
+        """Each secret a placeholder, masked again until that changes nothing: a match a rule
+        dropped may have hidden one the masking shows."""
         for _ in range(_ROUNDS):
             parts, at = [], 0
             for start, end, kind in self.spans(text) if text else ():
@@ -558,8 +515,7 @@ class Redaction:
 
 
 DEFAULT_REDACTION = Redaction()
-# What a summary is made of and shows or carries: masked; nothing else of a memory or of a
-# stored summary (ids, times, coverage, digests) is text a secret can be in.
+# What a summary is made of and shows or carries; the rest (ids, times, digests) holds no text.
 MEMORY_TEXT = ("prompt", "thought", "response", "document", "tools_used", "agent", "model",
                "agent_identity")  # fmt: skip
 SUMMARY_TEXT = ("text", "title", "sections", "references", "legacy_text", "sources_json",
@@ -582,9 +538,8 @@ def _masked(value: Any, text: Callable[[str], str]) -> Any:
 
 @dataclass
 class PassRedaction:
-    """One pass's masking: what it read, masked, and how many secrets of each kind it
-    masked per memory row (a row read twice counts once) and in the prior summary it
-    carried. Counts by kind, never the secrets."""
+    """One pass's masking: what it read, masked, and how many secrets of each kind per memory
+    row (a row read twice counts once) and in the prior summary. Never the secrets."""
 
     redaction: Redaction = DEFAULT_REDACTION
     by_row: dict[str, Counter[str]] = field(default_factory=dict)
@@ -607,10 +562,8 @@ class PassRedaction:
         return {**meta, **masked} if any(masked[k] != meta[k] for k in masked) else meta
 
     def prior(self, prior: PriorSummary | None) -> PriorSummary | None:
-        """The prior summary with what earlier releases stored unmasked masked now. A summary
-        this masking wrote (its fingerprint, and no other writer's text in it) is returned
-        as it is: what it holds was masked when it came in, so a pass does not re-read the
-        whole history."""
+        """The prior summary masked now; one this masking wrote (its fingerprint, no other
+        writer's text) as it is, masked when it came in."""
         if prior is None or (
             isinstance(prior, StructuredSummary)
             and prior.other_writer is None
