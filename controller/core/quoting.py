@@ -126,22 +126,19 @@ _ERROR = re.compile(
     ),
     re.IGNORECASE,
 )
-# The last line of a traceback: "ValueError: ...", "requests.exceptions.HTTPError: ..." (its
-# module path is not matched: the name after the last dot decides, and a path matched at
-# each of its dots took time quadratic in the text).
+# The last line of a traceback: "ValueError: ...", "requests.exceptions.HTTPError: ..." (the
+# name after the last dot decides: a module path matched at each dot takes quadratic time).
 _EXCEPTION_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)\s*:")
 
 
-# What Python's re.IGNORECASE reads as `i` and RE2's (?i) does not (computed over every code
-# point; `k` and `s` the two agree on).
+# What Python's re.IGNORECASE reads as `i` and RE2's (?i) does not.
 _DOTTED_I = MappingProxyType(str.maketrans({"\u0130": "i", "\u0131": "i"}))
 
 
 def _wider(pattern: re.Pattern[str]) -> Any:
-    """The pattern for RE2, finding a match in every probe the pattern does, and maybe more:
-    no lookbehind, and a word boundary only where an alternative starts or ends (as a
-    character that is no \\w, or the text's end). RE2 takes time linear in the text, a
-    hundredth of Python's re over these alternations; the pattern confirms a match."""
+    """The pattern for RE2, matching wherever it does and maybe more, in linear time: no
+    lookbehind, and a word boundary only where an alternative starts or ends (a character
+    that is no \\w, or the text's end); the pattern confirms a match."""
     parts = PATTERN_PARTS.findall(pattern.pattern.replace("(?<!#)", ""))
     out, depth = ["(?i)"], 0
     for at, part in enumerate(parts):
@@ -160,17 +157,15 @@ _INSTRUCTION_WIDE, _ERROR_WIDE = _wider(_INSTRUCTION), _wider(_ERROR)
 
 
 def _probe(text: str) -> str:
-    """The text as the patterns see it: compatibility forms folded (fullwidth letters, odd
-    colons), invisible characters removed, typographic quotes straight, spaces collapsed
-    within each line (a line break stays one: a role marker that starts a line is seen)."""
+    """The text as the patterns see it: compatibility forms folded, invisible characters
+    removed, typographic quotes straight, spaces collapsed within each line."""
     text = unicodedata.normalize("NFKC", _INVISIBLE.sub("", text)).translate(TYPOGRAPHIC_QUOTES)
     return "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
 
 
 def kind_of(text: str) -> Kind | None:
     """What must be quoted: an instruction (checked first: worse to follow), error text, or None.
-    One probe, each pattern once, and Python's re only where RE2 found a match: the chat
-    summarizer asks it of every sentence of every memory."""
+    Python's re runs only where RE2 found a match: this is asked of every memory sentence."""
     probe = _probe(text)
     wide = without_surrogates(probe).translate(_DOTTED_I)
 
