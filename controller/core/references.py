@@ -1,9 +1,6 @@
-"""The References section: the exact names a session used (paths, URLs, issue and PR
-references, commit hashes, branches, error names and codes, identifiers), extracted from
-its memories by code, never by a model, which paraphrases some away. Pure.
-
-Append-only like the history sections; past REFERENCES_MAX new ones are counted, not listed
-(ReferenceOverflow), and the document says so.
+"""The References section: the exact names a session used (paths, URLs, issues, commits,
+error names, identifiers), extracted by code, never by a model, which paraphrases some away.
+Pure. Append-only; past REFERENCES_MAX new ones are counted, not listed (ReferenceOverflow).
 """
 
 from __future__ import annotations
@@ -36,14 +33,10 @@ _EXTENSION = (
     r"|svg|png|jpe?g|gif|pdf|gz|tgz|zip|whl|so|dll|wasm)"
 )
 
-# Two patterns run on RE2 (Python's re takes quadratic time on `a.a.a...` or `-a-a-...`):
-# `(?<!...)X\b` written as `(?:^|[^...])(X)`, the \b after checked on the character after.
-
-
-# Each pattern finds one kind of reference; where two overlap, the longest match wins (a
-# URL's path is not a second reference). Kinds: "place" (URLs, paths, files, issues, hashes:
-# taken in fenced code too), "name" (code spans, constants, dotted names), "error"
-# (non-built-in exception names), "path" (a place that must also look like one: a/b).
+# Each pattern finds one kind of reference; where two overlap, the longest match wins. Kinds:
+# "place" (taken in fenced code too), "name", "error" (non-built-in exception names), "path"
+# (a place that must also look like one: a/b). Two run on RE2 (Linear), where Python's re
+# takes quadratic time (`a.a.a...`): `(?<!...)X\b` written as `(?:^|[^...])(X)`.
 _PATTERNS: tuple[tuple[str, re.Pattern[str] | Linear], ...] = (
     # URLs, and git remotes in scp form
     ("place", re.compile(r"\b(?:https?|ftp|ssh|git|file)://[^\s<>\"'`]+")),
@@ -71,14 +64,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str] | Linear], ...] = (
     # commit hashes: 7-40 hex digits with at least one digit and one letter
     ("place", re.compile(r"\b(?=[0-9a-f]{0,39}[a-f])(?=[0-9a-f]{0,39}[0-9])[0-9a-f]{7,40}\b")),
     # exception and error names; errno-style codes and CONSTANT_NAMES
-    (
-        "error",
-        Linear(
-            r"(?:^|\W)((?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Warning))",
-            (1,),
-            True,
-        ),
-    ),
+    ("error", Linear(r"(?:^|\W)((?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Warning))", (1,), True)),
     ("name", re.compile(r"\bE[A-Z]{3,}\b|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")),
     # dotted names: controller.core.merge, docs.example.org (at least two dots)
     ("name", re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*){2,}(?![\w(])")),
@@ -118,10 +104,8 @@ def _acceptable(text: str, kind: str) -> bool:
 
 def extract_references(text: str) -> list[str]:
     """The references in one text, verbatim, in order of appearance, each once."""
-    # A masked secret (redaction.py) stays inside the reference it was part of: a URL keeps
-    # its shape, `postgres://admin:[redacted: basic-auth-credentials]@db/app`. The patterns
-    # read it as one word of its length; each reference is then cut from the text itself, so
-    # nothing the text already holds can be taken for a stand-in.
+    # A placeholder stays inside the reference it was part of (`postgres://u:[redacted: x]@db`):
+    # read as one word of its length, each reference then cut from the text itself.
     read = PLACEHOLDER.sub(lambda m: f"Redacted{'0' * (len(m.group()) - 9)}X", text)
     refs = (text[start:stop] for start, stop in _spans(read))
     return list(dict.fromkeys(r for r in refs if not PLACEHOLDER.fullmatch(r)))
@@ -173,19 +157,11 @@ class ReferenceOverflow(BaseModel):
         return self.count == len(self.digests)
 
 
-def digest(reference: str) -> str:
-    return hashlib.sha256(reference.encode("utf-8", "replace")).hexdigest()[:_DIGEST_CHARS]
-
-
 def merge_references(
-    prior: Sequence[str],
-    overflow: ReferenceOverflow,
-    new: Sequence[tuple[str, int]],
-    *,
-    cap: int = REFERENCES_MAX,
+    prior: Sequence[str], overflow: ReferenceOverflow, new: Sequence[tuple[str, int]]
 ) -> tuple[list[str], ReferenceOverflow]:
-    """The prior references verbatim and in order, then the new ones not already listed,
-    up to cap; the rest counted in the overflow. Never drops a prior reference."""
+    """The prior references verbatim and in order, then the new ones not already listed, up
+    to REFERENCES_MAX; the rest counted in the overflow. Never drops a prior reference."""
     listed = list(prior)
     present = set(listed)
     counted = set(overflow.digests)
@@ -193,11 +169,11 @@ def merge_references(
     for ref, at_ms in new:
         if ref in present:
             continue
-        if len(listed) < cap:
+        if len(listed) < REFERENCES_MAX:
             listed.append(ref)
             present.add(ref)
             continue
-        key = digest(ref)
+        key = hashlib.sha256(ref.encode("utf-8", "replace")).hexdigest()[:_DIGEST_CHARS]
         if key in counted:
             continue
         if len(out.digests) < OVERFLOW_DIGESTS_MAX:
