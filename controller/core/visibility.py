@@ -91,7 +91,7 @@ class VisibilityRules:
 
     memory_sharing: MemorySharing = "team"
     shared_agents: tuple[str, ...] = NEO_SHARED_AGENTS
-    identity_trust_tiers: Mapping[str, str] = field(
+    identity_trust_tiers: Mapping[str, TrustTier] = field(
         default_factory=lambda: NEO_IDENTITY_TRUST_TIERS
     )
 
@@ -101,12 +101,6 @@ class VisibilityRules:
 
 
 DEFAULT_VISIBILITY = VisibilityRules()
-
-
-def tier_rank(tier: str) -> int:
-    """A tier's place in TRUST_TIER_ORDER; an unknown tier ranks as unclassified."""
-    order: tuple[str, ...] = TRUST_TIER_ORDER
-    return order.index(tier) if tier in order else order.index(UNCLASSIFIED)
 
 
 @dataclass
@@ -230,6 +224,6 @@ def row_visibility(sources: SessionSources, rules: VisibilityRules) -> RowVisibi
     return RowVisibility(
         user_id=summary_user_id(list(sources.agents), sources.owner_user_id, rules),
         source_agent_identities=tuple(sources.identities),
-        source_trust_tier=max(found, key=tier_rank, default=UNCLASSIFIED),
+        source_trust_tier=max(found, key=TRUST_TIER_ORDER.index, default=UNCLASSIFIED),
         unclassified_source_count=unclassified,
     )
