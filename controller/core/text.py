@@ -27,10 +27,8 @@ def listed_names(names: Iterable[str]) -> list[str]:
 
 
 def cut(text: str, limit: int, mark: str = "…", *, word_from: int | None = None) -> str:
-    """At most `limit` characters: a longer text cut and marked by `mark` (trailing spaces
-    dropped before it); at its last space when one is at or past `word_from`. Every cut of
-    text that may hold a masked secret goes through here: a placeholder is kept whole or
-    dropped whole, never left as a `[redacted` a reader cannot tell from broken text."""
+    """At most `limit` characters: a longer text cut and marked by `mark`; at its last space
+    when one is at or past `word_from`. A placeholder is kept whole or dropped whole."""
     if len(text) <= limit:
         return text
     end = max(0, limit - len(mark))
@@ -76,8 +74,7 @@ def json_value(text: str | bytes, **options: Any) -> Any:
 
 def _python_classes() -> dict[str, str]:
     """What Python's re takes \\w, \\d, \\s and their negations to mean, each as the inside of
-    an RE2 character class (RE2's are ASCII, its \\pL a newer Unicode's). None of \\w, \\d,
-    \\s is past U+323AF (tests/unit/test_redaction_linear.py checks every code point)."""
+    an RE2 character class (RE2's are ASCII). None is past U+323AF (test_redaction_linear)."""
     chars = "".join(map(chr, range(0xD800))) + "".join(map(chr, range(0xE000, 0x323B0)))
     classes = {}
     for escape in (r"\w", r"\d", r"\s"):
@@ -117,15 +114,13 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def without_surrogates(text: str) -> str:
-    """The text as RE2 can read it (UTF-8 has no lone surrogate, which JSON may carry): each
-    one U+FFFD, which no pattern here tells from it, so every position stays."""
+    """The text as RE2 can read it (UTF-8 has no lone surrogate): each one U+FFFD."""
     return _SURROGATE.sub("\ufffd", text)
 
 
 def re2_pattern(pattern: str) -> Any:
-    """The pattern compiled by RE2: it matches in time linear in the text whatever the
-    pattern, so none stalls the process. ValueError for one RE2 refuses (a backreference,
-    lookaround, a program over its bound)."""
+    """The pattern compiled by RE2, in time linear in the text whatever the pattern; ValueError
+    for one RE2 refuses (a backreference, lookaround, a program over its bound)."""
     options = re2.Options()
     options.log_errors = False
     try:
