@@ -1,10 +1,8 @@
-"""Where a credential may be sent. Pure.
+"""Where a credential may be sent (docs/security.md). Pure.
 
-A Secret's value goes only to URLs its owner listed in its `memorycore.io/allowed-urls`
-annotation; memories read with a store credential only to the endpoints its Secret's
-`memorycore.io/allowed-model-urls` lists, else the install's; every URL may be limited
-install-wide. One rule, `within`: scheme, host and port, and a path inside the prefix's
-once dot segments and escapes are resolved (docs/security.md).
+A Secret's value goes only to URLs its owner's annotation lists; memories read with a store
+credential only to the model endpoints its Secret (else the install) allows. One rule,
+`within`: scheme, host, port, and a path inside the prefix's once resolved.
 """
 
 from __future__ import annotations
@@ -55,10 +53,9 @@ class Target:
 
 
 def _normal_path(path: str) -> str | None:
-    """The path a server resolves: percent escapes decoded once, backslashes read as
-    slashes, dot segments applied. None when an escape is left after decoding (a server
-    that decodes twice could read it otherwise), or when the dot segments the client applies
-    to the path as written reach elsewhere ("/v1/a%2fb/../.." is sent as "/")."""
+    """The path a server resolves: escapes decoded once, backslashes as slashes, dot segments
+    applied. None when an escape is left after decoding, or when the client's dot segments
+    on the path as written reach elsewhere ("/v1/a%2fb/../.." is sent as "/")."""
 
     def resolved(text: str) -> str:
         normal = posixpath.normpath("/" + unquote(text).replace("\\", "/").lstrip("/"))
@@ -85,15 +82,13 @@ def target(url: str) -> Target | None:
     scheme = parts.scheme.lower()
     if scheme not in DEFAULT_PORTS or not parts.hostname or port == 0:
         return None
-    # A host, or an [IPv6 address], then an optional port: urlsplit reads "[::1]" out of
-    # "evil.[::1]" or "[::1].evil" (and "@" is refused: credentials are never allowed).
+    # urlsplit reads "[::1]" out of "evil.[::1]"; "@" is refused: credentials never go.
     if not _NETLOC.fullmatch(parts.netloc):
         return None
     path = _normal_path(parts.path)
     if path is None:
         return None
-    # The root's dot stays: in a Pod, "vllm.dev" is first looked up under the search
-    # domains (the Service vllm of namespace dev), "vllm.dev." only on the internet.
+    # The root's dot stays: in a Pod, "vllm.dev" is looked up under the search domains first.
     host = parts.hostname.lower()
     if parts.netloc.startswith("["):  # one spelling per IPv6 address ("::1", "0:0:0:0:0:0:0:1")
         try:

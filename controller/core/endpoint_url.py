@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import re
 
-# One pattern for RE2 (the apiserver's CEL `matches`) and Python's re: ASCII classes and
-# escaped punctuation only. The CRD (model.baseUrl, embedding.baseUrl) and the chart's values
-# schema carry it. What it admits, the operator and its HTTP clients read as written
-# (tests/unit/test_spec_bounds.py).
+# One pattern for RE2 (the CRD's CEL `matches`, the chart's values schema) and Python's re:
+# ASCII classes and escaped punctuation only; what it admits, the clients read as written.
 _OCTET = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _IPV4 = rf"{_OCTET}(\.{_OCTET}){{3}}"
 _H16 = "[0-9A-Fa-f]{1,4}"
 _LS32 = f"{_H16}:{_H16}"
-# RFC 3986's IPv6address, n groups before "::" (0-7) and what is left of the 8 after it;
-# without its dotted IPv4 tails ("::ffff:10.0.0.1"), which would triple the pattern: an
-# IPv4-mapped address is written as the IPv4 address, or in hex groups ("::ffff:a00:1").
+# RFC 3986's IPv6address, n groups before "::" and what is left of the 8 after it; without
+# dotted IPv4 tails ("::ffff:10.0.0.1", thrice the pattern): write "::ffff:a00:1".
 _AFTER_GAP = (
     *(f"({_H16}:){{{n}}}{_LS32}" for n in (4, 3, 2)),
     f"{_H16}:{_LS32}",
@@ -26,10 +23,8 @@ _IPV6 = "|".join(
     [f"({_H16}:){{6}}{_LS32}", f"::({_H16}:){{5}}{_LS32}", f"({_H16})?::{_AFTER_GAP[0]}"]
     + [f"(({_H16}:){{0,{n}}}{_H16})?::{after}" for n, after in enumerate(_AFTER_GAP) if n]
 )
-# A DNS name whose last label is no number, so that none reads as an IPv4 address (a resolver
-# reads "1.2.3.0x7f" as 1.2.3.127): it starts with a letter, or a digit ("svc.1team") and ends
-# with a letter no number ends with (hex ends in a-f or x). Labels: 63 characters at most (as
-# resolvers). Without RE2 lookahead, "svc.123" and "2024-01", names to a resolver, are refused.
+# A DNS name whose last label is no number (a resolver reads "1.2.3.0x7f" as 1.2.3.127): a
+# letter first, or a digit and a last letter no number ends with. Labels of 63 at most.
 _LABEL = "[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
 _LAST_LABEL = (
     "[A-Za-z]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
@@ -40,14 +35,12 @@ _PORT = "(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[
 # host[:port]: a name (it may end in the root's "."), an IPv4 address (not: the clients send
 # "127.0.0.1." as a name, which no resolver finds), or an [IPv6 address]; never user:password@.
 AUTHORITY_PATTERN = rf"({_NAME}\.?|{_IPV4}|\[({_IPV6})\])(:{_PORT})?"
-# DNS's limit (255 octets on the wire): a longer name is never found. RE2 has no lookahead to
-# bound _NAME as a whole, so a second pattern does, with its own message, wherever the first
-# is stated (a search: it reads up to the host's end).
+# DNS's limit (255 octets on the wire), a second pattern: RE2 has no lookahead to bound
+# _NAME as a whole.
 HOST_LENGTH_PATTERN = r"^https?://(\[|[^/:]{1,253}\.?([:/]|$))"
 HOST_LENGTH_MESSAGE = "must have a host name of at most 253 characters (DNS's limit)"
-# A path in printable ASCII whose escapes decode once (%25 would leave one to decode again:
-# core/destinations.py refuses such a path). No query or fragment: the openai SDK appends its
-# paths ("chat/completions") after them, so neither its requests nor the probe would use them.
+# A path in printable ASCII whose escapes decode once (no %25: core/destinations.py). No query
+# or fragment: the openai SDK appends its paths after them.
 _PATH = r'/([!"$&->@-~]|%([013-9A-Fa-f][0-9A-Fa-f]|2[0-46-9A-Fa-f]))*'
 ENDPOINT_URL_PATTERN = rf"^https?://{AUTHORITY_PATTERN}({_PATH})?$"
 ENDPOINT_URL_MAX = 2048
