@@ -1,9 +1,7 @@
-"""Each HTTP answer read within the timeout of its request, in all, and up to a size. httpx's
-timeout (and httpx2's, the openai SDK's) bounds each read alone, so a server sending its
-answer a byte at a time would hold a pass and its session claim for as long as it kept
-sending; and it reads an answer whole, so a server flooding it would fill the memory. An
-answer compressed though asked plain is inflated here, a piece at a time, and the bound
-counts what it inflates to: 16 MiB of gzip is 16 GiB of text."""
+"""Each HTTP answer read within the timeout of its request, in all, and up to a size: httpx's
+timeout bounds each read alone (a server sending a byte at a time would hold a pass), and it
+reads an answer whole. An answer compressed though asked plain is inflated here, a piece at a
+time, and the bound counts what it inflates to."""
 
 from __future__ import annotations
 
