@@ -44,13 +44,6 @@ class Target:
     port: int
     path: str
 
-    @property
-    def shown(self) -> str:
-        """The URL without credentials, query or fragment: safe in a condition."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        port = "" if DEFAULT_PORTS[self.scheme] == self.port else f":{self.port}"
-        return f"{self.scheme}://{host}{port}{self.path}"
-
 
 def _normal_path(path: str) -> str | None:
     """The path a server resolves: escapes decoded once, backslashes as slashes, dot segments
@@ -103,18 +96,21 @@ def target(url: str) -> Target | None:
 def shown(url: str) -> str:
     """A URL as a message may show it: never its user:password@, query or fragment."""
     t = target(url)
-    if t is not None:
-        return t.shown
-    try:
-        parts = urlsplit(url)
-        host, port = parts.hostname, parts.port
-    except ValueError:
-        return "an invalid URL"
-    if not host or not parts.scheme.isascii() or not parts.scheme.isalnum():
-        return "an invalid URL"
+    if t is None:
+        try:
+            parts = urlsplit(url)
+            host, port = parts.hostname, parts.port
+        except ValueError:
+            return "an invalid URL"
+        if not host or not parts.scheme.isascii() or not parts.scheme.isalnum():
+            return "an invalid URL"
+        scheme = parts.scheme.lower()
+        path = _normal_path(parts.path) if url.isprintable() and " " not in url else None
+    else:
+        scheme, host, path = t.scheme, t.host, t.path
+        port = None if DEFAULT_PORTS[scheme] == t.port else t.port
     host = f"[{host}]" if ":" in host else host
-    path = _normal_path(parts.path) if url.isprintable() and " " not in url else None
-    return f"{parts.scheme.lower()}://{host}" + (f":{port}" if port else "") + (path or "")
+    return f"{scheme}://{host}" + (f":{port}" if port else "") + (path or "")
 
 
 # A wildcard is a domain's hosts: "*.0.1" would be IP addresses ending in .0.1 instead, so
