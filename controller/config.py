@@ -168,5 +168,6 @@ CONFIG = load()
 
 
 def backoff_seconds(retry: int) -> float:
-    """Exponential backoff for the retry-th retry, capped."""
-    return float(min(CONFIG.retry_base_seconds * (2 ** max(retry, 0)), CONFIG.retry_max_seconds))
+    """Exponential backoff for the retry-th retry, capped (2.0 ** 1024 overflows a float)."""
+    doubled = CONFIG.retry_base_seconds * 2.0 ** min(max(retry, 0), 1023)
+    return min(doubled, CONFIG.retry_max_seconds)

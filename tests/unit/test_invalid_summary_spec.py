@@ -160,3 +160,27 @@ def test_the_log_line_of_a_failed_pass_names_the_object_and_its_session(
         logger.removeHandler(handler)
     (line,) = [r.getMessage() for r in records]
     assert f"SessionSummary agents/{name} (session {session_id!r}): {reason}: " in line, line
+
+
+@settings(max_examples=60, deadline=None)
+@given(failures=st.one_of(st.integers(0, 2_000), st.integers(0, 10**12)), retry=st.booleans())
+def test_a_failure_after_any_number_of_failures_is_recorded_with_a_capped_delay(
+    failures: int, retry: bool
+) -> None:
+    """A session that keeps failing (a model down over a weekend: ~1,000 failures at the
+    300 s cap) still gets its failure recorded and its next try within retryMaxSeconds."""
+    from controller.handlers.summary_status import Failure, record_failure
+
+    body = kopf.Body({**body_with(VALID, {}), "metadata": {
+        "name": "s", "namespace": "agents", "uid": "u", "generation": 1},
+        "status": {"observedGeneration": 1, "consecutiveFailures": failures}})  # fmt: skip
+    patch = kopf.Patch()
+    events = Recorded()
+    with pytest.raises((kopf.TemporaryError, kopf.PermanentError)) as raised:
+        record_failure(body, patch, Failure("ModelUnavailable", "down", retry=retry),
+                       cast(Any, logging.getLogger("test")), events)  # fmt: skip
+    assert patch["status"]["consecutiveFailures"] == failures + 1
+    assert events.posted == [("Warning", "ModelUnavailable", "down")]
+    if retry:
+        delay = cast(kopf.TemporaryError, raised.value).delay
+        assert delay is not None and 0 < delay <= CONFIG.retry_max_seconds
