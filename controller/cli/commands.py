@@ -253,7 +253,7 @@ def cmd_remember(args: argparse.Namespace) -> int:
         document = render_interaction_document(**turn)
         meta.update(type="agent-interaction", **turn)
     row_id = str(uuid.uuid4())
-    with open_store(args) as (store, summarizer):
+    with open_store(args, create=True) as (store, summarizer):
         store.add_memories([row_id], [document], [meta], create=True, embed=embedder(summarizer))
         count = store.count_session(args.session_id)
     where = f"{store.location.memory_collection!r} at {store.location.describe()}"

@@ -149,11 +149,15 @@ def store_location(args: argparse.Namespace, summarizer: SummarizerSettings) -> 
 
 
 @contextlib.contextmanager
-def open_store(args: argparse.Namespace) -> Iterator[tuple[MemoryStore, SummarizerSettings]]:
+def open_store(
+    args: argparse.Namespace, *, create: bool = False
+) -> Iterator[tuple[MemoryStore, SummarizerSettings]]:
     """The store the flags and the summarizer they name say, and that summarizer; every way
-    a store call fails inside is one line naming what to fix."""
+    a store call fails inside is one line naming what to fix. Only `create` makes a --path."""
     summarizer = load_summarizer(args)
     location = store_location(args, summarizer)
+    if args.path and not create and not os.path.isdir(args.path):
+        raise CliError(f"--path {args.path!r} is no directory (`remember` makes a store there)")
     try:
         store = MemoryStore(connect(location), location)
     except StoreUnavailable as exc:

@@ -1590,6 +1590,7 @@ def test_a_store_secret_the_user_replaced_is_never_read_to_judge_a_model(
         mp.setattr("controller.cli.settings.build_embedding_function", lambda s: len)
         mp.setattr("controller.summarizers.chat_model.ChatModelSummarizer", mock.MagicMock())
         mp.setattr("controller.pipeline.summarize_session", mock.Mock(side_effect=ValueError))
+        (tmp_path / "db").mkdir(exist_ok=True)  # type: ignore[operator]
         where = ["--path", str(tmp_path / "db")] if token_by == "--path" else []  # type: ignore[operator]
         if token_by == "CHROMA_TOKEN":
             mp.setenv("CHROMA_TOKEN", "from-env")
@@ -1691,3 +1692,37 @@ def test_a_kubernetes_refusal_always_says_why(
         given_message = json.loads(body or "").get("message")
         if isinstance(given_message, str) and given_message.strip():
             assert why == given_message, text
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    command=st.sampled_from(
+        [
+            ["summaries"],
+            ["ledger", "s1"],
+            ["verify", "s1"],
+            ["handover"],
+            ["summarize", "s1", "--bypass-claim"],
+        ]
+    ),
+    name=st.text(st.characters(blacklist_characters="/\x00"), min_size=1, max_size=12),
+    as_file=st.booleans(),
+)
+def test_a_command_that_reads_never_makes_a_store_at_a_mistyped_path(
+    tmp_path: Path, command: list[str], name: str, as_file: bool
+) -> None:
+    """Only `remember` makes a store at --path; any other command refuses a path that is no
+    directory in one line and leaves nothing behind (a typo made a Chroma database there)."""
+    assume(name not in (".", ".."))
+    root = tmp_path / "t"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir()
+    path = root / name
+    if as_file:
+        path.write_text("")
+    code, out, err = run([*command, "--path", str(path / "db") if not as_file else str(path)])
+    assert code == 2 and out == "", (code, out, err)
+    assert err.count("\n") == 1 and "is no directory (`remember` makes a store there)" in err, err
+    assert sorted(p.name for p in root.iterdir()) == ([name] if as_file else []), err
