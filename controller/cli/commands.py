@@ -385,7 +385,12 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     from controller.core.sweep_plan import marker_problem
     from controller.kube import client as kube
 
-    asked = {"summarizer": args.summarizer, "action": "Rebuild", "requested_by": requester()}
+    asked = {
+        "summarizer": args.summarizer,
+        "set_summarizer_on_patch": True,  # rebuilt where, and by the rules that, found it
+        "action": "Rebuild",
+        "requested_by": requester(),
+    }
     failed: list[str] = []
     for session_id in (found := _with_secrets(args)):
         if problem := marker_problem(session_id):  # another writer's row: as the sweep skips it

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from controller.core.memories import render_interaction_document
@@ -263,7 +263,9 @@ def test_an_identifier_that_looks_random_survives_a_real_pass_in_any_position(
     assert all(ref in json.loads(meta["referencesJson"]) for ref in refs)
 
 
-def _summarizer(namespace: str, name: str, url: str, patterns: list[dict[str, str]]) -> str:
+def _summarizer(
+    namespace: str, name: str, url: str, patterns: list[dict[str, str]], collections: str = ""
+) -> str:
     return json.dumps(
         {
             "apiVersion": "memorycore.io/v1alpha1",
@@ -272,8 +274,8 @@ def _summarizer(namespace: str, name: str, url: str, patterns: list[dict[str, st
             "spec": {
                 "store": {
                     "url": url,
-                    "memoryCollection": f"{namespace}-memory",
-                    "summaryCollection": f"{namespace}-sessions",
+                    "memoryCollection": f"{collections or namespace}-memory",
+                    "summaryCollection": f"{collections or namespace}-sessions",
                 },
                 "sweep": {"enabled": False},
                 "reconcile": {"enabled": False},
@@ -309,6 +311,49 @@ def test_rebuild_all_with_secrets_asks_only_for_sessions_whose_text_holds_one(
     assert asked == {leaky}, res.stdout
     wait_for(lambda: key not in json.dumps(store.stored_summary(leaky)), 60, 0.3, message=key)
     assert store.stored_summary(theirs)[0] == f"Reverted '{commit}' and renamed the module."  # type: ignore[index]
+
+
+@given(ticket=st.integers(0, 999_999), prior=st.sampled_from((None, "shared", "own")))
+@example(ticket=123_456, prior="shared").via("the object names a summarizer on the same store")
+@example(ticket=654_321, prior="own").via("the object names a summarizer on another store")
+@example(ticket=7, prior=None).via("no object yet")
+@settings(HYPOTHESIS, max_examples=2)
+def test_rebuild_all_with_secrets_rebuilds_under_the_summarizer_that_found_the_secret(
+    harness: Harness, ticket: int, prior: str | None
+) -> None:
+    """--summarizer B finds a secret by B's patterns in B's store: the rebuild runs under B
+    (summarizerRef set to B) whether the session's SessionSummary is new or names another
+    summarizer A, on B's store or its own, so B's store keeps no unmasked secret."""
+    suffix = uuid.uuid4().hex[:6]
+    a, b = f"rb-a-{suffix}", f"rb-b-{suffix}"
+    patterns = [{"name": "acme-ticket", "pattern": r"\bACME-\d{6}\b"}]
+    url, secret = harness.chroma.url, f"ACME-{ticket:06d}"
+    own = a if prior == "own" else b  # A's collections
+    harness.kubectl("apply", "-f", "-", input=_summarizer(NS, b, url, patterns, b))
+    harness.kubectl("apply", "-f", "-", input=_summarizer(NS, a, url, [], own))
+    sid = f"rb-{suffix}"
+    turn = [interaction(sid, 0, 1_770_000_000_000, f"Deploy with {secret} as the ticket.")]
+    for name in {b, own}:
+        load(harness.store(f"{name}-memory"), turn)
+    store = harness.store(f"{b}-memory", f"{b}-sessions")
+    try:
+        if prior is not None:
+            res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", a, "--wait", "60")
+            assert res.returncode == 0, res.stdout + res.stderr
+        if prior != "shared":  # the row B's store holds: another writer's, with the secret
+            _legacy_row(store, sid, "Deploy", f"Deployed with {secret} as the ticket.")
+        assert secret in json.dumps(store.stored_summary(sid))
+        res = harness.summaryctl("rebuild", "--all-with-secrets", "--summarizer", b, "-n", NS)
+        assert res.returncode == 0 and f"rebuild asked: {sid}" in res.stdout, (
+            res.stdout + res.stderr
+        )
+        obj = harness.wait_phase(sid, "Summarized")
+        stored = json.dumps(store.stored_summary(sid))
+        assert secret not in stored and "[redacted: acme-ticket]" in stored, stored
+        assert obj["spec"]["summarizerRef"] == b, obj["spec"]
+    finally:
+        harness.kubectl("delete", "ssum", summary_object_name(sid), "--ignore-not-found")
+        harness.kubectl("delete", "ssumr", a, b, "--ignore-not-found", "--wait=false")
 
 
 def test_one_tenants_patterns_never_stall_another_tenants_sunset(harness: Harness) -> None:
