@@ -34,6 +34,20 @@ def unserved(summarizer: dict[str, Any]) -> str | None:
 REPORT_GRACE_S = 20.0  # a new SessionSummarizer's first report, at the latest
 
 
+def served(namespace: str, ref: str) -> None:
+    """Refuses when no operator serves SessionSummarizer `ref`: one just applied gets
+    REPORT_GRACE_S to be served; one this identity may not read is let through."""
+    from controller.core.retention import parse_time
+
+    while (summarizer := summarizer_object(namespace, ref, may_be_unreadable=True)) and (
+        why := unserved(summarizer)
+    ):
+        created = parse_time(summarizer["metadata"].get("creationTimestamp"))
+        if not created or time.time() - created.timestamp() >= REPORT_GRACE_S:
+            raise CliError(f"{why}; nothing was changed")
+        time.sleep(0.5)
+
+
 def request_pass(
     args: argparse.Namespace,
     *,
@@ -45,19 +59,11 @@ def request_pass(
     """Creates or patches the session's SessionSummary to ask for a pass of `action` and,
     with --wait, waits for its end: exit 0 once the object reaches `done`."""
     from controller.core.naming import summary_object_name
-    from controller.core.retention import parse_time
     from controller.kube import client as kube
 
     existing = kube_call(kube.get_summary, args.namespace, summary_object_name(args.session_id))
     ref = args.summarizer or ((existing or {}).get("spec") or {}).get("summarizerRef", "default")
-    # None: this identity may not read it; one just applied gets REPORT_GRACE_S to be served.
-    while (summarizer := summarizer_object(args.namespace, ref, may_be_unreadable=True)) and (
-        why := unserved(summarizer)
-    ):
-        created = parse_time(summarizer["metadata"].get("creationTimestamp"))
-        if not created or time.time() - created.timestamp() >= REPORT_GRACE_S:
-            raise CliError(f"{why}; nothing was changed")
-        time.sleep(0.5)
+    served(args.namespace, ref)
     name, made = kube_call(
         kube.request_summary,
         args.namespace,
@@ -380,6 +386,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
         )
     if problems:
         raise CliError("--all-with-secrets " + "; it ".join(problems))
+    served(args.namespace, args.summarizer)
     from kubernetes.client.exceptions import ApiException
 
     from controller.core.sweep_plan import marker_problem

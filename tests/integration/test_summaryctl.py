@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.cli.main import main as cli_main
-from controller.core.naming import summary_object_name
+from controller.core.naming import summary_object_name, summary_row_id
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from devenv.chroma import ChromaServer
@@ -494,17 +494,26 @@ def assert_names_where_it_is(line: str) -> None:
 
 
 def test_a_request_in_a_namespace_no_operator_serves_changes_nothing(harness: Harness) -> None:
-    """A SessionSummarizer the operator never reported on (its namespace is not served)."""
+    """A SessionSummarizer the operator never reported on (its namespace is not served):
+    every command that asks for a pass refuses, --all-with-secrets with a secret to ask for."""
     ns = f"unserved-{uuid.uuid4().hex[:6]}"
     harness.cp.kubectl_run("create", "namespace", ns)
-    manifest = summarizer_yaml("default", harness.chroma.url).replace(
-        f"namespace: {NS}", f"namespace: {ns}"
-    )
+    manifest = summarizer_yaml(
+        "default", harness.chroma.url, memory=f"{ns}-memory", summary=f"{ns}-sessions"
+    ).replace(f"namespace: {NS}", f"namespace: {ns}")
     harness.cp.kubectl_run("apply", "-f", "-", input=manifest)
-    res = harness.summaryctl("sunset", "anything", "-n", ns, "--wait", "30")
-    assert res.returncode == 2, res.stdout + res.stderr
-    line = one_error_line(res.stderr)
-    assert f"no operator serves namespace '{ns}'" in line and "nothing was changed" in line
+    harness.store(f"{ns}-memory", f"{ns}-sessions").client.create_collection(f"{ns}-sessions").add(
+        ids=[summary_row_id("leaky")],
+        documents=["Deployed with AKIAABCDEFGHIJKLMNOP as the access key."],
+        metadatas=[{"sessionId": "leaky", "timestamp": 1_770_000_000_000}],
+        embeddings=[[0.1] * 384],
+    )
+    asking = [[command, "anything", "--wait", "30"] for command in ("sunset", "forget", "rebuild")]
+    for argv in [*asking, ["rebuild", "--all-with-secrets", "--summarizer", "default"]]:
+        res = harness.summaryctl(*argv, "-n", ns)
+        assert res.returncode == 2, res.stdout + res.stderr
+        line = one_error_line(res.stderr)
+        assert f"no operator serves namespace '{ns}'" in line and "nothing was changed" in line
     assert _summaries_in(harness, ns) == []
 
 

@@ -1022,6 +1022,7 @@ def test_rebuild_all_with_secrets_asks_for_every_session_and_names_each_one_refu
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(kube, "request_summary", request_summary)
         mp.setattr("controller.cli.commands._with_secrets", lambda args: sessions)
+        mp.setattr("controller.cli.commands.served", lambda namespace, ref: None)
         code, out, err = run(["rebuild", "--all-with-secrets", "--summarizer", "default"])
     assert asked == sessions
     for session_id in sessions:
@@ -1063,6 +1064,7 @@ def test_rebuild_all_with_secrets_names_a_session_no_summary_object_can_name_and
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(kube, "custom", Api)
         mp.setattr("controller.cli.commands._with_secrets", lambda args: sessions)
+        mp.setattr("controller.cli.commands.served", lambda namespace, ref: None)
         code, out, err = run(["rebuild", "--all-with-secrets", "--summarizer", "default"])
     assert asked == [s for s in sessions if s not in unnamable], err
     assert all(printable(f"rebuild asked: {s}") in out.splitlines() for s in asked), out
