@@ -111,9 +111,8 @@ _TECHNOLOGY_PHRASES: MappingProxyType[str, re.Pattern[str]] = MappingProxyType(
 
 
 def token_facts(token: str) -> tuple[str | None, Category | None]:
-    """(technology, category) a single lower-cased token points at, if any. Not cached: its
-    callers look each distinct word up once per pass, and a process-wide cache kept a long
-    pass's one-off tokens alive, pinning the heap."""
+    """(technology, category) a lower-cased token points at, if any. Not cached: a process-wide
+    cache would keep a long pass's one-off tokens alive."""
     word = token.rstrip(".-_+#")
     technology = TECHNOLOGY_WORDS.get(word)
     if technology is None and word.startswith("docker"):
@@ -127,16 +126,6 @@ def token_facts(token: str) -> tuple[str | None, Category | None]:
         cast(Category, match.lastgroup.replace("_", "-")) if match and match.lastgroup else None
     )
     return technology, category
-
-
-def phrase_technologies(text: str) -> set[str]:
-    found = set()
-    for name, pattern in _TECHNOLOGY_PHRASES.items():
-        for match in pattern.finditer(text):
-            if match.start() == 0 or not text[match.start() - 1].isalnum():
-                found.add(name)
-                break
-    return found
 
 
 # -- plain text out of agent memories: control characters and code blocks out, a traceback
@@ -177,11 +166,9 @@ _GAP = " …"
 
 
 def cut_keeping_facts(text: str, limit: int) -> str:
-    """At most `limit` characters of a sentence. A sentence that does not fit keeps its
-    clauses that carry the most facts (controller.core.facts: the names, numbers and paths
-    the next agent asks about), in their order, a gap marked by '…'; the first clause when
-    room is left. Not the head alone: the amount at the end of a long aside is what is asked
-    about. A clause too long to keep whole offers only its pieces that carry a fact."""
+    """At most `limit` characters of a sentence: the clauses (or, of a clause too long, the
+    pieces) that carry the most facts, in order, a gap marked by '…'. Not the head alone: the
+    amount at the end of a long aside is what the next agent asks about."""
     if len(text) <= limit:
         return text
     units: list[tuple[str, int | None]] = []  # a clause or piece, and its facts (None: never kept)
@@ -200,9 +187,8 @@ def cut_keeping_facts(text: str, limit: int) -> str:
 
 def _pieces(clause: str, limit: int) -> list[tuple[str, int | None]]:
     """A clause longer than the limit, cut at spaces (never inside a fact) into pieces that
-    fit between two gap marks; a piece without a fact is never kept. Facts are found in the
-    whole clause (a name needs the word before it), its words longer than the limit blanked:
-    on such a word the count's regex is quadratic in its length."""
+    fit between two gap marks; a piece without a fact is never kept. Words longer than the
+    limit are blanked first: the fact regex is quadratic in a word's length."""
     blanked = re.sub(rf"\S{{{limit + 1},}}", lambda word: " " * len(word.group()), clause)
     lowered, spans, at = blanked.lower(), [], 0
     for token in fact_tokens(blanked) if len(lowered) == len(blanked) else []:
@@ -353,7 +339,11 @@ def _category(texts: Iterable[str], fallback: Category) -> Category:
 
 def _technologies(memories: Sequence[Memory]) -> set[str]:
     text = "\n".join(f"{m.prompt}\n{m.thought}\n{m.response}" for m in memories).lower()
-    found = phrase_technologies(text)
+    found = {
+        name
+        for name, pattern in _TECHNOLOGY_PHRASES.items()
+        if any(m.start() == 0 or not text[m.start() - 1].isalnum() for m in pattern.finditer(text))
+    }
     for word in set(text.split()):  # splitting on spaces first: tokenize each word once
         for token in TOKEN.findall(word):
             technology = token_facts(token)[0]
@@ -450,63 +440,52 @@ class ExtractiveSummarizer:
     def propose(
         self, session_id: str, memories: Sequence[Memory], prior: PriorSummary | None
     ) -> Proposal:
-        return Proposal(propose_extractive(session_id, memories, prior))
+        """The given memories sorted into new items per section. A late memory (at or before
+        the prior's watermark) adds its facts like any other; Current State and the counts
+        follow only the memories after the watermark."""
+        base = prior if isinstance(prior, StructuredSummary) else None
+        legacy = prior if isinstance(prior, LegacySummary) else None
+        covered = base.watermark if base is not None else None
+        given = sorted(memories, key=memory_sort_key)
+        new = [m for m in given if covered is None or covered.after(m)]
+
+        # A legacy prior has no items: merge_pass carries its text, verbatim, as legacy_text.
+        carried = {title: list(base.sections[title]) if base else [] for title in HISTORY_SECTIONS}
+        filling = {title: _Section(carried[title]) for title in carried}
+        for memory in given:
+            _extract_into(filling, memory)
+        sections = {title: section.items for title, section in filling.items()}
+
+        memory_count = (base.memory_count if base else 0) + len(new)
+        known = (base.last_memory_at_ms if base else None, new[-1].timestamp_ms if new else None)
+        last_ms = max((ms for ms in known if ms is not None), default=None)
+        sections[STATE] = _current_state(
+            new, base.sections[STATE] if base else [], memory_count, last_ms
+        )
+
+        category: Category = base.category if base else "other"
+        if new:  # the vote sees the requests so far and the new prompts
+            votes = [i.text for i in carried[REQUESTS]] + [m.prompt for m in new]
+            category = _category(votes, category)
+
+        if legacy is not None and legacy.title and title_problem(legacy.title) is None:
+            # merge_pass still refuses it if it reads as an instruction
+            title = shorten(clean(legacy.title), TITLE_MAX)
+        else:
+            title = _title(sections[REQUESTS], session_id)
+
+        update = PassUpdate(
+            user_requests=filling[REQUESTS].proposed(),
+            questions_and_decisions=filling[QUESTIONS].proposed(),
+            design_choices=filling[DESIGN].proposed(),
+            corrections_and_feedback=filling[CORRECTIONS].proposed(),
+            current_state=[item.text for item in sections[STATE]] if new else None,
+            title=title,
+            category=category,
+            technologies=sorted(_technologies(new)),
+            **_scores(sections, category, new, base, memory_count),
+        )
+        return Proposal(update)
 
 
 EXTRACTIVE = ExtractiveSummarizer()
-
-
-def propose_extractive(
-    session_id: str,
-    memories: Sequence[Memory],
-    prior: PriorSummary | None = None,
-) -> PassUpdate:
-    """What one incremental pass finds: the given memories sorted into new items per section.
-    A late memory (at or before the prior's watermark) adds its facts like any other; what
-    repeats an item adds nothing. Current State and the counts follow only the memories after
-    the watermark. Deterministic.
-    """
-    base = prior if isinstance(prior, StructuredSummary) else None
-    legacy = prior if isinstance(prior, LegacySummary) else None
-    covered = base.watermark if base is not None else None
-    given = sorted(memories, key=memory_sort_key)
-    new = [m for m in given if covered is None or covered.after(m)]
-
-    # A legacy prior has no items: merge_pass carries its text, verbatim, as legacy_text.
-    carried = {title: list(base.sections[title]) if base else [] for title in HISTORY_SECTIONS}
-    filling = {title: _Section(carried[title]) for title in carried}
-    for memory in given:
-        _extract_into(filling, memory)
-    sections = {title: section.items for title, section in filling.items()}
-
-    memory_count = (base.memory_count if base else 0) + len(new)
-    known = (base.last_memory_at_ms if base else None, new[-1].timestamp_ms if new else None)
-    last_ms = max((ms for ms in known if ms is not None), default=None)
-    sections[STATE] = _current_state(
-        new, base.sections[STATE] if base else [], memory_count, last_ms
-    )
-
-    category: Category = base.category if base else "other"
-    if new:  # the vote sees the requests so far and the new prompts
-        votes = [i.text for i in carried[REQUESTS]] + [m.prompt for m in new]
-        category = _category(votes, category)
-
-    if legacy is not None and legacy.title and title_problem(legacy.title) is None:
-        # merge_pass still refuses it if it reads as an instruction
-        title = shorten(clean(legacy.title), TITLE_MAX)
-    else:
-        title = _title(sections[REQUESTS], session_id)
-
-    # What this pass found, applied by the merge both backends share (controller.core.merge):
-    # carried items verbatim, new ones appended, Current State replaced, counts computed.
-    return PassUpdate(
-        user_requests=filling[REQUESTS].proposed(),
-        questions_and_decisions=filling[QUESTIONS].proposed(),
-        design_choices=filling[DESIGN].proposed(),
-        corrections_and_feedback=filling[CORRECTIONS].proposed(),
-        current_state=[item.text for item in sections[STATE]] if new else None,
-        title=title,
-        category=category,
-        technologies=sorted(_technologies(new)),
-        **_scores(sections, category, new, base, memory_count),
-    )

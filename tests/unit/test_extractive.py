@@ -25,7 +25,6 @@ from controller.core.summary_row import from_chroma_row, to_chroma_metadata
 from controller.summarizers.extractive import (
     AGENT_SENTENCES,
     EXTRACTIVE,
-    propose_extractive,
     sentences,
 )
 from tests.support.passes import passes_over, summarize_extractive
@@ -715,9 +714,8 @@ def test_the_newest_request_of_a_very_long_session_is_kept() -> None:
 
 def test_a_fact_the_user_states_after_the_request_is_recorded() -> None:
     said = "Can you suggest a gift? I redeemed a $5 coupon at Target last week. Thanks so much."
-    update = propose_extractive(
-        "s", [Memory(id="m1", session_id="s", timestamp_ms=1, prompt=said, response="")]
-    )
+    memory = Memory(id="m1", session_id="s", timestamp_ms=1, prompt=said, response="")
+    update = EXTRACTIVE.propose("s", [memory], None).update
     assert "I redeemed a $5 coupon at Target last week." in update.user_requests
     # Chatter is history too (nothing said is dropped); the document shows the fact first.
     # As the budget shrinks, the chatter goes before the fact does.
@@ -773,7 +771,7 @@ CHATTER = st.sampled_from(["Happy to help with that.", "Let me know how it goes.
 def test_a_response_adds_its_actions_first_then_its_facts_in_order_and_a_bounded_number(
     said: list[str],
 ) -> None:
-    update = propose_extractive("s1", [mem(1, "", " ".join(said))])
+    update = EXTRACTIVE.propose("s1", [mem(1, "", " ".join(said))], None).update
     added = update.questions_and_decisions
     assert added == [s for s in said if s in added]  # in the response's order
     assert len(added) <= AGENT_SENTENCES
