@@ -1,12 +1,8 @@
 """The model-backed summarizer: any OpenAI-compatible ``/v1/chat/completions`` endpoint
-(OpenAI, Ollama, vLLM, LM Studio, llama.cpp, Gemini's), docs/models.md.
-
-The model only *proposes* a PassUpdate; controller.core.merge applies it, so prior items
-survive whatever the reply says. The ``openai`` SDK's own retries and redirects are off: the
-retry loop here changes the request (the next response_format mode, a correction after a
-bad, cut-off or degenerate reply), counts every attempt's tokens and caps Retry-After. The
-API key appears in no repr, log line or error message.
-"""
+(docs/models.md). The model only *proposes* a PassUpdate, which controller.core.merge applies.
+The SDK's own retries and redirects are off: the retry loop here changes the request (next
+response_format mode, a correction after a bad reply), counts every attempt's tokens and caps
+Retry-After. The API key appears in no repr, log line or error message."""
 
 from __future__ import annotations
 
@@ -39,11 +35,8 @@ log = logging.getLogger(__name__)
 
 
 class ChatModelSummarizer:
-    """A Summarizer (see controller.pipeline) backed by a chat-completions endpoint.
-
-    Thread-safe; the operator's runtime keeps one per SessionSummarizer (its passes share
-    it) and closes it when the SessionSummarizer changes or is deleted.
-    """
+    """A Summarizer backed by a chat-completions endpoint. Thread-safe: the runtime keeps one
+    per SessionSummarizer and closes it when that changes or is deleted."""
 
     max_memories_per_pass = prompt.MAX_MEMORIES_PER_PASS
     one_memory_per_item = False  # an item may blend several memories
@@ -64,12 +57,10 @@ class ChatModelSummarizer:
         self._max_tokens_key = "max_tokens"
 
     def close(self) -> None:
-        """Closes the HTTP connections it keeps open."""
         self._client.close()
 
     @property
     def response_format(self) -> prompt.ResponseFormat:
-        """The response_format mode this endpoint is asked for now."""
         return prompt.RESPONSE_FORMATS[self._format]
 
     @property
@@ -246,8 +237,7 @@ class ChatModelSummarizer:
         )
 
     def _error_detail(self, body: object) -> str:
-        """The endpoint's error message (the SDK's error body: the ``error`` object of a JSON
-        body, or its text), short and with the API key redacted."""
+        """The endpoint's error message from the SDK's error body, short, API key redacted."""
         text = str((body.get("message") if isinstance(body, dict) else body) or "")
         if self.config.api_key:  # before the cut, which would keep a part of it
             text = text.replace(self.config.api_key, "***")

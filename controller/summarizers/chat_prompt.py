@@ -31,7 +31,6 @@ from controller.core.summary import (
 from controller.core.text import ms_to_rfc3339
 
 MAX_MEMORIES_PER_PASS = 200
-FACTS_RULE = "Keep facts, not impressions"  # the prompt's rule that asks for them
 PRIOR_SHARE = 3  # the prior summary gets at most 1/PRIOR_SHARE of maxInputTokens
 RETRY_AFTER_MAX_SECONDS = 30.0
 BAD_REPLY_ECHO_CHARS = 2000
@@ -50,7 +49,6 @@ FORMAT_REFUSAL_STATUS = frozenset({400, 415, 422})
 # A 5xx that may be a refusal of the response_format (llama-cpp-python answers json_schema
 # with HTTP 500); 502/503/504 are a proxy or a loading server, never a refusal.
 FORMAT_FAILURE_STATUS = frozenset({500, 501})
-MAX_OUTPUT_TOKENS = 2048
 SCHEMA_ITEM_CHARS = 300  # an item the schema allows fits ITEM_MAX even quoted (core/quoting)
 STATE_MAX_ITEMS = 5
 SECTION_MAX_ITEMS = 12
@@ -89,7 +87,7 @@ class ChatModelConfig:
     max_input_tokens: int = 6000
     backoff_seconds: float = 1.0
     max_backoff_seconds: float = 30.0
-    max_output_tokens: int = MAX_OUTPUT_TOKENS
+    max_output_tokens: int = 2048
 
     @property
     def url(self) -> str:
@@ -158,27 +156,21 @@ def neutralise(text: str) -> str:
     return DELIMITER.sub("‹", valid_utf8(text))
 
 
-def _attribute(value: str) -> str:
-    return _ATTRIBUTE_UNSAFE.sub("_", value)[:64]
-
-
 def render_memories(memories: Sequence[Memory], per_memory_tokens: int) -> str:
     blocks = []
     for n, memory in enumerate(memories, 1):
         text = neutralise(bounded_memory_text(memory, per_memory_tokens))
+        kind = _ATTRIBUTE_UNSAFE.sub("_", memory.type)[:64]
         blocks.append(
             f'<memory n="{n}" time="{ms_to_rfc3339(memory.timestamp_ms)}" '
-            f'type="{_attribute(memory.type)}">\n{text}\n</memory>'
+            f'type="{kind}">\n{text}\n</memory>'
         )
     return f'<memories count="{len(memories)}">\n' + "\n".join(blocks) + "\n</memories>"
 
 
 def render_prior(prior: StructuredSummary | LegacySummary | None, budget_tokens: int) -> str:
-    """The prior summary as data, within its budget. When it does not fit, the newest items
-    of each section are shown: the merge keeps the older ones whatever the model sees.
-
-    A legacy text (the prior itself, or the one a structured prior carries) is shown cut to
-    what the budget leaves; the merge carries it whole and verbatim whatever is shown."""
+    """The prior summary as data, within its budget: the newest items of each section, and a
+    legacy text cut to what is left. The merge keeps everything whatever the model sees."""
     if prior is None:
         return "<prior_summary>\n(none: this is the first pass over the session)\n</prior_summary>"
     if isinstance(prior, LegacySummary):
@@ -233,18 +225,12 @@ def build_messages(
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
-def section_max_items(memory_count: int) -> int:
-    """How many new items one section may propose in a pass over memory_count memories:
-    twice as many as memories, within [SECTION_MIN_ITEMS, SECTION_MAX_ITEMS]. Bounds the
-    output of a model that loops on one item."""
-    return min(SECTION_MAX_ITEMS, max(SECTION_MIN_ITEMS, 2 * memory_count))
-
-
 def reply_schema(memory_count: int, prior_items: int) -> dict[str, Any]:
     """The JSON schema of a reply, sent as response_format json_schema: every string and
     list bounded, so a constrained decoder cannot produce an unbounded reply. Supersede
     marks are offered only when the prior summary has items to mark."""
-    per_section = section_max_items(memory_count)
+    # Twice as many items as memories, within bounds: a model looping on one item stops.
+    per_section = min(SECTION_MAX_ITEMS, max(SECTION_MIN_ITEMS, 2 * memory_count))
     item = {"type": "string", "minLength": 1, "maxLength": SCHEMA_ITEM_CHARS}
     history = {"type": "array", "items": item, "maxItems": per_section}
     score = {"type": "integer", "minimum": 0, "maximum": 100}

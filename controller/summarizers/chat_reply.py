@@ -159,11 +159,6 @@ def _content_words(text: str) -> set[str]:
     }
 
 
-def _grounded(word: str, vocabulary: set[str], stems: set[str]) -> bool:
-    """A word of the session, or one sharing its first four letters (retry, retries)."""
-    return word in vocabulary or (len(word) >= 5 and word[:4] in stems)
-
-
 def _memory_fields(memory: Memory) -> list[str]:
     """A memory's own texts, without the labels memory_text adds ("User Prompt: " would read
     as a role marker to controller.core.quoting)."""
@@ -217,14 +212,14 @@ def degenerate_reason(
                 "memories"
             )
     vocabulary = _content_words(session)
-    stems = {w[:4] for w in vocabulary if len(w) >= 5}
+    stems = {w[:4] for w in vocabulary if len(w) >= 5}  # "retry" grounds "retries"
     counted, ungrounded = 0, []
     for text in [*history, *state]:
         words = _content_words(text)
         if not words:
             continue
         counted += 1
-        if not any(_grounded(w, vocabulary, stems) for w in words):
+        if not any(w in vocabulary or (len(w) >= 5 and w[:4] in stems) for w in words):
             ungrounded.append(text)
     if counted and 2 * len(ungrounded) > counted:
         return (
@@ -255,13 +250,12 @@ def _copies_passage(text: str, passages: Sequence[str]) -> bool:
     padded = [f" {p} " for p in passages]
     if len(words) <= 3:
         return any(f" {' '.join(words)} " in p for p in padded)
-    for i in range(len(words) - 2):
-        window = words[i : i + 3]
-        if sum(w not in _STOPWORDS for w in window) >= 2 and any(
-            f" {' '.join(window)} " in p for p in padded
-        ):
-            return True
-    return False
+    windows = (words[i : i + 3] for i in range(len(words) - 2))
+    return any(
+        sum(w not in _STOPWORDS for w in window) >= 2
+        and any(f" {' '.join(window)} " in p for p in padded)
+        for window in windows
+    )
 
 
 def contain_injections(
@@ -269,11 +263,9 @@ def contain_injections(
     memories: Sequence[Memory],
     prior: StructuredSummary | LegacySummary | None,
 ) -> PassUpdate:
-    """The update with what an injection in these memories could have put in it contained.
-    Pure. Items repeating an injected passage are stored quoted; such a title or supersede
-    mark is dropped; with an injection and a structured prior, category and scores stay the
-    prior's.
-    """
+    """The update with what an injection in these memories could have put in it contained:
+    items repeating an injected passage quoted, such a title or supersede mark dropped, and
+    with a structured prior, category and scores left to the prior's."""
     passages = injected_passages(memories)
     if not passages:
         return update

@@ -36,8 +36,7 @@ from controller.core.summary import (
 from controller.core.text import PLACEHOLDER, cut, ms_to_rfc3339
 from controller.summarizers.contract import Proposal
 
-# -- cue words: what marks a decision, a design choice or a correction, and which words point
-# at a technology or a session category ---------------------------------------------------
+# -- cue words: decisions, design choices, corrections, technologies, categories ----------
 
 # Cues are matched in lower-cased text. Patterns have no leading \b where a cue is long enough
 # to be unambiguous: a pattern that starts with a literal is scanned much faster by `re`.
@@ -128,8 +127,7 @@ def token_facts(token: str) -> tuple[str | None, Category | None]:
     return technology, category
 
 
-# -- plain text out of agent memories: control characters and code blocks out, a traceback
-# as one sentence, sentences cut at word boundaries ---------------------------------------
+# -- sentences out of agent memories -------------------------------------------------------
 
 SENTENCE_MAX = 200
 

@@ -22,7 +22,6 @@ from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from controller.summarizers.chat_model import ChatModelSummarizer
 from controller.summarizers.chat_prompt import (
-    FACTS_RULE,
     ChatModelConfig,
     InvalidModelOutput,
     ModelUnavailable,
@@ -278,7 +277,11 @@ def test_the_operator_writes_the_summary_through_the_model_endpoint(
     ]
     assert sent and "<memory n=" in sent[0]
     system = model_server.requests_to("/chat/completions")[-1].body["messages"][0]["content"]
-    for asked in (FACTS_RULE, "name, number, date, place, file path", "verbatim"):
+    for asked in (
+        "Keep facts, not impressions",
+        "name, number, date, place, file path",
+        "verbatim",
+    ):
         assert asked in system  # the model is asked to keep facts, as the extractive does
     assert harness.obj(sid)["status"]["modelTokens"] > 0  # token usage recorded
 

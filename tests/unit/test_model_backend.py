@@ -39,7 +39,6 @@ from controller.summarizers import chat_model, chat_prompt, chat_reply
 from controller.summarizers.chat_model import ChatModelSummarizer
 from controller.summarizers.chat_prompt import (
     HISTORY_KEYS,
-    MAX_OUTPUT_TOKENS,
     SYSTEM_PROMPT,
     ChatModelConfig,
     InvalidModelOutput,
@@ -159,7 +158,7 @@ def test_a_valid_reply_becomes_the_merged_summary(server: OpenAIServer) -> None:
     assert body["model"] == "test-chat"
     assert body["temperature"] == 0
     assert body["response_format"]["type"] == "json_schema"
-    assert body["max_tokens"] == MAX_OUTPUT_TOKENS
+    assert body["max_tokens"] == ChatModelConfig.max_output_tokens
     assert [m["role"] for m in body["messages"]] == ["system", "user"]
     request = server.requests_to("/chat/completions")[0]
     assert request.headers["Authorization"] == f"Bearer {API_KEY}"
@@ -481,7 +480,7 @@ def test_an_endpoint_wanting_max_completion_tokens_gets_it(server: OpenAIServer)
     assert isinstance(summarizer(server)(SID, memories("Add retries."), None), PassResult)
     first, second = chat_bodies(server)
     assert "max_tokens" in first and "max_tokens" not in second
-    assert second["max_completion_tokens"] == MAX_OUTPUT_TOKENS
+    assert second["max_completion_tokens"] == ChatModelConfig.max_output_tokens
     assert second["response_format"]["type"] == "json_schema"
 
 
