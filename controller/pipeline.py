@@ -311,7 +311,7 @@ def _summarized(
         done,
         summary=summary,
         before=before,
-        spent=(*done.spent, pass_tokens(chunk, "", added_text(before, summary))),
+        spent=(*done.spent, pass_tokens(chunk, added_text(before, summary))),
         tokens=done.tokens + result.tokens_used,
         upto=(chunk[-1].timestamp_ms, chunk[-1].id) if chunk else done.upto,
     )

@@ -23,11 +23,10 @@ class PassTokens:
     tokens_out: int
 
 
-def pass_tokens(memories: Sequence[Memory], before: str, after: str) -> PassTokens:
-    """One pass's figures from its memories and the document before and after it."""
+def pass_tokens(memories: Sequence[Memory], added: str) -> PassTokens:
+    """One pass's figures from its memories and the text it added (added_text)."""
     tokens_in = sum(estimate_tokens(memory_text(m)) for m in memories)
-    grown = estimate_tokens(after) - (estimate_tokens(before) if before else 0)
-    return PassTokens(tokens_in, max(0, grown))
+    return PassTokens(tokens_in, estimate_tokens(added))
 
 
 def added_text(before: StructuredSummary | None, after: StructuredSummary) -> str:
@@ -41,13 +40,6 @@ def added_text(before: StructuredSummary | None, after: StructuredSummary) -> st
         parts += [item.text for item in new]
     parts += after.references[len(before.references) if before is not None else 0 :]
     return "\n".join(parts)
-
-
-def compaction_ratio(tokens_in: int, tokens_out: int) -> float | None:
-    """Tokens of memory per token of summary; None when nothing was read or written."""
-    if tokens_in <= 0 or tokens_out <= 0:
-        return None
-    return round(tokens_in / tokens_out, 2)
 
 
 @dataclass(frozen=True)
@@ -71,7 +63,10 @@ class Provenance:
 
     @property
     def ratio(self) -> float | None:
-        return compaction_ratio(self.tokens_in, self.tokens_out)
+        """Tokens of memory per token of summary; None when nothing was read or written."""
+        if self.tokens_in <= 0 or self.tokens_out <= 0:
+            return None
+        return round(self.tokens_in / self.tokens_out, 2)
 
     def with_document(self, document: str) -> Provenance:
         return Provenance(list(self.passes), estimate_tokens(document))

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from controller.core.document import render_document
 from controller.core.memories import Memory
 from controller.core.merge import PassUpdate, merge_pass
-from controller.core.provenance import PassTokens, Provenance, compaction_ratio, pass_tokens
+from controller.core.provenance import PassTokens, Provenance, added_text, pass_tokens
 from controller.core.summary import StructuredSummary
 from controller.core.summary_row import to_chroma_metadata
 
@@ -35,13 +35,13 @@ def update(request: str) -> PassUpdate:
     )
 
 
-def test_a_pass_reads_its_memories_and_adds_what_the_document_grew_by() -> None:
+def test_a_pass_reads_its_memories_and_adds_what_the_summary_grew_by() -> None:
     memories = [memory(1, "x" * 4000), memory(2, "y" * 4000)]
     summary = merge_pass(None, update("Do the thing."), memories)
-    spent = pass_tokens(memories, "", render_document(summary))
+    spent = pass_tokens(memories, added_text(None, summary))
     assert spent.tokens_in > 2000  # 8000 bytes of prompt, plus the labels
     assert 0 < spent.tokens_out < 100
-    again = pass_tokens([memory(3, "z")], render_document(summary), render_document(summary))
+    again = pass_tokens([memory(3, "z")], added_text(summary, summary))
     assert again.tokens_out == 0
 
 
@@ -64,7 +64,8 @@ def test_the_row_carries_the_memory_range_watermark_and_tokens_per_pass() -> Non
 
 
 def test_no_ratio_when_nothing_was_read_or_written() -> None:
-    assert compaction_ratio(0, 10) is None and compaction_ratio(10, 0) is None
+    assert Provenance([PassTokens(0, 10)]).ratio is None
+    assert Provenance([PassTokens(10, 0)]).ratio is None
     meta = to_chroma_metadata(
         merge_pass(None, update("x y"), [memory(1, "a")]),
         writer="w",
@@ -84,7 +85,6 @@ def test_what_a_pass_added_is_its_new_items_whatever_the_history_before(
 ) -> None:
     """The text a pass added is its new items (and a changed Current State), measured the
     same over a short or a long history: counting it never renders the history."""
-    from controller.core.provenance import added_text
     from controller.core.summary import SummaryItem
 
     def summary(requests: list[str], state: str) -> StructuredSummary:
