@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import re
 from collections import Counter
+from itertools import accumulate
 
 from controller.core.facts import fact_tokens
 from controller.core.references import REFERENCES_MAX
@@ -65,10 +66,6 @@ def _item_line(item: SummaryItem) -> str:
     return f"- {text}"
 
 
-def _words(text: str) -> frozenset[str]:
-    return frozenset(re.findall(r"\w+", text.lower()))
-
-
 def _render(summary: StructuredSummary, memory_collection: str | None) -> str:
     """The operator's own part, whole."""
     lines = [f"# {one_line(summary.title)}"]
@@ -83,13 +80,9 @@ def _render(summary: StructuredSummary, memory_collection: str | None) -> str:
 
 
 def _history_fits(summary: StructuredSummary, max_chars: int) -> bool:
-    total = 0
-    for title in HISTORY_SECTIONS:
-        for item in summary.sections.get(title) or []:
-            total += len(_item_line(item)) + 1
-            if total > max_chars:
-                return False
-    return True
+    sections = (summary.sections.get(title) or [] for title in HISTORY_SECTIONS)
+    lengths = (len(_item_line(item)) + 1 for items in sections for item in items)
+    return all(total <= max_chars for total in accumulate(lengths))
 
 
 def render_document(
@@ -159,7 +152,7 @@ def choose_lines(summary: StructuredSummary, memory_collection: str | None, max_
             continue
         order, n, name, line, facts = lines_facts[index]
         cost = len(line) + 1 + (0 if name in opened else len(name) + 5)  # "\n## name\n"
-        words = _words(line)
+        words = frozenset(re.findall(r"\w+", line.lower()))
         if cost > room or any(words <= other for other in held):
             continue
         room -= cost
