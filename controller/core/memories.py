@@ -1,10 +1,7 @@
-"""The memory record as read from the neo-agent-memory collection. Pure.
-
-Agents have written this collection for a long time, so rows come in several shapes: ISO or
-epoch-seconds timestamps, null documents, toolsUsed as JSON text or a comma-joined string,
-counts stored as text. `memory_from_row` accepts all of them and gives up on a row only when
-it cannot say which session it belongs to or when it happened.
-"""
+"""The memory record as read from the neo-agent-memory collection. Pure. Rows come in the
+shapes years of agents wrote (ISO or epoch timestamps, null documents, toolsUsed as JSON text
+or a comma-joined string, counts as text); `memory_from_row` gives up on a row only when it
+cannot say which session it belongs to or when it happened."""
 
 from __future__ import annotations
 
@@ -49,7 +46,6 @@ class Memory(BaseModel, frozen=True):
     thought: str = ""
     response: str = ""
     document: str = ""
-    # Who did it, and with which tools.
     agent: str | None = None
     model: str | None = None
     tool_calls: int = 0
@@ -292,5 +288,4 @@ def is_excluded(memory: Memory, excluded_types: Collection[str] = DEFAULT_EXCLUD
     (case-insensitive), so a user who merely mentions a marker is still summarized."""
     if memory.type == SUNSET_MARKER_TYPE or memory.type in excluded_types:
         return True
-    head = memory.prompt.lstrip()[:64].lower()
-    return head.startswith(INJECTION_MARKERS)
+    return memory.prompt.lstrip()[:64].lower().startswith(INJECTION_MARKERS)
