@@ -1,7 +1,6 @@
 """Which memories go into the next pass, and how much of each. Pure. Chunks are bounded by
 estimated tokens (UTF-8 bytes / 4: no tokenizer needed) and a memory count; a memory larger
-than the budget is cut (UTF-8-safe, with a visible marker), never skipped.
-"""
+than the budget is cut (UTF-8-safe, with a visible marker), never skipped."""
 
 from __future__ import annotations
 

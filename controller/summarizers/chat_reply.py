@@ -21,9 +21,8 @@ from controller.core.summary import HISTORY_SECTIONS, LegacySummary, StructuredS
 from controller.core.text import cut, json_value
 from controller.summarizers import chat_prompt as prompt
 
-# A code fence around the reply's JSON, which some models add whatever they are asked. The
-# spaces before the closing one are taken from their first (`\s*` tried at each of them took
-# time quadratic in a long run).
+# A code fence some models put around the JSON whatever they are asked. The spaces before the
+# closing one are matched from their first: `\s*` tried at each of them is quadratic.
 FENCE = re.compile(r"^\s*```(?:json)?\s*|(?:(?<!\s)\s+)?```\s*$", re.IGNORECASE)
 
 # -- the reply --------------------------------------------------------------------------------
@@ -184,9 +183,8 @@ def degenerate_reason(
     memories: Sequence[Memory],
     prior: StructuredSummary | LegacySummary | None,
 ) -> str | None:
-    """Why a parsed reply is junk for these memories, or None: nothing proposed, an item
-    repeated, an item copied from our instructions, or most items sharing no word with the
-    memories or the prior summary. Pure."""
+    """Why a parsed reply is junk, or None: nothing proposed, an item repeated or copied from
+    our instructions, or most items sharing no word with the memories or the prior summary."""
     history = [t for texts in update.new_items().values() for t in texts]
     state = list(update.current_state or [])
     session = "\n".join([*(f for m in memories for f in _memory_fields(m)), _prior_text(prior)])

@@ -1,9 +1,7 @@
-"""The one contract every summarizer keeps: given one bounded chunk of a session's new
-memories and the summary so far, it *proposes* one PassUpdate (new items per history
-section, supersede marks, Current State, title, category, scores). It never merges:
-controller.core.merge applies every proposal the same way and controller.pipeline
-validates the result, so no summarizer, however wrong, can lose a fact.
-"""
+"""The one contract every summarizer keeps: given a bounded chunk of a session's new
+memories and the summary so far, it *proposes* one PassUpdate. It never merges:
+controller.core.merge applies every proposal the same way, so no summarizer, however wrong,
+can lose a fact."""
 
 from __future__ import annotations
 
