@@ -353,8 +353,7 @@ def _technologies(memories: Sequence[Memory]) -> set[str]:
 def _title(requests: Sequence[SummaryItem], session_id: str) -> str:
     """The first request that reads as a title, at most TITLE_CHARS, no trailing punctuation."""
     for item in requests:
-        title = cut(item.text, TITLE_CHARS, "", word_from=TITLE_CHARS // 2)
-        title = title.rstrip(" .!?…:;,-")
+        title = cut(item.text, TITLE_CHARS, "", word_from=TITLE_CHARS // 2).rstrip(" .!?…:;,-")
         if title and title_problem(title) is None and quote_if_needed(item.text) == item.text:
             return title
     return fallback_title(session_id)
