@@ -211,17 +211,15 @@ def degenerate_reason(
             )
     vocabulary = _content_words(session)
     stems = {w[:4] for w in vocabulary if len(w) >= 5}  # "retry" grounds "retries"
-    counted, ungrounded = 0, []
-    for text in [*history, *state]:
-        words = _content_words(text)
-        if not words:
-            continue
-        counted += 1
-        if not any(w in vocabulary or (len(w) >= 5 and w[:4] in stems) for w in words):
-            ungrounded.append(text)
-    if counted and 2 * len(ungrounded) > counted:
+    worded = [(text, words) for text in [*history, *state] if (words := _content_words(text))]
+    ungrounded = [
+        text
+        for text, words in worded
+        if not any(w in vocabulary or (len(w) >= 5 and w[:4] in stems) for w in words)
+    ]
+    if worded and 2 * len(ungrounded) > len(worded):
         return (
-            f"{len(ungrounded)} of {counted} items mention nothing from the memories (for "
+            f"{len(ungrounded)} of {len(worded)} items mention nothing from the memories (for "
             f"example {_show(ungrounded[0])}): summarize what the memories say"
         )
     return None
