@@ -49,10 +49,6 @@ def presented_token(request: web.Request) -> str | None:
     return token.strip() if token else None
 
 
-def authorized(presented: str | None, token: str) -> bool:
-    return presented is not None and hmac.compare_digest(presented.encode(), token.encode())
-
-
 FORWARD_TIMEOUT_SECONDS = 8.0
 # Chroma's own bound on a request body (its max_payload_size_bytes): no more is held.
 MAX_BODY_BYTES = 40 * 1024 * 1024
@@ -87,7 +83,8 @@ def make_app(
         return web.Response(status=200 if ok else 503, text="ok" if ok else "chroma not ready")
 
     async def forward(request: web.Request) -> web.StreamResponse:
-        if not authorized(presented_token(request), token):
+        presented = presented_token(request)
+        if presented is None or not hmac.compare_digest(presented.encode(), token.encode()):
             return web.json_response(text=UNAUTHORIZED, status=401)
         headers = {
             k: v
