@@ -32,19 +32,15 @@ class OpenAICompatibleEmbedding:
         *,
         http_client: httpx2.Client | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
+        base_url = base_url.rstrip("/")
+        self.url = f"{base_url}/embeddings"
         self.model = model
         self._client, self._headers = openai_client(
-            self.base_url, api_key, timeout_seconds, retries, http_client
+            base_url, api_key, timeout_seconds, retries, http_client
         )
 
     def close(self) -> None:
-        """Closes the HTTP connections it keeps open."""
         self._client.close()
-
-    @property
-    def url(self) -> str:
-        return f"{self.base_url}/embeddings"
 
     def __call__(self, input: Documents) -> Embeddings:
         if not input:
