@@ -120,14 +120,11 @@ class SummarizerParts:
                 redaction=redaction_of(spec),
             )
 
-    @contextlib.contextmanager
     def store(
         self, namespace: str, name: str, spec: SessionSummarizerSpec
-    ) -> Iterator[MemoryStore]:
+    ) -> contextlib.AbstractContextManager[MemoryStore]:
         """The SessionSummarizer's store alone (the sweep, the scans, the probes)."""
-        location = store_location(spec, namespace)
-        with self._use((namespace, name), "store", location, self._connect) as store:
-            yield store
+        return self._use((namespace, name), "store", store_location(spec, namespace), self._connect)
 
     @contextlib.contextmanager
     def embedder(
