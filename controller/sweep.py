@@ -32,7 +32,6 @@ from controller.core.sweep_plan import (
     collect_activity,
     collect_markers,
     covered_by_summary,
-    initial_watermark,
     marker_action,
     not_acted_on,
     plan_sweep,
@@ -87,11 +86,8 @@ def plan_from_store(
 ) -> tuple[SweepPlan, tuple[int, int], RowCursor, bool]:
     """Plans from memories newer than the watermark or added since the cursor. Returns
     (plan, (newer, added), new cursor, old cursor aligned). pause: the scheduler's give_way."""
-    since = (
-        watermark_ms
-        if watermark_ms is not None
-        else initial_watermark(now_ms, spec.sweep.lookback_days)
-    )
+    lookback_ms = spec.sweep.lookback_days * 86_400_000  # where the first sweep starts
+    since = watermark_ms if watermark_ms is not None else now_ms - lookback_ms
     pause()
     appended, new_cursor, aligned = store.scan_appended(cursor)
     scanned = 0

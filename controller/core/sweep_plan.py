@@ -119,11 +119,6 @@ def plan_sweep(
     return plan
 
 
-def initial_watermark(now_ms: int, lookback_days: int) -> int:
-    """Where the first sweep starts: the lookback window."""
-    return now_ms - lookback_days * 86_400_000
-
-
 # -- sunset markers -------------------------------------------------------------------------
 
 

@@ -1,11 +1,14 @@
+from collections.abc import Iterator
+
+from controller.api import SessionSummarizerSpec
 from controller.core.sweep_plan import (
     SessionActivity,
     StoredSummaryState,
     collect_activity,
-    initial_watermark,
     plan_sweep,
     stale_reason,
 )
+from controller.sweep import plan_from_store
 
 NOW = 10_000_000_000
 IDLE = 900_000
@@ -74,5 +77,24 @@ def test_watermark_advances_to_the_idle_horizon_when_nothing_is_left() -> None:
     assert plan.next_watermark_ms == NOW - IDLE
 
 
+class _EmptyStore:
+    """No memories and no summaries; remembers where the scan started."""
+
+    since: int | None = None
+
+    def scan_appended(self, cursor: object) -> tuple[list[tuple[str, int]], None, bool]:
+        return [], None, True
+
+    def scan_since(self, since: int) -> Iterator[tuple[str, int]]:
+        self.since = since
+        return iter(())
+
+    def summary_states(self, session_ids: list[str]) -> dict[str, object]:
+        return {}
+
+
 def test_first_sweep_starts_at_the_lookback_window() -> None:
-    assert initial_watermark(NOW, 30) == NOW - 30 * 86_400_000
+    store = _EmptyStore()
+    spec = SessionSummarizerSpec.model_validate({"sweep": {"lookbackDays": 30}})
+    plan_from_store(store, spec, watermark_ms=None, now_ms=NOW)  # type: ignore[arg-type]
+    assert store.since == NOW - 30 * 86_400_000
