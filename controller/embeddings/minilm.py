@@ -203,8 +203,8 @@ class _MiniLM:
 
 
 class _RowFile:
-    """Rows of one float32 matrix of a safetensors file, read on demand with pread. Mapped,
-    every row ever touched stayed in RSS (up to 47 MB); read, they live in the page cache."""
+    """Rows of one float32 matrix of a safetensors file, read on demand with pread: they live in
+    the page cache, not in RSS as a mapping's touched rows do (docs/benchmarks.md)."""
 
     def __init__(self, path: Path, name: str) -> None:
         with path.open("rb") as f:

@@ -1,8 +1,6 @@
-"""The sort keys of a session's rows, (timestamp, id), in flat buffers: one array of
-timestamps, one of id offsets and one bytes buffer of ids (~2.5 MB for 50,000 rows, freed
-whole; as tuples they were ~9 MB the allocator kept after the pass), plus the sorted order
-(Watermark's: timestamp, then id). Timestamps outside int64 fall back to a Python list.
-"""
+"""The sort keys of a session's rows, (timestamp, id), in flat buffers freed whole after the
+pass (tuples cost more and stayed: docs/benchmarks.md), plus the sorted order (Watermark's:
+timestamp, then id). Timestamps outside int64 fall back to a Python list."""
 
 from __future__ import annotations
 

@@ -37,9 +37,7 @@ from controller.store.collections import batches, pages
 from controller.store.errors import guard
 from controller.store.row_keys import RowKeys, RowKeysBuilder
 
-# Rows per page of a session's listing: half the transient heap of 2,000 (measured: the
-# pass over 50,000 memories kept 3 MB less afterwards), one round trip for most sessions.
-LIST_PAGE = 1000
+LIST_PAGE = 1000  # one round trip for most sessions; 2,000 kept more heap (docs/benchmarks.md)
 GET_BATCH = 500
 ID_PAGE = 5000  # ids only: a few bytes a row
 SMALL_SESSION = 50  # rows: listed whole in one request (list_session)
@@ -48,9 +46,8 @@ NAMED_UNTRUSTED = 10
 
 @dataclass(frozen=True)
 class SessionRows:
-    """A session as listed for one pass: counts, newest row, what it reads (`reread`: the
-    ranges behind the watermark the prior does not cover exactly), and the memories, read
-    lazily so a pass never holds a whole 50,000-memory session."""
+    """A session as listed for one pass: counts, newest row, what it reads, and the memories,
+    read lazily so a pass never holds a whole 50,000-memory session."""
 
     total: int  # every row carrying the sessionId, whatever its type or time (memoryCount)
     newest: Watermark | None  # the newest row of all, the pass's watermark
@@ -60,13 +57,12 @@ class SessionRows:
     read: Callable[[], Iterator[Memory]]
     sources: SessionSources = field(default_factory=SessionSources)  # who wrote the rows
     selected: int = 0  # rows read this pass, excluded types too
-    reread: tuple[Dirty, ...] = ()  # ranges at or before the prior's watermark read again
+    reread: tuple[Dirty, ...] = ()  # ranges behind the prior's watermark it does not cover exactly
     prior_key: tuple[int, str] | None = None  # the prior's watermark
     digest: Bucket = field(default_factory=lambda: Bucket(0))  # every row's id (coverage.digest)
     # Set when only rows after the prior's watermark were listed: coverage grows from it.
     base: Coverage | None = None
-    # Up to NAMED_UNTRUSTED rows with an impossible time (memories.trusted_time), named
-    # in a Warning Event.
+    # Up to NAMED_UNTRUSTED rows with an impossible time (trusted_time), for a Warning Event.
     untrusted: tuple[str, ...] = ()
     # Sorted ids of rows whose time is unreadable or unplaced (memories.placed). In
     # `total`, not in the coverage; each is summarized once, at the end of the order.
@@ -85,9 +81,8 @@ class SessionRows:
         return sum(d.uncovered for d in self.reread)
 
     def coverage(self, upto: tuple[int, str] | None = None) -> tuple[Coverage, int]:
-        """The coverage a write records and how many rows it covers once every selected row
-        up to `upto` (None: all) is read: those, and the unselected rows at or before the
-        prior's watermark."""
+        """The coverage a write records, and its row count, once the selected rows up to `upto`
+        (None: all) are read; unselected rows at or before the prior's watermark count too."""
         mark = self.prior_key
         keys = [
             (ts, row_id)
@@ -109,9 +104,8 @@ def list_session(
     read_batch: Callable[[Sequence[str]], list[Memory]],
     mask: PassRedaction,
 ) -> SessionRows:
-    """Lists the session (MemoryStore.session_rows): only the rows added since the prior if
-    nothing else changed (list_appended), else all. Small sessions are listed whole: one
-    request costs less than list_appended's two."""
+    """Only the rows added since the prior if nothing else changed (list_appended), else all;
+    small sessions whole: one request costs less than list_appended's two."""
     small = prior.digest is not None and prior.digest.count <= SMALL_SESSION
     appended = None if small else list_appended(coll, session_id, prior, exclude, mask)
     return appended or _list_all(coll, session_id, prior, exclude, read_batch, mask)
