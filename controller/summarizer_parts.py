@@ -1,9 +1,8 @@
-"""The live parts built for each SessionSummarizer (namespace/name): its Chroma client, its
-embedding function and its model summarizer, each kept with the configuration it was built
-from (Secret values included, read at every use: a rotated key takes effect at the next
-pass) from the spec's generation seen (spec_changed) until the next one or the deletion
-(forget). A part no longer kept is closed once no use holds it; one built for a
-SessionSummarizer not seen, deleted or changed meanwhile serves its use alone."""
+"""The live parts of each SessionSummarizer: Chroma client, embedding function and model
+summarizer, each kept with the configuration it was built from (Secret values included: a
+rotated key takes effect at the next pass) until the spec's next generation or the deletion.
+A part no longer kept is closed once no use holds it; one built for a SessionSummarizer not
+seen, deleted or changed meanwhile serves its use alone."""
 
 from __future__ import annotations
 
@@ -50,8 +49,7 @@ class _Part:
 
 @dataclass(eq=False)
 class _Generation:
-    """The parts kept for one generation of a SessionSummarizer's spec; replaced, not
-    changed, when a new one is seen, so a part built for the old one is not kept."""
+    """The parts kept for one generation of a spec; replaced whole when a new one is seen."""
 
     number: int | None
     parts: dict[Kind, _Part] = field(default_factory=dict)
@@ -226,8 +224,7 @@ class SummarizerParts:
         self._close(closing)
 
     def _unkeep(self, parts: Iterable[_Part]) -> list[_Part]:
-        """Under the lock: parts no longer kept; returns those no use holds, to be closed
-        now (the others are when the last use gives them back)."""
+        """Under the lock: unkeeps parts; returns those no use holds, to close now."""
         closing = []
         for part in parts:
             part.kept = False

@@ -77,11 +77,10 @@ class UpkeepState:
     def probe_due(
         self, namespace: str, name: str, every_s: float, now: float, *, failing: bool = True
     ) -> bool:
-        """While the probes fail: after every_s, then twice as late each time, at most
-        PROBE_BACKOFF_MAX_S (a workqueue's backoff: broken summarizers do not keep the
-        operator and their endpoints busy; `summaryctl check` asks at once). The first call
-        only starts the clock (the create/update/resume handler has just probed); a call
-        with failing=False starts it over."""
+        """While the probes fail: due after every_s, then twice as late each time up to
+        PROBE_BACKOFF_MAX_S (a broken summarizer does not keep its endpoints busy). The first
+        call only starts the clock (the create/update/resume handler has just probed);
+        failing=False starts it over."""
         upkeep = self._of(namespace, name)
         last, wait = upkeep.probed, max(every_s, upkeep.probe_wait)
         if not failing:

@@ -41,8 +41,7 @@ class StoreLocation:
     # by a new summary collection when the memory collection has none (collections.py).
     embedding_provider: str = "local-minilm"
     embedding_model: str = "all-MiniLM-L6-v2"
-    # spec.document.maxChars: the bound of each summary row's document.
-    document_max_chars: int = DOCUMENT_MAX_CHARS
+    document_max_chars: int = DOCUMENT_MAX_CHARS  # spec.document.maxChars
 
     @property
     def ledger_collection(self) -> str:
