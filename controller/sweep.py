@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from controller.api import SessionSummarizerSpec
 from controller.config import CONFIG
@@ -53,10 +53,9 @@ class SweepResult:
     scanned: int  # rows newer than the watermark (the range scan: active sessions again)
     applied: Applied
     duration_s: float
-    cursor: RowCursor | None = None  # where the appended-rows scan stopped
-    # False when rows were deleted: the collection is reconciled at once (reconcile.py).
-    aligned: bool = True
-    appended: int = 0  # rows added since the last sweep (the appended-rows scan)
+    cursor: RowCursor  # where the appended-rows scan stopped
+    aligned: bool  # False when rows were deleted: reconciled at once (reconcile.py)
+    appended: int  # rows added since the last sweep (the appended-rows scan)
 
 
 def _in_flight(obj: dict[str, object]) -> bool:
@@ -283,8 +282,7 @@ class MarkerScanResult:
     left: int  # over the cap or the rate; the next scan looks again
     invalid: list[InvalidMarker]  # newly found markers that name no session
     duration_s: float
-    # Sessions whose only memories are sunset markers: nothing to summarize, no object made.
-    markers_only: list[str] = field(default_factory=list)
+    markers_only: list[str]  # sessions of sunset markers alone: nothing to summarize
 
 
 def _object_state(obj: dict[str, object] | None) -> SummaryObjectState | None:

@@ -99,8 +99,7 @@ class _MiniLM:
         self.heads: int = config["num_attention_heads"]
         self.eps: float = config["layer_norm_eps"]
         path = model_dir / "model.safetensors"
-        # The word-embedding table is 47 of the 90 MB and a text reads a few hundred of its
-        # 30,522 rows: read from the file row by row, it never becomes resident.
+        # A text reads a few hundred of the word table's 30,522 rows: read, never resident.
         self.word = _RowFile(path, "embeddings.word_embeddings.weight")
         with safe_open(str(path), framework="numpy") as tensors:
 
