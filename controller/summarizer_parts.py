@@ -22,8 +22,8 @@ from controller.backends import (
     redaction_of,
     store_location,
 )
-from controller.embeddings.minilm import LocalMiniLMEmbedding, MiniLMWeights
-from controller.embeddings.spec import EmbeddingFunction, EmbeddingSpec, build_embedding_function
+from controller.embeddings.minilm import EmbeddingFunction, LocalMiniLMEmbedding, MiniLMWeights
+from controller.embeddings.spec import EmbeddingSpec, build_embedding_function
 from controller.scheduling import PassScheduler
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable, caused_by

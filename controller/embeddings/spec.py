@@ -11,13 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from controller.embeddings.minilm import (
     MINILM_ALIASES,
     MINILM_MODEL_NAME,
-    EmbeddingError,
     EmbeddingFunction,
     LocalMiniLMEmbedding,
     MiniLMWeights,
 )
-
-__all__ = ["EmbeddingError", "EmbeddingFunction", "EmbeddingSpec", "build_embedding_function"]
 
 
 class EmbeddingSpec(BaseModel):
