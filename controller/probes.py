@@ -49,11 +49,10 @@ def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
     from controller.embeddings.remote import deadline_client  # loads the openai SDK
 
     model = spec.model
-    if model.backend == "extractive":
-        return _condition(
-            "ModelReady", True, "Extractive", "embedded extractive summarizer (no model)"
-        )
+    ready = partial(_condition, "ModelReady", True)
     unavailable = partial(_condition, "ModelReady", False)
+    if model.backend == "extractive":
+        return ready("Extractive", "embedded extractive summarizer (no model)")
     try:
         check_memory_destinations(spec, namespace, "model.baseUrl")
         config = chat_model_config(model, namespace)
@@ -74,7 +73,7 @@ def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
         return unavailable(exc.reason, one_line(exc, 1000))
     except (httpx2.HTTPError, AnswerTooLarge) as exc:
         return unavailable("ModelUnavailable", f"GET {shown(url)}: {one_line(exc, 300)}")
-    return _condition("ModelReady", True, "EndpointOK", f"{shown(config.base_url)} answers")
+    return ready("EndpointOK", f"{shown(config.base_url)} answers")
 
 
 def check_embedding(
