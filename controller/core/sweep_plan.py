@@ -80,7 +80,7 @@ def stale_reason(
     activity: SessionActivity, stored: StoredSummaryState | None, live_count: int | None
 ) -> StaleReason | None:
     """Why a session's summary is stale, or None when fresh: the stored memoryCount differs
-    from the live count (the old system's rule), or memories newer than the summary covers."""
+    from the live count, or memories newer than the summary covers."""
     if stored is None:
         return "missing"
     if stored.timestamp_ms is None or stored.timestamp_ms < activity.newest_ms:
