@@ -53,8 +53,7 @@ class SweepPlan:
     still_active: list[str] = field(default_factory=list)
     fresh: list[str] = field(default_factory=list)
     next_watermark_ms: int = 0
-    # Active sessions grown past the refresh threshold (controller.core.refresh_plan).
-    refresh: list[Candidate] = field(default_factory=list)
+    refresh: list[Candidate] = field(default_factory=list)  # active, grown enough to refresh
 
     @property
     def found(self) -> int:
