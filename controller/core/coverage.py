@@ -9,6 +9,7 @@ are missing from a bucket the sums name them (`summaryctl verify`).
 from __future__ import annotations
 
 import bisect
+import functools
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
@@ -43,8 +44,7 @@ class Bucket:
 
 @dataclass(frozen=True)
 class Coverage:
-    """The rows a summary covers, in buckets ordered by start. A row older than the first
-    bucket's start belongs to no bucket of this coverage (so it is not covered)."""
+    """The rows a summary covers, in buckets ordered by start (an older row is not covered)."""
 
     buckets: tuple[Bucket, ...] = ()
 
@@ -62,7 +62,6 @@ class Coverage:
 
     @classmethod
     def from_json(cls, text: str) -> Coverage:
-        """Raises ValueError when the text is not a coverage this version can read."""
         data = json_value(text)
         if not isinstance(data, dict) or data.get("v") != COVERAGE_FORMAT:
             raise ValueError("not a coverage of format 1")
@@ -79,9 +78,8 @@ class Coverage:
 
 
 def build(keys: Iterable[tuple[int, str]], max_buckets: int = MAX_BUCKETS) -> Coverage:
-    """The coverage of these (timestamp, id) rows: buckets of about equal counts, split only
-    where the timestamp changes (rows of one timestamp share a bucket). Every bucket but the
-    last holds at least ceil(n / max_buckets) rows, so there are at most max_buckets."""
+    """The coverage of these (timestamp, id) rows: at most max_buckets of about equal counts,
+    split only where the timestamp changes."""
     rows = sorted((ts, id_hash(row_id)) for ts, row_id in keys)
     if not rows:
         return Coverage()
@@ -103,10 +101,9 @@ def extend(
     covered_upto_ms: int,
     max_buckets: int = MAX_BUCKETS,
 ) -> Coverage:
-    """The coverage plus rows after every row it covers (a pass's new rows; covered_upto_ms
-    is its watermark's time), costing only what is new. Rows of that very time join the last
-    bucket; later ones start one new bucket (so no bucket's rows change); then the adjacent
-    pair with the fewest rows is merged until at most max_buckets remain."""
+    """The coverage plus a pass's new rows: those of its watermark's time (covered_upto_ms)
+    join the last bucket, later ones one new bucket; then the adjacent pair with the fewest
+    rows is merged until at most max_buckets remain."""
     buckets = list(coverage.buckets)
     fresh: Bucket | None = None
     for ts, row_id in sorted(keys):
@@ -128,10 +125,7 @@ def extend(
 def digest(row_ids: Iterable[str]) -> Bucket:
     """Every row of a session, as a count and two sums of id hashes: what a pass compares
     (with the ids alone) to tell that no row was deleted or landed behind the watermark."""
-    total = Bucket(0)
-    for row_id in row_ids:
-        total = total.add(id_hash(row_id))
-    return total
+    return functools.reduce(Bucket.add, map(id_hash, row_ids), Bucket(0))
 
 
 def digest_text(bucket: Bucket) -> str:
@@ -148,8 +142,8 @@ def digest_of_text(text: object) -> Bucket | None:
 
 
 def partition(keys: Iterable[tuple[int, str]], starts: Sequence[int]) -> list[Bucket]:
-    """These rows in the buckets these starts define: one bucket per start, plus, first, a
-    bucket (start None's place, index 0) for rows older than every start."""
+    """These rows in the buckets these starts define, after a first one (index 0) for rows
+    older than every start."""
     found = [Bucket(starts[0] - 1 if starts else 0)] + [Bucket(s) for s in starts]
     for ts, row_id in keys:
         index = bisect.bisect_right(starts, ts)  # 0: older than every bucket
@@ -221,8 +215,7 @@ class PriorCoverage:
     watermark_key: tuple[int, str] | None = None  # the newest memory covered
     coverage: Coverage | None = None  # None: a row of an earlier version (or a watermark only)
     memory_count: int | None = None  # the prior's memoryCount, for a row without coverage
-    # Every row the prior accounted for (coverage.digest), with who wrote them and which had
-    # no readable time (summarized already): what lets a pass read only the rows added since.
+    # every row the prior accounted for, who wrote them, which had no readable time
     digest: Bucket | None = None
     sources_json: str | None = None
     untimed: frozenset[str] = frozenset()
@@ -231,10 +224,9 @@ class PriorCoverage:
 def to_reread(
     prior: PriorCoverage, covered_keys: Iterable[tuple[int, str]], count: int
 ) -> list[Dirty]:
-    """The ranges at or before the prior's watermark whose rows a pass must read again.
-    covered_keys: the session's rows now at or before it (`count` of them, streamed once).
-    With a coverage, its dirty buckets; for an earlier version's row (watermark and
-    memoryCount only) that counted fewer rows than are now behind it, all of them, once."""
+    """The ranges at or before the prior's watermark whose rows a pass must read again, of
+    covered_keys (`count` rows, streamed once). An earlier version's row (no coverage) that
+    counted fewer rows than are now behind it has them all read again."""
     if prior.watermark_key is None:
         return []
     if prior.coverage is not None:
