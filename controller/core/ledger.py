@@ -2,8 +2,7 @@
 (docs/ledger.md). Pure.
 
 A head record holds every key of a write but the growing lists; segment records hold what
-the lists gained at each write, so a write costs what is new (plan_write). A head whose
-segments are gone is read with its lists lost (read_entry): the pass reads every memory again.
+the lists gained at each write, so a write costs what is new.
 """
 
 from __future__ import annotations
@@ -24,13 +23,11 @@ from controller.core.text import json_value
 LEDGER_FORMAT = 1
 ROW_DIGEST_KEY = "rowDigest"  # the row document this entry goes with
 BUILT_ON_KEY = "builtOnDigest"  # the row document the write read: its text is in the entry
-# A head with this key is a tombstone: the session was forgotten at that time (ms).
-FORGOTTEN_KEY = "forgottenAt"
+FORGOTTEN_KEY = "forgottenAt"  # a tombstone's: the session was forgotten at that time (ms)
 REQUEST_KEY = "forgetRequest"  # the forget that wrote a tombstone (its object's uid, generation)
 # What that request removed, so its retry reports the whole removal.
 REMOVED_KEYS = ("removedRow", "removedRecords", "removedMemories")
-# Every key a head of ours sets (plan_write's, a forget's tombstone). Chroma's upsert merges
-# metadata: replacing_head removes those a write leaves out (a tombstone's forgottenAt too).
+# Every key a head of ours sets (plan_write's, a tombstone's): see replacing_head.
 HEAD_KEYS = (
     *("sessionId", "ledgerFormat", "generation", "segments", "lists", FENCE_KEY, AUTHORITY_KEY),
     *(ROW_DIGEST_KEY, BUILT_ON_KEY, "summarizedAt", "rowsDigest", FORGOTTEN_KEY, "memoryCount"),
@@ -38,16 +35,11 @@ HEAD_KEYS = (
 )
 # Records are found by id, never by meaning, but Chroma wants a vector: one 1-d constant.
 LEDGER_VECTOR = (1.0,)
-# The parts of a state that only grow. Each write appends what is new as one segment; a
-# write that changes what was there (a supersede mark, items of deleted memories dropped) or
-# finds SEGMENTS_MAX segments writes the lists whole as segment 0 of a new generation.
-GROWING = (*HISTORY_SECTIONS, "References", "Sources")
+GROWING = (*HISTORY_SECTIONS, "References", "Sources")  # the lists segments append to
 SEGMENTS_MAX = 64
 # Keys of the coverage: with the lists lost, none of them holds (the pass reads every row).
 COVERAGE_KEYS = ("coverageJson", "watermarkTimestamp", "watermarkMemoryId", "rowsDigest")
-# What the row is, read beside its entry: the one the entry names; behind it (missing, an
-# earlier row of ours, or one whose text the entry already carries); another writer's.
-Agreement = Literal["agrees", "behind", "foreign"]
+Agreement = Literal["agrees", "behind", "foreign"]  # see row_agreement
 
 
 class UnreadableLedgerEntry(ValueError):
@@ -116,8 +108,8 @@ def plan_write(
     built_on: str | None,
 ) -> LedgerWrite:
     """The records of one write of `keys` (to_chroma_metadata) over `head` (as read right
-    before; None: no entry), `built_on` the digest of the row document the write read. A
-    segment of what the lists gained when each starts with what the head recorded, else whole."""
+    before; None: no entry): a segment of what the lists gained when each starts with what
+    the head recorded, else the lists whole in a new generation."""
     rest, lists = _lists(keys)
     shape = _shape(head)
     generation, seq = _number(head, "generation"), _number(head, "segments")
@@ -151,8 +143,7 @@ def plan_write(
         ROW_DIGEST_KEY: keys.get(DIGEST_KEY),
         BUILT_ON_KEY: built_on,
         "summarizedAt": keys.get("summarizedAt"),
-        # Every row id of the session the write accounted for (coverage.digest_text): the
-        # reconciliation's walk compares it with the ids it counts (reconcile_plan.py).
+        # the reconciliation's walk compares it with the ids it counts (reconcile_plan.py)
         "rowsDigest": keys.get("rowsDigest"),
     }
     head_meta = {k: v for k, v in head_meta.items() if v is not None}
@@ -163,8 +154,8 @@ def plan_write(
 
 
 def replacing_head(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """A head's metadata as upserted: None (chromadb 1.5: remove the key) for each head key
-    it does not set, so it replaces the head before it whole."""
+    """A head's metadata as upserted: None (chromadb 1.5: remove the key; its upsert merges
+    metadata) for each head key it does not set, so it replaces the head before it whole."""
     return {**dict.fromkeys(HEAD_KEYS), **meta}
 
 
@@ -186,9 +177,9 @@ def _shape(head: Mapping[str, Any] | None) -> dict[str, tuple[int, str]] | None:
 def row_agreement(
     document: str | None, row: Mapping[str, Any], head: Mapping[str, Any]
 ) -> Agreement:
-    """What the session's row (its document and metadata; None: no row) is to the entry
-    whose head metadata is `head`. A row of ours is one whose documentDigest is its
-    document's: another writer's upsert replaces the document and leaves our keys."""
+    """What the session's row is to the entry: the one it names; behind it (missing, an
+    earlier row of ours, or one whose text the entry carries); or another writer's (whose
+    upsert replaces the document and leaves our documentDigest)."""
     if document is None:
         return "behind"
     digest = document_digest(document)
@@ -204,10 +195,9 @@ def read_entry(
     records: Sequence[tuple[str, str | None, Mapping[str, Any]]],
     row: Mapping[str, Any],
 ) -> LedgerEntry | None:
-    """The entry from the session's records (in any order); None without a head. Raises
-    UnreadableLedgerEntry for a head this version cannot read. A head whose segments are
-    missing or not the lists it recorded is read with its lists lost. A head of release
-    0.1.0 kept the row's own keys only on the row: they are taken from `row`."""
+    """The entry from the session's records (in any order); None without a head. A head
+    whose segments are missing or not the lists it recorded is read with its lists lost; a
+    head of release 0.1.0 kept the row's own keys only on the row: they come from `row`."""
     by_id = {record_id: (doc, meta) for record_id, doc, meta in records}
     found = by_id.get(summary_row_id(session_id))
     if found is None:
