@@ -56,9 +56,8 @@ class SummaryValidationError(ValueError):
 
 
 class UnreadablePriorSummary(ValueError):
-    """The session's stored summary exists but can be neither read nor carried forward (a
-    row of ours whose sections cannot be read, and without a document). Nothing may be
-    written over it; the message is one line naming what is wrong."""
+    """A stored summary of ours that can be neither read nor carried forward (no document):
+    nothing may be written over it."""
 
 
 class SummaryItem(BaseModel, frozen=True):
@@ -75,8 +74,8 @@ class SummaryItem(BaseModel, frozen=True):
 
 
 class OtherWriter(BaseModel, frozen=True):
-    """Another writer rewrote a row of ours: who (as far as the row tells) and how many
-    characters of its text the next summary carries verbatim."""
+    """Another writer rewrote a row of ours: who (as far as the row tells), and the length
+    of its text the next summary carries."""
 
     who: str
     characters: int = 0
@@ -104,29 +103,22 @@ class StructuredSummary(BaseModel):
     first_memory_at_ms: int | None = None
     last_memory_at_ms: int | None = None
     watermark: Watermark | None = None
-    # Which rows the summary covers (core/coverage.py); None: an earlier version's row.
-    coverage: Coverage | None = None
+    coverage: Coverage | None = None  # None: an earlier version's row (core/coverage.py)
     format_version: int = 1
-    # The summary this session had before this operator, kept verbatim (never stripped,
-    # cut or split): set by the first pass over a LegacySummary, carried by every later one.
+    # The summary this session had before this operator, verbatim (never stripped, cut or
+    # split): set by the first pass over a LegacySummary, carried by every later one.
     legacy_text: str | None = None
-    # Identifiers from the memories, verbatim, append-only (core/references.py).
-    references: list[str] = Field(default_factory=list)
+    references: list[str] = Field(default_factory=list)  # core/references.py
     references_overflow: ReferenceOverflow = Field(default_factory=ReferenceOverflow)
-    # What the pass that wrote it listed (a digest of every row id, who wrote them, the rows
-    # without a readable time), so a later pass reads only rows added since; None: all.
+    # What the writing pass listed (every row id, who wrote them, the rows without a
+    # readable time), so a later pass reads only rows added since; None: all.
     rows_digest: str | None = None
     sources_json: str | None = None
     untimed_ids: tuple[str, ...] = ()
-    # "ITEM:SOURCE" entries: which memories said each item (core/item_sources.py).
-    item_sources: list[str] = Field(default_factory=list)
-    # The read row's "summarizedAt"; None for a summary not read from the store.
-    summarized_at_ms: int | None = None
-    # Which masking of secrets (redaction.Redaction.fingerprint) the text it carries went
-    # through; None: unknown (an earlier release, or a row another release rewrote).
-    masked_with: str | None = None
-    # Another writer rewrote the read row since our last write (text in legacy_text); not stored.
-    other_writer: OtherWriter | None = None
+    item_sources: list[str] = Field(default_factory=list)  # core/item_sources.py
+    summarized_at_ms: int | None = None  # the read row's "summarizedAt"
+    masked_with: str | None = None  # redaction.Redaction.fingerprint; None: unknown
+    other_writer: OtherWriter | None = None  # not stored; its text is in legacy_text
 
     @field_validator("title", mode="before")
     @classmethod
