@@ -192,10 +192,9 @@ def _score(value: object) -> int:
 
 
 def _stored_items(raw: object) -> list[SummaryItem]:
-    """Items as we stored them. An item that does not fit (over ITEM_MAX) makes the row
-    unreadable as sections: it is then carried whole as the document, never cut. A
-    supersede reason is cut to ITEM_MAX, the bound the merge writes it within: a longer one
-    (another writer's) would be carried, rendered and masked again by every pass."""
+    """Items as we stored them. An item over ITEM_MAX makes the row unreadable as sections
+    (it is carried whole as the document, never cut); a longer supersede reason (another
+    writer's) is cut to ITEM_MAX, else every pass would carry and mask it again."""
     if not isinstance(raw, list):
         raise ValueError("a section must be a list")
     items = []
@@ -295,10 +294,9 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
     )
 
 
-def _unreadable_row_text(document: str, meta: Mapping[str, Any]) -> str:
+def _unreadable_row_text(text: str, meta: Mapping[str, Any]) -> str:
     """What a row of ours that cannot be read as sections carries forward: its document,
     and, when the document folded parts away, the stored texts of those parts verbatim."""
-    text = document.strip()
     if FOLDED_MARK not in text:
         return text
     kept = [
@@ -317,12 +315,13 @@ def from_chroma_row(
     with text as legacy text. Raises UnreadablePriorSummary for a row of ours that can be
     neither read nor carried: nothing may be written over it."""
     meta = metadata or {}
-    has_text = isinstance(document, str) and bool(document.strip())
-    if meta.get("summaryFormat") == SUMMARY_FORMAT:
+    text = document.strip() if isinstance(document, str) else ""
+    ours = meta.get("summaryFormat") == SUMMARY_FORMAT
+    if ours:
         try:
             summary = _structured_from_metadata(session_id, meta)
         except (ValueError, TypeError, ValidationError) as exc:
-            if not has_text:
+            if not text:
                 reason = one_line(exc, 160)
                 raise UnreadablePriorSummary(
                     f"the stored summary of session {session_id!r} cannot be read ({reason}) "
@@ -332,7 +331,6 @@ def from_chroma_row(
             who = rewritten_by(document, meta)
             if who is None:
                 return summary
-            text = document.strip() if isinstance(document, str) else ""
             return summary.model_copy(
                 update={
                     "legacy_text": with_text_of_other_writer(
@@ -341,16 +339,11 @@ def from_chroma_row(
                     "other_writer": OtherWriter(who=who, characters=len(text)),
                 }
             )
-    if not isinstance(document, str) or not has_text:
+    if not text:
         return None
     title = meta.get("title")
-    text = (
-        _unreadable_row_text(document, meta)
-        if meta.get("summaryFormat") == SUMMARY_FORMAT
-        else document.strip()
-    )
     return LegacySummary(
         session_id=session_id,
-        text=text,
+        text=_unreadable_row_text(text, meta) if ours else text,
         title=title.strip() or None if isinstance(title, str) else None,
     )
