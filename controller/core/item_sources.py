@@ -1,7 +1,5 @@
 """Which memories each item of a summary came from, and what goes when they are all gone
-(docs/privacy.md, "When a memory is deleted"). Entries are "ITEM:SOURCE": 16 hex digits of
-a hash of the item's section and identity, and of a memory's id (release 0.1.0's 8-digit
-entries still match). An item with no entry is never dropped.
+(docs/privacy.md, "When a memory is deleted"). An item with no entry is never dropped.
 """
 
 from __future__ import annotations
@@ -17,15 +15,12 @@ from controller.core.summary import PriorSummary, StructuredSummary, SummaryItem
 
 TITLE = "Title"  # the title is an item too: one derived from a deleted request goes with it
 REFERENCES = "References"
-# An item that no memory of its chunk says outright is attributed to the memories sharing
-# most of its words; with none, to the whole chunk, unless the chunk is larger than this
-# (then to none: never dropped, rather than dropped while an unrecorded source lives).
+# A larger chunk is no item's fallback source: unsourced, it is never dropped while an
+# unrecorded source lives.
 CHUNK_FALLBACK_MAX = 32
 _WORD = re.compile(r"\w{4,}")
 _SENTENCE_END = re.compile(r"[.!?;:\n]+")
 CANDIDATES_MAX = 2000  # memories an item is compared with, at most, before it is left unsourced
-
-
 WIDE, NARROW = 8, 4  # bytes of a key; NARROW ones (release 0.1.0's) are read, never written
 
 
@@ -51,13 +46,13 @@ def item_key(section: str, text: str) -> str:
     return _hex(f"{section}\0{identity(text)}")
 
 
+def _keys(name: str) -> tuple[str, str]:
+    """Every key an entry may name an item or a memory by: this release's and 0.1.0's."""
+    return _hex(name), _hex(name, NARROW)
+
+
 def _names(section: str, text: str) -> set[str]:
-    """Every key an entry may name this item by: this release's and release 0.1.0's."""
-    return _living([f"{section}\0{identity(text)}"])
-
-
-def _living(memory_ids: Iterable[str]) -> set[str]:
-    return {key for i in memory_ids for key in (_hex(i), _hex(i, NARROW))}
+    return set(_keys(f"{section}\0{identity(text)}"))
 
 
 def _fields(memory: Memory) -> tuple[str, ...]:
@@ -65,9 +60,8 @@ def _fields(memory: Memory) -> tuple[str, ...]:
 
 
 class _Chunk:
-    """A pass's memories, normalised once and indexed: by each sentence (an extracted item
-    is usually one) and by each word, so an item is looked up, not compared with every
-    memory (a pass of hundreds of memories and thousands of items stays near linear)."""
+    """A pass's memories, normalised once and indexed by sentence (an extracted item is
+    usually one) and by word, so an item is looked up, not compared with every memory."""
 
     def __init__(self, memories: Sequence[Memory]) -> None:
         self.ids = [m.id for m in memories]
@@ -82,9 +76,7 @@ class _Chunk:
                 self.by_word.setdefault(word, set()).add(index)
 
     def attribute(self, text: str) -> list[str]:
-        """The ids of the memories that say this item: those whose text holds it whole;
-        else those holding at least 60 % of its words (4 letters or more), the most first;
-        else the whole chunk when it is at most CHUNK_FALLBACK_MAX memories; else none."""
+        """The ids of the memories that say this item, by the rules of docs/privacy.md."""
         key = identity(text)
         if not key or not self.ids:
             return []
@@ -110,9 +102,9 @@ def record(
     stored: Mapping[str, Iterable[str]],
     memories: Sequence[Memory],
 ) -> list[str]:
-    """The prior's entries, then this pass's, none twice: one per chunk memory that says an
-    item the pass stores (section -> texts as stored), and one per chunk memory that repeats
-    an item with sources already (a summarizer does not propose what the summary holds)."""
+    """The prior's entries, then this pass's, none twice: per chunk memory that says an
+    item the pass stores (section -> texts as stored), or repeats one with sources already
+    (a summarizer does not propose what the summary holds)."""
     result = list(prior.item_sources) if prior is not None else []
     have = set(result)
     chunk = _Chunk(memories)
@@ -128,14 +120,13 @@ def record(
         for text in texts:
             add(item_key(section, text), chunk.attribute(text))
     if prior is not None and memories:
-        # A repeat: a sentence (or a whole field) of a memory that is an item with sources
-        # already, in any section; looked up by key, so a pass costs its chunk, not its items.
+        # looked up by key, so a pass costs its chunk, not its items
         recorded = {entry.partition(":")[0] for entry in result}
         sections = (*prior.sections, REFERENCES, TITLE)
         for sentence, indices in chunk.by_sentence.items():
             for section in sections:
                 named = f"{section}\0{sentence}"
-                if sentence and not recorded.isdisjoint((_hex(named), _hex(named, NARROW))):
+                if sentence and not recorded.isdisjoint(_keys(named)):
                     add(_hex(named), (chunk.ids[i] for i in sorted(indices)))
     return result
 
@@ -167,7 +158,7 @@ def _sources(
 ) -> tuple[dict[str, set[str]], set[str], list[str]]:
     """Per item, the living memories its entries name; the items an entry names with a gone
     source; the entries of living sources."""
-    by_key = {key: i for i in living_ids for key in _living([i])}
+    by_key = {key: i for i in living_ids for key in _keys(i)}
     living_of: dict[str, set[str]] = {}
     gone: set[str] = set()
     kept = []
