@@ -27,7 +27,7 @@ from controller.core.chunking import valid_utf8
 from controller.core.item_sources import REFERENCES, TITLE, identity, record
 from controller.core.memories import Memory, Watermark, memory_sort_key
 from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL, as_item, cut, quote_if_needed
-from controller.core.references import ReferenceOverflow, memory_references, merge_references
+from controller.core.references import memory_references, merge_references
 from controller.core.summary import (
     CATEGORIES,
     HISTORY_SECTIONS,
@@ -64,7 +64,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200d\ufeff]")
 
 
 def _says_something(text: str) -> bool:
-    """A letter or a digit: punctuation, spaces or invisible marks alone say nothing."""
     return any(c.isalnum() for c in text)
 
 
@@ -74,16 +73,6 @@ def _item_text(value: Any) -> str | None:
         value = value.get("text")
     text = cut(valid_utf8(value)) if isinstance(value, str) else ""
     return text if _says_something(text) else None
-
-
-def _items(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str | dict):
-        value = [value]
-    if not isinstance(value, list):
-        raise ValueError("must be a list of strings")
-    return [t for t in (_item_text(v) for v in value) if t]
 
 
 class SupersedeMark(BaseModel):
@@ -131,7 +120,13 @@ class PassUpdate(BaseModel):
     @field_validator(*SECTION_KEYS, mode="before")
     @classmethod
     def _section(cls, value: Any, info: ValidationInfo) -> list[str] | None:
-        return None if value is None and info.field_name == "current_state" else _items(value)
+        if value is None:
+            return None if info.field_name == "current_state" else []
+        if isinstance(value, str | dict):
+            value = [value]
+        if not isinstance(value, list):
+            raise ValueError("must be a list of strings")
+        return [t for t in map(_item_text, value) if t]
 
     @field_validator("supersede", mode="before")
     @classmethod
@@ -188,15 +183,11 @@ class PassUpdate(BaseModel):
 
 def _append_new(items: list[SummaryItem], new_texts: Iterable[str]) -> list[SummaryItem]:
     """Existing items verbatim and in order, then new ones (as_item form) not yet present."""
-    result = list(items)
-    seen = {identity(i.text) for i in result}
+    seen = {identity(i.text) for i in items}
+    new: dict[str, str] = {}
     for text in new_texts:
-        key = identity(text)
-        if not key or key in seen:
-            continue
-        seen.add(key)
-        result.append(SummaryItem(text=text))
-    return result
+        new.setdefault(identity(text), text)
+    return [*items, *(SummaryItem(text=t) for key, t in new.items() if key and key not in seen)]
 
 
 def _section_title(name: str) -> str | None:
@@ -270,21 +261,19 @@ def merge_pass(
     given memory's facts are merged, late ones too, once; counts count only memories after
     the watermark. A real title stays; else the proposed one, a legacy one, or the first
     request's."""
-    base = prior if isinstance(prior, StructuredSummary) else None
-    covered = base.watermark if base is not None else None
     given = sorted(new_memories, key=memory_sort_key)
-    new = [m for m in given if covered is None or covered.after(m)]
     sid = session_id or (prior.session_id if prior is not None else None)
     if sid is None:
         sid = given[0].session_id if given else "unknown"
+    structured = prior if isinstance(prior, StructuredSummary) else None
+    base = structured or StructuredSummary(session_id=sid, title=fallback_title(sid))
+    covered = base.watermark
+    new = [m for m in given if covered is None or covered.after(m)]
 
     # What is stored, and what its items are keyed by (item_sources), is the as_item form.
     # A legacy prior has no items: its text is carried whole.
     stored = {title: list(map(as_item, texts)) for title, texts in update.new_items().items()}
-    sections = {
-        title: _append_new(base.sections.get(title, []) if base else [], texts)
-        for title, texts in stored.items()
-    }
+    sections = {title: _append_new(base.sections[title], texts) for title, texts in stored.items()}
     sections = _apply_marks(sections, update.supersede)
     for mark in update.supersede:
         if (marked := _section_title(mark.section)) is not None:
@@ -292,10 +281,10 @@ def merge_pass(
     if update.current_state is not None:
         state = [SummaryItem(text=as_item(t)) for t in update.current_state]
     else:
-        state = list(base.sections["Current State"]) if base else []
+        state = list(base.sections["Current State"])
     all_sections = {**sections, "Current State": state}
 
-    if base is not None and base.title != fallback_title(sid):
+    if base.title != fallback_title(sid):
         title = base.title  # a placeholder title is replaced once a pass can derive one
     else:
         legacy_title = prior.title if isinstance(prior, LegacySummary) else None
@@ -308,41 +297,38 @@ def merge_pass(
 
     def keep(name: str) -> int:
         proposed = getattr(update, name)
-        return int(proposed if proposed is not None else (getattr(base, name) if base else 50))
+        return int(proposed if proposed is not None else getattr(base, name))
 
     agents = [name for m in new if (name := m.agent or m.agent_identity)]
-    models = {*listed_names(m.model for m in new if m.model), *(base.models if base else ())}
-    tools = {
-        *listed_names(t for m in new for t in m.tools_used),
-        *(base.tools_used if base else ()),
-    }
-    first = [base.first_memory_at_ms] if base and base.first_memory_at_ms is not None else []
-    last = [base.last_memory_at_ms] if base and base.last_memory_at_ms is not None else []
+    models = {*listed_names(m.model for m in new if m.model), *base.models}
+    tools = {*listed_names(t for m in new for t in m.tools_used), *base.tools_used}
+    first = [base.first_memory_at_ms] if base.first_memory_at_ms is not None else []
+    last = [base.last_memory_at_ms] if base.last_memory_at_ms is not None else []
     if new:
         first.append(new[0].timestamp_ms)
         last.append(new[-1].timestamp_ms)
     # References come from the memories, by code, whatever the summarizer proposed.
-    prior_refs = (base.references, base.references_overflow) if base else ([], ReferenceOverflow())
-    references, overflow = merge_references(*prior_refs, found_refs := memory_references(given))
+    found_refs = memory_references(given)
+    references, overflow = merge_references(base.references, base.references_overflow, found_refs)
     stored["Current State"] = [i.text for i in state] if update.current_state is not None else []
-    stored[TITLE] = [title] if base is None else []
+    stored[TITLE] = [title] if structured is None else []
     stored[REFERENCES] = [r for r, _ in found_refs]
-    item_sources = record(base, stored, given)
+    item_sources = record(structured, stored, given)
     return StructuredSummary(
         session_id=sid,
         title=title,
-        category=update.category or (base.category if base else "other"),
+        category=update.category or base.category,
         quality=keep("quality"),
         productivity=keep("productivity"),
         impact=keep("impact"),
         complexity=keep("complexity"),
         sections=all_sections,
-        technologies=_technologies(base.technologies if base else [], update.technologies),
-        participating_agents=union_agents(base.participating_agents if base else [], agents),
+        technologies=_technologies(base.technologies, update.technologies),
+        participating_agents=union_agents(base.participating_agents, agents),
         models=sorted(models),
         tools_used=sorted(tools),
-        total_tool_calls=(base.total_tool_calls if base else 0) + sum(m.tool_calls for m in new),
-        memory_count=(base.memory_count if base else 0) + len(new),
+        total_tool_calls=base.total_tool_calls + sum(m.tool_calls for m in new),
+        memory_count=base.memory_count + len(new),
         first_memory_at_ms=min(first, default=None),
         last_memory_at_ms=max(last, default=None),
         watermark=Watermark.of(new[-1]) if new else covered,
