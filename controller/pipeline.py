@@ -63,24 +63,17 @@ class Outcome:
     new_memories: int = 0
     passes: int = 0
     last_memory_at_ms: int | None = None
-    tokens_used: int = 0  # model tokens (usage.total_tokens) spent by this summarization
+    tokens_used: int = 0  # model tokens (usage.total_tokens)
     checkpoints: int = 0  # intermediate writes of a long backlog
-    # Rows whose time cannot be read (still summarized), and of them those with none at all.
-    skipped_memories: int = 0
-    missing_times: int = 0
-    provenance: Provenance | None = None  # per pass tokens in/out of this summarization
-    # Another writer rewrote the row since our last write; its text is carried here.
-    other_writer: OtherWriter | None = None
-    # Memories that had landed behind the prior's watermark, found and summarized now.
-    late_memories: int = 0
-    # Set when the write took the row over from a claim history our fences do not order.
-    taken_over: str | None = None
-    # Rows whose time no clock could have given (a Warning Event names them).
-    untrusted_times: tuple[str, ...] = ()
-    # Of skipped_memories, those this pass summarized for the first time.
-    new_untimed: int = 0
-    # Secrets masked by this pass (redaction.py), counted by kind; never the secrets.
-    redactions: dict[str, int] = field(default_factory=dict)
+    skipped_memories: int = 0  # rows whose time cannot be read (still summarized)
+    missing_times: int = 0  # of skipped_memories, those with no time at all
+    provenance: Provenance | None = None
+    other_writer: OtherWriter | None = None  # rewrote the row since our last write
+    late_memories: int = 0  # landed behind the prior's watermark, summarized now
+    taken_over: str | None = None  # from a claim history our fences do not order
+    untrusted_times: tuple[str, ...] = ()  # rows whose time no clock could have given
+    new_untimed: int = 0  # of skipped_memories, those summarized for the first time
+    redactions: dict[str, int] = field(default_factory=dict)  # secrets masked, by kind
     rebuilt: bool = False  # written from the memories alone, the prior's text replaced
     dropped_items: int = 0  # items whose memories were all deleted (core/item_sources.py)
     forgotten: Forgotten | None = None  # what a forget removed (controller/erasure.py)
@@ -104,8 +97,7 @@ def run_pass(
     current: PriorSummary | None,
     summarizer: Summarizer,
 ) -> PassResult:
-    """One pass: the summarizer proposes, the merge applies, the result is validated
-    (SummaryValidationError: lost a prior item, empty, or error text as title)."""
+    """The summarizer proposes, the merge applies, the result is validated."""
     proposal = summarizer.propose(session_id, memories, current)
     summary = merge_pass(current, proposal.update, memories, session_id=session_id)
     validate_summary(summary, current)
@@ -115,7 +107,6 @@ def run_pass(
 def chunks_for(
     summarizer: Summarizer, memories: Iterable[Memory], *, chunk_size: int | None = None
 ) -> Iterator[list[Memory]]:
-    """A backlog's chunks, one pass each, bounded by the summarizer's budgets by default."""
     return chunk_memories(
         memories,
         budget_tokens=summarizer.memory_budget_tokens,
@@ -132,16 +123,15 @@ def prior_coverage(prior: StructuredSummary | None) -> PriorCoverage:
         key,
         prior.coverage,
         prior.memory_count,
-        digest_of_text(prior.rows_digest) if prior.rows_digest else None,
+        digest_of_text(prior.rows_digest),
         prior.sources_json,
         frozenset(prior.untimed_ids),
     )
 
 
 def _final(done: _Progress, rows: SessionRows) -> StructuredSummary:
-    """Step 5: the summary with the session's counts and facts from its full row listing,
-    as neo's writer does (it covers every row, excluded types too), validated against
-    what the last pass built on."""
+    """Step 5: counts and facts from the full row listing (excluded types too, as neo's
+    writer does), validated against what the last pass built on."""
     assert isinstance(done.summary, StructuredSummary)
     sources = rows.sources
     final = done.summary.model_copy(
@@ -165,7 +155,6 @@ def _final(done: _Progress, rows: SessionRows) -> StructuredSummary:
 
 
 def _timed(chunks: Iterable[list[Memory]], phase: PhaseTimer) -> Iterator[list[Memory]]:
-    """The chunks, each one's (lazy) reading timed as phase read."""
     it = iter(chunks)
     while True:
         with phase("read"):
@@ -177,8 +166,8 @@ def _timed(chunks: Iterable[list[Memory]], phase: PhaseTimer) -> Iterator[list[M
 
 @dataclass(frozen=True)
 class _Read:
-    """What a pass read: the stored row, the prior it builds on (masked under today's
-    rules; none on a rebuild) and the session's rows (listed; memories read lazily)."""
+    """The stored row, the prior (masked under today's rules; none on a rebuild) and the
+    session's rows (listed; memories read lazily)."""
 
     session_id: str
     found: StoredPrior
@@ -186,7 +175,6 @@ class _Read:
     rows: SessionRows
 
     def outcome(self, kind: OutcomeKind, summary: StructuredSummary | None = None) -> Outcome:
-        """An outcome with the listing's figures: rows, the newest one's time, the untimed."""
         rows = self.rows
         return Outcome(
             kind,
@@ -222,8 +210,7 @@ def _read(
     rebuild: bool,
     phase: PhaseTimer,
 ) -> _Read:
-    """Step 1: the stored row, the prior and the session's rows. A rebuild reads no prior:
-    it replaces one that cannot be read too."""
+    """Step 1. A rebuild reads no prior: it replaces one that cannot be read too."""
     with phase("read"):
         if rebuild:
             found = StoredPrior(None, store.read_row_state(session_id).digest)
@@ -233,7 +220,7 @@ def _read(
     if isinstance(prior, StructuredSummary):
         mark = prior.watermark
         if mark and not placed(mark.timestamp_ms, int(time.time() * 1000)):
-            # A bad clock's row was its watermark (before memories.placed): read it whole.
+            # a bad clock's row is the watermark: read the session whole
             drop = dict.fromkeys(("watermark", "coverage", "rows_digest"))
             prior = prior.model_copy(update=drop)
     covered = prior_coverage(prior if isinstance(prior, StructuredSummary) else None)
@@ -277,8 +264,7 @@ def _start(
 
 
 def _idle(read: _Read, start: _Progress) -> Outcome | None:
-    """Step 3: the outcome of a pass with nothing to write (up to date, or no memory to
-    summarize and no prior), else None."""
+    """Step 3: the outcome when there is nothing to write, else None."""
     found, rows, prior = read.found, read.rows, start.summary
     if (
         isinstance(prior, StructuredSummary)
@@ -297,9 +283,8 @@ def _idle(read: _Read, start: _Progress) -> Outcome | None:
 def _summarized(
     done: _Progress, chunk: list[Memory], summarizer: Summarizer, read: _Read
 ) -> _Progress:
-    """Step 4, once per chunk: one validated pass over it on the summary so far. A chunk
-    all at or before the prior's watermark landed late: it is history, and the latest
-    state stays the latest memories'."""
+    """Step 4, per chunk. A chunk all at or before the prior's watermark landed late: it
+    is history, and Current State stays the latest memories'."""
     result = run_pass(read.session_id, chunk, done.summary, summarizer)
     before = done.summary if isinstance(done.summary, StructuredSummary) else None
     summary, mark = result.summary, read.rows.prior_key
@@ -338,13 +323,9 @@ def summarize_session(
 ) -> Outcome:
     """Brings the session's stored summary up to date with its memories (the module's steps).
 
-    Reads the memories after the prior's watermark and, at or before it, the ranges the
-    prior's coverage does not match (core/coverage.py), in chunks of at most chunk_size
-    memories. guard (the session's claim) is checked between passes and right before every
-    upsert. stop: asked between chunks; when True the summary so far is written and
-    PassInterrupted raised. group: writes the row with other passes' rows. A row another
-    writer rewrote, or one masked under other rules, is written again even with nothing
-    new. rebuild: the prior is set aside (spec.action Rebuild). phase: times the steps.
+    guard (the session's claim) is checked between passes and before every upsert. stop is
+    asked between chunks: when True the summary so far is written and PassInterrupted raised.
+    A row another writer rewrote, or masked under other rules, is written even with nothing new.
     """
     mask = PassRedaction(redaction)
     excluded = functools.partial(is_excluded, excluded_types=excluded_types)
