@@ -1,9 +1,9 @@
 """Where a summary is written: one session, prior summary + new memories -> the store.
 
 A pass is steps, each a function of what the last returned: _read, _start (deleted
-memories), _idle (nothing to write), _summarized per chunk (core/chunking.py), _final,
-then upsert.write_row. Nothing is written before it validates, so a failed pass never
-replaces a good summary. Blocking I/O: handlers call it in a worker thread.
+memories; or nothing to write), _summarized per chunk (core/chunking.py), _final, then
+upsert.write_row. Nothing is written before it validates, so a failed pass never replaces
+a good summary. Blocking I/O: handlers call it in a worker thread.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def prior_coverage(prior: StructuredSummary | None) -> PriorCoverage:
 
 
 def _final(done: _Progress, rows: SessionRows) -> StructuredSummary:
-    """Step 5: counts and facts from the full row listing (excluded types too, as neo's
+    """Step 4: counts and facts from the full row listing (excluded types too, as neo's
     writer does), validated against what the last pass built on."""
     assert isinstance(done.summary, StructuredSummary)
     sources = rows.sources
@@ -237,7 +237,7 @@ def _start(
     guard: WriteGuard | None,
 ) -> _Progress | Outcome:
     """Step 2: the items of deleted memories dropped (or, read by again_of, summarized
-    again from the living ones), or the pass's outcome when no memory is left."""
+    again from the living ones), or the pass's outcome when it has nothing to write."""
     prior, rows, session_id = read.prior, read.rows, read.session_id
     structured = prior if isinstance(prior, StructuredSummary) else None
     gone_all = rows.total == 0  # no memory carries the session's id (untimed ones counted)
@@ -260,30 +260,24 @@ def _start(
         if gone_all:
             return Outcome("not-found", session_id, 0, dropped_items=dropped)
         return replace(read.outcome("empty"), dropped_items=dropped)  # rows never summarized
-    return _Progress(prior, read.found.row_digest, structured, tuple(again), dropped)
-
-
-def _idle(read: _Read, start: _Progress) -> Outcome | None:
-    """Step 3: the outcome when there is nothing to write, else None."""
-    found, rows, prior = read.found, read.rows, start.summary
     if (
         isinstance(prior, StructuredSummary)
         and prior.other_writer is None
-        and found.row_current
-        and prior is found.summary  # nothing masked anew, dropped or set aside
+        and read.found.row_current
+        and prior is read.found.summary  # nothing masked anew, dropped or set aside
         and rows.selected == 0
         and prior.memory_count == rows.total
     ):
         return read.outcome("up-to-date", prior)
     if prior is None and not rows.included:
         return read.outcome("empty")
-    return None
+    return _Progress(prior, read.found.row_digest, structured, tuple(again), dropped)
 
 
 def _summarized(
     done: _Progress, chunk: list[Memory], summarizer: Summarizer, read: _Read
 ) -> _Progress:
-    """Step 4, per chunk. A chunk all at or before the prior's watermark landed late: it
+    """Step 3, per chunk. A chunk all at or before the prior's watermark landed late: it
     is history, and Current State stays the latest memories'."""
     result = run_pass(read.session_id, chunk, done.summary, summarizer)
     before = done.summary if isinstance(done.summary, StructuredSummary) else None
@@ -338,8 +332,6 @@ def summarize_session(
     done = _start(store, read, summarizer, again_of, guard)
     if isinstance(done, Outcome):
         return done
-    if (idle := _idle(read, done)) is not None:
-        return idle
     rows, seen_by = read.rows, row_visibility(read.rows.sources, visibility)
 
     def write(summary: StructuredSummary, done: _Progress) -> Written:
