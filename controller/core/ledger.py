@@ -82,14 +82,11 @@ class LedgerEntry(NamedTuple):
 def _lists(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any]]]:
     """(the state without its growing lists, the lists)."""
     sections = json_value(str(state.get("sectionsJson") or "{}"))
-    refs = json_value(str(state.get("referencesJson") or "[]"))
     lists = {title: list(sections.pop(title, [])) for title in HISTORY_SECTIONS}
-    lists["References"] = list(refs)
+    lists["References"] = list(json_value(str(state.get("referencesJson") or "[]")))
     lists["Sources"] = list(json_value(str(state.get("itemSourcesJson") or "[]")))
-    lifted = ("sectionsJson", "referencesJson", "itemSourcesJson")
-    rest = {k: v for k, v in state.items() if k not in lifted}
-    rest["sectionsJson"] = compact_json(sections)
-    return rest, lists
+    rest = {k: v for k, v in state.items() if k not in ("referencesJson", "itemSourcesJson")}
+    return {**rest, "sectionsJson": compact_json(sections)}, lists
 
 
 def _digest(items: list[Any]) -> str:
