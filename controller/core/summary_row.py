@@ -55,9 +55,8 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-# The reader's row keys: neo's (its boot listing, queries and tenancy filters) and three of
-# ours: the row's format, our document's digest (row_ownership) and where `timestamp` came
-# from without a memory time. The ledger keeps everything else too (core/ledger.py).
+# The reader's row keys: neo's (its boot listing, queries, tenancy filters) and three of ours:
+# the format, our document's digest (row_ownership) and where `timestamp` came from.
 READER_ROW_KEYS = frozenset(
     (
         *("sessionId", "timestamp", "memoryCount", "title", "category", "quality"),
@@ -68,9 +67,8 @@ READER_ROW_KEYS = frozenset(
     )
 )
 
-# Every key a write of ours has ever set on the row (also the previous release's, which kept
-# its whole state there). Chroma's upsert merges metadata, so each write removes the keys it
-# does not set now (upsert_metadata; None removes a key in chromadb 1.5).
+# Every key a write of ours has ever set on the row (the previous release kept its whole
+# state there): upsert_metadata removes those a write does not set.
 ROW_KEYS = (
     *sorted(READER_ROW_KEYS),
     *("formatVersion", "sectionsJson", "firstMemoryAt", "watermarkTimestamp", "watermarkMemoryId"),
@@ -234,12 +232,11 @@ def _references(meta: Mapping[str, Any]) -> tuple[list[str], ReferenceOverflow]:
     references = json_value(raw) if isinstance(raw, str) else []
     if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
         raise ValueError("referencesJson is not a list of strings")
-    digests = meta.get("referencesOmittedDigests")
     overflow = ReferenceOverflow(
         count=max(0, _number(meta.get("referencesOmitted")) or 0),
         first_ms=_number(meta.get("referencesOmittedFrom")),
         last_ms=_number(meta.get("referencesOmittedTo")),
-        digests=[d for d in digests.split(",") if d] if isinstance(digests, str) else [],
+        digests=_split(meta.get("referencesOmittedDigests")),
     )
     return references, overflow
 
