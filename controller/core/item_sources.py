@@ -105,30 +105,25 @@ def record(
     """The prior's entries, then this pass's, none twice: per chunk memory that says an
     item the pass stores (section -> texts as stored), or repeats one with sources already
     (a summarizer does not propose what the summary holds)."""
-    result = list(prior.item_sources) if prior is not None else []
-    have = set(result)
+    entries = dict.fromkeys(prior.item_sources if prior is not None else [])
     chunk = _Chunk(memories)
 
     def add(item: str, memory_ids: Iterable[str]) -> None:
-        for memory_id in memory_ids:
-            entry = f"{item}:{source_key(memory_id)}"
-            if entry not in have:
-                have.add(entry)
-                result.append(entry)
+        entries.update(dict.fromkeys(f"{item}:{source_key(i)}" for i in memory_ids))
 
     for section, texts in stored.items():
         for text in texts:
             add(item_key(section, text), chunk.attribute(text))
     if prior is not None and memories:
         # looked up by key, so a pass costs its chunk, not its items
-        recorded = {entry.partition(":")[0] for entry in result}
+        recorded = {entry.partition(":")[0] for entry in entries}
         sections = (*prior.sections, REFERENCES, TITLE)
         for sentence, indices in chunk.by_sentence.items():
             for section in sections:
                 named = f"{section}\0{sentence}"
                 if sentence and not recorded.isdisjoint(_keys(named)):
                     add(_hex(named), (chunk.ids[i] for i in sorted(indices)))
-    return result
+    return list(entries)
 
 
 def _keeping(
