@@ -227,8 +227,7 @@ def _acceptable_title(title: str | None) -> str | None:
 def derived_title(first_request: str | None, session_id: str) -> str:
     if not first_request:
         return fallback_title(session_id)
-    title = first_request.rstrip(" .!?…:;")
-    title = cut_to(title, DERIVED_TITLE_MAX, word_from=0)
+    title = cut_to(first_request.rstrip(" .!?…:;"), DERIVED_TITLE_MAX, word_from=0)
     return _acceptable_title(title) or fallback_title(session_id)
 
 
