@@ -206,12 +206,8 @@ def _stored_items(raw: object) -> list[SummaryItem]:
             raise ValueError(f"a stored item is longer than {ITEM_MAX} characters")
         if text:
             reason = entry.get("superseded_by")
-            items.append(
-                SummaryItem(
-                    text=text,
-                    superseded_by=fit(reason.strip()) if isinstance(reason, str) else None,
-                )
-            )
+            reason = fit(reason.strip()) if isinstance(reason, str) else None
+            items.append(SummaryItem(text=text, superseded_by=reason))
     return items
 
 
