@@ -232,8 +232,7 @@ def to_reread(
     if prior.coverage is not None:
         return dirty_buckets(prior.coverage, covered_keys)
     if prior.memory_count is not None and prior.memory_count < count:
-        everything = partition(covered_keys, [])[0]
-        return [Dirty(None, None, None, everything)]
+        return [Dirty(None, None, None, partition(covered_keys, [])[0])]
     return []
 
 
