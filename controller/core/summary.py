@@ -161,9 +161,6 @@ def fallback_title(session_id: str) -> str:
     return f"Session {session_id[:12]}"
 
 
-# -- the guard ------------------------------------------------------------------------------
-
-
 def title_problem(title: str) -> str | None:
     """Why a title must not be stored (error text or a placeholder), or None when it is fine."""
     if _ERROR_TITLE.search(title):
@@ -182,7 +179,6 @@ def missing_history_items(
         old, new = prior.sections.get(title, []), summary.sections.get(title, [])
         if len(new) >= len(old) and all(a is b for a, b in zip(old, new, strict=False)):
             continue  # the prior's own items lead the section: none can be missing
-        # case and whitespace do not matter
         present = {one_line(item.text).lower() for item in new}
         missing += [(title, i.text) for i in old if one_line(i.text).lower() not in present]
     return missing
