@@ -324,14 +324,11 @@ def from_chroma_row(
             who = rewritten_by(document, meta)
             if who is None:
                 return summary
-            return summary.model_copy(
-                update={
-                    "legacy_text": with_text_of_other_writer(
-                        summary.legacy_text, text, who, summary.summarized_at_ms
-                    ),
-                    "other_writer": OtherWriter(who=who, characters=len(text)),
-                }
+            carried = with_text_of_other_writer(
+                summary.legacy_text, text, who, summary.summarized_at_ms
             )
+            other = OtherWriter(who=who, characters=len(text))
+            return summary.model_copy(update={"legacy_text": carried, "other_writer": other})
     if not text:
         return None
     title = meta.get("title")
