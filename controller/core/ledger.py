@@ -25,8 +25,7 @@ ROW_DIGEST_KEY = "rowDigest"  # the row document this entry goes with
 BUILT_ON_KEY = "builtOnDigest"  # the row document the write read: its text is in the entry
 FORGOTTEN_KEY = "forgottenAt"  # a tombstone's: the session was forgotten at that time (ms)
 REQUEST_KEY = "forgetRequest"  # the forget that wrote a tombstone (its object's uid, generation)
-# What that request removed, so its retry reports the whole removal.
-REMOVED_KEYS = ("removedRow", "removedRecords", "removedMemories")
+REMOVED_KEYS = ("removedRow", "removedRecords", "removedMemories")  # reported whole by its retry
 # Every key a head of ours sets (plan_write's, a tombstone's): see replacing_head.
 HEAD_KEYS = (
     *("sessionId", "ledgerFormat", "generation", "segments", "lists", FENCE_KEY, AUTHORITY_KEY),
