@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from controller.core.ledger import (
@@ -181,3 +181,42 @@ def test_the_row_agrees_is_behind_or_is_another_writers(
     else:
         assert got == "foreign"
     assert row_agreement(None, row, head) == "behind"
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+shapes = st.fixed_dictionaries(  # as a head records them: any value in any place
+    {
+        n: st.one_of(json_values, st.tuples(json_values, json_values).map(list))
+        for n in ["Sources", "References", *HISTORY_SECTIONS]
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lists=st.one_of(json_values, shapes))
+@example(lists={n: [1e999, "d"] for n in ["Sources", "References", *HISTORY_SECTIONS]}).via(
+    "a length JSON reads as infinity"
+)
+@example(lists=[]).via("not an object")
+def test_a_head_whose_lists_another_writer_changed_is_rewritten_not_a_failed_pass(
+    lists: Any,
+) -> None:
+    """Whatever JSON a head's `lists` holds, the next write plans (a list whose recorded
+    shape it cannot read is written whole) and its entry reads back every key."""
+    keys = state({HISTORY_SECTIONS[0]: [{"text": "a"}]}, ["r"], 0)
+    stored = write({}, keys, 1)
+    document, head = stored[f"summary_{SID}"]
+    stored[f"summary_{SID}"] = (document, {**head, "lists": json.dumps(lists)})
+    grown = state({HISTORY_SECTIONS[0]: [{"text": "a"}, {"text": "b"}]}, ["r", "s"], 1)
+    entry = read(write(stored, grown, 2))
+    assert not entry.lost and json.loads(entry.keys["referencesJson"]) == ["r", "s"]
+    assert json.loads(entry.keys["sectionsJson"])[HISTORY_SECTIONS[0]] == [
+        {"text": "a"},
+        {"text": "b"},
+    ]
