@@ -1,8 +1,7 @@
 """Operator process settings, read once from the environment (the chart sets these).
 
-Every variable is SSO_<FIELD> (docs/configuration.md lists them). A value that does not
-parse, or is out of range, stops the operator at start with a message naming the variable,
-instead of surfacing later as a traceback somewhere else.
+Every variable is SSO_<FIELD>; docs/configuration.md says what each does. A bad value stops
+the operator at start with a message naming the variable, not a traceback later.
 """
 
 from __future__ import annotations
@@ -33,71 +32,38 @@ class OperatorConfig(BaseSettings):
     )
 
     replica_id: str = Field(default_factory=_default_replica_id, min_length=1)
-    # Comma-separated; empty = cluster-wide.
-    namespaces: Annotated[tuple[str, ...], NoDecode] = ()
+    namespaces: Annotated[tuple[str, ...], NoDecode] = ()  # empty: cluster-wide
     sweep_tick_seconds: float = Field(default=5.0, gt=0)
     metrics_port: int = Field(default=0, ge=0, le=65535)  # 0: no metrics endpoint
-    # The address metrics are served on: loopback for a local process; the chart sets the
-    # Pod's IP, so only the scrape path reaches them.
     metrics_address: str = Field(default="127.0.0.1", min_length=1)
     retry_base_seconds: float = Field(default=2.0, gt=0)
     retry_max_seconds: float = Field(default=300.0, gt=0)
-    # Unset (the default): chosen at start below every live replica's, so a new replica
-    # never preempts a live leader (kube/peering.py:joining_priority). Pinned: that value.
+    # Unset: chosen at start below every live replica's (kube/peering.py:joining_priority).
     peering_priority: int | None = None
-    # Seconds; a dead leader is replaced after lastseen + lifetime.
     peering_lifetime: int = Field(default=15, ge=1)
-    # A claim's duration (a Lease's leaseDurationSeconds): another writer takes it over once
-    # it has not changed for this long on that writer's own clock.
     claim_ttl_seconds: float = Field(default=60.0, gt=0)
-    # The holder stops writing once it has not renewed its claim for duration - margin on
-    # its own clock: the margin absorbs clocks that run at different rates.
+    # The margin absorbs clocks that run at different rates (core/claim_rules.py).
     claim_margin_seconds: float = Field(default=5.0, ge=0)
-    # How often a pass renews its claim (unset: a third of the duration). A pass that ends
-    # sooner never renews.
-    claim_renew_seconds: float | None = Field(default=None, gt=0)
-    # A pass still running this long after it took its claim says so (phase Summarizing);
-    # a shorter one goes from its request straight to its outcome: one status write, not two.
+    claim_renew_seconds: float | None = Field(default=None, gt=0)  # unset: a third of the TTL
     summarizing_after_seconds: float = Field(default=2.0, ge=0)
-    # While a first summary runs, the longest any other pass, the sweep, the reconciliation
-    # or retention pauses in all (scheduling.PassScheduler.give_way); 0: never.
     give_way_seconds: float = Field(default=1.0, ge=0)
-    # ... and for this long after it ended, so a burst of sunsets is one stretch of giving
-    # way, not a release of every paused step between two of them; 0: only while one runs.
     give_way_gap_seconds: float = Field(default=0.25, ge=0)
-    # How often abandoned claims (their writer died) are looked for and deleted.
     claim_collect_seconds: float = Field(default=60.0, gt=0)
-    # A pass waiting for another writer's claim looks again after claim_retry_seconds, then
-    # twice as late each time, at most claim_retry_max_seconds apart (core/waiting.py).
     claim_retry_seconds: float = Field(default=1.0, gt=0)
     claim_retry_max_seconds: float = Field(default=30.0, gt=0)
-    # SIGTERM: running passes write a checkpoint at their next chunk boundary and release
-    # their claims; the process waits at most this long for them (the chart's
-    # terminationGracePeriodSeconds is this plus 10).
     shutdown_seconds: float = Field(default=20.0, ge=0)
-    # How often every replica re-lists the SessionSummarizers to write activeReplica and
-    # ReplicaActive on ones created meanwhile (at once on a change of the active replica).
     replica_resync_seconds: float = Field(default=60.0, gt=0)
-    failure_gate: int = Field(default=5, ge=1)  # consecutive failures before phase Failed
-    heap_trim_seconds: float = Field(default=30.0, gt=0)  # freed heap back to the OS
-    workers: int = Field(default=32, ge=1)  # summarizations at once (threads)
-    # Local embeddings at once (0: one per usable core, a Pod's CPU limit included).
-    cpu_slots: int = Field(default=0, ge=0)
-    store_write_slots: int = Field(default=1, ge=1)  # groups of summary rows written at once
-    embedding_reprobe_seconds: float = Field(default=30.0, gt=0)  # a failing probe's
-    list_chunk_size: int = Field(default=500, ge=0)  # objects per list page (0: one page)
-    worker_idle_seconds: float = Field(default=0.5, ge=0)  # kopf keeps an idle worker
-    # Progress/diff-base annotations kopf keeps on our objects use our group's prefix.
+    failure_gate: int = Field(default=5, ge=1)
+    heap_trim_seconds: float = Field(default=30.0, gt=0)
+    workers: int = Field(default=32, ge=1)
+    cpu_slots: int = Field(default=0, ge=0)  # 0: one per usable core
+    store_write_slots: int = Field(default=1, ge=1)
+    embedding_reprobe_seconds: float = Field(default=30.0, gt=0)
+    list_chunk_size: int = Field(default=500, ge=0)  # 0: one page
+    worker_idle_seconds: float = Field(default=0.5, ge=0)
     annotation_prefix: str = "memorycore.io"
-    # A Secret's value goes only to URLs its memorycore.io/allowed-urls annotation lists
-    # (docs/security.md). Deprecated true: one without it is still sent, with a warning.
-    allow_unannotated_secrets: bool = False
-    # Comma-separated URL prefixes every store.url, model.baseUrl and embedding.baseUrl must
-    # be under; empty: any URL.
-    allowed_endpoints: Annotated[tuple[UrlPrefix, ...], NoDecode] = ()
-    # Comma-separated URL prefixes of the model and embedding endpoints that may receive the
-    # memories of a store read without a credential, or with a Secret that lacks the
-    # memorycore.io/allowed-model-urls annotation; empty: none (docs/security.md).
+    allow_unannotated_secrets: bool = False  # deprecated (docs/security.md)
+    allowed_endpoints: Annotated[tuple[UrlPrefix, ...], NoDecode] = ()  # empty: any URL
     allowed_model_urls: Annotated[tuple[UrlPrefix, ...], NoDecode] = ()
 
     def setting(self, field: str, program: str = OPERATOR) -> str:
