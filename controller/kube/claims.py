@@ -1,7 +1,6 @@
 """The session's SessionClaim: granted, renewed by a thread for the whole pass, fenced and
-released (blocking calls; decisions in core/claim_rules.py and core/fencing.py). Before
-each store write the pipeline asks the handle (a WriteGuard): no API call unless the row's
-fence is ahead of ours or another cluster's (docs/architecture.md, "Exactly one writer")."""
+released (blocking; decisions in core/claim_rules.py and core/fencing.py; docs/architecture.md,
+"Exactly one writer")."""
 
 from __future__ import annotations
 
@@ -44,8 +43,7 @@ log = logging.getLogger(__name__)
 
 
 class ClaimHeld(Exception):
-    """Another live writer holds the claim; retry after retry_after_s. lost_races: how often
-    the claim changed under us before we read this holder."""
+    """Another live writer holds the claim; retry after retry_after_s."""
 
     def __init__(self, claim: Claim, retry_after_s: float, lost_races: int = 0) -> None:
         self.claim = claim
@@ -66,8 +64,7 @@ class ClaimLost(Exception):
 
 
 class ClaimContended(ClaimLost):
-    """The claim changed under us on every attempt and no live holder is left to name;
-    the pass is retried."""
+    """The claim changed under us on every attempt and no live holder is left to name."""
 
 
 def _api() -> client.CustomObjectsApi:
@@ -76,8 +73,7 @@ def _api() -> client.CustomObjectsApi:
 
 @dataclass
 class Sightings:
-    """What a writer remembers between attempts (kopf's memo), on its own clock: another
-    writer's claim and another cluster's record (core/fencing.py: still_writing)."""
+    """What a writer remembers between attempts (kopf's memo), on its own clock."""
 
     claim: Sighting | None = None
     authority: Sighting | None = None
@@ -85,8 +81,8 @@ class Sightings:
 
 @dataclass
 class SessionClaimHandle:
-    """One writer's claim on one session's row, for one pass: acquire(), renewed every
-    renew_s until release(); check() and admit() are the pipeline's WriteGuard."""
+    """One writer's claim on one session's row, for one pass; check() and admit() are the
+    pipeline's WriteGuard."""
 
     session_id: str
     collection_id: str  # the row's place (StoreLocation.row_scope): with the session, its identity
@@ -146,7 +142,6 @@ class SessionClaimHandle:
     def _call(
         self, missing: tuple[int, ...], call: Callable[..., Any], *args: Any, **kw: Any
     ) -> dict[str, Any] | None:
-        """One API call on the claim; None when it answers one of these statuses."""
         self.api_calls += 1
         return cast(
             dict[str, Any] | None,
@@ -165,7 +160,7 @@ class SessionClaimHandle:
         return self._call((404,), _api().get_cluster_custom_object, self.name)
 
     def _granted(self, claim: Claim, made: dict[str, Any], sent_s: float) -> None:
-        """Ours from sent_s on (when the request left, on our clock). Starts the renewer."""
+        """Ours from sent_s on (when the request left, on our clock)."""
         version = str(made["metadata"]["resourceVersion"])
         with self._lock:
             self._claim, self._version, self._renewed_at_s = claim, version, sent_s
@@ -216,8 +211,6 @@ class SessionClaimHandle:
             wait = held_for_s(holder, self.seen.claim, now)
             raise ClaimHeld(holder, wait, lost_races=lost_races)
         return version
-
-    # -- the holder ----------------------------------------------------------------------
 
     def _renew_loop(self) -> None:
         wait = self.renew_s
@@ -271,8 +264,7 @@ class SessionClaimHandle:
         log.warning("session %s: %s", self.session_id, why)
 
     def check(self) -> None:
-        """Raises ClaimLost if the claim was deleted or taken, or not renewed within
-        duration - margin by our clock. No I/O."""
+        """Raises ClaimLost if the claim was deleted, taken or not renewed in time. No I/O."""
         with self._lock:
             lost, granted, renewed_at = self._lost, self._claim is not None, self._renewed_at_s
         if lost is not None:
@@ -287,9 +279,8 @@ class SessionClaimHandle:
             raise ClaimLost(self._lost or "claim lapsed")
 
     def admit(self, found: Fence | None) -> dict[str, int | str]:
-        """Right before an upsert, given the row's fence: raises ClaimLost (lapsed, or a
-        newer grant wrote the row) or AuthorityConflict (a live cluster did); else returns
-        our fence's keys. Another history is taken over and `took_over` says so."""
+        """Right before an upsert, given the row's fence: raises ClaimLost or
+        AuthorityConflict, else returns our fence's keys (`took_over` says of a takeover)."""
         self.check()
         assert self.fence is not None
         mine = self.fence
@@ -313,8 +304,7 @@ class SessionClaimHandle:
         return dict(mine.metadata())
 
     def _still_ours(self, claim: Claim | None) -> str | None:
-        """The claim's resourceVersion if it is still our grant of `claim` (same object,
-        holder and acquisition), else None. One read."""
+        """The claim's resourceVersion if it is still our grant of `claim`, else None."""
         obj = self._get() if claim is not None else None
         if obj is None or claim is None or obj["metadata"].get("uid") != self._uid:
             return None
@@ -323,8 +313,7 @@ class SessionClaimHandle:
         return str(obj["metadata"]["resourceVersion"]) if same else None
 
     def release(self) -> None:
-        """Stops the renewer and deletes the claim if it is still the version we wrote.
-        Best effort, never raises: the claim lapses by itself after its duration."""
+        """Stops the renewer and deletes the claim if still ours. Never raises: it lapses."""
         self._stop.set()
         renewer = self._renewer
         if renewer is not None and renewer is not threading.current_thread():
