@@ -23,7 +23,6 @@ PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
 
 
 def live_peers(status: Mapping[str, Any], now: dt.datetime) -> dict[str, int]:
-    """identity -> priority of the peers whose lastseen + lifetime is still ahead."""
     alive: dict[str, int] = {}
     for identity, info in (status or {}).items():
         if not isinstance(info, Mapping):
@@ -42,7 +41,6 @@ def live_peers(status: Mapping[str, Any], now: dt.datetime) -> dict[str, int]:
 
 
 def _top(peers: Mapping[str, int]) -> list[str]:
-    """The peers sharing the highest priority, sorted."""
     top = max(peers.values(), default=None)
     return sorted(identity for identity, prio in peers.items() if prio == top)
 
@@ -59,17 +57,15 @@ PRIORITY_STEP = 2**20
 
 
 def joining_priority(live: Mapping[str, int], me: str, draw: int) -> int:
-    """A joining replica's peering priority: below every live one (draw in
-    [1, PRIORITY_STEP]), so it never preempts the leader; leadership passes, once, to the
-    longest-running replica when the leader stops. Our own old record does not count."""
+    """Below every other live replica's (draw in [1, PRIORITY_STEP]): it never preempts the
+    leader, and leadership passes to the longest-running replica when the leader stops."""
     others = [priority for identity, priority in live.items() if identity != me]
     ceiling = min(others) if others else TOP_PRIORITY + 1
     return ceiling - max(1, min(draw, PRIORITY_STEP))
 
 
 def with_own_priority(peers: Mapping[str, int], me: str, priority: int | None) -> dict[str, int]:
-    """The live peers with our record at this process's priority: until kopf's first
-    keep-alive it may be a restarted container's predecessor's."""
+    """Our record at our priority: until kopf's first keep-alive it is our predecessor's."""
     out = dict(peers)
     if priority is not None and me in out:
         out[me] = priority
@@ -87,8 +83,7 @@ def read_peering(name: str, namespaces: tuple[str, ...]) -> Mapping[str, Any]:
 
 
 def ensure_peering_object(name: str, namespaces: tuple[str, ...]) -> None:
-    """kopf only patches the peering object; it must exist. Create-if-absent (409: it
-    exists already), idempotent."""
+    """kopf only patches the peering object: it must exist."""
     api, where = kube.custom(), (PEERING_GROUP, PEERING_VERSION)
     version = f"{PEERING_GROUP}/{PEERING_VERSION}"
     for ns in namespaces:
@@ -102,9 +97,7 @@ def ensure_peering_object(name: str, namespaces: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True)
 class PeeringView:
-    """What the peering object says now, as this replica reads it."""
-
-    live: dict[str, int]  # identity -> priority of live peers
+    live: dict[str, int]  # identity -> priority
     standalone: bool = False
 
     @property
@@ -145,16 +138,14 @@ def report_due(
     resync_s: float,
     nudged: bool,
 ) -> bool:
-    """Whether to write the replica status at this poll: on a change, when nudged (a
-    summarizer was created), every resync_s, and at every poll while no replica is active
-    (no handler runs to nudge then)."""
+    """On a change, when nudged (a summarizer was created), every resync_s, and at every poll
+    while no replica is active (no handler runs to nudge then)."""
     active, cond = now
     changed = (active, cond.reason) != reported
     return changed or nudged or cond.status == "False" or since_sync_s > resync_s
 
 
 def priority_conflicts(view: PeeringView, me: str, priority: int) -> list[str]:
-    """Other live replicas with our priority: kopf would pause us all."""
     return sorted(i for i, p in view.live.items() if p == priority and i != me)
 
 
@@ -179,8 +170,8 @@ def _apply_replica_status(
 def report_replica_status(
     view: PeeringView, me: str, namespaces: tuple[str, ...], events: EventRecorder
 ) -> int:
-    """Writes activeReplica + ReplicaActive on every SessionSummarizer whose status differs;
-    an Event where the condition changes. Returns how many were written."""
+    """Writes activeReplica + ReplicaActive where they differ (an Event where the condition
+    changes); returns how many were written."""
     active, cond = replica_status(view, me)
     written = 0
     for obj in kube.list_summarizers(namespaces, cached=True):
@@ -221,10 +212,8 @@ async def watch_leader(
     nudged: threading.Event,
     priority: int | None = None,
 ) -> None:
-    """Polls the peering object every interval; calls on_change(leader, previous) when the
-    leader changes and reports it on every SessionSummarizer when report_due says so. An
-    empty peering is not reported before grace_s; `priority` is this process's own, not a
-    restarted container's old record."""
+    """Polls the peering object; calls on_change(leader, previous) when the leader changes
+    and reports it when report_due says so (an empty peering not before grace_s)."""
     previous: str | None = "(unknown)"
     reported: tuple[str | None, str] | None = None
     last_error = ""
@@ -237,7 +226,7 @@ async def watch_leader(
                 status = await asyncio.to_thread(read_peering, name, namespaces)
                 peers = live_peers(status, dt.datetime.now(dt.UTC))
                 view = PeeringView(with_own_priority(peers, me, priority))
-            leader = me if standalone else view.leader
+            leader = view.leader
             if leader != previous:
                 on_change(leader, previous)
                 previous = leader
