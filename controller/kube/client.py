@@ -31,16 +31,12 @@ from controller.status.requests import REQUESTED_BY
 from controller.status.summarizer_status import settled
 
 API_POOL_SIZE = 64
-# (connect, read) seconds for calls that set none. The client's default is no timeout, so
-# a silent apiserver would hold a summarize thread, mid-claim, for good. Per read, so a
-# long streaming list is not cut.
+# (connect, read) seconds for calls that set none; the client's default is none at all.
 REQUEST_TIMEOUT = (5.0, 30.0)
 log = logging.getLogger(__name__)
 
 
 class BoundedApiClient(client.ApiClient):
-    """An ApiClient whose calls time out after REQUEST_TIMEOUT unless told otherwise."""
-
     def call_api(self, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("_request_timeout") is None:
             kwargs["_request_timeout"] = REQUEST_TIMEOUT
@@ -53,8 +49,7 @@ class SecretError(RuntimeError):
 
 @functools.lru_cache(maxsize=1)
 def api_client() -> client.ApiClient:
-    """In-cluster credentials in a pod, else the current kubeconfig context. The pool is
-    sized for the summarize threads (urllib3's 10 costs a TLS handshake per call)."""
+    """In-cluster credentials in a pod, else the current kubeconfig context."""
     configuration = client.Configuration()
     if in_pod():
         config.load_incluster_config(client_configuration=configuration)
@@ -62,9 +57,8 @@ def api_client() -> client.ApiClient:
         config.load_kube_config(
             config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
         )
-    configuration.connection_pool_maxsize = API_POOL_SIZE
-    # No resend after a read timeout (4x the wait, and an applied claim PUT would fail on its
-    # resourceVersion); only failed connections, which sent nothing, are retried.
+    configuration.connection_pool_maxsize = API_POOL_SIZE  # one per summarize thread
+    # No resend after a read timeout (an applied claim PUT would fail on its resourceVersion).
     configuration.retries = urllib3.Retry(total=3, read=0)
     return BoundedApiClient(configuration)
 
@@ -78,7 +72,7 @@ def core() -> client.CoreV1Api:
 
 
 def unless(refusals: tuple[int, ...], call: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-    """call(*args, **kw)'s answer; None when the API answers one of these statuses."""
+    """call's answer; None when the API answers one of these statuses."""
     try:
         return call(*args, **kw)
     except ApiException as exc:
@@ -97,8 +91,7 @@ def get_summarizer(namespace: str, name: str) -> dict[str, Any] | None:
 
 
 def read_secret(namespace: str, name: str) -> tuple[dict[str, str], dict[str, str]]:
-    """A Secret's (annotations, data): its owner's say on where the values may go, and the
-    values base64-encoded, as the API returns them (secret_value decodes one)."""
+    """A Secret's (annotations, data), the values base64-encoded as the API returns them."""
     try:
         secret = core().read_namespaced_secret(name, namespace)
     except ApiException as exc:
@@ -125,7 +118,6 @@ def secret_value(data: dict[str, str], namespace: str, name: str, key: str) -> s
 
 
 def get_object(plural: str, namespace: str, name: str) -> dict[str, Any] | None:
-    """One of our objects, or None when there is none."""
     get = custom().get_namespaced_custom_object
     return cast(dict[str, Any] | None, unless((404,), get, GROUP, VERSION, namespace, plural, name))
 
@@ -148,10 +140,9 @@ def request_summary(
     forget_memories: bool = False,
     requested_by: str | None = None,
 ) -> tuple[str, str]:
-    """Creates the session's SessionSummary, or patches spec.requestedAt to force a new pass
-    of `action`; returns (name, "created" | "patched" | "exists" | "changed"). Idempotent: the
-    name derives from the session id and a lost create race becomes a patch. resource_version:
-    a precondition, so a change since the caller's read is never overwritten ("changed")."""
+    """Creates the session's SessionSummary, or patches spec.requestedAt to force a new pass;
+    returns (name, "created" | "patched" | "exists" | "changed"). resource_version: a
+    precondition, so a change since the caller's read is never overwritten ("changed")."""
     name = summary_object_name(session_id)
     spec = SessionSummarySpec(
         session_id=session_id,
@@ -210,14 +201,12 @@ def request_summary(
 
 
 def patch_summary_status(namespace: str, name: str, status: dict[str, Any]) -> bool:
-    """A merge patch of a SessionSummary's status (the fields given; a list such as
-    conditions is replaced whole); False when the object is gone."""
+    """A merge patch of a SessionSummary's status; False when the object is gone."""
     patch = custom().patch_namespaced_custom_object_status
     return applied((404,), patch, namespace, SUMMARY_PLURAL, name, {"status": status})
 
 
 def iter_summaries(namespace: str, page_size: int = 500) -> Iterator[dict[str, Any]]:
-    """Every SessionSummary in the namespace, a page at a time."""
     list_call = custom().list_namespaced_custom_object
     yield from list_pages(list_call, namespace, SUMMARY_PLURAL, page_size=page_size)
 
@@ -225,8 +214,8 @@ def iter_summaries(namespace: str, page_size: int = 500) -> Iterator[dict[str, A
 def list_pages(
     list_call: Callable[..., Any], *args: Any, page_size: int = 500
 ) -> Iterator[dict[str, Any]]:
-    """Every object a list call of ours returns, fetched a page at a time (10k objects in one
-    response would be a ~100 MB spike in the operator, and the heap would keep it)."""
+    """Every object a list call of ours returns, a page at a time (one 10k-object answer is a
+    heap spike that stays)."""
     token: str | None = None
     while True:
         kwargs: dict[str, Any] = {"limit": page_size} if page_size > 0 else {}
@@ -240,7 +229,6 @@ def list_pages(
 
 
 def unless_changed(resource_version: str) -> client.V1DeleteOptions:
-    """A delete that applies only to this resourceVersion of the object."""
     return client.V1DeleteOptions(
         preconditions=client.V1Preconditions(resource_version=resource_version)
     )
@@ -261,15 +249,12 @@ def update_summarizer_status(
     mutate: Callable[[SessionSummarizerStatus], SessionSummarizerStatus],
 ) -> tuple[SessionSummarizerStatus, SessionSummarizerStatus] | None:
     """Read-modify-write of a SessionSummarizer's status under a resourceVersion
-    precondition, so no other writer's change is dropped. mutate changes only what its
-    caller owns. Returns (before, after), or None if the object is gone."""
+    precondition; returns (before, after), or None if the object is gone."""
     for _ in range(STATUS_CONFLICT_RETRIES):
         obj = get_summarizer(namespace, name)
         if obj is None:
             return None
         before = SessionSummarizerStatus.model_validate(obj.get("status") or {})
-        # Every write: the writer's change, then what no writer owns (generations of
-        # spec-independent conditions; Ready, Reconciling, Stalled derived from the rest).
         after = settled(mutate(before.model_copy(deep=True)), obj["metadata"].get("generation"))
         old, new = before.to_api(), after.to_api()
         if old == new:
@@ -296,8 +281,7 @@ def update_summarizer_status(
 
 
 def list_summarizers(namespaces: tuple[str, ...], *, cached: bool = False) -> list[dict[str, Any]]:
-    """Every SessionSummarizer in these namespaces (all when empty). cached: from the
-    apiserver's watch cache (resourceVersion 0), not a quorum read."""
+    """Every SessionSummarizer in these namespaces (all when empty); cached: the watch cache."""
     api = custom()
     kwargs: dict[str, Any] = {"resource_version": "0"} if cached else {}
     lists: list[tuple[Callable[..., Any], tuple[str, ...]]] = [
@@ -308,8 +292,8 @@ def list_summarizers(namespaces: tuple[str, ...], *, cached: bool = False) -> li
 
 
 def release_finalizers(namespaces: tuple[str, ...], names: tuple[str, ...]) -> int:
-    """Removes these finalizers from every SessionSummarizer with a JSON patch that tests each
-    entry against the list as read, so a changed list is left alone; returns from how many."""
+    """Removes these finalizers from every SessionSummarizer (a changed list is left alone);
+    returns from how many."""
     released = 0
     for obj in list_summarizers(namespaces):
         meta = obj.get("metadata") or {}
@@ -336,8 +320,8 @@ def ask_again(
     requested_at: str,
     drop_annotations: list[str] | tuple[str, ...] = (),
 ) -> bool:
-    """Asks a new pass of a SessionSummary as read (requestedAt moved, these annotations
-    removed: core/requeue.py), at its resourceVersion; False if it changed or went since."""
+    """Asks a new pass of a SessionSummary at its resourceVersion (core/requeue.py); False if
+    it changed or went since."""
     meta: dict[str, Any] = {"resourceVersion": resource_version}
     if drop_annotations:
         meta["annotations"] = dict.fromkeys(drop_annotations)
