@@ -57,9 +57,8 @@ def _leader_watcher(runtime: Runtime) -> Any:
 
 
 async def _trim_heap(interval: float = 30.0) -> None:
-    """Every interval: a full collection (retired clients are reference cycles only it
-    frees; test_runtime_lifecycle.py) and malloc_trim, since glibc keeps freed heap pages
-    (kopf's initial listing fragments the heap). Walks only post-start objects."""
+    """A full collection (retired clients are reference cycles) and malloc_trim (glibc keeps
+    freed heap pages) every interval."""
     try:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
@@ -76,9 +75,8 @@ async def _trim_heap(interval: float = 30.0) -> None:
 
 
 def _choose_priority(run: RunOptions) -> int:
-    """SSO_PEERING_PRIORITY when set, with an error if a live replica has it too (kopf would
-    pause both, and nothing would be summarized); else below every live replica's
-    (joining_priority), so this replica never preempts a live leader."""
+    """SSO_PEERING_PRIORITY when set (an error if a live replica has it too), else below
+    every live replica's (joining_priority)."""
     pinned = CONFIG.peering_priority
     if run.standalone:
         return 0 if pinned is None else pinned
@@ -105,7 +103,6 @@ def _choose_priority(run: RunOptions) -> int:
 
 
 async def _collect_abandoned_claims(interval: float) -> None:
-    """Deletes dead writers' claims (kube/claims.py:ClaimCollector), even with sweeps off."""
     collector = ClaimCollector(
         default_duration_s=CONFIG.claim_ttl_seconds, grace_s=CONFIG.claim_ttl_seconds
     )
@@ -121,14 +118,12 @@ async def _collect_abandoned_claims(interval: float) -> None:
 
 
 def status_diffbase() -> kopf.DiffBaseStorage:
-    """kopf's last handled spec, in `status.lastHandledConfiguration`: patched with the
-    status, saving a patch per pass."""
+    """kopf's diff base in the status: patched with it, saving a patch per pass."""
     return kopf.StatusDiffBaseStorage(field="status.lastHandledConfiguration")
 
 
 class UnmarkedProgress(kopf.AnnotationsProgressStorage):
-    """kopf's handler progress under our prefix, without the `kopf-managed` marker (a patch
-    per new object). `_store_marker` is kopf's hook (test_kopf_records.py guards it)."""
+    """kopf's handler progress without the `kopf-managed` marker (a patch per new object)."""
 
     def _store_marker(self, prefix: str, patch: kopf.Patch, body: kopf.Body) -> None:
         return None
@@ -141,7 +136,6 @@ async def configure(
     runtime = Runtime.of(memo)
     run, tasks = runtime.options, runtime.tasks
     prefix = CONFIG.annotation_prefix
-    # Progress annotations under our own group; the diff base in the status.
     settings.persistence.progress_storage = UnmarkedProgress(prefix=prefix)
     settings.persistence.diffbase_storage = status_diffbase()
     settings.persistence.finalizer = FINALIZER
@@ -149,8 +143,7 @@ async def configure(
     settings.posting.enabled = False
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 16
-    # With many objects: list in pages and let idle workers exit soon, so a whole
-    # listing's bodies are never alive at once (they would fragment the heap).
+    # List in pages and let idle workers exit soon: a whole listing never lives at once.
     if CONFIG.list_chunk_size > 0:
         settings.watching.chunk_size = CONFIG.list_chunk_size
     settings.queueing.idle_timeout = CONFIG.worker_idle_seconds
@@ -208,8 +201,8 @@ FIRST_CALLS_IMPORT = (
 
 
 def freeze_startup_objects() -> int:
-    """gc.freeze()s the startup objects, never garbage, that every full collection would
-    walk (docs/benchmarks.md). Returns how many objects are frozen."""
+    """gc.freeze()s the startup objects, which every full collection would walk
+    (docs/benchmarks.md); returns how many."""
     for name in FIRST_CALLS_IMPORT:
         with contextlib.suppress(ImportError):  # renamed by a later release: less frozen
             importlib.import_module(name)
@@ -220,7 +213,7 @@ def freeze_startup_objects() -> int:
 
 @kopf.on.cleanup()
 async def begin_stopping(memo: kopf.Memo, **_: Any) -> None:
-    """On SIGTERM: running passes are told to checkpoint and stop; our tasks end now."""
+    """On SIGTERM: running passes are told to stop; our tasks end now."""
     runtime = Runtime.of(memo)
     runtime.stopping.set()
     for task in list(runtime.tasks):
@@ -235,9 +228,8 @@ def quiet_timer_successes(record: logging.LogRecord) -> bool:
 
 
 class OneLineFormatter(logging.Formatter):
-    """A record's message on one line, control characters escaped: a session id or an error
-    text holding a newline (or \\r, an escape sequence, U+2028) cannot split a line or forge
-    one. A traceback keeps its lines, each indented: a line at column 0 begins a record."""
+    """A record's message on one line, control characters escaped, so no text can forge a
+    record; a traceback's lines are indented (a line at column 0 begins a record)."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         return printable(super().formatMessage(record))
@@ -249,7 +241,6 @@ class OneLineFormatter(logging.Formatter):
 
 
 def configure_logging(verbose: bool) -> None:
-    """The operator's log: one line per record on stderr."""
     handler = logging.StreamHandler()
     handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
@@ -259,7 +250,6 @@ def configure_logging(verbose: bool) -> None:
 
 
 def run(argv: list[str] | None = None) -> None:
-    """The operator process."""
     parser = argparse.ArgumentParser(prog="session-summary-operator")
     parser.add_argument(
         "--namespace",
@@ -298,7 +288,6 @@ def run(argv: list[str] | None = None) -> None:
             clusterwide=not namespaces,
             namespaces=namespaces,
             standalone=args.standalone,
-            # A dedicated peering object (mandatory unless standalone).
             peering_name=None if args.standalone else args.peering,
             liveness_endpoint=args.liveness,
             memo=kopf.Memo(runtime=runtime),
@@ -307,7 +296,7 @@ def run(argv: list[str] | None = None) -> None:
     finally:
         shut_down(runtime)
         loop.close()  # does not wait for threads still in a call (asyncio.run would)
-    # Threads still blocked in a call would delay exit; the stop is bounded, so exit now.
+    # Threads still blocked in a call would delay exit.
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -315,8 +304,7 @@ def run(argv: list[str] | None = None) -> None:
 
 
 def shut_down(runtime: Runtime) -> None:
-    """After kopf stops (docs/operations.md, "Shutdown"): passes get SSO_SHUTDOWN_SECONDS to
-    checkpoint, the leader releases our finalizers, then queued Events are posted."""
+    """After kopf stops (docs/operations.md, "Shutdown")."""
     started = time.monotonic()
     left = runtime.stop_passes(CONFIG.shutdown_seconds)
     if left:
