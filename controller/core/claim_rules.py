@@ -21,8 +21,6 @@ NAME_HASH_LEN = 20
 
 @dataclass(frozen=True)
 class Writer:
-    """Who writes: a replica serving one SessionSummary."""
-
     replica: str
     owner_uid: str
     owner: str  # namespace/name, for people
@@ -30,8 +28,7 @@ class Writer:
 
 @dataclass(frozen=True)
 class Claim:
-    """A SessionClaim's spec. The times are the holder's wall clock, for people: no decision
-    here reads them."""
+    """A SessionClaim's spec; its times are for people: no decision reads them."""
 
     session_id: str
     collection_id: str
@@ -99,17 +96,15 @@ class Sighting:
 
 
 def sighted(previous: Sighting | None, name: str, version: str, now_s: float) -> Sighting:
-    """The sighting after looking at the object again: unchanged, the first sighting
-    stands; changed (renewed, taken, re-created) or new, the clock starts now."""
+    """Unchanged, the first sighting stands; changed or new, the clock starts now."""
     if previous is not None and previous.name == name and previous.version == version:
         return previous
     return Sighting(name, version, now_s)
 
 
 def decide(existing: Claim | None, sighting: Sighting, me: Writer, now_s: float) -> Decision:
-    """take: free, unreadable, ours already (a pass of ours that ended), or unchanged for its
-    whole duration on our clock since we saw it (its holder stopped renewing); held: another
-    writer's, and live as far as our clock can tell."""
+    """take: free, unreadable, ours already, or unchanged for its whole duration on our clock
+    since we saw it; held: another writer's, live as far as our clock can tell."""
     if existing is None or existing.writer == me:
         return "take"
     if now_s - sighting.seen_at_s >= existing.duration_s:
@@ -130,6 +125,5 @@ def holder_may_write(renewed_at_s: float, now_s: float, duration_s: float, margi
 
 
 def abandoned(sighting: Sighting, duration_s: float, grace_s: float, now_s: float) -> bool:
-    """A claim the collector may delete: unchanged on our clock for its duration and a grace
-    more since we first saw it as it is (a live holder renews it every renew period)."""
+    """Unchanged on our clock for its duration and a grace more: a live holder renews it."""
     return now_s - sighting.seen_at_s >= duration_s + grace_s

@@ -32,8 +32,7 @@ class EventKey:
 
 
 def event_name(key: EventKey) -> str:
-    """The Event's name: the object's, a dot and 16 hex digits of the key's hash (a valid
-    DNS subdomain whatever the object's name)."""
+    """The object's name, a dot and a hash of the key: a DNS subdomain whatever the name."""
     parts = (key.api_version, key.kind, key.namespace, key.name, key.uid, key.type)
     text = "\0".join((*parts, key.reason, key.message, key.component))
     digest = hashlib.sha256(text.encode()).hexdigest()[:DIGEST_LEN]
@@ -50,18 +49,15 @@ class EventLog:
         self._counts: LRUCache[EventKey, int] = LRUCache(size)
 
     def observe(self, key: EventKey) -> int:
-        """The count of one more occurrence of key, remembered: 1 creates the Event (named
-        event_name(key)), more patches its count."""
+        """The count with one more occurrence: 1 creates the Event, more patch its count."""
         count = self._counts.get(key, 0) + 1
         self._counts[key] = count
         return count
 
     def learned(self, key: EventKey, count: int) -> None:
-        """The Event already existed (another process, or before a restart): its count."""
         self._counts[key] = count
 
     def forget(self, key: EventKey) -> None:
-        """The Event is gone (expired by the apiserver's event TTL): the next is new."""
         self._counts.pop(key, None)
 
     def __len__(self) -> int:

@@ -30,8 +30,6 @@ class AuthorityConflict(RuntimeError):
 
 @dataclass(frozen=True)
 class Fence:
-    """A grant's fencing number and the authority (cluster) that issued it."""
-
     number: int
     authority: str
 
@@ -75,8 +73,8 @@ def admission(found: Fence | None, mine: Fence, grant_is_current: bool) -> Admis
 
 @dataclass(frozen=True)
 class AuthorityRecord:
-    """A cluster's record in a store's ledger, renewed by its operator while it runs.
-    renewed_ms is the renewer's clock: for people, and compared only for change."""
+    """A cluster's record in a store's ledger, renewed by its operator while it runs;
+    renewed_ms is compared only for change."""
 
     uid: str
     holder: str
@@ -98,16 +96,14 @@ class AuthorityRecord:
 
 
 def authority_record_id(uid: str) -> str:
-    """Its id in the ledger, apart from the entries' (summary_<sessionId>...)."""
     return f"authority:{uid}"
 
 
 def still_writing(
     record: AuthorityRecord | None, sighting: Sighting | None, now_s: float
 ) -> tuple[Sighting | None, bool]:
-    """(our sighting after this look, whether `record`'s cluster still writes the store). Like
-    a claim's holder (claim_rules.decide), live until its record is unchanged for its lease
-    on our clock; no record (never renewed, or removed by summaryctl handover): history."""
+    """(our sighting, whether `record`'s cluster still writes the store): live, as a claim's
+    holder, until its record is unchanged for its lease on our clock."""
     if record is None:
         return sighting, False
     seen = sighted(sighting, record.uid, f"{record.holder}@{record.renewed_ms}", now_s)

@@ -1,9 +1,5 @@
-"""Deterministic Kubernetes object names from arbitrary session ids.
-
-Any sessionId maps to one valid DNS-1123 name, so repeated sunsets of a session patch the
-same object: a readable slug, and a hash of the exact id that keeps ids differing only in
-case apart. The true id always lives in spec.sessionId.
-"""
+"""Deterministic Kubernetes object names from arbitrary session ids: a readable slug and a
+hash of the exact id, so repeated sunsets of a session patch the same object."""
 
 from __future__ import annotations
 
@@ -36,5 +32,4 @@ def summary_object_name(session_id: str) -> str:
 
 
 def summary_row_id(session_id: str) -> str:
-    """The summary collection row id the existing readers use."""
     return f"summary_{session_id}"

@@ -26,14 +26,12 @@ NEO_DERIVED_KEYS = (
 
 
 def document_digest(document: str) -> str:
-    """The digest the row records of the document we wrote; a mismatch: another writer."""
     return hashlib.sha256(document.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def rewritten_by(document: str | None, meta: Mapping[str, Any]) -> str | None:
-    """Who rewrote a row of ours since our last write, or None when it is as we left it. A
-    row of an earlier version has no digest: then only neo's own summary keys (which we
-    never write) tell that neo wrote it since."""
+    """Who rewrote a row of ours since our last write, or None; without a digest only neo's
+    own summary keys (which we never write) tell."""
     digest = meta.get(DIGEST_KEY)
     neo = any(key in meta for key in NEO_WRITER_KEYS)
     if isinstance(digest, str):
@@ -51,8 +49,7 @@ UNKNOWN_WRITER = "another writer"
 def with_text_of_other_writer(
     legacy_text: str | None, text: str, who: str, our_write_ms: int | None
 ) -> str | None:
-    """The carried earlier text, with the text another writer put over ours appended
-    verbatim under a line that says whose it is. Nothing of either is dropped."""
+    """The carried text, with another writer's text appended verbatim under a line naming it."""
     if not text:
         return legacy_text
     when = f" of {ms_to_rfc3339(our_write_ms)}" if our_write_ms is not None else ""
@@ -61,6 +58,5 @@ def with_text_of_other_writer(
 
 
 class RowChangedDuringPass(Exception):
-    """The session's row is not the one the pass started from (or last wrote): another
-    writer rewrote it meanwhile. Nothing is written over it; the next pass reads its text
-    as another writer's and carries it (from_chroma_row)."""
+    """Another writer rewrote the session's row during the pass: nothing is written over it;
+    the next pass carries its text (from_chroma_row)."""

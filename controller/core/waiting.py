@@ -1,18 +1,12 @@
-"""How soon a SessionSummary that waits for another writer's claim looks again, and the
-pause of background work for a session that just ended. Pure.
-
-Each look costs API calls, so it backs off as client-go's workqueue does: `first_s`, then
-twice as late each time, at most `max_s`, with up to `jitter` added at random.
-"""
+"""How soon a SessionSummary that waits for another writer's claim looks again (backing off
+as client-go's workqueue does), and the pause of background work. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 MAX_DOUBLINGS = 32
-# What background work calls before each unit of it (a read, a request, a group of rows
-# none of which is due): the scheduler's give_way (controller/scheduling.py), which waits
-# while a first summary runs; no_pause where nothing is to wait for.
+# What background work calls before each unit of it: the scheduler's give_way, or no_pause.
 Pause = Callable[[], object]
 
 
