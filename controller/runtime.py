@@ -1,8 +1,5 @@
-"""Everything the operator process holds while it runs: made by `Runtime.start`
-(controller.operator.run), handed to every handler in kopf's memo, closed by
-`Runtime.close`. No product module keeps state of its own (tests/unit/test_layout.py).
-What each part holds, and when it is made and closed: docs/architecture.md, "The runtime".
-"""
+"""Everything the operator process holds while it runs, handed to every handler in kopf's
+memo: no product module keeps state of its own (docs/architecture.md, "The runtime")."""
 
 from __future__ import annotations
 
@@ -34,8 +31,6 @@ PEERING_NAME = "session-summary-operator"  # kopf's peering object (never kopf's
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How this process was started (`controller run`'s flags)."""
-
     standalone: bool = True
     peering: str = PEERING_NAME
     namespaces: tuple[str, ...] = ()
@@ -97,9 +92,8 @@ class Runtime:
 
     @functools.cached_property
     def fence_authority(self) -> str:
-        """The cluster's identity, which issues the claims' fences (core/fencing.py): its
-        kube-system namespace's UID, read on first use. Raises FenceUnavailable while it
-        cannot be read (RBAC, API down): no fence, nothing written. Blocking."""
+        """The cluster's identity in the claims' fences: kube-system's UID, read on first use
+        (FenceUnavailable while it cannot be). Blocking."""
         try:
             meta = kube.core().read_namespace("kube-system").metadata
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
@@ -110,26 +104,22 @@ class Runtime:
         return str(meta.uid or "") if meta is not None else ""
 
     def summarizer_seen(self, namespace: str, name: str, generation: int | None) -> None:
-        """A SessionSummarizer's spec, new, changed or seen at start: what was built from
-        an older generation is closed. Blocking (closes clients): call it in a thread."""
+        """What was built from an older generation is closed. Blocking (closes clients)."""
         self.upkeep.seen(namespace, name)
         self.parts.spec_changed(namespace, name, generation)
 
     def summarizer_gone(self, namespace: str, name: str) -> None:
-        """A SessionSummarizer was deleted: what was kept for it is closed and dropped.
-        Blocking (closes clients): call it in a thread."""
+        """What was kept for a deleted SessionSummarizer is closed. Blocking."""
         self.parts.forget(namespace, name)
         self.upkeep.forget(namespace, name)
 
     def stop_passes(self, timeout_s: float) -> int:
-        """Tells running passes to stop (a checkpoint at their next chunk boundary, then
-        the claim released), drops the queued ones, and waits at most timeout_s; returns
-        how many were still running then (abandoned: their claims lapse)."""
+        """Tells running passes to checkpoint and stop, drops queued ones, waits at most
+        timeout_s; returns how many were still running then."""
         self.stopping.set()
         return self.scheduler.stop(timeout_s)
 
     def close(self, *, events_timeout_s: float = 2.0) -> None:
-        """After stop_passes: closes the clients and posts the queued Events."""
         self.parts.close()
         self.weights.close()
         self.events.close(timeout=events_timeout_s)

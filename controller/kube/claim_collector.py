@@ -13,9 +13,8 @@ from controller.kube import client as kube
 
 @dataclass
 class ClaimCollector:
-    """Deletes claims unchanged, by our clock, for their duration plus a grace. Runs on its
-    own timer (controller/operator.py), also when sweeps are off; each delete is
-    conditional on the resourceVersion seen, so a claim renewed meanwhile stays."""
+    """Deletes claims unchanged, by our clock, for their duration plus a grace; each delete
+    is conditional on the resourceVersion seen, so a claim renewed meanwhile stays."""
 
     default_duration_s: float
     grace_s: float
@@ -23,7 +22,6 @@ class ClaimCollector:
     sightings: dict[str, Sighting] = field(default_factory=dict)
 
     def collect(self) -> int:
-        """One round; returns how many claims it deleted."""
         now = time.monotonic()
         seen: dict[str, Sighting] = {}
         deleted = 0

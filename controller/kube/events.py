@@ -25,7 +25,6 @@ MESSAGE_MAX = 1024
 
 
 def object_reference(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The involvedObject of an Event on obj (a kopf body or an API dict)."""
     meta = obj.get("metadata") or {}
     return {
         "api_version": obj.get("apiVersion"),
@@ -42,8 +41,6 @@ Pending = tuple[dict[str, Any], EventKey]
 
 
 class EventRecorder:
-    """Posts Events in the background, aggregated as client-go's recorder does."""
-
     def __init__(
         self, component: str = COMPONENT, instance: str = "", queue_size: int = 1000
     ) -> None:
@@ -137,5 +134,5 @@ class EventRecorder:
 
 
 def _read(answer: object) -> None:
-    """Reads a raw answer (`_preload_content=False`): no model object, which costs CPU."""
+    """Reads a raw answer (`_preload_content=False`): a model object costs CPU."""
     cast(Any, answer).read()
