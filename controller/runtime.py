@@ -53,13 +53,7 @@ class Runtime:
     summarizers_changed: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
-    def start(
-        cls,
-        config: OperatorConfig,
-        *,
-        options: RunOptions | None = None,
-        events: EventRecorder | None = None,
-    ) -> Runtime:
+    def start(cls, config: OperatorConfig, options: RunOptions) -> Runtime:
         scheduler = PassScheduler(
             SchedulerLimits(
                 workers=config.workers,
@@ -74,12 +68,12 @@ class Runtime:
         weights = MiniLMWeights()
         return cls(
             config=config,
-            events=events or EventRecorder(instance=config.replica_id),
+            events=EventRecorder(instance=config.replica_id),
             scheduler=scheduler,
             weights=weights,
             parts=SummarizerParts(scheduler, weights),
             upkeep=UpkeepState(),
-            options=options or RunOptions(),
+            options=options,
             traces=tracing.tracer_provider(os.environ),
         )
 

@@ -44,8 +44,6 @@ class EventLog:
     """The count of each key this process posted recently, least recently used first out."""
 
     def __init__(self, size: int = CACHE_SIZE) -> None:
-        if size < 1:
-            raise ValueError("size must be at least 1")
         self._counts: LRUCache[EventKey, int] = LRUCache(size)
 
     def observe(self, key: EventKey) -> int:
@@ -59,6 +57,3 @@ class EventLog:
 
     def forget(self, key: EventKey) -> None:
         self._counts.pop(key, None)
-
-    def __len__(self) -> int:
-        return len(self._counts)

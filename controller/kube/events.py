@@ -22,6 +22,7 @@ from controller.status.conditions import now_rfc3339
 log = logging.getLogger("controller.kube.events")
 COMPONENT = "session-summary-operator"
 MESSAGE_MAX = 1024
+QUEUE_SIZE = 1000
 
 
 def object_reference(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -41,12 +42,10 @@ Pending = tuple[dict[str, Any], EventKey]
 
 
 class EventRecorder:
-    def __init__(
-        self, component: str = COMPONENT, instance: str = "", queue_size: int = 1000
-    ) -> None:
-        self.component, self.instance = component, instance
+    def __init__(self, instance: str = "") -> None:
+        self.instance = instance
         self._log = EventLog()
-        self._queue: queue.Queue[Pending | None] = queue.Queue(queue_size)
+        self._queue: queue.Queue[Pending | None] = queue.Queue(QUEUE_SIZE)
         self._thread = threading.Thread(target=self._run, name="events", daemon=True)
         self._thread.start()
 
@@ -62,7 +61,7 @@ class EventRecorder:
             type=type_,
             reason=reason,
             message=cut(message, MESSAGE_MAX, ""),
-            component=self.component,
+            component=COMPONENT,
         )
         try:
             self._queue.put_nowait((ref, key))
@@ -119,8 +118,8 @@ class EventRecorder:
             first_timestamp=now,
             last_timestamp=now,
             count=1,
-            source=client.V1EventSource(component=self.component),
-            reporting_component=self.component,
+            source=client.V1EventSource(component=COMPONENT),
+            reporting_component=COMPONENT,
             reporting_instance=self.instance,
         )
         _read(kube.core().create_namespaced_event(key.namespace, event, _preload_content=False))
