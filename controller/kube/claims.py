@@ -179,19 +179,10 @@ class SessionClaimHandle:
     def acquire(self) -> Claim:
         """Takes the claim, or raises ClaimHeld if another writer's is live by our clock."""
         for lost_races in range(CONFLICT_RETRIES):
-            claim, sent = self._new_claim(), time.monotonic()
-            made = self._call((409,), _api().create_cluster_custom_object, self._body(claim, None))
-            if made is not None:
-                self._granted(claim, made, sent)
+            if (claim := self._take(None)) is not None:
                 return claim
-            obj = self._get()
-            if obj is None:
-                continue  # released between our create and our read: create again
-            version = self._unless_held(obj, lost_races)
-            claim, sent = self._new_claim(), time.monotonic()
-            made = self._replace(claim, version)
-            if made is not None:
-                self._granted(claim, made, sent)
+            obj = self._get()  # None: released between our create and our read: create again
+            if obj is not None and (claim := self._take(self._unless_held(obj, lost_races))):
                 return claim
         obj = self._get()  # every race lost: ClaimHeld naming a live holder, else ClaimContended
         if obj is not None:
@@ -201,6 +192,18 @@ class SessionClaimHandle:
             "times while we tried to take it, and no other live writer held it when we last "
             "read it; nothing written"
         )
+
+    def _take(self, version: str | None) -> Claim | None:
+        """Creates the claim, or replaces this version of it; None if the API refuses."""
+        claim, sent = self._new_claim(), time.monotonic()
+        if version is None:
+            made = self._call((409,), _api().create_cluster_custom_object, self._body(claim, None))
+        else:
+            made = self._replace(claim, version)
+        if made is None:
+            return None
+        self._granted(claim, made, sent)
+        return claim
 
     def _unless_held(self, obj: dict[str, Any], lost_races: int) -> str:
         """The claim's resourceVersion; raises ClaimHeld if another writer's is live."""
@@ -236,8 +239,7 @@ class SessionClaimHandle:
                 wait = min(self.renew_s, 2.0)
                 continue
             if made is None and (current := self._still_ours(claim)) is not None:
-                # Our renewal applied but its answer was lost: renew again at once; our
-                # clock still counts from the last renewal we know.
+                # Our renewal applied but its answer was lost: renew again at once.
                 with self._lock:
                     self._version = current
                 wait = 0.0
