@@ -26,7 +26,6 @@ class ConfigError(SystemExit):
 
 
 class OperatorConfig(BaseSettings):
-    # An empty variable counts as unset.
     model_config = SettingsConfigDict(
         env_prefix="SSO_", frozen=True, extra="ignore", env_ignore_empty=True
     )

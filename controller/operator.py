@@ -148,8 +148,7 @@ async def configure(
         settings.watching.chunk_size = CONFIG.list_chunk_size
     settings.queueing.idle_timeout = CONFIG.worker_idle_seconds
     settings.peering.lifetime = CONFIG.peering_lifetime
-    # A deleted summarizer keeps its finalizer until its timers return (a store call in a
-    # thread is not cancelled); kopf looks again after this, 60 s by default.
+    # How soon kopf looks again whether a deleted summarizer's timers returned (60 s default).
     settings.background.cancellation_polling = 1.0
     # kopf may retry this handler: start each thing once.
     if CONFIG.metrics_port > 0 and runtime.metrics_server is None:

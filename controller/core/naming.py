@@ -10,9 +10,8 @@ import unicodedata
 SLUG_MAX = 40
 HASH_LEN = 10
 _NOT_ALLOWED = re.compile(r"[^a-z0-9]+")
-# The CRD's spec.sessionId rule, self.trim().size() > 0: CEL's trim() removes Unicode
-# White_Space, which is str.isspace() less the separators \x1c-\x1f (a sessionId of them
-# is accepted, so it is no blank one here either).
+# The CRD's rule, self.trim().size() > 0: CEL's trim() removes Unicode White_Space, which
+# is str.isspace() less the separators \x1c-\x1f.
 _BLANK = re.compile(r"[^\S\x1c-\x1f]*")
 
 
