@@ -1,8 +1,5 @@
-"""Operator process settings, read once from the environment (the chart sets these).
-
-Every variable is SSO_<FIELD>; docs/configuration.md says what each does. A bad value stops
-the operator at start with a message naming the variable, not a traceback later.
-"""
+"""Operator process settings, read once from the environment: SSO_<FIELD>, described in
+docs/configuration.md. A bad value stops the operator at start with a message naming it."""
 
 from __future__ import annotations
 
@@ -21,8 +18,7 @@ def _default_replica_id() -> str:
 
 
 class ConfigError(SystemExit):
-    """An SSO_* environment variable is invalid; the message names it and says why. A
-    SystemExit: the process stops with that one line (exit 1), not with a traceback."""
+    """An SSO_* environment variable is invalid: the process stops with one line (exit 1)."""
 
 
 class OperatorConfig(BaseSettings):

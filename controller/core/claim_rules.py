@@ -1,9 +1,6 @@
 """Where the claim is decided: may this writer write this session's summary row now? Pure.
-
-One SessionClaim per summary row (objects that write one row share it), with client-go's
-Lease semantics: each side reads only its own monotonic clock, never another host's wall
-clock (docs/architecture.md, "Exactly one writer"). Each grant carries a fence (fencing.py).
-"""
+One SessionClaim per summary row, with client-go's Lease semantics: each side reads only its
+own monotonic clock (docs/architecture.md, "Exactly one writer")."""
 
 from __future__ import annotations
 
@@ -62,8 +59,7 @@ def claim_name(collection_id: str, session_id: str) -> str:
 
 
 def parse_claim(spec: Mapping[str, Any] | None, default_duration_s: float) -> Claim | None:
-    """The claim an object holds; an unreadable one counts as no claim (free to take). A
-    claim written by an earlier version has no leaseDurationSeconds: it is given ours."""
+    """The claim an object holds; an unreadable one counts as no claim (free to take)."""
     if not spec:
         return None
     try:
@@ -118,9 +114,8 @@ def held_for_s(existing: Claim, sighting: Sighting, now_s: float) -> float:
 
 
 def holder_may_write(renewed_at_s: float, now_s: float, duration_s: float, margin_s: float) -> bool:
-    """The holder writes only while less than duration - margin has passed on its own clock
-    since it sent its last renewal (or the grant): a contender waits the whole duration, so
-    the holder stops first unless clock rates differ by over margin/(2*duration - margin)."""
+    """Less than duration - margin since the holder sent its last renewal, on its own clock: it
+    stops before a contender takes over (docs/architecture.md, "Why the holder stops first")."""
     return now_s - renewed_at_s < duration_s - margin_s
 
 

@@ -1,8 +1,5 @@
-"""Whether an Event is new, or a repeat to be counted on one already posted. Pure.
-
-As client-go's EventCorrelator, but the Event's name derives from its key and a create that
-finds the name taken counts on that Event, so a restart or failover continues a count.
-"""
+"""Whether an Event is new, or a repeat to be counted on one already posted. Pure. As
+client-go's EventCorrelator, but the name derives from the key: a restart continues a count."""
 
 from __future__ import annotations
 

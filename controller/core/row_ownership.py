@@ -1,9 +1,6 @@
-"""One writer, detected: is a summary row as we left it? Pure.
-
-Chroma's upsert merges metadata, so another writer's upsert of our row (neo's summary task,
-a restore script) replaces the document and leaves our keys: every row we write records its
-document's digest, and a mismatch names another writer, whose text is carried verbatim.
-"""
+"""One writer, detected: is a summary row as we left it? Pure. Chroma's upsert merges
+metadata, so another writer's upsert leaves our keys: each row records its document's digest,
+and a mismatch names another writer, whose text is carried verbatim."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The session's SessionClaim: granted, renewed by a thread for the whole pass, fenced and
-released (blocking; decisions in core/claim_rules.py and core/fencing.py; docs/architecture.md,
-"Exactly one writer")."""
+released (blocking; the decisions are in core/claim_rules.py and core/fencing.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Where Events are posted: one Event per state change, its repeats a PATCH of its count
-(core/event_aggregation.py). Like client-go's recorder, it posts from a background thread
-and never blocks or fails its caller; a full queue drops the newest with a log line."""
+"""Where Events are posted: one per state change, repeats a PATCH of its count. Like client-go's
+recorder, it posts from a thread and never blocks or fails its caller."""
 
 from __future__ import annotations
 
