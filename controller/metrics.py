@@ -178,10 +178,10 @@ RUNTIME_PARTS = Gauge(
 )
 
 
-class Pool(Protocol):
-    def queued(self) -> int: ...
+class PoolQueue(Protocol):
+    def waiting(self) -> int: ...
 
-    def running(self) -> int: ...
+    def holding(self) -> int: ...
 
 
 def observe_summary(result: str, seconds: float) -> None:
@@ -224,11 +224,11 @@ def redactions(by_kind: Mapping[str, int]) -> None:
         REDACTIONS.labels(kind=kind).inc(n)
 
 
-def watch_pools(pools: Mapping[str, Pool]) -> None:
+def watch_pools(queues: Mapping[str, PoolQueue]) -> None:
     """Queue depth and passes in flight of each worker pool, read at every scrape."""
-    for name, pool in pools.items():
-        QUEUE_DEPTH.labels(pool=name).set_function(pool.queued)
-        IN_FLIGHT.labels(pool=name).set_function(pool.running)
+    for name, queue in queues.items():
+        QUEUE_DEPTH.labels(pool=name).set_function(queue.waiting)
+        IN_FLIGHT.labels(pool=name).set_function(queue.holding)
 
 
 def watch_runtime_parts(count: Callable[[], Any]) -> None:

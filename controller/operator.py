@@ -154,7 +154,7 @@ async def configure(
     if CONFIG.metrics_port > 0 and runtime.metrics_server is None:
         runtime.metrics_server = start_metrics_server(CONFIG.metrics_port, CONFIG.metrics_address)
     metrics.set_build_info()
-    metrics.watch_pools(runtime.scheduler.pools)
+    metrics.watch_pools({name: pool.queue for name, pool in runtime.scheduler.pools.items()})
     metrics.watch_runtime_parts(runtime.parts.count)
     loop = asyncio.get_running_loop()
     if not tasks:

@@ -1,14 +1,7 @@
-"""The order a pass gets what it needs of this process: a worker thread, a CPU core for the
-local embedding, a place in a group write (store/row_writes.py).
-
-One PassScheduler (made by the runtime) orders all three the same way (DeadlineQueue): a
-free slot goes to the earliest *deadline*, the moment a pass was queued plus its class's
-slack (Slack): a first summary 0 s, a re-summary 10 s, the background (sweep, refreshes)
-30 s. A session that just ended goes ahead of re-summaries and the sweep's backlog, and a
-job is passed only by jobs of an earlier class arriving within its slack, so none starves
-(docs/operations.md, "Scheduling"). At the core queue and the group writes the deadline
-counts from when the pass got its worker.
-"""
+"""The order a pass gets a worker thread, a CPU core for the local embedding and a place in
+a group write (store/row_writes.py): earliest deadline first, the deadline being when it was
+queued plus its class's slack (Slack), so a session that just ended goes first and none
+starves (docs/operations.md, "Scheduling")."""
 
 from __future__ import annotations
 
@@ -36,8 +29,7 @@ T = TypeVar("T")
 Item = TypeVar("Item")
 
 BACKGROUND_TRIGGERS = frozenset({"sweep", REFRESH_TRIGGER})
-# What one served item of a flow adds to the deadlines of the flow's next ones, while the
-# flow has items queued: a flow with a backlog is served in turn with the others.
+# Added to a flow's next deadlines per item it had served while it had more queued.
 FLOW_QUANTUM_S = 1.0
 
 
@@ -56,8 +48,6 @@ def slack_for(trigger: str, *, has_summary: bool) -> Slack:
 
 
 class Slot(Protocol):
-    """Called by a slot's holder between pieces of its work (DeadlineQueue.turn)."""
-
     def __call__(self, pause: Callable[[], object] | None = None) -> float: ...
 
 
@@ -65,22 +55,14 @@ class QueueClosed(RuntimeError):
     """The queue was closed (the process is stopping): nothing new is served."""
 
 
-# One waiting in a DeadlineQueue: (deadline, order queued, flow, item); a thread waiting in
-# turn() has no item.
+# (deadline, order queued, flow, item); a thread waiting in turn() has no item.
 _Waiter = tuple[float, int, Hashable, Any]
 
 
 class DeadlineQueue(Generic[Item]):
-    """At most `slots` served at once; a free slot goes to the waiter with the earliest
-    deadline (ties: the one queued first). Two doors: a thread waits for its own turn
-    (turn(), a gate around a blocking call), or queues an item that a worker thread takes
-    later (put() and take(), a thread pool's queue).
-
-    Fair between flows (a SessionSummarizer each), as the API server's priority and
-    fairness is: the next served is the waiter whose deadline, plus FLOW_QUANTUM_S for each
-    one its flow had served since it last had none waiting, is earliest. So 200 sunsets of
-    one flow queued before one of another flow hold it back by at most one a second they
-    were queued earlier, and within a flow the earliest deadline still goes first."""
+    """At most `slots` served at once, the earliest deadline first, flows (a SessionSummarizer
+    each) in turn (FLOW_QUANTUM_S). A thread waits for its own turn (turn()), or queues an
+    item a worker thread takes later (put(), take())."""
 
     def __init__(self, slots: int) -> None:
         if slots < 1:
@@ -96,8 +78,7 @@ class DeadlineQueue(Generic[Item]):
         self._tickets = 0  # threads waiting in turn()
 
     def _rank(self, waiter: _Waiter) -> tuple[float, float, int]:
-        # The deadline again after the sum: within a flow (the same quantum added) a float
-        # sum may round two deadlines to one; they still go in deadline order.
+        # The deadline again: a float sum may round two of one flow's deadlines to one.
         deadline, order, flow, _ = waiter
         return deadline + FLOW_QUANTUM_S * self._served.get(flow, 0), deadline, order
 
@@ -116,10 +97,8 @@ class DeadlineQueue(Generic[Item]):
 
     @contextlib.contextmanager
     def turn(self, deadline: float, flow: Hashable = None) -> Iterator[Slot]:
-        """Blocks until this caller's turn, holds a slot while the block runs. The block
-        gets a function to call between pieces of its work (_yield_slot): it gives the slot
-        up to an earlier deadline waiting for one, or for as long as a pause runs, and
-        takes it back in its own turn."""
+        """Holds a slot, in this caller's turn, while the block runs; the block calls the
+        yielded function (_yield_slot) between pieces of its work."""
         ticket: _Waiter = (deadline, next(self._order), flow, None)
         with self._cond:
             self._acquire(ticket)
@@ -131,8 +110,7 @@ class DeadlineQueue(Generic[Item]):
                 self.release()
 
     def _acquire(self, ticket: _Waiter) -> None:
-        """Under the condition: waits for the ticket's turn and takes a slot; a wait that
-        raises takes its ticket out of the line."""
+        """Under the condition: waits for the ticket's turn and takes a slot."""
         self._line.append(ticket)
         self._tickets += 1
         try:
@@ -151,11 +129,8 @@ class DeadlineQueue(Generic[Item]):
     def _yield_slot(
         self, ticket: _Waiter, holding: list[bool], pause: Callable[[], object] | None
     ) -> float:
-        """Gives the holder's slot to a waiter with an earlier deadline, when no slot is
-        free; or, with pause, to whoever is next in line (an earlier or a later deadline)
-        for as long as pause() runs. The holder then queues again with its own ticket,
-        ahead of every later one still waiting, also when pause() raises. Returns the
-        seconds it waited."""
+        """Gives the slot to an earlier deadline waiting when none is free, or to whoever is
+        next while pause() runs; then queues again with its own ticket. Returns the wait."""
         with self._cond:
             head = self._next()
             if pause is None and (
@@ -207,9 +182,8 @@ class DeadlineQueue(Generic[Item]):
             self._wake()
 
     def _wake(self) -> None:
-        """Under the condition. A thread waiting in turn() waits for its own ticket, so all
-        of them are woken to see whose turn it is; of the threads waiting in take(), any
-        one can take the next item, so one is (not a pool's every idle thread)."""
+        """Under the condition: every thread in turn() (each waits for its own ticket), else
+        one in take() (any can take the next item)."""
         if self._tickets:
             self._cond.notify_all()
         else:
@@ -241,8 +215,6 @@ class DeadlineQueue(Generic[Item]):
 
 @dataclass
 class _Pass:
-    """The pass a thread runs, as the shared queues and give_way see it."""
-
     deadline: float  # at the core queue and the group writes
     flow: Hashable = None  # its SessionSummarizer
     first: bool = False  # a first summary: never gives way
@@ -266,8 +238,7 @@ class _Job:
 
 
 class _WorkerPool:
-    """Daemon threads running queued passes, earliest deadline first, started as needed up
-    to the queue's slots. stop() cancels what is queued; join() waits for the running."""
+    """Daemon threads running queued passes, started as needed up to the queue's slots."""
 
     def __init__(self, name: str, threads: int, current: _Current) -> None:
         self.name = name
@@ -310,14 +281,6 @@ class _WorkerPool:
             finally:
                 self.queue.release()
 
-    def queued(self) -> int:
-        """Jobs waiting for a worker thread."""
-        return self.queue.waiting()
-
-    def running(self) -> int:
-        """Jobs running on a worker thread now."""
-        return self.queue.holding()
-
     def stop(self) -> None:
         for job in self.queue.close():
             job.future.cancel()
@@ -353,12 +316,9 @@ class SchedulerLimits:
 
 
 class PassScheduler:
-    """Schedules a pass's use of the process, earliest deadline first at every step: a worker
-    thread (two pools, so the background's backlog never queues in front of a session that just
-    ended), a CPU core for the local embedding (core()), and a place in a group write to its
-    summary collection (store_write(); one group writer per collection, so a hung store holds
-    up no other).
-    """
+    """A pass's worker thread (two pools, so the background's backlog never queues in front of
+    a session that just ended), core (core()) and group write (store_write(), one group
+    writer per collection, so a hung store holds up no other), earliest deadline first."""
 
     def __init__(self, limits: SchedulerLimits) -> None:
         self.limits = limits
@@ -387,10 +347,8 @@ class PassScheduler:
         first: bool = False,
         flow: Hashable = None,
     ) -> Future[T]:
-        """Runs fn on a worker of its pool, earliest deadline first within its flow (its
-        SessionSummarizer), the flows in turn (DeadlineQueue). A first summary with no free
-        foreground thread is queued in the first pool too and runs on whichever takes it
-        first, so it never waits behind re-summaries."""
+        """Runs fn on a worker of its pool. A first summary with no free foreground thread is
+        queued in the first pool too, so it never waits behind re-summaries."""
         job = _Job(Future(), self._as_first(fn) if first else fn, flow, first)
         if background:
             return self.pools["background"].submit(deadline, job)
@@ -419,12 +377,9 @@ class PassScheduler:
         return run
 
     def give_way(self, *, within_step: bool = False) -> float:
-        """Called by a pass before each of its steps (and within the local embedding after each
-        layer, and by a group's leader with no row due): a pass that is not a first summary waits
-        while one runs, and for give_way_gap_s after the last one ended, at most give_way_s a step
-        in all, so a session that just ended has the cores and the store to itself. Returns the
-        seconds waited; outside a pass (a probe, the CLI) 0.
-        """
+        """Called before each step of a pass (and within one): a pass that is not a first
+        summary waits while one runs or ended less than give_way_gap_s ago, at most
+        give_way_s a step. Returns the seconds waited (0 outside a pass)."""
         mine = self._current.running
         if mine is None:
             return 0.0
@@ -449,16 +404,12 @@ class PassScheduler:
         return self.limits.give_way_gap_s - (time.monotonic() - self._first_ended)
 
     def _must_give_way(self, mine: _Pass) -> bool:
-        """A first-summary burst is on, the pass is another one, and its step has give-way
-        budget left."""
         return mine.give_way_left > 0 and not mine.first and self._burst_left() > 0
 
     @contextlib.contextmanager
     def background(self) -> Iterator[Callable[[], float]]:
-        """Background work outside a pass (sweep, reconciliation, retention), ranked as a
-        background pass queued now; yields give_way, to call before each unit of work. The
-        block is one step: it gives way give_way_s in all, so a stream of sunsets delays a
-        sweep by that much, not by that much per session it looks at."""
+        """Background work outside a pass (sweep, reconciliation, retention) as a background
+        pass queued now, one step (give_way_s in all); yields give_way, to call per unit."""
         before = self._current.running
         budget = self.limits.give_way_s
         self._current.running = _Pass(time.monotonic() + Slack.BACKGROUND, give_way_left=budget)
@@ -474,9 +425,9 @@ class PassScheduler:
 
     @contextlib.contextmanager
     def core(self) -> Iterator[Callable[[], float]]:
-        """A CPU core for the local embedding, which calls the yielded function per layer:
-        the core goes to an earlier deadline waiting, or is given up for a first summary
-        (give_way, within the step's budget). Queue waits do not count against that budget."""
+        """A CPU core for the local embedding, which calls the yielded function per layer to
+        give the core to an earlier deadline or, within the step's budget, a first summary."""
+
         mine = self._current.running
         with self._cores.turn(self.deadline(), mine.flow if mine else None) as slot:
 

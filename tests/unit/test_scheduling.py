@@ -49,7 +49,7 @@ class Pool:
         return self.scheduler.submit(deadline, lambda: fn(*args, **kwargs), background=False)
 
     def queued(self) -> int:
-        return self.pool.queued()
+        return self.pool.queue.waiting()
 
     def shutdown(self) -> None:
         self.scheduler.stop(10)
@@ -142,7 +142,7 @@ def test_stop_says_how_many_passes_were_still_running() -> None:
     try:
         for _ in range(2):
             pool.submit(gate.wait, 10)
-        _wait_until(lambda: pool.pool.running() == 2)
+        _wait_until(lambda: pool.pool.queue.holding() == 2)
         assert pool.scheduler.stop(0.05) == 2
     finally:
         gate.set()
@@ -565,7 +565,7 @@ def test_jobs_queued_while_threads_are_idle_use_every_free_slot(slots: int) -> N
     try:
         pool.submit(lambda: None).result(5)  # one thread started, now idle in take()
         futures = [pool.submit(release.wait, 10) for _ in range(slots)]
-        _wait_until(lambda: pool.pool.running() == slots)
+        _wait_until(lambda: pool.pool.queue.holding() == slots)
         assert len(pool.pool._threads) == slots
     finally:
         release.set()
