@@ -40,10 +40,9 @@ T = TypeVar("T")
 
 
 def _creation_ef(provider: str) -> DefaultEmbeddingFunction | None:
-    """The function a new summary collection records when the memory collection records none:
-    for the agents, whose chromadb rebuilds it by name on every query_texts (a name of ours
-    would fail there). local-minilm: chromadb's "default", the same vectors; openai: none, as
-    no function every agent can rebuild matches an arbitrary endpoint."""
+    """The function a new collection records when the memory collection records none: one
+    every agent's chromadb can rebuild by name (chromadb's "default" has MiniLM's vectors;
+    none matches an arbitrary endpoint)."""
     return DefaultEmbeddingFunction() if provider == "local-minilm" else None
 
 
@@ -116,7 +115,6 @@ class Collections:
         self._lock = threading.Lock()
 
     def close(self) -> None:
-        """Releases the client (chromadb keeps its system alive until closed)."""
         with self._lock:
             self._handles.clear()
         close = getattr(self.client, "close", None)
@@ -134,7 +132,7 @@ class Collections:
         return names.get(role) or loc.ledger_collection
 
     def _collection_names(self) -> list[str] | None:
-        """Names in the database for a not-found message; None if they cannot be listed."""
+        """Names in the database for a not-found message (None: cannot be listed)."""
         try:
             return [c.name for c in self.client.list_collections(limit=1000)]
         except Exception as exc:
@@ -167,10 +165,8 @@ class Collections:
         return guard(f"creating the {role} collection", create)
 
     def _once(self, role: CollectionRole, create: bool = False) -> Collection:
-        """The collection kept for role, else opened (_open) and kept. Opened outside the
-        lock: a slow or silent store (a missing collection costs a listing of the names too)
-        holds up no other thread's use of the collections already open (the marker scan's
-        reads during a sweep's); two threads may both open it, and one handle is kept."""
+        """The collection kept for role, else opened and kept. Opened outside the lock, so a
+        slow store holds up no use of the collections already open; one handle is kept."""
         with self._lock:
             kept = self._handles.get(role)
         if kept is not None:
@@ -181,19 +177,17 @@ class Collections:
             return self._handles.setdefault(role, opened)
 
     def memories(self) -> Collection:
-        """The memory collection, opened once; CollectionNotFound if missing."""
         return self._once("memory")
 
     def create_memory_collection(self) -> Collection:
-        """Opens or creates the memory collection (_creation_ef), for summaryctl remember,
-        the demo and tests; the operator never calls it."""
+        """Opens or creates the memory collection, for summaryctl remember, the demo and
+        tests; the operator never calls it."""
         name = self.location.memory_collection
         ef = cast(Any, _creation_ef(self.location.embedding_provider))
         make = lambda: self.client.get_or_create_collection(name, embedding_function=ef)  # noqa: E731
         return self._open("memory", create=make)
 
     def summaries(self, *, create: bool = False) -> Collection:
-        """The summary collection, opened once; only the writer passes create=True."""
         return self._once("summary", create)
 
     def _make_summaries(self) -> Collection:
@@ -211,15 +205,13 @@ class Collections:
         )
 
     def _model_problem(self, record: Mapping[str, Any] | None, role: CollectionRole) -> str | None:
-        """Why our embedding model does not match the function `record` (of role's
-        collection) names; None if it does or the record cannot tell."""
+        """Why our embedding model does not match the function `record` names, if it can tell."""
         loc = self.location
         model = (loc.embedding_provider, loc.embedding_model)
         return embedding_function_problem(record, self._name(role), *model)
 
     def agents_recipe(self) -> tuple[Mapping[str, Any] | None, str | None]:
-        """(the memory collection's known embedding function, its hnsw distance), each None
-        if absent."""
+        """(the memory collection's known embedding function, its hnsw distance), if set."""
         try:
             memories = self._handles.get("memory") or guard(
                 "opening the memory collection",
@@ -247,7 +239,6 @@ class Collections:
         return record if isinstance(record, Mapping) else None
 
     def ledger(self) -> Collection:
-        """The operator's ledger (core/ledger.py), opened once; only the writer creates it."""
         return self._once("ledger")
 
     def _make_ledger(self) -> Collection:
@@ -262,31 +253,25 @@ class Collections:
         *,
         create: bool = False,
     ) -> T:
-        """Runs op on the role's collection, opened once (created only by the writer:
-        create=True, summary and ledger); one deleted since opened is _missing."""
         coll = self._once(role, create)
         with self._missing(role):
             return guard(what, lambda: op(coll))
 
     def _get(self, role: CollectionRole, what: str, **query: Any) -> Any:
-        """Collection.get(**query) on the role's collection (_on)."""
         return self._on(role, what, lambda c: c.get(**query))
 
     def _delete(self, role: CollectionRole, what: str, **query: Any) -> None:
-        """Collection.delete(**query) on the role's collection (_on)."""
         self._on(role, what, lambda c: c.delete(**query))
 
     def _pages(
         self, role: CollectionRole, what: str, where: dict[str, Any], page: int
     ) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
-        """pages() of the role's collection; one deleted while it is read is _missing."""
         with self._missing(role):
             yield from pages(self._once(role), what, where, page)
 
     @contextlib.contextmanager
     def _missing(self, role: CollectionRole) -> Iterator[None]:
-        """A collection deleted since opened: its handle is dropped (the next use opens it
-        again, or finds it missing), and it reads as missing, like one never made."""
+        """A collection deleted since opened: its handle is dropped, and it reads as missing."""
         try:
             yield
         except NotFoundError:
@@ -307,8 +292,8 @@ def pages(
     first_with_documents: bool = False,
 ) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
     """(id, metadata, document) of every row matching where, page by page (SQLite's variable
-    limit). Documents only on the first page, with first_with_documents (a small session in
-    one round trip)."""
+    limit); documents only on the first page with first_with_documents."""
+
     offset = 0
     while True:
         wanted = [*include, "documents"] if first_with_documents and not offset else include

@@ -35,12 +35,12 @@ class EmbeddingMismatch(RuntimeError):
 
 class InvalidStoreConfig(ValueError):
     """A store configuration that can never work (a refused name, a bad URL, no such tenant
-    or database). It does not recover by itself, unlike StoreUnavailable."""
+    or database)."""
 
 
 class CollectionNotFound(RuntimeError):
     """A configured collection does not exist; reads never create it, so a typo does not
-    become a new empty collection (with Chroma's default embedding function)."""
+    become a new empty collection."""
 
     SHOWN = 10  # existing collection names listed in the message
 
@@ -80,8 +80,6 @@ def mismatch(collection: str, existing: int, produced: int) -> EmbeddingMismatch
     )
 
 
-# -- one-line failure messages -------------------------------------------------------------
-
 MESSAGE_LIMIT = 240
 _HTML = re.compile(r"<!doctype\s+html|<html[\s>]|<head[\s>]|<body[\s>]|<title[\s>]", re.I)
 _NOT_CHROMA = "not Chroma's API: is the URL a Chroma server?"
@@ -100,7 +98,7 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 
 
 def caused_by(exc: BaseException, *kinds: type[E]) -> E | None:
-    """The first exception of these kinds among exc and its causes (_chain), else None."""
+    """The first exception of these kinds among exc and its causes, else None."""
     return next((e for e in _chain(exc) if isinstance(e, kinds)), None)
 
 
@@ -128,8 +126,8 @@ def _body_kind(body: str, content_type: str = "", *, quote: bool = True) -> str:
 
 
 def _http_answer(exc: BaseException) -> str | None:
-    """chromadb raises a non-Chroma HTTP answer (a proxy's error page, another web server)
-    as Exception(response text), raised while handling httpx's HTTPStatusError."""
+    """A non-Chroma HTTP answer (a proxy's error page), which chromadb raises as Exception
+    while handling httpx's HTTPStatusError."""
     status_error = caused_by(exc, httpx.HTTPStatusError)
     if status_error is None:
         return None
@@ -184,8 +182,7 @@ def _own_text(exc: BaseException) -> str | None:
 
 
 def describe_error(exc: BaseException) -> str:
-    """Why a store call failed, on one line: never empty (an empty str() falls back to the
-    type name and chained cause), never a pasted HTML page or long body."""
+    """Why a store call failed, on one line: never empty, never a pasted HTML page or body."""
     answer = _http_answer(exc) or _undecodable_answer(exc)
     if answer:
         return _clip(answer)
@@ -200,9 +197,6 @@ def describe_error(exc: BaseException) -> str:
     if root and root not in own:
         own = f"{own} ({root})"
     return _clip(own)
-
-
-# -- connecting ----------------------------------------------------------------------------
 
 
 def guard(what: str, fn: Callable[[], T]) -> T:

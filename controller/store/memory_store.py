@@ -1,8 +1,7 @@
-"""The Chroma store adapter, the only code that talks to Chroma. Every network failure is
-StoreUnavailable, retried with nothing written; reading never creates a collection (a missing
-one is CollectionNotFound), only the summary writer does. Forgetting a session (docs/privacy.md,
-"Forget and rebuild") leaves a tombstone the sweep judges staleness by: a forgotten session is
-not summarized again until its memories change."""
+"""The Chroma store adapter, the only code that talks to Chroma: a network failure is
+StoreUnavailable, with nothing written; reads never create a collection. A forget leaves a
+tombstone, so a forgotten session is not summarized again until its memories change
+(docs/privacy.md, "Forget and rebuild")."""
 
 from __future__ import annotations
 
@@ -85,18 +84,14 @@ SCAN_PAGE = 2000  # rows per page of the sweep's scans of the whole collection
 
 @dataclass(frozen=True)
 class StoredPrior:
-    """A session's stored summary as a pass reads it."""
-
     summary: PriorSummary | None
-    # The row document's digest as read (None: no row), compared before upsert.
-    row_digest: str | None
-    # The row is the one the ledger entry names (or no entry); else a pass rewrites it.
-    row_current: bool = True
+    row_digest: str | None  # the row document's as read (None: no row)
+    row_current: bool = True  # the row is the one the ledger entry names (or no entry)
 
 
 @dataclass(frozen=True)
 class Forgotten:
-    """What one forget removed (counts and ids' digest only: never the text)."""
+    """What one forget removed (counts only: never the text)."""
 
     row: bool  # the summary row existed and was deleted
     ledger_records: int  # the entry's head and segments replaced or deleted
@@ -136,9 +131,8 @@ class MemoryStore(Collections):
         exclude: Callable[[Memory], bool] | None = None,
         mask: PassRedaction | None = None,
     ) -> SessionRows:
-        """The session as a pass lists it (session_listing.py): counts, newest row, and the
-        memories it reads (core/coverage.py), read batch by batch as the caller iterates;
-        those `exclude` accepts are counted, not read. Each is masked before anything else."""
+        """The session as a pass lists it (session_listing.py), each memory masked first;
+        those `exclude` accepts are counted, not read."""
         mask = mask or PassRedaction()
         with self._missing("memory"):
             coll = self.memories()
@@ -168,8 +162,7 @@ class MemoryStore(Collections):
         embed: Callable[[list[str]], Any] | None = None,
     ) -> None:
         """Writes memories as an agent would (summaryctl remember, the demo, tests), embedded
-        with `embed` (default: local MiniLM), which must match the collection's model
-        (core/embedding_match.py). create=True creates a missing memory collection."""
+        with `embed` (default: local MiniLM), which must match the collection's model."""
         coll = self.create_memory_collection() if create else self.memories()
         problem = self._model_problem(collection_config(coll).get("embedding_function"), "memory")
         if problem:
@@ -194,8 +187,7 @@ class MemoryStore(Collections):
 
     def scan_since(self, watermark_ms: int) -> Iterator[tuple[str, int]]:
         """(sessionId, timestamp ms) of every memory with a numeric timestamp after
-        watermark_ms and not in the future (memories.placed). Text, late and future
-        timestamps are found by scan_appended instead."""
+        watermark_ms and not in the future; scan_appended finds the others."""
         where = newer_where(watermark_ms, int(time.time() * 1000) + FUTURE_TOLERANCE_MS)
         for _, meta, _ in self._pages("memory", "scanning new memories", where, SCAN_PAGE):
             sid, ts = meta.get("sessionId"), parse_timestamp_ms(meta.get("timestamp"))
@@ -216,11 +208,10 @@ class MemoryStore(Collections):
     def scan_appended(
         self, cursor: RowCursor | None
     ) -> tuple[list[tuple[str, int | None]], RowCursor, bool]:
-        """(sessionId, timestamp ms or None) of the rows added since `cursor`, the new
-        cursor, and whether the cursor was aligned: the row just before its offset is still
-        the one it saw last. Chroma lists rows in insertion order; deletions shift offsets,
-        so a misaligned cursor reads nothing and the caller reconciles everything
-        (sweep.py). No cursor: the new one starts at the end."""
+        """(sessionId, timestamp ms or None) of the rows added since `cursor` (Chroma lists
+        rows in insertion order), the new cursor, and whether the row before its offset is
+        still the one it saw last: deletions shift offsets, so a misaligned (or no) cursor
+        reads nothing and the caller reconciles everything (sweep.py)."""
         total = self._on("memory", "counting memories", lambda c: c.count())
         aligned = cursor is not None and self._id_at(cursor.offset - 1) == cursor.last_id
         found: list[tuple[str, int | None]] = []
@@ -240,8 +231,8 @@ class MemoryStore(Collections):
         return got["ids"][0] if got["ids"] else None
 
     def rows_from(self, offset: int, limit: int) -> list[WalkedRow]:
-        """(sessionId or None, timestamp ms or None, row id) of `limit` rows from `offset`,
-        in the order they were added: every row read, so a short page is the end."""
+        """(sessionId, timestamp ms, row id) of `limit` rows from `offset`, in the order
+        they were added; a short page is the end."""
         what = "reading memories in the order they were added"
         got = self._get("memory", what, include=["metadatas"], limit=limit, offset=offset)
         metas = [m or {} for m in got["metadatas"] or []]
@@ -263,18 +254,16 @@ class MemoryStore(Collections):
     # -- summaries --------------------------------------------------------------------
 
     def read_summary(self, session_id: str) -> PriorSummary | None:
-        """The session's stored summary; None if none yet (or no summary collection yet)."""
         return self.read_prior(session_id).summary
 
     def _summary_row(self, session_id: str) -> tuple[str | None, dict[str, Any]] | None:
-        """The session's summary row (document, metadata); None if missing."""
         row_id = summary_row_id(session_id)
         what, include = "reading the summary of the session", ["documents", "metadatas"]
         return self._by_id("summary", what, include, [row_id]).get(row_id)
 
     def read_ledger(self, session_id: str, row: dict[str, Any] | None = None) -> LedgerEntry | None:
-        """The session's ledger entry (`row`: the row's metadata), in one read; None without
-        one; a tombstone as a head-only entry. Raises UnreadablePriorSummary if unreadable."""
+        """The session's ledger entry (`row`: the row's metadata), in one read; a tombstone
+        as a head-only entry. Raises UnreadablePriorSummary if unreadable."""
         what, where = "reading the session's ledger entry", {"sessionId": session_id}
         found = self._by_id("ledger", what, ["documents", "metadatas"], where)
         head = found.get(summary_row_id(session_id), (None, None))[1]
@@ -301,9 +290,8 @@ class MemoryStore(Collections):
 
     def read_prior(self, session_id: str) -> StoredPrior:
         """The stored summary, from the ledger entry (else the row), and whether the row
-        agrees with it (core/ledger.py: row_agreement, read_entry; docs/ledger.md). A row
-        another writer rewrote gives its text to carry; a missing or stale row, leftover
-        records or lost lists make the pass write again (masked_with unknown)."""
+        agrees with it (docs/ledger.md): a stale row, leftover records or lost lists make
+        the pass write again."""
         row = self._summary_row(session_id)
         document, row_meta = row or (None, {})
         digest = document_digest(document or "") if row else None
@@ -329,10 +317,9 @@ class MemoryStore(Collections):
         return StoredPrior(summary, digest, current)
 
     def check_embedding(self, dimension: int) -> int | None:
-        """Refuses vectors the collection's readers cannot use: of another dimension than it
-        holds, or from another model than the function it (before it exists: the memory
-        collection) records. Samples one stored vector once per store; a fresh collection
-        leaves it to Chroma's own check. Returns the collection's dimension when known."""
+        """Refuses vectors of another dimension than the summary collection holds (one sampled
+        once per store) or of another model than the function it (else the memory
+        collection) records. Returns the collection's dimension when known."""
         if self._verified_dimension == dimension:
             return dimension
         held = self._held_dimension()
@@ -348,7 +335,6 @@ class MemoryStore(Collections):
         return held
 
     def _held_dimension(self) -> int | None:
-        """The summary collection's vector dimension (one sampled), or None if unknown."""
         try:
             got = self._get("summary", "sampling an embedding", limit=1, include=["embeddings"])
         except CollectionNotFound:
@@ -372,8 +358,8 @@ class MemoryStore(Collections):
                     yield sid
 
     def latest_summaries(self, limit: int) -> list[tuple[str, str, dict[str, Any]]]:
-        """(id, document, metadata) of the newest summaries, as agents read them at boot.
-        CollectionNotFound if missing: a typo must not read as "no summaries yet"."""
+        """(id, document, metadata) of the newest summaries, as agents read them at boot;
+        CollectionNotFound if missing (a typo must not read as "no summaries yet")."""
         listed = self._pages("summary", "listing summaries", {}, SCAN_PAGE)
         stamps = {
             i: t if isinstance(t := m.get("timestamp"), int | float) else 0 for i, m, _ in listed
@@ -400,7 +386,6 @@ class MemoryStore(Collections):
     def _metadata(
         self, role: CollectionRole, session_ids: Sequence[str]
     ) -> dict[str, dict[str, Any]]:
-        """These sessions' summary row or ledger head metadata, by session."""
         ids = [summary_row_id(s) for s in session_ids]
         rows = self._by_id(role, f"reading the {role} metadata", ["metadatas"], ids).values()
         return {m["sessionId"]: m for _, m in rows if isinstance(m.get("sessionId"), str)}
@@ -416,8 +401,8 @@ class MemoryStore(Collections):
         return self.read_row_states([session_id])[session_id]
 
     def read_row_states(self, session_ids: Sequence[str]) -> dict[str, RowState]:
-        """Each session's row as a write finds it: its fence (core/fencing.py), document
-        digest (None: no row), ledger head and other records. Two reads for all."""
+        """Each session's row as a write finds it (fence, document digest, ledger head and
+        other records), in two reads for all."""
         ids = [summary_row_id(s) for s in session_ids]
         where = {"sessionId": {"$in": list(session_ids)}}
         records = self._by_id("ledger", "reading the ledger entries", ["metadatas"], where)
@@ -436,8 +421,8 @@ class MemoryStore(Collections):
     def _by_id(
         self, role: CollectionRole, what: str, include: list[str], which: list[str] | dict[str, Any]
     ) -> dict[str, tuple[str | None, dict[str, Any]]]:
-        """(document, metadata) by id of the records `which` (ids, SCAN_PAGE a read: SQLite
-        binds at most 32,766; or a where) names; none from a missing collection."""
+        """(document, metadata) by id of the records `which` (ids, or a where) names; none
+        from a missing collection. SQLite binds at most 32,766 ids a read."""
         queries: list[dict[str, Any]] = [{"where": which}]
         if isinstance(which, list):
             queries = [{"ids": list(batch)} for batch in batches(which, SCAN_PAGE)]
@@ -463,10 +448,8 @@ class MemoryStore(Collections):
             self._delete("ledger", "deleting the ledger entry", where={"sessionId": session_id})
 
     def write_rows(self, writes: Sequence[RowWrite]) -> None:
-        """Writes these sessions' ledger entries, then their rows (summary_<sessionId>);
-        each write's `error` says what refused or failed it. The one place that creates the
-        summary and ledger collections. Stale keys are removed from the row
-        (summary_row.upsert_metadata): Chroma's upsert would keep them."""
+        """Writes these sessions' ledger entries, then their rows, setting each write's
+        `error`; the one place that creates the summary and ledger collections."""
         try:
             found = self.read_row_states([w.session_id for w in writes])
         except Exception as exc:
@@ -535,8 +518,6 @@ class MemoryStore(Collections):
         rows: Sequence[tuple[str, str, Mapping[str, Any]]],
         vectors: Sequence[Sequence[float]],
     ) -> None:
-        """Upserts (id, document, metadata) rows, creating the summary or ledger collection
-        as a first write does."""
         embeddings = cast(Any, [np.asarray(v, dtype=np.float32) for v in vectors])
         ids, documents, metadatas = (list(column) for column in zip(*rows, strict=True))
 
@@ -556,11 +537,9 @@ class MemoryStore(Collections):
     def forget_state(
         self, session_id: str, fence: Mapping[str, int | str], *, memories: bool, request: str
     ) -> Forgotten:
-        """Replaces the ledger head with a tombstone, then deletes the summary row, the
-        segments and (with memories) the memories. Head first, so a forget cut short leaves
-        nothing a pass would carry; the SessionSummary retries until complete. The tombstone
-        records what `request` removes, so its retry (or a resume after a crash) reports
-        what the request removed, not what was left for the retry."""
+        """Replaces the ledger head with a tombstone (first, so a forget cut short leaves
+        nothing a pass would carry), then deletes the row, the segments and (with memories)
+        the memories. The tombstone records what `request` removed, for its retry to report."""
         ids = self.session_ids(session_id)
         left = [] if memories else ids
         row_id = summary_row_id(session_id)

@@ -1,9 +1,6 @@
-"""Writing summary rows: each pass's row checked on its own, several passes' rows written
-together (GroupWriter), since an upsert of sixteen costs Chroma little more than one of one
-(docs/benchmarks.md). One read of the group's rows, each pass's own checks, one upsert of
-the ledger records and one of the rows; a refused group is sent again row by row. Chroma has
-no conditional write: a check and its upsert race no more than for a write alone. The write
-itself is MemoryStore.write_rows."""
+"""Summary rows of several passes written together (GroupWriter), each checked on its own:
+an upsert of sixteen costs Chroma little more than one of one (docs/benchmarks.md). The
+write itself is MemoryStore.write_rows."""
 
 from __future__ import annotations
 
@@ -48,8 +45,8 @@ class RowWriter(Protocol):
 class GroupWriter:
     """Rows waiting to be written to one summary collection. Whichever pass finds a group
     free writes up to GROUP_ROWS, earliest deadline first, one per session and of one vector
-    size; the others wait and then return or raise their row's error. At most `groups`
-    groups in flight, plus one of rows already due (_next)."""
+    size; the others wait for their row's result. At most `groups` groups in flight, plus
+    one of rows already due."""
 
     def __init__(self, groups: int = 1, rows: int = GROUP_ROWS) -> None:
         self._groups, self._rows = groups, rows
@@ -59,8 +56,7 @@ class GroupWriter:
         self._leading = 0
 
     def write(self, store: RowWriter, write: RowWrite, pause: Pause = no_pause) -> None:
-        """pause: called before sending a group with no due row (the scheduler's give_way,
-        so background rows wait while a just-ended session is summarized)."""
+        """pause: called before sending a group with no due row (the scheduler's give_way)."""
         with self._changed:
             self._waiting.append(write)
             while not write.done:
@@ -90,8 +86,9 @@ class GroupWriter:
         write.result()
 
     def _next(self) -> list[RowWrite]:
-        """Under the lock: the next group, if one may start. One extra group of due rows (a
-        session that just ended) may run, so they wait for one backlog request at most."""
+        """Under the lock: the next group, if one may start; one extra of due rows, so they
+        wait for one backlog request at most."""
+
         if self._leading < self._groups:
             return self._take(None)
         return self._take(time.monotonic()) if self._leading == self._groups else []
