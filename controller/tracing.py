@@ -1,10 +1,7 @@
-"""Where a pass's time goes: each phase's own time in the pass observed in
-session_summary_pass_phase_seconds{phase}, and each phase an OpenTelemetry span, a child of
-the pass's span (the API's no-op tracer unless OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set).
-The phases are described in docs/operations.md ("Tracing"): delivered, queued, claimed,
-read, summarized, embedded, written, status. A phase entered inside another is not counted
-in the outer one too.
-"""
+"""Where a pass's time goes: each phase's own time (a phase inside another is not counted in
+the outer one too) in session_summary_pass_phase_seconds{phase}, and each phase an
+OpenTelemetry span under the pass's (a no-op unless OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is
+set; docs/operations.md, "Tracing")."""
 
 from __future__ import annotations
 
@@ -22,7 +19,6 @@ from controller.core.retention import parse_time
 
 log = logging.getLogger(__name__)
 
-PHASES = ("delivered", "queued", "claimed", "read", "summarized", "embedded", "written", "status")
 SERVICE = "session-summary-operator"
 DELIVERY_BOUND_NS = 600 * 10**9  # a requestedAt further from the handler's start is not timed
 _ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
@@ -57,7 +53,7 @@ class PassTrace:
                 self.add("delivered", self.start_ns, self.begun_ns)
 
     def add(self, phase: str, start_ns: int, end_ns: int, nested_ns: int = 0) -> None:
-        """A phase's span; nested_ns: the time of the phases inside it, not its own."""
+        """A phase's span; nested_ns: the time of the phases inside it."""
         end_ns = max(start_ns, end_ns)
         self.own[phase] = self.own.get(phase, 0) + end_ns - start_ns - nested_ns
         if self._nested:
@@ -86,7 +82,8 @@ class PassTrace:
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Times what runs inside as phase `name` (nested phases: see the module's doc)."""
+        """Times what runs inside as phase `name`."""
+
         start = time.time_ns()
         self._nested.append(0)
         try:

@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 
 from controller.core.naming import summary_object_name
-from controller.tracing import PHASES
 from devenv.otlp import Span
 from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, interaction, load
+
+# A pass's phases in its order (controller/tracing.py, docs/operations.md "Tracing").
+PHASES = ("delivered", "queued", "claimed", "read", "summarized", "embedded", "written", "status")
 
 
 def pass_of(harness: Harness, sid: str) -> tuple[Span, list[Span]] | None:
