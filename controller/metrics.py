@@ -1,8 +1,6 @@
 """Prometheus metrics of the operator, served on SSO_METRICS_PORT (docs/operations.md lists
-them and the alerts). Each replica serves its own figures; `session_summary_active_replica`
-is 1 only on the active one, so its sum over the pods is 1 in a healthy install. Callers
-use the metrics themselves; the helpers below are for figures observed together.
-"""
+them and the alerts), each replica its own. Callers use the metrics themselves; the helpers
+below are for figures observed together."""
 
 from __future__ import annotations
 
@@ -17,7 +15,6 @@ from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 log = logging.getLogger("controller.metrics")
 
-# result: a pipeline Outcome kind, or "failed" (its reason goes to FAILURES).
 SUMMARIES = Counter(
     "session_summary_summaries_total",
     "Summarization passes finished by this replica, by result "
@@ -185,14 +182,8 @@ class PoolQueue(Protocol):
 
 
 def observe_summary(result: str, seconds: float) -> None:
-    """One finished summarization pass: result is an outcome kind or "failed"."""
     SUMMARIES.labels(result=result).inc()
     SUMMARIZE_SECONDS.observe(max(seconds, 0.0))
-
-
-def observe_queue_wait(klass: str, seconds: float) -> None:
-    """How long a summarization of this scheduling class waited for a worker thread."""
-    QUEUE_WAIT_SECONDS.labels(**{"class": klass}).observe(max(seconds, 0.0))
 
 
 def observe_sweep(seconds: float, candidates: int) -> None:
@@ -217,11 +208,6 @@ def observe_reconcile(rows: int, uncovered: int | None) -> None:
     if uncovered is not None:
         UNCOVERED_FOUND.inc(uncovered)
         UNCOVERED.set(uncovered)
-
-
-def redactions(by_kind: Mapping[str, int]) -> None:
-    for kind, n in by_kind.items():
-        REDACTIONS.labels(kind=kind).inc(n)
 
 
 def watch_pools(queues: Mapping[str, PoolQueue]) -> None:

@@ -286,7 +286,7 @@ async def summarize(
             log.warning("could not mark %s/%s Summarizing: %s", namespace, name, exc)
 
     def job() -> Outcome:
-        metrics.observe_queue_wait(slack.name.lower(), time.monotonic() - started)
+        metrics.QUEUE_WAIT_SECONDS.labels(slack.name.lower()).observe(time.monotonic() - started)
         trace.add("queued", trace.begun_ns, time.time_ns())
         return summarize_claimed(
             runtime, body, parsed, summarizer_spec, seen, started=say_started, trace=trace

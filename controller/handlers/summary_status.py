@@ -299,7 +299,8 @@ def report(
             provenance.compaction_ratio,
         )
         metrics.LATE_MEMORIES.inc(outcome.late_memories)
-        metrics.redactions(outcome.redactions)
+        for kind, count in outcome.redactions.items():
+            metrics.REDACTIONS.labels(kind).inc(count)
         common.update(
             summarized_at=ms_to_rfc3339(written_ms) if written_ms else now_rfc3339(),
             writer=CONFIG.replica_id,
