@@ -51,10 +51,6 @@ class Slot(Protocol):
     def __call__(self, pause: Callable[[], object] | None = None) -> float: ...
 
 
-class QueueClosed(RuntimeError):
-    """The queue was closed (the process is stopping): nothing new is served."""
-
-
 # (deadline, order queued, flow, item); a thread waiting in turn() has no item.
 _Waiter = tuple[float, int, Hashable, Any]
 
@@ -155,7 +151,7 @@ class DeadlineQueue(Generic[Item]):
         take() (a pool should start a thread, if it may)."""
         with self._cond:
             if self._closed:
-                raise QueueClosed("cannot schedule new work after the queue was closed")
+                raise RuntimeError("cannot schedule new work after the queue was closed")
             self._line.append((deadline, next(self._order), flow, item))
             self._wake()
             return len(self._line) > self._takers
@@ -427,7 +423,6 @@ class PassScheduler:
     def core(self) -> Iterator[Callable[[], float]]:
         """A CPU core for the local embedding, which calls the yielded function per layer to
         give the core to an earlier deadline or, within the step's budget, a first summary."""
-
         mine = self._current.running
         with self._cores.turn(self.deadline(), mine.flow if mine else None) as slot:
 
