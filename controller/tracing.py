@@ -83,7 +83,6 @@ class PassTrace:
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Times what runs inside as phase `name`."""
-
         start = time.time_ns()
         self._nested.append(0)
         try:

@@ -124,8 +124,6 @@ class Collections:
     def heartbeat(self) -> int:
         return guard("checking the heartbeat", self.client.heartbeat)
 
-    # -- collections ------------------------------------------------------------------
-
     def _name(self, role: CollectionRole) -> str:
         loc = self.location
         names = {"memory": loc.memory_collection, "summary": loc.summary_collection}
@@ -293,7 +291,6 @@ def pages(
 ) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
     """(id, metadata, document) of every row matching where, page by page (SQLite's variable
     limit); documents only on the first page with first_with_documents."""
-
     offset = 0
     while True:
         wanted = [*include, "documents"] if first_with_documents and not offset else include

@@ -88,7 +88,6 @@ class GroupWriter:
     def _next(self) -> list[RowWrite]:
         """Under the lock: the next group, if one may start; one extra of due rows, so they
         wait for one backlog request at most."""
-
         if self._leading < self._groups:
             return self._take(None)
         return self._take(time.monotonic()) if self._leading == self._groups else []
