@@ -48,12 +48,21 @@ _KEYWORD_ENDS = re.compile(rf"(?:{'|'.join(keyword.DENYLIST)})\Z", re.IGNORECASE
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
-MASKING_VERSION = 16
+MASKING_VERSION = 17
 _ROUNDS = 4  # maskings of a text at most (Redaction.text)
-_ZERO_WIDTH = re.compile("[\u200b\u200c\u200d\u2060\ufeff]")
-# The text as a reader sees it, each character for one: a space, control or zero-width
-# character (not a newline) a space, typographic quotes plain, and a letter or digit a reader
-# takes for a Latin one as that one (Cyrillic and Greek lookalikes, what NFKC makes one).
+# What no reader sees, read as nothing: Unicode's Default_Ignorable_Code_Point, format
+# characters (Cf) and the rest of it by PropList.txt's ranges (unicodedata lacks the property).
+# A zero-width space or BOM is read as a space too (Redaction.spans).
+_FORMAT = "".join(c for c in map(chr, range(0x110000)) if unicodedata.category(c) == "Cf")
+_IGNORABLE = re.compile(
+    f"[{_FORMAT}\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2065\u3164\ufe00-\ufe0f"
+    "\uffa0\ufff0-\ufff8\U000e0000-\U000e0fff]"
+)
+_ZERO_WIDTH = re.compile("[\u200b\ufeff]")
+_HIDDEN = re.compile(f"(?!{_ZERO_WIDTH.pattern}){_IGNORABLE.pattern}")
+# The text as a reader sees it, each character for one: a space, control character or
+# zero-width space (not a newline) a space, typographic quotes plain, and a character a reader takes
+# for an ASCII one as that one (Cyrillic and Greek lookalikes, what NFKC makes one: `ｋ`, `：`).
 _LOOKALIKES = types.MappingProxyType(
     dict(
         zip(
@@ -65,7 +74,7 @@ _LOOKALIKES = types.MappingProxyType(
     | {
         c: n
         for c in map(chr, range(0x80, 0x20000))
-        if len(n := unicodedata.normalize("NFKC", c)) == 1 and n.isascii() and n.isalnum()
+        if len(n := unicodedata.normalize("NFKC", c)) == 1 and n.isascii()
     }
 )
 _AS_SHOWN = types.MappingProxyType(str.maketrans(
@@ -417,19 +426,24 @@ class Redaction:
         object.__setattr__(self, "fingerprint", fingerprint)
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
-        """(start, end, kind) of each secret, in order, not overlapping a placeholder. A
-        zero-width character is read as a space, then as nothing (`pass\u200bword: x`)."""
-        found = self._spans(text)
+        """(start, end, kind) of each secret, in order, not overlapping a placeholder. What no
+        reader sees is read as nothing (`pass\u00adword: x`); a zero-width space as a space,
+        then as nothing for what that finds apart (`pass\u200bword: x`)."""
+        found = self._without(text, _HIDDEN)
         if not _ZERO_WIDTH.search(text):
             return found
-        at = [i for i, c in enumerate(text) if not _ZERO_WIDTH.match(c)]
         ends, joined = [e for _, e, _ in found], []
-        for s, e, kind in self._spans(_ZERO_WIDTH.sub("", text)):
-            start, end = at[s], at[e - 1] + 1
+        for start, end, kind in self._without(text, _IGNORABLE):
             after = bisect.bisect_right(ends, start)  # the first found that ends after start
             if after == len(found) or found[after][0] >= end:
                 joined.append((start, end, kind))
         return sorted(found + joined)
+
+    def _without(self, text: str, hidden: re.Pattern[str]) -> list[tuple[int, int, str]]:
+        if not hidden.search(text):
+            return self._spans(text)
+        at = [i for i, c in enumerate(text) if not hidden.match(c)]
+        return [(at[s], at[e - 1] + 1, k) for s, e, k in self._spans(hidden.sub("", text))]
 
     def _spans(self, text: str) -> list[tuple[int, int, str]]:
         text = without_surrogates(text.translate(_AS_SHOWN))  # the same positions; RE2 reads it

@@ -6,6 +6,7 @@ import itertools
 import json
 import re
 import string
+import unicodedata
 from collections.abc import Callable
 
 import pytest
@@ -1072,6 +1073,91 @@ def test_a_zero_width_character_inside_a_credentials_name_hides_nothing(
     plain, text = shape.format(n=name, v=secret), shape.format(n=odd, v=secret)
     assume(secret.rstrip("!?") not in DEFAULT_REDACTION.text(plain))  # `Authorization=x`
     assert secret.rstrip("!?") not in DEFAULT_REDACTION.text(text), repr(text)
+
+
+# Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt): what no reader sees.
+IGNORABLE = "".join(
+    chr(c)
+    for first, last in (
+        (0xAD, 0xAD), (0x34F, 0x34F), (0x61C, 0x61C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+        (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F),
+        (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0),
+        (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF),
+    )
+    for c in range(first, last + 1)
+)  # fmt: skip
+# Every secret in a shape the tests know, with the text it is in, masked as it is written.
+KNOWN_SECRETS = st.one_of(
+    CONTEXT_SHAPES.map(lambda s: s[:2]),
+    st.builds(lambda k, seed: generated(seed)[k], st.sampled_from(KINDS), st.integers(0, 20)),
+    st.builds(
+        lambda v, n, shape: (v.rstrip("!?"), shape.format(n=n, v=v)),
+        RANDOM_SECRET | SAID_SECRETS,
+        st.sampled_from((*SAID_NAMES, "db_pass")),
+        st.sampled_from(CREDENTIAL_SHAPES),
+    ).filter(lambda s: s[0] not in DEFAULT_REDACTION.text(s[1])),  # `Authorization=x`
+)
+
+
+@given(
+    known=KNOWN_SECRETS,
+    marks=st.lists(
+        st.tuples(
+            st.integers(0, 200), st.sampled_from([c for c in IGNORABLE if c not in "\u200b\ufeff"])
+        ),
+        max_size=3,
+    ),
+)
+@example(known=("Zq8#wE4rT6y", "password: Zq8#wE4rT6y"), marks=[(4, "\u00ad")])
+@example(known=("AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"), marks=[(10, "\u00ad")])
+@settings(max_examples=1000, deadline=None)
+def test_a_character_no_reader_sees_hides_no_secret_wherever_it_is(
+    known: tuple[str, str], marks: list[tuple[int, str]]
+) -> None:
+    """`pass\u00adword: x`, `ghp_\u200e...`, a variation selector or a tag character inside a
+    name or a token: a reader sees the text without it, so the same secrets are masked (a
+    zero-width space reads as a space too: above)."""
+    secret, plain = known
+    text = plain
+    for at, mark in marks:
+        at %= len(text) + 1
+        text = text[:at] + mark + text[at:]
+    shown = "".join(c for c in DEFAULT_REDACTION.text(text) if c not in IGNORABLE)
+    assert secret not in shown, repr(text)
+    assert shown == DEFAULT_REDACTION.text(plain), repr(text)
+
+
+# Each ASCII character and the characters NFKC makes it (`：`, `＝`, `＿`, `﹕`, `ｋ`).
+def _compatible() -> dict[str, str]:
+    forms: dict[str, str] = {}
+    for c in map(chr, range(0x80, 0x110000)):
+        if len(n := unicodedata.normalize("NFKC", c)) == 1 and n.isascii():
+            forms[n] = forms.get(n, "") + c
+    return forms
+
+
+_COMPATIBLE = _compatible()
+
+
+@given(
+    known=KNOWN_SECRETS,
+    swaps=st.lists(st.integers(0, 200), min_size=1, max_size=6),
+    pick=st.integers(0, 100),
+)
+@example(known=("Zq8#wE4rT6y", "password: Zq8#wE4rT6y"), swaps=[8], pick=0)
+@settings(max_examples=1000, deadline=None)
+def test_a_character_nfkc_makes_ascii_reads_as_that_character(
+    known: tuple[str, str], swaps: list[int], pick: int
+) -> None:
+    """`password：x` (a fullwidth colon, CJK text's), `password＝x`, `ghp＿...`: each such
+    character for its ASCII one, the same secrets are masked at the same places."""
+    _, plain = known
+    odd = list(plain)
+    for at in swaps:
+        if (forms := _COMPATIBLE.get(odd[at % len(odd)], "")) and odd[at % len(odd)] != " ":
+            odd[at % len(odd)] = forms[pick % len(forms)]
+    text = "".join(odd)
+    assert DEFAULT_REDACTION.spans(text) == DEFAULT_REDACTION.spans(plain), repr(text)
 
 
 @given(
