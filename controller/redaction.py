@@ -84,10 +84,12 @@ _AS_SHOWN = types.MappingProxyType(str.maketrans(
 # What stands between a name and its value for a reader, not for the rules (docs/privacy.md):
 # backslashes escaping a quote (possessive: linear), a shell's line continuation, a YAML
 # block's indicator, the line break after `NAME:` before a value alone, a name/value pair's
-# `value` key (only `gap`), an XML element's `key="` and `" value`; a JSON string's escaped
-# `\n`, `\r`, `\t` (`escaped`) is read as a line break.
+# `value` key (only `gap`), an XML element's `key="` and `" value`, markdown's emphasis or code
+# closing a name before or after its `:` or `=` (`**Password**: x`, `**Password:** x`); a JSON
+# string's escaped `\n`, `\r`, `\t` (`escaped`) is read as a line break.
 _SKIPPED = re.compile(
     r"""(?<!\\)\\++(?=["'])|\\\n[ \t]*|(?<=:)[ \t]*[|>][1-9+-]{0,2}[ \t]*\n[ \t]*"""
+    r"|(?<=[^\W_])(?:\*{1,3}|_{1,3}|`)(?=[ \t]*[:=])|(?<=[:=])(?:\*{1,3}|_{1,3}|`)(?=[ \t])"
     r"|(?P<escaped>\\[nrt])"
     r"|(?<=:)[ \t]*\n[ \t]+(?=[^\s#:-])(?![^\n]*:(?:[ \t]|$))"
     r"""|\bname["']?[ \t]*:[ \t]*["']?[\w.-]+["']?(?P<gap>[ \t]*,?\s*["']?value["']?)(?=[ \t]*:)"""
@@ -286,6 +288,10 @@ _WHOSE = r"(?:the|my|our|your|his|her|their|its|a|an)"
 _PHRASE = (
     rf"(?i)(?:^|[^A-Za-z0-9_])[A-Za-z0-9_.-]*?{_NAMED}[\"'`]?(?:{_FOR}{_IS}|{_IS}|{_GAP})"
     + _SAID_VALUE
+    # a markdown table's row: the value in the cell after the name's
+    + r"|(?m:^)[ \t]*\|(?:[^|\n]*\|)*?(?:[^|\n]*[^A-Za-z0-9|\n])?"
+    + rf"[A-Za-z0-9_.-]*?{_NAMED}[\"'`*_]{{0,3}}[ \t]*\|[ \t]*"
+    + _SAID_VALUE
     + r"|(?:^|[\s(])"
     + _SAID_VALUE
     + rf"{_GAP}(?:is|was|as){_GAP}(?:{_WHOSE}{_GAP}(?:[A-Za-z0-9_.-]+{_GAP}){{0,2}}?)?"
@@ -294,7 +300,7 @@ _PHRASE = (
 )
 CONTEXT_RULES += (
     Rule("credential-phrase", re.compile(_PHRASE), 0, whole_token=False, said=True, code=True,
-         linear=Linear(_PHRASE, tuple(range(1, 9)))),
+         linear=Linear(_PHRASE, tuple(range(1, 13)))),
 )  # fmt: skip
 # A key named `pass` or ending in it (`db_pass=`, `dbPass:`; not `--- PASS: TestX`), its value
 # as after `password:` (_said); `pass` alone only where a key begins (not `first pass: v2`).

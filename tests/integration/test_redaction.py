@@ -419,3 +419,38 @@ def test_one_tenants_patterns_never_stall_another_tenants_sunset(harness: Harnes
         )
     finally:
         stop(proc)
+
+
+_UNSEEN = "\u00ad\u200e\u034f\u180e\u2065\ufe0f\U000e0041"  # default-ignorable code points
+_SEPARATOR = st.sampled_from([": ", "=", "\uff1a", "\uff1d", "\ufe55 "])  # NFKC: `:`, `=`
+_MARKDOWN = st.sampled_from(["{n}{s}{v}", "**{n}**{s}{v}", "**{n}{s}** {v}", "| {n} | `{v}` |"])
+
+
+@given(
+    name=st.sampled_from(["password", "DB_PASSWORD", "API key", "token", "client_secret"]),
+    value=st.text("abcdefghjkmnpqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ", min_size=6, max_size=12),
+    digits=st.integers(10, 99_999),
+    unseen=st.tuples(st.integers(1, 12), st.sampled_from(_UNSEEN)),
+    separator=_SEPARATOR,
+    form=_MARKDOWN,
+)
+@HYPOTHESIS
+def test_a_credential_written_in_markdown_unseen_or_fullwidth_characters_leaves_no_trace(
+    store: MemoryStore, name: str, value: str, digits: int, unseen: tuple[int, str],
+    separator: str, form: str,
+) -> None:  # fmt: skip
+    """`**Password**: x`, `| DB_PASSWORD | `x` |`, `pass\\u00adword: x`, `password：x`: through
+    a real pass, neither the row nor the ledger holds the secret as a reader sees it."""
+    secret = f"{value}{digits}"
+    at = unseen[0] % len(name)
+    odd = name[:at] + unseen[1] + name[at:]
+    sid = f"markdown-{uuid.uuid4().hex[:8]}"
+    line = form.format(n=odd, s=separator, v=secret)
+    load(store, [_memory(sid, 0, "Set up the db.", "Plan it.", f"Done.\n{line}\nRestarted.")])
+    outcome = summarize_session(store, sid, embed=embed, writer="it", trigger="manual")
+    assert outcome.kind == "summarized"
+    client = connect(store.location)
+    for collection in (store.location.summary_collection, store.location.ledger_collection):
+        got = client.get_collection(collection).get(include=["documents", "metadatas"])
+        stored = json.dumps([got["documents"], got["metadatas"]], ensure_ascii=False)
+        assert secret not in stored, line

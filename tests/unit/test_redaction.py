@@ -1075,6 +1075,41 @@ def test_a_zero_width_character_inside_a_credentials_name_hides_nothing(
     assert secret.rstrip("!?") not in DEFAULT_REDACTION.text(text), repr(text)
 
 
+_DECORATION = st.sampled_from(["", "*", "**", "_", "__", "`"])
+
+
+@given(
+    secret=SAID_SECRETS,
+    name=st.sampled_from([n for n in (*CREDENTIAL_NAMES, *SAID_NAMES) if n != "Authorization"]),
+    key=_DECORATION,
+    value=_DECORATION,
+    shape=st.sampled_from(
+        [
+            "{k}{n}{k}: {v}{s}{v}",
+            "{k}{n}:{k} {v}{s}{v}",
+            "{k}{n}={k} {v}{s}{v}",
+            "- {k}{n}{k}: {v}{s}{v}",
+            "Set {k}{n}{k} = {v}{s}{v} today",
+            "| {k}{n}{k} | {v}{s}{v} |",
+            "| Name | Value |\n|---|---|\n| {k}{n}{k} | {v}{s}{v} |\n| port | 5432 |",
+            "| prod | {k}{n}{k} | {v}{s}{v} | rotated 2024-11-30 |",
+        ]
+    ),
+)
+@example(secret="Xk9mP2qL7vR", name="Password", key="**", value="", shape="{k}{n}{k}: {v}{s}{v}")
+@example(secret="Xk9mP2qL7vR", name="password", key="", value="", shape="| {k}{n}{k} | {v}{s}{v} |")
+@settings(max_examples=1000, deadline=None)
+def test_a_credential_in_markdown_is_masked_as_in_plain_text(
+    secret: str, name: str, key: str, value: str, shape: str
+) -> None:
+    """`**Password**: x`, `**API key:** x`, `` | DB_PASSWORD | `x` | ``: agents write
+    markdown; its emphasis, code and table cells around a name or a value hide no secret."""
+    assume(secret.rstrip("!?") not in DEFAULT_REDACTION.text(f"{name}: {secret}"))
+    assume(value != "`" or "`" not in secret)
+    text = shape.format(k=key, n=name, v=value, s=secret)
+    assert secret.rstrip("!?") not in DEFAULT_REDACTION.text(text), text
+
+
 # Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt): what no reader sees.
 IGNORABLE = "".join(
     chr(c)
