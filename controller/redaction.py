@@ -30,7 +30,7 @@ from detect_secrets.plugins.private_key import PrivateKeyDetector
 from controller.core.memories import Memory
 from controller.core.quoting import TYPOGRAPHIC_QUOTES, fit
 from controller.core.summary import TITLE_MAX, PriorSummary, StructuredSummary, SummaryItem
-from controller.core.text import PLACEHOLDER, Linear, re2_pattern, without_surrogates
+from controller.core.text import IGNORABLE, PLACEHOLDER, Linear, re2_pattern, without_surrogates
 
 # Unquoted `NAME=value` counts when the value is this long and random (bits per character).
 UNQUOTED_MIN_CHARS = 8
@@ -50,16 +50,10 @@ _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # masked by an earlier way is then masked again (Redaction.fingerprint).
 MASKING_VERSION = 17
 _ROUNDS = 4  # maskings of a text at most (Redaction.text)
-# What no reader sees, read as nothing: Unicode's Default_Ignorable_Code_Point, format
-# characters (Cf) and the rest of it by PropList.txt's ranges (unicodedata lacks the property).
-# A zero-width space or BOM is read as a space too (Redaction.spans).
-_FORMAT = "".join(c for c in map(chr, range(0x110000)) if unicodedata.category(c) == "Cf")
-_IGNORABLE = re.compile(
-    f"[{_FORMAT}\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2065\u3164\ufe00-\ufe0f"
-    "\uffa0\ufff0-\ufff8\U000e0000-\U000e0fff]"
-)
+# What no reader sees (core/text.IGNORABLE) is read as nothing, a zero-width space or BOM
+# as a space too (Redaction.spans).
 _ZERO_WIDTH = re.compile("[\u200b\ufeff]")
-_HIDDEN = re.compile(f"(?!{_ZERO_WIDTH.pattern}){_IGNORABLE.pattern}")
+_HIDDEN = re.compile(f"(?!{_ZERO_WIDTH.pattern}){IGNORABLE.pattern}")
 # The text as a reader sees it, each character for one: a space, control character or
 # zero-width space (not a newline) a space, typographic quotes plain, and a character a reader takes
 # for an ASCII one as that one (Cyrillic and Greek lookalikes, what NFKC makes one: `ｋ`, `：`).
@@ -439,7 +433,7 @@ class Redaction:
         if not _ZERO_WIDTH.search(text):
             return found
         ends, joined = [e for _, e, _ in found], []
-        for start, end, kind in self._without(text, _IGNORABLE):
+        for start, end, kind in self._without(text, IGNORABLE):
             after = bisect.bisect_right(ends, start)  # the first found that ends after start
             if after == len(found) or found[after][0] >= end:
                 joined.append((start, end, kind))

@@ -12,7 +12,13 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from controller.core.summary import ITEM_MAX
-from controller.core.text import PATTERN_PARTS, python_meaning, re2_pattern, without_surrogates
+from controller.core.text import (
+    IGNORABLE,
+    PATTERN_PARTS,
+    python_meaning,
+    re2_pattern,
+    without_surrogates,
+)
 from controller.core.text import cut as cut_to
 
 ERROR_LABEL = "Error reported in the session (quoted): "
@@ -26,8 +32,6 @@ _QUOTED = re.compile(
     rf"{OPEN_QUOTE}[^{OPEN_QUOTE}{CLOSE_QUOTE}]*{CLOSE_QUOTE}",
     re.DOTALL,
 )
-# Characters that hide a word from a pattern without showing: zero-width and format marks.
-_INVISIBLE = re.compile(r"[\u00ad\u034f\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
 TYPOGRAPHIC_QUOTES = MappingProxyType(
     str.maketrans({"‘": "'", "’": "'", "‚": "'", "“": '"', "”": '"', "„": '"'})
 )
@@ -159,7 +163,7 @@ _INSTRUCTION_WIDE, _ERROR_WIDE = _wider(_INSTRUCTION), _wider(_ERROR)
 def _probe(text: str) -> str:
     """The text as the patterns see it: compatibility forms folded, invisible characters
     removed, typographic quotes straight, spaces collapsed within each line."""
-    text = unicodedata.normalize("NFKC", _INVISIBLE.sub("", text)).translate(TYPOGRAPHIC_QUOTES)
+    text = unicodedata.normalize("NFKC", IGNORABLE.sub("", text)).translate(TYPOGRAPHIC_QUOTES)
     return "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
 
 

@@ -6,6 +6,7 @@ import datetime as dt
 import functools
 import json
 import re
+import unicodedata
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -18,6 +19,13 @@ EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 # What stands for a masked secret (controller/redaction.py).
 PLACEHOLDER = re.compile(r"\[redacted: [a-z0-9-]+\]")
+# What no reader sees: Unicode's Default_Ignorable_Code_Point, format characters (Cf) and
+# the rest of it by PropList.txt's ranges (unicodedata lacks the property).
+_FORMAT = "".join(c for c in map(chr, range(0x110000)) if unicodedata.category(c) == "Cf")
+IGNORABLE = re.compile(
+    f"[{_FORMAT}\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2065\u3164\ufe00-\ufe0f"
+    "\uffa0\ufff0-\ufff8\U000e0000-\U000e0fff]"
+)
 
 
 def listed_names(names: Iterable[str]) -> list[str]:

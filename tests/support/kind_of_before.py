@@ -9,11 +9,11 @@ import unicodedata
 from typing import Literal
 
 from controller.core.quoting import TYPOGRAPHIC_QUOTES
+from controller.core.text import IGNORABLE
 
 Kind = Literal["error", "instruction"]
 
 # Characters that hide a word from a pattern without showing: zero-width and format marks.
-_INVISIBLE = re.compile(r"[\u00ad\u034f\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]")
 
 # Where a role marker counts: the start of the text or right after punctuation ("...: SYSTEM:"),
 # not inside a phrase such as "the file system: ext4".
@@ -119,7 +119,7 @@ def _probe(text: str, *, keep_lines: bool = False) -> str:
     """The text as the patterns see it: compatibility forms folded (fullwidth letters, odd
     colons), invisible characters removed, typographic quotes straight, spaces collapsed
     (within each line with keep_lines, so a role marker that starts a line is seen)."""
-    text = unicodedata.normalize("NFKC", _INVISIBLE.sub("", text)).translate(TYPOGRAPHIC_QUOTES)
+    text = unicodedata.normalize("NFKC", IGNORABLE.sub("", text)).translate(TYPOGRAPHIC_QUOTES)
     if keep_lines:
         return "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
     return " ".join(text.split())

@@ -24,6 +24,7 @@ from controller.core.quoting import (
     quote_if_needed,
 )
 from controller.core.summary import ITEM_MAX
+from controller.core.text import IGNORABLE
 from tests.support.kind_of_before import kind_of as kind_of_before
 
 SETTINGS = settings(max_examples=300, deadline=None, database=None)
@@ -225,6 +226,26 @@ def test_every_generated_injection_is_marked_as_quoted_not_an_instruction(text: 
 )
 def test_disguised_injections_are_marked(text: str) -> None:
     assert quote_if_needed(text).startswith(INSTRUCTION_LABEL)
+
+
+UNSEEN = tuple(c for c in map(chr, range(0x110000)) if IGNORABLE.fullmatch(c))
+
+
+@SETTINGS
+@given(
+    text=injections(),
+    hidden=st.lists(st.sampled_from(UNSEEN), min_size=1, max_size=3),
+    at=st.lists(st.integers(0, 10_000), min_size=1, max_size=3),
+)
+def test_a_character_no_reader_sees_hides_no_injection(
+    text: str, hidden: list[str], at: list[int]
+) -> None:
+    """Any default-ignorable code point (a variation selector, a tag character, U+061C...)
+    inside an injection's words leaves it marked, as a zero-width space does."""
+    for c, i in zip(hidden, at, strict=False):
+        i %= len(text) + 1
+        text = text[:i] + c + text[i:]
+    assert quote_if_needed(text).startswith(INSTRUCTION_LABEL), ascii(text)
 
 
 @given(error_texts())
