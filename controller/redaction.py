@@ -319,7 +319,29 @@ CONTEXT_RULES += (
         rf"""{_CONNECTION}{_PAIR_VALUE}|(?:^|[^A-Za-z0-9_])(?i:password|pwd)="""
         r"""([^;"' \t\n\r\f\v](?:[^;"'\n]*[^;"' \t\n\r\f\v])?)[ \t\r\f\v]*;""", (1, 2))),
 )  # fmt: skip
-DETECTOR_RULES = _detector_rules() + CONTEXT_RULES
+# Providers' tokens detect-secrets has no plugin for, by their documented shape (prefix,
+# alphabet, length): a name that only begins like one (`hf_hub_download`, `dapi_url`) is none.
+# Discord's webhook URL: its token.
+PROVIDER_TOKENS = (
+    ("anthropic-api-key", r"sk-ant-(?:api|admin)\d\d-[A-Za-z0-9_-]{32,}"),
+    ("github-token", r"github_pat_[A-Za-z0-9_]{82}"),
+    ("hugging-face-token", r"hf_[A-Za-z]{34}"),
+    ("google-api-key", r"AIza[A-Za-z0-9_-]{35}"),
+    ("npm-tokens", r"npm_[A-Za-z0-9]{36}"),
+    ("grafana-token", r"glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}"),
+    ("shopify-token", r"shp(?:at|ca|pa|ss)_[A-Fa-f0-9]{32}"),
+    ("databricks-token", r"dapi[a-f0-9]{32}(?:-\d)?"),
+    ("age-secret-key", r"AGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}"),
+    ("doppler-token",
+     r"dp\.(?:st|pt|ct|sa|scim|audit)\.(?:[a-z0-9_-]{2,35}\.)?[A-Za-z0-9]{40,44}"),
+    ("discord-webhook",
+     r"(?:(?:ptb|canary)\.)?discord(?:app)?\.com/api/(?:v\d+/)?webhooks/\d+/([A-Za-z0-9_-]{60,68})"),
+)  # fmt: skip
+DETECTOR_RULES = _detector_rules() + CONTEXT_RULES + tuple(
+    Rule(kind, p, p.groups, whole_token=False)
+    for kind, shape in PROVIDER_TOKENS
+    for p in (re.compile(rf"(?<![A-Za-z0-9_]){shape}(?![A-Za-z0-9_-])"),)
+)  # fmt: skip
 _PRIVATE_KEY = kind_of(PrivateKeyDetector.secret_type)
 _BASE64 = Base64HighEntropyString().charset
 

@@ -1,0 +1,98 @@
+"""Providers' tokens by their documented shape (redaction.PROVIDER_TOKENS): masked wherever
+they stand; a name that only begins like a token is kept."""
+
+import string
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.redaction import Redaction
+
+REDACTION = Redaction()
+_ALNUM = string.ascii_letters + string.digits
+_HEX = "0123456789abcdef"
+
+
+def _chars(alphabet: str, n: int) -> st.SearchStrategy[str]:
+    return st.text(alphabet, min_size=n, max_size=n)
+
+
+def _joined(*parts: st.SearchStrategy[str] | str) -> st.SearchStrategy[str]:
+    return st.tuples(*(st.just(p) if isinstance(p, str) else p for p in parts)).map("".join)
+
+
+# (kind, a token of its provider's documented shape)
+TOKENS = st.one_of(
+    _joined("sk-ant-", st.sampled_from(["api03-", "admin01-"]), _chars(_ALNUM + "_-", 93), "AA"),
+    _joined("github_pat_11", _chars(_ALNUM, 20), "_", _chars(_ALNUM, 59)),
+    _joined("hf_", _chars(string.ascii_letters, 34)),
+    _joined("AIza", _chars(_ALNUM + "_-", 35)),
+    _joined("npm_", _chars(_ALNUM, 36)),
+    _joined("glsa_", _chars(_ALNUM, 32), "_", _chars(_HEX, 8)),
+    _joined(st.sampled_from(["shpat_", "shpss_", "shpca_", "shppa_"]), _chars(_HEX, 32)),
+    _joined("dapi", _chars(_HEX, 32)),
+    _joined("AGE-SECRET-KEY-1", _chars("QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L", 58)),
+    _joined("dp.st.", st.sampled_from(["", "dev.", "prd."]), _chars(_ALNUM, 43)),
+)
+# Where a token stands in a memory's text.
+PLACES = st.sampled_from(
+    [
+        "{}",
+        "{} is the one",
+        "use {}",
+        "set it to '{}' first",
+        'export VALUE="{}"',
+        "value={}",
+        "https://api.example.test/v1/items?key={}&page=2",
+        "https://api.example.test/{}/items",
+        '{{"value": "{}", "n": 1}}',
+        "`{}`.",
+        "(see {})",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(TOKENS, PLACES)
+def test_a_providers_token_is_masked_wherever_it_stands(token: str, place: str) -> None:
+    text = place.format(token)
+    masked = REDACTION.text(text)
+    assert token not in masked, masked
+    assert "[redacted: " in masked
+
+
+@settings(max_examples=100, deadline=None)
+@given(_chars(string.digits, 18), _chars(_ALNUM + "_-", 68), st.sampled_from(["", "ptb.", "app"]))
+def test_a_discord_webhooks_token_is_masked_its_url_kept(hook: str, token: str, how: str) -> None:
+    host = "discordapp.com" if how == "app" else f"{how}discord.com"
+    url = f"https://{host}/api/webhooks/{hook}/"
+    masked = REDACTION.text(f"posted to {url}{token} ok")
+    assert masked == f"posted to {url}[redacted: discord-webhook] ok"
+
+
+_WORDS = st.lists(st.text(string.ascii_lowercase, min_size=1, max_size=8), min_size=1, max_size=3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(
+        [
+            "hf_",
+            "dapi",
+            "dapi_",
+            "npm_",
+            "glsa_",
+            "shpat_",
+            "github_pat_",
+            "sk-ant-api03-",
+            "dp.st.",
+        ]
+    ),
+    _WORDS,
+    st.sampled_from(["call {}() here", "the {} helper", "`{}`", "import {} from x"]),
+)
+def test_a_name_that_only_begins_like_a_token_is_kept(
+    prefix: str, words: list[str], place: str
+) -> None:
+    text = place.format(prefix + "_".join(words))
+    assert REDACTION.text(text) == text
