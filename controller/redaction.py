@@ -252,14 +252,21 @@ CONTEXT_RULES += (
     ), 2, UNQUOTED_MIN_ENTROPY, False, plain_words=False, code=True),
 )  # fmt: skip
 # A password on a command line beside a user: curl's `-u user:x`, `sshpass -p x`, a registry
-# login's `-p x`. ASCII only: Python and RE2 read it alike, and RE2 runs it.
+# login's `-p x`, `sqlcmd -P x`, `redis-cli -a x`, `htpasswd -b [file] user x`. ASCII only:
+# Python and RE2 read it alike, and RE2 runs it.
 _LOGIN = (
     r"(?:^|[^A-Za-z0-9_.-])(?:(?:curl|wget|http|https)(?:[ \t][^\n|;&]*?)?[ \t]"
     r"(?:-u|--user|--proxy-user)(?:=|[ \t]*)"
     r"""(?:"[^\n:"@/]*:{dq}|'[^\n:'@/]*:{sq}|["']?[^ \t\n:"'@/]*:{bare})"""
-    r"|(?:sshpass|(?:docker|podman|nerdctl|oras|helm[ \t]+registry)[ \t]+login)"
-    r"""(?:[ \t][^\n|;&]*?)?[ \t]-p(?:[ \t]+|=)?(?:"{dq}|'{sq}|["']?{bare}))"""
-).format(dq=r'([^"\n]+)"', sq=r"([^'\n]+)'", bare=r"""([^ \t\n"']+)""")  # quoted: with spaces
+    r"|(?:(?:sshpass|(?:docker|podman|nerdctl|oras|helm[ \t]+registry)[ \t]+login)"
+    r"(?:[ \t][^\n|;&]*?)?[ \t]-p|sqlcmd(?:[ \t][^\n|;&]*?)?[ \t]-P"
+    r"|redis-cli(?:[ \t][^\n|;&]*?)?[ \t]-a|htpasswd[ \t]+-(?:[a-mo-zA-Z]*b[a-mo-zA-Z]*{arg}"
+    r"|[A-Za-z]*(?:n[A-Za-z]*b|b[A-Za-z]*n)[A-Za-z]*){arg}[ \t])"
+    r"""(?:[ \t]+|=)?(?:"{dq}|'{sq}|["']?{bare}))"""
+).format(  # quoted: with spaces; arg: a command's word (htpasswd's file, user)
+    dq=r'([^"\n]+)"', sq=r"([^'\n]+)'", bare=r"""([^ \t\n"']+)""",
+    arg=r"""[ \t]+[^ \t\n|;&<>"'-][^ \t\n|;&<>]*""",
+)  # fmt: skip
 CONTEXT_RULES += (
     Rule("credential-flag", re.compile(_LOGIN), 1, whole_token=False,
          linear=Linear(_LOGIN, tuple(range(1, 7)))),
@@ -318,6 +325,17 @@ CONTEXT_RULES += (
     ), 1, whole_token=False, linear=Linear(
         rf"""{_CONNECTION}{_PAIR_VALUE}|(?:^|[^A-Za-z0-9_])(?i:password|pwd)="""
         r"""([^;"' \t\n\r\f\v](?:[^;"'\n]*[^;"' \t\n\r\f\v])?)[ \t\r\f\v]*;""", (1, 2))),
+)  # fmt: skip
+# A bearer token said in prose (`sent Bearer x`), when it looks like one (_said); a Go DSN's
+# password (`user:x@tcp(db:3306)/app`); a URL's user alone when random, no word or name
+# (`https://<token>@github.com/o/r`, not `ssh://git@host`).
+CONTEXT_RULES += (
+    Rule("credential-header", re.compile(r"(?i:\bbearer)[ \t]+([^\s\"'`<>]+)"), 1,
+         whole_token=False, said=True),
+    Rule(kind_of(BasicAuthDetector.secret_type), re.compile(r":([^\s:/\"'`]+)@(?:tcp6?|unix)\("),
+         1, whole_token=False),
+    Rule(kind_of(BasicAuthDetector.secret_type), re.compile(r"""://([^\s:/?#\[\]@"'`<>]+)@"""),
+         1, UNQUOTED_MIN_ENTROPY, False, plain_words=False),
 )  # fmt: skip
 # Providers' tokens detect-secrets has no plugin for, by their documented shape (prefix,
 # alphabet, length): a name that only begins like one (`hf_hub_download`, `dapi_url`) is none.

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
+import string
 import time
 import uuid
 from collections.abc import Iterator
@@ -63,15 +65,20 @@ def store(chroma_server: ChromaServer) -> MemoryStore:
 def session_with_secrets(
     sid: str, seed: int
 ) -> tuple[list[tuple[str, str, dict[str, Any]]], set[str]]:
-    """One memory per kind, the credential in a different field each time, and a tool list
-    and a reference URL carrying a token too."""
-    creds = generated(seed)
+    """One memory per kind, the credential in a different field each time, a tool list and
+    a reference URL carrying a token too, a command line and prose carrying a password and a
+    bearer token, and a provider's token as a memory's model."""
+    creds, rng = generated(seed), random.Random(seed)
     rows, secrets = [], {secret for secret, _ in creds.values()}
+    model = "sk-ant-api03-" + "".join(rng.choices(string.ascii_letters, k=93)) + "AA"
+    password, bearer = ("".join(rng.sample(string.ascii_letters, 14)) + "7q" for _ in "ab")
+    secrets |= {model, password, bearer}
     for i, (kind, (secret, sentence)) in enumerate(creds.items()):
         parts = ["Make the exporter listen on port 7103.", "Decided to keep it.", "Done."]
         parts[i % 3] = f"{parts[i % 3]} {sentence}"
         if kind == "github-token":
             parts[1] += f" Decided to clone https://bot:{secret}@github.com/acme/api.git there."
+            parts[2] += f" Ran sqlcmd -S db -U sa -P {password} -Q x; I sent Bearer {bearer}."
         meta = {
             "sessionId": sid,
             "timestamp": 1_760_000_000_000 + i,
@@ -80,7 +87,7 @@ def session_with_secrets(
             "thought": parts[1],
             "response": parts[2],
             "agent": "claude-code",
-            "model": "claude-sonnet",
+            "model": model if kind == "github-token" else "claude-sonnet",
             "amountToolCalls": 1,
             "toolsUsed": json.dumps([f"auth {secret}"] if kind in SHAPED else ["edit_file"]),
         }

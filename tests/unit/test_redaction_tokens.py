@@ -1,6 +1,8 @@
-"""Providers' tokens by their documented shape (redaction.PROVIDER_TOKENS): masked wherever
-they stand; a name that only begins like a token is kept."""
+"""Providers' tokens by their documented shape (redaction.PROVIDER_TOKENS), credentials on a
+command line, in prose after `Bearer`, in a Go DSN or as a URL's user: masked wherever they
+stand; a name that only begins like a token, and a user that is a name, are kept."""
 
+import re
 import string
 
 from hypothesis import given, settings
@@ -96,3 +98,51 @@ def test_a_name_that_only_begins_like_a_token_is_kept(
 ) -> None:
     text = place.format(prefix + "_".join(words))
     assert REDACTION.text(text) == text
+
+
+# A credential as issued: random (distinct characters), a letter after a digit (no name).
+VALUES = (
+    st.lists(st.sampled_from(_ALNUM), min_size=12, max_size=32, unique=True)
+    .map("".join)
+    .filter(lambda s: re.search(r"\d[A-Za-z]", s) is not None)
+)
+USERS = st.from_regex(r"[a-z]{2,10}(?:[-_.][a-z]{2,8})?", fullmatch=True)
+# A command line, prose or a DSN carrying a credential ({v}) beside a user ({u}).
+CONTEXTS = st.sampled_from(
+    [
+        'sqlcmd -S db.internal -U sa -P {v} -Q "SELECT 1"',
+        "sqlcmd -S db -U {u} -P '{v}#!'",
+        "redis-cli -h cache -p 6379 -a {v} ping",
+        "redis-cli -a {v}",
+        "htpasswd -b /etc/nginx/.htpasswd {u} {v}",
+        "htpasswd -bc .htpasswd {u} {v} && reload",
+        "htpasswd -nb {u} {v} > out",
+        "I sent Bearer {v} to the API.",
+        "then the bearer {v} worked",
+        'dsn := "{u}:{v}@tcp(db:3306)/app?parseTime=true"',
+        "DSN={u}:{v}@unix(/tmp/mysql.sock)/app",
+        "git clone https://{v}@github.com/o/r.git",
+        "pushed to https://{v}@gitlab.example.test/g/p",
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(CONTEXTS, VALUES, USERS)
+def test_a_credential_where_it_stands_is_masked(context: str, value: str, user: str) -> None:
+    text = context.format(v=value, u=user)
+    masked = REDACTION.text(text)
+    assert value not in masked, masked
+    assert user in masked or "{u}" not in context
+
+
+@settings(max_examples=200, deadline=None)
+@given(USERS)
+def test_a_urls_user_a_bearer_word_and_a_port_are_kept(user: str) -> None:
+    for text in (
+        f"git clone ssh://{user}@github.com/o/r.git",
+        f"https://{user}@example.test/x",
+        "use a Bearer token, not Bearer auth",
+        f"redis-cli -h cache -p 6379 ping; sqlcmd -S db -U {user} -Q x",
+    ):
+        assert REDACTION.text(text) == text
