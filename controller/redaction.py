@@ -36,7 +36,7 @@ from controller.core.text import IGNORABLE, PLACEHOLDER, Linear, re2_pattern, wi
 UNQUOTED_MIN_CHARS = 8
 UNQUOTED_MIN_ENTROPY = 3.0
 # Memory metadata a summary takes text from besides its three parts (row metadata, ledger).
-SOURCE_KEYS = ("agent", "agentIdentity", "model", "toolsUsed")
+SOURCE_KEYS = ("agent", "agentIdentity", "model", "toolsUsed", "userId", "timestamp")
 _TOKEN_TAIL = re.compile(r"[\w\-+/=]*")  # a token's rest after what a detector matched
 # A token glued to a placeholder or after it and spaces (`TOKEN=[redacted: x] sk-...`).
 _GLUED = re.compile(r"[ \t]*([\w\-+/=~%]*)")

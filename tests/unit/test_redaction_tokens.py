@@ -1,14 +1,16 @@
 """Providers' tokens by their documented shape (redaction.PROVIDER_TOKENS), credentials on a
-command line, in prose after `Bearer`, in a Go DSN or as a URL's user: masked wherever they
-stand; a name that only begins like a token, and a user that is a name, are kept."""
+command line, in prose after `Bearer`, in a Go DSN or as a URL's user, and in every memory
+metadata field a row, the ledger or a report copies: masked wherever they stand; a name that
+only begins like a token, and a user that is a name, are kept."""
 
+import json
 import re
 import string
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.redaction import Redaction
+from controller.redaction import PassRedaction, Redaction
 
 REDACTION = Redaction()
 _ALNUM = string.ascii_letters + string.digits
@@ -146,3 +148,17 @@ def test_a_urls_user_a_bearer_word_and_a_port_are_kept(user: str) -> None:
         f"redis-cli -h cache -p 6379 ping; sqlcmd -S db -U {user} -Q x",
     ):
         assert REDACTION.text(text) == text
+
+
+# Every memory metadata field a row, the ledger or `summaryctl ledger` copies (who wrote it,
+# with what model and tools, whose it is, its unreadable time).
+COPIED = ("agent", "agentIdentity", "model", "toolsUsed", "userId", "timestamp")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(TOKENS, _joined("ghp_", _chars(_ALNUM, 36))), st.sampled_from(COPIED))
+def test_a_token_in_any_copied_metadata_field_is_masked(token: str, key: str) -> None:
+    value = json.dumps([f"auth {token}"]) if key == "toolsUsed" else token
+    meta = PassRedaction().meta({"sessionId": "s1", key: value})
+    assert token not in json.dumps(meta) and "[redacted: " in meta[key]
+    assert meta["sessionId"] == "s1"
