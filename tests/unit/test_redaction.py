@@ -1087,6 +1087,7 @@ _DECORATION = st.sampled_from(["", "*", "**", "_", "__", "`"])
         [
             "{k}{n}{k}: {v}{s}{v}",
             "{k}{n}:{k} {v}{s}{v}",
+            "{k}{n}: {k} {v}{s}{v}",
             "{k}{n}={k} {v}{s}{v}",
             "- {k}{n}{k}: {v}{s}{v}",
             "Set {k}{n}{k} = {v}{s}{v} today",
@@ -1098,6 +1099,7 @@ _DECORATION = st.sampled_from(["", "*", "**", "_", "__", "`"])
 )
 @example(secret="Xk9mP2qL7vR", name="Password", key="**", value="", shape="{k}{n}{k}: {v}{s}{v}")
 @example(secret="Xk9mP2qL7vR", name="password", key="", value="", shape="| {k}{n}{k} | {v}{s}{v} |")
+@example(secret="ArbuaQSr56026", name="password", key="**", value="", shape="{k}{n}: {k} {v}{s}{v}")
 @settings(max_examples=1000, deadline=None)
 def test_a_credential_in_markdown_is_masked_as_in_plain_text(
     secret: str, name: str, key: str, value: str, shape: str
