@@ -3,7 +3,9 @@ docs/configuration.md. A bad value stops the operator at start with a message na
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import socket
 from typing import Annotated, Any
 
@@ -11,6 +13,11 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from controller.core.destinations import OPERATOR, UrlPrefix, parse_prefixes
+
+# What Kubernetes accepts where a value goes: a namespace is a DNS-1123 label, an annotation
+# key's prefix a DNS-1123 subdomain, an Event's reportingInstance 128 characters.
+_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_SUBDOMAIN = rf"^{_LABEL}(\.{_LABEL})*$"
 
 
 def _default_replica_id() -> str:
@@ -26,7 +33,8 @@ class OperatorConfig(BaseSettings):
         env_prefix="SSO_", frozen=True, extra="ignore", env_ignore_empty=True
     )
 
-    replica_id: str = Field(default_factory=_default_replica_id, min_length=1)
+    # Kopf's peering identity, our claims' writer, log and Event text: printable, no spaces.
+    replica_id: str = Field(default_factory=_default_replica_id, max_length=128, pattern="^[!-~]+$")
     namespaces: Annotated[tuple[str, ...], NoDecode] = ()  # empty: cluster-wide
     sweep_tick_seconds: float = Field(default=5.0, gt=0)
     metrics_port: int = Field(default=0, ge=0, le=65535)  # 0: no metrics endpoint
@@ -56,7 +64,7 @@ class OperatorConfig(BaseSettings):
     embedding_reprobe_seconds: float = Field(default=30.0, gt=0)
     list_chunk_size: int = Field(default=500, ge=0)  # 0: one page
     worker_idle_seconds: float = Field(default=0.5, ge=0)
-    annotation_prefix: str = "memorycore.io"
+    annotation_prefix: str = Field(default="memorycore.io", max_length=253, pattern=_SUBDOMAIN)
     allow_unannotated_secrets: bool = False  # deprecated (docs/security.md)
     allowed_endpoints: Annotated[tuple[UrlPrefix, ...], NoDecode] = ()  # empty: any URL
     allowed_model_urls: Annotated[tuple[UrlPrefix, ...], NoDecode] = ()
@@ -88,8 +96,21 @@ class OperatorConfig(BaseSettings):
     @field_validator("namespaces", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return tuple(n.strip() for n in value.split(",") if n.strip())
+        names = value.split(",") if isinstance(value, str) else value
+        names = tuple(n.strip() for n in names if n.strip())
+        if bad := [n for n in names if len(n) > 63 or not re.fullmatch(_LABEL, n)]:
+            raise ValueError(f"not namespace names (DNS-1123 labels): {', '.join(map(repr, bad))}")
+        return names
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _host(cls, value: str) -> str:
+        """An IP address or a host name: what the metrics server's socket binds to."""
+        try:
+            ipaddress.ip_address(value)
+        except ValueError:
+            if len(value) > 253 or not re.fullmatch(_SUBDOMAIN, value.lower()):
+                raise ValueError("not an IP address or host name") from None
         return value
 
     @field_validator("allowed_endpoints", "allowed_model_urls", mode="before")

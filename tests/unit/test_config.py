@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
+from unittest import mock
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from controller.api import SessionSummarizerSpec
 from controller.backends import check_endpoint, check_memory_destinations
@@ -51,6 +59,10 @@ def test_a_pinned_priority_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"SSO_METRICS_PORT": "70000"}, "SSO_METRICS_PORT='70000'"),
         ({"SSO_CPU_SLOTS": "-1"}, "SSO_CPU_SLOTS='-1'"),
         ({"SSO_STORE_WRITE_SLOTS": "0"}, "SSO_STORE_WRITE_SLOTS='0'"),
+        ({"SSO_NAMESPACES": "Bad NS,,@@"}, "SSO_NAMESPACES='Bad NS,,@@'"),
+        ({"SSO_REPLICA_ID": "a\nb"}, "SSO_REPLICA_ID='a\\nb'"),
+        ({"SSO_METRICS_ADDRESS": "not an address!"}, "SSO_METRICS_ADDRESS='not an address!'"),
+        ({"SSO_ANNOTATION_PREFIX": "Bad Prefix/x"}, "SSO_ANNOTATION_PREFIX='Bad Prefix/x'"),
     ],
 )
 def test_an_invalid_variable_stops_the_operator_in_one_line_naming_it(
@@ -140,3 +152,86 @@ def test_a_refusal_names_the_setting_where_the_operator_runs(
             check_memory_destinations(SessionSummarizerSpec.model_validate(spec), "agents")
     assert said in str(refused.value)
     assert ("chart value" in str(refused.value)) == (kubeconfig is None)
+
+
+# Kubernetes' rules, stated here apart from controller/config.py: what each string setting
+# becomes (a watch, annotation keys, kopf's identity and Events' reportingInstance, a socket).
+def _label(s: str, limit: int = 63) -> bool:
+    return (
+        0 < len(s) <= limit
+        and set(s) <= set("abcdefghijklmnopqrstuvwxyz0123456789-")
+        and (s[0] != "-" and s[-1] != "-")
+    )
+
+
+def _subdomain(s: str) -> bool:
+    return len(s) <= 253 and all(_label(part, 253) for part in s.split("."))
+
+
+def _host(s: str) -> bool:
+    try:
+        ipaddress.ip_address(s)
+        return True
+    except ValueError:
+        return _subdomain(s.lower())
+
+
+RULES: tuple[tuple[str, Callable[[str], bool]], ...] = (
+    ("SSO_NAMESPACES", lambda s: all(_label(n.strip()) for n in s.split(",") if n.strip())),
+    ("SSO_ANNOTATION_PREFIX", _subdomain),
+    ("SSO_REPLICA_ID", lambda s: 0 < len(s) <= 128 and all("!" <= c <= "~" for c in s)),
+    ("SSO_METRICS_ADDRESS", _host),
+)
+_CHARS = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
+_NEAR = st.sampled_from("az09-.:,A _@/%\n\t\x7fé") | _CHARS
+_VALUES = st.one_of(
+    st.text(_NEAR, min_size=1, max_size=20),
+    st.from_regex(r"\A[a-z0-9]([-a-z0-9.]{0,300}[a-z0-9])?\Z", fullmatch=True),
+    st.builds(lambda c, n: c * n, st.sampled_from(["a", "a.", "A", "1-"]), st.integers(1, 140)),
+    st.ip_addresses().map(str),
+    st.lists(st.from_regex(r"\A[a-z0-9]{1,3}\Z", fullmatch=True) | _NEAR, max_size=4).map(",".join),
+)
+
+
+def _loads(env: dict[str, str]) -> bool:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SSO_")}
+    with mock.patch.dict(os.environ, {**clean, **env}, clear=True):
+        try:
+            OperatorConfig()
+            return True
+        except ValidationError as exc:
+            assert all(err["loc"] == (env_name(env).lower(),) for err in exc.errors()), exc
+            return False
+
+
+def env_name(env: dict[str, str]) -> str:
+    return next(iter(env)).removeprefix("SSO_")
+
+
+@hsettings(max_examples=400, deadline=None)
+@given(rule=st.sampled_from(RULES), value=_VALUES)
+def test_a_string_setting_loads_exactly_when_kubernetes_would_take_it(
+    rule: tuple[str, Callable[[str], bool]], value: str
+) -> None:
+    """A value the apiserver or the socket would refuse stops the operator at start, naming
+    the variable; any value they take loads (SSO_NAMESPACES='Bad NS,,@@' became watches)."""
+    name, kube_accepts = rule
+    assert _loads({name: value}) == (value == "" or kube_accepts(value)), (name, value)
+
+
+def test_the_defaults_and_the_charts_values_load() -> None:
+    """The chart sets SSO_NAMESPACES from watchNamespaces (its schema: DNS-1123 labels, the
+    same rule), SSO_REPLICA_ID from the Pod's name, SSO_METRICS_ADDRESS from its IP."""
+    chart = os.path.join(ROOT, "charts", "session-summary-operator")
+    with open(os.path.join(chart, "values.schema.json")) as fh:
+        item = json.load(fh)["properties"]["watchNamespaces"]["items"]
+    assert item["maxLength"] == 63 and item["pattern"] == "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+    for values in ("values.yaml", "values-kind.yaml", "values-neo.yaml"):
+        with open(os.path.join(chart, values)) as fh:
+            watched = (yaml.safe_load(fh) or {}).get("watchNamespaces") or []
+        assert _loads({"SSO_NAMESPACES": ",".join(watched)}), values
+    pod = "session-summary-operator-7d9f8b6c5d-x2k4q"
+    assert _loads({"SSO_REPLICA_ID": pod, "SSO_METRICS_ADDRESS": "10.244.0.7"})
+    assert _loads(
+        {"SSO_METRICS_ADDRESS": "fd00:10:244::7", "SSO_ANNOTATION_PREFIX": "memorycore.io"}
+    )
