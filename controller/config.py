@@ -7,6 +7,7 @@ import ipaddress
 import os
 import re
 import socket
+from types import MappingProxyType
 from typing import Annotated, Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -132,15 +133,27 @@ def in_pod() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not os.environ.get("KUBECONFIG")
 
 
+def _why(err: Any) -> str:
+    if err["type"] == "string_pattern_mismatch":  # the rule in words, not the pattern
+        return _PATTERN_RULES[err["loc"][0]]
+    return str(err["msg"]).removeprefix("Value error, ")
+
+
+_PATTERN_RULES = MappingProxyType({
+    "replica_id": "must be printable ASCII without spaces",
+    "annotation_prefix": "must be a DNS-1123 subdomain (lower-case letters, digits, '-' and '.')",
+})  # fmt: skip
+
+
 def load() -> OperatorConfig:
     """The settings from the environment; ConfigError names every invalid variable."""
     try:
         return OperatorConfig()
     except ValidationError as exc:
         problems = "; ".join(
-            f"SSO_{'_'.join(str(p) for p in err['loc']).upper()}={err['input']!r}: {err['msg']}"
+            f"SSO_{'_'.join(str(p) for p in err['loc']).upper()}={err['input']!r}: {_why(err)}"
             if err["loc"]
-            else str(err["msg"]).removeprefix("Value error, ")
+            else _why(err)
             for err in exc.errors()
         )
         raise ConfigError(f"session-summary-operator: invalid settings: {problems}") from None
