@@ -20,6 +20,9 @@ REFERENCES = "References"
 CHUNK_FALLBACK_MAX = 32
 _WORD = re.compile(r"\w{4,}")
 _SENTENCE_END = re.compile(r"[.!?;:\n]+")
+# quotes, markdown marks, brackets and a word's trailing punctuation: what two items may differ
+# by and still say one fact (a symbol inside a word, or before one, as in C++, !=, -5, €, counts)
+_DECORATION = re.compile(r"[\s\"'`*_()\[\]]+|[.,;:!?]+(?=[\s\"'`*_)\]]|$)")
 CANDIDATES_MAX = 2000  # memories an item is compared with, at most, before it is left unsourced
 WIDE, NARROW = 8, 4  # bytes of a key; NARROW ones (release 0.1.0's) are read, never written
 
@@ -33,7 +36,12 @@ def norm(text: str) -> str:
 
 
 def identity(text: str) -> str:
-    """What an item says, a quote's label aside: what items are deduplicated and keyed by."""
+    """What an item says, a quote's label aside: what items are deduplicated by."""
+    return " ".join(_DECORATION.sub(" ", unquoted(text).lower()).split())
+
+
+def _key_text(text: str) -> str:
+    """What items are keyed and attributed by: coarser than identity (stored keys keep it)."""
     return norm(unquoted(text))
 
 
@@ -43,7 +51,7 @@ def source_key(memory_id: str) -> str:
 
 def item_key(section: str, text: str) -> str:
     """The key of an item as stored (quoting.as_item)."""
-    return _hex(f"{section}\0{identity(text)}")
+    return _hex(f"{section}\0{_key_text(text)}")
 
 
 def _keys(name: str) -> tuple[str, str]:
@@ -52,7 +60,7 @@ def _keys(name: str) -> tuple[str, str]:
 
 
 def _names(section: str, text: str) -> set[str]:
-    return set(_keys(f"{section}\0{identity(text)}"))
+    return set(_keys(f"{section}\0{_key_text(text)}"))
 
 
 def _fields(memory: Memory) -> tuple[str, ...]:
@@ -77,7 +85,7 @@ class _Chunk:
 
     def attribute(self, text: str) -> list[str]:
         """The ids of the memories that say this item, by the rules of docs/privacy.md."""
-        key = identity(text)
+        key = _key_text(text)
         if not key or not self.ids:
             return []
         # looked for among the memories that have its rarest word (at most CANDIDATES_MAX)

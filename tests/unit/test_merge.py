@@ -109,6 +109,53 @@ def test_new_items_are_appended_after_the_prior_ones_without_duplicates() -> Non
     assert design[0].superseded_by == "queue of 5000"  # a repeat does not touch the original
 
 
+_WORDS = st.text(alphabet="abcdefghij", min_size=1, max_size=6)
+# one token, then the same token with a symbol that carries meaning changed or added
+_SYMBOL_CHANGES = st.sampled_from(
+    [
+        ("C", "C++"),
+        ("C", "C#"),
+        ("==", "!="),
+        ("<", "<="),
+        ("5", "-5"),
+        ("5", "+5"),
+        ("$400", "€400"),
+        ("$400", "£400"),
+        ("1.5", "15"),
+        ("a/b", "ab"),
+        ("x=1", "x-1"),
+    ]
+)
+_DECORATIONS = st.sampled_from(["{}", "{}.", "**{}**", "`{}`", " {}  ", "{}!", '"{}"', "{}:"])
+
+
+@given(st.lists(_WORDS, min_size=1, max_size=4), _SYMBOL_CHANGES, st.booleans(), st.booleans())
+@settings(max_examples=200)
+def test_facts_differing_in_one_meaningful_symbol_are_two_items(
+    words: list[str], change: tuple[str, str], flip: bool, marked: bool
+) -> None:
+    old, new = (" ".join([*words, token]) + "." for token in change[:: -1 if flip else 1])
+    before = prior().model_copy(deep=True)
+    before.sections["Design Choices"] = [SummaryItem(text=old)]
+    marks = [{"section": "design_choices", "item": old, "superseded_by": new}] if marked else []
+    after = merge_pass(before, update(design_choices=[new], supersede=marks), [memory(1)])
+    design = after.sections["Design Choices"]
+    assert [i.text for i in design] == [old, new]
+    assert design[0].superseded_by == (new if marked else None)
+
+
+@given(st.lists(_WORDS, min_size=1, max_size=4), _DECORATIONS, st.booleans())
+def test_case_spacing_quotes_markdown_and_end_punctuation_still_dedupe(
+    words: list[str], decoration: str, upper: bool
+) -> None:
+    text = " ".join(words)
+    repeat = decoration.format(text.upper() if upper else text)
+    before = prior().model_copy(deep=True)
+    before.sections["Design Choices"] = [SummaryItem(text=text + ".")]
+    after = merge_pass(before, update(design_choices=[repeat]), [memory(1)])
+    assert [i.text for i in after.sections["Design Choices"]] == [text + "."]
+
+
 def test_a_supersede_mark_annotates_the_item_and_never_removes_it() -> None:
     marks = [
         {
