@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from controller.core.chunking import memory_text
-from controller.core.item_sources import norm
+from controller.core.item_sources import identity
 from controller.core.memories import Memory
 from controller.core.merge import SECTION_KEYS, PassUpdate
 from controller.core.quoting import is_quoted, kind_of, quote
@@ -193,10 +193,10 @@ def degenerate_reason(
             return "the reply proposes no item although the memories have content"
         return None
     for items in (history, state):
-        counts = Counter(norm(text) for text in items)
+        counts = Counter(identity(text) for text in items)
         key, times = max(counts.items(), key=lambda kv: kv[1], default=("", 0))
         if times > 1:
-            shown = next(t for t in items if norm(t) == key)
+            shown = next(t for t in items if identity(t) == key)
             return f"the reply repeats the item {_show(shown)} {times} times: list each fact once"
     session_words = f" {' '.join(_words(session))} "
     for text in [*history, *state]:

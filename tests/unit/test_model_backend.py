@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from controller.core.chunking import estimate_tokens
 from controller.core.document import render_document
-from controller.core.item_sources import norm
+from controller.core.item_sources import identity
 from controller.core.memories import Memory
 from controller.core.merge import PassUpdate, merge_pass
 from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL
@@ -964,7 +964,7 @@ def test_every_parsed_reply_gets_a_verdict_not_an_exception(
         update, memories("Add retries on port 7103."), good_prior() if with_prior else None
     )
     for items in [*sections, state or []]:
-        if len({norm(t) for t in items}) < len(items):  # a repeat is always named
+        if len({identity(t) for t in items}) < len(items):  # a repeat is always named
             assert reason is not None and "repeats the item" in reason
     if not any(sections) and not state:
         assert reason is not None and "proposes no item" in reason
@@ -1091,3 +1091,16 @@ def test_reply_text_without_a_word_is_no_item_title_or_name(
     assert all(any(c.isalnum() for c in text) for text in said), said
     if prior is not None:
         assert merged.sections["Current State"] == prior.sections["Current State"]
+
+
+@given(
+    st.sampled_from([("C", "C++"), ("==", "!="), ("5", "-5"), ("$400", "€400"), ("<", "<=")]),
+    st.sampled_from(["questions_and_decisions", "design_choices", "current_state"]),
+)
+def test_two_items_differing_in_one_symbol_are_no_repeat(
+    change: tuple[str, str], section: str
+) -> None:
+    items = [f"Retry the parser at {token} now." for token in change]
+    update = PassUpdate.model_validate(valid_reply(**{section: items}))
+    reason = degenerate_reason(update, memories(*items), None)
+    assert reason is None or "repeats the item" not in reason
