@@ -670,3 +670,30 @@ def test_summarize_sends_memories_only_where_the_operator_would(
         assert bool(asked) == allowed, res.stdout + res.stderr
         if not allowed:
             assert res.returncode == 2 and "may not receive" in one_error_line(res.stderr)
+
+
+@pytest.mark.parametrize(
+    ("held", "new"),
+    [("Decided to write the parser in C.", "Decided to write the parser in C++."),
+     ("Retry only when status == 200.", "Retry only when status != 200."),
+     ("Retry only after 5 hours.", "Retry only after -5 hours."),
+     ("Decided to pay $400.", "Decided to pay €400.")],
+)  # fmt: skip
+def test_a_fact_differing_from_a_summarized_one_only_in_a_symbol_is_kept(
+    chroma_server: ChromaServer, held: str, new: str
+) -> None:
+    """Remembered, summarized, remembered again: a decision that differs from the one the
+    summary holds only in a symbol (C / C++, == / !=) is a second fact, not a repeat."""
+    from tests.support.cli import summaryctl_here
+
+    sid = f"symbol-{uuid.uuid4().hex[:8]}"
+    where = ["--chroma-url", chroma_server.url, "--memory-collection", "sym-memory",
+             "--summary-collection", "sym-sessions"]  # fmt: skip
+    for text in (held, new):
+        said = summaryctl_here("remember", sid, "--prompt", "Go on.", "--response", text, *where)
+        assert said.returncode == 0, said.stderr
+        done = summaryctl_here("summarize", sid, "--bypass-claim", *where)
+        assert done.returncode == 0, done.stderr
+    full = summaryctl_here("summaries", "--full", "--limit", "50", *where).stdout
+    kept = full[full.index(f"== {summary_row_id(sid)} ") :].split("\n== ")[0]
+    assert f"- {held}\n" in kept and f"- {new}\n" in kept.partition("## Current State")[0], kept
