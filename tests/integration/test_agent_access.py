@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from controller.core.memories import SUNSET_MARKER_TYPE
 from controller.core.naming import summary_object_name
@@ -42,18 +44,24 @@ def uid() -> str:
 # --- the roles ------------------------------------------------------------------------------
 
 
-def render_roles(h: Harness, *sets: str) -> dict[str, dict[str, Any]]:
-    """The chart's agent roles as `helm template` renders them, by role (sunset, view)."""
+PREFIX = f"{RELEASE}-session-summary-operator-{NS}-"
+
+
+def render(h: Harness, *sets: str) -> list[dict[str, Any]]:
     args = [str(h.cp.helm), "template", RELEASE, str(CHART), "-n", NS, *CHART_OFFLINE]
     for s in sets:
         args += ["--set", s]
     out = subprocess.run(args, env=h.cp.env(), capture_output=True, text=True, check=True)
-    docs = [d for d in yaml.safe_load_all(out.stdout) if d]
-    prefix = f"{RELEASE}-session-summary-operator-{NS}-"
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def render_roles(h: Harness, *sets: str) -> dict[str, dict[str, Any]]:
+    """The chart's agent roles as `helm template` renders them, by role (sunset, forget, view)."""
     return {
-        d["metadata"]["name"].removeprefix(prefix): d
-        for d in docs
-        if d["kind"] == "ClusterRole" and d["metadata"]["name"].endswith(("-sunset", "-view"))
+        d["metadata"]["name"].removeprefix(PREFIX): d
+        for d in render(h, *sets)
+        if d["kind"] == "ClusterRole"
+        and d["metadata"]["name"].endswith(("-sunset", "-forget", "-view"))
     }
 
 
@@ -81,7 +89,7 @@ def bind(h: Harness, role: str, service_account: str) -> None:
 def roles(harness: Harness) -> Iterator[dict[str, str]]:
     """The chart's sunset and view ClusterRoles, applied; their names by role."""
     rendered = render_roles(harness)
-    assert sorted(rendered) == ["sunset", "view"]
+    assert sorted(rendered) == ["forget", "sunset", "view"]
     harness.cp.kubectl_run("apply", "-f", "-", input=yaml.safe_dump_all(rendered.values()))
     yield {role: doc["metadata"]["name"] for role, doc in rendered.items()}
     for doc in rendered.values():
@@ -233,15 +241,168 @@ def test_the_agent_roles_join_the_built_in_edit_and_view_roles_only_when_asked(
             for role, doc in rendered.items()
         }
 
-    assert joined() == {"sunset": [], "view": []}
+    assert joined() == {"sunset": [], "forget": [], "view": []}
     assert joined("rbac.agentRoles.aggregateToEdit=true") == {
         "sunset": ["admin", "edit"],
+        "forget": ["admin"],
         "view": [],
     }
     assert joined(
         "rbac.agentRoles.aggregateToEdit=true", "rbac.agentRoles.aggregateToView=true"
-    ) == {"sunset": ["admin", "edit"], "view": ["admin", "edit", "view"]}
+    ) == {"sunset": ["admin", "edit"], "forget": ["admin"], "view": ["admin", "edit", "view"]}
     assert render_roles(harness, "rbac.agentRoles.create=false") == {}
+
+
+# --- forget and rebuild: the forget role, asked by the chart's admission policy -----------
+
+GATE_NS = "forget-gate"  # no summarizer: the operator leaves these objects' specs alone
+
+
+@pytest.fixture(scope="module")
+def forget_gate(harness: Harness, roles: dict[str, str]) -> Iterator[dict[str, str]]:
+    """The chart's forget policy applied; ServiceAccounts in GATE_NS bound to the sunset role
+    only and to sunset + forget; their usernames by name."""
+    h = harness
+    docs = [d for d in render(h) if d["metadata"]["name"] == PREFIX + "forget"]
+    assert sorted(d["kind"] for d in docs) == [
+        "ClusterRole", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+    ]  # fmt: skip
+    policy = [d for d in docs if d["kind"] != "ClusterRole"]
+    h.cp.kubectl_run("create", "namespace", GATE_NS, check=False)
+    users = {}
+    for sa, bound in {"sunset-only": ["sunset"], "forgetter": ["sunset", "forget"]}.items():
+        h.cp.kubectl_run("-n", GATE_NS, "create", "serviceaccount", sa, check=False)
+        for role in bound:
+            h.cp.kubectl_run(
+                "-n", GATE_NS, "create", "rolebinding", f"{sa}-{role}",
+                f"--clusterrole={roles[role]}", f"--serviceaccount={GATE_NS}:{sa}", check=False,
+            )  # fmt: skip
+        users[sa] = f"system:serviceaccount:{GATE_NS}:{sa}"
+    h.cp.kubectl_run("apply", "-f", "-", input=yaml.safe_dump_all(policy))
+
+    def enforced() -> bool:  # the policy reaches the API server's admission a moment later
+        res = gate_request(h, users["sunset-only"], None, {"action": "Forget"})
+        return res.returncode != 0 and "Forbidden" in res.stderr
+
+    wait_for(enforced, 30, 0.3, message="the forget policy enforced", log=h.log)
+    yield users
+    for d in policy:
+        h.cp.kubectl_run("delete", d["kind"], d["metadata"]["name"], check=False)
+
+
+def gate_request(
+    h: Harness, user: str, before: dict[str, Any] | None, asked: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    """As `user`: a create of a SessionSummary with spec `asked` (before None), or a patch of
+    `asked` into one the admin created with spec `before`. Server-side dry run: admission
+    runs, nothing is stored."""
+    name = f"gate-{uid()}"
+    spec = {"sessionId": name, "summarizerRef": "default"}
+    if before is None:
+        body = {"apiVersion": "memorycore.io/v1alpha1", "kind": "SessionSummary",
+                "metadata": {"name": name, "namespace": GATE_NS}, "spec": spec | asked}  # fmt: skip
+        return h.cp.kubectl_run(
+            "--as", user, "create", "--dry-run=server", "-f", "-", input=json.dumps(body),
+            check=False,
+        )  # fmt: skip
+    body = {"apiVersion": "memorycore.io/v1alpha1", "kind": "SessionSummary",
+            "metadata": {"name": name, "namespace": GATE_NS}, "spec": spec | before}  # fmt: skip
+    h.cp.kubectl_run("create", "-f", "-", input=json.dumps(body))
+    try:
+        return h.cp.kubectl_run(
+            "--as", user, "-n", GATE_NS, "patch", "ssum", name, "--dry-run=server",
+            "--type", "merge", "-p", json.dumps({"spec": asked}), check=False,
+        )  # fmt: skip
+    finally:
+        h.cp.kubectl_run("-n", GATE_NS, "delete", "ssum", name, "--wait=false", check=False)
+
+
+def optional(values: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.none() | values
+
+
+SPEC_FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "action": st.sampled_from(["Summarize", "Rebuild", "Forget"]),
+        "forgetMemories": st.booleans(),
+        "requestedAt": st.sampled_from(["2026-01-01T00:00:00Z", "2026-02-02T00:00:00Z"]),
+    },
+)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(before=optional(SPEC_FIELDS), asked=SPEC_FIELDS)
+def test_only_the_forget_role_newly_asks_a_forget_or_rebuild(
+    harness: Harness,
+    forget_gate: dict[str, str],
+    before: dict[str, Any] | None,
+    asked: dict[str, Any],
+) -> None:
+    """The same request by the sunset role alone and with the forget role: denied exactly
+    when it asks a new Forget/Rebuild pass (a create, or a spec change that leaves action
+    Forget/Rebuild: any spec change runs a pass) or sets forgetMemories newly true, and the
+    requester lacks the forget role."""
+    defaults = {"action": "Summarize", "forgetMemories": False}
+    old = None if before is None else defaults | before
+    new = defaults | (old or {}) | asked
+    new_pass = old is None or new != old
+    forget = (new_pass and new["action"] == "Forget") or (
+        new["forgetMemories"] and not (old or {}).get("forgetMemories")
+    )
+    rebuild = new_pass and new["action"] == "Rebuild"
+    allowed = gate_request(harness, forget_gate["forgetter"], before, asked)
+    assert allowed.returncode == 0, allowed.stderr
+    res = gate_request(harness, forget_gate["sunset-only"], before, asked)
+    if forget or rebuild:
+        assert res.returncode != 0, (before, asked)
+        sub = "forget" if forget else "rebuild"
+        assert f"create on sessionsummaries/{sub} (group memorycore.io)" in res.stderr
+        assert forget_gate["sunset-only"] in res.stderr and PREFIX + "forget" in res.stderr
+    else:
+        assert res.returncode == 0, res.stderr
+
+
+def test_summaryctl_forget_and_rebuild_need_the_forget_role_and_sunset_still_works(
+    harness: Harness, roles: dict[str, str], forget_gate: dict[str, str], tmp_path: Path
+) -> None:
+    """The defect: the sunset role alone forgot a session's memories. Now summaryctl says
+    which permission is missing; with the forget role it forgets, and a sunset after a
+    forget (the sweep's action Summarize) needs no more than the sunset role."""
+    h, u = harness, uid()
+    sunsetter, forgetter = f"agent-sunset-{u}", f"agent-forget-{u}"
+    bind(h, roles["sunset"], sunsetter)
+    bind(h, roles["sunset"], forgetter)
+    h.kubectl("create", "rolebinding", f"{forgetter}-forget", f"--clusterrole={roles['forget']}",
+              f"--serviceaccount={NS}:{forgetter}")  # fmt: skip
+    weak = h.cp.service_account_kubeconfig(NS, sunsetter, tmp_path / "weak.kubeconfig")
+    strong = h.cp.service_account_kubeconfig(NS, forgetter, tmp_path / "strong.kubeconfig")
+    sid, store = f"forget-gate-{u}", h.store()
+    load(store, [interaction(sid, i, now_ms() - 60_000 + i, f"Gate step {i}") for i in range(3)])
+    done = summaryctl_as(h, weak, "sunset", sid, "-n", NS, "--wait", "60")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    for argv in (["forget", sid, "--memories", "--yes"], ["forget", sid], ["rebuild", sid]):
+        refused = summaryctl_as(h, weak, *argv, "-n", NS)
+        print(f"$ summaryctl {' '.join(argv)}  # sunset role only\n{refused.stderr}")
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        sub = argv[0]
+        assert refused.stderr.startswith("summaryctl: error: ")
+        assert f"create on sessionsummaries/{sub} (group memorycore.io)" in refused.stderr
+    assert store.count_session(sid) == 3
+    assert h.obj(sid)["spec"]["action"] == "Summarize"
+
+    rebuilt = summaryctl_as(h, strong, "rebuild", sid, "-n", NS, "--wait", "60")
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    forgot = summaryctl_as(h, strong, "forget", sid, "-n", NS, "--memories", "--yes", "--wait=60")
+    assert forgot.returncode == 0, forgot.stdout + forgot.stderr
+    assert store.count_session(sid) == 0
+    load(store, [interaction(sid, 9, now_ms(), "After the forget")])
+    again = summaryctl_as(h, weak, "sunset", sid, "-n", NS, "--wait", "60")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert h.wait_phase(sid, "Summarized")["spec"]["forgetMemories"] is False
 
 
 # --- the sunset marker ----------------------------------------------------------------------

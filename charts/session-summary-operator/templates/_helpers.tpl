@@ -27,6 +27,10 @@
 {{- printf "%s-sunset" (include "sso.clusterName" . | trunc 246 | trimSuffix "-") }}
 {{- end }}
 
+{{- define "sso.forgetRoleName" -}}
+{{- printf "%s-forget" (include "sso.clusterName" . | trunc 246 | trimSuffix "-") }}
+{{- end }}
+
 {{- define "sso.viewRoleName" -}}
 {{- printf "%s-view" (include "sso.clusterName" . | trunc 248 | trimSuffix "-") }}
 {{- end }}
