@@ -48,13 +48,20 @@ class Target:
 def _normal_path(path: str) -> str | None:
     """The path a server resolves: escapes decoded once, backslashes as slashes, dot segments
     applied. None when an escape is left after decoding, or when the client's dot segments
-    on the path as written reach elsewhere ("/v1/a%2fb/../.." is sent as "/")."""
+    on the path as written reach elsewhere ("/v1/a%2fb/../.." is sent as "/", "/a//../c" as
+    "/a/c": the client keeps empty segments, RFC 3986's remove_dot_segments)."""
 
     def resolved(text: str) -> str:
         normal = posixpath.normpath("/" + unquote(text).replace("\\", "/").lstrip("/"))
         return "" if normal == "/" else normal
 
-    if "%" in unquote(path) or resolved(path) != resolved(posixpath.normpath("/" + path)):
+    sent: list[str] = []
+    for segment in path.split("/")[1:]:
+        if segment == "..":
+            sent = sent[:-1]
+        elif segment != ".":
+            sent.append(segment)
+    if "%" in unquote(path) or resolved(path) != resolved("/" + "/".join(sent)):
         return None
     return resolved(path)
 

@@ -13,7 +13,7 @@ from urllib.parse import unquote, urlsplit
 
 import httpx
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from controller.core.destinations import (
@@ -528,3 +528,26 @@ def test_a_name_with_the_roots_dot_is_another_host_than_the_name_without(
     assert httpx.URL(url).host.endswith(".") == url_dot  # what the client resolves
     assert within(url, prefix) == (prefix_dot == url_dot), url
     assert shown(url) == url.lower()
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    segments=st.lists(
+        st.sampled_from(["", ".", "..", "a", "b", "c", "%2e%2e", "..\\"]), max_size=8
+    ),
+    under=st.sampled_from(["", "/a", "/c", "/a/c", "/b/c"]),
+)
+@example(segments=["a", "", "..", "c"], under="/c")
+@example(segments=[":", "", "a.evil", "..", "..", ":", "", "*.evil"], under="/:/*.evil")
+def test_empty_and_dot_segments_are_judged_where_the_client_sends_them(
+    segments: list[str], under: str
+) -> None:
+    """`/a//../c` is sent as `/a/c` (the client keeps the empty segment `..` removes), not
+    `/c`: an allowed URL's path is the prefix's path, or under it, as the client sends it."""
+    url, prefix = "http://h/" + "/".join(segments), parse_prefix("http://h" + under)
+    assert prefix is not None
+    if within(url, prefix):
+        sent = reaches(url)
+        assert sent is not None, url
+        path = sent[3]
+        assert not under or path == under or path.startswith(under + "/"), (url, path)
