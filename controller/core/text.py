@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import itertools
 import json
 import re
 import unicodedata
@@ -20,8 +21,13 @@ EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 # What stands for a masked secret (controller/redaction.py).
 PLACEHOLDER = re.compile(r"\[redacted: [a-z0-9-]+\]")
 # What no reader sees: Unicode's Default_Ignorable_Code_Point, format characters (Cf) and
-# the rest of it by PropList.txt's ranges (unicodedata lacks the property).
-_FORMAT = "".join(c for c in map(chr, range(0x110000)) if unicodedata.category(c) == "Cf")
+# the rest of it by PropList.txt's ranges (unicodedata lacks the property). Cf is only in the
+# first two planes and plane 14: scanning those is a tenth of every code point's start-up cost.
+_FORMAT = "".join(
+    c
+    for c in map(chr, itertools.chain(range(0x20000), range(0xE0000, 0xE1000)))
+    if unicodedata.category(c) == "Cf"
+)
 IGNORABLE = re.compile(
     f"[{_FORMAT}\u034f\u115f\u1160\u17b4\u17b5\u180b-\u180f\u2065\u3164\ufe00-\ufe0f"
     "\uffa0\ufff0-\ufff8\U000e0000-\U000e0fff]"

@@ -8,6 +8,7 @@ is idempotent and keeps an item within ITEM_MAX.
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import pytest
 from hypothesis import given, settings
@@ -229,6 +230,12 @@ def test_disguised_injections_are_marked(text: str) -> None:
 
 
 UNSEEN = tuple(c for c in map(chr, range(0x110000)) if IGNORABLE.fullmatch(c))
+
+
+def test_every_format_character_is_one_no_reader_sees() -> None:
+    """IGNORABLE scans only the planes that hold format characters (Cf): none is elsewhere."""
+    missed = [c for c in map(chr, range(0x110000)) if unicodedata.category(c) == "Cf"]
+    assert [hex(ord(c)) for c in missed if not IGNORABLE.fullmatch(c)] == []
 
 
 @SETTINGS
