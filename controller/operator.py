@@ -123,10 +123,18 @@ def status_diffbase() -> kopf.DiffBaseStorage:
 
 
 class UnmarkedProgress(kopf.AnnotationsProgressStorage):
-    """kopf's handler progress without the `kopf-managed` marker (a patch per new object)."""
+    """kopf's handler progress; its `kopf-managed` marker only rides on a patch that removes
+    a progress annotation: never a patch of its own per new object, and never a patch that
+    empties the annotations (the apiserver drops the empty map, and kopf warns that the
+    patch came back "with inconsistencies")."""
 
     def _store_marker(self, prefix: str, patch: kopf.Patch, body: kopf.Body) -> None:
-        return None
+        if None in patch.metadata.annotations.values():
+            super()._store_marker(prefix, patch, body)
+
+    def purge(self, *, key: kopf.HandlerId, body: kopf.Body, patch: kopf.Patch) -> None:
+        super().purge(key=key, body=body, patch=patch)
+        self._store_marker(self.prefix, patch, body)
 
 
 @kopf.on.startup()

@@ -1,6 +1,7 @@
 """Where kopf keeps what it handled (controller/operator.py): the diff base in the status, so
-a pass sends one patch (its status), not a second one of the object's annotations; and
-no `kopf-managed` marker patched onto each new object. Real kopf storages, real bodies."""
+a pass sends one patch (its status), not a second one of the object's annotations; no
+`kopf-managed` marker patched onto each new object, yet never a patch that empties the
+annotations (kopf warns of inconsistencies). Real kopf storages, real bodies."""
 
 from __future__ import annotations
 
@@ -89,3 +90,62 @@ def test_a_retried_handler_s_progress_adds_no_kopf_managed_marker() -> None:
         key=kopf.HandlerId("summarize"), record=record, body=kopf.Body(raw), patch=stock_patch
     )
     assert f"{PREFIX}/kopf-managed" in stock_patch["metadata"]["annotations"]
+
+
+def merged(target: Any, patch: Any) -> Any:
+    """A JSON merge patch (RFC 7386) as the apiserver applies it, dropping an emptied
+    `metadata.annotations` map as it does."""
+    if not isinstance(patch, dict):
+        return patch
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merged(out.get(key), value)
+    if out.get("metadata", {}).get("annotations") == {}:
+        del out["metadata"]["annotations"]
+    return out
+
+
+progress_keys = st.sets(st.sampled_from(["summarize", "summarize.spec", "touch-dummy"]))
+
+
+@given(
+    st.dictionaries(label_keys.map(lambda k: f"example.com/{k}"), words, max_size=2), progress_keys
+)
+def test_kopf_s_last_patch_of_a_handled_object_comes_back_as_sent(
+    users: dict[str, str], progress: set[str]
+) -> None:
+    """kopf's patch after its handlers finished (its progress purged, its touch removed) is
+    checked by kopf against what the apiserver returns: an emptied annotations map, which the
+    apiserver drops, read as "Merge-patching finished with inconsistencies"."""
+    from kopf._cogs.structs import diffs
+    from kopf._core.actions.application import KNOWN_INCONSISTENCIES
+
+    annotations = {**users, **{f"{PREFIX}/{k}": '{"retries":1}' for k in progress}}
+    raw = {"metadata": {"name": "s", "namespace": "ns", "annotations": annotations}}
+    storage, body, patch = UnmarkedProgress(prefix=PREFIX), kopf.Body(raw), kopf.Patch()
+    for key in ("summarize", "summarize.spec"):
+        storage.purge(key=kopf.HandlerId(key), body=body, patch=patch)
+    storage.touch(body=body, patch=patch, value=None)  # as kopf's apply() does
+    result = merged(raw, copy.deepcopy(dict(patch)))
+    inconsistencies = [
+        (op, field, old, new)
+        for op, field, old, new in diffs.diff(dict(patch), result, scope=diffs.DiffScope.LEFT)
+        if old or new or field not in KNOWN_INCONSISTENCIES
+    ]
+    assert inconsistencies == []
+    assert not [
+        k for k in result["metadata"].get("annotations", {}) if k in annotations and k not in users
+    ]
+
+
+def test_a_first_pass_that_succeeds_patches_no_annotation() -> None:
+    raw = {"metadata": {"name": "s", "namespace": "ns"}, "spec": {}}
+    progress, body, patch = UnmarkedProgress(prefix=PREFIX), kopf.Body(raw), kopf.Patch()
+    record: Any = {"started": "2026-11-27T00:00:00Z", "success": True}
+    progress.store(key=kopf.HandlerId("summarize"), record=record, body=body, patch=patch)
+    progress.purge(key=kopf.HandlerId("summarize"), body=body, patch=patch)
+    progress.touch(body=body, patch=patch, value=None)
+    assert not patch.get("metadata", {}).get("annotations")
