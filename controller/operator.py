@@ -25,6 +25,7 @@ from controller import metrics
 from controller.api import FINALIZER
 from controller.config import CONFIG
 from controller.core.text import printable
+from controller.handlers.session_summary import Retry
 from controller.kube.claim_collector import ClaimCollector
 from controller.kube.client import release_finalizers
 from controller.kube.peering import (
@@ -234,6 +235,12 @@ def quiet_timer_successes(record: logging.LogRecord) -> bool:
     return not (message.startswith("Timer ") and message.endswith(" succeeded."))
 
 
+def quiet_retries(record: logging.LogRecord) -> bool:
+    """kopf logs each TemporaryError at ERROR, from inside its `except`: a Retry's line goes
+    (the handler logged why at its own level)."""
+    return not isinstance(sys.exc_info()[1], Retry)
+
+
 class OneLineFormatter(logging.Formatter):
     """A record's message on one line, control characters escaped, so no text can forge a
     record; a traceback's lines are indented (a line at column 0 begins a record)."""
@@ -254,6 +261,7 @@ def configure_logging(verbose: bool) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Chroma call otherwise
     # kopf logs each timer run that succeeded: every tick of every SessionSummarizer.
     logging.getLogger("kopf.objects").addFilter(quiet_timer_successes)
+    logging.getLogger("kopf.objects").addFilter(quiet_retries)
 
 
 def run(argv: list[str] | None = None) -> None:

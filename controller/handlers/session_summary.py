@@ -76,6 +76,12 @@ WAIT_JITTER = 0.25  # of each wait for another writer's claim, added at random
 log = logging.getLogger("controller.handlers.session_summary")
 
 
+class Retry(kopf.TemporaryError):
+    """A retry that is no failure (another writer holds the session, the claim moved on, the
+    operator stops): the handler logs why at its own level, and controller/operator.py leaves
+    out the ERROR line kopf logs for every TemporaryError."""
+
+
 def _claim_wait(retry: int) -> float:
     first_s, max_s = CONFIG.claim_retry_seconds, CONFIG.claim_retry_max_seconds
     return wait_delay(retry, first_s=first_s, max_s=max_s, jitter=WAIT_JITTER, rand=random.random())
@@ -311,7 +317,7 @@ async def summarize(
                 # Another object names the same session: say which one owns it for now.
                 record_waiting(body, patch, held, runtime.events)
             # Else another replica serves this very object: it writes the status.
-            raise kopf.TemporaryError(str(held), delay=delay) from None
+            raise Retry(str(held), delay=delay) from None
         except ClaimContended as contended:
             # The claim changed under us on every try and nobody holds it now: look again as
             # soon as a wait for another writer would, not after a failure's backoff.
@@ -320,14 +326,14 @@ async def summarize(
             logger.info(
                 "session %s: %s; looking again in %.1fs", parsed.session_id, contended, delay
             )
-            raise kopf.TemporaryError(str(contended), delay=delay) from None
+            raise Retry(str(contended), delay=delay) from None
         except ClaimLost as lost:
             metrics.CLAIM_CONFLICTS.inc()
             logger.warning("session %s: %s", parsed.session_id, lost)
-            raise kopf.TemporaryError(str(lost), delay=backoff_seconds(retry)) from None
+            raise Retry(str(lost), delay=backoff_seconds(retry)) from None
         except PassInterrupted as stopped:
             logger.info("session %s: %s", parsed.session_id, stopped)
-            raise kopf.TemporaryError(str(stopped), delay=backoff_seconds(retry)) from None
+            raise Retry(str(stopped), delay=backoff_seconds(retry)) from None
         except Failure as failure:
             trace.outcome = "failed"
             metrics.observe_summary("failed", time.monotonic() - started)

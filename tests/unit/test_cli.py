@@ -522,7 +522,8 @@ import yaml  # noqa: E402
 from controller.cli.commands import unserved  # noqa: E402
 from controller.cli.ledger import _report_lines  # noqa: E402
 from controller.cli.main import build_parser  # noqa: E402
-from controller.operator import configure_logging, quiet_timer_successes  # noqa: E402
+from controller.handlers.session_summary import Retry  # noqa: E402
+from controller.operator import configure_logging, quiet_retries, quiet_timer_successes  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -621,6 +622,26 @@ def operator_log() -> Iterator[io.StringIO]:
         root.setLevel(saved[1])
         httpx.setLevel(saved[2])
         kopf_objects.removeFilter(quiet_timer_successes)
+        kopf_objects.removeFilter(quiet_retries)
+
+
+def test_kopfs_error_line_for_a_retry_is_left_out_and_for_a_failure_kept() -> None:
+    """kopf logs every TemporaryError at ERROR from inside its `except` (kopf's execution.py);
+    a wait for another writer is a Retry, which the handler logged at INFO already."""
+    import kopf
+
+    with operator_log() as log_text:
+        for raised in (Retry("session 's' is being summarized by x"), kopf.TemporaryError("down")):
+            try:
+                raise raised
+            except kopf.TemporaryError as exc:
+                logging.getLogger("kopf.objects").error(
+                    f"Handler 'summarize' failed temporarily: {exc}"
+                )
+    lines = log_text.getvalue().splitlines()
+    assert [line.split(" ", 2)[2] for line in lines] == [
+        "ERROR kopf.objects Handler 'summarize' failed temporarily: down"
+    ]
 
 
 LINE_BREAKERS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\x1b[2K\x00\t\u202e"
