@@ -258,7 +258,9 @@ def configure_logging(verbose: bool) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Chroma call otherwise
+    # One line per call otherwise: Chroma's (httpx), the model's and embeddings' (httpx2).
+    for name in ("httpx", "httpx2"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     # kopf logs each timer run that succeeded: every tick of every SessionSummarizer.
     logging.getLogger("kopf.objects").addFilter(quiet_timer_successes)
     logging.getLogger("kopf.objects").addFilter(quiet_retries)

@@ -32,6 +32,7 @@ WAIT_S = 60
 MAX_LOOKS = looks_within(WAIT_S, first_s=1, max_s=30) + 1  # + the first try
 MAX_CALLS = 4 * MAX_LOOKS + 2
 SPEEDUP = 8
+NOT_QUIET = re.compile(r"^\S+ \S+ (ERROR|WARNING|CRITICAL) |inconsistencies", re.MULTILINE)
 CLAIM_RETRY = {
     "SSO_CLAIM_RETRY_SECONDS": str(1 / SPEEDUP),
     "SSO_CLAIM_RETRY_MAX_SECONDS": str(30 / SPEEDUP),
@@ -63,10 +64,13 @@ def test_a_minute_of_waiting_costs_a_few_calls_and_one_event(
     assert figures.waiting_calls[("patch", "sessionsummaries/status")] <= 1, shown
     # And the wait ends: once the other writer is done, it runs.
     assert figures.waiter_done == "Summarized"
+    # Its log says so at INFO, and has no line per model call.
+    text = (tmp_path / "waiting-operator.log").read_text()
+    assert "looking again in" in text and "HTTP Request" not in text, text
+    assert not NOT_QUIET.search(text), text
 
 
 LOG_NS = "quiet-log"
-NOT_QUIET = re.compile(r"^\S+ \S+ (ERROR|WARNING|CRITICAL) |inconsistencies", re.MULTILINE)
 
 
 def quiet_log_summarizer(url: str, sweep: bool) -> str:

@@ -609,8 +609,9 @@ def test_the_operator_log_drops_only_kopfs_timer_successes() -> None:
 def operator_log() -> Iterator[io.StringIO]:
     """Logging as the operator configures it, its stderr a buffer (pytest's capture handlers
     set aside: basicConfig configures only a root without handlers)."""
-    root, httpx, kopf_objects = (logging.getLogger(n) for n in ("", "httpx", "kopf.objects"))
-    saved = root.handlers[:], root.level, httpx.level
+    root, kopf_objects = logging.getLogger(), logging.getLogger("kopf.objects")
+    clients = [logging.getLogger(n) for n in ("httpx", "httpx2")]
+    saved = root.handlers[:], root.level, [c.level for c in clients]
     root.handlers.clear()
     buffer = io.StringIO()
     try:
@@ -620,9 +621,19 @@ def operator_log() -> Iterator[io.StringIO]:
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
-        httpx.setLevel(saved[2])
+        for client, level in zip(clients, saved[2], strict=True):
+            client.setLevel(level)
         kopf_objects.removeFilter(quiet_timer_successes)
         kopf_objects.removeFilter(quiet_retries)
+
+
+def test_the_operator_log_has_no_line_per_http_call() -> None:
+    """Chroma's client logs each request through httpx, the openai SDK (model, embeddings)
+    through httpx2, at INFO: a line per call, every pass."""
+    with operator_log() as log_text:
+        for name in ("httpx", "httpx2"):
+            logging.getLogger(name).info('HTTP Request: POST http://m/v1/chat "HTTP/1.1 200 OK"')
+    assert log_text.getvalue() == ""
 
 
 def test_kopfs_error_line_for_a_retry_is_left_out_and_for_a_failure_kept() -> None:
