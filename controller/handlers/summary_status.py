@@ -350,18 +350,21 @@ def report_forgotten(
     status and in a Normal Event."""
     gone = outcome.forgotten
     assert gone is not None
-    removed = [
-        "the summary row" if gone.row else "no summary row (there was none)",
-        f"{gone.ledger_records} record(s) of the operator's ledger (a tombstone of ids and "
-        "counts stays, so the sweep does not summarize the session again until its memories "
-        "change)",
+    found = [
+        "the summary row" if gone.row else "",
+        f"{gone.ledger_records} record(s) of the operator's ledger" if gone.ledger_records else "",
+        f"{_memories(gone.memories)} of the session" if gone.memories else "",
     ]
-    if spec.forget_memories:
-        removed.append(f"{_memories(gone.memories)} of the session")
+    what = (
+        "summary row, ledger entry or memory"
+        if spec.forget_memories
+        else "summary row or ledger entry"
+    )
     message = (
         f"forgot session {spec.session_id!r}, asked by {asked_by(body)}: removed "
-        + "; ".join(removed)
-        + f"; {_memories(gone.remaining)} of it remain"
+        + ("; ".join(filter(None, found)) or f"nothing: no {what} of it was found")
+        + "; its tombstone (ids and counts) keeps the sweep from summarizing it again until its "
+        f"memories change; {_memories(gone.remaining)} of it remain"
     )
     done: dict[str, Any] = {"trigger_source": spec.trigger, "consecutive_failures": 0}
     status = status_with(

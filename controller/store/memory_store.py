@@ -546,8 +546,9 @@ class MemoryStore(Collections):
         row = bool(self._by_id("summary", "reading the summary row", [], [row_id]))
         where = {"$and": [{"sessionId": session_id}, {"segment": {"$gte": 0}}]}
         segments = self._by_id("ledger", "listing the session's ledger segments", [], where)
-        removed = Forgotten(row, 1 + len(segments), len(ids) if memories else 0, len(left))
         head = self._metadata("ledger", [session_id]).get(session_id, {})
+        entry = len(segments) + bool(head and not is_tombstone(head))  # what a forget found
+        removed = Forgotten(row, entry, len(ids) if memories else 0, len(left))
         if request and is_tombstone(head) and head.get(REQUEST_KEY) == request:  # a retry
             removed = Forgotten(
                 row or head.get("removedRow") is True,

@@ -164,6 +164,25 @@ def test_forget_with_memories_deletes_them_and_needs_a_confirmation(harness: Har
     assert "3 memories of the session" in harness.obj(sid)["status"]["message"]
 
 
+def test_forgetting_a_session_that_never_existed_says_nothing_was_found(harness: Harness) -> None:
+    harness.kubectl(
+        "apply", "-f", "-",
+        input=summarizer_yaml("never", harness.chroma.url, memory="never-memory",
+                              summary="never-sessions"),
+    )  # fmt: skip
+    other = f"other-{uuid.uuid4().hex[:6]}"  # the memory collection exists; this id has none
+    load(
+        harness.store("never-memory", "never-sessions"),
+        [interaction(other, 0, 1_770_000_000_000, "Hi.")],
+    )
+    sid = f"never-{uuid.uuid4().hex[:6]}"
+    res = harness.summaryctl("forget", sid, "-n", NS, "--summarizer", "never", "--wait", "60")
+    assert res.returncode == 0, res.stdout + res.stderr
+    print(f"$ summaryctl forget {sid} -n {NS} --summarizer never --wait 60\n{res.stdout}")
+    assert "removed nothing: no summary row or ledger entry of it was found" in res.stdout
+    assert "record(s)" not in res.stdout and "0 memories of it remain" in res.stdout
+
+
 def test_a_rebuild_applied_with_kubectl_replaces_the_text_of_deleted_memories(
     harness: Harness,
 ) -> None:

@@ -9,6 +9,7 @@ timestamps in every unit."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import time
@@ -36,7 +37,7 @@ from controller.erasure import forget_session
 from controller.pipeline import Outcome, prior_coverage, summarize_session
 from controller.redaction import Redaction
 from controller.store.connection import StoreLocation, connect
-from controller.store.errors import StoreUnavailable
+from controller.store.errors import CollectionNotFound, StoreUnavailable
 from controller.store.memory_store import MemoryStore, newer_where
 from controller.store.session_listing import SMALL_SESSION
 from controller.sweep import plan_from_store
@@ -231,6 +232,34 @@ def test_a_forget_cut_after_its_tombstone_is_not_undone_and_completes_when_retri
     assert forgotten.kind == "forgotten"
     assert store.stored_summary(sid) is None and said not in everything_stored(store, sid)
     assert store.count_session(sid) == (0 if memories else 3)
+
+
+@SETTINGS
+@given(
+    memories=st.integers(0, 3), summarized=st.booleans(), delete=st.booleans(), again=st.booleans()
+)
+def test_a_forget_counts_only_what_it_found(
+    store: MemoryStore, memories: int, summarized: bool, delete: bool, again: bool
+) -> None:
+    """Whatever existed (memories or none, a summary or none, a tombstone already), a
+    forget's counts are what it found: a session never summarized has no ledger record to
+    remove, and a second forget removes nothing the first did not."""
+    sid = f"count-{uuid.uuid4().hex[:6]}"
+    load(store, [memory(sid, i, NOW - 60_000 + i, f"Step {i}.") for i in range(memories)])
+    if summarized:
+        summarize(store, sid)
+    if again:
+        forget_session(store, sid, memories=False)
+    got: list[Any] = []
+    with contextlib.suppress(CollectionNotFound):  # nothing summarized in this store yet
+        got = store.ledger().get(where={"sessionId": sid}, include=["metadatas"])["metadatas"] or []
+    records = sum("forgottenAt" not in (m or {}) for m in got)
+    row = store.stored_summary(sid) is not None
+    gone = forget_session(store, sid, memories=delete).forgotten
+    assert gone is not None
+    assert (gone.row, gone.ledger_records) == (row, records), (gone, got)
+    assert gone.memories == (memories if delete else 0)
+    assert gone.remaining == store.count_session(sid) == (0 if delete else memories)
 
 
 def _via(proxy: ChromaProxy, store: MemoryStore) -> StoreLocation:
