@@ -9,7 +9,7 @@ summaryctl remember SESSION_ID      write a memory as an agent does (--prompt/--
                                     --sunset-marker); an empty Chroma gets the collection
 summaryctl summaries --limit N      the newest summaries, as the next agent reads them at boot
 summaryctl ledger SESSION_ID        the operator's state beside a session's summary row
-summaryctl verify SESSION_ID...     which memories no summary covers (exit 1 when any)
+summaryctl verify SESSION_ID...     which memories no summary covers (exit 1 when any, or none)
 summaryctl handover                 hand the store to this cluster (other clusters' records go)
 summaryctl summarize ID... --bypass-claim
                                     recovery path: summarize straight into Chroma, no operator

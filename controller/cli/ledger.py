@@ -125,7 +125,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         out(*json.dumps(reports, indent=2).split("\n"))
     for report in [] if args.json else reports:
         out(*_report_lines(report))
-    return 1 if any(r["uncovered"] for r in reports) else 0
+    return 1 if any(r["uncovered"] or not r["memories"] for r in reports) else 0  # not verified
 
 
 def _report(session_id: str, prior: PriorSummary | None, rows: SessionRows) -> dict[str, Any]:

@@ -223,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
         "their operators first; docs/operations.md)",
     )
 
-    about = "which memories of the sessions no summary covers (exit 1 when any)"
+    about = "which memories of the sessions no summary covers (exit 1 when any, or none exist)"
     p = command("verify", ledger.cmd_verify, about)
     p.add_argument("session_ids", nargs="+", type=session_id_arg, metavar="SESSION_ID")
     p.add_argument("--json", action="store_true")

@@ -588,6 +588,27 @@ def test_verify_of_a_session_without_memories_never_says_they_are_covered(summar
     assert lines == ["s: no memory carries this sessionId: nothing to cover (is the id right?)"]
 
 
+@given(
+    sessions=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=4),
+    as_json=st.booleans(),
+)
+def test_verify_succeeds_only_when_every_session_has_memories_and_all_are_covered(
+    sessions: list[tuple[int, int]], as_json: bool
+) -> None:
+    """An id with no memories is not verified (a mistyped id, memories gone): exit 1, as
+    `summarize` of such an id, with or without --json."""
+    reports = iter([report(total, min(uncovered, total)) for total, uncovered in sessions])
+    store = argparse.Namespace(read_summary=lambda sid: None, session_rows=lambda sid: None)
+    ids = [f"s{i}" for i in range(len(sessions))]
+    with (
+        store_serving(store),
+        mock.patch("controller.cli.ledger._report", lambda *a: next(reports)),
+    ):
+        code, out, _ = run(["verify", *ids, *(["--json"] if as_json else []), "--path", "/x"])
+    failed = any(total == 0 or uncovered for total, uncovered in sessions)
+    assert code == (1 if failed else 0), (sessions, out)
+
+
 def test_verify_names_what_is_not_covered_yet() -> None:
     lines = _report_lines(report(3, 1, [{"id": "u", "timestamp": None, "summarized": False}]))
     assert lines[0].startswith("s: 1 of its 3 memories are not covered (no pass of its summary")
