@@ -26,11 +26,12 @@ BUILT_ON_KEY = "builtOnDigest"  # the row document the write read: its text is i
 FORGOTTEN_KEY = "forgottenAt"  # a tombstone's: the session was forgotten at that time (ms)
 REQUEST_KEY = "forgetRequest"  # the forget that wrote a tombstone (its object's uid, generation)
 REMOVED_KEYS = ("removedRow", "removedRecords", "removedMemories")  # reported whole by its retry
+FORGOTTEN_BY_KEY = "forgottenBy"  # who asked, and through which object (the owner's status says it)
 # Every key a head of ours sets (plan_write's, a tombstone's): see replacing_head.
 HEAD_KEYS = (
     *("sessionId", "ledgerFormat", "generation", "segments", "lists", FENCE_KEY, AUTHORITY_KEY),
     *(ROW_DIGEST_KEY, BUILT_ON_KEY, "summarizedAt", "rowsDigest", FORGOTTEN_KEY, "memoryCount"),
-    *(REQUEST_KEY, *REMOVED_KEYS),
+    *(REQUEST_KEY, FORGOTTEN_BY_KEY, *REMOVED_KEYS),
 )
 # Records are found by id, never by meaning, but Chroma wants a vector: one 1-d constant.
 LEDGER_VECTOR = (1.0,)

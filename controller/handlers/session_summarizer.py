@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import functools
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from controller.core.fencing import AuthorityRecord, FenceUnavailable
 from controller.core.reconcile_plan import RowCursor
 from controller.core.requeue import to_ask_again_with_progress
 from controller.core.text import one_line
+from controller.handlers.summary_status import forgotten_by_another
 from controller.kube import client as kube
 from controller.probes import health_conditions
 from controller.reconcile import ReconcileResult, reconcile_step
@@ -54,7 +56,6 @@ from controller.sweep import (
     MarkerScanResult,
     SweepResult,
     apply_retention,
-    retention_policy,
     run_marker_scan,
     run_sweep,
 )
@@ -338,14 +339,14 @@ async def scan_markers(body: kopf.Body, name: str, namespace: str | None, **kw: 
 
 
 async def _retention(tick: _Tick) -> None:
-    """Deletes the summarizer's finished objects past their phase's TTL, once per
-    spec.sweep.intervalSeconds (also when sweeps are off: retention is not the sweep's)."""
+    """Deletes the summarizer's finished objects past their phase's TTL and tells those still
+    Summarized that their session was forgotten, once per spec.sweep.intervalSeconds (also
+    when sweeps are off: neither is the sweep's)."""
     spec = tick.spec
-    if retention_policy(spec).keeps_everything or not due(
-        tick.status.last_retention_at, spec.sweep.interval_seconds
-    ):
+    if not due(tick.status.last_retention_at, spec.sweep.interval_seconds):
         return
     at = now_rfc3339()
+    await tick.in_thread("telling forgotten sessions", functools.partial(_tell_forgotten, tick))
 
     def retain() -> int:
         with tick.runtime.scheduler.background() as pause:
@@ -361,6 +362,34 @@ async def _retention(tick: _Tick) -> None:
             "retention by %s: deleted %d expired SessionSummaries", CONFIG.replica_id, deleted
         )
     await tick.set_fields(last_retention_at=at, deleted_by_retention=deleted)
+
+
+def _tell_forgotten(tick: _Tick) -> None:
+    """This summarizer's Summarized objects whose session's ledger head is a tombstone: another
+    object (any namespace, any cluster on the store) forgot the session since their pass."""
+    said = (
+        obj
+        for obj in kube.iter_summaries(tick.namespace, CONFIG.list_chunk_size)
+        if (obj.get("spec") or {}).get("summarizerRef", "default") == tick.name
+        and (status := obj.get("status") or {}).get("phase") == "Summarized"
+        and status.get("observedGeneration") == obj["metadata"].get("generation")
+    )
+    with tick.runtime.scheduler.background() as pause:
+        while page := list(itertools.islice(said, CONFIG.list_chunk_size)):
+            pause()
+            with tick.store() as store:
+                forgotten = store.tombstones([str(obj["spec"].get("sessionId")) for obj in page])
+            for obj in page:
+                if (tombstone := forgotten.get(str(obj["spec"].get("sessionId")))) is None:
+                    continue
+                told, meta = forgotten_by_another(obj, tombstone), obj["metadata"]
+                if kube.patch_summary_status(
+                    meta["namespace"], meta["name"], told, meta["resourceVersion"]
+                ):  # else changed since it was listed: a pass of its own says what holds
+                    message = str(told["message"])
+                    tick.runtime.events.post(
+                        obj, type_="Normal", reason="Forgotten", message=message
+                    )
 
 
 async def _reconcile(tick: _Tick) -> None:

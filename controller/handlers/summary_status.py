@@ -3,7 +3,7 @@ status/conditions.py) from an Outcome or a Failure, and the Events a user must s
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import kopf
 from pydantic.alias_generators import to_camel
@@ -17,6 +17,7 @@ from controller.api import (
     SummaryProvenance,
 )
 from controller.config import CONFIG, backoff_seconds
+from controller.core.ledger import FORGOTTEN_BY_KEY, FORGOTTEN_KEY
 from controller.core.memories import FUTURE_TOLERANCE_MS
 from controller.core.summary import StructuredSummary
 from controller.core.text import ms_to_rfc3339
@@ -367,18 +368,34 @@ def report_forgotten(
         f"memories change; {_memories(gone.remaining)} of it remain"
     )
     done: dict[str, Any] = {"trigger_source": spec.trigger, "consecutive_failures": 0}
+    patch.status.update(forgotten_status(body, message, ok=True, **done))
+    events.post(body, type_="Normal", reason="Forgotten", message=message)
+
+
+def forgotten_status(body: kopf.Body, message: str, *, ok: bool, **fields: Any) -> dict[str, Any]:
+    """Phase Forgotten. No summary any more: only what says the session was forgotten stays;
+    the rest described the summary, its pass or the memories it covered (a null deletes it)."""
     status = status_with(
-        body, phase="Forgotten", reason="Forgotten", message=message, ok=True, **done
+        body, phase="Forgotten", reason="Forgotten", message=message, ok=ok, **fields
     )
-    # No summary any more: only what says the forget was done stays; the rest described the
-    # summary, its pass or the memories it covered. A null deletes a field.
     status.conditions = [
         c for c in status.conditions or [] if c.type not in (SINGLE_WRITER, MEMORY_TIMES)
     ]
-    patch.status.update(status.to_api())
     described = SessionSummaryStatus.model_fields.keys() - FORGET_KEEPS
-    patch.status.update({to_camel(field): None for field in described})
-    events.post(body, type_="Normal", reason="Forgotten", message=message)
+    return {**status.to_api(), **{to_camel(field): None for field in described}}
+
+
+def forgotten_by_another(obj: dict[str, Any], tombstone: dict[str, Any]) -> dict[str, Any]:
+    """The status of a Summarized object whose session another object (of any namespace or
+    cluster on the store) forgot since: Summarized False, when and by whom."""
+    message = (
+        f"session {tombstone.get('sessionId')!r} was forgotten at "
+        f"{ms_to_rfc3339(tombstone[FORGOTTEN_KEY])} by "
+        f"{tombstone.get(FORGOTTEN_BY_KEY) or 'another SessionSummary'}: its summary row and "
+        "the operator's state of it are gone; new memories (the sweep) or `summaryctl sunset` "
+        "summarize it again"
+    )
+    return forgotten_status(kopf.Body(cast(kopf.RawBody, obj)), message, ok=False)
 
 
 def _memories(n: int) -> str:

@@ -200,10 +200,16 @@ def request_summary(
     return name, "patched"
 
 
-def patch_summary_status(namespace: str, name: str, status: dict[str, Any]) -> bool:
-    """A merge patch of a SessionSummary's status; False when the object is gone."""
+def patch_summary_status(
+    namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
+) -> bool:
+    """A merge patch of a SessionSummary's status; False when the object is gone (or, with
+    resource_version, changed since)."""
     patch = custom().patch_namespaced_custom_object_status
-    return applied((404,), patch, namespace, SUMMARY_PLURAL, name, {"status": status})
+    body = {"status": status, "metadata": {"resourceVersion": resource_version}}
+    if resource_version is None:
+        del body["metadata"]
+    return applied((404, 409), patch, namespace, SUMMARY_PLURAL, name, body)
 
 
 def iter_summaries(namespace: str, page_size: int = 500) -> Iterator[dict[str, Any]]:

@@ -25,6 +25,7 @@ from controller.core.fencing import (
     recorded_fence,
 )
 from controller.core.ledger import (
+    FORGOTTEN_BY_KEY,
     FORGOTTEN_KEY,
     LEDGER_FORMAT,
     LEDGER_VECTOR,
@@ -372,11 +373,14 @@ class MemoryStore(Collections):
         """memoryCount and timestamp of these sessions' summaries or tombstones."""
         rows = self._metadata("summary", session_ids).items()
         states = {s: _state(m.get("memoryCount"), m.get("timestamp")) for s, m in rows}
-        heads = self._metadata("ledger", [s for s in session_ids if s not in states])
-        for sid, head in heads.items():
-            if is_tombstone(head):
-                states[sid] = _state(head.get("memoryCount"), head.get(FORGOTTEN_KEY))
+        for sid, head in self.tombstones([s for s in session_ids if s not in states]).items():
+            states[sid] = _state(head.get("memoryCount"), head.get(FORGOTTEN_KEY))
         return states
+
+    def tombstones(self, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """The ledger heads of these sessions that are tombstones (forgotten since written)."""
+        heads = self._metadata("ledger", session_ids).items()
+        return {sid: head for sid, head in heads if is_tombstone(head)}
 
     def rows_digests(self, session_ids: Sequence[str]) -> dict[str, str]:
         """Each session's ledger head rowsDigest; sessions without one are left out."""
@@ -535,7 +539,13 @@ class MemoryStore(Collections):
         self._on(role, what, upsert, create=True)
 
     def forget_state(
-        self, session_id: str, fence: Mapping[str, int | str], *, memories: bool, request: str
+        self,
+        session_id: str,
+        fence: Mapping[str, int | str],
+        *,
+        memories: bool,
+        request: str,
+        by: str = "",
     ) -> Forgotten:
         """Replaces the ledger head with a tombstone (first, so a forget cut short leaves
         nothing a pass would carry), then deletes the row, the segments and (with memories)
@@ -563,6 +573,7 @@ class MemoryStore(Collections):
             "rowsDigest": digest_text(digest(left)),
             "memoryCount": len(left),
             REQUEST_KEY: request,
+            FORGOTTEN_BY_KEY: by,
             "removedRow": removed.row,
             "removedRecords": removed.ledger_records,
             "removedMemories": removed.memories,

@@ -17,10 +17,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.api import SessionSummaryStatus
-from controller.core.ledger import REMOVED_KEYS, REQUEST_KEY
+from controller.core.ledger import FORGOTTEN_BY_KEY, REMOVED_KEYS, REQUEST_KEY
 from controller.core.naming import summary_object_name, summary_row_id
-from devenv.processes import tail, wait_for
-from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
+from devenv.operator import start_operator
+from devenv.processes import stop, tail, wait_for
+from tests.integration.harness import (
+    NS,
+    Harness,
+    conditions_of,
+    interaction,
+    load,
+    summarizer_yaml,
+)
 
 
 def fact() -> str:
@@ -84,7 +92,7 @@ def test_a_forgotten_session_is_gone_audited_and_not_swept_back_until_it_changes
     # ... and nothing of the head it replaced (Chroma's upsert merges metadata).
     kept = {"sessionId", "ledgerFormat", "forgottenAt", "rowsDigest", "memoryCount"}
     # The forget request and what it removed (uid/generation, counts) stay for its retry.
-    kept |= {REQUEST_KEY, *REMOVED_KEYS}
+    kept |= {REQUEST_KEY, FORGOTTEN_BY_KEY, *REMOVED_KEYS}
     assert set(tombstone) <= {*kept, "fence", "fenceAuthority"}, tombstone
     assert "Baker" not in json.dumps(tombstone)
     assert store.stored_summary(sid) is None
@@ -162,6 +170,54 @@ def test_forget_with_memories_deletes_them_and_needs_a_confirmation(harness: Har
     assert res.returncode == 0, res.stdout + res.stderr
     assert store.count_session(sid) == 0
     assert "3 memories of the session" in harness.obj(sid)["status"]["message"]
+
+
+def test_a_forget_in_another_namespace_turns_the_owners_summary_forgotten(
+    harness: Harness,
+) -> None:
+    """The owner's `kubectl get ssum` no longer says Summarized once another namespace's
+    object (another operator, the same store) forgot the session: its retention tick reads
+    the tombstone and says when and by whom."""
+    memory, summary, cp = "owner-memory", "owner-sessions", harness.cp
+    sweep = "enabled: false, intervalSeconds: 5"  # retention's clock: the owner looks every 5 s
+    harness.kubectl(
+        "apply", "-f", "-",
+        input=summarizer_yaml("owner", harness.chroma.url, memory=memory, summary=summary,
+                              sweep=sweep),
+    )  # fmt: skip
+    other = f"forget-b-{uuid.uuid4().hex[:5]}"
+    cp.kubectl_run("create", "namespace", other)
+    b_summarizer = summarizer_yaml("b", harness.chroma.url, memory=memory, summary=summary)
+    cp.kubectl_run(
+        "apply", "-f", "-", input=b_summarizer.replace(f"namespace: {NS}", f"namespace: {other}")
+    )
+    sid = f"owned-{uuid.uuid4().hex[:6]}"
+    load(harness.store(memory, summary), [interaction(sid, 0, 1_770_000_000_000, "Use Rust.")])
+    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "owner", "--wait", "60")
+    assert res.returncode == 0, res.stdout + res.stderr
+    log = harness.log.with_name(f"{other}.log")
+    proc = start_operator(
+        log, dict(cp.env(), SSO_REPLICA_ID="b"), "--standalone", "--namespace", other
+    )
+    try:
+        res = harness.summaryctl("forget", sid, "-n", other, "--summarizer", "b", "--wait", "90")
+        assert res.returncode == 0, res.stdout + res.stderr + tail(log)
+    finally:
+        stop(proc)
+    owner = harness.wait_phase(sid, "Forgotten", timeout=60)
+    status = owner["status"]
+    print(f"owner: {status['message']}")
+    cond = conditions_of(owner)["Summarized"]
+    assert (cond["status"], cond["reason"]) == ("False", "Forgotten"), cond
+    assert "forgotten at" in status["message"] and "via summaryctl" in status["message"]
+    assert f"SessionSummary {other}/{summary_object_name(sid)}" in status["message"], status
+    # `kubectl get ssum`: no MEMORIES, SUMMARIZED, TITLE of a summary that is gone.
+    assert not {"memoryCount", "summarizedAt", "title"} & status.keys(), status
+    said = wait_for(lambda: events(harness, sid, "Forgotten"), 30, 0.3, message="Forgotten Event")
+    assert said[0]["message"] == status["message"]
+    # A sunset summarizes it again, from its memories.
+    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "owner", "--wait", "60")
+    assert res.returncode == 0 and harness.obj(sid)["status"]["phase"] == "Summarized", res.stdout
 
 
 def test_forgetting_a_session_that_never_existed_says_nothing_was_found(harness: Harness) -> None:
