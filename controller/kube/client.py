@@ -206,10 +206,8 @@ def patch_summary_status(
     """A merge patch of a SessionSummary's status; False when the object is gone (or, with
     resource_version, changed since)."""
     patch = custom().patch_namespaced_custom_object_status
-    body = {"status": status, "metadata": {"resourceVersion": resource_version}}
-    if resource_version is None:
-        del body["metadata"]
-    return applied((404, 409), patch, namespace, SUMMARY_PLURAL, name, body)
+    meta = {"metadata": {"resourceVersion": resource_version}} if resource_version else {}
+    return applied((404, 409), patch, namespace, SUMMARY_PLURAL, name, {"status": status, **meta})
 
 
 def iter_summaries(namespace: str, page_size: int = 500) -> Iterator[dict[str, Any]]:
