@@ -277,13 +277,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     from controller.store.errors import EmbeddingMismatch, InvalidStoreConfig, StoreUnavailable
     from controller.summarizers.chat_prompt import ModelUnavailable
 
-    if args.local:
-        out(
-            "summaryctl: warning: --local is deprecated and will be removed in the next "
-            "release; use --bypass-claim",
-            err=True,
-        )
-    if not (args.bypass_claim or args.local):
+    if not args.bypass_claim:
         raise CliError(
             "summarize writes to Chroma directly, bypassing the operator's single-writer "
             "claim; pass --bypass-claim to confirm that no operator is running against this "

@@ -205,7 +205,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="required: write without the operator's session claim, confirming that no "
         "operator writes to this store meanwhile (was --local)",
     )
-    p.add_argument("--local", action="store_true", help=argparse.SUPPRESS)  # its old name
 
     p = command(
         "ledger",

@@ -162,26 +162,6 @@ def test_summarize_of_an_unknown_session_fails_and_names_it(
     assert "Traceback" not in res.stderr
 
 
-def test_the_old_local_flag_still_summarizes_and_warns_naming_the_new_one(
-    chroma_server: ChromaServer,
-) -> None:
-    """--local, the flag's name before --bypass-claim, works for one more release."""
-    url = chroma_server.url
-    cols = ["--memory-collection", "cli-memory-old", "--summary-collection", "cli-sessions-old"]
-    loc = StoreLocation(
-        url=url, memory_collection="cli-memory-old", summary_collection="cli-sessions-old"
-    )
-    session = SAMPLE_SESSIONS[1]
-    load(MemoryStore(connect(loc), loc), memory_rows(session, 1_700_000_000_000))
-    res = summaryctl("summarize", session.session_id, "--local", "--chroma-url", url, *cols)
-    assert res.returncode == 0, res.stderr
-    assert f"[1/1] {session.session_id}: summarized" in res.stdout
-    assert res.stderr.strip() == (
-        "summaryctl: warning: --local is deprecated and will be removed in the next release; "
-        "use --bypass-claim"
-    )
-
-
 def test_summarize_without_bypass_claim_explains_the_single_writer_rule() -> None:
     res = summaryctl("summarize", "abc", "--chroma-url", "http://127.0.0.1:9")
     assert res.returncode == 2

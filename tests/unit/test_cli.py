@@ -257,17 +257,11 @@ def test_summarize_with_bypass_claim_goes_on_to_the_store(tmp_path: object) -> N
     assert "deprecated" not in err
 
 
-def test_the_old_local_flag_still_bypasses_the_claim_and_warns_naming_the_new_one(
-    tmp_path: object,
-) -> None:
+def test_the_removed_local_flag_is_refused_not_taken_for_bypass_claim(tmp_path: object) -> None:
     with no_cluster(str(tmp_path)):
         code, _, err = run(["summarize", "s1", "--local", "--chroma-url", REFUSED])
-    warning, error = err.strip().splitlines()
-    assert warning == (
-        "summaryctl: warning: --local is deprecated and will be removed in the next release; "
-        "use --bypass-claim"
-    )
-    assert code == 2 and "cannot connect to Chroma" in error  # past the claim check
+    assert code == 2 and "unrecognized arguments: --local" in err
+    assert "cannot connect to Chroma" not in err  # stopped before any store was reached
 
 
 def test_summarize_help_names_bypass_claim_not_the_old_local(tmp_path: object) -> None:
