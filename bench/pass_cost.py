@@ -140,6 +140,7 @@ from __future__ import annotations  # memory_rows' annotations are never evaluat
 import json, os, sys, time
 import numpy as np
 from controller.embeddings.minilm import LocalMiniLMEmbedding
+from controller.core.naming import summary_row_id
 from controller.pipeline import summarize_session
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
@@ -195,7 +196,7 @@ for _ in range(job["reps"]):
     server.append(None if s0 is None else s1 - s0)
     chunk_passes.append(outcome.passes)
 got = client.get_collection(location.summary_collection).get(
-    ids=[outcome.summary_id], include=["metadatas", "documents"])
+    ids=[summary_row_id(outcome.session_id)], include=["metadatas", "documents"])
 print(json.dumps({
     "memories": outcome.memory_count, "history_s": round(history_s, 1),
     "wall_ms": [round(w) for w in wall], "cpu_ms": [round(c) for c in cpu],

@@ -20,7 +20,6 @@ from controller.core.coverage import PriorCoverage, digest_of_text, digest_text
 from controller.core.item_sources import forget_gone, partly_gone, rekeyed
 from controller.core.memories import Memory, is_excluded, placed
 from controller.core.merge import derived_title, merge_pass
-from controller.core.naming import summary_row_id
 from controller.core.provenance import PassTokens, Provenance, added_text, pass_tokens
 from controller.core.summary import OtherWriter, PriorSummary, StructuredSummary, validate_summary
 from controller.core.visibility import (
@@ -77,10 +76,6 @@ class Outcome:
     rebuilt: bool = False  # written from the memories alone, the prior's text replaced
     dropped_items: int = 0  # items whose memories were all deleted (core/item_sources.py)
     forgotten: Forgotten | None = None  # what a forget removed (controller/erasure.py)
-
-    @property
-    def summary_id(self) -> str:
-        return summary_row_id(self.session_id)
 
 
 @dataclass(frozen=True)

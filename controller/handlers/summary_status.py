@@ -19,6 +19,7 @@ from controller.api import (
 from controller.config import CONFIG, backoff_seconds
 from controller.core.ledger import FORGOTTEN_BY_KEY, FORGOTTEN_KEY
 from controller.core.memories import FUTURE_TOLERANCE_MS
+from controller.core.naming import summary_row_id
 from controller.core.summary import StructuredSummary
 from controller.core.text import ms_to_rfc3339
 from controller.kube.claims import ClaimHeld
@@ -283,7 +284,7 @@ def report(
     summary = outcome.summary
     assert summary is not None
     written_ms = summary.summarized_at_ms  # the row's: a later pass shows the same instant
-    common.update(title=summary.title, summary_id=outcome.summary_id)
+    common.update(title=summary.title, summary_id=summary_row_id(outcome.session_id))
     if outcome.kind == "up-to-date":
         reason, message = "UpToDate", f"summary already covers all {outcome.memory_count} memories"
         earlier = current_status(body).summarized_at
