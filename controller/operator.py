@@ -8,6 +8,7 @@ import contextlib
 import ctypes
 import datetime as dt
 import faulthandler
+import functools
 import gc
 import importlib
 import logging
@@ -44,17 +45,14 @@ from controller.runtime import PEERING_NAME, RunOptions, Runtime
 log = logging.getLogger("controller.operator")
 
 
-def _leader_watcher(runtime: Runtime) -> Any:
-    def changed(leader: str | None, previous: str | None) -> None:
-        runtime.leader = leader
-        metrics.ACTIVE_REPLICA.labels(CONFIG.replica_id).set(leader == CONFIG.replica_id)
-        role = "this replica" if leader == CONFIG.replica_id else "another replica"
-        if leader is None:
-            log.warning("no active replica (peers share the top priority, or none is alive)")
-        else:
-            log.info("active replica is now %s (%s; was %s)", leader, role, previous)
-
-    return changed
+def _leader_changed(runtime: Runtime, leader: str | None, previous: str | None) -> None:
+    runtime.leader = leader
+    metrics.ACTIVE_REPLICA.labels(CONFIG.replica_id).set(leader == CONFIG.replica_id)
+    role = "this replica" if leader == CONFIG.replica_id else "another replica"
+    if leader is None:
+        log.warning("no active replica (peers share the top priority, or none is alive)")
+    else:
+        log.info("active replica is now %s (%s; was %s)", leader, role, previous)
 
 
 async def _trim_heap(interval: float = 30.0) -> None:
@@ -186,7 +184,7 @@ async def configure(
             CONFIG.replica_id,
             run.peering,
             run.namespaces,
-            _leader_watcher(runtime),
+            functools.partial(_leader_changed, runtime),
             runtime.events,
             standalone=run.standalone,
             grace_s=2.0 * CONFIG.peering_lifetime,
