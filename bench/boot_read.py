@@ -71,7 +71,7 @@ from aiohttp import ClientSession, ClientTimeout, web
 from chromadb.api import ClientAPI
 
 from controller.embeddings.minilm import MINILM_DIMENSION, LocalMiniLMEmbedding
-from controller.pipeline import summarize_session
+from controller.pipeline import Backends, summarize_session
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from devenv.bench import QuickRuns, bench_chroma, parse_bench_args
@@ -276,7 +276,9 @@ def write_our_rows(
                 metadatas=[cast(Any, r[3]) for r in chunk],
                 embeddings=np.full((len(chunk), MINILM_DIMENSION), 0.05, dtype=np.float32),
             )
-            outcome = summarize_session(store, sid, embed=embed, writer="bench", trigger="manual")
+            outcome = summarize_session(
+                Backends(store, embed), sid, writer="bench", trigger="manual"
+            )
             if outcome.kind != "summarized":
                 raise RuntimeError(f"{sid}: pass over memories {first}..: {outcome.kind}")
             passes += 1

@@ -46,7 +46,7 @@ from controller.core.document import render_document
 from controller.core.memories import Memory, render_interaction_document
 from controller.core.summary import StructuredSummary
 from controller.embeddings.remote import OpenAICompatibleEmbedding
-from controller.pipeline import run_pass, summarize_session
+from controller.pipeline import Backends, run_pass, summarize_session
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from controller.summarizers.chat_model import ChatModelSummarizer
@@ -189,7 +189,7 @@ def run_backend(
             actions.append(action_fact(session, step))
             script(session, step)
             outcome = summarize_session(
-                store, sid, embed=embed, writer="bench", trigger="manual", summarizer=summarizer
+                Backends(store, embed, summarizer=summarizer), sid, writer="bench", trigger="manual"
             )
             assert outcome.kind == "summarized" and outcome.passes == 1, outcome
             tally.tokens += outcome.tokens_used
@@ -237,7 +237,7 @@ def long_session(
             embeddings=np.ones((len(rows), 2), dtype=np.float32),
         )
         outcome = summarize_session(
-            store, sid, embed=embed, writer="bench", trigger="manual", summarizer=summarizer
+            Backends(store, embed, summarizer=summarizer), sid, writer="bench", trigger="manual"
         )
         assert outcome.kind == "summarized", outcome
     stored = store.stored_summary(sid)  # the row's document, and the ledger's sections

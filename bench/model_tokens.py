@@ -45,7 +45,7 @@ if __package__ in (None, ""):
 
 from bench.fact_retention import Fact, chunk_facts, retained
 from controller.embeddings.remote import OpenAICompatibleEmbedding
-from controller.pipeline import summarize_session
+from controller.pipeline import Backends, summarize_session
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from controller.summarizers.chat_model import ChatModelSummarizer
@@ -208,12 +208,10 @@ def main() -> int:
             mark = meters["neo"].take(server, mark)
             trigger = "sunset" if label == "sunset" else "sweep"
             summarize_session(
-                store,
+                Backends(store, lambda texts: list(encoder(texts)), summarizer=ours),
                 sid,
-                embed=lambda texts: list(encoder(texts)),
                 writer="bench",
                 trigger=trigger,
-                summarizer=ours,
             )
             meters["ours"].take(server, mark)
             for name, meter in meters.items():

@@ -210,19 +210,30 @@ def summarize_all(
 def _summarize(store: MemoryStore, sid: str, summarizer: Summarizer | None) -> bool:
     """One pass; False when the model backend refused its replies or was unavailable."""
     if summarizer is None:
-        outcome = summarize_session(store, sid, embed=_embed, writer="bench", trigger="manual")
+        outcome = _pass(store, sid)
         assert outcome.kind == "summarized", outcome
         return True
     from controller.summarizers.chat_prompt import InvalidModelOutput, ModelUnavailable
 
     try:
-        outcome = summarize_session(
-            store, sid, embed=_embed, writer="bench", trigger="manual", summarizer=summarizer
-        )
+        outcome = _pass(store, sid, summarizer=summarizer)
     except (InvalidModelOutput, ModelUnavailable) as failed:
         print(f"# {sid}: nothing stored: {str(failed)[:160]}", flush=True)
         return False
     return outcome.kind == "summarized"
+
+
+def _pass(store: MemoryStore, sid: str, **parts: Any) -> Any:
+    """summarize_session as this tree takes it, or as --before's older one (parts as keywords)."""
+    try:
+        from controller.pipeline import Backends
+    except ImportError:
+        return summarize_session(
+            store, sid, embed=_embed, writer="bench", trigger="manual", **parts
+        )
+    return summarize_session(
+        Backends(store, _embed, **parts), sid, writer="bench", trigger="manual"
+    )
 
 
 @contextlib.contextmanager

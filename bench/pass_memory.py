@@ -129,10 +129,20 @@ store = MemoryStore(connect(location), location)
 embed = LocalMiniLMEmbedding()
 embed(["warm the model up"])
 every = {"checkpoint_passes": int(sys.argv[4])} if len(sys.argv) > 4 else {}
+
+def summarize(session, **options):
+    try:
+        from controller.pipeline import Backends
+    except ImportError:  # --before: a tree whose summarize_session takes its parts as keywords
+        return summarize_session(store, session, embed=embed, writer="bench", trigger="bench",
+                                 **options)
+    return summarize_session(Backends(store, embed), session, writer="bench", trigger="bench",
+                             **options)
+
 fresh = rss_mb("VmRSS")
 # Idle is an operator that has summarized once: a 30-memory session first (the first
 # summary-sized embedding allocates the BLAS buffers and maps the pages it reads).
-summarize_session(store, sys.argv[3], embed=embed, writer="bench", trigger="bench")
+summarize(sys.argv[3])
 import ctypes, gc
 gc.collect()
 ctypes.CDLL("libc.so.6").malloc_trim(0)
@@ -141,9 +151,7 @@ idle = rss_mb("VmRSS")
 # twice): writing 5 to clear_refs resets VmHWM to the current RSS.
 Path("/proc/self/clear_refs").write_text("5")
 started = time.monotonic()
-outcome = summarize_session(
-    store, sys.argv[2], embed=embed, writer="bench", trigger="bench", **every
-)
+outcome = summarize(sys.argv[2], **every)
 print(json.dumps({
     "kind": outcome.kind, "memories": outcome.memory_count, "passes": outcome.passes,
     "checkpoints": outcome.checkpoints, "pass_s": round(time.monotonic() - started, 1),

@@ -49,7 +49,7 @@ import httpx2
 
 from controller.core.summary import StructuredSummary
 from controller.embeddings.minilm import LocalMiniLMEmbedding
-from controller.pipeline import summarize_session
+from controller.pipeline import Backends, summarize_session
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from controller.summarizers.chat_model import ChatModelSummarizer
@@ -145,7 +145,7 @@ def run_transcript(
 ) -> None:
     sid = f"bench-{transcript.name}-{uuid.uuid4().hex[:8]}"
     store.add_memories(*zip(*memory_rows(sid, transcript.before), strict=True), create=True)
-    summarize_session(store, sid, embed=embed, writer="bench", trigger="manual")
+    summarize_session(Backends(store, embed), sid, writer="bench", trigger="manual")
     prior = store.read_summary(sid)
     assert isinstance(prior, StructuredSummary)
     rows = memory_rows(sid, transcript.after, start=len(transcript.before))
@@ -158,7 +158,7 @@ def run_transcript(
     stored = True
     try:
         summarize_session(
-            store, sid, embed=embed, writer="bench", trigger="manual", summarizer=summarizer
+            Backends(store, embed, summarizer=summarizer), sid, writer="bench", trigger="manual"
         )
     except InvalidModelOutput:
         stored = False

@@ -45,7 +45,7 @@ if __package__ in (None, ""):  # `python bench/references.py` from the repositor
 from bench.fact_retention import interaction_rows
 from controller.core.document import REFERENCES_HEADING, render_document
 from controller.core.memories import Memory
-from controller.pipeline import run_pass, summarize_session
+from controller.pipeline import Backends, run_pass, summarize_session
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from controller.summarizers.chat_model import ChatModelSummarizer
@@ -191,7 +191,7 @@ def run_backend(
             expected += [r for r in chunk(session, step).references if r not in expected]
             script(session, step)
             outcome = summarize_session(
-                store, sid, embed=embed, writer="bench", trigger="sweep", summarizer=summarizer
+                Backends(store, embed, summarizer=summarizer), sid, writer="bench", trigger="sweep"
             )
             assert outcome.kind == "summarized" and outcome.passes == 1, outcome
             got = store.summaries().get(ids=[f"summary_{sid}"], include=["documents"])

@@ -7,8 +7,7 @@ and a value goes only to a URL its Secret allows and the allowed endpoints admit
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 
 from controller.api import ModelSpec, SecretKeyRef, SessionSummarizerSpec
 from controller.config import CONFIG
@@ -26,25 +25,11 @@ from controller.core.destinations import (
     judge_secret,
     memory_destination_refusal,
 )
-from controller.core.visibility import VisibilityRules
 from controller.embeddings.spec import EmbeddingSpec
 from controller.kube import client as kube
-from controller.pipeline import Embedder
 from controller.redaction import Redaction
 from controller.store.connection import StoreLocation
-from controller.store.memory_store import MemoryStore
 from controller.summarizers.chat_prompt import ChatModelConfig
-from controller.summarizers.contract import Summarizer
-
-
-@dataclass(frozen=True)
-class Backends:
-    store: MemoryStore
-    embed: Embedder
-    excluded_types: Sequence[str]
-    summarizer: Summarizer
-    visibility: VisibilityRules
-    redaction: Redaction
 
 
 def redaction_of(spec: SessionSummarizerSpec) -> Redaction:

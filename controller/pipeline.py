@@ -54,6 +54,19 @@ class PassInterrupted(Exception):
 
 
 @dataclass(frozen=True)
+class Backends:
+    """What a pass runs with: the operator's from summarizer_parts.py, summaryctl's from its
+    settings, both from a SessionSummarizer's spec (backends.py)."""
+
+    store: MemoryStore
+    embed: Embedder
+    excluded_types: Sequence[str] = ()
+    summarizer: Summarizer = EXTRACTIVE
+    visibility: VisibilityRules = DEFAULT_VISIBILITY
+    redaction: Redaction = DEFAULT_REDACTION
+
+
+@dataclass(frozen=True)
 class Outcome:
     kind: OutcomeKind
     session_id: str
@@ -292,21 +305,16 @@ def _summarized(
 
 
 def summarize_session(
-    store: MemoryStore,
+    backends: Backends,
     session_id: str,
     *,
-    embed: Embedder,
     writer: str,
     trigger: str,
-    excluded_types: Sequence[str] = (),
-    summarizer: Summarizer = EXTRACTIVE,
     chunk_size: int | None = None,
     checkpoint_passes: int = CHECKPOINT_PASSES,
     guard: WriteGuard | None = None,
-    visibility: VisibilityRules = DEFAULT_VISIBILITY,
     stop: Callable[[], bool] | None = None,
     group: GroupWrite = write_alone,
-    redaction: Redaction = DEFAULT_REDACTION,
     rebuild: bool = False,
     phase: PhaseTimer = untimed,
 ) -> Outcome:
@@ -316,8 +324,9 @@ def summarize_session(
     asked between chunks: when True the summary so far is written and PassInterrupted raised.
     A row another writer rewrote, or masked under other rules, is written even with nothing new.
     """
+    store, summarizer, redaction = backends.store, backends.summarizer, backends.redaction
     mask = PassRedaction(redaction)
-    excluded = functools.partial(is_excluded, excluded_types=excluded_types)
+    excluded = functools.partial(is_excluded, excluded_types=backends.excluded_types)
 
     def again_of(ids: list[str]) -> list[Memory]:
         with phase("read"):
@@ -327,13 +336,13 @@ def summarize_session(
     done = _start(store, read, summarizer, again_of, guard)
     if isinstance(done, Outcome):
         return done
-    rows, seen_by = read.rows, row_visibility(read.rows.sources, visibility)
+    rows, seen_by = read.rows, row_visibility(read.rows.sources, backends.visibility)
 
     def write(summary: StructuredSummary, done: _Progress) -> Written:
         return write_row(
             store,
             summary.model_copy(update={"masked_with": redaction.fingerprint}),
-            embed=embed,
+            embed=backends.embed,
             writer=writer,
             trigger=trigger,
             guard=guard,

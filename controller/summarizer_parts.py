@@ -14,8 +14,6 @@ from typing import Any, Literal, TypeVar, cast
 
 from controller.api import SessionSummarizerSpec
 from controller.backends import (
-    Backends,
-    Embedder,
     chat_model_config,
     check_memory_destinations,
     embedding_spec,
@@ -24,6 +22,7 @@ from controller.backends import (
 )
 from controller.embeddings.minilm import EmbeddingFunction, LocalMiniLMEmbedding, MiniLMWeights
 from controller.embeddings.spec import EmbeddingSpec, build_embedding_function
+from controller.pipeline import Backends, Embedder
 from controller.scheduling import PassScheduler
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable, caused_by

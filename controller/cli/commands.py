@@ -287,22 +287,13 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     not_found: list[str] = []
     total = len(args.session_ids)
     skipped = (StoreUnavailable, EmbeddingMismatch, EmbeddingError, ModelUnavailable, ValueError)
+    writer = f"summaryctl@{os.uname().nodename}"
     with open_store(args) as (store, summarizer):
-        parts = summarize_backends(store, summarizer)
+        backends = summarize_backends(store, summarizer)
         for i, session_id in enumerate(args.session_ids, 1):
             shown = f"[{i}/{total}] {session_id}"
             try:
-                outcome = summarize_session(
-                    store,
-                    session_id,
-                    embed=parts.embed,
-                    writer=f"summaryctl@{os.uname().nodename}",
-                    trigger="manual",
-                    excluded_types=parts.excluded_types,
-                    summarizer=parts.summarizer,
-                    visibility=parts.visibility,
-                    redaction=parts.redaction,
-                )
+                outcome = summarize_session(backends, session_id, writer=writer, trigger="manual")
             except InvalidStoreConfig:  # a refused setting: stop here (open_store says it)
                 raise
             except skipped as exc:  # this session's pass failed: on to the next

@@ -24,7 +24,7 @@ from controller.cli.failures import kube_call, summarizer_object
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
 from controller.embeddings.spec import build_embedding_function
-from controller.pipeline import Embedder
+from controller.pipeline import Backends, Embedder
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import (
     CollectionNotFound,
@@ -204,7 +204,7 @@ def embedder(summarizer: SummarizerSettings) -> Embedder:
     return lambda texts: list(ef(texts))
 
 
-def summarize_backends(store: MemoryStore, summarizer: SummarizerSettings) -> backends.Backends:
+def summarize_backends(store: MemoryStore, summarizer: SummarizerSettings) -> Backends:
     """What `summaryctl summarize` runs with: the operator's parts for that summarizer."""
     spec = summarizer.spec
     check_memory_destination(summarizer, "model.baseUrl")
@@ -214,7 +214,7 @@ def summarize_backends(store: MemoryStore, summarizer: SummarizerSettings) -> ba
 
         config = backends.chat_model_config(spec.model, summarizer.namespace, read_secret, PROGRAM)
         chosen = ChatModelSummarizer(config)
-    return backends.Backends(
+    return Backends(
         store,
         embedder(summarizer),
         tuple(spec.excluded_memory_types),

@@ -226,16 +226,11 @@ def summarize_claimed(
                     )
                 else:
                     outcome = summarize_session(
-                        backends.store,
+                        backends,
                         spec.session_id,
-                        embed=backends.embed,
                         writer=config.replica_id,
                         trigger=spec.trigger,
-                        excluded_types=backends.excluded_types,
-                        summarizer=backends.summarizer,
                         guard=handle,
-                        visibility=backends.visibility,
-                        redaction=backends.redaction,
                         stop=runtime.stopping.is_set,
                         group=runtime.scheduler.store_write,
                         rebuild=spec.action == "Rebuild",

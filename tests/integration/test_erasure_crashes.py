@@ -26,7 +26,7 @@ from typing import Any, Literal
 import pytest
 
 from controller.erasure import forget_session
-from controller.pipeline import Outcome, summarize_session
+from controller.pipeline import Backends, Outcome, summarize_session
 from controller.store import memory_store
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable, StoreUnreachable
@@ -89,7 +89,7 @@ def failing_store(chroma: ChromaServer, name: str, plan: FailingWrites) -> Itera
 
 def summarize(store: MemoryStore, sid: str, **options: Any) -> Outcome:
     return summarize_session(
-        store, sid, embed=row_vectors, writer="crash-test", trigger="test", **options
+        Backends(store, row_vectors), sid, writer="crash-test", trigger="test", **options
     )
 
 

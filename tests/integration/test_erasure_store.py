@@ -34,7 +34,7 @@ from controller.core.summary import LEGACY_HEADING
 from controller.core.visibility import SessionSources
 from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.erasure import forget_session
-from controller.pipeline import Outcome, prior_coverage, summarize_session
+from controller.pipeline import Backends, Outcome, prior_coverage, summarize_session
 from controller.redaction import Redaction
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import CollectionNotFound, StoreUnavailable
@@ -87,8 +87,8 @@ def memory(sid: str, i: int, ts: object, prompt: str, response: str = "Done.") -
     return (f"{sid}-{i:04d}", render_interaction_document(prompt, "", response), meta)
 
 
-def summarize(store: MemoryStore, sid: str, **options: Any) -> Outcome:
-    return summarize_session(store, sid, embed=embed, writer="it", trigger="manual", **options)
+def summarize(store: MemoryStore, sid: str, **parts: Any) -> Outcome:
+    return summarize_session(Backends(store, embed, **parts), sid, writer="it", trigger="manual")
 
 
 def everything_stored(store: MemoryStore, sid: str) -> str:

@@ -24,7 +24,7 @@ from controller.core.memories import Memory, render_interaction_document
 from controller.core.naming import summary_object_name
 from controller.core.row_ownership import RowChangedDuringPass
 from controller.core.summary import PriorSummary
-from controller.pipeline import summarize_session
+from controller.pipeline import Backends, summarize_session
 from controller.store.memory_store import MemoryStore
 from controller.summarizers.contract import Proposal
 from controller.summarizers.extractive import EXTRACTIVE
@@ -256,7 +256,7 @@ def test_a_memory_that_lands_while_a_pass_runs_is_covered_by_the_next_pass(
     late_facts = [r[2]["prompt"].split()[1] for r in landing]
     embed = _embedder()
     first = summarize_session(
-        store, sid, embed=embed, writer="t", trigger="manual", summarizer=WritesMeanwhile()
+        Backends(store, embed, summarizer=WritesMeanwhile()), sid, writer="t", trigger="manual"
     )
     assert first.kind == "summarized" and first.memory_count == 3  # never the rows it missed
     report = verify(harness, sid, memory, summary)
@@ -265,7 +265,7 @@ def test_a_memory_that_lands_while_a_pass_runs_is_covered_by_the_next_pass(
         "newer than the summary",
         "landed behind the summary",
     }
-    again = summarize_session(store, sid, embed=embed, writer="t", trigger="manual")
+    again = summarize_session(Backends(store, embed), sid, writer="t", trigger="manual")
     assert again.kind == "summarized" and again.memory_count == 5 and again.late_memories == 1
     assert_every_fact_kept(store, sid, facts + late_facts)
     assert verify(harness, sid, memory, summary)["uncovered"] == 0
@@ -479,7 +479,7 @@ def test_a_row_another_writer_rewrites_during_a_pass_is_not_overwritten(
     facts = [fact() for _ in range(2)]
     load(store, [row(sid, NOW - 60_000 + i * 1000, f) for i, f in enumerate(facts)])
     embed = _embedder()
-    assert summarize_session(store, sid, embed=embed, writer="t", trigger="manual").kind == (
+    assert summarize_session(Backends(store, embed), sid, writer="t", trigger="manual").kind == (
         "summarized"
     )
     theirs = "THEIR-TEXT: written by another writer during the pass."
@@ -503,14 +503,17 @@ def test_a_row_another_writer_rewrites_during_a_pass_is_not_overwritten(
     load(store, [row(sid, NOW - 1000, late := fact())])
     try:
         summarize_session(
-            store, sid, embed=embed, writer="t", trigger="manual", summarizer=RewrittenMeanwhile()
+            Backends(store, embed, summarizer=RewrittenMeanwhile()),
+            sid,
+            writer="t",
+            trigger="manual",
         )
     except RowChangedDuringPass:
         pass
     else:
         raise AssertionError("the pass wrote over the other writer's row")
     assert stored_row(store, sid)[0] == theirs  # left as the other writer wrote it
-    again = summarize_session(store, sid, embed=embed, writer="t", trigger="manual")
+    again = summarize_session(Backends(store, embed), sid, writer="t", trigger="manual")
     assert again.other_writer is not None and again.kind == "summarized"
     document, _ = stored_row(store, sid)
     assert theirs in render_document_of(store, sid)

@@ -21,7 +21,7 @@ from controller.core.fencing import Fence
 from controller.core.ledger import RowState
 from controller.core.summary import StructuredSummary
 from controller.kube.claims import ClaimLost, SessionClaimHandle
-from controller.pipeline import summarize_session
+from controller.pipeline import Backends, summarize_session
 from controller.scheduling import PassScheduler, SchedulerLimits
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import EmbeddingMismatch
@@ -92,7 +92,9 @@ def test_passes_writing_at_once_share_upserts_and_each_row_is_its_own_pass_s(
     )
     refused = set(rng.sample(sessions, 3))
     # One earlier write of a refused session: its row must stay as it was.
-    summarize_session(store, sorted(refused)[0], embed=_embed, writer="before", trigger="manual")
+    summarize_session(
+        Backends(store, _embed), sorted(refused)[0], writer="before", trigger="manual"
+    )
     kept = store.summaries().get(ids=[f"summary_{sorted(refused)[0]}"], include=["documents"])
     late = sorted(refused)[0]
     load(store, [interaction(late, 99, base + 99_000, "A later turn: nothing is up to date")])
@@ -104,9 +106,8 @@ def test_passes_writing_at_once_share_upserts_and_each_row_is_its_own_pass_s(
     def run(sid: str) -> None:
         try:
             summarize_session(
-                store,
+                Backends(store, _embed),
                 sid,
-                embed=_embed,
                 writer="group",
                 trigger="manual",
                 guard=Guard(100 + sessions.index(sid), lost=sid in refused),

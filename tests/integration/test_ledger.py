@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from controller.core.summary_row import READER_ROW_KEYS
 from controller.embeddings.minilm import LocalMiniLMEmbedding
-from controller.pipeline import summarize_session
+from controller.pipeline import Backends, summarize_session
 from controller.store.memory_store import MemoryStore
 from devenv.processes import wait_for
 from tests.integration.harness import Harness, interaction, load, summarizer_yaml
@@ -46,7 +46,7 @@ def fact(sid: str, k: int) -> str:
 
 def summarize(store: MemoryStore, sid: str, chunk_size: int | None = None) -> Any:
     return summarize_session(
-        store, sid, embed=embed, writer="ledger-test", trigger="test", chunk_size=chunk_size
+        Backends(store, embed), sid, writer="ledger-test", trigger="test", chunk_size=chunk_size
     )
 
 
@@ -175,7 +175,7 @@ def test_an_unreadable_ledger_entry_stops_the_pass_and_a_rebuild_replaces_it(
     got = store.ledger().get(ids=[f"summary_{sid}"], include=["documents"])
     assert got["documents"] == ["{not json"]
     rebuilt = summarize_session(
-        store, sid, embed=embed, writer="ledger-test", trigger="test", rebuild=True
+        Backends(store, embed), sid, writer="ledger-test", trigger="test", rebuild=True
     )
     assert rebuilt.kind == "summarized" and rebuilt.rebuilt
     assert all(fact(sid, k) in everything(store, sid) for k in range(2))

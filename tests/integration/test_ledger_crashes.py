@@ -31,7 +31,7 @@ from controller.core.ledger import ROW_DIGEST_KEY, read_entry
 from controller.core.naming import summary_row_id
 from controller.core.row_ownership import DIGEST_KEY, document_digest
 from controller.core.summary_row import READER_ROW_KEYS
-from controller.pipeline import Outcome, summarize_session
+from controller.pipeline import Backends, Outcome, summarize_session
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable
 from controller.store.memory_store import MemoryStore
@@ -59,9 +59,8 @@ def through(proxy: ChromaProxy, summary: str = SESSIONS) -> MemoryStore:
 
 def summarize(store: MemoryStore, sid: str, **kwargs: Any) -> Outcome:
     return summarize_session(
-        store,
+        Backends(store, row_vectors),
         sid,
-        embed=row_vectors,
         writer="crash-test",
         trigger="test",
         chunk_size=2,

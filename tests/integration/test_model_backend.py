@@ -17,7 +17,7 @@ import pytest
 from controller.core.memories import render_interaction_document
 from controller.core.summary import HISTORY_SECTIONS
 from controller.embeddings.minilm import LocalMiniLMEmbedding
-from controller.pipeline import summarize_session
+from controller.pipeline import Backends, summarize_session
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from controller.summarizers.chat_model import ChatModelSummarizer
@@ -161,7 +161,9 @@ def test_no_scripted_reply_replaces_a_good_summary_with_a_worse_one(
     s = summarizer(model_server)
     load(store, [interaction(sid, i, 1_760_000_000_000 + i, step(i)) for i in range(2)])
     model_server.script_chat(Reply(FIRST))
-    first = summarize_session(store, sid, embed=embed, writer="it", trigger="manual", summarizer=s)
+    first = summarize_session(
+        Backends(store, embed, summarizer=s), sid, writer="it", trigger="manual"
+    )
     assert first.kind == "summarized" and first.tokens_used > 0
     good_doc, good_meta = row(store, sid)
     assert "Model saw: make the exporter listen on port 7103." in good_doc
@@ -172,7 +174,9 @@ def test_no_scripted_reply_replaces_a_good_summary_with_a_worse_one(
     model_server.script_chat(*steps)
     if failure is not None:
         with pytest.raises(failure):
-            summarize_session(store, sid, embed=embed, writer="it", trigger="manual", summarizer=s)
+            summarize_session(
+                Backends(store, embed, summarizer=s), sid, writer="it", trigger="manual"
+            )
         assert row(store, sid) == (good_doc, good_meta)  # untouched, to the byte
         if injected:
             user = model_server.requests_to("/chat/completions")[-1].body["messages"][1]["content"]
@@ -181,7 +185,7 @@ def test_no_scripted_reply_replaces_a_good_summary_with_a_worse_one(
         return
 
     outcome = summarize_session(
-        store, sid, embed=embed, writer="it", trigger="manual", summarizer=s
+        Backends(store, embed, summarizer=s), sid, writer="it", trigger="manual"
     )
     assert outcome.kind == "summarized" and outcome.memory_count == 3
     doc, meta = row(store, sid)
@@ -220,7 +224,7 @@ def test_a_20000_memory_session_completes_in_bounded_passes(store: MemoryStore) 
         # The memory collection's own vectors are never read: tiny ones keep loading fast.
         coll.add(ids=ids, documents=docs, metadatas=metas, embeddings=[[1.0, 0.0]] * len(ids))
 
-    outcome = summarize_session(store, sid, embed=embed, writer="it", trigger="manual")
+    outcome = summarize_session(Backends(store, embed), sid, writer="it", trigger="manual")
     assert outcome.kind == "summarized"
     assert outcome.memory_count == total and outcome.new_memories == total
     assert outcome.passes == total // 400  # chunks of at most 400 memories
@@ -346,12 +350,12 @@ def test_an_item_blended_from_a_deleted_memory_is_made_again_from_the_living_one
     with running_openai_server(default_reply=json.dumps(FIRST)) as own:
         s = summarizer(own)
         own.script_chat(Reply(json.dumps(reply(request=blended, decision="-", state="-"))))
-        summarize_session(store, sid, embed=embed, writer="it", trigger="manual", summarizer=s)
+        summarize_session(Backends(store, embed, summarizer=s), sid, writer="it", trigger="manual")
         assert "221B Baker Street" in json.dumps(store.stored_summary(sid))
         store.memories().delete(ids=[rows[0][0]])
         own.script_chat(Reply(json.dumps(reply(request=remade, decision="-", state="-"))))
         outcome = summarize_session(
-            store, sid, embed=embed, writer="it", trigger="manual", summarizer=s
+            Backends(store, embed, summarizer=s), sid, writer="it", trigger="manual"
         )
         asked = own.requests_to("/chat/completions")[-1].body["messages"][1]["content"]
     assert outcome.kind == "summarized" and outcome.dropped_items >= 1

@@ -20,7 +20,7 @@ import pytest
 from controller.core.naming import summary_object_name
 from controller.core.summary import StructuredSummary
 from controller.embeddings.minilm import LocalMiniLMEmbedding
-from controller.pipeline import summarize_session
+from controller.pipeline import Backends, summarize_session
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from controller.summarizers.chat_model import ChatModelSummarizer
@@ -87,7 +87,7 @@ def with_extractive_prior(store: MemoryStore, sid: str, transcript: Transcript) 
     """The transcript's first turns summarized by the extractive backend, then its later
     turns loaded: the model's pass builds on a good prior."""
     load(store, memory_rows(sid, transcript.before))
-    outcome = summarize_session(store, sid, embed=embed, writer="it", trigger="manual")
+    outcome = summarize_session(Backends(store, embed), sid, writer="it", trigger="manual")
     assert outcome.kind == "summarized"
     load(store, memory_rows(sid, transcript.after, start=len(transcript.before)))
     return row(store, sid)
@@ -95,7 +95,7 @@ def with_extractive_prior(store: MemoryStore, sid: str, transcript: Transcript) 
 
 def model_pass(store: MemoryStore, sid: str, summarizer: ChatModelSummarizer) -> Any:
     return summarize_session(
-        store, sid, embed=embed, writer="it", trigger="manual", summarizer=summarizer
+        Backends(store, embed, summarizer=summarizer), sid, writer="it", trigger="manual"
     )
 
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from controller.core.memories import render_interaction_document
 from controller.core.naming import summary_object_name, summary_row_id
-from controller.pipeline import summarize_session
+from controller.pipeline import Backends, summarize_session
 from controller.redaction import DEFAULT_REDACTION, Redaction
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
@@ -124,7 +124,7 @@ def test_no_credential_reaches_the_model_the_row_or_the_ledger(
         model_server.script_chat(Reply(FIRST))
         sent_before = len(model_server.requests_to("/chat/completions"))
     outcome = summarize_session(
-        store, sid, embed=embed, writer="it", trigger="manual", summarizer=summarizer
+        Backends(store, embed, summarizer=summarizer), sid, writer="it", trigger="manual"
     )
     assert outcome.kind == "summarized"
     assert sum(outcome.redactions.values()) >= len(secrets)
@@ -165,21 +165,23 @@ def test_secrets_stored_by_an_earlier_release_are_masked_by_the_next_pass(
     sid = "secrets-stored-before"
     rows, secrets = session_with_secrets(sid, seed=11)
     load(store, rows)
-    kwargs: dict[str, Any] = {"embed": embed, "writer": "it", "trigger": "manual"}
-    summarize_session(store, sid, redaction=_Unmasked(), **kwargs)
+    kwargs: dict[str, Any] = {"writer": "it", "trigger": "manual"}
+    summarize_session(Backends(store, embed, redaction=_Unmasked()), sid, **kwargs)
     assert leaked(secrets, everything_stored(store, sid))  # the old release's row
     # A piece the old release listed bare as a reference (a key's line read as a path) has
     # lost what made it a secret: only a rebuild from the memories removes it.
     refs = json.loads(store.stored_summary(sid)[1]["referencesJson"])  # type: ignore[index]
     bare = {s for s in secrets if any(s in r and not DEFAULT_REDACTION.spans(r) for r in refs)}
     assert len(bare) <= 1, bare
-    outcome = summarize_session(store, sid, **kwargs)  # nothing new: written again, masked
+    outcome = summarize_session(
+        Backends(store, embed), sid, **kwargs
+    )  # nothing new: written again, masked
     assert outcome.kind == "summarized" and outcome.new_memories == 0
     assert sum(outcome.redactions.values()) > 0
     assert leaked(secrets - bare, everything_stored(store, sid)) == []
     doc, _ = store.stored_summary(sid)  # type: ignore[misc]
     assert "port 7103" in doc
-    again = summarize_session(store, sid, **kwargs)
+    again = summarize_session(Backends(store, embed), sid, **kwargs)
     assert again.kind == "up-to-date"
 
 
@@ -234,7 +236,7 @@ def test_a_credential_for_where_it_stands_leaves_no_trace_in_any_position(
     )
     if legacy:
         _legacy_row(store, sid, f"Deploy with {spaced}", f"Earlier: {spaced} worked.")
-    outcome = summarize_session(store, sid, embed=embed, writer="it", trigger="manual")
+    outcome = summarize_session(Backends(store, embed), sid, writer="it", trigger="manual")
     assert outcome.kind == "summarized"
     assert leaked({secret}, everything_stored(store, sid)) == []
     doc, meta = store.stored_summary(sid)  # type: ignore[misc]
@@ -262,7 +264,7 @@ def test_an_identifier_that_looks_random_survives_a_real_pass_in_any_position(
     load(store, rows)
     if legacy:
         _legacy_row(store, sid, f"Release {refs[-1]}", " ".join(sentences))
-    outcome = summarize_session(store, sid, embed=embed, writer="it", trigger="manual")
+    outcome = summarize_session(Backends(store, embed), sid, writer="it", trigger="manual")
     assert outcome.kind == "summarized" and outcome.redactions == {}
     doc, meta = store.stored_summary(sid)  # type: ignore[misc]
     assert "[redacted: " not in doc + json.dumps(meta)
@@ -454,7 +456,7 @@ def test_a_credential_written_in_markdown_unseen_or_fullwidth_characters_leaves_
     sid = f"markdown-{uuid.uuid4().hex[:8]}"
     line = form.format(n=odd, s=separator, v=secret)
     load(store, [_memory(sid, 0, "Set up the db.", "Plan it.", f"Done.\n{line}\nRestarted.")])
-    outcome = summarize_session(store, sid, embed=embed, writer="it", trigger="manual")
+    outcome = summarize_session(Backends(store, embed), sid, writer="it", trigger="manual")
     assert outcome.kind == "summarized"
     client = connect(store.location)
     for collection in (store.location.summary_collection, store.location.ledger_collection):

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from controller.core.fencing import Fence, admission
 from controller.kube.claims import ClaimLost
-from controller.pipeline import summarize_session
+from controller.pipeline import Backends, summarize_session
 from controller.store.memory_store import MemoryStore
 from tests.integration.harness import Harness, interaction, load
 from tests.support.row_vectors import row_vectors
@@ -71,9 +71,8 @@ def row_text(store: MemoryStore, sid: str) -> str:
 
 def run(store: MemoryStore, sid: str, guard: Guard, checkpoint_passes: int) -> None:
     summarize_session(
-        store,
+        Backends(store, row_vectors),
         sid,
-        embed=row_vectors,
         writer=f"fence-{guard.fence.number if guard.fence else None}",
         trigger="test",
         chunk_size=1,

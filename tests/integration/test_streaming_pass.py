@@ -12,7 +12,7 @@ import pytest
 
 from controller.core.document import render_document
 from controller.core.memories import SUNSET_MARKER_TYPE, render_interaction_document
-from controller.pipeline import Outcome, prior_coverage, summarize_session
+from controller.pipeline import Backends, Outcome, prior_coverage, summarize_session
 from controller.store import session_listing
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
@@ -77,7 +77,7 @@ def embed(texts: list[str]) -> list[list[float]]:
 
 def summarize(url: str, summaries: str, **kw: Any) -> Outcome:
     return summarize_session(
-        store_at(url, summaries), SESSION, embed=embed, writer="test", trigger="test", **kw
+        Backends(store_at(url, summaries), embed), SESSION, writer="test", trigger="test", **kw
     )
 
 
@@ -153,7 +153,7 @@ def test_a_memory_added_after_a_pass_reaches_the_next_with_its_document(chroma_u
     docs.append("the exporter listens on port 7443")
     assert len(ids) > session_listing.SMALL_SESSION  # listed by its new rows only
     store.add_memories(ids[:60], docs[:60], metas[:60], create=True, embed=embed)
-    summarize_session(store, "notes", embed=embed, writer="test", trigger="test")
+    summarize_session(Backends(store, embed), "notes", writer="test", trigger="test")
     store.add_memories(ids[60:], docs[60:], metas[60:], embed=embed)
     rows = store.session_rows("notes", prior_coverage(store.read_summary("notes")))
     assert rows.base is not None  # the appended-rows listing
