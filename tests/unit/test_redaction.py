@@ -1139,21 +1139,20 @@ KNOWN_SECRETS = st.one_of(
 @given(
     known=KNOWN_SECRETS,
     marks=st.lists(
-        st.tuples(
-            st.integers(0, 200), st.sampled_from([c for c in IGNORABLE if c not in "\u200b\ufeff"])
-        ),
+        st.tuples(st.integers(0, 200), st.sampled_from(IGNORABLE) | st.just("\u200b")),
         max_size=3,
     ),
 )
 @example(known=("Zq8#wE4rT6y", "password: Zq8#wE4rT6y"), marks=[(4, "\u00ad")])
 @example(known=("AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"), marks=[(10, "\u00ad")])
+@example(known=("000000000123", "authorization: Bearer 000000000123"), marks=[(16, "\u200b")])
 @settings(max_examples=1000, deadline=None)
 def test_a_character_no_reader_sees_hides_no_secret_wherever_it_is(
     known: tuple[str, str], marks: list[tuple[int, str]]
 ) -> None:
-    """`pass\u00adword: x`, `ghp_\u200e...`, a variation selector or a tag character inside a
-    name or a token: a reader sees the text without it, so the same secrets are masked (a
-    zero-width space reads as a space too: above)."""
+    """`pass\u00adword: x`, `B\u200bearer x`, `ghp_\u200e...`, a variation selector or a tag
+    character inside a name, a scheme or a token: a reader sees the text without it, so the
+    same secrets are masked (a zero-width space reads as a space too, which may find more)."""
     secret, plain = known
     text = plain
     for at, mark in marks:
@@ -1161,7 +1160,8 @@ def test_a_character_no_reader_sees_hides_no_secret_wherever_it_is(
         text = text[:at] + mark + text[at:]
     shown = "".join(c for c in DEFAULT_REDACTION.text(text) if c not in IGNORABLE)
     assert secret not in shown, repr(text)
-    assert shown == DEFAULT_REDACTION.text(plain), repr(text)
+    if not any(mark in "\u200b\ufeff" for _, mark in marks):
+        assert shown == DEFAULT_REDACTION.text(plain), repr(text)
 
 
 # Each ASCII character and the characters NFKC makes it (`：`, `＝`, `＿`, `﹕`, `ｋ`).
