@@ -92,6 +92,16 @@ _SKIPPED = re.compile(
 )
 
 
+# A markdown table's row read as pairs: a border between two cells as `:`, the last as spaces
+# (`| Authorization | Bearer x |` as `| Authorization : Bearer x  `), at the same places.
+_TABLE_ROW = re.compile(r"^([ \t]*\|)([^\n]*)", re.MULTILINE)
+
+
+def _cells_as_pairs(row: re.Match[str]) -> str:
+    cells = row[2].rstrip(" \t|")
+    return row[1] + cells.replace("|", ":") + " " * (len(row[2]) - len(cells))
+
+
 def _as_read(text: str) -> tuple[str, list[int]]:
     """The text without what `_SKIPPED` finds, and where each of its characters is in the
     text ([] when nothing was skipped)."""
@@ -217,7 +227,7 @@ CONTEXT_RULES = tuple(
     Rule(kind, re.compile(pattern), 2, 0.0, False, code=kind == "credential-variable",
          linear=linear)
     for kind, pattern, linear in (
-    ("credential-header", r"(?i)\b(?:proxy-)?authorization[\"']?[ \t]*:[ \t]*"
+    ("credential-header", r"(?i)(?<![a-z0-9])(?:proxy-)?authorization[\"'`*_]{0,3}[ \t]*:[ \t]*"
      + _VALUE % r"(?:[a-z]+\d?(?:-[a-z0-9]+)*[ \t]+)?", None),  # with its scheme
     ("credential-header", r"(?i)\b(?:(?:[a-z0-9]+-)+(?:token|key|secret|passw(?:or)?d)|api-?key)"
      r"[\"']?[ \t]*:[ \t]*" + _VALUE % "",
@@ -287,11 +297,7 @@ _IS = rf"(?:(?:{_GAP}{_SAYS}){{1,3}}(?:{_SETS}|{_GAP})|{_SETS})"
 _SAID_VALUE = r"""(?:"([^"\n]+)"|'([^'\n]+)'|`([^`\n]+)`|([^\s"'`<]+))"""
 _WHOSE = r"(?:the|my|our|your|his|her|their|its|a|an)"
 _PHRASE = (
-    rf"(?i)(?:^|[^A-Za-z0-9_])[A-Za-z0-9_.-]*?{_NAMED}[\"'`]?(?:{_FOR}{_IS}|{_IS}|{_GAP})"
-    + _SAID_VALUE
-    # a markdown table's row: the value in the cell after the name's
-    + r"|(?m:^)[ \t]*\|(?:[^|\n]*\|)*?(?:[^|\n]*[^A-Za-z0-9|\n])?"
-    + rf"[A-Za-z0-9_.-]*?{_NAMED}[\"'`*_]{{0,3}}[ \t]*\|[ \t]*"
+    rf"(?i)(?:^|[^A-Za-z0-9_])[A-Za-z0-9_.-]*?{_NAMED}[\"'`*_]{{0,3}}(?:{_FOR}{_IS}|{_IS}|{_GAP})"
     + _SAID_VALUE
     + r"|(?:^|[\s(])"
     + _SAID_VALUE
@@ -301,7 +307,7 @@ _PHRASE = (
 )
 CONTEXT_RULES += (
     Rule("credential-phrase", re.compile(_PHRASE), 0, whole_token=False, said=True, code=True,
-         linear=Linear(_PHRASE, tuple(range(1, 13)))),
+         linear=Linear(_PHRASE, tuple(range(1, 9)))),
 )  # fmt: skip
 # A key named `pass` or ending in it (`db_pass=`, `dbPass:`; not `--- PASS: TestX`), its value
 # as after `password:` (_said); `pass` alone only where a key begins (not `first pass: v2`).
@@ -500,6 +506,7 @@ class Redaction:
     def _spans(self, text: str) -> list[tuple[int, int, str]]:
         text = without_surrogates(text.translate(_AS_SHOWN))  # the same positions; RE2 reads it
         text, at = _as_read(text)
+        text = _TABLE_ROW.sub(_cells_as_pairs, text)
         kept = [(m.start(), m.end(), "") for m in PLACEHOLDER.finditer(text)]
         named = _KEYWORD.search(text) is not None
         for rule in self.rules:

@@ -1079,8 +1079,9 @@ _DECORATION = st.sampled_from(["", "*", "**", "_", "__", "`"])
 
 
 @given(
-    secret=SAID_SECRETS,
-    name=st.sampled_from([n for n in (*CREDENTIAL_NAMES, *SAID_NAMES) if n != "Authorization"]),
+    secret=SAID_SECRETS | st.text(string.ascii_letters, min_size=12, max_size=24),
+    name=st.sampled_from((*CREDENTIAL_NAMES, *SAID_NAMES, "Proxy-Authorization")),
+    scheme=st.sampled_from(["", "Bearer ", "Basic "]),
     key=_DECORATION,
     value=_DECORATION,
     shape=st.sampled_from(
@@ -1097,18 +1098,60 @@ _DECORATION = st.sampled_from(["", "*", "**", "_", "__", "`"])
         ]
     ),
 )
-@example(secret="Xk9mP2qL7vR", name="Password", key="**", value="", shape="{k}{n}{k}: {v}{s}{v}")
-@example(secret="Xk9mP2qL7vR", name="password", key="", value="", shape="| {k}{n}{k} | {v}{s}{v} |")
-@example(secret="ArbuaQSr56026", name="password", key="**", value="", shape="{k}{n}: {k} {v}{s}{v}")
+@example(
+    secret="Xk9mP2qL7vR",
+    name="Password",
+    scheme="",
+    key="**",
+    value="",
+    shape="{k}{n}{k}: {v}{s}{v}",
+)
+@example(
+    secret="Xk9mP2qL7vR",
+    name="password",
+    scheme="",
+    key="",
+    value="",
+    shape="| {k}{n}{k} | {v}{s}{v} |",
+)
+@example(
+    secret="ArbuaQSr56026",
+    name="password",
+    scheme="",
+    key="**",
+    value="",
+    shape="{k}{n}: {k} {v}{s}{v}",
+)
+@example(
+    secret="dXNlcjpwYXNz",
+    name="Authorization",
+    scheme="Basic ",
+    key="",
+    value="",
+    shape="| {k}{n}{k} | {v}{s}{v} |",
+)
+@example(
+    secret="AbCdEfGhIjKlMnOp",
+    name="token",
+    scheme="",
+    key="",
+    value="",
+    shape="| {k}{n}{k} | {v}{s}{v} |",
+)
 @settings(max_examples=1000, deadline=None)
 def test_a_credential_in_markdown_is_masked_as_in_plain_text(
-    secret: str, name: str, key: str, value: str, shape: str
+    secret: str, name: str, scheme: str, key: str, value: str, shape: str
 ) -> None:
-    """`**Password**: x`, `**API key:** x`, `` | DB_PASSWORD | `x` | ``: agents write
-    markdown; its emphasis, code and table cells around a name or a value hide no secret."""
-    assume(secret.rstrip("!?") not in DEFAULT_REDACTION.text(f"{name}: {secret}"))
+    """`**Password**: x`, `**API key:** x`, `` | DB_PASSWORD | `x` | ``, `| Authorization |
+    Basic x |`: agents write markdown; its emphasis, code and table cells around a name or a
+    value hide no secret (a table's row reads as `name : value`)."""
+    scheme = scheme if "uthorization" in name else ""
+    for plain in (f"{name}: {scheme}{secret}", f"{name} : {scheme}{secret}"):
+        assume(secret.rstrip("!?") not in DEFAULT_REDACTION.text(plain))
     assume(value != "`" or "`" not in secret)
-    text = shape.format(k=key, n=name, v=value, s=secret)
+    assume(not (key or value) or not secret.isalpha())  # `` `AbCdEfGhIjKl` ``: the key rule's
+    assume(("=" not in shape and not value) or "uthorization" not in name)  # `:`, bare
+    text = shape.format(k=key, n=name, v=value, s=scheme + secret)
     assert secret.rstrip("!?") not in DEFAULT_REDACTION.text(text), text
 
 
