@@ -270,12 +270,16 @@ _LOGIN = (
     r"""(?:"[^\n:"@/]*:{dq}|'[^\n:'@/]*:{sq}|["']?[^ \t\n:"'@/]*:{bare})"""
     r"|(?:(?:sshpass|(?:docker|podman|nerdctl|oras|helm[ \t]+registry)[ \t]+login)"
     r"(?:[ \t][^\n|;&]*?)?[ \t]-p|sqlcmd(?:[ \t][^\n|;&]*?)?[ \t]-P"
-    r"|redis-cli(?:[ \t][^\n|;&]*?)?[ \t]-a|htpasswd[ \t]+-(?:[a-mo-zA-Z]*b[a-mo-zA-Z]*{arg}"
-    r"|[A-Za-z]*(?:n[A-Za-z]*b|b[A-Za-z]*n)[A-Za-z]*){arg}[ \t])"
+    r"|redis-cli(?:[ \t][^\n|;&]*?)?[ \t]-a|htpasswd(?:(?:{p})*?[ \t]+-{g}*b{g}*(?:{p})*{arg}"
+    r"|(?:{o})*?[ \t]+-{f}*(?:b{f}*(?:(?:{o})*?[ \t]+-{f}*)?n|n{f}*(?:(?:{o})*?[ \t]+-{f}*)?b)"
+    r"{f}*(?:{o})*){arg}[ \t])"
     r"""(?:[ \t]+|=)?(?:"{dq}|'{sq}|["']?{bare}))"""
 ).format(  # quoted: with spaces; arg: a command's word (htpasswd's file, user)
     dq=r'([^"\n]+)"', sq=r"([^'\n]+)'", bare=r"""([^ \t\n"']+)""",
     arg=r"""[ \t]+[^ \t\n|;&<>"'-][^ \t\n|;&<>]*""",
+    # htpasswd's options, split or joined (-B -b, -bB, -C 10): with n (-nb) no file
+    f="[A-Za-z0-9]", g="[A-Za-mo-z0-9]", o=r"[ \t]+(?:-[A-Za-z0-9]+|\d+)",
+    p=r"[ \t]+(?:-[A-Za-mo-z0-9]+|\d+)",
 )  # fmt: skip
 CONTEXT_RULES += (
     Rule("credential-flag", re.compile(_LOGIN), 1, whole_token=False,

@@ -7,7 +7,7 @@ import json
 import re
 import string
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from controller.redaction import PassRedaction, Redaction
@@ -116,9 +116,6 @@ CONTEXTS = st.sampled_from(
         "sqlcmd -S db -U {u} -P '{v}#!'",
         "redis-cli -h cache -p 6379 -a {v} ping",
         "redis-cli -a {v}",
-        "htpasswd -b /etc/nginx/.htpasswd {u} {v}",
-        "htpasswd -bc .htpasswd {u} {v} && reload",
-        "htpasswd -nb {u} {v} > out",
         "I sent Bearer {v} to the API.",
         "then the bearer {v} worked",
         'dsn := "{u}:{v}@tcp(db:3306)/app?parseTime=true"',
@@ -129,8 +126,30 @@ CONTEXTS = st.sampled_from(
 )
 
 
+@st.composite
+def _htpasswd(draw: st.DrawFn) -> str:
+    """htpasswd with -b (the password on the line) among its options in any order, split or
+    joined (`-B -b`, `-bB`, `-c -b`, `-C 10`); with -n (to stdout) no file before the user."""
+    flags = draw(st.permutations(["b", *draw(st.lists(st.sampled_from("ncmBdps25"), unique=True))]))
+    cuts = draw(st.lists(st.booleans(), min_size=len(flags), max_size=len(flags)))
+    groups = "".join(
+        (" -" if cut or not i else "") + f
+        for i, (f, cut) in enumerate(zip(flags, cuts, strict=True))
+    )
+    cost = draw(st.sampled_from(["", " -C 10", " -r 5"]))
+    where = "" if "n" in flags else draw(st.sampled_from([" /etc/nginx/.htpasswd", " .htpasswd"]))
+    after = draw(st.sampled_from(["", " && reload", " > out", "; echo ok"]))
+    options = groups + cost if draw(st.booleans()) else cost + groups
+    return f"htpasswd{options}{where} {{u}} {{v}}{after}"
+
+
+CONTEXTS = CONTEXTS | _htpasswd()
+
+
 @settings(max_examples=400, deadline=None)
 @given(CONTEXTS, VALUES, USERS)
+@example("htpasswd -B -b .htpasswd {u} {v}", "a1B2c3D4e5F6", "admin")
+@example("htpasswd -c -b .htpasswd {u} {v}", "a1B2c3D4e5F6", "admin")
 def test_a_credential_where_it_stands_is_masked(context: str, value: str, user: str) -> None:
     text = context.format(v=value, u=user)
     masked = REDACTION.text(text)
