@@ -171,9 +171,9 @@ def _linear(pattern: re.Pattern[str], group: int) -> Linear:
     return Linear(flags + text, tuple(range(group, group + len(alternatives))))
 
 
-# A URL's password: after any user (empty too), up to the last `@` as URL parsers read it
-# (`redis://:x@cache`, `postgres://u:p@ss+w0rd!@db`).
-_URL_PASSWORD = re.compile(r"""://[^\s:/?#\[\]@"`<>]*:([^\s/?#\[\]"`<>]+)@""")
+# A URL's password: after any user (empty too, an address: `u@corp`), up to the last `@` as
+# URL parsers read it (`redis://:x@cache`, `postgres://u:p@ss+w0rd!@db`).
+_URL_PASSWORD = re.compile(r"""://[^\s:/?#\[\]"`<>]*:([^\s/?#\[\]"`<>]+)@""")
 # What detect-secrets misses of a private key: any PEM kind (`ENCRYPTED`), PuTTY's newer
 # files, and a key's tail alone (its end marker: the rest was in another memory).
 _KEY_MARKS = re.compile(
@@ -337,13 +337,15 @@ CONTEXT_RULES += (
         r"""([^;"' \t\n\r\f\v](?:[^;"'\n]*[^;"' \t\n\r\f\v])?)[ \t\r\f\v]*;""", (1, 2))),
 )  # fmt: skip
 # A bearer token said in prose (`sent Bearer x`), when it looks like one (_said); a Go DSN's
-# password (`user:x@tcp(db:3306)/app`); a URL's user alone when random, no word or name
-# (`https://<token>@github.com/o/r`, not `ssh://git@host`).
+# password, from the user's first `:` to the protocol's `@` as Go's driver reads it
+# (`user:x@tcp(db:3306)/app`, `u:p:a@ss@unix(...)`); a URL's user alone when random, no word
+# or name (`https://<token>@github.com/o/r`, not `ssh://git@host`).
+_DSN = re.compile(r""":([^\s"`]+)@(?:tcp6?|unix)\(""")
 CONTEXT_RULES += (
     Rule("credential-header", re.compile(r"(?i:\bbearer)[ \t]+([^\s\"'`<>]+)"), 1,
          whole_token=False, said=True),
-    Rule(kind_of(BasicAuthDetector.secret_type), re.compile(r":([^\s:/\"'`]+)@(?:tcp6?|unix)\("),
-         1, whole_token=False),
+    Rule(kind_of(BasicAuthDetector.secret_type), _DSN, 1, whole_token=False,
+         linear=Linear(_DSN.pattern, (1,))),
     Rule(kind_of(BasicAuthDetector.secret_type), re.compile(r"""://([^\s:/?#\[\]@"'`<>]+)@"""),
          1, UNQUOTED_MIN_ENTROPY, False, plain_words=False),
 )  # fmt: skip
@@ -375,11 +377,14 @@ _BASE64 = Base64HighEntropyString().charset
 
 
 def _a_url_password(text: str, start: int) -> bool:
-    """Whether a URL's password begins at start: a user named like a key (`redis://secret:x@db`)
-    names none, and the URL's rule masks the password alone, not the host after it."""
-    head = text.rfind("://", max(0, start - 256), start) if text[start - 1 : start] == ":" else -1
+    """Whether a URL's or a Go DSN's password begins at start: a user named like a key
+    (`redis://secret:x@db`, `key:x@tcp(db)/app`) names none, and the URL's rule masks the
+    password alone, not the host after it."""
+    if text[start - 1 : start] != ":":
+        return False
+    head = text.rfind("://", max(0, start - 256), start)
     url = _URL_PASSWORD.match(text, head) if head >= 0 else None
-    return url is not None and url.start(1) == start
+    return any(m is not None and m.start(1) == start for m in (url, _DSN.match(text, start - 1)))
 
 
 _WORDS = re.compile(r"[^\W\d_]+(?:['’-][^\W\d_]+)*")
@@ -538,7 +543,7 @@ class Redaction:
                     continue
                 if rule.charset and _DIGEST.match(value):
                     continue
-                if rule.pattern is not _URL_PASSWORD and _a_url_password(text, start):
+                if rule.pattern not in (_URL_PASSWORD, _DSN) and _a_url_password(text, start):
                     continue
                 words_are_none = not rule.plain_words or (rule.keyword and _names_more(text, start))
                 if words_are_none and (_PLAIN_WORD.fullmatch(value) or _FILE_PATH.fullmatch(value)):

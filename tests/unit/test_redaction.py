@@ -69,26 +69,28 @@ def test_a_reference_keeps_its_shape_with_the_secret_masked() -> None:
 
 @given(
     scheme=st.sampled_from(
-        ["redis", "rediss", "postgres", "mysql", "amqp", "mongodb+srv", "https"]
+        ["redis", "rediss", "postgres", "mysql", "amqp", "mongodb+srv", "https", "go-dsn"]
     ),
-    user=st.text(string.ascii_lowercase + string.digits + "-._~", max_size=8),
+    user=st.text(string.ascii_lowercase + string.digits + "-._~@", max_size=8),
     password=st.text(string.ascii_letters + string.digits + "!$&'()*+,;=-._~%@:", min_size=8),
 )
 @example(scheme="redis", user="secret", password="00000000")  # a user named like a key
 @example(scheme="https", user="token", password="Zq8xK2mP4vN7wR1t")
+@example(scheme="postgres", user="admin@srv", password="00000000")  # Azure's user@server
+@example(scheme="go-dsn", user="user", password="pa:ss0000")
 @settings(max_examples=400, deadline=None)
 def test_a_password_in_a_url_is_masked_whatever_the_user_and_its_characters(
     scheme: str, user: str, password: str
 ) -> None:
     """`redis://:x@cache` (no user), a password with the characters RFC 3986 allows in it
     (`!`, `$`, `+`, `=`, ...), or with an `@` URL parsers read up to the last one; a user
-    named like a key (`secret`) masks no more than the password (the host stays)."""
-    url = f"{scheme}://{user}:{password}@db.internal.example:5432/orders"
-    masked = DEFAULT_REDACTION.text(f"Connected to {url} fine.")
-    assert masked == (
-        f"Connected to {scheme}://{user}:[redacted: basic-auth-credentials]"
-        "@db.internal.example:5432/orders fine."
-    )
+    named like a key (`secret`) or an address (`admin@srv`) masks no more than the password
+    (the host stays). A Go DSN's too (`user:pa:ss@tcp(db:3306)/app`)."""
+    url = f"{scheme}://{user}:{{}}@db.internal.example:5432/orders"
+    if scheme == "go-dsn":
+        url = f"{user}:{{}}@tcp(db.internal.example:5432)/orders"
+    masked = DEFAULT_REDACTION.text(f"Connected to {url.format(password)} fine.")
+    assert masked == f"Connected to {url.format('[redacted: basic-auth-credentials]')} fine."
 
 
 @given(
