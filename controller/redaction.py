@@ -400,7 +400,9 @@ _NOT_A_VALUE = re.compile(
 # or a string (`Summer(2024)`, `P4ss(w0rd)`, `hunter2[0]` are passwords).
 _ID = r"[A-Za-z_]\w*"
 _ARG = r"""[\w.,:=*+ \t-]|"[^"\n]*"|'[^'\n]*'"""
-_ARGS = rf"(?:{_ARG}|\((?:{_ARG})*\)|\[(?:{_ARG})*\])*"
+_ARGS = functools.reduce(  # calls and subscripts in it, three deep (`f(g(h(x)))`)
+    lambda inner, _: rf"(?:{_ARG}|\({inner}\)|\[{inner}\])*", range(3), rf"(?:{_ARG})*"
+)
 _CALL = rf"\({_ARGS}\)|\[{_ARGS}\]"
 _CODE_READ = re.compile(rf"([a-z_]+(?:\.{_ID})*)({_CALL})(?:\.{_ID}|{_CALL})*(?![\w.(\[])")
 

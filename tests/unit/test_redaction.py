@@ -799,7 +799,16 @@ _CODE_NAME = st.from_regex(
     r"(?:[a-z]{0,4}_[a-z_]{0,4}|[a-z]{1,6}\.[a-z_][a-z0-9_]{0,8})(?:\.[a-z_][a-z0-9_]{0,8}){0,2}",
     fullmatch=True,
 )
-_CODE_ARG = st.sampled_from(["x", "i", "0", "10", "-1", '"X"', "'api_key'", "a, 2", "k=v", "1:3"])
+_CODE_ARG = st.recursive(  # and code in it: `decrypt(b64decode(env["X"]))`
+    st.sampled_from(["x", "i", "0", "10", "-1", '"X"', "'api_key'", "a, 2", "k=v", "1:3"]),
+    lambda inner: st.builds(
+        lambda name, arg, pair: f"{name}{pair[0]}{arg}{pair[1]}",
+        _IDENT,
+        inner,
+        st.sampled_from(["()", "[]"]),
+    ),
+    max_leaves=3,
+)
 _CALL = st.one_of(_CODE_ARG.map("({})".format), _CODE_ARG.map("[{}]".format))
 _CODE_EXPRESSION = st.builds(
     lambda name, call, rest: name + call + "".join(rest),
@@ -827,6 +836,7 @@ _LITERAL_SECRET = st.one_of(
 @example(name="token", spacing=" = ", code="get_token(x)", literal='"hunter2!"')
 @example(name="token", spacing=" = ", code="self.tokens[i]", literal='"hunter2!"')
 @example(name="password", spacing=": ", code="tokens[i]", literal='"hunter2!"')
+@example(name="token", spacing=" = ", code="get_token(g(h(x)))", literal='"hunter2!"')
 @settings(max_examples=500, deadline=None)
 def test_code_that_reads_a_value_is_kept_and_a_literal_is_masked(
     name: str, spacing: str, code: str, literal: str
