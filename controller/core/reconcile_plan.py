@@ -12,18 +12,50 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from controller.core.coverage import Bucket, digest_text, id_hash
-from controller.core.memories import FUTURE_TOLERANCE_MS
+from controller.core.memories import FUTURE_TOLERANCE_MS, SUNSET_MARKER_TYPE
 from controller.core.naming import blank_session_id
 from controller.core.sweep_plan import (
     MAX_SESSION_ID,
     SessionActivity,
     StoredSummaryState,
     SweepPlan,
+    marker_problem,
     plan_sweep,
 )
 
-# A row as the walk reads it: (sessionId or None, timestamp ms or None, row id).
-WalkedRow = tuple[str | None, int | None, str]
+# A row as the walk reads it: (sessionId or None, timestamp ms or None, row id, and why the
+# operator cannot act on it, else None: row_problem).
+WalkedRow = tuple[str | None, int | None, str, str | None]
+IGNORED_IDS_SHOWN = 5
+
+
+def row_problem(meta: Mapping[str, object]) -> str | None:
+    """Why the operator cannot act on a memory row it reads: a sessionId no SessionSummary
+    can name (never summarized), or a sunset marker whose timestamp is not a number (the
+    marker scan's range read never finds it). None for a usable row, and for a row with no
+    sessionId: it belongs to no session."""
+    session_id = meta.get("sessionId")
+    if session_id is not None and (problem := marker_problem(session_id)) is not None:
+        return f"{problem}, so never summarized"
+    stamp = meta.get("timestamp")
+    if meta.get("type") == SUNSET_MARKER_TYPE and (
+        isinstance(stamp, bool) or not isinstance(stamp, int | float)
+    ):
+        return (
+            "is a sunset marker whose timestamp is not a number (epoch ms), so never found "
+            "by the marker scan (the sweep summarizes its session once idle)"
+        )
+    return None
+
+
+@dataclass
+class IgnoredRows:
+    """Rows the walk found with one problem: how many, and the first few ids."""
+
+    count: int = 0
+    ids: list[str] = field(default_factory=list)
+
+
 UNDATED = -(2**63)  # the newest time of a session none of whose rows has a usable one
 
 
@@ -45,13 +77,18 @@ class ReconcileCycle:
     counts: dict[str, int] = field(default_factory=dict)
     newest: dict[str, int] = field(default_factory=dict)
     digests: dict[str, Bucket] = field(default_factory=dict)  # each session's row ids
+    ignored: dict[str, IgnoredRows] = field(default_factory=dict)  # by row_problem
 
     def fold(self, rows: Sequence[WalkedRow], now_ms: int) -> int:
         """Counts a page of rows; returns its length. A row without a usable timestamp counts
         (memoryCount counts every row) but dates nothing, as does one too far ahead of now_ms
         (a bad clock must not keep a session active)."""
-        for session_id, stamp, row_id in rows:
-            if session_id is None:
+        for session_id, stamp, row_id, problem in rows:
+            if problem is not None:
+                found = self.ignored.setdefault(problem, IgnoredRows())
+                found.count += 1
+                found.ids += [row_id][: IGNORED_IDS_SHOWN - len(found.ids)]
+            if session_id is None or problem is not None:
                 continue
             ids = self.digests.get(session_id) or Bucket(0)
             self.digests[session_id] = ids.add(id_hash(row_id))

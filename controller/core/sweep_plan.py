@@ -149,8 +149,11 @@ class SummaryObjectState:
 
 def marker_problem(session_id: object) -> str | None:
     """Why a marker's sessionId cannot name a SessionSummary; None when it can."""
-    if not isinstance(session_id, str):
+    if session_id is None:
         return "has no sessionId (metadata sessionId must be the session's id)"
+    if not isinstance(session_id, str):
+        kind = "boolean" if isinstance(session_id, bool) else "number"  # Chroma's other scalars
+        return f"has a sessionId that is a {kind}, not text"
     if blank_session_id(session_id):
         return "has a blank sessionId"
     if len(session_id) > MAX_SESSION_ID:

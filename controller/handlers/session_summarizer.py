@@ -44,6 +44,7 @@ from controller.status.conditions import NOT_BLOCKING, REQUIRED, now_rfc3339
 from controller.status.requests import PROBE_REQUESTED
 from controller.status.summarizer_status import (
     failed_sweep,
+    memory_rows,
     spec_valid,
     sunset_markers,
     sweep_failure,
@@ -421,12 +422,17 @@ async def _reconcile(tick: _Tick) -> None:
         f"reconciled {done.rows} memories in {seconds:.0f}s: {step.uncovered} not accounted "
         f"for by a summary, in {step.sessions} sessions to summarize"
     )
-    await tick.set_fields(
-        reconciled_at=now_rfc3339(), reconciled_rows=done.rows, uncovered_found=step.uncovered
-    )
+    fields = {"reconciled_at": now_rfc3339(), "reconciled_rows": done.rows}
+    fields["uncovered_found"] = step.uncovered
+    rows = memory_rows(done.ignored, done.rows)
+    written = await tick.write(lambda st: with_conditions(st, [rows]).model_copy(update=fields))
     tick.logger.info("reconciliation by %s: %s", CONFIG.replica_id, message)
     if step.uncovered:
         tick.runtime.events.post(tick.body, type_="Normal", reason="Reconciled", message=message)
+    # Each walk that still finds ignored rows says so again (the recorder counts repeats).
+    if rows.status == "False" or (written and _transitions(written[0], [rows])[0][1]):
+        kind = "Warning" if rows.status == "False" else "Normal"
+        tick.runtime.events.post(tick.body, type_=kind, reason=rows.reason, message=rows.message)
 
 
 async def _sweep(tick: _Tick) -> None:

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from controller.api import Condition, SessionSummarizerStatus
 from controller.core.destinations import SecretVerdict, shown
+from controller.core.reconcile_plan import IgnoredRows
 from controller.core.text import cut, one_line
 from controller.status.conditions import (
     READY_INPUTS,
@@ -156,6 +157,25 @@ def sunset_markers(
         status, reason = "False", "InvalidSunsetMarker"
     message = one_line("; ".join(parts), 1000)
     return Condition(type="SunsetMarkers", status=status, reason=reason, message=message)
+
+
+ROWS_USABLE = "MemoryRowsUsable"
+
+
+def memory_rows(ignored: Mapping[str, IgnoredRows], rows: int) -> Condition:
+    """MemoryRowsUsable after a finished walk of `rows` rows: False, reason IgnoredMemoryRows,
+    with each problem's row count and first ids, while the walk found rows it cannot act on."""
+    if not ignored:
+        message = f"the last walk found every memory row usable ({rows} rows)"
+        return Condition(type=ROWS_USABLE, status="True", reason="AllRowsUsable", message=message)
+    parts = []
+    for problem, found in sorted(ignored.items()):
+        more = f" and {found.count - len(found.ids)} more" if found.count > len(found.ids) else ""
+        ids = ", ".join(repr(cut(i, 80)) for i in found.ids)
+        parts.append(f"{found.count} where the row {problem} (memory ids {ids}{more})")
+    total = sum(found.count for found in ignored.values())
+    message = one_line(f"ignored {total} of {rows} memory rows: " + "; ".join(parts), 1000)
+    return Condition(type=ROWS_USABLE, status="False", reason="IgnoredMemoryRows", message=message)
 
 
 def _listed(items: Sequence[str], *, quoted: bool = False) -> str:

@@ -47,7 +47,7 @@ from controller.core.memories import (
     parse_timestamp_ms,
 )
 from controller.core.naming import summary_row_id
-from controller.core.reconcile_plan import RowCursor, WalkedRow
+from controller.core.reconcile_plan import RowCursor, WalkedRow, row_problem
 from controller.core.row_ownership import (
     DIGEST_KEY,
     NEO_WRITER_KEYS,
@@ -221,7 +221,7 @@ class MemoryStore(Collections):
             rows = self.rows_from(offset, min(SCAN_PAGE, total - offset))
             if not rows:
                 break
-            found += [(sid, ts) for sid, ts, _ in rows if sid is not None]
+            found += [(sid, ts) for sid, ts, _, _ in rows if sid is not None]
             offset += len(rows)
         return found, RowCursor(total, self._id_at(total - 1)), aligned
 
@@ -232,8 +232,8 @@ class MemoryStore(Collections):
         return got["ids"][0] if got["ids"] else None
 
     def rows_from(self, offset: int, limit: int) -> list[WalkedRow]:
-        """(sessionId, timestamp ms, row id) of `limit` rows from `offset`, in the order
-        they were added; a short page is the end."""
+        """(sessionId, timestamp ms, row id, row_problem) of `limit` rows from `offset`, in
+        the order they were added; a short page is the end."""
         what = "reading memories in the order they were added"
         got = self._get("memory", what, include=["metadatas"], limit=limit, offset=offset)
         metas = [m or {} for m in got["metadatas"] or []]
@@ -242,6 +242,7 @@ class MemoryStore(Collections):
                 sid if isinstance(sid := meta.get("sessionId"), str) else None,
                 parse_timestamp_ms(meta.get("timestamp")),
                 row_id,
+                row_problem(meta),
             )
             for row_id, meta in zip(got["ids"], metas, strict=True)
         ]

@@ -617,3 +617,52 @@ def test_a_marker_that_names_no_session_is_reported_on_the_summarizer(
     )
     objects = json.loads(h.kubectl("get", "ssum", "-o", "json"))["items"]
     assert [o for o in objects if o["spec"].get("summarizerRef") == name] == []
+
+
+def test_memory_rows_the_operator_cannot_act_on_are_counted_on_the_summarizer(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """Rows whose sessionId is a number or a boolean, and a sunset marker with an ISO
+    timestamp, written before the summarizer: its first walk reports each, by memory id."""
+    h, u = harness, uid()
+    name, memory, summary = f"ignored-{u}", f"ignored-mem-{u}", f"ignored-sum-{u}"
+    store = h.store(memory, summary)
+    store.create_memory_collection()
+    ok, at = f"ok-{u}", now_ms() - 7_200_000
+    rows = [
+        {"id": f"num-{u}", "document": "a turn", "metadata": {"sessionId": 42, "timestamp": at}},
+        {"id": f"float-{u}", "document": "a turn", "metadata": {"sessionId": 4.5, "timestamp": at}},
+        {"id": f"bool-{u}", "document": "a turn", "metadata": {"sessionId": True, "timestamp": at}},
+        {"id": f"m-{u}", "document": "a turn", "metadata": {"sessionId": ok, "timestamp": at}},
+        marker(ok, 0, f"iso-{u}"),
+    ]
+    rows[-1]["metadata"]["timestamp"] = "2026-11-30T10:00:00Z"
+    write_without_credentials(h, memory, rows, tmp_path / "home")
+    start_marker_summarizer(h, name, memory, summary)
+    try:
+
+        def reported() -> dict[str, Any] | None:
+            cond = conditions(summarizer_status(h, name)).get("MemoryRowsUsable")
+            return cond if cond else None
+
+        cond: dict[str, Any] = wait_for(reported, 60, 0.3, message="MemoryRowsUsable", log=h.log)
+        assert (cond["status"], cond["reason"]) == ("False", "IgnoredMemoryRows")
+        never = "not text, so never summarized"
+        assert cond["message"] == (
+            f"ignored 4 of 5 memory rows: 1 where the row has a sessionId that is a boolean, "
+            f"{never} (memory ids 'bool-{u}'); 2 where the row has a sessionId that is a "
+            f"number, {never} (memory ids 'num-{u}', 'float-{u}'); 1 where the row is a sunset "
+            "marker whose timestamp is not a number (epoch ms), so never found by the marker "
+            f"scan (the sweep summarizes its session once idle) (memory ids 'iso-{u}')"
+        )
+        events = json.loads(
+            h.kubectl(
+                "get", "events", "--field-selector", f"involvedObject.name={name}", "-o", "json"
+            )
+        )["items"]
+        assert [e["message"] for e in events if e["reason"] == "IgnoredMemoryRows"] == [
+            cond["message"]
+        ], events
+        assert all(e["type"] == "Warning" for e in events if e["reason"] == "IgnoredMemoryRows")
+    finally:
+        h.kubectl("delete", "ssumr", name, "--wait=true", "--timeout=60s", check=False)

@@ -138,11 +138,17 @@ def test_a_walk_counts_every_row_and_asks_for_sessions_whose_count_differs() -> 
     cycle = ReconcileCycle(started_ms=0)
     assert (
         cycle.fold(
-            [("a", 1_000, "a1"), ("a", 5_000, "a2"), ("b", None, "b1"), ("c", 2_000, "c1")], 10**9
+            [
+                ("a", 1_000, "a1", None),
+                ("a", 5_000, "a2", None),
+                ("b", None, "b1", None),
+                ("c", 2_000, "c1", None),
+            ],
+            10**9,
         )
         == 4
     )
-    assert cycle.fold([("a", 3_000, "a3"), ("d", 4_000, "d1")], 10**9) == 2
+    assert cycle.fold([("a", 3_000, "a3", None), ("d", 4_000, "d1", None)], 10**9) == 2
     assert cycle.rows == 6
     # b's row has no time: counted (memoryCount counts every row), dating nothing.
     assert cycle.counts == {"a": 3, "b": 1, "c": 1, "d": 1}
@@ -160,7 +166,7 @@ def test_a_walk_counts_every_row_and_asks_for_sessions_whose_count_differs() -> 
 
 def test_a_walk_leaves_active_sessions_to_the_sweep() -> None:
     cycle = ReconcileCycle(started_ms=0)
-    cycle.fold([("busy", 9_999_000, "b1")], 10_000_000)
+    cycle.fold([("busy", 9_999_000, "b1", None)], 10_000_000)
     plan = reconcile(cycle, {}, now_ms=10_000_000, idle_ms=60_000, max_sessions=10)
     assert plan.candidates == [] and plan.still_active == ["busy"]
 
@@ -177,7 +183,8 @@ def test_a_walk_asks_again_for_every_summary_whose_memories_are_all_gone(
     counts some are asked again (the pass drops what their memories said); the others
     are judged as before."""
     cycle = ReconcileCycle(started_ms=0)
-    cycle.fold([(s, 1_000 + k, f"{s}{k}") for s, n in walked.items() for k in range(n)], 10**9)
+    rows = [(s, 1_000 + k, f"{s}{k}", None) for s, n in walked.items() for k in range(n)]
+    cycle.fold(rows, 10**9)
     cycle.add_summarized(summarized)
     stored = {
         s: StoredSummaryState(memory_count=n, timestamp_ms=10**6) for s, n in summarized.items()
@@ -231,7 +238,7 @@ def test_a_walk_finds_a_deletion_then_a_late_arrival_that_leave_the_count_as_it_
     stored = {"s": StoredSummaryState(memory_count=3, timestamp_ms=5_000)}
     for ids, expected in ((["m1", "m2", "m3"], []), (["m1", "m3", "late"], ["s"])):
         cycle = ReconcileCycle(started_ms=0)
-        cycle.fold([("s", 1_000 * (i + 1), row_id) for i, row_id in enumerate(ids)], 10**9)
+        cycle.fold([("s", 1_000 * (i + 1), row_id, None) for i, row_id in enumerate(ids)], 10**9)
         plan = reconcile(
             cycle, stored, now_ms=10**9, idle_ms=1_000, max_sessions=5,
             rows_digests={"s": written},

@@ -63,7 +63,7 @@ def test_the_newest_marker_of_each_session_counts_and_markers_without_a_session_
         "bad-blank": "has a blank sessionId",
         "bad-long": "has a sessionId longer than 1024 characters",
         "bad-missing": "has no sessionId (metadata sessionId must be the session's id)",
-        "bad-number": "has no sessionId (metadata sessionId must be the session's id)",
+        "bad-number": "has a sessionId that is a number, not text",
     }
 
 
