@@ -62,6 +62,9 @@ ACTION_CUES = re.compile(
     r"wrapp|pinn|revert|test|measur|pass|document|resolv|clean)ed\b"
     r"|\b(?:wrote|rewrote|ran|made|built|set up|split|found|now)\b"
 )
+# A sentence that opens with a past-tense verb ("Pushed the branch", "I deployed it") reports
+# what the agent did, whichever verb; "-eed" words (need, speed, indeed) are not verbs in -ed.
+ACTION_OPENER = re.compile(r"[\W\d_]*(?:(?:i|we|then|also|and|so|finally)\s+)*[a-z]{2,}(?<!e)ed\b")
 
 # Words are matched one token at a time: one simple regex over the text instead of one per
 # cue keeps a long pass fast.
@@ -306,11 +309,12 @@ def _extract_into(sections: dict[str, _Section], memory: Memory) -> None:
 
 
 def _said_by_agent(response: list[str]) -> list[str]:
-    """The response's AGENT_SENTENCES most salient sentences reporting an action (ACTION_CUES)
-    or a fact, in order: a bound per turn, so a fifty-name list adds few items."""
+    """The response's AGENT_SENTENCES most salient sentences reporting an action (ACTION_CUES,
+    ACTION_OPENER) or a fact, in order: a bound per turn, so a fifty-name list adds few items."""
     found = []
     for n, sentence in enumerate(response):
-        acted, facts = ACTION_CUES.search(sentence.lower()) is not None, len(fact_tokens(sentence))
+        low, facts = sentence.lower(), len(fact_tokens(sentence))
+        acted = ACTION_CUES.search(low) is not None or ACTION_OPENER.match(low) is not None
         if acted or facts:
             found.append((not acted, -facts, n, sentence))
     return [

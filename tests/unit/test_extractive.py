@@ -123,6 +123,37 @@ def test_questions_decisions_and_what_the_agent_did_are_collected() -> None:
     ]
 
 
+# Past tenses of doing that no ACTION_CUES stem names, and objects that carry no fact token.
+OPENING_VERBS = (
+    "pushed", "deployed", "tagged", "rebased", "upgraded", "restarted", "published", "squashed",
+    "verified", "checked", "reviewed", "patched", "pulled", "fetched", "compiled", "generated",
+    "formatted", "optimized", "adjusted", "restored", "reordered", "used", "rolled back",
+)  # fmt: skip
+OBJECT_WORDS = st.sampled_from(["the", "branch", "deploy", "token", "chart", "to", "staging", "it"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from(["", "I ", "We ", "Then "]),
+    st.sampled_from(OPENING_VERBS),
+    st.lists(OBJECT_WORDS, min_size=1, max_size=6),
+)
+def test_a_response_sentence_that_opens_with_what_the_agent_did_is_kept(
+    subject: str, verb: str, words: list[str]
+) -> None:
+    """ "Pushed the branch using the deploy token" reports an action (docs/summaries.md: what
+    the agent did goes to Questions & Decisions) whichever verb says it."""
+    said = f"{subject}{verb} {' '.join(words)}."
+    said = said[0].upper() + said[1:]
+    s = summarize_extractive("s1", [mem(1, "Ship it.", f"Sure. {said}"), mem(2, "Ok.", "Ok.")])
+    assert said in texts(s, "Questions & Decisions")
+
+
+def test_a_sentence_that_opens_with_need_or_indeed_is_no_action() -> None:
+    s = summarize_extractive("s1", [mem(1, "Ship it.", "Need to look at it. Indeed it is so.")])
+    assert texts(s, "Questions & Decisions") == []
+
+
 def test_design_choices_are_collected() -> None:
     s = summarize_extractive("s1", SESSION)
     assert texts(s, "Design Choices") == ["The retry policy is a pydantic schema."]
