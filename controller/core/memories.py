@@ -146,6 +146,12 @@ def _text(meta: Mapping[str, Any], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _said(meta: Mapping[str, Any], key: str) -> str:
+    """A prompt, thought or response; a number or boolean as neo's document renders it."""
+    value = meta.get(key)
+    return _js_string(value) if isinstance(value, int | float) else _text(meta, key)
+
+
 def optional_text(value: object) -> str | None:
     """A string stripped; None for a blank one or anything else."""
     return value.strip() or None if isinstance(value, str) else None
@@ -258,7 +264,7 @@ def memory_from_row(
     if not isinstance(session_id, str) or not session_id.strip() or timestamp is None:
         return None
     stored_type = _text(meta, "type").strip()
-    prompt, thought, response = (_text(meta, k) for k in ("prompt", "thought", "response"))
+    prompt, thought, response = (_said(meta, k) for k in ("prompt", "thought", "response"))
     if not document:
         is_interaction = stored_type == INTERACTION_TYPE or (
             not stored_type and bool(prompt or response)

@@ -1,6 +1,6 @@
 """Memory rows the operator cannot act on are counted by the walk and reported, never
 dropped unseen: a sessionId that is not text (or blank, or too long), a sunset marker whose
-timestamp is not a number."""
+timestamp is not a number. A number said (prompt, thought, response) is read as text."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.api import SessionSummarizerStatus
-from controller.core.memories import SUNSET_MARKER_TYPE
+from controller.core.chunking import memory_text
+from controller.core.memories import SUNSET_MARKER_TYPE, memory_from_row
 from controller.core.reconcile_plan import (
     IGNORED_IDS_SHOWN,
     IgnoredRows,
@@ -109,3 +110,25 @@ def test_a_walk_that_no_longer_finds_ignored_rows_clears_the_condition() -> None
     status = with_conditions(status, [memory_rows({}, 2)])
     [cond] = [c for c in status.conditions or [] if c.type == "MemoryRowsUsable"]
     assert (cond.status, cond.reason) == ("True", "AllRowsUsable")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(["prompt", "thought", "response"]),
+    st.one_of(st.booleans(), st.integers(-(2**53), 2**53)),
+)
+def test_a_number_or_boolean_said_is_summarized_as_neo_renders_it(key: str, value: object) -> None:
+    """neo's document renders each part as `${value}`: a number or boolean part is text."""
+    meta: dict[str, Any] = {"sessionId": "s", "timestamp": NOW, "prompt": "Count them."}
+    meta[key] = value
+    memory = memory_from_row("m", None, meta)
+    assert memory is not None
+    shown = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    assert getattr(memory, key) == shown
+    assert f": {shown}" in memory_text(memory)
+
+
+def test_a_float_said_reads_as_javascript_writes_it() -> None:
+    for value, shown in ((1.5, "1.5"), (2.0, "2"), (1e21, "1e+21"), (-0.25, "-0.25")):
+        memory = memory_from_row("m", None, {"sessionId": "s", "timestamp": NOW, "response": value})
+        assert memory is not None and memory.response == shown
