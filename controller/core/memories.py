@@ -146,10 +146,18 @@ def _text(meta: Mapping[str, Any], key: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+def scalar_text(value: object) -> str | None:
+    """A metadata value as neo reads it as text (its document's `${response}`, its
+    normalizeUserId's String(userId)): a number or boolean as JavaScript writes it; None for
+    anything but text."""
+    if isinstance(value, int | float):
+        return _js_string(value)
+    return value if isinstance(value, str) else None
+
+
 def _said(meta: Mapping[str, Any], key: str) -> str:
-    """A prompt, thought or response; a number or boolean as neo's document renders it."""
-    value = meta.get(key)
-    return _js_string(value) if isinstance(value, int | float) else _text(meta, key)
+    """A prompt, thought or response as text."""
+    return scalar_text(meta.get(key)) or ""
 
 
 def optional_text(value: object) -> str | None:
@@ -283,7 +291,7 @@ def memory_from_row(
         model=optional_text(meta.get("model")),
         tool_calls=tool_call_count(meta.get("amountToolCalls")),
         tools_used=tool_names(meta.get("toolsUsed")),
-        user_id=optional_text(meta.get("userId")),
+        user_id=optional_text(scalar_text(meta.get("userId"))),
         agent_identity=optional_text(meta.get("agentIdentity")),
     )
 

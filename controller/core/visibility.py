@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, get_args
 
-from controller.core.memories import optional_text, tool_call_count, tool_names
+from controller.core.memories import optional_text, scalar_text, tool_call_count, tool_names
 from controller.core.text import Linear, json_value, listed_names
 
 MemorySharing = Literal["team", "legacy", "private"]
@@ -140,8 +140,8 @@ class SessionSources:
             first, last = self.first_ms, self.last_ms
             self.first_ms = timestamp_ms if first is None else min(first, timestamp_ms)
             self.last_ms = timestamp_ms if last is None else max(last, timestamp_ms)
-        user = meta.get("userId")
-        if isinstance(user, str) and user.strip():
+        user = scalar_text(meta.get("userId"))  # neo's String(userId): 42 is user "42"
+        if user is not None and user.strip():
             key = (timestamp_ms if timestamp_ms is not None else 2**63, row_id)
             if self.owner is None or key < self.owner[:2]:
                 self.owner = (*key, normalize_user_id(user.strip()))

@@ -18,6 +18,7 @@ from controller.core.reconcile_plan import (
     ReconcileCycle,
     row_problem,
 )
+from controller.core.visibility import SessionSources, VisibilityRules, row_visibility
 from controller.status.summarizer_status import memory_rows, with_conditions
 
 NOW = 2_000_000_000_000
@@ -132,3 +133,17 @@ def test_a_float_said_reads_as_javascript_writes_it() -> None:
     for value, shown in ((1.5, "1.5"), (2.0, "2"), (1e21, "1e+21"), (-0.25, "-0.25")):
         memory = memory_from_row("m", None, {"sessionId": "s", "timestamp": NOW, "response": value})
         assert memory is not None and memory.response == shown
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.booleans(), st.integers(-(2**53), 2**53)))
+def test_a_number_user_id_tags_a_private_summary_as_neo_reads_it(user: object) -> None:
+    """neo's normalizeUserId is String(userId): a row of user 42 is user "42"'s, and under
+    `private` its summary must not go untagged (visible to every user)."""
+    sources = SessionSources()
+    sources.add("m1", {"sessionId": "s", "userId": user}, NOW)
+    shown = ("true" if user else "false") if isinstance(user, bool) else str(user)
+    private = VisibilityRules(memory_sharing="private")
+    assert row_visibility(sources, private).user_id == shown
+    memory = memory_from_row("m1", "doc", {"sessionId": "s", "timestamp": NOW, "userId": user})
+    assert memory is not None and memory.user_id == shown
