@@ -9,9 +9,8 @@ import re
 _OCTET = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _IPV4 = rf"{_OCTET}(\.{_OCTET}){{3}}"
 _H16 = "[0-9A-Fa-f]{1,4}"
-_LS32 = f"{_H16}:{_H16}"
-# RFC 3986's IPv6address, n groups before "::" and what is left of the 8 after it; without
-# dotted IPv4 tails ("::ffff:10.0.0.1", thrice the pattern): write "::ffff:a00:1".
+_LS32 = f"({_H16}:{_H16}|{_IPV4})"  # "::ffff:10.0.0.1" is "::ffff:a00:1" (RFC 4291, 2.2)
+# RFC 3986's IPv6address: n groups before "::" and what is left of the 8 after it.
 _AFTER_GAP = (
     *(f"({_H16}:){{{n}}}{_LS32}" for n in (4, 3, 2)),
     f"{_H16}:{_LS32}",

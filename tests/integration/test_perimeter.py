@@ -287,6 +287,11 @@ BASE_URLS = [
     "http://vllm.models.svc:8000/v1?x=1",
     "http://[::1]:8080/v1",
     "http://[1:2:3:4:5:6:7::]/v1",
+    "http://[::ffff:127.0.0.1]:8080/v1",  # IPv4-mapped, dotted (RFC 4291, 2.2)
+    "http://[::FFFF:7F00:1]:8080/v1",
+    "http://[1:2:3:4:5:6:1.2.3.4]/v1",
+    "http://[fe80::1%25eth0]/v1",  # a zone id
+    "http://[::ffff:1.2.3]/v1",
     "http://10.0.0.1:65535/v1#f",
     "https://API.OpenAI.com/v1/@handle/%2e%2e/",
     "https://s3cr3t@api.openai.com/v1",

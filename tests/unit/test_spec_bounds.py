@@ -430,3 +430,59 @@ def test_a_host_name_over_253_characters_is_refused_with_the_limit_everywhere(
     for part in ("model", "embedding"):
         field = values["summarizer"]["properties"][part]["properties"]["baseUrl"]
         assert crd_admits(field, base_url) == accepted
+
+
+def _ip_spellings(address: ipaddress.IPv6Address) -> list[str]:
+    """Every way RFC 4291 (2.2) writes one IPv6 address: compressed, in full, upper case, and
+    the last 32 bits as a dotted IPv4 address ("::ffff:127.0.0.1", "::1.2.3.4")."""
+    tail = ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
+    # The same first 96 bits over a non-zero tail: "::" never swallows the tail's groups.
+    head = ipaddress.IPv6Address(int(address) | 0xFFFF_FFFF).compressed
+    return [
+        address.compressed,
+        address.exploded,
+        address.compressed.upper(),
+        f"{address.exploded.rsplit(':', 2)[0]}:{tail}",
+        f"{head.removesuffix('ffff:ffff')}{tail}",
+    ]
+
+
+def _admitted_everywhere(host: str) -> list[bool]:
+    """Whether a baseUrl and a store URL on host pass the models, summaryctl's store URL check,
+    both CRD copies and the chart's values schema."""
+    base_url, store_url = f"http://{host}:8000/v1", f"http://{host}:8000"
+    verdicts = [endpoint_url_problem(base_url) is None, StoreSpec.url_problem(store_url) is None]
+    for where in CRDS:
+        spec = spec_schema(where, "sessionsummarizers.memorycore.io.yaml")["properties"]
+        verdicts.append(crd_admits(spec["store"]["properties"]["url"], store_url))
+        for part in ("model", "embedding"):
+            verdicts.append(crd_admits(spec[part]["properties"]["baseUrl"], base_url))
+    values = values_schema()["properties"]
+    verdicts.append(crd_admits(values["chroma"]["properties"]["url"], store_url))
+    for part in ("model", "embedding"):
+        field = values["summarizer"]["properties"][part]["properties"]["baseUrl"]
+        verdicts.append(crd_admits(field, base_url))
+    return verdicts
+
+
+ipv6_addresses = st.one_of(
+    st.ip_addresses(v=6),
+    st.ip_addresses(v=4).map(lambda a: ipaddress.IPv6Address(f"::ffff:{a}")),  # IPv4-mapped
+    st.ip_addresses(v=4).map(lambda a: ipaddress.IPv6Address(f"::{a}")),  # IPv4-compatible
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(address=ipv6_addresses, zone=st.sampled_from(["eth0", "1", "lo"]))
+def test_every_spelling_of_an_ipv6_address_is_one_endpoint_and_a_zone_id_is_none(
+    address: ipaddress.IPv6Address, zone: str
+) -> None:
+    """An IPv6 address in [brackets], however RFC 4291 lets it be written ("::ffff:127.0.0.1"
+    as well as "::ffff:7f00:1"), is taken as a baseUrl or store URL everywhere a URL is checked,
+    and reaches one destination: an IPv4-mapped address its IPv4 address, which an allow-list
+    compares. A zone id ("%25eth0": a link on one node) is refused everywhere."""
+    for spelling in _ip_spellings(address):
+        assert all(_admitted_everywhere(f"[{spelling}]")), spelling
+        reached = target(f"http://[{spelling}]:8000/v1")
+        assert reached is not None and reached.host == str(address.ipv4_mapped or address)
+    assert not any(_admitted_everywhere(f"[{address.compressed}%25{zone}]"))
