@@ -107,7 +107,8 @@ class _BoundedHttpClient(Client):
         settings = Settings(anonymized_telemetry=False)
         # As chromadb.HttpClient sets it.
         settings.chroma_api_impl = "chromadb.api.fastapi.FastAPI"
-        settings.chroma_server_host = parsed.hostname or "localhost"
+        host = parsed.hostname or "localhost"  # chromadb puts it in a URL: [::1] keeps its brackets
+        settings.chroma_server_host = f"[{host}]" if ":" in host else host
         settings.chroma_server_http_port = parsed.port or (
             443 if parsed.scheme == "https" else 8000
         )

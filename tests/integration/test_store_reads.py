@@ -31,6 +31,7 @@ from controller.store.errors import (
 from controller.store.memory_store import MemoryStore
 from controller.store.row_writes import RowWrite
 from controller.upsert import write_alone
+from devenv.chroma import ChromaServer
 from devenv.processes import wait_for
 from devenv.serving import serving
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
@@ -563,3 +564,18 @@ def test_the_apiserver_refuses_a_memory_collection_the_operator_would_write(
     good = summarizer("reads-apart", "team-x-ledger", "team-x-ledger-ledger")
     res = harness.cp.kubectl_run("apply", "--dry-run=server", "-f", "-", input=good, check=False)
     assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["127.0.0.1", "[::ffff:7f00:1]", "[::FFFF:127.0.0.1]", "[0:0:0:0:0:ffff:7f00:1]"],
+)
+def test_a_store_url_reaches_chroma_however_its_address_is_written(
+    chroma_server: ChromaServer, host: str
+) -> None:
+    """An IPv6 address in a store URL (here IPv4-mapped, so that the Chroma listening on
+    127.0.0.1 answers it) reaches the server as the CRD and the spec take it: chromadb's
+    client is handed the host in its brackets, not a bare "::ffff:7f00:1" it reads as a port."""
+    assert StoreSpec.url_problem(f"http://{host}:{chroma_server.port}") is None
+    with connect(StoreLocation(url=f"http://{host}:{chroma_server.port}")) as client:
+        assert client.heartbeat() > 0
