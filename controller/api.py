@@ -24,9 +24,8 @@ from pydantic.alias_generators import to_camel
 from controller.core.endpoint_url import (
     AUTHORITY_PATTERN,
     ENDPOINT_URL_MAX,
-    HOST_LENGTH_MESSAGE,
-    HOST_LENGTH_PATTERN,
     checked_endpoint_url,
+    host_name_problem,
 )
 from controller.core.naming import blank_session_id
 from controller.core.text import re2_pattern
@@ -151,7 +150,7 @@ class StoreSpec(CamelModel):
     def url_problem(cls, url: str) -> str | None:
         if not re.fullmatch(cls.URL_PATTERN, url):
             return cls.URL_MESSAGE
-        return None if re.match(HOST_LENGTH_PATTERN, url) else HOST_LENGTH_MESSAGE
+        return host_name_problem(url)
 
     @classmethod
     def name_problem(cls, field: str, name: str) -> str | None:

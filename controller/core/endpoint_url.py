@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import idna
+
 # One pattern for RE2 (the CRD's CEL `matches`, the chart's values schema) and Python's re:
 # ASCII classes and escaped punctuation only; what it admits, the clients read as written.
 _OCTET = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
@@ -38,6 +40,10 @@ AUTHORITY_PATTERN = rf"({_NAME}\.?|{_IPV4}|\[({_IPV6})\])(:{_PORT})?"
 # _NAME as a whole.
 HOST_LENGTH_PATTERN = r"^https?://(\[|[^/:]{1,253}\.?([:/]|$))"
 HOST_LENGTH_MESSAGE = "must have a host name of at most 253 characters (DNS's limit)"
+IDNA_MESSAGE = (
+    "must have a host name whose labels are all valid IDNA (RFC 5891) when one is an xn-- "
+    "label (punycode): {label!r} is not"
+)
 # A path in printable ASCII whose escapes decode once (no %25: core/destinations.py). No query
 # or fragment: the openai SDK appends its paths after them.
 _PATH = r'/([!"$&->@-~]|%([013-9A-Fa-f][0-9A-Fa-f]|2[0-46-9A-Fa-f]))*'
@@ -57,7 +63,23 @@ def endpoint_url_problem(url: str) -> str | None:
         return f"must be at most {ENDPOINT_URL_MAX} characters"
     if not re.fullmatch(ENDPOINT_URL_PATTERN, url):
         return ENDPOINT_URL_MESSAGE
-    return None if re.match(HOST_LENGTH_PATTERN, url) else HOST_LENGTH_MESSAGE
+    return host_name_problem(url)
+
+
+def host_name_problem(url: str) -> str | None:
+    """What the patterns cannot say of a URL they admit: DNS's limit on the name, and IDNA's
+    rules, which no regular expression states (a label of any case "xn--zz" is no punycode)."""
+    if not re.match(HOST_LENGTH_PATTERN, url):
+        return HOST_LENGTH_MESSAGE
+    labels = re.split(r"[:/]", url.split("//", 1)[1])[0].lower().rstrip(".").split(".")
+    if not any(label.startswith("xn--") for label in labels):
+        return None
+    for label in labels:
+        try:
+            idna.decode(label)
+        except idna.IDNAError:
+            return IDNA_MESSAGE.format(label=label)
+    return None
 
 
 def checked_endpoint_url(value: str | None) -> str | None:

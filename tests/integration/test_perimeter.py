@@ -319,8 +319,9 @@ BASE_URLS = [
 
 def test_the_apiserver_admits_the_base_urls_the_operator_reads(harness: Harness) -> None:
     """The CRD's rule runs in Go's regexp, the operator's in Python's re: one pattern, read
-    alike, so a baseUrl `kubectl apply` admits is never InvalidSpec later; the refusal says
-    what a baseUrl must be and never repeats it."""
+    alike, so a baseUrl `kubectl apply` admits is never InvalidSpec later (but for a host with
+    an xn-- label, which no pattern decodes: the next test); the refusal says what a baseUrl
+    must be and never repeats it."""
     docs = [
         summarizer(NS, f"base-url-{i}", {"model": {"baseUrl": url}})
         for i, url in enumerate(BASE_URLS)
@@ -333,6 +334,35 @@ def test_the_apiserver_admits_the_base_urls_the_operator_reads(harness: Harness)
         refused = f'"base-url-{i}" is invalid' in res.stderr
         assert refused == (endpoint_url_problem(url) is not None), (url, res.stderr)
     assert ENDPOINT_URL_MESSAGE in res.stderr and "s3cr3t" not in res.stderr
+
+
+def test_an_xn_host_that_is_no_idna_name_is_shown_on_the_summarizer_in_one_line(
+    harness: Harness,
+) -> None:
+    """No pattern can decode punycode, so the apiserver admits "xn--zz" (no IDNA A-label),
+    which httpx decodes and refuses under chromadb ("Invalid A-label" at each pass, as if
+    Chroma were down): the operator shows it as SpecValid False naming each field and the
+    rule, with a Warning Event."""
+    name = "idna-hosts"
+    spec = {
+        "store": {"url": "http://xn--zz.svc:8000"},
+        "model": model_part("http://XN--A.models:8080/v1"),
+    }
+    apply(harness.kubectl, summarizer(NS, name, spec))
+    try:
+        cond = wait_condition(
+            harness.kubectl, "ssumr", name, "SpecValid", "InvalidSpec", harness.log
+        )
+        message = cond["message"]
+        assert "\n" not in message and "Invalid A-label" not in message, message
+        assert "spec.store.url" in message and "'xn--zz' is not" in message, message
+        assert "spec.model.baseUrl" in message and "'xn--a' is not" in message, message
+        events = json.loads(harness.kubectl("get", "events", "-o", "json"))["items"]
+        assert any(
+            e["reason"] == "InvalidSpec" and e["involvedObject"]["name"] == name for e in events
+        )
+    finally:
+        harness.kubectl("delete", "ssumr", name, "--wait=false")
 
 
 # --- the options: unannotated Secrets for one more release, an operator-wide list -----------

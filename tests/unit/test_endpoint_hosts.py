@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import string
 
+import httpx
+import httpx2
+import idna
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from controller.api import EmbeddingConfig, ModelSpec
+from controller.api import EmbeddingConfig, ModelSpec, StoreSpec
+from controller.cli.args import chroma_url_problem
+from controller.status.conditions import spec_problems
 
 labels = st.text(string.ascii_lowercase + string.digits, min_size=1, max_size=20)
 # A label no client or resolver takes: empty, over DNS's 63 octets, or not IDNA.
@@ -68,3 +73,65 @@ def test_an_endpoint_any_client_takes_is_accepted(host: str, port: str) -> None:
     url = f"https://{host}{port}/v1"
     assert ModelSpec.model_validate({"baseUrl": url}).base_url == url
     assert EmbeddingConfig.model_validate({"baseUrl": url}).base_url == url
+
+
+# An xn-- label (punycode), of any case: mostly no IDNA A-label ("xn--zz", "xn--a"), some one
+# ("xn--9ca" is "é", "xn--pple-43d" mixes Cyrillic and Latin), beside plain labels.
+_UNICODE_LABELS = st.text(
+    st.sampled_from("aé-zяπ中ع0\u0301\u200d"), min_size=1, max_size=12
+).filter(lambda text: not text.isascii())
+
+
+def _a_label(text: str) -> str | None:
+    try:
+        return idna.encode(text).decode()
+    except idna.IDNAError:
+        return None
+
+
+xn_labels = st.one_of(
+    st.text(string.ascii_lowercase + string.digits + "-", max_size=20).map("xn--{}".format),
+    _UNICODE_LABELS.map(_a_label).filter(bool),
+    st.sampled_from(["xn--zz", "xn--a", "xn--ls8h", "xn--pple-43d", "xn--9ca", "xn--" + "a" * 60]),
+).map(lambda label: label.upper() if len(label) % 3 == 0 else label)
+plain_labels = st.sampled_from(["svc", "a_b", "ab--cd", "x" * 64, "models", "1team"])
+idna_hosts = st.builds(
+    lambda labels, dot: ".".join(labels) + dot,
+    st.lists(xn_labels | plain_labels, min_size=1, max_size=4).filter(
+        lambda labels: any(label.lower().startswith("xn--") for label in labels)
+    ),
+    st.sampled_from(["", "."]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(host=idna_hosts, port=st.sampled_from(["", ":8080"]))
+def test_an_internationalized_host_is_taken_when_the_client_decodes_it_else_refused_in_a_line(
+    host: str, port: str
+) -> None:
+    """A host with an xn-- label is an internationalized name, which httpx decodes (chromadb's
+    client on its first request, failing "Invalid A-label"): the spec and summaryctl take it
+    when every label is valid IDNA, and otherwise refuse it with one line naming the field and
+    the rule, never with the codec's words."""
+    base_url, store_url = f"http://{host}{port}/v1{secret}", f"http://{host}{port}"
+    refusals = []
+    for model in (ModelSpec, EmbeddingConfig):
+        try:
+            model.model_validate({"baseUrl": base_url})
+        except ValidationError as exc:
+            refusals.append(("baseUrl", spec_problems(exc)))
+    try:
+        StoreSpec.model_validate({"url": store_url})
+    except ValidationError as exc:
+        refusals.append(("url", spec_problems(exc)))
+    if problem := chroma_url_problem(store_url):
+        refusals.append(("Chroma URL", f"invalid Chroma URL: {problem}"))
+    assert len(refusals) in (0, 4), refusals  # one verdict for every field
+    if not refusals:
+        for client in (httpx.URL, httpx2.URL):
+            assert client(base_url).host  # decodes
+        return
+    for field, message in refusals:
+        assert field in message and "\n" not in message and "s3cr3t" not in message
+        assert "Invalid A-label" not in message and "Codepoint" not in message, message
+        assert "IDNA" in message or "a host name" in message or "host[:port]" in message

@@ -16,7 +16,7 @@ PACKAGE = ROOT / "controller"
 # What the pure core may import: the standard library, pydantic, cachetools (in-memory
 # caches), and itself. No cluster, no Chroma, no network, no numpy, and not the API (the API
 # imports the core, never back).
-CORE_MAY_IMPORT = {"pydantic", "cachetools", "re2", "controller.core"}  # re2: regex, linear time
+CORE_MAY_IMPORT = {"pydantic", "cachetools", "re2", "idna", "controller.core"}  # re2, idna: pure
 
 
 def _modules(under: Path) -> list[Path]:
