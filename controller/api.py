@@ -114,7 +114,8 @@ class StoreSpec(CamelModel):
     # Chroma's client uses only scheme, host and port: a path or query would be ignored.
     URL_PATTERN: ClassVar[str] = rf"^https?://{AUTHORITY_PATTERN}/?$"
     URL_MESSAGE: ClassVar[str] = (
-        "must be http(s)://host[:port] and nothing more, e.g. http://chroma:8000"
+        "must be http(s)://host[:port] and nothing more, e.g. http://chroma:8000 (a host name's "
+        "labels 1-63 characters long, the last no number)"
     )
     # A tenant's '/' ends its segment of the request path ("x/../default_tenant").
     TENANT_MESSAGE: ClassVar[str] = "must not contain '/' (it would end its segment of the URL)"

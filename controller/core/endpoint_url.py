@@ -50,10 +50,10 @@ _PATH = r'/([!"$&->@-~]|%([013-9A-Fa-f][0-9A-Fa-f]|2[0-46-9A-Fa-f]))*'
 ENDPOINT_URL_PATTERN = rf"^https?://{AUTHORITY_PATTERN}({_PATH})?$"
 ENDPOINT_URL_MAX = 2048
 ENDPOINT_URL_MESSAGE = (
-    "must be an http(s) URL: a host name, an IPv4 or [IPv6] address, an optional port "
-    "1-65535, then a path in printable ASCII (no %25); no query or fragment (the client "
-    "appends its paths after them) and no user:password@ (put the key in a Secret: "
-    "apiKeySecretRef)"
+    "must be an http(s) URL: a host name (labels of 1-63 characters, the last no number), "
+    "an IPv4 or [IPv6] address, an optional port 1-65535, then a path in printable ASCII "
+    "(no %25); no query or fragment (the client appends its paths after them) and no "
+    "user:password@ (put the key in a Secret: apiKeySecretRef)"
 )
 
 

@@ -135,3 +135,29 @@ def test_an_internationalized_host_is_taken_when_the_client_decodes_it_else_refu
         assert field in message and "\n" not in message and "s3cr3t" not in message
         assert "Invalid A-label" not in message and "Codepoint" not in message, message
         assert "IDNA" in message or "a host name" in message or "host[:port]" in message
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    labels=st.lists(labels, max_size=3),
+    long=st.text(string.ascii_lowercase + "-_", min_size=64, max_size=80).map(lambda t: f"a{t}a"),
+    at=st.integers(0, 3),
+)
+def test_a_host_label_over_63_characters_is_refused_naming_the_limit(
+    labels: list[str], long: str, at: int
+) -> None:
+    """DNS takes labels of 63 octets at most: the model, embedding and store URL and
+    summaryctl's --chroma-url refuse a longer one in a line naming the field and the limit."""
+    host = ".".join([*labels[:at], long, *labels[at:]]) + (".svc" if at >= len(labels) else "")
+    messages = []
+    for model in (ModelSpec, EmbeddingConfig):
+        with pytest.raises(ValidationError) as err:
+            model.model_validate({"baseUrl": f"http://{host}:8080/v1{secret}"})
+        messages.append(spec_problems(err.value))
+    with pytest.raises(ValidationError) as err:
+        StoreSpec.model_validate({"url": f"http://{host}:8080"})
+    messages.append(spec_problems(err.value))
+    messages.append(f"--chroma-url {chroma_url_problem(f'http://{host}:8080')}")
+    for message, field in zip(messages, ["baseUrl", "baseUrl", "url", "--chroma-url"], strict=True):
+        assert field in message and "1-63 characters" in message and "\n" not in message
+        assert "s3cr3t" not in message
