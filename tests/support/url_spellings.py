@@ -35,3 +35,18 @@ def spellings(draw: st.DrawFn, scheme: str, host: str, port: int, path: str = "/
     ports = [f":{port}"] + ([""] if DEFAULT_PORTS[scheme] == port else [])
     tail = draw(st.sampled_from(["", "/", "/chat/completions", "/./", "/x/../"]))
     return f"{scheme}://{written_host}{draw(st.sampled_from(ports))}{path}{tail}"
+
+
+def ipv6_spellings(address: ipaddress.IPv6Address) -> list[str]:
+    """Every way RFC 4291 (2.2) writes one IPv6 address: compressed, in full, upper case, and
+    the last 32 bits as a dotted IPv4 address ("::ffff:127.0.0.1", "::1.2.3.4")."""
+    tail = ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
+    # The same first 96 bits over a non-zero tail: "::" never swallows the tail's groups.
+    head = ipaddress.IPv6Address(int(address) | 0xFFFF_FFFF).compressed
+    return [
+        address.compressed,
+        address.exploded,
+        address.compressed.upper(),
+        f"{address.exploded.rsplit(':', 2)[0]}:{tail}",
+        f"{head.removesuffix('ffff:ffff')}{tail}",
+    ]

@@ -35,7 +35,7 @@ from controller.core.destinations import (
 )
 from controller.core.endpoint_url import _NAME, ENDPOINT_URL_PATTERN
 from controller.status.summarizer_status import secrets_allowed
-from tests.support.url_spellings import spellings
+from tests.support.url_spellings import ipv6_spellings, spellings
 
 label = st.text(alphabet=st.sampled_from("abcxyz019-"), min_size=1, max_size=6).filter(
     lambda s: s[0] != "-" and s[-1] != "-"
@@ -551,3 +551,37 @@ def test_empty_and_dot_segments_are_judged_where_the_client_sends_them(
         assert sent is not None, url
         path = sent[3]
         assert not under or path == under or path.startswith(under + "/"), (url, path)
+
+
+def _literal_spellings(address: ipaddress.IPv6Address) -> list[str]:
+    """An IPv6 address in each RFC 4291 spelling, and an IPv4-mapped one also as its IPv4."""
+    mapped = [str(address.ipv4_mapped)] if address.ipv4_mapped else []
+    return mapped + [f"[{spelling}]" for spelling in ipv6_spellings(address)]
+
+
+# Addresses that look alike: one IPv4 address mapped (::ffff:a.b.c.d, reached at a.b.c.d),
+# compatible (::a.b.c.d, an IPv6 address of its own) and translated (::ffff:0:a.b.c.d).
+_ipv4_forms = st.sampled_from(["::ffff:{}", "::{}", "::ffff:0:{}"])
+_look_alike = st.builds(
+    lambda form, v4: ipaddress.IPv6Address(form.format(v4)),
+    _ipv4_forms,
+    st.sampled_from(["127.0.0.1", "10.0.0.1", "169.254.169.254"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), allowed=_look_alike | st.ip_addresses(v=6))
+def test_an_allow_list_covers_every_spelling_of_its_address_and_no_look_alike(
+    data: st.DataObject, allowed: ipaddress.IPv6Address
+) -> None:
+    """However a prefix and a URL write their IP literal (hex or dotted tail, compressed or
+    not, either case), the prefix allows the URL exactly when the client connects to the same
+    address: 127.0.0.1 and [::ffff:127.0.0.1] are one, [::127.0.0.1] (IPv4-compatible,
+    which no client reaches at 127.0.0.1) and [::ffff:0:127.0.0.1] are others."""
+    sent = data.draw(st.just(allowed) | _look_alike | st.ip_addresses(v=6), label="sent")
+    prefix_host = data.draw(st.sampled_from(_literal_spellings(allowed)), label="prefix host")
+    url_host = data.draw(st.sampled_from(_literal_spellings(sent)), label="url host")
+    prefix = parse_prefix(f"http://{prefix_host}:8000/v1")
+    assert prefix is not None, prefix_host
+    url = f"http://{url_host}:8000/v1/chat/completions"
+    assert within(url, prefix) == (_connects_to(url_host) == _connects_to(prefix_host)), url

@@ -40,6 +40,7 @@ from controller.core.endpoint_url import (
     HOST_LENGTH_PATTERN,
     endpoint_url_problem,
 )
+from tests.support.url_spellings import ipv6_spellings
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = [ROOT / "crds", ROOT / "charts" / "session-summary-operator" / "crds"]
@@ -432,21 +433,6 @@ def test_a_host_name_over_253_characters_is_refused_with_the_limit_everywhere(
         assert crd_admits(field, base_url) == accepted
 
 
-def _ip_spellings(address: ipaddress.IPv6Address) -> list[str]:
-    """Every way RFC 4291 (2.2) writes one IPv6 address: compressed, in full, upper case, and
-    the last 32 bits as a dotted IPv4 address ("::ffff:127.0.0.1", "::1.2.3.4")."""
-    tail = ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
-    # The same first 96 bits over a non-zero tail: "::" never swallows the tail's groups.
-    head = ipaddress.IPv6Address(int(address) | 0xFFFF_FFFF).compressed
-    return [
-        address.compressed,
-        address.exploded,
-        address.compressed.upper(),
-        f"{address.exploded.rsplit(':', 2)[0]}:{tail}",
-        f"{head.removesuffix('ffff:ffff')}{tail}",
-    ]
-
-
 def _admitted_everywhere(host: str) -> list[bool]:
     """Whether a baseUrl and a store URL on host pass the models, summaryctl's store URL check,
     both CRD copies and the chart's values schema."""
@@ -481,7 +467,7 @@ def test_every_spelling_of_an_ipv6_address_is_one_endpoint_and_a_zone_id_is_none
     as well as "::ffff:7f00:1"), is taken as a baseUrl or store URL everywhere a URL is checked,
     and reaches one destination: an IPv4-mapped address its IPv4 address, which an allow-list
     compares. A zone id ("%25eth0": a link on one node) is refused everywhere."""
-    for spelling in _ip_spellings(address):
+    for spelling in ipv6_spellings(address):
         assert all(_admitted_everywhere(f"[{spelling}]")), spelling
         reached = target(f"http://[{spelling}]:8000/v1")
         assert reached is not None and reached.host == str(address.ipv4_mapped or address)
