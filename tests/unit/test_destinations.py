@@ -577,11 +577,13 @@ def test_an_allow_list_covers_every_spelling_of_its_address_and_no_look_alike(
     """However a prefix and a URL write their IP literal (hex or dotted tail, compressed or
     not, either case), the prefix allows the URL exactly when the client connects to the same
     address: 127.0.0.1 and [::ffff:127.0.0.1] are one, [::127.0.0.1] (IPv4-compatible,
-    which no client reaches at 127.0.0.1) and [::ffff:0:127.0.0.1] are others."""
+    which no client reaches at 127.0.0.1) and [::ffff:0:127.0.0.1] are others. The chart's
+    operator.allowedEndpoints and allowedModelUrls take each spelling, as the operator does."""
     sent = data.draw(st.just(allowed) | _look_alike | st.ip_addresses(v=6), label="sent")
     prefix_host = data.draw(st.sampled_from(_literal_spellings(allowed)), label="prefix host")
     url_host = data.draw(st.sampled_from(_literal_spellings(sent)), label="url host")
     prefix = parse_prefix(f"http://{prefix_host}:8000/v1")
     assert prefix is not None, prefix_host
+    assert all(re.fullmatch(p, prefix.text) for p in _SCHEMA_PATTERNS), prefix.text
     url = f"http://{url_host}:8000/v1/chat/completions"
     assert within(url, prefix) == (_connects_to(url_host) == _connects_to(prefix_host)), url
