@@ -208,18 +208,16 @@ def guard(what: str, fn: Callable[[], T]) -> T:
         raise
     except Exception as exc:
         kind: type[Exception]
-        if isinstance(exc, httpx.TransportError | ConnectionError | TimeoutError):
+        # chromadb raises connection trouble as a ValueError while handling httpx's error,
+        # and a non-Chroma answer (5xx, a proxy's page) as a plain Exception carrying the body.
+        if caused_by(exc, httpx.TransportError, ConnectionError, TimeoutError):
             kind, says = StoreUnreachable, "unreachable"
         elif isinstance(exc, InvalidArgumentError) and _NAME_ERROR.search(_str(exc)):
             kind, says = InvalidStoreConfig, "refused a name"
-        # chromadb's HTTP client raises a non-Chroma answer (5xx, a proxy's page) as a plain
-        # Exception carrying the body, and connection trouble as a ValueError.
         elif isinstance(exc, ChromaError) or caused_by(
             exc, httpx.HTTPStatusError, json.JSONDecodeError
         ):
             kind, says = StoreUnavailable, "error"
-        elif "Could not connect" in _str(exc) or "Connection" in type(exc).__name__:
-            kind, says = StoreUnreachable, "unreachable"
         else:
             raise
         raise kind(f"Chroma {says} while {what}: {describe_error(exc)}") from exc
