@@ -1,6 +1,6 @@
 """The sort keys of a session's rows, (timestamp, id), in flat buffers freed whole after the
 pass (tuples cost more and stayed: docs/benchmarks.md), plus the sorted order (Watermark's:
-timestamp, then id). Timestamps outside int64 fall back to a Python list."""
+timestamp, then id). Timestamps are parse_timestamp_ms's, well within int64."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from array import array
 from collections.abc import Callable, Iterator
 
 import numpy as np
-import numpy.typing as npt
 
 _INT64 = (-(2**63), 2**63 - 1)
 
@@ -18,14 +17,12 @@ class RowKeysBuilder:
     """Collects (timestamp, id, included) per row as the listing pages arrive."""
 
     def __init__(self) -> None:
-        self._timestamps: array[int] | list[int] = array("q")
+        self._timestamps = array("q")
         self._ends = array("q")
         self._ids = bytearray()
         self._included = bytearray()
 
     def add(self, timestamp_ms: int, row_id: str, *, included: bool) -> None:
-        if isinstance(self._timestamps, array) and not _INT64[0] <= timestamp_ms <= _INT64[1]:
-            self._timestamps = list(self._timestamps)
         self._timestamps.append(timestamp_ms)
         self._ids += row_id.encode("utf-8", "surrogatepass")  # lone surrogates JSON may carry
         self._ends.append(len(self._ids))
@@ -41,7 +38,7 @@ class RowKeys:
 
     def __init__(
         self,
-        timestamps: array[int] | list[int],
+        timestamps: array[int],
         ends: array[int],
         ids: bytearray,
         included: bytearray,
@@ -50,14 +47,9 @@ class RowKeys:
         self._ids = ids
         self._included = included
         self._selected = bytearray(b"\x01" * len(included))
-        stamps: npt.NDArray[np.int64] | npt.NDArray[np.object_]
-        if isinstance(timestamps, array):
-            stamps = np.frombuffer(timestamps, dtype=np.int64)
-        else:
-            stamps = np.array(timestamps, dtype=object)
+        stamps = np.frombuffer(timestamps, dtype=np.int64)
         self._order = np.argsort(stamps, kind="stable")
         self._sorted_stamps = stamps[self._order]
-        self._wide = stamps.dtype == object
         self._order_ties()
 
     def _order_ties(self) -> None:
@@ -105,10 +97,11 @@ class RowKeys:
             yield (*key, bool(self._selected[int(row)]))
 
     def count_upto(self, timestamp_ms: int, memory_id: str) -> int:
-        """How many keys are <= (timestamp_ms, memory_id)."""
-        if not self._wide and timestamp_ms > _INT64[1]:
+        """How many keys are <= (timestamp_ms, memory_id) (a watermark read from the ledger
+        may lie outside int64)."""
+        if timestamp_ms > _INT64[1]:
             return len(self)
-        if not self._wide and timestamp_ms < _INT64[0]:
+        if timestamp_ms < _INT64[0]:
             return 0
         stamps = self._sorted_stamps
         low = int(np.searchsorted(stamps, timestamp_ms, side="left"))
