@@ -355,7 +355,7 @@ def summarize_session(
 
     # Memories whose items went with a deleted one's are summarized first (partly_gone).
     chunks = chunks_for(
-        summarizer, itertools.chain(done.again, rows.memories), chunk_size=chunk_size
+        summarizer, itertools.chain(done.again, rows.memories()), chunk_size=chunk_size
     )
     structured = done.before  # the prior this pass starts from
     for chunk in _timed(chunks, phase) if rows.included or done.again else iter([[]]):

@@ -108,7 +108,7 @@ def plan_from_store(
     for sid, act in activity.items():
         if sid in stored and (stored[sid].timestamp_ms or 0) >= act.newest_ms:
             pause()
-            live_counts[sid] = store.count_session(sid)
+            live_counts[sid] = len(store.session_ids(sid))
     plan = plan_sweep(
         activity,
         dict(stored),
@@ -157,7 +157,7 @@ def _growth(
         rows = store.session_rows(sid, PriorCoverage(key))  # the memories after the watermark
         tokens = sum(
             estimate_tokens(memory_text(m))
-            for m in rows.memories
+            for m in rows.memories()
             if not is_excluded(m, spec.excluded_memory_types)
         )
         yield Growth(sid, activity[sid].newest_ms, tokens, summarized_at)

@@ -111,15 +111,19 @@ def summary_written_at(store: Any, session_id: str, after_ms: int = 0) -> int:
     ledger entry written before after_ms is returned without reading the row: a bench
     polling for a write after its sunset sends one request a poll, not two, and loads the
     store it measures half as much."""
+    from chromadb.errors import NotFoundError
+
     from controller.store.errors import CollectionNotFound
 
     row_id = f"summary_{session_id}"
     try:
-        head = store.ledger().get(ids=[row_id], include=["metadatas"])["metadatas"]
+        head = store.client.get_collection(store.location.ledger_collection).get(
+            ids=[row_id], include=["metadatas"]
+        )["metadatas"]
         if not head or int(head[0].get("summarizedAt") or 0) < after_ms:
             return int(head[0].get("summarizedAt") or 0) if head else 0
         row = store.summaries().get(ids=[row_id], include=["metadatas"])["metadatas"]
-    except CollectionNotFound:
+    except (CollectionNotFound, NotFoundError):
         return 0
     if not row:
         return 0

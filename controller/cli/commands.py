@@ -261,7 +261,7 @@ def cmd_remember(args: argparse.Namespace) -> int:
     row_id = str(uuid.uuid4())
     with open_store(args, create=True) as (store, summarizer):
         store.add_memories([row_id], [document], [meta], create=True, embed=embedder(summarizer))
-        count = store.count_session(args.session_id)
+        count = len(store.session_ids(args.session_id))
     where = f"{store.location.memory_collection!r} at {store.location.describe()}"
     out(
         f"{meta['type']} memory {row_id} written to {where} "

@@ -236,9 +236,6 @@ class Collections:
         record = collection_config(coll).get("embedding_function")
         return record if isinstance(record, Mapping) else None
 
-    def ledger(self) -> Collection:
-        return self._once("ledger")
-
     def _make_ledger(self) -> Collection:
         meta = {"memorycore.io/ledger-of": self.location.summary_collection}
         return self.client.get_or_create_collection(self.location.ledger_collection, metadata=meta)
@@ -300,13 +297,28 @@ def pages(
                 where=cast(Where, where or None), include=cast(Any, list(i)), limit=page, offset=o
             ),
         )
-        docs, metas = got.get("documents") or [], got.get("metadatas") or []
-        for n, row_id in enumerate(got["ids"]):
-            meta = metas[n] if n < len(metas) else None
-            yield row_id, meta or {}, docs[n] if n < len(docs) else None
+        yield from rows(got)
         if len(got["ids"]) < page:
             return
         offset += page
+
+
+def by_ids(
+    coll: Collection, what: str, ids: Sequence[str], include: Sequence[str], size: int
+) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
+    """(id, metadata, document) of these rows still there, `size` ids a read (SQLite binds
+    at most 32,766)."""
+    for batch in batches(list(ids), size):
+        got = guard(what, lambda b=batch: coll.get(ids=list(b), include=cast(Any, list(include))))  # type: ignore[misc]
+        yield from rows(got)
+
+
+def rows(got: Any) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
+    """(id, metadata or {}, document or None) of each row a get answered."""
+    ids, none = got["ids"], [None] * len(got["ids"])
+    metas, docs = got.get("metadatas") or none, got.get("documents") or none
+    for row_id, meta, doc in zip(ids, metas, docs, strict=False):
+        yield row_id, meta or {}, doc
 
 
 def batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:

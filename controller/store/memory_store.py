@@ -63,7 +63,7 @@ from controller.core.summary import (
 from controller.core.summary_row import READER_ROW_KEYS, from_chroma_row, upsert_metadata
 from controller.core.sweep_plan import StoredSummaryState
 from controller.redaction import PassRedaction
-from controller.store.collections import Collections, batches, collection_config
+from controller.store.collections import Collections, batches, collection_config, rows
 from controller.store.errors import (
     DIMENSION_ERROR,
     CollectionNotFound,
@@ -150,9 +150,6 @@ class MemoryStore(Collections):
         where = {"sessionId": session_id}
         return list(self._get("memory", "listing the session", where=where, include=[])["ids"])
 
-    def count_session(self, session_id: str) -> int:
-        return len(self.session_ids(session_id))
-
     def add_memories(
         self,
         ids: Sequence[str],
@@ -236,7 +233,6 @@ class MemoryStore(Collections):
         the order they were added; a short page is the end."""
         what = "reading memories in the order they were added"
         got = self._get("memory", what, include=["metadatas"], limit=limit, offset=offset)
-        metas = [m or {} for m in got["metadatas"] or []]
         return [
             (
                 sid if isinstance(sid := meta.get("sessionId"), str) else None,
@@ -244,7 +240,7 @@ class MemoryStore(Collections):
                 row_id,
                 row_problem(meta),
             )
-            for row_id, meta in zip(got["ids"], metas, strict=True)
+            for row_id, meta, _ in rows(got)
         ]
 
     def has_memories_besides(self, session_id: str, memory_type: str) -> bool:
@@ -437,10 +433,7 @@ class MemoryStore(Collections):
                 got = self._get(role, what, include=include, **query)
             except CollectionNotFound:
                 break
-            docs = got.get("documents") or [None] * len(got["ids"])
-            metas = got.get("metadatas") or [None] * len(got["ids"])
-            for i, d, m in zip(got["ids"], docs, metas, strict=False):
-                found[i] = (d, dict(m or {}))
+            found.update((i, (d, dict(m))) for i, m, d in rows(got))
         return found
 
     def drop_summary(self, session_id: str) -> None:

@@ -8,7 +8,6 @@ import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from chromadb.api.models.Collection import Collection
 
@@ -33,8 +32,7 @@ from controller.core.memories import (
 )
 from controller.core.visibility import SessionSources
 from controller.redaction import PassRedaction
-from controller.store.collections import batches, pages
-from controller.store.errors import guard
+from controller.store.collections import by_ids, pages
 from controller.store.row_keys import RowKeys, RowKeysBuilder
 
 LIST_PAGE = 1000  # one round trip for most sessions; 2,000 kept more heap (docs/benchmarks.md)
@@ -53,8 +51,9 @@ class SessionRows:
     newest: Watermark | None  # the newest row of all, the pass's watermark
     keys: RowKeys  # (timestamp, id) of every parsed row, sorted; `selected`: read this pass
     included: int  # how many of the selected rows the pass summarizes (not excluded)
-    # The included rows, in (timestamp, id) order, then the untimed rows not summarized yet.
-    read: Callable[[], Iterator[Memory]]
+    # The included rows, in (timestamp, id) order, then the untimed rows not summarized yet,
+    # GET_BATCH rows a read.
+    memories: Callable[[], Iterator[Memory]]
     sources: SessionSources = field(default_factory=SessionSources)  # who wrote the rows
     selected: int = 0  # rows read this pass, excluded types too
     reread: tuple[Dirty, ...] = ()  # ranges behind the prior's watermark it does not cover exactly
@@ -69,11 +68,6 @@ class SessionRows:
     untimed: tuple[str, ...] = ()
     # id: its timestamp as stored, shown (None: it has none). Listed whole only.
     untimed_values: Mapping[str, str | None] = field(default_factory=dict)
-
-    @property
-    def memories(self) -> Iterator[Memory]:
-        """The included memories, in order, GET_BATCH rows per read."""
-        return self.read()
 
     @property
     def late(self) -> int:
@@ -165,7 +159,7 @@ def list_appended(
         newest=newest,
         keys=sorted_keys,
         included=len(wanted),
-        read=lambda: (wanted[row_id] for row_id in sorted_keys.included_ids()),
+        memories=lambda: (wanted[row_id] for row_id in sorted_keys.included_ids()),
         sources=sources,
         selected=len(added),
         prior_key=mark,
@@ -177,18 +171,14 @@ def list_appended(
 
 
 def _stamps(coll: Collection, ids: Iterable[str]) -> dict[str, str | None]:
-    """The stored timestamp of each of these rows as shown (None: it has none), LIST_PAGE
-    ids a read (SQLite binds at most 32,766)."""
-    found: dict[str, str | None] = {}
-    for batch in batches(sorted(ids), LIST_PAGE):
-        what = "reading the untimed rows' times"
-        got = guard(what, lambda b=batch: coll.get(ids=list(b), include=["metadatas"]))  # type: ignore[misc]
-        found.update(zip(got["ids"], map(_shown, got["metadatas"] or []), strict=False))
-    return found
+    """The stored timestamp of each of these rows as shown (None: it has none)."""
+    what = "reading the untimed rows' times"
+    found = by_ids(coll, what, sorted(ids), ["metadatas"], LIST_PAGE)
+    return {row_id: _shown(meta) for row_id, meta, _ in found}
 
 
-def _shown(meta: Mapping[str, object] | None) -> str | None:
-    stamp = (meta or {}).get("timestamp")
+def _shown(meta: Mapping[str, object]) -> str | None:
+    stamp = meta.get("timestamp")
     return None if stamp is None else repr(stamp)[:60]
 
 
@@ -270,7 +260,7 @@ def _list_all(
         newest=newest,
         keys=sorted_keys,
         included=sorted_keys.included() + len(untimed_now),
-        read=read,
+        memories=read,
         sources=sources,
         selected=selected + len(fresh),
         reread=tuple(reread),
@@ -293,13 +283,9 @@ def read_memories(
     """These memories, masked, in the session's order, GET_BATCH per read; those gone since
     or of an excluded type are left out. at_ms: the time given rows whose own is unreadable."""
     found: list[Memory] = []
-    include: Any = ["documents", "metadatas"]
-    for batch in batches(list(ids), GET_BATCH):
-        got = guard(what, lambda b=batch: coll.get(ids=list(b), include=include))  # type: ignore[misc]
-        docs, metas = got.get("documents") or [], got.get("metadatas") or []
-        for row_id, doc, meta in zip(got["ids"], docs, metas, strict=False):
-            meta = {**(meta or {}), "timestamp": at_ms} if at_ms is not None else meta or {}
-            memory = memory_from_row(row_id, doc, mask.meta(meta))
-            if memory is not None and (exclude is None or not exclude(memory)):
-                found.append(mask.memory(memory))
+    for row_id, meta, doc in by_ids(coll, what, ids, ["documents", "metadatas"], GET_BATCH):
+        meta = {**meta, "timestamp": at_ms} if at_ms is not None else meta
+        memory = memory_from_row(row_id, doc, mask.meta(meta))
+        if memory is not None and (exclude is None or not exclude(memory)):
+            found.append(mask.memory(memory))
     return sorted(found, key=memory_sort_key)

@@ -391,14 +391,14 @@ def test_summaryctl_forget_and_rebuild_need_the_forget_role_and_sunset_still_wor
         sub = argv[0]
         assert refused.stderr.startswith("summaryctl: error: ")
         assert f"create on sessionsummaries/{sub} (group memorycore.io)" in refused.stderr
-    assert store.count_session(sid) == 3
+    assert len(store.session_ids(sid)) == 3
     assert h.obj(sid)["spec"]["action"] == "Summarize"
 
     rebuilt = summaryctl_as(h, strong, "rebuild", sid, "-n", NS, "--wait", "60")
     assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
     forgot = summaryctl_as(h, strong, "forget", sid, "-n", NS, "--memories", "--yes", "--wait=60")
     assert forgot.returncode == 0, forgot.stdout + forgot.stderr
-    assert store.count_session(sid) == 0
+    assert len(store.session_ids(sid)) == 0
     load(store, [interaction(sid, 9, now_ms(), "After the forget")])
     again = summaryctl_as(h, weak, "sunset", sid, "-n", NS, "--wait", "60")
     assert again.returncode == 0, again.stdout + again.stderr

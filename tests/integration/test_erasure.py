@@ -163,12 +163,12 @@ def test_forget_with_memories_deletes_them_and_needs_a_confirmation(harness: Har
     refused = harness.summaryctl("forget", sid, "-n", NS, "--summarizer", "erase2", "--memories")
     assert refused.returncode == 2 and "--yes" in refused.stderr
     print(f"$ summaryctl forget {sid} ... --memories\n{refused.stderr}")
-    assert store.count_session(sid) == 3
+    assert len(store.session_ids(sid)) == 3
     res = harness.summaryctl(
         "forget", sid, "-n", NS, "--summarizer", "erase2", "--memories", "--yes", "--wait", "60"
     )
     assert res.returncode == 0, res.stdout + res.stderr
-    assert store.count_session(sid) == 0
+    assert len(store.session_ids(sid)) == 0
     assert "3 memories of the session" in harness.obj(sid)["status"]["message"]
 
 

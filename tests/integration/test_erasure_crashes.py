@@ -34,6 +34,7 @@ from controller.store.memory_store import Forgotten, MemoryStore
 from devenv.chroma import ChromaServer
 from tests.integration.harness import interaction, load
 from tests.integration.test_ledger_crashes import FOREIGN, assert_agree, rewrite_as_neo
+from tests.support.ledger import ledger_of
 from tests.support.row_vectors import row_vectors
 
 BASE = 1_770_000_000_000
@@ -97,7 +98,7 @@ def stored(store: MemoryStore, sid: str) -> list[tuple[str, str, str]]:
     """(collection, id, document + metadata) of every record of the session in the row's
     and the ledger's collections."""
     found = []
-    for coll in (store.summaries(), store.ledger()):
+    for coll in (store.summaries(), ledger_of(store)):
         got = coll.get(where={"sessionId": sid}, include=["documents", "metadatas"])
         for i, d, m in zip(got["ids"], got["documents"] or [], got["metadatas"] or [], strict=True):
             found.append((coll.name, i, f"{d or ''}\n{json.dumps(m or {})}"))
@@ -177,7 +178,7 @@ def test_a_forget_cut_at_any_write_is_finished_by_the_next_run_and_loses_nothing
         ]
         assert facts_kept(retry, one) == [], (at, plan.calls, records)
         assert retry.stored_summary(one.sid) is None
-        left = retry.count_session(one.sid)
+        left = len(retry.session_ids(one.sid))
         assert left == (0 if memories else 5), (at, plan.calls)
         # The sweep judges the session by its tombstone: not stale until its memories change.
         state = retry.summary_states([one.sid])[one.sid]

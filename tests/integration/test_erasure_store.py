@@ -44,6 +44,7 @@ from controller.sweep import plan_from_store
 from devenv.chroma import ChromaServer
 from tests.integration.harness import load
 from tests.support.chroma_proxy import ChromaProxy, chroma_proxy
+from tests.support.ledger import ledger_of
 from tests.support.passes import Verbatim
 from tests.unit.test_item_sources import KINDS
 
@@ -219,7 +220,7 @@ def test_a_forget_cut_after_its_tombstone_is_not_undone_and_completes_when_retri
     with pytest.raises(StoreUnavailable):
         forget_session(through, sid, memories=memories)
     assert [verb for verb, _ in proxy.failed] == ["delete"]
-    head = store.ledger().get(ids=[f"summary_{sid}"], include=["metadatas"])["metadatas"]
+    head = ledger_of(store).get(ids=[f"summary_{sid}"], include=["metadatas"])["metadatas"]
     assert head and "forgottenAt" in (head[0] or {})
     # The row the forget left (never-sent) is forgotten all the same: the next pass does
     # not carry its text as an earlier summary.
@@ -231,7 +232,7 @@ def test_a_forget_cut_after_its_tombstone_is_not_undone_and_completes_when_retri
     forgotten = forget_session(through, sid, memories=memories)
     assert forgotten.kind == "forgotten"
     assert store.stored_summary(sid) is None and said not in everything_stored(store, sid)
-    assert store.count_session(sid) == (0 if memories else 3)
+    assert len(store.session_ids(sid)) == (0 if memories else 3)
 
 
 @SETTINGS
@@ -327,7 +328,7 @@ def test_a_forgotten_session_with_rows_of_every_time_is_stale_to_no_scan(
         rows_digests=store.rows_digests(agree),
     )
     assert sid not in [c.session_id for c in plan.candidates + plan.deferred]
-    assert stored[sid].memory_count == cycle.counts[sid] == store.count_session(sid)
+    assert stored[sid].memory_count == cycle.counts[sid] == len(store.session_ids(sid))
     # The sweep, from a watermark before every row.
     spec = SessionSummarizerSpec.model_validate({"sweep": {"idleSeconds": 1}})
     swept, *_ = plan_from_store(store, spec, watermark_ms=NOW - 3_600_000, now_ms=now)

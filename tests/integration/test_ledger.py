@@ -25,6 +25,7 @@ from controller.pipeline import Backends, summarize_session
 from controller.store.memory_store import MemoryStore
 from devenv.processes import wait_for
 from tests.integration.harness import Harness, interaction, load, summarizer_yaml
+from tests.support.ledger import ledger_of
 from tests.support.previous_release import LEGACY_FENCE_KEY, rewrite_as_previous_release
 
 _EMBED = LocalMiniLMEmbedding()
@@ -162,7 +163,7 @@ def test_an_unreadable_ledger_entry_stops_the_pass_and_a_rebuild_replaces_it(
     store = harness.store(MEMORY, SESSIONS)
     load(store, [interaction(sid, 0, BASE, fact(sid, 0))])
     summarize(store, sid)
-    store.ledger().update(ids=[f"summary_{sid}"], documents=["{not json"], embeddings=[[1.0]])
+    ledger_of(store).update(ids=[f"summary_{sid}"], documents=["{not json"], embeddings=[[1.0]])
     before = row(store, sid)
     load(store, [interaction(sid, 1, BASE + 1, fact(sid, 1))])
     try:
@@ -172,7 +173,7 @@ def test_an_unreadable_ledger_entry_stops_the_pass_and_a_rebuild_replaces_it(
     else:
         raise AssertionError("a pass wrote over an unreadable ledger entry")
     assert row(store, sid) == before
-    got = store.ledger().get(ids=[f"summary_{sid}"], include=["documents"])
+    got = ledger_of(store).get(ids=[f"summary_{sid}"], include=["documents"])
     assert got["documents"] == ["{not json"]
     rebuilt = summarize_session(
         Backends(store, embed), sid, writer="ledger-test", trigger="test", rebuild=True
@@ -232,5 +233,5 @@ def test_with_every_memory_deleted_the_reconciliation_deletes_the_row_and_its_en
     store.memories().delete(ids=[r[0] for r in rows])
     # The next walk starts at most 60 s after the last one ended, and asks for a pass.
     wait_for(lambda: not kept(), 120, 1, message="the walk's pass", log=harness.log)
-    assert store.ledger().get(where={"sessionId": sid})["ids"] == []
+    assert ledger_of(store).get(where={"sessionId": sid})["ids"] == []
     harness.kubectl("delete", "ssumr", "all-gone", "--wait=false")

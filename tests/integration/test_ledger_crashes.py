@@ -37,6 +37,7 @@ from controller.store.errors import StoreUnavailable
 from controller.store.memory_store import MemoryStore
 from tests.integration.harness import Harness, interaction, load
 from tests.support.chroma_proxy import ChromaProxy, Failure, chroma_proxy
+from tests.support.ledger import ledger_of
 from tests.support.release_0_1_0 import Release010, release_0_1_0, release_tree
 from tests.support.row_vectors import row_vectors
 
@@ -85,7 +86,7 @@ def session(prefix: str, memories: int) -> tuple[str, list[str], list[Any]]:
 
 
 def ledger_records(store: MemoryStore, sid: str) -> list[tuple[str, str, dict[str, Any]]]:
-    got = store.ledger().get(where={"sessionId": sid}, include=["documents", "metadatas"])
+    got = ledger_of(store).get(where={"sessionId": sid}, include=["documents", "metadatas"])
     docs, metas = got["documents"] or [], got["metadatas"] or []
     return [(i, d or "", dict(m or {})) for i, d, m in zip(got["ids"], docs, metas, strict=True)]
 

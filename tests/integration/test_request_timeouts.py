@@ -196,7 +196,7 @@ def test_connect_to_a_server_that_stops_answering_fails_within_the_timeout(serve
 CALLS: dict[str, Callable[[MemoryStore], Any]] = {
     "read_summary": lambda s: s.read_summary("s1"),
     "session_rows": lambda s: s.session_rows("s1"),
-    "count_session": lambda s: s.count_session("s1"),
+    "session_ids": lambda s: s.session_ids("s1"),
     "summaries (create)": lambda s: s.summaries(create=True),
     "session_rows after a watermark": lambda s: s.session_rows("s1", PriorCoverage((0, ""))),
     "write_rows (upsert)": lambda s: write_alone(

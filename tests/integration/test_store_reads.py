@@ -62,7 +62,7 @@ def test_reading_a_missing_memory_collection_names_it_and_creates_nothing(
     store = store_at(harness.chroma.url, memory_collection=typo)
     for read in (
         lambda: store.session_rows("reads-1"),
-        lambda: store.count_session("reads-1"),
+        lambda: len(store.session_ids("reads-1")),
         lambda: list(store.scan_since(0)),
     ):
         with pytest.raises(CollectionNotFound) as caught:
@@ -215,7 +215,7 @@ def test_loading_memories_creates_the_memory_collection_only_when_asked(
         store.add_memories([row[0]], [row[1]], [row[2]])
     assert name not in collections(harness)
     store.add_memories([row[0]], [row[1]], [row[2]], create=True)
-    assert store.count_session("load-1") == 1
+    assert len(store.session_ids("load-1")) == 1
 
 
 # -- names Chroma refuses -------------------------------------------------------------------

@@ -124,7 +124,7 @@ def test_memories_are_read_as_the_pass_consumes_them(
     store = store_at(loaded, "unused-summaries")
     rows = store.session_rows(SESSION)
     assert rows.total == ROWS and rows.included == ROWS and len(rows.keys) == ROWS
-    stream = rows.memories
+    stream = rows.memories()
     head = [next(stream) for _ in range(20)]  # exactly the first batch
     last_id = rows.keys[-1][1]
     kept = store.memories().get(ids=[last_id], include=["documents", "metadatas"])
@@ -157,4 +157,4 @@ def test_a_memory_added_after_a_pass_reaches_the_next_with_its_document(chroma_u
     store.add_memories(ids[60:], docs[60:], metas[60:], embed=embed)
     rows = store.session_rows("notes", prior_coverage(store.read_summary("notes")))
     assert rows.base is not None  # the appended-rows listing
-    assert [(m.id, m.document) for m in rows.memories] == [(ids[60], docs[60])]
+    assert [(m.id, m.document) for m in rows.memories()] == [(ids[60], docs[60])]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from controller.core.naming import summary_row_id
 from controller.core.row_ownership import document_digest
 from controller.store.memory_store import MemoryStore
+from tests.support.ledger import ledger_of
 
 LEGACY_FENCE_KEY = "claimFence"
 # Keys of this release's ledger that the previous release never wrote.
@@ -25,7 +26,7 @@ def rewrite_as_previous_release(store: MemoryStore, sid: str, fence: int) -> Non
     row_id = summary_row_id(sid)
     embeddings = store.summaries().get(ids=[row_id], include=["embeddings"])["embeddings"]
     assert embeddings is not None
-    store.ledger().delete(where={"sessionId": sid})
+    ledger_of(store).delete(where={"sessionId": sid})
     store.summaries().upsert(
         ids=[row_id],
         documents=[document],
