@@ -13,12 +13,10 @@ from dataclasses import dataclass, field, replace
 
 from controller.core.coverage import Bucket, digest_text, id_hash
 from controller.core.memories import FUTURE_TOLERANCE_MS, SUNSET_MARKER_TYPE
-from controller.core.naming import blank_session_id
 from controller.core.sweep_plan import (
-    MAX_SESSION_ID,
-    SessionActivity,
     StoredSummaryState,
     SweepPlan,
+    collect_activity,
     marker_problem,
     plan_sweep,
 )
@@ -140,11 +138,8 @@ def reconcile(
         sid: replace(state, memory_count=None) if state is not None and sid in changed else state
         for sid, state in stored.items()
     }
-    activity = {
-        sid: SessionActivity(sid, max(ts, 0))
-        for sid, ts in cycle.newest.items()
-        if not blank_session_id(sid) and len(sid) <= MAX_SESSION_ID  # else no SessionSummary
-    }
+    # An undated session (UNDATED) as 0, idle, as the sweep takes a time ahead of the clock.
+    activity = collect_activity(((s, max(t, 0)) for s, t in cycle.newest.items()), now_ms=now_ms)
     return plan_sweep(
         activity,
         dict(stored),
