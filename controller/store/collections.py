@@ -68,9 +68,6 @@ class _Recorded(EmbeddingFunction[Documents]):
     def build_from_config(cls, config: dict[str, Any]) -> _Recorded:
         return cls()
 
-    def is_legacy(self) -> bool:
-        return False
-
 
 @register_embedding_function
 class NeoDynamicTextEmbedding(_Recorded):
