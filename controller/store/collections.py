@@ -94,10 +94,7 @@ def recorded_function(record: Mapping[str, Any]) -> EmbeddingFunction[Documents]
 
 def collection_config(coll: Collection) -> Mapping[str, Any]:
     """The configuration Chroma records on a collection ({} when it has none)."""
-    try:
-        config = coll.configuration_json
-    except Exception:  # an older server, or a configuration this client cannot read
-        return {}
+    config = coll.configuration_json
     return config if isinstance(config, Mapping) else {}
 
 
