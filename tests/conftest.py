@@ -6,6 +6,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -60,6 +61,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """A failure is named with its last lines as it happens, not only in the summary at the
     end: a run cut short (CI's time limit) still shows why each test failed."""
+    _note_module_time(report)
     if not report.failed:
         return
     text = str(report.longrepr or "").strip().splitlines()
@@ -69,6 +71,37 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     print(f"\nFAILED {report.nodeid} ({report.when}, {report.duration:.0f} s)")
     for line in last:
         print(f"    {line[:300]}")
+
+
+# Each worker's modules, in the order it ran them, with their seconds (setup + call +
+# teardown, so a module's fixture starts count): what LONGEST_FIRST is tuned from.
+_MODULE_TIMES: dict[str, dict[str, float]] = {}  # worker -> module -> seconds
+_WORKER_SPANS: dict[str, list[float]] = {}  # worker -> [first start, last end]
+
+
+def _note_module_time(report: pytest.TestReport) -> None:
+    gateway = getattr(getattr(report, "node", None), "gateway", None)
+    worker = str(getattr(gateway, "id", "main"))  # xdist's worker on the controller
+    module = report.nodeid.split("::", 1)[0]
+    times = _MODULE_TIMES.setdefault(worker, {})
+    times[module] = times.get(module, 0.0) + report.duration
+    span = _WORKER_SPANS.setdefault(worker, [report.start, report.stop])
+    span[:] = [min(span[0], report.start), max(span[1], report.stop)]
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Per worker: its first test's start to its last test's end, and its modules of 20 s
+    or more in the order it ran them."""
+    if not _WORKER_SPANS:
+        return
+    terminalreporter.section("module seconds per worker (setup + call + teardown)")
+    for worker, times in sorted(_MODULE_TIMES.items()):
+        start, stop = _WORKER_SPANS[worker]
+        long = ", ".join(f"{Path(m).name} {s:.0f}" for m, s in times.items() if s >= 20)
+        terminalreporter.write_line(
+            f"{worker}: {stop - start:.0f} s from first start to last end, "
+            f"{sum(times.values()):.0f} s in {len(times)} modules; {long}"
+        )
 
 
 # The longest modules (minutes each, most of it waiting on servers), started first: with
