@@ -67,6 +67,12 @@ class Cluster:
         self.kubectl("apply", "-f", "-", input=json.dumps(manifest))
 
     def start(self, journal: Path) -> None:
+        self.launch(journal)
+        self.wait_served()
+
+    def launch(self, journal: Path) -> None:
+        """Starts the operator process. Not from a pool's thread: a process spawned by
+        devenv.processes.spawn dies with the thread that started it (PR_SET_PDEATHSIG)."""
         env = dict(
             self.cp.env(),
             SSO_REPLICA_ID=f"{self.name}-operator",
@@ -79,6 +85,7 @@ class Cluster:
         )
         self.proc = start_operator(self.log, env, "--standalone", "--namespace", self.namespace)
 
+    def wait_served(self) -> None:
         def reported() -> bool:  # served: summaryctl's requests check that first
             got = json.loads(self.kubectl("get", "sessionsummarizer", "shared", "-o", "json"))
             conds = (got.get("status") or {}).get("conditions") or []
@@ -188,9 +195,11 @@ def test_two_live_clusters_over_one_store_never_alternate_and_a_retired_ones_row
         add(s1, k)
         add(s2, k)
     journal = tmp_path / "writes.jsonl"
-    for cluster in (a, b):
+    for cluster in (a, b):  # the two operators start side by side
         cluster.prepare(summarizer(harness.chroma.url, memory, summary))
-        cluster.start(journal)
+        cluster.launch(journal)
+    for cluster in (a, b):
+        cluster.wait_served()
     uid_a, uid_b = a.uid, b.uid
     assert uid_a != uid_b
 
