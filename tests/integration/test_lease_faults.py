@@ -385,9 +385,11 @@ def test_replicas_with_clocks_two_minutes_apart_never_run_a_pass_of_one_session_
     for ns in offsets:
         setup_namespace(harness, ns, slow_model, "skew")
     store = harness.store("skew-memory", "skew-sessions")
-    for ns, offset in offsets.items():
-        started = dt.datetime.now()  # local time, as the log's
+    started = {}
+    for ns, offset in offsets.items():  # the three start side by side
+        started[ns] = dt.datetime.now()  # local time, as the log's
         operators.start(f"{ns}-r", ns, clock_offset_s=offset or None)
+    for ns, offset in offsets.items():
         # It runs on its skewed clock: the time of its first log line says so.
         logged = wait_for(
             lambda ns=ns: first_log_time(operators.log(f"{ns}-r")),
@@ -395,7 +397,7 @@ def test_replicas_with_clocks_two_minutes_apart_never_run_a_pass_of_one_session_
             0.2,
             message=f"{ns}'s first log line",
         )
-        assert abs((logged - started).total_seconds() - offset) < 30, (ns, logged, started)
+        assert abs((logged - started[ns]).total_seconds() - offset) < 30, (ns, logged, started)
     expected = dict.fromkeys(sessions, 0)
     rounds = 2
     # Two rounds where every namespace asks for every session at once (they contend;
