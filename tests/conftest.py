@@ -97,11 +97,12 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.section("module seconds per worker (setup + call + teardown)")
     for worker, times in sorted(_MODULE_TIMES.items()):
         start, stop = _WORKER_SPANS[worker]
-        long = ", ".join(f"{Path(m).name} {s:.0f}" for m, s in times.items() if s >= 20)
-        terminalreporter.write_line(
+        line = (
             f"{worker}: {stop - start:.0f} s from first start to last end, "
-            f"{sum(times.values()):.0f} s in {len(times)} modules; {long}"
+            f"{sum(times.values()):.0f} s in {len(times)} modules"
         )
+        long = [f"{Path(m).name} {s:.0f}" for m, s in times.items() if s >= 20]
+        terminalreporter.write_line(line + ("; " + ", ".join(long) if long else ""))
 
 
 # The longest modules (minutes each, most of it waiting on servers), started first: with
