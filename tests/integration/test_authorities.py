@@ -10,12 +10,13 @@ and taken over; and an etcd restored from a backup takes its own rows over at on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,24 +146,33 @@ def summarizer(url: str, memory: str, summary: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def two_clusters(harness: Harness, tmp_path: Path) -> Iterator[tuple[Cluster, Cluster]]:
+def two_clusters(
+    harness: Harness, tmp_path: Path
+) -> Iterator[tuple[Cluster, Callable[[], Cluster]]]:
     """Cluster a: the harness's control plane (its operator's claims last 9 s, so its
     record lapses soon after it stops); cluster b: a control plane of its own (the default
-    60 s). Both serve one SessionSummarizer, `shared`, over the same collections."""
-    with running_control_plane(tmp_path / "cluster-b") as other:
-        a = Cluster(
-            harness.cp,
-            "cluster-a",
-            tmp_path,
-            {"SSO_CLAIM_TTL_SECONDS": "9", "SSO_CLAIM_MARGIN_SECONDS": "2"},
-        )
-        b = Cluster(other, "cluster-b", tmp_path)
+    60 s), started when the test calls for it (so cluster a's operator can start meanwhile).
+    Both serve one SessionSummarizer, `shared`, over the same collections."""
+    a = Cluster(
+        harness.cp,
+        "cluster-a",
+        tmp_path,
+        {"SSO_CLAIM_TTL_SECONDS": "9", "SSO_CLAIM_MARGIN_SECONDS": "2"},
+    )
+    clusters = [a]
+    with contextlib.ExitStack() as planes:
+
+        def cluster_b() -> Cluster:
+            other = planes.enter_context(running_control_plane(tmp_path / "cluster-b"))
+            clusters.append(Cluster(other, "cluster-b", tmp_path))
+            return clusters[-1]
+
         try:
-            yield a, b
+            yield a, cluster_b
         finally:
-            a.stop()
-            b.stop()
-            for c in (a, b):
+            for c in clusters:
+                c.stop()
+            for c in clusters:
                 print(f"{c.name} log tail:\n{tail(c.log, 60)}")
 
 
@@ -180,9 +190,9 @@ def journal_length(journal: Path) -> int:
 
 
 def test_two_live_clusters_over_one_store_never_alternate_and_a_retired_ones_rows_are_taken(
-    harness: Harness, two_clusters: tuple[Cluster, Cluster], tmp_path: Path
+    harness: Harness, two_clusters: tuple[Cluster, Callable[[], Cluster]], tmp_path: Path
 ) -> None:
-    a, b = two_clusters
+    a, cluster_b = two_clusters
     tag = uuid.uuid4().hex[:6]
     memory, summary = f"auth-memory-{tag}", f"auth-sessions-{tag}"
     store = harness.store(memory, summary)
@@ -195,9 +205,12 @@ def test_two_live_clusters_over_one_store_never_alternate_and_a_retired_ones_row
         add(s1, k)
         add(s2, k)
     journal = tmp_path / "writes.jsonl"
-    for cluster in (a, b):  # the two operators start side by side
-        cluster.prepare(summarizer(harness.chroma.url, memory, summary))
-        cluster.launch(journal)
+    # The two operators start side by side, a's while b's control plane starts.
+    a.prepare(summarizer(harness.chroma.url, memory, summary))
+    a.launch(journal)
+    b = cluster_b()
+    b.prepare(summarizer(harness.chroma.url, memory, summary))
+    b.launch(journal)
     for cluster in (a, b):
         cluster.wait_served()
     uid_a, uid_b = a.uid, b.uid
