@@ -78,9 +78,10 @@ log = logging.getLogger("controller.handlers.session_summary")
 
 
 class Retry(kopf.TemporaryError):
-    """A retry that is no failure (another writer holds the session, the claim moved on, the
+    """A retry that is no failure (another writer holds the session or is taking it, the
     operator stops): the handler logs why at its own level, and controller/operator.py leaves
-    out the ERROR line kopf logs for every TemporaryError."""
+    out the ERROR line kopf logs for every TemporaryError. A lost claim is a failure: kopf's
+    ERROR line stays."""
 
 
 def _claim_wait(retry: int) -> float:
@@ -325,9 +326,8 @@ async def summarize(
             )
             raise Retry(str(contended), delay=delay) from None
         except ClaimLost as lost:
-            metrics.CLAIM_CONFLICTS.inc()
-            logger.warning("session %s: %s", parsed.session_id, lost)
-            raise Retry(str(lost), delay=backoff_seconds(retry)) from None
+            metrics.CLAIM_CONFLICTS.inc()  # claims.py logged why (WARNING); kopf logs the ERROR
+            raise kopf.TemporaryError(str(lost), delay=backoff_seconds(retry)) from None
         except PassInterrupted as stopped:
             logger.info("session %s: %s", parsed.session_id, stopped)
             raise Retry(str(stopped), delay=backoff_seconds(retry)) from None
