@@ -57,8 +57,12 @@ def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
         check_memory_destinations(spec, namespace, "model.baseUrl")
         config = chat_model_config(model, namespace)
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
-        # Joined as the openai client joins its paths: one slash added if none ends it.
-        url = f"{config.base_url.removesuffix('/')}/models"
+        # Joined as the openai client joins its paths (dot segments resolved in the base
+        # first, then one slash if none ends it), so the probe asks where the passes post.
+        base = httpx2.URL(config.base_url)
+        if not base.raw_path.endswith(b"/"):
+            base = base.copy_with(raw_path=base.raw_path + b"/")
+        url = str(base.copy_with(raw_path=base.raw_path + b"models"))
         timeout = min(model.timeout_seconds, 10)
         with deadline_client(timeout) as client:  # bound in time and size, as a pass's calls
             resp = client.get(url, headers=headers, timeout=timeout)
