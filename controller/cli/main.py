@@ -77,6 +77,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse, with control characters in an echoed argument shown escaped."""
 
     def error(self, message: str) -> NoReturn:
+        if "unrecognized arguments: --local" in message:
+            message += " (removed in 0.2.0: --bypass-claim confirms the same)"
         super().error(printable(message))
 
 
@@ -109,12 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="summaryctl",
         description=cli_package.__doc__,
+        allow_abbrev=False,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, func: Callable[..., int], help: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help)
+        # No abbreviations: `--b` must not pass for a confirmation such as --bypass-claim.
+        p = sub.add_parser(name, help=help, allow_abbrev=False)
         p.set_defaults(func=func)
         return p
 

@@ -261,7 +261,35 @@ def test_the_removed_local_flag_is_refused_not_taken_for_bypass_claim(tmp_path: 
     with no_cluster(str(tmp_path)):
         code, _, err = run(["summarize", "s1", "--local", "--chroma-url", REFUSED])
     assert code == 2 and "unrecognized arguments: --local" in err
+    assert "use --bypass-claim" not in err and "--bypass-claim confirms the same" in err
     assert "cannot connect to Chroma" not in err  # stopped before any store was reached
+
+
+def _long_options() -> list[tuple[str, tuple[str, ...], str]]:
+    """(command, the session ids it needs before its options, a long option of it)."""
+    from controller.cli.main import build_parser
+
+    parser = build_parser()
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    found = []
+    for name, command in sub.choices.items():
+        needed = tuple("s1" for a in command._actions if not a.option_strings and a.nargs != "?")
+        for action in command._actions:
+            found += [(name, needed, o) for o in action.option_strings if o.startswith("--")]
+    return [f for f in found if f[2] != "--help"]
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_no_command_takes_a_prefix_of_its_option_for_the_option(data: st.DataObject) -> None:
+    # `summarize s --b` was --bypass-claim, `forget s --y` was --yes: a confirmation typed
+    # by half. Every proper prefix of a long option that is no option itself is refused.
+    name, needed, option = data.draw(st.sampled_from(_long_options()))
+    prefix = option[: data.draw(st.integers(3, len(option) - 1))]
+    assume(prefix not in {o for n, _, o in _long_options() if n == name})
+    with no_cluster("/nonexistent"):
+        code, _, err = run([name, *needed, prefix])
+    assert code == 2 and f"unrecognized arguments: {prefix}" in err, err
 
 
 def test_summarize_help_names_bypass_claim_not_the_old_local(tmp_path: object) -> None:
