@@ -21,7 +21,7 @@ def forget_session(
     """Deletes the session's summary row, its ledger entry (a tombstone of ids and counts stays)
     and, with memories, its memories, once the claim's fence is admitted as for an upsert
     (the tombstone records it). request (object uid/generation): a retry reports the total;
-    by: who asked, for the objects of other namespaces that said the session was summarized."""
+    by: the forgetting object, for the objects of other namespaces that said it was summarized."""
     fence = guard.admit(store.read_row_state(session_id).fence) if guard is not None else {}
     forgotten = store.forget_state(session_id, fence, memories=memories, request=request, by=by)
     return Outcome("forgotten", session_id, forgotten.remaining, forgotten=forgotten)

@@ -26,7 +26,7 @@ BUILT_ON_KEY = "builtOnDigest"  # the row document the write read: its text is i
 FORGOTTEN_KEY = "forgottenAt"  # a tombstone's: the session was forgotten at that time (ms)
 REQUEST_KEY = "forgetRequest"  # the forget that wrote a tombstone (its object's uid, generation)
 REMOVED_KEYS = ("removedRow", "removedRecords", "removedMemories")  # reported whole by its retry
-FORGOTTEN_BY_KEY = "forgottenBy"  # who asked, and through which object (the owner's status says it)
+FORGOTTEN_BY_KEY = "forgottenBy"  # the object that forgot ("SessionSummary ns/name"), no person
 # Every key a head of ours sets (plan_write's, a tombstone's): see replacing_head.
 HEAD_KEYS = (
     *("sessionId", "ledgerFormat", "generation", "segments", "lists", FENCE_KEY, AUTHORITY_KEY),

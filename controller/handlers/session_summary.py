@@ -63,7 +63,6 @@ from controller.pipeline import Outcome, PassInterrupted, summarize_session
 from controller.runtime import Runtime
 from controller.scheduling import BACKGROUND_TRIGGERS, Slack, slack_for
 from controller.status.conditions import spec_problems
-from controller.status.requests import asked_by
 from controller.store.errors import (
     CollectionNotFound,
     EmbeddingMismatch,
@@ -223,7 +222,7 @@ def summarize_claimed(
                         memories=spec.forget_memories,
                         guard=handle,
                         request=f"{body.metadata.uid}/{handle.generation}",
-                        by=f"{asked_by(body)}, through SessionSummary {namespace}/{name}",
+                        by=f"SessionSummary {namespace}/{name}",
                     )
                 else:
                     outcome = summarize_session(

@@ -3,6 +3,7 @@ status/conditions.py) from an Outcome or a Failure, and the Events a user must s
 
 from __future__ import annotations
 
+import re
 from typing import Any, NoReturn, cast
 
 import kopf
@@ -33,6 +34,8 @@ CONDITION = "Summarized"
 SINGLE_WRITER = "SingleWriter"
 MEMORY_TIMES = "MemoryTimesReadable"
 DONE_PHASES = frozenset({"Summarized", "Empty", "NotFound", "Forgotten"})
+# A tombstone's forgottenBy as a forget writes it: the object, never a person (DNS names).
+_FORGETTER = re.compile(r"SessionSummary [a-z0-9][-a-z0-9]{0,62}/[a-z0-9][-a-z0-9.]{0,252}")
 # The status fields a Forgotten object keeps: they say the forget was done (the rest went).
 FORGET_KEEPS = frozenset(
     {
@@ -388,13 +391,15 @@ def forgotten_status(body: kopf.Body, message: str, *, ok: bool, **fields: Any) 
 
 def forgotten_by_another(obj: dict[str, Any], tombstone: dict[str, Any]) -> dict[str, Any]:
     """The status of a Summarized object whose session another object (of any namespace or
-    cluster on the store) forgot since: Summarized False, when and by whom."""
+    cluster on the store) forgot since: Summarized False, when and through which object. The
+    tombstone is anyone's with the store token to write: a time that is no number is unknown,
+    an object that is not `SessionSummary namespace/name` is not named."""
+    at, by = tombstone.get(FORGOTTEN_KEY), tombstone.get(FORGOTTEN_BY_KEY)
+    when = ms_to_rfc3339(at) if type(at) is int else "an unknown time"
+    through = by if isinstance(by, str) and _FORGETTER.fullmatch(by) else "another SessionSummary"
     message = (
-        f"session {tombstone.get('sessionId')!r} was forgotten at "
-        f"{ms_to_rfc3339(tombstone[FORGOTTEN_KEY])} by "
-        f"{tombstone.get(FORGOTTEN_BY_KEY) or 'another SessionSummary'}: its summary row and "
-        "the operator's state of it are gone; new memories (the sweep) or `summaryctl sunset` "
-        "summarize it again"
+        f"session {obj['spec'].get('sessionId')!r} was forgotten at {when} through {through}; "
+        "a sunset here summarizes it again if memories remain"
     )
     return forgotten_status(kopf.Body(cast(kopf.RawBody, obj)), message, ok=False)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from controller.core.text import one_line
+
 # summaryctl forget records who ran it here; else the field manager of the last change.
 REQUESTED_BY = "memorycore.io/requested-by"
 # summaryctl check asks a SessionSummarizer's probes and sweep to run now: a new value here
@@ -20,7 +22,7 @@ def asked_by(body: Mapping[str, Any]) -> str:
     meta = body.get("metadata") or {}
     named = (meta.get("annotations") or {}).get(REQUESTED_BY)
     if named:
-        return str(named)[:200]
+        return one_line(named, 200)
     changes = [
         m
         for m in meta.get("managedFields") or []
