@@ -209,8 +209,12 @@ def test_a_forget_in_another_namespace_turns_the_owners_summary_forgotten(
     print(f"owner: {status['message']}")
     cond = conditions_of(owner)["Summarized"]
     assert (cond["status"], cond["reason"]) == ("False", "Forgotten"), cond
-    assert "forgotten at" in status["message"] and "via summaryctl" in status["message"]
-    assert f"SessionSummary {other}/{summary_object_name(sid)}" in status["message"], status
+    # The tombstone (every agent reads the store) and the owner name the object, no person.
+    forgetter = f"SessionSummary {other}/{summary_object_name(sid)}"
+    assert ledger_records(harness, summary, sid)[0][1][FORGOTTEN_BY_KEY] == forgetter
+    assert "was forgotten at 20" in status["message"], status
+    assert f"through {forgetter};" in status["message"], status
+    assert "summaryctl" not in status["message"], status
     # `kubectl get ssum`: no MEMORIES, SUMMARIZED, TITLE of a summary that is gone.
     assert not {"memoryCount", "summarizedAt", "title"} & status.keys(), status
     said = wait_for(lambda: events(harness, sid, "Forgotten"), 30, 0.3, message="Forgotten Event")
@@ -218,6 +222,31 @@ def test_a_forget_in_another_namespace_turns_the_owners_summary_forgotten(
     # A sunset summarizes it again, from its memories.
     res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "owner", "--wait", "60")
     assert res.returncode == 0 and harness.obj(sid)["status"]["phase"] == "Summarized", res.stdout
+
+
+def test_a_tombstone_with_an_unreadable_time_and_author_still_turns_the_owner_forgotten(
+    harness: Harness,
+) -> None:
+    """Anyone with the store token can write a ledger head: one that is no number nor
+    object's name is told as such, and the summarizer's timer keeps running."""
+    memory, summary = "tomb-memory", "tomb-sessions"
+    harness.kubectl(
+        "apply", "-f", "-",
+        input=summarizer_yaml("tomb", harness.chroma.url, memory=memory, summary=summary,
+                              sweep="enabled: false, intervalSeconds: 5"),
+    )  # fmt: skip
+    sid = f"tomb-{uuid.uuid4().hex[:6]}"
+    load(harness.store(memory, summary), [interaction(sid, 0, 1_770_000_000_000, "Use Go.")])
+    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "tomb", "--wait", "60")
+    assert res.returncode == 0, res.stdout + res.stderr
+    spoof = {"forgottenAt": "yesterday", FORGOTTEN_BY_KEY: "ana\nvia summaryctl (user ana)"}
+    ledger = harness.store().client.get_collection(f"{summary}-ledger")
+    ledger.update(ids=[summary_row_id(sid)], metadatas=[spoof])
+    status = harness.wait_phase(sid, "Forgotten", timeout=60)["status"]
+    assert status["message"] == (
+        f"session {sid!r} was forgotten at an unknown time through another SessionSummary; "
+        "a sunset here summarizes it again if memories remain"
+    ), status
 
 
 def test_forgetting_a_session_that_never_existed_says_nothing_was_found(harness: Harness) -> None:
