@@ -194,7 +194,7 @@ def run_backend(
             assert outcome.kind == "summarized" and outcome.passes == 1, outcome
             tally.tokens += outcome.tokens_used
             ids = {r[0] for r in rows}
-            newest = [m for m in store.session_rows(sid).memories if m.id in ids]
+            newest = [m for m in store.session_rows(sid).memories() if m.id in ids]
             script(session, step)
             naive_document = render_document(naive_pass(sid, newest))
         got = store.summaries().get(ids=[f"summary_{sid}"], include=["documents"])

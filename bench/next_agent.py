@@ -228,9 +228,8 @@ def _pass(store: MemoryStore, sid: str, **parts: Any) -> Any:
     try:
         from controller.pipeline import Backends
     except ImportError:
-        return summarize_session(
-            store, sid, embed=_embed, writer="bench", trigger="manual", **parts
-        )
+        older: Any = summarize_session  # the older tree's signature, not this one's
+        return older(store, sid, embed=_embed, writer="bench", trigger="manual", **parts)
     return summarize_session(
         Backends(store, _embed, **parts), sid, writer="bench", trigger="manual"
     )

@@ -199,7 +199,7 @@ def run_backend(
             pct = 100 * named(document, expected) / len(expected)
             tally.lowest_pct = min(tally.lowest_pct, pct)
             ids = {r[0] for r in rows}
-            newest: list[Memory] = [m for m in store.session_rows(sid).memories if m.id in ids]
+            newest: list[Memory] = [m for m in store.session_rows(sid).memories() if m.id in ids]
             script(session, step)
             naive_document = render_document(run_pass(sid, newest, None, summarizer).summary)
         ours, naive = named(document, expected), named(naive_document, expected)
