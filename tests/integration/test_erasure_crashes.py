@@ -185,7 +185,7 @@ def test_a_forget_cut_at_any_write_is_finished_by_the_next_run_and_loses_nothing
         assert state.memory_count == left
         # Another forget of the session is told as its own: nothing was left to remove.
         again = forget_session(retry, one.sid, memories=memories, request="uid-1/3").forgotten
-        assert again == Forgotten(False, 1, 0, 5 - 5 * memories)
+        assert again == Forgotten(False, 0, 0, 5 - 5 * memories)
         # Nothing else lost.
         assert facts_kept(retry, other) == other_kept
         assert_agree(retry, other.sid)
