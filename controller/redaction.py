@@ -48,7 +48,7 @@ _KEYWORD_ENDS = re.compile(rf"(?:{'|'.join(keyword.DENYLIST)})\Z", re.IGNORECASE
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
-MASKING_VERSION = 18
+MASKING_VERSION = 19
 _ROUNDS = 4  # maskings of a text at most (Redaction.text)
 # What no reader sees (core/text.IGNORABLE) is read as nothing, a zero-width space or BOM
 # as a space too (Redaction.spans).
@@ -486,19 +486,14 @@ class Redaction:
         """(start, end, kind) of each secret, in order, not overlapping a placeholder. What no
         reader sees is read as nothing (`pass\u00adword: x`); a zero-width space as a space,
         then as nothing for what that finds apart (`pass\u200bword: x`) or longer on its line
-        (`B\u200bearer x`), not past one the first reading ended a secret at (a space there)."""
+        (`B\u200bearer x`, `ghp_a\u200bb...`: a reader sees one token)."""
         found = self._without(text, _HIDDEN)
         if not _ZERO_WIDTH.search(text):
             return found
         ends, spans = [e for _, e, _ in found], list(found)
-        edges = (at for s, e, _ in found for at in (s - 1, e) if at >= 0)
-        cuts = sorted(at for at in edges if _ZERO_WIDTH.match(text, at))
         for start, end, kind in self._without(text, IGNORABLE):
             after = bisect.bisect_right(ends, start)  # the first found that ends after start
-            cut = bisect.bisect_left(cuts, start)
-            if (after == len(found) or found[after][0] >= end) or (
-                "\n" not in text[start:end] and (cut == len(cuts) or cuts[cut] >= end)
-            ):
+            if after == len(found) or found[after][0] >= end or "\n" not in text[start:end]:
                 spans.append((start, end, kind))
         joined: list[tuple[int, int, str]] = []
         for start, end, kind in sorted(spans, key=lambda span: span[0]):  # found's kind first
