@@ -299,10 +299,12 @@ _SETS = r"[ \t]*(?::=|=>|->|==?|:|>)[ \t]*\n?[ \t]*"  # `>`: an XML element's
 _FOR = r"[ \t]+(?:for|of|on|in)(?:[ \t]+[A-Za-z0-9_.@-]+){1,4}?"
 _IS = rf"(?:(?:{_GAP}{_SAYS}){{1,3}}(?:{_SETS}|{_GAP})|{_SETS})"
 _SAID_VALUE = r"""(?:"([^"\n]+)"|'([^'\n]+)'|`([^`\n]+)`|([^\s"'`<]+))"""
+# After the name alone (`use passphrase X`) a value is no option (`passwd --stdin`).
+_NO_OPTION = r"""(?:"([^"\n]+)"|'([^'\n]+)'|`([^`\n]+)`|([^-\s"'`<][^\s"'`<]*))"""
 _WHOSE = r"(?:the|my|our|your|his|her|their|its|a|an)"
 _PHRASE = (
-    rf"(?i)(?:^|[^A-Za-z0-9_])[A-Za-z0-9_.-]*?{_NAMED}[\"'`*_]{{0,3}}(?:{_FOR}{_IS}|{_IS}|{_GAP})"
-    + _SAID_VALUE
+    rf"(?i)(?:^|[^A-Za-z0-9_])[A-Za-z0-9_.-]*?{_NAMED}[\"'`*_]{{0,3}}"
+    rf"(?:(?:{_FOR}{_IS}|{_IS}){_SAID_VALUE}|{_GAP}{_NO_OPTION})"
     + r"|(?:^|[\s(])"
     + _SAID_VALUE
     + rf"{_GAP}(?:is|was|as){_GAP}(?:{_WHOSE}{_GAP}(?:[A-Za-z0-9_.-]+{_GAP}){{0,2}}?)?"
@@ -311,7 +313,7 @@ _PHRASE = (
 )
 CONTEXT_RULES += (
     Rule("credential-phrase", re.compile(_PHRASE), 0, whole_token=False, said=True, code=True,
-         linear=Linear(_PHRASE, tuple(range(1, 9)))),
+         linear=Linear(_PHRASE, tuple(range(1, 13)))),
 )  # fmt: skip
 # A key named `pass` or ending in it (`db_pass=`, `dbPass:`; not `--- PASS: TestX`), its value
 # as after `password:` (_said); `pass` alone only where a key begins (not `first pass: v2`).

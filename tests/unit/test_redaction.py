@@ -752,6 +752,42 @@ def test_ordinary_prose_about_a_credential_is_left_as_it_is(
     assert masked == text or ":" in sentence, masked
 
 
+# A command-line option that passes no credential: a name with no credential's word in it.
+_OPTION = st.from_regex(
+    r"--?[a-z][a-z0-9]{0,9}(?:-[a-z0-9]{1,8})?(?:=[a-z0-9.]{1,10})?", fullmatch=True
+)
+_PASSES_ONE = re.compile(r"pass|pwd|secret|token|key|auth|cookie|cred|sig|pat")
+
+
+@given(
+    command=st.sampled_from(
+        [
+            "passwd",
+            "sudo passwd",
+            "openssl passwd",
+            "vault token",
+            "gh secret",
+            "npm token",
+            "kubectl create secret",
+            "gpg --passphrase",
+            "my-password",
+            "op read password",
+        ]
+    ),
+    options=st.lists(_OPTION.filter(lambda o: not _PASSES_ONE.search(o)), min_size=1, max_size=3),
+    after=st.sampled_from(["", " alice", " lookup", " create", " | tee out.txt"]),
+)
+@example(command="passwd", options=["--stdin"], after=" alice")
+@settings(max_examples=500, deadline=None)
+def test_an_option_after_a_command_named_for_a_credential_is_left_as_it_is(
+    command: str, options: list[str], after: str
+) -> None:
+    """`passwd --stdin`, `vault token -format=json`, `gh secret --help`: an option is not the
+    credential a word like `passwd` may name, as after `--password` (mysql's `-pX` aside)."""
+    text = f"echo x | {command} {' '.join(options)}{after}"
+    assert DEFAULT_REDACTION.text(text) == text
+
+
 _IDENT = st.from_regex(r"[a-z_][a-z_]{0,11}", fullmatch=True)  # code names are words
 _KEY = st.from_regex(r"[a-z]{2,8}(?:_[a-z]{2,8})?", fullmatch=True)  # a key named in code
 _CODE_READING = st.one_of(
