@@ -218,6 +218,8 @@ def _detector_rules() -> tuple[Rule, ...]:
 _VALUE = r"""(["'])?((?(1)[^"'\n]+|%s[^\s"'`,;&]+))"""
 # A name's closing quote and what assigns it: `=`, `:`, Go's `:=`, Ruby's `=>`.
 _ASSIGN = r"[\"']?[ \t]*(?::=|=>|[:=])[ \t]*"
+# A header's `:`, and markdown's code around its value (`` Authorization: `Bearer x` ``).
+_COLON = r"[ \t]*:[ \t]*`?"
 # The same value as RE2 runs it: the condition one group per branch.
 _QUOTED_OR_NOT = r"""(?:(["'])([^"'\n]+)|([^\s"'`,;&]+))"""
 # Credentials by where they stand: a header (Authorization with any scheme, any *-Token,
@@ -227,12 +229,12 @@ CONTEXT_RULES = tuple(
     Rule(kind, re.compile(pattern), 2, 0.0, False, code=kind == "credential-variable",
          linear=linear)
     for kind, pattern, linear in (
-    ("credential-header", r"(?i)(?<![a-z0-9])(?:proxy-)?authorization[\"'`*_]{0,3}[ \t]*:[ \t]*"
-     + _VALUE % r"(?:[a-z]+\d?(?:-[a-z0-9]+)*[ \t]+)?", None),  # with its scheme
+    ("credential-header", r"(?i)(?<![a-z0-9])(?:proxy-)?authorization[\"'`*_]{0,3}"
+     + _COLON + _VALUE % r"(?:[a-z]+\d?(?:-[a-z0-9]+)*[ \t]+)?", None),  # with its scheme
     ("credential-header", r"(?i)\b(?:(?:[a-z0-9]+-)+(?:token|key|secret|passw(?:or)?d)|api-?key)"
-     r"[\"']?[ \t]*:[ \t]*" + _VALUE % "",
+     r"[\"']?" + _COLON + _VALUE % "",
      Linear(rf"(?:^|\W)(?i:(?:[a-z0-9İı]+-)+(?:token|key|secret|passw(?:or)?d)|ap{_I}-?key)"
-            rf"[\"']?[ \t]*:[ \t]*" + _QUOTED_OR_NOT, (2, 3))),
+            rf"[\"']?{_COLON}" + _QUOTED_OR_NOT, (2, 3))),
     ("credential-variable", r"\b[A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|APIKEY|_KEY"
      r"|_PWD|_PASS)\b" + _ASSIGN + _VALUE % "", None),
     ("credential-flag", r"(?i:(?<![\w-])--?(?:[a-z0-9]+-)*(?:token|secret|passw(?:or)?d|passphrase"
@@ -252,7 +254,7 @@ _CAMEL = r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"  # apiKey, getAToken
 CONTEXT_RULES += (
     # A cookie header's value: Cookie's every pair, Set-Cookie's one (its attributes stay).
     Rule("credential-header", re.compile(
-        r"(?i)\b(set-)?cookie[\"']?[ \t]*:[ \t]*([\"']?)(?=[^\s=;:\"'`]+=)"
+        rf"(?i)\b(set-)?cookie[\"']?{_COLON}([\"']?)(?=[^\s=;:\"'`]+=)"
         r"((?(1)[^\s=;\"'`]+=[^;\s\"'`]+|[^\n\"'`]+))"
     ), 3, 0.0, False),
     Rule("credential-variable", re.compile(

@@ -1205,6 +1205,33 @@ def test_a_credential_in_markdown_is_masked_as_in_plain_text(
     assert secret.rstrip("!?") not in DEFAULT_REDACTION.text(text), text
 
 
+# Each header the rules know, with what its value begins with (a scheme, a cookie's name).
+_HEADERS = [("Authorization", "Bearer "), ("Authorization", "Basic "), ("Authorization", ""),
+            ("Proxy-Authorization", "token "), ("X-Api-Key", ""), ("Api-Key", ""),
+            ("X-Chroma-Token", ""), ("x-client-secret", ""), ("X-DB-Password", ""),
+            ("Cookie", "session="), ("Set-Cookie", "sid=")]  # fmt: skip
+_CODE_SHAPES = ["{n}: `{v}`", "`{n}:` `{v}`", "- **{n}**: `{v}`", "| {n} | `{v}` |",
+                "| prod | {n} | `{v}` | rotated |", "Sent `{n}: {v}` twice"]  # fmt: skip
+
+
+@given(
+    secret=SAID_SECRETS | st.text(string.ascii_letters, min_size=12, max_size=24),
+    header=st.sampled_from(_HEADERS),
+    shape=st.sampled_from(_CODE_SHAPES),
+)
+@example(secret="abcdefghijklmnop", header=("Authorization", "Bearer "), shape="{n}: `{v}`")
+@settings(max_examples=500, deadline=None)
+def test_a_header_whose_value_is_in_backticks_is_masked_as_without_them(
+    secret: str, header: tuple[str, str], shape: str
+) -> None:
+    """`` Authorization: `Bearer x` ``, `` | X-Api-Key | `x` | ``: markdown's code around a
+    header's value (its scheme too) hides no secret that the header without it shows."""
+    name, before = header
+    assume(secret.rstrip("!?") not in DEFAULT_REDACTION.text(f"{name}: {before}{secret}"))
+    text = shape.format(n=name, v=before + secret)
+    assert secret.rstrip("!?") not in DEFAULT_REDACTION.text(text), text
+
+
 # Unicode's Default_Ignorable_Code_Point (DerivedCoreProperties.txt): what no reader sees.
 IGNORABLE = "".join(
     chr(c)
