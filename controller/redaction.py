@@ -205,7 +205,8 @@ def _detector_rules() -> tuple[Rule, ...]:
         (keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP, 0.0),
         (keyword.CONFIG_DENYLIST_REGEX_TO_GROUP, UNQUOTED_MIN_ENTROPY),
     ):
-        for p, g in denylist.items():
+        for p, g in denylist.items():  # `name : x` too (YAML, a table's row): blanks before `:`
+            p = re.compile(p.pattern.replace("{0,2})?:", r"{0,2})?[ \t]*:"), p.flags)
             linear = _linear(p, g)
             rules.append(Rule(kw, p, g, min_entropy, False, keyword=True, code=True, linear=linear))
     e = Base64HighEntropyString()

@@ -1205,6 +1205,41 @@ def test_a_credential_in_markdown_is_masked_as_in_plain_text(
     assert secret.rstrip("!?") not in DEFAULT_REDACTION.text(text), text
 
 
+# detect-secrets' keywords (its rule alone masks a value of letters only), and the shapes of
+# `name : value`: as YAML or French text write it, as a markdown table's row is read.
+_KEYWORDS = ["password", "Password", "passwd", "pwd", "secret", "api_key", "apikey", "db_pass",
+             "private_key", "client_key", "contraseña", "admin_password"]  # fmt: skip
+_SPACED_COLON = [
+    "{n} : {v}",
+    "{n}\t: {v}",
+    "{n}  :  {v}",
+    '{n} : "{v}"',
+    "- {n} : `{v}`",
+    "| {n} | {v} |",
+    "| prod | {n} | {v} | rotated |",
+    '| {n} | "{v}" |',
+    "|{n}|{v}|",
+    "| Name | Value |\n|---|---|\n| {n} | {v} |\n| port | 5432 |",
+]
+
+
+@given(
+    secret=st.text(string.ascii_letters, min_size=8, max_size=24) | RANDOM_SECRET,
+    name=st.sampled_from(_KEYWORDS),
+    shape=st.sampled_from(_SPACED_COLON),
+)
+@example(secret="AAABBCDEFGHI", name="password", shape="| {n} | {v} |")
+@settings(max_examples=800, deadline=None)
+def test_a_keyword_assignment_with_blanks_before_its_colon_is_masked_as_without(
+    secret: str, name: str, shape: str
+) -> None:
+    """`| password | AAABBCDEFGHI |` reads `password : AAABBCDEFGHI`: detect-secrets' keyword
+    rule masks `password: AAABBCDEFGHI`, so it masks this too."""
+    assume(secret not in DEFAULT_REDACTION.text(f"{name}: {secret}"))
+    text = shape.format(n=name, v=secret)
+    assert secret not in DEFAULT_REDACTION.text(text), text
+
+
 # Each header the rules know, with what its value begins with (a scheme, a cookie's name).
 _HEADERS = [("Authorization", "Bearer "), ("Authorization", "Basic "), ("Authorization", ""),
             ("Proxy-Authorization", "token "), ("X-Api-Key", ""), ("Api-Key", ""),
