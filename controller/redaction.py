@@ -344,11 +344,16 @@ CONTEXT_RULES += (
 # A bearer token said in prose (`sent Bearer x`), when it looks like one (_said); a Go DSN's
 # password, from the user's first `:` to the protocol's `@` as Go's driver reads it
 # (`user:x@tcp(db:3306)/app`, `u:p:a@ss@unix(...)`); a URL's user alone when random, no word
-# or name (`https://<token>@github.com/o/r`, not `ssh://git@host`).
+# or name (`https://<token>@github.com/o/r`, not `ssh://git@host`); a URL's password with its
+# protocol left out, a port or a path after the host (`user:x@db:5432/app`; an address after
+# a label, `email:jo42@corp.com`, has none), when it looks like one.
 _DSN = re.compile(r""":([^\s"`]+)@(?:tcp6?|unix)\(""")
 CONTEXT_RULES += (
     Rule("credential-header", re.compile(r"(?i:\bbearer)[ \t]+([^\s\"'`<>]+)"), 1,
          whole_token=False, said=True),
+    Rule(kind_of(BasicAuthDetector.secret_type), re.compile(
+        r"""(?<![\w.:/@-])[\w.-]*:([^\s:/@"'`]+)@[\w-]+(?:\.[\w-]+)*(?::\d{1,5}(?!\w|\.\w)|/)"""
+    ), 1, whole_token=False, said=True),
     Rule(kind_of(BasicAuthDetector.secret_type), _DSN, 1, whole_token=False,
          linear=Linear(_DSN.pattern, (1,))),
     Rule(kind_of(BasicAuthDetector.secret_type), re.compile(r"""://([^\s:/?#\[\]@"'`<>]+)@"""),

@@ -1240,6 +1240,43 @@ def test_a_keyword_assignment_with_blanks_before_its_colon_is_masked_as_without(
     assert secret not in DEFAULT_REDACTION.text(text), text
 
 
+@given(
+    password=SAID_SECRETS.filter(lambda v: not set(v) & set(":/@%")),
+    user=st.sampled_from(["app", "db_user", "svc-orders", "u.name", ""]),
+    host=st.sampled_from(["db.example", "10.0.0.5", "localhost", "pg-primary.prod.svc"]),
+    tail=st.sampled_from([":5432/app", ":6379", "/orders", ":3306/shop?sslmode=require"]),
+    around=st.sampled_from(
+        ["{}", "DATABASE_URL={}", "psql {} -c 'select 1'", "`{}`", '{{"dsn": "{}"}}', "at {}."]
+    ),
+)
+@example(password="s3cretPass", user="user", host="db.example", tail=":5432/app", around="{}")
+@settings(max_examples=500, deadline=None)
+def test_a_connection_string_without_its_protocol_keeps_no_password(
+    password: str, user: str, host: str, tail: str, around: str
+) -> None:
+    """`user:s3cretPass@db.example:5432/app`: a URL's credentials with its `postgres://` left
+    out (a port or a path after the host says it is one) are masked as with it."""
+    dsn = f"{user}:{{}}@{host}{tail}"
+    masked = DEFAULT_REDACTION.text(around.format(dsn.format(password)))
+    assert password.rstrip("!?") not in masked, masked
+    assert f"@{host}{tail}" in masked, masked
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "mail me: mailto:john@example.com or email:jdoe42@corp.example, sip:alice@atlanta.com:5060",
+        "docker pull node:20-alpine@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123",
+        "git clone git@github.com:acme/api.git; ssh deploy@10.0.0.5:2222 at 10:30@home",
+        "user:admin2@ no host, a:b@c.d:1, ratio 3:1@5/s, app:$DB_PASS@db.example:5432/app",
+    ],
+)
+def test_an_address_or_a_reference_shaped_like_a_bare_connection_string_stays(text: str) -> None:
+    """An address after a label (`email:jdoe42@corp.example`: no port or path after it), a
+    digest after an image's tag, a word, a variable or a value too short for a password."""
+    assert DEFAULT_REDACTION.text(text) == text
+
+
 # Each header the rules know, with what its value begins with (a scheme, a cookie's name).
 _HEADERS = [("Authorization", "Bearer "), ("Authorization", "Basic "), ("Authorization", ""),
             ("Proxy-Authorization", "token "), ("X-Api-Key", ""), ("Api-Key", ""),

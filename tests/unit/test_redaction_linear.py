@@ -133,7 +133,7 @@ HOSTILE = ["api_key", "api_key=`", "password: `a ", "secret='", 'pwd = "x', "a-"
            "secret: 000000000123 password: x ", "pass: ", "a_pass=", "\n pass:",
            ", pass=a!", "pass\u200bword: a1b2c3d4 ", "to\u2060ken=x ", "curl -u 'a:",
            'curl -u "', "sshpass -p '", ";password=a ", "pwd=a",
-           '<add key="a', '" value="a']  # fmt: skip
+           '<add key="a', '" value="a', "a:a1@", "u:p4ss@db.example:5432/app "]  # fmt: skip
 
 
 @pytest.mark.timeout(120)
