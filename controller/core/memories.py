@@ -165,6 +165,12 @@ def optional_text(value: object) -> str | None:
     return value.strip() or None if isinstance(value, str) else None
 
 
+def listed_text(value: object) -> str | None:
+    """An agent or model as neo's summary writer lists it (`if (m.agent)`, then joined): any
+    truthy scalar as String(value), stripped; None for false, 0, blank or anything else."""
+    return optional_text(scalar_text(value)) if _js_truthy(value) else None
+
+
 TOOL_NAME_MAX = 50  # neo keeps the first 50 characters (UTF-16 code units) of a tool name
 _TOOL_KEYS = ("name", "toolAction", "toolSummary")
 _JS_INT = re.compile(r"[\s\ufeff]*([+-]?\d+)")
@@ -287,12 +293,12 @@ def memory_from_row(
         thought=thought,
         response=response,
         document=document,
-        agent=optional_text(meta.get("agent")),
-        model=optional_text(meta.get("model")),
+        agent=listed_text(meta.get("agent")),
+        model=listed_text(meta.get("model")),
         tool_calls=tool_call_count(meta.get("amountToolCalls")),
         tools_used=tool_names(meta.get("toolsUsed")),
         user_id=optional_text(scalar_text(meta.get("userId"))),
-        agent_identity=optional_text(meta.get("agentIdentity")),
+        agent_identity=optional_text(meta.get("agentIdentity")),  # neo: only as text
     )
 
 

@@ -14,7 +14,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, get_args
 
-from controller.core.memories import optional_text, scalar_text, tool_call_count, tool_names
+from controller.core.memories import (
+    listed_text,
+    optional_text,
+    scalar_text,
+    tool_call_count,
+    tool_names,
+)
 from controller.core.text import Linear, json_value, listed_names
 
 MemorySharing = Literal["team", "legacy", "private"]
@@ -126,12 +132,11 @@ class SessionSources:
             self.identities[identity] = self.identities.get(identity, 0) + 1
         else:
             self.anonymous += 1
-        agent = meta.get("agent")
-        if isinstance(agent, str) and agent:
+        if agent := listed_text(meta.get("agent")):
             self.agents.setdefault(agent)
-        if name := optional_text(agent) or optional_text(identity):
+        if name := agent or optional_text(identity):
             self.names.setdefault(name)
-        if model := optional_text(meta.get("model")):
+        if model := listed_text(meta.get("model")):
             self.models.setdefault(model)
         for tool in tool_names(meta.get("toolsUsed")):
             self.tools.setdefault(tool)

@@ -387,6 +387,7 @@ def test_a_long_summary_neo_wrote_stays_whole_for_neos_readers_after_the_takeove
 
 # -- our rules against neo's own code, for generated inputs -------------------------------------
 
+NOT_TEXT = st.one_of(st.booleans(), st.integers(-(2**53), 2**53), st.floats(-1e6, 1e6))
 IDENTITIES = st.sampled_from(
     [*NEO_IDENTITY_TRUST_TIERS, "@alice", "@Neo-Opus-Ada", "neo-gpt", "AGENT:*", "@", " "]
 )
@@ -410,7 +411,7 @@ AGENTS = st.sampled_from(
 def memory_metadata(draw: st.DrawFn) -> dict[str, Any]:
     meta: dict[str, Any] = {"sessionId": "s", "timestamp": draw(st.integers(0, 10**13))}
     for key, values in (
-        ("agentIdentity", st.one_of(IDENTITIES, st.text(max_size=12))),
+        ("agentIdentity", st.one_of(IDENTITIES, st.text(max_size=12), NOT_TEXT)),
         ("agent", st.one_of(AGENTS, st.text(max_size=12))),
         ("userId", st.sampled_from(["alice", "@bob", "shared", "  ", ""])),
     ):
@@ -509,6 +510,8 @@ TOOL_SHAPES: list[tuple[Any, Any]] = [
     ("\U0001f600" * 30, 1e21),
 ]
 
+NUMBER_SOURCES = [(42, 7), (True, 2.5), (1.5, True)]
+
 
 def test_tools_agents_and_counts_are_read_as_neos_summary_writer_reads_them(
     neo_store: NeoStore, neo_model: OpenAIServer
@@ -520,6 +523,9 @@ def test_tools_agents_and_counts_are_read_as_neos_summary_writer_reads_them(
             turn(sid, f"Step {n}.", toolsUsed=tools, amountToolCalls=calls, agent=agents[n % 3])
             for n, (tools, calls) in enumerate(TOOL_SHAPES)
         ]
+        # A number or boolean agent or model (a tenant's save: neo reads agent.startsWith
+        # only without one).
+        + [turn(sid, "Odd.", userId="alice", agent=a, model=m) for a, m in NUMBER_SOURCES]
     )
     neo_model.script_chat(neo_summary_reply("neo's summary of the shapes session"))
     neo.summarize(sid)  # neo's own writer, into neo's summary collection
@@ -546,8 +552,9 @@ def test_tools_agents_and_counts_are_read_as_neos_summary_writer_reads_them(
     assert names(ours, "models") == names(theirs, "models")
     assert (ours["memoryCount"], ours["timestamp"]) == (theirs["memoryCount"], theirs["timestamp"])
     # neo lists each spelling of one agent; ours lists the agent once (as neo compares them).
-    assert {canonical_agent(a) for a in names(theirs, "participatingAgents")} == {"claude-code"}
-    assert names(ours, "participatingAgents") == {"claude-code"}
+    agents = {"claude-code", "42", "true", "1.5"}
+    assert {canonical_agent(a) for a in names(theirs, "participatingAgents")} == agents
+    assert names(ours, "participatingAgents") == agents
 
 
 # -- the embedding model: neo's, or a condition before any write -------------------------------

@@ -18,7 +18,12 @@ from controller.core.reconcile_plan import (
     ReconcileCycle,
     row_problem,
 )
-from controller.core.visibility import SessionSources, VisibilityRules, row_visibility
+from controller.core.visibility import (
+    SessionSources,
+    VisibilityRules,
+    row_visibility,
+    union_agents,
+)
 from controller.status.summarizer_status import memory_rows, with_conditions
 
 NOW = 2_000_000_000_000
@@ -147,3 +152,45 @@ def test_a_number_user_id_tags_a_private_summary_as_neo_reads_it(user: object) -
     assert row_visibility(sources, private).user_id == shown
     memory = memory_from_row("m1", "doc", {"sessionId": "s", "timestamp": NOW, "userId": user})
     assert memory is not None and memory.user_id == shown
+
+
+# Every value JSON (so a Chroma metadata value) can hold.
+SCALARS = st.one_of(st.none(), st.text(max_size=12), NOT_TEXT)
+
+
+def as_neo_lists(value: object) -> str | None:
+    """A row's agent or model as neo's summary writer lists it: `if (m.agent)
+    extractedAgents.add(m.agent)`, joined with "," (String(value)); ours stripped."""
+    if value in (None, False, 0, ""):
+        return None
+    said = memory_from_row("m", None, {"sessionId": "s", "timestamp": NOW, "response": value})
+    assert said is not None  # String(value), as the parts are read (checked above)
+    return said.response.strip() or None
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(["agent", "model", "agentIdentity"]), SCALARS)
+def test_a_rows_agent_model_and_identity_are_read_as_neo_reads_them(
+    key: str, value: object
+) -> None:
+    """A number or boolean agent or model is a participant or model as neo lists it; an
+    agentIdentity counts only as text (neo: typeof agentIdentity === 'string'), so a number
+    there is an anonymous row, the stricter (unclassified) tier."""
+    meta: dict[str, Any] = {"sessionId": "s", "timestamp": NOW, key: value}
+    memory = memory_from_row("m", "doc", meta)
+    sources = SessionSources()
+    sources.add("m", meta, NOW)
+    assert memory is not None
+    identity = value if isinstance(value, str) and value else None
+    if key == "agentIdentity":
+        assert sources.identities == ({identity: 1} if identity else {})
+        assert sources.anonymous == (0 if identity else 1)
+        shown = identity.strip() or None if identity else None
+        assert memory.agent_identity == shown
+        assert list(sources.names) == ([shown] if shown else [])
+        return
+    shown = as_neo_lists(value)
+    assert getattr(memory, key) == shown
+    assert list(sources.names if key == "agent" else sources.models) == ([shown] if shown else [])
+    if key == "agent" and shown and not isinstance(value, str):
+        assert union_agents([], sources.names) == [shown]
