@@ -8,14 +8,13 @@ credential only to the model endpoints its Secret (else the install) allows. One
 from __future__ import annotations
 
 import ipaddress
-import posixpath
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import urljoin, urlsplit
 
-from controller.core.endpoint_url import _NAME
+from controller.core.endpoint_url import _NAME, normal_path
 
 ALLOWED_URLS_ANNOTATION = "memorycore.io/allowed-urls"
 ALLOWED_MODEL_URLS_ANNOTATION = "memorycore.io/allowed-model-urls"
@@ -45,27 +44,6 @@ class Target:
     path: str
 
 
-def _normal_path(path: str) -> str | None:
-    """The path a server resolves: escapes decoded once, backslashes as slashes, dot segments
-    applied. None when an escape is left after decoding, or when the client's dot segments
-    on the path as written reach elsewhere ("/v1/a%2fb/../.." is sent as "/", "/a//../c" as
-    "/a/c": the client keeps empty segments, RFC 3986's remove_dot_segments)."""
-
-    def resolved(text: str) -> str:
-        normal = posixpath.normpath("/" + unquote(text).replace("\\", "/").lstrip("/"))
-        return "" if normal == "/" else normal
-
-    sent: list[str] = []
-    for segment in path.split("/")[1:]:
-        if segment == "..":
-            sent = sent[:-1]
-        elif segment != ".":
-            sent.append(segment)
-    if "%" in unquote(path) or resolved(path) != resolved("/" + "/".join(sent)):
-        return None
-    return resolved(path)
-
-
 _NETLOC = re.compile(r"(\[[^\[\]]+\]|[^\[\]:@]+)(:[0-9]*)?")
 
 
@@ -85,7 +63,7 @@ def target(url: str) -> Target | None:
     # urlsplit reads "[::1]" out of "evil.[::1]"; "@" is refused: credentials never go.
     if not _NETLOC.fullmatch(parts.netloc):
         return None
-    path = _normal_path(parts.path)
+    path = normal_path(parts.path)
     if path is None:
         return None
     # The root's dot stays: in a Pod, "vllm.dev" is looked up under the search domains first.
@@ -112,7 +90,7 @@ def shown(url: str) -> str:
         if not host or not parts.scheme.isascii() or not parts.scheme.isalnum():
             return "an invalid URL"
         scheme = parts.scheme.lower()
-        path = _normal_path(parts.path) if url.isprintable() and " " not in url else None
+        path = normal_path(parts.path) if url.isprintable() and " " not in url else None
     else:
         scheme, host, path = t.scheme, t.host, t.path
         port = None if DEFAULT_PORTS[scheme] == t.port else t.port

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
+from urllib.parse import unquote, urlsplit
 
 import idna
 
@@ -49,6 +51,12 @@ IDNA_MESSAGE = (
 _PATH = r'/([!"$&->@-~]|%([013-9A-Fa-f][0-9A-Fa-f]|2[0-46-9A-Fa-f]))*'
 ENDPOINT_URL_PATTERN = rf"^https?://{AUTHORITY_PATTERN}({_PATH})?$"
 ENDPOINT_URL_MAX = 2048
+# No pattern can say it (the CRD admits such a path; SpecValid refuses it).
+PATH_MESSAGE = (
+    "must have a path that URL readers resolve alike: its '.' or '..' segments, after an "
+    "empty segment ('//'), a backslash or an escape such as %2e, %2f or %5c, resolve one way "
+    "in the HTTP client and another on a server; write the base URL without them"
+)
 ENDPOINT_URL_MESSAGE = (
     "must be an http(s) URL: a host name (labels of 1-63 characters, the last no number), "
     "an IPv4 or [IPv6] address, an optional port 1-65535, then a path in printable ASCII "
@@ -63,7 +71,30 @@ def endpoint_url_problem(url: str) -> str | None:
         return f"must be at most {ENDPOINT_URL_MAX} characters"
     if not re.fullmatch(ENDPOINT_URL_PATTERN, url):
         return ENDPOINT_URL_MESSAGE
-    return host_name_problem(url)
+    if problem := host_name_problem(url):
+        return problem
+    return PATH_MESSAGE if normal_path(urlsplit(url).path) is None else None
+
+
+def normal_path(path: str) -> str | None:
+    """The path a server resolves: escapes decoded once, backslashes as slashes, dot segments
+    applied. None when an escape is left after decoding, or when the client's dot segments
+    on the path as written reach elsewhere ("/v1/a%2fb/../.." is sent as "/", "/a//../c" as
+    "/a/c": the client keeps empty segments, RFC 3986's remove_dot_segments)."""
+
+    def resolved(text: str) -> str:
+        normal = posixpath.normpath("/" + unquote(text).replace("\\", "/").lstrip("/"))
+        return "" if normal == "/" else normal
+
+    sent: list[str] = []
+    for segment in path.split("/")[1:]:
+        if segment == "..":
+            sent = sent[:-1]
+        elif segment != ".":
+            sent.append(segment)
+    if "%" in unquote(path) or resolved(path) != resolved("/" + "/".join(sent)):
+        return None
+    return resolved(path)
 
 
 def host_name_problem(url: str) -> str | None:

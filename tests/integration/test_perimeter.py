@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from controller.core.destinations import ALLOWED_URLS_ANNOTATION
-from controller.core.endpoint_url import ENDPOINT_URL_MESSAGE, endpoint_url_problem
+from controller.core.endpoint_url import ENDPOINT_URL_MESSAGE, PATH_MESSAGE, endpoint_url_problem
 from controller.core.naming import summary_object_name
 from devenv.chroma import ChromaServer
 from devenv.controlplane import ControlPlane
@@ -320,8 +320,8 @@ BASE_URLS = [
 def test_the_apiserver_admits_the_base_urls_the_operator_reads(harness: Harness) -> None:
     """The CRD's rule runs in Go's regexp, the operator's in Python's re: one pattern, read
     alike, so a baseUrl `kubectl apply` admits is never InvalidSpec later (but for a host with
-    an xn-- label, which no pattern decodes: the next test); the refusal says what a baseUrl
-    must be and never repeats it."""
+    an xn-- label, which no pattern decodes, and a path URL readers resolve two ways: the next
+    tests); the refusal says what a baseUrl must be and never repeats it."""
     docs = [
         summarizer(NS, f"base-url-{i}", {"model": {"baseUrl": url}})
         for i, url in enumerate(BASE_URLS)
@@ -360,6 +360,36 @@ def test_an_xn_host_that_is_no_idna_name_is_shown_on_the_summarizer_in_one_line(
         events = json.loads(harness.kubectl("get", "events", "-o", "json"))["items"]
         assert any(
             e["reason"] == "InvalidSpec" and e["involvedObject"]["name"] == name for e in events
+        )
+    finally:
+        harness.kubectl("delete", "ssumr", name, "--wait=false")
+
+
+def test_a_base_path_url_readers_resolve_two_ways_is_shown_on_the_summarizer_as_such(
+    harness: Harness,
+) -> None:
+    """No pattern resolves dot segments, so the apiserver admits "/v1//.." (httpx sends "/v1",
+    a server that collapses "//" reads "/"): SpecValid False says what is wrong with the path,
+    with a Warning Event, not a refusal naming an address that is allowed."""
+    name = "two-way-paths"
+    spec = {
+        "model": model_part("http://127.0.0.1:9/v1//.."),
+        "embedding": {"provider": "openai", "baseUrl": "http://127.0.0.1:9/a%2fb/..", "model": "e"},
+    }
+    apply(harness.kubectl, summarizer(NS, name, spec))
+    try:
+        cond = wait_condition(
+            harness.kubectl, "ssumr", name, "SpecValid", "InvalidSpec", harness.log
+        )
+        for field in ("spec.model.baseUrl", "spec.embedding.baseUrl"):
+            assert f"{field}: Value error, baseUrl {PATH_MESSAGE}" in cond["message"], cond
+        assert "127.0.0.1:9" not in cond["message"] and "may add" not in cond["message"]
+        events = json.loads(harness.kubectl("get", "events", "-o", "json"))["items"]
+        assert any(
+            e["reason"] == "InvalidSpec"
+            and e["involvedObject"]["name"] == name
+            and PATH_MESSAGE in e["message"]
+            for e in events
         )
     finally:
         harness.kubectl("delete", "ssumr", name, "--wait=false")

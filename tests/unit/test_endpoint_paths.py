@@ -7,10 +7,14 @@ the spec, with a message that says so and does not repeat the URL."""
 from __future__ import annotations
 
 import json
+import posixpath
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote
 
+import httpx
+import httpx2
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -18,9 +22,10 @@ from pydantic import ValidationError
 
 from controller.api import EmbeddingConfig, ModelSpec, SessionSummarizerSpec
 from controller.config import CONFIG
-from controller.core.endpoint_url import endpoint_url_problem
+from controller.core.endpoint_url import PATH_MESSAGE, endpoint_url_problem
 from controller.embeddings.remote import openai_client
 from controller.probes import check_model
+from controller.status.summarizer_status import spec_valid
 
 ANSWER = {
     "id": "x",
@@ -89,9 +94,6 @@ def test_the_model_probe_asks_where_the_chat_client_posts(
     )
     seen.clear()
     condition = check_model(spec, "agents")
-    if condition.reason == "MemoryDestinationNotAllowed":  # a path read two ways: refused
-        assert seen == [], (base, seen)  # and nothing is sent there
-        return
     client, headers = openai_client(base, None, 5, 0, None)
     with client:
         client.chat.completions.create(
@@ -118,3 +120,35 @@ def test_a_base_url_with_a_query_or_a_fragment_is_refused_saying_why(part: str, 
             model.model_validate({"baseUrl": url})
         assert "no query or fragment" in str(err.value)
         assert rest not in str(err.value)
+
+
+def served(path: str) -> str:
+    """The path a server that decodes and normalizes reaches (the allow-lists' reading)."""
+    return posixpath.normpath("/" + unquote(path).replace("\\", "/").lstrip("/"))
+
+
+SEGMENTS = ["", "v1", "a", ".", "..", "%2e", "%2E%2e", "%2f", "%5C", "\\", "a\\b", "%41", "x.y"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(SEGMENTS), max_size=5).map(lambda parts: "/" + "/".join(parts)))
+@example("/v1//..").via("the report: an empty segment, then '..'")
+def test_a_base_path_readers_resolve_two_ways_is_refused_by_the_spec_saying_so(path: str) -> None:
+    """A path the HTTP clients (httpx for probes, httpx2 under the openai SDK) send as another
+    path than the one a server resolves it to is SpecValid False, naming the field and what
+    is wrong (it was refused later as if its address were not allowed); the rest is taken."""
+    base = f"http://127.0.0.1:9{path}"
+    sent = {url(base).raw_path.decode() for url in (httpx.URL, httpx2.URL)}
+    two_ways = any(served(s) != served(path) for s in sent)
+    for part, kind in (("model", "backend"), ("embedding", "provider")):
+        try:
+            SessionSummarizerSpec.model_validate(
+                {part: {kind: "openai", "baseUrl": base, "model": "m"}}
+            )
+        except ValidationError as invalid:
+            assert two_ways, (base, str(invalid))
+            condition = spec_valid(invalid)
+            assert (condition.status, condition.reason) == ("False", "InvalidSpec")
+            assert condition.message == f"spec.{part}.baseUrl: Value error, baseUrl {PATH_MESSAGE}"
+        else:
+            assert not two_ways, (base, sent)

@@ -17,7 +17,7 @@ import httpx2
 import pytest
 import re2
 import yaml
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
@@ -38,6 +38,7 @@ from controller.core.endpoint_url import (
     ENDPOINT_URL_PATTERN,
     HOST_LENGTH_MESSAGE,
     HOST_LENGTH_PATTERN,
+    PATH_MESSAGE,
     endpoint_url_problem,
 )
 from tests.support.url_spellings import ipv6_spellings
@@ -229,16 +230,18 @@ endpoint_urls = st.one_of(
 
 @settings(max_examples=1500, deadline=None)
 @given(url=endpoint_urls)
+@example(url="http://127.0.0.1:9/v1//..")
 def test_an_endpoint_url_the_crd_admits_is_one_the_operator_and_its_clients_read(
     url: str,
 ) -> None:
     """The apiserver (RE2) and the operator (Python's re) admit the same baseUrls (but for an
-    xn-- label no IDNA name has: no pattern decodes punycode, the operator refuses it), and one
-    they admit has a host and port the allow-lists (core/destinations.py) and both HTTP
-    clients (httpx for probes, httpx2 under the openai SDK) read alike, and no credentials."""
+    xn-- label no IDNA name has, and a path URL readers resolve two ways: no pattern decodes
+    punycode or resolves dot segments, the operator refuses them), and one they admit has a
+    host and port the allow-lists (core/destinations.py) and both HTTP clients (httpx for
+    probes, httpx2 under the openai SDK) read alike, and no credentials."""
     problem = endpoint_url_problem(url)
     ours = problem is None
-    patterns = ours or "valid IDNA" in str(problem)
+    patterns = ours or "valid IDNA" in str(problem) or problem == PATH_MESSAGE
     for where in CRDS:
         spec = spec_schema(where, "sessionsummarizers.memorycore.io.yaml")["properties"]
         for part in ("model", "embedding"):
