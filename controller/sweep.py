@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from controller.api import SessionSummarizerSpec
-from controller.config import CONFIG
 from controller.core.chunking import estimate_tokens, memory_text
 from controller.core.coverage import PriorCoverage
 from controller.core.memories import SUNSET_MARKER_TYPE, is_excluded, parse_timestamp_ms
@@ -239,31 +238,21 @@ def run_sweep(
     return SweepResult(plan, scanned, applied, seconds, new_cursor, aligned, appended)
 
 
-def retention_policy(spec: SessionSummarizerSpec) -> RetentionPolicy:
-    r = spec.retention
-    return RetentionPolicy(
-        summarized_s=r.summarized_ttl_seconds,
-        empty_s=r.empty_ttl_seconds,
-        not_found_s=r.not_found_ttl_seconds,
-        failed_s=r.failed_ttl_seconds,
-    )
-
-
 def apply_retention(
-    spec: SessionSummarizerSpec, *, namespace: str, summarizer_name: str, pause: Pause = no_pause
+    spec: SessionSummarizerSpec,
+    listed: Iterable[dict[str, object]],
+    *,
+    namespace: str,
+    summarizer: str,
+    pause: Pause = no_pause,
 ) -> int:
-    """Deletes finished objects older than their phase's TTL, each only if unchanged since
-    read; returns how many."""
-    policy = retention_policy(spec)
-    if policy.keeps_everything:
-        return 0
-    pause()
-    doomed = expired(
-        kube.iter_summaries(namespace, CONFIG.list_chunk_size),
-        summarizer=summarizer_name,
-        now=dt.datetime.now(dt.UTC),
-        policy=policy,
+    """Deletes the listed finished objects older than their phase's TTL, each only if
+    unchanged since listed; returns how many."""
+    r, now = spec.retention, dt.datetime.now(dt.UTC)
+    policy = RetentionPolicy(
+        r.summarized_ttl_seconds, r.empty_ttl_seconds, r.not_found_ttl_seconds, r.failed_ttl_seconds
     )
+    doomed = expired(listed, summarizer=summarizer, now=now, policy=policy)
     deleted = 0
     for name, version in doomed:
         pause()

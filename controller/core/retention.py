@@ -31,10 +31,6 @@ class RetentionPolicy:
             "Failed": self.failed_s,
         }.get(str(phase), 0)
 
-    @property
-    def keeps_everything(self) -> bool:
-        return not any((self.summarized_s, self.empty_s, self.not_found_s, self.failed_s))
-
 
 def parse_time(when: object) -> dt.datetime | None:
     if not isinstance(when, str):

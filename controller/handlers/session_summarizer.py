@@ -35,6 +35,7 @@ from controller.core.fencing import AuthorityRecord, FenceUnavailable
 from controller.core.reconcile_plan import RowCursor
 from controller.core.requeue import to_ask_again_with_progress
 from controller.core.text import one_line
+from controller.core.waiting import Pause
 from controller.handlers.summary_status import forgotten_by_another
 from controller.kube import client as kube
 from controller.probes import health_conditions
@@ -340,20 +341,24 @@ async def scan_markers(body: kopf.Body, name: str, namespace: str | None, **kw: 
 
 
 async def _retention(tick: _Tick) -> None:
-    """Deletes the summarizer's finished objects past their phase's TTL and tells those still
-    Summarized that their session was forgotten, once per spec.sweep.intervalSeconds (also
-    when sweeps are off: neither is the sweep's)."""
-    spec = tick.spec
-    if not due(tick.status.last_retention_at, spec.sweep.interval_seconds):
+    """Once per spec.sweep.intervalSeconds (also when sweeps are off or every TTL is 0: the
+    tell is no sweep's), one list of the namespace's SessionSummaries, a page at a time: the
+    summarizer's objects past their phase's TTL are deleted, the rest told (_tell)."""
+    if not due(tick.status.last_retention_at, tick.spec.sweep.interval_seconds):
         return
     at = now_rfc3339()
-    await tick.in_thread("telling forgotten sessions", functools.partial(_tell_forgotten, tick))
 
     def retain() -> int:
+        deleted, listed = 0, kube.iter_summaries(tick.namespace, CONFIG.list_chunk_size)
         with tick.runtime.scheduler.background() as pause:
-            return apply_retention(
-                spec, namespace=tick.namespace, summarizer_name=tick.name, pause=pause
-            )
+            pause()
+            while page := list(itertools.islice(listed, CONFIG.list_chunk_size or None)):
+                deleted += apply_retention(
+                    tick.spec, page, namespace=tick.namespace, summarizer=tick.name, pause=pause
+                )
+                with contextlib.suppress(*STORE_ERRORS):  # the sweep's to report
+                    _tell(tick, page, pause)
+        return deleted
 
     deleted = await tick.in_thread("retention", retain)
     if deleted is None:
@@ -365,32 +370,31 @@ async def _retention(tick: _Tick) -> None:
     await tick.set_fields(last_retention_at=at, deleted_by_retention=deleted)
 
 
-def _tell_forgotten(tick: _Tick) -> None:
+def _tell(tick: _Tick, page: list[dict[str, Any]], pause: Pause) -> None:
     """This summarizer's Summarized objects whose session's ledger head is a tombstone: another
     object (any namespace, any cluster on the store) forgot the session since their pass."""
-    said = (
+    done = [
         obj
-        for obj in kube.iter_summaries(tick.namespace, CONFIG.list_chunk_size)
+        for obj in page
         if (obj.get("spec") or {}).get("summarizerRef", "default") == tick.name
         and (status := obj.get("status") or {}).get("phase") == "Summarized"
         and status.get("observedGeneration") == obj["metadata"].get("generation")
-    )
-    with tick.runtime.scheduler.background() as pause:
-        while page := list(itertools.islice(said, CONFIG.list_chunk_size)):
-            pause()
-            with tick.store() as store:
-                forgotten = store.tombstones([str(obj["spec"].get("sessionId")) for obj in page])
-            for obj in page:
-                if (tombstone := forgotten.get(str(obj["spec"].get("sessionId")))) is None:
-                    continue
-                told, meta = forgotten_by_another(obj, tombstone), obj["metadata"]
-                if kube.patch_summary_status(
-                    meta["namespace"], meta["name"], told, meta["resourceVersion"]
-                ):  # else changed since it was listed: a pass of its own says what holds
-                    message = str(told["message"])
-                    tick.runtime.events.post(
-                        obj, type_="Normal", reason="Forgotten", message=message
-                    )
+    ]
+    if not done:
+        return
+    pause()
+    with tick.store() as store:
+        forgotten = store.tombstones([str(obj["spec"].get("sessionId")) for obj in done])
+    for obj in done:
+        meta, head = obj["metadata"], forgotten.get(str(obj["spec"].get("sessionId")))
+        if head is None:
+            continue
+        told = forgotten_by_another(obj, head)
+        if kube.patch_summary_status(
+            meta["namespace"], meta["name"], told, meta["resourceVersion"]
+        ):  # else changed since it was listed: a pass of its own says what holds
+            message = str(told["message"])
+            tick.runtime.events.post(obj, type_="Normal", reason="Forgotten", message=message)
 
 
 async def _reconcile(tick: _Tick) -> None:

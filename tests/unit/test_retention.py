@@ -89,7 +89,6 @@ def test_objects_written_before_phase_times_are_measured_from_the_condition_or_c
 
 def test_a_zero_ttl_keeps_that_phase_forever() -> None:
     keep = RetentionPolicy(summarized_s=0, empty_s=0, not_found_s=0, failed_s=0)
-    assert keep.keeps_everything
     assert expired([obj("old", age_s=10**6)], summarizer="default", now=NOW, policy=keep) == []
 
 
@@ -156,7 +155,7 @@ class _Objects:
         self.live = {one["metadata"]["name"]: one for one in objs}
         self.how, self.fail, self.calls = how, None, 0  # type: ignore[var-annotated]
 
-    def list(self, namespace: str, chunk: int) -> list[dict]:  # type: ignore[type-arg]
+    def list(self) -> list[dict]:  # type: ignore[type-arg]
         return list(self.live.values())
 
     def delete(self, namespace: str, name: str, version: str) -> bool:
@@ -210,9 +209,8 @@ def test_retention_cut_at_any_delete_is_finished_by_the_next_run_and_deletes_not
         for fail in (fail_at, None):  # the failing run, then the next
             api.fail, api.calls = fail, 0
             with (
-                mock.patch("controller.sweep.kube.iter_summaries", api.list),
                 mock.patch("controller.sweep.kube.delete_summary_if_unchanged", api.delete),
                 contextlib.suppress(ApiException, _Killed),
             ):
-                apply_retention(spec, namespace="agents", summarizer_name="default")
+                apply_retention(spec, api.list(), namespace="agents", summarizer="default")
         assert set(api.live) == {one["metadata"]["name"] for one in made} - doomed, fail_at
