@@ -53,7 +53,7 @@ from controller.status.summarizer_status import (
     with_conditions,
 )
 from controller.store.errors import CollectionNotFound, InvalidStoreConfig, StoreUnavailable
-from controller.store.memory_store import MemoryStore
+from controller.store.memory_store import MemoryStore, is_tombstone
 from controller.sweep import (
     MarkerScanResult,
     SweepResult,
@@ -147,11 +147,11 @@ def _transitions(
 
 def _ask_failed_again(namespace: str, summarizer: str) -> int:
     """Asks each SessionSummary whose last pass failed under this summarizer again; how many."""
-    requested_at = now_rfc3339(precise=True)
+    asked = {"requestedAt": now_rfc3339(precise=True)}
     found = to_ask_again_with_progress(
         kube.iter_summaries(namespace, CONFIG.list_chunk_size), summarizer, CONFIG.annotation_prefix
     )
-    return sum(kube.ask_again(namespace, n, rv, requested_at, keys) for n, rv, keys in found)
+    return sum(kube.ask_again(namespace, n, rv, asked, keys) for n, rv, keys in found)
 
 
 @kopf.on.create(GROUP, VERSION, SUMMARIZER_PLURAL)
@@ -371,23 +371,29 @@ async def _retention(tick: _Tick) -> None:
 
 
 def _tell(tick: _Tick, page: list[dict[str, Any]], pause: Pause) -> None:
-    """This summarizer's Summarized objects whose session's ledger head is a tombstone: another
-    object (any namespace, any cluster on the store) forgot the session since their pass."""
+    """This summarizer's finished objects whose session another object (any namespace, any
+    cluster on the store) changed since their pass: a Summarized one's ledger head is a
+    tombstone (forgotten), it turns Forgotten; a Forgotten one's is a summary's, it is asked
+    for a pass, which says what holds."""
     done = [
         obj
         for obj in page
         if (obj.get("spec") or {}).get("summarizerRef", "default") == tick.name
-        and (status := obj.get("status") or {}).get("phase") == "Summarized"
+        and (status := obj.get("status") or {}).get("phase") in ("Summarized", "Forgotten")
         and status.get("observedGeneration") == obj["metadata"].get("generation")
     ]
     if not done:
         return
     pause()
     with tick.store() as store:
-        forgotten = store.tombstones([str(obj["spec"].get("sessionId")) for obj in done])
+        heads = store.ledger_heads([str(obj["spec"].get("sessionId")) for obj in done])
     for obj in done:
-        meta, head = obj["metadata"], forgotten.get(str(obj["spec"].get("sessionId")))
-        if head is None:
+        meta, head = obj["metadata"], heads.get(str(obj["spec"].get("sessionId")))
+        if head is None or is_tombstone(head) == (obj["status"]["phase"] == "Forgotten"):
+            continue
+        if not is_tombstone(head):  # asked as the sweep asks: a Forget done is not done again
+            asked = dict(requestedAt=now_rfc3339(precise=True), trigger="sweep", action="Summarize")
+            kube.ask_again(tick.namespace, meta["name"], meta["resourceVersion"], asked)
             continue
         told = forgotten_by_another(obj, head)
         if kube.patch_summary_status(

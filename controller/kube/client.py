@@ -321,14 +321,14 @@ def ask_again(
     namespace: str,
     name: str,
     resource_version: str,
-    requested_at: str,
+    asked: dict[str, Any],
     drop_annotations: list[str] | tuple[str, ...] = (),
 ) -> bool:
-    """Asks a new pass of a SessionSummary at its resourceVersion (core/requeue.py); False if
-    it changed or went since."""
+    """Asks a new pass of a SessionSummary at its resourceVersion, with these spec fields
+    (requestedAt at least; core/requeue.py); False if it changed or went since."""
     meta: dict[str, Any] = {"resourceVersion": resource_version}
     if drop_annotations:
         meta["annotations"] = dict.fromkeys(drop_annotations)
-    patch = {"metadata": meta, "spec": {"requestedAt": requested_at}}
+    patch = {"metadata": meta, "spec": asked}
     patch_call = custom().patch_namespaced_custom_object
     return applied((404, 409), patch_call, namespace, SUMMARY_PLURAL, name, patch)

@@ -370,14 +370,14 @@ class MemoryStore(Collections):
         """memoryCount and timestamp of these sessions' summaries or tombstones."""
         rows = self._metadata("summary", session_ids).items()
         states = {s: _state(m.get("memoryCount"), m.get("timestamp")) for s, m in rows}
-        for sid, head in self.tombstones([s for s in session_ids if s not in states]).items():
-            states[sid] = _state(head.get("memoryCount"), head.get(FORGOTTEN_KEY))
+        for sid, head in self.ledger_heads([s for s in session_ids if s not in states]).items():
+            if is_tombstone(head):
+                states[sid] = _state(head.get("memoryCount"), head.get(FORGOTTEN_KEY))
         return states
 
-    def tombstones(self, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        """The ledger heads of these sessions that are tombstones (forgotten since written)."""
-        heads = self._metadata("ledger", session_ids).items()
-        return {sid: head for sid, head in heads if is_tombstone(head)}
+    def ledger_heads(self, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        """These sessions' ledger heads: a tombstone (is_tombstone) if forgotten since written."""
+        return self._metadata("ledger", session_ids)
 
     def rows_digests(self, session_ids: Sequence[str]) -> dict[str, str]:
         """Each session's ledger head rowsDigest; sessions without one are left out."""

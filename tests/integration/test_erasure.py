@@ -172,12 +172,14 @@ def test_forget_with_memories_deletes_them_and_needs_a_confirmation(harness: Har
     assert "3 memories of the session" in harness.obj(sid)["status"]["message"]
 
 
-def test_a_forget_in_another_namespace_turns_the_owners_summary_forgotten(
+def test_a_forget_in_another_namespace_turns_the_owners_summary_forgotten_until_summarized_again(
     harness: Harness,
 ) -> None:
     """The owner's `kubectl get ssum` no longer says Summarized once another namespace's
     object (another operator, the same store) forgot the session: its retention tick reads
-    the tombstone and says when and by whom."""
+    the tombstone and says when and by whom. Once another namespace's pass summarizes the
+    session again, a Forgotten object (told so, or forgotten by its own request) says
+    Summarized again, with no pass asked of it."""
     memory, summary, cp = "owner-memory", "owner-sessions", harness.cp
     sweep = "enabled: false, intervalSeconds: 5"  # retention's clock: the owner looks every 5 s
     harness.kubectl(
@@ -191,8 +193,8 @@ def test_a_forget_in_another_namespace_turns_the_owners_summary_forgotten(
     cp.kubectl_run(
         "apply", "-f", "-", input=b_summarizer.replace(f"namespace: {NS}", f"namespace: {other}")
     )
-    sid = f"owned-{uuid.uuid4().hex[:6]}"
-    load(harness.store(memory, summary), [interaction(sid, 0, 1_770_000_000_000, "Use Rust.")])
+    sid, store = f"owned-{uuid.uuid4().hex[:6]}", harness.store(memory, summary)
+    load(store, [interaction(sid, 0, 1_770_000_000_000, "Use Rust.")])
     res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "owner", "--wait", "60")
     assert res.returncode == 0, res.stdout + res.stderr
     log = harness.log.with_name(f"{other}.log")
@@ -202,26 +204,40 @@ def test_a_forget_in_another_namespace_turns_the_owners_summary_forgotten(
     try:
         res = harness.summaryctl("forget", sid, "-n", other, "--summarizer", "b", "--wait", "90")
         assert res.returncode == 0, res.stdout + res.stderr + tail(log)
+        owner = harness.wait_phase(sid, "Forgotten", timeout=60)
+        status = owner["status"]
+        print(f"owner: {status['message']}")
+        cond = conditions_of(owner)["Summarized"]
+        assert (cond["status"], cond["reason"]) == ("False", "Forgotten"), cond
+        # The tombstone (every agent reads the store) and the owner name the object, no person.
+        forgetter = f"SessionSummary {other}/{summary_object_name(sid)}"
+        assert ledger_records(harness, summary, sid)[0][1][FORGOTTEN_BY_KEY] == forgetter
+        assert "was forgotten at 20" in status["message"], status
+        assert f"through {forgetter};" in status["message"], status
+        assert "summaryctl" not in status["message"], status
+        # `kubectl get ssum`: no MEMORIES, SUMMARIZED, TITLE of a summary that is gone.
+        assert not {"memoryCount", "summarizedAt", "title"} & status.keys(), status
+        said = wait_for(
+            lambda: events(harness, sid, "Forgotten"), 30, 0.3, message="Forgotten Event"
+        )
+        assert said[0]["message"] == status["message"]
+        # The other namespace summarizes it again (a new memory): the owner, told Forgotten,
+        # then the owner forgetting it itself, each says Summarized again with the new count.
+        for count, prompt in [(2, "Use Go."), (3, "Use Zig.")]:
+            load(store, [interaction(sid, count, 1_770_000_000_000 + count, prompt)])
+            res = harness.summaryctl(
+                "sunset", sid, "-n", other, "--summarizer", "b", "--wait", "60"
+            )
+            assert res.returncode == 0, res.stdout + res.stderr + tail(log)
+            status = harness.wait_phase(sid, "Summarized", timeout=60)["status"]
+            assert status["memoryCount"] == count and status["title"], status
+            if count == 2:
+                res = harness.summaryctl(
+                    "forget", sid, "-n", NS, "--summarizer", "owner", "--wait", "60"
+                )
+                assert res.returncode == 0 and "Forgotten" in res.stdout, res.stdout
     finally:
         stop(proc)
-    owner = harness.wait_phase(sid, "Forgotten", timeout=60)
-    status = owner["status"]
-    print(f"owner: {status['message']}")
-    cond = conditions_of(owner)["Summarized"]
-    assert (cond["status"], cond["reason"]) == ("False", "Forgotten"), cond
-    # The tombstone (every agent reads the store) and the owner name the object, no person.
-    forgetter = f"SessionSummary {other}/{summary_object_name(sid)}"
-    assert ledger_records(harness, summary, sid)[0][1][FORGOTTEN_BY_KEY] == forgetter
-    assert "was forgotten at 20" in status["message"], status
-    assert f"through {forgetter};" in status["message"], status
-    assert "summaryctl" not in status["message"], status
-    # `kubectl get ssum`: no MEMORIES, SUMMARIZED, TITLE of a summary that is gone.
-    assert not {"memoryCount", "summarizedAt", "title"} & status.keys(), status
-    said = wait_for(lambda: events(harness, sid, "Forgotten"), 30, 0.3, message="Forgotten Event")
-    assert said[0]["message"] == status["message"]
-    # A sunset summarizes it again, from its memories.
-    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "owner", "--wait", "60")
-    assert res.returncode == 0 and harness.obj(sid)["status"]["phase"] == "Summarized", res.stdout
 
 
 def test_a_tombstone_with_an_unreadable_time_and_author_still_turns_the_owner_forgotten(

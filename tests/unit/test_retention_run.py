@@ -1,6 +1,7 @@
 """One retention run of a SessionSummarizer (handlers/session_summarizer._retention): one list
 of the namespace's SessionSummaries, a page at a time, feeds both the deletes past a TTL and
-the tell: a Summarized object whose session was forgotten since turns Forgotten."""
+the tell: a Summarized object whose session was forgotten since turns Forgotten, a Forgotten
+one whose session was summarized again since is asked for a pass (as the sweep asks)."""
 
 from __future__ import annotations
 
@@ -73,8 +74,8 @@ class _Store:
     def __init__(self, heads: dict[str, dict[str, Any]]) -> None:
         self.heads = heads
 
-    def tombstones(self, session_ids: list[str]) -> dict[str, dict[str, Any]]:
-        return {s: h for s in session_ids if FORGOTTEN_KEY in (h := self.heads.get(s) or {})}
+    def ledger_heads(self, session_ids: list[str]) -> dict[str, dict[str, Any]]:
+        return {s: self.heads[s] for s in session_ids if s in self.heads}
 
 
 class _Parts:
@@ -171,5 +172,7 @@ def test_one_list_feeds_the_deletes_and_tells_each_object_what_its_ledger_head_s
     assert api.status == {
         n: "Forgotten" for n, seen in told.items() if seen == ("Summarized", "tombstone")
     }
-    assert not api.asked
+    assert {n: (s["action"], s["trigger"]) for n, s in api.asked.items()} == {
+        n: ("Summarize", "sweep") for n, seen in told.items() if seen == ("Forgotten", "summary")
+    }
     assert [reason for _, reason, _ in events.posted] == ["Forgotten"] * len(api.status)
