@@ -432,8 +432,9 @@ async def _reconcile(tick: _Tick) -> None:
         f"reconciled {done.rows} memories in {seconds:.0f}s: {step.uncovered} not accounted "
         f"for by a summary, in {step.sessions} sessions to summarize"
     )
-    fields = {"reconciled_at": now_rfc3339(), "reconciled_rows": done.rows}
-    fields["uncovered_found"] = step.uncovered
+    fields = dict(
+        reconciled_at=now_rfc3339(), reconciled_rows=done.rows, uncovered_found=step.uncovered
+    )
     rows = memory_rows(done.ignored, done.rows)
     written = await tick.write(lambda st: with_conditions(st, [rows]).model_copy(update=fields))
     tick.logger.info("reconciliation by %s: %s", CONFIG.replica_id, message)
