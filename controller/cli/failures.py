@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any, cast
 
 from controller.cli.args import CliError
-from controller.core.text import json_value, one_line
 
 FORBIDDEN = "forbidden: "
 # An API server's 404 for a resource type it does not serve (no CRD), not for an object.
@@ -35,13 +34,9 @@ def kube_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
             ) from exc
         said = {404: "not found: ", 403: FORBIDDEN, 422: "rejected by the API server: "}
         prefix = said.get(exc.status, f"Kubernetes API error {exc.status}: ")
-        try:
-            message = json_value(exc.body or "").get("message")
-        except (TypeError, ValueError, AttributeError):  # not a Status: a proxy's page, say
-            message = None
-        given = (message, exc.reason, one_line(exc.body or "", 200))
-        why = next((str(w) for w in given if w and str(w).strip()), "no reason given")
-        raise CliError(prefix + why) from exc
+        from controller.kube.client import api_message
+
+        raise CliError(prefix + api_message(exc)) from exc
 
 
 def summarizer_object(

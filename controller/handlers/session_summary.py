@@ -79,8 +79,8 @@ log = logging.getLogger("controller.handlers.session_summary")
 class Retry(kopf.TemporaryError):
     """A retry that is no failure (another writer holds the session or is taking it, the
     operator stops): the handler logs why at its own level, and controller/operator.py leaves
-    out the ERROR line kopf logs for every TemporaryError. A lost claim is a failure: kopf's
-    ERROR line stays."""
+    out the ERROR line kopf logs for every TemporaryError. A lost claim is a failure
+    (ClaimLost in _FAILURES): kopf's ERROR line stays."""
 
 
 def _claim_wait(retry: int) -> float:
@@ -142,6 +142,8 @@ _FAILURES: tuple[tuple[type[Exception], str, bool], ...] = (
     (SummaryValidationError, "InvalidSummary", True),
     # Another writer rewrote the row: nothing written; the retry carries its text.
     (RowChangedDuringPass, "OtherWriterDetected", True),
+    # Refused, taken, deleted or lapsed: nothing (more) written; the message says why.
+    (ClaimLost, "ClaimLost", True),
 )
 
 
@@ -151,6 +153,8 @@ def failures_shown(*, invalid_spec: bool = False) -> Iterator[None]:
     invalid_spec, any other ValueError is the SessionSummarizer's spec (InvalidSummarizer)."""
     try:
         yield
+    except ClaimContended:
+        raise  # a wait for the claim, not a failure
     except CollectionNotFound as exc:
         reason = "MemoryCollectionNotFound" if exc.role == "memory" else "CollectionNotFound"
         raise Failure(reason, one_line(exc, 300), retry=True) from exc
@@ -158,7 +162,8 @@ def failures_shown(*, invalid_spec: bool = False) -> Iterator[None]:
         for kind, reason, retry in _FAILURES:
             if isinstance(exc, kind):
                 # A refusal says what would allow it (a command): not cut at 300.
-                limit = 1000 if isinstance(exc, DestinationRefused | AuthorityConflict) else 300
+                refusal = DestinationRefused | AuthorityConflict | ClaimLost
+                limit = 1000 if isinstance(exc, refusal) else 300
                 message = one_line(exc, limit)
                 if isinstance(exc, UnreadablePriorSummary):
                     message += "; the stored row was left as it is"
@@ -324,9 +329,6 @@ async def summarize(
                 "session %s: %s; looking again in %.1fs", parsed.session_id, contended, delay
             )
             raise Retry(str(contended), delay=delay) from None
-        except ClaimLost as lost:
-            metrics.CLAIM_CONFLICTS.inc()  # claims.py logged why (WARNING); kopf logs the ERROR
-            raise kopf.TemporaryError(str(lost), delay=backoff_seconds(retry)) from None
         except PassInterrupted as stopped:
             logger.info("session %s: %s", parsed.session_id, stopped)
             raise Retry(str(stopped), delay=backoff_seconds(retry)) from None

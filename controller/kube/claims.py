@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from controller import metrics
 from controller.api import API_VERSION, CLAIM_KIND, CLAIM_PLURAL, GROUP, VERSION
@@ -35,6 +36,7 @@ from controller.core.fencing import (
     still_writing,
     takeover_message,
 )
+from controller.core.text import one_line
 from controller.kube import client as kube
 
 CONFLICT_RETRIES = 5
@@ -64,6 +66,13 @@ class ClaimLost(Exception):
 
 class ClaimContended(ClaimLost):
     """The claim changed under us on every attempt and no live holder is left to name."""
+
+
+def answer(exc: Exception) -> str:
+    """A failed call in one line: the API server's status and answer, or why none came."""
+    if isinstance(exc, ApiException):
+        return f"{exc.status} {exc.reason}: {kube.api_message(exc)}"
+    return one_line(exc, 300)
 
 
 def _api() -> client.CustomObjectsApi:
@@ -103,6 +112,7 @@ class SessionClaimHandle:
     _uid: str | None = field(default=None, repr=False)  # the claim object's, as granted
     _renewed_at_s: float = field(default=0.0, repr=False)
     _lost: str | None = field(default=None, repr=False)
+    _failed: str = field(default="", repr=False)  # why the last renewal failed, if it did
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _renewer: threading.Thread | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -176,16 +186,23 @@ class SessionClaimHandle:
         self._renewer.start()
 
     def acquire(self) -> Claim:
-        """Takes the claim, or raises ClaimHeld if another writer's is live by our clock."""
-        for lost_races in range(CONFLICT_RETRIES):
-            if (claim := self._take(None)) is not None:
-                return claim
-            obj = self._get()  # None: released between our create and our read: create again
-            if obj is not None and (claim := self._take(self._unless_held(obj, lost_races))):
-                return claim
-        obj = self._get()  # every race lost: ClaimHeld naming a live holder, else ClaimContended
-        if obj is not None:
-            self._unless_held(obj, CONFLICT_RETRIES)
+        """Takes the claim, or raises ClaimHeld if another writer's is live by our clock,
+        ClaimLost with the API server's answer if it refuses us."""
+        try:
+            for lost_races in range(CONFLICT_RETRIES):
+                if (claim := self._take(None)) is not None:
+                    return claim
+                obj = self._get()  # None: released between our create and read: create again
+                if obj is not None and (claim := self._take(self._unless_held(obj, lost_races))):
+                    return claim
+            obj = self._get()  # every race lost: ClaimHeld naming a live holder, or below
+            if obj is not None:
+                self._unless_held(obj, CONFLICT_RETRIES)
+        except ApiException as exc:
+            raise ClaimLost(
+                f"could not take the claim on session {self.session_id!r} (SessionClaim "
+                f"{self.name}): {answer(exc)}; nothing written"
+            ) from exc
         raise ClaimContended(
             f"the claim on session {self.session_id!r} changed under us {CONFLICT_RETRIES} "
             "times while we tried to take it, and no other live writer held it when we last "
@@ -219,11 +236,7 @@ class SessionClaimHandle:
         while not self._stop.wait(wait):
             sent = time.monotonic()
             if not holder_may_write(self._renewed_at_s, sent, self.duration_s, self.margin_s):
-                self._lose(
-                    f"the claim on session {self.session_id!r} was not renewed within "
-                    f"{self.duration_s - self.margin_s:.0f}s (API server unreachable or this "
-                    "process paused); nothing more is written"
-                )
+                self._lose(self._lapsed())
                 return
             with self._lock:
                 claim, version = self._claim, self._version
@@ -233,8 +246,9 @@ class SessionClaimHandle:
             try:
                 # A renewal that outlives the period is useless: bounded by it.
                 made = self._replace(renewed, version, timeout=(5.0, max(1.0, self.renew_s)))
-            except Exception as exc:  # transient (API down, timeout): retry until too late
-                log.info("session %s: claim renewal failed, retrying: %s", self.session_id, exc)
+            except Exception as exc:  # maybe transient (API down, timeout): retry until too late
+                self._failed = why = answer(exc)
+                log.info("session %s: claim renewal failed, retrying: %s", self.session_id, why)
                 wait = min(self.renew_s, 2.0)
                 continue
             if made is None and (current := self._still_ours(claim)) is not None:
@@ -254,7 +268,7 @@ class SessionClaimHandle:
                     return
                 self._claim, self._version = renewed, str(made["metadata"]["resourceVersion"])
                 self._renewed_at_s = sent
-            self.renewals += 1
+            self.renewals, self._failed = self.renewals + 1, ""
             metrics.CLAIM_RENEWALS.inc()
             wait = self.renew_s
 
@@ -262,7 +276,14 @@ class SessionClaimHandle:
         with self._lock:
             if self._lost is None:
                 self._lost = why
-        log.warning("session %s: %s", self.session_id, why)
+
+    def _lapsed(self) -> str:
+        why = self._failed or "none answered: this process paused, or the API server slow"
+        return (
+            f"the claim on session {self.session_id!r} (SessionClaim {self.name}) was not "
+            f"renewed within {self.duration_s - self.margin_s:.0f}s (last renewal: {why}); "
+            "nothing more is written"
+        )
 
     def check(self) -> None:
         """Raises ClaimLost if the claim was deleted, taken or not renewed in time. No I/O."""
@@ -273,10 +294,7 @@ class SessionClaimHandle:
         if not granted:
             raise ClaimLost("no claim taken; nothing written")
         if not holder_may_write(renewed_at, time.monotonic(), self.duration_s, self.margin_s):
-            self._lose(
-                f"the claim on session {self.session_id!r} was last renewed more than "
-                f"{self.duration_s - self.margin_s:.0f}s ago by our clock; nothing written"
-            )
+            self._lose(self._lapsed())
             raise ClaimLost(self._lost or "claim lapsed")
 
     def admit(self, found: Fence | None) -> dict[str, int | str]:

@@ -26,6 +26,7 @@ from controller.api import (
 )
 from controller.config import in_pod
 from controller.core.naming import summary_object_name
+from controller.core.text import json_value, one_line
 from controller.status.conditions import now_rfc3339
 from controller.status.requests import REQUESTED_BY
 from controller.status.summarizer_status import settled
@@ -79,6 +80,16 @@ def unless(refusals: tuple[int, ...], call: Callable[..., Any], *args: Any, **kw
         if exc.status in refusals:
             return None
         raise
+
+
+def api_message(exc: ApiException) -> str:
+    """What the API server answered, in one line: its Status message, else its reason."""
+    try:
+        message = json_value(exc.body or "").get("message")
+    except (TypeError, ValueError, AttributeError):  # not a Status: a proxy's page, say
+        message = None
+    given = (message, exc.reason, one_line(exc.body or "", 200))
+    return next((str(w) for w in given if w and str(w).strip()), "no reason given")
 
 
 def applied(refusals: tuple[int, ...], call: Callable[..., Any], *args: Any, **kw: Any) -> bool:

@@ -1,6 +1,7 @@
 """How the summarize handler hands a pass that did not finish back to kopf: a wait for another
 writer (or the operator stopping) is a quiet `Retry`, whose kopf ERROR line the operator drops;
-a lost claim is a failure, and stays kopf's TemporaryError with its ERROR line."""
+a lost claim is a failure: condition ClaimLost, a Warning Event, counted toward the failure
+gate, and kopf's TemporaryError with its ERROR line."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import kopf
 import pytest
 
 from controller.config import CONFIG
-from controller.handlers.session_summary import Retry, summarize
+from controller.handlers.session_summary import Retry, failures_shown, summarize
 from controller.kube.claims import ClaimContended, ClaimLost
 from controller.pipeline import PassInterrupted
 from controller.runtime import Runtime
@@ -21,14 +22,19 @@ from tests.unit.test_invalid_summary_spec import VALID, Recorded, body_with
 
 
 class Raising:
-    """A scheduler whose every pass ends with one exception."""
+    """A scheduler whose every pass ends with one exception, raised where summarize_claimed
+    raises it (failures_shown)."""
 
     def __init__(self, exc: Exception) -> None:
         self.exc = exc
 
     def submit(self, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
         done: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        done.set_exception(self.exc)
+        try:
+            with failures_shown():
+                raise self.exc
+        except Exception as exc:
+            done.set_exception(exc)
         return done
 
 
@@ -44,10 +50,11 @@ class Raising:
 def test_only_a_wait_is_a_quiet_retry_and_a_lost_claim_keeps_kopfs_error(
     raised: Exception, quiet: bool
 ) -> None:
-    runtime = Runtime(CONFIG, Recorded(), *cast(Any, (Raising(raised), None, None, None)))
-    body = body_with(VALID, {})
+    events = Recorded()
+    runtime = Runtime(CONFIG, events, *cast(Any, (Raising(raised), None, None, None)))
+    body, patch = body_with(VALID, {}), kopf.Patch()
     call = summarize(
-        body=body, spec=kopf.Spec(body), name="s", namespace="ns", patch=kopf.Patch(), retry=0,
+        body=body, spec=kopf.Spec(body), name="s", namespace="ns", patch=patch, retry=0,
         logger=cast(Any, logging.getLogger("test")), memo=kopf.Memo(runtime=runtime),
         summarizer_specs={},
     )  # fmt: skip
@@ -55,3 +62,10 @@ def test_only_a_wait_is_a_quiet_retry_and_a_lost_claim_keeps_kopfs_error(
         asyncio.run(call)
     assert isinstance(caught.value, Retry) is quiet, caught.value
     assert str(raised) in str(caught.value)
+    shown = [(c["type"], c["status"], c["reason"]) for c in patch.status.get("conditions", [])]
+    if quiet:
+        assert shown == [] and events.posted == []
+    else:
+        assert ("Summarized", "False", "ClaimLost") in shown
+        assert events.posted == [("Warning", "ClaimLost", str(raised))]
+        assert patch.status["consecutiveFailures"] == 1
