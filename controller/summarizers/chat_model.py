@@ -158,19 +158,16 @@ class ChatModelSummarizer:
         for _ in range(len(prompt.RESPONSE_FORMATS) + 2):  # each pass of the loop changes an option
             mode = self.response_format
             requested = prompt.response_format(mode, memory_count, prior_items)
-            tokens = config.max_output_tokens
             with self._semaphore:
                 try:
                     completion = self._client.chat.completions.create(
                         model=config.model,
                         messages=cast("list[ChatCompletionMessageParam]", messages),
                         temperature=0,
-                        max_tokens=tokens if self._max_tokens_key == "max_tokens" else omit,
-                        max_completion_tokens=(
-                            tokens if self._max_tokens_key == "max_completion_tokens" else omit
-                        ),
                         response_format=cast(Any, requested) if requested is not None else omit,
                         extra_headers=self._headers,
+                        # max_tokens, or the name an endpoint asked for instead (below)
+                        extra_body={self._max_tokens_key: config.max_output_tokens},
                     )
                 except APITimeoutError:
                     raise Transient(f"timed out after {config.timeout_seconds:g}s") from None
