@@ -19,10 +19,9 @@ from controller.core.chunking import (
     valid_utf8,
 )
 from controller.core.memories import Memory
-from controller.core.merge import DERIVED_TITLE_MAX, SECTION_KEYS, TECHNOLOGY_MAX
+from controller.core.merge import DERIVED_TITLE_MAX, HISTORY_KEYS, SECTION_KEYS, TECHNOLOGY_MAX
 from controller.core.summary import (
     CATEGORIES,
-    HISTORY_SECTIONS,
     ITEM_MAX,
     LegacySummary,
     StructuredSummary,
@@ -105,8 +104,7 @@ class ChatModelConfig:
 
 # -- the prompt -------------------------------------------------------------------------------
 
-HISTORY_KEYS = tuple(k for k, t in SECTION_KEYS.items() if t in HISTORY_SECTIONS)
-_HISTORY_KEY_LIST = ", ".join(f'"{k}"' for k in HISTORY_KEYS)
+_HISTORY_KEY_LIST = ", ".join(f'"{k}"' for k in HISTORY_KEYS.values())
 
 SYSTEM_PROMPT = f"""\
 You maintain the structured summary of one AI coding-agent session. Each request gives you \
@@ -237,7 +235,7 @@ def reply_schema(memory_count: int, prior_items: int) -> dict[str, Any]:
     mark = {
         "type": "object",
         "properties": {
-            "section": {"type": "string", "enum": list(HISTORY_KEYS)},
+            "section": {"type": "string", "enum": list(HISTORY_KEYS.values())},
             "item": {"type": "string", "minLength": 1, "maxLength": ITEM_MAX},
             "superseded_by": item,
         },
@@ -247,7 +245,7 @@ def reply_schema(memory_count: int, prior_items: int) -> dict[str, Any]:
     properties: dict[str, Any] = {
         "title": {"type": "string", "maxLength": DERIVED_TITLE_MAX},
         "category": {"type": "string", "enum": list(CATEGORIES)},
-        **{key: history for key in HISTORY_KEYS},
+        **{key: history for key in HISTORY_KEYS.values()},
         "current_state": {"type": "array", "items": item, "maxItems": STATE_MAX_ITEMS},
         "supersede": {"type": "array", "items": mark, "maxItems": min(per_section, prior_items)},
         "technologies": {

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from controller.core.chunking import memory_text
 from controller.core.item_sources import identity
 from controller.core.memories import Memory
-from controller.core.merge import SECTION_KEYS, PassUpdate
+from controller.core.merge import HISTORY_KEYS, SECTION_KEYS, PassUpdate
 from controller.core.quoting import is_quoted, kind_of, quote
 from controller.core.summary import HISTORY_SECTIONS, LegacySummary, StructuredSummary
 from controller.core.text import cut, json_value
@@ -100,7 +100,7 @@ def reply_content(payload: Any) -> tuple[str, str | None]:
 
 
 def empty_update() -> PassUpdate:
-    return PassUpdate(**{key: [] for key in prompt.HISTORY_KEYS}, current_state=None)
+    return PassUpdate(**{key: [] for key in HISTORY_KEYS.values()}, current_state=None)
 
 
 # -- degenerate replies and injected claims --------------------------------------------------
@@ -273,7 +273,7 @@ def contain_injections(
             t if keep else quote(t, "instruction") for t, keep in zip(items, copied, strict=True)
         ]
 
-    changes: dict[str, Any] = {key: contained(getattr(update, key)) for key in prompt.HISTORY_KEYS}
+    changes: dict[str, Any] = {k: contained(getattr(update, k)) for k in HISTORY_KEYS.values()}
     if update.current_state is not None:
         changes["current_state"] = contained(update.current_state)
     if update.title and _copies_passage(update.title, passages):

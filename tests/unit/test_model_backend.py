@@ -24,7 +24,7 @@ from controller.core.chunking import estimate_tokens
 from controller.core.document import render_document
 from controller.core.item_sources import identity
 from controller.core.memories import Memory
-from controller.core.merge import PassUpdate, merge_pass
+from controller.core.merge import HISTORY_KEYS, PassUpdate, merge_pass
 from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL
 from controller.core.summary import (
     HISTORY_SECTIONS,
@@ -38,7 +38,6 @@ from controller.pipeline import PassResult, run_pass
 from controller.summarizers import chat_model, chat_prompt, chat_reply
 from controller.summarizers.chat_model import ChatModelSummarizer
 from controller.summarizers.chat_prompt import (
-    HISTORY_KEYS,
     SYSTEM_PROMPT,
     ChatModelConfig,
     InvalidModelOutput,
@@ -974,8 +973,8 @@ _NUMBER = st.integers(-5, 200) | st.floats() | st.integers(-(10**400), 10**400)
 _SCALAR = st.none() | st.booleans() | _NUMBER | _NUMBER.map(str) | st.text(max_size=30) | _ITEM
 _VALUE = st.recursive(_SCALAR, lambda inner: st.lists(inner, max_size=4), max_leaves=8)
 _FIELDS = st.sampled_from(
-    [*HISTORY_KEYS, "current_state", "supersede", "title", "category", "quality", "technologies",
-     "User Requests", "Current State"]  # a section may be named by its title
+    [*HISTORY_KEYS.values(), "current_state", "supersede", "title", "category", "quality",
+     "technologies", "User Requests", "Current State"]  # a section may be named by its title
 )  # fmt: skip
 
 
@@ -1054,7 +1053,9 @@ _WORDLESS = st.text(st.characters(categories=["P", "S", "Z", "Cc", "Cf"]), min_s
 @given(
     wordless=_WORDLESS,
     fields=st.sets(
-        st.sampled_from([*HISTORY_KEYS, "current_state", "title", "supersede", "technologies"]),
+        st.sampled_from(
+            [*HISTORY_KEYS.values(), "current_state", "title", "supersede", "technologies"]
+        ),
         min_size=1,
     ),
     with_prior=st.booleans(),
@@ -1073,7 +1074,7 @@ def test_reply_text_without_a_word_is_no_item_title_or_name(
              "superseded_by": wordless}
         ] if "supersede" in fields else [],
     )  # fmt: skip
-    for key in HISTORY_KEYS:
+    for key in HISTORY_KEYS.values():
         if key in fields:
             reply[key] = [*reply[key], wordless]
     prior = good_prior() if with_prior else None
