@@ -10,6 +10,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal, TypeVar, cast
 
 from controller.api import SessionSummarizerSpec
@@ -78,7 +79,7 @@ def _secrets_of(key: object) -> int:
 class SummarizerParts:
     def __init__(self, scheduler: PassScheduler, weights: MiniLMWeights) -> None:
         self._scheduler = scheduler
-        self._weights = weights
+        self._embedding = partial(build_embedding_function, weights=weights)
         self._kept: dict[Who, _Generation] = {}
         self._live: set[_Part] = set()  # built and not closed yet (kept or in use)
         self._lock = threading.Lock()
@@ -245,9 +246,6 @@ class SummarizerParts:
 
     def _connect(self, location: StoreLocation) -> MemoryStore:
         return MemoryStore(connect(location), location)
-
-    def _embedding(self, spec: EmbeddingSpec) -> EmbeddingFunction:
-        return build_embedding_function(spec, self._weights)
 
     def _embedder(self, ef: EmbeddingFunction) -> Embedder:
         """Local model calls take a core (scheduling.py); an endpoint is I/O, not gated."""
