@@ -29,8 +29,6 @@ class EmbeddingSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> EmbeddingSpec:
-        if self.provider == "openai" and not self.base_url:
-            raise ValueError("provider 'openai' needs base_url, e.g. http://host:11434/v1")
         if self.provider == "local-minilm" and self.model not in MINILM_ALIASES:
             raise ValueError(
                 f"provider 'local-minilm' only runs {MINILM_MODEL_NAME}, not {self.model!r}"
@@ -44,7 +42,7 @@ def build_embedding_function(
     """weights: the local model's, shared (the operator's runtime); else loaded per function."""
     if spec.provider == "local-minilm":
         return LocalMiniLMEmbedding(weights=weights)
-    assert spec.base_url is not None  # guaranteed by EmbeddingSpec validation
+    assert spec.base_url is not None  # api.EmbeddingConfig requires it of provider openai
     # Imported here: the openai SDK costs ~14 MB of RSS (bench/operator_rss.py).
     from controller.embeddings.remote import OpenAICompatibleEmbedding
 
