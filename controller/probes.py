@@ -46,7 +46,9 @@ def check_store(
 
 
 def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
-    from controller.embeddings.remote import deadline_client  # loads the openai SDK
+    from openai import APIConnectionError, APIStatusError  # loads the openai SDK
+
+    from controller.embeddings.remote import openai_client
 
     model = spec.model
     ready = partial(_condition, "ModelReady", True)
@@ -56,27 +58,24 @@ def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
     try:
         check_memory_destinations(spec, namespace, "model.baseUrl")
         config = chat_model_config(model, namespace)
-        headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
-        # Joined as the openai client joins its paths (dot segments resolved in the base
-        # first, then one slash if none ends it), so the probe asks where the passes post.
-        base = httpx2.URL(config.base_url)
-        if not base.raw_path.endswith(b"/"):
-            base = base.copy_with(raw_path=base.raw_path + b"/")
-        url = str(base.copy_with(raw_path=base.raw_path + b"models"))
         timeout = min(model.timeout_seconds, 10)
-        with deadline_client(timeout) as client:  # bound in time and size, as a pass's calls
-            resp = client.get(url, headers=headers, timeout=timeout)
-        if resp.is_redirect:  # httpx follows none unless asked
-            where = resp.headers.get("location")
-            return unavailable("ModelUnavailable", redirect_refusal(url, resp.status_code, where))
-        if resp.status_code >= 400:
-            return unavailable("ModelUnavailable", f"GET {shown(url)} answered {resp.status_code}")
+        # The passes' client: bound in time and size, and asked where the passes post.
+        client, headers = openai_client(config.base_url, config.api_key, timeout, 0, None)
+        url = f"{client.base_url}models"
+        with client:
+            client.get("models", cast_to=httpx2.Response, options={"headers": headers})
     except kube.SecretError as exc:
         return unavailable("SecretNotFound", str(exc))
     except DestinationRefused as exc:
         return unavailable(exc.reason, one_line(exc, 1000))
-    except (httpx2.HTTPError, AnswerTooLarge) as exc:
-        return unavailable("ModelUnavailable", f"GET {shown(url)}: {one_line(exc, 300)}")
+    except APIStatusError as exc:
+        if exc.response.is_redirect:  # the client follows none
+            where = exc.response.headers.get("location")
+            return unavailable("ModelUnavailable", redirect_refusal(url, exc.status_code, where))
+        return unavailable("ModelUnavailable", f"GET {shown(url)} answered {exc.status_code}")
+    except (APIConnectionError, AnswerTooLarge) as exc:  # the SDK's error wraps httpx's
+        why = one_line(exc.__cause__ or exc, 300)
+        return unavailable("ModelUnavailable", f"GET {shown(url)}: {why}")
     return ready("EndpointOK", f"{shown(config.base_url)} answers")
 
 
