@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from openai import APIConnectionError, APIStatusError, APITimeoutError, BaseModel, omit
+from openai import APIConnectionError, APIStatusError, APITimeoutError, omit
 
 from controller.core.destinations import redirect_refusal
 from controller.core.memories import Memory, memory_sort_key
@@ -184,10 +184,7 @@ class ChatModelSummarizer:
                     raise ModelUnavailable(f"model unavailable: {config.url}: {exc}") from None
                 else:
                     self._format_confirmed = True
-                    # As sent: the SDK builds its model without validation, so an endpoint's
-                    # odd shapes (content parts, no usage, no object) reach chat_reply as sent.
-                    if isinstance(completion, BaseModel):
-                        return completion.to_dict(warnings=False)
+                    # Built without validation: any field may be missing or hold anything.
                     return completion
             status = error.status_code
             if error.response.is_redirect:

@@ -72,22 +72,19 @@ def parse_update(content: str) -> PassUpdate:
         ) from None
 
 
-def reply_tokens(payload: Any) -> int:
-    usage = payload.get("usage") if isinstance(payload, dict) else None
-    if not isinstance(usage, dict):
-        return 0
-    total = usage.get("total_tokens")
+def reply_tokens(completion: Any) -> int:
+    usage = getattr(completion, "usage", None)
+    total = getattr(usage, "total_tokens", None)
     if isinstance(total, int):
         return total
-    parts = [usage.get("prompt_tokens"), usage.get("completion_tokens")]
+    parts = [getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)]
     return sum(p for p in parts if isinstance(p, int))
 
 
-def reply_content(payload: Any) -> tuple[str, str | None]:
+def reply_content(completion: Any) -> tuple[str, str | None]:
     try:
-        choice = payload["choices"][0]
-        message = choice["message"]
-        content = message.get("content")
+        choice = completion.choices[0]
+        content = choice.message.content
     except (KeyError, IndexError, TypeError, AttributeError):
         raise BadReply("the response has no choices[0].message", corrective=False) from None
     if isinstance(content, list):  # content parts
@@ -95,7 +92,7 @@ def reply_content(payload: Any) -> tuple[str, str | None]:
         content = "".join(t for t in texts if isinstance(t, str))
     if not isinstance(content, str) or not content.strip():
         raise BadReply("the reply is empty", corrective=True)
-    finish = choice.get("finish_reason") if isinstance(choice, dict) else None
+    finish = getattr(choice, "finish_reason", None)
     return content, finish if isinstance(finish, str) else None
 
 

@@ -19,6 +19,7 @@ import httpx2
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from openai.types.chat import ChatCompletion
 
 from controller.core.chunking import estimate_tokens
 from controller.core.document import render_document
@@ -1011,9 +1012,12 @@ def test_any_reply_is_used_or_refused_with_a_reason(
 def test_any_shape_of_content_parts_is_read_or_refused_with_a_reason(
     parts: list[object], finish: object
 ) -> None:
-    payload = {"choices": [{"message": {"content": parts}, "finish_reason": finish}]}
+    # As the SDK builds it: without validation.
+    completion = ChatCompletion.construct(
+        choices=[{"message": {"content": parts}, "finish_reason": finish}]
+    )
     try:
-        content, reason = chat_reply.reply_content(payload)
+        content, reason = chat_reply.reply_content(completion)
     except chat_model.BadReply as refused:
         assert refused.reason
     else:
