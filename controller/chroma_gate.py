@@ -41,14 +41,6 @@ UNAUTHORIZED = json.dumps(
 )  # fmt: skip
 
 
-def presented_token(request: web.Request) -> str | None:
-    auth = request.headers.get("Authorization", "")
-    if auth[:7].lower() == "bearer ":
-        return auth[7:].strip()
-    token = request.headers.get("X-Chroma-Token")
-    return token.strip() if token else None
-
-
 FORWARD_TIMEOUT_SECONDS = 8.0
 # Chroma's own bound on a request body (its max_payload_size_bytes): no more is held.
 MAX_BODY_BYTES = 40 * 1024 * 1024
@@ -83,8 +75,10 @@ def make_app(
         return web.Response(status=200 if ok else 503, text="ok" if ok else "chroma not ready")
 
     async def forward(request: web.Request) -> web.StreamResponse:
-        presented = presented_token(request)
-        if presented is None or not hmac.compare_digest(presented.encode(), token.encode()):
+        auth = request.headers.get("Authorization", "")
+        bearer = auth[:7].lower() == "bearer "
+        presented = auth[7:] if bearer else request.headers.get("X-Chroma-Token", "")
+        if not hmac.compare_digest(presented.strip().encode(), token.encode()):
             return web.json_response(text=UNAUTHORIZED, status=401)
         headers = {
             k: v
@@ -101,21 +95,18 @@ def make_app(
             async with request.app["session"].request(
                 request.method, upstream + request.rel_url.raw_path_qs, headers=headers, data=body
             ) as resp:
-                return await relay(request, resp)
+                out = web.StreamResponse(status=resp.status, reason=resp.reason)
+                for k, v in resp.headers.items():
+                    if k.lower() not in HOP_BY_HOP:
+                        out.headers.add(k, v)
+                await out.prepare(request)
+                async for chunk in resp.content.iter_chunked(65536):
+                    await out.write(chunk)
+                await out.write_eof()
+                return out
         except TimeoutError:
             message = f"Chroma did not answer within the gate's {timeout_seconds:g}s"
             return web.json_response({"error": "GatewayTimeout", "message": message}, status=504)
-
-    async def relay(request: web.Request, resp: aiohttp.ClientResponse) -> web.StreamResponse:
-        out = web.StreamResponse(status=resp.status, reason=resp.reason)
-        for k, v in resp.headers.items():
-            if k.lower() not in HOP_BY_HOP:
-                out.headers.add(k, v)
-        await out.prepare(request)
-        async for chunk in resp.content.iter_chunked(65536):
-            await out.write(chunk)
-        await out.write_eof()
-        return out
 
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.cleanup_ctx.append(session_ctx)
