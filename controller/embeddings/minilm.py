@@ -273,6 +273,3 @@ class LocalMiniLMEmbedding:
             return []
         model = self._weights.load()
         return list(model.encode(list(input), self.batch_size, between))
-
-    def __repr__(self) -> str:
-        return "LocalMiniLMEmbedding()"

@@ -91,9 +91,6 @@ class OpenAICompatibleEmbedding:
             )
         return vectors
 
-    def __repr__(self) -> str:
-        return f"OpenAICompatibleEmbedding(url={self.url!r}, model={self.model!r})"
-
 
 def _attempts(request: httpx2.Request) -> str:
     """' (after N attempts)' when the SDK retried: it numbers each attempt's request."""

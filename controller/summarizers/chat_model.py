@@ -67,9 +67,6 @@ class ChatModelSummarizer:
     def memory_budget_tokens(self) -> int:
         return self.config.memory_budget_tokens
 
-    def __repr__(self) -> str:
-        return f"ChatModelSummarizer(url={self.config.url!r}, model={self.config.model!r})"
-
     def propose(
         self, session_id: str, memories: Sequence[Memory], prior: PriorSummary | None
     ) -> Proposal:
