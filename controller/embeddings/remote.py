@@ -108,21 +108,19 @@ def openai_client(
 ) -> tuple[OpenAI, dict[str, Any]]:
     """The SDK's client of both model clients, and the headers each request sends: the SDK
     refuses to build a client without a key, so an endpoint without one gets a placeholder
-    and every request omits the Authorization header (the placeholder is never sent)."""
+    and every request omits the Authorization header (the placeholder is never sent).
+    Its HTTP client follows no redirect and reads each answer within timeout_seconds of its
+    request, in all, and up to MAX_ANSWER_BYTES (http_deadline), asked uncompressed: the
+    bound counts what comes, not what it inflates to."""
+    if http_client is None:
+        hooks = deadline_hooks(timeout_seconds, httpx2, MAX_ANSWER_BYTES)
+        http_client = DefaultHttpxClient(follow_redirects=False, event_hooks=hooks)
+        http_client.headers["Accept-Encoding"] = "identity"
     client = OpenAI(
         base_url=base_url,
         api_key=api_key or "no-api-key",
         timeout=timeout_seconds,
         max_retries=retries,
-        http_client=http_client or deadline_client(timeout_seconds),
+        http_client=http_client,
     )
     return client, {} if api_key else {"Authorization": omit}
-
-
-def deadline_client(timeout_seconds: float) -> httpx2.Client:
-    """The HTTP client of both model clients: no redirect followed, and each answer read
-    within timeout_seconds of its request, in all, and up to MAX_ANSWER_BYTES (http_deadline),
-    asked uncompressed: the bound counts what comes, not what it inflates to."""
-    hooks = deadline_hooks(timeout_seconds, httpx2, MAX_ANSWER_BYTES)
-    identity = {"Accept-Encoding": "identity"}
-    return DefaultHttpxClient(follow_redirects=False, event_hooks=hooks, headers=identity)
