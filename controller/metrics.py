@@ -8,10 +8,13 @@ import importlib.metadata
 import logging
 import platform
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+if TYPE_CHECKING:
+    from controller.scheduling import DeadlineQueue
 
 log = logging.getLogger("controller.metrics")
 
@@ -175,12 +178,6 @@ RUNTIME_PARTS = Gauge(
 )
 
 
-class PoolQueue(Protocol):
-    def waiting(self) -> int: ...
-
-    def holding(self) -> int: ...
-
-
 def observe_summary(result: str, seconds: float) -> None:
     SUMMARIES.labels(result=result).inc()
     SUMMARIZE_SECONDS.observe(max(seconds, 0.0))
@@ -210,7 +207,7 @@ def observe_reconcile(rows: int, uncovered: int | None) -> None:
         UNCOVERED.set(uncovered)
 
 
-def watch_pools(queues: Mapping[str, PoolQueue]) -> None:
+def watch_pools(queues: Mapping[str, DeadlineQueue[Any]]) -> None:
     """Queue depth and passes in flight of each worker pool, read at every scrape."""
     for name, queue in queues.items():
         QUEUE_DEPTH.labels(pool=name).set_function(queue.waiting)
