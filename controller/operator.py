@@ -321,7 +321,8 @@ def run(argv: list[str] | None = None) -> None:
 def shut_down(runtime: Runtime) -> None:
     """After kopf stops (docs/operations.md, "Shutdown")."""
     started = time.monotonic()
-    left = runtime.stop_passes(CONFIG.shutdown_seconds)
+    runtime.stopping.set()  # running passes checkpoint and stop; queued ones are dropped
+    left = runtime.scheduler.stop(CONFIG.shutdown_seconds)
     if left:
         log.warning(
             "%d summarization(s) still running after %.0fs: abandoned; their session claims "
@@ -336,5 +337,5 @@ def shut_down(runtime: Runtime) -> None:
                 log.info("released the finalizer of %d SessionSummarizer(s)", released)
         except Exception as exc:  # the API server may be gone too: say it, still exit
             log.warning("could not release the SessionSummarizers' finalizer: %s", exc)
-    runtime.close(events_timeout_s=2.0)
+    runtime.close()
     log.info("stopped in %.1fs", time.monotonic() - started)

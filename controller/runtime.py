@@ -97,26 +97,10 @@ class Runtime:
             ) from None
         return str(meta.uid or "") if meta is not None else ""
 
-    def summarizer_seen(self, namespace: str, name: str, generation: int | None) -> None:
-        """What was built from an older generation is closed. Blocking (closes clients)."""
-        self.upkeep.seen(namespace, name)
-        self.parts.spec_changed(namespace, name, generation)
-
-    def summarizer_gone(self, namespace: str, name: str) -> None:
-        """What was kept for a deleted SessionSummarizer is closed. Blocking."""
-        self.parts.forget(namespace, name)
-        self.upkeep.forget(namespace, name)
-
-    def stop_passes(self, timeout_s: float) -> int:
-        """Tells running passes to checkpoint and stop, drops queued ones, waits at most
-        timeout_s; returns how many were still running then."""
-        self.stopping.set()
-        return self.scheduler.stop(timeout_s)
-
-    def close(self, *, events_timeout_s: float = 2.0) -> None:
+    def close(self) -> None:
         self.parts.close()
         self.weights.close()
-        self.events.close(timeout=events_timeout_s)
+        self.events.close(timeout=2.0)
         tracing.close(self.traces)
         if self.metrics_server is not None:
             self.metrics_server.shutdown()

@@ -118,10 +118,11 @@ class _Tick:
 
     async def in_thread(self, what: str, work: Callable[[], T]) -> T | None:
         """work() in a worker thread; None when it failed. A store error is the sweep's to
-        report; an API error waits for the next tick, never in the way of the sweep."""
+        report (FenceUnavailable: the passes); an API error waits for the next tick, never in
+        the way of the sweep."""
         try:
             return await asyncio.to_thread(work)
-        except STORE_ERRORS as exc:
+        except (*STORE_ERRORS, FenceUnavailable) as exc:
             self.logger.debug("%s skipped: %s", what, one_line(exc, 300))
         except ApiException as exc:
             reason = one_line(exc.reason, 300)
@@ -170,8 +171,9 @@ async def take_summarizer_spec(
     probes are written, and failed SessionSummaries are asked again (new or changed)."""
     assert namespace is not None  # SessionSummarizer is namespaced
     runtime = Runtime.of(memo)
-    generation = body.metadata.get("generation")
-    await asyncio.to_thread(runtime.summarizer_seen, namespace, name, generation)
+    runtime.upkeep.seen(namespace, name)
+    generation = body.metadata.get("generation")  # what was built from an older one is closed
+    await asyncio.to_thread(runtime.parts.spec_changed, namespace, name, generation)
     if reason == "create":
         runtime.summarizers_changed.set()  # its activeReplica at the reporter's next poll
     try:
@@ -205,7 +207,9 @@ def sweep_due(spec: SessionSummarizerSpec, status: SessionSummarizerStatus, retr
 async def summarizer_deleted(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     """Closes and drops what this process kept for it. optional: no finalizer waits."""
     assert namespace is not None
-    await asyncio.to_thread(Runtime.of(memo).summarizer_gone, namespace, name)
+    runtime = Runtime.of(memo)
+    await asyncio.to_thread(runtime.parts.forget, namespace, name)
+    runtime.upkeep.forget(namespace, name)
 
 
 async def _probe(
@@ -266,10 +270,7 @@ async def renew_authority(body: kopf.Body, name: str, namespace: str | None, **k
                 AuthorityRecord(authority, CONFIG.replica_id, now_ms, CONFIG.claim_ttl_seconds)
             )
 
-    try:
-        await asyncio.to_thread(renew)
-    except (*STORE_ERRORS, FenceUnavailable) as exc:  # the sweep and passes report them
-        tick.logger.debug("authority record not renewed: %s", one_line(exc, 300))
+    await tick.in_thread("authority record renewal", renew)
 
 
 @kopf.timer(
