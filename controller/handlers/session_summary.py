@@ -49,7 +49,7 @@ from controller.handlers.summary_status import (
     record_failure,
     record_waiting,
     report,
-    summarizing_status,
+    status_with,
 )
 from controller.kube import client as kube
 from controller.kube.claims import (
@@ -287,9 +287,14 @@ async def summarize(
 
     def say_started() -> None:
         """Phase Summarizing for a pass holding its claim after SSO_SUMMARIZING_AFTER_SECONDS
-        (one waiting for a claim stays Pending). Best effort: the outcome is written."""
+        (one waiting for a claim stays Pending); the Summarized condition keeps the last
+        outcome. Best effort: the outcome is written."""
+        message = f"summarizing (trigger {parsed.trigger})"
+        status = status_with(
+            body, phase="Summarizing", reason="Summarizing", message=message, ok=None
+        )
         try:
-            kube.patch_summary_status(namespace, name, summarizing_status(body, parsed.trigger))
+            kube.patch_summary_status(namespace, name, status.to_api())
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             log.warning("could not mark %s/%s Summarizing: %s", namespace, name, exc)
 
@@ -308,27 +313,22 @@ async def summarize(
                 started + slack, job, background=bg, first=first, flow=flow
             )
             outcome = await asyncio.wrap_future(done)
-        except ClaimHeld as held:
-            metrics.CLAIM_CONFLICTS.inc()
-            metrics.WAITS.inc()
-            # Backed off by this object's count of looks, and never later than the claim could
-            # lapse as this replica watched it (its own clock, never the other writer's expiry).
-            delay = min(_claim_wait(retry), held.retry_after_s + random.uniform(0, 0.5))
-            logger.info("session %s: %s; looking again in %.1fs", parsed.session_id, held, delay)
-            if held.claim.writer.owner_uid not in (body.metadata.uid, ""):
-                # Another object names the same session: say which one owns it for now.
-                record_waiting(body, patch, held, runtime.events)
-            # Else another replica serves this very object: it writes the status.
-            raise Retry(str(held), delay=delay) from None
-        except ClaimContended as contended:
-            # The claim changed under us on every try and nobody holds it now: look again as
-            # soon as a wait for another writer would, not after a failure's backoff.
+        except (ClaimHeld, ClaimContended) as waiting:
+            # Another writer holds the session, or the claim changed under us on every try and
+            # nobody holds it now: backed off by this object's count of looks, not a failure's.
             metrics.CLAIM_CONFLICTS.inc()
             delay = _claim_wait(retry)
-            logger.info(
-                "session %s: %s; looking again in %.1fs", parsed.session_id, contended, delay
-            )
-            raise Retry(str(contended), delay=delay) from None
+            if isinstance(waiting, ClaimHeld):
+                metrics.WAITS.inc()
+                # Never later than the claim could lapse as this replica watched it (its own
+                # clock, never the other writer's expiry).
+                delay = min(delay, waiting.retry_after_s + random.uniform(0, 0.5))
+                # Another object names the same session: say which one owns it for now (else
+                # another replica serves this very object: it writes the status).
+                if waiting.claim.writer.owner_uid not in (body.metadata.uid, ""):
+                    record_waiting(body, patch, waiting, runtime.events)
+            logger.info("session %s: %s; looking again in %.1fs", parsed.session_id, waiting, delay)
+            raise Retry(str(waiting), delay=delay) from None
         except PassInterrupted as stopped:
             logger.info("session %s: %s", parsed.session_id, stopped)
             raise Retry(str(stopped), delay=backoff_seconds(retry)) from None

@@ -103,14 +103,6 @@ def record(body: kopf.Body, patch: kopf.Patch, **status: Any) -> None:
     patch.status.update(status_with(body, **status).to_api())
 
 
-def summarizing_status(body: kopf.Body, trigger: str) -> dict[str, object]:
-    """The status a pass writes when it starts (its claim taken): phase Summarizing, Ready
-    False and Reconciling True; the Summarized condition keeps the last outcome."""
-    message = f"summarizing (trigger {trigger})"
-    status = status_with(body, phase="Summarizing", reason="Summarizing", message=message, ok=None)
-    return status.to_api()
-
-
 def record_waiting(
     body: kopf.Body, patch: kopf.Patch, held: ClaimHeld, events: EventRecorder
 ) -> None:
