@@ -228,15 +228,13 @@ async def begin_stopping(memo: kopf.Memo, **_: Any) -> None:
     runtime.tasks.clear()
 
 
-def quiet_timer_successes(record: logging.LogRecord) -> bool:
+def quiet_kopf(record: logging.LogRecord) -> bool:
+    """kopf logs each timer run that succeeded (every tick of every SessionSummarizer), and
+    each TemporaryError at ERROR from inside its `except`: those lines go, a Retry's too (the
+    handler logged why at its own level)."""
     message = record.getMessage()
-    return not (message.startswith("Timer ") and message.endswith(" succeeded."))
-
-
-def quiet_retries(record: logging.LogRecord) -> bool:
-    """kopf logs each TemporaryError at ERROR, from inside its `except`: a Retry's line goes
-    (the handler logged why at its own level)."""
-    return not isinstance(sys.exc_info()[1], Retry)
+    succeeded = message.startswith("Timer ") and message.endswith(" succeeded.")
+    return not succeeded and not isinstance(sys.exc_info()[1], Retry)
 
 
 class OneLineFormatter(logging.Formatter):
@@ -259,9 +257,7 @@ def configure_logging(verbose: bool) -> None:
     # One line per call otherwise: Chroma's (httpx), the model's and embeddings' (httpx2).
     for name in ("httpx", "httpx2"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    # kopf logs each timer run that succeeded: every tick of every SessionSummarizer.
-    logging.getLogger("kopf.objects").addFilter(quiet_timer_successes)
-    logging.getLogger("kopf.objects").addFilter(quiet_retries)
+    logging.getLogger("kopf.objects").addFilter(quiet_kopf)
 
 
 def run(argv: list[str] | None = None) -> None:

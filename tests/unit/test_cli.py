@@ -545,7 +545,7 @@ from controller.cli.commands import unserved  # noqa: E402
 from controller.cli.ledger import _report_lines  # noqa: E402
 from controller.cli.main import build_parser  # noqa: E402
 from controller.handlers.session_summary import Retry  # noqa: E402
-from controller.operator import configure_logging, quiet_retries, quiet_timer_successes  # noqa: E402
+from controller.operator import configure_logging, quiet_kopf  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -641,11 +641,9 @@ def test_the_operator_log_drops_only_kopfs_timer_successes() -> None:
     def record(message: str) -> logging.LogRecord:
         return logging.LogRecord("kopf.objects", logging.INFO, __file__, 1, message, None, None)
 
-    assert not quiet_timer_successes(record("Timer 'sweep' succeeded."))
-    assert quiet_timer_successes(record("Handler 'summarize' succeeded."))
-    assert quiet_timer_successes(
-        record("Timer 'sweep' failed with an exception and will try again")
-    )
+    assert not quiet_kopf(record("Timer 'sweep' succeeded."))
+    assert quiet_kopf(record("Handler 'summarize' succeeded."))
+    assert quiet_kopf(record("Timer 'sweep' failed with an exception and will try again"))
 
 
 @contextlib.contextmanager
@@ -666,8 +664,7 @@ def operator_log() -> Iterator[io.StringIO]:
         root.setLevel(saved[1])
         for client, level in zip(clients, saved[2], strict=True):
             client.setLevel(level)
-        kopf_objects.removeFilter(quiet_timer_successes)
-        kopf_objects.removeFilter(quiet_retries)
+        kopf_objects.removeFilter(quiet_kopf)
 
 
 def test_the_operator_log_has_no_line_per_http_call() -> None:
