@@ -223,13 +223,11 @@ def run_sweep(
     namespace: str,
     summarizer_name: str,
     watermark_ms: int | None,
-    now_ms: int | None = None,
     cursor: RowCursor | None = None,
     pause: Pause = no_pause,
 ) -> SweepResult:
     """pause: the scheduler's give_way, called before each session's reads and requests."""
-    started = time.monotonic()
-    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    started, now = time.monotonic(), int(time.time() * 1000)
     plan, (scanned, appended), new_cursor, aligned = plan_from_store(
         store, spec, watermark_ms=watermark_ms, now_ms=now, cursor=cursor, pause=pause
     )
@@ -266,22 +264,12 @@ def apply_retention(
 @dataclass(frozen=True)
 class MarkerScanResult:
     scanned: int  # marker rows read
-    requested: list[tuple[str, str]]  # (session id, "created" | "patched")
+    requested: list[str]  # session ids whose SessionSummary was created or patched
     waiting: int  # a pass is under way; the next scan looks again
     left: int  # over the cap or the rate; the next scan looks again
     invalid: list[InvalidMarker]  # newly found markers that name no session
     duration_s: float
     markers_only: list[str]  # sessions of sunset markers alone: nothing to summarize
-
-
-def _object_state(obj: dict[str, object] | None) -> SummaryObjectState | None:
-    if obj is None:
-        return None
-    status = obj.get("status") or {}
-    assert isinstance(status, dict)
-    return SummaryObjectState(
-        in_flight=_in_flight(obj), last_memory_at_ms=parse_timestamp_ms(status.get("lastMemoryAt"))
-    )
 
 
 def run_marker_scan(
@@ -310,7 +298,7 @@ def run_marker_scan(
         else:
             uncovered.append(marker)
     budget = spec.sweep.max_sessions_per_sweep
-    requested: list[tuple[str, str]] = []
+    requested: list[str] = []
     markers_only: list[str] = []
     waiting = walked = 0
     requested_at = now_rfc3339(precise=True)
@@ -323,7 +311,11 @@ def run_marker_scan(
             memory.acted[marker.session_id] = marker.timestamp_ms
             continue
         existing = kube.get_summary(namespace, summary_object_name(marker.session_id))
-        action = marker_action(marker, _object_state(existing))
+        state = None
+        if existing is not None:
+            at = parse_timestamp_ms((existing.get("status") or {}).get("lastMemoryAt"))
+            state = SummaryObjectState(in_flight=_in_flight(existing), last_memory_at_ms=at)
+        action = marker_action(marker, state)
         if action == "wait":
             waiting += 1
             continue
@@ -342,7 +334,7 @@ def run_marker_scan(
                 memory.bucket.give_back(1)
                 waiting += 1  # changed since read: a sunset or a pass; looked at again
                 continue
-            requested.append((marker.session_id, how))
+            requested.append(marker.session_id)
         memory.acted[marker.session_id] = marker.timestamp_ms
     # Forget what the window no longer holds: those markers are never read again.
     memory.acted = {s: ts for s, ts in memory.acted.items() if s in markers}

@@ -322,9 +322,8 @@ async def scan_markers(body: kopf.Body, name: str, namespace: str | None, **kw: 
     markers = await tick.in_thread("marker scan", scan)
     if markers is None:
         return
-    requested = [sid for sid, _ in markers.requested]
     invalid = [m.describe() for m in markers.invalid]
-    cond = sunset_markers(requested, invalid, markers.markers_only)
+    cond = sunset_markers(markers.requested, invalid, markers.markers_only)
     if cond is not None:
         await tick.write(lambda st: with_conditions(st, [cond], generation=generation))
         kind = "Warning" if cond.status == "False" else "Normal"
