@@ -42,56 +42,47 @@ class Reconciler:
 
 
 @dataclass
-class _Upkeep:
+class Upkeep:
     markers: MarkerMemory = field(default_factory=MarkerMemory)
     reconciler: Reconciler = field(default_factory=Reconciler)
     probed: float | None = None  # monotonic
     probe_wait: float = 0.0  # the failing probes' current backoff (0: not started)
 
+    def probe_due(self, every_s: float, now: float, *, failing: bool) -> bool:
+        """While the probes fail: due after every_s, then twice as late each time up to
+        PROBE_BACKOFF_MAX_S (a broken summarizer does not keep its endpoints busy). The first
+        call only starts the clock (the create/update/resume handler has just probed);
+        failing=False starts it over."""
+        last, wait = self.probed, max(every_s, self.probe_wait)
+        if not failing:
+            self.probed, self.probe_wait = None, 0.0
+            return False
+        if last is not None and now - last < wait:
+            return False
+        self.probed = now
+        if last is not None:
+            self.probe_wait = min(2 * wait, max(every_s, PROBE_BACKOFF_MAX_S))
+        return last is not None
+
 
 class UpkeepState:
     def __init__(self) -> None:
-        self._by_summarizer: dict[tuple[str, str], _Upkeep] = {}
+        self._by_summarizer: dict[tuple[str, str], Upkeep] = {}
         # Deleted and not seen again: a tick still under way for one gets a memory of its
         # own, kept by nobody (the newest GONE_REMEMBERED).
         self._gone: LRUCache[tuple[str, str], None] = LRUCache(GONE_REMEMBERED)
         self._lock = threading.Lock()
 
-    def _of(self, namespace: str, name: str) -> _Upkeep:
+    def of(self, namespace: str, name: str) -> Upkeep:
         with self._lock:
             if (namespace, name) in self._gone:
-                return _Upkeep()
-            return self._by_summarizer.setdefault((namespace, name), _Upkeep())
+                return Upkeep()
+            return self._by_summarizer.setdefault((namespace, name), Upkeep())
 
     def seen(self, namespace: str, name: str) -> None:
         """The SessionSummarizer exists (created again after a deletion, say)."""
         with self._lock:
             self._gone.pop((namespace, name), None)
-
-    def markers(self, namespace: str, name: str) -> MarkerMemory:
-        return self._of(namespace, name).markers
-
-    def reconciler(self, namespace: str, name: str) -> Reconciler:
-        return self._of(namespace, name).reconciler
-
-    def probe_due(
-        self, namespace: str, name: str, every_s: float, now: float, *, failing: bool = True
-    ) -> bool:
-        """While the probes fail: due after every_s, then twice as late each time up to
-        PROBE_BACKOFF_MAX_S (a broken summarizer does not keep its endpoints busy). The first
-        call only starts the clock (the create/update/resume handler has just probed);
-        failing=False starts it over."""
-        upkeep = self._of(namespace, name)
-        last, wait = upkeep.probed, max(every_s, upkeep.probe_wait)
-        if not failing:
-            upkeep.probed, upkeep.probe_wait = None, 0.0
-            return False
-        if last is not None and now - last < wait:
-            return False
-        upkeep.probed = now
-        if last is not None:
-            upkeep.probe_wait = min(2 * wait, max(every_s, PROBE_BACKOFF_MAX_S))
-        return last is not None
 
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:

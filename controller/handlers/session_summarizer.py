@@ -61,6 +61,7 @@ from controller.sweep import (
     run_marker_scan,
     run_sweep,
 )
+from controller.upkeep_state import Upkeep
 
 # What a store or its settings can raise: the sweep reports these on the SessionSummarizer;
 # the marker scan and the reconciliation leave them to it.
@@ -101,6 +102,10 @@ class _Tick:
     @property
     def generation(self) -> int | None:
         return self.body.metadata.get("generation")
+
+    @functools.cached_property
+    def upkeep(self) -> Upkeep:  # what its timers remember between ticks
+        return self.runtime.upkeep.of(self.namespace, self.name)
 
     def store(self) -> contextlib.AbstractContextManager[MemoryStore]:
         return self.runtime.parts.store(self.namespace, self.name, self.spec)
@@ -248,13 +253,13 @@ async def _probe(
 
 def _probes_due(tick: _Tick) -> bool:
     """While a probe's condition does not hold, the probes run again after
-    SSO_EMBEDDING_REPROBE_SECONDS, backing off (UpkeepState.probe_due), to see it fixed."""
+    SSO_EMBEDDING_REPROBE_SECONDS, backing off (Upkeep.probe_due), to see it fixed."""
     failing = any(
         c.type in REQUIRED and c.status != "True" and (c.type, c.reason) not in NOT_BLOCKING
         for c in tick.status.conditions or []
     )
     every, now = tick.runtime.config.embedding_reprobe_seconds, time.monotonic()
-    return tick.runtime.upkeep.probe_due(tick.namespace, tick.name, every, now, failing=failing)
+    return tick.upkeep.probe_due(every, now, failing=failing)
 
 
 @kopf.timer(GROUP, VERSION, SUMMARIZER_PLURAL, interval=CONFIG.claim_renew_period)
@@ -316,7 +321,7 @@ async def scan_markers(body: kopf.Body, name: str, namespace: str | None, **kw: 
                 namespace=tick.namespace,
                 summarizer_name=name,
                 watermark_ms=since,
-                memory=runtime.upkeep.markers(tick.namespace, name),
+                memory=tick.upkeep.markers,
             )
 
     markers = await tick.in_thread("marker scan", scan)
@@ -405,7 +410,7 @@ def _tell(tick: _Tick, page: list[dict[str, Any]], pause: Pause) -> None:
 
 async def _reconcile(tick: _Tick) -> None:
     """One step of the reconciliation (reconcile.reconcile_step)."""
-    state = tick.runtime.upkeep.reconciler(tick.namespace, tick.name)
+    state = tick.upkeep.reconciler
 
     def step_once() -> ReconcileResult:
         with tick.store() as store, tick.runtime.scheduler.background() as pause:
@@ -477,7 +482,7 @@ async def _sweep(tick: _Tick) -> None:
         return
     plan, applied = result.plan, result.applied
     if not result.aligned:  # the appended-rows cursor lost its place: walk now
-        tick.runtime.upkeep.reconciler(tick.namespace, tick.name).due_now = True
+        tick.upkeep.reconciler.due_now = True
     metrics.observe_sweep(result.duration_s, plan.found)
     metrics.REFRESH_REQUESTS.inc(applied.refreshed)
     message = (
@@ -497,9 +502,9 @@ async def _sweep(tick: _Tick) -> None:
         "patched": applied.patched,
         "scanned_memories": result.scanned + result.appended,
         "watermark": plan.next_watermark_ms,
+        "appended_offset": result.cursor.offset,
+        "appended_last_id": result.cursor.last_id,
     }
-    if result.cursor:
-        figures.update(appended_offset=result.cursor.offset, appended_last_id=result.cursor.last_id)
     await tick.write(
         lambda st: swept(st, figures, message, spec.store.url, result.duration_s, generation)
     )

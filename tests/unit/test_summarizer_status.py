@@ -282,7 +282,7 @@ def test_failing_probes_run_again_backing_off_and_start_over_once_they_hold(
     wait = every
     for step, failing in ticks:
         now += step
-        due = state.probe_due("ns", "s", every, now, failing=failing)
+        due = state.of("ns", "s").probe_due(every, now, failing=failing)
         if not failing:
             assert not due
             last, wait = None, every
