@@ -99,10 +99,6 @@ class _Tick:
     def status(self) -> SessionSummarizerStatus:  # as the tick found it
         return SessionSummarizerStatus.model_validate(dict(self.body.get("status") or {}))
 
-    @property
-    def generation(self) -> int | None:
-        return self.body.metadata.get("generation")
-
     @functools.cached_property
     def upkeep(self) -> Upkeep:  # what its timers remember between ticks
         return self.runtime.upkeep.of(self.namespace, self.name)
@@ -311,7 +307,7 @@ async def scan_markers(body: kopf.Body, name: str, namespace: str | None, **kw: 
     since, runtime = tick.status.watermark, tick.runtime
     if not tick.spec.sweep.enabled or since is None:
         return
-    generation = tick.generation  # of the spec the scan runs with
+    generation = body.metadata.get("generation")  # of the spec the scan runs with
 
     def scan() -> MarkerScanResult:
         with tick.store() as store:
@@ -453,7 +449,8 @@ async def _reconcile(tick: _Tick) -> None:
 
 async def _sweep(tick: _Tick) -> None:
     """One sweep: the sessions it finds asked for, its figures and Swept written."""
-    spec, status, events, generation = tick.spec, tick.status, tick.runtime.events, tick.generation
+    spec, status, events = tick.spec, tick.status, tick.runtime.events
+    generation = tick.body.metadata.get("generation")  # of the spec the sweep runs with
     cursor: RowCursor | None = None
     if status.appended_offset is not None:
         cursor = RowCursor(status.appended_offset, status.appended_last_id)
