@@ -167,9 +167,7 @@ async def configure(
     if not tasks:
         tasks.add(loop.create_task(_trim_heap(CONFIG.heap_trim_seconds)))
         tasks.add(loop.create_task(_collect_abandoned_claims(CONFIG.claim_collect_seconds)))
-    if run.standalone:
-        metrics.ACTIVE_REPLICA.labels(CONFIG.replica_id).set(1)
-    else:
+    if not run.standalone:  # standalone: watch_leader names this replica the leader at once
         await asyncio.to_thread(ensure_peering_object, run.peering, run.namespaces)
     settings.peering.priority = await asyncio.to_thread(_choose_priority, run)
     logger.info(
