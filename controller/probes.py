@@ -20,13 +20,10 @@ from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
 from controller.http_deadline import AnswerTooLarge
 from controller.kube import client as kube
+from controller.status.conditions import condition
 from controller.status.summarizer_status import secrets_allowed, store_reachable
 from controller.store.errors import EmbeddingMismatch, InvalidStoreConfig, StoreUnavailable
 from controller.summarizer_parts import SummarizerParts
-
-
-def _condition(kind: str, ok: bool, reason: str, message: str) -> Condition:
-    return Condition(type=kind, status="True" if ok else "False", reason=reason, message=message)
 
 
 def check_store(
@@ -51,8 +48,8 @@ def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
     from controller.embeddings.remote import openai_client
 
     model = spec.model
-    ready = partial(_condition, "ModelReady", True)
-    unavailable = partial(_condition, "ModelReady", False)
+    ready = partial(condition, "ModelReady", "True")
+    unavailable = partial(condition, "ModelReady", "False")
     if model.backend == "extractive":
         return ready("Extractive", "embedded extractive summarizer (no model)")
     try:
@@ -85,8 +82,8 @@ def check_embedding(
     """Embeds a probe text with the configured function (this also loads the local model,
     so the first summary after a start or a failover does not pay for it) and compares its
     dimension with the vectors the summary collection already holds."""
-    failed = partial(_condition, "EmbeddingReady", False)
-    ok = partial(_condition, "EmbeddingReady", True, "EmbeddingOK")
+    failed = partial(condition, "EmbeddingReady", "False")
+    ok = partial(condition, "EmbeddingReady", "True", "EmbeddingOK")
     provider = spec.embedding.provider
     try:
         with parts.embedder(namespace, name, spec) as embed:

@@ -16,7 +16,7 @@ from typing import Any
 from controller.api import Condition, SessionSummarizerStatus
 from controller.kube import client as kube
 from controller.kube.events import EventRecorder
-from controller.status.conditions import now_rfc3339, set_condition
+from controller.status.conditions import condition, now_rfc3339, set_condition
 
 log = logging.getLogger("controller.kube.peering")
 PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
@@ -110,9 +110,7 @@ def replica_status(view: PeeringView, me: str) -> tuple[str | None, Condition]:
 
     def said(active: str | None, reason: str, message: str) -> tuple[str | None, Condition]:
         status = "True" if active else "False"
-        return active, Condition(
-            type="ReplicaActive", status=status, reason=reason, message=message
-        )
+        return active, condition("ReplicaActive", status, reason, message)
 
     if view.standalone:
         message = f"replica {me} runs standalone (no peering): the only writer by configuration"

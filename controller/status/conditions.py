@@ -52,7 +52,9 @@ def spec_problems(invalid: ValidationError) -> str:
     return one_line("; ".join(problems), 1000)
 
 
-def _cond(type_: str, status: str, reason: str, message: str, generation: int | None) -> Condition:
+def condition(
+    type_: str, status: str, reason: str, message: str, generation: int | None = None
+) -> Condition:
     return Condition(
         type=type_, status=status, reason=reason, message=message, observed_generation=generation
     )
@@ -69,7 +71,7 @@ def summary_readiness(
         holding = [(READY, "False"), (STALLED, "True")]
     else:
         holding = [(READY, "False"), (RECONCILING, "True")]
-    return [_cond(type_, status, reason, message, generation) for type_, status in holding]
+    return [condition(type_, status, reason, message, generation) for type_, status in holding]
 
 
 def summarizer_readiness(
@@ -90,18 +92,18 @@ def summarizer_readiness(
         if rest:
             message += f" (and {len(rest)} more: {', '.join(c.type for c in rest)})"
         return [
-            _cond(READY, "False", first.reason, message, generation),
-            _cond(STALLED, "True", first.reason, message, generation),
+            condition(READY, "False", first.reason, message, generation),
+            condition(STALLED, "True", first.reason, message, generation),
         ]
     waiting = [t for t in REQUIRED if t not in found or found[t].status == "Unknown"]
     if waiting:
         message = "not reported yet: " + ", ".join(waiting)
         return [
-            _cond(READY, "Unknown", "ChecksPending", message, generation),
-            _cond(RECONCILING, "True", "ChecksPending", message, generation),
+            condition(READY, "Unknown", "ChecksPending", message, generation),
+            condition(RECONCILING, "True", "ChecksPending", message, generation),
         ]
     message = "store, model and embedding answer; " + found["ReplicaActive"].message
-    return [_cond(READY, "True", "Healthy", message, generation)]
+    return [condition(READY, "True", "Healthy", message, generation)]
 
 
 def with_derived(
