@@ -24,6 +24,9 @@ LEDGER_FORMAT = 1
 ROW_DIGEST_KEY = "rowDigest"  # the row document this entry goes with
 BUILT_ON_KEY = "builtOnDigest"  # the row document the write read: its text is in the entry
 FORGOTTEN_KEY = "forgottenAt"  # a tombstone's: the session was forgotten at that time (ms)
+# A tombstone's: the newest time of the memories it covers, in their agents' clocks (ms),
+# what the sweep compares with theirs (0.1.0's tombstones have forgottenAt only).
+LAST_MEMORY_KEY = "lastMemoryAt"
 REQUEST_KEY = "forgetRequest"  # the forget that wrote a tombstone (its object's uid, generation)
 REMOVED_KEYS = ("removedRow", "removedRecords", "removedMemories")  # reported whole by its retry
 FORGOTTEN_BY_KEY = "forgottenBy"  # the object that forgot ("SessionSummary ns/name"), no person
@@ -31,7 +34,7 @@ FORGOTTEN_BY_KEY = "forgottenBy"  # the object that forgot ("SessionSummary ns/n
 HEAD_KEYS = (
     *("sessionId", "ledgerFormat", "generation", "segments", "lists", FENCE_KEY, AUTHORITY_KEY),
     *(ROW_DIGEST_KEY, BUILT_ON_KEY, "summarizedAt", "rowsDigest", FORGOTTEN_KEY, "memoryCount"),
-    *(REQUEST_KEY, FORGOTTEN_BY_KEY, *REMOVED_KEYS),
+    *(REQUEST_KEY, FORGOTTEN_BY_KEY, LAST_MEMORY_KEY, *REMOVED_KEYS),
 )
 # Records are found by id, never by meaning, but Chroma wants a vector: one 1-d constant.
 LEDGER_VECTOR = (1.0,)

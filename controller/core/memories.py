@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -127,6 +127,13 @@ def trusted_time(timestamp_ms: int, now_ms: int) -> bool:
     """Whether a parsed memory time is one a clock could have given: not before 2000, and
     not more than FUTURE_TOLERANCE_MS ahead of `now_ms` (the reader's clock)."""
     return PAST_FLOOR_MS <= timestamp_ms <= now_ms + FUTURE_TOLERANCE_MS
+
+
+def newest_time(times: Iterable[int | None], now_ms: int) -> int:
+    """The newest of these memory times, a bad clock's (trusted_time) counting as now_ms, as
+    a summary row's timestamp does; now_ms when none is known."""
+    known = (t if trusted_time(t, now_ms) else now_ms for t in times if t is not None)
+    return max(known, default=now_ms)
 
 
 def placed(timestamp_ms: int, now_ms: int) -> bool:

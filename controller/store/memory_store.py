@@ -27,6 +27,7 @@ from controller.core.fencing import (
 from controller.core.ledger import (
     FORGOTTEN_BY_KEY,
     FORGOTTEN_KEY,
+    LAST_MEMORY_KEY,
     LEDGER_FORMAT,
     LEDGER_VECTOR,
     REQUEST_KEY,
@@ -44,6 +45,7 @@ from controller.core.memories import (
     FUTURE_TOLERANCE_MS,
     UNIT_LIMITS,
     Memory,
+    newest_time,
     parse_timestamp_ms,
 )
 from controller.core.naming import summary_row_id
@@ -372,7 +374,8 @@ class MemoryStore(Collections):
         states = {s: _state(m.get("memoryCount"), m.get("timestamp")) for s, m in rows}
         for sid, head in self.ledger_heads([s for s in session_ids if s not in states]).items():
             if is_tombstone(head):
-                states[sid] = _state(head.get("memoryCount"), head.get(FORGOTTEN_KEY))
+                at = head.get(LAST_MEMORY_KEY, head.get(FORGOTTEN_KEY))  # the agents' clocks
+                states[sid] = _state(head.get("memoryCount"), at)
         return states
 
     def ledger_heads(self, session_ids: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -543,8 +546,13 @@ class MemoryStore(Collections):
     ) -> Forgotten:
         """Replaces the ledger head with a tombstone (first, so a forget cut short leaves
         nothing a pass would carry), then deletes the row, the segments and (with memories)
-        the memories. The tombstone records what `request` removed, for its retry to report."""
-        ids = self.session_ids(session_id)
+        the memories. The tombstone records what `request` removed, for its retry to report,
+        and the newest time of the memories it found, which the sweep compares with theirs."""
+        ids, times = [], []
+        listed = self._pages("memory", "listing the session", {"sessionId": session_id}, SCAN_PAGE)
+        for memory_id, meta, _ in listed:
+            ids.append(memory_id)
+            times.append(parse_timestamp_ms(meta.get("timestamp")))
         left = [] if memories else ids
         row_id = summary_row_id(session_id)
         row = bool(self._by_id("summary", "reading the summary row", [], [row_id]))
@@ -560,10 +568,12 @@ class MemoryStore(Collections):
                 max(removed.memories, _count(head.get("removedMemories"))),
                 len(left),
             )
+        now = int(time.time() * 1000)
         tombstone = {
             "sessionId": session_id,
             "ledgerFormat": LEDGER_FORMAT,
-            FORGOTTEN_KEY: int(time.time() * 1000),
+            FORGOTTEN_KEY: now,
+            LAST_MEMORY_KEY: newest_time(times, now),
             "rowsDigest": digest_text(digest(left)),
             "memoryCount": len(left),
             REQUEST_KEY: request,

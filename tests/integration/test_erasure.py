@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.api import SessionSummaryStatus
-from controller.core.ledger import FORGOTTEN_BY_KEY, REMOVED_KEYS, REQUEST_KEY
+from controller.core.ledger import FORGOTTEN_BY_KEY, LAST_MEMORY_KEY, REMOVED_KEYS, REQUEST_KEY
 from controller.core.naming import summary_object_name, summary_row_id
 from devenv.operator import start_operator
 from devenv.processes import stop, tail, wait_for
@@ -93,6 +93,8 @@ def test_a_forgotten_session_is_gone_audited_and_not_swept_back_until_it_changes
     kept = {"sessionId", "ledgerFormat", "forgottenAt", "rowsDigest", "memoryCount"}
     # The forget request and what it removed (uid/generation, counts) stay for its retry.
     kept |= {REQUEST_KEY, FORGOTTEN_BY_KEY, *REMOVED_KEYS}
+    kept |= {LAST_MEMORY_KEY}  # the newest memory time it covers, in the agent's clock
+    assert tombstone[LAST_MEMORY_KEY] == now + 1, tombstone
     assert set(tombstone) <= {*kept, "fence", "fenceAuthority"}, tombstone
     assert "Baker" not in json.dumps(tombstone)
     assert store.stored_summary(sid) is None
@@ -146,6 +148,7 @@ def test_a_forgotten_session_is_gone_audited_and_not_swept_back_until_it_changes
     # what is new (a head that kept forgottenAt made every later pass read all memories).
     [head] = [m for i, m in ledger_records(harness, summary, sid) if i == summary_row_id(sid)]
     assert "forgottenAt" not in head and head["summarizedAt"] > tombstone["forgottenAt"], head
+    assert LAST_MEMORY_KEY not in head, head
     load(store, [interaction(sid, 3, int(time.time() * 1000) - 4_000, "Log each retry.")])
     res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "erase", "--wait", "60")
     assert res.returncode == 0 and "summarized 1 new of 4 memories" in res.stdout, res.stdout

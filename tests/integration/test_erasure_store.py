@@ -25,13 +25,16 @@ from hypothesis import strategies as st
 from controller.api import SessionSummarizerSpec
 from controller.core.coverage import PriorCoverage, digest
 from controller.core.coverage import build as coverage_of
+from controller.core.ledger import FORGOTTEN_KEY, LedgerRecord
 from controller.core.memories import (
     DEFAULT_EXCLUDED_TYPES,
     FUTURE_TOLERANCE_MS,
     render_interaction_document,
 )
+from controller.core.naming import summary_row_id
 from controller.core.reconcile_plan import ReconcileCycle, reconcile
 from controller.core.summary import LEGACY_HEADING
+from controller.core.sweep_plan import SunsetMarker, covered_by_summary
 from controller.core.visibility import SessionSources
 from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.erasure import forget_session
@@ -47,6 +50,7 @@ from tests.integration.harness import load
 from tests.support.chroma_proxy import ChromaProxy, chroma_proxy
 from tests.support.ledger import ledger_of
 from tests.support.passes import Verbatim
+from tests.support.row_vectors import row_vectors
 from tests.unit.test_item_sources import KINDS
 
 _EMBED = LocalMiniLMEmbedding()
@@ -335,6 +339,58 @@ def test_a_forgotten_session_with_rows_of_every_time_is_stale_to_no_scan(
     # The sweep, from a watermark before every row.
     spec = SessionSummarizerSpec.model_validate({"sweep": {"idleSeconds": 1}})
     swept, *_ = plan_from_store(store, spec, watermark_ms=NOW - 3_600_000, now_ms=now)
+    assert sid not in [c.session_id for c in swept.candidates + swept.deferred]
+
+
+SKEWS = st.integers(-FUTURE_TOLERANCE_MS, FUTURE_TOLERANCE_MS)  # agent clock - operator clock
+
+
+@settings(SETTINGS, max_examples=25)
+@given(skew=SKEWS, ages=st.lists(st.integers(0, 600_000), min_size=1, max_size=3), other=SKEWS)
+def test_a_forgotten_session_is_stale_only_once_a_memory_comes_after_its_forget_whatever_clock(
+    store: MemoryStore, skew: int, ages: list[int], other: int
+) -> None:
+    """Agents' clocks up to FUTURE_TOLERANCE_MS off the operator's, either way: a session
+    summarized, then forgotten (summary only: summaryctl forget's default), with no memory
+    newer in its agent's clock than the forget, is no sweep candidate and its newest memory as
+    a sunset marker is covered; a memory after the forget, from any such clock, makes it one."""
+    sid = f"skewed-{uuid.uuid4().hex[:6]}"
+    start = int(time.time() * 1000) + skew  # the agent's clock now
+    rows = [memory(sid, i, start - age, f"Step {i}.") for i, age in enumerate(ages)]
+    load(store, rows, row_vectors)
+    newest = start - min(ages)
+    assert summarize_session(Backends(store, row_vectors), sid, writer="it", trigger="t").kind
+    assert forget_session(store, sid, memories=False).kind == "forgotten"
+    spec = SessionSummarizerSpec()
+
+    def swept(newest_ms: int) -> dict[str, str]:
+        """The sweep's candidates once the session is idle (spec.sweep.idleSeconds)."""
+        now_ms = newest_ms + spec.sweep.idle_seconds * 1000 + 1_000
+        plan, *_ = plan_from_store(store, spec, watermark_ms=None, now_ms=now_ms)
+        return {c.session_id: c.reason for c in plan.candidates + plan.deferred}
+
+    state = store.summary_states([sid])[sid]
+    assert sid not in swept(newest), (swept(newest).get(sid), state, newest)
+    assert covered_by_summary(SunsetMarker(sid, newest), state), (state, newest)
+    after = int(time.time() * 1000) + other  # a memory after the forget, from any clock
+    load(store, [memory(sid, len(ages), after, "One more step.")], row_vectors)
+    assert sid in swept(max(newest, after))
+    if other == skew:  # the same agent's sunset marker after the forget asks for a pass
+        assert not covered_by_summary(SunsetMarker(sid, after), state)
+
+
+def test_a_tombstone_of_release_0_1_0_is_read_by_the_time_of_its_forget(store: MemoryStore) -> None:
+    """0.1.0's tombstones have no lastMemoryAt: the sweep compares forgottenAt, as it did."""
+    sid = f"old-tomb-{uuid.uuid4().hex[:6]}"
+    load(store, [memory(sid, i, NOW - 60_000 + i, f"Step {i}.") for i in range(2)], row_vectors)
+    forget_session(store, sid, memories=False)
+    keys = ("sessionId", "ledgerFormat", FORGOTTEN_KEY, "rowsDigest", "memoryCount")
+    head = store.ledger_heads([sid])[sid]
+    old = LedgerRecord(summary_row_id(sid), "{}", {k: head[k] for k in keys})
+    store._put_ledger("writing a tombstone as release 0.1.0 did", [old])
+    assert store.summary_states([sid])[sid].timestamp_ms == head[FORGOTTEN_KEY]
+    spec = SessionSummarizerSpec.model_validate({"sweep": {"idleSeconds": 1}})
+    swept, *_ = plan_from_store(store, spec, watermark_ms=None, now_ms=int(time.time() * 1000))
     assert sid not in [c.session_id for c in swept.candidates + swept.deferred]
 
 

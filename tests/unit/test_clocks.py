@@ -12,6 +12,7 @@ from controller.core.memories import (
     FUTURE_TOLERANCE_MS,
     PAST_FLOOR_MS,
     memory_from_row,
+    newest_time,
     parse_timestamp_ms,
     placed,
     trusted_time,
@@ -131,6 +132,19 @@ def test_a_bad_clock_never_pins_the_summary_first_or_last_in_neos_listing(
         session_id="s", title="t", first_memory_at_ms=NOW - HOUR, last_memory_at_ms=bad
     )
     assert row_timestamp(summary, written) == written
+
+
+@given(
+    good=st.lists(st.integers(PAST_FLOOR_MS, NOW + FUTURE_TOLERANCE_MS), max_size=3),
+    bad=st.lists(st.one_of(st.none(), BAD_CLOCKS), max_size=3),
+)
+def test_a_tombstone_dates_its_memories_by_the_newest_a_bad_clocks_counting_as_now(
+    good: list[int], bad: list[int | None]
+) -> None:
+    """A forget's tombstone (lastMemoryAt): the newest memory time it covers, never a bad
+    clock's (which would pin every later memory of the session as older) nor none."""
+    as_now = [NOW for b in bad if b is not None]
+    assert newest_time([*good, *bad], NOW) == max(good + as_now, default=NOW)
 
 
 def test_a_future_time_in_the_status_never_marks_a_later_sunset_marker_as_seen() -> None:
