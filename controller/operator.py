@@ -17,7 +17,7 @@ import random
 import signal
 import sys
 import time
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -122,10 +122,29 @@ def status_diffbase() -> kopf.DiffBaseStorage:
 
 
 class UnmarkedProgress(kopf.AnnotationsProgressStorage):
-    """kopf's handler progress; its `kopf-managed` marker only rides on a patch that removes
-    a progress annotation: never a patch of its own per new object, and never a patch that
-    empties the annotations (the apiserver drops the empty map, and kopf warns that the
-    patch came back "with inconsistencies")."""
+    """kopf's handler progress, read only for the spec generation it was written for (kopf
+    keeps an unfinished handler's retry delay across spec changes): a new spec is acted on at
+    once, not after the backoff of the one it replaced. Its `kopf-managed` marker only rides
+    on a patch that removes a progress annotation: never a patch of its own per new object,
+    and never a patch that empties the annotations (the apiserver drops the empty map, and
+    kopf warns that the patch came back "with inconsistencies")."""
+
+    def fetch(self, *, key: kopf.HandlerId, body: kopf.Body) -> kopf.ProgressRecord | None:
+        record = dict(super().fetch(key=key, body=body) or {})
+        if not record or record.pop("generation", None) != body.metadata.get("generation"):
+            return None
+        return cast(kopf.ProgressRecord, record)
+
+    def store(
+        self,
+        *,
+        key: kopf.HandlerId,
+        record: kopf.ProgressRecord,
+        body: kopf.Body,
+        patch: kopf.Patch,
+    ) -> None:
+        stamped = {**record, "generation": body.metadata.get("generation")}
+        super().store(key=key, record=cast(kopf.ProgressRecord, stamped), body=body, patch=patch)
 
     def _store_marker(self, prefix: str, patch: kopf.Patch, body: kopf.Body) -> None:
         if None in patch.metadata.annotations.values():

@@ -1,8 +1,9 @@
 """Which SessionSummaries a change of their SessionSummarizer asks again. Pure.
 
 A pass that failed on its summarizer's settings, or found no summarizer, is asked again at
-once (spec.requestedAt moves), and kopf's progress annotations go so its backoff does not
-delay it. A pass waiting for another writer's claim is not failing, and is left alone.
+once (spec.requestedAt moves: a new generation, which no earlier backoff delays, see
+UnmarkedProgress in controller/operator.py). A pass waiting for another writer's claim is
+not failing, and is left alone.
 """
 
 from __future__ import annotations
@@ -30,29 +31,10 @@ def failed_on(obj: Mapping[str, Any], summarizer: str) -> bool:
     return False
 
 
-# kopf annotations under our prefix that are not a handler's progress.
-NOT_PROGRESS = ("last-handled-configuration", "kopf-managed")
-
-
-def progress_annotations(annotations: Mapping[str, str], prefix: str) -> list[str]:
-    """The keys of kopf's per-handler progress records among an object's annotations."""
-    return sorted(
-        key
-        for key in annotations
-        if key.startswith(f"{prefix}/") and key.split("/", 1)[1] not in NOT_PROGRESS
-    )
-
-
-def to_ask_again_with_progress(
-    objects: Iterable[Mapping[str, Any]], summarizer: str, prefix: str
-) -> list[tuple[str, str, list[str]]]:
-    """(name, resourceVersion, progress annotations to drop) of the objects to ask again."""
+def to_ask_again(objects: Iterable[Mapping[str, Any]], summarizer: str) -> list[tuple[str, str]]:
+    """(name, resourceVersion) of the objects to ask again."""
     return [
-        (
-            obj["metadata"]["name"],
-            obj["metadata"]["resourceVersion"],
-            progress_annotations(obj["metadata"].get("annotations") or {}, prefix),
-        )
+        (obj["metadata"]["name"], obj["metadata"]["resourceVersion"])
         for obj in objects
         if failed_on(obj, summarizer)
     ]

@@ -33,7 +33,7 @@ from controller.config import CONFIG
 from controller.core.destinations import DestinationRefused
 from controller.core.fencing import AuthorityRecord, FenceUnavailable
 from controller.core.reconcile_plan import RowCursor
-from controller.core.requeue import to_ask_again_with_progress
+from controller.core.requeue import to_ask_again
 from controller.core.text import one_line
 from controller.core.waiting import Pause
 from controller.handlers.summary_status import forgotten_by_another
@@ -150,10 +150,8 @@ def _transitions(
 def _ask_failed_again(namespace: str, summarizer: str) -> int:
     """Asks each SessionSummary whose last pass failed under this summarizer again; how many."""
     asked = {"requestedAt": now_rfc3339(precise=True)}
-    found = to_ask_again_with_progress(
-        kube.iter_summaries(namespace, CONFIG.list_chunk_size), summarizer, CONFIG.annotation_prefix
-    )
-    return sum(kube.ask_again(namespace, n, rv, asked, keys) for n, rv, keys in found)
+    found = to_ask_again(kube.iter_summaries(namespace, CONFIG.list_chunk_size), summarizer)
+    return sum(kube.ask_again(namespace, n, rv, asked) for n, rv in found)
 
 
 @kopf.on.create(GROUP, VERSION, SUMMARIZER_PLURAL)

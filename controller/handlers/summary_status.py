@@ -130,8 +130,8 @@ def record_failure(
     events: EventRecorder,
 ) -> NoReturn:
     """Condition + Event; retry with exponential backoff. Failures are counted per generation
-    (kopf retries an unfinished handler across spec changes), so the gate resets on a spec
-    change and on success. The Event's message is the failure's own, so a repeat is counted."""
+    in the status (kopf's retries count claim waits too): the gate resets on a spec change
+    and on success. The Event's message is the failure's own, so a repeat is counted."""
     metrics.FAILURES.labels(reason=failure.reason).inc()
     previous = current_status(body)
     same_generation = previous.observed_generation == body.metadata.get("generation")

@@ -328,18 +328,9 @@ def release_finalizers(namespaces: tuple[str, ...], names: tuple[str, ...]) -> i
     return released
 
 
-def ask_again(
-    namespace: str,
-    name: str,
-    resource_version: str,
-    asked: dict[str, Any],
-    drop_annotations: list[str] | tuple[str, ...] = (),
-) -> bool:
+def ask_again(namespace: str, name: str, resource_version: str, asked: dict[str, Any]) -> bool:
     """Asks a new pass of a SessionSummary at its resourceVersion, with these spec fields
     (requestedAt at least; core/requeue.py); False if it changed or went since."""
-    meta: dict[str, Any] = {"resourceVersion": resource_version}
-    if drop_annotations:
-        meta["annotations"] = dict.fromkeys(drop_annotations)
-    patch = {"metadata": meta, "spec": asked}
+    patch = {"metadata": {"resourceVersion": resource_version}, "spec": asked}
     patch_call = custom().patch_namespaced_custom_object
     return applied((404, 409), patch_call, namespace, SUMMARY_PLURAL, name, patch)

@@ -26,6 +26,7 @@ from controller.core.sweep_plan import Candidate, SweepPlan
 from controller.handlers.session_summary import _summarizer
 from controller.handlers.summary_status import Failure
 from controller.kube import client as kube
+from controller.status.conditions import now_rfc3339
 from controller.store.memory_store import MemoryStore
 from controller.sweep import apply_plan, apply_retention, run_marker_scan
 from controller.upkeep_state import MarkerMemory
@@ -187,15 +188,19 @@ def test_every_finished_phase_is_deleted_after_its_ttl_also_with_sweeps_off(
 def test_a_fixed_summarizer_asks_its_failed_objects_again_at_once(lifecycle: Harness) -> None:
     store = lifecycle.store("fix-memory", "fix-memory-s")
     load(store, [interaction("fix-me", 0, int(time.time() * 1000) - 5000, "Fix the summarizer.")])
+    load(store, [interaction("fix-url", 0, int(time.time() * 1000) - 5000, "Fix the URL.")])
     off = {"enabled": False}
     apply(lifecycle, summarizer("fixable", lifecycle.chroma.url, "fix-memory-typo", sweep=off))
+    apply(lifecycle, summarizer("unreachable", "http://127.0.0.1:9", "fix-memory", sweep=off))
     broken = kube.request_summary(NS, "fix-me", trigger="sunset", summarizer="fixable")[0]
+    no_store = kube.request_summary(NS, "fix-url", trigger="sunset", summarizer="unreachable")[0]
     waiting = kube.request_summary(NS, "fix-later", trigger="sunset", summarizer="later")[0]
     load(store, [interaction("fix-later", 0, int(time.time() * 1000) - 5000, "Later.")])
-    wait_for(lambda: phase_of(broken) == "Failed", 60, 0.2, log=lifecycle.log)
-    reasons = conditions_of(kube.get_summary(NS, broken) or {})
-    assert reasons["Summarized"]["reason"] == "MemoryCollectionNotFound"
-    assert reasons["Stalled"]["status"] == "True"
+    for name, reason in ((broken, "MemoryCollectionNotFound"), (no_store, "StoreUnavailable")):
+        wait_for(lambda n=name: phase_of(n) == "Failed", 60, 0.2, log=lifecycle.log)  # type: ignore[misc]
+        reasons = conditions_of(kube.get_summary(NS, name) or {})
+        assert reasons["Summarized"]["reason"] == reason
+        assert reasons["Stalled"]["status"] == "True"
     wait_for(
         lambda: (
             conditions_of(kube.get_summary(NS, waiting) or {}).get("Summarized", {}).get("reason")
@@ -208,12 +213,71 @@ def test_a_fixed_summarizer_asks_its_failed_objects_again_at_once(lifecycle: Har
     fixed = time.monotonic()
     apply(lifecycle, summarizer("fixable", lifecycle.chroma.url, "fix-memory", sweep=off))
     apply(lifecycle, summarizer("later", lifecycle.chroma.url, "fix-memory", sweep=off))
-    for name in (broken, waiting):
+    apply(lifecycle, summarizer("unreachable", lifecycle.chroma.url, "fix-memory", sweep=off))
+    for name in (broken, no_store, waiting):
         wait_for(lambda n=name: phase_of(n) == "Summarized", 60, 0.2,  # type: ignore[misc]
                  message=f"{name}", log=lifecycle.log)  # fmt: skip
     assert time.monotonic() - fixed < 60
     events = events_of(lifecycle, "fixable")
     assert any(e["reason"] == "FailedSummariesRequeued" for e in events), events
+
+
+def retry_due(obj: dict[str, Any]) -> dt.datetime:
+    """When kopf would run the failed handler again: the `delayed` of its progress record."""
+    records = [json.loads(v) for k, v in obj["metadata"]["annotations"].items()
+               if k.startswith("memorycore.io/summarize")]  # fmt: skip
+    (record,) = [r for r in records if r.get("delayed")]
+    return dt.datetime.fromisoformat(record["delayed"])
+
+
+def handled_status(summarizer: str) -> dict[str, Any]:
+    return (kube.get_summarizer(NS, summarizer) or {}).get("status") or {}
+
+
+def patch_spec(h: Harness, name: str, **spec: str) -> int:
+    """Merge-patches the SessionSummary's spec; its new generation."""
+    out = h.cp.kubectl_run("-n", NS, "patch", "ssum", name, "--type", "merge",
+                           "-p", json.dumps({"spec": spec}), "-o", "json").stdout  # fmt: skip
+    return int(json.loads(out)["metadata"]["generation"])
+
+
+def test_a_spec_change_is_acted_on_before_the_backoff_of_the_spec_it_replaced(
+    lifecycle: Harness,
+) -> None:
+    """Retries wait 5 minutes here. A new spec is a new request: it runs at once, whatever
+    the last spec's failure (no summarizer, a store error), whichever field changed, and
+    whether the object never succeeded (kopf's create handler) or did (its update handler)."""
+    store = lifecycle.store("respec-memory", "respec-memory-s")
+    now = int(time.time() * 1000) - 5000
+    load(store, [interaction(s, 0, now, f"Respec {s}.") for s in ("respec-a", "respec-b")])
+    off = {"enabled": False}
+    apply(lifecycle, summarizer("respec-good", lifecycle.chroma.url, "respec-memory", sweep=off))
+    apply(lifecycle, summarizer("respec-typo", lifecycle.chroma.url, "respec-memry", sweep=off))
+    for ref in ("respec-good", "respec-typo"):  # handled: they ask nothing again later
+        wait_for(lambda r=ref: "lastHandledConfiguration" in handled_status(r), 60, 0.2)  # type: ignore[misc]
+    never = kube.request_summary(NS, "respec-a", trigger="sunset", summarizer="respec-none")[0]
+    once = kube.request_summary(NS, "respec-b", trigger="sunset", summarizer="respec-good")[0]
+    wait_for(lambda: phase_of(once) == "Summarized", 60, 0.2, log=lifecycle.log)
+    patch_spec(lifecycle, once, summarizerRef="respec-typo")
+    failing = {never: "SummarizerNotFound", once: "MemoryCollectionNotFound"}
+    for name, reason in failing.items():
+        wait_for(lambda n=name: phase_of(n) == "Failed", 60, 0.2, log=lifecycle.log)  # type: ignore[misc]
+        obj = kube.get_summary(NS, name) or {}
+        assert conditions_of(obj)["Summarized"]["reason"] == reason
+        assert "retrying in 300s" in obj["status"]["message"], obj["status"]
+    due = {name: retry_due(kube.get_summary(NS, name) or {}) for name in failing}
+    # A new request that does not fix it: run (and failed) again at once, for its generation.
+    asked = patch_spec(lifecycle, once, requestedAt=now_rfc3339(precise=True))
+    wait_for(lambda: phase_of(once) == "Failed", 60, 0.2, log=lifecycle.log)
+    assert (kube.get_summary(NS, once) or {})["status"]["observedGeneration"] == asked
+    # The fix: Summarized while the old spec's retry was still minutes away.
+    for name in failing:
+        patch_spec(lifecycle, name, summarizerRef="respec-good")
+    for name in failing:
+        wait_for(lambda n=name: phase_of(n) == "Summarized", 60, 0.2,  # type: ignore[misc]
+                 message=name, log=lifecycle.log)  # fmt: skip
+        done = conditions_of(kube.get_summary(NS, name) or {})["Summarized"]
+        assert dt.datetime.fromisoformat(done["lastTransitionTime"]) < due[name]
 
 
 def test_a_summary_applied_with_its_new_summarizer_never_finds_none(lifecycle: Harness) -> None:

@@ -149,3 +149,20 @@ def test_a_first_pass_that_succeeds_patches_no_annotation() -> None:
     progress.purge(key=kopf.HandlerId("summarize"), body=body, patch=patch)
     progress.touch(body=body, patch=patch, value=None)
     assert not patch.get("metadata", {}).get("annotations")
+
+
+@given(st.integers(1, 4), st.integers(1, 4), st.sampled_from(["summarize", "summarize/spec"]))
+def test_a_handler_s_retry_delay_holds_only_for_the_spec_generation_that_failed(
+    failed: int, now: int, handler: str
+) -> None:
+    """kopf keeps an unfinished handler's delay across spec changes: read back for the
+    generation it was written for (as written, so kopf sees nothing to store again), and not
+    at all for another one, so the handler runs at once."""
+    raw = {"metadata": {"name": "s", "namespace": "ns", "generation": failed}, "spec": {}}
+    storage, patch, key = UnmarkedProgress(prefix=PREFIX), kopf.Patch(), kopf.HandlerId(handler)
+    record: Any = {"started": "2026-11-27T00:00:00Z", "delayed": "2026-11-27T00:05:00Z"}
+    record["retries"] = 6
+    storage.store(key=key, record=record, body=kopf.Body(raw), patch=patch)
+    after = merged(raw, copy.deepcopy(dict(patch)))
+    after["metadata"]["generation"] = now
+    assert storage.fetch(key=key, body=kopf.Body(after)) == (record if now == failed else None)

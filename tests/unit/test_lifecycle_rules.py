@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from controller.api import Condition
 from controller.core.event_aggregation import EventKey, EventLog, event_name
 from controller.core.rate_limit import TokenBucket
-from controller.core.requeue import to_ask_again_with_progress
+from controller.core.requeue import to_ask_again
 from controller.core.waiting import wait_delay
 from controller.kube.peering import (
     PRIORITY_STEP,
@@ -183,8 +183,8 @@ def test_only_objects_whose_last_pass_failed_under_this_summarizer_are_asked_aga
         summary("elsewhere", "Failed", ref="other"),
         summary("asked-again", "Failed", gen=2, seen=1),
     ]
-    asked = to_ask_again_with_progress(objs, "default", "memorycore.io")
-    assert [n for n, _, _ in asked] == ["failed", "retrying", "no-summarizer"]
+    asked = to_ask_again(objs, "default")
+    assert [n for n, _ in asked] == ["failed", "retrying", "no-summarizer"]
 
 
 # -- peering: a joining replica never preempts a live leader --------------------------------
