@@ -104,10 +104,13 @@ def run_pass(
     memories: Sequence[Memory],
     current: PriorSummary | None,
     summarizer: Summarizer,
+    mask: PassRedaction | None = None,
 ) -> PassResult:
-    """The summarizer proposes, the merge applies, the result is validated."""
+    """The summarizer proposes, the proposal is masked, the merge applies, the result is
+    validated."""
     proposal = summarizer.propose(session_id, memories, current)
-    summary = merge_pass(current, proposal.update, memories, session_id=session_id)
+    update = (mask or PassRedaction()).proposal(proposal.update)
+    summary = merge_pass(current, update, memories, session_id=session_id)
     validate_summary(summary, current)
     return PassResult(summary, proposal.tokens_used)
 
@@ -283,11 +286,11 @@ def _start(
 
 
 def _summarized(
-    done: _Progress, chunk: list[Memory], summarizer: Summarizer, read: _Read
+    done: _Progress, chunk: list[Memory], summarizer: Summarizer, read: _Read, mask: PassRedaction
 ) -> _Progress:
     """Step 3, per chunk. A chunk all at or before the prior's watermark landed late: it
     is history, and Current State stays the latest memories'."""
-    result = run_pass(read.session_id, chunk, done.summary, summarizer)
+    result = run_pass(read.session_id, chunk, done.summary, summarizer, mask)
     before = done.summary if isinstance(done.summary, StructuredSummary) else None
     summary, mark = result.summary, read.rows.prior_key
     late = bool(chunk) and mark is not None and all((m.timestamp_ms, m.id) <= mark for m in chunk)
@@ -377,7 +380,7 @@ def summarize_session(
                 "covered is written"
             )
         with phase("summarized"):
-            done = _summarized(done, chunk, summarizer, read)
+            done = _summarized(done, chunk, summarizer, read, mask)
     with phase("summarized"):
         final = _final(done, rows)
     written = write(final, done)

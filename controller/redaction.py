@@ -28,6 +28,7 @@ from detect_secrets.plugins.ip_public import IPPublicDetector
 from detect_secrets.plugins.private_key import PrivateKeyDetector
 
 from controller.core.memories import Memory
+from controller.core.merge import PassUpdate
 from controller.core.quoting import TYPOGRAPHIC_QUOTES, fit
 from controller.core.summary import TITLE_MAX, PriorSummary, StructuredSummary, SummaryItem
 from controller.core.text import IGNORABLE, PLACEHOLDER, Linear, re2_pattern, without_surrogates
@@ -628,11 +629,13 @@ def _masked(value: Any, text: Callable[[str], str]) -> Any:
 @dataclass
 class PassRedaction:
     """One pass's masking: what it read, masked, and how many secrets of each kind per memory
-    row (a row read twice counts once) and in the prior summary. Never the secrets."""
+    row (a row read twice counts once), in the prior summary and in what the summarizer
+    proposed. Never the secrets."""
 
     redaction: Redaction = DEFAULT_REDACTION
     by_row: dict[str, Counter[str]] = field(default_factory=dict)
     prior_found: Counter[str] = field(default_factory=Counter)
+    proposed_found: Counter[str] = field(default_factory=Counter)
 
     def memory(self, memory: Memory) -> Memory:
         """The memory with every text a summary could take from it masked."""
@@ -666,5 +669,12 @@ class PassRedaction:
             update["title"] = fit(update["title"], TITLE_MAX)
         return prior.model_copy(update=update) if self.prior_found else prior
 
+    def proposal(self, update: PassUpdate) -> PassUpdate:
+        """Every text of a proposal masked: a model can echo a secret, join one split in two
+        (each half too short to mask) or be a hostile endpoint's."""
+        text = functools.partial(self.redaction.text, found=self.proposed_found)
+        return PassUpdate.model_validate(_masked(update.model_dump(), text))
+
     def counts(self) -> dict[str, int]:
-        return dict(sorted(sum(self.by_row.values(), Counter(self.prior_found)).items()))
+        found = self.prior_found + self.proposed_found
+        return dict(sorted(sum(self.by_row.values(), found).items()))

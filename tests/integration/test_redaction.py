@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from controller.core.memories import render_interaction_document
+from controller.core.merge import PassUpdate
 from controller.core.naming import summary_object_name, summary_row_id
 from controller.pipeline import Backends, summarize_session
 from controller.redaction import DEFAULT_REDACTION, Redaction
@@ -25,6 +26,7 @@ from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
 from controller.summarizers.chat_model import ChatModelSummarizer
 from controller.summarizers.chat_prompt import ChatModelConfig
+from controller.summarizers.contract import Proposal
 from controller.summarizers.extractive import EXTRACTIVE
 from devenv.chroma import ChromaServer
 from devenv.operator import start_operator
@@ -35,6 +37,7 @@ from tests.integration.harness import (
     conditions_of,
     interaction,
     load,
+    model_summarizer_yaml,
     summaries_in,
 )
 from tests.integration.test_model_backend import FIRST, embed
@@ -183,6 +186,83 @@ def test_secrets_stored_by_an_earlier_release_are_masked_by_the_next_pass(
     assert "port 7103" in doc
     again = summarize_session(Backends(store, embed), sid, **kwargs)
     assert again.kind == "up-to-date"
+
+
+# A secret in two halves, neither one a secret to the input's masking, and a model that
+# joins them (asked to by an injected memory, or a hostile endpoint), and echoes a header.
+HALVES = ("ghp_Q7xk2Lm9Rt4Vb8Nw", "Zp3Hc6Jd1Fg5Ks0Ya2Ue")
+JOINED = "".join(HALVES)
+LEAKING = {
+    "title": "Leak Authorization: Bearer Zp3Hc6Jd1Fg5Ks0Ya2Ue",
+    "user_requests": [f"The team secret is {JOINED}"],
+    "questions_and_decisions": ["Make the exporter listen on port 7103."],
+    "design_choices": [],
+    "corrections_and_feedback": [],
+    "current_state": [f"The exporter listens on port 7103 with {JOINED}."],
+}
+
+
+def _halves_session(store: MemoryStore, sid: str) -> None:
+    said = f"Make the exporter listen on port 7103; the team secret halves are {HALVES[0]} and "
+    load(store, [interaction(sid, 0, 1_770_000_000_000, said + f"{HALVES[1]}.")], embed)
+
+
+def test_a_secret_in_the_models_answer_is_masked_in_the_row_the_status_and_the_ledger(
+    harness: Harness, model_server: OpenAIServer
+) -> None:
+    name, sid = "model-leak", f"it-model-leak-{uuid.uuid4().hex[:6]}"
+    yaml = model_summarizer_yaml(
+        name, harness, model_server.base_url, model="test-chat", timeout_seconds=5, max_retries=1
+    )
+    harness.kubectl("apply", "-f", "-", input=yaml)
+    store = harness.store(f"{name}-memory", f"{name}-sessions")
+    _halves_session(store, sid)
+    model_server.script_chat(Reply(LEAKING))
+    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", name, "--wait", "60")
+    assert res.returncode == 0, res.stdout + res.stderr
+    stored, status = everything_stored(store, sid), harness.obj(sid)["status"]
+    assert JOINED not in stored and HALVES[1] not in stored, stored
+    assert "The team secret is [redacted: github-token]" in stored
+    assert status["title"] == "Leak Authorization: [redacted: credential-header]", status
+    assert JOINED not in json.dumps(status) and status["redactions"] >= 3, status
+
+
+def test_a_secret_a_release_before_this_one_wrote_from_the_models_answer_is_found_and_masked(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A row stamped by masking version 18 (which left the model's answer as it came) is
+    looked at again: rebuild --all-with-secrets asks for it, the next pass masks it."""
+    name, sid = "stale-leak", f"it-stale-leak-{uuid.uuid4().hex[:6]}"
+    harness.kubectl("apply", "-f", "-", input=_summarizer(NS, name, harness.chroma.url, [], name))
+    store = harness.store(f"{name}-memory", f"{name}-sessions")
+    _halves_session(store, sid)
+    monkeypatch.setattr("controller.redaction.MASKING_VERSION", 18)
+    stale = _Unmasked()
+    object.__setattr__(stale, "fingerprint", Redaction().fingerprint)
+    monkeypatch.undo()
+    assert stale.fingerprint != DEFAULT_REDACTION.fingerprint
+
+    class Leaking:
+        memory_budget_tokens, max_memories_per_pass, one_memory_per_item = 10_000, 100, False
+
+        def propose(self, session_id: str, memories: Any, prior: Any) -> Proposal:
+            return Proposal(PassUpdate.model_validate(LEAKING))
+
+    backends = Backends(store, embed, summarizer=Leaking(), redaction=stale)
+    summarize_session(backends, sid, writer="it", trigger="manual")
+    assert JOINED in everything_stored(store, sid)  # what version 18 wrote
+    found = summarize_session(Backends(store, embed), sid, writer="it", trigger="manual")
+    assert found.kind == "summarized" and found.redactions.get("github-token"), found
+    assert JOINED not in everything_stored(store, sid)
+
+    summarize_session(backends, sid, writer="it", trigger="manual", rebuild=True)
+    assert JOINED in everything_stored(store, sid)
+    try:
+        res = harness.summaryctl("rebuild", "--all-with-secrets", "--summarizer", name, "-n", NS)
+        assert res.returncode == 0 and f"rebuild asked: {sid}" in res.stdout, res.stdout
+        wait_for(lambda: JOINED not in everything_stored(store, sid), 60, 0.3, message=sid)
+    finally:
+        harness.kubectl("delete", "ssum", summary_object_name(sid), "--ignore-not-found")
 
 
 def _legacy_row(store: MemoryStore, sid: str, title: str, text: str) -> None:
