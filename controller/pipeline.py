@@ -21,7 +21,13 @@ from controller.core.item_sources import forget_gone, partly_gone, rekeyed
 from controller.core.memories import Memory, is_excluded, placed
 from controller.core.merge import derived_title, merge_pass
 from controller.core.provenance import PassTokens, Provenance, added_text, pass_tokens
-from controller.core.summary import OtherWriter, PriorSummary, StructuredSummary, validate_summary
+from controller.core.summary import (
+    OtherWriter,
+    PriorSummary,
+    StructuredSummary,
+    SummaryValidationError,
+    validate_summary,
+)
 from controller.core.visibility import (
     DEFAULT_VISIBILITY,
     VisibilityRules,
@@ -108,8 +114,13 @@ def run_pass(
 ) -> PassResult:
     """The summarizer proposes, the proposal is masked, the merge applies, the result is
     validated."""
-    proposal = summarizer.propose(session_id, memories, current)
-    update = (mask or PassRedaction()).proposal(proposal.update)
+    mask = mask or PassRedaction()
+    try:
+        proposal = summarizer.propose(session_id, memories, current)
+    except SummaryValidationError as exc:  # its message may quote the model's answer
+        exc.args = (mask.redaction.text(str(exc)),)
+        raise
+    update = mask.proposal(proposal.update)
     summary = merge_pass(current, update, memories, session_id=session_id)
     validate_summary(summary, current)
     return PassResult(summary, proposal.tokens_used)
