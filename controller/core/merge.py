@@ -26,11 +26,12 @@ from pydantic import (
 from controller.core.chunking import valid_utf8
 from controller.core.item_sources import REFERENCES, TITLE, identity, record
 from controller.core.memories import Memory, Watermark, memory_sort_key
-from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL, as_item, cut, quote_if_needed
+from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL, as_item, quote_if_needed
 from controller.core.references import memory_references, merge_references
 from controller.core.summary import (
     CATEGORIES,
     HISTORY_SECTIONS,
+    ITEM_MAX,
     TITLE_MAX,
     Category,
     LegacySummary,
@@ -71,8 +72,14 @@ def _item_text(value: Any) -> str | None:
     """An item as proposed: a string, or an object with a "text" (models sometimes do that)."""
     if isinstance(value, dict):
         value = value.get("text")
-    text = cut(valid_utf8(value)) if isinstance(value, str) else ""
+    text = _one_line(valid_utf8(value), ITEM_MAX) if isinstance(value, str) else ""
     return text if _says_something(text) else None
+
+
+def _one_line(text: str, limit: int) -> str:
+    """Cut at a space: a proposal is masked after this (redaction.PassRedaction.proposal),
+    and part of a secret is no longer one it recognises."""
+    return cut_to(" ".join(text.split()), limit, word_from=0)
 
 
 class SupersedeMark(BaseModel):
@@ -245,7 +252,7 @@ def _technologies(prior: Iterable[str], new: Iterable[str]) -> list[str]:
 
 
 def _one_line_title(title: str) -> str | None:
-    text = cut(_CONTROL.sub(" ", title), TITLE_MAX)
+    text = _one_line(_CONTROL.sub(" ", title), TITLE_MAX)
     return text if _says_something(text) else None
 
 

@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 
 from controller.core.memories import Memory
 from controller.core.merge import TECHNOLOGY_MAX, PassUpdate, fallback_title
-from controller.core.summary import PriorSummary, StructuredSummary, SummaryItem
+from controller.core.summary import (
+    ITEM_MAX,
+    TITLE_MAX,
+    PriorSummary,
+    StructuredSummary,
+    SummaryItem,
+)
 from controller.pipeline import run_pass
 from controller.redaction import PassRedaction, Redaction
 from controller.summarizers.contract import Proposal
@@ -83,9 +89,9 @@ def test_a_secret_in_any_field_of_a_proposal_is_masked_and_counted(
         SID, [memory("Make it listen.")], PRIOR, Proposing(proposal(field, text)), mask
     )
     stored = summary.summary.model_dump_json()
-    assert secret not in stored, (field, stored)
-    assert "[redacted: " in stored
-    assert sum(mask.counts().values()) >= 1, mask.counts()
+    assert secret not in stored and secret[:6] not in stored, (field, stored)
+    cut_off = field == "title" and len(text) > TITLE_MAX  # cut at a space before the secret
+    assert cut_off or ("[redacted: " in stored and sum(mask.counts().values()) >= 1), stored
 
 
 def test_a_secret_the_model_joins_from_two_halves_is_masked_with_the_extra_patterns() -> None:
@@ -125,3 +131,18 @@ def test_masking_a_masked_proposal_again_changes_nothing_and_counts_nothing(seed
     mask = PassRedaction()
     assert mask.proposal(once) == once
     assert mask.counts() == {}
+
+
+@given(seed=st.integers(0, 10_000), field=st.sampled_from(("title", "user_requests")))
+@settings(max_examples=40, deadline=None)
+def test_a_secret_where_a_long_proposal_is_cut_leaves_no_part_of_it(seed: int, field: str) -> None:
+    """A title or item longer than its bound is cut before it is masked: at a space, so the
+    secret's first characters (no longer a secret the rules know) are not kept."""
+    secret = generated(seed)["github-token"][0]
+    limit = TITLE_MAX if field == "title" else ITEM_MAX
+    text = "word " * ((limit - 12) // 5) + f"is {secret} now"
+    mask = PassRedaction()
+    summary = run_pass(
+        SID, [memory("Make it listen.")], PRIOR, Proposing(proposal(field, text)), mask
+    )
+    assert secret[:6] not in summary.summary.model_dump_json()
