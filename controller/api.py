@@ -21,6 +21,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from controller.core.destinations import shown
 from controller.core.endpoint_url import (
     AUTHORITY_PATTERN,
     ENDPOINT_URL_MAX,
@@ -193,8 +194,8 @@ class StoreSpec(CamelModel):
     @classmethod
     def _http_url(cls, value: str) -> str:
         problem = cls.url_problem(value)
-        if problem:  # never repeated when it may carry credentials
-            raise ValueError(f"{'url' if '@' in value else repr(value)} {problem}")
+        if problem:
+            raise ValueError(f"{shown(value)!r} {problem}")
         return value
 
 

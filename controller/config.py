@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from controller.core.destinations import OPERATOR, UrlPrefix, parse_prefixes
+from controller.core.destinations import OPERATOR, UrlPrefix, parse_prefixes, shown
 
 # What Kubernetes accepts where a value goes: a namespace is a DNS-1123 label, an annotation
 # key's prefix a DNS-1123 subdomain, an Event's reportingInstance 128 characters.
@@ -122,7 +122,7 @@ class OperatorConfig(BaseSettings):
         prefixes, invalid = parse_prefixes(value)
         if invalid:
             raise ValueError(
-                f"not http(s) URL prefixes: {', '.join(invalid)} "
+                f"not http(s) URL prefixes: {', '.join(map(shown, invalid))} "
                 "(e.g. https://api.openai.com/v1, http://chroma.memory.svc:8000)"
             )
         return tuple(prefixes)
@@ -131,6 +131,12 @@ class OperatorConfig(BaseSettings):
 def in_pod() -> bool:
     """Running in a Pod (its service account), not as a local process with a kubeconfig."""
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not os.environ.get("KUBECONFIG")
+
+
+def _input(err: Any) -> str:
+    """`=value`, but not a URL list's (its message names the invalid URLs as shown())."""
+    urls = err["loc"][0] in ("allowed_endpoints", "allowed_model_urls")
+    return "" if urls else f"={err['input']!r}"
 
 
 def _why(err: Any) -> str:
@@ -151,7 +157,7 @@ def load() -> OperatorConfig:
         return OperatorConfig()
     except ValidationError as exc:
         problems = "; ".join(
-            f"SSO_{'_'.join(str(p) for p in err['loc']).upper()}={err['input']!r}: {_why(err)}"
+            f"SSO_{'_'.join(str(p) for p in err['loc']).upper()}{_input(err)}: {_why(err)}"
             if err["loc"]
             else _why(err)
             for err in exc.errors()

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from controller.api import SECRET_NAME_PATTERN, StoreSpec
+from controller.core.destinations import shown
 from controller.core.naming import blank_session_id
 from controller.core.text import ms_to_rfc3339, printable
 
@@ -137,5 +138,5 @@ def chroma_url_problem(url: str) -> str | None:
 def check_chroma_url(url: str) -> str:
     problem = chroma_url_problem(url)
     if problem:
-        raise CliError(f"invalid Chroma URL {_shown(url)}: {problem}")
+        raise CliError(f"invalid Chroma URL {_shown(shown(url))}: {problem}")
     return url

@@ -79,23 +79,28 @@ def target(url: str) -> Target | None:
 
 
 def shown(url: str) -> str:
-    """A URL as a message may show it: never its user:password@, query or fragment."""
+    """A URL as a message may show it: never its user:password@, query or fragment (of one
+    no client reads alike: the text without anything up to an "@" or from a "?" or "#")."""
     t = target(url)
     if t is None:
         try:
             parts = urlsplit(url)
             host, port = parts.hostname, parts.port
         except ValueError:
-            return "an invalid URL"
+            return _as_written(url)
         if not host or not parts.scheme.isascii() or not parts.scheme.isalnum():
-            return "an invalid URL"
+            return _as_written(url)
         scheme = parts.scheme.lower()
         path = normal_path(parts.path) if url.isprintable() and " " not in url else None
     else:
         scheme, host, path = t.scheme, t.host, t.path
         port = None if DEFAULT_PORTS[scheme] == t.port else t.port
     host = f"[{host}]" if ":" in host else host
-    return f"{scheme}://{host}" + (f":{port}" if port else "") + (path or "")
+    return f"{scheme}://{host}" + (f":{port}" if port is not None else "") + (path or "")
+
+
+def _as_written(url: str) -> str:
+    return re.split(r"[?#]", re.sub(r"^([^/@]*//)?[^@]*@", r"\1", url), maxsplit=1)[0]
 
 
 # A wildcard is a domain's hosts: "*.0.1" would be IP addresses ending in .0.1 instead, so

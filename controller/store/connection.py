@@ -17,6 +17,7 @@ from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
 from controller.api import StoreSpec
+from controller.core.destinations import shown
 from controller.core.document import DOCUMENT_MAX_CHARS
 from controller.http_deadline import deadline_hooks
 from controller.store.errors import (
@@ -65,7 +66,7 @@ def connect(location: StoreLocation) -> ClientAPI:
     if location.url is not None:
         problem = StoreSpec.url_problem(location.url)
         if problem:
-            raise InvalidStoreConfig(f"Chroma URL {location.url!r} {problem}")
+            raise InvalidStoreConfig(f"Chroma URL {shown(location.url)!r} {problem}")
     if location.token and not (location.token.isascii() and location.token.isprintable()):
         # Never shown: the HTTP client's own error would print the header, token and all.
         raise InvalidStoreConfig(

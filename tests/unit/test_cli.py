@@ -319,7 +319,6 @@ def test_summaries_limit_must_be_a_positive_whole_number(limit: str, tmp_path: o
         ("http://host:abc", "integer"),
         ("http://host:0", "port 0"),
         ("http://host:8000/api/v2", "path"),
-        ("http://user:pw@host", "CHROMA_TOKEN"),
     ],
 )
 def test_an_invalid_chroma_url_is_named_invalid_not_unreachable(
@@ -330,6 +329,36 @@ def test_an_invalid_chroma_url_is_named_invalid_not_unreachable(
     assert code == 2
     assert f"invalid Chroma URL {url!r}" in err and why in err
     assert "cannot connect" not in err and "running?" not in err
+
+
+SECRET = st.text("ABCDEFGHJKMNPQRSTUVWXYZ23456789", min_size=12, max_size=30)
+
+
+@st.composite
+def urls_with_secrets(draw: st.DrawFn) -> tuple[str, str]:
+    """(a URL, the secret it carries in its userinfo, query or fragment)."""
+    secret = draw(SECRET)
+    where = draw(st.sampled_from(["password", "user", "query", "fragment"]))
+    head = draw(st.sampled_from(["http://", "https://", "HTTP://", "", "ftp://"]))
+    host = draw(st.sampled_from(["127.0.0.1", "chroma", "[::1]", "host:99999", "h:abc", ""]))
+    path = draw(st.sampled_from(["", "/", "/api/v2"]))
+    userinfo = {"password": f"user:{secret}@", "user": f"{secret}@"}.get(where, "")
+    tail = {"query": f"?token={secret}&x=1", "fragment": f"#{secret}"}.get(where, "")
+    return f"{head}{userinfo}{host}{path}{tail}", secret
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(urls_with_secrets(), st.booleans())
+def test_a_refused_chroma_url_is_quoted_without_its_credentials(
+    url_secret: tuple[str, str], from_env: bool
+) -> None:
+    url, secret = url_secret
+    with no_cluster("/nonexistent"), pytest.MonkeyPatch.context() as mp:
+        if from_env:
+            mp.setenv("CHROMA_URL", url)
+        code, out, err = run(["summaries"] if from_env else ["summaries", "--chroma-url", url])
+    assert code == 2 and "invalid Chroma URL" in err
+    assert secret[:6] not in out + err
 
 
 @pytest.mark.parametrize(

@@ -590,3 +590,44 @@ def test_an_allow_list_covers_every_spelling_of_its_address_and_no_look_alike(
     assert all(re.fullmatch(p, prefix.text) for p in _SCHEMA_PATTERNS), prefix.text
     url = f"http://{url_host}:8000/v1/chat/completions"
     assert within(url, prefix) == (_connects_to(url_host) == _connects_to(prefix_host)), url
+
+
+@st.composite
+def _urls_with_secrets(draw: st.DrawFn) -> tuple[str, str]:
+    """(a URL, the secret it carries in its userinfo, query or fragment)."""
+    secret = draw(st.text("ABCDEFGHJKMNPQRSTUVWXYZ23456789", min_size=12, max_size=30))
+    where = draw(st.sampled_from(["password", "user", "query", "fragment"]))
+    head = draw(st.sampled_from(["http://", "https://", "", "ftp://"]))
+    host = draw(st.sampled_from(["127.0.0.1", "chroma", "[::1]", "host:99999", "h:abc", ""]))
+    path = draw(st.sampled_from(["", "/", "/v1"]))
+    userinfo = {"password": f"user:{secret}@", "user": f"{secret}@"}.get(where, "")
+    tail = {"query": f"?token={secret}&x=1", "fragment": f"#{secret}"}.get(where, "")
+    return f"{head}{userinfo}{host}{path}{tail}", secret
+
+
+@settings(max_examples=200, deadline=None)
+@given(_urls_with_secrets())
+def test_no_message_quoting_a_url_shows_its_credentials(url_secret: tuple[str, str]) -> None:
+    """The spec's url check, the store's connect and the operator's SSO_ALLOWED_* check
+    quote the URL as shown() does: never its userinfo, query or fragment."""
+    from pydantic import ValidationError
+
+    from controller import config
+    from controller.api import StoreSpec
+    from controller.store.connection import StoreLocation, connect
+
+    url, secret = url_secret
+    said = [shown(url)]
+    with pytest.raises(ValidationError) as invalid:
+        StoreSpec(url=url)
+    said.append(str(invalid.value))
+    with pytest.raises(ValueError) as refused:
+        connect(StoreLocation(url=url))
+    said.append(str(refused.value))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SSO_ALLOWED_ENDPOINTS", url)
+        mp.setenv("SSO_ALLOWED_MODEL_URLS", url)
+        with pytest.raises(config.ConfigError) as unset:
+            config.load()
+    said.append(str(unset.value))
+    assert not [text for text in said if secret[:6] in text]
