@@ -3,9 +3,12 @@ SessionSummarizer a command names."""
 
 from __future__ import annotations
 
+import os
 from typing import Any, cast
 
 from controller.cli.args import CliError
+from controller.config import in_pod
+from controller.core.text import one_line
 
 FORBIDDEN = "forbidden: "
 # An API server's 404 for a resource type it does not serve (no CRD), not for an object.
@@ -20,10 +23,7 @@ def kube_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
     except ConfigException as exc:
-        raise CliError(
-            f"no Kubernetes context ({exc}); set KUBECONFIG, or run `make cluster-up` for a "
-            "local control plane"
-        ) from exc
+        raise CliError(no_context(exc)) from exc
     except HTTPError as exc:
         raise CliError(f"cannot reach the Kubernetes API: {exc}") from exc
     except ApiException as exc:
@@ -37,6 +37,14 @@ def kube_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
         from controller.kube.client import api_message
 
         raise CliError(prefix + api_message(exc)) from exc
+
+
+def no_context(exc: Exception) -> str:
+    where = "the Pod's service account" if in_pod() else os.environ.get("KUBECONFIG", "")
+    return (
+        f"no Kubernetes context: cannot use {where or '~/.kube/config'} ({one_line(exc, 300)});"
+        " set KUBECONFIG, or run `make cluster-up` for a local control plane"
+    )
 
 
 def summarizer_object(

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import urllib3
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -54,10 +55,13 @@ def api_client() -> client.ApiClient:
     configuration = client.Configuration()
     if in_pod():
         config.load_incluster_config(client_configuration=configuration)
-    else:
-        config.load_kube_config(
-            config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
-        )
+    else:  # a file that is no kubeconfig (not YAML, a list, binary, a directory): one error
+        try:
+            config.load_kube_config(
+                config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
+            )
+        except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError) as exc:
+            raise config.ConfigException(f"{type(exc).__name__}: {exc}") from exc
     configuration.connection_pool_maxsize = API_POOL_SIZE  # one per summarize thread
     # No resend after a read timeout (an applied claim PUT would fail on its resourceVersion).
     configuration.retries = urllib3.Retry(total=3, read=0)

@@ -234,6 +234,31 @@ def test_a_chroma_url_and_a_path_given_together_are_refused_naming_both(command:
         assert build_parser().parse_args([*command.split(), "--path", "/x"]).path == "/x"
 
 
+KUBECONFIGS = {
+    "not YAML": b"apiVersion: v1\nclusters: [\n",
+    "a list": b"- a\n- b\n",
+    "a string": b"hello\n",
+    "empty": b"",
+    "binary": bytes(range(256)),
+    "no such context": b"apiVersion: v1\nkind: Config\ncurrent-context: nope\ncontexts: []\n",
+}
+
+
+@pytest.mark.parametrize("kind", [*KUBECONFIGS, "a directory", "missing"])
+def test_an_unusable_kubeconfig_is_one_line_naming_it_and_exit_2(kind: str, tmp_path: Any) -> None:
+    path = tmp_path / "kubeconfig"
+    if kind == "a directory":
+        path.mkdir()
+    elif kind != "missing":
+        path.write_bytes(KUBECONFIGS[kind])
+    with no_cluster(str(tmp_path)), pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KUBECONFIG", str(path))
+        code, out, err = run(["sunset", "s1", "-n", "agents"])
+    assert code == 2 and out == "", err
+    assert err.startswith("summaryctl: error: no Kubernetes context: cannot use " + str(path))
+    assert err.count("\n") == 1 and "\\n" not in err, err
+
+
 def test_sunset_accepts_the_longest_session_id_the_crd_allows(tmp_path: object) -> None:
     with no_cluster(str(tmp_path)):
         code, _, err = run(["sunset", "a" * 1024])
