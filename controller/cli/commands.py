@@ -149,6 +149,10 @@ def _said(*parts: Any) -> str:
     return ": ".join(str(part) for part in parts if part)
 
 
+def _condition_line(kind: str, c: dict[str, Any]) -> str:
+    return _said(f"{kind}={c.get('status')} {c.get('reason') or ''}".rstrip(), c.get("message"))
+
+
 ANSWER_SECONDS = 30.0  # how long check waits for the operator to measure anew
 
 
@@ -160,6 +164,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     start = time.monotonic()
     asked: str | None = ""  # the request's value; None: this identity may not make one
+    last_answer = ""  # Ready as the operator measured it for one of this check's requests
     while True:
         status = (summarizer_object(args.namespace, args.summarizer) or {}).get("status") or {}
         conditions = _conditions(status)
@@ -168,12 +173,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         waited = time.monotonic() - start
         if asked is None or (answered and (ready or waited >= args.wait)):
             break  # measured for this check, or not allowed to ask: as last measured
+        if answered:
+            last_answer = _condition_line("Ready", conditions.get("Ready", {}))
         if waited >= max(args.wait, ANSWER_SECONDS):
-            out(
-                f"summaryctl: no new measurement within {waited:.0f}s: is the operator "
-                f"running, and does it serve namespace {args.namespace!r}?",
-                err=True,
-            )
+            why = f"is the operator running, and does it serve namespace {args.namespace!r}?"
+            if last_answer:
+                why = f"the operator last answered {last_answer}"
+            out(f"summaryctl: no newer measurement within {waited:.0f}s: {why}", err=True)
             break
         if not asked or answered:  # first, or measured and not Ready yet: again
             asked = now_rfc3339(precise=True)
@@ -189,8 +195,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     out(f"sessionsummarizer/{args.summarizer} (namespace {args.namespace}):")
     for kind in sorted(conditions, key=lambda t: (t != "Ready", t)):
         c = conditions[kind]
-        line = _said(f"{kind}={c.get('status')} {c.get('reason') or ''}".rstrip(), c.get("message"))
-        out(f"  {line} (measured {c.get('lastProbeTime') or 'unknown'})")
+        out(f"  {_condition_line(kind, c)} (measured {c.get('lastProbeTime') or 'unknown'})")
     if not ready or not (answered or asked is None):
         out(f"summaryctl: not Ready (waited {time.monotonic() - start:.0f}s)", err=True)
         return 1

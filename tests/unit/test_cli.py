@@ -1043,6 +1043,45 @@ def a_cluster_holding(text: str, phase: str = "Summarized") -> Iterator[None]:
         yield
 
 
+@pytest.mark.parametrize("answer_at", [0.0, 12.0, 29.0])
+def test_check_that_runs_out_of_time_reports_the_operators_last_answer(answer_at: float) -> None:
+    """The operator answers check's first request (not Ready) at answer_at seconds, then
+    never again: check reports that answer, not that the operator may be down."""
+    from controller.status import conditions
+
+    clock = [0.0]
+    handled: list[str] = []
+    requests: list[str] = []
+    ready = {"type": "Ready", "status": "False", "reason": "StoreUnreachable", "message": "down"}
+
+    def get_summarizer(namespace: str, name: str) -> dict[str, object]:
+        if requests and not handled and clock[0] >= answer_at:
+            handled.append(requests[0])
+        status = {"conditions": [ready], "lastHandledProbeRequest": handled[-1] if handled else ""}
+        return {"metadata": {"namespace": namespace, "name": name}, "status": status}
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    custom = argparse.Namespace(
+        patch_namespaced_custom_object=lambda *a: requests.append(
+            next(iter(a[-1]["metadata"]["annotations"].values()))
+        )
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kube, "get_summarizer", get_summarizer)
+        mp.setattr(kube, "custom", lambda: custom)
+        mp.setattr(conditions, "now_rfc3339", lambda precise: f"request {len(requests)}")
+        mp.setattr("controller.cli.commands.time", argparse.Namespace(
+            monotonic=lambda: clock[0], sleep=sleep
+        ))  # fmt: skip
+        code, out, err = run(["check", "-n", "agents", "--wait", "30"])
+    assert "Ready=False StoreUnreachable: down" in out
+    assert code == 1 and len(requests) == 2, (requests, err)
+    assert "is the operator running" not in err, err
+    assert "last answered Ready=False StoreUnreachable: down" in err, err
+
+
 # Every command that prints what a store or a cluster holds, how its pass ends, its exit code.
 PRINTING = [
     (["summaries"], "Summarized", 0),
