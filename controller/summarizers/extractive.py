@@ -369,12 +369,18 @@ def _current_state(
     memory_count: int,
     last_ms: int | None,
 ) -> list[SummaryItem]:
-    """The last response's first sentences and the counts; replaced each pass."""
+    """The last response's first distinct sentences (as the merge compares items) and the
+    counts; replaced each pass."""
     if not new:
         return list(prior_state)
     last_response = next((m.response for m in reversed(new) if sentences(m.response)), None)
     if last_response is not None:
-        state = [SummaryItem(text=s) for s in sentences(last_response)[:STATE_SENTENCES]]
+        first: dict[str, str] = {}
+        for sentence in sentences(last_response):
+            first.setdefault(identity(as_item(sentence)), sentence)
+            if len(first) == STATE_SENTENCES:
+                break
+        state = [SummaryItem(text=s) for s in first.values()]
     else:  # nothing new was said: keep what was true, refresh the counts
         state = [item for item in prior_state if not _COUNTS_LINE.match(item.text)]
     counts = f"{memory_count} memories so far"

@@ -1,12 +1,14 @@
 import json
 import random
 import unicodedata
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.core.document import DOCUMENT_MAX_CHARS, render_document
+from controller.core.item_sources import identity
 from controller.core.memories import (
     Memory,
     Watermark,
@@ -881,3 +883,45 @@ def test_an_empty_turn_adds_no_item_to_the_summary(fields: list[str], with_docum
         label for label in ("User Prompt", "Agent Thought", "Agent Response") if label in stored
     ]
     assert "8080" in stored
+
+
+SENTENCE = st.sampled_from(
+    [
+        "The build is green.",
+        "All tests pass.",
+        "We decided to use SQLite for the cache.",
+        "Added tests/test_retry.py.",
+        "Why does the first call time out?",
+        "No, don't retry on 4xx errors.",
+        "Refactor the client.",
+    ]
+)
+SPELLING = st.sampled_from([str, str.upper, str.lower, lambda s: f"  {s}  ", lambda s: f"**{s}**"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    turns=st.lists(
+        st.tuples(
+            st.lists(st.tuples(SENTENCE, SPELLING), min_size=1, max_size=8),
+            st.lists(st.tuples(SENTENCE, SPELLING), min_size=1, max_size=8),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    split=st.integers(0, 4),
+)
+def test_no_section_holds_the_same_item_twice(
+    turns: list[tuple[list[tuple[str, Any]], list[tuple[str, Any]]]], split: int
+) -> None:
+    """Memories that repeat a sentence (as written, or spelled otherwise) give each item once
+    per section, as the merge compares items (item_sources.identity), over one pass or two."""
+    memories = [
+        mem(n, " ".join(f(s) for s, f in prompt), " ".join(f(s) for s, f in response))
+        for n, (prompt, response) in enumerate(turns, 1)
+    ]
+    first = summarize_extractive("s1", memories[:split]) if 0 < split < len(memories) else None
+    summary = summarize_extractive("s1", memories[split if first else 0 :], first)
+    for section, items in summary.sections.items():
+        said = [identity(item.text) for item in items]
+        assert len(said) == len(set(said)), (section, [item.text for item in items])
