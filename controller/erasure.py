@@ -4,8 +4,10 @@ writer cannot forget a session its successor writes, nor write over a forget."""
 
 from __future__ import annotations
 
+from controller.core.fencing import recorded_fence
+from controller.kube.claims import ClaimLost
 from controller.pipeline import Outcome
-from controller.store.memory_store import MemoryStore
+from controller.store.memory_store import MemoryStore, is_tombstone
 from controller.upsert import WriteGuard
 
 
@@ -20,8 +22,21 @@ def forget_session(
 ) -> Outcome:
     """Deletes the session's summary row, its ledger entry (a tombstone of ids and counts stays)
     and, with memories, its memories, once the claim's fence is admitted as for an upsert
-    (the tombstone records it). request (object uid/generation): a retry reports the total;
+    (the tombstone records it) and while the claim holds (checked before each write).
+    request (object uid/generation): a retry reports the total;
     by: the forgetting object, for the objects of other namespaces that said it was summarized."""
-    fence = guard.admit(store.read_row_state(session_id).fence) if guard is not None else {}
-    forgotten = store.forget_state(session_id, fence, memories=memories, request=request, by=by)
+    if guard is None:
+        forgotten = store.forget_state(session_id, {}, memories=memories, request=request, by=by)
+        return Outcome("forgotten", session_id, forgotten.remaining, forgotten=forgotten)
+    fence = guard.admit(store.read_row_state(session_id).fence)
+    forgotten = store.forget_state(
+        session_id, fence, memories=memories, request=request, by=by, check=guard.check
+    )
+    # A successor granted between our last check and its delete may have written since.
+    head = store.read_row_state(session_id).head
+    if not is_tombstone(head) or recorded_fence(head) != recorded_fence(fence):
+        raise ClaimLost(
+            f"session {session_id!r} was written by another writer while it was forgotten "
+            "(our claim lapsed meanwhile); the retry forgets it again"
+        )
     return Outcome("forgotten", session_id, forgotten.remaining, forgotten=forgotten)

@@ -278,7 +278,7 @@ def _start(
     if structured is not None and structured.is_empty() and not (rows.included or again):
         if guard is not None:  # every item went with its memories: nothing is left to keep
             guard.admit(store.read_row_state(session_id).fence)
-        store.drop_summary(session_id)
+        store.drop_summary(session_id, guard.check if guard is not None else None)
         if gone_all:
             return Outcome("not-found", session_id, 0, dropped_items=dropped)
         return replace(read.outcome("empty"), dropped_items=dropped)  # rows never summarized

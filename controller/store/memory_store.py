@@ -122,6 +122,10 @@ def is_tombstone(head: Mapping[str, Any] | None) -> bool:
     return head is not None and FORGOTTEN_KEY in head
 
 
+# Raises once the writer may no longer write (the claim's WriteGuard.check).
+Check = Callable[[], None]
+
+
 class MemoryStore(Collections):
     """Reads memories and reads/writes summaries in one Chroma database."""
 
@@ -439,14 +443,31 @@ class MemoryStore(Collections):
             found.update((i, (d, dict(m))) for i, m, d in rows(got))
         return found
 
-    def drop_summary(self, session_id: str) -> None:
+    def drop_summary(self, session_id: str, check: Check | None = None) -> None:
         """Deletes the session's row, then its ledger records: an entry left is read and
         dropped again by the next pass; a row alone would read as another writer's text."""
         row_id = summary_row_id(session_id)
-        with contextlib.suppress(CollectionNotFound):
-            self._delete("summary", "deleting the summary row", ids=[row_id])
-        with contextlib.suppress(CollectionNotFound):
-            self._delete("ledger", "deleting the ledger entry", where={"sessionId": session_id})
+        where = {"sessionId": session_id}
+        self._writes(
+            check,
+            [
+                self._deleting("summary", "deleting the summary row", ids=[row_id]),
+                self._deleting("ledger", "deleting the ledger entry", where=where),
+            ],
+        )
+
+    def _deleting(self, role: CollectionRole, what: str, **query: Any) -> functools.partial[None]:
+        return functools.partial(self._delete, role, what, **query)
+
+    def _writes(self, check: Check | None, steps: Sequence[Callable[[], None]]) -> None:
+        """Runs the steps of a forget or a drop in order, each after `check` (the claim's
+        guard) says we may still write: a writer whose claim lapsed mid-way stops before it
+        deletes what its successor wrote. A missing collection has nothing to delete."""
+        for step in steps:
+            if check is not None:
+                check()
+            with contextlib.suppress(CollectionNotFound):
+                step()
 
     def write_rows(self, writes: Sequence[RowWrite]) -> None:
         """Writes these sessions' ledger entries, then their rows, setting each write's
@@ -543,6 +564,7 @@ class MemoryStore(Collections):
         memories: bool,
         request: str,
         by: str = "",
+        check: Check | None = None,
     ) -> Forgotten:
         """Replaces the ledger head with a tombstone (first, so a forget cut short leaves
         nothing a pass would carry), then deletes the row, the segments and (with memories)
@@ -583,14 +605,18 @@ class MemoryStore(Collections):
             "removedMemories": removed.memories,
             **fence,
         }
-        self._put_ledger("writing the session's tombstone", [LedgerRecord(row_id, "{}", tombstone)])
+        record = LedgerRecord(row_id, "{}", tombstone)
+        steps = [functools.partial(self._put_ledger, "writing the session's tombstone", [record])]
         if row:
-            with contextlib.suppress(CollectionNotFound):
-                self._delete("summary", "deleting the summary row", ids=[row_id])
-        self._delete("ledger", "deleting the session's ledger segments", where=where)
-        if memories:
-            for batch in batches(ids, DELETE_BATCH):
-                self._delete("memory", "deleting the session's memories", ids=list(batch))
+            steps.append(self._deleting("summary", "deleting the summary row", ids=[row_id]))
+        steps.append(
+            self._deleting("ledger", "deleting the session's ledger segments", where=where)
+        )
+        for batch in batches(ids if memories else [], DELETE_BATCH):
+            steps.append(
+                self._deleting("memory", "deleting the session's memories", ids=list(batch))
+            )
+        self._writes(check, steps)
         return removed
 
     # -- each cluster's authority record in the ledger (core/fencing.py) ----------------
