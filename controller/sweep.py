@@ -19,7 +19,7 @@ from controller.core.memories import SUNSET_MARKER_TYPE, is_excluded, parse_time
 from controller.core.naming import summary_object_name
 from controller.core.reconcile_plan import RowCursor
 from controller.core.refresh_plan import Growth, RefreshPolicy, may_refresh, plan_refresh
-from controller.core.retention import RetentionPolicy, expired, holds_request
+from controller.core.retention import RetentionPolicy, expired, pass_in_flight
 from controller.core.summary import StructuredSummary, UnreadablePriorSummary
 from controller.core.sweep_plan import (
     MARKER_TRIGGER,
@@ -42,7 +42,6 @@ from controller.store.errors import CollectionNotFound
 from controller.store.memory_store import MemoryStore
 from controller.upkeep_state import MarkerMemory
 
-IN_FLIGHT_PHASES = frozenset({None, "Pending", "Summarizing"})
 WALK_FACTOR = 4  # at most this many times the cap of stale sessions looked up per sweep
 
 
@@ -55,15 +54,6 @@ class SweepResult:
     cursor: RowCursor  # where the appended-rows scan stopped
     aligned: bool  # False when rows were deleted: reconciled at once (reconcile.py)
     appended: int  # rows added since the last sweep (the appended-rows scan)
-
-
-def _in_flight(obj: dict[str, object]) -> bool:
-    status = obj.get("status") or {}
-    meta = obj.get("metadata") or {}
-    assert isinstance(status, dict) and isinstance(meta, dict)
-    if status.get("observedGeneration") != meta.get("generation"):
-        return status.get("phase") != "Failed" or holds_request(obj)
-    return status.get("phase") in IN_FLIGHT_PHASES or holds_request(obj)
 
 
 def _version(obj: dict[str, object] | None) -> str | None:
@@ -185,7 +175,7 @@ def apply_plan(
         pause()
         requested_at = now_rfc3339(precise=True)
         existing = kube.get_summary(namespace, summary_object_name(session_id))
-        if existing is not None and _in_flight(existing):
+        if existing is not None and pass_in_flight(existing):
             return None
         _, action = kube.request_summary(
             namespace,
@@ -314,7 +304,7 @@ def run_marker_scan(
         state = None
         if existing is not None:
             at = parse_timestamp_ms((existing.get("status") or {}).get("lastMemoryAt"))
-            state = SummaryObjectState(in_flight=_in_flight(existing), last_memory_at_ms=at)
+            state = SummaryObjectState(in_flight=pass_in_flight(existing), last_memory_at_ms=at)
         action = marker_action(marker, state)
         if action == "wait":
             waiting += 1

@@ -74,7 +74,12 @@ def request_pass(
         action=action,
         **asked,
     )
-    if made == "created":
+    if made == "pending":  # its unfinished Forget or Rebuild, that this would cancel, goes on
+        held = (kube_call(kube.get_summary, args.namespace, name) or {}).get("spec") or {}
+        action = held.get("action", action)
+        done = "Forgotten" if action == "Forget" else "Summarized"
+        made, applied = "unchanged", "the unfinished request it holds goes on, not replaced"
+    elif made == "created":
         applied = f"summarizerRef {args.summarizer or 'default'}"
     elif args.summarizer is not None:
         applied = f"new pass requested, summarizerRef set to {args.summarizer}"
@@ -395,8 +400,10 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             out(f"not asked: {session_id}: its row {problem}: no SessionSummary names it", err=True)
             continue
         try:  # one session's refusal leaves the others to ask
-            kube_call(kube.request_summary, args.namespace, session_id, trigger="manual", **asked)
-            out(f"rebuild asked: {session_id}")
+            _, how = kube_call(
+                kube.request_summary, args.namespace, session_id, trigger="manual", **asked
+            )
+            out(f"{'rebuild asked' if how != 'pending' else 'its forget goes on'}: {session_id}")
         except CliError as exc:
             if not isinstance(exc.__cause__, ApiException):
                 raise  # no context, no connection: no other session can be asked either

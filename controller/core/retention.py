@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+IN_FLIGHT_PHASES = frozenset({None, "Pending", "Summarizing"})
+
 
 @dataclass(frozen=True)
 class RetentionPolicy:
@@ -63,6 +65,29 @@ def holds_request(obj: Mapping[str, Any]) -> bool:
     a summary (the sweep, the marker scan, the reconciliation) nor collected here."""
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     return status.get("phase") == "Failed" and spec.get("action", "Summarize") != "Summarize"
+
+
+def pass_in_flight(obj: Mapping[str, Any]) -> bool:
+    """Its request's pass is still to come, running, or (a forget, a rebuild) retried."""
+    status, meta = obj.get("status") or {}, obj.get("metadata") or {}
+    if status.get("observedGeneration") != meta.get("generation"):
+        return status.get("phase") != "Failed" or holds_request(obj)
+    return status.get("phase") in IN_FLIGHT_PHASES or holds_request(obj)
+
+
+def rank(spec: Mapping[str, Any]) -> int:
+    """How much a request asks: one asking less never replaces an unfinished one."""
+    action = spec.get("action", "Summarize")
+    forgets = ("Summarize", "Rebuild", "Forget").index(action)
+    return forgets + (action == "Forget" and bool(spec.get("forgetMemories")))
+
+
+def kept_request(obj: Mapping[str, Any], asked: Mapping[str, Any]) -> str | None:
+    """The unfinished Forget or Rebuild of `obj` that a request of spec `asked` would cancel
+    (it asks less: a summary, a forget that keeps the memories); None when it may replace it.
+    The chart's admission policy applies the same rule (admissionpolicy.yaml)."""
+    spec = obj.get("spec") or {}
+    return str(spec["action"]) if rank(asked) < rank(spec) and pass_in_flight(obj) else None
 
 
 def expired(

@@ -27,6 +27,7 @@ from controller.api import (
 )
 from controller.config import in_pod
 from controller.core.naming import summary_object_name
+from controller.core.retention import kept_request
 from controller.core.text import json_value, one_line
 from controller.status.conditions import now_rfc3339
 from controller.status.requests import REQUESTED_BY
@@ -156,8 +157,10 @@ def request_summary(
     requested_by: str | None = None,
 ) -> tuple[str, str]:
     """Creates the session's SessionSummary, or patches spec.requestedAt to force a new pass;
-    returns (name, "created" | "patched" | "exists" | "changed"). resource_version: a
-    precondition, so a change since the caller's read is never overwritten ("changed")."""
+    returns (name, "created" | "patched" | "exists" | "changed" | "pending"). Every patch is
+    made as read: with resource_version, the caller's read ("changed" when it changed since);
+    without, its own, re-read on a conflict, and not made over an unfinished Forget or Rebuild
+    the request would cancel ("pending": retention.kept_request)."""
     name = summary_object_name(session_id)
     spec = SessionSummarySpec(
         session_id=session_id,
@@ -178,13 +181,6 @@ def request_summary(
         },
         "spec": spec.to_api(),
     }
-    if resource_version is None:
-        if applied(
-            (409,), custom().create_namespaced_custom_object, namespace, SUMMARY_PLURAL, body
-        ):
-            return name, "created"
-        if not patch_if_exists:
-            return name, "exists"
     asked = {k: v for k, v in spec.to_api().items() if k not in ("sessionId", "summarizerRef")}
     patch: dict[str, Any] = {
         "spec": asked,
@@ -192,27 +188,32 @@ def request_summary(
     }
     if set_summarizer_on_patch and summarizer is not None:
         patch["spec"]["summarizerRef"] = summarizer
-    if resource_version is not None:
-        patch["metadata"]["resourceVersion"] = resource_version
-    try:
-        custom().patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, SUMMARY_PLURAL, name, patch
-        )
-    except ApiException as exc:
-        if resource_version is None or exc.status not in (404, 409):
-            raise
-        if exc.status == 409:
-            return name, "changed"
-        # Deleted since it was read (retention): made again, unless someone else was faster.
-        return request_summary(
-            namespace,
-            session_id,
-            trigger=trigger,
-            summarizer=summarizer,
-            requested_at=spec.requested_at,
-            patch_if_exists=False,
-        )
-    return name, "patched"
+    while True:
+        read = resource_version
+        if read is None:
+            create = custom().create_namespaced_custom_object
+            if applied((409,), create, namespace, SUMMARY_PLURAL, body):
+                return name, "created"
+            if not patch_if_exists:
+                return name, "exists"
+            if (current := get_summary(namespace, name)) is None:
+                continue  # deleted since: made again
+            if kept_request(current, asked):
+                return name, "pending"
+            read = current["metadata"]["resourceVersion"]
+        patch["metadata"]["resourceVersion"] = read
+        try:
+            custom().patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, SUMMARY_PLURAL, name, patch
+            )
+            return name, "patched"
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                raise
+            if resource_version is not None and exc.status == 409:
+                return name, "changed"
+            if resource_version is not None:  # deleted since the caller read it (retention):
+                resource_version, patch_if_exists = None, False  # made again unless another was
 
 
 def patch_summary_status(

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from controller.core.memories import SUNSET_MARKER_TYPE
 from controller.core.naming import summary_object_name
+from controller.core.retention import kept_request
 from controller.store.memory_store import MemoryStore
 from devenv.controlplane import REPO_ROOT
 from devenv.processes import tail, wait_for
@@ -291,11 +292,15 @@ def forget_gate(harness: Harness, roles: dict[str, str]) -> Iterator[dict[str, s
 
 
 def gate_request(
-    h: Harness, user: str, before: dict[str, Any] | None, asked: dict[str, Any]
+    h: Harness,
+    user: str,
+    before: dict[str, Any] | None,
+    asked: dict[str, Any],
+    status: dict[str, Any] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """As `user`: a create of a SessionSummary with spec `asked` (before None), or a patch of
-    `asked` into one the admin created with spec `before`. Server-side dry run: admission
-    runs, nothing is stored."""
+    `asked` into one the admin created with spec `before` (and `status`). Server-side dry
+    run: admission runs, nothing is stored."""
     name = f"gate-{uid()}"
     spec = {"sessionId": name, "summarizerRef": "default"}
     if before is None:
@@ -308,6 +313,9 @@ def gate_request(
     body = {"apiVersion": "memorycore.io/v1alpha1", "kind": "SessionSummary",
             "metadata": {"name": name, "namespace": GATE_NS}, "spec": spec | before}  # fmt: skip
     h.cp.kubectl_run("create", "-f", "-", input=json.dumps(body))
+    if status is not None:
+        h.cp.kubectl_run("-n", GATE_NS, "patch", "ssum", name, "--subresource=status",
+                         "--type", "merge", "-p", json.dumps({"status": status}))  # fmt: skip
     try:
         return h.cp.kubectl_run(
             "--as", user, "-n", GATE_NS, "patch", "ssum", name, "--dry-run=server",
@@ -331,20 +339,42 @@ SPEC_FIELDS = st.fixed_dictionaries(
 )
 
 
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+# An object asking a Forget or Rebuild, that a request asking less would cancel.
+HELD = st.fixed_dictionaries(
+    {"action": st.sampled_from(["Rebuild", "Forget"])}, optional={"forgetMemories": st.booleans()}
 )
-@given(before=optional(SPEC_FIELDS), asked=SPEC_FIELDS)
-def test_only_the_forget_role_newly_asks_a_forget_or_rebuild(
+# What a sunset asks (summaryctl sunset, the sweep).
+SUNSET = st.fixed_dictionaries(
+    {"action": st.just("Summarize"), "forgetMemories": st.just(False)},
+    optional={"requestedAt": st.just("2026-03-03T00:00:00Z")},
+)
+# The object's status as the operator leaves it: its pass (generation 1) done or not.
+STATUS = st.fixed_dictionaries(
+    {
+        "phase": st.sampled_from(
+            ["Pending", "Summarizing", "Summarized", "Empty", "NotFound", "Failed", "Forgotten"]
+        ),
+        "observedGeneration": st.sampled_from([1, 0]),
+    }
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(before=st.none() | SPEC_FIELDS | HELD, asked=SPEC_FIELDS | SUNSET, status=optional(STATUS))
+def test_only_the_forget_role_newly_asks_or_cancels_a_forget_or_rebuild(
     harness: Harness,
     forget_gate: dict[str, str],
     before: dict[str, Any] | None,
     asked: dict[str, Any],
+    status: dict[str, Any] | None,
 ) -> None:
     """The same request by the sunset role alone and with the forget role: denied exactly
     when it asks a new Forget/Rebuild pass (a create, or a spec change that leaves action
-    Forget/Rebuild: any spec change runs a pass) or sets forgetMemories newly true, and the
-    requester lacks the forget role."""
+    Forget/Rebuild: any spec change runs a pass) or sets forgetMemories newly true, or asks
+    less than an unfinished Forget/Rebuild (summaryctl's own rule, retention.kept_request),
+    and the requester lacks the forget role."""
     defaults = {"action": "Summarize", "forgetMemories": False}
     old = None if before is None else defaults | before
     new = defaults | (old or {}) | asked
@@ -353,16 +383,24 @@ def test_only_the_forget_role_newly_asks_a_forget_or_rebuild(
         new["forgetMemories"] and not (old or {}).get("forgetMemories")
     )
     rebuild = new_pass and new["action"] == "Rebuild"
-    allowed = gate_request(harness, forget_gate["forgetter"], before, asked)
+    held = {"spec": old, "status": status, "metadata": {"generation": 1}}
+    cancels = old is not None and kept_request(held, new)
+    status = None if before is None else status
+    allowed = gate_request(harness, forget_gate["forgetter"], before, asked, status)
     assert allowed.returncode == 0, allowed.stderr
-    res = gate_request(harness, forget_gate["sunset-only"], before, asked)
-    if forget or rebuild:
-        assert res.returncode != 0, (before, asked)
+    res = gate_request(harness, forget_gate["sunset-only"], before, asked, status)
+    if not (forget or rebuild or cancels):
+        assert res.returncode == 0, res.stderr
+        return
+    assert res.returncode != 0, (before, asked, status)
+    assert forget_gate["sunset-only"] in res.stderr
+    if forget or rebuild:  # the API server names the first validation that fails
         sub = "forget" if forget else "rebuild"
         assert f"create on sessionsummaries/{sub} (group memorycore.io)" in res.stderr
-        assert forget_gate["sunset-only"] in res.stderr and PREFIX + "forget" in res.stderr
+        assert PREFIX + "forget" in res.stderr
     else:
-        assert res.returncode == 0, res.stderr
+        assert f"the {cancels} this SessionSummary asks is not finished" in res.stderr
+        assert f"needs create on sessionsummaries/{str(cancels).lower()} " in res.stderr
 
 
 def test_summaryctl_forget_and_rebuild_need_the_forget_role_and_sunset_still_works(
@@ -403,6 +441,76 @@ def test_summaryctl_forget_and_rebuild_need_the_forget_role_and_sunset_still_wor
     again = summaryctl_as(h, weak, "sunset", sid, "-n", NS, "--wait", "60")
     assert again.returncode == 0, again.stdout + again.stderr
     assert h.wait_phase(sid, "Summarized")["spec"]["forgetMemories"] is False
+
+
+@pytest.mark.parametrize(
+    ("ask", "done"),
+    [(("forget", "--memories", "--yes"), "Forgotten"), (("rebuild",), "Summarized")],
+)
+def test_a_sunset_while_a_forget_or_rebuild_waits_leaves_it_to_finish(
+    harness: Harness,
+    roles: dict[str, str],
+    forget_gate: dict[str, str],
+    tmp_path: Path,
+    ask: tuple[str, ...],
+    done: str,
+) -> None:
+    """The defect: a forget (or a rebuild dropping a secret) waits for the session's claim,
+    held by another writer; the agent's sunset (summaryctl, or kubectl with the sunset role)
+    patched it to action Summarize, and the session ended Summarized with its memories. Now
+    summaryctl leaves it as it is, the API server refuses the patch, and the request ends."""
+    from controller.api import API_VERSION, CLAIM_KIND, CLAIM_PLURAL, GROUP, VERSION
+    from controller.core.claim_rules import Claim, Writer, claim_name
+    from controller.kube import client as kube
+
+    h, u = harness, uid()
+    memory, summary = f"held-memory-{u}", f"held-sessions-{u}"
+    h.kubectl("apply", "-f", "-", input=summarizer_yaml(f"held-{u}", h.chroma.url,
+                                                      memory=memory, summary=summary))  # fmt: skip
+    store, sid, agent = h.store(memory, summary), f"held-{u}", f"agent-held-{u}"
+    bind(h, roles["sunset"], agent)
+    weak = h.cp.service_account_kubeconfig(NS, agent, tmp_path / "weak.kubeconfig")
+    load(store, [interaction(sid, 0, now_ms() - 60_000, "Keep FACTSECRETADDR as the address."),
+                 interaction(sid, 1, now_ms() - 59_000, "Ship it.")])  # fmt: skip
+    first = h.summaryctl("sunset", sid, "-n", NS, "--summarizer", f"held-{u}", "--wait", "60")
+    assert first.returncode == 0, first.stdout + first.stderr
+    # Another writer's live claim on the row (a killed writer's stays live for its duration).
+    name = claim_name(store.location.row_scope, sid)
+    held = Claim(sid, store.location.row_scope, Writer("other-replica", "uid-x", "ns/x"), 60.0)
+    body = {"apiVersion": API_VERSION, "kind": CLAIM_KIND, "metadata": {"name": name},
+            "spec": held.spec()}  # fmt: skip
+    kube.custom().create_cluster_custom_object(GROUP, VERSION, CLAIM_PLURAL, body)
+    try:
+        asked = h.summaryctl(*ask[:1], sid, "-n", NS, *ask[1:])
+        assert asked.returncode == 0, asked.stdout + asked.stderr
+        wait_for(lambda: "SessionClaimed" in json.dumps(h.obj(sid).get("status") or {}), 60, 0.3,
+                 message="the request waiting for the claim", log=h.log)  # fmt: skip
+        spec = h.obj(sid)["spec"]
+        sunset = summaryctl_as(h, weak, "sunset", sid, "-n", NS)
+        print("$ summaryctl sunset  # sunset role\n" + sunset.stdout + sunset.stderr)
+        assert sunset.returncode == 0, sunset.stdout + sunset.stderr
+        assert "unchanged" in sunset.stdout and "not replaced" in sunset.stdout
+        summarize = {
+            "action": "Summarize",
+            "forgetMemories": False,
+            "requestedAt": "2026-12-01T00:00:00Z",
+        }
+        patched = as_identity(h, weak, "-n", NS, "patch", "ssum", summary_object_name(sid),
+                              "--type", "merge", "-p", json.dumps({"spec": summarize}))  # fmt: skip
+        print("$ kubectl patch ... action Summarize  # sunset role\n" + patched.stderr)
+        assert patched.returncode != 0
+        assert "this SessionSummary asks is not finished" in patched.stderr
+        assert h.obj(sid)["spec"] == spec
+    finally:
+        kube.custom().delete_cluster_custom_object(GROUP, VERSION, CLAIM_PLURAL, name)
+    final = h.wait_phase(sid, done, timeout=90)
+    assert final["spec"] == spec
+    if done == "Forgotten":
+        assert store.session_ids(sid) == [] and store.read_summary(sid) is None
+        assert [e for e in h.events(sid) if e.get("reason") == "Forgotten"]
+    again = summaryctl_as(h, weak, "sunset", sid, "-n", NS)  # finished: replaced by a new pass
+    assert again.returncode == 0 and " patched " in again.stdout, again.stdout + again.stderr
+    assert h.obj(sid)["spec"]["action"] == "Summarize"
 
 
 # --- the sunset marker ----------------------------------------------------------------------

@@ -10,8 +10,14 @@ from hypothesis import strategies as st
 from kubernetes.client.exceptions import ApiException
 
 from controller.api import SessionSummarizerSpec
-from controller.core.retention import RetentionPolicy, expired, holds_request
-from controller.sweep import _in_flight, apply_retention
+from controller.core.retention import (
+    RetentionPolicy,
+    expired,
+    holds_request,
+    kept_request,
+    pass_in_flight,
+)
+from controller.sweep import apply_retention
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
 TERMINAL_PHASES = ("Summarized", "Empty", "NotFound", "Failed", "Forgotten")
@@ -127,7 +133,7 @@ def test_a_failed_forget_or_rebuild_is_never_collected_nor_replaced_by_a_sweep(
 ) -> None:
     """A request to forget (or rebuild) whose pass failed is retried until it is done:
     retention keeps it, and the sweep, the marker scan and the reconciliation, which patch
-    only objects not in flight (sweep._in_flight), leave it as it is."""
+    only objects not in flight (retention.pass_in_flight), leave it as it is."""
     one = obj("it", phase=phase or "Pending", age_s=age_s, generation=2, observed=observed or 0)
     if phase is None:
         one["status"].pop("phase")
@@ -137,9 +143,9 @@ def test_a_failed_forget_or_rebuild_is_never_collected_nor_replaced_by_a_sweep(
     assert holds_request(one) == holds
     if holds:
         assert expired([one], summarizer="default", now=NOW, policy=POLICY) == []
-        assert _in_flight(one)
+        assert pass_in_flight(one)
     else:  # as before: a failed Summarize is asked again by the next sweep that finds it
-        assert _in_flight(one) == (
+        assert pass_in_flight(one) == (
             phase in (None, "Pending", "Summarizing") if observed == 2 else phase != "Failed"
         )
 
@@ -214,3 +220,28 @@ def test_retention_cut_at_any_delete_is_finished_by_the_next_run_and_deletes_not
             ):
                 apply_retention(spec, api.list(), namespace="agents", summarizer="default")
         assert set(api.live) == {one["metadata"]["name"] for one in made} - doomed, fail_at
+
+
+@given(
+    action=st.sampled_from(["Forget", "Rebuild"]),
+    memories=st.booleans(),
+    phase=st.sampled_from([None, "Pending", "Summarizing", "Summarized", "Empty", "NotFound",
+                           "Failed", "Forgotten"]),
+    observed=st.sampled_from([None, 1, 2]),
+)  # fmt: skip
+def test_a_summary_request_never_replaces_an_unfinished_forget_or_rebuild(
+    action: str, memories: bool, phase: str | None, observed: int | None
+) -> None:
+    obj = {
+        "metadata": {"generation": 2},
+        "spec": {"action": action, "forgetMemories": memories},
+        "status": {"phase": phase, "observedGeneration": observed},
+    }
+    finished = observed == 2 and phase in ("Summarized", "Empty", "NotFound", "Forgotten")
+    sunset = {"action": "Summarize", "forgetMemories": False}
+    assert kept_request(obj, sunset) == (None if finished else action)
+    assert kept_request(obj, {"action": "Forget", "forgetMemories": True}) is None
+    keeps_memories = {"action": "Forget", "forgetMemories": False}
+    assert kept_request(obj, keeps_memories) == (
+        action if action == "Forget" and memories and not finished else None
+    )
