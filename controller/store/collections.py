@@ -302,7 +302,7 @@ def by_ids(
 ) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
     """(id, metadata, document) of these rows still there, `size` ids a read (SQLite binds
     at most 32,766)."""
-    for batch in batches(list(ids), size):
+    for batch in batches(ids, size):
         got = guard(what, lambda b=batch: coll.get(ids=list(b), include=cast(Any, list(include))))  # type: ignore[misc]
         yield from rows(got)
 
@@ -316,5 +316,8 @@ def rows(got: Any) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
 
 
 def batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    """Each item once, `size` a batch: every read or delete of several ids is cut here, and
+    Chroma refuses a request that names an id twice (its answer is per id anyway)."""
+    items = list(dict.fromkeys(items))
     for start in range(0, len(items), size):
         yield items[start : start + size]

@@ -519,7 +519,8 @@ class MemoryStore(Collections):
         if done:
             ids = [i for one in done for i in one.leftovers]
             try:
-                self._delete("ledger", "deleting old ledger records", ids=ids)
+                for batch in batches(ids, DELETE_BATCH):
+                    self._delete("ledger", "deleting old ledger records", ids=list(batch))
             except Exception as exc:
                 for one in done:
                     one.write.error = exc
@@ -638,9 +639,8 @@ class MemoryStore(Collections):
         self._put_ledger("renewing this cluster's authority record", [written])
 
     def remove_authorities(self, uids: Sequence[str]) -> None:
-        ids = [authority_record_id(uid) for uid in uids]
-        if ids:
-            self._delete("ledger", "removing authority records", ids=ids)
+        for batch in batches([authority_record_id(uid) for uid in uids], DELETE_BATCH):
+            self._delete("ledger", "removing authority records", ids=list(batch))
 
 
 def newer_where(after_ms: int, upto_ms: int | None = None) -> dict[str, Any]:

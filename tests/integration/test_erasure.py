@@ -243,6 +243,60 @@ def test_a_forget_in_another_namespace_turns_the_owners_summary_forgotten_until_
         stop(proc)
 
 
+def test_with_two_objects_of_one_session_a_forget_in_another_namespace_turns_both_forgotten(
+    harness: Harness,
+) -> None:
+    """A SessionSummary named by hand beside the derived one (allowed) puts the session
+    twice into the retention's read of the ledger heads: each object is still told."""
+    memory, summary, cp = "twice-memory", "twice-sessions", harness.cp
+    harness.kubectl(
+        "apply", "-f", "-",
+        input=summarizer_yaml("twice", harness.chroma.url, memory=memory, summary=summary,
+                              sweep="enabled: false, intervalSeconds: 5"),
+    )  # fmt: skip
+    other = f"twice-b-{uuid.uuid4().hex[:5]}"
+    cp.kubectl_run("create", "namespace", other)
+    b_summarizer = summarizer_yaml("b", harness.chroma.url, memory=memory, summary=summary)
+    cp.kubectl_run(
+        "apply", "-f", "-", input=b_summarizer.replace(f"namespace: {NS}", f"namespace: {other}")
+    )
+    sid, store = f"twice-{uuid.uuid4().hex[:6]}", harness.store(memory, summary)
+    load(store, [interaction(sid, 0, 1_770_000_000_000, "Use Rust.")])
+    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "twice", "--wait", "60")
+    assert res.returncode == 0, res.stdout + res.stderr
+    mine = f"mine-{uuid.uuid4().hex[:6]}"
+    harness.kubectl(
+        "apply", "-f", "-",
+        input=textwrap.dedent(f"""
+            apiVersion: memorycore.io/v1alpha1
+            kind: SessionSummary
+            metadata: {{name: {mine}, namespace: {NS}}}
+            spec: {{sessionId: {sid}, summarizerRef: twice}}
+        """),
+    )  # fmt: skip
+
+    def phase_of(name: str, phase: str) -> bool:
+        obj = json.loads(harness.kubectl("get", "ssum", name, "-o", "json"))
+        st = obj.get("status") or {}
+        return (
+            st.get("phase") == phase
+            and st.get("observedGeneration") == obj["metadata"]["generation"]
+        )
+
+    wait_for(lambda: phase_of(mine, "Summarized"), 60, 0.3, message=mine, log=harness.log)
+    log = harness.log.with_name(f"{other}.log")
+    proc = start_operator(
+        log, dict(cp.env(), SSO_REPLICA_ID="b"), "--standalone", "--namespace", other
+    )
+    try:
+        res = harness.summaryctl("forget", sid, "-n", other, "--summarizer", "b", "--wait", "90")
+        assert res.returncode == 0, res.stdout + res.stderr + tail(log)
+        harness.wait_phase(sid, "Forgotten", timeout=60)
+        wait_for(lambda: phase_of(mine, "Forgotten"), 30, 0.3, message=mine, log=harness.log)
+    finally:
+        stop(proc)
+
+
 def test_a_tombstone_with_an_unreadable_time_and_author_still_turns_the_owner_forgotten(
     harness: Harness,
 ) -> None:
