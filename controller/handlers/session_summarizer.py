@@ -355,8 +355,18 @@ async def _retention(tick: _Tick) -> None:
                 deleted += apply_retention(
                     tick.spec, page, namespace=tick.namespace, summarizer=tick.name, pause=pause
                 )
-                with contextlib.suppress(*STORE_ERRORS):  # the sweep's to report
+                try:
                     _tell(tick, page, pause)
+                except STORE_ERRORS as exc:  # a failure the sweep may never meet
+                    said = sweep_failure(exc)[0]
+                    message = (
+                        "retention could not check finished SessionSummaries against the "
+                        f"ledger (retried at the next retention): {said.message}"
+                    )
+                    tick.runtime.events.post(
+                        tick.body, type_="Warning", reason=said.reason, message=message
+                    )
+                    tick.logger.warning("%s", message)
         return deleted
 
     deleted = await tick.in_thread("retention", retain)

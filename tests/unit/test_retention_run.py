@@ -24,6 +24,7 @@ from controller.core.ledger import FORGOTTEN_KEY
 from controller.core.retention import RetentionPolicy, expired
 from controller.handlers.session_summarizer import _retention, _Tick
 from controller.runtime import Runtime
+from controller.store.errors import StoreUnavailable
 from tests.unit.test_invalid_summary_spec import Recorded
 
 HEADS = {"none": None, "tombstone": {FORGOTTEN_KEY: 1_770_000_000_000}, "summary": {"fence": 3}}
@@ -112,6 +113,26 @@ def summary(i: int, phase: str, ref: str, done: bool, old: bool) -> dict[str, An
     }
 
 
+def run_retention(
+    made: list[dict[str, Any]], store: Any, spec: SessionSummarizerSpec, page: int = 0
+) -> tuple[_Api, Recorded]:
+    """One _retention of summarizer "default" over these objects and this store."""
+    api, events = _Api(made), Recorded()
+    runtime = Runtime(CONFIG, events, *cast(Any, (_Scheduler(), None, _Parts(store), None)))
+    body = kopf.Body({"metadata": {"name": "default", "namespace": "ns"}, "spec": spec.to_api()})
+    tick = _Tick(body, spec, "ns", "default", cast(Any, logging.getLogger("t")), runtime)
+    with (
+        mock.patch("controller.kube.client.custom", lambda: api),
+        mock.patch("controller.kube.client.update_summarizer_status"),
+        mock.patch(
+            "controller.handlers.session_summarizer.CONFIG",
+            CONFIG.model_copy(update={"list_chunk_size": page}),
+        ),
+    ):
+        asyncio.run(_retention(tick))
+    return api, events
+
+
 @given(
     rows=st.lists(
         st.tuples(
@@ -146,19 +167,7 @@ def test_one_list_feeds_the_deletes_and_tells_each_object_what_its_ledger_head_s
     policy = RetentionPolicy(ttl, ttl, ttl, ttl)
     doomed = {n for n, _ in expired(made, summarizer="default", now=dt.datetime.now(dt.UTC),
                                     policy=policy)}  # fmt: skip
-    api, events = _Api(made), Recorded()
-    runtime = Runtime(CONFIG, events, *cast(Any, (_Scheduler(), None, _Parts(_Store(heads)), None)))
-    body = kopf.Body({"metadata": {"name": "default", "namespace": "ns"}, "spec": spec.to_api()})
-    tick = _Tick(body, spec, "ns", "default", cast(Any, logging.getLogger("t")), runtime)
-    with (
-        mock.patch("controller.kube.client.custom", lambda: api),
-        mock.patch("controller.kube.client.update_summarizer_status"),
-        mock.patch(
-            "controller.handlers.session_summarizer.CONFIG",
-            CONFIG.model_copy(update={"list_chunk_size": page}),
-        ),
-    ):
-        asyncio.run(_retention(tick))
+    api, events = run_retention(made, _Store(heads), spec, page)
 
     # One list, page by page: the first request without a continue token, each next with one.
     pages_after_the_first = range(page, len(made), page) if page else []
@@ -176,3 +185,30 @@ def test_one_list_feeds_the_deletes_and_tells_each_object_what_its_ledger_head_s
         n: ("Summarize", "sweep") for n, seen in told.items() if seen == ("Forgotten", "summary")
     }
     assert [reason for _, reason, _ in events.posted] == ["Forgotten"] * len(api.status)
+
+
+def test_a_store_failure_of_the_tell_is_a_warning_event_and_the_deletes_still_happen() -> None:
+    """The tell's read is no sweep's: its failure shows on the SessionSummarizer itself."""
+
+    class Refusing:
+        def ledger_heads(self, session_ids: list[str]) -> dict[str, dict[str, Any]]:
+            raise StoreUnavailable("Chroma error while reading the ledger metadata: refused")
+
+    made = [
+        summary(0, "Summarized", "default", True, False),
+        summary(1, "Empty", "default", True, True),
+    ]
+    spec = SessionSummarizerSpec.model_validate(
+        {"store": {"url": "http://chroma:8000"}, "sweep": {"enabled": False},
+         "retention": {"emptyTTLSeconds": 3600}}
+    )  # fmt: skip
+    api, events = run_retention(made, Refusing(), spec)
+    assert api.deleted == {"o1"} and not api.status
+    assert events.posted == [
+        (
+            "Warning",
+            "StoreUnavailable",
+            "retention could not check finished SessionSummaries against the ledger (retried at "
+            "the next retention): Chroma error while reading the ledger metadata: refused",
+        )
+    ]
