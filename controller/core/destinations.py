@@ -100,7 +100,7 @@ def shown(url: str) -> str:
 
 
 def _as_written(url: str) -> str:
-    return re.split(r"[?#]", re.sub(r"^([^/@]*//)?[^@]*@", r"\1", url), maxsplit=1)[0]
+    return re.split(r"[?#]", re.sub(r"^([^/@]*//)?.*@", r"\1", url, flags=re.S), maxsplit=1)[0]
 
 
 # A wildcard is a domain's hosts: "*.0.1" would be IP addresses ending in .0.1 instead, so
