@@ -582,6 +582,8 @@ class MemoryStore(Collections):
         where = {"$and": [{"sessionId": session_id}, {"segment": {"$gte": 0}}]}
         segments = self._by_id("ledger", "listing the session's ledger segments", [], where)
         head = self._metadata("ledger", [session_id]).get(session_id, {})
+        if is_tombstone(head):  # forgotten before: the memories it removed count too
+            times.append(_count(head.get(LAST_MEMORY_KEY, head.get(FORGOTTEN_KEY))) or None)
         entry = len(segments) + bool(head and not is_tombstone(head))  # what a forget found
         removed = Forgotten(row, entry, len(ids) if memories else 0, len(left))
         if request and is_tombstone(head) and head.get(REQUEST_KEY) == request:  # a retry

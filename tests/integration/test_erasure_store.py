@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from controller.api import SessionSummarizerSpec
 from controller.core.coverage import PriorCoverage, digest
 from controller.core.coverage import build as coverage_of
-from controller.core.ledger import FORGOTTEN_KEY, LedgerRecord
+from controller.core.ledger import FORGOTTEN_KEY, LAST_MEMORY_KEY, LedgerRecord
 from controller.core.memories import (
     DEFAULT_EXCLUDED_TYPES,
     FUTURE_TOLERANCE_MS,
@@ -377,6 +377,27 @@ def test_a_forgotten_session_is_stale_only_once_a_memory_comes_after_its_forget_
     assert sid in swept(max(newest, after))
     if other == skew:  # the same agent's sunset marker after the forget asks for a pass
         assert not covered_by_summary(SunsetMarker(sid, after), state)
+
+
+@settings(SETTINGS, max_examples=10)
+@given(skew=SKEWS, again=st.sampled_from(["the retry", "another forget"]))
+def test_a_forget_again_keeps_the_time_of_the_memories_the_first_one_removed(
+    store: MemoryStore, skew: int, again: str
+) -> None:
+    """A forget that deleted the memories, run again (its retry after a lapsed claim or a
+    failed status write, or another request) finds none: the tombstone keeps the newest time
+    of those the first removed, not the operator's clock, so the agent's sunset marker after
+    the forget still asks for a pass."""
+    sid = f"again-{uuid.uuid4().hex[:6]}"
+    newest = int(time.time() * 1000) + skew - 1_000
+    load(store, [memory(sid, i, newest - i, f"Step {i}.") for i in range(2)], row_vectors)
+    forget_session(store, sid, memories=True, request="uid/1")
+    first = store.ledger_heads([sid])[sid][LAST_MEMORY_KEY]
+    assert first == newest
+    forget_session(store, sid, memories=True, request="uid/1" if again == "the retry" else "b/1")
+    state = store.summary_states([sid])[sid]
+    assert store.ledger_heads([sid])[sid][LAST_MEMORY_KEY] == first
+    assert not covered_by_summary(SunsetMarker(sid, newest + 1), state)
 
 
 def test_a_tombstone_of_release_0_1_0_is_read_by_the_time_of_its_forget(store: MemoryStore) -> None:
