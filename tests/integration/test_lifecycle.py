@@ -505,7 +505,9 @@ def _sunset_between_read_and_patch(monkeypatch: pytest.MonkeyPatch) -> list[str]
     def racing(namespace: str, name: str) -> dict[str, Any] | None:
         obj = read(namespace, name)
         if obj is not None:
-            kube.request_summary(namespace, obj["spec"]["sessionId"], trigger="sunset")
+            with pytest.MonkeyPatch.context() as sunset:  # its own read is a plain one
+                sunset.setattr(kube, "get_summary", read)
+                kube.request_summary(namespace, obj["spec"]["sessionId"], trigger="sunset")
             landed.append(name)
         return obj
 
