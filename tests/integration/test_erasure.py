@@ -175,6 +175,31 @@ def test_forget_with_memories_deletes_them_and_needs_a_confirmation(harness: Har
     assert "3 memories of the session" in harness.obj(sid)["status"]["message"]
 
 
+def _summarized_in_two_namespaces(
+    harness: Harness, name: str, prefix: str
+) -> tuple[str, str, str, Any]:
+    """A session summarized by SessionSummarizer `name` in NS (its retention looks every 5 s),
+    and summarizer `b` on the same store in another namespace: (session, summary collection,
+    the other namespace, the store)."""
+    memory, summary, cp = f"{name}-memory", f"{name}-sessions", harness.cp
+    harness.kubectl(
+        "apply", "-f", "-",
+        input=summarizer_yaml(name, harness.chroma.url, memory=memory, summary=summary,
+                              sweep="enabled: false, intervalSeconds: 5"),
+    )  # fmt: skip
+    other = f"{prefix}-b-{uuid.uuid4().hex[:5]}"
+    cp.kubectl_run("create", "namespace", other)
+    b_summarizer = summarizer_yaml("b", harness.chroma.url, memory=memory, summary=summary)
+    cp.kubectl_run(
+        "apply", "-f", "-", input=b_summarizer.replace(f"namespace: {NS}", f"namespace: {other}")
+    )
+    sid, store = f"{prefix}-{uuid.uuid4().hex[:6]}", harness.store(memory, summary)
+    load(store, [interaction(sid, 0, 1_770_000_000_000, "Use Rust.")])
+    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", name, "--wait", "60")
+    assert res.returncode == 0, res.stdout + res.stderr
+    return sid, summary, other, store
+
+
 def test_a_forget_in_another_namespace_turns_the_owners_summary_forgotten_until_summarized_again(
     harness: Harness,
 ) -> None:
@@ -183,26 +208,10 @@ def test_a_forget_in_another_namespace_turns_the_owners_summary_forgotten_until_
     the tombstone and says when and by whom. Once another namespace's pass summarizes the
     session again, a Forgotten object (told so, or forgotten by its own request) says
     Summarized again, with no pass asked of it."""
-    memory, summary, cp = "owner-memory", "owner-sessions", harness.cp
-    sweep = "enabled: false, intervalSeconds: 5"  # retention's clock: the owner looks every 5 s
-    harness.kubectl(
-        "apply", "-f", "-",
-        input=summarizer_yaml("owner", harness.chroma.url, memory=memory, summary=summary,
-                              sweep=sweep),
-    )  # fmt: skip
-    other = f"forget-b-{uuid.uuid4().hex[:5]}"
-    cp.kubectl_run("create", "namespace", other)
-    b_summarizer = summarizer_yaml("b", harness.chroma.url, memory=memory, summary=summary)
-    cp.kubectl_run(
-        "apply", "-f", "-", input=b_summarizer.replace(f"namespace: {NS}", f"namespace: {other}")
-    )
-    sid, store = f"owned-{uuid.uuid4().hex[:6]}", harness.store(memory, summary)
-    load(store, [interaction(sid, 0, 1_770_000_000_000, "Use Rust.")])
-    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "owner", "--wait", "60")
-    assert res.returncode == 0, res.stdout + res.stderr
+    sid, summary, other, store = _summarized_in_two_namespaces(harness, "owner", "owned")
     log = harness.log.with_name(f"{other}.log")
     proc = start_operator(
-        log, dict(cp.env(), SSO_REPLICA_ID="b"), "--standalone", "--namespace", other
+        log, dict(harness.cp.env(), SSO_REPLICA_ID="b"), "--standalone", "--namespace", other
     )
     try:
         res = harness.summaryctl("forget", sid, "-n", other, "--summarizer", "b", "--wait", "90")
@@ -248,22 +257,7 @@ def test_with_two_objects_of_one_session_a_forget_in_another_namespace_turns_bot
 ) -> None:
     """A SessionSummary named by hand beside the derived one (allowed) puts the session
     twice into the retention's read of the ledger heads: each object is still told."""
-    memory, summary, cp = "twice-memory", "twice-sessions", harness.cp
-    harness.kubectl(
-        "apply", "-f", "-",
-        input=summarizer_yaml("twice", harness.chroma.url, memory=memory, summary=summary,
-                              sweep="enabled: false, intervalSeconds: 5"),
-    )  # fmt: skip
-    other = f"twice-b-{uuid.uuid4().hex[:5]}"
-    cp.kubectl_run("create", "namespace", other)
-    b_summarizer = summarizer_yaml("b", harness.chroma.url, memory=memory, summary=summary)
-    cp.kubectl_run(
-        "apply", "-f", "-", input=b_summarizer.replace(f"namespace: {NS}", f"namespace: {other}")
-    )
-    sid, store = f"twice-{uuid.uuid4().hex[:6]}", harness.store(memory, summary)
-    load(store, [interaction(sid, 0, 1_770_000_000_000, "Use Rust.")])
-    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "twice", "--wait", "60")
-    assert res.returncode == 0, res.stdout + res.stderr
+    sid, _, other, _ = _summarized_in_two_namespaces(harness, "twice", "twice")
     mine = f"mine-{uuid.uuid4().hex[:6]}"
     harness.kubectl(
         "apply", "-f", "-",
@@ -286,7 +280,7 @@ def test_with_two_objects_of_one_session_a_forget_in_another_namespace_turns_bot
     wait_for(lambda: phase_of(mine, "Summarized"), 60, 0.3, message=mine, log=harness.log)
     log = harness.log.with_name(f"{other}.log")
     proc = start_operator(
-        log, dict(cp.env(), SSO_REPLICA_ID="b"), "--standalone", "--namespace", other
+        log, dict(harness.cp.env(), SSO_REPLICA_ID="b"), "--standalone", "--namespace", other
     )
     try:
         res = harness.summaryctl("forget", sid, "-n", other, "--summarizer", "b", "--wait", "90")
