@@ -7,10 +7,13 @@ memories alone."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import textwrap
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -200,6 +203,22 @@ def _summarized_in_two_namespaces(
     return sid, summary, other, store
 
 
+@contextlib.contextmanager
+def _forgotten_in(harness: Harness, sid: str, other: str) -> Iterator[Path]:
+    """The other namespace's operator (replica b) runs while the block does, and its
+    summarizer `b` has forgotten the session: its log."""
+    log = harness.log.with_name(f"{other}.log")
+    proc = start_operator(
+        log, dict(harness.cp.env(), SSO_REPLICA_ID="b"), "--standalone", "--namespace", other
+    )
+    try:
+        res = harness.summaryctl("forget", sid, "-n", other, "--summarizer", "b", "--wait", "90")
+        assert res.returncode == 0, res.stdout + res.stderr + tail(log)
+        yield log
+    finally:
+        stop(proc)
+
+
 def test_a_forget_in_another_namespace_turns_the_owners_summary_forgotten_until_summarized_again(
     harness: Harness,
 ) -> None:
@@ -209,13 +228,7 @@ def test_a_forget_in_another_namespace_turns_the_owners_summary_forgotten_until_
     session again, a Forgotten object (told so, or forgotten by its own request) says
     Summarized again, with no pass asked of it."""
     sid, summary, other, store = _summarized_in_two_namespaces(harness, "owner", "owned")
-    log = harness.log.with_name(f"{other}.log")
-    proc = start_operator(
-        log, dict(harness.cp.env(), SSO_REPLICA_ID="b"), "--standalone", "--namespace", other
-    )
-    try:
-        res = harness.summaryctl("forget", sid, "-n", other, "--summarizer", "b", "--wait", "90")
-        assert res.returncode == 0, res.stdout + res.stderr + tail(log)
+    with _forgotten_in(harness, sid, other) as log:
         owner = harness.wait_phase(sid, "Forgotten", timeout=60)
         status = owner["status"]
         print(f"owner: {status['message']}")
@@ -248,8 +261,6 @@ def test_a_forget_in_another_namespace_turns_the_owners_summary_forgotten_until_
                     "forget", sid, "-n", NS, "--summarizer", "owner", "--wait", "60"
                 )
                 assert res.returncode == 0 and "Forgotten" in res.stdout, res.stdout
-    finally:
-        stop(proc)
 
 
 def test_with_two_objects_of_one_session_a_forget_in_another_namespace_turns_both_forgotten(
@@ -278,17 +289,9 @@ def test_with_two_objects_of_one_session_a_forget_in_another_namespace_turns_bot
         )
 
     wait_for(lambda: phase_of(mine, "Summarized"), 60, 0.3, message=mine, log=harness.log)
-    log = harness.log.with_name(f"{other}.log")
-    proc = start_operator(
-        log, dict(harness.cp.env(), SSO_REPLICA_ID="b"), "--standalone", "--namespace", other
-    )
-    try:
-        res = harness.summaryctl("forget", sid, "-n", other, "--summarizer", "b", "--wait", "90")
-        assert res.returncode == 0, res.stdout + res.stderr + tail(log)
+    with _forgotten_in(harness, sid, other):
         harness.wait_phase(sid, "Forgotten", timeout=60)
         wait_for(lambda: phase_of(mine, "Forgotten"), 30, 0.3, message=mine, log=harness.log)
-    finally:
-        stop(proc)
 
 
 def test_a_tombstone_with_an_unreadable_time_and_author_still_turns_the_owner_forgotten(
