@@ -63,8 +63,10 @@ class CamelModel(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
-# Kubernetes' own rules: an object's name is a DNS subdomain, a Secret's key [-._a-zA-Z0-9]+.
-SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# Kubernetes' own rules: a namespace is a DNS label, an object's name a DNS subdomain (also an
+# annotation key's prefix), a Secret's key [-._a-zA-Z0-9]+.
+DNS_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+SECRET_NAME_PATTERN = rf"^{DNS_LABEL}(\.{DNS_LABEL})*$"
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=SECRET_NAME_PATTERN)]
 SecretKey = Annotated[str, Field(min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN)]

@@ -13,12 +13,9 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from controller.api import DNS_LABEL
+from controller.api import SECRET_NAME_PATTERN as SUBDOMAIN
 from controller.core.destinations import OPERATOR, UrlPrefix, parse_prefixes, shown
-
-# What Kubernetes accepts where a value goes: a namespace is a DNS-1123 label, an annotation
-# key's prefix a DNS-1123 subdomain, an Event's reportingInstance 128 characters.
-_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_SUBDOMAIN = rf"^{_LABEL}(\.{_LABEL})*$"
 
 
 def _default_replica_id() -> str:
@@ -34,7 +31,7 @@ class OperatorConfig(BaseSettings):
         env_prefix="SSO_", frozen=True, extra="ignore", env_ignore_empty=True
     )
 
-    # Kopf's peering identity, our claims' writer, log and Event text: printable, no spaces.
+    # Kopf's peering identity, claims' writer, Events' reportingInstance: printable, no spaces.
     replica_id: str = Field(default_factory=_default_replica_id, max_length=128, pattern="^[!-~]+$")
     namespaces: Annotated[tuple[str, ...], NoDecode] = ()  # empty: cluster-wide
     sweep_tick_seconds: float = Field(default=5.0, gt=0)
@@ -65,7 +62,7 @@ class OperatorConfig(BaseSettings):
     embedding_reprobe_seconds: float = Field(default=30.0, gt=0)
     list_chunk_size: int = Field(default=500, ge=0)  # 0: one page
     worker_idle_seconds: float = Field(default=0.5, ge=0)
-    annotation_prefix: str = Field(default="memorycore.io", max_length=253, pattern=_SUBDOMAIN)
+    annotation_prefix: str = Field(default="memorycore.io", max_length=253, pattern=SUBDOMAIN)
     allow_unannotated_secrets: bool = False  # deprecated (docs/security.md)
     allowed_endpoints: Annotated[tuple[UrlPrefix, ...], NoDecode] = ()  # empty: any URL
     allowed_model_urls: Annotated[tuple[UrlPrefix, ...], NoDecode] = ()
@@ -99,7 +96,7 @@ class OperatorConfig(BaseSettings):
     def _comma_separated(cls, value: Any) -> Any:
         names = value.split(",") if isinstance(value, str) else value
         names = tuple(n.strip() for n in names if n.strip())
-        if bad := [n for n in names if len(n) > 63 or not re.fullmatch(_LABEL, n)]:
+        if bad := [n for n in names if len(n) > 63 or not re.fullmatch(DNS_LABEL, n)]:
             raise ValueError(f"not namespace names (DNS-1123 labels): {', '.join(map(repr, bad))}")
         return names
 
@@ -110,7 +107,7 @@ class OperatorConfig(BaseSettings):
         try:
             ipaddress.ip_address(value)
         except ValueError:
-            if len(value) > 253 or not re.fullmatch(_SUBDOMAIN, value.lower()):
+            if len(value) > 253 or not re.fullmatch(SUBDOMAIN, value.lower()):
                 raise ValueError("not an IP address or host name") from None
         return value
 

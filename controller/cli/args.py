@@ -9,14 +9,12 @@ import sys
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from controller.api import SECRET_NAME_PATTERN, StoreSpec
+from controller.api import DNS_LABEL, SECRET_NAME_PATTERN, StoreSpec
 from controller.core.destinations import shown
 from controller.core.naming import blank_session_id
 from controller.core.text import ms_to_rfc3339, printable
 
 MAX_SESSION_ID = 1024  # the CRD's spec.sessionId maxLength
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(SECRET_NAME_PATTERN)
 
 
 class CliError(Exception):
@@ -59,8 +57,8 @@ def session_id_arg(value: str) -> str:
     return text_arg(value)
 
 
-def _dns_name(value: str, pattern: re.Pattern[str], limit: int, what: str, chars: str) -> str:
-    if len(value) > limit or not pattern.fullmatch(value):
+def _dns_name(value: str, pattern: str, limit: int, what: str, chars: str) -> str:
+    if len(value) > limit or not re.fullmatch(pattern, value):
         raise argparse.ArgumentTypeError(
             f"invalid {what} {_shown(value)}: {chars}, at most {limit} characters"
         )
@@ -68,12 +66,12 @@ def _dns_name(value: str, pattern: re.Pattern[str], limit: int, what: str, chars
 
 
 def namespace_arg(value: str) -> str:
-    return _dns_name(value, _DNS_LABEL, 63, "namespace", "lowercase letters, digits and '-'")
+    return _dns_name(value, DNS_LABEL, 63, "namespace", "lowercase letters, digits and '-'")
 
 
 def object_name_arg(value: str) -> str:
     chars = "lowercase letters, digits, '-' and '.'"
-    return _dns_name(value, _DNS_SUBDOMAIN, 253, "object name", chars)
+    return _dns_name(value, SECRET_NAME_PATTERN, 253, "object name", chars)
 
 
 def positive_int_arg(value: str) -> int:
