@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Annotated, Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from controller.api import DNS_LABEL
@@ -70,10 +71,9 @@ class OperatorConfig(BaseSettings):
     def setting(self, field: str, program: str = OPERATOR) -> str:
         """Where a message's reader changes a setting: the operator's chart value in a Pod,
         else SSO_* in the environment of the process that read it (the operator, summaryctl)."""
-        head, *rest = field.split("_")
         if program != OPERATOR:
             return f"SSO_{field.upper()} in {program}'s environment"
-        chart = f"the chart value operator.{head}{''.join(w.title() for w in rest)}"
+        chart = f"the chart value operator.{to_camel(field)}"
         return chart if in_pod() else f"SSO_{field.upper()} in the operator process's environment"
 
     @property
