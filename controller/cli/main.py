@@ -87,11 +87,8 @@ STORE_DEFAULTS: tuple[str, ...] = ("chroma_url", "path", "tenant", "database")
 STORE_DEFAULTS += ("memory_collection", "summary_collection", "summarizer_file")
 
 
-def _add_request_args(
-    p: argparse.ArgumentParser, done: str, *, session_optional: bool = False
-) -> None:
+def _add_request_args(p: argparse.ArgumentParser, done: str, nargs: str | None = None) -> None:
     """SESSION_ID, -n, --summarizer and --wait: a request for a pass of the session."""
-    nargs = "?" if session_optional else None
     p.add_argument("session_id", type=session_id_arg, metavar="SESSION_ID", nargs=nargs)
     _add_namespace(p, "namespace of the SessionSummary", "default")
     p.add_argument(
@@ -132,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         "regenerate a session's summary from its living memories with the current backend, "
         "replacing the old text (spec.action Rebuild)",
     )
-    _add_request_args(p, "Summarized", session_optional=True)
+    _add_request_args(p, "Summarized", nargs="?")
     p.add_argument(
         "--all-with-secrets",
         action="store_true",
