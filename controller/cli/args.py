@@ -15,6 +15,7 @@ from controller.core.naming import blank_session_id
 from controller.core.text import ms_to_rfc3339, printable
 
 MAX_SESSION_ID = 1024  # the CRD's spec.sessionId maxLength
+STORE_FLAGS = ("tenant", "database", "memory_collection", "summary_collection")  # StoreSpec's
 
 
 class CliError(Exception):

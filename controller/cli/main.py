@@ -11,8 +11,10 @@ from collections.abc import Callable
 from typing import NoReturn
 
 from controller import cli as cli_package
+from controller.api import StoreSpec
 from controller.cli import commands, ledger
 from controller.cli.args import (
+    STORE_FLAGS,
     CliError,
     namespace_arg,
     object_name_arg,
@@ -35,11 +37,9 @@ def _add_store_args(p: argparse.ArgumentParser) -> None:
         help="Chroma server URL, http(s)://HOST[:PORT] (env CHROMA_URL; token: env CHROMA_TOKEN)",
     )
     where.add_argument("--path", help="embedded Chroma directory (single process only)")
-    p.add_argument("--tenant", type=store_name_arg("tenant"), help="default: default_tenant")
-    p.add_argument("--database", type=store_name_arg("database"), help="default: default_database")
-    memory, summary = store_name_arg("memory_collection"), store_name_arg("summary_collection")
-    p.add_argument("--memory-collection", type=memory, help="default: neo-agent-memory")
-    p.add_argument("--summary-collection", type=summary, help="default: neo-agent-sessions")
+    for field in STORE_FLAGS:  # --tenant ... --summary-collection, the spec's default in the help
+        flag, default = f"--{field.replace('_', '-')}", StoreSpec.model_fields[field].default
+        p.add_argument(flag, type=store_name_arg(field), help=f"default: {default}")
     which = p.add_mutually_exclusive_group()
     which.add_argument(
         "--summarizer",
@@ -83,8 +83,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 # The store flags' values when only a SessionSummarizer names the store (rebuild --all-...).
-STORE_DEFAULTS: tuple[str, ...] = ("chroma_url", "path", "tenant", "database")
-STORE_DEFAULTS += ("memory_collection", "summary_collection", "summarizer_file")
+STORE_DEFAULTS = ("chroma_url", "path", *STORE_FLAGS, "summarizer_file")
 
 
 def _add_request_args(p: argparse.ArgumentParser, done: str, nargs: str | None = None) -> None:

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from controller import backends
 from controller.api import API_VERSION, SUMMARIZER_KIND, SessionSummarizerSpec, StoreSpec
-from controller.cli.args import CliError, check_chroma_url, namespace_arg
+from controller.cli.args import STORE_FLAGS, CliError, check_chroma_url, namespace_arg
 from controller.cli.failures import kube_call, summarizer_object
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
@@ -40,7 +40,6 @@ from controller.summarizers.extractive import EXTRACTIVE
 SECRET_ENV = MappingProxyType(
     {"store": "CHROMA_TOKEN", "embedding": "EMBEDDING_API_KEY", "model": "MODEL_API_KEY"}
 )
-STORE_FLAGS = ("tenant", "database", "memory_collection", "summary_collection")
 # summaryctl checks destinations against its own SSO_* variables: a refusal names them.
 PROGRAM = "summaryctl"
 
