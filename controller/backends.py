@@ -8,6 +8,9 @@ and a value goes only to a URL its Secret allows and the allowed endpoints admit
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from controller.api import ModelSpec, SecretKeyRef, SessionSummarizerSpec
 from controller.config import CONFIG
@@ -25,7 +28,13 @@ from controller.core.destinations import (
     judge_secret,
     memory_destination_refusal,
 )
-from controller.embeddings.spec import EmbeddingSpec
+from controller.embeddings.minilm import (
+    MINILM_ALIASES,
+    MINILM_MODEL_NAME,
+    EmbeddingFunction,
+    LocalMiniLMEmbedding,
+    MiniLMWeights,
+)
 from controller.kube import client as kube
 from controller.redaction import Redaction
 from controller.store.connection import StoreLocation
@@ -136,6 +145,40 @@ def store_location(
         embedding_model=spec.embedding.model,
         document_max_chars=spec.document.max_chars,
     )
+
+
+class EmbeddingSpec(BaseModel):
+    """Which model embeds summaries; must be the model the collection was created with (a
+    collection's model and dimension are fixed by its first insert)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    provider: Literal["local-minilm", "openai"] = "local-minilm"
+    model: str = MINILM_MODEL_NAME
+    base_url: str | None = None
+    api_key: str | None = Field(default=None, repr=False)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> EmbeddingSpec:
+        if self.provider == "local-minilm" and self.model not in MINILM_ALIASES:
+            raise ValueError(
+                f"provider 'local-minilm' only runs {MINILM_MODEL_NAME}, not {self.model!r}"
+            )
+        return self
+
+
+def build_embedding_function(
+    spec: EmbeddingSpec, weights: MiniLMWeights | None = None
+) -> EmbeddingFunction:
+    """A plain callable, never handed to chromadb. weights: the local model's, shared (the
+    operator's runtime); else loaded per function."""
+    if spec.provider == "local-minilm":
+        return LocalMiniLMEmbedding(weights=weights)
+    assert spec.base_url is not None  # api.EmbeddingConfig requires it of provider openai
+    # Imported here: the openai SDK costs ~14 MB of RSS (bench/operator_rss.py).
+    from controller.embeddings.remote import OpenAICompatibleEmbedding
+
+    return OpenAICompatibleEmbedding(base_url=spec.base_url, model=spec.model, api_key=spec.api_key)
 
 
 def embedding_spec(

@@ -15,6 +15,8 @@ from typing import Any, Literal, TypeVar, cast
 
 from controller.api import SessionSummarizerSpec
 from controller.backends import (
+    EmbeddingSpec,
+    build_embedding_function,
     chat_model_config,
     check_memory_destinations,
     embedding_spec,
@@ -22,7 +24,6 @@ from controller.backends import (
     store_location,
 )
 from controller.embeddings.minilm import EmbeddingFunction, LocalMiniLMEmbedding, MiniLMWeights
-from controller.embeddings.spec import EmbeddingSpec, build_embedding_function
 from controller.pipeline import Backends, Embedder
 from controller.scheduling import PassScheduler
 from controller.store.connection import StoreLocation, connect

@@ -23,7 +23,6 @@ from controller.cli.args import STORE_FLAGS, CliError, check_chroma_url, namespa
 from controller.cli.failures import kube_call, summarizer_object
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
-from controller.embeddings.spec import build_embedding_function
 from controller.pipeline import Backends, Embedder
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import (
@@ -197,7 +196,7 @@ def embedder(summarizer: SummarizerSettings) -> Embedder:
     check_memory_destination(summarizer, "embedding.baseUrl")
     try:
         spec = backends.embedding_spec(summarizer.spec, summarizer.namespace, read_secret, PROGRAM)
-        ef = build_embedding_function(spec)
+        ef = backends.build_embedding_function(spec)
     except (EmbeddingError, ValueError) as exc:
         raise CliError(f"the embedding cannot be used: {one_line(exc, 300)}") from exc
     return lambda texts: list(ef(texts))

@@ -1493,7 +1493,7 @@ def test_every_error_an_embedding_or_a_model_raises_is_said_as_summaryctl_says_f
 
     monkeypatch.setattr("controller.cli.settings.connect", lambda location: None)
     monkeypatch.setattr("controller.cli.settings.MemoryStore", lambda *_: EmbeddingStore())
-    monkeypatch.setattr("controller.cli.settings.build_embedding_function", lambda spec: fail)
+    monkeypatch.setattr("controller.backends.build_embedding_function", lambda spec: fail)
     monkeypatch.setattr("controller.pipeline.summarize_session", fail)
     store = ["--chroma-url", REFUSED]
     with no_cluster(str(tmp_path)):
@@ -1754,7 +1754,7 @@ def test_a_store_secret_the_user_replaced_is_never_read_to_judge_a_model(
         mp.setattr("controller.cli.settings.summarizer_object", lambda ns, name: obj)
         mp.setattr("controller.cli.settings.connect", lambda location: None)
         mp.setattr("controller.cli.settings.MemoryStore", lambda *_: mock.MagicMock())
-        mp.setattr("controller.cli.settings.build_embedding_function", lambda s: len)
+        mp.setattr("controller.backends.build_embedding_function", lambda s: len)
         mp.setattr("controller.summarizers.chat_model.ChatModelSummarizer", mock.MagicMock())
         mp.setattr("controller.pipeline.summarize_session", mock.Mock(side_effect=ValueError))
         (tmp_path / "db").mkdir(exist_ok=True)  # type: ignore[operator]

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from safetensors import safe_open
 
 from controller.api import EmbeddingConfig
+from controller.backends import EmbeddingSpec, build_embedding_function
 from controller.embeddings import minilm as minilm_module
 from controller.embeddings.minilm import (
     EmbeddingError,
@@ -27,7 +28,6 @@ from controller.embeddings.minilm import (
     installed_minilm_dir,
 )
 from controller.embeddings.remote import OpenAICompatibleEmbedding
-from controller.embeddings.spec import EmbeddingSpec, build_embedding_function
 from tests.support.openai_server import (
     Delay,
     Flood,
