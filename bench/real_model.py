@@ -44,10 +44,13 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+from unittest import mock
 
 import httpx2
+from openai import DefaultHttpxClient
 
 from controller.core.summary import StructuredSummary
+from controller.embeddings import remote
 from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.pipeline import Backends, summarize_session
 from controller.store.connection import StoreLocation, connect
@@ -218,19 +221,23 @@ def main() -> int:
             "s_per_pass server_rss_mib replies_with_injected_claim rejected"
         )
         replies = Replies()
-        summarizer = ChatModelSummarizer(
-            ChatModelConfig(
-                base_url=llama.base_url,
-                model="smollm2",
-                timeout_seconds=args.timeout,
-                max_retries=args.max_retries,
-                max_output_tokens=args.max_output_tokens,
-                max_concurrency=1,
-            ),
-            http_client=httpx2.Client(
-                timeout=httpx2.Timeout(args.timeout), event_hooks={"response": [replies]}
-            ),
-        )
+
+        def recording(**options: Any) -> httpx2.Client:  # the summarizer's own HTTP client
+            client = DefaultHttpxClient(**options)
+            client.event_hooks["response"].append(replies)
+            return client
+
+        with mock.patch.object(remote, "DefaultHttpxClient", recording):
+            summarizer = ChatModelSummarizer(
+                ChatModelConfig(
+                    base_url=llama.base_url,
+                    model="smollm2",
+                    timeout_seconds=args.timeout,
+                    max_retries=args.max_retries,
+                    max_output_tokens=args.max_output_tokens,
+                    max_concurrency=1,
+                )
+            )
         for transcript in TRANSCRIPTS:
             suffix = uuid.uuid4().hex[:8]
             location = StoreLocation(

@@ -57,7 +57,7 @@ def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
         config = chat_model_config(model, namespace)
         timeout = min(model.timeout_seconds, 10)
         # The passes' client: bound in time and size, and asked where the passes post.
-        client, headers = openai_client(config.base_url, config.api_key, timeout, 0, None)
+        client, headers = openai_client(config.base_url, config.api_key, timeout, 0)
         url = f"{client.base_url}models"
         with client:
             client.get("models", cast_to=httpx2.Response, options={"headers": headers})

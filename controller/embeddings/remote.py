@@ -29,15 +29,11 @@ class OpenAICompatibleEmbedding:
         api_key: str | None = None,
         timeout_seconds: float = 30.0,
         retries: int = 2,
-        *,
-        http_client: httpx2.Client | None = None,
     ) -> None:
         base_url = base_url.rstrip("/")
         self.url = f"{base_url}/embeddings"
         self.model = model
-        self._client, self._headers = openai_client(
-            base_url, api_key, timeout_seconds, retries, http_client
-        )
+        self._client, self._headers = openai_client(base_url, api_key, timeout_seconds, retries)
 
     def close(self) -> None:
         self._client.close()
@@ -104,7 +100,6 @@ def openai_client(
     api_key: str | None,
     timeout_seconds: float,
     retries: int,
-    http_client: httpx2.Client | None,
 ) -> tuple[OpenAI, dict[str, Any]]:
     """The SDK's client of both model clients, and the headers each request sends: the SDK
     refuses to build a client without a key, so an endpoint without one gets a placeholder
@@ -112,10 +107,9 @@ def openai_client(
     Its HTTP client follows no redirect and reads each answer within timeout_seconds of its
     request, in all, and up to MAX_ANSWER_BYTES (http_deadline), asked uncompressed: the
     bound counts what comes, not what it inflates to."""
-    if http_client is None:
-        hooks = deadline_hooks(timeout_seconds, httpx2, MAX_ANSWER_BYTES)
-        http_client = DefaultHttpxClient(follow_redirects=False, event_hooks=hooks)
-        http_client.headers["Accept-Encoding"] = "identity"
+    hooks = deadline_hooks(timeout_seconds, httpx2, MAX_ANSWER_BYTES)
+    http_client = DefaultHttpxClient(follow_redirects=False, event_hooks=hooks)
+    http_client.headers["Accept-Encoding"] = "identity"
     client = OpenAI(
         base_url=base_url,
         api_key=api_key or "no-api-key",

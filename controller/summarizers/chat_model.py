@@ -28,7 +28,6 @@ from controller.summarizers.chat_reply import BadReply, Transient
 from controller.summarizers.contract import Proposal
 
 if TYPE_CHECKING:
-    import httpx2
     from openai.types.chat import ChatCompletionMessageParam
 
 log = logging.getLogger(__name__)
@@ -41,13 +40,11 @@ class ChatModelSummarizer:
     max_memories_per_pass = prompt.MAX_MEMORIES_PER_PASS
     one_memory_per_item = False  # an item may blend several memories
 
-    def __init__(
-        self, config: ChatModelConfig, *, http_client: httpx2.Client | None = None
-    ) -> None:
+    def __init__(self, config: ChatModelConfig) -> None:
         self.config = config
         # max_retries 0: the loop in propose retries, see the module docstring.
         self._client, self._headers = openai_client(
-            config.base_url, config.api_key, config.timeout_seconds, 0, http_client
+            config.base_url, config.api_key, config.timeout_seconds, 0
         )
         # spec.model.maxConcurrency: requests in flight at once from this summarizer.
         self._semaphore = threading.BoundedSemaphore(max(1, config.max_concurrency))

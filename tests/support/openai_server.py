@@ -8,6 +8,7 @@ a FIFO script; embeddings are deterministic.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import socket
@@ -19,10 +20,26 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx2
 import numpy as np
 from aiohttp import web
+from openai import DefaultHttpxClient
 
 Embedder = Callable[[list[str]], Sequence[Sequence[float]]]
+Answer = Callable[[httpx2.Request], httpx2.Response]
+
+
+@contextmanager
+def answered_by(answer: Answer) -> Iterator[None]:
+    """The model clients' own HTTP client (controller.embeddings.remote.openai_client), its
+    requests answered in process by `answer` (httpx2's MockTransport), not over a socket."""
+    from unittest import mock
+
+    from controller.embeddings import remote
+
+    client = functools.partial(DefaultHttpxClient, transport=httpx2.MockTransport(answer))
+    with mock.patch.object(remote, "DefaultHttpxClient", client):
+        yield
 
 
 @dataclass(frozen=True)

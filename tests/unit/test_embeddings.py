@@ -3,6 +3,7 @@ survive a flaky endpoint without leaking its key, and the vectors must work in C
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import socket
@@ -32,6 +33,7 @@ from tests.support.openai_server import (
     Delay,
     Flood,
     Status,
+    answered_by,
     hash_embedding,
     running_openai_server,
 )
@@ -239,16 +241,10 @@ def test_unreachable_endpoint_raises_embedding_error() -> None:
         ef(["nobody listens"])
 
 
-def answering(*bodies: str) -> httpx2.Client:
-    """An HTTP client (for the SDK) whose endpoint answers 200 with these bodies in turn."""
-    script = list(bodies)
-    return httpx2.Client(
-        transport=httpx2.MockTransport(
-            lambda _: httpx2.Response(
-                200, text=script.pop(0), headers={"content-type": "application/json"}
-            )
-        )
-    )
+def answering(body: str) -> contextlib.AbstractContextManager[None]:
+    """The SDK's endpoint answers 200 with this body."""
+    headers = {"content-type": "application/json"}
+    return answered_by(lambda _: httpx2.Response(200, text=body, headers=headers))
 
 
 KEY = "sk-secret-0123456789"
@@ -287,16 +283,15 @@ def test_each_kind_of_embedding_failure_names_its_cause_and_never_the_key(kind: 
         closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
         if where == "server":
             server.script_embeddings(step)  # type: ignore[arg-type]
-        base_url, client = {
-            "server": (server.base_url, None),
-            "closed": (f"http://127.0.0.1:{closed.getsockname()[1]}/v1", None),
+        base_url, answers = {
+            "server": (server.base_url, contextlib.nullcontext()),
+            "closed": (f"http://127.0.0.1:{closed.getsockname()[1]}/v1", contextlib.nullcontext()),
             "body": ("http://model/v1", answering(str(step))),
-        }.get(where, (where, None))
-        ef = OpenAICompatibleEmbedding(
-            base_url, "m", api_key=KEY, timeout_seconds=1, retries=0, http_client=client
-        )
-        with pytest.raises(EmbeddingError) as failure:
-            ef(["one text"])
+        }.get(where, (where, contextlib.nullcontext()))
+        with answers, pytest.raises(EmbeddingError) as failure:
+            OpenAICompatibleEmbedding(base_url, "m", api_key=KEY, timeout_seconds=1, retries=0)(
+                ["one text"]
+            )
     message = str(failure.value)
     assert says in message, message
     assert ("invalid JSON" in message) == (kind in ("not-json", "cut-off")), message

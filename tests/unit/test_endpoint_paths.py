@@ -94,7 +94,7 @@ def test_the_model_probe_asks_where_the_chat_client_posts(
     )
     seen.clear()
     condition = check_model(spec, "agents")
-    client, headers = openai_client(base, None, 5, 0, None)
+    client, headers = openai_client(base, None, 5, 0)
     with client:
         client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "x"}], extra_headers=headers

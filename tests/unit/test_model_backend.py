@@ -46,11 +46,13 @@ from controller.summarizers.chat_prompt import (
 )
 from controller.summarizers.chat_reply import degenerate_reason
 from tests.support.openai_server import (
+    Answer,
     Delay,
     OpenAIServer,
     Reply,
     Status,
     Truncated,
+    answered_by,
     running_openai_server,
 )
 from tests.support.passes import Passes, passes_over
@@ -338,10 +340,9 @@ def test_an_error_body_never_shows_any_part_of_the_api_key(
             return httpx2.Response(status, json={"error": {"message": text}})
         return httpx2.Response(status, text=text)
 
-    client = httpx2.Client(transport=httpx2.MockTransport(answer))
     config = ChatModelConfig(base_url="http://model/v1", model="m", api_key=API_KEY)
-    with pytest.raises(ModelUnavailable) as caught:
-        Passes(ChatModelSummarizer(config, http_client=client))(SID, memories("Add."), None)
+    with answered_by(answer), pytest.raises(ModelUnavailable) as caught:
+        Passes(ChatModelSummarizer(config))(SID, memories("Add."), None)
     assert f"HTTP {status}" in str(caught.value)
     assert API_KEY[:6] not in str(caught.value), str(caught.value)
 
@@ -357,9 +358,9 @@ def test_an_endpoint_without_an_api_key_gets_no_authorization_header(
     assert [{k.lower() for k in r.headers} & {"authorization"} for r in sent] == [set(), set()]
 
 
-def throttling_client(retry_after: str) -> tuple[httpx2.Client, list[float]]:
-    """An HTTP client (for the SDK) whose endpoint answers 429 with this Retry-After, then
-    a valid reply; records when each request arrived."""
+def throttling(retry_after: str) -> tuple[Answer, list[float]]:
+    """An endpoint that answers 429 with this Retry-After, then a valid reply; records when
+    each request arrived."""
     arrivals: list[float] = []
 
     def answer(request: httpx2.Request) -> httpx2.Response:
@@ -368,13 +369,14 @@ def throttling_client(retry_after: str) -> tuple[httpx2.Client, list[float]]:
             return httpx2.Response(429, headers={"Retry-After": retry_after}, json={})
         return httpx2.Response(200, json=completion(json.dumps(valid_reply()), "stop"))
 
-    return httpx2.Client(transport=httpx2.MockTransport(answer)), arrivals
+    return answer, arrivals
 
 
 def test_retry_after_is_honoured_over_a_shorter_backoff() -> None:
-    client, arrivals = throttling_client("1")
+    answer, arrivals = throttling("1")
     config = ChatModelConfig(base_url="http://model/v1", model="m", backoff_seconds=0.01)
-    result = Passes(ChatModelSummarizer(config, http_client=client))(SID, memories("Add."), None)
+    with answered_by(answer):
+        result = Passes(ChatModelSummarizer(config))(SID, memories("Add."), None)
     assert isinstance(result, PassResult)
     assert len(arrivals) == 2 and arrivals[1] - arrivals[0] >= 1.0
 
@@ -384,9 +386,10 @@ def test_a_retry_after_beyond_the_cap_is_waited_for_only_up_to_the_cap(
 ) -> None:
     """An hour's Retry-After neither blocks the pass for an hour nor ends it at once."""
     monkeypatch.setattr(chat_prompt, "RETRY_AFTER_MAX_SECONDS", 1.0)
-    client, arrivals = throttling_client("3600")
+    answer, arrivals = throttling("3600")
     config = ChatModelConfig(base_url="http://model/v1", model="m", backoff_seconds=0.01)
-    result = Passes(ChatModelSummarizer(config, http_client=client))(SID, memories("Add."), None)
+    with answered_by(answer):
+        result = Passes(ChatModelSummarizer(config))(SID, memories("Add."), None)
     assert isinstance(result, PassResult)
     assert len(arrivals) == 2 and 1.0 <= arrivals[1] - arrivals[0] < 3.0
 
@@ -725,27 +728,26 @@ def completion(content: str, finish_reason: str) -> dict[str, Any]:
     }
 
 
-def finishing_client(*replies: tuple[str, str]) -> tuple[httpx2.Client, list[dict[str, Any]]]:
-    """An HTTP client (for the SDK) whose endpoint answers these (content, finish_reason)."""
+def finishing(*replies: tuple[str, str]) -> tuple[Answer, list[dict[str, Any]]]:
+    """An endpoint that answers these (content, finish_reason)."""
     script, bodies = list(replies), []
 
     def answer(request: httpx2.Request) -> httpx2.Response:
         bodies.append(json.loads(request.content))
         return httpx2.Response(200, json=completion(*script.pop(0)))
 
-    return httpx2.Client(transport=httpx2.MockTransport(answer)), bodies
+    return answer, bodies
 
 
 def test_a_reply_cut_off_at_max_tokens_is_never_a_summary_even_when_it_parses() -> None:
     # Cut off after a complete inner object: the outermost braces would parse.
     cut = json.dumps(valid_reply())[:-1] + ', "supersede": [{"section": "x"}'
-    client, bodies = finishing_client(
+    answer, bodies = finishing(
         (cut, "length"), (json.dumps(valid_reply()), "length"), (json.dumps(valid_reply()), "stop")
     )
     config = ChatModelConfig(base_url="http://model/v1", model="m", backoff_seconds=0.01)
-    result = Passes(ChatModelSummarizer(config, http_client=client))(
-        SID, memories("Add retries."), None
-    )
+    with answered_by(answer):
+        result = Passes(ChatModelSummarizer(config))(SID, memories("Add retries."), None)
     assert isinstance(result, PassResult)
     assert len(bodies) == 3
     correction = bodies[1]["messages"][-1]["content"]
@@ -753,12 +755,13 @@ def test_a_reply_cut_off_at_max_tokens_is_never_a_summary_even_when_it_parses() 
 
 
 def test_replies_cut_off_on_every_attempt_fail_the_pass() -> None:
-    client, _ = finishing_client(*[(json.dumps(valid_reply()), "length")] * 2)
+    answer, _ = finishing(*[(json.dumps(valid_reply()), "length")] * 2)
     config = ChatModelConfig(base_url="http://model/v1", model="m", max_retries=1)
-    with pytest.raises(InvalidModelOutput, match="cut off at the output token limit"):
-        Passes(ChatModelSummarizer(config, http_client=client))(
-            SID, memories("Add retries."), good_prior()
-        )
+    with (
+        answered_by(answer),
+        pytest.raises(InvalidModelOutput, match="cut off at the output token limit"),
+    ):
+        Passes(ChatModelSummarizer(config))(SID, memories("Add retries."), good_prior())
 
 
 FILLER = "The new version of the app is available now!"
