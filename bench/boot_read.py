@@ -70,7 +70,7 @@ import numpy as np
 from aiohttp import ClientSession, ClientTimeout, web
 from chromadb.api import ClientAPI
 
-from controller.embeddings.minilm import MINILM_DIMENSION, LocalMiniLMEmbedding
+from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.pipeline import Backends, summarize_session
 from controller.store.connection import StoreLocation, connect
 from controller.store.memory_store import MemoryStore
@@ -92,6 +92,7 @@ NEO_ROWS = "boot-read-neo-sessions"  # neo's summary rows (SessionService.summar
 OURS_MEMORY = "boot-read-memory"  # the same turns, copied for the operator to read
 OURS_ROWS = "boot-read-sessions"  # the operator's summary rows (summarize_session)
 BOOT_LIMIT = 5  # get_all_summaries({limit: 5}), what an agent reads at boot
+MINILM_DIMENSION = 384
 CLONE_BATCH = 100
 COMPONENTS = ("exporter", "scheduler", "gateway", "indexer", "cache", "router", "billing")
 TOOLS = ("Edit", "Read", "Bash", "Grep", "Write")

