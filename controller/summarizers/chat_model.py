@@ -16,8 +16,8 @@ from openai import APIConnectionError, APIStatusError, APITimeoutError, omit
 
 from controller.core.destinations import redirect_refusal
 from controller.core.memories import Memory, memory_sort_key
-from controller.core.merge import PassUpdate
-from controller.core.summary import PriorSummary, StructuredSummary
+from controller.core.merge import SECTION_KEYS, PassUpdate
+from controller.core.summary import HISTORY_SECTIONS, PriorSummary, StructuredSummary
 from controller.core.text import one_line
 from controller.embeddings.remote import openai_client
 from controller.http_deadline import AnswerTooLarge
@@ -70,10 +70,13 @@ class ChatModelSummarizer:
         """One pass over a chunk the pipeline bounded by memory_budget_tokens."""
         memories = sorted(memories, key=memory_sort_key)
         if not memories:
-            return Proposal(reply.empty_update())
+            return Proposal(PassUpdate.model_validate(dict.fromkeys(SECTION_KEYS)))  # all empty
         config = self.config
         request = messages = prompt.build_messages(prior, memories, config)
         tokens = 0
+        prior_items = 0  # the prior's history items, which the reply may mark superseded
+        if isinstance(prior, StructuredSummary):
+            prior_items = sum(len(prior.sections.get(title, [])) for title in HISTORY_SECTIONS)
         failure: BadReply | Transient | None = None
         attempts = config.max_retries + 1
         for attempt in range(attempts):
@@ -84,7 +87,7 @@ class ChatModelSummarizer:
                 time.sleep(min(wait, config.max_backoff_seconds))
             content = ""
             try:
-                payload = self._complete(messages, len(memories), reply.history_item_count(prior))
+                payload = self._complete(messages, len(memories), prior_items)
                 tokens += reply.reply_tokens(payload)
                 content, finish = reply.reply_content(payload)
                 return Proposal(self._update(content, finish, memories, prior), tokens)

@@ -17,7 +17,7 @@ from controller.core.item_sources import identity
 from controller.core.memories import Memory
 from controller.core.merge import HISTORY_KEYS, SECTION_KEYS, PassUpdate
 from controller.core.quoting import is_quoted, kind_of, quote
-from controller.core.summary import HISTORY_SECTIONS, LegacySummary, StructuredSummary
+from controller.core.summary import LegacySummary, StructuredSummary
 from controller.core.text import cut, json_value
 from controller.summarizers import chat_prompt as prompt
 
@@ -94,10 +94,6 @@ def reply_content(completion: Any) -> tuple[str, str | None]:
         raise BadReply("the reply is empty", corrective=True)
     finish = getattr(choice, "finish_reason", None)
     return content, finish if isinstance(finish, str) else None
-
-
-def empty_update() -> PassUpdate:
-    return PassUpdate(**{key: [] for key in HISTORY_KEYS.values()}, current_state=None)
 
 
 # -- degenerate replies and injected claims --------------------------------------------------
@@ -282,9 +278,3 @@ def contain_injections(
     if isinstance(prior, StructuredSummary):
         changes.update(dict.fromkeys(("category", *prompt.SCORES)))
     return update.model_copy(update=changes)
-
-
-def history_item_count(prior: StructuredSummary | LegacySummary | None) -> int:
-    if not isinstance(prior, StructuredSummary):
-        return 0
-    return sum(len(prior.sections.get(title, [])) for title in HISTORY_SECTIONS)
