@@ -27,7 +27,7 @@ from controller.api import FINALIZER
 from controller.config import CONFIG
 from controller.core.text import printable
 from controller.handlers.session_summary import Retry
-from controller.kube.claim_collector import ClaimCollector
+from controller.kube.claims import ClaimCollector
 from controller.kube.client import release_finalizers
 from controller.kube.peering import (
     PRIORITY_STEP,

@@ -1,5 +1,6 @@
 """The session's SessionClaim: granted, renewed by a thread for the whole pass, fenced and
-released (blocking; the decisions are in core/claim_rules.py and core/fencing.py)."""
+released; and the claims of writers that died, deleted (blocking; the decisions are in
+core/claim_rules.py and core/fencing.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from controller.core.claim_rules import (
     Claim,
     Sighting,
     Writer,
+    abandoned,
     claim_name,
     decide,
     held_for_s,
@@ -361,3 +363,38 @@ class SessionClaimHandle:
             "session %s: could not release the claim %s (it lapses after %.0fs): %s",
             self.session_id, self.name, self.duration_s, failure,
         )  # fmt: skip
+
+
+@dataclass
+class ClaimCollector:
+    """Deletes claims unchanged, by our clock, for their duration plus a grace; each delete
+    is conditional on the resourceVersion seen, so a claim renewed meanwhile stays."""
+
+    default_duration_s: float
+    grace_s: float
+    page_size: int = 500
+    sightings: dict[str, Sighting] = field(default_factory=dict)
+
+    def collect(self) -> int:
+        now = time.monotonic()
+        seen: dict[str, Sighting] = {}
+        deleted = 0
+        pages = kube.list_pages(
+            _api().list_cluster_custom_object, CLAIM_PLURAL, page_size=self.page_size
+        )
+        for obj in pages:
+            meta = obj["metadata"]
+            name, version = str(meta["name"]), str(meta["resourceVersion"])
+            sighting = seen[name] = sighted(self.sightings.get(name), name, version, now)
+            claim = parse_claim(obj.get("spec"), self.default_duration_s)
+            duration = claim.duration_s if claim else self.default_duration_s
+            if not abandoned(sighting, duration, self.grace_s, now):
+                continue
+            delete, options = _api().delete_cluster_custom_object, kube.unless_changed(version)
+            if kube.applied((404, 409), delete, CLAIM_PLURAL, name, body=options):
+                deleted += 1
+                seen.pop(name)
+        self.sightings = seen  # claims gone since are forgotten
+        if deleted:
+            metrics.CLAIMS_COLLECTED.inc(deleted)
+        return deleted

@@ -17,8 +17,7 @@ from controller.core.claim_rules import Writer
 from controller.core.fencing import AuthorityConflict, AuthorityRecord, Fence
 from controller.kube import claims as claims_module
 from controller.kube import client as kube
-from controller.kube.claim_collector import ClaimCollector
-from controller.kube.claims import ClaimHeld, ClaimLost, SessionClaimHandle
+from controller.kube.claims import ClaimCollector, ClaimHeld, ClaimLost, SessionClaimHandle
 from devenv.processes import wait_for
 from tests.integration.harness import Harness
 from tests.support.dropping_proxy import dropping_proxy
