@@ -31,7 +31,6 @@ from controller.kube.claims import ClaimCollector
 from controller.kube.client import release_finalizers
 from controller.kube.peering import (
     PRIORITY_STEP,
-    PeeringView,
     ensure_peering_object,
     joining_priority,
     live_peers,
@@ -89,7 +88,7 @@ def _choose_priority(run: RunOptions) -> int:
         return joining_priority(
             live, CONFIG.replica_id, random.SystemRandom().randint(1, PRIORITY_STEP)
         )
-    others = priority_conflicts(PeeringView(live), CONFIG.replica_id, pinned)
+    others = priority_conflicts(live, CONFIG.replica_id, pinned)
     if others:
         log.error(
             "SSO_PEERING_PRIORITY=%d is also the priority of live replica(s) %s: kopf will "

@@ -10,7 +10,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from controller.api import Condition, SessionSummarizerStatus
@@ -95,38 +94,31 @@ def ensure_peering_object(name: str, namespaces: tuple[str, ...]) -> None:
         kube.unless((409,), api.create_cluster_custom_object, *where, "clusterkopfpeerings", body)
 
 
-@dataclass(frozen=True)
-class PeeringView:
-    live: dict[str, int]  # identity -> priority
-    standalone: bool = False
-
-    @property
-    def leader(self) -> str | None:
-        return leader_of(self.live)
-
-
-def replica_status(view: PeeringView, me: str) -> tuple[str | None, Condition]:
-    """status.activeReplica and the ReplicaActive condition of every SessionSummarizer."""
+def replica_status(
+    live: Mapping[str, int], me: str, standalone: bool = False
+) -> tuple[str | None, Condition]:
+    """status.activeReplica and the ReplicaActive condition of every SessionSummarizer, from
+    the live peers (identity -> priority)."""
 
     def said(active: str | None, reason: str, message: str) -> tuple[str | None, Condition]:
         status = "True" if active else "False"
         return active, condition("ReplicaActive", status, reason, message)
 
-    if view.standalone:
+    if standalone:
         message = f"replica {me} runs standalone (no peering): the only writer by configuration"
         return said(me, "Standalone", message)
-    if len(tied := _top(view.live)) > 1:  # kopf pauses every one of them
+    if len(tied := _top(live)) > 1:  # kopf pauses every one of them
         return said(
             None,
             "PeeringPriorityTie",
-            f"replicas {', '.join(tied)} share peering priority {view.live[tied[0]]}: kopf "
+            f"replicas {', '.join(tied)} share peering priority {live[tied[0]]}: kopf "
             "pauses all of them and nothing is summarized; give each replica its own "
             "SSO_PEERING_PRIORITY, or leave it unset for a random one",
         )
-    if (leader := view.leader) is None:
+    if (leader := leader_of(live)) is None:
         message = "no operator replica is alive in the peering object: nothing is summarized"
         return said(None, "NoLiveReplica", message)
-    return said(leader, "Elected", f"replica {leader} is active ({len(view.live)} live)")
+    return said(leader, "Elected", f"replica {leader} is active ({len(live)} live)")
 
 
 def report_due(
@@ -143,8 +135,8 @@ def report_due(
     return changed or nudged or cond.status == "False" or since_sync_s > resync_s
 
 
-def priority_conflicts(view: PeeringView, me: str, priority: int) -> list[str]:
-    return sorted(i for i, p in view.live.items() if p == priority and i != me)
+def priority_conflicts(live: Mapping[str, int], me: str, priority: int) -> list[str]:
+    return sorted(i for i, p in live.items() if p == priority and i != me)
 
 
 def _apply_replica_status(
@@ -166,21 +158,25 @@ def _apply_replica_status(
 
 
 def report_replica_status(
-    view: PeeringView, me: str, namespaces: tuple[str, ...], events: EventRecorder
+    live: Mapping[str, int],
+    me: str,
+    standalone: bool,
+    namespaces: tuple[str, ...],
+    events: EventRecorder,
 ) -> int:
     """Writes activeReplica + ReplicaActive where they differ (an Event where the condition
     changes); returns how many were written."""
-    active, cond = replica_status(view, me)
+    active, cond = replica_status(live, me, standalone)
     written = 0
     for obj in kube.list_summarizers(namespaces, cached=True):
         meta = obj["metadata"]
         listed = SessionSummarizerStatus.model_validate(obj.get("status") or {})
-        if _apply_replica_status(listed, active, cond, view.standalone) == listed:
+        if _apply_replica_status(listed, active, cond, standalone) == listed:
             continue  # as it should be: no read, no write
         result = kube.update_summarizer_status(
             meta["namespace"],
             meta["name"],
-            lambda st: _apply_replica_status(st, active, cond, view.standalone),
+            lambda st: _apply_replica_status(st, active, cond, standalone),
         )
         if result is None or result[0] == result[1]:
             continue
@@ -218,24 +214,22 @@ async def watch_leader(
     started = last_sync = time.monotonic()
     while True:
         try:
-            if standalone:
-                view = PeeringView({me: 0}, standalone=True)
-            else:
+            live = {me: 0}
+            if not standalone:
                 status = await asyncio.to_thread(read_peering, name, namespaces)
-                peers = live_peers(status, dt.datetime.now(dt.UTC))
-                view = PeeringView(with_own_priority(peers, me, priority))
-            leader = view.leader
-            if leader != previous:
+                live = with_own_priority(live_peers(status, dt.datetime.now(dt.UTC)), me, priority)
+            if (leader := leader_of(live)) != previous:
                 on_change(leader, previous)
                 previous = leader
-            active, cond = replica_status(view, me)
-            settled = view.live or time.monotonic() - started > grace_s
+            active, cond = replica_status(live, me, standalone)
+            settled = live or time.monotonic() - started > grace_s
             since_sync = time.monotonic() - last_sync
             if settled and report_due(
                 (active, cond), reported, since_sync, resync_s, nudged.is_set()
             ):
                 nudged.clear()
-                await asyncio.to_thread(report_replica_status, view, me, namespaces, events)
+                report = (live, me, standalone, namespaces, events)
+                await asyncio.to_thread(report_replica_status, *report)
                 reported, last_sync = (active, cond.reason), time.monotonic()
         except Exception as exc:  # keep watching through API hiccups; say each new one once
             said = f"{type(exc).__name__}: {exc}"[:300]

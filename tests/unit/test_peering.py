@@ -32,7 +32,6 @@ def test_a_shared_top_priority_means_no_leader() -> None:
 
 from controller.api import SessionSummarizerStatus  # noqa: E402
 from controller.kube.peering import (  # noqa: E402
-    PeeringView,
     _apply_replica_status,
     priority_conflicts,
     replica_status,
@@ -41,7 +40,7 @@ from controller.kube.peering import (  # noqa: E402
 
 
 def test_a_priority_tie_shows_no_active_replica_and_names_the_tied_replicas() -> None:
-    active, cond = replica_status(PeeringView({"r1": 100, "r2": 100, "r3": 5}), "r1")
+    active, cond = replica_status({"r1": 100, "r2": 100, "r3": 5}, "r1")
     assert active is None
     assert (cond.type, cond.status, cond.reason) == ("ReplicaActive", "False", "PeeringPriorityTie")
     assert "r1, r2" in cond.message and "100" in cond.message
@@ -49,24 +48,24 @@ def test_a_priority_tie_shows_no_active_replica_and_names_the_tied_replicas() ->
 
 
 def test_the_elected_leader_is_shown() -> None:
-    active, cond = replica_status(PeeringView({"r1": 1, "r2": 9}), "r1")
+    active, cond = replica_status({"r1": 1, "r2": 9}, "r1")
     assert active == "r2"
     assert (cond.status, cond.reason) == ("True", "Elected")
 
 
 def test_no_live_replica_is_said_so() -> None:
-    active, cond = replica_status(PeeringView({}), "r1")
+    active, cond = replica_status({}, "r1")
     assert active is None and (cond.status, cond.reason) == ("False", "NoLiveReplica")
 
 
 def test_a_standalone_replica_is_active_by_configuration() -> None:
-    active, cond = replica_status(PeeringView({}, standalone=True), "solo")
+    active, cond = replica_status({}, "solo", standalone=True)
     assert active == "solo" and cond.reason == "Standalone"
 
 
 def test_an_old_leader_is_cleared_when_priorities_tie() -> None:
     before = SessionSummarizerStatus(active_replica="old-leader")
-    active, cond = replica_status(PeeringView({"a": 3, "b": 3}), "a")
+    active, cond = replica_status({"a": 3, "b": 3}, "a")
     after = _apply_replica_status(before, active, cond, standalone=False)
     assert after.active_replica is None
     assert [c.reason for c in after.conditions or []] == ["PeeringPriorityTie"]
@@ -74,28 +73,26 @@ def test_an_old_leader_is_cleared_when_priorities_tie() -> None:
 
 def test_two_standalone_replicas_do_not_flip_the_active_replica_back_and_forth() -> None:
     first = _apply_replica_status(
-        SessionSummarizerStatus(), *replica_status(PeeringView({}, standalone=True), "a"), True
+        SessionSummarizerStatus(), *replica_status({}, "a", standalone=True), True
     )
-    second = _apply_replica_status(
-        first, *replica_status(PeeringView({}, standalone=True), "b"), True
-    )
+    second = _apply_replica_status(first, *replica_status({}, "b", standalone=True), True)
     assert second == first
 
 
 def test_an_explicit_priority_another_live_replica_has_is_a_conflict() -> None:
-    view = PeeringView({"me": 7, "other": 7, "third": 2})
-    assert priority_conflicts(view, "me", 7) == ["other"]
-    assert priority_conflicts(view, "me", 8) == []
+    live = {"me": 7, "other": 7, "third": 2}
+    assert priority_conflicts(live, "me", 7) == ["other"]
+    assert priority_conflicts(live, "me", 8) == []
 
 
 def test_while_no_replica_is_active_every_poll_reports_on_every_summarizer() -> None:
     """A summarizer created while replicas are paused (a tie) or none is alive says so
     within one poll: no handler runs then to nudge the reporter."""
-    for view in (PeeringView({"r1": 5, "r2": 5}), PeeringView({})):
-        now = replica_status(view, "r1")
+    for live in ({"r1": 5, "r2": 5}, {}):
+        now = replica_status(live, "r1")
         reported = (now[0], now[1].reason)
         assert report_due(now, reported, since_sync_s=2.0, resync_s=60.0, nudged=False)
-    elected = replica_status(PeeringView({"r1": 9, "r2": 5}), "r1")
+    elected = replica_status({"r1": 9, "r2": 5}, "r1")
     reported = (elected[0], elected[1].reason)
     assert not report_due(elected, reported, since_sync_s=2.0, resync_s=60.0, nudged=False)
     assert report_due(elected, reported, since_sync_s=2.0, resync_s=60.0, nudged=True)
