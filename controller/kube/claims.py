@@ -107,8 +107,6 @@ class SessionClaimHandle:
     fence: Fence | None = None  # the grant's fence (core/fencing.py)
     authorities: Callable[[str], AuthorityRecord | None] = lambda uid: None  # in the store
     took_over: str | None = None  # what the object says of a row taken over from a history
-    api_calls: int = 0
-    renewals: int = 0
     _claim: Claim | None = field(default=None, repr=False)
     _version: str | None = field(default=None, repr=False)
     _uid: str | None = field(default=None, repr=False)  # the claim object's, as granted
@@ -137,12 +135,11 @@ class SessionClaimHandle:
         )
 
     def _body(self, claim: Claim, resource_version: str | None) -> dict[str, Any]:
-        meta: dict[str, Any] = {
+        meta = {
             "name": self.name,
             "labels": {"app.kubernetes.io/managed-by": "session-summary-operator"},
+            **({"resourceVersion": resource_version} if resource_version is not None else {}),
         }
-        if resource_version is not None:
-            meta["resourceVersion"] = resource_version
         return {
             "apiVersion": API_VERSION,
             "kind": CLAIM_KIND,
@@ -153,7 +150,6 @@ class SessionClaimHandle:
     def _call(
         self, missing: tuple[int, ...], call: Callable[..., Any], *args: Any, **kw: Any
     ) -> dict[str, Any] | None:
-        self.api_calls += 1
         return cast(
             dict[str, Any] | None,
             kube.unless(missing, call, GROUP, VERSION, CLAIM_PLURAL, *args, **kw),
@@ -270,7 +266,7 @@ class SessionClaimHandle:
                     return
                 self._claim, self._version = renewed, str(made["metadata"]["resourceVersion"])
                 self._renewed_at_s = sent
-            self.renewals, self._failed = self.renewals + 1, ""
+            self._failed = ""
             metrics.CLAIM_RENEWALS.inc()
             wait = self.renew_s
 
