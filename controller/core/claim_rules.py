@@ -4,16 +4,13 @@ own monotonic clock (docs/architecture.md, "Exactly one writer")."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from controller.core.naming import summary_object_name
 from controller.core.text import ms_to_rfc3339
 
 Decision = Literal["take", "held"]
-NAME_HASH_LEN = 20
 
 
 @dataclass(frozen=True)
@@ -49,13 +46,6 @@ class Claim:
             "acquireTime": ms_to_rfc3339(self.acquired_at_ms),
             "renewTime": ms_to_rfc3339(self.renewed_at_ms),
         }
-
-
-def claim_name(collection_id: str, session_id: str) -> str:
-    """One name per (summary collection, session): readable slug, exact-id hash."""
-    digest = hashlib.sha256(f"{collection_id}\0{session_id}".encode()).hexdigest()
-    slug = summary_object_name(session_id).rsplit("-", 1)[0]
-    return f"{slug}-{digest[:NAME_HASH_LEN]}"
 
 
 def parse_claim(spec: Mapping[str, Any] | None, default_duration_s: float) -> Claim | None:

@@ -30,5 +30,11 @@ def summary_object_name(session_id: str) -> str:
     return f"{slug}-{digest}"
 
 
+def claim_name(collection_id: str, session_id: str) -> str:
+    """The SessionClaim's, one per (summary collection, session): the slug, an exact-id hash."""
+    digest = hashlib.sha256(f"{collection_id}\0{session_id}".encode()).hexdigest()
+    return f"{summary_object_name(session_id).rsplit('-', 1)[0]}-{digest[:20]}"
+
+
 def summary_row_id(session_id: str) -> str:
     return f"summary_{session_id}"

@@ -21,7 +21,6 @@ from controller.core.claim_rules import (
     Sighting,
     Writer,
     abandoned,
-    claim_name,
     decide,
     held_for_s,
     holder_may_write,
@@ -38,6 +37,7 @@ from controller.core.fencing import (
     still_writing,
     takeover_message,
 )
+from controller.core.naming import claim_name
 from controller.core.text import one_line
 from controller.kube import client as kube
 

@@ -460,7 +460,8 @@ def test_a_sunset_while_a_forget_or_rebuild_waits_leaves_it_to_finish(
     patched it to action Summarize, and the session ended Summarized with its memories. Now
     summaryctl leaves it as it is, the API server refuses the patch, and the request ends."""
     from controller.api import API_VERSION, CLAIM_KIND, CLAIM_PLURAL, GROUP, VERSION
-    from controller.core.claim_rules import Claim, Writer, claim_name
+    from controller.core.claim_rules import Claim, Writer
+    from controller.core.naming import claim_name
     from controller.kube import client as kube
 
     h, u = harness, uid()

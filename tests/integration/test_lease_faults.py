@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from controller.core.claim_rules import claim_name
+from controller.core.naming import claim_name
 from controller.kube import client as kube
 from controller.store.memory_store import MemoryStore
 from devenv.controlplane import ControlPlane

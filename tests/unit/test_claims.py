@@ -18,7 +18,6 @@ from controller.core.claim_rules import (
     Sighting,
     Writer,
     abandoned,
-    claim_name,
     decide,
     held_for_s,
     holder_may_write,
@@ -37,7 +36,7 @@ from controller.core.fencing import (
     recorded_fence,
     still_writing,
 )
-from controller.core.naming import summary_object_name
+from controller.core.naming import claim_name, summary_object_name
 from controller.store.connection import StoreLocation
 
 ME = Writer("replica-a", "uid-1", "agents/s1")
