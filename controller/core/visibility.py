@@ -101,10 +101,6 @@ class VisibilityRules:
         default_factory=lambda: NEO_IDENTITY_TRUST_TIERS
     )
 
-    def __hash__(self) -> int:  # the mapping is read-only in use; hash its items
-        items = tuple(sorted(self.identity_trust_tiers.items()))
-        return hash((self.memory_sharing, self.shared_agents, items))
-
 
 DEFAULT_VISIBILITY = VisibilityRules()
 
