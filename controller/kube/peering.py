@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import logging
 import threading
 import time
@@ -163,24 +164,21 @@ def report_replica_status(
     standalone: bool,
     namespaces: tuple[str, ...],
     events: EventRecorder,
-) -> int:
+) -> None:
     """Writes activeReplica + ReplicaActive where they differ (an Event where the condition
-    changes); returns how many were written."""
+    changes)."""
     active, cond = replica_status(live, me, standalone)
-    written = 0
+    apply = functools.partial(
+        _apply_replica_status, active=active, cond=cond, standalone=standalone
+    )
     for obj in kube.list_summarizers(namespaces, cached=True):
         meta = obj["metadata"]
         listed = SessionSummarizerStatus.model_validate(obj.get("status") or {})
-        if _apply_replica_status(listed, active, cond, standalone) == listed:
+        if apply(listed) == listed:
             continue  # as it should be: no read, no write
-        result = kube.update_summarizer_status(
-            meta["namespace"],
-            meta["name"],
-            lambda st: _apply_replica_status(st, active, cond, standalone),
-        )
+        result = kube.update_summarizer_status(meta["namespace"], meta["name"], apply)
         if result is None or result[0] == result[1]:
             continue
-        written += 1
         before = {c.type: c for c in result[0].conditions or []}.get("ReplicaActive")
         if before is None or (before.status, before.reason) != (cond.status, cond.reason):
             events.post(
@@ -189,7 +187,6 @@ def report_replica_status(
                 reason=cond.reason,
                 message=cond.message,
             )
-    return written
 
 
 async def watch_leader(
