@@ -4,7 +4,7 @@ writer cannot forget a session its successor writes, nor write over a forget."""
 
 from __future__ import annotations
 
-from controller.core.fencing import recorded_fence
+from controller.core.ledger import recorded_fence
 from controller.kube.claims import ClaimLost
 from controller.pipeline import Outcome
 from controller.store.memory_store import MemoryStore, is_tombstone

@@ -17,7 +17,7 @@ from opentelemetry import trace as otel
 
 from controller import tracing
 from controller.config import OperatorConfig
-from controller.core.fencing import FenceUnavailable
+from controller.core.ledger import FenceUnavailable
 from controller.core.text import one_line
 from controller.embeddings.minilm import MiniLMWeights
 from controller.kube import client as kube

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from controller.core.document import render_document
-from controller.core.fencing import Fence
-from controller.core.ledger import RowState
+from controller.core.ledger import Fence, RowState
 from controller.core.provenance import Provenance
 from controller.core.row_ownership import RowChangedDuringPass, document_digest
 from controller.core.summary import StructuredSummary

@@ -94,7 +94,7 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 def cmd_handover(args: argparse.Namespace) -> int:
     """Hands the store to this cluster: removes every other cluster's authority record, so
-    our operator takes their rows over (core/fencing.py); a running one renews its own."""
+    our operator takes their rows over (core/ledger.py); a running one renews its own."""
     from controller.cli.settings import open_store
     from controller.kube.client import core
 

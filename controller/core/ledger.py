@@ -1,19 +1,24 @@
 """The operator's ledger entry of one summary row: what the writer needs and no reader reads
-(docs/ledger.md). Pure.
+(docs/ledger.md), and the fence a write must pass over it. Pure.
 
 A head record holds every key of a write but the growing lists; segment records hold what
-the lists gained at each write, so a write costs what is new.
+the lists gained at each write, so a write costs what is new. A fence is a claim grant's
+resourceVersion (it only grows within one etcd history) and the cluster that issued it;
+another cluster's is history unless that cluster still renews its record in the ledger, so
+two live clusters never alternate writes (docs/ledger.md, "Fences and the authority that
+issued them").
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from controller.core.fencing import AUTHORITY_KEY, FENCE_KEY, Fence
+from controller.core.claim_rules import Sighting, sighted
 from controller.core.naming import summary_row_id
 from controller.core.row_ownership import DIGEST_KEY, document_digest
 from controller.core.summary import HISTORY_SECTIONS
@@ -21,6 +26,10 @@ from controller.core.summary_row import READER_ROW_KEYS, compact_json
 from controller.core.text import json_value
 
 LEDGER_FORMAT = 1
+FENCE_KEY = "fence"
+AUTHORITY_KEY = "fenceAuthority"
+AUTHORITY_RECORD = "authority"  # the `record` key of a cluster's record in the ledger
+_INTEGER = re.compile(r"[1-9][0-9]*")
 ROW_DIGEST_KEY = "rowDigest"  # the row document this entry goes with
 BUILT_ON_KEY = "builtOnDigest"  # the row document the write read: its text is in the entry
 FORGOTTEN_KEY = "forgottenAt"  # a tombstone's: the session was forgotten at that time (ms)
@@ -43,6 +52,7 @@ SEGMENTS_MAX = 64
 # Keys of the coverage: with the lists lost, none of them holds (the pass reads every row).
 COVERAGE_KEYS = ("coverageJson", "watermarkTimestamp", "watermarkMemoryId", "rowsDigest")
 Agreement = Literal["agrees", "behind", "foreign"]  # see row_agreement
+Admission = Literal["write", "newer-grant", "other-authority", "ahead-of-authority"]
 
 
 class UnreadableLedgerEntry(ValueError):
@@ -241,3 +251,116 @@ def _head_state(document: str | None) -> dict[str, Any]:
     if not isinstance(data, dict) or data.pop("ledgerFormat", None) != LEDGER_FORMAT:
         raise UnreadableLedgerEntry(f"the ledger entry is not of format {LEDGER_FORMAT}")
     return data
+
+
+class FenceUnavailable(ValueError):
+    """No fence: the resourceVersion is no comparable integer, or the cluster's id is unreadable."""
+
+
+class AuthorityConflict(RuntimeError):
+    """The row was written by another cluster whose operator still writes the store."""
+
+
+@dataclass(frozen=True)
+class Fence:
+    number: int
+    authority: str
+
+    def metadata(self) -> dict[str, int | str]:
+        return {FENCE_KEY: self.number, AUTHORITY_KEY: self.authority}
+
+
+def fence_of(resource_version: str) -> int:
+    """A grant's fencing number: its resourceVersion, a positive integer without leading
+    zeros (KEP-5504's comparable form; etcd's revision on every etcd-backed server)."""
+    if not _INTEGER.fullmatch(resource_version):
+        raise FenceUnavailable(
+            f"the API server gave the SessionClaim resourceVersion {resource_version!r}, not a "
+            "comparable integer (Kubernetes >= 1.35 guarantees one; every etcd-backed server "
+            "has one): writes cannot be fenced"
+        )
+    return int(resource_version)
+
+
+def recorded_fence(ledger: Mapping[str, Any] | None) -> Fence | None:
+    """The fence in a ledger entry's head; None without one ("" authority: an unknown cluster)."""
+    number, authority = (ledger or {}).get(FENCE_KEY), (ledger or {}).get(AUTHORITY_KEY)
+    if isinstance(number, bool) or not isinstance(number, int):
+        return None
+    return Fence(number, authority if isinstance(authority, str) else "")
+
+
+def admission(found: Fence | None, mine: Fence, grant_is_current: bool) -> Admission:
+    """May a writer holding grant `mine` write over a row whose ledger carries `found`?
+    write: none, ours or older; other-authority: another cluster's (numbers do not compare);
+    newer-grant: a newer grant of ours took over; ahead-of-authority: larger while no grant
+    came after ours (grant_is_current), so our authority's history went back (etcd restore)."""
+    if found is None:
+        return "write"
+    if found.authority != mine.authority:
+        return "other-authority"
+    if found.number <= mine.number:
+        return "write"
+    return "ahead-of-authority" if grant_is_current else "newer-grant"
+
+
+@dataclass(frozen=True)
+class AuthorityRecord:
+    """A cluster's record in a store's ledger, renewed by its operator while it runs;
+    renewed_ms is compared only for change."""
+
+    uid: str
+    holder: str
+    renewed_ms: int
+    duration_s: float
+
+    def metadata(self) -> dict[str, str | int | float]:
+        return {"record": AUTHORITY_RECORD, "authority": self.uid, "holder": self.holder,
+                "renewTime": self.renewed_ms, "leaseDurationSeconds": self.duration_s}  # fmt: skip
+
+    @classmethod
+    def parse(cls, meta: Mapping[str, Any]) -> AuthorityRecord | None:
+        keys = ("authority", "holder", "renewTime", "leaseDurationSeconds")
+        try:
+            record = cls(*(f(meta[k]) for f, k in zip((str, str, int, float), keys, strict=True)))
+        except (KeyError, TypeError, ValueError):
+            return None
+        return record if record.duration_s > 0 else None
+
+
+def authority_record_id(uid: str) -> str:
+    return f"authority:{uid}"
+
+
+def still_writing(
+    record: AuthorityRecord | None, sighting: Sighting | None, now_s: float
+) -> tuple[Sighting | None, bool]:
+    """(our sighting, whether `record`'s cluster still writes the store): live, as a claim's
+    holder, until its record is unchanged for its lease on our clock."""
+    if record is None:
+        return sighting, False
+    seen = sighted(sighting, record.uid, f"{record.holder}@{record.renewed_ms}", now_s)
+    return seen, now_s - seen.seen_at_s < record.duration_s
+
+
+def conflict_message(session_id: str, found: Fence, mine: Fence, record: AuthorityRecord) -> str:
+    return (
+        f"the row of session {session_id!r} was written by cluster {found.authority} (fence "
+        f"{found.number}), whose operator ({record.holder}) still renews its authority in "
+        f"this store; this cluster ({mine.authority}) writes nothing over it. Two clusters "
+        "write one store: stop one's operator, then run `summaryctl handover` in the other "
+        '(docs/operations.md, "Moving a store to another cluster")'
+    )
+
+
+def takeover_message(session_id: str, found: Fence, mine: Fence, verdict: Admission) -> str:
+    where = (
+        f"another cluster ({found.authority or 'unknown'}), whose operator no longer writes "
+        "this store" if verdict == "other-authority" else "a history of this cluster that "
+        "its own no longer orders (an etcd restored from a backup?)"
+    )  # fmt: skip
+    return (
+        f"the row of session {session_id!r} was last written under a claim of {where}, fence "
+        f"{found.number}; this cluster's claim (fence {mine.number}) took it over, keeping "
+        "its summary as history"
+    )

@@ -31,7 +31,7 @@ from controller.api import (
 )
 from controller.config import CONFIG
 from controller.core.destinations import DestinationRefused
-from controller.core.fencing import AuthorityRecord, FenceUnavailable
+from controller.core.ledger import AuthorityRecord, FenceUnavailable
 from controller.core.reconcile_plan import RowCursor
 from controller.core.requeue import to_ask_again
 from controller.core.text import one_line
@@ -259,7 +259,7 @@ def _probes_due(tick: _Tick) -> bool:
 @kopf.timer(GROUP, VERSION, SUMMARIZER_PLURAL, interval=CONFIG.claim_renew_period)
 async def renew_authority(body: kopf.Body, name: str, namespace: str | None, **kw: Any) -> None:
     """Renews this cluster's record in the store, so other clusters see it still writes
-    (core/fencing.py); its own timer, which no sweep delays."""
+    (core/ledger.py); its own timer, which no sweep delays."""
     tick, now_ms = _Tick.of(body, namespace, name, **kw), int(time.time() * 1000)
 
     def renew() -> None:

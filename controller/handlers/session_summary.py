@@ -36,7 +36,7 @@ from controller.core.destinations import (
     MemoryDestinationNotAllowed,
     SecretHostNotAllowed,
 )
-from controller.core.fencing import AuthorityConflict, FenceUnavailable
+from controller.core.ledger import AuthorityConflict, FenceUnavailable
 from controller.core.row_ownership import RowChangedDuringPass
 from controller.core.summary import SummaryValidationError, UnreadablePriorSummary
 from controller.core.text import one_line

@@ -1,6 +1,6 @@
 """The session's SessionClaim: granted, renewed by a thread for the whole pass, fenced and
 released; and the claims of writers that died, deleted (blocking; the decisions are in
-core/claim_rules.py and core/fencing.py)."""
+core/claim_rules.py and, for fences, core/ledger.py)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from controller.core.claim_rules import (
     parse_claim,
     sighted,
 )
-from controller.core.fencing import (
+from controller.core.ledger import (
     AuthorityConflict,
     AuthorityRecord,
     Fence,
@@ -104,7 +104,7 @@ class SessionClaimHandle:
     generation: int = 0
     seen: Sightings = field(default_factory=Sightings)
     authority: str = ""  # the cluster that issues our fences (Runtime.fence_authority)
-    fence: Fence | None = None  # the grant's fence (core/fencing.py)
+    fence: Fence | None = None  # the grant's fence (core/ledger.py)
     authorities: Callable[[str], AuthorityRecord | None] = lambda uid: None  # in the store
     took_over: str | None = None  # what the object says of a row taken over from a history
     _claim: Claim | None = field(default=None, repr=False)

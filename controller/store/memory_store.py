@@ -18,13 +18,8 @@ from chromadb.api.models.Collection import Collection
 from chromadb.errors import ChromaError, InvalidArgumentError
 
 from controller.core.coverage import PriorCoverage, digest, digest_text
-from controller.core.fencing import (
-    AUTHORITY_RECORD,
-    AuthorityRecord,
-    authority_record_id,
-    recorded_fence,
-)
 from controller.core.ledger import (
+    AUTHORITY_RECORD,
     FORGOTTEN_BY_KEY,
     FORGOTTEN_KEY,
     LAST_MEMORY_KEY,
@@ -32,12 +27,15 @@ from controller.core.ledger import (
     LEDGER_VECTOR,
     REQUEST_KEY,
     ROW_DIGEST_KEY,
+    AuthorityRecord,
     LedgerEntry,
     LedgerRecord,
     RowState,
     UnreadableLedgerEntry,
+    authority_record_id,
     plan_write,
     read_entry,
+    recorded_fence,
     replacing_head,
     row_agreement,
 )
@@ -622,7 +620,7 @@ class MemoryStore(Collections):
         self._writes(check, steps)
         return removed
 
-    # -- each cluster's authority record in the ledger (core/fencing.py) ----------------
+    # -- each cluster's authority record in the ledger (core/ledger.py) ----------------
 
     def read_authority(self, uid: str) -> AuthorityRecord | None:
         return next(iter(self.authorities(uid)), None)

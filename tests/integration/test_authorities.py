@@ -1,4 +1,4 @@
-"""Two clusters over one store (core/fencing.py, "authority"): real operator processes on two
+"""Two clusters over one store (core/ledger.py, "authority"): real operator processes on two
 real control planes (two etcd + kube-apiserver pairs), one real Chroma server.
 
 Each cluster's operator renews its cluster's record in the store's ledger. A row written by

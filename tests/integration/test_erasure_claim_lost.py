@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from controller.core.fencing import Fence, admission
+from controller.core.ledger import Fence, admission
 from controller.erasure import forget_session
 from controller.kube.claims import ClaimLost
 from controller.pipeline import Backends, Outcome, summarize_session
@@ -64,7 +64,7 @@ class Lapse:
 
 class Guard:
     """A claim's WriteGuard as SessionClaimHandle behaves: check() raises once the claim
-    lapsed; admit() checks, then compares fences (core/fencing.admission)."""
+    lapsed; admit() checks, then compares fences (core/ledger.admission)."""
 
     def __init__(self, number: int, lapse: Lapse | None = None) -> None:
         self.fence, self.lapse = Fence(number, "cluster-a"), lapse

@@ -17,8 +17,7 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from controller.core.claim_rules import Writer
-from controller.core.fencing import Fence
-from controller.core.ledger import RowState
+from controller.core.ledger import Fence, RowState
 from controller.core.summary import StructuredSummary
 from controller.kube.claims import ClaimLost, SessionClaimHandle
 from controller.pipeline import Backends, summarize_session

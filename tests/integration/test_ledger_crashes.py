@@ -26,8 +26,7 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from controller.core.fencing import Fence
-from controller.core.ledger import ROW_DIGEST_KEY, read_entry
+from controller.core.ledger import ROW_DIGEST_KEY, Fence, read_entry
 from controller.core.naming import summary_row_id
 from controller.core.row_ownership import DIGEST_KEY, document_digest
 from controller.core.summary_row import READER_ROW_KEYS

@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 
 from controller.api import CLAIM_PLURAL, GROUP, VERSION
 from controller.core.claim_rules import Writer
-from controller.core.fencing import AuthorityConflict, AuthorityRecord, Fence
+from controller.core.ledger import AuthorityConflict, AuthorityRecord, Fence
 from controller.kube import claims as claims_module
 from controller.kube import client as kube
 from controller.kube.claims import ClaimCollector, ClaimHeld, ClaimLost, SessionClaimHandle

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from controller.core.fencing import Fence, admission
+from controller.core.ledger import Fence, admission
 from controller.kube.claims import ClaimLost
 from controller.pipeline import Backends, summarize_session
 from controller.store.memory_store import MemoryStore

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.core.fencing import AuthorityRecord
+from controller.core.ledger import AuthorityRecord
 from controller.erasure import forget_session
 from controller.redaction import PassRedaction
 from controller.store.connection import connect

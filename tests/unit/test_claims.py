@@ -1,5 +1,5 @@
 """The per-session claim decisions (controller/core/claim_rules.py) and the fencing rules
-(controller/core/fencing.py): pure, no cluster.
+(controller/core/ledger.py): pure, no cluster.
 
 The lease property is checked on a simulated cluster: writers whose monotonic clocks have
 arbitrary offsets and rates within the documented drift bound take, renew, lose and release
@@ -24,7 +24,7 @@ from controller.core.claim_rules import (
     parse_claim,
     sighted,
 )
-from controller.core.fencing import (
+from controller.core.ledger import (
     AUTHORITY_KEY,
     FENCE_KEY,
     AuthorityRecord,

@@ -958,7 +958,7 @@ def test_rebuild_all_with_secrets_refuses_a_wait_it_would_not_honour(
 def a_store_holding(text: str) -> Iterator[None]:
     """open_store yields a store whose every row and key carries text (an agent's memory
     can: the summary quotes it, its id names it; another cluster's operator names itself)."""
-    from controller.core.fencing import AuthorityRecord
+    from controller.core.ledger import AuthorityRecord
 
     class Store:
         location = argparse.Namespace(ledger_collection="neo-agent-sessions-ledger")
