@@ -284,16 +284,9 @@ def update_summarizer_status(
             # Fields the caller cleared are removed (null in a merge patch).
             "status": {**dict.fromkeys(old), **new},
         }
-        try:
-            custom().patch_namespaced_custom_object_status(
-                GROUP, VERSION, namespace, SUMMARIZER_PLURAL, name, body
-            )
-            return before, after
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            if exc.status != 409:
-                raise
+        patch = custom().patch_namespaced_custom_object_status
+        if applied((404, 409), patch, namespace, SUMMARIZER_PLURAL, name, body):
+            return before, after  # else changed (read again) or gone (the read says so)
     raise RuntimeError(
         f"SessionSummarizer {namespace}/{name}: status kept changing under us "
         f"({STATUS_CONFLICT_RETRIES} conflicts in a row)"
