@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -150,10 +150,7 @@ class SessionClaimHandle:
     def _call(
         self, missing: tuple[int, ...], call: Callable[..., Any], *args: Any, **kw: Any
     ) -> dict[str, Any] | None:
-        return cast(
-            dict[str, Any] | None,
-            kube.unless(missing, call, GROUP, VERSION, CLAIM_PLURAL, *args, **kw),
-        )
+        return kube.unless(missing, call, GROUP, VERSION, CLAIM_PLURAL, *args, **kw)
 
     def _replace(
         self, claim: Claim, resource_version: str, timeout: tuple[float, float] | None = None

@@ -202,10 +202,9 @@ def request_summary(
                 return name, "pending"
             read = current["metadata"]["resourceVersion"]
         patch["metadata"]["resourceVersion"] = read
+        patch_call = custom().patch_namespaced_custom_object
         try:
-            custom().patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, SUMMARY_PLURAL, name, patch
-            )
+            patch_call(GROUP, VERSION, namespace, SUMMARY_PLURAL, name, patch)
             return name, "patched"
         except ApiException as exc:
             if exc.status not in (404, 409):
