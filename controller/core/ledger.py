@@ -20,9 +20,8 @@ from typing import Any, Literal, NamedTuple
 
 from controller.core.claim_rules import Sighting, sighted
 from controller.core.naming import summary_row_id
-from controller.core.row_ownership import DIGEST_KEY, document_digest
 from controller.core.summary import HISTORY_SECTIONS
-from controller.core.summary_row import READER_ROW_KEYS, compact_json
+from controller.core.summary_row import DIGEST_KEY, READER_ROW_KEYS, compact_json, document_digest
 from controller.core.text import json_value
 
 LEDGER_FORMAT = 1

@@ -8,6 +8,7 @@ which carried every key, reads the same.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Mapping
@@ -21,13 +22,6 @@ from controller.core.memories import JS_SAFE_INTEGER, Watermark, trusted_time
 from controller.core.provenance import Provenance
 from controller.core.quoting import fit
 from controller.core.references import ReferenceOverflow
-from controller.core.row_ownership import (
-    DIGEST_KEY,
-    NEO_DERIVED_KEYS,
-    document_digest,
-    rewritten_by,
-    with_text_of_other_writer,
-)
 from controller.core.summary import (
     CATEGORIES,
     ITEM_MAX,
@@ -41,8 +35,59 @@ from controller.core.summary import (
     UnreadablePriorSummary,
     fallback_title,
 )
-from controller.core.text import cut, json_value, listed_names, one_line
+from controller.core.text import cut, json_value, listed_names, ms_to_rfc3339, one_line
 from controller.core.visibility import RowVisibility
+
+# One writer, detected: Chroma's upsert merges metadata, so another writer's upsert leaves our
+# keys: each row records its document's digest, and a mismatch names another writer, whose
+# text is carried verbatim.
+DIGEST_KEY = "documentDigest"
+
+# Keys neo computes from a row's text (its summarizer's input, its graph's digestion): each
+# write of ours removes them, so neo digests our text as new (docs/migrating-from-neo.md).
+# Only neo's SessionService writes the first three: on a row of ours they name neo.
+NEO_WRITER_KEYS = ("sourceTier", "degraded", "rawCanonical")
+NEO_DERIVED_KEYS = (
+    *NEO_WRITER_KEYS,
+    *("graphDigested", "digestState", "digestAttempts", "deferReason", "dreamInputRevision"),
+)
+
+
+def document_digest(document: str) -> str:
+    return hashlib.sha256(document.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def rewritten_by(document: str | None, meta: Mapping[str, Any]) -> str | None:
+    """Who rewrote a row of ours since our last write, or None; without a digest only neo's
+    own summary keys (which we never write) tell."""
+    digest = meta.get(DIGEST_KEY)
+    neo = any(key in meta for key in NEO_WRITER_KEYS)
+    if isinstance(digest, str):
+        if isinstance(document, str) and document_digest(document) == digest:
+            return None
+    elif not neo:
+        return None
+    return NEO_WRITER if neo else UNKNOWN_WRITER
+
+
+NEO_WRITER = "neo memory-core's summary task (SessionService.summarizeSession)"
+UNKNOWN_WRITER = "another writer"
+
+
+def with_text_of_other_writer(
+    legacy_text: str | None, text: str, who: str, our_write_ms: int | None
+) -> str | None:
+    """The carried text, with another writer's text appended verbatim under a line naming it."""
+    if not text:
+        return legacy_text
+    when = f" of {ms_to_rfc3339(our_write_ms)}" if our_write_ms is not None else ""
+    block = f"[Written by {who} over this operator's summary{when}; kept verbatim:]\n\n{text}"
+    return f"{legacy_text}\n\n{block}" if legacy_text else block
+
+
+class RowChangedDuringPass(Exception):
+    """Another writer rewrote the session's row during the pass: nothing is written over it;
+    the next pass carries its text (from_chroma_row)."""
 
 
 def _joined(values: list[str]) -> str:
@@ -56,7 +101,7 @@ def compact_json(value: Any) -> str:
 
 
 # The reader's row keys: neo's (its boot listing, queries, tenancy filters) and three of ours:
-# the format, our document's digest (row_ownership) and where `timestamp` came from.
+# the format, our document's digest (DIGEST_KEY) and where `timestamp` came from.
 READER_ROW_KEYS = frozenset(
     (
         *("sessionId", "timestamp", "memoryCount", "title", "category", "quality"),

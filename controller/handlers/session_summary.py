@@ -37,8 +37,8 @@ from controller.core.destinations import (
     SecretHostNotAllowed,
 )
 from controller.core.ledger import AuthorityConflict, FenceUnavailable
-from controller.core.row_ownership import RowChangedDuringPass
 from controller.core.summary import SummaryValidationError, UnreadablePriorSummary
+from controller.core.summary_row import RowChangedDuringPass
 from controller.core.text import one_line
 from controller.core.waiting import wait_delay
 from controller.embeddings.minilm import EmbeddingError

@@ -30,7 +30,7 @@ from controller.status.conditions import now_rfc3339, set_condition, summary_rea
 from controller.status.requests import asked_by
 
 CONDITION = "Summarized"
-# Whether the row was as this operator left it when the pass read it (row_ownership.py).
+# Whether the row was as this operator left it when the pass read it (summary_row.rewritten_by).
 SINGLE_WRITER = "SingleWriter"
 MEMORY_TIMES = "MemoryTimesReadable"
 DONE_PHASES = frozenset({"Summarized", "Empty", "NotFound", "Forgotten"})

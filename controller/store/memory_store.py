@@ -48,19 +48,21 @@ from controller.core.memories import (
 )
 from controller.core.naming import summary_row_id
 from controller.core.reconcile_plan import RowCursor, WalkedRow, row_problem
-from controller.core.row_ownership import (
-    DIGEST_KEY,
-    NEO_WRITER_KEYS,
-    document_digest,
-    rewritten_by,
-)
 from controller.core.summary import (
     SUMMARY_FORMAT,
     PriorSummary,
     StructuredSummary,
     UnreadablePriorSummary,
 )
-from controller.core.summary_row import READER_ROW_KEYS, from_chroma_row, upsert_metadata
+from controller.core.summary_row import (
+    DIGEST_KEY,
+    NEO_WRITER_KEYS,
+    READER_ROW_KEYS,
+    document_digest,
+    from_chroma_row,
+    rewritten_by,
+    upsert_metadata,
+)
 from controller.core.sweep_plan import StoredSummaryState
 from controller.redaction import PassRedaction
 from controller.store.collections import Collections, batches, collection_config, rows

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from controller.core.memories import Memory, render_interaction_document
 from controller.core.naming import summary_object_name
-from controller.core.row_ownership import RowChangedDuringPass
 from controller.core.summary import PriorSummary
+from controller.core.summary_row import RowChangedDuringPass
 from controller.pipeline import Backends, summarize_session
 from controller.store.memory_store import MemoryStore
 from controller.summarizers.contract import Proposal

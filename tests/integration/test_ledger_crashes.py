@@ -28,8 +28,7 @@ from hypothesis import strategies as st
 
 from controller.core.ledger import ROW_DIGEST_KEY, Fence, read_entry
 from controller.core.naming import summary_row_id
-from controller.core.row_ownership import DIGEST_KEY, document_digest
-from controller.core.summary_row import READER_ROW_KEYS
+from controller.core.summary_row import DIGEST_KEY, READER_ROW_KEYS, document_digest
 from controller.pipeline import Backends, Outcome, summarize_session
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable

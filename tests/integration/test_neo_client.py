@@ -21,8 +21,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from controller.core.naming import summary_row_id
-from controller.core.row_ownership import NEO_DERIVED_KEYS
-from controller.core.summary_row import READER_ROW_KEYS
+from controller.core.summary_row import NEO_DERIVED_KEYS, READER_ROW_KEYS
 from controller.core.visibility import (
     DEFAULT_VISIBILITY,
     NEO_IDENTITY_TRUST_TIERS,

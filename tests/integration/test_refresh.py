@@ -11,7 +11,7 @@ import urllib.request
 from typing import Any
 
 from controller.core.naming import summary_object_name
-from controller.core.row_ownership import document_digest
+from controller.core.summary_row import document_digest
 from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
 from tests.support.cli import summaryctl_here

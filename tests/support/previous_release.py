@@ -5,7 +5,7 @@ claimFence; no ledger entry. For the upgrade tests (test_ledger, test_neo_client
 from __future__ import annotations
 
 from controller.core.naming import summary_row_id
-from controller.core.row_ownership import document_digest
+from controller.core.summary_row import document_digest
 from controller.store.memory_store import MemoryStore
 from tests.support.ledger import ledger_of
 

@@ -22,8 +22,8 @@ from controller.core.ledger import (
     row_agreement,
     segment_id,
 )
-from controller.core.row_ownership import DIGEST_KEY, document_digest
 from controller.core.summary import HISTORY_SECTIONS
+from controller.core.summary_row import DIGEST_KEY, document_digest
 
 SID = "session-1"
 items = st.lists(st.builds(lambda t: {"text": t}, st.text(min_size=1, max_size=8)), max_size=4)

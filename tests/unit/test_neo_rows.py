@@ -21,18 +21,16 @@ from controller.core.memories import (
     trusted_time,
 )
 from controller.core.references import ReferenceOverflow
-from controller.core.row_ownership import (
+from controller.core.summary import SECTION_TITLES, StructuredSummary, SummaryItem
+from controller.core.summary_row import (
     DIGEST_KEY,
     NEO_DERIVED_KEYS,
     NEO_WRITER,
+    ROW_KEYS,
     UNKNOWN_WRITER,
     document_digest,
-    rewritten_by,
-)
-from controller.core.summary import SECTION_TITLES, StructuredSummary, SummaryItem
-from controller.core.summary_row import (
-    ROW_KEYS,
     from_chroma_row,
+    rewritten_by,
     to_chroma_metadata,
     upsert_metadata,
 )
