@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import ClassVar, cast
 
-from controller.core.facts import fact_tokens
+from controller.core.document import fact_tokens
 from controller.core.item_sources import identity
 from controller.core.memories import Memory, memory_sort_key, render_interaction_document
 from controller.core.merge import PassUpdate

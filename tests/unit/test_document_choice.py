@@ -11,8 +11,7 @@ import re
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from controller.core.document import render_document
-from controller.core.facts import fact_tokens
+from controller.core.document import fact_tokens, render_document
 from controller.core.summary import LEGACY_HEADING, StructuredSummary, SummaryItem
 from controller.core.summary_row import from_chroma_row, to_chroma_metadata
 

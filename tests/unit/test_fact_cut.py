@@ -1,6 +1,6 @@
 """A sentence too long for an item keeps the clauses that carry facts, not its head alone
 (controller/summarizers/extractive.py: cut_keeping_facts); and counts in words are
-facts (controller/core/facts.py). Pure, generated inputs."""
+facts (controller/core/document.py: fact_tokens). Pure, generated inputs."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.core.facts import fact_tokens
+from controller.core.document import fact_tokens
 from controller.summarizers.extractive import _CLAUSE_END, cut_keeping_facts, sentences
 
 FACTS = ["$400,000", "port 8080", "config/app.yaml", "Wells Fargo", "four", "25:50", "v3.11"]
@@ -68,7 +68,7 @@ def test_a_fact_bearing_clause_is_never_dropped_for_a_fact_free_one_as_long(
             assert len(lost) > len(other) - 6, (sentence, cut)
 
 
-# One fact of each kind controller.core.facts finds, each as its whole token.
+# One fact of each kind controller.core.document.fact_tokens finds, each as its whole token.
 FACT_TOKENS = [
     *(f for f in FACTS if f != "port 8080"),
     *("8080", "2023/05/20", "retry_count", "maxBytes", "--dry-run", "`make test`", '"Blue Moon"'),
