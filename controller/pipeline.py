@@ -20,7 +20,6 @@ from controller.core.coverage import PriorCoverage, digest_of_text, digest_text
 from controller.core.item_sources import forget_gone, partly_gone, rekeyed
 from controller.core.memories import Memory, is_excluded, placed
 from controller.core.merge import derived_title, merge_pass
-from controller.core.provenance import PassTokens, Provenance, added_text, pass_tokens
 from controller.core.summary import (
     OtherWriter,
     PriorSummary,
@@ -28,6 +27,7 @@ from controller.core.summary import (
     SummaryValidationError,
     validate_summary,
 )
+from controller.core.summary_row import PassTokens, Provenance, added_text, pass_tokens
 from controller.core.visibility import (
     DEFAULT_VISIBILITY,
     VisibilityRules,

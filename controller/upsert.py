@@ -12,9 +12,13 @@ from typing import Any, Protocol
 
 from controller.core.document import render_document
 from controller.core.ledger import Fence, RowState
-from controller.core.provenance import Provenance
 from controller.core.summary import StructuredSummary
-from controller.core.summary_row import RowChangedDuringPass, document_digest, to_chroma_metadata
+from controller.core.summary_row import (
+    Provenance,
+    RowChangedDuringPass,
+    document_digest,
+    to_chroma_metadata,
+)
 from controller.core.visibility import RowVisibility
 from controller.store.memory_store import MemoryStore
 from controller.store.row_writes import RowWrite

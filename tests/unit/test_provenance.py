@@ -11,9 +11,14 @@ from hypothesis import strategies as st
 from controller.core.document import render_document
 from controller.core.memories import Memory
 from controller.core.merge import PassUpdate, merge_pass
-from controller.core.provenance import PassTokens, Provenance, added_text, pass_tokens
 from controller.core.summary import StructuredSummary
-from controller.core.summary_row import to_chroma_metadata
+from controller.core.summary_row import (
+    PassTokens,
+    Provenance,
+    added_text,
+    pass_tokens,
+    to_chroma_metadata,
+)
 
 T0 = 1_700_000_000_000  # memory times a clock could give (memories.trusted_time)
 WRITTEN = T0 + 60_000  # the write, after them
