@@ -85,16 +85,9 @@ def _one_line(text: str, limit: int) -> str:
 class SupersedeMark(BaseModel):
     """A prior item that this pass makes obsolete, and what replaced it."""
 
-    model_config = ConfigDict(extra="ignore")
-
     section: str
     item: str
-    superseded_by: str = Field(min_length=1)
-
-    @field_validator("superseded_by", mode="before")
-    @classmethod
-    def _short(cls, value: Any) -> Any:
-        return _item_text(value) or value
+    superseded_by: str
 
 
 class PassUpdate(BaseModel):
@@ -142,11 +135,11 @@ class PassUpdate(BaseModel):
         if not isinstance(value, list):
             return []
         return [
-            v
+            SupersedeMark(section=v["section"], item=v["item"], superseded_by=text)
             for v in value
             if isinstance(v, dict)
             and all(isinstance(v.get(k), str) for k in ("section", "item", "superseded_by"))
-            and _item_text(v["superseded_by"])
+            and (text := _item_text(v["superseded_by"]))
         ]
 
     @field_validator("title", mode="before")
@@ -263,10 +256,8 @@ def merge_pass(
     *,
     session_id: str | None = None,
 ) -> StructuredSummary:
-    """The next summary: a superset of the prior's history whatever the update says. Every
-    given memory's facts are merged, late ones too, once; counts count only memories after
-    the watermark. A real title stays; else the proposed one, a legacy one, or the first
-    request's."""
+    """The next summary: a superset of the prior's history whatever the update says; counts
+    count only memories after the watermark. A real title stays."""
     given = sorted(new_memories, key=memory_sort_key)
     sid = session_id or (prior.session_id if prior is not None else None)
     if sid is None:
