@@ -23,6 +23,7 @@ SUNSET_MARKER_TYPE = "session-sunset"
 # speaking; a row whose prompt starts with one of these is left out of the summary.
 INJECTION_MARKERS = ("<system-reminder>", "[context refresh]", "<context-refresh>")
 INTERACTION_TYPE = "agent-interaction"
+SAID = ("prompt", "thought", "response")  # an agent-interaction's parts, as text
 # Epoch numbers are told apart by magnitude (docs/summaries.md, "Memory times"): seconds
 # below SECONDS_LIMIT, then milliseconds, microseconds and nanoseconds, each band 3 digits wider.
 SECONDS_LIMIT = 100_000_000_000
@@ -148,11 +149,6 @@ def render_interaction_document(prompt: str, thought: str, response: str) -> str
     return f"User Prompt: {prompt}\nAgent Thought: {thought}\nAgent Response: {response}"
 
 
-def _text(meta: Mapping[str, Any], key: str) -> str:
-    value = meta.get(key)
-    return value if isinstance(value, str) else ""
-
-
 def scalar_text(value: object) -> str | None:
     """A metadata value as neo reads it as text (its document's `${response}`, its
     normalizeUserId's String(userId)): a number or boolean as JavaScript writes it; None for
@@ -160,11 +156,6 @@ def scalar_text(value: object) -> str | None:
     if isinstance(value, int | float):
         return _js_string(value)
     return value if isinstance(value, str) else None
-
-
-def _said(meta: Mapping[str, Any], key: str) -> str:
-    """A prompt, thought or response as text."""
-    return scalar_text(meta.get(key)) or ""
 
 
 def optional_text(value: object) -> str | None:
@@ -284,8 +275,8 @@ def memory_from_row(
     timestamp = parse_timestamp_ms(meta.get("timestamp"))
     if not isinstance(session_id, str) or not session_id.strip() or timestamp is None:
         return None
-    stored_type = _text(meta, "type").strip()
-    prompt, thought, response = (_said(meta, k) for k in ("prompt", "thought", "response"))
+    stored_type = optional_text(meta.get("type")) or ""
+    prompt, thought, response = (scalar_text(meta.get(k)) or "" for k in SAID)
     if not document:
         is_interaction = stored_type == INTERACTION_TYPE or (
             not stored_type and bool(prompt or response)
@@ -310,9 +301,8 @@ def memory_from_row(
 
 
 def is_excluded(memory: Memory, excluded_types: Collection[str] = DEFAULT_EXCLUDED_TYPES) -> bool:
-    """Whether a memory stays out of the summary: a sunset marker, a configured type, or
-    injected context, recognised only by a marker at the very start of the prompt
-    (case-insensitive), so a user who merely mentions a marker is still summarized."""
+    """Whether a memory stays out of the summary: a sunset marker, a configured type, or a
+    marker at the very start of the prompt (a user who mentions one is still summarized)."""
     if memory.type == SUNSET_MARKER_TYPE or memory.type in excluded_types:
         return True
     return memory.prompt.lstrip()[:64].lower().startswith(INJECTION_MARKERS)
