@@ -332,12 +332,8 @@ def summarize_session(
     rebuild: bool = False,
     phase: PhaseTimer = untimed,
 ) -> Outcome:
-    """Brings the session's stored summary up to date with its memories (the module's steps).
-
-    guard (the session's claim) is checked between passes and before every upsert. stop is
-    asked between chunks: when True the summary so far is written and PassInterrupted raised.
-    A row another writer rewrote, or masked under other rules, is written even with nothing new.
-    """
+    """Brings the session's stored summary up to date with its memories. stop is asked
+    between chunks: when True the summary so far is written and PassInterrupted raised."""
     store, summarizer, redaction = backends.store, backends.summarizer, backends.redaction
     mask = PassRedaction(redaction)
     excluded = functools.partial(is_excluded, excluded_types=backends.excluded_types)

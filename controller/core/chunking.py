@@ -66,9 +66,8 @@ def memory_cost(memory: Memory, max_tokens: int) -> int:
 def chunk_memories(
     memories: Iterable[Memory], *, budget_tokens: int, max_memories: int
 ) -> Iterator[list[Memory]]:
-    """Consecutive chunks, in the given order, each within budget_tokens and max_memories.
-    Lazy (one chunk held at a time, for callers streaming pages); a memory over the whole
-    budget gets a chunk of its own (cut when rendered). No memory is ever dropped."""
+    """Consecutive chunks, each within budget_tokens and max_memories, lazily; a memory over
+    the whole budget gets a chunk of its own (cut when rendered), none is dropped."""
     if budget_tokens < 1 or max_memories < 1:
         raise ValueError("a chunk needs a positive token budget and memory count")
     per_memory = max(1, budget_tokens - MEMORY_OVERHEAD_TOKENS)

@@ -101,9 +101,8 @@ def extend(
     covered_upto_ms: int,
     max_buckets: int = MAX_BUCKETS,
 ) -> Coverage:
-    """The coverage plus a pass's new rows: those of its watermark's time (covered_upto_ms)
-    join the last bucket, later ones one new bucket; then the adjacent pair with the fewest
-    rows is merged until at most max_buckets remain."""
+    """The coverage plus a pass's new rows: those up to covered_upto_ms join the last bucket,
+    later ones one new bucket; adjacent buckets are joined down to max_buckets."""
     buckets = list(coverage.buckets)
     fresh: Bucket | None = None
     for ts, row_id in sorted(keys):
@@ -225,8 +224,7 @@ def to_reread(
     prior: PriorCoverage, covered_keys: Iterable[tuple[int, str]], count: int
 ) -> list[Dirty]:
     """The ranges at or before the prior's watermark whose rows a pass must read again, of
-    covered_keys (`count` rows, streamed once). An earlier version's row (no coverage) that
-    counted fewer rows than are now behind it has them all read again."""
+    covered_keys (`count` rows, streamed once)."""
     if prior.watermark_key is None:
         return []
     if prior.coverage is not None:
@@ -250,8 +248,7 @@ class Uncovered:
 
 def uncovered(keys: Sequence[tuple[int, str]], prior: PriorCoverage) -> Uncovered:
     """Every memory of the session (keys: its sorted (timestamp, id)) that the summary does
-    not cover: after its watermark, or behind it where the rows differ from its coverage
-    (named when the sums can tell which, else the range, how many, and its rows)."""
+    not cover, named when the sums can tell which, else the range and how many."""
     mark = prior.watermark_key
     if mark is None:
         return Uncovered(tuple((ts, i, "no summary covers it") for ts, i in keys), ())

@@ -155,8 +155,7 @@ def render_document(
 
 def choose_lines(summary: StructuredSummary, memory_collection: str | None, max_chars: int) -> str:
     """The title and the lines that fill max_chars, greedily by the rarest facts not yet
-    shown per character (docs/summaries.md), in the document's order, then a line saying
-    how many are left to the ledger."""
+    shown per character (docs/summaries.md), then how many are left to the ledger."""
     title = f"# {one_line(summary.title)}"
     blocks = [
         (name, [_item_line(i) for i in (summary.sections.get(name) or [])[-CANDIDATES:]])

@@ -110,9 +110,8 @@ def record(
     stored: Mapping[str, Iterable[str]],
     memories: Sequence[Memory],
 ) -> list[str]:
-    """The prior's entries, then this pass's, none twice: per chunk memory that says an
-    item the pass stores (section -> texts as stored), or repeats one with sources already
-    (a summarizer does not propose what the summary holds)."""
+    """The prior's entries, then this pass's: per chunk memory that says an item the pass
+    stores, or repeats one with sources (a summarizer does not propose what is held)."""
     entries = dict.fromkeys(prior.item_sources if prior is not None else [])
     chunk = _Chunk(memories)
 
@@ -180,9 +179,8 @@ def forget_gone(
     living_ids: Iterable[str],
     retitle: Callable[[str | None], str],
 ) -> tuple[StructuredSummary, int]:
-    """The summary without the items whose recorded sources are all gone (not in living_ids),
-    nor supersede marks whose text is, nor the gone memories' entries; and how many items
-    went. A title that went is made again (retitle); the same object when nothing changed."""
+    """The summary without the items (and marks) whose recorded sources are all gone, and how
+    many went. A title that went is made again; the same object when nothing changed."""
     living_of, losing, kept_entries = _sources(summary, living_ids)
     alive = living_of.keys()
     dead = losing - alive  # every source gone
@@ -205,10 +203,8 @@ def forget_gone(
 def partly_gone(
     summary: StructuredSummary, living_ids: Iterable[str]
 ) -> tuple[StructuredSummary, list[str], int]:
-    """For a summarizer whose items blend several memories (a model): the summary without
-    the items whose recorded memories are partly gone, the ids of the living ones (to be
-    summarized again, so the items are made anew from them alone), and how many items went.
-    The title stays (forget_gone retitles when all of its memories are gone)."""
+    """For a summarizer whose items blend memories: the summary without the items whose
+    memories are partly gone, the living ones' ids (summarized again), how many went."""
     living_of, gone, _ = _sources(summary, living_ids)
     partial = (gone & living_of.keys()) - _names(TITLE, summary.title)
     if not partial:

@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -110,9 +110,8 @@ def pass_tokens(memories: Sequence[Memory], added: str) -> PassTokens:
 
 
 def added_text(before: StructuredSummary | None, after: StructuredSummary) -> str:
-    """What a pass added: history items and references past the prior's (they only grow), and
-    Current State when it changed. Measured on items, not the document, so folding a long
-    document never reads as a pass that added nothing, and counting costs what is new."""
+    """What a pass added, measured on items, not the document: folding a long document never
+    reads as a pass that added nothing, and counting costs what is new."""
     parts: list[str] = []
     for title, items in after.sections.items():
         old = before.sections.get(title, []) if before is not None else []
@@ -126,10 +125,6 @@ def added_text(before: StructuredSummary | None, after: StructuredSummary) -> st
 class Provenance:
     """What one write of a summary covers and cost."""
 
-    METADATA_KEYS: ClassVar[tuple[str, ...]] = (
-        *("passCount", "passTokensIn", "passTokensOut", "passTokensJson", "documentTokens"),
-        "compactionRatio",
-    )
     passes: list[PassTokens] = field(default_factory=list)
     document_tokens: int = 0
 
@@ -199,7 +194,8 @@ ROW_KEYS = (
     *("referencesOmitted", "referencesOmittedFrom", "referencesOmittedTo"),
     *("referencesOmittedDigests",),
     "claimFence",  # the previous release's fence on the row (now in the ledger)
-    *Provenance.METADATA_KEYS,
+    *("passCount", "passTokensIn", "passTokensOut", "passTokensJson", "documentTokens"),
+    "compactionRatio",  # Provenance.metadata
 )
 
 MetadataValue = str | int | float | bool
@@ -225,8 +221,7 @@ def to_chroma_metadata(
     document: str | None = None,
 ) -> dict[str, MetadataValue]:
     """The neo metadata readers use, plus our extras; a missing value is an omitted key.
-    visibility: userId and neo's provenance filters (None: untagged). document: the text
-    written, whose digest the row records."""
+    visibility: userId and neo's provenance filters (None: untagged)."""
     watermark = summary.watermark
     over = summary.references_overflow
     seen_by = (visibility or RowVisibility(None, (), "unclassified", 0)).metadata()
@@ -280,9 +275,8 @@ def to_chroma_metadata(
 
 
 def upsert_metadata(meta: Mapping[str, MetadataValue]) -> dict[str, MetadataValue | None]:
-    """What the upsert sends: the row's keys, and None (chromadb 1.5: remove the key) for
-    every key of ours it does not set this time and for neo's keys derived from the text it
-    replaces. Without the removals a key set once would outlive what it describes."""
+    """The row's keys, and None (chromadb 1.5: remove the key) for every key of ours not set
+    this time and neo's keys derived from the text replaced: none outlives what it describes."""
     removed = {key: None for key in (*ROW_KEYS, *NEO_DERIVED_KEYS) if key not in meta}
     return {**meta, **removed}
 
@@ -425,10 +419,8 @@ def _unreadable_row_text(text: str, meta: Mapping[str, Any]) -> str:
 def from_chroma_row(
     session_id: str, document: str | None, metadata: Mapping[str, Any] | None
 ) -> PriorSummary | None:
-    """The prior summary of a session from its row (None: nothing to build on): ours come back
-    structured (another writer's text over ours carried, `other_writer` set), anything else
-    with text as legacy text. Raises UnreadablePriorSummary for a row of ours that can be
-    neither read nor carried: nothing may be written over it."""
+    """The prior summary of a session from its row (None: nothing to build on); anything not
+    ours is legacy text. UnreadablePriorSummary: nothing may be written over the row."""
     meta = metadata or {}
     text = document.strip() if isinstance(document, str) else ""
     ours = meta.get("summaryFormat") == SUMMARY_FORMAT
