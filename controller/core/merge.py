@@ -32,6 +32,7 @@ from controller.core.summary import (
     CATEGORIES,
     HISTORY_SECTIONS,
     ITEM_MAX,
+    SCORES,
     TITLE_MAX,
     Category,
     LegacySummary,
@@ -95,7 +96,6 @@ class PassUpdate(BaseModel):
     current_state None keeps the prior Current State; a list replaces it."""
 
     model_config = ConfigDict(
-        extra="ignore",
         populate_by_name=True,
         # a section may be given by its key or its title ("Design Choices")
         alias_generator=AliasGenerator(
@@ -153,7 +153,7 @@ class PassUpdate(BaseModel):
         text = value.strip().lower() if isinstance(value, str) else None
         return text if text in CATEGORIES else None
 
-    @field_validator("quality", "productivity", "impact", "complexity", mode="before")
+    @field_validator(*SCORES, mode="before")
     @classmethod
     def _scores(cls, value: Any) -> int | None:
         if isinstance(value, bool) or not isinstance(value, int | float | str):
@@ -315,10 +315,7 @@ def merge_pass(
         session_id=sid,
         title=title,
         category=update.category or base.category,
-        quality=keep("quality"),
-        productivity=keep("productivity"),
-        impact=keep("impact"),
-        complexity=keep("complexity"),
+        **{score: keep(score) for score in SCORES},
         sections=all_sections,
         technologies=_technologies(base.technologies, update.technologies),
         participating_agents=union_agents(base.participating_agents, agents),

@@ -29,6 +29,7 @@ Category = Literal[
     "bugfix", "feature", "refactoring", "documentation", "new-app", "analysis", "other"
 ]
 CATEGORIES: tuple[str, ...] = get_args(Category)
+SCORES = ("quality", "productivity", "impact", "complexity")  # 0-100, neo's keys too
 
 ITEM_MAX = 500
 TITLE_MAX = 120

@@ -13,6 +13,7 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import ValidationError
@@ -27,6 +28,7 @@ from controller.core.summary import (
     CATEGORIES,
     HISTORY_SECTIONS,
     ITEM_MAX,
+    SCORES,
     SUMMARY_FORMAT,
     TITLE_MAX,
     LegacySummary,
@@ -199,6 +201,11 @@ ROW_KEYS = (
 )
 
 MetadataValue = str | int | float | bool
+# The comma-joined name lists: the summary's field and neo's key.
+NAME_LISTS = MappingProxyType(
+    {"technologies": "technologies", "participating_agents": "participatingAgents"}
+    | {"models": "models", "tools_used": "toolsUsed"}
+)
 
 
 def row_timestamp(summary: StructuredSummary, summarized_at_ms: int) -> int:
@@ -234,14 +241,8 @@ def to_chroma_metadata(
         "memoryCount": summary.memory_count,
         "title": summary.title,
         "category": summary.category,
-        "quality": summary.quality,
-        "productivity": summary.productivity,
-        "impact": summary.impact,
-        "complexity": summary.complexity,
-        "technologies": _joined(summary.technologies),
-        "participatingAgents": _joined(summary.participating_agents),
-        "models": _joined(summary.models),
-        "toolsUsed": _joined(summary.tools_used),
+        **{score: getattr(summary, score) for score in SCORES},
+        **{key: _joined(getattr(summary, name)) for name, key in NAME_LISTS.items()},
         "totalToolCalls": min(summary.total_tool_calls, JS_SAFE_INTEGER),
         **seen_by,
         # ours
@@ -372,15 +373,9 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
         session_id=session_id,
         title=cut(title, TITLE_MAX, ""),
         category=meta.get("category") if meta.get("category") in CATEGORIES else "other",
-        quality=_score(meta.get("quality")),
-        productivity=_score(meta.get("productivity")),
-        impact=_score(meta.get("impact")),
-        complexity=_score(meta.get("complexity")),
+        **{score: _score(meta.get(score)) for score in SCORES},
         sections={str(k): _stored_items(v) for k, v in raw_sections.items()},
-        technologies=_split(meta.get("technologies")),
-        participating_agents=_split(meta.get("participatingAgents")),
-        models=_split(meta.get("models")),
-        tools_used=_split(meta.get("toolsUsed")),
+        **{name: _split(meta.get(key)) for name, key in NAME_LISTS.items()},
         total_tool_calls=max(0, _number(meta.get("totalToolCalls")) or 0),
         memory_count=max(0, _number(meta.get("memoryCount")) or 0),
         first_memory_at_ms=_number(meta.get("firstMemoryAt")),
