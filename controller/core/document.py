@@ -86,7 +86,7 @@ def _reference_lines(summary: StructuredSummary, memory_collection: str | None) 
     over = summary.references_overflow
     if over.count == 0:
         return lines
-    how_many = f"{over.count}" if over.exact else f"at least {over.count}"
+    how_many = f"{over.count}" if over.count == len(over.digests) else f"at least {over.count}"
     where = f"collection `{memory_collection}`" if memory_collection else "the memory collection"
     span = ""
     if over.first_ms is not None and over.last_ms is not None:

@@ -150,11 +150,7 @@ class ReferenceOverflow(BaseModel):
     count: int = Field(default=0, ge=0)
     first_ms: int | None = None
     last_ms: int | None = None
-    digests: list[str] = Field(default_factory=list)
-
-    @property
-    def exact(self) -> bool:
-        return self.count == len(self.digests)
+    digests: list[str] = Field(default_factory=list)  # all of them, when as many as count
 
 
 def merge_references(
