@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.core.document import DOCUMENT_MAX_CHARS, LEGACY_HEADING, render_document
-from controller.core.embedding_match import embedding_function_problem
 from controller.core.memories import (
     Watermark,
     memory_from_row,
@@ -44,6 +43,7 @@ from controller.core.visibility import (
     summary_user_id,
     union_agents,
 )
+from controller.store.collections import embedding_function_problem
 
 JS_DATE_MAX = 8_640_000_000_000_000
 TIMES = st.one_of(st.none(), st.integers(-(2**70), 2**70), st.integers(0, 2 * 10**12))
