@@ -1,9 +1,8 @@
 """Where a summary is written: one session, prior summary + new memories -> the store.
 
-A pass is steps, each a function of what the last returned: _read, _start (deleted
-memories; or nothing to write), _summarized per chunk (core/chunking.py), _final, then
-upsert.write_row. Nothing is written before it validates, so a failed pass never replaces
-a good summary. Blocking I/O: handlers call it in a worker thread.
+A pass is steps, each a function of what the last returned: _read, _start, _summarized per
+chunk, _final, then upsert.write_row. Nothing is written before it validates, so a failed
+pass never replaces a good summary. Blocking I/O: handlers call it in a worker thread.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """A structured summary as the two records it is stored in, and back. Pure.
 
 The reader's row holds the document and only the keys neo's readers use (READER_ROW_KEYS);
-the ledger entry (core/ledger.py) every key of the write. Both are one mapping of keys when
-built and read (to_chroma_metadata, from_chroma_row), so a row of the previous release,
-which carried every key, reads the same.
+the ledger entry (core/ledger.py) every key of the write: one mapping, built and read here.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from pydantic import ValidationError
 from controller.core.chunking import estimate_tokens, memory_text
 from controller.core.coverage import Coverage
 from controller.core.document import FOLDED_MARK
-from controller.core.memories import JS_SAFE_INTEGER, Memory, Watermark, trusted_time
+from controller.core.memories import JS_SAFE_INTEGER, Memory, Watermark, newest_time
 from controller.core.quoting import fit
 from controller.core.references import ReferenceOverflow
 from controller.core.summary import (
@@ -213,8 +211,7 @@ def row_timestamp(summary: StructuredSummary, summarized_at_ms: int) -> int:
     newest memory time the summary knows, else (none, or a bad clock's that would pin the row
     first or last in neo's listing) the time of the write."""
     known = summary.last_memory_at_ms
-    known = summary.first_memory_at_ms if known is None else known
-    return summarized_at_ms if known is None or not trusted_time(known, summarized_at_ms) else known
+    return newest_time([summary.first_memory_at_ms if known is None else known], summarized_at_ms)
 
 
 def to_chroma_metadata(
@@ -331,10 +328,8 @@ def _stored_items(raw: object) -> list[SummaryItem]:
 def _coverage(raw: object) -> Coverage | None:
     """The stored coverage; an unreadable one is none: the next pass re-reads the rows at or
     before the watermark memoryCount does not account for (coverage.to_reread). Nothing lost."""
-    if not isinstance(raw, str):
-        return None
     try:
-        return Coverage.from_json(raw)
+        return Coverage.from_json(raw) if isinstance(raw, str) else None
     except (ValueError, TypeError, KeyError):
         return None
 
