@@ -111,8 +111,7 @@ def run_pass(
     summarizer: Summarizer,
     mask: PassRedaction | None = None,
 ) -> PassResult:
-    """The summarizer proposes, the proposal is masked, the merge applies, the result is
-    validated."""
+    """One chunk: the summarizer proposes, the proposal is masked, merged and validated."""
     mask = mask or PassRedaction()
     try:
         proposal = summarizer.propose(session_id, memories, current)

@@ -141,8 +141,7 @@ def digest_of_text(text: object) -> Bucket | None:
 
 
 def partition(keys: Iterable[tuple[int, str]], starts: Sequence[int]) -> list[Bucket]:
-    """These rows in the buckets these starts define, after a first one (index 0) for rows
-    older than every start."""
+    """These rows in the buckets these starts define, after one (index 0) for older rows."""
     found = [Bucket(starts[0] - 1 if starts else 0)] + [Bucket(s) for s in starts]
     for ts, row_id in keys:
         index = bisect.bisect_right(starts, ts)  # 0: older than every bucket
@@ -223,8 +222,7 @@ class PriorCoverage:
 def to_reread(
     prior: PriorCoverage, covered_keys: Iterable[tuple[int, str]], count: int
 ) -> list[Dirty]:
-    """The ranges at or before the prior's watermark whose rows a pass must read again, of
-    covered_keys (`count` rows, streamed once)."""
+    """The ranges at or before the prior's watermark whose rows a pass must read again."""
     if prior.watermark_key is None:
         return []
     if prior.coverage is not None:

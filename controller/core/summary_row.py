@@ -147,8 +147,7 @@ class Provenance:
         return Provenance(list(self.passes), estimate_tokens(document))
 
     def metadata(self) -> dict[str, str | int | float]:
-        """The row's provenance keys (the memory range is in the summary's own keys:
-        firstMemoryAt, timestamp, memoryCount, watermarkTimestamp, watermarkMemoryId)."""
+        """The row's provenance keys (the memory range is in the summary's own keys)."""
         kept = [[p.tokens_in, p.tokens_out] for p in self.passes[:PASS_TOKENS_KEPT]]
         meta: dict[str, str | int | float] = {
             "passCount": len(self.passes),
