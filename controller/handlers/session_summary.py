@@ -30,18 +30,8 @@ from controller.api import (
 )
 from controller.config import CONFIG, backoff_seconds
 from controller.core.claim_rules import Writer
-from controller.core.destinations import (
-    DestinationRefused,
-    EndpointNotAllowed,
-    MemoryDestinationNotAllowed,
-    SecretHostNotAllowed,
-)
-from controller.core.ledger import AuthorityConflict, FenceUnavailable
-from controller.core.summary import SummaryValidationError, UnreadablePriorSummary
-from controller.core.summary_row import RowChangedDuringPass
 from controller.core.text import one_line
 from controller.core.waiting import wait_delay
-from controller.embeddings.minilm import EmbeddingError
 from controller.erasure import forget_session
 from controller.handlers.summary_status import (
     DONE_PHASES,
@@ -55,21 +45,13 @@ from controller.kube import client as kube
 from controller.kube.claims import (
     ClaimContended,
     ClaimHeld,
-    ClaimLost,
     SessionClaimHandle,
     Sightings,
 )
 from controller.pipeline import Outcome, PassInterrupted, summarize_session
 from controller.runtime import Runtime
 from controller.scheduling import BACKGROUND_TRIGGERS, Slack, slack_for
-from controller.status.conditions import spec_problems
-from controller.store.errors import (
-    CollectionNotFound,
-    EmbeddingMismatch,
-    InvalidStoreConfig,
-    StoreUnavailable,
-)
-from controller.summarizers.chat_prompt import InvalidModelOutput, ModelUnavailable
+from controller.status.conditions import failure_shown, spec_problems
 from controller.tracing import PassTrace
 
 WAIT_JITTER = 0.25  # of each wait for another writer's claim, added at random
@@ -80,7 +62,7 @@ class Retry(kopf.TemporaryError):
     """A retry that is no failure (another writer holds the session or is taking it, the
     operator stops): the handler logs why at its own level, and controller/operator.py leaves
     out the ERROR line kopf logs for every TemporaryError. A lost claim is a failure
-    (ClaimLost in _FAILURES): kopf's ERROR line stays."""
+    (ClaimLost in FAILURES): kopf's ERROR line stays."""
 
 
 def _claim_wait(retry: int) -> float:
@@ -121,56 +103,22 @@ def _summarizer(
         raise Failure("InvalidSummarizer", one_line(exc, 300), retry=True) from exc
 
 
-# What a failure of each kind shows on the object (reason) and whether it is retried; the
-# first match wins, so a subclass comes before its base (InvalidModelOutput is a
-# SummaryValidationError; InvalidStoreConfig and UnreadablePriorSummary are ValueErrors).
-_FAILURES: tuple[tuple[type[Exception], str, bool], ...] = (
-    (kube.SecretError, "SecretNotFound", True),
-    (FenceUnavailable, "FencingUnavailable", True),
-    (AuthorityConflict, "AuthorityConflict", True),
-    # Nothing was sent; retried, so allowing the host or endpoint is enough.
-    (SecretHostNotAllowed, "SecretHostNotAllowed", True),
-    (EndpointNotAllowed, "EndpointNotAllowed", True),
-    (MemoryDestinationNotAllowed, "MemoryDestinationNotAllowed", True),
-    (StoreUnavailable, "StoreUnavailable", True),
-    (InvalidStoreConfig, "InvalidStoreConfig", False),
-    (UnreadablePriorSummary, "UnreadablePriorSummary", False),
-    (EmbeddingMismatch, "EmbeddingMismatch", False),
-    (EmbeddingError, "EmbeddingUnavailable", True),
-    (ModelUnavailable, "ModelUnavailable", True),
-    (InvalidModelOutput, "InvalidModelOutput", True),
-    (SummaryValidationError, "InvalidSummary", True),
-    # Another writer rewrote the row: nothing written; the retry carries its text.
-    (RowChangedDuringPass, "OtherWriterDetected", True),
-    # Refused, taken, deleted or lapsed: nothing (more) written; the message says why.
-    (ClaimLost, "ClaimLost", True),
-)
-
-
 @contextlib.contextmanager
 def failures_shown(*, invalid_spec: bool = False) -> Iterator[None]:
-    """Turns what the work below raises into the Failure the object shows; with
+    """Turns what the work below raises into the Failure the object shows (FAILURES); with
     invalid_spec, any other ValueError is the SessionSummarizer's spec (InvalidSummarizer)."""
     try:
         yield
     except ClaimContended:
         raise  # a wait for the claim, not a failure
-    except CollectionNotFound as exc:
-        reason = "MemoryCollectionNotFound" if exc.role == "memory" else "CollectionNotFound"
-        raise Failure(reason, one_line(exc, 300), retry=True) from exc
     except Exception as exc:
-        for kind, reason, retry in _FAILURES:
-            if isinstance(exc, kind):
-                # A refusal says what would allow it (a command): not cut at 300.
-                refusal = DestinationRefused | AuthorityConflict | ClaimLost
-                limit = 1000 if isinstance(exc, refusal) else 300
-                message = one_line(exc, limit)
-                if isinstance(exc, UnreadablePriorSummary):
-                    message += "; the stored row was left as it is"
-                raise Failure(reason, message, retry=retry) from exc
-        if invalid_spec and isinstance(exc, ValueError):
-            raise Failure("InvalidSummarizer", one_line(exc, 300), retry=True) from exc
-        raise
+        shown = failure_shown(exc)
+        if shown is None and invalid_spec and isinstance(exc, ValueError):
+            shown = "InvalidSummarizer", one_line(exc, 300), True
+        if shown is None:
+            raise
+        reason, message, retry = shown
+        raise Failure(reason, message, retry=retry) from exc
 
 
 def summarize_claimed(

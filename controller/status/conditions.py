@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from types import MappingProxyType
 
 from pydantic import ValidationError
 
@@ -22,6 +23,33 @@ REQUIRED = ("SecretsAllowed", "StoreReachable", "EmbeddingReady", "ModelReady", 
 # spec's); SpecValid and Swept count only when present (no spec check or sweep yet).
 READY_INPUTS = ("SpecValid", *REQUIRED, "Swept")
 NOT_BLOCKING = frozenset({("SecretsAllowed", "SecretNotAnnotated")})
+# The reason a failure shows on an object, and whether a pass retries it, by the exception's
+# class or its nearest base named here (by name: status/ imports none of the modules that
+# raise them). A DestinationRefused names its own reason; nothing was sent, so allowing the
+# host or endpoint is enough.
+FAILURES = MappingProxyType(
+    {
+        "SecretError": ("SecretNotFound", True),
+        "FenceUnavailable": ("FencingUnavailable", True),
+        "AuthorityConflict": ("AuthorityConflict", True),
+        "DestinationRefused": ("DestinationRefused", True),
+        "StoreUnavailable": ("StoreUnavailable", True),
+        "InvalidStoreConfig": ("InvalidStoreConfig", False),
+        "CollectionNotFound": ("CollectionNotFound", True),
+        "UnreadablePriorSummary": ("UnreadablePriorSummary", False),
+        "EmbeddingMismatch": ("EmbeddingMismatch", False),
+        "EmbeddingError": ("EmbeddingUnavailable", True),
+        "ModelUnavailable": ("ModelUnavailable", True),
+        "InvalidModelOutput": ("InvalidModelOutput", True),
+        "SummaryValidationError": ("InvalidSummary", True),
+        # Another writer rewrote the row: nothing written; the retry carries its text.
+        "RowChangedDuringPass": ("OtherWriterDetected", True),
+        # Refused, taken, deleted or lapsed: nothing (more) written; the message says why.
+        "ClaimLost": ("ClaimLost", True),
+    }
+)
+# A refusal says what would allow it (a command): not cut at 300.
+REFUSALS = frozenset({"DestinationRefused", "AuthorityConflict", "ClaimLost"})
 
 
 def now_rfc3339(*, precise: bool = False) -> str:
@@ -50,6 +78,22 @@ def spec_problems(invalid: ValidationError) -> str:
     """Each field of a spec the operator cannot use, and why: a condition's message."""
     problems = (f"spec.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in invalid.errors())
     return one_line("; ".join(problems), 1000)
+
+
+def failure_shown(exc: BaseException) -> tuple[str, str, bool] | None:
+    """(reason, message, retry) of a failure of a kind FAILURES names, else None."""
+    named = next((c.__name__ for c in type(exc).__mro__ if c.__name__ in FAILURES), None)
+    if named is None:
+        return None
+    reason, retry = FAILURES[named]
+    message = one_line(exc, 1000 if named in REFUSALS else 300)
+    if named == "DestinationRefused":
+        reason = str(getattr(exc, "reason", reason))
+    elif named == "CollectionNotFound" and getattr(exc, "role", "memory") == "memory":
+        reason = "MemoryCollectionNotFound"
+    elif named == "UnreadablePriorSummary":
+        message += "; the stored row was left as it is"
+    return reason, message, retry
 
 
 def condition(

@@ -17,6 +17,7 @@ from controller.core.reconcile_plan import IgnoredRows
 from controller.core.text import cut, one_line
 from controller.status.conditions import (
     READY_INPUTS,
+    failure_shown,
     now_rfc3339,
     set_condition,
     spec_problems,
@@ -188,22 +189,12 @@ def _listed(items: Sequence[str], *, quoted: bool = False) -> str:
 
 
 def sweep_failure(exc: BaseException) -> list[Condition]:
-    """A sweep that could not run: Swept False with the reason, from the exception class (by
-    name: this module does no I/O and imports none of the modules that raise them), and
+    """A sweep that could not run: Swept False with the failure's reason (FAILURES), and
     StoreReachable False too when the store itself failed."""
-    kind = type(exc).__name__
-    reason, message, store_failed = "StoreUnavailable", one_line(exc, 300) or kind, True
-    if kind == "SecretError":
-        reason = "SecretNotFound"
-    elif kind in ("SecretHostNotAllowed", "EndpointNotAllowed"):
-        reason, message = kind, one_line(exc, 1000)
-    elif kind == "CollectionNotFound":
-        memory = getattr(exc, "role", "memory") == "memory"
-        reason, store_failed = "MemoryCollectionNotFound" if memory else kind, False
-    elif kind == "InvalidStoreConfig":
-        reason, store_failed = kind, False
+    reason, message, _ = failure_shown(exc) or ("StoreUnavailable", one_line(exc, 300), True)
+    message = message or type(exc).__name__
     swept = Condition(type="Swept", status="False", reason=reason, message=message)
-    if not store_failed:
+    if reason in ("CollectionNotFound", "MemoryCollectionNotFound", "InvalidStoreConfig"):
         return [swept]
     return [swept, store_reachable("", reason=reason, message=message)]
 
