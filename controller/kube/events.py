@@ -1,19 +1,22 @@
 """Where Events are posted: one per state change, repeats a PATCH of its count. Like client-go's
-recorder, it posts from a thread and never blocks or fails its caller."""
+recorder, it posts from a thread and never blocks or fails its caller; as its EventCorrelator,
+but the name derives from the key: a restart continues a count."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import queue
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
 import urllib3
+from cachetools import LRUCache
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from controller.core.event_aggregation import EventKey, EventLog, event_name
 from controller.core.text import cut
 from controller.kube import client as kube
 from controller.status.conditions import now_rfc3339
@@ -22,6 +25,32 @@ log = logging.getLogger("controller.kube.events")
 COMPONENT = "session-summary-operator"
 MESSAGE_MAX = 1024
 QUEUE_SIZE = 1000
+CACHE_SIZE = 4096  # keys whose count this process keeps, least recently used first out
+NAME_MAX, DIGEST_LEN = 253, 16
+
+
+@dataclass(frozen=True)
+class EventKey:
+    """What makes two Events the same one (client-go's getEventKey, without the host)."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    type: str
+    reason: str
+    message: str
+    component: str
+
+
+def event_name(key: EventKey) -> str:
+    """The object's name, a dot and a hash of the key: a DNS subdomain whatever the name."""
+    parts = (key.api_version, key.kind, key.namespace, key.name, key.uid, key.type)
+    text = "\0".join((*parts, key.reason, key.message, key.component))
+    digest = hashlib.sha256(text.encode()).hexdigest()[:DIGEST_LEN]
+    base = key.name.lower()[: NAME_MAX - DIGEST_LEN - 1].rstrip("-.")
+    return f"{base}.{digest}" if base else digest
 
 
 def object_reference(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -43,7 +72,7 @@ Pending = tuple[dict[str, Any], EventKey]
 class EventRecorder:
     def __init__(self, instance: str = "") -> None:
         self.instance = instance
-        self._log = EventLog()
+        self._counts: LRUCache[EventKey, int] = LRUCache(CACHE_SIZE)
         self._queue: queue.Queue[Pending | None] = queue.Queue(QUEUE_SIZE)
         self._thread = threading.Thread(target=self._run, name="events", daemon=True)
         self._thread.start()
@@ -86,7 +115,8 @@ class EventRecorder:
                 log.exception("could not post Event %s on %s", key.reason, key.name)
 
     def _send(self, ref: dict[str, Any], key: EventKey) -> None:
-        name, now, count = event_name(key), now_rfc3339(), self._log.observe(key)
+        name, now = event_name(key), now_rfc3339()
+        count = self._counts[key] = self._counts.get(key, 0) + 1
         if count > 1:
             try:
                 self._patch(key, name, count, now)
@@ -94,8 +124,7 @@ class EventRecorder:
             except ApiException as exc:
                 if exc.status != 404:
                     raise
-            self._log.forget(key)  # expired by the apiserver's event TTL: a new one
-            self._log.observe(key)
+            self._counts[key] = 1  # expired by the apiserver's event TTL: a new one
         try:
             self._create(ref, key, name, now)
         except ApiException as exc:
@@ -105,7 +134,7 @@ class EventRecorder:
             existing = kube.core().read_namespaced_event(name, key.namespace)
             count = int(existing.count or 1) + 1
             self._patch(key, name, count, now)
-            self._log.learned(key, count)
+            self._counts[key] = count
 
     def _create(self, ref: dict[str, Any], key: EventKey, name: str, now: str) -> None:
         event = client.CoreV1Event(

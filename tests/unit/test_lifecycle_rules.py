@@ -6,15 +6,19 @@ change asks again; the priority a joining replica takes."""
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
+from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from controller.api import Condition
-from controller.core.event_aggregation import EventKey, EventLog, event_name
 from controller.core.rate_limit import TokenBucket
 from controller.core.requeue import to_ask_again
 from controller.core.waiting import wait_delay
+from controller.kube import events
+from controller.kube.events import EventKey, EventRecorder, event_name
 from controller.kube.peering import (
     PRIORITY_STEP,
     TOP_PRIORITY,
@@ -120,10 +124,52 @@ def key(
                     reason, message, "session-summary-operator")  # fmt: skip
 
 
-def test_a_repeated_event_is_counted_on_the_first_one() -> None:
-    log = EventLog()
-    assert (log.observe(key()), log.observe(key())) == (1, 2)  # created, then counted on
-    assert log.observe(key(message="another")) == 1
+class Answer:
+    def read(self) -> bytes:
+        return b"{}"
+
+
+class EventsApi:
+    """The apiserver's Events as the recorder sees them: name -> count, and each call."""
+
+    def __init__(self, events: dict[str, int] | None = None) -> None:
+        self.events, self.calls = dict(events or {}), list[tuple[str, int]]()
+
+    def create_namespaced_event(self, namespace: str, event: Any, **_: Any) -> Answer:
+        if event.metadata.name in self.events:
+            self.calls.append(("exists", self.events[event.metadata.name]))
+            raise events.ApiException(status=409)
+        self.events[event.metadata.name] = event.count
+        self.calls.append(("create", event.count))
+        return Answer()
+
+    def patch_namespaced_event(self, name: str, namespace: str, body: Any, **_: Any) -> Answer:
+        if name not in self.events:
+            raise events.ApiException(status=404)
+        self.events[name] = body["count"]
+        self.calls.append(("patch", body["count"]))
+        return Answer()
+
+    def read_namespaced_event(self, name: str, namespace: str) -> Any:
+        return SimpleNamespace(count=self.events[name])
+
+
+def posted(monkeypatch: pytest.MonkeyPatch, api: EventsApi, *messages: str) -> EventsApi:
+    """Posts a Warning with each message on one object, in order, through a recorder."""
+    monkeypatch.setattr(events.kube, "core", lambda: api)
+    recorder = EventRecorder()
+    obj = {"apiVersion": "memorycore.io/v1alpha1", "kind": "SessionSummary",
+           "metadata": {"name": "s1", "namespace": "ns", "uid": "uid-1"}}  # fmt: skip
+    for message in messages:
+        recorder.post(obj, type_="Warning", reason="StoreUnavailable", message=message)
+    recorder.close(timeout=10)
+    return api
+
+
+def test_a_repeated_event_is_counted_on_the_first_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    api = posted(monkeypatch, EventsApi(), "store down", "store down", "another")
+    assert api.calls == [("create", 1), ("patch", 2), ("create", 1)]
+    assert sorted(api.events.values()) == [1, 2]
     assert event_name(key(message="another")) != event_name(key())
 
 
@@ -141,23 +187,29 @@ def test_every_event_name_is_a_valid_object_name(name: str, message: str) -> Non
     assert made == event_name(key(message=message, name=name))
 
 
-def test_the_log_forgets_the_least_recently_used_key() -> None:
-    log = EventLog(size=2)
-    log.observe(key("a"))
-    log.observe(key("b"))
-    log.observe(key("a"))
-    log.observe(key("c"))  # "b", the least recently used, goes
-    assert log.observe(key("a")) > 1 and log.observe(key("c")) > 1
-    assert log.observe(key("b")) == 1
+def test_the_recorder_forgets_the_least_recently_used_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(events, "CACHE_SIZE", 2)
+    api = posted(monkeypatch, EventsApi(), "a", "b", "a", "c", "a", "c", "b")
+    # "b", the least recently used, went when "c" came: its count is read from the apiserver.
+    assert api.calls[4:] == [("patch", 3), ("patch", 2), ("exists", 1), ("patch", 2)]
 
 
-def test_an_event_found_gone_starts_a_new_count_and_one_found_existing_continues() -> None:
-    log = EventLog()
-    log.observe(key())
-    log.forget(key())
-    assert log.observe(key()) == 1
-    log.learned(key(), 7)
-    assert log.observe(key()) == 8
+class Expiring(EventsApi):
+    def create_namespaced_event(self, namespace: str, event: Any, **_: Any) -> Answer:
+        answer = super().create_namespaced_event(namespace, event)
+        if len(self.calls) == 1:
+            self.events.clear()  # the first one expired by the apiserver's event TTL at once
+        return answer
+
+
+def test_an_event_found_gone_starts_a_new_count_and_one_found_existing_continues(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = posted(monkeypatch, Expiring(), "store down", "store down", "store down")
+    assert api.calls == [("create", 1), ("create", 1), ("patch", 2)]
+    # Posted 7 times by another replica or before a restart: counted on.
+    api = posted(monkeypatch, EventsApi({event_name(key()): 7}), "store down", "store down")
+    assert api.calls == [("exists", 7), ("patch", 8), ("patch", 9)]
 
 
 # -- failed objects asked again when their summarizer changes -------------------------------
