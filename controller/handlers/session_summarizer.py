@@ -139,12 +139,10 @@ def due(last: str | None, interval_s: float) -> bool:
     return (dt.datetime.now(dt.UTC) - then).total_seconds() >= interval_s
 
 
-def _transitions(
-    before: SessionSummarizerStatus, conditions: list[Condition]
-) -> list[tuple[Condition, bool]]:
-    """(condition, changed) for each: changed when its status or reason differs from before."""
-    current = {c.type: (c.status, c.reason) for c in before.conditions or []}
-    return [(c, current.get(c.type) != (c.status, c.reason)) for c in conditions]
+def _changed(before: SessionSummarizerStatus, cond: Condition) -> bool:
+    """Whether cond's status or reason differs from before's (or before had none)."""
+    was = [(c.status, c.reason) for c in before.conditions or [] if c.type == cond.type]
+    return was != [(cond.status, cond.reason)]
 
 
 def _ask_failed_again(namespace: str, summarizer: str) -> int:
@@ -238,7 +236,8 @@ async def _probe(
     written = await asyncio.to_thread(kube.update_summarizer_status, namespace, name, measured)
     before = written[0] if written else SessionSummarizerStatus()
     was = {c.type: c.status for c in before.conditions or []}
-    for cond, changed in _transitions(before, conditions):
+    for cond in conditions:
+        changed = _changed(before, cond)
         if cond.status == "False" and (changed or first):
             runtime.events.post(body, type_="Warning", reason=cond.reason, message=cond.message)
         elif changed and cond.status == "True" and was.get(cond.type) not in (None, "True"):
@@ -450,7 +449,7 @@ async def _reconcile(tick: _Tick) -> None:
     if step.uncovered:
         tick.runtime.events.post(tick.body, type_="Normal", reason="Reconciled", message=message)
     # Each walk that still finds ignored rows says so again (the recorder counts repeats).
-    if rows.status == "False" or (written and _transitions(written[0], [rows])[0][1]):
+    if rows.status == "False" or (written and _changed(written[0], rows)):
         kind = "Warning" if rows.status == "False" else "Normal"
         tick.runtime.events.post(tick.body, type_=kind, reason=rows.reason, message=rows.message)
 
@@ -481,7 +480,7 @@ async def _sweep(tick: _Tick) -> None:
         failure, at = sweep_failure(exc), now_rfc3339()
         written = await tick.write(lambda st: failed_sweep(st, failure, at, generation))
         said = failure[0]
-        if written is not None and any(changed for _, changed in _transitions(written[0], failure)):
+        if written is not None and any(_changed(written[0], c) for c in failure):
             events.post(tick.body, type_="Warning", reason=said.reason, message=said.message)
         tick.logger.warning("sweep failed: %s: %s", said.reason, said.message)
         return
