@@ -42,12 +42,7 @@ from controller.handlers.summary_status import (
     status_with,
 )
 from controller.kube import client as kube
-from controller.kube.claims import (
-    ClaimContended,
-    ClaimHeld,
-    SessionClaimHandle,
-    Sightings,
-)
+from controller.kube.claims import ClaimContended, ClaimHeld, SessionClaimHandle, Sightings
 from controller.pipeline import Outcome, PassInterrupted, summarize_session
 from controller.runtime import Runtime
 from controller.scheduling import BACKGROUND_TRIGGERS, Slack, slack_for

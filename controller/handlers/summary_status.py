@@ -76,16 +76,13 @@ def status_with(
     """The object's status in this phase; ok None (a pass under way) keeps Summarized."""
     previous = current_status(body)
     generation = body.metadata.get("generation")
-    conditions = previous.conditions
     # lastPhaseTransitionTime: now when the phase, or the request it answers, changed.
     same = previous.phase == phase and previous.observed_generation == generation
     since = (same and previous.last_phase_transition_time) or now_rfc3339()
     if ok is not None:
         status = "True" if ok else "False"
         also = (Condition(type=CONDITION, status=status, reason=reason, message=message), *also)
-    for cond in also:
-        stamped = cond.model_copy(update={"observed_generation": generation})
-        conditions = set_condition(conditions, stamped)
+    conditions = set_condition(previous.conditions, *also, observed_generation=generation)
     conditions = with_derived(conditions, summary_readiness(phase, reason, message, generation))
     return previous.model_copy(
         update={
@@ -113,12 +110,10 @@ def record_waiting(
         f"waiting: SessionSummary {owner} (replica {held.claim.writer.replica}) is writing "
         f"session {held.claim.session_id!r} in this store; this pass runs when it is done"
     )
-    previous = current_status(body)
-    said = [(c.reason, c.message) for c in previous.conditions or [] if c.type == CONDITION]
-    shown = (previous.phase, previous.observed_generation, said)
-    if shown == ("Pending", body.metadata.get("generation"), [("SessionClaimed", message)]):
+    status = status_with(body, phase="Pending", reason="SessionClaimed", message=message, ok=False)
+    if status == current_status(body):
         return  # the object says so already
-    record(body, patch, phase="Pending", reason="SessionClaimed", message=message, ok=False)
+    patch.status.update(status.to_api())
     events.post(body, type_="Normal", reason="SessionClaimed", message=message)
 
 

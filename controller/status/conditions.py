@@ -61,17 +61,22 @@ def now_rfc3339(*, precise: bool = False) -> str:
 
 
 def set_condition(
-    conditions: list[Condition] | None, new: Condition, *, now: str | None = None
+    conditions: Sequence[Condition] | None,
+    *new: Condition,
+    now: str | None = None,
+    **stamp: object,
 ) -> list[Condition]:
-    """Replaces the condition of new.type; lastTransitionTime moves only when status changes."""
-    kept = [c for c in conditions or [] if c.type != new.type]
-    previous = {c.type: c for c in conditions or []}.get(new.type)
-    if previous is not None and previous.status == new.status:
-        transition = previous.last_transition_time
-    else:
-        transition = now or now_rfc3339()
-    kept.append(new.model_copy(update={"last_transition_time": transition}))
-    return sorted(kept, key=lambda c: c.type)
+    """Replaces the condition of each new one's type (with the `stamp` fields);
+    lastTransitionTime moves only when its status changes."""
+    merged = {c.type: c for c in conditions or []}
+    for cond in new:
+        previous = merged.get(cond.type)
+        if previous is not None and previous.status == cond.status:
+            transition = previous.last_transition_time
+        else:
+            transition = now or now_rfc3339()
+        merged[cond.type] = cond.model_copy(update={**stamp, "last_transition_time": transition})
+    return sorted(merged.values(), key=lambda c: c.type)
 
 
 def spec_problems(invalid: ValidationError) -> str:
@@ -156,7 +161,5 @@ def with_derived(
     """The conditions with the derived ones replaced by `derived` (a derived type not in it
     is removed; lastTransitionTime moves only on a status change, as set_condition does)."""
     wanted = {d.type for d in derived}
-    merged = [c for c in conditions or [] if c.type not in DERIVED or c.type in wanted]
-    for cond in derived:
-        merged = set_condition(merged, cond, now=now)
-    return merged
+    kept = [c for c in conditions or [] if c.type not in DERIVED or c.type in wanted]
+    return set_condition(kept, *derived, now=now)

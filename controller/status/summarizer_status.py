@@ -42,9 +42,7 @@ def with_conditions(
     update: dict[str, object] = {"last_probe_time": at}
     if generation is not None:
         update["observed_generation"] = generation
-    merged = status.conditions
-    for cond in conditions:
-        merged = set_condition(merged, cond.model_copy(update=update), now=at)
+    merged = set_condition(status.conditions, *conditions, now=at, **update)
     return status.model_copy(update={"conditions": merged})
 
 
