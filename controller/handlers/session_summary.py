@@ -92,10 +92,7 @@ def _summarizer(
         ref = f"{namespace}/{spec.summarizer_ref}"
         message = f"SessionSummarizer {ref} does not exist; create it or set spec.summarizerRef"
         raise Failure("SummarizerNotFound", message, retry=True)  # phase Pending below the gate
-    try:
-        return SessionSummarizerSpec.model_validate(summarizer_spec)
-    except ValidationError as exc:
-        raise Failure("InvalidSummarizer", one_line(exc, 300), retry=True) from exc
+    return SessionSummarizerSpec.model_validate(summarizer_spec)  # failures_shown: invalid
 
 
 @contextlib.contextmanager
@@ -131,11 +128,11 @@ def summarize_claimed(
     if runtime.stopping.is_set():
         raise PassInterrupted("the operator is stopping; the next replica resumes this pass")
     namespace, name = str(body.metadata.namespace), str(body.metadata.name)
-    summarizer = _summarizer(namespace, spec, summarizer_spec)
     config, giving_way = runtime.config, trace.giving_way(runtime.scheduler.give_way)
     with contextlib.ExitStack() as held:
-        # The SessionSummarizer's live parts (the runtime's), held for the pass.
+        # The SessionSummarizer's spec and live parts (the runtime's), held for the pass.
         with failures_shown(invalid_spec=True):
+            summarizer = _summarizer(namespace, spec, summarizer_spec)
             backends = held.enter_context(
                 runtime.parts.backends(namespace, spec.summarizer_ref, summarizer)
             )
