@@ -45,6 +45,11 @@ SUMMARY_KIND, SUMMARY_PLURAL = "SessionSummary", "sessionsummaries"
 SUMMARIZER_KIND, SUMMARIZER_PLURAL = "SessionSummarizer", "sessionsummarizers"
 CLAIM_KIND, CLAIM_PLURAL = "SessionClaim", "sessionclaims"  # cluster-scoped write claims
 FINALIZER = f"{GROUP}/session-summary-operator"  # kopf's, on SessionSummarizers (timers)
+# summaryctl forget records who ran it here; else the field manager of the last change.
+REQUESTED_BY = f"{GROUP}/requested-by"
+# summaryctl check asks a SessionSummarizer's probes and sweep to run now: a new value here
+# is answered in status.lastHandledProbeRequest (as Flux's reconcile.fluxcd.io/requestedAt).
+PROBE_REQUESTED = f"{GROUP}/probe-requested-at"
 
 Phase = Literal["Pending", "Summarizing", "Summarized", "Empty", "NotFound", "Failed", "Forgotten"]
 Action = Literal["Summarize", "Rebuild", "Forget"]  # docs/privacy.md, "Forget and rebuild"

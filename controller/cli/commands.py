@@ -162,10 +162,9 @@ ANSWER_SECONDS = 30.0  # how long check waits for the operator to measure anew
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from controller.api import GROUP, SUMMARIZER_PLURAL, VERSION
+    from controller.api import GROUP, PROBE_REQUESTED, SUMMARIZER_PLURAL, VERSION
     from controller.kube import client as kube
     from controller.status.conditions import now_rfc3339
-    from controller.status.requests import PROBE_REQUESTED
 
     start = time.monotonic()
     asked: str | None = ""  # the request's value; None: this identity may not make one

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from controller import metrics
 from controller.api import (
     GROUP,
+    PROBE_REQUESTED,
     SUMMARIZER_PLURAL,
     VERSION,
     Condition,
@@ -42,7 +43,6 @@ from controller.probes import health_conditions
 from controller.reconcile import ReconcileResult, reconcile_step
 from controller.runtime import Runtime
 from controller.status.conditions import NOT_BLOCKING, REQUIRED, now_rfc3339
-from controller.status.requests import PROBE_REQUESTED
 from controller.status.summarizer_status import (
     failed_sweep,
     memory_rows,

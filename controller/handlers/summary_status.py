@@ -4,6 +4,7 @@ status/conditions.py) from an Outcome or a Failure, and the Events a user must s
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, NoReturn, cast
 
 import kopf
@@ -11,6 +12,7 @@ from pydantic.alias_generators import to_camel
 
 from controller import metrics
 from controller.api import (
+    REQUESTED_BY,
     Condition,
     Phase,
     SessionSummarySpec,
@@ -22,12 +24,11 @@ from controller.core.ledger import FORGOTTEN_BY_KEY, FORGOTTEN_KEY
 from controller.core.memories import FUTURE_TOLERANCE_MS
 from controller.core.naming import summary_row_id
 from controller.core.summary import StructuredSummary
-from controller.core.text import ms_to_rfc3339
+from controller.core.text import ms_to_rfc3339, one_line
 from controller.kube.claims import ClaimHeld
 from controller.kube.events import EventRecorder
 from controller.pipeline import Outcome
 from controller.status.conditions import now_rfc3339, set_condition, summary_readiness, with_derived
-from controller.status.requests import asked_by
 
 CONDITION = "Summarized"
 # Whether the row was as this operator left it when the pass read it (summary_row.rewritten_by).
@@ -389,6 +390,23 @@ def forgotten_by_another(obj: dict[str, Any], tombstone: dict[str, Any]) -> dict
         "a sunset here summarizes it again if memories remain"
     )
     return forgotten_status(kopf.Body(cast(kopf.RawBody, obj)), message, ok=False)
+
+
+def asked_by(body: Mapping[str, Any]) -> str:
+    """Who asked for the object's current spec (a forget or a rebuild is audited:
+    docs/privacy.md): summaryctl's annotation, else the field manager (kubectl, a controller)
+    of its last change of the spec."""
+    meta = body.get("metadata") or {}
+    named = (meta.get("annotations") or {}).get(REQUESTED_BY)
+    if named:
+        return one_line(named, 200)
+    changes = [
+        m
+        for m in meta.get("managedFields") or []
+        if isinstance(m, Mapping) and "f:spec" in (m.get("fieldsV1") or {})
+    ]
+    changes.sort(key=lambda m: str(m.get("time") or ""))
+    return f"field manager {changes[-1].get('manager')}" if changes else "unknown"
 
 
 def _memories(n: int) -> str:

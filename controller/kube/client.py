@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from controller.api import (
     API_VERSION,
     GROUP,
+    REQUESTED_BY,
     SUMMARIZER_PLURAL,
     SUMMARY_KIND,
     SUMMARY_PLURAL,
@@ -30,7 +31,6 @@ from controller.core.naming import summary_object_name
 from controller.core.retention import kept_request
 from controller.core.text import json_value, one_line
 from controller.status.conditions import now_rfc3339
-from controller.status.requests import REQUESTED_BY
 from controller.status.summarizer_status import settled
 
 API_POOL_SIZE = 64
