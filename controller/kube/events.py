@@ -9,8 +9,7 @@ import logging
 import queue
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import urllib3
 from cachetools import LRUCache
@@ -29,8 +28,7 @@ CACHE_SIZE = 4096  # keys whose count this process keeps, least recently used fi
 NAME_MAX, DIGEST_LEN = 253, 16
 
 
-@dataclass(frozen=True)
-class EventKey:
+class EventKey(NamedTuple):
     """What makes two Events the same one (client-go's getEventKey, without the host)."""
 
     api_version: str
@@ -46,14 +44,13 @@ class EventKey:
 
 def event_name(key: EventKey) -> str:
     """The object's name, a dot and a hash of the key: a DNS subdomain whatever the name."""
-    parts = (key.api_version, key.kind, key.namespace, key.name, key.uid, key.type)
-    text = "\0".join((*parts, key.reason, key.message, key.component))
-    digest = hashlib.sha256(text.encode()).hexdigest()[:DIGEST_LEN]
+    digest = hashlib.sha256("\0".join(key).encode()).hexdigest()[:DIGEST_LEN]
     base = key.name.lower()[: NAME_MAX - DIGEST_LEN - 1].rstrip("-.")
     return f"{base}.{digest}" if base else digest
 
 
 def object_reference(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """V1ObjectReference's arguments: the model is made by the sender."""
     meta = obj.get("metadata") or {}
     return {
         "api_version": obj.get("apiVersion"),
@@ -65,15 +62,11 @@ def object_reference(obj: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-# V1ObjectReference's arguments (the model is made by the sender), and the Event's key.
-Pending = tuple[dict[str, Any], EventKey]
-
-
 class EventRecorder:
     def __init__(self, instance: str = "") -> None:
         self.instance = instance
         self._counts: LRUCache[EventKey, int] = LRUCache(CACHE_SIZE)
-        self._queue: queue.Queue[Pending | None] = queue.Queue(QUEUE_SIZE)
+        self._queue: queue.Queue[tuple[dict[str, Any], EventKey] | None] = queue.Queue(QUEUE_SIZE)
         self._thread = threading.Thread(target=self._run, name="events", daemon=True)
         self._thread.start()
 
