@@ -1,6 +1,4 @@
 """kopf handlers, one module per resource, and the index they look things up in.
 Importing this package registers them."""
 
-from controller.handlers import session_summarizer, session_summary
-
-__all__ = ["session_summarizer", "session_summary"]
+from controller.handlers import session_summarizer, session_summary  # noqa: F401

@@ -1,5 +1,6 @@
-"""A condition set on a status, the times a status states (RFC 3339, UTC), and Ready,
-Reconciling and Stalled on both kinds, derived from the rest of the status at each write. Pure.
+"""A condition set on a status, the reason a failure shows, the times a status states (RFC 3339,
+UTC), and Ready, Reconciling and Stalled on both kinds, derived from the rest of the status at
+each write. Pure.
 kstatus (Flux, kpt, `kubectl wait`) reads Reconciling True as in progress and Stalled True as
 failed; Ready is the Kubernetes convention (docs/operations.md). A derived condition that does
 not hold is left out, except Ready."""
