@@ -6,9 +6,11 @@ from __future__ import annotations
 import bisect
 import itertools
 import time
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 from chromadb.api.models.Collection import Collection
 
 from controller.core.coverage import (
@@ -33,13 +35,97 @@ from controller.core.memories import (
 from controller.core.visibility import SessionSources
 from controller.redaction import PassRedaction
 from controller.store.collections import by_ids, pages
-from controller.store.row_keys import RowKeys, RowKeysBuilder
 
 LIST_PAGE = 1000  # one round trip for most sessions; 2,000 kept more heap (docs/benchmarks.md)
 GET_BATCH = 500
 ID_PAGE = 5000  # ids only: a few bytes a row
 SMALL_SESSION = 50  # rows: listed whole in one request (list_session)
 NAMED_UNTRUSTED = 10
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+class RowKeys:
+    """A session's sort keys, (timestamp, id), in flat buffers freed whole after the pass
+    (tuples cost more and stayed: docs/benchmarks.md): added as the listing pages arrive, then
+    sorted by build() (Watermark's order: timestamp, then id). `included` marks rows not of an
+    excluded type, `selected` the rows the pass reads (all until select())."""
+
+    def __init__(self) -> None:
+        self._timestamps = array("q")
+        self._ends = array("q")
+        self._ids = bytearray()
+        self._included = bytearray()
+
+    def add(self, timestamp_ms: int, row_id: str, *, included: bool) -> None:
+        self._timestamps.append(timestamp_ms)
+        self._ids += row_id.encode("utf-8", "surrogatepass")  # lone surrogates JSON may carry
+        self._ends.append(len(self._ids))
+        self._included.append(1 if included else 0)
+
+    def build(self) -> RowKeys:
+        """Sorts the keys added (timestamps are parse_timestamp_ms's, within int64)."""
+        self._end_at = np.frombuffer(self._ends, dtype=np.int64)
+        self._selected = bytearray(b"\x01" * len(self._included))
+        stamps = np.frombuffer(self._timestamps, dtype=np.int64)
+        del self._timestamps  # the sorted copy is kept instead
+        self._order = np.argsort(stamps, kind="stable")
+        self._sorted_stamps = stamps[self._order]
+        # Rows sharing a timestamp, ordered by id (a listing gives them in any order).
+        _, firsts, counts = np.unique(self._sorted_stamps, return_index=True, return_counts=True)
+        for first, count in zip(
+            firsts[counts > 1].tolist(), counts[counts > 1].tolist(), strict=True
+        ):
+            run = self._order[first : first + count].tolist()
+            self._order[first : first + count] = sorted(run, key=self._id_of)
+        return self
+
+    def _id_of(self, row: int) -> str:
+        begin = int(self._end_at[row - 1]) if row else 0
+        return self._ids[begin : int(self._end_at[row])].decode("utf-8", "surrogatepass")
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __getitem__(self, position: int) -> tuple[int, str]:
+        """The key at this position of the sorted order."""
+        return int(self._sorted_stamps[position]), self._id_of(int(self._order[position]))
+
+    def __iter__(self) -> Iterator[tuple[int, str]]:
+        return (self[position] for position in range(len(self)))
+
+    def included(self) -> int:
+        """Rows the pass summarizes: selected and not of an excluded type."""
+        return sum(1 for row in self._order if self._included[row] and self._selected[row])
+
+    def included_ids(self) -> Iterator[str]:
+        """The ids of the rows the pass summarizes, in key order."""
+        for row in self._order:
+            if self._included[row] and self._selected[row]:
+                yield self._id_of(int(row))
+
+    def select(self, keep: Callable[[int, str], bool]) -> int:
+        """Selects the rows `keep(timestamp, id)` accepts; returns how many."""
+        for key, row in zip(self, self._order, strict=True):
+            self._selected[int(row)] = 1 if keep(*key) else 0
+        return sum(self._selected)
+
+    def with_selection(self) -> Iterator[tuple[int, str, bool]]:
+        """(timestamp, id, selected) of every row, in key order."""
+        for key, row in zip(self, self._order, strict=True):
+            yield (*key, bool(self._selected[int(row)]))
+
+    def count_upto(self, timestamp_ms: int, memory_id: str) -> int:
+        """How many keys are <= (timestamp_ms, memory_id) (a watermark read from the ledger
+        may lie outside int64)."""
+        if timestamp_ms > _INT64[1]:
+            return len(self)
+        if timestamp_ms < _INT64[0]:
+            return 0
+        stamps = self._sorted_stamps
+        low = int(np.searchsorted(stamps, timestamp_ms, side="left"))
+        high = int(np.searchsorted(stamps, timestamp_ms, side="right"))
+        ids = [self._id_of(int(row)) for row in self._order[low:high]]
+        return low + bisect.bisect_right(ids, memory_id)
 
 
 @dataclass(frozen=True)
@@ -141,7 +227,7 @@ def list_appended(
     if every_id != prior.digest:
         return None
     added.sort(key=memory_sort_key)
-    keys = RowKeysBuilder()
+    keys = RowKeys()
     wanted: dict[str, Memory] = {}
     newest = Watermark(timestamp_ms=mark[0], memory_id=mark[1])
     for memory in added:
@@ -194,7 +280,7 @@ def _list_all(
     newest: Watermark | None = None
     every_id = Bucket(0)  # the digest of every row's id (coverage.digest)
     sources = SessionSources()
-    keys = RowKeysBuilder()
+    keys = RowKeys()
     first_page: dict[str, Memory] = {}
     now_ms, untrusted = int(time.time() * 1000), list[str]()
     untimed: dict[str, str | None] = {}

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.core.memories import JS_DATE_MAX_MS
-from controller.store.row_keys import RowKeys, RowKeysBuilder
+from controller.store.session_listing import RowKeys
 
 # Timestamps as parse_timestamp_ms returns them: usually epoch milliseconds, but any int a
 # JavaScript Date holds.
@@ -26,7 +26,7 @@ rows = st.lists(st.tuples(timestamps, row_ids, st.booleans()), max_size=60)
 
 
 def built(listed: list[tuple[int, str, bool]]) -> RowKeys:
-    builder = RowKeysBuilder()
+    builder = RowKeys()
     for timestamp, row_id, included in listed:
         builder.add(timestamp, row_id, included=included)
     return builder.build()
@@ -76,7 +76,7 @@ def test_included_ids_in_order(listed: list[tuple[int, str, bool]]) -> None:
 
 def test_fifty_thousand_rows_take_flat_buffers() -> None:
     """The point of the class: a 50,000-row session's keys, ties and all, in a few MB."""
-    builder = RowKeysBuilder()
+    builder = RowKeys()
     for n in range(50_000):
         builder.add(1_700_000_000_000 + (n * 7919) % 40_000, f"row-{n:06d}", included=n % 3 > 0)
     keys = builder.build()
