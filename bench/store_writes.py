@@ -1,7 +1,7 @@
 """Store writes: what a summary row's upsert costs Chroma, one row per request or a group.
 
 Why the operator writes the rows of the passes waiting to write to one collection as a
-group (controller/store/row_writes.py): Chroma applies the writes to a database one after
+group (controller/store/memory_store.py): Chroma applies the writes to a database one after
 the other, each request at about the same cost whatever it carries.
 
 Real parts: a Chroma server (or the shared one) and chromadb's HTTP client, as the operator

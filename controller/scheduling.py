@@ -1,5 +1,5 @@
 """The order a pass gets a worker thread, a CPU core for the local embedding and a place in
-a group write (store/row_writes.py): earliest deadline first, the deadline being when it was
+a group write (store/memory_store.py): earliest deadline first, the deadline being when it was
 queued plus its class's slack (Slack), so a session that just ended goes first and none
 starves (docs/operations.md, "Scheduling")."""
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from controller.core.sweep_plan import REFRESH_TRIGGER
-from controller.store.row_writes import GroupWriter, RowWrite
+from controller.store.memory_store import GroupWriter, RowWrite
 
 if TYPE_CHECKING:
     from controller.store.connection import StoreLocation
@@ -435,7 +435,7 @@ class PassScheduler:
 
     def store_write(self, store: MemoryStore, write: RowWrite) -> None:
         """Writes the row in a group with others for the same store location
-        (store/row_writes.py), earliest deadline first; raises what refused or failed it."""
+        (store/memory_store.py), earliest deadline first; raises what refused or failed it."""
         write.deadline = self.deadline()
         with self._lock:
             entry = self._store_writes.get(store.location)

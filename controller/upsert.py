@@ -20,8 +20,7 @@ from controller.core.summary_row import (
     to_chroma_metadata,
 )
 from controller.core.visibility import RowVisibility
-from controller.store.memory_store import MemoryStore
-from controller.store.row_writes import RowWrite
+from controller.store.memory_store import MemoryStore, RowWrite
 
 Embedder = Callable[[list[str]], Sequence[Any]]  # one vector (floats) per text
 EMBED_CHARS = 8000

@@ -39,7 +39,7 @@ class StoreLocation:
     path: str | None = None  # embedded PersistentClient (summaryctl summarize --path only)
     token: str | None = None
     # spec.embedding: checked against the collections' embedding function, and recorded
-    # by a new summary collection when the memory collection has none (collections.py).
+    # by a new summary collection when the memory collection has none (memory_store.py).
     embedding_provider: str = "local-minilm"
     embedding_model: str = "all-MiniLM-L6-v2"
     document_max_chars: int = DOCUMENT_MAX_CHARS  # spec.document.maxChars

@@ -9,9 +9,11 @@ import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 import numpy as np
 from chromadb.api.models.Collection import Collection
+from chromadb.api.types import Where
 
 from controller.core.coverage import (
     Bucket,
@@ -34,13 +36,14 @@ from controller.core.memories import (
 )
 from controller.core.visibility import SessionSources
 from controller.redaction import PassRedaction
-from controller.store.collections import by_ids, pages
+from controller.store.errors import guard
 
 LIST_PAGE = 1000  # one round trip for most sessions; 2,000 kept more heap (docs/benchmarks.md)
 GET_BATCH = 500
 ID_PAGE = 5000  # ids only: a few bytes a row
 SMALL_SESSION = 50  # rows: listed whole in one request (list_session)
 NAMED_UNTRUSTED = 10
+T = TypeVar("T")
 _INT64 = (-(2**63), 2**63 - 1)
 
 
@@ -375,3 +378,55 @@ def read_memories(
         if memory is not None and (exclude is None or not exclude(memory)):
             found.append(mask.memory(memory))
     return sorted(found, key=memory_sort_key)
+
+
+def pages(
+    coll: Collection,
+    what: str,
+    where: dict[str, Any],
+    page: int,
+    include: Sequence[str] = ("metadatas",),
+    *,
+    first_with_documents: bool = False,
+) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
+    """(id, metadata, document) of every row matching where, page by page (SQLite's variable
+    limit); documents only on the first page with first_with_documents."""
+    offset = 0
+    while True:
+        wanted = [*include, "documents"] if first_with_documents and not offset else include
+        got = guard(
+            what,
+            lambda o=offset, i=wanted: coll.get(  # type: ignore[misc]
+                where=cast(Where, where or None), include=cast(Any, list(i)), limit=page, offset=o
+            ),
+        )
+        yield from rows(got)
+        if len(got["ids"]) < page:
+            return
+        offset += page
+
+
+def by_ids(
+    coll: Collection, what: str, ids: Sequence[str], include: Sequence[str], size: int
+) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
+    """(id, metadata, document) of these rows still there, `size` ids a read (SQLite binds
+    at most 32,766)."""
+    for batch in batches(ids, size):
+        got = guard(what, lambda b=batch: coll.get(ids=list(b), include=cast(Any, list(include))))  # type: ignore[misc]
+        yield from rows(got)
+
+
+def rows(got: Any) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
+    """(id, metadata or {}, document or None) of each row a get answered."""
+    ids, none = got["ids"], [None] * len(got["ids"])
+    metas, docs = got.get("metadatas") or none, got.get("documents") or none
+    for row_id, meta, doc in zip(ids, metas, docs, strict=False):
+        yield row_id, meta or {}, doc
+
+
+def batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    """Each item once, `size` a batch: every read or delete of several ids is cut here, and
+    Chroma refuses a request that names an id twice (its answer is per id anyway)."""
+    items = list(dict.fromkeys(items))
+    for start in range(0, len(items), size):
+        yield items[start : start + size]

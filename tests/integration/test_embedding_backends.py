@@ -9,9 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from controller.store.collections import recorded_function
 from controller.store.errors import EmbeddingMismatch
-from controller.store.row_writes import RowWrite
+from controller.store.memory_store import RowWrite, recorded_function
 from controller.upsert import write_alone
 from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, interaction, load, stored_summary_ids

@@ -1,4 +1,4 @@
-"""Passes written as groups (controller/store/row_writes.py) on the real Chroma server: many
+"""Passes written as groups (controller/store/memory_store.py) on the real Chroma server: many
 passes of this process writing at once share upserts, each row is still the one its pass
 wrote, and a pass its own checks refuse leaves its row as it was while the rest of its
 group is written."""
@@ -24,8 +24,7 @@ from controller.pipeline import Backends, summarize_session
 from controller.scheduling import PassScheduler, SchedulerLimits
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import EmbeddingMismatch
-from controller.store.memory_store import MemoryStore
-from controller.store.row_writes import RowWrite
+from controller.store.memory_store import MemoryStore, RowWrite
 from controller.upsert import write_alone
 from devenv.chroma import ChromaServer
 from tests.integration.harness import Harness, interaction, load

@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 from controller.core.memories import SUNSET_MARKER_TYPE
-from controller.store.collections import collection_config
+from controller.store.memory_store import collection_config
 from devenv.controlplane import REPO_ROOT, free_port
 from devenv.processes import stop
 from tests.integration.harness import Harness

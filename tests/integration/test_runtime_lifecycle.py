@@ -40,7 +40,7 @@ ROUNDS = 50
 # over 100 rounds. Without it a round's retired clients (reference cycles) waited for
 # Python's own full collection: +0.9 MiB a round, 87 MiB over 100 rounds on a loaded machine
 # before one came; chromadb 1.5.9's closed client kept in memory (before
-# store/collections.py: forget_system) was 3.5 MiB a round.
+# store/memory_store.py: forget_system) was 3.5 MiB a round.
 RSS_GROWTH_BOUND_MIB = 12
 PARTS = ("summarizers", "clients", "embedders", "model_clients", "semaphores", "secret_values")
 

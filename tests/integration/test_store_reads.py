@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 from controller.api import StoreSpec
 from controller.core.naming import summary_object_name
-from controller.store.collections import NeoDynamicTextEmbedding
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import (
     CollectionNotFound,
@@ -28,8 +27,7 @@ from controller.store.errors import (
     InvalidStoreConfig,
     StoreUnavailable,
 )
-from controller.store.memory_store import MemoryStore
-from controller.store.row_writes import RowWrite
+from controller.store.memory_store import MemoryStore, NeoDynamicTextEmbedding, RowWrite
 from controller.upsert import write_alone
 from devenv.chroma import ChromaServer
 from devenv.processes import wait_for

@@ -43,7 +43,7 @@ from controller.core.visibility import (
     summary_user_id,
     union_agents,
 )
-from controller.store.collections import embedding_function_problem
+from controller.store.memory_store import embedding_function_problem
 
 JS_DATE_MAX = 8_640_000_000_000_000
 TIMES = st.one_of(st.none(), st.integers(-(2**70), 2**70), st.integers(0, 2 * 10**12))

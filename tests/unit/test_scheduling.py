@@ -1,6 +1,6 @@
 """controller.scheduling: earliest deadline first, for worker threads, CPU cores (one
 PassScheduler, one DeadlineQueue under each) and the group
-writes to a summary collection (controller/store/row_writes.py)."""
+writes to a summary collection (controller/store/memory_store.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from controller.scheduling import (
     usable_cpus,
 )
 from controller.store.connection import StoreLocation
-from controller.store.row_writes import GroupWriter, RowWrite
+from controller.store.memory_store import GroupWriter, RowWrite
 
 
 def scheduler(workers: int = 1, store_writes: int = 2) -> PassScheduler:
