@@ -11,6 +11,7 @@ import math
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -291,12 +292,6 @@ class _WorkerPool:
         return sum(t.is_alive() for t in self._threads if t is not me)
 
 
-@dataclass
-class _StoreGroup:
-    writer: GroupWriter
-    users: int = 0  # writes waiting in it or written by it
-
-
 @dataclass(frozen=True)
 class SchedulerLimits:
     workers: int  # passes at once in the foreground (sunset, manual, marker)
@@ -328,7 +323,10 @@ class PassScheduler:
                 "summarize-first", limits.first_workers, self._current
             )
         self._cores: DeadlineQueue[None] = DeadlineQueue(limits.cores)
-        self._store_writes: dict[StoreLocation, _StoreGroup] = {}
+        # A location's group writer lives while a write uses it.
+        self._store_writes: weakref.WeakValueDictionary[StoreLocation, GroupWriter] = (
+            weakref.WeakValueDictionary()
+        )
         self._lock = threading.Lock()
         self._firsts = 0  # first summaries running now
         self._first_ended = -math.inf  # when the last one ended (monotonic)
@@ -438,23 +436,10 @@ class PassScheduler:
         (store/memory_store.py), earliest deadline first; raises what refused or failed it."""
         write.deadline = self.deadline()
         with self._lock:
-            entry = self._store_writes.get(store.location)
-            if entry is None:
-                entry = _StoreGroup(GroupWriter(self.limits.store_writes))
-                self._store_writes[store.location] = entry
-            entry.users += 1
-        try:
-            entry.writer.write(store, write, lambda: self.give_way(within_step=True))
-        finally:
-            with self._lock:
-                entry.users -= 1
-
-    def forget_store(self, location: StoreLocation) -> None:
-        """Drops the location's group writer once no write uses it."""
-        with self._lock:
-            entry = self._store_writes.get(location)
-            if entry is not None and entry.users == 0:
-                del self._store_writes[location]
+            writer = self._store_writes.get(store.location)
+            if writer is None:
+                writer = self._store_writes[store.location] = GroupWriter(self.limits.store_writes)
+        writer.write(store, write, lambda: self.give_way(within_step=True))
 
     def store_queues(self) -> int:
         with self._lock:

@@ -240,8 +240,6 @@ class SummarizerParts:
             with contextlib.suppress(Exception):  # closing is best effort
                 if callable(close):
                     close()
-            if part.kind == "store":
-                self._scheduler.forget_store(part.value.location)
 
     # -- builders -------------------------------------------------------------------------
 
