@@ -32,7 +32,7 @@ class MarkerMemory:
 
 @dataclass
 class Reconciler:
-    """The walk of one summarizer's collection (controller/reconcile.py)."""
+    """The walk of one summarizer's collection (controller/sweep.py, reconcile_step)."""
 
     cycle: ReconcileCycle | None = None
     last_done_ms: int | None = None

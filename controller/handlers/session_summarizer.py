@@ -40,7 +40,6 @@ from controller.core.waiting import Pause
 from controller.handlers.summary_status import forgotten_by_another
 from controller.kube import client as kube
 from controller.probes import health_conditions
-from controller.reconcile import ReconcileResult, reconcile_step
 from controller.runtime import Runtime
 from controller.status.conditions import NOT_BLOCKING, REQUIRED, now_rfc3339
 from controller.status.summarizer_status import (
@@ -56,8 +55,10 @@ from controller.store.errors import CollectionNotFound, InvalidStoreConfig, Stor
 from controller.store.memory_store import MemoryStore, is_tombstone
 from controller.sweep import (
     MarkerScanResult,
+    ReconcileResult,
     SweepResult,
     apply_retention,
+    reconcile_step,
     run_marker_scan,
     run_sweep,
 )

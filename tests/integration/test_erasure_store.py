@@ -321,7 +321,7 @@ def test_a_forgotten_session_with_rows_of_every_time_is_stale_to_no_scan(
     summarize(store, sid)
     assert forget_session(store, sid, memories=False).kind == "forgotten"
     now = int(time.time() * 1000)
-    # The reconciliation's walk, as controller/reconcile.py runs it.
+    # The reconciliation's walk, as controller/sweep.py runs it (reconcile_step).
     cycle = ReconcileCycle(now)
     cycle.fold(store.rows_from(0, 10_000), now)
     stored = store.summary_states(list(cycle.counts))
