@@ -266,7 +266,7 @@ class SweepSpec(CamelModel):
     # Refresh by size (docs/summaries.md); 0 turns it off.
     refresh_after_tokens: int = Field(default=16_000, ge=0, le=100_000_000)
     min_refresh_seconds: int = Field(default=900, ge=0, le=86_400)
-    marker_requests_per_minute: int = Field(default=60, ge=1, le=6000)  # core/rate_limit.py
+    marker_requests_per_minute: int = Field(default=60, ge=1, le=6000)  # runtime.TokenBucket
     reconcile_interval_seconds: int = Field(default=3600, ge=60, le=604_800)
     reconcile_rows_per_second: int = Field(default=2000, ge=10, le=1_000_000)
 

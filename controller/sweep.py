@@ -38,10 +38,10 @@ from controller.core.sweep_plan import (
 )
 from controller.core.waiting import Pause, no_pause
 from controller.kube import client as kube
+from controller.runtime import MarkerMemory, Reconciler
 from controller.status.conditions import now_rfc3339
 from controller.store.errors import CollectionNotFound
 from controller.store.memory_store import SCAN_PAGE, MemoryStore
-from controller.upkeep_state import MarkerMemory, Reconciler
 
 WALK_FACTOR = 4  # at most this many times the cap of stale sessions looked up per sweep
 

@@ -40,7 +40,7 @@ from controller.core.waiting import Pause
 from controller.handlers.summary_status import forgotten_by_another
 from controller.kube import client as kube
 from controller.probes import health_conditions
-from controller.runtime import Runtime
+from controller.runtime import Runtime, Upkeep
 from controller.status.conditions import NOT_BLOCKING, REQUIRED, now_rfc3339
 from controller.status.summarizer_status import (
     failed_sweep,
@@ -62,7 +62,6 @@ from controller.sweep import (
     run_marker_scan,
     run_sweep,
 )
-from controller.upkeep_state import Upkeep
 
 # What a store or its settings can raise: the sweep reports these on the SessionSummarizer;
 # the marker scan and the reconciliation leave them to it.

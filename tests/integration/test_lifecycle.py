@@ -26,10 +26,10 @@ from controller.core.sweep_plan import Candidate, SweepPlan
 from controller.handlers.session_summary import _summarizer
 from controller.handlers.summary_status import Failure
 from controller.kube import client as kube
+from controller.runtime import MarkerMemory
 from controller.status.conditions import now_rfc3339
 from controller.store.memory_store import MemoryStore
 from controller.sweep import apply_plan, apply_retention, run_marker_scan
-from controller.upkeep_state import MarkerMemory
 from devenv.processes import tail, wait_for
 from tests.integration.harness import (
     Harness,

@@ -14,7 +14,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controller.api import Condition
-from controller.core.rate_limit import TokenBucket
 from controller.core.requeue import to_ask_again
 from controller.core.waiting import wait_delay
 from controller.kube import events
@@ -26,6 +25,7 @@ from controller.kube.peering import (
     leader_of,
     with_own_priority,
 )
+from controller.runtime import TokenBucket
 from controller.status.conditions import set_condition, summary_readiness, with_derived
 from tests.support.waiting import looks_within
 

@@ -275,7 +275,7 @@ def test_failing_probes_run_again_backing_off_and_start_over_once_they_hold(
     """Probes that keep failing run again after `every`, then twice as late each time, never
     later than PROBE_BACKOFF_MAX_S (or `every`, if larger); once they hold, a new failure
     starts the clock over."""
-    from controller.upkeep_state import PROBE_BACKOFF_MAX_S, UpkeepState
+    from controller.runtime import PROBE_BACKOFF_MAX_S, UpkeepState
 
     state, now = UpkeepState(), 0.0
     last: float | None = None
