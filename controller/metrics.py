@@ -5,18 +5,11 @@ below are for figures observed together."""
 from __future__ import annotations
 
 import importlib.metadata
-import logging
 import platform
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
-from wsgiref.simple_server import WSGIServer
+from collections.abc import Callable
+from typing import Any
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
-
-if TYPE_CHECKING:
-    from controller.scheduling import DeadlineQueue
-
-log = logging.getLogger("controller.metrics")
+from prometheus_client import Counter, Gauge, Histogram
 
 SUMMARIES = Counter(
     "session_summary_summaries_total",
@@ -207,13 +200,6 @@ def observe_reconcile(rows: int, uncovered: int | None) -> None:
         UNCOVERED.set(uncovered)
 
 
-def watch_pools(queues: Mapping[str, DeadlineQueue[Any]]) -> None:
-    """Queue depth and passes in flight of each worker pool, read at every scrape."""
-    for name, queue in queues.items():
-        QUEUE_DEPTH.labels(pool=name).set_function(queue.waiting)
-        IN_FLIGHT.labels(pool=name).set_function(queue.holding)
-
-
 def watch_runtime_parts(count: Callable[[], Any]) -> None:
     """The runtime's parts (PartsCount) at every scrape: one that only grows is a leak."""
 
@@ -236,10 +222,3 @@ def set_build_info() -> None:
         python=platform.python_version(),
         kopf=version("kopf"),
     ).set(1)
-
-
-def start_metrics_server(port: int, addr: str = "127.0.0.1") -> WSGIServer:
-    """Serves /metrics on port (0: a free port) in a daemon thread, until its shutdown()."""
-    server, _ = start_http_server(port, addr=addr)
-    log.info("metrics on http://%s:%d/metrics", addr, server.server_port)
-    return server

@@ -20,6 +20,7 @@ import time
 from typing import Any, cast
 
 import kopf
+from prometheus_client import start_http_server
 
 import controller.handlers  # noqa: F401  (registers the handlers)
 from controller import metrics
@@ -38,7 +39,6 @@ from controller.kube.peering import (
     read_peering,
     watch_leader,
 )
-from controller.metrics import start_metrics_server
 from controller.runtime import PEERING_NAME, RunOptions, Runtime
 
 log = logging.getLogger("controller.operator")
@@ -177,9 +177,13 @@ async def configure(
     settings.background.cancellation_polling = 1.0
     # kopf may retry this handler: start each thing once.
     if CONFIG.metrics_port > 0 and runtime.metrics_server is None:
-        runtime.metrics_server = start_metrics_server(CONFIG.metrics_port, CONFIG.metrics_address)
+        addr = CONFIG.metrics_address
+        runtime.metrics_server = start_http_server(CONFIG.metrics_port, addr=addr)[0]
+        log.info("metrics on http://%s:%d/metrics", addr, runtime.metrics_server.server_port)
     metrics.set_build_info()
-    metrics.watch_pools({name: pool.queue for name, pool in runtime.scheduler.pools.items()})
+    for name, pool in runtime.scheduler.pools.items():  # read at every scrape
+        metrics.QUEUE_DEPTH.labels(pool=name).set_function(pool.queue.waiting)
+        metrics.IN_FLIGHT.labels(pool=name).set_function(pool.queue.holding)
     metrics.watch_runtime_parts(runtime.parts.count)
     loop = asyncio.get_running_loop()
     if not tasks:
