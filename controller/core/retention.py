@@ -1,8 +1,11 @@
-"""Which finished SessionSummary objects have outlived their retention TTL. Pure.
-
-Every terminal phase has a TTL (spec.retention; 0 keeps it), as a Job has
-ttlSecondsAfterFinished (docs/configuration.md). The summary stays in Chroma; a later
-sunset or sweep makes the object again.
+"""What a SessionSummary's phase says of its request. Pure. Which finished objects have
+outlived their retention TTL: every terminal phase has one (spec.retention; 0 keeps it), as
+a Job has ttlSecondsAfterFinished (docs/configuration.md); the summary stays in Chroma, and a
+later sunset or sweep makes the object again. And which a change of their SessionSummarizer
+asks again: a pass that failed on its settings, or found no summarizer, is asked again at
+once (spec.requestedAt moves: a new generation, which no earlier backoff delays, see
+UnmarkedProgress in controller/operator.py); one waiting for another writer's claim is not
+failing, and is left alone.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 IN_FLIGHT_PHASES = frozenset({None, "Pending", "Summarizing"})
+NOT_FAILURES = frozenset({"SessionClaimed", "Summarizing"})
 
 
 @dataclass(frozen=True)
@@ -112,3 +116,29 @@ def expired(
         if since is not None and since < now - dt.timedelta(seconds=ttl):
             doomed.append((meta["name"], meta["resourceVersion"]))
     return doomed
+
+
+def failed_on(obj: Mapping[str, Any], summarizer: str) -> bool:
+    """Whether the object's last pass, for its current request, failed under this summarizer."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    if spec.get("summarizerRef", "default") != summarizer:
+        return False
+    if status.get("observedGeneration") != meta.get("generation"):
+        return False  # a newer request is on its way anyway
+    if status.get("phase") == "Failed":
+        return True
+    if status.get("phase") != "Pending":
+        return False
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, Mapping) and cond.get("type") == "Summarized":
+            return cond.get("status") == "False" and cond.get("reason") not in NOT_FAILURES
+    return False
+
+
+def to_ask_again(objects: Iterable[Mapping[str, Any]], summarizer: str) -> list[tuple[str, str]]:
+    """(name, resourceVersion) of the objects to ask again."""
+    return [
+        (obj["metadata"]["name"], obj["metadata"]["resourceVersion"])
+        for obj in objects
+        if failed_on(obj, summarizer)
+    ]

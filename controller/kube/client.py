@@ -327,7 +327,7 @@ def release_finalizers(namespaces: tuple[str, ...], names: tuple[str, ...]) -> i
 
 def ask_again(namespace: str, name: str, resource_version: str, asked: dict[str, Any]) -> bool:
     """Asks a new pass of a SessionSummary at its resourceVersion, with these spec fields
-    (requestedAt at least; core/requeue.py); False if it changed or went since."""
+    (requestedAt at least; core/retention.py); False if it changed or went since."""
     patch = {"metadata": {"resourceVersion": resource_version}, "spec": asked}
     patch_call = custom().patch_namespaced_custom_object
     return applied((404, 409), patch_call, namespace, SUMMARY_PLURAL, name, patch)

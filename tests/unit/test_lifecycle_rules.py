@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controller.api import Condition
-from controller.core.requeue import to_ask_again
+from controller.core.retention import to_ask_again
 from controller.core.waiting import wait_delay
 from controller.kube import events
 from controller.kube.events import EventKey, EventRecorder, event_name
