@@ -2,7 +2,7 @@
 
 Secrets are read here only, so their values never reach a status, an Event or a log line,
 and a value goes only to a URL its Secret allows and the allowed endpoints admit
-(core/destinations.py). summarizer_parts.py keeps the parts per SessionSummarizer.
+(core/destinations.py). runtime.py (SummarizerParts) keeps the parts per SessionSummarizer.
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ class PassInterrupted(Exception):
 
 @dataclass(frozen=True)
 class Backends:
-    """What a pass runs with: the operator's from summarizer_parts.py, summaryctl's from its
+    """What a pass runs with: the operator's from runtime.SummarizerParts, summaryctl's from its
     settings, both from a SessionSummarizer's spec (backends.py)."""
 
     store: MemoryStore

@@ -20,10 +20,10 @@ from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
 from controller.http_deadline import AnswerTooLarge
 from controller.kube import client as kube
+from controller.runtime import SummarizerParts
 from controller.status.conditions import condition
 from controller.status.summarizer_status import secrets_allowed, store_reachable
 from controller.store.errors import EmbeddingMismatch, InvalidStoreConfig, StoreUnavailable
-from controller.summarizer_parts import SummarizerParts
 
 
 def check_store(

@@ -31,10 +31,10 @@ from controller.core.naming import summary_object_name
 from controller.embeddings.minilm import EmbeddingError, MiniLMWeights
 from controller.embeddings.remote import OpenAICompatibleEmbedding
 from controller.probes import check_model
+from controller.runtime import SummarizerParts
 from controller.scheduling import PassScheduler, SchedulerLimits
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable
-from controller.summarizer_parts import SummarizerParts
 from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, interaction, load
 from tests.support.url_spellings import spellings

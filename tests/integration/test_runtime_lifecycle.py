@@ -1,5 +1,5 @@
 """What the operator holds for a SessionSummarizer is let go when the SessionSummarizer
-changes or goes (controller/runtime.py, controller/summarizer_parts.py): a real operator
+changes or goes (controller/runtime.py): a real operator
 process, a real Chroma, Secrets on the real API server and a chat model over real HTTP.
 
 50 times: a SessionSummarizer with a store token and a model key from Secrets is created,

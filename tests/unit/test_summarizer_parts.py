@@ -1,4 +1,4 @@
-"""controller/summarizer_parts.py: what the runtime keeps per SessionSummarizer is closed
+"""controller/runtime.py, SummarizerParts: what the runtime keeps per SessionSummarizer is closed
 when the SessionSummarizer changes or goes, never under a pass that holds it, and is not
 kept for one not seen yet or brought back by a pass or a timer tick still under way for a
 deleted one. The cache's
@@ -13,11 +13,11 @@ import pytest
 
 from controller.api import SessionSummarizerSpec
 from controller.embeddings.minilm import MiniLMWeights
+from controller.runtime import SummarizerParts
 from controller.scheduling import PassScheduler, SchedulerLimits
 from controller.store.connection import StoreLocation
 from controller.store.errors import StoreUnavailable
 from controller.store.memory_store import MemoryStore
-from controller.summarizer_parts import SummarizerParts
 
 NS = "ns"
 
