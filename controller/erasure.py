@@ -16,7 +16,7 @@ def forget_session(
     session_id: str,
     *,
     memories: bool,
-    guard: WriteGuard | None = None,
+    guard: WriteGuard,
     request: str = "",
     by: str = "",
 ) -> Outcome:
@@ -25,9 +25,6 @@ def forget_session(
     (the tombstone records it) and while the claim holds (checked before each write).
     request (object uid/generation): a retry reports the total;
     by: the forgetting object, for the objects of other namespaces that said it was summarized."""
-    if guard is None:
-        forgotten = store.forget_state(session_id, {}, memories=memories, request=request, by=by)
-        return Outcome("forgotten", session_id, forgotten.remaining, forgotten=forgotten)
     fence = guard.admit(store.read_row_state(session_id).fence)
     forgotten = store.forget_state(
         session_id, fence, memories=memories, request=request, by=by, check=guard.check

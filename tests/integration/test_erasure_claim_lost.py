@@ -30,6 +30,7 @@ from devenv.chroma import ChromaServer
 from tests.integration.harness import interaction, load
 from tests.integration.test_erasure_crashes import BASE, facts_kept, fresh, session, stored
 from tests.integration.test_ledger_crashes import assert_agree
+from tests.support.ledger import forget_unguarded
 from tests.support.row_vectors import row_vectors
 
 
@@ -137,7 +138,7 @@ def test_a_forget_whose_claim_lapses_between_any_two_writes_stops_and_its_retry_
         said = outcome.forgotten
         assert said is not None and said.remaining == left, (at, said)
         assert after.summary_states([one.sid])[one.sid].memory_count == left
-        again = forget_session(after, one.sid, memories=memories, request="uid-7/3").forgotten
+        again = forget_unguarded(after, one.sid, memories=memories, request="uid-7/3").forgotten
         assert again == Forgotten(False, 0, 0, left)
         if not lapse.lapsed:
             # the tombstone, the row, the segments and (5 memories, 2 a delete) 3 deletes

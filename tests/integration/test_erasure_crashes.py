@@ -25,7 +25,6 @@ from typing import Any, Literal
 
 import pytest
 
-from controller.erasure import forget_session
 from controller.pipeline import Backends, Outcome, summarize_session
 from controller.store import memory_store
 from controller.store.connection import StoreLocation, connect
@@ -34,7 +33,7 @@ from controller.store.memory_store import Forgotten, MemoryStore
 from devenv.chroma import ChromaServer
 from tests.integration.harness import interaction, load
 from tests.integration.test_ledger_crashes import FOREIGN, assert_agree, rewrite_as_neo
-from tests.support.ledger import ledger_of
+from tests.support.ledger import forget_unguarded, ledger_of
 from tests.support.row_vectors import row_vectors
 
 BASE = 1_770_000_000_000
@@ -158,12 +157,12 @@ def test_a_forget_cut_at_any_write_is_finished_by_the_next_run_and_loses_nothing
         records_before = len(stored(store, one.sid)) - 1  # the head and segments, not the row
         plan = FailingWrites(at, how)
         with failing_store(chroma_server, name, plan) as failing:
-            forget_session(failing, one.sid, memories=memories, request="uid-1/2")
+            forget_unguarded(failing, one.sid, memories=memories, request="uid-1/2")
         between = pass_between(at, how)
         if between:
             summarize(fresh(chroma_server, name), one.sid)
         retry = fresh(chroma_server, name)
-        outcome = forget_session(retry, one.sid, memories=memories, request="uid-1/2")
+        outcome = forget_unguarded(retry, one.sid, memories=memories, request="uid-1/2")
 
         assert outcome.kind == "forgotten"
         if not between:  # the status and the Event say what the request removed in all
@@ -184,7 +183,7 @@ def test_a_forget_cut_at_any_write_is_finished_by_the_next_run_and_loses_nothing
         state = retry.summary_states([one.sid])[one.sid]
         assert state.memory_count == left
         # Another forget of the session is told as its own: nothing was left to remove.
-        again = forget_session(retry, one.sid, memories=memories, request="uid-1/3").forgotten
+        again = forget_unguarded(retry, one.sid, memories=memories, request="uid-1/3").forgotten
         assert again == Forgotten(False, 0, 0, 5 - 5 * memories)
         # Nothing else lost.
         assert facts_kept(retry, other) == other_kept

@@ -37,7 +37,6 @@ from controller.core.summary import LEGACY_HEADING
 from controller.core.sweep_plan import SunsetMarker, covered_by_summary
 from controller.core.visibility import SessionSources
 from controller.embeddings.minilm import LocalMiniLMEmbedding
-from controller.erasure import forget_session
 from controller.pipeline import Backends, Outcome, prior_coverage, summarize_session
 from controller.redaction import Redaction
 from controller.store.connection import StoreLocation, connect
@@ -48,7 +47,7 @@ from controller.sweep import plan_from_store
 from devenv.chroma import ChromaServer
 from tests.integration.harness import load
 from tests.support.chroma_proxy import ChromaProxy, chroma_proxy
-from tests.support.ledger import ledger_of
+from tests.support.ledger import forget_unguarded, ledger_of
 from tests.support.passes import Verbatim
 from tests.support.row_vectors import row_vectors
 from tests.unit.test_item_sources import KINDS
@@ -223,7 +222,7 @@ def test_a_forget_cut_after_its_tombstone_is_not_undone_and_completes_when_retri
     through = MemoryStore(connect(proxy_location := _via(proxy, store)), proxy_location)
     proxy.arm(0, "unanswered" if applied else "lost", verb="delete")  # the row's delete
     with pytest.raises(StoreUnavailable):
-        forget_session(through, sid, memories=memories)
+        forget_unguarded(through, sid, memories=memories)
     assert [verb for verb, _ in proxy.failed] == ["delete"]
     head = ledger_of(store).get(ids=[f"summary_{sid}"], include=["metadatas"])["metadatas"]
     assert head and "forgottenAt" in (head[0] or {})
@@ -234,7 +233,7 @@ def test_a_forget_cut_after_its_tombstone_is_not_undone_and_completes_when_retri
     assert LEGACY_HEADING not in everything_stored(store, sid)
     # Retried, the forget completes.
     proxy.arm(None)
-    forgotten = forget_session(through, sid, memories=memories)
+    forgotten = forget_unguarded(through, sid, memories=memories)
     assert forgotten.kind == "forgotten"
     assert store.stored_summary(sid) is None and said not in everything_stored(store, sid)
     assert len(store.session_ids(sid)) == (0 if memories else 3)
@@ -255,7 +254,7 @@ def test_a_forget_counts_only_what_it_found(
     if summarized:
         summarize(store, sid)
     if again:
-        forget_session(store, sid, memories=False)
+        forget_unguarded(store, sid, memories=False)
     got: list[Any] = []
     with contextlib.suppress(NotFoundError):  # nothing summarized in this store yet
         got = (
@@ -263,7 +262,7 @@ def test_a_forget_counts_only_what_it_found(
         )
     records = sum("forgottenAt" not in (m or {}) for m in got)
     row = store.stored_summary(sid) is not None
-    gone = forget_session(store, sid, memories=delete).forgotten
+    gone = forget_unguarded(store, sid, memories=delete).forgotten
     assert gone is not None
     assert (gone.row, gone.ledger_records) == (row, records), (gone, got)
     assert gone.memories == (memories if delete else 0)
@@ -319,7 +318,7 @@ def test_a_forgotten_session_with_rows_of_every_time_is_stale_to_no_scan(
     ]
     load(store, rows)
     summarize(store, sid)
-    assert forget_session(store, sid, memories=False).kind == "forgotten"
+    assert forget_unguarded(store, sid, memories=False).kind == "forgotten"
     now = int(time.time() * 1000)
     # The reconciliation's walk, as controller/sweep.py runs it (reconcile_step).
     cycle = ReconcileCycle(now)
@@ -360,7 +359,7 @@ def test_a_forgotten_session_is_stale_only_once_a_memory_comes_after_its_forget_
     load(store, rows, row_vectors)
     newest = start - min(ages)
     assert summarize_session(Backends(store, row_vectors), sid, writer="it", trigger="t").kind
-    assert forget_session(store, sid, memories=False).kind == "forgotten"
+    assert forget_unguarded(store, sid, memories=False).kind == "forgotten"
     spec = SessionSummarizerSpec()
 
     def swept(newest_ms: int) -> dict[str, str]:
@@ -391,10 +390,10 @@ def test_a_forget_again_keeps_the_time_of_the_memories_the_first_one_removed(
     sid = f"again-{uuid.uuid4().hex[:6]}"
     newest = int(time.time() * 1000) + skew - 1_000
     load(store, [memory(sid, i, newest - i, f"Step {i}.") for i in range(2)], row_vectors)
-    forget_session(store, sid, memories=True, request="uid/1")
+    forget_unguarded(store, sid, memories=True, request="uid/1")
     first = store.ledger_heads([sid])[sid][LAST_MEMORY_KEY]
     assert first == newest
-    forget_session(store, sid, memories=True, request="uid/1" if again == "the retry" else "b/1")
+    forget_unguarded(store, sid, memories=True, request="uid/1" if again == "the retry" else "b/1")
     state = store.summary_states([sid])[sid]
     assert store.ledger_heads([sid])[sid][LAST_MEMORY_KEY] == first
     assert not covered_by_summary(SunsetMarker(sid, newest + 1), state)
@@ -404,7 +403,7 @@ def test_a_tombstone_of_release_0_1_0_is_read_by_the_time_of_its_forget(store: M
     """0.1.0's tombstones have no lastMemoryAt: the sweep compares forgottenAt, as it did."""
     sid = f"old-tomb-{uuid.uuid4().hex[:6]}"
     load(store, [memory(sid, i, NOW - 60_000 + i, f"Step {i}.") for i in range(2)], row_vectors)
-    forget_session(store, sid, memories=False)
+    forget_unguarded(store, sid, memories=False)
     keys = ("sessionId", "ledgerFormat", FORGOTTEN_KEY, "rowsDigest", "memoryCount")
     head = store.ledger_heads([sid])[sid]
     old = LedgerRecord(summary_row_id(sid), "{}", {k: head[k] for k in keys})

@@ -12,13 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controller.core.ledger import AuthorityRecord
-from controller.erasure import forget_session
 from controller.redaction import PassRedaction
 from controller.store.connection import connect
 from controller.store.memory_store import MemoryStore, is_tombstone
 from devenv.chroma import ChromaServer
 from tests.integration.harness import load
 from tests.integration.test_erasure_store import NOW, SETTINGS, location, memory, summarize
+from tests.support.ledger import forget_unguarded
 
 SESSIONS = ("kept-1", "kept-2", "forgotten", "never")  # two summarized, one forgotten, none
 
@@ -30,7 +30,7 @@ def store(chroma_server: ChromaServer) -> MemoryStore:
     for sid in SESSIONS[:3]:
         load(made, [memory(sid, i, NOW - 60_000 + i, f"Step {i} of {sid}.") for i in range(3)])
         assert summarize(made, sid).kind == "summarized"
-    assert forget_session(made, "forgotten", memories=False).kind == "forgotten"
+    assert forget_unguarded(made, "forgotten", memories=False).kind == "forgotten"
     return made
 
 
