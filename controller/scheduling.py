@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from controller.core.sweep_plan import REFRESH_TRIGGER
 from controller.store.memory_store import GroupWriter, RowWrite
@@ -48,10 +48,6 @@ def slack_for(trigger: str, *, has_summary: bool) -> Slack:
     return Slack.AGAIN if has_summary else Slack.FIRST
 
 
-class Slot(Protocol):
-    def __call__(self, pause: Callable[[], object] | None = None) -> float: ...
-
-
 # (deadline, order queued, flow, item); a thread waiting in turn() has no item.
 _Waiter = tuple[float, int, Hashable, Any]
 
@@ -62,8 +58,6 @@ class DeadlineQueue(Generic[Item]):
     item a worker thread takes later (put(), take())."""
 
     def __init__(self, slots: int) -> None:
-        if slots < 1:
-            raise ValueError("slots must be at least 1")
         self.slots = slots
         self._free = slots
         self._cond = threading.Condition()
@@ -93,7 +87,7 @@ class DeadlineQueue(Generic[Item]):
         self._free -= 1
 
     @contextlib.contextmanager
-    def turn(self, deadline: float, flow: Hashable = None) -> Iterator[Slot]:
+    def turn(self, deadline: float, flow: Hashable = None) -> Iterator[Callable[..., float]]:
         """Holds a slot, in this caller's turn, while the block runs; the block calls the
         yielded function (_yield_slot) between pieces of its work."""
         ticket: _Waiter = (deadline, next(self._order), flow, None)
