@@ -26,7 +26,6 @@ from controller.core.sweep_plan import (
     MARKER_TRIGGER,
     REFRESH_TRIGGER,
     InvalidMarker,
-    SessionActivity,
     SummaryObjectState,
     SweepPlan,
     collect_activity,
@@ -95,8 +94,8 @@ def plan_from_store(
     stored = store.summary_states(list(activity))
     # Count drift only matters where timestamps alone say "fresh".
     live_counts = {}
-    for sid, act in activity.items():
-        if sid in stored and (stored[sid].timestamp_ms or 0) >= act.newest_ms:
+    for sid, newest_ms in activity.items():
+        if sid in stored and (stored[sid].timestamp_ms or 0) >= newest_ms:
             pause()
             live_counts[sid] = len(store.session_ids(sid))
     plan = plan_sweep(
@@ -121,7 +120,7 @@ def _growth(
     store: MemoryStore,
     spec: SessionSummarizerSpec,
     session_ids: list[str],
-    activity: dict[str, SessionActivity],
+    activity: dict[str, int],
     policy: RefreshPolicy,
     now_ms: int,
     pause: Pause = no_pause,
@@ -150,7 +149,7 @@ def _growth(
             for m in rows.memories()
             if not is_excluded(m, spec.excluded_memory_types)
         )
-        yield Growth(sid, activity[sid].newest_ms, tokens, summarized_at)
+        yield Growth(sid, activity[sid], tokens, summarized_at)
 
 
 @dataclass(frozen=True)

@@ -24,14 +24,6 @@ MAX_SESSION_ID = 1024  # SessionSummary spec.sessionId maxLength
 
 
 @dataclass(frozen=True)
-class SessionActivity:
-    """What the scan saw of one session: its newest memory timestamp (epoch ms)."""
-
-    session_id: str
-    newest_ms: int
-
-
-@dataclass(frozen=True)
 class StoredSummaryState:
     """The parts of a stored summary that decide staleness (its neo metadata)."""
 
@@ -61,7 +53,7 @@ class SweepPlan:
         return len(self.candidates) + len(self.deferred) + len(self.refresh)
 
 
-def collect_activity(rows: Iterable[tuple[str, int]], *, now_ms: int) -> dict[str, SessionActivity]:
+def collect_activity(rows: Iterable[tuple[str, int]], *, now_ms: int) -> dict[str, int]:
     """The newest timestamp per session of scanned (sessionId, timestamp_ms) pairs. A blank or
     over-long sessionId (the CRD refuses it) is skipped; a time too far ahead of now_ms (a bad
     clock) counts as 0: the session is still seen (count check), never kept "active"."""
@@ -72,17 +64,17 @@ def collect_activity(rows: Iterable[tuple[str, int]], *, now_ms: int) -> dict[st
         ts = 0 if stamp > now_ms + FUTURE_TOLERANCE_MS else stamp
         if ts > newest.get(session_id, -1):
             newest[session_id] = ts
-    return {sid: SessionActivity(sid, ts) for sid, ts in newest.items()}
+    return newest
 
 
 def stale_reason(
-    activity: SessionActivity, stored: StoredSummaryState | None, live_count: int | None
+    newest_ms: int, stored: StoredSummaryState | None, live_count: int | None
 ) -> StaleReason | None:
     """Why a session's summary is stale, or None when fresh: the stored memoryCount differs
     from the live count, or memories newer than the summary covers."""
     if stored is None:
         return "missing"
-    if stored.timestamp_ms is None or stored.timestamp_ms < activity.newest_ms:
+    if stored.timestamp_ms is None or stored.timestamp_ms < newest_ms:
         return "newer-memories"
     if live_count is not None and stored.memory_count != live_count:
         return "count-drift"
@@ -90,7 +82,7 @@ def stale_reason(
 
 
 def plan_sweep(
-    activity: Mapping[str, SessionActivity],
+    activity: Mapping[str, int],
     stored: Mapping[str, StoredSummaryState | None],
     live_counts: Mapping[str, int],
     *,
@@ -102,14 +94,14 @@ def plan_sweep(
     plan = SweepPlan()
     idle_before = now_ms - idle_ms
     stale: list[Candidate] = []
-    for sid, act in activity.items():
-        reason = stale_reason(act, stored.get(sid), live_counts.get(sid))
+    for sid, newest_ms in activity.items():
+        reason = stale_reason(newest_ms, stored.get(sid), live_counts.get(sid))
         if reason is None:
             plan.fresh.append(sid)
-        elif act.newest_ms > idle_before:
+        elif newest_ms > idle_before:
             plan.still_active.append(sid)
         else:
-            stale.append(Candidate(sid, act.newest_ms, reason))
+            stale.append(Candidate(sid, newest_ms, reason))
     stale.sort(key=lambda c: (-c.newest_ms, c.session_id))
     plan.candidates, plan.deferred = stale[:max_sessions], stale[max_sessions:]
     plan.still_active.sort()

@@ -9,16 +9,16 @@ from controller.core.refresh_plan import (
     may_refresh,
     plan_refresh,
 )
-from controller.core.sweep_plan import Candidate, SessionActivity, SweepPlan, plan_sweep
+from controller.core.sweep_plan import Candidate, SweepPlan, plan_sweep
 
 NOW = 10_000_000_000
 POLICY = RefreshPolicy(after_tokens=1_000, min_interval_ms=600_000)
 
 
 def active_plan(*sids: str, stale_idle: int = 0, cap: int = 50) -> SweepPlan:
-    activity = {sid: SessionActivity(sid, NOW - 1_000) for sid in sids}
+    activity = dict.fromkeys(sids, NOW - 1_000)
     for i in range(stale_idle):
-        activity[f"idle-{i}"] = SessionActivity(f"idle-{i}", NOW - 3_600_000 - i)
+        activity[f"idle-{i}"] = NOW - 3_600_000 - i
     return plan_sweep(activity, {}, {}, now_ms=NOW, idle_ms=900_000, max_sessions=cap)
 
 

@@ -11,7 +11,6 @@ import yaml
 from controller.api import Condition, SessionSummarizerStatus, SessionSummarySpec
 from controller.core.memories import SUNSET_MARKER_TYPE, Memory, is_excluded, memory_from_row
 from controller.core.sweep_plan import (
-    SessionActivity,
     StoredSummaryState,
     SummaryObjectState,
     SunsetMarker,
@@ -97,7 +96,7 @@ def test_a_summarized_marker_never_reads_as_stale_so_it_causes_no_resummary() ->
     check, which compares both with the store, then finds nothing to do."""
     rows_with_marker = 7
     stored = StoredSummaryState(memory_count=rows_with_marker, timestamp_ms=T)
-    assert stale_reason(SessionActivity("s", T), stored, rows_with_marker) is None
+    assert stale_reason(T, stored, rows_with_marker) is None
 
 
 def test_a_marker_asks_for_a_pass_unless_one_is_under_way_or_already_saw_it() -> None:

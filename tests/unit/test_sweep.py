@@ -2,7 +2,6 @@ from collections.abc import Iterator
 
 from controller.api import SessionSummarizerSpec
 from controller.core.sweep_plan import (
-    SessionActivity,
     StoredSummaryState,
     collect_activity,
     plan_sweep,
@@ -14,8 +13,8 @@ NOW = 10_000_000_000
 IDLE = 900_000
 
 
-def act(sid: str, newest: int) -> SessionActivity:
-    return SessionActivity(sid, newest)
+def act(sid: str, newest: int) -> int:
+    return newest
 
 
 def test_newest_timestamp_per_session_is_kept() -> None:
@@ -65,9 +64,9 @@ def test_watermark_stays_behind_deferred_and_active_sessions() -> None:
     activity["busy"] = act("busy", NOW - 10)
     plan = plan_sweep(activity, {}, {}, now_ms=NOW, idle_ms=IDLE, max_sessions=1)
     # The deferred s1 and s2 must be rescanned: the watermark is below their newest memory.
-    assert plan.next_watermark_ms < activity["s2"].newest_ms
+    assert plan.next_watermark_ms < activity["s2"]
     # The active session is rescanned too: the watermark never passes now - idle.
-    assert plan.next_watermark_ms <= NOW - IDLE < activity["busy"].newest_ms
+    assert plan.next_watermark_ms <= NOW - IDLE < activity["busy"]
 
 
 def test_watermark_advances_to_the_idle_horizon_when_nothing_is_left() -> None:
