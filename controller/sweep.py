@@ -16,7 +16,7 @@ from controller.api import SessionSummarizerSpec
 from controller.config import CONFIG
 from controller.core.chunking import estimate_tokens, memory_text
 from controller.core.coverage import PriorCoverage
-from controller.core.memories import SUNSET_MARKER_TYPE, is_excluded, parse_timestamp_ms
+from controller.core.memories import SUNSET_MARKER_TYPE, is_excluded
 from controller.core.naming import summary_object_name
 from controller.core.reconcile_plan import ReconcileCycle, RowCursor, reconcile, uncovered_rows
 from controller.core.refresh_plan import Growth, RefreshPolicy, may_refresh, plan_refresh
@@ -26,7 +26,6 @@ from controller.core.sweep_plan import (
     MARKER_TRIGGER,
     REFRESH_TRIGGER,
     InvalidMarker,
-    SummaryObjectState,
     SweepPlan,
     collect_activity,
     collect_markers,
@@ -301,11 +300,7 @@ def run_marker_scan(
             memory.acted[marker.session_id] = marker.timestamp_ms
             continue
         existing = kube.get_summary(namespace, summary_object_name(marker.session_id))
-        state = None
-        if existing is not None:
-            at = parse_timestamp_ms((existing.get("status") or {}).get("lastMemoryAt"))
-            state = SummaryObjectState(in_flight=pass_in_flight(existing), last_memory_at_ms=at)
-        action = marker_action(marker, state)
+        action = marker_action(marker, existing)
         if action == "wait":
             waiting += 1
             continue

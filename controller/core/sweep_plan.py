@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
-from controller.core.memories import FUTURE_TOLERANCE_MS
+from controller.core.memories import FUTURE_TOLERANCE_MS, parse_timestamp_ms
 from controller.core.naming import blank_session_id
+from controller.core.retention import pass_in_flight
 
 StaleReason = Literal["missing", "newer-memories", "count-drift"]
 CandidateReason = StaleReason | Literal["refresh"]
@@ -131,14 +132,6 @@ class InvalidMarker:
         return f"memory {self.memory_id[:80]!r} {self.problem}"
 
 
-@dataclass(frozen=True)
-class SummaryObjectState:
-    """What a marker decision reads from the session's SessionSummary."""
-
-    in_flight: bool  # a pass is requested or running
-    last_memory_at_ms: int | None  # status.lastMemoryAt: the newest row its last pass saw
-
-
 def marker_problem(session_id: object) -> str | None:
     """Why a marker's sessionId cannot name a SessionSummary; None when it can."""
     if session_id is None:
@@ -187,15 +180,16 @@ def covered_by_summary(marker: SunsetMarker, stored: StoredSummaryState | None) 
     return written is not None and written >= marker.timestamp_ms
 
 
-def marker_action(marker: SunsetMarker, obj: SummaryObjectState | None) -> MarkerAction:
-    """What to do for a marker the stored summary does not cover: wait while a pass is under
-    way; done when the last pass saw the marker (and wrote nothing: asking again changes
-    nothing); else request. lastMemoryAt has whole seconds: compared with the marker's."""
+def marker_action(marker: SunsetMarker, obj: Mapping[str, Any] | None) -> MarkerAction:
+    """What to do for a marker the stored summary does not cover, by the session's
+    SessionSummary: wait while a pass is under way; done when the last pass saw the marker
+    (and wrote nothing: asking again changes nothing); else request. status.lastMemoryAt, the
+    newest row the last pass saw, has whole seconds: compared with the marker's."""
     if obj is None:
         return "request"
-    if obj.in_flight:
+    if pass_in_flight(obj):
         return "wait"
-    seen = obj.last_memory_at_ms
+    seen = parse_timestamp_ms((obj.get("status") or {}).get("lastMemoryAt"))
     if seen is not None and seen >= marker.timestamp_ms - marker.timestamp_ms % 1000:
         return "done"
     return "request"

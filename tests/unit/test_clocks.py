@@ -21,12 +21,12 @@ from controller.core.reconcile_plan import ReconcileCycle, reconcile
 from controller.core.summary import StructuredSummary
 from controller.core.summary_row import row_timestamp
 from controller.core.sweep_plan import (
-    SummaryObjectState,
     SunsetMarker,
     collect_activity,
     marker_action,
     plan_sweep,
 )
+from tests.unit.test_sunset_markers import summary_object
 
 NOW = 1_764_000_000_000  # 2025-11-24, epoch ms
 HOUR = 3_600_000
@@ -154,5 +154,5 @@ def test_a_future_time_in_the_status_never_marks_a_later_sunset_marker_as_seen()
     bad = NOW + 365 * 24 * HOUR
     assert not placed(bad, NOW) and placed(NOW + FUTURE_TOLERANCE_MS, NOW)
     marker = SunsetMarker("s", NOW + HOUR)
-    obj = SummaryObjectState(in_flight=False, last_memory_at_ms=NOW)
+    obj = summary_object(in_flight=False, last_memory_at_ms=NOW)
     assert marker_action(marker, obj) == "request"

@@ -3,7 +3,9 @@ exclusion from summaries, and what the scan reports on the SessionSummarizer."""
 
 from __future__ import annotations
 
+import datetime as dt
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -12,7 +14,6 @@ from controller.api import Condition, SessionSummarizerStatus, SessionSummarySpe
 from controller.core.memories import SUNSET_MARKER_TYPE, Memory, is_excluded, memory_from_row
 from controller.core.sweep_plan import (
     StoredSummaryState,
-    SummaryObjectState,
     SunsetMarker,
     collect_activity,
     collect_markers,
@@ -25,6 +26,16 @@ from controller.status.summarizer_status import sunset_markers, with_conditions
 
 REPO = Path(__file__).resolve().parents[2]
 T = 1_760_000_000_123  # a marker's timestamp (ms)
+
+
+def summary_object(in_flight: bool, last_memory_at_ms: int | None) -> dict[str, Any]:
+    """The session's SessionSummary as the marker scan reads it: a pass asked for (Pending)
+    or done, and status.lastMemoryAt (RFC 3339, whole seconds as the status writes it)."""
+    status: dict[str, Any] = {"phase": "Pending" if in_flight else "Summarized"}
+    if last_memory_at_ms is not None:
+        at = dt.datetime.fromtimestamp(last_memory_at_ms // 1000, dt.UTC)
+        status["lastMemoryAt"] = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"metadata": {"generation": 1}, "status": {**status, "observedGeneration": 1}}
 
 
 def marker_memory(**meta: object) -> Memory:
@@ -102,15 +113,15 @@ def test_a_summarized_marker_never_reads_as_stale_so_it_causes_no_resummary() ->
 def test_a_marker_asks_for_a_pass_unless_one_is_under_way_or_already_saw_it() -> None:
     marker = SunsetMarker("s", T)
     assert marker_action(marker, None) == "request"
-    assert marker_action(marker, SummaryObjectState(True, None)) == "wait"
-    assert marker_action(marker, SummaryObjectState(True, T + 5000)) == "wait"
+    assert marker_action(marker, summary_object(True, None)) == "wait"
+    assert marker_action(marker, summary_object(True, T + 5000)) == "wait"
     # The last finished pass saw rows up to before the marker: ask again.
-    assert marker_action(marker, SummaryObjectState(False, T - 2000)) == "request"
-    assert marker_action(marker, SummaryObjectState(False, None)) == "request"
+    assert marker_action(marker, summary_object(False, T - 2000)) == "request"
+    assert marker_action(marker, summary_object(False, None)) == "request"
     # It saw the marker (lastMemoryAt has whole seconds) and wrote no summary: an empty or
     # unknown session. Asking again would only repeat that.
-    assert marker_action(marker, SummaryObjectState(False, T - T % 1000)) == "done"
-    assert marker_action(marker, SummaryObjectState(False, T + 60_000)) == "done"
+    assert marker_action(marker, summary_object(False, T - T % 1000)) == "done"
+    assert marker_action(marker, summary_object(False, T + 60_000)) == "done"
 
 
 def test_the_sunset_marker_trigger_is_accepted_by_the_model_and_both_crd_copies() -> None:
