@@ -272,7 +272,7 @@ class SweepSpec(CamelModel):
 
 
 class ReconcileSpec(CamelModel):
-    """The reconciliation (core/reconcile_plan.py), on or off whatever the sweep is."""
+    """The reconciliation (core/sweep_plan.py), on or off whatever the sweep is."""
 
     enabled: bool = True
 
@@ -403,7 +403,7 @@ class SessionSummarizerStatus(CamelModel):
     deleted_by_retention: int | None = None
     last_retention_at: str | None = None
     watermark: int | None = None
-    appended_offset: int | None = None  # the appended-rows scan's cursor (reconcile_plan)
+    appended_offset: int | None = None  # the appended-rows scan's cursor (sweep_plan)
     appended_last_id: str | None = None
     reconciled_at: str | None = None  # the last finished reconciliation's
     reconciled_rows: int | None = None

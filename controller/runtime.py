@@ -31,8 +31,7 @@ from controller.backends import (
 )
 from controller.config import OperatorConfig
 from controller.core.ledger import FenceUnavailable
-from controller.core.reconcile_plan import ReconcileCycle
-from controller.core.sweep_plan import Candidate
+from controller.core.sweep_plan import Candidate, ReconcileCycle
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingFunction, LocalMiniLMEmbedding, MiniLMWeights
 from controller.kube import client as kube

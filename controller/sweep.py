@@ -18,7 +18,6 @@ from controller.core.chunking import estimate_tokens, memory_text
 from controller.core.coverage import PriorCoverage
 from controller.core.memories import SUNSET_MARKER_TYPE, is_excluded
 from controller.core.naming import summary_object_name
-from controller.core.reconcile_plan import ReconcileCycle, RowCursor, reconcile, uncovered_rows
 from controller.core.refresh_plan import Growth, RefreshPolicy, may_refresh, plan_refresh
 from controller.core.retention import RetentionPolicy, expired, pass_in_flight
 from controller.core.summary import StructuredSummary, UnreadablePriorSummary
@@ -26,6 +25,8 @@ from controller.core.sweep_plan import (
     MARKER_TRIGGER,
     REFRESH_TRIGGER,
     InvalidMarker,
+    ReconcileCycle,
+    RowCursor,
     SweepPlan,
     collect_activity,
     collect_markers,
@@ -33,6 +34,8 @@ from controller.core.sweep_plan import (
     marker_action,
     not_acted_on,
     plan_sweep,
+    reconcile,
+    uncovered_rows,
 )
 from controller.core.waiting import Pause, no_pause
 from controller.kube import client as kube

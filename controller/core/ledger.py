@@ -152,7 +152,7 @@ def plan_write(
         ROW_DIGEST_KEY: keys.get(DIGEST_KEY),
         BUILT_ON_KEY: built_on,
         "summarizedAt": keys.get("summarizedAt"),
-        # the reconciliation's walk compares it with the ids it counts (reconcile_plan.py)
+        # the reconciliation's walk compares it with the ids it counts (sweep_plan.py)
         "rowsDigest": keys.get("rowsDigest"),
     }
     head_meta = {k: v for k, v in head_meta.items() if v is not None}

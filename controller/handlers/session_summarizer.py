@@ -33,8 +33,8 @@ from controller.api import (
 from controller.config import CONFIG
 from controller.core.destinations import DestinationRefused
 from controller.core.ledger import AuthorityRecord, FenceUnavailable
-from controller.core.reconcile_plan import RowCursor
 from controller.core.retention import to_ask_again
+from controller.core.sweep_plan import RowCursor
 from controller.core.text import one_line
 from controller.core.waiting import Pause
 from controller.handlers.summary_status import forgotten_by_another

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from controller.api import Condition, SessionSummarizerStatus
 from controller.core.destinations import SecretVerdict, shown
-from controller.core.reconcile_plan import IgnoredRows
+from controller.core.sweep_plan import IgnoredRows
 from controller.core.text import cut, one_line
 from controller.status.conditions import (
     READY_INPUTS,

@@ -52,7 +52,6 @@ from controller.core.memories import (
     parse_timestamp_ms,
 )
 from controller.core.naming import summary_row_id
-from controller.core.reconcile_plan import RowCursor, WalkedRow, row_problem
 from controller.core.summary import (
     SUMMARY_FORMAT,
     PriorSummary,
@@ -68,7 +67,7 @@ from controller.core.summary_row import (
     rewritten_by,
     upsert_metadata,
 )
-from controller.core.sweep_plan import StoredSummaryState
+from controller.core.sweep_plan import RowCursor, StoredSummaryState, WalkedRow, row_problem
 from controller.core.waiting import Pause, no_pause
 from controller.redaction import PassRedaction
 from controller.store.connection import StoreLocation

@@ -32,9 +32,8 @@ from controller.core.memories import (
     render_interaction_document,
 )
 from controller.core.naming import summary_row_id
-from controller.core.reconcile_plan import ReconcileCycle, reconcile
 from controller.core.summary import LEGACY_HEADING
-from controller.core.sweep_plan import SunsetMarker, covered_by_summary
+from controller.core.sweep_plan import ReconcileCycle, SunsetMarker, covered_by_summary, reconcile
 from controller.core.visibility import SessionSources
 from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.pipeline import Backends, Outcome, prior_coverage, summarize_session

@@ -17,14 +17,15 @@ from controller.core.memories import (
     placed,
     trusted_time,
 )
-from controller.core.reconcile_plan import ReconcileCycle, reconcile
 from controller.core.summary import StructuredSummary
 from controller.core.summary_row import row_timestamp
 from controller.core.sweep_plan import (
+    ReconcileCycle,
     SunsetMarker,
     collect_activity,
     marker_action,
     plan_sweep,
+    reconcile,
 )
 from tests.unit.test_sunset_markers import summary_object
 

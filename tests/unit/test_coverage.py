@@ -20,8 +20,7 @@ from controller.core.coverage import (
     missing_rows,
     to_reread,
 )
-from controller.core.reconcile_plan import ReconcileCycle, reconcile, uncovered_rows
-from controller.core.sweep_plan import StoredSummaryState
+from controller.core.sweep_plan import ReconcileCycle, StoredSummaryState, reconcile, uncovered_rows
 
 KEYS = st.lists(
     st.tuples(st.integers(-(10**13), 10**13), st.text(min_size=1, max_size=12)),

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from controller.api import SessionSummarizerStatus
 from controller.core.chunking import memory_text
 from controller.core.memories import SUNSET_MARKER_TYPE, memory_from_row
-from controller.core.reconcile_plan import (
+from controller.core.sweep_plan import (
     IGNORED_IDS_SHOWN,
     IgnoredRows,
     ReconcileCycle,
