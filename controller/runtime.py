@@ -80,11 +80,6 @@ class TokenBucket:
         self.tokens -= granted
         return granted
 
-    def give_back(self, unused: int) -> None:
-        """Grants taken but not used (the session turned out to need nothing)."""
-        if self.tokens is not None and unused > 0:
-            self.tokens = min(float(self.per_minute), self.tokens + unused)
-
 
 @dataclass
 class MarkerMemory:

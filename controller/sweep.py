@@ -308,7 +308,6 @@ def run_marker_scan(
             waiting += 1
             continue
         if action == "request":
-            memory.bucket.take(1, time.monotonic())
             _, how = kube.request_summary(
                 namespace,
                 marker.session_id,
@@ -319,9 +318,9 @@ def run_marker_scan(
                 resource_version=_version(existing),
             )
             if how not in ("created", "patched"):
-                memory.bucket.give_back(1)
                 waiting += 1  # changed since read: a sunset or a pass; looked at again
                 continue
+            memory.bucket.take(1, time.monotonic())  # a grant per request made
             requested.append(marker.session_id)
         memory.acted[marker.session_id] = marker.timestamp_ms
     # Forget what the window no longer holds: those markers are never read again.

@@ -107,13 +107,6 @@ def test_no_window_grants_more_than_a_burst_plus_the_rate(per_minute, steps) -> 
             assert window <= per_minute + per_minute * (end - start) / 60 + 1e-6
 
 
-def test_a_grant_given_back_is_granted_again() -> None:
-    bucket = TokenBucket(2)
-    assert bucket.take(5, 0.0) == 2 and bucket.take(1, 0.0) == 0
-    bucket.give_back(1)
-    assert bucket.take(1, 0.0) == 1
-
-
 # -- Events: one per state change, repeats counted -----------------------------------------
 
 
