@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from controller.api import ModelSpec, SecretKeyRef, SessionSummarizerSpec
+from controller.api import SecretKeyRef, SessionSummarizerSpec
 from controller.config import CONFIG
 from controller.core.destinations import (
     ALLOWED_MODEL_URLS_ANNOTATION,
@@ -199,12 +199,13 @@ def embedding_spec(
 
 
 def chat_model_config(
-    model: ModelSpec,
+    spec: SessionSummarizerSpec,
     namespace: str,
     read_secret: SecretReader = secret_for,
     program: str = OPERATOR,
 ) -> ChatModelConfig:
     """The model endpoint of an openai backend; the API key from its Secret, if any."""
+    model = spec.model
     assert model.base_url and model.model  # ModelSpec requires both of an openai backend
     check_endpoint("model.baseUrl", model.base_url, program)
     api_key = None
@@ -216,5 +217,6 @@ def chat_model_config(
         base_url=model.base_url,
         model=model.model,
         api_key=api_key,
+        redaction=redaction_of(spec),
         **model.model_dump(include=limits),
     )

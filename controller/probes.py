@@ -54,7 +54,7 @@ def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
         return ready("Extractive", "embedded extractive summarizer (no model)")
     try:
         check_memory_destinations(spec, namespace, "model.baseUrl")
-        config = chat_model_config(model, namespace)
+        config = chat_model_config(spec, namespace)
         timeout = min(model.timeout_seconds, 10)
         # The passes' client: bound in time and size, and asked where the passes post.
         client, headers = openai_client(config.base_url, config.api_key, timeout, 0)

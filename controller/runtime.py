@@ -221,7 +221,7 @@ class SummarizerParts:
         location = store_location(spec, namespace)
         embedding = embedding_spec(spec, namespace)
         extractive = spec.model.backend == "extractive"
-        config = None if extractive else chat_model_config(spec.model, namespace)
+        config = None if extractive else chat_model_config(spec, namespace)
         if config is None:  # extractive: a model client built for an older spec goes now
             self._drop(who, "summarizer")
         with contextlib.ExitStack() as held:

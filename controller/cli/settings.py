@@ -210,7 +210,7 @@ def summarize_backends(store: MemoryStore, summarizer: SummarizerSettings) -> Ba
     if spec.model.backend != "extractive":
         from controller.summarizers.chat_model import ChatModelSummarizer
 
-        config = backends.chat_model_config(spec.model, summarizer.namespace, read_secret, PROGRAM)
+        config = backends.chat_model_config(spec, summarizer.namespace, read_secret, PROGRAM)
         chosen = ChatModelSummarizer(config)
     return Backends(
         store,

@@ -78,9 +78,8 @@ def _item_text(value: Any) -> str | None:
 
 
 def _one_line(text: str, limit: int) -> str:
-    """Cut at a space: a proposal is masked after this (redaction.PassRedaction.proposal),
-    and part of a secret is no longer one it recognises."""
-    return cut_to(" ".join(text.split()), limit, word_from=0)
+    """Never cut inside a word: a proposal is masked after this (PassRedaction.proposal)."""
+    return cut_to(" ".join(text.split()), limit, parts=False)
 
 
 class SupersedeMark(BaseModel):

@@ -40,13 +40,18 @@ def listed_names(names: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(n for name in names for p in name.split(",") if (n := p.strip())))
 
 
-def cut(text: str, limit: int, mark: str = "…", *, word_from: int | None = None) -> str:
+def cut(
+    text: str, limit: int, mark: str = "…", *, word_from: int | None = None, parts: bool = True
+) -> str:
     """At most `limit` characters: a longer text cut and marked by `mark`; at its last space
-    when one is at or past `word_from`. A placeholder is kept whole or dropped whole."""
+    when one is at or past `word_from`; never inside a word when not `parts` (unmasked text:
+    part of a secret is no longer one masking knows). A placeholder is kept or dropped whole."""
     if len(text) <= limit:
         return text
     end = max(0, limit - len(mark))
-    if word_from is not None and (space := text.rfind(" ", 0, end)) >= word_from:
+    if not parts and text[end] != " ":
+        end = max(0, text.rfind(" ", 0, end))
+    elif word_from is not None and (space := text.rfind(" ", 0, end)) >= word_from:
         end = space
     for masked in PLACEHOLDER.finditer(text):
         if masked.start() >= end:

@@ -107,7 +107,7 @@ class ChatModelSummarizer:
                 session_id,
                 attempt + 1,
                 attempts,
-                failure.reason,
+                config.redaction.text(failure.reason),
             )
         assert failure is not None
         plural = "s" if attempts != 1 else ""

@@ -28,6 +28,7 @@ from controller.core.summary import (
     SummaryValidationError,
 )
 from controller.core.text import ms_to_rfc3339
+from controller.redaction import DEFAULT_REDACTION, Redaction
 
 MAX_MEMORIES_PER_PASS = 200
 PRIOR_SHARE = 3  # the prior summary gets at most 1/PRIOR_SHARE of maxInputTokens
@@ -87,6 +88,7 @@ class ChatModelConfig:
     backoff_seconds: float = 1.0
     max_backoff_seconds: float = 30.0
     max_output_tokens: int = 2048
+    redaction: Redaction = DEFAULT_REDACTION  # the summarizer's: what is logged is masked
 
     @property
     def url(self) -> str:

@@ -168,8 +168,8 @@ def _prior_text(prior: StructuredSummary | LegacySummary | None) -> str:
 
 
 def _show(text: str) -> str:
-    # cut at a space: no part of a token (a secret the message's masking would not know)
-    return json.dumps(cut(text, 60, word_from=0), ensure_ascii=False)
+    # never inside a word: the message is masked after this (pipeline.run_pass)
+    return json.dumps(cut(text, 60, parts=False), ensure_ascii=False)
 
 
 def degenerate_reason(

@@ -534,19 +534,26 @@ def test_an_injection_obeyed_on_every_attempt_fails_the_pass_and_returns_nothing
 
 
 @pytest.mark.parametrize(
-    "said", ["", "The team secret is ", "Note that what we chose for the deploy bot to use is "]
+    "said",
+    [
+        "",
+        "The team secret is ",
+        "Note that what we chose for the deploy bot to use is ",
+        "https://git.example/" + "x" * 30 + "/",  # one word glued to it, cut inside it
+    ],
 )
-def test_a_secret_in_a_rejected_reply_is_not_shown_in_the_failure(
-    server: OpenAIServer, said: str
+def test_a_secret_in_a_rejected_reply_is_not_shown_in_the_failure_or_the_log(
+    server: OpenAIServer, said: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The failure (the object's condition, message and Event) quotes the reply: a secret
-    there is masked, and no part of one is shown cut."""
+    """The failure (the object's condition, message and Event) and each attempt's log line
+    quote the reply: a secret there is masked, and no part of one is shown cut."""
     secret = "ghp_Q7xk2Lm9Rt4Vb8NwZp3Hc6Jd1Fg5Ks0Ya2Ue"
     item = f"{said}{secret} for the exporter."
     server.script_chat(*[Reply(valid_reply(user_requests=[item, item]))] * 3)
     with pytest.raises(InvalidModelOutput, match="repeats the item") as failed:
         run_pass(SID, memories("Add retries."), good_prior(), summarizer(server))
     assert "ghp_" not in str(failed.value), str(failed.value)
+    assert "attempt 1/" in caplog.text and "ghp_" not in caplog.text, caplog.text
 
 
 def test_an_obeyed_injection_on_the_first_pass_stores_nothing(server: OpenAIServer) -> None:

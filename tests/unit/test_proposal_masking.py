@@ -133,14 +133,36 @@ def test_masking_a_masked_proposal_again_changes_nothing_and_counts_nothing(seed
     assert mask.counts() == {}
 
 
-@given(seed=st.integers(0, 10_000), field=st.sampled_from(("title", "user_requests")))
-@settings(max_examples=40, deadline=None)
-def test_a_secret_where_a_long_proposal_is_cut_leaves_no_part_of_it(seed: int, field: str) -> None:
-    """A title or item longer than its bound is cut before it is masked: at a space, so the
-    secret's first characters (no longer a secret the rules know) are not kept."""
-    secret = generated(seed)["github-token"][0]
+@given(
+    seed=st.integers(0, 10_000),
+    kind=st.sampled_from(KINDS),
+    field=st.sampled_from(("title", "user_requests")),
+    inside=st.integers(6, 30),
+    filler=st.text(alphabet="ab=/:,", min_size=1, max_size=8),
+    space=st.sampled_from(("", " ")),
+    glued=st.booleans(),
+)
+@example(
+    seed=1, kind="github-token", field="title", inside=6, filler="word", space=" ", glued=False
+)
+@example(
+    seed=1, kind="github-token", field="user_requests", inside=9, filler="x", space="", glued=True
+)
+@settings(max_examples=200, deadline=None)
+def test_a_secret_where_a_long_proposal_is_cut_leaves_no_part_of_it(
+    seed: int, kind: str, field: str, inside: int, filler: str, space: str, glued: bool
+) -> None:
+    """A title or item longer than its bound is cut before it is masked: wherever the cut
+    falls in a secret the rules know, whatever precedes it (words, or one long word the
+    secret's word is glued to), no part of it (no longer one the rules know) is kept."""
+    secret, sentence = generated(seed)[kind]
+    assume(len(secret) > inside)
+    if glued:  # from the secret's word on: nothing but the filler's spaces before it
+        sentence = sentence[sentence.rfind(" ", 0, sentence.index(secret)) + 1 :]
     limit = TITLE_MAX if field == "title" else ITEM_MAX
-    text = "word " * ((limit - 12) // 5) + f"is {secret} now"
+    before = limit - 1 - sentence.index(secret) - inside  # the cut ("…" after it) is there
+    text = ((filler + space) * limit)[:before] + sentence
+    assume(secret not in Redaction().text(text))  # uncut, the rules know it
     mask = PassRedaction()
     summary = run_pass(
         SID, [memory("Make it listen.")], PRIOR, Proposing(proposal(field, text)), mask
