@@ -58,23 +58,13 @@ _HIDDEN = re.compile(f"(?!{_ZERO_WIDTH.pattern}){IGNORABLE.pattern}")
 # The text as a reader sees it, each character for one: a space, control character or
 # zero-width space (not a newline) a space, typographic quotes plain, and a character a reader takes
 # for an ASCII one as that one (Cyrillic and Greek lookalikes, what NFKC makes one: `ｋ`, `：`).
-_LOOKALIKES = types.MappingProxyType(
-    dict(
-        zip(
-            "аеорсухѕіјԁһӏԛԝкАВЕКМНОРСТХЅІЈҮΑΒΕΖΗΙΚΜΝΟΡΤΥΧαοικνρυıİ",
-            "aeopcyxsijdhlqwkABEKMHOPCTXSIJYABEZHIKMNOPTYXaoikvpuiI",
-            strict=True,
-        )
-    )
-    | {
-        c: n
-        for c in map(chr, range(0x80, 0x20000))
-        if len(n := unicodedata.normalize("NFKC", c)) == 1 and n.isascii()
-    }
-)
 _AS_SHOWN = types.MappingProxyType(str.maketrans(
     {c: " " for c in map(chr, range(0xFEFF + 1)) if c != "\n" and (c.isspace() or c <= "\x1f"
-     or "\x7f" <= c <= "\x9f" or _ZERO_WIDTH.match(c))} | dict(_LOOKALIKES)
+     or "\x7f" <= c <= "\x9f" or _ZERO_WIDTH.match(c))}
+    | dict(zip("аеорсухѕіјԁһӏԛԝкАВЕКМНОРСТХЅІЈҮΑΒΕΖΗΙΚΜΝΟΡΤΥΧαοικνρυıİ",
+               "aeopcyxsijdhlqwkABEKMHOPCTXSIJYABEZHIKMNOPTYXaoikvpuiI", strict=True))
+    | {c: n for c in map(chr, range(0x80, 0x20000))
+       if len(n := unicodedata.normalize("NFKC", c)) == 1 and n.isascii()}
 ) | TYPOGRAPHIC_QUOTES)  # fmt: skip
 # What stands between a name and its value for a reader, not for the rules (docs/privacy.md):
 # backslashes escaping a quote (possessive: linear), a shell's line continuation, a YAML
@@ -224,47 +214,9 @@ _ASSIGN = r"[\"']?[ \t]*(?::=|=>|[:=])[ \t]*"
 _COLON = r"[ \t]*:[ \t]*`?"
 # The same value as RE2 runs it: the condition one group per branch.
 _QUOTED_OR_NOT = r"""(?:(["'])([^"'\n]+)|([^\s"'`,;&]+))"""
-# Credentials by where they stand: a header (Authorization with any scheme, any *-Token,
-# *-Key, *-Secret, *-Password), an env-style NAME, a command-line flag (--token=x, mysql's
-# -pSECRET). Two run on RE2, where Python's re takes quadratic time (`a-a-a-...`).
-CONTEXT_RULES = tuple(
-    Rule(kind, re.compile(pattern), 2, 0.0, False, code=kind == "credential-variable",
-         linear=linear)
-    for kind, pattern, linear in (
-    ("credential-header", r"(?i)(?<![a-z0-9])(?:proxy-)?authorization[\"'`*_]{0,3}"
-     + _COLON + _VALUE % r"(?:[a-z]+\d?(?:-[a-z0-9]+)*[ \t]+)?", None),  # with its scheme
-    ("credential-header", r"(?i)\b(?:(?:[a-z0-9]+-)+(?:token|key|secret|passw(?:or)?d)|api-?key)"
-     r"[\"']?" + _COLON + _VALUE % "",
-     Linear(rf"(?:^|\W)(?i:(?:[a-z0-9İı]+-)+(?:token|key|secret|passw(?:or)?d)|ap{_I}-?key)"
-            rf"[\"']?{_COLON}" + _QUOTED_OR_NOT, (2, 3))),
-    ("credential-variable", r"\b[A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|APIKEY|_KEY"
-     r"|_PWD|_PASS)\b" + _ASSIGN + _VALUE % "", None),
-    ("credential-flag", r"(?i:(?<![\w-])--?(?:[a-z0-9]+-)*(?:token|secret|passw(?:or)?d|passphrase"
-     r"|api-?key|cookie)(?:=|[ \t]+)(?!-)|\b(?:mysql|mariadb)[\w-]*\b[^\n|;&]*?[ \t]-p(?!\s))"
-     + _VALUE % "",
-     Linear(rf"(?i:(?:^|[^\w-])--?(?:[a-z0-9İı]+-)*(?:token|secret|passw(?:or)?d"
-            rf"|passphrase|ap{_I}-?key|cook{_I}e)(?:=|[ \t]+))"
-            + r"""(?:(["'])([^"'\n]+)|([^-\s"'`,;&][^\s"'`,;&]*))"""
-            + rf"|(?:^|\W)(?i:mysql|mar{_I}adb)(?:(?:[\w-]*\w)?"
-            r"(?:[^\n|;&\w][^\n|;&]*?)??|[\w-]*-\w[^\n|;&]*?)(?i:[ \t]-p)"
-            + _QUOTED_OR_NOT, (2, 3, 5, 6))),
-))  # fmt: skip
 # A key in any case that names a credential, a word of its own or after `_`, `-`, `.` or a
-# camelCase boundary (`apiKey: x`, `client.auth = x`; not `monkey`): its value masked when
-# random and no words, name or path (`hotKey: ctrl+k`).
-_CAMEL = r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"  # apiKey, getAToken
-CONTEXT_RULES += (
-    # A cookie header's value: Cookie's every pair, Set-Cookie's one (its attributes stay).
-    Rule("credential-header", re.compile(
-        rf"(?i)\b(set-)?cookie[\"']?{_COLON}([\"']?)(?=[^\s=;:\"'`]+=)"
-        r"((?(1)[^\s=;\"'`]+=[^;\s\"'`]+|[^\n\"'`]+))"
-    ), 3, 0.0, False),
-    Rule("credential-variable", re.compile(
-        rf"(?:(?<![A-Za-z0-9])|{_CAMEL})(?i:token|passphrase|auth|credentials?|sig|pat|cookie"
-        r"|passw(?:or)?d|pwd|secret|key)(?![A-Za-z0-9])"
-        + _ASSIGN + _VALUE % ""
-    ), 2, UNQUOTED_MIN_ENTROPY, False, plain_words=False, code=True),
-)  # fmt: skip
+# camelCase boundary: apiKey, getAToken.
+_CAMEL = r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"
 # A password on a command line beside a user: curl's `-u user:x`, `sshpass -p x`, a registry
 # login's `-p x`, `sqlcmd -P x`, `redis-cli -a x`, `htpasswd -b [file] user x`. ASCII only:
 # Python and RE2 read it alike, and RE2 runs it.
@@ -284,10 +236,6 @@ _LOGIN = (
     # htpasswd's options, split or joined (-B -b, -bB, -C 10): with n (-nb) no file
     f="[A-Za-z0-9]", g="[A-Za-mo-z0-9]", o=r"[ \t]+(?:-[A-Za-z0-9]+|\d+)",
     p=r"[ \t]+(?:-[A-Za-mo-z0-9]+|\d+)",
-)  # fmt: skip
-CONTEXT_RULES += (
-    Rule("credential-flag", re.compile(_LOGIN), 1, whole_token=False,
-         linear=Linear(_LOGIN, tuple(range(1, 7)))),
 )  # fmt: skip
 # A credential said in a sentence or set with `:`, `=` or an XML element: a word that names
 # one, what says it is (`is`, `was set to`, `=`, `<password>`, nothing), the value; or the
@@ -315,10 +263,6 @@ _PHRASE = (
     + rf"[A-Za-z0-9_.-]*?{_NAMED}"
     + r"(?:[^A-Za-z0-9_]|$)"
 )
-CONTEXT_RULES += (
-    Rule("credential-phrase", re.compile(_PHRASE), 0, whole_token=False, said=True, code=True,
-         linear=Linear(_PHRASE, tuple(range(1, 13)))),
-)  # fmt: skip
 # A key named `pass` or ending in it (`db_pass=`, `dbPass:`; not `--- PASS: TestX`), its value
 # as after `password:` (_said); `pass` alone only where a key begins (not `first pass: v2`).
 _PASS = (
@@ -326,37 +270,76 @@ _PASS = (
     r"|(?:(?m:^)[ \t]*(?:-[ \t]+)?|[\"'`{?&<(]|[,;][ \t]*)[Pp]ass)"
     rf"[\"'`]?{_SETS}{_SAID_VALUE}"
 )
-CONTEXT_RULES += (
-    Rule("credential-variable", re.compile(_PASS), 0, whole_token=False, said=True, code=True,
-         linear=Linear(_PASS, (1, 2, 3, 4))),
-)  # fmt: skip
-# A connection string's password (`Server=db;Password=x;`), up to its `;` or quote, spaces
-# and all: after another pair's `;`, or ended by one. ASCII only; RE2 runs it.
 _PAIR_VALUE = r"""([^;"'\n]*[^;"' \t\n\r\f\v])"""
 _CONNECTION = r";[ \t]*(?i:password|pwd)[ \t]*=[ \t]*"
-CONTEXT_RULES += (
+_DSN = re.compile(r""":([^\s"`]+)@(?:tcp6?|unix)\(""")
+# A header (Authorization with any scheme, any *-Token, *-Key, *-Secret, *-Password), an
+# env-style NAME, a command-line flag (--token=x, mysql's -pSECRET): (kind, pattern, linear).
+_HEADERS_VARIABLES_FLAGS = (
+    ("credential-header", r"(?i)(?<![a-z0-9])(?:proxy-)?authorization[\"'`*_]{0,3}"
+     + _COLON + _VALUE % r"(?:[a-z]+\d?(?:-[a-z0-9]+)*[ \t]+)?", None),  # with its scheme
+    ("credential-header", r"(?i)\b(?:(?:[a-z0-9]+-)+(?:token|key|secret|passw(?:or)?d)|api-?key)"
+     r"[\"']?" + _COLON + _VALUE % "",
+     Linear(rf"(?:^|\W)(?i:(?:[a-z0-9İı]+-)+(?:token|key|secret|passw(?:or)?d)|ap{_I}-?key)"
+            rf"[\"']?{_COLON}" + _QUOTED_OR_NOT, (2, 3))),
+    ("credential-variable", r"\b[A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|APIKEY|_KEY"
+     r"|_PWD|_PASS)\b" + _ASSIGN + _VALUE % "", None),
+    ("credential-flag", r"(?i:(?<![\w-])--?(?:[a-z0-9]+-)*(?:token|secret|passw(?:or)?d|passphrase"
+     r"|api-?key|cookie)(?:=|[ \t]+)(?!-)|\b(?:mysql|mariadb)[\w-]*\b[^\n|;&]*?[ \t]-p(?!\s))"
+     + _VALUE % "",
+     Linear(rf"(?i:(?:^|[^\w-])--?(?:[a-z0-9İı]+-)*(?:token|secret|passw(?:or)?d"
+            rf"|passphrase|ap{_I}-?key|cook{_I}e)(?:=|[ \t]+))"
+            + r"""(?:(["'])([^"'\n]+)|([^-\s"'`,;&][^\s"'`,;&]*))"""
+            + rf"|(?:^|\W)(?i:mysql|mar{_I}adb)(?:(?:[\w-]*\w)?"
+            r"(?:[^\n|;&\w][^\n|;&]*?)??|[\w-]*-\w[^\n|;&]*?)(?i:[ \t]-p)"
+            + _QUOTED_OR_NOT, (2, 3, 5, 6))),
+)  # fmt: skip
+# Credentials by where they stand. Those with `linear` run on RE2, where Python's re takes
+# quadratic time (`a-a-a-...`).
+CONTEXT_RULES = (
+    *(Rule(kind, re.compile(pattern), 2, 0.0, False, code=kind == "credential-variable",
+           linear=linear) for kind, pattern, linear in _HEADERS_VARIABLES_FLAGS),
+    # A cookie header's value: Cookie's every pair, Set-Cookie's one (its attributes stay).
+    Rule("credential-header", re.compile(
+        rf"(?i)\b(set-)?cookie[\"']?{_COLON}([\"']?)(?=[^\s=;:\"'`]+=)"
+        r"((?(1)[^\s=;\"'`]+=[^;\s\"'`]+|[^\n\"'`]+))"
+    ), 3, 0.0, False),
+    # A credential key (_CAMEL; `apiKey: x`, `client.auth = x`; not `monkey`): its value when
+    # random and no words, name or path (`hotKey: ctrl+k`).
+    Rule("credential-variable", re.compile(
+        rf"(?:(?<![A-Za-z0-9])|{_CAMEL})(?i:token|passphrase|auth|credentials?|sig|pat|cookie"
+        r"|passw(?:or)?d|pwd|secret|key)(?![A-Za-z0-9])"
+        + _ASSIGN + _VALUE % ""
+    ), 2, UNQUOTED_MIN_ENTROPY, False, plain_words=False, code=True),
+    Rule("credential-flag", re.compile(_LOGIN), 1, whole_token=False,
+         linear=Linear(_LOGIN, tuple(range(1, 7)))),
+    Rule("credential-phrase", re.compile(_PHRASE), 0, whole_token=False, said=True, code=True,
+         linear=Linear(_PHRASE, tuple(range(1, 13)))),
+    Rule("credential-variable", re.compile(_PASS), 0, whole_token=False, said=True, code=True,
+         linear=Linear(_PASS, (1, 2, 3, 4))),
+    # A connection string's password (`Server=db;Password=x;`), up to its `;` or quote, spaces
+    # and all: after another pair's `;`, or ended by one. ASCII only.
     Rule("credential-variable", re.compile(
         rf"""(?:{_CONNECTION}|(?<![A-Za-z0-9_])(?i:password|pwd)=(?=[^;"' \t\n\r\f\v][^;"'\n]*;))"""
         + _PAIR_VALUE
     ), 1, whole_token=False, linear=Linear(
         rf"""{_CONNECTION}{_PAIR_VALUE}|(?:^|[^A-Za-z0-9_])(?i:password|pwd)="""
         r"""([^;"' \t\n\r\f\v](?:[^;"'\n]*[^;"' \t\n\r\f\v])?)[ \t\r\f\v]*;""", (1, 2))),
-)  # fmt: skip
-# A bearer token said in prose (`sent Bearer x`), when it looks like one (_said); a Go DSN's
-# password, from the user's first `:` to the protocol's `@` as Go's driver reads it
-# (`user:x@tcp(db:3306)/app`, `u:p:a@ss@unix(...)`); a URL's user alone when random, no word
-# or name (`https://<token>@github.com/o/r`, not `ssh://git@host`); a URL's password with its
-# protocol left out, a port or a path after the host (`user:x@db:5432/app`; an address after
-# a label, `email:jo42@corp.com`, has none), when it looks like one.
-_DSN = re.compile(r""":([^\s"`]+)@(?:tcp6?|unix)\(""")
-CONTEXT_RULES += (
+    # A bearer token said in prose (`sent Bearer x`), when it looks like one (_said).
     Rule("credential-header", re.compile(r"(?i:\bbearer)[ \t]+([^\s\"'`<>]+)"), 1,
          whole_token=False, said=True),
+    # A URL's password with its protocol left out, a port or a path after the host
+    # (`user:x@db:5432/app`; an address after a label, `email:jo42@corp.com`, has none), when
+    # it looks like one.
     Rule(kind_of(BasicAuthDetector.secret_type), re.compile(
         r"""(?<![\w.:/@-])[\w.-]*:([^\s:/@"'`]+)@[\w-]+(?:\.[\w-]+)*(?::\d{1,5}(?!\w|\.\w)|/)"""
     ), 1, whole_token=False, said=True),
+    # A Go DSN's password, from the user's first `:` to the protocol's `@` as Go's driver
+    # reads it (`user:x@tcp(db:3306)/app`, `u:p:a@ss@unix(...)`).
     Rule(kind_of(BasicAuthDetector.secret_type), _DSN, 1, whole_token=False,
          linear=Linear(_DSN.pattern, (1,))),
+    # A URL's user alone when random, no word or name (`https://<token>@github.com/o/r`, not
+    # `ssh://git@host`).
     Rule(kind_of(BasicAuthDetector.secret_type), re.compile(r"""://([^\s:/?#\[\]@"'`<>]+)@"""),
          1, UNQUOTED_MIN_ENTROPY, False, plain_words=False),
 )  # fmt: skip
