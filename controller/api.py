@@ -21,12 +21,12 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from controller.core.destinations import shown
-from controller.core.endpoint_url import (
+from controller.core.destinations import (
     AUTHORITY_PATTERN,
     ENDPOINT_URL_MAX,
     checked_endpoint_url,
     host_name_problem,
+    shown,
 )
 from controller.core.naming import blank_session_id
 from controller.core.text import re2_pattern

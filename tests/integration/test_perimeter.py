@@ -18,8 +18,12 @@ from typing import Any
 
 import pytest
 
-from controller.core.destinations import ALLOWED_URLS_ANNOTATION
-from controller.core.endpoint_url import ENDPOINT_URL_MESSAGE, PATH_MESSAGE, endpoint_url_problem
+from controller.core.destinations import (
+    ALLOWED_URLS_ANNOTATION,
+    ENDPOINT_URL_MESSAGE,
+    PATH_MESSAGE,
+    endpoint_url_problem,
+)
 from controller.core.naming import summary_object_name
 from devenv.chroma import ChromaServer
 from devenv.controlplane import ControlPlane

@@ -17,9 +17,11 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from controller.core.destinations import (
+    _NAME,
     ALLOWED_MODEL_URLS_ANNOTATION,
     ALLOWED_URLS_ANNOTATION,
     DEFAULT_PORTS,
+    ENDPOINT_URL_PATTERN,
     SecretUse,
     StoreCredential,
     allowed,
@@ -33,7 +35,6 @@ from controller.core.destinations import (
     target,
     within,
 )
-from controller.core.endpoint_url import _NAME, ENDPOINT_URL_PATTERN
 from controller.status.summarizer_status import secrets_allowed
 from tests.support.url_spellings import ipv6_spellings, spellings
 

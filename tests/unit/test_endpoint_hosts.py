@@ -1,4 +1,4 @@
-"""core/endpoint_url.py: a model or embedding baseUrl the HTTP clients (httpx) or the
+"""core/destinations.py: a model or embedding baseUrl the HTTP clients (httpx) or the
 resolver would refuse is refused by the spec, with a message that does not repeat the URL;
 it used to pass, and the model probe then raised (the SessionSummarizer's status was not
 written, its spec handler retried with a traceback) and each embedding failed."""

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 
 from controller.api import EmbeddingConfig, ModelSpec, SessionSummarizerSpec
 from controller.config import CONFIG
-from controller.core.endpoint_url import PATH_MESSAGE, endpoint_url_problem
+from controller.core.destinations import PATH_MESSAGE, endpoint_url_problem
 from controller.embeddings.remote import openai_client
 from controller.probes import check_model
 from controller.status.summarizer_status import spec_valid

@@ -32,14 +32,15 @@ from controller.api import (
     StoreSpec,
 )
 from controller.cli.args import namespace_arg, object_name_arg
-from controller.core.destinations import DEFAULT_PORTS, target
-from controller.core.endpoint_url import (
+from controller.core.destinations import (
+    DEFAULT_PORTS,
     ENDPOINT_URL_MESSAGE,
     ENDPOINT_URL_PATTERN,
     HOST_LENGTH_MESSAGE,
     HOST_LENGTH_PATTERN,
     PATH_MESSAGE,
     endpoint_url_problem,
+    target,
 )
 from tests.support.url_spellings import ipv6_spellings
 

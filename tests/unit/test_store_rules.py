@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from controller.api import StoreSpec
-from controller.core.endpoint_url import HOST_LENGTH_MESSAGE, HOST_LENGTH_PATTERN
+from controller.core.destinations import HOST_LENGTH_MESSAGE, HOST_LENGTH_PATTERN
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import (
     MESSAGE_LIMIT,
