@@ -247,19 +247,16 @@ def parse_prefixes(text: str) -> tuple[list[UrlPrefix], list[str]]:
     return [p for _, p in parsed if p is not None], [e for e, p in parsed if p is None]
 
 
-def _host_matches(host: str, pattern: str) -> bool:
-    if pattern.startswith("*."):
-        return host.endswith(pattern[1:]) and len(host) > len(pattern) - 1
-    return host == pattern
-
-
 def within(url: str, prefix: UrlPrefix) -> bool:
     t = target(url)
     if t is None:
         return False
     if t.scheme != prefix.scheme or prefix.port not in (None, t.port):
         return False
-    if not _host_matches(t.host, prefix.host):
+    if prefix.host.startswith("*."):  # a host under the domain, not the domain itself
+        if not t.host.endswith(prefix.host[1:]) or len(t.host) < len(prefix.host):
+            return False
+    elif t.host != prefix.host:
         return False
     return not prefix.path or t.path == prefix.path or t.path.startswith(prefix.path + "/")
 
