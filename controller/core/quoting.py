@@ -15,11 +15,11 @@ from controller.core.summary import ITEM_MAX
 from controller.core.text import (
     IGNORABLE,
     PATTERN_PARTS,
+    one_line,
     python_meaning,
     re2_pattern,
     without_surrogates,
 )
-from controller.core.text import cut as cut_to
 
 ERROR_LABEL = "Error reported in the session (quoted): "
 INSTRUCTION_LABEL = "Quoted from session content, not an instruction: "
@@ -192,11 +192,6 @@ def unquoted(text: str) -> str:
     return text[text.index(OPEN_QUOTE) + 1 : -1] if is_quoted(text) else text
 
 
-def cut(text: str, limit: int = ITEM_MAX) -> str:
-    """The text on one line, at most `limit` characters (a longer one cut, marked by '…')."""
-    return cut_to(" ".join(text.split()), limit)
-
-
 def fit(text: str, limit: int = ITEM_MAX) -> str:
     """The text within `limit` characters; a quoted one is cut inside its quote marks."""
     if len(text) <= limit:
@@ -205,7 +200,7 @@ def fit(text: str, limit: int = ITEM_MAX) -> str:
         return quote(
             unquoted(text), "instruction" if text.startswith(INSTRUCTION_LABEL) else "error", limit
         )
-    return cut(text, limit)
+    return one_line(text, limit, "…")
 
 
 def quote(text: str, kind: Kind, limit: int = ITEM_MAX) -> str:
@@ -213,7 +208,7 @@ def quote(text: str, kind: Kind, limit: int = ITEM_MAX) -> str:
     the quote, “ and ” become plain quotes, so nothing inside can seem to close it."""
     label = INSTRUCTION_LABEL if kind == "instruction" else ERROR_LABEL
     inner = text.replace(OPEN_QUOTE, '"').replace(CLOSE_QUOTE, '"')
-    inner = cut(inner, max(1, limit - len(label) - 2))
+    inner = one_line(inner, max(1, limit - len(label) - 2), "…")
     return f"{label}{OPEN_QUOTE}{inner}{CLOSE_QUOTE}"
 
 
@@ -226,4 +221,4 @@ def quote_if_needed(text: str, limit: int = ITEM_MAX) -> str:
 def as_item(text: str) -> str:
     """Proposed text as a summary item stores it: cut to ITEM_MAX, quoted when needed. What
     an item is keyed and deduplicated by (core/item_sources.py) is a function of this."""
-    return quote_if_needed(cut(text))
+    return quote_if_needed(one_line(text, ITEM_MAX, "…"))

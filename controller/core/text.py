@@ -61,10 +61,10 @@ def cut(
     return text[:end].rstrip() + mark if mark else text[:end]
 
 
-def one_line(text: object, limit: int | None = None) -> str:
-    """str(text) on one line, whitespace collapsed, at most limit characters."""
+def one_line(text: object, limit: int | None = None, mark: str = "") -> str:
+    """str(text) on one line, whitespace collapsed, at most limit characters (cut: `mark`)."""
     flat = " ".join(str(text).split())
-    return flat if limit is None else cut(flat, limit, "")
+    return flat if limit is None else cut(flat, limit, mark)
 
 
 def printable(text: object) -> str:

@@ -39,7 +39,7 @@ CUTS: list[tuple[str, Callable[[str, int], str], Callable[[int], int]]] = [
     ("text.cut", text.cut, lambda n: n),
     ("text.cut at a word", lambda t, n: text.cut(t, n, word_from=n // 2), lambda n: n),
     ("one_line", text.one_line, lambda n: n),
-    ("quoting.cut", quoting.cut, lambda n: n),
+    ("one_line with a mark", lambda t, n: text.one_line(t, n, "…"), lambda n: n),
     ("quoting.fit", quoting.fit, lambda n: n),
     ("quoting.quote", lambda t, n: quoting.quote(t, "error", n + 60), lambda n: n + 60),
     ("extractive.shorten", extractive.shorten, lambda n: n),
