@@ -9,17 +9,10 @@ from __future__ import annotations
 import re
 import unicodedata
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Literal
 
 from controller.core.summary import ITEM_MAX
-from controller.core.text import (
-    IGNORABLE,
-    PATTERN_PARTS,
-    one_line,
-    python_meaning,
-    re2_pattern,
-    without_surrogates,
-)
+from controller.core.text import IGNORABLE, PATTERN_PARTS, Linear, one_line
 
 ERROR_LABEL = "Error reported in the session (quoted): "
 INSTRUCTION_LABEL = "Quoted from session content, not an instruction: "
@@ -139,7 +132,7 @@ _EXCEPTION_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warni
 _DOTTED_I = MappingProxyType(str.maketrans({"\u0130": "i", "\u0131": "i"}))
 
 
-def _wider(pattern: re.Pattern[str]) -> Any:
+def _wider(pattern: re.Pattern[str]) -> Linear:
     """The pattern for RE2, matching wherever it does and maybe more, in linear time: no
     lookbehind, and a word boundary only where an alternative starts or ends (a character
     that is no \\w, or the text's end); the pattern confirms a match."""
@@ -154,7 +147,7 @@ def _wider(pattern: re.Pattern[str]) -> Any:
             continue
         depth += (part == "(") - (part == ")")
         out.append(part)
-    return re2_pattern(python_meaning("".join(out)))
+    return Linear("".join(out))
 
 
 _INSTRUCTION_WIDE, _ERROR_WIDE = _wider(_INSTRUCTION), _wider(_ERROR)
@@ -171,10 +164,10 @@ def kind_of(text: str) -> Kind | None:
     """What must be quoted: an instruction (checked first: worse to follow), error text, or None.
     Python's re runs only where RE2 found a match: this is asked of every memory sentence."""
     probe = _probe(text)
-    wide = without_surrogates(probe).translate(_DOTTED_I)
+    wide = probe.translate(_DOTTED_I)
 
-    def found(pattern: re.Pattern[str], wider: Any) -> bool:
-        return wider.search(wide) is not None and pattern.search(probe) is not None
+    def found(pattern: re.Pattern[str], wider: Linear) -> bool:
+        return next(wider.spans(wide), None) is not None and pattern.search(probe) is not None
 
     if found(_INSTRUCTION, _INSTRUCTION_WIDE):
         return "instruction"
