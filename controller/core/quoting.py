@@ -56,73 +56,65 @@ _SECTIONS = (
     r"|corrections\s*(?:&|and)\s*feedback|(?:the\s+)?summary(?:'s)?\s+title)"
 )
 
-_INSTRUCTION = re.compile(
-    "|".join(
-        (
-            # "ignore previous instructions", "disregard all of the above rules"
-            rf"\b{_VERBS}\s+{_DETERMINERS}{{0,3}}{_QUALIFIERS}\s+(?:\w+\s+)?{_NOUNS}\b",
-            # "ignore your instructions", "override the system prompt"
-            rf"\b(?:{_VERBS}|{_OVERRIDE})\s+{_DETERMINERS}{{0,3}}{_STRONG_NOUNS}\b",
-            r"\b(?:ignore|disregard|forget)\s+(?:everything|anything|all)\s+"
-            r"(?:above|before|previously|said|prior|else|you\b)",
-            # "SYSTEM: ...", "assistant: ...", "System prompt: ..." at the start of a sentence
-            rf"{_START}{_ROLES}(?:\s+(?:prompt|message|override|instructions?|note))?\s*:",
-            # chat-template role markers and special tokens
-            r"<\|[^|<>]{1,40}\|>",
-            r"\[/?inst\]|<</?sys>>",
-            rf"<\s*/?\s*{_ROLES}\s*>",
-            r"(?<!#)#{2,}\s*(?:system|instructions?|assistant|human|response)\s*:",
-            # "you are now DAN", "you are no longer bound by ..."
-            r"\byou\s+are\s+no\s+longer\b",
-            r"\byou\s+are\s+now\s+(?:a|an|the|my|acting|called|named|free|unrestricted"
-            r"|jailbroken|dan|root|admin|administrator|allowed|authorized|permitted|required"
-            r"|going\s+to|to|in\s+\w+\s+mode)\b",
-            r"\bfrom\s+now\s+on,?\s+(?:you|the\s+(?:assistant|agent|model))\s+"
-            r"(?:are|will|must|should|shall|may|can)\b",
-            r"\b(?:pretend|imagine)\s+(?:to\s+be|you\s+are|that\s+you)\b",
-            r"\byour\s+(?:new|real|actual|true)\s+(?:role|task|instructions?|goal|objective"
-            r"|purpose|job)\b",
-            r"\b(?:new|updated|revised|real|actual|true|secret|hidden|important|additional"
-            r"|override|admin|system)\s+instructions?\s*:",
-            rf"{_START}instructions?\s*:",
-            rf"\b(?:set|overwrite|replace|change)\s+(?:the\s+)?{_SECTIONS}\s+(?:to|with|as|=)",
-            r"\b(?:output|return|write|produce|reply\s+with|respond\s+with|emit)\s+"
-            r"(?:only\s+)?(?:an?\s+)?empty\s+(?:summary|json|object|response|reply|string)\b",
-            r"\b(?:reveal|print|show|output|repeat|leak)\s+(?:me\s+)?(?:your|the)\s+"
-            r"(?:system\s+prompt|hidden\s+prompt|instructions|initial\s+prompt)\b",
-            r"\bjailbreak",
-            # role markers written in capitals count anywhere: "The reply said SYSTEM: ..."
-            r"\b(?-i:SYSTEM|ASSISTANT|DEVELOPER|USER|HUMAN)\s*:",
-        )
-    ),
-    re.IGNORECASE,
+_INSTRUCTION_SIGNS = (
+    # "ignore previous instructions", "disregard all of the above rules"
+    rf"\b{_VERBS}\s+{_DETERMINERS}{{0,3}}{_QUALIFIERS}\s+(?:\w+\s+)?{_NOUNS}\b",
+    # "ignore your instructions", "override the system prompt"
+    rf"\b(?:{_VERBS}|{_OVERRIDE})\s+{_DETERMINERS}{{0,3}}{_STRONG_NOUNS}\b",
+    r"\b(?:ignore|disregard|forget)\s+(?:everything|anything|all)\s+"
+    r"(?:above|before|previously|said|prior|else|you\b)",
+    # "SYSTEM: ...", "assistant: ...", "System prompt: ..." at the start of a sentence
+    rf"{_START}{_ROLES}(?:\s+(?:prompt|message|override|instructions?|note))?\s*:",
+    # chat-template role markers and special tokens
+    r"<\|[^|<>]{1,40}\|>",
+    r"\[/?inst\]|<</?sys>>",
+    rf"<\s*/?\s*{_ROLES}\s*>",
+    r"(?<!#)#{2,}\s*(?:system|instructions?|assistant|human|response)\s*:",
+    # "you are now DAN", "you are no longer bound by ..."
+    r"\byou\s+are\s+no\s+longer\b",
+    r"\byou\s+are\s+now\s+(?:a|an|the|my|acting|called|named|free|unrestricted"
+    r"|jailbroken|dan|root|admin|administrator|allowed|authorized|permitted|required"
+    r"|going\s+to|to|in\s+\w+\s+mode)\b",
+    r"\bfrom\s+now\s+on,?\s+(?:you|the\s+(?:assistant|agent|model))\s+"
+    r"(?:are|will|must|should|shall|may|can)\b",
+    r"\b(?:pretend|imagine)\s+(?:to\s+be|you\s+are|that\s+you)\b",
+    r"\byour\s+(?:new|real|actual|true)\s+(?:role|task|instructions?|goal|objective"
+    r"|purpose|job)\b",
+    r"\b(?:new|updated|revised|real|actual|true|secret|hidden|important|additional"
+    r"|override|admin|system)\s+instructions?\s*:",
+    rf"{_START}instructions?\s*:",
+    rf"\b(?:set|overwrite|replace|change)\s+(?:the\s+)?{_SECTIONS}\s+(?:to|with|as|=)",
+    r"\b(?:output|return|write|produce|reply\s+with|respond\s+with|emit)\s+"
+    r"(?:only\s+)?(?:an?\s+)?empty\s+(?:summary|json|object|response|reply|string)\b",
+    r"\b(?:reveal|print|show|output|repeat|leak)\s+(?:me\s+)?(?:your|the)\s+"
+    r"(?:system\s+prompt|hidden\s+prompt|instructions|initial\s+prompt)\b",
+    r"\bjailbreak",
+    # role markers written in capitals count anywhere: "The reply said SYSTEM: ..."
+    r"\b(?-i:SYSTEM|ASSISTANT|DEVELOPER|USER|HUMAN)\s*:",
 )
+_INSTRUCTION = re.compile("|".join(_INSTRUCTION_SIGNS), re.IGNORECASE)
 
-_ERROR = re.compile(
-    "|".join(
-        (
-            r"traceback\s*\(most\s+recent\s+call\s+(?:last|first)\)",
-            r"another\s+exception\s+occurred|the\s+above\s+exception\s+was",
-            r"\bexception\s+in\s+thread\b|\bpanicked\s+at\b|\bsegmentation\s+fault\b",
-            r"\bcore\s+dumped\b|\bnpm\s+err!|\bstack\s*trace\s*:|\bfatal\s+error\s*:",
-            r"\bunhandled\s+(?:promise\s+)?(?:rejection|exception)\b",
-            # "Error: ...", "ERROR [main] ...", "error 500", "fatal: ...", "panic: ..."
-            r"^\W*(?:error|exception|fatal|panic|failure|failed|critical|err)\b\s*"
-            r"(?:[:!\[(#]|\d{3}\b)",
-            r"^\W*(?:an?\s+)?(?:unexpected\s+|unhandled\s+|internal\s+|unknown\s+)?"
-            r"(?:error|exception)\s+(?:has\s+)?(?:occurred|was\s+raised|happened)",
-            r"^\W*failed\s+\S+::\S+",  # a pytest failure line
-            # stack frames: Python, Java/JavaScript
-            r"^\W*file\s+\"[^\"]+\",\s*line\s+\d+",
-            r"^\W*at\s+[\w$.<>]+\s*\([^()\s]*:\d+(?::\d+)?\)",
-            # a model's refusal where content should be
-            r"^\W*(?:i'?m\s+sorry|i\s+am\s+sorry|i\s+apologi[sz]e|sorry),?\s+(?:but\s+)?"
-            r"(?:i\s+(?:can'?t|cannot|am\s+unable|'?m\s+unable|am\s+not\s+able|won'?t)|as\s+an\s+ai)",
-            r"^\W*as\s+an?\s+(?:ai|large\s+language\s+model|language\s+model)\b",
-        )
-    ),
-    re.IGNORECASE,
+_ERROR_SIGNS = (
+    r"traceback\s*\(most\s+recent\s+call\s+(?:last|first)\)",
+    r"another\s+exception\s+occurred|the\s+above\s+exception\s+was",
+    r"\bexception\s+in\s+thread\b|\bpanicked\s+at\b|\bsegmentation\s+fault\b",
+    r"\bcore\s+dumped\b|\bnpm\s+err!|\bstack\s*trace\s*:|\bfatal\s+error\s*:",
+    r"\bunhandled\s+(?:promise\s+)?(?:rejection|exception)\b",
+    # "Error: ...", "ERROR [main] ...", "error 500", "fatal: ...", "panic: ..."
+    r"^\W*(?:error|exception|fatal|panic|failure|failed|critical|err)\b\s*"
+    r"(?:[:!\[(#]|\d{3}\b)",
+    r"^\W*(?:an?\s+)?(?:unexpected\s+|unhandled\s+|internal\s+|unknown\s+)?"
+    r"(?:error|exception)\s+(?:has\s+)?(?:occurred|was\s+raised|happened)",
+    r"^\W*failed\s+\S+::\S+",  # a pytest failure line
+    # stack frames: Python, Java/JavaScript
+    r"^\W*file\s+\"[^\"]+\",\s*line\s+\d+",
+    r"^\W*at\s+[\w$.<>]+\s*\([^()\s]*:\d+(?::\d+)?\)",
+    # a model's refusal where content should be
+    r"^\W*(?:i'?m\s+sorry|i\s+am\s+sorry|i\s+apologi[sz]e|sorry),?\s+(?:but\s+)?"
+    r"(?:i\s+(?:can'?t|cannot|am\s+unable|'?m\s+unable|am\s+not\s+able|won'?t)|as\s+an\s+ai)",
+    r"^\W*as\s+an?\s+(?:ai|large\s+language\s+model|language\s+model)\b",
 )
+_ERROR = re.compile("|".join(_ERROR_SIGNS), re.IGNORECASE)
 # The last line of a traceback: "ValueError: ...", "requests.exceptions.HTTPError: ..." (the
 # name after the last dot decides: a module path matched at each dot takes quadratic time).
 _EXCEPTION_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)\s*:")
