@@ -1188,6 +1188,9 @@ _DECORATION = st.sampled_from(["", "*", "**", "_", "__", "`"])
     value="",
     shape="| {k}{n}{k} | {v}{s}{v} |",
 )
+@example(
+    secret="AAAAAAAAAAAA", name="api-key", scheme="", key="", value="", shape="{k}{n}={k} {v}{s}{v}"
+)
 @settings(max_examples=1000, deadline=None)
 def test_a_credential_in_markdown_is_masked_as_in_plain_text(
     secret: str, name: str, scheme: str, key: str, value: str, shape: str
@@ -1196,7 +1199,10 @@ def test_a_credential_in_markdown_is_masked_as_in_plain_text(
     Basic x |`: agents write markdown; its emphasis, code and table cells around a name or a
     value hide no secret (a table's row reads as `name : value`)."""
     scheme = scheme if "uthorization" in name else ""
-    for plain in (f"{name}: {scheme}{secret}", f"{name} : {scheme}{secret}"):
+    plains = [f"{name}: {scheme}{secret}", f"{name} : {scheme}{secret}"]
+    if "=" in shape:  # an assignment: masked when its value is random (`api-key= AAAAAAAAAAAA`
+        plains.append(f"{name}={scheme}{secret}")  # is not, in plain text either)
+    for plain in plains:
         assume(secret.rstrip("!?") not in DEFAULT_REDACTION.text(plain))
     assume(value != "`" or "`" not in secret)
     assume(not (key or value) or not secret.isalpha())  # `` `AbCdEfGhIjKl` ``: the key rule's
