@@ -228,9 +228,10 @@ class ChatModelSummarizer:
         )
 
     def _error_detail(self, body: object) -> str:
-        """The endpoint's error message from the SDK's error body, short, API key redacted."""
+        """The endpoint's error message from the SDK's error body, short, API key redacted
+        and masked (it is shown in a condition, an Event and a log line)."""
         text = str((body.get("message") if isinstance(body, dict) else body) or "")
         if self.config.api_key:  # before the cut, which would keep a part of it
             text = text.replace(self.config.api_key, "***")
-        text = one_line(text, 200)
+        text = one_line(self.config.redaction.text(text), 200)
         return f": {text}" if text else ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import re
 import threading
 import time
@@ -36,6 +37,7 @@ from controller.core.summary import (
     validate_summary,
 )
 from controller.pipeline import PassResult, run_pass
+from controller.redaction import Redaction
 from controller.summarizers import chat_model, chat_prompt, chat_reply
 from controller.summarizers.chat_model import ChatModelSummarizer
 from controller.summarizers.chat_prompt import (
@@ -45,6 +47,7 @@ from controller.summarizers.chat_prompt import (
     ModelUnavailable,
 )
 from controller.summarizers.chat_reply import degenerate_reason
+from tests.support.credentials import generated
 from tests.support.openai_server import (
     Answer,
     Delay,
@@ -345,6 +348,37 @@ def test_an_error_body_never_shows_any_part_of_the_api_key(
         Passes(ChatModelSummarizer(config))(SID, memories("Add."), None)
     assert f"HTTP {status}" in str(caught.value)
     assert API_KEY[:6] not in str(caught.value), str(caught.value)
+
+
+OWN_PATTERN = ("acme-token", r"acme_[a-z0-9]{24}")  # a summarizer's spec.redaction pattern
+
+
+@pytest.mark.parametrize("kind", [*generated(0), "own-pattern"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_secret_in_an_endpoint_error_is_masked_in_the_failure_and_the_log(
+    server: OpenAIServer, kind: str, seed: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An endpoint's (or its gateway's) error text is shown in the object's condition and
+    Event (ModelUnavailable) and in the log line of a refused response_format: masked by the
+    summarizer's rules, as what the model answers is."""
+    if kind == "own-pattern":
+        secret = "acme_" + "".join(random.Random(seed).choices("abcdef0123456789", k=24))
+        said = f"upstream refused {secret} for this deployment"
+    else:
+        secret, said = generated(seed)[kind]
+    mask = Redaction((OWN_PATTERN,))
+    server.script_chat(
+        Status(400, json.dumps({"error": {"message": f"response_format unsupported: {said}"}})),
+        Reply(valid_reply()),
+        Status(401, json.dumps({"error": {"message": said}})),
+    )
+    s = summarizer(server, redaction=mask)
+    s(SID, memories("Add retries."), None)  # json_schema refused: json_object from now on
+    with pytest.raises(ModelUnavailable, match="HTTP 401") as caught:
+        s(SID, memories("Add retries."), None)
+    assert "refused response_format" in caplog.text
+    for shown in (str(caught.value), caplog.text):
+        assert secret[:10] not in shown, shown
 
 
 def test_an_endpoint_without_an_api_key_gets_no_authorization_header(
