@@ -110,17 +110,20 @@ def cmd_handover(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from controller.backends import redaction_of
     from controller.cli.settings import open_store
     from controller.core.summary import UnreadablePriorSummary
+    from controller.redaction import PassRedaction
 
     reports = []
-    with open_store(args) as (store, _):
+    with open_store(args) as (store, summarizer):
+        mask = PassRedaction(redaction_of(summarizer.spec))  # the timestamps it quotes
         for session_id in args.session_ids:
             try:
                 prior = store.read_summary(session_id)
             except UnreadablePriorSummary as exc:
                 raise CliError(str(exc)) from exc
-            reports.append(_report(session_id, prior, store.session_rows(session_id)))
+            reports.append(_report(session_id, prior, store.session_rows(session_id, mask=mask)))
     if args.json:
         out(*json.dumps(reports, indent=2).split("\n"))
     for report in [] if args.json else reports:

@@ -674,7 +674,7 @@ def test_verify_succeeds_only_when_every_session_has_memories_and_all_are_covere
     """An id with no memories is not verified (a mistyped id, memories gone): exit 1, as
     `summarize` of such an id, with or without --json."""
     reports = iter([report(total, min(uncovered, total)) for total, uncovered in sessions])
-    store = argparse.Namespace(read_summary=lambda sid: None, session_rows=lambda sid: None)
+    store = argparse.Namespace(read_summary=lambda sid: None, session_rows=lambda sid, mask: None)
     ids = [f"s{i}" for i in range(len(sessions))]
     with (
         store_serving(store),
@@ -973,7 +973,7 @@ def a_store_holding(text: str) -> Iterator[None]:
         def read_summary(self, session_id: str) -> None:
             return None
 
-        def session_rows(self, session_id: str) -> object:
+        def session_rows(self, session_id: str, mask: object) -> object:
             return argparse.Namespace(
                 total=2, keys=[(1, text)], untimed=(text,), untimed_values={text: text}
             )
@@ -990,11 +990,15 @@ def a_store_holding(text: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def store_serving(store: object) -> Iterator[None]:
-    """open_store yields store (and no summarizer), whatever the flags say."""
+    """open_store yields store (and the default summarizer), whatever the flags say."""
+    from controller.api import SessionSummarizerSpec
+    from controller.cli.settings import SummarizerSettings
+
+    defaults = SummarizerSettings(SessionSummarizerSpec(), "default", None)
 
     @contextlib.contextmanager
-    def open_store(args: object) -> Iterator[tuple[object, None]]:
-        yield store, None
+    def open_store(args: object) -> Iterator[tuple[object, SummarizerSettings]]:
+        yield store, defaults
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("controller.cli.settings.open_store", open_store)
@@ -1893,3 +1897,42 @@ def test_a_command_that_reads_never_makes_a_store_at_a_mistyped_path(
     assert code == 2 and out == "", (code, out, err)
     assert err.count("\n") == 1 and "is no directory (`remember` makes a store there)" in err, err
     assert sorted(p.name for p in root.iterdir()) == ([name] if as_file else []), err
+
+
+@pytest.mark.parametrize("kind", ["github-token", "aws-access-key", "own-pattern"])
+def test_verify_masks_an_unreadable_timestamp_by_the_summarizers_rules(
+    tmp_path: Path, kind: str
+) -> None:
+    """verify quotes a memory's timestamp it cannot read: masked as a pass masks that
+    field (docs/privacy.md), by the named summarizer's extraPatterns too."""
+    import chromadb
+    from chromadb.config import Settings
+
+    from tests.support.credentials import generated
+
+    secret = "acme_" + "4f0c9a7be21d58e6f3b0a9c1"
+    if kind != "own-pattern":
+        secret = generated(7)[kind][0]
+    db = tmp_path / "db"
+    client = chromadb.PersistentClient(path=str(db), settings=Settings(anonymized_telemetry=False))
+    client.create_collection("neo-agent-memory", embedding_function=None).add(
+        ids=["m1", "m2"],
+        documents=["User Prompt: add retries", "User Prompt: cap them"],
+        embeddings=[[0.1, 0.2], [0.2, 0.1]],
+        metadatas=[
+            {"sessionId": "s1", "timestamp": 1764500000000},
+            {"sessionId": "s1", "timestamp": f"written with {secret}"},
+        ],
+    )
+    manifest = tmp_path / "s.yaml"
+    manifest.write_text(
+        "apiVersion: memorycore.io/v1alpha1\nkind: SessionSummarizer\n"
+        "metadata: {name: default, namespace: agents}\nspec:\n  redaction:\n    extraPatterns:\n"
+        "    - {name: acme-token, pattern: 'acme_[a-z0-9]{24}'}\n"
+    )
+    for as_json in ([], ["--json"]):
+        with no_cluster(str(tmp_path)):
+            argv = ["verify", "s1", "--path", str(db), "--summarizer-file", str(manifest)]
+            code, out, err = run([*argv, *as_json])
+        assert code == 1 and "m2" in out and "[redacted: " in out, (out, err)
+        assert secret[:10] not in out, out
