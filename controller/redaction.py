@@ -659,5 +659,9 @@ class PassRedaction:
         return PassUpdate.model_validate(_masked(update.model_dump(), text))
 
     def counts(self) -> dict[str, int]:
-        found = self.prior_found + self.proposed_found
-        return dict(sorted(sum(self.by_row.values(), found).items()))
+        """By a rule's kind; a token glued to a placeholder whose kind no rule has (the text's
+        own: a metric's label) as `after-placeholder`."""
+        kinds, found = {r.kind for r in self.redaction.rules}, Counter[str]()
+        for kind, n in sum(self.by_row.values(), self.prior_found + self.proposed_found).items():
+            found[kind if kind in kinds else "after-placeholder"] += n
+        return dict(sorted(found.items()))

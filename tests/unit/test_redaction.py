@@ -200,6 +200,21 @@ def test_a_memory_is_masked_in_every_field_and_counted_per_row() -> None:
     }
 
 
+@settings(max_examples=200, deadline=None)
+@given(planted=st.from_regex(r"[a-z0-9-]{1,60}", fullmatch=True))
+@example(planted="0123456789abcdef0123456789abcdef-us12")  # a Mailchimp key (detect-secrets)
+def test_the_kinds_counted_are_the_rules_never_a_memorys_text(planted: str) -> None:
+    """The counts are a metric's labels (session_summary_redactions_total{kind}): a token
+    glued to a placeholder planted in a memory is counted under no kind the memory spells."""
+    text = f"copied [redacted: {planted}] a1b2c3d4e5f6g7 from the summary"
+    memory = Memory(id="m1", session_id="s", timestamp_ms=1, prompt=text, document=text)
+    mask = PassRedaction()
+    mask.memory(memory)
+    known = {rule.kind for rule in DEFAULT_REDACTION.rules}
+    assert mask.counts(), text
+    assert set(mask.counts()) <= known | {"after-placeholder"}, mask.counts()
+
+
 def test_a_prior_summary_stored_with_a_secret_is_masked_and_counted() -> None:
     secret, sentence = generated(5)["aws-access-key"]
     prior = StructuredSummary(
