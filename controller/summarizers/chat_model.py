@@ -18,7 +18,7 @@ from controller.core.destinations import redirect_refusal
 from controller.core.memories import Memory, memory_sort_key
 from controller.core.merge import SECTION_KEYS, PassUpdate
 from controller.core.summary import HISTORY_SECTIONS, PriorSummary, StructuredSummary
-from controller.core.text import one_line
+from controller.core.text import cut, one_line
 from controller.embeddings.remote import openai_client
 from controller.http_deadline import AnswerTooLarge
 from controller.summarizers import chat_prompt as prompt
@@ -233,5 +233,6 @@ class ChatModelSummarizer:
         text = str((body.get("message") if isinstance(body, dict) else body) or "")
         if self.config.api_key:  # before the cut, which would keep a part of it
             text = text.replace(self.config.api_key, "***")
+        text = cut(text, 2000, "", parts=False)  # masked in bounded time, no part of a word
         text = one_line(self.config.redaction.text(text), 200)
         return f": {text}" if text else ""

@@ -381,6 +381,23 @@ def test_a_secret_in_an_endpoint_error_is_masked_in_the_failure_and_the_log(
         assert secret[:10] not in shown, shown
 
 
+def test_a_huge_error_body_is_masked_in_bounded_time() -> None:
+    """Masking takes time linear in the text (seconds per MiB): only the start of an error
+    body, cut between words, is masked and shown, whatever the endpoint sends."""
+    secret, said = generated(11)["github-token"]
+    words = " ".join(["refused"] * 2_000_000)  # 16 MiB, the most an answer may be
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(400, text=f"{said} {words}")
+
+    config = ChatModelConfig(base_url="http://model/v1", model="m", api_key=API_KEY)
+    started = time.monotonic()
+    with answered_by(answer), pytest.raises(ModelUnavailable, match="HTTP 400") as caught:
+        Passes(ChatModelSummarizer(config))(SID, memories("Add."), None)
+    assert time.monotonic() - started < 8, time.monotonic() - started
+    assert secret[:10] not in str(caught.value) and "[redacted: " in str(caught.value)
+
+
 def test_an_endpoint_without_an_api_key_gets_no_authorization_header(
     server: OpenAIServer,
 ) -> None:
