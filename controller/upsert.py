@@ -19,7 +19,6 @@ from controller.core.summary_row import (
     document_digest,
     to_chroma_metadata,
 )
-from controller.core.visibility import RowVisibility
 from controller.store.memory_store import MemoryStore, RowWrite
 
 Embedder = Callable[[list[str]], Sequence[Any]]  # one vector (floats) per text
@@ -76,7 +75,7 @@ def write_row(
     guard: WriteGuard | None,
     seen: str | None,
     provenance: Provenance | None = None,
-    visibility: RowVisibility | None = None,
+    visibility: Mapping[str, str | int | None] | None = None,
     group: GroupWrite = write_alone,
     phase: PhaseTimer = untimed,
 ) -> Written:

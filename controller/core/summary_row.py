@@ -38,7 +38,7 @@ from controller.core.summary import (
     fallback_title,
 )
 from controller.core.text import cut, json_value, listed_names, ms_to_rfc3339, one_line
-from controller.core.visibility import RowVisibility
+from controller.core.visibility import DEFAULT_VISIBILITY, SessionSources, row_visibility
 
 # One writer, detected: Chroma's upsert merges metadata, so another writer's upsert leaves our
 # keys: each row records its document's digest, and a mismatch names another writer, whose
@@ -220,14 +220,14 @@ def to_chroma_metadata(
     trigger: str,
     summarized_at_ms: int,
     provenance: Provenance | None = None,
-    visibility: RowVisibility | None = None,
+    visibility: Mapping[str, str | int | None] | None = None,
     document: str | None = None,
 ) -> dict[str, MetadataValue]:
     """The neo metadata readers use, plus our extras; a missing value is an omitted key.
     visibility: userId and neo's provenance filters (None: untagged)."""
     watermark = summary.watermark
     over = summary.references_overflow
-    seen_by = (visibility or RowVisibility(None, (), "unclassified", 0)).metadata()
+    seen_by = visibility or row_visibility(SessionSources(), DEFAULT_VISIBILITY)
     timestamp = row_timestamp(summary, summarized_at_ms)
     sections = summary.model_dump(include={"sections"}, exclude_none=True)["sections"]
     meta: dict[str, MetadataValue | None] = {

@@ -177,26 +177,6 @@ class SessionSources:
             return None
 
 
-@dataclass(frozen=True)
-class RowVisibility:
-    """The row's reader-facing keys (None user_id: the row is left untagged)."""
-
-    user_id: str | None
-    source_agent_identities: tuple[str, ...]
-    source_trust_tier: str
-    unclassified_source_count: int
-
-    def metadata(self) -> dict[str, str | int | None]:
-        """The keys as written; None removes a key (neo sets these only when they apply)."""
-        return {
-            "userId": self.user_id,
-            "sourceAgentIdentities": ",".join(self.source_agent_identities),
-            "sourceTrustTier": self.source_trust_tier,
-            "provenancePolicy": PROVENANCE_POLICY,
-            "unclassifiedSourceCount": self.unclassified_source_count or None,
-        }
-
-
 def summary_user_id(
     participants: Sequence[str], owner_user_id: str | None, rules: VisibilityRules
 ) -> str | None:
@@ -212,9 +192,10 @@ def summary_user_id(
     return None
 
 
-def row_visibility(sources: SessionSources, rules: VisibilityRules) -> RowVisibility:
-    """The row's keys, as neo's resolveSummarySourceProvenance and
-    resolveSummaryVisibilityUserId compute them from the same rows."""
+def row_visibility(sources: SessionSources, rules: VisibilityRules) -> dict[str, str | int | None]:
+    """The row's reader-facing keys, as neo's resolveSummarySourceProvenance and
+    resolveSummaryVisibilityUserId compute them from the same rows; None removes a key (neo
+    sets these only when they apply; no userId: the row is left untagged)."""
     tiers = rules.identity_trust_tiers
     unclassified = sources.anonymous + sum(
         rows for identity, rows in sources.identities.items() if not tiers.get(identity)
@@ -222,9 +203,10 @@ def row_visibility(sources: SessionSources, rules: VisibilityRules) -> RowVisibi
     found = [tiers.get(identity) or UNCLASSIFIED for identity in sources.identities]
     if sources.anonymous:
         found.append(UNCLASSIFIED)
-    return RowVisibility(
-        user_id=summary_user_id(list(sources.agents), sources.owner_user_id, rules),
-        source_agent_identities=tuple(sources.identities),
-        source_trust_tier=max(found, key=TRUST_TIER_ORDER.index, default=UNCLASSIFIED),
-        unclassified_source_count=unclassified,
-    )
+    return {
+        "userId": summary_user_id(list(sources.agents), sources.owner_user_id, rules),
+        "sourceAgentIdentities": ",".join(sources.identities),
+        "sourceTrustTier": max(found, key=TRUST_TIER_ORDER.index, default=UNCLASSIFIED),
+        "provenancePolicy": PROVENANCE_POLICY,
+        "unclassifiedSourceCount": unclassified or None,
+    }

@@ -35,7 +35,6 @@ from controller.core.summary_row import (
 )
 from controller.core.visibility import (
     DEFAULT_VISIBILITY,
-    RowVisibility,
     SessionSources,
     VisibilityRules,
     canonical_agent,
@@ -246,7 +245,10 @@ def test_the_embedding_record_of_a_collection_is_checked_against_our_model(
 
 
 def test_row_visibility_keys_as_neo_writes_them() -> None:
-    tagged = RowVisibility("alice", ("@alice", "@bob"), "unclassified", 2).metadata()
+    sources = SessionSources()
+    sources.add("m1", {"agentIdentity": "@alice", "userId": "alice"}, 1)
+    sources.add("m2", {"agentIdentity": "@bob"}, 2)
+    tagged = row_visibility(sources, VisibilityRules(memory_sharing="private"))
     assert tagged == {
         "userId": "alice",
         "sourceAgentIdentities": "@alice,@bob",
@@ -254,7 +256,10 @@ def test_row_visibility_keys_as_neo_writes_them() -> None:
         "provenancePolicy": "most-restrictive-source",
         "unclassifiedSourceCount": 2,
     }
-    untagged = RowVisibility(None, (), "peer-trusted", 0).metadata()
+    sources = SessionSources()
+    sources.add("m1", {"agentIdentity": "@neo-opus-ada"}, 1)
+    untagged = row_visibility(sources, DEFAULT_VISIBILITY)
+    assert untagged["sourceTrustTier"] == "peer-trusted"
     assert untagged["userId"] is None and untagged["unclassifiedSourceCount"] is None
     assert json.dumps(untagged)  # plain values
 
@@ -316,8 +321,8 @@ def test_the_trust_tier_is_the_most_restrictive_of_the_sessions_memories() -> No
     sources = SessionSources()
     sources.add("m1", {"agentIdentity": "@neo-opus-ada"}, 1)
     sources.add("m2", {"agentIdentity": "@tobiu"}, 2)
-    assert row_visibility(sources, DEFAULT_VISIBILITY).source_trust_tier == "peer-trusted"
+    assert row_visibility(sources, DEFAULT_VISIBILITY)["sourceTrustTier"] == "peer-trusted"
     sources.add("m3", {}, 3)  # a memory without an identity is unclassified
     seen = row_visibility(sources, DEFAULT_VISIBILITY)
-    assert (seen.source_trust_tier, seen.unclassified_source_count) == ("unclassified", 1)
-    assert seen.source_agent_identities == ("@neo-opus-ada", "@tobiu")
+    assert (seen["sourceTrustTier"], seen["unclassifiedSourceCount"]) == ("unclassified", 1)
+    assert seen["sourceAgentIdentities"] == "@neo-opus-ada,@tobiu"
