@@ -21,9 +21,16 @@ from controller.embeddings.minilm import EmbeddingError
 from controller.http_deadline import AnswerTooLarge
 from controller.kube import client as kube
 from controller.runtime import SummarizerParts
-from controller.status.conditions import condition
+from controller.status.conditions import condition, failure_shown
 from controller.status.summarizer_status import secrets_allowed, store_reachable
 from controller.store.errors import EmbeddingMismatch, InvalidStoreConfig, StoreUnavailable
+
+
+def _shown(exc: Exception) -> tuple[str, str]:
+    """(reason, message) as a pass shows the failure, but a missing Secret's message whole."""
+    shown = failure_shown(exc)
+    assert shown is not None, exc  # a kind FAILURES names
+    return shown[0], str(exc) if isinstance(exc, kube.SecretError) else shown[1]
 
 
 def check_store(
@@ -32,13 +39,9 @@ def check_store(
     try:
         with parts.store(namespace, name, spec) as store:
             store.heartbeat()
-    except kube.SecretError as exc:
-        return store_reachable(spec.store.url, reason="SecretNotFound", message=str(exc))
-    except DestinationRefused as exc:
-        return store_reachable(spec.store.url, reason=exc.reason, message=one_line(exc, 1000))
-    except (InvalidStoreConfig, StoreUnavailable) as exc:  # the parts reconnect at next use
-        reason = "InvalidStoreConfig" if isinstance(exc, InvalidStoreConfig) else "StoreUnavailable"
-        return store_reachable(spec.store.url, reason=reason, message=one_line(exc, 300))
+    except (kube.SecretError, DestinationRefused, InvalidStoreConfig, StoreUnavailable) as exc:
+        reason, message = _shown(exc)  # the parts reconnect at next use
+        return store_reachable(spec.store.url, reason=reason, message=message)
     return store_reachable(spec.store.url)
 
 
@@ -61,10 +64,8 @@ def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
         url = f"{client.base_url}models"
         with client:
             client.get("models", cast_to=httpx2.Response, options={"headers": headers})
-    except kube.SecretError as exc:
-        return unavailable("SecretNotFound", str(exc))
-    except DestinationRefused as exc:
-        return unavailable(exc.reason, one_line(exc, 1000))
+    except (kube.SecretError, DestinationRefused) as exc:
+        return unavailable(*_shown(exc))
     except APIStatusError as exc:
         if exc.response.is_redirect:  # the client follows none
             where = exc.response.headers.get("location")
@@ -88,18 +89,16 @@ def check_embedding(
     try:
         with parts.embedder(namespace, name, spec) as embed:
             vector = embed(["embedding check"])[0]
-    except kube.SecretError as exc:
-        return failed("SecretNotFound", str(exc))
-    except DestinationRefused as exc:
-        return failed(exc.reason, one_line(exc, 1000))
-    except (EmbeddingError, ValueError) as exc:
+    except (kube.SecretError, DestinationRefused, EmbeddingError) as exc:
+        return failed(*_shown(exc))
+    except ValueError as exc:
         return failed("EmbeddingUnavailable", one_line(exc, 300))
     dimension = len(vector)
     try:
         with parts.store(namespace, name, spec) as store:
             held = store.check_embedding(dimension)
     except EmbeddingMismatch as exc:
-        return failed("EmbeddingMismatch", one_line(exc, 300))
+        return failed(*_shown(exc))
     except (StoreUnavailable, kube.SecretError, InvalidStoreConfig, DestinationRefused):
         # StoreReachable reports it; the dimension is checked again before every write.
         return ok(
