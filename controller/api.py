@@ -22,6 +22,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from controller.core.destinations import (
+    _OCTET,
     AUTHORITY_PATTERN,
     ENDPOINT_URL_MAX,
     checked_endpoint_url,
@@ -106,8 +107,6 @@ class StoreSpec(CamelModel):
     COLLECTION_NAME_PATTERN: ClassVar[str] = (
         r"^[a-zA-Z0-9][a-zA-Z0-9._-]+[a-zA-Z0-9](\+[a-zA-Z0-9][a-zA-Z0-9._-]+[a-zA-Z0-9])?$"
     )
-    # As Rust's Ipv4Addr parses: no leading zeros ("01.2.3.4" is a valid name).
-    _OCTET: ClassVar[str] = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
     IPV4_PART_PATTERN: ClassVar[str] = rf"(^|[+]){_OCTET}([.]{_OCTET}){{3}}([+]|$)"
     NAME_PATTERN_MESSAGE: ClassVar[str] = (
         "must be 3-512 characters from [a-zA-Z0-9._-] starting and ending with a letter or digit"
