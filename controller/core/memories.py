@@ -75,18 +75,8 @@ class Watermark(BaseModel, frozen=True):
         return memory_sort_key(memory) > (self.timestamp_ms, self.memory_id)
 
 
-# The times a JavaScript Date holds (+-8.64e15 ms, years -271821 to 275760): neo's readers
-# render every summary's time with new Date(timestamp).toISOString(), which throws past it.
-JS_DATE_MAX_MS = 8_640_000_000_000_000
 # The largest count a JavaScript number (neo's) holds exactly; within Chroma's int64 too.
 JS_SAFE_INTEGER = 2**53 - 1
-
-
-def parse_timestamp_ms(value: object) -> int | None:
-    """Epoch ms from a number or digit string in s, ms, µs or ns (by magnitude), or ISO-8601;
-    None otherwise, and for a time no JavaScript Date (so no neo reader) can hold."""
-    ms = _timestamp_ms(value)
-    return ms if ms is not None and abs(ms) <= JS_DATE_MAX_MS else None
 
 
 def _epoch_ms(number: int | float) -> int | None:
@@ -100,7 +90,9 @@ def _epoch_ms(number: int | float) -> int | None:
     return None
 
 
-def _timestamp_ms(value: object) -> int | None:
+def parse_timestamp_ms(value: object) -> int | None:
+    """Epoch ms from a number or digit string in s, ms, µs or ns (by magnitude), or ISO-8601;
+    None otherwise. Each is within a JavaScript Date's range, as neo's readers need."""
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -113,7 +105,7 @@ def _timestamp_ms(value: object) -> int | None:
     if _INTEGER.fullmatch(text):  # past 30 digits it is past ns (and int() refuses 4,301)
         return _epoch_ms(int(text)) if len(text.lstrip("+-0")) <= 30 else None
     if _NUMBER.fullmatch(text):
-        return _timestamp_ms(float(text))
+        return parse_timestamp_ms(float(text))
     try:
         when = dt.datetime.fromisoformat(text)
     except ValueError:

@@ -1,3 +1,4 @@
+import datetime as dt
 import math
 
 import pytest
@@ -6,8 +7,8 @@ from hypothesis import strategies as st
 
 from controller.core.memories import (
     DEFAULT_EXCLUDED_TYPES,
-    JS_DATE_MAX_MS,
     JS_SAFE_INTEGER,
+    UNIT_LIMITS,
     Memory,
     Watermark,
     is_excluded,
@@ -20,6 +21,9 @@ from controller.core.summary import StructuredSummary
 from controller.core.summary_row import to_chroma_metadata
 
 T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z in epoch milliseconds
+# The times a JavaScript Date holds (years -271821 to 275760): neo's readers render every
+# summary's time with new Date(timestamp).toISOString(), which throws past it.
+JS_DATE_MAX_MS = 8_640_000_000_000_000
 
 
 def row(**meta: object) -> dict[str, object]:
@@ -241,6 +245,46 @@ def test_seconds_and_milliseconds_are_told_apart_at_the_documented_limit() -> No
     # Below 10^11 a number is seconds (up to the year 5138), from 10^11 on milliseconds (1973+).
     assert parse_timestamp_ms(99_999_999_999) == 99_999_999_999_000
     assert parse_timestamp_ms(100_000_000_000) == 100_000_000_000
+
+
+# Every class of input the parser reads a time from, at the edges of each magnitude band
+# (a band's largest number is its largest time) and of ISO-8601 (years 1 to 9999, offsets
+# just under a day): no parsed time can be one neo's readers fail on.
+_EDGES = [
+    edge
+    for limit, _ in UNIT_LIMITS
+    for largest in (limit - 1, math.nextafter(float(limit), 0))  # a decimal string reads as float
+    for edge in (largest, -largest, *(f"{sign}{limit - 1}" for sign in ("", "-", " +")))
+]
+_OFFSETS = [
+    dt.timezone(dt.timedelta(hours=h, minutes=59 * sign)) for h, sign in ((23, 1), (-24, 1))
+]
+_ISO_EDGES = [
+    when.replace(tzinfo=tz).isoformat()
+    for when in (dt.datetime.min, dt.datetime.max)
+    for tz in (None, dt.UTC, *_OFFSETS)
+]
+_TIMES = (
+    st.integers()
+    | st.floats()
+    | st.integers(-(10**31), 10**31).map(str)
+    | st.decimals(allow_nan=False, allow_infinity=False).map(str)
+    | st.datetimes().map(dt.datetime.isoformat)
+    | st.datetimes(timezones=st.sampled_from([dt.UTC, *_OFFSETS])).map(dt.datetime.isoformat)
+    | st.sampled_from(_EDGES + _ISO_EDGES)
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(_TIMES)
+def test_every_time_read_is_one_a_javascript_date_holds(value: object) -> None:
+    parsed = parse_timestamp_ms(value)
+    assert parsed is None or abs(parsed) <= JS_DATE_MAX_MS, value
+
+
+def test_the_edges_of_each_band_and_of_iso_8601_are_read() -> None:
+    """The edges the property test relies on are times the parser reads, not refusals."""
+    assert all(parse_timestamp_ms(edge) is not None for edge in _EDGES + _ISO_EDGES)
 
 
 def test_rows_with_unusable_timestamps_of_other_kinds_are_skipped() -> None:
