@@ -14,6 +14,7 @@ from typing import Any
 
 from controller.cli.args import CliError, out, shown_time
 from controller.cli.failures import kube_call, summarizer_object
+from controller.core.retention import NOT_FAILURES
 
 
 def unserved(summarizer: dict[str, Any]) -> str | None:
@@ -136,7 +137,7 @@ def pass_outcome(obj: dict[str, Any]) -> tuple[str, str, str] | None:
     if phase in ("Summarized", "Empty", "NotFound", "Failed", "Forgotten"):
         return str(phase), reason, message
     retrying = phase == "Pending" and summarized.get("status") == "False"
-    failed = retrying and reason not in ("", "SessionClaimed", "Summarizing")  # "": not current
+    failed = retrying and reason not in {"", *NOT_FAILURES}  # "": not current
     return ("Pending", reason, message) if failed else None
 
 
