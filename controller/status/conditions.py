@@ -157,10 +157,10 @@ def summarizer_readiness(
 
 
 def with_derived(
-    conditions: Sequence[Condition] | None, derived: Sequence[Condition], now: str | None = None
+    conditions: Sequence[Condition] | None, derived: Sequence[Condition]
 ) -> list[Condition]:
     """The conditions with the derived ones replaced by `derived` (a derived type not in it
     is removed; lastTransitionTime moves only on a status change, as set_condition does)."""
     wanted = {d.type for d in derived}
     kept = [c for c in conditions or [] if c.type not in DERIVED or c.type in wanted]
-    return set_condition(kept, *derived, now=now)
+    return set_condition(kept, *derived)

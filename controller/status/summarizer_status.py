@@ -32,13 +32,12 @@ SPEC_INDEPENDENT = frozenset({"ReplicaActive"})
 def with_conditions(
     status: SessionSummarizerStatus,
     conditions: Iterable[Condition],
-    now: str | None = None,
     *,
     generation: int | None = None,
 ) -> SessionSummarizerStatus:
     """The status with these conditions set, each measured now (others kept; transition times
     move only on a status change), stamped with their spec generation when given."""
-    at = now or now_rfc3339()
+    at = now_rfc3339()
     update: dict[str, object] = {"last_probe_time": at}
     if generation is not None:
         update["observed_generation"] = generation

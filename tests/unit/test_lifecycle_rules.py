@@ -26,6 +26,7 @@ from controller.kube.peering import (
     with_own_priority,
 )
 from controller.runtime import TokenBucket
+from controller.status import conditions
 from controller.status.conditions import set_condition, summary_readiness, with_derived
 from tests.support.waiting import looks_within
 
@@ -58,9 +59,13 @@ def test_a_derived_condition_that_no_longer_holds_is_removed_and_others_kept() -
     assert {c.type for c in failed} == {"Summarized", "Ready", "Stalled"}
 
 
-def test_ready_keeps_its_transition_time_while_its_status_holds() -> None:
-    first = with_derived([], summary_readiness("Pending", "A", "m", 1), now="t1")
-    again = with_derived(first, summary_readiness("Summarizing", "B", "m", 1), now="t2")
+def test_ready_keeps_its_transition_time_while_its_status_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(conditions, "now_rfc3339", lambda: "t1")
+    first = with_derived([], summary_readiness("Pending", "A", "m", 1))
+    monkeypatch.setattr(conditions, "now_rfc3339", lambda: "t2")
+    again = with_derived(first, summary_readiness("Summarizing", "B", "m", 1))
     ready = {c.type: c for c in again}["Ready"]
     assert ready.last_transition_time == "t1" and ready.reason == "B"
 

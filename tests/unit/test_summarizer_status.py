@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from controller.api import Condition, SessionSummarizerSpec, SessionSummarizerStatus
 from controller.handlers.session_summarizer import sweep_due
+from controller.status import summarizer_status
 from controller.status.conditions import REQUIRED, summarizer_readiness
 from controller.status.summarizer_status import (
     failed_sweep,
@@ -212,14 +213,18 @@ def test_an_unusable_spec_is_the_reason_ready_names_whatever_else_failed(
 STAMPS = st.sampled_from(["2026-11-28T10:00:00Z", "2026-11-28T10:05:00Z", "2026-11-28T11:00:00Z"])
 
 
-def test_every_condition_a_writer_sets_is_measured_at_its_write() -> None:
+def test_every_condition_a_writer_sets_is_measured_at_its_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     at = "2026-11-28T10:00:00Z"
-    status = with_conditions(SessionSummarizerStatus(), [MODEL, EMBED], at)
+    monkeypatch.setattr(summarizer_status, "now_rfc3339", lambda: at)
+    status = with_conditions(SessionSummarizerStatus(), [MODEL, EMBED])
     assert {c.type: c.last_probe_time for c in status.conditions or []} == {
         "ModelReady": at,
         "EmbeddingReady": at,
     }
-    later = with_conditions(status, [MODEL], "2026-11-28T10:01:00Z")
+    monkeypatch.setattr(summarizer_status, "now_rfc3339", lambda: "2026-11-28T10:01:00Z")
+    later = with_conditions(status, [MODEL])
     times = {c.type: c.last_probe_time for c in later.conditions or []}
     assert times == {"ModelReady": "2026-11-28T10:01:00Z", "EmbeddingReady": at}
     # Measured again with the same outcome: the transition time stays, the measurement moves.
