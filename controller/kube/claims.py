@@ -365,16 +365,13 @@ class ClaimCollector:
 
     default_duration_s: float
     grace_s: float
-    page_size: int = 500
     sightings: dict[str, Sighting] = field(default_factory=dict)
 
     def collect(self) -> int:
         now = time.monotonic()
         seen: dict[str, Sighting] = {}
         deleted = 0
-        pages = kube.list_pages(
-            _api().list_cluster_custom_object, CLAIM_PLURAL, page_size=self.page_size
-        )
+        pages = kube.list_pages(_api().list_cluster_custom_object, CLAIM_PLURAL)
         for obj in pages:
             meta = obj["metadata"]
             name, version = str(meta["name"]), str(meta["resourceVersion"])

@@ -4,6 +4,7 @@ period, a release that never raises, and abandoned claims collected page by page
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Iterator
@@ -262,7 +263,7 @@ def test_release_never_raises_and_counts_the_failure(
 
 
 def test_abandoned_claims_are_collected_page_by_page_and_live_ones_stay(
-    harness: Harness, released: list[SessionClaimHandle]
+    harness: Harness, released: list[SessionClaimHandle], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dead = [handle(f"dead-{i}", "gone", f"uid-{i}", duration_s=1, renew_s=0.3) for i in range(5)]
     for h in dead:
@@ -271,7 +272,8 @@ def test_abandoned_claims_are_collected_page_by_page_and_live_ones_stay(
     live = handle("alive-1", "r1", "uid-live", duration_s=1, margin_s=0.2, renew_s=0.3)
     released.append(live)
     live.acquire()
-    collector = ClaimCollector(default_duration_s=1, grace_s=1, page_size=2)
+    monkeypatch.setattr(kube, "list_pages", functools.partial(kube.list_pages, page_size=2))
+    collector = ClaimCollector(default_duration_s=1, grace_s=1)
     assert collector.collect() == 0  # first sighting: a whole duration and grace to wait
     time.sleep(2.2)
     assert collector.collect() >= 5  # and any other test's leftovers
