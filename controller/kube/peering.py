@@ -195,7 +195,6 @@ async def watch_leader(
     namespaces: tuple[str, ...],
     on_change: Any,
     events: EventRecorder,
-    interval: float = 2.0,
     *,
     standalone: bool = False,
     grace_s: float = 15.0,
@@ -203,8 +202,8 @@ async def watch_leader(
     nudged: threading.Event,
     priority: int | None = None,
 ) -> None:
-    """Polls the peering object; calls on_change(leader, previous) when the leader changes
-    and reports it when report_due says so (an empty peering not before grace_s)."""
+    """Polls the peering object every 2 s; calls on_change(leader, previous) when the leader
+    changes and reports it when report_due says so (an empty peering not before grace_s)."""
     previous: str | None = "(unknown)"
     reported: tuple[str | None, str] | None = None
     last_error = ""
@@ -233,4 +232,4 @@ async def watch_leader(
             if said != last_error:
                 log.warning("reading or reporting the peering failed: %s", said)
                 last_error = said
-        await asyncio.sleep(interval)
+        await asyncio.sleep(2.0)
