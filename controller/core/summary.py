@@ -82,10 +82,6 @@ class OtherWriter(BaseModel, frozen=True):
     characters: int = 0
 
 
-def _empty_sections() -> dict[str, list[SummaryItem]]:
-    return {title: [] for title in SECTION_TITLES}
-
-
 class StructuredSummary(BaseModel):
     session_id: str
     title: str = Field(min_length=1, max_length=TITLE_MAX)
@@ -94,7 +90,7 @@ class StructuredSummary(BaseModel):
     productivity: int = Field(default=50, ge=0, le=100)
     impact: int = Field(default=50, ge=0, le=100)
     complexity: int = Field(default=50, ge=0, le=100)
-    sections: dict[str, list[SummaryItem]] = Field(default_factory=_empty_sections)
+    sections: dict[str, list[SummaryItem]] = Field(default_factory=dict, validate_default=True)
     technologies: list[str] = Field(default_factory=list)
     participating_agents: list[str] = Field(default_factory=list)
     models: list[str] = Field(default_factory=list)
@@ -138,12 +134,9 @@ class StructuredSummary(BaseModel):
             raise ValueError(f"unknown sections {sorted(unknown)}; allowed: {SECTION_TITLES}")
         return {title: list(value.get(title, [])) for title in SECTION_TITLES}
 
-    def item_count(self) -> int:
-        return sum(len(items) for items in self.sections.values())
-
     def is_empty(self) -> bool:
         """No item in any section and no earlier summary carried: nothing worth storing."""
-        return self.item_count() == 0 and not self.legacy_text
+        return not any(self.sections.values()) and not self.legacy_text
 
 
 class LegacySummary(BaseModel):
