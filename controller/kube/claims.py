@@ -51,7 +51,6 @@ class ClaimHeld(Exception):
     def __init__(self, claim: Claim, retry_after_s: float, lost_races: int = 0) -> None:
         self.claim = claim
         self.retry_after_s = max(0.5, retry_after_s)
-        self.lost_races = lost_races
         w = claim.writer
         times = f"{lost_races} time{'s' if lost_races != 1 else ''}"
         raced = f"; the claim changed under us {times} first" if lost_races else ""
