@@ -118,7 +118,8 @@ def journaled(
     ) -> Written:
         granted = getattr(guard, "fence", None)  # the claim's grant (SessionClaimHandle)
         fence = granted.number if granted is not None else None
-        owner = str(getattr(getattr(guard, "writer", None), "owner", ""))
+        claim = getattr(guard, "claim", None)  # what the claim asks for (SessionClaimHandle)
+        owner = str(claim.writer.owner) if claim is not None else ""
 
         def told(store: MemoryStore, row: RowWrite) -> None:
             began = _now_ms()

@@ -29,7 +29,7 @@ from controller.api import (
     SessionSummarySpec,
 )
 from controller.config import CONFIG, backoff_seconds
-from controller.core.claim_rules import Writer
+from controller.core.claim_rules import Claim, Writer
 from controller.core.text import one_line
 from controller.core.waiting import wait_delay
 from controller.erasure import forget_session
@@ -138,14 +138,18 @@ def summarize_claimed(
             )
         location = backends.store.location
         handle = SessionClaimHandle(
-            session_id=spec.session_id,
-            collection_id=location.row_scope,
-            collection=f"{location.describe()} {location.summary_collection}",
-            writer=Writer(config.replica_id, str(body.metadata.uid or ""), f"{namespace}/{name}"),
-            duration_s=config.claim_ttl_seconds,
+            Claim(
+                session_id=spec.session_id,
+                collection_id=location.row_scope,
+                writer=Writer(
+                    config.replica_id, str(body.metadata.uid or ""), f"{namespace}/{name}"
+                ),
+                duration_s=config.claim_ttl_seconds,
+                generation=int(body.metadata.get("generation") or 0),
+                collection=f"{location.describe()} {location.summary_collection}",
+            ),
             margin_s=config.claim_margin_seconds,
             renew_s=config.claim_renew_period,
-            generation=int(body.metadata.get("generation") or 0),
             seen=seen,
             authorities=backends.store.read_authority,
         )
@@ -166,7 +170,7 @@ def summarize_claimed(
                         spec.session_id,
                         memories=spec.forget_memories,
                         guard=handle,
-                        request=f"{body.metadata.uid}/{handle.generation}",
+                        request=f"{body.metadata.uid}/{handle.claim.generation}",
                         by=f"SessionSummary {namespace}/{name}",
                     )
                 else:

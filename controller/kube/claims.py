@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kubernetes import client
@@ -19,7 +19,6 @@ from controller.api import API_VERSION, CLAIM_KIND, CLAIM_PLURAL, GROUP, VERSION
 from controller.core.claim_rules import (
     Claim,
     Sighting,
-    Writer,
     abandoned,
     decide,
     held_for_s,
@@ -90,23 +89,18 @@ class Sightings:
 
 @dataclass
 class SessionClaimHandle:
-    """One writer's claim on one session's row, for one pass; check() and admit() are the
-    pipeline's WriteGuard."""
+    """One writer's claim on one session's row, for one pass (`claim`: the spec asked for,
+    each grant stamps its times); check() and admit() are the pipeline's WriteGuard."""
 
-    session_id: str
-    collection_id: str  # the row's place (StoreLocation.row_scope): with the session, its identity
-    collection: str  # for people: where the row is
-    writer: Writer
-    duration_s: float
+    claim: Claim
     margin_s: float
     renew_s: float
-    generation: int = 0
     seen: Sightings = field(default_factory=Sightings)
     authority: str = ""  # the cluster that issues our fences (Runtime.fence_authority)
     fence: Fence | None = None  # the grant's fence (core/ledger.py)
     authorities: Callable[[str], AuthorityRecord | None] = lambda uid: None  # in the store
     took_over: str | None = None  # what the object says of a row taken over from a history
-    _claim: Claim | None = field(default=None, repr=False)
+    _grant: Claim | None = field(default=None, repr=False)  # claim, as last granted
     _version: str | None = field(default=None, repr=False)
     _uid: str | None = field(default=None, repr=False)  # the claim object's, as granted
     _renewed_at_s: float = field(default=0.0, repr=False)
@@ -118,20 +112,12 @@ class SessionClaimHandle:
 
     @property
     def name(self) -> str:
-        return claim_name(self.collection_id, self.session_id)
+        return claim_name(self.claim.collection_id, self.claim.session_id)
 
     def _new_claim(self, acquired_at_ms: int | None = None) -> Claim:
         now = int(time.time() * 1000)
-        return Claim(
-            session_id=self.session_id,
-            collection_id=self.collection_id,
-            writer=self.writer,
-            duration_s=self.duration_s,
-            generation=self.generation,
-            collection=self.collection,
-            acquired_at_ms=now if acquired_at_ms is None else acquired_at_ms,
-            renewed_at_ms=now,
-        )
+        acquired = now if acquired_at_ms is None else acquired_at_ms
+        return replace(self.claim, acquired_at_ms=acquired, renewed_at_ms=now)
 
     def _body(self, claim: Claim, resource_version: str | None) -> dict[str, Any]:
         meta = {
@@ -166,7 +152,7 @@ class SessionClaimHandle:
         """Ours from sent_s on (when the request left, on our clock)."""
         version = str(made["metadata"]["resourceVersion"])
         with self._lock:
-            self._claim, self._version, self._renewed_at_s = claim, version, sent_s
+            self._grant, self._version, self._renewed_at_s = claim, version, sent_s
             self._lost, self._uid = None, made["metadata"].get("uid")
         try:
             self.fence = Fence(fence_of(version), self.authority)
@@ -175,7 +161,7 @@ class SessionClaimHandle:
             raise
         self._stop.clear()
         self._renewer = threading.Thread(
-            target=self._renew_loop, name=f"claim-renewer-{self.session_id[:40]}", daemon=True
+            target=self._renew_loop, name=f"claim-renewer-{self.claim.session_id[:40]}", daemon=True
         )
         self._renewer.start()
 
@@ -194,11 +180,11 @@ class SessionClaimHandle:
                 self._unless_held(obj, CONFLICT_RETRIES)
         except ApiException as exc:
             raise ClaimLost(
-                f"could not take the claim on session {self.session_id!r} (SessionClaim "
+                f"could not take the claim on session {self.claim.session_id!r} (SessionClaim "
                 f"{self.name}): {answer(exc)}; nothing written"
             ) from exc
         raise ClaimContended(
-            f"the claim on session {self.session_id!r} changed under us {CONFLICT_RETRIES} "
+            f"the claim on session {self.claim.session_id!r} changed under us {CONFLICT_RETRIES} "
             "times while we tried to take it, and no other live writer held it when we last "
             "read it; nothing written"
         )
@@ -219,8 +205,8 @@ class SessionClaimHandle:
         """The claim's resourceVersion; raises ClaimHeld if another writer's is live."""
         version, now = str(obj["metadata"]["resourceVersion"]), time.monotonic()
         self.seen.claim = sighted(self.seen.claim, self.name, version, now)
-        holder = parse_claim(obj.get("spec"), self.duration_s)
-        if holder is not None and decide(holder, self.seen.claim, self.writer, now) == "held":
+        holder = parse_claim(obj.get("spec"), self.claim.duration_s)
+        if holder is not None and decide(holder, self.seen.claim, self.claim.writer, now) == "held":
             wait = held_for_s(holder, self.seen.claim, now)
             raise ClaimHeld(holder, wait, lost_races=lost_races)
         return version
@@ -229,11 +215,11 @@ class SessionClaimHandle:
         wait = self.renew_s
         while not self._stop.wait(wait):
             sent = time.monotonic()
-            if not holder_may_write(self._renewed_at_s, sent, self.duration_s, self.margin_s):
+            if not holder_may_write(self._renewed_at_s, sent, self.claim.duration_s, self.margin_s):
                 self._lose(self._lapsed())
                 return
             with self._lock:
-                claim, version = self._claim, self._version
+                claim, version = self._grant, self._version
             if claim is None or version is None:
                 return
             renewed = self._new_claim(claim.acquired_at_ms)
@@ -242,7 +228,9 @@ class SessionClaimHandle:
                 made = self._replace(renewed, version, timeout=(5.0, max(1.0, self.renew_s)))
             except Exception as exc:  # maybe transient (API down, timeout): retry until too late
                 self._failed = why = answer(exc)
-                log.info("session %s: claim renewal failed, retrying: %s", self.session_id, why)
+                log.info(
+                    "session %s: claim renewal failed, retrying: %s", self.claim.session_id, why
+                )
                 wait = min(self.renew_s, 2.0)
                 continue
             if made is None and (current := self._still_ours(claim)) is not None:
@@ -253,14 +241,14 @@ class SessionClaimHandle:
                 continue
             if made is None:
                 self._lose(
-                    f"the claim on session {self.session_id!r} was deleted or taken by another "
-                    "writer; nothing more is written"
+                    f"the claim on session {self.claim.session_id!r} was deleted or taken by "
+                    "another writer; nothing more is written"
                 )
                 return
             with self._lock:
                 if self._stop.is_set():
                     return
-                self._claim, self._version = renewed, str(made["metadata"]["resourceVersion"])
+                self._grant, self._version = renewed, str(made["metadata"]["resourceVersion"])
                 self._renewed_at_s = sent
             self._failed = ""
             metrics.CLAIM_RENEWALS.inc()
@@ -274,20 +262,20 @@ class SessionClaimHandle:
     def _lapsed(self) -> str:
         why = self._failed or "none answered: this process paused, or the API server slow"
         return (
-            f"the claim on session {self.session_id!r} (SessionClaim {self.name}) was not "
-            f"renewed within {self.duration_s - self.margin_s:.0f}s (last renewal: {why}); "
+            f"the claim on session {self.claim.session_id!r} (SessionClaim {self.name}) was not "
+            f"renewed within {self.claim.duration_s - self.margin_s:.0f}s (last renewal: {why}); "
             "nothing more is written"
         )
 
     def check(self) -> None:
         """Raises ClaimLost if the claim was deleted, taken or not renewed in time. No I/O."""
         with self._lock:
-            lost, granted, renewed_at = self._lost, self._claim is not None, self._renewed_at_s
+            lost, granted, renewed_at = self._lost, self._grant is not None, self._renewed_at_s
         if lost is not None:
             raise ClaimLost(lost)
         if not granted:
             raise ClaimLost("no claim taken; nothing written")
-        if not holder_may_write(renewed_at, time.monotonic(), self.duration_s, self.margin_s):
+        if not holder_may_write(renewed_at, time.monotonic(), self.claim.duration_s, self.margin_s):
             self._lose(self._lapsed())
             raise ClaimLost(self._lost or "claim lapsed")
 
@@ -302,18 +290,20 @@ class SessionClaimHandle:
             record = self.authorities(found.authority)
             self.seen.authority, live = still_writing(record, self.seen.authority, time.monotonic())
             if live and record is not None:
-                raise AuthorityConflict(conflict_message(self.session_id, found, mine, record))
+                raise AuthorityConflict(
+                    conflict_message(self.claim.session_id, found, mine, record)
+                )
         if verdict == "newer-grant":
-            current = self._still_ours(self._claim) is not None
+            current = self._still_ours(self._grant) is not None
             verdict = admission(found, mine, grant_is_current=current)
         if verdict == "newer-grant":
             self._lose(
-                f"the row of session {self.session_id!r} was written under a newer claim "
+                f"the row of session {self.claim.session_id!r} was written under a newer claim "
                 f"(fence {found.number if found else '?'} > ours {mine.number}); nothing written"
             )
             raise ClaimLost(self._lost or "fenced")
         if verdict != "write" and found is not None:
-            self.took_over = takeover_message(self.session_id, found, mine, verdict)
+            self.took_over = takeover_message(self.claim.session_id, found, mine, verdict)
         return dict(mine.metadata())
 
     def _still_ours(self, claim: Claim | None) -> str | None:
@@ -332,8 +322,8 @@ class SessionClaimHandle:
         if renewer is not None and renewer is not threading.current_thread():
             renewer.join(timeout=kube.REQUEST_TIMEOUT[0] + max(1.0, self.renew_s) + 1)
         with self._lock:
-            version, claim = self._version, self._claim
-            self._claim = self._version = None
+            version, claim = self._version, self._grant
+            self._grant = self._version = None
         failure: Exception | None = None
         for _ in range(CONFLICT_RETRIES):
             if version is None:
@@ -353,7 +343,7 @@ class SessionClaimHandle:
         metrics.CLAIM_RELEASE_FAILURES.inc()
         log.warning(
             "session %s: could not release the claim %s (it lapses after %.0fs): %s",
-            self.session_id, self.name, self.duration_s, failure,
+            self.claim.session_id, self.name, self.claim.duration_s, failure,
         )  # fmt: skip
 
 

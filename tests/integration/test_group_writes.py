@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from controller.core.claim_rules import Writer
+from controller.core.claim_rules import Claim, Writer
 from controller.core.ledger import Fence, RowState
 from controller.core.summary import StructuredSummary
 from controller.kube.claims import ClaimLost, SessionClaimHandle
@@ -183,11 +183,13 @@ def test_rows_written_one_by_one_after_a_refused_group_are_checked_again(
     write_alone(store, RowWrite(f"again-{tag}-seed", "seed", {"sessionId": "seed"}, [0.1] * 4))
     handles = [
         SessionClaimHandle(
-            session_id=f"again-{tag}-{n}",
-            collection_id=location.row_scope,
-            collection=location.summary_collection,
-            writer=Writer("group-test", f"uid-{tag}-{n}", f"ns/again-{n}"),
-            duration_s=2.2 if lapses_ else 60,  # lapses 2 s after the grant (no renewal)
+            Claim(
+                session_id=f"again-{tag}-{n}",
+                collection_id=location.row_scope,
+                writer=Writer("group-test", f"uid-{tag}-{n}", f"ns/again-{n}"),
+                duration_s=2.2 if lapses_ else 60,  # lapses 2 s after the grant (no renewal)
+                collection=location.summary_collection,
+            ),
             margin_s=0.2 if lapses_ else 5,
             renew_s=100,
             authority="group-test-cluster",
@@ -195,7 +197,7 @@ def test_rows_written_one_by_one_after_a_refused_group_are_checked_again(
         for n, lapses_ in enumerate(lapses)
     ]
     writes = [
-        RowWrite(h.session_id, f"summary {n}", {"sessionId": h.session_id}, [0.1] * 4,
+        RowWrite(h.claim.session_id, f"summary {n}", {"sessionId": h.claim.session_id}, [0.1] * 4,
                  admit=lambda found, h=h: h.admit(found.fence))
         for n, h in enumerate(handles)
     ]  # fmt: skip
@@ -206,7 +208,7 @@ def test_rows_written_one_by_one_after_a_refused_group_are_checked_again(
 
     bad = RowWrite("again-bad", "summary", {"sessionId": "again-bad"}, [0.1] * 3, slow_admission)
     try:
-        for h in sorted(handles, key=lambda h: h.duration_s, reverse=True):
+        for h in sorted(handles, key=lambda h: h.claim.duration_s, reverse=True):
             h.acquire()  # the ones that lapse last: each is admitted once before it lapses
         store.write_rows([*writes, bad])
     finally:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.core.claim_rules import Writer
+from controller.core.claim_rules import Claim, Writer
 from controller.core.naming import summary_object_name
 from controller.kube import client as kube
 from controller.kube.claims import SessionClaimHandle
@@ -113,9 +113,12 @@ def test_a_sunset_two_writers_and_a_sweep_log_no_error_or_warning(
         # Two objects name one session while another writer holds its claim: both wait for
         # it, then for each other.
         other = SessionClaimHandle(
-            session_id="ql-shared", collection_id=store.location.row_scope, collection="test",
-            writer=Writer("another-replica", "uid-of-another-object", "elsewhere/ql-shared"),
-            duration_s=30, margin_s=1, renew_s=1,
+            Claim(
+                session_id="ql-shared", collection_id=store.location.row_scope, collection="test",
+                writer=Writer("another-replica", "uid-of-another-object", "elsewhere/ql-shared"),
+                duration_s=30,
+            ),
+            margin_s=1, renew_s=1,
         )  # fmt: skip
         other.acquire()
         try:

@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY
 
 from controller.api import CLAIM_PLURAL, GROUP, VERSION
-from controller.core.claim_rules import Writer
+from controller.core.claim_rules import Claim, Writer
 from controller.core.ledger import AuthorityConflict, AuthorityRecord, Fence
 from controller.kube import claims as claims_module
 from controller.kube import client as kube
@@ -35,11 +35,7 @@ def handle(
     renew_s: float = 10,
 ) -> SessionClaimHandle:
     return SessionClaimHandle(
-        session_id=session,
-        collection_id="claims-test-store",
-        collection="claims-test",
-        writer=Writer(replica, uid, f"ns/{uid}"),
-        duration_s=duration_s,
+        Claim(session, "claims-test-store", Writer(replica, uid, f"ns/{uid}"), duration_s),
         margin_s=margin_s,
         renew_s=renew_s,
     )
@@ -258,7 +254,7 @@ def test_release_never_raises_and_counts_the_failure(
     h.release()  # the pass's real outcome is never hidden by this
     assert metrics.CLAIM_RELEASE_FAILURES._value.get() == before + 1
     monkeypatch.undo()
-    assert len(claim_objects(h.session_id)) == 1  # left to lapse; collected later
+    assert len(claim_objects(h.claim.session_id)) == 1  # left to lapse; collected later
     kube.custom().delete_cluster_custom_object(GROUP, VERSION, CLAIM_PLURAL, h.name)
 
 
@@ -277,7 +273,7 @@ def test_abandoned_claims_are_collected_page_by_page_and_live_ones_stay(
     assert collector.collect() == 0  # first sighting: a whole duration and grace to wait
     time.sleep(2.2)
     assert collector.collect() >= 5  # and any other test's leftovers
-    assert all(claim_objects(h.session_id) == [] for h in dead)
+    assert all(claim_objects(h.claim.session_id) == [] for h in dead)
     assert len(claim_objects("alive-1")) == 1  # renewed all along
     live.check()
 

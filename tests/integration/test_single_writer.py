@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from controller.core.claim_rules import Writer
+from controller.core.claim_rules import Claim, Writer
 from controller.core.naming import summary_object_name
 from controller.kube import client as kube
 from controller.kube.claims import SessionClaimHandle
@@ -421,11 +421,13 @@ def test_a_replica_without_the_claim_cannot_write(harness: Harness, replicas_fac
     load(store, [interaction("held-1", 0, 1_770_000_000_000, "Bump the version.")])
     kube.request_summary("held", "held-1", trigger="manual")  # created before any replica runs
     other = SessionClaimHandle(
-        session_id="held-1",
-        collection_id=store.location.row_scope,
-        collection="test",
-        writer=Writer("some-other-replica", "uid-of-another-object", "elsewhere/held-1"),
-        duration_s=4,
+        Claim(
+            session_id="held-1",
+            collection_id=store.location.row_scope,
+            writer=Writer("some-other-replica", "uid-of-another-object", "elsewhere/held-1"),
+            duration_s=4,
+            collection="test",
+        ),
         margin_s=1,
         renew_s=1,
     )

@@ -55,15 +55,7 @@ class EveryRaceLost:
 
 def acquire_against(monkeypatch: pytest.MonkeyPatch, api: EveryRaceLost) -> None:
     monkeypatch.setattr(claims_module, "_api", lambda: api)
-    handle = SessionClaimHandle(
-        session_id="s1",
-        collection_id="store-1",
-        collection="chroma",
-        writer=ME,
-        duration_s=D,
-        margin_s=5.0,
-        renew_s=20.0,
-    )
+    handle = SessionClaimHandle(Claim("s1", "store-1", ME, D, collection="chroma"), 5.0, 20.0)
     handle.acquire()
 
 
@@ -158,7 +150,7 @@ class OneObjectServer:
 
 def renewing(monkeypatch: pytest.MonkeyPatch, server: OneObjectServer) -> SessionClaimHandle:
     monkeypatch.setattr(claims_module, "_api", lambda: server)
-    handle = SessionClaimHandle("s1", "store-1", "chroma", ME, 30.0, 5.0, 0.05)
+    handle = SessionClaimHandle(Claim("s1", "store-1", ME, 30.0, collection="chroma"), 5.0, 0.05)
     handle.acquire()
     return handle
 
