@@ -9,8 +9,9 @@ import bisect
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.core.memories import JS_DATE_MAX_MS
 from controller.store.session_listing import RowKeys
+
+JS_DATE_MAX_MS = 8_640_000_000_000_000  # a JavaScript Date's range, in ms
 
 # Timestamps as parse_timestamp_ms returns them: usually epoch milliseconds, but any int a
 # JavaScript Date holds.
