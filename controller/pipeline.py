@@ -274,9 +274,10 @@ def _start(
         dropped += gone
         prior = structured = kept  # the same object when nothing went: may be up to date
     if structured is not None and structured.is_empty() and not (rows.included or again):
+        found = store.read_row_state(session_id)  # what the drop deletes, and nothing since
         if guard is not None:  # every item went with its memories: nothing is left to keep
-            guard.admit(store.read_row_state(session_id).fence)
-        store.drop_summary(session_id, guard.check if guard is not None else None)
+            guard.admit(found.fence)
+        store.drop_summary(session_id, found, guard.check if guard is not None else None)
         if gone_all:
             return Outcome("not-found", session_id, 0, dropped_items=dropped)
         return replace(read.outcome("empty"), dropped_items=dropped)  # rows never summarized

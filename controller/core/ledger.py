@@ -168,6 +168,18 @@ def replacing_head(meta: Mapping[str, Any]) -> dict[str, Any]:
     return {**dict.fromkeys(HEAD_KEYS), **meta}
 
 
+def entry_as_read(session_id: str, head: Mapping[str, Any]) -> dict[str, Any]:
+    """Chroma's filter for the records of the entry whose head was read as `head`: that head
+    while unchanged (the fence that wrote it, the row it names) and the segments of its
+    generation and before. A newer writer's head has its own fence, and its write over an
+    entry whose items all went starts a new generation (its lists do not begin with these)."""
+    session = {"sessionId": session_id}
+    same = [{k: head[k]} for k in (FENCE_KEY, AUTHORITY_KEY, ROW_DIGEST_KEY) if k in head]
+    older = [{"segment": {"$gte": 0}}, {"generation": {"$lte": _number(head, "generation")}}]
+    segments = {"$and": [session, *older]}
+    return {"$or": [{"$and": [session, *same]}, segments]} if same else segments
+
+
 def _number(head: Mapping[str, Any] | None, key: str) -> int:
     value = (head or {}).get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -38,6 +38,7 @@ from controller.core.ledger import (
     RowState,
     UnreadableLedgerEntry,
     authority_record_id,
+    entry_as_read,
     plan_write,
     read_entry,
     recorded_fence,
@@ -828,18 +829,21 @@ class MemoryStore:
             found.update((i, (d, dict(m))) for i, m, d in rows(got))
         return found
 
-    def drop_summary(self, session_id: str, check: Check | None = None) -> None:
-        """Deletes the session's row, then its ledger records: an entry left is read and
-        dropped again by the next pass; a row alone would read as another writer's text."""
-        row_id = summary_row_id(session_id)
-        where = {"sessionId": session_id}
-        self._writes(
-            check,
-            [
-                self._deleting("summary", "deleting the summary row", ids=[row_id]),
-                self._deleting("ledger", "deleting the ledger entry", where=where),
-            ],
-        )
+    def drop_summary(self, session_id: str, found: RowState, check: Check | None = None) -> None:
+        """Deletes the session's row, then its ledger records, each only as `found` (read when
+        the pass was admitted) holds it: what a newer writer wrote since stays. An entry left
+        is read and dropped again by the next pass; a row alone would read as another
+        writer's text."""
+        steps = []
+        if found.digest is not None:
+            where, row_id = {DIGEST_KEY: found.digest}, summary_row_id(session_id)
+            steps.append(
+                self._deleting("summary", "deleting the summary row", ids=[row_id], where=where)
+            )
+        if found.head is not None:
+            where = entry_as_read(session_id, found.head)
+            steps.append(self._deleting("ledger", "deleting the ledger entry", where=where))
+        self._writes(check, steps)
 
     def _deleting(self, role: CollectionRole, what: str, **query: Any) -> functools.partial[None]:
         return functools.partial(self._delete, role, what, **query)
