@@ -39,8 +39,10 @@ UNQUOTED_MIN_ENTROPY = 3.0
 # Memory metadata a summary takes text from besides its three parts (row metadata, ledger).
 SOURCE_KEYS = ("agent", "agentIdentity", "model", "toolsUsed", "userId", "timestamp")
 _TOKEN_TAIL = re.compile(r"[\w\-+/=]*")  # a token's rest after what a detector matched
-# A token glued to a placeholder or after it and spaces (`TOKEN=[redacted: x] sk-...`).
+# A token glued to a secret or a placeholder, or after it and spaces (`[redacted: x] sk-...`).
 _GLUED = re.compile(r"[ \t]*([\w\-+/=~%]*)")
+# The kind of a token glued to what looks like a placeholder and is none (`[redacted: x] a1b2...`).
+AFTER_PLACEHOLDER = "after-placeholder"
 _KEYWORD = re.compile(keyword.DENYLIST_REGEX, re.IGNORECASE)
 # The name before an unquoted value, and a keyword that ends it (`db_password`, not
 # `PASSWORD_count`, a setting about the credential).
@@ -49,7 +51,7 @@ _KEYWORD_ENDS = re.compile(rf"(?:{'|'.join(keyword.DENYLIST)})\Z", re.IGNORECASE
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
-MASKING_VERSION = 19
+MASKING_VERSION = 20
 _ROUNDS = 4  # maskings of a text at most (Redaction.text)
 # What no reader sees (core/text.IGNORABLE) is read as nothing, a zero-width space or BOM
 # as a space too (Redaction.spans).
@@ -435,10 +437,12 @@ def _said(value: str) -> int:
     return keep if (letters and digits) or ((letters or digits) and not joined) else 0
 
 
-def _glued_value(value: str) -> bool:
-    """Whether a token after a secret or a placeholder is the rest of its value."""
-    random = re.search(r"\d", value) and re.search("[A-Za-z]", value)
-    return len(value) >= UNQUOTED_MIN_CHARS and random is not None
+def _glued(text: str, at: int) -> tuple[int, int] | None:
+    """Where a random token at `at`, or after spaces, is: the rest of a secret ending there."""
+    glued = _GLUED.match(text, at)
+    if glued is None or len(glued[1]) < UNQUOTED_MIN_CHARS:
+        return None
+    return glued.span(1) if re.search(r"\d", glued[1]) and re.search("[A-Za-z]", glued[1]) else None
 
 
 def _random_enough(rule: Rule, value: str) -> bool:
@@ -461,6 +465,8 @@ class Redaction:
     # The rules, thresholds and MASKING_VERSION: a summary written under the same fingerprint
     # needs no second look (PassRedaction.prior).
     fingerprint: str = field(init=False, repr=False, compare=False)
+    # What a placeholder this masking writes may name: `[redacted: <any other>]` is text.
+    kinds: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         own = tuple(
@@ -470,6 +476,7 @@ class Redaction:
         )
         rules = DETECTOR_RULES + own
         object.__setattr__(self, "rules", rules)
+        object.__setattr__(self, "kinds", frozenset(r.kind for r in rules) | {AFTER_PLACEHOLDER})
         settings = [(r.pattern.pattern, getattr(r.pattern, "flags", 0), r) for r in rules]
         described = (MASKING_VERSION, UNQUOTED_MIN_CHARS, UNQUOTED_MIN_ENTROPY,
                      PLACEHOLDER.pattern, _KEYWORD.pattern, settings)  # fmt: skip
@@ -477,7 +484,7 @@ class Redaction:
         object.__setattr__(self, "fingerprint", fingerprint)
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
-        """(start, end, kind) of each secret, in order, not overlapping a placeholder. What no
+        """(start, end, kind) of each secret, in order, none in a placeholder. What no
         reader sees is read as nothing (`pass\u00adword: x`); a zero-width space as a space,
         then as nothing for what that finds apart (`pass\u200bword: x`) or longer on its line
         (`B\u200bearer x`, `ghp_a\u200bb...`: a reader sees one token)."""
@@ -507,7 +514,11 @@ class Redaction:
         text = without_surrogates(text.translate(_AS_SHOWN))  # the same positions; RE2 reads it
         text, at = _as_read(text)
         text = _TABLE_ROW.sub(_cells_as_pairs, text)
-        kept = [(m.start(), m.end(), "") for m in PLACEHOLDER.finditer(text)]
+        # A placeholder is one this masking writes (its kind in `kinds`): kept, it shields
+        # nothing but itself. What only looks like one (another kind, a secret for its kind)
+        # is text. A random token glued to either is the rest of the secret it stood for.
+        shapes = [(m, m.group()[len("[redacted: ") : -1]) for m in PLACEHOLDER.finditer(text)]
+        kept = [(m.start(), m.end(), "") for m, kind in shapes if kind in self.kinds]
         named = _KEYWORD.search(text) is not None
         for rule in self.rules:
             if rule.keyword and not named:
@@ -552,22 +563,24 @@ class Redaction:
                 elif rule.whole_token:
                     end = _TOKEN_TAIL.match(text, end).end()  # type: ignore[union-attr]
                 kept.append((start, end, rule.kind))
+        for m, kind in shapes:  # after the rules': where both find a token, its rule's kind
+            if glued := _glued(text, m.end()):
+                kept.append((*glued, kind if kind in self.kinds else AFTER_PLACEHOLDER))
         kept.sort(key=lambda s: (s[0], -s[1]))
         out: list[tuple[int, int, str]] = []
         reach = -1
         for start, end, kind in kept:
             if start >= reach:
                 out.append((start, end, kind))
-            elif end > reach and out[-1][2]:  # an overlap widens the secret
-                out[-1] = (out[-1][0], end, out[-1][2])
-            else:
+            elif end <= reach:
                 continue
-            # A random token glued to a secret or a placeholder, or after it and spaces, is
-            # its rest; what the secret's placeholder would then shield is masked now.
-            start, end, kind = out[-1]
-            kind = kind or text[start + len("[redacted: ") : end - 1]  # a placeholder's
-            while (glued := _GLUED.match(text, out[-1][1])) and _glued_value(glued[1]):
-                out.append((*glued.span(1), kind))
+            elif out[-1][2]:  # an overlap widens the secret
+                out[-1] = (out[-1][0], end, out[-1][2])
+            else:  # a secret past a placeholder's end: that part
+                out.append((reach, end, kind))
+            # A random token glued to a secret, or after it and spaces, is its rest.
+            while out[-1][2] and (glued := _glued(text, out[-1][1])):
+                out.append((*glued, out[-1][2]))
             reach = out[-1][1]
         return [(at[s], at[e - 1] + 1, k) if at else (s, e, k) for s, e, k in out if k]
 
@@ -659,9 +672,6 @@ class PassRedaction:
         return PassUpdate.model_validate(_masked(update.model_dump(), text))
 
     def counts(self) -> dict[str, int]:
-        """By a rule's kind; a token glued to a placeholder whose kind no rule has (the text's
-        own: a metric's label) as `after-placeholder`."""
-        kinds, found = {r.kind for r in self.redaction.rules}, Counter[str]()
-        for kind, n in sum(self.by_row.values(), self.prior_found + self.proposed_found).items():
-            found[kind if kind in kinds else "after-placeholder"] += n
-        return dict(sorted(found.items()))
+        """By kind: a rule's, or `after-placeholder` (Redaction.kinds; never the text's own)."""
+        found = self.prior_found + self.proposed_found
+        return dict(sorted(sum(self.by_row.values(), found).items()))

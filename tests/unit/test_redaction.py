@@ -38,8 +38,10 @@ from tests.support.credentials import (
     key_shapes,
     reference_sentences,
 )
+from tests.unit.test_redaction_tokens import TOKENS
 
 KINDS = list(generated(0))
+_MAILCHIMP = "0123456789abcdef0123456789abcdef-us12"  # detect-secrets' shape, a kind's too
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -202,7 +204,7 @@ def test_a_memory_is_masked_in_every_field_and_counted_per_row() -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(planted=st.from_regex(r"[a-z0-9-]{1,60}", fullmatch=True))
-@example(planted="0123456789abcdef0123456789abcdef-us12")  # a Mailchimp key (detect-secrets)
+@example(planted=_MAILCHIMP)
 def test_the_kinds_counted_are_the_rules_never_a_memorys_text(planted: str) -> None:
     """The counts are a metric's labels (session_summary_redactions_total{kind}): a token
     glued to a placeholder planted in a memory is counted under no kind the memory spells."""
@@ -210,9 +212,8 @@ def test_the_kinds_counted_are_the_rules_never_a_memorys_text(planted: str) -> N
     memory = Memory(id="m1", session_id="s", timestamp_ms=1, prompt=text, document=text)
     mask = PassRedaction()
     mask.memory(memory)
-    known = {rule.kind for rule in DEFAULT_REDACTION.rules}
     assert mask.counts(), text
-    assert set(mask.counts()) <= known | {"after-placeholder"}, mask.counts()
+    assert set(mask.counts()) <= DEFAULT_REDACTION.kinds, mask.counts()
 
 
 def test_a_prior_summary_stored_with_a_secret_is_masked_and_counted() -> None:
@@ -252,6 +253,24 @@ def test_a_prior_this_masking_wrote_is_carried_as_it_is_and_any_other_is_looked_
     for other in others:
         masked = PassRedaction(redaction).prior(other)
         assert masked is not None and secret not in masked.model_dump_json(), other
+
+
+def test_a_summary_masking_version_19_stored_with_a_planted_placeholder_is_masked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Version 19 kept `[redacted: <key>]` as a placeholder: a summary it stamped is masked
+    again (the fingerprint names the version), and counted, so its row is written again."""
+    monkeypatch.setattr("controller.redaction.MASKING_VERSION", 19)
+    stamped = Redaction().fingerprint
+    monkeypatch.undo()
+    item = SummaryItem(text=f"Copied [redacted: {_MAILCHIMP}] from the old summary.")
+    prior = StructuredSummary(
+        session_id="s", title="t", sections={"User Requests": [item]}, masked_with=stamped
+    )
+    mask = PassRedaction()
+    masked = mask.prior(prior)
+    assert masked is not None and _MAILCHIMP not in masked.model_dump_json()
+    assert mask.counts() == {"mailchimp-access-key": 1}
 
 
 def test_the_fingerprint_names_the_rules_and_nothing_else() -> None:
@@ -731,7 +750,7 @@ _SAID_PROSE = ["wrong", "expired", "invalid", "required", "rotated", "correct", 
                "db-creds-v2", "reports/q3.csv", "$GITHUB_TOKEN", "${DB_PASSWORD}",
                "alice@example.com", "https://vault.example/ui", "5", "4096", "2024-11-30",
                "10:30", "v2", "1.5", "wrong!", "missing?", "(see vault)", "-", "***",
-               "[redacted: x]", "/run/secrets/db"]  # fmt: skip
+               "[redacted: secret-keyword]", "/run/secrets/db"]  # fmt: skip
 
 
 @given(
@@ -1533,3 +1552,98 @@ def test_a_connection_strings_other_pairs_stay_whatever_its_password(
     masked = DEFAULT_REDACTION.text(text)
     assert all(p in masked for p in pairs if not p.startswith(pair)), masked
     assert not secret or secret.rstrip("!?") not in masked, masked
+
+
+# Secrets the rules find wherever they stand, by their shape alone (no name before them).
+_ANYWHERE = st.one_of(
+    st.builds(
+        lambda k, seed: generated(seed)[k][0],
+        st.sampled_from(["aws-access-key", "github-token", "slack-token", "stripe-access-key",
+                         "json-web-token"]),
+        st.integers(0, 50),
+    ),
+    TOKENS,
+    st.text("0123456789abcdefghijklmnopqrstuvwxyz", min_size=32, max_size=32).map(
+        lambda s: f"{s}-us12"  # Mailchimp's: a placeholder's kind in shape
+    ),
+    st.text(string.digits, min_size=6, max_size=12).map(lambda d: f"xoxb-{d}-{d[::-1]}-a1b2c3"),
+    st.text("0123456789abcdef", min_size=32, max_size=32).map(lambda h: f"dapi{h}"),
+)  # fmt: skip
+# What a memory can write that looks like a placeholder: any kind (the rules', another
+# summarizer's, made up, empty, the secret), brackets, colon, letters and spaces a reader
+# takes for the masking's, one in another.
+_KIND = st.sampled_from(sorted(DEFAULT_REDACTION.kinds)) | st.from_regex(
+    r"[a-z0-9-]{0,30}", fullmatch=True
+)
+
+
+def _spelled(usual: str, *others: str) -> st.SearchStrategy[str]:
+    return st.just(usual) | st.sampled_from(others)
+
+
+_SHAPE = st.tuples(
+    _spelled("[", "［", "[[", "\\[", "("),
+    _spelled("redacted", "rеdacted", "REDACTED", "redac\u00adted", "masked"),
+    _spelled(": ", "：", "\\:", ":", ":\u00a0", ":\u3000", ":\u200b", ":  ", ":\n"),
+    _spelled("]", "］", "]]", " ]", ""),
+)
+
+
+def _shown_parts(secret: str, text: str, masked: str) -> list[str]:
+    """Each run of 8 of the secret's characters (all of a shorter one) the masked text shows
+    that the text shows nowhere but in the secret."""
+    n = min(8, len(secret))
+    parts = {secret[i : i + n] for i in range(len(secret) - n + 1)}
+    return sorted(p for p in parts if p in masked and p not in text.replace(secret, "\0"))
+
+
+_PLAIN = ("[", "redacted", ": ", "]")
+
+
+@given(
+    known=KNOWN_SECRETS
+    | _ANYWHERE.map(lambda s: (s, s))
+    | st.builds(
+        lambda v, n: (v.rstrip("!?"), f"{v} is the {n}"), SAID_SECRETS, st.sampled_from(SAID_NAMES)
+    ),
+    shape=_SHAPE,
+    kind=_KIND | st.sampled_from(["{secret}", "{lower}", "[redacted: {secret}]"]),
+    sep=st.sampled_from(["", " ", "\t", "\n", " \n "]),
+)
+@example(
+    known=(_MAILCHIMP, _MAILCHIMP), shape=("[", "redacted", ": ", "]"), kind="{secret}", sep=""
+)
+@example(
+    known=("hunter2", "hunter2 is the password"),
+    shape=("[", "redacted", ": ", "]"),
+    kind="secret-keyword",
+    sep="",
+)
+@settings(max_examples=3000, deadline=None)
+def test_a_planted_placeholder_shields_no_part_of_a_secret_wherever_it_stands(
+    known: tuple[str, str], shape: tuple[str, str, str, str], kind: str, sep: str
+) -> None:
+    """A placeholder-like string a memory writes (`[redacted: <a Mailchimp key>]`,
+    `[redacted: x] <key>`, `[redacted: secret-keyword]hunter2 is the password`) hides no
+    secret that the same text with `redacted` spelled backwards shows (`detcader`: the same
+    letters, a value as random): the masked text shows no part of it, and masking that again
+    changes nothing."""
+    secret, sentence = known
+    opening, word, colon, closing = shape
+    kind = kind.format(secret=secret, lower=secret.lower())
+    planted = f"{opening}{word}{colon}{kind}{closing}"
+    other = f"{opening}{word[::-1]}{colon}{kind}{closing}"
+    start = sentence.find(secret)
+    end = start + len(secret)
+    for before, after in (
+        ("", sep + sentence),
+        (sentence + sep, ""),
+        (sentence[:end] + sep, sentence[end:]),
+        (sentence[:start], sep + sentence[start:]),
+    ):
+        text, control = before + planted + after, before + other + after
+        if _shown_parts(secret, control, DEFAULT_REDACTION.text(control)):
+            continue  # not a secret the rules find there
+        masked = DEFAULT_REDACTION.text(text)
+        assert not _shown_parts(secret, text, masked), (text, masked)
+        assert DEFAULT_REDACTION.text(masked) == masked, (text, masked)
