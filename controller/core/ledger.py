@@ -239,8 +239,11 @@ def read_entry(
         lists = {name: [] for name in GROWING}
         # the title too: it may quote a memory deleted since (the next pass derives it anew)
         rest = {k: v for k, v in rest.items() if k not in (*COVERAGE_KEYS, "untimedJson", "title")}
-    sections = json_value(rest.get("sectionsJson") or "{}")
-    sections.update({title: lists[title] for title in HISTORY_SECTIONS})
+    try:
+        sections = json_value(rest.get("sectionsJson") or "{}")
+        sections.update({title: lists[title] for title in HISTORY_SECTIONS})
+    except (TypeError, ValueError, AttributeError):  # not the JSON text of an object
+        raise UnreadableLedgerEntry("its sectionsJson is not a JSON object") from None
     whole = "summaryFormat" in rest
     own = {} if whole else {k: v for k, v in row.items() if k in READER_ROW_KEYS}
     keys = {

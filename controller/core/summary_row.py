@@ -313,7 +313,7 @@ def _stored_items(raw: object) -> list[SummaryItem]:
         if isinstance(entry, str):
             entry = {"text": entry}
         if not isinstance(entry, dict) or not isinstance(entry.get("text"), str):
-            raise ValueError(f"unreadable section item {entry!r:.80}")
+            raise ValueError("a section item is neither text nor an object with a text")
         text = entry["text"].strip()
         if len(text) > ITEM_MAX:
             raise ValueError(f"a stored item is longer than {ITEM_MAX} characters")
@@ -417,8 +417,12 @@ def from_chroma_row(
         try:
             summary = _structured_from_metadata(session_id, meta)
         except (ValueError, TypeError, ValidationError) as exc:
-            if not text:
-                reason = one_line(exc, 160)
+            if not text:  # shown on the object and by summaryctl: pydantic's text quotes values
+                reason = (
+                    "invalid " + ", ".join(sorted({str(e["loc"][0]) for e in exc.errors()}))
+                    if isinstance(exc, ValidationError)
+                    else one_line(exc, 160)
+                )
                 raise UnreadablePriorSummary(
                     f"the stored summary of session {session_id!r} cannot be read ({reason}) "
                     "and has no document to carry forward; it is left in place"
