@@ -284,8 +284,20 @@ def update_summarizer_status(
             "status": {**dict.fromkeys(old), **new},
         }
         patch = custom().patch_namespaced_custom_object_status
-        if applied((404, 409), patch, namespace, SUMMARIZER_PLURAL, name, body):
-            return before, after  # else changed (read again) or gone (the read says so)
+        try:
+            if applied((409,), patch, namespace, SUMMARIZER_PLURAL, name, body):
+                return before, after  # else changed: read again
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            if get_summarizer(namespace, name) is None:
+                return None  # deleted since the read
+            raise RuntimeError(
+                f"SessionSummarizer {namespace}/{name}: its status cannot be written: the API "
+                "server has no status subresource for SessionSummarizers (404 on /status while "
+                "the object reads); apply the chart's "
+                "crds/sessionsummarizers.memorycore.io.yaml again"
+            ) from None
     raise RuntimeError(
         f"SessionSummarizer {namespace}/{name}: status kept changing under us "
         f"({STATUS_CONFLICT_RETRIES} conflicts in a row)"

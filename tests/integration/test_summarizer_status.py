@@ -5,8 +5,15 @@ all write the same object)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
+
+from controller.kube import client as kube
+from devenv.controlplane import REPO_ROOT, ControlPlane, running_control_plane
 from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, summarizer_yaml
 
@@ -123,3 +130,43 @@ def test_a_memory_collection_typo_fails_the_sweep_with_a_condition_naming_it(
     )["items"]
     assert events and events[0]["type"] == "Warning"
     assert events[0]["metadata"]["namespace"] == NS
+
+
+@pytest.fixture
+def without_status_subresource(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[ControlPlane]:
+    """A control plane of its own (a CRD is cluster-wide: the shared one's operator needs
+    the status subresource) whose SessionSummarizer CRD has none, as an edited or very old
+    CRD would; the in-process API client aims at it until the test ends."""
+    crd = yaml.safe_load((REPO_ROOT / "crds/sessionsummarizers.memorycore.io.yaml").read_text())
+    for version in crd["spec"]["versions"]:
+        version.pop("subresources")
+    with running_control_plane(tmp_path / "cp") as cp:
+        cp.kubectl_run("apply", "-f", "-", input=json.dumps(crd))
+        cp.kubectl_run("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        cp.kubectl_run("create", "namespace", NS)
+        monkeypatch.setenv("KUBECONFIG", str(cp.kubeconfig))
+        kube.api_client.cache_clear()
+        try:
+            yield cp
+        finally:
+            kube.api_client.cache_clear()  # the monkeypatch puts the shared one back
+
+
+def test_a_crd_without_the_status_subresource_is_named_when_a_status_write_fails(
+    without_status_subresource: ControlPlane,
+) -> None:
+    cp = without_status_subresource
+    cp.kubectl_run("apply", "-f", "-", input=summarizer_yaml("no-status", "http://chroma:8000"))
+
+    def said(st: Any) -> Any:
+        return st.model_copy(update={"message": "measured"})
+
+    with pytest.raises(RuntimeError) as caught:
+        kube.update_summarizer_status(NS, "no-status", said)
+    message = str(caught.value)
+    assert "no status subresource" in message and "kept changing" not in message, message
+    assert "crds/sessionsummarizers.memorycore.io.yaml again" in message, message
+    # A summarizer that is gone is still None, not an error.
+    assert kube.update_summarizer_status(NS, "never-made", said) is None
