@@ -23,7 +23,6 @@ from controller.core.summary import (
     OtherWriter,
     PriorSummary,
     StructuredSummary,
-    SummaryValidationError,
     validate_summary,
 )
 from controller.core.summary_row import PassTokens, Provenance, added_text, pass_tokens
@@ -112,13 +111,8 @@ def run_pass(
     mask: PassRedaction | None = None,
 ) -> PassResult:
     """One chunk: the summarizer proposes, the proposal is masked, merged and validated."""
-    mask = mask or PassRedaction()
-    try:
-        proposal = summarizer.propose(session_id, memories, current)
-    except SummaryValidationError as exc:  # its message may quote the model's answer
-        exc.args = (mask.redaction.text(str(exc)),)
-        raise
-    update = mask.proposal(proposal.update)
+    proposal = summarizer.propose(session_id, memories, current)
+    update = (mask or PassRedaction()).proposal(proposal.update)
     summary = merge_pass(current, update, memories, session_id=session_id)
     validate_summary(summary, current)
     return PassResult(summary, proposal.tokens_used)

@@ -12,23 +12,23 @@ from controller.api import Condition, SessionSummarizerSpec
 from controller.backends import (
     chat_model_config,
     check_memory_destinations,
+    redaction_of,
     secret_uses,
     secret_verdict,
 )
 from controller.core.destinations import DestinationRefused, SecretVerdict, redirect_refusal, shown
-from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
 from controller.http_deadline import AnswerTooLarge
 from controller.kube import client as kube
 from controller.runtime import SummarizerParts
-from controller.status.conditions import condition, failure_shown
+from controller.status.conditions import condition, failure_shown, masked
 from controller.status.summarizer_status import secrets_allowed, store_reachable
 from controller.store.errors import EmbeddingMismatch, InvalidStoreConfig, StoreUnavailable
 
 
-def _shown(exc: Exception) -> tuple[str, str]:
+def _shown(exc: Exception, spec: SessionSummarizerSpec) -> tuple[str, str]:
     """(reason, message) as a pass shows the failure, but a missing Secret's message whole."""
-    shown = failure_shown(exc)
+    shown = failure_shown(exc, redaction_of(spec))
     assert shown is not None, exc  # a kind FAILURES names
     return shown[0], str(exc) if isinstance(exc, kube.SecretError) else shown[1]
 
@@ -40,7 +40,7 @@ def check_store(
         with parts.store(namespace, name, spec) as store:
             store.heartbeat()
     except (kube.SecretError, DestinationRefused, InvalidStoreConfig, StoreUnavailable) as exc:
-        reason, message = _shown(exc)  # the parts reconnect at next use
+        reason, message = _shown(exc, spec)  # the parts reconnect at next use
         return store_reachable(spec.store.url, reason=reason, message=message)
     return store_reachable(spec.store.url)
 
@@ -65,14 +65,14 @@ def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
         with client:
             client.get("models", cast_to=httpx2.Response, options={"headers": headers})
     except (kube.SecretError, DestinationRefused) as exc:
-        return unavailable(*_shown(exc))
+        return unavailable(*_shown(exc, spec))
     except APIStatusError as exc:
         if exc.response.is_redirect:  # the client follows none
             where = exc.response.headers.get("location")
             return unavailable("ModelUnavailable", redirect_refusal(url, exc.status_code, where))
         return unavailable("ModelUnavailable", f"GET {shown(url)} answered {exc.status_code}")
     except (APIConnectionError, AnswerTooLarge) as exc:  # the SDK's error wraps httpx's
-        why = one_line(exc.__cause__ or exc, 300)
+        why = masked(exc.__cause__ or exc, 300, redaction_of(spec))
         return unavailable("ModelUnavailable", f"GET {shown(url)}: {why}")
     return ready("EndpointOK", f"{shown(config.base_url)} answers")
 
@@ -90,15 +90,15 @@ def check_embedding(
         with parts.embedder(namespace, name, spec) as embed:
             vector = embed(["embedding check"])[0]
     except (kube.SecretError, DestinationRefused, EmbeddingError) as exc:
-        return failed(*_shown(exc))
+        return failed(*_shown(exc, spec))
     except ValueError as exc:
-        return failed("EmbeddingUnavailable", one_line(exc, 300))
+        return failed("EmbeddingUnavailable", masked(exc, 300, redaction_of(spec)))
     dimension = len(vector)
     try:
         with parts.store(namespace, name, spec) as store:
             held = store.check_embedding(dimension)
     except EmbeddingMismatch as exc:
-        return failed(*_shown(exc))
+        return failed(*_shown(exc, spec))
     except (StoreUnavailable, kube.SecretError, InvalidStoreConfig, DestinationRefused):
         # StoreReachable reports it; the dimension is checked again before every write.
         return ok(

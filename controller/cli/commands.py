@@ -284,6 +284,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     from controller.cli.settings import open_store, summarize_backends
     from controller.embeddings.minilm import EmbeddingError
     from controller.pipeline import summarize_session
+    from controller.status.conditions import masked
     from controller.store.errors import EmbeddingMismatch, InvalidStoreConfig, StoreUnavailable
     from controller.summarizers.chat_prompt import ModelUnavailable
 
@@ -308,7 +309,8 @@ def cmd_summarize(args: argparse.Namespace) -> int:
                 raise
             except skipped as exc:  # this session's pass failed: on to the next
                 failures.append(session_id)
-                out(f"{shown}: FAILED: {exc}", err=True)
+                said = masked(exc, 4000, backends.redaction, flat=False)
+                out(f"{shown}: FAILED: {said}", err=True)
                 continue
             if outcome.kind == "not-found":
                 not_found.append(session_id)

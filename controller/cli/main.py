@@ -232,12 +232,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _failed(exc: BaseException, shown: str) -> None:
+    """A failure's line, masked (a server's answer in it may quote a credential)."""
+    from controller.status.conditions import masked, own_text
+
+    if not (own_text(exc) or own_text(exc.__cause__)):
+        shown = masked(shown, 4000, flat=False)
+    out(f"summaryctl: error: {shown}", err=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except (CliError, DestinationRefused) as exc:  # a refused setting says what allows it
-        out(f"summaryctl: error: {exc}", err=True)
+        _failed(exc, str(exc))
         return 2
     except KeyboardInterrupt:
         return 130
@@ -246,5 +255,5 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except Exception as exc:  # a failure nobody named: still one line, never a traceback
-        out(f"summaryctl: error: {type(exc).__name__}: {exc}", err=True)
+        _failed(exc, f"{type(exc).__name__}: {exc}")
         return 1

@@ -30,6 +30,7 @@ from controller.api import (
     SessionSummarizerSpec,
     SessionSummarizerStatus,
 )
+from controller.backends import redaction_of
 from controller.config import CONFIG
 from controller.core.destinations import DestinationRefused
 from controller.core.ledger import AuthorityRecord, FenceUnavailable
@@ -41,7 +42,7 @@ from controller.handlers.summary_status import forgotten_by_another
 from controller.kube import client as kube
 from controller.probes import health_conditions
 from controller.runtime import Runtime, Upkeep
-from controller.status.conditions import NOT_BLOCKING, REQUIRED, now_rfc3339
+from controller.status.conditions import NOT_BLOCKING, REQUIRED, masked, now_rfc3339
 from controller.status.summarizer_status import (
     failed_sweep,
     memory_rows,
@@ -92,7 +93,7 @@ class _Tick:
         try:
             spec = SessionSummarizerSpec.model_validate(dict(body.get("spec") or {}))
         except ValidationError as exc:
-            raise kopf.PermanentError(f"invalid spec: {one_line(exc, 300)}") from exc
+            raise kopf.PermanentError(f"invalid spec: {masked(exc, 300)}") from exc
         return cls(body, spec, namespace, name, kwargs["logger"], Runtime.of(kwargs["memo"]))
 
     @functools.cached_property
@@ -124,7 +125,7 @@ class _Tick:
         try:
             return await asyncio.to_thread(work)
         except (*STORE_ERRORS, FenceUnavailable) as exc:
-            self.logger.debug("%s skipped: %s", what, one_line(exc, 300))
+            self.logger.debug("%s skipped: %s", what, masked(exc, 300, redaction_of(self.spec)))
         except ApiException as exc:
             reason = one_line(exc.reason, 300)
             self.logger.warning("%s failed: API %s: %s", what, exc.status, reason)
@@ -357,7 +358,7 @@ async def _retention(tick: _Tick) -> None:
                 try:
                     _tell(tick, page, pause)
                 except STORE_ERRORS as exc:  # a failure the sweep may never meet
-                    said = sweep_failure(exc)[0]
+                    said = sweep_failure(exc, redaction_of(tick.spec))[0]
                     message = (
                         "retention could not check finished SessionSummaries against the "
                         f"ledger (retried at the next retention): {said.message}"
@@ -477,7 +478,7 @@ async def _sweep(tick: _Tick) -> None:
     try:
         result = await asyncio.to_thread(sweep_store)
     except STORE_ERRORS as exc:
-        failure, at = sweep_failure(exc), now_rfc3339()
+        failure, at = sweep_failure(exc, redaction_of(tick.spec)), now_rfc3339()
         written = await tick.write(lambda st: failed_sweep(st, failure, at, generation))
         said = failure[0]
         if written is not None and any(_changed(written[0], c) for c in failure):

@@ -30,7 +30,6 @@ from controller.api import (
 )
 from controller.config import CONFIG, backoff_seconds
 from controller.core.claim_rules import Claim, Writer
-from controller.core.text import one_line
 from controller.core.waiting import wait_delay
 from controller.erasure import forget_session
 from controller.handlers.summary_status import (
@@ -44,9 +43,10 @@ from controller.handlers.summary_status import (
 from controller.kube import client as kube
 from controller.kube.claims import ClaimContended, ClaimHeld, SessionClaimHandle, Sightings
 from controller.pipeline import Outcome, PassInterrupted, summarize_session
+from controller.redaction import DEFAULT_REDACTION, Redaction
 from controller.runtime import Runtime
 from controller.scheduling import BACKGROUND_TRIGGERS, Slack, slack_for
-from controller.status.conditions import failure_shown, spec_problems
+from controller.status.conditions import failure_shown, masked, spec_problems
 from controller.tracing import PassTrace
 
 WAIT_JITTER = 0.25  # of each wait for another writer's claim, added at random
@@ -96,17 +96,20 @@ def _summarizer(
 
 
 @contextlib.contextmanager
-def failures_shown(*, invalid_spec: bool = False) -> Iterator[None]:
-    """Turns what the work below raises into the Failure the object shows (FAILURES); with
-    invalid_spec, any other ValueError is the SessionSummarizer's spec (InvalidSummarizer)."""
+def failures_shown(
+    *, invalid_spec: bool = False, redaction: Redaction = DEFAULT_REDACTION
+) -> Iterator[None]:
+    """Turns what the work below raises into the Failure the object shows (FAILURES), masked
+    by the summarizer's rules; with invalid_spec, any other ValueError is the
+    SessionSummarizer's spec (InvalidSummarizer)."""
     try:
         yield
     except ClaimContended:
         raise  # a wait for the claim, not a failure
     except Exception as exc:
-        shown = failure_shown(exc)
+        shown = failure_shown(exc, redaction)
         if shown is None and invalid_spec and isinstance(exc, ValueError):
-            shown = "InvalidSummarizer", one_line(exc, 300), True
+            shown = "InvalidSummarizer", masked(exc, 300), True
         if shown is None:
             raise
         reason, message, retry = shown
@@ -154,7 +157,7 @@ def summarize_claimed(
             authorities=backends.store.read_authority,
         )
         # Like every step of a pass, the claim's API calls wait while a first summary runs.
-        with giving_way("claimed"), failures_shown():
+        with giving_way("claimed"), failures_shown(redaction=backends.redaction):
             handle.authority = runtime.fence_authority
             handle.acquire()
         # Phase Summarizing only for a pass still running after a while (a timer's thread);
@@ -163,7 +166,7 @@ def summarize_claimed(
         saying.daemon = True
         try:
             saying.start()
-            with failures_shown():
+            with failures_shown(redaction=backends.redaction):
                 if spec.action == "Forget":
                     outcome = forget_session(
                         backends.store,

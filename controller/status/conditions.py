@@ -14,7 +14,8 @@ from types import MappingProxyType
 from pydantic import ValidationError
 
 from controller.api import Condition, Phase
-from controller.core.text import one_line
+from controller.core.text import cut, one_line
+from controller.redaction import DEFAULT_REDACTION, Redaction
 
 READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 DERIVED = (READY, RECONCILING, STALLED)
@@ -51,6 +52,9 @@ FAILURES = MappingProxyType(
 )
 # A refusal says what would allow it (a command): not cut at 300.
 REFUSALS = frozenset({"DestinationRefused", "AuthorityConflict", "ClaimLost"})
+# The operator's own words on what the spec names, never another party's text: not masked
+# (a Secret's name, `Secret k8s/s3-creds`, reads to the rules as a credential said).
+OWN_TEXT = frozenset({"SecretError", "DestinationRefused"})
 
 
 def now_rfc3339(*, precise: bool = False) -> str:
@@ -86,13 +90,32 @@ def spec_problems(invalid: ValidationError) -> str:
     return one_line("; ".join(problems), 1000)
 
 
-def failure_shown(exc: BaseException) -> tuple[str, str, bool] | None:
-    """(reason, message, retry) of a failure of a kind FAILURES names, else None."""
+def masked(
+    text: object, limit: int, redaction: Redaction = DEFAULT_REDACTION, *, flat: bool = True
+) -> str:
+    """A failure's text as shown: masked (docs/privacy.md: a server's answer may quote any
+    credential), at most limit characters, on one line when flat. Only its start is masked
+    (bounded time), cut between words: no part of a secret is kept where the cut falls."""
+    start = redaction.text(cut(str(text), 2 * limit, "", parts=False))
+    return one_line(start, limit) if flat else cut(start, limit, "")
+
+
+def own_text(exc: BaseException | None) -> bool:
+    """Whether exc is of a kind OWN_TEXT names (by class or base, as FAILURES)."""
+    return any(c.__name__ in OWN_TEXT for c in type(exc).__mro__)
+
+
+def failure_shown(
+    exc: BaseException, redaction: Redaction = DEFAULT_REDACTION
+) -> tuple[str, str, bool] | None:
+    """(reason, message, retry) of a failure of a kind FAILURES names, masked by the
+    summarizer's rules (redaction), else None."""
     named = next((c.__name__ for c in type(exc).__mro__ if c.__name__ in FAILURES), None)
     if named is None:
         return None
     reason, retry = FAILURES[named]
-    message = one_line(exc, 1000 if named in REFUSALS else 300)
+    limit = 1000 if named in REFUSALS else 300
+    message = one_line(exc, limit) if own_text(exc) else masked(exc, limit, redaction)
     if named == "DestinationRefused":
         reason = str(getattr(exc, "reason", reason))
     elif named == "CollectionNotFound" and getattr(exc, "role", "memory") == "memory":

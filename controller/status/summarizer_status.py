@@ -15,9 +15,11 @@ from controller.api import Condition, SessionSummarizerStatus
 from controller.core.destinations import SecretVerdict, shown
 from controller.core.sweep_plan import IgnoredRows
 from controller.core.text import cut, one_line
+from controller.redaction import DEFAULT_REDACTION, Redaction
 from controller.status.conditions import (
     READY_INPUTS,
     failure_shown,
+    masked,
     now_rfc3339,
     set_condition,
     spec_problems,
@@ -185,10 +187,11 @@ def _listed(items: Sequence[str], *, quoted: bool = False) -> str:
     return ", ".join(head) + (f" and {more} more" if more > 0 else "")
 
 
-def sweep_failure(exc: BaseException) -> list[Condition]:
+def sweep_failure(exc: BaseException, redaction: Redaction = DEFAULT_REDACTION) -> list[Condition]:
     """A sweep that could not run: Swept False with the failure's reason (FAILURES), and
-    StoreReachable False too when the store itself failed."""
-    reason, message, _ = failure_shown(exc) or ("StoreUnavailable", one_line(exc, 300), True)
+    StoreReachable False too when the store itself failed; its text masked (redaction)."""
+    named = failure_shown(exc, redaction)
+    reason, message, _ = named or ("StoreUnavailable", masked(exc, 300, redaction), True)
     message = message or type(exc).__name__
     swept = Condition(type="Swept", status="False", reason=reason, message=message)
     if reason in ("CollectionNotFound", "MemoryCollectionNotFound", "InvalidStoreConfig"):

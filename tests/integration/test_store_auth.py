@@ -17,6 +17,7 @@ from aiohttp import web
 
 from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, interaction, load
+from tests.support.credentials import generated
 
 TOKEN = "s3cret-chroma-token"
 
@@ -28,6 +29,7 @@ class AuthProxy:
     upstream: str
     url: str = ""
     seen: list[str | None] = field(default_factory=list)
+    refusal: dict[str, str] = field(default_factory=lambda: {"error": "Unauthorized"})
 
 
 @pytest.fixture
@@ -38,7 +40,7 @@ def auth_proxy(harness: Harness) -> Iterator[AuthProxy]:
         auth = request.headers.get("Authorization")
         proxy.seen.append(auth)
         if auth != f"Bearer {TOKEN}":
-            return web.json_response({"error": "Unauthorized"}, status=401)
+            return web.json_response(proxy.refusal, status=401)
         async with (
             aiohttp.ClientSession() as session,
             session.request(
@@ -147,3 +149,58 @@ def test_a_wrong_token_is_reported_on_the_summarizer(
     cond = wait_for(store_condition, 60, 0.3, message="StoreReachable condition")
     assert cond["status"] == "False" and cond["reason"] == "StoreUnavailable"
     assert "nope" not in json.dumps(cond)
+
+
+def test_a_refusal_quoting_another_credential_is_shown_masked(
+    harness: Harness, auth_proxy: AuthProxy
+) -> None:
+    """A gateway in front of the store that refuses the token and quotes another credential
+    (its upstream's): the SessionSummarizer's StoreReachable and Swept conditions, their
+    Events and the log show the refusal, never the credential."""
+    github, said = generated(5)["github-token"]
+    opaque, header = generated(5)["credential-header"]
+    auth_proxy.refusal = {"error": "Unauthorized", "message": f"{said} {header}"}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "refused-token",
+            "namespace": NS,
+            "annotations": {"memorycore.io/allowed-urls": auth_proxy.url},
+        },
+        "data": {"token": base64.b64encode(b"nope").decode()},
+    }
+    harness.kubectl("apply", "-f", "-", input=json.dumps(secret))
+    summarizer = {
+        "apiVersion": "memorycore.io/v1alpha1",
+        "kind": "SessionSummarizer",
+        "metadata": {"name": "refused-token", "namespace": NS},
+        "spec": {
+            "store": {"url": auth_proxy.url, "authSecretRef": {"name": "refused-token"}},
+            "reconcile": {"enabled": False},
+        },
+    }
+    harness.kubectl("apply", "-f", "-", input=json.dumps(summarizer))
+
+    def failed() -> dict[str, dict[str, str]] | None:
+        got = json.loads(harness.kubectl("get", "ssumr", "refused-token", "-o", "json"))
+        conds = {c["type"]: c for c in (got.get("status") or {}).get("conditions") or []}
+        both = [conds.get(t) for t in ("StoreReachable", "Swept")]
+        return conds if all(c and c["status"] == "False" for c in both) else None
+
+    conds = wait_for(failed, 90, 0.3, message="StoreReachable and Swept False")
+    for type_ in ("StoreReachable", "Swept"):
+        assert conds[type_]["reason"] == "StoreUnavailable", conds[type_]
+        assert "HTTP 401" in conds[type_]["message"], conds[type_]
+        assert "[redacted: github-token]" in conds[type_]["message"], conds[type_]
+    events = json.loads(
+        harness.kubectl(
+            "get", "events", "-n", NS, "-o", "json",
+            "--field-selector", "involvedObject.name=refused-token",
+        )
+    )["items"]  # fmt: skip
+    assert any(e["reason"] == "StoreUnavailable" for e in events), events
+    shown = json.dumps([conds, events]) + harness.log.read_text()
+    for credential in (github, opaque):
+        runs = {credential[i : i + 8] for i in range(len(credential) - 7)}
+        assert not [run for run in runs if run in shown], credential

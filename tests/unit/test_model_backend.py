@@ -38,6 +38,7 @@ from controller.core.summary import (
 )
 from controller.pipeline import PassResult, run_pass
 from controller.redaction import Redaction
+from controller.status.conditions import failure_shown
 from controller.summarizers import chat_model, chat_prompt, chat_reply
 from controller.summarizers.chat_model import ChatModelSummarizer
 from controller.summarizers.chat_prompt import (
@@ -603,7 +604,8 @@ def test_a_secret_in_a_rejected_reply_is_not_shown_in_the_failure_or_the_log(
     server.script_chat(*[Reply(valid_reply(user_requests=[item, item]))] * 3)
     with pytest.raises(InvalidModelOutput, match="repeats the item") as failed:
         run_pass(SID, memories("Add retries."), good_prior(), summarizer(server))
-    assert "ghp_" not in str(failed.value), str(failed.value)
+    shown = failure_shown(failed.value)
+    assert shown is not None and "ghp_" not in shown[1], shown
     assert "attempt 1/" in caplog.text and "ghp_" not in caplog.text, caplog.text
 
 
