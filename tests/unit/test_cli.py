@@ -1878,7 +1878,12 @@ def test_a_kubernetes_refusal_always_says_why(
             ["summarize", "s1", "--bypass-claim"],
         ]
     ),
-    name=st.text(st.characters(blacklist_characters="/\x00"), min_size=1, max_size=12),
+    # Any name a file system takes: no separator, no NUL, no lone surrogate (unwritable).
+    name=st.text(
+        st.characters(blacklist_characters="/\x00", blacklist_categories=["Cs"]),
+        min_size=1,
+        max_size=12,
+    ),
     as_file=st.booleans(),
 )
 def test_a_command_that_reads_never_makes_a_store_at_a_mistyped_path(
