@@ -108,20 +108,25 @@ def test_the_store_token_comes_from_a_secret_and_never_leaks(
     assert TOKEN not in shown
 
 
-def test_a_wrong_token_is_reported_on_the_summarizer(
-    harness: Harness, auth_proxy: AuthProxy
-) -> None:
+def _wrong_token_secret(harness: Harness, name: str, url: str) -> None:
+    """A store Secret allowed to go to url, holding a token the store refuses."""
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {
-            "name": "wrong-token",
+            "name": name,
             "namespace": NS,
-            "annotations": {"memorycore.io/allowed-urls": auth_proxy.url},
+            "annotations": {"memorycore.io/allowed-urls": url},
         },
         "data": {"token": base64.b64encode(b"nope").decode()},
     }
     harness.kubectl("apply", "-f", "-", input=json.dumps(secret))
+
+
+def test_a_wrong_token_is_reported_on_the_summarizer(
+    harness: Harness, auth_proxy: AuthProxy
+) -> None:
+    _wrong_token_secret(harness, "wrong-token", auth_proxy.url)
     summarizer = {
         "apiVersion": "memorycore.io/v1alpha1",
         "kind": "SessionSummarizer",
@@ -160,17 +165,7 @@ def test_a_refusal_quoting_another_credential_is_shown_masked(
     github, said = generated(5)["github-token"]
     opaque, header = generated(5)["credential-header"]
     auth_proxy.refusal = {"error": "Unauthorized", "message": f"{said} {header}"}
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": "refused-token",
-            "namespace": NS,
-            "annotations": {"memorycore.io/allowed-urls": auth_proxy.url},
-        },
-        "data": {"token": base64.b64encode(b"nope").decode()},
-    }
-    harness.kubectl("apply", "-f", "-", input=json.dumps(secret))
+    _wrong_token_secret(harness, "refused-token", auth_proxy.url)
     summarizer = {
         "apiVersion": "memorycore.io/v1alpha1",
         "kind": "SessionSummarizer",
