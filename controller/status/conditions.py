@@ -95,8 +95,17 @@ def masked(
 ) -> str:
     """A failure's text as shown: masked (docs/privacy.md: a server's answer may quote any
     credential), at most limit characters, on one line when flat. Only its start is masked
-    (bounded time), cut between words: no part of a secret is kept where the cut falls."""
-    start = redaction.text(cut(str(text), 2 * limit, "", parts=False))
+    (bounded time), cut between words: no part of a secret is kept where the cut falls. Of a
+    text longer than twice limit, only its first limit characters are shown, cut outside each
+    secret the rules find in those twice limit: a secret of words cut at that end
+    (`password="a b`) is one they do not know, and the placeholders before it (shorter than
+    what they hide) would pull it into what is shown."""
+    whole = str(text)
+    start = cut(whole, 2 * limit, "", parts=False)
+    if len(start) < len(whole):
+        end = len(cut(start, limit, ""))
+        start = start[: min([end, *(s for s, e, _ in redaction.spans(start) if s < end < e)])]
+    start = redaction.text(start)
     return one_line(start, limit) if flat else cut(start, limit, "")
 
 

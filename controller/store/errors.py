@@ -110,7 +110,8 @@ def _str(exc: BaseException) -> str:
 
 
 def _clip(text: str, limit: int = MESSAGE_LIMIT) -> str:
-    return cut(" ".join(text.split()), limit)
+    """On one line, cut between words: it is masked after (a token's start is none)."""
+    return cut(" ".join(text.split()), limit, parts=False)
 
 
 def _body_kind(body: str, content_type: str = "", *, quote: bool = True) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import httpx
 import pytest
+from chromadb.errors import ChromaError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -127,6 +128,36 @@ def test_a_store_answer_quoting_a_credential_is_shown_masked(
         assert_not_shown(secret, message)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    status=st.sampled_from([400, 401, 500]),
+    said=said_credentials(),
+    pad=st.integers(0, 260),
+    shape=st.sampled_from(["chroma", "own"]),
+)
+def test_a_store_answer_cut_at_its_bound_shows_no_part_of_a_credential(
+    status: int, said: tuple[str, str], pad: int, shape: str
+) -> None:
+    """Wherever the credential stands in a store's answer, at the 240 characters kept of it
+    too: the cut falls between words (the first part of a token is no token the rules know,
+    and masking comes after the cut)."""
+    secret, text = said
+    message = f"{'a' * pad} {text} and more words"
+    if shape == "chroma":
+        call = _answered(status, json.dumps({"error": "Unauthorized", "message": message}))
+    else:
+
+        def call() -> None:
+            raise ChromaError(message)
+
+    with pytest.raises(StoreUnavailable) as failed:
+        guard("reading memories", call)
+    named = failure_shown(failed.value, Redaction())
+    assert named is not None and named[0] == "StoreUnavailable"
+    for message in [named[1], *(c.message for c in sweep_failure(failed.value))]:
+        assert_not_shown(secret, message)
+
+
 def test_a_summarizers_own_pattern_masks_what_its_failures_show() -> None:
     own = Redaction((("acme", r"acme_[0-9a-f]{24}"),))
     secret = "acme_0123456789abcdef01234567"
@@ -209,3 +240,45 @@ def test_summaryctls_last_resort_error_line_is_masked(
     err = capsys.readouterr().err
     assert err.startswith("summaryctl: error: RuntimeError: the gateway answered")
     assert_not_shown(secret, err)
+
+
+_VALUE_WORD = st.text(string.ascii_lowercase + string.digits, min_size=3, max_size=9)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    limit=st.sampled_from([300, 1000, 4000]),
+    flat=st.booleans(),
+    seed=st.integers(0, 2**16),
+    kind=st.sampled_from(list(generated(0))),
+    name=st.sampled_from(["password", "api_key", "secret", "db_password"]),
+    quoted=st.sampled_from(['{}="{}"', "{}: '{}'", '{} = "{}"']),
+    words=st.lists(_VALUE_WORD, min_size=3, max_size=8),
+    at=st.integers(1, 7),
+)
+def test_a_secret_cut_at_the_masked_starts_end_is_never_shown(
+    limit: int,
+    flat: bool,
+    seed: int,
+    kind: str,
+    name: str,
+    quoted: str,
+    words: list[str],
+    at: int,
+) -> None:
+    """A quoted value of several words cut at the end of the start that is masked (twice
+    what is shown) is no secret the rules know: what was masked before it (credentials
+    that shrink to their placeholders) must not pull its first words into what is shown."""
+    masked_before = []
+    while sum(len(s) + 1 for s in masked_before) < 1.2 * limit:
+        masked_before.append(generated(seed + len(masked_before))[kind][1])
+    head = " ".join(masked_before) + " "
+    value = " ".join(words)
+    said = quoted.format(name, value)
+    space = [i for i, c in enumerate(said) if c == " " and said.index(value) < i][
+        min(at, len(words) - 1) - 1
+    ]  # the window's cut falls at this space of the value
+    fill = max(0, 2 * limit - len(head) - space)  # words of 1 and 2 letters, each and a space
+    filler = "ab " * (fill % 2) + "a " * ((fill - 3 * (fill % 2)) // 2)
+    shown = masked(f"{head}{filler}{said} and more", limit, flat=flat)
+    assert_not_shown(value, shown)
