@@ -32,12 +32,12 @@ from controller.backends import (
 from controller.config import OperatorConfig
 from controller.core.ledger import FenceUnavailable
 from controller.core.sweep_plan import Candidate, ReconcileCycle
-from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingFunction, LocalMiniLMEmbedding, MiniLMWeights
 from controller.kube import client as kube
 from controller.kube.events import EventRecorder
 from controller.pipeline import Backends, Embedder
 from controller.scheduling import PassScheduler, SchedulerLimits, usable_cpus
+from controller.status.conditions import masked
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable, caused_by
 from controller.store.memory_store import MemoryStore
@@ -452,7 +452,7 @@ class Runtime:
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             raise FenceUnavailable(
                 "cannot read the UID of namespace kube-system, this cluster's identity in the "
-                f"store's fences (the operator needs get on it): {one_line(exc, 200)}"
+                f"store's fences (the operator needs get on it): {masked(exc, 200)}"
             ) from None
         return str(meta.uid or "") if meta is not None else ""
 

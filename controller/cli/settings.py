@@ -24,6 +24,7 @@ from controller.cli.failures import kube_call, summarizer_object
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
 from controller.pipeline import Backends, Embedder
+from controller.status.conditions import masked
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import (
     CollectionNotFound,
@@ -198,7 +199,7 @@ def embedder(summarizer: SummarizerSettings) -> Embedder:
         spec = backends.embedding_spec(summarizer.spec, summarizer.namespace, read_secret, PROGRAM)
         ef = backends.build_embedding_function(spec)
     except (EmbeddingError, ValueError) as exc:
-        raise CliError(f"the embedding cannot be used: {one_line(exc, 300)}") from exc
+        raise CliError(f"the embedding cannot be used: {masked(exc, 300)}") from exc
     return lambda texts: list(ef(texts))
 
 

@@ -282,3 +282,31 @@ def test_a_secret_cut_at_the_masked_starts_end_is_never_shown(
     filler = "ab " * (fill % 2) + "a " * ((fill - 3 * (fill % 2)) // 2)
     shown = masked(f"{head}{filler}{said} and more", limit, flat=flat)
     assert_not_shown(value, shown)
+
+
+@settings(max_examples=80, deadline=None)
+@given(said=said_credentials(), pad=st.integers(150, 300))
+def test_summaryctl_shows_no_part_of_a_credential_an_embedding_failure_quotes_at_its_cut(
+    said: tuple[str, str], pad: int
+) -> None:
+    """summaryctl's `the embedding cannot be used: ...` bounds the library's text: cut where
+    the credential in it stands, what summaryctl then masks shows no part of it."""
+    import contextlib
+    import io
+    from unittest import mock
+
+    from controller.api import SessionSummarizerSpec
+    from controller.cli import settings as cli_settings
+    from controller.embeddings.minilm import EmbeddingError
+
+    secret, text = said
+    failure = EmbeddingError(f"{'x' * pad} {text}")
+    with mock.patch.object(cli_settings.backends, "build_embedding_function", side_effect=failure):
+        defaults = cli_settings.SummarizerSettings(SessionSummarizerSpec(), "default", None)
+        with pytest.raises(cli_settings.CliError) as raised:
+            cli_settings.embedder(defaults)
+    shown = io.StringIO()
+    with contextlib.redirect_stderr(shown):
+        cli_main._failed(raised.value, str(raised.value))
+    assert "the embedding cannot be used" in shown.getvalue()
+    assert_not_shown(secret, shown.getvalue())
