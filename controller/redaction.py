@@ -53,6 +53,7 @@ _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # masked by an earlier way is then masked again (Redaction.fingerprint).
 MASKING_VERSION = 20
 _ROUNDS = 4  # maskings of a text at most (Redaction.text)
+_KNOWN_CHARS, _KNOWN_MAX = 1024, 2048  # the texts a pass keeps masked (PassRedaction)
 # What no reader sees (core/text.IGNORABLE) is read as nothing, a zero-width space or BOM
 # as a space too (Redaction.spans).
 _ZERO_WIDTH = re.compile("[\u200b\ufeff]")
@@ -505,7 +506,7 @@ class Redaction:
         return joined
 
     def _without(self, text: str, hidden: re.Pattern[str]) -> list[tuple[int, int, str]]:
-        if not hidden.search(text):
+        if text.isascii() or not hidden.search(text):  # no ASCII character is hidden
             return self._spans(text)
         at = [i for i, c in enumerate(text) if not hidden.match(c)]
         return [(at[s], at[e - 1] + 1, k) for s, e, k in self._spans(hidden.sub("", text))]
@@ -587,6 +588,10 @@ class Redaction:
     def text(self, text: str, found: Counter[str] | None = None) -> str:
         """Each secret a placeholder, masked again until that changes nothing: a match a rule
         dropped may have hidden one the masking shows."""
+        return self.settled(text, found)[0]
+
+    def settled(self, text: str, found: Counter[str] | None = None) -> tuple[str, bool]:
+        """text(text), and whether masking it again would change nothing."""
         for _ in range(_ROUNDS):
             parts, at = [], 0
             for start, end, kind in self.spans(text) if text else ():
@@ -595,9 +600,9 @@ class Redaction:
                 if found is not None:
                     found[kind] += 1
             if not parts:
-                break
+                return text, True
             text = "".join(parts) + text[at:]
-        return text
+        return text, False
 
 
 DEFAULT_REDACTION = Redaction()
@@ -632,11 +637,27 @@ class PassRedaction:
     by_row: dict[str, Counter[str]] = field(default_factory=dict)
     prior_found: Counter[str] = field(default_factory=Counter)
     proposed_found: Counter[str] = field(default_factory=Counter)
+    # Each text this pass masked (short ones, at most _KNOWN_MAX): masked again, as what the
+    # memories repeat or a proposal takes whole, it is looked up. Never kept past the pass.
+    known: dict[str, tuple[str, Counter[str]]] = field(default_factory=dict, repr=False)
+
+    def text(self, text: str, found: Counter[str]) -> str:
+        """Redaction.text, each secret counted in found."""
+        if (seen := self.known.get(text)) is None:
+            counts: Counter[str] = Counter()
+            masked, settled = self.redaction.settled(text, counts)
+            seen = (masked, counts)
+            if len(text) <= _KNOWN_CHARS and len(self.known) < _KNOWN_MAX:
+                self.known[text] = seen
+                if settled:  # masked again: itself, no secret
+                    self.known.setdefault(masked, (masked, Counter()))
+        found.update(seen[1])
+        return seen[0]
 
     def memory(self, memory: Memory) -> Memory:
         """The memory with every text a summary could take from it masked."""
         found: Counter[str] = Counter()
-        text = functools.partial(self.redaction.text, found=found)
+        text = functools.partial(self.text, found=found)
         masked = memory.model_copy(
             update={n: _masked(getattr(memory, n), text) for n in MEMORY_TEXT}
         )
@@ -668,7 +689,7 @@ class PassRedaction:
     def proposal(self, update: PassUpdate) -> PassUpdate:
         """Every text of a proposal masked: a model can echo a secret, join one split in two
         (each half too short to mask) or be a hostile endpoint's."""
-        text = functools.partial(self.redaction.text, found=self.proposed_found)
+        text = functools.partial(self.text, found=self.proposed_found)
         return PassUpdate.model_validate(_masked(update.model_dump(), text))
 
     def counts(self) -> dict[str, int]:

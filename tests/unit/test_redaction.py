@@ -7,7 +7,9 @@ import json
 import re
 import string
 import unicodedata
+from collections import Counter
 from collections.abc import Callable
+from unittest.mock import patch
 
 import pytest
 from hypothesis import assume, example, given, settings
@@ -1647,3 +1649,38 @@ def test_a_planted_placeholder_shields_no_part_of_a_secret_wherever_it_stands(
         masked = DEFAULT_REDACTION.text(text)
         assert not _shown_parts(secret, text, masked), (text, masked)
         assert DEFAULT_REDACTION.text(masked) == masked, (text, masked)
+
+
+def test_no_ascii_character_is_one_no_reader_sees() -> None:
+    """Redaction._without skips the search for hidden characters in an ASCII text: none is."""
+    from controller.core.text import IGNORABLE as IGNORABLE_PATTERN
+
+    assert IGNORABLE_PATTERN.search("".join(map(chr, range(128)))) is None
+
+
+PASS_TEXTS = st.one_of(
+    KNOWN_SECRETS.map(lambda known: known[1]),
+    st.sampled_from(["Done; tests pass.", "", "[redacted: github-token] a1b2c3d4e5f6g7"]),
+    st.text(max_size=40),
+)
+
+
+@given(texts=st.lists(PASS_TEXTS, max_size=8), repeats=st.lists(st.integers(0, 20), max_size=8))
+@settings(max_examples=300, deadline=None)
+def test_a_pass_masks_a_text_once_and_as_redaction_text_does(
+    texts: list[str], repeats: list[int]
+) -> None:
+    """A pass masking a text again (a response every memory repeats, a proposal's item taken
+    whole from a masked memory) gets what Redaction.text gives, the same secrets counted each
+    time, with the text masked only once."""
+    texts += [texts[i % len(texts)] for i in repeats] if texts else []
+    mask, found, expected = PassRedaction(), Counter[str](), Counter[str]()
+    with patch.object(Redaction, "settled", autospec=True, side_effect=Redaction.settled) as m:
+        outputs = [mask.text(t, found) for t in texts]
+        assert outputs == [DEFAULT_REDACTION.text(t, expected) for t in texts]
+        assert found == expected
+        calls = m.call_count - len(texts)  # less Redaction.text's own
+        assert calls <= len(set(texts))
+        again = Counter[str]()
+        assert [mask.text(t, again) for t in outputs] == outputs  # masked: itself, no secret
+        assert not again and m.call_count - len(texts) == calls
