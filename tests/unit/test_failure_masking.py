@@ -175,8 +175,9 @@ HOSTS = st.one_of(
     st.from_regex(r"[a-z][a-z0-9-]{0,12}(\.[a-z][a-z0-9-]{0,12}){0,3}", fullmatch=True),
 )
 # Names as people give them (words, a version, a number); a quoted name as random as a key
-# (`'a123456789-bcdefghijk0s'`) is masked as any quoted random string is.
-K8S_NAMES = st.from_regex(r"[a-z][a-z0-9]{1,9}(-[a-z]{2,10}){0,3}(-v?[0-9]{1,3})?", fullmatch=True)
+# (`'a123456789-bcdefghijk0s'`, `'b0123456-ahklm-cdefgijn'`) is masked as any quoted random
+# string is, so the names here keep their digits to a version at the end.
+K8S_NAMES = st.from_regex(r"[a-z]{2,10}(-[a-z]{2,10}){0,3}(-v?[0-9]{1,3})?", fullmatch=True)
 
 
 @settings(max_examples=300, deadline=None)
