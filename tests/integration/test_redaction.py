@@ -155,8 +155,8 @@ class _Unmasked(Redaction):
         super().__post_init__()
         object.__setattr__(self, "fingerprint", "unmasked")
 
-    def text(self, text: str, found: Any = None) -> str:
-        return text
+    def settled(self, text: str, found: Any = None) -> tuple[str, bool]:
+        return text, True  # what Redaction.text and a pass's masking both go through
 
     def source_meta(self, meta: Any) -> Any:
         return meta
