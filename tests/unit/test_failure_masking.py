@@ -311,3 +311,34 @@ def test_summaryctl_shows_no_part_of_a_credential_an_embedding_failure_quotes_at
         cli_main._failed(raised.value, str(raised.value))
     assert "the embedding cannot be used" in shown.getvalue()
     assert_not_shown(secret, shown.getvalue())
+
+
+@settings(max_examples=200, deadline=None)
+@given(status=st.sampled_from([401, 403, 500, 503]), said=said_credentials())
+def test_the_fence_authoritys_read_failure_is_shown_masked(
+    status: int, said: tuple[str, str]
+) -> None:
+    """The claims' fence reads kube-system's UID; an API server's (or a proxy's) refusal that
+    quotes a credential is masked in the exception's own text (kopf logs it) and in
+    FencingUnavailable."""
+    from kubernetes.client.exceptions import ApiException
+
+    from controller import runtime
+    from controller.core.ledger import FenceUnavailable
+
+    secret, text = said
+
+    class _Refusing:
+        def read_namespace(self, name: str) -> None:
+            refusal = ApiException(status=status, reason="Refused")
+            refusal.body = json.dumps({"kind": "Status", "message": text})
+            raise refusal
+
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(FenceUnavailable) as failed:
+        patch.setattr(runtime.kube, "core", _Refusing)
+        runtime.Runtime.fence_authority.func(object())  # type: ignore[attr-defined]
+    named = failure_shown(failed.value, Redaction())
+    assert named is not None and named[0] == "FencingUnavailable"
+    assert "kube-system" in named[1]
+    for message in [str(failed.value), named[1], *(c.message for c in sweep_failure(failed.value))]:
+        assert_not_shown(secret, message)
