@@ -39,6 +39,7 @@ from controller.kube.peering import (
     read_peering,
     watch_leader,
 )
+from controller.redaction import DEFAULT_REDACTION
 from controller.runtime import PEERING_NAME, RunOptions, Runtime
 
 log = logging.getLogger("controller.operator")
@@ -259,7 +260,8 @@ def quiet_kopf(record: logging.LogRecord) -> bool:
 
 class OneLineFormatter(logging.Formatter):
     """A record's message on one line, control characters escaped, so no text can forge a
-    record; a traceback's lines are indented (a line at column 0 begins a record)."""
+    record; a traceback's lines are indented (a line at column 0 begins a record). Masked by
+    the default rules: an error a record quotes (a store's answer) may carry a credential."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         return printable(super().formatMessage(record))
@@ -267,7 +269,7 @@ class OneLineFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line, _, rest = super().format(record).partition("\n")  # rest: a traceback, a stack
         more = rest.split("\n") if rest else []
-        return "\n".join([line, *("  " + printable(one) for one in more)])
+        return DEFAULT_REDACTION.text("\n".join([line, *("  " + printable(one) for one in more)]))
 
 
 def configure_logging(verbose: bool) -> None:

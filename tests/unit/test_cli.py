@@ -22,7 +22,9 @@ from controller.cli.main import main
 from controller.core.naming import blank_session_id
 from controller.core.text import printable
 from controller.kube import client as kube
+from controller.redaction import DEFAULT_REDACTION
 from controller.store.connection import StoreLocation
+from tests.unit.test_failure_masking import assert_not_shown, said_credentials
 
 REFUSED = "http://127.0.0.1:1"  # nothing listens on port 1: connections fail at once
 
@@ -757,6 +759,7 @@ def test_text_a_user_wrote_never_splits_or_forges_a_line_of_the_operator_log(tex
     """A session id, a store's or a model's error text, logged as the operator logs them:
     one line per record, the text shown with its control characters escaped; a traceback's
     lines are indented, so only a record begins a line at column 0."""
+    assume(DEFAULT_REDACTION.text(printable(text)) == printable(text))  # masking: below
     with operator_log() as log_text:
         logging.getLogger("controller.kube.claims").warning("session %s: claim lost", text)
         try:
@@ -770,6 +773,26 @@ def test_text_a_user_wrote_never_splits_or_forges_a_line_of_the_operator_log(tex
     said = "\n".join(printable(part) for part in text.split("\n"))  # its lines kept, indented
     assert "\n".join(line[2:] for line in traceback).endswith(f"ValueError: the store said {said}")
     assert all(line.isprintable() for line in (record, failed, *traceback))
+
+
+@settings(max_examples=150, deadline=None)
+@given(said=said_credentials(), where=st.sampled_from(["argument", "exception", "both"]))
+def test_the_operator_log_shows_no_credential_a_record_quotes(
+    said: tuple[str, str], where: str
+) -> None:
+    """A store's, a model's or the API server's error text may quote a credential; the
+    operator logs it (its own lines, kopf's handler failures with their tracebacks)
+    masked, as a condition shows it."""
+    secret, text = said
+    with operator_log() as log_text:
+        try:
+            raise ValueError(text if where != "argument" else "the store is down")
+        except ValueError:
+            logging.getLogger("kopf.objects").exception(
+                "Handler 'summarize' failed: %s", text if where != "exception" else "down"
+            )
+    assert "Handler 'summarize' failed" in log_text.getvalue()
+    assert_not_shown(secret, log_text.getvalue())
 
 
 def test_the_docs_list_every_summaryctl_command() -> None:
