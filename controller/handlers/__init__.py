@@ -1,4 +1,3 @@
-"""kopf handlers, one module per resource, and the index they look things up in.
-Importing this package registers them."""
+"""kopf handlers, one module per resource; importing this package registers them."""
 
 from controller.handlers import session_summarizer, session_summary  # noqa: F401

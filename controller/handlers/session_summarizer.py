@@ -1,8 +1,6 @@
-"""SessionSummarizer handlers: validate the config, report store/model health, and run the
-periodic work (the sweep, retention, a reconciliation step, the sunset-marker scan) from kopf
-timers. kopf fixes a timer's interval at registration, so the timer ticks every
-SSO_SWEEP_TICK_SECONDS and the sweep runs when spec.sweep.intervalSeconds has passed since
-status.lastSweepAt (which survives restarts and failover)."""
+"""SessionSummarizer handlers: the spec check, health probes and timers (sweep, retention,
+reconciliation, marker scan). kopf fixes a timer's interval, so a timer ticks every
+SSO_SWEEP_TICK_SECONDS and sweeps once spec.sweep.intervalSeconds passed since lastSweepAt."""
 
 from __future__ import annotations
 
@@ -34,7 +32,7 @@ from controller.backends import redaction_of
 from controller.config import CONFIG
 from controller.core.destinations import DestinationRefused
 from controller.core.ledger import AuthorityRecord, FenceUnavailable
-from controller.core.retention import to_ask_again
+from controller.core.retention import parse_time, to_ask_again
 from controller.core.sweep_plan import RowCursor
 from controller.core.text import one_line
 from controller.core.waiting import Pause
@@ -119,25 +117,23 @@ class _Tick:
         await self.write(lambda st: st.model_copy(update=fields))
 
     async def in_thread(self, what: str, work: Callable[[], T]) -> T | None:
-        """work() in a worker thread; None when it failed. A store error is the sweep's to
-        report (FenceUnavailable: the passes); an API error waits for the next tick, never in
-        the way of the sweep."""
+        """work() in a worker thread; None when it failed: a store error is the sweep's to report
+        (FenceUnavailable: the passes'), an API error waits for the next tick."""
         try:
             return await asyncio.to_thread(work)
         except (*STORE_ERRORS, FenceUnavailable) as exc:
             self.logger.debug("%s skipped: %s", what, masked(exc, 300, redaction_of(self.spec)))
         except ApiException as exc:
-            reason = one_line(exc.reason, 300)
-            self.logger.warning("%s failed: API %s: %s", what, exc.status, reason)
+            self.logger.warning(
+                "%s failed: API %s: %s", what, exc.status, one_line(exc.reason, 300)
+            )
         return None
 
 
 def due(last: str | None, interval_s: float) -> bool:
-    """Whether interval_s has passed since the RFC 3339 time last (never: due)."""
-    if last is None:
-        return True
-    then = dt.datetime.fromisoformat(last.replace("Z", "+00:00"))
-    return (dt.datetime.now(dt.UTC) - then).total_seconds() >= interval_s
+    """Whether interval_s has passed since the RFC 3339 time last (never, or unreadable: due)."""
+    then = parse_time(last)
+    return then is None or (dt.datetime.now(dt.UTC) - then).total_seconds() >= interval_s
 
 
 def _changed(before: SessionSummarizerStatus, cond: Condition) -> bool:
@@ -177,9 +173,10 @@ async def take_summarizer_spec(
     try:
         spec = SessionSummarizerSpec.model_validate(dict(body.get("spec") or {}))
     except ValidationError as exc:  # one the CRD lets through: a pattern over RE2's bound
-        await _probe(body, exc, namespace, name, runtime, first=True)
+        await _probed(body, [spec_valid(exc)], runtime, first=True)
         return
-    await _probe(body, spec, namespace, name, runtime, first=True)
+    health = await asyncio.to_thread(health_conditions, runtime.parts, spec, namespace, name)
+    await _probed(body, [spec_valid(None), *health], runtime, first=True)
     if reason in ("create", "update"):
         asked = await asyncio.to_thread(_ask_failed_again, namespace, name)
         if asked:
@@ -188,14 +185,11 @@ async def take_summarizer_spec(
                 f"failed under this summarizer for a new pass (its spec {reason}d)"
             )
             logger.info(message)
-            runtime.events.post(
-                body, type_="Normal", reason="FailedSummariesRequeued", message=message
-            )
+            runtime.events.post(body, "Normal", "FailedSummariesRequeued", message)
 
 
 def sweep_due(spec: SessionSummarizerSpec, status: SessionSummarizerStatus, retry_s: float) -> bool:
-    """Every spec.sweep.intervalSeconds; a sweep that failed (Swept False: no memory
-    collection yet, an unreachable store) again every retry_s, so it clears once fixed."""
+    """Every spec.sweep.intervalSeconds; after a failed sweep, every retry_s (clear once fixed)."""
     failed = any(c.type == "Swept" and c.status == "False" for c in status.conditions or [])
     every = min(retry_s, spec.sweep.interval_seconds) if failed else spec.sweep.interval_seconds
     return spec.sweep.enabled and due(status.last_sweep_at, every)
@@ -210,44 +204,31 @@ async def summarizer_deleted(name: str, namespace: str | None, memo: kopf.Memo, 
     runtime.upkeep.forget(namespace, name)
 
 
-async def _probe(
-    body: kopf.Body,
-    spec: SessionSummarizerSpec | ValidationError,
-    namespace: str,
-    name: str,
-    runtime: Runtime,
-    *,
-    first: bool = False,
+async def _probed(
+    body: kopf.Body, conditions: list[Condition], runtime: Runtime, *, first: bool = False
 ) -> None:
-    """Runs every health probe and writes its condition, with a Warning Event for each new
-    failure and a Normal one for each recovery. An unusable spec is SpecValid False, unprobed."""
-    generation = body.metadata.get("generation")
-    if isinstance(spec, ValidationError):
-        conditions = [spec_valid(spec)]
-    else:
-        conditions = await asyncio.to_thread(
-            health_conditions, runtime.parts, spec, namespace, name
-        )
-        conditions = [spec_valid(None), *conditions] if first else conditions
+    """Writes the probes' conditions, with a Warning Event for each new failure (each failure,
+    when first: a spec taken) and a Normal one for each recovery."""
+    meta, generation = body.metadata, body.metadata.get("generation")
     observed = {"observed_generation": generation} if first else {}
 
     def measured(st: SessionSummarizerStatus) -> SessionSummarizerStatus:
         return with_conditions(st, conditions, generation=generation).model_copy(update=observed)
 
-    written = await asyncio.to_thread(kube.update_summarizer_status, namespace, name, measured)
+    update = kube.update_summarizer_status
+    written = await asyncio.to_thread(update, str(meta.namespace), str(meta.name), measured)
     before = written[0] if written else SessionSummarizerStatus()
     was = {c.type: c.status for c in before.conditions or []}
     for cond in conditions:
         changed = _changed(before, cond)
         if cond.status == "False" and (changed or first):
-            runtime.events.post(body, type_="Warning", reason=cond.reason, message=cond.message)
+            runtime.events.post(body, "Warning", cond.reason, cond.message)
         elif changed and cond.status == "True" and was.get(cond.type) not in (None, "True"):
-            runtime.events.post(body, type_="Normal", reason=cond.reason, message=cond.message)
+            runtime.events.post(body, "Normal", cond.reason, cond.message)
 
 
 def _probes_due(tick: _Tick) -> bool:
-    """While a probe's condition does not hold, the probes run again after
-    SSO_EMBEDDING_REPROBE_SECONDS, backing off (Upkeep.probe_due), to see it fixed."""
+    """While a probe's condition does not hold: after SSO_EMBEDDING_REPROBE_SECONDS, backing off."""
     failing = any(
         c.type in REQUIRED and c.status != "True" and (c.type, c.reason) not in NOT_BLOCKING
         for c in tick.status.conditions or []
@@ -258,8 +239,7 @@ def _probes_due(tick: _Tick) -> bool:
 
 @kopf.timer(GROUP, VERSION, SUMMARIZER_PLURAL, interval=CONFIG.claim_renew_period)
 async def renew_authority(body: kopf.Body, name: str, namespace: str | None, **kw: Any) -> None:
-    """Renews this cluster's record in the store, so other clusters see it still writes
-    (core/ledger.py); its own timer, which no sweep delays."""
+    """This cluster's record in the store (core/ledger.py), on a timer no sweep delays."""
     tick, now_ms = _Tick.of(body, namespace, name, **kw), int(time.time() * 1000)
 
     def renew() -> None:
@@ -276,18 +256,20 @@ async def renew_authority(body: kopf.Body, name: str, namespace: str | None, **k
     GROUP, VERSION, SUMMARIZER_PLURAL, interval=CONFIG.sweep_tick_seconds, initial_delay=1.0
 )
 async def sweep(body: kopf.Body, name: str, namespace: str | None, **kw: Any) -> None:
-    """The sweep (Swept), retention and the reconciliation's steps, on its own clock (the
-    marker scan has a timer of its own: scan_markers)."""
+    """The probes when due, retention, a reconciliation step and the sweep (Swept)."""
     tick = _Tick.of(body, namespace, name, **kw)
-    spec, status = tick.spec, tick.status
+    spec, status, runtime = tick.spec, tick.status, tick.runtime
     asked = (body.metadata.get("annotations") or {}).get(PROBE_REQUESTED)
     now = asked is not None and asked != status.last_handled_probe_request  # summaryctl check
     if now or _probes_due(tick):
-        await _probe(body, spec, tick.namespace, name, tick.runtime)
+        health = await asyncio.to_thread(
+            health_conditions, runtime.parts, spec, tick.namespace, name
+        )
+        await _probed(body, health, runtime)
     await _retention(tick)
     if spec.reconcile.enabled:  # whether or not sweeps are: the backstop of every pass
         await _reconcile(tick)
-    retry_s = tick.runtime.config.embedding_reprobe_seconds
+    retry_s = runtime.config.embedding_reprobe_seconds
     if sweep_due(spec, status, retry_s) or (now and spec.sweep.enabled):
         await _sweep(tick)
     if now:  # what `summaryctl check` waits for: probes and sweep ran after its request
@@ -298,9 +280,8 @@ async def sweep(body: kopf.Body, name: str, namespace: str | None, **kw: Any) ->
     GROUP, VERSION, SUMMARIZER_PLURAL, interval=CONFIG.sweep_tick_seconds, initial_delay=1.0
 )
 async def scan_markers(body: kopf.Body, name: str, namespace: str | None, **kw: Any) -> None:
-    """The sunset-marker scan (SunsetMarkers) every tick, after the sweep's watermark: a timer
-    of its own, as a sweep on a busy store takes minutes and a marker is a session that ended.
-    Store errors are the sweep's to report."""
+    """The sunset-marker scan (SunsetMarkers), after the sweep's watermark: a timer of its own,
+    as a sweep on a busy store takes minutes and a marker is a session that ended."""
     tick = _Tick.of(body, namespace, name, **kw)
     since, runtime = tick.status.watermark, tick.runtime
     if not tick.spec.sweep.enabled or since is None:
@@ -326,7 +307,7 @@ async def scan_markers(body: kopf.Body, name: str, namespace: str | None, **kw: 
     if cond is not None:
         await tick.write(lambda st: with_conditions(st, [cond], generation=generation))
         kind = "Warning" if cond.status == "False" else "Normal"
-        runtime.events.post(body, type_=kind, reason=cond.reason, message=cond.message)
+        runtime.events.post(body, kind, cond.reason, cond.message)
         tick.logger.info(
             "marker scan by %s (%d markers read in %.0f ms, %d waiting for a pass "
             "under way, %d left for the next tick): %s",
@@ -340,9 +321,8 @@ async def scan_markers(body: kopf.Body, name: str, namespace: str | None, **kw: 
 
 
 async def _retention(tick: _Tick) -> None:
-    """Once per spec.sweep.intervalSeconds (also when sweeps are off or every TTL is 0: the
-    tell is no sweep's), one list of the namespace's SessionSummaries, a page at a time: the
-    summarizer's objects past their phase's TTL are deleted, the rest told (_tell)."""
+    """Once per spec.sweep.intervalSeconds (sweeps off or not), a list of the namespace's
+    SessionSummaries a page at a time: those past their phase's TTL deleted, the rest told."""
     if not due(tick.status.last_retention_at, tick.spec.sweep.interval_seconds):
         return
     at = now_rfc3339()
@@ -363,9 +343,7 @@ async def _retention(tick: _Tick) -> None:
                         "retention could not check finished SessionSummaries against the "
                         f"ledger (retried at the next retention): {said.message}"
                     )
-                    tick.runtime.events.post(
-                        tick.body, type_="Warning", reason=said.reason, message=message
-                    )
+                    tick.runtime.events.post(tick.body, "Warning", said.reason, message)
                     tick.logger.warning("%s", message)
         return deleted
 
@@ -380,10 +358,9 @@ async def _retention(tick: _Tick) -> None:
 
 
 def _tell(tick: _Tick, page: list[dict[str, Any]], pause: Pause) -> None:
-    """This summarizer's finished objects whose session another object (any namespace, any
-    cluster on the store) changed since their pass: a Summarized one's ledger head is a
-    tombstone (forgotten), it turns Forgotten; a Forgotten one's is a summary's, it is asked
-    for a pass, which says what holds."""
+    """This summarizer's finished objects whose session another object (any namespace or
+    cluster) changed since: a Summarized one whose ledger head is a tombstone turns Forgotten;
+    a Forgotten one whose head is a summary's is asked for a pass, which says what holds."""
     done = [
         obj
         for obj in page
@@ -408,13 +385,11 @@ def _tell(tick: _Tick, page: list[dict[str, Any]], pause: Pause) -> None:
         if kube.patch_summary_status(
             meta["namespace"], meta["name"], told, meta["resourceVersion"]
         ):  # else changed since it was listed: a pass of its own says what holds
-            message = str(told["message"])
-            tick.runtime.events.post(obj, type_="Normal", reason="Forgotten", message=message)
+            tick.runtime.events.post(obj, "Normal", "Forgotten", str(told["message"]))
 
 
 async def _reconcile(tick: _Tick) -> None:
-    """One step of the reconciliation (reconcile.reconcile_step)."""
-    state = tick.upkeep.reconciler
+    """One step of the reconciliation (sweep.reconcile_step)."""
 
     def step_once() -> ReconcileResult:
         with tick.store() as store, tick.runtime.scheduler.background() as pause:
@@ -425,7 +400,7 @@ async def _reconcile(tick: _Tick) -> None:
                 summarizer_name=tick.name,
                 now_ms=int(time.time() * 1000),
                 monotonic=time.monotonic(),
-                state=state,
+                state=tick.upkeep.reconciler,
                 pause=pause,
             )
 
@@ -448,20 +423,19 @@ async def _reconcile(tick: _Tick) -> None:
     written = await tick.write(lambda st: with_conditions(st, [rows]).model_copy(update=fields))
     tick.logger.info("reconciliation by %s: %s", CONFIG.replica_id, message)
     if step.uncovered:
-        tick.runtime.events.post(tick.body, type_="Normal", reason="Reconciled", message=message)
+        tick.runtime.events.post(tick.body, "Normal", "Reconciled", message)
     # Each walk that still finds ignored rows says so again (the recorder counts repeats).
     if rows.status == "False" or (written and _changed(written[0], rows)):
         kind = "Warning" if rows.status == "False" else "Normal"
-        tick.runtime.events.post(tick.body, type_=kind, reason=rows.reason, message=rows.message)
+        tick.runtime.events.post(tick.body, kind, rows.reason, rows.message)
 
 
 async def _sweep(tick: _Tick) -> None:
     """One sweep: the sessions it finds asked for, its figures and Swept written."""
     spec, status, events = tick.spec, tick.status, tick.runtime.events
     generation = tick.body.metadata.get("generation")  # of the spec the sweep runs with
-    cursor: RowCursor | None = None
-    if status.appended_offset is not None:
-        cursor = RowCursor(status.appended_offset, status.appended_last_id)
+    offset, last_id = status.appended_offset, status.appended_last_id
+    cursor = RowCursor(offset, last_id) if offset is not None else None
 
     def sweep_store() -> SweepResult:
         with tick.store() as store, tick.runtime.scheduler.background() as pause:
@@ -482,7 +456,7 @@ async def _sweep(tick: _Tick) -> None:
         written = await tick.write(lambda st: failed_sweep(st, failure, at, generation))
         said = failure[0]
         if written is not None and any(_changed(written[0], c) for c in failure):
-            events.post(tick.body, type_="Warning", reason=said.reason, message=said.message)
+            events.post(tick.body, "Warning", said.reason, said.message)
         tick.logger.warning("sweep failed: %s: %s", said.reason, said.message)
         return
     plan, applied = result.plan, result.applied
@@ -491,12 +465,10 @@ async def _sweep(tick: _Tick) -> None:
     metrics.observe_sweep(result.duration_s, plan.found)
     metrics.REFRESH_REQUESTS.inc(applied.refreshed)
     message = (
-        f"scanned {result.scanned} new memories and {result.appended} added rows: "
-        f"{plan.found} stale, {len(plan.still_active)} "
-        f"still active, {len(plan.fresh)} fresh; created {applied.created}, "
-        f"patched {applied.patched}, refreshed {applied.refreshed} grown active "
-        f"sessions, {applied.in_flight} already in flight, "
-        f"{applied.left} left for later"
+        f"scanned {result.scanned} new memories and {result.appended} added rows: {plan.found} "
+        f"stale, {len(plan.still_active)} still active, {len(plan.fresh)} fresh; created "
+        f"{applied.created}, patched {applied.patched}, refreshed {applied.refreshed} grown "
+        f"active sessions, {applied.in_flight} already in flight, {applied.left} left for later"
     )
     tick.logger.info("sweep by %s: %s", CONFIG.replica_id, message)
     figures: dict[str, object] = {
@@ -514,4 +486,4 @@ async def _sweep(tick: _Tick) -> None:
         lambda st: swept(st, figures, message, spec.store.url, result.duration_s, generation)
     )
     if applied.created or applied.patched or applied.refreshed:
-        events.post(tick.body, type_="Normal", reason="Swept", message=message)
+        events.post(tick.body, "Normal", "Swept", message)

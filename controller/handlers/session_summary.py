@@ -1,6 +1,5 @@
-"""SessionSummary handlers: create, spec change and resume -> one summarization. Thin:
-resolve the SessionSummarizer, run controller.pipeline in a worker thread, and turn the
-outcome or the failure into status, a condition and an Event."""
+"""SessionSummary handlers: each spec (create, change, resume) gets one summarization, run by
+controller.pipeline in a worker thread; its outcome or failure becomes status and Events."""
 
 from __future__ import annotations
 
@@ -54,15 +53,8 @@ log = logging.getLogger("controller.handlers.session_summary")
 
 
 class Retry(kopf.TemporaryError):
-    """A retry that is no failure (another writer holds the session or is taking it, the
-    operator stops): the handler logs why at its own level, and controller/operator.py leaves
-    out the ERROR line kopf logs for every TemporaryError. A lost claim is a failure
-    (ClaimLost in FAILURES): kopf's ERROR line stays."""
-
-
-def _claim_wait(retry: int) -> float:
-    first_s, max_s = CONFIG.claim_retry_seconds, CONFIG.claim_retry_max_seconds
-    return wait_delay(retry, first_s=first_s, max_s=max_s, jitter=WAIT_JITTER, rand=random.random())
+    """A retry that is no failure (another writer has the claim, the operator stops): the
+    handler logs why, and controller/operator.py leaves out kopf's ERROR line for it."""
 
 
 def needs_pass_on_resume(body: kopf.Body, **_: Any) -> bool:
@@ -76,16 +68,14 @@ def needs_pass_on_resume(body: kopf.Body, **_: Any) -> bool:
 def summarizer_specs(
     namespace: str | None, name: str, spec: kopf.Spec, **_: Any
 ) -> dict[tuple[str, str], dict[str, Any]]:
-    """Every SessionSummarizer's spec by (namespace, name): what a pass looks up, kept
-    current by kopf's watch instead of read with a GET on every summary."""
+    """Every SessionSummarizer's spec by (namespace, name), kept by kopf's watch: no GET a pass."""
     return {(namespace or "", name): dict(spec)}
 
 
 def _summarizer(
     namespace: str, spec: SessionSummarySpec, summarizer_spec: dict[str, Any] | None
 ) -> SessionSummarizerSpec:
-    """The SessionSummarizer's spec from the index (summarizer_specs); a miss (the index
-    lags a just-created summarizer) is asked of the API."""
+    """The SessionSummarizer's spec from the index; a miss (a new summarizer) asks the API."""
     if summarizer_spec is None and (found := kube.get_summarizer(namespace, spec.summarizer_ref)):
         summarizer_spec = dict(found.get("spec") or {})
     if summarizer_spec is None:
@@ -99,9 +89,8 @@ def _summarizer(
 def failures_shown(
     *, invalid_spec: bool = False, redaction: Redaction = DEFAULT_REDACTION
 ) -> Iterator[None]:
-    """Turns what the work below raises into the Failure the object shows (FAILURES), masked
-    by the summarizer's rules; with invalid_spec, any other ValueError is the
-    SessionSummarizer's spec (InvalidSummarizer)."""
+    """What the work raises as the Failure the object shows (FAILURES), masked by redaction;
+    with invalid_spec, any other ValueError is the summarizer's spec (InvalidSummarizer)."""
     try:
         yield
     except ClaimContended:
@@ -125,15 +114,13 @@ def summarize_claimed(
     started: Callable[[], None],
     trace: PassTrace,
 ) -> Outcome:
-    """Takes the session's claim, says the pass started (`started`: phase Summarizing),
-    summarizes while a thread renews the claim, and releases it. Raises ClaimHeld when another
-    live writer has it; PassInterrupted when the operator is stopping."""
+    """Takes the session's claim, calls `started` (phase Summarizing) after a while, runs the
+    pass while the claim is renewed, and releases it. ClaimHeld: another live writer has it."""
     if runtime.stopping.is_set():
         raise PassInterrupted("the operator is stopping; the next replica resumes this pass")
     namespace, name = str(body.metadata.namespace), str(body.metadata.name)
     config, giving_way = runtime.config, trace.giving_way(runtime.scheduler.give_way)
     with contextlib.ExitStack() as held:
-        # The SessionSummarizer's spec and live parts (the runtime's), held for the pass.
         with failures_shown(invalid_spec=True):
             summarizer = _summarizer(namespace, spec, summarizer_spec)
             backends = held.enter_context(
@@ -156,7 +143,7 @@ def summarize_claimed(
             seen=seen,
             authorities=backends.store.read_authority,
         )
-        # Like every step of a pass, the claim's API calls wait while a first summary runs.
+        # The claim's API calls give way to a first summary, as a pass's steps do.
         with giving_way("claimed"), failures_shown(redaction=backends.redaction):
             handle.authority = runtime.fence_authority
             handle.acquire()
@@ -223,7 +210,7 @@ async def summarize(
         parsed.trigger, has_summary=bool((body.get("status") or {}).get("summarizedAt"))
     )
     found = indexes["summarizer_specs"].get((namespace, parsed.summarizer_ref))
-    summarizer_spec = next(iter(found), None) if found else None
+    summarizer_spec = next(iter(found or ()), None)
     trace = PassTrace(
         runtime.traces, parsed.session_id, parsed.trigger, f"{namespace}/{name}",
         parsed.requested_at if retry == 0 else None,
@@ -233,9 +220,7 @@ async def summarize(
     seen = memo.setdefault("claim", Sightings())
 
     def say_started() -> None:
-        """Phase Summarizing for a pass holding its claim after SSO_SUMMARIZING_AFTER_SECONDS
-        (one waiting for a claim stays Pending); the Summarized condition keeps the last
-        outcome. Best effort: the outcome is written."""
+        """Phase Summarizing, best effort (a pass waiting for a claim stays Pending)."""
         message = f"summarizing (trigger {parsed.trigger})"
         status = status_with(
             body, phase="Summarizing", reason="Summarizing", message=message, ok=None
@@ -261,17 +246,16 @@ async def summarize(
             )
             outcome = await asyncio.wrap_future(done)
         except (ClaimHeld, ClaimContended) as waiting:
-            # Another writer holds the session, or the claim changed under us on every try and
-            # nobody holds it now: backed off by this object's count of looks, not a failure's.
+            # Held, or changed under us on every try: backed off by this object's count of looks.
             metrics.CLAIM_CONFLICTS.inc()
-            delay = _claim_wait(retry)
+            first_s, max_s = CONFIG.claim_retry_seconds, CONFIG.claim_retry_max_seconds
+            rand = random.random()
+            delay = wait_delay(retry, first_s=first_s, max_s=max_s, jitter=WAIT_JITTER, rand=rand)
             if isinstance(waiting, ClaimHeld):
                 metrics.WAITS.inc()
-                # Never later than the claim could lapse as this replica watched it (its own
-                # clock, never the other writer's expiry).
+                # Never later than the claim could lapse by this replica's own clock.
                 delay = min(delay, waiting.retry_after_s + random.uniform(0, 0.5))
-                # Another object names the same session: say which one owns it for now (else
-                # another replica serves this very object: it writes the status).
+                # Another object has the session: say which (else another replica runs this one).
                 if waiting.claim.writer.owner_uid not in (body.metadata.uid, ""):
                     record_waiting(body, patch, waiting, runtime.events)
             logger.info("session %s: %s; looking again in %.1fs", parsed.session_id, waiting, delay)

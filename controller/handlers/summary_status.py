@@ -1,5 +1,4 @@
-"""A SessionSummary's status (phase, message, Summarized and the derived conditions of
-status/conditions.py) from an Outcome or a Failure, and the Events a user must see."""
+"""A SessionSummary's status from an Outcome or a Failure, and the Events a user must see."""
 
 from __future__ import annotations
 
@@ -52,8 +51,7 @@ FORGET_KEEPS = frozenset(
 
 
 class Failure(Exception):
-    """A failure to report on the object: reason (CamelCase), message, and whether to retry
-    (phase Pending while retries continue below the failure gate)."""
+    """A failure to show on the object; retry: phase Pending while below the failure gate."""
 
     def __init__(self, reason: str, message: str, *, retry: bool) -> None:
         super().__init__(message)
@@ -104,8 +102,8 @@ def record(body: kopf.Body, patch: kopf.Patch, **status: Any) -> None:
 def record_waiting(
     body: kopf.Body, patch: kopf.Patch, held: ClaimHeld, events: EventRecorder
 ) -> None:
-    """Pending, with the object that owns the session's claim named. Written, and one
-    Normal Event posted, only when the owner changes: a wait that lasts writes nothing."""
+    """Pending, naming the object that owns the session's claim; written (and an Event posted)
+    only when that changes: a wait that lasts writes nothing."""
     owner = held.claim.writer.owner
     message = (
         f"waiting: SessionSummary {owner} (replica {held.claim.writer.replica}) is writing "
@@ -115,7 +113,7 @@ def record_waiting(
     if status == current_status(body):
         return  # the object says so already
     patch.status.update(status.to_api())
-    events.post(body, type_="Normal", reason="SessionClaimed", message=message)
+    events.post(body, "Normal", "SessionClaimed", message)
 
 
 def record_failure(
@@ -125,9 +123,8 @@ def record_failure(
     logger: kopf.Logger,
     events: EventRecorder,
 ) -> NoReturn:
-    """Condition + Event; retry with exponential backoff. Failures are counted per generation
-    in the status (kopf's retries count claim waits too): the gate resets on a spec change
-    and on success. The Event's message is the failure's own, so a repeat is counted."""
+    """Condition + Event; retry with backoff. Failures count per generation in the status (kopf's
+    retries count claim waits too); the Event says the failure's own message (repeats counted)."""
     metrics.FAILURES.labels(reason=failure.reason).inc()
     previous = current_status(body)
     same_generation = previous.observed_generation == body.metadata.get("generation")
@@ -147,7 +144,7 @@ def record_failure(
         ok=False,
         consecutive_failures=failures,
     )
-    events.post(body, type_="Warning", reason=failure.reason, message=failure.message)
+    events.post(body, "Warning", failure.reason, failure.message)
     meta, session_id = body.metadata, body.spec.get("sessionId")
     logger.warning(  # the handler's logger: kopf's format names the object, ours does not
         "SessionSummary %s/%s (session %r): %s: %s",
@@ -180,8 +177,7 @@ def provenance_status(summary: StructuredSummary, outcome: Outcome) -> SummaryPr
 def single_writer(
     body: kopf.Body, spec: SessionSummarySpec, outcome: Outcome, events: EventRecorder
 ) -> Condition:
-    """SingleWriter: False when this pass found the row rewritten by another writer since
-    our last write (a Warning Event says who and what to do), else True."""
+    """SingleWriter: False (and a Warning) when another writer rewrote the row since ours."""
     other, status = outcome.other_writer, "True"
     if other is not None:
         status, reason = "False", "OtherWriterDetected"
@@ -197,13 +193,12 @@ def single_writer(
     else:
         reason, message = "NoOtherWriter", "the summary row was as this operator last wrote it"
     if reason != "NoOtherWriter":
-        events.post(body, type_="Warning", reason=reason, message=message)
+        events.post(body, "Warning", reason, message)
     return Condition(type=SINGLE_WRITER, status=status, reason=reason, message=message)
 
 
 def memory_times(body: kopf.Body, outcome: Outcome, events: EventRecorder) -> Condition:
-    """The MemoryTimesReadable condition; a Warning Event and the metric when a pass
-    summarized rows without a time it can read (none at all, or one it cannot parse)."""
+    """MemoryTimesReadable; a Warning when a pass summarized rows whose time it cannot read."""
     metrics.UNTIMED_MEMORIES.inc(outcome.new_untimed)
     missing, unreadable = outcome.missing_times, outcome.skipped_memories - outcome.missing_times
     if not outcome.skipped_memories:
@@ -218,7 +213,7 @@ def memory_times(body: kopf.Body, outcome: Outcome, events: EventRecorder) -> Co
     )
     reason = "UnreadableMemories" if unreadable else "MissingMemoryTimes"
     if outcome.new_untimed:
-        events.post(body, type_="Warning", reason=reason, message=message)
+        events.post(body, "Warning", reason, message)
     return Condition(type=MEMORY_TIMES, status="False", reason=reason, message=message)
 
 
@@ -232,12 +227,10 @@ def report(
     if outcome.kind == "forgotten":
         report_forgotten(body, patch, spec, outcome, events)
         return
-    last_ms = outcome.last_memory_at_ms
-    # The newest row the pass placed (memories.placed): never a bad clock's future.
-    last_at = ms_to_rfc3339(last_ms) if last_ms else None
+    last_ms = outcome.last_memory_at_ms  # the newest row placed: never a bad clock's future
     common: dict[str, Any] = {
         "memory_count": outcome.memory_count,
-        "last_memory_at": last_at,
+        "last_memory_at": ms_to_rfc3339(last_ms) if last_ms else None,
         "trigger_source": spec.trigger,
         "consecutive_failures": 0,
         "skipped_memories": outcome.skipped_memories,
@@ -251,37 +244,34 @@ def report(
             f"{FUTURE_TOLERANCE_MS // 60_000} minutes ahead, or before 2000): they count as "
             "now, so they neither keep the session active nor sort its summary first"
         )
-        events.post(body, type_="Warning", reason="UntrustedMemoryTime", message=warning)
+        events.post(body, "Warning", "UntrustedMemoryTime", warning)
     if outcome.kind in ("not-found", "empty"):  # nothing to write
-        went = outcome.dropped_items  # the summary went with the memories it came from
+        # A summary there went with the memories it came from (dropped_items).
+        went, nothing = outcome.dropped_items, "nothing was written"
         phase: Phase
         if outcome.kind == "not-found":
             phase, reason, event_type = "NotFound", "SessionNotFound", "Warning"
-            said = "its summary went with them" if went else "nothing was written"
+            said = "its summary went with them" if went else nothing
             message = f"no memory carries sessionId {spec.session_id!r}; {said}"
         else:
             phase, reason, event_type = "Empty", "NoSummarizableMemories", "Normal"
-            said = (
-                "its summary went with the memories it came from" if went else "nothing was written"
-            )
+            said = "its summary went with the memories it came from" if went else nothing
             message = (
                 f"the session's {outcome.memory_count} memories are all excluded types "
                 f"(spec.excludedMemoryTypes of the summarizer, or sunset markers); {said}"
             )
         common.update(also=(times,))
         record(body, patch, phase=phase, reason=reason, message=message, ok=False, **common)
-        events.post(body, type_=event_type, reason=reason, message=message)
+        events.post(body, event_type, reason, message)
         return
     summary = outcome.summary
     assert summary is not None
     written_ms = summary.summarized_at_ms  # the row's: a later pass shows the same instant
     common.update(title=summary.title, summary_id=summary_row_id(outcome.session_id))
+    earlier = current_status(body).summarized_at if outcome.kind == "up-to-date" else None
+    common["summarized_at"] = ms_to_rfc3339(written_ms) if written_ms else earlier or now_rfc3339()
     if outcome.kind == "up-to-date":
         reason, message = "UpToDate", f"summary already covers all {outcome.memory_count} memories"
-        earlier = current_status(body).summarized_at
-        common["summarized_at"] = (
-            ms_to_rfc3339(written_ms) if written_ms else earlier or now_rfc3339()
-        )
     else:
         reason, message = "Summarized", _summarized_message(body, spec, outcome)
         provenance = provenance_status(summary, outcome)
@@ -295,7 +285,6 @@ def report(
         for kind, count in outcome.redactions.items():
             metrics.REDACTIONS.labels(kind).inc(count)
         common.update(
-            summarized_at=ms_to_rfc3339(written_ms) if written_ms else now_rfc3339(),
             writer=CONFIG.replica_id,
             passes=outcome.passes,
             model_tokens=outcome.tokens_used,
@@ -308,7 +297,7 @@ def report(
     first = (body.get("status") or {}).get("phase") != "Summarized"
     if reason == "Summarized" and (outcome.rebuilt or first):
         reason = "Rebuilt" if outcome.rebuilt else "Summarized"
-        events.post(body, type_="Normal", reason=reason, message=message)
+        events.post(body, "Normal", reason, message)
 
 
 def _summarized_message(body: kopf.Body, spec: SessionSummarySpec, outcome: Outcome) -> str:
@@ -318,14 +307,11 @@ def _summarized_message(body: kopf.Body, spec: SessionSummarySpec, outcome: Outc
             f"{outcome.passes} pass(es), asked by {asked_by(body)}: the previous summary's "
             "text was replaced (spec.action Rebuild)"
         )
-    late = (
-        f", {outcome.late_memories} of them landed behind the last summary"
-        if outcome.late_memories
-        else ""
-    )
+    late = outcome.late_memories
+    behind = f", {late} of them landed behind the last summary" if late else ""
     message = (
         f"summarized {outcome.new_memories} new of {outcome.memory_count} memories "
-        f"in {outcome.passes} pass(es) (trigger {spec.trigger}){late}"
+        f"in {outcome.passes} pass(es) (trigger {spec.trigger}){behind}"
     )
     if outcome.dropped_items:
         message += f"; {outcome.dropped_items} item(s) whose memories are all deleted dropped"
@@ -339,8 +325,7 @@ def report_forgotten(
     outcome: Outcome,
     events: EventRecorder,
 ) -> None:
-    """spec.action Forget done: phase Forgotten, what was removed and who asked, in the
-    status and in a Normal Event."""
+    """spec.action Forget done: phase Forgotten; what went and who asked, also in an Event."""
     gone = outcome.forgotten
     assert gone is not None
     found = [
@@ -361,12 +346,11 @@ def report_forgotten(
     )
     done: dict[str, Any] = {"trigger_source": spec.trigger, "consecutive_failures": 0}
     patch.status.update(forgotten_status(body, message, ok=True, **done))
-    events.post(body, type_="Normal", reason="Forgotten", message=message)
+    events.post(body, "Normal", "Forgotten", message)
 
 
 def forgotten_status(body: kopf.Body, message: str, *, ok: bool, **fields: Any) -> dict[str, Any]:
-    """Phase Forgotten. No summary any more: only what says the session was forgotten stays;
-    the rest described the summary, its pass or the memories it covered (a null deletes it)."""
+    """Phase Forgotten: only what says so stays; the rest described the summary (null: deleted)."""
     status = status_with(
         body, phase="Forgotten", reason="Forgotten", message=message, ok=ok, **fields
     )
@@ -378,10 +362,9 @@ def forgotten_status(body: kopf.Body, message: str, *, ok: bool, **fields: Any) 
 
 
 def forgotten_by_another(obj: dict[str, Any], tombstone: dict[str, Any]) -> dict[str, Any]:
-    """The status of a Summarized object whose session another object (of any namespace or
-    cluster on the store) forgot since: Summarized False, when and through which object. The
-    tombstone is anyone's with the store token to write: a time that is no number is unknown,
-    an object that is not `SessionSummary namespace/name` is not named."""
+    """A Summarized object's status once another object forgot its session: when and through
+    which object. Anyone with the store token can write a tombstone: a time that is no number
+    is unknown, an object that is not `SessionSummary namespace/name` is not named."""
     at, by = tombstone.get(FORGOTTEN_KEY), tombstone.get(FORGOTTEN_BY_KEY)
     when = ms_to_rfc3339(at) if type(at) is int else "an unknown time"
     through = by if isinstance(by, str) and _FORGETTER.fullmatch(by) else "another SessionSummary"
@@ -393,18 +376,14 @@ def forgotten_by_another(obj: dict[str, Any], tombstone: dict[str, Any]) -> dict
 
 
 def asked_by(body: Mapping[str, Any]) -> str:
-    """Who asked for the object's current spec (a forget or a rebuild is audited:
-    docs/privacy.md): summaryctl's annotation, else the field manager (kubectl, a controller)
-    of its last change of the spec."""
+    """Who asked for the current spec (docs/privacy.md): summaryctl's annotation, else the field
+    manager of the spec's last change."""
     meta = body.get("metadata") or {}
     named = (meta.get("annotations") or {}).get(REQUESTED_BY)
     if named:
         return one_line(named, 200)
-    changes = [
-        m
-        for m in meta.get("managedFields") or []
-        if isinstance(m, Mapping) and "f:spec" in (m.get("fieldsV1") or {})
-    ]
+    # The API server keeps managedFields a list of objects (ManagedFieldsEntry).
+    changes = [m for m in meta.get("managedFields") or [] if "f:spec" in (m.get("fieldsV1") or {})]
     changes.sort(key=lambda m: str(m.get("time") or ""))
     return f"field manager {changes[-1].get('manager')}" if changes else "unknown"
 

@@ -49,19 +49,6 @@ def event_name(key: EventKey) -> str:
     return f"{base}.{digest}" if base else digest
 
 
-def object_reference(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """V1ObjectReference's arguments: the model is made by the sender."""
-    meta = obj.get("metadata") or {}
-    return {
-        "api_version": obj.get("apiVersion"),
-        "kind": obj.get("kind"),
-        "name": meta.get("name"),
-        "namespace": meta.get("namespace"),
-        "uid": meta.get("uid"),
-        "resource_version": meta.get("resourceVersion"),
-    }
-
-
 class EventRecorder:
     def __init__(self, instance: str = "") -> None:
         self.instance = instance
@@ -70,9 +57,18 @@ class EventRecorder:
         self._thread = threading.Thread(target=self._run, name="events", daemon=True)
         self._thread.start()
 
-    def post(self, obj: Mapping[str, Any], *, type_: str, reason: str, message: str) -> None:
+    def post(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
         """An Event on obj, or one more count on the same Event posted before."""
-        ref = object_reference(obj)
+        meta = obj.get("metadata") or {}
+        # V1ObjectReference's arguments: the sender's thread makes the model.
+        ref = {
+            "api_version": obj.get("apiVersion"),
+            "kind": obj.get("kind"),
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "uid": meta.get("uid"),
+            "resource_version": meta.get("resourceVersion"),
+        }
         key = EventKey(
             api_version=str(ref["api_version"] or ""),
             kind=str(ref["kind"] or ""),

@@ -1,9 +1,6 @@
-"""A condition set on a status, the reason a failure shows, the times a status states (RFC 3339,
-UTC), and Ready, Reconciling and Stalled on both kinds, derived from the rest of the status at
-each write. Pure.
-kstatus (Flux, kpt, `kubectl wait`) reads Reconciling True as in progress and Stalled True as
-failed; Ready is the Kubernetes convention (docs/operations.md). A derived condition that does
-not hold is left out, except Ready."""
+"""Conditions on a status, the reason a failure shows, and Ready, Reconciling and Stalled on
+both kinds, derived at each write (kstatus reads Reconciling and Stalled: docs/operations.md;
+one that does not hold is left out, Ready never). Pure."""
 
 from __future__ import annotations
 
@@ -21,20 +18,18 @@ READY, RECONCILING, STALLED = "Ready", "Reconciling", "Stalled"
 DERIVED = (READY, RECONCILING, STALLED)
 # What a SessionSummarizer needs to do its work, in the order a failure is named.
 REQUIRED = ("SecretsAllowed", "StoreReachable", "EmbeddingReady", "ModelReady", "ReplicaActive")
-# Ready's inputs, an unusable spec named first (it is not probed, so the rest is an older
-# spec's); SpecValid and Swept count only when present (no spec check or sweep yet).
+# Ready's inputs, an unusable spec first (the rest is then an older spec's); SpecValid and
+# Swept count only when present.
 READY_INPUTS = ("SpecValid", *REQUIRED, "Swept")
 NOT_BLOCKING = frozenset({("SecretsAllowed", "SecretNotAnnotated")})
-# The reason a failure shows on an object, and whether a pass retries it, by the exception's
-# class or its nearest base named here (by name: status/ imports none of the modules that
-# raise them). A DestinationRefused names its own reason; nothing was sent, so allowing the
-# host or endpoint is enough.
+# The reason a failure shows and whether a pass retries it, by the exception's class or nearest
+# base, by name (status/ imports none of the modules that raise them).
 FAILURES = MappingProxyType(
     {
         "SecretError": ("SecretNotFound", True),
         "FenceUnavailable": ("FencingUnavailable", True),
         "AuthorityConflict": ("AuthorityConflict", True),
-        "DestinationRefused": ("DestinationRefused", True),
+        "DestinationRefused": ("DestinationRefused", True),  # its own reason; nothing sent
         "StoreUnavailable": ("StoreUnavailable", True),
         "InvalidStoreConfig": ("InvalidStoreConfig", False),
         "CollectionNotFound": ("CollectionNotFound", True),
@@ -52,14 +47,13 @@ FAILURES = MappingProxyType(
 )
 # A refusal says what would allow it (a command): not cut at 300.
 REFUSALS = frozenset({"DestinationRefused", "AuthorityConflict", "ClaimLost"})
-# The operator's own words on what the spec names, never another party's text: not masked
-# (a Secret's name, `Secret k8s/s3-creds`, reads to the rules as a credential said).
+# The operator's own words, never another party's: not masked (a Secret's name,
+# `Secret k8s/s3-creds`, reads to the rules as a credential said).
 OWN_TEXT = frozenset({"SecretError", "DestinationRefused"})
 
 
 def now_rfc3339(*, precise: bool = False) -> str:
-    """Seconds for status fields; milliseconds (precise) where a new value must differ from
-    the previous one, as spec.requestedAt must for two sunsets in the same second."""
+    """Seconds; milliseconds (precise) where two values in one second must differ (requestedAt)."""
     now = dt.datetime.now(dt.UTC)
     millis = f".{now.microsecond // 1000:03d}" if precise else ""
     return now.strftime("%Y-%m-%dT%H:%M:%S") + millis + "Z"
@@ -71,8 +65,7 @@ def set_condition(
     now: str | None = None,
     **stamp: object,
 ) -> list[Condition]:
-    """Replaces the condition of each new one's type (with the `stamp` fields);
-    lastTransitionTime moves only when its status changes."""
+    """Each new condition replaces its type's (stamped); lastTransitionTime moves on a change."""
     merged = {c.type: c for c in conditions or []}
     for cond in new:
         previous = merged.get(cond.type)
@@ -93,13 +86,10 @@ def spec_problems(invalid: ValidationError) -> str:
 def masked(
     text: object, limit: int, redaction: Redaction = DEFAULT_REDACTION, *, flat: bool = True
 ) -> str:
-    """A failure's text as shown: masked (docs/privacy.md: a server's answer may quote any
-    credential), at most limit characters, on one line when flat. Only its start is masked
-    (bounded time), cut between words: no part of a secret is kept where the cut falls. Of a
-    text longer than twice limit, only its first limit characters are shown, cut outside each
-    secret the rules find in those twice limit: a secret of words cut at that end
-    (`password="a b`) is one they do not know, and the placeholders before it (shorter than
-    what they hide) would pull it into what is shown."""
+    """A failure's text as shown: masked (a server's answer may quote any credential), at most
+    limit characters, one line when flat. Only the first 2*limit are masked (bounded time), and
+    the cut falls outside every secret found there: a secret cut at that end (`password="a b`)
+    is one the rules miss, which the shorter placeholders before it would pull into view."""
     whole = str(text)
     start = cut(whole, 2 * limit, "", parts=False)
     if len(start) < len(whole):
@@ -110,15 +100,14 @@ def masked(
 
 
 def own_text(exc: BaseException | None) -> bool:
-    """Whether exc is of a kind OWN_TEXT names (by class or base, as FAILURES)."""
+    """Whether exc is of a kind OWN_TEXT names (by class or base)."""
     return any(c.__name__ in OWN_TEXT for c in type(exc).__mro__)
 
 
 def failure_shown(
     exc: BaseException, redaction: Redaction = DEFAULT_REDACTION
 ) -> tuple[str, str, bool] | None:
-    """(reason, message, retry) of a failure of a kind FAILURES names, masked by the
-    summarizer's rules (redaction), else None."""
+    """(reason, message, retry) of a failure of a kind FAILURES names, masked, else None."""
     named = next((c.__name__ for c in type(exc).__mro__ if c.__name__ in FAILURES), None)
     if named is None:
         return None
@@ -145,8 +134,7 @@ def condition(
 def summary_readiness(
     phase: Phase | None, reason: str, message: str, generation: int | None
 ) -> list[Condition]:
-    """The derived conditions of a SessionSummary in this phase (those that hold):
-    Summarized, Empty, Forgotten are Ready; NotFound, Failed Stalled; the rest Reconciling."""
+    """A SessionSummary's derived conditions: Ready when done; Stalled NotFound or Failed."""
     if phase in ("Summarized", "Empty", "Forgotten"):
         holding = [(READY, "True")]
     elif phase in ("NotFound", "Failed"):
@@ -159,40 +147,34 @@ def summary_readiness(
 def summarizer_readiness(
     conditions: Sequence[Condition], generation_now: int | None = None
 ) -> list[Condition]:
-    """The derived conditions of a SessionSummarizer with these (owned) conditions: Ready when
-    every required one is True (SecretNotAnnotated aside) and the last sweep, if any, ran;
-    Stalled with the first failing one's reason; Reconciling while one is not reported yet.
-    observedGeneration: the inputs' oldest (none yet: generation_now)."""
+    """A SessionSummarizer's derived conditions: Ready when every input holds; Stalled with the
+    first failing one's reason; Reconciling while one is unreported. Their generation: the
+    inputs' oldest (none yet: generation_now)."""
     found = {c.type: c for c in conditions if c.type not in DERIVED}
     inputs = [found[t] for t in READY_INPUTS if t in found]
     generations = [c.observed_generation for c in inputs if c.observed_generation is not None]
     generation = min(generations) if generations else generation_now
     failing = [c for c in inputs if c.status == "False" and (c.type, c.reason) not in NOT_BLOCKING]
+    waiting = [t for t in REQUIRED if t not in found or found[t].status == "Unknown"]
     if failing:
         first, *rest = failing
         message = f"{first.type}: {first.message}"
         if rest:
             message += f" (and {len(rest)} more: {', '.join(c.type for c in rest)})"
-        return [
-            condition(READY, "False", first.reason, message, generation),
-            condition(STALLED, "True", first.reason, message, generation),
-        ]
-    waiting = [t for t in REQUIRED if t not in found or found[t].status == "Unknown"]
-    if waiting:
+        reason, holding = first.reason, [(READY, "False"), (STALLED, "True")]
+    elif waiting:
         message = "not reported yet: " + ", ".join(waiting)
-        return [
-            condition(READY, "Unknown", "ChecksPending", message, generation),
-            condition(RECONCILING, "True", "ChecksPending", message, generation),
-        ]
-    message = "store, model and embedding answer; " + found["ReplicaActive"].message
-    return [condition(READY, "True", "Healthy", message, generation)]
+        reason, holding = "ChecksPending", [(READY, "Unknown"), (RECONCILING, "True")]
+    else:
+        message = "store, model and embedding answer; " + found["ReplicaActive"].message
+        reason, holding = "Healthy", [(READY, "True")]
+    return [condition(type_, status, reason, message, generation) for type_, status in holding]
 
 
 def with_derived(
     conditions: Sequence[Condition] | None, derived: Sequence[Condition]
 ) -> list[Condition]:
-    """The conditions with the derived ones replaced by `derived` (a derived type not in it
-    is removed; lastTransitionTime moves only on a status change, as set_condition does)."""
+    """The conditions with the derived ones replaced by `derived` (one not in it removed)."""
     wanted = {d.type for d in derived}
     kept = [c for c in conditions or [] if c.type not in DERIVED or c.type in wanted]
     return set_condition(kept, *derived)

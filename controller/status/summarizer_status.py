@@ -1,9 +1,5 @@
-"""A SessionSummarizer's status, computed from its inputs. Pure.
-
-Each condition and field has one owner (docs/troubleshooting.md), and every write applies
-one of these functions in kube.update_summarizer_status under a resourceVersion
-precondition, so no writer drops what another wrote.
-"""
+"""A SessionSummarizer's status from its inputs. Pure. Each condition and field has one owner;
+every write applies one of these under a resourceVersion (kube.update_summarizer_status)."""
 
 from __future__ import annotations
 
@@ -18,6 +14,7 @@ from controller.core.text import cut, one_line
 from controller.redaction import DEFAULT_REDACTION, Redaction
 from controller.status.conditions import (
     READY_INPUTS,
+    condition,
     failure_shown,
     masked,
     now_rfc3339,
@@ -27,9 +24,6 @@ from controller.status.conditions import (
     with_derived,
 )
 
-# Conditions that say nothing about the spec: stamped with the current generation.
-SPEC_INDEPENDENT = frozenset({"ReplicaActive"})
-
 
 def with_conditions(
     status: SessionSummarizerStatus,
@@ -37,23 +31,20 @@ def with_conditions(
     *,
     generation: int | None = None,
 ) -> SessionSummarizerStatus:
-    """The status with these conditions set, each measured now (others kept; transition times
-    move only on a status change), stamped with their spec generation when given."""
+    """The status with these conditions set, measured now, of this spec generation if given."""
     at = now_rfc3339()
-    update: dict[str, object] = {"last_probe_time": at}
-    if generation is not None:
-        update["observed_generation"] = generation
-    merged = set_condition(status.conditions, *conditions, now=at, **update)
+    stamp = {"observed_generation": generation} if generation is not None else {}
+    merged = set_condition(status.conditions, *conditions, now=at, last_probe_time=at, **stamp)
     return status.model_copy(update={"conditions": merged})
 
 
 def settled(status: SessionSummarizerStatus, generation: int | None) -> SessionSummarizerStatus:
-    """What every status write stores (after the writer's change): each condition with the
-    generation it was computed for (spec-independent ones, and any without one, the current
-    one), and Ready, Reconciling and Stalled derived from them, as old as their oldest input."""
+    """What every status write stores: each condition of the generation it was computed for
+    (ReplicaActive, which says nothing of the spec, and any without one: the current one), and
+    the derived ones, as old as their oldest input."""
     conditions = [
         c.model_copy(update={"observed_generation": generation})
-        if c.type in SPEC_INDEPENDENT or c.observed_generation is None
+        if c.type == "ReplicaActive" or c.observed_generation is None
         else c
         for c in status.conditions or []
     ]
@@ -69,42 +60,38 @@ def settled(status: SessionSummarizerStatus, generation: int | None) -> SessionS
 def spec_valid(invalid: ValidationError | None) -> Condition:
     """SpecValid: False with InvalidSpec naming each field the operator cannot use."""
     if invalid is None:
-        return Condition(type="SpecValid", status="True", reason="SpecAccepted", message="")
-    message = spec_problems(invalid)
-    return Condition(type="SpecValid", status="False", reason="InvalidSpec", message=message)
+        return condition("SpecValid", "True", "SpecAccepted", "")
+    return condition("SpecValid", "False", "InvalidSpec", spec_problems(invalid))
 
 
 def store_reachable(url: str, *, reason: str = "HeartbeatOK", message: str = "") -> Condition:
     """StoreReachable: True with HeartbeatOK, else False with the failure's reason."""
     ok = reason == "HeartbeatOK"
-    if ok and not message:
-        message = f"Chroma at {url} answers"
-    status = "True" if ok else "False"
-    return Condition(type="StoreReachable", status=status, reason=reason, message=message)
+    message = message or (f"Chroma at {url} answers" if ok else "")
+    return condition("StoreReachable", "True" if ok else "False", reason, message)
 
 
 def secrets_allowed(verdicts: Sequence[SecretVerdict], unread: Sequence[str] = ()) -> Condition:
-    """SecretsAllowed: True when every Secret the spec sends allows where it goes; False with
-    SecretHostNotAllowed (nothing is sent) or SecretNotAnnotated (sent only because unannotated
-    Secrets are still allowed); Unknown when a Secret could not be read (SecretNotFound)."""
+    """SecretsAllowed: True when each Secret sent allows where it goes; False when one refuses
+    (nothing sent) or is not annotated (sent still); Unknown when one could not be read."""
 
-    def condition(status: str, reason: str, messages: Sequence[str]) -> Condition:
+    def said(status: str, reason: str, messages: Sequence[str]) -> Condition:
         more = f" (and {len(messages) - 2} more)" if len(messages) > 2 else ""
         text = one_line("; ".join(messages[:2]) + more, 1000)
         return Condition(type="SecretsAllowed", status=status, reason=reason, message=text)
 
     refused = [v.refusal for v in verdicts if not v.allowed]
     if refused:
-        return condition("False", "SecretHostNotAllowed", refused)
+        return said("False", "SecretHostNotAllowed", refused)
     if unread:
-        return condition("Unknown", "SecretNotFound", list(unread))
+        return said("Unknown", "SecretNotFound", list(unread))
     warned = [v.warning for v in verdicts if v.warning]
     if warned:
-        return condition("False", "SecretNotAnnotated", warned)
+        return said("False", "SecretNotAnnotated", warned)
     if not verdicts:
-        return condition("True", "NoSecrets", ["no Secret is sent"])
+        return said("True", "NoSecrets", ["no Secret is sent"])
     sent = ", ".join(f"{v.use.secret} to {shown(v.use.url)}" for v in verdicts)
-    return condition("True", "AllowedBySecrets", [f"each Secret allows where it goes: {sent}"])
+    return said("True", "AllowedBySecrets", [f"each Secret allows where it goes: {sent}"])
 
 
 def swept(
@@ -115,8 +102,7 @@ def swept(
     duration_s: float,
     generation: int | None = None,  # of the spec the sweep ran with
 ) -> SessionSummarizerStatus:
-    """What a sweep that ran writes: its figures (status fields by name), Swept True, and a
-    reachable store."""
+    """A sweep that ran: its figures (status fields by name), Swept True, the store reachable."""
     ok = Condition(type="Swept", status="True", reason="SweepOK", message=message)
     update = {**figures, "message": message, "last_sweep_duration_seconds": round(duration_s, 3)}
     conditions = [ok, store_reachable(store_url)]
@@ -129,9 +115,8 @@ MARKERS_SHOWN = 5
 def sunset_markers(
     requested: Sequence[str], invalid: Sequence[str], markers_only: Sequence[str] = ()
 ) -> Condition | None:
-    """SunsetMarkers after a scan that acted: False while the markers it found include some
-    that name no session (one description each), or only sessions with no other memories;
-    None after one that did nothing (scans run every tick and write nothing then)."""
+    """SunsetMarkers after a scan that acted: False for markers that name no session or only
+    sessions with no other memories; None after one that did nothing (it writes nothing)."""
     parts = []
     if invalid:
         parts.append(
@@ -150,24 +135,17 @@ def sunset_markers(
         )
     if not parts:
         return None
-    status, reason = (
-        ("False", "MarkerWithoutMemories") if markers_only else ("True", "SummaryRequested")
-    )
-    if invalid:
-        status, reason = "False", "InvalidSunsetMarker"
-    message = one_line("; ".join(parts), 1000)
-    return Condition(type="SunsetMarkers", status=status, reason=reason, message=message)
-
-
-ROWS_USABLE = "MemoryRowsUsable"
+    status, reason = "True", "SummaryRequested"
+    if invalid or markers_only:
+        status, reason = "False", "InvalidSunsetMarker" if invalid else "MarkerWithoutMemories"
+    return condition("SunsetMarkers", status, reason, one_line("; ".join(parts), 1000))
 
 
 def memory_rows(ignored: Mapping[str, IgnoredRows], rows: int) -> Condition:
-    """MemoryRowsUsable after a finished walk of `rows` rows: False, reason IgnoredMemoryRows,
-    with each problem's row count and first ids, while the walk found rows it cannot act on."""
+    """MemoryRowsUsable after a walk of `rows` rows: False while it found rows it cannot act on."""
     if not ignored:
         message = f"the last walk found every memory row usable ({rows} rows)"
-        return Condition(type=ROWS_USABLE, status="True", reason="AllRowsUsable", message=message)
+        return condition("MemoryRowsUsable", "True", "AllRowsUsable", message)
     parts = []
     for problem, found in sorted(ignored.items()):
         more = f" and {found.count - len(found.ids)} more" if found.count > len(found.ids) else ""
@@ -175,7 +153,7 @@ def memory_rows(ignored: Mapping[str, IgnoredRows], rows: int) -> Condition:
         parts.append(f"{found.count} where the row {problem} (memory ids {ids}{more})")
     total = sum(found.count for found in ignored.values())
     message = one_line(f"ignored {total} of {rows} memory rows: " + "; ".join(parts), 1000)
-    return Condition(type=ROWS_USABLE, status="False", reason="IgnoredMemoryRows", message=message)
+    return condition("MemoryRowsUsable", "False", "IgnoredMemoryRows", message)
 
 
 def _listed(items: Sequence[str], *, quoted: bool = False) -> str:
@@ -188,8 +166,7 @@ def _listed(items: Sequence[str], *, quoted: bool = False) -> str:
 
 
 def sweep_failure(exc: BaseException, redaction: Redaction = DEFAULT_REDACTION) -> list[Condition]:
-    """A sweep that could not run: Swept False with the failure's reason (FAILURES), and
-    StoreReachable False too when the store itself failed; its text masked (redaction)."""
+    """A sweep that could not run: Swept False, and StoreReachable False when the store failed."""
     named = failure_shown(exc, redaction)
     reason, message, _ = named or ("StoreUnavailable", masked(exc, 300, redaction), True)
     message = message or type(exc).__name__

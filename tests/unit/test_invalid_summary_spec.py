@@ -47,7 +47,7 @@ class Recorded(EventRecorder):
     def __init__(self) -> None:  # no sender thread: nothing is sent
         self.posted: list[tuple[str, str, str]] = []
 
-    def post(self, obj: Any, *, type_: str, reason: str, message: str) -> None:
+    def post(self, obj: Any, type_: str, reason: str, message: str) -> None:
         self.posted.append((type_, reason, message))
 
 
