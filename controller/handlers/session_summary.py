@@ -205,10 +205,8 @@ async def summarize(
         failure = Failure("InvalidSpec", spec_problems(exc), retry=False)
         record_failure(body, patch, failure, logger, runtime.events)
     started = time.monotonic()
-    # Written a summary before: this pass is a re-summary (scheduling: it may wait a bit).
-    slack = slack_for(
-        parsed.trigger, has_summary=bool((body.get("status") or {}).get("summarizedAt"))
-    )
+    summarized = bool((body.get("status") or {}).get("summarizedAt"))  # a re-summary may wait
+    slack = slack_for(parsed.trigger, has_summary=summarized)
     found = indexes["summarizer_specs"].get((namespace, parsed.summarizer_ref))
     summarizer_spec = next(iter(found or ()), None)
     trace = PassTrace(
@@ -221,10 +219,8 @@ async def summarize(
 
     def say_started() -> None:
         """Phase Summarizing, best effort (a pass waiting for a claim stays Pending)."""
-        message = f"summarizing (trigger {parsed.trigger})"
-        status = status_with(
-            body, phase="Summarizing", reason="Summarizing", message=message, ok=None
-        )
+        said = f"summarizing (trigger {parsed.trigger})"
+        status = status_with(body, phase="Summarizing", reason="Summarizing", message=said, ok=None)
         try:
             kube.patch_summary_status(namespace, name, status.to_api())
         except (ApiException, urllib3.exceptions.HTTPError) as exc:

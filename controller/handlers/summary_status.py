@@ -29,7 +29,6 @@ from controller.kube.events import EventRecorder
 from controller.pipeline import Outcome
 from controller.status.conditions import now_rfc3339, set_condition, summary_readiness, with_derived
 
-CONDITION = "Summarized"
 # Whether the row was as this operator left it when the pass read it (summary_row.rewritten_by).
 SINGLE_WRITER = "SingleWriter"
 MEMORY_TIMES = "MemoryTimesReadable"
@@ -80,7 +79,7 @@ def status_with(
     since = (same and previous.last_phase_transition_time) or now_rfc3339()
     if ok is not None:
         status = "True" if ok else "False"
-        also = (Condition(type=CONDITION, status=status, reason=reason, message=message), *also)
+        also = (Condition(type="Summarized", status=status, reason=reason, message=message), *also)
     conditions = set_condition(previous.conditions, *also, observed_generation=generation)
     conditions = with_derived(conditions, summary_readiness(phase, reason, message, generation))
     return previous.model_copy(
@@ -157,8 +156,7 @@ def record_failure(
 
 def provenance_status(summary: StructuredSummary, outcome: Outcome) -> SummaryProvenance:
     """status.provenance: what the written summary covers and the tokens its passes cost."""
-    spent = outcome.provenance
-    mark = summary.watermark
+    spent, mark = outcome.provenance, summary.watermark
     first, last = summary.first_memory_at_ms, summary.last_memory_at_ms
     return SummaryProvenance(
         first_memory_at=ms_to_rfc3339(first) if first is not None else None,
