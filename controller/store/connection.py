@@ -61,8 +61,6 @@ class StoreLocation:
 
 def connect(location: StoreLocation) -> ClientAPI:
     """A Chroma client; raises StoreUnavailable or InvalidStoreConfig."""
-    if location.url is None and not location.path:
-        raise ValueError("either a Chroma server URL or an embedded path is required")
     if location.url is not None:
         problem = StoreSpec.url_problem(location.url)
         if problem:
@@ -142,8 +140,6 @@ class _BoundedHttpClient(Client):
 def _forget_system(system: object) -> None:
     """Drops a closed client's System (each HTTP client has its own) from chromadb's registry,
     where 1.5.9 leaves it: 0.8 MB per client (tests/integration/test_runtime_lifecycle.py)."""
-    if system is None:
-        return
     registry = SharedSystemClient._identifier_to_system
     for identifier, held in list(registry.items()):
         if held is system:

@@ -45,18 +45,12 @@ class CollectionNotFound(RuntimeError):
     SHOWN = 10  # existing collection names listed in the message
 
     def __init__(
-        self,
-        collection: str,
-        role: CollectionRole,
-        where: str = "",
-        existing: Sequence[str] | None = None,
+        self, name: str, role: CollectionRole, where: str, existing: Sequence[str] | None = None
     ) -> None:
-        self.collection, self.role = collection, role
-        text = f"{role} collection {collection!r} does not exist"
-        if where:
-            text += f" in Chroma at {where}"
+        self.collection, self.role = name, role
+        text = f"{role} collection {name!r} does not exist in Chroma at {where}"
         if existing is not None:
-            close = difflib.get_close_matches(collection, existing, n=1, cutoff=0.75)
+            close = difflib.get_close_matches(name, existing, n=1, cutoff=0.75)
             if close:
                 text += f"; did you mean {close[0]!r}?"
             if existing:

@@ -1,7 +1,5 @@
 """The Chroma store adapter, the only code that talks to Chroma: a network failure is
-StoreUnavailable, with nothing written; reads never create a collection. A forget leaves a
-tombstone, so a forgotten session is not summarized again until its memories change
-(docs/privacy.md, "Forget and rebuild")."""
+StoreUnavailable, with nothing written; reads never create a collection."""
 
 from __future__ import annotations
 
@@ -12,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import numpy as np
 from chromadb.api import ClientAPI
@@ -88,7 +86,8 @@ from controller.store.session_listing import (
     GET_BATCH,
     SessionRows,
     batches,
-    list_session,
+    list_all,
+    list_appended,
     pages,
     read_memories,
     rows,
@@ -98,9 +97,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-# Does our embedding model match the one a collection records? A different model of the same
-# dimension passes Chroma's dimension check and silently ruins every semantic search over
-# summaries, so the model a collection's function record names is compared before any write.
+# A different model of the same dimension passes Chroma's dimension check and ruins every
+# search over summaries: the model a collection's function record names is compared first.
 MINILM = "all-MiniLM-L6-v2"
 MINILM_FUNCTIONS = frozenset({"default", "onnx_mini_lm_l6_v2"})
 NEO_FUNCTION = "dynamic_text_embedding_service"
@@ -145,14 +143,15 @@ def embedding_function_problem(
 
 
 def _creation_ef(provider: str) -> DefaultEmbeddingFunction | None:
-    """The function a new collection records when the memory collection records none: one
-    every agent's chromadb can rebuild by name (chromadb's "default" has MiniLM's vectors;
-    none matches an arbitrary endpoint)."""
+    """What a new collection records when the memory collection records none: chromadb's
+    "default" (MiniLM's vectors, rebuilt by name by every agent); none fits an endpoint."""
     return DefaultEmbeddingFunction() if provider == "local-minilm" else None
 
 
-class _Recorded(EmbeddingFunction[Documents]):
-    """An embedding function Chroma records but never runs: the writer passes vectors."""
+@register_embedding_function
+class NeoDynamicTextEmbedding(EmbeddingFunction[Documents]):
+    """neo memory-core's function, registered so its collections open without a warning;
+    Chroma records it (or, by recorded_function, any other) but never runs it."""
 
     recorded_config: ClassVar[dict[str, Any]] = {}
 
@@ -164,24 +163,14 @@ class _Recorded(EmbeddingFunction[Documents]):
 
     @staticmethod
     def name() -> str:
-        return "recorded"
+        return NEO_FUNCTION
 
     def get_config(self) -> dict[str, Any]:
         return dict(self.recorded_config)
 
     @classmethod
-    def build_from_config(cls, config: dict[str, Any]) -> _Recorded:
+    def build_from_config(cls, config: dict[str, Any]) -> NeoDynamicTextEmbedding:
         return cls()
-
-
-@register_embedding_function
-class NeoDynamicTextEmbedding(_Recorded):
-    """neo memory-core's dynamic_text_embedding_service, registered with chromadb so its
-    collections open without a warning and our summary collection can record it."""
-
-    @staticmethod
-    def name() -> str:
-        return NEO_FUNCTION
 
 
 def recorded_function(record: Mapping[str, Any]) -> EmbeddingFunction[Documents]:
@@ -189,11 +178,8 @@ def recorded_function(record: Mapping[str, Any]) -> EmbeddingFunction[Documents]
     name, config = str(record["name"]), dict(record.get("config") or {})
     if name == NEO_FUNCTION:
         return NeoDynamicTextEmbedding()
-    named = type(
-        "RecordedFunction",
-        (_Recorded,),
-        {"name": staticmethod(lambda: name), "recorded_config": config},
-    )
+    attributes = {"name": staticmethod(lambda: name), "recorded_config": config}
+    named = type("RecordedFunction", (NeoDynamicTextEmbedding,), attributes)
     return cast(EmbeddingFunction[Documents], named())
 
 
@@ -228,16 +214,11 @@ class RowWrite:
             raise self.error
 
 
-class RowWriter(Protocol):
-    def write_rows(self, writes: Sequence[RowWrite]) -> None: ...
-
-
 class GroupWriter:
     """Rows waiting to be written to one summary collection, together: an upsert of sixteen
     costs Chroma little more than one of one (docs/benchmarks.md). Whichever pass finds a
     group free writes up to GROUP_ROWS, earliest deadline first, one per session and of one
-    vector size; the others wait for their row's result. At most `groups` groups in flight,
-    plus one of rows already due."""
+    vector size; the others wait for their row's result."""
 
     def __init__(self, groups: int = 1, rows: int = GROUP_ROWS) -> None:
         self._groups, self._rows = groups, rows
@@ -246,7 +227,7 @@ class GroupWriter:
         self._writing: set[str] = set()  # sessions of the groups in flight
         self._leading = 0
 
-    def write(self, store: RowWriter, write: RowWrite, pause: Pause = no_pause) -> None:
+    def write(self, store: MemoryStore, write: RowWrite, pause: Pause = no_pause) -> None:
         """pause: called before sending a group with no due row (the scheduler's give_way)."""
         with self._changed:
             self._waiting.append(write)
@@ -277,27 +258,22 @@ class GroupWriter:
         write.result()
 
     def _next(self) -> list[RowWrite]:
-        """Under the lock: the next group, if one may start; one extra of due rows, so they
-        wait for one backlog request at most."""
-        if self._leading < self._groups:
-            return self._take(None)
-        return self._take(time.monotonic()) if self._leading == self._groups else []
-
-    def _take(self, due: float | None) -> list[RowWrite]:
-        """Under the lock: the next group (with due: only rows due by then)."""
+        """Under the lock: the next group, if one may start; one extra of rows already due,
+        so they wait for one backlog request at most."""
+        if self._leading > self._groups:
+            return []
+        due = time.monotonic() if self._leading == self._groups else None
         group: list[RowWrite] = []
-        sessions = set(self._writing)
         for write in sorted(self._waiting, key=lambda w: w.deadline):
             if len(group) == self._rows or (due is not None and write.deadline > due):
                 break
             size = len(group[0].embedding) if group else len(write.embedding)
-            if write.session_id in sessions or len(write.embedding) != size:
+            if write.session_id in self._writing or len(write.embedding) != size:
                 continue
             group.append(write)
-            sessions.add(write.session_id)
+            self._writing.add(write.session_id)
         for write in group:
             self._waiting.remove(write)
-        self._writing.update(w.session_id for w in group)
         return group
 
 
@@ -343,8 +319,7 @@ Check = Callable[[], None]
 
 
 class MemoryStore:
-    """Reads memories and reads/writes summaries in one Chroma database; each collection is
-    opened once per store."""
+    """Memories and summaries in one Chroma database; each collection opened once a store."""
 
     def __init__(self, client: ClientAPI, location: StoreLocation) -> None:
         self.client = client
@@ -354,11 +329,8 @@ class MemoryStore:
         self._lock = threading.Lock()
 
     def close(self) -> None:
-        with self._lock:
-            self._handles.clear()
-        close = getattr(self.client, "close", None)
-        if close is not None:
-            close()
+        self._handles.clear()
+        getattr(self.client, "close", lambda: None)()
 
     def heartbeat(self) -> int:
         return guard("checking the heartbeat", self.client.heartbeat)
@@ -380,12 +352,7 @@ class MemoryStore:
         self, role: CollectionRole, create: Callable[[], Collection] | None = None
     ) -> Collection:
         """Gets a collection; if it is missing, creates it only when `create` is given."""
-        name = self._name(role)
-        if role != "memory" and name == self.location.memory_collection:
-            raise InvalidStoreConfig(
-                f"the {role} collection {name!r} is the memory collection: the operator's rows "
-                "would land among the agents' memories; name another summary collection"
-            )
+        name = self._name(role)  # never the memory collection's (StoreSpec, summaryctl check)
         try:
             # No embedding function: we pass explicit vectors; one could conflict.
             return guard(f"opening the {role} collection", lambda: self.client.get_collection(name))
@@ -402,8 +369,8 @@ class MemoryStore:
         return guard(f"creating the {role} collection", create)
 
     def _once(self, role: CollectionRole, create: bool = False) -> Collection:
-        """The collection kept for role, else opened and kept. Opened outside the lock, so a
-        slow store holds up no use of the collections already open; one handle is kept."""
+        """The collection kept for role, else opened (outside the lock: a slow store holds up
+        no use of the collections already open) and kept."""
         with self._lock:
             kept = self._handles.get(role)
         if kept is not None:
@@ -417,8 +384,7 @@ class MemoryStore:
         return self._once("memory")
 
     def create_memory_collection(self) -> Collection:
-        """Opens or creates the memory collection, for summaryctl remember, the demo and
-        tests; the operator never calls it."""
+        """For summaryctl remember, the demo and tests; the operator never calls it."""
         name = self.location.memory_collection
         ef = cast(Any, _creation_ef(self.location.embedding_provider))
         make = lambda: self.client.get_or_create_collection(name, embedding_function=ef)  # noqa: E731
@@ -442,7 +408,6 @@ class MemoryStore:
         )
 
     def _model_problem(self, record: Mapping[str, Any] | None, role: CollectionRole) -> str | None:
-        """Why our embedding model does not match the function `record` names, if it can tell."""
         loc = self.location
         model = (loc.embedding_provider, loc.embedding_model)
         return embedding_function_problem(record, self._name(role), *model)
@@ -454,7 +419,7 @@ class MemoryStore:
                 "opening the memory collection",
                 lambda: self.client.get_collection(self.location.memory_collection),
             )
-        except (NotFoundError, CollectionNotFound):
+        except NotFoundError:  # guard passes it on; it raises no CollectionNotFound
             return None, None
         config = collection_config(memories)
         record = config.get("embedding_function")
@@ -480,12 +445,7 @@ class MemoryStore:
         return self.client.get_or_create_collection(self.location.ledger_collection, metadata=meta)
 
     def _on(
-        self,
-        role: CollectionRole,
-        what: str,
-        op: Callable[[Collection], T],
-        *,
-        create: bool = False,
+        self, role: CollectionRole, what: str, op: Callable[[Collection], T], create: bool = False
     ) -> T:
         coll = self._once(role, create)
         with self._missing(role):
@@ -524,16 +484,16 @@ class MemoryStore:
         exclude: Callable[[Memory], bool] | None = None,
         mask: PassRedaction | None = None,
     ) -> SessionRows:
-        """The session as a pass lists it (session_listing.py), each memory masked first;
-        those `exclude` accepts are counted, not read."""
-        mask = mask or PassRedaction()
+        """The session as a pass lists it, masked (those `exclude` accepts are not read): only
+        the rows added since the prior if nothing else changed, else all (session_listing.py)."""
+        mask, prior = mask or PassRedaction(), prior or PriorCoverage()
         with self._missing("memory"):
             coll = self.memories()
             read = lambda ids: self.memories_by_id(ids, mask)  # noqa: E731
-            return list_session(coll, session_id, prior or PriorCoverage(), exclude, read, mask)
+            appended = list_appended(coll, session_id, prior, exclude, mask)
+            return appended or list_all(coll, session_id, prior, exclude, read, mask)
 
     def memories_by_id(self, ids: Sequence[str], mask: PassRedaction) -> list[Memory]:
-        """These memories (masked), in the session's order; those gone since are left out."""
         with self._missing("memory"):
             return read_memories(self.memories(), ids, mask)
 
@@ -552,22 +512,16 @@ class MemoryStore:
         embed: Callable[[list[str]], Any] | None = None,
     ) -> None:
         """Writes memories as an agent would (summaryctl remember, the demo, tests), embedded
-        with `embed` (default: local MiniLM), which must match the collection's model."""
+        with `embed` (default: local MiniLM)."""
         coll = self.create_memory_collection() if create else self.memories()
         problem = self._model_problem(collection_config(coll).get("embedding_function"), "memory")
         if problem:
             raise EmbeddingMismatch(problem)
         embeddings = (embed or self._memory_embedding)(list(documents))
-        for batch in batches(list(range(len(ids))), GET_BATCH):
-            guard(
-                "adding memories",
-                lambda b=batch: coll.upsert(  # type: ignore[misc]
-                    ids=[ids[i] for i in b],
-                    documents=[documents[i] for i in b],
-                    metadatas=[metadatas[i] for i in b],
-                    embeddings=[embeddings[i] for i in b],
-                ),
-            )
+        for at in range(0, len(ids), GET_BATCH):
+            b = slice(at, at + GET_BATCH)
+            rows = (list(ids[b]), list(embeddings[b]), list(metadatas[b]), list(documents[b]))
+            guard("adding memories", lambda r=rows: coll.upsert(*r))  # type: ignore[misc]
 
     @functools.cached_property
     def _memory_embedding(self) -> Callable[[list[str]], Any]:
@@ -587,8 +541,7 @@ class MemoryStore:
     def scan_markers(
         self, marker_type: str, watermark_ms: int
     ) -> Iterator[tuple[str, object, int]]:
-        """(memory id, sessionId as stored, maybe blank, timestamp ms) of every memory of
-        marker_type newer than watermark_ms, in any unit."""
+        """(memory id, sessionId as stored, timestamp ms) of every newer memory of marker_type."""
         where = {"$and": [{"type": marker_type}, newer_where(watermark_ms)]}
         listed = self._pages("memory", "scanning for sunset markers", where, SCAN_PAGE)
         for row_id, meta, _ in listed:
@@ -599,9 +552,8 @@ class MemoryStore:
         self, cursor: RowCursor | None
     ) -> tuple[list[tuple[str, int | None]], RowCursor, bool]:
         """(sessionId, timestamp ms or None) of the rows added since `cursor` (Chroma lists
-        rows in insertion order), the new cursor, and whether the row before its offset is
-        still the one it saw last: deletions shift offsets, so a misaligned (or no) cursor
-        reads nothing and the caller reconciles everything (sweep.py)."""
+        rows in insertion order), the new cursor, and whether it was aligned: deletions shift
+        offsets, so a misaligned (or no) cursor reads nothing and the sweep reconciles all."""
         total = self._on("memory", "counting memories", lambda c: c.count())
         aligned = cursor is not None and self._id_at(cursor.offset - 1) == cursor.last_id
         found: list[tuple[str, int | None]] = []
@@ -622,7 +574,7 @@ class MemoryStore:
 
     def rows_from(self, offset: int, limit: int) -> list[WalkedRow]:
         """(sessionId, timestamp ms, row id, row_problem) of `limit` rows from `offset`, in
-        the order they were added; a short page is the end."""
+        the order they were added."""
         what = "reading memories in the order they were added"
         got = self._get("memory", what, include=["metadatas"], limit=limit, offset=offset)
         return [
@@ -652,8 +604,8 @@ class MemoryStore:
         return self._by_id("summary", what, include, [row_id]).get(row_id)
 
     def read_ledger(self, session_id: str, row: dict[str, Any] | None = None) -> LedgerEntry | None:
-        """The session's ledger entry (`row`: the row's metadata), in one read; a tombstone
-        as a head-only entry. Raises UnreadablePriorSummary if unreadable."""
+        """The session's ledger entry (`row`: the row's metadata); a tombstone as a head-only
+        entry."""
         what, where = "reading the session's ledger entry", {"sessionId": session_id}
         found = self._by_id("ledger", what, ["documents", "metadatas"], where)
         head = found.get(summary_row_id(session_id), (None, None))[1]
@@ -680,8 +632,7 @@ class MemoryStore:
 
     def read_prior(self, session_id: str) -> StoredPrior:
         """The stored summary, from the ledger entry (else the row), and whether the row
-        agrees with it (docs/ledger.md): a stale row, leftover records or lost lists make
-        the pass write again."""
+        agrees with it (docs/ledger.md)."""
         row = self._summary_row(session_id)
         document, row_meta = row or (None, {})
         digest = document_digest(document or "") if row else None
@@ -707,9 +658,9 @@ class MemoryStore:
         return StoredPrior(summary, digest, current)
 
     def check_embedding(self, dimension: int) -> int | None:
-        """Refuses vectors of another dimension than the summary collection holds (one sampled
-        once per store) or of another model than the function it (else the memory
-        collection) records. Returns the collection's dimension when known."""
+        """Refuses vectors of another dimension than the summary collection holds, or of
+        another model than the function it (else the memory collection) records. Returns the
+        collection's dimension when known."""
         if self._verified_dimension == dimension:
             return dimension
         held = self._held_dimension()
@@ -739,7 +690,7 @@ class MemoryStore:
         return len(embeddings[0]) if embeddings is not None and len(embeddings) else None
 
     def ledger_sessions(self) -> Iterator[str]:
-        """The session of every ledger entry but tombstones, page by page."""
+        """The session of every ledger entry but tombstones."""
         where = {"ledgerFormat": {"$gte": 1}}
         with contextlib.suppress(CollectionNotFound):
             for _, meta, _ in self._pages("ledger", "listing the ledger", where, SCAN_PAGE):
@@ -773,8 +724,7 @@ class MemoryStore:
         return self._metadata("ledger", session_ids)
 
     def rows_digests(self, session_ids: Sequence[str]) -> dict[str, str]:
-        """Each session's ledger head rowsDigest; sessions without one are left out."""
-        heads = self._metadata("ledger", session_ids).items()
+        heads = self.ledger_heads(session_ids).items()
         return {s: d for s, head in heads if isinstance(d := head.get("rowsDigest"), str)}
 
     def _metadata(
@@ -786,8 +736,9 @@ class MemoryStore:
 
     def written_since(self, session_ids: Sequence[str], since_ms: int) -> set[str]:
         """Sessions whose ledger head was replaced at or after since_ms (no longer stale)."""
-        heads = self._metadata("ledger", session_ids).items()
-        return {sid for sid, head in heads if _at(head) >= since_ms}
+        heads = self.ledger_heads(session_ids).items()
+        replaced = ("summarizedAt", FORGOTTEN_KEY)  # by a write, or by a forget
+        return {s for s, head in heads if max(_int(head.get(k)) for k in replaced) >= since_ms}
 
     # -- writes (GroupWriter: the group write) -----------------------------------------
 
@@ -795,8 +746,7 @@ class MemoryStore:
         return self.read_row_states([session_id])[session_id]
 
     def read_row_states(self, session_ids: Sequence[str]) -> dict[str, RowState]:
-        """Each session's row as a write finds it (fence, document digest, ledger head and
-        other records), in two reads for all."""
+        """Each session's row as a write finds it, in two reads for all."""
         ids = [summary_row_id(s) for s in session_ids]
         where = {"sessionId": {"$in": list(session_ids)}}
         records = self._by_id("ledger", "reading the ledger entries", ["metadatas"], where)
@@ -816,7 +766,7 @@ class MemoryStore:
         self, role: CollectionRole, what: str, include: list[str], which: list[str] | dict[str, Any]
     ) -> dict[str, tuple[str | None, dict[str, Any]]]:
         """(document, metadata) by id of the records `which` (ids, or a where) names; none
-        from a missing collection. SQLite binds at most 32,766 ids a read."""
+        from a missing collection."""
         queries: list[dict[str, Any]] = [{"where": which}]
         if isinstance(which, list):
             queries = [{"ids": list(batch)} for batch in batches(which, SCAN_PAGE)]
@@ -849,9 +799,8 @@ class MemoryStore:
         return functools.partial(self._delete, role, what, **query)
 
     def _writes(self, check: Check | None, steps: Sequence[Callable[[], None]]) -> None:
-        """Runs the steps of a forget or a drop in order, each after `check` (the claim's
-        guard) says we may still write: a writer whose claim lapsed mid-way stops before it
-        deletes what its successor wrote. A missing collection has nothing to delete."""
+        """Runs a forget's or a drop's steps, each after `check` (the claim's guard): a writer
+        whose claim lapsed mid-way stops before it deletes what its successor wrote."""
         for step in steps:
             if check is not None:
                 check()
@@ -935,9 +884,7 @@ class MemoryStore:
 
         def upsert(coll: Collection) -> None:
             try:
-                coll.upsert(
-                    ids=ids, documents=documents, metadatas=metadatas, embeddings=embeddings
-                )
+                coll.upsert(ids, embeddings, metadatas, documents)
             except InvalidArgumentError as exc:
                 if role == "summary" and (found := DIMENSION_ERROR.search(str(exc))):
                     name = self.location.summary_collection
@@ -958,11 +905,11 @@ class MemoryStore:
     ) -> Forgotten:
         """Replaces the ledger head with a tombstone (first, so a forget cut short leaves
         nothing a pass would carry), then deletes the row, the segments and (with memories)
-        the memories. The tombstone records what `request` removed, for its retry to report,
-        and the newest time of the memories it found, which the sweep compares with theirs."""
+        the memories. The tombstone records what `request` removed and the newest memory's
+        time, which the sweep compares with theirs (docs/privacy.md, "Forget and rebuild")."""
         ids, times = [], []
         listed = self._pages("memory", "listing the session", {"sessionId": session_id}, SCAN_PAGE)
-        for memory_id, meta, _ in listed:
+        for memory_id, meta, _ in listed:  # streamed: a session may hold 50,000 memories
             ids.append(memory_id)
             times.append(parse_timestamp_ms(meta.get("timestamp")))
         left = [] if memories else ids
@@ -970,18 +917,18 @@ class MemoryStore:
         row = bool(self._by_id("summary", "reading the summary row", [], [row_id]))
         where = {"$and": [{"sessionId": session_id}, {"segment": {"$gte": 0}}]}
         segments = self._by_id("ledger", "listing the session's ledger segments", [], where)
-        head = self._metadata("ledger", [session_id]).get(session_id, {})
+        head = self.ledger_heads([session_id]).get(session_id, {})
         if is_tombstone(head):  # forgotten before: the memories it removed count too
-            times.append(_count(head.get(LAST_MEMORY_KEY, head.get(FORGOTTEN_KEY))) or None)
+            times.append(_int(head.get(LAST_MEMORY_KEY, head.get(FORGOTTEN_KEY))) or None)
         entry = len(segments) + bool(head and not is_tombstone(head))  # what a forget found
-        removed = Forgotten(row, entry, len(ids) if memories else 0, len(left))
-        if request and is_tombstone(head) and head.get(REQUEST_KEY) == request:  # a retry
-            removed = Forgotten(
-                row or head.get("removedRow") is True,
-                max(removed.ledger_records, _count(head.get("removedRecords"))),
-                max(removed.memories, _count(head.get("removedMemories"))),
-                len(left),
-            )
+        retry = request and is_tombstone(head) and head.get(REQUEST_KEY) == request
+        before = head if retry else {}  # a retry reports what its first try removed too
+        removed = Forgotten(
+            row or before.get("removedRow") is True,
+            max(entry, _int(before.get("removedRecords"))),
+            max(len(ids) if memories else 0, _int(before.get("removedMemories"))),
+            len(left),
+        )
         now = int(time.time() * 1000)
         tombstone = {
             "sessionId": session_id,
@@ -1050,15 +997,8 @@ def newer_where(after_ms: int, upto_ms: int | None = None) -> dict[str, Any]:
     return {"$or": ranges}
 
 
-def _at(head: Mapping[str, Any]) -> int:
-    """When a write or a forget replaced this ledger head (ms; 0: unknown)."""
-    times = (head.get("summarizedAt"), head.get(FORGOTTEN_KEY))
-    return max(
-        int(t) if isinstance(t, int | float) and not isinstance(t, bool) else 0 for t in times
-    )
-
-
-def _count(value: object) -> int:
+def _int(value: object) -> int:
+    """A ledger head's count or time in ms, as we write them (0: none)."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 

@@ -7,7 +7,7 @@ import bisect
 import itertools
 import time
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
@@ -18,7 +18,6 @@ from chromadb.api.types import Where
 from controller.core.coverage import (
     Bucket,
     Coverage,
-    Dirty,
     PriorCoverage,
     digest,
     extend,
@@ -41,7 +40,7 @@ from controller.store.errors import guard
 LIST_PAGE = 1000  # one round trip for most sessions; 2,000 kept more heap (docs/benchmarks.md)
 GET_BATCH = 500
 ID_PAGE = 5000  # ids only: a few bytes a row
-SMALL_SESSION = 50  # rows: listed whole in one request (list_session)
+SMALL_SESSION = 50  # rows: listed whole in one request (list_all)
 NAMED_UNTRUSTED = 10
 T = TypeVar("T")
 _INT64 = (-(2**63), 2**63 - 1)
@@ -49,9 +48,8 @@ _INT64 = (-(2**63), 2**63 - 1)
 
 class RowKeys:
     """A session's sort keys, (timestamp, id), in flat buffers freed whole after the pass
-    (tuples cost more and stayed: docs/benchmarks.md): added as the listing pages arrive, then
-    sorted by build() (Watermark's order: timestamp, then id). `included` marks rows not of an
-    excluded type, `selected` the rows the pass reads (all until select())."""
+    (tuples cost more and stayed: docs/benchmarks.md), sorted by build() in Watermark's order.
+    `included` marks rows not of an excluded type, `selected` the rows the pass reads."""
 
     def __init__(self) -> None:
         self._timestamps = array("q")
@@ -75,9 +73,8 @@ class RowKeys:
         self._sorted_stamps = stamps[self._order]
         # Rows sharing a timestamp, ordered by id (a listing gives them in any order).
         _, firsts, counts = np.unique(self._sorted_stamps, return_index=True, return_counts=True)
-        for first, count in zip(
-            firsts[counts > 1].tolist(), counts[counts > 1].tolist(), strict=True
-        ):
+        ties = counts > 1
+        for first, count in zip(firsts[ties].tolist(), counts[ties].tolist(), strict=True):
             run = self._order[first : first + count].tolist()
             self._order[first : first + count] = sorted(run, key=self._id_of)
         return self
@@ -90,30 +87,25 @@ class RowKeys:
         return len(self._order)
 
     def __getitem__(self, position: int) -> tuple[int, str]:
-        """The key at this position of the sorted order."""
         return int(self._sorted_stamps[position]), self._id_of(int(self._order[position]))
 
     def __iter__(self) -> Iterator[tuple[int, str]]:
         return (self[position] for position in range(len(self)))
 
     def included(self) -> int:
-        """Rows the pass summarizes: selected and not of an excluded type."""
         return sum(1 for row in self._order if self._included[row] and self._selected[row])
 
     def included_ids(self) -> Iterator[str]:
-        """The ids of the rows the pass summarizes, in key order."""
         for row in self._order:
             if self._included[row] and self._selected[row]:
                 yield self._id_of(int(row))
 
     def select(self, keep: Callable[[int, str], bool]) -> int:
-        """Selects the rows `keep(timestamp, id)` accepts; returns how many."""
         for key, row in zip(self, self._order, strict=True):
             self._selected[int(row)] = 1 if keep(*key) else 0
         return sum(self._selected)
 
     def with_selection(self) -> Iterator[tuple[int, str, bool]]:
-        """(timestamp, id, selected) of every row, in key order."""
         for key, row in zip(self, self._order, strict=True):
             yield (*key, bool(self._selected[int(row)]))
 
@@ -140,12 +132,11 @@ class SessionRows:
     newest: Watermark | None  # the newest row of all, the pass's watermark
     keys: RowKeys  # (timestamp, id) of every parsed row, sorted; `selected`: read this pass
     included: int  # how many of the selected rows the pass summarizes (not excluded)
-    # The included rows, in (timestamp, id) order, then the untimed rows not summarized yet,
-    # GET_BATCH rows a read.
+    # The included rows in (timestamp, id) order, then the new untimed ones, GET_BATCH a read.
     memories: Callable[[], Iterator[Memory]]
     sources: SessionSources = field(default_factory=SessionSources)  # who wrote the rows
     selected: int = 0  # rows read this pass, excluded types too
-    reread: tuple[Dirty, ...] = ()  # ranges behind the prior's watermark it does not cover exactly
+    late: int = 0  # rows at or before the prior's watermark it does not cover (landed late)
     prior_key: tuple[int, str] | None = None  # the prior's watermark
     digest: Bucket = field(default_factory=lambda: Bucket(0))  # every row's id (coverage.digest)
     # Set when only rows after the prior's watermark were listed: coverage grows from it.
@@ -155,13 +146,8 @@ class SessionRows:
     # Sorted ids of rows whose time is unreadable or unplaced (memories.placed). In
     # `total`, not in the coverage; each is summarized once, at the end of the order.
     untimed: tuple[str, ...] = ()
-    # id: its timestamp as stored, shown (None: it has none). Listed whole only.
+    # id: its timestamp as stored, shown (None: it has none).
     untimed_values: Mapping[str, str | None] = field(default_factory=dict)
-
-    @property
-    def late(self) -> int:
-        """Rows at or before the prior's watermark that it does not cover (landed late)."""
-        return sum(d.uncovered for d in self.reread)
 
     def coverage(self, upto: tuple[int, str] | None = None) -> tuple[Coverage, int]:
         """The coverage a write records, and its row count, once the selected rows up to `upto`
@@ -179,21 +165,6 @@ class SessionRows:
         return extend(self.base, keys, mark[0]), self.base.count + len(keys)
 
 
-def list_session(
-    coll: Collection,
-    session_id: str,
-    prior: PriorCoverage,
-    exclude: Callable[[Memory], bool] | None,
-    read_batch: Callable[[Sequence[str]], list[Memory]],
-    mask: PassRedaction,
-) -> SessionRows:
-    """Only the rows added since the prior if nothing else changed (list_appended), else all;
-    small sessions whole: one request costs less than list_appended's two."""
-    small = prior.digest is not None and prior.digest.count <= SMALL_SESSION
-    appended = None if small else list_appended(coll, session_id, prior, exclude, mask)
-    return appended or _list_all(coll, session_id, prior, exclude, read_batch, mask)
-
-
 def list_appended(
     coll: Collection,
     session_id: str,
@@ -202,10 +173,12 @@ def list_appended(
     mask: PassRedaction,
 ) -> SessionRows | None:
     """The session listed from every row id plus the rows at or after the prior's watermark,
-    or None (list everything) unless the ids not newer than the watermark digest exactly as
-    the prior's: no row deleted, none landed behind the watermark."""
+    or None (list_all) unless the ids not newer than the watermark digest exactly as the
+    prior's: no row deleted, none landed behind the watermark."""
+    if prior.digest is None or prior.digest.count <= SMALL_SESSION:  # list_all's one request
+        return None  # costs a small session less than these two
     mark, sources = prior.watermark_key, SessionSources.from_json(prior.sources_json)
-    if mark is None or prior.coverage is None or prior.digest is None or sources is None:
+    if mark is None or prior.coverage is None or sources is None:
         return None
     listed = pages(coll, "listing the session's row ids", {"sessionId": session_id}, ID_PAGE, ())
     ids = [row_id for row_id, _, _ in listed]
@@ -242,6 +215,8 @@ def list_appended(
         if include:
             wanted[memory.id] = mask.memory(memory)
     sorted_keys = keys.build()
+    what = "reading the untimed rows' times"
+    untimed = by_ids(coll, what, sorted(prior.untimed), ["metadatas"], LIST_PAGE)
     return SessionRows(
         # A row landing between the two reads is counted once.
         total=every_id.count,
@@ -255,15 +230,8 @@ def list_appended(
         digest=every_id,
         base=prior.coverage,
         untimed=tuple(sorted(prior.untimed)),
-        untimed_values=_stamps(coll, prior.untimed),
+        untimed_values={row_id: _shown(meta) for row_id, meta, _ in untimed},
     )
-
-
-def _stamps(coll: Collection, ids: Iterable[str]) -> dict[str, str | None]:
-    """The stored timestamp of each of these rows as shown (None: it has none)."""
-    what = "reading the untimed rows' times"
-    found = by_ids(coll, what, sorted(ids), ["metadatas"], LIST_PAGE)
-    return {row_id: _shown(meta) for row_id, meta, _ in found}
 
 
 def _shown(meta: Mapping[str, object]) -> str | None:
@@ -271,7 +239,7 @@ def _shown(meta: Mapping[str, object]) -> str | None:
     return None if stamp is None else repr(stamp)[:60]
 
 
-def _list_all(
+def list_all(
     coll: Collection,
     session_id: str,
     prior: PriorCoverage,
@@ -287,13 +255,8 @@ def _list_all(
     first_page: dict[str, Memory] = {}
     now_ms, untrusted = int(time.time() * 1000), list[str]()
     untimed: dict[str, str | None] = {}
-    total = 0
-    where = {"sessionId": session_id}
-    listed = pages(
-        coll, "listing the session's memories", where, LIST_PAGE, first_with_documents=True
-    )
-    for row_id, meta, doc in listed:
-        total += 1
+    what, where = "listing the session's memories", {"sessionId": session_id}
+    for row_id, meta, doc in pages(coll, what, where, LIST_PAGE, first_with_documents=True):
         every_id = every_id.add(id_hash(row_id))
         meta = mask.meta(meta)  # tool names are cut to 50 characters: masked before
         probe = memory_from_row(row_id, doc, meta)
@@ -309,7 +272,7 @@ def _list_all(
             newest = Watermark.of(probe)
         wanted = exclude is None or not exclude(probe)
         keys.add(probe.timestamp_ms, probe.id, included=wanted)
-        if wanted and total <= LIST_PAGE:  # the first page came with its documents
+        if wanted and every_id.count <= LIST_PAGE:  # the first page came with its documents
             first_page[row_id] = mask.memory(probe)
     sorted_keys = keys.build()
     mark = prior.watermark_key
@@ -326,7 +289,7 @@ def _list_all(
         return at >= 0 and reread[at].holds(ts)
 
     selected = sorted_keys.select(keep)
-    one_page = total <= LIST_PAGE
+    one_page = every_id.count <= LIST_PAGE
     if not one_page:
         first_page.clear()  # more than one page: read in order, batch by batch
 
@@ -345,14 +308,14 @@ def _list_all(
         yield from untimed_now
 
     return SessionRows(
-        total=total,
+        total=every_id.count,
         newest=newest,
         keys=sorted_keys,
         included=sorted_keys.included() + len(untimed_now),
         memories=read,
         sources=sources,
         selected=selected + len(fresh),
-        reread=tuple(reread),
+        late=sum(d.uncovered for d in reread),
         prior_key=mark,
         digest=every_id,
         untrusted=tuple(untrusted),
@@ -409,8 +372,7 @@ def pages(
 def by_ids(
     coll: Collection, what: str, ids: Sequence[str], include: Sequence[str], size: int
 ) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
-    """(id, metadata, document) of these rows still there, `size` ids a read (SQLite binds
-    at most 32,766)."""
+    """(id, metadata, document) of these rows still there, `size` ids a read (SQLite's limit)."""
     for batch in batches(ids, size):
         got = guard(what, lambda b=batch: coll.get(ids=list(b), include=cast(Any, list(include))))  # type: ignore[misc]
         yield from rows(got)
