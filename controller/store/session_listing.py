@@ -354,8 +354,7 @@ def pages(
 ) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
     """(id, metadata, document) of every row matching where, page by page (SQLite's variable
     limit); documents only on the first page with first_with_documents."""
-    offset = 0
-    while True:
+    for offset in itertools.count(0, page):
         wanted = [*include, "documents"] if first_with_documents and not offset else include
         got = guard(
             what,
@@ -366,7 +365,6 @@ def pages(
         yield from rows(got)
         if len(got["ids"]) < page:
             return
-        offset += page
 
 
 def by_ids(
