@@ -998,8 +998,8 @@ def newer_where(after_ms: int, upto_ms: int | None = None) -> dict[str, Any]:
 
 
 def _int(value: object) -> int:
-    """A ledger head's count or time in ms, as we write them (0: none)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    """A ledger head's count or time in ms (0: none); a float as its int, as 0.1.0 read it."""
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0
 
 
 def _state(count: object, ts: object) -> StoredSummaryState:
