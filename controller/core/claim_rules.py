@@ -74,7 +74,7 @@ def parse_claim(spec: Mapping[str, Any] | None, default_duration_s: float) -> Cl
 @dataclass(frozen=True)
 class Sighting:
     """When this contender first saw a claim object as it is now (its resourceVersion), on
-    its own monotonic clock: client-go's observedTime. Never another host's time."""
+    its own monotonic clock (client-go's observedTime)."""
 
     name: str
     version: str
@@ -93,9 +93,7 @@ def decide(existing: Claim | None, sighting: Sighting, me: Writer, now_s: float)
     since we saw it; held: another writer's, live as far as our clock can tell."""
     if existing is None or existing.writer == me:
         return "take"
-    if now_s - sighting.seen_at_s >= existing.duration_s:
-        return "take"
-    return "held"
+    return "take" if now_s - sighting.seen_at_s >= existing.duration_s else "held"
 
 
 def held_for_s(existing: Claim, sighting: Sighting, now_s: float) -> float:

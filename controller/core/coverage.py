@@ -1,9 +1,7 @@
-"""Which memories a summary covers, so a pass finds every memory it has not read, whatever
-its timestamp and whenever it landed (docs/summaries.md, "What a summary covers"). Pure.
-
-Rows sit in time buckets, each with a count and two sums of id hashes (the hashes and their
-squares, mod a prime): a pass re-reads only buckets that differ, and when one or two rows
-are missing from a bucket the sums name them (`summaryctl verify`).
+"""Which memories a summary covers, whatever their time and whenever they landed (docs/
+summaries.md, "What a summary covers"). Pure. Rows sit in time buckets, each a count and two
+sums of id hashes (and their squares) mod a prime: a pass re-reads only buckets that differ,
+and the sums name one or two rows missing from a bucket (`summaryctl verify`).
 """
 
 from __future__ import annotations
@@ -44,7 +42,7 @@ class Bucket:
 
 @dataclass(frozen=True)
 class Coverage:
-    """The rows a summary covers, in buckets ordered by start (an older row is not covered)."""
+    """The rows a summary covers, in buckets ordered by start."""
 
     buckets: tuple[Bucket, ...] = ()
 
@@ -78,8 +76,7 @@ class Coverage:
 
 
 def build(keys: Iterable[tuple[int, str]], max_buckets: int = MAX_BUCKETS) -> Coverage:
-    """The coverage of these (timestamp, id) rows: at most max_buckets of about equal counts,
-    split only where the timestamp changes."""
+    """At most max_buckets of about equal counts, split only where the timestamp changes."""
     rows = sorted((ts, id_hash(row_id)) for ts, row_id in keys)
     if not rows:
         return Coverage()
@@ -101,8 +98,7 @@ def extend(
     covered_upto_ms: int,
     max_buckets: int = MAX_BUCKETS,
 ) -> Coverage:
-    """The coverage plus a pass's new rows: those up to covered_upto_ms join the last bucket,
-    later ones one new bucket; adjacent buckets are joined down to max_buckets."""
+    """With a pass's new rows: up to covered_upto_ms in the last bucket, later in a new one."""
     buckets = list(coverage.buckets)
     fresh: Bucket | None = None
     for ts, row_id in sorted(keys):
@@ -122,8 +118,7 @@ def extend(
 
 
 def digest(row_ids: Iterable[str]) -> Bucket:
-    """Every row of a session, as a count and two sums of id hashes: what a pass compares
-    (with the ids alone) to tell that no row was deleted or landed behind the watermark."""
+    """Every row of a session as one bucket: tells a pass no row went or landed behind it."""
     return functools.reduce(Bucket.add, map(id_hash, row_ids), Bucket(0))
 
 
@@ -167,22 +162,6 @@ class Dirty:
         return max(0, self.current.count - (self.stored.count if self.stored else 0))
 
 
-def dirty_buckets(stored: Coverage, covered_keys: Iterable[tuple[int, str]]) -> list[Dirty]:
-    """The ranges where the rows that should be covered (the session's rows at or before the
-    summary's watermark) are not exactly the rows the summary covers."""
-    starts = stored.starts
-    current = partition(covered_keys, starts)
-    dirty: list[Dirty] = []
-    if current[0].count:  # older than every bucket: covered by nothing
-        dirty.append(Dirty(None, starts[0] if starts else None, None, current[0]))
-    for i, bucket in enumerate(stored.buckets):
-        now = current[i + 1]
-        if now != bucket:  # partition gave it the bucket's start: the rows differ
-            end = starts[i + 1] if i + 1 < len(starts) else None
-            dirty.append(Dirty(bucket.start, end, bucket, now))
-    return dirty
-
-
 def missing_rows(dirty: Dirty, candidates: Iterable[tuple[int, str]]) -> list[str] | None:
     """The ids of a dirty bucket's rows beyond the stored ones, when one or two and none was
     removed (the sums then give their hashes); None when the sums cannot tell."""
@@ -222,14 +201,23 @@ class PriorCoverage:
 def to_reread(
     prior: PriorCoverage, covered_keys: Iterable[tuple[int, str]], count: int
 ) -> list[Dirty]:
-    """The ranges at or before the prior's watermark whose rows a pass must read again."""
+    """The ranges where the rows at or before the prior's watermark (covered_keys) are not
+    exactly the rows it covers: what a pass must read again."""
     if prior.watermark_key is None:
         return []
-    if prior.coverage is not None:
-        return dirty_buckets(prior.coverage, covered_keys)
-    if prior.memory_count is not None and prior.memory_count < count:
-        return [Dirty(None, None, None, partition(covered_keys, [])[0])]
-    return []
+    if prior.coverage is None:  # a count only: everything, if it fell short
+        short = prior.memory_count is not None and prior.memory_count < count
+        return [Dirty(None, None, None, partition(covered_keys, [])[0])] if short else []
+    starts = prior.coverage.starts
+    current = partition(covered_keys, starts)
+    dirty: list[Dirty] = []
+    if current[0].count:  # older than every bucket: covered by nothing
+        dirty.append(Dirty(None, starts[0] if starts else None, None, current[0]))
+    for i, bucket in enumerate(prior.coverage.buckets):
+        if current[i + 1] != bucket:  # partition gave it the bucket's start: the rows differ
+            end = starts[i + 1] if i + 1 < len(starts) else None
+            dirty.append(Dirty(bucket.start, end, bucket, current[i + 1]))
+    return dirty
 
 
 @dataclass(frozen=True)
@@ -245,8 +233,8 @@ class Uncovered:
 
 
 def uncovered(keys: Sequence[tuple[int, str]], prior: PriorCoverage) -> Uncovered:
-    """Every memory of the session (keys: its sorted (timestamp, id)) that the summary does
-    not cover, named when the sums can tell which, else the range and how many."""
+    """The memories of sorted `keys` the summary does not cover: named when the sums tell
+    which, else the range and how many."""
     mark = prior.watermark_key
     if mark is None:
         return Uncovered(tuple((ts, i, "no summary covers it") for ts, i in keys), ())

@@ -1,6 +1,5 @@
 """Which memories each item of a summary came from, and what goes when they are all gone
-(docs/privacy.md, "When a memory is deleted"). An item with no entry is never dropped.
-"""
+(docs/privacy.md, "When a memory is deleted"). An item with no entry is never dropped."""
 
 from __future__ import annotations
 
@@ -15,9 +14,7 @@ from controller.core.summary import PriorSummary, StructuredSummary, SummaryItem
 
 TITLE = "Title"  # the title is an item too: one derived from a deleted request goes with it
 REFERENCES = "References"
-# A larger chunk is no item's fallback source: unsourced, it is never dropped while an
-# unrecorded source lives.
-CHUNK_FALLBACK_MAX = 32
+CHUNK_FALLBACK_MAX = 32  # a larger chunk is no item's fallback source: the item stays unsourced
 _WORD = re.compile(r"\w{4,}")
 _SENTENCE_END = re.compile(r"[.!?;:\n]+")
 # quotes, markdown marks, brackets and a word's trailing punctuation: what two items may differ
@@ -68,8 +65,7 @@ def _fields(memory: Memory) -> tuple[str, ...]:
 
 
 class _Chunk:
-    """A pass's memories, normalised once and indexed by sentence (an extracted item is
-    usually one) and by word, so an item is looked up, not compared with every memory."""
+    """A pass's memories, normalised once and indexed by sentence and by word."""
 
     def __init__(self, memories: Sequence[Memory]) -> None:
         self.ids = [m.id for m in memories]
@@ -110,8 +106,8 @@ def record(
     stored: Mapping[str, Iterable[str]],
     memories: Sequence[Memory],
 ) -> list[str]:
-    """The prior's entries, then this pass's: per chunk memory that says an item the pass
-    stores, or repeats one with sources (a summarizer does not propose what is held)."""
+    """The prior's entries, then this pass's: per memory that says an item the pass stores,
+    or repeats one with sources (a summarizer does not propose what is held)."""
     entries = dict.fromkeys(prior.item_sources if prior is not None else [])
     chunk = _Chunk(memories)
 
@@ -136,8 +132,7 @@ def record(
 def _keeping(
     summary: StructuredSummary, keeps: Callable[[str, str], bool], entries: list[str]
 ) -> tuple[StructuredSummary, int]:
-    """The summary with only the items (and supersede marks) `keeps` accepts by section and
-    text, with these entries, and how many items went."""
+    """The summary with the items (and marks) `keeps` accepts, these entries; how many went."""
 
     def kept(section: str, items: Iterable[SummaryItem]) -> list[SummaryItem]:
         out = []
@@ -158,8 +153,7 @@ def _keeping(
 def _sources(
     summary: StructuredSummary, living_ids: Iterable[str]
 ) -> tuple[dict[str, set[str]], set[str], list[str]]:
-    """Per item, the living memories its entries name; the items an entry names with a gone
-    source; the entries of living sources."""
+    """Per item, its living sources; the items with a gone source; the living entries."""
     by_key = {key: i for i in living_ids for key in _keys(i)}
     living_of: dict[str, set[str]] = {}
     gone: set[str] = set()
@@ -179,8 +173,8 @@ def forget_gone(
     living_ids: Iterable[str],
     retitle: Callable[[str | None], str],
 ) -> tuple[StructuredSummary, int]:
-    """The summary without the items (and marks) whose recorded sources are all gone, and how
-    many went. A title that went is made again; the same object when nothing changed."""
+    """The summary without the items (and marks) whose sources are all gone, how many went;
+    a title that went is made again; the same object when nothing changed."""
     living_of, losing, kept_entries = _sources(summary, living_ids)
     alive = living_of.keys()
     dead = losing - alive  # every source gone
@@ -203,8 +197,8 @@ def forget_gone(
 def partly_gone(
     summary: StructuredSummary, living_ids: Iterable[str]
 ) -> tuple[StructuredSummary, list[str], int]:
-    """For a summarizer whose items blend memories: the summary without the items whose
-    memories are partly gone, the living ones' ids (summarized again), how many went."""
+    """The summary without the items whose memories are partly gone, the living ones' ids
+    (summarized again), how many went: for a summarizer whose items blend memories."""
     living_of, gone, _ = _sources(summary, living_ids)
     partial = (gone & living_of.keys()) - _names(TITLE, summary.title)
     if not partial:
@@ -224,8 +218,7 @@ def _texts(summary: StructuredSummary) -> Iterator[tuple[str, str | None]]:
 
 
 def rekeyed(before: PriorSummary | None, after: PriorSummary | None) -> PriorSummary | None:
-    """`after`, the summary `before` with texts rewritten in place (masked by other rules:
-    redaction.PassRedaction.prior), with its entries naming each item by its text now."""
+    """`after` (`before` with texts masked in place) with entries naming each item's text now."""
     if not (isinstance(before, StructuredSummary) and isinstance(after, StructuredSummary)):
         return after
     moved = {

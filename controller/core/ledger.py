@@ -1,12 +1,7 @@
-"""The operator's ledger entry of one summary row: what the writer needs and no reader reads
-(docs/ledger.md), and the fence a write must pass over it. Pure.
-
-A head record holds every key of a write but the growing lists; segment records hold what
-the lists gained at each write, so a write costs what is new. A fence is a claim grant's
-resourceVersion (it only grows within one etcd history) and the cluster that issued it;
-another cluster's is history unless that cluster still renews its record in the ledger, so
-two live clusters never alternate writes (docs/ledger.md, "Fences and the authority that
-issued them").
+"""The operator's ledger entry of one summary row (docs/ledger.md), and the fence a write
+must pass over it. Pure. A head record holds a write's keys but the growing lists; segments
+hold what the lists gained at each write. A fence is a claim grant's resourceVersion and the
+cluster that issued it; another cluster's counts while that cluster renews its record.
 """
 
 from __future__ import annotations
@@ -75,8 +70,7 @@ class LedgerRecord:
     metadata: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class LedgerWrite:
+class LedgerWrite(NamedTuple):
     """What one write upserts (its segment, then the head) and the ids the head names."""
 
     records: tuple[LedgerRecord, ...]
@@ -116,9 +110,8 @@ def plan_write(
     fence: Mapping[str, Any],
     built_on: str | None,
 ) -> LedgerWrite:
-    """The records of one write of `keys` (to_chroma_metadata) over `head` (as read right
-    before; None: no entry): a segment of what the lists gained when each starts with what
-    the head recorded, else the lists whole in a new generation."""
+    """The records of one write of `keys` over `head` (None: no entry): a segment of what the
+    lists gained when each starts with what the head recorded, else a new generation."""
     rest, lists = _lists(keys)
     shape = _shape(head)
     generation, seq = _number(head, "generation"), _number(head, "segments")
@@ -135,12 +128,10 @@ def plan_write(
         part = {n: lists[n][shape[n][0] :] for n in GROWING if lists[n][shape[n][0] :]}
     else:
         generation, seq, part = generation + 1, 0, lists
-    segments = []
+    segments: list[LedgerRecord] = []
     if part or not grown:
         meta = {"sessionId": session_id, "generation": generation, "segment": seq}
-        segments.append(
-            LedgerRecord(segment_id(session_id, generation, seq), compact_json(part), meta)
-        )
+        segments = [LedgerRecord(segment_id(session_id, generation, seq), compact_json(part), meta)]
         seq += 1
     head_meta: dict[str, Any] = {
         "sessionId": session_id,
@@ -163,16 +154,15 @@ def plan_write(
 
 
 def replacing_head(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """A head's metadata as upserted: None (chromadb 1.5: remove the key; its upsert merges
-    metadata) for each head key it does not set, so it replaces the head before it whole."""
+    """A head's metadata with None (chromadb: remove the key; an upsert merges metadata) for
+    each head key it does not set, so it replaces the head before it whole."""
     return {**dict.fromkeys(HEAD_KEYS), **meta}
 
 
 def entry_as_read(session_id: str, head: Mapping[str, Any]) -> dict[str, Any]:
     """Chroma's filter for the records of the entry whose head was read as `head`: that head
-    while unchanged (the fence that wrote it, the row it names) and the segments of its
-    generation and before. A newer writer's head has its own fence, and its write over an
-    entry whose items all went starts a new generation (its lists do not begin with these)."""
+    while unchanged (a newer writer's has its own fence) and the segments of its generation
+    and before (a newer write over an entry whose items all went starts a new generation)."""
     session = {"sessionId": session_id}
     same = [{k: head[k]} for k in (FENCE_KEY, AUTHORITY_KEY, ROW_DIGEST_KEY) if k in head]
     older = [{"segment": {"$gte": 0}}, {"generation": {"$lte": _number(head, "generation")}}]
@@ -199,8 +189,7 @@ def row_agreement(
     document: str | None, row: Mapping[str, Any], head: Mapping[str, Any]
 ) -> Agreement:
     """What the session's row is to the entry: the one it names; behind it (missing, an
-    earlier row of ours, or one whose text the entry carries); or another writer's (whose
-    upsert replaces the document and leaves our documentDigest)."""
+    earlier row of ours); or another writer's (its upsert leaves our documentDigest)."""
     if document is None:
         return "behind"
     digest = document_digest(document)
@@ -216,14 +205,19 @@ def read_entry(
     records: Sequence[tuple[str, str | None, Mapping[str, Any]]],
     row: Mapping[str, Any],
 ) -> LedgerEntry | None:
-    """The entry from the session's records (in any order); None without a head. A head
-    whose segments are missing or not the lists it recorded is read with its lists lost; a
-    head of release 0.1.0 kept the row's own keys only on the row: they come from `row`."""
+    """The entry from the session's records (any order); None without a head. Segments missing
+    or not as the head recorded: the lists are lost. 0.1.0's head: the row's keys from `row`."""
     by_id = {record_id: (doc, meta) for record_id, doc, meta in records}
     found = by_id.get(summary_row_id(session_id))
     if found is None:
         return None
-    rest, head = _head_state(found[0]), dict(found[1] or {})
+    try:
+        rest = json_value(found[0] or "")
+    except ValueError as exc:
+        raise UnreadableLedgerEntry(f"the ledger entry is not JSON ({exc})") from None
+    if not isinstance(rest, dict) or rest.pop("ledgerFormat", None) != LEDGER_FORMAT:
+        raise UnreadableLedgerEntry(f"the ledger entry is not of format {LEDGER_FORMAT}")
+    head = dict(found[1] or {})
     generation, count = _number(head, "generation"), _number(head, "segments")
     named = [segment_id(session_id, generation, seq) for seq in range(count)]
     lists: dict[str, list[Any]] = {name: [] for name in GROWING}
@@ -257,16 +251,6 @@ def read_entry(
     return LedgerEntry(head, keys, leftovers, lost, whole)
 
 
-def _head_state(document: str | None) -> dict[str, Any]:
-    try:
-        data = json_value(document or "")
-    except ValueError as exc:
-        raise UnreadableLedgerEntry(f"the ledger entry is not JSON ({exc})") from None
-    if not isinstance(data, dict) or data.pop("ledgerFormat", None) != LEDGER_FORMAT:
-        raise UnreadableLedgerEntry(f"the ledger entry is not of format {LEDGER_FORMAT}")
-    return data
-
-
 class FenceUnavailable(ValueError):
     """No fence: the resourceVersion is no comparable integer, or the cluster's id is unreadable."""
 
@@ -285,8 +269,7 @@ class Fence:
 
 
 def fence_of(resource_version: str) -> int:
-    """A grant's fencing number: its resourceVersion, a positive integer without leading
-    zeros (KEP-5504's comparable form; etcd's revision on every etcd-backed server)."""
+    """A grant's fencing number: its resourceVersion, comparable as KEP-5504 defines it."""
     if not _INTEGER.fullmatch(resource_version):
         raise FenceUnavailable(
             f"the API server gave the SessionClaim resourceVersion {resource_version!r}, not a "
@@ -305,10 +288,8 @@ def recorded_fence(ledger: Mapping[str, Any] | None) -> Fence | None:
 
 
 def admission(found: Fence | None, mine: Fence, grant_is_current: bool) -> Admission:
-    """May a writer holding grant `mine` write over a row whose ledger carries `found`?
-    write: none, ours or older; other-authority: another cluster's (numbers do not compare);
-    newer-grant: a newer grant of ours took over; ahead-of-authority: larger while no grant
-    came after ours (grant_is_current), so our authority's history went back (etcd restore)."""
+    """May a writer holding grant `mine` write over a row whose ledger carries `found`? Larger
+    than ours: a newer grant took over, or (no grant after ours) our etcd went back in time."""
     if found is None:
         return "write"
     if found.authority != mine.authority:
@@ -320,8 +301,7 @@ def admission(found: Fence | None, mine: Fence, grant_is_current: bool) -> Admis
 
 @dataclass(frozen=True)
 class AuthorityRecord:
-    """A cluster's record in a store's ledger, renewed by its operator while it runs;
-    renewed_ms is compared only for change."""
+    """A cluster's record in a store's ledger, renewed while its operator runs."""
 
     uid: str
     holder: str
@@ -349,8 +329,8 @@ def authority_record_id(uid: str) -> str:
 def still_writing(
     record: AuthorityRecord | None, sighting: Sighting | None, now_s: float
 ) -> tuple[Sighting | None, bool]:
-    """(our sighting, whether `record`'s cluster still writes the store): live, as a claim's
-    holder, until its record is unchanged for its lease on our clock."""
+    """(our sighting, whether `record`'s cluster still writes): until its record is unchanged
+    for its lease on our clock."""
     if record is None:
         return sighting, False
     seen = sighted(sighting, record.uid, f"{record.holder}@{record.renewed_ms}", now_s)

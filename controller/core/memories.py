@@ -1,7 +1,5 @@
-"""The memory record as read from the neo-agent-memory collection. Pure. Rows come in the
-shapes years of agents wrote (ISO or epoch timestamps, null documents, toolsUsed as JSON text
-or a comma-joined string, counts as text); `memory_from_row` gives up on a row only when it
-cannot say which session it belongs to or when it happened."""
+"""The memory record as read from the neo-agent-memory collection, in every shape agents
+wrote (ISO or epoch times, null documents, toolsUsed as JSON or joined text). Pure."""
 
 from __future__ import annotations
 
@@ -16,20 +14,15 @@ from pydantic import BaseModel
 from controller.core.text import EPOCH, json_value, listed_names
 
 DEFAULT_EXCLUDED_TYPES = frozenset({"context-injection", "context-refresh", "tick", "heartbeat"})
-# A memory of this type asks for its session to be summarized now (docs/agents.md): a
-# request, not content, so never summarized, whatever excludedMemoryTypes says.
+# Asks for its session to be summarized now (docs/agents.md): a request, never summarized.
 SUNSET_MARKER_TYPE = "session-sunset"
-# Text the harness injects into a "prompt" (reminders, context refreshes) is not the user
-# speaking; a row whose prompt starts with one of these is left out of the summary.
+# A prompt starting with one is the harness speaking, not the user: left out of the summary.
 INJECTION_MARKERS = ("<system-reminder>", "[context refresh]", "<context-refresh>")
 INTERACTION_TYPE = "agent-interaction"
 SAID = ("prompt", "thought", "response")  # an agent-interaction's parts, as text
-# Epoch numbers are told apart by magnitude (docs/summaries.md, "Memory times"): seconds
-# below SECONDS_LIMIT, then milliseconds, microseconds and nanoseconds, each band 3 digits wider.
-SECONDS_LIMIT = 100_000_000_000
-UNIT_LIMITS = ((SECONDS_LIMIT, -1000), (10**14, 1), (10**17, 1000), (10**20, 1_000_000))
-# A time further ahead of the reader's clock is a bad clock: it counts as "now", so it
-# neither keeps its session active nor sorts its summary first in neo's listing.
+# Epoch numbers: seconds, ms, µs or ns by magnitude (docs/summaries.md, "Memory times").
+UNIT_LIMITS = ((10**11, -1000), (10**14, 1), (10**17, 1000), (10**20, 1_000_000))
+# A time further ahead of the reader's clock is a bad clock's: it counts as "now".
 FUTURE_TOLERANCE_MS = 10 * 60 * 1000
 # A time before this (2000-01-01) is a bad clock too: no agent wrote memories then.
 PAST_FLOOR_MS = 946_684_800_000
@@ -56,7 +49,6 @@ class Memory(BaseModel, frozen=True):
 
 
 def memory_sort_key(memory: Memory) -> tuple[int, str]:
-    """The total order of a session's memories: time, then id to break ties."""
     return (memory.timestamp_ms, memory.id)
 
 
@@ -71,7 +63,6 @@ class Watermark(BaseModel, frozen=True):
         return cls(timestamp_ms=memory.timestamp_ms, memory_id=memory.id)
 
     def after(self, memory: Memory) -> bool:
-        """True when the memory is not yet covered."""
         return memory_sort_key(memory) > (self.timestamp_ms, self.memory_id)
 
 
@@ -91,14 +82,12 @@ def _epoch_ms(number: int | float) -> int | None:
 
 
 def parse_timestamp_ms(value: object) -> int | None:
-    """Epoch ms from a number or digit string in s, ms, µs or ns (by magnitude), or ISO-8601;
-    None otherwise. Each is within a JavaScript Date's range, as neo's readers need."""
-    if value is None or isinstance(value, bool):
+    """Epoch ms from a number or digit string (s, ms, µs or ns by magnitude) or ISO-8601, in
+    a JavaScript Date's range; None otherwise."""
+    if isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
         return None
-    if isinstance(value, int):
+    if isinstance(value, int | float):
         return _epoch_ms(value)
-    if isinstance(value, float):
-        return _epoch_ms(value) if math.isfinite(value) else None
     if not isinstance(value, str):
         return None
     text = value.strip()
@@ -117,47 +106,39 @@ def parse_timestamp_ms(value: object) -> int | None:
 
 
 def trusted_time(timestamp_ms: int, now_ms: int) -> bool:
-    """Whether a parsed memory time is one a clock could have given: not before 2000, and
-    not more than FUTURE_TOLERANCE_MS ahead of `now_ms` (the reader's clock)."""
+    """Whether a memory time is one a clock could give: from 2000 to now_ms and a tolerance."""
     return PAST_FLOOR_MS <= timestamp_ms <= now_ms + FUTURE_TOLERANCE_MS
 
 
 def newest_time(times: Iterable[int | None], now_ms: int) -> int:
-    """The newest of these memory times, a bad clock's (trusted_time) counting as now_ms, as
-    a summary row's timestamp does; now_ms when none is known."""
+    """The newest of these times, a bad clock's counting as now_ms (also when none is known)."""
     known = (t if trusted_time(t, now_ms) else now_ms for t in times if t is not None)
     return max(known, default=now_ms)
 
 
 def placed(timestamp_ms: int, now_ms: int) -> bool:
-    """Whether a row's time places it in its session's order: not a bad clock's future,
-    which as the newest row would be every later pass's watermark (each new memory late,
-    Current State frozen). A row not placed is summarized once, at the end of the order."""
+    """Not a bad clock's future, which as a watermark would make each later memory late: a
+    row not placed is summarized once, at the end of its session's order."""
     return timestamp_ms <= now_ms + FUTURE_TOLERANCE_MS
 
 
 def render_interaction_document(prompt: str, thought: str, response: str) -> str:
-    """The document text agents write for an agent-interaction memory."""
     return f"User Prompt: {prompt}\nAgent Thought: {thought}\nAgent Response: {response}"
 
 
 def scalar_text(value: object) -> str | None:
-    """A metadata value as neo reads it as text (its document's `${response}`, its
-    normalizeUserId's String(userId)): a number or boolean as JavaScript writes it; None for
-    anything but text."""
+    """A metadata scalar as neo reads it as text (String(value)); None for anything else."""
     if isinstance(value, int | float):
         return _js_string(value)
     return value if isinstance(value, str) else None
 
 
 def optional_text(value: object) -> str | None:
-    """A string stripped; None for a blank one or anything else."""
     return value.strip() or None if isinstance(value, str) else None
 
 
 def listed_text(value: object) -> str | None:
-    """An agent or model as neo's summary writer lists it (`if (m.agent)`, then joined): any
-    truthy scalar as String(value), stripped; None for false, 0, blank or anything else."""
+    """An agent or model as neo's summary writer lists it: a truthy scalar as text, stripped."""
     return optional_text(scalar_text(value)) if _js_truthy(value) else None
 
 
@@ -186,13 +167,8 @@ def _js_string(value: object) -> str:
 
 
 def _no_constant(name: str) -> object:
+    """JSON.parse refuses NaN and Infinity, which Python's json accepts."""
     raise ValueError(f"{name} is not JSON")
-
-
-def _json_parse(text: str) -> object:
-    """JSON.parse: strict JSON (no NaN or Infinity, which Python's json would accept); nested
-    past Python's stack, ValueError: the text is read as text."""
-    return json_value(text, parse_constant=_no_constant)
 
 
 def _js_truthy(value: object) -> bool:
@@ -200,8 +176,7 @@ def _js_truthy(value: object) -> bool:
 
 
 def _cut(text: str) -> str:
-    """text.substring(0, 50) as JavaScript counts (UTF-16 code units); a pair cut in half
-    becomes U+FFFD, as it does when JavaScript writes the string out."""
+    """text.substring(0, 50) in UTF-16 units; a pair cut in half becomes U+FFFD, as in JS."""
     units = text.encode("utf-16-le", "surrogatepass")
     if len(units) <= 2 * TOOL_NAME_MAX:
         return text
@@ -209,13 +184,11 @@ def _cut(text: str) -> str:
 
 
 def _tool_identifier(item: object) -> str:
-    """One tool of a toolsUsed array, as neo reads it: an object's name, toolAction or
-    toolSummary (else "unknown_tool"); a string that is JSON text, the same of what it
-    parses to; any other string, itself."""
+    """One tool of a toolsUsed array, as neo reads it (a string of JSON as what it parses to)."""
     if isinstance(item, str):
         text = item
         try:
-            item = _json_parse(text)
+            item = json_value(text, parse_constant=_no_constant)
         except ValueError:
             return _cut(text)
         if item is None:  # JSON.parse("null").name throws: neo keeps the string
@@ -227,15 +200,13 @@ def _tool_identifier(item: object) -> str:
 
 
 def tool_names(value: object) -> tuple[str, ...]:
-    """toolsUsed as neo's summary writer reads it (SessionService.summarizeSession, neo.mjs
-    13.1.0): JSON array text (of names, objects with a name, or JSON texts of those), other
-    JSON as its text, non-JSON text as one name; each cut to 50 characters, then split on
-    commas, as neo's readers split the joined key. Order kept, no repeats."""
+    """toolsUsed as neo 13.1.0's summary writer reads it (SessionService.summarizeSession),
+    each name cut to 50 characters, then split on commas as neo's readers do; no repeats."""
     if not _js_truthy(value) or not isinstance(value, str | int | float | bool):
         return ()
     text = value if isinstance(value, str) else _js_string(value)
     try:
-        parsed = _json_parse(text)
+        parsed = json_value(text, parse_constant=_no_constant)
     except ValueError:
         names = [_cut(text)]
     else:
@@ -247,8 +218,7 @@ def tool_names(value: object) -> tuple[str, ...]:
 
 
 def tool_call_count(value: object) -> int:
-    """amountToolCalls as neo adds it up, parseInt(value, 10): the leading whole number of its
-    text ("3.7" is 3, "12 calls" is 12), else nothing; a negative count counts as 0."""
+    """amountToolCalls as neo adds it up, parseInt(value, 10) ("12 calls" is 12); negative: 0."""
     if not _js_truthy(value) or isinstance(value, bool):
         return 0
     found = _JS_INT.match(_js_string(value))
@@ -293,8 +263,6 @@ def memory_from_row(
 
 
 def is_excluded(memory: Memory, excluded_types: Collection[str] = DEFAULT_EXCLUDED_TYPES) -> bool:
-    """Whether a memory stays out of the summary: a sunset marker, a configured type, or a
-    marker at the very start of the prompt (a user who mentions one is still summarized)."""
-    if memory.type == SUNSET_MARKER_TYPE or memory.type in excluded_types:
-        return True
-    return memory.prompt.lstrip()[:64].lower().startswith(INJECTION_MARKERS)
+    """A sunset marker, an excluded type, or a prompt that starts with an injection marker."""
+    injected = memory.prompt.lstrip()[:64].lower().startswith(INJECTION_MARKERS)
+    return injected or memory.type == SUNSET_MARKER_TYPE or memory.type in excluded_types

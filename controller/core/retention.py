@@ -1,11 +1,7 @@
-"""What a SessionSummary's phase says of its request. Pure. Which finished objects have
-outlived their retention TTL: every terminal phase has one (spec.retention; 0 keeps it), as
-a Job has ttlSecondsAfterFinished (docs/configuration.md); the summary stays in Chroma, and a
-later sunset or sweep makes the object again. And which a change of their SessionSummarizer
-asks again: a pass that failed on its settings, or found no summarizer, is asked again at
-once (spec.requestedAt moves: a new generation, which no earlier backoff delays, see
-UnmarkedProgress in controller/operator.py); one waiting for another writer's claim is not
-failing, and is left alone.
+"""What a SessionSummary's phase says of its request. Pure. Which finished objects outlived
+their TTL (spec.retention, as a Job's ttlSecondsAfterFinished; the summary stays in Chroma),
+and which a change of their SessionSummarizer asks again (spec.requestedAt moves): a pass
+that failed on its settings or found no summarizer; not one waiting for another's claim.
 """
 
 from __future__ import annotations
@@ -48,6 +44,17 @@ def parse_time(when: object) -> dt.datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
+def _current(obj: Mapping[str, Any], summarizer: str) -> bool:
+    """This summarizer's, and its last pass was for its current request."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    current = status.get("observedGeneration") == meta.get("generation")
+    return spec.get("summarizerRef", "default") == summarizer and current
+
+
+def _named(obj: Mapping[str, Any]) -> tuple[str, str]:
+    return obj["metadata"]["name"], obj["metadata"]["resourceVersion"]
+
+
 def finished_at(obj: Mapping[str, Any]) -> dt.datetime | None:
     """When the object's current phase began, as retention measures it."""
     meta, status = obj.get("metadata") or {}, obj.get("status") or {}
@@ -87,9 +94,8 @@ def rank(spec: Mapping[str, Any]) -> int:
 
 
 def kept_request(obj: Mapping[str, Any], asked: Mapping[str, Any]) -> str | None:
-    """The unfinished Forget or Rebuild of `obj` that a request of spec `asked` would cancel
-    (it asks less: a summary, a forget that keeps the memories); None when it may replace it.
-    The chart's admission policy applies the same rule (admissionpolicy.yaml)."""
+    """The unfinished Forget or Rebuild of `obj` that a request `asked`, asking less, would
+    cancel; None when it may replace it. The chart's admissionpolicy.yaml has the same rule."""
     spec = obj.get("spec") or {}
     return str(spec["action"]) if rank(asked) < rank(spec) and pass_in_flight(obj) else None
 
@@ -104,31 +110,19 @@ def expired(
     """(name, resourceVersion) of this summarizer's objects to delete."""
     doomed = []
     for obj in objects:
-        meta, spec, status = obj.get("metadata", {}), obj.get("spec", {}), obj.get("status") or {}
-        if spec.get("summarizerRef", "default") != summarizer or holds_request(obj):
+        ttl = policy.ttl((obj.get("status") or {}).get("phase"))  # 0 for a phase not finished
+        if ttl <= 0 or not _current(obj, summarizer) or holds_request(obj):
             continue
-        ttl = policy.ttl(status.get("phase"))  # 0 for a phase not finished
-        if ttl <= 0:
-            continue
-        if status.get("observedGeneration") != meta.get("generation"):
-            continue  # a newer pass was asked for
         since = finished_at(obj)
         if since is not None and since < now - dt.timedelta(seconds=ttl):
-            doomed.append((meta["name"], meta["resourceVersion"]))
+            doomed.append(_named(obj))
     return doomed
 
 
-def failed_on(obj: Mapping[str, Any], summarizer: str) -> bool:
-    """Whether the object's last pass, for its current request, failed under this summarizer."""
-    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-    if spec.get("summarizerRef", "default") != summarizer:
-        return False
-    if status.get("observedGeneration") != meta.get("generation"):
-        return False  # a newer request is on its way anyway
-    if status.get("phase") == "Failed":
-        return True
+def _failed(status: Mapping[str, Any]) -> bool:
+    """Failed, or pending after a pass that failed (not one waiting for a claim)."""
     if status.get("phase") != "Pending":
-        return False
+        return status.get("phase") == "Failed"
     for cond in status.get("conditions") or []:
         if isinstance(cond, Mapping) and cond.get("type") == "Summarized":
             return cond.get("status") == "False" and cond.get("reason") not in NOT_FAILURES
@@ -136,9 +130,9 @@ def failed_on(obj: Mapping[str, Any], summarizer: str) -> bool:
 
 
 def to_ask_again(objects: Iterable[Mapping[str, Any]], summarizer: str) -> list[tuple[str, str]]:
-    """(name, resourceVersion) of the objects to ask again."""
+    """(name, resourceVersion) of this summarizer's objects whose current request failed."""
     return [
-        (obj["metadata"]["name"], obj["metadata"]["resourceVersion"])
+        _named(obj)
         for obj in objects
-        if failed_on(obj, summarizer)
+        if _current(obj, summarizer) and _failed(obj.get("status") or {})
     ]

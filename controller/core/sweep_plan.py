@@ -1,15 +1,7 @@
-"""Where the sweep decides which sessions need a summary. Pure: no store, no cluster.
-
-The scan's watermark stays behind every session skipped as still active or deferred by the
-per-sweep cap, so nothing is left behind. Sunset markers (docs/agents.md) ask for a pass
-whatever the idle threshold says; one is done once the stored summary covers it or its
-SessionSummary finished a pass that saw it.
-
-What the timestamp scan cannot see (older than its watermark, or an ISO timestamp Chroma
-cannot compare) is found by two more walks. RowCursor follows the rows in the order Chroma
-added them, and notices a deletion (which shifts the offsets) by the row before its offset
-changing. ReconcileCycle is a resync as informers do: a paced walk that counts and digests
-each session's rows against its summary.
+"""Where the sweep decides which sessions need a summary. Pure. Its watermark stays behind
+every session skipped as active or deferred; sunset markers (docs/agents.md) ask for a pass
+whatever the idle threshold; rows the time scan cannot see, RowCursor (in the order Chroma
+added them) and ReconcileCycle (a walk counting each session's rows, as informers resync) find.
 """
 
 from __future__ import annotations
@@ -29,8 +21,7 @@ MarkerAction = Literal["request", "wait", "done"]
 MARKER_TRIGGER = "sunset-marker"
 REFRESH_TRIGGER = "refresh"
 MAX_SESSION_ID = 1024  # SessionSummary spec.sessionId maxLength
-# A row as the walk reads it: (sessionId or None, timestamp ms or None, row id, and why the
-# operator cannot act on it, else None: row_problem).
+# A row as the walk reads it: (sessionId, timestamp ms, row id, row_problem's answer).
 WalkedRow = tuple[str | None, int | None, str, str | None]
 IGNORED_IDS_SHOWN = 5
 
@@ -66,9 +57,8 @@ class SweepPlan:
 
 
 def collect_activity(rows: Iterable[tuple[str, int]], *, now_ms: int) -> dict[str, int]:
-    """The newest timestamp per session of scanned (sessionId, timestamp_ms) pairs. A blank or
-    over-long sessionId (the CRD refuses it) is skipped; a time too far ahead of now_ms (a bad
-    clock) counts as 0: the session is still seen (count check), never kept "active"."""
+    """The newest time per session of scanned (sessionId, ms) pairs; a sessionId the CRD
+    refuses is skipped, a bad clock's future counts as 0 (seen, never kept active)."""
     newest: dict[str, int] = {}
     for session_id, stamp in rows:
         if blank_session_id(session_id) or len(session_id) > MAX_SESSION_ID:
@@ -82,8 +72,7 @@ def collect_activity(rows: Iterable[tuple[str, int]], *, now_ms: int) -> dict[st
 def stale_reason(
     newest_ms: int, stored: StoredSummaryState | None, live_count: int | None
 ) -> StaleReason | None:
-    """Why a session's summary is stale, or None when fresh: the stored memoryCount differs
-    from the live count, or memories newer than the summary covers."""
+    """Why a session's summary is stale (None: fresh)."""
     if stored is None:
         return "missing"
     if stored.timestamp_ms is None or stored.timestamp_ms < newest_ms:
@@ -160,16 +149,14 @@ def marker_problem(session_id: object) -> str | None:
 def collect_markers(
     rows: Iterable[tuple[str, object, int]],
 ) -> tuple[dict[str, SunsetMarker], list[InvalidMarker]]:
-    """Folds scanned (memory id, sessionId, timestamp) markers into the newest marker per
-    session, and the markers that name no session."""
+    """The newest marker per session of scanned (memory id, sessionId, timestamp), and those
+    that name no session."""
     newest: dict[str, int] = {}
     invalid: list[InvalidMarker] = []
     for memory_id, session_id, ts in rows:
         if (problem := marker_problem(session_id)) is not None:
             invalid.append(InvalidMarker(memory_id, problem))
-            continue
-        assert isinstance(session_id, str)
-        if ts > newest.get(session_id, -1):
+        elif isinstance(session_id, str) and ts > newest.get(session_id, -1):  # str: no problem
             newest[session_id] = ts
     markers = {sid: SunsetMarker(sid, ts) for sid, ts in newest.items()}
     return markers, sorted(invalid, key=lambda i: i.memory_id)
@@ -178,24 +165,20 @@ def collect_markers(
 def not_acted_on(
     markers: Mapping[str, SunsetMarker], acted: Mapping[str, int]
 ) -> list[SunsetMarker]:
-    """Markers newer than the last one acted on for their session, oldest first (the
-    longest waiting go first when a cap applies)."""
+    """Markers newer than the last acted on for their session, longest waiting first."""
     pending = [m for m in markers.values() if m.timestamp_ms > acted.get(m.session_id, -1)]
     return sorted(pending, key=lambda m: (m.timestamp_ms, m.session_id))
 
 
 def covered_by_summary(marker: SunsetMarker, stored: StoredSummaryState | None) -> bool:
-    """True when the stored summary was written after a pass that read the marker: its
-    timestamp is the newest row of the session it covers, markers included."""
+    """The stored summary's timestamp, its newest row (markers too), is the marker's or later."""
     written = stored.timestamp_ms if stored is not None else None
     return written is not None and written >= marker.timestamp_ms
 
 
 def marker_action(marker: SunsetMarker, obj: Mapping[str, Any] | None) -> MarkerAction:
-    """What to do for a marker the stored summary does not cover, by the session's
-    SessionSummary: wait while a pass is under way; done when the last pass saw the marker
-    (and wrote nothing: asking again changes nothing); else request. status.lastMemoryAt, the
-    newest row the last pass saw, has whole seconds: compared with the marker's."""
+    """For a marker the stored summary does not cover: wait while a pass is under way; done
+    when the last pass saw it (status.lastMemoryAt, in whole seconds) and wrote nothing."""
     if obj is None:
         return "request"
     if pass_in_flight(obj):
@@ -210,10 +193,8 @@ def marker_action(marker: SunsetMarker, obj: Mapping[str, Any] | None) -> Marker
 
 
 def row_problem(meta: Mapping[str, object]) -> str | None:
-    """Why the operator cannot act on a memory row it reads: a sessionId no SessionSummary
-    can name (never summarized), or a sunset marker whose timestamp is not a number (the
-    marker scan's range read never finds it). None for a usable row, and for a row with no
-    sessionId: it belongs to no session."""
+    """Why the operator cannot act on a row it reads; None for a usable row and for one with
+    no sessionId (it belongs to no session)."""
     session_id = meta.get("sessionId")
     if session_id is not None and (problem := marker_problem(session_id)) is not None:
         return f"{problem}, so never summarized"
@@ -241,8 +222,8 @@ UNDATED = -(2**63)  # the newest time of a session none of whose rows has a usab
 
 @dataclass(frozen=True)
 class RowCursor:
-    """Where the appended-rows scan stopped: the collection's row count then, and the id of
-    its last row (None for an empty collection)."""
+    """Where the appended-rows scan stopped: the row count then and its last row's id, which
+    a deletion (shifting the offsets) changes."""
 
     offset: int
     last_id: str | None
@@ -260,9 +241,8 @@ class ReconcileCycle:
     ignored: dict[str, IgnoredRows] = field(default_factory=dict)  # by row_problem
 
     def fold(self, rows: Sequence[WalkedRow], now_ms: int) -> int:
-        """Counts a page of rows; returns its length. A row without a usable timestamp counts
-        (memoryCount counts every row) but dates nothing, as does one too far ahead of now_ms
-        (a bad clock must not keep a session active)."""
+        """Counts a page of rows; returns its length. A row without a usable time (none, or a
+        bad clock's future) counts, as memoryCount does, but dates nothing."""
         for session_id, stamp, row_id, problem in rows:
             if problem is not None:
                 found = self.ignored.setdefault(problem, IgnoredRows())
@@ -270,8 +250,7 @@ class ReconcileCycle:
                 found.ids += [row_id][: IGNORED_IDS_SHOWN - len(found.ids)]
             if session_id is None or problem is not None:
                 continue
-            ids = self.digests.get(session_id) or Bucket(0)
-            self.digests[session_id] = ids.add(id_hash(row_id))
+            self.digests[session_id] = self.digests.get(session_id, Bucket(0)).add(id_hash(row_id))
             self.counts[session_id] = self.counts.get(session_id, 0) + 1
             if stamp is None or stamp > now_ms + FUTURE_TOLERANCE_MS:
                 stamp = UNDATED
@@ -280,8 +259,7 @@ class ReconcileCycle:
         return len(rows)
 
     def add_summarized(self, session_ids: Iterable[str]) -> None:
-        """Sessions with a summary (a ledger entry): one the walk found no row of counts 0
-        rows (its memories were all deleted), so its summary is asked again, and goes."""
+        """Sessions with a ledger entry: one with no row counts 0, so its summary goes."""
         for session_id in session_ids:
             self.counts.setdefault(session_id, 0)
             self.newest.setdefault(session_id, 0)
@@ -291,12 +269,8 @@ def uncovered_rows(
     counts: Mapping[str, int], stored: Mapping[str, StoredSummaryState | None]
 ) -> int:
     """Rows no summary accounts for: each session's rows beyond its memoryCount (all, if none)."""
-    total = 0
-    for session_id, count in counts.items():
-        state = stored.get(session_id)
-        counted = state.memory_count if state is not None and state.memory_count else 0
-        total += max(0, count - counted)
-    return total
+    rows = ((count, stored.get(sid)) for sid, count in counts.items())
+    return sum(max(0, n - ((s.memory_count or 0) if s else 0)) for n, s in rows)
 
 
 def reconcile(
@@ -308,9 +282,8 @@ def reconcile(
     max_sessions: int,
     rows_digests: Mapping[str, str] | None = None,
 ) -> SweepPlan:
-    """What a finished walk asks for, by the sweep's own rules with its counts as live counts:
-    idle sessions whose rows differ from their summary's (in count, or in ids from the ledger's
-    rowsDigest where `rows_digests` has one) or that have rows and no summary."""
+    """What a finished walk asks for, by the sweep's rules with its counts as live counts, and
+    a session whose row ids differ from its ledger's rowsDigest as drifted."""
     changed = {
         sid
         for sid, written in (rows_digests or {}).items()
@@ -323,10 +296,5 @@ def reconcile(
     # An undated session (UNDATED) as 0, idle, as the sweep takes a time ahead of the clock.
     activity = collect_activity(((s, max(t, 0)) for s, t in cycle.newest.items()), now_ms=now_ms)
     return plan_sweep(
-        activity,
-        dict(stored),
-        dict(cycle.counts),
-        now_ms=now_ms,
-        idle_ms=idle_ms,
-        max_sessions=max_sessions,
+        activity, stored, cycle.counts, now_ms=now_ms, idle_ms=idle_ms, max_sessions=max_sessions
     )

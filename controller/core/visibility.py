@@ -1,8 +1,6 @@
-"""Who can see a summary row: the keys neo's readers filter on (userId, and the provenance
-keys sourceAgentIdentities, sourceTrustTier, provenancePolicy), computed from the session's
-memories as neo's own writer computes them (neo.mjs 13.1.0; docs/migrating-from-neo.md).
-Pure. The defaults are neo's tables; spec.visibility can replace them, and
-tests/integration/test_neo_client.py checks them against neo's own code.
+"""Who can see a summary row: the keys neo's readers filter on (userId and the provenance
+keys), computed from the session's memories as neo 13.1.0's writer does (docs/migrating-
+from-neo.md). Pure. The defaults are neo's tables (test_neo_client.py checks them).
 """
 
 from __future__ import annotations
@@ -80,8 +78,7 @@ def canonical_agent(name: str) -> str:
 
 
 def union_agents(prior: Iterable[str], new: Iterable[str]) -> list[str]:
-    """A summary's participating agents, one per agent as neo compares names, the first
-    spelling kept without a leading "@", sorted."""
+    """A summary's agents, one per agent as neo compares names (first spelling, no "@")."""
     found: dict[str, str] = {}
     for name in listed_names([*prior, *new]):
         if key := canonical_agent(name):
@@ -107,9 +104,7 @@ DEFAULT_VISIBILITY = VisibilityRules()
 
 @dataclass
 class SessionSources:
-    """Who wrote the session's rows and with what, gathered from every row's metadata (any
-    type, as neo's writer counts them) while a pass lists the session: exact however often a
-    row is re-read. How much each identity is trusted is decided later (row_visibility)."""
+    """Who wrote the session's rows and with what, from every row's metadata (any type)."""
 
     identities: dict[str, int] = field(default_factory=dict)  # identity -> rows, first seen first
     anonymous: int = 0  # rows without an agentIdentity
@@ -180,22 +175,19 @@ class SessionSources:
 def summary_user_id(
     participants: Sequence[str], owner_user_id: str | None, rules: VisibilityRules
 ) -> str | None:
-    """The row's userId tag: `shared` when a shared agent took part (neo's
-    resolveSummaryVisibilityUserId); the owner under `private`; else untagged."""
+    """The row's userId (neo's resolveSummaryVisibilityUserId): `shared` when a shared agent
+    took part; the owner under `private`; else untagged."""
     shared = {canonical_agent(a) for a in rules.shared_agents}
     # neo joins the agents with "," and splits that list again before comparing.
     names = {canonical_agent(part) for p in participants for part in p.split(",")}
     if names & shared:
         return SHARED_USER_ID
-    if rules.memory_sharing == "private":
-        return owner_user_id
-    return None
+    return owner_user_id if rules.memory_sharing == "private" else None
 
 
 def row_visibility(sources: SessionSources, rules: VisibilityRules) -> dict[str, str | int | None]:
-    """The row's reader-facing keys, as neo's resolveSummarySourceProvenance and
-    resolveSummaryVisibilityUserId compute them from the same rows; None removes a key (neo
-    sets these only when they apply; no userId: the row is left untagged)."""
+    """The row's reader-facing keys, as neo's resolveSummarySourceProvenance computes them;
+    None removes a key (neo sets these only when they apply)."""
     tiers = rules.identity_trust_tiers
     unclassified = sources.anonymous + sum(
         rows for identity, rows in sources.identities.items() if not tiers.get(identity)

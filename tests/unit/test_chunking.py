@@ -11,7 +11,6 @@ from controller.core.chunking import (
     bounded_memory_text,
     chunk_memories,
     estimate_tokens,
-    memory_cost,
     memory_text,
     truncate_utf8,
 )
@@ -41,7 +40,8 @@ def test_chunks_stay_within_the_budget_and_keep_every_memory_in_order() -> None:
     assert [m for chunk in chunks for m in chunk] == memories
     assert len(chunks) > 1
     for chunk in chunks:
-        assert sum(memory_cost(m, 300) for m in chunk) <= 300
+        texts = (bounded_memory_text(m, 300) for m in chunk)
+        assert sum(estimate_tokens(t) + MEMORY_OVERHEAD_TOKENS for t in texts) <= 300
 
 
 def test_max_memories_bounds_a_chunk_when_the_budget_would_allow_more() -> None:

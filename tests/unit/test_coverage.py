@@ -11,16 +11,22 @@ from hypothesis import strategies as st
 from controller.core.coverage import (
     MAX_BUCKETS,
     Coverage,
+    Dirty,
     PriorCoverage,
     build,
     digest,
     digest_text,
-    dirty_buckets,
     extend,
     missing_rows,
     to_reread,
 )
 from controller.core.sweep_plan import ReconcileCycle, StoredSummaryState, reconcile, uncovered_rows
+
+
+def dirty_buckets(stored: Coverage, covered_keys: list[tuple[int, str]]) -> list[Dirty]:
+    """The ranges to_reread gives for a prior that covers `stored`."""
+    return to_reread(PriorCoverage((0, ""), stored), covered_keys, len(covered_keys))
+
 
 KEYS = st.lists(
     st.tuples(st.integers(-(10**13), 10**13), st.text(min_size=1, max_size=12)),
