@@ -1,5 +1,5 @@
 """The periodic sweep's I/O: scan new memories, ask core/sweep_plan.py what is stale and
-core/refresh_plan.py which active sessions to refresh, and create or patch their
+which active sessions to refresh, and create or patch their
 SessionSummary objects (triggers `sweep`, `refresh`); and the marker scan, every tick
 (`sunset-marker`). Idempotent when replicas overlap: objects are created if absent, and
 patched only when their last pass is done.
@@ -18,21 +18,24 @@ from controller.core.chunking import estimate_tokens, memory_text
 from controller.core.coverage import PriorCoverage
 from controller.core.memories import SUNSET_MARKER_TYPE, is_excluded
 from controller.core.naming import summary_object_name
-from controller.core.refresh_plan import Growth, RefreshPolicy, may_refresh, plan_refresh
 from controller.core.retention import RetentionPolicy, expired, pass_in_flight
 from controller.core.summary import StructuredSummary, UnreadablePriorSummary
 from controller.core.sweep_plan import (
     MARKER_TRIGGER,
     REFRESH_TRIGGER,
+    Growth,
     InvalidMarker,
     ReconcileCycle,
+    RefreshPolicy,
     RowCursor,
     SweepPlan,
     collect_activity,
     collect_markers,
     covered_by_summary,
     marker_action,
+    may_refresh,
     not_acted_on,
+    plan_refresh,
     plan_sweep,
     reconcile,
     uncovered_rows,

@@ -3,13 +3,15 @@ never more often than the minimum interval; below the threshold it is left alone
 
 from __future__ import annotations
 
-from controller.core.refresh_plan import (
+from controller.core.sweep_plan import (
+    Candidate,
     Growth,
     RefreshPolicy,
+    SweepPlan,
     may_refresh,
     plan_refresh,
+    plan_sweep,
 )
-from controller.core.sweep_plan import Candidate, SweepPlan, plan_sweep
 
 NOW = 10_000_000_000
 POLICY = RefreshPolicy(after_tokens=1_000, min_interval_ms=600_000)
