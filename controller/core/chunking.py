@@ -13,8 +13,7 @@ CUT_MARKER = " [... cut: {cut} more bytes of this memory not shown]"
 
 
 def estimate_tokens(text: str) -> int:
-    size = len(text.encode("utf-8", "replace"))
-    return -(-size // BYTES_PER_TOKEN)
+    return -(-len(text.encode("utf-8", "replace")) // BYTES_PER_TOKEN)  # ceil
 
 
 def valid_utf8(text: str) -> str:
@@ -28,8 +27,7 @@ def truncate_utf8(text: str, max_bytes: int) -> str:
     data = text.encode("utf-8")
     if len(data) <= max_bytes:
         return text
-    marker_room = len(CUT_MARKER.format(cut=len(data)).encode())
-    keep = max(0, max_bytes - marker_room)
+    keep = max(0, max_bytes - len(CUT_MARKER.format(cut=len(data)).encode()))  # room for it
     # A cut inside a multi-byte sequence leaves an incomplete tail: "ignore" drops only it.
     head = data[:keep].decode("utf-8", "ignore")
     cut = len(data) - len(head.encode("utf-8"))

@@ -165,23 +165,19 @@ class Dirty:
 def missing_rows(dirty: Dirty, candidates: Iterable[tuple[int, str]]) -> list[str] | None:
     """The ids of a dirty bucket's rows beyond the stored ones, when one or two and none was
     removed (the sums then give their hashes); None when the sums cannot tell."""
-    k = dirty.uncovered
-    base = dirty.stored or Bucket(0)
-    if k == 0 or k > 2 or dirty.current.count - base.count != k:
+    k, base = dirty.uncovered, dirty.stored or Bucket(0)  # k: current.count - base.count
+    if not 0 < k <= 2:
         return None
     d1 = (dirty.current.sum1 - base.sum1) % P
-    d2 = (dirty.current.sum2 - base.sum2) % P
-    if k == 1:
-        if d1 * d1 % P != d2:
-            return None
-        found = [row_id for ts, row_id in candidates if dirty.holds(ts) and id_hash(row_id) == d1]
-    else:  # x^2 - e1 x + e2 has the two missing hashes as roots
-        e1, e2 = d1, (d1 * d1 - d2) * _INVERSE_TWO % P
-        found = [
-            row_id
-            for ts, row_id in candidates
-            if dirty.holds(ts) and ((h := id_hash(row_id)) * h - e1 * h + e2) % P == 0
-        ]
+    e2 = (d1 * d1 - dirty.current.sum2 + base.sum2) * _INVERSE_TWO % P
+    if k == 1 and e2:  # one row: its hash is d1, its square d2
+        return None
+    # x^2 - d1 x + e2 has the missing hashes as roots (one row: d1 and 0, which is no hash)
+    found = [
+        row_id
+        for ts, row_id in candidates
+        if dirty.holds(ts) and ((h := id_hash(row_id)) * h - d1 * h + e2) % P == 0
+    ]
     return found if len(found) == k else None
 
 

@@ -134,15 +134,14 @@ def _keeping(
 ) -> tuple[StructuredSummary, int]:
     """The summary with the items (and marks) `keeps` accepts, these entries; how many went."""
 
-    def kept(section: str, items: Iterable[SummaryItem]) -> list[SummaryItem]:
-        out = []
-        for item in (i for i in items if keeps(section, i.text)):
-            if item.superseded_by and not keeps(section, item.superseded_by):
-                item = item.model_copy(update={"superseded_by": None})
-            out.append(item)
-        return out
+    def unmarked(section: str, item: SummaryItem) -> SummaryItem:
+        gone = item.superseded_by and not keeps(section, item.superseded_by)
+        return item.model_copy(update={"superseded_by": None}) if gone else item
 
-    sections = {title: kept(title, items) for title, items in summary.sections.items()}
+    sections = {
+        title: [unmarked(title, i) for i in items if keeps(title, i.text)]
+        for title, items in summary.sections.items()
+    }
     references = [r for r in summary.references if keeps(REFERENCES, r)]
     went = sum(map(len, summary.sections.values())) - sum(map(len, sections.values()))
     went += len(summary.references) - len(references)

@@ -27,8 +27,7 @@ _INTEGER = re.compile(r"[1-9][0-9]*")
 ROW_DIGEST_KEY = "rowDigest"  # the row document this entry goes with
 BUILT_ON_KEY = "builtOnDigest"  # the row document the write read: its text is in the entry
 FORGOTTEN_KEY = "forgottenAt"  # a tombstone's: the session was forgotten at that time (ms)
-# A tombstone's: the newest time of the memories it covers, in their agents' clocks (ms),
-# what the sweep compares with theirs (0.1.0's tombstones have forgottenAt only).
+# A tombstone's: its memories' newest time, in their clocks (0.1.0's: forgottenAt only).
 LAST_MEMORY_KEY = "lastMemoryAt"
 REQUEST_KEY = "forgetRequest"  # the forget that wrote a tombstone (its object's uid, generation)
 REMOVED_KEYS = ("removedRow", "removedRecords", "removedMemories")  # reported whole by its retry
@@ -329,8 +328,7 @@ def authority_record_id(uid: str) -> str:
 def still_writing(
     record: AuthorityRecord | None, sighting: Sighting | None, now_s: float
 ) -> tuple[Sighting | None, bool]:
-    """(our sighting, whether `record`'s cluster still writes): until its record is unchanged
-    for its lease on our clock."""
+    """(our sighting, whether `record`'s cluster writes: its record changed within its lease)."""
     if record is None:
         return sighting, False
     seen = sighted(sighting, record.uid, f"{record.holder}@{record.renewed_ms}", now_s)

@@ -4,6 +4,7 @@ wrote (ISO or epoch times, null documents, toolsUsed as JSON or joined text). Pu
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import re
 from collections.abc import Collection, Iterable, Mapping
@@ -149,10 +150,8 @@ _JS_INT = re.compile(r"[\s\ufeff]*([+-]?\d+)")
 
 def _js_string(value: object) -> str:
     """JavaScript's String(value) for a value JSON can hold."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)  # null, true, false
     if isinstance(value, float):
         if not math.isfinite(value):
             return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
@@ -208,13 +207,10 @@ def tool_names(value: object) -> tuple[str, ...]:
     try:
         parsed = json_value(text, parse_constant=_no_constant)
     except ValueError:
-        names = [_cut(text)]
-    else:
-        if isinstance(parsed, list):
-            names = [_tool_identifier(item) for item in parsed if _js_truthy(item)]
-        else:
-            names = [_cut(_js_string(parsed))]
-    return tuple(listed_names(names))
+        parsed = text  # not JSON: one name
+    if isinstance(parsed, list):
+        return tuple(listed_names(_tool_identifier(item) for item in parsed if _js_truthy(item)))
+    return tuple(listed_names([_cut(_js_string(parsed))]))
 
 
 def tool_call_count(value: object) -> int:

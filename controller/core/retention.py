@@ -72,8 +72,7 @@ def finished_at(obj: Mapping[str, Any]) -> dt.datetime | None:
 
 
 def holds_request(obj: Mapping[str, Any]) -> bool:
-    """A forget or a rebuild whose pass failed: retried until it is done, never replaced by
-    a summary (the sweep, the marker scan, the reconciliation) nor collected here."""
+    """A forget or rebuild whose pass failed: retried until done, never replaced nor collected."""
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     return status.get("phase") == "Failed" and spec.get("action", "Summarize") != "Summarize"
 

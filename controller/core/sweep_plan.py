@@ -201,8 +201,7 @@ def marker_problem(session_id: object) -> str | None:
 def collect_markers(
     rows: Iterable[tuple[str, object, int]],
 ) -> tuple[dict[str, SunsetMarker], list[InvalidMarker]]:
-    """The newest marker per session of scanned (memory id, sessionId, timestamp), and those
-    that name no session."""
+    """The newest marker per session of scanned (id, sessionId, time), and the invalid ones."""
     newest: dict[str, int] = {}
     invalid: list[InvalidMarker] = []
     for memory_id, session_id, ts in rows:
@@ -245,8 +244,7 @@ def marker_action(marker: SunsetMarker, obj: Mapping[str, Any] | None) -> Marker
 
 
 def row_problem(meta: Mapping[str, object]) -> str | None:
-    """Why the operator cannot act on a row it reads; None for a usable row and for one with
-    no sessionId (it belongs to no session)."""
+    """Why the operator cannot act on a row it reads (None: usable, or of no session)."""
     session_id = meta.get("sessionId")
     if session_id is not None and (problem := marker_problem(session_id)) is not None:
         return f"{problem}, so never summarized"

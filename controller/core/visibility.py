@@ -175,8 +175,7 @@ class SessionSources:
 def summary_user_id(
     participants: Sequence[str], owner_user_id: str | None, rules: VisibilityRules
 ) -> str | None:
-    """The row's userId (neo's resolveSummaryVisibilityUserId): `shared` when a shared agent
-    took part; the owner under `private`; else untagged."""
+    """The row's userId (neo's resolveSummaryVisibilityUserId), None: untagged."""
     shared = {canonical_agent(a) for a in rules.shared_agents}
     # neo joins the agents with "," and splits that list again before comparing.
     names = {canonical_agent(part) for p in participants for part in p.split(",")}

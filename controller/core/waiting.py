@@ -15,7 +15,6 @@ def no_pause() -> None:
 
 
 def wait_delay(attempt: int, *, first_s: float, max_s: float, jitter: float, rand: float) -> float:
-    """Seconds until the next look, after `attempt` looks that found the claim held (0 for
-    the first); rand is a uniform draw in [0, 1)."""
+    """Seconds until the next look after `attempt` looks found the claim held; rand in [0, 1)."""
     base = min(first_s * 2 ** min(max(attempt, 0), MAX_DOUBLINGS), max(max_s, first_s))
     return base * (1 + jitter * min(max(rand, 0.0), 1.0))
