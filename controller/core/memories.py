@@ -235,11 +235,9 @@ def memory_from_row(
         return None
     stored_type = optional_text(meta.get("type")) or ""
     prompt, thought, response = (scalar_text(meta.get(k)) or "" for k in SAID)
-    if not document:
-        is_interaction = stored_type == INTERACTION_TYPE or (
-            not stored_type and bool(prompt or response)
-        )
-        document = render_interaction_document(prompt, thought, response) if is_interaction else ""
+    interaction = stored_type == INTERACTION_TYPE or (not stored_type and bool(prompt or response))
+    if not document and interaction:
+        document = render_interaction_document(prompt, thought, response)
     return Memory(
         id=row_id,
         session_id=session_id,
@@ -248,7 +246,7 @@ def memory_from_row(
         prompt=prompt,
         thought=thought,
         response=response,
-        document=document,
+        document=document or "",
         agent=listed_text(meta.get("agent")),
         model=listed_text(meta.get("model")),
         tool_calls=tool_call_count(meta.get("amountToolCalls")),

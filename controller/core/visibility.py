@@ -136,11 +136,10 @@ class SessionSources:
             first, last = self.first_ms, self.last_ms
             self.first_ms = timestamp_ms if first is None else min(first, timestamp_ms)
             self.last_ms = timestamp_ms if last is None else max(last, timestamp_ms)
-        user = scalar_text(meta.get("userId"))  # neo's String(userId): 42 is user "42"
-        if user is not None and user.strip():
+        if user := optional_text(scalar_text(meta.get("userId"))):  # String(userId): 42 is "42"
             key = (timestamp_ms if timestamp_ms is not None else 2**63, row_id)
             if self.owner is None or key < self.owner[:2]:
-                self.owner = (*key, normalize_user_id(user.strip()))
+                self.owner = (*key, normalize_user_id(user))
 
     @property
     def owner_user_id(self) -> str | None:
