@@ -20,11 +20,10 @@ def forget_session(
     request: str = "",
     by: str = "",
 ) -> Outcome:
-    """Deletes the session's summary row, its ledger entry (a tombstone of ids and counts stays)
-    and, with memories, its memories, once the claim's fence is admitted as for an upsert
-    (the tombstone records it) and while the claim holds (checked before each write).
-    request (object uid/generation): a retry reports the total;
-    by: the forgetting object, for the objects of other namespaces that said it was summarized."""
+    """Deletes the session's summary row, its ledger entry (a tombstone of ids, counts and the
+    admitted fence stays) and, with memories, its memories, while the claim holds (checked
+    before each write). request (uid/generation): a retry reports the total; by: the forgetting
+    object, for the other namespaces' objects that said it was summarized."""
     fence = guard.admit(store.read_row_state(session_id).fence)
     forgotten = store.forget_state(
         session_id, fence, memories=memories, request=request, by=by, check=guard.check

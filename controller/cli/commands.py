@@ -1,5 +1,7 @@
 """summaryctl's commands: sunset, rebuild, forget and check (the cluster), remember, summaries
-and summarize (the store), with Kubernetes and store errors turned into one line."""
+and summarize (the store), and what the ledger records (core/ledger.py): of a session, its
+entry (ledger) and the memories its coverage leaves out (verify); of the clusters, their
+authority (handover). Kubernetes and store errors are turned into one line."""
 
 from __future__ import annotations
 
@@ -10,11 +12,17 @@ import json
 import os
 import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from controller.cli.args import CliError, out, shown_time
 from controller.cli.failures import kube_call, summarizer_object
-from controller.core.retention import NOT_FAILURES
+from controller.core.retention import NOT_FAILURES, parse_time
+from controller.core.text import json_value, ms_to_rfc3339, one_line
+
+if TYPE_CHECKING:
+    from controller.core.summary import PriorSummary
+    from controller.store.session_listing import SessionRows
 
 
 def unserved(summarizer: dict[str, Any]) -> str | None:
@@ -38,8 +46,6 @@ REPORT_GRACE_S = 20.0  # a new SessionSummarizer's first report, at the latest
 def served(namespace: str, ref: str) -> None:
     """Refuses when no operator serves SessionSummarizer `ref`: one just applied gets
     REPORT_GRACE_S to be served; one this identity may not read is let through."""
-    from controller.core.retention import parse_time
-
     while (summarizer := summarizer_object(namespace, ref, may_be_unreadable=True)) and (
         why := unserved(summarizer)
     ):
@@ -49,36 +55,30 @@ def served(namespace: str, ref: str) -> None:
         time.sleep(0.5)
 
 
-def request_pass(
-    args: argparse.Namespace,
-    *,
-    trigger: str,
-    action: str = "Summarize",
-    done: str = "Summarized",
-    **asked: Any,
-) -> int:
-    """Creates or patches the session's SessionSummary to ask for a pass of `action` and,
-    with --wait, waits for its end: exit 0 once the object reaches `done`."""
+def request_pass(args: argparse.Namespace, action: str = "Summarize", **asked: Any) -> int:
+    """Creates or patches the session's SessionSummary to ask for a pass of `action` (a sunset's
+    Summarize, else asked by hand, and who asked recorded) and, with --wait, waits for its end."""
     from controller.core.naming import summary_object_name
     from controller.kube import client as kube
 
     existing = kube_call(kube.get_summary, args.namespace, summary_object_name(args.session_id))
     ref = args.summarizer or ((existing or {}).get("spec") or {}).get("summarizerRef", "default")
     served(args.namespace, ref)
+    manual = action != "Summarize"
     name, made = kube_call(
         kube.request_summary,
         args.namespace,
         args.session_id,
-        trigger=trigger,
+        trigger="manual" if manual else "sunset",
         summarizer=args.summarizer,
         set_summarizer_on_patch=args.summarizer is not None,
         action=action,
+        requested_by=requester() if manual else None,
         **asked,
     )
     if made == "pending":  # its unfinished Forget or Rebuild, that this would cancel, goes on
         held = (kube_call(kube.get_summary, args.namespace, name) or {}).get("spec") or {}
         action = held.get("action", action)
-        done = "Forgotten" if action == "Forget" else "Summarized"
         made, applied = "unchanged", "the unfinished request it holds goes on, not replaced"
     elif made == "created":
         applied = f"summarizerRef {args.summarizer or 'default'}"
@@ -91,12 +91,12 @@ def request_pass(
     out(f"sessionsummary/{name} {made} (namespace {args.namespace}; {applied})")
     if args.wait <= 0:
         return 0
+    done = "Forgotten" if action == "Forget" else "Summarized"
     deadline = time.monotonic() + args.wait
     last: dict[str, Any] = {}
     while time.monotonic() < deadline:
         last = kube_call(kube.get_summary, args.namespace, name) or {}
-        outcome = pass_outcome(last)
-        if outcome is not None:
+        if (outcome := pass_outcome(last)) is not None:
             phase, reason, message = outcome
             if phase == done:
                 out(_said(phase, message))
@@ -163,6 +163,8 @@ ANSWER_SECONDS = 30.0  # how long check waits for the operator to measure anew
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """is a SessionSummarizer Ready, measured now? prints every condition and when it was measured;
+    exit 1 unless Ready"""
     from controller.api import GROUP, PROBE_REQUESTED, SUMMARIZER_PLURAL, VERSION
     from controller.kube import client as kube
     from controller.status.conditions import now_rfc3339
@@ -216,16 +218,16 @@ def _full_document(store: Any, session_id: Any, document: str) -> str:
     from controller.core.document import render_document
     from controller.core.summary import StructuredSummary
 
-    try:
+    prior = None
+    with contextlib.suppress(ValueError):  # an entry not as the operator writes it
         prior = store.read_summary(session_id) if isinstance(session_id, str) else None
-    except ValueError:  # an entry not as the operator writes it
-        return document
     if isinstance(prior, StructuredSummary):
         return render_document(prior, max_chars=None)
     return document
 
 
 def cmd_summaries(args: argparse.Namespace) -> int:
+    """the newest summaries, newest first"""
     from controller.cli.settings import open_store
 
     with open_store(args) as (store, _):
@@ -247,7 +249,8 @@ def cmd_summaries(args: argparse.Namespace) -> int:
 
 
 def cmd_remember(args: argparse.Namespace) -> int:
-    """Writes one memory as an agent does (docs/agents.md), embedded with the summarizer's model."""
+    """write a memory as an agent does: a turn (--prompt, --response) or a sunset marker; creates
+    the memory collection in an empty Chroma"""
     from controller.cli.settings import embedder, open_store
     from controller.core.memories import SUNSET_MARKER_TYPE, render_interaction_document
 
@@ -281,6 +284,8 @@ def cmd_remember(args: argparse.Namespace) -> int:
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
+    """recovery path: summarize sessions directly, no operator (with a summarizer's settings:
+    --summarizer or --summarizer-file)"""
     from controller.cli.settings import open_store, summarize_backends
     from controller.embeddings.minilm import EmbeddingError
     from controller.pipeline import summarize_session
@@ -347,6 +352,8 @@ def requester() -> str:
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
+    """delete a session's summary and everything the operator keeps for it (spec.action Forget); the
+    sweep does not bring it back until new memories arrive"""
     if args.memories and not args.yes:
         raise CliError(
             f"--memories deletes every memory of session {args.session_id!r} from the memory "
@@ -357,21 +364,16 @@ def cmd_forget(args: argparse.Namespace) -> int:
             "--yes confirms --memories, which is not given: add --memories to delete the "
             "session's memories too, or leave --yes out"
         )
-    return request_pass(
-        args,
-        trigger="manual",
-        action="Forget",
-        done="Forgotten",
-        forget_memories=args.memories,
-        requested_by=requester(),
-    )
+    return request_pass(args, "Forget", forget_memories=args.memories)
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
+    """regenerate a session's summary from its living memories with the current backend, replacing
+    the old text (spec.action Rebuild)"""
     if not args.all_with_secrets:
         if args.session_id is None:
             raise CliError("name the session to rebuild (SESSION_ID), or --all-with-secrets")
-        return request_pass(args, trigger="manual", action="Rebuild", requested_by=requester())
+        return request_pass(args, "Rebuild")
     problems = []  # each one named: the user may have got the others right
     if args.session_id is not None:
         problems.append("takes no SESSION_ID (it finds the sessions)")
@@ -444,3 +446,190 @@ def _with_secrets(args: argparse.Namespace) -> list[str]:
             if mask.prior_found:
                 found.append(str(session_id))
     return found
+
+
+def _ledger_lines(session_id: str, document: str, keys: dict[str, Any]) -> list[str]:
+    """A session's ledger entry for a person: what it records, and how big each part is."""
+
+    def measured(key: str, measure: Callable[[Any], Any], absent: Any = 0) -> Any:
+        if not isinstance(keys.get(key), str):
+            return absent
+        try:
+            return measure(json_value(keys[key]))
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise CliError(
+                f"session {session_id!r}: its {key} is not as the operator writes it "
+                f"({one_line(exc, 100)}); --json shows every key as stored"
+            ) from exc
+
+    buckets = measured("coverageJson", lambda coverage: len(coverage.get("b") or []))
+    sections = measured(
+        "sectionsJson",
+        lambda s: [f"  {title}: {len(items)} items" for title, items in s.items()],
+        [],
+    )
+    state = {k: v for k, v in keys.items() if not k.startswith("ledger.")}
+    legacy = keys.get("legacySummary") or ""
+    fence, authority = keys.get("ledger.fence"), keys.get("ledger.fenceAuthority")
+    claim = (
+        f"claim grant {fence} (the SessionClaim's resourceVersion when the writer took it: a "
+        f"later grant's writer refuses an older one's write) from the cluster whose kube-system "
+        f"namespace has UID {authority or '(not recorded)'}"
+        if fence is not None
+        else "(none: written without the operator's claim)"
+    )
+    lines = [
+        f"session:        {session_id}",
+        f"written:        {shown_time(keys.get('summarizedAt'))} by {keys.get('writer', '?')} "
+        f"({keys.get('triggerSource', '?')})",
+        f"written under:  {claim}",
+        f"row digest:     {keys.get('ledger.rowDigest', '(none)')} (of the document agents read)",
+        f"memories:       {keys.get('memoryCount', '?')}; the newest covered "
+        f"{keys.get('watermarkMemoryId', '-')} at {shown_time(keys.get('watermarkTimestamp'))}",
+        f"coverage:       {buckets} buckets",
+        f"references:     {measured('referencesJson', len)} kept, "
+        f"{keys.get('referencesOmitted', 0)} left out",
+        f"legacy text:    {len(legacy) if isinstance(legacy, str) else '?'} characters",
+        f"document:       {len(document)} characters (the row agents read)",
+        f"state:          {len(json.dumps(state, ensure_ascii=False))} bytes",
+    ]
+    return lines + sections
+
+
+def cmd_ledger(args: argparse.Namespace) -> int:
+    """a session's ledger entry: the operator's state beside its row (when and by whom it was
+    written, coverage, references, the claim grant it was written under)"""
+    from controller.cli.settings import open_store
+
+    with open_store(args) as (store, _):
+        stored: tuple[str | None, dict[str, Any]] | None = store.stored_summary(args.session_id)
+        tombstone = None if stored else store.read_ledger(args.session_id)
+    if tombstone is not None:  # what a forget leaves: no text, the ids' digest and counts
+        stored = (None, tombstone.head)
+    if stored is None:
+        raise CliError(
+            f"no summary or ledger entry of session {args.session_id!r} in "
+            f"{store.location.summary_collection!r} / {store.location.ledger_collection!r}"
+        )
+    document, keys = stored
+    if args.json:
+        out(*json.dumps({"document": document, "keys": keys}, indent=2).split("\n"))
+    elif document is None:
+        out(
+            f"session {args.session_id!r} was forgotten at {shown_time(keys.get('forgottenAt'))}: "
+            f"no summary row; its ledger entry is a tombstone (no text: the digest of the "
+            f"ids of the {keys.get('memoryCount', '?')} memories it left, and its fence)"
+        )
+    else:
+        out(*_ledger_lines(args.session_id, document, keys))
+    return 0
+
+
+def cmd_handover(args: argparse.Namespace) -> int:
+    """hand the store to this cluster: other clusters' rows are taken over at once (stop their
+    operators first; docs/operations.md)"""
+    from controller.cli.settings import open_store
+    from controller.kube.client import core
+
+    with open_store(args) as (store, _):
+        kube_system = kube_call(lambda: core().read_namespace("kube-system"))
+        mine = str(getattr(kube_system.metadata, "uid", ""))
+        others = [r for r in store.authorities() if r.uid != mine]
+        store.remove_authorities([r.uid for r in others])
+    for r in others:
+        out(f"removed cluster {r.uid} (renewed by {r.holder}, {ms_to_rfc3339(r.renewed_ms)})")
+    out(f"{store.location.ledger_collection} is cluster {mine}'s")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    """which memories of the sessions no summary covers (exit 1 when any, or none exist)"""
+    from controller.backends import redaction_of
+    from controller.cli.settings import open_store
+    from controller.core.summary import UnreadablePriorSummary
+    from controller.redaction import PassRedaction
+
+    reports = []
+    with open_store(args) as (store, summarizer):
+        mask = PassRedaction(redaction_of(summarizer.spec))  # the timestamps it quotes
+        for session_id in args.session_ids:
+            try:
+                prior = store.read_summary(session_id)
+            except UnreadablePriorSummary as exc:
+                raise CliError(str(exc)) from exc
+            reports.append(_report(session_id, prior, store.session_rows(session_id, mask=mask)))
+    if args.json:
+        out(*json.dumps(reports, indent=2).split("\n"))
+    for report in [] if args.json else reports:
+        out(*_report_lines(report))
+    return 1 if any(r["uncovered"] or not r["memories"] for r in reports) else 0  # not verified
+
+
+def _report(session_id: str, prior: PriorSummary | None, rows: SessionRows) -> dict[str, Any]:
+    """verify's account of a session: the memories no pass of its summary has read."""
+    from controller.core.coverage import uncovered
+    from controller.core.summary import StructuredSummary
+    from controller.pipeline import prior_coverage
+
+    structured = prior if isinstance(prior, StructuredSummary) else None
+    found = uncovered(list(rows.keys), prior_coverage(structured))
+    summarized = set(structured.untimed_ids if structured else ())
+    untimed = [
+        {"id": i, "timestamp": rows.untimed_values.get(i), "summarized": i in summarized}
+        for i in rows.untimed
+    ]
+    return {
+        "sessionId": session_id,
+        "memories": rows.total,
+        "summary": "structured" if structured else "earlier text only" if prior else "none",
+        "uncovered": found.count + sum(not u["summarized"] for u in untimed),
+        "rows": [
+            {"id": i, "timestamp": ms_to_rfc3339(ts), "why": why} for ts, i, why in found.rows
+        ],
+        "unreadableTimes": untimed,
+        "ranges": [
+            {
+                "from": ms_to_rfc3339(d.start) if d.start is not None else None,
+                "to": ms_to_rfc3339(d.end) if d.end is not None else None,
+                "uncovered": d.uncovered,
+                "candidates": [i for _, i in candidates],
+            }
+            for d, candidates in found.unnamed
+        ],
+    }
+
+
+def _report_lines(report: dict[str, Any]) -> list[str]:
+    sid, total = report["sessionId"], report["memories"]
+    untimed = report["unreadableTimes"]
+    if not total:
+        lines = [f"{sid}: no memory carries this sessionId: nothing to cover (is the id right?)"]
+    elif not report["uncovered"]:
+        lines = [
+            f"{sid}: all {total} of its memories are covered: a pass of its summary read each "
+            "one (what it kept of them: summaryctl summaries --full)"
+        ]
+    else:
+        lines = [
+            f"{sid}: {report['uncovered']} of its {total} memories are not covered (no pass of "
+            f"its summary has read them; summary: {report['summary']}):"
+        ]
+        lines += [f"  {r['id']}  {r['timestamp']}  ({r['why']})" for r in report["rows"]]
+        lines += [
+            f"  {rng['uncovered']} of the {len(rng['candidates'])} memories from "
+            f"{rng['from'] or 'the beginning'} to {rng['to'] or 'the watermark'} "
+            "(the coverage cannot name which): " + ", ".join(rng["candidates"][:20])
+            for rng in report["ranges"]
+        ]
+    if untimed:
+        missing = sum(u["timestamp"] is None for u in untimed)
+        lines.append(
+            f"{sid}: {missing} of its memories have no timestamp and {len(untimed) - missing} "
+            "one the operator cannot read (epoch seconds, ms, µs or ns, or ISO-8601); each is "
+            "summarized once, at the end of the session's order:"
+        )
+        for u in untimed:
+            stamp = "no timestamp" if u["timestamp"] is None else f"timestamp {u['timestamp']}"
+            later = "" if u["summarized"] else "  (not covered yet)"
+            lines.append(f"  {u['id']}  {stamp}{later}")
+    return lines

@@ -20,10 +20,17 @@ def kube_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
     from kubernetes.config.config_exception import ConfigException
     from urllib3.exceptions import HTTPError
 
+    from controller.kube.client import api_message
+
     try:
         return fn(*args, **kwargs)
     except ConfigException as exc:
-        raise CliError(no_context(exc)) from exc
+        where = "the Pod's service account" if in_pod() else os.environ.get("KUBECONFIG", "")
+        raise CliError(
+            f"no Kubernetes context: cannot use {where or '~/.kube/config'} "
+            f"({one_line(exc, 300)}); set KUBECONFIG, or run `make cluster-up` for a local "
+            "control plane"
+        ) from exc
     except HTTPError as exc:
         raise CliError(f"cannot reach the Kubernetes API: {exc}") from exc
     except ApiException as exc:
@@ -34,17 +41,7 @@ def kube_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
             ) from exc
         said = {404: "not found: ", 403: FORBIDDEN, 422: "rejected by the API server: "}
         prefix = said.get(exc.status, f"Kubernetes API error {exc.status}: ")
-        from controller.kube.client import api_message
-
         raise CliError(prefix + api_message(exc)) from exc
-
-
-def no_context(exc: Exception) -> str:
-    where = "the Pod's service account" if in_pod() else os.environ.get("KUBECONFIG", "")
-    return (
-        f"no Kubernetes context: cannot use {where or '~/.kube/config'} ({one_line(exc, 300)});"
-        " set KUBECONFIG, or run `make cluster-up` for a local control plane"
-    )
 
 
 def summarizer_object(
@@ -60,26 +57,21 @@ def summarizer_object(
         if may_be_unreadable and str(exc).startswith(FORBIDDEN):
             return None
         raise
-    if found is None:
-        where = kube_call(_summarizers_elsewhere, name)
-        raise CliError(f"no SessionSummarizer {name!r} in namespace {namespace!r}; {where}")
-    return cast(dict[str, Any], found)
-
-
-def _summarizers_elsewhere(name: str) -> str:
-    """Where the SessionSummarizers are, and the -n to use."""
-    from kubernetes.client.exceptions import ApiException
-
-    from controller.kube import client as kube
-
-    try:
-        found = kube.list_summarizers(())
-    except ApiException as exc:
-        if exc.status != 403:
+    if found is not None:
+        return cast(dict[str, Any], found)
+    try:  # where the SessionSummarizers are, and the -n to use
+        others = kube_call(kube.list_summarizers, ())
+    except CliError as exc:
+        if not str(exc).startswith(FORBIDDEN):
             raise
-        return "find yours (kubectl get sessionsummarizers -A) and pass its namespace: -n NAMESPACE"
-    places = [f"{o['metadata']['namespace']}/{o['metadata']['name']}" for o in found]
-    places.sort(key=lambda place: (not place.endswith(f"/{name}"), place))  # its name first
-    same = [place.split("/")[0] for place in places if place.endswith(f"/{name}")]
-    use = f"-n {same[0]}" if len(same) == 1 else "-n NAMESPACE --summarizer NAME"
-    return f"SessionSummarizers: {', '.join(places[:10]) or 'none in any namespace'} (use {use})"
+        where = (
+            "find yours (kubectl get sessionsummarizers -A) and pass its namespace: -n NAMESPACE"
+        )
+    else:
+        places = [f"{o['metadata']['namespace']}/{o['metadata']['name']}" for o in others]
+        places.sort(key=lambda place: (not place.endswith(f"/{name}"), place))  # its name first
+        same = [place.split("/")[0] for place in places if place.endswith(f"/{name}")]
+        use = f"-n {same[0]}" if len(same) == 1 else "-n NAMESPACE --summarizer NAME"
+        listed = ", ".join(places[:10]) or "none in any namespace"
+        where = f"SessionSummarizers: {listed} (use {use})"
+    raise CliError(f"no SessionSummarizer {name!r} in namespace {namespace!r}; {where}")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import os
 import sys
 from collections.abc import Callable
@@ -12,7 +11,7 @@ from typing import NoReturn
 
 from controller import cli as cli_package
 from controller.api import StoreSpec
-from controller.cli import commands, ledger
+from controller.cli import commands
 from controller.cli.args import (
     STORE_FLAGS,
     CliError,
@@ -56,16 +55,14 @@ def _add_store_args(p: argparse.ArgumentParser) -> None:
     _add_namespace(p, "the summarizer's namespace, where its Secrets are", None)
 
 
-FROM_MANIFEST = "the manifest's, else default"
-
-
 def _add_namespace(p: argparse.ArgumentParser, what: str, default: str | None) -> None:
+    shown = default or "the manifest's, else default"
     p.add_argument(
         "-n",
         "--namespace",
         type=namespace_arg,
         default=os.environ.get("SSO_NAMESPACE") or default,
-        help=f"{what} (env SSO_NAMESPACE; default: {default or FROM_MANIFEST})",
+        help=f"{what} (env SSO_NAMESPACE; default: {shown})",
     )
 
 
@@ -80,10 +77,6 @@ class _Parser(argparse.ArgumentParser):
         if "unrecognized arguments: --local" in message:
             message += " (removed in 0.2.0: --bypass-claim confirms the same)"
         super().error(printable(message))
-
-
-# The store flags' values when only a SessionSummarizer names the store (rebuild --all-...).
-STORE_DEFAULTS = ("chroma_url", "path", *STORE_FLAGS, "summarizer_file")
 
 
 def _add_request_args(p: argparse.ArgumentParser, done: str, nargs: str | None = None) -> None:
@@ -112,22 +105,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def command(name: str, func: Callable[..., int], help: str) -> argparse.ArgumentParser:
-        # No abbreviations: `--b` must not pass for a confirmation such as --bypass-claim.
-        p = sub.add_parser(name, help=help, allow_abbrev=False)
+    def command(name: str, func: Callable[..., int], about: str = "") -> argparse.ArgumentParser:
+        # Its help: the command's docstring. No abbreviations: `--b` must not pass for a
+        # confirmation such as --bypass-claim.
+        p = sub.add_parser(name, help=about or func.__doc__, allow_abbrev=False)
         p.set_defaults(func=func)
         return p
 
     about = "force an immediate summary of a session (create/patch its SessionSummary)"
-    p = command("sunset", functools.partial(commands.request_pass, trigger="sunset"), about)
+    p = command("sunset", commands.request_pass, about)
     _add_request_args(p, "Summarized")
 
-    p = command(
-        "rebuild",
-        commands.cmd_rebuild,
-        "regenerate a session's summary from its living memories with the current backend, "
-        "replacing the old text (spec.action Rebuild)",
-    )
+    p = command("rebuild", commands.cmd_rebuild)
     _add_request_args(p, "Summarized", nargs="?")
     p.add_argument(
         "--all-with-secrets",
@@ -136,14 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
         "a secret the redaction rules recognise (written before redaction); needs --summarizer",
     )
     # --all-with-secrets reads the store the SessionSummarizer names (its Secrets in -n).
-    p.set_defaults(**dict.fromkeys(STORE_DEFAULTS))
+    p.set_defaults(**dict.fromkeys(("chroma_url", "path", *STORE_FLAGS, "summarizer_file")))
 
-    p = command(
-        "forget",
-        commands.cmd_forget,
-        "delete a session's summary and everything the operator keeps for it (spec.action "
-        "Forget); the sweep does not bring it back until new memories arrive",
-    )
+    p = command("forget", commands.cmd_forget)
     _add_request_args(p, "Forgotten")
     p.add_argument(
         "--memories",
@@ -152,24 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--yes", action="store_true", help="confirm --memories")
 
-    p = command(
-        "check",
-        commands.cmd_check,
-        "is a SessionSummarizer Ready, measured now? prints every condition and when it was "
-        "measured; exit 1 unless Ready",
-    )
+    p = command("check", commands.cmd_check)
     _add_namespace(p, "namespace of the SessionSummarizer", "default")
     p.add_argument(
         "--summarizer", type=object_name_arg, default="default", help="its name (default: default)"
     )
     _add_wait(p, "measure again until Ready, up to this long (a first measurement: up to 30s)")
 
-    p = command(
-        "remember",
-        commands.cmd_remember,
-        "write a memory as an agent does: a turn (--prompt, --response) or a sunset marker; "
-        "creates the memory collection in an empty Chroma",
-    )
+    p = command("remember", commands.cmd_remember)
     p.add_argument("session_id", type=session_id_arg, metavar="SESSION_ID")
     p.add_argument("--prompt", type=text_arg, help="what the user asked")
     p.add_argument("--response", type=text_arg, help="what the agent did and answered")
@@ -183,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
         "credentials (docs/agents.md)",
     )
 
-    p = command("summaries", commands.cmd_summaries, "the newest summaries, newest first")
+    p = command("summaries", commands.cmd_summaries)
     p.add_argument("--limit", type=positive_int_arg, default=5, help="how many (at least 1)")
     p.add_argument("--json", action="store_true")
     p.add_argument(
@@ -192,12 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="each summary whole, as its row and ledger keep it (documents are bounded)",
     )
 
-    p = command(
-        "summarize",
-        commands.cmd_summarize,
-        "recovery path: summarize sessions directly, no operator (with a summarizer's "
-        "settings: --summarizer or --summarizer-file)",
-    )
+    p = command("summarize", commands.cmd_summarize)
     p.add_argument("session_ids", nargs="+", type=session_id_arg, metavar="SESSION_ID")
     p.add_argument(
         "--bypass-claim",
@@ -206,24 +175,13 @@ def build_parser() -> argparse.ArgumentParser:
         "operator writes to this store meanwhile (was --local)",
     )
 
-    p = command(
-        "ledger",
-        ledger.cmd_ledger,
-        "a session's ledger entry: the operator's state beside its row (when and by whom it "
-        "was written, coverage, references, the claim grant it was written under)",
-    )
+    p = command("ledger", commands.cmd_ledger)
     p.add_argument("session_id", type=session_id_arg, metavar="SESSION_ID")
     p.add_argument("--json", action="store_true", help="every key, and the row's document")
 
-    command(
-        "handover",
-        ledger.cmd_handover,
-        "hand the store to this cluster: other clusters' rows are taken over at once (stop "
-        "their operators first; docs/operations.md)",
-    )
+    command("handover", commands.cmd_handover)
 
-    about = "which memories of the sessions no summary covers (exit 1 when any, or none exist)"
-    p = command("verify", ledger.cmd_verify, about)
+    p = command("verify", commands.cmd_verify)
     p.add_argument("session_ids", nargs="+", type=session_id_arg, metavar="SESSION_ID")
     p.add_argument("--json", action="store_true")
 

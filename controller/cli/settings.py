@@ -21,8 +21,10 @@ from controller import backends
 from controller.api import API_VERSION, SUMMARIZER_KIND, SessionSummarizerSpec, StoreSpec
 from controller.cli.args import STORE_FLAGS, CliError, check_chroma_url, namespace_arg
 from controller.cli.failures import kube_call, summarizer_object
+from controller.core.destinations import DestinationRefused
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError
+from controller.kube import client as kube
 from controller.pipeline import Backends, Embedder
 from controller.status.conditions import masked
 from controller.store.connection import StoreLocation, connect
@@ -106,9 +108,6 @@ def read_secret(spec_field: str, namespace: str, ref: Any, url: str) -> str:
     env = SECRET_ENV[spec_field.split(".")[0]]
     if value := os.environ.get(env):
         return value
-    from controller.core.destinations import DestinationRefused
-    from controller.kube import client as kube
-
     try:
         return str(kube_call(backends.secret_for, spec_field, namespace, ref, url))
     except (kube.SecretError, DestinationRefused) as exc:
@@ -177,8 +176,6 @@ def open_store(
 def check_memory_destination(summarizer: SummarizerSettings, field: str) -> None:
     """backends.check_memory_destinations for the endpoint at `field`, as the operator checks
     it before it sends memories there."""
-    from controller.kube import client as kube
-
     try:
         kube_call(
             backends.check_memory_destinations,

@@ -597,8 +597,7 @@ from unittest import mock  # noqa: E402
 
 import yaml  # noqa: E402
 
-from controller.cli.commands import unserved  # noqa: E402
-from controller.cli.ledger import _report_lines  # noqa: E402
+from controller.cli.commands import _report_lines, unserved  # noqa: E402
 from controller.cli.main import build_parser  # noqa: E402
 from controller.handlers.session_summary import Retry  # noqa: E402
 from controller.operator import configure_logging, quiet_kopf  # noqa: E402
@@ -680,7 +679,7 @@ def test_verify_succeeds_only_when_every_session_has_memories_and_all_are_covere
     ids = [f"s{i}" for i in range(len(sessions))]
     with (
         store_serving(store),
-        mock.patch("controller.cli.ledger._report", lambda *a: next(reports)),
+        mock.patch("controller.cli.commands._report", lambda *a: next(reports)),
     ):
         code, out, _ = run(["verify", *ids, *(["--json"] if as_json else []), "--path", "/x"])
     failed = any(total == 0 or uncovered for total, uncovered in sessions)
