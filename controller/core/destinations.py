@@ -80,9 +80,8 @@ def endpoint_url_problem(url: str) -> str | None:
         return f"must be at most {ENDPOINT_URL_MAX} characters"
     if not re.fullmatch(ENDPOINT_URL_PATTERN, url):
         return ENDPOINT_URL_MESSAGE
-    if problem := host_name_problem(url):
-        return problem
-    return PATH_MESSAGE if normal_path(urlsplit(url).path) is None else None
+    path_problem = PATH_MESSAGE if normal_path(urlsplit(url).path) is None else None
+    return host_name_problem(url) or path_problem
 
 
 def normal_path(path: str) -> str | None:
@@ -137,7 +136,8 @@ DEFAULT_PORTS = MappingProxyType({"http": 80, "https": 443})
 
 @dataclass(frozen=True)
 class UrlPrefix:
-    """One allowed URL prefix; `text` is how it was written."""
+    """One allowed URL prefix, or where a URL sends a request (`target`: its port known);
+    `text` is how it was written."""
 
     scheme: str
     host: str  # lower case; "*.example.com" for any host under it
@@ -146,20 +146,10 @@ class UrlPrefix:
     text: str
 
 
-@dataclass(frozen=True)
-class Target:
-    """Where a URL sends a request: what `within` compares, and what a message shows."""
-
-    scheme: str
-    host: str
-    port: int
-    path: str
-
-
 _NETLOC = re.compile(r"(\[[^\[\]]+\]|[^\[\]:@]+)(:[0-9]*)?")
 
 
-def target(url: str) -> Target | None:
+def target(url: str) -> UrlPrefix | None:
     """The scheme, host, port and path a URL reaches; None for anything but a plain
     http(s) URL with a host (credentials in it included: such a URL is never allowed)."""
     if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in url):
@@ -187,7 +177,7 @@ def target(url: str) -> Target | None:
             return None
         # A client reaches an IPv4-mapped address ("::ffff:7f00:1") at its IPv4 address.
         host = str(address.ipv4_mapped or address.compressed)
-    return Target(scheme, host, DEFAULT_PORTS[scheme] if port is None else port, path)
+    return UrlPrefix(scheme, host, DEFAULT_PORTS[scheme] if port is None else port, path, url)
 
 
 def shown(url: str) -> str:
@@ -223,20 +213,16 @@ _HOST = re.compile(rf"([a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?|\*\.{_NAME})\.?|[0-9a-f
 def parse_prefix(text: str) -> UrlPrefix | None:
     """A prefix as written in an annotation or SSO_ALLOWED_ENDPOINTS; None when invalid
     (no scheme or host, credentials, a query or a fragment)."""
-    raw = text
-    any_port = re.match(r"([^:/?#]+://[^/?#]*?):\*(?=[/?#]|$)", raw)
-    if any_port:
-        raw = any_port.group(1) + raw[any_port.end() :]
+    any_port = re.match(r"([^:/?#]+://[^/?#]*?):\*(?=[/?#]|$)", text)
+    raw = any_port.group(1) + text[any_port.end() :] if any_port else text
     # "*." is a wildcard only where the host begins, never in a path ("/x://*.y").
     probe, wildcard = re.subn(r"^([^:/?#]+://)\*\.", r"\1wildcard.", raw)
     t = target(probe)
     if t is None or (wildcard and not t.host.startswith("wildcard.")):
         return None
     parts = urlsplit(probe)
-    if parts.query or parts.fragment or raw.endswith(("?", "#")):
-        return None
     host = "*." + t.host.removeprefix("wildcard.") if wildcard else t.host
-    if not _HOST.fullmatch(host):
+    if parts.query or parts.fragment or raw.endswith(("?", "#")) or not _HOST.fullmatch(host):
         return None
     return UrlPrefix(t.scheme, host, None if any_port else t.port, t.path, text)
 
@@ -249,9 +235,7 @@ def parse_prefixes(text: str) -> tuple[list[UrlPrefix], list[str]]:
 
 def within(url: str, prefix: UrlPrefix) -> bool:
     t = target(url)
-    if t is None:
-        return False
-    if t.scheme != prefix.scheme or prefix.port not in (None, t.port):
+    if t is None or t.scheme != prefix.scheme or prefix.port not in (None, t.port):
         return False
     if prefix.host.startswith("*."):  # a host under the domain, not the domain itself
         if not t.host.endswith(prefix.host[1:]) or len(t.host) < len(prefix.host):
@@ -309,6 +293,11 @@ class SecretVerdict:
     refusal: str = ""
 
 
+def _annotate(namespace: str, name: str, dest: str, *, model: bool = False) -> str:
+    annotation = ALLOWED_MODEL_URLS_ANNOTATION if model else ALLOWED_URLS_ANNOTATION
+    return f"kubectl annotate secret -n {namespace} {name} {annotation}={dest}"
+
+
 def judge_secret(
     use: SecretUse, annotation: str | None, *, allow_unannotated: bool = False
 ) -> SecretVerdict:
@@ -317,11 +306,7 @@ def judge_secret(
     dest = shown(use.url)
     refused = f"{use.secret} ({use.field}) does not allow sending its value to {dest}"
     if annotation is None:
-        command = (
-            f"kubectl annotate secret -n {use.namespace} {use.name} "
-            f"{ALLOWED_URLS_ANNOTATION}={dest}"
-        )
-        how = f"its owner allows it with `{command}`"
+        how = f"its owner allows it with `{_annotate(use.namespace, use.name, dest)}`"
         if not allow_unannotated:
             refusal = f"{refused}: it has no {ALLOWED_URLS_ANNOTATION} annotation; {how}"
             return SecretVerdict(use, False, refusal=refusal)
@@ -399,10 +384,7 @@ def memory_destination_refusal(
         )
     secret = f"Secret {credential.namespace}/{credential.name} (store.authSecretRef)"
     if annotation is None:
-        command = (
-            f"kubectl annotate secret -n {credential.namespace} {credential.name} "
-            f"{ALLOWED_MODEL_URLS_ANNOTATION}={dest}"
-        )
+        command = _annotate(credential.namespace, credential.name, dest, model=True)
         return (
             f"{head} read with {secret}: it has no {ALLOWED_MODEL_URLS_ANNOTATION} annotation "
             f"and {program}'s allowed model URLs allow {listed}; the Secret's owner allows "

@@ -10,8 +10,8 @@ from __future__ import annotations
 import heapq
 import re
 from collections import Counter
-from collections.abc import Iterator
-from itertools import accumulate
+from collections.abc import Iterable, Iterator
+from itertools import accumulate, groupby
 
 from controller.core.references import REFERENCES_MAX
 from controller.core.summary import (
@@ -72,13 +72,6 @@ def fact_tokens(text: str) -> list[str]:
     return found + [q.lower() for q in _QUOTED.findall(text)]
 
 
-def _fence(text: str) -> str:
-    """A code fence longer than any run of backticks or tildes in the text: nothing inside
-    can close it, so markdown in the text cannot change the document's structure."""
-    longest = max((len(run) for run in re.findall(r"`+|~+", text)), default=0)
-    return "`" * max(3, longest + 1)
-
-
 def _reference_lines(summary: StructuredSummary, memory_collection: str | None) -> list[str]:
     """The References section's lines; when it is full, a last one says how many are left out
     and where they are (the memory collection, the session, the time range of their memories)."""
@@ -112,23 +105,24 @@ def _item_line(item: SummaryItem) -> str:
     return f"- {text}"
 
 
-def _render(summary: StructuredSummary, memory_collection: str | None) -> str:
-    """The operator's own part, whole."""
-    lines = [f"# {one_line(summary.title)}"]
-    for title in SECTION_TITLES:
-        items = summary.sections.get(title) or []
-        if items:
-            lines += ["", f"## {title}", *map(_item_line, items)]
-    references = _reference_lines(summary, memory_collection)
-    if references:
-        lines += ["", REFERENCES_HEADING, *references]
-    return "\n".join(lines) + "\n"
+def _blocks(
+    summary: StructuredSummary, memory_collection: str | None, last: int = 0
+) -> list[tuple[str, list[str]]]:
+    """(heading, lines) of each section, of its `last` items (0: all), then of References."""
+    blocks = [
+        (name, [_item_line(i) for i in (summary.sections.get(name) or [])[-last:]])
+        for name in SECTION_TITLES
+    ]
+    return [*blocks, (REFERENCES_HEADING[3:], _reference_lines(summary, memory_collection))]
 
 
-def _history_fits(summary: StructuredSummary, max_chars: int) -> bool:
-    sections = (summary.sections.get(title) or [] for title in HISTORY_SECTIONS)
-    lengths = (len(_item_line(item)) + 1 for items in sections for item in items)
-    return all(total <= max_chars for total in accumulate(lengths))
+def _markdown(title: str, blocks: Iterable[tuple[str, Iterable[str]]], *end: str) -> str:
+    """The title, each block's lines under its heading (none when it has none), then `end`."""
+    lines = [title]
+    for name, block in blocks:
+        if block := list(block):
+            lines += ["", f"## {name}", *block]
+    return "\n".join([*lines, *end]) + "\n"
 
 
 def render_document(
@@ -141,12 +135,16 @@ def render_document(
     byte for byte, fenced. All but that text is at most max_chars (None: unbounded)."""
     carried, tail = summary.legacy_text, ""
     if carried is not None:
-        fence = _fence(carried)
+        # Longer than any run of backticks or tildes in the text: nothing inside can close
+        # it, so markdown in the text cannot change the document's structure.
+        fence = "`" * max(3, 1 + max(map(len, re.findall(r"`+|~+", carried)), default=0))
         tail = f"\n{LEGACY_HEADING}\n\n" + (f"{fence}\n{carried}\n{fence}\n" if carried else "")
     # The whole can fit only if the history's lines alone do: counted until they do not,
     # so a long history costs what fits, not what it holds.
-    if max_chars is None or _history_fits(summary, max_chars):
-        document = _render(summary, memory_collection)
+    sections = (summary.sections.get(title) or [] for title in HISTORY_SECTIONS)
+    lengths = accumulate(len(_item_line(item)) + 1 for items in sections for item in items)
+    if max_chars is None or all(total <= max_chars for total in lengths):
+        document = _markdown(f"# {one_line(summary.title)}", _blocks(summary, memory_collection))
         if max_chars is None or len(document) <= max_chars:
             return document + tail
     assert max_chars is not None
@@ -157,13 +155,8 @@ def choose_lines(summary: StructuredSummary, memory_collection: str | None, max_
     """The title and the lines that fill max_chars, greedily by the rarest facts not yet
     shown per character (docs/summaries.md), then how many are left to the ledger."""
     title = f"# {one_line(summary.title)}"
-    blocks = [
-        (name, [_item_line(i) for i in (summary.sections.get(name) or [])[-CANDIDATES:]])
-        for name in SECTION_TITLES
-    ]
-    references = _reference_lines(summary, memory_collection)
-    blocks.append((REFERENCES_HEADING[3:], references))
-    total = sum(len(summary.sections.get(n) or []) for n in SECTION_TITLES) + len(references)
+    blocks = _blocks(summary, memory_collection, CANDIDATES)
+    total = sum(len(summary.sections.get(n) or []) for n in SECTION_TITLES) + len(blocks[-1][1])
     room = max_chars - len(title) - len(_folded_note(total)) - 3  # three newlines
     newest = [(name, lines[-1]) for name, lines in blocks if lines and name in HISTORY_SECTIONS]
     # The newest item of each history section goes first while they take at most half the
@@ -208,14 +201,9 @@ def choose_lines(summary: StructuredSummary, memory_collection: str | None, max_
     note_line = _folded_note(total - len(chosen))
     if max_chars < len(note_line) + 4:  # not even a line of the title and the note
         return cut(title, max(0, max_chars - 1), "") + "\n"
-    lines = [cut(title, max(0, max_chars - len(note_line) - 3), "")]
-    heading = None
-    for _, _, name, line in sorted(chosen):
-        if name != heading:
-            lines += ["", f"## {name}"]
-            heading = name
-        lines.append(line)
-    return "\n".join([*lines, "", note_line]) + "\n"
+    shown_blocks = groupby(sorted(chosen), key=lambda c: c[2])
+    title = cut(title, max(0, max_chars - len(note_line) - 3), "")
+    return _markdown(title, ((n, (c[3] for c in cs)) for n, cs in shown_blocks), "", note_line)
 
 
 def _folded_note(lines: int) -> str:

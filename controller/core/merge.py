@@ -69,17 +69,18 @@ def _says_something(text: str) -> bool:
     return any(c.isalnum() for c in text)
 
 
+def _one_line(text: str, limit: int) -> str | None:
+    """Never cut inside a word: a proposal is masked after this (PassRedaction.proposal).
+    None unless it says something."""
+    text = cut_to(" ".join(text.split()), limit, parts=False)
+    return text if _says_something(text) else None
+
+
 def _item_text(value: Any) -> str | None:
     """An item as proposed: a string, or an object with a "text" (models sometimes do that)."""
     if isinstance(value, dict):
         value = value.get("text")
-    text = _one_line(valid_utf8(value), ITEM_MAX) if isinstance(value, str) else ""
-    return text if _says_something(text) else None
-
-
-def _one_line(text: str, limit: int) -> str:
-    """Never cut inside a word: a proposal is masked after this (PassRedaction.proposal)."""
-    return cut_to(" ".join(text.split()), limit, parts=False)
+    return _one_line(valid_utf8(value), ITEM_MAX) if isinstance(value, str) else None
 
 
 class SupersedeMark(BaseModel):
@@ -189,29 +190,27 @@ def _append_new(items: list[SummaryItem], new_texts: Iterable[str]) -> list[Summ
     return [*items, *(SummaryItem(text=t) for key, t in new.items() if key and key not in seen)]
 
 
-def _section_title(name: str) -> str | None:
-    """A mark's section, given as a key ("design_choices") or a title ("Design Choices")."""
-    title = SECTION_KEYS.get(name.strip().lower().replace(" ", "_").replace("&", "and"))
-    return title if title in HISTORY_SECTIONS else None
-
-
 def _apply_marks(
-    sections: dict[str, list[SummaryItem]], marks: Sequence[SupersedeMark]
-) -> dict[str, list[SummaryItem]]:
-    """Records superseded_by on named items; unknown sections or items change nothing, and an
-    item already marked keeps its first mark (history is not rewritten)."""
+    sections: dict[str, list[SummaryItem]],
+    marks: Sequence[SupersedeMark],
+    stored: dict[str, list[str]],
+) -> None:
+    """Records superseded_by on named items, each reason in `stored` too; unknown sections or
+    items change nothing, and an item already marked keeps its first mark (history is not
+    rewritten). A section is named by its key ("design_choices") or title ("Design Choices")."""
     for mark in marks:
-        if (title := _section_title(mark.section)) is None:
+        name = mark.section.strip().lower().replace(" ", "_")
+        title = SECTION_KEYS.get(name.replace("&", "and"))
+        if title not in HISTORY_SECTIONS:
             continue
+        stored[title].append(reason := as_item(mark.superseded_by))
         key = identity(mark.item)
         items = sections[title]
         for index, item in enumerate(items):
             if identity(item.text) == key and item.superseded_by is None:
                 if identity(mark.superseded_by) != key:
-                    reason = as_item(mark.superseded_by)
                     items[index] = item.model_copy(update={"superseded_by": reason})
                 break
-    return sections
 
 
 def _acceptable_title(title: str | None) -> str | None:
@@ -244,8 +243,7 @@ def _technologies(prior: Iterable[str], new: Iterable[str]) -> list[str]:
 
 
 def _one_line_title(title: str) -> str | None:
-    text = _one_line(_CONTROL.sub(" ", title), TITLE_MAX)
-    return text if _says_something(text) else None
+    return _one_line(_CONTROL.sub(" ", title), TITLE_MAX)
 
 
 def merge_pass(
@@ -258,9 +256,8 @@ def merge_pass(
     """The next summary: a superset of the prior's history whatever the update says; counts
     count only memories after the watermark. A real title stays."""
     given = sorted(new_memories, key=memory_sort_key)
-    sid = session_id or (prior.session_id if prior is not None else None)
-    if sid is None:
-        sid = given[0].session_id if given else "unknown"
+    unknown = given[0].session_id if given else "unknown"
+    sid = session_id or (prior.session_id if prior is not None else unknown)
     structured = prior if isinstance(prior, StructuredSummary) else None
     base = structured or StructuredSummary(session_id=sid, title=fallback_title(sid))
     covered = base.watermark
@@ -270,10 +267,7 @@ def merge_pass(
     # A legacy prior has no items: its text is carried whole.
     stored = {title: list(map(as_item, texts)) for title, texts in update.new_items().items()}
     sections = {title: _append_new(base.sections[title], texts) for title, texts in stored.items()}
-    sections = _apply_marks(sections, update.supersede)
-    for mark in update.supersede:
-        if (marked := _section_title(mark.section)) is not None:
-            stored[marked].append(as_item(mark.superseded_by))
+    _apply_marks(sections, update.supersede, stored)
     if update.current_state is not None:
         state = [SummaryItem(text=as_item(t)) for t in update.current_state]
     else:
@@ -291,10 +285,7 @@ def merge_pass(
             or derived_title(requests[0].text if requests else None, sid)
         )
 
-    def keep(name: str) -> int:
-        proposed = getattr(update, name)
-        return int(proposed if proposed is not None else getattr(base, name))
-
+    scores = {score: getattr(update, score) for score in SCORES}
     agents = [name for m in new if (name := m.agent or m.agent_identity)]
     models = {*listed_names(m.model for m in new if m.model), *base.models}
     tools = {*listed_names(t for m in new for t in m.tools_used), *base.tools_used}
@@ -314,7 +305,7 @@ def merge_pass(
         session_id=sid,
         title=title,
         category=update.category or base.category,
-        **{score: keep(score) for score in SCORES},
+        **{s: getattr(base, s) if v is None else v for s, v in scores.items()},
         sections=all_sections,
         technologies=_technologies(base.technologies, update.technologies),
         participating_agents=union_agents(base.participating_agents, agents),

@@ -145,17 +145,13 @@ def _wider(pattern: re.Pattern[str]) -> Linear:
 _INSTRUCTION_WIDE, _ERROR_WIDE = _wider(_INSTRUCTION), _wider(_ERROR)
 
 
-def _probe(text: str) -> str:
-    """The text as the patterns see it: compatibility forms folded, invisible characters
-    removed, typographic quotes straight, spaces collapsed within each line."""
-    text = unicodedata.normalize("NFKC", IGNORABLE.sub("", text)).translate(TYPOGRAPHIC_QUOTES)
-    return "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
-
-
 def kind_of(text: str) -> Kind | None:
     """What must be quoted: an instruction (checked first: worse to follow), error text, or None.
     Python's re runs only where RE2 found a match: this is asked of every memory sentence."""
-    probe = _probe(text)
+    # The text as the patterns see it: compatibility forms folded, invisible characters
+    # removed, typographic quotes straight, spaces collapsed within each line.
+    text = unicodedata.normalize("NFKC", IGNORABLE.sub("", text)).translate(TYPOGRAPHIC_QUOTES)
+    probe = "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
     wide = probe.translate(_DOTTED_I)
 
     def found(pattern: re.Pattern[str], wider: Linear) -> bool:

@@ -107,31 +107,26 @@ def extract_references(text: str) -> list[str]:
     # A placeholder stays inside the reference it was part of (`postgres://u:[redacted: x]@db`):
     # read as one word of its length, each reference then cut from the text itself.
     read = PLACEHOLDER.sub(lambda m: f"Redacted{'0' * (len(m.group()) - 9)}X", text)
-    refs = (text[start:stop] for start, stop in _spans(read))
-    return list(dict.fromkeys(r for r in refs if not PLACEHOLDER.fullmatch(r)))
-
-
-def _spans(text: str) -> list[tuple[int, int]]:
     found: list[tuple[int, int]] = []
-    code = [m.span() for m in _CODE_BLOCK.finditer(text)]
+    code = [m.span() for m in _CODE_BLOCK.finditer(read)]
     for kind, pattern in _PATTERNS:
         if isinstance(pattern, Linear):
-            spans = pattern.spans(text)
+            spans = pattern.spans(read)
         else:
-            spans = (m.span() for m in pattern.finditer(text))
+            spans = (m.span() for m in pattern.finditer(read))
         for start, end in spans:
-            ref = _trimmed(text[start:end])
+            ref = _trimmed(read[start:end])
             in_code = any(a <= start < b for a, b in code)
             if _acceptable(ref, kind) and (kind in _IN_CODE or not in_code):
                 found.append((start, start + len(ref)))
     found.sort(key=lambda f: (f[0], -(f[1] - f[0])))
-    kept: list[tuple[int, int]] = []
+    refs: list[str] = []
     end = -1
     for start, stop in found:
         if start >= end:  # an overlapping match is part of a longer one already kept
-            kept.append((start, stop))
+            refs.append(text[start:stop])
             end = stop
-    return kept
+    return list(dict.fromkeys(r for r in refs if not PLACEHOLDER.fullmatch(r)))
 
 
 def memory_references(memories: Iterable[Memory]) -> list[tuple[str, int]]:

@@ -164,20 +164,6 @@ def title_problem(title: str) -> str | None:
     return None
 
 
-def missing_history_items(
-    summary: StructuredSummary, prior: StructuredSummary
-) -> list[tuple[str, str]]:
-    """(section, text) of every prior history item the new summary does not carry."""
-    missing = []
-    for title in HISTORY_SECTIONS:
-        old, new = prior.sections.get(title, []), summary.sections.get(title, [])
-        if len(new) >= len(old) and all(a is b for a, b in zip(old, new, strict=False)):
-            continue  # the prior's own items lead the section: none can be missing
-        present = {one_line(item.text).lower() for item in new}
-        missing += [(title, i.text) for i in old if one_line(i.text).lower() not in present]
-    return missing
-
-
 def carried_legacy_text(prior: PriorSummary | None) -> str | None:
     """The legacy text a summary built on this prior must carry verbatim, if any."""
     if isinstance(prior, LegacySummary):
@@ -210,7 +196,14 @@ def validate_summary(summary: StructuredSummary, prior: PriorSummary | None) -> 
                 f"{len(lost)} reference(s) of the prior summary would be lost, "
                 f"e.g. {cut(repr(lost[0]), 80, '')}"
             )
-        if missing := missing_history_items(summary, prior):
+        missing = []  # (section, text) of each prior history item the summary lacks
+        for title in HISTORY_SECTIONS:
+            old, new = prior.sections.get(title, []), summary.sections.get(title, [])
+            if len(new) >= len(old) and all(a is b for a, b in zip(old, new, strict=False)):
+                continue  # the prior's own items lead the section: none can be missing
+            present = {one_line(item.text).lower() for item in new}
+            missing += [(title, i.text) for i in old if one_line(i.text).lower() not in present]
+        if missing:
             section, text = missing[0]
             raise SummaryValidationError(
                 f"{len(missing)} item(s) of the prior summary would be lost, "

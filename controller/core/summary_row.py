@@ -64,27 +64,15 @@ def rewritten_by(document: str | None, meta: Mapping[str, Any]) -> str | None:
     own summary keys (which we never write) tell."""
     digest = meta.get(DIGEST_KEY)
     neo = any(key in meta for key in NEO_WRITER_KEYS)
-    if isinstance(digest, str):
-        if isinstance(document, str) and document_digest(document) == digest:
-            return None
-    elif not neo:
+    if not isinstance(digest, str):
+        return NEO_WRITER if neo else None
+    if isinstance(document, str) and document_digest(document) == digest:
         return None
     return NEO_WRITER if neo else UNKNOWN_WRITER
 
 
 NEO_WRITER = "neo memory-core's summary task (SessionService.summarizeSession)"
 UNKNOWN_WRITER = "another writer"
-
-
-def with_text_of_other_writer(
-    legacy_text: str | None, text: str, who: str, our_write_ms: int | None
-) -> str | None:
-    """The carried text, with another writer's text appended verbatim under a line naming it."""
-    if not text:
-        return legacy_text
-    when = f" of {ms_to_rfc3339(our_write_ms)}" if our_write_ms is not None else ""
-    block = f"[Written by {who} over this operator's summary{when}; kept verbatim:]\n\n{text}"
-    return f"{legacy_text}\n\n{block}" if legacy_text else block
 
 
 class RowChangedDuringPass(Exception):
@@ -146,24 +134,17 @@ class Provenance:
     def with_document(self, document: str) -> Provenance:
         return Provenance(list(self.passes), estimate_tokens(document))
 
-    def metadata(self) -> dict[str, str | int | float]:
+    def metadata(self) -> dict[str, MetadataValue | None]:
         """The row's provenance keys (the memory range is in the summary's own keys)."""
         kept = [[p.tokens_in, p.tokens_out] for p in self.passes[:PASS_TOKENS_KEPT]]
-        meta: dict[str, str | int | float] = {
+        return {
             "passCount": len(self.passes),
             "passTokensIn": self.tokens_in,
             "passTokensOut": self.tokens_out,
             "passTokensJson": json.dumps(kept, separators=(",", ":")),
             "documentTokens": self.document_tokens,
+            "compactionRatio": self.ratio,  # None: no key (to_chroma_metadata)
         }
-        if self.ratio is not None:
-            meta["compactionRatio"] = self.ratio
-        return meta
-
-
-def _joined(values: list[str]) -> str:
-    """Comma-joined, as neo readers expect (also a summary copied with raw names)."""
-    return ",".join(listed_names(values))
 
 
 def compact_json(value: Any) -> str:
@@ -238,7 +219,7 @@ def to_chroma_metadata(
         "title": summary.title,
         "category": summary.category,
         **{score: getattr(summary, score) for score in SCORES},
-        **{key: _joined(getattr(summary, name)) for name, key in NAME_LISTS.items()},
+        **{k: ",".join(listed_names(getattr(summary, n))) for n, k in NAME_LISTS.items()},
         "totalToolCalls": min(summary.total_tool_calls, JS_SAFE_INTEGER),
         **seen_by,
         # ours
@@ -333,21 +314,6 @@ def _coverage(raw: object) -> Coverage | None:
         return None
 
 
-def _references(meta: Mapping[str, Any]) -> tuple[list[str], ReferenceOverflow]:
-    """The References section as stored; a row without one (written before it) has none."""
-    raw = meta.get("referencesJson")
-    references = json_value(raw) if isinstance(raw, str) else []
-    if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
-        raise ValueError("referencesJson is not a list of strings")
-    overflow = ReferenceOverflow(
-        count=max(0, _number(meta.get("referencesOmitted")) or 0),
-        first_ms=_number(meta.get("referencesOmittedFrom")),
-        last_ms=_number(meta.get("referencesOmittedTo")),
-        digests=_split(meta.get("referencesOmittedDigests")),
-    )
-    return references, overflow
-
-
 def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> StructuredSummary:
     raw_sections = json_value(str(meta.get("sectionsJson")))
     if not isinstance(raw_sections, dict):
@@ -362,7 +328,10 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
     title = meta.get("title")
     if not isinstance(title, str) or not title.strip():
         title = fallback_title(session_id)
-    references, overflow = _references(meta)
+    raw = meta.get("referencesJson")  # a row written before References has none
+    references = json_value(raw) if isinstance(raw, str) else []
+    if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
+        raise ValueError("referencesJson is not a list of strings")
     return StructuredSummary(
         session_id=session_id,
         title=cut(title, TITLE_MAX, ""),
@@ -388,21 +357,13 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
         item_sources=list(_ids(meta.get("itemSourcesJson"))),
         masked_with=meta["maskedWith"] if isinstance(meta.get("maskedWith"), str) else None,
         references=references,
-        references_overflow=overflow,
+        references_overflow=ReferenceOverflow(
+            count=max(0, _number(meta.get("referencesOmitted")) or 0),
+            first_ms=_number(meta.get("referencesOmittedFrom")),
+            last_ms=_number(meta.get("referencesOmittedTo")),
+            digests=_split(meta.get("referencesOmittedDigests")),
+        ),
     )
-
-
-def _unreadable_row_text(text: str, meta: Mapping[str, Any]) -> str:
-    """What a row of ours that cannot be read as sections carries forward: its document,
-    and, when the document folded parts away, the stored texts of those parts verbatim."""
-    if FOLDED_MARK not in text:
-        return text
-    kept = [
-        f"[{key}, kept verbatim:]\n{meta[key]}"
-        for key in ("sectionsJson", "referencesJson", "legacySummary")
-        if isinstance(meta.get(key), str) and meta[key] not in text
-    ]
-    return "\n\n".join([text, *kept])
 
 
 def from_chroma_row(
@@ -431,16 +392,26 @@ def from_chroma_row(
             who = rewritten_by(document, meta)
             if who is None:
                 return summary
-            carried = with_text_of_other_writer(
-                summary.legacy_text, text, who, summary.summarized_at_ms
-            )
+            # Another writer's text is carried verbatim under a line naming it.
+            carried, at = summary.legacy_text, summary.summarized_at_ms
+            if text:
+                when = f" of {ms_to_rfc3339(at)}" if at is not None else ""
+                block = f"[Written by {who} over this operator's summary{when}; kept verbatim:]"
+                carried = f"{carried}\n\n{block}\n\n{text}" if carried else f"{block}\n\n{text}"
             other = OtherWriter(who=who, characters=len(text))
             return summary.model_copy(update={"legacy_text": carried, "other_writer": other})
     if not text:
         return None
+    if ours and FOLDED_MARK in text:  # unreadable as sections: what its document folded away
+        kept = (
+            f"[{key}, kept verbatim:]\n{meta[key]}"
+            for key in ("sectionsJson", "referencesJson", "legacySummary")
+            if isinstance(meta.get(key), str) and meta[key] not in text
+        )
+        text = "\n\n".join([text, *kept])
     title = meta.get("title")
     return LegacySummary(
         session_id=session_id,
-        text=_unreadable_row_text(text, meta) if ours else text,
+        text=text,
         title=title.strip() or None if isinstance(title, str) else None,
     )
