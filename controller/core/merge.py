@@ -42,8 +42,7 @@ from controller.core.summary import (
     fallback_title,
     title_problem,
 )
-from controller.core.text import cut as cut_to
-from controller.core.text import listed_names
+from controller.core.text import cut, listed_names
 from controller.core.visibility import union_agents
 
 # The JSON keys a summarizer uses for the sections (a model is asked for these).
@@ -72,7 +71,7 @@ def _says_something(text: str) -> bool:
 def _one_line(text: str, limit: int) -> str | None:
     """Never cut inside a word: a proposal is masked after this (PassRedaction.proposal).
     None unless it says something."""
-    text = cut_to(" ".join(text.split()), limit, parts=False)
+    text = cut(" ".join(text.split()), limit, parts=False)
     return text if _says_something(text) else None
 
 
@@ -223,9 +222,7 @@ def _acceptable_title(title: str | None) -> str | None:
 
 
 def derived_title(first_request: str | None, session_id: str) -> str:
-    if not first_request:
-        return fallback_title(session_id)
-    title = cut_to(first_request.rstrip(" .!?…:;"), DERIVED_TITLE_MAX, word_from=0)
+    title = cut((first_request or "").rstrip(" .!?…:;"), DERIVED_TITLE_MAX, word_from=0)
     return _acceptable_title(title) or fallback_title(session_id)
 
 

@@ -177,11 +177,10 @@ def fit(text: str, limit: int = ITEM_MAX) -> str:
     """The text within `limit` characters; a quoted one is cut inside its quote marks."""
     if len(text) <= limit:
         return text
-    if is_quoted(text):
-        return quote(
-            unquoted(text), "instruction" if text.startswith(INSTRUCTION_LABEL) else "error", limit
-        )
-    return one_line(text, limit, "…")
+    if not is_quoted(text):
+        return one_line(text, limit, "…")
+    kind: Kind = "instruction" if text.startswith(INSTRUCTION_LABEL) else "error"
+    return quote(unquoted(text), kind, limit)
 
 
 def quote(text: str, kind: Kind, limit: int = ITEM_MAX) -> str:

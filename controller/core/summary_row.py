@@ -278,11 +278,6 @@ def _ids(raw: object) -> tuple[str, ...]:
     return tuple(i for i in ids if isinstance(i, str)) if isinstance(ids, list) else ()
 
 
-def _score(value: object) -> int:
-    number = _number(value)
-    return 50 if number is None else max(0, min(100, number))
-
-
 def _stored_items(raw: object) -> list[SummaryItem]:
     """Items as we stored them. An item over ITEM_MAX makes the row unreadable as sections
     (it is carried whole as the document, never cut); a longer supersede reason (another
@@ -305,15 +300,6 @@ def _stored_items(raw: object) -> list[SummaryItem]:
     return items
 
 
-def _coverage(raw: object) -> Coverage | None:
-    """The stored coverage; an unreadable one is none: the next pass re-reads the rows at or
-    before the watermark memoryCount does not account for (coverage.to_reread). Nothing lost."""
-    try:
-        return Coverage.from_json(raw) if isinstance(raw, str) else None
-    except (ValueError, TypeError, KeyError):
-        return None
-
-
 def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> StructuredSummary:
     raw_sections = json_value(str(meta.get("sectionsJson")))
     if not isinstance(raw_sections, dict):
@@ -328,6 +314,13 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
     title = meta.get("title")
     if not isinstance(title, str) or not title.strip():
         title = fallback_title(session_id)
+    # An unreadable coverage is none: the next pass re-reads the rows at or before the
+    # watermark memoryCount does not account for (coverage.to_reread). Nothing lost.
+    try:
+        raw = meta.get("coverageJson")
+        coverage = Coverage.from_json(raw) if isinstance(raw, str) else None
+    except (ValueError, TypeError, KeyError):
+        coverage = None
     raw = meta.get("referencesJson")  # a row written before References has none
     references = json_value(raw) if isinstance(raw, str) else []
     if not isinstance(references, list) or not all(isinstance(r, str) for r in references):
@@ -336,7 +329,7 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
         session_id=session_id,
         title=cut(title, TITLE_MAX, ""),
         category=meta.get("category") if meta.get("category") in CATEGORIES else "other",
-        **{score: _score(meta.get(score)) for score in SCORES},
+        **{s: 50 if (n := _number(meta.get(s))) is None else max(0, min(100, n)) for s in SCORES},
         sections={str(k): _stored_items(v) for k, v in raw_sections.items()},
         **{name: _split(meta.get(key)) for name, key in NAME_LISTS.items()},
         total_tool_calls=max(0, _number(meta.get("totalToolCalls")) or 0),
@@ -346,7 +339,7 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
         if meta.get("timestampSource") == "fallback"
         else _number(meta.get("timestamp")),
         watermark=watermark,
-        coverage=_coverage(meta.get("coverageJson")),
+        coverage=coverage,
         format_version=_number(meta.get("formatVersion")) or 1,
         legacy_text=legacy_text or None,
         summarized_at_ms=_number(meta.get("summarizedAt")),
