@@ -51,7 +51,7 @@ _KEYWORD_ENDS = re.compile(rf"(?:{'|'.join(keyword.DENYLIST)})\Z", re.IGNORECASE
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
-MASKING_VERSION = 20
+MASKING_VERSION = 21
 _ROUNDS = 4  # maskings of a text at most (Redaction.text)
 _KNOWN_CHARS, _KNOWN_MAX = 1024, 2048  # the texts a pass keeps masked (PassRedaction)
 # What no reader sees (core/text.IGNORABLE) is read as nothing, a zero-width space or BOM
@@ -438,12 +438,16 @@ def _said(value: str) -> int:
     return keep if (letters and digits) or ((letters or digits) and not joined) else 0
 
 
-def _glued(text: str, at: int) -> tuple[int, int] | None:
-    """Where a random token at `at`, or after spaces, is: the rest of a secret ending there."""
-    glued = _GLUED.match(text, at)
-    if glued is None or len(glued[1]) < UNQUOTED_MIN_CHARS:
+def _glued(text: str, start: int, at: list[int]) -> tuple[int, int] | None:
+    """Where a random token at `start`, or after spaces, is: the rest of a secret ending there.
+    Its length is the written one (`at`: _as_read's positions; `A_=` reads as `A=`)."""
+    glued = _GLUED.match(text, start)
+    if glued is None or not glued[1]:
         return None
-    return glued.span(1) if re.search(r"\d", glued[1]) and re.search("[A-Za-z]", glued[1]) else None
+    s, e = glued.span(1)
+    if (at[e - 1] + 1 - at[s] if at else e - s) < UNQUOTED_MIN_CHARS:
+        return None
+    return (s, e) if re.search(r"\d", glued[1]) and re.search("[A-Za-z]", glued[1]) else None
 
 
 def _random_enough(rule: Rule, value: str) -> bool:
@@ -565,7 +569,7 @@ class Redaction:
                     end = _TOKEN_TAIL.match(text, end).end()  # type: ignore[union-attr]
                 kept.append((start, end, rule.kind))
         for m, kind in shapes:  # after the rules': where both find a token, its rule's kind
-            if glued := _glued(text, m.end()):
+            if glued := _glued(text, m.end(), at):
                 kept.append((*glued, kind if kind in self.kinds else AFTER_PLACEHOLDER))
         kept.sort(key=lambda s: (s[0], -s[1]))
         out: list[tuple[int, int, str]] = []
@@ -580,7 +584,7 @@ class Redaction:
             else:  # a secret past a placeholder's end: that part
                 out.append((reach, end, kind))
             # A random token glued to a secret, or after it and spaces, is its rest.
-            while out[-1][2] and (glued := _glued(text, out[-1][1])):
+            while out[-1][2] and (glued := _glued(text, out[-1][1], at)):
                 out.append((*glued, out[-1][2]))
             reach = out[-1][1]
         return [(at[s], at[e - 1] + 1, k) if at else (s, e, k) for s, e, k in out if k]

@@ -617,6 +617,7 @@ _GLUED_SECRETS = st.text(
 )
 @example(secret="xZq8vK2mP9wL4xN7r", before="password: ", kind="x", after="", space="")
 @example(secret="sk-abcdef1234567890", before="TOKEN=", kind="x", after="", space=" ")
+@example(secret="00000A_=", before="password: ", kind="x", after="", space="")  # `A_=` reads `A=`
 def test_a_placeholder_does_not_shield_a_secret_glued_to_it(
     secret: str, before: str, kind: str, after: str, space: str
 ) -> None:
