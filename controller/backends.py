@@ -1,8 +1,6 @@
 """Turns a SessionSummarizer spec into live parts: the store, the embedder, the summarizer.
-
 Secrets are read here only, so their values never reach a status, an Event or a log line,
-and a value goes only to a URL its Secret allows and the allowed endpoints admit
-(core/destinations.py). runtime.py (SummarizerParts) keeps the parts per SessionSummarizer.
+and go only to a URL their Secret allows and the allowed endpoints admit (core/destinations.py).
 """
 
 from __future__ import annotations
@@ -170,8 +168,7 @@ class EmbeddingSpec(BaseModel):
 def build_embedding_function(
     spec: EmbeddingSpec, weights: MiniLMWeights | None = None
 ) -> EmbeddingFunction:
-    """A plain callable, never handed to chromadb. weights: the local model's, shared (the
-    operator's runtime); else loaded per function."""
+    """A plain callable, never handed to chromadb. weights: the runtime's shared local model."""
     if spec.provider == "local-minilm":
         return LocalMiniLMEmbedding(weights=weights)
     assert spec.base_url is not None  # api.EmbeddingConfig requires it of provider openai

@@ -1,19 +1,9 @@
-"""The bundled Chroma's token gate: `python -m controller gate`.
-
-Chroma's own server (`chroma run`, 1.x) authenticates nobody, so the chart runs it on the
-Pod's loopback and puts this gate in front of it, on the Pod's port: a request reaches
-Chroma only with the token (`Authorization: Bearer <token>` or `X-Chroma-Token: <token>`,
-the two ways Chroma's clients send one); anything else is answered 401 and never
-forwarded. The token is read once from a file (the chart mounts its Secret); the upstream
-never sees it. /healthz answers while the gate runs, /readyz while Chroma answers its
-heartbeat: the kubelet's probes, which carry no token.
-
-Forwarding is bounded (--timeout-seconds, whole request and answer): a request Chroma has
-not answered by then is answered 504 and its upstream connection closed. The operator's
-store client waits longer than this (the chart requires summarizer.store.timeoutSeconds
-above it), so it hears the gate's answer instead of giving up on a write the gate still
-carries.
-"""
+"""The bundled Chroma's token gate: `python -m controller gate`. Chroma's own server
+authenticates nobody, so the chart runs it on the Pod's loopback behind this gate: a request
+without the token (Bearer or X-Chroma-Token) gets 401 and is never forwarded, the token never
+reaches Chroma, and a forward Chroma has not answered within --timeout-seconds gets 504 (the
+operator's store client waits longer, so it hears it). /healthz and /readyz (Chroma's
+heartbeat) are the kubelet's probes, which carry no token (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -29,11 +19,11 @@ from aiohttp import web
 
 log = logging.getLogger("controller.chroma_gate")
 
-# Not forwarded either way (RFC 9110 hop-by-hop), nor the credential.
+# Not forwarded either way (RFC 9110 hop-by-hop); nor, to Chroma, the credential.
 HOP_BY_HOP = frozenset((
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
     "transfer-encoding", "upgrade", "host", "content-length"))  # fmt: skip
-CREDENTIALS = frozenset({"authorization", "x-chroma-token"})
+REQUEST_DROPPED = HOP_BY_HOP | {"authorization", "x-chroma-token"}
 # The 401's body, serialized once: a str is immutable, and a read-only mapping is not JSON.
 UNAUTHORIZED = json.dumps(
     {"error": "AuthError", "message": "Unauthorized: this Chroma needs a token (Authorization: "
@@ -80,11 +70,7 @@ def make_app(
         presented = auth[7:] if bearer else request.headers.get("X-Chroma-Token", "")
         if not hmac.compare_digest(presented.strip().encode(), token.encode()):
             return web.json_response(text=UNAUTHORIZED, status=401)
-        headers = {
-            k: v
-            for k, v in request.headers.items()
-            if k.lower() not in HOP_BY_HOP and k.lower() not in CREDENTIALS
-        }
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in REQUEST_DROPPED}
         # Read whole, at most Chroma's own limit, so the upstream gets a Content-Length.
         try:
             body = await request.read() if request.body_exists else None

@@ -130,16 +130,18 @@ def in_pod() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST")) and not os.environ.get("KUBECONFIG")
 
 
-def _input(err: Any) -> str:
-    """`=value`, but not a URL list's (its message names the invalid URLs as shown())."""
-    urls = err["loc"][0] in ("allowed_endpoints", "allowed_model_urls")
-    return "" if urls else f"={err['input']!r}"
-
-
-def _why(err: Any) -> str:
-    if err["type"] == "string_pattern_mismatch":  # the rule in words, not the pattern
-        return _PATTERN_RULES[err["loc"][0]]
-    return str(err["msg"]).removeprefix("Value error, ")
+def _problem(err: Any) -> str:
+    """The variable, its value (not a URL list's: its message names the invalid URLs as
+    shown()) and the rule it breaks, in words (not a pattern)."""
+    loc = err["loc"]
+    if err["type"] == "string_pattern_mismatch":
+        why = _PATTERN_RULES[loc[0]]
+    else:
+        why = str(err["msg"]).removeprefix("Value error, ")
+    if not loc:
+        return why
+    value = "" if loc[0] in ("allowed_endpoints", "allowed_model_urls") else f"={err['input']!r}"
+    return f"SSO_{'_'.join(str(p) for p in loc).upper()}{value}: {why}"
 
 
 _PATTERN_RULES = MappingProxyType({
@@ -153,12 +155,7 @@ def load() -> OperatorConfig:
     try:
         return OperatorConfig()
     except ValidationError as exc:
-        problems = "; ".join(
-            f"SSO_{'_'.join(str(p) for p in err['loc']).upper()}{_input(err)}: {_why(err)}"
-            if err["loc"]
-            else _why(err)
-            for err in exc.errors()
-        )
+        problems = "; ".join(_problem(err) for err in exc.errors())
         raise ConfigError(f"session-summary-operator: invalid settings: {problems}") from None
 
 

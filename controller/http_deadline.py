@@ -1,7 +1,6 @@
-"""Each HTTP answer read within the timeout of its request, in all, and up to a size: httpx's
-timeout bounds each read alone (a server sending a byte at a time would hold a pass), and it
-reads an answer whole. An answer compressed though asked plain is inflated here, a piece at a
-time, and the bound counts what it inflates to."""
+"""Each HTTP answer read within its request's timeout in all (httpx bounds each read alone: a
+server sending a byte at a time would hold a pass) and up to a size, counted as inflated (an
+answer compressed though asked plain is inflated here, a piece at a time)."""
 
 from __future__ import annotations
 
@@ -59,16 +58,6 @@ def deadline_hooks(
                 del response.headers["content-encoding"]
 
         def __iter__(self) -> Iterator[bytes]:
-            read = 0
-            for chunk in self._inflated():
-                if time.monotonic() > self._deadline:
-                    raise http.ReadTimeout("answer not whole in time", request=self._request)
-                read += len(chunk)
-                if read > max_bytes:
-                    raise AnswerTooLarge(f"answer larger than {max_bytes / 2**20:g} MiB")
-                yield chunk
-
-        def _inflated(self) -> Iterator[bytes]:
             if len(self._codings) > _MAX_CODINGS or not set(self._codings) <= set(_WBITS):
                 raise AnswerTooLarge(
                     f"answer compressed as {', '.join(self._codings)!r} though asked"
@@ -77,8 +66,15 @@ def deadline_hooks(
             chunks: Iterable[bytes] = self._stream
             for coding in reversed(self._codings):  # in the order they were applied
                 chunks = _inflated(chunks, _WBITS[coding])
+            read = 0
             try:
-                yield from chunks
+                for chunk in chunks:
+                    if time.monotonic() > self._deadline:
+                        raise http.ReadTimeout("answer not whole in time", request=self._request)
+                    read += len(chunk)
+                    if read > max_bytes:
+                        raise AnswerTooLarge(f"answer larger than {max_bytes / 2**20:g} MiB")
+                    yield chunk
             except zlib.error as exc:
                 raise http.DecodingError(str(exc), request=self._request) from None
 

@@ -1,6 +1,5 @@
-"""Prometheus metrics of the operator, served on SSO_METRICS_PORT (docs/operations.md lists
-them and the alerts), each replica its own. Callers use the metrics themselves; the helpers
-below are for figures observed together."""
+"""The operator's Prometheus metrics, each replica's own on SSO_METRICS_PORT (docs/operations.md
+lists them and the alerts); the helpers observe figures that go together."""
 
 from __future__ import annotations
 

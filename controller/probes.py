@@ -1,6 +1,5 @@
-"""The SessionSummarizer's health probes, one condition each (status/summarizer_status.py
-has the owner table). They probe the store and embedder its passes use, so a probe that
-loads the local model or connects spares the first pass the wait. Blocking."""
+"""The SessionSummarizer's health probes, one condition each, on the store and embedder its
+passes use: a probe that loads the local model or connects spares the first pass the wait."""
 
 from __future__ import annotations
 
@@ -85,7 +84,6 @@ def check_embedding(
     dimension with the vectors the summary collection already holds."""
     failed = partial(condition, "EmbeddingReady", "False")
     ok = partial(condition, "EmbeddingReady", "True", "EmbeddingOK")
-    provider = spec.embedding.provider
     try:
         with parts.embedder(namespace, name, spec) as embed:
             vector = embed(["embedding check"])[0]
@@ -93,22 +91,17 @@ def check_embedding(
         return failed(*_shown(exc, spec))
     except ValueError as exc:
         return failed("EmbeddingUnavailable", masked(exc, 300, redaction_of(spec)))
-    dimension = len(vector)
+    produces = f"{spec.embedding.provider} produces {len(vector)}-d vectors"
     try:
         with parts.store(namespace, name, spec) as store:
-            held = store.check_embedding(dimension)
+            held = store.check_embedding(len(vector))
     except EmbeddingMismatch as exc:
         return failed(*_shown(exc, spec))
     except (StoreUnavailable, kube.SecretError, InvalidStoreConfig, DestinationRefused):
         # StoreReachable reports it; the dimension is checked again before every write.
-        return ok(
-            f"{provider} produces {dimension}-d vectors (collection not checked: "
-            "the store is unreachable)"
-        )
-    return ok(
-        f"{provider} produces {dimension}-d vectors"
-        + (", as the summary collection holds" if held else "; the summary collection is empty")
-    )
+        return ok(f"{produces} (collection not checked: the store is unreachable)")
+    held_by = ", as the summary collection holds" if held else "; the summary collection is empty"
+    return ok(produces + held_by)
 
 
 def check_secrets(spec: SessionSummarizerSpec, namespace: str) -> Condition:

@@ -1,7 +1,6 @@
-"""The order a pass gets a worker thread, a CPU core for the local embedding and a place in
-a group write (store/memory_store.py): earliest deadline first, the deadline being when it was
-queued plus its class's slack (Slack), so a session that just ended goes first and none
-starves (docs/operations.md, "Scheduling")."""
+"""The order a pass gets a worker thread, a CPU core for the local embedding and a place in a
+group write: earliest deadline (queued + its class's Slack) first, so a session that just
+ended goes first and none starves (docs/operations.md, "Scheduling")."""
 
 from __future__ import annotations
 
@@ -88,8 +87,7 @@ class DeadlineQueue(Generic[Item]):
 
     @contextlib.contextmanager
     def turn(self, deadline: float, flow: Hashable = None) -> Iterator[Callable[..., float]]:
-        """Holds a slot, in this caller's turn, while the block runs; the block calls the
-        yielded function (_yield_slot) between pieces of its work."""
+        """Holds a slot while the block runs, which calls the yielded _yield_slot between pieces."""
         ticket: _Waiter = (deadline, next(self._order), flow, None)
         with self._cond:
             self._acquire(ticket)
@@ -152,8 +150,7 @@ class DeadlineQueue(Generic[Item]):
             return len(self._line) > self._takers
 
     def take(self) -> tuple[float, Item] | None:
-        """The next queued item (the class doc), once a slot is free (the caller release()s
-        it after); None once the queue is closed (close() dropped what was queued)."""
+        """The next item once a slot is free (release() it after); None once closed."""
         with self._cond:
             self._takers += 1
             try:
@@ -235,18 +232,18 @@ class _WorkerPool:
         self.name = name
         self.queue: DeadlineQueue[_Job] = DeadlineQueue(threads)
         self._current = current
-        self._threads: list[threading.Thread] = []
+        self.threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
     def submit(self, deadline: float, job: _Job) -> Future[Any]:
         more_than_waiting_threads = self.queue.put(deadline, job, job.flow)
         with self._lock:
-            alive = sum(t.is_alive() for t in self._threads)
+            alive = sum(t.is_alive() for t in self.threads)
             if more_than_waiting_threads and alive < self.queue.slots:
                 thread = threading.Thread(
-                    target=self._work, name=f"{self.name}_{len(self._threads)}", daemon=True
+                    target=self._work, name=f"{self.name}_{len(self.threads)}", daemon=True
                 )
-                self._threads.append(thread)
+                self.threads.append(thread)
                 thread.start()
         return job.future
 
@@ -272,19 +269,6 @@ class _WorkerPool:
             finally:
                 self.queue.release()
 
-    def stop(self) -> None:
-        for job in self.queue.close():
-            job.future.cancel()
-
-    def join(self, timeout_s: float) -> int:
-        """After stop(): waits at most timeout_s; returns how many threads still run a job."""
-        deadline = time.monotonic() + timeout_s
-        me = threading.current_thread()
-        for thread in list(self._threads):
-            if thread is not me:
-                thread.join(max(0.0, deadline - time.monotonic()))
-        return sum(t.is_alive() for t in self._threads if t is not me)
-
 
 @dataclass(frozen=True)
 class SchedulerLimits:
@@ -292,8 +276,8 @@ class SchedulerLimits:
     background_workers: int  # passes at once for the sweep and the refreshes
     cores: int  # local embeddings at once
     store_writes: int  # groups of summary rows in flight at once, per summary collection
-    # Threads only first summaries use when the foreground's are all taken (0: none).
-    first_workers: int = 0
+    # Threads only first summaries use when the foreground's are all taken.
+    first_workers: int = 1
     # Longest a later pass waits per step while a first summary runs (give_way); 0: never.
     give_way_s: float = 0.0
     # ... or ended less than this long ago (the gap between two sunsets of a burst).
@@ -301,9 +285,9 @@ class SchedulerLimits:
 
 
 class PassScheduler:
-    """A pass's worker thread (two pools, so the background's backlog never queues in front of
-    a session that just ended), core (core()) and group write (store_write(), one group
-    writer per collection, so a hung store holds up no other), earliest deadline first."""
+    """A pass's worker thread (two pools: the background's backlog never queues in front of a
+    session that just ended), core and group write (one writer per collection: a hung store
+    holds up no other)."""
 
     def __init__(self, limits: SchedulerLimits) -> None:
         self.limits = limits
@@ -311,11 +295,8 @@ class PassScheduler:
         self.pools = {
             "foreground": _WorkerPool("summarize", limits.workers, self._current),
             "background": _WorkerPool("summarize-sweep", limits.background_workers, self._current),
+            "first": _WorkerPool("summarize-first", limits.first_workers, self._current),
         }
-        if limits.first_workers:
-            self.pools["first"] = _WorkerPool(
-                "summarize-first", limits.first_workers, self._current
-            )
         self._cores: DeadlineQueue[None] = DeadlineQueue(limits.cores)
         # A location's group writer lives while a write uses it.
         self._store_writes: weakref.WeakValueDictionary[StoreLocation, GroupWriter] = (
@@ -340,11 +321,11 @@ class PassScheduler:
         job = _Job(Future(), self._as_first(fn) if first else fn, flow, first)
         if background:
             return self.pools["background"].submit(deadline, job)
-        foreground, extra = self.pools["foreground"], self.pools.get("first")
-        if first and extra is not None and foreground.queue.free() == 0:
+        foreground = self.pools["foreground"]
+        if first and foreground.queue.free() == 0:
             job.once = threading.Lock()
             foreground.submit(deadline, job)
-            return extra.submit(deadline, job)
+            return self.pools["first"].submit(deadline, job)
         return foreground.submit(deadline, job)
 
     def _as_first(self, fn: Callable[[], T]) -> Callable[[], T]:
@@ -426,8 +407,7 @@ class PassScheduler:
             yield between
 
     def store_write(self, store: MemoryStore, write: RowWrite) -> None:
-        """Writes the row in a group with others for the same store location
-        (store/memory_store.py), earliest deadline first; raises what refused or failed it."""
+        """Writes the row in a group for its store location; raises what refused or failed it."""
         write.deadline = self.deadline()
         with self._lock:
             writer = self._store_writes.get(store.location)
@@ -444,8 +424,13 @@ class PassScheduler:
         claims. Waits at most timeout_s; returns how many still ran."""
         deadline = time.monotonic() + timeout_s
         for pool in self.pools.values():
-            pool.stop()
-        return sum(pool.join(max(0.0, deadline - time.monotonic())) for pool in self.pools.values())
+            for job in pool.queue.close():
+                job.future.cancel()
+        me = threading.current_thread()
+        threads = [t for pool in self.pools.values() for t in pool.threads if t is not me]
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return sum(t.is_alive() for t in threads)
 
 
 def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:

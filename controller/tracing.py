@@ -1,7 +1,6 @@
-"""Where a pass's time goes: each phase's own time (a phase inside another is not counted in
-the outer one too) in session_summary_pass_phase_seconds{phase}, and each phase an
-OpenTelemetry span under the pass's (a no-op unless OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is
-set; docs/operations.md, "Tracing")."""
+"""Where a pass's time goes: each phase's own time (nested phases not counted twice) in
+session_summary_pass_phase_seconds{phase}, and each phase an OpenTelemetry span under the
+pass's, exported when OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT is set (docs/operations.md)."""
 
 from __future__ import annotations
 

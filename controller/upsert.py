@@ -57,8 +57,7 @@ def untimed(phase: str) -> AbstractContextManager[None]:
 
 @dataclass(frozen=True)
 class Written:
-    """What a write stored: its summarizedAt (ms), the document and the document's digest
-    (what the pass's next write expects to find)."""
+    """What a write stored; digest: what the pass's next write expects to find."""
 
     at_ms: int
     document: str

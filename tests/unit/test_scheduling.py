@@ -109,7 +109,7 @@ def test_threads_start_as_needed_up_to_the_limit() -> None:
     try:
         running = [pool.submit(gate.wait) for _ in range(5)]
         _wait_until(lambda: pool.queued() == 2)
-        assert len(pool.pool._threads) == 3
+        assert len(pool.pool.threads) == 3
         gate.set()
         assert all(f.result(5) for f in running)
     finally:
@@ -563,7 +563,7 @@ def test_jobs_queued_while_threads_are_idle_use_every_free_slot(slots: int) -> N
         pool.submit(lambda: None).result(5)  # one thread started, now idle in take()
         futures = [pool.submit(release.wait, 10) for _ in range(slots)]
         _wait_until(lambda: pool.pool.queue.holding() == slots)
-        assert len(pool.pool._threads) == slots
+        assert len(pool.pool.threads) == slots
     finally:
         release.set()
         pool.shutdown()
