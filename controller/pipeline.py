@@ -1,9 +1,7 @@
-"""Where a summary is written: one session, prior summary + new memories -> the store.
-
-A pass is steps, each a function of what the last returned: _read, _start, _summarized per
-chunk, _final, then upsert.write_row. Nothing is written before it validates, so a failed
-pass never replaces a good summary. Blocking I/O: handlers call it in a worker thread.
-"""
+"""Where a summary is written: one session, prior summary + new memories -> the store. A pass
+is steps, each a function of what the last returned: _read, _start, _summarized per chunk,
+_final, then upsert.write_row. Nothing is written before it validates, so a failed pass never
+replaces a good summary. Blocking I/O: handlers call it in a worker thread."""
 
 from __future__ import annotations
 
@@ -168,11 +166,10 @@ def _final(done: _Progress, rows: SessionRows) -> StructuredSummary:
     return final
 
 
-def _timed(chunks: Iterable[list[Memory]], phase: PhaseTimer) -> Iterator[list[Memory]]:
-    it = iter(chunks)
+def _timed(chunks: Iterator[list[Memory]], phase: PhaseTimer) -> Iterator[list[Memory]]:
     while True:
         with phase("read"):
-            chunk = next(it, None)
+            chunk = next(chunks, None)
         if chunk is None:
             return
         yield chunk

@@ -23,8 +23,9 @@ from controller.core.merge import DERIVED_TITLE_MAX, HISTORY_KEYS, SECTION_KEYS,
 from controller.core.summary import (
     CATEGORIES,
     ITEM_MAX,
+    SCORES,
     LegacySummary,
-    StructuredSummary,
+    PriorSummary,
     SummaryValidationError,
 )
 from controller.core.text import ms_to_rfc3339
@@ -54,7 +55,6 @@ STATE_MAX_ITEMS = 5
 SECTION_MAX_ITEMS = 12
 SECTION_MIN_ITEMS = 4
 TECHNOLOGIES_ASKED = 8
-SCORES = ("quality", "productivity", "impact", "complexity")
 
 
 class _TokensUsed(Exception):
@@ -95,16 +95,10 @@ class ChatModelConfig:
         return f"{self.base_url.rstrip('/')}/chat/completions"
 
     @property
-    def prior_budget_tokens(self) -> int:
-        return self.max_input_tokens // PRIOR_SHARE
-
-    @property
     def memory_budget_tokens(self) -> int:
         """What the memories of one pass may take: the cap minus the prior summary's share."""
-        return self.max_input_tokens - self.prior_budget_tokens
+        return self.max_input_tokens - self.max_input_tokens // PRIOR_SHARE
 
-
-# -- the prompt -------------------------------------------------------------------------------
 
 _HISTORY_KEY_LIST = ", ".join(f'"{k}"' for k in HISTORY_KEYS.values())
 
@@ -168,7 +162,7 @@ def render_memories(memories: Sequence[Memory], per_memory_tokens: int) -> str:
     return f'<memories count="{len(memories)}">\n' + "\n".join(blocks) + "\n</memories>"
 
 
-def render_prior(prior: StructuredSummary | LegacySummary | None, budget_tokens: int) -> str:
+def render_prior(prior: PriorSummary | None, budget_tokens: int) -> str:
     """The prior summary as data, within its budget: the newest items of each section, and a
     legacy text cut to what is left. The merge keeps everything whatever the model sees."""
     if prior is None:
@@ -209,15 +203,13 @@ def render_prior(prior: StructuredSummary | LegacySummary | None, budget_tokens:
 
 
 def build_messages(
-    prior: StructuredSummary | LegacySummary | None,
-    memories: Sequence[Memory],
-    config: ChatModelConfig,
+    prior: PriorSummary | None, memories: Sequence[Memory], config: ChatModelConfig
 ) -> list[dict[str, str]]:
     per_memory = max(1, config.memory_budget_tokens - MEMORY_OVERHEAD_TOKENS)
     user = "\n\n".join(
         (
             "Update the session summary with these memories.",
-            render_prior(prior, config.prior_budget_tokens),
+            render_prior(prior, config.max_input_tokens // PRIOR_SHARE),
             render_memories(memories, per_memory),
             CLOSING,
         )
@@ -270,14 +262,10 @@ def reply_schema(memory_count: int, prior_items: int) -> dict[str, Any]:
 def response_format(
     mode: ResponseFormat, memory_count: int, prior_items: int
 ) -> dict[str, Any] | None:
-    """The request's response_format for a mode; None sends none."""
-    if mode == "json_schema":
-        schema = reply_schema(memory_count, prior_items)
-        # strict false: OpenAI's strict mode refuses maxLength; the bounds still guide it.
-        return {
-            "type": "json_schema",
-            "json_schema": {"name": "session_summary_update", "strict": False, "schema": schema},
-        }
-    if mode == "json_object":
-        return {"type": "json_object"}
-    return None
+    """The request's response_format for a mode; None sends none. strict false: OpenAI's
+    strict mode refuses maxLength; the bounds still guide it."""
+    if mode != "json_schema":
+        return {"type": mode} if mode == "json_object" else None
+    schema = reply_schema(memory_count, prior_items)
+    named = {"name": "session_summary_update", "strict": False, "schema": schema}
+    return {"type": mode, "json_schema": named}

@@ -1,7 +1,6 @@
-"""The one contract every summarizer keeps: given a bounded chunk of a session's new
-memories and the summary so far, it *proposes* one PassUpdate. It never merges:
-controller.core.merge applies every proposal the same way, so no summarizer, however wrong,
-can lose a fact."""
+"""The one contract every summarizer keeps: given a bounded chunk of a session's memories and
+the summary so far, it *proposes* one PassUpdate and never merges: controller.core.merge
+applies every proposal the same way, so no summarizer, however wrong, can lose a fact."""
 
 from __future__ import annotations
 
@@ -23,8 +22,7 @@ class Proposal:
 
 
 class Summarizer(Protocol):
-    # Tokens of memory text one pass may take, and how many memories at most: the
-    # pipeline's chunk bounds for this summarizer.
+    # The pipeline's chunk bounds: tokens of memory text and memories one pass may take.
     @property
     def memory_budget_tokens(self) -> int: ...
 

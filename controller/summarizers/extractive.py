@@ -1,9 +1,6 @@
-"""The embedded default summarizer: extractive, deterministic, no model. Pure.
-
-Sorts the memories' sentences into the sections by cue words; new items follow the prior's,
-deduplicated, and Current State is replaced. Every new item is kept: the document is fitted
-to its bound (controller/core/document.py).
-"""
+"""The embedded default summarizer: extractive, deterministic, no model. Pure. Sentences go
+to the sections by cue words; new items follow the prior's, deduplicated; Current State is
+replaced. Every new item is kept: the document is fitted to its bound (core/document.py)."""
 
 from __future__ import annotations
 
@@ -36,9 +33,7 @@ from controller.core.summary import (
 from controller.core.text import PLACEHOLDER, cut, ms_to_rfc3339
 from controller.summarizers.contract import Proposal
 
-# -- cue words: decisions, design choices, corrections, technologies, categories ----------
-
-# Cues are matched in lower-cased text. Patterns have no leading \b where a cue is long enough
+# Cue words, matched in lower-cased text. Patterns have no leading \b where a cue is long enough
 # to be unambiguous: a pattern that starts with a literal is scanned much faster by `re`.
 
 DECISION_CUES = re.compile(
@@ -66,8 +61,7 @@ ACTION_CUES = re.compile(
 # what the agent did, whichever verb; "-eed" words (need, speed, indeed) are not verbs in -ed.
 ACTION_OPENER = re.compile(r"[\W\d_]*(?:(?:i|we|then|also|and|so|finally)\s+)*[a-z]{2,}(?<!e)ed\b")
 
-# Words are matched one token at a time: one simple regex over the text instead of one per
-# cue keeps a long pass fast.
+# Words are matched a token at a time: one simple regex, not one per cue, keeps a pass fast.
 TOKEN = re.compile(r"[a-z0-9][a-z0-9_.+#-]*")
 CATEGORY_WORDS = re.compile(
     r"(?P<bugfix>bugs?|buggy|fix\w*|errors?|crash\w*|fail\w*|broken|regressions?)"
@@ -112,25 +106,14 @@ _TECHNOLOGY_PHRASES: MappingProxyType[str, re.Pattern[str]] = MappingProxyType(
 )
 
 
-def token_facts(token: str) -> tuple[str | None, Category | None]:
-    """(technology, category) a lower-cased token points at, if any. Not cached: a process-wide
-    cache would keep a long pass's one-off tokens alive."""
-    word = token.rstrip(".-_+#")
-    technology = TECHNOLOGY_WORDS.get(word)
-    if technology is None and word.startswith("docker"):
-        technology = "docker"
-    if technology is None and "." in word:
-        stem, _, extension = word.rpartition(".")
-        if stem and stem[-1].isalnum():
-            technology = _FILE_EXTENSIONS.get(extension)
-    match = CATEGORY_WORDS.fullmatch(word)
-    category = (
-        cast(Category, match.lastgroup.replace("_", "-")) if match and match.lastgroup else None
-    )
-    return technology, category
+def _words(low: str) -> Counter[str]:
+    """The tokens of a lower-cased text (trailing punctuation stripped) and how often each is."""
+    words: Counter[str] = Counter()
+    for word, count in Counter(low.split()).items():
+        for token in TOKEN.findall(word):
+            words[token.rstrip(".-_+#")] += count
+    return words
 
-
-# -- sentences out of agent memories -------------------------------------------------------
 
 SENTENCE_MAX = 200
 
@@ -174,14 +157,14 @@ def cut_keeping_facts(text: str, limit: int) -> str:
         return text
     units: list[tuple[str, int | None]] = []  # a clause or piece, and its facts (None: never kept)
     for clause in filter(None, _CLAUSE_END.split(text)):
-        short = len(clause) <= limit
-        units += [(clause, len(fact_tokens(clause)))] if short else _pieces(clause, limit)
+        units += (
+            [(clause, len(fact_tokens(clause)))] if len(clause) <= limit else _pieces(clause, limit)
+        )
     clauses = [unit for unit, _ in units]
     ranked = sorted((-facts, n) for n, (_, facts) in enumerate(units) if facts is not None)
     chosen: set[int] = set()
     for _, n in ranked:
-        trial = _joined(clauses, chosen | {n})
-        if len(trial) <= limit:
+        if len(_joined(clauses, chosen | {n})) <= limit:
             chosen.add(n)
     return _joined(clauses, chosen) if chosen else shorten(text, limit)
 
@@ -245,8 +228,6 @@ def sentences(text: str) -> list[str]:
     return out
 
 
-# -- extraction ----------------------------------------------------------------------------
-
 TITLE_CHARS = 80
 STATE_SENTENCES = 3
 AGENT_SENTENCES = 8
@@ -277,8 +258,7 @@ class _Section:
 
 
 def _extract_into(sections: dict[str, _Section], memory: Memory) -> None:
-    """Sorts one memory's sentences into the history sections. What the user stated in
-    passing is kept with the requests: the next agent asks about it."""
+    """Sorts one memory's sentences into the history sections."""
     requests, questions = sections[REQUESTS], sections[QUESTIONS]
     design, corrections = sections[DESIGN], sections[CORRECTIONS]
     for i, sentence in enumerate(sentences(memory.prompt)):
@@ -291,7 +271,7 @@ def _extract_into(sections: dict[str, _Section], memory: Memory) -> None:
             corrections.offer(sentence)
         elif DESIGN_CUES.search(low):
             design.offer(sentence)
-        else:  # what the user stated: every turn, both sides, is history
+        else:  # what the user stated in passing: the next agent asks about it
             requests.offer(sentence)
     response = memory.response
     turn = (memory.prompt, memory.thought, response)
@@ -325,18 +305,12 @@ def _said_by_agent(response: list[str]) -> list[str]:
 def _category(texts: Iterable[str], fallback: Category) -> Category:
     """Keyword vote; no votes or a tie keeps the fallback (the prior's category or other)."""
     low = "\n".join(texts).lower()
-    votes: dict[Category, int] = {
-        category: sum(low.count(phrase) for phrase in phrases)
-        for category, phrases in CATEGORY_PHRASES.items()
-    }
-    for word, count in Counter(low.split()).items():  # tokenize each distinct word once
-        for token in TOKEN.findall(word):
-            category = token_facts(token)[1]
-            if category is not None:
-                votes[category] = votes.get(category, 0) + count
-    best = max(votes.values(), default=0)
-    winners = [c for c, v in votes.items() if v == best]
-    return winners[0] if best > 0 and len(winners) == 1 else fallback
+    votes = Counter({c: sum(map(low.count, phrases)) for c, phrases in CATEGORY_PHRASES.items()})
+    for word, count in _words(low).items():
+        if (match := CATEGORY_WORDS.fullmatch(word)) and match.lastgroup:
+            votes[cast(Category, match.lastgroup.replace("_", "-"))] += count
+    (first, most), (_, second) = votes.most_common(2)  # CATEGORY_PHRASES has two keys
+    return first if most > second else fallback
 
 
 def _technologies(memories: Sequence[Memory]) -> set[str]:
@@ -346,11 +320,15 @@ def _technologies(memories: Sequence[Memory]) -> set[str]:
         for name, pattern in _TECHNOLOGY_PHRASES.items()
         if any(m.start() == 0 or not text[m.start() - 1].isalnum() for m in pattern.finditer(text))
     }
-    for word in set(text.split()):  # splitting on spaces first: tokenize each word once
-        for token in TOKEN.findall(word):
-            technology = token_facts(token)[0]
-            if technology is not None:
-                found.add(technology)
+    for word in _words(text):
+        technology = TECHNOLOGY_WORDS.get(word)
+        if technology is None and word.startswith("docker"):
+            technology = "docker"
+        stem, _, extension = word.rpartition(".")
+        if technology is None and stem[-1:].isalnum():
+            technology = _FILE_EXTENSIONS.get(extension)
+        if technology is not None:
+            found.add(technology)
     return found
 
 
@@ -363,45 +341,33 @@ def _title(requests: Sequence[SummaryItem], session_id: str) -> str:
     return fallback_title(session_id)
 
 
-def _current_state(
-    new: Sequence[Memory],
-    prior_state: Sequence[SummaryItem],
-    memory_count: int,
-    last_ms: int | None,
-) -> list[SummaryItem]:
+def _current_state(new: Sequence[Memory], base: StructuredSummary | None, count: int) -> list[str]:
     """The last response's first distinct sentences (as the merge compares items) and the
-    counts; replaced each pass."""
-    if not new:
-        return list(prior_state)
-    last_response = next((m.response for m in reversed(new) if sentences(m.response)), None)
-    if last_response is not None:
+    counts; replaced each pass that has new memories."""
+    said = next((s for m in reversed(new) if (s := sentences(m.response))), None)
+    if said is not None:
         first: dict[str, str] = {}
-        for sentence in sentences(last_response):
+        for sentence in said:
             first.setdefault(identity(as_item(sentence)), sentence)
             if len(first) == STATE_SENTENCES:
                 break
-        state = [SummaryItem(text=s) for s in first.values()]
+        state = list(first.values())
     else:  # nothing new was said: keep what was true, refresh the counts
-        state = [item for item in prior_state if not _COUNTS_LINE.match(item.text)]
-    counts = f"{memory_count} memories so far"
-    if last_ms is not None:
-        counts += f", the latest at {ms_to_rfc3339(last_ms)}"
-    return [*state, SummaryItem(text=counts + ".")]
+        prior = base.sections[STATE] if base else []
+        state = [item.text for item in prior if not _COUNTS_LINE.match(item.text)]
+    known = (new[-1].timestamp_ms, base.last_memory_at_ms if base else None)
+    latest = ms_to_rfc3339(max(ms for ms in known if ms is not None))
+    return [*state, f"{count} memories so far, the latest at {latest}."]
 
 
-# -- scores (0..100, simple on purpose; the model backend may do better) --------------------
-
+# Scores are 0..100 and simple on purpose; a model may do better.
 CATEGORY_IMPACT: MappingProxyType[str, int] = MappingProxyType({
     "new-app": 25, "feature": 20, "bugfix": 15, "refactoring": 10, "documentation": 5,
     "analysis": 5, "other": 0})  # fmt: skip
 
 
-def _clamp(value: float) -> int:
-    return max(0, min(100, round(value)))
-
-
 def _scores(
-    sections: dict[str, list[SummaryItem]],
+    sections: dict[str, _Section],
     category: str,
     new: Sequence[Memory],
     base: StructuredSummary | None,
@@ -418,27 +384,25 @@ def _scores(
         productivity = base.productivity * weight + pass_productivity * (1 - weight)
     else:
         productivity = base.productivity if base is not None and not new else pass_productivity
-    requests = len(sections[REQUESTS])
+    requests = len(sections[REQUESTS].items)
     tools = {t for m in new for t in m.tools_used} | set(base.tools_used if base else [])
     tool_calls = (base.total_tool_calls if base else 0) + sum(m.tool_calls for m in new)
-    return {
-        "quality": _clamp(100 - 10 * len(sections[CORRECTIONS])),
-        "productivity": _clamp(productivity),
-        "impact": _clamp(
-            20 + 5 * min(requests, 10) + CATEGORY_IMPACT[category] + min(10, tool_calls // 10)
-        ),
-        "complexity": _clamp(10 + 6 * min(len(tools), 8) + min(memory_count, 40)),
+    scores = {
+        "quality": 100 - 10 * len(sections[CORRECTIONS].items),
+        "productivity": productivity,
+        "impact": 20
+        + 5 * min(requests, 10)
+        + CATEGORY_IMPACT[category]
+        + min(10, tool_calls // 10),
+        "complexity": 10 + 6 * min(len(tools), 8) + min(memory_count, 40),
     }
-
-
-# -- the pass ------------------------------------------------------------------------------
+    return {name: max(0, min(100, round(value))) for name, value in scores.items()}
 
 
 @dataclass(frozen=True)
 class ExtractiveSummarizer:
-    """The embedded default Summarizer (controller.summarizers.contract): no model, no
-    network, deterministic. It reads whatever it is given, so its chunk bounds only cap how
-    much one pass holds."""
+    """The embedded default Summarizer: it reads whatever it is given, so its chunk bounds
+    only cap how much one pass holds. Frozen: no module keeps mutable state."""
 
     memory_budget_tokens: ClassVar[int] = 100_000
     max_memories_per_pass: ClassVar[int] = 400
@@ -457,18 +421,11 @@ class ExtractiveSummarizer:
         new = [m for m in given if covered is None or covered.after(m)]
 
         # A legacy prior has no items: merge_pass carries its text, verbatim, as legacy_text.
-        carried = {title: list(base.sections[title]) if base else [] for title in HISTORY_SECTIONS}
-        filling = {title: _Section(carried[title]) for title in carried}
+        carried = {title: base.sections[title] if base else [] for title in HISTORY_SECTIONS}
+        sections = {title: _Section(items) for title, items in carried.items()}
         for memory in given:
-            _extract_into(filling, memory)
-        sections = {title: section.items for title, section in filling.items()}
-
+            _extract_into(sections, memory)
         memory_count = (base.memory_count if base else 0) + len(new)
-        known = (base.last_memory_at_ms if base else None, new[-1].timestamp_ms if new else None)
-        last_ms = max((ms for ms in known if ms is not None), default=None)
-        sections[STATE] = _current_state(
-            new, base.sections[STATE] if base else [], memory_count, last_ms
-        )
 
         category: Category = base.category if base else "other"
         if new:  # the vote sees the requests so far and the new prompts
@@ -479,14 +436,14 @@ class ExtractiveSummarizer:
             # merge_pass still refuses it if it reads as an instruction
             title = shorten(clean(legacy.title), TITLE_MAX)
         else:
-            title = _title(sections[REQUESTS], session_id)
+            title = _title(sections[REQUESTS].items, session_id)
 
         update = PassUpdate(
-            user_requests=filling[REQUESTS].proposed(),
-            questions_and_decisions=filling[QUESTIONS].proposed(),
-            design_choices=filling[DESIGN].proposed(),
-            corrections_and_feedback=filling[CORRECTIONS].proposed(),
-            current_state=[item.text for item in sections[STATE]] if new else None,
+            user_requests=sections[REQUESTS].proposed(),
+            questions_and_decisions=sections[QUESTIONS].proposed(),
+            design_choices=sections[DESIGN].proposed(),
+            corrections_and_feedback=sections[CORRECTIONS].proposed(),
+            current_state=_current_state(new, base, memory_count) if new else None,
             title=title,
             category=category,
             technologies=sorted(_technologies(new)),

@@ -28,8 +28,8 @@ from controller.core.summary import (
     validate_summary,
 )
 from controller.core.summary_row import from_chroma_row, to_chroma_metadata
+from controller.summarizers.chat_model import parse_update
 from controller.summarizers.chat_prompt import reply_schema
-from controller.summarizers.chat_reply import parse_update
 
 SID = "sess-merge"
 

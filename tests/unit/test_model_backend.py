@@ -39,15 +39,14 @@ from controller.core.summary import (
 from controller.pipeline import PassResult, run_pass
 from controller.redaction import Redaction
 from controller.status.conditions import failure_shown
-from controller.summarizers import chat_model, chat_prompt, chat_reply
-from controller.summarizers.chat_model import ChatModelSummarizer
+from controller.summarizers import chat_model, chat_prompt
+from controller.summarizers.chat_model import ChatModelSummarizer, degenerate_reason
 from controller.summarizers.chat_prompt import (
     SYSTEM_PROMPT,
     ChatModelConfig,
     InvalidModelOutput,
     ModelUnavailable,
 )
-from controller.summarizers.chat_reply import degenerate_reason
 from tests.support.credentials import generated
 from tests.support.openai_server import (
     Answer,
@@ -224,7 +223,7 @@ REPLY_PIECES = ["```", "```json", "```JSON", "`", " ", "  ", "\n", "\t", "\u3000
 @given(st.lists(st.sampled_from(REPLY_PIECES), max_size=14).map("".join))
 def test_a_reply_loses_the_fences_python_s_re_took_out(content: str) -> None:
     for text in (content, content.strip()):
-        assert chat_reply.FENCE.sub("", text) == BACKTRACKING_FENCE.sub("", text), text
+        assert chat_model.FENCE.sub("", text) == BACKTRACKING_FENCE.sub("", text), text
 
 
 @pytest.mark.timeout(120)
@@ -233,8 +232,8 @@ def test_a_reply_with_a_long_run_of_spaces_is_read_in_time_linear_in_it(spaces: 
     """A model's answer is bounded in bytes only (16 MiB): before, 16 KB of spaces inside
     it took 2 s to unfence, and a megabyte hours."""
     content = "{" + spaces * (262_144 // len(spaces)) + "x}"
-    with pytest.raises(chat_reply.BadReply, match="not valid JSON"):
-        chat_reply.parse_update(content)
+    with pytest.raises(chat_model.BadReply, match="not valid JSON"):
+        chat_model.parse_update(content)
 
 
 def test_invalid_json_on_every_attempt_fails_the_pass_as_invalid_output(
@@ -1096,7 +1095,7 @@ def test_any_shape_of_content_parts_is_read_or_refused_with_a_reason(
         choices=[{"message": {"content": parts}, "finish_reason": finish}]
     )
     try:
-        content, reason = chat_reply.reply_content(completion)
+        content, reason = chat_model.reply_content(completion)
     except chat_model.BadReply as refused:
         assert refused.reason
     else:

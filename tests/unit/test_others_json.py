@@ -15,7 +15,7 @@ from controller.core.naming import summary_row_id
 from controller.core.summary import StructuredSummary, SummaryItem
 from controller.core.summary_row import from_chroma_row, to_chroma_metadata
 from controller.core.visibility import SessionSources
-from controller.summarizers.chat_reply import parse_update
+from controller.summarizers.chat_model import parse_update
 
 ROW = to_chroma_metadata(
     StructuredSummary(

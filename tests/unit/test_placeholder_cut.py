@@ -16,7 +16,7 @@ from controller.core import document, merge, quoting, text
 from controller.core.summary import StructuredSummary, SummaryItem, title_problem
 from controller.store.errors import _clip
 from controller.summarizers import extractive
-from controller.summarizers.chat_reply import _show
+from controller.summarizers.chat_model import _show
 
 WORDS = ("fix", "the", "port 8080,", "config/app.yaml;", "v3.11:", "Wells Fargo", "-", "—", "a")
 KINDS = ("api-key", "basic-auth-credentials", "x")

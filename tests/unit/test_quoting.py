@@ -347,7 +347,7 @@ def test_the_linear_patterns_find_a_match_where_the_backtracking_ones_did(text: 
 @pytest.mark.parametrize("unit", ["#", "## ", ".A", "A.", "a.", "._", "a_.", "Error."])
 def test_any_long_memory_sentence_is_read_in_time_linear_in_it(unit: str) -> None:
     """The chat summarizer asks kind_of of every sentence of every memory, whole
-    (chat_reply.injected_passages): before, 16 KB of `#` took 27 s, and 256 KB hours."""
+    (chat_model.injected_passages): before, 16 KB of `#` took 27 s, and 256 KB hours."""
     assert kind_of(unit * (262_144 // len(unit))) is None
 
 
