@@ -1,9 +1,6 @@
-"""The custom resources' spec and status, described once.
-
-Handlers, the CLI and the sweep read and write these models, never raw dicts. Field names
-are the CRDs' (camelCase aliases); defaults match the CRD schema defaults so an object that
-the apiserver defaulted and one built here agree.
-"""
+"""The custom resources' spec and status, described once and used everywhere, never raw dicts.
+Field names are the CRDs' (camelCase aliases); defaults are the CRD schema's, so an object
+the apiserver defaulted and one built here agree."""
 
 from __future__ import annotations
 
@@ -144,9 +141,8 @@ class StoreSpec(CamelModel):
     @classmethod
     def collection_name_problem(cls, name: str) -> str | None:
         """Why Chroma 1.5 would refuse this collection name; None when it accepts it."""
-        if len(name) > cls.COLLECTION_NAME_MAX or not re.fullmatch(
-            cls.COLLECTION_NAME_PATTERN, name
-        ):
+        too_long = len(name) > cls.COLLECTION_NAME_MAX
+        if too_long or not re.fullmatch(cls.COLLECTION_NAME_PATTERN, name):
             return cls.NAME_PATTERN_MESSAGE
         if ".." in name:
             return cls.DOUBLE_PERIOD_MESSAGE
@@ -156,9 +152,7 @@ class StoreSpec(CamelModel):
 
     @classmethod
     def url_problem(cls, url: str) -> str | None:
-        if not re.fullmatch(cls.URL_PATTERN, url):
-            return cls.URL_MESSAGE
-        return host_name_problem(url)
+        return host_name_problem(url) if re.fullmatch(cls.URL_PATTERN, url) else cls.URL_MESSAGE
 
     @classmethod
     def name_problem(cls, field: str, name: str) -> str | None:
@@ -199,8 +193,7 @@ class StoreSpec(CamelModel):
     @field_validator("url")
     @classmethod
     def _http_url(cls, value: str) -> str:
-        problem = cls.url_problem(value)
-        if problem:
+        if problem := cls.url_problem(value):
             raise ValueError(f"{shown(value)!r} {problem}")
         return value
 

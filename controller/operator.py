@@ -102,9 +102,8 @@ def _choose_priority(run: RunOptions) -> int:
 
 
 async def _collect_abandoned_claims(interval: float) -> None:
-    collector = ClaimCollector(
-        default_duration_s=CONFIG.claim_ttl_seconds, grace_s=CONFIG.claim_ttl_seconds
-    )
+    ttl = CONFIG.claim_ttl_seconds
+    collector = ClaimCollector(default_duration_s=ttl, grace_s=ttl)
     while True:
         try:
             deleted = await asyncio.to_thread(collector.collect)
@@ -122,12 +121,10 @@ def status_diffbase() -> kopf.DiffBaseStorage:
 
 
 class UnmarkedProgress(kopf.AnnotationsProgressStorage):
-    """kopf's handler progress, read only for the spec generation it was written for (kopf
-    keeps an unfinished handler's retry delay across spec changes): a new spec is acted on at
-    once, not after the backoff of the one it replaced. Its `kopf-managed` marker only rides
-    on a patch that removes a progress annotation: never a patch of its own per new object,
-    and never a patch that empties the annotations (the apiserver drops the empty map, and
-    kopf warns that the patch came back "with inconsistencies")."""
+    """kopf's handler progress, read only for the spec generation it was written for: a new
+    spec is acted on at once, not after its predecessor's retry backoff. The `kopf-managed`
+    marker only rides on a patch removing a progress annotation: no patch of its own per
+    object, none that empties the annotations (kopf would warn of "inconsistencies")."""
 
     def fetch(self, *, key: kopf.HandlerId, body: kopf.Body) -> kopf.ProgressRecord | None:
         record = dict(super().fetch(key=key, body=body) or {})
@@ -161,8 +158,7 @@ async def configure(
 ) -> None:
     runtime = Runtime.of(memo)
     run, tasks = runtime.options, runtime.tasks
-    prefix = CONFIG.annotation_prefix
-    settings.persistence.progress_storage = UnmarkedProgress(prefix=prefix)
+    settings.persistence.progress_storage = UnmarkedProgress(prefix=CONFIG.annotation_prefix)
     settings.persistence.diffbase_storage = status_diffbase()
     settings.persistence.finalizer = FINALIZER
     # Events go through the EventRecorder (one per state change, repeats counted).
@@ -306,15 +302,12 @@ def run(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
-    namespaces = args.namespace or list(CONFIG.namespaces)
+    namespaces = tuple(args.namespace or CONFIG.namespaces)
     configure_logging(args.verbose)
-    options = RunOptions(
-        standalone=args.standalone, peering=args.peering, namespaces=tuple(namespaces)
-    )
     os.environ["POD_ID"] = CONFIG.replica_id  # kopf's peering identity = ours
     # `kill -USR1 <pid>`: every thread's stack to stderr (docs/operations.md, a hung timer).
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    runtime = Runtime.start(CONFIG, options=options)
+    runtime = Runtime.start(CONFIG, RunOptions(args.standalone, args.peering, namespaces))
     loop = asyncio.new_event_loop()
     try:
         kopf.run(

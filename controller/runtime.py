@@ -1,5 +1,5 @@
-"""Everything the operator process holds while it runs, handed to every handler in kopf's
-memo: no product module keeps state of its own (docs/architecture.md, "The runtime")."""
+"""Everything the operator process holds while it runs, in kopf's memo (docs/architecture.md,
+"The runtime")."""
 
 from __future__ import annotations
 
@@ -61,15 +61,12 @@ class TokenBucket:
 
     per_minute: float
     tokens: float | None = None  # None: full
-    last_s: float | None = None  # monotonic seconds of the last refill
+    last_s: float = 0.0  # monotonic seconds of the last refill
 
     def available(self, now_s: float) -> int:
         """Whole grants available at now_s (refills first)."""
-        full = float(self.per_minute)
-        if self.tokens is None or self.last_s is None:
-            self.tokens = full
-        else:
-            self.tokens = min(full, self.tokens + max(0.0, now_s - self.last_s) * full / 60.0)
+        full, gained = float(self.per_minute), max(0.0, now_s - self.last_s) * self.per_minute
+        self.tokens = full if self.tokens is None else min(full, self.tokens + gained / 60.0)
         self.last_s = now_s
         return int(self.tokens)
 
@@ -111,9 +108,8 @@ class Upkeep:
 
     def probe_due(self, every_s: float, now: float, *, failing: bool) -> bool:
         """While the probes fail: due after every_s, then twice as late each time up to
-        PROBE_BACKOFF_MAX_S (a broken summarizer does not keep its endpoints busy). The first
-        call only starts the clock (the create/update/resume handler has just probed);
-        failing=False starts it over."""
+        PROBE_BACKOFF_MAX_S. The first call only starts the clock (the spec handler has just
+        probed); failing=False starts it over."""
         last, wait = self.probed, max(every_s, self.probe_wait)
         if not failing:
             self.probed, self.probe_wait = None, 0.0
@@ -127,15 +123,13 @@ class Upkeep:
 
 
 class UpkeepState:
-    """What each SessionSummarizer's timer remembers between ticks in this process (the
-    active replica's), dropped when it is deleted; after a restart or a failover it starts
-    empty, and the stored summaries and the objects' status tell what was done."""
+    """What each SessionSummarizer's timer remembers between ticks in this process, dropped
+    when it is deleted (after a restart it starts empty: the store and status tell the rest)."""
 
     def __init__(self) -> None:
-        self._by_summarizer: dict[tuple[str, str], Upkeep] = {}
-        # Deleted and not seen again: a tick still under way for one gets a memory of its
-        # own, kept by nobody (the newest GONE_REMEMBERED).
-        self._gone: LRUCache[tuple[str, str], None] = LRUCache(GONE_REMEMBERED)
+        self._by_summarizer: dict[Who, Upkeep] = {}
+        # Deleted, not seen again: a tick still under way gets a memory kept by nobody.
+        self._gone: LRUCache[Who, None] = LRUCache(GONE_REMEMBERED)
         self._lock = threading.Lock()
 
     def of(self, namespace: str, name: str) -> Upkeep:
@@ -194,11 +188,10 @@ def _secrets_of(key: object) -> int:
 
 
 class SummarizerParts:
-    """The live parts of each SessionSummarizer: Chroma client, embedding function and model
-    summarizer, each kept with the configuration it was built from (Secret values included: a
-    rotated key takes effect at the next pass) until the spec's next generation or the deletion.
-    A part no longer kept is closed once no use holds it; one built for a SessionSummarizer not
-    seen, deleted or changed meanwhile serves its use alone."""
+    """Each SessionSummarizer's Chroma client, embedding function and model summarizer, kept
+    with the configuration (Secret values included) they were built from until the spec's next
+    generation or the deletion, and closed once no use holds them. One built for a summarizer
+    not seen, deleted or changed meanwhile serves its use alone."""
 
     def __init__(self, scheduler: PassScheduler, weights: MiniLMWeights) -> None:
         self._scheduler = scheduler
@@ -220,8 +213,7 @@ class SummarizerParts:
         who = (namespace, name)
         location = store_location(spec, namespace)
         embedding = embedding_spec(spec, namespace)
-        extractive = spec.model.backend == "extractive"
-        config = None if extractive else chat_model_config(spec, namespace)
+        config = None if spec.model.backend == "extractive" else chat_model_config(spec, namespace)
         if config is None:  # extractive: a model client built for an older spec goes now
             self._drop(who, "summarizer")
         with contextlib.ExitStack() as held:
@@ -358,10 +350,8 @@ class SummarizerParts:
 
     def _close(self, parts: list[_Part]) -> None:
         for part in parts:
-            close = getattr(part.value, "close", None)
-            with contextlib.suppress(Exception):  # closing is best effort
-                if callable(close):
-                    close()
+            with contextlib.suppress(Exception):  # best effort (a part may have no close())
+                part.value.close()
 
     # -- builders -------------------------------------------------------------------------
 

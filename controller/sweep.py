@@ -1,9 +1,6 @@
-"""The periodic sweep's I/O: scan new memories, ask core/sweep_plan.py what is stale and
-which active sessions to refresh, and create or patch their
-SessionSummary objects (triggers `sweep`, `refresh`); and the marker scan, every tick
-(`sunset-marker`). Idempotent when replicas overlap: objects are created if absent, and
-patched only when their last pass is done.
-"""
+"""The sweep's, the marker scan's and the reconciliation's I/O (the decisions are in
+core/sweep_plan.py). Idempotent when replicas overlap: objects are
+created if absent, and patched only as read, when their last pass is done."""
 
 from __future__ import annotations
 
@@ -11,6 +8,7 @@ import datetime as dt
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from controller.api import SessionSummarizerSpec
 from controller.config import CONFIG
@@ -61,11 +59,27 @@ class SweepResult:
     appended: int  # rows added since the last sweep (the appended-rows scan)
 
 
-def _version(obj: dict[str, object] | None) -> str | None:
-    meta = (obj or {}).get("metadata") or {}
-    assert isinstance(meta, dict)
-    version = meta.get("resourceVersion")
-    return str(version) if obj is not None and version is not None else None
+def _ask(
+    namespace: str,
+    session_id: str,
+    trigger: str,
+    summarizer: str,
+    requested_at: str,
+    existing: dict[str, Any] | None,
+) -> str | None:
+    """Creates the SessionSummary if it was absent when looked at (made by another sweep
+    since: left be), else patches it only as read (never over a sunset since); returns
+    "created" or "patched", None when nothing was asked."""
+    _, how = kube.request_summary(
+        namespace,
+        session_id,
+        trigger=trigger,
+        summarizer=summarizer,
+        requested_at=requested_at,
+        patch_if_exists=False,
+        resource_version=None if existing is None else existing["metadata"]["resourceVersion"],
+    )
+    return how if how in ("created", "patched") else None
 
 
 def plan_from_store(
@@ -182,18 +196,7 @@ def apply_plan(
         existing = kube.get_summary(namespace, summary_object_name(session_id))
         if existing is not None and pass_in_flight(existing):
             return None
-        _, action = kube.request_summary(
-            namespace,
-            session_id,
-            trigger=trigger,
-            summarizer=summarizer_name,
-            requested_at=requested_at,
-            # Absent when we looked: if another sweep created it meanwhile, leave it be.
-            patch_if_exists=False,
-            # Present: patched only as we read it, never over a sunset that came since.
-            resource_version=_version(existing),
-        )
-        return action if action in ("created", "patched") else None
+        return _ask(namespace, session_id, trigger, summarizer_name, requested_at, existing)
 
     for candidate in stale[: WALK_FACTOR * max(budget, 1)]:
         if created + patched >= budget:
@@ -311,16 +314,8 @@ def run_marker_scan(
             waiting += 1
             continue
         if action == "request":
-            _, how = kube.request_summary(
-                namespace,
-                marker.session_id,
-                trigger=MARKER_TRIGGER,
-                summarizer=summarizer_name,
-                requested_at=requested_at,
-                patch_if_exists=False,
-                resource_version=_version(existing),
-            )
-            if how not in ("created", "patched"):
+            sid = marker.session_id
+            if not _ask(namespace, sid, MARKER_TRIGGER, summarizer_name, requested_at, existing):
                 waiting += 1  # changed since read: a sunset or a pass; looked at again
                 continue
             memory.bucket.take(1, time.monotonic())  # a grant per request made

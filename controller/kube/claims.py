@@ -116,8 +116,7 @@ class SessionClaimHandle:
 
     def _new_claim(self, acquired_at_ms: int | None = None) -> Claim:
         now = int(time.time() * 1000)
-        acquired = now if acquired_at_ms is None else acquired_at_ms
-        return replace(self.claim, acquired_at_ms=acquired, renewed_at_ms=now)
+        return replace(self.claim, acquired_at_ms=acquired_at_ms or now, renewed_at_ms=now)
 
     def _body(self, claim: Claim, resource_version: str | None) -> dict[str, Any]:
         meta = {
@@ -360,8 +359,7 @@ class ClaimCollector:
         now = time.monotonic()
         seen: dict[str, Sighting] = {}
         deleted = 0
-        pages = kube.list_pages(_api().list_cluster_custom_object, CLAIM_PLURAL)
-        for obj in pages:
+        for obj in kube.list_pages(_api().list_cluster_custom_object, CLAIM_PLURAL):
             meta = obj["metadata"]
             name, version = str(meta["name"]), str(meta["resourceVersion"])
             sighting = seen[name] = sighted(self.sightings.get(name), name, version, now)

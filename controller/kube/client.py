@@ -102,10 +102,6 @@ def applied(refusals: tuple[int, ...], call: Callable[..., Any], *args: Any, **k
     return unless(refusals, call, GROUP, VERSION, *args, **kw) is not None
 
 
-def get_summarizer(namespace: str, name: str) -> dict[str, Any] | None:
-    return get_object(SUMMARIZER_PLURAL, namespace, name)
-
-
 def read_secret(namespace: str, name: str) -> tuple[dict[str, str], dict[str, str]]:
     """A Secret's (annotations, data), the values base64-encoded as the API returns them."""
     try:
@@ -138,8 +134,8 @@ def get_object(plural: str, namespace: str, name: str) -> dict[str, Any] | None:
     return cast(dict[str, Any] | None, unless((404,), get, GROUP, VERSION, namespace, plural, name))
 
 
-def get_summary(namespace: str, name: str) -> dict[str, Any] | None:
-    return get_object(SUMMARY_PLURAL, namespace, name)
+get_summary = functools.partial(get_object, SUMMARY_PLURAL)
+get_summarizer = functools.partial(get_object, SUMMARIZER_PLURAL)
 
 
 def request_summary(

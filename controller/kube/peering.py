@@ -25,12 +25,9 @@ PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
 def live_peers(status: Mapping[str, Any], now: dt.datetime) -> dict[str, int]:
     alive: dict[str, int] = {}
     for identity, info in (status or {}).items():
-        if not isinstance(info, Mapping):
-            continue
-        try:
+        try:  # a record not a mapping: TypeError
             seen = dt.datetime.fromisoformat(str(info["lastseen"]))
-            if seen.tzinfo is None:
-                seen = seen.replace(tzinfo=dt.UTC)
+            seen = seen.replace(tzinfo=seen.tzinfo or dt.UTC)
             lifetime = dt.timedelta(seconds=int(info.get("lifetime", 60)))
             priority = int(info.get("priority", 0))
         except (KeyError, ValueError, TypeError):
@@ -66,10 +63,8 @@ def joining_priority(live: Mapping[str, int], me: str, draw: int) -> int:
 
 def with_own_priority(peers: Mapping[str, int], me: str, priority: int | None) -> dict[str, int]:
     """Our record at our priority: until kopf's first keep-alive it is our predecessor's."""
-    out = dict(peers)
-    if priority is not None and me in out:
-        out[me] = priority
-    return out
+    mine = {me: priority} if priority is not None and me in peers else {}
+    return {**peers, **mine}
 
 
 def read_peering(name: str, namespaces: tuple[str, ...]) -> Mapping[str, Any]:
@@ -150,12 +145,8 @@ def _apply_replica_status(
     if current and said == (status.active_replica, current.status, current.reason, current.message):
         return status  # as last measured: nothing to write
     measured = cond.model_copy(update={"last_probe_time": now_rfc3339()})
-    return status.model_copy(
-        update={
-            "active_replica": active,
-            "conditions": set_condition(status.conditions, measured),
-        }
-    )
+    conditions = set_condition(status.conditions, measured)
+    return status.model_copy(update={"active_replica": active, "conditions": conditions})
 
 
 def report_replica_status(
@@ -181,12 +172,8 @@ def report_replica_status(
             continue
         before = {c.type: c for c in result[0].conditions or []}.get("ReplicaActive")
         if before is None or (before.status, before.reason) != (cond.status, cond.reason):
-            events.post(
-                obj,
-                type_="Normal" if cond.status == "True" else "Warning",
-                reason=cond.reason,
-                message=cond.message,
-            )
+            kind = "Normal" if cond.status == "True" else "Warning"
+            events.post(obj, type_=kind, reason=cond.reason, message=cond.message)
 
 
 async def watch_leader(
@@ -218,11 +205,9 @@ async def watch_leader(
                 on_change(leader, previous)
                 previous = leader
             active, cond = replica_status(live, me, standalone)
-            settled = live or time.monotonic() - started > grace_s
             since_sync = time.monotonic() - last_sync
-            if settled and report_due(
-                (active, cond), reported, since_sync, resync_s, nudged.is_set()
-            ):
+            due = report_due((active, cond), reported, since_sync, resync_s, nudged.is_set())
+            if due and (live or time.monotonic() - started > grace_s):
                 nudged.clear()
                 report = (live, me, standalone, namespaces, events)
                 await asyncio.to_thread(report_replica_status, *report)
