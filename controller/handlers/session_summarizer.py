@@ -173,10 +173,10 @@ async def take_summarizer_spec(
     try:
         spec = SessionSummarizerSpec.model_validate(dict(body.get("spec") or {}))
     except ValidationError as exc:  # one the CRD lets through: a pattern over RE2's bound
-        await _probed(body, [spec_valid(exc)], runtime, first=True)
+        await _probed(body, generation, [spec_valid(exc)], runtime, first=True)
         return
     health = await asyncio.to_thread(health_conditions, runtime.parts, spec, namespace, name)
-    await _probed(body, [spec_valid(None), *health], runtime, first=True)
+    await _probed(body, generation, [spec_valid(None), *health], runtime, first=True)
     if reason in ("create", "update"):
         asked = await asyncio.to_thread(_ask_failed_again, namespace, name)
         if asked:
@@ -205,11 +205,17 @@ async def summarizer_deleted(name: str, namespace: str | None, memo: kopf.Memo, 
 
 
 async def _probed(
-    body: kopf.Body, conditions: list[Condition], runtime: Runtime, *, first: bool = False
+    body: kopf.Body,
+    generation: int | None,
+    conditions: list[Condition],
+    runtime: Runtime,
+    *,
+    first: bool = False,
 ) -> None:
-    """Writes the probes' conditions, with a Warning Event for each new failure (each failure,
-    when first: a spec taken) and a Normal one for each recovery."""
-    meta, generation = body.metadata, body.metadata.get("generation")
+    """Writes the probes' conditions of the spec of this generation (read before the probes: a
+    timer's body is live), with a Warning Event for each new failure (each failure, when first:
+    a spec taken) and a Normal one for each recovery."""
+    meta = body.metadata
     observed = {"observed_generation": generation} if first else {}
 
     def measured(st: SessionSummarizerStatus) -> SessionSummarizerStatus:
@@ -257,7 +263,7 @@ async def renew_authority(body: kopf.Body, name: str, namespace: str | None, **k
 )
 async def sweep(body: kopf.Body, name: str, namespace: str | None, **kw: Any) -> None:
     """The probes when due, retention, a reconciliation step and the sweep (Swept)."""
-    tick = _Tick.of(body, namespace, name, **kw)
+    tick, generation = _Tick.of(body, namespace, name, **kw), body.metadata.get("generation")
     spec, status, runtime = tick.spec, tick.status, tick.runtime
     asked = (body.metadata.get("annotations") or {}).get(PROBE_REQUESTED)
     now = asked is not None and asked != status.last_handled_probe_request  # summaryctl check
@@ -265,7 +271,7 @@ async def sweep(body: kopf.Body, name: str, namespace: str | None, **kw: Any) ->
         health = await asyncio.to_thread(
             health_conditions, runtime.parts, spec, tick.namespace, name
         )
-        await _probed(body, health, runtime)
+        await _probed(body, generation, health, runtime)
     await _retention(tick)
     if spec.reconcile.enabled:  # whether or not sweeps are: the backstop of every pass
         await _reconcile(tick)

@@ -299,3 +299,61 @@ def test_failing_probes_run_again_backing_off_and_start_over_once_they_hold(
         assert due == (now - last >= wait), (now, last, wait)
         if due:
             last, wait = now, min(2 * wait, max(every, PROBE_BACKOFF_MAX_S))
+
+
+def test_a_timers_probes_are_stamped_with_the_generation_they_probed() -> None:
+    """kopf hands a timer the live body: a spec edited while the tick's probes run must not
+    get their conditions (of the old spec) as its own, or a probe of the old store URL would
+    say the new one is reachable."""
+    import asyncio
+    import logging
+    from typing import Any, cast
+    from unittest import mock
+
+    import kopf
+
+    from controller.config import CONFIG
+    from controller.handlers import session_summarizer
+    from controller.runtime import Runtime
+    from tests.unit.test_invalid_summary_spec import Recorded
+
+    raw: dict[str, Any] = {
+        "metadata": {"name": "default", "namespace": "ns", "generation": 3},
+        "spec": SessionSummarizerSpec().to_api(),
+        "status": {},
+    }
+    body = kopf.Body(raw)  # live: reads `raw` as it is now
+
+    def probes_while_edited(*_: Any) -> list[Condition]:
+        raw["metadata"]["generation"] = 4  # the user's edit lands during the probes
+        return [MODEL]
+
+    written: list[SessionSummarizerStatus] = []
+
+    def update(_ns: str, _name: str, change: Any) -> tuple[Any, Any]:
+        written.append(change(SessionSummarizerStatus()))
+        return SessionSummarizerStatus(), written[-1]
+
+    async def nothing(*_: Any) -> None:
+        return None
+
+    runtime = Runtime(CONFIG, Recorded(), *cast(Any, (None, None, None, None)))
+    with (
+        mock.patch.object(session_summarizer, "health_conditions", probes_while_edited),
+        mock.patch.object(session_summarizer, "_probes_due", lambda tick: True),
+        mock.patch.object(session_summarizer, "_retention", nothing),
+        mock.patch.object(session_summarizer, "_reconcile", nothing),
+        mock.patch.object(session_summarizer, "sweep_due", lambda *_: False),
+        mock.patch("controller.kube.client.update_summarizer_status", update),
+    ):
+        asyncio.run(
+            session_summarizer.sweep(
+                body=body,
+                name="default",
+                namespace="ns",
+                logger=logging.getLogger("t"),
+                memo=kopf.Memo(runtime=runtime),
+            )
+        )
+    (model,) = [c for c in written[0].conditions or [] if c.type == "ModelReady"]
+    assert model.observed_generation == 3
