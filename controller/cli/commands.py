@@ -1,7 +1,5 @@
-"""summaryctl's commands: sunset, rebuild, forget and check (the cluster), remember, summaries
-and summarize (the store), and what the ledger records (core/ledger.py): of a session, its
-entry (ledger) and the memories its coverage leaves out (verify); of the clusters, their
-authority (handover). Kubernetes and store errors are turned into one line."""
+"""summaryctl's commands, on the cluster (sunset, rebuild, forget, check) and on the store and
+its ledger (core/ledger.py); each cmd_*'s docstring is its help. Failures are one line."""
 
 from __future__ import annotations
 
@@ -15,8 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from controller.cli.args import CliError, out, shown_time
-from controller.cli.failures import kube_call, summarizer_object
+from controller.cli.args import CliError, kube_call, out, shown_time, summarizer_object
 from controller.core.retention import NOT_FAILURES, parse_time
 from controller.core.text import json_value, ms_to_rfc3339, one_line
 

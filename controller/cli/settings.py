@@ -19,8 +19,14 @@ from pydantic import ValidationError
 
 from controller import backends
 from controller.api import API_VERSION, SUMMARIZER_KIND, SessionSummarizerSpec, StoreSpec
-from controller.cli.args import STORE_FLAGS, CliError, check_chroma_url, namespace_arg
-from controller.cli.failures import kube_call, summarizer_object
+from controller.cli.args import (
+    STORE_FLAGS,
+    CliError,
+    check_chroma_url,
+    kube_call,
+    namespace_arg,
+    summarizer_object,
+)
 from controller.core.destinations import DestinationRefused
 from controller.core.text import one_line
 from controller.embeddings.minilm import EmbeddingError

@@ -856,8 +856,7 @@ NO_OBJECT = (
 def test_a_cluster_without_the_crds_says_to_install_them() -> None:
     from kubernetes.client.exceptions import ApiException
 
-    from controller.cli.args import CliError
-    from controller.cli.failures import kube_call
+    from controller.cli.args import CliError, kube_call
 
     def answer(found: str) -> str:
         exc = ApiException(status=404, reason="Not Found")
@@ -1871,8 +1870,7 @@ def test_a_kubernetes_refusal_always_says_why(
     `not found: ` with nothing after it."""
     from kubernetes.client.exceptions import ApiException
 
-    from controller.cli.args import CliError
-    from controller.cli.failures import kube_call
+    from controller.cli.args import CliError, kube_call
 
     exc = ApiException(status=status, reason=reason)
     exc.body = body
