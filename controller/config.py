@@ -134,10 +134,9 @@ def _problem(err: Any) -> str:
     """The variable, its value (not a URL list's: its message names the invalid URLs as
     shown()) and the rule it breaks, in words (not a pattern)."""
     loc = err["loc"]
+    why = str(err["msg"]).removeprefix("Value error, ")
     if err["type"] == "string_pattern_mismatch":
         why = _PATTERN_RULES[loc[0]]
-    else:
-        why = str(err["msg"]).removeprefix("Value error, ")
     if not loc:
         return why
     value = "" if loc[0] in ("allowed_endpoints", "allowed_model_urls") else f"={err['input']!r}"

@@ -142,8 +142,7 @@ def chroma_url_problem(url: str) -> str | None:
 
 
 def check_chroma_url(url: str) -> str:
-    problem = chroma_url_problem(url)
-    if problem:
+    if problem := chroma_url_problem(url):
         raise CliError(f"invalid Chroma URL {_shown(shown(url))}: {problem}")
     return url
 

@@ -11,15 +11,11 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from controller.cli.args import CliError, kube_call, out, shown_time, summarizer_object
 from controller.core.retention import NOT_FAILURES, parse_time
 from controller.core.text import json_value, ms_to_rfc3339, one_line
-
-if TYPE_CHECKING:
-    from controller.core.summary import PriorSummary
-    from controller.store.session_listing import SessionRows
 
 
 def unserved(summarizer: dict[str, Any]) -> str | None:
@@ -543,18 +539,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
     """which memories of the sessions no summary covers (exit 1 when any, or none exist)"""
     from controller.backends import redaction_of
     from controller.cli.settings import open_store
-    from controller.core.summary import UnreadablePriorSummary
     from controller.redaction import PassRedaction
 
-    reports = []
     with open_store(args) as (store, summarizer):
         mask = PassRedaction(redaction_of(summarizer.spec))  # the timestamps it quotes
-        for session_id in args.session_ids:
-            try:
-                prior = store.read_summary(session_id)
-            except UnreadablePriorSummary as exc:
-                raise CliError(str(exc)) from exc
-            reports.append(_report(session_id, prior, store.session_rows(session_id, mask=mask)))
+        reports = [_report(store, session_id, mask) for session_id in args.session_ids]
     if args.json:
         out(*json.dumps(reports, indent=2).split("\n"))
     for report in [] if args.json else reports:
@@ -562,12 +551,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 1 if any(r["uncovered"] or not r["memories"] for r in reports) else 0  # not verified
 
 
-def _report(session_id: str, prior: PriorSummary | None, rows: SessionRows) -> dict[str, Any]:
+def _report(store: Any, session_id: str, mask: Any) -> dict[str, Any]:
     """verify's account of a session: the memories no pass of its summary has read."""
     from controller.core.coverage import uncovered
-    from controller.core.summary import StructuredSummary
+    from controller.core.summary import StructuredSummary, UnreadablePriorSummary
     from controller.pipeline import prior_coverage
 
+    try:
+        prior = store.read_summary(session_id)
+    except UnreadablePriorSummary as exc:
+        raise CliError(str(exc)) from exc
+    rows = store.session_rows(session_id, mask=mask)
     structured = prior if isinstance(prior, StructuredSummary) else None
     found = uncovered(list(rows.keys), prior_coverage(structured))
     summarized = set(structured.untimed_ids if structured else ())

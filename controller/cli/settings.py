@@ -54,8 +54,7 @@ PROGRAM = "summaryctl"
 
 @dataclass(frozen=True)
 class SummarizerSettings:
-    """A SessionSummarizer's spec and the namespace its Secrets are in; when none is named,
-    the spec's defaults (source None)."""
+    """A SessionSummarizer's spec and its Secrets' namespace; none named: the defaults."""
 
     spec: SessionSummarizerSpec
     namespace: str
@@ -180,8 +179,7 @@ def open_store(
 
 
 def check_memory_destination(summarizer: SummarizerSettings, field: str) -> None:
-    """backends.check_memory_destinations for the endpoint at `field`, as the operator checks
-    it before it sends memories there."""
+    """backends.check_memory_destinations for `field`'s endpoint, as the operator checks it."""
     try:
         kube_call(
             backends.check_memory_destinations,
