@@ -58,15 +58,11 @@ def _leader_changed(runtime: Runtime, leader: str | None, previous: str | None) 
 async def _trim_heap(interval: float = 30.0) -> None:
     """A full collection (retired clients are reference cycles) and malloc_trim (glibc keeps
     freed heap pages) every interval."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        libc = None
+    malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", lambda pad: 0)  # none: not glibc
 
     def trim() -> None:
         gc.collect()
-        if libc is not None:
-            libc.malloc_trim(0)
+        malloc_trim(0)
 
     while True:
         await asyncio.sleep(interval)
@@ -196,21 +192,8 @@ async def configure(
         settings.peering.priority,
         CONFIG.peering_lifetime,
     )
-    task = loop.create_task(
-        watch_leader(
-            CONFIG.replica_id,
-            run.peering,
-            run.namespaces,
-            functools.partial(_leader_changed, runtime),
-            runtime.events,
-            standalone=run.standalone,
-            grace_s=2.0 * CONFIG.peering_lifetime,
-            resync_s=CONFIG.replica_resync_seconds,
-            nudged=runtime.summarizers_changed,
-            priority=settings.peering.priority,
-        )
-    )
-    tasks.add(task)
+    on_change = functools.partial(_leader_changed, runtime)
+    tasks.add(loop.create_task(watch_leader(runtime, settings.peering.priority, on_change)))
     freeze_startup_objects()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import math
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -60,20 +61,18 @@ class TokenBucket:
     spec.sweep.markerRequestsPerMinute). The caller passes the time."""
 
     per_minute: float
-    tokens: float | None = None  # None: full
+    tokens: float = math.inf  # capped at per_minute by the first refill: full
     last_s: float = 0.0  # monotonic seconds of the last refill
 
     def available(self, now_s: float) -> int:
         """Whole grants available at now_s (refills first)."""
-        full, gained = float(self.per_minute), max(0.0, now_s - self.last_s) * self.per_minute
-        self.tokens = full if self.tokens is None else min(full, self.tokens + gained / 60.0)
-        self.last_s = now_s
+        gained = max(0.0, now_s - self.last_s) * self.per_minute / 60.0
+        self.tokens, self.last_s = min(float(self.per_minute), self.tokens + gained), now_s
         return int(self.tokens)
 
     def take(self, wanted: int, now_s: float) -> int:
         """Grants up to `wanted`; returns how many were granted."""
         granted = max(0, min(wanted, self.available(now_s)))
-        assert self.tokens is not None
         self.tokens -= granted
         return granted
 

@@ -8,15 +8,16 @@ import asyncio
 import datetime as dt
 import functools
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controller.api import Condition, SessionSummarizerStatus
 from controller.kube import client as kube
-from controller.kube.events import EventRecorder
 from controller.status.conditions import condition, now_rfc3339, set_condition
+
+if TYPE_CHECKING:
+    from controller.runtime import Runtime
 
 log = logging.getLogger("controller.kube.peering")
 PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
@@ -149,20 +150,15 @@ def _apply_replica_status(
     return status.model_copy(update={"active_replica": active, "conditions": conditions})
 
 
-def report_replica_status(
-    live: Mapping[str, int],
-    me: str,
-    standalone: bool,
-    namespaces: tuple[str, ...],
-    events: EventRecorder,
-) -> None:
+def report_replica_status(runtime: Runtime, live: Mapping[str, int]) -> None:
     """Writes activeReplica + ReplicaActive where they differ (an Event where the condition
     changes)."""
-    active, cond = replica_status(live, me, standalone)
+    standalone = runtime.options.standalone
+    active, cond = replica_status(live, runtime.config.replica_id, standalone)
     apply = functools.partial(
         _apply_replica_status, active=active, cond=cond, standalone=standalone
     )
-    for obj in kube.list_summarizers(namespaces, cached=True):
+    for obj in kube.list_summarizers(runtime.options.namespaces, cached=True):
         meta = obj["metadata"]
         listed = SessionSummarizerStatus.model_validate(obj.get("status") or {})
         if apply(listed) == listed:
@@ -173,24 +169,16 @@ def report_replica_status(
         before = {c.type: c for c in result[0].conditions or []}.get("ReplicaActive")
         if before is None or (before.status, before.reason) != (cond.status, cond.reason):
             kind = "Normal" if cond.status == "True" else "Warning"
-            events.post(obj, type_=kind, reason=cond.reason, message=cond.message)
+            runtime.events.post(obj, type_=kind, reason=cond.reason, message=cond.message)
 
 
 async def watch_leader(
-    me: str,
-    name: str,
-    namespaces: tuple[str, ...],
-    on_change: Any,
-    events: EventRecorder,
-    *,
-    standalone: bool = False,
-    grace_s: float = 15.0,
-    resync_s: float = 60.0,
-    nudged: threading.Event,
-    priority: int | None = None,
+    runtime: Runtime, priority: int, on_change: Callable[[str | None, str | None], None]
 ) -> None:
     """Polls the peering object every 2 s; calls on_change(leader, previous) when the leader
-    changes and reports it when report_due says so (an empty peering not before grace_s)."""
+    changes and reports it when report_due says so (an empty peering not before two lifetimes)."""
+    run, nudged, me = runtime.options, runtime.summarizers_changed, runtime.config.replica_id
+    resync_s, grace_s = runtime.config.replica_resync_seconds, 2.0 * runtime.config.peering_lifetime
     previous: str | None = "(unknown)"
     reported: tuple[str | None, str] | None = None
     last_error = ""
@@ -198,19 +186,18 @@ async def watch_leader(
     while True:
         try:
             live = {me: 0}
-            if not standalone:
-                status = await asyncio.to_thread(read_peering, name, namespaces)
+            if not run.standalone:
+                status = await asyncio.to_thread(read_peering, run.peering, run.namespaces)
                 live = with_own_priority(live_peers(status, dt.datetime.now(dt.UTC)), me, priority)
             if (leader := leader_of(live)) != previous:
                 on_change(leader, previous)
                 previous = leader
-            active, cond = replica_status(live, me, standalone)
+            active, cond = replica_status(live, me, run.standalone)
             since_sync = time.monotonic() - last_sync
             due = report_due((active, cond), reported, since_sync, resync_s, nudged.is_set())
             if due and (live or time.monotonic() - started > grace_s):
                 nudged.clear()
-                report = (live, me, standalone, namespaces, events)
-                await asyncio.to_thread(report_replica_status, *report)
+                await asyncio.to_thread(report_replica_status, runtime, live)
                 reported, last_sync = (active, cond.reason), time.monotonic()
         except Exception as exc:  # keep watching through API hiccups; say each new one once
             said = f"{type(exc).__name__}: {exc}"[:300]
