@@ -56,8 +56,7 @@ def _leader_changed(runtime: Runtime, leader: str | None, previous: str | None) 
 
 
 async def _trim_heap(interval: float = 30.0) -> None:
-    """A full collection (retired clients are reference cycles) and malloc_trim (glibc keeps
-    freed heap pages) every interval."""
+    """gc (retired clients are reference cycles) and malloc_trim (glibc keeps freed pages)."""
     malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", lambda pad: 0)  # none: not glibc
 
     def trim() -> None:
@@ -207,8 +206,7 @@ FIRST_CALLS_IMPORT = (
 
 
 def freeze_startup_objects() -> int:
-    """gc.freeze()s the startup objects, which every full collection would walk
-    (docs/benchmarks.md); returns how many."""
+    """gc.freeze()s the startup objects, which every full collection would walk."""
     for name in FIRST_CALLS_IMPORT:
         with contextlib.suppress(ImportError):  # renamed by a later release: less frozen
             importlib.import_module(name)

@@ -420,8 +420,7 @@ class PassScheduler:
             return len(self._store_writes)
 
     def stop(self, timeout_s: float) -> int:
-        """Drops queued passes (resumed later); running ones checkpoint and release their
-        claims. Waits at most timeout_s; returns how many still ran."""
+        """Drops queued passes (resumed later); returns how many still run after timeout_s."""
         deadline = time.monotonic() + timeout_s
         for pool in self.pools.values():
             for job in pool.queue.close():

@@ -242,8 +242,7 @@ def apply_retention(
     summarizer: str,
     pause: Pause = no_pause,
 ) -> int:
-    """Deletes the listed finished objects older than their phase's TTL, each only if
-    unchanged since listed; returns how many."""
+    """Deletes the listed finished objects past their phase's TTL, each only if unchanged."""
     r, now = spec.retention, dt.datetime.now(dt.UTC)
     policy = RetentionPolicy(
         r.summarized_ttl_seconds, r.empty_ttl_seconds, r.not_found_ttl_seconds, r.failed_ttl_seconds

@@ -118,29 +118,29 @@ class SessionClaimHandle:
         now = int(time.time() * 1000)
         return replace(self.claim, acquired_at_ms=acquired_at_ms or now, renewed_at_ms=now)
 
-    def _body(self, claim: Claim, resource_version: str | None) -> dict[str, Any]:
-        meta = {
-            "name": self.name,
-            "labels": {"app.kubernetes.io/managed-by": "session-summary-operator"},
-            **({"resourceVersion": resource_version} if resource_version is not None else {}),
-        }
-        return {
-            "apiVersion": API_VERSION,
-            "kind": CLAIM_KIND,
-            "metadata": meta,
-            "spec": claim.spec(),
-        }
-
     def _call(
         self, missing: tuple[int, ...], call: Callable[..., Any], *args: Any, **kw: Any
     ) -> dict[str, Any] | None:
         return kube.unless(missing, call, GROUP, VERSION, CLAIM_PLURAL, *args, **kw)
 
-    def _replace(
-        self, claim: Claim, resource_version: str, timeout: tuple[float, float] | None = None
+    def _write(
+        self, claim: Claim, version: str | None, timeout: tuple[float, float] | None = None
     ) -> dict[str, Any] | None:
-        """The object written, or None on a resourceVersion conflict or if it is gone."""
-        body = self._body(claim, resource_version)
+        """Creates the claim (version None) or replaces that version of it: the object
+        written, or None if it exists, or changed or went since that version."""
+        meta = {
+            "name": self.name,
+            "labels": {"app.kubernetes.io/managed-by": "session-summary-operator"},
+            **({"resourceVersion": version} if version is not None else {}),
+        }
+        body = {
+            "apiVersion": API_VERSION,
+            "kind": CLAIM_KIND,
+            "metadata": meta,
+            "spec": claim.spec(),
+        }
+        if version is None:
+            return self._call((409,), _api().create_cluster_custom_object, body)
         replace = _api().replace_cluster_custom_object
         return self._call((404, 409), replace, self.name, body, _request_timeout=timeout)
 
@@ -165,8 +165,7 @@ class SessionClaimHandle:
         self._renewer.start()
 
     def acquire(self) -> Claim:
-        """Takes the claim, or raises ClaimHeld if another writer's is live by our clock,
-        ClaimLost with the API server's answer if it refuses us."""
+        """Takes the claim; ClaimHeld if another's is live by our clock, ClaimLost if refused."""
         try:
             for lost_races in range(CONFLICT_RETRIES):
                 if (claim := self._take(None)) is not None:
@@ -191,11 +190,7 @@ class SessionClaimHandle:
     def _take(self, version: str | None) -> Claim | None:
         """Creates the claim, or replaces this version of it; None if the API refuses."""
         claim, sent = self._new_claim(), time.monotonic()
-        if version is None:
-            made = self._call((409,), _api().create_cluster_custom_object, self._body(claim, None))
-        else:
-            made = self._replace(claim, version)
-        if made is None:
+        if (made := self._write(claim, version)) is None:
             return None
         self._granted(claim, made, sent)
         return claim
@@ -224,7 +219,7 @@ class SessionClaimHandle:
             renewed = self._new_claim(claim.acquired_at_ms)
             try:
                 # A renewal that outlives the period is useless: bounded by it.
-                made = self._replace(renewed, version, timeout=(5.0, max(1.0, self.renew_s)))
+                made = self._write(renewed, version, timeout=(5.0, max(1.0, self.renew_s)))
             except Exception as exc:  # maybe transient (API down, timeout): retry until too late
                 self._failed = why = answer(exc)
                 log.info(
@@ -253,10 +248,10 @@ class SessionClaimHandle:
             metrics.CLAIM_RENEWALS.inc()
             wait = self.renew_s
 
-    def _lose(self, why: str) -> None:
+    def _lose(self, why: str) -> str:
         with self._lock:
-            if self._lost is None:
-                self._lost = why
+            self._lost = self._lost or why
+            return self._lost
 
     def _lapsed(self) -> str:
         why = self._failed or "none answered: this process paused, or the API server slow"
@@ -275,8 +270,7 @@ class SessionClaimHandle:
         if not granted:
             raise ClaimLost("no claim taken; nothing written")
         if not holder_may_write(renewed_at, time.monotonic(), self.claim.duration_s, self.margin_s):
-            self._lose(self._lapsed())
-            raise ClaimLost(self._lost or "claim lapsed")
+            raise ClaimLost(self._lose(self._lapsed()))
 
     def admit(self, found: Fence | None) -> dict[str, int | str]:
         """Right before an upsert, given the row's fence: raises ClaimLost or

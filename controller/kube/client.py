@@ -218,8 +218,7 @@ def request_summary(
 def patch_summary_status(
     namespace: str, name: str, status: dict[str, Any], resource_version: str | None = None
 ) -> bool:
-    """A merge patch of a SessionSummary's status; False when the object is gone (or, with
-    resource_version, changed since)."""
+    """A merge patch of a SessionSummary's status; False if gone (or changed since the read)."""
     patch = custom().patch_namespaced_custom_object_status
     meta = {"metadata": {"resourceVersion": resource_version}} if resource_version else {}
     return applied((404, 409), patch, namespace, SUMMARY_PLURAL, name, {"status": status, **meta})
@@ -267,8 +266,7 @@ def update_summarizer_status(
     name: str,
     mutate: Callable[[SessionSummarizerStatus], SessionSummarizerStatus],
 ) -> tuple[SessionSummarizerStatus, SessionSummarizerStatus] | None:
-    """Read-modify-write of a SessionSummarizer's status under a resourceVersion
-    precondition; returns (before, after), or None if the object is gone."""
+    """Read-modify-write under a resourceVersion precondition: (before, after), None if gone."""
     for _ in range(STATUS_CONFLICT_RETRIES):
         obj = get_summarizer(namespace, name)
         if obj is None:
@@ -316,8 +314,7 @@ def list_summarizers(namespaces: tuple[str, ...], *, cached: bool = False) -> li
 
 
 def release_finalizers(namespaces: tuple[str, ...], names: tuple[str, ...]) -> int:
-    """Removes these finalizers from every SessionSummarizer (a changed list is left alone);
-    returns from how many."""
+    """Removes these finalizers from every SessionSummarizer (a changed list is left alone)."""
     released = 0
     for obj in list_summarizers(namespaces):
         meta = obj.get("metadata") or {}

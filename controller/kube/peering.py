@@ -94,8 +94,7 @@ def ensure_peering_object(name: str, namespaces: tuple[str, ...]) -> None:
 def replica_status(
     live: Mapping[str, int], me: str, standalone: bool = False
 ) -> tuple[str | None, Condition]:
-    """status.activeReplica and the ReplicaActive condition of every SessionSummarizer, from
-    the live peers (identity -> priority)."""
+    """Every SessionSummarizer's activeReplica and ReplicaActive, from the live peers."""
 
     def said(active: str | None, reason: str, message: str) -> tuple[str | None, Condition]:
         status = "True" if active else "False"
@@ -151,8 +150,7 @@ def _apply_replica_status(
 
 
 def report_replica_status(runtime: Runtime, live: Mapping[str, int]) -> None:
-    """Writes activeReplica + ReplicaActive where they differ (an Event where the condition
-    changes)."""
+    """Writes activeReplica and ReplicaActive where they differ, an Event where it changes."""
     standalone = runtime.options.standalone
     active, cond = replica_status(live, runtime.config.replica_id, standalone)
     apply = functools.partial(
