@@ -200,8 +200,6 @@ class SummarizerParts:
         self._lock = threading.Lock()
         self._closed = False
 
-    # -- use ------------------------------------------------------------------------------
-
     @contextlib.contextmanager
     def backends(
         self, namespace: str, name: str, spec: SessionSummarizerSpec
@@ -247,8 +245,6 @@ class SummarizerParts:
         with self._use((namespace, name), "embedder", embedding, self._embedding) as ef:
             yield self._embedder(ef)
 
-    # -- lifecycle ------------------------------------------------------------------------
-
     def spec_changed(self, namespace: str, name: str, generation: int | None) -> None:
         """Drops the parts of an older generation (closed once no use holds them)."""
         with self._lock:
@@ -286,8 +282,6 @@ class SummarizerParts:
             secret_values=sum(_secrets_of(p.key) for p in live),
             store_queues=self._scheduler.store_queues(),
         )
-
-    # -- inside ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def _use(self, who: Who, kind: Kind, key: K, build: Callable[[K], V]) -> Iterator[V]:
@@ -351,8 +345,6 @@ class SummarizerParts:
         for part in parts:
             with contextlib.suppress(Exception):  # best effort (a part may have no close())
                 part.value.close()
-
-    # -- builders -------------------------------------------------------------------------
 
     def _connect(self, location: StoreLocation) -> MemoryStore:
         return MemoryStore(connect(location), location)

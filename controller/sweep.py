@@ -255,9 +255,6 @@ def apply_retention(
     return deleted
 
 
-# -- sunset markers -------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class MarkerScanResult:
     scanned: int  # marker rows read
@@ -332,9 +329,6 @@ def run_marker_scan(
         duration_s=time.monotonic() - started,
         markers_only=markers_only,
     )
-
-
-# -- the reconciliation ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
