@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
-import datetime as dt
 import faulthandler
 import functools
 import gc
@@ -34,7 +33,6 @@ from controller.kube.peering import (
     PRIORITY_STEP,
     ensure_peering_object,
     joining_priority,
-    live_peers,
     priority_conflicts,
     read_peering,
     watch_leader,
@@ -75,11 +73,10 @@ def _choose_priority(run: RunOptions) -> int:
     if run.standalone:
         return 0 if pinned is None else pinned
     try:
-        status = read_peering(run.peering, run.namespaces)
+        live = read_peering(run.peering, run.namespaces)
     except Exception as exc:  # nobody to rank below that we can see: the top
         log.warning("could not read the peering object at start: %s", exc)
-        status = {}
-    live = live_peers(status, dt.datetime.now(dt.UTC))
+        live = {}
     if pinned is None:
         return joining_priority(
             live, CONFIG.replica_id, random.SystemRandom().randint(1, PRIORITY_STEP)

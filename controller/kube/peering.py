@@ -68,14 +68,15 @@ def with_own_priority(peers: Mapping[str, int], me: str, priority: int | None) -
     return {**peers, **mine}
 
 
-def read_peering(name: str, namespaces: tuple[str, ...]) -> Mapping[str, Any]:
+def read_peering(name: str, namespaces: tuple[str, ...]) -> dict[str, int]:
+    """The live peers in kopf's peering object (none if it is absent)."""
     api = kube.custom()
     get: Callable[..., Any] = api.get_cluster_custom_object
     place: tuple[str, ...] = ("clusterkopfpeerings",)
     if namespaces:
         get, place = api.get_namespaced_custom_object, (namespaces[0], "kopfpeerings")
     obj = kube.unless((404,), get, PEERING_GROUP, PEERING_VERSION, *place, name)
-    return dict((obj or {}).get("status") or {})
+    return live_peers((obj or {}).get("status") or {}, dt.datetime.now(dt.UTC))
 
 
 def ensure_peering_object(name: str, namespaces: tuple[str, ...]) -> None:
@@ -185,8 +186,8 @@ async def watch_leader(
         try:
             live = {me: 0}
             if not run.standalone:
-                status = await asyncio.to_thread(read_peering, run.peering, run.namespaces)
-                live = with_own_priority(live_peers(status, dt.datetime.now(dt.UTC)), me, priority)
+                peers = await asyncio.to_thread(read_peering, run.peering, run.namespaces)
+                live = with_own_priority(peers, me, priority)
             if (leader := leader_of(live)) != previous:
                 on_change(leader, previous)
                 previous = leader
