@@ -54,8 +54,7 @@ _Waiter = tuple[float, int, Hashable, Any]
 class DeadlineQueue(Generic[Item]):
     """At most `slots` served at once, the earliest deadline first, flows (a SessionSummarizer
     each) in turn (FLOW_QUANTUM_S). A thread waits for its own turn (turn()), or queues an
-    item a worker thread takes later (put(), take()). Every change wakes every waiter: each
-    checks whether it is next (a queue has a few threads)."""
+    item a worker thread takes later (put(), take())."""
 
     def __init__(self, slots: int) -> None:
         self.slots = slots
@@ -66,6 +65,7 @@ class DeadlineQueue(Generic[Item]):
         self._order = itertools.count()
         self._closed = False
         self._takers = 0  # threads waiting in take()
+        self._tickets = 0  # threads waiting in turn()
 
     def _rank(self, waiter: _Waiter) -> tuple[float, float, int]:
         # The deadline again: a float sum may round two of one flow's deadlines to one.
@@ -101,13 +101,16 @@ class DeadlineQueue(Generic[Item]):
     def _acquire(self, ticket: _Waiter) -> None:
         """Under the condition: waits for the ticket's turn and takes a slot."""
         self._line.append(ticket)
+        self._tickets += 1
         try:
             while self._free == 0 or self._next() is not ticket:
                 self._cond.wait()
         except BaseException:
             self._line.remove(ticket)
-            self._cond.notify_all()
+            self._wake()
             raise
+        finally:
+            self._tickets -= 1
         self._serve(ticket)
         if self._free and self._line:
             self._cond.notify_all()  # the next in line may take another free slot
@@ -126,7 +129,7 @@ class DeadlineQueue(Generic[Item]):
             began = time.monotonic()
             holding[0] = False
             self._free += 1
-            self._cond.notify_all()
+            self._wake()
         try:
             if pause is not None:
                 pause()
@@ -143,7 +146,7 @@ class DeadlineQueue(Generic[Item]):
             if self._closed:
                 raise RuntimeError("cannot schedule new work after the queue was closed")
             self._line.append((deadline, next(self._order), flow, item))
-            self._cond.notify_all()
+            self._wake()
             return len(self._line) > self._takers
 
     def take(self) -> tuple[float, Item] | None:
@@ -164,7 +167,15 @@ class DeadlineQueue(Generic[Item]):
     def release(self) -> None:
         with self._cond:
             self._free += 1
+            self._wake()
+
+    def _wake(self) -> None:
+        """Under the condition: every thread in turn() (each waits for its own ticket), else
+        one in take() (any can take the next item)."""
+        if self._tickets:
             self._cond.notify_all()
+        else:
+            self._cond.notify()
 
     def close(self) -> list[Item]:
         """A pool's queue: serves nothing new; returns the items still queued (dropped)."""
