@@ -106,8 +106,7 @@ def normal_path(path: str) -> str | None:
 
 
 def host_name_problem(url: str) -> str | None:
-    """What the patterns cannot say of a URL they admit: DNS's limit on the name, and IDNA's
-    rules, which no regular expression states (a label of any case "xn--zz" is no punycode)."""
+    """What no pattern says of a URL: DNS's limit on the name, IDNA's rules ("xn--zz")."""
     if not re.match(HOST_LENGTH_PATTERN, url):
         return HOST_LENGTH_MESSAGE
     labels = re.split(r"[:/]", url.split("//", 1)[1])[0].lower().rstrip(".").split(".")
@@ -136,22 +135,20 @@ DEFAULT_PORTS = MappingProxyType({"http": 80, "https": 443})
 
 @dataclass(frozen=True)
 class UrlPrefix:
-    """One allowed URL prefix, or where a URL sends a request (`target`: its port known);
-    `text` is how it was written."""
+    """An allowed URL prefix, or where a URL sends a request (`target`: its port known)."""
 
     scheme: str
     host: str  # lower case; "*.example.com" for any host under it
     port: int | None  # None: any port (written `:*`)
     path: str  # normalized, no trailing "/"; "" is every path
-    text: str
+    text: str  # as written
 
 
 _NETLOC = re.compile(r"(\[[^\[\]]+\]|[^\[\]:@]+)(:[0-9]*)?")
 
 
 def target(url: str) -> UrlPrefix | None:
-    """The scheme, host, port and path a URL reaches; None for anything but a plain
-    http(s) URL with a host (credentials in it included: such a URL is never allowed)."""
+    """Where a URL reaches; None unless a plain http(s) URL with a host and no credentials."""
     if any(ord(c) <= 0x20 or ord(c) == 0x7F for c in url):
         return None
     try:
@@ -211,8 +208,7 @@ _HOST = re.compile(rf"([a-z0-9_]([a-z0-9_.-]*[a-z0-9_])?|\*\.{_NAME})\.?|[0-9a-f
 
 
 def parse_prefix(text: str) -> UrlPrefix | None:
-    """A prefix as written in an annotation or SSO_ALLOWED_ENDPOINTS; None when invalid
-    (no scheme or host, credentials, a query or a fragment)."""
+    """A prefix as written in an annotation or SSO_ALLOWED_ENDPOINTS; None when invalid."""
     any_port = re.match(r"([^:/?#]+://[^/?#]*?):\*(?=[/?#]|$)", text)
     raw = any_port.group(1) + text[any_port.end() :] if any_port else text
     # "*." is a wildcard only where the host begins, never in a path ("/x://*.y").
@@ -253,8 +249,7 @@ def allowed(url: str, prefixes: Iterable[UrlPrefix]) -> bool:
 
 
 class DestinationRefused(Exception):
-    """A request the operator will not make; the message says why and what would allow
-    it, and never holds a credential. `reason` is the condition reason."""
+    """A request refused: the message says why and what would allow it, never a credential."""
 
     reason = "DestinationRefused"
 
@@ -272,9 +267,7 @@ class MemoryDestinationNotAllowed(DestinationRefused):
 
 
 @dataclass(frozen=True)
-class SecretUse:
-    """A Secret key that a SessionSummarizer field would send to a URL."""
-
+class SecretUse:  # a Secret key that a SessionSummarizer field would send to a URL
     field: str  # e.g. "store.authSecretRef"
     namespace: str
     name: str
@@ -301,8 +294,8 @@ def _annotate(namespace: str, name: str, dest: str, *, model: bool = False) -> s
 def judge_secret(
     use: SecretUse, annotation: str | None, *, allow_unannotated: bool = False
 ) -> SecretVerdict:
-    """May this Secret's value go to use.url? Its owner's annotation decides; without one,
-    only while allow_unannotated (the previous release's behaviour), with a warning."""
+    """May the Secret's value go to use.url? Its owner's annotation decides; without one, only
+    while allow_unannotated (the previous release's behaviour), with a warning."""
     dest = shown(use.url)
     refused = f"{use.secret} ({use.field}) does not allow sending its value to {dest}"
     if annotation is None:
@@ -332,8 +325,7 @@ def endpoint_refusal(
     setting: str = "the chart value operator.allowedEndpoints",
     program: str = OPERATOR,
 ) -> str | None:
-    """Why the process-wide list (SSO_ALLOWED_ENDPOINTS of `program`, set where `setting`
-    says) refuses a URL; None when it allows it (an empty list allows every URL)."""
+    """Why `program`'s SSO_ALLOWED_ENDPOINTS refuse a URL; None: allowed (empty: all are)."""
     if not allowed_endpoints or allowed(url, allowed_endpoints):
         return None
     listed = ", ".join(p.text for p in allowed_endpoints)
@@ -345,8 +337,7 @@ def endpoint_refusal(
 
 @dataclass(frozen=True)
 class StoreCredential:
-    """The Secret a store is read with (store.authSecretRef), and its owner's word on where
-    what it unlocks may go (the allowed-model-urls annotation; None when absent)."""
+    """The store's Secret (store.authSecretRef) and its allowed-model-urls annotation."""
 
     namespace: str
     name: str
@@ -362,10 +353,9 @@ def memory_destination_refusal(
     program: str = OPERATOR,
     without: str | None = None,
 ) -> str | None:
-    """Why memories (and summaries of them) may not go to url; None when they may. The store
-    credential's annotation decides; without it or a credential (`without`: why none is used),
-    the list of the process that checks (SSO_ALLOWED_MODEL_URLS of `program`, set where
-    `setting` says), where empty allows nothing."""
+    """Why memories (and summaries) may not go to url; None: they may. The store credential's
+    annotation decides; without one (`without`: why), `program`'s SSO_ALLOWED_MODEL_URLS,
+    where empty allows nothing."""
     annotation = credential.annotation if credential is not None else None
     if annotation is not None:
         prefixes, invalid = parse_prefixes(annotation)
@@ -398,8 +388,8 @@ def memory_destination_refusal(
 
 
 def redirect_refusal(url: str, status: int, location: str | None) -> str:
-    """A redirect is never followed (it could send what an allowed endpoint receives to any
-    address): the error names where it pointed, without credentials."""
+    """Redirects are never followed (they could send what an allowed endpoint receives
+    anywhere): the error names where it pointed, without credentials."""
     try:  # the Location is the endpoint's to say: it may be no URL at all
         where = shown(urljoin(url, location)) if location else "nowhere (no Location)"
     except ValueError:

@@ -1,8 +1,6 @@
-"""The document agents read: a structured summary rendered as markdown, bounded. Pure.
-
-The operator's own part is at most max_chars; past it choose_lines picks the lines to show
-and a last line points to the ledger (docs/summaries.md). Another writer's carried text is
-never cut: its readers cannot read the ledger.
+"""The document agents read: a summary as markdown, bounded. Pure. Our part is at most
+max_chars (choose_lines picks the lines, the last points to the ledger: docs/summaries.md);
+another writer's carried text is never cut: its readers cannot read the ledger.
 """
 
 from __future__ import annotations
@@ -50,9 +48,8 @@ _QUOTED = re.compile(r"\"[^\"]{2,80}\"|“[^”]{2,80}”")
 
 
 def _facts(text: str) -> Iterator[re.Match[str]]:
-    """_FACT.finditer(text) as if a path could start anywhere in a run: a fact that ends
-    inside one (`10am` in `10am-noon/x`) is followed by the path from there (`-noon/x`). The
-    rest of a run is read once: without a slash after it, it is no path from anywhere in it."""
+    """_FACT.finditer(text) as if a path could start anywhere in a run (`-noon/x` after `10am`
+    in `10am-noon/x`); a run's rest is read once: without a slash it is no path anywhere."""
     pos, read_to = 0, 0
     while found := _FACT.search(text, pos):
         while found:
@@ -66,15 +63,14 @@ def _facts(text: str) -> Iterator[re.Match[str]]:
 
 
 def fact_tokens(text: str) -> list[str]:
-    """The facts in a text, lower-cased, in order, quoted titles last. A sentence's first
-    word is capitalised anyway, so it counts as no name, nor does 'I'."""
+    """The facts in a text, lower-cased, in order, quoted titles last ('I' is no name)."""
     found = [m.group().lower() for m in _facts(text) if m.group() != "I"]
     return found + [q.lower() for q in _QUOTED.findall(text)]
 
 
 def _reference_lines(summary: StructuredSummary, memory_collection: str | None) -> list[str]:
     """The References section's lines; when it is full, a last one says how many are left out
-    and where they are (the memory collection, the session, the time range of their memories)."""
+    and where they are."""
     lines = [f"- {ref}" if "`" in ref else f"- `{ref}`" for ref in summary.references]
     over = summary.references_overflow
     if over.count == 0:
@@ -109,10 +105,7 @@ def _blocks(
     summary: StructuredSummary, memory_collection: str | None, last: int = 0
 ) -> list[tuple[str, list[str]]]:
     """(heading, lines) of each section, of its `last` items (0: all), then of References."""
-    blocks = [
-        (name, [_item_line(i) for i in (summary.sections.get(name) or [])[-last:]])
-        for name in SECTION_TITLES
-    ]
+    blocks = [(n, [_item_line(i) for i in summary.sections[n][-last:]]) for n in SECTION_TITLES]
     return [*blocks, (REFERENCES_HEADING[3:], _reference_lines(summary, memory_collection))]
 
 
@@ -131,8 +124,8 @@ def render_document(
     *,
     max_chars: int | None = DOCUMENT_MAX_CHARS,
 ) -> str:
-    """The document text, deterministic: sections, References, then a carried legacy text
-    byte for byte, fenced. All but that text is at most max_chars (None: unbounded)."""
+    """Sections, References, then a carried legacy text byte for byte, fenced; all but that
+    text at most max_chars (None: unbounded)."""
     carried, tail = summary.legacy_text, ""
     if carried is not None:
         # Longer than any run of backticks or tildes in the text: nothing inside can close
@@ -141,7 +134,7 @@ def render_document(
         tail = f"\n{LEGACY_HEADING}\n\n" + (f"{fence}\n{carried}\n{fence}\n" if carried else "")
     # The whole can fit only if the history's lines alone do: counted until they do not,
     # so a long history costs what fits, not what it holds.
-    sections = (summary.sections.get(title) or [] for title in HISTORY_SECTIONS)
+    sections = (summary.sections[title] for title in HISTORY_SECTIONS)
     lengths = accumulate(len(_item_line(item)) + 1 for items in sections for item in items)
     if max_chars is None or all(total <= max_chars for total in lengths):
         document = _markdown(f"# {one_line(summary.title)}", _blocks(summary, memory_collection))
@@ -156,7 +149,7 @@ def choose_lines(summary: StructuredSummary, memory_collection: str | None, max_
     shown per character (docs/summaries.md), then how many are left to the ledger."""
     title = f"# {one_line(summary.title)}"
     blocks = _blocks(summary, memory_collection, CANDIDATES)
-    total = sum(len(summary.sections.get(n) or []) for n in SECTION_TITLES) + len(blocks[-1][1])
+    total = sum(map(len, summary.sections.values())) + len(blocks[-1][1])
     room = max_chars - len(title) - len(_folded_note(total)) - 3  # three newlines
     newest = [(name, lines[-1]) for name, lines in blocks if lines and name in HISTORY_SECTIONS]
     # The newest item of each history section goes first while they take at most half the

@@ -8,6 +8,7 @@ times, the watermark and References come from the memories (docs/summaries.md).
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Sequence
 from types import MappingProxyType
@@ -33,6 +34,7 @@ from controller.core.summary import (
     HISTORY_SECTIONS,
     ITEM_MAX,
     SCORES,
+    SECTION_KEYS,
     TITLE_MAX,
     Category,
     LegacySummary,
@@ -45,16 +47,6 @@ from controller.core.summary import (
 from controller.core.text import cut, listed_names
 from controller.core.visibility import union_agents
 
-# The JSON keys a summarizer uses for the sections (a model is asked for these).
-SECTION_KEYS: MappingProxyType[str, str] = MappingProxyType(
-    {
-        "user_requests": "User Requests",
-        "questions_and_decisions": "Questions & Decisions",
-        "design_choices": "Design Choices",
-        "corrections_and_feedback": "Corrections & Feedback",
-        "current_state": "Current State",
-    }
-)
 HISTORY_KEYS = MappingProxyType(
     {title: key for key, title in SECTION_KEYS.items() if title in HISTORY_SECTIONS}
 )
@@ -69,16 +61,13 @@ def _says_something(text: str) -> bool:
 
 
 def _one_line(text: str, limit: int) -> str | None:
-    """Never cut inside a word: a proposal is masked after this (PassRedaction.proposal).
-    None unless it says something."""
+    """None unless it says something; never cut in a word: masking comes after this."""
     text = cut(" ".join(text.split()), limit, parts=False)
     return text if _says_something(text) else None
 
 
 def _item_text(value: Any) -> str | None:
-    """An item as proposed: a string, or an object with a "text" (models sometimes do that)."""
-    if isinstance(value, dict):
-        value = value.get("text")
+    value = value.get("text") if isinstance(value, dict) else value  # a model may say {"text":}
     return _one_line(valid_utf8(value), ITEM_MAX) if isinstance(value, str) else None
 
 
@@ -91,8 +80,7 @@ class SupersedeMark(BaseModel):
 
 
 class PassUpdate(BaseModel):
-    """What one pass proposes. The five section keys are required; [] means nothing new.
-    current_state None keeps the prior Current State; a list replaces it."""
+    """What one pass proposes: [] is nothing new; current_state None keeps the prior one."""
 
     model_config = ConfigDict(
         populate_by_name=True,
@@ -173,7 +161,6 @@ class PassUpdate(BaseModel):
         return [n for n in names if len(n) <= TECHNOLOGY_MAX and _says_something(n)]
 
     def new_items(self) -> dict[str, list[str]]:
-        """History section title -> items proposed as new."""
         return {title: list(getattr(self, key)) for title, key in HISTORY_KEYS.items()}
 
     def is_empty(self) -> bool:
@@ -194,9 +181,8 @@ def _apply_marks(
     marks: Sequence[SupersedeMark],
     stored: dict[str, list[str]],
 ) -> None:
-    """Records superseded_by on named items, each reason in `stored` too; unknown sections or
-    items change nothing, and an item already marked keeps its first mark (history is not
-    rewritten). A section is named by its key ("design_choices") or title ("Design Choices")."""
+    """Marks named items superseded (each reason in `stored` too); an unknown section or item
+    changes nothing, and an item keeps its first mark. A section is named by key or title."""
     for mark in marks:
         name = mark.section.strip().lower().replace(" ", "_")
         title = SECTION_KEYS.get(name.replace("&", "and"))
@@ -213,8 +199,7 @@ def _apply_marks(
 
 
 def _acceptable_title(title: str | None) -> str | None:
-    """A proposed title, unless it is error text or a placeholder (it would fail validation),
-    or text that must be quoted (an instruction, error text) or already is."""
+    """A proposed title, unless validation would refuse it or it is (or needs) quoting."""
     if not title or title_problem(title) is not None:
         return None
     marked = title.startswith((ERROR_LABEL, INSTRUCTION_LABEL))
@@ -227,14 +212,10 @@ def derived_title(first_request: str | None, session_id: str) -> str:
 
 
 def _technologies(prior: Iterable[str], new: Iterable[str]) -> list[str]:
-    """Case-insensitive union, first spelling wins, sorted: every prior name, and new ones
-    while fewer than TECHNOLOGIES_MAX (every agent reads the row's list at boot)."""
-    found: dict[str, str] = {}
-    for name in prior:
-        found.setdefault(name.lower(), name)
-    for name in new:
-        if len(found) >= TECHNOLOGIES_MAX:
-            break
+    """Case-insensitive union, first spelling wins, sorted: every prior name, new ones while
+    fewer than TECHNOLOGIES_MAX (every agent reads the list at boot)."""
+    found = {name.lower(): name for name in reversed(list(prior))}
+    for name in itertools.takewhile(lambda _: len(found) < TECHNOLOGIES_MAX, new):
         found.setdefault(name.lower(), name)
     return [found[k] for k in sorted(found)]
 
@@ -251,7 +232,7 @@ def merge_pass(
     session_id: str | None = None,
 ) -> StructuredSummary:
     """The next summary: a superset of the prior's history whatever the update says; counts
-    count only memories after the watermark. A real title stays."""
+    count memories after the watermark only. A real title stays."""
     given = sorted(new_memories, key=memory_sort_key)
     unknown = given[0].session_id if given else "unknown"
     sid = session_id or (prior.session_id if prior is not None else unknown)
@@ -265,9 +246,9 @@ def merge_pass(
     stored = {title: list(map(as_item, texts)) for title, texts in update.new_items().items()}
     sections = {title: _append_new(base.sections[title], texts) for title, texts in stored.items()}
     _apply_marks(sections, update.supersede, stored)
-    if update.current_state is not None:
-        state = [SummaryItem(text=as_item(t)) for t in update.current_state]
-    else:
+    stored["Current State"] = [as_item(t) for t in update.current_state or []]
+    state = [SummaryItem(text=t) for t in stored["Current State"]]
+    if update.current_state is None:
         state = list(base.sections["Current State"])
     all_sections = {**sections, "Current State": state}
 
@@ -294,7 +275,6 @@ def merge_pass(
     # References come from the memories, by code, whatever the summarizer proposed.
     found_refs = memory_references(given)
     references, overflow = merge_references(base.references, base.references_overflow, found_refs)
-    stored["Current State"] = [i.text for i in state] if update.current_state is not None else []
     stored[TITLE] = [title] if structured is None else []
     stored[REFERENCES] = [r for r, _ in found_refs]
     item_sources = record(structured, stored, given)

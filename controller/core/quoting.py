@@ -1,6 +1,5 @@
-"""Quoted content, not instructions or facts: how a summary item shows what a session held.
-Pure. The next agent trusts the summary it reads at boot, so error text (a traceback, a
-model's refusal) and instruction-like text ("ignore previous instructions", "SYSTEM: ...")
+"""Quoted content, not instructions or facts. Pure. The next agent trusts the summary it
+reads at boot, so error text (a traceback, a refusal) and instruction-like text ("SYSTEM: ...")
 get a label and “…” (quote_if_needed), whichever backend proposed them (core/merge.py).
 """
 
@@ -125,9 +124,8 @@ _DOTTED_I = MappingProxyType(str.maketrans({"\u0130": "i", "\u0131": "i"}))
 
 
 def _wider(pattern: re.Pattern[str]) -> Linear:
-    """The pattern for RE2, matching wherever it does and maybe more, in linear time: no
-    lookbehind, and a word boundary only where an alternative starts or ends (a character
-    that is no \\w, or the text's end); the pattern confirms a match."""
+    """The pattern for RE2, matching wherever it does and maybe more (no lookbehind; \\b only
+    where an alternative starts or ends, as a non-\\w or an end); the pattern confirms."""
     parts = PATTERN_PARTS.findall(pattern.pattern.replace("(?<!#)", ""))
     out, depth = ["(?i)"], 0
     for at, part in enumerate(parts):
@@ -148,8 +146,7 @@ _INSTRUCTION_WIDE, _ERROR_WIDE = _wider(_INSTRUCTION), _wider(_ERROR)
 def kind_of(text: str) -> Kind | None:
     """What must be quoted: an instruction (checked first: worse to follow), error text, or None.
     Python's re runs only where RE2 found a match: this is asked of every memory sentence."""
-    # The text as the patterns see it: compatibility forms folded, invisible characters
-    # removed, typographic quotes straight, spaces collapsed within each line.
+    # Compatibility forms folded, invisible characters gone, quotes straight, spaces collapsed.
     text = unicodedata.normalize("NFKC", IGNORABLE.sub("", text)).translate(TYPOGRAPHIC_QUOTES)
     probe = "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
     wide = probe.translate(_DOTTED_I)
@@ -169,7 +166,7 @@ def is_quoted(text: str) -> bool:
 
 
 def unquoted(text: str) -> str:
-    """What an item says: the text inside its quote marks when it is quoted, else itself."""
+    """The text inside its quote marks when it is quoted, else itself."""
     return text[text.index(OPEN_QUOTE) + 1 : -1] if is_quoted(text) else text
 
 
@@ -184,8 +181,8 @@ def fit(text: str, limit: int = ITEM_MAX) -> str:
 
 
 def quote(text: str, kind: Kind, limit: int = ITEM_MAX) -> str:
-    """The text labelled as quoted content of this kind, at most `limit` characters. Inside
-    the quote, “ and ” become plain quotes, so nothing inside can seem to close it."""
+    """The text labelled as quoted, at most `limit` characters; “ and ” inside become plain
+    quotes, so nothing inside can seem to close it."""
     label = INSTRUCTION_LABEL if kind == "instruction" else ERROR_LABEL
     inner = text.replace(OPEN_QUOTE, '"').replace(CLOSE_QUOTE, '"')
     inner = one_line(inner, max(1, limit - len(label) - 2), "…")
@@ -199,6 +196,6 @@ def quote_if_needed(text: str, limit: int = ITEM_MAX) -> str:
 
 
 def as_item(text: str) -> str:
-    """Proposed text as a summary item stores it: cut to ITEM_MAX, quoted when needed. What
-    an item is keyed and deduplicated by (core/item_sources.py) is a function of this."""
+    """Proposed text as an item stores it (and is keyed by: core/item_sources.py): cut to
+    ITEM_MAX, quoted when needed."""
     return quote_if_needed(one_line(text, ITEM_MAX, "…"))

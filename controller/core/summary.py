@@ -1,14 +1,13 @@
-"""The structured summary. Pure.
-
-History sections are append-only (an item may be marked superseded, never dropped); Current
-State is replaced each pass; a free-text summary not written by us (LegacySummary) is
-carried verbatim, whole, as `legacy_text`. `validate_summary` keeps a failed or lossy pass
-from replacing a good summary, whichever backend produced it.
+"""The structured summary. Pure. History sections are append-only (an item may be marked
+superseded, never dropped); Current State is replaced each pass; another system's summary
+(LegacySummary) is carried verbatim as `legacy_text`; `validate_summary` keeps a failed or
+lossy pass from replacing a good summary, whichever backend produced it.
 """
 
 from __future__ import annotations
 
 import re
+from types import MappingProxyType
 from typing import Literal, get_args
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
@@ -18,10 +17,17 @@ from controller.core.memories import Watermark
 from controller.core.references import ReferenceOverflow
 from controller.core.text import cut, listed_names, one_line
 
-SECTION_TITLES = (
-    *("User Requests", "Questions & Decisions", "Design Choices", "Corrections & Feedback"),
-    "Current State",
+# The sections, by the JSON key a summarizer uses for each (a model is asked for these).
+SECTION_KEYS: MappingProxyType[str, str] = MappingProxyType(
+    {
+        "user_requests": "User Requests",
+        "questions_and_decisions": "Questions & Decisions",
+        "design_choices": "Design Choices",
+        "corrections_and_feedback": "Corrections & Feedback",
+        "current_state": "Current State",
+    }
 )
+SECTION_TITLES = tuple(SECTION_KEYS.values())
 HISTORY_SECTIONS = SECTION_TITLES[:4]
 SUMMARY_FORMAT = "structured-v1"
 
@@ -57,8 +63,7 @@ class SummaryValidationError(ValueError):
 
 
 class UnreadablePriorSummary(ValueError):
-    """A stored summary of ours that can be neither read nor carried forward (no document):
-    nothing may be written over it."""
+    """A row of ours neither readable nor carried (no document): nothing is written over it."""
 
 
 class SummaryItem(BaseModel, frozen=True):
@@ -75,8 +80,7 @@ class SummaryItem(BaseModel, frozen=True):
 
 
 class OtherWriter(BaseModel, frozen=True):
-    """Another writer rewrote a row of ours: who (as far as the row tells), and the length
-    of its text the next summary carries."""
+    """Who rewrote a row of ours (as far as it tells), and how long its carried text is."""
 
     who: str
     characters: int = 0
@@ -134,14 +138,12 @@ class StructuredSummary(BaseModel):
             raise ValueError(f"unknown sections {sorted(unknown)}; allowed: {SECTION_TITLES}")
         return {title: list(value.get(title, [])) for title in SECTION_TITLES}
 
-    def is_empty(self) -> bool:
-        """No item in any section and no earlier summary carried: nothing worth storing."""
+    def is_empty(self) -> bool:  # nothing worth storing
         return not any(self.sections.values()) and not self.legacy_text
 
 
 class LegacySummary(BaseModel):
-    """A free-text summary written by the old system: prior context for the first pass. It
-    has no watermark, so the first structured pass covers the whole session."""
+    """The old system's free-text summary; no watermark: the first pass reads the session."""
 
     session_id: str
     text: str
@@ -156,7 +158,7 @@ def fallback_title(session_id: str) -> str:
 
 
 def title_problem(title: str) -> str | None:
-    """Why a title must not be stored (error text or a placeholder), or None when it is fine."""
+    """Why a title must not be stored (error text or a placeholder); None: it is fine."""
     if _ERROR_TITLE.search(title):
         return f"the title looks like error text: {cut(title, 80, '')!r}"
     if one_line(title).lower().strip(" .:!") in _PLACEHOLDER_TITLES | {""}:
@@ -165,7 +167,7 @@ def title_problem(title: str) -> str | None:
 
 
 def carried_legacy_text(prior: PriorSummary | None) -> str | None:
-    """The legacy text a summary built on this prior must carry verbatim, if any."""
+    """The text a summary built on this prior must carry verbatim, if any."""
     if isinstance(prior, LegacySummary):
         return prior.text
     return prior.legacy_text if prior is not None else None

@@ -60,8 +60,7 @@ def document_digest(document: str) -> str:
 
 
 def rewritten_by(document: str | None, meta: Mapping[str, Any]) -> str | None:
-    """Who rewrote a row of ours since our last write, or None; without a digest only neo's
-    own summary keys (which we never write) tell."""
+    """Who rewrote a row of ours since our last write, or None (no digest: neo's keys tell)."""
     digest = meta.get(DIGEST_KEY)
     neo = any(key in meta for key in NEO_WRITER_KEYS)
     if not isinstance(digest, str):
@@ -76,8 +75,7 @@ UNKNOWN_WRITER = "another writer"
 
 
 class RowChangedDuringPass(Exception):
-    """Another writer rewrote the session's row during the pass: nothing is written over it;
-    the next pass carries its text (from_chroma_row)."""
+    """Another writer rewrote the row during the pass: the next pass carries its text."""
 
 
 # Provenance: per pass, tokens in (memory text read) against tokens out (added to the
@@ -92,7 +90,6 @@ class PassTokens:
 
 
 def pass_tokens(memories: Sequence[Memory], added: str) -> PassTokens:
-    """One pass's figures from its memories and the text it added (added_text)."""
     tokens_in = sum(estimate_tokens(memory_text(m)) for m in memories)
     return PassTokens(tokens_in, estimate_tokens(added))
 
@@ -127,15 +124,13 @@ class Provenance:
     @property
     def ratio(self) -> float | None:
         """Tokens of memory per token of summary; None when nothing was read or written."""
-        if self.tokens_in <= 0 or self.tokens_out <= 0:
-            return None
-        return round(self.tokens_in / self.tokens_out, 2)
+        ok = self.tokens_in > 0 and self.tokens_out > 0
+        return round(self.tokens_in / self.tokens_out, 2) if ok else None
 
     def with_document(self, document: str) -> Provenance:
         return Provenance(list(self.passes), estimate_tokens(document))
 
     def metadata(self) -> dict[str, MetadataValue | None]:
-        """The row's provenance keys (the memory range is in the summary's own keys)."""
         kept = [[p.tokens_in, p.tokens_out] for p in self.passes[:PASS_TOKENS_KEPT]]
         return {
             "passCount": len(self.passes),
@@ -187,9 +182,8 @@ NAME_LISTS = MappingProxyType(
 
 
 def row_timestamp(summary: StructuredSummary, summarized_at_ms: int) -> int:
-    """neo's `timestamp` (ms), without which neo's boot read fails its whole listing: the
-    newest memory time the summary knows, else (none, or a bad clock's that would pin the row
-    first or last in neo's listing) the time of the write."""
+    """neo's `timestamp` (ms; without it neo's boot read fails): the newest memory time known,
+    else (none, or a bad clock's) the time of the write."""
     known = summary.last_memory_at_ms
     return newest_time([summary.first_memory_at_ms if known is None else known], summarized_at_ms)
 
@@ -204,8 +198,7 @@ def to_chroma_metadata(
     visibility: Mapping[str, str | int | None] | None = None,
     document: str | None = None,
 ) -> dict[str, MetadataValue]:
-    """The neo metadata readers use, plus our extras; a missing value is an omitted key.
-    visibility: userId and neo's provenance filters (None: untagged)."""
+    """neo's keys and ours; a missing value is an omitted key. visibility: None is untagged."""
     watermark = summary.watermark
     over = summary.references_overflow
     seen_by = visibility or row_visibility(SessionSources(), DEFAULT_VISIBILITY)
@@ -253,8 +246,8 @@ def to_chroma_metadata(
 
 
 def upsert_metadata(meta: Mapping[str, MetadataValue]) -> dict[str, MetadataValue | None]:
-    """The row's keys, and None (chromadb 1.5: remove the key) for every key of ours not set
-    this time and neo's keys derived from the text replaced: none outlives what it describes."""
+    """The row's keys, and None (chromadb: remove it) for each key of ours not set and neo's
+    derived from the text replaced: none outlives what it describes."""
     removed = {key: None for key in (*ROW_KEYS, *NEO_DERIVED_KEYS) if key not in meta}
     return {**meta, **removed}
 
@@ -270,7 +263,6 @@ def _number(value: object) -> int | None:
 
 
 def _ids(raw: object) -> tuple[str, ...]:
-    """A JSON list of row ids; () for anything else."""
     try:
         ids = json_value(raw) if isinstance(raw, str) else None
     except ValueError:
@@ -286,8 +278,7 @@ def _stored_items(raw: object) -> list[SummaryItem]:
         raise ValueError("a section must be a list")
     items = []
     for entry in raw:
-        if isinstance(entry, str):
-            entry = {"text": entry}
+        entry = {"text": entry} if isinstance(entry, str) else entry
         if not isinstance(entry, dict) or not isinstance(entry.get("text"), str):
             raise ValueError("a section item is neither text nor an object with a text")
         text = entry["text"].strip()

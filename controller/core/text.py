@@ -53,11 +53,8 @@ def cut(
         end = max(0, text.rfind(" ", 0, end))
     elif word_from is not None and (space := text.rfind(" ", 0, end)) >= word_from:
         end = space
-    for masked in PLACEHOLDER.finditer(text):
-        if masked.start() >= end:
-            break
-        if end < masked.end():
-            end = masked.start()
+    before = itertools.takewhile(lambda m: m.start() < end, PLACEHOLDER.finditer(text))
+    end = next((masked.start() for masked in before if end < masked.end()), end)
     return text[:end].rstrip() + mark if mark else text[:end]
 
 
@@ -73,8 +70,7 @@ def printable(text: object) -> str:
 
 
 def ms_to_rfc3339(ms: int) -> str:
-    """Milliseconds since the epoch as RFC 3339 seconds in UTC; a timestamp out of range is
-    shown as the number it is, never an error."""
+    """Epoch milliseconds as RFC 3339 seconds in UTC; out of range: the number, no error."""
     try:
         when = EPOCH + dt.timedelta(milliseconds=ms)
     except OverflowError:
@@ -83,8 +79,7 @@ def ms_to_rfc3339(ms: int) -> str:
 
 
 def json_value(text: str | bytes, **options: Any) -> Any:
-    """json.loads for what others wrote (rows, ledger entries, replies, error bodies): JSON
-    nested past Python's stack is a ValueError, as any other text that is not JSON."""
+    """json.loads for what others wrote: JSON nested past Python's stack is a ValueError too."""
     try:
         return json.loads(text, **options)
     except RecursionError:
@@ -138,8 +133,7 @@ def without_surrogates(text: str) -> str:
 
 
 def re2_pattern(pattern: str) -> Any:
-    """The pattern compiled by RE2, in time linear in the text whatever the pattern; ValueError
-    for one RE2 refuses (a backreference, lookaround, a program over its bound)."""
+    """The pattern compiled by RE2 (linear time); ValueError for one RE2 refuses (lookaround)."""
     options = re2.Options()
     options.log_errors = False
     try:
