@@ -47,16 +47,15 @@ _PORT = "(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[
 # host[:port]: a name (it may end in the root's "."), an IPv4 address (not: the clients send
 # "127.0.0.1." as a name, which no resolver finds), or an [IPv6 address]; never user:password@.
 AUTHORITY_PATTERN = rf"({_NAME}\.?|{_IPV4}|\[({_IPV6})\])(:{_PORT})?"
-# DNS's limit (255 octets on the wire), a second pattern: RE2 has no lookahead to bound
-# _NAME as a whole.
+# DNS's limit (255 octets on the wire): a second pattern, RE2 has no lookahead to bound _NAME.
 HOST_LENGTH_PATTERN = r"^https?://(\[|[^/:]{1,253}\.?([:/]|$))"
 HOST_LENGTH_MESSAGE = "must have a host name of at most 253 characters (DNS's limit)"
 IDNA_MESSAGE = (
     "must have a host name whose labels are all valid IDNA (RFC 5891) when one is an xn-- "
     "label (punycode): {label!r} is not"
 )
-# A path in printable ASCII whose escapes decode once (no %25: `within`). No query
-# or fragment: the openai SDK appends its paths after them.
+# A path in printable ASCII whose escapes decode once (no %25: `within`); no query or
+# fragment: the openai SDK appends its paths after them.
 _PATH = r'/([!"$&->@-~]|%([013-9A-Fa-f][0-9A-Fa-f]|2[0-46-9A-Fa-f]))*'
 ENDPOINT_URL_PATTERN = rf"^https?://{AUTHORITY_PATTERN}({_PATH})?$"
 ENDPOINT_URL_MAX = 2048
@@ -85,10 +84,9 @@ def endpoint_url_problem(url: str) -> str | None:
 
 
 def normal_path(path: str) -> str | None:
-    """The path a server resolves: escapes decoded once, backslashes as slashes, dot segments
-    applied. None when an escape is left after decoding, or when the client's dot segments
-    on the path as written reach elsewhere ("/v1/a%2fb/../.." is sent as "/", "/a//../c" as
-    "/a/c": the client keeps empty segments, RFC 3986's remove_dot_segments)."""
+    """The path a server resolves (escapes decoded once, \\ as /, dot segments applied). None
+    when an escape is left after decoding, or the client's dot segments reach elsewhere
+    ("/v1/a%2fb/../.." is sent as "/", "/a//../c" as "/a/c": RFC 3986's remove_dot_segments)."""
 
     def resolved(text: str) -> str:
         normal = posixpath.normpath("/" + unquote(text).replace("\\", "/").lstrip("/"))
@@ -245,9 +243,6 @@ def allowed(url: str, prefixes: Iterable[UrlPrefix]) -> bool:
     return any(within(url, p) for p in prefixes)
 
 
-# --- the verdicts ---------------------------------------------------------------------------
-
-
 class DestinationRefused(Exception):
     """A request refused: the message says why and what would allow it, never a credential."""
 
@@ -357,10 +352,8 @@ def memory_destination_refusal(
     annotation decides; without one (`without`: why), `program`'s SSO_ALLOWED_MODEL_URLS,
     where empty allows nothing."""
     annotation = credential.annotation if credential is not None else None
-    if annotation is not None:
-        prefixes, invalid = parse_prefixes(annotation)
-    else:
-        prefixes, invalid = list(install_list), []
+    unannotated: tuple[list[UrlPrefix], list[str]] = (list(install_list), [])
+    prefixes, invalid = unannotated if annotation is None else parse_prefixes(annotation)
     if allowed(url, prefixes):
         return None
     dest = shown(url)

@@ -23,8 +23,7 @@ from controller.core.text import cut, ms_to_rfc3339, one_line
 
 REFERENCES_HEADING = "## References"
 
-# The facts a sentence carries: what the next agent asks about (names, numbers, dates,
-# places, paths, identifiers, versions, amounts); a cheap scan, not a parser.
+# The facts a sentence carries (what the next agent asks about): a cheap scan, not a parser.
 _NUMBER_OR_COUNT = (
     r"(?P<number>[$€£]?\d[\d,.:/%-]*\w*)"  # 45, $400,000, 25:50, 3.11, 2023/05/20, 8080
     # a count in words ("four", "twice"); not "one", which is mostly a pronoun
@@ -69,8 +68,7 @@ def fact_tokens(text: str) -> list[str]:
 
 
 def _reference_lines(summary: StructuredSummary, memory_collection: str | None) -> list[str]:
-    """The References section's lines; when it is full, a last one says how many are left out
-    and where they are."""
+    """The References lines; when full, a last one says how many more and where they are."""
     lines = [f"- {ref}" if "`" in ref else f"- `{ref}`" for ref in summary.references]
     over = summary.references_overflow
     if over.count == 0:
@@ -124,12 +122,10 @@ def render_document(
     *,
     max_chars: int | None = DOCUMENT_MAX_CHARS,
 ) -> str:
-    """Sections, References, then a carried legacy text byte for byte, fenced; all but that
-    text at most max_chars (None: unbounded)."""
+    """Sections, References, then a carried text byte for byte; the rest at most max_chars."""
     carried, tail = summary.legacy_text, ""
     if carried is not None:
-        # Longer than any run of backticks or tildes in the text: nothing inside can close
-        # it, so markdown in the text cannot change the document's structure.
+        # Longer than any run of ` or ~ in the text: nothing in it can close the fence.
         fence = "`" * max(3, 1 + max(map(len, re.findall(r"`+|~+", carried)), default=0))
         tail = f"\n{LEGACY_HEADING}\n\n" + (f"{fence}\n{carried}\n{fence}\n" if carried else "")
     # The whole can fit only if the history's lines alone do: counted until they do not,

@@ -212,8 +212,7 @@ def derived_title(first_request: str | None, session_id: str) -> str:
 
 
 def _technologies(prior: Iterable[str], new: Iterable[str]) -> list[str]:
-    """Case-insensitive union, first spelling wins, sorted: every prior name, new ones while
-    fewer than TECHNOLOGIES_MAX (every agent reads the list at boot)."""
+    """Case-insensitive union, sorted: every prior name, new ones while under the maximum."""
     found = {name.lower(): name for name in reversed(list(prior))}
     for name in itertools.takewhile(lambda _: len(found) < TECHNOLOGIES_MAX, new):
         found.setdefault(name.lower(), name)
@@ -231,8 +230,7 @@ def merge_pass(
     *,
     session_id: str | None = None,
 ) -> StructuredSummary:
-    """The next summary: a superset of the prior's history whatever the update says; counts
-    count memories after the watermark only. A real title stays."""
+    """The next summary: a superset of the prior's history whatever the update says."""
     given = sorted(new_memories, key=memory_sort_key)
     unknown = given[0].session_id if given else "unknown"
     sid = session_id or (prior.session_id if prior is not None else unknown)
@@ -250,7 +248,6 @@ def merge_pass(
     state = [SummaryItem(text=t) for t in stored["Current State"]]
     if update.current_state is None:
         state = list(base.sections["Current State"])
-    all_sections = {**sections, "Current State": state}
 
     if base.title != fallback_title(sid):
         title = base.title  # a placeholder title is replaced once a pass can derive one
@@ -263,7 +260,6 @@ def merge_pass(
             or derived_title(requests[0].text if requests else None, sid)
         )
 
-    scores = {score: getattr(update, score) for score in SCORES}
     agents = [name for m in new if (name := m.agent or m.agent_identity)]
     models = {*listed_names(m.model for m in new if m.model), *base.models}
     tools = {*listed_names(t for m in new for t in m.tools_used), *base.tools_used}
@@ -277,13 +273,12 @@ def merge_pass(
     references, overflow = merge_references(base.references, base.references_overflow, found_refs)
     stored[TITLE] = [title] if structured is None else []
     stored[REFERENCES] = [r for r, _ in found_refs]
-    item_sources = record(structured, stored, given)
     return StructuredSummary(
         session_id=sid,
         title=title,
         category=update.category or base.category,
-        **{s: getattr(base, s) if v is None else v for s, v in scores.items()},
-        sections=all_sections,
+        **{s: getattr(base, s) if (v := getattr(update, s)) is None else v for s in SCORES},
+        sections={**sections, "Current State": state},
         technologies=_technologies(base.technologies, update.technologies),
         participating_agents=union_agents(base.participating_agents, agents),
         models=sorted(models),
@@ -296,5 +291,5 @@ def merge_pass(
         legacy_text=carried_legacy_text(prior),
         references=references,
         references_overflow=overflow,
-        item_sources=item_sources,
+        item_sources=record(structured, stored, given),
     )

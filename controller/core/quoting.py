@@ -28,8 +28,7 @@ TYPOGRAPHIC_QUOTES = MappingProxyType(
     str.maketrans({"‘": "'", "’": "'", "‚": "'", "“": '"', "”": '"', "„": '"'})
 )
 
-# Where a role marker counts: the start of the text or right after punctuation ("...: SYSTEM:"),
-# not inside a phrase such as "the file system: ext4".
+# A role marker counts at the start or after punctuation, not in "the file system: ext4".
 _START = r"(?:^|\n|[^\w\s,]\s*)"
 _ROLES = r"(?:system|assistant|developer|user|human)"
 _VERBS = (
@@ -196,6 +195,5 @@ def quote_if_needed(text: str, limit: int = ITEM_MAX) -> str:
 
 
 def as_item(text: str) -> str:
-    """Proposed text as an item stores it (and is keyed by: core/item_sources.py): cut to
-    ITEM_MAX, quoted when needed."""
+    """Proposed text as an item stores and is keyed by it: cut to ITEM_MAX, quoted if needed."""
     return quote_if_needed(one_line(text, ITEM_MAX, "…"))

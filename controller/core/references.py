@@ -32,32 +32,22 @@ _EXTENSION = (
     r"|css|scss|sql|proto|graphql|gradle|tf|tfvars|mk|cmake|csv|tsv|log|pem|crt|patch|diff"
     r"|svg|png|jpe?g|gif|pdf|gz|tgz|zip|whl|so|dll|wasm)"
 )
+_AT_LINE = r"(?::\d+(?::\d+)?)?"  # a trailing :line[:col] is kept (traces use it)
+# Paths: /abs, ./rel, ../rel, ~/home, a/b; bare file names with a known extension.
+_PATH = r"(?<![\w/.~-])(?:(?:~|\.{1,2})?/)?(?:[\w@+-][\w.@+-]*/)*[\w@+-][\w.@+-]*" + _AT_LINE
+_FILE = rf"(?<![\w/.-])[\w-]{{2,}}(?:\.[\w-]+)*\.{_EXTENSION}{_AT_LINE}(?![\w/])"
 
-# Each pattern finds one kind of reference; where two overlap, the longest match wins. Kinds:
-# "place" (taken in fenced code too), "name", "error" (non-built-in exception names), "path"
-# (a place that must also look like one: a/b). Two run on RE2 (Linear), where Python's re
-# takes quadratic time (`a.a.a...`): `(?<!...)X\b` written as `(?:^|[^...])(X)`.
+# One kind of reference each; where two overlap, the longest wins. "place" (in fenced code
+# too), "name", "error", "path" (a place that must look like one: a/b). Two run on RE2, where
+# Python's re takes quadratic time (`a.a.a...`): `(?<!...)X\b` written as `(?:^|[^...])(X)`.
 _PATTERNS: tuple[tuple[str, re.Pattern[str] | Linear], ...] = (
     # URLs, and git remotes in scp form
     ("place", re.compile(r"\b(?:https?|ftp|ssh|git|file)://[^\s<>\"'`]+")),
     ("place", re.compile(r"\bgit@[\w.-]+:[\w./-]+")),
     # code spans: `anything without whitespace or backticks`
     ("name", re.compile(r"(?<=`)[^`\s]{2,200}(?=`)")),
-    # paths: /abs, ./rel, ../rel, ~/home, a/b; a trailing :line[:col] is kept (traces use it)
-    (
-        "path",
-        re.compile(
-            r"(?<![\w/.~-])(?:(?:~|\.{1,2})?/)?(?:[\w@+-][\w.@+-]*/)*[\w@+-][\w.@+-]*"
-            r"(?::\d+(?::\d+)?)?"
-        ),
-    ),
-    # bare file names with a known extension: pipeline.py, values.schema.json
-    (
-        "place",
-        re.compile(
-            rf"(?<![\w/.-])[\w-]{{2,}}(?:\.[\w-]+)*\.{_EXTENSION}(?::\d+(?::\d+)?)?(?![\w/])"
-        ),
-    ),
+    ("path", re.compile(_PATH)),
+    ("place", re.compile(_FILE)),
     # issues and PRs: #123, owner/repo#123, GH-123, PR #12, JIRA-style keys ABC-1234
     ("place", Linear(r"(?:^|[^\w#&])((?:[\w.-]+/[\w.-]+)?#\d+)", (1,), True)),
     ("place", re.compile(r"\b(?:PR|pr|GH|gh)[- ]?#?\d+\b|\b[A-Z][A-Z0-9]{1,9}-\d+\b")),
@@ -139,8 +129,7 @@ def memory_references(memories: Iterable[Memory]) -> list[tuple[str, int]]:
 
 
 class ReferenceOverflow(BaseModel):
-    """References not listed because the section is full: how many, their memories' time
-    range, and their digests (so one left out twice is counted once)."""
+    """References left out of a full section: how many, when, their digests (counted once)."""
 
     count: int = Field(default=0, ge=0)
     first_ms: int | None = None
@@ -151,8 +140,7 @@ class ReferenceOverflow(BaseModel):
 def merge_references(
     prior: Sequence[str], overflow: ReferenceOverflow, new: Sequence[tuple[str, int]]
 ) -> tuple[list[str], ReferenceOverflow]:
-    """The prior references verbatim and in order, then the new ones not already listed, up
-    to REFERENCES_MAX; the rest counted in the overflow. Never drops a prior reference."""
+    """The prior references verbatim, then new ones up to REFERENCES_MAX; the rest counted."""
     listed = list(prior)
     present = set(listed)
     counted = set(overflow.digests)

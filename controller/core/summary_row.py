@@ -40,14 +40,12 @@ from controller.core.summary import (
 from controller.core.text import cut, json_value, listed_names, ms_to_rfc3339, one_line
 from controller.core.visibility import DEFAULT_VISIBILITY, SessionSources, row_visibility
 
-# One writer, detected: Chroma's upsert merges metadata, so another writer's upsert leaves our
-# keys: each row records its document's digest, and a mismatch names another writer, whose
-# text is carried verbatim.
+# Chroma's upsert merges metadata, so another writer's leaves our keys: each row records its
+# document's digest; a mismatch names another writer, whose text is carried verbatim.
 DIGEST_KEY = "documentDigest"
 
-# Keys neo computes from a row's text (its summarizer's input, its graph's digestion): each
-# write of ours removes them, so neo digests our text as new (docs/migrating-from-neo.md).
-# Only neo's SessionService writes the first three: on a row of ours they name neo.
+# Keys neo computes from a row's text: each write of ours removes them, so neo digests our
+# text as new (docs/migrating-from-neo.md). Only neo writes the first three: they name it.
 NEO_WRITER_KEYS = ("sourceTier", "degraded", "rawCanonical")
 NEO_DERIVED_KEYS = (
     *NEO_WRITER_KEYS,
@@ -95,8 +93,7 @@ def pass_tokens(memories: Sequence[Memory], added: str) -> PassTokens:
 
 
 def added_text(before: StructuredSummary | None, after: StructuredSummary) -> str:
-    """What a pass added, measured on items, not the document: folding a long document never
-    reads as a pass that added nothing, and counting costs what is new."""
+    """What a pass added, by items, not the document (folding never reads as adding nothing)."""
     parts: list[str] = []
     for title, items in after.sections.items():
         old = before.sections.get(title, []) if before is not None else []
@@ -147,8 +144,7 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-# The reader's row keys: neo's (its boot listing, queries, tenancy filters) and three of ours:
-# the format, our document's digest (DIGEST_KEY) and where `timestamp` came from.
+# The reader's row keys: neo's, our format, DIGEST_KEY and where `timestamp` came from.
 READER_ROW_KEYS = frozenset(
     (
         *("sessionId", "timestamp", "memoryCount", "title", "category", "quality"),
@@ -182,8 +178,7 @@ NAME_LISTS = MappingProxyType(
 
 
 def row_timestamp(summary: StructuredSummary, summarized_at_ms: int) -> int:
-    """neo's `timestamp` (ms; without it neo's boot read fails): the newest memory time known,
-    else (none, or a bad clock's) the time of the write."""
+    """neo's `timestamp` (its boot read fails without): the newest memory time, else the write's."""
     known = summary.last_memory_at_ms
     return newest_time([summary.first_memory_at_ms if known is None else known], summarized_at_ms)
 
@@ -201,7 +196,6 @@ def to_chroma_metadata(
     """neo's keys and ours; a missing value is an omitted key. visibility: None is untagged."""
     watermark = summary.watermark
     over = summary.references_overflow
-    seen_by = visibility or row_visibility(SessionSources(), DEFAULT_VISIBILITY)
     timestamp = row_timestamp(summary, summarized_at_ms)
     sections = summary.model_dump(include={"sections"}, exclude_none=True)["sections"]
     meta: dict[str, MetadataValue | None] = {
@@ -214,7 +208,7 @@ def to_chroma_metadata(
         **{score: getattr(summary, score) for score in SCORES},
         **{k: ",".join(listed_names(getattr(summary, n))) for n, k in NAME_LISTS.items()},
         "totalToolCalls": min(summary.total_tool_calls, JS_SAFE_INTEGER),
-        **seen_by,
+        **(visibility or row_visibility(SessionSources(), DEFAULT_VISIBILITY)),
         # ours
         "summaryFormat": SUMMARY_FORMAT,
         "formatVersion": summary.format_version,
@@ -271,9 +265,8 @@ def _ids(raw: object) -> tuple[str, ...]:
 
 
 def _stored_items(raw: object) -> list[SummaryItem]:
-    """Items as we stored them. An item over ITEM_MAX makes the row unreadable as sections
-    (it is carried whole as the document, never cut); a longer supersede reason (another
-    writer's) is cut to ITEM_MAX, else every pass would carry and mask it again."""
+    """Items as stored. One over ITEM_MAX makes the row unreadable (carried whole, never cut);
+    a longer reason (another writer's) is cut, else each pass would carry and mask it again."""
     if not isinstance(raw, list):
         raise ValueError("a section must be a list")
     items = []
@@ -305,8 +298,7 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
     title = meta.get("title")
     if not isinstance(title, str) or not title.strip():
         title = fallback_title(session_id)
-    # An unreadable coverage is none: the next pass re-reads the rows at or before the
-    # watermark memoryCount does not account for (coverage.to_reread). Nothing lost.
+    # An unreadable coverage is none: the next pass re-reads what memoryCount lacks (to_reread).
     try:
         raw = meta.get("coverageJson")
         coverage = Coverage.from_json(raw) if isinstance(raw, str) else None
@@ -353,8 +345,7 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
 def from_chroma_row(
     session_id: str, document: str | None, metadata: Mapping[str, Any] | None
 ) -> PriorSummary | None:
-    """The prior summary of a session from its row (None: nothing to build on); anything not
-    ours is legacy text. UnreadablePriorSummary: nothing may be written over the row."""
+    """The prior summary from a row (None: none); anything not ours is legacy text."""
     meta = metadata or {}
     text = document.strip() if isinstance(document, str) else ""
     ours = meta.get("summaryFormat") == SUMMARY_FORMAT

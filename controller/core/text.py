@@ -35,8 +35,7 @@ IGNORABLE = re.compile(
 
 
 def listed_names(names: Iterable[str]) -> list[str]:
-    """The names as the row's comma-separated list reads them back (neo's readers split it):
-    a name with a comma in it is the names it lists; each once, stripped, none empty."""
+    """The names as neo reads back their comma-joined list: split, stripped, each once."""
     return list(dict.fromkeys(n for name in names for p in name.split(",") if (n := p.strip())))
 
 
