@@ -298,6 +298,7 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
     title = meta.get("title")
     if not isinstance(title, str) or not title.strip():
         title = fallback_title(session_id)
+    fallback = meta.get("timestampSource") == "fallback"  # no memory time was known
     # An unreadable coverage is none: the next pass re-reads what memoryCount lacks (to_reread).
     try:
         raw = meta.get("coverageJson")
@@ -318,9 +319,7 @@ def _structured_from_metadata(session_id: str, meta: Mapping[str, Any]) -> Struc
         total_tool_calls=max(0, _number(meta.get("totalToolCalls")) or 0),
         memory_count=max(0, _number(meta.get("memoryCount")) or 0),
         first_memory_at_ms=_number(meta.get("firstMemoryAt")),
-        last_memory_at_ms=None
-        if meta.get("timestampSource") == "fallback"
-        else _number(meta.get("timestamp")),
+        last_memory_at_ms=None if fallback else _number(meta.get("timestamp")),
         watermark=watermark,
         coverage=coverage,
         format_version=_number(meta.get("formatVersion")) or 1,
@@ -384,9 +383,5 @@ def from_chroma_row(
             if isinstance(meta.get(key), str) and meta[key] not in text
         )
         text = "\n\n".join([text, *kept])
-    title = meta.get("title")
-    return LegacySummary(
-        session_id=session_id,
-        text=text,
-        title=title.strip() or None if isinstance(title, str) else None,
-    )
+    title = meta["title"].strip() or None if isinstance(meta.get("title"), str) else None
+    return LegacySummary(session_id=session_id, text=text, title=title)
