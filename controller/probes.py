@@ -20,8 +20,13 @@ from controller.embeddings.minilm import EmbeddingError
 from controller.http_deadline import AnswerTooLarge
 from controller.kube import client as kube
 from controller.runtime import SummarizerParts
-from controller.status.conditions import condition, failure_shown, masked
-from controller.status.summarizer_status import secrets_allowed, store_reachable
+from controller.status.conditions import (
+    condition,
+    failure_shown,
+    masked,
+    secrets_allowed,
+    store_reachable,
+)
 from controller.store.errors import EmbeddingMismatch, InvalidStoreConfig, StoreUnavailable
 
 

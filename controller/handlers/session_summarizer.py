@@ -40,10 +40,13 @@ from controller.handlers.summary_status import forgotten_by_another
 from controller.kube import client as kube
 from controller.probes import health_conditions
 from controller.runtime import Runtime, Upkeep
-from controller.status.conditions import NOT_BLOCKING, REQUIRED, masked, now_rfc3339
-from controller.status.summarizer_status import (
+from controller.status.conditions import (
+    NOT_BLOCKING,
+    REQUIRED,
     failed_sweep,
+    masked,
     memory_rows,
+    now_rfc3339,
     spec_valid,
     sunset_markers,
     sweep_failure,

@@ -30,8 +30,7 @@ from controller.config import in_pod
 from controller.core.naming import summary_object_name
 from controller.core.retention import kept_request
 from controller.core.text import json_value, one_line
-from controller.status.conditions import now_rfc3339
-from controller.status.summarizer_status import settled
+from controller.status.conditions import now_rfc3339, settled
 
 API_POOL_SIZE = 64
 # (connect, read) seconds for calls that set none; the client's default is none at all.

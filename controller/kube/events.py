@@ -139,16 +139,12 @@ class EventRecorder:
             reporting_component=COMPONENT,
             reporting_instance=self.instance,
         )
-        _read(kube.core().create_namespaced_event(key.namespace, event, _preload_content=False))
+        answer = kube.core().create_namespaced_event(key.namespace, event, _preload_content=False)
+        cast(Any, answer).read()  # raw (_preload_content=False): a model object costs CPU
 
     def _patch(self, key: EventKey, name: str, count: int, now: str) -> None:
         body = {"count": count, "lastTimestamp": now}
-        _read(kube.core().patch_namespaced_event(
+        cast(Any, kube.core().patch_namespaced_event(
             name, key.namespace, body, _content_type="application/merge-patch+json",
             _preload_content=False,
-        ))  # fmt: skip
-
-
-def _read(answer: object) -> None:
-    """Reads a raw answer (`_preload_content=False`): a model object costs CPU."""
-    cast(Any, answer).read()
+        )).read()  # fmt: skip

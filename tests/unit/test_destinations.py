@@ -35,7 +35,7 @@ from controller.core.destinations import (
     target,
     within,
 )
-from controller.status.summarizer_status import secrets_allowed
+from controller.status.conditions import secrets_allowed
 from tests.support.url_spellings import ipv6_spellings, spellings
 
 label = st.text(alphabet=st.sampled_from("abcxyz019-"), min_size=1, max_size=6).filter(

@@ -25,7 +25,7 @@ from controller.config import CONFIG
 from controller.core.destinations import PATH_MESSAGE, endpoint_url_problem
 from controller.embeddings.remote import openai_client
 from controller.probes import check_model
-from controller.status.summarizer_status import spec_valid
+from controller.status.conditions import spec_valid
 
 ANSWER = {
     "id": "x",

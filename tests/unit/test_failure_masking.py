@@ -20,8 +20,7 @@ from controller.cli import main as cli_main
 from controller.core.text import one_line
 from controller.kube.client import SecretError
 from controller.redaction import Redaction
-from controller.status.conditions import FAILURES, OWN_TEXT, failure_shown, masked
-from controller.status.summarizer_status import sweep_failure
+from controller.status.conditions import FAILURES, OWN_TEXT, failure_shown, masked, sweep_failure
 from controller.store.errors import StoreUnavailable, guard
 from tests.support.credentials import CONTEXT_SHAPES, generated
 from tests.unit.test_redaction_tokens import TOKENS

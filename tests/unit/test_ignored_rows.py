@@ -24,7 +24,7 @@ from controller.core.visibility import (
     row_visibility,
     union_agents,
 )
-from controller.status.summarizer_status import memory_rows, with_conditions
+from controller.status.conditions import memory_rows, with_conditions
 
 NOW = 2_000_000_000_000
 # What Chroma stores as a metadata value besides text.

@@ -1,4 +1,4 @@
-"""A SessionSummarizer's status from its inputs (controller/status/summarizer_status.py): each
+"""A SessionSummarizer's status from its inputs (controller/status/conditions.py): each
 writer changes only its own conditions, whatever order the writes come in."""
 
 import itertools
@@ -11,12 +11,13 @@ from pydantic import ValidationError
 
 from controller.api import Condition, SessionSummarizerSpec, SessionSummarizerStatus
 from controller.handlers.session_summarizer import sweep_due
-from controller.status import summarizer_status
-from controller.status.conditions import REQUIRED, summarizer_readiness
-from controller.status.summarizer_status import (
+from controller.status import conditions as status_module
+from controller.status.conditions import (
+    REQUIRED,
     failed_sweep,
     spec_valid,
     store_reachable,
+    summarizer_readiness,
     sweep_failure,
     swept,
     with_conditions,
@@ -90,7 +91,7 @@ def test_a_failure_with_an_empty_message_still_says_what_failed() -> None:
 # -- Ready, Reconciling and Stalled: derived on every write (settled) ----------------------
 
 
-from controller.status.summarizer_status import settled, sunset_markers  # noqa: E402
+from controller.status.conditions import settled, sunset_markers  # noqa: E402
 
 OWNED = [*REQUIRED, "Swept", "SunsetMarkers"]
 conditions = st.lists(
@@ -217,13 +218,13 @@ def test_every_condition_a_writer_sets_is_measured_at_its_write(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     at = "2026-11-28T10:00:00Z"
-    monkeypatch.setattr(summarizer_status, "now_rfc3339", lambda: at)
+    monkeypatch.setattr(status_module, "now_rfc3339", lambda: at)
     status = with_conditions(SessionSummarizerStatus(), [MODEL, EMBED])
     assert {c.type: c.last_probe_time for c in status.conditions or []} == {
         "ModelReady": at,
         "EmbeddingReady": at,
     }
-    monkeypatch.setattr(summarizer_status, "now_rfc3339", lambda: "2026-11-28T10:01:00Z")
+    monkeypatch.setattr(status_module, "now_rfc3339", lambda: "2026-11-28T10:01:00Z")
     later = with_conditions(status, [MODEL])
     times = {c.type: c.last_probe_time for c in later.conditions or []}
     assert times == {"ModelReady": "2026-11-28T10:01:00Z", "EmbeddingReady": at}

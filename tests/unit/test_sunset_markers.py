@@ -22,7 +22,7 @@ from controller.core.sweep_plan import (
     not_acted_on,
     stale_reason,
 )
-from controller.status.summarizer_status import sunset_markers, with_conditions
+from controller.status.conditions import sunset_markers, with_conditions
 
 REPO = Path(__file__).resolve().parents[2]
 T = 1_760_000_000_123  # a marker's timestamp (ms)
