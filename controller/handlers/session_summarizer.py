@@ -36,7 +36,7 @@ from controller.core.retention import parse_time, to_ask_again
 from controller.core.sweep_plan import RowCursor
 from controller.core.text import one_line
 from controller.core.waiting import Pause
-from controller.handlers.summary_status import forgotten_by_another
+from controller.handlers.session_summary import forgotten_by_another
 from controller.kube import client as kube
 from controller.probes import health_conditions
 from controller.runtime import Runtime, Upkeep

@@ -23,8 +23,7 @@ from controller.api import SessionSummarizerSpec, SessionSummarySpec
 from controller.core.memories import SUNSET_MARKER_TYPE, render_interaction_document
 from controller.core.naming import summary_object_name
 from controller.core.sweep_plan import Candidate, SweepPlan
-from controller.handlers.session_summary import _summarizer
-from controller.handlers.summary_status import Failure
+from controller.handlers.session_summary import Failure, _summarizer
 from controller.kube import client as kube
 from controller.runtime import MarkerMemory
 from controller.status.conditions import now_rfc3339

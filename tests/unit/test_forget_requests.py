@@ -1,5 +1,5 @@
-"""Who asked for a forget or a rebuild (summary_status.asked_by), what another namespace's object
-is told of a forget (summary_status.forgotten_by_another), and summaryctl's refusal to
+"""Who asked for a forget or a rebuild (session_summary.asked_by), what another namespace's object
+is told of a forget (session_summary.forgotten_by_another), and summaryctl's refusal to
 delete memories unconfirmed (cli/commands.py)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from controller.cli.args import CliError
 from controller.cli.main import build_parser
 from controller.core.ledger import FORGOTTEN_BY_KEY, FORGOTTEN_KEY
 from controller.core.text import one_line
-from controller.handlers.summary_status import asked_by, forgotten_by_another
+from controller.handlers.session_summary import asked_by, forgotten_by_another
 
 MANAGERS = st.sampled_from(["kubectl-client-side-apply", "kubectl-edit", "summaryctl", "kopf"])
 TIMES = st.integers(0, 10**6).map(lambda s: f"2026-11-{1 + s % 28:02d}T{s % 24:02d}:00:00Z")

@@ -138,7 +138,7 @@ def test_the_log_line_of_a_failed_pass_names_the_object_and_its_session(
     """A person reading the operator's log (its own format: no kopf object prefix) finds which
     SessionSummary failed, and for which session: the line used to be only the reason and
     the message."""
-    from controller.handlers.summary_status import Failure, record_failure
+    from controller.handlers.session_summary import Failure, record_failure
 
     records: list[logging.LogRecord] = []
     handler = logging.Handler()
@@ -169,7 +169,7 @@ def test_a_failure_after_any_number_of_failures_is_recorded_with_a_capped_delay(
 ) -> None:
     """A session that keeps failing (a model down over a weekend: ~1,000 failures at the
     300 s cap) still gets its failure recorded and its next try within retryMaxSeconds."""
-    from controller.handlers.summary_status import Failure, record_failure
+    from controller.handlers.session_summary import Failure, record_failure
 
     body = kopf.Body({**body_with(VALID, {}), "metadata": {
         "name": "s", "namespace": "agents", "uid": "u", "generation": 1},

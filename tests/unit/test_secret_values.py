@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.handlers.session_summary import failures_shown
-from controller.handlers.summary_status import Failure
+from controller.handlers.session_summary import Failure, failures_shown
 from controller.kube.client import secret_value
 
 word = st.text(alphabet=string.ascii_letters + string.digits + "-_.~+/=!:@", min_size=1)
