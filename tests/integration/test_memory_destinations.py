@@ -30,7 +30,7 @@ from controller.core.destinations import (
 from controller.core.naming import summary_object_name
 from controller.embeddings.minilm import EmbeddingError, MiniLMWeights
 from controller.embeddings.remote import OpenAICompatibleEmbedding
-from controller.probes import check_model
+from controller.handlers.session_summarizer import check_model
 from controller.runtime import SummarizerParts
 from controller.scheduling import PassScheduler, SchedulerLimits
 from controller.store.connection import StoreLocation, connect

@@ -24,7 +24,7 @@ from controller.api import EmbeddingConfig, ModelSpec, SessionSummarizerSpec
 from controller.config import CONFIG
 from controller.core.destinations import PATH_MESSAGE, endpoint_url_problem
 from controller.embeddings.remote import openai_client
-from controller.probes import check_model
+from controller.handlers.session_summarizer import check_model
 from controller.status.conditions import spec_valid
 
 ANSWER = {

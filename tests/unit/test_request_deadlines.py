@@ -26,8 +26,8 @@ from controller.core.destinations import parse_prefixes
 from controller.embeddings import remote
 from controller.embeddings.minilm import EmbeddingError
 from controller.embeddings.remote import OpenAICompatibleEmbedding
+from controller.handlers.session_summarizer import check_model
 from controller.pipeline import PassResult
-from controller.probes import check_model
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable
 from controller.summarizers.chat_model import ChatModelSummarizer
