@@ -133,9 +133,6 @@ class _Tick:
             kube.update_summarizer_status, self.namespace, self.name, change
         )
 
-    async def set_fields(self, **fields: object) -> None:
-        await self.write(lambda st: st.model_copy(update=fields))
-
     async def in_thread(self, what: str, work: Callable[[], T]) -> T | None:
         """work() in a worker thread; None when it failed: a store error is the sweep's to report
         (FenceUnavailable: the passes'), an API error waits for the next tick."""
@@ -299,7 +296,7 @@ async def sweep(body: kopf.Body, name: str, namespace: str | None, **kw: Any) ->
     if sweep_due(spec, status, retry_s) or (now and spec.sweep.enabled):
         await _sweep(tick)
     if now:  # what `summaryctl check` waits for: probes and sweep ran after its request
-        await tick.set_fields(last_handled_probe_request=asked)
+        await tick.write(lambda st: st.model_copy(update={"last_handled_probe_request": asked}))
 
 
 @kopf.timer(
@@ -380,7 +377,8 @@ async def _retention(tick: _Tick) -> None:
         tick.logger.info(
             "retention by %s: deleted %d expired SessionSummaries", CONFIG.replica_id, deleted
         )
-    await tick.set_fields(last_retention_at=at, deleted_by_retention=deleted)
+    fields = {"last_retention_at": at, "deleted_by_retention": deleted}
+    await tick.write(lambda st: st.model_copy(update=fields))
 
 
 def _tell(tick: _Tick, page: list[dict[str, Any]], pause: Pause) -> None:
@@ -573,9 +571,8 @@ def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
 def check_embedding(
     parts: SummarizerParts, spec: SessionSummarizerSpec, namespace: str, name: str
 ) -> Condition:
-    """Embeds a probe text with the configured function (this also loads the local model,
-    so the first summary after a start or a failover does not pay for it) and compares its
-    dimension with the vectors the summary collection already holds."""
+    """Embeds a probe text (loading the local model, so the first summary after a start or a
+    failover does not wait) and compares its dimension with the summary collection's vectors."""
     failed = functools.partial(condition, "EmbeddingReady", "False")
     ok = functools.partial(condition, "EmbeddingReady", "True", "EmbeddingOK")
     try:
@@ -605,10 +602,9 @@ def check_secrets(spec: SessionSummarizerSpec, namespace: str) -> Condition:
     for use in secret_uses(spec, namespace):
         try:
             annotations, _ = kube.read_secret(use.namespace, use.name)
+            verdicts.append(secret_verdict(use, annotations))  # pure: raises no SecretError
         except kube.SecretError as exc:
             unread.append(str(exc))
-            continue
-        verdicts.append(secret_verdict(use, annotations))
     return secrets_allowed(verdicts, unread)
 
 

@@ -57,9 +57,8 @@ OWN_TEXT = frozenset({"SecretError", "DestinationRefused"})
 
 def now_rfc3339(*, precise: bool = False) -> str:
     """Seconds; milliseconds (precise) where two values in one second must differ (requestedAt)."""
-    now = dt.datetime.now(dt.UTC)
-    millis = f".{now.microsecond // 1000:03d}" if precise else ""
-    return now.strftime("%Y-%m-%dT%H:%M:%S") + millis + "Z"
+    spec = "milliseconds" if precise else "seconds"
+    return dt.datetime.now(dt.UTC).isoformat(timespec=spec).replace("+00:00", "Z")
 
 
 def set_condition(
