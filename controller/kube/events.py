@@ -107,25 +107,17 @@ class EventRecorder:
         name, now = event_name(key), now_rfc3339()
         count = self._counts[key] = self._counts.get(key, 0) + 1
         if count > 1:
-            try:
-                self._patch(key, name, count, now)
+            if kube.unless((404,), self._patch, key, name, count, now):
                 return
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
             self._counts[key] = 1  # expired by the apiserver's event TTL: a new one
-        try:
-            self._create(ref, key, name, now)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
+        if kube.unless((409,), self._create, ref, key, name, now) is None:
             # Posted before by another replica or before a restart: count on it.
             existing = kube.core().read_namespaced_event(name, key.namespace)
             count = int(existing.count or 1) + 1
             self._patch(key, name, count, now)
             self._counts[key] = count
 
-    def _create(self, ref: dict[str, Any], key: EventKey, name: str, now: str) -> None:
+    def _create(self, ref: dict[str, Any], key: EventKey, name: str, now: str) -> bool:
         event = client.CoreV1Event(
             metadata=client.V1ObjectMeta(name=name, namespace=key.namespace),
             involved_object=client.V1ObjectReference(**ref),
@@ -141,10 +133,12 @@ class EventRecorder:
         )
         answer = kube.core().create_namespaced_event(key.namespace, event, _preload_content=False)
         cast(Any, answer).read()  # raw (_preload_content=False): a model object costs CPU
+        return True
 
-    def _patch(self, key: EventKey, name: str, count: int, now: str) -> None:
+    def _patch(self, key: EventKey, name: str, count: int, now: str) -> bool:
         body = {"count": count, "lastTimestamp": now}
         cast(Any, kube.core().patch_namespaced_event(
             name, key.namespace, body, _content_type="application/merge-patch+json",
             _preload_content=False,
         )).read()  # fmt: skip
+        return True
