@@ -104,6 +104,7 @@ class _Tick:
     name: str
     logger: kopf.Logger
     runtime: Runtime
+    generation: int | None  # of the spec read here: kopf's body is live, a later read is newer
 
     @classmethod
     def of(cls, body: kopf.Body, namespace: str | None, name: str, **kwargs: Any) -> _Tick:
@@ -112,7 +113,10 @@ class _Tick:
             spec = SessionSummarizerSpec.model_validate(dict(body.get("spec") or {}))
         except ValidationError as exc:
             raise kopf.PermanentError(f"invalid spec: {masked(exc, 300)}") from exc
-        return cls(body, spec, namespace, name, kwargs["logger"], Runtime.of(kwargs["memo"]))
+        generation = body.metadata.get("generation")
+        return cls(
+            body, spec, namespace, name, kwargs["logger"], Runtime.of(kwargs["memo"]), generation
+        )
 
     @functools.cached_property
     def status(self) -> SessionSummarizerStatus:  # as the tick found it
@@ -280,7 +284,7 @@ async def renew_authority(body: kopf.Body, name: str, namespace: str | None, **k
 )
 async def sweep(body: kopf.Body, name: str, namespace: str | None, **kw: Any) -> None:
     """The probes when due, retention, a reconciliation step and the sweep (Swept)."""
-    tick, generation = _Tick.of(body, namespace, name, **kw), body.metadata.get("generation")
+    tick = _Tick.of(body, namespace, name, **kw)
     spec, status, runtime = tick.spec, tick.status, tick.runtime
     asked = (body.metadata.get("annotations") or {}).get(PROBE_REQUESTED)
     now = asked is not None and asked != status.last_handled_probe_request  # summaryctl check
@@ -288,7 +292,7 @@ async def sweep(body: kopf.Body, name: str, namespace: str | None, **kw: Any) ->
         health = await asyncio.to_thread(
             health_conditions, runtime.parts, spec, tick.namespace, name
         )
-        await _probed(body, generation, health, runtime)
+        await _probed(body, tick.generation, health, runtime)
     await _retention(tick)
     if spec.reconcile.enabled:  # whether or not sweeps are: the backstop of every pass
         await _reconcile(tick)
@@ -309,7 +313,6 @@ async def scan_markers(body: kopf.Body, name: str, namespace: str | None, **kw: 
     since, runtime = tick.status.watermark, tick.runtime
     if not tick.spec.sweep.enabled or since is None:
         return
-    generation = body.metadata.get("generation")  # of the spec the scan runs with
 
     def scan() -> MarkerScanResult:
         with tick.store() as store:
@@ -328,7 +331,7 @@ async def scan_markers(body: kopf.Body, name: str, namespace: str | None, **kw: 
     invalid = [m.describe() for m in markers.invalid]
     cond = sunset_markers(markers.requested, invalid, markers.markers_only)
     if cond is not None:
-        await tick.write(lambda st: with_conditions(st, [cond], generation=generation))
+        await tick.write(lambda st: with_conditions(st, [cond], generation=tick.generation))
         kind = "Warning" if cond.status == "False" else "Normal"
         runtime.events.post(body, kind, cond.reason, cond.message)
         tick.logger.info(
@@ -456,8 +459,7 @@ async def _reconcile(tick: _Tick) -> None:
 
 async def _sweep(tick: _Tick) -> None:
     """One sweep: the sessions it finds asked for, its figures and Swept written."""
-    spec, status, events = tick.spec, tick.status, tick.runtime.events
-    generation = tick.body.metadata.get("generation")  # of the spec the sweep runs with
+    spec, status, events, generation = tick.spec, tick.status, tick.runtime.events, tick.generation
     offset, last_id = status.appended_offset, status.appended_last_id
     cursor = RowCursor(offset, last_id) if offset is not None else None
 

@@ -302,10 +302,14 @@ def test_failing_probes_run_again_backing_off_and_start_over_once_they_hold(
             last, wait = now, min(2 * wait, max(every, PROBE_BACKOFF_MAX_S))
 
 
-def test_a_timers_probes_are_stamped_with_the_generation_they_probed() -> None:
-    """kopf hands a timer the live body: a spec edited while the tick's probes run must not
-    get their conditions (of the old spec) as its own, or a probe of the old store URL would
-    say the new one is reachable."""
+@pytest.mark.parametrize("edited_during", ["probes", "retention", "reconciliation"])
+def test_a_ticks_conditions_are_stamped_with_the_generation_it_ran_with(
+    edited_during: str,
+) -> None:
+    """kopf hands a timer the live body: a spec edited while the tick runs (its probes, its
+    retention, its reconciliation step) must not get the conditions of the tick's probes and
+    sweep (of the old spec) as its own, or a probe or sweep of the old store URL would say
+    the new one is reachable or failing."""
     import asyncio
     import logging
     from typing import Any, cast
@@ -325,9 +329,22 @@ def test_a_timers_probes_are_stamped_with_the_generation_they_probed() -> None:
     }
     body = kopf.Body(raw)  # live: reads `raw` as it is now
 
-    def probes_while_edited(*_: Any) -> list[Condition]:
-        raw["metadata"]["generation"] = 4  # the user's edit lands during the probes
+    def edit(stage: str) -> None:
+        if stage == edited_during:  # the user's edit lands during this stage
+            raw["metadata"]["generation"] = 4
+
+    def probes(*_: Any) -> list[Condition]:
+        edit("probes")
         return [MODEL]
+
+    async def retention(*_: Any) -> None:
+        edit("retention")
+
+    async def reconcile(*_: Any) -> None:
+        edit("reconciliation")
+
+    def store_down(*_: Any) -> Any:
+        raise StoreUnavailable("the store is down")
 
     written: list[SessionSummarizerStatus] = []
 
@@ -335,16 +352,14 @@ def test_a_timers_probes_are_stamped_with_the_generation_they_probed() -> None:
         written.append(change(SessionSummarizerStatus()))
         return SessionSummarizerStatus(), written[-1]
 
-    async def nothing(*_: Any) -> None:
-        return None
-
     runtime = Runtime(CONFIG, Recorded(), *cast(Any, (None, None, None, None)))
     with (
-        mock.patch.object(session_summarizer, "health_conditions", probes_while_edited),
+        mock.patch.object(session_summarizer, "health_conditions", probes),
         mock.patch.object(session_summarizer, "_probes_due", lambda tick: True),
-        mock.patch.object(session_summarizer, "_retention", nothing),
-        mock.patch.object(session_summarizer, "_reconcile", nothing),
-        mock.patch.object(session_summarizer, "sweep_due", lambda *_: False),
+        mock.patch.object(session_summarizer, "_retention", retention),
+        mock.patch.object(session_summarizer, "_reconcile", reconcile),
+        mock.patch.object(session_summarizer, "sweep_due", lambda *_: True),
+        mock.patch.object(session_summarizer._Tick, "store", store_down),
         mock.patch("controller.kube.client.update_summarizer_status", update),
     ):
         asyncio.run(
@@ -356,5 +371,6 @@ def test_a_timers_probes_are_stamped_with_the_generation_they_probed() -> None:
                 memo=kopf.Memo(runtime=runtime),
             )
         )
-    (model,) = [c for c in written[0].conditions or [] if c.type == "ModelReady"]
-    assert model.observed_generation == 3
+    stamped = {(c.type, c.observed_generation) for st in written for c in st.conditions or []}
+    assert {t for t, _ in stamped} >= {"ModelReady", "StoreReachable"}, stamped
+    assert {g for _, g in stamped} == {3}, stamped
