@@ -447,7 +447,9 @@ async def _reconcile(tick: _Tick) -> None:
         reconciled_at=now_rfc3339(), reconciled_rows=done.rows, uncovered_found=step.uncovered
     )
     rows = memory_rows(done.ignored, done.rows)
-    written = await tick.write(lambda st: with_conditions(st, [rows]).model_copy(update=fields))
+    written = await tick.write(
+        lambda st: with_conditions(st, [rows], generation=tick.generation).model_copy(update=fields)
+    )
     tick.logger.info("reconciliation by %s: %s", CONFIG.replica_id, message)
     if step.uncovered:
         tick.runtime.events.post(tick.body, "Normal", "Reconciled", message)
