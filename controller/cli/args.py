@@ -13,7 +13,6 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 from controller.api import DNS_LABEL, SECRET_NAME_PATTERN, StoreSpec
-from controller.config import in_pod
 from controller.core.destinations import shown
 from controller.core.naming import blank_session_id
 from controller.core.text import ms_to_rfc3339, one_line, printable
@@ -152,6 +151,7 @@ def kube_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
     from kubernetes.config.config_exception import ConfigException
     from urllib3.exceptions import HTTPError
 
+    from controller.config import in_pod  # loads the SSO_* settings: not at import
     from controller.kube.client import api_message
 
     try:

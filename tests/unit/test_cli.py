@@ -1966,3 +1966,21 @@ def test_verify_masks_an_unreadable_timestamp_by_the_summarizers_rules(
             code, out, err = run([*argv, *as_json])
         assert code == 1 and "m2" in out and "[redacted: " in out, (out, err)
         assert secret[:10] not in out, out
+
+
+def test_the_demos_help_is_shown_whatever_the_operators_settings() -> None:
+    """The demo checks --chroma-url with summaryctl's argument checks; importing them must not
+    load the SSO_* settings (an invalid one stops the process before argparse runs)."""
+    import sys
+
+    env = {**os.environ, "SSO_ALLOWED_ENDPOINTS": "nope"}
+    done = subprocess.run(
+        [sys.executable, "-m", "devenv.demo", "--help"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stdout.startswith("usage:"), done.stderr
