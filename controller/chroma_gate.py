@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import hmac
-import json
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,21 +23,17 @@ HOP_BY_HOP = frozenset((
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
     "transfer-encoding", "upgrade", "host", "content-length"))  # fmt: skip
 REQUEST_DROPPED = HOP_BY_HOP | {"authorization", "x-chroma-token"}
-# The 401's body, serialized once: a str is immutable, and a read-only mapping is not JSON.
-UNAUTHORIZED = json.dumps(
-    {"error": "AuthError", "message": "Unauthorized: this Chroma needs a token (Authorization: "
-     "Bearer <token>)"}
-)  # fmt: skip
-
-
+UNAUTHORIZED = "Unauthorized: this Chroma needs a token (Authorization: Bearer <token>)"
 FORWARD_TIMEOUT_SECONDS = 8.0
 # Chroma's own bound on a request body (its max_payload_size_bytes): no more is held.
 MAX_BODY_BYTES = 40 * 1024 * 1024
 
 
-def make_app(
-    token: str, upstream: str, timeout_seconds: float = FORWARD_TIMEOUT_SECONDS
-) -> web.Application:
+def _error(status: int, error: str, message: str) -> web.Response:
+    return web.json_response({"error": error, "message": message}, status=status)
+
+
+def make_app(token: str, upstream: str, timeout_seconds: float) -> web.Application:
     if not token:
         raise ValueError("the token is empty")
     if timeout_seconds <= 0:
@@ -69,14 +64,14 @@ def make_app(
         bearer = auth[:7].lower() == "bearer "
         presented = auth[7:] if bearer else request.headers.get("X-Chroma-Token", "")
         if not hmac.compare_digest(presented.strip().encode(), token.encode()):
-            return web.json_response(text=UNAUTHORIZED, status=401)
+            return _error(401, "AuthError", UNAUTHORIZED)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in REQUEST_DROPPED}
         # Read whole, at most Chroma's own limit, so the upstream gets a Content-Length.
         try:
             body = await request.read() if request.body_exists else None
         except web.HTTPRequestEntityTooLarge:
             message = f"the request body is over {MAX_BODY_BYTES} bytes, Chroma's own limit"
-            return web.json_response({"error": "PayloadTooLarge", "message": message}, status=413)
+            return _error(413, "PayloadTooLarge", message)
         try:
             async with request.app["session"].request(
                 request.method, upstream + request.rel_url.raw_path_qs, headers=headers, data=body
@@ -92,7 +87,7 @@ def make_app(
                 return out
         except TimeoutError:
             message = f"Chroma did not answer within the gate's {timeout_seconds:g}s"
-            return web.json_response({"error": "GatewayTimeout", "message": message}, status=504)
+            return _error(504, "GatewayTimeout", message)
 
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.cleanup_ctx.append(session_ctx)

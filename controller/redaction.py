@@ -15,7 +15,7 @@ import re
 import types
 import unicodedata
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,16 +184,13 @@ def _detector_rules() -> tuple[Rule, ...]:
     for secret_type, plugin in get_mapping_from_secret_type_to_class().items():
         if not issubclass(plugin, RegexBasedDetector) or plugin is IPPublicDetector:
             continue  # an address is not a credential
-        if plugin is BasicAuthDetector:  # its pattern, with an empty user and sub-delims
-            rules.append(Rule(kind_of(secret_type), _URL_PASSWORD, 1, whole_token=False))
-            continue
-        patterns: Iterable[re.Pattern[str]] = plugin.denylist  # type: ignore[attr-defined]
-        if plugin is PrivateKeyDetector:
-            patterns = [*patterns, _KEY_MARKS]
         kind = kind_of(secret_type)
-        for p in patterns:
-            linear = _linear(p, 0) if kind in _QUADRATIC else None
-            rules.append(Rule(kind, p, linear=linear))
+        if plugin is BasicAuthDetector:  # its pattern, with an empty user and sub-delims
+            rules.append(Rule(kind, _URL_PASSWORD, 1, whole_token=False))
+            continue
+        marks = [_KEY_MARKS] if plugin is PrivateKeyDetector else []
+        for p in [*plugin.denylist, *marks]:  # type: ignore[attr-defined]
+            rules.append(Rule(kind, p, linear=_linear(p, 0) if kind in _QUADRATIC else None))
     kw = kind_of(keyword.KeywordDetector.secret_type)
     for denylist, min_entropy in (
         (keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP, 0.0),
@@ -441,13 +438,10 @@ def _said(value: str) -> int:
 def _glued(text: str, start: int, at: list[int]) -> tuple[int, int] | None:
     """Where a random token at `start`, or after spaces, is: the rest of a secret ending there.
     Its length is the written one (`at`: _as_read's positions; `A_=` reads as `A=`)."""
-    glued = _GLUED.match(text, start)
-    if glued is None or not glued[1]:
+    s, e = _GLUED.match(text, start).span(1)  # type: ignore[union-attr]  # "" too: no None
+    if e == s or (at[e - 1] + 1 - at[s] if at else e - s) < UNQUOTED_MIN_CHARS:
         return None
-    s, e = glued.span(1)
-    if (at[e - 1] + 1 - at[s] if at else e - s) < UNQUOTED_MIN_CHARS:
-        return None
-    return (s, e) if re.search(r"\d", glued[1]) and re.search("[A-Za-z]", glued[1]) else None
+    return (s, e) if re.search(r"\d", text[s:e]) and re.search("[A-Za-z]", text[s:e]) else None
 
 
 def _random_enough(rule: Rule, value: str) -> bool:
@@ -474,12 +468,8 @@ class Redaction:
     kinds: frozenset[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        own = tuple(
-            Rule(kind_of(name), compiled, 1 if compiled.groups else 0, 0.0, False)
-            for name, pattern in self.extra
-            for compiled in (re2_pattern(pattern),)
-        )
-        rules = DETECTOR_RULES + own
+        own = [(kind_of(name), re2_pattern(pattern)) for name, pattern in self.extra]
+        rules = DETECTOR_RULES + tuple(Rule(k, p, min(p.groups, 1), 0.0, False) for k, p in own)
         object.__setattr__(self, "rules", rules)
         object.__setattr__(self, "kinds", frozenset(r.kind for r in rules) | {AFTER_PLACEHOLDER})
         settings = [(r.pattern.pattern, getattr(r.pattern, "flags", 0), r) for r in rules]

@@ -72,9 +72,7 @@ class OpenAICompatibleEmbedding:
         try:  # check what the vectors are (past float32's range is infinity, refused below)
             items = sorted(body["data"], key=lambda item: int(item.get("index", 0)))
             with np.errstate(over="ignore"):
-                vectors: Embeddings = [
-                    np.asarray(item["embedding"], dtype=np.float32) for item in items
-                ]
+                vectors: Embeddings = [np.asarray(i["embedding"], dtype=np.float32) for i in items]
             if any(v.ndim != 1 or not v.size for v in vectors):
                 raise ValueError("not a vector")
         except (AttributeError, KeyError, TypeError, ValueError):
