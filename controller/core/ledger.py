@@ -112,23 +112,17 @@ def plan_write(
     """The records of one write of `keys` over `head` (None: no entry): a segment of what the
     lists gained when each starts with what the head recorded, else a new generation."""
     rest, lists = _lists(keys)
-    shape = _shape(head)
     generation, seq = _number(head, "generation"), _number(head, "segments")
-    grown = (
-        shape is not None
-        and seq < SEGMENTS_MAX
-        and all(
-            len(lists[name]) >= length and _digest(lists[name][:length]) == digest
-            for name, (length, digest) in shape.items()
-        )
-    )
-    if grown:
-        assert shape is not None
+    shape = _shape(head) if seq < SEGMENTS_MAX else None
+    if shape is not None and all(
+        len(lists[name]) >= length and _digest(lists[name][:length]) == digest
+        for name, (length, digest) in shape.items()
+    ):
         part = {n: lists[n][shape[n][0] :] for n in GROWING if lists[n][shape[n][0] :]}
-    else:
-        generation, seq, part = generation + 1, 0, lists
+    else:  # not grown: a new generation
+        generation, seq, part, shape = generation + 1, 0, lists, None
     segments: list[LedgerRecord] = []
-    if part or not grown:
+    if part or shape is None:
         meta = {"sessionId": session_id, "generation": generation, "segment": seq}
         segments = [LedgerRecord(segment_id(session_id, generation, seq), compact_json(part), meta)]
         seq += 1

@@ -111,9 +111,6 @@ def plan_sweep(
     return plan
 
 
-# -- refresh by size: active sessions that grew enough (docs/summaries.md) -----------------
-
-
 @dataclass(frozen=True)
 class RefreshPolicy:
     after_tokens: int  # 0: refreshing is off
@@ -135,10 +132,9 @@ class Growth:
 
 
 def may_refresh(summarized_at_ms: int | None, policy: RefreshPolicy, now_ms: int) -> bool:
-    """False while the minimum interval since the last summary has not passed."""
-    if not policy.enabled:
-        return False
-    return summarized_at_ms is None or now_ms - summarized_at_ms >= policy.min_interval_ms
+    """Enabled, and the minimum interval since the last summary has passed."""
+    due = summarized_at_ms is None or now_ms - summarized_at_ms >= policy.min_interval_ms
+    return policy.enabled and due
 
 
 def plan_refresh(
@@ -161,9 +157,6 @@ def plan_refresh(
     picked = {g.session_id for g in chosen}
     plan.still_active = [sid for sid in plan.still_active if sid not in picked]
     return plan
-
-
-# -- sunset markers -------------------------------------------------------------------------
 
 
 class SunsetMarker(NamedTuple):
@@ -240,9 +233,6 @@ def marker_action(marker: SunsetMarker, obj: Mapping[str, Any] | None) -> Marker
     return "request"
 
 
-# -- the appended-rows scan and the reconciliation ------------------------------------------
-
-
 def row_problem(meta: Mapping[str, object]) -> str | None:
     """Why the operator cannot act on a row it reads (None: usable, or of no session)."""
     session_id = meta.get("sessionId")
@@ -265,9 +255,6 @@ class IgnoredRows:
 
     count: int = 0
     ids: list[str] = field(default_factory=list)
-
-
-UNDATED = -(2**63)  # the newest time of a session none of whose rows has a usable one
 
 
 @dataclass(frozen=True)
@@ -303,8 +290,8 @@ class ReconcileCycle:
             self.digests[session_id] = self.digests.get(session_id, Bucket(0)).add(id_hash(row_id))
             self.counts[session_id] = self.counts.get(session_id, 0) + 1
             if stamp is None or stamp > now_ms + FUTURE_TOLERANCE_MS:
-                stamp = UNDATED
-            self.newest[session_id] = max(self.newest.get(session_id, UNDATED), stamp)
+                stamp = 0  # dates nothing: idle, as the sweep takes a time ahead of the clock
+            self.newest[session_id] = max(self.newest.get(session_id, 0), stamp)
         self.rows += len(rows)
         return len(rows)
 
@@ -343,8 +330,7 @@ def reconcile(
         sid: replace(state, memory_count=None) if state is not None and sid in changed else state
         for sid, state in stored.items()
     }
-    # An undated session (UNDATED) as 0, idle, as the sweep takes a time ahead of the clock.
-    activity = collect_activity(((s, max(t, 0)) for s, t in cycle.newest.items()), now_ms=now_ms)
+    activity = collect_activity(cycle.newest.items(), now_ms=now_ms)
     return plan_sweep(
         activity, stored, cycle.counts, now_ms=now_ms, idle_ms=idle_ms, max_sessions=max_sessions
     )
