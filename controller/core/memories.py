@@ -45,7 +45,6 @@ class Memory(BaseModel, frozen=True):
     model: str | None = None
     tool_calls: int = 0
     tools_used: tuple[str, ...] = ()
-    user_id: str | None = None
     agent_identity: str | None = None
 
 
@@ -85,17 +84,15 @@ def _epoch_ms(number: int | float) -> int | None:
 def parse_timestamp_ms(value: object) -> int | None:
     """Epoch ms from a number or digit string (s, ms, µs or ns by magnitude) or ISO-8601, in
     a JavaScript Date's range; None otherwise."""
-    if isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
-        return None
-    if isinstance(value, int | float):
-        return _epoch_ms(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return _epoch_ms(value)  # NaN and infinities are past every limit: None
     if not isinstance(value, str):
         return None
     text = value.strip()
     if _INTEGER.fullmatch(text):  # past 30 digits it is past ns (and int() refuses 4,301)
         return _epoch_ms(int(text)) if len(text.lstrip("+-0")) <= 30 else None
     if _NUMBER.fullmatch(text):
-        return parse_timestamp_ms(float(text))
+        return _epoch_ms(float(text))
     try:
         when = dt.datetime.fromisoformat(text)
     except ValueError:
@@ -251,7 +248,6 @@ def memory_from_row(
         model=listed_text(meta.get("model")),
         tool_calls=tool_call_count(meta.get("amountToolCalls")),
         tools_used=tool_names(meta.get("toolsUsed")),
-        user_id=optional_text(scalar_text(meta.get("userId"))),
         agent_identity=optional_text(meta.get("agentIdentity")),  # neo: only as text
     )
 

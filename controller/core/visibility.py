@@ -141,10 +141,6 @@ class SessionSources:
             if self.owner is None or key < self.owner[:2]:
                 self.owner = (*key, normalize_user_id(user))
 
-    @property
-    def owner_user_id(self) -> str | None:
-        return self.owner[2] if self.owner is not None else None
-
     def to_json(self) -> str:
         """What the ledger keeps, so a pass that reads only new rows adds them to it."""
         return json.dumps(dataclasses.asdict(self), separators=(",", ":"), ensure_ascii=False)
@@ -186,7 +182,7 @@ def summary_user_id(
 def row_visibility(sources: SessionSources, rules: VisibilityRules) -> dict[str, str | int | None]:
     """The row's reader-facing keys, as neo's resolveSummarySourceProvenance computes them;
     None removes a key (neo sets these only when they apply)."""
-    tiers = rules.identity_trust_tiers
+    tiers, owner = rules.identity_trust_tiers, sources.owner[2] if sources.owner else None
     unclassified = sources.anonymous + sum(
         rows for identity, rows in sources.identities.items() if not tiers.get(identity)
     )
@@ -194,7 +190,7 @@ def row_visibility(sources: SessionSources, rules: VisibilityRules) -> dict[str,
     if sources.anonymous:
         found.append(UNCLASSIFIED)
     return {
-        "userId": summary_user_id(list(sources.agents), sources.owner_user_id, rules),
+        "userId": summary_user_id(list(sources.agents), owner, rules),
         "sourceAgentIdentities": ",".join(sources.identities),
         "sourceTrustTier": max(found, key=TRUST_TIER_ORDER.index, default=UNCLASSIFIED),
         "provenancePolicy": PROVENANCE_POLICY,

@@ -485,10 +485,11 @@ def test_the_user_tag_is_neos_for_its_background_writer_and_for_a_private_owner(
         sources = SessionSources()
         for n, meta in enumerate(metadatas):
             sources.add(f"m{n}", meta, meta["timestamp"])
-        for policy, user in (("team", None), ("private", sources.owner_user_id)):
+        user_id = sources.owner[2] if sources.owner else None
+        for policy, user in (("team", None), ("private", user_id)):
             cases.append({"userId": user, "participatingAgents": ",".join(agents)})
             rules = VisibilityRules(memory_sharing=policy)  # type: ignore[arg-type]
-            ours.append(summary_user_id(agents, sources.owner_user_id, rules))
+            ours.append(summary_user_id(agents, user_id, rules))
         assert owner["userId"] == ours[-2]
     theirs = neo_rules.one({"op": "visibility", "cases": cases})
     for case, mine, neos in zip(cases, ours, theirs, strict=True):

@@ -87,7 +87,6 @@ SESSION = [
         model="opus",
         tools_used=("Edit", "Bash"),
         tool_calls=4,
-        user_id="u1",
     ),
     mem(
         2,

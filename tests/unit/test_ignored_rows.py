@@ -150,8 +150,6 @@ def test_a_number_user_id_tags_a_private_summary_as_neo_reads_it(user: object) -
     shown = ("true" if user else "false") if isinstance(user, bool) else str(user)
     private = VisibilityRules(memory_sharing="private")
     assert row_visibility(sources, private)["userId"] == shown
-    memory = memory_from_row("m1", "doc", {"sessionId": "s", "timestamp": NOW, "userId": user})
-    assert memory is not None and memory.user_id == shown
 
 
 # Every value JSON (so a Chroma metadata value) can hold.

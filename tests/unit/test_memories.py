@@ -169,7 +169,7 @@ def test_tool_call_count_may_be_int_float_or_text(stored: object, expected: int)
 def test_missing_optional_fields_are_empty() -> None:
     m = memory_from_row("m1", "doc", row())
     assert m is not None
-    assert (m.agent, m.model, m.user_id, m.agent_identity) == (None, None, None, None)
+    assert (m.agent, m.model, m.agent_identity) == (None, None, None)
     assert (m.prompt, m.thought, m.response, m.tool_calls, m.tools_used) == ("", "", "", 0, ())
 
 
@@ -177,7 +177,7 @@ def test_optional_fields_are_read() -> None:
     meta = row(agent="claude", model="opus", userId="u1", agentIdentity="neo-1", amountToolCalls=2)
     m = memory_from_row("m1", "doc", meta)
     assert m is not None
-    assert (m.agent, m.model, m.user_id, m.agent_identity) == ("claude", "opus", "u1", "neo-1")
+    assert (m.agent, m.model, m.agent_identity) == ("claude", "opus", "neo-1")
 
 
 def test_memories_are_ordered_by_time_then_id() -> None:

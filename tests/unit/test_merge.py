@@ -204,7 +204,7 @@ def test_counts_agents_tools_and_watermark_come_from_the_memories_never_the_upda
     )
     new = [
         memory(3, agent="claude-code", model="sonnet", tool_calls=2, tools_used=("bash",)),
-        memory(2, agent_identity="helper", tool_calls=1, user_id="u1"),
+        memory(2, agent_identity="helper", tool_calls=1),
     ]
     after = merge_pass(prior(), lying, new)
     assert after.memory_count == 5 + 2
