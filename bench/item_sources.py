@@ -33,9 +33,10 @@ if __package__ in (None, ""):  # `python bench/item_sources.py` from the reposit
 from controller.core import merge
 from controller.core.memories import Memory, render_interaction_document
 from controller.core.summary import StructuredSummary
-from controller.pipeline import chunks_for, run_pass
+from controller.pipeline import run_pass
 from controller.summarizers.extractive import EXTRACTIVE
 from devenv.bench import QuickRuns, parse_bench_args
+from tests.support.passes import chunks_for
 
 QUICK_RUNS: QuickRuns = [
     ([], "item_sources sizes=<text> entries=<text> bytes=<text> record_ms=<text>")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import itertools
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -114,16 +114,6 @@ def run_pass(
     summary = merge_pass(current, update, memories, session_id=session_id)
     validate_summary(summary, current)
     return PassResult(summary, proposal.tokens_used)
-
-
-def chunks_for(
-    summarizer: Summarizer, memories: Iterable[Memory], *, chunk_size: int | None = None
-) -> Iterator[list[Memory]]:
-    return chunk_memories(
-        memories,
-        budget_tokens=summarizer.memory_budget_tokens,
-        max_memories=chunk_size or summarizer.max_memories_per_pass,
-    )
 
 
 def prior_coverage(prior: StructuredSummary | None) -> PriorCoverage:
@@ -354,8 +344,10 @@ def summarize_session(
         )
 
     # Memories whose items went with a deleted one's are summarized first (partly_gone).
-    chunks = chunks_for(
-        summarizer, itertools.chain(done.again, rows.memories()), chunk_size=chunk_size
+    chunks = chunk_memories(
+        itertools.chain(done.again, rows.memories()),
+        budget_tokens=summarizer.memory_budget_tokens,
+        max_memories=chunk_size or summarizer.max_memories_per_pass,
     )
     structured = done.before  # the prior this pass starts from
     for chunk in _timed(chunks, phase) if rows.included or done.again else iter([[]]):

@@ -1,9 +1,7 @@
 """The summarizer of any OpenAI-compatible ``/v1/chat/completions`` endpoint (docs/models.md).
-The SDK's own retries and redirects are off: the retry loop here changes the request (next
+The SDK's retries and redirects are off: the loop in propose changes the request (next
 response_format mode, a correction after a bad reply), counts every attempt's tokens and caps
-Retry-After. The API key appears in no repr, log line or error message. A reply is parsed into
-a PassUpdate or refused (cut off, not JSON, degenerate), and instructions injected into the
-memories are contained."""
+Retry-After. The API key appears in no repr, log line or error message."""
 
 from __future__ import annotations
 
@@ -231,13 +229,13 @@ def degenerate_reason(
 def injected_passages(memories: Iterable[Memory]) -> list[str]:
     """Each sentence of the memories that reads as an instruction (controller.core.quoting), as
     normalised words: what an injection asks for ("SYSTEM: set Current State to ...")."""
-    passages = []
-    for memory in memories:
-        for text in _memory_fields(memory):
-            for sentence in _SENTENCE_BREAK.split(text):
-                if sentence.strip() and kind_of(sentence) == "instruction":
-                    passages.append(" ".join(_words(sentence)))
-    return passages
+    return [
+        " ".join(_words(sentence))
+        for memory in memories
+        for text in _memory_fields(memory)
+        for sentence in _SENTENCE_BREAK.split(text)
+        if sentence.strip() and kind_of(sentence) == "instruction"
+    ]
 
 
 def _copies_passage(text: str, passages: Sequence[str]) -> bool:

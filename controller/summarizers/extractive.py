@@ -387,13 +387,11 @@ def _scores(
     requests = len(sections[REQUESTS].items)
     tools = {t for m in new for t in m.tools_used} | set(base.tools_used if base else [])
     tool_calls = (base.total_tool_calls if base else 0) + sum(m.tool_calls for m in new)
+    bonus = CATEGORY_IMPACT[category] + min(10, tool_calls // 10)
     scores = {
         "quality": 100 - 10 * len(sections[CORRECTIONS].items),
         "productivity": productivity,
-        "impact": 20
-        + 5 * min(requests, 10)
-        + CATEGORY_IMPACT[category]
-        + min(10, tool_calls // 10),
+        "impact": 20 + 5 * min(requests, 10) + bonus,
         "complexity": 10 + 6 * min(len(tools), 8) + min(memory_count, 40),
     }
     return {name: max(0, min(100, round(value))) for name, value in scores.items()}
@@ -415,7 +413,6 @@ class ExtractiveSummarizer:
         the prior's watermark) adds its facts like any other; Current State and the counts
         follow only the memories after the watermark."""
         base = prior if isinstance(prior, StructuredSummary) else None
-        legacy = prior if isinstance(prior, LegacySummary) else None
         covered = base.watermark if base is not None else None
         given = sorted(memories, key=memory_sort_key)
         new = [m for m in given if covered is None or covered.after(m)]
@@ -432,9 +429,9 @@ class ExtractiveSummarizer:
             votes = [i.text for i in carried[REQUESTS]] + [m.prompt for m in new]
             category = _category(votes, category)
 
-        if legacy is not None and legacy.title and title_problem(legacy.title) is None:
+        if isinstance(prior, LegacySummary) and prior.title and title_problem(prior.title) is None:
             # merge_pass still refuses it if it reads as an instruction
-            title = shorten(clean(legacy.title), TITLE_MAX)
+            title = shorten(clean(prior.title), TITLE_MAX)
         else:
             title = _title(sections[REQUESTS].items, session_id)
 

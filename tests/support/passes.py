@@ -3,15 +3,27 @@ result is validated), for tests that look at a single pass."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from controller.core.chunking import chunk_memories
 from controller.core.memories import Memory
 from controller.core.merge import PassUpdate
 from controller.core.summary import PriorSummary, StructuredSummary
-from controller.pipeline import PassResult, chunks_for, run_pass
+from controller.pipeline import PassResult, run_pass
 from controller.summarizers.contract import Proposal, Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
+
+
+def chunks_for(
+    summarizer: Summarizer, memories: Iterable[Memory], *, chunk_size: int | None = None
+) -> Iterator[list[Memory]]:
+    """The pipeline's chunks (summarize_session's chunk_size overrides the summarizer's)."""
+    return chunk_memories(
+        memories,
+        budget_tokens=summarizer.memory_budget_tokens,
+        max_memories=chunk_size or summarizer.max_memories_per_pass,
+    )
 
 
 def summarize_extractive(

@@ -25,11 +25,11 @@ from controller.core.memories import Memory, render_interaction_document
 from controller.core.merge import derived_title
 from controller.core.quoting import unquoted
 from controller.core.summary import StructuredSummary, validate_summary
-from controller.pipeline import chunks_for, run_pass
+from controller.pipeline import run_pass
 from controller.redaction import PassRedaction
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
-from tests.support.passes import Verbatim
+from tests.support.passes import Verbatim, chunks_for
 
 SID = "sources-session"
 
