@@ -15,7 +15,7 @@ from typing import ClassVar, cast
 from controller.core.document import fact_tokens
 from controller.core.item_sources import identity
 from controller.core.memories import Memory, memory_sort_key, render_interaction_document
-from controller.core.merge import PassUpdate
+from controller.core.merge import HISTORY_KEYS, PassUpdate
 from controller.core.quoting import as_item, quote_if_needed
 from controller.core.summary import (
     HISTORY_SECTIONS,
@@ -436,10 +436,7 @@ class ExtractiveSummarizer:
             title = _title(sections[REQUESTS].items, session_id)
 
         update = PassUpdate(
-            user_requests=sections[REQUESTS].proposed(),
-            questions_and_decisions=sections[QUESTIONS].proposed(),
-            design_choices=sections[DESIGN].proposed(),
-            corrections_and_feedback=sections[CORRECTIONS].proposed(),
+            **{key: sections[title].proposed() for title, key in HISTORY_KEYS.items()},
             current_state=_current_state(new, base, memory_count) if new else None,
             title=title,
             category=category,
