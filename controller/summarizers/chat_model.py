@@ -312,7 +312,6 @@ class ChatModelSummarizer:
     def propose(
         self, session_id: str, memories: Sequence[Memory], prior: PriorSummary | None
     ) -> Proposal:
-        """One pass over a chunk the pipeline bounded by memory_budget_tokens."""
         memories = sorted(memories, key=memory_sort_key)
         if not memories:
             return Proposal(PassUpdate.model_validate(dict.fromkeys(SECTION_KEYS)))  # all empty
