@@ -120,7 +120,7 @@ def run_retention(
     api, events = _Api(made), Recorded()
     runtime = Runtime(CONFIG, events, *cast(Any, (_Scheduler(), None, _Parts(store), None)))
     body = kopf.Body({"metadata": {"name": "default", "namespace": "ns"}, "spec": spec.to_api()})
-    tick = _Tick(body, spec, "ns", "default", cast(Any, logging.getLogger("t")), runtime)
+    tick = _Tick(body, spec, "ns", "default", cast(Any, logging.getLogger("t")), runtime, 1)
     with (
         mock.patch("controller.kube.client.custom", lambda: api),
         mock.patch("controller.kube.client.update_summarizer_status"),
