@@ -34,13 +34,11 @@ class EmbeddingMismatch(RuntimeError):
 
 
 class InvalidStoreConfig(ValueError):
-    """A store configuration that can never work (a refused name, a bad URL, no such tenant
-    or database)."""
+    """A store configuration that can never work (a refused name, a bad URL, no database)."""
 
 
 class CollectionNotFound(RuntimeError):
-    """A configured collection does not exist; reads never create it, so a typo does not
-    become a new empty collection."""
+    """A configured collection does not exist: reads never create it (a typo stays a typo)."""
 
     SHOWN = 10  # existing collection names listed in the message
 
@@ -79,16 +77,13 @@ _HTML = re.compile(r"<!doctype\s+html|<html[\s>]|<head[\s>]|<body[\s>]|<title[\s
 _NOT_CHROMA = "not Chroma's API: is the URL a Chroma server?"
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
+def _chain(exc: BaseException | None) -> Iterator[BaseException]:
     """exc and the exceptions it was raised from or during, outermost first, once each."""
     seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen and len(seen) < 32:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or (
-            None if current.__suppress_context__ else current.__context__
-        )
+    while exc is not None and id(exc) not in seen and len(seen) < 32:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
 
 
 def caused_by(exc: BaseException, *kinds: type[E]) -> E | None:
@@ -121,8 +116,7 @@ def _body_kind(body: str, content_type: str = "", *, quote: bool = True) -> str:
 
 
 def _http_answer(exc: BaseException) -> str | None:
-    """A non-Chroma HTTP answer (a proxy's error page), which chromadb raises as Exception
-    while handling httpx's HTTPStatusError."""
+    """A non-Chroma HTTP answer (a proxy's page): chromadb raises Exception from httpx's."""
     status_error = caused_by(exc, httpx.HTTPStatusError)
     if status_error is None:
         return None

@@ -86,6 +86,7 @@ from controller.store.session_listing import (
     GET_BATCH,
     SessionRows,
     batches,
+    by_ids,
     list_all,
     list_appended,
     pages,
@@ -292,16 +293,6 @@ class Forgotten:
     ledger_records: int  # the entry's head and segments replaced or deleted
     memories: int  # the session's memories deleted (0 unless asked)
     remaining: int  # the session's memories left in the memory collection
-
-
-@dataclass(frozen=True)
-class _Admitted:
-    """An admitted write; `leftovers`: ledger records the new head does not name."""
-
-    write: RowWrite
-    row: dict[str, Any]
-    records: tuple[LedgerRecord, ...]
-    leftovers: tuple[str, ...]
 
 
 def is_head(record: LedgerRecord) -> bool:
@@ -767,16 +758,13 @@ class MemoryStore:
     ) -> dict[str, tuple[str | None, dict[str, Any]]]:
         """(document, metadata) by id of the records `which` (ids, or a where) names; none
         from a missing collection."""
-        queries: list[dict[str, Any]] = [{"where": which}]
-        if isinstance(which, list):
-            queries = [{"ids": list(batch)} for batch in batches(which, SCAN_PAGE)]
         found: dict[str, tuple[str | None, dict[str, Any]]] = {}
-        for query in queries:
-            try:
-                got = self._get(role, what, include=include, **query)
-            except CollectionNotFound:
-                break
-            found.update((i, (d, dict(m))) for i, m, d in rows(got))
+        with contextlib.suppress(CollectionNotFound), self._missing(role):
+            if isinstance(which, list):
+                listed = by_ids(self._once(role), what, which, include, SCAN_PAGE)
+            else:
+                listed = rows(self._get(role, what, where=which, include=include))
+            found.update((i, (d, dict(m))) for i, m, d in listed)
         return found
 
     def drop_summary(self, session_id: str, found: RowState, check: Check | None = None) -> None:
@@ -816,52 +804,56 @@ class MemoryStore:
             for write in writes:
                 write.error = exc
             return
-        admitted: list[_Admitted] = []
+        admitted: list[RowWrite] = []
+        records: list[LedgerRecord] = []
+        rows: list[tuple[str, str, Mapping[str, Any]]] = []
+        leftovers: dict[RowWrite, list[str]] = {}  # ledger records the new heads do not name
         for write in writes:
             try:  # the write's own checks, then its own records: a failure is its alone
                 state = found[write.session_id]
                 fence = write.admit(state)
-                row = {k: v for k, v in write.metadata.items() if k in READER_ROW_KEYS}
                 plan = plan_write(write.session_id, write.metadata, state.head, fence, state.digest)
-                left = tuple(r for r in state.records if r not in plan.named)
-                admitted.append(_Admitted(write, upsert_metadata(row), plan.records, left))
             except Exception as exc:
                 write.error = exc
+                continue
+            admitted.append(write)
+            records += plan.records
+            row = {k: v for k, v in write.metadata.items() if k in READER_ROW_KEYS}
+            rows.append((summary_row_id(write.session_id), write.document, upsert_metadata(row)))
+            leftovers[write] = [r for r in state.records if r not in plan.named]
         if not admitted:
             return
         try:
-            records = [r for one in admitted for r in one.records]
             self._put_ledger("writing the ledger entries", records)
-            rows = [(summary_row_id(a.write.session_id), a.write.document, a.row) for a in admitted]
-            vectors = [one.write.embedding for one in admitted]
+            vectors = [w.embedding for w in admitted]
             self._put("summary", "writing the summaries", rows, vectors)
             # Chroma accepted this dimension: later writes need no sample round trip.
             self._verified_dimension = len(vectors[0])
         except StoreUnreachable as exc:  # the store, not a row: each alone would fail too
-            for one in admitted:
-                one.write.error = exc
+            for write in admitted:
+                write.error = exc
+            return
         except Exception as exc:
             if len(admitted) == 1:
-                admitted[0].write.error = exc
+                admitted[0].error = exc
                 return
             # Chroma refused: a bad row (size limit, vector size) must fail alone.
             log.info(
                 "a group write of %d rows failed (%s); writing them one by one", len(admitted), exc
             )
-            for one in admitted:
-                self.write_rows([one.write])  # read and checked again, as if alone
+            for write in admitted:
+                self.write_rows([write])  # read and checked again, as if alone
             return
         # Records the new head does not name go after the rows; if that fails, so does the
         # write, and its retry finds them (read_prior).
-        done = [one for one in admitted if one.write.error is None and one.leftovers]
-        if done:
-            ids = [i for one in done for i in one.leftovers]
-            try:
-                for batch in batches(ids, DELETE_BATCH):
-                    self._delete("ledger", "deleting old ledger records", ids=list(batch))
-            except Exception as exc:
-                for one in done:
-                    one.write.error = exc
+        ids = [i for write in admitted for i in leftovers[write]]
+        try:
+            for batch in batches(ids, DELETE_BATCH):
+                self._delete("ledger", "deleting old ledger records", ids=list(batch))
+        except Exception as exc:
+            for write in admitted:
+                if leftovers[write]:
+                    write.error = exc
 
     def _put_ledger(self, what: str, records: Sequence[LedgerRecord]) -> None:
         """Upserts ledger records, a head replacing the one before whole; their vector is a
