@@ -1,6 +1,5 @@
-"""Forgetting a session (spec.action Forget; docs/privacy.md, "Forget and rebuild"): under
-the session's claim, like any write, and admitted by the same fence check, so a deposed
-writer cannot forget a session its successor writes, nor write over a forget."""
+"""Forgetting a session (spec.action Forget; docs/privacy.md) under its claim and fence check,
+like any write: a deposed writer can neither forget its successor's row nor write over a forget."""
 
 from __future__ import annotations
 
@@ -20,10 +19,9 @@ def forget_session(
     request: str = "",
     by: str = "",
 ) -> Outcome:
-    """Deletes the session's summary row, its ledger entry (a tombstone of ids, counts and the
-    admitted fence stays) and, with memories, its memories, while the claim holds (checked
-    before each write). request (uid/generation): a retry reports the total; by: the forgetting
-    object, for the other namespaces' objects that said it was summarized."""
+    """Deletes the row, the ledger entry (a tombstone stays) and, with memories, the memories,
+    the claim checked before each write. request (uid/generation): a retry reports the total;
+    by: the forgetting object, for the other namespaces' objects that named the row."""
     fence = guard.admit(store.read_row_state(session_id).fence)
     forgotten = store.forget_state(
         session_id, fence, memories=memories, request=request, by=by, check=guard.check

@@ -1,6 +1,5 @@
-"""The one write of a summary: render, embed, re-read the row's fence and document right
-before the write (a newer fence or another writer's document refuses it), write the ledger
-entry and the row. controller/pipeline.py decides what to write."""
+"""The one write of a summary: render, embed, then the group write re-reads the row (a newer
+fence or another writer's document refuses it). controller/pipeline.py decides what."""
 
 from __future__ import annotations
 
@@ -29,11 +28,10 @@ class WriteGuard(Protocol):
     """The writer's side of the session's claim (kube/claims.py:SessionClaimHandle)."""
 
     def check(self) -> None:
-        """Raises once this writer may no longer write (between chunk passes; no I/O)."""
+        """Raises once this writer may no longer write (no I/O)."""
 
     def admit(self, found: Fence | None) -> Mapping[str, int | str]:
-        """Before an upsert, given the row's current fence: raises if we may not write;
-        else the keys the ledger entry records."""
+        """Raises if we may not write over `found`; else the keys the ledger entry records."""
 
 
 # Writes a row in a group (scheduling.PassScheduler.store_write), or raises.
@@ -78,9 +76,9 @@ def write_row(
     group: GroupWrite = write_alone,
     phase: PhaseTimer = untimed,
 ) -> Written:
-    """Writes the row, read again right before the upsert: a newer fence (guard) or a document
-    whose digest is not `seen` (None: no row) refuses the write. Chroma has no conditional
-    write, so a window remains between that read and the upsert."""
+    """Writes the row unless, read right before the upsert, it has a newer fence or a document
+    whose digest is not `seen` (None: no row). Chroma has no conditional write: a window
+    remains between that read and the upsert."""
     with phase("summarized"):  # the document is the summary as agents read it
         document = render_document(
             summary, store.location.memory_collection, max_chars=store.location.document_max_chars
@@ -102,7 +100,6 @@ def write_row(
     sid = summary.session_id
 
     def admit(found: RowState) -> Mapping[str, int | str]:
-        """Right before the group's upserts, on the row as read then (MemoryStore.write_rows)."""
         if found.digest != seen:
             raise RowChangedDuringPass(
                 f"the row of session {sid!r} was rewritten by another writer during this "

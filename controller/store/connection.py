@@ -38,8 +38,7 @@ class StoreLocation:
     timeout_seconds: float = 10.0
     path: str | None = None  # embedded PersistentClient (summaryctl summarize --path only)
     token: str | None = None
-    # spec.embedding: checked against the collections' embedding function, and recorded
-    # by a new summary collection when the memory collection has none (memory_store.py).
+    # spec.embedding: checked against (or recorded by) the collections (memory_store.py)
     embedding_provider: str = "local-minilm"
     embedding_model: str = "all-MiniLM-L6-v2"
     document_max_chars: int = DOCUMENT_MAX_CHARS  # spec.document.maxChars
@@ -93,11 +92,9 @@ def connect(location: StoreLocation) -> ClientAPI:
 
 
 class _BoundedHttpClient(Client):
-    """chromadb.HttpClient with every request bounded by spec.store.timeoutSeconds (chromadb
-    sets none, so a silent Chroma would hold a worker and its claim for good) and no redirect
-    followed (it would carry the token and the memories elsewhere). The constructor already
-    talks to the server, so each private `_session` is bounded just before its first request;
-    tests/integration/test_request_timeouts.py fails if chromadb's internals change."""
+    """chromadb.HttpClient with each request bounded by spec.store.timeoutSeconds (a silent
+    Chroma would hold a worker and its claim) and no redirect (it would carry the token). Each
+    private `_session` is bounded before its first request (test_request_timeouts.py)."""
 
     def __init__(self, location: StoreLocation) -> None:
         assert location.url is not None
@@ -138,8 +135,7 @@ class _BoundedHttpClient(Client):
 
 
 def _forget_system(system: object) -> None:
-    """Drops a closed client's System (each HTTP client has its own) from chromadb's registry,
-    where 1.5.9 leaves it: 0.8 MB per client (tests/integration/test_runtime_lifecycle.py)."""
+    """Drops a closed client's System from chromadb's registry, where 1.5.9 leaves 0.8 MB."""
     registry = SharedSystemClient._identifier_to_system
     for identifier, held in list(registry.items()):
         if held is system:

@@ -114,8 +114,7 @@ def _model_key(model: str) -> str:
 def embedding_function_problem(
     record: Mapping[str, Any] | None, collection: str, provider: str, model: str
 ) -> str | None:
-    """Why embedding with (provider, model) would not match what the collection records,
-    naming both; None when it matches or the record names no known function or model."""
+    """Why embedding with (provider, model) would not match the collection's record, else None."""
     if not isinstance(record, Mapping) or record.get("type") != "known":
         return None
     name = record.get("name")
@@ -144,15 +143,13 @@ def embedding_function_problem(
 
 
 def _creation_ef(provider: str) -> DefaultEmbeddingFunction | None:
-    """What a new collection records when the memory collection records none: chromadb's
-    "default" (MiniLM's vectors, rebuilt by name by every agent); none fits an endpoint."""
+    """A new collection's record when the memory collection has none (agents rebuild it)."""
     return DefaultEmbeddingFunction() if provider == "local-minilm" else None
 
 
 @register_embedding_function
 class NeoDynamicTextEmbedding(EmbeddingFunction[Documents]):
-    """neo memory-core's function, registered so its collections open without a warning;
-    Chroma records it (or, by recorded_function, any other) but never runs it."""
+    """neo memory-core's function, registered so its collections open without a warning."""
 
     recorded_config: ClassVar[dict[str, Any]] = {}
 
@@ -197,9 +194,8 @@ GROUP_ROWS = 16  # rows a group writes at most: a request of a few MiB with 4,09
 
 @dataclass(eq=False)
 class RowWrite:
-    """One session's row waiting to be written. `admit` checks the row as found right before
-    the upsert: it raises to refuse, else returns the keys the ledger records (the fence).
-    `error`, after the write: what refused or failed it (None: written)."""
+    """One session's row waiting to be written. `admit` raises to refuse the row as found
+    right before the upsert, else returns the keys the ledger records (the fence)."""
 
     session_id: str
     document: str
@@ -207,7 +203,7 @@ class RowWrite:
     embedding: Sequence[float]
     admit: Callable[[RowState], Mapping[str, int | str]] = lambda found: {}
     deadline: float = 0.0  # the pass's (scheduling.py): a group takes the earliest first
-    error: BaseException | None = None
+    error: BaseException | None = None  # after the write: what refused or failed it
     done: bool = False
 
     def result(self) -> None:
@@ -216,10 +212,9 @@ class RowWrite:
 
 
 class GroupWriter:
-    """Rows waiting to be written to one summary collection, together: an upsert of sixteen
-    costs Chroma little more than one of one (docs/benchmarks.md). Whichever pass finds a
-    group free writes up to GROUP_ROWS, earliest deadline first, one per session and of one
-    vector size; the others wait for their row's result."""
+    """Rows written to one summary collection together (an upsert of sixteen costs little more
+    than one, docs/benchmarks.md): whichever pass finds a group free writes up to GROUP_ROWS,
+    earliest deadline first, one per session and of one vector size."""
 
     def __init__(self, groups: int = 1, rows: int = GROUP_ROWS) -> None:
         self._groups, self._rows = groups, rows
@@ -259,8 +254,7 @@ class GroupWriter:
         write.result()
 
     def _next(self) -> list[RowWrite]:
-        """Under the lock: the next group, if one may start; one extra of rows already due,
-        so they wait for one backlog request at most."""
+        """Under the lock: the next group, if one may start (one extra for rows already due)."""
         if self._leading > self._groups:
             return []
         due = time.monotonic() if self._leading == self._groups else None
@@ -332,8 +326,7 @@ class MemoryStore:
         return names.get(role) or loc.ledger_collection
 
     def _collection_names(self) -> list[str] | None:
-        """Names in the database for a not-found message (None: cannot be listed)."""
-        try:
+        try:  # for a not-found message
             return [c.name for c in self.client.list_collections(limit=1000)]
         except Exception as exc:
             log.debug("cannot list collections: %s", describe_error(exc))
@@ -360,8 +353,8 @@ class MemoryStore:
         return guard(f"creating the {role} collection", create)
 
     def _once(self, role: CollectionRole, create: bool = False) -> Collection:
-        """The collection kept for role, else opened (outside the lock: a slow store holds up
-        no use of the collections already open) and kept."""
+        """The collection kept for role, else opened outside the lock (a slow store holds up
+        no other collection) and kept."""
         with self._lock:
             kept = self._handles.get(role)
         if kept is not None:
@@ -385,8 +378,7 @@ class MemoryStore:
         return self._once("summary", create)
 
     def _make_summaries(self) -> Collection:
-        """Creates the summary collection with the memory collection's embedding function
-        and distance when our model fits it; else _creation_ef and cosine."""
+        """With the memory collection's function and distance if our model fits, else not."""
         record, space = self.agents_recipe()
         loc = self.location
         fits = record is not None and not self._model_problem(record, "summary")
@@ -420,8 +412,7 @@ class MemoryStore:
         return known, space if isinstance(space, str) else None
 
     def summary_function_record(self) -> Mapping[str, Any] | None:
-        """The function record our writes must match: the summary collection's, else the
-        memory collection's if the agents chose one (not chromadb's default)."""
+        """The summary collection's function record, else one the agents chose for theirs."""
         try:
             coll = self.summaries()
         except CollectionNotFound:
@@ -475,8 +466,7 @@ class MemoryStore:
         exclude: Callable[[Memory], bool] | None = None,
         mask: PassRedaction | None = None,
     ) -> SessionRows:
-        """The session as a pass lists it, masked (those `exclude` accepts are not read): only
-        the rows added since the prior if nothing else changed, else all (session_listing.py)."""
+        """The session as a pass lists it, masked, `exclude`'s rows not read (session_listing)."""
         mask, prior = mask or PassRedaction(), prior or PriorCoverage()
         with self._missing("memory"):
             coll = self.memories()
@@ -502,8 +492,7 @@ class MemoryStore:
         create: bool = False,
         embed: Callable[[list[str]], Any] | None = None,
     ) -> None:
-        """Writes memories as an agent would (summaryctl remember, the demo, tests), embedded
-        with `embed` (default: local MiniLM)."""
+        """Writes memories as an agent would (summaryctl remember, the demo, tests)."""
         coll = self.create_memory_collection() if create else self.memories()
         problem = self._model_problem(collection_config(coll).get("embedding_function"), "memory")
         if problem:
@@ -521,8 +510,7 @@ class MemoryStore:
         return LocalMiniLMEmbedding()
 
     def scan_since(self, watermark_ms: int) -> Iterator[tuple[str, int]]:
-        """(sessionId, timestamp ms) of every memory with a numeric timestamp after
-        watermark_ms and not in the future; scan_appended finds the others."""
+        """(sessionId, ms) of each memory timed after watermark_ms, not in the future."""
         where = newer_where(watermark_ms, int(time.time() * 1000) + FUTURE_TOLERANCE_MS)
         for _, meta, _ in self._pages("memory", "scanning new memories", where, SCAN_PAGE):
             sid, ts = meta.get("sessionId"), parse_timestamp_ms(meta.get("timestamp"))
@@ -542,9 +530,9 @@ class MemoryStore:
     def scan_appended(
         self, cursor: RowCursor | None
     ) -> tuple[list[tuple[str, int | None]], RowCursor, bool]:
-        """(sessionId, timestamp ms or None) of the rows added since `cursor` (Chroma lists
-        rows in insertion order), the new cursor, and whether it was aligned: deletions shift
-        offsets, so a misaligned (or no) cursor reads nothing and the sweep reconciles all."""
+        """(sessionId, ms or None) of the rows added since `cursor` (Chroma lists them in
+        insertion order), the new cursor, and whether it was aligned: a deletion shifts the
+        offsets, so a misaligned cursor reads nothing and the sweep reconciles all."""
         total = self._on("memory", "counting memories", lambda c: c.count())
         aligned = cursor is not None and self._id_at(cursor.offset - 1) == cursor.last_id
         found: list[tuple[str, int | None]] = []
@@ -564,8 +552,7 @@ class MemoryStore:
         return got["ids"][0] if got["ids"] else None
 
     def rows_from(self, offset: int, limit: int) -> list[WalkedRow]:
-        """(sessionId, timestamp ms, row id, row_problem) of `limit` rows from `offset`, in
-        the order they were added."""
+        """(sessionId, ms, row id, row_problem) of `limit` rows from `offset`, as added."""
         what = "reading memories in the order they were added"
         got = self._get("memory", what, include=["metadatas"], limit=limit, offset=offset)
         return [
@@ -595,8 +582,7 @@ class MemoryStore:
         return self._by_id("summary", what, include, [row_id]).get(row_id)
 
     def read_ledger(self, session_id: str, row: dict[str, Any] | None = None) -> LedgerEntry | None:
-        """The session's ledger entry (`row`: the row's metadata); a tombstone as a head-only
-        entry."""
+        """The session's ledger entry (a tombstone: head only); `row`: the row's metadata."""
         what, where = "reading the session's ledger entry", {"sessionId": session_id}
         found = self._by_id("ledger", what, ["documents", "metadatas"], where)
         head = found.get(summary_row_id(session_id), (None, None))[1]
@@ -622,8 +608,7 @@ class MemoryStore:
         return None if row is None else (document or "", dict(row_meta))
 
     def read_prior(self, session_id: str) -> StoredPrior:
-        """The stored summary, from the ledger entry (else the row), and whether the row
-        agrees with it (docs/ledger.md)."""
+        """The stored summary (ledger entry, else row) and whether they agree (docs/ledger.md)."""
         row = self._summary_row(session_id)
         document, row_meta = row or (None, {})
         digest = document_digest(document or "") if row else None
@@ -649,9 +634,8 @@ class MemoryStore:
         return StoredPrior(summary, digest, current)
 
     def check_embedding(self, dimension: int) -> int | None:
-        """Refuses vectors of another dimension than the summary collection holds, or of
-        another model than the function it (else the memory collection) records. Returns the
-        collection's dimension when known."""
+        """Refuses vectors of another dimension or model than the summary collection's (else
+        the memory collection's); returns its dimension when known."""
         if self._verified_dimension == dimension:
             return dimension
         held = self._held_dimension()
@@ -690,8 +674,7 @@ class MemoryStore:
                     yield sid
 
     def latest_summaries(self, limit: int) -> list[tuple[str, str, dict[str, Any]]]:
-        """(id, document, metadata) of the newest summaries, as agents read them at boot;
-        CollectionNotFound if missing (a typo must not read as "no summaries yet")."""
+        """The newest summaries as agents read them; CollectionNotFound: not "none yet"."""
         listed = self._pages("summary", "listing summaries", {}, SCAN_PAGE)
         stamps = {
             i: t if isinstance(t := m.get("timestamp"), int | float) else 0 for i, m, _ in listed
@@ -768,10 +751,9 @@ class MemoryStore:
         return found
 
     def drop_summary(self, session_id: str, found: RowState, check: Check | None = None) -> None:
-        """Deletes the session's row, then its ledger records, each only as `found` (read when
-        the pass was admitted) holds it: what a newer writer wrote since stays. An entry left
-        is read and dropped again by the next pass; a row alone would read as another
-        writer's text."""
+        """Deletes the row, then the ledger records, each only as `found` holds it (a newer
+        writer's stay). An entry left is dropped by the next pass; a row alone would read as
+        another writer's text."""
         steps = []
         if found.digest is not None:
             where, row_id = {DIGEST_KEY: found.digest}, summary_row_id(session_id)
@@ -787,8 +769,7 @@ class MemoryStore:
         return functools.partial(self._delete, role, what, **query)
 
     def _writes(self, check: Check | None, steps: Sequence[Callable[[], None]]) -> None:
-        """Runs a forget's or a drop's steps, each after `check` (the claim's guard): a writer
-        whose claim lapsed mid-way stops before it deletes what its successor wrote."""
+        """Each step after `check`: a writer whose claim lapsed stops before its successor's."""
         for step in steps:
             if check is not None:
                 check()
@@ -796,8 +777,7 @@ class MemoryStore:
                 step()
 
     def write_rows(self, writes: Sequence[RowWrite]) -> None:
-        """Writes these sessions' ledger entries, then their rows, setting each write's
-        `error`; the one place that creates the summary and ledger collections."""
+        """Writes the ledger entries, then the rows (the one place that creates collections)."""
         try:
             found = self.read_row_states([w.session_id for w in writes])
         except Exception as exc:
@@ -856,8 +836,7 @@ class MemoryStore:
                     write.error = exc
 
     def _put_ledger(self, what: str, records: Sequence[LedgerRecord]) -> None:
-        """Upserts ledger records, a head replacing the one before whole; their vector is a
-        constant: nobody queries it by meaning."""
+        """A head replaces the one before whole; the vector is a constant (never queried)."""
         rows = [
             (r.record_id, r.document, replacing_head(r.metadata) if is_head(r) else r.metadata)
             for r in records
@@ -895,10 +874,8 @@ class MemoryStore:
         by: str = "",
         check: Check | None = None,
     ) -> Forgotten:
-        """Replaces the ledger head with a tombstone (first, so a forget cut short leaves
-        nothing a pass would carry), then deletes the row, the segments and (with memories)
-        the memories. The tombstone records what `request` removed and the newest memory's
-        time, which the sweep compares with theirs (docs/privacy.md, "Forget and rebuild")."""
+        """A tombstone replaces the ledger head first (a forget cut short leaves nothing a pass
+        would carry), then the row, segments and memories go (docs/privacy.md)."""
         ids, times = [], []
         listed = self._pages("memory", "listing the session", {"sessionId": session_id}, SCAN_PAGE)
         for memory_id, meta, _ in listed:  # streamed: a session may hold 50,000 memories
@@ -974,8 +951,8 @@ class MemoryStore:
 
 
 def newer_where(after_ms: int, upto_ms: int | None = None) -> dict[str, Any]:
-    """Chroma filter for numeric timestamps in (after_ms, upto_ms], one range per UNIT_LIMITS
-    band. Chroma truncates float bounds, so seconds' bounds sit halfway between two ms."""
+    """Timestamps in (after_ms, upto_ms], a range per UNIT_LIMITS band; Chroma truncates float
+    bounds, so seconds' bounds sit halfway between two ms."""
     cap = 2**63 - 1  # Chroma's integers are 64-bit
     upto, ranges, band = upto_ms if upto_ms is not None else cap, [], 0
     for limit, scale in UNIT_LIMITS:

@@ -1,5 +1,5 @@
-"""A session as one pass lists it: every row's key and metadata facts, which rows the pass
-reads (controller.core.coverage), and those memories, read batch by batch."""
+"""A session as one pass lists it: every row's key, which rows the pass reads
+(controller.core.coverage), and those memories, read batch by batch."""
 
 from __future__ import annotations
 
@@ -47,9 +47,8 @@ _INT64 = (-(2**63), 2**63 - 1)
 
 
 class RowKeys:
-    """A session's sort keys, (timestamp, id), in flat buffers freed whole after the pass
-    (tuples cost more and stayed: docs/benchmarks.md), sorted by build() in Watermark's order.
-    `included` marks rows not of an excluded type, `selected` the rows the pass reads."""
+    """A session's (timestamp, id) keys in flat buffers (tuples cost more and stayed:
+    docs/benchmarks.md), sorted by build(); `included`: not excluded, `selected`: read."""
 
     def __init__(self) -> None:
         self._timestamps = array("q")
@@ -110,8 +109,7 @@ class RowKeys:
             yield (*key, bool(self._selected[int(row)]))
 
     def count_upto(self, timestamp_ms: int, memory_id: str) -> int:
-        """How many keys are <= (timestamp_ms, memory_id) (a watermark read from the ledger
-        may lie outside int64)."""
+        """How many keys are <= (timestamp_ms, memory_id), which may lie outside int64."""
         if timestamp_ms > _INT64[1]:
             return len(self)
         if timestamp_ms < _INT64[0]:
@@ -125,8 +123,7 @@ class RowKeys:
 
 @dataclass(frozen=True)
 class SessionRows:
-    """A session as listed for one pass: counts, newest row, what it reads, and the memories,
-    read lazily so a pass never holds a whole 50,000-memory session."""
+    """A session as listed for one pass; memories read lazily (a session may hold 50,000)."""
 
     total: int  # every row carrying the sessionId, whatever its type or time (memoryCount)
     newest: Watermark | None  # the newest row of all, the pass's watermark
@@ -150,8 +147,8 @@ class SessionRows:
     untimed_values: Mapping[str, str | None] = field(default_factory=dict)
 
     def coverage(self, upto: tuple[int, str] | None = None) -> tuple[Coverage, int]:
-        """The coverage a write records, and its row count, once the selected rows up to `upto`
-        (None: all) are read; unselected rows at or before the prior's watermark count too."""
+        """The coverage (and row count) once the selected rows up to `upto` (None: all) are
+        read; unselected rows at or before the prior's watermark count too."""
         mark = self.prior_key
         keys = [
             (ts, row_id)
@@ -172,9 +169,8 @@ def list_appended(
     exclude: Callable[[Memory], bool] | None,
     mask: PassRedaction,
 ) -> SessionRows | None:
-    """The session listed from every row id plus the rows at or after the prior's watermark,
-    or None (list_all) unless the ids not newer than the watermark digest exactly as the
-    prior's: no row deleted, none landed behind the watermark."""
+    """The session from its row ids and the rows from the prior's watermark on; None (list_all)
+    unless the older ids digest as the prior's (none deleted, none landed behind)."""
     if prior.digest is None or prior.digest.count <= SMALL_SESSION:  # list_all's one request
         return None  # costs a small session less than these two
     mark, sources = prior.watermark_key, SessionSources.from_json(prior.sources_json)
@@ -332,8 +328,8 @@ def read_memories(
     at_ms: int | None = None,
     what: str = "reading memories",
 ) -> list[Memory]:
-    """These memories, masked, in the session's order, GET_BATCH per read; those gone since
-    or of an excluded type are left out. at_ms: the time given rows whose own is unreadable."""
+    """These memories still there and not excluded, masked, in order; at_ms: the time given
+    rows whose own is unreadable."""
     found: list[Memory] = []
     for row_id, meta, doc in by_ids(coll, what, ids, ["documents", "metadatas"], GET_BATCH):
         meta = {**meta, "timestamp": at_ms} if at_ms is not None else meta
@@ -352,8 +348,7 @@ def pages(
     *,
     first_with_documents: bool = False,
 ) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
-    """(id, metadata, document) of every row matching where, page by page (SQLite's variable
-    limit); documents only on the first page with first_with_documents."""
+    """(id, metadata, document) of every row matching where, page by page (SQLite's limit)."""
     for offset in itertools.count(0, page):
         wanted = [*include, "documents"] if first_with_documents and not offset else include
         got = guard(
@@ -385,8 +380,7 @@ def rows(got: Any) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
 
 
 def batches(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
-    """Each item once, `size` a batch: every read or delete of several ids is cut here, and
-    Chroma refuses a request that names an id twice (its answer is per id anyway)."""
+    """Each item once (Chroma refuses a request naming an id twice), `size` a batch."""
     items = list(dict.fromkeys(items))
     for start in range(0, len(items), size):
         yield items[start : start + size]
