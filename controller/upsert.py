@@ -34,22 +34,20 @@ class WriteGuard(Protocol):
         """Raises if we may not write over `found`; else the keys the ledger entry records."""
 
 
-# Writes a row in a group (scheduling.PassScheduler.store_write), or raises.
+# Writes a row in a group (scheduling.PassScheduler.store_write) or raises; CLI: write_alone.
 GroupWrite = Callable[[MemoryStore, RowWrite], None]
 
 
 def write_alone(store: MemoryStore, write: RowWrite) -> None:
-    """No group: the CLI and tests, which write alone."""
     store.write_rows([write])
     write.result()
 
 
-# Times a step of a pass as the named phase (tracing.PassTrace.phase).
+# Times a step of a pass as the named phase (tracing.PassTrace.phase); untimed: no trace.
 PhaseTimer = Callable[[str], AbstractContextManager[None]]
 
 
 def untimed(phase: str) -> AbstractContextManager[None]:
-    """No trace: the CLI and tests."""
     return nullcontext()
 
 

@@ -60,10 +60,8 @@ class StoreLocation:
 
 def connect(location: StoreLocation) -> ClientAPI:
     """A Chroma client; raises StoreUnavailable or InvalidStoreConfig."""
-    if location.url is not None:
-        problem = StoreSpec.url_problem(location.url)
-        if problem:
-            raise InvalidStoreConfig(f"Chroma URL {shown(location.url)!r} {problem}")
+    if location.url is not None and (problem := StoreSpec.url_problem(location.url)):
+        raise InvalidStoreConfig(f"Chroma URL {shown(location.url)!r} {problem}")
     if location.token and not (location.token.isascii() and location.token.isprintable()):
         # Never shown: the HTTP client's own error would print the header, token and all.
         raise InvalidStoreConfig(
@@ -101,8 +99,7 @@ class _BoundedHttpClient(Client):
         self._seconds = location.timeout_seconds
         parsed = urlparse(location.url)
         settings = Settings(anonymized_telemetry=False)
-        # As chromadb.HttpClient sets it.
-        settings.chroma_api_impl = "chromadb.api.fastapi.FastAPI"
+        settings.chroma_api_impl = "chromadb.api.fastapi.FastAPI"  # as chromadb.HttpClient does
         host = parsed.hostname or "localhost"  # chromadb puts it in a URL: [::1] keeps its brackets
         settings.chroma_server_host = f"[{host}]" if ":" in host else host
         settings.chroma_server_http_port = parsed.port or (

@@ -48,8 +48,7 @@ class CollectionNotFound(RuntimeError):
         self.collection, self.role = name, role
         text = f"{role} collection {name!r} does not exist in Chroma at {where}"
         if existing is not None:
-            close = difflib.get_close_matches(name, existing, n=1, cutoff=0.75)
-            if close:
+            if close := difflib.get_close_matches(name, existing, n=1, cutoff=0.75):
                 text += f"; did you mean {close[0]!r}?"
             if existing:
                 more = len(existing) - self.SHOWN
@@ -172,8 +171,7 @@ def _own_text(exc: BaseException) -> str | None:
 
 def describe_error(exc: BaseException) -> str:
     """Why a store call failed, on one line: never empty, never a pasted HTML page or body."""
-    answer = _http_answer(exc) or _undecodable_answer(exc)
-    if answer:
+    if answer := _http_answer(exc) or _undecodable_answer(exc):
         return _clip(answer)
     own = _own_text(exc)
     chain = list(_chain(exc))

@@ -299,8 +299,7 @@ def is_tombstone(head: Mapping[str, Any] | None) -> bool:
     return head is not None and FORGOTTEN_KEY in head
 
 
-# Raises once the writer may no longer write (the claim's WriteGuard.check).
-Check = Callable[[], None]
+Check = Callable[[], None]  # raises once the writer may no longer write (WriteGuard.check)
 
 
 class MemoryStore:
@@ -342,8 +341,7 @@ class MemoryStore:
             return guard(f"opening the {role} collection", lambda: self.client.get_collection(name))
         except NotFoundError:
             pass
-        problem = StoreSpec.collection_name_problem(name)
-        if problem:
+        if problem := StoreSpec.collection_name_problem(name):
             raise InvalidStoreConfig(
                 f"{role} collection name {name!r} is not valid in Chroma: it {problem}"
             )
@@ -355,9 +353,7 @@ class MemoryStore:
     def _once(self, role: CollectionRole, create: bool = False) -> Collection:
         """The collection kept for role, else opened outside the lock (a slow store holds up
         no other collection) and kept."""
-        with self._lock:
-            kept = self._handles.get(role)
-        if kept is not None:
+        if (kept := self._handles.get(role)) is not None:  # one dict read: no lock
             return kept
         makers = {"summary": self._make_summaries, "ledger": self._make_ledger}
         opened = self._open(role, makers[role] if create else None)
@@ -410,17 +406,6 @@ class MemoryStore:
         hnsw = config.get("hnsw")
         space = hnsw.get("space") if isinstance(hnsw, Mapping) else None
         return known, space if isinstance(space, str) else None
-
-    def summary_function_record(self) -> Mapping[str, Any] | None:
-        """The summary collection's function record, else one the agents chose for theirs."""
-        try:
-            coll = self.summaries()
-        except CollectionNotFound:
-            record = self.agents_recipe()[0]
-            chosen = record is not None and record.get("name") not in MINILM_FUNCTIONS
-            return record if chosen else None
-        record = collection_config(coll).get("embedding_function")
-        return record if isinstance(record, Mapping) else None
 
     def _make_ledger(self) -> Collection:
         meta = {"memorycore.io/ledger-of": self.location.summary_collection}
@@ -520,7 +505,7 @@ class MemoryStore:
     def scan_markers(
         self, marker_type: str, watermark_ms: int
     ) -> Iterator[tuple[str, object, int]]:
-        """(memory id, sessionId as stored, timestamp ms) of every newer memory of marker_type."""
+        """(memory id, sessionId as stored, ms) of every newer memory of marker_type."""
         where = {"$and": [{"type": marker_type}, newer_where(watermark_ms)]}
         listed = self._pages("memory", "scanning for sunset markers", where, SCAN_PAGE)
         for row_id, meta, _ in listed:
@@ -576,10 +561,14 @@ class MemoryStore:
     def read_summary(self, session_id: str) -> PriorSummary | None:
         return self.read_prior(session_id).summary
 
-    def _summary_row(self, session_id: str) -> tuple[str | None, dict[str, Any]] | None:
+    def _row_and_entry(
+        self, session_id: str
+    ) -> tuple[bool, str | None, dict[str, Any], LedgerEntry | None]:
         row_id = summary_row_id(session_id)
         what, include = "reading the summary of the session", ["documents", "metadatas"]
-        return self._by_id("summary", what, include, [row_id]).get(row_id)
+        row = self._by_id("summary", what, include, [row_id]).get(row_id)
+        document, meta = row or (None, {})
+        return row is not None, document, meta, self.read_ledger(session_id, meta)
 
     def read_ledger(self, session_id: str, row: dict[str, Any] | None = None) -> LedgerEntry | None:
         """The session's ledger entry (a tombstone: head only); `row`: the row's metadata."""
@@ -599,23 +588,19 @@ class MemoryStore:
 
     def stored_summary(self, session_id: str) -> tuple[str, dict[str, Any]] | None:
         """(row document, the row's and ledger entry's keys) for `summaryctl ledger`."""
-        row = self._summary_row(session_id)
-        document, row_meta = row or (None, {})
-        ledger = self.read_ledger(session_id, row_meta)
+        row, document, row_meta, ledger = self._row_and_entry(session_id)
         if ledger is not None and not is_tombstone(ledger.head):
             head = {f"ledger.{k}": v for k, v in ledger.head.items()}
             return document or "", {**row_meta, **ledger.keys, **head}
-        return None if row is None else (document or "", dict(row_meta))
+        return (document or "", dict(row_meta)) if row else None
 
     def read_prior(self, session_id: str) -> StoredPrior:
         """The stored summary (ledger entry, else row) and whether they agree (docs/ledger.md)."""
-        row = self._summary_row(session_id)
-        document, row_meta = row or (None, {})
+        row, document, row_meta, entry = self._row_and_entry(session_id)
         digest = document_digest(document or "") if row else None
-        entry = self.read_ledger(session_id, row_meta)
         if entry is not None and is_tombstone(entry.head):
             entry = None
-            if row is not None and rewritten_by(document, row_meta) is None:
+            if row and rewritten_by(document, row_meta) is None:
                 # Ours, left by a forget cut short: forgotten too; the next write replaces it.
                 return StoredPrior(None, digest)
         if entry is None:  # no ledger entry: the row is all there is (another writer's text)
@@ -639,7 +624,12 @@ class MemoryStore:
         if self._verified_dimension == dimension:
             return dimension
         held = self._held_dimension()
-        problem = self._model_problem(self.summary_function_record(), "summary")
+        try:  # the summary collection's record, else one the agents chose for theirs
+            record = collection_config(self.summaries()).get("embedding_function")
+        except CollectionNotFound:
+            record = self.agents_recipe()[0]
+            record = None if record and record.get("name") in MINILM_FUNCTIONS else record
+        problem = self._model_problem(record, "summary")
         if held is not None and held != dimension:
             if problem:  # both: the models first (the more telling), then the sizes
                 raise EmbeddingMismatch(f"{problem} (it holds {held}-d, this model {dimension}-d)")
@@ -656,8 +646,7 @@ class MemoryStore:
         except CollectionNotFound:
             return None
         except StoreUnavailable as exc:
-            cause = exc.__cause__
-            if isinstance(cause, ChromaError) and "Nothing found on disk" in str(cause):
+            if isinstance(c := exc.__cause__, ChromaError) and "Nothing found on disk" in str(c):
                 log.info("summary collection not indexed yet; Chroma checks the dimension")
                 return None
             raise
@@ -807,8 +796,7 @@ class MemoryStore:
             self._put_ledger("writing the ledger entries", records)
             vectors = [w.embedding for w in admitted]
             self._put("summary", "writing the summaries", rows, vectors)
-            # Chroma accepted this dimension: later writes need no sample round trip.
-            self._verified_dimension = len(vectors[0])
+            self._verified_dimension = len(vectors[0])  # accepted: no sample round trip later
         except StoreUnreachable as exc:  # the store, not a row: each alone would fail too
             for write in admitted:
                 write.error = exc

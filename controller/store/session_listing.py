@@ -129,22 +129,18 @@ class SessionRows:
     newest: Watermark | None  # the newest row of all, the pass's watermark
     keys: RowKeys  # (timestamp, id) of every parsed row, sorted; `selected`: read this pass
     included: int  # how many of the selected rows the pass summarizes (not excluded)
-    # The included rows in (timestamp, id) order, then the new untimed ones, GET_BATCH a read.
-    memories: Callable[[], Iterator[Memory]]
+    memories: Callable[[], Iterator[Memory]]  # the included rows in order, then new untimed
     sources: SessionSources = field(default_factory=SessionSources)  # who wrote the rows
     selected: int = 0  # rows read this pass, excluded types too
     late: int = 0  # rows at or before the prior's watermark it does not cover (landed late)
     prior_key: tuple[int, str] | None = None  # the prior's watermark
     digest: Bucket = field(default_factory=lambda: Bucket(0))  # every row's id (coverage.digest)
-    # Set when only rows after the prior's watermark were listed: coverage grows from it.
-    base: Coverage | None = None
-    # Up to NAMED_UNTRUSTED rows with an impossible time (trusted_time), for a Warning Event.
-    untrusted: tuple[str, ...] = ()
-    # Sorted ids of rows whose time is unreadable or unplaced (memories.placed). In
-    # `total`, not in the coverage; each is summarized once, at the end of the order.
+    base: Coverage | None = None  # the prior's, when only rows after its watermark were listed
+    untrusted: tuple[str, ...] = ()  # some rows with an impossible time, for a Warning Event
+    # Sorted ids of rows whose time is unreadable or unplaced (memories.placed): in `total`,
+    # not in the coverage; each is summarized once, at the end of the order.
     untimed: tuple[str, ...] = ()
-    # id: its timestamp as stored, shown (None: it has none).
-    untimed_values: Mapping[str, str | None] = field(default_factory=dict)
+    untimed_values: Mapping[str, str | None] = field(default_factory=dict)  # id: its time shown
 
     def coverage(self, upto: tuple[int, str] | None = None) -> tuple[Coverage, int]:
         """The coverage (and row count) once the selected rows up to `upto` (None: all) are
@@ -214,8 +210,7 @@ def list_appended(
     what = "reading the untimed rows' times"
     untimed = by_ids(coll, what, sorted(prior.untimed), ["metadatas"], LIST_PAGE)
     return SessionRows(
-        # A row landing between the two reads is counted once.
-        total=every_id.count,
+        total=every_id.count,  # a row landing between the two reads is counted once
         newest=newest,
         keys=sorted_keys,
         included=len(wanted),
