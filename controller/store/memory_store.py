@@ -731,6 +731,8 @@ class MemoryStore:
         """(document, metadata) by id of the records `which` (ids, or a where) names; none
         from a missing collection."""
         found: dict[str, tuple[str | None, dict[str, Any]]] = {}
+        if which == []:  # no request: an idle sweep asks for none, often of no collection yet
+            return found
         with contextlib.suppress(CollectionNotFound), self._missing(role):
             if isinstance(which, list):
                 listed = by_ids(self._once(role), what, which, include, SCAN_PAGE)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import chromadb
@@ -578,3 +578,20 @@ def test_a_missing_collection_names_itself_the_nearest_name_and_some_others() ->
 def test_a_missing_collection_in_an_empty_database_says_so() -> None:
     text = str(CollectionNotFound("sessions", "summary", "x", []))
     assert text.endswith("the database has no collections")
+
+
+def test_asking_for_no_sessions_asks_the_store_nothing() -> None:
+    """An idle sweep reads the states, ledger heads and digests of no session: no request, so
+    no collection lookup (nor the listing a missing one costs) and no failure while the store
+    is down."""
+    from controller.store.connection import StoreLocation
+    from controller.store.memory_store import MemoryStore
+
+    class NoRequests:
+        def __getattr__(self, name: str) -> Any:
+            raise AssertionError(f"asked the store: {name}")
+
+    store = MemoryStore(cast(Any, NoRequests()), StoreLocation(url="http://chroma:8000"))
+    assert store.summary_states([]) == {}
+    assert store.ledger_heads([]) == {}
+    assert store.rows_digests([]) == {}
