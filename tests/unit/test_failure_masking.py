@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import string
 import time
 from collections.abc import Callable
@@ -52,10 +53,17 @@ def _runs(secret: str, n: int = 8) -> set[str]:
 
 
 def assert_not_shown(secret: str, shown: str, anyway: tuple[str, ...] = ()) -> None:
-    """anyway: text shown whatever the secret (hypothesis draws words from the code under
-    test, so a drawn secret may share a run with a fixed message: that run is no leak)."""
+    """anyway: text shown whatever the secret, and the placeholders shown (hypothesis draws
+    words from the code under test, so a drawn secret may share a run with a fixed message:
+    that run is no leak)."""
+    anyway = (*anyway, *re.findall(r"\[redacted: [^\]]*\]", shown))
     leaked = [run for run in _runs(secret) if run in shown and not any(run in a for a in anyway)]
     assert not leaked, f"{leaked[0]!r} of the credential shown in: {shown}"
+
+
+def shown_anyway(secret: str, text: str, show: Callable[[str], list[str]]) -> tuple[str, ...]:
+    """What show() shows of the same text with another value where the secret stands."""
+    return tuple(show(text.replace(secret, "Q" * len(secret)))) if secret in text else ()
 
 
 def _failure(kind: str, text: str) -> BaseException:
@@ -78,14 +86,18 @@ def test_no_failure_shows_a_credential_its_text_carries(
     spec names, OWN_TEXT), and the sweep's catch-all: wherever the credential stands in the
     text, at the cut too."""
     secret, text = said
-    exc = _failure(kind, f"{before} {text} {after}")
-    shown = [c.message for c in sweep_failure(exc)]
-    if kind in FAILURES:
-        named = failure_shown(exc)
-        assert named is not None
-        shown.append(named[1])
-    for message in shown:
-        assert_not_shown(secret, message)
+
+    def show(text: str) -> list[str]:
+        exc = _failure(kind, f"{before} {text} {after}")
+        shown = [c.message for c in sweep_failure(exc)]
+        if kind in FAILURES:
+            named = failure_shown(exc)
+            assert named is not None
+            shown.append(named[1])
+        return shown
+
+    for message in show(text):
+        assert_not_shown(secret, message, shown_anyway(secret, text, show))
 
 
 def _answered(status: int, body: str) -> Callable[[], None]:
@@ -116,17 +128,21 @@ def test_a_store_answer_quoting_a_credential_is_shown_masked(
     message (up to 240 characters of it) reaches StoreReachable, Swept and a pass's failure
     masked, with the summarizer's rules."""
     secret, text = said
-    body = {
-        "chroma": json.dumps({"error": "Unauthorized", "message": text}),
-        "short": one_line(text),
-        "json": json.dumps({"error": text}),
-    }[shape]
-    with pytest.raises(StoreUnavailable) as failed:
-        guard("reading memories", _answered(status, body))
-    named = failure_shown(failed.value, Redaction())
-    assert named is not None and named[0] == "StoreUnavailable"
-    for message in [named[1], *(c.message for c in sweep_failure(failed.value))]:
-        assert_not_shown(secret, message)
+
+    def show(text: str) -> list[str]:
+        body = {
+            "chroma": json.dumps({"error": "Unauthorized", "message": text}),
+            "short": one_line(text),
+            "json": json.dumps({"error": text}),
+        }[shape]
+        with pytest.raises(StoreUnavailable) as failed:
+            guard("reading memories", _answered(status, body))
+        named = failure_shown(failed.value, Redaction())
+        assert named is not None and named[0] == "StoreUnavailable"
+        return [named[1], *(c.message for c in sweep_failure(failed.value))]
+
+    for message in show(text):
+        assert_not_shown(secret, message, shown_anyway(secret, text, show))
 
 
 @settings(max_examples=300, deadline=None)
@@ -143,20 +159,24 @@ def test_a_store_answer_cut_at_its_bound_shows_no_part_of_a_credential(
     too: the cut falls between words (the first part of a token is no token the rules know,
     and masking comes after the cut)."""
     secret, text = said
-    message = f"{'a' * pad} {text} and more words"
-    if shape == "chroma":
-        call = _answered(status, json.dumps({"error": "Unauthorized", "message": message}))
-    else:
 
-        def call() -> None:
-            raise ChromaError(message)
+    def show(text: str) -> list[str]:
+        message = f"{'a' * pad} {text} and more words"
+        if shape == "chroma":
+            call = _answered(status, json.dumps({"error": "Unauthorized", "message": message}))
+        else:
 
-    with pytest.raises(StoreUnavailable) as failed:
-        guard("reading memories", call)
-    named = failure_shown(failed.value, Redaction())
-    assert named is not None and named[0] == "StoreUnavailable"
-    for message in [named[1], *(c.message for c in sweep_failure(failed.value))]:
-        assert_not_shown(secret, message)
+            def call() -> None:
+                raise ChromaError(message)
+
+        with pytest.raises(StoreUnavailable) as failed:
+            guard("reading memories", call)
+        named = failure_shown(failed.value, Redaction())
+        assert named is not None and named[0] == "StoreUnavailable"
+        return [named[1], *(c.message for c in sweep_failure(failed.value))]
+
+    for message in show(text):
+        assert_not_shown(secret, message, shown_anyway(secret, text, show))
 
 
 def test_a_summarizers_own_pattern_masks_what_its_failures_show() -> None:
@@ -331,17 +351,20 @@ def test_the_fence_authoritys_read_failure_is_shown_masked(
 
     secret, text = said
 
-    class _Refusing:
-        def read_namespace(self, name: str) -> None:
-            refusal = ApiException(status=status, reason="Refused")
-            refusal.body = json.dumps({"kind": "Status", "message": text})
-            raise refusal
+    def show(text: str) -> list[str]:
+        class _Refusing:
+            def read_namespace(self, name: str) -> None:
+                refusal = ApiException(status=status, reason="Refused")
+                refusal.body = json.dumps({"kind": "Status", "message": text})
+                raise refusal
 
-    with pytest.MonkeyPatch.context() as patch, pytest.raises(FenceUnavailable) as failed:
-        patch.setattr(runtime.kube, "core", _Refusing)
-        runtime.Runtime.fence_authority.func(object())  # type: ignore[attr-defined]
-    named = failure_shown(failed.value, Redaction())
-    assert named is not None and named[0] == "FencingUnavailable"
-    assert "kube-system" in named[1]
-    for message in [str(failed.value), named[1], *(c.message for c in sweep_failure(failed.value))]:
-        assert_not_shown(secret, message)
+        with pytest.MonkeyPatch.context() as patch, pytest.raises(FenceUnavailable) as failed:
+            patch.setattr(runtime.kube, "core", _Refusing)
+            runtime.Runtime.fence_authority.func(object())  # type: ignore[attr-defined]
+        named = failure_shown(failed.value, Redaction())
+        assert named is not None and named[0] == "FencingUnavailable"
+        assert "kube-system" in named[1]
+        return [str(failed.value), named[1], *(c.message for c in sweep_failure(failed.value))]
+
+    for message in show(text):
+        assert_not_shown(secret, message, shown_anyway(secret, text, show))
