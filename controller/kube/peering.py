@@ -26,15 +26,15 @@ PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
 def live_peers(status: Mapping[str, Any], now: dt.datetime) -> dict[str, int]:
     alive: dict[str, int] = {}
     for identity, info in (status or {}).items():
-        try:  # a record not a mapping: TypeError
+        try:  # a record not a mapping: TypeError; a time or number out of range: OverflowError
             seen = dt.datetime.fromisoformat(str(info["lastseen"]))
             seen = seen.replace(tzinfo=seen.tzinfo or dt.UTC)
             lifetime = dt.timedelta(seconds=int(info.get("lifetime", 60)))
             priority = int(info.get("priority", 0))
-        except (KeyError, ValueError, TypeError):
+            if seen + lifetime > now:
+                alive[identity] = priority
+        except (KeyError, ValueError, TypeError, OverflowError):
             continue
-        if seen + lifetime > now:
-            alive[identity] = priority
     return alive
 
 

@@ -1,5 +1,8 @@
 import datetime as dt
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from controller.kube.peering import leader_of, live_peers
 
 NOW = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
@@ -16,6 +19,38 @@ def test_only_peers_within_their_lifetime_are_alive() -> None:
         "junk": "not a peer",
     }
     assert live_peers(status, NOW) == {"a": 5}
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=30),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=5,
+)
+_TIMES = st.datetimes(timezones=st.none() | st.just(dt.UTC)).map(dt.datetime.isoformat)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    records=st.dictionaries(
+        st.text(min_size=1, max_size=8),
+        _JSON
+        | st.fixed_dictionaries(
+            {},
+            optional={
+                "lastseen": _TIMES | _JSON,
+                "lifetime": st.integers() | st.floats() | _JSON,
+                "priority": st.integers() | st.floats() | _JSON,
+            },
+        ),
+        max_size=4,
+    )
+)
+def test_no_peering_record_stops_the_reading_of_the_others(records: dict[str, object]) -> None:
+    """Whatever a KopfPeering object holds (any writer of it may write any JSON, a lastseen in
+    year 9999, a lifetime or priority out of range): a record that cannot be read is no live
+    peer, and the others are read as they are."""
+    alive = {"peer-ok": {"priority": 3, "lifetime": 60, "lastseen": seen(1)}}
+    assert live_peers({**records, **alive}, NOW)["peer-ok"] == 3
 
 
 def test_the_highest_priority_live_peer_leads() -> None:
