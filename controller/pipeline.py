@@ -90,7 +90,7 @@ class Outcome:
     redactions: dict[str, int] = field(default_factory=dict)  # secrets masked, by kind
     rebuilt: bool = False  # written from the memories alone, the prior's text replaced
     dropped_items: int = 0  # items whose memories were all deleted (core/item_sources.py)
-    forgotten: Forgotten | None = None  # what a forget removed (controller/erasure.py)
+    forgotten: Forgotten | None = None  # what a forget removed (handlers/session_summary.py)
 
 
 @dataclass(frozen=True)

@@ -194,10 +194,9 @@ async def take_summarizer_spec(
     try:
         spec = SessionSummarizerSpec.model_validate(dict(body.get("spec") or {}))
     except ValidationError as exc:  # one the CRD lets through: a pattern over RE2's bound
-        await _probed(body, generation, [spec_valid(exc)], runtime, first=True)
+        await _probed(body, generation, runtime, None, spec_valid(exc))
         return
-    health = await asyncio.to_thread(health_conditions, runtime.parts, spec, namespace, name)
-    await _probed(body, generation, [spec_valid(None), *health], runtime, first=True)
+    await _probed(body, generation, runtime, spec, spec_valid(None))
     if reason in ("create", "update"):
         asked = await asyncio.to_thread(_ask_failed_again, namespace, name)
         if asked:
@@ -228,27 +227,29 @@ async def summarizer_deleted(name: str, namespace: str | None, memo: kopf.Memo, 
 async def _probed(
     body: kopf.Body,
     generation: int | None,
-    conditions: list[Condition],
     runtime: Runtime,
-    *,
-    first: bool = False,
+    spec: SessionSummarizerSpec | None,
+    *taken: Condition,
 ) -> None:
-    """Writes the probes' conditions of the spec of this generation (read before the probes: a
-    timer's body is live), with a Warning Event for each new failure (each failure, when first:
-    a spec taken) and a Normal one for each recovery."""
-    meta = body.metadata
-    observed = {"observed_generation": generation} if first else {}
+    """Writes the health probes' conditions of the spec (none: taken alone) of this generation
+    (read before the probes: a timer's body is live), with a Warning Event for each new failure
+    (each failure of a spec taken: SpecValid given) and a Normal one for each recovery."""
+    namespace, name, conditions = str(body.metadata.namespace), str(body.metadata.name), [*taken]
+    if spec is not None:
+        conditions += await asyncio.to_thread(
+            health_conditions, runtime.parts, spec, namespace, name
+        )
+    observed = {"observed_generation": generation} if taken else {}
 
     def measured(st: SessionSummarizerStatus) -> SessionSummarizerStatus:
         return with_conditions(st, conditions, generation=generation).model_copy(update=observed)
 
-    update = kube.update_summarizer_status
-    written = await asyncio.to_thread(update, str(meta.namespace), str(meta.name), measured)
+    written = await asyncio.to_thread(kube.update_summarizer_status, namespace, name, measured)
     before = written[0] if written else SessionSummarizerStatus()
     was = {c.type: c.status for c in before.conditions or []}
     for cond in conditions:
         changed = _changed(before, cond)
-        if cond.status == "False" and (changed or first):
+        if cond.status == "False" and (changed or taken):
             runtime.events.post(body, "Warning", cond.reason, cond.message)
         elif changed and cond.status == "True" and was.get(cond.type) not in (None, "True"):
             runtime.events.post(body, "Normal", cond.reason, cond.message)
@@ -289,10 +290,7 @@ async def sweep(body: kopf.Body, name: str, namespace: str | None, **kw: Any) ->
     asked = (body.metadata.get("annotations") or {}).get(PROBE_REQUESTED)
     now = asked is not None and asked != status.last_handled_probe_request  # summaryctl check
     if now or _probes_due(tick):
-        health = await asyncio.to_thread(
-            health_conditions, runtime.parts, spec, tick.namespace, name
-        )
-        await _probed(body, tick.generation, health, runtime)
+        await _probed(body, tick.generation, runtime, spec)
     await _retention(tick)
     if spec.reconcile.enabled:  # whether or not sweeps are: the backstop of every pass
         await _reconcile(tick)

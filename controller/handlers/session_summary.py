@@ -37,15 +37,20 @@ from controller.api import (
 )
 from controller.config import CONFIG, backoff_seconds
 from controller.core.claim_rules import Claim, Writer
-from controller.core.ledger import FORGOTTEN_BY_KEY, FORGOTTEN_KEY
+from controller.core.ledger import FORGOTTEN_BY_KEY, FORGOTTEN_KEY, recorded_fence
 from controller.core.memories import FUTURE_TOLERANCE_MS
 from controller.core.naming import summary_row_id
 from controller.core.summary import StructuredSummary
 from controller.core.text import ms_to_rfc3339, one_line
 from controller.core.waiting import wait_delay
-from controller.erasure import forget_session
 from controller.kube import client as kube
-from controller.kube.claims import ClaimContended, ClaimHeld, SessionClaimHandle, Sightings
+from controller.kube.claims import (
+    ClaimContended,
+    ClaimHeld,
+    ClaimLost,
+    SessionClaimHandle,
+    Sightings,
+)
 from controller.kube.events import EventRecorder
 from controller.pipeline import Outcome, PassInterrupted, summarize_session
 from controller.redaction import DEFAULT_REDACTION, Redaction
@@ -60,7 +65,9 @@ from controller.status.conditions import (
     summary_readiness,
     with_derived,
 )
+from controller.store.memory_store import MemoryStore, is_tombstone
 from controller.tracing import PassTrace
+from controller.upsert import WriteGuard
 
 WAIT_JITTER = 0.25  # of each wait for another writer's claim, added at random
 log = logging.getLogger("controller.handlers.session_summary")
@@ -119,6 +126,33 @@ def failures_shown(
         raise Failure(reason, message, retry=retry) from exc
 
 
+def forget_session(
+    store: MemoryStore,
+    session_id: str,
+    *,
+    memories: bool,
+    guard: WriteGuard,
+    request: str = "",
+    by: str = "",
+) -> Outcome:
+    """spec.action Forget (docs/privacy.md): the row, the ledger entry (a tombstone stays) and,
+    with memories, the memories, the claim checked before each write (a deposed writer neither
+    forgets its successor's row nor writes over a forget). request (uid/generation): a retry
+    reports the total; by: the forgetting object, named to other namespaces' objects."""
+    fence = guard.admit(store.read_row_state(session_id).fence)
+    forgotten = store.forget_state(
+        session_id, fence, memories=memories, request=request, by=by, check=guard.check
+    )
+    # A successor granted between our last check and its delete may have written since.
+    head = store.read_row_state(session_id).head
+    if not is_tombstone(head) or recorded_fence(head) != recorded_fence(fence):
+        raise ClaimLost(
+            f"session {session_id!r} was written by another writer while it was forgotten "
+            "(our claim lapsed meanwhile); the retry forgets it again"
+        )
+    return Outcome("forgotten", session_id, forgotten.remaining, forgotten=forgotten)
+
+
 def summarize_claimed(
     runtime: Runtime,
     body: kopf.Body,
@@ -157,8 +191,9 @@ def summarize_claimed(
             seen=seen,
             authorities=backends.store.read_authority,
         )
+        held.enter_context(failures_shown(redaction=backends.redaction))
         # The claim's API calls give way to a first summary, as a pass's steps do.
-        with giving_way("claimed"), failures_shown(redaction=backends.redaction):
+        with giving_way("claimed"):
             handle.authority = runtime.fence_authority
             handle.acquire()
         # Phase Summarizing only for a pass still running after a while (a timer's thread);
@@ -167,28 +202,27 @@ def summarize_claimed(
         saying.daemon = True
         try:
             saying.start()
-            with failures_shown(redaction=backends.redaction):
-                if spec.action == "Forget":
-                    outcome = forget_session(
-                        backends.store,
-                        spec.session_id,
-                        memories=spec.forget_memories,
-                        guard=handle,
-                        request=f"{body.metadata.uid}/{handle.claim.generation}",
-                        by=f"SessionSummary {namespace}/{name}",
-                    )
-                else:
-                    outcome = summarize_session(
-                        backends,
-                        spec.session_id,
-                        writer=config.replica_id,
-                        trigger=spec.trigger,
-                        guard=handle,
-                        stop=runtime.stopping.is_set,
-                        group=runtime.scheduler.store_write,
-                        rebuild=spec.action == "Rebuild",
-                        phase=giving_way,
-                    )
+            if spec.action == "Forget":
+                outcome = forget_session(
+                    backends.store,
+                    spec.session_id,
+                    memories=spec.forget_memories,
+                    guard=handle,
+                    request=f"{body.metadata.uid}/{handle.claim.generation}",
+                    by=f"SessionSummary {namespace}/{name}",
+                )
+            else:
+                outcome = summarize_session(
+                    backends,
+                    spec.session_id,
+                    writer=config.replica_id,
+                    trigger=spec.trigger,
+                    guard=handle,
+                    stop=runtime.stopping.is_set,
+                    group=runtime.scheduler.store_write,
+                    rebuild=spec.action == "Rebuild",
+                    phase=giving_way,
+                )
             return dataclasses.replace(outcome, taken_over=handle.took_over)
         finally:
             saying.cancel()

@@ -38,7 +38,7 @@ from controller.core.ledger import (
     segment_id,
 )
 from controller.core.naming import summary_row_id
-from controller.erasure import forget_session
+from controller.handlers.session_summary import forget_session
 from controller.kube.claims import ClaimLost
 from controller.pipeline import Backends, Outcome, summarize_session
 from controller.store import memory_store

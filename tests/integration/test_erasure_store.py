@@ -1,5 +1,5 @@
 """Erasure and memory times on a real Chroma server, through the real pass
-(controller/pipeline.py), the real forget (controller/erasure.py) and the real scans, no
+(controller/pipeline.py), the real forget (handlers/session_summary.py) and the real scans, no
 cluster: an item stored quoted, masked or cut goes with its last memory; a forget cut
 short between its two writes (a proxy drops the second on the wire) is not undone by the
 next pass and completes when retried; a forgotten session whose rows have times nobody can

@@ -16,7 +16,7 @@ def ledger_of(store: MemoryStore) -> Collection:
 def forget_unguarded(
     store: MemoryStore, session_id: str, *, memories: bool, request: str = "", by: str = ""
 ) -> Outcome:
-    """controller.erasure.forget_session's deletes with no claim (no fence admitted, none
-    checked): the store's side of a forget alone."""
+    """handlers.session_summary.forget_session's deletes with no claim (no fence admitted,
+    none checked): the store's side of a forget alone."""
     forgotten = store.forget_state(session_id, {}, memories=memories, request=request, by=by)
     return Outcome("forgotten", session_id, forgotten.remaining, forgotten=forgotten)
