@@ -52,7 +52,6 @@ from controller.status.conditions import (
     NOT_BLOCKING,
     REQUIRED,
     condition,
-    failed_sweep,
     failure_shown,
     masked,
     memory_rows,
@@ -62,7 +61,6 @@ from controller.status.conditions import (
     store_reachable,
     sunset_markers,
     sweep_failure,
-    swept,
     with_conditions,
 )
 from controller.store.errors import (
@@ -129,13 +127,16 @@ class _Tick:
     def store(self) -> contextlib.AbstractContextManager[MemoryStore]:
         return self.runtime.parts.store(self.namespace, self.name, self.spec)
 
-    async def write(
-        self, change: Callable[[SessionSummarizerStatus], SessionSummarizerStatus]
-    ) -> tuple[SessionSummarizerStatus, SessionSummarizerStatus] | None:
-        """The status changed under its resourceVersion (kube.update_summarizer_status)."""
-        return await asyncio.to_thread(
-            kube.update_summarizer_status, self.namespace, self.name, change
-        )
+    async def write(self, *conds: Condition, **fields: object) -> SessionSummarizerStatus | None:
+        """Conditions (of the tick's spec generation) and fields written under the status's
+        resourceVersion (kube.update_summarizer_status): the status before, None if gone."""
+
+        def change(status: SessionSummarizerStatus) -> SessionSummarizerStatus:
+            return with_conditions(status, conds, generation=self.generation, **fields)
+
+        update = kube.update_summarizer_status
+        written = await asyncio.to_thread(update, self.namespace, self.name, change)
+        return written and written[0]
 
     async def in_thread(self, what: str, work: Callable[[], T]) -> T | None:
         """work() in a worker thread; None when it failed: a store error is the sweep's to report
@@ -298,7 +299,7 @@ async def sweep(body: kopf.Body, name: str, namespace: str | None, **kw: Any) ->
     if sweep_due(spec, status, retry_s) or (now and spec.sweep.enabled):
         await _sweep(tick)
     if now:  # what `summaryctl check` waits for: probes and sweep ran after its request
-        await tick.write(lambda st: st.model_copy(update={"last_handled_probe_request": asked}))
+        await tick.write(last_handled_probe_request=asked)
 
 
 @kopf.timer(
@@ -329,7 +330,7 @@ async def scan_markers(body: kopf.Body, name: str, namespace: str | None, **kw: 
     invalid = [m.describe() for m in markers.invalid]
     cond = sunset_markers(markers.requested, invalid, markers.markers_only)
     if cond is not None:
-        await tick.write(lambda st: with_conditions(st, [cond], generation=tick.generation))
+        await tick.write(cond)
         kind = "Warning" if cond.status == "False" else "Normal"
         runtime.events.post(body, kind, cond.reason, cond.message)
         tick.logger.info(
@@ -378,8 +379,7 @@ async def _retention(tick: _Tick) -> None:
         tick.logger.info(
             "retention by %s: deleted %d expired SessionSummaries", CONFIG.replica_id, deleted
         )
-    fields = {"last_retention_at": at, "deleted_by_retention": deleted}
-    await tick.write(lambda st: st.model_copy(update=fields))
+    await tick.write(last_retention_at=at, deleted_by_retention=deleted)
 
 
 def _tell(tick: _Tick, page: list[dict[str, Any]], pause: Pause) -> None:
@@ -441,25 +441,22 @@ async def _reconcile(tick: _Tick) -> None:
         f"reconciled {done.rows} memories in {seconds:.0f}s: {step.uncovered} not accounted "
         f"for by a summary, in {step.sessions} sessions to summarize"
     )
-    fields = dict(
-        reconciled_at=now_rfc3339(), reconciled_rows=done.rows, uncovered_found=step.uncovered
-    )
     rows = memory_rows(done.ignored, done.rows)
-    written = await tick.write(
-        lambda st: with_conditions(st, [rows], generation=tick.generation).model_copy(update=fields)
+    before = await tick.write(
+        rows, reconciled_at=now_rfc3339(), reconciled_rows=done.rows, uncovered_found=step.uncovered
     )
     tick.logger.info("reconciliation by %s: %s", CONFIG.replica_id, message)
     if step.uncovered:
         tick.runtime.events.post(tick.body, "Normal", "Reconciled", message)
     # Each walk that still finds ignored rows says so again (the recorder counts repeats).
-    if rows.status == "False" or (written and _changed(written[0], rows)):
+    if rows.status == "False" or (before and _changed(before, rows)):
         kind = "Warning" if rows.status == "False" else "Normal"
         tick.runtime.events.post(tick.body, kind, rows.reason, rows.message)
 
 
 async def _sweep(tick: _Tick) -> None:
     """One sweep: the sessions it finds asked for, its figures and Swept written."""
-    spec, status, events, generation = tick.spec, tick.status, tick.runtime.events, tick.generation
+    spec, status, events = tick.spec, tick.status, tick.runtime.events
     offset, last_id = status.appended_offset, status.appended_last_id
     cursor = RowCursor(offset, last_id) if offset is not None else None
 
@@ -478,10 +475,11 @@ async def _sweep(tick: _Tick) -> None:
     try:
         result = await asyncio.to_thread(sweep_store)
     except STORE_ERRORS as exc:
-        failure, at = sweep_failure(exc, redaction_of(tick.spec)), now_rfc3339()
-        written = await tick.write(lambda st: failed_sweep(st, failure, at, generation))
-        said = failure[0]
-        if written is not None and any(_changed(written[0], c) for c in failure):
+        failure = sweep_failure(exc, redaction_of(tick.spec))
+        said, failed = failure[0], f"sweep failed: {failure[0].message}"
+        # lastSweepAt moves, so the retry waits its turn (sweep_due).
+        before = await tick.write(*failure, last_sweep_at=now_rfc3339(), message=failed)
+        if before and any(_changed(before, c) for c in failure):
             events.post(tick.body, "Warning", said.reason, said.message)
         tick.logger.warning("sweep failed: %s: %s", said.reason, said.message)
         return
@@ -497,19 +495,20 @@ async def _sweep(tick: _Tick) -> None:
         f"active sessions, {applied.in_flight} already in flight, {applied.left} left for later"
     )
     tick.logger.info("sweep by %s: %s", CONFIG.replica_id, message)
-    figures: dict[str, object] = {
-        "last_sweep_at": now_rfc3339(),
-        "candidates_found": plan.found,
-        "deferred": applied.left,
-        "created": applied.created,
-        "patched": applied.patched,
-        "scanned_memories": result.scanned + result.appended,
-        "watermark": plan.next_watermark_ms,
-        "appended_offset": result.cursor.offset,
-        "appended_last_id": result.cursor.last_id,
-    }
     await tick.write(
-        lambda st: swept(st, figures, message, spec.store.url, result.duration_s, generation)
+        condition("Swept", "True", "SweepOK", message),
+        store_reachable(spec.store.url),
+        message=message,
+        last_sweep_duration_seconds=round(result.duration_s, 3),
+        last_sweep_at=now_rfc3339(),
+        candidates_found=plan.found,
+        deferred=applied.left,
+        created=applied.created,
+        patched=applied.patched,
+        scanned_memories=result.scanned + result.appended,
+        watermark=plan.next_watermark_ms,
+        appended_offset=result.cursor.offset,
+        appended_last_id=result.cursor.last_id,
     )
     if applied.created or applied.patched or applied.refreshed:
         events.post(tick.body, "Normal", "Swept", message)

@@ -585,8 +585,7 @@ def report(
     # up to date once more is in the status (summarizedAt, memoryCount), not in an Event.
     first = (body.get("status") or {}).get("phase") != "Summarized"
     if reason == "Summarized" and (outcome.rebuilt or first):
-        reason = "Rebuilt" if outcome.rebuilt else "Summarized"
-        events.post(body, "Normal", reason, message)
+        events.post(body, "Normal", "Rebuilt" if outcome.rebuilt else reason, message)
 
 
 def _summarized_message(body: kopf.Body, spec: SessionSummarySpec, outcome: Outcome) -> str:

@@ -187,12 +187,14 @@ def with_conditions(
     conditions: Iterable[Condition],
     *,
     generation: int | None = None,
+    **fields: object,
 ) -> SessionSummarizerStatus:
-    """The status with these conditions set, measured now, of this spec generation if given."""
+    """The status with these conditions set, measured now, of this spec generation if given, and
+    these fields."""
     at = now_rfc3339()
     stamp = {"observed_generation": generation} if generation is not None else {}
     merged = set_condition(status.conditions, *conditions, now=at, last_probe_time=at, **stamp)
-    return status.model_copy(update={"conditions": merged})
+    return status.model_copy(update={**fields, "conditions": merged})
 
 
 def settled(status: SessionSummarizerStatus, generation: int | None) -> SessionSummarizerStatus:
@@ -249,21 +251,6 @@ def secrets_allowed(verdicts: Sequence[SecretVerdict], unread: Sequence[str] = (
         return said("True", "NoSecrets", ["no Secret is sent"])
     sent = ", ".join(f"{v.use.secret} to {shown(v.use.url)}" for v in verdicts)
     return said("True", "AllowedBySecrets", [f"each Secret allows where it goes: {sent}"])
-
-
-def swept(
-    status: SessionSummarizerStatus,
-    figures: Mapping[str, object],
-    message: str,
-    store_url: str,
-    duration_s: float,
-    generation: int | None = None,  # of the spec the sweep ran with
-) -> SessionSummarizerStatus:
-    """A sweep that ran: its figures (status fields by name), Swept True, the store reachable."""
-    ok = Condition(type="Swept", status="True", reason="SweepOK", message=message)
-    update = {**figures, "message": message, "last_sweep_duration_seconds": round(duration_s, 3)}
-    conditions = [ok, store_reachable(store_url)]
-    return with_conditions(status, conditions, generation=generation).model_copy(update=update)
 
 
 MARKERS_SHOWN = 5
@@ -331,15 +318,3 @@ def sweep_failure(exc: BaseException, redaction: Redaction = DEFAULT_REDACTION) 
     if reason in ("CollectionNotFound", "MemoryCollectionNotFound", "InvalidStoreConfig"):
         return [swept]
     return [swept, store_reachable("", reason=reason, message=message)]
-
-
-def failed_sweep(
-    status: SessionSummarizerStatus,
-    failure: list[Condition],
-    at: str,
-    generation: int | None = None,  # of the spec the sweep ran with
-) -> SessionSummarizerStatus:
-    """What a sweep_failure writes; lastSweepAt moves, so the retry waits its turn (sweep_due)."""
-    return with_conditions(status, failure, generation=generation).model_copy(
-        update={"last_sweep_at": at, "message": f"sweep failed: {failure[0].message}"}
-    )

@@ -14,12 +14,11 @@ from controller.handlers.session_summarizer import sweep_due
 from controller.status import conditions as status_module
 from controller.status.conditions import (
     REQUIRED,
-    failed_sweep,
+    condition,
     spec_valid,
     store_reachable,
     summarizer_readiness,
     sweep_failure,
-    swept,
     with_conditions,
 )
 from controller.store.errors import StoreUnavailable
@@ -29,16 +28,16 @@ EMBED = Condition(type="EmbeddingReady", status="False", reason="EmbeddingMismat
 
 
 def report(status: SessionSummarizerStatus) -> SessionSummarizerStatus:
-    figures = {
-        "last_sweep_at": "2026-11-23T10:00:00Z",
-        "candidates_found": 3,
-        "deferred": 0,
-        "created": 2,
-        "patched": 1,
-        "scanned_memories": 40,
-        "watermark": 123,
-    }
-    return swept(status, figures, "scanned 40", "http://chroma:8000", duration_s=0.1234)
+    """What a sweep that ran writes (session_summarizer._sweep)."""
+    ok = [condition("Swept", "True", "SweepOK", "scanned 40"), store_reachable("http://c:8000")]
+    return with_conditions(status, ok, last_sweep_at="2026-11-23T10:00:00Z", watermark=123)
+
+
+def failed_sweep(
+    status: SessionSummarizerStatus, failure: list[Condition], generation: int | None = None
+) -> SessionSummarizerStatus:
+    """What a sweep that failed writes (session_summarizer._sweep)."""
+    return with_conditions(status, failure, generation=generation, last_sweep_at="t")
 
 
 def types(status: SessionSummarizerStatus) -> dict[str, str]:
@@ -54,7 +53,7 @@ def test_a_sweep_keeps_the_health_probes_conditions() -> None:
         "StoreReachable": "HeartbeatOK",
         "Swept": "SweepOK",
     }
-    assert after.watermark == 123 and after.last_sweep_duration_seconds == 0.123
+    assert after.watermark == 123
 
 
 def test_every_order_of_writers_ends_with_every_writers_conditions() -> None:
@@ -62,7 +61,7 @@ def test_every_order_of_writers_ends_with_every_writers_conditions() -> None:
         lambda s: with_conditions(s, [MODEL]),
         lambda s: with_conditions(s, [EMBED]),
         report,
-        lambda s: failed_sweep(s, sweep_failure(StoreUnavailable("down")), "t"),
+        lambda s: failed_sweep(s, sweep_failure(StoreUnavailable("down"))),
     ]
     for order in itertools.permutations(writers):
         status = SessionSummarizerStatus()
@@ -77,10 +76,9 @@ def test_a_missing_memory_collection_fails_the_sweep_but_not_the_store_probe() -
 
     failure = sweep_failure(CollectionNotFound("memory collection 'x' does not exist"))
     status = failed_sweep(
-        with_conditions(SessionSummarizerStatus(), [store_reachable("u")]), failure, "t"
+        with_conditions(SessionSummarizerStatus(), [store_reachable("u")]), failure
     )
     assert types(status) == {"StoreReachable": "HeartbeatOK", "Swept": "MemoryCollectionNotFound"}
-    assert status.message == "sweep failed: memory collection 'x' does not exist"
 
 
 def test_a_failure_with_an_empty_message_still_says_what_failed() -> None:
@@ -153,7 +151,7 @@ def test_a_healthy_summarizer_is_ready_and_a_stuck_store_stalls_it() -> None:
     status = settled(SessionSummarizerStatus(conditions=healthy), 2)
     assert types(status)["Ready"] == "Healthy"
     down = sweep_failure(StoreUnavailable("Chroma at u is down"))
-    status = settled(failed_sweep(status, down, "t", generation=2), 2)
+    status = settled(failed_sweep(status, down, generation=2), 2)
     found = {c.type: c for c in status.conditions or []}
     assert (found["Ready"].status, found["Ready"].reason) == ("False", "StoreUnavailable")
     assert found["Stalled"].status == "True" and "StoreReachable" in found["Ready"].message
@@ -302,9 +300,10 @@ def test_failing_probes_run_again_backing_off_and_start_over_once_they_hold(
             last, wait = now, min(2 * wait, max(every, PROBE_BACKOFF_MAX_S))
 
 
+@pytest.mark.parametrize("store", ["down", "up"])
 @pytest.mark.parametrize("edited_during", ["probes", "retention", "reconciliation"])
 def test_a_ticks_conditions_are_stamped_with_the_generation_it_ran_with(
-    edited_during: str,
+    edited_during: str, store: str
 ) -> None:
     """kopf hands a timer the live body: a spec edited while the tick runs (its probes, its
     retention, its reconciliation step) must not get the conditions of the tick's probes and
@@ -320,11 +319,11 @@ def test_a_ticks_conditions_are_stamped_with_the_generation_it_ran_with(
     import kopf
 
     from controller.config import CONFIG
-    from controller.core.sweep_plan import ReconcileCycle
+    from controller.core.sweep_plan import ReconcileCycle, RowCursor, SweepPlan
     from controller.handlers import session_summarizer
     from controller.runtime import Runtime
     from controller.status.conditions import settled
-    from controller.sweep import ReconcileResult
+    from controller.sweep import Applied, ReconcileResult, SweepResult
     from tests.unit.test_invalid_summary_spec import Recorded
 
     raw: dict[str, Any] = {
@@ -349,8 +348,11 @@ def test_a_ticks_conditions_are_stamped_with_the_generation_it_ran_with(
         edit("reconciliation")
         return ReconcileResult(read=1, finished=ReconcileCycle(started_ms=0, rows=1))
 
-    def sweep_down(*_: Any, **__: Any) -> Any:
-        raise StoreUnavailable("the store is down")
+    def run_sweep(*_: Any, **__: Any) -> SweepResult:
+        if store == "down":
+            raise StoreUnavailable("the store is down")
+        plan, cursor = SweepPlan(next_watermark_ms=123), RowCursor(5, "r")
+        return SweepResult(plan, 40, Applied(0, 0, 0, 0), 0.1234, cursor, True, 2)
 
     written: list[SessionSummarizerStatus] = []
 
@@ -369,7 +371,7 @@ def test_a_ticks_conditions_are_stamped_with_the_generation_it_ran_with(
         mock.patch.object(session_summarizer._Tick, "upkeep", SimpleNamespace(reconciler=None)),
         mock.patch.object(session_summarizer, "sweep_due", lambda *_: True),
         mock.patch.object(session_summarizer._Tick, "store", lambda _: contextlib.nullcontext()),
-        mock.patch.object(session_summarizer, "run_sweep", sweep_down),
+        mock.patch.object(session_summarizer, "run_sweep", run_sweep),
         mock.patch("controller.kube.client.update_summarizer_status", update),
     ):
         asyncio.run(
@@ -390,3 +392,11 @@ def test_a_ticks_conditions_are_stamped_with_the_generation_it_ran_with(
     }
     assert {t for t, _ in stamped} >= {"ModelReady", "MemoryRowsUsable", "StoreReachable"}, stamped
     assert {g for _, g in stamped} == {3}, stamped
+    swept = written[-1]  # the sweep's, with its figures; lastSweepAt moves either way
+    assert swept.last_sweep_at is not None
+    if store == "down":
+        assert swept.message == "sweep failed: the store is down"
+    else:
+        assert swept.message and swept.message.startswith("scanned 40 new memories and 2 added")
+        assert (swept.last_sweep_duration_seconds, swept.watermark) == (0.123, 123)
+        assert (swept.appended_offset, swept.appended_last_id) == (5, "r")
