@@ -532,8 +532,7 @@ def check_store(
         with parts.store(namespace, name, spec) as store:
             store.heartbeat()
     except (kube.SecretError, DestinationRefused, InvalidStoreConfig, StoreUnavailable) as exc:
-        reason, message = _shown(exc, spec)  # the parts reconnect at next use
-        return store_reachable(spec.store.url, reason=reason, message=message)
+        return condition("StoreReachable", "False", *_shown(exc, spec))  # reconnects at next use
     return store_reachable(spec.store.url)
 
 
@@ -542,15 +541,14 @@ def check_model(spec: SessionSummarizerSpec, namespace: str) -> Condition:
 
     from controller.embeddings.remote import openai_client
 
-    model = spec.model
     ready = functools.partial(condition, "ModelReady", "True")
     unavailable = functools.partial(condition, "ModelReady", "False")
-    if model.backend == "extractive":
+    if spec.model.backend == "extractive":
         return ready("Extractive", "embedded extractive summarizer (no model)")
     try:
         check_memory_destinations(spec, namespace, "model.baseUrl")
         config = chat_model_config(spec, namespace)
-        timeout = min(model.timeout_seconds, 10)
+        timeout = min(spec.model.timeout_seconds, 10)
         # The passes' client: bound in time and size, and asked where the passes post.
         client, headers = openai_client(config.base_url, config.api_key, timeout, 0)
         url = f"{client.base_url}models"

@@ -223,11 +223,9 @@ def spec_valid(invalid: ValidationError | None) -> Condition:
     return condition("SpecValid", "False", "InvalidSpec", spec_problems(invalid))
 
 
-def store_reachable(url: str, *, reason: str = "HeartbeatOK", message: str = "") -> Condition:
-    """StoreReachable: True with HeartbeatOK, else False with the failure's reason."""
-    ok = reason == "HeartbeatOK"
-    message = message or (f"Chroma at {url} answers" if ok else "")
-    return condition("StoreReachable", "True" if ok else "False", reason, message)
+def store_reachable(url: str) -> Condition:
+    """StoreReachable True: the store at url answers (a failure's is False with its reason)."""
+    return condition("StoreReachable", "True", "HeartbeatOK", f"Chroma at {url} answers")
 
 
 def secrets_allowed(verdicts: Sequence[SecretVerdict], unread: Sequence[str] = ()) -> Condition:
@@ -314,7 +312,7 @@ def sweep_failure(exc: BaseException, redaction: Redaction = DEFAULT_REDACTION) 
     named = failure_shown(exc, redaction)
     reason, message, _ = named or ("StoreUnavailable", masked(exc, 300, redaction), True)
     message = message or type(exc).__name__
-    swept = Condition(type="Swept", status="False", reason=reason, message=message)
+    swept = condition("Swept", "False", reason, message)
     if reason in ("CollectionNotFound", "MemoryCollectionNotFound", "InvalidStoreConfig"):
         return [swept]
-    return [swept, store_reachable("", reason=reason, message=message)]
+    return [swept, condition("StoreReachable", "False", reason, message)]
