@@ -189,8 +189,7 @@ def with_conditions(
     generation: int | None = None,
     **fields: object,
 ) -> SessionSummarizerStatus:
-    """The status with these conditions set, measured now, of this spec generation if given, and
-    these fields."""
+    """The status with these conditions (measured now, of generation if given) and fields set."""
     at = now_rfc3339()
     stamp = {"observed_generation": generation} if generation is not None else {}
     merged = set_condition(status.conditions, *conditions, now=at, last_probe_time=at, **stamp)
@@ -259,22 +258,20 @@ def sunset_markers(
 ) -> Condition | None:
     """SunsetMarkers after a scan that acted: False for markers that name no session or only
     sessions with no other memories; None after one that did nothing (it writes nothing)."""
-    parts = []
-    if invalid:
-        parts.append(
-            f"ignored {len(invalid)} sunset marker(s) that name no session: " + _listed(invalid)
+    parts = [
+        f"{said.format(len(items))}: {_listed(items, quoted=quoted)}"
+        for items, said, quoted in (
+            (invalid, "ignored {} sunset marker(s) that name no session", False),
+            (
+                markers_only,
+                "ignored the sunset markers of {} session(s) with no other memories (nothing to "
+                "summarize; no SessionSummary made)",
+                True,
+            ),
+            (requested, "requested summaries of {} session(s) with a sunset marker", True),
         )
-    if markers_only:
-        parts.append(
-            f"ignored the sunset markers of {len(markers_only)} session(s) with no other "
-            "memories (nothing to summarize; no SessionSummary made): "
-            + _listed(markers_only, quoted=True)
-        )
-    if requested:
-        parts.append(
-            f"requested summaries of {len(requested)} session(s) with a sunset marker: "
-            + _listed(requested, quoted=True)
-        )
+        if items
+    ]
     if not parts:
         return None
     status, reason = "True", "SummaryRequested"
