@@ -5,6 +5,7 @@ the apiserver defaulted and one built here agree."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Annotated, ClassVar, Literal
 
 from pydantic import (
@@ -155,7 +156,7 @@ class StoreSpec(CamelModel):
         return host_name_problem(url) if re.fullmatch(cls.URL_PATTERN, url) else cls.URL_MESSAGE
 
     @classmethod
-    def name_problem(cls, field: str, name: str) -> str | None:
+    def name_problem(cls, field: str, name: str, shown: Callable[[str], str] = repr) -> str | None:
         """Why the spec (and summaryctl's flag) refuses `name` as this field, in Chroma's
         words where the rule is Chroma's (a database's is a collection's)."""
         if field != "tenant":
@@ -166,21 +167,20 @@ class StoreSpec(CamelModel):
             problem = cls.TENANT_MESSAGE if "/" in name else None
         room = cls.COLLECTION_NAME_MAX - len(cls.LEDGER_SUFFIX)
         if not problem and field == "summary_collection" and len(name) > room:
-            return (
+            problem = (
                 f"must be at most {room} characters, so that its ledger (its name + "
                 f"{cls.LEDGER_SUFFIX!r}) is a collection name too"
             )
         if not problem and field in ("tenant", "database") and len(name) > cls.NAME_MAX:
-            return f"must be at most {cls.NAME_MAX} characters"
-        return problem
+            problem = f"must be at most {cls.NAME_MAX} characters"
+        what = field.replace("_", " ")
+        return problem and f"{shown(name)} is not a valid Chroma {what} name: it {problem}"
 
     @field_validator("memory_collection", "summary_collection", "database", "tenant", mode="before")
     @classmethod
     def _chroma_name(cls, value: object, info: ValidationInfo) -> object:
-        field = str(info.field_name)
-        if isinstance(value, str) and (problem := cls.name_problem(field, value)):
-            what = field.replace("_", " ")
-            raise ValueError(f"{value!r} is not a valid Chroma {what} name: it {problem}")
+        if isinstance(value, str) and (problem := cls.name_problem(str(info.field_name), value)):
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")

@@ -23,10 +23,6 @@ def _default_replica_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-class ConfigError(SystemExit):
-    """An SSO_* environment variable is invalid: the process stops with one line (exit 1)."""
-
-
 class OperatorConfig(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="SSO_", frozen=True, extra="ignore", env_ignore_empty=True
@@ -150,12 +146,12 @@ _PATTERN_RULES = MappingProxyType({
 
 
 def load() -> OperatorConfig:
-    """The settings from the environment; ConfigError names every invalid variable."""
+    """The settings from the environment; SystemExit names every invalid variable (exit 1)."""
     try:
         return OperatorConfig()
     except ValidationError as exc:
         problems = "; ".join(_problem(err) for err in exc.errors())
-        raise ConfigError(f"session-summary-operator: invalid settings: {problems}") from None
+        raise SystemExit(f"session-summary-operator: invalid settings: {problems}") from None
 
 
 CONFIG = load()

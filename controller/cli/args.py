@@ -105,11 +105,8 @@ def store_name_arg(field: str) -> Callable[[str], str]:
     """A store flag (--tenant, --database, a collection): what StoreSpec takes for `field`."""
 
     def check(value: str) -> str:
-        if problem := StoreSpec.name_problem(field, value):
-            what = field.replace("_", " ")
-            raise argparse.ArgumentTypeError(
-                f"{_shown(value)} is not a valid Chroma {what} name: it {problem}"
-            )
+        if problem := StoreSpec.name_problem(field, value, _shown):
+            raise argparse.ArgumentTypeError(problem)
         return value
 
     return check

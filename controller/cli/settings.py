@@ -121,8 +121,8 @@ def read_secret(spec_field: str, namespace: str, ref: Any, url: str) -> str:
 
 def store_location(args: argparse.Namespace, summarizer: SummarizerSettings) -> StoreLocation:
     """The store: flags given on the command line, else the summarizer's, else defaults."""
-    base = StoreLocation(url=None)
     chroma_url = None if args.path else args.chroma_url and check_chroma_url(args.chroma_url)
+    base = StoreLocation(url=chroma_url)
     if summarizer.source is not None:
         spec = summarizer.spec
         if chroma_url:  # the URL the store is reached at: the one allowed and sent the token
@@ -133,15 +133,14 @@ def store_location(args: argparse.Namespace, summarizer: SummarizerSettings) -> 
         )
     elif chroma_url:
         backends.check_endpoint("--chroma-url", chroma_url, PROGRAM)
-    url = None if args.path else chroma_url or base.url
-    if not url and not args.path:
+    if not (base.url or args.path):
         raise CliError(
             "say where Chroma is: --chroma-url http://HOST:8000, --path DIR, or a summarizer "
             "(--summarizer NAME, --summarizer-file FILE)"
         )
     location = dataclasses.replace(
         base,
-        url=check_chroma_url(url) if url else None,
+        url=None if args.path else base.url,  # a spec's passed StoreSpec's stricter check
         path=args.path,
         token=None if args.path else os.environ.get("CHROMA_TOKEN") or base.token,
         **{flag: getattr(args, flag) for flag in STORE_FLAGS if getattr(args, flag)},
