@@ -352,8 +352,7 @@ def memory_destination_refusal(
     annotation decides; without one (`without`: why), `program`'s SSO_ALLOWED_MODEL_URLS,
     where empty allows nothing."""
     annotation = credential.annotation if credential is not None else None
-    unannotated: tuple[list[UrlPrefix], list[str]] = (list(install_list), [])
-    prefixes, invalid = unannotated if annotation is None else parse_prefixes(annotation)
+    prefixes, invalid = (install_list, []) if annotation is None else parse_prefixes(annotation)
     if allowed(url, prefixes):
         return None
     dest = shown(url)

@@ -139,28 +139,25 @@ class _MiniLM:
         out = np.empty((len(ids), self.word.width), dtype=np.float32)
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
-            out[chunk] = self._encode_padded([ids[i] for i in chunk], between)
+            length = max(len(ids[i]) for i in chunk)
+            input_ids = np.zeros((len(chunk), length), dtype=np.int64)
+            mask = np.zeros((len(chunk), length), dtype=np.float32)
+            for row, i in enumerate(chunk):
+                input_ids[row, : len(ids[i])] = ids[i]
+                mask[row, : len(ids[i])] = 1.0
+            x = self.word.rows(input_ids) + self.position[:length] + self.token_type0
+            x = _layer_norm(x, *self.emb_ln, self.eps)
+            # Padding keys get the most negative float, as in HF BERT: exp() makes them 0.
+            key_bias = ((1.0 - mask) * np.finfo(np.float32).min)[:, None, None, :]
+            for n, layer in enumerate(self.layers, 1):
+                x = self._layer(x, layer, key_bias)
+                if between is not None and n < len(self.layers):  # not for the pooling's bit
+                    between()
+            summed = (x * mask[:, :, None]).sum(axis=1)
+            mean = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
+            norm = np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)
+            out[chunk] = mean / norm
         return out
-
-    def _encode_padded(self, batch: list[list[int]], between: Callable[[], object] | None) -> Array:
-        length = max(len(ids) for ids in batch)
-        input_ids = np.zeros((len(batch), length), dtype=np.int64)
-        mask = np.zeros((len(batch), length), dtype=np.float32)
-        for row, ids in enumerate(batch):
-            input_ids[row, : len(ids)] = ids
-            mask[row, : len(ids)] = 1.0
-        x = self.word.rows(input_ids) + self.position[:length] + self.token_type0
-        x = _layer_norm(x, *self.emb_ln, self.eps)
-        # Padding keys get the most negative float, as in HF BERT: exp() makes them exactly 0.
-        key_bias = ((1.0 - mask) * np.finfo(np.float32).min)[:, None, None, :]
-        for n, layer in enumerate(self.layers, 1):
-            x = self._layer(x, layer, key_bias)
-            if between is not None and n < len(self.layers):  # not for the pooling's bit
-                between()
-        summed = (x * mask[:, :, None]).sum(axis=1)
-        mean = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
-        norm = np.maximum(np.linalg.norm(mean, axis=1, keepdims=True), 1e-12)
-        return (mean / norm).astype(np.float32)
 
     def _layer(self, x: Array, layer: dict[str, Array], key_bias: Array) -> Array:
         batch, length, hidden = x.shape
@@ -181,23 +178,19 @@ class _MiniLM:
         scores /= scores.sum(axis=-1, keepdims=True)
         context = (scores @ v).transpose(0, 2, 1, 3).reshape(batch * length, hidden)
         out = np.empty_like(tokens)
-        for start in range(0, batch * length, _ROW_BLOCK):
+        for start in range(0, batch * length, _ROW_BLOCK):  # a block of rows stays in cache
             rows = slice(start, start + _ROW_BLOCK)
-            out[rows] = self._dense_block(context[rows], tokens[rows], layer)
+            y = context[rows] @ layer["out_w"]
+            y += layer["out_b"]
+            y += tokens[rows]
+            y = _layer_norm(y, layer["ln1_w"], layer["ln1_b"], self.eps)
+            inner = y @ layer["ffn_in_w"]
+            inner += layer["ffn_in_b"]
+            ffn = _gelu_in_place(inner) @ layer["ffn_out_w"]
+            ffn += layer["ffn_out_b"]
+            ffn += y
+            out[rows] = _layer_norm(ffn, layer["ln2_w"], layer["ln2_b"], self.eps)
         return out.reshape(batch, length, hidden)
-
-    def _dense_block(self, context: Array, residual: Array, layer: dict[str, Array]) -> Array:
-        """Everything after attention, on a block of token rows that stays in cache."""
-        x = context @ layer["out_w"]
-        x += layer["out_b"]
-        x += residual
-        x = _layer_norm(x, layer["ln1_w"], layer["ln1_b"], self.eps)
-        hidden = x @ layer["ffn_in_w"]
-        hidden += layer["ffn_in_b"]
-        ffn = _gelu_in_place(hidden) @ layer["ffn_out_w"]
-        ffn += layer["ffn_out_b"]
-        ffn += x
-        return _layer_norm(ffn, layer["ln2_w"], layer["ln2_b"], self.eps)
 
 
 class _RowFile:
