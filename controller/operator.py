@@ -95,7 +95,7 @@ def _choose_priority(run: RunOptions) -> int:
 
 async def _collect_abandoned_claims(interval: float) -> None:
     ttl = CONFIG.claim_ttl_seconds
-    collector = ClaimCollector(default_duration_s=ttl, grace_s=ttl)
+    collector = ClaimCollector(default_duration_s=ttl)
     while True:
         try:
             deleted = await asyncio.to_thread(collector.collect)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -126,49 +127,41 @@ def plan_from_store(
         max_sessions=spec.sweep.max_sessions_per_sweep,
     )
     policy = RefreshPolicy(spec.sweep.refresh_after_tokens, spec.sweep.min_refresh_seconds * 1000)
+
+    def grown(session_ids: list[str]) -> Iterator[Growth]:
+        """How much each active session grew since its summary (past the minimum interval)."""
+        try:
+            store.summaries()
+            summarized = True
+        except CollectionNotFound:  # no summary yet: not a lookup (and a listing) per session
+            summarized = False
+        for sid in session_ids:
+            pause()
+            try:
+                prior = store.read_summary(sid) if summarized else None
+            except UnreadablePriorSummary:
+                continue  # its SessionSummary reports it when a pass runs
+            structured = prior if isinstance(prior, StructuredSummary) else None
+            summarized_at = structured.summarized_at_ms if structured else None
+            if not may_refresh(summarized_at, policy, now_ms):
+                continue
+            mark = structured.watermark if structured else None
+            key = (mark.timestamp_ms, mark.memory_id) if mark else None
+            rows = store.session_rows(sid, PriorCoverage(key))  # the memories after the watermark
+            tokens = sum(
+                estimate_tokens(memory_text(m))
+                for m in rows.memories()
+                if not is_excluded(m, spec.excluded_memory_types)
+            )
+            yield Growth(sid, activity[sid], tokens, summarized_at)
+
     if policy.enabled and plan.still_active:
         measured = plan.still_active[: WALK_FACTOR * spec.sweep.max_sessions_per_sweep]
-        growth = list(_growth(store, spec, measured, activity, policy, now_ms, pause))
+        growth = list(grown(measured))
         plan = plan_refresh(
             plan, growth, policy, now_ms=now_ms, max_sessions=spec.sweep.max_sessions_per_sweep
         )
     return plan, (scanned, len(appended)), new_cursor, aligned or cursor is None
-
-
-def _growth(
-    store: MemoryStore,
-    spec: SessionSummarizerSpec,
-    session_ids: list[str],
-    activity: dict[str, int],
-    policy: RefreshPolicy,
-    now_ms: int,
-    pause: Pause = no_pause,
-) -> Iterator[Growth]:
-    """How much each active session grew since its summary (past the minimum interval)."""
-    try:
-        store.summaries()
-        summarized = True
-    except CollectionNotFound:  # no summary yet: not a lookup (and a listing) per session
-        summarized = False
-    for sid in session_ids:
-        pause()
-        try:
-            prior = store.read_summary(sid) if summarized else None
-        except UnreadablePriorSummary:
-            continue  # its SessionSummary reports it when a pass runs
-        structured = prior if isinstance(prior, StructuredSummary) else None
-        summarized_at = structured.summarized_at_ms if structured else None
-        if not may_refresh(summarized_at, policy, now_ms):
-            continue
-        mark = structured.watermark if structured else None
-        key = (mark.timestamp_ms, mark.memory_id) if mark else None
-        rows = store.session_rows(sid, PriorCoverage(key))  # the memories after the watermark
-        tokens = sum(
-            estimate_tokens(memory_text(m))
-            for m in rows.memories()
-            if not is_excluded(m, spec.excluded_memory_types)
-        )
-        yield Growth(sid, activity[sid], tokens, summarized_at)
 
 
 @dataclass(frozen=True)
@@ -187,7 +180,6 @@ def apply_plan(
     cap. In-flight sessions do not use up the cap (they would starve an old backlog)."""
     budget = len(plan.candidates)
     stale = plan.candidates + plan.deferred
-    created = patched = in_flight = walked = 0
 
     def request(session_id: str, trigger: str) -> str | None:
         """created or patched; None when in flight. requestedAt is taken after any pause."""
@@ -198,20 +190,15 @@ def apply_plan(
             return None
         return _ask(namespace, session_id, trigger, summarizer_name, requested_at, existing)
 
+    done: Counter[str | None] = Counter()
     for candidate in stale[: WALK_FACTOR * max(budget, 1)]:
-        if created + patched >= budget:
+        if done["created"] + done["patched"] >= budget:
             break
-        walked += 1
-        action = request(candidate.session_id, "sweep")
-        in_flight += action is None
-        created += action == "created"
-        patched += action == "patched"
-    refreshed = 0
-    for candidate in plan.refresh:  # already within the cap (plan_refresh)
-        action = request(candidate.session_id, REFRESH_TRIGGER)
-        in_flight += action is None
-        refreshed += action in ("created", "patched")
-    return Applied(created, patched, in_flight, len(stale) - walked, refreshed)
+        done[request(candidate.session_id, "sweep")] += 1
+    # plan.refresh is already within the cap (plan_refresh)
+    refreshes = Counter(request(c.session_id, REFRESH_TRIGGER) for c in plan.refresh)
+    left, refreshed = len(stale) - done.total(), refreshes["created"] + refreshes["patched"]
+    return Applied(done["created"], done["patched"], done[None] + refreshes[None], left, refreshed)
 
 
 def run_sweep(
@@ -306,16 +293,14 @@ def run_marker_scan(
             continue
         existing = kube.get_summary(namespace, summary_object_name(marker.session_id))
         action = marker_action(marker, existing)
-        if action == "wait":
-            waiting += 1
-            continue
-        if action == "request":
-            sid = marker.session_id
-            if not _ask(namespace, sid, MARKER_TRIGGER, summarizer_name, requested_at, existing):
-                waiting += 1  # changed since read: a sunset or a pass; looked at again
-                continue
+        if action == "request" and _ask(
+            namespace, marker.session_id, MARKER_TRIGGER, summarizer_name, requested_at, existing
+        ):
             memory.bucket.take(1, time.monotonic())  # a grant per request made
             requested.append(marker.session_id)
+        elif action != "done":  # a pass under way, or changed since read: looked at again
+            waiting += 1
+            continue
         memory.acted[marker.session_id] = marker.timestamp_ms
     # Forget what the window no longer holds: those markers are never read again.
     memory.acted = {s: ts for s, ts in memory.acted.items() if s in markers}
@@ -345,15 +330,13 @@ def reconcile_step(
     *,
     namespace: str,
     summarizer_name: str,
-    now_ms: int,
-    monotonic: float,
     state: Reconciler,
     pause: Pause,
 ) -> ReconcileResult:
     """One tick: ask for the passes the last walk found (maxSessionsPerSweep at most), start
     a walk when due, and read what reconcileRowsPerSecond allows since the last step (two
     ticks' worth at most), so the walk never holds up a sunset."""
-    sweep = spec.sweep
+    sweep, now_ms, monotonic = spec.sweep, int(time.time() * 1000), time.monotonic()
     if state.pending:
         batch, state.pending = state.pending, []
         if state.last_done_ms is not None:  # written or forgotten since the walk: not stale

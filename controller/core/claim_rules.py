@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from controller.core.text import ms_to_rfc3339
-
-Decision = Literal["take", "held"]
 
 
 @dataclass(frozen=True)
@@ -88,17 +86,13 @@ def sighted(previous: Sighting | None, name: str, version: str, now_s: float) ->
     return Sighting(name, version, now_s)
 
 
-def decide(existing: Claim | None, sighting: Sighting, me: Writer, now_s: float) -> Decision:
-    """take: free, unreadable, ours already, or unchanged for its whole duration on our clock
-    since we saw it; held: another writer's, live as far as our clock can tell."""
+def held_for_s(existing: Claim | None, sighting: Sighting, me: Writer, now_s: float) -> float:
+    """How long, on our clock, another writer's claim stays live if its holder stops renewing
+    now: 0 (take it) when free, unreadable, ours already, or unchanged for its whole duration
+    since we saw it as it is."""
     if existing is None or existing.writer == me:
-        return "take"
-    return "take" if now_s - sighting.seen_at_s >= existing.duration_s else "held"
-
-
-def held_for_s(existing: Claim, sighting: Sighting, now_s: float) -> float:
-    """How long, on our clock, a held claim stays held if its holder stops renewing now."""
-    return max(0.0, sighting.seen_at_s + existing.duration_s - now_s)
+        return 0.0
+    return max(0.0, existing.duration_s - (now_s - sighting.seen_at_s))
 
 
 def holder_may_write(renewed_at_s: float, now_s: float, duration_s: float, margin_s: float) -> bool:

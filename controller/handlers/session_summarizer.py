@@ -423,8 +423,6 @@ async def _reconcile(tick: _Tick) -> None:
                 tick.spec,
                 namespace=tick.namespace,
                 summarizer_name=tick.name,
-                now_ms=int(time.time() * 1000),
-                monotonic=time.monotonic(),
                 state=tick.upkeep.reconciler,
                 pause=pause,
             )

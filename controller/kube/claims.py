@@ -20,7 +20,6 @@ from controller.core.claim_rules import (
     Claim,
     Sighting,
     abandoned,
-    decide,
     held_for_s,
     holder_may_write,
     parse_claim,
@@ -147,23 +146,6 @@ class SessionClaimHandle:
     def _get(self) -> dict[str, Any] | None:
         return self._call((404,), _api().get_cluster_custom_object, self.name)
 
-    def _granted(self, claim: Claim, made: dict[str, Any], sent_s: float) -> None:
-        """Ours from sent_s on (when the request left, on our clock)."""
-        version = str(made["metadata"]["resourceVersion"])
-        with self._lock:
-            self._grant, self._version, self._renewed_at_s = claim, version, sent_s
-            self._lost, self._uid = None, made["metadata"].get("uid")
-        try:
-            self.fence = Fence(fence_of(version), self.authority)
-        except ValueError:
-            self.release()
-            raise
-        self._stop.clear()
-        self._renewer = threading.Thread(
-            target=self._renew_loop, name=f"claim-renewer-{self.claim.session_id[:40]}", daemon=True
-        )
-        self._renewer.start()
-
     def acquire(self) -> Claim:
         """Takes the claim; ClaimHeld if another's is live by our clock, ClaimLost if refused."""
         try:
@@ -188,11 +170,25 @@ class SessionClaimHandle:
         )
 
     def _take(self, version: str | None) -> Claim | None:
-        """Creates the claim, or replaces this version of it; None if the API refuses."""
+        """Creates the claim, or replaces this version of it; None if the API refuses. Ours
+        from when the request left, on our clock."""
         claim, sent = self._new_claim(), time.monotonic()
         if (made := self._write(claim, version)) is None:
             return None
-        self._granted(claim, made, sent)
+        version = str(made["metadata"]["resourceVersion"])
+        with self._lock:
+            self._grant, self._version, self._renewed_at_s = claim, version, sent
+            self._lost, self._uid = None, made["metadata"].get("uid")
+        try:
+            self.fence = Fence(fence_of(version), self.authority)
+        except ValueError:
+            self.release()
+            raise
+        self._stop.clear()
+        self._renewer = threading.Thread(
+            target=self._renew_loop, name=f"claim-renewer-{self.claim.session_id[:40]}", daemon=True
+        )
+        self._renewer.start()
         return claim
 
     def _unless_held(self, obj: dict[str, Any], lost_races: int) -> str:
@@ -200,8 +196,8 @@ class SessionClaimHandle:
         version, now = str(obj["metadata"]["resourceVersion"]), time.monotonic()
         self.seen.claim = sighted(self.seen.claim, self.name, version, now)
         holder = parse_claim(obj.get("spec"), self.claim.duration_s)
-        if holder is not None and decide(holder, self.seen.claim, self.claim.writer, now) == "held":
-            wait = held_for_s(holder, self.seen.claim, now)
+        wait = held_for_s(holder, self.seen.claim, self.claim.writer, now)
+        if holder is not None and wait:  # 0: free, ours, or lapsed on our clock
             raise ClaimHeld(holder, wait, lost_races=lost_races)
         return version
 
@@ -342,11 +338,10 @@ class SessionClaimHandle:
 
 @dataclass
 class ClaimCollector:
-    """Deletes claims unchanged, by our clock, for their duration plus a grace; each delete
-    is conditional on the resourceVersion seen, so a claim renewed meanwhile stays."""
+    """Deletes claims unchanged, by our clock, for their duration plus ours (a grace); each
+    delete is conditional on the resourceVersion seen, so a claim renewed meanwhile stays."""
 
     default_duration_s: float
-    grace_s: float
     sightings: dict[str, Sighting] = field(default_factory=dict)
 
     def collect(self) -> int:
@@ -359,7 +354,7 @@ class ClaimCollector:
             sighting = seen[name] = sighted(self.sightings.get(name), name, version, now)
             claim = parse_claim(obj.get("spec"), self.default_duration_s)
             duration = claim.duration_s if claim else self.default_duration_s
-            if not abandoned(sighting, duration, self.grace_s, now):
+            if not abandoned(sighting, duration, self.default_duration_s, now):
                 continue
             delete, options = _api().delete_cluster_custom_object, kube.unless_changed(version)
             if kube.applied((404, 409), delete, CLAIM_PLURAL, name, body=options):

@@ -269,7 +269,7 @@ def test_abandoned_claims_are_collected_page_by_page_and_live_ones_stay(
     released.append(live)
     live.acquire()
     monkeypatch.setattr(kube, "list_pages", functools.partial(kube.list_pages, page_size=2))
-    collector = ClaimCollector(default_duration_s=1, grace_s=1)
+    collector = ClaimCollector(default_duration_s=1)
     assert collector.collect() == 0  # first sighting: a whole duration and grace to wait
     time.sleep(2.2)
     assert collector.collect() >= 5  # and any other test's leftovers

@@ -18,7 +18,6 @@ from controller.core.claim_rules import (
     Sighting,
     Writer,
     abandoned,
-    decide,
     held_for_s,
     holder_may_write,
     parse_claim,
@@ -66,16 +65,16 @@ def test_unreadable_or_missing_claim_counts_as_free() -> None:
     assert parse_claim({"holder": "x"}, D) is None
     assert parse_claim({**claim(ME).spec(), "leaseDurationSeconds": "soon"}, D) is None
     assert parse_claim({**claim(ME).spec(), "leaseDurationSeconds": 0}, D) is None
-    assert decide(None, Sighting("n", "1", 0.0), ME, 0.0) == "take"
+    assert held_for_s(None, Sighting("n", "1", 0.0), ME, 0.0) == 0
 
 
 def test_a_live_claim_of_another_writer_is_held_for_its_duration_from_our_first_sighting() -> None:
     seen = sighted(None, "n", "7", now_s=100.0)
     for other in (OTHER_REPLICA_SAME_OBJECT, SAME_REPLICA_OTHER_OBJECT):
-        assert decide(claim(other), seen, ME, 100.0) == "held"
-        assert decide(claim(other), seen, ME, 159.9) == "held"
-        assert held_for_s(claim(other), seen, 130.0) == pytest.approx(30.0)
-        assert decide(claim(other), seen, ME, 160.0) == "take"
+        assert held_for_s(claim(other), seen, ME, 100.0) > 0
+        assert held_for_s(claim(other), seen, ME, 159.9) > 0
+        assert held_for_s(claim(other), seen, ME, 130.0) == pytest.approx(30.0)
+        assert held_for_s(claim(other), seen, ME, 160.0) == 0
 
 
 def test_a_claim_seen_for_the_first_time_gets_a_whole_duration_however_old_it_is() -> None:
@@ -83,8 +82,8 @@ def test_a_claim_seen_for_the_first_time_gets_a_whole_duration_however_old_it_is
     ancient = {**claim(OTHER_REPLICA_SAME_OBJECT).spec(), "expiresAt": 0, "renewTime": "1970"}
     parsed = parse_claim(ancient, D)
     seen = sighted(None, "n", "7", now_s=5.0)
-    assert decide(parsed, seen, ME, 5.0) == "held"
-    assert decide(parsed, seen, ME, 64.9) == "held"
+    assert held_for_s(parsed, seen, ME, 5.0) > 0
+    assert held_for_s(parsed, seen, ME, 64.9) > 0
 
 
 def test_every_change_of_the_claim_restarts_the_contenders_wait() -> None:
@@ -92,12 +91,12 @@ def test_every_change_of_the_claim_restarts_the_contenders_wait() -> None:
     assert sighted(first, "n", "7", now_s=50.0) is first  # unchanged: the wait goes on
     renewed = sighted(first, "n", "8", now_s=50.0)  # the holder renewed it
     assert renewed.seen_at_s == 50.0
-    assert decide(claim(OTHER_REPLICA_SAME_OBJECT), renewed, ME, 100.0) == "held"
+    assert held_for_s(claim(OTHER_REPLICA_SAME_OBJECT), renewed, ME, 100.0) > 0
     assert sighted(renewed, "other-claim", "8", now_s=60.0).seen_at_s == 60.0
 
 
 def test_our_own_claim_is_taken_again_at_once() -> None:
-    assert decide(claim(ME), sighted(None, "n", "1", 0.0), ME, 0.0) == "take"
+    assert held_for_s(claim(ME), sighted(None, "n", "1", 0.0), ME, 0.0) == 0
 
 
 def test_the_holder_stops_writing_before_the_duration_less_the_margin() -> None:
@@ -156,7 +155,7 @@ def step(cluster: SimCluster, writers: list[SimWriter], i: int, action: str, t: 
             return
         w.sighting = sighted(w.sighting, "c", str(cluster.version), now)
         existing = claim(writers[cluster.holder].writer)
-        if decide(existing, w.sighting, w.writer, now) == "take":
+        if held_for_s(existing, w.sighting, w.writer, now) == 0:
             w.version, w.renewed_at, w.lost = cluster.write(i), now, False
     elif action == "renew" and w.version is not None and not w.lost:
         if not holder_may_write(w.renewed_at, now, D, MARGIN):

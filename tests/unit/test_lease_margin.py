@@ -19,16 +19,15 @@ from hypothesis import strategies as st
 
 from controller.core.claim_rules import (
     Claim,
-    Decision,
     Sighting,
     Writer,
-    decide,
+    held_for_s,
     holder_may_write,
     sighted,
 )
 
 HOLDER, CONTENDER = Writer("replica-a", "uid-1", "a/s"), Writer("replica-b", "uid-1", "a/s")
-Rule = Callable[[Claim | None, Sighting, Writer, float], Decision]
+Rule = Callable[[Claim | None, Sighting, Writer, float], float]
 
 
 def drift_bound(duration: F, margin: F) -> F:
@@ -48,7 +47,7 @@ class Case:
     polls: tuple[F, ...]  # real times the contender looks besides the critical instant
 
 
-def overlaps(case: Case, rule: Rule = decide) -> list[F]:
+def overlaps(case: Case, rule: Rule = held_for_s) -> list[F]:
     """The real times at which both may write (the holder by holder_may_write, the
     contender once `rule` let it take the claim)."""
     d, m = case.duration, case.margin
@@ -69,7 +68,7 @@ def overlaps(case: Case, rule: Rule = decide) -> list[F]:
     for t in looks:
         version = str(sum(1 for r in renewed_at if r <= t))  # a GET sees the latest
         sighting = sighted(sighting, "c", version, contender_clock(t))  # type: ignore[arg-type]
-        took = took or rule(claim, sighting, CONTENDER, contender_clock(t)) == "take"  # type: ignore[arg-type]
+        took = took or rule(claim, sighting, CONTENDER, contender_clock(t)) == 0  # type: ignore[arg-type]
         last_seen = max(r for r in renewed_at if r <= t)
         if took and holder_may_write(holder_clock(last_seen), holder_clock(t), d, m):  # type: ignore[arg-type]
             found.append(t)
@@ -79,12 +78,12 @@ def overlaps(case: Case, rule: Rule = decide) -> list[F]:
 def early(by_s: float) -> Rule:
     """A contender that takes over `by_s` seconds before the duration has passed."""
 
-    def rule(existing: Claim | None, sighting: Sighting, me: Writer, now_s: float) -> Decision:
+    def rule(existing: Claim | None, sighting: Sighting, me: Writer, now_s: float) -> float:
         shorter = existing and Claim(
             existing.session_id, existing.collection_id, existing.writer,
             existing.duration_s - F(by_s).limit_denominator(1000),  # type: ignore[arg-type]
         )  # fmt: skip
-        return decide(shorter or existing, sighting, me, now_s)
+        return held_for_s(shorter or existing, sighting, me, now_s)
 
     return rule
 
