@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.metadata
 import platform
 from collections.abc import Callable
-from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -199,13 +198,13 @@ def observe_reconcile(rows: int, uncovered: int | None) -> None:
         UNCOVERED.set(uncovered)
 
 
-def watch_runtime_parts(count: Callable[[], Any]) -> None:
-    """The runtime's parts (PartsCount) at every scrape: one that only grows is a leak."""
+def watch_runtime_parts(count: Callable[[], dict[str, int]]) -> None:
+    """The runtime's parts at every scrape: one that only grows is a leak."""
 
     def reader(part: str) -> Callable[[], float]:
-        return lambda: float(getattr(count(), part))
+        return lambda: count()[part]
 
-    for part in count().__dataclass_fields__:
+    for part in count():
         RUNTIME_PARTS.labels(part=part).set_function(reader(part))
 
 

@@ -11,7 +11,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal
 from wsgiref.simple_server import WSGIServer
 
 import urllib3
@@ -22,7 +22,6 @@ from opentelemetry import trace as otel
 from controller import tracing
 from controller.api import SessionSummarizerSpec
 from controller.backends import (
-    EmbeddingSpec,
     build_embedding_function,
     chat_model_config,
     check_memory_destinations,
@@ -49,8 +48,6 @@ from controller.summarizers.extractive import EXTRACTIVE
 PEERING_NAME = "session-summary-operator"  # kopf's peering object (never kopf's "default")
 GONE_REMEMBERED = 4096  # deleted SessionSummarizers remembered as deleted (the newest)
 PROBE_BACKOFF_MAX_S = 300.0  # failing probes run again at least this often
-K = TypeVar("K")
-V = TypeVar("V")
 Who = tuple[str, str]  # the SessionSummarizer's namespace and name
 Kind = Literal["store", "embedder", "summarizer"]
 
@@ -165,27 +162,6 @@ class _Generation:
     parts: dict[Kind, _Part] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class PartsCount:
-    """What the runtime holds now (test_runtime_lifecycle.py checks for leaks)."""
-
-    summarizers: int  # SessionSummarizers seen, not deleted
-    clients: int  # open Chroma clients (in use by a pass or not)
-    embedders: int
-    model_clients: int  # chat-completions summarizers: an HTTP client and a semaphore each
-    semaphores: int
-    secret_values: int  # Secret values held by the parts' configurations
-    store_queues: int  # the scheduler's store write queues
-
-
-def _secrets_of(key: object) -> int:
-    if isinstance(key, StoreLocation):
-        return int(key.token is not None)
-    if isinstance(key, EmbeddingSpec | ChatModelConfig):
-        return int(key.api_key is not None)
-    return 0
-
-
 class SummarizerParts:
     """Each SessionSummarizer's Chroma client, embedding function and model summarizer, kept
     with the configuration (Secret values included) they were built from until the spec's next
@@ -194,7 +170,11 @@ class SummarizerParts:
 
     def __init__(self, scheduler: PassScheduler, weights: MiniLMWeights) -> None:
         self._scheduler = scheduler
-        self._embedding = functools.partial(build_embedding_function, weights=weights)
+        self._build: dict[Kind, Callable[[Any], Any]] = {
+            "store": self._connect,
+            "embedder": functools.partial(build_embedding_function, weights=weights),
+            "summarizer": self._summarizer,
+        }
         self._kept: dict[Who, _Generation] = {}
         self._live: set[_Part] = set()  # built and not closed yet (kept or in use)
         self._lock = threading.Lock()
@@ -211,16 +191,14 @@ class SummarizerParts:
         location = store_location(spec, namespace)
         embedding = embedding_spec(spec, namespace)
         config = None if spec.model.backend == "extractive" else chat_model_config(spec, namespace)
+        summarizer: Summarizer = EXTRACTIVE
         if config is None:  # extractive: a model client built for an older spec goes now
             self._drop(who, "summarizer")
         with contextlib.ExitStack() as held:
-            store = held.enter_context(self._use(who, "store", location, self._connect))
-            ef = held.enter_context(self._use(who, "embedder", embedding, self._embedding))
-            summarizer = (
-                EXTRACTIVE
-                if config is None
-                else held.enter_context(self._use(who, "summarizer", config, self._summarizer))
-            )
+            store = held.enter_context(self._use(who, "store", location))
+            ef = held.enter_context(self._use(who, "embedder", embedding))
+            if config is not None:
+                summarizer = held.enter_context(self._use(who, "summarizer", config))
             yield Backends(
                 store=store,
                 embed=self._embedder(ef),
@@ -234,7 +212,7 @@ class SummarizerParts:
         self, namespace: str, name: str, spec: SessionSummarizerSpec
     ) -> contextlib.AbstractContextManager[MemoryStore]:
         """The SessionSummarizer's store alone (the sweep, the scans, the probes)."""
-        return self._use((namespace, name), "store", store_location(spec, namespace), self._connect)
+        return self._use((namespace, name), "store", store_location(spec, namespace))
 
     @contextlib.contextmanager
     def embedder(
@@ -242,7 +220,7 @@ class SummarizerParts:
     ) -> Iterator[Embedder]:
         check_memory_destinations(spec, namespace, "embedding.baseUrl")
         embedding = embedding_spec(spec, namespace)
-        with self._use((namespace, name), "embedder", embedding, self._embedding) as ef:
+        with self._use((namespace, name), "embedder", embedding) as ef:
             yield self._embedder(ef)
 
     def spec_changed(self, namespace: str, name: str, generation: int | None) -> None:
@@ -269,26 +247,30 @@ class SummarizerParts:
             self._kept.clear()
         self._close(closing)
 
-    def count(self) -> PartsCount:
+    def count(self) -> dict[str, int]:
+        """What the runtime holds now, by part (test_runtime_lifecycle.py checks for leaks)."""
         with self._lock:
             live, summarizers = list(self._live), len(self._kept)
         models = sum(p.kind == "summarizer" for p in live)
-        return PartsCount(
-            summarizers=summarizers,
-            clients=sum(p.kind == "store" for p in live),
-            embedders=sum(p.kind == "embedder" for p in live),
-            model_clients=models,
-            semaphores=models,
-            secret_values=sum(_secrets_of(p.key) for p in live),
-            store_queues=self._scheduler.store_queues(),
-        )
+        return {
+            "summarizers": summarizers,  # SessionSummarizers seen, not deleted
+            "clients": sum(p.kind == "store" for p in live),  # Chroma's, in use or not
+            "embedders": sum(p.kind == "embedder" for p in live),
+            "model_clients": models,  # a chat-completions summarizer: a client, a semaphore
+            "semaphores": models,
+            # Secret values held: a store's token, an endpoint's API key.
+            "secret_values": sum(
+                getattr(p.key, "token", getattr(p.key, "api_key", None)) is not None for p in live
+            ),
+            "store_queues": self._scheduler.store_queues(),
+        }
 
     @contextlib.contextmanager
-    def _use(self, who: Who, kind: Kind, key: K, build: Callable[[K], V]) -> Iterator[V]:
+    def _use(self, who: Who, kind: Kind, key: object) -> Iterator[Any]:
         """who's part of kind for key, held by this use."""
-        part = self._take(who, kind, key, build)
+        part = self._take(who, kind, key)
         try:
-            yield cast(V, part.value)
+            yield part.value
         except BaseException as exc:
             if kind == "store" and caused_by(exc, StoreUnavailable):
                 self._drop(who, kind, part)  # the next use connects anew
@@ -299,7 +281,7 @@ class SummarizerParts:
                 closing = [] if part.kept else self._unkeep([part])
             self._close(closing)
 
-    def _take(self, who: Who, kind: Kind, key: K, build: Callable[[K], V]) -> _Part:
+    def _take(self, who: Who, kind: Kind, key: object) -> _Part:
         with self._lock:
             if self._closed:
                 raise RuntimeError("the operator is stopping: its summarizer parts are closed")
@@ -308,7 +290,7 @@ class SummarizerParts:
             if part is not None and part.key == key:
                 part.users += 1
                 return part
-        part = _Part(kind, key, build(key))  # outside the lock: may connect (seconds)
+        part = _Part(kind, key, self._build[kind](key))  # outside the lock: may connect
         with self._lock:
             self._live.add(part)
             if kept is None or self._kept.get(who) is not kept:

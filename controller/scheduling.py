@@ -228,10 +228,10 @@ class _Job:
 class _WorkerPool:
     """Daemon threads running queued passes, started as needed up to the queue's slots."""
 
-    def __init__(self, name: str, threads: int, current: _Current) -> None:
+    def __init__(self, name: str, threads: int, run: Callable[[float, _Job], None]) -> None:
         self.name = name
         self.queue: DeadlineQueue[_Job] = DeadlineQueue(threads)
-        self._current = current
+        self._run = run
         self.threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
@@ -249,23 +249,12 @@ class _WorkerPool:
 
     def _work(self) -> None:
         while (got := self.queue.take()) is not None:
-            deadline, job = got
             try:
+                job = got[1]
                 if job.once is not None and not job.once.acquire(blocking=False):
                     continue  # the other pool's thread took it
-                if not job.future.set_running_or_notify_cancel():
-                    continue
-                # Its deadline at the shared queues: its slack from now, not from its queueing.
-                waited = time.monotonic() - job.submitted
-                self._current.running = _Pass(deadline + waited, job.flow, job.first)
-                try:
-                    result = job.run()
-                except BaseException as exc:  # the caller sees it on the future
-                    job.future.set_exception(exc)
-                else:
-                    job.future.set_result(result)
-                finally:
-                    self._current.running = None
+                if job.future.set_running_or_notify_cancel():
+                    self._run(*got)
             finally:
                 self.queue.release()
 
@@ -293,9 +282,9 @@ class PassScheduler:
         self.limits = limits
         self._current = _Current()
         self.pools = {
-            "foreground": _WorkerPool("summarize", limits.workers, self._current),
-            "background": _WorkerPool("summarize-sweep", limits.background_workers, self._current),
-            "first": _WorkerPool("summarize-first", limits.first_workers, self._current),
+            "foreground": _WorkerPool("summarize", limits.workers, self._run),
+            "background": _WorkerPool("summarize-sweep", limits.background_workers, self._run),
+            "first": _WorkerPool("summarize-first", limits.first_workers, self._run),
         }
         self._cores: DeadlineQueue[None] = DeadlineQueue(limits.cores)
         # A location's group writer lives while a write uses it.
@@ -318,7 +307,7 @@ class PassScheduler:
     ) -> Future[T]:
         """Runs fn on a worker of its pool. A first summary with no free foreground thread is
         queued in the first pool too, so it never waits behind re-summaries."""
-        job = _Job(Future(), self._as_first(fn) if first else fn, flow, first)
+        job = _Job(Future(), fn, flow, first)
         if background:
             return self.pools["background"].submit(deadline, job)
         foreground = self.pools["foreground"]
@@ -328,22 +317,29 @@ class PassScheduler:
             return self.pools["first"].submit(deadline, job)
         return foreground.submit(deadline, job)
 
-    def _as_first(self, fn: Callable[[], T]) -> Callable[[], T]:
-        def run() -> T:
+    def _run(self, deadline: float, job: _Job) -> None:
+        """On a worker thread: the job as this thread's pass, a first summary counted."""
+        # Its deadline at the shared queues: its slack from now, not from its queueing.
+        waited = time.monotonic() - job.submitted
+        self._current.running = _Pass(deadline + waited, job.flow, job.first)
+        if job.first:
             with self._firsts_changed:
                 self._firsts += 1
-            ended = -math.inf  # one that raised (another writer's claim, say) leaves no gap
-            try:
-                result = fn()
-                ended = time.monotonic()
-                return result
-            finally:
+        ended = -math.inf  # a first summary that raised (another writer's claim) leaves no gap
+        try:
+            result = job.run()
+            ended = time.monotonic()
+        except BaseException as exc:  # the caller sees it on the future
+            job.future.set_exception(exc)
+        else:
+            job.future.set_result(result)
+        finally:
+            self._current.running = None
+            if job.first:
                 with self._firsts_changed:
                     self._first_ended = max(self._first_ended, ended)
                     self._firsts -= 1
                     self._firsts_changed.notify_all()
-
-        return run
 
     def give_way(self, *, within_step: bool = False) -> float:
         """Called before each step of a pass (and within one): a pass that is not a first
