@@ -56,14 +56,10 @@ def _leader_changed(runtime: Runtime, leader: str | None, previous: str | None) 
 async def _trim_heap(interval: float = 30.0) -> None:
     """gc (retired clients are reference cycles) and malloc_trim (glibc keeps freed pages)."""
     malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", lambda pad: 0)  # none: not glibc
-
-    def trim() -> None:
-        gc.collect()
-        malloc_trim(0)
-
     while True:
         await asyncio.sleep(interval)
-        await asyncio.to_thread(trim)
+        await asyncio.to_thread(gc.collect)
+        await asyncio.to_thread(malloc_trim, 0)
 
 
 def _choose_priority(run: RunOptions) -> int:

@@ -87,15 +87,39 @@ class DeadlineQueue(Generic[Item]):
 
     @contextlib.contextmanager
     def turn(self, deadline: float, flow: Hashable = None) -> Iterator[Callable[..., float]]:
-        """Holds a slot while the block runs, which calls the yielded _yield_slot between pieces."""
+        """Holds a slot while the block runs, which calls the yielded function between pieces:
+        it gives the slot to an earlier deadline waiting when none is free, or to whoever is
+        next while pause() runs; then queues again with its own ticket. Returns the wait."""
         ticket: _Waiter = (deadline, next(self._order), flow, None)
         with self._cond:
             self._acquire(ticket)
-        holding = [True]  # False while a yield gave the slot up and has not taken it back
+        holding = True  # False while a yield gave the slot up and has not taken it back
+
+        def between(pause: Callable[[], object] | None = None) -> float:
+            nonlocal holding
+            with self._cond:
+                head = self._next()
+                if pause is None and (
+                    self._free or head is None or self._rank(head) >= self._rank(ticket)
+                ):
+                    return 0.0
+                began = time.monotonic()
+                holding = False
+                self._free += 1
+                self._wake()
+            try:
+                if pause is not None:
+                    pause()
+            finally:
+                with self._cond:
+                    self._acquire(ticket)
+                    holding = True
+            return time.monotonic() - began
+
         try:
-            yield lambda pause=None: self._yield_slot(ticket, holding, pause)
+            yield between
         finally:
-            if holding[0]:
+            if holding:
                 self.release()
 
     def _acquire(self, ticket: _Waiter) -> None:
@@ -114,30 +138,6 @@ class DeadlineQueue(Generic[Item]):
         self._serve(ticket)
         if self._free and self._line:
             self._cond.notify_all()  # the next in line may take another free slot
-
-    def _yield_slot(
-        self, ticket: _Waiter, holding: list[bool], pause: Callable[[], object] | None
-    ) -> float:
-        """Gives the slot to an earlier deadline waiting when none is free, or to whoever is
-        next while pause() runs; then queues again with its own ticket. Returns the wait."""
-        with self._cond:
-            head = self._next()
-            if pause is None and (
-                self._free or head is None or self._rank(head) >= self._rank(ticket)
-            ):
-                return 0.0
-            began = time.monotonic()
-            holding[0] = False
-            self._free += 1
-            self._wake()
-        try:
-            if pause is not None:
-                pause()
-        finally:
-            with self._cond:
-                self._acquire(ticket)
-                holding[0] = True
-        return time.monotonic() - began
 
     def put(self, deadline: float, item: Item, flow: Hashable = None) -> bool:
         """Queues the item in its flow; True when more items wait than threads wait in
@@ -375,8 +375,7 @@ class PassScheduler:
     def background(self) -> Iterator[Callable[[], float]]:
         """Background work outside a pass (sweep, reconciliation, retention) as a background
         pass queued now, one step (give_way_s in all); yields give_way, to call per unit."""
-        before = self._current.running
-        budget = self.limits.give_way_s
+        before, budget = self._current.running, self.limits.give_way_s
         self._current.running = _Pass(time.monotonic() + Slack.BACKGROUND, give_way_left=budget)
         try:
             yield lambda: self.give_way(within_step=True)
@@ -406,9 +405,9 @@ class PassScheduler:
         """Writes the row in a group for its store location; raises what refused or failed it."""
         write.deadline = self.deadline()
         with self._lock:
-            writer = self._store_writes.get(store.location)
-            if writer is None:
-                writer = self._store_writes[store.location] = GroupWriter(self.limits.store_writes)
+            writer = self._store_writes.setdefault(
+                store.location, GroupWriter(self.limits.store_writes)
+            )
         writer.write(store, write, lambda: self.give_way(within_step=True))
 
     def store_queues(self) -> int:
