@@ -335,11 +335,10 @@ class SummarizerParts:
         """Local model calls take a core (scheduling.py); an endpoint is I/O, not gated."""
         if not isinstance(ef, LocalMiniLMEmbedding):
             return lambda texts: list(ef(texts))
-        scheduler = self._scheduler
 
         def gated(texts: list[str]) -> list[Any]:
             # Between layers the core may go to a pass that needs it sooner.
-            with scheduler.core() as between:
+            with self._scheduler.core() as between:
                 return list(ef(texts, between))
 
         return gated
