@@ -169,7 +169,7 @@ class SummarizerParts:
     not seen, deleted or changed meanwhile serves its use alone."""
 
     def __init__(self, scheduler: PassScheduler, weights: MiniLMWeights) -> None:
-        self._scheduler = scheduler
+        self._scheduler, self._weights = scheduler, weights
         self._build: dict[Kind, Callable[[Any], Any]] = {
             "store": self._connect,
             "embedder": functools.partial(build_embedding_function, weights=weights),
@@ -246,6 +246,7 @@ class SummarizerParts:
             closing = self._unkeep(p for g in self._kept.values() for p in g.parts.values())
             self._kept.clear()
         self._close(closing)
+        self._weights.close()
 
     def count(self) -> dict[str, int]:
         """What the runtime holds now, by part (test_runtime_lifecycle.py checks for leaks)."""
@@ -362,7 +363,6 @@ class Runtime:
     config: OperatorConfig
     events: EventRecorder
     scheduler: PassScheduler
-    weights: MiniLMWeights
     parts: SummarizerParts
     upkeep: UpkeepState
     options: RunOptions = RunOptions()
@@ -386,13 +386,11 @@ class Runtime:
                 give_way_gap_s=config.give_way_gap_seconds,
             )
         )
-        weights = MiniLMWeights()
         return cls(
             config=config,
             events=EventRecorder(instance=config.replica_id),
             scheduler=scheduler,
-            weights=weights,
-            parts=SummarizerParts(scheduler, weights),
+            parts=SummarizerParts(scheduler, MiniLMWeights()),
             upkeep=UpkeepState(),
             options=options,
             traces=tracing.tracer_provider(os.environ),
@@ -419,8 +417,7 @@ class Runtime:
         return str(meta.uid or "") if meta is not None else ""
 
     def close(self) -> None:
-        self.parts.close()
-        self.weights.close()
+        self.parts.close()  # the local model's weights too
         self.events.close(timeout=2.0)
         tracing.close(self.traces)
         if self.metrics_server is not None:

@@ -65,7 +65,6 @@ class DeadlineQueue(Generic[Item]):
         self._order = itertools.count()
         self._closed = False
         self._takers = 0  # threads waiting in take()
-        self._tickets = 0  # threads waiting in turn()
 
     def _rank(self, waiter: _Waiter) -> tuple[float, float, int]:
         # The deadline again: a float sum may round two of one flow's deadlines to one.
@@ -125,7 +124,6 @@ class DeadlineQueue(Generic[Item]):
     def _acquire(self, ticket: _Waiter) -> None:
         """Under the condition: waits for the ticket's turn and takes a slot."""
         self._line.append(ticket)
-        self._tickets += 1
         try:
             while self._free == 0 or self._next() is not ticket:
                 self._cond.wait()
@@ -133,8 +131,6 @@ class DeadlineQueue(Generic[Item]):
             self._line.remove(ticket)
             self._wake()
             raise
-        finally:
-            self._tickets -= 1
         self._serve(ticket)
         if self._free and self._line:
             self._cond.notify_all()  # the next in line may take another free slot
@@ -170,9 +166,9 @@ class DeadlineQueue(Generic[Item]):
             self._wake()
 
     def _wake(self) -> None:
-        """Under the condition: every thread in turn() (each waits for its own ticket), else
-        one in take() (any can take the next item)."""
-        if self._tickets:
+        """Under the condition: every thread in turn() (each waits for its own ticket, an
+        item of None), else one in take() (any can take the next item)."""
+        if any(w[3] is None for w in self._line):
             self._cond.notify_all()
         else:
             self._cond.notify()

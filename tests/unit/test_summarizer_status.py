@@ -362,7 +362,7 @@ def test_a_ticks_conditions_are_stamped_with_the_generation_it_ran_with(
         return SessionSummarizerStatus(), written[-1]
 
     background = SimpleNamespace(background=lambda: contextlib.nullcontext(lambda: 0.0))
-    runtime = Runtime(CONFIG, Recorded(), *cast(Any, (background, None, None, None)))
+    runtime = Runtime(CONFIG, Recorded(), *cast(Any, (background, None, None)))
     with (
         mock.patch.object(session_summarizer, "health_conditions", probes),
         mock.patch.object(session_summarizer, "_probes_due", lambda tick: True),
