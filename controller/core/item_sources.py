@@ -42,10 +42,6 @@ def _key_text(text: str) -> str:
     return norm(unquoted(text))
 
 
-def source_key(memory_id: str) -> str:
-    return _hex(memory_id)
-
-
 def item_key(section: str, text: str) -> str:
     """The key of an item as stored (quoting.as_item)."""
     return _hex(f"{section}\0{_key_text(text)}")
@@ -112,7 +108,7 @@ def record(
     chunk = _Chunk(memories)
 
     def add(item: str, memory_ids: Iterable[str]) -> None:
-        entries.update(dict.fromkeys(f"{item}:{source_key(i)}" for i in memory_ids))
+        entries.update(dict.fromkeys(f"{item}:{_hex(i)}" for i in memory_ids))
 
     for section, texts in stored.items():
         for text in texts:

@@ -6,7 +6,6 @@ cluster that issued it; another cluster's counts while that cluster renews its r
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -95,7 +94,7 @@ def _lists(state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, list[Any
 
 
 def _digest(items: list[Any]) -> str:
-    return hashlib.sha256(compact_json(items).encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return document_digest(compact_json(items))[:24]
 
 
 def segment_id(session_id: str, generation: int, seq: int) -> str:

@@ -60,12 +60,15 @@ def document_digest(document: str) -> str:
 def rewritten_by(document: str | None, meta: Mapping[str, Any]) -> str | None:
     """Who rewrote a row of ours since our last write, or None (no digest: neo's keys tell)."""
     digest = meta.get(DIGEST_KEY)
-    neo = any(key in meta for key in NEO_WRITER_KEYS)
-    if not isinstance(digest, str):
-        return NEO_WRITER if neo else None
-    if isinstance(document, str) and document_digest(document) == digest:
+    if (
+        isinstance(document, str)
+        and isinstance(digest, str)
+        and document_digest(document) == digest
+    ):
         return None
-    return NEO_WRITER if neo else UNKNOWN_WRITER
+    if any(key in meta for key in NEO_WRITER_KEYS):
+        return NEO_WRITER
+    return UNKNOWN_WRITER if isinstance(digest, str) else None
 
 
 NEO_WRITER = "neo memory-core's summary task (SessionService.summarizeSession)"
@@ -177,12 +180,6 @@ NAME_LISTS = MappingProxyType(
 )
 
 
-def row_timestamp(summary: StructuredSummary, summarized_at_ms: int) -> int:
-    """neo's `timestamp` (its boot read fails without): the newest memory time, else the write's."""
-    known = summary.last_memory_at_ms
-    return newest_time([summary.first_memory_at_ms if known is None else known], summarized_at_ms)
-
-
 def to_chroma_metadata(
     summary: StructuredSummary,
     *,
@@ -194,9 +191,10 @@ def to_chroma_metadata(
     document: str | None = None,
 ) -> dict[str, MetadataValue]:
     """neo's keys and ours; a missing value is an omitted key. visibility: None is untagged."""
-    watermark = summary.watermark
-    over = summary.references_overflow
-    timestamp = row_timestamp(summary, summarized_at_ms)
+    watermark, over = summary.watermark, summary.references_overflow
+    # neo's `timestamp` (its boot read fails without): the newest memory time, else the write's
+    first, last = summary.first_memory_at_ms, summary.last_memory_at_ms
+    timestamp = newest_time([first if last is None else last], summarized_at_ms)
     sections = summary.model_dump(include={"sections"}, exclude_none=True)["sections"]
     meta: dict[str, MetadataValue | None] = {
         # neo memory-core keys

@@ -195,15 +195,14 @@ def collect_markers(
     rows: Iterable[tuple[str, object, int]],
 ) -> tuple[dict[str, SunsetMarker], list[InvalidMarker]]:
     """The newest marker per session of scanned (id, sessionId, time), and the invalid ones."""
-    newest: dict[str, int] = {}
+    newest: dict[str, SunsetMarker] = {}
     invalid: list[InvalidMarker] = []
     for memory_id, session_id, ts in rows:
         if (problem := marker_problem(session_id)) is not None:
             invalid.append(InvalidMarker(memory_id, problem))
-        elif isinstance(session_id, str) and ts > newest.get(session_id, -1):  # str: no problem
-            newest[session_id] = ts
-    markers = {sid: SunsetMarker(sid, ts) for sid, ts in newest.items()}
-    return markers, sorted(invalid, key=lambda i: i.memory_id)
+        elif isinstance(session_id, str) and ts > newest.get(session_id, ("", -1))[1]:
+            newest[session_id] = SunsetMarker(session_id, ts)  # str: no problem
+    return newest, sorted(invalid, key=lambda i: i.memory_id)
 
 
 def not_acted_on(

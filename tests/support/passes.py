@@ -3,6 +3,7 @@ result is validated), for tests that look at a single pass."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -13,6 +14,11 @@ from controller.core.summary import PriorSummary, StructuredSummary
 from controller.pipeline import PassResult, run_pass
 from controller.summarizers.contract import Proposal, Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
+
+
+def source_key(memory_id: str) -> str:
+    """A memory's key in an item-source entry, as item_sources.record stores it."""
+    return hashlib.blake2b(memory_id.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
 
 
 def chunks_for(

@@ -18,7 +18,7 @@ from controller.core.memories import (
     trusted_time,
 )
 from controller.core.summary import StructuredSummary
-from controller.core.summary_row import row_timestamp
+from controller.core.summary_row import to_chroma_metadata
 from controller.core.sweep_plan import (
     ReconcileCycle,
     SunsetMarker,
@@ -113,6 +113,12 @@ def test_a_time_within_the_tolerance_still_keeps_its_session_active() -> None:
         collect_activity(rows, now_ms=NOW), {}, {}, now_ms=NOW, idle_ms=HOUR, max_sessions=5
     )
     assert plan.still_active == ["s"]
+
+
+def row_timestamp(summary: StructuredSummary, summarized_at_ms: int) -> object:
+    """The row's `timestamp` key (neo's boot read fails without one)."""
+    meta = to_chroma_metadata(summary, writer="w", trigger="t", summarized_at_ms=summarized_at_ms)
+    return meta["timestamp"]
 
 
 @pytest.mark.parametrize("early", [1, 1000, 60_000])

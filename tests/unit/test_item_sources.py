@@ -19,7 +19,6 @@ from controller.core.item_sources import (
     norm,
     partly_gone,
     record,
-    source_key,
 )
 from controller.core.memories import Memory, render_interaction_document
 from controller.core.merge import derived_title
@@ -29,7 +28,7 @@ from controller.pipeline import run_pass
 from controller.redaction import PassRedaction
 from controller.summarizers.contract import Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
-from tests.support.passes import Verbatim, chunks_for
+from tests.support.passes import Verbatim, chunks_for, source_key
 
 SID = "sources-session"
 

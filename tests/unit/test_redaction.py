@@ -15,7 +15,7 @@ import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from controller.core.item_sources import item_key, rekeyed, source_key
+from controller.core.item_sources import item_key, rekeyed
 from controller.core.memories import Memory
 from controller.core.merge import PassUpdate, merge_pass
 from controller.core.quoting import ERROR_LABEL, INSTRUCTION_LABEL, is_quoted
@@ -40,6 +40,7 @@ from tests.support.credentials import (
     key_shapes,
     reference_sentences,
 )
+from tests.support.passes import source_key
 from tests.unit.test_redaction_tokens import TOKENS
 
 KINDS = list(generated(0))
