@@ -50,10 +50,6 @@ class Coverage:
     def count(self) -> int:
         return sum(b.count for b in self.buckets)
 
-    @property
-    def starts(self) -> list[int]:
-        return [b.start for b in self.buckets]
-
     def to_json(self) -> str:
         rows = [[b.start, b.count, f"{b.sum1:x}", f"{b.sum2:x}"] for b in self.buckets]
         return json.dumps({"v": COVERAGE_FORMAT, "b": rows}, separators=(",", ":"))
@@ -204,7 +200,7 @@ def to_reread(
     if prior.coverage is None:  # a count only: everything, if it fell short
         short = prior.memory_count is not None and prior.memory_count < count
         return [Dirty(None, None, None, partition(covered_keys, [])[0])] if short else []
-    starts = prior.coverage.starts
+    starts = [b.start for b in prior.coverage.buckets]
     current = partition(covered_keys, starts)
     dirty: list[Dirty] = []
     if current[0].count:  # older than every bucket: covered by nothing

@@ -14,7 +14,7 @@ from typing import Any, Literal, NamedTuple
 
 from controller.core.claim_rules import Sighting, sighted
 from controller.core.naming import summary_row_id
-from controller.core.summary import HISTORY_SECTIONS
+from controller.core.summary import HISTORY_SECTIONS, UnreadablePriorSummary
 from controller.core.summary_row import DIGEST_KEY, READER_ROW_KEYS, compact_json, document_digest
 from controller.core.text import json_value
 
@@ -45,10 +45,6 @@ SEGMENTS_MAX = 64
 COVERAGE_KEYS = ("coverageJson", "watermarkTimestamp", "watermarkMemoryId", "rowsDigest")
 Agreement = Literal["agrees", "behind", "foreign"]  # see row_agreement
 Admission = Literal["write", "newer-grant", "other-authority", "ahead-of-authority"]
-
-
-class UnreadableLedgerEntry(ValueError):
-    """A ledger entry whose head is not a JSON object of this format."""
 
 
 @dataclass(frozen=True)
@@ -206,9 +202,9 @@ def read_entry(
     try:
         rest = json_value(found[0] or "")
     except ValueError as exc:
-        raise UnreadableLedgerEntry(f"the ledger entry is not JSON ({exc})") from None
+        raise UnreadablePriorSummary(f"the ledger entry is not JSON ({exc})") from None
     if not isinstance(rest, dict) or rest.pop("ledgerFormat", None) != LEDGER_FORMAT:
-        raise UnreadableLedgerEntry(f"the ledger entry is not of format {LEDGER_FORMAT}")
+        raise UnreadablePriorSummary(f"the ledger entry is not of format {LEDGER_FORMAT}")
     head = dict(found[1] or {})
     generation, count = _number(head, "generation"), _number(head, "segments")
     named = [segment_id(session_id, generation, seq) for seq in range(count)]
@@ -229,7 +225,7 @@ def read_entry(
         sections = json_value(rest.get("sectionsJson") or "{}")
         sections.update({title: lists[title] for title in HISTORY_SECTIONS})
     except (TypeError, ValueError, AttributeError):  # not the JSON text of an object
-        raise UnreadableLedgerEntry("its sectionsJson is not a JSON object") from None
+        raise UnreadablePriorSummary("its sectionsJson is not a JSON object") from None
     whole = "summaryFormat" in rest
     own = {} if whole else {k: v for k, v in row.items() if k in READER_ROW_KEYS}
     keys = {

@@ -34,7 +34,6 @@ from controller.core.ledger import (
     LedgerEntry,
     LedgerRecord,
     RowState,
-    UnreadableLedgerEntry,
     authority_record_id,
     entry_as_read,
     plan_write,
@@ -579,7 +578,7 @@ class MemoryStore:
             return LedgerEntry(dict(head or {}), {}, 0, False, False)
         try:
             return read_entry(session_id, [(i, d, m) for i, (d, m) in found.items()], row or {})
-        except UnreadableLedgerEntry as exc:
+        except UnreadablePriorSummary as exc:  # the entry's head, not JSON of our format
             raise UnreadablePriorSummary(
                 f"the ledger entry of session {session_id!r} in "
                 f"{self.location.ledger_collection!r} cannot be read ({exc}); it and the row "

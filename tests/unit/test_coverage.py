@@ -43,7 +43,7 @@ def test_a_coverage_is_bounded_counts_every_row_and_keeps_a_timestamp_in_one_buc
     coverage = build(keys, max_buckets)
     assert len(coverage.buckets) <= max_buckets
     assert coverage.count == len(keys)
-    starts = coverage.starts
+    starts = [b.start for b in coverage.buckets]
     assert starts == sorted(set(starts))
     if keys:
         assert starts[0] == min(ts for ts, _ in keys)

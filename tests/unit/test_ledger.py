@@ -16,13 +16,12 @@ from controller.core.ledger import (
     BUILT_ON_KEY,
     ROW_DIGEST_KEY,
     SEGMENTS_MAX,
-    UnreadableLedgerEntry,
     plan_write,
     read_entry,
     row_agreement,
     segment_id,
 )
-from controller.core.summary import HISTORY_SECTIONS
+from controller.core.summary import HISTORY_SECTIONS, UnreadablePriorSummary
 from controller.core.summary_row import DIGEST_KEY, document_digest
 
 SID = "session-1"
@@ -141,7 +140,7 @@ def test_a_missing_or_changed_segment_loses_the_lists_and_a_bad_head_is_unreadab
     stray = {**stored, segment_id(SID, 1, 7): ("{}", {})}
     assert read(stray).leftovers == 1 and not read(stray).lost
     for document in ("{not json", "[]", '{"ledgerFormat": 9}', ""):
-        with pytest.raises(UnreadableLedgerEntry):
+        with pytest.raises(UnreadablePriorSummary):
             read({f"summary_{SID}": (document, {})})
     assert read({}) is None
 
