@@ -153,14 +153,12 @@ def plan_from_store(
                 for m in rows.memories()
                 if not is_excluded(m, spec.excluded_memory_types)
             )
-            yield Growth(sid, activity[sid], tokens, summarized_at)
+            yield Growth(sid, activity[sid], tokens)
 
     if policy.enabled and plan.still_active:
         measured = plan.still_active[: WALK_FACTOR * spec.sweep.max_sessions_per_sweep]
         growth = list(grown(measured))
-        plan = plan_refresh(
-            plan, growth, policy, now_ms=now_ms, max_sessions=spec.sweep.max_sessions_per_sweep
-        )
+        plan = plan_refresh(plan, growth, policy, max_sessions=spec.sweep.max_sessions_per_sweep)
     return plan, (scanned, len(appended)), new_cursor, aligned or cursor is None
 
 

@@ -128,7 +128,6 @@ class Growth:
     session_id: str
     newest_ms: int
     tokens: int  # estimated tokens of the summarizable memories after the summary's watermark
-    summarized_at_ms: int | None  # when its summary was written; None: it has none
 
 
 def may_refresh(summarized_at_ms: int | None, policy: RefreshPolicy, now_ms: int) -> bool:
@@ -138,21 +137,16 @@ def may_refresh(summarized_at_ms: int | None, policy: RefreshPolicy, now_ms: int
 
 
 def plan_refresh(
-    plan: SweepPlan,
-    growth: Iterable[Growth],
-    policy: RefreshPolicy,
-    *,
-    now_ms: int,
-    max_sessions: int,
+    plan: SweepPlan, growth: Iterable[Growth], policy: RefreshPolicy, *, max_sessions: int
 ) -> SweepPlan:
-    """Moves the due sessions from still_active to refresh, most grown first, within what
-    the cap leaves after the idle stale ones; the rest stay still_active (measured again)."""
+    """Moves the grown sessions (of those may_refresh lets be measured) from still_active to
+    refresh, most grown first, within what the cap leaves after the idle stale ones; the
+    rest stay still_active (measured again)."""
     due = sorted(
         (g for g in growth if g.session_id in plan.still_active and g.tokens > policy.after_tokens),
         key=lambda g: (-g.tokens, g.session_id),
     )
-    room = max(0, max_sessions - len(plan.candidates))
-    chosen = [g for g in due if may_refresh(g.summarized_at_ms, policy, now_ms)][:room]
+    chosen = due[: max(0, max_sessions - len(plan.candidates))]
     plan.refresh = [Candidate(g.session_id, g.newest_ms, "refresh") for g in chosen]
     picked = {g.session_id for g in chosen}
     plan.still_active = [sid for sid in plan.still_active if sid not in picked]

@@ -28,9 +28,8 @@ def test_an_active_session_grown_past_the_threshold_is_refreshed() -> None:
     plan = active_plan("busy")
     planned = plan_refresh(
         plan,
-        [Growth("busy", NOW - 1_000, 1_001, NOW - 600_000)],
+        [Growth("busy", NOW - 1_000, 1_001)],
         POLICY,
-        now_ms=NOW,
         max_sessions=50,
     )
     assert planned.refresh == [Candidate("busy", NOW - 1_000, "refresh")]
@@ -41,40 +40,39 @@ def test_below_the_threshold_an_active_session_is_left_alone() -> None:
     plan = active_plan("quiet")
     planned = plan_refresh(
         plan,
-        [Growth("quiet", NOW - 1_000, 1_000, None)],
+        [Growth("quiet", NOW - 1_000, 1_000)],
         POLICY,
-        now_ms=NOW,
         max_sessions=50,
     )
     assert planned.refresh == [] and planned.still_active == ["quiet"]
 
 
-def refreshed(growth: Growth, policy: RefreshPolicy = POLICY, now_ms: int = NOW) -> bool:
-    plan = plan_refresh(
-        active_plan(growth.session_id), [growth], policy, now_ms=now_ms, max_sessions=50
-    )
+def refreshed(growth: Growth, summarized_at_ms: int | None, policy: RefreshPolicy = POLICY) -> bool:
+    """As the sweep decides: measured only when may_refresh lets it, then plan_refresh."""
+    if not may_refresh(summarized_at_ms, policy, NOW):
+        return False
+    plan = plan_refresh(active_plan(growth.session_id), [growth], policy, max_sessions=50)
     return [c.session_id for c in plan.refresh] == [growth.session_id]
 
 
 def test_never_more_often_than_the_minimum_interval() -> None:
-    grown = Growth("busy", NOW, 50_000, summarized_at_ms=NOW - 599_999)
-    assert not may_refresh(grown.summarized_at_ms, POLICY, NOW)
-    assert not refreshed(grown, now_ms=NOW)
-    assert refreshed(grown, now_ms=NOW + 1)
+    grown = Growth("busy", NOW, 50_000)
+    assert not refreshed(grown, summarized_at_ms=NOW - 599_999)
+    assert refreshed(grown, summarized_at_ms=NOW - 600_000)
 
 
 def test_a_session_without_a_summary_is_refreshed_on_size_alone() -> None:
-    assert refreshed(Growth("new", NOW, 1_500, None))
+    assert refreshed(Growth("new", NOW, 1_500), None)
 
 
 def test_zero_turns_refreshing_off() -> None:
     off = RefreshPolicy(after_tokens=0, min_interval_ms=0)
-    assert not refreshed(Growth("busy", NOW, 10**9, None), off)
+    assert not refreshed(Growth("busy", NOW, 10**9), None, off)
 
 
 def test_refreshes_share_the_per_sweep_cap_with_idle_stale_sessions_most_grown_first() -> None:
     plan = active_plan("a", "b", "c", stale_idle=2, cap=4)
-    growth = [Growth(s, NOW, t, None) for s, t in (("a", 2_000), ("b", 9_000), ("c", 5_000))]
-    planned = plan_refresh(plan, growth, POLICY, now_ms=NOW, max_sessions=4)
+    growth = [Growth(s, NOW, t) for s, t in (("a", 2_000), ("b", 9_000), ("c", 5_000))]
+    planned = plan_refresh(plan, growth, POLICY, max_sessions=4)
     assert [c.session_id for c in planned.refresh] == ["b", "c"]
     assert planned.still_active == ["a"]  # measured again by a later sweep
