@@ -349,7 +349,6 @@ def summarize_session(
         budget_tokens=summarizer.memory_budget_tokens,
         max_memories=chunk_size or summarizer.max_memories_per_pass,
     )
-    structured = done.before  # the prior this pass starts from
     for chunk in _timed(chunks, phase) if rows.included or done.again else iter([[]]):
         if guard is not None:
             guard.check()  # a writer that lost its claim stops spending model calls
@@ -373,7 +372,7 @@ def summarize_session(
     with phase("summarized"):
         final = _final(done, rows)
     written = write(final, done)
-    other = read.prior.other_writer if isinstance(read.prior, StructuredSummary) else None
+    prior = read.prior if isinstance(read.prior, StructuredSummary) else None  # as read
     return replace(
         read.outcome("summarized", final.model_copy(update={"summarized_at_ms": written.at_ms})),
         new_memories=rows.included,
@@ -381,10 +380,10 @@ def summarize_session(
         tokens_used=done.tokens,
         checkpoints=done.checkpoints,
         provenance=Provenance(list(done.spent)).with_document(written.document),
-        other_writer=other,
+        other_writer=prior.other_writer if prior else None,
         late_memories=rows.late,
         untrusted_times=rows.untrusted,
-        new_untimed=len(set(rows.untimed) - set(structured.untimed_ids if structured else ())),
+        new_untimed=len(set(rows.untimed) - set(prior.untimed_ids if prior else ())),
         redactions=mask.counts(),
         rebuilt=rebuild,
         dropped_items=done.dropped,

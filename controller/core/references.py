@@ -65,7 +65,7 @@ _IN_CODE = frozenset({"place", "path"})
 _BUILTIN_EXCEPTIONS = frozenset(
     name for name in dir(builtins) if name.endswith(("Error", "Exception", "Warning"))
 )
-_CODE_BLOCK = re.compile(r"```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)", re.DOTALL)
+CODE_BLOCK = re.compile(r"```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)", re.DOTALL)
 _PLAIN_WORDS = re.compile(r"^(?:[A-Za-z]+/[A-Za-z]+|[\d/]+)$")  # and/or, TCP/IP, 1/2
 
 
@@ -98,7 +98,7 @@ def extract_references(text: str) -> list[str]:
     # read as one word of its length, each reference then cut from the text itself.
     read = PLACEHOLDER.sub(lambda m: f"Redacted{'0' * (len(m.group()) - 9)}X", text)
     found: list[tuple[int, int]] = []
-    code = [m.span() for m in _CODE_BLOCK.finditer(read)]
+    code = [m.span() for m in CODE_BLOCK.finditer(read)]
     for kind, pattern in _PATTERNS:
         if isinstance(pattern, Linear):
             spans = pattern.spans(read)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, get_args
 
+from pydantic import TypeAdapter
+
 from controller.core.memories import (
     listed_text,
     optional_text,
@@ -19,7 +21,7 @@ from controller.core.memories import (
     tool_call_count,
     tool_names,
 )
-from controller.core.text import Linear, json_value, listed_names
+from controller.core.text import Linear, listed_names
 
 MemorySharing = Literal["team", "legacy", "private"]
 TrustTier = Literal[  # highest to lowest trust (neo's TRUST_TIER_ORDER)
@@ -147,24 +149,15 @@ class SessionSources:
 
     @classmethod
     def from_json(cls, text: object) -> SessionSources | None:
-        """The sources as kept; None for anything this version cannot read."""
+        """The sources as to_json wrote them; None for anything else."""
         try:
-            data = json_value(str(text))
-            owner = data.get("owner")
-            return cls(
-                identities={str(k): int(v) for k, v in data["identities"].items()},
-                anonymous=int(data["anonymous"]),
-                agents=dict.fromkeys(map(str, data["agents"])),
-                owner=(int(owner[0]), str(owner[1]), str(owner[2])) if owner else None,
-                names=dict.fromkeys(map(str, data["names"])),
-                models=dict.fromkeys(map(str, data["models"])),
-                tools=dict.fromkeys(map(str, data["tools"])),
-                tool_calls=int(data["tool_calls"]),
-                first_ms=None if data["first_ms"] is None else int(data["first_ms"]),
-                last_ms=None if data["last_ms"] is None else int(data["last_ms"]),
-            )
-        except (ValueError, TypeError, KeyError, AttributeError, IndexError):
+            sources = _SOURCES.validate_json(str(text))
+        except ValueError:
             return None
+        return sources if sources.to_json() == text else None
+
+
+_SOURCES = TypeAdapter(SessionSources)
 
 
 def summary_user_id(

@@ -17,6 +17,7 @@ from controller.core.item_sources import identity
 from controller.core.memories import Memory, memory_sort_key, render_interaction_document
 from controller.core.merge import HISTORY_KEYS, PassUpdate
 from controller.core.quoting import as_item, quote_if_needed
+from controller.core.references import CODE_BLOCK
 from controller.core.summary import (
     HISTORY_SECTIONS,
     ITEM_MAX,
@@ -120,7 +121,6 @@ SENTENCE_MAX = 200
 # C0/C1 controls (tab and newline are kept as whitespace), lone surrogates (cannot be encoded
 # as UTF-8, so Chroma and the embedder would refuse them), zero-width characters.
 _UNWANTED = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\u200b-\u200d\ufeff]")
-_CODE_BLOCK = re.compile(r"```.*?(?:```|\Z)|~~~.*?(?:~~~|\Z)", re.DOTALL)
 # A Python traceback: its header, the indented frame and code lines, the exception line.
 _TRACEBACK = re.compile(
     r"Traceback \(most recent call last\):[ \t]*(?:\r?\n[ \t]+[^\n]*|\r?\n[ \t]*(?=\r?\n))*"
@@ -216,7 +216,7 @@ def sentences(text: str) -> list[str]:
     (cut_keeping_facts). A sentence ends at a line or at . ! or ? before a capital or digit,
     so URLs, file names and "e.g. this" stay whole; a traceback is one sentence."""
     text = _UNWANTED.sub(" ", text or "")
-    text = _CODE_BLOCK.sub("\n", text)
+    text = CODE_BLOCK.sub("\n", text)
     text = _TRACEBACK.sub(_one_line_traceback, text)
     out = []
     for line in text.splitlines():
