@@ -178,17 +178,16 @@ def render_prior(prior: PriorSummary | None, budget_tokens: int) -> str:
         for key, title in SECTION_KEYS.items()
     }
     shown: dict[str, list[str]] = {key: [] for key in sections}
-    used = estimate_tokens(prior.title) + 40
-    remaining = {key: list(items) for key, items in sections.items()}
-    while any(remaining.values()):  # newest first, one item per section per round
-        for key, items in [(key, items) for key, items in remaining.items() if items]:
+    used, omitted = estimate_tokens(prior.title) + 40, 0
+    while any(sections.values()):  # newest first, one item per section per round
+        for key, items in [(key, items) for key, items in sections.items() if items]:
             cost = estimate_tokens(items[-1]) + 4
             if used + cost > budget_tokens:
+                omitted += len(items)
                 items.clear()  # once one does not fit, no older item of its section is shown
             else:
                 shown[key].insert(0, items.pop())
                 used += cost
-    omitted = sum(len(v) for v in sections.values()) - sum(len(v) for v in shown.values())
     data: dict[str, Any] = {"title": prior.title, "category": prior.category, **shown}
     if omitted:
         data["omitted_older_items"] = omitted
