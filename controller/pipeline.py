@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import itertools
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -154,15 +154,6 @@ def _final(done: _Progress, rows: SessionRows) -> StructuredSummary:
     )
     validate_summary(final, done.before)
     return final
-
-
-def _timed(chunks: Iterator[list[Memory]], phase: PhaseTimer) -> Iterator[list[Memory]]:
-    while True:
-        with phase("read"):
-            chunk = next(chunks, None)
-        if chunk is None:
-            return
-        yield chunk
 
 
 @dataclass(frozen=True)
@@ -349,7 +340,12 @@ def summarize_session(
         budget_tokens=summarizer.memory_budget_tokens,
         max_memories=chunk_size or summarizer.max_memories_per_pass,
     )
-    for chunk in _timed(chunks, phase) if rows.included or done.again else iter([[]]):
+
+    def next_chunk() -> list[Memory] | None:  # the rows are read lazily, in this phase
+        with phase("read"):
+            return next(chunks, None)
+
+    for chunk in iter(next_chunk, None) if rows.included or done.again else iter([[]]):
         if guard is not None:
             guard.check()  # a writer that lost its claim stops spending model calls
         passes = len(done.spent)
