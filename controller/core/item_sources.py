@@ -80,8 +80,9 @@ class _Chunk:
         key = _key_text(text)
         if not key or not self.ids:
             return []
-        # looked for among the memories that have its rarest word (at most CANDIDATES_MAX)
-        postings = [self.by_word.get(w, set()) for w in set(key.split())]
+        # looked for among the memories that have its rarest word (at most CANDIDATES_MAX),
+        # the first in order of equally rare ones: the same sources on every replica
+        postings = [self.by_word.get(w, set()) for w in sorted(set(key.split()))]
         rarest = min(postings, key=len, default=set())
         if len(rarest) <= CANDIDATES_MAX and (
             whole := [self.ids[i] for i in sorted(rarest) if key in self.texts[i]]

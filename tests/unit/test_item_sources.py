@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import random
+import subprocess
+import sys
 from collections.abc import Callable
 
 from hypothesis import given, settings
@@ -294,3 +298,42 @@ def test_entries_release_010_wrote_still_drop_and_keep_their_items(
     # A pass over old entries adds this release's beside them; both name the same items.
     more = run_pass(SID, [said(len(says), "Keep FACTNEW in the notes.")], kept, EXTRACTIVE)
     assert set(kept.item_sources) <= set(more.summary.item_sources)
+
+
+_ATTRIBUTE_EVERYWHERE = """
+import json, sys
+from controller.core.item_sources import record
+from controller.core.memories import Memory
+cases = json.load(sys.stdin)
+print(json.dumps([
+    record(None, {"Facts": items}, [Memory(id=f"m{i}", session_id="s", timestamp_ms=i,
+           prompt=p, response="ok") for i, p in enumerate(prompts)])
+    for prompts, items in cases
+]))
+"""
+
+
+def test_every_replica_records_the_same_sources_for_an_item_whatever_its_hash_seed() -> None:
+    """Two replicas (two hash seeds) summarizing the same pass record the same memories for
+    each item: equally rare words are taken in one order, not a set's (a tie between a whole
+    word and one the item cuts through decided which memories an item came from)."""
+    rng = random.Random(49)
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "xalpha", "bravoz"]
+    cases = []
+    for _ in range(1500):
+        prompts = [" ".join(rng.choices(words, k=rng.randint(2, 8))) for _ in range(6)]
+        said = [rng.choice(prompts) for _ in range(3)]
+        cuts = [sorted(rng.sample(range(len(text) + 1), 2)) for text in said]
+        cases.append((prompts, [text[a:b] for text, (a, b) in zip(said, cuts, strict=True)]))
+    answers = {
+        subprocess.run(
+            [sys.executable, "-c", _ATTRIBUTE_EVERYWHERE],
+            input=json.dumps(cases),
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(answers) == 1
