@@ -191,6 +191,8 @@ def _immutable(value: object, seen: frozenset[int] = frozenset()) -> bool:
         return True
     if isinstance(value, dt_types()):
         return True
+    if isinstance(value, pydantic.TypeAdapter):
+        return True  # a compiled validator, as a pattern is
     if isinstance(value, prometheus_client.metrics.MetricWrapperBase | logging.Logger):
         return True  # exempt: see above
     if isinstance(value, pydantic.BaseModel):
