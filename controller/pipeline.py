@@ -1,7 +1,7 @@
 """Where a summary is written: one session, prior summary + new memories -> the store. A pass
 is steps, each a function of what the last returned: _read, _start, _summarized per chunk,
-_final, then upsert.write_row. Nothing is written before it validates, so a failed pass never
-replaces a good summary. Blocking I/O: handlers call it in a worker thread."""
+_final, then the store's write_row. Nothing is written before it validates, so a failed pass
+never replaces a good summary. Blocking I/O: handlers call it in a worker thread."""
 
 from __future__ import annotations
 
@@ -31,19 +31,22 @@ from controller.core.visibility import (
     union_agents,
 )
 from controller.redaction import DEFAULT_REDACTION, PassRedaction, Redaction
-from controller.store.memory_store import Forgotten, MemoryStore, SessionRows, StoredPrior
-from controller.summarizers.contract import Summarizer
-from controller.summarizers.extractive import EXTRACTIVE
-from controller.upsert import (
+from controller.store.memory_store import (
     Embedder,
+    Forgotten,
     GroupWrite,
+    MemoryStore,
     PhaseTimer,
+    SessionRows,
+    StoredPrior,
     WriteGuard,
     Written,
     untimed,
     write_alone,
     write_row,
 )
+from controller.summarizers.contract import Summarizer
+from controller.summarizers.extractive import EXTRACTIVE
 
 OutcomeKind = Literal["summarized", "up-to-date", "not-found", "empty", "forgotten"]
 

@@ -28,8 +28,14 @@ from typing import Any, Literal
 from controller import pipeline
 from controller.core.ledger import RowState
 from controller.core.summary import StructuredSummary
-from controller.store.memory_store import MemoryStore, RowWrite
-from controller.upsert import GroupWrite, WriteGuard, Written, write_alone
+from controller.store.memory_store import (
+    GroupWrite,
+    MemoryStore,
+    RowWrite,
+    WriteGuard,
+    Written,
+    write_alone,
+)
 
 
 @dataclass(frozen=True)

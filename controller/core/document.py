@@ -86,7 +86,7 @@ def _reference_lines(summary: StructuredSummary, memory_collection: str | None) 
 
 
 # neo's agents read the 5 newest documents whole at boot, so a document must not grow
-# without bound; the ledger keeps everything. Also what is embedded (upsert.EMBED_CHARS).
+# without bound; the ledger keeps everything. Also what is embedded (memory_store.EMBED_CHARS).
 DOCUMENT_MAX_CHARS = 8000
 FOLDED_MARK = "not shown here"
 CANDIDATES = 200  # per section: more than fit in any document (DOCUMENT_MAX_CHARS)

@@ -65,9 +65,8 @@ from controller.status.conditions import (
     summary_readiness,
     with_derived,
 )
-from controller.store.memory_store import MemoryStore, is_tombstone
+from controller.store.memory_store import MemoryStore, WriteGuard, is_tombstone
 from controller.tracing import PassTrace
-from controller.upsert import WriteGuard
 
 WAIT_JITTER = 0.25  # of each wait for another writer's claim, added at random
 log = logging.getLogger("controller.handlers.session_summary")

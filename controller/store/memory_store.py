@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, Protocol, TypeVar, cast
 
 import numpy as np
 from chromadb.api import ClientAPI
@@ -21,6 +21,7 @@ from chromadb.utils.embedding_functions import register_embedding_function
 
 from controller.api import StoreSpec
 from controller.core.coverage import PriorCoverage, digest, digest_text
+from controller.core.document import render_document
 from controller.core.ledger import (
     AUTHORITY_RECORD,
     FORGOTTEN_BY_KEY,
@@ -31,6 +32,7 @@ from controller.core.ledger import (
     REQUEST_KEY,
     ROW_DIGEST_KEY,
     AuthorityRecord,
+    Fence,
     LedgerEntry,
     LedgerRecord,
     RowState,
@@ -60,9 +62,12 @@ from controller.core.summary_row import (
     DIGEST_KEY,
     NEO_WRITER_KEYS,
     READER_ROW_KEYS,
+    Provenance,
+    RowChangedDuringPass,
     document_digest,
     from_chroma_row,
     rewritten_by,
+    to_chroma_metadata,
     upsert_metadata,
 )
 from controller.core.sweep_plan import RowCursor, StoredSummaryState, WalkedRow, row_problem
@@ -798,13 +803,10 @@ class MemoryStore:
             vectors = [w.embedding for w in admitted]
             self._put("summary", "writing the summaries", rows, vectors)
             self._verified_dimension = len(vectors[0])  # accepted: no sample round trip later
-        except StoreUnreachable as exc:  # the store, not a row: each alone would fail too
-            for write in admitted:
-                write.error = exc
-            return
         except Exception as exc:
-            if len(admitted) == 1:
-                admitted[0].error = exc
+            if len(admitted) == 1 or isinstance(exc, StoreUnreachable):  # each alone fails too
+                for write in admitted:
+                    write.error = exc
                 return
             # Chroma refused: a bad row (size limit, vector size) must fail alone.
             log.info(
@@ -965,3 +967,97 @@ def _state(count: object, ts: object) -> StoredSummaryState:
         memory_count=int(count) if isinstance(count, int | float) else None,
         timestamp_ms=int(ts) if isinstance(ts, int | float) else None,
     )
+
+
+# -- the one write of a summary: render, embed, then the group write re-reads the row (a
+# newer fence or another writer's document refuses it); controller/pipeline.py decides what.
+
+Embedder = Callable[[list[str]], Sequence[Any]]  # one vector (floats) per text
+EMBED_CHARS = 8000
+
+
+class WriteGuard(Protocol):
+    """The writer's side of the session's claim (kube/claims.py:SessionClaimHandle)."""
+
+    def check(self) -> None:
+        """Raises once this writer may no longer write (no I/O)."""
+
+    def admit(self, found: Fence | None) -> Mapping[str, int | str]:
+        """Raises if we may not write over `found`; else the keys the ledger entry records."""
+
+
+# Writes a row in a group (scheduling.PassScheduler.store_write) or raises; CLI: write_alone.
+GroupWrite = Callable[[MemoryStore, RowWrite], None]
+
+
+def write_alone(store: MemoryStore, write: RowWrite) -> None:
+    store.write_rows([write])
+    write.result()
+
+
+# Times a step of a pass as the named phase (tracing.PassTrace.phase); untimed: no trace.
+PhaseTimer = Callable[[str], contextlib.AbstractContextManager[None]]
+
+
+def untimed(phase: str) -> contextlib.AbstractContextManager[None]:
+    return contextlib.nullcontext()
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a write stored; digest: what the pass's next write expects to find."""
+
+    at_ms: int
+    document: str
+    digest: str
+
+
+def write_row(
+    store: MemoryStore,
+    summary: StructuredSummary,
+    *,
+    embed: Embedder,
+    writer: str,
+    trigger: str,
+    guard: WriteGuard | None,
+    seen: str | None,
+    provenance: Provenance | None = None,
+    visibility: Mapping[str, str | int | None] | None = None,
+    group: GroupWrite = write_alone,
+    phase: PhaseTimer = untimed,
+) -> Written:
+    """Writes the row unless, read right before the upsert, it has a newer fence or a document
+    whose digest is not `seen` (None: no row). Chroma has no conditional write: a window
+    remains between that read and the upsert."""
+    with phase("summarized"):  # the document is the summary as agents read it
+        document = render_document(
+            summary, store.location.memory_collection, max_chars=store.location.document_max_chars
+        )
+        summarized_at_ms = int(time.time() * 1000)
+        metadata = to_chroma_metadata(
+            summary,
+            writer=writer,
+            trigger=trigger,
+            summarized_at_ms=summarized_at_ms,
+            provenance=(provenance or Provenance()).with_document(document),
+            visibility=visibility,
+            document=document,
+        )
+    # Our part of the document (DOCUMENT_MAX_CHARS) is embedded whole; carried text is not.
+    with phase("embedded"):
+        vector = embed([document[:EMBED_CHARS]])[0]
+    store.check_embedding(len(vector))
+    sid = summary.session_id
+
+    def admit(found: RowState) -> Mapping[str, int | str]:
+        if found.digest != seen:
+            raise RowChangedDuringPass(
+                f"the row of session {sid!r} was rewritten by another writer during this "
+                "pass; nothing was written over it, and the next pass carries its text"
+            )
+        return guard.admit(found.fence) if guard is not None else {}
+
+    # The claim is checked once the group is formed, never before the wait.
+    with phase("written"):
+        group(store, RowWrite(sid, document, metadata, vector, admit))
+    return Written(summarized_at_ms, document, document_digest(document))

@@ -10,8 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from controller.store.errors import EmbeddingMismatch
-from controller.store.memory_store import RowWrite, recorded_function
-from controller.upsert import write_alone
+from controller.store.memory_store import RowWrite, recorded_function, write_alone
 from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, interaction, load, stored_summary_ids
 from tests.support.openai_server import OpenAIServer, Status, hash_embedding, running_openai_server

@@ -24,8 +24,7 @@ from controller.pipeline import Backends, summarize_session
 from controller.scheduling import PassScheduler, SchedulerLimits
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import EmbeddingMismatch
-from controller.store.memory_store import MemoryStore, RowWrite
-from controller.upsert import write_alone
+from controller.store.memory_store import MemoryStore, RowWrite, write_alone
 from devenv.chroma import ChromaServer
 from tests.integration.harness import Harness, interaction, load
 

@@ -34,8 +34,7 @@ from controller.core.coverage import PriorCoverage
 from controller.kube import client as kube
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import CollectionNotFound, StoreUnavailable
-from controller.store.memory_store import MemoryStore, RowWrite
-from controller.upsert import write_alone
+from controller.store.memory_store import MemoryStore, RowWrite, write_alone
 from devenv.chroma import ChromaServer, running_chroma
 from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, conditions_of, own_operator, summarizer_yaml

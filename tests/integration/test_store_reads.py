@@ -27,8 +27,12 @@ from controller.store.errors import (
     InvalidStoreConfig,
     StoreUnavailable,
 )
-from controller.store.memory_store import MemoryStore, NeoDynamicTextEmbedding, RowWrite
-from controller.upsert import write_alone
+from controller.store.memory_store import (
+    MemoryStore,
+    NeoDynamicTextEmbedding,
+    RowWrite,
+    write_alone,
+)
 from devenv.chroma import ChromaServer
 from devenv.processes import wait_for
 from devenv.serving import serving
