@@ -88,6 +88,7 @@ from controller.store.errors import (
 )
 from controller.store.session_listing import (
     GET_BATCH,
+    Listed,
     SessionRows,
     batches,
     by_ids,
@@ -398,11 +399,8 @@ class MemoryStore:
     def agents_recipe(self) -> tuple[Mapping[str, Any] | None, str | None]:
         """(the memory collection's known embedding function, its hnsw distance), if set."""
         try:
-            memories = self._handles.get("memory") or guard(
-                "opening the memory collection",
-                lambda: self.client.get_collection(self.location.memory_collection),
-            )
-        except NotFoundError:  # guard passes it on; it raises no CollectionNotFound
+            memories = self._once("memory")
+        except CollectionNotFound:
             return None, None
         config = collection_config(memories)
         record = config.get("embedding_function")
@@ -428,11 +426,9 @@ class MemoryStore:
     def _delete(self, role: CollectionRole, what: str, **query: Any) -> None:
         self._on(role, what, lambda c: c.delete(**query))
 
-    def _pages(
-        self, role: CollectionRole, what: str, where: dict[str, Any], page: int
-    ) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
+    def _pages(self, role: CollectionRole, what: str, where: dict[str, Any]) -> Iterator[Listed]:
         with self._missing(role):
-            yield from pages(self._once(role), what, where, page)
+            yield from pages(self._once(role), what, where, SCAN_PAGE)
 
     @contextlib.contextmanager
     def _missing(self, role: CollectionRole) -> Iterator[None]:
@@ -501,7 +497,7 @@ class MemoryStore:
     def scan_since(self, watermark_ms: int) -> Iterator[tuple[str, int]]:
         """(sessionId, ms) of each memory timed after watermark_ms, not in the future."""
         where = newer_where(watermark_ms, int(time.time() * 1000) + FUTURE_TOLERANCE_MS)
-        for _, meta, _ in self._pages("memory", "scanning new memories", where, SCAN_PAGE):
+        for _, meta, _ in self._pages("memory", "scanning new memories", where):
             sid, ts = meta.get("sessionId"), parse_timestamp_ms(meta.get("timestamp"))
             if isinstance(sid, str) and ts is not None:
                 yield sid, ts
@@ -511,8 +507,7 @@ class MemoryStore:
     ) -> Iterator[tuple[str, object, int]]:
         """(memory id, sessionId as stored, ms) of every newer memory of marker_type."""
         where = {"$and": [{"type": marker_type}, newer_where(watermark_ms)]}
-        listed = self._pages("memory", "scanning for sunset markers", where, SCAN_PAGE)
-        for row_id, meta, _ in listed:
+        for row_id, meta, _ in self._pages("memory", "scanning for sunset markers", where):
             if (ts := parse_timestamp_ms(meta.get("timestamp"))) is not None:
                 yield row_id, meta.get("sessionId"), ts
 
@@ -661,14 +656,14 @@ class MemoryStore:
         """The session of every ledger entry but tombstones."""
         where = {"ledgerFormat": {"$gte": 1}}
         with contextlib.suppress(CollectionNotFound):
-            for _, meta, _ in self._pages("ledger", "listing the ledger", where, SCAN_PAGE):
+            for _, meta, _ in self._pages("ledger", "listing the ledger", where):
                 sid = meta.get("sessionId")
                 if isinstance(sid, str) and not is_tombstone(meta):
                     yield sid
 
     def latest_summaries(self, limit: int) -> list[tuple[str, str, dict[str, Any]]]:
         """The newest summaries as agents read them; CollectionNotFound: not "none yet"."""
-        listed = self._pages("summary", "listing summaries", {}, SCAN_PAGE)
+        listed = self._pages("summary", "listing summaries", {})
         stamps = {
             i: t if isinstance(t := m.get("timestamp"), int | float) else 0 for i, m, _ in listed
         }
@@ -868,7 +863,7 @@ class MemoryStore:
         """A tombstone replaces the ledger head first (a forget cut short leaves nothing a pass
         would carry), then the row, segments and memories go (docs/privacy.md)."""
         ids, times = [], []
-        listed = self._pages("memory", "listing the session", {"sessionId": session_id}, SCAN_PAGE)
+        listed = self._pages("memory", "listing the session", {"sessionId": session_id})
         for memory_id, meta, _ in listed:  # streamed: a session may hold 50,000 memories
             ids.append(memory_id)
             times.append(parse_timestamp_ms(meta.get("timestamp")))

@@ -43,6 +43,7 @@ ID_PAGE = 5000  # ids only: a few bytes a row
 SMALL_SESSION = 50  # rows: listed whole in one request (list_all)
 NAMED_UNTRUSTED = 10
 T = TypeVar("T")
+Listed = tuple[str, Mapping[str, Any], str | None]  # (id, metadata, document) of a row read
 _INT64 = (-(2**63), 2**63 - 1)
 
 
@@ -342,7 +343,7 @@ def pages(
     include: Sequence[str] = ("metadatas",),
     *,
     first_with_documents: bool = False,
-) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
+) -> Iterator[Listed]:
     """(id, metadata, document) of every row matching where, page by page (SQLite's limit)."""
     for offset in itertools.count(0, page):
         wanted = [*include, "documents"] if first_with_documents and not offset else include
@@ -359,15 +360,15 @@ def pages(
 
 def by_ids(
     coll: Collection, what: str, ids: Sequence[str], include: Sequence[str], size: int
-) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
+) -> Iterator[Listed]:
     """(id, metadata, document) of these rows still there, `size` ids a read (SQLite's limit)."""
     for batch in batches(ids, size):
         got = guard(what, lambda b=batch: coll.get(ids=list(b), include=cast(Any, list(include))))  # type: ignore[misc]
         yield from rows(got)
 
 
-def rows(got: Any) -> Iterator[tuple[str, Mapping[str, Any], str | None]]:
-    """(id, metadata or {}, document or None) of each row a get answered."""
+def rows(got: Any) -> Iterator[Listed]:
+    """Each row a get answered (metadata {} and document None when not asked)."""
     ids, none = got["ids"], [None] * len(got["ids"])
     metas, docs = got.get("metadatas") or none, got.get("documents") or none
     for row_id, meta, doc in zip(ids, metas, docs, strict=False):
