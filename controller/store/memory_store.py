@@ -744,27 +744,22 @@ class MemoryStore:
         """Deletes the row, then the ledger records, each only as `found` holds it (a newer
         writer's stay). An entry left is dropped by the next pass; a row alone would read as
         another writer's text."""
-        steps = []
         if found.digest is not None:
             where, row_id = {DIGEST_KEY: found.digest}, summary_row_id(session_id)
-            steps.append(
-                self._deleting("summary", "deleting the summary row", ids=[row_id], where=where)
-            )
+            what = "deleting the summary row"
+            self._checked(check, self._delete, "summary", what, ids=[row_id], where=where)
         if found.head is not None:
             where = entry_as_read(session_id, found.head)
-            steps.append(self._deleting("ledger", "deleting the ledger entry", where=where))
-        self._writes(check, steps)
+            self._checked(check, self._delete, "ledger", "deleting the ledger entry", where=where)
 
-    def _deleting(self, role: CollectionRole, what: str, **query: Any) -> functools.partial[None]:
-        return functools.partial(self._delete, role, what, **query)
-
-    def _writes(self, check: Check | None, steps: Sequence[Callable[[], None]]) -> None:
-        """Each step after `check`: a writer whose claim lapsed stops before its successor's."""
-        for step in steps:
-            if check is not None:
-                check()
-            with contextlib.suppress(CollectionNotFound):
-                step()
+    def _checked(
+        self, check: Check | None, write: Callable[..., None], *args: Any, **kw: Any
+    ) -> None:
+        """A write after `check`: a writer whose claim lapsed stops before its successor's."""
+        if check is not None:
+            check()
+        with contextlib.suppress(CollectionNotFound):
+            write(*args, **kw)
 
     def write_rows(self, writes: Sequence[RowWrite]) -> None:
         """Writes the ledger entries, then the rows (the one place that creates collections)."""
@@ -900,17 +895,14 @@ class MemoryStore:
             **fence,
         }
         record = LedgerRecord(row_id, "{}", tombstone)
-        steps = [functools.partial(self._put_ledger, "writing the session's tombstone", [record])]
+        self._checked(check, self._put_ledger, "writing the session's tombstone", [record])
         if row:
-            steps.append(self._deleting("summary", "deleting the summary row", ids=[row_id]))
-        steps.append(
-            self._deleting("ledger", "deleting the session's ledger segments", where=where)
-        )
+            self._checked(check, self._delete, "summary", "deleting the summary row", ids=[row_id])
+        what = "deleting the session's ledger segments"
+        self._checked(check, self._delete, "ledger", what, where=where)
         for batch in batches(ids if memories else [], DELETE_BATCH):
-            steps.append(
-                self._deleting("memory", "deleting the session's memories", ids=list(batch))
-            )
-        self._writes(check, steps)
+            what = "deleting the session's memories"
+            self._checked(check, self._delete, "memory", what, ids=list(batch))
         return removed
 
     # -- each cluster's authority record in the ledger (core/ledger.py) ----------------
