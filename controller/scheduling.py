@@ -323,19 +323,20 @@ class PassScheduler:
                 self._firsts += 1
         ended = -math.inf  # a first summary that raised (another writer's claim) leaves no gap
         try:
-            result = job.run()
-            ended = time.monotonic()
+            try:
+                result = job.run()
+                ended = time.monotonic()
+            finally:  # counted out before its caller hears of it
+                self._current.running = None
+                if job.first:
+                    with self._firsts_changed:
+                        self._first_ended = max(self._first_ended, ended)
+                        self._firsts -= 1
+                        self._firsts_changed.notify_all()
         except BaseException as exc:  # the caller sees it on the future
             job.future.set_exception(exc)
         else:
             job.future.set_result(result)
-        finally:
-            self._current.running = None
-            if job.first:
-                with self._firsts_changed:
-                    self._first_ended = max(self._first_ended, ended)
-                    self._firsts -= 1
-                    self._firsts_changed.notify_all()
 
     def give_way(self, *, within_step: bool = False) -> float:
         """Called before each step of a pass (and within one): a pass that is not a first

@@ -677,6 +677,31 @@ def test_a_later_pass_gives_way_between_its_steps_while_a_first_summary_runs(
         sched.stop(5)
 
 
+def test_a_first_summary_is_counted_out_before_its_caller_hears_it_ended() -> None:
+    """What the caller does on hearing that a first summary ended (its done callback, as the
+    handler's wrap_future) never gives way to that first summary."""
+    sched = PassScheduler(
+        SchedulerLimits(
+            workers=1, background_workers=1, cores=1, store_writes=1, give_way_s=0.5,
+            give_way_gap_s=0,
+        )
+    )  # fmt: skip
+    hold, heard = threading.Event(), list[float]()
+    try:
+        first = sched.submit(time.monotonic(), hold.wait, background=False, first=True)
+        first.add_done_callback(
+            lambda _: heard.append(
+                sched.submit(time.monotonic(), sched.give_way, background=True).result(5)
+            )
+        )
+        hold.set()
+        _wait_until(lambda: bool(heard))
+    finally:
+        hold.set()
+        sched.stop(5)
+    assert heard == [0.0]
+
+
 @pytest.mark.parametrize(
     ("gap", "pause", "between"),
     [
