@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, TypeVar, cast
+from typing import Any, ClassVar, ParamSpec, Protocol, TypeVar, cast
 
 import numpy as np
 from chromadb.api import ClientAPI
@@ -101,6 +101,7 @@ from controller.store.session_listing import (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 # A different model of the same dimension passes Chroma's dimension check and ruins every
@@ -753,7 +754,7 @@ class MemoryStore:
             self._checked(check, self._delete, "ledger", "deleting the ledger entry", where=where)
 
     def _checked(
-        self, check: Check | None, write: Callable[..., None], *args: Any, **kw: Any
+        self, check: Check | None, write: Callable[P, None], *args: P.args, **kw: P.kwargs
     ) -> None:
         """A write after `check`: a writer whose claim lapsed stops before its successor's."""
         if check is not None:
