@@ -243,7 +243,7 @@ async def _probed(
     observed = {"observed_generation": generation} if taken else {}
 
     def measured(st: SessionSummarizerStatus) -> SessionSummarizerStatus:
-        return with_conditions(st, conditions, generation=generation).model_copy(update=observed)
+        return with_conditions(st, conditions, generation=generation, **observed)
 
     written = await asyncio.to_thread(kube.update_summarizer_status, namespace, name, measured)
     before = written[0] if written else SessionSummarizerStatus()
