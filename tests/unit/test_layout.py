@@ -186,7 +186,14 @@ def _immutable(value: object, seen: frozenset[int] = frozenset()) -> bool:
     if isinstance(value, types.MappingProxyType):
         return all(_immutable(k, seen) and _immutable(v, seen) for k, v in value.items())
     if isinstance(
-        value, re.Pattern | re2_pattern() | typing.TypeVar | enum.Enum | np.generic | range
+        value,
+        re.Pattern
+        | re2_pattern()
+        | typing.TypeVar
+        | typing.ParamSpec
+        | enum.Enum
+        | np.generic
+        | range,
     ):
         return True
     if isinstance(value, dt_types()):
