@@ -51,7 +51,7 @@ _KEYWORD_ENDS = re.compile(rf"(?:{'|'.join(keyword.DENYLIST)})\Z", re.IGNORECASE
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 # Bumped when `Redaction.spans` finds secrets differently for the same rules: a summary
 # masked by an earlier way is then masked again (Redaction.fingerprint).
-MASKING_VERSION = 21
+MASKING_VERSION = 22
 _ROUNDS = 4  # maskings of a text at most (Redaction.text)
 _KNOWN_CHARS, _KNOWN_MAX = 1024, 2048  # the texts a pass keeps masked (PassRedaction)
 # What no reader sees (core/text.IGNORABLE) is read as nothing, a zero-width space or BOM
@@ -324,7 +324,7 @@ CONTEXT_RULES = (
         + _PAIR_VALUE
     ), 1, whole_token=False, linear=Linear(
         rf"""{_CONNECTION}{_PAIR_VALUE}|(?:^|[^A-Za-z0-9_])(?i:password|pwd)="""
-        r"""([^;"' \t\n\r\f\v](?:[^;"'\n]*[^;"' \t\n\r\f\v])?)[ \t\r\f\v]*;""", (1, 2))),
+        r"""([^;"' \t\n\r\f\v](?:[^;"'\n]*[^;"' \t\n\r\f\v])?)""", (1, 2), (2, r"[ \t\r\f\v]*;"))),
     # A bearer token said in prose (`sent Bearer x`), when it looks like one (_said).
     Rule("credential-header", re.compile(r"(?i:\bbearer)[ \t]+([^\s\"'`<>]+)"), 1,
          whole_token=False, said=True),

@@ -40,6 +40,7 @@ _FILE = rf"(?<![\w/.-])[\w-]{{2,}}(?:\.[\w-]+)*\.{_EXTENSION}{_AT_LINE}(?![\w/])
 # One kind of reference each; where two overlap, the longest wins. "place" (in fenced code
 # too), "name", "error", "path" (a place that must look like one: a/b). Two run on RE2, where
 # Python's re takes quadratic time (`a.a.a...`): `(?<!...)X\b` written as `(?:^|[^...])(X)`.
+_END = (1, r"(?!\w)")  # group 1's last character ends a word: RE2 has no \b there
 _PATTERNS: tuple[tuple[str, re.Pattern[str] | Linear], ...] = (
     # URLs, and git remotes in scp form
     ("place", re.compile(r"\b(?:https?|ftp|ssh|git|file)://[^\s<>\"'`]+")),
@@ -49,12 +50,12 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str] | Linear], ...] = (
     ("path", re.compile(_PATH)),
     ("place", re.compile(_FILE)),
     # issues and PRs: #123, owner/repo#123, GH-123, PR #12, JIRA-style keys ABC-1234
-    ("place", Linear(r"(?:^|[^\w#&])((?:[\w.-]+/[\w.-]+)?#\d+)", (1,), True)),
+    ("place", Linear(r"(?:^|[^\w#&])((?:[\w.-]+/[\w.-]+)?#\d+)", (1,), _END)),
     ("place", re.compile(r"\b(?:PR|pr|GH|gh)[- ]?#?\d+\b|\b[A-Z][A-Z0-9]{1,9}-\d+\b")),
     # commit hashes: 7-40 hex digits with at least one digit and one letter
     ("place", re.compile(r"\b(?=[0-9a-f]{0,39}[a-f])(?=[0-9a-f]{0,39}[0-9])[0-9a-f]{7,40}\b")),
     # exception and error names; errno-style codes and CONSTANT_NAMES
-    ("error", Linear(r"(?:^|\W)((?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Warning))", (1,), True)),
+    ("error", Linear(r"(?:^|\W)((?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Warning))", (1,), _END)),
     ("name", re.compile(r"\bE[A-Z]{3,}\b|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")),
     # dotted names: controller.core.merge, docs.example.org (at least two dots)
     ("name", re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*){2,}(?![\w(])")),

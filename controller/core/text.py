@@ -142,18 +142,16 @@ def re2_pattern(pattern: str) -> Any:
         raise ValueError(f"not a pattern RE2 accepts: {why}") from exc
 
 
-_WORD = re.compile(r"\w")
-
-
 @dataclass(frozen=True)
 class Linear:
     """A Python pattern run by RE2 (python_meaning), in time linear where Python's re takes
-    quadratic time or worse. A match finds the first of `groups` that took part; `word_ends`:
-    a word character after it drops it (a \\b RE2 cannot check without taking that character)."""
+    quadratic time or worse. A match finds the first of `groups` that took part; `ahead`: a
+    group, and what Python's lookahead wants after it, checked here (RE2 has none), not taken
+    (the next match may begin with it)."""
 
     source: str
     groups: tuple[int, ...] = (0,)
-    word_ends: bool = False
+    ahead: tuple[int, str] = (0, "")
 
     @functools.cached_property
     def pattern(self) -> Any:
@@ -162,8 +160,9 @@ class Linear:
     def spans(self, text: str) -> Iterator[tuple[int, int]]:
         """(start, end) in text of what each match found."""
         for match in self.pattern.finditer(without_surrogates(text)):
-            start, end = match.span(next(g for g in self.groups if match.start(g) >= 0))
-            if not (self.word_ends and _WORD.match(text, end)):
+            group = next(g for g in self.groups if match.start(g) >= 0)
+            start, end = match.span(group)
+            if group != self.ahead[0] or re.compile(self.ahead[1]).match(text, end):
                 yield start, end
 
     def sub(self, replacement: str, text: str) -> str:
