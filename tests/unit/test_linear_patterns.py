@@ -59,8 +59,9 @@ def _python_spans(linear: Linear, text: str) -> list[tuple[int, int]]:
     """What Linear.spans finds, as Python's re reads the same pattern."""
     spans = []
     for match in re.finditer(linear.source, text):
-        start, end = match.span(next(g for g in linear.groups if match.start(g) >= 0))
-        if not (linear.word_ends and re.match(r"\w", text[end : end + 1])):
+        group = next(g for g in linear.groups if match.start(g) >= 0)
+        start, end = match.span(group)
+        if group != linear.ahead[0] or re.match(linear.ahead[1], text[end:]):
             spans.append((start, end))
     return spans
 
