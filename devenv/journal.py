@@ -131,8 +131,10 @@ def journaled(
             began = _now_ms()
 
             def event(phase: Any, outcome: Any = "") -> WriteEvent:
+                # The begin line's time is the key its other lines carry (`began`): read once.
+                at = began if phase == "begin" else _now_ms()
                 sid = summary.session_id
-                return WriteEvent(phase, sid, writer, owner, _now_ms(), began, fence, outcome)
+                return WriteEvent(phase, sid, writer, owner, at, began, fence, outcome)
 
             tell(event("begin"))
             checks, refusals = row.admit, list[BaseException]()
