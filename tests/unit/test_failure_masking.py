@@ -14,6 +14,7 @@ from collections.abc import Callable
 import httpx
 import pytest
 from chromadb.errors import ChromaError
+from detect_secrets.plugins import keyword
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -190,10 +191,15 @@ def test_a_summarizers_own_pattern_masks_what_its_failures_show() -> None:
     assert_not_shown(secret, sweep_failure(failed.value, own)[0].message)
 
 
+# A host whose last label ends in a credential's name and word characters (`pwd0`, `mytoken`,
+# `db.secret`) reads as `pwd0: <value>`: its port and path are masked, on the side of safety.
+_KEY_HOST = re.compile(rf"(?:{'|'.join(keyword.DENYLIST)}|token)\w*$", re.IGNORECASE)
 HOSTS = st.one_of(
     st.ip_addresses(v=4).map(str),
     st.ip_addresses(v=6).map(lambda a: f"[{a}]"),
-    st.from_regex(r"[a-z][a-z0-9-]{0,12}(\.[a-z][a-z0-9-]{0,12}){0,3}", fullmatch=True),
+    st.from_regex(r"[a-z][a-z0-9-]{0,12}(\.[a-z][a-z0-9-]{0,12}){0,3}", fullmatch=True).filter(
+        lambda host: not _KEY_HOST.search(host)
+    ),
 )
 # Names as people give them (words, a version, a number); a quoted name as random as a key
 # (`'a123456789-bcdefghijk0s'`, `'b0123456-ahklm-cdefgijn'`) is masked as any quoted random
