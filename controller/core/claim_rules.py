@@ -20,7 +20,7 @@ class Writer:
 
 @dataclass(frozen=True)
 class Claim:
-    """A SessionClaim's spec; its times are for people: no decision reads them."""
+    """A SessionClaim's spec; its times, generation and collection are for people: unread."""
 
     session_id: str
     collection_id: str
@@ -47,7 +47,7 @@ class Claim:
 
 
 def parse_claim(spec: Mapping[str, Any] | None, default_duration_s: float) -> Claim | None:
-    """The claim an object holds; an unreadable one counts as no claim (free to take)."""
+    """The claim an object holds, as decisions read it; an unreadable one is none (free)."""
     if not spec:
         return None
     try:
@@ -62,8 +62,6 @@ def parse_claim(spec: Mapping[str, Any] | None, default_duration_s: float) -> Cl
                 str(spec["holder"]), str(spec["ownerUid"]), str(spec.get("ownerDisplay", ""))
             ),
             duration_s=duration_s,
-            generation=int(spec.get("generation") or 0),
-            collection=str(spec.get("collection") or ""),
         )
     except (KeyError, ValueError, TypeError):
         return None

@@ -63,8 +63,8 @@ class ClaimLost(Exception):
     """Our claim lapsed, was taken or fenced, or was never got; nothing was written."""
 
 
-class ClaimContended(ClaimLost):
-    """The claim changed under us on every attempt and no live holder is left to name."""
+class ClaimContended(Exception):
+    """The claim changed under us on every attempt, no live holder left to name: a wait."""
 
 
 def answer(exc: Exception) -> str:
@@ -113,10 +113,6 @@ class SessionClaimHandle:
     def name(self) -> str:
         return claim_name(self.claim.collection_id, self.claim.session_id)
 
-    def _new_claim(self, acquired_at_ms: int | None = None) -> Claim:
-        now = int(time.time() * 1000)
-        return replace(self.claim, acquired_at_ms=acquired_at_ms or now, renewed_at_ms=now)
-
     def _call(
         self, missing: tuple[int, ...], call: Callable[..., Any], *args: Any, **kw: Any
     ) -> dict[str, Any] | None:
@@ -130,7 +126,6 @@ class SessionClaimHandle:
         meta = {
             "name": self.name,
             "labels": {"app.kubernetes.io/managed-by": "session-summary-operator"},
-            **({"resourceVersion": version} if version is not None else {}),
         }
         body = {
             "apiVersion": API_VERSION,
@@ -140,8 +135,9 @@ class SessionClaimHandle:
         }
         if version is None:
             return self._call((409,), _api().create_cluster_custom_object, body)
-        replace = _api().replace_cluster_custom_object
-        return self._call((404, 409), replace, self.name, body, _request_timeout=timeout)
+        meta["resourceVersion"] = version
+        update = _api().replace_cluster_custom_object
+        return self._call((404, 409), update, self.name, body, _request_timeout=timeout)
 
     def _get(self) -> dict[str, Any] | None:
         return self._call((404,), _api().get_cluster_custom_object, self.name)
@@ -172,7 +168,8 @@ class SessionClaimHandle:
     def _take(self, version: str | None) -> Claim | None:
         """Creates the claim, or replaces this version of it; None if the API refuses. Ours
         from when the request left, on our clock."""
-        claim, sent = self._new_claim(), time.monotonic()
+        now_ms, sent = int(time.time() * 1000), time.monotonic()
+        claim = replace(self.claim, acquired_at_ms=now_ms, renewed_at_ms=now_ms)
         if (made := self._write(claim, version)) is None:
             return None
         version = str(made["metadata"]["resourceVersion"])
@@ -212,7 +209,7 @@ class SessionClaimHandle:
                 claim, version = self._grant, self._version
             if claim is None or version is None:
                 return
-            renewed = self._new_claim(claim.acquired_at_ms)
+            renewed = replace(claim, renewed_at_ms=int(time.time() * 1000))
             try:
                 # A renewal that outlives the period is useless: bounded by it.
                 made = self._write(renewed, version, timeout=(5.0, max(1.0, self.renew_s)))
@@ -272,27 +269,27 @@ class SessionClaimHandle:
         """Right before an upsert, given the row's fence: raises ClaimLost or
         AuthorityConflict, else returns our fence's keys (`took_over` says of a takeover)."""
         self.check()
-        assert self.fence is not None
         mine = self.fence
+        assert mine is not None
         verdict = admission(found, mine, grant_is_current=False)
-        if verdict == "other-authority" and found is not None:
+        if verdict == "write" or found is None:
+            return dict(mine.metadata())
+        if verdict == "other-authority":
             record = self.authorities(found.authority)
             self.seen.authority, live = still_writing(record, self.seen.authority, time.monotonic())
             if live and record is not None:
                 raise AuthorityConflict(
                     conflict_message(self.claim.session_id, found, mine, record)
                 )
-        if verdict == "newer-grant":
-            current = self._still_ours(self._grant) is not None
-            verdict = admission(found, mine, grant_is_current=current)
+        if verdict == "newer-grant" and self._still_ours(self._grant) is not None:
+            verdict = admission(found, mine, grant_is_current=True)
         if verdict == "newer-grant":
             self._lose(
                 f"the row of session {self.claim.session_id!r} was written under a newer claim "
-                f"(fence {found.number if found else '?'} > ours {mine.number}); nothing written"
+                f"(fence {found.number} > ours {mine.number}); nothing written"
             )
             raise ClaimLost(self._lost or "fenced")
-        if verdict != "write" and found is not None:
-            self.took_over = takeover_message(self.claim.session_id, found, mine, verdict)
+        self.took_over = takeover_message(self.claim.session_id, found, mine, verdict)
         return dict(mine.metadata())
 
     def _still_ours(self, claim: Claim | None) -> str | None:
@@ -307,9 +304,8 @@ class SessionClaimHandle:
     def release(self) -> None:
         """Stops the renewer and deletes the claim if still ours. Never raises: it lapses."""
         self._stop.set()
-        renewer = self._renewer
-        if renewer is not None and renewer is not threading.current_thread():
-            renewer.join(timeout=kube.REQUEST_TIMEOUT[0] + max(1.0, self.renew_s) + 1)
+        if self._renewer is not None:  # never this thread: the renewer never releases
+            self._renewer.join(timeout=kube.REQUEST_TIMEOUT[0] + max(1.0, self.renew_s) + 1)
         with self._lock:
             version, claim = self._version, self._grant
             self._grant = self._version = None
@@ -361,6 +357,5 @@ class ClaimCollector:
                 deleted += 1
                 seen.pop(name)
         self.sightings = seen  # claims gone since are forgotten
-        if deleted:
-            metrics.CLAIMS_COLLECTED.inc(deleted)
+        metrics.CLAIMS_COLLECTED.inc(deleted)
         return deleted

@@ -7,7 +7,7 @@ one claim in any order hypothesis finds, and at no moment may two of them write.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 from hypothesis import given, settings
@@ -50,7 +50,7 @@ def claim(writer: Writer, duration_s: float = D) -> Claim:
 
 def test_claim_round_trips_through_its_spec() -> None:
     c = claim(ME)
-    assert parse_claim(c.spec(), default_duration_s=1.0) == c
+    assert parse_claim(c.spec(), default_duration_s=1.0) == replace(c, generation=0, collection="")
 
 
 def test_a_claim_of_an_earlier_version_gets_our_duration() -> None:
