@@ -4,6 +4,7 @@ but the name derives from the key: a restart continues a count."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import queue
@@ -87,11 +88,9 @@ class EventRecorder:
 
     def close(self, timeout: float = 2.0) -> None:
         """Posts what is queued (for at most timeout seconds) and stops."""
-        try:
+        with contextlib.suppress(queue.Full):
             self._queue.put(None, timeout=timeout)
-        except queue.Full:
-            return
-        self._thread.join(timeout)
+            self._thread.join(timeout)
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:

@@ -53,6 +53,7 @@ REFUSALS = frozenset({"DestinationRefused", "AuthorityConflict", "ClaimLost"})
 # The operator's own words, never another party's: not masked (a Secret's name,
 # `Secret k8s/s3-creds`, reads to the rules as a credential said).
 OWN_TEXT = frozenset({"SecretError", "DestinationRefused"})
+MARKERS_SHOWN = 5  # of each list in SunsetMarkers
 
 
 def now_rfc3339(*, precise: bool = False) -> str:
@@ -174,12 +175,12 @@ def summarizer_readiness(
 
 
 def with_derived(
-    conditions: Sequence[Condition] | None, derived: Sequence[Condition]
+    conditions: Sequence[Condition] | None, derived: Sequence[Condition], probed: str | None = None
 ) -> list[Condition]:
     """The conditions with the derived ones replaced by `derived` (one not in it removed)."""
     wanted = {d.type for d in derived}
     kept = [c for c in conditions or [] if c.type not in DERIVED or c.type in wanted]
-    return set_condition(kept, *derived)
+    return set_condition(kept, *derived, last_probe_time=probed)
 
 
 def with_conditions(
@@ -207,12 +208,9 @@ def settled(status: SessionSummarizerStatus, generation: int | None) -> SessionS
         for c in status.conditions or []
     ]
     times = [c.last_probe_time for c in conditions if c.type in READY_INPUTS and c.last_probe_time]
-    at = min(times, default=None)
-    derived = [
-        c.model_copy(update={"last_probe_time": at})
-        for c in summarizer_readiness(conditions, generation)
-    ]
-    return status.model_copy(update={"conditions": with_derived(conditions, derived)})
+    derived = summarizer_readiness(conditions, generation)
+    merged = with_derived(conditions, derived, min(times, default=None))
+    return status.model_copy(update={"conditions": merged})
 
 
 def spec_valid(invalid: ValidationError | None) -> Condition:
@@ -250,28 +248,26 @@ def secrets_allowed(verdicts: Sequence[SecretVerdict], unread: Sequence[str] = (
     return said("True", "AllowedBySecrets", [f"each Secret allows where it goes: {sent}"])
 
 
-MARKERS_SHOWN = 5
-
-
 def sunset_markers(
     requested: Sequence[str], invalid: Sequence[str], markers_only: Sequence[str] = ()
 ) -> Condition | None:
     """SunsetMarkers after a scan that acted: False for markers that name no session or only
     sessions with no other memories; None after one that did nothing (it writes nothing)."""
-    parts = [
-        f"{said.format(len(items))}: {_listed(items, quoted=quoted)}"
-        for items, said, quoted in (
-            (invalid, "ignored {} sunset marker(s) that name no session", False),
-            (
-                markers_only,
-                "ignored the sunset markers of {} session(s) with no other memories (nothing to "
-                "summarize; no SessionSummary made)",
-                True,
-            ),
-            (requested, "requested summaries of {} session(s) with a sunset marker", True),
-        )
-        if items
-    ]
+    parts = []
+    for items, said, quoted in (
+        (invalid, "ignored {} sunset marker(s) that name no session", False),
+        (
+            markers_only,
+            "ignored the sunset markers of {} session(s) with no other memories (nothing to "
+            "summarize; no SessionSummary made)",
+            True,
+        ),
+        (requested, "requested summaries of {} session(s) with a sunset marker", True),
+    ):
+        if items:
+            head = [repr(cut(s, 60)) if quoted else s for s in items[:MARKERS_SHOWN]]
+            more = f" and {len(items) - MARKERS_SHOWN} more" if len(items) > MARKERS_SHOWN else ""
+            parts.append(f"{said.format(len(items))}: {', '.join(head)}{more}")
     if not parts:
         return None
     status, reason = "True", "SummaryRequested"
@@ -293,15 +289,6 @@ def memory_rows(ignored: Mapping[str, IgnoredRows], rows: int) -> Condition:
     total = sum(found.count for found in ignored.values())
     message = one_line(f"ignored {total} of {rows} memory rows: " + "; ".join(parts), 1000)
     return condition("MemoryRowsUsable", "False", "IgnoredMemoryRows", message)
-
-
-def _listed(items: Sequence[str], *, quoted: bool = False) -> str:
-    """The first MARKERS_SHOWN items (session ids quoted and cut at 60 characters)."""
-    head = list(items[:MARKERS_SHOWN])
-    if quoted:
-        head = [repr(cut(s, 60)) for s in head]
-    more = len(items) - MARKERS_SHOWN
-    return ", ".join(head) + (f" and {more} more" if more > 0 else "")
 
 
 def sweep_failure(exc: BaseException, redaction: Redaction = DEFAULT_REDACTION) -> list[Condition]:
