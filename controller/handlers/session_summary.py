@@ -41,6 +41,7 @@ from controller.core.ledger import FORGOTTEN_BY_KEY, FORGOTTEN_KEY, recorded_fen
 from controller.core.memories import FUTURE_TOLERANCE_MS
 from controller.core.naming import summary_row_id
 from controller.core.summary import StructuredSummary
+from controller.core.summary_row import Provenance
 from controller.core.text import ms_to_rfc3339, one_line
 from controller.core.waiting import wait_delay
 from controller.kube import client as kube
@@ -80,7 +81,7 @@ class Retry(kopf.TemporaryError):
 def needs_pass_on_resume(body: kopf.Body, **_: Any) -> bool:
     """At operator start, only objects whose current spec was not fully handled."""
     status = body.get("status") or {}
-    done = status.get("phase") in DONE_PHASES
+    done = status.get("phase") in ("Summarized", "Empty", "NotFound", "Forgotten")
     return not done or status.get("observedGeneration") != body.metadata.get("generation")
 
 
@@ -113,16 +114,13 @@ def failures_shown(
     with invalid_spec, any other ValueError is the summarizer's spec (InvalidSummarizer)."""
     try:
         yield
-    except ClaimContended:
-        raise  # a wait for the claim, not a failure
     except Exception as exc:
         shown = failure_shown(exc, redaction)
         if shown is None and invalid_spec and isinstance(exc, ValueError):
             shown = "InvalidSummarizer", masked(exc, 300), True
         if shown is None:
             raise
-        reason, message, retry = shown
-        raise Failure(reason, message, retry=retry) from exc
+        raise Failure(*shown) from exc
 
 
 def forget_session(
@@ -195,39 +193,36 @@ def summarize_claimed(
         with giving_way("claimed"):
             handle.authority = runtime.fence_authority
             handle.acquire()
+        held.callback(handle.release)  # best effort: never raises
         # Phase Summarizing only for a pass still running after a while (a timer's thread);
-        # the outcome's status waits for that patch, so it never lands over the outcome.
+        # the outcome's status waits for that patch (the join), so it never lands over it.
         saying = threading.Timer(config.summarizing_after_seconds, started)
         saying.daemon = True
-        try:
-            saying.start()
-            if spec.action == "Forget":
-                outcome = forget_session(
-                    backends.store,
-                    spec.session_id,
-                    memories=spec.forget_memories,
-                    guard=handle,
-                    request=f"{body.metadata.uid}/{handle.claim.generation}",
-                    by=f"SessionSummary {namespace}/{name}",
-                )
-            else:
-                outcome = summarize_session(
-                    backends,
-                    spec.session_id,
-                    writer=config.replica_id,
-                    trigger=spec.trigger,
-                    guard=handle,
-                    stop=runtime.stopping.is_set,
-                    group=runtime.scheduler.store_write,
-                    rebuild=spec.action == "Rebuild",
-                    phase=giving_way,
-                )
-            return dataclasses.replace(outcome, taken_over=handle.took_over)
-        finally:
-            saying.cancel()
-            if saying.is_alive():  # its patch under way: the outcome's status comes after it
-                saying.join()
-            handle.release()  # best effort: never raises
+        saying.start()
+        held.callback(saying.join)
+        held.callback(saying.cancel)
+        if spec.action == "Forget":
+            outcome = forget_session(
+                backends.store,
+                spec.session_id,
+                memories=spec.forget_memories,
+                guard=handle,
+                request=f"{body.metadata.uid}/{handle.claim.generation}",
+                by=f"SessionSummary {namespace}/{name}",
+            )
+        else:
+            outcome = summarize_session(
+                backends,
+                spec.session_id,
+                writer=config.replica_id,
+                trigger=spec.trigger,
+                guard=handle,
+                stop=runtime.stopping.is_set,
+                group=runtime.scheduler.store_write,
+                rebuild=spec.action == "Rebuild",
+                phase=giving_way,
+            )
+        return dataclasses.replace(outcome, taken_over=handle.took_over)
 
 
 @kopf.on.create(GROUP, VERSION, SUMMARY_PLURAL)
@@ -322,7 +317,6 @@ async def summarize(
 # Whether the row was as this operator left it when the pass read it (summary_row.rewritten_by).
 SINGLE_WRITER = "SingleWriter"
 MEMORY_TIMES = "MemoryTimesReadable"
-DONE_PHASES = frozenset({"Summarized", "Empty", "NotFound", "Forgotten"})
 # A tombstone's forgottenBy as a forget writes it: the object, never a person (DNS names).
 _FORGETTER = re.compile(r"SessionSummary [a-z0-9][-a-z0-9]{0,62}/[a-z0-9][-a-z0-9.]{0,252}")
 # The status fields a Forgotten object keeps: they say the forget was done (the rest went).
@@ -342,7 +336,7 @@ FORGET_KEEPS = frozenset(
 class Failure(Exception):
     """A failure to show on the object; retry: phase Pending while below the failure gate."""
 
-    def __init__(self, reason: str, message: str, *, retry: bool) -> None:
+    def __init__(self, reason: str, message: str, retry: bool) -> None:
         super().__init__(message)
         self.reason, self.message, self.retry = reason, message, retry
 
@@ -444,33 +438,32 @@ def record_failure(
     raise kopf.PermanentError(failure.message) from None
 
 
-def provenance_status(summary: StructuredSummary, outcome: Outcome) -> SummaryProvenance:
+def provenance_status(
+    summary: StructuredSummary, passes: int, spent: Provenance
+) -> SummaryProvenance:
     """status.provenance: what the written summary covers and the tokens its passes cost."""
-    spent, mark = outcome.provenance, summary.watermark
-    first, last = summary.first_memory_at_ms, summary.last_memory_at_ms
+    mark, first, last = summary.watermark, summary.first_memory_at_ms, summary.last_memory_at_ms
     return SummaryProvenance(
         first_memory_at=ms_to_rfc3339(first) if first is not None else None,
         last_memory_at=ms_to_rfc3339(last) if last is not None else None,
         memory_count=summary.memory_count,
         watermark_timestamp=mark.timestamp_ms if mark else None,
         watermark_memory_id=mark.memory_id if mark else None,
-        passes=outcome.passes,
-        tokens_in=spent.tokens_in if spent else None,
-        tokens_out=spent.tokens_out if spent else None,
-        document_tokens=spent.document_tokens if spent else None,
-        compaction_ratio=spent.ratio if spent else None,
+        passes=passes,
+        tokens_in=spent.tokens_in,
+        tokens_out=spent.tokens_out,
+        document_tokens=spent.document_tokens,
+        compaction_ratio=spent.ratio,
     )
 
 
-def single_writer(
-    body: kopf.Body, spec: SessionSummarySpec, outcome: Outcome, events: EventRecorder
-) -> Condition:
+def single_writer(body: kopf.Body, outcome: Outcome, events: EventRecorder) -> Condition:
     """SingleWriter: False (and a Warning) when another writer rewrote the row since ours."""
     other, status = outcome.other_writer, "True"
     if other is not None:
         status, reason = "False", "OtherWriterDetected"
         message = (
-            f"the row of session {spec.session_id!r} was rewritten by {other.who} after this "
+            f"the row of session {outcome.session_id!r} was rewritten by {other.who} after this "
             f"operator's last write; its text ({other.characters} characters) is carried "
             "verbatim in the summary's earlier text. Two writers on one row race: switch the "
             'other one off (neo: docs/migrating-from-neo.md, "Switch neo\'s summary task off")'
@@ -562,13 +555,9 @@ def report(
         reason, message = "UpToDate", f"summary already covers all {outcome.memory_count} memories"
     else:
         reason, message = "Summarized", _summarized_message(body, spec, outcome)
-        provenance = provenance_status(summary, outcome)
-        metrics.observe_written(
-            spec.trigger,
-            provenance.tokens_in or 0,
-            provenance.tokens_out or 0,
-            provenance.compaction_ratio,
-        )
+        spent = outcome.provenance
+        assert spent is not None  # a written summary's (pipeline.summarize_session)
+        metrics.observe_written(spec.trigger, spent.tokens_in, spent.tokens_out, spent.ratio)
         metrics.LATE_MEMORIES.inc(outcome.late_memories)
         for kind, count in outcome.redactions.items():
             metrics.REDACTIONS.labels(kind).inc(count)
@@ -576,9 +565,9 @@ def report(
             writer=CONFIG.replica_id,
             passes=outcome.passes,
             model_tokens=outcome.tokens_used,
-            provenance=provenance,
+            provenance=provenance_status(summary, outcome.passes, spent),
         )
-    common.update(also=(single_writer(body, spec, outcome, events), times))
+    common.update(also=(single_writer(body, outcome, events), times))
     record(body, patch, phase="Summarized", reason=reason, message=message, ok=True, **common)
     # An Event says what changed: a first summary, a recovery, a rebuild; a summary brought
     # up to date once more is in the status (summarizedAt, memoryCount), not in an Event.
