@@ -31,7 +31,7 @@ from controller.backends import (
 )
 from controller.config import OperatorConfig
 from controller.core.ledger import FenceUnavailable
-from controller.core.sweep_plan import Candidate, ReconcileCycle
+from controller.core.sweep_plan import ReconcileCycle
 from controller.embeddings.minilm import EmbeddingFunction, LocalMiniLMEmbedding, MiniLMWeights
 from controller.kube import client as kube
 from controller.kube.events import EventRecorder
@@ -92,7 +92,7 @@ class Reconciler:
     last_done_ms: int | None = None
     last_step: float = 0.0  # monotonic
     due_now: bool = False  # the appended-rows cursor lost its place
-    pending: list[Candidate] = field(default_factory=list)
+    pending: list[str] = field(default_factory=list)  # session ids the walk asks for
 
 
 @dataclass

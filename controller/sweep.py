@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from controller import metrics
 from controller.api import SessionSummarizerSpec
 from controller.config import CONFIG
 from controller.core.chunking import estimate_tokens, memory_text
@@ -22,10 +23,7 @@ from controller.core.summary import StructuredSummary, UnreadablePriorSummary
 from controller.core.sweep_plan import (
     MARKER_TRIGGER,
     REFRESH_TRIGGER,
-    Growth,
-    InvalidMarker,
     ReconcileCycle,
-    RefreshPolicy,
     RowCursor,
     SweepPlan,
     collect_activity,
@@ -50,14 +48,14 @@ WALK_FACTOR = 4  # at most this many times the cap of stale sessions looked up p
 
 
 @dataclass(frozen=True)
-class SweepResult:
+class SweepScan:
+    """What a sweep's scans found, and its plan."""
+
     plan: SweepPlan
     scanned: int  # rows newer than the watermark (the range scan: active sessions again)
-    applied: Applied
-    duration_s: float
+    appended: int  # rows added since the last sweep (the appended-rows scan)
     cursor: RowCursor  # where the appended-rows scan stopped
     aligned: bool  # False when rows were deleted: reconciled at once (reconcile_step)
-    appended: int  # rows added since the last sweep (the appended-rows scan)
 
 
 def _ask(
@@ -91,9 +89,9 @@ def plan_from_store(
     now_ms: int,
     cursor: RowCursor | None = None,
     pause: Pause = no_pause,
-) -> tuple[SweepPlan, tuple[int, int], RowCursor, bool]:
-    """Plans from memories newer than the watermark or added since the cursor. Returns
-    (plan, (newer, added), new cursor, old cursor aligned). pause: the scheduler's give_way."""
+) -> SweepScan:
+    """Plans from memories newer than the watermark or added since the cursor. pause: the
+    scheduler's give_way, called before each read."""
     lookback_ms = spec.sweep.lookback_days * 86_400_000  # where the first sweep starts
     since = watermark_ms if watermark_ms is not None else now_ms - lookback_ms
     pause()
@@ -126,10 +124,9 @@ def plan_from_store(
         idle_ms=spec.sweep.idle_seconds * 1000,
         max_sessions=spec.sweep.max_sessions_per_sweep,
     )
-    policy = RefreshPolicy(spec.sweep.refresh_after_tokens, spec.sweep.min_refresh_seconds * 1000)
 
-    def grown(session_ids: list[str]) -> Iterator[Growth]:
-        """How much each active session grew since its summary (past the minimum interval)."""
+    def grown(session_ids: list[str]) -> Iterator[tuple[str, int]]:
+        """Tokens each active session added since its summary (of those past the interval)."""
         try:
             store.summaries()
             summarized = True
@@ -143,7 +140,7 @@ def plan_from_store(
                 continue  # its SessionSummary reports it when a pass runs
             structured = prior if isinstance(prior, StructuredSummary) else None
             summarized_at = structured.summarized_at_ms if structured else None
-            if not may_refresh(summarized_at, policy, now_ms):
+            if not may_refresh(summarized_at, spec.sweep.min_refresh_seconds * 1000, now_ms):
                 continue
             mark = structured.watermark if structured else None
             key = (mark.timestamp_ms, mark.memory_id) if mark else None
@@ -153,13 +150,13 @@ def plan_from_store(
                 for m in rows.memories()
                 if not is_excluded(m, spec.excluded_memory_types)
             )
-            yield Growth(sid, activity[sid], tokens)
+            yield sid, tokens
 
-    if policy.enabled and plan.still_active:
-        measured = plan.still_active[: WALK_FACTOR * spec.sweep.max_sessions_per_sweep]
-        growth = list(grown(measured))
-        plan = plan_refresh(plan, growth, policy, max_sessions=spec.sweep.max_sessions_per_sweep)
-    return plan, (scanned, len(appended)), new_cursor, aligned or cursor is None
+    if (after_tokens := spec.sweep.refresh_after_tokens) and plan.still_active:  # 0: off
+        cap = spec.sweep.max_sessions_per_sweep
+        tokens = dict(grown(plan.still_active[: WALK_FACTOR * cap]))
+        plan = plan_refresh(plan, tokens, after_tokens=after_tokens, max_sessions=cap)
+    return SweepScan(plan, scanned, len(appended), new_cursor, aligned or cursor is None)
 
 
 @dataclass(frozen=True)
@@ -189,34 +186,14 @@ def apply_plan(
         return _ask(namespace, session_id, trigger, summarizer_name, requested_at, existing)
 
     done: Counter[str | None] = Counter()
-    for candidate in stale[: WALK_FACTOR * max(budget, 1)]:
+    for session_id in stale[: WALK_FACTOR * max(budget, 1)]:
         if done["created"] + done["patched"] >= budget:
             break
-        done[request(candidate.session_id, "sweep")] += 1
+        done[request(session_id, "sweep")] += 1
     # plan.refresh is already within the cap (plan_refresh)
-    refreshes = Counter(request(c.session_id, REFRESH_TRIGGER) for c in plan.refresh)
+    refreshes = Counter(request(session_id, REFRESH_TRIGGER) for session_id in plan.refresh)
     left, refreshed = len(stale) - done.total(), refreshes["created"] + refreshes["patched"]
     return Applied(done["created"], done["patched"], done[None] + refreshes[None], left, refreshed)
-
-
-def run_sweep(
-    store: MemoryStore,
-    spec: SessionSummarizerSpec,
-    *,
-    namespace: str,
-    summarizer_name: str,
-    watermark_ms: int | None,
-    cursor: RowCursor | None = None,
-    pause: Pause = no_pause,
-) -> SweepResult:
-    """pause: the scheduler's give_way, called before each session's reads and requests."""
-    started, now = time.monotonic(), int(time.time() * 1000)
-    plan, (scanned, appended), new_cursor, aligned = plan_from_store(
-        store, spec, watermark_ms=watermark_ms, now_ms=now, cursor=cursor, pause=pause
-    )
-    applied = apply_plan(plan, namespace=namespace, summarizer_name=summarizer_name, pause=pause)
-    seconds = time.monotonic() - started
-    return SweepResult(plan, scanned, applied, seconds, new_cursor, aligned, appended)
 
 
 def apply_retention(
@@ -246,7 +223,7 @@ class MarkerScanResult:
     requested: list[str]  # session ids whose SessionSummary was created or patched
     waiting: int  # a pass is under way; the next scan looks again
     left: int  # over the cap or the rate; the next scan looks again
-    invalid: list[InvalidMarker]  # newly found markers that name no session
+    invalid: list[str]  # newly found markers that name no session, each described
     duration_s: float
     markers_only: list[str]  # sessions of sunset markers alone: nothing to summarize
 
@@ -267,7 +244,7 @@ def run_marker_scan(
     memory.bucket.per_minute = spec.sweep.marker_requests_per_minute
     rows = list(store.scan_markers(SUNSET_MARKER_TYPE, watermark_ms))
     markers, invalid = collect_markers(rows)
-    new_invalid = [m for m in invalid if m.memory_id not in memory.reported]
+    new_invalid = [f"memory {i[:80]!r} {p}" for i, p in invalid.items() if i not in memory.reported]
     pending = not_acted_on(markers, memory.acted)
     stored = store.summary_states([m.session_id for m in pending]) if pending else {}
     uncovered = []
@@ -302,7 +279,7 @@ def run_marker_scan(
         memory.acted[marker.session_id] = marker.timestamp_ms
     # Forget what the window no longer holds: those markers are never read again.
     memory.acted = {s: ts for s, ts in memory.acted.items() if s in markers}
-    memory.reported = {m.memory_id for m in invalid}
+    memory.reported = set(invalid)
     return MarkerScanResult(
         scanned=len(rows),
         requested=requested,
@@ -314,14 +291,6 @@ def run_marker_scan(
     )
 
 
-@dataclass(frozen=True)
-class ReconcileResult:
-    read: int  # rows walked this step
-    finished: ReconcileCycle | None = None  # the walk this step completed, if any
-    uncovered: int = 0  # rows no summary accounts for, found by the finished walk
-    sessions: int = 0  # sessions the finished walk found needing a pass
-
-
 def reconcile_step(
     store: MemoryStore,
     spec: SessionSummarizerSpec,
@@ -330,17 +299,17 @@ def reconcile_step(
     summarizer_name: str,
     state: Reconciler,
     pause: Pause,
-) -> ReconcileResult:
+) -> ReconcileCycle | None:
     """One tick: ask for the passes the last walk found (maxSessionsPerSweep at most), start
     a walk when due, and read what reconcileRowsPerSecond allows since the last step (two
-    ticks' worth at most), so the walk never holds up a sunset."""
+    ticks' worth at most), so the walk never holds up a sunset. Returns the walk it ended."""
     sweep, now_ms, monotonic = spec.sweep, int(time.time() * 1000), time.monotonic()
     if state.pending:
         batch, state.pending = state.pending, []
         if state.last_done_ms is not None:  # written or forgotten since the walk: not stale
             pause()
-            since = store.written_since([c.session_id for c in batch], state.last_done_ms)
-            batch = [c for c in batch if c.session_id not in since]
+            since = store.written_since(batch, state.last_done_ms)
+            batch = [sid for sid in batch if sid not in since]
         cap = sweep.max_sessions_per_sweep
         plan = SweepPlan(candidates=batch[:cap], deferred=batch[cap:])
         applied = apply_plan(
@@ -354,7 +323,7 @@ def reconcile_step(
         state.cycle, state.due_now, state.last_step = ReconcileCycle(now_ms), False, monotonic
     cycle = state.cycle
     if cycle is None:
-        return ReconcileResult(0)
+        return None
     rate = sweep.reconcile_rows_per_second
     elapsed = min(max(monotonic - state.last_step, 0.0), 2 * CONFIG.sweep_tick_seconds)
     budget = max(1, int(rate * elapsed)) if cycle.rows else min(rate, SCAN_PAGE)
@@ -382,6 +351,8 @@ def reconcile_step(
             )
             state.pending = plan.candidates + plan.deferred
             state.cycle, state.last_done_ms = None, now_ms
-            uncovered = uncovered_rows(cycle.counts, stored)
-            return ReconcileResult(read, cycle, uncovered, len(state.pending))
-    return ReconcileResult(read)
+            cycle.uncovered = uncovered_rows(cycle.counts, stored)
+            metrics.observe_reconcile(read, cycle.uncovered)
+            return cycle
+    metrics.observe_reconcile(read, None)
+    return None

@@ -15,8 +15,6 @@ from controller.core.memories import FUTURE_TOLERANCE_MS, SUNSET_MARKER_TYPE, pa
 from controller.core.naming import blank_session_id
 from controller.core.retention import pass_in_flight
 
-StaleReason = Literal["missing", "newer-memories", "count-drift"]
-CandidateReason = StaleReason | Literal["refresh"]
 MarkerAction = Literal["request", "wait", "done"]
 MARKER_TRIGGER = "sunset-marker"
 REFRESH_TRIGGER = "refresh"
@@ -34,21 +32,16 @@ class StoredSummaryState:
     timestamp_ms: int | None
 
 
-@dataclass(frozen=True)
-class Candidate:
-    session_id: str
-    newest_ms: int
-    reason: CandidateReason
-
-
 @dataclass
 class SweepPlan:
-    candidates: list[Candidate] = field(default_factory=list)
-    deferred: list[Candidate] = field(default_factory=list)
+    """Session ids: stale and idle, newest first (candidates to the cap, deferred after)."""
+
+    candidates: list[str] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)
     still_active: list[str] = field(default_factory=list)
     fresh: list[str] = field(default_factory=list)
     next_watermark_ms: int = 0
-    refresh: list[Candidate] = field(default_factory=list)  # active, grown enough to refresh
+    refresh: list[str] = field(default_factory=list)  # active, grown enough to refresh
 
     @property
     def found(self) -> int:
@@ -69,17 +62,14 @@ def collect_activity(rows: Iterable[tuple[str, int]], *, now_ms: int) -> dict[st
     return newest
 
 
-def stale_reason(
-    newest_ms: int, stored: StoredSummaryState | None, live_count: int | None
-) -> StaleReason | None:
-    """Why a session's summary is stale (None: fresh)."""
-    if stored is None:
-        return "missing"
-    if stored.timestamp_ms is None or stored.timestamp_ms < newest_ms:
-        return "newer-memories"
-    if live_count is not None and stored.memory_count != live_count:
-        return "count-drift"
-    return None
+def is_stale(newest_ms: int, stored: StoredSummaryState | None, live_count: int | None) -> bool:
+    """Missing, older than the newest memory, or counting other rows than the live count."""
+    return (
+        stored is None
+        or stored.timestamp_ms is None
+        or stored.timestamp_ms < newest_ms
+        or (live_count is not None and stored.memory_count != live_count)
+    )
 
 
 def plan_sweep(
@@ -94,61 +84,38 @@ def plan_sweep(
     """Picks the sessions to (re)summarize now: stale, idle, newest first, at most max_sessions."""
     plan = SweepPlan()
     idle_before = now_ms - idle_ms
-    stale: list[Candidate] = []
+    stale: list[tuple[int, str]] = []  # (newest ms, session id)
     for sid, newest_ms in activity.items():
-        reason = stale_reason(newest_ms, stored.get(sid), live_counts.get(sid))
-        if reason is None:
+        if not is_stale(newest_ms, stored.get(sid), live_counts.get(sid)):
             plan.fresh.append(sid)
         elif newest_ms > idle_before:
             plan.still_active.append(sid)
         else:
-            stale.append(Candidate(sid, newest_ms, reason))
-    stale.sort(key=lambda c: (-c.newest_ms, c.session_id))
-    plan.candidates, plan.deferred = stale[:max_sessions], stale[max_sessions:]
+            stale.append((newest_ms, sid))
+    stale.sort(key=lambda c: (-c[0], c[1]))
+    plan.candidates = [sid for _, sid in stale[:max_sessions]]
+    plan.deferred = [sid for _, sid in stale[max_sessions:]]
     plan.still_active.sort()
     plan.fresh.sort()
-    plan.next_watermark_ms = min([idle_before, *(c.newest_ms - 1 for c in plan.deferred)])
+    plan.next_watermark_ms = min([idle_before, *(ms - 1 for ms, _ in stale[max_sessions:])])
     return plan
 
 
-@dataclass(frozen=True)
-class RefreshPolicy:
-    after_tokens: int  # 0: refreshing is off
-    min_interval_ms: int
-
-    @property
-    def enabled(self) -> bool:
-        return self.after_tokens > 0
-
-
-@dataclass(frozen=True)
-class Growth:
-    """What an active session added since its stored summary."""
-
-    session_id: str
-    newest_ms: int
-    tokens: int  # estimated tokens of the summarizable memories after the summary's watermark
-
-
-def may_refresh(summarized_at_ms: int | None, policy: RefreshPolicy, now_ms: int) -> bool:
-    """Enabled, and the minimum interval since the last summary has passed."""
-    due = summarized_at_ms is None or now_ms - summarized_at_ms >= policy.min_interval_ms
-    return policy.enabled and due
+def may_refresh(summarized_at_ms: int | None, min_interval_ms: int, now_ms: int) -> bool:
+    """The minimum interval since the last summary (if any) has passed."""
+    return summarized_at_ms is None or now_ms - summarized_at_ms >= min_interval_ms
 
 
 def plan_refresh(
-    plan: SweepPlan, growth: Iterable[Growth], policy: RefreshPolicy, *, max_sessions: int
+    plan: SweepPlan, tokens: Mapping[str, int], *, after_tokens: int, max_sessions: int
 ) -> SweepPlan:
-    """Moves the grown sessions (of those may_refresh lets be measured) from still_active to
-    refresh, most grown first, within what the cap leaves after the idle stale ones; the
-    rest stay still_active (measured again)."""
-    due = sorted(
-        (g for g in growth if g.session_id in plan.still_active and g.tokens > policy.after_tokens),
-        key=lambda g: (-g.tokens, g.session_id),
-    )
-    chosen = due[: max(0, max_sessions - len(plan.candidates))]
-    plan.refresh = [Candidate(g.session_id, g.newest_ms, "refresh") for g in chosen]
-    picked = {g.session_id for g in chosen}
+    """Moves the active sessions grown past after_tokens (estimated tokens since their
+    summary, of those measured) to refresh, most grown first, within what the cap leaves
+    after the idle stale ones; the rest stay still_active (measured again)."""
+    due = [sid for sid in plan.still_active if tokens.get(sid, 0) > after_tokens]
+    due.sort(key=lambda sid: (-tokens[sid], sid))
+    plan.refresh = due[: max(0, max_sessions - len(plan.candidates))]
+    picked = set(plan.refresh)
     plan.still_active = [sid for sid in plan.still_active if sid not in picked]
     return plan
 
@@ -158,17 +125,6 @@ class SunsetMarker(NamedTuple):
 
     session_id: str
     timestamp_ms: int
-
-
-@dataclass(frozen=True)
-class InvalidMarker:
-    """A marker that names no session the operator can summarize; reported, never acted on."""
-
-    memory_id: str
-    problem: str
-
-    def describe(self) -> str:
-        return f"memory {self.memory_id[:80]!r} {self.problem}"
 
 
 def marker_problem(session_id: object) -> str | None:
@@ -187,16 +143,17 @@ def marker_problem(session_id: object) -> str | None:
 
 def collect_markers(
     rows: Iterable[tuple[str, object, int]],
-) -> tuple[dict[str, SunsetMarker], list[InvalidMarker]]:
-    """The newest marker per session of scanned (id, sessionId, time), and the invalid ones."""
+) -> tuple[dict[str, SunsetMarker], dict[str, str]]:
+    """The newest marker per session of scanned (id, sessionId, time), and the problem of
+    each marker that names no session (by memory id: reported, never acted on)."""
     newest: dict[str, SunsetMarker] = {}
-    invalid: list[InvalidMarker] = []
+    invalid: dict[str, str] = {}
     for memory_id, session_id, ts in rows:
         if (problem := marker_problem(session_id)) is not None:
-            invalid.append(InvalidMarker(memory_id, problem))
+            invalid[memory_id] = problem
         elif isinstance(session_id, str) and ts > newest.get(session_id, ("", -1))[1]:
             newest[session_id] = SunsetMarker(session_id, ts)  # str: no problem
-    return newest, sorted(invalid, key=lambda i: i.memory_id)
+    return newest, dict(sorted(invalid.items()))
 
 
 def not_acted_on(
@@ -269,6 +226,7 @@ class ReconcileCycle:
     newest: dict[str, int] = field(default_factory=dict)
     digests: dict[str, Bucket] = field(default_factory=dict)  # each session's row ids
     ignored: dict[str, IgnoredRows] = field(default_factory=dict)  # by row_problem
+    uncovered: int = 0  # rows no summary accounts for (uncovered_rows), once the walk ended
 
     def fold(self, rows: Sequence[WalkedRow], now_ms: int) -> int:
         """Counts a page of rows; returns its length. A row without a usable time (none, or a

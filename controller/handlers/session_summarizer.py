@@ -40,7 +40,7 @@ from controller.config import CONFIG
 from controller.core.destinations import DestinationRefused, SecretVerdict, redirect_refusal, shown
 from controller.core.ledger import AuthorityRecord, FenceUnavailable
 from controller.core.retention import parse_time, to_ask_again
-from controller.core.sweep_plan import RowCursor
+from controller.core.sweep_plan import ReconcileCycle, RowCursor
 from controller.core.text import one_line
 from controller.core.waiting import Pause
 from controller.embeddings.minilm import EmbeddingError
@@ -71,13 +71,14 @@ from controller.store.errors import (
 )
 from controller.store.memory_store import MemoryStore, is_tombstone
 from controller.sweep import (
+    Applied,
     MarkerScanResult,
-    ReconcileResult,
-    SweepResult,
+    SweepScan,
+    apply_plan,
     apply_retention,
+    plan_from_store,
     reconcile_step,
     run_marker_scan,
-    run_sweep,
 )
 
 # What a store or its settings can raise: the sweep reports these on the SessionSummarizer;
@@ -327,8 +328,7 @@ async def scan_markers(body: kopf.Body, name: str, namespace: str | None, **kw: 
     markers = await tick.in_thread("marker scan", scan)
     if markers is None:
         return
-    invalid = [m.describe() for m in markers.invalid]
-    cond = sunset_markers(markers.requested, invalid, markers.markers_only)
+    cond = sunset_markers(markers.requested, markers.invalid, markers.markers_only)
     if cond is not None:
         await tick.write(cond)
         kind = "Warning" if cond.status == "False" else "Normal"
@@ -416,7 +416,7 @@ def _tell(tick: _Tick, page: list[dict[str, Any]], pause: Pause) -> None:
 async def _reconcile(tick: _Tick) -> None:
     """One step of the reconciliation (sweep.reconcile_step)."""
 
-    def step_once() -> ReconcileResult:
+    def step_once() -> ReconcileCycle | None:
         with tick.store() as store, tick.runtime.scheduler.background() as pause:
             return reconcile_step(
                 store,
@@ -427,24 +427,20 @@ async def _reconcile(tick: _Tick) -> None:
                 pause=pause,
             )
 
-    step = await tick.in_thread("reconciliation", step_once)
-    if step is None:
-        return
-    done = step.finished
-    metrics.observe_reconcile(step.read, step.uncovered if done is not None else None)
+    done = await tick.in_thread("reconciliation", step_once)  # a walk it ended
     if done is None:
         return
     seconds = (int(time.time() * 1000) - done.started_ms) / 1000
     message = (
-        f"reconciled {done.rows} memories in {seconds:.0f}s: {step.uncovered} not accounted "
-        f"for by a summary, in {step.sessions} sessions to summarize"
+        f"reconciled {done.rows} memories in {seconds:.0f}s: {done.uncovered} not accounted "
+        f"for by a summary, in {len(tick.upkeep.reconciler.pending)} sessions to summarize"
     )
     rows = memory_rows(done.ignored, done.rows)
     before = await tick.write(
-        rows, reconciled_at=now_rfc3339(), reconciled_rows=done.rows, uncovered_found=step.uncovered
+        rows, reconciled_at=now_rfc3339(), reconciled_rows=done.rows, uncovered_found=done.uncovered
     )
     tick.logger.info("reconciliation by %s: %s", CONFIG.replica_id, message)
-    if step.uncovered:
+    if done.uncovered:
         tick.runtime.events.post(tick.body, "Normal", "Reconciled", message)
     # Each walk that still finds ignored rows says so again (the recorder counts repeats).
     if rows.status == "False" or (before and _changed(before, rows)):
@@ -458,20 +454,19 @@ async def _sweep(tick: _Tick) -> None:
     offset, last_id = status.appended_offset, status.appended_last_id
     cursor = RowCursor(offset, last_id) if offset is not None else None
 
-    def sweep_store() -> SweepResult:
+    def sweep_store() -> tuple[SweepScan, Applied, float]:
         with tick.store() as store, tick.runtime.scheduler.background() as pause:
-            return run_sweep(
-                store,
-                spec,
-                namespace=tick.namespace,
-                summarizer_name=tick.name,
-                watermark_ms=status.watermark,
-                cursor=cursor,
-                pause=pause,
+            started, now = time.monotonic(), int(time.time() * 1000)
+            found = plan_from_store(
+                store, spec, watermark_ms=status.watermark, now_ms=now, cursor=cursor, pause=pause
             )
+            applied = apply_plan(
+                found.plan, namespace=tick.namespace, summarizer_name=tick.name, pause=pause
+            )
+            return found, applied, time.monotonic() - started
 
     try:
-        result = await asyncio.to_thread(sweep_store)
+        result, applied, seconds = await asyncio.to_thread(sweep_store)
     except STORE_ERRORS as exc:
         failure = sweep_failure(exc, redaction_of(tick.spec))
         said, failed = failure[0], f"sweep failed: {failure[0].message}"
@@ -481,10 +476,10 @@ async def _sweep(tick: _Tick) -> None:
             events.post(tick.body, "Warning", said.reason, said.message)
         tick.logger.warning("sweep failed: %s: %s", said.reason, said.message)
         return
-    plan, applied = result.plan, result.applied
+    plan = result.plan
     if not result.aligned:  # the appended-rows cursor lost its place: walk now
         tick.upkeep.reconciler.due_now = True
-    metrics.observe_sweep(result.duration_s, plan.found)
+    metrics.observe_sweep(seconds, plan.found)
     metrics.REFRESH_REQUESTS.inc(applied.refreshed)
     message = (
         f"scanned {result.scanned} new memories and {result.appended} added rows: {plan.found} "
@@ -497,7 +492,7 @@ async def _sweep(tick: _Tick) -> None:
         condition("Swept", "True", "SweepOK", message),
         store_reachable(spec.store.url),
         message=message,
-        last_sweep_duration_seconds=round(result.duration_s, 3),
+        last_sweep_duration_seconds=round(seconds, 3),
         last_sweep_at=now_rfc3339(),
         candidates_found=plan.found,
         deferred=applied.left,

@@ -22,7 +22,7 @@ import pytest
 from controller.api import SessionSummarizerSpec, SessionSummarySpec
 from controller.core.memories import SUNSET_MARKER_TYPE, render_interaction_document
 from controller.core.naming import summary_object_name
-from controller.core.sweep_plan import Candidate, SweepPlan
+from controller.core.sweep_plan import SweepPlan
 from controller.handlers.session_summary import Failure, _summarizer
 from controller.kube import client as kube
 from controller.runtime import MarkerMemory
@@ -521,10 +521,7 @@ def test_a_sweep_never_overwrites_a_sunset_that_came_after_its_read(
     stale = _done_object("race-stale", "2020-01-01T00:00:00Z")
     refresh = _done_object("race-refresh", "2020-01-01T00:00:00Z")
     landed = _sunset_between_read_and_patch(monkeypatch)
-    plan = SweepPlan(
-        candidates=[Candidate("race-stale", 1, "newer-memories")],
-        refresh=[Candidate("race-refresh", 1, "refresh")],
-    )
+    plan = SweepPlan(candidates=["race-stale"], refresh=["race-refresh"])
     applied = apply_plan(plan, namespace=RACE, summarizer_name="default")
     assert landed == [stale, refresh]
     assert (applied.created, applied.patched, applied.refreshed) == (0, 0, 0)

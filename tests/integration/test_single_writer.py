@@ -17,12 +17,15 @@ from typing import Any
 
 import pytest
 
+from controller.api import SessionSummarizerSpec
 from controller.core.claim_rules import Claim, Writer
 from controller.core.naming import summary_object_name
+from controller.core.sweep_plan import SweepPlan
 from controller.kube import client as kube
 from controller.kube.claims import SessionClaimHandle
 from controller.kube.peering import leader_of, live_peers
 from controller.store.memory_store import MemoryStore
+from controller.sweep import Applied, apply_plan, plan_from_store
 from devenv.controlplane import ControlPlane
 from devenv.operator import start_operator
 from devenv.processes import kill, stop, tail, wait_for
@@ -463,11 +466,20 @@ def test_a_replica_without_the_claim_cannot_write(harness: Harness, replicas_fac
     assert [w["holder"] for w in reps.writes()] == ["held-r0"]
 
 
+def _swept(
+    store: MemoryStore,
+    spec: SessionSummarizerSpec,
+    ns: str,
+    pause: Callable[[], object] = lambda: None,
+) -> tuple[SweepPlan, Applied]:
+    """A sweep from no watermark (the handler's _sweep without the status): (plan, applied)."""
+    now = int(time.time() * 1000)
+    plan = plan_from_store(store, spec, watermark_ms=None, now_ms=now, pause=pause).plan
+    return plan, apply_plan(plan, namespace=ns, summarizer_name="default", pause=pause)
+
+
 def test_overlapping_sweeps_create_each_object_once(harness: Harness) -> None:
     from concurrent.futures import ThreadPoolExecutor
-
-    from controller.api import SessionSummarizerSpec
-    from controller.sweep import run_sweep
 
     ns = "sweeps"
     harness.cp.kubectl_run("create", "namespace", ns, check=False)
@@ -482,32 +494,24 @@ def test_overlapping_sweeps_create_each_object_once(harness: Harness) -> None:
         {"sweep": {"idleSeconds": 60, "maxSessionsPerSweep": 50}}
     )
 
-    def sweep(pause: Callable[[], object] = lambda: None) -> Any:
-        return run_sweep(
-            store, spec, namespace=ns, summarizer_name="default", watermark_ms=None, pause=pause
-        )
-
     with ThreadPoolExecutor(2) as pool:  # two replicas sweeping at the same moment
-        results = list(pool.map(lambda _: sweep(), range(2)))
-    assert all(r.plan.found == len(sessions) for r in results)
-    assert sum(r.applied.created for r in results) == len(sessions)  # each object created once
-    assert sum(r.applied.patched for r in results) == 0  # and the losing sweep patched nothing
+        results = list(pool.map(lambda _: _swept(store, spec, ns), range(2)))
+    assert all(plan.found == len(sessions) for plan, _ in results)
+    assert sum(a.created for _, a in results) == len(sessions)  # each object created once
+    assert sum(a.patched for _, a in results) == 0  # and the losing sweep patched nothing
     objs = phases(harness.cp, ns)
     assert sorted(objs) == sorted(sessions)
     # A third sweep while nothing was summarized yet patches nothing: the work is in flight.
     # It gives way (the scheduler's give_way) before each of its three reads (the rows
     # appended, the rows since the watermark, the summaries) and each session's lookup.
     paused: list[int] = []
-    again = sweep(lambda: paused.append(1))
-    assert again.applied.created == 0 and again.applied.patched == 0
+    _, again = _swept(store, spec, ns, lambda: paused.append(1))
+    assert again.created == 0 and again.patched == 0
     assert len(paused) == 3 + len(sessions)
     assert all(o["spec"]["trigger"] == "sweep" for o in objs.values())
 
 
 def test_sessions_in_flight_do_not_starve_an_older_backlog(harness: Harness) -> None:
-    from controller.api import SessionSummarizerSpec
-    from controller.sweep import run_sweep
-
     ns = "starve"
     harness.cp.kubectl_run("create", "namespace", ns, check=False)
     store = harness.store("starve-memory", "starve-sessions")
@@ -525,8 +529,8 @@ def test_sessions_in_flight_do_not_starve_an_older_backlog(harness: Harness) -> 
     )
     acted = []
     for _ in range(3):  # no operator runs here: whatever a sweep creates stays in flight
-        result = run_sweep(store, spec, namespace=ns, summarizer_name="default", watermark_ms=None)
-        acted.append((result.applied.created, result.applied.in_flight, result.applied.left))
+        _, applied = _swept(store, spec, ns)
+        acted.append((applied.created, applied.in_flight, applied.left))
     assert acted == [(2, 0, 4), (2, 2, 2), (2, 4, 0)]
     assert sorted(phases(harness.cp, ns)) == sorted(sessions)
 

@@ -323,7 +323,7 @@ def test_a_ticks_conditions_are_stamped_with_the_generation_it_ran_with(
     from controller.handlers import session_summarizer
     from controller.runtime import Runtime
     from controller.status.conditions import settled
-    from controller.sweep import Applied, ReconcileResult, SweepResult
+    from controller.sweep import Applied, SweepScan
     from tests.unit.test_invalid_summary_spec import Recorded
 
     raw: dict[str, Any] = {
@@ -344,15 +344,17 @@ def test_a_ticks_conditions_are_stamped_with_the_generation_it_ran_with(
     async def retention(*_: Any) -> None:
         edit("retention")
 
-    def reconcile_step(*_: Any, **__: Any) -> ReconcileResult:  # the walk of the tick's spec
+    def reconcile_step(*_: Any, **__: Any) -> ReconcileCycle:  # the walk of the tick's spec
         edit("reconciliation")
-        return ReconcileResult(read=1, finished=ReconcileCycle(started_ms=0, rows=1))
+        return ReconcileCycle(started_ms=0, rows=1)
 
-    def run_sweep(*_: Any, **__: Any) -> SweepResult:
+    def plan_from_store(*_: Any, **__: Any) -> SweepScan:
         if store == "down":
             raise StoreUnavailable("the store is down")
-        plan, cursor = SweepPlan(next_watermark_ms=123), RowCursor(5, "r")
-        return SweepResult(plan, 40, Applied(0, 0, 0, 0), 0.1234, cursor, True, 2)
+        return SweepScan(SweepPlan(next_watermark_ms=123), 40, 2, RowCursor(5, "r"), True)
+
+    def apply_plan(*_: Any, **__: Any) -> Applied:
+        return Applied(0, 0, 0, 0)
 
     written: list[SessionSummarizerStatus] = []
 
@@ -368,10 +370,15 @@ def test_a_ticks_conditions_are_stamped_with_the_generation_it_ran_with(
         mock.patch.object(session_summarizer, "_probes_due", lambda tick: True),
         mock.patch.object(session_summarizer, "_retention", retention),
         mock.patch.object(session_summarizer, "reconcile_step", reconcile_step),
-        mock.patch.object(session_summarizer._Tick, "upkeep", SimpleNamespace(reconciler=None)),
+        mock.patch.object(
+            session_summarizer._Tick,
+            "upkeep",
+            SimpleNamespace(reconciler=SimpleNamespace(pending=[])),
+        ),
         mock.patch.object(session_summarizer, "sweep_due", lambda *_: True),
         mock.patch.object(session_summarizer._Tick, "store", lambda _: contextlib.nullcontext()),
-        mock.patch.object(session_summarizer, "run_sweep", run_sweep),
+        mock.patch.object(session_summarizer, "plan_from_store", plan_from_store),
+        mock.patch.object(session_summarizer, "apply_plan", apply_plan),
         mock.patch("controller.kube.client.update_summarizer_status", update),
     ):
         asyncio.run(
@@ -398,5 +405,6 @@ def test_a_ticks_conditions_are_stamped_with_the_generation_it_ran_with(
         assert swept.message == "sweep failed: the store is down"
     else:
         assert swept.message and swept.message.startswith("scanned 40 new memories and 2 added")
-        assert (swept.last_sweep_duration_seconds, swept.watermark) == (0.123, 123)
+        assert swept.watermark == 123 and (took := swept.last_sweep_duration_seconds) is not None
+        assert 0 <= took == round(took, 3)  # measured around the scans and the requests
         assert (swept.appended_offset, swept.appended_last_id) == (5, "r")

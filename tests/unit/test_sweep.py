@@ -4,8 +4,8 @@ from controller.api import SessionSummarizerSpec
 from controller.core.sweep_plan import (
     StoredSummaryState,
     collect_activity,
+    is_stale,
     plan_sweep,
-    stale_reason,
 )
 from controller.sweep import plan_from_store
 
@@ -23,19 +23,19 @@ def test_newest_timestamp_per_session_is_kept() -> None:
 
 
 def test_session_without_a_summary_is_stale() -> None:
-    assert stale_reason(act("s", 1), None, 3) == "missing"
+    assert is_stale(act("s", 1), None, 3)
 
 
 def test_memories_newer_than_the_summary_make_it_stale() -> None:
-    assert stale_reason(act("s", 200), StoredSummaryState(3, 100), 4) == "newer-memories"
+    assert is_stale(act("s", 200), StoredSummaryState(3, 100), 4)
 
 
 def test_count_drift_makes_a_summary_stale() -> None:
-    assert stale_reason(act("s", 100), StoredSummaryState(3, 100), 5) == "count-drift"
+    assert is_stale(act("s", 100), StoredSummaryState(3, 100), 5)
 
 
 def test_summary_covering_every_memory_is_fresh() -> None:
-    assert stale_reason(act("s", 100), StoredSummaryState(3, 100), 3) is None
+    assert not is_stale(act("s", 100), StoredSummaryState(3, 100), 3)
 
 
 def test_active_sessions_are_skipped_and_fresh_ones_left_alone() -> None:
@@ -46,7 +46,7 @@ def test_active_sessions_are_skipped_and_fresh_ones_left_alone() -> None:
     }
     stored = {"fresh": StoredSummaryState(2, NOW - IDLE - 50)}
     plan = plan_sweep(activity, stored, {"fresh": 2}, now_ms=NOW, idle_ms=IDLE, max_sessions=10)
-    assert [c.session_id for c in plan.candidates] == ["idle-missing"]
+    assert plan.candidates == ["idle-missing"]
     assert plan.still_active == ["active-missing"]
     assert plan.fresh == ["fresh"]
 
@@ -54,8 +54,8 @@ def test_active_sessions_are_skipped_and_fresh_ones_left_alone() -> None:
 def test_candidates_are_newest_first_and_capped() -> None:
     activity = {f"s{i}": act(f"s{i}", NOW - IDLE - 1000 * i) for i in range(5)}
     plan = plan_sweep(activity, {}, {}, now_ms=NOW, idle_ms=IDLE, max_sessions=2)
-    assert [c.session_id for c in plan.candidates] == ["s0", "s1"]
-    assert [c.session_id for c in plan.deferred] == ["s2", "s3", "s4"]
+    assert plan.candidates == ["s0", "s1"]
+    assert plan.deferred == ["s2", "s3", "s4"]
     assert plan.found == 5
 
 
