@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from controller.api import DNS_LABEL, SECRET_NAME_PATTERN, StoreSpec
 from controller.core.destinations import shown
 from controller.core.naming import blank_session_id
-from controller.core.text import ms_to_rfc3339, one_line, printable
+from controller.core.text import ms_to_rfc3339, one_line, printable, without_surrogates
 
 MAX_SESSION_ID = 1024  # the CRD's spec.sessionId maxLength
 STORE_FLAGS = ("tenant", "database", "memory_collection", "summary_collection")  # StoreSpec's
@@ -44,12 +44,8 @@ def shown_time(ms: object) -> str:
 
 def text_arg(value: str) -> str:
     """Text a memory or a request can carry: no bytes the shell could not decode."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise argparse.ArgumentTypeError(
-            f"{_shown(value)} is not valid text (undecodable bytes)"
-        ) from None
+    if without_surrogates(value) != value:  # what UTF-8 cannot encode
+        raise argparse.ArgumentTypeError(f"{_shown(value)} is not valid text (undecodable bytes)")
     return value
 
 
@@ -173,20 +169,11 @@ def kube_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
         raise CliError(prefix + api_message(exc)) from exc
 
 
-def summarizer_object(
-    namespace: str, name: str, *, may_be_unreadable: bool = False
-) -> dict[str, Any] | None:
-    """The SessionSummarizer namespace/name, or a CliError naming the namespace and the -n
-    to use; None when may_be_unreadable and this identity may not read it (the sunset role)."""
+def summarizer_object(namespace: str, name: str) -> dict[str, Any]:
+    """The SessionSummarizer namespace/name, or a CliError saying where it is not and which -n."""
     from controller.kube import client as kube
 
-    try:
-        found = kube_call(kube.get_summarizer, namespace, name)
-    except CliError as exc:
-        if may_be_unreadable and str(exc).startswith(FORBIDDEN):
-            return None
-        raise
-    if found is not None:
+    if (found := kube_call(kube.get_summarizer, namespace, name)) is not None:
         return cast(dict[str, Any], found)
     try:  # where the SessionSummarizers are, and the -n to use
         others = kube_call(kube.list_summarizers, ())

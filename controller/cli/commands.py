@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from controller.cli.args import CliError, kube_call, out, shown_time, summarizer_object
+from controller.cli.args import FORBIDDEN, CliError, kube_call, out, shown_time, summarizer_object
 from controller.core.retention import NOT_FAILURES, parse_time
 from controller.core.text import json_value, ms_to_rfc3339, one_line
 
@@ -39,9 +39,15 @@ REPORT_GRACE_S = 20.0  # a new SessionSummarizer's first report, at the latest
 def served(namespace: str, ref: str) -> None:
     """Refuses when no operator serves SessionSummarizer `ref`: one just applied gets
     REPORT_GRACE_S to be served; one this identity may not read is let through."""
-    while (summarizer := summarizer_object(namespace, ref, may_be_unreadable=True)) and (
-        why := unserved(summarizer)
-    ):
+    while True:
+        try:
+            summarizer = summarizer_object(namespace, ref)
+        except CliError as exc:
+            if str(exc).startswith(FORBIDDEN):  # the sunset role: let through
+                return
+            raise
+        if not (why := unserved(summarizer)):
+            return
         created = parse_time(summarizer["metadata"].get("creationTimestamp"))
         if not created or time.time() - created.timestamp() >= REPORT_GRACE_S:
             raise CliError(f"{why}; nothing was changed")
@@ -166,7 +172,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     asked: str | None = ""  # the request's value; None: this identity may not make one
     last_answer = ""  # Ready as the operator measured it for one of this check's requests
     while True:
-        status = (summarizer_object(args.namespace, args.summarizer) or {}).get("status") or {}
+        status = summarizer_object(args.namespace, args.summarizer).get("status") or {}
         conditions = _conditions(status)
         ready = conditions.get("Ready", {}).get("status") == "True"
         answered = asked is not None and status.get("lastHandledProbeRequest") == asked
@@ -496,9 +502,8 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
     with open_store(args) as (store, _):
         stored: tuple[str | None, dict[str, Any]] | None = store.stored_summary(args.session_id)
-        tombstone = None if stored else store.read_ledger(args.session_id)
-    if tombstone is not None:  # what a forget leaves: no text, the ids' digest and counts
-        stored = (None, tombstone.head)
+        if stored is None and (tombstone := store.read_ledger(args.session_id)) is not None:
+            stored = (None, tombstone.head)  # a forget's: no text, the ids' digest and counts
     if stored is None:
         raise CliError(
             f"no summary or ledger entry of session {args.session_id!r} in "

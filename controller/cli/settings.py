@@ -94,7 +94,7 @@ def load_summarizer(args: argparse.Namespace) -> SummarizerSettings:
         spec, namespace = _manifest(source, args.namespace)
     elif args.summarizer:
         source = f"SessionSummarizer {namespace}/{args.summarizer}"
-        spec = (summarizer_object(namespace, args.summarizer) or {}).get("spec") or {}
+        spec = summarizer_object(namespace, args.summarizer).get("spec") or {}
     unused = None
     if args.path:
         unused = "the store is read from --path, with no credential"
