@@ -149,13 +149,9 @@ def kind_of(text: str) -> Kind | None:
     text = unicodedata.normalize("NFKC", IGNORABLE.sub("", text)).translate(TYPOGRAPHIC_QUOTES)
     probe = "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
     wide = probe.translate(_DOTTED_I)
-
-    def found(pattern: re.Pattern[str], wider: Linear) -> bool:
-        return next(wider.spans(wide), None) is not None and pattern.search(probe) is not None
-
-    if found(_INSTRUCTION, _INSTRUCTION_WIDE):
+    if any(_INSTRUCTION_WIDE.spans(wide)) and _INSTRUCTION.search(probe):
         return "instruction"
-    if found(_ERROR, _ERROR_WIDE) or _EXCEPTION_LINE.search(probe):
+    if (any(_ERROR_WIDE.spans(wide)) and _ERROR.search(probe)) or _EXCEPTION_LINE.search(probe):
         return "error"
     return None
 
@@ -188,10 +184,10 @@ def quote(text: str, kind: Kind, limit: int = ITEM_MAX) -> str:
     return f"{label}{OPEN_QUOTE}{inner}{CLOSE_QUOTE}"
 
 
-def quote_if_needed(text: str, limit: int = ITEM_MAX) -> str:
+def quote_if_needed(text: str) -> str:
     """The text, quoted (quote) when it is error text or reads as an instruction; idempotent."""
     kind = None if is_quoted(text) else kind_of(text)
-    return text if kind is None else quote(text, kind, limit)
+    return text if kind is None else quote(text, kind)
 
 
 def as_item(text: str) -> str:

@@ -100,11 +100,8 @@ def extract_references(text: str) -> list[str]:
     read = PLACEHOLDER.sub(lambda m: f"Redacted{'0' * (len(m.group()) - 9)}X", text)
     found: list[tuple[int, int]] = []
     code = [m.span() for m in CODE_BLOCK.finditer(read)]
-    for kind, pattern in _PATTERNS:
-        if isinstance(pattern, Linear):
-            spans = pattern.spans(read)
-        else:
-            spans = (m.span() for m in pattern.finditer(read))
+    for kind, p in _PATTERNS:
+        spans = p.spans(read) if isinstance(p, Linear) else map(re.Match.span, p.finditer(read))
         for start, end in spans:
             ref = _trimmed(read[start:end])
             in_code = any(a <= start < b for a, b in code)

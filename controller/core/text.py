@@ -92,9 +92,8 @@ def _python_classes() -> dict[str, str]:
     classes = {}
     for escape in (r"\w", r"\d", r"\s"):
         runs = [(ord(r.group()[0]), ord(r.group()[-1])) for r in re.finditer(escape + "+", chars)]
-        edges = [-1, *(end for run in runs for end in run), 0x110000]  # gaps: the others
-        pairs = zip(edges[::2], edges[1::2], strict=True)
-        others = [(after + 1, before - 1) for after, before in pairs if before - after > 1]
+        gaps = itertools.pairwise([(0, -1), *runs, (0x110000, 0)])  # the others
+        others = [(after + 1, before - 1) for (_, after), (before, _) in gaps if before - after > 1]
         for name, ranges in ((escape, runs), (escape.upper(), others)):
             classes[name] = "".join(rf"\x{{{first:x}}}-\x{{{last:x}}}" for first, last in ranges)
     return classes
@@ -123,12 +122,9 @@ def python_meaning(source: str) -> str:
     return PATTERN_PARTS.sub(python, source)
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def without_surrogates(text: str) -> str:
     """The text as RE2 can read it (UTF-8 has no lone surrogate): each one U+FFFD."""
-    return _SURROGATE.sub("\ufffd", text)
+    return re.sub("[\ud800-\udfff]", "\ufffd", text)
 
 
 def re2_pattern(pattern: str) -> Any:
@@ -166,9 +162,6 @@ class Linear:
                 yield start, end
 
     def sub(self, replacement: str, text: str) -> str:
-        """re.sub of the pattern: each match replaced."""
-        parts, at = [], 0
-        for start, end in self.spans(text):
-            parts += [text[at:start], replacement]
-            at = end
-        return "".join(parts) + text[at:]
+        """re.sub of the pattern: the text around the matches joined by replacement."""
+        ends = [0, *itertools.chain.from_iterable(self.spans(text)), len(text)]
+        return replacement.join(text[a:b] for a, b in zip(ends[::2], ends[1::2], strict=True))
