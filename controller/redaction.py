@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import hashlib
 import math
 import re
 import types
@@ -17,6 +16,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from hashlib import sha256
 from typing import Any
 
 from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
@@ -54,8 +54,7 @@ _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\n\s*\n")
 MASKING_VERSION = 22
 _ROUNDS = 4  # maskings of a text at most (Redaction.text)
 _KNOWN_CHARS, _KNOWN_MAX = 1024, 2048  # the texts a pass keeps masked (PassRedaction)
-# What no reader sees (core/text.IGNORABLE) is read as nothing, a zero-width space or BOM
-# as a space too (Redaction.spans).
+# What no reader sees (text.IGNORABLE) is nothing, a zero-width space or BOM a space too (spans).
 _ZERO_WIDTH = re.compile("[\u200b\ufeff]")
 _HIDDEN = re.compile(f"(?!{_ZERO_WIDTH.pattern}){IGNORABLE.pattern}")
 # The text as a reader sees it, each character for one: a space, control character or
@@ -131,7 +130,7 @@ class Rule:
     pattern: re.Pattern[str] = field(repr=False)  # its text and flags are in a fingerprint
     group: int = 0  # the part of a match that is the secret
     min_entropy: float = 0.0  # 0: every match; else only values at least this random
-    whole_token: bool = True  # extend over the rest of the token (a JWT's signature)
+    whole_token: bool = False  # extend over the rest of the token (detect-secrets': a JWT's)
     charset: str | None = None  # what the entropy counts (None: base64's)
     keyword: bool = False  # only in a text naming a secret (password, api_key, ...)
     plain_words: bool = True  # False: a word (configurable, MAX_TOKENS, created_at) is none
@@ -149,9 +148,8 @@ def _linear(pattern: re.Pattern[str], group: int) -> Linear:
     """A detect-secrets pattern as RE2 runs it: the keyword patterns' lookaheads become what
     they require (a word character first), and a quote with the backreference closing it one
     alternative per quote, the secret in one of their groups."""
-    text, alternatives = pattern.pattern, [""]
-    if pattern.flags & re.IGNORECASE:  # Python's re, not RE2, folds İ and ı into i
-        text = text.replace("i", _I)
+    flags = "(?i)" if pattern.flags & re.IGNORECASE else ""  # Python's re, not RE2, folds İ, ı to i
+    text, alternatives = pattern.pattern.replace("i", _I) if flags else pattern.pattern, [""]
     if quoted := _QUOTE_BACKREF.search(text):
         if quoted.group("secret") != keyword.SECRET:
             raise ValueError(f"a keyword pattern of an unknown shape: {text!r}")
@@ -161,7 +159,6 @@ def _linear(pattern: re.Pattern[str], group: int) -> Linear:
         alternatives = [f"{q}{secret}{q}" for q in quotes]
         group -= 1  # the opening quote's group goes
         text = text[: quoted.start()] + f"(?:{'|'.join(alternatives)})" + text[quoted.end() :]
-    flags = "(?i)" if pattern.flags & re.IGNORECASE else ""
     return Linear(flags + text, tuple(range(group, group + len(alternatives))))
 
 
@@ -186,11 +183,12 @@ def _detector_rules() -> tuple[Rule, ...]:
             continue  # an address is not a credential
         kind = kind_of(secret_type)
         if plugin is BasicAuthDetector:  # its pattern, with an empty user and sub-delims
-            rules.append(Rule(kind, _URL_PASSWORD, 1, whole_token=False))
+            rules.append(Rule(kind, _URL_PASSWORD, 1))
             continue
         marks = [_KEY_MARKS] if plugin is PrivateKeyDetector else []
         for p in [*plugin.denylist, *marks]:  # type: ignore[attr-defined]
-            rules.append(Rule(kind, p, linear=_linear(p, 0) if kind in _QUADRATIC else None))
+            linear = _linear(p, 0) if kind in _QUADRATIC else None
+            rules.append(Rule(kind, p, whole_token=True, linear=linear))
     kw = kind_of(keyword.KeywordDetector.secret_type)
     for denylist, min_entropy in (
         (keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP, 0.0),
@@ -198,10 +196,9 @@ def _detector_rules() -> tuple[Rule, ...]:
     ):
         for p, g in denylist.items():  # `name : x` too (YAML, a table's row): blanks before `:`
             p = re.compile(p.pattern.replace("{0,2})?:", r"{0,2})?[ \t]*:"), p.flags)
-            linear = _linear(p, g)
-            rules.append(Rule(kw, p, g, min_entropy, False, keyword=True, code=True, linear=linear))
+            rules.append(Rule(kw, p, g, min_entropy, keyword=True, code=True, linear=_linear(p, g)))
     e = Base64HighEntropyString()
-    rules.append(Rule(kind_of(e.secret_type), e.regex, 2, e.entropy_limit, False, e.charset))
+    rules.append(Rule(kind_of(e.secret_type), e.regex, 2, e.entropy_limit, charset=e.charset))
     return tuple(rules)
 
 
@@ -297,55 +294,51 @@ _HEADERS_VARIABLES_FLAGS = (
 # Credentials by where they stand. Those with `linear` run on RE2, where Python's re takes
 # quadratic time (`a-a-a-...`).
 CONTEXT_RULES = (
-    *(Rule(kind, re.compile(pattern), 2, 0.0, False, code=kind == "credential-variable",
-           linear=linear) for kind, pattern, linear in _HEADERS_VARIABLES_FLAGS),
+    *(Rule(kind, re.compile(pattern), 2, code=kind == "credential-variable", linear=linear)
+      for kind, pattern, linear in _HEADERS_VARIABLES_FLAGS),
     # A cookie header's value: Cookie's every pair, Set-Cookie's one (its attributes stay).
     Rule("credential-header", re.compile(
         rf"(?i)\b(set-)?cookie[\"']?{_COLON}([\"']?)(?=[^\s=;:\"'`]+=)"
         r"((?(1)[^\s=;\"'`]+=[^;\s\"'`]+|[^\n\"'`]+))"
-    ), 3, 0.0, False),
+    ), 3),
     # A credential key (_CAMEL; `apiKey: x`, `client.auth = x`; not `monkey`): its value when
     # random and no words, name or path (`hotKey: ctrl+k`).
     Rule("credential-variable", re.compile(
         rf"(?:(?<![A-Za-z0-9])|{_CAMEL})(?i:token|passphrase|auth|credentials?|sig|pat|cookie"
         r"|passw(?:or)?d|pwd|secret|key)(?![A-Za-z0-9])"
         + _ASSIGN + _VALUE % ""
-    ), 2, UNQUOTED_MIN_ENTROPY, False, plain_words=False, code=True),
-    Rule("credential-flag", re.compile(_LOGIN), 1, whole_token=False,
-         linear=Linear(_LOGIN, tuple(range(1, 7)))),
-    Rule("credential-phrase", re.compile(_PHRASE), 0, whole_token=False, said=True, code=True,
+    ), 2, UNQUOTED_MIN_ENTROPY, plain_words=False, code=True),
+    Rule("credential-flag", re.compile(_LOGIN), 1, linear=Linear(_LOGIN, tuple(range(1, 7)))),
+    Rule("credential-phrase", re.compile(_PHRASE), said=True, code=True,
          linear=Linear(_PHRASE, tuple(range(1, 13)))),
-    Rule("credential-variable", re.compile(_PASS), 0, whole_token=False, said=True, code=True,
+    Rule("credential-variable", re.compile(_PASS), said=True, code=True,
          linear=Linear(_PASS, (1, 2, 3, 4))),
     # A connection string's password (`Server=db;Password=x;`), up to its `;` or quote, spaces
     # and all: after another pair's `;`, or ended by one. ASCII only.
     Rule("credential-variable", re.compile(
         rf"""(?:{_CONNECTION}|(?<![A-Za-z0-9_])(?i:password|pwd)=(?=[^;"' \t\n\r\f\v][^;"'\n]*;))"""
         + _PAIR_VALUE
-    ), 1, whole_token=False, linear=Linear(
+    ), 1, linear=Linear(
         rf"""{_CONNECTION}{_PAIR_VALUE}|(?:^|[^A-Za-z0-9_])(?i:password|pwd)="""
         r"""([^;"' \t\n\r\f\v](?:[^;"'\n]*[^;"' \t\n\r\f\v])?)""", (1, 2), (2, r"[ \t\r\f\v]*;"))),
     # A bearer token said in prose (`sent Bearer x`), when it looks like one (_said).
-    Rule("credential-header", re.compile(r"(?i:\bbearer)[ \t]+([^\s\"'`<>]+)"), 1,
-         whole_token=False, said=True),
+    Rule("credential-header", re.compile(r"(?i:\bbearer)[ \t]+([^\s\"'`<>]+)"), 1, said=True),
     # A URL's password with its protocol left out, a port or a path after the host
     # (`user:x@db:5432/app`; an address after a label, `email:jo42@corp.com`, has none), when
     # it looks like one.
     Rule(kind_of(BasicAuthDetector.secret_type), re.compile(
         r"""(?<![\w.:/@-])[\w.-]*:([^\s:/@"'`]+)@[\w-]+(?:\.[\w-]+)*(?::\d{1,5}(?!\w|\.\w)|/)"""
-    ), 1, whole_token=False, said=True),
+    ), 1, said=True),
     # A Go DSN's password, from the user's first `:` to the protocol's `@` as Go's driver
     # reads it (`user:x@tcp(db:3306)/app`, `u:p:a@ss@unix(...)`).
-    Rule(kind_of(BasicAuthDetector.secret_type), _DSN, 1, whole_token=False,
-         linear=Linear(_DSN.pattern, (1,))),
+    Rule(kind_of(BasicAuthDetector.secret_type), _DSN, 1, linear=Linear(_DSN.pattern, (1,))),
     # A URL's user alone when random, no word or name (`https://<token>@github.com/o/r`, not
     # `ssh://git@host`).
     Rule(kind_of(BasicAuthDetector.secret_type), re.compile(r"""://([^\s:/?#\[\]@"'`<>]+)@"""),
-         1, UNQUOTED_MIN_ENTROPY, False, plain_words=False),
+         1, UNQUOTED_MIN_ENTROPY, plain_words=False),
 )  # fmt: skip
-# Providers' tokens detect-secrets has no plugin for, by their documented shape (prefix,
-# alphabet, length): a name that only begins like one (`hf_hub_download`, `dapi_url`) is none.
-# Discord's webhook URL: its token.
+# Providers' tokens detect-secrets has no plugin for, by documented shape (prefix, alphabet,
+# length; a Discord webhook URL's token): a name only beginning like one (`dapi_url`) is none.
 PROVIDER_TOKENS = (
     ("anthropic-api-key", r"sk-ant-(?:api|admin)\d\d-[A-Za-z0-9_-]{32,}"),
     ("github-token", r"github_pat_[A-Za-z0-9_]{82}"),
@@ -362,7 +355,7 @@ PROVIDER_TOKENS = (
      r"(?:(?:ptb|canary)\.)?discord(?:app)?\.com/api/(?:v\d+/)?webhooks/\d+/([A-Za-z0-9_-]{60,68})"),
 )  # fmt: skip
 DETECTOR_RULES = _detector_rules() + CONTEXT_RULES + tuple(
-    Rule(kind, p, p.groups, whole_token=False)
+    Rule(kind, p, p.groups)
     for kind, shape in PROVIDER_TOKENS
     for p in (re.compile(rf"(?<![A-Za-z0-9_]){shape}(?![A-Za-z0-9_-])"),)
 )  # fmt: skip
@@ -374,8 +367,6 @@ def _a_url_password(text: str, start: int) -> bool:
     """Whether a URL's or a Go DSN's password begins at start: a user named like a key
     (`redis://secret:x@db`, `key:x@tcp(db)/app`) names none, and the URL's rule masks the
     password alone, not the host after it."""
-    if text[start - 1 : start] != ":":
-        return False
     head = text.rfind("://", max(0, start - 256), start)
     url = _URL_PASSWORD.match(text, head) if head >= 0 else None
     return any(m is not None and m.start(1) == start for m in (url, _DSN.match(text, start - 1)))
@@ -469,14 +460,13 @@ class Redaction:
 
     def __post_init__(self) -> None:
         own = [(kind_of(name), re2_pattern(pattern)) for name, pattern in self.extra]
-        rules = DETECTOR_RULES + tuple(Rule(k, p, min(p.groups, 1), 0.0, False) for k, p in own)
+        rules = DETECTOR_RULES + tuple(Rule(k, p, min(p.groups, 1)) for k, p in own)
         object.__setattr__(self, "rules", rules)
         object.__setattr__(self, "kinds", frozenset(r.kind for r in rules) | {AFTER_PLACEHOLDER})
         settings = [(r.pattern.pattern, getattr(r.pattern, "flags", 0), r) for r in rules]
         described = (MASKING_VERSION, UNQUOTED_MIN_CHARS, UNQUOTED_MIN_ENTROPY,
                      PLACEHOLDER.pattern, _KEYWORD.pattern, settings)  # fmt: skip
-        fingerprint = hashlib.sha256(repr(described).encode()).hexdigest()[:16]
-        object.__setattr__(self, "fingerprint", fingerprint)
+        object.__setattr__(self, "fingerprint", sha256(repr(described).encode()).hexdigest()[:16])
 
     def spans(self, text: str) -> list[tuple[int, int, str]]:
         """(start, end, kind) of each secret, in order, none in a placeholder. What no
