@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import platform
-from collections.abc import Callable
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -196,16 +195,6 @@ def observe_reconcile(rows: int, uncovered: int | None) -> None:
     if uncovered is not None:
         UNCOVERED_FOUND.inc(uncovered)
         UNCOVERED.set(uncovered)
-
-
-def watch_runtime_parts(count: Callable[[], dict[str, int]]) -> None:
-    """The runtime's parts at every scrape: one that only grows is a leak."""
-
-    def reader(part: str) -> Callable[[], float]:
-        return lambda: count()[part]
-
-    for part in count():
-        RUNTIME_PARTS.labels(part=part).set_function(reader(part))
 
 
 def set_build_info() -> None:

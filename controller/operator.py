@@ -43,16 +43,6 @@ from controller.runtime import PEERING_NAME, RunOptions, Runtime
 log = logging.getLogger("controller.operator")
 
 
-def _leader_changed(runtime: Runtime, leader: str | None, previous: str | None) -> None:
-    runtime.leader = leader
-    metrics.ACTIVE_REPLICA.labels(CONFIG.replica_id).set(leader == CONFIG.replica_id)
-    role = "this replica" if leader == CONFIG.replica_id else "another replica"
-    if leader is None:
-        log.warning("no active replica (peers share the top priority, or none is alive)")
-    else:
-        log.info("active replica is now %s (%s; was %s)", leader, role, previous)
-
-
 async def _trim_heap(interval: float = 30.0) -> None:
     """gc (retired clients are reference cycles) and malloc_trim (glibc keeps freed pages)."""
     malloc_trim = getattr(ctypes.CDLL(None), "malloc_trim", lambda pad: 0)  # none: not glibc
@@ -77,8 +67,7 @@ def _choose_priority(run: RunOptions) -> int:
         return joining_priority(
             live, CONFIG.replica_id, random.SystemRandom().randint(1, PRIORITY_STEP)
         )
-    others = priority_conflicts(live, CONFIG.replica_id, pinned)
-    if others:
+    if others := priority_conflicts(live, CONFIG.replica_id, pinned):
         log.error(
             "SSO_PEERING_PRIORITY=%d is also the priority of live replica(s) %s: kopf will "
             "pause all of them and nothing will be summarized; give each replica its own "
@@ -90,16 +79,13 @@ def _choose_priority(run: RunOptions) -> int:
 
 
 async def _collect_abandoned_claims(interval: float) -> None:
-    ttl = CONFIG.claim_ttl_seconds
-    collector = ClaimCollector(default_duration_s=ttl)
+    collector = ClaimCollector(default_duration_s=CONFIG.claim_ttl_seconds)
     while True:
         try:
-            deleted = await asyncio.to_thread(collector.collect)
+            if deleted := await asyncio.to_thread(collector.collect):
+                log.info("deleted %d abandoned session claims", deleted)
         except Exception as exc:  # the API server may be away for a while: next round
             log.warning("collecting abandoned claims failed: %s", exc)
-        else:
-            if deleted:
-                log.info("deleted %d abandoned session claims", deleted)
         await asyncio.sleep(interval)
 
 
@@ -154,8 +140,7 @@ async def configure(
     settings.watching.server_timeout = 300
     settings.execution.max_workers = 16
     # List in pages and let idle workers exit soon: a whole listing never lives at once.
-    if CONFIG.list_chunk_size > 0:
-        settings.watching.chunk_size = CONFIG.list_chunk_size
+    settings.watching.chunk_size = CONFIG.list_chunk_size or None
     settings.queueing.idle_timeout = CONFIG.worker_idle_seconds
     settings.peering.lifetime = CONFIG.peering_lifetime
     # How soon kopf looks again whether a deleted summarizer's timers returned (60 s default).
@@ -169,11 +154,13 @@ async def configure(
     for name, pool in runtime.scheduler.pools.items():  # read at every scrape
         metrics.QUEUE_DEPTH.labels(pool=name).set_function(pool.queue.waiting)
         metrics.IN_FLIGHT.labels(pool=name).set_function(pool.queue.holding)
-    metrics.watch_runtime_parts(runtime.parts.count)
-    loop = asyncio.get_running_loop()
+    count = runtime.parts.count  # a part that only grows is a leak
+    for part in count():
+        read = functools.partial(lambda part: count()[part], part)
+        metrics.RUNTIME_PARTS.labels(part=part).set_function(read)
     if not tasks:
-        tasks.add(loop.create_task(_trim_heap(CONFIG.heap_trim_seconds)))
-        tasks.add(loop.create_task(_collect_abandoned_claims(CONFIG.claim_collect_seconds)))
+        tasks.add(asyncio.create_task(_trim_heap(CONFIG.heap_trim_seconds)))
+        tasks.add(asyncio.create_task(_collect_abandoned_claims(CONFIG.claim_collect_seconds)))
     if not run.standalone:  # standalone: watch_leader names this replica the leader at once
         await asyncio.to_thread(ensure_peering_object, run.peering, run.namespaces)
     settings.peering.priority = await asyncio.to_thread(_choose_priority, run)
@@ -184,8 +171,7 @@ async def configure(
         settings.peering.priority,
         CONFIG.peering_lifetime,
     )
-    on_change = functools.partial(_leader_changed, runtime)
-    tasks.add(loop.create_task(watch_leader(runtime, settings.peering.priority, on_change)))
+    tasks.add(asyncio.create_task(watch_leader(runtime, settings.peering.priority)))
     freeze_startup_objects()
 
 
@@ -317,8 +303,7 @@ def shut_down(runtime: Runtime) -> None:
         )
     if runtime.options.standalone or runtime.leader == CONFIG.replica_id:
         try:
-            released = release_finalizers(runtime.options.namespaces, (FINALIZER,))
-            if released:
+            if released := release_finalizers(runtime.options.namespaces, (FINALIZER,)):
                 log.info("released the finalizer of %d SessionSummarizer(s)", released)
         except Exception as exc:  # the API server may be gone too: say it, still exit
             log.warning("could not release the SessionSummarizers' finalizer: %s", exc)

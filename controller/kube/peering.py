@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from controller import metrics
 from controller.api import Condition, SessionSummarizerStatus
 from controller.kube import client as kube
 from controller.status.conditions import condition, now_rfc3339, set_condition
@@ -137,7 +138,7 @@ def priority_conflicts(live: Mapping[str, int], me: str, priority: int) -> list[
 
 
 def _apply_replica_status(
-    status: SessionSummarizerStatus, active: str | None, cond: Condition, standalone: bool
+    active: str | None, cond: Condition, standalone: bool, status: SessionSummarizerStatus
 ) -> SessionSummarizerStatus:
     current = {c.type: c for c in status.conditions or []}.get("ReplicaActive")
     if standalone and status.active_replica and current is not None:
@@ -150,13 +151,9 @@ def _apply_replica_status(
     return status.model_copy(update={"active_replica": active, "conditions": conditions})
 
 
-def report_replica_status(runtime: Runtime, live: Mapping[str, int]) -> None:
+def report_replica_status(runtime: Runtime, active: str | None, cond: Condition) -> None:
     """Writes activeReplica and ReplicaActive where they differ, an Event where it changes."""
-    standalone = runtime.options.standalone
-    active, cond = replica_status(live, runtime.config.replica_id, standalone)
-    apply = functools.partial(
-        _apply_replica_status, active=active, cond=cond, standalone=standalone
-    )
+    apply = functools.partial(_apply_replica_status, active, cond, runtime.options.standalone)
     for obj in kube.list_summarizers(runtime.options.namespaces, cached=True):
         meta = obj["metadata"]
         listed = SessionSummarizerStatus.model_validate(obj.get("status") or {})
@@ -171,11 +168,9 @@ def report_replica_status(runtime: Runtime, live: Mapping[str, int]) -> None:
             runtime.events.post(obj, type_=kind, reason=cond.reason, message=cond.message)
 
 
-async def watch_leader(
-    runtime: Runtime, priority: int, on_change: Callable[[str | None, str | None], None]
-) -> None:
-    """Polls the peering object every 2 s; calls on_change(leader, previous) when the leader
-    changes and reports it when report_due says so (an empty peering not before two lifetimes)."""
+async def watch_leader(runtime: Runtime, priority: int) -> None:
+    """Polls the peering object every 2 s; says when the leader changes and reports it when
+    report_due says so (an empty peering not before two lifetimes)."""
     run, nudged, me = runtime.options, runtime.summarizers_changed, runtime.config.replica_id
     resync_s, grace_s = runtime.config.replica_resync_seconds, 2.0 * runtime.config.peering_lifetime
     previous: str | None = "(unknown)"
@@ -189,14 +184,22 @@ async def watch_leader(
                 peers = await asyncio.to_thread(read_peering, run.peering, run.namespaces)
                 live = with_own_priority(peers, me, priority)
             if (leader := leader_of(live)) != previous:
-                on_change(leader, previous)
+                runtime.leader = leader
+                metrics.ACTIVE_REPLICA.labels(me).set(leader == me)
+                if leader is None:
+                    log.warning(
+                        "no active replica (peers share the top priority, or none is alive)"
+                    )
+                else:
+                    role = "this replica" if leader == me else "another replica"
+                    log.info("active replica is now %s (%s; was %s)", leader, role, previous)
                 previous = leader
             active, cond = replica_status(live, me, run.standalone)
             since_sync = time.monotonic() - last_sync
             due = report_due((active, cond), reported, since_sync, resync_s, nudged.is_set())
             if due and (live or time.monotonic() - started > grace_s):
                 nudged.clear()
-                await asyncio.to_thread(report_replica_status, runtime, live)
+                await asyncio.to_thread(report_replica_status, runtime, active, cond)
                 reported, last_sync = (active, cond.reason), time.monotonic()
         except Exception as exc:  # keep watching through API hiccups; say each new one once
             said = f"{type(exc).__name__}: {exc}"[:300]

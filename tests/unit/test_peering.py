@@ -101,16 +101,16 @@ def test_a_standalone_replica_is_active_by_configuration() -> None:
 def test_an_old_leader_is_cleared_when_priorities_tie() -> None:
     before = SessionSummarizerStatus(active_replica="old-leader")
     active, cond = replica_status({"a": 3, "b": 3}, "a")
-    after = _apply_replica_status(before, active, cond, standalone=False)
+    after = _apply_replica_status(active, cond, False, before)
     assert after.active_replica is None
     assert [c.reason for c in after.conditions or []] == ["PeeringPriorityTie"]
 
 
 def test_two_standalone_replicas_do_not_flip_the_active_replica_back_and_forth() -> None:
     first = _apply_replica_status(
-        SessionSummarizerStatus(), *replica_status({}, "a", standalone=True), True
+        *replica_status({}, "a", standalone=True), True, SessionSummarizerStatus()
     )
-    second = _apply_replica_status(first, *replica_status({}, "b", standalone=True), True)
+    second = _apply_replica_status(*replica_status({}, "b", standalone=True), True, first)
     assert second == first
 
 
