@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 Item = TypeVar("Item")
 
-BACKGROUND_TRIGGERS = frozenset({"sweep", REFRESH_TRIGGER})
 # Added to a flow's next deadlines per item it had served while it had more queued.
 FLOW_QUANTUM_S = 1.0
 
@@ -42,7 +41,7 @@ class Slack(float, Enum):
 
 
 def slack_for(trigger: str, *, has_summary: bool) -> Slack:
-    if trigger in BACKGROUND_TRIGGERS:
+    if trigger in ("sweep", REFRESH_TRIGGER):
         return Slack.BACKGROUND
     return Slack.AGAIN if has_summary else Slack.FIRST
 
@@ -179,7 +178,6 @@ class DeadlineQueue(Generic[Item]):
             self._closed = True
             dropped = [item for _, _, _, item in self._line]
             self._line.clear()
-            self._served.clear()
             self._cond.notify_all()
             return dropped
 
@@ -233,9 +231,8 @@ class _WorkerPool:
 
     def submit(self, deadline: float, job: _Job) -> Future[Any]:
         more_than_waiting_threads = self.queue.put(deadline, job, job.flow)
-        with self._lock:
-            alive = sum(t.is_alive() for t in self.threads)
-            if more_than_waiting_threads and alive < self.queue.slots:
+        with self._lock:  # a thread ends only once the queue is closed, when put() raises
+            if more_than_waiting_threads and len(self.threads) < self.queue.slots:
                 thread = threading.Thread(
                     target=self._work, name=f"{self.name}_{len(self.threads)}", daemon=True
                 )
@@ -261,12 +258,9 @@ class SchedulerLimits:
     background_workers: int  # passes at once for the sweep and the refreshes
     cores: int  # local embeddings at once
     store_writes: int  # groups of summary rows in flight at once, per summary collection
-    # Threads only first summaries use when the foreground's are all taken.
-    first_workers: int = 1
-    # Longest a later pass waits per step while a first summary runs (give_way); 0: never.
-    give_way_s: float = 0.0
-    # ... or ended less than this long ago (the gap between two sunsets of a burst).
-    give_way_gap_s: float = 0.0
+    first_workers: int = 1  # for first summaries alone, when the foreground's are all taken
+    give_way_s: float = 0.0  # most a pass waits per step for a first summary (give_way); 0: never
+    give_way_gap_s: float = 0.0  # ... or ended less than this long ago (a burst's gap)
 
 
 class PassScheduler:
@@ -430,10 +424,8 @@ def usable_cpus(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
-    try:
+    with contextlib.suppress(OSError, ValueError):
         quota, period = (cgroup / "cpu.max").read_text().split()[:2]
         if quota != "max" and int(period) > 0:
             cpus = min(cpus, -(-int(quota) // int(period)))
-    except (OSError, ValueError):
-        pass
     return max(1, cpus)

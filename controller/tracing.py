@@ -25,7 +25,8 @@ _ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES
 
 class PassTrace:
     """One attempt's phases, from the handler's start (or its spec.requestedAt: delivered) to
-    the end of its `with` block, where each phase's own time is observed."""
+    the end of its `with` block, where each phase's own time is observed. Each phase calls
+    give_way() first (the scheduler's: a wait for a first summary), timed as queued."""
 
     def __init__(
         self,
@@ -34,8 +35,9 @@ class PassTrace:
         trigger: str,
         obj: str,
         requested_at: str | None,
+        give_way: Callable[[], float] = lambda: 0.0,
     ) -> None:
-        self.session_id = session_id
+        self.session_id, self._give_way = session_id, give_way
         self.begun_ns = self.start_ns = time.time_ns()  # the handler's start
         self.outcome = "retried"  # an Outcome kind, or failed; retried: tried again
         self.own: dict[str, int] = {}  # each phase's own time (ns) in the pass
@@ -43,8 +45,7 @@ class PassTrace:
         self._tracer = traces.get_tracer(__name__)
         self._attributes = {"session.id": session_id, "trigger": trigger, "object": obj}
         self._root: otel.Span | None = None  # the pass's span, from its first phase on
-        requested = parse_time(requested_at)
-        if requested is not None:
+        if (requested := parse_time(requested_at)) is not None:
             # Only a recent requestedAt counts (one written by hand may say anything).
             since = self.begun_ns - int(requested.timestamp() * 1e9)
             if -DELIVERY_BOUND_NS < since < DELIVERY_BOUND_NS:
@@ -66,22 +67,12 @@ class PassTrace:
         span.set_attribute("session.id", self.session_id)
         span.end(end_time=end_ns)
 
-    def giving_way(
-        self, give_way: Callable[[], float]
-    ) -> Callable[[str], contextlib.AbstractContextManager[None]]:
-        """This trace's phase(), calling give_way() first; a wait counts as queued."""
-
-        def phase(name: str) -> contextlib.AbstractContextManager[None]:
-            began = time.time_ns()
-            if give_way() > 0:
-                self.add("queued", began, time.time_ns())
-            return self.phase(name)
-
-        return phase
-
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Times what runs inside as phase `name`."""
+        """Times what runs inside as phase `name`, after give_way()."""
+        began = time.time_ns()
+        if self._give_way() > 0:
+            self.add("queued", began, time.time_ns())
         start = time.time_ns()
         self._nested.append(0)
         try:
@@ -124,8 +115,7 @@ def tracer_provider(env: Mapping[str, str]) -> otel.TracerProvider:
 
 def close(provider: otel.TracerProvider, timeout_s: float = 3.0) -> None:
     """Flushes and stops the SDK's exporter, waiting at most timeout_s (it may hang)."""
-    shutdown = getattr(provider, "shutdown", None)
-    if shutdown is not None:
+    if (shutdown := getattr(provider, "shutdown", None)) is not None:
         closing = threading.Thread(target=shutdown, daemon=True)
         closing.start()
         closing.join(timeout_s)

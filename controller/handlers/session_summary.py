@@ -56,7 +56,7 @@ from controller.kube.events import EventRecorder
 from controller.pipeline import Outcome, PassInterrupted, summarize_session
 from controller.redaction import DEFAULT_REDACTION, Redaction
 from controller.runtime import Runtime
-from controller.scheduling import BACKGROUND_TRIGGERS, Slack, slack_for
+from controller.scheduling import Slack, slack_for
 from controller.status.conditions import (
     failure_shown,
     masked,
@@ -164,7 +164,7 @@ def summarize_claimed(
     if runtime.stopping.is_set():
         raise PassInterrupted("the operator is stopping; the next replica resumes this pass")
     namespace, name = str(body.metadata.namespace), str(body.metadata.name)
-    config, giving_way = runtime.config, trace.giving_way(runtime.scheduler.give_way)
+    config = runtime.config
     with contextlib.ExitStack() as held:
         with failures_shown(invalid_spec=True):
             summarizer = _summarizer(namespace, spec, summarizer_spec)
@@ -190,7 +190,7 @@ def summarize_claimed(
         )
         held.enter_context(failures_shown(redaction=backends.redaction))
         # The claim's API calls give way to a first summary, as a pass's steps do.
-        with giving_way("claimed"):
+        with trace.phase("claimed"):
             handle.authority = runtime.fence_authority
             handle.acquire()
         held.callback(handle.release)  # best effort: never raises
@@ -220,7 +220,7 @@ def summarize_claimed(
                 stop=runtime.stopping.is_set,
                 group=runtime.scheduler.store_write,
                 rebuild=spec.action == "Rebuild",
-                phase=giving_way,
+                phase=trace.phase,
             )
         return dataclasses.replace(outcome, taken_over=handle.took_over)
 
@@ -253,7 +253,7 @@ async def summarize(
     summarizer_spec = next(iter(found or ()), None)
     trace = PassTrace(
         runtime.traces, parsed.session_id, parsed.trigger, f"{namespace}/{name}",
-        parsed.requested_at if retry == 0 else None,
+        parsed.requested_at if retry == 0 else None, runtime.scheduler.give_way,
     )  # fmt: skip
 
     # kopf's memo of this object (kept between attempts, dropped with the object).
@@ -277,7 +277,7 @@ async def summarize(
 
     with trace:  # every attempt's trace ends, however it ends
         try:
-            bg, first = parsed.trigger in BACKGROUND_TRIGGERS, slack is Slack.FIRST
+            bg, first = slack is Slack.BACKGROUND, slack is Slack.FIRST
             flow = (namespace, parsed.summarizer_ref)  # served in turn with the others
             done = runtime.scheduler.submit(
                 started + slack, job, background=bg, first=first, flow=flow

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+from collections.abc import Callable
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,12 +27,12 @@ trees = st.recursive(
 )
 
 
-def traced() -> tuple[PassTrace, InMemorySpanExporter]:
+def traced(give_way: Callable[[], float] = lambda: 0.0) -> tuple[PassTrace, InMemorySpanExporter]:
     """A pass's trace whose spans are kept in memory."""
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return PassTrace(provider, "s", "sunset", "ns/o", None), exporter
+    return PassTrace(provider, "s", "sunset", "ns/o", None, give_way), exporter
 
 
 def phases(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
@@ -137,9 +138,8 @@ def test_without_an_endpoint_nothing_is_exported() -> None:
 
 
 def test_a_wait_to_give_way_is_queued_time_and_not_the_phase_around_it() -> None:
-    """phase() after giving_way: a step's wait for a first summary is its own queued span,
+    """phase() gives way first: a step's wait for a first summary is its own queued span,
     taken out of the phase it happened inside; no wait, no span."""
-    trace, exporter = traced()
     waits = iter([0.0, 0.05])
 
     def give_way() -> float:
@@ -147,9 +147,9 @@ def test_a_wait_to_give_way_is_queued_time_and_not_the_phase_around_it() -> None
         time.sleep(wait)
         return wait
 
-    phase = trace.giving_way(give_way)
+    trace, exporter = traced(give_way)
     # embedded gives way for 50 ms first, inside summarized
-    with phase("summarized"), phase("embedded"):
+    with trace.phase("summarized"), trace.phase("embedded"):
         pass
     names = [s.name for s in phases(exporter)]
     assert names.count("queued") == 1 and sorted(names) == ["embedded", "queued", "summarized"]
