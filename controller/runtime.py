@@ -109,13 +109,12 @@ class Upkeep:
         last, wait = self.probed, max(every_s, self.probe_wait)
         if not failing:
             self.probed, self.probe_wait = None, 0.0
-            return False
-        if last is not None and now - last < wait:
-            return False
-        self.probed = now
-        if last is not None:
-            self.probe_wait = min(2 * wait, max(every_s, PROBE_BACKOFF_MAX_S))
-        return last is not None
+        elif last is None:
+            self.probed = now
+        elif now - last >= wait:
+            self.probed, self.probe_wait = now, min(2 * wait, max(every_s, PROBE_BACKOFF_MAX_S))
+            return True
+        return False
 
 
 class UpkeepState:
@@ -219,33 +218,29 @@ class SummarizerParts:
         self, namespace: str, name: str, spec: SessionSummarizerSpec
     ) -> Iterator[Embedder]:
         check_memory_destinations(spec, namespace, "embedding.baseUrl")
-        embedding = embedding_spec(spec, namespace)
-        with self._use((namespace, name), "embedder", embedding) as ef:
+        with self._use((namespace, name), "embedder", embedding_spec(spec, namespace)) as ef:
             yield self._embedder(ef)
 
     def spec_changed(self, namespace: str, name: str, generation: int | None) -> None:
         """Drops the parts of an older generation (closed once no use holds them)."""
-        with self._lock:
+        with self._locked() as unkeep:
             old = self._kept.get((namespace, name))
             if old is not None and old.number == generation:
                 return
             self._kept[(namespace, name)] = _Generation(generation)
-            closing = self._unkeep(old.parts.values() if old else ())
-        self._close(closing)
+            unkeep(old.parts.values() if old else ())
 
     def forget(self, namespace: str, name: str) -> None:
         """The SessionSummarizer is gone: everything built for it is closed."""
-        with self._lock:
+        with self._locked() as unkeep:
             old = self._kept.pop((namespace, name), None)
-            closing = self._unkeep(old.parts.values() if old else ())
-        self._close(closing)
+            unkeep(old.parts.values() if old else ())
 
     def close(self) -> None:
-        with self._lock:
+        with self._locked() as unkeep:
             self._closed = True
-            closing = self._unkeep(p for g in self._kept.values() for p in g.parts.values())
+            unkeep(p for g in self._kept.values() for p in g.parts.values())
             self._kept.clear()
-        self._close(closing)
         self._weights.close()
 
     def count(self) -> dict[str, int]:
@@ -277,10 +272,10 @@ class SummarizerParts:
                 self._drop(who, kind, part)  # the next use connects anew
             raise
         finally:
-            with self._lock:
+            with self._locked() as unkeep:
                 part.users -= 1
-                closing = [] if part.kept else self._unkeep([part])
-            self._close(closing)
+                if not part.kept:
+                    unkeep([part])
 
     def _take(self, who: Who, kind: Kind, key: object) -> _Part:
         with self._lock:
@@ -292,40 +287,40 @@ class SummarizerParts:
                 part.users += 1
                 return part
         part = _Part(kind, key, self._build[kind](key))  # outside the lock: may connect
-        with self._lock:
+        with self._locked() as unkeep:
             self._live.add(part)
             if kept is None or self._kept.get(who) is not kept:
                 part.kept = False  # not seen, or deleted or changed meanwhile: this use's only
                 return part
-            old = kept.parts.get(kind)
+            unkeep([old] if (old := kept.parts.get(kind)) else [])
             kept.parts[kind] = part
-            closing = self._unkeep([old] if old else [])
-        self._close(closing)
         return part
 
     def _drop(self, who: Who, kind: Kind, only: _Part | None = None) -> None:
         """who's part of kind (if it is `only`, when given) out of the cache."""
-        with self._lock:
+        with self._locked() as unkeep:
             kept = self._kept.get(who)
             part = kept.parts.get(kind) if kept else None
             if kept is None or part is None or only not in (None, part):
                 return
             del kept.parts[kind]
-            closing = self._unkeep([part])
-        self._close(closing)
+            unkeep([part])
 
-    def _unkeep(self, parts: Iterable[_Part]) -> list[_Part]:
-        """Under the lock: unkeeps parts; returns those no use holds, to close now."""
-        closing = []
-        for part in parts:
-            part.kept = False
-            if not part.users:
-                self._live.discard(part)
-                closing.append(part)
-        return closing
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[Callable[[Iterable[_Part]], None]]:
+        """The lock, and unkeep(parts) under it: those no use holds are closed after it."""
+        closing: list[_Part] = []
 
-    def _close(self, parts: list[_Part]) -> None:
-        for part in parts:
+        def unkeep(parts: Iterable[_Part]) -> None:
+            for part in parts:
+                part.kept = False
+                if not part.users:
+                    self._live.discard(part)
+                    closing.append(part)
+
+        with self._lock:
+            yield unkeep
+        for part in closing:
             with contextlib.suppress(Exception):  # best effort (a part may have no close())
                 part.value.close()
 
