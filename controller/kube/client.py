@@ -112,8 +112,7 @@ def read_secret(namespace: str, name: str) -> tuple[dict[str, str], dict[str, st
             raise SecretError(f"not allowed to read Secret {namespace}/{name}") from exc
         raise
     annotations = (secret.metadata.annotations if secret.metadata else None) or {}
-    data = {str(k): str(v) for k, v in (secret.data or {}).items()}
-    return dict(annotations), data
+    return dict(annotations), {str(k): str(v) for k, v in (secret.data or {}).items()}
 
 
 def secret_value(data: dict[str, str], namespace: str, name: str, key: str) -> str:
@@ -233,16 +232,13 @@ def list_pages(
 ) -> Iterator[dict[str, Any]]:
     """Every object a list call of ours returns, a page at a time (one 10k-object answer is a
     heap spike that stays)."""
-    token: str | None = None
+    kwargs: dict[str, Any] = {"limit": page_size} if page_size > 0 else {}
     while True:
-        kwargs: dict[str, Any] = {"limit": page_size} if page_size > 0 else {}
-        if token:
-            kwargs["_continue"] = token
         page = cast(dict[str, Any], list_call(GROUP, VERSION, *args, **kwargs))
         yield from page.get("items") or []
-        token = (page.get("metadata") or {}).get("continue")
-        if not token:
+        if not (token := (page.get("metadata") or {}).get("continue")):
             return
+        kwargs["_continue"] = token
 
 
 def unless_changed(resource_version: str) -> client.V1DeleteOptions:
@@ -267,8 +263,7 @@ def update_summarizer_status(
 ) -> tuple[SessionSummarizerStatus, SessionSummarizerStatus] | None:
     """Read-modify-write under a resourceVersion precondition: (before, after), None if gone."""
     for _ in range(STATUS_CONFLICT_RETRIES):
-        obj = get_summarizer(namespace, name)
-        if obj is None:
+        if (obj := get_summarizer(namespace, name)) is None:
             return None
         before = SessionSummarizerStatus.model_validate(obj.get("status") or {})
         after = settled(mutate(before.model_copy(deep=True)), obj["metadata"].get("generation"))
