@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 from urllib.parse import urlparse
 
 import chromadb
@@ -54,8 +55,7 @@ class StoreLocation:
         return f"{self.tenant}/{self.database}/{self.summary_collection}"
 
     def describe(self) -> str:
-        where = self.url or f"embedded:{self.path}"
-        return f"{where} ({self.tenant}/{self.database})"
+        return f"{self.url or f'embedded:{self.path}'} ({self.tenant}/{self.database})"
 
 
 def connect(location: StoreLocation) -> ClientAPI:
@@ -102,10 +102,8 @@ class _BoundedHttpClient(Client):
         settings.chroma_api_impl = "chromadb.api.fastapi.FastAPI"  # as chromadb.HttpClient does
         host = parsed.hostname or "localhost"  # chromadb puts it in a URL: [::1] keeps its brackets
         settings.chroma_server_host = f"[{host}]" if ":" in host else host
-        settings.chroma_server_http_port = parsed.port or (
-            443 if parsed.scheme == "https" else 8000
-        )
-        settings.chroma_server_ssl_enabled = parsed.scheme == "https"
+        settings.chroma_server_ssl_enabled = https = parsed.scheme == "https"
+        settings.chroma_server_http_port = parsed.port or (443 if https else 8000)
         if location.token:
             settings.chroma_server_headers = {"Authorization": f"Bearer {location.token}"}
         self._own_system: object = None
@@ -126,8 +124,7 @@ class _BoundedHttpClient(Client):
         _forget_system(system)
 
     def _validate_tenant_database(self, tenant: str, database: str) -> None:
-        assert isinstance(self._admin_client, AdminClient)
-        _bound(self._admin_client._server, self._seconds)
+        _bound(cast(AdminClient, self._admin_client)._server, self._seconds)  # a System of its own
         super()._validate_tenant_database(tenant=tenant, database=database)
 
 
@@ -140,8 +137,7 @@ def _forget_system(system: object) -> None:
 
 
 def _bound(server: ServerAPI, seconds: float) -> None:
-    if not isinstance(server, FastAPI):
-        raise TypeError(f"expected chromadb's HTTP API, got {type(server).__name__}")
-    server._session.timeout = httpx.Timeout(seconds)
-    server._session.event_hooks = deadline_hooks(seconds, httpx)  # the whole answer too
-    server._session.follow_redirects = False  # a redirect is an error (store/errors.py)
+    session = cast(FastAPI, server)._session  # chroma_api_impl is chromadb's HTTP API
+    session.timeout = httpx.Timeout(seconds)
+    session.event_hooks = deadline_hooks(seconds, httpx)  # the whole answer too
+    session.follow_redirects = False  # a redirect is an error (store/errors.py)
