@@ -25,10 +25,6 @@ class StoreUnavailable(RuntimeError):
     """Chroma could not be reached or answered with a server error. Nothing was written."""
 
 
-class StoreUnreachable(StoreUnavailable):
-    """Chroma did not answer at all (a connection refused or cut, a timeout)."""
-
-
 class EmbeddingMismatch(RuntimeError):
     """Our embeddings would not match the ones the summary collection already holds."""
 
@@ -61,6 +57,7 @@ class CollectionNotFound(RuntimeError):
 
 DIMENSION_ERROR = re.compile(r"expecting embedding with dimension of (\d+), got (\d+)")
 _NAME_ERROR = re.compile(r"Validation error: name|Expected a name")
+UNREACHABLE = (httpx.TransportError, ConnectionError, TimeoutError)  # no answer at all
 
 
 def mismatch(collection: str, existing: int, produced: int) -> EmbeddingMismatch:
@@ -88,13 +85,6 @@ def _chain(exc: BaseException | None) -> Iterator[BaseException]:
 def caused_by(exc: BaseException, *kinds: type[E]) -> E | None:
     """The first exception of these kinds among exc and its causes, else None."""
     return next((e for e in _chain(exc) if isinstance(e, kinds)), None)
-
-
-def _str(exc: BaseException) -> str:
-    try:
-        return str(exc)
-    except Exception:  # a broken __str__ must not hide the failure it describes
-        return ""
 
 
 def _clip(text: str, limit: int = MESSAGE_LIMIT) -> str:
@@ -147,18 +137,12 @@ def _http_answer(exc: BaseException) -> str | None:
     return f"{answered} with {_body_kind(body, content_type)}, {hint}"
 
 
-def _undecodable_answer(exc: BaseException) -> str | None:
-    """A 200 answer that is not JSON (a web server's index page for every path)."""
-    error = caused_by(exc, json.JSONDecodeError)
-    if error is None or not isinstance(error.doc, str):
-        return None
-    said = _body_kind(error.doc, quote=False)  # it may echo the token: not quoted
-    return f"the server answered with {said} instead of JSON, {_NOT_CHROMA}"
-
-
 def _own_text(exc: BaseException) -> str | None:
     """exc's own message on one line, or None if it has no letter or digit."""
-    text = _str(exc).strip().rstrip(":").strip()
+    try:
+        text = str(exc).strip().rstrip(":").strip()
+    except Exception:  # a broken __str__ must not hide the failure it describes
+        return None
     if not any(c.isalnum() for c in text):
         return None
     if _HTML.search(text):
@@ -171,8 +155,12 @@ def _own_text(exc: BaseException) -> str | None:
 
 def describe_error(exc: BaseException) -> str:
     """Why a store call failed, on one line: never empty, never a pasted HTML page or body."""
-    if answer := _http_answer(exc) or _undecodable_answer(exc):
+    if answer := _http_answer(exc):
         return _clip(answer)
+    # A 200 answer that is not JSON (a web server's index page for every path).
+    if isinstance(body := getattr(caused_by(exc, json.JSONDecodeError), "doc", None), str):
+        said = _body_kind(body, quote=False)  # it may echo the token: not quoted
+        return _clip(f"the server answered with {said} instead of JSON, {_NOT_CHROMA}")
     own = _own_text(exc)
     chain = list(_chain(exc))
     if own is None:
@@ -197,9 +185,9 @@ def guard(what: str, fn: Callable[[], T]) -> T:
         kind: type[Exception]
         # chromadb raises connection trouble as a ValueError while handling httpx's error,
         # and a non-Chroma answer (5xx, a proxy's page) as a plain Exception carrying the body.
-        if caused_by(exc, httpx.TransportError, ConnectionError, TimeoutError):
-            kind, says = StoreUnreachable, "unreachable"
-        elif isinstance(exc, InvalidArgumentError) and _NAME_ERROR.search(_str(exc)):
+        if caused_by(exc, *UNREACHABLE):
+            kind, says = StoreUnavailable, "unreachable"
+        elif isinstance(exc, InvalidArgumentError) and _NAME_ERROR.search(str(exc)):
             kind, says = InvalidStoreConfig, "refused a name"
         elif isinstance(exc, ChromaError) or caused_by(
             exc, httpx.HTTPStatusError, json.JSONDecodeError

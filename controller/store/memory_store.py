@@ -76,12 +76,13 @@ from controller.redaction import PassRedaction
 from controller.store.connection import StoreLocation
 from controller.store.errors import (
     DIMENSION_ERROR,
+    UNREACHABLE,
     CollectionNotFound,
     CollectionRole,
     EmbeddingMismatch,
     InvalidStoreConfig,
     StoreUnavailable,
-    StoreUnreachable,
+    caused_by,
     describe_error,
     guard,
     mismatch,
@@ -795,7 +796,7 @@ class MemoryStore:
             self._put("summary", "writing the summaries", rows, vectors)
             self._verified_dimension = len(vectors[0])  # accepted: no sample round trip later
         except Exception as exc:
-            if len(admitted) == 1 or isinstance(exc, StoreUnreachable):  # each alone fails too
+            if len(admitted) == 1 or caused_by(exc, *UNREACHABLE):  # each alone fails too
                 for write in admitted:
                     write.error = exc
                 return

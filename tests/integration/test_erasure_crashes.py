@@ -28,7 +28,7 @@ import pytest
 from controller.pipeline import Backends, Outcome, summarize_session
 from controller.store import memory_store
 from controller.store.connection import StoreLocation, connect
-from controller.store.errors import StoreUnavailable, StoreUnreachable
+from controller.store.errors import StoreUnavailable
 from controller.store.memory_store import Forgotten, MemoryStore
 from devenv.chroma import ChromaServer
 from tests.integration.harness import interaction, load
@@ -65,7 +65,8 @@ class FailingWrites:
                 raise Killed(what)
             if self.how == "unanswered":
                 write(role, what, *args, **kwargs)
-            raise StoreUnreachable(f"Chroma unreachable while {what}: the test failed it")
+            failure = f"Chroma unreachable while {what}: the test failed it"
+            raise StoreUnavailable(failure) from ConnectionError()
 
         return failing
 
