@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import time
 from array import array
@@ -13,7 +14,6 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 from chromadb.api.models.Collection import Collection
-from chromadb.api.types import Where
 
 from controller.core.coverage import (
     Bucket,
@@ -86,11 +86,9 @@ class RowKeys:
     def __len__(self) -> int:
         return len(self._order)
 
-    def __getitem__(self, position: int) -> tuple[int, str]:
-        return int(self._sorted_stamps[position]), self._id_of(int(self._order[position]))
-
     def __iter__(self) -> Iterator[tuple[int, str]]:
-        return (self[position] for position in range(len(self)))
+        for stamp, row in zip(self._sorted_stamps.tolist(), self._order.tolist(), strict=True):
+            yield stamp, self._id_of(row)
 
     def included(self) -> int:
         return sum(1 for row in self._order if self._included[row] and self._selected[row])
@@ -115,9 +113,8 @@ class RowKeys:
             return len(self)
         if timestamp_ms < _INT64[0]:
             return 0
-        stamps = self._sorted_stamps
-        low = int(np.searchsorted(stamps, timestamp_ms, side="left"))
-        high = int(np.searchsorted(stamps, timestamp_ms, side="right"))
+        low = int(np.searchsorted(self._sorted_stamps, timestamp_ms, side="left"))
+        high = int(np.searchsorted(self._sorted_stamps, timestamp_ms, side="right"))
         ids = [self._id_of(int(row)) for row in self._order[low:high]]
         return low + bisect.bisect_right(ids, memory_id)
 
@@ -227,8 +224,7 @@ def list_appended(
 
 
 def _shown(meta: Mapping[str, object]) -> str | None:
-    stamp = meta.get("timestamp")
-    return None if stamp is None else repr(stamp)[:60]
+    return None if (stamp := meta.get("timestamp")) is None else repr(stamp)[:60]
 
 
 def list_all(
@@ -281,8 +277,7 @@ def list_all(
         return at >= 0 and reread[at].holds(ts)
 
     selected = sorted_keys.select(keep)
-    one_page = every_id.count <= LIST_PAGE
-    if not one_page:
+    if every_id.count > LIST_PAGE:
         first_page.clear()  # more than one page: read in order, batch by batch
 
     fresh = [row_id for row_id in sorted(untimed) if row_id not in prior.untimed]
@@ -292,7 +287,7 @@ def list_all(
 
     def read() -> Iterator[Memory]:
         ids = sorted_keys.included_ids()
-        if one_page:
+        if first_page:  # one page (none read when it has no included row)
             yield from (first_page[row_id] for row_id in ids)
         else:
             while batch := list(itertools.islice(ids, GET_BATCH)):
@@ -347,23 +342,19 @@ def pages(
     """(id, metadata, document) of every row matching where, page by page (SQLite's limit)."""
     for offset in itertools.count(0, page):
         wanted = [*include, "documents"] if first_with_documents and not offset else include
-        got = guard(
-            what,
-            lambda o=offset, i=wanted: coll.get(  # type: ignore[misc]
-                where=cast(Where, where or None), include=cast(Any, list(i)), limit=page, offset=o
-            ),
-        )
+        query: dict[str, Any] = {"where": where or None, "include": list(wanted), "limit": page}
+        got = guard(what, functools.partial(coll.get, offset=offset, **query))
         yield from rows(got)
         if len(got["ids"]) < page:
             return
 
 
 def by_ids(
-    coll: Collection, what: str, ids: Sequence[str], include: Sequence[str], size: int
+    coll: Collection, what: str, ids: Sequence[str], include: list[str], size: int
 ) -> Iterator[Listed]:
     """(id, metadata, document) of these rows still there, `size` ids a read (SQLite's limit)."""
     for batch in batches(ids, size):
-        got = guard(what, lambda b=batch: coll.get(ids=list(b), include=cast(Any, list(include))))  # type: ignore[misc]
+        got = guard(what, functools.partial(coll.get, ids=list(batch), include=cast(Any, include)))
         yield from rows(got)
 
 

@@ -126,7 +126,7 @@ def test_memories_are_read_as_the_pass_consumes_them(
     assert rows.total == ROWS and rows.included == ROWS and len(rows.keys) == ROWS
     stream = rows.memories()
     head = [next(stream) for _ in range(20)]  # exactly the first batch
-    last_id = rows.keys[-1][1]
+    last_id = list(rows.keys)[-1][1]
     kept = store.memories().get(ids=[last_id], include=["documents", "metadatas"])
     store.memories().delete(ids=[last_id])
     try:

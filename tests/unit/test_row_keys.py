@@ -47,9 +47,7 @@ def test_keys_are_in_memory_sort_key_order(listed: list[tuple[int, str, bool]]) 
     listed = unique_ids(listed)
     keys = built(listed)
     assert len(keys) == len(listed)
-    assert [keys[i] for i in range(len(keys))] == sorted((t, i) for t, i, _ in listed)
-    if listed:
-        assert keys[-1] == max((t, i) for t, i, _ in listed)
+    assert list(keys) == sorted((t, i) for t, i, _ in listed)
 
 
 @settings(max_examples=300)
@@ -82,6 +80,6 @@ def test_fifty_thousand_rows_take_flat_buffers() -> None:
         builder.add(1_700_000_000_000 + (n * 7919) % 40_000, f"row-{n:06d}", included=n % 3 > 0)
     keys = builder.build()
     assert keys.included() == sum(1 for n in range(50_000) if n % 3 > 0)
-    ordered = [keys[i] for i in range(len(keys))]
+    ordered = list(keys)
     assert ordered == sorted(ordered)
     assert keys.count_upto(*ordered[12_345]) == 12_346
