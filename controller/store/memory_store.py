@@ -83,7 +83,6 @@ from controller.store.errors import (
     InvalidStoreConfig,
     StoreUnavailable,
     caused_by,
-    describe_error,
     guard,
     mismatch,
 )
@@ -110,12 +109,6 @@ P = ParamSpec("P")
 MINILM = "all-MiniLM-L6-v2"
 MINILM_FUNCTIONS = frozenset({"default", "onnx_mini_lm_l6_v2"})
 NEO_FUNCTION = "dynamic_text_embedding_service"
-NEO_DEFAULT_MODEL = "text-embedding-qwen3-embedding-8b"
-
-
-def _model_key(model: str) -> str:
-    """Models compare without case or organisation prefix ("sentence-transformers/x" is x)."""
-    return model.strip().rsplit("/", 1)[-1].lower()
 
 
 def embedding_function_problem(
@@ -136,11 +129,14 @@ def embedding_function_problem(
             return None  # neo's endpoint model is not recorded; the dimension check remains
         return (
             f"collection {collection!r} records neo memory-core's embedding function "
-            f"{NEO_FUNCTION!r} (neo's endpoint, by default {NEO_DEFAULT_MODEL}, 4096-d) but "
-            f"this summarizer embeds with the {described}; set spec.embedding to neo's "
-            "endpoint and model (docs/migrating-from-neo.md)"
+            f"{NEO_FUNCTION!r} (neo's endpoint, by default text-embedding-qwen3-embedding-8b, "
+            f"4096-d) but this summarizer embeds with the {described}; set spec.embedding to "
+            "neo's endpoint and model (docs/migrating-from-neo.md)"
         )
-    if not isinstance(theirs, str) or not theirs.strip() or _model_key(theirs) == _model_key(ours):
+    if not isinstance(theirs, str) or not theirs.strip():
+        return None
+    # Models compare without case or organisation prefix ("sentence-transformers/x" is x).
+    if len({m.strip().rsplit("/", 1)[-1].lower() for m in (theirs, ours)}) == 1:
         return None
     return (
         f"collection {collection!r} records the embedding function {name!r} with model "
@@ -274,8 +270,7 @@ class GroupWriter:
                 continue
             group.append(write)
             self._writing.add(write.session_id)
-        for write in group:
-            self._waiting.remove(write)
+        self._waiting = [w for w in self._waiting if w not in group]
         return group
 
 
@@ -327,33 +322,25 @@ class MemoryStore:
         return guard("checking the heartbeat", self.client.heartbeat)
 
     def _name(self, role: CollectionRole) -> str:
-        loc = self.location
-        names = {"memory": loc.memory_collection, "summary": loc.summary_collection}
-        return names.get(role) or loc.ledger_collection
-
-    def _collection_names(self) -> list[str] | None:
-        try:  # for a not-found message
-            return [c.name for c in self.client.list_collections(limit=1000)]
-        except Exception as exc:
-            log.debug("cannot list collections: %s", describe_error(exc))
-            return None
+        return str(getattr(self.location, f"{role}_collection"))  # memory, summary or ledger
 
     def _open(
         self, role: CollectionRole, create: Callable[[], Collection] | None = None
     ) -> Collection:
         """Gets a collection; if it is missing, creates it only when `create` is given."""
         name = self._name(role)  # never the memory collection's (StoreSpec, summaryctl check)
-        try:
-            # No embedding function: we pass explicit vectors; one could conflict.
+        # No embedding function: we pass explicit vectors; one could conflict.
+        with contextlib.suppress(NotFoundError):
             return guard(f"opening the {role} collection", lambda: self.client.get_collection(name))
-        except NotFoundError:
-            pass
         if problem := StoreSpec.collection_name_problem(name):
             raise InvalidStoreConfig(
                 f"{role} collection name {name!r} is not valid in Chroma: it {problem}"
             )
         if create is None:
-            raise CollectionNotFound(name, role, self.location.describe(), self._collection_names())
+            existing = None
+            with contextlib.suppress(Exception):  # the names, for the message
+                existing = [c.name for c in self.client.list_collections(limit=1000)]
+            raise CollectionNotFound(name, role, self.location.describe(), existing)
         log.info("creating the %s collection %r", role, name)
         return guard(f"creating the {role} collection", create)
 
@@ -394,9 +381,8 @@ class MemoryStore:
         )
 
     def _model_problem(self, record: Mapping[str, Any] | None, role: CollectionRole) -> str | None:
-        loc = self.location
-        model = (loc.embedding_provider, loc.embedding_model)
-        return embedding_function_problem(record, self._name(role), *model)
+        provider, model = self.location.embedding_provider, self.location.embedding_model
+        return embedding_function_problem(record, self._name(role), provider, model)
 
     def agents_recipe(self) -> tuple[Mapping[str, Any] | None, str | None]:
         """(the memory collection's known embedding function, its hnsw distance), if set."""
@@ -456,8 +442,7 @@ class MemoryStore:
         """The session as a pass lists it, masked, `exclude`'s rows not read (session_listing)."""
         mask, prior = mask or PassRedaction(), prior or PriorCoverage()
         with self._missing("memory"):
-            coll = self.memories()
-            read = lambda ids: self.memories_by_id(ids, mask)  # noqa: E731
+            coll, read = self.memories(), functools.partial(self.memories_by_id, mask=mask)
             appended = list_appended(coll, session_id, prior, exclude, mask)
             return appended or list_all(coll, session_id, prior, exclude, read, mask)
 
@@ -624,12 +609,20 @@ class MemoryStore:
         the memory collection's); returns its dimension when known."""
         if self._verified_dimension == dimension:
             return dimension
-        held = self._held_dimension()
-        try:  # the summary collection's record, else one the agents chose for theirs
+        held = None
+        try:  # the summary collection's record and a vector, else the agents' choice of record
             record = collection_config(self.summaries()).get("embedding_function")
+            got = self._get("summary", "sampling an embedding", limit=1, include=["embeddings"])
+            embeddings = got.get("embeddings")
+            held = len(embeddings[0]) if embeddings is not None and len(embeddings) else None
         except CollectionNotFound:
             record = self.agents_recipe()[0]
             record = None if record and record.get("name") in MINILM_FUNCTIONS else record
+        except StoreUnavailable as exc:
+            cause = exc.__cause__
+            if not isinstance(cause, ChromaError) or "Nothing found on disk" not in str(cause):
+                raise
+            log.info("summary collection not indexed yet; Chroma checks the dimension")
         problem = self._model_problem(record, "summary")
         if held is not None and held != dimension:
             if problem:  # both: the models first (the more telling), then the sizes
@@ -640,19 +633,6 @@ class MemoryStore:
         if held is not None:
             self._verified_dimension = dimension
         return held
-
-    def _held_dimension(self) -> int | None:
-        try:
-            got = self._get("summary", "sampling an embedding", limit=1, include=["embeddings"])
-        except CollectionNotFound:
-            return None
-        except StoreUnavailable as exc:
-            if isinstance(c := exc.__cause__, ChromaError) and "Nothing found on disk" in str(c):
-                log.info("summary collection not indexed yet; Chroma checks the dimension")
-                return None
-            raise
-        embeddings = got.get("embeddings")
-        return len(embeddings[0]) if embeddings is not None and len(embeddings) else None
 
     def ledger_sessions(self) -> Iterator[str]:
         """The session of every ledger entry but tombstones."""
@@ -771,10 +751,9 @@ class MemoryStore:
             for write in writes:
                 write.error = exc
             return
-        admitted: list[RowWrite] = []
         records: list[LedgerRecord] = []
         rows: list[tuple[str, str, Mapping[str, Any]]] = []
-        leftovers: dict[RowWrite, list[str]] = {}  # ledger records the new heads do not name
+        admitted: dict[RowWrite, list[str]] = {}  # each: the records its new head does not name
         for write in writes:
             try:  # the write's own checks, then its own records: a failure is its alone
                 state = found[write.session_id]
@@ -783,11 +762,10 @@ class MemoryStore:
             except Exception as exc:
                 write.error = exc
                 continue
-            admitted.append(write)
             records += plan.records
             row = {k: v for k, v in write.metadata.items() if k in READER_ROW_KEYS}
             rows.append((summary_row_id(write.session_id), write.document, upsert_metadata(row)))
-            leftovers[write] = [r for r in state.records if r not in plan.named]
+            admitted[write] = [r for r in state.records if r not in plan.named]
         if not admitted:
             return
         try:
@@ -809,13 +787,13 @@ class MemoryStore:
             return
         # Records the new head does not name go after the rows; if that fails, so does the
         # write, and its retry finds them (read_prior).
-        ids = [i for write in admitted for i in leftovers[write]]
+        ids = [i for left in admitted.values() for i in left]
         try:
             for batch in batches(ids, DELETE_BATCH):
                 self._delete("ledger", "deleting old ledger records", ids=list(batch))
         except Exception as exc:
-            for write in admitted:
-                if leftovers[write]:
+            for write, left in admitted.items():
+                if left:
                     write.error = exc
 
     def _put_ledger(self, what: str, records: Sequence[LedgerRecord]) -> None:
@@ -859,11 +837,9 @@ class MemoryStore:
     ) -> Forgotten:
         """A tombstone replaces the ledger head first (a forget cut short leaves nothing a pass
         would carry), then the row, segments and memories go (docs/privacy.md)."""
-        ids, times = [], []
         listed = self._pages("memory", "listing the session", {"sessionId": session_id})
-        for memory_id, meta, _ in listed:  # streamed: a session may hold 50,000 memories
-            ids.append(memory_id)
-            times.append(parse_timestamp_ms(meta.get("timestamp")))
+        stamped = [(i, parse_timestamp_ms(m.get("timestamp"))) for i, m, _ in listed]  # no text
+        ids, times = [i for i, _ in stamped], [t for _, t in stamped]
         left = [] if memories else ids
         row_id = summary_row_id(session_id)
         row = bool(self._by_id("summary", "reading the summary row", [], [row_id]))
@@ -985,11 +961,8 @@ def write_alone(store: MemoryStore, write: RowWrite) -> None:
 
 
 # Times a step of a pass as the named phase (tracing.PassTrace.phase); untimed: no trace.
-PhaseTimer = Callable[[str], contextlib.AbstractContextManager[None]]
-
-
-def untimed(phase: str) -> contextlib.AbstractContextManager[None]:
-    return contextlib.nullcontext()
+PhaseTimer = Callable[[str], contextlib.AbstractContextManager[object]]
+untimed: PhaseTimer = contextlib.nullcontext
 
 
 @dataclass(frozen=True)
@@ -1019,9 +992,8 @@ def write_row(
     whose digest is not `seen` (None: no row). Chroma has no conditional write: a window
     remains between that read and the upsert."""
     with phase("summarized"):  # the document is the summary as agents read it
-        document = render_document(
-            summary, store.location.memory_collection, max_chars=store.location.document_max_chars
-        )
+        loc = store.location
+        document = render_document(summary, loc.memory_collection, max_chars=loc.document_max_chars)
         summarized_at_ms = int(time.time() * 1000)
         metadata = to_chroma_metadata(
             summary,
