@@ -246,19 +246,14 @@ def allowed(url: str, prefixes: Iterable[UrlPrefix]) -> bool:
 class DestinationRefused(Exception):
     """A request refused: the message says why and what would allow it, never a credential."""
 
-    reason = "DestinationRefused"
+
+class SecretHostNotAllowed(DestinationRefused): ...
 
 
-class SecretHostNotAllowed(DestinationRefused):
-    reason = "SecretHostNotAllowed"
+class EndpointNotAllowed(DestinationRefused): ...
 
 
-class EndpointNotAllowed(DestinationRefused):
-    reason = "EndpointNotAllowed"
-
-
-class MemoryDestinationNotAllowed(DestinationRefused):
-    reason = "MemoryDestinationNotAllowed"
+class MemoryDestinationNotAllowed(DestinationRefused): ...
 
 
 @dataclass(frozen=True)

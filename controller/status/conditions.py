@@ -118,7 +118,7 @@ def failure_shown(
     limit = 1000 if named in REFUSALS else 300
     message = one_line(exc, limit) if own_text(exc) else masked(exc, limit, redaction)
     if named == "DestinationRefused":
-        reason = str(getattr(exc, "reason", reason))
+        reason = type(exc).__name__  # SecretHostNotAllowed, EndpointNotAllowed, ...
     elif named == "CollectionNotFound" and getattr(exc, "role", "memory") == "memory":
         reason = "MemoryCollectionNotFound"
     elif named == "UnreadablePriorSummary":
