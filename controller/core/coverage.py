@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import functools
 import hashlib
+import itertools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -74,17 +75,12 @@ class Coverage:
 def build(keys: Iterable[tuple[int, str]], max_buckets: int = MAX_BUCKETS) -> Coverage:
     """At most max_buckets of about equal counts, split only where the timestamp changes."""
     rows = sorted((ts, id_hash(row_id)) for ts, row_id in keys)
-    if not rows:
-        return Coverage()
     per_bucket = -(-len(rows) // max_buckets)
     buckets: list[Bucket] = []
-    current, previous = Bucket(rows[0][0]), rows[0][0]
-    for ts, h in rows:
-        if current.count >= per_bucket and ts != previous:
-            buckets.append(current)
-            current = Bucket(ts)
-        current, previous = current.add(h), ts
-    buckets.append(current)
+    for ts, same_time in itertools.groupby(rows, key=lambda row: row[0]):
+        if not buckets or buckets[-1].count >= per_bucket:
+            buckets.append(Bucket(ts))
+        buckets[-1] = functools.reduce(Bucket.add, (h for _, h in same_time), buckets[-1])
     return Coverage(tuple(buckets))
 
 
