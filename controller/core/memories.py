@@ -126,9 +126,7 @@ def render_interaction_document(prompt: str, thought: str, response: str) -> str
 
 def scalar_text(value: object) -> str | None:
     """A metadata scalar as neo reads it as text (String(value)); None for anything else."""
-    if isinstance(value, int | float):
-        return _js_string(value)
-    return value if isinstance(value, str) else None
+    return _js_string(value) if isinstance(value, str | int | float) else None
 
 
 def optional_text(value: object) -> str | None:

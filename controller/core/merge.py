@@ -56,14 +56,10 @@ TECHNOLOGIES_MAX = 30
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200d\ufeff]")
 
 
-def _says_something(text: str) -> bool:
-    return any(c.isalnum() for c in text)
-
-
 def _one_line(text: str, limit: int) -> str | None:
     """None unless it says something; never cut in a word: masking comes after this."""
     text = cut(" ".join(text.split()), limit, parts=False)
-    return text if _says_something(text) else None
+    return text if any(map(str.isalnum, text)) else None
 
 
 def _item_text(value: Any) -> str | None:
@@ -158,7 +154,7 @@ class PassUpdate(BaseModel):
         # the row stores them comma-separated: "C, C++" is two names, as it reads back
         texts = (valid_utf8(v) for v in value if isinstance(v, str))
         names = [" ".join(n.split()) for v in texts for n in v.split(",")]
-        return [n for n in names if len(n) <= TECHNOLOGY_MAX and _says_something(n)]
+        return [n for n in names if len(n) <= TECHNOLOGY_MAX and any(map(str.isalnum, n))]
 
     def new_items(self) -> dict[str, list[str]]:
         return {title: list(getattr(self, key)) for title, key in HISTORY_KEYS.items()}

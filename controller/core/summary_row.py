@@ -60,11 +60,7 @@ def document_digest(document: str) -> str:
 def rewritten_by(document: str | None, meta: Mapping[str, Any]) -> str | None:
     """Who rewrote a row of ours since our last write, or None (no digest: neo's keys tell)."""
     digest = meta.get(DIGEST_KEY)
-    if (
-        isinstance(document, str)
-        and isinstance(digest, str)
-        and document_digest(document) == digest
-    ):
+    if isinstance(document, str) and document_digest(document) == digest:
         return None
     if any(key in meta for key in NEO_WRITER_KEYS):
         return NEO_WRITER

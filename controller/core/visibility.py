@@ -131,8 +131,7 @@ class SessionSources:
             self.names.setdefault(name)
         if model := listed_text(meta.get("model")):
             self.models.setdefault(model)
-        for tool in tool_names(meta.get("toolsUsed")):
-            self.tools.setdefault(tool)
+        self.tools.update(dict.fromkeys(tool_names(meta.get("toolsUsed"))))
         self.tool_calls += tool_call_count(meta.get("amountToolCalls"))
         if timestamp_ms is not None:
             first, last = self.first_ms, self.last_ms
