@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from controller.api import SecretKeyRef, SessionSummarizerSpec
 from controller.config import CONFIG
@@ -31,7 +31,6 @@ from controller.embeddings.minilm import (
     MINILM_MODEL_NAME,
     EmbeddingFunction,
     LocalMiniLMEmbedding,
-    MiniLMWeights,
 )
 from controller.kube import client as kube
 from controller.redaction import Redaction
@@ -145,11 +144,9 @@ def store_location(
     )
 
 
-class EmbeddingSpec(BaseModel):
+class EmbeddingSpec(BaseModel, frozen=True, extra="forbid"):
     """Which model embeds summaries; must be the model the collection was created with (a
     collection's model and dimension are fixed by its first insert)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     provider: Literal["local-minilm", "openai"] = "local-minilm"
     model: str = MINILM_MODEL_NAME
@@ -166,11 +163,11 @@ class EmbeddingSpec(BaseModel):
 
 
 def build_embedding_function(
-    spec: EmbeddingSpec, weights: MiniLMWeights | None = None
+    spec: EmbeddingSpec, local: LocalMiniLMEmbedding | None = None
 ) -> EmbeddingFunction:
-    """A plain callable, never handed to chromadb. weights: the runtime's shared local model."""
+    """A plain callable, never handed to chromadb. local: the runtime's shared local model."""
     if spec.provider == "local-minilm":
-        return LocalMiniLMEmbedding(weights=weights)
+        return local or LocalMiniLMEmbedding()
     assert spec.base_url is not None  # api.EmbeddingConfig requires it of provider openai
     # Imported here: the openai SDK costs ~14 MB of RSS (bench/operator_rss.py).
     from controller.embeddings.remote import OpenAICompatibleEmbedding

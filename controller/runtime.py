@@ -32,7 +32,7 @@ from controller.backends import (
 from controller.config import OperatorConfig
 from controller.core.ledger import FenceUnavailable
 from controller.core.sweep_plan import ReconcileCycle
-from controller.embeddings.minilm import EmbeddingFunction, LocalMiniLMEmbedding, MiniLMWeights
+from controller.embeddings.minilm import EmbeddingFunction, LocalMiniLMEmbedding
 from controller.kube import client as kube
 from controller.kube.events import EventRecorder
 from controller.pipeline import Backends, Embedder
@@ -167,11 +167,11 @@ class SummarizerParts:
     generation or the deletion, and closed once no use holds them. One built for a summarizer
     not seen, deleted or changed meanwhile serves its use alone."""
 
-    def __init__(self, scheduler: PassScheduler, weights: MiniLMWeights) -> None:
-        self._scheduler, self._weights = scheduler, weights
+    def __init__(self, scheduler: PassScheduler, local: LocalMiniLMEmbedding) -> None:
+        self._scheduler, self._local = scheduler, local
         self._build: dict[Kind, Callable[[Any], Any]] = {
             "store": self._connect,
-            "embedder": functools.partial(build_embedding_function, weights=weights),
+            "embedder": functools.partial(build_embedding_function, local=local),
             "summarizer": self._summarizer,
         }
         self._kept: dict[Who, _Generation] = {}
@@ -241,7 +241,7 @@ class SummarizerParts:
             self._closed = True
             unkeep(p for g in self._kept.values() for p in g.parts.values())
             self._kept.clear()
-        self._weights.close()
+        self._local.unload()
 
     def count(self) -> dict[str, int]:
         """What the runtime holds now, by part (test_runtime_lifecycle.py checks for leaks)."""
@@ -385,7 +385,7 @@ class Runtime:
             config=config,
             events=EventRecorder(instance=config.replica_id),
             scheduler=scheduler,
-            parts=SummarizerParts(scheduler, MiniLMWeights()),
+            parts=SummarizerParts(scheduler, LocalMiniLMEmbedding()),
             upkeep=UpkeepState(),
             options=options,
             traces=tracing.tracer_provider(os.environ),

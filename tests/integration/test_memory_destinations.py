@@ -28,7 +28,7 @@ from controller.core.destinations import (
     MemoryDestinationNotAllowed,
 )
 from controller.core.naming import summary_object_name
-from controller.embeddings.minilm import EmbeddingError, MiniLMWeights
+from controller.embeddings.minilm import EmbeddingError, LocalMiniLMEmbedding
 from controller.embeddings.remote import OpenAICompatibleEmbedding
 from controller.handlers.session_summarizer import check_model
 from controller.runtime import SummarizerParts
@@ -200,7 +200,7 @@ def test_the_refusal_comes_before_the_store_is_read(
     store = recorders(upstream=harness.chroma.url)
     apply(harness, store_secret("proxied-chroma", store.url(), "https://api.example.com/v1"))
     limits = SchedulerLimits(workers=1, background_workers=1, cores=1, store_writes=1)
-    parts = SummarizerParts(PassScheduler(limits), MiniLMWeights())  # the operator's own
+    parts = SummarizerParts(PassScheduler(limits), LocalMiniLMEmbedding())  # the operator's own
     try:
         parsed = SessionSummarizerSpec.model_validate(spec(store.url(), "proxied-chroma", y.url()))
         with (

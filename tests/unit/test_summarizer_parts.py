@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from controller.api import SessionSummarizerSpec
-from controller.embeddings.minilm import MiniLMWeights
+from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.runtime import SummarizerParts
 from controller.scheduling import PassScheduler, SchedulerLimits
 from controller.store.connection import StoreLocation
@@ -34,7 +34,7 @@ class CountedStore(MemoryStore):
 class Parts(SummarizerParts):
     def __init__(self) -> None:
         limits = SchedulerLimits(workers=1, background_workers=1, cores=1, store_writes=1)
-        super().__init__(PassScheduler(limits), MiniLMWeights())
+        super().__init__(PassScheduler(limits), LocalMiniLMEmbedding())
         self.built: list[CountedStore] = []
         self.hold_build: threading.Event | None = None
         self.building = threading.Event()
