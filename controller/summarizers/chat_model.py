@@ -189,9 +189,11 @@ def degenerate_reason(
     history = [t for texts in update.new_items().values() for t in texts]
     state = list(update.current_state or [])
     session = "\n".join([*(f for m in memories for f in _memory_fields(m)), _prior_text(prior)])
-    if not history and not state:
+    if not history and not state:  # the merge would have nothing to store, or lose the text
         if any(memory_text(m).strip() for m in memories):
             return "the reply proposes no item although the memories have content"
+        if prior is None or (isinstance(prior, StructuredSummary) and prior.is_empty()):
+            return "the reply has no items in any section"
         return None
     for items in (history, state):
         counts = Counter(identity(text) for text in items)
@@ -377,13 +379,7 @@ class ChatModelSummarizer:
         problem = degenerate_reason(update, memories, prior)
         if problem is not None:
             raise BadReply(problem, corrective=True)
-        update = contain_injections(update, memories, prior)
-        nothing_before = prior is None or (
-            isinstance(prior, StructuredSummary) and prior.is_empty()
-        )
-        if update.is_empty() and nothing_before:  # the merge would have nothing to store
-            raise BadReply("the reply has no items in any section", corrective=True)
-        return update
+        return contain_injections(update, memories, prior)
 
     def _complete(self, messages: list[dict[str, str]], memory_count: int, prior_items: int) -> Any:
         """One completion; Transient, BadReply or ModelUnavailable (no retry helps). An option

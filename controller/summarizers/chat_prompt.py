@@ -214,10 +214,15 @@ def build_messages(
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
-def reply_schema(memory_count: int, prior_items: int) -> dict[str, Any]:
-    """The JSON schema of a reply, sent as response_format json_schema: every string and
-    list bounded, so a constrained decoder cannot produce an unbounded reply. Supersede
-    marks are offered only when the prior summary has items to mark."""
+def response_format(
+    mode: ResponseFormat, memory_count: int, prior_items: int
+) -> dict[str, Any] | None:
+    """The request's response_format for a mode; None sends none. The json_schema bounds every
+    string and list, so a constrained decoder cannot produce an unbounded reply (strict false:
+    OpenAI's strict mode refuses maxLength; the bounds still guide it). Supersede marks are
+    offered only when the prior summary has items to mark."""
+    if mode != "json_schema":
+        return {"type": mode} if mode == "json_object" else None
     # Twice as many items as memories, within bounds: a model looping on one item stops.
     per_section = min(SECTION_MAX_ITEMS, max(SECTION_MIN_ITEMS, 2 * memory_count))
     item = {"type": "string", "minLength": 1, "maxLength": SCHEMA_ITEM_CHARS}
@@ -248,21 +253,11 @@ def reply_schema(memory_count: int, prior_items: int) -> dict[str, Any]:
     }
     if not prior_items:
         del properties["supersede"]
-    return {
+    schema = {
         "type": "object",
         "properties": properties,
         "required": ["title", "category", *SECTION_KEYS],
         "additionalProperties": False,
     }
-
-
-def response_format(
-    mode: ResponseFormat, memory_count: int, prior_items: int
-) -> dict[str, Any] | None:
-    """The request's response_format for a mode; None sends none. strict false: OpenAI's
-    strict mode refuses maxLength; the bounds still guide it."""
-    if mode != "json_schema":
-        return {"type": mode} if mode == "json_object" else None
-    schema = reply_schema(memory_count, prior_items)
     named = {"name": "session_summary_update", "strict": False, "schema": schema}
     return {"type": mode, "json_schema": named}

@@ -29,9 +29,16 @@ from controller.core.summary import (
 )
 from controller.core.summary_row import from_chroma_row, to_chroma_metadata
 from controller.summarizers.chat_model import parse_update
-from controller.summarizers.chat_prompt import reply_schema
+from controller.summarizers.chat_prompt import response_format
 
 SID = "sess-merge"
+
+
+def reply_schema(memory_count: int, prior_items: int) -> Any:
+    """The JSON schema a json_schema request asks the reply to follow."""
+    asked = response_format("json_schema", memory_count, prior_items)
+    assert asked is not None
+    return asked["json_schema"]["schema"]
 
 
 def update(**fields: Any) -> PassUpdate:
