@@ -237,7 +237,7 @@ def _start(
     structured = prior if isinstance(prior, StructuredSummary) else None
     gone_all = rows.total == 0  # no memory carries the session's id (untimed ones counted)
     if gone_all and structured is None:
-        return Outcome("not-found", session_id, 0)
+        return read.outcome("not-found")
     dropped, again = 0, list[Memory]()
     if structured is not None and rows.base is None:  # every row listed: who is gone?
         living = [*(row_id for _, row_id in rows.keys), *rows.untimed]
@@ -253,9 +253,8 @@ def _start(
         if guard is not None:  # every item went with its memories: nothing is left to keep
             guard.admit(found.fence)
         store.drop_summary(session_id, found, guard.check if guard is not None else None)
-        if gone_all:
-            return Outcome("not-found", session_id, 0, dropped_items=dropped)
-        return replace(read.outcome("empty"), dropped_items=dropped)  # rows never summarized
+        # no rows at all, or only rows never summarized (excluded types)
+        return replace(read.outcome("not-found" if gone_all else "empty"), dropped_items=dropped)
     if (
         isinstance(prior, StructuredSummary)
         and prior.other_writer is None
