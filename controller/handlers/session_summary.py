@@ -307,7 +307,6 @@ async def summarize(
             record_failure(body, patch, failure, logger, runtime.events)
         trace.outcome = outcome.kind
         metrics.observe_summary(outcome.kind, time.monotonic() - started)
-        metrics.MODEL_TOKENS.inc(max(outcome.tokens_used, 0))
         with trace.phase("status"):
             report(body, patch, parsed, outcome, runtime.events)
 

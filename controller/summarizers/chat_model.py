@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 from openai import APIConnectionError, APIStatusError, APITimeoutError, omit
 from pydantic import ValidationError
 
+from controller import metrics
 from controller.core.chunking import memory_text
 from controller.core.destinations import redirect_refusal
 from controller.core.item_sources import identity
@@ -87,10 +88,10 @@ def parse_update(content: str) -> PassUpdate:
 def reply_tokens(completion: Any) -> int:
     usage = getattr(completion, "usage", None)
     total = getattr(usage, "total_tokens", None)
-    if isinstance(total, int):
-        return total
-    parts = [getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)]
-    return sum(p for p in parts if isinstance(p, int))
+    if not isinstance(total, int):
+        parts = [getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None)]
+        total = sum(p for p in parts if isinstance(p, int))
+    return max(total, 0)
 
 
 def reply_content(completion: Any) -> tuple[str, str | None]:
@@ -332,7 +333,9 @@ class ChatModelSummarizer:
             content = ""
             try:
                 payload = self._complete(messages, len(memories), prior_items)
-                tokens += reply_tokens(payload)
+                used = reply_tokens(payload)
+                metrics.MODEL_TOKENS.inc(used)  # where spent, whatever the pass then does
+                tokens += used
                 content, finish = reply_content(payload)
                 return Proposal(self._update(content, finish, memories, prior), tokens)
             except Transient as exc:  # a BadReply too
@@ -354,8 +357,8 @@ class ChatModelSummarizer:
         plural = "s" if attempts != 1 else ""
         message = f"{config.url}: {failure.reason} (after {attempts} attempt{plural})"
         if isinstance(failure, BadReply):
-            raise InvalidModelOutput(f"model output invalid: {message}", tokens_used=tokens)
-        raise ModelUnavailable(f"model unavailable: {message}", tokens_used=tokens)
+            raise InvalidModelOutput(f"model output invalid: {message}")
+        raise ModelUnavailable(f"model unavailable: {message}")
 
     def _update(
         self,

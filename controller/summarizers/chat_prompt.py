@@ -57,20 +57,12 @@ SECTION_MIN_ITEMS = 4
 TECHNOLOGIES_ASKED = 8
 
 
-class _TokensUsed(Exception):
-    """A failed pass's error, with the model tokens its attempts cost."""
-
-    def __init__(self, message: str, *, tokens_used: int = 0) -> None:
-        super().__init__(message)
-        self.tokens_used = tokens_used
-
-
-class ModelUnavailable(_TokensUsed, RuntimeError):
+class ModelUnavailable(RuntimeError):
     """The endpoint did not answer usefully (timeouts, connection errors, HTTP errors) after
     the retries. One line, safe to show on a CR; never contains the API key."""
 
 
-class InvalidModelOutput(_TokensUsed, SummaryValidationError):
+class InvalidModelOutput(SummaryValidationError):
     """The model's replies did not parse into the schema after the corrective retries."""
 
 

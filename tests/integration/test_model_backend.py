@@ -8,6 +8,7 @@ good summary before it, or it is byte-for-byte the good summary before it.
 from __future__ import annotations
 
 import json
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -246,6 +247,22 @@ def model_summarizer_yaml(name: str, harness: Harness, base_url: str) -> str:
     )
 
 
+def model_tokens_counted(harness: Harness) -> float:
+    """session_summary_model_tokens_total as the operator's /metrics shows it."""
+    text = urllib.request.urlopen(harness.metrics_url, timeout=5).read().decode()
+    (line,) = [x for x in text.splitlines() if x.startswith("session_summary_model_tokens_total ")]
+    return float(line.split()[1])
+
+
+def counts_what_was_reported(
+    harness: Harness, server: OpenAIServer, counted: float, seen: int
+) -> bool:
+    """The metric rose by the tokens the endpoint reported for its replies since `seen`."""
+    sent = server.requests_to("/chat/completions")[seen:]
+    reported = sum(r.usage["total_tokens"] for r in sent if r.usage)
+    return bool(sent) and model_tokens_counted(harness) - counted == reported
+
+
 def summarized_condition(harness: Harness, sid: str) -> dict[str, Any] | None:
     conditions = (harness.obj(sid).get("status") or {}).get("conditions") or []
     return {c["type"]: c for c in conditions}.get("Summarized")
@@ -268,9 +285,16 @@ def test_the_operator_writes_the_summary_through_the_model_endpoint(
     store = harness.store(f"{name}-memory", f"{name}-sessions")
     load(store, [interaction(sid, i, 1_760_000_000_000 + i, step(i, sid)) for i in range(3)])
     model_server.script_chat(Reply(FIRST))
+    counted, seen = (
+        model_tokens_counted(harness),
+        len(model_server.requests_to("/chat/completions")),
+    )
 
     res = sunset(sid, name, wait=60)
     assert res.returncode == 0, res.stdout + res.stderr
+    wait_for(  # each reply's tokens counted once
+        lambda: counts_what_was_reported(harness, model_server, counted, seen), 10, 0.2
+    )
     doc, meta = row(store, sid)
     assert "Model saw: make the exporter listen on port 7103." in doc
     assert meta["memoryCount"] == 3 and meta["writer"] == "it-operator"
@@ -311,6 +335,10 @@ def test_a_failing_endpoint_leaves_the_prior_summary_and_the_object_says_why(
         reasons = {"ModelUnavailable"}
         dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens: connection refused
         harness.kubectl("apply", "-f", "-", input=model_summarizer_yaml(name, harness, dead))
+    counted, seen = (
+        model_tokens_counted(harness),
+        len(model_server.requests_to("/chat/completions")),
+    )
     try:
         sunset(sid, name)
 
@@ -323,6 +351,10 @@ def test_a_failing_endpoint_leaves_the_prior_summary_and_the_object_says_why(
         assert "\n" not in cond["message"] and len(cond["message"]) < 400
         assert any(e["reason"] == cond["reason"] for e in harness.events(sid))
         assert row(store, sid) == good  # the good summary is untouched
+        if failure == "invalid-output":  # the failed passes' tokens are counted too
+            wait_for(
+                lambda: counts_what_was_reported(harness, model_server, counted, seen), 30, 0.2
+            )
     finally:  # the object recovers before the next test: no retry of it outlives this one
         model_server.default_reply = json.dumps(FIRST)
         harness.kubectl("apply", "-f", "-", input=good_yaml)

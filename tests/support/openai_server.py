@@ -141,6 +141,11 @@ class OpenAIServer:
         with self._lock:
             self._models_script.extend(steps)
 
+    def end_chat_script(self) -> None:
+        """Drops the queued chat replies: ``default_reply`` from the next request on."""
+        with self._lock:
+            self._chat_script.clear()
+
     def end_embedding_script(self) -> None:
         """Drops the queued embedding steps: normal answers from the next request on."""
         with self._lock:
