@@ -257,9 +257,7 @@ def run(argv: list[str] | None = None) -> None:
         default=PEERING_NAME,
         help="kopf peering object name (dedicated, never kopf's 'default')",
     )
-    parser.add_argument(
-        "--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz"
-    )
+    parser.add_argument("--liveness", help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     namespaces = tuple(args.namespace or CONFIG.namespaces)

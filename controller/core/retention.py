@@ -1,8 +1,7 @@
 """What a SessionSummary's phase says of its request. Pure. Which finished objects outlived
 their TTL (spec.retention, as a Job's ttlSecondsAfterFinished; the summary stays in Chroma),
 and which a change of their SessionSummarizer asks again (spec.requestedAt moves): a pass
-that failed on its settings or found no summarizer; not one waiting for another's claim.
-"""
+that failed on its settings or found no summarizer; not one waiting for another's claim."""
 
 from __future__ import annotations
 

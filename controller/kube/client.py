@@ -132,12 +132,8 @@ def get_object(plural: str, namespace: str, name: str) -> dict[str, Any] | None:
     return cast(dict[str, Any] | None, unless((404,), get, GROUP, VERSION, namespace, plural, name))
 
 
-def get_summary(namespace: str, name: str) -> dict[str, Any] | None:
-    return get_object(SUMMARY_PLURAL, namespace, name)
-
-
-def get_summarizer(namespace: str, name: str) -> dict[str, Any] | None:
-    return get_object(SUMMARIZER_PLURAL, namespace, name)
+get_summary = functools.partial(get_object, SUMMARY_PLURAL)
+get_summarizer = functools.partial(get_object, SUMMARIZER_PLURAL)
 
 
 def request_summary(
@@ -241,10 +237,8 @@ def list_pages(
         kwargs["_continue"] = token
 
 
-def unless_changed(resource_version: str) -> client.V1DeleteOptions:
-    return client.V1DeleteOptions(
-        preconditions=client.V1Preconditions(resource_version=resource_version)
-    )
+def unless_changed(resource_version: str) -> dict[str, Any]:
+    return {"preconditions": {"resourceVersion": resource_version}}  # a delete's body
 
 
 def delete_summary_if_unchanged(namespace: str, name: str, resource_version: str) -> bool:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from controller import metrics
 from controller.api import Condition, SessionSummarizerStatus
 from controller.kube import client as kube
-from controller.status.conditions import condition, now_rfc3339, set_condition
+from controller.status.conditions import condition, with_conditions
 
 if TYPE_CHECKING:
     from controller.runtime import Runtime
@@ -146,9 +146,7 @@ def _apply_replica_status(
     said = (active, cond.status, cond.reason, cond.message)
     if current and said == (status.active_replica, current.status, current.reason, current.message):
         return status  # as last measured: nothing to write
-    measured = cond.model_copy(update={"last_probe_time": now_rfc3339()})
-    conditions = set_condition(status.conditions, measured)
-    return status.model_copy(update={"active_replica": active, "conditions": conditions})
+    return with_conditions(status, [cond], active_replica=active)
 
 
 def report_replica_status(runtime: Runtime, active: str | None, cond: Condition) -> None:

@@ -143,7 +143,7 @@ class OneObjectServer:
 
     def delete_cluster_custom_object(self, *_: Any, body: Any, **__: Any) -> Any:
         dropped, self.drop = self.drop, max(0, self.drop - 1)
-        self._apply(None, body.preconditions.resource_version)
+        self._apply(None, body["preconditions"]["resourceVersion"])
         if dropped:
             raise ProtocolError("Connection aborted.", "RemoteDisconnected")
 

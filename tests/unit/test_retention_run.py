@@ -66,7 +66,7 @@ class _Api:
         return body
 
     def delete_namespaced_custom_object(self, *args: Any, body: Any) -> dict[str, Any]:
-        self._unchanged(args[-1], body.preconditions.resource_version)
+        self._unchanged(args[-1], body["preconditions"]["resourceVersion"])
         self.deleted.add(args[-1])
         return self.live.pop(args[-1])
 
