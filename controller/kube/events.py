@@ -106,7 +106,7 @@ class EventRecorder:
         name, now = event_name(key), now_rfc3339()
         count = self._counts[key] = self._counts.get(key, 0) + 1
         if count > 1:
-            if kube.unless((404,), self._patch, key, name, count, now):
+            if kube.unless((404,), self._patch, key, name, count, now) is not None:
                 return
             self._counts[key] = 1  # expired by the apiserver's event TTL: a new one
         if kube.unless((409,), self._create, ref, key, name, now) is None:
@@ -116,7 +116,7 @@ class EventRecorder:
             self._patch(key, name, count, now)
             self._counts[key] = count
 
-    def _create(self, ref: dict[str, Any], key: EventKey, name: str, now: str) -> bool:
+    def _create(self, ref: dict[str, Any], key: EventKey, name: str, now: str) -> object:
         event = client.CoreV1Event(
             metadata=client.V1ObjectMeta(name=name, namespace=key.namespace),
             involved_object=client.V1ObjectReference(**ref),
@@ -131,13 +131,10 @@ class EventRecorder:
             reporting_instance=self.instance,
         )
         answer = kube.core().create_namespaced_event(key.namespace, event, _preload_content=False)
-        cast(Any, answer).read()  # raw (_preload_content=False): a model object costs CPU
-        return True
+        return cast(Any, answer).read()  # raw: a model object costs CPU
 
-    def _patch(self, key: EventKey, name: str, count: int, now: str) -> bool:
-        body = {"count": count, "lastTimestamp": now}
-        cast(Any, kube.core().patch_namespaced_event(
-            name, key.namespace, body, _content_type="application/merge-patch+json",
-            _preload_content=False,
-        )).read()  # fmt: skip
-        return True
+    def _patch(self, key: EventKey, name: str, count: int, now: str) -> object:
+        body, merge = {"count": count, "lastTimestamp": now}, "application/merge-patch+json"
+        patch = kube.core().patch_namespaced_event
+        answer = patch(name, key.namespace, body, _content_type=merge, _preload_content=False)
+        return cast(Any, answer).read()

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from controller import metrics
 from controller.api import Condition, SessionSummarizerStatus
+from controller.core.retention import parse_time
 from controller.kube import client as kube
 from controller.status.conditions import condition, with_conditions
 
@@ -28,11 +29,10 @@ def live_peers(status: Mapping[str, Any], now: dt.datetime) -> dict[str, int]:
     alive: dict[str, int] = {}
     for identity, info in (status or {}).items():
         try:  # a record not a mapping: TypeError; a time or number out of range: OverflowError
-            seen = dt.datetime.fromisoformat(str(info["lastseen"]))
-            seen = seen.replace(tzinfo=seen.tzinfo or dt.UTC)
+            seen = parse_time(info["lastseen"])
             lifetime = dt.timedelta(seconds=int(info.get("lifetime", 60)))
             priority = int(info.get("priority", 0))
-            if seen + lifetime > now:
+            if seen is not None and seen + lifetime > now:
                 alive[identity] = priority
         except (KeyError, ValueError, TypeError, OverflowError):
             continue
