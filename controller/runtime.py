@@ -38,7 +38,7 @@ from controller.kube.events import EventRecorder
 from controller.pipeline import Backends, Embedder
 from controller.scheduling import PassScheduler, SchedulerLimits, usable_cpus
 from controller.status.conditions import masked
-from controller.store.connection import StoreLocation, connect
+from controller.store.connection import connect
 from controller.store.errors import StoreUnavailable, caused_by
 from controller.store.memory_store import MemoryStore
 from controller.summarizers.chat_prompt import ChatModelConfig
@@ -170,7 +170,7 @@ class SummarizerParts:
     def __init__(self, scheduler: PassScheduler, local: LocalMiniLMEmbedding) -> None:
         self._scheduler, self._local = scheduler, local
         self._build: dict[Kind, Callable[[Any], Any]] = {
-            "store": self._connect,
+            "store": lambda location: MemoryStore(connect(location), location),
             "embedder": functools.partial(build_embedding_function, local=local),
             "summarizer": self._summarizer,
         }
@@ -323,9 +323,6 @@ class SummarizerParts:
         for part in closing:
             with contextlib.suppress(Exception):  # best effort (a part may have no close())
                 part.value.close()
-
-    def _connect(self, location: StoreLocation) -> MemoryStore:
-        return MemoryStore(connect(location), location)
 
     def _embedder(self, ef: EmbeddingFunction) -> Embedder:
         """Local model calls take a core (scheduling.py); an endpoint is I/O, not gated."""

@@ -18,7 +18,6 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from controller.core.sweep_plan import REFRESH_TRIGGER
 from controller.store.memory_store import GroupWriter, RowWrite
 
 if TYPE_CHECKING:
@@ -41,7 +40,7 @@ class Slack(float, Enum):
 
 
 def slack_for(trigger: str, *, has_summary: bool) -> Slack:
-    if trigger in ("sweep", REFRESH_TRIGGER):
+    if trigger in ("sweep", "refresh"):
         return Slack.BACKGROUND
     return Slack.AGAIN if has_summary else Slack.FIRST
 
@@ -144,7 +143,7 @@ class DeadlineQueue(Generic[Item]):
             self._wake()
             return len(self._line) > self._takers
 
-    def take(self) -> tuple[float, Item] | None:
+    def take(self) -> Item | None:
         """The next item once a slot is free (release() it after); None once closed."""
         with self._cond:
             self._takers += 1
@@ -157,7 +156,7 @@ class DeadlineQueue(Generic[Item]):
                 return None
             waiter = min(self._line, key=self._rank)
             self._serve(waiter)
-            return waiter[0], waiter[3]
+            return waiter[3]
 
     def release(self) -> None:
         with self._cond:
@@ -213,8 +212,7 @@ class _Current(threading.local):
 class _Job:
     future: Future[Any]
     run: Callable[[], Any]
-    flow: Hashable = None
-    first: bool = False
+    mine: _Pass  # its deadline is its place in the queue
     once: threading.Lock | None = None  # queued in two pools: the thread that takes it runs it
     submitted: float = field(default_factory=time.monotonic)
 
@@ -222,15 +220,15 @@ class _Job:
 class _WorkerPool:
     """Daemon threads running queued passes, started as needed up to the queue's slots."""
 
-    def __init__(self, name: str, threads: int, run: Callable[[float, _Job], None]) -> None:
+    def __init__(self, name: str, threads: int, run: Callable[[_Job], None]) -> None:
         self.name = name
         self.queue: DeadlineQueue[_Job] = DeadlineQueue(threads)
         self._run = run
         self.threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
-    def submit(self, deadline: float, job: _Job) -> Future[Any]:
-        more_than_waiting_threads = self.queue.put(deadline, job, job.flow)
+    def submit(self, job: _Job) -> Future[Any]:
+        more_than_waiting_threads = self.queue.put(job.mine.deadline, job, job.mine.flow)
         with self._lock:  # a thread ends only once the queue is closed, when put() raises
             if more_than_waiting_threads and len(self.threads) < self.queue.slots:
                 thread = threading.Thread(
@@ -241,13 +239,12 @@ class _WorkerPool:
         return job.future
 
     def _work(self) -> None:
-        while (got := self.queue.take()) is not None:
+        while (job := self.queue.take()) is not None:
             try:
-                job = got[1]
                 if job.once is not None and not job.once.acquire(blocking=False):
                     continue  # the other pool's thread took it
                 if job.future.set_running_or_notify_cancel():
-                    self._run(*got)
+                    self._run(job)
             finally:
                 self.queue.release()
 
@@ -297,22 +294,22 @@ class PassScheduler:
     ) -> Future[T]:
         """Runs fn on a worker of its pool. A first summary with no free foreground thread is
         queued in the first pool too, so it never waits behind re-summaries."""
-        job = _Job(Future(), fn, flow, first)
+        job = _Job(Future(), fn, _Pass(deadline, flow, first))
         if background:
-            return self.pools["background"].submit(deadline, job)
+            return self.pools["background"].submit(job)
         foreground = self.pools["foreground"]
         if first and foreground.queue.free() == 0:
             job.once = threading.Lock()
-            foreground.submit(deadline, job)
-            return self.pools["first"].submit(deadline, job)
-        return foreground.submit(deadline, job)
+            foreground.submit(job)
+            return self.pools["first"].submit(job)
+        return foreground.submit(job)
 
-    def _run(self, deadline: float, job: _Job) -> None:
+    def _run(self, job: _Job) -> None:
         """On a worker thread: the job as this thread's pass, a first summary counted."""
         # Its deadline at the shared queues: its slack from now, not from its queueing.
-        waited = time.monotonic() - job.submitted
-        self._current.running = _Pass(deadline + waited, job.flow, job.first)
-        if job.first:
+        job.mine.deadline += time.monotonic() - job.submitted
+        self._current.running = job.mine
+        if job.mine.first:
             with self._firsts_changed:
                 self._firsts += 1
         ended = -math.inf  # a first summary that raised (another writer's claim) leaves no gap
@@ -322,7 +319,7 @@ class PassScheduler:
                 ended = time.monotonic()
             finally:  # counted out before its caller hears of it
                 self._current.running = None
-                if job.first:
+                if job.mine.first:
                     with self._firsts_changed:
                         self._first_ended = max(self._first_ended, ended)
                         self._firsts -= 1

@@ -1,9 +1,10 @@
 """The sweep's, the marker scan's and the reconciliation's I/O (the decisions are in
-core/sweep_plan.py). Idempotent when replicas overlap: objects are
-created if absent, and patched only as read, when their last pass is done."""
+core/sweep_plan.py). Idempotent when replicas overlap: objects are created if absent, and
+patched only as read, when their last pass is done."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import time
 from collections import Counter
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller import metrics
-from controller.api import SessionSummarizerSpec
+from controller.api import SessionSummarizerSpec, Trigger
 from controller.config import CONFIG
 from controller.core.chunking import estimate_tokens, memory_text
 from controller.core.coverage import PriorCoverage
@@ -21,8 +22,6 @@ from controller.core.naming import summary_object_name
 from controller.core.retention import RetentionPolicy, expired, pass_in_flight
 from controller.core.summary import StructuredSummary, UnreadablePriorSummary
 from controller.core.sweep_plan import (
-    MARKER_TRIGGER,
-    REFRESH_TRIGGER,
     ReconcileCycle,
     RowCursor,
     SweepPlan,
@@ -61,7 +60,7 @@ class SweepScan:
 def _ask(
     namespace: str,
     session_id: str,
-    trigger: str,
+    trigger: Trigger,
     summarizer: str,
     requested_at: str,
     existing: dict[str, Any] | None,
@@ -127,11 +126,10 @@ def plan_from_store(
 
     def grown(session_ids: list[str]) -> Iterator[tuple[str, int]]:
         """Tokens each active session added since its summary (of those past the interval)."""
-        try:
+        summarized = False
+        with contextlib.suppress(CollectionNotFound):  # no summary yet: no lookup per session
             store.summaries()
             summarized = True
-        except CollectionNotFound:  # no summary yet: not a lookup (and a listing) per session
-            summarized = False
         for sid in session_ids:
             pause()
             try:
@@ -176,7 +174,7 @@ def apply_plan(
     budget = len(plan.candidates)
     stale = plan.candidates + plan.deferred
 
-    def request(session_id: str, trigger: str) -> str | None:
+    def request(session_id: str, trigger: Trigger) -> str | None:
         """created or patched; None when in flight. requestedAt is taken after any pause."""
         pause()
         requested_at = now_rfc3339(precise=True)
@@ -191,7 +189,7 @@ def apply_plan(
             break
         done[request(session_id, "sweep")] += 1
     # plan.refresh is already within the cap (plan_refresh)
-    refreshes = Counter(request(session_id, REFRESH_TRIGGER) for session_id in plan.refresh)
+    refreshes = Counter(request(session_id, "refresh") for session_id in plan.refresh)
     left, refreshed = len(stale) - done.total(), refreshes["created"] + refreshes["patched"]
     return Applied(done["created"], done["patched"], done[None] + refreshes[None], left, refreshed)
 
@@ -269,7 +267,7 @@ def run_marker_scan(
         existing = kube.get_summary(namespace, summary_object_name(marker.session_id))
         action = marker_action(marker, existing)
         if action == "request" and _ask(
-            namespace, marker.session_id, MARKER_TRIGGER, summarizer_name, requested_at, existing
+            namespace, marker.session_id, "sunset-marker", summarizer_name, requested_at, existing
         ):
             memory.bucket.take(1, time.monotonic())  # a grant per request made
             requested.append(marker.session_id)
@@ -304,12 +302,11 @@ def reconcile_step(
     a walk when due, and read what reconcileRowsPerSecond allows since the last step (two
     ticks' worth at most), so the walk never holds up a sunset. Returns the walk it ended."""
     sweep, now_ms, monotonic = spec.sweep, int(time.time() * 1000), time.monotonic()
-    if state.pending:
+    if state.pending and state.last_done_ms is not None:  # set with pending, at a walk's end
         batch, state.pending = state.pending, []
-        if state.last_done_ms is not None:  # written or forgotten since the walk: not stale
-            pause()
-            since = store.written_since(batch, state.last_done_ms)
-            batch = [sid for sid in batch if sid not in since]
+        pause()  # those written or forgotten since the walk are not stale
+        since = store.written_since(batch, state.last_done_ms)
+        batch = [sid for sid in batch if sid not in since]
         cap = sweep.max_sessions_per_sweep
         plan = SweepPlan(candidates=batch[:cap], deferred=batch[cap:])
         applied = apply_plan(

@@ -16,8 +16,6 @@ from controller.core.naming import blank_session_id
 from controller.core.retention import pass_in_flight
 
 MarkerAction = Literal["request", "wait", "done"]
-MARKER_TRIGGER = "sunset-marker"
-REFRESH_TRIGGER = "refresh"
 MAX_SESSION_ID = 1024  # SessionSummary spec.sessionId maxLength
 # A row as the walk reads it: (sessionId, timestamp ms, row id, row_problem's answer).
 WalkedRow = tuple[str | None, int | None, str, str | None]

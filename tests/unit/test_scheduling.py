@@ -1069,7 +1069,7 @@ def _drain(queue: DeadlineQueue[tuple[str, float, int]]) -> list[tuple[str, floa
     while queue.waiting():
         got = queue.take()
         assert got is not None
-        out.append(got[1])
+        out.append(got)
         queue.release()
     return out
 

@@ -38,6 +38,7 @@ class Parts(SummarizerParts):
         self.built: list[CountedStore] = []
         self.hold_build: threading.Event | None = None
         self.building = threading.Event()
+        self._build["store"] = self._connect
 
     def _connect(self, location: StoreLocation) -> MemoryStore:
         self.building.set()
