@@ -117,33 +117,6 @@ class Upkeep:
         return False
 
 
-class UpkeepState:
-    """What each SessionSummarizer's timer remembers between ticks in this process, dropped
-    when it is deleted (after a restart it starts empty: the store and status tell the rest)."""
-
-    def __init__(self) -> None:
-        self._by_summarizer: dict[Who, Upkeep] = {}
-        # Deleted, not seen again: a tick still under way gets a memory kept by nobody.
-        self._gone: LRUCache[Who, None] = LRUCache(GONE_REMEMBERED)
-        self._lock = threading.Lock()
-
-    def of(self, namespace: str, name: str) -> Upkeep:
-        with self._lock:
-            if (namespace, name) in self._gone:
-                return Upkeep()
-            return self._by_summarizer.setdefault((namespace, name), Upkeep())
-
-    def seen(self, namespace: str, name: str) -> None:
-        """The SessionSummarizer exists (created again after a deletion, say)."""
-        with self._lock:
-            self._gone.pop((namespace, name), None)
-
-    def forget(self, namespace: str, name: str) -> None:
-        with self._lock:
-            self._by_summarizer.pop((namespace, name), None)
-            self._gone[(namespace, name)] = None
-
-
 @dataclass(eq=False)
 class _Part:
     kind: Kind
@@ -165,7 +138,7 @@ class SummarizerParts:
     """Each SessionSummarizer's Chroma client, embedding function and model summarizer, kept
     with the configuration (Secret values included) they were built from until the spec's next
     generation or the deletion, and closed once no use holds them. One built for a summarizer
-    not seen, deleted or changed meanwhile serves its use alone."""
+    not seen, deleted or changed meanwhile serves its use alone. And its timers' Upkeep."""
 
     def __init__(self, scheduler: PassScheduler, local: LocalMiniLMEmbedding) -> None:
         self._scheduler, self._local = scheduler, local
@@ -175,6 +148,9 @@ class SummarizerParts:
             "summarizer": self._summarizer,
         }
         self._kept: dict[Who, _Generation] = {}
+        self._upkeep: dict[Who, Upkeep] = {}
+        # Deleted, not seen again: a tick still under way gets an Upkeep kept by nobody.
+        self._gone: LRUCache[Who, None] = LRUCache(GONE_REMEMBERED)
         self._live: set[_Part] = set()  # built and not closed yet (kept or in use)
         self._lock = threading.Lock()
         self._closed = False
@@ -222,8 +198,10 @@ class SummarizerParts:
             yield self._embedder(ef)
 
     def spec_changed(self, namespace: str, name: str, generation: int | None) -> None:
-        """Drops the parts of an older generation (closed once no use holds them)."""
+        """Seen (again, after a deletion, say): drops the parts of an older generation (closed
+        once no use holds them)."""
         with self._locked() as unkeep:
+            self._gone.pop((namespace, name), None)
             old = self._kept.get((namespace, name))
             if old is not None and old.number == generation:
                 return
@@ -235,6 +213,16 @@ class SummarizerParts:
         with self._locked() as unkeep:
             old = self._kept.pop((namespace, name), None)
             unkeep(old.parts.values() if old else ())
+            self._upkeep.pop((namespace, name), None)
+            self._gone[(namespace, name)] = None
+
+    def upkeep(self, namespace: str, name: str) -> Upkeep:
+        """What its timers remember between ticks, from the first (which may come before the
+        spec handler sees it); after a restart nothing: the store and status tell the rest."""
+        with self._lock:
+            if (namespace, name) in self._gone:
+                return Upkeep()
+            return self._upkeep.setdefault((namespace, name), Upkeep())
 
     def close(self) -> None:
         with self._locked() as unkeep:
@@ -356,7 +344,6 @@ class Runtime:
     events: EventRecorder
     scheduler: PassScheduler
     parts: SummarizerParts
-    upkeep: UpkeepState
     options: RunOptions = RunOptions()
     traces: otel.TracerProvider = field(default_factory=otel.NoOpTracerProvider)
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -383,7 +370,6 @@ class Runtime:
             events=EventRecorder(instance=config.replica_id),
             scheduler=scheduler,
             parts=SummarizerParts(scheduler, LocalMiniLMEmbedding()),
-            upkeep=UpkeepState(),
             options=options,
             traces=tracing.tracer_provider(os.environ),
         )

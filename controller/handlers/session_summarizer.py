@@ -123,7 +123,7 @@ class _Tick:
 
     @functools.cached_property
     def upkeep(self) -> Upkeep:  # what its timers remember between ticks
-        return self.runtime.upkeep.of(self.namespace, self.name)
+        return self.runtime.parts.upkeep(self.namespace, self.name)
 
     def store(self) -> contextlib.AbstractContextManager[MemoryStore]:
         return self.runtime.parts.store(self.namespace, self.name, self.spec)
@@ -188,7 +188,6 @@ async def take_summarizer_spec(
     probes are written, and failed SessionSummaries are asked again (new or changed)."""
     assert namespace is not None  # SessionSummarizer is namespaced
     runtime = Runtime.of(memo)
-    runtime.upkeep.seen(namespace, name)
     generation = body.metadata.get("generation")  # what was built from an older one is closed
     await asyncio.to_thread(runtime.parts.spec_changed, namespace, name, generation)
     if reason == "create":
@@ -221,9 +220,7 @@ def sweep_due(spec: SessionSummarizerSpec, status: SessionSummarizerStatus, retr
 async def summarizer_deleted(name: str, namespace: str | None, memo: kopf.Memo, **_: Any) -> None:
     """Closes and drops what this process kept for it. optional: no finalizer waits."""
     assert namespace is not None
-    runtime = Runtime.of(memo)
-    await asyncio.to_thread(runtime.parts.forget, namespace, name)
-    runtime.upkeep.forget(namespace, name)
+    await asyncio.to_thread(Runtime.of(memo).parts.forget, namespace, name)
 
 
 async def _probed(

@@ -54,7 +54,7 @@ def test_only_a_wait_is_a_quiet_retry_and_a_lost_claim_keeps_kopfs_error(
     raised: Exception, quiet: bool
 ) -> None:
     events = Recorded()
-    runtime = Runtime(CONFIG, events, *cast(Any, (Raising(raised), None, None)))
+    runtime = Runtime(CONFIG, events, *cast(Any, (Raising(raised), None)))
     body, patch = body_with(VALID, {}), kopf.Patch()
     call = summarize(
         body=body, spec=kopf.Spec(body), name="s", namespace="ns", patch=patch, retry=0,

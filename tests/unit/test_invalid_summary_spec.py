@@ -82,7 +82,7 @@ def test_a_spec_the_operator_cannot_use_fails_once_naming_the_field(
     with pytest.raises(ValidationError):
         SessionSummarySpec.model_validate(spec)
     events = Recorded()
-    runtime = Runtime(CONFIG, events, *cast(Any, (None, None, None)))
+    runtime = Runtime(CONFIG, events, *cast(Any, (None, None)))
     memo = kopf.Memo(runtime=runtime)
     patch = kopf.Patch()
     body = body_with(spec, status)

@@ -118,7 +118,7 @@ def run_retention(
 ) -> tuple[_Api, Recorded]:
     """One _retention of summarizer "default" over these objects and this store."""
     api, events = _Api(made), Recorded()
-    runtime = Runtime(CONFIG, events, *cast(Any, (_Scheduler(), _Parts(store), None)))
+    runtime = Runtime(CONFIG, events, *cast(Any, (_Scheduler(), _Parts(store))))
     body = kopf.Body({"metadata": {"name": "default", "namespace": "ns"}, "spec": spec.to_api()})
     tick = _Tick(body, spec, "ns", "default", cast(Any, logging.getLogger("t")), runtime, 1)
     with (

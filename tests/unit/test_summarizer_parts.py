@@ -135,3 +135,20 @@ def test_an_unreachable_store_is_reconnected_at_the_next_use() -> None:
         assert again is parts.built[1]
     with parts.store(NS, "s", spec()) as kept:
         assert kept is again and not again.closed
+
+
+def test_the_timers_upkeep_outlives_a_spec_change_and_not_a_deletion() -> None:
+    """A tick before the spec handler has one kept; a spec change keeps it; after a deletion a
+    tick still under way gets one kept by nobody, until the summarizer is seen again."""
+    parts = Parts()
+    early = parts.upkeep(NS, "s")  # a timer may tick before the spec handler runs
+    early.markers.acted["x"] = 1
+    parts.spec_changed(NS, "s", 1)
+    parts.spec_changed(NS, "s", 2)
+    assert parts.upkeep(NS, "s") is early
+    parts.forget(NS, "s")
+    late = parts.upkeep(NS, "s")
+    assert late is not early and late is not parts.upkeep(NS, "s")  # kept by nobody
+    parts.spec_changed(NS, "s", 1)  # created again
+    again = parts.upkeep(NS, "s")
+    assert again is parts.upkeep(NS, "s") and not again.markers.acted

@@ -279,14 +279,14 @@ def test_failing_probes_run_again_backing_off_and_start_over_once_they_hold(
     """Probes that keep failing run again after `every`, then twice as late each time, never
     later than PROBE_BACKOFF_MAX_S (or `every`, if larger); once they hold, a new failure
     starts the clock over."""
-    from controller.runtime import PROBE_BACKOFF_MAX_S, UpkeepState
+    from controller.runtime import PROBE_BACKOFF_MAX_S, Upkeep
 
-    state, now = UpkeepState(), 0.0
+    upkeep, now = Upkeep(), 0.0
     last: float | None = None
     wait = every
     for step, failing in ticks:
         now += step
-        due = state.of("ns", "s").probe_due(every, now, failing=failing)
+        due = upkeep.probe_due(every, now, failing=failing)
         if not failing:
             assert not due
             last, wait = None, every
@@ -364,7 +364,7 @@ def test_a_ticks_conditions_are_stamped_with_the_generation_it_ran_with(
         return SessionSummarizerStatus(), written[-1]
 
     background = SimpleNamespace(background=lambda: contextlib.nullcontext(lambda: 0.0))
-    runtime = Runtime(CONFIG, Recorded(), *cast(Any, (background, None, None)))
+    runtime = Runtime(CONFIG, Recorded(), *cast(Any, (background, None)))
     with (
         mock.patch.object(session_summarizer, "health_conditions", probes),
         mock.patch.object(session_summarizer, "_probes_due", lambda tick: True),
