@@ -217,13 +217,10 @@ def apply_retention(
 
 @dataclass(frozen=True)
 class MarkerScanResult:
-    scanned: int  # marker rows read
     requested: list[str]  # session ids whose SessionSummary was created or patched
-    waiting: int  # a pass is under way; the next scan looks again
-    left: int  # over the cap or the rate; the next scan looks again
     invalid: list[str]  # newly found markers that name no session, each described
-    duration_s: float
     markers_only: list[str]  # sessions of sunset markers alone: nothing to summarize
+    figures: str  # for the log: what was read, and what the next scan looks at again
 
 
 def run_marker_scan(
@@ -278,15 +275,11 @@ def run_marker_scan(
     # Forget what the window no longer holds: those markers are never read again.
     memory.acted = {s: ts for s, ts in memory.acted.items() if s in markers}
     memory.reported = set(invalid)
-    return MarkerScanResult(
-        scanned=len(rows),
-        requested=requested,
-        waiting=waiting,
-        left=len(uncovered) - walked,
-        invalid=new_invalid,
-        duration_s=time.monotonic() - started,
-        markers_only=markers_only,
+    figures = (
+        f"{len(rows)} markers read in {(time.monotonic() - started) * 1000:.0f} ms, {waiting} "
+        f"waiting for a pass under way, {len(uncovered) - walked} left for the next tick"
     )
+    return MarkerScanResult(requested, new_invalid, markers_only, figures)
 
 
 def reconcile_step(

@@ -1,8 +1,7 @@
 """Where the sweep decides which sessions need a summary. Pure. Its watermark stays behind
 every session skipped as active or deferred; sunset markers (docs/agents.md) ask for a pass
-whatever the idle threshold; rows the time scan cannot see, RowCursor (in the order Chroma
-added them) and ReconcileCycle (a walk counting each session's rows, as informers resync) find.
-"""
+whatever the idle threshold; the rows the time scan cannot see, RowCursor (in the order Chroma
+added them) and ReconcileCycle (a walk counting rows per session, as informers resync) find."""
 
 from __future__ import annotations
 

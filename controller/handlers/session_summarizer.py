@@ -330,16 +330,8 @@ async def scan_markers(body: kopf.Body, name: str, namespace: str | None, **kw: 
         await tick.write(cond)
         kind = "Warning" if cond.status == "False" else "Normal"
         runtime.events.post(body, kind, cond.reason, cond.message)
-        tick.logger.info(
-            "marker scan by %s (%d markers read in %.0f ms, %d waiting for a pass "
-            "under way, %d left for the next tick): %s",
-            CONFIG.replica_id,
-            markers.scanned,
-            markers.duration_s * 1000,
-            markers.waiting,
-            markers.left,
-            cond.message,
-        )
+        figures = markers.figures
+        tick.logger.info("marker scan by %s (%s): %s", CONFIG.replica_id, figures, cond.message)
 
 
 async def _retention(tick: _Tick) -> None:
