@@ -91,7 +91,6 @@ class Outcome:
     untrusted_times: tuple[str, ...] = ()  # rows whose time no clock could have given
     new_untimed: int = 0  # of skipped_memories, those summarized for the first time
     redactions: dict[str, int] = field(default_factory=dict)  # secrets masked, by kind
-    rebuilt: bool = False  # written from the memories alone, the prior's text replaced
     dropped_items: int = 0  # items whose memories were all deleted (core/item_sources.py)
     forgotten: Forgotten | None = None  # what a forget removed (handlers/session_summary.py)
 
@@ -212,14 +211,13 @@ def _read(
         else:
             found = store.read_prior(session_id)
         prior = rekeyed(found.summary, mask.prior(found.summary))
-    if isinstance(prior, StructuredSummary):
-        mark = prior.watermark
-        if mark and not placed(mark.timestamp_ms, int(time.time() * 1000)):
-            # a bad clock's row is the watermark: read the session whole
-            drop = dict.fromkeys(("watermark", "coverage", "rows_digest"))
-            prior = prior.model_copy(update=drop)
-    covered = prior_coverage(prior if isinstance(prior, StructuredSummary) else None)
-    with phase("read"):
+        if isinstance(prior, StructuredSummary):
+            mark = prior.watermark
+            if mark and not placed(mark.timestamp_ms, int(time.time() * 1000)):
+                # a bad clock's row is the watermark: read the session whole
+                drop = dict.fromkeys(("watermark", "coverage", "rows_digest"))
+                prior = prior.model_copy(update=drop)
+        covered = prior_coverage(prior if isinstance(prior, StructuredSummary) else None)
         rows = store.session_rows(session_id, covered, exclude=excluded, mask=mask)
     return _Read(session_id, found, prior, rows)
 
@@ -383,6 +381,5 @@ def summarize_session(
         untrusted_times=rows.untrusted,
         new_untimed=len(set(rows.untimed) - set(prior.untimed_ids if prior else ())),
         redactions=mask.counts(),
-        rebuilt=rebuild,
         dropped_items=done.dropped,
     )

@@ -159,9 +159,6 @@ class PassUpdate(BaseModel):
     def new_items(self) -> dict[str, list[str]]:
         return {title: list(getattr(self, key)) for title, key in HISTORY_KEYS.items()}
 
-    def is_empty(self) -> bool:
-        return not any(self.new_items().values()) and not self.current_state
-
 
 def _append_new(items: list[SummaryItem], new_texts: Iterable[str]) -> list[SummaryItem]:
     """Existing items verbatim and in order, then new ones (as_item form) not yet present."""

@@ -437,9 +437,7 @@ def record_failure(
     raise kopf.PermanentError(failure.message) from None
 
 
-def provenance_status(
-    summary: StructuredSummary, passes: int, spent: Provenance
-) -> SummaryProvenance:
+def provenance_status(summary: StructuredSummary, spent: Provenance) -> SummaryProvenance:
     """status.provenance: what the written summary covers and the tokens its passes cost."""
     mark, first, last = summary.watermark, summary.first_memory_at_ms, summary.last_memory_at_ms
     return SummaryProvenance(
@@ -448,7 +446,7 @@ def provenance_status(
         memory_count=summary.memory_count,
         watermark_timestamp=mark.timestamp_ms if mark else None,
         watermark_memory_id=mark.memory_id if mark else None,
-        passes=passes,
+        passes=len(spent.passes),
         tokens_in=spent.tokens_in,
         tokens_out=spent.tokens_out,
         document_tokens=spent.document_tokens,
@@ -564,19 +562,19 @@ def report(
             writer=CONFIG.replica_id,
             passes=outcome.passes,
             model_tokens=outcome.tokens_used,
-            provenance=provenance_status(summary, outcome.passes, spent),
+            provenance=provenance_status(summary, spent),
         )
     common.update(also=(single_writer(body, outcome, events), times))
     record(body, patch, phase="Summarized", reason=reason, message=message, ok=True, **common)
     # An Event says what changed: a first summary, a recovery, a rebuild; a summary brought
     # up to date once more is in the status (summarizedAt, memoryCount), not in an Event.
     first = (body.get("status") or {}).get("phase") != "Summarized"
-    if reason == "Summarized" and (outcome.rebuilt or first):
-        events.post(body, "Normal", "Rebuilt" if outcome.rebuilt else reason, message)
+    if reason == "Summarized" and (spec.action == "Rebuild" or first):
+        events.post(body, "Normal", "Rebuilt" if spec.action == "Rebuild" else reason, message)
 
 
 def _summarized_message(body: kopf.Body, spec: SessionSummarySpec, outcome: Outcome) -> str:
-    if outcome.rebuilt:  # the superset rule waived, on request: said so
+    if spec.action == "Rebuild":  # the superset rule waived, on request: said so
         return (
             f"rebuilt from the session's {outcome.memory_count} living memories in "
             f"{outcome.passes} pass(es), asked by {asked_by(body)}: the previous summary's "
@@ -608,14 +606,10 @@ def report_forgotten(
         f"{gone.ledger_records} record(s) of the operator's ledger" if gone.ledger_records else "",
         f"{_memories(gone.memories)} of the session" if gone.memories else "",
     ]
-    what = (
-        "summary row, ledger entry or memory"
-        if spec.forget_memories
-        else "summary row or ledger entry"
-    )
+    what = ", ledger entry or memory" if spec.forget_memories else " or ledger entry"
     message = (
         f"forgot session {spec.session_id!r}, asked by {asked_by(body)}: removed "
-        + ("; ".join(filter(None, found)) or f"nothing: no {what} of it was found")
+        + ("; ".join(filter(None, found)) or f"nothing: no summary row{what} of it was found")
         + "; its tombstone (ids and counts) keeps the sweep from summarizing it again until its "
         f"memories change; {_memories(gone.remaining)} of it remain"
     )

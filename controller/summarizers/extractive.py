@@ -131,12 +131,6 @@ _LINE_MARKUP = re.compile(r"^(?:\s*(?:[-*+>]|#{1,6}|\d{1,3}[.)])\s+)+")
 _WORDY = re.compile(r"\w")
 
 
-def clean(text: str) -> str:
-    """One line of plain text: no control characters, whitespace collapsed."""
-    text = _UNWANTED.sub(" ", text).replace("\u2019", "'")
-    return " ".join(text.split())
-
-
 def shorten(text: str, limit: int) -> str:
     """At most `limit` characters, cut at a word boundary when one is near, marked by '…'."""
     return cut(text, limit, word_from=limit * 3 // 5)
@@ -431,7 +425,8 @@ class ExtractiveSummarizer:
 
         if isinstance(prior, LegacySummary) and prior.title and title_problem(prior.title) is None:
             # merge_pass still refuses it if it reads as an instruction
-            title = shorten(clean(prior.title), TITLE_MAX)
+            plain = _UNWANTED.sub(" ", prior.title).replace("\u2019", "'")
+            title = shorten(" ".join(plain.split()), TITLE_MAX)
         else:
             title = _title(sections[REQUESTS].items, session_id)
 

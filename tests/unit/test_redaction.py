@@ -456,7 +456,7 @@ def test_a_key_that_names_more_than_a_credential_keeps_a_plain_value(
         assert value not in DEFAULT_REDACTION.text(shape.format(k=word, v=value))
 
 
-# Characters a summary shows as one space (extractive.clean, str.split): an agent's text
+# Characters a summary shows as one space (extractive.sentences, str.split): an agent's text
 # copied from a web page or a terminal carries them where a space would be.
 ODD_SPACES = st.sampled_from(
     ["\xa0", "\u2003", "\u202f", "\u3000", "\x0b", "\x0c", "\x1f", "\x85", "\u2028", "\u200b",
