@@ -299,10 +299,10 @@ def main() -> int:
         )
 
         def naive_model(sid: str, newest: list[Memory]) -> StructuredSummary:
-            return run_pass(sid, newest, None, model).summary
+            return run_pass(sid, newest, None, model)[0]
 
         def naive_extractive(sid: str, newest: list[Memory]) -> StructuredSummary:
-            return run_pass(sid, newest, None, EXTRACTIVE).summary
+            return run_pass(sid, newest, None, EXTRACTIVE)[0]
 
         def script_model(session: int, step: int) -> None:
             server.script_chat(Reply(lossy_model_reply(session, step)))

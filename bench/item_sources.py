@@ -71,7 +71,7 @@ def session(n: int) -> list[Memory]:
 def summarized(memories: list[Memory]) -> StructuredSummary:
     current = None
     for chunk in chunks_for(EXTRACTIVE, memories, chunk_size=400):
-        current = run_pass("bench", chunk, current, EXTRACTIVE).summary
+        current, _ = run_pass("bench", chunk, current, EXTRACTIVE)
     assert isinstance(current, StructuredSummary)
     return current
 

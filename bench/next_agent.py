@@ -157,7 +157,7 @@ def in_process(sid: str, session: dict[str, Any], chars: int | None) -> str:
 
     rows = [memory_from_row(i, d, m) for i, d, m in session_rows(sid, session)]
     memories = [m for m in rows if m is not None]
-    summary = run_pass(sid, memories, None, EXTRACTIVE).summary
+    summary, _ = run_pass(sid, memories, None, EXTRACTIVE)
     return render_document(summary, max_chars=chars or DOCUMENT_MAX_CHARS)
 
 

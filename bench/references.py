@@ -201,7 +201,7 @@ def run_backend(
             ids = {r[0] for r in rows}
             newest: list[Memory] = [m for m in store.session_rows(sid).memories() if m.id in ids]
             script(session, step)
-            naive_document = render_document(run_pass(sid, newest, None, summarizer).summary)
+            naive_document = render_document(run_pass(sid, newest, None, summarizer)[0])
         ours, naive = named(document, expected), named(naive_document, expected)
         sections = named(sections_only(document), expected)
         tally.references += len(expected)

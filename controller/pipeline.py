@@ -95,27 +95,19 @@ class Outcome:
     forgotten: Forgotten | None = None  # what a forget removed (handlers/session_summary.py)
 
 
-@dataclass(frozen=True)
-class PassResult:
-    """One validated pass: the merged summary and the model tokens it cost."""
-
-    summary: StructuredSummary
-    tokens_used: int = 0
-
-
 def run_pass(
     session_id: str,
     memories: Sequence[Memory],
     current: PriorSummary | None,
     summarizer: Summarizer,
     mask: PassRedaction | None = None,
-) -> PassResult:
-    """One chunk: the summarizer proposes, the proposal is masked, merged and validated."""
+) -> tuple[StructuredSummary, int]:
+    """One chunk: proposed, masked, merged and validated; the summary and its model tokens."""
     proposal = summarizer.propose(session_id, memories, current)
     update = (mask or PassRedaction()).proposal(proposal.update)
     summary = merge_pass(current, update, memories, session_id=session_id)
     validate_summary(summary, current)
-    return PassResult(summary, proposal.tokens_used)
+    return summary, proposal.tokens_used
 
 
 def prior_coverage(prior: StructuredSummary | None) -> PriorCoverage:
@@ -272,9 +264,9 @@ def _summarized(
 ) -> _Progress:
     """Step 3, per chunk. A chunk all at or before the prior's watermark landed late: it
     is history, and Current State stays the latest memories'."""
-    result = run_pass(read.session_id, chunk, done.summary, summarizer, mask)
+    summary, tokens = run_pass(read.session_id, chunk, done.summary, summarizer, mask)
     before = done.summary if isinstance(done.summary, StructuredSummary) else None
-    summary, mark = result.summary, read.rows.prior_key
+    mark = read.rows.prior_key
     late = bool(chunk) and mark is not None and all((m.timestamp_ms, m.id) <= mark for m in chunk)
     if before is not None and late:
         state = {"Current State": list(before.sections["Current State"])}
@@ -284,7 +276,7 @@ def _summarized(
         summary=summary,
         before=before,
         spent=(*done.spent, pass_tokens(chunk, added_text(before, summary))),
-        tokens=done.tokens + result.tokens_used,
+        tokens=done.tokens + tokens,
         upto=(chunk[-1].timestamp_ms, chunk[-1].id) if chunk else done.upto,
     )
 

@@ -5,15 +5,24 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from controller.core.chunking import chunk_memories
 from controller.core.memories import Memory
 from controller.core.merge import PassUpdate
 from controller.core.summary import PriorSummary, StructuredSummary
-from controller.pipeline import PassResult, run_pass
+from controller.pipeline import run_pass
 from controller.summarizers.contract import Proposal, Summarizer
 from controller.summarizers.extractive import EXTRACTIVE
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """One validated pass (pipeline.run_pass): the merged summary and the model tokens it cost."""
+
+    summary: StructuredSummary
+    tokens_used: int = 0
 
 
 def source_key(memory_id: str) -> str:
@@ -37,7 +46,7 @@ def summarize_extractive(
     memories: Sequence[Memory],
     prior: PriorSummary | None = None,
 ) -> StructuredSummary:
-    return run_pass(session_id, memories, prior, EXTRACTIVE).summary
+    return run_pass(session_id, memories, prior, EXTRACTIVE)[0]
 
 
 class Passes:
@@ -50,7 +59,7 @@ class Passes:
     def __call__(
         self, session_id: str, memories: Sequence[Memory], prior: PriorSummary | None
     ) -> PassResult:
-        return run_pass(session_id, memories, prior, self.summarizer)
+        return PassResult(*run_pass(session_id, memories, prior, self.summarizer))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.summarizer, name)
@@ -64,13 +73,12 @@ def passes_over(
 ) -> PassResult:
     """A backlog in the pipeline's chunks, one pass per chunk, each building on the last;
     the tokens add up."""
-    current, tokens = prior, 0
-    result = None
+    current, tokens, passes = prior, 0, 0
     for chunk in chunks_for(summarizer, memories):
-        result = run_pass(session_id, chunk, current, summarizer)
-        current, tokens = result.summary, tokens + result.tokens_used
-    assert result is not None, "no memories"
-    return PassResult(result.summary, tokens)
+        current, used = run_pass(session_id, chunk, current, summarizer)
+        tokens, passes = tokens + used, passes + 1
+    assert isinstance(current, StructuredSummary) and passes, "no memories"
+    return PassResult(current, tokens)
 
 
 class Verbatim:

@@ -65,7 +65,7 @@ def summarized(
 ) -> StructuredSummary:
     current = None
     for part in chunks_for(summarizer, memories, chunk_size=chunk):
-        current = run_pass(SID, part, current, summarizer).summary
+        current, _ = run_pass(SID, part, current, summarizer)
     assert isinstance(current, StructuredSummary)
     return current
 
@@ -110,8 +110,8 @@ def test_an_item_goes_with_its_last_memory_and_stays_while_one_lives(
 
 def test_a_repeat_records_its_new_source_without_adding_the_item_twice() -> None:
     first, again = memory(0, "FACTREPEAT"), memory(1, "FACTREPEAT")
-    one = run_pass(SID, [first], None, EXTRACTIVE).summary
-    two = run_pass(SID, [again], one, EXTRACTIVE).summary
+    one, _ = run_pass(SID, [first], None, EXTRACTIVE)
+    two, _ = run_pass(SID, [again], one, EXTRACTIVE)
     assert everything(two).count("FACTREPEAT in the notes") == everything(one).count(
         "FACTREPEAT in the notes"
     )
@@ -296,8 +296,8 @@ def test_entries_release_010_wrote_still_drop_and_keep_their_items(
         elif facts[k] in everything(written):
             assert facts[k] in everything(kept), (kinds[k], facts[k])
     # A pass over old entries adds this release's beside them; both name the same items.
-    more = run_pass(SID, [said(len(says), "Keep FACTNEW in the notes.")], kept, EXTRACTIVE)
-    assert set(kept.item_sources) <= set(more.summary.item_sources)
+    more, _ = run_pass(SID, [said(len(says), "Keep FACTNEW in the notes.")], kept, EXTRACTIVE)
+    assert set(kept.item_sources) <= set(more.item_sources)
 
 
 _ATTRIBUTE_EVERYWHERE = """

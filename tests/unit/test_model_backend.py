@@ -37,7 +37,7 @@ from controller.core.summary import (
     SummaryValidationError,
     validate_summary,
 )
-from controller.pipeline import PassResult, run_pass
+from controller.pipeline import run_pass
 from controller.redaction import Redaction
 from controller.status.conditions import failure_shown
 from controller.summarizers import chat_model, chat_prompt
@@ -60,7 +60,7 @@ from tests.support.openai_server import (
     answered_by,
     running_openai_server,
 )
-from tests.support.passes import Passes, passes_over
+from tests.support.passes import Passes, PassResult, passes_over
 
 SID = "sess-model"
 API_KEY = "sk-test-do-not-leak-4711"

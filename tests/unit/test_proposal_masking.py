@@ -85,10 +85,10 @@ def test_a_secret_in_any_field_of_a_proposal_is_masked_and_counted(
     if field == "technologies":
         assume(len(secret) <= TECHNOLOGY_MAX and "[redacted: " in Redaction().text(secret))
     mask = PassRedaction()
-    summary = run_pass(
+    summary, _ = run_pass(
         SID, [memory("Make it listen.")], PRIOR, Proposing(proposal(field, text)), mask
     )
-    stored = summary.summary.model_dump_json()
+    stored = summary.model_dump_json()
     assert secret not in stored and secret[:6] not in stored, (field, stored)
     cut_off = field == "title" and len(text) > TITLE_MAX  # cut at a space before the secret
     assert cut_off or ("[redacted: " in stored and sum(mask.counts().values()) >= 1), stored
@@ -109,7 +109,7 @@ def test_a_secret_the_model_joins_from_two_halves_is_masked_with_the_extra_patte
         "corrections_and_feedback": [],
         "current_state": None,
     }
-    result = run_pass(SID, [said], None, Proposing(update), mask).summary
+    result, _ = run_pass(SID, [said], None, Proposing(update), mask)
     stored = result.model_dump_json()
     assert "".join(halves) not in stored and "ACME-123456" not in stored, stored
     assert result.title == "Leak Authorization: [redacted: credential-header]"
@@ -164,7 +164,7 @@ def test_a_secret_where_a_long_proposal_is_cut_leaves_no_part_of_it(
     text = ((filler + space) * limit)[:before] + sentence
     assume(secret not in Redaction().text(text))  # uncut, the rules know it
     mask = PassRedaction()
-    summary = run_pass(
+    summary, _ = run_pass(
         SID, [memory("Make it listen.")], PRIOR, Proposing(proposal(field, text)), mask
     )
-    assert secret[:6] not in summary.summary.model_dump_json()
+    assert secret[:6] not in summary.model_dump_json()

@@ -27,13 +27,12 @@ from controller.embeddings import remote
 from controller.embeddings.minilm import EmbeddingError
 from controller.embeddings.remote import OpenAICompatibleEmbedding
 from controller.handlers.session_summarizer import check_model
-from controller.pipeline import PassResult
 from controller.store.connection import StoreLocation, connect
 from controller.store.errors import StoreUnavailable
 from controller.summarizers.chat_model import ChatModelSummarizer
 from controller.summarizers.chat_prompt import ChatModelConfig, ModelUnavailable
 from tests.support.openai_server import Flood, OpenAIServer, Status, running_openai_server
-from tests.support.passes import Passes
+from tests.support.passes import Passes, PassResult
 from tests.unit.test_model_backend import SID, memories, valid_reply
 
 TIMEOUT = 1.0
