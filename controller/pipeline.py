@@ -161,15 +161,14 @@ class _Read:
     rows: SessionRows
 
     def outcome(self, kind: OutcomeKind, summary: StructuredSummary | None = None) -> Outcome:
-        rows = self.rows
         return Outcome(
             kind,
             self.session_id,
-            rows.total,
+            self.rows.total,
             summary,
-            last_memory_at_ms=rows.newest.timestamp_ms if rows.newest else None,
-            skipped_memories=len(rows.untimed),
-            missing_times=sum(value is None for value in rows.untimed_values.values()),
+            last_memory_at_ms=self.rows.newest.timestamp_ms if self.rows.newest else None,
+            skipped_memories=len(self.rows.untimed),
+            missing_times=sum(value is None for value in self.rows.untimed_values.values()),
         )
 
 

@@ -152,8 +152,7 @@ def _sources(
     """Per item, its living sources; the items with a gone source; the living entries."""
     by_key = {key: i for i in living_ids for key in _keys(i)}
     living_of: dict[str, set[str]] = {}
-    gone: set[str] = set()
-    kept = []
+    gone, kept = set[str](), list[str]()
     for entry in summary.item_sources:
         item, _, source = entry.partition(":")
         if source in by_key:
@@ -172,15 +171,14 @@ def forget_gone(
     """The summary without the items (and marks) whose sources are all gone, how many went;
     a title that went is made again; the same object when nothing changed."""
     living_of, losing, kept_entries = _sources(summary, living_ids)
-    alive = living_of.keys()
-    dead = losing - alive  # every source gone
+    dead = losing - living_of.keys()  # every source gone
     if not dead:
         pruned = len(kept_entries) != len(summary.item_sources)
         return (summary.model_copy(update={"item_sources": kept_entries}) if pruned else summary), 0
 
     def keeps(section: str, text: str) -> bool:
         names = _names(section, text)
-        return dead.isdisjoint(names) or not alive.isdisjoint(names)
+        return dead.isdisjoint(names) or not living_of.keys().isdisjoint(names)
 
     kept, gone = _keeping(summary, keeps, kept_entries)
     if not keeps(TITLE, summary.title):

@@ -1,9 +1,8 @@
-"""One pass: prior summary + what a summarizer proposes -> the next summary. Pure.
-
-"Never lose a fact" is enforced here, whatever a summarizer (possibly a model obeying an
-instruction injected into a memory) proposes: history sections are append-only, new items
-that read as error text or an instruction are quoted (core/quoting.py), and counts, agents,
-times, the watermark and References come from the memories (docs/summaries.md).
+"""One pass: prior summary + what a summarizer proposes -> the next summary. Pure. "Never
+lose a fact" holds here whatever a summarizer (maybe a model obeying an instruction injected
+into a memory) proposes: history sections are append-only, new items that read as error text
+or an instruction are quoted (core/quoting.py), and counts, agents, times, the watermark and
+References come from the memories (docs/summaries.md).
 """
 
 from __future__ import annotations
@@ -177,17 +176,15 @@ def _apply_marks(
     """Marks named items superseded (each reason in `stored` too); an unknown section or item
     changes nothing, and an item keeps its first mark. A section is named by key or title."""
     for mark in marks:
-        name = mark.section.strip().lower().replace(" ", "_")
-        title = SECTION_KEYS.get(name.replace("&", "and"))
+        title = SECTION_KEYS.get(mark.section.strip().lower().replace(" ", "_").replace("&", "and"))
         if title not in HISTORY_SECTIONS:
             continue
         stored[title].append(reason := as_item(mark.superseded_by))
         key = identity(mark.item)
-        items = sections[title]
-        for index, item in enumerate(items):
+        for index, item in enumerate(sections[title]):
             if identity(item.text) == key and item.superseded_by is None:
                 if identity(mark.superseded_by) != key:
-                    items[index] = item.model_copy(update={"superseded_by": reason})
+                    sections[title][index] = item.model_copy(update={"superseded_by": reason})
                 break
 
 
@@ -256,11 +253,8 @@ def merge_pass(
     agents = [name for m in new if (name := m.agent or m.agent_identity)]
     models = {*listed_names(m.model for m in new if m.model), *base.models}
     tools = {*listed_names(t for m in new for t in m.tools_used), *base.tools_used}
-    first = [base.first_memory_at_ms] if base.first_memory_at_ms is not None else []
-    last = [base.last_memory_at_ms] if base.last_memory_at_ms is not None else []
-    if new:
-        first.append(new[0].timestamp_ms)
-        last.append(new[-1].timestamp_ms)
+    first = [base.first_memory_at_ms, *(m.timestamp_ms for m in new[:1])]
+    last = [base.last_memory_at_ms, *(m.timestamp_ms for m in new[-1:])]
     # References come from the memories, by code, whatever the summarizer proposed.
     found_refs = memory_references(given)
     references, overflow = merge_references(base.references, base.references_overflow, found_refs)
@@ -278,8 +272,8 @@ def merge_pass(
         tools_used=sorted(tools),
         total_tool_calls=base.total_tool_calls + sum(m.tool_calls for m in new),
         memory_count=base.memory_count + len(new),
-        first_memory_at_ms=min(first, default=None),
-        last_memory_at_ms=max(last, default=None),
+        first_memory_at_ms=min((t for t in first if t is not None), default=None),
+        last_memory_at_ms=max((t for t in last if t is not None), default=None),
         watermark=Watermark.of(new[-1]) if new else covered,
         legacy_text=carried_legacy_text(prior),
         references=references,

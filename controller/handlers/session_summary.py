@@ -648,8 +648,7 @@ def asked_by(body: Mapping[str, Any]) -> str:
     """Who asked for the current spec (docs/privacy.md): summaryctl's annotation, else the field
     manager of the spec's last change."""
     meta = body.get("metadata") or {}
-    named = (meta.get("annotations") or {}).get(REQUESTED_BY)
-    if named:
+    if named := (meta.get("annotations") or {}).get(REQUESTED_BY):
         return one_line(named, 200)
     # The API server keeps managedFields a list of objects (ManagedFieldsEntry).
     changes = [m for m in meta.get("managedFields") or [] if "f:spec" in (m.get("fieldsV1") or {})]
