@@ -112,7 +112,7 @@ def test_every_keyword_pattern_of_detect_secrets_has_its_linear_form() -> None:
     assert all(r.linear is not None for r in DETECTOR_RULES if r.keyword)
 
 
-@settings(max_examples=5000, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow], deadline=None)
 @given(texts)
 def test_the_linear_form_finds_what_detect_secrets_finds(text: str) -> None:
     for rule in LINEAR_RULES:
@@ -122,7 +122,7 @@ def test_the_linear_form_finds_what_detect_secrets_finds(text: str) -> None:
 
 
 @example("", [("pwd", "hello world"), ("pwd", "good day"), ("pwd", "abc def")])
-@settings(max_examples=1000)
+@settings(max_examples=300)
 @given(
     st.sampled_from(["", "Server=db;", "x "]),
     st.lists(
