@@ -35,7 +35,6 @@ from controller.core.naming import summary_row_id
 from controller.core.summary import LEGACY_HEADING
 from controller.core.sweep_plan import ReconcileCycle, SunsetMarker, covered_by_summary, reconcile
 from controller.core.visibility import SessionSources
-from controller.embeddings.minilm import LocalMiniLMEmbedding
 from controller.pipeline import Backends, Outcome, prior_coverage, summarize_session
 from controller.redaction import Redaction
 from controller.store.connection import StoreLocation, connect
@@ -51,7 +50,6 @@ from tests.support.passes import Verbatim
 from tests.support.row_vectors import row_vectors
 from tests.unit.test_item_sources import KINDS
 
-_EMBED = LocalMiniLMEmbedding()
 NOW = int(time.time() * 1000)
 SETTINGS = settings(
     max_examples=6,
@@ -59,10 +57,6 @@ SETTINGS = settings(
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-
-
-def embed(texts: list[str]) -> list[Any]:
-    return list(_EMBED(texts))
 
 
 def location(url: str, name: str) -> StoreLocation:
@@ -92,7 +86,9 @@ def memory(sid: str, i: int, ts: object, prompt: str, response: str = "Done.") -
 
 
 def summarize(store: MemoryStore, sid: str, **parts: Any) -> Outcome:
-    return summarize_session(Backends(store, embed, **parts), sid, writer="it", trigger="manual")
+    return summarize_session(
+        Backends(store, row_vectors, **parts), sid, writer="it", trigger="manual"
+    )
 
 
 def everything_stored(store: MemoryStore, sid: str) -> str:
@@ -131,7 +127,7 @@ def test_deleting_a_memory_removes_its_quoted_masked_or_cut_items_from_the_store
     sid = f"kinds-{uuid.uuid4().hex[:6]}"
     facts = [fact() for _ in kinds]
     rows = [memory(sid, i, NOW - 60_000 + i, KINDS[kind](facts[i])) for i, kind in enumerate(kinds)]
-    load(store, rows)
+    load(store, rows, row_vectors)
     summarizer = Verbatim() if backend == "verbatim" else None
     options = {"summarizer": summarizer} if summarizer else {}
     assert summarize(store, sid, **options).kind == "summarized"
@@ -173,7 +169,7 @@ def test_deleting_every_memory_that_said_something_removes_the_summary_whatever_
     facts = [fact() for _ in kinds]
     said = [memory(sid, i, NOW - 60_000 + i, KINDS[k](facts[i])) for i, k in enumerate(kinds)]
     rows = [never_summarized(sid, 100 + i, kind) for i, kind in enumerate(left)]
-    load(store, said + rows)
+    load(store, said + rows, row_vectors)
     options = {"excluded_types": sorted(DEFAULT_EXCLUDED_TYPES)}
     assert summarize(store, sid, **options).kind == "summarized"
     store.memories().delete(ids=[r[0] for r in said])
@@ -195,7 +191,7 @@ def test_an_item_masked_again_under_new_rules_still_goes_with_its_memory(
         memory(sid, 0, NOW - 60_000, f"Keep {gone} for ticket ZQ-204817 in the notes."),
         memory(sid, 1, NOW - 59_000, f"Keep {kept} in the notes."),
     ]
-    load(store, rows)
+    load(store, rows, row_vectors)
     assert summarize(store, sid).kind == "summarized"
     assert "ZQ-204817" in everything_stored(store, sid)
     store.memories().delete(ids=[rows[0][0]])
@@ -216,7 +212,11 @@ def test_a_forget_cut_after_its_tombstone_is_not_undone_and_completes_when_retri
     store: MemoryStore, proxy: ChromaProxy, applied: bool, memories: bool
 ) -> None:
     sid, said = f"cut-{uuid.uuid4().hex[:6]}", fact()
-    load(store, [memory(sid, i, NOW - 60_000 + i, f"Keep {said} step {i}.") for i in range(3)])
+    load(
+        store,
+        [memory(sid, i, NOW - 60_000 + i, f"Keep {said} step {i}.") for i in range(3)],
+        row_vectors,
+    )
     assert summarize(store, sid).kind == "summarized"
     through = MemoryStore(connect(proxy_location := _via(proxy, store)), proxy_location)
     proxy.arm(0, "unanswered" if applied else "lost", verb="delete")  # the row's delete
@@ -249,7 +249,11 @@ def test_a_forget_counts_only_what_it_found(
     forget's counts are what it found: a session never summarized has no ledger record to
     remove, and a second forget removes nothing the first did not."""
     sid = f"count-{uuid.uuid4().hex[:6]}"
-    load(store, [memory(sid, i, NOW - 60_000 + i, f"Step {i}.") for i in range(memories)])
+    load(
+        store,
+        [memory(sid, i, NOW - 60_000 + i, f"Step {i}.") for i in range(memories)],
+        row_vectors,
+    )
     if summarized:
         summarize(store, sid)
     if again:
@@ -315,7 +319,7 @@ def test_a_forgotten_session_with_rows_of_every_time_is_stale_to_no_scan(
     rows += [
         memory(sid, i + 1, shaped(s, NOW - 100_000 + i), f"Step {i}.") for i, s in enumerate(shapes)
     ]
-    load(store, rows)
+    load(store, rows, row_vectors)
     summarize(store, sid)
     assert forget_unguarded(store, sid, memories=False).kind == "forgotten"
     now = int(time.time() * 1000)
@@ -417,11 +421,13 @@ def test_a_row_of_no_session_neither_ends_the_walk_nor_hides_the_rows_added_afte
     store: MemoryStore,
 ) -> None:
     sid = f"walked-{uuid.uuid4().hex[:6]}"
-    load(store, [memory(f"{sid}-before", 0, NOW, "Before the cursor.")])
+    load(store, [memory(f"{sid}-before", 0, NOW, "Before the cursor.")], row_vectors)
     _, cursor, _ = store.scan_appended(None)
     orphan = memory(sid, 0, NOW, "A row of no session.")
     del orphan[2]["sessionId"]
-    load(store, [orphan, *(memory(sid, i, NOW + i, f"Step {i}.") for i in range(1, 4))])
+    load(
+        store, [orphan, *(memory(sid, i, NOW + i, f"Step {i}.") for i in range(1, 4))], row_vectors
+    )
     page = store.rows_from(1, 4)
     assert len(page) == 4  # a full page: the walk reads on
     cycle = ReconcileCycle(NOW)
@@ -457,18 +463,20 @@ def test_current_state_follows_the_newest_memory_whatever_the_other_times(
     ]
     # More rows than SMALL_SESSION: a session the pass may list only the new rows of.
     rows += [memory(sid, 500 + i, NOW - 900_000 + i, f"Note {i}.") for i in range(SMALL_SESSION)]
-    load(store, rows)
+    load(store, rows, row_vectors)
     summarize(store, sid)
     for n in range(2):
         state = f"STATE{uuid.uuid4().hex[:8].upper()}"
         ts = int(time.time() * 1000) - 1000
-        load(store, [memory(sid, 100 + n, ts, f"Next {n}.", f"Finished {state}.")])
+        load(store, [memory(sid, 100 + n, ts, f"Next {n}.", f"Finished {state}.")], row_vectors)
         assert summarize(store, sid).kind == "summarized"
         assert state in current_state(store, sid), units
     assert summarize(store, sid).kind == "up-to-date"
     # With nothing but new rows since, a pass lists only those (not the whole session).
     prior = store.read_summary(sid)
-    load(store, [memory(sid, 200, int(time.time() * 1000) - 500, "Last.", "Done last.")])
+    load(
+        store, [memory(sid, 200, int(time.time() * 1000) - 500, "Last.", "Done last.")], row_vectors
+    )
     rows_now = store.session_rows(sid, prior_coverage(prior))  # type: ignore[arg-type]
     assert rows_now.base is not None and rows_now.selected == 1
 
@@ -540,7 +548,7 @@ def test_the_scans_find_rows_newer_than_the_watermark_in_every_unit(
         loaded.append((row_id, document, meta))
     if future:  # a bad clock's row: never the sweep's activity (scan_appended finds it)
         loaded.append(memory(sid, 99, NOW + 10 * FUTURE_TOLERANCE_MS, "Later."))
-    load(store, loaded)
+    load(store, loaded, row_vectors)
     times = [_read_ms(unit, watermark + offset) for unit, offset, _ in rows]
     newer = sorted(t for t in times if t > watermark)
     # Chroma's filter itself matches those rows and no other (no older µs/ns row every sweep).
