@@ -68,7 +68,7 @@ def main() -> int:
     parser.add_argument("--wait", type=float, default=60.0, help="seconds of waiting counted")
     parser.add_argument("--operator-src", type=Path, default=REPO_ROOT)
     parser.add_argument("--before-src", type=Path, default=None)
-    args = parse_bench_args(parser, wait=12.0)
+    args = parse_bench_args(parser, wait=4.0)
     work = Path(tempfile.mkdtemp(prefix="sso-waiting-"))
     runs = [("before", args.before_src)] if args.before_src else []
     runs.append(("after", args.operator_src))
