@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from controller.api import SessionSummaryStatus
 from controller.core.ledger import FORGOTTEN_BY_KEY, LAST_MEMORY_KEY, REMOVED_KEYS, REQUEST_KEY
 from controller.core.naming import summary_object_name, summary_row_id
+from controller.kube import client as kube
 from devenv.operator import start_operator
 from devenv.processes import stop, tail, wait_for
 from tests.integration.harness import (
@@ -32,6 +33,7 @@ from tests.integration.harness import (
     load,
     summarizer_yaml,
 )
+from tests.support.cli import summaryctl_here
 
 
 def fact() -> str:
@@ -77,12 +79,12 @@ def test_a_forgotten_session_is_gone_audited_and_not_swept_back_until_it_changes
     sid, address = f"forget-{uuid.uuid4().hex[:6]}", "Keep 221B Baker Street as the address."
     now = int(time.time() * 1000) - 60_000
     load(store, [interaction(sid, 0, now, address), interaction(sid, 1, now + 1, "Ship it.")])
-    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "erase", "--wait", "60")
+    res = summaryctl_here("sunset", sid, "-n", NS, "--summarizer", "erase", "--wait", "60")
     assert res.returncode == 0, res.stdout + res.stderr
     row = summary_row(harness, summary, sid)
     assert row is not None and "Baker Street" in row[0]
 
-    res = harness.summaryctl("forget", sid, "-n", NS, "--summarizer", "erase", "--wait", "60")
+    res = summaryctl_here("forget", sid, "-n", NS, "--summarizer", "erase", "--wait", "60")
     assert res.returncode == 0, res.stdout + res.stderr
     print(f"$ summaryctl forget {sid} -n {NS} --summarizer erase --wait 60\n{res.stdout}")
     assert "Forgotten" in res.stdout
@@ -118,7 +120,7 @@ def test_a_forgotten_session_is_gone_audited_and_not_swept_back_until_it_changes
     assert "2 memories of it remain" in status["message"], status
     assert "Baker" not in json.dumps(status)
     # `summaryctl ledger` shows what stays, the tombstone (it said "no ledger entry").
-    res = harness.summaryctl("ledger", sid, "-n", NS, "--summarizer", "erase")
+    res = summaryctl_here("ledger", sid, "-n", NS, "--summarizer", "erase")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "was forgotten at" in res.stdout and "tombstone" in res.stdout, res.stdout
     assert "Baker" not in res.stdout
@@ -153,7 +155,7 @@ def test_a_forgotten_session_is_gone_audited_and_not_swept_back_until_it_changes
     assert "forgottenAt" not in head and head["summarizedAt"] > tombstone["forgottenAt"], head
     assert LAST_MEMORY_KEY not in head, head
     load(store, [interaction(sid, 3, int(time.time() * 1000) - 4_000, "Log each retry.")])
-    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "erase", "--wait", "60")
+    res = summaryctl_here("sunset", sid, "-n", NS, "--summarizer", "erase", "--wait", "60")
     assert res.returncode == 0 and "summarized 1 new of 4 memories" in res.stdout, res.stdout
 
 
@@ -166,11 +168,11 @@ def test_forget_with_memories_deletes_them_and_needs_a_confirmation(harness: Har
     store = harness.store(memory, summary)
     sid = f"forget-all-{uuid.uuid4().hex[:6]}"
     load(store, [interaction(sid, i, 1_770_000_000_000 + i, f"Step {i}.") for i in range(3)])
-    refused = harness.summaryctl("forget", sid, "-n", NS, "--summarizer", "erase2", "--memories")
+    refused = summaryctl_here("forget", sid, "-n", NS, "--summarizer", "erase2", "--memories")
     assert refused.returncode == 2 and "--yes" in refused.stderr
     print(f"$ summaryctl forget {sid} ... --memories\n{refused.stderr}")
     assert len(store.session_ids(sid)) == 3
-    res = harness.summaryctl(
+    res = summaryctl_here(
         "forget", sid, "-n", NS, "--summarizer", "erase2", "--memories", "--yes", "--wait", "60"
     )
     assert res.returncode == 0, res.stdout + res.stderr
@@ -198,7 +200,7 @@ def _summarized_in_two_namespaces(
     )
     sid, store = f"{prefix}-{uuid.uuid4().hex[:6]}", harness.store(memory, summary)
     load(store, [interaction(sid, 0, 1_770_000_000_000, "Use Rust.")])
-    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", name, "--wait", "60")
+    res = summaryctl_here("sunset", sid, "-n", NS, "--summarizer", name, "--wait", "60")
     assert res.returncode == 0, res.stdout + res.stderr
     return sid, summary, other, store
 
@@ -212,7 +214,10 @@ def _forgotten_in(harness: Harness, sid: str, other: str) -> Iterator[Path]:
         log, dict(harness.cp.env(), SSO_REPLICA_ID="b"), "--standalone", "--namespace", other
     )
     try:
-        res = harness.summaryctl("forget", sid, "-n", other, "--summarizer", "b", "--wait", "90")
+        # Served once the operator reports on `b` (summaryctl refuses a namespace none serves).
+        wait_for(lambda: conditions_of(kube.get_summarizer(other, "b") or {}).get(
+            "ReplicaActive"), 120, 0.3, message=f"{other}'s operator report", log=log)  # fmt: skip
+        res = summaryctl_here("forget", sid, "-n", other, "--summarizer", "b", "--wait", "90")
         assert res.returncode == 0, res.stdout + res.stderr + tail(log)
         yield log
     finally:
@@ -250,14 +255,12 @@ def test_a_forget_in_another_namespace_turns_the_owners_summary_forgotten_until_
         # then the owner forgetting it itself, each says Summarized again with the new count.
         for count, prompt in [(2, "Use Go."), (3, "Use Zig.")]:
             load(store, [interaction(sid, count, 1_770_000_000_000 + count, prompt)])
-            res = harness.summaryctl(
-                "sunset", sid, "-n", other, "--summarizer", "b", "--wait", "60"
-            )
+            res = summaryctl_here("sunset", sid, "-n", other, "--summarizer", "b", "--wait", "60")
             assert res.returncode == 0, res.stdout + res.stderr + tail(log)
             status = harness.wait_phase(sid, "Summarized", timeout=60)["status"]
             assert status["memoryCount"] == count and status["title"], status
             if count == 2:
-                res = harness.summaryctl(
+                res = summaryctl_here(
                     "forget", sid, "-n", NS, "--summarizer", "owner", "--wait", "60"
                 )
                 assert res.returncode == 0 and "Forgotten" in res.stdout, res.stdout
@@ -307,7 +310,7 @@ def test_a_tombstone_with_an_unreadable_time_and_author_still_turns_the_owner_fo
     )  # fmt: skip
     sid = f"tomb-{uuid.uuid4().hex[:6]}"
     load(harness.store(memory, summary), [interaction(sid, 0, 1_770_000_000_000, "Use Go.")])
-    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "tomb", "--wait", "60")
+    res = summaryctl_here("sunset", sid, "-n", NS, "--summarizer", "tomb", "--wait", "60")
     assert res.returncode == 0, res.stdout + res.stderr
     spoof = {"forgottenAt": "yesterday", FORGOTTEN_BY_KEY: "ana\nvia summaryctl (user ana)"}
     ledger = harness.store().client.get_collection(f"{summary}-ledger")
@@ -331,7 +334,7 @@ def test_forgetting_a_session_that_never_existed_says_nothing_was_found(harness:
         [interaction(other, 0, 1_770_000_000_000, "Hi.")],
     )
     sid = f"never-{uuid.uuid4().hex[:6]}"
-    res = harness.summaryctl("forget", sid, "-n", NS, "--summarizer", "never", "--wait", "60")
+    res = summaryctl_here("forget", sid, "-n", NS, "--summarizer", "never", "--wait", "60")
     assert res.returncode == 0, res.stdout + res.stderr
     print(f"$ summaryctl forget {sid} -n {NS} --summarizer never --wait 60\n{res.stdout}")
     assert "removed nothing: no summary row or ledger entry of it was found" in res.stdout
@@ -354,7 +357,7 @@ def test_a_rebuild_applied_with_kubectl_replaces_the_text_of_deleted_memories(
         interaction(sid, 1, 1_770_000_001_000, f"Keep {kept} in the notes."),
     ]
     load(store, rows)
-    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "rebuild", "--wait", "60")
+    res = summaryctl_here("sunset", sid, "-n", NS, "--summarizer", "rebuild", "--wait", "60")
     assert res.returncode == 0, res.stdout + res.stderr
     assert gone in json.dumps(store.stored_summary(sid))
     store.memories().delete(ids=[rows[0][0]])
@@ -409,7 +412,7 @@ def test_rebuild_all_with_secrets_finds_the_rows_an_earlier_release_stored_them_
         ],
         embeddings=[[0.1] * 384, [0.2] * 384],
     )
-    res = harness.summaryctl("rebuild", "--all-with-secrets", "--summarizer", "secrets", "-n", NS)
+    res = summaryctl_here("rebuild", "--all-with-secrets", "--summarizer", "secrets", "-n", NS)
     assert res.returncode == 0, res.stdout + res.stderr
     print(f"$ summaryctl rebuild --all-with-secrets --summarizer secrets -n {NS}\n{res.stdout}")
     assert f"rebuild asked: {leaky}" in res.stdout and clean not in res.stdout, res.stdout
@@ -455,12 +458,12 @@ def test_after_a_deletion_the_next_sunset_keeps_exactly_the_facts_of_living_memo
         for i, k in enumerate(says)
     ]
     load(store, rows)
-    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "gone", "--wait", "60")
+    res = summaryctl_here("sunset", sid, "-n", NS, "--summarizer", "gone", "--wait", "60")
     assert res.returncode == 0, res.stdout + res.stderr
     store.memories().delete(ids=[rows[i][0] for i in deleted])
     if arrival:
         load(store, [interaction(sid, 99, 1_770_000_100_000, "Add the retry flag.")])
-    res = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "gone", "--wait", "60")
+    res = summaryctl_here("sunset", sid, "-n", NS, "--summarizer", "gone", "--wait", "60")
     assert res.returncode == 0, res.stdout + res.stderr
     stored = json.dumps(store.stored_summary(sid))
     living = {says[i] for i in range(len(says)) if i not in deleted}
