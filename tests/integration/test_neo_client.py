@@ -36,6 +36,7 @@ from controller.core.visibility import (
 from devenv.chroma import ChromaServer
 from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness
+from tests.support.cli import summaryctl_here
 from tests.support.neo import NEO_DIMENSION, NEO_EMBEDDING_MODEL, NeoClient, neo_client_dir
 from tests.support.openai_server import OpenAIServer, Reply, running_openai_server
 from tests.support.previous_release import rewrite_as_previous_release
@@ -76,7 +77,7 @@ class NeoStore:
         return got["documents"][0], dict(got["metadatas"][0])
 
     def sunset(self, session_id: str) -> dict[str, Any]:
-        res = self.harness.summaryctl(
+        res = summaryctl_here(
             "sunset", session_id, "-n", NS, "--summarizer", self.summarizer, "--wait", "90"
         )
         assert res.returncode == 0, res.stdout + res.stderr
@@ -210,7 +211,7 @@ def test_neos_boot_read_and_search_no_longer_find_a_forgotten_session(
     neo_store.sunset(kept)
     neo_store.sunset(gone)
     assert set(listed(neo.list_summaries(limit=5))) == {kept, gone}
-    res = neo_store.harness.summaryctl(
+    res = summaryctl_here(
         "forget", gone, "-n", NS, "--summarizer", neo_store.summarizer, "--wait", "90"
     )
     assert res.returncode == 0, res.stdout + res.stderr
@@ -569,7 +570,7 @@ def test_the_local_model_on_a_neo_store_is_refused_before_any_write_naming_both_
     neo_model.script_chat(neo_summary_reply("neo's own summary"))
     neo.summarize(theirs)  # neo creates its summary collection, recording its function
     apply_summarizer(neo_store, neo_model, embedding={"provider": "local-minilm"})
-    res = neo_store.harness.summaryctl(
+    res = summaryctl_here(
         "sunset", ours, "-n", NS, "--summarizer", neo_store.summarizer, "--wait", "60"
     )
     assert res.returncode != 0
@@ -612,7 +613,7 @@ def test_the_recovery_path_writes_with_a_summarizers_settings_from_its_manifest(
     assert listed(neo.list_summaries(limit=5))[0] == sid
     # Without the summarizer's settings it is the local model: refused, naming both.
     neo.add_memories([turn(sid, "Check the audit again.", agent="neo-gpt")])
-    res = neo_store.harness.summaryctl(
+    res = summaryctl_here(
         "summarize",
         sid,
         "--bypass-claim",
