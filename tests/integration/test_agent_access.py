@@ -5,6 +5,7 @@ Kubernetes credentials at all."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -21,14 +22,19 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
 
+from controller.api import GROUP, SUMMARY_PLURAL, VERSION
 from controller.core.memories import SUNSET_MARKER_TYPE
 from controller.core.naming import summary_object_name
 from controller.core.retention import kept_request
+from controller.kube import client as kube
 from controller.store.memory_store import MemoryStore
 from devenv.controlplane import REPO_ROOT
 from devenv.processes import tail, wait_for
 from tests.integration.harness import CHART_OFFLINE, NS, Harness, interaction, load, summarizer_yaml
+from tests.support.cli import summaryctl_here
 
 CHART = REPO_ROOT / "charts" / "session-summary-operator"
 RELEASE = "agents-it"
@@ -300,29 +306,45 @@ def gate_request(
 ) -> subprocess.CompletedProcess[str]:
     """As `user`: a create of a SessionSummary with spec `asked` (before None), or a patch of
     `asked` into one the admin created with spec `before` (and `status`). Server-side dry
-    run: admission runs, nothing is stored."""
+    run: admission runs, nothing is stored. API calls in this process (what `kubectl --as`
+    sends, without a kubectl process per call: the property test below makes ~400); the
+    apiserver's refusal is the stderr, as kubectl prints it."""
     name = f"gate-{uid()}"
     spec = {"sessionId": name, "summarizerRef": "default"}
-    if before is None:
-        body = {"apiVersion": "memorycore.io/v1alpha1", "kind": "SessionSummary",
-                "metadata": {"name": name, "namespace": GATE_NS}, "spec": spec | asked}  # fmt: skip
-        return h.cp.kubectl_run(
-            "--as", user, "create", "--dry-run=server", "-f", "-", input=json.dumps(body),
-            check=False,
-        )  # fmt: skip
     body = {"apiVersion": "memorycore.io/v1alpha1", "kind": "SessionSummary",
-            "metadata": {"name": name, "namespace": GATE_NS}, "spec": spec | before}  # fmt: skip
-    h.cp.kubectl_run("create", "-f", "-", input=json.dumps(body))
-    if status is not None:
-        h.cp.kubectl_run("-n", GATE_NS, "patch", "ssum", name, "--subresource=status",
-                         "--type", "merge", "-p", json.dumps({"status": status}))  # fmt: skip
+            "metadata": {"name": name, "namespace": GATE_NS}, "spec": spec | asked}  # fmt: skip
+    where = (GROUP, VERSION, GATE_NS, SUMMARY_PLURAL)
+    if before is None:
+        return as_user(user, as_api(user).create_namespaced_custom_object, *where, body,
+                       dry_run="All")  # fmt: skip
+    admin = kube.custom()
+    admin.create_namespaced_custom_object(*where, body | {"spec": spec | before})
     try:
-        return h.cp.kubectl_run(
-            "--as", user, "-n", GATE_NS, "patch", "ssum", name, "--dry-run=server",
-            "--type", "merge", "-p", json.dumps({"spec": asked}), check=False,
-        )  # fmt: skip
+        if status is not None:
+            admin.patch_namespaced_custom_object_status(*where, name, {"status": status})
+        return as_user(user, as_api(user).patch_namespaced_custom_object, *where, name,
+                       {"spec": asked}, dry_run="All")  # fmt: skip
     finally:
-        h.cp.kubectl_run("-n", GATE_NS, "delete", "ssum", name, "--wait=false", check=False)
+        kube.unless((404,), admin.delete_namespaced_custom_object, *where, name)
+
+
+@functools.cache
+def as_api(user: str) -> k8s.CustomObjectsApi:
+    """The custom objects API impersonating `user` (kubectl's --as)."""
+    api = k8s.ApiClient(kube.api_client().configuration)
+    api.set_default_header("Impersonate-User", user)
+    return k8s.CustomObjectsApi(api)
+
+
+def as_user(user: str, call: Any, *args: Any, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """The call's outcome as `kubectl --as user` reports it: exit 0, or 1 and the
+    apiserver's refusal."""
+    try:
+        call(*args, **kw)
+    except ApiException as exc:
+        said = f"Error from server ({exc.reason}): {kube.api_message(exc)}"
+        return subprocess.CompletedProcess(["--as", user], 1, "", said)
+    return subprocess.CompletedProcess(["--as", user], 0, "", "")
 
 
 def optional(values: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -459,10 +481,9 @@ def test_a_sunset_while_a_forget_or_rebuild_waits_leaves_it_to_finish(
     held by another writer; the agent's sunset (summaryctl, or kubectl with the sunset role)
     patched it to action Summarize, and the session ended Summarized with its memories. Now
     summaryctl leaves it as it is, the API server refuses the patch, and the request ends."""
-    from controller.api import API_VERSION, CLAIM_KIND, CLAIM_PLURAL, GROUP, VERSION
+    from controller.api import API_VERSION, CLAIM_KIND, CLAIM_PLURAL
     from controller.core.claim_rules import Claim, Writer
     from controller.core.naming import claim_name
-    from controller.kube import client as kube
 
     h, u = harness, uid()
     memory, summary = f"held-memory-{u}", f"held-sessions-{u}"
@@ -473,7 +494,7 @@ def test_a_sunset_while_a_forget_or_rebuild_waits_leaves_it_to_finish(
     weak = h.cp.service_account_kubeconfig(NS, agent, tmp_path / "weak.kubeconfig")
     load(store, [interaction(sid, 0, now_ms() - 60_000, "Keep FACTSECRETADDR as the address."),
                  interaction(sid, 1, now_ms() - 59_000, "Ship it.")])  # fmt: skip
-    first = h.summaryctl("sunset", sid, "-n", NS, "--summarizer", f"held-{u}", "--wait", "60")
+    first = summaryctl_here("sunset", sid, "-n", NS, "--summarizer", f"held-{u}", "--wait", "60")
     assert first.returncode == 0, first.stdout + first.stderr
     # Another writer's live claim on the row (a killed writer's stays live for its duration).
     name = claim_name(store.location.row_scope, sid)
@@ -482,7 +503,7 @@ def test_a_sunset_while_a_forget_or_rebuild_waits_leaves_it_to_finish(
             "spec": held.spec()}  # fmt: skip
     kube.custom().create_cluster_custom_object(GROUP, VERSION, CLAIM_PLURAL, body)
     try:
-        asked = h.summaryctl(*ask[:1], sid, "-n", NS, *ask[1:])
+        asked = summaryctl_here(*ask[:1], sid, "-n", NS, *ask[1:])
         assert asked.returncode == 0, asked.stdout + asked.stderr
         wait_for(lambda: "SessionClaimed" in json.dumps(h.obj(sid).get("status") or {}), 60, 0.3,
                  message="the request waiting for the claim", log=h.log)  # fmt: skip

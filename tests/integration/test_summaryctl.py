@@ -31,16 +31,7 @@ from devenv.demo import NAMESPACE as DEMO_NAMESPACE
 from devenv.demo_data import SAMPLE_SESSIONS, memory_rows
 from devenv.processes import wait_for
 from tests.integration.harness import NS, Harness, interaction, load, summarizer_yaml
-
-
-def summaryctl(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "controller", *args],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from tests.support.cli import summaryctl_here as summaryctl
 
 
 def one_error_line(stderr: str) -> str:
@@ -269,13 +260,11 @@ def test_sunset_with_summarizer_on_an_existing_object_applies_it(harness: Harnes
         input=summarizer_yaml("cli-other", harness.chroma.url, summary=other_sessions),
     )
     try:
-        first = harness.summaryctl("sunset", sid, "-n", NS, "--wait", "60")
+        first = summaryctl("sunset", sid, "-n", NS, "--wait", "60")
         assert first.returncode == 0, first.stdout + first.stderr
         assert "created" in first.stdout and "summarizerRef default" in first.stdout
 
-        moved = harness.summaryctl(
-            "sunset", sid, "-n", NS, "--summarizer", "cli-other", "--wait", "60"
-        )
+        moved = summaryctl("sunset", sid, "-n", NS, "--summarizer", "cli-other", "--wait", "60")
         assert moved.returncode == 0, moved.stdout + moved.stderr
         assert "patched" in moved.stdout and "summarizerRef set to cli-other" in moved.stdout
         assert harness.obj(sid)["spec"]["summarizerRef"] == "cli-other"
@@ -283,13 +272,13 @@ def test_sunset_with_summarizer_on_an_existing_object_applies_it(harness: Harnes
         got = harness.store(summary=other_sessions).summaries().get(ids=[f"summary_{sid}"])
         assert got["ids"] == [f"summary_{sid}"]
 
-        again = harness.summaryctl("sunset", sid, "-n", NS)
+        again = summaryctl("sunset", sid, "-n", NS)
         assert again.returncode == 0, again.stderr
         assert "summarizerRef unchanged" in again.stdout
         assert harness.obj(sid)["spec"]["summarizerRef"] == "cli-other"
 
         generation = harness.obj(sid)["metadata"]["generation"]
-        typo = harness.summaryctl("sunset", sid, "-n", NS, "--summarizer", "cli-othr")
+        typo = summaryctl("sunset", sid, "-n", NS, "--summarizer", "cli-othr")
         assert typo.returncode == 2
         line = one_error_line(typo.stderr)
         assert f"no SessionSummarizer 'cli-othr' in namespace '{NS}'" in line, line
@@ -453,7 +442,7 @@ def test_a_request_without_n_says_where_the_summarizers_are_and_changes_nothing(
     """No -n: namespace default, which has no SessionSummarizer (the harness's is in ops)."""
     sid = f"no-ns-{uuid.uuid4().hex[:6]}"
     started = time.monotonic()
-    res = harness.summaryctl(command, sid, "--wait", "120")
+    res = summaryctl(command, sid, "--wait", "120")
     assert time.monotonic() - started < 60, "it waited instead of saying so"
     assert res.returncode == 2, res.stdout + res.stderr
     line = one_error_line(res.stderr)
@@ -490,7 +479,7 @@ def test_a_request_in_a_namespace_no_operator_serves_changes_nothing(harness: Ha
     )
     asking = [[command, "anything", "--wait", "30"] for command in ("sunset", "forget", "rebuild")]
     for argv in [*asking, ["rebuild", "--all-with-secrets", "--summarizer", "default"]]:
-        res = harness.summaryctl(*argv, "-n", ns)
+        res = summaryctl(*argv, "-n", ns)
         assert res.returncode == 2, res.stdout + res.stderr
         line = one_error_line(res.stderr)
         assert f"no operator serves namespace '{ns}'" in line and "nothing was changed" in line
@@ -513,7 +502,7 @@ def test_a_sunset_nobody_takes_up_removes_the_object_it_created(harness: Harness
         "-n", ns, "patch", "ssumr", "default", "--subresource=status", "--type=merge",
         "-p", json.dumps(reported),
     )  # fmt: skip
-    res = harness.summaryctl("sunset", "nobody-home", "-n", ns, "--wait", "3")
+    res = summaryctl("sunset", "nobody-home", "-n", ns, "--wait", "3")
     assert res.returncode == 2, res.stdout + res.stderr
     line = one_error_line(res.stderr)
     assert "no pass has started" in line and "removed the SessionSummary" in line, line
@@ -532,7 +521,7 @@ def test_a_sunset_nobody_takes_up_removes_the_object_it_created(harness: Harness
 def test_every_summarizer_not_found_names_the_namespace_and_the_n_to_use(
     harness: Harness, args: list[str]
 ) -> None:
-    res = harness.summaryctl(*args)
+    res = summaryctl(*args)
     assert res.returncode == 2, res.stdout + res.stderr
     line = one_error_line(res.stderr)
     assert "no SessionSummarizer 'default' in namespace 'default'" in line, line
@@ -664,16 +653,14 @@ def test_a_fact_differing_from_a_summarized_one_only_in_a_symbol_is_kept(
 ) -> None:
     """Remembered, summarized, remembered again: a decision that differs from the one the
     summary holds only in a symbol (C / C++, == / !=) is a second fact, not a repeat."""
-    from tests.support.cli import summaryctl_here
-
     sid = f"symbol-{uuid.uuid4().hex[:8]}"
     where = ["--chroma-url", chroma_server.url, "--memory-collection", "sym-memory",
              "--summary-collection", "sym-sessions"]  # fmt: skip
     for text in (held, new):
-        said = summaryctl_here("remember", sid, "--prompt", "Go on.", "--response", text, *where)
+        said = summaryctl("remember", sid, "--prompt", "Go on.", "--response", text, *where)
         assert said.returncode == 0, said.stderr
-        done = summaryctl_here("summarize", sid, "--bypass-claim", *where)
+        done = summaryctl("summarize", sid, "--bypass-claim", *where)
         assert done.returncode == 0, done.stderr
-    full = summaryctl_here("summaries", "--full", "--limit", "50", *where).stdout
+    full = summaryctl("summaries", "--full", "--limit", "50", *where).stdout
     kept = full[full.index(f"== {summary_row_id(sid)} ") :].split("\n== ")[0]
     assert f"- {held}\n" in kept and f"- {new}\n" in kept.partition("## Current State")[0], kept
