@@ -179,7 +179,7 @@ class SummarizerParts:
                 embed=self._embedder(ef),
                 excluded_types=tuple(spec.excluded_memory_types),
                 summarizer=summarizer,
-                visibility=spec.visibility.rules(),
+                visibility=spec.visibility,
                 redaction=redaction_of(spec),
             )
 

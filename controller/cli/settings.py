@@ -218,6 +218,6 @@ def summarize_backends(store: MemoryStore, summarizer: SummarizerSettings) -> Ba
         embedder(summarizer),
         tuple(spec.excluded_memory_types),
         chosen,
-        spec.visibility.rules(),
+        spec.visibility,
         backends.redaction_of(spec),
     )
