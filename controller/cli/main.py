@@ -24,7 +24,6 @@ from controller.cli.args import (
     store_name_arg,
     text_arg,
 )
-from controller.core.destinations import DestinationRefused
 from controller.core.text import printable
 
 
@@ -190,28 +189,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _failed(exc: BaseException, shown: str) -> None:
-    """A failure's line, masked (a server's answer in it may quote a credential)."""
-    from controller.status.conditions import masked, own_text
-
-    if not (own_text(exc) or own_text(exc.__cause__)):
-        shown = masked(shown, 4000, flat=False)
-    out(f"summaryctl: error: {shown}", err=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except (CliError, DestinationRefused) as exc:  # a refused setting says what allows it
-        _failed(exc, str(exc))
-        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `summaryctl summaries | head`: no traceback at exit either
         with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except Exception as exc:  # a failure nobody named: still one line, never a traceback
-        _failed(exc, f"{type(exc).__name__}: {exc}")
-        return 1
+    except Exception as exc:  # one line, never a traceback
+        from controller.status.conditions import masked, own_text
+
+        # What says what to do (a refused setting, a missing Secret): exit 2; a failure nobody
+        # named: its type, exit 1. Masked unless ours: a server's answer may quote a credential.
+        named = isinstance(exc, CliError) or own_text(exc)
+        shown = str(exc) if named else f"{type(exc).__name__}: {exc}"
+        if not (own_text(exc) or own_text(exc.__cause__)):
+            shown = masked(shown, 4000, flat=False)
+        out(f"summaryctl: error: {shown}", err=True)
+        return 2 if named else 1

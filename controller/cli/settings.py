@@ -179,17 +179,14 @@ def open_store(
 
 def check_memory_destination(summarizer: SummarizerSettings, field: str) -> None:
     """backends.check_memory_destinations for `field`'s endpoint, as the operator checks it."""
-    try:
-        kube_call(
-            backends.check_memory_destinations,
-            summarizer.spec,
-            summarizer.namespace,
-            field,
-            PROGRAM,
-            summarizer.secret_unused,
-        )
-    except kube.SecretError as exc:
-        raise CliError(str(exc)) from exc
+    kube_call(
+        backends.check_memory_destinations,
+        summarizer.spec,
+        summarizer.namespace,
+        field,
+        PROGRAM,
+        summarizer.secret_unused,
+    )
 
 
 def embedder(summarizer: SummarizerSettings) -> Embedder:

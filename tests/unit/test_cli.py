@@ -1802,6 +1802,42 @@ def test_a_store_secret_the_user_replaced_is_never_read_to_judge_a_model(
         assert token_by in err and "SSO_ALLOWED_MODEL_URLS in summaryctl's environment" in err
 
 
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    command=st.sampled_from(["remember", "summarize"]),
+    field=st.sampled_from(["model", "embedding"]),
+    name=st.sampled_from(["tok", "s3-creds", "api-key", "db-password"]),
+)
+def test_a_store_secret_unreadable_at_the_memory_check_is_its_own_line_and_exit_2(
+    tmp_path: pytest.TempPathFactory, command: str, field: str, name: str
+) -> None:
+    """The check before memories go to an endpoint reads the store's Secret again; when that
+    read fails, summaryctl prints the Secret's message as it is (our words, never masked)
+    and exits 2, as for any failure that says what to fix."""
+    assume(command == "summarize" or field == "embedding")
+    endpoint = (MODEL if field == "model" else EMBEDDING) % ELSEWHERE
+    store = f"{{url: 'http://chroma:8000', authSecretRef: {{name: {name}}}}}"
+    manifest = tmp_path / "s.yaml"  # type: ignore[operator]
+    manifest.write_text(
+        f"kind: SessionSummarizer\nmetadata: {{name: x}}\nspec: {{store: {store}, {field}: "
+        f"{endpoint}}}\n"
+    )
+    said = f"Secret default/{name} not found (kubectl -n default get secret {name})"
+
+    def unreadable(namespace: str, secret: str) -> None:
+        raise kube.SecretError(said)
+
+    with no_cluster(str(tmp_path)), pytest.MonkeyPatch.context() as mp:
+        mp.setattr("controller.cli.settings.read_secret", lambda *_: "the-token")
+        mp.setattr("controller.kube.client.read_secret", unreadable)
+        mp.setattr("controller.cli.settings.connect", lambda location: None)
+        mp.setattr("controller.cli.settings.MemoryStore", lambda *_: mock.MagicMock())
+        code, out, err = run([*COMMANDS[command], "--summarizer-file", str(manifest)])
+    assert (code, out, err) == (2, "", f"summaryctl: error: {said}\n")
+
+
 def _json_nested(inner: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
     return st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
 

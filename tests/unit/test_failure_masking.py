@@ -334,9 +334,12 @@ def test_summaryctl_shows_no_part_of_a_credential_an_embedding_failure_quotes_at
         defaults = cli_settings.SummarizerSettings(SessionSummarizerSpec(), "default", None)
         with pytest.raises(cli_settings.CliError) as raised:
             cli_settings.embedder(defaults)
+    parser = argparse.ArgumentParser()
+    parser.set_defaults(func=mock.Mock(side_effect=raised.value))
     shown = io.StringIO()
-    with contextlib.redirect_stderr(shown):
-        cli_main._failed(raised.value, str(raised.value))
+    with contextlib.redirect_stderr(shown), mock.patch.object(cli_main, "build_parser") as built:
+        built.return_value = parser
+        assert cli_main.main([]) == 2
     said_anyway = "summaryctl: error: the embedding cannot be used: "
     assert shown.getvalue().startswith(said_anyway)
     assert_not_shown(secret, shown.getvalue(), (said_anyway, "[redacted: "))
