@@ -8,7 +8,6 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -97,15 +96,11 @@ def seconds_arg(value: str) -> float:
     return number
 
 
-def store_name_arg(field: str) -> Callable[[str], str]:
+def store_name_arg(field: str, value: str) -> str:
     """A store flag (--tenant, --database, a collection): what StoreSpec takes for `field`."""
-
-    def check(value: str) -> str:
-        if problem := StoreSpec.name_problem(field, value, _shown):
-            raise argparse.ArgumentTypeError(problem)
-        return value
-
-    return check
+    if problem := StoreSpec.name_problem(field, value, _shown):
+        raise argparse.ArgumentTypeError(problem)
+    return value
 
 
 def chroma_url_problem(url: str) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Callable
@@ -37,7 +38,8 @@ def _add_store_args(p: argparse.ArgumentParser) -> None:
     where.add_argument("--path", help="embedded Chroma directory (single process only)")
     for field in STORE_FLAGS:  # --tenant ... --summary-collection, the spec's default in the help
         flag, default = f"--{field.replace('_', '-')}", StoreSpec.model_fields[field].default
-        p.add_argument(flag, type=store_name_arg(field), help=f"default: {default}")
+        check = functools.partial(store_name_arg, field)
+        p.add_argument(flag, type=check, help=f"default: {default}")
     which = p.add_mutually_exclusive_group()
     which.add_argument(
         "--summarizer",

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -58,7 +57,6 @@ class SummarizerSettings:
 
     spec: SessionSummarizerSpec
     namespace: str
-    source: str | None  # how a message names it
     secret_unused: str | None = None  # why the store is read without its Secret
 
 
@@ -102,7 +100,7 @@ def load_summarizer(args: argparse.Namespace) -> SummarizerSettings:
         unused = f"the store is read with {SECRET_ENV['store']}, not with its Secret"
     try:
         parsed = SessionSummarizerSpec.model_validate(spec)
-        return SummarizerSettings(parsed, namespace, source, unused)
+        return SummarizerSettings(parsed, namespace, unused)
     except ValidationError as exc:
         raise CliError(f"invalid spec in {source}: {one_line(exc, 300)}") from exc
 
@@ -123,7 +121,7 @@ def store_location(args: argparse.Namespace, summarizer: SummarizerSettings) -> 
     """The store: flags given on the command line, else the summarizer's, else defaults."""
     chroma_url = None if args.path else args.chroma_url and check_chroma_url(args.chroma_url)
     base = StoreLocation(url=chroma_url)
-    if summarizer.source is not None:
+    if args.summarizer or args.summarizer_file:
         spec = summarizer.spec
         if chroma_url:  # the URL the store is reached at: the one allowed and sent the token
             store = spec.store.model_copy(update={"url": chroma_url})
@@ -138,7 +136,7 @@ def store_location(args: argparse.Namespace, summarizer: SummarizerSettings) -> 
             "say where Chroma is: --chroma-url http://HOST:8000, --path DIR, or a summarizer "
             "(--summarizer NAME, --summarizer-file FILE)"
         )
-    location = dataclasses.replace(
+    location = replace(
         base,
         url=None if args.path else base.url,  # a spec's passed StoreSpec's stricter check
         path=args.path,

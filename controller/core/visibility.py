@@ -5,10 +5,9 @@ from-neo.md). Pure. The defaults are neo's tables (test_neo_client.py checks the
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
 from typing import Annotated, Any, Literal, get_args
 
@@ -37,8 +36,6 @@ TrustTier = Literal[  # highest to lowest trust (neo's TRUST_TIER_ORDER)
 # A larger index is more restrictive.
 TRUST_TIER_ORDER: tuple[TrustTier, ...] = get_args(TrustTier)
 UNCLASSIFIED: TrustTier = "unclassified"
-SHARED_USER_ID = "shared"
-PROVENANCE_POLICY = "most-restrictive-source"
 
 # neo 13.1.0: CORE_SWARM_USER_IDS (RequestContextService.mjs) and the trust tier of each
 # AgentIdentity root (graph/identityRoots.mjs).
@@ -147,7 +144,7 @@ class SessionSources:
 
     def to_json(self) -> str:
         """What the ledger keeps, so a pass that reads only new rows adds them to it."""
-        return json.dumps(dataclasses.asdict(self), separators=(",", ":"), ensure_ascii=False)
+        return json.dumps(asdict(self), separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
     def from_json(cls, text: object) -> SessionSources | None:
@@ -170,7 +167,7 @@ def summary_user_id(
     # neo joins the agents with "," and splits that list again before comparing.
     names = {canonical_agent(part) for p in participants for part in p.split(",")}
     if names & shared:
-        return SHARED_USER_ID
+        return "shared"
     return owner_user_id if rules.memory_sharing == "private" else None
 
 
@@ -188,6 +185,6 @@ def row_visibility(sources: SessionSources, rules: VisibilityRules) -> dict[str,
         "userId": summary_user_id(list(sources.agents), owner, rules),
         "sourceAgentIdentities": ",".join(sources.identities),
         "sourceTrustTier": max(found, key=TRUST_TIER_ORDER.index, default=UNCLASSIFIED),
-        "provenancePolicy": PROVENANCE_POLICY,
+        "provenancePolicy": "most-restrictive-source",
         "unclassifiedSourceCount": unclassified or None,
     }
