@@ -185,10 +185,8 @@ def embedding_spec(
     api_key = None
     if e.provider == "openai" and e.base_url:
         check_endpoint("embedding.baseUrl", e.base_url, program)
-        if e.api_key_secret_ref is not None:
-            api_key = read_secret(
-                "embedding.apiKeySecretRef", namespace, e.api_key_secret_ref, e.base_url
-            )
+        if (ref := e.api_key_secret_ref) is not None:
+            api_key = read_secret("embedding.apiKeySecretRef", namespace, ref, e.base_url)
     return EmbeddingSpec(provider=e.provider, model=e.model, base_url=e.base_url, api_key=api_key)
 
 
@@ -203,8 +201,7 @@ def chat_model_config(
     assert model.base_url and model.model  # ModelSpec requires both of an openai backend
     check_endpoint("model.baseUrl", model.base_url, program)
     api_key = None
-    if model.api_key_secret_ref is not None:
-        ref = model.api_key_secret_ref
+    if (ref := model.api_key_secret_ref) is not None:
         api_key = read_secret("model.apiKeySecretRef", namespace, ref, model.base_url)
     limits = {"timeout_seconds", "max_retries", "max_concurrency", "max_input_tokens"}
     return ChatModelConfig(

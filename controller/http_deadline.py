@@ -47,8 +47,9 @@ def deadline_hooks(
     once more than max_bytes of it have come."""
 
     class Deadline(http.SyncByteStream):  # type: ignore[name-defined]
-        def __init__(self, stream: Any, deadline: float, response: Any) -> None:
-            self._stream, self._deadline, self._request = stream, deadline, response.request
+        def __init__(self, response: Any) -> None:
+            self._stream, self._request = response.stream, response.request
+            self._deadline = self._request.extensions["deadline"]
             # Every coding listed inflated here or refused (the header gone, httpx inflates
             # none, whole): one left to httpx, or dropped unread, is unbounded or garbage.
             codings = response.headers.get_list("content-encoding", split_commas=True)
@@ -84,9 +85,7 @@ def deadline_hooks(
     def start(request: Any) -> None:
         request.extensions["deadline"] = time.monotonic() + timeout_seconds
 
-    def bound(response: Any) -> None:
-        deadline = response.request.extensions.get("deadline")
-        if deadline is not None and isinstance(response.stream, http.SyncByteStream):
-            response.stream = Deadline(response.stream, deadline, response)
+    def bound(response: Any) -> None:  # after start: a client runs both on every request
+        response.stream = Deadline(response)
 
     return {"request": [start], "response": [bound]}

@@ -88,8 +88,7 @@ class OpenAICompatibleEmbedding:
 
 def _attempts(request: httpx2.Request) -> str:
     """' (after N attempts)' when the SDK retried: it numbers each attempt's request."""
-    count = request.headers.get("x-stainless-retry-count", "0")
-    retries = int(count) if count.isdigit() else 0
+    retries = int(request.headers["x-stainless-retry-count"])
     return f" (after {retries + 1} attempts)" if retries else ""
 
 

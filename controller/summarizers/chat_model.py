@@ -116,16 +116,13 @@ def reply_content(completion: Any) -> tuple[str, str | None]:
 _WORD = re.compile(r"[a-z0-9]+")
 _SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
 _STOPWORDS = frozenset(
-    re.findall(
-        r"\w+",
-        """
+    _WORD.findall("""
     a an and are as at be been but by can could did do does done for from had has have he
     her his how i if in into is it its itself me my no not of on or our out over she so than
     that the their them then there these they this those to too up us was we were what when
     where which who why will with would you your yes also just only very more most some such
     any all each every both other new now one two
-    """,
-    )
+    """)
 )
 _PLACEHOLDERS = frozenset((
     "string", "str", "text", "item", "items", "none", "null", "n a", "na", "todo", "tbd",
@@ -298,7 +295,6 @@ class ChatModelSummarizer:
     def __init__(self, config: ChatModelConfig) -> None:
         self.config = config
         self.memory_budget_tokens = config.memory_budget_tokens
-        # max_retries 0: the loop in propose retries, see the module docstring.
         self._client, self._headers = openai_client(
             config.base_url, config.api_key, config.timeout_seconds, 0
         )
