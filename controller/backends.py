@@ -44,7 +44,6 @@ def redaction_of(spec: SessionSummarizerSpec) -> Redaction:
 
 
 def check_endpoint(field: str, url: str, program: str = OPERATOR) -> None:
-    """Raises EndpointNotAllowed when `program`'s allowed endpoints exclude url."""
     setting = CONFIG.setting("allowed_endpoints", program)
     refusal = endpoint_refusal(field, url, CONFIG.allowed_endpoints, setting, program)
     if refusal is not None:
@@ -70,12 +69,10 @@ def check_memory_destinations(
     if not destinations:
         return
     credential = None
-    if spec.store.auth_secret_ref is not None and secret_unused is None:
-        name = spec.store.auth_secret_ref.name
-        annotations, _ = kube.read_secret(namespace, name)
-        credential = StoreCredential(
-            namespace, name, annotations.get(ALLOWED_MODEL_URLS_ANNOTATION)
-        )
+    if (ref := spec.store.auth_secret_ref) is not None and secret_unused is None:
+        annotations, _ = kube.read_secret(namespace, ref.name)
+        owner_allows = annotations.get(ALLOWED_MODEL_URLS_ANNOTATION)
+        credential = StoreCredential(namespace, ref.name, owner_allows)
     for where, url in destinations:
         allow = CONFIG.allowed_model_urls, CONFIG.setting("allowed_model_urls", program)
         refusal = memory_destination_refusal(where, url, credential, *allow, program, secret_unused)

@@ -42,9 +42,8 @@ def _inflated(chunks: Iterable[bytes], wbits: int) -> Iterator[bytes]:
 def deadline_hooks(
     timeout_seconds: float, http: ModuleType, max_bytes: float = math.inf
 ) -> dict[str, list[Callable[..., Any]]]:
-    """The event hooks of an `http` (httpx or httpx2) client that raise its ReadTimeout once
-    an answer is not whole timeout_seconds after its request was sent, and AnswerTooLarge
-    once more than max_bytes of it have come."""
+    """The event hooks of an `http` (httpx or httpx2) client: its ReadTimeout once an answer
+    is not whole timeout_seconds after sending, AnswerTooLarge past max_bytes of it."""
 
     class Deadline(http.SyncByteStream):  # type: ignore[name-defined]
         def __init__(self, response: Any) -> None:

@@ -57,9 +57,8 @@ _KNOWN_CHARS, _KNOWN_MAX = 1024, 2048  # the texts a pass keeps masked (PassReda
 # What no reader sees (text.IGNORABLE) is nothing, a zero-width space or BOM a space too (spans).
 _ZERO_WIDTH = re.compile("[\u200b\ufeff]")
 _HIDDEN = re.compile(f"(?!{_ZERO_WIDTH.pattern}){IGNORABLE.pattern}")
-# The text as a reader sees it, each character for one: a space, control character or
-# zero-width space (not a newline) a space, typographic quotes plain, and a character a reader takes
-# for an ASCII one as that one (Cyrillic and Greek lookalikes, what NFKC makes one: `ｋ`, `：`).
+# The text as a reader sees it, one character for one (docs/privacy.md): a blank, control or
+# zero-width one (not a newline) a space, quotes plain, an ASCII lookalike (`ｋ`, `а`) that one.
 _AS_SHOWN = types.MappingProxyType(str.maketrans(
     {c: " " for c in map(chr, range(0xFEFF + 1)) if c != "\n" and (c.isspace() or c <= "\x1f"
      or "\x7f" <= c <= "\x9f" or _ZERO_WIDTH.match(c))}
@@ -69,11 +68,9 @@ _AS_SHOWN = types.MappingProxyType(str.maketrans(
        if len(n := unicodedata.normalize("NFKC", c)) == 1 and n.isascii()}
 ) | TYPOGRAPHIC_QUOTES)  # fmt: skip
 # What stands between a name and its value for a reader, not for the rules (docs/privacy.md):
-# backslashes escaping a quote (possessive: linear), a shell's line continuation, a YAML
-# block's indicator, the line break after `NAME:` before a value alone, a name/value pair's
-# `value` key (only `gap`), an XML element's `key="` and `" value`, markdown's emphasis or code
-# closing a name before or after its `:` or `=` (`**Password**: x`, `**Password:** x`); a JSON
-# string's escaped `\n`, `\r`, `\t` (`escaped`) is read as a line break.
+# backslashes escaping a quote (possessive: linear), a line continuation, a YAML block's
+# indicator, markdown around a name, a JSON string's `\n`, `\r`, `\t` (`escaped`: a line break),
+# the break after `NAME:`, a name/value pair's `value` key (`gap`), XML's `key="`, `" value`.
 _SKIPPED = re.compile(
     r"""(?<!\\)\\++(?=["'])|\\\n[ \t]*|(?<=:)[ \t]*[|>][1-9+-]{0,2}[ \t]*\n[ \t]*"""
     r"|(?<=[^\W_])(?:\*{1,3}|_{1,3}|`)(?=[ \t]*[:=])|(?<=[:=])[ \t]*(?:\*{1,3}|_{1,3}|`)(?=[ \t])"
@@ -214,9 +211,8 @@ _QUOTED_OR_NOT = r"""(?:(["'])([^"'\n]+)|([^\s"'`,;&]+))"""
 # A key in any case that names a credential, a word of its own or after `_`, `-`, `.` or a
 # camelCase boundary: apiKey, getAToken.
 _CAMEL = r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"
-# A password on a command line beside a user: curl's `-u user:x`, `sshpass -p x`, a registry
-# login's `-p x`, `sqlcmd -P x`, `redis-cli -a x`, `htpasswd -b [file] user x`. ASCII only:
-# Python and RE2 read it alike, and RE2 runs it.
+# A password on a command line beside a user (curl's `-u user:x`, `sshpass -p x`, ...:
+# docs/privacy.md). ASCII only: Python and RE2 read it alike, and RE2 runs it.
 _LOGIN = (
     r"(?:^|[^A-Za-z0-9_.-])(?:(?:curl|wget|http|https)(?:[ \t][^\n|;&]*?)?[ \t]"
     r"(?:-u|--user|--proxy-user)(?:=|[ \t]*)"
@@ -234,9 +230,8 @@ _LOGIN = (
     f="[A-Za-z0-9]", g="[A-Za-mo-z0-9]", o=r"[ \t]+(?:-[A-Za-z0-9]+|\d+)",
     p=r"[ \t]+(?:-[A-Za-mo-z0-9]+|\d+)",
 )  # fmt: skip
-# A credential said in a sentence or set with `:`, `=` or an XML element: a word that names
-# one, what says it is (`is`, `was set to`, `=`, `<password>`, nothing), the value; or the
-# value, `is`/`was`/`as`, the name. The value counts when it looks like one (_said). RE2 runs it.
+# A credential said in a sentence or set with `:`, `=` or an XML element (docs/privacy.md),
+# name then value or value `is` name, when the value looks like one (_said). RE2 runs it.
 _NAMED = (
     r"(?:passw(?:or)?d|pwd|passphrase|passcode|secret|token|credentials?"
     r"|(?:api|access|secret|private|client|license|ssh|deploy|signing|encryption|master)"
@@ -291,8 +286,7 @@ _HEADERS_VARIABLES_FLAGS = (
             r"(?:[^\n|;&\w][^\n|;&]*?)??|[\w-]*-\w[^\n|;&]*?)(?i:[ \t]-p)"
             + _QUOTED_OR_NOT, (2, 3, 5, 6))),
 )  # fmt: skip
-# Credentials by where they stand. Those with `linear` run on RE2, where Python's re takes
-# quadratic time (`a-a-a-...`).
+# Credentials by where they stand; with `linear` on RE2 (Python's re: quadratic, `a-a-a-...`).
 CONTEXT_RULES = (
     *(Rule(kind, re.compile(pattern), 2, code=kind == "credential-variable", linear=linear)
       for kind, pattern, linear in _HEADERS_VARIABLES_FLAGS),
@@ -323,9 +317,8 @@ CONTEXT_RULES = (
         r"""([^;"' \t\n\r\f\v](?:[^;"'\n]*[^;"' \t\n\r\f\v])?)""", (1, 2), (2, r"[ \t\r\f\v]*;"))),
     # A bearer token said in prose (`sent Bearer x`), when it looks like one (_said).
     Rule("credential-header", re.compile(r"(?i:\bbearer)[ \t]+([^\s\"'`<>]+)"), 1, said=True),
-    # A URL's password with its protocol left out, a port or a path after the host
-    # (`user:x@db:5432/app`; an address after a label, `email:jo42@corp.com`, has none), when
-    # it looks like one.
+    # A URL's password without its protocol, a port or a path after the host, when it looks
+    # like one (`user:x@db:5432/app`; not an address after a label: `email:jo42@corp.com`).
     Rule(kind_of(BasicAuthDetector.secret_type), re.compile(
         r"""(?<![\w.:/@-])[\w.-]*:([^\s:/@"'`]+)@[\w-]+(?:\.[\w-]+)*(?::\d{1,5}(?!\w|\.\w)|/)"""
     ), 1, said=True),
@@ -380,9 +373,8 @@ _NOT_A_VALUE = re.compile(
 )
 
 
-# Code that reads a value, after `=` or `:` and unquoted (`get_token(x)`, `self.tokens[i]`,
-# `os.environ["X"].strip()`): a lower-case name with a `_` or a dot in it, or reading a name
-# or a string (`Summer(2024)`, `P4ss(w0rd)`, `hunter2[0]` are passwords).
+# Code that reads a value, after `=` or `:` and unquoted (`get_token(x)`, `self.tokens[i]`):
+# a name with a `_` or a dot, or reading a name or string (`P4ss(w0rd)` is a password).
 _ID = r"[A-Za-z_]\w*"
 _ARG = r"""[\w.,:=*+ \t-]|"[^"\n]*"|'[^'\n]*'"""
 _ARGS = functools.reduce(  # calls and subscripts in it, three deep (`f(g(h(x)))`)

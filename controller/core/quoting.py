@@ -161,7 +161,6 @@ def is_quoted(text: str) -> bool:
 
 
 def unquoted(text: str) -> str:
-    """The text inside its quote marks when it is quoted, else itself."""
     return text[text.index(OPEN_QUOTE) + 1 : -1] if is_quoted(text) else text
 
 

@@ -153,16 +153,12 @@ class Linear:
     def pattern(self) -> Any:
         return re2_pattern(python_meaning(self.source))  # on first use, not at start-up
 
-    @functools.cached_property
-    def _ahead(self) -> re.Pattern[str]:
-        return re.compile(self.ahead[1])
-
     def spans(self, text: str) -> Iterator[tuple[int, int]]:
         """(start, end) in text of what each match found."""
         for match in self.pattern.finditer(without_surrogates(text)):
             group = next(g for g in self.groups if match.start(g) >= 0)
             start, end = match.span(group)
-            if group != self.ahead[0] or self._ahead.match(text, end):
+            if group != self.ahead[0] or re.compile(self.ahead[1]).match(text, end):
                 yield start, end
 
     def sub(self, replacement: str, text: str) -> str:

@@ -238,7 +238,6 @@ class LocalMiniLMEmbedding:
         self._lock = threading.Lock()
 
     def __call__(self, input: list[str], between: Callable[[], object] | None = None) -> Embeddings:
-        """between: called after each layer of each batch but its last (_MiniLM.encode)."""
         if not input:
             return []
         with self._lock:

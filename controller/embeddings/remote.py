@@ -49,18 +49,17 @@ class OpenAICompatibleEmbedding:
                 encoding_format="float",  # what every compatible server speaks
                 extra_headers=self._headers,
             )
-        except APIStatusError as exc:
-            status = exc.status_code
+        except (APIStatusError, APIConnectionError) as exc:  # timeouts included
+            retries = int(exc.request.headers["x-stainless-retry-count"])  # the SDK numbers them
+            tried = f" (after {retries + 1} attempts)" if retries else ""
+            if isinstance(exc, APIConnectionError):
+                cause = type(exc.__cause__).__name__ if exc.__cause__ else "connection error"
+                raise EmbeddingError(f"{cause} calling {self.url}{tried}") from None
             if exc.response.is_redirect:
                 where = exc.response.headers.get("location")
-                raise EmbeddingError(redirect_refusal(self.url, status, where)) from None
-            hint = " (check embedding.apiKeySecretRef)" if status in (401, 403) else ""
-            raise EmbeddingError(
-                f"HTTP {status} from {self.url}{hint}{_attempts(exc.response.request)}"
-            ) from None
-        except APIConnectionError as exc:  # timeouts included
-            cause = type(exc.__cause__).__name__ if exc.__cause__ else "connection error"
-            raise EmbeddingError(f"{cause} calling {self.url}{_attempts(exc.request)}") from None
+                raise EmbeddingError(redirect_refusal(self.url, exc.status_code, where)) from None
+            hint = " (check embedding.apiKeySecretRef)" if exc.status_code in (401, 403) else ""
+            raise EmbeddingError(f"HTTP {exc.status_code} from {self.url}{hint}{tried}") from None
         except AnswerTooLarge as exc:
             raise EmbeddingError(f"{exc} from {self.url}") from None
         except ValueError as exc:  # e.g. a host name IDNA refuses
@@ -84,12 +83,6 @@ class OpenAICompatibleEmbedding:
                 f"{self.url} returned {len(vectors)} embeddings for {len(input)} inputs"
             )
         return vectors
-
-
-def _attempts(request: httpx2.Request) -> str:
-    """' (after N attempts)' when the SDK retried: it numbers each attempt's request."""
-    retries = int(request.headers["x-stainless-retry-count"])
-    return f" (after {retries + 1} attempts)" if retries else ""
 
 
 def openai_client(

@@ -12,7 +12,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from openai import APIConnectionError, APIStatusError, APITimeoutError, omit
 from pydantic import ValidationError
@@ -31,9 +31,6 @@ from controller.http_deadline import AnswerTooLarge
 from controller.summarizers import chat_prompt as prompt
 from controller.summarizers.chat_prompt import ChatModelConfig, InvalidModelOutput, ModelUnavailable
 from controller.summarizers.contract import Proposal
-
-if TYPE_CHECKING:
-    from openai.types.chat import ChatCompletionMessageParam
 
 log = logging.getLogger(__name__)
 
@@ -392,7 +389,7 @@ class ChatModelSummarizer:
                 try:
                     completion = self._client.chat.completions.create(
                         model=config.model,
-                        messages=cast("list[ChatCompletionMessageParam]", messages),
+                        messages=cast(Any, messages),
                         temperature=0,
                         response_format=cast(Any, requested) if requested is not None else omit,
                         extra_headers=self._headers,
