@@ -57,8 +57,7 @@ class RowState:
     records: tuple[str, ...] = ()  # the ids of the session's other ledger records
 
 
-@dataclass(frozen=True)
-class LedgerRecord:
+class LedgerRecord(NamedTuple):
     record_id: str
     document: str
     metadata: dict[str, Any]
@@ -134,9 +133,8 @@ def plan_write(
         # the reconciliation's walk compares it with the ids it counts (sweep_plan.py)
         "rowsDigest": keys.get("rowsDigest"),
     }
-    head_meta = {k: v for k, v in head_meta.items() if v is not None}
     document = compact_json({"ledgerFormat": LEDGER_FORMAT, **rest})
-    head_record = LedgerRecord(summary_row_id(session_id), document, head_meta)
+    head_record = LedgerRecord(summary_row_id(session_id), document, replacing_head(head_meta))
     named = {segment_id(session_id, generation, n) for n in range(seq)}
     return LedgerWrite((*segments, head_record), frozenset({head_record.record_id, *named}))
 

@@ -291,12 +291,6 @@ class Forgotten:
     remaining: int  # the session's memories left in the memory collection
 
 
-def is_head(record: LedgerRecord) -> bool:
-    """A session's head record (not a segment, not a cluster's authority record)."""
-    session_id = record.metadata.get("sessionId")
-    return isinstance(session_id, str) and record.record_id == summary_row_id(session_id)
-
-
 def is_tombstone(head: Mapping[str, Any] | None) -> bool:
     return head is not None and FORGOTTEN_KEY in head
 
@@ -769,7 +763,7 @@ class MemoryStore:
         if not admitted:
             return
         try:
-            self._put_ledger("writing the ledger entries", records)
+            self._put("ledger", "writing the ledger entries", records)
             vectors = [w.embedding for w in admitted]
             self._put("summary", "writing the summaries", rows, vectors)
             self._verified_dimension = len(vectors[0])  # accepted: no sample round trip later
@@ -796,21 +790,15 @@ class MemoryStore:
                 if left:
                     write.error = exc
 
-    def _put_ledger(self, what: str, records: Sequence[LedgerRecord]) -> None:
-        """A head replaces the one before whole; the vector is a constant (never queried)."""
-        rows = [
-            (r.record_id, r.document, replacing_head(r.metadata) if is_head(r) else r.metadata)
-            for r in records
-        ]
-        self._put("ledger", what, rows, [LEDGER_VECTOR] * len(records))
-
     def _put(
         self,
         role: CollectionRole,
         what: str,
         rows: Sequence[tuple[str, str, Mapping[str, Any]]],
-        vectors: Sequence[Sequence[float]],
+        vectors: Sequence[Sequence[float]] = (),
     ) -> None:
+        """vectors: none for ledger records, whose vector is a constant (never queried)."""
+        vectors = vectors or [LEDGER_VECTOR] * len(rows)
         embeddings = cast(Any, [np.asarray(v, dtype=np.float32) for v in vectors])
         ids, documents, metadatas = (list(column) for column in zip(*rows, strict=True))
 
@@ -872,8 +860,8 @@ class MemoryStore:
             "removedMemories": removed.memories,
             **fence,
         }
-        record = LedgerRecord(row_id, "{}", tombstone)
-        self._checked(check, self._put_ledger, "writing the session's tombstone", [record])
+        record = LedgerRecord(row_id, "{}", replacing_head(tombstone))
+        self._checked(check, self._put, "ledger", "writing the session's tombstone", [record])
         if row:
             self._checked(check, self._delete, "summary", "deleting the summary row", ids=[row_id])
         what = "deleting the session's ledger segments"
@@ -899,7 +887,7 @@ class MemoryStore:
         """Writes this cluster's record (creating the ledger, as a first write does)."""
         document = f"the operator of cluster {record.uid} writes these summaries"
         written = LedgerRecord(authority_record_id(record.uid), document, record.metadata())
-        self._put_ledger("renewing this cluster's authority record", [written])
+        self._put("ledger", "renewing this cluster's authority record", [written])
 
     def remove_authorities(self, uids: Sequence[str]) -> None:
         for batch in batches([authority_record_id(uid) for uid in uids], DELETE_BATCH):

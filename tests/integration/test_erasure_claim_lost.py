@@ -35,6 +35,7 @@ from controller.core.ledger import (
     RowState,
     admission,
     recorded_fence,
+    replacing_head,
     segment_id,
 )
 from controller.core.naming import summary_row_id
@@ -299,9 +300,10 @@ def test_a_drop_deletes_the_entry_as_it_read_it_and_nothing_written_since(
     store, sid = fresh(chroma_server, "drop-filter"), f"filter-{uuid.uuid4().hex[:8]}"
 
     def record(meta: dict[str, Any]) -> LedgerRecord:
-        seq = meta.get("segment")
-        name = summary_row_id(sid) if seq is None else segment_id(sid, meta["generation"], seq)
-        return LedgerRecord(name, "{}", {"sessionId": sid, **meta})
+        seq, meta = meta.get("segment"), {"sessionId": sid, **meta}
+        if seq is None:  # a head replaces the one before whole
+            return LedgerRecord(summary_row_id(sid), "{}", replacing_head(meta))
+        return LedgerRecord(segment_id(sid, meta["generation"], seq), "{}", meta)
 
     def segments_of(gen: int, count: int) -> list[LedgerRecord]:
         return [record({"generation": gen, "segment": k}) for k in range(count)]
@@ -318,9 +320,9 @@ def test_a_drop_deletes_the_entry_as_it_read_it_and_nothing_written_since(
         "a tombstone": [record({FORGOTTEN_KEY: 1, **Fence(200, "cluster-a").metadata()})],
     }[since]
     written += segments_of(generation + 1, 1) if "entry" in since else []
-    store._put_ledger("the entry as read", read)
+    store._put("ledger", "the entry as read", read)
     if written:
-        store._put_ledger("what replaced it", written)
+        store._put("ledger", "what replaced it", written)
         if not old_records_left:
             ledger_of(store).delete(ids=[r.record_id for r in read[1:]])
     store.drop_summary(sid, RowState(recorded_fence(entry), None, entry))

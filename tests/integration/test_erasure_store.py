@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from controller.api import SessionSummarizerSpec
 from controller.core.coverage import PriorCoverage, digest
 from controller.core.coverage import build as coverage_of
-from controller.core.ledger import FORGOTTEN_KEY, LAST_MEMORY_KEY, LedgerRecord
+from controller.core.ledger import FORGOTTEN_KEY, LAST_MEMORY_KEY, LedgerRecord, replacing_head
 from controller.core.memories import (
     DEFAULT_EXCLUDED_TYPES,
     FUTURE_TOLERANCE_MS,
@@ -409,8 +409,8 @@ def test_a_tombstone_of_release_0_1_0_is_read_by_the_time_of_its_forget(store: M
     forget_unguarded(store, sid, memories=False)
     keys = ("sessionId", "ledgerFormat", FORGOTTEN_KEY, "rowsDigest", "memoryCount")
     head = store.ledger_heads([sid])[sid]
-    old = LedgerRecord(summary_row_id(sid), "{}", {k: head[k] for k in keys})
-    store._put_ledger("writing a tombstone as release 0.1.0 did", [old])
+    old = LedgerRecord(summary_row_id(sid), "{}", replacing_head({k: head[k] for k in keys}))
+    store._put("ledger", "writing a tombstone as release 0.1.0 did", [old])
     assert store.summary_states([sid])[sid].timestamp_ms == head[FORGOTTEN_KEY]
     spec = SessionSummarizerSpec.model_validate({"sweep": {"idleSeconds": 1}})
     swept = plan_from_store(store, spec, watermark_ms=None, now_ms=int(time.time() * 1000)).plan
