@@ -502,8 +502,8 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
     with open_store(args) as (store, _):
         stored: tuple[str | None, dict[str, Any]] | None = store.stored_summary(args.session_id)
-        if stored is None and (tombstone := store.read_ledger(args.session_id)) is not None:
-            stored = (None, tombstone.head)  # a forget's: no text, the ids' digest and counts
+        if stored is None and (head := store.ledger_heads([args.session_id]).get(args.session_id)):
+            stored = (None, head)  # a forget's: no text, the ids' digest and counts
     if stored is None:
         raise CliError(
             f"no summary or ledger entry of session {args.session_id!r} in "

@@ -63,13 +63,6 @@ class LedgerRecord(NamedTuple):
     metadata: dict[str, Any]
 
 
-class LedgerWrite(NamedTuple):
-    """What one write upserts (its segment, then the head) and the ids the head names."""
-
-    records: tuple[LedgerRecord, ...]
-    named: frozenset[str]
-
-
 class LedgerEntry(NamedTuple):
     head: dict[str, Any]  # the head's metadata (fence, digests, generation)
     keys: dict[str, Any]  # every key of the write
@@ -97,17 +90,14 @@ def segment_id(session_id: str, generation: int, seq: int) -> str:
 
 
 def plan_write(
-    session_id: str,
-    keys: Mapping[str, Any],
-    head: Mapping[str, Any] | None,
-    fence: Mapping[str, Any],
-    built_on: str | None,
-) -> LedgerWrite:
-    """The records of one write of `keys` over `head` (None: no entry): a segment of what the
-    lists gained when each starts with what the head recorded, else a new generation."""
+    session_id: str, keys: Mapping[str, Any], found: RowState, fence: Mapping[str, Any]
+) -> tuple[list[LedgerRecord], list[str]]:
+    """(the records one write of `keys` over `found` upserts, the ids of the session's records
+    its head no longer names): a segment of what the lists gained when each starts with what the
+    head recorded, else a new generation; then the head."""
     rest, lists = _lists(keys)
-    generation, seq = _number(head, "generation"), _number(head, "segments")
-    shape = _shape(head) if seq < SEGMENTS_MAX else None
+    generation, seq = _number(found.head, "generation"), _number(found.head, "segments")
+    shape = _shape(found.head) if seq < SEGMENTS_MAX else None
     if shape is not None and all(
         len(lists[name]) >= length and _digest(lists[name][:length]) == digest
         for name, (length, digest) in shape.items()
@@ -128,7 +118,7 @@ def plan_write(
         "lists": compact_json({n: [len(items), _digest(items)] for n, items in lists.items()}),
         **fence,
         ROW_DIGEST_KEY: keys.get(DIGEST_KEY),
-        BUILT_ON_KEY: built_on,
+        BUILT_ON_KEY: found.digest,
         "summarizedAt": keys.get("summarizedAt"),
         # the reconciliation's walk compares it with the ids it counts (sweep_plan.py)
         "rowsDigest": keys.get("rowsDigest"),
@@ -136,7 +126,7 @@ def plan_write(
     document = compact_json({"ledgerFormat": LEDGER_FORMAT, **rest})
     head_record = LedgerRecord(summary_row_id(session_id), document, replacing_head(head_meta))
     named = {segment_id(session_id, generation, n) for n in range(seq)}
-    return LedgerWrite((*segments, head_record), frozenset({head_record.record_id, *named}))
+    return [*segments, head_record], [r for r in found.records if r not in named]
 
 
 def replacing_head(meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -191,11 +181,11 @@ def read_entry(
     records: Sequence[tuple[str, str | None, Mapping[str, Any]]],
     row: Mapping[str, Any],
 ) -> LedgerEntry | None:
-    """The entry from the session's records (any order); None without a head. Segments missing
-    or not as the head recorded: the lists are lost. 0.1.0's head: the row's keys from `row`."""
+    """The entry from the session's records (any order); None without a head or for a tombstone.
+    Lost lists: segments missing or not as the head recorded. 0.1.0's head: the row's keys."""
     by_id = {record_id: (doc, meta) for record_id, doc, meta in records}
     found = by_id.get(summary_row_id(session_id))
-    if found is None:
+    if found is None or FORGOTTEN_KEY in (found[1] or {}):
         return None
     try:
         rest = json_value(found[0] or "")

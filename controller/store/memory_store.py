@@ -543,46 +543,39 @@ class MemoryStore:
 
     def _row_and_entry(
         self, session_id: str
-    ) -> tuple[bool, str | None, dict[str, Any], LedgerEntry | None]:
-        row_id = summary_row_id(session_id)
-        what, include = "reading the summary of the session", ["documents", "metadatas"]
-        row = self._by_id("summary", what, include, [row_id]).get(row_id)
-        document, meta = row or (None, {})
-        return row is not None, document, meta, self.read_ledger(session_id, meta)
-
-    def read_ledger(self, session_id: str, row: dict[str, Any] | None = None) -> LedgerEntry | None:
-        """The session's ledger entry (a tombstone: head only); `row`: the row's metadata."""
-        what, where = "reading the session's ledger entry", {"sessionId": session_id}
-        found = self._by_id("ledger", what, ["documents", "metadatas"], where)
-        head = found.get(summary_row_id(session_id), (None, None))[1]
-        if is_tombstone(head):  # forgotten (forget_state): no state to carry
-            return LedgerEntry(dict(head or {}), {}, 0, False, False)
+    ) -> tuple[bool, str | None, dict[str, Any], bool, LedgerEntry | None]:
+        """(row found, its document, its keys, a tombstone found, the ledger entry)."""
+        row_id, include = summary_row_id(session_id), ["documents", "metadatas"]
+        row = self._by_id("summary", "reading the summary of the session", include, [row_id])
+        document, meta = row.get(row_id, (None, {}))
+        where = {"sessionId": session_id}
+        found = self._by_id("ledger", "reading the session's ledger entry", include, where)
+        forgotten = is_tombstone(found.get(row_id, (None, None))[1])
         try:
-            return read_entry(session_id, [(i, d, m) for i, (d, m) in found.items()], row or {})
+            entry = read_entry(session_id, [(i, d, m) for i, (d, m) in found.items()], meta)
         except UnreadablePriorSummary as exc:  # the entry's head, not JSON of our format
             raise UnreadablePriorSummary(
                 f"the ledger entry of session {session_id!r} in "
                 f"{self.location.ledger_collection!r} cannot be read ({exc}); it and the row "
                 "are left in place (spec.action Rebuild writes them anew from the memories)"
             ) from None
+        return row_id in row, document, meta, forgotten, entry
 
     def stored_summary(self, session_id: str) -> tuple[str, dict[str, Any]] | None:
         """(row document, the row's and ledger entry's keys) for `summaryctl ledger`."""
-        row, document, row_meta, ledger = self._row_and_entry(session_id)
-        if ledger is not None and not is_tombstone(ledger.head):
+        row, document, row_meta, _, ledger = self._row_and_entry(session_id)
+        if ledger is not None:
             head = {f"ledger.{k}": v for k, v in ledger.head.items()}
             return document or "", {**row_meta, **ledger.keys, **head}
         return (document or "", dict(row_meta)) if row else None
 
     def read_prior(self, session_id: str) -> StoredPrior:
         """The stored summary (ledger entry, else row) and whether they agree (docs/ledger.md)."""
-        row, document, row_meta, entry = self._row_and_entry(session_id)
+        row, document, row_meta, forgotten, entry = self._row_and_entry(session_id)
         digest = document_digest(document or "") if row else None
-        if entry is not None and is_tombstone(entry.head):
-            entry = None
-            if row and rewritten_by(document, row_meta) is None:
-                # Ours, left by a forget cut short: forgotten too; the next write replaces it.
-                return StoredPrior(None, digest)
+        if forgotten and row and rewritten_by(document, row_meta) is None:
+            # Ours, left by a forget cut short: forgotten too; the next write replaces it.
+            return StoredPrior(None, digest)
         if entry is None:  # no ledger entry: the row is all there is (another writer's text)
             return StoredPrior(from_chroma_row(session_id, document, row_meta), digest)
         head, keys, leftovers, lost, own = entry
@@ -752,14 +745,14 @@ class MemoryStore:
             try:  # the write's own checks, then its own records: a failure is its alone
                 state = found[write.session_id]
                 fence = write.admit(state)
-                plan = plan_write(write.session_id, write.metadata, state.head, fence, state.digest)
+                planned, left = plan_write(write.session_id, write.metadata, state, fence)
             except Exception as exc:
                 write.error = exc
                 continue
-            records += plan.records
+            records += planned
             row = {k: v for k, v in write.metadata.items() if k in READER_ROW_KEYS}
             rows.append((summary_row_id(write.session_id), write.document, upsert_metadata(row)))
-            admitted[write] = [r for r in state.records if r not in plan.named]
+            admitted[write] = left
         if not admitted:
             return
         try:

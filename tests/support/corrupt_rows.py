@@ -13,7 +13,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from controller.core.ledger import plan_write
+from controller.core.ledger import RowState, plan_write
 from controller.core.summary import SECTION_TITLES, StructuredSummary, SummaryItem
 from controller.core.summary_row import to_chroma_metadata
 from tests.support.credentials import generated
@@ -85,8 +85,12 @@ def corrupt_entries(
     """A ledger entry's records (id, document, metadata) as we write them, then the head's
     state (any JSON; `key` of it, when given), one segment's lists, or the head's metadata
     corrupt."""
-    plan = plan_write(session_id, row_of(session_id), None, {"fence": 1}, None)
-    records = {r.record_id: (r.document, dict(r.metadata)) for r in plan.records}
+    planned, _ = plan_write(session_id, row_of(session_id), RowState(None, None), {"fence": 1})
+    # as Chroma stores them: a key sent as None is removed
+    records = {
+        r.record_id: (r.document, {k: v for k, v in r.metadata.items() if v is not None})
+        for r in planned
+    }
     head = f"summary_{session_id}"
     where = "state" if key else draw(st.sampled_from(["state", "segment", "head"]))
     if where == "state":

@@ -16,6 +16,8 @@ from controller.core.ledger import (
     BUILT_ON_KEY,
     ROW_DIGEST_KEY,
     SEGMENTS_MAX,
+    LedgerRecord,
+    RowState,
     plan_write,
     read_entry,
     row_agreement,
@@ -27,6 +29,14 @@ from controller.core.summary_row import DIGEST_KEY, document_digest
 SID = "session-1"
 items = st.lists(st.builds(lambda t: {"text": t}, st.text(min_size=1, max_size=8)), max_size=4)
 Store = dict[str, tuple[str, dict[str, Any]]]  # the ledger collection, by id
+
+
+def upserted(records: list[LedgerRecord]) -> Store:
+    """As Chroma stores them: a key sent as None is removed."""
+    return {
+        r.record_id: (r.document, {k: v for k, v in r.metadata.items() if v is not None})
+        for r in records
+    }
 
 
 def state(sections: dict[str, list[Any]], refs: list[str], n: int) -> dict[str, Any]:
@@ -46,9 +56,11 @@ def write(stored: Store, keys: dict[str, Any], fence: int) -> Store:
     """One write as the store makes it: the plan's records, then every other record of
     the session deleted."""
     head = stored.get(f"summary_{SID}", (None, None))[1]
-    plan = plan_write(SID, keys, head, {"fence": fence}, f"built-{fence}")
-    stored = {**stored, **{r.record_id: (r.document, r.metadata) for r in plan.records}}
-    return {k: v for k, v in stored.items() if k in plan.named}
+    others = tuple(k for k in stored if k != f"summary_{SID}")
+    found = RowState(None, f"built-{fence}", head, others)
+    records, left = plan_write(SID, keys, found, {"fence": fence})
+    stored = {**stored, **upserted(records)}
+    return {k: v for k, v in stored.items() if k not in left}
 
 
 def read(stored: Store, row: dict[str, Any] | None = None) -> Any:
@@ -82,9 +94,9 @@ def test_every_write_reads_back_whole_and_appends_only_what_is_new(
         refs = refs + new_refs
         written = state(sections, refs, n)
         head = stored.get(f"summary_{SID}", (None, None))[1]
-        plan = plan_write(SID, written, head, {"fence": n + 1}, None)
-        segments = [r for r in plan.records if r.record_id != f"summary_{SID}"]
-        if head is not None and head["generation"] == plan.records[-1].metadata["generation"]:
+        records, _ = plan_write(SID, written, RowState(None, None, head), {"fence": n + 1})
+        segments = [r for r in records if r.record_id != f"summary_{SID}"]
+        if head is not None and head["generation"] == records[-1].metadata["generation"]:
             grown = sum(len(json.dumps(v)) for v in added.values()) + len(json.dumps(new_refs))
             assert sum(len(r.document) for r in segments) <= grown + 200  # only what is new
         stored = write(stored, written, n + 1)
@@ -117,10 +129,10 @@ def test_a_late_append_over_a_rewrite_reads_with_its_lists_lost_and_the_next_wri
         stored = write(stored, state(sections, [], n), n + 1)
     head_a = stored[f"summary_{SID}"][1]
     grown = {t: [*sections[t], {"text": f"late {late_at}"}] for t in HISTORY_SECTIONS}
-    plan_a = plan_write(SID, state(grown, [], 90), head_a, {"fence": 1}, None)
+    plan_a, _ = plan_write(SID, state(grown, [], 90), RowState(None, None, head_a), {"fence": 1})
     rewritten = {t: [{"text": "rewritten"}] for t in HISTORY_SECTIONS}
     stored = write(stored, state(rewritten, [], 91), 2)  # B: a new generation
-    stored.update({r.record_id: (r.document, r.metadata) for r in plan_a.records})  # A lands
+    stored.update(upserted(plan_a))  # A lands
     got = read(stored)
     # the title may quote a memory deleted since: the next pass derives it anew
     assert got.lost and "coverageJson" not in got.keys and "title" not in got.keys
