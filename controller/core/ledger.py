@@ -43,7 +43,6 @@ GROWING = (*HISTORY_SECTIONS, "References", "Sources")  # the lists segments app
 SEGMENTS_MAX = 64
 # Keys of the coverage: with the lists lost, none of them holds (the pass reads every row).
 COVERAGE_KEYS = ("coverageJson", "watermarkTimestamp", "watermarkMemoryId", "rowsDigest")
-Agreement = Literal["agrees", "behind", "foreign"]  # see row_agreement
 Admission = Literal["write", "newer-grant", "other-authority", "ahead-of-authority"]
 
 
@@ -163,7 +162,7 @@ def _shape(head: Mapping[str, Any] | None) -> dict[str, tuple[int, str]] | None:
 
 def row_agreement(
     document: str | None, row: Mapping[str, Any], head: Mapping[str, Any]
-) -> Agreement:
+) -> Literal["agrees", "behind", "foreign"]:
     """What the session's row is to the entry: the one it names; behind it (missing, an
     earlier row of ours); or another writer's (its upsert leaves our documentDigest)."""
     if document is None:

@@ -550,7 +550,6 @@ class MemoryStore:
         document, meta = row.get(row_id, (None, {}))
         where = {"sessionId": session_id}
         found = self._by_id("ledger", "reading the session's ledger entry", include, where)
-        forgotten = is_tombstone(found.get(row_id, (None, None))[1])
         try:
             entry = read_entry(session_id, [(i, d, m) for i, (d, m) in found.items()], meta)
         except UnreadablePriorSummary as exc:  # the entry's head, not JSON of our format
@@ -559,7 +558,8 @@ class MemoryStore:
                 f"{self.location.ledger_collection!r} cannot be read ({exc}); it and the row "
                 "are left in place (spec.action Rebuild writes them anew from the memories)"
             ) from None
-        return row_id in row, document, meta, forgotten, entry
+        tombstone = row_id in found and entry is None  # read_entry's None for a head
+        return row_id in row, document, meta, tombstone, entry
 
     def stored_summary(self, session_id: str) -> tuple[str, dict[str, Any]] | None:
         """(row document, the row's and ledger entry's keys) for `summaryctl ledger`."""
