@@ -29,7 +29,13 @@ from controller.core.destinations import (
 )
 from controller.core.naming import blank_session_id
 from controller.core.text import re2_pattern
-from controller.core.visibility import VisibilityRules
+from controller.core.visibility import (
+    NEO_IDENTITY_TRUST_TIERS,
+    NEO_SHARED_AGENTS,
+    MemorySharing,
+    TrustTier,
+    VisibilityRules,
+)
 
 GROUP = "memorycore.io"
 VERSION = "v1alpha1"
@@ -223,8 +229,24 @@ class ModelSpec(CamelModel):
         return self
 
 
-class VisibilitySpec(CamelModel, VisibilityRules):
-    """How summary rows are tagged for neo memory-core's readers (core/visibility.py)."""
+class VisibilitySpec(CamelModel):
+    """How summary rows are tagged for neo memory-core's readers (core/visibility.py); the
+    defaults are neo.mjs 13.1.0's (docs/configuration.md)."""
+
+    memory_sharing: MemorySharing = "team"
+    shared_agents: list[Annotated[str, Field(min_length=1, max_length=253)]] = Field(
+        default=list(NEO_SHARED_AGENTS), max_length=256
+    )
+    identity_trust_tiers: dict[Annotated[str, Field(min_length=1, max_length=253)], TrustTier] = (
+        Field(default=dict(NEO_IDENTITY_TRUST_TIERS), max_length=256)
+    )
+
+    def rules(self) -> VisibilityRules:
+        return VisibilityRules(
+            memory_sharing=self.memory_sharing,
+            shared_agents=tuple(self.shared_agents),
+            identity_trust_tiers=dict(self.identity_trust_tiers),
+        )
 
 
 class SweepSpec(CamelModel):

@@ -179,7 +179,7 @@ class SummarizerParts:
                 embed=self._embedder(ef),
                 excluded_types=tuple(spec.excluded_memory_types),
                 summarizer=summarizer,
-                visibility=spec.visibility,
+                visibility=spec.visibility.rules(),
                 redaction=redaction_of(spec),
             )
 

@@ -213,6 +213,6 @@ def summarize_backends(store: MemoryStore, summarizer: SummarizerSettings) -> Ba
         embedder(summarizer),
         tuple(spec.excluded_memory_types),
         chosen,
-        spec.visibility,
+        spec.visibility.rules(),
         backends.redaction_of(spec),
     )

@@ -9,9 +9,9 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
-from typing import Annotated, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import TypeAdapter
 
 from controller.core.memories import (
     listed_text,
@@ -87,17 +87,14 @@ def union_agents(prior: Iterable[str], new: Iterable[str]) -> list[str]:
     return [found[k] for k in sorted(found)]
 
 
-_Name = Annotated[str, Field(min_length=1, max_length=253)]
-
-
-class VisibilityRules(BaseModel, frozen=True):
-    """How rows are tagged for neo's readers: a SessionSummarizer's spec.visibility, whose
-    defaults are neo.mjs 13.1.0's (docs/configuration.md)."""
+@dataclass(frozen=True)
+class VisibilityRules:
+    """How rows are tagged for neo's readers (a SessionSummarizer's spec.visibility)."""
 
     memory_sharing: MemorySharing = "team"
-    shared_agents: list[_Name] = Field(default=list(NEO_SHARED_AGENTS), max_length=256)
-    identity_trust_tiers: dict[_Name, TrustTier] = Field(
-        default=dict(NEO_IDENTITY_TRUST_TIERS), max_length=256
+    shared_agents: tuple[str, ...] = NEO_SHARED_AGENTS
+    identity_trust_tiers: Mapping[str, TrustTier] = field(
+        default_factory=lambda: NEO_IDENTITY_TRUST_TIERS
     )
 
 
