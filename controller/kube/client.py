@@ -132,8 +132,12 @@ def get_object(plural: str, namespace: str, name: str) -> dict[str, Any] | None:
     return cast(dict[str, Any] | None, unless((404,), get, GROUP, VERSION, namespace, plural, name))
 
 
-get_summary = functools.partial(get_object, SUMMARY_PLURAL)
-get_summarizer = functools.partial(get_object, SUMMARIZER_PLURAL)
+def get_summary(namespace: str, name: str) -> dict[str, Any] | None:
+    return get_object(SUMMARY_PLURAL, namespace, name)
+
+
+def get_summarizer(namespace: str, name: str) -> dict[str, Any] | None:
+    return get_object(SUMMARIZER_PLURAL, namespace, name)
 
 
 def request_summary(
