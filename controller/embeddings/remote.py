@@ -50,7 +50,8 @@ class OpenAICompatibleEmbedding:
                 extra_headers=self._headers,
             )
         except (APIStatusError, APIConnectionError) as exc:  # timeouts included
-            retries = int(exc.request.headers["x-stainless-retry-count"])  # the SDK numbers them
+            # The SDK numbers each attempt's request; a client without the header made one.
+            retries = int(exc.request.headers.get("x-stainless-retry-count", "0"))
             tried = f" (after {retries + 1} attempts)" if retries else ""
             if isinstance(exc, APIConnectionError):
                 cause = type(exc.__cause__).__name__ if exc.__cause__ else "connection error"
