@@ -405,7 +405,9 @@ def test_replicas_with_clocks_two_minutes_apart_never_run_a_pass_of_one_session_
     # a replica on another clock last held pass to it), then all again.
     schedule = [list(offsets)] * rounds + [["skew-b"], ["skew-c"], list(offsets)]
     for r, asking in enumerate(schedule):
-        more = {long_session: 40 if r == 0 else 16, **dict.fromkeys(short, 2)}
+        # The long session's passes outlast the claim (4 s) every round: 20 then 12
+        # memories, a model answer (0.35 s) each.
+        more = {long_session: 20 if r == 0 else 12, **dict.fromkeys(short, 2)}
         load(
             store,
             [

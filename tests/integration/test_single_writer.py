@@ -165,16 +165,16 @@ def replicas_factory(harness: Harness, tmp_path: Path) -> Iterator[Any]:
         cp.kubectl_run(
             "apply", "-f", "-", input=summarizer(namespace, harness.chroma.url, memory, summary)
         )
-        base_env = dict(
-            cp.env(),
-            SSO_PEERING_LIFETIME="5",
-            SSO_CLAIM_TTL_SECONDS="8",
-            SSO_CLAIM_MARGIN_SECONDS="2",
-            SSO_RETRY_BASE_SECONDS="0.5",
-            SSO_RETRY_MAX_SECONDS="2",
-            SSO_SWEEP_TICK_SECONDS="1",
-            **env,
-        )
+        base_env = {
+            **cp.env(),
+            "SSO_PEERING_LIFETIME": "5",
+            "SSO_CLAIM_TTL_SECONDS": "8",
+            "SSO_CLAIM_MARGIN_SECONDS": "2",
+            "SSO_RETRY_BASE_SECONDS": "0.5",
+            "SSO_RETRY_MAX_SECONDS": "2",
+            "SSO_SWEEP_TICK_SECONDS": "1",
+            **env,  # a test's own settings over these
+        }
         workdir = tmp_path / namespace
         workdir.mkdir()
         reps = Replicas(cp, namespace, workdir, base_env, standalone=standalone)
@@ -209,7 +209,8 @@ def test_chaos_every_session_summarized_once_at_a_time_while_leaders_die(
     harness: Harness, replicas_factory: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     ns = "chaos"
-    reps, store = replicas_factory(ns)
+    # A SIGKILLed leader's claims lapse after 4 s (not 8): each failover's wait for them.
+    reps, store = replicas_factory(ns, SSO_CLAIM_TTL_SECONDS="4", SSO_CLAIM_MARGIN_SECONDS="1")
     sessions = [f"chaos-{i:03d}" for i in range(200)]
     resunset = set(sessions[::5])  # 40 sessions get new memories and a second sunset
     base = 1_770_000_000_000
