@@ -425,14 +425,17 @@ def test_with_sweeps_off_the_reconciliation_finds_a_late_row_after_a_deletion(
 ) -> None:
     """Sweeps off, the reconciliation on (its own setting): one memory of a summarized
     session is deleted and another lands behind the summary, so the session's count is
-    what the summary says; the next walk (reconcileIntervalSeconds, 60 s) tells the ids
-    apart by the ledger's digest and asks for the pass that summarizes the late row."""
+    what the summary says; a walk tells the ids apart by the ledger's digest and asks for
+    the pass that summarizes the late row. The walk is the first after the reconciliation
+    is turned on (at once, not reconcileIntervalSeconds after an earlier one: the wait for
+    a next walk is test_erasure.py's
+    test_with_no_sunset_the_reconciliation_drops_the_facts_of_deleted_memories)."""
     memory, summary = "idwalk-memory", "idwalk-sessions"
     manifest = summarizer(
         "idwalk", harness, memory, summary,
         "enabled: false, idleSeconds: 1, reconcileIntervalSeconds: 60",
     )  # fmt: skip
-    harness.kubectl("apply", "-f", "-", input=manifest + "  reconcile: {enabled: true}\n")
+    harness.kubectl("apply", "-f", "-", input=manifest + "  reconcile: {enabled: false}\n")
     store = harness.store(memory, summary)
     sid = f"idwalk-{uuid.uuid4().hex[:8]}"
     base = NOW - 7_200_000
@@ -446,14 +449,13 @@ def test_with_sweeps_off_the_reconciliation_finds_a_late_row_after_a_deletion(
         status = json.loads(harness.kubectl("get", "ssumr", "idwalk", "-o", "json"))["status"]
         return status.get("reconciledAt")
 
-    # The first walk (at once, sweeps off) and the pass it may ask for are over before the
-    # rows change: only the next walk, 60 s after it, can find the late row.
-    wait_for(reconciled_at, 30, 0.5, message="the first walk, with sweeps off")
-    time.sleep(3)
     store.memories().delete(ids=[rows[1][0]])
     late = fact()
     load(store, [row(sid, base - 600_000, late)])
     assert stored_row(store, sid)[1]["memoryCount"] == 3 == len(store.session_ids(sid))
+    time.sleep(2)  # ticks with nothing on: no walk, no pass
+    assert reconciled_at() is None
+    harness.kubectl("apply", "-f", "-", input=manifest + "  reconcile: {enabled: true}\n")
 
     def summarized_late() -> bool:
         try:
@@ -462,7 +464,8 @@ def test_with_sweeps_off_the_reconciliation_finds_a_late_row_after_a_deletion(
             return False
         return True
 
-    wait_for(summarized_late, 150, 1.0, message="the late row, found by the walk's ids")
+    wait_for(summarized_late, 90, 1.0, message="the late row, found by the walk's ids")
+    wait_for(reconciled_at, 10, 0.5, message="the walk's reconciledAt")
     assert_every_fact_kept(store, sid, [facts[0], facts[2], late])
     assert verify(harness, sid, memory, summary)["uncovered"] == 0
 
