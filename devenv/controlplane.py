@@ -96,8 +96,14 @@ def free_port() -> int:
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
         low = 32768
+    # Each pytest-xdist worker (and what it starts) draws from its own share of the range, so
+    # two workers' servers never draw one port before either binds it.
+    count = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    share = (max(low, 10000 + count) - 10000) // count
+    first = 10000 + share * (int(worker) % count if worker.isdigit() else 0)
     for _ in range(50):
-        port = random.randrange(10000, max(low, 10001))
+        port = random.randrange(first, first + share)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("127.0.0.1", port))

@@ -33,3 +33,14 @@ def test_a_port_in_use_is_never_returned(monkeypatch: pytest.MonkeyPatch) -> Non
         draws = iter([busy, busy, busy + 1 if busy + 1 < _ephemeral_low() else busy - 1])
         monkeypatch.setattr("devenv.controlplane.random.randrange", lambda a, b: next(draws))
         assert free_port() != busy
+
+
+def test_each_test_worker_draws_from_its_own_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    low = _ephemeral_low()
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    shares = []
+    for worker in ("gw0", "gw1"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        shares.append({free_port() for _ in range(100)})
+    middle = 10000 + (low - 10000) // 2
+    assert all(p < middle for p in shares[0]) and all(middle <= p < low for p in shares[1])
